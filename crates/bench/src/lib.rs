@@ -1,0 +1,14 @@
+//! # duality-bench — benchmarks and experiments
+//!
+//! Every experiment measures duality and its peers *in the same run*, on the
+//! same machine, and reports ratios against them. Each experiment lives in its
+//! own module and returns rows that [`report`] prints as a Markdown table or
+//! JSON.
+//!
+//! | module | command | question |
+//! |---|---|---|
+//! | [`tasks`] | `duality bench tasks` | bytes per task and yields/s: duality vs tokio, smol, OS threads |
+
+pub mod proc;
+pub mod report;
+pub mod tasks;

@@ -1,0 +1,166 @@
+//! What the server knows about a file it serves: [`FileMeta`] (size, mtime,
+//! inode), the [`ETag`] derived from it, and [`open`], which opens a resolved
+//! file without following a last-moment symlink or blocking on a FIFO.
+
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write as _};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The validators of a file: enough to build `Content-Length`,
+/// `Last-Modified` and `ETag`, and to tell that a cached copy is stale.
+///
+/// Two `FileMeta` are equal when size, mtime (to the nanosecond) and inode are
+/// equal; [`PageCache`](crate::PageCache) serves a cached copy only then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FileMeta {
+    /// Size in bytes.
+    pub size: u64,
+    /// Last modification time.
+    pub mtime: SystemTime,
+    /// Inode number (a file replaced by `rename` gets a new one).
+    pub inode: u64,
+}
+
+impl FileMeta {
+    /// The validators of `md`.
+    pub fn from_metadata(md: &fs::Metadata) -> FileMeta {
+        FileMeta {
+            size: md.len(),
+            mtime: md.modified().unwrap_or(UNIX_EPOCH),
+            inode: md.ino(),
+        }
+    }
+
+    /// The entity tag of this version of the file.
+    pub fn etag(&self) -> ETag {
+        ETag::of(self)
+    }
+}
+
+impl From<&fs::Metadata> for FileMeta {
+    fn from(md: &fs::Metadata) -> FileMeta {
+        FileMeta::from_metadata(md)
+    }
+}
+
+/// A **strong** entity tag, `"<inode>-<size>-<mtime ns>"` in lower-case hex.
+///
+/// Strong because it changes whenever the bytes can have changed: a write
+/// moves mtime (nanosecond resolution on every Linux file system in use), a
+/// replacement by `rename` changes the inode. Strong tags are what `If-Range`
+/// needs (RFC 9110 §13.1.5); `If-None-Match` compares weakly, which a strong
+/// tag also satisfies. It lives on the stack: no allocation per response.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct ETag {
+    buf: [u8; ETag::CAP],
+    len: u8,
+}
+
+impl ETag {
+    /// Two quotes, three hex numbers (16 + 16 + 32 digits at most) and two dashes.
+    const CAP: usize = 2 + 16 + 1 + 16 + 1 + 32;
+
+    /// The tag of `meta`.
+    pub fn of(meta: &FileMeta) -> ETag {
+        let nanos = meta
+            .mtime
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let mut buf = [0u8; ETag::CAP];
+        let mut cursor = &mut buf[..];
+        // Cannot fail: CAP holds the longest possible tag.
+        let _ = write!(cursor, "\"{:x}-{:x}-{:x}\"", meta.inode, meta.size, nanos);
+        let len = (ETag::CAP - cursor.len()) as u8;
+        ETag { buf, len }
+    }
+
+    /// The tag with its quotes, as sent in the `ETag` field.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len as usize]
+    }
+
+    /// The opaque part, between the quotes.
+    pub fn opaque(&self) -> &[u8] {
+        &self.buf[1..self.len as usize - 1]
+    }
+}
+
+impl fmt::Debug for ETag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&String::from_utf8_lossy(self.as_bytes()))
+    }
+}
+
+/// Opens a file that [`Root::resolve`](crate::Root::resolve) found, read-only,
+/// and returns it with its validators taken from the open descriptor.
+///
+/// `O_NOFOLLOW` refuses a final component that became a symlink since the
+/// resolution, `O_NONBLOCK` keeps a file that became a FIFO from blocking the
+/// open, and anything but a regular file is refused (`PermissionDenied`). The
+/// validators come from `fstat`, so the head describes exactly the bytes that
+/// will be read. This is a blocking call: a handler runs it on its blocking
+/// pool (or inline where the model allows).
+pub fn open(path: &Path) -> io::Result<(File, FileMeta)> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    let md = file.metadata()?;
+    if !md.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "not a regular file",
+        ));
+    }
+    Ok((file, FileMeta::from_metadata(&md)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn meta(size: u64, secs: u64, nanos: u32, inode: u64) -> FileMeta {
+        FileMeta {
+            size,
+            mtime: UNIX_EPOCH + Duration::new(secs, nanos),
+            inode,
+        }
+    }
+
+    #[test]
+    fn etag_format() {
+        let tag = ETag::of(&meta(0x10, 1, 5, 0xab));
+        assert_eq!(tag.as_bytes(), b"\"ab-10-3b9aca05\"");
+        assert_eq!(tag.opaque(), b"ab-10-3b9aca05");
+    }
+
+    #[test]
+    fn etag_fits_extremes() {
+        let m = FileMeta {
+            size: u64::MAX,
+            mtime: UNIX_EPOCH + Duration::new(1 << 40, 999_999_999),
+            inode: u64::MAX,
+        };
+        let tag = ETag::of(&m);
+        assert_eq!(tag.as_bytes().first(), Some(&b'"'));
+        assert_eq!(tag.as_bytes().last(), Some(&b'"'));
+        // Before the epoch: counted as 0 ns, no panic.
+        let old = FileMeta {
+            mtime: UNIX_EPOCH - Duration::from_secs(10),
+            ..meta(1, 0, 0, 1)
+        };
+        assert_eq!(ETag::of(&old).as_bytes(), b"\"1-1-0\"");
+    }
+
+    #[test]
+    fn etag_changes_with_each_validator() {
+        let base = ETag::of(&meta(10, 100, 1, 7));
+        assert_ne!(base, ETag::of(&meta(11, 100, 1, 7)));
+        assert_ne!(base, ETag::of(&meta(10, 100, 2, 7)));
+        assert_ne!(base, ETag::of(&meta(10, 100, 1, 8)));
+    }
+}

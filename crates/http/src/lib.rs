@@ -1,0 +1,170 @@
+//! # duality-http — the static web server's logic, without I/O
+//!
+//! Everything the static-file server (the seeds' Knot) decides, as pure
+//! functions over bytes plus a few blocking file-system calls; no sockets, no
+//! async, no runtime. The connection handler (in the server binary, on
+//! `duality-rt`) does the reading, writing, `sendfile` and timeouts around it.
+//!
+//! | module | what |
+//! |---|---|
+//! | [`request`] | [`parse_head`]: request head from a byte buffer (`httparse`), limits, keep-alive, pipelining |
+//! | [`path`] | [`normalize`](path::normalize) (decode, refuse hostile targets) and [`Root::resolve`] (symlinks confined to the root) |
+//! | [`mime`] | `Content-Type` by extension |
+//! | [`response`] | [`plan_file`], [`write_error`], [`write_redirect`]: status decision (304/206/416/405…) and the response head |
+//! | [`cache`] | [`PageCache`]: bounded, sharded LRU of small files, invalidated by size+mtime+inode |
+//! | [`mod@file`] | [`FileMeta`] (validators), [`ETag`], [`file::open`] |
+//! | [`date`] | [`DateCache`]: the `Date` field, formatted at most once per second |
+//! | [`status`] | [`Status`], [`HttpError`] (status + whether to close) |
+//!
+//! ## How a connection handler uses it
+//!
+//! ```text
+//! loop:
+//!   read into buf (capacity limits.max_request()), with the header timeout
+//!     timeout → write_error(HttpError::close(Status::RequestTimeout), None, …), close
+//!   while let Some((head, n)) = parse_head(&buf, &limits)?   // Err → write_error(e, None, …), close
+//!     method not GET/HEAD → write_error(405)
+//!     root.resolve(&head.path)                               // blocking: spawn_blocking or inline
+//!       Redirect → write_redirect;  Err(e) → write_error(e, Some(&head), …)
+//!       File { path, meta } →
+//!         cache.get(&path, &meta) = Some(bytes) → plan_file(&head, &meta, …); body = bytes[range]
+//!         else file::open(&path) → (file, meta)             // validators from fstat
+//!           plan_file(&head, &meta, mime::for_path(&path), date, &mut out)
+//!           cache.admits(meta.size) → read whole, cache.insert, body = bytes[range]
+//!           otherwise                → sendfile(file, plan.body) after writing out
+//!     drop n bytes of buf
+//!   write out (all pipelined responses of this read in one write), then bodies
+//!   if !plan.keep_alive: close
+//! ```
+//!
+//! Responses to pipelined requests are appended to the same `out` buffer in
+//! order, so one `write` carries many heads: that is the batching point.
+//! If a file shrinks between `fstat` and the read, the promised
+//! `Content-Length` cannot be met: close the connection after what could be
+//! sent.
+//!
+//! The same flow, synchronous and over in-memory buffers (a file body is
+//! appended to `out` where the real handler would `sendfile`):
+//!
+//! ```
+//! use std::io::Read;
+//! use std::os::unix::fs::FileExt;
+//! use std::sync::Arc;
+//! use duality_http::{
+//!     file, mime, parse_head, plan_file, write_error, write_redirect, DateCache, Head,
+//!     HttpError, Limits, Method, PageCache, Plan, Resolved, Root, Status,
+//! };
+//!
+//! /// Answers every complete request at the front of `input`; returns the
+//! /// bytes consumed and whether the connection stays open.
+//! fn answer(input: &[u8], root: &Root, cache: &PageCache, date: &str, out: &mut Vec<u8>) -> (usize, bool) {
+//!     let limits = Limits::default();
+//!     let mut used = 0;
+//!     loop {
+//!         match parse_head(&input[used..], &limits) {
+//!             Ok(None) => return (used, true), // read more
+//!             Err(e) => {
+//!                 write_error(e, None, date, out);
+//!                 return (used, false);
+//!             }
+//!             Ok(Some((head, n))) => {
+//!                 used += n;
+//!                 if !respond(&head, root, cache, date, out).keep_alive {
+//!                     return (used, false);
+//!                 }
+//!             }
+//!         }
+//!     }
+//! }
+//!
+//! fn respond(head: &Head<'_>, root: &Root, cache: &PageCache, date: &str, out: &mut Vec<u8>) -> Plan {
+//!     if head.method == Method::Other {
+//!         return write_error(HttpError::keep(Status::MethodNotAllowed), Some(head), date, out);
+//!     }
+//!     let (path, meta) = match root.resolve(&head.path) {
+//!         Ok(Resolved::File { path, meta }) => (path, meta),
+//!         Ok(Resolved::Redirect { location }) => return write_redirect(head, &location, date, out),
+//!         Err(e) => return write_error(e, Some(head), date, out),
+//!     };
+//!     let content_type = mime::for_path(&path);
+//!     if let Some(bytes) = cache.get(&path, &meta) {
+//!         let plan = plan_file(head, &meta, content_type, date, out);
+//!         if let Some(r) = plan.body {
+//!             out.extend_from_slice(&bytes[r.start as usize..r.end() as usize]);
+//!         }
+//!         return plan;
+//!     }
+//!     let (mut f, meta) = match file::open(&path) {
+//!         Ok(opened) => opened,
+//!         Err(e) => return write_error(HttpError::from_io(&e), Some(head), date, out),
+//!     };
+//!     let plan = plan_file(head, &meta, content_type, date, out);
+//!     if cache.admits(meta.size) {
+//!         let mut bytes = Vec::with_capacity(meta.size as usize);
+//!         f.read_to_end(&mut bytes).unwrap();
+//!         let bytes: Arc<[u8]> = bytes.into();
+//!         cache.insert(&path, &meta, Arc::clone(&bytes));
+//!         if let Some(r) = plan.body {
+//!             out.extend_from_slice(&bytes[r.start as usize..r.end() as usize]);
+//!         }
+//!     } else if let Some(r) = plan.body {
+//!         // The real handler writes `out`, then sendfile(f, r.start, r.len).
+//!         let mut body = vec![0; r.len as usize];
+//!         f.read_exact_at(&mut body, r.start).unwrap();
+//!         out.extend_from_slice(&body);
+//!     }
+//!     plan
+//! }
+//!
+//! let dir = std::env::temp_dir().join(format!("duality-http-doc-{}", std::process::id()));
+//! std::fs::create_dir_all(dir.join("docs")).unwrap();
+//! std::fs::write(dir.join("hello.txt"), "hello, world").unwrap();
+//! let root = Root::new(&dir).unwrap();
+//! let cache = PageCache::new(1 << 20, 64 << 10);
+//! let mut dates = DateCache::new();
+//!
+//! let input = b"GET /hello.txt HTTP/1.1\r\nHost: x\r\n\r\n\
+//!               GET /hello.txt HTTP/1.1\r\nHost: x\r\nRange: bytes=7-\r\n\r\n\
+//!               GET /docs HTTP/1.1\r\nHost: x\r\n\r\n\
+//!               GET /../etc/passwd HTTP/1.1\r\nHost: x\r\n\r\n\
+//!               GET /never-reached HTTP/1.1\r\nHost: x\r\n\r\n";
+//! let mut out = Vec::new();
+//! let (used, keep_alive) = answer(input, &root, &cache, dates.now(), &mut out);
+//! let text = String::from_utf8(out).unwrap();
+//!
+//! assert!(text.starts_with("HTTP/1.1 200 OK\r\n"));
+//! assert!(text.contains("\r\n\r\nhello, worldHTTP/1.1 206 Partial Content\r\n"));
+//! assert!(text.contains("Content-Range: bytes 7-11/12\r\n"));
+//! assert!(text.contains("\r\n\r\nworldHTTP/1.1 301 Moved Permanently\r\n"));
+//! assert!(text.contains("Location: /docs/\r\n"));
+//! assert!(text.contains("HTTP/1.1 400 Bad Request\r\n"));
+//! assert!(!keep_alive && !text.contains("never-reached"));
+//! assert!(input[used..].starts_with(b"GET /../etc/passwd"));
+//! assert_eq!(cache.stats().hits, 1);
+//! std::fs::remove_dir_all(&dir).unwrap();
+//! ```
+//!
+//! Invariants, tested beside the code: `parse_head` never panics and answers
+//! `Ok(None)` for every proper prefix of a valid request (property tests);
+//! no target resolves outside the root (table of hostile targets with
+//! symlinks in a temp dir, and a property test); the page cache never serves
+//! bytes under validators other than those they were stored with.
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod cache;
+pub mod date;
+pub mod file;
+pub mod mime;
+pub mod path;
+pub mod request;
+pub mod response;
+pub mod status;
+
+pub use cache::{CacheStats, PageCache};
+pub use date::DateCache;
+pub use file::{ETag, FileMeta};
+pub use path::{Resolved, Root};
+pub use request::{parse_head, Head, Limits, Method, Version};
+pub use response::{plan_file, write_error, write_redirect, ByteRange, Plan};
+pub use status::{HttpError, Status};

@@ -1,0 +1,630 @@
+//! Safe path handling, in two steps.
+//!
+//! 1. [`normalize`] (pure, no file system): request-target → a decoded,
+//!    normalised URL path. It takes the path of an absolute-form target
+//!    (`http://host/x` → `/x`), drops query and fragment, percent-decodes, and
+//!    **refuses with 400** everything that could name something outside the
+//!    root or confuse a later step:
+//!    - a `..` segment, raw or encoded in any case mix (`%2e%2e`, `%2E.`, `.%2e`);
+//!    - a backslash, raw or `%5c`;
+//!    - an encoded `/` (`%2f`): a segment can never hide a separator;
+//!    - NUL and every other control byte (`%00`, `%0d%0a`, …), raw or encoded;
+//!    - an invalid escape (`%zz`, `%4`, a lone `%`) or a decoded path that is
+//!      not UTF-8 (overlong forms such as `%c0%ae` included);
+//!    - a target that is neither origin-form (`/…`) nor an `http`/`https`
+//!      absolute-form (`*`, `file:///…`, `a/b`).
+//!
+//!    `.` segments and empty segments (`//`) are dropped. The result starts
+//!    with `/`, holds only real segments, and ends with `/` exactly when the
+//!    request did (that slash matters for directories, below).
+//! 2. [`Root::resolve`] (file system): joins the path to the root, resolves
+//!    it with [`std::fs::canonicalize`] (every symlink followed) and checks
+//!    that the result still lies under the canonical root: a symlink that
+//!    leads out of the root, directly or through a directory, is **403**.
+//!    A directory is served by its `index.html`, itself resolved and checked
+//!    the same way. Only regular files are served: FIFOs, sockets and devices
+//!    are 403.
+//!
+//! Choices:
+//! - A directory asked for **without** its trailing slash answers **301**
+//!   with `Location: <path>/` (as nginx and Apache do), so that relative links
+//!   inside its index resolve against the directory; the query is not carried
+//!   over.
+//! - A directory without `index.html` is **403** (listing is forbidden, as in
+//!   nginx), a file asked for with a trailing slash (`/a.txt/`) is 404.
+//! - Dot-files (`/.well-known/…`, `/.git/…`) are served like any other file:
+//!   what lies under the root is public.
+//! - Between [`Root::resolve`] and opening the file a symlink could be swapped
+//!   in; [`file::open`](crate::file::open) refuses a final component that is a
+//!   symlink (`O_NOFOLLOW`). A root whose inner directories are writable by an
+//!   attacker is outside this server's threat model.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::file::FileMeta;
+use crate::status::{HttpError, Status};
+
+/// The file a directory is served by.
+pub const INDEX: &str = "index.html";
+
+const fn bad_request() -> HttpError {
+    HttpError::keep(Status::BadRequest)
+}
+
+/// Turns a request-target into a decoded, normalised URL path, or refuses it
+/// with 400 (see the [module docs](self) for the rules).
+///
+/// ```
+/// use duality_http::path::normalize;
+/// assert_eq!(normalize("/a/./b//c%20d?q=1").unwrap(), "/a/b/c d");
+/// assert_eq!(normalize("http://example.com/x/").unwrap(), "/x/");
+/// assert!(normalize("/a/%2e%2E/etc/passwd").is_err());
+/// ```
+pub fn normalize(target: &str) -> Result<String, HttpError> {
+    let raw = origin_path(target).ok_or_else(bad_request)?;
+    let decoded = String::from_utf8(decode(raw)?).map_err(|_| bad_request())?;
+
+    let mut out = String::with_capacity(decoded.len());
+    let mut trailing_slash = false;
+    for segment in decoded.split('/').skip(1) {
+        match segment {
+            "" | "." => trailing_slash = true,
+            ".." => return Err(bad_request()),
+            _ => {
+                out.push('/');
+                out.push_str(segment);
+                trailing_slash = false;
+            }
+        }
+    }
+    if out.is_empty() || trailing_slash {
+        out.push('/');
+    }
+    Ok(out)
+}
+
+/// The path part of an origin-form or `http(s)` absolute-form target, without
+/// query and fragment. `None` for any other form.
+fn origin_path(target: &str) -> Option<&str> {
+    let end = target.find(['?', '#']).unwrap_or(target.len());
+    let target = &target[..end];
+    if target.starts_with('/') {
+        return Some(target);
+    }
+    let (scheme, rest) = target.split_once("://")?;
+    if !(scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https")) {
+        return None;
+    }
+    Some(rest.find('/').map_or("/", |i| &rest[i..]))
+}
+
+/// Percent-decodes `raw`, refusing invalid escapes and the bytes that have no
+/// business in a file path (see [`forbidden`]), raw or encoded, plus an
+/// encoded `/`.
+fn decode(raw: &str) -> Result<Vec<u8>, HttpError> {
+    let bytes = raw.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if b == b'%' {
+            let hi = bytes.get(i + 1).and_then(|&c| hex(c));
+            let lo = bytes.get(i + 2).and_then(|&c| hex(c));
+            let (Some(hi), Some(lo)) = (hi, lo) else {
+                return Err(bad_request());
+            };
+            let c = hi << 4 | lo;
+            if forbidden(c) || c == b'/' {
+                return Err(bad_request());
+            }
+            out.push(c);
+            i += 3;
+        } else {
+            if forbidden(b) {
+                return Err(bad_request());
+            }
+            out.push(b);
+            i += 1;
+        }
+    }
+    Ok(out)
+}
+
+/// Bytes refused anywhere in a path: controls (NUL, CR, LF, …), DEL and the
+/// backslash.
+fn forbidden(b: u8) -> bool {
+    b < 0x20 || b == 0x7f || b == b'\\'
+}
+
+fn hex(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// Percent-encodes a normalised path for a `Location` field: everything but
+/// unreserved characters, sub-delimiters, `:`, `@` and `/` is escaped.
+pub fn encode(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for &b in path.as_bytes() {
+        let keep = b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/".contains(&b);
+        if keep {
+            out.push(b as char);
+        } else {
+            const HEX: &[u8; 16] = b"0123456789ABCDEF";
+            out.push('%');
+            out.push(HEX[(b >> 4) as usize] as char);
+            out.push(HEX[(b & 15) as usize] as char);
+        }
+    }
+    out
+}
+
+/// What a path resolved to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolved {
+    /// A regular file under the root.
+    File {
+        /// Its canonical path (no symlink, under [`Root::dir`]).
+        path: PathBuf,
+        /// Its validators at resolution time.
+        meta: FileMeta,
+    },
+    /// A directory asked for without its trailing slash: answer 301 with this
+    /// (percent-encoded) `Location`.
+    Redirect {
+        /// The path with a trailing slash, percent-encoded.
+        location: String,
+    },
+}
+
+/// The directory the server serves, canonicalised once at start-up.
+#[derive(Debug, Clone)]
+pub struct Root {
+    dir: PathBuf,
+}
+
+impl Root {
+    /// Canonicalises `dir`, which must be a directory.
+    pub fn new(dir: impl AsRef<Path>) -> io::Result<Root> {
+        let dir = fs::canonicalize(dir)?;
+        if !fs::metadata(&dir)?.is_dir() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "document root is not a directory",
+            ));
+        }
+        Ok(Root { dir })
+    }
+
+    /// The canonical root directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Resolves a path made by [`normalize`] (as in
+    /// [`Head::path`](crate::Head::path)) to a file under the root.
+    ///
+    /// Errors: 404 (absent, or a file asked for as a directory), 403 (outside
+    /// the root through a symlink, a symlink loop, a directory without
+    /// `index.html`, not a regular file, no permission), 400 (a path that
+    /// [`normalize`] would not have produced), 500 (any other I/O error).
+    /// This is a blocking call (`realpath`, `stat`): a handler runs it where
+    /// blocking is allowed.
+    pub fn resolve(&self, path: &str) -> Result<Resolved, HttpError> {
+        if !path.starts_with('/') {
+            return Err(bad_request());
+        }
+        let mut candidate = self.dir.clone();
+        for segment in path.split('/').filter(|s| !s.is_empty()) {
+            // Defence in depth: `normalize` never lets these through.
+            if segment == "." || segment == ".." || segment.bytes().any(forbidden) {
+                return Err(bad_request());
+            }
+            candidate.push(segment);
+        }
+        let wants_dir = path.ends_with('/');
+
+        let (real, md) = self.confine(&candidate)?;
+        if md.is_file() {
+            return if wants_dir {
+                Err(HttpError::keep(Status::NotFound))
+            } else {
+                Ok(Resolved::File {
+                    path: real,
+                    meta: FileMeta::from_metadata(&md),
+                })
+            };
+        }
+        if !md.is_dir() {
+            return Err(HttpError::keep(Status::Forbidden));
+        }
+        if !wants_dir {
+            return Ok(Resolved::Redirect {
+                location: encode(&format!("{path}/")),
+            });
+        }
+        let (real, md) = match self.confine(&real.join(INDEX)) {
+            Err(e) if e.status == Status::NotFound => {
+                return Err(HttpError::keep(Status::Forbidden))
+            }
+            other => other?,
+        };
+        if !md.is_file() {
+            return Err(HttpError::keep(Status::Forbidden));
+        }
+        Ok(Resolved::File {
+            path: real,
+            meta: FileMeta::from_metadata(&md),
+        })
+    }
+
+    /// Canonicalises `candidate`, checks that it lies under the root, and
+    /// returns it with its metadata.
+    fn confine(&self, candidate: &Path) -> Result<(PathBuf, fs::Metadata), HttpError> {
+        let real = fs::canonicalize(candidate).map_err(io_status)?;
+        // `Path::starts_with` compares whole components: `/srv/www2` is not
+        // under `/srv/www`.
+        if !real.starts_with(&self.dir) {
+            return Err(HttpError::keep(Status::Forbidden));
+        }
+        let md = fs::metadata(&real).map_err(io_status)?;
+        Ok((real, md))
+    }
+}
+
+/// The status for an I/O error met while resolving.
+fn io_status(e: io::Error) -> HttpError {
+    HttpError::from_io(&e)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A directory under the system temp dir, removed on drop.
+    pub(crate) struct TempDir(pub(crate) PathBuf);
+
+    impl TempDir {
+        pub(crate) fn new(tag: &str) -> TempDir {
+            static NEXT: AtomicUsize = AtomicUsize::new(0);
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let dir =
+                std::env::temp_dir().join(format!("duality-http-{tag}-{}-{n}", std::process::id()));
+            let _ = fs::remove_dir_all(&dir);
+            fs::create_dir_all(&dir).unwrap();
+            TempDir(dir)
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// ```text
+    /// <tmp>/outside/secret.txt
+    /// <tmp>/www/                       the root
+    ///   index.html  a.txt  "sp ace.txt"  "ü.txt"  ....   sock (a socket)
+    ///   sub/index.html  sub/b.css
+    ///   "my dir"/index.html
+    ///   empty/                         no index
+    ///   sub2/index.html -> ../../outside/secret.txt
+    ///   link_in  -> a.txt              dir_in -> sub
+    ///   link_out -> ../outside/secret.txt
+    ///   link_abs -> <tmp>/outside/secret.txt (absolute)
+    ///   dir_out  -> ../outside         loop -> loop
+    /// ```
+    pub(crate) fn tree(tag: &str) -> (TempDir, Root) {
+        let tmp = TempDir::new(tag);
+        let out = tmp.0.join("outside");
+        let www = tmp.0.join("www");
+        fs::create_dir_all(&out).unwrap();
+        fs::write(out.join("secret.txt"), "secret").unwrap();
+        for d in ["sub", "my dir", "empty", "sub2"] {
+            fs::create_dir_all(www.join(d)).unwrap();
+        }
+        for (f, body) in [
+            ("index.html", "root index"),
+            ("a.txt", "hello"),
+            ("sp ace.txt", "space"),
+            ("ü.txt", "umlaut"),
+            ("....", "dots"),
+            ("sub/index.html", "sub index"),
+            ("sub/b.css", "b{}"),
+            ("my dir/index.html", "my dir"),
+        ] {
+            fs::write(www.join(f), body).unwrap();
+        }
+        symlink("../../outside/secret.txt", www.join("sub2/index.html")).unwrap();
+        symlink("a.txt", www.join("link_in")).unwrap();
+        symlink("sub", www.join("dir_in")).unwrap();
+        symlink("../outside/secret.txt", www.join("link_out")).unwrap();
+        symlink(out.join("secret.txt"), www.join("link_abs")).unwrap();
+        symlink("../outside", www.join("dir_out")).unwrap();
+        symlink("loop", www.join("loop")).unwrap();
+        let _sock = std::os::unix::net::UnixListener::bind(www.join("sock")).unwrap();
+        let root = Root::new(&www).unwrap();
+        (tmp, root)
+    }
+
+    #[derive(Debug, PartialEq)]
+    enum Want<S> {
+        File(S),
+        Redirect(S),
+        Err(u16),
+    }
+
+    impl Want<String> {
+        fn as_str(&self) -> Want<&str> {
+            match self {
+                Want::File(s) => Want::File(s),
+                Want::Redirect(s) => Want::Redirect(s),
+                Want::Err(c) => Want::Err(*c),
+            }
+        }
+    }
+
+    fn run(root: &Root, target: &str) -> Want<String> {
+        match normalize(target).and_then(|p| root.resolve(&p)) {
+            Ok(Resolved::File { path, meta }) => {
+                assert!(path.starts_with(root.dir()), "{target} -> {path:?}");
+                assert_eq!(meta.size, fs::metadata(&path).unwrap().len());
+                let rel = path.strip_prefix(root.dir()).unwrap();
+                Want::File(rel.to_str().unwrap().to_owned())
+            }
+            Ok(Resolved::Redirect { location }) => Want::Redirect(location),
+            Err(e) => {
+                assert!(!e.close);
+                Want::Err(e.status.code())
+            }
+        }
+    }
+
+    #[test]
+    fn hostile_and_friendly_targets() {
+        use Want::*;
+        let (_tmp, root) = tree("table");
+        let table: &[(&str, Want<&str>)] = &[
+            // Climbing out: every spelling of `..` is 400.
+            ("/../outside/secret.txt", Err(400)),
+            ("/..", Err(400)),
+            ("/%2e%2e/outside/secret.txt", Err(400)),
+            ("/%2E%2E/outside/secret.txt", Err(400)),
+            ("/%2e./outside/secret.txt", Err(400)),
+            ("/.%2E/outside/secret.txt", Err(400)),
+            ("/%2E./%2e%2E/outside/secret.txt", Err(400)),
+            ("/sub/../../outside/secret.txt", Err(400)),
+            ("/sub/../a.txt", Err(400)),
+            ("http://evil/../outside/secret.txt", Err(400)),
+            // Separator tricks.
+            ("/..%2foutside%2fsecret.txt", Err(400)),
+            ("/%2f..%2f", Err(400)),
+            ("/%2F", Err(400)),
+            ("/..\\outside\\secret.txt", Err(400)),
+            ("/%5c..%5coutside", Err(400)),
+            ("/%5C", Err(400)),
+            // NUL, CR/LF, other controls, bad escapes, non-UTF-8.
+            ("/a.txt%00.html", Err(400)),
+            ("/%00", Err(400)),
+            ("/%0d%0aSet-Cookie:%20x", Err(400)),
+            ("/a%09b", Err(400)),
+            ("/a%7f", Err(400)),
+            ("/%zz", Err(400)),
+            ("/%2", Err(400)),
+            ("/%", Err(400)),
+            ("/%%32%65", Err(400)),
+            ("/%c0%ae%c0%ae/outside", Err(400)),
+            ("/%ff", Err(400)),
+            // Not origin-form, not http(s) absolute-form.
+            ("*", Err(400)),
+            ("a.txt", Err(400)),
+            ("file:///etc/passwd", Err(400)),
+            ("ftp://host/a.txt", Err(400)),
+            ("", Err(400)),
+            // Symlinks out of the root, directly or through a directory.
+            ("/link_out", Err(403)),
+            ("/link_abs", Err(403)),
+            ("/dir_out/secret.txt", Err(403)),
+            ("/dir_out/", Err(403)),
+            ("/dir_out", Err(403)),
+            ("/sub2/", Err(403)),
+            ("/loop", Err(403)),
+            // Not a regular file, no index.
+            ("/sock", Err(403)),
+            ("/empty/", Err(403)),
+            // Harmless look-alikes stay inside.
+            ("//etc/passwd", Err(404)),
+            ("/....", File("....")),
+            ("/..;/outside", Err(404)),
+            ("/...", Err(404)),
+            ("/nope.txt", Err(404)),
+            ("/a.txt/", Err(404)),
+            ("/a.txt/x", Err(404)),
+            // Friendly targets.
+            ("/", File("index.html")),
+            ("/a.txt", File("a.txt")),
+            ("/a.txt?x=/../../etc/passwd", File("a.txt")),
+            ("/a.txt#frag/../..", File("a.txt")),
+            ("/./a.txt", File("a.txt")),
+            ("//sub//b.css", File("sub/b.css")),
+            ("/sub/./b.css", File("sub/b.css")),
+            ("/%61.txt", File("a.txt")),
+            ("/sp%20ace.txt", File("sp ace.txt")),
+            ("/%C3%BC.txt", File("ü.txt")),
+            ("/ü.txt", File("ü.txt")),
+            ("http://host/a.txt", File("a.txt")),
+            ("HTTPS://host", File("index.html")),
+            ("http://host?q", File("index.html")),
+            ("/link_in", File("a.txt")),
+            ("/dir_in/b.css", File("sub/b.css")),
+            ("/sub/", File("sub/index.html")),
+            ("/sub/.", File("sub/index.html")),
+            ("/sub", Redirect("/sub/")),
+            ("/my%20dir", Redirect("/my%20dir/")),
+            ("/dir_in", Redirect("/dir_in/")),
+        ];
+        assert!(table.len() >= 20);
+        for (target, want) in table {
+            assert_eq!(&run(&root, target).as_str(), want, "target {target:?}");
+        }
+    }
+
+    #[test]
+    fn normalize_shapes() {
+        for (input, want) in [
+            ("/", "/"),
+            ("//", "/"),
+            ("/.", "/"),
+            ("/a", "/a"),
+            ("/a/", "/a/"),
+            ("/a/.", "/a/"),
+            ("/a//b", "/a/b"),
+            ("/a/./b/", "/a/b/"),
+            ("/a?b/../c", "/a"),
+            ("http://h", "/"),
+            ("http://h/", "/"),
+            ("http://user@h:80/x%20y", "/x y"),
+        ] {
+            assert_eq!(normalize(input).unwrap(), want, "{input}");
+        }
+    }
+
+    #[test]
+    fn encode_round_trips_through_normalize() {
+        for p in ["/a b/", "/ü/", "/100%/", "/a?b#c/", "/x;y=z/"] {
+            assert_eq!(normalize(&encode(p)).unwrap(), p);
+        }
+        assert_eq!(encode("/a b?#%"), "/a%20b%3F%23%25");
+    }
+
+    #[test]
+    fn resolve_refuses_unnormalised_input() {
+        let (_tmp, root) = tree("raw");
+        for p in [
+            "a.txt",
+            "/../outside/secret.txt",
+            "/sub/../a.txt",
+            "/a\\b",
+            "/a\0",
+        ] {
+            assert_eq!(
+                root.resolve(p).unwrap_err().status,
+                Status::BadRequest,
+                "{p}"
+            );
+        }
+    }
+
+    #[test]
+    fn root_must_be_a_directory() {
+        let (tmp, _root) = tree("rootfile");
+        assert!(Root::new(tmp.0.join("www/a.txt")).is_err());
+        assert!(Root::new(tmp.0.join("missing")).is_err());
+    }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// A piece of a path segment: mostly names of the test tree, some
+        /// dot and escape tricks, some noise.
+        fn piece() -> impl Strategy<Value = String> {
+            let names = prop::sample::select(vec![
+                "a.txt",
+                "sub",
+                "b.css",
+                "dir_in",
+                "dir_out",
+                "link_out",
+                "link_abs",
+                "link_in",
+                "secret.txt",
+                "outside",
+                "www",
+                "index.html",
+                "sub2",
+                "loop",
+                "sock",
+                "empty",
+                "....",
+                "sp%20ace.txt",
+            ]);
+            let tricks = prop::sample::select(vec![
+                ".", "..", "%2e", "%2E", "%2e%2e", "%2E.", ".%2e", "%2f", "%2F", "%5c", "\\",
+                "%00", "%", "%zz", "?", "#", ";", "%c0%ae", "//",
+            ]);
+            prop_oneof![
+                6 => names.prop_map(str::to_owned),
+                3 => tricks.prop_map(str::to_owned),
+                1 => "[ -~]{0,3}",
+                1 => any::<String>().prop_map(|s| s.chars().take(3).collect()),
+            ]
+        }
+
+        /// A request-target: origin- or absolute-form, segments of pieces.
+        fn target() -> impl Strategy<Value = String> {
+            let segment = prop_oneof![
+                3 => piece(),
+                1 => prop::collection::vec(piece(), 0..3).prop_map(|v| v.concat()),
+            ];
+            (
+                prop::sample::select(vec!["", "", "", "http://h", "HTTP://h:80", "x"]),
+                prop::collection::vec(segment, 0..6),
+                any::<bool>(),
+            )
+                .prop_map(|(prefix, segments, slash)| {
+                    let mut t = prefix.to_owned();
+                    for s in segments {
+                        t.push('/');
+                        t.push_str(&s);
+                    }
+                    if slash || t.is_empty() {
+                        t.push('/');
+                    }
+                    t
+                })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(1024))]
+
+            /// Whatever the target, a resolved file lies under the root and
+            /// is never the secret outside it.
+            #[test]
+            fn never_outside_the_root(t in prop_oneof![4 => target(), 1 => any::<String>()]) {
+                thread_local! {
+                    static TREE: (TempDir, Root) = tree("prop");
+                }
+                TREE.with(|(tmp, root)| {
+                    if let Ok(p) = normalize(&t) {
+                        prop_assert!(p.starts_with('/'));
+                        prop_assert!(!p.contains('\\') && !p.contains('\0'));
+                        prop_assert!(p.split('/').all(|s| s != ".." && s != "."));
+                        if let Ok(Resolved::File { path, .. }) = root.resolve(&p) {
+                            prop_assert!(path.starts_with(root.dir()));
+                            prop_assert!(!path.starts_with(tmp.0.join("outside")));
+                        }
+                    }
+                    Ok(())
+                })?;
+            }
+
+            /// `normalize` is idempotent on its own output.
+            #[test]
+            fn normalize_is_idempotent(t in target()) {
+                if let Ok(p) = normalize(&t) {
+                    prop_assert_eq!(normalize(&encode(&p)).unwrap(), p);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,686 @@
+//! Parsing a request head: [`parse_head`] over the bytes read so far.
+//!
+//! The tokenising is `httparse`'s; this module adds the limits, picks out the
+//! header fields a static server acts on, decides keep-alive and decodes the
+//! target (through [`path::normalize`]).
+//!
+//! Contract with the connection handler:
+//! - `Ok(None)`: incomplete, read more and call again with the longer buffer.
+//!   This is only answered while `buf.len() < limits.max_request()`, so a
+//!   read buffer of [`Limits::max_request`] bytes never fills up without an
+//!   answer.
+//! - `Ok(Some((head, consumed)))`: a request. `consumed` covers the head
+//!   **and** its body (bodies of up to [`Limits::max_body`] bytes are waited
+//!   for, then ignored): drop `consumed` bytes, and what follows is the next
+//!   pipelined request.
+//! - `Err(e)`: answer `e.status` and close (`e.close` is always `true` here:
+//!   after a bad head nobody knows where the next request starts).
+//!
+//! Errors: a head longer than [`Limits::max_head`] or with more than
+//! [`Limits::max_headers`] fields → 431; a request-target longer than
+//! [`Limits::max_uri`] → 414 (also while it is still arriving); a version
+//! other than 1.0 and 1.1 (the HTTP/2 preface included) → 505; an HTTP/1.1
+//! request without `Host`, two `Host` fields, conflicting `Content-Length`s,
+//! `Transfer-Encoding` with `Content-Length` or not ending in `chunked`, a
+//! target [`normalize`](crate::path::normalize) refuses, or anything
+//! `httparse` refuses → 400; a chunked body → 411 (bodies are accepted with a
+//! `Content-Length` only); a body over [`Limits::max_body`] → 413.
+
+use std::time::SystemTime;
+
+use crate::date;
+use crate::path;
+use crate::status::{HttpError, Status};
+
+/// Header fields per request that [`parse_head`] can hold (the array lives on
+/// the stack); [`Limits::max_headers`] is clamped to it.
+pub const MAX_HEADERS_CAP: usize = 128;
+
+/// Size limits on a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Longest head (request line, fields, blank line) in bytes → 431 beyond.
+    pub max_head: usize,
+    /// Longest request-target in bytes → 414 beyond.
+    pub max_uri: usize,
+    /// Most header fields → 431 beyond (clamped to [`MAX_HEADERS_CAP`]).
+    pub max_headers: usize,
+    /// Largest body (announced by `Content-Length`) that is read and
+    /// ignored → 413 beyond.
+    pub max_body: usize,
+}
+
+impl Limits {
+    /// The largest request [`parse_head`] may need to see at once: the size
+    /// of the handler's read buffer.
+    pub const fn max_request(&self) -> usize {
+        self.max_head + self.max_body
+    }
+}
+
+impl Default for Limits {
+    /// 8 KiB heads, 4 KiB targets, 64 fields, 8 KiB bodies.
+    fn default() -> Limits {
+        Limits {
+            max_head: 8 * 1024,
+            max_uri: 4 * 1024,
+            max_headers: 64,
+            max_body: 8 * 1024,
+        }
+    }
+}
+
+/// The request method, as far as this server cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    /// `GET`
+    Get,
+    /// `HEAD`
+    Head,
+    /// Anything else: answered 405.
+    Other,
+}
+
+/// The protocol version of the request. Responses are always `HTTP/1.1`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    /// HTTP/1.0: keep-alive only on request (`Connection: keep-alive`).
+    Http10,
+    /// HTTP/1.1: keep-alive unless `Connection: close`.
+    Http11,
+}
+
+/// A parsed request head. Field values borrow from the read buffer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head<'a> {
+    /// The method.
+    pub method: Method,
+    /// The request-target as sent (for logs).
+    pub target: &'a str,
+    /// The decoded, normalised path (see [`path::normalize`]); what
+    /// [`Root::resolve`](crate::Root::resolve) takes.
+    pub path: String,
+    /// The protocol version.
+    pub version: Version,
+    /// Whether the connection stays open after the response.
+    pub keep_alive: bool,
+    /// `Host`.
+    pub host: Option<&'a [u8]>,
+    /// `If-Modified-Since`, if present once and a valid HTTP date (RFC 9110
+    /// §13.1.3 says to ignore it otherwise).
+    pub if_modified_since: Option<SystemTime>,
+    /// `If-None-Match` (the first field if sent several times).
+    pub if_none_match: Option<&'a [u8]>,
+    /// `Range`, if present once (two fields are two ranges: ignored).
+    pub range: Option<&'a [u8]>,
+    /// `If-Range`.
+    pub if_range: Option<&'a [u8]>,
+    /// The body length (`Content-Length`, 0 without one); the body is
+    /// included in the bytes consumed and otherwise ignored.
+    pub content_length: usize,
+}
+
+/// Parses the request at the start of `buf` (see the [module docs](self) for
+/// what each result asks of the caller).
+pub fn parse_head<'a>(
+    buf: &'a [u8],
+    limits: &Limits,
+) -> Result<Option<(Head<'a>, usize)>, HttpError> {
+    let close = HttpError::close;
+    // A head that fits the limit is complete within its first `max_head`
+    // bytes; parsing no more than that bounds the work on hostile input.
+    let window = &buf[..buf.len().min(limits.max_head)];
+    let mut storage = [httparse::EMPTY_HEADER; MAX_HEADERS_CAP];
+    let slots = limits.max_headers.min(MAX_HEADERS_CAP);
+    let mut req = httparse::Request::new(&mut storage[..slots]);
+    let head_len = match req.parse(window) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => {
+            if partial_target_len(window) > limits.max_uri {
+                return Err(close(Status::UriTooLong));
+            }
+            if buf.len() >= limits.max_head {
+                return Err(close(Status::HeaderFieldsTooLarge));
+            }
+            return Ok(None);
+        }
+        Err(httparse::Error::TooManyHeaders) => return Err(close(Status::HeaderFieldsTooLarge)),
+        Err(httparse::Error::Version) => return Err(close(version_error(window))),
+        Err(_) => return Err(close(Status::BadRequest)),
+    };
+    let (Some(method), Some(target), Some(minor)) = (req.method, req.path, req.version) else {
+        return Err(close(Status::BadRequest));
+    };
+    if target.len() > limits.max_uri {
+        return Err(close(Status::UriTooLong));
+    }
+    let version = if minor == 0 {
+        Version::Http10
+    } else {
+        Version::Http11
+    };
+    let method = match method {
+        "GET" => Method::Get,
+        "HEAD" => Method::Head,
+        _ => Method::Other,
+    };
+
+    let mut fields = Fields::default();
+    for h in req.headers.iter() {
+        fields.add(h.name, h.value)?;
+    }
+
+    if version == Version::Http11 && fields.host.is_none() {
+        return Err(close(Status::BadRequest));
+    }
+    if let Some(chunked_last) = fields.transfer_encoding {
+        // RFC 9112 §6.1-6.3: with Content-Length it smells of smuggling;
+        // in 1.0 it is not defined; a final coding other than chunked leaves
+        // the body length unknown.
+        if fields.content_length.is_some() || version == Version::Http10 || !chunked_last {
+            return Err(close(Status::BadRequest));
+        }
+        return Err(close(Status::LengthRequired));
+    }
+    let content_length = fields.content_length.unwrap_or(0);
+    if content_length > limits.max_body as u64 {
+        return Err(close(Status::ContentTooLarge));
+    }
+    let content_length = content_length as usize;
+
+    let path = path::normalize(target).map_err(|e| close(e.status))?;
+
+    let consumed = head_len.saturating_add(content_length);
+    if buf.len() < consumed {
+        return Ok(None);
+    }
+    let keep_alive = !fields.close
+        && match version {
+            Version::Http11 => true,
+            Version::Http10 => fields.keep_alive,
+        };
+    let head = Head {
+        method,
+        target,
+        path,
+        version,
+        keep_alive,
+        host: fields.host,
+        if_modified_since: match fields.if_modified_since {
+            Some(Some(v)) => date::parse(v),
+            _ => None,
+        },
+        if_none_match: fields.if_none_match,
+        range: match fields.range {
+            Some(Some(v)) => Some(v),
+            _ => None,
+        },
+        if_range: fields.if_range,
+        content_length,
+    };
+    Ok(Some((head, consumed)))
+}
+
+/// The header fields of interest, gathered in one pass.
+#[derive(Default)]
+struct Fields<'a> {
+    host: Option<&'a [u8]>,
+    close: bool,
+    keep_alive: bool,
+    content_length: Option<u64>,
+    /// `Some(final coding is chunked)` once a `Transfer-Encoding` was seen.
+    transfer_encoding: Option<bool>,
+    /// `Some(None)` when sent more than once.
+    if_modified_since: Option<Option<&'a [u8]>>,
+    if_none_match: Option<&'a [u8]>,
+    /// `Some(None)` when sent more than once.
+    range: Option<Option<&'a [u8]>>,
+    if_range: Option<&'a [u8]>,
+}
+
+impl<'a> Fields<'a> {
+    fn add(&mut self, name: &str, value: &'a [u8]) -> Result<(), HttpError> {
+        let bad = || HttpError::close(Status::BadRequest);
+        let is = |want: &str| name.eq_ignore_ascii_case(want);
+        // Dispatch on the length first: one comparison per field, not nine.
+        match name.len() {
+            4 if is("host") => {
+                if self.host.is_some() {
+                    return Err(bad());
+                }
+                self.host = Some(value);
+            }
+            5 if is("range") => {
+                self.range = Some(if self.range.is_some() {
+                    None
+                } else {
+                    Some(value)
+                });
+            }
+            8 if is("if-range") => self.if_range = Some(value),
+            10 if is("connection") => {
+                for token in tokens(value) {
+                    if token.eq_ignore_ascii_case(b"close") {
+                        self.close = true;
+                    } else if token.eq_ignore_ascii_case(b"keep-alive") {
+                        self.keep_alive = true;
+                    }
+                }
+            }
+            13 if is("if-none-match") => {
+                self.if_none_match.get_or_insert(value);
+            }
+            14 if is("content-length") => {
+                for token in value.split(|&b| b == b',') {
+                    let n = parse_length(trim(token)).ok_or_else(bad)?;
+                    if self.content_length.replace(n).is_some_and(|old| old != n) {
+                        return Err(bad());
+                    }
+                }
+            }
+            17 if is("if-modified-since") => {
+                self.if_modified_since = Some(if self.if_modified_since.is_some() {
+                    None
+                } else {
+                    Some(value)
+                });
+            }
+            17 if is("transfer-encoding") => {
+                if let Some(last) = tokens(value).last() {
+                    self.transfer_encoding = Some(last.eq_ignore_ascii_case(b"chunked"));
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// The non-empty, trimmed elements of a comma-separated list.
+fn tokens(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value
+        .split(|&b| b == b',')
+        .map(trim)
+        .filter(|t| !t.is_empty())
+}
+
+/// `value` without leading and trailing spaces and tabs.
+pub(crate) fn trim(value: &[u8]) -> &[u8] {
+    let start = value
+        .iter()
+        .position(|&b| b != b' ' && b != b'\t')
+        .unwrap_or(value.len());
+    let end = value
+        .iter()
+        .rposition(|&b| b != b' ' && b != b'\t')
+        .map_or(start, |i| i + 1);
+    &value[start..end]
+}
+
+/// A `Content-Length`: one or more digits, saturating at `u64::MAX`.
+fn parse_length(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(digits.iter().fold(0u64, |n, &d| {
+        n.saturating_mul(10).saturating_add(u64::from(d - b'0'))
+    }))
+}
+
+/// How much of the request-target has arrived in an incomplete head.
+fn partial_target_len(window: &[u8]) -> usize {
+    let start = window
+        .iter()
+        .position(|&b| b != b'\r' && b != b'\n')
+        .unwrap_or(window.len());
+    let line = &window[start..];
+    let Some(sp) = line.iter().position(|&b| b == b' ') else {
+        return 0;
+    };
+    let target = &line[sp + 1..];
+    target
+        .iter()
+        .position(|&b| b == b' ' || b == b'\r' || b == b'\n')
+        .unwrap_or(target.len())
+}
+
+/// 505 if the request line ends in an `HTTP/<digit>` version other than
+/// 1.0/1.1, 400 if it is not a version at all.
+fn version_error(window: &[u8]) -> Status {
+    let start = window
+        .iter()
+        .position(|&b| b != b'\r' && b != b'\n')
+        .unwrap_or(window.len());
+    let line = &window[start..];
+    let line = &line[..line.iter().position(|&b| b == b'\n').unwrap_or(line.len())];
+    let version = line.split(|&b| b == b' ').nth(2).unwrap_or(b"");
+    match version.strip_prefix(b"HTTP/") {
+        Some([d, ..]) if d.is_ascii_digit() => Status::VersionNotSupported,
+        _ => Status::BadRequest,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    fn parse(req: &str) -> Result<Option<(Head<'_>, usize)>, HttpError> {
+        parse_head(req.as_bytes(), &Limits::default())
+    }
+
+    fn head(req: &str) -> Head<'_> {
+        let (head, n) = parse(req).unwrap().unwrap();
+        assert_eq!(n, req.len());
+        head
+    }
+
+    fn status(req: &str) -> u16 {
+        let e = parse(req).unwrap_err();
+        assert!(e.close);
+        e.status.code()
+    }
+
+    #[test]
+    fn simple_get() {
+        let h = head("GET /a%20b?x=1 HTTP/1.1\r\nHost: h\r\n\r\n");
+        assert_eq!(h.method, Method::Get);
+        assert_eq!(h.target, "/a%20b?x=1");
+        assert_eq!(h.path, "/a b");
+        assert_eq!(h.version, Version::Http11);
+        assert!(h.keep_alive);
+        assert_eq!(h.host, Some(&b"h"[..]));
+        assert_eq!(h.content_length, 0);
+    }
+
+    #[test]
+    fn methods() {
+        assert_eq!(
+            head("HEAD / HTTP/1.1\r\nHost: h\r\n\r\n").method,
+            Method::Head
+        );
+        assert_eq!(
+            head("POST / HTTP/1.1\r\nHost: h\r\n\r\n").method,
+            Method::Other
+        );
+        // Methods are case-sensitive.
+        assert_eq!(
+            head("get / HTTP/1.1\r\nHost: h\r\n\r\n").method,
+            Method::Other
+        );
+    }
+
+    #[test]
+    fn keep_alive_rules() {
+        for (req, want) in [
+            ("GET / HTTP/1.1\r\nHost: h\r\n\r\n", true),
+            (
+                "GET / HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n",
+                false,
+            ),
+            (
+                "GET / HTTP/1.1\r\nHost: h\r\nConnection: Upgrade, CLOSE\r\n\r\n",
+                false,
+            ),
+            (
+                "GET / HTTP/1.1\r\nHost: h\r\nConnection: keep-alive\r\n\r\n",
+                true,
+            ),
+            ("GET / HTTP/1.0\r\n\r\n", false),
+            ("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n", true),
+            (
+                "GET / HTTP/1.0\r\nConnection: keep-alive, close\r\n\r\n",
+                false,
+            ),
+            (
+                "GET / HTTP/1.0\r\nConnection: foo\r\nConnection: keep-alive\r\n\r\n",
+                true,
+            ),
+        ] {
+            assert_eq!(head(req).keep_alive, want, "{req:?}");
+        }
+    }
+
+    #[test]
+    fn conditional_and_range_fields() {
+        let h = head(
+            "GET /f HTTP/1.1\r\nhost: h\r\nIf-Modified-Since: Sun, 06 Nov 1994 08:49:37 GMT\r\n\
+             If-None-Match: \"x\"\r\nIf-None-Match: \"y\"\r\nRANGE: bytes=0-1\r\nIf-Range: \"x\"\r\n\r\n",
+        );
+        assert_eq!(
+            h.if_modified_since,
+            Some(UNIX_EPOCH + Duration::from_secs(784_111_777))
+        );
+        assert_eq!(h.if_none_match, Some(&b"\"x\""[..]));
+        assert_eq!(h.range, Some(&b"bytes=0-1"[..]));
+        assert_eq!(h.if_range, Some(&b"\"x\""[..]));
+
+        let h = head(
+            "GET /f HTTP/1.1\r\nHost: h\r\nIf-Modified-Since: garbage\r\n\
+             Range: bytes=0-1\r\nRange: bytes=2-3\r\n\r\n",
+        );
+        assert_eq!(h.if_modified_since, None);
+        assert_eq!(h.range, None, "two Range fields are ignored");
+        let h = head(
+            "GET /f HTTP/1.1\r\nHost: h\r\nIf-Modified-Since: Sun, 06 Nov 1994 08:49:37 GMT\r\n\
+             If-Modified-Since: Sun, 06 Nov 1994 08:49:37 GMT\r\n\r\n",
+        );
+        assert_eq!(h.if_modified_since, None, "two IMS fields are ignored");
+    }
+
+    #[test]
+    fn absolute_form_takes_the_path() {
+        let h = head("GET http://example.com/x/y?q HTTP/1.1\r\nHost: example.com\r\n\r\n");
+        assert_eq!(h.path, "/x/y");
+    }
+
+    #[test]
+    fn errors() {
+        let long_uri = format!("GET /{} HTTP/1.1\r\nHost: h\r\n\r\n", "a".repeat(5000));
+        let many = format!(
+            "GET / HTTP/1.1\r\nHost: h\r\n{}\r\n",
+            "X-A: b\r\n".repeat(100)
+        );
+        let big = format!(
+            "GET / HTTP/1.1\r\nHost: h\r\nX-Big: {}\r\n\r\n",
+            "b".repeat(9000)
+        );
+        for (req, want) in [
+            ("GET / HTTP/2.0\r\n\r\n", 505),
+            ("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505),
+            ("GET / HTTP/1.2\r\nHost: h\r\n\r\n", 505),
+            ("GET / HTTP/3\r\n\r\n", 505),
+            ("GET / FOO/1.1\r\n\r\n", 400),
+            ("GET /\r\n\r\n", 400),
+            ("GET  / HTTP/1.1\r\nHost: h\r\n\r\n", 400),
+            ("GET / HTTP/1.1\r\nBad Header: x\r\nHost: h\r\n\r\n", 400),
+            ("\x01GET / HTTP/1.1\r\n\r\n", 400),
+            ("GET / HTTP/1.1\r\n\r\n", 400),
+            ("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400),
+            ("GET /%2e%2e/x HTTP/1.1\r\nHost: h\r\n\r\n", 400),
+            ("GET /a%00 HTTP/1.1\r\nHost: h\r\n\r\n", 400),
+            ("GET * HTTP/1.1\r\nHost: h\r\n\r\n", 400),
+            ("GET / HTTP/1.1\r\nHost: h\r\nContent-Length: x\r\n\r\n", 400),
+            ("GET / HTTP/1.1\r\nHost: h\r\nContent-Length: -1\r\n\r\n", 400),
+            (
+                "GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+                400,
+            ),
+            (
+                "GET / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nContent-Length: 1\r\n\r\n",
+                400,
+            ),
+            (
+                "GET / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
+                400,
+            ),
+            (
+                "GET / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
+                400,
+            ),
+            (
+                "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+                411,
+            ),
+            (
+                "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 8193\r\n\r\n",
+                413,
+            ),
+            (
+                "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 99999999999999999999999\r\n\r\n",
+                413,
+            ),
+            (&long_uri, 414),
+            (&many, 431),
+            (&big, 431),
+        ] {
+            assert_eq!(status(req), want, "{req:?}");
+        }
+    }
+
+    #[test]
+    fn limits_apply_while_incomplete() {
+        let limits = Limits::default();
+        // The target alone is too long before the line ends: 414 at once.
+        let req = format!("GET /{}", "a".repeat(limits.max_uri + 1));
+        assert_eq!(
+            parse_head(req.as_bytes(), &limits).unwrap_err().status,
+            Status::UriTooLong
+        );
+        // A head that reaches max_head without ending: 431.
+        let req = format!("GET / HTTP/1.1\r\nX: {}", "b".repeat(limits.max_head));
+        assert_eq!(
+            parse_head(req.as_bytes(), &limits).unwrap_err().status,
+            Status::HeaderFieldsTooLarge
+        );
+        // One byte short of the limit: still waiting.
+        let req = format!("GET / HTTP/1.1\r\nX: {}", "b".repeat(limits.max_head - 20));
+        assert_eq!(req.len(), limits.max_head - 1);
+        assert!(parse_head(req.as_bytes(), &limits).unwrap().is_none());
+    }
+
+    #[test]
+    fn head_of_exactly_max_head_is_accepted() {
+        let limits = Limits {
+            max_head: 64,
+            ..Limits::default()
+        };
+        let prefix = "GET / HTTP/1.1\r\nHost: h\r\nX: ";
+        let pad = 64 - prefix.len() - 4;
+        let req = format!("{prefix}{}\r\n\r\n", "p".repeat(pad));
+        assert_eq!(req.len(), 64);
+        let (_, n) = parse_head(req.as_bytes(), &limits).unwrap().unwrap();
+        assert_eq!(n, 64);
+        let longer = format!("{prefix}{}\r\n\r\n", "p".repeat(pad + 1));
+        assert_eq!(
+            parse_head(longer.as_bytes(), &limits).unwrap_err().status,
+            Status::HeaderFieldsTooLarge
+        );
+    }
+
+    #[test]
+    fn max_headers_is_respected() {
+        let limits = Limits {
+            max_headers: 2,
+            ..Limits::default()
+        };
+        let ok = "GET / HTTP/1.1\r\nHost: h\r\nA: b\r\n\r\n";
+        assert!(parse_head(ok.as_bytes(), &limits).unwrap().is_some());
+        let too_many = "GET / HTTP/1.1\r\nHost: h\r\nA: b\r\nC: d\r\n\r\n";
+        assert_eq!(
+            parse_head(too_many.as_bytes(), &limits).unwrap_err().status,
+            Status::HeaderFieldsTooLarge
+        );
+    }
+
+    #[test]
+    fn body_is_waited_for_and_consumed() {
+        let req = "POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhelloGET / HTTP/1.1\r\nHost: h\r\n\r\n";
+        let head_end = req.find("hello").unwrap();
+        for cut in head_end..head_end + 5 {
+            assert!(parse(&req[..cut]).unwrap().is_none(), "cut {cut}");
+        }
+        let (h, n) = parse(req).unwrap().unwrap();
+        assert_eq!(h.method, Method::Other);
+        assert_eq!(h.content_length, 5);
+        assert_eq!(&req[n..n + 3], "GET");
+        // Equal repeated lengths are fine ("5, 5").
+        let h = head("GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 2, 2\r\n\r\nab");
+        assert_eq!(h.content_length, 2);
+    }
+
+    #[test]
+    fn pipelined_requests_parse_one_by_one() {
+        let reqs = "GET /a HTTP/1.1\r\nHost: h\r\n\r\nHEAD /b HTTP/1.1\r\nHost: h\r\n\r\n\r\nGET /c HTTP/1.0\r\n\r\n";
+        let mut rest = reqs.as_bytes();
+        let mut seen = vec![];
+        while !rest.is_empty() {
+            let (h, n) = parse_head(rest, &Limits::default()).unwrap().unwrap();
+            seen.push((h.method, h.path.clone()));
+            rest = &rest[n..];
+        }
+        assert_eq!(
+            seen,
+            [
+                (Method::Get, "/a".to_owned()),
+                (Method::Head, "/b".to_owned()),
+                (Method::Get, "/c".to_owned()),
+            ]
+        );
+    }
+
+    #[test]
+    fn empty_buffer_is_incomplete() {
+        assert!(parse("").unwrap().is_none());
+        assert!(parse("\r\n").unwrap().is_none());
+    }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        const VALID: &[&str] = &[
+            "GET / HTTP/1.1\r\nHost: h\r\n\r\n",
+            "HEAD /a/b.txt?x HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
+            "GET /f HTTP/1.1\r\nHost: h\r\nIf-None-Match: \"a\"\r\nRange: bytes=1-2\r\n\r\n",
+            "POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: 4\r\n\r\nbody",
+        ];
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(1024))]
+
+            #[test]
+            fn never_panics(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
+                let _ = parse_head(&bytes, &Limits::default());
+                let tight = Limits { max_head: 32, max_uri: 8, max_headers: 2, max_body: 4 };
+                let _ = parse_head(&bytes, &tight);
+            }
+
+            #[test]
+            fn never_panics_near_valid(
+                i in 0..VALID.len(),
+                at in any::<prop::sample::Index>(),
+                junk in prop::collection::vec(any::<u8>(), 0..16),
+            ) {
+                let mut bytes = VALID[i].as_bytes().to_vec();
+                let at = at.index(bytes.len() + 1);
+                bytes.splice(at..at, junk);
+                let _ = parse_head(&bytes, &Limits::default());
+            }
+
+            /// Every proper prefix of a valid request is incomplete; the whole
+            /// request parses, consuming exactly its bytes.
+            #[test]
+            fn split_points(i in 0..VALID.len(), trailing in "[A-Z]{0,4}") {
+                let req = VALID[i].as_bytes();
+                for cut in 0..req.len() {
+                    prop_assert_eq!(parse_head(&req[..cut], &Limits::default()), Ok(None));
+                }
+                let mut full = req.to_vec();
+                full.extend_from_slice(trailing.as_bytes());
+                let (_, n) = parse_head(&full, &Limits::default()).unwrap().unwrap();
+                prop_assert_eq!(n, req.len());
+            }
+        }
+    }
+}

@@ -1,0 +1,789 @@
+//! Deciding the response and writing its head: [`plan_file`] for a file that
+//! was found, [`write_error`] and [`write_redirect`] for everything else.
+//!
+//! Each function appends one complete response head (and, for errors and
+//! redirects, its small HTML body) to `out` and returns a [`Plan`]: the
+//! status, which bytes of the file to send after the head, and whether the
+//! connection stays open. Several responses may be appended to the same `out`
+//! before it is written: that is how pipelined requests share one `write`.
+//!
+//! Decisions for a file (RFC 9110):
+//! 1. A method other than GET or HEAD → 405 with `Allow: GET, HEAD`.
+//! 2. `If-None-Match` present → 304 if any of its tags matches the file's
+//!    [`ETag`] by weak comparison (or is `*`), and `If-Modified-Since` is
+//!    **ignored** (§13.2.2: `If-None-Match` takes precedence). Otherwise
+//!    `If-Modified-Since` → 304 if the file's mtime, in whole seconds, is not
+//!    later than it.
+//! 3. `Range` (GET only; ignored when an `If-Range` does not match the
+//!    file's strong `ETag` or equal its `Last-Modified`):
+//!    - one range, `bytes=a-b`, `bytes=a-` or `bytes=-n`, satisfiable → 206
+//!      with `Content-Range: bytes first-last/size`;
+//!    - one range that no byte satisfies (`a ≥ size`, `-0`, anything on an
+//!      empty file) → 416 with `Content-Range: bytes */size`;
+//!    - several ranges (`bytes=0-1,5-6`), another unit or a syntax error →
+//!      the Range is **ignored** and the whole file is sent with 200: this
+//!      server never builds `multipart/byteranges` (allowed by §14.2, and it
+//!      keeps the body a single `sendfile`).
+//! 4. Otherwise 200 with the whole file.
+//!
+//! Every response carries `Date`, `Server: duality`, `Connection:
+//! keep-alive` or `close`, and, except 304, `Content-Length`; file
+//! responses carry `Last-Modified`, `ETag` (strong, see [`ETag`]) and
+//! `Accept-Ranges: bytes`. The status line is always `HTTP/1.1`. A HEAD
+//! request gets the same head as GET, without the body.
+
+use crate::date;
+use crate::file::{ETag, FileMeta};
+use crate::request::{trim, Head, Method};
+use crate::status::{HttpError, Status};
+
+/// A span of the file to send after the head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteRange {
+    /// Offset of the first byte.
+    pub start: u64,
+    /// Number of bytes (never 0).
+    pub len: u64,
+}
+
+impl ByteRange {
+    /// One past the last byte.
+    pub const fn end(&self) -> u64 {
+        self.start + self.len
+    }
+}
+
+/// What the handler does after writing the head appended to `out`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Plan {
+    /// The status written.
+    pub status: Status,
+    /// Bytes of the file to send after the head; `None` when the response
+    /// is complete in `out` (HEAD, 304, errors, redirects, empty files).
+    pub body: Option<ByteRange>,
+    /// Keep the connection open after this response.
+    pub keep_alive: bool,
+}
+
+/// Plans the response to `head` for a file with validators `file` and type
+/// `content_type`, and appends its head to `out` (see the
+/// [module docs](self) for the decisions). `date` is the current
+/// IMF-fixdate (from a [`DateCache`](crate::DateCache)).
+pub fn plan_file(
+    head: &Head<'_>,
+    file: &FileMeta,
+    content_type: &str,
+    date: &str,
+    out: &mut Vec<u8>,
+) -> Plan {
+    if head.method == Method::Other {
+        return write_error(
+            HttpError::keep(Status::MethodNotAllowed),
+            Some(head),
+            date,
+            out,
+        );
+    }
+    let etag = file.etag();
+    let last_modified = date::to_http_seconds(file.mtime);
+
+    let not_modified = match (head.if_none_match, head.if_modified_since) {
+        (Some(inm), _) => none_match_hits(inm, &etag),
+        (None, Some(ims)) => last_modified <= ims,
+        (None, None) => false,
+    };
+    if not_modified {
+        let keep_alive = head.keep_alive;
+        status_line(out, Status::NotModified, date);
+        validators(out, &etag, file);
+        connection(out, keep_alive);
+        return Plan {
+            status: Status::NotModified,
+            body: None,
+            keep_alive,
+        };
+    }
+
+    let range = match head.range {
+        Some(range) if head.method == Method::Get && if_range_holds(head, &etag, file) => {
+            parse_range(range, file.size)
+        }
+        _ => RangeSpec::Ignore,
+    };
+    let (status, span) = match range {
+        RangeSpec::Ignore => (
+            Status::Ok,
+            ByteRange {
+                start: 0,
+                len: file.size,
+            },
+        ),
+        RangeSpec::Span(span) => (Status::PartialContent, span),
+        RangeSpec::Unsatisfiable => {
+            let keep_alive = head.keep_alive;
+            let head_only = head.method == Method::Head;
+            error_response(
+                out,
+                Status::RangeNotSatisfiable,
+                keep_alive,
+                head_only,
+                date,
+                |out| {
+                    out.extend_from_slice(b"Content-Range: bytes */");
+                    push_u64(out, file.size);
+                    out.extend_from_slice(b"\r\n");
+                },
+            );
+            return Plan {
+                status: Status::RangeNotSatisfiable,
+                body: None,
+                keep_alive,
+            };
+        }
+    };
+
+    status_line(out, status, date);
+    field(out, "Content-Type", content_type.as_bytes());
+    out.extend_from_slice(b"Content-Length: ");
+    push_u64(out, span.len);
+    out.extend_from_slice(b"\r\n");
+    validators(out, &etag, file);
+    out.extend_from_slice(b"Accept-Ranges: bytes\r\n");
+    if status == Status::PartialContent {
+        out.extend_from_slice(b"Content-Range: bytes ");
+        push_u64(out, span.start);
+        out.push(b'-');
+        push_u64(out, span.end() - 1);
+        out.push(b'/');
+        push_u64(out, file.size);
+        out.extend_from_slice(b"\r\n");
+    }
+    connection(out, head.keep_alive);
+    Plan {
+        status,
+        body: (head.method == Method::Get && span.len > 0).then_some(span),
+        keep_alive: head.keep_alive,
+    }
+}
+
+/// Appends an error response for `err` (head and a small HTML body, no body
+/// for HEAD). `head` is the request if one was parsed: without it (a parse
+/// error, a timeout) or when `err.close` is set, the connection closes.
+/// 405 carries `Allow: GET, HEAD`.
+pub fn write_error(err: HttpError, head: Option<&Head<'_>>, date: &str, out: &mut Vec<u8>) -> Plan {
+    let keep_alive = !err.close && head.is_some_and(|h| h.keep_alive);
+    let head_only = head.is_some_and(|h| h.method == Method::Head);
+    error_response(out, err.status, keep_alive, head_only, date, |out| {
+        if err.status == Status::MethodNotAllowed {
+            out.extend_from_slice(b"Allow: GET, HEAD\r\n");
+        }
+    });
+    Plan {
+        status: err.status,
+        body: None,
+        keep_alive,
+    }
+}
+
+/// Appends a 301 to `location` (a [`Resolved::Redirect`](crate::Resolved)
+/// location, already percent-encoded), with a small HTML body unless HEAD.
+pub fn write_redirect(head: &Head<'_>, location: &str, date: &str, out: &mut Vec<u8>) -> Plan {
+    let keep_alive = head.keep_alive;
+    let head_only = head.method == Method::Head;
+    error_response(
+        out,
+        Status::MovedPermanently,
+        keep_alive,
+        head_only,
+        date,
+        |out| {
+            field(out, "Location", location.as_bytes());
+        },
+    );
+    Plan {
+        status: Status::MovedPermanently,
+        body: None,
+        keep_alive,
+    }
+}
+
+const BODY_START: &str = "<html><head><title>";
+const BODY_MIDDLE: &str = "</title></head><body><h1>";
+const BODY_END: &str = "</h1><hr>duality</body></html>\n";
+
+/// A response whose body is the status as a tiny HTML page; `extra` adds
+/// fields.
+fn error_response(
+    out: &mut Vec<u8>,
+    status: Status,
+    keep_alive: bool,
+    head_only: bool,
+    date: &str,
+    extra: impl FnOnce(&mut Vec<u8>),
+) {
+    let text = status.text();
+    let len = BODY_START.len() + BODY_MIDDLE.len() + BODY_END.len() + 2 * text.len();
+    status_line(out, status, date);
+    out.extend_from_slice(b"Content-Type: text/html; charset=utf-8\r\nContent-Length: ");
+    push_u64(out, len as u64);
+    out.extend_from_slice(b"\r\n");
+    extra(out);
+    connection(out, keep_alive);
+    if !head_only {
+        for part in [BODY_START, text, BODY_MIDDLE, text, BODY_END] {
+            out.extend_from_slice(part.as_bytes());
+        }
+    }
+}
+
+fn status_line(out: &mut Vec<u8>, status: Status, date: &str) {
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(status.text().as_bytes());
+    out.extend_from_slice(b"\r\nServer: duality\r\nDate: ");
+    out.extend_from_slice(date.as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+fn validators(out: &mut Vec<u8>, etag: &ETag, file: &FileMeta) {
+    out.extend_from_slice(b"Last-Modified: ");
+    out.extend_from_slice(&date::format(file.mtime));
+    out.extend_from_slice(b"\r\nETag: ");
+    out.extend_from_slice(etag.as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Ends the head with the `Connection` field and the blank line.
+fn connection(out: &mut Vec<u8>, keep_alive: bool) {
+    out.extend_from_slice(if keep_alive {
+        b"Connection: keep-alive\r\n\r\n".as_slice()
+    } else {
+        b"Connection: close\r\n\r\n".as_slice()
+    });
+}
+
+fn field(out: &mut Vec<u8>, name: &str, value: &[u8]) {
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Appends `n` in decimal without going through `fmt`.
+fn push_u64(out: &mut Vec<u8>, mut n: u64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&buf[i..]);
+}
+
+/// Whether an `If-None-Match` value matches `etag` by weak comparison: `*`,
+/// or any listed tag with the same opaque part, `W/` or not. A malformed list
+/// stops matching where it breaks (answering 200 is always safe).
+fn none_match_hits(value: &[u8], etag: &ETag) -> bool {
+    let mut rest = trim(value);
+    if rest == b"*" {
+        return true;
+    }
+    loop {
+        rest = trim_list_start(rest);
+        if rest.is_empty() {
+            return false;
+        }
+        let Some((opaque, _weak, after)) = entity_tag(rest) else {
+            return false;
+        };
+        if opaque == etag.opaque() {
+            return true;
+        }
+        rest = after;
+    }
+}
+
+/// Splits one entity-tag (`"x"` or `W/"x"`) off the front of `s`:
+/// `(opaque, weak, rest)`.
+fn entity_tag(s: &[u8]) -> Option<(&[u8], bool, &[u8])> {
+    let (weak, s) = match s.strip_prefix(b"W/") {
+        Some(s) => (true, s),
+        None => (false, s),
+    };
+    let s = s.strip_prefix(b"\"")?;
+    let close = s.iter().position(|&b| b == b'"')?;
+    Some((&s[..close], weak, &s[close + 1..]))
+}
+
+/// Skips spaces, tabs and commas.
+fn trim_list_start(s: &[u8]) -> &[u8] {
+    let i = s
+        .iter()
+        .position(|&b| !matches!(b, b' ' | b'\t' | b','))
+        .unwrap_or(s.len());
+    &s[i..]
+}
+
+/// Whether the Range may be honoured given `If-Range` (RFC 9110 §13.1.5):
+/// no If-Range, or a strong tag equal to ours, or a date equal to our
+/// Last-Modified.
+fn if_range_holds(head: &Head<'_>, etag: &ETag, file: &FileMeta) -> bool {
+    let Some(value) = head.if_range.map(trim) else {
+        return true;
+    };
+    if value.starts_with(b"\"") || value.starts_with(b"W/") {
+        return matches!(entity_tag(value), Some((opaque, false, rest))
+            if opaque == etag.opaque() && rest.is_empty());
+    }
+    date::parse(value) == Some(date::to_http_seconds(file.mtime))
+}
+
+/// How a `Range` applies to a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RangeSpec {
+    /// Send the whole file (no usable single byte range).
+    Ignore,
+    /// Send this span with 206.
+    Span(ByteRange),
+    /// 416.
+    Unsatisfiable,
+}
+
+/// Interprets a `Range` value for a file of `size` bytes.
+fn parse_range(value: &[u8], size: u64) -> RangeSpec {
+    let value = trim(value);
+    let Some(unit) = value.get(..6) else {
+        return RangeSpec::Ignore;
+    };
+    if !unit.eq_ignore_ascii_case(b"bytes=") {
+        return RangeSpec::Ignore;
+    }
+    let spec = trim(&value[6..]);
+    if spec.contains(&b',') {
+        return RangeSpec::Ignore;
+    }
+    let Some(dash) = spec.iter().position(|&b| b == b'-') else {
+        return RangeSpec::Ignore;
+    };
+    let (first, last) = (trim(&spec[..dash]), trim(&spec[dash + 1..]));
+    match (number(first), number(last)) {
+        // bytes=-n: the last n bytes.
+        (None, Some(n)) if first.is_empty() => {
+            if n == 0 || size == 0 {
+                RangeSpec::Unsatisfiable
+            } else {
+                let len = n.min(size);
+                RangeSpec::Span(ByteRange {
+                    start: size - len,
+                    len,
+                })
+            }
+        }
+        // bytes=a-
+        (Some(a), None) if last.is_empty() => {
+            if a >= size {
+                RangeSpec::Unsatisfiable
+            } else {
+                RangeSpec::Span(ByteRange {
+                    start: a,
+                    len: size - a,
+                })
+            }
+        }
+        // bytes=a-b
+        (Some(a), Some(b)) if a <= b => {
+            if a >= size {
+                RangeSpec::Unsatisfiable
+            } else {
+                RangeSpec::Span(ByteRange {
+                    start: a,
+                    len: b.min(size - 1) - a + 1,
+                })
+            }
+        }
+        _ => RangeSpec::Ignore,
+    }
+}
+
+/// Digits as a number, saturating at `u64::MAX`; `None` if empty or not
+/// all digits.
+fn number(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(digits.iter().fold(0u64, |n, &d| {
+        n.saturating_mul(10).saturating_add(u64::from(d - b'0'))
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::{parse_head, Limits};
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    const DATE: &str = "Sun, 06 Nov 1994 08:49:37 GMT";
+    // 2001-09-09 01:46:40 GMT, plus some nanoseconds.
+    const MTIME_SECS: u64 = 1_000_000_000;
+    const LM: &str = "Sun, 09 Sep 2001 01:46:40 GMT";
+
+    fn file(size: u64) -> FileMeta {
+        FileMeta {
+            size,
+            mtime: UNIX_EPOCH + Duration::new(MTIME_SECS, 500),
+            inode: 42,
+        }
+    }
+
+    fn respond(fields: &str, size: u64) -> (Plan, String) {
+        respond_method("GET", fields, size)
+    }
+
+    fn respond_method(method: &str, fields: &str, size: u64) -> (Plan, String) {
+        let req = format!("{method} /f.txt HTTP/1.1\r\nHost: h\r\n{fields}\r\n");
+        let (head, _) = parse_head(req.as_bytes(), &Limits::default())
+            .unwrap()
+            .unwrap();
+        let mut out = Vec::new();
+        let plan = plan_file(
+            &head,
+            &file(size),
+            "text/plain; charset=utf-8",
+            DATE,
+            &mut out,
+        );
+        (plan, String::from_utf8(out).unwrap())
+    }
+
+    fn etag(size: u64) -> String {
+        String::from_utf8(file(size).etag().as_bytes().to_vec()).unwrap()
+    }
+
+    /// The head's fields, split; panics if it does not end in a blank line.
+    fn fields(text: &str) -> Vec<&str> {
+        let head = &text[..text.find("\r\n\r\n").expect("head ends") + 2];
+        head.split("\r\n").filter(|l| !l.is_empty()).collect()
+    }
+
+    #[test]
+    fn full_get() {
+        let (plan, text) = respond("", 100);
+        assert_eq!(
+            plan,
+            Plan {
+                status: Status::Ok,
+                body: Some(ByteRange { start: 0, len: 100 }),
+                keep_alive: true
+            }
+        );
+        let want = format!(
+            "HTTP/1.1 200 OK\r\nServer: duality\r\nDate: {DATE}\r\n\
+             Content-Type: text/plain; charset=utf-8\r\nContent-Length: 100\r\n\
+             Last-Modified: {LM}\r\nETag: {}\r\nAccept-Ranges: bytes\r\n\
+             Connection: keep-alive\r\n\r\n",
+            etag(100)
+        );
+        assert_eq!(text, want);
+    }
+
+    #[test]
+    fn head_has_length_but_no_body() {
+        let (plan, text) = respond_method("HEAD", "", 100);
+        assert_eq!(plan.status, Status::Ok);
+        assert_eq!(plan.body, None);
+        assert!(text.contains("Content-Length: 100\r\n"));
+        assert!(text.ends_with("\r\n\r\n"));
+        // HEAD ignores Range.
+        let (plan, _) = respond_method("HEAD", "Range: bytes=0-1\r\n", 100);
+        assert_eq!(plan.status, Status::Ok);
+    }
+
+    #[test]
+    fn empty_file_has_no_body_span() {
+        let (plan, text) = respond("", 0);
+        assert_eq!((plan.status, plan.body), (Status::Ok, None));
+        assert!(text.contains("Content-Length: 0\r\n"));
+    }
+
+    #[test]
+    fn connection_close_is_written() {
+        let (plan, text) = respond("Connection: close\r\n", 1);
+        assert!(!plan.keep_alive);
+        assert!(text.ends_with("Connection: close\r\n\r\n"));
+    }
+
+    #[test]
+    fn conditionals() {
+        let tag = etag(10);
+        let opaque = tag.trim_matches('"');
+        let later = "Sun, 09 Sep 2001 01:46:41 GMT";
+        let earlier = "Sun, 09 Sep 2001 01:46:39 GMT";
+        for (fields, want) in [
+            (format!("If-None-Match: {tag}\r\n"), 304),
+            (format!("If-None-Match: W/{tag}\r\n"), 304),
+            (format!("If-None-Match: \"a\", W/\"{opaque}\"\r\n"), 304),
+            (format!("If-None-Match: \"a\",{tag}\r\n"), 304),
+            ("If-None-Match: *\r\n".to_owned(), 304),
+            ("If-None-Match: \"other\"\r\n".to_owned(), 200),
+            ("If-None-Match: garbage\r\n".to_owned(), 200),
+            (format!("If-None-Match: {opaque}\r\n"), 200),
+            (format!("If-Modified-Since: {LM}\r\n"), 304),
+            (format!("If-Modified-Since: {later}\r\n"), 304),
+            (format!("If-Modified-Since: {earlier}\r\n"), 200),
+            ("If-Modified-Since: not a date\r\n".to_owned(), 200),
+            // If-None-Match wins over If-Modified-Since, both ways.
+            (
+                format!("If-None-Match: \"other\"\r\nIf-Modified-Since: {later}\r\n"),
+                200,
+            ),
+            (
+                format!("If-None-Match: {tag}\r\nIf-Modified-Since: {earlier}\r\n"),
+                304,
+            ),
+        ] {
+            let (plan, text) = respond(&fields, 10);
+            assert_eq!(plan.status.code(), want, "{fields:?}");
+            if want == 304 {
+                assert_eq!(plan.body, None);
+                assert!(!text.contains("Content-Length"));
+                assert!(text.contains(&format!("ETag: {tag}\r\n")));
+                assert!(text.contains(&format!("Last-Modified: {LM}\r\n")));
+            }
+        }
+    }
+
+    #[test]
+    fn ranges() {
+        let span = |start, len| Some(ByteRange { start, len });
+        for (range, want, body, content_range) in [
+            ("bytes=0-9", 206, span(0, 10), Some("bytes 0-9/100")),
+            ("bytes=10-19", 206, span(10, 10), Some("bytes 10-19/100")),
+            ("bytes=90-", 206, span(90, 10), Some("bytes 90-99/100")),
+            ("bytes=-5", 206, span(95, 5), Some("bytes 95-99/100")),
+            ("bytes=-500", 206, span(0, 100), Some("bytes 0-99/100")),
+            ("bytes=50-5000", 206, span(50, 50), Some("bytes 50-99/100")),
+            ("bytes=99-99", 206, span(99, 1), Some("bytes 99-99/100")),
+            (
+                "bytes=0-99999999999999999999999",
+                206,
+                span(0, 100),
+                Some("bytes 0-99/100"),
+            ),
+            ("BYTES = 1-1", 200, span(0, 100), None),
+            ("Bytes=1-1", 206, span(1, 1), Some("bytes 1-1/100")),
+            (" bytes= 1 - 2 ", 206, span(1, 2), Some("bytes 1-2/100")),
+            ("bytes=100-", 416, None, Some("bytes */100")),
+            ("bytes=100-200", 416, None, Some("bytes */100")),
+            ("bytes=-0", 416, None, Some("bytes */100")),
+            (
+                "bytes=99999999999999999999999-",
+                416,
+                None,
+                Some("bytes */100"),
+            ),
+            ("bytes=5-1", 200, span(0, 100), None),
+            ("bytes=0-1,5-6", 200, span(0, 100), None),
+            ("bytes=1-2, 200-300", 200, span(0, 100), None),
+            ("items=0-1", 200, span(0, 100), None),
+            ("bytes=", 200, span(0, 100), None),
+            ("bytes=-", 200, span(0, 100), None),
+            ("bytes=a-b", 200, span(0, 100), None),
+            ("bytes=1", 200, span(0, 100), None),
+            ("bytes=+1-2", 200, span(0, 100), None),
+        ] {
+            let (plan, text) = respond(&format!("Range: {range}\r\n"), 100);
+            assert_eq!(plan.status.code(), want, "{range:?}");
+            assert_eq!(plan.body, body, "{range:?}");
+            let got = fields(&text)
+                .into_iter()
+                .find_map(|l| l.strip_prefix("Content-Range: "));
+            assert_eq!(got, content_range, "{range:?}");
+            if let Some(b) = body {
+                assert!(text.contains(&format!("Content-Length: {}\r\n", b.len)));
+            }
+        }
+    }
+
+    #[test]
+    fn ranges_on_empty_file_are_unsatisfiable() {
+        for r in ["bytes=0-0", "bytes=0-", "bytes=-1"] {
+            let (plan, text) = respond(&format!("Range: {r}\r\n"), 0);
+            assert_eq!(plan.status, Status::RangeNotSatisfiable, "{r}");
+            assert!(text.contains("Content-Range: bytes */0\r\n"));
+        }
+    }
+
+    #[test]
+    fn if_range() {
+        let tag = etag(100);
+        for (if_range, want) in [
+            (tag.clone(), 206),
+            (format!("W/{tag}"), 200),
+            ("\"other\"".to_owned(), 200),
+            (LM.to_owned(), 206),
+            ("Sun, 09 Sep 2001 01:46:41 GMT".to_owned(), 200),
+            ("nonsense".to_owned(), 200),
+        ] {
+            let (plan, _) = respond(
+                &format!("Range: bytes=0-0\r\nIf-Range: {if_range}\r\n"),
+                100,
+            );
+            assert_eq!(plan.status.code(), want, "{if_range:?}");
+        }
+    }
+
+    #[test]
+    fn conditional_beats_range() {
+        let (plan, _) = respond(
+            &format!("Range: bytes=0-0\r\nIf-None-Match: {}\r\n", etag(100)),
+            100,
+        );
+        assert_eq!(plan.status, Status::NotModified);
+    }
+
+    #[test]
+    fn method_not_allowed() {
+        let (plan, text) = respond_method("POST", "", 100);
+        assert_eq!(plan.status, Status::MethodNotAllowed);
+        assert_eq!(plan.body, None);
+        assert!(plan.keep_alive);
+        assert!(text.contains("Allow: GET, HEAD\r\n"));
+    }
+
+    /// Every error has a correct Content-Length and an HTML body (none for
+    /// HEAD).
+    #[test]
+    fn error_bodies() {
+        let get = "GET / HTTP/1.1\r\nHost: h\r\n\r\n";
+        let (get, _) = parse_head(get.as_bytes(), &Limits::default())
+            .unwrap()
+            .unwrap();
+        let head = "HEAD / HTTP/1.1\r\nHost: h\r\n\r\n";
+        let (head, _) = parse_head(head.as_bytes(), &Limits::default())
+            .unwrap()
+            .unwrap();
+        for status in [
+            Status::BadRequest,
+            Status::Forbidden,
+            Status::NotFound,
+            Status::MethodNotAllowed,
+            Status::RequestTimeout,
+            Status::ContentTooLarge,
+            Status::UriTooLong,
+            Status::HeaderFieldsTooLarge,
+            Status::InternalServerError,
+            Status::VersionNotSupported,
+        ] {
+            let mut out = Vec::new();
+            let plan = write_error(HttpError::keep(status), Some(&get), DATE, &mut out);
+            assert!(plan.keep_alive);
+            let text = String::from_utf8(out).unwrap();
+            assert!(text.starts_with(&format!("HTTP/1.1 {}\r\n", status.text())));
+            let (head_part, body) = text.split_once("\r\n\r\n").unwrap();
+            assert!(head_part.contains(&format!("Content-Length: {}\r\n", body.len())));
+            assert!(body.contains(&format!("<h1>{}</h1>", status.text())));
+
+            let mut out = Vec::new();
+            write_error(HttpError::keep(status), Some(&head), DATE, &mut out);
+            let text = String::from_utf8(out).unwrap();
+            assert!(text.ends_with("\r\n\r\n"), "HEAD gets no body");
+            assert!(text.contains(&format!("Content-Length: {}\r\n", body.len())));
+        }
+    }
+
+    #[test]
+    fn errors_without_a_request_close() {
+        let mut out = Vec::new();
+        let plan = write_error(HttpError::close(Status::BadRequest), None, DATE, &mut out);
+        assert!(!plan.keep_alive);
+        assert!(String::from_utf8(out.clone())
+            .unwrap()
+            .contains("Connection: close\r\n"));
+        let get = "GET / HTTP/1.1\r\nHost: h\r\n\r\n";
+        let (get, _) = parse_head(get.as_bytes(), &Limits::default())
+            .unwrap()
+            .unwrap();
+        let plan = write_error(
+            HttpError::close(Status::NotFound),
+            Some(&get),
+            DATE,
+            &mut out,
+        );
+        assert!(!plan.keep_alive);
+    }
+
+    #[test]
+    fn redirect() {
+        let req = "GET /dir HTTP/1.1\r\nHost: h\r\n\r\n";
+        let (head, _) = parse_head(req.as_bytes(), &Limits::default())
+            .unwrap()
+            .unwrap();
+        let mut out = Vec::new();
+        let plan = write_redirect(&head, "/my%20dir/", DATE, &mut out);
+        assert_eq!(plan.status, Status::MovedPermanently);
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.starts_with("HTTP/1.1 301 Moved Permanently\r\n"));
+        assert!(text.contains("Location: /my%20dir/\r\n"));
+    }
+
+    #[test]
+    fn ancient_and_far_mtimes_do_not_panic() {
+        let req = "GET / HTTP/1.1\r\nHost: h\r\n\r\n";
+        let (head, _) = parse_head(req.as_bytes(), &Limits::default())
+            .unwrap()
+            .unwrap();
+        for mtime in [
+            UNIX_EPOCH - Duration::from_secs(1_000_000),
+            UNIX_EPOCH + Duration::from_secs(400_000_000_000),
+            SystemTime::now(),
+        ] {
+            let meta = FileMeta {
+                size: 1,
+                mtime,
+                inode: 1,
+            };
+            let mut out = Vec::new();
+            assert_eq!(
+                plan_file(&head, &meta, "x/y", DATE, &mut out).status,
+                Status::Ok
+            );
+        }
+    }
+
+    #[test]
+    fn push_u64_digits() {
+        for n in [0, 7, 10, 1234567890, u64::MAX] {
+            let mut out = Vec::new();
+            push_u64(&mut out, n);
+            assert_eq!(out, n.to_string().as_bytes());
+        }
+    }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            /// Whatever the Range, a 206 span lies inside the file and is not
+            /// empty; 416 only when nothing of the file can be sent.
+            #[test]
+            fn range_spans_stay_inside(value in "(bytes=)?[0-9 ]{0,6}-?[0-9 ]{0,6}(,[0-9]-)?", size in 0u64..1000) {
+                match parse_range(value.as_bytes(), size) {
+                    RangeSpec::Span(s) => {
+                        prop_assert!(s.len > 0);
+                        prop_assert!(s.end() <= size);
+                    }
+                    RangeSpec::Unsatisfiable | RangeSpec::Ignore => {}
+                }
+            }
+
+            #[test]
+            fn range_never_panics(value in prop::collection::vec(any::<u8>(), 0..32), size in any::<u64>()) {
+                let _ = parse_range(&value, size);
+            }
+        }
+    }
+}

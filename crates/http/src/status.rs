@@ -1,0 +1,249 @@
+//! Status codes this server sends, and [`HttpError`]: a status to answer with
+//! and whether the connection must close afterwards.
+
+use std::fmt;
+use std::io;
+
+/// The status codes this server sends. Nothing else is ever written on a
+/// status line, so a `match` over this enum sees every response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Status {
+    /// 200: the whole file follows.
+    Ok,
+    /// 206: one byte range of the file follows.
+    PartialContent,
+    /// 301: a directory asked for without its trailing slash.
+    MovedPermanently,
+    /// 304: the client's copy is current (conditional GET/HEAD).
+    NotModified,
+    /// 400: malformed head or hostile target.
+    BadRequest,
+    /// 403: the target exists but may not be served (outside the root,
+    /// a directory without index, not a regular file, no permission).
+    Forbidden,
+    /// 404: no such file.
+    NotFound,
+    /// 405: a method other than GET or HEAD (sent with `Allow: GET, HEAD`).
+    MethodNotAllowed,
+    /// 408: the client was too slow to send its head (the handler's timeout).
+    RequestTimeout,
+    /// 411: a chunked request body; this server takes bodies only with a
+    /// `Content-Length`.
+    LengthRequired,
+    /// 413: a request body larger than [`Limits::max_body`](crate::Limits::max_body).
+    ContentTooLarge,
+    /// 414: a request-target longer than [`Limits::max_uri`](crate::Limits::max_uri).
+    UriTooLong,
+    /// 416: a `Range` that no byte of the file satisfies (sent with
+    /// `Content-Range: bytes */size`).
+    RangeNotSatisfiable,
+    /// 431: a head larger than [`Limits::max_head`](crate::Limits::max_head)
+    /// or with more than [`Limits::max_headers`](crate::Limits::max_headers)
+    /// header fields.
+    HeaderFieldsTooLarge,
+    /// 500: the server failed (an I/O error reading a file it had found).
+    InternalServerError,
+    /// 505: a version other than HTTP/1.0 or HTTP/1.1 (HTTP/2 preface included).
+    VersionNotSupported,
+}
+
+impl Status {
+    /// The three-digit code.
+    pub const fn code(self) -> u16 {
+        match self {
+            Status::Ok => 200,
+            Status::PartialContent => 206,
+            Status::MovedPermanently => 301,
+            Status::NotModified => 304,
+            Status::BadRequest => 400,
+            Status::Forbidden => 403,
+            Status::NotFound => 404,
+            Status::MethodNotAllowed => 405,
+            Status::RequestTimeout => 408,
+            Status::LengthRequired => 411,
+            Status::ContentTooLarge => 413,
+            Status::UriTooLong => 414,
+            Status::RangeNotSatisfiable => 416,
+            Status::HeaderFieldsTooLarge => 431,
+            Status::InternalServerError => 500,
+            Status::VersionNotSupported => 505,
+        }
+    }
+
+    /// The reason phrase of RFC 9110.
+    pub const fn reason(self) -> &'static str {
+        match self {
+            Status::Ok => "OK",
+            Status::PartialContent => "Partial Content",
+            Status::MovedPermanently => "Moved Permanently",
+            Status::NotModified => "Not Modified",
+            Status::BadRequest => "Bad Request",
+            Status::Forbidden => "Forbidden",
+            Status::NotFound => "Not Found",
+            Status::MethodNotAllowed => "Method Not Allowed",
+            Status::RequestTimeout => "Request Timeout",
+            Status::LengthRequired => "Length Required",
+            Status::ContentTooLarge => "Content Too Large",
+            Status::UriTooLong => "URI Too Long",
+            Status::RangeNotSatisfiable => "Range Not Satisfiable",
+            Status::HeaderFieldsTooLarge => "Request Header Fields Too Large",
+            Status::InternalServerError => "Internal Server Error",
+            Status::VersionNotSupported => "HTTP Version Not Supported",
+        }
+    }
+
+    /// `"<code> <reason>"`, e.g. `"404 Not Found"`.
+    pub const fn text(self) -> &'static str {
+        match self {
+            Status::Ok => "200 OK",
+            Status::PartialContent => "206 Partial Content",
+            Status::MovedPermanently => "301 Moved Permanently",
+            Status::NotModified => "304 Not Modified",
+            Status::BadRequest => "400 Bad Request",
+            Status::Forbidden => "403 Forbidden",
+            Status::NotFound => "404 Not Found",
+            Status::MethodNotAllowed => "405 Method Not Allowed",
+            Status::RequestTimeout => "408 Request Timeout",
+            Status::LengthRequired => "411 Length Required",
+            Status::ContentTooLarge => "413 Content Too Large",
+            Status::UriTooLong => "414 URI Too Long",
+            Status::RangeNotSatisfiable => "416 Range Not Satisfiable",
+            Status::HeaderFieldsTooLarge => "431 Request Header Fields Too Large",
+            Status::InternalServerError => "500 Internal Server Error",
+            Status::VersionNotSupported => "505 HTTP Version Not Supported",
+        }
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.text())
+    }
+}
+
+/// A request that gets an error response: the status to answer with, and
+/// whether the connection must be closed after it.
+///
+/// `close` is `true` whenever the handler can no longer tell where the next
+/// request starts (every error of [`parse_head`](crate::parse_head)); errors
+/// found after a complete head (path resolution, method) leave it `false` and
+/// the request's own keep-alive decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpError {
+    /// The status to answer with.
+    pub status: Status,
+    /// Close the connection after answering.
+    pub close: bool,
+}
+
+impl HttpError {
+    /// An error after which the connection can go on (if the request allows).
+    pub const fn keep(status: Status) -> HttpError {
+        HttpError {
+            status,
+            close: false,
+        }
+    }
+
+    /// An error after which the connection must close.
+    pub const fn close(status: Status) -> HttpError {
+        HttpError {
+            status,
+            close: true,
+        }
+    }
+
+    /// The answer to an I/O error met while finding or opening a file: 404
+    /// for an absent file (or a path through a non-directory, or a name too
+    /// long), 403 for no permission or a symlink loop, 500 otherwise. The
+    /// connection can go on.
+    pub fn from_io(e: &io::Error) -> HttpError {
+        let status = match e.kind() {
+            io::ErrorKind::NotFound => Status::NotFound,
+            io::ErrorKind::PermissionDenied => Status::Forbidden,
+            _ => match e.raw_os_error() {
+                Some(libc::ENOTDIR) | Some(libc::ENAMETOOLONG) => Status::NotFound,
+                Some(libc::ELOOP) => Status::Forbidden,
+                _ => Status::InternalServerError,
+            },
+        };
+        HttpError::keep(status)
+    }
+}
+
+impl fmt::Display for HttpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.status)?;
+        if self.close {
+            f.write_str(" (close)")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for HttpError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL: [Status; 16] = [
+        Status::Ok,
+        Status::PartialContent,
+        Status::MovedPermanently,
+        Status::NotModified,
+        Status::BadRequest,
+        Status::Forbidden,
+        Status::NotFound,
+        Status::MethodNotAllowed,
+        Status::RequestTimeout,
+        Status::LengthRequired,
+        Status::ContentTooLarge,
+        Status::UriTooLong,
+        Status::RangeNotSatisfiable,
+        Status::HeaderFieldsTooLarge,
+        Status::InternalServerError,
+        Status::VersionNotSupported,
+    ];
+
+    #[test]
+    fn text_is_code_and_reason() {
+        for s in ALL {
+            assert_eq!(s.text(), format!("{} {}", s.code(), s.reason()));
+        }
+    }
+
+    #[test]
+    fn from_io() {
+        let status = |e: io::Error| HttpError::from_io(&e).status;
+        assert_eq!(status(io::ErrorKind::NotFound.into()), Status::NotFound);
+        assert_eq!(
+            status(io::ErrorKind::PermissionDenied.into()),
+            Status::Forbidden
+        );
+        assert_eq!(
+            status(io::Error::from_raw_os_error(libc::ENOTDIR)),
+            Status::NotFound
+        );
+        assert_eq!(
+            status(io::Error::from_raw_os_error(libc::ELOOP)),
+            Status::Forbidden
+        );
+        assert_eq!(
+            status(io::Error::from_raw_os_error(libc::EIO)),
+            Status::InternalServerError
+        );
+    }
+
+    #[test]
+    fn error_display() {
+        assert_eq!(
+            HttpError::close(Status::BadRequest).to_string(),
+            "400 Bad Request (close)"
+        );
+        assert_eq!(
+            HttpError::keep(Status::NotFound).to_string(),
+            "404 Not Found"
+        );
+    }
+}

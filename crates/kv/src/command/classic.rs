@@ -1,0 +1,227 @@
+//! The classic text commands: retrieval, storage, delete, incr/decr, touch.
+
+use crate::num::{fmt_u64, parse_counter, push_u64};
+use crate::protocol::{ArithOp, StoreCommand, Tokens};
+use crate::store::{expiry, Counter, Edit, Entry, Item, Lookup, Store, Time};
+
+const STORED: &[u8] = b"STORED\r\n";
+const NOT_STORED: &[u8] = b"NOT_STORED\r\n";
+const EXISTS: &[u8] = b"EXISTS\r\n";
+const NOT_FOUND: &[u8] = b"NOT_FOUND\r\n";
+const NO_MEMORY: &[u8] = b"SERVER_ERROR out of memory storing object\r\n";
+
+/// Counts what a retrieval's lookup found dead.
+pub(super) fn count_dead(e: &Entry<'_, '_>) {
+    match e.lookup() {
+        Lookup::Expired => e.count(Counter::GetExpired),
+        Lookup::Flushed => e.count(Counter::GetFlushed),
+        Lookup::Hit | Lookup::Miss => {}
+    }
+}
+
+/// `VALUE <key> <flags> <bytes> [<cas>]\r\n<data>\r\n`
+fn write_value(out: &mut Vec<u8>, item: &Item<'_>, cas: bool) {
+    out.reserve(item.key.len() + item.value.len() + 48);
+    out.extend_from_slice(b"VALUE ");
+    out.extend_from_slice(item.key);
+    out.push(b' ');
+    push_u64(out, item.flags.into());
+    out.push(b' ');
+    push_u64(out, item.value.len() as u64);
+    if cas {
+        out.push(b' ');
+        push_u64(out, item.cas);
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(item.value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `get`, `gets`, and with `touch` set, `gat`, `gats`.
+pub(super) fn get(
+    store: &Store,
+    now: Time,
+    keys: Tokens<'_>,
+    cas: bool,
+    touch: Option<i32>,
+    out: &mut Vec<u8>,
+) {
+    for key in keys.iter() {
+        let mut e = store.entry(key, now);
+        count_dead(&e);
+        e.count(if touch.is_some() {
+            Counter::CmdTouch
+        } else {
+            Counter::CmdGet
+        });
+        if !e.exists() {
+            e.count(if touch.is_some() {
+                Counter::TouchMisses
+            } else {
+                Counter::GetMisses
+            });
+            continue;
+        }
+        match touch {
+            Some(t) => {
+                e.set_exptime(expiry(t.into(), now));
+                e.count(Counter::TouchHits);
+            }
+            None => e.count(Counter::GetHits),
+        }
+        e.bump();
+        if let Some(item) = e.item() {
+            write_value(out, &item, cas);
+        }
+    }
+    out.extend_from_slice(b"END\r\n");
+}
+
+/// Stores a new item; on "out of memory" a `set` also drops the old item, as
+/// memcached does, so no stale value survives a failed set.
+fn put(
+    e: &mut Entry<'_, '_>,
+    value: &[u8],
+    flags: u32,
+    exptime: Time,
+    is_set: bool,
+) -> &'static [u8] {
+    match e.insert(value, flags, exptime, None) {
+        Ok(_) => STORED,
+        Err(_) => {
+            e.count(Counter::StoreNoMemory);
+            if is_set {
+                e.remove();
+            }
+            NO_MEMORY
+        }
+    }
+}
+
+/// `set`, `add`, `replace`, `append`, `prepend`, `cas`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn store(
+    store: &Store,
+    now: Time,
+    command: StoreCommand,
+    key: &[u8],
+    flags: u32,
+    exptime: i32,
+    value: &[u8],
+    cas_unique: u64,
+    out: &mut Vec<u8>,
+) {
+    let mut e = store.entry(key, now);
+    e.count(Counter::CmdSet);
+    let exptime = expiry(exptime.into(), now);
+    let line = match command {
+        StoreCommand::Set => put(&mut e, value, flags, exptime, true),
+        StoreCommand::Add if e.exists() => {
+            e.promote();
+            NOT_STORED
+        }
+        StoreCommand::Add => put(&mut e, value, flags, exptime, false),
+        StoreCommand::Replace if e.exists() => put(&mut e, value, flags, exptime, false),
+        StoreCommand::Append | StoreCommand::Prepend if e.exists() => {
+            let edit = if command == StoreCommand::Append {
+                Edit::Append(value)
+            } else {
+                Edit::Prepend(value)
+            };
+            match e.rewrite(edit, None) {
+                Ok(_) => STORED,
+                Err(_) => NOT_STORED,
+            }
+        }
+        StoreCommand::Replace | StoreCommand::Append | StoreCommand::Prepend => NOT_STORED,
+        StoreCommand::Cas => match e.item().map(|i| i.cas) {
+            None => {
+                e.count(Counter::CasMisses);
+                NOT_FOUND
+            }
+            // A CAS unique of 0 never matches (memcached: "no CAS given").
+            Some(current) if cas_unique != 0 && current == cas_unique => {
+                e.count(Counter::CasHits);
+                put(&mut e, value, flags, exptime, false)
+            }
+            Some(_) => {
+                e.count(Counter::CasBadval);
+                EXISTS
+            }
+        },
+    };
+    out.extend_from_slice(line);
+}
+
+/// `delete`.
+pub(super) fn delete(store: &Store, now: Time, key: &[u8], out: &mut Vec<u8>) {
+    let mut e = store.entry(key, now);
+    if e.remove() {
+        e.count(Counter::DeleteHits);
+        out.extend_from_slice(b"DELETED\r\n");
+    } else {
+        e.count(Counter::DeleteMisses);
+        out.extend_from_slice(NOT_FOUND);
+    }
+}
+
+/// Applies a delta: incr wraps at 2^64, decr stops at 0.
+pub(super) fn apply(op: ArithOp, current: u64, delta: u64) -> u64 {
+    match op {
+        ArithOp::Incr => current.wrapping_add(delta),
+        ArithOp::Decr => current.saturating_sub(delta),
+    }
+}
+
+pub(super) const NON_NUMERIC: &[u8] =
+    b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n";
+
+/// `incr`, `decr`.
+pub(super) fn arith(
+    store: &Store,
+    now: Time,
+    op: ArithOp,
+    key: &[u8],
+    delta: u64,
+    out: &mut Vec<u8>,
+) {
+    let mut e = store.entry(key, now);
+    let (hit, miss) = match op {
+        ArithOp::Incr => (Counter::IncrHits, Counter::IncrMisses),
+        ArithOp::Decr => (Counter::DecrHits, Counter::DecrMisses),
+    };
+    let Some(item) = e.item() else {
+        e.count(miss);
+        out.extend_from_slice(NOT_FOUND);
+        return;
+    };
+    let Some(current) = parse_counter(item.value) else {
+        out.extend_from_slice(NON_NUMERIC);
+        return;
+    };
+    let mut buf = [0u8; 20];
+    let digits = fmt_u64(apply(op, current, delta), &mut buf);
+    match e.rewrite(Edit::Replace(digits), None) {
+        Ok(_) => {
+            e.count(hit);
+            out.extend_from_slice(digits);
+            out.extend_from_slice(b"\r\n");
+        }
+        Err(_) => out.extend_from_slice(b"SERVER_ERROR out of memory\r\n"),
+    }
+}
+
+/// `touch`.
+pub(super) fn touch(store: &Store, now: Time, key: &[u8], exptime: i32, out: &mut Vec<u8>) {
+    let mut e = store.entry(key, now);
+    e.count(Counter::CmdTouch);
+    if e.exists() {
+        e.set_exptime(expiry(exptime.into(), now));
+        e.bump();
+        e.count(Counter::TouchHits);
+        out.extend_from_slice(b"TOUCHED\r\n");
+    } else {
+        e.count(Counter::TouchMisses);
+        out.extend_from_slice(NOT_FOUND);
+    }
+}

@@ -1,0 +1,245 @@
+//! Executing requests against the [`Store`]: memcached's semantics and exact
+//! response bytes.
+//!
+//! [`execute`] appends the response to `out` and says whether the connection
+//! goes on. It takes each key's shard lock for the duration of that key's
+//! work only (a multi-key `get` takes them in turn), writes values straight
+//! from the store into `out`, and allocates nothing itself beyond growing
+//! `out` (stored values are one allocation each, made by the store).
+//!
+//! Process-level numbers for `stats` (pid, uptime, connections, rusage) and
+//! the clock come from the server through [`ExecContext`].
+
+mod classic;
+mod meta;
+mod stats;
+
+use crate::protocol::{decode_key, ParseError, Request, KEY_MAX_LENGTH};
+use crate::store::{Counter, Store, Time};
+use std::time::Duration;
+
+pub use stats::write_stat;
+
+/// What the connection does after a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub enum Flow {
+    /// Keep reading requests.
+    Continue,
+    /// Write what is in `out`, then close (`quit`, a line too long).
+    Close,
+}
+
+/// The version string [`ExecContext::version`] reports by default.
+pub const DEFAULT_VERSION: &str = concat!("duality-kv-", env!("CARGO_PKG_VERSION"));
+
+/// What the server supplies to [`execute`]: the clock and the numbers of the
+/// `stats` command that only the server knows.
+pub trait ExecContext {
+    /// The current Unix time in seconds (≥ 1). Read once per request.
+    fn now(&self) -> Time;
+
+    /// The `VERSION` string.
+    fn version(&self) -> &str {
+        DEFAULT_VERSION
+    }
+
+    /// Process-level numbers for the general `stats`.
+    fn server_stats(&self) -> ServerStats {
+        ServerStats::default()
+    }
+
+    /// `verbosity <level>`: the server may change its logging.
+    fn set_verbosity(&self, _level: u32) {}
+
+    /// `stats reset`: the store's counters are reset; reset the server's too.
+    fn reset_stats(&self) {}
+
+    /// Appends `STAT <name> <value>\r\n` lines (see [`write_stat`]) to a
+    /// `stats` group. Called with `""` at the end of the general stats and with
+    /// `"settings"` at the end of `stats settings` (the return value is then
+    /// ignored), and with any group this crate does not know (`stats duality`,
+    /// `stats conns`): return `true` if the group exists (this crate adds
+    /// `END`), `false` to answer `ERROR`.
+    fn extra_stats(&self, _group: &str, _out: &mut Vec<u8>) -> bool {
+        false
+    }
+}
+
+/// Numbers only the server knows, for the general `stats`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServerStats {
+    /// Process id.
+    pub pid: u32,
+    /// Seconds since the server started.
+    pub uptime: u64,
+    /// User CPU time of the process.
+    pub rusage_user: Duration,
+    /// System CPU time of the process.
+    pub rusage_system: Duration,
+    /// The connection limit.
+    pub max_connections: u64,
+    /// Open connections.
+    pub curr_connections: u64,
+    /// Connections accepted since start.
+    pub total_connections: u64,
+    /// Bytes read from the network.
+    pub bytes_read: u64,
+    /// Bytes written to the network.
+    pub bytes_written: u64,
+    /// Worker threads.
+    pub threads: u64,
+}
+
+/// A context with a fixed clock: for tests, tools and simple servers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SimpleContext {
+    /// What [`ExecContext::now`] returns.
+    pub now: Time,
+    /// When the server started (for `uptime`).
+    pub started: Time,
+}
+
+impl SimpleContext {
+    /// A context whose clock reads `now`, started at `now`.
+    pub fn at(now: Time) -> SimpleContext {
+        SimpleContext { now, started: now }
+    }
+}
+
+impl ExecContext for SimpleContext {
+    fn now(&self) -> Time {
+        self.now
+    }
+
+    fn server_stats(&self) -> ServerStats {
+        ServerStats {
+            pid: std::process::id(),
+            uptime: u64::from(self.now.saturating_sub(self.started)),
+            threads: 1,
+            ..ServerStats::default()
+        }
+    }
+}
+
+/// Runs a classic command's writer, dropping its output under `noreply`.
+fn quiet(noreply: bool, out: &mut Vec<u8>, f: impl FnOnce(&mut Vec<u8>)) {
+    let start = out.len();
+    f(out);
+    if noreply {
+        out.truncate(start);
+    }
+}
+
+/// Executes one request, appending memcached's response bytes to `out`.
+pub fn execute<C: ExecContext + ?Sized>(
+    req: &Request<'_>,
+    store: &Store,
+    ctx: &C,
+    out: &mut Vec<u8>,
+) -> Flow {
+    let now = ctx.now();
+    match *req {
+        Request::Get { keys, cas } => classic::get(store, now, keys, cas, None, out),
+        Request::GetAndTouch { exptime, keys, cas } => {
+            classic::get(store, now, keys, cas, Some(exptime), out)
+        }
+        Request::Store {
+            command,
+            key,
+            flags,
+            exptime,
+            value,
+            cas_unique,
+            noreply,
+        } => quiet(noreply, out, |out| {
+            classic::store(
+                store, now, command, key, flags, exptime, value, cas_unique, out,
+            )
+        }),
+        Request::Delete { key, noreply } => {
+            quiet(noreply, out, |out| classic::delete(store, now, key, out))
+        }
+        Request::Arith {
+            op,
+            key,
+            delta,
+            noreply,
+        } => quiet(noreply, out, |out| {
+            classic::arith(store, now, op, key, delta, out)
+        }),
+        Request::Touch {
+            key,
+            exptime,
+            noreply,
+        } => quiet(noreply, out, |out| {
+            classic::touch(store, now, key, exptime, out)
+        }),
+        Request::FlushAll { delay, noreply } => {
+            store.flush_all(delay.unwrap_or(0).into(), now);
+            quiet(noreply, out, |out| out.extend_from_slice(b"OK\r\n"));
+        }
+        Request::Version => {
+            out.extend_from_slice(b"VERSION ");
+            out.extend_from_slice(ctx.version().as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        Request::Verbosity { level, noreply } => {
+            ctx.set_verbosity(level);
+            quiet(noreply, out, |out| out.extend_from_slice(b"OK\r\n"));
+        }
+        Request::Stats { args } => stats::stats(store, ctx, now, args, out),
+        Request::Quit => return Flow::Close,
+        Request::MetaGet { key, flags } => meta::get(store, now, key, &flags, out),
+        Request::MetaSet { key, value, flags } => meta::set(store, now, key, value, &flags, out),
+        Request::MetaDelete { key, flags } => meta::delete(store, now, key, &flags, out),
+        Request::MetaArith { key, flags } => meta::arith(store, now, key, &flags, out),
+        Request::MetaNoop => out.extend_from_slice(b"MN\r\n"),
+        Request::MetaDebug { key, base64 } => meta::debug(store, now, key, base64, out),
+    }
+    Flow::Continue
+}
+
+/// Answers a [`ParseError`] (other than `Incomplete`): appends memcached's
+/// response to `out` and applies its side effects (a refused `set`/`ms` value
+/// deletes the key's old item, `store_too_large` is counted). The caller then
+/// drops [`ParseError::consumed`] bytes, or closes on [`Flow::Close`].
+pub fn execute_error<C: ExecContext + ?Sized>(
+    err: &ParseError<'_>,
+    store: &Store,
+    ctx: &C,
+    out: &mut Vec<u8>,
+) -> Flow {
+    if let ParseError::TooLarge {
+        key,
+        key_base64,
+        invalidate,
+        ..
+    } = *err
+    {
+        store.count(Counter::StoreTooLarge);
+        if invalidate {
+            let mut buf = [0u8; KEY_MAX_LENGTH];
+            let key = decode_key(key, key_base64, &mut buf);
+            store.entry(key, ctx.now()).remove();
+        }
+    }
+    err.write_response(out);
+    if err.is_fatal() {
+        Flow::Close
+    } else {
+        Flow::Continue
+    }
+}
+
+/// The shard a request's key lives in — the color for its payload job — or
+/// `None` for requests with no key or several (`get a b`, `stats`,
+/// `flush_all`), which may run under any color.
+pub fn request_shard(req: &Request<'_>, store: &Store) -> Option<usize> {
+    let raw = req.key()?;
+    let mut buf = [0u8; KEY_MAX_LENGTH];
+    Some(store.shard_of(decode_key(raw, req.key_is_base64(), &mut buf)))
+}
+
+#[cfg(test)]
+mod tests;

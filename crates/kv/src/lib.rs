@@ -1,0 +1,102 @@
+//! # duality-kv — the cache's protocol and store
+//!
+//! A memcached-compatible cache without the networking: the server crate reads
+//! bytes from sockets, hands them to this crate, and writes back what it gets.
+//! Nothing here is async, spawns threads or reads a clock.
+//!
+//! | module | what it does |
+//! |---|---|
+//! | [`protocol`] | [`parse`]: bytes → one [`Request`] (borrowing the buffer) + bytes used; [`Request::encode`]: the way back |
+//! | [`store`] | [`Store`]: sharded hash tables with LRU eviction under a memory limit, expiry, CAS, counters |
+//! | [`command`] | [`execute`]: a request against the store → memcached's exact response bytes |
+//!
+//! The text protocol is complete (`set add replace append prepend cas get gets
+//! gat gats delete incr decr touch flush_all version verbosity stats quit`,
+//! with `noreply`), and so are the meta commands `mg ms md ma mn me` with
+//! their flags (base64 keys, opaque tokens, quiet mode, `ms` modes, `ma`
+//! auto-vivify, stale invalidation and recache tokens).
+//!
+//! ## How a server uses it
+//!
+//! One connection keeps a read buffer and an output buffer; each time bytes
+//! arrive it runs this loop (the *network* stage parses, the *payload* stage
+//! executes — inline or on a payload thread, colored by [`request_shard`]):
+//!
+//! ```
+//! use duality_kv::{execute, execute_error, parse, Flow, Limits, ParseError, SimpleContext, Store, StoreConfig};
+//!
+//! let store = Store::new(StoreConfig::new(64 << 20));
+//! let limits = Limits::default();
+//! let ctx = SimpleContext::at(1_700_000_000);
+//! let mut rbuf: Vec<u8> = b"set k 0 0 2\r\nhi\r\nget k\r\n".to_vec();
+//! let mut out = Vec::new();
+//! let mut swallow = 0; // bytes still to discard after an error
+//! let mut close = false;
+//! loop {
+//!     let skip = swallow.min(rbuf.len());
+//!     rbuf.drain(..skip);
+//!     swallow -= skip;
+//!     if swallow > 0 {
+//!         break; // read more, keep discarding
+//!     }
+//!     match parse(&rbuf, &limits) {
+//!         Ok((req, used)) => {
+//!             close = execute(&req, &store, &ctx, &mut out) == Flow::Close;
+//!             rbuf.drain(..used);
+//!         }
+//!         Err(ParseError::Incomplete) => break, // write `out`, read more
+//!         Err(e) => {
+//!             close = execute_error(&e, &store, &ctx, &mut out) == Flow::Close;
+//!             swallow = e.consumed().unwrap_or(0); // may exceed what is buffered
+//!         }
+//!     }
+//!     if close {
+//!         break; // write `out`, then close
+//!     }
+//! }
+//! assert_eq!(out, b"STORED\r\nVALUE k 0 2\r\nhi\r\nEND\r\n");
+//! ```
+//!
+//! A storage command whose length exceeds [`Limits::max_item_size`] is refused
+//! from its command line alone ([`ParseError::TooLarge`]): the server answers
+//! and discards the value as it arrives without ever buffering it. A line with
+//! no end within the limit is [`ParseError::LineTooLong`]: answer and close.
+//!
+//! ## Memory accounting
+//!
+//! Each item is charged its key, its value and [`ITEM_OVERHEAD`] = 96 bytes
+//! (slot, hash table entry, heap block header, slot array slack — itemized in
+//! [`store`]). The limit is split evenly over the shards; each shard evicts
+//! from its LRU tail until a new item fits, so `stats bytes` never exceeds
+//! `limit_maxbytes`. The parse and read buffers are the server's, not counted.
+//!
+//! ## Locks and colors
+//!
+//! Each shard has a `std::sync::Mutex`. The server runs each request as a
+//! payload job colored with [`request_shard`] (the key's [`Store::shard_of`]),
+//! and two jobs of one color never run at once, so a shard's lock is never
+//! contended: it costs one uncontended atomic exchange. Requests spanning
+//! shards (multi-key `get`, `stats`, `flush_all`) take each shard's lock in
+//! turn and never hold two, so there is no lock order and no deadlock. Shard
+//! counters are plain per-shard atomics written under the shard's lock;
+//! `stats` reads them without locking. [`Store::sweep_shard`] lets a
+//! background job reclaim expired items under the shard's own color.
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod base64;
+pub mod command;
+mod num;
+pub mod protocol;
+pub mod store;
+
+pub use command::{
+    execute, execute_error, request_shard, write_stat, ExecContext, Flow, ServerStats,
+    SimpleContext, DEFAULT_VERSION,
+};
+pub use protocol::{
+    parse, ArithOp, Limits, MetaFlags, ParseError, Request, StoreCommand, Tokens, KEY_MAX_LENGTH,
+};
+pub use store::{
+    expiry, Counter, Entry, Item, Lookup, Stats, Store, StoreConfig, Time, ITEM_OVERHEAD,
+};

@@ -1,0 +1,862 @@
+//! The memcached text and meta protocols: [`parse`] a request out of a byte
+//! buffer, [`Request::encode`] one back into bytes.
+//!
+//! [`parse`] is a pure function: it looks at the front of a read buffer and
+//! returns one [`Request`] borrowing keys and values from the buffer, with the
+//! number of bytes it used, or a [`ParseError`] saying what the server should
+//! do. It never allocates and decides everything about a storage command —
+//! including "this value is too large" — from the command line alone, before
+//! any of the value has to arrive.
+//!
+//! Syntax and error strings follow memcached's `doc/protocol.txt` and its
+//! parser: tokens are separated by one or more spaces, a line ends in `\r\n` (a
+//! bare `\n` is accepted), keys are at most 250 bytes without control
+//! characters, numbers are plain decimals. Where memcached accepts something
+//! odd (extra tokens after a command's arguments) so does this parser; the
+//! deviations are listed on [`parse`].
+
+mod encode;
+mod meta;
+
+pub use meta::{MetaFlags, META_MAX_FLAGS};
+
+use crate::base64;
+use crate::num::{parse_i32, parse_u32, parse_u64};
+
+/// The longest key, in bytes (memcached's `KEY_MAX_LENGTH`).
+pub const KEY_MAX_LENGTH: usize = 250;
+
+/// The longest opaque token (`O` flag), counting the `O`.
+pub const OPAQUE_MAX_LENGTH: usize = 32;
+
+/// The most tokens a meta command line may have (command and key included).
+pub const META_MAX_TOKENS: usize = 20;
+
+pub(crate) const BAD_FORMAT: &str = "bad command line format";
+
+/// Size limits the parser enforces.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// The longest command line, in bytes before its `\n`, for commands other
+    /// than `get`/`gets`/`gat`/`gats` (memcached closes the connection after
+    /// 2048 bytes without a newline).
+    pub max_line: usize,
+    /// The longest retrieval command line (multi-key gets can be long).
+    pub max_get_line: usize,
+    /// The largest value a storage command may carry (memcached's `-I`).
+    pub max_item_size: usize,
+}
+
+impl Default for Limits {
+    /// 2048-byte lines, 256 KiB retrieval lines, 1 MiB values.
+    fn default() -> Limits {
+        Limits {
+            max_line: 2048,
+            max_get_line: 256 * 1024,
+            max_item_size: 1024 * 1024,
+        }
+    }
+}
+
+/// The classic storage commands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StoreCommand {
+    /// Store unconditionally.
+    Set,
+    /// Store only if the key is absent.
+    Add,
+    /// Store only if the key is present.
+    Replace,
+    /// Add to the end of an existing value.
+    Append,
+    /// Add to the start of an existing value.
+    Prepend,
+    /// Store only if the CAS unique still matches.
+    Cas,
+}
+
+impl StoreCommand {
+    /// The command's name on the wire.
+    pub fn name(self) -> &'static str {
+        match self {
+            StoreCommand::Set => "set",
+            StoreCommand::Add => "add",
+            StoreCommand::Replace => "replace",
+            StoreCommand::Append => "append",
+            StoreCommand::Prepend => "prepend",
+            StoreCommand::Cas => "cas",
+        }
+    }
+}
+
+/// `incr` or `decr`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ArithOp {
+    /// Add, wrapping at 2^64.
+    Incr,
+    /// Subtract, stopping at 0.
+    Decr,
+}
+
+/// A space-separated list of tokens borrowed from a request line (the keys of
+/// a `get`, the arguments of `stats`). Compares token by token.
+#[derive(Clone, Copy)]
+pub struct Tokens<'a> {
+    raw: &'a [u8],
+}
+
+impl<'a> Tokens<'a> {
+    /// Wraps raw text; tokens are the non-empty runs between spaces.
+    pub fn new(raw: &'a [u8]) -> Tokens<'a> {
+        Tokens { raw }
+    }
+
+    /// The tokens.
+    pub fn iter(&self) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.raw.split(|&b| b == b' ').filter(|t| !t.is_empty())
+    }
+
+    /// Whether there are no tokens.
+    pub fn is_empty(&self) -> bool {
+        self.iter().next().is_none()
+    }
+
+    /// The first token.
+    pub fn first(&self) -> Option<&'a [u8]> {
+        self.iter().next()
+    }
+}
+
+impl PartialEq for Tokens<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for Tokens<'_> {}
+
+impl std::fmt::Debug for Tokens<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.iter().map(String::from_utf8_lossy))
+            .finish()
+    }
+}
+
+/// One request, borrowing from the buffer it was parsed from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Request<'a> {
+    /// `get <key>+` / `gets <key>+` (`cas`: return CAS uniques).
+    Get {
+        /// The keys, each valid.
+        keys: Tokens<'a>,
+        /// `gets`.
+        cas: bool,
+    },
+    /// `gat <exptime> <key>+` / `gats …`.
+    GetAndTouch {
+        /// The new expiry time.
+        exptime: i32,
+        /// The keys, each valid.
+        keys: Tokens<'a>,
+        /// `gats`.
+        cas: bool,
+    },
+    /// `set|add|replace|append|prepend <key> <flags> <exptime> <bytes> [noreply]`
+    /// or `cas <key> <flags> <exptime> <bytes> <cas unique> [noreply]`, with the
+    /// data block.
+    Store {
+        /// Which storage command.
+        command: StoreCommand,
+        /// The key.
+        key: &'a [u8],
+        /// Client flags.
+        flags: u32,
+        /// Expiry time.
+        exptime: i32,
+        /// The data block (without its `\r\n`).
+        value: &'a [u8],
+        /// The CAS unique to compare (`cas` only; 0 otherwise).
+        cas_unique: u64,
+        /// Send no response.
+        noreply: bool,
+    },
+    /// `delete <key> [noreply]`.
+    Delete {
+        /// The key.
+        key: &'a [u8],
+        /// Send no response.
+        noreply: bool,
+    },
+    /// `incr|decr <key> <delta> [noreply]`.
+    Arith {
+        /// Which one.
+        op: ArithOp,
+        /// The key.
+        key: &'a [u8],
+        /// The amount.
+        delta: u64,
+        /// Send no response.
+        noreply: bool,
+    },
+    /// `touch <key> <exptime> [noreply]`.
+    Touch {
+        /// The key.
+        key: &'a [u8],
+        /// The new expiry time.
+        exptime: i32,
+        /// Send no response.
+        noreply: bool,
+    },
+    /// `flush_all [delay] [noreply]`.
+    FlushAll {
+        /// Seconds (or Unix time) until the flush; `None` = now.
+        delay: Option<i32>,
+        /// Send no response.
+        noreply: bool,
+    },
+    /// `version`.
+    Version,
+    /// `verbosity <level> [noreply]`.
+    Verbosity {
+        /// The level.
+        level: u32,
+        /// Send no response.
+        noreply: bool,
+    },
+    /// `stats [args…]`.
+    Stats {
+        /// The arguments (empty for general statistics).
+        args: Tokens<'a>,
+    },
+    /// `quit`: close the connection.
+    Quit,
+    /// `mg <key> <flags>*`.
+    MetaGet {
+        /// The key as sent (base64 when `flags.base64()`).
+        key: &'a [u8],
+        /// The flags.
+        flags: MetaFlags<'a>,
+    },
+    /// `ms <key> <datalen> <flags>*` with the data block.
+    MetaSet {
+        /// The key as sent (base64 when `flags.base64()`).
+        key: &'a [u8],
+        /// The data block (without its `\r\n`).
+        value: &'a [u8],
+        /// The flags.
+        flags: MetaFlags<'a>,
+    },
+    /// `md <key> <flags>*`.
+    MetaDelete {
+        /// The key as sent (base64 when `flags.base64()`).
+        key: &'a [u8],
+        /// The flags.
+        flags: MetaFlags<'a>,
+    },
+    /// `ma <key> <flags>*`.
+    MetaArith {
+        /// The key as sent (base64 when `flags.base64()`).
+        key: &'a [u8],
+        /// The flags.
+        flags: MetaFlags<'a>,
+    },
+    /// `mn`: answers `MN`.
+    MetaNoop,
+    /// `me <key> [b]`: item metadata for debugging.
+    MetaDebug {
+        /// The key as sent.
+        key: &'a [u8],
+        /// The key is base64.
+        base64: bool,
+    },
+}
+
+impl<'a> Request<'a> {
+    /// The request's single key as sent (possibly base64, see
+    /// [`Request::key_is_base64`]); `None` for requests with no key or several.
+    pub fn key(&self) -> Option<&'a [u8]> {
+        match *self {
+            Request::Get { keys, .. } | Request::GetAndTouch { keys, .. } => {
+                let mut it = keys.iter();
+                let k = it.next()?;
+                it.next().is_none().then_some(k)
+            }
+            Request::Store { key, .. }
+            | Request::Delete { key, .. }
+            | Request::Arith { key, .. }
+            | Request::Touch { key, .. }
+            | Request::MetaGet { key, .. }
+            | Request::MetaSet { key, .. }
+            | Request::MetaDelete { key, .. }
+            | Request::MetaArith { key, .. }
+            | Request::MetaDebug { key, .. } => Some(key),
+            _ => None,
+        }
+    }
+
+    /// Whether [`Request::key`] is base64 (meta commands with `b`).
+    pub fn key_is_base64(&self) -> bool {
+        match self {
+            Request::MetaGet { flags, .. }
+            | Request::MetaSet { flags, .. }
+            | Request::MetaDelete { flags, .. }
+            | Request::MetaArith { flags, .. } => flags.base64(),
+            Request::MetaDebug { base64, .. } => *base64,
+            _ => false,
+        }
+    }
+}
+
+/// Why [`parse`] returned no request, and what the server should do.
+///
+/// Every variant but `Incomplete` and `LineTooLong` carries `consumed`: the
+/// bytes to drop from the front of the buffer before parsing again. For a
+/// storage command it includes the data block the client is still sending, so
+/// it **may exceed the bytes buffered so far**: the server drops what it has
+/// and discards the rest as it arrives. [`crate::execute_error`] writes the
+/// response (and applies the side effects memcached has for a refused value).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParseError<'a> {
+    /// The request is not complete: read more bytes and parse again.
+    Incomplete,
+    /// No end of line within the limit: answer `CLIENT_ERROR line too long`
+    /// and close the connection (the stream cannot be resynchronized).
+    LineTooLong,
+    /// An unknown command: answer `ERROR` (unless `noreply`), drop `consumed`.
+    UnknownCommand {
+        /// Bytes to drop.
+        consumed: usize,
+        /// The line ended in `noreply`: send nothing.
+        noreply: bool,
+    },
+    /// A malformed request: answer `CLIENT_ERROR <message>` (unless
+    /// `noreply`), drop `consumed` (possibly more than buffered).
+    Client {
+        /// memcached's message, e.g. `bad command line format`.
+        message: &'static str,
+        /// Bytes to drop.
+        consumed: usize,
+        /// A classic command ending in `noreply`: send nothing.
+        noreply: bool,
+    },
+    /// A storage command whose declared length exceeds
+    /// [`Limits::max_item_size`]: answer `SERVER_ERROR object too large for
+    /// cache` (unless `noreply`) and drop `consumed` = line + value + 2 bytes
+    /// (possibly more than buffered). Decided from the command line alone.
+    TooLarge {
+        /// The key as sent.
+        key: &'a [u8],
+        /// The key is base64 (`ms … b`).
+        key_base64: bool,
+        /// memcached deletes the key's old item for `set` and `ms`, so a
+        /// failed store does not leave stale data behind.
+        invalidate: bool,
+        /// A classic command ending in `noreply`: send nothing.
+        noreply: bool,
+        /// Bytes to drop.
+        consumed: usize,
+    },
+}
+
+impl ParseError<'_> {
+    /// The bytes to drop from the buffer (see the type docs); `None` for
+    /// `Incomplete` and `LineTooLong`.
+    pub fn consumed(&self) -> Option<usize> {
+        match *self {
+            ParseError::Incomplete | ParseError::LineTooLong => None,
+            ParseError::UnknownCommand { consumed, .. }
+            | ParseError::Client { consumed, .. }
+            | ParseError::TooLarge { consumed, .. } => Some(consumed),
+        }
+    }
+
+    /// Whether the connection must be closed after the response.
+    pub fn is_fatal(&self) -> bool {
+        matches!(self, ParseError::LineTooLong)
+    }
+
+    /// Appends the response line memcached sends for this error (nothing for
+    /// `Incomplete` or when the request said `noreply`).
+    pub fn write_response(&self, out: &mut Vec<u8>) {
+        match *self {
+            ParseError::Incomplete => {}
+            ParseError::LineTooLong => out.extend_from_slice(b"CLIENT_ERROR line too long\r\n"),
+            ParseError::UnknownCommand { noreply, .. } => {
+                if !noreply {
+                    out.extend_from_slice(b"ERROR\r\n");
+                }
+            }
+            ParseError::Client {
+                message, noreply, ..
+            } => {
+                if !noreply {
+                    out.extend_from_slice(b"CLIENT_ERROR ");
+                    out.extend_from_slice(message.as_bytes());
+                    out.extend_from_slice(b"\r\n");
+                }
+            }
+            ParseError::TooLarge { noreply, .. } => {
+                if !noreply {
+                    out.extend_from_slice(b"SERVER_ERROR object too large for cache\r\n");
+                }
+            }
+        }
+    }
+}
+
+/// A failure found on the command line: (message, noreply).
+struct Fail {
+    message: &'static str,
+    noreply: bool,
+}
+
+impl From<&'static str> for Fail {
+    fn from(message: &'static str) -> Fail {
+        Fail {
+            message,
+            noreply: false,
+        }
+    }
+}
+
+/// Up to this many tokens after the command are kept; more are counted.
+const MAX_ARGS: usize = 24;
+
+/// The tokens after the command, split once.
+struct Args<'a> {
+    toks: [&'a [u8]; MAX_ARGS],
+    /// Tokens kept in `toks`.
+    n: usize,
+    /// Tokens on the line after the command (may exceed `n`).
+    total: usize,
+    /// The last token of the whole line (the command when there are no args).
+    last: &'a [u8],
+}
+
+impl<'a> Args<'a> {
+    fn split(cmd: &'a [u8], rest: &'a [u8]) -> Args<'a> {
+        let mut a = Args {
+            toks: [&[]; MAX_ARGS],
+            n: 0,
+            total: 0,
+            last: cmd,
+        };
+        for t in rest.split(|&b| b == b' ').filter(|t| !t.is_empty()) {
+            if a.n < MAX_ARGS {
+                a.toks[a.n] = t;
+                a.n += 1;
+            }
+            a.total += 1;
+            a.last = t;
+        }
+        a
+    }
+
+    /// The line has more than `min` arguments and the last one is `noreply`.
+    fn noreply(&self, min: usize) -> bool {
+        self.total > min && self.last == b"noreply"
+    }
+
+    fn kept(&self) -> &[&'a [u8]] {
+        &self.toks[..self.n]
+    }
+}
+
+/// A classic key: 1..=250 bytes, no spaces or control characters.
+pub(crate) fn valid_key(k: &[u8]) -> bool {
+    !k.is_empty() && k.len() <= KEY_MAX_LENGTH && k.iter().all(|&b| b > b' ' && b != 0x7f)
+}
+
+/// Checks a meta key: plain, or base64 that decodes to 1..=250 bytes.
+fn check_meta_key(key: &[u8], base64: bool) -> Result<(), &'static str> {
+    if key.len() > KEY_MAX_LENGTH {
+        return Err(BAD_FORMAT);
+    }
+    if base64 {
+        let mut buf = [0u8; KEY_MAX_LENGTH];
+        base64::decode(key, &mut buf).ok_or("error decoding key")?;
+        Ok(())
+    } else if valid_key(key) {
+        Ok(())
+    } else {
+        Err(BAD_FORMAT)
+    }
+}
+
+/// The key a meta command operates on: `raw` itself, or its base64 decoding
+/// into `buf`. The parser has checked it, so decoding cannot fail for keys
+/// from [`parse`]; an undecodable key yields the raw bytes.
+pub fn decode_key<'k>(raw: &'k [u8], base64: bool, buf: &'k mut [u8; KEY_MAX_LENGTH]) -> &'k [u8] {
+    if base64 {
+        if let Some(n) = base64::decode(raw, buf) {
+            return &buf[..n];
+        }
+    }
+    raw
+}
+
+fn is_retrieval_prefix(buf: &[u8]) -> bool {
+    [&b"get "[..], b"gets ", b"gat ", b"gats "]
+        .iter()
+        .any(|p| buf.starts_with(p))
+}
+
+/// Finds the `\n` ending the first line, within the line limit.
+fn find_newline(buf: &[u8], limits: &Limits) -> Result<usize, ParseError<'static>> {
+    let limit = if is_retrieval_prefix(buf) {
+        limits.max_get_line.max(limits.max_line)
+    } else {
+        limits.max_line
+    };
+    let window = &buf[..buf.len().min(limit.saturating_add(1))];
+    match memchr::memchr(b'\n', window) {
+        Some(i) => Ok(i),
+        None if buf.len() > limit => Err(ParseError::LineTooLong),
+        None => Err(ParseError::Incomplete),
+    }
+}
+
+/// Parses one request from the front of `buf`.
+///
+/// Returns the request and the bytes it used (line and data block), or what to
+/// do instead (see [`ParseError`]). Never panics, never allocates; keys and
+/// values borrow from `buf`.
+///
+/// Differences from memcached, all at the edges: `noreply` is recognized only
+/// after a command's required arguments (memcached also takes `delete noreply`
+/// as "delete key `noreply` quietly"); keys with control characters are
+/// refused; the `O` length check is made here, before the command runs; a
+/// lone `\n` ends a line of any length (memcached wants at least 4 bytes).
+pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Result<(Request<'a>, usize), ParseError<'a>> {
+    let nl = find_newline(buf, limits)?;
+    let line_len = nl + 1;
+    let line = match &buf[..nl] {
+        [rest @ .., b'\r'] => rest,
+        l => l,
+    };
+    let fail = |f: Fail| ParseError::Client {
+        message: f.message,
+        consumed: line_len,
+        noreply: f.noreply,
+    };
+    if line.len() < 2 {
+        return Err(fail(BAD_FORMAT.into()));
+    }
+    let (cmd, rest) = match memchr::memchr(b' ', line) {
+        Some(i) => (&line[..i], &line[i + 1..]),
+        None => (line, &line[line.len()..]),
+    };
+    let storage = |c| parse_storage(c, cmd, rest, buf, line_len, limits);
+    let req = match cmd {
+        b"get" => parse_get(rest, false),
+        b"gets" => parse_get(rest, true),
+        b"gat" => parse_gat(rest, false),
+        b"gats" => parse_gat(rest, true),
+        b"set" => return storage(StoreCommand::Set),
+        b"add" => return storage(StoreCommand::Add),
+        b"replace" => return storage(StoreCommand::Replace),
+        b"append" => return storage(StoreCommand::Append),
+        b"prepend" => return storage(StoreCommand::Prepend),
+        b"cas" => return storage(StoreCommand::Cas),
+        b"delete" => parse_delete(Args::split(cmd, rest)),
+        b"incr" => parse_arith(ArithOp::Incr, Args::split(cmd, rest)),
+        b"decr" => parse_arith(ArithOp::Decr, Args::split(cmd, rest)),
+        b"touch" => parse_touch(Args::split(cmd, rest)),
+        b"flush_all" => parse_flush_all(Args::split(cmd, rest)),
+        b"version" => Ok(Request::Version),
+        b"verbosity" => parse_verbosity(Args::split(cmd, rest)),
+        b"stats" => Ok(Request::Stats {
+            args: Tokens::new(rest),
+        }),
+        b"quit" => Ok(Request::Quit),
+        b"mn" => Ok(Request::MetaNoop),
+        b"mg" => parse_meta(rest, |key, flags| Request::MetaGet { key, flags }, false),
+        b"md" => parse_meta(rest, |key, flags| Request::MetaDelete { key, flags }, false),
+        b"ma" => parse_meta(rest, |key, flags| Request::MetaArith { key, flags }, true),
+        b"me" => parse_meta_debug(Args::split(cmd, rest)),
+        b"ms" => return parse_mset(cmd, rest, buf, line_len, limits),
+        _ => {
+            return Err(ParseError::UnknownCommand {
+                consumed: line_len,
+                noreply: Args::split(cmd, rest).last == b"noreply",
+            })
+        }
+    };
+    req.map(|r| (r, line_len)).map_err(fail)
+}
+
+fn parse_get(rest: &[u8], cas: bool) -> Result<Request<'_>, Fail> {
+    let keys = Tokens::new(rest);
+    if keys.is_empty() || !keys.iter().all(valid_key) {
+        return Err(BAD_FORMAT.into());
+    }
+    Ok(Request::Get { keys, cas })
+}
+
+fn parse_gat(rest: &[u8], cas: bool) -> Result<Request<'_>, Fail> {
+    let rest = trim_start(rest);
+    let (first, keys) = match memchr::memchr(b' ', rest) {
+        Some(i) => (&rest[..i], Tokens::new(&rest[i + 1..])),
+        None => (rest, Tokens::new(&rest[rest.len()..])),
+    };
+    if keys.is_empty() {
+        return Err(BAD_FORMAT.into());
+    }
+    let exptime = parse_i32(first).ok_or("invalid exptime argument")?;
+    if !keys.iter().all(valid_key) {
+        return Err(BAD_FORMAT.into());
+    }
+    Ok(Request::GetAndTouch { exptime, keys, cas })
+}
+
+fn trim_start(s: &[u8]) -> &[u8] {
+    let i = s.iter().position(|&b| b != b' ').unwrap_or(s.len());
+    &s[i..]
+}
+
+fn parse_storage<'a>(
+    command: StoreCommand,
+    cmd: &'a [u8],
+    rest: &'a [u8],
+    buf: &'a [u8],
+    line_len: usize,
+    limits: &Limits,
+) -> Result<(Request<'a>, usize), ParseError<'a>> {
+    let a = Args::split(cmd, rest);
+    let min = if command == StoreCommand::Cas { 5 } else { 4 };
+    let line_error = ParseError::Client {
+        message: BAD_FORMAT,
+        consumed: line_len,
+        noreply: false,
+    };
+    if a.total < min {
+        return Err(line_error);
+    }
+    // Until the length is known the data block cannot be skipped.
+    let vlen = match parse_i32(a.toks[3]) {
+        Some(v) if v >= 0 => v as usize,
+        _ => return Err(line_error),
+    };
+    let noreply = a.noreply(min);
+    let consumed = line_len + vlen + 2;
+    let swallow = |message| ParseError::Client {
+        message,
+        consumed,
+        noreply,
+    };
+    let key = a.toks[0];
+    if !valid_key(key) {
+        return Err(swallow(BAD_FORMAT));
+    }
+    let (Some(flags), Some(exptime)) = (parse_u32(a.toks[1]), parse_i32(a.toks[2])) else {
+        return Err(swallow(BAD_FORMAT));
+    };
+    let cas_unique = if command == StoreCommand::Cas {
+        parse_u64(a.toks[4]).ok_or_else(|| swallow(BAD_FORMAT))?
+    } else {
+        0
+    };
+    if vlen > limits.max_item_size {
+        return Err(ParseError::TooLarge {
+            key,
+            key_base64: false,
+            invalidate: command == StoreCommand::Set,
+            noreply,
+            consumed,
+        });
+    }
+    let value =
+        data_block(buf, line_len, vlen).map_err(|e| e.unwrap_or(swallow("bad data chunk")))?;
+    Ok((
+        Request::Store {
+            command,
+            key,
+            flags,
+            exptime,
+            value,
+            cas_unique,
+            noreply,
+        },
+        consumed,
+    ))
+}
+
+/// The `vlen` bytes after the line, checking the `\r\n` after them.
+/// `Err(Some(Incomplete))` when they have not all arrived, `Err(None)` when the
+/// terminator is wrong.
+fn data_block(
+    buf: &[u8],
+    line_len: usize,
+    vlen: usize,
+) -> Result<&[u8], Option<ParseError<'static>>> {
+    let end = line_len + vlen;
+    match buf.get(end..end + 2) {
+        None => Err(Some(ParseError::Incomplete)),
+        Some(b"\r\n") => Ok(&buf[line_len..end]),
+        Some(_) => Err(None),
+    }
+}
+
+fn parse_delete(a: Args<'_>) -> Result<Request<'_>, Fail> {
+    if a.total < 1 || !valid_key(a.toks[0]) {
+        return Err(BAD_FORMAT.into());
+    }
+    Ok(Request::Delete {
+        key: a.toks[0],
+        noreply: a.noreply(1),
+    })
+}
+
+fn parse_arith(op: ArithOp, a: Args<'_>) -> Result<Request<'_>, Fail> {
+    if a.total < 2 {
+        return Err(BAD_FORMAT.into());
+    }
+    let noreply = a.noreply(2);
+    let fail = |message| Fail { message, noreply };
+    if !valid_key(a.toks[0]) {
+        return Err(fail(BAD_FORMAT));
+    }
+    let delta = parse_u64(a.toks[1]).ok_or_else(|| fail("invalid numeric delta argument"))?;
+    Ok(Request::Arith {
+        op,
+        key: a.toks[0],
+        delta,
+        noreply,
+    })
+}
+
+fn parse_touch(a: Args<'_>) -> Result<Request<'_>, Fail> {
+    if a.total < 2 {
+        return Err(BAD_FORMAT.into());
+    }
+    let noreply = a.noreply(2);
+    let fail = |message| Fail { message, noreply };
+    if !valid_key(a.toks[0]) {
+        return Err(fail(BAD_FORMAT));
+    }
+    let exptime = parse_i32(a.toks[1]).ok_or_else(|| fail("invalid exptime argument"))?;
+    Ok(Request::Touch {
+        key: a.toks[0],
+        exptime,
+        noreply,
+    })
+}
+
+fn parse_flush_all(a: Args<'_>) -> Result<Request<'_>, Fail> {
+    let noreply = a.noreply(0);
+    let delay = if a.total == usize::from(noreply) {
+        None
+    } else {
+        Some(parse_i32(a.toks[0]).ok_or(Fail {
+            message: "invalid exptime argument",
+            noreply,
+        })?)
+    };
+    Ok(Request::FlushAll { delay, noreply })
+}
+
+fn parse_verbosity(a: Args<'_>) -> Result<Request<'_>, Fail> {
+    let noreply = a.noreply(1);
+    let level = a.kept().first().and_then(|t| parse_u32(t)).ok_or(Fail {
+        message: BAD_FORMAT,
+        noreply,
+    })?;
+    Ok(Request::Verbosity { level, noreply })
+}
+
+/// Key and flags of `mg`, `md`, `ma` (`arith`: memcached reports every flag
+/// error of `ma` as "invalid or duplicate flag" and checks its mode).
+fn parse_meta<'a>(
+    rest: &'a [u8],
+    make: impl FnOnce(&'a [u8], MetaFlags<'a>) -> Request<'a>,
+    arith: bool,
+) -> Result<Request<'a>, Fail> {
+    let a = Args::split(&[], rest);
+    if a.total < 1 {
+        return Err(BAD_FORMAT.into());
+    }
+    let key = a.toks[0];
+    let parsed = meta_key_and_flags(&a, 1);
+    let flags = if arith {
+        let flags = parsed.map_err(|_| "invalid or duplicate flag")?;
+        if !matches!(flags.mode(), None | Some(b'I' | b'+' | b'D' | b'-')) {
+            return Err("invalid mode for ma M token".into());
+        }
+        flags
+    } else {
+        parsed?
+    };
+    Ok(make(key, flags))
+}
+
+/// Checks the token count, the key (token 0) and the flags from `first_flag`.
+fn meta_key_and_flags<'a>(a: &Args<'a>, first_flag: usize) -> Result<MetaFlags<'a>, &'static str> {
+    if a.total + 1 > META_MAX_TOKENS {
+        return Err("options flags are too long");
+    }
+    let key = a.toks[0];
+    if key.len() > KEY_MAX_LENGTH {
+        return Err(BAD_FORMAT);
+    }
+    let flags = MetaFlags::parse(a.kept()[first_flag..].iter().copied())?;
+    check_meta_key(key, flags.base64())?;
+    Ok(flags)
+}
+
+fn parse_meta_debug(a: Args<'_>) -> Result<Request<'_>, Fail> {
+    if a.total < 1 {
+        return Err(BAD_FORMAT.into());
+    }
+    let key = a.toks[0];
+    let base64 = a.total >= 2 && a.toks[1] == b"b";
+    check_meta_key(key, base64).map_err(|_| BAD_FORMAT)?;
+    Ok(Request::MetaDebug { key, base64 })
+}
+
+fn parse_mset<'a>(
+    cmd: &'a [u8],
+    rest: &'a [u8],
+    buf: &'a [u8],
+    line_len: usize,
+    limits: &Limits,
+) -> Result<(Request<'a>, usize), ParseError<'a>> {
+    let a = Args::split(cmd, rest);
+    let vlen = match a.kept() {
+        [_, len, ..] => parse_i32(len).filter(|&v| v >= 0),
+        _ => None,
+    };
+    let Some(vlen) = vlen.map(|v| v as usize) else {
+        return Err(ParseError::Client {
+            message: BAD_FORMAT,
+            consumed: line_len,
+            noreply: false,
+        });
+    };
+    let consumed = line_len + vlen + 2;
+    let swallow = |message| ParseError::Client {
+        message,
+        consumed,
+        noreply: false,
+    };
+    let key = a.toks[0];
+    let flags = meta_key_and_flags(&a, 2).map_err(swallow)?;
+    if !matches!(flags.mode(), None | Some(b'E' | b'A' | b'P' | b'R' | b'S')) {
+        return Err(swallow("invalid mode for ms M token"));
+    }
+    if vlen > limits.max_item_size {
+        return Err(ParseError::TooLarge {
+            key,
+            key_base64: flags.base64(),
+            invalidate: true,
+            noreply: false,
+            consumed,
+        });
+    }
+    let value =
+        data_block(buf, line_len, vlen).map_err(|e| e.unwrap_or(swallow("bad data chunk")))?;
+    Ok((Request::MetaSet { key, value, flags }, consumed))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,1026 @@
+use super::*;
+use proptest::prelude::*;
+
+fn p(buf: &[u8]) -> Result<(Request<'_>, usize), ParseError<'_>> {
+    parse(buf, &Limits::default())
+}
+
+fn ok(buf: &[u8]) -> Request<'_> {
+    match p(buf) {
+        Ok((r, n)) => {
+            assert_eq!(
+                n,
+                buf.len(),
+                "consumed for {:?}",
+                String::from_utf8_lossy(buf)
+            );
+            r
+        }
+        Err(e) => panic!("{:?}: {e:?}", String::from_utf8_lossy(buf)),
+    }
+}
+
+fn client(message: &'static str, consumed: usize) -> ParseError<'static> {
+    ParseError::Client {
+        message,
+        consumed,
+        noreply: false,
+    }
+}
+
+fn err(buf: &[u8]) -> ParseError<'_> {
+    p(buf).expect_err("expected an error")
+}
+
+fn keys(raw: &str) -> Tokens<'_> {
+    Tokens::new(raw.as_bytes())
+}
+
+fn flags(tokens: &[&'static str]) -> MetaFlags<'static> {
+    MetaFlags::parse(tokens.iter().map(|t| t.as_bytes())).unwrap()
+}
+
+#[test]
+fn retrieval() {
+    assert_eq!(
+        ok(b"get a\r\n"),
+        Request::Get {
+            keys: keys("a"),
+            cas: false
+        }
+    );
+    assert_eq!(
+        ok(b"gets a  bb ccc\r\n"),
+        Request::Get {
+            keys: keys("a bb ccc"),
+            cas: true
+        }
+    );
+    assert_eq!(
+        ok(b"get a\n"),
+        Request::Get {
+            keys: keys("a"),
+            cas: false
+        }
+    );
+    assert_eq!(
+        ok(b"gat 10 a b\r\n"),
+        Request::GetAndTouch {
+            exptime: 10,
+            keys: keys("a b"),
+            cas: false
+        }
+    );
+    assert_eq!(
+        ok(b"gats -1 a\r\n"),
+        Request::GetAndTouch {
+            exptime: -1,
+            keys: keys("a"),
+            cas: true
+        }
+    );
+    assert_eq!(err(b"get\r\n"), client(BAD_FORMAT, 5));
+    assert_eq!(err(b"get \r\n"), client(BAD_FORMAT, 6));
+    assert_eq!(err(b"gat 10\r\n"), client(BAD_FORMAT, 8));
+    assert_eq!(err(b"gat x a\r\n"), client("invalid exptime argument", 9));
+    let long = format!("get {}\r\n", "k".repeat(251));
+    assert_eq!(err(long.as_bytes()), client(BAD_FORMAT, long.len()));
+    let max = format!("get {}\r\n", "k".repeat(250));
+    assert!(p(max.as_bytes()).is_ok());
+    assert_eq!(err(b"get a\x01b\r\n"), client(BAD_FORMAT, 9));
+}
+
+#[test]
+fn storage() {
+    assert_eq!(
+        ok(b"set k 5 100 3\r\nabc\r\n"),
+        Request::Store {
+            command: StoreCommand::Set,
+            key: b"k",
+            flags: 5,
+            exptime: 100,
+            value: b"abc",
+            cas_unique: 0,
+            noreply: false,
+        }
+    );
+    assert_eq!(
+        ok(b"cas k 0 -1 2 77 noreply\r\n\r\n\r\n"),
+        Request::Store {
+            command: StoreCommand::Cas,
+            key: b"k",
+            flags: 0,
+            exptime: -1,
+            value: b"\r\n",
+            cas_unique: 77,
+            noreply: true,
+        }
+    );
+    for (name, cmd) in [
+        ("add", StoreCommand::Add),
+        ("replace", StoreCommand::Replace),
+        ("append", StoreCommand::Append),
+        ("prepend", StoreCommand::Prepend),
+    ] {
+        let line = format!("{name} k 1 2 0\r\n\r\n");
+        match ok(line.as_bytes()) {
+            Request::Store { command, value, .. } => {
+                assert_eq!(command, cmd);
+                assert_eq!(value, b"");
+            }
+            r => panic!("{r:?}"),
+        }
+    }
+    // Extra tokens are ignored, as in memcached.
+    assert!(matches!(
+        ok(b"set k 0 0 1 junk\r\nx\r\n"),
+        Request::Store { noreply: false, .. }
+    ));
+}
+
+#[test]
+fn storage_waits_for_the_data_block() {
+    assert_eq!(err(b"set k 0 0 3\r\n"), ParseError::Incomplete);
+    assert_eq!(err(b"set k 0 0 3\r\nab"), ParseError::Incomplete);
+    assert_eq!(err(b"set k 0 0 3\r\nabc"), ParseError::Incomplete);
+    assert_eq!(err(b"set k 0 0 3\r\nabc\r"), ParseError::Incomplete);
+    assert_eq!(err(b"set k 0 0"), ParseError::Incomplete);
+}
+
+#[test]
+fn storage_errors() {
+    // Unknown length: only the line can be skipped.
+    assert_eq!(err(b"set k 0 0\r\n"), client(BAD_FORMAT, 11));
+    assert_eq!(err(b"set k 0 0 -1\r\n"), client(BAD_FORMAT, 14));
+    assert_eq!(err(b"set k 0 0 x\r\n"), client(BAD_FORMAT, 13));
+    assert_eq!(err(b"cas k 0 0 1\r\n"), client(BAD_FORMAT, 13));
+    // Known length: the data block is swallowed too, before it arrives.
+    assert_eq!(err(b"set k x 0 3\r\n"), client(BAD_FORMAT, 13 + 5));
+    assert_eq!(err(b"set k 0 x 3\r\n"), client(BAD_FORMAT, 13 + 5));
+    assert_eq!(err(b"set k 4294967296 0 3\r\n"), client(BAD_FORMAT, 22 + 5));
+    assert_eq!(err(b"cas k 0 0 3 x\r\n"), client(BAD_FORMAT, 15 + 5));
+    let long = format!("set {} 0 0 1\r\n", "k".repeat(251));
+    assert_eq!(err(long.as_bytes()), client(BAD_FORMAT, long.len() + 3));
+    // noreply silences errors found after it is known.
+    assert_eq!(
+        err(b"set k x 0 3 noreply\r\n"),
+        ParseError::Client {
+            message: BAD_FORMAT,
+            consumed: 21 + 5,
+            noreply: true
+        }
+    );
+    // A wrong terminator after the data block.
+    assert_eq!(
+        err(b"set k 0 0 3\r\nabcd\r\n"),
+        client("bad data chunk", 13 + 5)
+    );
+    assert_eq!(
+        err(b"set k 0 0 3\r\nabc\n\r"),
+        client("bad data chunk", 13 + 5)
+    );
+}
+
+#[test]
+fn too_large_is_decided_from_the_line() {
+    let limits = Limits {
+        max_item_size: 10,
+        ..Limits::default()
+    };
+    assert!(parse(b"set k 0 0 10\r\n0123456789\r\n", &limits).is_ok());
+    assert_eq!(
+        parse(b"set k 0 0 11\r\n", &limits),
+        Err(ParseError::TooLarge {
+            key: b"k",
+            key_base64: false,
+            invalidate: true,
+            noreply: false,
+            consumed: 14 + 13,
+        })
+    );
+    assert_eq!(
+        parse(b"add k 0 0 2000000000 noreply\r\n", &limits),
+        Err(ParseError::TooLarge {
+            key: b"k",
+            key_base64: false,
+            invalidate: false,
+            noreply: true,
+            consumed: 30 + 2_000_000_002,
+        })
+    );
+    assert_eq!(
+        parse(b"ms Zm9v 11 b T0\r\n", &limits),
+        Err(ParseError::TooLarge {
+            key: b"Zm9v",
+            key_base64: true,
+            invalidate: true,
+            noreply: false,
+            consumed: 17 + 13,
+        })
+    );
+}
+
+#[test]
+fn simple_commands() {
+    assert_eq!(
+        ok(b"delete k\r\n"),
+        Request::Delete {
+            key: b"k",
+            noreply: false
+        }
+    );
+    assert_eq!(
+        ok(b"delete k noreply\r\n"),
+        Request::Delete {
+            key: b"k",
+            noreply: true
+        }
+    );
+    assert_eq!(
+        ok(b"delete k 0\r\n"),
+        Request::Delete {
+            key: b"k",
+            noreply: false
+        }
+    );
+    assert_eq!(
+        ok(b"delete noreply\r\n"),
+        Request::Delete {
+            key: b"noreply",
+            noreply: false
+        }
+    );
+    assert_eq!(err(b"delete\r\n"), client(BAD_FORMAT, 8));
+    assert_eq!(
+        ok(b"incr k 18446744073709551615\r\n"),
+        Request::Arith {
+            op: ArithOp::Incr,
+            key: b"k",
+            delta: u64::MAX,
+            noreply: false
+        }
+    );
+    assert_eq!(
+        ok(b"decr k 1 noreply\r\n"),
+        Request::Arith {
+            op: ArithOp::Decr,
+            key: b"k",
+            delta: 1,
+            noreply: true
+        }
+    );
+    assert_eq!(err(b"incr k\r\n"), client(BAD_FORMAT, 8));
+    assert_eq!(
+        err(b"incr k -1\r\n"),
+        client("invalid numeric delta argument", 11)
+    );
+    assert_eq!(
+        err(b"incr k x noreply\r\n"),
+        ParseError::Client {
+            message: "invalid numeric delta argument",
+            consumed: 18,
+            noreply: true
+        }
+    );
+    assert_eq!(
+        ok(b"touch k 10\r\n"),
+        Request::Touch {
+            key: b"k",
+            exptime: 10,
+            noreply: false
+        }
+    );
+    assert_eq!(
+        err(b"touch k x\r\n"),
+        client("invalid exptime argument", 11)
+    );
+    assert_eq!(
+        ok(b"flush_all\r\n"),
+        Request::FlushAll {
+            delay: None,
+            noreply: false
+        }
+    );
+    assert_eq!(
+        ok(b"flush_all 10\r\n"),
+        Request::FlushAll {
+            delay: Some(10),
+            noreply: false
+        }
+    );
+    assert_eq!(
+        ok(b"flush_all noreply\r\n"),
+        Request::FlushAll {
+            delay: None,
+            noreply: true
+        }
+    );
+    assert_eq!(
+        ok(b"flush_all -5 noreply\r\n"),
+        Request::FlushAll {
+            delay: Some(-5),
+            noreply: true
+        }
+    );
+    assert_eq!(
+        err(b"flush_all x\r\n"),
+        client("invalid exptime argument", 13)
+    );
+    assert_eq!(ok(b"version\r\n"), Request::Version);
+    assert_eq!(ok(b"quit\r\n"), Request::Quit);
+    assert_eq!(
+        ok(b"verbosity 1\r\n"),
+        Request::Verbosity {
+            level: 1,
+            noreply: false
+        }
+    );
+    assert_eq!(
+        ok(b"verbosity 2 noreply\r\n"),
+        Request::Verbosity {
+            level: 2,
+            noreply: true
+        }
+    );
+    assert_eq!(err(b"verbosity\r\n"), client(BAD_FORMAT, 11));
+    assert_eq!(ok(b"stats\r\n"), Request::Stats { args: keys("") });
+    assert_eq!(
+        ok(b"stats  items x\r\n"),
+        Request::Stats {
+            args: keys("items x")
+        }
+    );
+}
+
+#[test]
+fn unknown_and_malformed_lines() {
+    assert_eq!(
+        err(b"foo\r\n"),
+        ParseError::UnknownCommand {
+            consumed: 5,
+            noreply: false
+        }
+    );
+    assert_eq!(
+        err(b"foo a noreply\r\n"),
+        ParseError::UnknownCommand {
+            consumed: 15,
+            noreply: true
+        }
+    );
+    assert_eq!(
+        err(b" get a\r\n"),
+        ParseError::UnknownCommand {
+            consumed: 8,
+            noreply: false
+        }
+    );
+    assert_eq!(
+        err(b"GET a\r\n"),
+        ParseError::UnknownCommand {
+            consumed: 7,
+            noreply: false
+        }
+    );
+    assert_eq!(err(b"\r\n"), client(BAD_FORMAT, 2));
+    assert_eq!(err(b"\n"), client(BAD_FORMAT, 1));
+    assert_eq!(err(b"g\r\n"), client(BAD_FORMAT, 3));
+    assert_eq!(err(b""), ParseError::Incomplete);
+}
+
+#[test]
+fn line_limits() {
+    let limits = Limits {
+        max_line: 16,
+        max_get_line: 32,
+        max_item_size: 100,
+    };
+    assert_eq!(parse(&[b'x'; 16], &limits), Err(ParseError::Incomplete));
+    assert_eq!(parse(&[b'x'; 17], &limits), Err(ParseError::LineTooLong));
+    // A newline past the limit does not rescue the line (same answer whatever
+    // was buffered).
+    let mut long = vec![b'x'; 20];
+    long.extend_from_slice(b"\r\n");
+    assert_eq!(parse(&long, &limits), Err(ParseError::LineTooLong));
+    // Retrieval lines have their own limit.
+    let get = b"get aaaaaaaaaa bbbbbbbbbbbb\r\n";
+    assert!(get.len() > 17 && get.len() < 32);
+    assert!(parse(get, &limits).is_ok());
+    assert_eq!(parse(&get[..20], &limits), Err(ParseError::Incomplete));
+    let mut huge = b"get ".to_vec();
+    huge.extend_from_slice(&[b'a'; 40]);
+    assert_eq!(parse(&huge, &limits), Err(ParseError::LineTooLong));
+    // The data block is not part of the line.
+    assert!(parse(
+        b"set k 0 0 50\r\n01234567890123456789012345678901234567890123456789\r\n",
+        &limits
+    )
+    .is_ok());
+}
+
+#[test]
+fn meta_get_delete_arith() {
+    assert_eq!(
+        ok(b"mg foo v t\r\n"),
+        Request::MetaGet {
+            key: b"foo",
+            flags: flags(&["v", "t"])
+        }
+    );
+    match ok(b"mg foo s v Oopaque k q T30 N-1 R5 C9 E10 u h l f c\r\n") {
+        Request::MetaGet { key, flags } => {
+            assert_eq!(key, b"foo");
+            assert_eq!(flags.order(), b"svOkqTNRCEuhlfc");
+            assert_eq!(flags.opaque(), Some(&b"opaque"[..]));
+            assert_eq!(flags.ttl(), Some(30));
+            assert_eq!(flags.vivify(), Some(-1));
+            assert_eq!(flags.recache(), Some(5));
+            assert_eq!(flags.compare_cas(), Some(9));
+            assert_eq!(flags.new_cas(), Some(10));
+            assert!(flags.quiet() && flags.has(b'u') && !flags.has(b'b'));
+        }
+        r => panic!("{r:?}"),
+    }
+    assert_eq!(
+        ok(b"md foo q I T30 x\r\n"),
+        Request::MetaDelete {
+            key: b"foo",
+            flags: flags(&["q", "I", "T30", "x"])
+        }
+    );
+    match ok(b"ma foo MD D5 N0 J10 v\r\n") {
+        Request::MetaArith { flags, .. } => {
+            assert_eq!(flags.mode(), Some(b'D'));
+            assert_eq!(flags.delta(), Some(5));
+            assert_eq!(flags.vivify(), Some(0));
+            assert_eq!(flags.initial(), Some(10));
+        }
+        r => panic!("{r:?}"),
+    }
+    assert_eq!(ok(b"mn\r\n"), Request::MetaNoop);
+    assert_eq!(
+        ok(b"me foo\r\n"),
+        Request::MetaDebug {
+            key: b"foo",
+            base64: false
+        }
+    );
+    assert_eq!(
+        ok(b"me Zm9v b\r\n"),
+        Request::MetaDebug {
+            key: b"Zm9v",
+            base64: true
+        }
+    );
+    assert_eq!(
+        ok(b"mg Zm9v b v\r\n"),
+        Request::MetaGet {
+            key: b"Zm9v",
+            flags: flags(&["b", "v"])
+        }
+    );
+}
+
+#[test]
+fn meta_errors() {
+    assert_eq!(err(b"mg\r\n"), client(BAD_FORMAT, 4));
+    assert_eq!(err(b"mg foo v v\r\n"), client("duplicate flag", 12));
+    assert_eq!(err(b"mg foo Z\r\n"), client("invalid flag", 10));
+    assert_eq!(
+        err(b"mg foo T\r\n"),
+        client("bad token in command line format", 10)
+    );
+    assert_eq!(
+        err(b"mg foo Tx\r\n"),
+        client("bad token in command line format", 11)
+    );
+    assert_eq!(
+        err(b"mg foo C-1\r\n"),
+        client("bad token in command line format", 12)
+    );
+    assert_eq!(err(b"mg foo Fx\r\n"), client(BAD_FORMAT, 11));
+    let opaque = format!("mg foo O{}\r\n", "o".repeat(32));
+    assert_eq!(
+        err(opaque.as_bytes()),
+        client("opaque token too long", opaque.len())
+    );
+    let opaque = format!("mg foo O{}\r\n", "o".repeat(31));
+    assert!(p(opaque.as_bytes()).is_ok());
+    let many = b"mg foo a b c d e f g h i j k l m n o p q r s\r\n";
+    assert_eq!(err(many), client("options flags are too long", many.len()));
+    assert_eq!(err(b"mg !!!! b\r\n"), client("error decoding key", 11));
+    assert_eq!(err(b"mg f\x01o v\r\n"), client(BAD_FORMAT, 11));
+    assert_eq!(
+        err(b"ma foo Dx\r\n"),
+        client("invalid or duplicate flag", 11)
+    );
+    assert_eq!(
+        err(b"ma foo v v\r\n"),
+        client("invalid or duplicate flag", 12)
+    );
+    assert_eq!(
+        err(b"ma foo Mx\r\n"),
+        client("invalid mode for ma M token", 11)
+    );
+    assert_eq!(
+        err(b"ma foo Jx\r\n"),
+        client("invalid or duplicate flag", 11)
+    );
+    assert_eq!(err(b"me\r\n"), client(BAD_FORMAT, 4));
+    assert_eq!(err(b"me !!!! b\r\n"), client(BAD_FORMAT, 11));
+}
+
+#[test]
+fn meta_set() {
+    match ok(b"ms foo 3 T10 F5 MA N30 I C7 c k s q\r\nabc\r\n") {
+        Request::MetaSet { key, value, flags } => {
+            assert_eq!((key, value), (&b"foo"[..], &b"abc"[..]));
+            assert_eq!(flags.order(), b"TFMNICcksq");
+            assert_eq!(flags.client_flags(), Some(5));
+            assert_eq!(flags.mode(), Some(b'A'));
+        }
+        r => panic!("{r:?}"),
+    }
+    assert_eq!(err(b"ms foo 3\r\nab"), ParseError::Incomplete);
+    assert_eq!(err(b"ms foo\r\n"), client(BAD_FORMAT, 8));
+    assert_eq!(err(b"ms foo x\r\n"), client(BAD_FORMAT, 10));
+    assert_eq!(err(b"ms foo -1\r\n"), client(BAD_FORMAT, 11));
+    // Errors after the length swallow the data block.
+    assert_eq!(
+        err(b"ms foo 3 MX\r\n"),
+        client("invalid mode for ms M token", 13 + 5)
+    );
+    assert_eq!(err(b"ms foo 3 v v\r\n"), client("duplicate flag", 14 + 5));
+    assert_eq!(err(b"ms foo 3\r\nabcde"), client("bad data chunk", 10 + 5));
+}
+
+#[test]
+fn pipelined_requests() {
+    let buf = b"set a 0 0 1\r\nx\r\nget a\r\nmn\r\n";
+    let (r1, n1) = p(buf).unwrap();
+    assert!(matches!(r1, Request::Store { .. }));
+    let (r2, n2) = p(&buf[n1..]).unwrap();
+    assert!(matches!(r2, Request::Get { .. }));
+    let (r3, n3) = p(&buf[n1 + n2..]).unwrap();
+    assert_eq!(r3, Request::MetaNoop);
+    assert_eq!(n1 + n2 + n3, buf.len());
+}
+
+#[test]
+fn error_responses() {
+    let cases: [(ParseError<'_>, &[u8]); 7] = [
+        (ParseError::Incomplete, b""),
+        (ParseError::LineTooLong, b"CLIENT_ERROR line too long\r\n"),
+        (
+            ParseError::UnknownCommand {
+                consumed: 1,
+                noreply: false,
+            },
+            b"ERROR\r\n",
+        ),
+        (
+            ParseError::UnknownCommand {
+                consumed: 1,
+                noreply: true,
+            },
+            b"",
+        ),
+        (
+            client("bad data chunk", 1),
+            b"CLIENT_ERROR bad data chunk\r\n",
+        ),
+        (
+            ParseError::TooLarge {
+                key: b"k",
+                key_base64: false,
+                invalidate: true,
+                noreply: false,
+                consumed: 9,
+            },
+            b"SERVER_ERROR object too large for cache\r\n",
+        ),
+        (
+            ParseError::TooLarge {
+                key: b"k",
+                key_base64: false,
+                invalidate: true,
+                noreply: true,
+                consumed: 9,
+            },
+            b"",
+        ),
+    ];
+    for (e, want) in cases {
+        let mut out = Vec::new();
+        e.write_response(&mut out);
+        assert_eq!(out, want, "{e:?}");
+    }
+    assert!(ParseError::LineTooLong.is_fatal());
+    assert_eq!(ParseError::LineTooLong.consumed(), None);
+    assert_eq!(client("x", 7).consumed(), Some(7));
+}
+
+#[test]
+fn request_key() {
+    assert_eq!(ok(b"get a\r\n").key(), Some(&b"a"[..]));
+    assert_eq!(ok(b"get a b\r\n").key(), None);
+    assert_eq!(ok(b"stats\r\n").key(), None);
+    let r = ok(b"mg Zm9v b\r\n");
+    assert_eq!((r.key(), r.key_is_base64()), (Some(&b"Zm9v"[..]), true));
+}
+
+// ---- property tests -------------------------------------------------------
+
+/// An owned request, so proptest can generate it; `request()` borrows it.
+#[derive(Clone, Debug)]
+enum Spec {
+    Get {
+        keys: Vec<u8>,
+        cas: bool,
+    },
+    Gat {
+        exptime: i32,
+        keys: Vec<u8>,
+        cas: bool,
+    },
+    Store {
+        command: StoreCommand,
+        key: Vec<u8>,
+        flags: u32,
+        exptime: i32,
+        value: Vec<u8>,
+        cas: u64,
+        noreply: bool,
+    },
+    Delete {
+        key: Vec<u8>,
+        noreply: bool,
+    },
+    Arith {
+        op: ArithOp,
+        key: Vec<u8>,
+        delta: u64,
+        noreply: bool,
+    },
+    Touch {
+        key: Vec<u8>,
+        exptime: i32,
+        noreply: bool,
+    },
+    FlushAll {
+        delay: Option<i32>,
+        noreply: bool,
+    },
+    Version,
+    Verbosity {
+        level: u32,
+        noreply: bool,
+    },
+    Stats {
+        args: Vec<u8>,
+    },
+    Quit,
+    Meta {
+        cmd: u8,
+        key: Vec<u8>,
+        flags: Vec<Vec<u8>>,
+        value: Vec<u8>,
+    },
+    MetaNoop,
+    MetaDebug {
+        key: Vec<u8>,
+        base64: bool,
+    },
+}
+
+impl Spec {
+    fn request(&self) -> Request<'_> {
+        match self {
+            Spec::Get { keys, cas } => Request::Get {
+                keys: Tokens::new(keys),
+                cas: *cas,
+            },
+            Spec::Gat { exptime, keys, cas } => Request::GetAndTouch {
+                exptime: *exptime,
+                keys: Tokens::new(keys),
+                cas: *cas,
+            },
+            Spec::Store {
+                command,
+                key,
+                flags,
+                exptime,
+                value,
+                cas,
+                noreply,
+            } => Request::Store {
+                command: *command,
+                key,
+                flags: *flags,
+                exptime: *exptime,
+                value,
+                cas_unique: if *command == StoreCommand::Cas {
+                    *cas
+                } else {
+                    0
+                },
+                noreply: *noreply,
+            },
+            Spec::Delete { key, noreply } => Request::Delete {
+                key,
+                noreply: *noreply,
+            },
+            Spec::Arith {
+                op,
+                key,
+                delta,
+                noreply,
+            } => Request::Arith {
+                op: *op,
+                key,
+                delta: *delta,
+                noreply: *noreply,
+            },
+            Spec::Touch {
+                key,
+                exptime,
+                noreply,
+            } => Request::Touch {
+                key,
+                exptime: *exptime,
+                noreply: *noreply,
+            },
+            Spec::FlushAll { delay, noreply } => Request::FlushAll {
+                delay: *delay,
+                noreply: *noreply,
+            },
+            Spec::Version => Request::Version,
+            Spec::Verbosity { level, noreply } => Request::Verbosity {
+                level: *level,
+                noreply: *noreply,
+            },
+            Spec::Stats { args } => Request::Stats {
+                args: Tokens::new(args),
+            },
+            Spec::Quit => Request::Quit,
+            Spec::Meta {
+                cmd,
+                key,
+                flags,
+                value,
+            } => {
+                let flags = MetaFlags::parse(flags.iter().map(|f| &f[..]))
+                    .expect("generated flags are valid");
+                match cmd {
+                    b'g' => Request::MetaGet { key, flags },
+                    b's' => Request::MetaSet { key, value, flags },
+                    b'd' => Request::MetaDelete { key, flags },
+                    _ => Request::MetaArith { key, flags },
+                }
+            }
+            Spec::MetaNoop => Request::MetaNoop,
+            Spec::MetaDebug { key, base64 } => Request::MetaDebug {
+                key,
+                base64: *base64,
+            },
+        }
+    }
+}
+
+fn key_byte() -> impl Strategy<Value = u8> {
+    (0x21u8..=0xff).prop_map(|b| if b == 0x7f { b'~' } else { b })
+}
+
+fn key() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        4 => prop::collection::vec(key_byte(), 1..12),
+        1 => prop::collection::vec(key_byte(), 1..=KEY_MAX_LENGTH),
+    ]
+}
+
+fn base64_key() -> impl Strategy<Value = Vec<u8>> {
+    prop::collection::vec(any::<u8>(), 1..=186).prop_map(|raw| {
+        let mut out = Vec::new();
+        crate::base64::encode(&raw, &mut out);
+        out
+    })
+}
+
+fn joined(n: std::ops::Range<usize>) -> impl Strategy<Value = Vec<u8>> {
+    prop::collection::vec(key(), n).prop_map(|ks| ks.join(&b' '))
+}
+
+fn noreply() -> impl Strategy<Value = bool> {
+    any::<bool>()
+}
+
+fn store_command() -> impl Strategy<Value = StoreCommand> {
+    prop::sample::select(vec![
+        StoreCommand::Set,
+        StoreCommand::Add,
+        StoreCommand::Replace,
+        StoreCommand::Append,
+        StoreCommand::Prepend,
+        StoreCommand::Cas,
+    ])
+}
+
+/// One valid token for flag `c` of meta command `cmd`.
+fn flag_token(c: u8, cmd: u8) -> BoxedStrategy<Vec<u8>> {
+    let with = move |arg: Vec<u8>| {
+        let mut t = vec![c];
+        t.extend(arg);
+        t
+    };
+    match c {
+        b'O' => prop::collection::vec(key_byte(), 0..=OPAQUE_MAX_LENGTH - 1)
+            .prop_map(with)
+            .boxed(),
+        b'P' | b'L' => prop::collection::vec(key_byte(), 0..8)
+            .prop_map(with)
+            .boxed(),
+        b'T' | b'N' | b'R' => any::<i32>()
+            .prop_map(move |v| with(v.to_string().into_bytes()))
+            .boxed(),
+        b'C' | b'E' | b'J' | b'D' => any::<u64>()
+            .prop_map(move |v| with(v.to_string().into_bytes()))
+            .boxed(),
+        b'F' => any::<u32>()
+            .prop_map(move |v| with(v.to_string().into_bytes()))
+            .boxed(),
+        b'M' => {
+            let modes: &[u8] = match cmd {
+                b's' => b"EAPRS",
+                b'a' => b"I+D-",
+                _ => b"EAPRSI+D-x",
+            };
+            prop::sample::select(modes.to_vec())
+                .prop_map(move |m| vec![c, m])
+                .boxed()
+        }
+        _ => Just(vec![c]).boxed(),
+    }
+}
+
+fn meta() -> impl Strategy<Value = Spec> {
+    let all: Vec<u8> = b"cfhklqstuvxIOPLTNRCEFMJD".to_vec();
+    (
+        prop::sample::select(b"gsda".to_vec()),
+        any::<bool>(),
+        prop::sample::subsequence(all, 0..=14),
+        prop::collection::vec(any::<u8>(), 0..64),
+    )
+        .prop_flat_map(|(cmd, b64, mut chars, value)| {
+            if b64 {
+                chars.push(b'b');
+            }
+            let tokens: Vec<_> = chars.iter().map(|&c| flag_token(c, cmd)).collect();
+            let key = if b64 {
+                base64_key().boxed()
+            } else {
+                key().boxed()
+            };
+            (Just(cmd), key, tokens.prop_shuffle(), Just(value))
+        })
+        .prop_map(|(cmd, key, flags, value)| Spec::Meta {
+            cmd,
+            key,
+            flags,
+            value,
+        })
+}
+
+fn spec() -> impl Strategy<Value = Spec> {
+    prop_oneof![
+        (joined(1..6), any::<bool>()).prop_map(|(keys, cas)| Spec::Get { keys, cas }),
+        (any::<i32>(), joined(1..4), any::<bool>()).prop_map(|(exptime, keys, cas)| Spec::Gat { exptime, keys, cas }),
+        (
+            store_command(),
+            key(),
+            any::<u32>(),
+            any::<i32>(),
+            prop::collection::vec(any::<u8>(), 0..100),
+            any::<u64>(),
+            noreply()
+        )
+            .prop_map(|(command, key, flags, exptime, value, cas, noreply)| Spec::Store {
+                command,
+                key,
+                flags,
+                exptime,
+                value,
+                cas,
+                noreply
+            }),
+        (key(), noreply()).prop_map(|(key, noreply)| Spec::Delete { key, noreply }),
+        (prop::sample::select(vec![ArithOp::Incr, ArithOp::Decr]), key(), any::<u64>(), noreply())
+            .prop_map(|(op, key, delta, noreply)| Spec::Arith { op, key, delta, noreply }),
+        (key(), any::<i32>(), noreply()).prop_map(|(key, exptime, noreply)| Spec::Touch { key, exptime, noreply }),
+        (any::<Option<i32>>(), noreply()).prop_map(|(delay, noreply)| Spec::FlushAll { delay, noreply }),
+        Just(Spec::Version),
+        (any::<u32>(), noreply()).prop_map(|(level, noreply)| Spec::Verbosity { level, noreply }),
+        joined(0..4).prop_map(|args| Spec::Stats { args }),
+        Just(Spec::Quit),
+        4 => meta(),
+        Just(Spec::MetaNoop),
+        prop_oneof![key().prop_map(|k| (k, false)), base64_key().prop_map(|k| (k, true))]
+            .prop_map(|(key, base64)| Spec::MetaDebug { key, base64 }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    /// encode → parse gives the same request and consumes all of it.
+    #[test]
+    fn round_trip(spec in spec()) {
+        let req = spec.request();
+        let mut buf = Vec::new();
+        req.encode(&mut buf);
+        let (back, used) = p(&buf).map_err(|e| TestCaseError::fail(format!("{e:?} for {:?}", String::from_utf8_lossy(&buf))))?;
+        prop_assert_eq!(back, req);
+        prop_assert_eq!(used, buf.len());
+    }
+
+    /// Every proper prefix of a request is Incomplete; the whole parses; a
+    /// request after it parses from where the first stopped.
+    #[test]
+    fn any_split_point(spec in spec(), next in spec()) {
+        let req = spec.request();
+        let mut buf = Vec::new();
+        req.encode(&mut buf);
+        let first = buf.len();
+        for k in 0..first {
+            prop_assert_eq!(p(&buf[..k]), Err(ParseError::Incomplete), "prefix {}", k);
+        }
+        next.request().encode(&mut buf);
+        let (r, used) = p(&buf).unwrap();
+        prop_assert_eq!(r, req);
+        prop_assert_eq!(used, first);
+        let (r2, used2) = p(&buf[used..]).unwrap();
+        prop_assert_eq!(r2, next.request());
+        prop_assert_eq!(used + used2, buf.len());
+    }
+
+    /// Arbitrary bytes never panic; what parses re-encodes to an equal request.
+    #[test]
+    fn never_panics(bytes in prop::collection::vec(any::<u8>(), 0..400)) {
+        check_consuming(&bytes)?;
+    }
+
+    /// Valid requests with one byte changed, or text-like noise, never panic.
+    #[test]
+    fn mutations_never_panic(spec in spec(), pos in any::<prop::sample::Index>(), byte in any::<u8>()) {
+        let mut buf = Vec::new();
+        spec.request().encode(&mut buf);
+        let i = pos.index(buf.len());
+        buf[i] = byte;
+        check_consuming(&buf)?;
+    }
+
+    #[test]
+    fn token_soup_never_panics(words in prop::collection::vec(prop::sample::select(vec![
+        &b"get"[..], b"set", b"cas", b"mg", b"ms", b"ma", b"md", b"me", b"mn", b"noreply", b"0", b"1",
+        b"-1", b"99999999999", b"k", b"v", b"b", b"q", b"T1", b"MA", b"Zm9v", b"\r\n", b"\n", b" ", b"\r",
+    ]), 0..30)) {
+        check_consuming(&words.concat())?;
+    }
+}
+
+/// Parses `bytes` repeatedly, skipping what each result says, and checks that
+/// every parsed request survives encode → parse.
+fn check_consuming(mut bytes: &[u8]) -> Result<(), TestCaseError> {
+    let limits = Limits {
+        max_line: 128,
+        max_get_line: 256,
+        max_item_size: 64,
+    };
+    loop {
+        match parse(bytes, &limits) {
+            Ok((req, used)) => {
+                prop_assert!(used > 0 && used <= bytes.len());
+                let mut enc = Vec::new();
+                req.encode(&mut enc);
+                let big = Limits {
+                    max_line: 1 << 20,
+                    max_get_line: 1 << 20,
+                    max_item_size: 1 << 20,
+                };
+                let (again, n) =
+                    parse(&enc, &big).map_err(|e| TestCaseError::fail(format!("{e:?}")))?;
+                prop_assert_eq!(again, req);
+                prop_assert_eq!(n, enc.len());
+                bytes = &bytes[used..];
+            }
+            Err(ParseError::Incomplete) | Err(ParseError::LineTooLong) => return Ok(()),
+            Err(e) => {
+                let used = e.consumed().unwrap();
+                prop_assert!(used > 0);
+                if used >= bytes.len() {
+                    return Ok(());
+                }
+                bytes = &bytes[used..];
+            }
+        }
+    }
+}

@@ -1,0 +1,665 @@
+//! The sharded item store: hash tables, LRU eviction under a memory limit,
+//! expiry, `flush_all`, CAS uniques and counters.
+//!
+//! # Shards and colors
+//!
+//! The store is `N` shards (a power of two). A key's shard is picked from its
+//! hash by [`Store::shard_of`]; each shard has its own `std::sync::Mutex`, its own
+//! LRU list and `max_bytes / N` of the memory limit. The server colors payload
+//! jobs by shard (`payload.call_colored(store.shard_of(key), job)`), and two
+//! jobs of one color never run at the same time — so under that discipline a
+//! shard's lock is never contended: taking it is one uncontended atomic
+//! exchange, and the lock is there only to make the store safe when used
+//! without colors (tests, the default color, multi-key `get`, `stats`).
+//!
+//! No code path holds two shard locks at once (a multi-key `get` takes each
+//! key's shard in turn), so there is no lock order to respect and no deadlock.
+//!
+//! # Time
+//!
+//! The store never reads a clock: every operation takes `now`, the current
+//! Unix time in seconds (≥ 1), so tests control time. Protocol expiry times
+//! are converted by [`expiry`]: 0 = never, 1..=2592000 (30 days) = relative,
+//! larger = absolute Unix time, negative = already expired.
+//!
+//! Expired and flushed items are never returned: every lookup checks them and
+//! unlinks a dead item on the spot. [`Store::sweep`] reclaims dead items no one
+//! asks for, a bounded number of slots per call, so a background task can run
+//! it without stalling requests.
+//!
+//! # Memory accounting
+//!
+//! Each item is charged `key.len() + value.len() + ITEM_OVERHEAD` bytes, and a
+//! shard evicts from its LRU tail until a new item fits within its share of the
+//! limit. [`ITEM_OVERHEAD`] is what an item costs beyond its key and value on a
+//! 64-bit target:
+//!
+//! | part | bytes |
+//! |---|---|
+//! | the slot (`Slot`: data pointer and length, hash, CAS, expiry, access time, flags, flush epoch, LRU links, key length, state bits) | 64 |
+//! | the hash table entry (a `u32` slot index + 1 control byte, at hashbrown's 7/8 maximum load and ~60% average load) | 8 |
+//! | the heap block holding key + value (glibc malloc: 8-byte header, rounded up to 16) | 16 on average |
+//! | slack of the slot array (it grows by a quarter, so at most 25%, about 12% on average, of 64) | 8 |
+//! | **total** | **96** |
+//!
+//! The table and slot array are charged per item rather than per allocation so
+//! that eviction does not jump when they grow. A unit test pins the slot at 64
+//! bytes.
+
+mod shard;
+mod stats;
+
+pub use stats::{Counter, Stats};
+
+use shard::{Shard, Slot, FETCHED};
+pub(crate) use shard::{STALE, WIN_SENT};
+use stats::{GlobalStats, ShardStats};
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Mutex, MutexGuard};
+
+/// Unix time in seconds.
+pub type Time = u32;
+
+/// The largest relative expiry time (30 days); larger values are absolute.
+pub const MAX_RELATIVE_EXPTIME: i64 = 60 * 60 * 24 * 30;
+
+/// Bytes charged per item beyond its key and value (see the module docs).
+pub const ITEM_OVERHEAD: usize = SLOT_SIZE + 8 + 16 + 8;
+
+/// The size of one slot, pinned by a test.
+const SLOT_SIZE: usize = 64;
+
+/// An absolute expiry that is always in the past (for `now` ≥ 1).
+const EXPIRED: Time = 1;
+
+/// Converts a protocol expiry time to an absolute one (0 = never).
+///
+/// 0 stays 0 (never expires); negative values are already expired; values up
+/// to [`MAX_RELATIVE_EXPTIME`] are relative to `now`; larger values are
+/// absolute Unix times (in the past = already expired).
+pub fn expiry(exptime: i64, now: Time) -> Time {
+    if exptime == 0 {
+        0
+    } else if exptime < 0 {
+        EXPIRED
+    } else if exptime <= MAX_RELATIVE_EXPTIME {
+        now.saturating_add(exptime as Time)
+    } else if exptime <= i64::from(now) {
+        EXPIRED
+    } else {
+        exptime.min(i64::from(Time::MAX)) as Time
+    }
+}
+
+/// What a lookup found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    /// A live item.
+    Hit,
+    /// No item.
+    Miss,
+    /// An expired item (now unlinked).
+    Expired,
+    /// An item invalidated by `flush_all` (now unlinked).
+    Flushed,
+}
+
+/// Why a write failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteError {
+    /// The item is larger than a shard's share of the memory limit.
+    OutOfMemory,
+    /// The operation needs an existing item and there is none.
+    NotFound,
+}
+
+/// How [`Entry::rewrite`] changes an existing value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Edit<'a> {
+    /// Add bytes after the value.
+    Append(&'a [u8]),
+    /// Add bytes before the value.
+    Prepend(&'a [u8]),
+    /// Replace the value.
+    Replace(&'a [u8]),
+}
+
+/// The store's configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreConfig {
+    /// The memory limit in bytes (memcached's `-m`, in bytes), split evenly
+    /// over the shards.
+    pub max_bytes: usize,
+    /// The number of shards, rounded up to a power of two. Choose it so that
+    /// `max_bytes / shards` is at least the item size limit, or the largest
+    /// items cannot be stored.
+    pub shards: usize,
+}
+
+impl StoreConfig {
+    /// A configuration with `max_bytes` and a default shard count: the largest
+    /// power of two up to 64 that leaves each shard at least 2 MiB.
+    pub fn new(max_bytes: usize) -> StoreConfig {
+        let mut shards = 64;
+        while shards > 1 && max_bytes / shards < 2 << 20 {
+            shards /= 2;
+        }
+        StoreConfig { max_bytes, shards }
+    }
+}
+
+/// `flush_all` state, read once per lookup.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FlushState {
+    /// Items stored in an older epoch were flushed by an immediate `flush_all`.
+    epoch: u32,
+    /// Items last stored or accessed before this time are flushed (0 = none).
+    fired: Time,
+    /// A delayed `flush_all` takes effect at this time (0 = none).
+    pending: Time,
+}
+
+impl FlushState {
+    /// Items whose access time is below the returned value are flushed.
+    #[inline]
+    pub(crate) fn cutoff(self, now: Time) -> Time {
+        if self.pending != 0 && now >= self.pending {
+            self.fired.max(self.pending)
+        } else {
+            self.fired
+        }
+    }
+}
+
+#[repr(align(128))]
+struct ShardCell {
+    shard: Mutex<Shard>,
+    stats: ShardStats,
+}
+
+/// The sharded item store. `Sync`: share it by reference or `Arc`.
+pub struct Store {
+    cells: Box<[ShardCell]>,
+    mask: usize,
+    hasher: hashbrown::DefaultHashBuilder,
+    next_cas: AtomicU64,
+    flush_epoch: AtomicU32,
+    /// `fired << 32 | pending` (see [`FlushState`]).
+    flush_times: AtomicU64,
+    global: GlobalStats,
+    max_bytes: usize,
+    sweep_cursor: AtomicUsize,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("shards", &self.cells.len())
+            .field("max_bytes", &self.max_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
+    // A panic while holding the lock leaves the shard consistent (every
+    // mutation completes before anything that can panic), so keep serving.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Store {
+    /// Creates an empty store.
+    pub fn new(config: StoreConfig) -> Store {
+        let n = config.shards.clamp(1, 1 << 16).next_power_of_two();
+        let per_shard = config.max_bytes / n;
+        let cells = (0..n)
+            .map(|_| ShardCell {
+                shard: Mutex::new(Shard::new(per_shard)),
+                stats: ShardStats::new(),
+            })
+            .collect();
+        Store {
+            cells,
+            mask: n - 1,
+            hasher: hashbrown::DefaultHashBuilder::default(),
+            next_cas: AtomicU64::new(1),
+            flush_epoch: AtomicU32::new(0),
+            flush_times: AtomicU64::new(0),
+            global: GlobalStats::new(),
+            max_bytes: config.max_bytes,
+            sweep_cursor: AtomicUsize::new(0),
+        }
+    }
+
+    /// The number of shards (a power of two).
+    pub fn shard_count(&self) -> usize {
+        self.cells.len()
+    }
+
+    /// The memory limit in bytes.
+    pub fn max_bytes(&self) -> usize {
+        self.max_bytes
+    }
+
+    #[inline]
+    fn hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    /// hashbrown indexes buckets with the low bits and filters with the top 7,
+    /// so the shard comes from bits 32.. to keep both well spread in a shard.
+    #[inline]
+    fn shard_index(&self, hash: u64) -> usize {
+        (hash >> 32) as usize & self.mask
+    }
+
+    /// The shard holding `key`: color the payload job with it.
+    #[inline]
+    pub fn shard_of(&self, key: &[u8]) -> usize {
+        self.shard_index(self.hash(key))
+    }
+
+    /// The next CAS unique (store-wide, starting at 1).
+    pub fn next_cas(&self) -> u64 {
+        self.next_cas.fetch_add(1, Relaxed)
+    }
+
+    fn flush_state(&self) -> FlushState {
+        let times = self.flush_times.load(Relaxed);
+        FlushState {
+            epoch: self.flush_epoch.load(Relaxed),
+            fired: (times >> 32) as Time,
+            pending: times as Time,
+        }
+    }
+
+    /// Locks `key`'s shard and looks the key up (an expired or flushed item is
+    /// unlinked on the way, see [`Entry::lookup`]). The lock is held until the
+    /// entry is dropped: keep entries short-lived and never hold two.
+    pub fn entry<'s, 'k>(&'s self, key: &'k [u8], now: Time) -> Entry<'s, 'k> {
+        debug_assert!(key.len() <= u8::MAX as usize);
+        let hash = self.hash(key);
+        let cell = &self.cells[self.shard_index(hash)];
+        let mut shard = lock(&cell.shard);
+        let flush = self.flush_state();
+        let mut idx = None;
+        let mut lookup = Lookup::Miss;
+        if let Some(i) = shard.find(hash, key) {
+            lookup = shard.state(i, now, flush);
+            if lookup == Lookup::Hit {
+                idx = Some(i);
+            } else {
+                shard.reclaim(i, lookup, &cell.stats);
+            }
+        }
+        Entry {
+            store: self,
+            stats: &cell.stats,
+            shard,
+            key,
+            hash,
+            now,
+            flush,
+            idx,
+            lookup,
+        }
+    }
+
+    /// Invalidates every item now (`delay` ≤ 0) or at `expiry(delay, now)`.
+    /// Items stored or accessed before that moment are never returned again;
+    /// their memory comes back through the LRU tail or [`Store::sweep`]. A new
+    /// delayed flush replaces a pending one, as in memcached.
+    pub fn flush_all(&self, delay: i64, now: Time) {
+        let f = self.flush_state();
+        let fired = f.cutoff(now);
+        let at = if delay > 0 { expiry(delay, now) } else { 0 };
+        if at > now {
+            self.flush_times
+                .store(u64::from(fired) << 32 | u64::from(at), Relaxed);
+        } else {
+            self.flush_times.store(u64::from(fired) << 32, Relaxed);
+            self.flush_epoch.fetch_add(1, Relaxed);
+        }
+        self.global.bump(Counter::CmdFlush);
+    }
+
+    /// Reclaims expired and flushed items, examining at most `max_items` slots
+    /// (across shards, round robin from where the last call stopped). Returns
+    /// the number of items reclaimed. Each shard is locked only while its
+    /// slots are examined.
+    pub fn sweep(&self, now: Time, max_items: usize) -> usize {
+        let start = self.sweep_cursor.fetch_add(1, Relaxed);
+        let mut budget = max_items;
+        let mut reclaimed = 0;
+        for k in 0..self.cells.len() {
+            if budget == 0 {
+                break;
+            }
+            let (seen, got) = self.sweep_cell((start + k) & self.mask, now, budget);
+            budget -= seen;
+            reclaimed += got;
+        }
+        reclaimed
+    }
+
+    /// Like [`Store::sweep`] for one shard, for a job colored with `shard`.
+    pub fn sweep_shard(&self, shard: usize, now: Time, max_items: usize) -> usize {
+        self.sweep_cell(shard & self.mask, now, max_items).1
+    }
+
+    fn sweep_cell(&self, i: usize, now: Time, max: usize) -> (usize, usize) {
+        let cell = &self.cells[i];
+        let mut shard = lock(&cell.shard);
+        let flush = self.flush_state();
+        shard.sweep(now, flush, max, &cell.stats)
+    }
+
+    /// Counts an event tied to no key (e.g. a value refused by the parser).
+    pub fn count(&self, c: Counter) {
+        self.global.bump(c);
+    }
+
+    /// Sums every counter (lock-free; values may be a few events old).
+    pub fn stats(&self) -> Stats {
+        let mut sums = [0u64; Counter::COUNT];
+        for cell in self.cells.iter() {
+            cell.stats.add_into(&mut sums);
+        }
+        self.global.add_into(&mut sums);
+        Stats::from_sums(&sums, self.max_bytes as u64)
+    }
+
+    /// Zeroes the counters (`stats reset`); gauges (items, bytes) stay.
+    pub fn reset_stats(&self) {
+        for cell in self.cells.iter() {
+            let _held = lock(&cell.shard);
+            cell.stats.reset();
+        }
+        self.global.reset();
+    }
+
+    #[cfg(test)]
+    pub(crate) fn check(&self) {
+        for cell in self.cells.iter() {
+            lock(&cell.shard).check();
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn shard_len(&self, i: usize) -> usize {
+        lock(&self.cells[i].shard).len()
+    }
+}
+
+/// A read-only view of a live item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Item<'a> {
+    /// The key.
+    pub key: &'a [u8],
+    /// The value.
+    pub value: &'a [u8],
+    /// Client flags.
+    pub flags: u32,
+    /// CAS unique.
+    pub cas: u64,
+    /// Absolute expiry time, 0 = never.
+    pub exptime: Time,
+    /// When the item was last stored or accessed.
+    pub last_access: Time,
+    /// Whether it has been fetched since it was stored.
+    pub fetched: bool,
+    /// Marked stale by `md … I` (meta invalidation).
+    pub stale: bool,
+    /// A client has been handed the recache win token (`W`).
+    pub win_sent: bool,
+}
+
+/// One key's shard, locked, with the key looked up. Operations apply to that
+/// key; dropping the entry releases the lock.
+pub struct Entry<'s, 'k> {
+    store: &'s Store,
+    stats: &'s ShardStats,
+    shard: MutexGuard<'s, Shard>,
+    key: &'k [u8],
+    hash: u64,
+    now: Time,
+    flush: FlushState,
+    idx: Option<u32>,
+    lookup: Lookup,
+}
+
+impl std::fmt::Debug for Entry<'_, '_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Entry")
+            .field("key", &self.key)
+            .field("lookup", &self.lookup)
+            .field("item", &self.item())
+            .finish()
+    }
+}
+
+impl<'s, 'k> Entry<'s, 'k> {
+    /// What the lookup found when the entry was made (later writes do not
+    /// change it): `Expired` and `Flushed` mean a dead item was unlinked.
+    pub fn lookup(&self) -> Lookup {
+        self.lookup
+    }
+
+    /// The key.
+    pub fn key(&self) -> &'k [u8] {
+        self.key
+    }
+
+    /// The `now` the entry was made with.
+    pub fn now(&self) -> Time {
+        self.now
+    }
+
+    /// The store.
+    pub fn store(&self) -> &'s Store {
+        self.store
+    }
+
+    /// The live item, if any.
+    pub fn item(&self) -> Option<Item<'_>> {
+        let s = self.shard.slot(self.idx?);
+        Some(Item {
+            key: s.key(),
+            value: s.value(),
+            flags: s.flags,
+            cas: s.cas,
+            exptime: s.exptime,
+            last_access: s.atime,
+            fetched: s.has(FETCHED),
+            stale: s.has(STALE),
+            win_sent: s.has(WIN_SENT),
+        })
+    }
+
+    /// Whether there is a live item.
+    pub fn exists(&self) -> bool {
+        self.idx.is_some()
+    }
+
+    fn slot_mut(&mut self) -> Option<&mut Slot> {
+        let i = self.idx?;
+        Some(self.shard.slot_mut(i))
+    }
+
+    /// Records a fetch: marks the item fetched, sets its access time, moves it
+    /// to the head of the LRU list.
+    pub fn bump(&mut self) {
+        if let Some(i) = self.idx {
+            let now = self.now;
+            let s = self.shard.slot_mut(i);
+            s.bits |= FETCHED;
+            s.atime = now;
+            self.shard.lru_touch(i);
+        }
+    }
+
+    /// Moves the item to the LRU head and sets its access time without marking
+    /// it fetched (`add` finding the key, as memcached does).
+    pub fn promote(&mut self) {
+        if let Some(i) = self.idx {
+            self.shard.slot_mut(i).atime = self.now;
+            self.shard.lru_touch(i);
+        }
+    }
+
+    /// Sets the absolute expiry time (0 = never). An item set to expire at or
+    /// before `now` stays readable through this entry and is gone for the
+    /// next lookup.
+    pub fn set_exptime(&mut self, exptime: Time) {
+        if let Some(s) = self.slot_mut() {
+            s.exptime = exptime;
+        }
+    }
+
+    /// Sets the CAS unique.
+    pub fn set_cas(&mut self, cas: u64) {
+        if let Some(s) = self.slot_mut() {
+            s.cas = cas;
+        }
+    }
+
+    /// Marks or clears the stale bit.
+    pub fn set_stale(&mut self, stale: bool) {
+        if let Some(s) = self.slot_mut() {
+            s.bits = if stale {
+                s.bits | STALE
+            } else {
+                s.bits & !STALE
+            };
+        }
+    }
+
+    /// Marks or clears the "win token sent" bit.
+    pub fn set_win_sent(&mut self, sent: bool) {
+        if let Some(s) = self.slot_mut() {
+            s.bits = if sent {
+                s.bits | WIN_SENT
+            } else {
+                s.bits & !WIN_SENT
+            };
+        }
+    }
+
+    /// Counts an event in this key's shard.
+    pub fn count(&self, c: Counter) {
+        self.stats.bump(c);
+    }
+
+    /// Stores a new item under the key, replacing any live one, and returns
+    /// its CAS unique (`cas`, or the next store-wide one). Evicts from the LRU
+    /// tail to make room. An item whose `exptime` has already passed replaces
+    /// the old one and is not kept.
+    pub fn insert(
+        &mut self,
+        value: &[u8],
+        flags: u32,
+        exptime: Time,
+        cas: Option<u64>,
+    ) -> Result<u64, WriteError> {
+        self.put(&[value], flags, exptime, cas, 0)
+    }
+
+    /// Changes the live item's value, keeping its flags and expiry; the item
+    /// gets a new CAS unique (`cas` or the next one) and goes to the LRU head.
+    pub fn rewrite(&mut self, edit: Edit<'_>, cas: Option<u64>) -> Result<u64, WriteError> {
+        let i = self.idx.ok_or(WriteError::NotFound)?;
+        let old = self.shard.slot(i);
+        let (flags, exptime) = (old.flags, old.exptime);
+        // Build the new value while the old one is still borrowed.
+        let old_value = old.value();
+        let data = match edit {
+            Edit::Append(d) => join(self.key, &[old_value, d]),
+            Edit::Prepend(d) => join(self.key, &[d, old_value]),
+            Edit::Replace(d) => join(self.key, &[d]),
+        };
+        self.put_data(data, flags, exptime, cas, 0)
+    }
+
+    /// Like [`Entry::insert`], and the new item keeps `bits` (STALE, WIN_SENT).
+    pub(crate) fn put(
+        &mut self,
+        parts: &[&[u8]],
+        flags: u32,
+        exptime: Time,
+        cas: Option<u64>,
+        bits: u8,
+    ) -> Result<u64, WriteError> {
+        let len = self.key.len() + parts.iter().map(|p| p.len()).sum::<usize>();
+        if len + ITEM_OVERHEAD > self.shard.limit {
+            return Err(WriteError::OutOfMemory);
+        }
+        let data = join(self.key, parts);
+        self.put_data(data, flags, exptime, cas, bits)
+    }
+
+    fn put_data(
+        &mut self,
+        data: Box<[u8]>,
+        flags: u32,
+        exptime: Time,
+        cas: Option<u64>,
+        bits: u8,
+    ) -> Result<u64, WriteError> {
+        let charge = data.len() + ITEM_OVERHEAD;
+        if charge > self.shard.limit {
+            return Err(WriteError::OutOfMemory);
+        }
+        let cas = cas.unwrap_or_else(|| self.store.next_cas());
+        if let Some(old) = self.idx.take() {
+            self.shard.unlink(old, self.stats);
+        }
+        self.stats.bump(Counter::TotalItems);
+        if exptime != 0 && exptime <= self.now {
+            return Ok(cas);
+        }
+        let made = self
+            .shard
+            .make_room(charge, self.now, self.flush, self.stats);
+        debug_assert!(made);
+        let slot = Slot {
+            data,
+            hash: self.hash,
+            cas,
+            exptime,
+            atime: self.now,
+            flags,
+            epoch: self.flush.epoch,
+            prev: shard::NIL,
+            next: shard::NIL,
+            klen: self.key.len() as u8,
+            bits,
+        };
+        self.idx = Some(self.shard.link(slot, self.stats));
+        Ok(cas)
+    }
+
+    /// Unlinks the live item. Returns whether there was one.
+    pub fn remove(&mut self) -> bool {
+        match self.idx.take() {
+            Some(i) => {
+                self.shard.unlink(i, self.stats);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// `key ++ parts…` in one exactly sized allocation.
+fn join(key: &[u8], parts: &[&[u8]]) -> Box<[u8]> {
+    let len = key.len() + parts.iter().map(|p| p.len()).sum::<usize>();
+    let mut v = Vec::with_capacity(len);
+    v.extend_from_slice(key);
+    for p in parts {
+        v.extend_from_slice(p);
+    }
+    v.into_boxed_slice()
+}
+
+#[cfg(test)]
+mod tests;

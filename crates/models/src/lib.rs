@@ -1,0 +1,1 @@
+//! duality-models (under construction).

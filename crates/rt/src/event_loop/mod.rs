@@ -1,0 +1,552 @@
+//! The event loop: one per OS thread.
+//!
+//! A loop owns a local run queue, a hand-off queue that other threads push
+//! into, a reactor over `mio`, and a timer wheel. One turn:
+//!
+//! 1. run ready tasks, at most `budget` of them (each poll is timed into the
+//!    poll-time histogram; polls over the long-poll threshold are logged);
+//! 2. take the hand-off queue in one batch;
+//! 3. poll I/O — without waiting if work remains, otherwise until the next
+//!    timer (announcing "sleeping" first, so that other threads know they
+//!    must wake it; while it is awake nobody writes its eventfd);
+//! 4. fire due timers, and take the hand-off queue again.
+//!
+//! Shutdown protocol (`EventLoop`'s drop):
+//! 1. every task waiting on this loop's I/O or timers is aborted, and the run
+//!    queue is run until empty, so aborted futures are dropped here;
+//! 2. the hand-off queue is emptied and the loop's registry slot released.
+//!
+//! Tasks parked on something else (a channel, a mutex) are freed when the last
+//! reference to them goes, not at shutdown.
+
+mod context;
+pub(crate) mod registry;
+
+use crate::loom::lock;
+use crate::reactor::{Reactor, ReactorShared};
+use crate::stats::LoopSnapshot;
+use crate::task::{self, JoinHandle, LocalQueue, TaskRef};
+use crate::time::{TimerShared, TimerWheel};
+use hdrhistogram::Histogram;
+use registry::Shared;
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::io;
+use std::marker::PhantomData;
+use std::panic::Location;
+use std::pin::pin;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+pub(crate) use context::with_current;
+
+/// How a loop behaves. `Default` gives sensible values for servers.
+#[derive(Clone, Debug)]
+pub struct LoopConfig {
+    /// Thread/loop name, shown in snapshots and logs.
+    pub name: Option<String>,
+    /// Task polls per turn before the loop looks at I/O again.
+    pub budget: usize,
+    /// A single poll longer than this is logged as a warning (`None`: never).
+    pub long_poll_threshold: Option<Duration>,
+    /// Remember where each task was spawned (one extra word per task), so
+    /// long-poll warnings can name the spawn location.
+    pub track_spawn_locations: bool,
+    /// Capacity of the reactor's event buffer.
+    pub events_capacity: usize,
+}
+
+impl Default for LoopConfig {
+    fn default() -> Self {
+        LoopConfig {
+            name: None,
+            budget: 128,
+            long_poll_threshold: Some(Duration::from_millis(10)),
+            track_spawn_locations: false,
+            events_capacity: 1024,
+        }
+    }
+}
+
+/// The thread-owned half of a loop.
+pub(crate) struct Local {
+    pub(crate) shared: &'static Shared,
+    pub(crate) run_queue: LocalQueue,
+    pub(crate) reactor: Reactor,
+    pub(crate) timers: RefCell<TimerWheel<Arc<TimerShared>>>,
+    pub(crate) start: Instant,
+    config: LoopConfig,
+    hist: RefCell<Histogram<u64>>,
+    last_publish: Cell<Instant>,
+}
+
+impl Local {
+    /// Milliseconds since the loop started, rounded down (for "now").
+    pub(crate) fn tick_floor(&self, t: Instant) -> u64 {
+        t.saturating_duration_since(self.start).as_millis() as u64
+    }
+
+    /// Milliseconds since the loop started, rounded up (for deadlines, so a
+    /// timer never fires early).
+    pub(crate) fn tick_ceil(&self, t: Instant) -> u64 {
+        let d = t.saturating_duration_since(self.start);
+        let ms = d.as_millis() as u64;
+        if d > Duration::from_millis(ms) {
+            ms + 1
+        } else {
+            ms
+        }
+    }
+
+    fn run_tasks(&self) -> usize {
+        let threshold = self.config.long_poll_threshold;
+        let track = self.config.track_spawn_locations;
+        let mut hist = self.hist.borrow_mut();
+        let mut t0 = Instant::now();
+        let mut n = 0;
+        while n < self.config.budget {
+            let Some(task) = self.run_queue.pop() else {
+                break;
+            };
+            let vtable = task.vtable();
+            let location = if track {
+                task.header().location()
+            } else {
+                None
+            };
+            task.run();
+            let t1 = Instant::now();
+            let took = t1 - t0;
+            t0 = t1;
+            let _ = hist.record(took.as_nanos() as u64);
+            n += 1;
+            if let Some(th) = threshold {
+                if took > th {
+                    self.shared.stats.long_polls.fetch_add(1, Relaxed);
+                    let name = (vtable.type_name)();
+                    match location {
+                        Some(loc) => tracing::warn!(
+                            loop_id = self.shared.id,
+                            task = name,
+                            spawned_at = %loc,
+                            took_us = took.as_micros() as u64,
+                            "a task blocked its event loop"
+                        ),
+                        None => tracing::warn!(
+                            loop_id = self.shared.id,
+                            task = name,
+                            took_us = took.as_micros() as u64,
+                            "a task blocked its event loop"
+                        ),
+                    }
+                }
+            }
+        }
+        if n > 0 {
+            self.shared.stats.polls.fetch_add(n as u64, Relaxed);
+        }
+        n
+    }
+
+    fn drain_handoff(&self) {
+        let n = self.shared.handoff.drain_into(&self.run_queue);
+        if n > 0 {
+            self.shared.stats.handoffs.fetch_add(n as u64, Relaxed);
+            self.shared.stats.handoff_batches.fetch_add(1, Relaxed);
+        }
+    }
+
+    fn fire_timers(&self) {
+        let now = self.tick_floor(Instant::now());
+        let mut fired = 0u64;
+        self.timers
+            .borrow_mut()
+            .advance(now, &mut |t: Arc<TimerShared>| {
+                t.fire();
+                fired += 1;
+            });
+        if fired > 0 {
+            self.shared.stats.timers_fired.fetch_add(fired, Relaxed);
+        }
+    }
+
+    /// One turn of the loop. `main_ready` tells whether a `block_on` future
+    /// is waiting to be polled (then the loop must not block).
+    fn turn(&self) -> io::Result<()> {
+        self.run_tasks();
+        self.drain_handoff();
+        let busy = !self.run_queue.is_empty() || self.shared.main_woken.load(Relaxed);
+        let mut timeout = if busy {
+            Some(Duration::ZERO)
+        } else {
+            self.timers.borrow().next_deadline().map(|tick| {
+                let at = self.start + Duration::from_millis(tick);
+                at.saturating_duration_since(Instant::now())
+            })
+        };
+        let sleeping = timeout != Some(Duration::ZERO);
+        if sleeping && !self.shared.prepare_sleep() {
+            timeout = Some(Duration::ZERO);
+        }
+        let polled = self.reactor.poll(timeout);
+        if sleeping {
+            self.shared.after_sleep();
+        }
+        let (events, woke) = polled?;
+        if woke {
+            self.shared.clear_wake_fd();
+        }
+        if events > 0 {
+            self.shared
+                .stats
+                .io_events
+                .fetch_add(events as u64, Relaxed);
+        }
+        self.fire_timers();
+        self.drain_handoff();
+        self.publish();
+        Ok(())
+    }
+
+    /// Makes the loop's numbers readable from other threads.
+    fn publish(&self) {
+        let s = &self.shared.stats;
+        s.turns.fetch_add(1, Relaxed);
+        s.run_queue_depth.store(self.run_queue.len(), Relaxed);
+        let now = Instant::now();
+        if now.duration_since(self.last_publish.get()) >= Duration::from_millis(10) {
+            self.last_publish.set(now);
+            s.io_sources.store(self.reactor.sources(), Relaxed);
+            s.timers_pending.store(self.timers.borrow().len(), Relaxed);
+            let mut local = self.hist.borrow_mut();
+            if !local.is_empty() {
+                let _ = lock(&self.shared.poll_hist).add(&*local);
+                local.reset();
+            }
+        }
+    }
+
+    fn shutdown(&self) {
+        // Abort every task parked on our I/O or timers, then run the queue so
+        // their futures are dropped here, on their own thread.
+        loop {
+            let mut wakers = Vec::new();
+            self.reactor.shutdown_wakers(&mut wakers);
+            self.timers
+                .borrow_mut()
+                .advance(u64::MAX, &mut |t: Arc<TimerShared>| {
+                    if let Some(w) = t.take_waker() {
+                        wakers.push(w);
+                    }
+                });
+            for w in wakers {
+                task::abort_by_waker(&w);
+            }
+            self.drain_handoff();
+            if self.run_queue.is_empty() {
+                break;
+            }
+            while let Some(t) = self.run_queue.pop() {
+                task::abort_task(&t);
+                t.run();
+            }
+        }
+        self.shared.handoff.clear();
+        self.publish();
+    }
+}
+
+/// Routes a woken task to its loop: the local queue if we are on that loop's
+/// thread, its hand-off queue otherwise.
+pub(crate) fn schedule(task: TaskRef) {
+    let owner = task.header().owner();
+    with_current(|cur| match cur {
+        Some(local) if local.shared.id == owner => local.run_queue.push(task),
+        _ => match registry::get(owner) {
+            Some(shared) => {
+                shared.handoff.push(task);
+                shared.notify();
+            }
+            // The loop is gone; the task can never run. Dropping the reference
+            // frees it once nothing else holds it.
+            None => drop(task),
+        },
+    })
+}
+
+/// A task's future was dropped.
+pub(crate) fn task_finished(owner: u16) {
+    task::count_finished();
+    if let Some(shared) = registry::get(owner) {
+        shared.stats.tasks_alive.fetch_sub(1, Relaxed);
+    }
+}
+
+#[track_caller]
+pub(crate) fn try_spawn_local<F>(future: F) -> Result<JoinHandle<F::Output>, F>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let location = Location::caller();
+    with_current(move |cur| match cur {
+        None => Err(future),
+        Some(local) => {
+            let id = local.shared.id;
+            let (queued, join) = if local.config.track_spawn_locations {
+                task::new_task_located(future, id, location)
+            } else {
+                task::new_task(future, id)
+            };
+            local.shared.stats.tasks_alive.fetch_add(1, Relaxed);
+            local.run_queue.push(queued);
+            Ok(join)
+        }
+    })
+}
+
+pub(crate) fn current_reactor() -> Option<Arc<ReactorShared>> {
+    with_current(|cur| cur.map(|l| l.reactor.handle().clone()))
+}
+
+/// The handle of the loop running on this thread, if any.
+pub fn current() -> Option<LoopHandle> {
+    with_current(|cur| cur.map(|l| LoopHandle { shared: l.shared }))
+}
+
+/// A cheap, `Send` handle to a loop: spawn onto it, read its numbers, stop it.
+#[derive(Clone, Copy)]
+pub struct LoopHandle {
+    shared: &'static Shared,
+}
+
+impl std::fmt::Debug for LoopHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LoopHandle({})", self.shared.id)
+    }
+}
+
+impl LoopHandle {
+    /// The loop's id (unique among live loops).
+    pub fn id(&self) -> u16 {
+        self.shared.id
+    }
+
+    /// Spawns a task on this loop from any thread.
+    pub fn spawn<F>(&self, future: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let (queued, join) = task::new_task(future, self.shared.id);
+        self.shared.stats.tasks_alive.fetch_add(1, Relaxed);
+        schedule(queued);
+        join
+    }
+
+    /// Asks the loop to return from `run` (used by [`LoopThread`]).
+    pub fn stop(&self) {
+        self.shared.stop.store(true, SeqCst);
+        self.shared.notify();
+    }
+
+    /// The loop's numbers now (the poll-time histogram lags by up to 10 ms).
+    pub fn snapshot(&self) -> LoopSnapshot {
+        LoopSnapshot::read(self.shared)
+    }
+
+    /// The OS thread id running the loop (0 before it starts).
+    pub fn tid(&self) -> i64 {
+        self.shared.tid.load(Relaxed)
+    }
+}
+
+/// Snapshots of every live loop in the process.
+pub fn all_snapshots() -> Vec<LoopSnapshot> {
+    registry::all()
+        .into_iter()
+        .map(LoopSnapshot::read)
+        .collect()
+}
+
+struct MainWaker {
+    shared: &'static Shared,
+}
+
+impl Wake for MainWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref()
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.shared.main_woken.store(true, SeqCst);
+        self.shared.notify();
+    }
+}
+
+/// An event loop bound to the thread that created it.
+pub struct EventLoop {
+    local: Box<Local>,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl EventLoop {
+    /// Creates a loop on the current thread.
+    pub fn new(config: LoopConfig) -> io::Result<EventLoop> {
+        let shared = registry::acquire()?;
+        let reactor = match Reactor::new(config.events_capacity, shared.wake_fd()) {
+            Ok(r) => r,
+            Err(e) => {
+                registry::release(shared);
+                return Err(e);
+            }
+        };
+        *lock(&shared.name) = config
+            .name
+            .clone()
+            .unwrap_or_else(|| format!("loop-{}", shared.id));
+        shared.tid.store(current_tid(), Relaxed);
+        let now = Instant::now();
+        Ok(EventLoop {
+            local: Box::new(Local {
+                shared,
+                run_queue: LocalQueue::new(),
+                reactor,
+                timers: RefCell::new(TimerWheel::new()),
+                start: now,
+                config,
+                hist: RefCell::new(registry::new_histogram()),
+                last_publish: Cell::new(now),
+            }),
+            _not_send: PhantomData,
+        })
+    }
+
+    /// A handle other threads can use.
+    pub fn handle(&self) -> LoopHandle {
+        LoopHandle {
+            shared: self.local.shared,
+        }
+    }
+
+    /// Runs the loop until `future` completes; spawned tasks keep running
+    /// whenever the main future waits.
+    pub fn block_on<F: Future>(&mut self, future: F) -> F::Output {
+        let local = &*self.local;
+        let _enter = context::enter(local);
+        let mut future = pin!(future);
+        let waker = Waker::from(Arc::new(MainWaker {
+            shared: local.shared,
+        }));
+        let mut cx = Context::from_waker(&waker);
+        local.shared.main_woken.store(true, SeqCst);
+        loop {
+            if local.shared.main_woken.swap(false, SeqCst) {
+                if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
+                    return v;
+                }
+            }
+            if let Err(e) = local.turn() {
+                panic!(
+                    "duality event loop {}: reactor failed: {e}",
+                    local.shared.id
+                );
+            }
+        }
+    }
+
+    /// Runs the loop until [`LoopHandle::stop`] is called.
+    pub fn run(&mut self) -> io::Result<()> {
+        let local = &*self.local;
+        let _enter = context::enter(local);
+        while !local.shared.stop.load(SeqCst) {
+            local.turn()?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for EventLoop {
+    fn drop(&mut self) {
+        let local = &*self.local;
+        {
+            let _enter = context::enter(local);
+            local.shutdown();
+        }
+        registry::release(local.shared);
+    }
+}
+
+/// Creates a loop on the current thread and runs `future` to completion on it.
+///
+/// # Panics
+/// Inside another duality loop on this thread, or if the OS refuses the
+/// loop's epoll/eventfd descriptors.
+pub fn block_on<F: Future>(future: F) -> F::Output {
+    let mut lp = EventLoop::new(LoopConfig::default()).expect("cannot create a duality event loop");
+    lp.block_on(future)
+}
+
+/// A loop running on its own OS thread.
+pub struct LoopThread {
+    handle: LoopHandle,
+    thread: Option<std::thread::JoinHandle<io::Result<()>>>,
+}
+
+impl LoopThread {
+    /// Starts a named OS thread running a loop.
+    pub fn spawn(config: LoopConfig) -> io::Result<LoopThread> {
+        let name = config.name.clone().unwrap_or_else(|| "duality-loop".into());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new().name(name).spawn(move || {
+            let mut lp = match EventLoop::new(config) {
+                Ok(lp) => lp,
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    return Ok(());
+                }
+            };
+            let _ = tx.send(Ok(lp.handle()));
+            lp.run()
+        })?;
+        let handle = rx
+            .recv()
+            .map_err(|_| io::Error::other("loop thread died while starting"))??;
+        Ok(LoopThread {
+            handle,
+            thread: Some(thread),
+        })
+    }
+
+    /// The loop's handle.
+    pub fn handle(&self) -> LoopHandle {
+        self.handle
+    }
+
+    /// Stops the loop and waits for its thread (its tasks are cancelled).
+    pub fn join(mut self) -> io::Result<()> {
+        self.stop_and_join()
+    }
+
+    fn stop_and_join(&mut self) -> io::Result<()> {
+        self.handle.stop();
+        match self.thread.take() {
+            Some(t) => t
+                .join()
+                .map_err(|_| io::Error::other("loop thread panicked"))?,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for LoopThread {
+    fn drop(&mut self) {
+        let _ = self.stop_and_join();
+    }
+}
+
+fn current_tid() -> i64 {
+    // SAFETY: gettid has no arguments and cannot fail.
+    unsafe { libc::gettid() as i64 }
+}

@@ -1,0 +1,211 @@
+//! The loop registry: the part of each loop that other threads may touch.
+//!
+//! A task records its owning loop as a 16-bit id (two bytes in the task header
+//! instead of an eight-byte pointer); the id indexes `SLOTS`. A `Shared` is
+//! never freed: when a loop ends its slot is cleared and goes back on a free
+//! list, and the next loop reuses both the id and the `Shared` (its eventfd
+//! included). So a `&'static Shared` read from a slot is always valid memory;
+//! a waker racing with a loop's end may push into a queue that the next owner
+//! of the slot will drain (the task then simply runs on that loop).
+
+use crate::loom::lock;
+use crate::task::HandoffQueue;
+use hdrhistogram::Histogram;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+/// At most this many loops exist at once in a process.
+pub const MAX_LOOPS: usize = 1 << 16;
+
+static SLOTS: [AtomicPtr<Shared>; MAX_LOOPS] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_LOOPS];
+
+struct Pool {
+    free: Vec<&'static Shared>,
+    next_id: usize,
+}
+
+static POOL: Mutex<Pool> = Mutex::new(Pool {
+    free: Vec::new(),
+    next_id: 0,
+});
+
+/// Counters other threads read; written by the loop with relaxed stores.
+#[derive(Default)]
+pub(crate) struct SharedStats {
+    pub(crate) tasks_alive: AtomicI64,
+    pub(crate) polls: AtomicU64,
+    pub(crate) wakeups: AtomicU64,
+    pub(crate) handoffs: AtomicU64,
+    pub(crate) handoff_batches: AtomicU64,
+    pub(crate) io_events: AtomicU64,
+    pub(crate) timers_fired: AtomicU64,
+    pub(crate) long_polls: AtomicU64,
+    pub(crate) turns: AtomicU64,
+    pub(crate) run_queue_depth: AtomicUsize,
+    pub(crate) io_sources: AtomicUsize,
+    pub(crate) timers_pending: AtomicUsize,
+}
+
+pub(crate) struct Shared {
+    pub(crate) id: u16,
+    pub(crate) handoff: HandoffQueue,
+    /// Set by the loop just before it may block in `epoll_wait`.
+    sleeping: AtomicBool,
+    /// The `block_on` future was woken.
+    pub(crate) main_woken: AtomicBool,
+    pub(crate) stop: AtomicBool,
+    pub(crate) tid: AtomicI64,
+    pub(crate) name: Mutex<String>,
+    wake_fd: OwnedFd,
+    pub(crate) stats: SharedStats,
+    /// Poll-time histogram (ns), merged in by the loop every few milliseconds.
+    pub(crate) poll_hist: Mutex<Histogram<u64>>,
+}
+
+pub(crate) fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000_000, 2).expect("valid histogram bounds")
+}
+
+impl Shared {
+    fn new(id: u16) -> io::Result<Shared> {
+        Ok(Shared {
+            id,
+            handoff: HandoffQueue::new(),
+            sleeping: AtomicBool::new(false),
+            main_woken: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            tid: AtomicI64::new(0),
+            name: Mutex::new(String::new()),
+            wake_fd: eventfd()?,
+            stats: SharedStats::default(),
+            poll_hist: Mutex::new(new_histogram()),
+        })
+    }
+
+    fn reset(&self) {
+        self.sleeping.store(false, Ordering::Relaxed);
+        self.main_woken.store(false, Ordering::Relaxed);
+        self.stop.store(false, Ordering::Relaxed);
+        let s = &self.stats;
+        for c in [
+            &s.polls,
+            &s.wakeups,
+            &s.handoffs,
+            &s.handoff_batches,
+            &s.io_events,
+            &s.timers_fired,
+            &s.long_polls,
+            &s.turns,
+        ] {
+            c.store(0, Ordering::Relaxed);
+        }
+        s.tasks_alive.store(0, Ordering::Relaxed);
+        lock(&self.poll_hist).reset();
+        drain_eventfd(self.wake_fd.as_raw_fd());
+    }
+
+    pub(crate) fn wake_fd(&self) -> RawFd {
+        self.wake_fd.as_raw_fd()
+    }
+
+    /// Wakes the loop if, and only if, it is (about to be) blocked in the
+    /// reactor. Call after publishing work (`SeqCst`), so that either the loop's
+    /// re-check sees the work or this sees `sleeping` — never neither.
+    pub(crate) fn notify(&self) {
+        if self.sleeping.load(Ordering::SeqCst) && self.sleeping.swap(false, Ordering::SeqCst) {
+            self.stats.wakeups.fetch_add(1, Ordering::Relaxed);
+            write_eventfd(self.wake_fd.as_raw_fd());
+        }
+    }
+
+    /// The loop announces it may block; returns false if work arrived meanwhile
+    /// (then it must not block).
+    pub(crate) fn prepare_sleep(&self) -> bool {
+        self.sleeping.store(true, Ordering::SeqCst);
+        if !self.handoff.is_empty()
+            || self.main_woken.load(Ordering::SeqCst)
+            || self.stop.load(Ordering::SeqCst)
+        {
+            self.sleeping.store(false, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
+    pub(crate) fn after_sleep(&self) {
+        self.sleeping.store(false, Ordering::Relaxed);
+    }
+
+    pub(crate) fn clear_wake_fd(&self) {
+        drain_eventfd(self.wake_fd.as_raw_fd());
+    }
+}
+
+/// Takes a free loop slot (or makes a new one).
+pub(crate) fn acquire() -> io::Result<&'static Shared> {
+    let mut pool = lock(&POOL);
+    let shared = match pool.free.pop() {
+        Some(s) => {
+            s.reset();
+            s
+        }
+        None => {
+            if pool.next_id >= MAX_LOOPS {
+                return Err(io::Error::other(format!(
+                    "too many duality event loops (at most {MAX_LOOPS} at once)"
+                )));
+            }
+            let id = pool.next_id as u16;
+            pool.next_id += 1;
+            &*Box::leak(Box::new(Shared::new(id)?))
+        }
+    };
+    SLOTS[shared.id as usize].store(shared as *const Shared as *mut Shared, Ordering::Release);
+    Ok(shared)
+}
+
+/// Returns a slot after its loop ended.
+pub(crate) fn release(shared: &'static Shared) {
+    SLOTS[shared.id as usize].store(std::ptr::null_mut(), Ordering::Release);
+    shared.handoff.clear();
+    lock(&POOL).free.push(shared);
+}
+
+/// The live loop with this id.
+pub(crate) fn get(id: u16) -> Option<&'static Shared> {
+    let p = SLOTS[id as usize].load(Ordering::Acquire);
+    // SAFETY: slots only ever hold pointers to leaked (never freed) `Shared`s.
+    unsafe { p.as_ref() }
+}
+
+/// Every live loop (for process-wide introspection).
+pub(crate) fn all() -> Vec<&'static Shared> {
+    let n = lock(&POOL).next_id;
+    (0..n).filter_map(|i| get(i as u16)).collect()
+}
+
+fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: plain system call with constant flags; no memory is passed.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by eventfd and is owned by no one else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn write_eventfd(fd: RawFd) {
+    let one: u64 = 1;
+    // SAFETY: writes 8 bytes from a live local; an error (counter saturated)
+    // means a wake-up is already pending, which is all we want.
+    unsafe { libc::write(fd, &one as *const u64 as *const libc::c_void, 8) };
+}
+
+fn drain_eventfd(fd: RawFd) {
+    let mut buf: u64 = 0;
+    // SAFETY: reads at most 8 bytes into a live local; EAGAIN when empty is fine.
+    unsafe { libc::read(fd, &mut buf as *mut u64 as *mut libc::c_void, 8) };
+}

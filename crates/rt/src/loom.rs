@@ -1,0 +1,58 @@
+//! The one door through which the runtime reaches atomics, cells and locks.
+//!
+//! Under `--cfg loom` every item here comes from `loom`, so the queues, the
+//! task state machine and the sync primitives can be model-checked by
+//! `cargo test` with `RUSTFLAGS="--cfg loom"` (see `tests/loom_*.rs`).
+//! Everywhere else they are the `std` types at zero cost.
+
+#[cfg(loom)]
+#[allow(unused_imports)]
+pub(crate) use loom::{
+    cell::UnsafeCell,
+    sync::{
+        atomic::{AtomicBool, AtomicPtr, AtomicU16, AtomicU32, AtomicU64, AtomicUsize},
+        Arc, Mutex, MutexGuard,
+    },
+    thread,
+};
+
+#[cfg(not(loom))]
+#[allow(unused_imports)]
+pub(crate) use std::{
+    sync::{
+        atomic::{AtomicBool, AtomicPtr, AtomicU16, AtomicU32, AtomicU64, AtomicUsize},
+        Arc, Mutex, MutexGuard,
+    },
+    thread,
+};
+
+/// `std::cell::UnsafeCell` with loom's `with`/`with_mut` API, so code is written
+/// once for both worlds.
+#[cfg(not(loom))]
+#[derive(Debug, Default)]
+pub(crate) struct UnsafeCell<T: ?Sized>(std::cell::UnsafeCell<T>);
+
+#[cfg(not(loom))]
+#[allow(dead_code)]
+impl<T> UnsafeCell<T> {
+    pub(crate) const fn new(data: T) -> UnsafeCell<T> {
+        UnsafeCell(std::cell::UnsafeCell::new(data))
+    }
+    #[inline(always)]
+    pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+        f(self.0.get())
+    }
+    #[inline(always)]
+    pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+        f(self.0.get())
+    }
+}
+
+/// Locks a mutex, ignoring poisoning: every critical section in this crate leaves
+/// its data consistent before anything that may panic.
+pub(crate) fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}

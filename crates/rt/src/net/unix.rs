@@ -1,0 +1,81 @@
+//! Unix-domain stream sockets.
+
+use super::evented::{accept_with, stream_methods, Evented};
+use crate::reactor::Direction as Dir;
+use std::io;
+use std::path::Path;
+
+/// A Unix-domain listening socket.
+pub struct UnixListener {
+    io: Evented<mio::net::UnixListener>,
+}
+
+impl UnixListener {
+    /// Binds at `path` on the current loop (the path must not exist).
+    pub fn bind(path: impl AsRef<Path>) -> io::Result<UnixListener> {
+        Ok(UnixListener {
+            io: Evented::new(mio::net::UnixListener::bind(path)?)?,
+        })
+    }
+
+    /// Wraps a bound std listener (set non-blocking here).
+    pub fn from_std(listener: std::os::unix::net::UnixListener) -> io::Result<UnixListener> {
+        listener.set_nonblocking(true)?;
+        Ok(UnixListener {
+            io: Evented::new(mio::net::UnixListener::from_std(listener))?,
+        })
+    }
+
+    /// Waits for a connection, registered with the current loop. Resource
+    /// exhaustion backs off as for TCP.
+    pub async fn accept(&self) -> io::Result<UnixStream> {
+        let (s, _) = accept_with(&self.io, |l| l.accept()).await?;
+        Ok(UnixStream {
+            io: Evented::new(s)?,
+        })
+    }
+
+    /// Like [`accept`](Self::accept), but returns a std socket for another loop.
+    pub async fn accept_std(&self) -> io::Result<std::os::unix::net::UnixStream> {
+        let (s, _) = accept_with(&self.io, |l| l.accept()).await?;
+        use std::os::fd::{FromRawFd, IntoRawFd};
+        let fd = s.into_raw_fd();
+        // SAFETY: `fd` was just released by its only owner.
+        Ok(unsafe { std::os::unix::net::UnixStream::from_raw_fd(fd) })
+    }
+}
+
+/// A Unix-domain stream connection.
+pub struct UnixStream {
+    io: Evented<mio::net::UnixStream>,
+}
+
+impl UnixStream {
+    /// Connects to the socket at `path`.
+    pub async fn connect(path: impl AsRef<Path>) -> io::Result<UnixStream> {
+        let stream = UnixStream {
+            io: Evented::new(mio::net::UnixStream::connect(path)?)?,
+        };
+        stream.io.ready(Dir::Write).await;
+        if let Some(e) = stream.io.get_ref().take_error()? {
+            return Err(e);
+        }
+        Ok(stream)
+    }
+
+    /// Wraps a connected std socket (set non-blocking here) on the current loop.
+    pub fn from_std(stream: std::os::unix::net::UnixStream) -> io::Result<UnixStream> {
+        stream.set_nonblocking(true)?;
+        Ok(UnixStream {
+            io: Evented::new(mio::net::UnixStream::from_std(stream))?,
+        })
+    }
+
+    /// A connected pair.
+    pub fn pair() -> io::Result<(UnixStream, UnixStream)> {
+        let (a, b) = std::os::unix::net::UnixStream::pair()?;
+        Ok((UnixStream::from_std(a)?, UnixStream::from_std(b)?))
+    }
+}
+
+stream_methods!(UnixStream);

@@ -1,0 +1,1 @@
+//! Thread pools for work that must not run on an event loop.

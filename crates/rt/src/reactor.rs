@@ -1,0 +1,319 @@
+//! The reactor: readiness from `mio` (epoll, edge-triggered), turned into task
+//! wake-ups.
+//!
+//! Each I/O object owns a [`Registration`]: an `IoShared` with a readiness
+//! word and one waker per direction, and a slot in its loop's source table.
+//! The token given to epoll is `generation << 32 | slot`, so an event for a
+//! slot that was freed and reused is recognised and ignored.
+//!
+//! The readiness word holds direction bits and a tick that counts events. A
+//! task that saw "readable" at tick t and then got `WouldBlock` clears the bit
+//! only if the tick is still t: an event that arrived in between is never lost.
+//!
+//! The source table is behind a mutex taken once per batch of events (and on
+//! register/deregister), so an I/O object may be dropped on any thread.
+
+use crate::loom::lock;
+use atomic_waker::AtomicWaker;
+use mio::event::Source;
+use mio::{Events, Interest, Poll as MioPoll, Registry, Token};
+use std::cell::RefCell;
+use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+pub(crate) const READABLE: usize = 1;
+pub(crate) const WRITABLE: usize = 2;
+const READ_CLOSED: usize = 4;
+const WRITE_CLOSED: usize = 8;
+const ERROR: usize = 16;
+const TICK_SHIFT: usize = 8;
+const DIR_MASK: usize = (1 << TICK_SHIFT) - 1;
+
+/// The eventfd that other threads write to wake the loop.
+pub(crate) const WAKE_TOKEN: Token = Token(usize::MAX);
+
+/// Which way a task waits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Direction {
+    Read,
+    Write,
+}
+
+impl Direction {
+    fn mask(self) -> usize {
+        match self {
+            Direction::Read => READABLE | READ_CLOSED | ERROR,
+            Direction::Write => WRITABLE | WRITE_CLOSED | ERROR,
+        }
+    }
+}
+
+/// A readiness observation: the bits and the tick they were seen at.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ReadyEvent {
+    word: usize,
+}
+
+pub(crate) struct IoShared {
+    readiness: AtomicUsize,
+    reader: AtomicWaker,
+    writer: AtomicWaker,
+    token: AtomicUsize,
+}
+
+impl IoShared {
+    fn set_readiness(&self, bits: usize) {
+        let _ = self
+            .readiness
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                let tick = (w >> TICK_SHIFT).wrapping_add(1);
+                Some((tick << TICK_SHIFT) | (w & DIR_MASK) | bits)
+            });
+        if bits & (READABLE | READ_CLOSED | ERROR) != 0 {
+            self.reader.wake();
+        }
+        if bits & (WRITABLE | WRITE_CLOSED | ERROR) != 0 {
+            self.writer.wake();
+        }
+    }
+
+    /// Drops both wakers (loop shutdown: breaks task ↔ I/O reference cycles).
+    fn forget_wakers(&self) {
+        drop(self.reader.take());
+        drop(self.writer.take());
+    }
+}
+
+struct Sources {
+    slots: Vec<(u32, Option<Arc<IoShared>>)>,
+    free: Vec<usize>,
+    live: usize,
+}
+
+pub(crate) struct ReactorShared {
+    registry: Registry,
+    sources: Mutex<Sources>,
+}
+
+/// The per-loop reactor. Only the loop's thread polls it.
+pub(crate) struct Reactor {
+    poll: RefCell<MioPoll>,
+    events: RefCell<Events>,
+    shared: Arc<ReactorShared>,
+}
+
+impl Reactor {
+    pub(crate) fn new(capacity: usize, wake_fd: i32) -> io::Result<Reactor> {
+        let poll = MioPoll::new()?;
+        let registry = poll.registry().try_clone()?;
+        registry.register(
+            &mut mio::unix::SourceFd(&wake_fd),
+            WAKE_TOKEN,
+            Interest::READABLE,
+        )?;
+        Ok(Reactor {
+            poll: RefCell::new(poll),
+            events: RefCell::new(Events::with_capacity(capacity.max(16))),
+            shared: Arc::new(ReactorShared {
+                registry,
+                sources: Mutex::new(Sources {
+                    slots: Vec::new(),
+                    free: Vec::new(),
+                    live: 0,
+                }),
+            }),
+        })
+    }
+
+    pub(crate) fn handle(&self) -> &Arc<ReactorShared> {
+        &self.shared
+    }
+
+    pub(crate) fn sources(&self) -> usize {
+        lock(&self.shared.sources).live
+    }
+
+    /// Waits for events (at most `timeout`), dispatches them, and returns
+    /// (events dispatched, whether the wake fd fired).
+    pub(crate) fn poll(&self, timeout: Option<Duration>) -> io::Result<(usize, bool)> {
+        let mut events = self.events.borrow_mut();
+        match self.poll.borrow_mut().poll(&mut events, timeout) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok((0, false)),
+            Err(e) => return Err(e),
+        }
+        let mut woke = false;
+        let mut n = 0;
+        if events.is_empty() {
+            return Ok((0, false));
+        }
+        let sources = lock(&self.shared.sources);
+        for ev in events.iter() {
+            let token = ev.token();
+            if token == WAKE_TOKEN {
+                woke = true;
+                continue;
+            }
+            let slot = token.0 & 0xffff_ffff;
+            let gen = (token.0 >> 32) as u32;
+            let Some((g, Some(io))) = sources.slots.get(slot) else {
+                continue;
+            };
+            if *g != gen {
+                continue;
+            }
+            let mut bits = 0;
+            if ev.is_readable() {
+                bits |= READABLE;
+            }
+            if ev.is_writable() {
+                bits |= WRITABLE;
+            }
+            if ev.is_read_closed() {
+                bits |= READ_CLOSED;
+            }
+            if ev.is_write_closed() {
+                bits |= WRITE_CLOSED;
+            }
+            if ev.is_error() {
+                bits |= ERROR;
+            }
+            io.set_readiness(bits);
+            n += 1;
+        }
+        Ok((n, woke))
+    }
+
+    /// Takes every waker held by this reactor's sources (loop shutdown).
+    pub(crate) fn shutdown_wakers(&self, out: &mut Vec<std::task::Waker>) {
+        let sources = lock(&self.shared.sources);
+        for io in sources.slots.iter().filter_map(|(_, io)| io.as_ref()) {
+            out.extend(io.reader.take());
+            out.extend(io.writer.take());
+        }
+    }
+}
+
+/// An I/O source registered with one loop's reactor.
+pub(crate) struct Registration {
+    io: Arc<IoShared>,
+    reactor: Arc<ReactorShared>,
+}
+
+impl Registration {
+    /// Registers `source` with the current thread's loop.
+    pub(crate) fn new(source: &mut impl Source, interest: Interest) -> io::Result<Registration> {
+        let reactor = crate::event_loop::current_reactor().ok_or_else(|| {
+            io::Error::other("duality I/O objects must be created on a duality event loop")
+        })?;
+        Registration::with_reactor(source, interest, reactor)
+    }
+
+    fn with_reactor(
+        source: &mut impl Source,
+        interest: Interest,
+        reactor: Arc<ReactorShared>,
+    ) -> io::Result<Registration> {
+        let io = Arc::new(IoShared {
+            // Optimistic: try the system call first; a WouldBlock clears it.
+            readiness: AtomicUsize::new(READABLE | WRITABLE),
+            reader: AtomicWaker::new(),
+            writer: AtomicWaker::new(),
+            token: AtomicUsize::new(0),
+        });
+        let token = {
+            let mut s = lock(&reactor.sources);
+            let slot = match s.free.pop() {
+                Some(i) => i,
+                None => {
+                    s.slots.push((0, None));
+                    s.slots.len() - 1
+                }
+            };
+            let entry = &mut s.slots[slot];
+            entry.0 = entry.0.wrapping_add(1);
+            entry.1 = Some(io.clone());
+            let gen = entry.0;
+            s.live += 1;
+            ((gen as usize) << 32) | slot
+        };
+        io.token.store(token, Ordering::Relaxed);
+        if let Err(e) = reactor.registry.register(source, Token(token), interest) {
+            remove(&reactor, token);
+            return Err(e);
+        }
+        Ok(Registration { io, reactor })
+    }
+
+    /// Ready in `dir`? Registers the waker when not.
+    pub(crate) fn poll_ready(&self, dir: Direction, cx: &mut Context<'_>) -> Poll<ReadyEvent> {
+        let word = self.io.readiness.load(Ordering::Acquire);
+        if word & dir.mask() != 0 {
+            return Poll::Ready(ReadyEvent { word });
+        }
+        match dir {
+            Direction::Read => self.io.reader.register(cx.waker()),
+            Direction::Write => self.io.writer.register(cx.waker()),
+        }
+        // An event may have landed between the check and the registration.
+        let word = self.io.readiness.load(Ordering::Acquire);
+        if word & dir.mask() != 0 {
+            return Poll::Ready(ReadyEvent { word });
+        }
+        Poll::Pending
+    }
+
+    /// After `WouldBlock`: forget readiness in `dir`, unless a newer event arrived.
+    pub(crate) fn clear_readiness(&self, dir: Direction, seen: ReadyEvent) {
+        let clear = match dir {
+            Direction::Read => READABLE,
+            Direction::Write => WRITABLE,
+        };
+        let _ = self.io.readiness.compare_exchange(
+            seen.word,
+            seen.word & !clear,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+
+    /// Runs `f` until it does not return `WouldBlock`, waiting for readiness.
+    pub(crate) fn poll_io<R>(
+        &self,
+        dir: Direction,
+        cx: &mut Context<'_>,
+        mut f: impl FnMut() -> io::Result<R>,
+    ) -> Poll<io::Result<R>> {
+        loop {
+            let ev = match self.poll_ready(dir, cx) {
+                Poll::Ready(ev) => ev,
+                Poll::Pending => return Poll::Pending,
+            };
+            match f() {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.clear_readiness(dir, ev),
+                r => return Poll::Ready(r),
+            }
+        }
+    }
+
+    /// Removes the source from epoll and the table. Call before closing the fd.
+    pub(crate) fn deregister(&self, source: &mut impl Source) {
+        let _ = self.reactor.registry.deregister(source);
+        remove(&self.reactor, self.io.token.load(Ordering::Relaxed));
+        self.io.forget_wakers();
+    }
+}
+
+fn remove(reactor: &ReactorShared, token: usize) {
+    let mut s = lock(&reactor.sources);
+    let slot = token & 0xffff_ffff;
+    if let Some(entry) = s.slots.get_mut(slot) {
+        if entry.0 == (token >> 32) as u32 && entry.1.take().is_some() {
+            s.free.push(slot);
+            s.live -= 1;
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! Timers: [`sleep`], [`sleep_until`], [`timeout`].
+//!
+//! Each loop keeps a hierarchical timer wheel (`wheel.rs`) with millisecond
+//! ticks: insertion and cancellation are O(1). Deadlines are rounded up to the
+//! next tick and "now" down, so a timer never fires early. A `Sleep` registers
+//! on the loop where it is first polled; dropping it there cancels it in O(1);
+//! dropping it on another thread leaves a harmless entry that fires later.
+
+mod tmp_wheel;
+pub(crate) mod wheel;
+
+pub(crate) use tmp_wheel::{TimerKey, TimerWheel};
+
+use crate::event_loop::with_current;
+use atomic_waker::AtomicWaker;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+/// What the wheel holds for one sleeping task.
+pub(crate) struct TimerShared {
+    fired: AtomicBool,
+    waker: AtomicWaker,
+}
+
+impl TimerShared {
+    pub(crate) fn fire(&self) {
+        self.fired.store(true, Ordering::Release);
+        self.waker.wake();
+    }
+    pub(crate) fn take_waker(&self) -> Option<Waker> {
+        self.waker.take()
+    }
+}
+
+/// Waits until `duration` has passed.
+pub fn sleep(duration: Duration) -> Sleep {
+    sleep_until(Instant::now() + duration)
+}
+
+/// Waits until `deadline`.
+pub fn sleep_until(deadline: Instant) -> Sleep {
+    Sleep {
+        deadline,
+        entry: None,
+    }
+}
+
+struct Registered {
+    loop_id: u16,
+    key: TimerKey,
+    shared: Arc<TimerShared>,
+}
+
+/// The future of [`sleep`]. Must be polled on a duality loop.
+#[must_use = "futures do nothing unless awaited"]
+pub struct Sleep {
+    deadline: Instant,
+    entry: Option<Registered>,
+}
+
+impl Sleep {
+    /// When it completes.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Moves the deadline (re-registering on the next poll).
+    pub fn reset(&mut self, deadline: Instant) {
+        self.cancel();
+        self.deadline = deadline;
+    }
+
+    fn cancel(&mut self) {
+        if let Some(r) = self.entry.take() {
+            if r.shared.fired.load(Ordering::Acquire) {
+                return;
+            }
+            let cancelled = with_current(|cur| match cur {
+                Some(l) if l.shared.id == r.loop_id => {
+                    l.timers.borrow_mut().cancel(r.key);
+                    true
+                }
+                _ => false,
+            });
+            if !cancelled {
+                // Another thread: the entry stays until it fires; release the
+                // task it would wake now.
+                drop(r.shared.waker.take());
+            }
+        }
+    }
+}
+
+impl Future for Sleep {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if let Some(r) = &self.entry {
+            if r.shared.fired.load(Ordering::Acquire) {
+                return Poll::Ready(());
+            }
+            r.shared.waker.register(cx.waker());
+            if r.shared.fired.load(Ordering::Acquire) {
+                return Poll::Ready(());
+            }
+            return Poll::Pending;
+        }
+        if Instant::now() >= self.deadline {
+            return Poll::Ready(());
+        }
+        let shared = Arc::new(TimerShared {
+            fired: AtomicBool::new(false),
+            waker: AtomicWaker::new(),
+        });
+        shared.waker.register(cx.waker());
+        let deadline = self.deadline;
+        let entry = with_current(|cur| {
+            let l = cur.expect("duality_rt::time::sleep polled outside a duality event loop");
+            let key = l
+                .timers
+                .borrow_mut()
+                .insert(l.tick_ceil(deadline), shared.clone());
+            Registered {
+                loop_id: l.shared.id,
+                key,
+                shared,
+            }
+        });
+        self.entry = Some(entry);
+        Poll::Pending
+    }
+}
+
+impl Drop for Sleep {
+    fn drop(&mut self) {
+        self.cancel();
+    }
+}
+
+/// The error of [`timeout`]: the deadline passed first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Elapsed;
+
+impl std::fmt::Display for Elapsed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("deadline has elapsed")
+    }
+}
+
+impl std::error::Error for Elapsed {}
+
+impl From<Elapsed> for std::io::Error {
+    fn from(_: Elapsed) -> std::io::Error {
+        std::io::ErrorKind::TimedOut.into()
+    }
+}
+
+/// Runs `future`, giving up after `duration` (the future is then dropped).
+pub fn timeout<F: Future>(duration: Duration, future: F) -> Timeout<F> {
+    Timeout {
+        future,
+        sleep: sleep(duration),
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The future of [`timeout`].
+    #[must_use = "futures do nothing unless awaited"]
+    pub struct Timeout<F> {
+        #[pin]
+        future: F,
+        sleep: Sleep,
+    }
+}
+
+impl<F: Future> Future for Timeout<F> {
+    type Output = Result<F::Output, Elapsed>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Poll::Ready(v) = this.future.poll(cx) {
+            return Poll::Ready(Ok(v));
+        }
+        match Pin::new(this.sleep).poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(Elapsed)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}

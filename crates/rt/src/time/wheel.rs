@@ -1,0 +1,1 @@
+//! Hierarchical timer wheel.
