@@ -8,7 +8,9 @@
 //! | module | command | question |
 //! |---|---|---|
 //! | [`tasks`] | `duality bench tasks` | bytes per task and yields/s: duality vs tokio, smol, OS threads |
+//! | [`models_echo`] | `duality bench models --service echo` | requests/s and context switches per request under every model |
 
+pub mod models_echo;
 pub mod proc;
 pub mod report;
 pub mod tasks;

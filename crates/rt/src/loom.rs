@@ -10,7 +10,7 @@
 pub(crate) use loom::{
     cell::UnsafeCell,
     sync::{
-        atomic::{AtomicBool, AtomicPtr, AtomicU16, AtomicU32, AtomicU64, AtomicUsize},
+        atomic::{fence, AtomicBool, AtomicPtr, AtomicU16, AtomicU32, AtomicU64, AtomicUsize},
         Arc, Mutex, MutexGuard,
     },
     thread,
@@ -30,6 +30,7 @@ pub(crate) use std::{
 /// once for both worlds.
 #[cfg(not(loom))]
 #[derive(Debug, Default)]
+#[repr(transparent)]
 pub(crate) struct UnsafeCell<T: ?Sized>(std::cell::UnsafeCell<T>);
 
 #[cfg(not(loom))]
@@ -51,6 +52,16 @@ impl<T> UnsafeCell<T> {
 /// Locks a mutex, ignoring poisoning: every critical section in this crate leaves
 /// its data consistent before anything that may panic.
 pub(crate) fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+/// [`lock`] for a `std::sync::Mutex` that stays one under loom too: state
+/// that loom models never reach (the loop registry, the reactor's source
+/// table, statistics). Outside loom the two are the same function.
+pub(crate) fn lock_std<T: ?Sized>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     match m.lock() {
         Ok(g) => g,
         Err(p) => p.into_inner(),

@@ -1,1 +1,794 @@
 //! Thread pools for work that must not run on an event loop.
+//!
+//! Two process-wide pools, both bounded:
+//!
+//! * the **blocking** pool ([`spawn_blocking`], [`blocking_pool`]) for system calls
+//!   that block (`open`, `stat`, DNS lookups): many threads (default 64), since
+//!   they mostly sleep in the kernel;
+//! * the **CPU** pool ([`offload`], [`cpu_pool`]) for CPU-heavy work: one thread
+//!   per core by default, so offloaded work never oversubscribes the machine.
+//!
+//! A server may also own its own [`Pool`]s. The calling task awaits a [`PoolJob`];
+//! the pool thread wakes it through its `Waker`, so under this runtime the task
+//! resumes on its own loop with the result.
+//!
+//! # Bounds and back-pressure
+//!
+//! A pool starts threads lazily, one whenever a job is queued and no idle thread is
+//! there to take it, up to `max_threads`; a thread idle for `keep_alive` retires.
+//! The queue holds at most `queue_capacity` jobs that no thread has started. When
+//! it is full, an awaiting [`PoolJob`] waits (parking its task, FIFO with the other
+//! waiters) until a thread takes a job off the queue: the pool pushes back instead
+//! of growing without bound.
+//!
+//! # Cancellation
+//!
+//! A `PoolJob` is lazy: nothing is queued until its first poll. Dropped before a
+//! thread starts it, the job never runs: a queued job is taken out of the queue
+//! (making room for the next waiter), and a job a thread has just dequeued is
+//! skipped because its result has nobody to go to. A job already running runs to
+//! the end; its result is dropped. If `f` panics, the panic is caught, the thread
+//! survives, and the job resolves to [`JoinError::Panicked`].
+//!
+//! # State and who touches it
+//!
+//! Per pool, one `State` behind a mutex: the queue, the room-waiter FIFO, the
+//! thread counts. Pool threads pop jobs and update counts; `PoolJob`s push jobs,
+//! queue for room and remove their own queued job when dropped. Invariants:
+//! `queue.len() + reserved <= queue_capacity` (a `reserved` slot is granted to a
+//! room waiter that has not pushed yet); `idle <= threads <= max_threads`.
+//!
+//! This module uses `std::sync` directly rather than the `crate::loom` shim: its
+//! threads are real OS threads with timed waits (keep-alive), which loom cannot
+//! model. The hand-over of results goes through [`crate::sync::oneshot`],
+//! which is model-checked.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use crate::sync::oneshot;
+use crate::sync::{WaitId, WaitQueue, WaitStatus, WakeList};
+use crate::task::JoinError;
+
+/// How a [`Pool`] is sized.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolConfig {
+    /// Thread names are `{name}-{n}`.
+    pub name: String,
+    /// Most threads running at once (at least 1).
+    pub max_threads: usize,
+    /// Most jobs waiting for a thread (at least 1); beyond that, submitters wait.
+    pub queue_capacity: usize,
+    /// How long an idle thread waits for work before it exits.
+    pub keep_alive: Duration,
+}
+
+impl PoolConfig {
+    /// The blocking pool's defaults: `duality-blocking`, 64 threads, 4096 queued
+    /// jobs, 10 s keep-alive.
+    pub fn blocking() -> PoolConfig {
+        PoolConfig {
+            name: "duality-blocking".into(),
+            max_threads: 64,
+            queue_capacity: 4096,
+            keep_alive: Duration::from_secs(10),
+        }
+    }
+
+    /// The CPU pool's defaults: `duality-cpu`, one thread per available core, 4096
+    /// queued jobs, 10 s keep-alive.
+    pub fn cpu() -> PoolConfig {
+        PoolConfig {
+            name: "duality-cpu".into(),
+            max_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            queue_capacity: 4096,
+            keep_alive: Duration::from_secs(10),
+        }
+    }
+
+    fn validate(&self) -> Result<(), PoolConfigError> {
+        if self.max_threads == 0 {
+            return Err(PoolConfigError::Invalid("max_threads must be at least 1"));
+        }
+        if self.queue_capacity == 0 {
+            return Err(PoolConfigError::Invalid(
+                "queue_capacity must be at least 1",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Why [`configure_blocking_pool`] or [`configure_cpu_pool`] failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PoolConfigError {
+    /// The pool was already created (by an earlier use or configuration).
+    AlreadyInitialized,
+    /// The configuration is unusable.
+    Invalid(&'static str),
+}
+
+impl fmt::Display for PoolConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PoolConfigError::AlreadyInitialized => f.write_str("pool already initialized"),
+            PoolConfigError::Invalid(why) => write!(f, "invalid pool configuration: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for PoolConfigError {}
+
+/// A snapshot of a pool, from [`Pool::stats`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolStats {
+    /// The pool's name.
+    pub name: String,
+    /// Threads alive (running a job or idle).
+    pub threads: usize,
+    /// Threads waiting for work.
+    pub idle: usize,
+    /// Jobs waiting for a thread.
+    pub queued: usize,
+    /// The configured thread limit.
+    pub max_threads: usize,
+    /// The configured queue bound.
+    pub queue_capacity: usize,
+    /// Jobs run to the end (returned or panicked) since the pool was created.
+    pub completed: u64,
+}
+
+/// A bounded thread pool. See the [module docs](self).
+///
+/// Dropping a `Pool` lets the jobs already queued run, then its threads exit;
+/// jobs not yet queued resolve to [`JoinError::Cancelled`].
+pub struct Pool {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    config: PoolConfig,
+    state: Mutex<State>,
+    /// Signalled when a job is queued or the pool shuts down.
+    work: Condvar,
+    /// Jobs run to the end; counted before the result is sent, so a task that got
+    /// its result sees its job counted.
+    completed: AtomicU64,
+}
+
+/// A type-erased job: runs the user's function (unless its `PoolJob` is gone),
+/// counts it in `Shared::completed`, then sends the result.
+type Job = Box<dyn FnOnce(&Shared) + Send>;
+
+struct QueuedJob {
+    id: u64,
+    run: Job,
+}
+
+struct State {
+    /// Jobs not started yet, in submission order (so `id`s are increasing).
+    queue: VecDeque<QueuedJob>,
+    /// Queue slots granted to room waiters that have not pushed yet.
+    reserved: usize,
+    /// `PoolJob`s waiting for room in the queue.
+    room_waiters: WaitQueue,
+    next_job_id: u64,
+    threads: usize,
+    idle: usize,
+    next_thread_id: usize,
+    shutdown: bool,
+}
+
+impl State {
+    fn free(&self, capacity: usize) -> usize {
+        capacity - self.queue.len() - self.reserved
+    }
+
+    /// Reserves free queue slots for room waiters, FIFO.
+    fn grant_room(&mut self, capacity: usize, wakes: &mut WakeList) {
+        let free = self.free(capacity);
+        let mut left = free;
+        self.room_waiters.grant(&mut left, wakes);
+        self.reserved += free - left;
+    }
+}
+
+/// Locks pool state, ignoring poisoning (no critical section here runs user code).
+fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Pool {
+    /// A pool with no threads yet; they start on demand.
+    ///
+    /// # Panics
+    ///
+    /// If `max_threads` or `queue_capacity` is 0.
+    pub fn new(config: PoolConfig) -> Pool {
+        if let Err(e) = config.validate() {
+            panic!("{e}");
+        }
+        Pool {
+            shared: Arc::new(Shared {
+                config,
+                state: Mutex::new(State {
+                    queue: VecDeque::new(),
+                    reserved: 0,
+                    room_waiters: WaitQueue::new(),
+                    next_job_id: 0,
+                    threads: 0,
+                    idle: 0,
+                    next_thread_id: 0,
+                    shutdown: false,
+                }),
+                work: Condvar::new(),
+                completed: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// Runs `f` on one of this pool's threads. The returned future is lazy: the job
+    /// is queued on its first poll.
+    pub fn run<F, T>(&self, f: F) -> PoolJob<T>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        let run: Job = Box::new(move |shared: &Shared| {
+            if tx.is_closed() {
+                return; // the PoolJob is gone: nobody wants the result
+            }
+            let result = catch_unwind(AssertUnwindSafe(f)).map_err(JoinError::Panicked);
+            shared.completed.fetch_add(1, Ordering::Relaxed);
+            let _ = tx.send(result);
+        });
+        PoolJob {
+            shared: self.shared.clone(),
+            job: Some(run),
+            rx,
+            state: JobState::Idle,
+        }
+    }
+
+    /// A snapshot of the pool's counters.
+    pub fn stats(&self) -> PoolStats {
+        let cfg = &self.shared.config;
+        let st = lock(&self.shared.state);
+        PoolStats {
+            name: cfg.name.clone(),
+            threads: st.threads,
+            idle: st.idle,
+            queued: st.queue.len(),
+            max_threads: cfg.max_threads,
+            queue_capacity: cfg.queue_capacity,
+            completed: self.shared.completed.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The configuration the pool was built with.
+    pub fn config(&self) -> &PoolConfig {
+        &self.shared.config
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        let mut wakes = WakeList::new();
+        let mut st = lock(&self.shared.state);
+        st.shutdown = true;
+        st.room_waiters.drain_waiting(&mut wakes);
+        drop(st);
+        self.shared.work.notify_all();
+        wakes.wake_all();
+    }
+}
+
+impl fmt::Debug for Pool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Pool").field(&self.stats()).finish()
+    }
+}
+
+impl Shared {
+    /// Queues `run` (a slot is known to be free) and makes sure a thread will take
+    /// it: wakes an idle one, or starts one if none is idle and the limit allows.
+    fn enqueue(self: &Arc<Self>, mut st: MutexGuard<'_, State>, run: Job) -> u64 {
+        let id = st.next_job_id;
+        st.next_job_id += 1;
+        st.queue.push_back(QueuedJob { id, run });
+        let start = if st.idle < st.queue.len() && st.threads < self.config.max_threads {
+            st.threads += 1;
+            st.next_thread_id += 1;
+            Some(st.next_thread_id - 1)
+        } else {
+            None
+        };
+        let wake_idle = st.idle > 0;
+        drop(st);
+        if wake_idle {
+            self.work.notify_one();
+        }
+        if let Some(n) = start {
+            self.start_thread(n);
+        }
+        id
+    }
+
+    fn start_thread(self: &Arc<Self>, n: usize) {
+        let shared = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("{}-{n}", self.config.name))
+            .spawn(move || shared.worker());
+        if spawned.is_err() {
+            // Out of threads. If the pool has none at all, nothing would ever run
+            // the queue: drop it so its jobs resolve to `Cancelled` instead of
+            // hanging.
+            let mut wakes = WakeList::new();
+            let mut st = lock(&self.state);
+            st.threads -= 1;
+            let orphans = if st.threads == 0 {
+                std::mem::take(&mut st.queue)
+            } else {
+                VecDeque::new()
+            };
+            st.grant_room(self.config.queue_capacity, &mut wakes);
+            drop(st);
+            wakes.wake_all();
+            drop(orphans);
+        }
+    }
+
+    /// A pool thread: take jobs until idle for `keep_alive` (or shut down with an
+    /// empty queue).
+    fn worker(self: Arc<Self>) {
+        let capacity = self.config.queue_capacity;
+        let mut st = lock(&self.state);
+        loop {
+            if let Some(job) = st.queue.pop_front() {
+                let mut wakes = WakeList::new();
+                st.grant_room(capacity, &mut wakes);
+                drop(st);
+                wakes.wake_all();
+                // The job catches the user's panic itself; this outer catch covers
+                // a panicking destructor of an unwanted result.
+                let _ = catch_unwind(AssertUnwindSafe(|| (job.run)(&self)));
+                st = lock(&self.state);
+                continue;
+            }
+            if st.shutdown {
+                break;
+            }
+            st.idle += 1;
+            let deadline = Instant::now() + self.config.keep_alive;
+            let timed_out = loop {
+                let now = Instant::now();
+                if now >= deadline {
+                    break true;
+                }
+                st = match self.work.wait_timeout(st, deadline - now) {
+                    Ok((g, _)) => g,
+                    Err(p) => p.into_inner().0,
+                };
+                if !st.queue.is_empty() || st.shutdown {
+                    break false;
+                }
+            };
+            st.idle -= 1;
+            if timed_out {
+                break;
+            }
+        }
+        st.threads -= 1;
+    }
+}
+
+/// A job submitted to a [`Pool`]: a future resolving to the function's result, or
+/// to [`JoinError::Panicked`] if it panicked.
+///
+/// Lazy: the job is queued on the first poll, waiting (FIFO) for room if the queue
+/// is full. Dropping the `PoolJob` before a thread starts the job means the job
+/// never runs. Resolves to [`JoinError::Cancelled`] if the pool was dropped before
+/// the job could be queued.
+#[must_use = "a PoolJob does nothing unless awaited"]
+pub struct PoolJob<T> {
+    shared: Arc<Shared>,
+    /// The job until it is queued.
+    job: Option<Job>,
+    rx: oneshot::Receiver<Result<T, JoinError>>,
+    state: JobState,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum JobState {
+    /// Not polled yet.
+    Idle,
+    /// Waiting for room in the queue.
+    WaitingRoom(WaitId),
+    /// Pushed into the queue under this id (maybe taken by a thread since).
+    Queued(u64),
+    /// Resolved.
+    Done,
+}
+
+impl<T> Future for PoolJob<T> {
+    type Output = Result<T, JoinError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let shared = &this.shared;
+        let capacity = shared.config.queue_capacity;
+        let mut wakes = WakeList::new();
+        let may_enqueue = match this.state {
+            JobState::Idle | JobState::WaitingRoom(_) => {
+                let mut st = lock(&shared.state);
+                let granted = match this.state {
+                    JobState::Idle if st.shutdown => false,
+                    JobState::Idle => {
+                        if st.room_waiters.has_waiting() || st.free(capacity) == 0 {
+                            this.state = JobState::WaitingRoom(st.room_waiters.push(1, cx.waker()));
+                            return Poll::Pending;
+                        }
+                        true
+                    }
+                    JobState::WaitingRoom(id) => {
+                        match st.room_waiters.poll(id, cx.waker(), &mut wakes) {
+                            WaitStatus::Granted => {
+                                st.reserved -= 1;
+                                !st.shutdown
+                            }
+                            WaitStatus::Waiting => return Poll::Pending,
+                            WaitStatus::Gone => false, // drained by shutdown
+                        }
+                    }
+                    _ => unreachable!(),
+                };
+                if granted {
+                    let job = this.job.take().expect("job present until queued");
+                    this.state = JobState::Queued(shared.enqueue(st, job));
+                    true
+                } else {
+                    false
+                }
+            }
+            JobState::Queued(_) => true,
+            JobState::Done => panic!("`PoolJob` polled after completion"),
+        };
+        if !may_enqueue {
+            this.state = JobState::Done;
+            this.job = None;
+            return Poll::Ready(Err(JoinError::Cancelled));
+        }
+        match Pin::new(&mut this.rx).poll(cx) {
+            Poll::Ready(Ok(result)) => {
+                this.state = JobState::Done;
+                Poll::Ready(result)
+            }
+            // The job was dropped unrun (the pool could start no thread).
+            Poll::Ready(Err(_)) => {
+                this.state = JobState::Done;
+                Poll::Ready(Err(JoinError::Cancelled))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<T> Drop for PoolJob<T> {
+    fn drop(&mut self) {
+        // First of all: a thread that has just dequeued the job sees that nobody
+        // wants its result and skips it.
+        self.rx.close();
+        let capacity = self.shared.config.queue_capacity;
+        let mut wakes = WakeList::new();
+        let mut removed = None;
+        match self.state {
+            JobState::WaitingRoom(id) => {
+                let mut st = lock(&self.shared.state);
+                if st.room_waiters.remove(id, &mut wakes).is_some() {
+                    // Room had been reserved for us: pass it on.
+                    st.reserved -= 1;
+                    st.grant_room(capacity, &mut wakes);
+                }
+            }
+            JobState::Queued(id) => {
+                let mut st = lock(&self.shared.state);
+                if let Ok(pos) = st.queue.binary_search_by_key(&id, |j| j.id) {
+                    // Not started: take it out so it never runs, and free its slot.
+                    removed = st.queue.remove(pos);
+                    st.grant_room(capacity, &mut wakes);
+                }
+                // Otherwise a thread has it, and skips it unless already started.
+            }
+            JobState::Idle | JobState::Done => {}
+        }
+        wakes.wake_all();
+        drop(removed);
+    }
+}
+
+impl<T> fmt::Debug for PoolJob<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PoolJob")
+            .field("pool", &self.shared.config.name)
+            .field("state", &self.state)
+            .finish()
+    }
+}
+
+static BLOCKING: OnceLock<Pool> = OnceLock::new();
+static CPU: OnceLock<Pool> = OnceLock::new();
+
+fn configure(cell: &'static OnceLock<Pool>, config: PoolConfig) -> Result<(), PoolConfigError> {
+    config.validate()?;
+    let mut config = Some(config);
+    cell.get_or_init(|| Pool::new(config.take().expect("taken once")));
+    match config {
+        None => Ok(()),
+        Some(_) => Err(PoolConfigError::AlreadyInitialized),
+    }
+}
+
+/// The process-wide pool for blocking system calls (created with
+/// [`PoolConfig::blocking`] on first use unless configured before).
+pub fn blocking_pool() -> &'static Pool {
+    BLOCKING.get_or_init(|| Pool::new(PoolConfig::blocking()))
+}
+
+/// The process-wide pool for CPU-heavy work (created with [`PoolConfig::cpu`] on
+/// first use unless configured before).
+pub fn cpu_pool() -> &'static Pool {
+    CPU.get_or_init(|| Pool::new(PoolConfig::cpu()))
+}
+
+/// Sets the blocking pool's configuration. Works only before its first use.
+pub fn configure_blocking_pool(config: PoolConfig) -> Result<(), PoolConfigError> {
+    configure(&BLOCKING, config)
+}
+
+/// Sets the CPU pool's configuration. Works only before its first use.
+pub fn configure_cpu_pool(config: PoolConfig) -> Result<(), PoolConfigError> {
+    configure(&CPU, config)
+}
+
+/// Runs a blocking function (a blocking system call: `open`, `stat`, DNS) on the
+/// [blocking pool](blocking_pool), so the event loop keeps running other tasks.
+/// The returned future is lazy: the job is queued when first polled.
+pub fn spawn_blocking<F, T>(f: F) -> PoolJob<T>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    blocking_pool().run(f)
+}
+
+/// Runs CPU-heavy work on the [CPU pool](cpu_pool); the awaiting task resumes on
+/// its own loop with the result. The returned future is lazy: the job is queued
+/// when first polled.
+pub fn offload<F, T>(f: F) -> PoolJob<T>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    cpu_pool().run(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sync::test_util::{poll_counting, CountingWaker};
+    use futures_lite::future::block_on;
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    use std::sync::mpsc as std_mpsc;
+
+    fn small(name: &str, threads: usize, queue: usize) -> Pool {
+        Pool::new(PoolConfig {
+            name: name.into(),
+            max_threads: threads,
+            queue_capacity: queue,
+            keep_alive: Duration::from_secs(5),
+        })
+    }
+
+    /// Occupies one pool thread until the returned sender is dropped or sent to.
+    fn block_one_thread(pool: &Pool) -> (std_mpsc::Sender<()>, PoolJob<()>) {
+        let (release_tx, release_rx) = std_mpsc::channel::<()>();
+        let (started_tx, started_rx) = std_mpsc::channel::<()>();
+        let mut job = pool.run(move || {
+            started_tx.send(()).unwrap();
+            let _ = release_rx.recv();
+        });
+        assert!(poll_counting(&mut job, &CountingWaker::new()).is_pending());
+        started_rx.recv().unwrap();
+        (release_tx, job)
+    }
+
+    #[test]
+    fn runs_and_returns() {
+        let pool = small("t-run", 2, 4);
+        assert_eq!(pool.stats().threads, 0, "threads start lazily");
+        let name = block_on(pool.run(|| std::thread::current().name().map(String::from)));
+        assert_eq!(name.unwrap().as_deref(), Some("t-run-0"));
+        let s = pool.stats();
+        assert_eq!((s.threads, s.completed, s.queued), (1, 1, 0));
+    }
+
+    #[test]
+    fn global_pools() {
+        let n = block_on(spawn_blocking(|| {
+            std::thread::current().name().map(String::from)
+        }));
+        assert!(n.unwrap().unwrap().starts_with("duality-blocking-"));
+        let n = block_on(offload(|| std::thread::current().name().map(String::from)));
+        assert!(n.unwrap().unwrap().starts_with("duality-cpu-"));
+        assert_eq!(
+            configure_cpu_pool(PoolConfig::cpu()),
+            Err(PoolConfigError::AlreadyInitialized)
+        );
+        assert_eq!(blocking_pool().stats().max_threads, 64);
+        assert_eq!(cpu_pool().stats().queue_capacity, 4096);
+        assert!(matches!(
+            configure_blocking_pool(PoolConfig {
+                max_threads: 0,
+                ..PoolConfig::blocking()
+            }),
+            Err(PoolConfigError::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn panic_surfaces_and_thread_survives() {
+        let pool = small("t-panic", 1, 4);
+        let err = block_on(pool.run(|| -> u8 { panic!("kaboom") })).unwrap_err();
+        assert!(err.is_panic());
+        assert_eq!(err.panic_message(), Some("kaboom"));
+        assert_eq!(block_on(pool.run(|| 5)).unwrap(), 5);
+        let s = pool.stats();
+        assert_eq!((s.threads, s.completed), (1, 2));
+    }
+
+    #[test]
+    fn dropped_job_never_runs() {
+        let pool = small("t-drop", 1, 4);
+        let (release, blocker) = block_one_thread(&pool);
+        let ran = Arc::new(AtomicBool::new(false));
+        // Never polled: never queued.
+        let r = ran.clone();
+        drop(pool.run(move || r.store(true, SeqCst)));
+        // Queued, then dropped before a thread takes it.
+        let r = ran.clone();
+        let mut job = pool.run(move || r.store(true, SeqCst));
+        assert!(poll_counting(&mut job, &CountingWaker::new()).is_pending());
+        assert_eq!(pool.stats().queued, 1);
+        drop(job);
+        assert_eq!(pool.stats().queued, 0, "a dropped job leaves the queue");
+        release.send(()).unwrap();
+        block_on(blocker).unwrap();
+        block_on(pool.run(|| ())).unwrap();
+        assert!(!ran.load(SeqCst));
+    }
+
+    #[test]
+    fn queue_bound_respected_and_waiters_resume() {
+        let pool = small("t-bound", 1, 2);
+        let (release, blocker) = block_one_thread(&pool);
+        let w = CountingWaker::new();
+        let mut jobs: Vec<_> = (0..4).map(|i| pool.run(move || i)).collect();
+        assert!(poll_counting(&mut jobs[0], &w).is_pending());
+        assert!(poll_counting(&mut jobs[1], &w).is_pending());
+        assert!(poll_counting(&mut jobs[2], &w).is_pending());
+        assert!(poll_counting(&mut jobs[3], &w).is_pending());
+        let s = pool.stats();
+        assert_eq!(
+            (s.queued, s.threads),
+            (2, 1),
+            "queue holds at most its capacity"
+        );
+        release.send(()).unwrap();
+        block_on(blocker).unwrap();
+        let got: Vec<i32> = jobs.into_iter().map(|j| block_on(j).unwrap()).collect();
+        assert_eq!(got, vec![0, 1, 2, 3]);
+        assert_eq!(pool.stats().completed, 5);
+    }
+
+    #[test]
+    fn dropped_room_waiter_passes_room_on() {
+        let pool = small("t-room", 1, 1);
+        let (release, blocker) = block_one_thread(&pool);
+        let (wa, wb) = (CountingWaker::new(), CountingWaker::new());
+        let mut queued = pool.run(|| 0);
+        let mut a = pool.run(|| 1);
+        let mut b = pool.run(|| 2);
+        assert!(poll_counting(&mut queued, &wa).is_pending());
+        assert!(poll_counting(&mut a, &wa).is_pending());
+        assert!(poll_counting(&mut b, &wb).is_pending());
+        drop(queued); // frees the slot: reserved for `a`
+        assert_eq!(
+            wa.count(),
+            1,
+            "`a` woken once; no stray wake-up from `queued`"
+        );
+        assert_eq!(wb.count(), 0);
+        drop(a); // cancelled: the slot goes to `b`
+        assert_eq!(wb.count(), 1);
+        assert!(poll_counting(&mut b, &wb).is_pending());
+        assert_eq!(pool.stats().queued, 1);
+        release.send(()).unwrap();
+        block_on(blocker).unwrap();
+        assert_eq!(block_on(b).unwrap(), 2);
+    }
+
+    #[test]
+    fn thread_limit_and_stats() {
+        let pool = small("t-limit", 2, 8);
+        let (r1, b1) = block_one_thread(&pool);
+        let (r2, b2) = block_one_thread(&pool);
+        let mut extra = pool.run(|| 3);
+        assert!(poll_counting(&mut extra, &CountingWaker::new()).is_pending());
+        let s = pool.stats();
+        assert_eq!((s.threads, s.idle, s.queued, s.max_threads), (2, 0, 1, 2));
+        assert_eq!(s.name, "t-limit");
+        drop((r1, r2));
+        block_on(b1).unwrap();
+        block_on(b2).unwrap();
+        assert_eq!(block_on(extra).unwrap(), 3);
+        assert_eq!(pool.stats().completed, 3);
+    }
+
+    #[test]
+    fn idle_threads_retire_after_keep_alive() {
+        let pool = Pool::new(PoolConfig {
+            name: "t-idle".into(),
+            max_threads: 2,
+            queue_capacity: 4,
+            keep_alive: Duration::from_millis(20),
+        });
+        block_on(pool.run(|| ())).unwrap();
+        assert_eq!(pool.stats().threads, 1);
+        let start = Instant::now();
+        while pool.stats().threads > 0 {
+            assert!(
+                start.elapsed() < Duration::from_secs(2),
+                "thread never retired"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // ...and a new one starts on demand.
+        block_on(pool.run(|| ())).unwrap();
+        assert_eq!(pool.stats().completed, 2);
+    }
+
+    #[test]
+    fn dropped_pool_cancels_unqueued_and_runs_queued() {
+        let pool = small("t-shutdown", 1, 1);
+        let (release, blocker) = block_one_thread(&pool);
+        let mut queued = pool.run(|| 1);
+        assert!(poll_counting(&mut queued, &CountingWaker::new()).is_pending());
+        let w = CountingWaker::new();
+        let mut waiting = pool.run(|| 2);
+        assert!(poll_counting(&mut waiting, &w).is_pending());
+        let never = pool.run(|| 3);
+        drop(pool);
+        assert_eq!(w.count(), 1);
+        assert!(block_on(waiting).unwrap_err().is_cancelled());
+        assert!(block_on(never).unwrap_err().is_cancelled());
+        release.send(()).unwrap();
+        block_on(blocker).unwrap();
+        assert_eq!(block_on(queued).unwrap(), 1);
+    }
+
+    #[test]
+    fn types_are_send() {
+        fn check<T: Send>() {}
+        check::<PoolJob<Vec<u8>>>();
+        fn sync<T: Send + Sync>() {}
+        sync::<Pool>();
+    }
+}

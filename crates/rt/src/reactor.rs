@@ -13,7 +13,7 @@
 //! The source table is behind a mutex taken once per batch of events (and on
 //! register/deregister), so an I/O object may be dropped on any thread.
 
-use crate::loom::lock;
+use crate::loom::lock_std;
 use atomic_waker::AtomicWaker;
 use mio::event::Source;
 use mio::{Events, Interest, Poll as MioPoll, Registry, Token};
@@ -133,7 +133,7 @@ impl Reactor {
     }
 
     pub(crate) fn sources(&self) -> usize {
-        lock(&self.shared.sources).live
+        lock_std(&self.shared.sources).live
     }
 
     /// Waits for events (at most `timeout`), dispatches them, and returns
@@ -150,7 +150,7 @@ impl Reactor {
         if events.is_empty() {
             return Ok((0, false));
         }
-        let sources = lock(&self.shared.sources);
+        let sources = lock_std(&self.shared.sources);
         for ev in events.iter() {
             let token = ev.token();
             if token == WAKE_TOKEN {
@@ -189,7 +189,7 @@ impl Reactor {
 
     /// Takes every waker held by this reactor's sources (loop shutdown).
     pub(crate) fn shutdown_wakers(&self, out: &mut Vec<std::task::Waker>) {
-        let sources = lock(&self.shared.sources);
+        let sources = lock_std(&self.shared.sources);
         for io in sources.slots.iter().filter_map(|(_, io)| io.as_ref()) {
             out.extend(io.reader.take());
             out.extend(io.writer.take());
@@ -225,7 +225,7 @@ impl Registration {
             token: AtomicUsize::new(0),
         });
         let token = {
-            let mut s = lock(&reactor.sources);
+            let mut s = lock_std(&reactor.sources);
             let slot = match s.free.pop() {
                 Some(i) => i,
                 None => {
@@ -308,7 +308,7 @@ impl Registration {
 }
 
 fn remove(reactor: &ReactorShared, token: usize) {
-    let mut s = lock(&reactor.sources);
+    let mut s = lock_std(&reactor.sources);
     let slot = token & 0xffff_ffff;
     if let Some(entry) = s.slots.get_mut(slot) {
         if entry.0 == (token >> 32) as u32 && entry.1.take().is_some() {

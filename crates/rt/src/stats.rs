@@ -1,7 +1,7 @@
 //! Introspection: what each loop is doing, readable from any thread.
 
 use crate::event_loop::registry::Shared;
-use crate::loom::lock;
+use crate::loom::lock_std;
 use std::sync::atomic::Ordering::Relaxed;
 
 /// Percentiles of how long single task polls held the loop, in nanoseconds.
@@ -60,7 +60,7 @@ impl LoopSnapshot {
     pub(crate) fn read(shared: &Shared) -> LoopSnapshot {
         let s = &shared.stats;
         let poll_times = {
-            let h = lock(&shared.poll_hist);
+            let h = lock_std(&shared.poll_hist);
             if h.is_empty() {
                 PollTimes::default()
             } else {
@@ -74,7 +74,7 @@ impl LoopSnapshot {
         };
         LoopSnapshot {
             id: shared.id,
-            name: lock(&shared.name).clone(),
+            name: lock_std(&shared.name).clone(),
             tid: shared.tid.load(Relaxed),
             tasks_alive: s.tasks_alive.load(Relaxed),
             run_queue_depth: s.run_queue_depth.load(Relaxed),
@@ -124,4 +124,10 @@ mod tests {
         assert_eq!(super::parse_ctxt_switches(text), Some((12, 3)));
         assert_eq!(super::parse_ctxt_switches("Name: x"), None);
     }
+}
+
+/// The calling thread's OS thread id.
+pub fn current_tid() -> i64 {
+    // SAFETY: gettid takes no arguments and cannot fail.
+    unsafe { libc::gettid() as i64 }
 }

@@ -1,1 +1,701 @@
+use super::*;
+use crate::protocol::{parse, Limits};
+use crate::store::StoreConfig;
 
+const NOW: Time = 1_700_000_000;
+
+/// A test server: one store, a settable clock, one connection's parse loop.
+struct Server {
+    store: Store,
+    limits: Limits,
+    now: Time,
+}
+
+impl Server {
+    fn new() -> Server {
+        Server {
+            store: Store::new(StoreConfig {
+                max_bytes: 1 << 20,
+                shards: 4,
+            }),
+            limits: Limits::default(),
+            now: NOW,
+        }
+    }
+
+    /// Feeds `input` through parse/execute as a server would; returns the
+    /// output and whether the connection was closed.
+    fn feed(&self, input: &[u8]) -> (Vec<u8>, bool) {
+        let ctx = SimpleContext {
+            now: self.now,
+            started: NOW - 100,
+        };
+        let mut buf = input;
+        let mut out = Vec::new();
+        loop {
+            match parse(buf, &self.limits) {
+                Ok((req, used)) => {
+                    buf = &buf[used..];
+                    if execute(&req, &self.store, &ctx, &mut out) == Flow::Close {
+                        return (out, true);
+                    }
+                }
+                Err(ParseError::Incomplete) => {
+                    assert!(
+                        buf.is_empty(),
+                        "left over: {:?}",
+                        String::from_utf8_lossy(buf)
+                    );
+                    return (out, false);
+                }
+                Err(e) => {
+                    if execute_error(&e, &self.store, &ctx, &mut out) == Flow::Close {
+                        return (out, true);
+                    }
+                    let used = e.consumed().unwrap().min(buf.len());
+                    buf = &buf[used..];
+                }
+            }
+        }
+    }
+
+    /// Feeds `input` and checks the exact response.
+    #[track_caller]
+    fn check(&self, input: &str, want: &str) {
+        let (out, _) = self.feed(input.as_bytes());
+        assert_eq!(String::from_utf8_lossy(&out), want, "for {input:?}");
+    }
+
+    fn run(&self, input: &str) -> String {
+        String::from_utf8(self.feed(input.as_bytes()).0).unwrap()
+    }
+
+    fn cas_of(&self, key: &str) -> u64 {
+        self.store
+            .entry(key.as_bytes(), self.now)
+            .item()
+            .unwrap()
+            .cas
+    }
+
+    fn stats(&self) -> crate::store::Stats {
+        self.store.stats()
+    }
+}
+
+// ---- classic commands -----------------------------------------------------
+
+#[test]
+fn set_get_gets() {
+    let s = Server::new();
+    s.check("set k 5 0 3\r\nabc\r\n", "STORED\r\n");
+    s.check("get k\r\n", "VALUE k 5 3\r\nabc\r\nEND\r\n");
+    let cas = s.cas_of("k");
+    s.check(
+        "gets k\r\n",
+        &format!("VALUE k 5 3 {cas}\r\nabc\r\nEND\r\n"),
+    );
+    s.check("get nope\r\n", "END\r\n");
+    s.check("set j 0 0 0\r\n\r\n", "STORED\r\n");
+    s.check(
+        "get k nope j k\r\n",
+        "VALUE k 5 3\r\nabc\r\nVALUE j 0 0\r\n\r\nVALUE k 5 3\r\nabc\r\nEND\r\n",
+    );
+    // Values are binary-safe.
+    s.check("set b 4294967295 0 4\r\n\r\n\0\n\r\n", "STORED\r\n");
+    s.check("get b\r\n", "VALUE b 4294967295 4\r\n\r\n\0\n\r\nEND\r\n");
+    let st = s.stats();
+    assert_eq!(
+        (st.cmd_get, st.get_hits, st.get_misses, st.cmd_set),
+        (8, 6, 2, 3)
+    );
+}
+
+#[test]
+fn add_replace_append_prepend() {
+    let s = Server::new();
+    s.check("add k 1 0 1\r\na\r\n", "STORED\r\n");
+    s.check("add k 2 0 1\r\nb\r\n", "NOT_STORED\r\n");
+    s.check("replace x 0 0 1\r\nb\r\n", "NOT_STORED\r\n");
+    s.check("replace k 3 0 1\r\nc\r\n", "STORED\r\n");
+    s.check("append k 9 0 2\r\n>>\r\n", "STORED\r\n");
+    s.check("prepend k 9 0 2\r\n<<\r\n", "STORED\r\n");
+    s.check("append x 0 0 1\r\na\r\n", "NOT_STORED\r\n");
+    s.check("prepend x 0 0 1\r\na\r\n", "NOT_STORED\r\n");
+    // append/prepend keep the item's flags.
+    s.check("get k\r\n", "VALUE k 3 5\r\n<<c>>\r\nEND\r\n");
+}
+
+#[test]
+fn cas_command() {
+    let s = Server::new();
+    s.check("cas k 0 0 1 1\r\na\r\n", "NOT_FOUND\r\n");
+    s.check("set k 0 0 1\r\na\r\n", "STORED\r\n");
+    let cas = s.cas_of("k");
+    s.check(&format!("cas k 0 0 1 {}\r\nb\r\n", cas + 1), "EXISTS\r\n");
+    s.check("cas k 0 0 1 0\r\nb\r\n", "EXISTS\r\n");
+    s.check(&format!("cas k 7 0 1 {cas}\r\nc\r\n"), "STORED\r\n");
+    s.check(&format!("cas k 7 0 1 {cas}\r\nd\r\n"), "EXISTS\r\n");
+    s.check("get k\r\n", "VALUE k 7 1\r\nc\r\nEND\r\n");
+    assert!(s.cas_of("k") > cas, "a store assigns a new CAS unique");
+    let st = s.stats();
+    assert_eq!((st.cas_misses, st.cas_hits, st.cas_badval), (1, 1, 3));
+}
+
+#[test]
+fn delete_command() {
+    let s = Server::new();
+    s.check("set k 0 0 1\r\na\r\n", "STORED\r\n");
+    s.check("delete k\r\n", "DELETED\r\n");
+    s.check("delete k\r\n", "NOT_FOUND\r\n");
+    s.check("get k\r\n", "END\r\n");
+    let st = s.stats();
+    assert_eq!((st.delete_hits, st.delete_misses), (1, 1));
+}
+
+#[test]
+fn incr_decr() {
+    let s = Server::new();
+    s.check("incr k 1\r\n", "NOT_FOUND\r\n");
+    s.check("set k 3 0 2\r\n10\r\n", "STORED\r\n");
+    let cas = s.cas_of("k");
+    s.check("incr k 5\r\n", "15\r\n");
+    assert_ne!(s.cas_of("k"), cas);
+    s.check("decr k 6\r\n", "9\r\n");
+    // No space padding: the value is exactly the number.
+    s.check("get k\r\n", "VALUE k 3 1\r\n9\r\nEND\r\n");
+    s.check("decr k 100\r\n", "0\r\n");
+    s.check("set k 0 0 20\r\n18446744073709551615\r\n", "STORED\r\n");
+    s.check("incr k 1\r\n", "0\r\n");
+    s.check("set k 0 0 20\r\n18446744073709551615\r\n", "STORED\r\n");
+    s.check("incr k 3\r\n", "2\r\n");
+    s.check("set k 0 0 3\r\nabc\r\n", "STORED\r\n");
+    s.check(
+        "incr k 1\r\n",
+        "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n",
+    );
+    s.check("set k 0 0 0\r\n\r\n", "STORED\r\n");
+    s.check(
+        "decr k 1\r\n",
+        "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n",
+    );
+    s.check("set k 0 0 3\r\n 7 \r\n", "STORED\r\n");
+    s.check("incr k 1\r\n", "8\r\n");
+    s.check(
+        "incr k x\r\n",
+        "CLIENT_ERROR invalid numeric delta argument\r\n",
+    );
+    s.check("decr nope 1\r\n", "NOT_FOUND\r\n");
+    let st = s.stats();
+    assert_eq!(
+        (st.incr_hits, st.incr_misses, st.decr_hits, st.decr_misses),
+        (4, 1, 2, 1)
+    );
+}
+
+#[test]
+fn touch_and_gat() {
+    let mut s = Server::new();
+    s.check("touch k 10\r\n", "NOT_FOUND\r\n");
+    s.check("set k 1 0 1\r\na\r\n", "STORED\r\n");
+    s.check("touch k 10\r\n", "TOUCHED\r\n");
+    s.now += 9;
+    s.check("get k\r\n", "VALUE k 1 1\r\na\r\nEND\r\n");
+    s.check("gat 100 k nope\r\n", "VALUE k 1 1\r\na\r\nEND\r\n");
+    let cas = s.cas_of("k");
+    s.now += 50;
+    s.check(
+        "gats 0 k\r\n",
+        &format!("VALUE k 1 1 {cas}\r\na\r\nEND\r\n"),
+    );
+    s.now += 1_000_000;
+    s.check("get k\r\n", "VALUE k 1 1\r\na\r\nEND\r\n");
+    s.check("gat -1 k\r\n", "VALUE k 1 1\r\na\r\nEND\r\n");
+    s.check("get k\r\n", "END\r\n");
+    let st = s.stats();
+    assert_eq!((st.cmd_touch, st.touch_hits, st.touch_misses), (6, 4, 2));
+}
+
+#[test]
+fn expiry_times() {
+    let mut s = Server::new();
+    s.check("set rel 0 10 1\r\na\r\n", "STORED\r\n");
+    s.check(&format!("set abs 0 {} 1\r\na\r\n", NOW + 20), "STORED\r\n");
+    s.check("set neg 0 -1 1\r\na\r\n", "STORED\r\n");
+    s.check(&format!("set past 0 {} 1\r\na\r\n", NOW - 1), "STORED\r\n");
+    s.check("set month 0 2592000 1\r\na\r\n", "STORED\r\n");
+    s.check("get neg past\r\n", "END\r\n");
+    s.now += 9;
+    s.check(
+        "get rel abs\r\n",
+        "VALUE rel 0 1\r\na\r\nVALUE abs 0 1\r\na\r\nEND\r\n",
+    );
+    s.now += 1;
+    s.check("get rel abs\r\n", "VALUE abs 0 1\r\na\r\nEND\r\n");
+    s.now += 10;
+    s.check("get abs month\r\n", "VALUE month 0 1\r\na\r\nEND\r\n");
+    s.now = NOW + 2_592_000;
+    s.check("get month\r\n", "END\r\n");
+    assert_eq!(s.stats().get_expired, 3);
+}
+
+#[test]
+fn noreply_suppresses_everything() {
+    let s = Server::new();
+    s.check("set k 0 0 1 noreply\r\na\r\n", "");
+    s.check("add k 0 0 1 noreply\r\na\r\n", "");
+    s.check("append k 0 0 1 noreply\r\nb\r\n", "");
+    s.check("cas k 0 0 1 1 noreply\r\nc\r\n", "");
+    s.check("incr k 1 noreply\r\n", "");
+    s.check("incr k x noreply\r\n", "");
+    s.check("touch k 10 noreply\r\n", "");
+    s.check("get k\r\n", "VALUE k 0 2\r\nab\r\nEND\r\n");
+    s.check("delete k noreply\r\n", "");
+    s.check("delete k noreply\r\n", "");
+    s.check("verbosity 1 noreply\r\n", "");
+    s.check("flush_all noreply\r\n", "");
+    s.check("bogus noreply\r\n", "");
+    s.check("get k\r\n", "END\r\n");
+}
+
+#[test]
+fn flush_all_command() {
+    let mut s = Server::new();
+    s.check(
+        "set a 0 0 1\r\na\r\nset b 0 0 1\r\nb\r\n",
+        "STORED\r\nSTORED\r\n",
+    );
+    s.check("flush_all\r\n", "OK\r\n");
+    s.check("get a b\r\n", "END\r\n");
+    s.check("set a 0 0 1\r\na\r\n", "STORED\r\n");
+    s.check("flush_all 10\r\n", "OK\r\n");
+    s.now += 9;
+    s.check("get a\r\n", "VALUE a 0 1\r\na\r\nEND\r\n");
+    s.now += 1;
+    s.check("get a\r\n", "END\r\n");
+    s.check("set a 0 0 1\r\na\r\n", "STORED\r\n");
+    s.check("get a\r\n", "VALUE a 0 1\r\na\r\nEND\r\n");
+    s.check("flush_all -1\r\n", "OK\r\n");
+    s.check("get a\r\n", "END\r\n");
+    s.check(
+        "flush_all x\r\n",
+        "CLIENT_ERROR invalid exptime argument\r\n",
+    );
+    let st = s.stats();
+    assert_eq!((st.cmd_flush, st.get_flushed), (3, 4));
+}
+
+#[test]
+fn misc_commands() {
+    let s = Server::new();
+    s.check("version\r\n", &format!("VERSION {DEFAULT_VERSION}\r\n"));
+    s.check("verbosity 1\r\n", "OK\r\n");
+    s.check("verbosity\r\n", "CLIENT_ERROR bad command line format\r\n");
+    s.check("bogus\r\n", "ERROR\r\n");
+    s.check("\r\n", "CLIENT_ERROR bad command line format\r\n");
+    s.check("mn\r\n", "MN\r\n");
+    let (out, closed) = s.feed(b"quit\r\nversion\r\n");
+    assert!(out.is_empty() && closed);
+}
+
+#[test]
+fn errors_keep_the_stream_in_sync() {
+    let s = Server::new();
+    s.check(
+        "set k 0 0 3\r\nabcde\r\nget k\r\n",
+        // memcached skips exactly <bytes> + 2: the stray "e" is a bad line.
+        "CLIENT_ERROR bad data chunk\r\nCLIENT_ERROR bad command line format\r\nEND\r\n",
+    );
+    s.check(
+        "set k 0 0 3\r\nabc\r\nget k\r\n",
+        "STORED\r\nVALUE k 0 3\r\nabc\r\nEND\r\n",
+    );
+    // A malformed storage line swallows its data block.
+    s.check(
+        "set k x 0 3\r\nabc\r\nget k\r\n",
+        "CLIENT_ERROR bad command line format\r\nVALUE k 0 3\r\nabc\r\nEND\r\n",
+    );
+    s.check(
+        "get\r\nget k\r\n",
+        "CLIENT_ERROR bad command line format\r\nVALUE k 0 3\r\nabc\r\nEND\r\n",
+    );
+}
+
+#[test]
+fn too_large_values_are_refused_and_swallowed() {
+    let mut s = Server::new();
+    s.limits.max_item_size = 10;
+    s.check(
+        "set k 0 0 1\r\na\r\nadd j 0 0 1\r\nj\r\n",
+        "STORED\r\nSTORED\r\n",
+    );
+    s.check(
+        "set k 0 0 11\r\n01234567890\r\nget k\r\n",
+        "SERVER_ERROR object too large for cache\r\nEND\r\n",
+    );
+    // `add` does not invalidate the old item, `set` does.
+    s.check(
+        "add j 0 0 11\r\n01234567890\r\nget j\r\n",
+        "SERVER_ERROR object too large for cache\r\nVALUE j 0 1\r\nj\r\nEND\r\n",
+    );
+    s.check("set k 0 0 11 noreply\r\n01234567890\r\nmn\r\n", "MN\r\n");
+    s.check(
+        "ms j 11 q\r\n01234567890\r\nmg j v\r\n",
+        "SERVER_ERROR object too large for cache\r\nEN\r\n",
+    );
+    // The value need not have arrived: the count says what to discard.
+    let e = parse(b"set k 0 0 1000\r\n", &s.limits).unwrap_err();
+    assert_eq!(e.consumed(), Some(16 + 1002));
+    assert_eq!(s.stats().store_too_large, 4);
+}
+
+#[test]
+fn line_too_long_closes() {
+    let mut s = Server::new();
+    s.limits.max_line = 32;
+    let (out, closed) = s.feed(&[b'x'; 40]);
+    assert_eq!(out, b"CLIENT_ERROR line too long\r\n");
+    assert!(closed);
+}
+
+#[test]
+fn out_of_memory_for_a_shard() {
+    let s = Server {
+        store: Store::new(StoreConfig {
+            max_bytes: 4096,
+            shards: 4,
+        }),
+        limits: Limits::default(),
+        now: NOW,
+    };
+    s.check("set k 0 0 1\r\na\r\n", "STORED\r\n");
+    let big = "x".repeat(2000);
+    s.check(
+        &format!("set k 0 0 2000\r\n{big}\r\nget k\r\n"),
+        "SERVER_ERROR out of memory storing object\r\nEND\r\n",
+    );
+    s.check("set k 0 0 1\r\na\r\n", "STORED\r\n");
+    s.check(&format!("append k 0 0 2000\r\n{big}\r\n"), "NOT_STORED\r\n");
+    s.check(
+        &format!("ms k 2000\r\n{big}\r\n"),
+        "SERVER_ERROR out of memory storing object\r\n",
+    );
+    s.check("get k\r\n", "END\r\n");
+    assert_eq!(s.stats().store_no_memory, 2);
+}
+
+// ---- stats ----------------------------------------------------------------
+
+struct HookContext;
+
+impl ExecContext for HookContext {
+    fn now(&self) -> Time {
+        NOW
+    }
+
+    fn version(&self) -> &str {
+        "1.6.99"
+    }
+
+    fn server_stats(&self) -> ServerStats {
+        ServerStats {
+            pid: 42,
+            uptime: 7,
+            rusage_user: Duration::from_micros(1_500_001),
+            curr_connections: 3,
+            threads: 2,
+            ..ServerStats::default()
+        }
+    }
+
+    fn extra_stats(&self, group: &str, out: &mut Vec<u8>) -> bool {
+        match group {
+            "" => write_stat(out, "duality_model", "sped"),
+            "settings" => write_stat(out, "item_size_max", 1048576),
+            "duality" => write_stat(out, "loops", 1),
+            _ => return false,
+        }
+        true
+    }
+}
+
+fn stats_with(store: &Store, line: &str) -> String {
+    let (req, _) = parse(line.as_bytes(), &Limits::default()).unwrap();
+    let mut out = Vec::new();
+    let _ = execute(&req, store, &HookContext, &mut out);
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+fn general_stats() {
+    let s = Server::new();
+    s.run("set a 0 0 1\r\na\r\nget a b\r\n");
+    let out = stats_with(&s.store, "stats\r\n");
+    assert!(out.starts_with(&format!(
+        "STAT pid 42\r\nSTAT uptime 7\r\nSTAT time {NOW}\r\nSTAT version 1.6.99\r\nSTAT pointer_size 64\r\n\
+         STAT rusage_user 1.500001\r\nSTAT rusage_system 0.000000\r\n"
+    )));
+    for line in [
+        "STAT curr_connections 3\r\n",
+        "STAT cmd_get 2\r\n",
+        "STAT cmd_set 1\r\n",
+        "STAT get_hits 1\r\n",
+        "STAT get_misses 1\r\n",
+        "STAT curr_items 1\r\n",
+        "STAT total_items 1\r\n",
+        &format!("STAT bytes {}\r\n", 2 + crate::ITEM_OVERHEAD),
+        "STAT limit_maxbytes 1048576\r\n",
+        "STAT threads 2\r\n",
+        "STAT evictions 0\r\n",
+    ] {
+        assert!(out.contains(line), "{line:?} missing from\n{out}");
+    }
+    assert!(out.ends_with("STAT duality_model sped\r\nEND\r\n"), "{out}");
+    // Every line is a STAT line but the last.
+    let lines: Vec<_> = out.split("\r\n").collect();
+    assert!(lines[..lines.len() - 2]
+        .iter()
+        .all(|l| l.starts_with("STAT ") && l.split(' ').count() == 3));
+}
+
+#[test]
+fn stats_groups() {
+    let s = Server::new();
+    s.run("set a 0 0 1\r\na\r\n");
+    assert_eq!(
+        stats_with(&s.store, "stats settings\r\n"),
+        "STAT maxbytes 1048576\r\nSTAT evictions on\r\nSTAT cas_enabled yes\r\nSTAT item_size_max 1048576\r\nEND\r\n"
+    );
+    assert!(stats_with(&s.store, "stats items\r\n").starts_with("STAT items:1:number 1\r\n"));
+    assert_eq!(
+        stats_with(&s.store, "stats slabs\r\n"),
+        format!(
+            "STAT active_slabs 1\r\nSTAT total_malloced {}\r\nEND\r\n",
+            2 + crate::ITEM_OVERHEAD
+        )
+    );
+    assert_eq!(
+        stats_with(&s.store, "stats duality\r\n"),
+        "STAT loops 1\r\nEND\r\n"
+    );
+    assert_eq!(stats_with(&s.store, "stats bogus\r\n"), "ERROR\r\n");
+    s.check("stats duality\r\n", "ERROR\r\n");
+    s.check("stats items\r\n", "STAT items:1:number 1\r\nSTAT items:1:evicted 0\r\nSTAT items:1:evicted_unfetched 0\r\nSTAT items:1:expired_unfetched 0\r\nSTAT items:1:reclaimed 0\r\nEND\r\n");
+    s.check("stats reset\r\n", "RESET\r\n");
+    assert_eq!(s.stats().cmd_set, 0);
+    let out = s.run("stats\r\n");
+    assert!(out.contains("STAT pid ") && out.ends_with("STAT reclaimed 0\r\nEND\r\n"));
+}
+
+// ---- meta commands --------------------------------------------------------
+
+#[test]
+fn meta_get_basics() {
+    let s = Server::new();
+    s.check("mg foo v\r\n", "EN\r\n");
+    s.check("mg foo v q\r\nmn\r\n", "MN\r\n");
+    s.check("mg foo v Oabc k\r\n", "EN Oabc kfoo\r\n");
+    s.check("ms foo 3 F5 T100\r\nabc\r\n", "HD\r\n");
+    s.check("mg foo\r\n", "HD\r\n");
+    s.check("mg foo q\r\n", "HD\r\n");
+    s.check("mg foo v\r\n", "VA 3\r\nabc\r\n");
+    let cas = s.cas_of("foo");
+    s.check(
+        "mg foo s v f t c k O123 q\r\n",
+        &format!("VA 3 s3 f5 t100 c{cas} kfoo O123\r\nabc\r\n"),
+    );
+    // Flags come back in the order asked.
+    s.check("mg foo O1 t f\r\n", "HD O1 t100 f5\r\n");
+    // C: a matching CAS suppresses the value.
+    s.check(&format!("mg foo v C{cas}\r\n"), "HD\r\n");
+    s.check(&format!("mg foo v C{}\r\n", cas + 1), "VA 3\r\nabc\r\n");
+    let st = s.stats();
+    assert_eq!((st.get_hits, st.get_misses, st.cmd_meta), (7, 3, 11));
+}
+
+#[test]
+fn meta_get_hit_age_and_bump() {
+    let mut s = Server::new();
+    s.check("ms foo 1\r\na\r\n", "HD\r\n");
+    s.now += 5;
+    s.check("mg foo h l u\r\n", "HD h0 l5\r\n");
+    s.check("mg foo h l\r\n", "HD h0 l5\r\n");
+    s.now += 2;
+    s.check("mg foo h l\r\n", "HD h1 l2\r\n");
+}
+
+#[test]
+fn meta_get_touch_and_tokens() {
+    let mut s = Server::new();
+    s.check("ms foo 1 T10\r\na\r\n", "HD\r\n");
+    s.check("mg foo t T30\r\n", "HD t10\r\n");
+    s.check("mg foo T30 t\r\n", "HD t30\r\n");
+    s.now += 29;
+    s.check("mg foo t\r\n", "HD t1\r\n");
+    // R: less TTL left than asked → this client wins the recache; others see Z.
+    s.check("mg foo R30\r\n", "HD W\r\n");
+    s.check("mg foo R30\r\n", "HD Z\r\n");
+    // N: vivify on miss; the creator wins, later readers see Z.
+    s.check("mg new N30 v t\r\n", "VA 0 t30 W\r\n\r\n");
+    s.check("mg new N30 v\r\n", "VA 0 Z\r\n\r\n");
+    s.check("mg foo E5 v\r\n", "VA 1 Z\r\na\r\n");
+    let st = s.stats();
+    assert_eq!((st.touch_hits, st.cmd_touch), (2, 2));
+}
+
+#[test]
+fn meta_set_modes() {
+    let s = Server::new();
+    s.check("ms k 1 MR\r\na\r\n", "NS\r\n");
+    s.check("ms k 1 MA\r\na\r\n", "NS\r\n");
+    s.check("ms k 1 ME\r\na\r\n", "HD\r\n");
+    s.check("ms k 1 ME\r\nb\r\n", "NS\r\n");
+    s.check("ms k 1 MR F3\r\nc\r\n", "HD\r\n");
+    s.check("ms k 2 MA s\r\n>>\r\n", "HD s3\r\n");
+    s.check("ms k 2 MP\r\n<<\r\n", "HD\r\n");
+    s.check("mg k v f\r\n", "VA 5 f3\r\n<<c>>\r\n");
+    s.check("ms k 1 MS\r\nz\r\n", "HD\r\n");
+    s.check("mg k v f\r\n", "VA 1 f0\r\nz\r\n");
+    // Append with N vivifies on a miss.
+    s.check("ms v 2 MA N30\r\nhi\r\n", "HD\r\n");
+    s.check("mg v v t\r\n", "VA 2 t30\r\nhi\r\n");
+    s.check(
+        "ms q 1 q\r\nx\r\nms q 1 q ME\r\ny\r\nmn\r\n",
+        "NS\r\nMN\r\n",
+    );
+    s.check("ms k 1 q O9 k\r\nx\r\n", "");
+    let out = s.run("ms k 1 O9 k c\r\nx\r\n");
+    assert_eq!(out, format!("HD O9 kk c{}\r\n", s.cas_of("k")));
+}
+
+#[test]
+fn meta_set_cas() {
+    let s = Server::new();
+    s.check("ms k 1 C5\r\na\r\n", "NF\r\n");
+    s.check("ms k 1\r\na\r\n", "HD\r\n");
+    let cas = s.cas_of("k");
+    s.check(&format!("ms k 1 C{}\r\nb\r\n", cas + 1), "EX\r\n");
+    let out = s.run(&format!("ms k 1 C{cas} c\r\nb\r\n"));
+    assert_eq!(out, format!("HD c{}\r\n", s.cas_of("k")));
+    // E assigns the CAS unique.
+    s.check("ms k 1 E1000\r\nc\r\n", "HD\r\n");
+    s.check("mg k c v\r\n", "VA 1 c1000\r\nc\r\n");
+    // Append respects a supplied CAS.
+    s.check("ms k 1 MA C1\r\nd\r\n", "EX\r\n");
+    s.check("ms k 1 MA C1000\r\nd\r\n", "HD\r\n");
+    // I with an older CAS stores the value, marked stale, keeping the TTL.
+    s.check("ms k 1 T100 E2000\r\ne\r\n", "HD\r\n");
+    s.check("ms k 1 C1500 I T5\r\nf\r\n", "HD\r\n");
+    s.check("mg k v t\r\n", "VA 1 t100 X W\r\nf\r\n");
+    s.check("ms k 1 C1500\r\ng\r\n", "EX\r\n");
+    let st = s.stats();
+    assert_eq!((st.cas_misses, st.cas_hits, st.cas_badval), (1, 2, 2));
+}
+
+#[test]
+fn meta_binary_keys() {
+    let s = Server::new();
+    // "Zm9v" is base64 for "foo".
+    s.check("ms Zm9v 3 b\r\nabc\r\n", "HD\r\n");
+    s.check("get foo\r\n", "VALUE foo 0 3\r\nabc\r\nEND\r\n");
+    s.check("mg Zm9v b k v\r\n", "VA 3 kZm9v b\r\nabc\r\n");
+    s.check("ma AAEC b N0 J5 v\r\n", "VA 1\r\n5\r\n");
+    s.check(
+        "me Zm9v b\r\n",
+        &format!(
+            "ME Zm9v exp=-1 la=0 cas={} fetch=yes cls=1 size={}\r\n",
+            s.cas_of("foo"),
+            6 + crate::ITEM_OVERHEAD
+        ),
+    );
+    s.check("md Zm9v b q\r\nmg foo\r\n", "EN\r\n");
+}
+
+#[test]
+fn meta_delete() {
+    let s = Server::new();
+    s.check("md k\r\n", "NF\r\n");
+    s.check("md k q\r\n", "NF\r\n");
+    s.check("ms k 1 T100\r\na\r\n", "HD\r\n");
+    s.check("md k C99999 O7 k\r\n", "EX O7 kk\r\n");
+    s.check("md k q\r\nmg k\r\n", "EN\r\n");
+    s.check("ms k 1\r\na\r\n", "HD\r\n");
+    s.check("md k\r\n", "HD\r\n");
+    // I: invalidate — stays readable as stale; the first reader wins.
+    s.check("ms k 1 T100\r\na\r\n", "HD\r\n");
+    let cas = s.cas_of("k");
+    s.check("md k I T30\r\n", "HD\r\n");
+    assert_ne!(s.cas_of("k"), cas);
+    s.check("mg k v t\r\n", "VA 1 t30 X W\r\na\r\n");
+    s.check("mg k v\r\n", "VA 1 Z X\r\na\r\n");
+    // x: drop the value, keep the item.
+    s.check("ms j 3 F9\r\nabc\r\n", "HD\r\n");
+    s.check("md j x\r\n", "HD\r\n");
+    s.check("mg j s v f\r\n", "VA 0 s0 f0\r\n\r\n");
+    let st = s.stats();
+    assert_eq!((st.delete_hits, st.delete_misses), (3, 3));
+}
+
+#[test]
+fn meta_arith() {
+    let s = Server::new();
+    s.check("ma n\r\n", "NF\r\n");
+    s.check("ma n q O1\r\n", "NF O1\r\n");
+    s.check("ma n N0 J10\r\n", "HD\r\n");
+    s.check("ma n v\r\n", "VA 2\r\n11\r\n");
+    s.check("ma n MD D5 v\r\n", "VA 1\r\n6\r\n");
+    s.check("ma n M- D100 v\r\n", "VA 1\r\n0\r\n");
+    s.check(
+        "ma n M+ D18446744073709551615 v\r\n",
+        "VA 20\r\n18446744073709551615\r\n",
+    );
+    s.check("ma n v\r\n", "VA 1\r\n0\r\n");
+    s.check("ma n q\r\nmn\r\n", "MN\r\n");
+    s.check("ma n C1\r\n", "EX\r\n");
+    let cas = s.cas_of("n");
+    let out = s.run(&format!("ma n C{cas} c t\r\n"));
+    assert_eq!(out, format!("HD c{} t-1\r\n", s.cas_of("n")));
+    s.check("ma n t T30\r\n", "HD t-1\r\n");
+    s.check("ma n T40 t\r\n", "HD t40\r\n");
+    s.check("ma n E77 c\r\n", "HD c77\r\n");
+    s.check(
+        "ms s 3\r\nabc\r\nma s\r\n",
+        "HD\r\nCLIENT_ERROR cannot increment or decrement non-numeric value\r\n",
+    );
+    s.check("ma t N30 J1 t v k\r\n", "VA 1 t30 kt\r\n1\r\n");
+    let st = s.stats();
+    assert_eq!(
+        (st.incr_hits, st.incr_misses, st.decr_hits, st.decr_misses),
+        (8, 2, 2, 0)
+    );
+}
+
+#[test]
+fn meta_debug() {
+    let mut s = Server::new();
+    s.check("me k\r\n", "EN\r\n");
+    s.check("ms k 3 T100\r\nabc\r\n", "HD\r\n");
+    s.now += 4;
+    let cas = s.cas_of("k");
+    s.check(
+        "me k\r\n",
+        &format!(
+            "ME k exp=96 la=4 cas={cas} fetch=no cls=1 size={}\r\n",
+            4 + crate::ITEM_OVERHEAD
+        ),
+    );
+}
+
+#[test]
+fn request_shards() {
+    let s = Server::new();
+    let shard = |line: &[u8]| request_shard(&parse(line, &Limits::default()).unwrap().0, &s.store);
+    assert_eq!(shard(b"get foo\r\n"), Some(s.store.shard_of(b"foo")));
+    assert_eq!(shard(b"mg Zm9v b\r\n"), Some(s.store.shard_of(b"foo")));
+    assert_eq!(
+        shard(b"set foo 0 0 0\r\n\r\n"),
+        Some(s.store.shard_of(b"foo"))
+    );
+    assert_eq!(shard(b"get foo bar\r\n"), None);
+    assert_eq!(shard(b"stats\r\n"), None);
+}

@@ -22,7 +22,7 @@
 mod context;
 pub(crate) mod registry;
 
-use crate::loom::lock;
+use crate::loom::lock_std;
 use crate::reactor::{Reactor, ReactorShared};
 use crate::stats::LoopSnapshot;
 use crate::task::{self, JoinHandle, LocalQueue, TaskRef};
@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 pub(crate) use context::with_current;
 
 /// How a loop behaves. `Default` gives sensible values for servers.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct LoopConfig {
     /// Thread/loop name, shown in snapshots and logs.
     pub name: Option<String>,
@@ -56,6 +56,74 @@ pub struct LoopConfig {
     pub track_spawn_locations: bool,
     /// Capacity of the reactor's event buffer.
     pub events_capacity: usize,
+    /// Loops that share ready tasks (the `steal` model): a loop left with
+    /// ready tasks after its turn hands half of them to a member that sleeps.
+    pub work_group: Option<Arc<WorkGroup>>,
+}
+
+/// A set of loops that balance ready tasks among themselves.
+///
+/// The local run queue is intrusive and owned by one thread, so instead of
+/// thieves reaching into it, a loop that still has ready tasks after its
+/// budget looks for an idle member (one that announced it sleeps) and hands
+/// it half of the surplus through that member's hand-off queue. The moved
+/// tasks' owner id changes, so their later wake-ups go to the new loop. The
+/// effect is the same as stealing: idle loops get work from busy ones.
+#[derive(Default)]
+pub struct WorkGroup {
+    members: std::sync::RwLock<Vec<LoopHandle>>,
+    moved: std::sync::atomic::AtomicU64,
+}
+
+impl WorkGroup {
+    /// An empty group; loops join it when created with it in their config.
+    pub fn new() -> Arc<WorkGroup> {
+        Arc::new(WorkGroup::default())
+    }
+
+    /// Tasks moved between members so far.
+    pub fn tasks_moved(&self) -> u64 {
+        self.moved.load(Relaxed)
+    }
+
+    fn join(&self, h: LoopHandle) {
+        self.members
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(h);
+    }
+
+    fn leave(&self, id: u16) {
+        self.members
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|m| m.id() != id);
+    }
+
+    /// Called by a loop with `surplus` ready tasks: moves half to a sleeping member.
+    fn share(&self, from: &Local) {
+        let surplus = from.run_queue.len();
+        if surplus < 2 {
+            return;
+        }
+        let members = self.members.read().unwrap_or_else(|e| e.into_inner());
+        let Some(to) = members
+            .iter()
+            .find(|m| m.id() != from.shared.id && m.shared.is_sleeping())
+        else {
+            return;
+        };
+        let n = surplus / 2;
+        for _ in 0..n {
+            let Some(t) = from.run_queue.pop() else { break };
+            t.header().set_owner(to.id());
+            from.shared.stats.tasks_alive.fetch_sub(1, Relaxed);
+            to.shared.stats.tasks_alive.fetch_add(1, Relaxed);
+            to.shared.handoff.push(t);
+        }
+        self.moved.fetch_add(n as u64, Relaxed);
+        to.shared.notify();
+    }
 }
 
 impl Default for LoopConfig {
@@ -66,6 +134,7 @@ impl Default for LoopConfig {
             long_poll_threshold: Some(Duration::from_millis(10)),
             track_spawn_locations: false,
             events_capacity: 1024,
+            work_group: None,
         }
     }
 }
@@ -176,6 +245,9 @@ impl Local {
     /// is waiting to be polled (then the loop must not block).
     fn turn(&self) -> io::Result<()> {
         self.run_tasks();
+        if let Some(g) = &self.config.work_group {
+            g.share(self);
+        }
         self.drain_handoff();
         let busy = !self.run_queue.is_empty() || self.shared.main_woken.load(Relaxed);
         let mut timeout = if busy {
@@ -222,7 +294,7 @@ impl Local {
             s.timers_pending.store(self.timers.borrow().len(), Relaxed);
             let mut local = self.hist.borrow_mut();
             if !local.is_empty() {
-                let _ = lock(&self.shared.poll_hist).add(&*local);
+                let _ = lock_std(&self.shared.poll_hist).add(&*local);
                 local.reset();
             }
         }
@@ -402,12 +474,15 @@ impl EventLoop {
                 return Err(e);
             }
         };
-        *lock(&shared.name) = config
+        *lock_std(&shared.name) = config
             .name
             .clone()
             .unwrap_or_else(|| format!("loop-{}", shared.id));
-        shared.tid.store(current_tid(), Relaxed);
+        shared.tid.store(crate::stats::current_tid(), Relaxed);
         let now = Instant::now();
+        if let Some(g) = &config.work_group {
+            g.join(LoopHandle { shared });
+        }
         Ok(EventLoop {
             local: Box::new(Local {
                 shared,
@@ -470,6 +545,9 @@ impl EventLoop {
 impl Drop for EventLoop {
     fn drop(&mut self) {
         let local = &*self.local;
+        if let Some(g) = &local.config.work_group {
+            g.leave(local.shared.id);
+        }
         {
             let _enter = context::enter(local);
             local.shutdown();
@@ -544,9 +622,4 @@ impl Drop for LoopThread {
     fn drop(&mut self) {
         let _ = self.stop_and_join();
     }
-}
-
-fn current_tid() -> i64 {
-    // SAFETY: gettid has no arguments and cannot fail.
-    unsafe { libc::gettid() as i64 }
 }

@@ -8,7 +8,7 @@
 //! a waker racing with a loop's end may push into a queue that the next owner
 //! of the slot will drain (the task then simply runs on that loop).
 
-use crate::loom::lock;
+use crate::loom::lock_std;
 use crate::task::HandoffQueue;
 use hdrhistogram::Histogram;
 use std::io;
@@ -52,8 +52,8 @@ pub(crate) struct SharedStats {
 pub(crate) struct Shared {
     pub(crate) id: u16,
     pub(crate) handoff: HandoffQueue,
-    /// Set by the loop just before it may block in `epoll_wait`.
-    sleeping: AtomicBool,
+    /// Whether the loop is (about to be) blocked in `epoll_wait`.
+    sleep: SleepGate,
     /// The `block_on` future was woken.
     pub(crate) main_woken: AtomicBool,
     pub(crate) stop: AtomicBool,
@@ -74,7 +74,7 @@ impl Shared {
         Ok(Shared {
             id,
             handoff: HandoffQueue::new(),
-            sleeping: AtomicBool::new(false),
+            sleep: SleepGate::new(),
             main_woken: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             tid: AtomicI64::new(0),
@@ -86,7 +86,7 @@ impl Shared {
     }
 
     fn reset(&self) {
-        self.sleeping.store(false, Ordering::Relaxed);
+        self.sleep.after_sleep();
         self.main_woken.store(false, Ordering::Relaxed);
         self.stop.store(false, Ordering::Relaxed);
         let s = &self.stats;
@@ -103,7 +103,7 @@ impl Shared {
             c.store(0, Ordering::Relaxed);
         }
         s.tasks_alive.store(0, Ordering::Relaxed);
-        lock(&self.poll_hist).reset();
+        lock_std(&self.poll_hist).reset();
         drain_eventfd(self.wake_fd.as_raw_fd());
     }
 
@@ -115,7 +115,7 @@ impl Shared {
     /// reactor. Call after publishing work (`SeqCst`), so that either the loop's
     /// re-check sees the work or this sees `sleeping` — never neither.
     pub(crate) fn notify(&self) {
-        if self.sleeping.load(Ordering::SeqCst) && self.sleeping.swap(false, Ordering::SeqCst) {
+        if self.sleep.notify() {
             self.stats.wakeups.fetch_add(1, Ordering::Relaxed);
             write_eventfd(self.wake_fd.as_raw_fd());
         }
@@ -124,19 +124,20 @@ impl Shared {
     /// The loop announces it may block; returns false if work arrived meanwhile
     /// (then it must not block).
     pub(crate) fn prepare_sleep(&self) -> bool {
-        self.sleeping.store(true, Ordering::SeqCst);
-        if !self.handoff.is_empty()
-            || self.main_woken.load(Ordering::SeqCst)
-            || self.stop.load(Ordering::SeqCst)
-        {
-            self.sleeping.store(false, Ordering::Relaxed);
-            return false;
-        }
-        true
+        self.sleep.prepare_sleep(|| {
+            !self.handoff.is_empty()
+                || self.main_woken.load(Ordering::SeqCst)
+                || self.stop.load(Ordering::SeqCst)
+        })
+    }
+
+    /// True while the loop is (about to be) blocked with nothing to do.
+    pub(crate) fn is_sleeping(&self) -> bool {
+        self.sleep.is_sleeping()
     }
 
     pub(crate) fn after_sleep(&self) {
-        self.sleeping.store(false, Ordering::Relaxed);
+        self.sleep.after_sleep();
     }
 
     pub(crate) fn clear_wake_fd(&self) {
@@ -144,9 +145,69 @@ impl Shared {
     }
 }
 
+/// The sleep/notify handshake between a loop and the threads that hand it work.
+///
+/// The loop announces `sleeping` and then looks for work once more before it
+/// blocks; a producer publishes work and then looks at `sleeping`. All four
+/// accesses are `SeqCst`, hence totally ordered, so either the loop's re-check
+/// sees the work or the producer sees `sleeping` and wakes the loop — never
+/// neither (a Dekker handshake). The `swap` lets only one of many producers
+/// pay for the eventfd write; while the loop is awake nobody writes it.
+///
+/// Model-checked in `loom_tests` below. Loom treats `SeqCst` accesses as
+/// `AcqRel` and so cannot see the total order they give; under `cfg(loom)`
+/// the handshake carries the equivalent `fence(SeqCst)` on each side (the
+/// store-buffering litmus test is forbidden both ways), and normal builds are
+/// unchanged.
+pub(crate) struct SleepGate {
+    sleeping: crate::loom::AtomicBool,
+}
+
+impl SleepGate {
+    pub(crate) fn new() -> SleepGate {
+        SleepGate {
+            sleeping: crate::loom::AtomicBool::new(false),
+        }
+    }
+
+    /// Producer side, after publishing work with a `SeqCst` access: true if
+    /// the loop sleeps and the caller must wake it (the flag is cleared, so
+    /// exactly one caller gets true per sleep).
+    #[inline]
+    pub(crate) fn notify(&self) -> bool {
+        #[cfg(loom)]
+        crate::loom::fence(Ordering::SeqCst);
+        self.sleeping.load(Ordering::SeqCst) && self.sleeping.swap(false, Ordering::SeqCst)
+    }
+
+    /// Loop side: announces the sleep, then asks `work_pending` (which must
+    /// read with `SeqCst`). False if work was found: then the loop must not block.
+    #[inline]
+    pub(crate) fn prepare_sleep(&self, work_pending: impl FnOnce() -> bool) -> bool {
+        self.sleeping.store(true, Ordering::SeqCst);
+        #[cfg(loom)]
+        crate::loom::fence(Ordering::SeqCst);
+        if work_pending() {
+            self.sleeping.store(false, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
+    /// True while the loop is (about to be) blocked with nothing to do.
+    pub(crate) fn is_sleeping(&self) -> bool {
+        self.sleeping.load(Ordering::SeqCst)
+    }
+
+    /// Loop side: back from the reactor (or never went).
+    pub(crate) fn after_sleep(&self) {
+        self.sleeping.store(false, Ordering::Relaxed);
+    }
+}
+
 /// Takes a free loop slot (or makes a new one).
 pub(crate) fn acquire() -> io::Result<&'static Shared> {
-    let mut pool = lock(&POOL);
+    let mut pool = lock_std(&POOL);
     let shared = match pool.free.pop() {
         Some(s) => {
             s.reset();
@@ -171,7 +232,7 @@ pub(crate) fn acquire() -> io::Result<&'static Shared> {
 pub(crate) fn release(shared: &'static Shared) {
     SLOTS[shared.id as usize].store(std::ptr::null_mut(), Ordering::Release);
     shared.handoff.clear();
-    lock(&POOL).free.push(shared);
+    lock_std(&POOL).free.push(shared);
 }
 
 /// The live loop with this id.
@@ -183,7 +244,7 @@ pub(crate) fn get(id: u16) -> Option<&'static Shared> {
 
 /// Every live loop (for process-wide introspection).
 pub(crate) fn all() -> Vec<&'static Shared> {
-    let n = lock(&POOL).next_id;
+    let n = lock_std(&POOL).next_id;
     (0..n).filter_map(|i| get(i as u16)).collect()
 }
 

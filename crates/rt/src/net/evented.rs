@@ -166,6 +166,19 @@ macro_rules! stream_methods {
             ) -> std::task::Poll<io::Result<usize>> {
                 self.io.poll_write(cx, buf)
             }
+            /// The raw descriptor (for `sendfile` and similar).
+            pub fn as_raw_fd(&self) -> std::os::fd::RawFd {
+                use std::os::fd::AsRawFd;
+                self.io.get_ref().as_raw_fd()
+            }
+            /// Runs a non-blocking write-side system call `f` when the socket
+            /// is writable, retrying on `WouldBlock` (for `sendfile`).
+            pub async fn write_with<R>(
+                &self,
+                mut f: impl FnMut() -> io::Result<R>,
+            ) -> io::Result<R> {
+                std::future::poll_fn(|cx| self.io.poll_write_with(cx, |_| f())).await
+            }
             /// Shuts down the read half, the write half or both.
             pub fn shutdown(&self, how: std::net::Shutdown) -> io::Result<()> {
                 self.io.get_ref().shutdown(how)
@@ -253,7 +266,7 @@ pub(crate) async fn accept_with<S: Source, R>(
     io: &Evented<S>,
     mut f: impl FnMut(&S) -> io::Result<R>,
 ) -> io::Result<R> {
-    let until = crate::loom::lock(&io.backoff).take();
+    let until = crate::loom::lock_std(&io.backoff).take();
     if let Some(until) = until {
         crate::time::sleep_until(until).await;
     }
@@ -263,7 +276,8 @@ pub(crate) async fn accept_with<S: Source, R>(
             Err(e) if super::is_transient_accept_error(&e) => continue,
             Err(e) => {
                 if super::is_resource_exhaustion(&e) {
-                    *crate::loom::lock(&io.backoff) = Some(Instant::now() + super::ACCEPT_BACKOFF);
+                    *crate::loom::lock_std(&io.backoff) =
+                        Some(Instant::now() + super::ACCEPT_BACKOFF);
                 }
                 return Err(e);
             }

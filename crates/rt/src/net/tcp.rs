@@ -120,18 +120,6 @@ impl TcpStream {
     pub fn set_linger(&self, linger: Option<std::time::Duration>) -> io::Result<()> {
         socket2::SockRef::from(self.io.get_ref()).set_linger(linger)
     }
-
-    /// The raw descriptor (for `sendfile` and similar).
-    pub fn as_raw_fd(&self) -> std::os::fd::RawFd {
-        use std::os::fd::AsRawFd;
-        self.io.get_ref().as_raw_fd()
-    }
-
-    /// Runs a non-blocking write-side system call `f` when the socket is
-    /// writable, retrying on `WouldBlock` (for `sendfile`).
-    pub async fn write_with<R>(&self, mut f: impl FnMut() -> io::Result<R>) -> io::Result<R> {
-        std::future::poll_fn(|cx| self.io.poll_write_with(cx, |_| f())).await
-    }
 }
 
 stream_methods!(TcpStream);

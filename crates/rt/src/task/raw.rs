@@ -173,7 +173,6 @@ impl<'a> HeaderRef<'a> {
     pub(crate) fn owner(self) -> u16 {
         self.owner_field().load(Relaxed)
     }
-    #[allow(dead_code)] // work stealing moves tasks between loops
     pub(crate) fn set_owner(self, id: u16) {
         self.owner_field().store(id, Relaxed)
     }

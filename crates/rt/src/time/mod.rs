@@ -6,10 +6,9 @@
 //! on the loop where it is first polled; dropping it there cancels it in O(1);
 //! dropping it on another thread leaves a harmless entry that fires later.
 
-mod tmp_wheel;
 pub(crate) mod wheel;
 
-pub(crate) use tmp_wheel::{TimerKey, TimerWheel};
+pub(crate) use wheel::{TimerKey, TimerWheel};
 
 use crate::event_loop::with_current;
 use atomic_waker::AtomicWaker;

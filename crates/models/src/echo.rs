@@ -1,0 +1,113 @@
+//! The test service: a framed request/response protocol whose payload does a
+//! little work and checks color exclusivity. Used by the models' tests and
+//! by `duality bench models --service echo`.
+//!
+//! A request is 16 bytes: `color: u64 LE`, `value: u64 LE`. The response is
+//! 16 bytes: the color and [`answer`]`(value)`. Requests may be pipelined;
+//! all complete requests in a read are answered, in order, with one write.
+//!
+//! The payload job marks its color "in use" while it works: a second job of
+//! the same color entering at the same time finds the flag set and counts a
+//! violation. Zero violations under every model is the colors guarantee.
+
+use crate::{Conn, Payload};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use std::sync::Arc;
+
+/// Bytes in one request or response.
+pub const FRAME: usize = 16;
+
+/// Exclusivity detector slots (colors are taken modulo this).
+pub const COLORS: usize = 64;
+
+/// Shared state of one test service.
+pub struct Detector {
+    in_use: Vec<AtomicBool>,
+    /// Same-color jobs found running at the same time.
+    pub violations: AtomicU64,
+    /// Jobs run.
+    pub jobs: AtomicU64,
+    /// Simulated work per job (iterations of a small hash loop).
+    pub work: u64,
+}
+
+impl Detector {
+    /// A detector whose jobs each do `work` iterations.
+    pub fn new(work: u64) -> Arc<Detector> {
+        Arc::new(Detector {
+            in_use: (0..COLORS).map(|_| AtomicBool::new(false)).collect(),
+            violations: AtomicU64::new(0),
+            jobs: AtomicU64::new(0),
+            work,
+        })
+    }
+}
+
+/// What the service answers to `value`.
+pub fn answer(value: u64) -> u64 {
+    value.wrapping_mul(31).wrapping_add(7)
+}
+
+fn job(d: &Detector, color: u64, value: u64) -> u64 {
+    let slot = &d.in_use[(color % COLORS as u64) as usize];
+    if slot.swap(true, SeqCst) {
+        d.violations.fetch_add(1, Relaxed);
+    }
+    let mut h = value;
+    for i in 0..d.work {
+        h = std::hint::black_box(h.rotate_left(5) ^ i);
+    }
+    std::hint::black_box(h);
+    slot.store(false, SeqCst);
+    d.jobs.fetch_add(1, Relaxed);
+    answer(value)
+}
+
+/// Serves one connection until the client closes it.
+pub async fn serve(mut conn: Conn, payload: Payload, d: Arc<Detector>) {
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut have = 0;
+    let mut out = Vec::with_capacity(16 * 1024);
+    loop {
+        let n = match conn.read(&mut buf[have..]).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        have += n;
+        let whole = have / FRAME * FRAME;
+        for frame in buf[..whole].chunks_exact(FRAME) {
+            let color = u64::from_le_bytes(frame[..8].try_into().expect("8 bytes"));
+            let value = u64::from_le_bytes(frame[8..].try_into().expect("8 bytes"));
+            let d = d.clone();
+            let r = payload
+                .call_colored(color, move || job(&d, color, value))
+                .await;
+            out.extend_from_slice(&color.to_le_bytes());
+            out.extend_from_slice(&r.to_le_bytes());
+        }
+        buf.copy_within(whole..have, 0);
+        have -= whole;
+        if !out.is_empty() {
+            if conn.write_all(&out).await.is_err() {
+                return;
+            }
+            out.clear();
+        }
+    }
+}
+
+/// Encodes one request.
+pub fn request(color: u64, value: u64) -> [u8; FRAME] {
+    let mut f = [0u8; FRAME];
+    f[..8].copy_from_slice(&color.to_le_bytes());
+    f[8..].copy_from_slice(&value.to_le_bytes());
+    f
+}
+
+/// Decodes one response into (color, value).
+pub fn response(f: &[u8]) -> (u64, u64) {
+    (
+        u64::from_le_bytes(f[..8].try_into().expect("8 bytes")),
+        u64::from_le_bytes(f[8..16].try_into().expect("8 bytes")),
+    )
+}

@@ -1,0 +1,353 @@
+//! The `Model` type: which threads do accept, network I/O and payload work.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// A threading model, written the way `--model` takes it.
+///
+/// | model | accept | network I/O | payload work |
+/// |---|---|---|---|
+/// | `sped` | the one thread | the one thread | inline |
+/// | `amped:P` | acceptor thread | 1 network loop | P payload threads |
+/// | `seda:N:P` | acceptor thread | N network loops | P payload threads, round-robin |
+/// | `seda-s:N` | acceptor thread | N network loops | N payload threads, loop i → thread i |
+/// | `symped:N` | acceptor thread | N loops | inline in its loop |
+/// | `thread-per-conn` | acceptor thread | one OS thread per connection | inline |
+/// | `steal:N` | acceptor thread | N loops sharing ready tasks | inline |
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Model {
+    /// Single process, event-driven: everything on one thread (Flash).
+    Sped,
+    /// Asymmetric multi-process event-driven: one network loop, `payload` helper threads.
+    Amped {
+        /// Payload threads.
+        payload: usize,
+    },
+    /// Staged event-driven: `network` loops hand jobs round-robin to `payload` threads.
+    Seda {
+        /// Network loops.
+        network: usize,
+        /// Payload threads.
+        payload: usize,
+    },
+    /// SEDA with fixed pairs: network loop i always hands to payload thread i.
+    SedaS {
+        /// Pairs.
+        n: usize,
+    },
+    /// Symmetric multi-process event-driven: `n` loops doing everything inline.
+    Symped {
+        /// Loops.
+        n: usize,
+    },
+    /// One OS thread per connection, blocking I/O (the NPTL baseline).
+    ThreadPerConn,
+    /// `n` loops that balance ready tasks among themselves.
+    Steal {
+        /// Loops.
+        n: usize,
+    },
+}
+
+/// The names `Model` parses, for help texts.
+pub const MODEL_NAMES: &str =
+    "sped, amped[:P], seda[:N[:P]], seda-s[:N], symped[:N], thread-per-conn, steal[:N]";
+
+impl Model {
+    /// The model's name without numbers (`symped`, `seda-s`, …).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Model::Sped => "sped",
+            Model::Amped { .. } => "amped",
+            Model::Seda { .. } => "seda",
+            Model::SedaS { .. } => "seda-s",
+            Model::Symped { .. } => "symped",
+            Model::ThreadPerConn => "thread-per-conn",
+            Model::Steal { .. } => "steal",
+        }
+    }
+
+    /// Every model with this machine's default numbers.
+    pub fn all_defaults() -> Vec<Model> {
+        [
+            "sped",
+            "amped",
+            "seda",
+            "seda-s",
+            "symped",
+            "thread-per-conn",
+            "steal",
+        ]
+        .iter()
+        .map(|s| s.parse().expect("default model names parse"))
+        .collect()
+    }
+
+    /// True if payload jobs leave the network loop for a payload thread.
+    pub fn hands_off(&self) -> bool {
+        matches!(
+            self,
+            Model::Amped { .. } | Model::Seda { .. } | Model::SedaS { .. }
+        )
+    }
+}
+
+/// The number of cores this process may use.
+pub fn cores() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+/// Why a model string was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseModelError(String);
+
+impl fmt::Display for ParseModelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ParseModelError {}
+
+fn number(
+    model: &str,
+    what: &str,
+    s: Option<&str>,
+    default: usize,
+) -> Result<usize, ParseModelError> {
+    let Some(s) = s else { return Ok(default) };
+    let n: usize = s.parse().map_err(|_| {
+        ParseModelError(format!(
+            "model {model:?}: {what} must be a positive whole number, not {s:?}"
+        ))
+    })?;
+    if n == 0 {
+        return Err(ParseModelError(format!(
+            "model {model:?}: {what} must be at least 1"
+        )));
+    }
+    if n > 1024 {
+        return Err(ParseModelError(format!(
+            "model {model:?}: {what} = {n} is more threads than this server supports (1024)"
+        )));
+    }
+    Ok(n)
+}
+
+impl FromStr for Model {
+    type Err = ParseModelError;
+
+    fn from_str(s: &str) -> Result<Model, ParseModelError> {
+        let mut parts = s.trim().split(':');
+        let name = parts.next().unwrap_or("").to_ascii_lowercase();
+        let a = parts.next();
+        let b = parts.next();
+        let extra = parts.next();
+        let c = cores();
+        let too_many = |max: usize| -> Result<(), ParseModelError> {
+            let given = [a, b].iter().filter(|p| p.is_some()).count();
+            if given > max || extra.is_some() {
+                Err(ParseModelError(format!(
+                    "model {s:?} takes at most {max} number(s); known models: {MODEL_NAMES}"
+                )))
+            } else {
+                Ok(())
+            }
+        };
+        let m = match name.as_str() {
+            "sped" => {
+                too_many(0)?;
+                Model::Sped
+            }
+            "amped" => {
+                too_many(1)?;
+                Model::Amped {
+                    payload: number(s, "payload threads", a, c)?,
+                }
+            }
+            "seda" => {
+                too_many(2)?;
+                Model::Seda {
+                    network: number(s, "network loops", a, c)?,
+                    payload: number(s, "payload threads", b, c)?,
+                }
+            }
+            "seda-s" | "seda_s" | "sedas" => {
+                too_many(1)?;
+                Model::SedaS {
+                    n: number(s, "pairs", a, c)?,
+                }
+            }
+            "symped" => {
+                too_many(1)?;
+                Model::Symped {
+                    n: number(s, "loops", a, c)?,
+                }
+            }
+            "thread-per-conn" | "thread_per_conn" | "tpc" => {
+                too_many(0)?;
+                Model::ThreadPerConn
+            }
+            "steal" => {
+                too_many(1)?;
+                Model::Steal {
+                    n: number(s, "loops", a, c)?,
+                }
+            }
+            _ => {
+                return Err(ParseModelError(format!(
+                    "unknown model {s:?}; known models: {MODEL_NAMES}"
+                )))
+            }
+        };
+        Ok(m)
+    }
+}
+
+impl fmt::Display for Model {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Model::Sped => f.write_str("sped"),
+            Model::Amped { payload } => write!(f, "amped:{payload}"),
+            Model::Seda { network, payload } => write!(f, "seda:{network}:{payload}"),
+            Model::SedaS { n } => write!(f, "seda-s:{n}"),
+            Model::Symped { n } => write!(f, "symped:{n}"),
+            Model::ThreadPerConn => f.write_str("thread-per-conn"),
+            Model::Steal { n } => write!(f, "steal:{n}"),
+        }
+    }
+}
+
+/// When the acceptor takes new connections.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum AcceptPolicy {
+    /// Knot-C: accept only while the network loops have spare capacity, so
+    /// active connections are served first and new ones wait in the backlog.
+    #[default]
+    FavorActive,
+    /// Knot-A: accept as fast as connections arrive.
+    FavorAccept,
+}
+
+impl FromStr for AcceptPolicy {
+    type Err = ParseModelError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "favor-active" | "knot-c" => Ok(AcceptPolicy::FavorActive),
+            "favor-accept" | "knot-a" => Ok(AcceptPolicy::FavorAccept),
+            _ => Err(ParseModelError(format!(
+                "unknown accept policy {s:?}; use favor-active or favor-accept"
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for AcceptPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AcceptPolicy::FavorActive => "favor-active",
+            AcceptPolicy::FavorAccept => "favor-accept",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn parses_every_model() {
+        assert_eq!("sped".parse::<Model>().unwrap(), Model::Sped);
+        assert_eq!(
+            "amped:3".parse::<Model>().unwrap(),
+            Model::Amped { payload: 3 }
+        );
+        assert_eq!(
+            "seda:2:4".parse::<Model>().unwrap(),
+            Model::Seda {
+                network: 2,
+                payload: 4
+            }
+        );
+        assert_eq!("seda-s:2".parse::<Model>().unwrap(), Model::SedaS { n: 2 });
+        assert_eq!("symped:8".parse::<Model>().unwrap(), Model::Symped { n: 8 });
+        assert_eq!(
+            "thread-per-conn".parse::<Model>().unwrap(),
+            Model::ThreadPerConn
+        );
+        assert_eq!("steal:2".parse::<Model>().unwrap(), Model::Steal { n: 2 });
+    }
+
+    #[test]
+    fn defaults_come_from_the_core_count() {
+        let c = cores();
+        assert_eq!("symped".parse::<Model>().unwrap(), Model::Symped { n: c });
+        assert_eq!(
+            "seda".parse::<Model>().unwrap(),
+            Model::Seda {
+                network: c,
+                payload: c
+            }
+        );
+        assert_eq!(Model::all_defaults().len(), 7);
+    }
+
+    #[test]
+    fn refuses_bad_values_clearly() {
+        for bad in [
+            "",
+            "spud",
+            "symped:0",
+            "symped:x",
+            "symped:-1",
+            "sped:2",
+            "seda:1:2:3",
+            "amped:0",
+            "steal:99999",
+        ] {
+            let e = bad.parse::<Model>().unwrap_err().to_string();
+            assert!(e.contains("model"), "{bad}: {e}");
+        }
+        assert!("symped:0"
+            .parse::<Model>()
+            .unwrap_err()
+            .to_string()
+            .contains("at least 1"));
+        assert!("nope"
+            .parse::<Model>()
+            .unwrap_err()
+            .to_string()
+            .contains("known models"));
+    }
+
+    #[test]
+    fn accept_policy_round_trips() {
+        for p in [AcceptPolicy::FavorActive, AcceptPolicy::FavorAccept] {
+            assert_eq!(p.to_string().parse::<AcceptPolicy>().unwrap(), p);
+        }
+        assert!("x".parse::<AcceptPolicy>().is_err());
+    }
+
+    fn any_model() -> impl Strategy<Value = Model> {
+        let n = 1usize..=64;
+        prop_oneof![
+            Just(Model::Sped),
+            n.clone().prop_map(|payload| Model::Amped { payload }),
+            (n.clone(), n.clone()).prop_map(|(network, payload)| Model::Seda { network, payload }),
+            n.clone().prop_map(|n| Model::SedaS { n }),
+            n.clone().prop_map(|n| Model::Symped { n }),
+            Just(Model::ThreadPerConn),
+            n.prop_map(|n| Model::Steal { n }),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn display_then_parse_is_identity(m in any_model()) {
+            prop_assert_eq!(m.to_string().parse::<Model>().unwrap(), m);
+        }
+    }
+}

@@ -1,0 +1,540 @@
+//! The server builder: listeners + model + handler → running threads.
+
+use crate::conn::{Accepted, Conn, ConnCounter, ShutdownSignal};
+use crate::model::{AcceptPolicy, Model};
+use crate::payload::{ColorLocksHandle, Dispatch, Payload};
+use crate::stage::Stage;
+use crate::stats::{loop_thread_stats, ServerStats, ThreadRole};
+use duality_rt::net::{TcpListener, UnixListener};
+use duality_rt::{LoopConfig, LoopHandle, LoopThread, WorkGroup};
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+type HandlerFn = dyn Fn(Conn, Payload) -> BoxFuture + Send + Sync;
+
+/// Configures and starts a server. Every model serves the same handler.
+pub struct ServerBuilder {
+    name: String,
+    tcp: Vec<SocketAddr>,
+    unix: Vec<PathBuf>,
+    model: Model,
+    accept: AcceptPolicy,
+    max_conns: usize,
+    handoff_capacity: usize,
+    refusal: Vec<u8>,
+    long_poll: Option<Duration>,
+    thread_stack: usize,
+}
+
+impl Default for ServerBuilder {
+    fn default() -> Self {
+        ServerBuilder {
+            name: "duality".into(),
+            tcp: Vec::new(),
+            unix: Vec::new(),
+            model: Model::Symped {
+                n: crate::model::cores(),
+            },
+            accept: AcceptPolicy::default(),
+            max_conns: 1024,
+            handoff_capacity: 1024,
+            refusal: Vec::new(),
+            long_poll: Some(Duration::from_millis(10)),
+            thread_stack: 256 * 1024,
+        }
+    }
+}
+
+impl ServerBuilder {
+    /// A builder with defaults: `symped` on all cores, favor-active, 1024 connections.
+    pub fn new() -> ServerBuilder {
+        ServerBuilder::default()
+    }
+    /// Thread-name prefix.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+    /// Listens on a TCP address (port 0 picks a free port; see [`Server::tcp_addrs`]).
+    pub fn tcp(mut self, addr: SocketAddr) -> Self {
+        self.tcp.push(addr);
+        self
+    }
+    /// Listens on a Unix socket path.
+    pub fn unix(mut self, path: impl Into<PathBuf>) -> Self {
+        self.unix.push(path.into());
+        self
+    }
+    /// The threading model.
+    pub fn model(mut self, model: Model) -> Self {
+        self.model = model;
+        self
+    }
+    /// The accept policy.
+    pub fn accept_policy(mut self, p: AcceptPolicy) -> Self {
+        self.accept = p;
+        self
+    }
+    /// Connections above this are refused (the refusal message is sent, then closed).
+    pub fn max_conns(mut self, n: usize) -> Self {
+        self.max_conns = n.max(1);
+        self
+    }
+    /// Bound of each payload thread's job queue (back-pressure above it).
+    pub fn handoff_capacity(mut self, n: usize) -> Self {
+        self.handoff_capacity = n.max(1);
+        self
+    }
+    /// Bytes written to a connection refused by the limit, before closing it.
+    pub fn refusal_message(mut self, msg: impl Into<Vec<u8>>) -> Self {
+        self.refusal = msg.into();
+        self
+    }
+    /// Long-poll warning threshold for the loops.
+    pub fn long_poll_threshold(mut self, t: Option<Duration>) -> Self {
+        self.long_poll = t;
+        self
+    }
+    /// Stack size of thread-per-conn connection threads.
+    pub fn thread_stack(mut self, bytes: usize) -> Self {
+        self.thread_stack = bytes.max(64 * 1024);
+        self
+    }
+
+    /// Binds the listeners and starts the model's threads. `handler` runs once
+    /// per connection, as straight-line code.
+    pub fn serve<H, F>(self, handler: H) -> io::Result<Server>
+    where
+        H: Fn(Conn, Payload) -> F + Send + Sync + 'static,
+        F: Future<Output = ()> + Send + 'static,
+    {
+        if self.tcp.is_empty() && self.unix.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a server needs at least one TCP address or Unix socket path",
+            ));
+        }
+        let handler: Arc<HandlerFn> = Arc::new(move |c, p| Box::pin(handler(c, p)) as BoxFuture);
+        start(self, handler)
+    }
+}
+
+/// A listener bound before the threads start, so bind errors surface at once.
+enum Bound {
+    Tcp(std::net::TcpListener),
+    Unix(std::os::unix::net::UnixListener),
+}
+
+fn bind_tcp(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        None,
+    )?;
+    socket.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket
+        .bind(&addr.into())
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))?;
+    socket.listen(4096)?;
+    socket.set_nonblocking(true)?;
+    Ok(socket.into())
+}
+
+fn bind_unix(path: &Path) -> io::Result<std::os::unix::net::UnixListener> {
+    if path.exists() {
+        // A socket file nobody listens on is left over from a crash: replace it.
+        match std::os::unix::net::UnixStream::connect(path) {
+            Ok(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    format!("{} is in use by another server", path.display()),
+                ))
+            }
+            Err(_) => std::fs::remove_file(path)?,
+        }
+    }
+    let l = std::os::unix::net::UnixListener::bind(path).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("cannot listen on {}: {e}", path.display()),
+        )
+    })?;
+    l.set_nonblocking(true)?;
+    Ok(l)
+}
+
+struct Shared {
+    model: Model,
+    accept: AcceptPolicy,
+    max_conns: usize,
+    refusal: Vec<u8>,
+    counter: Arc<ConnCounter>,
+    shutdown: Arc<ShutdownSignal>,
+    handler: Arc<HandlerFn>,
+    payload: Payload,
+    network: Vec<LoopHandle>,
+    next_loop: AtomicUsize,
+    thread_stack: usize,
+    long_poll: Option<Duration>,
+    tpc_threads: AtomicU64,
+}
+
+impl Shared {
+    /// Knot-C: are the network loops too busy to take a new connection?
+    fn loops_busy(&self) -> bool {
+        const BUSY_DEPTH: usize = 64;
+        !self.network.is_empty()
+            && self.network.iter().all(|h| {
+                let s = h.snapshot();
+                s.run_queue_depth + s.handoff_depth > BUSY_DEPTH
+            })
+    }
+
+    fn dispatch(self: &Arc<Self>, a: Accepted) {
+        let live = self.counter.live.fetch_add(1, SeqCst);
+        if live >= self.max_conns {
+            self.counter.live.fetch_sub(1, SeqCst);
+            self.counter.refused.fetch_add(1, Relaxed);
+            a.refuse(&self.refusal);
+            return;
+        }
+        self.counter.total.fetch_add(1, Relaxed);
+        let me = self.clone();
+        if self.model == Model::ThreadPerConn {
+            let me2 = self.clone();
+            let spawned = std::thread::Builder::new()
+                .name("duality-conn".into())
+                .stack_size(self.thread_stack)
+                .spawn(move || {
+                    let Ok(conn) = Conn::blocking(a, me.shutdown.clone(), me.counter.clone())
+                    else {
+                        me.counter.live.fetch_sub(1, SeqCst);
+                        return;
+                    };
+                    let config = LoopConfig {
+                        name: Some("duality-conn".into()),
+                        long_poll_threshold: None,
+                        ..Default::default()
+                    };
+                    match duality_rt::EventLoop::new(config) {
+                        Ok(mut lp) => lp.block_on((me.handler)(conn, me.payload.clone())),
+                        Err(e) => tracing::warn!("connection thread has no loop: {e}"),
+                    }
+                });
+            match spawned {
+                Ok(_) => {
+                    me2.tpc_threads.fetch_add(1, Relaxed);
+                }
+                Err(e) => {
+                    // The closure (and the socket in it) was dropped: the
+                    // connection is closed and uncounted by `Conn`'s absence.
+                    me2.counter.live.fetch_sub(1, SeqCst);
+                    tracing::warn!("cannot start a connection thread: {e}");
+                }
+            }
+            return;
+        }
+        let i = self.next_loop.fetch_add(1, Relaxed) % self.network.len();
+        drop(self.network[i].spawn(async move {
+            match Conn::evented(a, me.shutdown.clone(), me.counter.clone()) {
+                Ok(conn) => (me.handler)(conn, me.payload.clone()).await,
+                Err(e) => {
+                    me.counter.live.fetch_sub(1, SeqCst);
+                    tracing::debug!("dropping a connection: {e}");
+                }
+            }
+        }));
+    }
+}
+
+async fn accept_loop(listener: Bound, shared: Arc<Shared>) {
+    enum L {
+        Tcp(TcpListener),
+        Unix(UnixListener),
+    }
+    let l = match listener {
+        Bound::Tcp(l) => TcpListener::from_std(l).map(L::Tcp),
+        Bound::Unix(l) => UnixListener::from_std(l).map(L::Unix),
+    };
+    let l = match l {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!("acceptor cannot register its listener: {e}");
+            return;
+        }
+    };
+    loop {
+        if shared.shutdown.is_set() {
+            return;
+        }
+        if shared.accept == AcceptPolicy::FavorActive {
+            while shared.loops_busy() && !shared.shutdown.is_set() {
+                duality_rt::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+        let r = match &l {
+            L::Tcp(l) => l.accept_std().await.map(|(s, _)| Accepted::Tcp(s)),
+            L::Unix(l) => l.accept_std().await.map(Accepted::Unix),
+        };
+        match r {
+            Ok(a) => shared.dispatch(a),
+            // accept backs off by itself after EMFILE; log and go on.
+            Err(e) => tracing::warn!("accept failed: {e}"),
+        }
+    }
+}
+
+/// A running server.
+pub struct Server {
+    shared: Arc<Shared>,
+    acceptor: Option<LoopThread>,
+    network: Vec<LoopThread>,
+    stages: Vec<Arc<Stage>>,
+    stage_threads: Vec<std::thread::JoinHandle<()>>,
+    accept_tasks: Vec<duality_rt::JoinHandle<()>>,
+    tcp_addrs: Vec<SocketAddr>,
+    unix_paths: Vec<PathBuf>,
+}
+
+fn start(b: ServerBuilder, handler: Arc<HandlerFn>) -> io::Result<Server> {
+    let mut bound = Vec::new();
+    let mut tcp_addrs = Vec::new();
+    for a in &b.tcp {
+        let l = bind_tcp(*a)?;
+        tcp_addrs.push(l.local_addr()?);
+        bound.push(Bound::Tcp(l));
+    }
+    for p in &b.unix {
+        bound.push(Bound::Unix(bind_unix(p)?));
+    }
+    let loop_config = |name: String, group: Option<Arc<WorkGroup>>| LoopConfig {
+        name: Some(name),
+        long_poll_threshold: b.long_poll,
+        track_spawn_locations: true,
+        work_group: group,
+        ..Default::default()
+    };
+    let (n_network, n_payload) = match b.model {
+        Model::Sped => (1, 0),
+        Model::Amped { payload } => (1, payload),
+        Model::Seda { network, payload } => (network, payload),
+        Model::SedaS { n } => (n, n),
+        Model::Symped { n } | Model::Steal { n } => (n, 0),
+        Model::ThreadPerConn => (0, 0),
+    };
+    let group = matches!(b.model, Model::Steal { .. }).then(WorkGroup::new);
+    let mut network = Vec::new();
+    for i in 0..n_network {
+        network.push(LoopThread::spawn(loop_config(
+            format!("{}-net-{i}", b.name),
+            group.clone(),
+        ))?);
+    }
+    let mut stages = Vec::new();
+    let mut stage_threads = Vec::new();
+    for i in 0..n_payload {
+        let s = Stage::new(i, b.handoff_capacity);
+        stage_threads.push(s.start(format!("{}-payload-{i}", b.name))?);
+        stages.push(s);
+    }
+    let handles: Vec<LoopHandle> = network.iter().map(|l| l.handle()).collect();
+    let dispatch = match b.model {
+        Model::Sped => Dispatch::Single,
+        Model::Symped { .. } | Model::Steal { .. } | Model::ThreadPerConn => {
+            Dispatch::Inline(ColorLocksHandle::new())
+        }
+        Model::Amped { .. } => Dispatch::Affinity(stages.clone()),
+        Model::Seda { .. } => {
+            Dispatch::RoundRobin(stages.clone(), AtomicUsize::new(0), ColorLocksHandle::new())
+        }
+        Model::SedaS { .. } => {
+            let pairs: HashMap<u16, usize> = handles
+                .iter()
+                .enumerate()
+                .map(|(i, h)| (h.id(), i))
+                .collect();
+            Dispatch::Paired(stages.clone(), pairs, ColorLocksHandle::new())
+        }
+    };
+    let shared = Arc::new(Shared {
+        model: b.model,
+        accept: b.accept,
+        max_conns: b.max_conns,
+        refusal: b.refusal,
+        counter: Arc::new(ConnCounter {
+            live: AtomicUsize::new(0),
+            total: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+        }),
+        shutdown: Arc::new(ShutdownSignal::default()),
+        handler,
+        payload: Payload::new(dispatch),
+        network: handles,
+        next_loop: AtomicUsize::new(0),
+        thread_stack: b.thread_stack,
+        long_poll: b.long_poll,
+        tpc_threads: AtomicU64::new(0),
+    });
+    // SPED accepts on its one loop; every other model has an acceptor thread.
+    let acceptor = if b.model == Model::Sped {
+        None
+    } else {
+        Some(LoopThread::spawn(loop_config(
+            format!("{}-accept", b.name),
+            None,
+        ))?)
+    };
+    let accept_on = acceptor
+        .as_ref()
+        .map(|a| a.handle())
+        .unwrap_or_else(|| network[0].handle());
+    let accept_tasks = bound
+        .into_iter()
+        .map(|l| accept_on.spawn(accept_loop(l, shared.clone())))
+        .collect();
+    let _ = shared.long_poll;
+    Ok(Server {
+        shared,
+        acceptor,
+        network,
+        stages,
+        stage_threads,
+        accept_tasks,
+        tcp_addrs,
+        unix_paths: b.unix,
+    })
+}
+
+/// What [`Server::shutdown`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Connections still open at the deadline (their tasks were cancelled).
+    pub cut_off: usize,
+}
+
+impl Server {
+    /// The bound TCP addresses (with the real port when 0 was asked for).
+    pub fn tcp_addrs(&self) -> &[SocketAddr] {
+        &self.tcp_addrs
+    }
+
+    /// The model the server runs.
+    pub fn model(&self) -> Model {
+        self.shared.model
+    }
+
+    /// Connections open now.
+    pub fn connections(&self) -> usize {
+        self.shared.counter.live.load(SeqCst)
+    }
+
+    /// The numbers of every thread.
+    pub fn stats(&self) -> ServerStats {
+        stats_of(
+            &self.shared,
+            self.acceptor.as_ref().map(|a| a.handle()),
+            &self.stages,
+        )
+    }
+
+    /// A cheap handle that can read stats while the server runs (e.g. from a
+    /// `stats` command inside the handler).
+    pub fn stats_handle(&self) -> StatsHandle {
+        StatsHandle {
+            shared: self.shared.clone(),
+            acceptor: self.acceptor.as_ref().map(|a| a.handle()),
+            stages: self.stages.clone(),
+        }
+    }
+
+    /// Stops accepting, lets in-flight requests finish (idle connections see
+    /// end-of-stream), waits up to `deadline` for connections to close, then
+    /// stops every thread; connections still open are cut off.
+    pub fn shutdown(mut self, deadline: Duration) -> ShutdownReport {
+        for t in self.accept_tasks.drain(..) {
+            t.abort();
+        }
+        self.shared.shutdown.trigger();
+        let until = Instant::now() + deadline;
+        while self.connections() > 0 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let cut_off = self.connections();
+        self.stop_threads();
+        ShutdownReport { cut_off }
+    }
+
+    fn stop_threads(&mut self) {
+        if let Some(a) = self.acceptor.take() {
+            let _ = a.join();
+        }
+        for l in self.network.drain(..) {
+            let _ = l.join();
+        }
+        for s in &self.stages {
+            s.stop();
+        }
+        for t in self.stage_threads.drain(..) {
+            let _ = t.join();
+        }
+        for p in &self.unix_paths {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        for t in self.accept_tasks.drain(..) {
+            t.abort();
+        }
+        self.shared.shutdown.trigger();
+        self.stop_threads();
+    }
+}
+
+/// Reads a server's stats from anywhere.
+#[derive(Clone)]
+pub struct StatsHandle {
+    shared: Arc<Shared>,
+    acceptor: Option<LoopHandle>,
+    stages: Vec<Arc<Stage>>,
+}
+
+impl StatsHandle {
+    /// See [`Server::stats`].
+    pub fn stats(&self) -> ServerStats {
+        stats_of(&self.shared, self.acceptor, &self.stages)
+    }
+}
+
+fn stats_of(shared: &Shared, acceptor: Option<LoopHandle>, stages: &[Arc<Stage>]) -> ServerStats {
+    let mut threads = Vec::new();
+    if let Some(a) = acceptor {
+        threads.push(loop_thread_stats(ThreadRole::Acceptor, &a));
+    }
+    for h in &shared.network {
+        threads.push(loop_thread_stats(ThreadRole::Network, h));
+    }
+    for s in stages {
+        threads.push(s.stats());
+    }
+    ServerStats {
+        model: shared.model.to_string(),
+        curr_connections: shared.counter.live.load(SeqCst),
+        total_connections: shared.counter.total.load(Relaxed),
+        rejected_connections: shared.counter.refused.load(Relaxed),
+        threads,
+    }
+}

@@ -1,0 +1,262 @@
+//! Back-pressure, the connection limit, shutdown, and thread-per-conn's threads.
+
+use duality_models::echo::{self, Detector, FRAME};
+use duality_models::{Model, ServerBuilder, ThreadRole};
+use duality_rt::net::TcpStream;
+use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn addr() -> std::net::SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+async fn round_trip(s: &TcpStream, color: u64, value: u64) -> std::io::Result<(u64, u64)> {
+    s.write_all(&echo::request(color, value)).await?;
+    let mut r = [0u8; FRAME];
+    s.read_exact(&mut r).await?;
+    Ok(echo::response(&r))
+}
+
+#[test]
+fn slow_payload_pushes_back_instead_of_buffering() {
+    const CAP: usize = 4;
+    // A payload job that takes 2 ms: far slower than the clients.
+    let server = ServerBuilder::new()
+        .model(Model::Amped { payload: 1 })
+        .handoff_capacity(CAP)
+        .tcp(addr())
+        .serve(|conn, payload| async move {
+            let d = Detector::new(0);
+            let slow = async move |c, v| {
+                payload
+                    .call_colored(c, move || {
+                        std::thread::sleep(Duration::from_millis(2));
+                        v
+                    })
+                    .await
+            };
+            let _ = (&d, &slow);
+            echo_slow(conn, slow).await
+        })
+        .unwrap();
+    let a = server.tcp_addrs()[0];
+    let written = Arc::new(AtomicU64::new(0));
+    let w = written.clone();
+    const CLIENTS: usize = 20;
+    const WANT: usize = 4 << 20; // each client tries to push 4 MiB of requests
+    let rss_before = rss();
+    duality_rt::block_on(async move {
+        let mut hs = Vec::new();
+        for _ in 0..CLIENTS {
+            let w = w.clone();
+            hs.push(duality_rt::spawn(async move {
+                let s = TcpStream::connect(a).await.unwrap();
+                let chunk = vec![0u8; 64 * 1024];
+                let mut sent = 0;
+                while sent < WANT {
+                    match s.write(&chunk).await {
+                        Ok(n) => {
+                            sent += n;
+                            w.fetch_add(n as u64, Relaxed);
+                        }
+                        Err(_) => break,
+                    }
+                }
+            }));
+        }
+        duality_rt::time::sleep(Duration::from_millis(600)).await;
+        for h in &hs {
+            h.abort();
+        }
+    });
+    let stats = server.stats();
+    let payload = stats
+        .threads
+        .iter()
+        .find(|t| t.role == ThreadRole::Payload)
+        .unwrap();
+    assert!(
+        payload.queue_depth <= CAP,
+        "queue grew past its bound: {}",
+        payload.queue_depth
+    );
+    let total = written.load(Relaxed) as usize;
+    assert!(
+        total < CLIENTS * WANT / 2,
+        "clients pushed {total} bytes: TCP back-pressure should have stopped them"
+    );
+    let grew = rss().saturating_sub(rss_before);
+    assert!(grew < 64 << 20, "memory grew by {grew} bytes");
+    drop(server);
+}
+
+/// Like `echo::serve`, with a custom async payload call.
+async fn echo_slow<F, Fut>(mut conn: duality_models::Conn, call: F)
+where
+    F: Fn(u64, u64) -> Fut,
+    Fut: std::future::Future<Output = u64>,
+{
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut have = 0;
+    loop {
+        let n = match conn.read(&mut buf[have..]).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        have += n;
+        let whole = have / FRAME * FRAME;
+        let mut out = Vec::new();
+        for f in buf[..whole].chunks_exact(FRAME) {
+            let (c, v) = echo::response(f);
+            let r = call(c, v).await;
+            out.extend_from_slice(&echo::request(c, echo::answer(r)));
+        }
+        buf.copy_within(whole..have, 0);
+        have -= whole;
+        if conn.write_all(&out).await.is_err() {
+            return;
+        }
+    }
+}
+
+fn rss() -> usize {
+    let s = std::fs::read_to_string("/proc/self/statm").unwrap();
+    s.split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse::<usize>()
+        .unwrap()
+        * 4096
+}
+
+#[test]
+fn connection_above_the_limit_is_refused_and_others_keep_working() {
+    let d = Detector::new(10);
+    let server = ServerBuilder::new()
+        .model(Model::Symped { n: 2 })
+        .max_conns(3)
+        .refusal_message("SERVER_ERROR too many open connections\r\n")
+        .tcp(addr())
+        .serve(move |c, p| echo::serve(c, p, d.clone()))
+        .unwrap();
+    let a = server.tcp_addrs()[0];
+    duality_rt::block_on(async move {
+        let mut open = Vec::new();
+        for i in 0..3 {
+            let s = TcpStream::connect(a).await.unwrap();
+            assert_eq!(round_trip(&s, i, i).await.unwrap(), (i, echo::answer(i)));
+            open.push(s);
+        }
+        let extra = TcpStream::connect(a).await.unwrap();
+        let mut buf = vec![0u8; 128];
+        let mut got = Vec::new();
+        loop {
+            match extra.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+        assert_eq!(got, b"SERVER_ERROR too many open connections\r\n");
+        for (i, s) in open.iter().enumerate() {
+            let i = i as u64 + 10;
+            assert_eq!(round_trip(s, i, i).await.unwrap(), (i, echo::answer(i)));
+        }
+        // Closing one makes room for a new one.
+        drop(open.pop());
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            let s = TcpStream::connect(a).await.unwrap();
+            match round_trip(&s, 1, 1).await {
+                Ok(r) => {
+                    assert_eq!(r, (1, echo::answer(1)));
+                    break;
+                }
+                Err(_) if Instant::now() < deadline => {
+                    duality_rt::time::sleep(Duration::from_millis(5)).await
+                }
+                Err(e) => panic!("no room after a close: {e}"),
+            }
+        }
+    });
+    assert!(server.stats().rejected_connections >= 1);
+}
+
+#[test]
+fn shutdown_lets_in_flight_requests_finish() {
+    for model in ["sped", "amped:1", "symped:2", "thread-per-conn"] {
+        let server = ServerBuilder::new()
+            .model(model.parse().unwrap())
+            .tcp(addr())
+            .serve(|conn, payload| async move {
+                echo_slow(conn, |c, v| {
+                    payload.call_colored(c, move || {
+                        std::thread::sleep(Duration::from_millis(150));
+                        v
+                    })
+                })
+                .await
+            })
+            .unwrap();
+        let a = server.tcp_addrs()[0];
+        let (busy, idle) = duality_rt::block_on(async move {
+            let busy = TcpStream::connect(a).await.unwrap();
+            let idle = TcpStream::connect(a).await.unwrap();
+            // The idle connection is served once, then waits.
+            duality_rt::time::sleep(Duration::from_millis(30)).await;
+            busy.write_all(&echo::request(3, 5)).await.unwrap();
+            duality_rt::time::sleep(Duration::from_millis(30)).await;
+            (busy.into_std_for_test(), idle.into_std_for_test())
+        });
+        let stopper = std::thread::spawn(move || server.shutdown(Duration::from_secs(3)));
+        use std::io::Read;
+        let mut busy = busy;
+        let mut r = [0u8; FRAME];
+        busy.read_exact(&mut r)
+            .expect("in-flight request answered during shutdown");
+        assert_eq!(
+            echo::response(&r),
+            (3, echo::answer(echo::answer(5))),
+            "{model}"
+        );
+        let report = stopper.join().unwrap();
+        assert_eq!(report.cut_off, 0, "{model}");
+        let mut idle = idle;
+        assert_eq!(
+            idle.read(&mut r).unwrap_or(0),
+            0,
+            "{model}: idle connection closed"
+        );
+    }
+}
+
+#[test]
+fn thread_per_conn_runs_one_os_thread_per_connection() {
+    let d = Detector::new(1);
+    let server = ServerBuilder::new()
+        .model(Model::ThreadPerConn)
+        .tcp(addr())
+        .serve(move |c, p| echo::serve(c, p, d.clone()))
+        .unwrap();
+    let a = server.tcp_addrs()[0];
+    let threads = || std::fs::read_dir("/proc/self/task").unwrap().count();
+    let before = threads();
+    let conns: Vec<std::net::TcpStream> = (0..20)
+        .map(|i| {
+            use std::io::{Read, Write};
+            let mut s = std::net::TcpStream::connect(a).unwrap();
+            s.write_all(&echo::request(i, i)).unwrap();
+            let mut r = [0u8; FRAME];
+            s.read_exact(&mut r).unwrap();
+            s
+        })
+        .collect();
+    assert!(
+        threads() >= before + 20,
+        "{} threads before, {} with 20 connections",
+        before,
+        threads()
+    );
+    drop(conns);
+    drop(server);
+}

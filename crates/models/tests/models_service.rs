@@ -1,0 +1,150 @@
+//! The test service under every model, over TCP and Unix sockets, with many
+//! concurrent connections and pipelined requests; every response is checked.
+
+use duality_models::echo::{self, Detector, FRAME};
+use duality_models::{Model, ServerBuilder};
+use duality_rt::net::{TcpStream, UnixStream};
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+const CONNS: usize = 1000;
+const PIPELINE: usize = 4;
+const ROUNDS: usize = 2;
+
+fn raise_fd_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit read and write a live local struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
+enum Target {
+    Tcp(std::net::SocketAddr),
+    Unix(std::path::PathBuf),
+}
+
+/// One client connection: ROUNDS rounds of PIPELINE pipelined requests.
+async fn client(target: &Target, id: u64) -> Result<(), String> {
+    let mut req = Vec::with_capacity(FRAME * PIPELINE);
+    let mut resp = vec![0u8; FRAME * PIPELINE];
+    enum S {
+        T(TcpStream),
+        U(UnixStream),
+    }
+    let s = match target {
+        Target::Tcp(a) => S::T(TcpStream::connect(*a).await.map_err(|e| e.to_string())?),
+        Target::Unix(p) => S::U(UnixStream::connect(p).await.map_err(|e| e.to_string())?),
+    };
+    for round in 0..ROUNDS as u64 {
+        req.clear();
+        let mut expect = Vec::new();
+        for k in 0..PIPELINE as u64 {
+            let color = (id * 7 + k) % 16;
+            let value = id << 20 | round << 10 | k;
+            req.extend_from_slice(&echo::request(color, value));
+            expect.push((color, echo::answer(value)));
+        }
+        let r = match &s {
+            S::T(s) => s.write_all(&req).await.and(s.read_exact(&mut resp).await),
+            S::U(s) => s.write_all(&req).await.and(s.read_exact(&mut resp).await),
+        };
+        r.map_err(|e| format!("conn {id}: {e}"))?;
+        for (i, want) in expect.iter().enumerate() {
+            let got = echo::response(&resp[i * FRAME..]);
+            if got != *want {
+                return Err(format!("conn {id} req {i}: got {got:?}, want {want:?}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn run(model: &str, unix: bool) {
+    raise_fd_limit();
+    let model: Model = model.parse().unwrap();
+    let d = Detector::new(200);
+    let dir = std::env::temp_dir().join(format!(
+        "duality-models-{}-{}",
+        std::process::id(),
+        model.name()
+    ));
+    let _ = std::fs::create_dir_all(&dir);
+    let path = dir.join(format!("s-{}.sock", unix as u8));
+    let mut b = ServerBuilder::new().model(model).max_conns(CONNS + 10);
+    b = if unix {
+        b.unix(&path)
+    } else {
+        b.tcp("127.0.0.1:0".parse().unwrap())
+    };
+    let d2 = d.clone();
+    let server = b.serve(move |c, p| echo::serve(c, p, d2.clone())).unwrap();
+    let target = if unix {
+        Target::Unix(path.clone())
+    } else {
+        Target::Tcp(server.tcp_addrs()[0])
+    };
+    let target = std::sync::Arc::new(target);
+    let errors = duality_rt::block_on(async move {
+        let mut hs = Vec::new();
+        for id in 0..CONNS as u64 {
+            let t = target.clone();
+            hs.push(duality_rt::spawn(async move { client(&t, id).await }));
+        }
+        let mut errors = Vec::new();
+        for h in hs {
+            if let Err(e) = h.await.unwrap() {
+                errors.push(e);
+            }
+        }
+        errors
+    });
+    assert!(
+        errors.is_empty(),
+        "{model}: {} failures, first: {}",
+        errors.len(),
+        errors[0]
+    );
+    assert_eq!(
+        d.jobs.load(Relaxed),
+        (CONNS * PIPELINE * ROUNDS) as u64,
+        "{model}"
+    );
+    assert_eq!(
+        d.violations.load(Relaxed),
+        0,
+        "{model}: color exclusivity violated"
+    );
+    let stats = server.stats();
+    assert_eq!(stats.total_connections, CONNS as u64);
+    let report = server.shutdown(Duration::from_secs(5));
+    assert_eq!(report.cut_off, 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+macro_rules! model_tests {
+    ($($name:ident: $model:expr,)*) => {
+        mod tcp {
+            $(#[test] fn $name() { super::run($model, false) })*
+        }
+        mod unix {
+            $(#[test] fn $name() { super::run($model, true) })*
+        }
+    };
+}
+
+model_tests! {
+    sped: "sped",
+    amped: "amped:2",
+    seda: "seda:2:2",
+    seda_s: "seda-s:2",
+    symped: "symped:2",
+    thread_per_conn: "thread-per-conn",
+    steal: "steal:2",
+}
