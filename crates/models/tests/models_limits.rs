@@ -26,25 +26,14 @@ fn slow_payload_pushes_back_instead_of_buffering() {
         .model(Model::Amped { payload: 1 })
         .handoff_capacity(CAP)
         .tcp(addr())
-        .serve(|conn, payload| async move {
-            let d = Detector::new(0);
-            let slow = async move |c, v| {
-                payload
-                    .call_colored(c, move || {
-                        std::thread::sleep(Duration::from_millis(2));
-                        v
-                    })
-                    .await
-            };
-            let _ = (&d, &slow);
-            echo_slow(conn, slow).await
-        })
+        .serve(|conn, payload| echo_slow(conn, payload, Duration::from_millis(2)))
         .unwrap();
     let a = server.tcp_addrs()[0];
     let written = Arc::new(AtomicU64::new(0));
     let w = written.clone();
-    const CLIENTS: usize = 20;
-    const WANT: usize = 4 << 20; // each client tries to push 4 MiB of requests
+    const CLIENTS: usize = 8;
+    // Each client tries to push 64 MiB: far more than the kernel buffers hold.
+    const WANT: usize = 64 << 20;
     let rss_before = rss();
     duality_rt::block_on(async move {
         let mut hs = Vec::new();
@@ -91,12 +80,12 @@ fn slow_payload_pushes_back_instead_of_buffering() {
     drop(server);
 }
 
-/// Like `echo::serve`, with a custom async payload call.
-async fn echo_slow<F, Fut>(mut conn: duality_models::Conn, call: F)
-where
-    F: Fn(u64, u64) -> Fut,
-    Fut: std::future::Future<Output = u64>,
-{
+/// Like `echo::serve`, with a payload job that sleeps `delay`.
+async fn echo_slow(
+    mut conn: duality_models::Conn,
+    payload: duality_models::Payload,
+    delay: Duration,
+) {
     let mut buf = vec![0u8; 16 * 1024];
     let mut have = 0;
     loop {
@@ -109,8 +98,13 @@ where
         let mut out = Vec::new();
         for f in buf[..whole].chunks_exact(FRAME) {
             let (c, v) = echo::response(f);
-            let r = call(c, v).await;
-            out.extend_from_slice(&echo::request(c, echo::answer(r)));
+            let r = payload
+                .call_colored(c, move || {
+                    std::thread::sleep(delay);
+                    echo::answer(v)
+                })
+                .await;
+            out.extend_from_slice(&echo::request(c, r));
         }
         buf.copy_within(whole..have, 0);
         have -= whole;
@@ -188,37 +182,21 @@ fn shutdown_lets_in_flight_requests_finish() {
         let server = ServerBuilder::new()
             .model(model.parse().unwrap())
             .tcp(addr())
-            .serve(|conn, payload| async move {
-                echo_slow(conn, |c, v| {
-                    payload.call_colored(c, move || {
-                        std::thread::sleep(Duration::from_millis(150));
-                        v
-                    })
-                })
-                .await
-            })
+            .serve(|conn, payload| echo_slow(conn, payload, Duration::from_millis(150)))
             .unwrap();
         let a = server.tcp_addrs()[0];
-        let (busy, idle) = duality_rt::block_on(async move {
-            let busy = TcpStream::connect(a).await.unwrap();
-            let idle = TcpStream::connect(a).await.unwrap();
-            // The idle connection is served once, then waits.
-            duality_rt::time::sleep(Duration::from_millis(30)).await;
-            busy.write_all(&echo::request(3, 5)).await.unwrap();
-            duality_rt::time::sleep(Duration::from_millis(30)).await;
-            (busy.into_std_for_test(), idle.into_std_for_test())
-        });
+        use std::io::Write;
+        let mut busy = std::net::TcpStream::connect(a).unwrap();
+        let idle = std::net::TcpStream::connect(a).unwrap();
+        std::thread::sleep(Duration::from_millis(30));
+        busy.write_all(&echo::request(3, 5)).unwrap();
+        std::thread::sleep(Duration::from_millis(30));
         let stopper = std::thread::spawn(move || server.shutdown(Duration::from_secs(3)));
         use std::io::Read;
-        let mut busy = busy;
         let mut r = [0u8; FRAME];
         busy.read_exact(&mut r)
             .expect("in-flight request answered during shutdown");
-        assert_eq!(
-            echo::response(&r),
-            (3, echo::answer(echo::answer(5))),
-            "{model}"
-        );
+        assert_eq!(echo::response(&r), (3, echo::answer(5)), "{model}");
         let report = stopper.join().unwrap();
         assert_eq!(report.cut_off, 0, "{model}");
         let mut idle = idle;

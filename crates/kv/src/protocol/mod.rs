@@ -44,6 +44,8 @@ pub struct Limits {
     /// The longest retrieval command line (multi-key gets can be long).
     pub max_get_line: usize,
     /// The largest value a storage command may carry (memcached's `-I`).
+    /// [`parse`] needs a whole request in the buffer, so a connection's read
+    /// buffer must be able to grow to `max_line + max_item_size + 2` bytes.
     pub max_item_size: usize,
 }
 

@@ -54,6 +54,7 @@ pub use stats::{Counter, Stats};
 use shard::{Shard, Slot, FETCHED};
 pub(crate) use shard::{STALE, WIN_SENT};
 use stats::{GlobalStats, ShardStats};
+use crate::protocol::KEY_MAX_LENGTH;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
@@ -276,8 +277,13 @@ impl Store {
     /// Locks `key`'s shard and looks the key up (an expired or flushed item is
     /// unlinked on the way, see [`Entry::lookup`]). The lock is held until the
     /// entry is dropped: keep entries short-lived and never hold two.
+    ///
+    /// # Panics
+    ///
+    /// If `key` is longer than [`KEY_MAX_LENGTH`] (250) bytes; [`crate::parse`]
+    /// never yields such a key.
     pub fn entry<'s, 'k>(&'s self, key: &'k [u8], now: Time) -> Entry<'s, 'k> {
-        debug_assert!(key.len() <= u8::MAX as usize);
+        assert!(key.len() <= KEY_MAX_LENGTH, "key longer than {KEY_MAX_LENGTH} bytes");
         let hash = self.hash(key);
         let cell = &self.cells[self.shard_index(hash)];
         let mut shard = lock(&cell.shard);

@@ -332,6 +332,7 @@ impl Local {
 
 /// Routes a woken task to its loop: the local queue if we are on that loop's
 /// thread, its hand-off queue otherwise.
+#[cfg(not(all(test, loom)))]
 pub(crate) fn schedule(task: TaskRef) {
     let owner = task.header().owner();
     with_current(|cur| match cur {
@@ -346,6 +347,13 @@ pub(crate) fn schedule(task: TaskRef) {
             None => drop(task),
         },
     })
+}
+
+/// Under loom there are no loops (no epoll, no eventfd): a woken task goes to
+/// the model's run queue, which the model's runner drains.
+#[cfg(all(test, loom))]
+pub(crate) fn schedule(task: TaskRef) {
+    task::loom_tests::schedule(task)
 }
 
 /// A task's future was dropped.

@@ -270,3 +270,56 @@ fn drain_eventfd(fd: RawFd) {
     // SAFETY: reads at most 8 bytes into a live local; EAGAIN when empty is fine.
     unsafe { libc::read(fd, &mut buf as *mut u64 as *mut libc::c_void, 8) };
 }
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::SleepGate;
+    use crate::loom::{thread, Arc, AtomicUsize};
+    use crate::task::{self, HandoffQueue, LocalQueue};
+    use std::sync::atomic::Ordering::Relaxed;
+
+    /// Two threads hand a task each to a loop that is about to sleep: if the
+    /// loop blocks while a task it has not taken is pending, the eventfd was
+    /// written — exactly once, however many producers came.
+    #[test]
+    fn loom_sleep_vs_notify() {
+        loom::model(|| {
+            let handoff = Arc::new(HandoffQueue::new());
+            let gate = Arc::new(SleepGate::new());
+            let eventfd_writes = Arc::new(AtomicUsize::new(0));
+            let mut producers = Vec::new();
+            let mut joins = Vec::new();
+            for _ in 0..2 {
+                let (queued, join) = task::new_task(async {}, 0);
+                joins.push(join);
+                let (q, g, w) = (handoff.clone(), gate.clone(), eventfd_writes.clone());
+                producers.push(thread::spawn(move || {
+                    q.push(queued);
+                    if g.notify() {
+                        w.fetch_add(1, Relaxed);
+                    }
+                }));
+            }
+
+            let local = LocalQueue::new();
+            let before = handoff.drain_into(&local);
+            let slept = gate.prepare_sleep(|| !handoff.is_empty());
+            // Here the loop blocks in epoll_wait if `slept`.
+            for p in producers {
+                p.join().unwrap();
+            }
+            let writes = eventfd_writes.load(Relaxed);
+            if slept && before < 2 {
+                assert_eq!(
+                    writes, 1,
+                    "the loop sleeps with work pending and no wake-up"
+                );
+            }
+            assert!(writes <= 1, "one eventfd write per sleep");
+            gate.after_sleep();
+            assert_eq!(before + handoff.drain_into(&local), 2);
+            drop(local);
+            drop(joins);
+        });
+    }
+}

@@ -8,6 +8,8 @@
 
 mod error;
 mod join;
+#[cfg(all(test, loom))]
+pub(crate) mod loom_tests;
 mod queue;
 mod raw;
 pub(crate) mod state;

@@ -30,9 +30,9 @@
 
 use super::state::{self, AfterPending, State};
 use super::JoinError;
+use crate::loom::UnsafeCell;
 use crate::loom::{AtomicPtr, AtomicU16, AtomicUsize};
 use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
-use std::cell::UnsafeCell;
 use std::future::Future;
 use std::mem::ManuallyDrop;
 use std::panic::{catch_unwind, AssertUnwindSafe, Location};
@@ -295,8 +295,10 @@ unsafe fn located_location<F: Future>(ptr: NonNull<Header>) -> Option<&'static L
 /// `ptr` must be a live `Cell<F>` and the caller must own the stage per the
 /// protocol in the module docs.
 unsafe fn stage<'a, F: Future>(ptr: NonNull<Header>) -> &'a mut Stage<F> {
-    // SAFETY: forwarded to the caller.
-    unsafe { &mut *(*ptr.cast::<Cell<F>>().as_ptr()).stage.get() }
+    // SAFETY: forwarded to the caller. Under loom, `with_mut` also checks that
+    // this access happens after every earlier one (the hand-over of the stage
+    // from runner to joiner goes through the state word).
+    unsafe { &mut *(*ptr.cast::<Cell<F>>().as_ptr()).stage.with_mut(|p| p) }
 }
 
 unsafe fn run<F: Future>(ptr: NonNull<Header>)

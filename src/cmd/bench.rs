@@ -1,0 +1,124 @@
+//! `duality bench …`: the experiments, each with its peers in the same run.
+
+use clap::{Args, Subcommand};
+use std::time::Duration;
+
+#[derive(Subcommand)]
+pub enum Bench {
+    /// Bytes per task and yields/s: duality vs tokio, smol and OS threads.
+    Tasks(TasksArgs),
+    /// Requests/s and context switches per request under every threading model.
+    Models(ModelsArgs),
+    /// Requests/s and Mbit/s vs concurrent clients: duality (Knot-A, Knot-C, SPED) vs nginx.
+    Http(super::bench_http::HttpBenchArgs),
+}
+
+#[derive(Args)]
+pub struct ModelsArgs {
+    /// Which server: `echo` (the models' test service).
+    #[arg(long, default_value = "echo")]
+    service: String,
+    /// Comma-separated models (default: every model with this machine's numbers).
+    #[arg(long, value_delimiter = ',')]
+    models: Vec<duality_models::Model>,
+    /// Comma-separated client connection counts.
+    #[arg(long, value_delimiter = ',', default_value = "1,8,40,120")]
+    connections: Vec<usize>,
+    /// Seconds measured per point (after 0.3 s of warm-up).
+    #[arg(long, default_value_t = 2.0)]
+    seconds: f64,
+    /// Print a JSON array instead of a Markdown table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct TasksArgs {
+    /// Tasks per runtime (OS threads stop at 10,000).
+    #[arg(long, default_value_t = 1_000_000)]
+    count: u64,
+    /// Seconds to count yields for, per runtime.
+    #[arg(long, default_value_t = 2.0)]
+    seconds: f64,
+    /// Comma-separated runtimes to measure.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "duality,tokio,smol,os-threads"
+    )]
+    runtimes: Vec<String>,
+    /// Print a JSON array instead of a Markdown table.
+    #[arg(long)]
+    json: bool,
+    /// Internal: measure one runtime in this process and print one JSON row.
+    #[arg(long, hide = true)]
+    child: Option<String>,
+}
+
+pub fn run(b: Bench) -> anyhow::Result<()> {
+    match b {
+        Bench::Tasks(a) => bench_tasks(a),
+        Bench::Models(a) => bench_models(a),
+        Bench::Http(a) => super::bench_http::run(a),
+    }
+}
+
+fn bench_models(a: ModelsArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        a.service == "echo",
+        "unknown --service {:?}; available: echo",
+        a.service
+    );
+    anyhow::ensure!(a.seconds > 0.0, "--seconds must be positive");
+    let models: Vec<String> = if a.models.is_empty() {
+        duality_models::Model::all_defaults()
+            .iter()
+            .map(|m| m.to_string())
+            .collect()
+    } else {
+        a.models.iter().map(|m| m.to_string()).collect()
+    };
+    let exe = std::env::current_exe()?;
+    let rows =
+        duality_bench::models_echo::run(&exe, &models, &a.connections, a.seconds, &mut |r| {
+            eprintln!(
+                "{} x{}: {:.0} req/s, {:.3} ctx/req",
+                r.model, r.connections, r.requests_per_sec, r.ctx_switches_per_request
+            )
+        })?;
+    if a.json {
+        println!("{}", duality_bench::report::json(&rows));
+    } else {
+        println!("{}", duality_bench::models_echo::table(&rows));
+    }
+    Ok(())
+}
+
+fn bench_tasks(a: TasksArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(a.count > 0, "--count must be at least 1");
+    anyhow::ensure!(
+        a.seconds.is_finite() && a.seconds > 0.0,
+        "--seconds must be a positive number"
+    );
+    let run_for = Duration::from_secs_f64(a.seconds);
+    if let Some(rt) = a.child {
+        let row = duality_bench::tasks::measure(&rt, a.count, run_for)?;
+        println!("{}", serde_json::to_string(&row)?);
+        return Ok(());
+    }
+    for rt in &a.runtimes {
+        anyhow::ensure!(
+            duality_bench::tasks::RUNTIMES.contains(&rt.as_str()),
+            "unknown runtime {rt:?}; choose from {:?}",
+            duality_bench::tasks::RUNTIMES
+        );
+    }
+    let exe = std::env::current_exe()?;
+    let rows = duality_bench::tasks::run_children(&exe, &a.runtimes, a.count, a.seconds)?;
+    if a.json {
+        println!("{}", duality_bench::report::json(&rows));
+    } else {
+        println!("{}", duality_bench::tasks::table(&rows));
+    }
+    Ok(())
+}

@@ -1,0 +1,50 @@
+//! `duality internal …`: processes the benchmarks start (hidden from help).
+
+use clap::{Args, Subcommand};
+use std::time::Duration;
+
+#[derive(Subcommand)]
+pub enum Internal {
+    /// The models' test service, until SIGTERM/SIGINT.
+    EchoServer(EchoServerArgs),
+}
+
+#[derive(Args)]
+pub struct EchoServerArgs {
+    /// Threading model.
+    #[arg(long, default_value = "symped")]
+    model: duality_models::Model,
+    /// Unix socket path.
+    #[arg(long)]
+    unix: Option<std::path::PathBuf>,
+    /// TCP address.
+    #[arg(long)]
+    tcp: Option<std::net::SocketAddr>,
+    /// Payload work per request (hash-loop iterations).
+    #[arg(long, default_value_t = 200)]
+    work: u64,
+}
+
+pub fn run(i: Internal) -> anyhow::Result<()> {
+    match i {
+        Internal::EchoServer(a) => echo_server(a),
+    }
+}
+
+fn echo_server(a: EchoServerArgs) -> anyhow::Result<()> {
+    let mut b = duality_models::ServerBuilder::new()
+        .model(a.model)
+        .max_conns(10_000);
+    if let Some(p) = &a.unix {
+        b = b.unix(p);
+    }
+    if let Some(t) = a.tcp {
+        b = b.tcp(t);
+    }
+    let d = duality_models::echo::Detector::new(a.work);
+    let server = b.serve(move |c, p| duality_models::echo::serve(c, p, d.clone()))?;
+    println!("ready {:?}", server.tcp_addrs());
+    super::wait_for_termination()?;
+    server.shutdown(Duration::from_secs(5));
+    Ok(())
+}
