@@ -1,11 +1,14 @@
 //! Parses arbitrary bytes as a connection would and executes every request
 //! against a small store (a few hundred items), with a clock that the input
-//! moves: nothing may panic and the store stays within its memory limit.
+//! moves and a sweep every few requests: nothing may panic and the store stays
+//! within its memory limit.
 //!
 //! Run: `cargo +nightly fuzz run kv_execute -- -dict=kv.dict` (from `fuzz/`).
 #![no_main]
 
-use duality_kv::{execute, execute_error, parse, Flow, Limits, ParseError, SimpleContext, Store, StoreConfig};
+use duality_kv::{
+    execute, execute_error, parse, Flow, Limits, ParseError, SimpleContext, Store, StoreConfig,
+};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -21,7 +24,13 @@ fuzz_target!(|data: &[u8]| {
     let mut ctx = SimpleContext::at(1_700_000_000);
     let mut out = Vec::new();
     let mut buf = data;
+    let mut steps = 0u32;
     while !buf.is_empty() {
+        steps += 1;
+        if steps & 7 == 0 {
+            // Reclaim and compact as the background sweep would.
+            store.sweep(ctx.now, 16);
+        }
         // The first byte of each step advances the clock a little.
         ctx.now += u32::from(buf[0] % 4);
         let flow = match parse(buf, &limits) {

@@ -1,14 +1,118 @@
-//! `duality http`: the static-file web server (under construction).
+//! `duality http`: the static-file web server (the seeds' Knot) under any
+//! threading model, until SIGTERM or SIGINT.
 
 use clap::Args;
+use duality_http::{HttpConfig, HttpState, Limits};
+use duality_models::{AcceptPolicy, Model, ServerBuilder};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
 
 #[derive(Args)]
 pub struct HttpArgs {
     /// Directory to serve.
     #[arg(long)]
-    root: std::path::PathBuf,
+    root: PathBuf,
+    /// Address to listen on (port 0 picks a free port; see the `ready` line).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Threading model: sped, amped[:P], seda[:N[:P]], seda-s[:N], symped[:N],
+    /// thread-per-conn, steal[:N].
+    #[arg(long, default_value = "symped")]
+    model: Model,
+    /// Accept policy: favor-active (Knot-C) or favor-accept (Knot-A).
+    #[arg(long, default_value = "favor-active")]
+    accept: AcceptPolicy,
+    /// Page-cache size in MiB (0 disables it).
+    #[arg(long, default_value_t = 64)]
+    cache_size: usize,
+    /// Largest file kept in the page cache, in KiB.
+    #[arg(long, default_value_t = 64)]
+    cache_max_file: usize,
+    /// Files not cached and at least this large (KiB) go out with sendfile.
+    #[arg(long, default_value_t = 64)]
+    sendfile_threshold: u64,
+    /// Milliseconds a file's stat is trusted before a cache hit stats again (0: every request).
+    #[arg(long, default_value_t = 1000)]
+    revalidate_ms: u64,
+    /// Connections above this are refused with 503 (keep it under the file limit).
+    #[arg(long, default_value_t = 1024)]
+    max_conns: usize,
+    /// Seconds a client has to send a whole request head, from its first byte (→ 408).
+    #[arg(long, default_value_t = 10.0)]
+    head_timeout: f64,
+    /// Seconds an idle keep-alive connection is kept.
+    #[arg(long, default_value_t = 60.0)]
+    idle_timeout: f64,
+    /// Seconds a response may wait for the client to read it.
+    #[arg(long, default_value_t = 60.0)]
+    write_timeout: f64,
+    /// Write an access log to this file (`-` for stderr); off by default.
+    #[arg(long)]
+    access_log: Option<PathBuf>,
+    /// Seconds in-flight requests get to finish after SIGTERM/SIGINT.
+    #[arg(long, default_value_t = 5.0)]
+    shutdown_grace: f64,
+}
+
+fn seconds(name: &str, v: f64) -> anyhow::Result<Duration> {
+    anyhow::ensure!(
+        v.is_finite() && v > 0.0,
+        "--{name} must be a positive number of seconds"
+    );
+    Ok(Duration::from_secs_f64(v))
 }
 
 pub fn run(a: HttpArgs) -> anyhow::Result<()> {
-    anyhow::bail!("duality http is not built yet (root {})", a.root.display())
+    let cfg = HttpConfig {
+        root: a.root.clone(),
+        cache_bytes: a.cache_size.saturating_mul(1 << 20),
+        cache_max_file: a.cache_max_file.saturating_mul(1 << 10),
+        sendfile_threshold: a.sendfile_threshold.saturating_mul(1 << 10),
+        revalidate: Duration::from_millis(a.revalidate_ms),
+        head_timeout: seconds("head-timeout", a.head_timeout)?,
+        idle_timeout: seconds("idle-timeout", a.idle_timeout)?,
+        write_timeout: seconds("write-timeout", a.write_timeout)?,
+        access_log: a.access_log.clone(),
+        limits: Limits::default(),
+    };
+    let grace = Duration::from_secs_f64(a.shutdown_grace.max(0.0));
+    let state = HttpState::new(cfg)?;
+    // Catch SIGTERM/SIGINT before announcing `ready`, so that a signal sent
+    // right after it still shuts down cleanly.
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+    ])?;
+    let builder = ServerBuilder::new()
+        .name("http")
+        .tcp(a.listen)
+        .model(a.model)
+        .accept_policy(a.accept)
+        .max_conns(a.max_conns);
+    let server = duality_http::serve(builder, state)?;
+    let addr = server
+        .tcp_addrs()
+        .first()
+        .copied()
+        .ok_or_else(|| anyhow::anyhow!("no listening address"))?;
+    println!("ready http://{addr}");
+    use std::io::Write as _;
+    std::io::stdout().flush()?;
+    eprintln!(
+        "duality http: serving {} on http://{addr} ({}, {}, max {} connections)",
+        a.root.display(),
+        a.model,
+        a.accept,
+        a.max_conns
+    );
+    signals.forever().next();
+    let report = server.shutdown(grace);
+    if report.cut_off > 0 {
+        eprintln!(
+            "duality http: {} connections cut off at shutdown",
+            report.cut_off
+        );
+    }
+    Ok(())
 }

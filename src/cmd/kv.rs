@@ -1,14 +1,135 @@
-//! `duality kv`: the memcached-compatible cache (under construction).
+//! `duality kv`: the memcached-compatible cache, with memcached's flags.
 
 use clap::Args;
+use duality_kv::server::{serve_conn, sweep_forever, KvConfig, KvState};
+use duality_models::{Model, ServerBuilder};
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
 
-#[derive(Args)]
+#[derive(Args, Debug)]
 pub struct KvArgs {
-    /// TCP port.
-    #[arg(short = 'p', long, default_value_t = 11211)]
+    /// TCP port to listen on (0: no TCP listener).
+    #[arg(short = 'p', long = "port", default_value_t = 11211)]
     port: u16,
+    /// Interface to listen on; repeat or comma-separate for several.
+    #[arg(
+        short = 'l',
+        long = "listen",
+        value_delimiter = ',',
+        default_value = "127.0.0.1"
+    )]
+    listen: Vec<IpAddr>,
+    /// Unix socket path to listen on (as well).
+    #[arg(short = 's', long = "unix-socket")]
+    unix_socket: Option<PathBuf>,
+    /// Worker threads: the N of the default model `symped:N` (default: all cores).
+    #[arg(short = 't', long = "threads")]
+    threads: Option<usize>,
+    /// Item memory in megabytes.
+    #[arg(short = 'm', long = "memory-limit", default_value_t = 64)]
+    memory_limit: usize,
+    /// Maximum simultaneous connections.
+    #[arg(short = 'c', long = "max-conns", default_value_t = 1024)]
+    max_conns: usize,
+    /// Largest item size, e.g. 1m, 512k or bytes (default 1m).
+    #[arg(short = 'I', long = "max-item-size", default_value = "1m", value_parser = parse_size)]
+    max_item_size: usize,
+    /// Verbose logging (-v, -vv).
+    #[arg(short = 'v', action = clap::ArgAction::Count)]
+    verbose: u8,
+    /// Threading model (sped, amped:P, seda:N:P, seda-s:N, symped:N, thread-per-conn, steal:N).
+    #[arg(long)]
+    model: Option<Model>,
+}
+
+fn parse_size(s: &str) -> Result<usize, String> {
+    let s = s.trim().to_ascii_lowercase();
+    let (num, mult) = match s.chars().last() {
+        Some('k') => (&s[..s.len() - 1], 1 << 10),
+        Some('m') => (&s[..s.len() - 1], 1 << 20),
+        _ => (&s[..], 1),
+    };
+    let n: usize = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (use bytes, or a number with k or m)"))?;
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("{s:?} is too large"))
 }
 
 pub fn run(a: KvArgs) -> anyhow::Result<()> {
-    anyhow::bail!("duality kv is not built yet (port {})", a.port)
+    anyhow::ensure!(a.memory_limit > 0, "-m must be at least 1 (megabyte)");
+    anyhow::ensure!(a.max_conns > 0, "-c must be at least 1");
+    if let Some(0) = a.threads {
+        anyhow::bail!("-t must be at least 1");
+    }
+    let threads = a.threads.unwrap_or_else(duality_models::cores);
+    let model = a.model.unwrap_or(Model::Symped { n: threads });
+    anyhow::ensure!(
+        a.port != 0 || a.unix_socket.is_some(),
+        "nothing to listen on: give a port (-p) or a Unix socket (-s)"
+    );
+    let config = KvConfig {
+        memory_limit: a.memory_limit << 20,
+        max_item_size: a.max_item_size,
+        max_conns: a.max_conns,
+        threads,
+        model: model.to_string(),
+        verbosity: a.verbose as u32,
+        ..KvConfig::default()
+    };
+    let state = KvState::new(config)?;
+    let mut b = ServerBuilder::new()
+        .name("kv")
+        .model(model)
+        .max_conns(a.max_conns)
+        .refusal_message("ERROR Too many open connections\r\n");
+    if a.port != 0 {
+        for ip in &a.listen {
+            b = b.tcp(SocketAddr::new(*ip, a.port));
+        }
+    }
+    if let Some(p) = &a.unix_socket {
+        b = b.unix(p);
+    }
+    let st = state.clone();
+    let mut server = b.serve(move |c, p| serve_conn(c, p, st.clone()))?;
+    state.attach(server.stats_handle());
+    let st = state.clone();
+    server.spawn_background(move |p| sweep_forever(p, st));
+    let mut at: Vec<String> = server.tcp_addrs().iter().map(|a| a.to_string()).collect();
+    if let Some(p) = &a.unix_socket {
+        at.push(p.display().to_string());
+    }
+    println!(
+        "ready kv {} model {} on {}",
+        env!("CARGO_PKG_VERSION"),
+        model,
+        at.join(", ")
+    );
+    if a.verbose > 0 {
+        eprintln!("duality kv: {config:?}", config = a);
+    }
+    super::wait_for_termination()?;
+    let report = server.shutdown(Duration::from_secs(5));
+    if report.cut_off > 0 {
+        eprintln!(
+            "duality kv: {} connections cut off at shutdown",
+            report.cut_off
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("1m"), Ok(1 << 20));
+        assert_eq!(parse_size("512k"), Ok(512 << 10));
+        assert_eq!(parse_size("2048"), Ok(2048));
+        assert!(parse_size("x").is_err());
+    }
 }

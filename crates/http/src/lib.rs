@@ -1,9 +1,10 @@
-//! # duality-http — the static web server's logic, without I/O
+//! # duality-http — the static web server (the seeds' Knot)
 //!
-//! Everything the static-file server (the seeds' Knot) decides, as pure
-//! functions over bytes plus a few blocking file-system calls; no sockets, no
-//! async, no runtime. The connection handler (in the server binary, on
-//! `duality-rt`) does the reading, writing, `sendfile` and timeouts around it.
+//! Two layers. Everything the server *decides* is pure functions over bytes
+//! plus a few blocking file-system calls, with no sockets, no async and no
+//! runtime; the connection handler ([`serve_conn`]) does the reading,
+//! writing, `sendfile` and timeouts around it on `duality-rt`, under any
+//! `duality-models` threading model.
 //!
 //! | module | what |
 //! |---|---|
@@ -15,8 +16,11 @@
 //! | [`mod@file`] | [`FileMeta`] (validators), [`ETag`], [`file::open`] |
 //! | [`date`] | [`DateCache`]: the `Date` field, formatted at most once per second |
 //! | [`status`] | [`Status`], [`HttpError`] (status + whether to close) |
+//! | [`server`] | [`HttpConfig`], [`HttpState`] (root, page cache, fresh index, access log), [`serve`](server::serve) |
+//! | `connection` | [`serve_conn`]: one connection in thread style: timeouts, pipelining, the blocking pool, `sendfile` |
+//! | `sys` | `sendfile(2)` and blocking-socket timeouts: the crate's only `unsafe` |
 //!
-//! ## How a connection handler uses it
+//! ## How the connection handler uses it ([`serve_conn`] does this)
 //!
 //! ```text
 //! loop:
@@ -149,22 +153,28 @@
 //! no target resolves outside the root (table of hostile targets with
 //! symlinks in a temp dir, and a property test); the page cache never serves
 //! bytes under validators other than those they were stored with.
-#![warn(missing_docs)]
-#![forbid(unsafe_code)]
+#![warn(missing_docs, clippy::undocumented_unsafe_blocks)]
+// `unsafe` is allowed in `sys` only.
+#![deny(unsafe_code)]
 
 pub mod cache;
+mod connection;
 pub mod date;
 pub mod file;
 pub mod mime;
 pub mod path;
 pub mod request;
 pub mod response;
+pub mod server;
 pub mod status;
+mod sys;
 
 pub use cache::{CacheStats, PageCache};
+pub use connection::serve_conn;
 pub use date::DateCache;
 pub use file::{ETag, FileMeta};
 pub use path::{Resolved, Root};
 pub use request::{parse_head, Head, Limits, Method, Version};
 pub use response::{plan_file, write_error, write_redirect, ByteRange, Plan};
+pub use server::{serve, HttpConfig, HttpState, HttpStats};
 pub use status::{HttpError, Status};

@@ -88,6 +88,7 @@ mod base64;
 pub mod command;
 mod num;
 pub mod protocol;
+pub mod server;
 pub mod store;
 
 pub use command::{

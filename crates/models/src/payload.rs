@@ -90,6 +90,19 @@ impl Payload {
         Payload::new(Dispatch::Single)
     }
 
+    /// Runs `job` here and now if the model runs payload work inline (`sped`,
+    /// `symped`, `steal`, `thread-per-conn`), keeping its color exclusive;
+    /// returns `None` without running it in the hand-off models, whose jobs
+    /// must be `'static` and go through [`call_colored`](Self::call_colored).
+    /// Lets a server borrow its read buffer instead of copying a request.
+    pub fn try_inline<R>(&self, color: u64, job: impl FnOnce() -> R) -> Option<R> {
+        match &*self.dispatch {
+            Dispatch::Single => Some(job()),
+            Dispatch::Inline(locks) => Some(locks.0.run(color, job)),
+            _ => None,
+        }
+    }
+
     /// Runs `job` with the default color.
     pub fn call<R, F>(&self, job: F) -> Call<R>
     where

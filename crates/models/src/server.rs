@@ -429,6 +429,26 @@ impl Server {
         &self.tcp_addrs
     }
 
+    /// Spawns a background task (e.g. a periodic sweep) on the acceptor's
+    /// loop (SPED: its one loop). It gets the server's [`Payload`], so its
+    /// work runs where the model puts payload work, under color exclusivity.
+    /// It is cancelled when the server shuts down.
+    pub fn spawn_background<F, Fut>(&mut self, f: F)
+    where
+        F: FnOnce(Payload) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let fut = f(self.shared.payload.clone());
+        let on = self
+            .acceptor
+            .as_ref()
+            .map(|a| a.handle())
+            .or_else(|| self.shared.network.first().copied());
+        if let Some(h) = on {
+            self.accept_tasks.push(h.spawn(fut));
+        }
+    }
+
     /// The model the server runs.
     pub fn model(&self) -> Model {
         self.shared.model

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 pub(crate) type Job = Box<dyn FnOnce() + Send>;
 
 /// How long an idle payload thread spins before parking.
-const SPIN: Duration = Duration::from_micros(30);
+const SPIN: Duration = Duration::from_micros(20);
 /// At most this many jobs run between two looks at the stop flag and the blocked senders.
 const BATCH: usize = 256;
 
@@ -141,10 +141,12 @@ impl Stage {
             if self.stop.load(SeqCst) {
                 return;
             }
-            // Spin briefly: the next job usually follows within microseconds.
+            // Wait briefly before parking: the next job usually follows within
+            // microseconds. Yielding (not busy-spinning) leaves the core to the
+            // network loop when threads outnumber cores.
             let spin_until = Instant::now() + SPIN;
             while self.queue.is_empty() && Instant::now() < spin_until {
-                std::hint::spin_loop();
+                std::thread::yield_now();
             }
             if !self.queue.is_empty() {
                 continue;

@@ -131,3 +131,20 @@ pub fn current_tid() -> i64 {
     // SAFETY: gettid takes no arguments and cannot fail.
     unsafe { libc::gettid() as i64 }
 }
+
+/// User and system CPU time of this process so far.
+pub fn process_cpu_time() -> (std::time::Duration, std::time::Duration) {
+    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes a `rusage` into the live, zeroed buffer.
+    let ok = unsafe { libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr()) } == 0;
+    if !ok {
+        return Default::default();
+    }
+    // SAFETY: initialised by the successful call (and zeroed before).
+    let ru = unsafe { ru.assume_init() };
+    let tv = |t: libc::timeval| {
+        std::time::Duration::from_secs(t.tv_sec as u64)
+            + std::time::Duration::from_micros(t.tv_usec as u64)
+    };
+    (tv(ru.ru_utime), tv(ru.ru_stime))
+}

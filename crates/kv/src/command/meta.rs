@@ -26,18 +26,18 @@ fn ret_key(out: &mut Vec<u8>, raw_key: &[u8], f: &MetaFlags<'_>) {
     }
 }
 
-/// ` O<opaque>`.
-fn ret_opaque(out: &mut Vec<u8>, f: &MetaFlags<'_>) {
-    flag(out, b'O');
-    out.extend_from_slice(f.opaque().unwrap_or_default());
+/// ` <token>`: the opaque token comes back as sent.
+fn echo(out: &mut Vec<u8>, token: &[u8]) {
+    out.push(b' ');
+    out.extend_from_slice(token);
 }
 
 /// The code, then only the `O` and `k` flags, then `\r\n`.
 fn code_line(out: &mut Vec<u8>, code: &[u8], raw_key: &[u8], f: &MetaFlags<'_>) {
     out.extend_from_slice(code);
-    for &c in f.order() {
-        match c {
-            b'O' => ret_opaque(out, f),
+    for t in f.tokens() {
+        match t[0] {
+            b'O' => echo(out, t),
             b'k' => ret_key(out, raw_key, f),
             _ => {}
         }
@@ -89,8 +89,8 @@ pub(super) fn get(store: &Store, now: Time, raw_key: &[u8], f: &MetaFlags<'_>, o
     let mut exptime = item.exptime;
     let mut ttl_set = false;
     let mut won = false;
-    for &c in f.order() {
-        match c {
+    for t in f.tokens() {
+        match t[0] {
             b'T' => {
                 exptime = ttl(f.ttl(), now);
                 ttl_set = true;
@@ -124,7 +124,7 @@ pub(super) fn get(store: &Store, now: Time, raw_key: &[u8], f: &MetaFlags<'_>, o
                 flag(out, b'h');
                 out.push(if item.fetched { b'1' } else { b'0' });
             }
-            b'O' => ret_opaque(out, f),
+            b'O' => echo(out, t),
             b'k' => ret_key(out, raw_key, f),
             _ => {}
         }
@@ -282,9 +282,9 @@ pub(super) fn set(
         return;
     }
     out.extend_from_slice(code);
-    for &c in f.order() {
-        match c {
-            b'O' => ret_opaque(out, f),
+    for t in f.tokens() {
+        match t[0] {
+            b'O' => echo(out, t),
             b'k' => ret_key(out, raw_key, f),
             b'c' => {
                 flag(out, b'c');
@@ -385,14 +385,13 @@ pub(super) fn arith(
         ArithOp::Decr => (Counter::DecrHits, Counter::DecrMisses),
     };
     let mut digits_buf = [0u8; 20];
-    let mut created = false;
     let found = e
         .item()
         .map(|i| (i.cas, i.value.is_empty(), parse_counter(i.value)));
     let result: Result<(u64, &[u8]), WriteError> = match found {
         None if f.vivify().is_some() => {
+            // Vivify: seed with J (default 0), TTL from N, no delta applied.
             let digits = fmt_u64(f.initial().unwrap_or(0), &mut digits_buf);
-            created = true;
             e.insert(digits, 0, ttl(f.vivify(), now), f.new_cas())
                 .map(|cas| (cas, digits))
         }
@@ -423,8 +422,8 @@ pub(super) fn arith(
         out.extend_from_slice(b"HD");
     }
     let mut exptime = e.item().map_or(0, |i| i.exptime);
-    for &c in f.order() {
-        match c {
+    for t in f.tokens() {
+        match t[0] {
             b'c' => {
                 flag(out, b'c');
                 push_u64(out, cas);
@@ -437,8 +436,7 @@ pub(super) fn arith(
                 exptime = ttl(f.ttl(), now);
                 e.set_exptime(exptime);
             }
-            b'N' if created => exptime = ttl(f.vivify(), now),
-            b'O' => ret_opaque(out, f),
+            b'O' => echo(out, t),
             b'k' => ret_key(out, raw_key, f),
             _ => {}
         }

@@ -2,18 +2,20 @@
 //!
 //! A flag is one token: a character, then (for some flags) an argument, e.g.
 //! `v`, `T30`, `Oabc`. Responses echo flags *in the order the client sent
-//! them*, so [`MetaFlags`] keeps that order next to the parsed values. As in
+//! them*, so [`MetaFlags`] keeps the flag text as sent (responses walk it, as
+//! memcached does) next to the values it parsed and checked once. As in
 //! memcached, every command accepts every known flag and ignores the ones
 //! that do not apply to it.
 
-use super::{BAD_FORMAT, OPAQUE_MAX_LENGTH};
-use crate::num::{parse_i32, parse_u32, parse_u64, push_i64, push_u64};
+use super::{Tokens, BAD_FORMAT, OPAQUE_MAX_LENGTH};
+use crate::num::{parse_i32, parse_u32, parse_u64};
 
 /// The most flags one meta command can carry: memcached allows 20 tokens per
 /// meta command line, two of which are the command and the key.
 pub const META_MAX_FLAGS: usize = 18;
 
-/// The flags of one meta command, borrowed from the request line.
+/// The flags of one meta command: the flag text borrowed from the request
+/// line, checked, with the numeric arguments parsed.
 ///
 /// | flag | argument | meaning |
 /// |---|---|---|
@@ -35,101 +37,108 @@ pub const META_MAX_FLAGS: usize = 18;
 /// | `M` | one char | mode: `ms` E A P R S, `ma` I + D - |
 /// | `D` | u64 | `ma` delta (default 1) |
 /// | `J` | u64 | `ma` initial value on vivify (default 0) |
-#[derive(Clone, Copy, PartialEq, Eq, Default)]
+///
+/// Two values are equal when their flag tokens are (spacing aside).
+#[derive(Clone, Copy, Default)]
 pub struct MetaFlags<'a> {
-    order: [u8; META_MAX_FLAGS],
-    len: u8,
-    seen: u128,
-    opaque: Option<&'a [u8]>,
-    hint_p: Option<&'a [u8]>,
-    hint_l: Option<&'a [u8]>,
-    ttl: Option<i32>,
-    vivify: Option<i32>,
-    recache: Option<i32>,
-    compare_cas: Option<u64>,
-    new_cas: Option<u64>,
-    client_flags: Option<u32>,
-    mode: Option<u8>,
-    delta: Option<u64>,
-    initial: Option<u64>,
+    /// The flag tokens as sent.
+    raw: &'a [u8],
+    /// One bit per flag letter present (bit `c - b'A'`).
+    seen: u64,
+    ttl: i32,
+    vivify: i32,
+    recache: i32,
+    client_flags: u32,
+    compare_cas: u64,
+    new_cas: u64,
+    delta: u64,
+    initial: u64,
+    /// The `M` character, 0 when absent or empty.
+    mode: u8,
+}
+
+/// The `seen` bit of a flag letter.
+#[inline]
+fn bit(c: u8) -> Option<u64> {
+    c.is_ascii_alphabetic().then(|| 1u64 << (c - b'A'))
 }
 
 impl std::fmt::Debug for MetaFlags<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut out = Vec::new();
-        self.encode(&mut out);
-        write!(f, "MetaFlags({:?})", String::from_utf8_lossy(&out))
+        write!(f, "MetaFlags({:?})", Tokens::new(self.raw))
     }
 }
 
+impl PartialEq for MetaFlags<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        Tokens::new(self.raw) == Tokens::new(other.raw)
+    }
+}
+
+impl Eq for MetaFlags<'_> {}
+
 impl<'a> MetaFlags<'a> {
-    /// No flags.
-    pub fn new() -> MetaFlags<'a> {
-        MetaFlags::default()
-    }
-
-    /// Parses flag tokens in order. Errors are memcached's `CLIENT_ERROR`
-    /// messages.
-    pub fn parse<I: IntoIterator<Item = &'a [u8]>>(
-        tokens: I,
-    ) -> Result<MetaFlags<'a>, &'static str> {
-        let mut flags = MetaFlags::new();
-        for t in tokens {
-            flags.push(t)?;
-        }
-        Ok(flags)
-    }
-
-    /// Adds one flag token (e.g. `b"T30"`), as the parser does.
-    pub fn push(&mut self, token: &'a [u8]) -> Result<(), &'static str> {
-        let Some(&c) = token.first() else {
-            return Err(BAD_FORMAT);
+    /// Parses and checks space-separated flag tokens (e.g. `b"v t T30"`).
+    /// Errors are memcached's `CLIENT_ERROR` messages.
+    pub fn parse(raw: &'a [u8]) -> Result<MetaFlags<'a>, &'static str> {
+        let mut f = MetaFlags {
+            raw,
+            ..MetaFlags::default()
         };
-        if c >= 127 || self.has(c) {
+        for (n, t) in Tokens::new(raw).iter().enumerate() {
+            if n == META_MAX_FLAGS {
+                return Err("options flags are too long");
+            }
+            f.add(t)?;
+        }
+        Ok(f)
+    }
+
+    fn add(&mut self, token: &'a [u8]) -> Result<(), &'static str> {
+        let c = token[0];
+        if c >= 127 {
             return Err("duplicate flag");
         }
-        if usize::from(self.len) == META_MAX_FLAGS {
-            return Err("options flags are too long");
+        let Some(bit) = bit(c) else {
+            return Err("invalid flag");
+        };
+        if self.seen & bit != 0 {
+            return Err("duplicate flag");
         }
         let arg = &token[1..];
         const BAD_TOKEN: &str = "bad token in command line format";
         match c {
             b'b' | b'c' | b'f' | b'h' | b'k' | b'l' | b'q' | b's' | b't' | b'u' | b'v' | b'x'
-            | b'I' => {}
+            | b'I' | b'P' | b'L' => {}
             b'O' => {
                 if token.len() > OPAQUE_MAX_LENGTH {
                     return Err("opaque token too long");
                 }
-                self.opaque = Some(arg);
             }
-            b'P' => self.hint_p = Some(arg),
-            b'L' => self.hint_l = Some(arg),
-            b'T' => self.ttl = Some(parse_i32(arg).ok_or(BAD_TOKEN)?),
-            b'N' => self.vivify = Some(parse_i32(arg).ok_or(BAD_TOKEN)?),
-            b'R' => self.recache = Some(parse_i32(arg).ok_or(BAD_TOKEN)?),
-            b'C' => self.compare_cas = Some(parse_u64(arg).ok_or(BAD_TOKEN)?),
-            b'E' => self.new_cas = Some(parse_u64(arg).ok_or(BAD_TOKEN)?),
-            b'F' => self.client_flags = Some(parse_u32(arg).ok_or(BAD_FORMAT)?),
-            b'M' => self.mode = arg.first().copied(),
-            b'J' => self.initial = Some(parse_u64(arg).ok_or("invalid numeric initial value")?),
-            b'D' => self.delta = Some(parse_u64(arg).ok_or("invalid numeric delta value")?),
+            b'T' => self.ttl = parse_i32(arg).ok_or(BAD_TOKEN)?,
+            b'N' => self.vivify = parse_i32(arg).ok_or(BAD_TOKEN)?,
+            b'R' => self.recache = parse_i32(arg).ok_or(BAD_TOKEN)?,
+            b'C' => self.compare_cas = parse_u64(arg).ok_or(BAD_TOKEN)?,
+            b'E' => self.new_cas = parse_u64(arg).ok_or(BAD_TOKEN)?,
+            b'F' => self.client_flags = parse_u32(arg).ok_or(BAD_FORMAT)?,
+            b'M' => self.mode = arg.first().copied().unwrap_or(0),
+            b'J' => self.initial = parse_u64(arg).ok_or("invalid numeric initial value")?,
+            b'D' => self.delta = parse_u64(arg).ok_or("invalid numeric delta value")?,
             _ => return Err("invalid flag"),
         }
-        self.seen |= 1 << c;
-        self.order[usize::from(self.len)] = c;
-        self.len += 1;
+        self.seen |= bit;
         Ok(())
     }
 
     /// Whether flag `c` was given.
     #[inline]
     pub fn has(&self, c: u8) -> bool {
-        c < 128 && self.seen >> c & 1 == 1
+        bit(c).is_some_and(|b| self.seen & b != 0)
     }
 
-    /// The flag characters in the order given.
-    pub fn order(&self) -> &[u8] {
-        &self.order[..usize::from(self.len)]
+    /// The flag tokens in the order given (`v`, `T30`, `Oabc`, …).
+    pub fn tokens(&self) -> impl Iterator<Item = &'a [u8]> + 'a {
+        Tokens::new(self.raw).iter()
     }
 
     /// `b`: the key is base64.
@@ -142,76 +151,68 @@ impl<'a> MetaFlags<'a> {
         self.has(b'q')
     }
 
+    fn get<T: Copy>(&self, c: u8, v: T) -> Option<T> {
+        self.has(c).then_some(v)
+    }
+
     /// `O`: the opaque token's argument.
     pub fn opaque(&self) -> Option<&'a [u8]> {
-        self.opaque
+        if !self.has(b'O') {
+            return None;
+        }
+        self.tokens().find(|t| t[0] == b'O').map(|t| &t[1..])
     }
 
     /// `T`: TTL.
     pub fn ttl(&self) -> Option<i32> {
-        self.ttl
+        self.get(b'T', self.ttl)
     }
 
     /// `N`: vivify-on-miss TTL.
     pub fn vivify(&self) -> Option<i32> {
-        self.vivify
+        self.get(b'N', self.vivify)
     }
 
     /// `R`: recache threshold TTL.
     pub fn recache(&self) -> Option<i32> {
-        self.recache
+        self.get(b'R', self.recache)
     }
 
     /// `C`: CAS to compare.
     pub fn compare_cas(&self) -> Option<u64> {
-        self.compare_cas
+        self.get(b'C', self.compare_cas)
     }
 
     /// `E`: CAS to assign.
     pub fn new_cas(&self) -> Option<u64> {
-        self.new_cas
+        self.get(b'E', self.new_cas)
     }
 
     /// `F`: client flags.
     pub fn client_flags(&self) -> Option<u32> {
-        self.client_flags
+        self.get(b'F', self.client_flags)
     }
 
     /// `M`: the mode character (`None` when absent or empty).
     pub fn mode(&self) -> Option<u8> {
-        self.mode
+        (self.mode != 0).then_some(self.mode)
     }
 
     /// `D`: `ma` delta.
     pub fn delta(&self) -> Option<u64> {
-        self.delta
+        self.get(b'D', self.delta)
     }
 
     /// `J`: `ma` initial value.
     pub fn initial(&self) -> Option<u64> {
-        self.initial
+        self.get(b'J', self.initial)
     }
 
-    /// Appends the flags as tokens, each preceded by a space.
+    /// Appends the flag tokens, each preceded by a space.
     pub fn encode(&self, out: &mut Vec<u8>) {
-        for &c in self.order() {
+        for t in self.tokens() {
             out.push(b' ');
-            out.push(c);
-            match c {
-                b'O' => out.extend_from_slice(self.opaque.unwrap_or_default()),
-                b'P' => out.extend_from_slice(self.hint_p.unwrap_or_default()),
-                b'L' => out.extend_from_slice(self.hint_l.unwrap_or_default()),
-                b'T' => push_i64(out, self.ttl.unwrap_or_default().into()),
-                b'N' => push_i64(out, self.vivify.unwrap_or_default().into()),
-                b'R' => push_i64(out, self.recache.unwrap_or_default().into()),
-                b'C' => push_u64(out, self.compare_cas.unwrap_or_default()),
-                b'E' => push_u64(out, self.new_cas.unwrap_or_default()),
-                b'F' => push_u64(out, self.client_flags.unwrap_or_default().into()),
-                b'J' => push_u64(out, self.initial.unwrap_or_default()),
-                b'D' => push_u64(out, self.delta.unwrap_or_default()),
-                b'M' => out.extend(self.mode),
-                _ => {}
-            }
+            out.extend_from_slice(t);
         }
     }
 }

@@ -422,15 +422,14 @@ impl From<&'static str> for Fail {
     }
 }
 
-/// Up to this many tokens after the command are kept; more are counted.
-const MAX_ARGS: usize = 24;
+/// Up to this many tokens after the command are kept (classic commands
+/// need at most five); more are counted.
+const MAX_ARGS: usize = 5;
 
-/// The tokens after the command, split once.
+/// The tokens after a classic command, split once.
 struct Args<'a> {
     toks: [&'a [u8]; MAX_ARGS],
-    /// Tokens kept in `toks`.
-    n: usize,
-    /// Tokens on the line after the command (may exceed `n`).
+    /// Tokens on the line after the command (may exceed `MAX_ARGS`).
     total: usize,
     /// The last token of the whole line (the command when there are no args).
     last: &'a [u8],
@@ -440,14 +439,12 @@ impl<'a> Args<'a> {
     fn split(cmd: &'a [u8], rest: &'a [u8]) -> Args<'a> {
         let mut a = Args {
             toks: [&[]; MAX_ARGS],
-            n: 0,
             total: 0,
             last: cmd,
         };
-        for t in rest.split(|&b| b == b' ').filter(|t| !t.is_empty()) {
-            if a.n < MAX_ARGS {
-                a.toks[a.n] = t;
-                a.n += 1;
+        for t in Tokens::new(rest).iter() {
+            if let Some(slot) = a.toks.get_mut(a.total) {
+                *slot = t;
             }
             a.total += 1;
             a.last = t;
@@ -459,15 +456,29 @@ impl<'a> Args<'a> {
     fn noreply(&self, min: usize) -> bool {
         self.total > min && self.last == b"noreply"
     }
+}
 
-    fn kept(&self) -> &[&'a [u8]] {
-        &self.toks[..self.n]
+/// The first token of `s` and what follows it.
+fn next_token(s: &[u8]) -> Option<(&[u8], &[u8])> {
+    let s = trim_start(s);
+    if s.is_empty() {
+        return None;
     }
+    let end = memchr::memchr(b' ', s).unwrap_or(s.len());
+    Some((&s[..end], &s[end..]))
+}
+
+fn trim_start(s: &[u8]) -> &[u8] {
+    let i = s.iter().position(|&b| b != b' ').unwrap_or(s.len());
+    &s[i..]
 }
 
 /// A classic key: 1..=250 bytes, no spaces or control characters.
 pub(crate) fn valid_key(k: &[u8]) -> bool {
-    !k.is_empty() && k.len() <= KEY_MAX_LENGTH && k.iter().all(|&b| b > b' ' && b != 0x7f)
+    // Branch-free over the bytes, so it vectorizes.
+    !k.is_empty()
+        && k.len() <= KEY_MAX_LENGTH
+        && k.iter().fold(true, |ok, &b| ok & (b > b' ') & (b != 0x7f))
 }
 
 /// Checks a meta key: plain, or base64 that decodes to 1..=250 bytes.
@@ -576,8 +587,8 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Result<(Request<'a>, usize),
         b"mg" => parse_meta(rest, |key, flags| Request::MetaGet { key, flags }, false),
         b"md" => parse_meta(rest, |key, flags| Request::MetaDelete { key, flags }, false),
         b"ma" => parse_meta(rest, |key, flags| Request::MetaArith { key, flags }, true),
-        b"me" => parse_meta_debug(Args::split(cmd, rest)),
-        b"ms" => return parse_mset(cmd, rest, buf, line_len, limits),
+        b"me" => parse_meta_debug(rest),
+        b"ms" => return parse_mset(rest, buf, line_len, limits),
         _ => {
             return Err(ParseError::UnknownCommand {
                 consumed: line_len,
@@ -590,18 +601,22 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Result<(Request<'a>, usize),
 
 fn parse_get(rest: &[u8], cas: bool) -> Result<Request<'_>, Fail> {
     let keys = Tokens::new(rest);
-    if keys.is_empty() || !keys.iter().all(valid_key) {
+    let mut n = 0;
+    for k in keys.iter() {
+        if !valid_key(k) {
+            return Err(BAD_FORMAT.into());
+        }
+        n += 1;
+    }
+    if n == 0 {
         return Err(BAD_FORMAT.into());
     }
     Ok(Request::Get { keys, cas })
 }
 
 fn parse_gat(rest: &[u8], cas: bool) -> Result<Request<'_>, Fail> {
-    let rest = trim_start(rest);
-    let (first, keys) = match memchr::memchr(b' ', rest) {
-        Some(i) => (&rest[..i], Tokens::new(&rest[i + 1..])),
-        None => (rest, Tokens::new(&rest[rest.len()..])),
-    };
+    let (first, keys) = next_token(rest).unwrap_or_default();
+    let keys = Tokens::new(keys);
     if keys.is_empty() {
         return Err(BAD_FORMAT.into());
     }
@@ -610,11 +625,6 @@ fn parse_gat(rest: &[u8], cas: bool) -> Result<Request<'_>, Fail> {
         return Err(BAD_FORMAT.into());
     }
     Ok(Request::GetAndTouch { exptime, keys, cas })
-}
-
-fn trim_start(s: &[u8]) -> &[u8] {
-    let i = s.iter().position(|&b| b != b' ').unwrap_or(s.len());
-    &s[i..]
 }
 
 fn parse_storage<'a>(
@@ -760,10 +770,13 @@ fn parse_flush_all(a: Args<'_>) -> Result<Request<'_>, Fail> {
 
 fn parse_verbosity(a: Args<'_>) -> Result<Request<'_>, Fail> {
     let noreply = a.noreply(1);
-    let level = a.kept().first().and_then(|t| parse_u32(t)).ok_or(Fail {
-        message: BAD_FORMAT,
-        noreply,
-    })?;
+    let level = (a.total > 0)
+        .then(|| parse_u32(a.toks[0]))
+        .flatten()
+        .ok_or(Fail {
+            message: BAD_FORMAT,
+            noreply,
+        })?;
     Ok(Request::Verbosity { level, noreply })
 }
 
@@ -774,12 +787,8 @@ fn parse_meta<'a>(
     make: impl FnOnce(&'a [u8], MetaFlags<'a>) -> Request<'a>,
     arith: bool,
 ) -> Result<Request<'a>, Fail> {
-    let a = Args::split(&[], rest);
-    if a.total < 1 {
-        return Err(BAD_FORMAT.into());
-    }
-    let key = a.toks[0];
-    let parsed = meta_key_and_flags(&a, 1);
+    let (key, raw) = next_token(rest).ok_or(BAD_FORMAT)?;
+    let parsed = meta_key_and_flags(key, raw, 2);
     let flags = if arith {
         let flags = parsed.map_err(|_| "invalid or duplicate flag")?;
         if !matches!(flags.mode(), None | Some(b'I' | b'+' | b'D' | b'-')) {
@@ -792,48 +801,48 @@ fn parse_meta<'a>(
     Ok(make(key, flags))
 }
 
-/// Checks the token count, the key (token 0) and the flags from `first_flag`.
-fn meta_key_and_flags<'a>(a: &Args<'a>, first_flag: usize) -> Result<MetaFlags<'a>, &'static str> {
-    if a.total + 1 > META_MAX_TOKENS {
+/// Checks the token count (`before` tokens precede the flags), the key and
+/// the flags.
+fn meta_key_and_flags<'a>(
+    key: &'a [u8],
+    raw: &'a [u8],
+    before: usize,
+) -> Result<MetaFlags<'a>, &'static str> {
+    if before + Tokens::new(raw).iter().count() > META_MAX_TOKENS {
         return Err("options flags are too long");
     }
-    let key = a.toks[0];
     if key.len() > KEY_MAX_LENGTH {
         return Err(BAD_FORMAT);
     }
-    let flags = MetaFlags::parse(a.kept()[first_flag..].iter().copied())?;
+    let flags = MetaFlags::parse(raw)?;
     check_meta_key(key, flags.base64())?;
     Ok(flags)
 }
 
-fn parse_meta_debug(a: Args<'_>) -> Result<Request<'_>, Fail> {
-    if a.total < 1 {
-        return Err(BAD_FORMAT.into());
-    }
-    let key = a.toks[0];
-    let base64 = a.total >= 2 && a.toks[1] == b"b";
+fn parse_meta_debug(rest: &[u8]) -> Result<Request<'_>, Fail> {
+    let (key, after) = next_token(rest).ok_or(BAD_FORMAT)?;
+    let base64 = next_token(after).is_some_and(|(t, _)| t == b"b");
     check_meta_key(key, base64).map_err(|_| BAD_FORMAT)?;
     Ok(Request::MetaDebug { key, base64 })
 }
 
 fn parse_mset<'a>(
-    cmd: &'a [u8],
     rest: &'a [u8],
     buf: &'a [u8],
     line_len: usize,
     limits: &Limits,
 ) -> Result<(Request<'a>, usize), ParseError<'a>> {
-    let a = Args::split(cmd, rest);
-    let vlen = match a.kept() {
-        [_, len, ..] => parse_i32(len).filter(|&v| v >= 0),
-        _ => None,
+    let line_error = ParseError::Client {
+        message: BAD_FORMAT,
+        consumed: line_len,
+        noreply: false,
     };
-    let Some(vlen) = vlen.map(|v| v as usize) else {
-        return Err(ParseError::Client {
-            message: BAD_FORMAT,
-            consumed: line_len,
-            noreply: false,
-        });
+    let (key, after_key) = next_token(rest).ok_or(line_error)?;
+    let (len, raw) = next_token(after_key).ok_or(line_error)?;
+    // Until the length is known the data block cannot be skipped.
+    let vlen = match parse_i32(len) {
+        Some(v) if v >= 0 => v as usize,
+        _ => return Err(line_error),
     };
     let consumed = line_len + vlen + 2;
     let swallow = |message| ParseError::Client {
@@ -841,8 +850,7 @@ fn parse_mset<'a>(
         consumed,
         noreply: false,
     };
-    let key = a.toks[0];
-    let flags = meta_key_and_flags(&a, 2).map_err(swallow)?;
+    let flags = meta_key_and_flags(key, raw, 3).map_err(swallow)?;
     if !matches!(flags.mode(), None | Some(b'E' | b'A' | b'P' | b'R' | b'S')) {
         return Err(swallow("invalid mode for ms M token"));
     }

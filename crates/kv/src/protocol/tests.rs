@@ -36,8 +36,12 @@ fn keys(raw: &str) -> Tokens<'_> {
     Tokens::new(raw.as_bytes())
 }
 
-fn flags(tokens: &[&'static str]) -> MetaFlags<'static> {
-    MetaFlags::parse(tokens.iter().map(|t| t.as_bytes())).unwrap()
+fn flags(raw: &'static str) -> MetaFlags<'static> {
+    MetaFlags::parse(raw.as_bytes()).unwrap()
+}
+
+fn order(f: &MetaFlags<'_>) -> Vec<u8> {
+    f.tokens().map(|t| t[0]).collect()
 }
 
 #[test]
@@ -424,13 +428,13 @@ fn meta_get_delete_arith() {
         ok(b"mg foo v t\r\n"),
         Request::MetaGet {
             key: b"foo",
-            flags: flags(&["v", "t"])
+            flags: flags("v t")
         }
     );
     match ok(b"mg foo s v Oopaque k q T30 N-1 R5 C9 E10 u h l f c\r\n") {
         Request::MetaGet { key, flags } => {
             assert_eq!(key, b"foo");
-            assert_eq!(flags.order(), b"svOkqTNRCEuhlfc");
+            assert_eq!(order(&flags), b"svOkqTNRCEuhlfc");
             assert_eq!(flags.opaque(), Some(&b"opaque"[..]));
             assert_eq!(flags.ttl(), Some(30));
             assert_eq!(flags.vivify(), Some(-1));
@@ -445,7 +449,7 @@ fn meta_get_delete_arith() {
         ok(b"md foo q I T30 x\r\n"),
         Request::MetaDelete {
             key: b"foo",
-            flags: flags(&["q", "I", "T30", "x"])
+            flags: flags("q I T30 x")
         }
     );
     match ok(b"ma foo MD D5 N0 J10 v\r\n") {
@@ -476,8 +480,34 @@ fn meta_get_delete_arith() {
         ok(b"mg Zm9v b v\r\n"),
         Request::MetaGet {
             key: b"Zm9v",
-            flags: flags(&["b", "v"])
+            flags: flags("b v")
         }
+    );
+}
+
+#[test]
+fn meta_flags_values() {
+    let f = flags("v  T30 Oab  MEx P/a L F9");
+    assert_eq!(
+        f,
+        flags("v T30 Oab MEx P/a L F9"),
+        "spacing does not matter"
+    );
+    assert_ne!(f, flags("T30 v Oab MEx P/a L F9"), "order does");
+    assert_eq!(f.ttl(), Some(30));
+    assert_eq!(f.opaque(), Some(&b"ab"[..]));
+    assert_eq!(f.mode(), Some(b'E'));
+    assert_eq!((f.vivify(), f.client_flags()), (None, Some(9)));
+    assert!(f.has(b'P') && f.has(b'L') && !f.has(b'q') && !f.has(b'+'));
+    let mut out = Vec::new();
+    f.encode(&mut out);
+    assert_eq!(out, b" v T30 Oab MEx P/a L F9");
+    assert_eq!(flags("M").mode(), None);
+    assert_eq!(MetaFlags::parse(b"+"), Err("invalid flag"));
+    assert_eq!(MetaFlags::parse(b"\xff"), Err("duplicate flag"));
+    assert_eq!(
+        MetaFlags::parse(b"b c f h k l q s t u v x I O P L T1 N1 R1"),
+        Err("options flags are too long")
     );
 }
 
@@ -535,7 +565,7 @@ fn meta_set() {
     match ok(b"ms foo 3 T10 F5 MA N30 I C7 c k s q\r\nabc\r\n") {
         Request::MetaSet { key, value, flags } => {
             assert_eq!((key, value), (&b"foo"[..], &b"abc"[..]));
-            assert_eq!(flags.order(), b"TFMNICcksq");
+            assert_eq!(order(&flags), b"TFMNICcksq");
             assert_eq!(flags.client_flags(), Some(5));
             assert_eq!(flags.mode(), Some(b'A'));
         }
@@ -683,7 +713,7 @@ enum Spec {
     Meta {
         cmd: u8,
         key: Vec<u8>,
-        flags: Vec<Vec<u8>>,
+        flags: Vec<u8>,
         value: Vec<u8>,
     },
     MetaNoop,
@@ -769,8 +799,7 @@ impl Spec {
                 flags,
                 value,
             } => {
-                let flags = MetaFlags::parse(flags.iter().map(|f| &f[..]))
-                    .expect("generated flags are valid");
+                let flags = MetaFlags::parse(flags).expect("generated flags are valid");
                 match cmd {
                     b'g' => Request::MetaGet { key, flags },
                     b's' => Request::MetaSet { key, value, flags },
@@ -885,7 +914,7 @@ fn meta() -> impl Strategy<Value = Spec> {
         .prop_map(|(cmd, key, flags, value)| Spec::Meta {
             cmd,
             key,
-            flags,
+            flags: flags.join(&b' '),
             value,
         })
 }
@@ -1023,4 +1052,12 @@ fn check_consuming(mut bytes: &[u8]) -> Result<(), TestCaseError> {
             }
         }
     }
+}
+
+#[test]
+fn requests_are_small() {
+    // Requests are returned by value through the parser; keep them cheap to move.
+    let size = std::mem::size_of::<Request<'_>>();
+    assert!(size <= 128, "Request is {size} bytes");
+    assert!(std::mem::size_of::<ParseError<'_>>() <= 40);
 }

@@ -39,22 +39,26 @@
 //! | the slot (`Slot`: data pointer and length, hash, CAS, expiry, access time, flags, flush epoch, LRU links, key length, state bits) | 64 |
 //! | the hash table entry (a `u32` slot index + 1 control byte, at hashbrown's 7/8 maximum load and ~60% average load) | 8 |
 //! | the heap block holding key + value (glibc malloc: 8-byte header, rounded up to 16) | 16 on average |
-//! | slack of the slot array (it grows by a quarter, so at most 25%, about 12% on average, of 64) | 8 |
+//! | slack of the slot array (it grows by a quarter: about 12% of 64 on average) | 8 |
 //! | **total** | **96** |
 //!
 //! The table and slot array are charged per item rather than per allocation so
 //! that eviction does not jump when they grow. A unit test pins the slot at 64
-//! bytes.
+//! bytes. Slots freed by deletes and evictions are reused first; when more
+//! than a quarter of a shard's slots are free (many small items replaced by a
+//! few large ones), [`Store::sweep`] moves live slots into the holes and
+//! shrinks the array, a bounded number of slots per call. Between sweeps, idle
+//! slots are the one cost the per-item charge does not cover (64 bytes each).
 
 mod shard;
 mod stats;
 
 pub use stats::{Counter, Stats};
 
+use crate::protocol::KEY_MAX_LENGTH;
 use shard::{Shard, Slot, FETCHED};
 pub(crate) use shard::{STALE, WIN_SENT};
 use stats::{GlobalStats, ShardStats};
-use crate::protocol::KEY_MAX_LENGTH;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
@@ -283,7 +287,10 @@ impl Store {
     /// If `key` is longer than [`KEY_MAX_LENGTH`] (250) bytes; [`crate::parse`]
     /// never yields such a key.
     pub fn entry<'s, 'k>(&'s self, key: &'k [u8], now: Time) -> Entry<'s, 'k> {
-        assert!(key.len() <= KEY_MAX_LENGTH, "key longer than {KEY_MAX_LENGTH} bytes");
+        assert!(
+            key.len() <= KEY_MAX_LENGTH,
+            "key longer than {KEY_MAX_LENGTH} bytes"
+        );
         let hash = self.hash(key);
         let cell = &self.cells[self.shard_index(hash)];
         let mut shard = lock(&cell.shard);
@@ -330,9 +337,9 @@ impl Store {
     }
 
     /// Reclaims expired and flushed items, examining at most `max_items` slots
-    /// (across shards, round robin from where the last call stopped). Returns
-    /// the number of items reclaimed. Each shard is locked only while its
-    /// slots are examined.
+    /// (across shards, round robin from where the last call stopped), and
+    /// compacts the slot arrays by as many slots. Returns the number of items
+    /// reclaimed. Each shard is locked only while its slots are examined.
     pub fn sweep(&self, now: Time, max_items: usize) -> usize {
         let start = self.sweep_cursor.fetch_add(1, Relaxed);
         let mut budget = max_items;

@@ -9,14 +9,21 @@
 //!
 //! ```text
 //!  table: HashTable<u32> ──► slots: Vec<Slot>   (index = slot number)
-//!                             ├─ live slot: data = key ++ value, LRU prev/next
-//!                             └─ free slot: data empty, `next` links the free list
+//!                             ├─ live slot: data = key ++ value, on the LRU list
+//!                             └─ free slot: data empty, on the free list
 //!  head ◄──► … ◄──► tail      (most recently used at the head, evict at the tail)
 //! ```
 //!
+//! Both lists run through the slots' `prev`/`next` fields. Freed slots are
+//! reused before the array grows; `compact` (run by sweeps, a bounded number
+//! of moves per call) moves live slots from the end of the array into holes
+//! and shrinks it while more than a quarter of it is free, so a shift from many
+//! small items to few large ones does not leave the memory of idle slots
+//! behind.
+//!
 //! Invariants (checked by `check` in tests):
 //! - a slot is live iff it is in the table iff it is on the LRU list;
-//! - free slots form a singly linked list through `next` starting at `free`;
+//! - the other slots form the doubly linked free list, `free_len` long;
 //! - `bytes` is the sum of `charge()` over live slots and never exceeds `limit`
 //!   after `make_room` + `link`.
 
@@ -48,9 +55,9 @@ pub(crate) struct Slot {
     pub(crate) flags: u32,
     /// The store's flush epoch when the item was stored.
     pub(crate) epoch: u32,
-    /// LRU neighbour towards the head (or NIL).
+    /// Neighbour towards the head of the LRU (or free) list, or NIL.
     pub(crate) prev: u32,
-    /// LRU neighbour towards the tail, or the next free slot.
+    /// Neighbour towards the tail of the LRU (or free) list, or NIL.
     pub(crate) next: u32,
     /// Key length (keys are at most 250 bytes).
     pub(crate) klen: u8,
@@ -100,6 +107,7 @@ pub(crate) struct Shard {
     table: HashTable<u32>,
     pub(crate) slots: Vec<Slot>,
     free: u32,
+    free_len: usize,
     head: u32,
     tail: u32,
     pub(crate) bytes: usize,
@@ -113,6 +121,7 @@ impl Shard {
             table: HashTable::new(),
             slots: Vec::new(),
             free: NIL,
+            free_len: 0,
             head: NIL,
             tail: NIL,
             bytes: 0,
@@ -195,6 +204,88 @@ impl Shard {
         }
     }
 
+    fn free_push(&mut self, i: u32) {
+        let old = self.free;
+        {
+            let s = self.slot_mut(i);
+            s.prev = NIL;
+            s.next = old;
+        }
+        if old != NIL {
+            self.slot_mut(old).prev = i;
+        }
+        self.free = i;
+        self.free_len += 1;
+    }
+
+    fn free_remove(&mut self, i: u32) {
+        let (prev, next) = {
+            let s = self.slot(i);
+            (s.prev, s.next)
+        };
+        if prev == NIL {
+            self.free = next;
+        } else {
+            self.slot_mut(prev).next = next;
+        }
+        if next != NIL {
+            self.slot_mut(next).prev = prev;
+        }
+        self.free_len -= 1;
+    }
+
+    /// Shrinks the slot array while more than a quarter of it is free, at most
+    /// `budget` slots per call: a free last slot is dropped, a live one moves
+    /// into a hole (its table entry and LRU neighbours follow). Returns the
+    /// number of slots removed.
+    pub(crate) fn compact(&mut self, budget: usize) -> usize {
+        let mut removed = 0;
+        while removed < budget && self.free_len > 0 && self.free_len * 4 > self.slots.len() {
+            let last = (self.slots.len() - 1) as u32;
+            if self.slot(last).has(LIVE) {
+                let hole = self.free;
+                self.free_remove(hole);
+                self.relocate(last, hole);
+            } else {
+                self.free_remove(last);
+            }
+            self.slots.pop();
+            removed += 1;
+        }
+        let len = self.slots.len();
+        if removed > 0 && self.slots.capacity() > len + len / 2 + 16 {
+            // Large arrays are mmap'd by the allocator: shrinking remaps
+            // pages rather than copying.
+            self.slots.shrink_to(len + len / 4);
+        }
+        removed
+    }
+
+    /// Moves live slot `from` into free slot `to` (already off the free list);
+    /// `from` is left as a free slot for the caller to drop.
+    fn relocate(&mut self, from: u32, to: u32) {
+        let hash = self.slot(from).hash;
+        match self.table.find_mut(hash, |&j| j == from) {
+            Some(e) => *e = to,
+            None => unreachable!("live slot {from} missing from the table"),
+        }
+        self.slots.swap(from as usize, to as usize);
+        let (prev, next) = {
+            let s = self.slot(to);
+            (s.prev, s.next)
+        };
+        if prev == NIL {
+            self.head = to;
+        } else {
+            self.slot_mut(prev).next = to;
+        }
+        if next == NIL {
+            self.tail = to;
+        } else {
+            self.slot_mut(next).prev = to;
+        }
+    }
+
     /// Links a new item: table, LRU head, byte count. The caller made room.
     pub(crate) fn link(&mut self, mut slot: Slot, stats: &ShardStats) -> u32 {
         slot.bits |= LIVE;
@@ -202,7 +293,7 @@ impl Shard {
         let hash = slot.hash;
         let i = if self.free != NIL {
             let i = self.free;
-            self.free = self.slot(i).next;
+            self.free_remove(i);
             self.slots[i as usize] = slot;
             i
         } else {
@@ -236,11 +327,8 @@ impl Shard {
         }
         self.lru_unlink(i);
         self.bytes -= self.slot(i).charge();
-        let free = self.free;
-        let s = self.slot_mut(i);
-        *s = Slot::free();
-        s.next = free;
-        self.free = i;
+        *self.slot_mut(i) = Slot::free();
+        self.free_push(i);
         stats.set(Counter::Bytes, self.bytes as u64);
         stats.set(Counter::CurrItems, self.table.len() as u64);
     }
@@ -287,7 +375,8 @@ impl Shard {
     }
 
     /// Examines up to `max` slots from the sweep cursor on, reclaiming expired
-    /// and flushed items. Returns (slots examined, items reclaimed).
+    /// and flushed items, then compacts up to as many slots. Returns (slots
+    /// examined, items reclaimed).
     pub(crate) fn sweep(
         &mut self,
         now: Time,
@@ -310,6 +399,7 @@ impl Shard {
                 }
             }
         }
+        self.compact(todo.max(1));
         (todo, reclaimed)
     }
 
@@ -335,12 +425,18 @@ impl Shard {
         assert_eq!(bytes, self.bytes);
         assert!(self.bytes <= self.limit);
         let mut free = 0;
+        let mut prev = NIL;
         let mut f = self.free;
         while f != NIL {
-            assert!(!self.slot(f).has(LIVE));
+            let s = self.slot(f);
+            assert!(!s.has(LIVE));
+            assert!(s.data.is_empty());
+            assert_eq!(s.prev, prev);
             free += 1;
-            f = self.slot(f).next;
+            prev = f;
+            f = s.next;
         }
+        assert_eq!(free, self.free_len);
         assert_eq!(live + free, self.slots.len());
     }
 }

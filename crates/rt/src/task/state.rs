@@ -20,6 +20,9 @@
 //! Legal transitions (all by compare-and-swap):
 //! - idle → scheduled: a wake of a task that is neither `SCHEDULED`, `RUNNING`
 //!   nor `COMPLETE`; the waker hands one reference to the queue.
+//! - scheduled → scheduled: a wake of a task already queued changes no flag
+//!   but still writes the word (a release), so the poll that follows sees
+//!   everything the waker published before waking (no lost wake-up).
 //! - scheduled → running: the runner takes the queue's reference with it.
 //! - running → running+scheduled: a wake during the poll; no enqueue, the
 //!   runner re-queues the task when the poll returns `Pending`.
@@ -200,8 +203,15 @@ impl State {
     /// A wake that keeps the caller's reference.
     pub(crate) fn wake_by_ref(&self) -> WakeAction {
         self.update(|s| {
-            if s & (SCHEDULED | COMPLETE) != 0 {
+            if s & COMPLETE != 0 {
                 (None, WakeAction::None)
+            } else if s & SCHEDULED != 0 {
+                // Already queued, but the wake must still be a release on the
+                // state word: the runner's next `transition_to_running` then
+                // reads from it and its poll sees what the waker published
+                // before waking. A plain load here would let the poll miss it
+                // (store buffering) and the task park with the wake lost.
+                (Some(s), WakeAction::None)
             } else if s & RUNNING != 0 {
                 (Some(s | SCHEDULED), WakeAction::None)
             } else {

@@ -1,0 +1,404 @@
+//! [`serve_conn`]: one HTTP/1.x connection, written in thread style.
+//!
+//! ```text
+//! loop
+//!   answer every complete request at the front of the buffer, in order,
+//!   appending each response to `out`                 ← batching point: the
+//!     (flushed early before a sendfile body, or past FLUSH_AT)   responses to
+//!   flush `out`                                        pipelined requests
+//!   a response that closes → flush, lingering close    share one write
+//!   read more:
+//!     buffer empty → wait at most idle_timeout, then close silently
+//!     a head begun → wait until its deadline, then 408 and close
+//! ```
+//!
+//! Timeouts, so that slow clients cannot pin connections:
+//! - `idle_timeout` bounds the wait for the first byte of a request;
+//! - `head_timeout` is a **deadline** for the whole head (and its small
+//!   body), counted from its first byte, not a per-read timeout: a client
+//!   dribbling one byte at a time (slowloris) is cut off at the deadline
+//!   however steadily it dribbles;
+//! - `write_timeout` bounds each wait for the socket to take more of a
+//!   response, so a client that never reads is cut off too.
+//!
+//! On event loops the timers of `duality_rt::time` do this. Under
+//! `thread-per-conn` a read blocks the connection's own thread, where no
+//! timer can fire, so the same bounds are set on the socket instead
+//! (`SO_RCVTIMEO`/`SO_SNDTIMEO`, in `sys`).
+//!
+//! Closing after an error (or with unread requests behind the response), the
+//! handler shuts its write side and reads and discards what the client still
+//! sends, for at most [`LINGER`] and [`LINGER_BYTES`]: closing a socket
+//! with unread input makes the kernel send RST, which can destroy the error
+//! response before the client reads it (nginx's `lingering_close`).
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use duality_models::Conn;
+use duality_rt::time::timeout;
+
+use crate::date;
+use crate::request::{parse_head, Head, Method, Version};
+use crate::response::{plan_file, write_error, write_redirect, ByteRange, Plan};
+use crate::server::{Found, HttpState};
+use crate::status::{HttpError, Status};
+use crate::sys;
+
+/// First size of a connection's read buffer; it grows (doubling) up to
+/// [`Limits::max_request`](crate::Limits::max_request) for larger requests.
+const INITIAL_BUF: usize = 2048;
+/// `out` is written once it holds this much, even mid-batch.
+const FLUSH_AT: usize = 64 * 1024;
+/// An `out` buffer larger than this is freed after it is written, so idle
+/// connections hold little memory.
+const OUT_KEEP: usize = 4096;
+/// Bytes per `sendfile` call; the task yields between calls so that one
+/// large file does not hold its loop.
+const SENDFILE_CHUNK: u64 = 256 * 1024;
+/// Longest lingering close.
+pub const LINGER: Duration = Duration::from_secs(1);
+/// Most bytes read and discarded in a lingering close.
+pub const LINGER_BYTES: usize = 64 * 1024;
+
+/// Serves one connection until the client closes, a timeout, an error that
+/// closes, or the server's shutdown (which ends it between requests).
+pub async fn serve_conn(conn: Conn, state: Arc<HttpState>) {
+    let peer = if state.log.is_some() {
+        conn.tcp()
+            .and_then(|s| s.peer_addr().ok())
+            .map_or_else(|| "-".to_owned(), |a| a.ip().to_string())
+    } else {
+        String::new()
+    };
+    if conn.is_blocking() {
+        let c = &state.cfg;
+        sys::set_blocking_timeouts(conn.as_raw_fd(), c.idle_timeout, c.write_timeout);
+    }
+    let mut c = Connection {
+        conn,
+        state,
+        out: Vec::new(),
+        peer,
+    };
+    let _ = c.run().await;
+}
+
+struct Connection {
+    conn: Conn,
+    state: Arc<HttpState>,
+    /// Response bytes not yet written.
+    out: Vec<u8>,
+    /// The client's address, for the access log.
+    peer: String,
+}
+
+/// Why [`Connection::read_for`] returned nothing.
+fn timed_out() -> io::Error {
+    io::ErrorKind::TimedOut.into()
+}
+
+impl Connection {
+    async fn run(&mut self) -> io::Result<()> {
+        let limits = self.state.cfg.limits;
+        let cap = limits.max_request();
+        let mut buf = vec![0u8; INITIAL_BUF.min(cap)];
+        let mut filled = 0;
+        let mut head_deadline: Option<Instant> = None;
+        loop {
+            // Answer every complete request at the front of the buffer.
+            let mut used = 0;
+            let mut last: Option<Plan> = None;
+            loop {
+                match parse_head(&buf[used..filled], &limits) {
+                    Ok(None) => break,
+                    Err(e) => {
+                        last = Some(self.error(e, None));
+                        break;
+                    }
+                    Ok(Some((head, n))) => {
+                        used += n;
+                        let plan = self.respond(&head).await?;
+                        if !plan.keep_alive {
+                            last = Some(plan);
+                            break;
+                        }
+                        if self.out.len() >= FLUSH_AT {
+                            self.flush().await?;
+                        }
+                    }
+                }
+            }
+            self.flush().await?;
+            if let Some(plan) = last {
+                if plan.status.code() >= 400 || used < filled {
+                    self.linger(&mut buf).await;
+                }
+                return Ok(());
+            }
+            buf.copy_within(used..filled, 0);
+            filled -= used;
+            if filled == 0 {
+                head_deadline = None;
+            } else if used > 0 {
+                // What is left is the start of the next head.
+                head_deadline = Some(Instant::now() + self.state.cfg.head_timeout);
+            }
+            if filled == buf.len() {
+                if buf.len() >= cap {
+                    // parse_head never waits for more than `cap` bytes;
+                    // this only guards against a broken contract.
+                    let plan = self.error(HttpError::close(Status::HeaderFieldsTooLarge), None);
+                    debug_assert!(!plan.keep_alive);
+                    self.flush().await?;
+                    return Ok(());
+                }
+                buf.resize((buf.len() * 2).min(cap), 0);
+            }
+
+            let wait = match head_deadline {
+                None => self.state.cfg.idle_timeout,
+                Some(d) => d.saturating_duration_since(Instant::now()),
+            };
+            match self.read_for(wait, &mut buf[filled..]).await {
+                Ok(0) => return Ok(()),
+                Ok(n) => {
+                    if filled == 0 {
+                        head_deadline = Some(Instant::now() + self.state.cfg.head_timeout);
+                    }
+                    filled += n;
+                }
+                Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+                    if filled == 0 {
+                        self.state.counters.idle_timeouts.fetch_add(1, Relaxed);
+                    } else {
+                        self.state.counters.head_timeouts.fetch_add(1, Relaxed);
+                        self.error(HttpError::close(Status::RequestTimeout), None);
+                        self.flush().await?;
+                    }
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Reads into `buf`, waiting at most `wait`; `TimedOut` after that.
+    async fn read_for(&mut self, wait: Duration, buf: &mut [u8]) -> io::Result<usize> {
+        if self.conn.is_blocking() {
+            let c = &self.state.cfg;
+            sys::set_blocking_timeouts(self.conn.as_raw_fd(), wait, c.write_timeout);
+            return match self.conn.read(buf).await {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Err(timed_out()),
+                r => r,
+            };
+        }
+        match timeout(wait, self.conn.read(buf)).await {
+            Ok(r) => r,
+            Err(_) => Err(timed_out()),
+        }
+    }
+
+    /// Writes and empties `out`.
+    async fn flush(&mut self) -> io::Result<()> {
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        let r = match timeout(self.state.cfg.write_timeout, self.conn.write_all(&self.out)).await {
+            Ok(r) => r,
+            Err(_) => Err(timed_out()),
+        };
+        if matches!(&r, Err(e) if matches!(e.kind(), io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock))
+        {
+            self.state.counters.write_timeouts.fetch_add(1, Relaxed);
+        }
+        if self.out.capacity() > OUT_KEEP {
+            self.out = Vec::new();
+        } else {
+            self.out.clear();
+        }
+        r
+    }
+
+    /// Appends the response to a request that could not be parsed (or
+    /// timed out) and logs it.
+    fn error(&mut self, e: HttpError, head: Option<&Head<'_>>) -> Plan {
+        let date = now();
+        let plan = write_error(e, head, as_str(&date), &mut self.out);
+        self.state.counters.requests.fetch_add(1, Relaxed);
+        self.log(head, &plan);
+        plan
+    }
+
+    /// Answers one request: appends its response to `out` (flushing and
+    /// sending a large file body itself). A plan that does not keep alive
+    /// ends the connection.
+    async fn respond(&mut self, head: &Head<'_>) -> io::Result<Plan> {
+        if head.method == Method::Other {
+            return Ok(self.error(HttpError::keep(Status::MethodNotAllowed), Some(head)));
+        }
+        self.state.counters.requests.fetch_add(1, Relaxed);
+        let date = now();
+        let date = as_str(&date);
+
+        // Fast path: a recent stat and the bytes in memory; no system call.
+        if let Some(f) = self.state.fresh.get(&head.path) {
+            if let Some(bytes) = self.state.cache.get(&f.path, &f.meta) {
+                let plan = plan_file(head, &f.meta, f.content_type, date, &mut self.out);
+                push_body(&mut self.out, &bytes, plan.body);
+                self.log(Some(head), &plan);
+                return Ok(plan);
+            }
+        }
+
+        let state = self.state.clone();
+        let url = head.path.clone();
+        let found = match duality_rt::spawn_blocking(move || state.lookup(&url)).await {
+            Ok(found) => found,
+            Err(_) => Err(HttpError::keep(Status::InternalServerError)),
+        };
+        let plan = match found {
+            Err(e) => write_error(e, Some(head), date, &mut self.out),
+            Ok(Found::Redirect(location)) => write_redirect(head, &location, date, &mut self.out),
+            Ok(Found::Bytes {
+                meta,
+                content_type,
+                bytes,
+            }) => {
+                let plan = plan_file(head, &meta, content_type, date, &mut self.out);
+                push_body(&mut self.out, &bytes, plan.body);
+                plan
+            }
+            Ok(Found::File {
+                file,
+                meta,
+                content_type,
+            }) => {
+                let mut plan = plan_file(head, &meta, content_type, date, &mut self.out);
+                if let Some(span) = plan.body {
+                    self.flush().await?;
+                    if !self.send_file(&file, span).await? {
+                        // The file shrank: the promised length cannot be met.
+                        plan.keep_alive = false;
+                    }
+                }
+                plan
+            }
+        };
+        self.log(Some(head), &plan);
+        Ok(plan)
+    }
+
+    /// Sends `span` of `file` with `sendfile`; `false` if the file ended
+    /// first.
+    async fn send_file(&mut self, file: &File, span: ByteRange) -> io::Result<bool> {
+        let fd = file.as_raw_fd();
+        let end = span.end();
+        let mut offset = span.start;
+        let wait = self.state.cfg.write_timeout;
+        while offset < end {
+            let count = (end - offset).min(SENDFILE_CHUNK) as usize;
+            let call = self
+                .conn
+                .write_with(|sock| sys::sendfile(sock, fd, &mut offset, count));
+            let sent = match timeout(wait, call).await {
+                Ok(Ok(n)) => n,
+                Ok(Err(e)) => {
+                    if e.kind() == io::ErrorKind::WouldBlock {
+                        // A blocking socket's SO_SNDTIMEO expired.
+                        self.state.counters.write_timeouts.fetch_add(1, Relaxed);
+                    }
+                    return Err(e);
+                }
+                Err(_) => {
+                    self.state.counters.write_timeouts.fetch_add(1, Relaxed);
+                    return Err(timed_out());
+                }
+            };
+            if sent == 0 {
+                return Ok(false);
+            }
+            self.state
+                .counters
+                .sendfile_bytes
+                .fetch_add(sent as u64, Relaxed);
+            if offset < end {
+                duality_rt::yield_now().await;
+            }
+        }
+        Ok(true)
+    }
+
+    /// Lingering close: see the module docs. Uses `buf` as scratch space.
+    async fn linger(&mut self, buf: &mut [u8]) {
+        let Some(s) = self.conn.tcp() else { return };
+        if s.shutdown(std::net::Shutdown::Write).is_err() {
+            return;
+        }
+        let until = Instant::now() + LINGER;
+        let mut left = LINGER_BYTES;
+        while left > 0 {
+            let wait = until.saturating_duration_since(Instant::now());
+            match timeout(wait, self.conn.read(buf)).await {
+                Ok(Ok(n)) if n > 0 => left = left.saturating_sub(n),
+                _ => return,
+            }
+        }
+    }
+
+    fn log(&self, head: Option<&Head<'_>>, plan: &Plan) {
+        let Some(log) = &self.state.log else { return };
+        let (method, target, version) = match head {
+            Some(h) => (
+                match h.method {
+                    Method::Get => "GET",
+                    Method::Head => "HEAD",
+                    Method::Other => "-",
+                },
+                h.target,
+                match h.version {
+                    Version::Http10 => "HTTP/1.0",
+                    Version::Http11 => "HTTP/1.1",
+                },
+            ),
+            None => ("-", "-", "-"),
+        };
+        let date = now();
+        log.write(format!(
+            "{} - - [{}] \"{method} {} {version}\" {} {}\n",
+            self.peer,
+            as_str(&date),
+            target.escape_debug(),
+            plan.status.code(),
+            plan.body.map_or(0, |b| b.len),
+        ));
+    }
+}
+
+/// Appends `span` of `bytes` to `out`.
+fn push_body(out: &mut Vec<u8>, bytes: &[u8], span: Option<ByteRange>) {
+    if let Some(span) = span {
+        if let Some(b) = bytes.get(span.start as usize..span.end() as usize) {
+            out.extend_from_slice(b);
+        }
+    }
+}
+
+/// The current `Date` value, from this thread's cache (formatted at most
+/// once per second per thread).
+fn now() -> [u8; date::LEN] {
+    date::with_now(|d| {
+        let mut a = [b' '; date::LEN];
+        let n = d.len().min(date::LEN);
+        a[..n].copy_from_slice(&d.as_bytes()[..n]);
+        a
+    })
+}
+
+fn as_str(d: &[u8; date::LEN]) -> &str {
+    std::str::from_utf8(d).unwrap_or("")
+}

@@ -1,0 +1,44 @@
+//! The access log: off by default, one line per response when on.
+
+mod common;
+
+use common::TestServer;
+use std::time::Duration;
+
+#[test]
+fn access_log_lines() {
+    let dir = common::TempDir::new("log");
+    let path = dir.0.join("access.log");
+    let p = path.clone();
+    let s = TestServer::start("log", move |c| c.access_log = Some(p));
+    let mut c = s.client();
+    assert_eq!(c.get("/hello.txt").status, 200);
+    assert_eq!(c.get("/nope").status, 404);
+    c.send("GET /../x HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(c.response(false).status, 400);
+    assert!(common::eventually(Duration::from_secs(3), || {
+        std::fs::read_to_string(&path).map_or(0, |t| t.lines().count()) == 3
+    }));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("127.0.0.1 - - ["), "{}", lines[0]);
+    assert!(
+        lines[0].ends_with("\"GET /hello.txt HTTP/1.1\" 200 13"),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[1].ends_with("\"GET /nope HTTP/1.1\" 404 0"),
+        "{}",
+        lines[1]
+    );
+    assert!(lines[2].ends_with("\"- - -\" 400 0"), "{}", lines[2]);
+    assert_eq!(s.state.stats().log_dropped, 0);
+}
+
+#[test]
+fn no_access_log_by_default() {
+    let s = TestServer::start("nolog", |_| {});
+    assert!(s.state.config().access_log.is_none());
+    assert_eq!(s.client().get("/hello.txt").status, 200);
+}

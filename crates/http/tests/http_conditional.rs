@@ -1,0 +1,200 @@
+//! Conditional and range requests, the page cache and its invalidation, and
+//! large files streamed intact with sendfile.
+
+mod common;
+
+use common::{fnv1a, read_file, TestServer, BIG};
+use std::time::Duration;
+
+#[test]
+fn etag_and_dates_round_trip() {
+    let s = TestServer::start("cond", |_| {});
+    let mut c = s.client();
+    for path in ["/hello.txt", "/big.bin", "/sub/"] {
+        let r = c.get(path);
+        let etag = r.header("etag").unwrap().to_owned();
+        let lm = r.header("last-modified").unwrap().to_owned();
+        assert_eq!(
+            c.get_with(path, &format!("If-None-Match: {etag}\r\n"))
+                .status,
+            304
+        );
+        assert_eq!(
+            c.get_with(path, &format!("If-None-Match: W/{etag}\r\n"))
+                .status,
+            304
+        );
+        assert_eq!(c.get_with(path, "If-None-Match: *\r\n").status, 304);
+        assert_eq!(
+            c.get_with(path, &format!("If-Modified-Since: {lm}\r\n"))
+                .status,
+            304
+        );
+        // If-None-Match wins over If-Modified-Since.
+        let r = c.get_with(
+            path,
+            &format!("If-None-Match: \"x\"\r\nIf-Modified-Since: {lm}\r\n"),
+        );
+        assert_eq!(r.status, 200);
+        // HEAD is conditional too.
+        c.send(format!(
+            "HEAD {path} HTTP/1.1\r\nHost: t\r\nIf-None-Match: {etag}\r\n\r\n"
+        ));
+        assert_eq!(c.response(true).status, 304);
+    }
+}
+
+#[test]
+fn ranges_on_cached_and_sendfile_files() {
+    let s = TestServer::start("ranges", |_| {});
+    let big = read_file(&s.www().join("big.bin"));
+    let mut c = s.client();
+    for (range, start, end) in [
+        ("bytes=0-0", 0, 1),
+        ("bytes=1000-1999", 1000, 2000),
+        ("bytes=-100", BIG - 100, BIG),
+        ("bytes=3000000-", 3_000_000, BIG),
+        ("bytes=5-99999999", 5, BIG),
+    ] {
+        let r = c.get_with("/big.bin", &format!("Range: {range}\r\n"));
+        assert_eq!(r.status, 206, "{range}");
+        assert_eq!(r.body, &big[start..end], "{range}");
+        assert_eq!(
+            r.header("content-range").unwrap(),
+            format!("bytes {start}-{}/{BIG}", end - 1)
+        );
+    }
+    let r = c.get_with("/big.bin", &format!("Range: bytes={BIG}-\r\n"));
+    assert_eq!(r.status, 416);
+    // Several ranges: ignored, the whole file with 200.
+    let r = c.get_with("/hello.txt", "Range: bytes=0-1,3-4\r\n");
+    assert_eq!((r.status, r.body.len()), (200, 13));
+    // If-Range with the current ETag honours the range, a stale one does not.
+    let etag = c.get("/hello.txt").header("etag").unwrap().to_owned();
+    let r = c.get_with(
+        "/hello.txt",
+        &format!("Range: bytes=0-4\r\nIf-Range: {etag}\r\n"),
+    );
+    assert_eq!((r.status, r.text().as_str()), (206, "hello"));
+    let r = c.get_with("/hello.txt", "Range: bytes=0-4\r\nIf-Range: \"old\"\r\n");
+    assert_eq!(r.status, 200);
+}
+
+#[test]
+fn a_large_file_is_streamed_intact() {
+    let s = TestServer::start("big", |_| {});
+    let want = read_file(&s.www().join("big.bin"));
+    let mut c = s.client();
+    for _ in 0..3 {
+        let r = c.get("/big.bin");
+        assert_eq!(r.status, 200);
+        assert_eq!(r.header("content-type"), Some("application/octet-stream"));
+        assert_eq!(r.body.len(), BIG);
+        assert_eq!(fnv1a(&r.body), fnv1a(&want));
+    }
+    let st = s.state.stats();
+    assert_eq!(st.sendfile_bytes, 3 * BIG as u64, "served with sendfile");
+    assert_eq!(st.cache.entries, 0, "too large for the page cache");
+}
+
+#[test]
+fn a_large_file_to_many_clients_at_once() {
+    let s = TestServer::start("big-many", |_| {});
+    let want = fnv1a(&read_file(&s.www().join("mid.bin")));
+    let big = fnv1a(&read_file(&s.www().join("big.bin")));
+    let addr = s.addr;
+    let threads: Vec<_> = (0..8)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let mut c = common::Client::connect(addr);
+                for _ in 0..3 {
+                    let (p, w) = if i % 2 == 0 {
+                        ("/mid.bin", want)
+                    } else {
+                        ("/big.bin", big)
+                    };
+                    assert_eq!(fnv1a(&c.get(p).body), w);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+
+#[test]
+fn the_cache_follows_file_changes() {
+    // Stat on every request: a change is visible at once.
+    let s = TestServer::start("invalidate", |c| c.revalidate = Duration::ZERO);
+    let p = s.www().join("hello.txt");
+    let mut c = s.client();
+    let first = c.get("/hello.txt");
+    assert_eq!(c.get("/hello.txt").text(), "hello, world\n");
+    assert!(s.state.stats().cache.hits >= 1);
+    std::fs::write(&p, "changed!\n").unwrap();
+    let r = c.get("/hello.txt");
+    assert_eq!(r.text(), "changed!\n");
+    assert_ne!(r.header("etag"), first.header("etag"));
+    assert!(s.state.stats().cache.invalidations >= 1);
+    // Replaced by rename (a new inode), same size.
+    let tmp = s.www().join("hello.tmp");
+    std::fs::write(&tmp, "renamed!\n").unwrap();
+    std::fs::rename(&tmp, &p).unwrap();
+    assert_eq!(c.get("/hello.txt").text(), "renamed!\n");
+    std::fs::remove_file(&p).unwrap();
+    assert_eq!(c.get("/hello.txt").status, 404);
+}
+
+#[test]
+fn with_a_revalidation_window_a_change_shows_after_it() {
+    let s = TestServer::start("window", |c| c.revalidate = Duration::from_millis(200));
+    let p = s.www().join("hello.txt");
+    let mut c = s.client();
+    assert_eq!(c.get("/hello.txt").text(), "hello, world\n");
+    std::fs::write(&p, "changed!\n").unwrap();
+    assert!(common::eventually(Duration::from_secs(3), || c
+        .get("/hello.txt")
+        .text()
+        == "changed!\n"));
+}
+
+#[test]
+fn the_page_cache_is_bounded() {
+    let s = TestServer::start("bounded", |c| {
+        c.cache_bytes = 64 * 1024;
+        c.cache_max_file = 16 * 1024;
+    });
+    for i in 0..40 {
+        std::fs::write(
+            s.www().join(format!("f{i}.txt")),
+            vec![b'a' + (i % 26) as u8; 8000],
+        )
+        .unwrap();
+    }
+    let mut c = s.client();
+    for round in 0..2 {
+        for i in 0..40 {
+            let r = c.get(&format!("/f{i}.txt"));
+            assert_eq!(
+                r.body,
+                vec![b'a' + (i % 26) as u8; 8000],
+                "round {round} file {i}"
+            );
+        }
+    }
+    let st = s.state.stats().cache;
+    assert!(st.bytes <= 64 * 1024, "{st:?}");
+    assert!(st.evictions > 0, "{st:?}");
+}
+
+#[test]
+fn without_a_cache_small_files_are_read_each_time() {
+    let s = TestServer::start("nocache", |c| c.cache_bytes = 0);
+    let mut c = s.client();
+    for _ in 0..3 {
+        assert_eq!(c.get("/hello.txt").text(), "hello, world\n");
+        assert_eq!(c.get("/mid.bin").body.len(), 100 * 1024);
+    }
+    assert_eq!(s.state.stats().cache.entries, 0);
+}

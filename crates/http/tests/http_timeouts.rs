@@ -1,0 +1,119 @@
+//! Slow clients cannot pin connections: the head deadline (slowloris), the
+//! idle timeout, and a client that never reads its responses.
+
+mod common;
+
+use common::TestServer;
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+#[test]
+fn a_head_sent_one_byte_at_a_time_within_the_deadline_succeeds() {
+    let s = TestServer::start("dribble", |c| c.head_timeout = Duration::from_secs(3));
+    let mut c = s.client();
+    let req = b"GET /hello.txt HTTP/1.1\r\nHost: t\r\nUser-Agent: slow\r\n\r\n";
+    for &b in req.iter() {
+        c.send([b]);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let r = c.response(false);
+    assert_eq!((r.status, r.text().as_str()), (200, "hello, world\n"));
+    // And the next head gets a deadline of its own.
+    for &b in req.iter() {
+        c.send([b]);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(c.response(false).status, 200);
+}
+
+#[test]
+fn a_client_that_stalls_mid_head_is_cut_off() {
+    let s = TestServer::start("stall", |c| c.head_timeout = Duration::from_millis(400));
+    let mut c = s.client();
+    let t0 = Instant::now();
+    c.send("GET /hello.txt HTTP/1.1\r\nHost:");
+    let r = c.response(false);
+    assert_eq!(r.status, 408);
+    let took = t0.elapsed();
+    assert!(took >= Duration::from_millis(350), "{took:?}");
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    assert!(c.closed_within(Duration::from_secs(3)));
+}
+
+#[test]
+fn slowloris_dribbling_beyond_the_deadline_is_cut_off() {
+    // Steady progress does not extend the deadline: it counts from the
+    // head's first byte.
+    let s = TestServer::start("slowloris", |c| c.head_timeout = Duration::from_millis(500));
+    let mut c = s.client();
+    let t0 = Instant::now();
+    c.send("GET /hello.txt HTTP/1.1\r\n");
+    let mut cut = false;
+    for i in 0..100 {
+        if c.stream
+            .write_all(format!("X-{i}: a\r\n").as_bytes())
+            .is_err()
+        {
+            cut = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        if t0.elapsed() > Duration::from_millis(1500) {
+            break;
+        }
+    }
+    let r = if cut { None } else { Some(c.response(false)) };
+    if let Some(r) = r {
+        assert_eq!(r.status, 408);
+    }
+    assert!(t0.elapsed() < Duration::from_secs(3));
+    assert_eq!(s.state.stats().head_timeouts, 1);
+}
+
+#[test]
+fn many_slow_clients_do_not_block_a_fast_one() {
+    let s = TestServer::start("many-slow", |c| c.head_timeout = Duration::from_secs(2));
+    let mut slow: Vec<_> = (0..50).map(|_| s.client()).collect();
+    for c in &mut slow {
+        c.send("GET /hello.txt HTTP/1.1\r\n");
+    }
+    let mut fast = s.client();
+    let t0 = Instant::now();
+    for _ in 0..20 {
+        assert_eq!(fast.get("/hello.txt").status, 200);
+    }
+    assert!(t0.elapsed() < Duration::from_secs(1));
+    for c in &mut slow {
+        assert_eq!(c.response(false).status, 408);
+    }
+}
+
+#[test]
+fn idle_timeout_closes_without_a_response() {
+    let s = TestServer::start("idle", |c| c.idle_timeout = Duration::from_millis(300));
+    let mut c = s.client();
+    let t0 = Instant::now();
+    let mut b = [0u8; 16];
+    assert_eq!(c.stream.read(&mut b).unwrap(), 0, "closed without a byte");
+    assert!(t0.elapsed() >= Duration::from_millis(250));
+    assert!(t0.elapsed() < Duration::from_secs(3));
+}
+
+#[test]
+fn a_client_that_never_reads_is_cut_off() {
+    let s = TestServer::start("noread", |c| c.write_timeout = Duration::from_millis(500));
+    let c = s.client();
+    // Ask for far more than the socket buffers hold, and never read.
+    let req = "GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n".repeat(20);
+    (&c.stream).write_all(req.as_bytes()).unwrap();
+    assert!(
+        common::eventually(Duration::from_secs(5), || s.state.stats().write_timeouts
+            == 1),
+        "{:?}",
+        s.state.stats()
+    );
+    assert!(common::eventually(Duration::from_secs(3), || s
+        .server()
+        .connections()
+        == 0));
+}

@@ -1,0 +1,92 @@
+//! Parser and executor micro-benchmark without an external harness:
+//! `cargo bench -p duality-kv --bench parse`. Under `cargo test --benches` it
+//! runs one short round as a smoke test.
+
+use duality_kv::{execute, parse, Flow, Limits, Request, SimpleContext, Store, StoreConfig};
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+const KEYS: usize = 1000;
+
+/// A pipelined buffer of `KEYS` requests built by `line(i)`.
+fn pipeline(line: impl Fn(usize) -> String) -> Vec<u8> {
+    (0..KEYS).flat_map(|i| line(i).into_bytes()).collect()
+}
+
+fn for_each_request(buf: &[u8], limits: &Limits, mut f: impl FnMut(&Request<'_>)) -> usize {
+    let mut rest = buf;
+    let mut n = 0;
+    while !rest.is_empty() {
+        let (req, used) = parse(rest, limits).expect("benchmark input parses");
+        f(&req);
+        rest = &rest[used..];
+        n += 1;
+    }
+    n
+}
+
+fn report(name: &str, requests: usize, took: Duration) {
+    let ns = took.as_nanos() as f64 / requests as f64;
+    println!(
+        "{name:<28} {ns:>8.1} ns/request  ({:.2} M requests/s)",
+        1e3 / ns
+    );
+}
+
+fn main() {
+    let rounds = if std::env::args().any(|a| a == "--bench") {
+        300
+    } else {
+        1
+    };
+    let limits = Limits::default();
+    let value = "v".repeat(32);
+    // Stores first, so the reads that follow hit.
+    let cases = [
+        (
+            "set 32 B",
+            pipeline(|i| format!("set key:{i} 0 0 32\r\n{value}\r\n")),
+        ),
+        (
+            "ms 32 B T60 c",
+            pipeline(|i| format!("ms key:{i} 32 T60 c\r\n{value}\r\n")),
+        ),
+        ("get", pipeline(|i| format!("get key:{i}\r\n"))),
+        (
+            "get 10 keys",
+            pipeline(|i| {
+                let keys: Vec<_> = (i..i + 10).map(|k| format!("key:{}", k % KEYS)).collect();
+                format!("get {}\r\n", keys.join(" "))
+            }),
+        ),
+        (
+            "mg v t c k",
+            pipeline(|i| format!("mg key:{i} v t c k\r\n")),
+        ),
+    ];
+    for (name, buf) in &cases {
+        let start = Instant::now();
+        let mut n = 0;
+        for _ in 0..rounds {
+            n += for_each_request(buf, &limits, |r| {
+                black_box(r);
+            });
+        }
+        report(&format!("parse {name}"), n, start.elapsed());
+    }
+    let store = Store::new(StoreConfig::new(64 << 20));
+    let ctx = SimpleContext::at(1_700_000_000);
+    let mut out = Vec::with_capacity(1 << 20);
+    for (name, buf) in &cases {
+        let start = Instant::now();
+        let mut n = 0;
+        for _ in 0..rounds {
+            n += for_each_request(buf, &limits, |r| {
+                out.clear();
+                assert_eq!(execute(r, &store, &ctx, &mut out), Flow::Continue);
+                black_box(&out);
+            });
+        }
+        report(&format!("parse+execute {name}"), n, start.elapsed());
+    }
+}
