@@ -7,29 +7,12 @@ use std::time::Duration;
 pub enum Bench {
     /// Bytes per task and yields/s: duality vs tokio, smol and OS threads.
     Tasks(TasksArgs),
-    /// Requests/s and context switches per request under every threading model.
-    Models(ModelsArgs),
+    /// The cache (or the echo service) under every threading model vs memcached and tokio.
+    Models(super::bench_kv::ModelsArgs),
+    /// SYMPED transactions/s against server threads, memcached -t N beside it.
+    Threads(super::bench_kv::ThreadsArgs),
     /// Requests/s and Mbit/s vs concurrent clients: duality (Knot-A, Knot-C, SPED) vs nginx.
     Http(super::bench_http::HttpBenchArgs),
-}
-
-#[derive(Args)]
-pub struct ModelsArgs {
-    /// Which server: `echo` (the models' test service).
-    #[arg(long, default_value = "echo")]
-    service: String,
-    /// Comma-separated models (default: every model with this machine's numbers).
-    #[arg(long, value_delimiter = ',')]
-    models: Vec<duality_models::Model>,
-    /// Comma-separated client connection counts.
-    #[arg(long, value_delimiter = ',', default_value = "1,8,40,120")]
-    connections: Vec<usize>,
-    /// Seconds measured per point (after 0.3 s of warm-up).
-    #[arg(long, default_value_t = 2.0)]
-    seconds: f64,
-    /// Print a JSON array instead of a Markdown table.
-    #[arg(long)]
-    json: bool,
 }
 
 #[derive(Args)]
@@ -58,40 +41,10 @@ pub struct TasksArgs {
 pub fn run(b: Bench) -> anyhow::Result<()> {
     match b {
         Bench::Tasks(a) => bench_tasks(a),
-        Bench::Models(a) => bench_models(a),
+        Bench::Models(a) => super::bench_kv::models(a),
+        Bench::Threads(a) => super::bench_kv::threads(a),
         Bench::Http(a) => super::bench_http::run(a),
     }
-}
-
-fn bench_models(a: ModelsArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        a.service == "echo",
-        "unknown --service {:?}; available: echo",
-        a.service
-    );
-    anyhow::ensure!(a.seconds > 0.0, "--seconds must be positive");
-    let models: Vec<String> = if a.models.is_empty() {
-        duality_models::Model::all_defaults()
-            .iter()
-            .map(|m| m.to_string())
-            .collect()
-    } else {
-        a.models.iter().map(|m| m.to_string()).collect()
-    };
-    let exe = std::env::current_exe()?;
-    let rows =
-        duality_bench::models_echo::run(&exe, &models, &a.connections, a.seconds, &mut |r| {
-            eprintln!(
-                "{} x{}: {:.0} req/s, {:.3} ctx/req",
-                r.model, r.connections, r.requests_per_sec, r.ctx_switches_per_request
-            )
-        })?;
-    if a.json {
-        println!("{}", duality_bench::report::json(&rows));
-    } else {
-        println!("{}", duality_bench::models_echo::table(&rows));
-    }
-    Ok(())
 }
 
 fn bench_tasks(a: TasksArgs) -> anyhow::Result<()> {

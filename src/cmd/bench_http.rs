@@ -1,14 +1,223 @@
-//! `duality bench http` (under construction).
+//! `duality bench http`: requests/s and Mbit/s against concurrent clients,
+//! duality (Knot-C, Knot-A, SPED) against nginx in the same run (the seeds'
+//! Figure 3). See `duality_bench::http` for how it measures.
 
 use clap::Args;
+use duality_bench::http::{self, Experiment, ServerKind};
+use std::path::PathBuf;
+use std::time::Duration;
 
 #[derive(Args)]
 pub struct HttpBenchArgs {
+    /// Comma-separated client counts (default 1,4,16,64,256,1024,4096,16384,
+    /// capped by the file limit).
+    #[arg(long, value_delimiter = ',')]
+    clients: Vec<usize>,
+    /// Seconds measured per point.
+    #[arg(long, default_value_t = 2.0)]
+    seconds: f64,
+    /// Seconds of warm-up per point, once the connections are open.
+    #[arg(long, default_value_t = 0.5)]
+    warmup: f64,
+    /// Comma-separated servers: duality-knot-c, duality-knot-a, duality-sped,
+    /// nginx-1w, nginx-2w (default: all).
+    #[arg(long, value_delimiter = ',')]
+    servers: Vec<String>,
+    /// Load-generator event-loop threads per process.
+    #[arg(long, default_value_t = 1)]
+    client_threads: usize,
+    /// Most client connections per load process (default: the file limit
+    /// less a margin); above it, the load is split over child processes.
+    #[arg(long)]
+    per_process: Option<usize>,
+    /// Results directory (default results/http-<unix time>).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// A short run: 1, 16 and 256 clients, 0.5 s per point.
+    #[arg(long)]
+    quick: bool,
     /// Print a JSON array instead of a Markdown table.
     #[arg(long)]
     json: bool,
+    /// Internal: be one load process of a split point and print its JSON.
+    #[arg(long, hide = true)]
+    child: bool,
+    /// Internal (--child): server address.
+    #[arg(long, hide = true)]
+    addr: Option<std::net::SocketAddr>,
+    /// Internal (--child): request target.
+    #[arg(long, hide = true)]
+    path: Option<String>,
 }
 
 pub fn run(a: HttpBenchArgs) -> anyhow::Result<()> {
-    anyhow::bail!("duality bench http is not built yet (json: {})", a.json)
+    anyhow::ensure!(
+        a.seconds.is_finite() && a.seconds > 0.0,
+        "--seconds must be a positive number"
+    );
+    anyhow::ensure!(
+        a.warmup.is_finite() && a.warmup >= 0.0,
+        "--warmup must not be negative"
+    );
+    let fd_limit = http::raise_fd_limit() as usize;
+    if a.child {
+        return child(&a);
+    }
+    let per_process = a
+        .per_process
+        .unwrap_or(fd_limit.saturating_sub(http::FD_MARGIN))
+        .max(1);
+    // The server holds one descriptor per client too, under the same limit.
+    let cap = fd_limit
+        .saturating_sub(http::FD_MARGIN)
+        .min(*http::DEFAULT_CLIENTS.last().unwrap_or(&16384));
+    let (mut clients, seconds, warmup) = if a.quick {
+        (vec![1, 16, 256], 0.5, 0.2)
+    } else {
+        (a.clients.clone(), a.seconds, a.warmup)
+    };
+    if clients.is_empty() {
+        clients = http::DEFAULT_CLIENTS.to_vec();
+    }
+    let mut notes = Vec::new();
+    if clients.iter().any(|&c| c > cap) {
+        let dropped: Vec<String> = clients
+            .iter()
+            .filter(|&&c| c > cap)
+            .map(|c| c.to_string())
+            .collect();
+        clients.retain(|&c| c <= cap);
+        if !clients.contains(&cap) {
+            clients.push(cap);
+        }
+        notes.push(format!(
+            "client counts {} capped at {cap} by the file limit ({fd_limit} per process, {} kept free)",
+            dropped.join(", "),
+            http::FD_MARGIN
+        ));
+    }
+    clients.sort_unstable();
+    clients.dedup();
+    anyhow::ensure!(!clients.is_empty(), "no client counts to measure");
+
+    let all = http::default_servers();
+    let servers: Vec<ServerKind> = if a.servers.is_empty() {
+        all
+    } else {
+        let mut chosen = Vec::new();
+        for name in &a.servers {
+            let Some(k) = all.iter().find(|k| k.label() == *name) else {
+                let names: Vec<String> = all.iter().map(|k| k.label()).collect();
+                anyhow::bail!("unknown server {name:?}; choose from {}", names.join(", "));
+            };
+            chosen.push(k.clone());
+        }
+        chosen
+    };
+    let nginx = http::find_nginx();
+    let nginx_version = nginx.as_deref().and_then(http::nginx_version);
+    if nginx.is_none()
+        && servers
+            .iter()
+            .any(|k| matches!(k, ServerKind::Nginx { .. }))
+    {
+        let msg = "nginx is not installed: measured without it (install it with `apt-get install nginx-light`)";
+        eprintln!("{msg}");
+        notes.push(msg.into());
+    }
+
+    let out = a.out.clone().unwrap_or_else(|| {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        PathBuf::from(format!("results/http-{t}"))
+    });
+    std::fs::create_dir_all(&out)?;
+
+    let x = Experiment {
+        exe: std::env::current_exe()?,
+        clients,
+        seconds,
+        warmup,
+        client_threads: a.client_threads.max(1),
+        per_process,
+        servers,
+        workloads: http::default_workloads(),
+        nginx,
+    };
+    eprintln!(
+        "duality bench http: {} servers x {} files x clients {:?}, {seconds} s per point",
+        x.servers.len(),
+        x.workloads.len(),
+        x.clients
+    );
+    let started = std::time::Instant::now();
+    let rows = http::run(&x, &mut |r| {
+        eprintln!(
+            "{:<16} {:>5} x{:<6} {:>12} req/s {:>10.1} Mbit/s{}",
+            r.server,
+            r.file,
+            r.clients,
+            duality_bench::report::thousands(r.requests_per_sec),
+            r.mbit_per_sec,
+            if r.errors > 0 {
+                format!("  ({} errors)", r.errors)
+            } else {
+                String::new()
+            }
+        )
+    })?;
+
+    let table = http::table(&rows);
+    let json = duality_bench::report::json(&rows);
+    let mut md = String::from("# duality bench http\n\n");
+    md.push_str(&format!(
+        "{} cores; file limit {fd_limit} per process; {seconds} s per point after {warmup} s of warm-up; \
+         load generator: {} loop thread(s) per process, at most {per_process} clients per process; \
+         nginx: {}; took {:.0} s.\n",
+        duality_models::cores(),
+        x.client_threads,
+        nginx_version.as_deref().unwrap_or("not installed"),
+        started.elapsed().as_secs_f64()
+    ));
+    for n in &notes {
+        md.push_str(&format!("\nNote: {n}.\n"));
+    }
+    md.push_str(&table);
+    std::fs::write(out.join("http.md"), &md)?;
+    std::fs::write(out.join("http.json"), format!("{json}\n"))?;
+    std::fs::write(out.join("http.csv"), http::csv(&rows))?;
+    if let Err(e) = http::plots(&rows, &out) {
+        eprintln!("plots not written: {e:#}");
+    }
+    if a.json {
+        println!("{json}");
+        eprintln!("results: {}", out.display());
+    } else {
+        for n in &notes {
+            println!("Note: {n}.");
+        }
+        println!("{table}");
+        println!("results: {}", out.display());
+    }
+    Ok(())
+}
+
+/// One load process of a split point: measure, print one JSON object.
+fn child(a: &HttpBenchArgs) -> anyhow::Result<()> {
+    let (Some(addr), Some(path)) = (a.addr, a.path.clone()) else {
+        anyhow::bail!("--child needs --addr and --path");
+    };
+    let clients = a.clients.iter().sum::<usize>();
+    let spec = http::LoadSpec {
+        addr,
+        path,
+        clients,
+        threads: a.client_threads.max(1),
+        warmup: Duration::from_secs_f64(a.warmup),
+        measure: Duration::from_secs_f64(a.seconds),
+    };
+    let r = http::load(&spec)?;
+    println!("{}", serde_json::to_string(&r)?);
+    Ok(())
 }

@@ -7,6 +7,24 @@ use std::time::Duration;
 pub enum Internal {
     /// The models' test service, until SIGTERM/SIGINT.
     EchoServer(EchoServerArgs),
+    /// The kv server on tokio (the runtime peer of `bench models`).
+    KvTokio(KvTokioArgs),
+}
+
+#[derive(Args)]
+pub struct KvTokioArgs {
+    /// Unix socket path.
+    #[arg(long)]
+    unix: Option<std::path::PathBuf>,
+    /// TCP address.
+    #[arg(long)]
+    tcp: Option<std::net::SocketAddr>,
+    /// Worker threads.
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// Item memory in MiB.
+    #[arg(short = 'm', default_value_t = 1024)]
+    memory: usize,
 }
 
 #[derive(Args)]
@@ -28,6 +46,9 @@ pub struct EchoServerArgs {
 pub fn run(i: Internal) -> anyhow::Result<()> {
     match i {
         Internal::EchoServer(a) => echo_server(a),
+        Internal::KvTokio(a) => {
+            duality_bench::kv_tokio::serve(a.unix, a.tcp, a.threads, a.memory << 20)
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod bench_http;
+pub mod bench_kv;
 pub mod http;
 pub mod internal;
 pub mod kv;

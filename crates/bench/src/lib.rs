@@ -8,9 +8,18 @@
 //! | module | command | question |
 //! |---|---|---|
 //! | [`tasks`] | `duality bench tasks` | bytes per task and yields/s: duality vs tokio, smol, OS threads |
+//! | [`http`] | `duality bench http` | requests/s and Mbit/s vs clients: duality (Knot-C, Knot-A, SPED) vs nginx (seed 000, Figure 3) |
 //! | [`models_echo`] | `duality bench models --service echo` | requests/s and context switches per request under every model |
 
+pub mod http;
+pub mod kv_tokio;
+pub mod loadgen;
 pub mod models_echo;
+pub mod models_kv;
+pub mod plot;
 pub mod proc;
 pub mod report;
+pub mod servers;
+pub mod summary;
 pub mod tasks;
+pub mod workload;

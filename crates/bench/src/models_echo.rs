@@ -30,16 +30,7 @@ pub struct EchoRow {
 }
 
 /// Context switches of every thread of process `pid`.
-pub fn process_ctx_switches(pid: u32) -> u64 {
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0;
-    };
-    dir.filter_map(|e| e.ok())
-        .filter_map(|e| std::fs::read_to_string(e.path().join("status")).ok())
-        .filter_map(|s| duality_rt::stats::parse_ctxt_switches(&s))
-        .map(|(v, i)| v + i)
-        .sum()
-}
+pub use crate::proc::ctx_switches_of as process_ctx_switches;
 
 /// A server child process, stopped (SIGTERM, then waited for) on drop.
 pub struct ServerProcess {

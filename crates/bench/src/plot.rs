@@ -119,7 +119,11 @@ fn tick(v: f64) -> String {
     }
 }
 
-fn draw<DB, X>(root: &DrawingArea<DB, plotters::coord::Shift>, s: &Spec<'_>, x: X) -> anyhow::Result<()>
+fn draw<DB, X>(
+    root: &DrawingArea<DB, plotters::coord::Shift>,
+    s: &Spec<'_>,
+    x: X,
+) -> anyhow::Result<()>
 where
     DB: DrawingBackend,
     X: AsRangedCoord<Value = f64>,
@@ -148,12 +152,12 @@ where
     Ok(())
 }
 
-fn fill<DB, XC>(
-    chart: &mut ChartContext<'_, DB, Cartesian2d<XC, RangedCoordf64>>,
+fn fill<'a, DB, XC>(
+    chart: &mut ChartContext<'a, DB, Cartesian2d<XC, RangedCoordf64>>,
     s: &Spec<'_>,
 ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>>
 where
-    DB: DrawingBackend,
+    DB: DrawingBackend + 'a,
     XC: Ranged<ValueType = f64> + ValueFormatter<f64>,
 {
     for (i, (name, points)) in s.series.iter().enumerate() {
@@ -214,13 +218,19 @@ mod tests {
             ("one".to_string(), vec![(1.0, 1.0), (4.0, 3.0), (16.0, 2.0)]),
             ("two".to_string(), vec![(1.0, 2.0), (16.0, 5.0)]),
         ];
-        let (png, svg) =
-            line_chart(&dir.join("chart"), "Test", "clients", "Mbit/s", &series, true).unwrap();
+        let (png, svg) = line_chart(
+            &dir.join("chart"),
+            "Test",
+            "clients",
+            "Mbit/s",
+            &series,
+            true,
+        )
+        .unwrap();
         assert!(std::fs::metadata(&png).unwrap().len() > 1000);
         let text = std::fs::read_to_string(&svg).unwrap();
         assert!(text.contains("<svg") && text.contains("clients"));
-        let (png, _) =
-            line_chart(&dir.join("lin"), "Linear", "x", "y", &series, false).unwrap();
+        let (png, _) = line_chart(&dir.join("lin"), "Linear", "x", "y", &series, false).unwrap();
         assert!(png.exists());
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -290,10 +290,13 @@ pub(crate) struct Fresh {
 
 const FRESH_SHARDS: usize = 16;
 
+/// One shard of the fresh index.
+type FreshShard = HashMap<Box<str>, Fresh>;
+
 /// URL path → [`Fresh`], sharded by a hash of the path; every method takes
 /// exactly one shard lock and no lock is held across anything else.
 pub(crate) struct FreshIndex {
-    shards: Box<[Mutex<HashMap<Box<str>, Fresh>>]>,
+    shards: Box<[Mutex<FreshShard>]>,
     hasher: DefaultHashBuilder,
     ttl: Duration,
 }
@@ -309,7 +312,7 @@ impl FreshIndex {
         }
     }
 
-    fn shard(&self, url: &str) -> MutexGuard<'_, HashMap<Box<str>, Fresh>> {
+    fn shard(&self, url: &str) -> MutexGuard<'_, FreshShard> {
         let i = self.hasher.hash_one(url) as usize % FRESH_SHARDS;
         self.shards[i]
             .lock()

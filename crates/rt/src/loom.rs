@@ -2,7 +2,10 @@
 //!
 //! Under `--cfg loom` every item here comes from `loom`, so the queues, the
 //! task state machine and the sync primitives can be model-checked by
-//! `cargo test` with `RUSTFLAGS="--cfg loom"` (see `tests/loom_*.rs`).
+//! `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p duality-rt --lib --release loom`
+//! (the models are the `loom_tests` modules: `task::loom_tests` for the task
+//! state machine, the task cell and the hand-off queue,
+//! `event_loop::registry::loom_tests` for the sleep/notify handshake).
 //! Everywhere else they are the `std` types at zero cost.
 
 #[cfg(loom)]

@@ -283,7 +283,9 @@ mod loom_tests {
     /// written — exactly once, however many producers came.
     #[test]
     fn loom_sleep_vs_notify() {
-        loom::model(|| {
+        let mut model = loom::model::Builder::new();
+        model.preemption_bound.get_or_insert(3);
+        model.check(|| {
             let handoff = Arc::new(HandoffQueue::new());
             let gate = Arc::new(SleepGate::new());
             let eventfd_writes = Arc::new(AtomicUsize::new(0));

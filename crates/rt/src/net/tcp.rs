@@ -1,7 +1,6 @@
 //! TCP sockets.
 
 use super::evented::{accept_with, stream_methods, Evented};
-use crate::reactor::Direction as Dir;
 use std::io;
 use std::net::SocketAddr;
 
@@ -79,12 +78,28 @@ impl TcpStream {
         let stream = TcpStream {
             io: Evented::new(mio::net::TcpStream::connect(addr)?)?,
         };
-        stream.io.ready(Dir::Write).await;
-        if let Some(e) = stream.io.get_ref().take_error()? {
-            return Err(e);
-        }
-        // A writable socket that is not connected reports the reason here.
-        stream.io.get_ref().peer_addr()?;
+        // The readiness word starts optimistic (writable), so the first look
+        // may come before the handshake ends: "not connected" then means "in
+        // progress" and waits for the handshake's writable or error event. A
+        // second "not connected" within one poll means the socket reported
+        // ready without connecting: that is final.
+        std::future::poll_fn(|cx| {
+            let mut looks = 0;
+            stream.io.poll_write_with(cx, |s| {
+                looks += 1;
+                if let Some(e) = s.take_error()? {
+                    return Err(e);
+                }
+                match s.peer_addr() {
+                    Ok(_) => Ok(()),
+                    Err(e) if e.kind() == io::ErrorKind::NotConnected && looks == 1 => {
+                        Err(io::ErrorKind::WouldBlock.into())
+                    }
+                    Err(e) => Err(e),
+                }
+            })
+        })
+        .await?;
         Ok(stream)
     }
 

@@ -1,0 +1,998 @@
+//! `duality bench http`: the seeds' Figure 3 (Knot) — requests/s and
+//! bandwidth against concurrent clients, duality against nginx in the same
+//! run.
+//!
+//! ```text
+//!  load generator (this process, or child processes      server under test
+//!  `duality bench http --child …` above the fd limit)     (its own process)
+//!  ┌────────────────────────────────────────────┐         ┌──────────────────┐
+//!  │ N closed-loop keep-alive clients, one      │  TCP    │ duality http     │
+//!  │ request in flight each, on duality-rt      │ ──────► │   symped, Knot-C │
+//!  │ loops; counts responses and body bytes     │ loopback│   symped, Knot-A │
+//!  │ in the measured window                     │         │   sped           │
+//!  └────────────────────────────────────────────┘         │ nginx 1 | 2 wkrs │
+//!                                                         └──────────────────┘
+//! ```
+//!
+//! Per server: start it, then for each workload file and each client count:
+//! open the connections (waiting for all of them, at most [`CONNECT_WAIT`]),
+//! warm up, count completed responses over `seconds`, close them all with
+//! a reset (so no `TIME_WAIT` piles up between points), go on. The server is
+//! stopped (by PID) after its last point, also on error.
+//!
+//! Bandwidth counts response **bodies** only (what the file workload is):
+//! `Mbit/s = body bytes × 8 / 10⁶ / s`.
+//!
+//! nginx runs from a configuration written into a temporary prefix
+//! ([`nginx_config`]): `worker_processes 1|2`, `access_log off`,
+//! `keepalive_requests 100000`, `sendfile on`, and
+//! `open_file_cache … open_file_cache_valid 1s`, the counterpart of
+//! duality's `--revalidate-ms 1000` (both answer a hot file without
+//! `open`/`stat` for up to a second).
+
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// One point of the figure. Serialised as exactly these five fields.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct HttpRow {
+    /// Server configuration (see [`ServerKind::label`]).
+    pub server: String,
+    /// Workload file (`100B` or `16KiB`).
+    pub file: String,
+    /// Concurrent client connections.
+    pub clients: usize,
+    /// Completed `200` responses per second.
+    pub requests_per_sec: f64,
+    /// Response-body bandwidth, Mbit/s.
+    pub mbit_per_sec: f64,
+    /// Failed requests and connections during the point (not in the JSON).
+    #[serde(skip_serializing, default)]
+    pub errors: u64,
+}
+
+/// The client counts of the figure.
+pub const DEFAULT_CLIENTS: [usize; 8] = [1, 4, 16, 64, 256, 1024, 4096, 16384];
+
+/// Longest wait for all connections of a point to open.
+pub const CONNECT_WAIT: Duration = Duration::from_secs(15);
+
+/// Descriptors kept free for everything that is not a client connection.
+pub const FD_MARGIN: usize = 256;
+
+/// A workload: one file, requested over and over.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Workload {
+    /// Label in the results (`100B`, `16KiB`).
+    pub label: String,
+    /// File name under the document root.
+    pub name: String,
+    /// Its size in bytes.
+    pub size: usize,
+}
+
+/// The two workloads: a small `index.html`-like page and a 16 KiB file.
+pub fn default_workloads() -> Vec<Workload> {
+    vec![
+        Workload {
+            label: "100B".into(),
+            name: "index.html".into(),
+            size: 100,
+        },
+        Workload {
+            label: "16KiB".into(),
+            name: "16k.html".into(),
+            size: 16 * 1024,
+        },
+    ]
+}
+
+/// A server configuration under test.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ServerKind {
+    /// `duality http --model <model> --accept <accept>`.
+    Duality {
+        /// Label in the results.
+        label: String,
+        /// `--model`.
+        model: String,
+        /// `--accept`.
+        accept: String,
+    },
+    /// nginx with this many worker processes.
+    Nginx {
+        /// `worker_processes`.
+        workers: usize,
+    },
+}
+
+impl ServerKind {
+    /// The name in tables, JSON and plots.
+    pub fn label(&self) -> String {
+        match self {
+            ServerKind::Duality { label, .. } => label.clone(),
+            ServerKind::Nginx { workers } => format!("nginx-{workers}w"),
+        }
+    }
+}
+
+/// Every configuration, in the order measured: duality `symped` Knot-C
+/// (favor-active) and Knot-A (favor-accept), duality `sped`, nginx with 1
+/// and with 2 workers.
+pub fn default_servers() -> Vec<ServerKind> {
+    let d = |label: &str, model: &str, accept: &str| ServerKind::Duality {
+        label: label.into(),
+        model: model.into(),
+        accept: accept.into(),
+    };
+    vec![
+        d("duality-knot-c", "symped", "favor-active"),
+        d("duality-knot-a", "symped", "favor-accept"),
+        d("duality-sped", "sped", "favor-active"),
+        ServerKind::Nginx { workers: 1 },
+        ServerKind::Nginx { workers: 2 },
+    ]
+}
+
+/// What one load run measured.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct LoadResult {
+    /// Complete `200` responses in the window.
+    pub requests: u64,
+    /// Their body bytes.
+    pub body_bytes: u64,
+    /// Failed connects, bad or cut responses (over the whole run).
+    pub errors: u64,
+    /// Length of the window, seconds.
+    pub seconds: f64,
+    /// Connections open at the end of the window.
+    pub connected: usize,
+}
+
+impl LoadResult {
+    /// Adds another process's result (windows are taken as equal).
+    pub fn merge(&mut self, o: &LoadResult) {
+        self.requests += o.requests;
+        self.body_bytes += o.body_bytes;
+        self.errors += o.errors;
+        self.seconds = self.seconds.max(o.seconds);
+        self.connected += o.connected;
+    }
+}
+
+/// What one load run does.
+#[derive(Clone, Debug)]
+pub struct LoadSpec {
+    /// The server.
+    pub addr: SocketAddr,
+    /// The request target, e.g. `/index.html`.
+    pub path: String,
+    /// Concurrent connections.
+    pub clients: usize,
+    /// Event-loop threads the clients are spread over.
+    pub threads: usize,
+    /// Warm-up after every connection is open.
+    pub warmup: Duration,
+    /// The measured window.
+    pub measure: Duration,
+}
+
+#[repr(align(128))]
+#[derive(Default)]
+struct Counters {
+    requests: AtomicU64,
+    bytes: AtomicU64,
+    errors: AtomicU64,
+}
+
+struct Shared {
+    stop: AtomicBool,
+    connected: AtomicI64,
+}
+
+/// Runs closed-loop keep-alive clients in this process: `spec.clients`
+/// connections, one `GET` in flight each, on `spec.threads` duality loops.
+/// Needs one descriptor per client.
+pub fn load(spec: &LoadSpec) -> anyhow::Result<LoadResult> {
+    anyhow::ensure!(spec.clients > 0, "no clients");
+    let threads = spec.threads.clamp(1, spec.clients);
+    let request: Arc<[u8]> = format!(
+        "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: duality-bench\r\n\r\n",
+        spec.path, spec.addr
+    )
+    .into_bytes()
+    .into();
+    let shared = Arc::new(Shared {
+        stop: AtomicBool::new(false),
+        connected: AtomicI64::new(0),
+    });
+    let counters: Vec<Arc<Counters>> = (0..threads).map(|_| Arc::default()).collect();
+    let mut loops = Vec::new();
+    for (t, c) in counters.iter().enumerate() {
+        let lp = duality_rt::LoopThread::spawn(duality_rt::LoopConfig {
+            name: Some(format!("http-load-{t}")),
+            long_poll_threshold: None,
+            ..Default::default()
+        })?;
+        let n = spec.clients / threads + usize::from(t < spec.clients % threads);
+        for _ in 0..n {
+            let (shared, c, request) = (shared.clone(), c.clone(), request.clone());
+            drop(lp.handle().spawn(client(spec.addr, request, shared, c)));
+        }
+        loops.push(lp);
+    }
+    let sum = |f: fn(&Counters) -> &AtomicU64| -> u64 {
+        counters.iter().map(|c| f(c).load(Relaxed)).sum()
+    };
+
+    let until = Instant::now() + CONNECT_WAIT;
+    while (shared.connected.load(Relaxed) as usize) < spec.clients && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(spec.warmup);
+    let (r0, b0) = (sum(|c| &c.requests), sum(|c| &c.bytes));
+    let t0 = Instant::now();
+    std::thread::sleep(spec.measure);
+    let (r1, b1) = (sum(|c| &c.requests), sum(|c| &c.bytes));
+    let seconds = t0.elapsed().as_secs_f64();
+    let connected = shared.connected.load(Relaxed).max(0) as usize;
+    shared.stop.store(true, Relaxed);
+    // Clients stop after their current response; stragglers are cancelled
+    // with their loops (and their sockets reset).
+    let until = Instant::now() + Duration::from_secs(1);
+    while shared.connected.load(Relaxed) > 0 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for lp in loops {
+        let _ = lp.join();
+    }
+    Ok(LoadResult {
+        requests: r1 - r0,
+        body_bytes: b1 - b0,
+        errors: sum(|c| &c.errors),
+        seconds,
+        connected,
+    })
+}
+
+/// One client: connect, then request/response until told to stop;
+/// reconnects after a failure.
+async fn client(addr: SocketAddr, request: Arc<[u8]>, shared: Arc<Shared>, c: Arc<Counters>) {
+    let mut buf = vec![0u8; 17 * 1024];
+    while !shared.stop.load(Relaxed) {
+        let s = match duality_rt::net::TcpStream::connect(addr).await {
+            Ok(s) => s,
+            Err(_) => {
+                c.errors.fetch_add(1, Relaxed);
+                duality_rt::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        // Reset on close: no TIME_WAIT left behind to exhaust ports.
+        let _ = s.set_linger(Some(Duration::ZERO));
+        let _ = s.set_nodelay(true);
+        shared.connected.fetch_add(1, Relaxed);
+        while !shared.stop.load(Relaxed) {
+            if s.write_all(&request).await.is_err() {
+                c.errors.fetch_add(1, Relaxed);
+                break;
+            }
+            match read_response(&s, &mut buf).await {
+                Ok(len) => {
+                    c.requests.fetch_add(1, Relaxed);
+                    c.bytes.fetch_add(len, Relaxed);
+                }
+                Err(_) => {
+                    if !shared.stop.load(Relaxed) {
+                        c.errors.fetch_add(1, Relaxed);
+                    }
+                    break;
+                }
+            }
+        }
+        shared.connected.fetch_sub(1, Relaxed);
+    }
+}
+
+/// Reads one `200` response with a `Content-Length` body; its body length.
+async fn read_response(s: &duality_rt::net::TcpStream, buf: &mut [u8]) -> std::io::Result<u64> {
+    use std::io::{Error, ErrorKind};
+    let mut filled = 0;
+    let head_end = loop {
+        let n = s.read(&mut buf[filled..]).await?;
+        if n == 0 {
+            return Err(ErrorKind::UnexpectedEof.into());
+        }
+        filled += n;
+        if let Some(i) = buf[..filled].windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        if filled == buf.len() {
+            return Err(Error::new(
+                ErrorKind::InvalidData,
+                "response head too large",
+            ));
+        }
+    };
+    let head = &buf[..head_end];
+    if !(head.starts_with(b"HTTP/1.1 200 ") || head.starts_with(b"HTTP/1.0 200 ")) {
+        return Err(Error::new(ErrorKind::InvalidData, "status is not 200"));
+    }
+    let len = content_length(head)
+        .ok_or_else(|| Error::new(ErrorKind::InvalidData, "no Content-Length"))?;
+    let mut have = (filled - head_end) as u64;
+    while have < len {
+        let n = s.read(buf).await?;
+        if n == 0 {
+            return Err(ErrorKind::UnexpectedEof.into());
+        }
+        have += n as u64;
+    }
+    if have != len {
+        return Err(Error::new(
+            ErrorKind::InvalidData,
+            "more bytes than the body",
+        ));
+    }
+    Ok(len)
+}
+
+/// The `Content-Length` of a response head.
+pub fn content_length(head: &[u8]) -> Option<u64> {
+    head.split(|&b| b == b'\n').find_map(|line| {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let colon = line.iter().position(|&b| b == b':')?;
+        let (name, value) = line.split_at(colon);
+        if !name.eq_ignore_ascii_case(b"content-length") {
+            return None;
+        }
+        std::str::from_utf8(&value[1..]).ok()?.trim().parse().ok()
+    })
+}
+
+/// Raises this process's soft descriptor limit to its hard limit; returns
+/// the soft limit now in force. Children (servers, load processes) inherit
+/// it.
+pub fn raise_fd_limit() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit read and write a live local struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return 1024;
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            let want = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &want) == 0 {
+                lim = want;
+            }
+        }
+    }
+    lim.rlim_cur
+}
+
+/// The experiment's parameters.
+#[derive(Clone, Debug)]
+pub struct Experiment {
+    /// The `duality` binary (runs `duality http` and the load children).
+    pub exe: PathBuf,
+    /// Client counts, ascending.
+    pub clients: Vec<usize>,
+    /// Seconds measured per point.
+    pub seconds: f64,
+    /// Seconds of warm-up per point, after the connections are open.
+    pub warmup: f64,
+    /// Load-generator loop threads per process.
+    pub client_threads: usize,
+    /// Most clients one load process holds; above it, child processes.
+    pub per_process: usize,
+    /// Servers, in order.
+    pub servers: Vec<ServerKind>,
+    /// Workloads, in order.
+    pub workloads: Vec<Workload>,
+    /// nginx executable, if found.
+    pub nginx: Option<PathBuf>,
+}
+
+/// Finds nginx on `PATH` or in the usual system places.
+pub fn find_nginx() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/usr/local/sbin", "/usr/local/nginx/sbin"].map(PathBuf::from))
+        .map(|d| d.join("nginx"))
+        .find(|p| p.is_file())
+}
+
+/// The version line of an nginx binary (`nginx/1.22.1`).
+pub fn nginx_version(nginx: &Path) -> Option<String> {
+    let out = Command::new(nginx).arg("-v").output().ok()?;
+    let text = String::from_utf8_lossy(&out.stderr);
+    text.split_whitespace()
+        .find(|w| w.starts_with("nginx/"))
+        .map(str::to_owned)
+}
+
+/// A temporary directory, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    /// `<tmp>/duality-bench-http-<pid>-<tag>`, created empty.
+    pub fn new(tag: &str) -> std::io::Result<TempDir> {
+        let p =
+            std::env::temp_dir().join(format!("duality-bench-http-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p)?;
+        Ok(TempDir(p))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Writes the workload files into `dir`: HTML-like text of the exact sizes.
+pub fn write_workload_files(dir: &Path, workloads: &[Workload]) -> std::io::Result<()> {
+    for w in workloads {
+        let mut body = b"<!doctype html><title>duality</title><p>".to_vec();
+        let filler = b"The quick brown fox jumps over the lazy dog. ";
+        while body.len() < w.size {
+            body.extend_from_slice(filler);
+        }
+        body.truncate(w.size);
+        if w.size > 0 {
+            body[w.size - 1] = b'\n';
+        }
+        std::fs::write(dir.join(&w.name), body)?;
+    }
+    Ok(())
+}
+
+/// A server process under test; stopped on drop.
+pub struct RunningServer {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    child: Child,
+    /// nginx's pid file (its master's PID is read from it to stop it).
+    pid_file: Option<PathBuf>,
+    _prefix: Option<TempDir>,
+}
+
+impl RunningServer {
+    /// Starts `duality http` and waits for its `ready http://ADDR` line.
+    pub fn duality(
+        exe: &Path,
+        root: &Path,
+        model: &str,
+        accept: &str,
+        max_conns: usize,
+    ) -> anyhow::Result<RunningServer> {
+        let mut child = Command::new(exe)
+            .args([
+                "http",
+                "--listen",
+                "127.0.0.1:0",
+                "--model",
+                model,
+                "--accept",
+                accept,
+            ])
+            .arg("--root")
+            .arg(root)
+            .args(["--max-conns", &max_conns.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let out = child.stdout.take().expect("piped stdout");
+        let mut line = String::new();
+        let read = BufReader::new(out).read_line(&mut line);
+        let addr = line
+            .trim()
+            .strip_prefix("ready http://")
+            .and_then(|a| a.parse().ok());
+        match (read, addr) {
+            (Ok(_), Some(addr)) => Ok(RunningServer {
+                addr,
+                child,
+                pid_file: None,
+                _prefix: None,
+            }),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                anyhow::bail!("duality http --model {model} did not start: {line:?}")
+            }
+        }
+    }
+
+    /// Starts nginx with `workers` workers from a configuration written into
+    /// a temporary prefix, serving `root` on a free loopback port.
+    pub fn nginx(
+        nginx: &Path,
+        root: &Path,
+        workers: usize,
+        fd_limit: u64,
+    ) -> anyhow::Result<RunningServer> {
+        let prefix = TempDir::new(&format!("nginx-{workers}w"))?;
+        // A free port: bind, read it, close (nginx binds it right after).
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+        let modules = Command::new(nginx).arg("-V").output()?;
+        let modules = String::from_utf8_lossy(&modules.stderr).into_owned();
+        let conf = nginx_config(&prefix.0, root, addr, workers, fd_limit, &modules);
+        let conf_path = prefix.0.join("nginx.conf");
+        std::fs::write(&conf_path, conf)?;
+        // nginx runs its workers as `nobody` when started as root: they must
+        // be able to enter the prefix.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&prefix.0, std::fs::Permissions::from_mode(0o755))?;
+        let pid_file = prefix.0.join("nginx.pid");
+        let mut child = Command::new(nginx)
+            .arg("-p")
+            .arg(&prefix.0)
+            .arg("-c")
+            .arg(&conf_path)
+            .arg("-e")
+            .arg(prefix.0.join("error.log"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        let until = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                let mut err = String::new();
+                if let Some(mut e) = child.stderr.take() {
+                    use std::io::Read;
+                    let _ = e.read_to_string(&mut err);
+                }
+                let log = std::fs::read_to_string(prefix.0.join("error.log")).unwrap_or_default();
+                anyhow::bail!("nginx exited at start ({status}): {err}{log}");
+            }
+            if pid_file.exists() && std::net::TcpStream::connect(addr).is_ok() {
+                break;
+            }
+            if Instant::now() > until {
+                let _ = child.kill();
+                let _ = child.wait();
+                anyhow::bail!("nginx did not start listening on {addr}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(RunningServer {
+            addr,
+            child,
+            pid_file: Some(pid_file),
+            _prefix: Some(prefix),
+        })
+    }
+
+    /// The server's (master's) process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for RunningServer {
+    fn drop(&mut self) {
+        // nginx: the master's PID from its pid file (the same process as
+        // our child, as it runs with `daemon off`); duality: our child.
+        let pid = self
+            .pid_file
+            .as_ref()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .and_then(|s| s.trim().parse::<i32>().ok())
+            .filter(|&p| p == self.child.id() as i32)
+            .unwrap_or(self.child.id() as i32);
+        // SAFETY: kill(2) on our own child's pid, which we have not reaped.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let until = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < until {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// nginx's configuration for the experiment. Every path lies in `prefix`;
+/// temp-path directives are written only for modules this nginx has
+/// (`modules` is its `nginx -V` output).
+pub fn nginx_config(
+    prefix: &Path,
+    root: &Path,
+    addr: SocketAddr,
+    workers: usize,
+    fd_limit: u64,
+    modules: &str,
+) -> String {
+    let p = prefix.display();
+    let connections = fd_limit.saturating_sub(64).max(512);
+    let mut temp = format!("    client_body_temp_path {p}/client_body;\n");
+    for m in ["proxy", "fastcgi", "uwsgi", "scgi"] {
+        if !modules.contains(&format!("--without-http_{m}_module")) {
+            temp.push_str(&format!("    {m}_temp_path {p}/{m};\n"));
+        }
+    }
+    format!(
+        "# Written by `duality bench http`.
+daemon off;
+worker_processes {workers};
+worker_rlimit_nofile {fd_limit};
+pid {p}/nginx.pid;
+error_log {p}/error.log warn;
+events {{
+    worker_connections {connections};
+}}
+http {{
+    access_log off;
+    sendfile on;
+    tcp_nopush on;
+    keepalive_timeout 75s;
+    keepalive_requests 100000;
+    open_file_cache max=1024 inactive=60s;
+    open_file_cache_valid 1s;
+    default_type text/html;
+{temp}    server {{
+        listen {addr} backlog=4096;
+        root {root};
+    }}
+}}
+",
+        root = root.display()
+    )
+}
+
+/// Measures one point: in this process when the clients fit under
+/// `per_process`, else split over child processes
+/// (`exe bench http --child …`) started together.
+pub fn measure_point(
+    x: &Experiment,
+    addr: SocketAddr,
+    path: &str,
+    clients: usize,
+) -> anyhow::Result<LoadResult> {
+    let spec = LoadSpec {
+        addr,
+        path: path.to_owned(),
+        clients,
+        threads: x.client_threads,
+        warmup: Duration::from_secs_f64(x.warmup),
+        measure: Duration::from_secs_f64(x.seconds),
+    };
+    if clients <= x.per_process {
+        return load(&spec);
+    }
+    let procs = clients.div_ceil(x.per_process);
+    let mut children = Vec::new();
+    for i in 0..procs {
+        let n = clients / procs + usize::from(i < clients % procs);
+        let child = Command::new(&x.exe)
+            .args([
+                "bench",
+                "http",
+                "--child",
+                "--addr",
+                &addr.to_string(),
+                "--path",
+                path,
+            ])
+            .args(["--clients", &n.to_string()])
+            .args(["--seconds", &x.seconds.to_string()])
+            .args(["--warmup", &x.warmup.to_string()])
+            .args(["--client-threads", &x.client_threads.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()?;
+        children.push(ChildGuard(Some(child)));
+    }
+    let mut total = LoadResult::default();
+    for mut c in children {
+        let child = c.0.take().expect("child present");
+        let out = child.wait_with_output()?;
+        anyhow::ensure!(out.status.success(), "load process failed ({})", out.status);
+        let r: LoadResult = serde_json::from_slice(&out.stdout)?;
+        total.merge(&r);
+    }
+    Ok(total)
+}
+
+/// Kills a load child that was not waited for (an earlier one failed).
+struct ChildGuard(Option<Child>);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Runs the experiment: every server × workload × client count. `progress`
+/// sees each row as it is measured.
+pub fn run(x: &Experiment, progress: &mut dyn FnMut(&HttpRow)) -> anyhow::Result<Vec<HttpRow>> {
+    let fd_limit = raise_fd_limit();
+    let files = TempDir::new("www")?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&files.0, std::fs::Permissions::from_mode(0o755))?;
+    write_workload_files(&files.0, &x.workloads)?;
+    let max_clients = x.clients.iter().copied().max().unwrap_or(1);
+    let mut rows = Vec::new();
+    for kind in &x.servers {
+        let server = match kind {
+            ServerKind::Duality { model, accept, .. } => {
+                RunningServer::duality(&x.exe, &files.0, model, accept, max_clients + 64)?
+            }
+            ServerKind::Nginx { workers } => {
+                let Some(nginx) = &x.nginx else { continue };
+                RunningServer::nginx(nginx, &files.0, *workers, fd_limit)?
+            }
+        };
+        for w in &x.workloads {
+            for &clients in &x.clients {
+                let r = measure_point(x, server.addr, &format!("/{}", w.name), clients)?;
+                let row = HttpRow {
+                    server: kind.label(),
+                    file: w.label.clone(),
+                    clients,
+                    requests_per_sec: r.requests as f64 / r.seconds,
+                    mbit_per_sec: r.body_bytes as f64 * 8.0 / 1e6 / r.seconds,
+                    errors: r.errors,
+                };
+                progress(&row);
+                rows.push(row);
+            }
+        }
+        drop(server);
+    }
+    Ok(rows)
+}
+
+/// The Markdown report: per workload, a requests/s table and a Mbit/s
+/// table (rows: clients, columns: servers), each with the ratio of the best
+/// duality configuration to the best nginx one.
+pub fn table(rows: &[HttpRow]) -> String {
+    let mut servers: Vec<&str> = Vec::new();
+    let mut files: Vec<&str> = Vec::new();
+    let mut clients: Vec<usize> = Vec::new();
+    for r in rows {
+        if !servers.contains(&r.server.as_str()) {
+            servers.push(&r.server);
+        }
+        if !files.contains(&r.file.as_str()) {
+            files.push(&r.file);
+        }
+        if !clients.contains(&r.clients) {
+            clients.push(r.clients);
+        }
+    }
+    clients.sort_unstable();
+    let has_nginx = servers.iter().any(|s| s.starts_with("nginx"));
+    let has_duality = servers.iter().any(|s| s.starts_with("duality"));
+    let mut out = String::new();
+    for file in &files {
+        for (what, get, fmt) in [
+            (
+                "requests/s",
+                (|r: &HttpRow| r.requests_per_sec) as fn(&HttpRow) -> f64,
+                (|v: f64| crate::report::thousands(v)) as fn(f64) -> String,
+            ),
+            (
+                "Mbit/s",
+                |r: &HttpRow| r.mbit_per_sec,
+                |v: f64| format!("{v:.1}"),
+            ),
+        ] {
+            out.push_str(&format!("\n**{file} file, {what}**\n\n"));
+            let mut header = vec!["clients"];
+            header.extend(servers.iter().copied());
+            if has_nginx && has_duality {
+                header.push("best duality / best nginx");
+            }
+            let cells: Vec<Vec<String>> = clients
+                .iter()
+                .map(|&c| {
+                    let at = |s: &str| {
+                        rows.iter()
+                            .find(|r| r.server == s && r.file == *file && r.clients == c)
+                    };
+                    let mut line = vec![crate::report::thousands(c as f64)];
+                    for s in &servers {
+                        line.push(at(s).map_or_else(
+                            || "-".into(),
+                            |r| {
+                                let mut cell = fmt(get(r));
+                                if r.errors > 0 {
+                                    cell.push_str(&format!(" ({} err)", r.errors));
+                                }
+                                cell
+                            },
+                        ));
+                    }
+                    if has_nginx && has_duality {
+                        let best = |prefix: &str| {
+                            servers
+                                .iter()
+                                .filter(|s| s.starts_with(prefix))
+                                .filter_map(|s| at(s).map(get))
+                                .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))))
+                        };
+                        line.push(match (best("duality"), best("nginx")) {
+                            (Some(d), Some(n)) if n > 0.0 => format!("{:.2}", d / n),
+                            _ => "-".into(),
+                        });
+                    }
+                    line
+                })
+                .collect();
+            out.push_str(&crate::report::markdown_table(&header, &cells));
+        }
+    }
+    out
+}
+
+/// CSV: one line per row, with the error count.
+pub fn csv(rows: &[HttpRow]) -> String {
+    let mut out = String::from("server,file,clients,requests_per_sec,mbit_per_sec,errors\n");
+    for r in rows {
+        out.push_str(&format!(
+            "{},{},{},{:.1},{:.3},{}\n",
+            r.server, r.file, r.clients, r.requests_per_sec, r.mbit_per_sec, r.errors
+        ));
+    }
+    out
+}
+
+/// Draws, per workload, bandwidth vs clients (the seed's Figure 3) and
+/// requests/s vs clients, one line per server, into `dir`
+/// (`http-<file>-mbit.{png,svg}`, `http-<file>-rps.{png,svg}`). Returns the
+/// files written.
+pub fn plots(rows: &[HttpRow], dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files: Vec<&str> = Vec::new();
+    for r in rows {
+        if !files.contains(&r.file.as_str()) {
+            files.push(&r.file);
+        }
+    }
+    let mut written = Vec::new();
+    for file in files {
+        for (tag, what, get) in [
+            (
+                "mbit",
+                "Mbit/s",
+                (|r: &HttpRow| r.mbit_per_sec) as fn(&HttpRow) -> f64,
+            ),
+            ("rps", "requests/s", |r: &HttpRow| r.requests_per_sec),
+        ] {
+            let mut series: Vec<crate::plot::Series> = Vec::new();
+            for r in rows.iter().filter(|r| r.file == file) {
+                let point = (r.clients as f64, get(r));
+                match series.iter_mut().find(|(s, _)| *s == r.server) {
+                    Some((_, pts)) => pts.push(point),
+                    None => series.push((r.server.clone(), vec![point])),
+                }
+            }
+            let stem = dir.join(format!("http-{}-{tag}", file.to_ascii_lowercase()));
+            let (png, svg) = crate::plot::line_chart(
+                &stem,
+                &format!("Web server {what} vs concurrent clients ({file} file, keep-alive)"),
+                "concurrent clients (log scale)",
+                what,
+                &series,
+                true,
+            )?;
+            written.push(png);
+            written.push(svg);
+        }
+    }
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_length_is_found_in_any_case() {
+        let h = b"HTTP/1.1 200 OK\r\nServer: x\r\ncontent-LENGTH:  42 \r\n\r\n";
+        assert_eq!(content_length(h), Some(42));
+        assert_eq!(content_length(b"HTTP/1.1 200 OK\r\n\r\n"), None);
+    }
+
+    #[test]
+    fn nginx_config_has_the_essentials() {
+        let c = nginx_config(
+            Path::new("/p"),
+            Path::new("/www"),
+            "127.0.0.1:8081".parse().unwrap(),
+            2,
+            20000,
+            "--without-http_uwsgi_module",
+        );
+        for want in [
+            "worker_processes 2;",
+            "access_log off;",
+            "keepalive_requests 100000;",
+            "listen 127.0.0.1:8081 backlog=4096;",
+            "root /www;",
+            "pid /p/nginx.pid;",
+            "error_log /p/error.log warn;",
+            "worker_connections 19936;",
+            "proxy_temp_path /p/proxy;",
+        ] {
+            assert!(c.contains(want), "{want} missing from\n{c}");
+        }
+        assert!(!c.contains("uwsgi_temp_path"));
+    }
+
+    #[test]
+    fn table_and_csv_shapes() {
+        let row = |server: &str, clients, rps: f64| HttpRow {
+            server: server.into(),
+            file: "100B".into(),
+            clients,
+            requests_per_sec: rps,
+            mbit_per_sec: rps * 800.0 / 1e6,
+            errors: 0,
+        };
+        let rows = vec![
+            row("duality-knot-c", 1, 1000.0),
+            row("nginx-1w", 1, 500.0),
+            row("duality-knot-c", 4, 3000.0),
+            row("nginx-1w", 4, 3000.0),
+        ];
+        let t = table(&rows);
+        assert!(t.contains("| clients | duality-knot-c | nginx-1w | best duality / best nginx |"));
+        assert!(t.contains("| 1 | 1,000 | 500 | 2.00 |"), "{t}");
+        assert!(t.contains("| 4 | 3,000 | 3,000 | 1.00 |"), "{t}");
+        let c = csv(&rows);
+        assert_eq!(c.lines().count(), 5);
+        assert!(c.contains("duality-knot-c,100B,1,1000.0,0.800,0"));
+        let json = crate::report::json(&rows);
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let mut keys: Vec<&String> = v[0].as_object().unwrap().keys().collect();
+        keys.sort();
+        assert_eq!(
+            keys,
+            [
+                "clients",
+                "file",
+                "mbit_per_sec",
+                "requests_per_sec",
+                "server"
+            ]
+        );
+    }
+
+    #[test]
+    fn workload_files_have_exact_sizes() {
+        let d = TempDir::new("files-test").unwrap();
+        write_workload_files(&d.0, &default_workloads()).unwrap();
+        assert_eq!(
+            std::fs::metadata(d.0.join("index.html")).unwrap().len(),
+            100
+        );
+        assert_eq!(
+            std::fs::metadata(d.0.join("16k.html")).unwrap().len(),
+            16384
+        );
+    }
+}

@@ -1,0 +1,350 @@
+//! A memcached-protocol load generator on the duality runtime.
+//!
+//! - **Closed loop** (the paper's client): each connection has one request in
+//!   flight and sends the next as soon as the answer arrives.
+//! - **Open loop**: requests are due at a fixed rate; each latency counts from
+//!   the time the request was *due*, so a stalling server cannot hide the
+//!   queueing it caused (no coordinated omission). The runtime's timers tick
+//!   in milliseconds, so a late send adds at most 1 ms — to the latency, never
+//!   hidden from it.
+//!
+//! The client is one duality loop on one thread. It reports its own CPU use
+//! next to the numbers: a client using ~one full core was the bottleneck, and
+//! the results say so.
+
+use crate::summary::{corrected_latency, latency_histogram, record, Percentiles};
+use crate::workload::Workload;
+use duality_rt::net::{TcpStream, UnixStream};
+use hdrhistogram::Histogram;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Where the server listens.
+#[derive(Clone, Debug)]
+pub enum Target {
+    /// A Unix socket (the paper's choice).
+    Unix(PathBuf),
+    /// TCP on loopback.
+    Tcp(SocketAddr),
+}
+
+/// How requests are issued.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Mode {
+    /// One request in flight per connection.
+    Closed,
+    /// This many requests per second in total, spread over the connections.
+    Open {
+        /// Requests per second.
+        rate: f64,
+    },
+}
+
+/// One load run: warm up, then `windows` measurement windows back to back.
+#[derive(Clone, Debug)]
+pub struct LoadConfig {
+    /// The server.
+    pub target: Target,
+    /// Concurrent connections.
+    pub conns: usize,
+    /// What to request.
+    pub workload: Arc<Workload>,
+    /// Warm-up before the first window.
+    pub warmup: Duration,
+    /// Length of each window.
+    pub window: Duration,
+    /// Number of windows (the paper's "5 runs").
+    pub windows: usize,
+    /// Closed or open loop.
+    pub mode: Mode,
+    /// Seed of the request mix.
+    pub seed: u64,
+}
+
+/// What one window measured.
+#[derive(Clone, Debug)]
+pub struct WindowResult {
+    /// Transactions completed in the window.
+    pub txns: u64,
+    /// Its real length.
+    pub elapsed: Duration,
+    /// Latency percentiles.
+    pub latency: Percentiles,
+    /// Cores the client used (CPU time / wall time).
+    pub client_cores: f64,
+}
+
+impl WindowResult {
+    /// Transactions per second.
+    pub fn tps(&self) -> f64 {
+        self.txns as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+enum Conn {
+    Unix(UnixStream),
+    Tcp(TcpStream),
+}
+
+impl Conn {
+    async fn connect(t: &Target) -> std::io::Result<Conn> {
+        Ok(match t {
+            Target::Unix(p) => Conn::Unix(UnixStream::connect(p).await?),
+            Target::Tcp(a) => {
+                let s = TcpStream::connect(*a).await?;
+                s.set_nodelay(true)?;
+                Conn::Tcp(s)
+            }
+        })
+    }
+    async fn write_all(&self, b: &[u8]) -> std::io::Result<()> {
+        match self {
+            Conn::Unix(s) => s.write_all(b).await,
+            Conn::Tcp(s) => s.write_all(b).await,
+        }
+    }
+    async fn read(&self, b: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Conn::Unix(s) => s.read(b).await,
+            Conn::Tcp(s) => s.read(b).await,
+        }
+    }
+    /// Reads until the buffer ends with `end` (or an error line arrives).
+    async fn read_reply(&self, buf: &mut Vec<u8>, end: &[u8]) -> std::io::Result<bool> {
+        buf.clear();
+        let mut chunk = [0u8; 4096];
+        loop {
+            let n = self.read(&mut chunk).await?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            buf.extend_from_slice(&chunk[..n]);
+            if buf.ends_with(end) {
+                return Ok(true);
+            }
+            if buf.ends_with(b"\r\n") && is_error_line(buf) {
+                return Ok(false);
+            }
+        }
+    }
+}
+
+fn is_error_line(buf: &[u8]) -> bool {
+    buf.starts_with(b"ERROR")
+        || buf.starts_with(b"CLIENT_ERROR")
+        || buf.starts_with(b"SERVER_ERROR")
+}
+
+/// Appends a `set` of record `i` to `out`.
+pub fn encode_set(out: &mut Vec<u8>, i: usize) {
+    let n = Workload::value_size(i);
+    out.extend_from_slice(format!("set {} 0 0 {n}\r\n", Workload::key(i)).as_bytes());
+    out.resize(out.len() + n, b'v');
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Appends a `get` of record `i` to `out`.
+pub fn encode_get(out: &mut Vec<u8>, i: usize) {
+    out.extend_from_slice(format!("get {}\r\n", Workload::key(i)).as_bytes());
+}
+
+/// Stores every record of the workload (pipelined, 100 at a time) so the
+/// measurement starts from a full data set.
+pub fn preload(target: &Target, workload: &Workload) -> anyhow::Result<()> {
+    let mut lp = duality_rt::EventLoop::new(duality_rt::LoopConfig::default())?;
+    lp.block_on(async {
+        let c = Conn::connect(target).await?;
+        let mut out = Vec::new();
+        let mut buf = Vec::new();
+        let mut i = 0;
+        while i < workload.records {
+            out.clear();
+            let batch = (workload.records - i).min(100);
+            for k in i..i + batch {
+                encode_set(&mut out, k);
+            }
+            c.write_all(&out).await?;
+            let mut stored = 0;
+            let mut chunk = [0u8; 4096];
+            while stored < batch {
+                let n = c.read(&mut chunk).await?;
+                anyhow::ensure!(n > 0, "server closed the connection during preload");
+                buf.extend_from_slice(&chunk[..n]);
+                while let Some(p) = buf.windows(2).position(|w| w == b"\r\n") {
+                    let line: Vec<u8> = buf.drain(..p + 2).collect();
+                    anyhow::ensure!(
+                        line == b"STORED\r\n",
+                        "preload: {}",
+                        String::from_utf8_lossy(&line)
+                    );
+                    stored += 1;
+                }
+            }
+            i += batch;
+        }
+        Ok(())
+    })
+}
+
+const WARMUP: usize = usize::MAX;
+const STOP: usize = usize::MAX - 1;
+
+/// Runs the load and returns one result per window; `mark(i)` is called at
+/// the start of window i and once more (with `windows`) after the last, so
+/// the caller can read the server's counters at the same instants.
+pub fn run(cfg: &LoadConfig, mark: &mut dyn FnMut(usize)) -> anyhow::Result<Vec<WindowResult>> {
+    anyhow::ensure!(
+        cfg.conns > 0 && cfg.windows > 0,
+        "need at least one connection and one window"
+    );
+    let windows = cfg.windows;
+    let phase = Arc::new(AtomicUsize::new(WARMUP));
+    let counts: Arc<Vec<AtomicU64>> = Arc::new((0..windows).map(|_| AtomicU64::new(0)).collect());
+    let errors = Arc::new(AtomicU64::new(0));
+    let mut lp = duality_rt::EventLoop::new(duality_rt::LoopConfig::default())?;
+    let (hists, per_window, cpu) = lp.block_on(async {
+        let start = Instant::now() + Duration::from_millis(5);
+        let mut tasks = Vec::new();
+        for c in 0..cfg.conns {
+            let (phase, counts, errors, cfg) =
+                (phase.clone(), counts.clone(), errors.clone(), cfg.clone());
+            tasks.push(duality_rt::spawn(async move {
+                let mut hists: Vec<Histogram<u64>> =
+                    (0..windows).map(|_| latency_histogram()).collect();
+                let mut rng =
+                    fastrand::Rng::with_seed(cfg.seed ^ (c as u64).wrapping_mul(0x9e37_79b9));
+                let Ok(conn) = Conn::connect(&cfg.target).await else {
+                    errors.fetch_add(1, Relaxed);
+                    return hists;
+                };
+                let interval = match cfg.mode {
+                    Mode::Open { rate } => {
+                        Some(Duration::from_secs_f64(cfg.conns as f64 / rate.max(1e-3)))
+                    }
+                    Mode::Closed => None,
+                };
+                let mut out = Vec::with_capacity(256);
+                let mut buf = Vec::with_capacity(256);
+                let mut k: u32 = 0;
+                loop {
+                    let p = phase.load(Relaxed);
+                    if p == STOP {
+                        return hists;
+                    }
+                    let intended = match interval {
+                        Some(iv) => {
+                            let due = start + iv * k;
+                            k += 1;
+                            if due > Instant::now() {
+                                duality_rt::time::sleep_until(due).await;
+                            }
+                            due
+                        }
+                        None => Instant::now(),
+                    };
+                    let rec = cfg.workload.pick(&mut rng);
+                    out.clear();
+                    let end: &[u8] = if cfg.workload.is_set(&mut rng) {
+                        encode_set(&mut out, rec);
+                        b"STORED\r\n"
+                    } else {
+                        encode_get(&mut out, rec);
+                        b"END\r\n"
+                    };
+                    let ok = match conn.write_all(&out).await {
+                        Ok(()) => conn.read_reply(&mut buf, end).await,
+                        Err(e) => Err(e),
+                    };
+                    match ok {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            errors.fetch_add(1, Relaxed);
+                        }
+                        Err(_) => {
+                            errors.fetch_add(1, Relaxed);
+                            return hists;
+                        }
+                    }
+                    let p = phase.load(Relaxed);
+                    if p < windows {
+                        counts[p].fetch_add(1, Relaxed);
+                        record(&mut hists[p], corrected_latency(intended, Instant::now()));
+                    }
+                }
+            }));
+        }
+        let mut per_window: Vec<Duration> = Vec::new();
+        let mut cpu_use: Vec<f64> = Vec::new();
+        duality_rt::time::sleep(cfg.warmup).await;
+        for w in 0..windows {
+            mark(w);
+            let t0 = Instant::now();
+            let cpu0 = cpu_seconds();
+            phase.store(w, Relaxed);
+            duality_rt::time::sleep(cfg.window).await;
+            let took = t0.elapsed();
+            let cpu = cpu_seconds() - cpu0;
+            per_window.push(took);
+            cpu_use.push(cpu / took.as_secs_f64().max(1e-9));
+        }
+        phase.store(STOP, Relaxed);
+        mark(windows);
+        let mut merged: Vec<Histogram<u64>> = (0..windows).map(|_| latency_histogram()).collect();
+        for t in tasks {
+            if let Ok(hs) = t.await {
+                for (m, h) in merged.iter_mut().zip(hs) {
+                    let _ = m.add(&h);
+                }
+            }
+        }
+        (merged, per_window, cpu_use)
+    });
+    let e = errors.load(Relaxed);
+    anyhow::ensure!(
+        e == 0,
+        "{e} requests or connections failed (server errors, resets or refused connections)"
+    );
+    Ok((0..windows)
+        .map(|w| WindowResult {
+            txns: counts[w].load(Relaxed),
+            elapsed: per_window[w],
+            latency: Percentiles::of(&hists[w]),
+            client_cores: cpu[w],
+        })
+        .collect())
+}
+
+/// CPU seconds this process has used.
+fn cpu_seconds() -> f64 {
+    let (u, s) = duality_rt::stats::process_cpu_time();
+    (u + s).as_secs_f64()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_requests_like_memcached_expects() {
+        let mut out = Vec::new();
+        encode_get(&mut out, 7);
+        assert_eq!(out, b"get rec:000007\r\n");
+        out.clear();
+        encode_set(&mut out, 7);
+        let n = Workload::value_size(7);
+        let head = format!("set rec:000007 0 0 {n}\r\n");
+        assert!(out.starts_with(head.as_bytes()));
+        assert_eq!(out.len(), head.len() + n + 2);
+        assert!(out.ends_with(b"\r\n"));
+    }
+
+    #[test]
+    fn error_lines_are_recognised() {
+        assert!(is_error_line(b"SERVER_ERROR out of memory\r\n"));
+        assert!(is_error_line(b"ERROR\r\n"));
+        assert!(!is_error_line(b"VALUE x 0 1\r\n"));
+    }
+}

@@ -1,0 +1,418 @@
+//! `duality bench models` and `duality bench threads`: the cache under every
+//! threading model, side by side with memcached and the same cache on tokio
+//! (seed 001, Figures 1-7 and 6), in one run on this machine.
+//!
+//! Every server runs as its own process. For each client count the load
+//! generator warms up, then measures `windows` back-to-back windows (the
+//! paper's 5 runs): transactions/s is their mean and sample deviation;
+//! latency percentiles are the median over windows; the server's CPU time
+//! and context switches (all its threads, from `/proc/<pid>`) are divided by
+//! the transactions of all windows.
+
+use crate::loadgen::{self, LoadConfig, Mode, Target};
+use crate::servers::{memcached_path, ServerKind, ServerProcess};
+use crate::summary::{mean_sd, median};
+use crate::workload::Workload;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One point: a server at a client count.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct KvRow {
+    /// `duality symped:2`, `memcached -t 2`, `tokio -t 2`, …
+    pub server: String,
+    /// Concurrent client connections.
+    pub clients: usize,
+    /// Server threads (for `bench threads`; 0 where not applicable).
+    pub threads: usize,
+    /// Mean transactions per second over the windows.
+    pub tps_mean: f64,
+    /// Their sample standard deviation.
+    pub tps_sd: f64,
+    /// Median latency, µs.
+    pub p50_us: u64,
+    /// 99th percentile latency, µs.
+    pub p99_us: u64,
+    /// 99.9th percentile latency, µs.
+    pub p999_us: u64,
+    /// Server CPU time per transaction, µs.
+    pub cpu_us_per_txn: f64,
+    /// Server context switches per transaction.
+    pub ctx_switches_per_txn: f64,
+    /// Cores the client used.
+    pub client_cores: f64,
+    /// The client used (nearly) a whole core: it, not the server, may have been the limit.
+    pub client_saturated: bool,
+}
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// The `duality` binary (servers and helpers are started from it).
+    pub exe: PathBuf,
+    /// Servers, in table order.
+    pub servers: Vec<ServerKind>,
+    /// Client counts.
+    pub clients: Vec<usize>,
+    /// Unix socket (the paper's) or TCP on loopback.
+    pub tcp: bool,
+    /// The data set and mix.
+    pub workload: Arc<Workload>,
+    /// Warm-up before each client count.
+    pub warmup: Duration,
+    /// Each measurement window.
+    pub window: Duration,
+    /// Windows per point (the paper: 5).
+    pub windows: usize,
+}
+
+/// The client core share above which the client counts as saturated.
+pub const SATURATED: f64 = 0.9;
+
+/// The default server list of `bench models` on a machine with `cores` cores.
+pub fn model_servers(cores: usize) -> Vec<ServerKind> {
+    let mut v: Vec<ServerKind> = duality_models::Model::all_defaults()
+        .iter()
+        .map(|m| ServerKind::Duality(m.to_string()))
+        .collect();
+    v.push(ServerKind::Memcached(1));
+    if cores > 1 {
+        v.push(ServerKind::Memcached(cores));
+    }
+    v.push(ServerKind::Tokio(cores));
+    v
+}
+
+/// The server list of `bench threads`: SYMPED and memcached at 1..=max threads.
+pub fn thread_servers(max: usize) -> Vec<(usize, ServerKind)> {
+    (1..=max.max(1))
+        .flat_map(|n| {
+            [
+                (n, ServerKind::Duality(format!("symped:{n}"))),
+                (n, ServerKind::Memcached(n)),
+            ]
+        })
+        .collect()
+}
+
+fn free_tcp_port() -> anyhow::Result<std::net::SocketAddr> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(l.local_addr()?)
+}
+
+/// Measures one server at every client count. `tick` is called after each point.
+pub fn measure_server(
+    plan: &Plan,
+    kind: &ServerKind,
+    threads: usize,
+    tick: &mut dyn FnMut(&KvRow),
+) -> anyhow::Result<Vec<KvRow>> {
+    let target = if plan.tcp {
+        Target::Tcp(free_tcp_port()?)
+    } else {
+        Target::Unix(std::env::temp_dir().join(format!(
+            "duality-bench-{}-{}.sock",
+            std::process::id(),
+            kind.label().replace([' ', ':'], "_")
+        )))
+    };
+    let server = ServerProcess::start(&plan.exe, kind, &target)?;
+    loadgen::preload(&target, &plan.workload)?;
+    let pid = server.pid();
+    let mut rows = Vec::new();
+    for &clients in &plan.clients {
+        let mut marks = Vec::new();
+        let windows = loadgen::run(
+            &LoadConfig {
+                target: target.clone(),
+                conns: clients,
+                workload: plan.workload.clone(),
+                warmup: plan.warmup,
+                window: plan.window,
+                windows: plan.windows,
+                mode: Mode::Closed,
+                seed: clients as u64,
+            },
+            &mut |_| {
+                marks.push((
+                    crate::proc::cpu_time_of(pid).unwrap_or_default(),
+                    crate::proc::ctx_switches_of(pid),
+                ))
+            },
+        )
+        .map_err(|e| anyhow::anyhow!("{} with {clients} clients: {e}", kind.label()))?;
+        let tps: Vec<f64> = windows.iter().map(|w| w.tps()).collect();
+        let (tps_mean, tps_sd) = mean_sd(&tps);
+        let txns: u64 = windows.iter().map(|w| w.txns).sum::<u64>().max(1);
+        let (first, last) = (marks[0], marks[marks.len() - 1]);
+        let client_cores =
+            windows.iter().map(|w| w.client_cores).sum::<f64>() / windows.len() as f64;
+        let pct = |f: fn(&crate::summary::Percentiles) -> u64| {
+            median(
+                &windows
+                    .iter()
+                    .map(|w| f(&w.latency) as f64)
+                    .collect::<Vec<_>>(),
+            ) as u64
+        };
+        let row = KvRow {
+            server: kind.label(),
+            clients,
+            threads,
+            tps_mean,
+            tps_sd,
+            p50_us: pct(|p| p.p50_us),
+            p99_us: pct(|p| p.p99_us),
+            p999_us: pct(|p| p.p999_us),
+            cpu_us_per_txn: last.0.saturating_sub(first.0).as_secs_f64() * 1e6 / txns as f64,
+            ctx_switches_per_txn: last.1.saturating_sub(first.1) as f64 / txns as f64,
+            client_cores,
+            client_saturated: client_cores >= SATURATED,
+        };
+        tick(&row);
+        rows.push(row);
+    }
+    drop(server);
+    Ok(rows)
+}
+
+/// Runs `servers` (label, threads) in turn. memcached missing: say how to
+/// install it and go on without it.
+pub fn run(
+    plan: &Plan,
+    servers: &[(usize, ServerKind)],
+    tick: &mut dyn FnMut(&KvRow),
+    note: &mut dyn FnMut(String),
+) -> anyhow::Result<Vec<KvRow>> {
+    let mut rows = Vec::new();
+    let mut warned = false;
+    for (threads, kind) in servers {
+        if matches!(kind, ServerKind::Memcached(_)) && memcached_path().is_none() {
+            if !warned {
+                note("memcached is not installed, so it is left out of this run; install it with `apt-get install memcached`".into());
+                warned = true;
+            }
+            continue;
+        }
+        rows.extend(measure_server(plan, kind, *threads, tick)?);
+    }
+    Ok(rows)
+}
+
+/// The Markdown table: each row's throughput also as a ratio to `baseline`
+/// at the same client count (memcached with the most threads, when present).
+pub fn table(rows: &[KvRow]) -> String {
+    let baseline = rows
+        .iter()
+        .filter(|r| r.server.starts_with("memcached"))
+        .map(|r| r.server.clone())
+        .max();
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            let base = baseline.as_ref().and_then(|b| {
+                rows.iter()
+                    .find(|x| &x.server == b && x.clients == r.clients && x.threads == r.threads)
+                    .or_else(|| {
+                        rows.iter()
+                            .find(|x| &x.server == b && x.clients == r.clients)
+                    })
+            });
+            vec![
+                r.server.clone(),
+                r.clients.to_string(),
+                format!(
+                    "{} ± {}",
+                    crate::report::thousands(r.tps_mean),
+                    crate::report::thousands(r.tps_sd)
+                ),
+                base.map(|b| format!("{:.2}", r.tps_mean / b.tps_mean.max(1e-9)))
+                    .unwrap_or_else(|| "-".into()),
+                r.p50_us.to_string(),
+                r.p99_us.to_string(),
+                format!("{:.2}", r.cpu_us_per_txn),
+                format!("{:.3}", r.ctx_switches_per_txn),
+                format!(
+                    "{:.2}{}",
+                    r.client_cores,
+                    if r.client_saturated {
+                        " (saturated)"
+                    } else {
+                        ""
+                    }
+                ),
+            ]
+        })
+        .collect();
+    let vs = match &baseline {
+        Some(b) => format!("vs {b}"),
+        None => "vs memcached".into(),
+    };
+    crate::report::markdown_table(
+        &[
+            "server",
+            "clients",
+            "txn/s (mean ± sd)",
+            &vs,
+            "p50 µs",
+            "p99 µs",
+            "server CPU µs/txn",
+            "ctx switches/txn",
+            "client cores",
+        ],
+        &cells,
+    )
+}
+
+/// CSV of the rows (header + one line each).
+pub fn csv(rows: &[KvRow]) -> String {
+    let mut s = String::from("server,clients,threads,tps_mean,tps_sd,p50_us,p99_us,p999_us,cpu_us_per_txn,ctx_switches_per_txn,client_cores,client_saturated\n");
+    for r in rows {
+        s.push_str(&format!(
+            "{},{},{},{:.1},{:.1},{},{},{},{:.3},{:.4},{:.3},{}\n",
+            r.server,
+            r.clients,
+            r.threads,
+            r.tps_mean,
+            r.tps_sd,
+            r.p50_us,
+            r.p99_us,
+            r.p999_us,
+            r.cpu_us_per_txn,
+            r.ctx_switches_per_txn,
+            r.client_cores,
+            r.client_saturated
+        ));
+    }
+    s
+}
+
+/// Writes table.md, results.json, results.csv and the plot (`x` picks the
+/// plot's x axis: clients or threads) into `dir`.
+pub fn write_results(
+    dir: &Path,
+    rows: &[KvRow],
+    title: &str,
+    by_threads: bool,
+    header: &str,
+) -> anyhow::Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir)?;
+    let mut written = Vec::new();
+    let md = dir.join("table.md");
+    std::fs::write(&md, format!("{header}\n\n{}", table(rows)))?;
+    written.push(md);
+    let json = dir.join("results.json");
+    std::fs::write(&json, crate::report::json(rows))?;
+    written.push(json);
+    let csvp = dir.join("results.csv");
+    std::fs::write(&csvp, csv(rows))?;
+    written.push(csvp);
+    let mut series: Vec<crate::plot::Series> = Vec::new();
+    for r in rows {
+        let name = if by_threads {
+            r.server.split([' ', ':']).next().unwrap_or("").to_string()
+                + if r.server.starts_with("memcached") {
+                    " -t N"
+                } else {
+                    " symped:N"
+                }
+        } else {
+            r.server.clone()
+        };
+        let x = if by_threads {
+            r.threads as f64
+        } else {
+            r.clients as f64
+        };
+        match series.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, pts)) => pts.push((x, r.tps_mean)),
+            None => series.push((name, vec![(x, r.tps_mean)])),
+        }
+    }
+    let x_label = if by_threads {
+        "server threads"
+    } else {
+        "clients"
+    };
+    match crate::plot::line_chart(
+        &dir.join("plot"),
+        title,
+        x_label,
+        "transactions/s",
+        &series,
+        false,
+    ) {
+        Ok((png, svg)) => {
+            written.push(png);
+            written.push(svg);
+        }
+        Err(e) => eprintln!("no plot: {e}"),
+    }
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(server: &str, clients: usize, tps: f64) -> KvRow {
+        KvRow {
+            server: server.into(),
+            clients,
+            threads: 0,
+            tps_mean: tps,
+            tps_sd: 1.0,
+            p50_us: 10,
+            p99_us: 20,
+            p999_us: 30,
+            cpu_us_per_txn: 5.0,
+            ctx_switches_per_txn: 0.5,
+            client_cores: 0.95,
+            client_saturated: true,
+        }
+    }
+
+    #[test]
+    fn table_compares_with_the_largest_memcached() {
+        let rows = vec![
+            row("duality symped:2", 8, 150.0),
+            row("memcached -t 1", 8, 50.0),
+            row("memcached -t 2", 8, 100.0),
+        ];
+        let t = table(&rows);
+        assert!(t.contains("vs memcached -t 2"), "{t}");
+        assert!(
+            t.contains("| duality symped:2 | 8 | 150 ± 1 | 1.50 |"),
+            "{t}"
+        );
+        assert!(t.contains("(saturated)"));
+    }
+
+    #[test]
+    fn csv_has_a_line_per_row() {
+        let c = csv(&[row("a", 1, 2.0), row("b", 1, 3.0)]);
+        assert_eq!(c.lines().count(), 3);
+        assert!(c
+            .lines()
+            .nth(1)
+            .unwrap()
+            .starts_with("a,1,0,2.0,1.0,10,20,30,"));
+    }
+
+    #[test]
+    fn default_servers_cover_every_model_and_peer() {
+        let s = model_servers(2);
+        assert_eq!(
+            s.iter()
+                .filter(|k| matches!(k, ServerKind::Duality(_)))
+                .count(),
+            7
+        );
+        assert!(s.contains(&ServerKind::Memcached(1)));
+        assert!(s.contains(&ServerKind::Memcached(2)));
+        assert!(s.contains(&ServerKind::Tokio(2)));
+        assert_eq!(thread_servers(3).len(), 6);
+    }
+}

@@ -1,0 +1,164 @@
+//! Starting and stopping the servers an experiment compares, each as its own
+//! process, stopped by its PID (SIGTERM, then SIGKILL after 5 s) even when the
+//! experiment fails.
+
+use crate::loadgen::Target;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A server under test.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ServerKind {
+    /// `duality kv --model M`.
+    Duality(String),
+    /// `memcached -t N`.
+    Memcached(usize),
+    /// The kv server on tokio with N workers.
+    Tokio(usize),
+}
+
+impl ServerKind {
+    /// The label used in tables and JSON (`duality symped:2`, `memcached -t 2`, `tokio -t 2`).
+    pub fn label(&self) -> String {
+        match self {
+            ServerKind::Duality(m) => format!("duality {m}"),
+            ServerKind::Memcached(t) => format!("memcached -t {t}"),
+            ServerKind::Tokio(t) => format!("tokio -t {t}"),
+        }
+    }
+}
+
+/// Is memcached installed?
+pub fn memcached_path() -> Option<PathBuf> {
+    ["/usr/bin/memcached", "/usr/local/bin/memcached"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+}
+
+/// A running server process.
+pub struct ServerProcess {
+    child: Child,
+    socket: Option<PathBuf>,
+    /// How to reach it.
+    pub target: Target,
+}
+
+impl ServerProcess {
+    /// Starts `kind` listening on `target` (its Unix socket path or TCP port).
+    pub fn start(exe: &Path, kind: &ServerKind, target: &Target) -> anyhow::Result<ServerProcess> {
+        let mut cmd;
+        let mut wait_line = true;
+        match kind {
+            ServerKind::Duality(model) => {
+                cmd = Command::new(exe);
+                cmd.args(["kv", "--model", model, "-m", "1024", "-c", "16384"]);
+                match target {
+                    Target::Unix(p) => cmd.args(["-p", "0", "-s"]).arg(p),
+                    Target::Tcp(a) => {
+                        cmd.args(["-l", &a.ip().to_string(), "-p", &a.port().to_string()])
+                    }
+                };
+            }
+            ServerKind::Tokio(t) => {
+                cmd = Command::new(exe);
+                cmd.args(["internal", "kv-tokio", "--threads", &t.to_string()]);
+                match target {
+                    Target::Unix(p) => cmd.arg("--unix").arg(p),
+                    Target::Tcp(a) => cmd.args(["--tcp", &a.to_string()]),
+                };
+            }
+            ServerKind::Memcached(t) => {
+                let bin = memcached_path().ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "memcached is not installed (Debian: apt-get install memcached)"
+                    )
+                })?;
+                cmd = Command::new(bin);
+                cmd.args(["-t", &t.to_string(), "-m", "1024", "-c", "16384", "-U", "0"]);
+                // SAFETY: geteuid only reads the process's credentials.
+                if unsafe { libc::geteuid() } == 0 {
+                    cmd.args(["-u", "root"]);
+                }
+                match target {
+                    Target::Unix(p) => cmd.arg("-s").arg(p),
+                    Target::Tcp(a) => {
+                        cmd.args(["-l", &a.ip().to_string(), "-p", &a.port().to_string()])
+                    }
+                };
+                wait_line = false;
+            }
+        }
+        if let Target::Unix(p) = target {
+            let _ = std::fs::remove_file(p);
+        }
+        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::null()).spawn()?;
+        let out = child.stdout.take().expect("piped");
+        let mut me = ServerProcess {
+            child,
+            socket: match target {
+                Target::Unix(p) => Some(p.clone()),
+                Target::Tcp(_) => None,
+            },
+            target: target.clone(),
+        };
+        if wait_line {
+            let mut line = String::new();
+            BufReader::new(out).read_line(&mut line)?;
+            anyhow::ensure!(
+                line.starts_with("ready"),
+                "{} did not start: {line:?}",
+                kind.label()
+            );
+        }
+        me.wait_connectable(Duration::from_secs(5))
+            .map_err(|e| anyhow::anyhow!("{} is not accepting connections: {e}", kind.label()))?;
+        Ok(me)
+    }
+
+    fn wait_connectable(&mut self, within: Duration) -> anyhow::Result<()> {
+        let until = Instant::now() + within;
+        loop {
+            let ok = match &self.target {
+                Target::Unix(p) => std::os::unix::net::UnixStream::connect(p).is_ok(),
+                Target::Tcp(a) => std::net::TcpStream::connect(a).is_ok(),
+            };
+            if ok {
+                return Ok(());
+            }
+            if let Some(status) = self.child.try_wait()? {
+                anyhow::bail!("exited with {status}");
+            }
+            anyhow::ensure!(Instant::now() < until, "timed out");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child, not yet reaped.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let until = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < until {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        if let Some(p) = &self.socket {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}

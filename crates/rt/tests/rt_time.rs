@@ -1,0 +1,148 @@
+//! Timers: deadline order, never early, `timeout`, cancellation on drop.
+
+mod support;
+
+use duality_rt::event_loop;
+use duality_rt::time::{sleep, sleep_until, timeout, Elapsed};
+use duality_rt::{block_on, spawn};
+use futures_lite::future::poll_once;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use support::{DropCounter, Forever};
+
+#[test]
+fn sleeps_fire_in_deadline_order_and_never_early() {
+    let fired = block_on(async {
+        let base = Instant::now();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let mut handles = Vec::new();
+        // Deadlines 2..=60 ms in a scrambled spawn order.
+        for i in 0..30u64 {
+            let deadline = base + Duration::from_millis(2 + (i * 17 % 30) * 2);
+            let log = log.clone();
+            handles.push(spawn(async move {
+                sleep_until(deadline).await;
+                let now = Instant::now();
+                log.lock().unwrap().push((deadline, now));
+            }));
+        }
+        for h in handles {
+            h.await.unwrap();
+        }
+        let v = log.lock().unwrap().clone();
+        v
+    });
+    assert_eq!(fired.len(), 30);
+    for (deadline, woke) in &fired {
+        assert!(woke >= deadline, "a timer fired early");
+    }
+    for pair in fired.windows(2) {
+        assert!(pair[0].0 <= pair[1].0, "fired out of deadline order");
+    }
+}
+
+#[test]
+fn a_sleep_takes_at_least_its_duration() {
+    block_on(async {
+        for ms in [0u64, 1, 5, 12] {
+            let start = Instant::now();
+            sleep(Duration::from_millis(ms)).await;
+            let took = start.elapsed();
+            assert!(took >= Duration::from_millis(ms), "{ms} ms took {took:?}");
+            assert!(
+                took < Duration::from_millis(ms + 500),
+                "{ms} ms took {took:?}"
+            );
+        }
+        // A deadline in the past is ready at once.
+        let past = Instant::now() - Duration::from_millis(5);
+        assert!(poll_once(sleep_until(past)).await.is_some());
+    });
+}
+
+#[test]
+fn timeout_elapses_and_drops_the_inner_future() {
+    let dropped = DropCounter::new();
+    let d = dropped.clone();
+    block_on(async move {
+        let token = d.token();
+        let start = Instant::now();
+        let r = timeout(Duration::from_millis(20), async move {
+            let _token = token;
+            Forever.await
+        })
+        .await;
+        assert_eq!(r, Err(Elapsed));
+        assert!(start.elapsed() >= Duration::from_millis(20));
+        assert_eq!(d.drops(), 1, "the inner future is dropped");
+        let e: std::io::Error = Elapsed.into();
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+    });
+}
+
+#[test]
+fn timeout_passes_through_an_earlier_result() {
+    block_on(async {
+        let r = timeout(Duration::from_secs(5), async {
+            sleep(Duration::from_millis(5)).await;
+            9
+        })
+        .await;
+        assert_eq!(r, Ok(9));
+    });
+}
+
+#[test]
+fn a_dropped_sleep_is_cancelled() {
+    block_on(async {
+        let lp = event_loop::current().unwrap();
+        let fired_before = lp.snapshot().timers_fired;
+        // Register 100 timers (one poll each), then drop them all.
+        for _ in 0..100 {
+            let mut s = sleep(Duration::from_millis(20));
+            assert!(poll_once(&mut s).await.is_none());
+        }
+        sleep(Duration::from_millis(50)).await;
+        let fired = lp.snapshot().timers_fired - fired_before;
+        assert_eq!(fired, 1, "only the 50 ms sleep fired, not the dropped ones");
+    });
+}
+
+#[test]
+fn a_reset_sleep_fires_at_its_new_deadline() {
+    block_on(async {
+        let start = Instant::now();
+        let mut s = Box::pin(sleep(Duration::from_secs(3600)));
+        assert!(poll_once(&mut s).await.is_none());
+        s.as_mut().reset(start + Duration::from_millis(15));
+        s.await;
+        let took = start.elapsed();
+        assert!(took >= Duration::from_millis(15) && took < Duration::from_secs(2));
+    });
+}
+
+#[test]
+fn many_timers() {
+    const N: u64 = 10_000;
+    let start = Instant::now();
+    let late = block_on(async {
+        let handles: Vec<_> = (0..N)
+            .map(|i| {
+                spawn(async move {
+                    let deadline = Instant::now() + Duration::from_millis(1 + i % 50);
+                    sleep_until(deadline).await;
+                    Instant::now().duration_since(deadline)
+                })
+            })
+            .collect();
+        let mut worst = Duration::ZERO;
+        for h in handles {
+            worst = worst.max(h.await.unwrap());
+        }
+        let snap = event_loop::current().unwrap().snapshot();
+        assert!(snap.timers_fired >= N);
+        worst
+    });
+    assert!(start.elapsed() < Duration::from_secs(5));
+    assert!(late < Duration::from_secs(1), "worst lateness {late:?}");
+}

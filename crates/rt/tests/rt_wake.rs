@@ -1,0 +1,197 @@
+//! Wake-ups that come from other threads: plain `std` threads holding a
+//! waker, remote spawns onto a `LoopThread`, and the eventfd that wakes a
+//! sleeping loop — written only while the loop sleeps.
+
+mod support;
+
+use duality_rt::{block_on, spawn, spawn_on, LoopConfig, LoopThread};
+use std::future::{poll_fn, Future};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::task::{Poll, Waker};
+use std::time::{Duration, Instant};
+use support::wait_until;
+
+/// A flag a plain thread raises, with the waker of whoever waits for it.
+#[derive(Default)]
+struct Signal {
+    raised: AtomicBool,
+    waker: Mutex<Option<Waker>>,
+}
+
+impl Signal {
+    fn wait(&self) -> impl Future<Output = ()> + '_ {
+        poll_fn(move |cx| {
+            *self.waker.lock().unwrap() = Some(cx.waker().clone());
+            if self.raised.load(SeqCst) {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+    }
+
+    fn raise(&self, by_ref: bool) {
+        self.raised.store(true, SeqCst);
+        let w = self.waker.lock().unwrap().take();
+        if let Some(w) = w {
+            if by_ref {
+                w.wake_by_ref();
+            } else {
+                w.wake();
+            }
+        }
+    }
+}
+
+fn raise_later(signal: &Arc<Signal>, after: Duration, by_ref: bool) -> std::thread::JoinHandle<()> {
+    let s = signal.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(after);
+        s.raise(by_ref);
+    })
+}
+
+#[test]
+fn a_task_is_woken_from_a_std_thread() {
+    for by_ref in [false, true] {
+        let signal = Arc::new(Signal::default());
+        let t = raise_later(&signal, Duration::from_millis(20), by_ref);
+        let s = signal.clone();
+        let waited = block_on(async move {
+            let start = Instant::now();
+            spawn(async move { s.wait().await }).await.unwrap();
+            start.elapsed()
+        });
+        t.join().unwrap();
+        assert!(waited >= Duration::from_millis(20));
+        assert!(waited < Duration::from_secs(2), "woken late: {waited:?}");
+    }
+}
+
+#[test]
+fn the_block_on_future_is_woken_from_a_std_thread() {
+    let signal = Arc::new(Signal::default());
+    let t = raise_later(&signal, Duration::from_millis(20), false);
+    block_on(signal.wait());
+    t.join().unwrap();
+}
+
+#[test]
+fn remote_spawns_from_many_threads() {
+    let lt = LoopThread::spawn(LoopConfig::default()).unwrap();
+    let handle = lt.handle();
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            std::thread::spawn(move || {
+                (0..250u64)
+                    .map(|i| {
+                        let v = t * 1000 + i;
+                        if i % 2 == 0 {
+                            handle.spawn(async move { v })
+                        } else {
+                            spawn_on(&handle, async move {
+                                duality_rt::yield_now().await;
+                                v
+                            })
+                        }
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let handles: Vec<_> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    // Joined from another loop (this thread's `block_on`).
+    let sum: u64 = block_on(async move {
+        let mut sum = 0;
+        for h in handles {
+            sum += h.await.unwrap();
+        }
+        sum
+    });
+    let expected: u64 = (0..4u64)
+        .flat_map(|t| (0..250u64).map(move |i| t * 1000 + i))
+        .sum();
+    assert_eq!(sum, expected);
+    let snap = handle.snapshot();
+    assert_eq!(snap.handoffs, 1000);
+    assert!(snap.handoff_batches <= 1000);
+    lt.join().unwrap();
+}
+
+#[test]
+fn a_remote_spawn_wakes_a_sleeping_loop() {
+    let lt = LoopThread::spawn(LoopConfig::default()).unwrap();
+    let handle = lt.handle();
+    // Let it go to sleep in epoll_wait (it has nothing to do, no timers).
+    std::thread::sleep(Duration::from_millis(30));
+    let turns = handle.snapshot().turns;
+    std::thread::sleep(Duration::from_millis(30));
+    assert_eq!(handle.snapshot().turns, turns, "an idle loop sleeps");
+    let before = handle.snapshot().wakeups;
+
+    let ran = Arc::new(AtomicBool::new(false));
+    let r = ran.clone();
+    let start = Instant::now();
+    drop(handle.spawn(async move { r.store(true, SeqCst) }));
+    assert!(wait_until(Duration::from_secs(2), || ran.load(SeqCst)));
+    assert!(start.elapsed() < Duration::from_secs(1));
+    assert!(handle.snapshot().wakeups > before, "the eventfd woke it");
+    lt.join().unwrap();
+}
+
+#[test]
+fn no_wakeups_are_written_while_the_loop_is_busy() {
+    let lt = LoopThread::spawn(LoopConfig {
+        long_poll_threshold: None,
+        ..LoopConfig::default()
+    })
+    .unwrap();
+    let handle = lt.handle();
+    let busy = Arc::new(AtomicBool::new(false));
+    let b = busy.clone();
+    // One long poll: the loop is awake (not in epoll) for 300 ms.
+    drop(handle.spawn(async move {
+        b.store(true, SeqCst);
+        std::thread::sleep(Duration::from_millis(300));
+    }));
+    assert!(wait_until(Duration::from_secs(2), || busy.load(SeqCst)));
+    let before = handle.snapshot();
+
+    const N: usize = 1000;
+    let done = Arc::new(AtomicUsize::new(0));
+    for _ in 0..N {
+        let d = done.clone();
+        drop(handle.spawn(async move {
+            d.fetch_add(1, SeqCst);
+        }));
+    }
+    assert!(wait_until(Duration::from_secs(5), || done.load(SeqCst) == N));
+    let after = handle.snapshot();
+    assert!(
+        after.wakeups - before.wakeups <= 1,
+        "{} eventfd writes for {N} hand-offs to a busy loop",
+        after.wakeups - before.wakeups
+    );
+    // Lock coalescing: the hand-offs were taken in a few batches.
+    assert_eq!(after.handoffs - before.handoffs, N as u64);
+    assert!(after.handoff_batches - before.handoff_batches <= 3);
+    lt.join().unwrap();
+}
+
+#[test]
+fn a_waker_outliving_its_loop_is_harmless() {
+    let signal = Arc::new(Signal::default());
+    let s = signal.clone();
+    block_on(async move {
+        let h = spawn(async move { s.wait().await });
+        duality_rt::yield_now().await;
+        drop(h); // detached, parked on the signal
+    });
+    // The loop is gone; waking its task frees it instead of running it.
+    signal.raise(false);
+    signal.raise(true);
+}

@@ -1,0 +1,278 @@
+//! `duality bench models` and `duality bench threads`: the cache under every
+//! threading model against memcached and tokio (seed 001).
+
+use clap::Args;
+use duality_bench::models_kv::{self, KvRow, Plan};
+use duality_bench::servers::ServerKind;
+use duality_bench::workload::{KeyChoice, Workload};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Args)]
+pub struct LoadArgs {
+    /// Measurement windows per point (the paper: 5 runs).
+    #[arg(long, default_value_t = 5)]
+    windows: usize,
+    /// Seconds per window.
+    #[arg(long, default_value_t = 1.0)]
+    seconds: f64,
+    /// Seconds of warm-up before each client count.
+    #[arg(long, default_value_t = 0.5)]
+    warmup: f64,
+    /// Use TCP on 127.0.0.1 instead of Unix sockets.
+    #[arg(long)]
+    tcp: bool,
+    /// Records in the data set (values of 10-103 bytes, log-distributed).
+    #[arg(long, default_value_t = 30_000)]
+    records: usize,
+    /// Gets per set.
+    #[arg(long, default_value_t = 9)]
+    gets_per_set: u32,
+    /// Key choice: uniform, zipf or zipf:S.
+    #[arg(long, default_value = "uniform")]
+    keys: KeyChoice,
+    /// A smoke run that finishes in well under a minute.
+    #[arg(long)]
+    quick: bool,
+    /// Print a JSON array instead of a Markdown table.
+    #[arg(long)]
+    json: bool,
+    /// Results directory (default: results/<experiment>-<unix time>).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct ModelsArgs {
+    /// Which server: `kv` (the cache) or `echo` (the models' test service).
+    #[arg(long, default_value = "kv")]
+    service: String,
+    /// Comma-separated models (default: every model with this machine's numbers).
+    #[arg(long, value_delimiter = ',')]
+    models: Vec<duality_models::Model>,
+    /// Comma-separated client counts.
+    #[arg(long, value_delimiter = ',', default_value = "1,8,20,40,80,120,200")]
+    clients: Vec<usize>,
+    /// Leave out memcached and tokio.
+    #[arg(long)]
+    no_peers: bool,
+    #[command(flatten)]
+    load: LoadArgs,
+}
+
+#[derive(Args)]
+pub struct ThreadsArgs {
+    /// Server threads from 1 to this (default: twice the cores, at least 4).
+    #[arg(long)]
+    max_threads: Option<usize>,
+    /// Client connections.
+    #[arg(long, default_value_t = 120)]
+    clients: usize,
+    #[command(flatten)]
+    load: LoadArgs,
+}
+
+fn plan(load: &LoadArgs, clients: Vec<usize>) -> anyhow::Result<Plan> {
+    anyhow::ensure!(
+        load.seconds > 0.0 && load.warmup >= 0.0,
+        "--seconds must be positive"
+    );
+    anyhow::ensure!(load.windows >= 1, "--windows must be at least 1");
+    anyhow::ensure!(
+        !clients.is_empty() && clients.iter().all(|&c| c > 0),
+        "client counts must be positive"
+    );
+    let max = *clients.iter().max().unwrap_or(&1);
+    anyhow::ensure!(
+        max <= 8_000,
+        "{max} clients: this machine allows 20,000 open files per process; keep client counts under 8,000"
+    );
+    let (records, windows, window, warmup) = if load.quick {
+        (
+            3_000,
+            2,
+            Duration::from_millis(150),
+            Duration::from_millis(100),
+        )
+    } else {
+        (
+            load.records,
+            load.windows,
+            Duration::from_secs_f64(load.seconds),
+            Duration::from_secs_f64(load.warmup),
+        )
+    };
+    Ok(Plan {
+        exe: std::env::current_exe()?,
+        servers: Vec::new(),
+        clients,
+        tcp: load.tcp,
+        workload: Arc::new(Workload::new(records, load.gets_per_set, load.keys.clone())),
+        warmup,
+        window,
+        windows,
+    })
+}
+
+fn results_dir(load: &LoadArgs, name: &str) -> PathBuf {
+    load.out.clone().unwrap_or_else(|| {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        PathBuf::from("results").join(format!("{name}-{t}"))
+    })
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    format!(
+        "{} cores ({cpu}), client and servers on the same machine",
+        duality_models::cores()
+    )
+}
+
+fn finish(
+    load: &LoadArgs,
+    name: &str,
+    title: &str,
+    by_threads: bool,
+    rows: &[KvRow],
+) -> anyhow::Result<()> {
+    let dir = results_dir(load, name);
+    let cmd: Vec<String> = std::env::args().collect();
+    let header = format!(
+        "# {title}\n\nCommand: `{}`\n\nMachine: {}. Client: one duality loop thread, closed loop, one request in flight per connection; {} sockets; {} records of 10-103 bytes, {}:1 gets to sets.",
+        cmd.join(" "),
+        machine(),
+        if load.tcp { "TCP loopback" } else { "Unix" },
+        if load.quick { 3_000 } else { load.records },
+        load.gets_per_set
+    );
+    let written = models_kv::write_results(&dir, rows, title, by_threads, &header)?;
+    if load.json {
+        println!("{}", duality_bench::report::json(rows));
+    } else {
+        println!("{}", models_kv::table(rows));
+    }
+    eprintln!("results in {} ({} files)", dir.display(), written.len());
+    Ok(())
+}
+
+fn progress(total: usize) -> indicatif::ProgressBar {
+    let pb = indicatif::ProgressBar::new(total as u64);
+    pb.set_style(
+        indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    pb
+}
+
+pub fn models(a: ModelsArgs) -> anyhow::Result<()> {
+    let clients = if a.load.quick {
+        vec![1, 8]
+    } else {
+        a.clients.clone()
+    };
+    let models: Vec<String> = if a.models.is_empty() {
+        duality_models::Model::all_defaults()
+            .iter()
+            .map(|m| m.to_string())
+            .collect()
+    } else {
+        a.models.iter().map(|m| m.to_string()).collect()
+    };
+    match a.service.as_str() {
+        "echo" => return echo(&models, &clients, &a.load),
+        "kv" => {}
+        other => anyhow::bail!("unknown --service {other:?}; available: kv, echo"),
+    }
+    let p = plan(&a.load, clients.clone())?;
+    let cores = duality_models::cores();
+    let mut servers: Vec<(usize, ServerKind)> = models
+        .iter()
+        .map(|m| (0, ServerKind::Duality(m.clone())))
+        .collect();
+    if !a.no_peers {
+        servers.extend(
+            models_kv::model_servers(cores)
+                .into_iter()
+                .filter(|s| !matches!(s, ServerKind::Duality(_)))
+                .map(|s| (0, s)),
+        );
+    }
+    let pb = progress(servers.len() * clients.len());
+    let rows = models_kv::run(
+        &p,
+        &servers,
+        &mut |r| {
+            pb.set_message(format!(
+                "{} x{}: {:.0} txn/s",
+                r.server, r.clients, r.tps_mean
+            ));
+            pb.inc(1);
+        },
+        &mut |n| pb.println(n),
+    )?;
+    pb.finish_and_clear();
+    finish(
+        &a.load,
+        "models",
+        "Transactions/s vs clients, every model and peer",
+        false,
+        &rows,
+    )
+}
+
+pub fn threads(a: ThreadsArgs) -> anyhow::Result<()> {
+    let max = a
+        .max_threads
+        .unwrap_or_else(|| (duality_models::cores() * 2).max(4));
+    let max = if a.load.quick { max.min(2) } else { max };
+    anyhow::ensure!(max >= 1, "--max-threads must be at least 1");
+    let p = plan(&a.load, vec![a.clients])?;
+    let servers = models_kv::thread_servers(max);
+    let pb = progress(servers.len());
+    let rows = models_kv::run(
+        &p,
+        &servers,
+        &mut |r| {
+            pb.set_message(format!("{}: {:.0} txn/s", r.server, r.tps_mean));
+            pb.inc(1);
+        },
+        &mut |n| pb.println(n),
+    )?;
+    pb.finish_and_clear();
+    finish(
+        &a.load,
+        "threads",
+        "SYMPED transactions/s vs server threads",
+        true,
+        &rows,
+    )
+}
+
+fn echo(models: &[String], clients: &[usize], load: &LoadArgs) -> anyhow::Result<()> {
+    let exe = std::env::current_exe()?;
+    let seconds = if load.quick { 0.2 } else { load.seconds };
+    let rows = duality_bench::models_echo::run(&exe, models, clients, seconds, &mut |r| {
+        eprintln!(
+            "{} x{}: {:.0} req/s, {:.3} ctx/req",
+            r.model, r.connections, r.requests_per_sec, r.ctx_switches_per_request
+        )
+    })?;
+    if load.json {
+        println!("{}", duality_bench::report::json(&rows));
+    } else {
+        println!("{}", duality_bench::models_echo::table(&rows));
+    }
+    Ok(())
+}

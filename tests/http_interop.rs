@@ -1,0 +1,349 @@
+//! `duality http` with real clients: `curl` and Python's `http.client`,
+//! against the built binary on loopback. Both clients must be installed
+//! (`.ci/run` installs the Debian packages `curl` and `python3`); a missing
+//! one fails the test with a message saying so.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Every client command is killed after this.
+const COMMAND_LIMIT: Duration = Duration::from_secs(30);
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let d = std::env::temp_dir().join(format!("duality-interop-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        TempDir(d)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `duality http` as a child process; SIGTERM (then SIGKILL) on drop.
+struct Server {
+    child: Option<Child>,
+    url: String,
+}
+
+impl Server {
+    fn start(root: &Path) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_duality"))
+            .args(["http", "--listen", "127.0.0.1:0", "--model", "symped:2"])
+            .arg("--root")
+            .arg(root)
+            .args(["--head-timeout", "5", "--idle-timeout", "5"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start duality http");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line
+            .trim()
+            .strip_prefix("ready ")
+            .unwrap_or_else(|| panic!("no ready line: {line:?}"))
+            .to_owned();
+        Server {
+            child: Some(child),
+            url,
+        }
+    }
+
+    /// SIGTERM; the exit status.
+    fn stop(mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().unwrap();
+        terminate(&mut child)
+    }
+}
+
+fn terminate(child: &mut Child) -> std::process::ExitStatus {
+    // SAFETY: kill(2) on our own child, not yet reaped.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let until = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < until {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    child.wait().unwrap()
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            terminate(&mut c);
+        }
+    }
+}
+
+/// Runs `cmd` to completion, killing it after [`COMMAND_LIMIT`]; panics
+/// with an install hint if the program is missing.
+fn run(mut cmd: Command, package: &str) -> Output {
+    let program = cmd.get_program().to_string_lossy().into_owned();
+    let child = match cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
+            "`{program}` is not installed: this test needs the Debian package `{package}` \
+             (.ci/run installs it: apt-get install -y {package})"
+        ),
+        Err(e) => panic!("cannot run {program}: {e}"),
+    };
+    let pid = child.id() as i32;
+    let done = Arc::new(AtomicBool::new(false));
+    let d = done.clone();
+    let watchdog = std::thread::spawn(move || {
+        let until = Instant::now() + COMMAND_LIMIT;
+        while !d.load(Ordering::SeqCst) {
+            if Instant::now() > until {
+                // SAFETY: kill(2) on our child; `done` is still false, so it
+                // has not been reaped yet.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+    let out = child.wait_with_output().unwrap();
+    done.store(true, Ordering::SeqCst);
+    watchdog.join().unwrap();
+    out
+}
+
+fn curl(args: &[&str]) -> Output {
+    let mut c = Command::new("curl");
+    c.args(["--silent", "--show-error", "--max-time", "10"])
+        .args(args);
+    run(c, "curl")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A document root: index.html, hello.txt, a 2 MiB binary file, sub/.
+fn root(tag: &str) -> (TempDir, Vec<u8>) {
+    let t = TempDir::new(tag);
+    let www = t.0.join("www");
+    std::fs::create_dir_all(www.join("sub")).unwrap();
+    std::fs::write(www.join("index.html"), "<h1>interop</h1>\n").unwrap();
+    std::fs::write(www.join("hello.txt"), "hello, world\n").unwrap();
+    std::fs::write(www.join("sub/index.html"), "sub\n").unwrap();
+    std::fs::write(t.0.join("secret.txt"), "TOP SECRET\n").unwrap();
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let big: Vec<u8> = (0..2 * 1024 * 1024 + 7)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    std::fs::write(www.join("big.bin"), &big).unwrap();
+    (t, big)
+}
+
+#[test]
+fn curl_interop() {
+    let (dir, big) = root("curl");
+    let s = Server::start(&dir.0.join("www"));
+    let u = |p: &str| format!("{}{p}", s.url);
+
+    let o = curl(&["--include", &u("/hello.txt")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+    assert!(
+        text.contains("Content-Type: text/plain; charset=utf-8\r\n"),
+        "{text}"
+    );
+    assert!(text.ends_with("\r\n\r\nhello, world\n"), "{text}");
+
+    // Index, HEAD, 404, 405, traversal (curl would otherwise squash `..`).
+    assert_eq!(stdout(&curl(&[&u("/")])), "<h1>interop</h1>\n");
+    let o = curl(&["--head", &u("/big.bin")]);
+    assert!(stdout(&o).contains(&format!("Content-Length: {}\r\n", big.len())));
+    let code = |args: &[&str]| {
+        let mut a = vec!["--output", "/dev/null", "--write-out", "%{http_code}"];
+        a.extend_from_slice(args);
+        stdout(&curl(&a))
+    };
+    assert_eq!(code(&[&u("/nope")]), "404");
+    assert_eq!(
+        code(&["-X", "POST", "--data", "x=1", &u("/hello.txt")]),
+        "405"
+    );
+    assert_eq!(code(&["--path-as-is", &u("/../secret.txt")]), "400");
+    assert_eq!(code(&["--path-as-is", &u("/%2e%2e/secret.txt")]), "400");
+    assert_eq!(code(&[&u("/sub")]), "301");
+    assert_eq!(stdout(&curl(&["--location", &u("/sub")])), "sub\n");
+    assert_eq!(code(&["--http1.0", &u("/hello.txt")]), "200");
+
+    // Range and conditional requests.
+    assert_eq!(
+        stdout(&curl(&["--range", "7-11", &u("/hello.txt")])),
+        "world"
+    );
+    let o = curl(&["--include", "--range", "99999-", &u("/hello.txt")]);
+    assert!(stdout(&o).starts_with("HTTP/1.1 416"), "{}", stdout(&o));
+    let head = stdout(&curl(&["--head", &u("/hello.txt")]));
+    let etag = head
+        .lines()
+        .find_map(|l| l.strip_prefix("ETag: "))
+        .unwrap()
+        .trim()
+        .to_owned();
+    assert_eq!(
+        code(&[
+            "--header",
+            &format!("If-None-Match: {etag}"),
+            &u("/hello.txt")
+        ]),
+        "304"
+    );
+    let ts = dir.0.join("www/hello.txt");
+    assert_eq!(
+        code(&["--time-cond", ts.to_str().unwrap(), &u("/hello.txt")]),
+        "304"
+    );
+
+    // Keep-alive: several URLs on one connection.
+    let o = curl(&["--verbose", &u("/hello.txt"), &u("/"), &u("/hello.txt")]);
+    assert_eq!(stdout(&o), "hello, world\n<h1>interop</h1>\nhello, world\n");
+    let verbose = stderr(&o);
+    assert_eq!(
+        verbose.matches("Re-using existing connection").count(),
+        2,
+        "{verbose}"
+    );
+
+    // A large file, intact.
+    let got = dir.0.join("got.bin");
+    let o = curl(&["--output", got.to_str().unwrap(), &u("/big.bin")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        std::fs::read(&got).unwrap() == big,
+        "downloaded file differs"
+    );
+
+    assert!(s.stop().success(), "duality http exits 0 on SIGTERM");
+}
+
+const PYTHON_CLIENT: &str = r#"
+import hashlib, http.client, sys
+host, port, big_sha = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+c = http.client.HTTPConnection(host, port, timeout=10)
+def req(method, path, headers={}):
+    c.request(method, path, headers=headers)
+    r = c.getresponse()
+    return r, r.read()
+r, body = req("GET", "/hello.txt")
+assert (r.status, body) == (200, b"hello, world\n"), (r.status, body)
+assert r.getheader("Content-Type") == "text/plain; charset=utf-8"
+etag, lm = r.getheader("ETag"), r.getheader("Last-Modified")
+sock = c.sock
+r, body = req("HEAD", "/big.bin")
+assert r.status == 200 and body == b"", (r.status, body)
+r, body = req("GET", "/hello.txt", {"If-None-Match": etag})
+assert r.status == 304 and body == b"", r.status
+r, body = req("GET", "/hello.txt", {"If-Modified-Since": lm})
+assert r.status == 304, r.status
+r, body = req("GET", "/hello.txt", {"Range": "bytes=0-4"})
+assert (r.status, body) == (206, b"hello"), (r.status, body)
+assert r.getheader("Content-Range") == "bytes 0-4/13"
+r, body = req("GET", "/missing")
+assert r.status == 404 and b"404 Not Found" in body
+r, body = req("DELETE", "/hello.txt")
+assert r.status == 405 and r.getheader("Allow") == "GET, HEAD"
+r, body = req("GET", "/big.bin")
+assert r.status == 200 and hashlib.sha256(body).hexdigest() == big_sha
+r, body = req("GET", "/")
+assert body == b"<h1>interop</h1>\n"
+assert c.sock is sock, "one persistent connection for every request"
+c.close()
+c = http.client.HTTPConnection(host, port, timeout=10)
+c.putrequest("GET", "/%2e%2e/secret.txt", skip_accept_encoding=True)
+c.endheaders()
+r = c.getresponse()
+assert r.status == 400 and b"SECRET" not in r.read()
+print("OK")
+"#;
+
+#[test]
+fn python_http_client_interop() {
+    let (dir, big) = root("python");
+    let s = Server::start(&dir.0.join("www"));
+    let addr = s.url.strip_prefix("http://").unwrap().to_owned();
+    let (host, port) = addr.rsplit_once(':').unwrap();
+    let sha = sha256_hex_with_python(&big, &dir.0);
+    let mut c = Command::new("python3");
+    c.args(["-c", PYTHON_CLIENT, host, port, &sha]);
+    let o = run(c, "python3");
+    assert!(
+        o.status.success() && stdout(&o).trim() == "OK",
+        "python client failed:\n{}{}",
+        stdout(&o),
+        stderr(&o)
+    );
+    assert!(s.stop().success());
+}
+
+/// The SHA-256 of `bytes`, computed by Python from a file (so the test needs
+/// no hashing crate).
+fn sha256_hex_with_python(bytes: &[u8], dir: &Path) -> String {
+    let p = dir.join("expected.bin");
+    std::fs::write(&p, bytes).unwrap();
+    let mut c = Command::new("python3");
+    c.args([
+        "-c",
+        "import hashlib,sys;print(hashlib.sha256(open(sys.argv[1],'rb').read()).hexdigest())",
+    ])
+    .arg(&p);
+    let o = run(c, "python3");
+    assert!(o.status.success(), "{}", stderr(&o));
+    stdout(&o).trim().to_owned()
+}
+
+#[test]
+fn sigterm_shuts_down_with_open_keep_alive_connections() {
+    let (dir, _) = root("sigterm");
+    let s = Server::start(&dir.0.join("www"));
+    let addr = s.url.strip_prefix("http://").unwrap().to_owned();
+    let mut conns: Vec<std::net::TcpStream> = (0..5)
+        .map(|_| std::net::TcpStream::connect(&addr).unwrap())
+        .collect();
+    use std::io::{Read, Write};
+    for c in &mut conns {
+        c.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut b = [0u8; 512];
+        assert!(c.read(&mut b).unwrap() > 0);
+    }
+    let t0 = Instant::now();
+    assert!(s.stop().success());
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+}
