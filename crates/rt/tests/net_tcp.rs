@@ -203,14 +203,17 @@ fn futures_io_traits_work() {
         let addr = listener.local_addr().unwrap();
         echo_server(listener);
         let mut s = TcpStream::connect(addr).await.unwrap();
-        s.write_all(b"through futures-io").await.unwrap();
-        s.flush().await.unwrap();
+        // Called through the traits (the inherent methods share their names).
+        AsyncWriteExt::write_all(&mut s, b"through futures-io")
+            .await
+            .unwrap();
+        AsyncWriteExt::flush(&mut s).await.unwrap();
         let mut back = [0u8; 18];
         AsyncReadExt::read_exact(&mut s, &mut back).await.unwrap();
         assert_eq!(&back, b"through futures-io");
         // `&TcpStream` implements the traits too; close() half-closes.
-        let r = &s;
-        r.write_all(b"!").await.unwrap();
+        let mut r = &s;
+        AsyncWriteExt::write_all(&mut r, b"!").await.unwrap();
         s.close().await.unwrap();
         let mut rest = Vec::new();
         (&s).read_to_end(&mut rest).await.unwrap();

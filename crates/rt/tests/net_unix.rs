@@ -1,0 +1,110 @@
+//! Unix-domain stream sockets: echo through a listener in a temp dir, pairs,
+//! EOF and the `futures-io` traits.
+
+use duality_rt::net::{UnixListener, UnixStream};
+use duality_rt::{block_on, spawn};
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use std::path::PathBuf;
+
+/// A fresh socket path, removed on drop.
+struct TempPath(PathBuf);
+
+impl TempPath {
+    fn new(name: &str) -> TempPath {
+        let p = std::env::temp_dir().join(format!("duality-{}-{name}.sock", std::process::id()));
+        let _ = std::fs::remove_file(&p);
+        TempPath(p)
+    }
+}
+
+impl Drop for TempPath {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn echo_through_a_listener() {
+    let path = TempPath::new("echo");
+    let p = path.0.clone();
+    block_on(async move {
+        let listener = UnixListener::bind(&p).unwrap();
+        drop(spawn(async move {
+            loop {
+                let s = listener.accept().await.unwrap();
+                drop(spawn(async move {
+                    let mut buf = [0u8; 1024];
+                    loop {
+                        match s.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => s.write_all(&buf[..n]).await.unwrap(),
+                        }
+                    }
+                }));
+            }
+        }));
+        let clients: Vec<_> = (0..4u8)
+            .map(|c| {
+                let p = p.clone();
+                spawn(async move {
+                    let s = UnixStream::connect(&p).await.unwrap();
+                    for round in 0..20u8 {
+                        s.write_all(&[c, round]).await.unwrap();
+                        let mut back = [0u8; 2];
+                        s.read_exact(&mut back).await.unwrap();
+                        assert_eq!(back, [c, round]);
+                    }
+                })
+            })
+            .collect();
+        for c in clients {
+            c.await.unwrap();
+        }
+    });
+}
+
+#[test]
+fn a_pair_talks_and_sees_eof() {
+    block_on(async {
+        let (a, b) = UnixStream::pair().unwrap();
+        let writer = spawn(async move {
+            let big = vec![7u8; 1 << 20]; // beyond the socket buffer: WouldBlock
+            a.write_all(&big).await.unwrap();
+            // `a` dropped here: EOF for `b`
+        });
+        let mut got = vec![0u8; 1 << 20];
+        b.read_exact(&mut got).await.unwrap();
+        assert!(got.iter().all(|&x| x == 7));
+        writer.await.unwrap();
+        let mut buf = [0u8; 4];
+        assert_eq!(b.read(&mut buf).await.unwrap(), 0);
+        assert_eq!(
+            b.read_exact(&mut buf).await.unwrap_err().kind(),
+            std::io::ErrorKind::UnexpectedEof
+        );
+    });
+}
+
+#[test]
+fn a_pair_through_futures_io() {
+    block_on(async {
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        AsyncWriteExt::write_all(&mut a, b"ping").await.unwrap();
+        a.close().await.unwrap(); // half-close
+        let mut got = Vec::new();
+        AsyncReadExt::read_to_end(&mut b, &mut got).await.unwrap();
+        assert_eq!(got, b"ping");
+        AsyncWriteExt::write_all(&mut b, b"pong").await.unwrap();
+        let mut back = [0u8; 4];
+        AsyncReadExt::read_exact(&mut a, &mut back).await.unwrap();
+        assert_eq!(&back, b"pong");
+    });
+}
+
+#[test]
+fn connecting_to_a_missing_path_fails() {
+    let path = TempPath::new("missing");
+    block_on(async move {
+        assert!(UnixStream::connect(&path.0).await.is_err());
+    });
+}
