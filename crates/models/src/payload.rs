@@ -153,6 +153,7 @@ impl Payload {
                 stage,
                 job: Some(job),
                 slot,
+                waiting: None,
             },
         }
     }
@@ -169,6 +170,8 @@ enum CallState<R> {
         stage: Arc<Stage>,
         job: Option<Job>,
         slot: Arc<Slot<R>>,
+        /// Tells the loop an answer is on its way (it waits briefly before sleeping).
+        waiting: Option<duality_rt::RemoteWait>,
     },
 }
 
@@ -193,7 +196,15 @@ impl<R> Future for Call<R> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<R> {
         match &mut self.state {
             CallState::Ready(v) => Poll::Ready(v.take().expect("Call polled after completion")),
-            CallState::Queued { stage, job, slot } => {
+            CallState::Queued {
+                stage,
+                job,
+                slot,
+                waiting,
+            } => {
+                if waiting.is_none() {
+                    *waiting = Some(duality_rt::RemoteWait::new());
+                }
                 if let Some(j) = job.take() {
                     slot.waker.register(cx.waker());
                     if let Err(j) = stage.try_push(j) {

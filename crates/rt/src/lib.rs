@@ -32,6 +32,8 @@ pub mod sync;
 pub mod task;
 pub mod time;
 
-pub use event_loop::{block_on, EventLoop, LoopConfig, LoopHandle, LoopThread, WorkGroup};
+pub use event_loop::{
+    block_on, EventLoop, LoopConfig, LoopHandle, LoopThread, RemoteWait, WorkGroup,
+};
 pub use pool::{offload, spawn_blocking};
 pub use task::{spawn, spawn_on, yield_now, JoinError, JoinHandle};

@@ -116,16 +116,6 @@ pub fn parse_ctxt_switches(status: &str) -> Option<(u64, u64)> {
     Some((vol?, invol?))
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn parses_proc_status() {
-        let text = "Name:\tx\nvoluntary_ctxt_switches:\t12\nnonvoluntary_ctxt_switches:\t3\n";
-        assert_eq!(super::parse_ctxt_switches(text), Some((12, 3)));
-        assert_eq!(super::parse_ctxt_switches("Name: x"), None);
-    }
-}
-
 /// The calling thread's OS thread id.
 pub fn current_tid() -> i64 {
     // SAFETY: gettid takes no arguments and cannot fail.
@@ -147,4 +137,14 @@ pub fn process_cpu_time() -> (std::time::Duration, std::time::Duration) {
             + std::time::Duration::from_micros(t.tv_usec as u64)
     };
     (tv(ru.ru_utime), tv(ru.ru_stime))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn parses_proc_status() {
+        let text = "Name:\tx\nvoluntary_ctxt_switches:\t12\nnonvoluntary_ctxt_switches:\t3\n";
+        assert_eq!(super::parse_ctxt_switches(text), Some((12, 3)));
+        assert_eq!(super::parse_ctxt_switches("Name: x"), None);
+    }
 }

@@ -177,7 +177,10 @@ fn a_pending_connect_waits_for_the_handshake() {
     block_on(async move {
         let connect = spawn(TcpStream::connect(addr));
         duality_rt::time::sleep(Duration::from_millis(150)).await;
-        assert!(!connect.is_finished(), "connect resolved during the handshake");
+        assert!(
+            !connect.is_finished(),
+            "connect resolved during the handshake"
+        );
         // Make room; the client's SYN is retried (after ~1 s) and succeeds.
         let server = std::thread::spawn(move || {
             let (first, _) = listener.accept().unwrap();

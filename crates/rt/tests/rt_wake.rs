@@ -1,6 +1,10 @@
 //! Wake-ups that come from other threads: plain `std` threads holding a
 //! waker, remote spawns onto a `LoopThread`, and the eventfd that wakes a
 //! sleeping loop — written only while the loop sleeps.
+//!
+//! The tests count hand-offs and eventfd writes, and a loop id freed by one
+//! test may be reused by another (a stray wake-up would land there), so they
+//! run one at a time (`support::serial`).
 
 mod support;
 
@@ -10,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
-use support::wait_until;
+use support::{serial, wait_until};
 
 /// A flag a plain thread raises, with the waker of whoever waits for it.
 #[derive(Default)]
@@ -54,6 +58,7 @@ fn raise_later(signal: &Arc<Signal>, after: Duration, by_ref: bool) -> std::thre
 
 #[test]
 fn a_task_is_woken_from_a_std_thread() {
+    let _g = serial();
     for by_ref in [false, true] {
         let signal = Arc::new(Signal::default());
         let t = raise_later(&signal, Duration::from_millis(20), by_ref);
@@ -71,6 +76,7 @@ fn a_task_is_woken_from_a_std_thread() {
 
 #[test]
 fn the_block_on_future_is_woken_from_a_std_thread() {
+    let _g = serial();
     let signal = Arc::new(Signal::default());
     let t = raise_later(&signal, Duration::from_millis(20), false);
     block_on(signal.wait());
@@ -79,6 +85,7 @@ fn the_block_on_future_is_woken_from_a_std_thread() {
 
 #[test]
 fn remote_spawns_from_many_threads() {
+    let _g = serial();
     let lt = LoopThread::spawn(LoopConfig::default()).unwrap();
     let handle = lt.handle();
     let threads: Vec<_> = (0..4u64)
@@ -124,6 +131,7 @@ fn remote_spawns_from_many_threads() {
 
 #[test]
 fn a_remote_spawn_wakes_a_sleeping_loop() {
+    let _g = serial();
     let lt = LoopThread::spawn(LoopConfig::default()).unwrap();
     let handle = lt.handle();
     // Let it go to sleep in epoll_wait (it has nothing to do, no timers).
@@ -145,6 +153,7 @@ fn a_remote_spawn_wakes_a_sleeping_loop() {
 
 #[test]
 fn no_wakeups_are_written_while_the_loop_is_busy() {
+    let _g = serial();
     let lt = LoopThread::spawn(LoopConfig {
         long_poll_threshold: None,
         ..LoopConfig::default()
@@ -184,6 +193,7 @@ fn no_wakeups_are_written_while_the_loop_is_busy() {
 
 #[test]
 fn a_waker_outliving_its_loop_is_harmless() {
+    let _g = serial();
     let signal = Arc::new(Signal::default());
     let s = signal.clone();
     block_on(async move {

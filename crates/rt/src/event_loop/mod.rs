@@ -56,6 +56,9 @@ pub struct LoopConfig {
     pub track_spawn_locations: bool,
     /// Capacity of the reactor's event buffer.
     pub events_capacity: usize,
+    /// How long the loop waits (yielding) for an expected answer from
+    /// another thread before it sleeps; see [`RemoteWait`]. Zero: never.
+    pub remote_spin: Duration,
     /// Loops that share ready tasks (the `steal` model): a loop left with
     /// ready tasks after its turn hands half of them to a member that sleeps.
     pub work_group: Option<Arc<WorkGroup>>,
@@ -134,6 +137,7 @@ impl Default for LoopConfig {
             long_poll_threshold: Some(Duration::from_millis(10)),
             track_spawn_locations: false,
             events_capacity: 1024,
+            remote_spin: Duration::from_micros(50),
             work_group: None,
         }
     }
@@ -258,6 +262,9 @@ impl Local {
                 at.saturating_duration_since(Instant::now())
             })
         };
+        if timeout != Some(Duration::ZERO) && self.wait_for_remote_answer() {
+            timeout = Some(Duration::ZERO);
+        }
         let sleeping = timeout != Some(Duration::ZERO);
         if sleeping && !self.shared.prepare_sleep() {
             timeout = Some(Duration::ZERO);
@@ -280,6 +287,29 @@ impl Local {
         self.drain_handoff();
         self.publish();
         Ok(())
+    }
+
+    /// Before sleeping: if a task of ours waits for an answer from another
+    /// thread (a payload hand-off), wait for it briefly, yielding the core,
+    /// instead of sleeping in epoll and being woken through the eventfd —
+    /// a wake-up costs far more than the answer usually takes. True if work
+    /// arrived.
+    fn wait_for_remote_answer(&self) -> bool {
+        if self.config.remote_spin.is_zero() || self.shared.stats.awaiting_remote.load(Relaxed) == 0
+        {
+            return false;
+        }
+        self.shared.stats.spins.fetch_add(1, Relaxed);
+        let until = Instant::now() + self.config.remote_spin;
+        loop {
+            if !self.shared.handoff.is_empty() {
+                return true;
+            }
+            if Instant::now() >= until {
+                return false;
+            }
+            std::thread::yield_now();
+        }
     }
 
     /// Makes the loop's numbers readable from other threads.
@@ -440,6 +470,41 @@ impl LoopHandle {
     /// The OS thread id running the loop (0 before it starts).
     pub fn tid(&self) -> i64 {
         self.shared.tid.load(Relaxed)
+    }
+}
+
+/// Held by a task while it waits for an answer from another thread (e.g. a
+/// payload hand-off): the loop then waits briefly for that answer before it
+/// sleeps, saving a cross-thread wake-up. Create it on the task's loop.
+#[derive(Debug)]
+pub struct RemoteWait {
+    loop_id: Option<u16>,
+}
+
+impl RemoteWait {
+    /// Marks the current loop as expecting an answer (no effect off-loop).
+    pub fn new() -> RemoteWait {
+        let loop_id = with_current(|cur| {
+            cur.map(|l| {
+                l.shared.stats.awaiting_remote.fetch_add(1, Relaxed);
+                l.shared.id
+            })
+        });
+        RemoteWait { loop_id }
+    }
+}
+
+impl Default for RemoteWait {
+    fn default() -> Self {
+        RemoteWait::new()
+    }
+}
+
+impl Drop for RemoteWait {
+    fn drop(&mut self) {
+        if let Some(shared) = self.loop_id.and_then(registry::get) {
+            shared.stats.awaiting_remote.fetch_sub(1, Relaxed);
+        }
     }
 }
 

@@ -47,6 +47,10 @@ pub(crate) struct SharedStats {
     pub(crate) run_queue_depth: AtomicUsize,
     pub(crate) io_sources: AtomicUsize,
     pub(crate) timers_pending: AtomicUsize,
+    /// Tasks of this loop waiting for an answer from another thread (see `RemoteWait`).
+    pub(crate) awaiting_remote: AtomicUsize,
+    /// Times the loop waited briefly for such an answer instead of sleeping.
+    pub(crate) spins: AtomicU64,
 }
 
 pub(crate) struct Shared {

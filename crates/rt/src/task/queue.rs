@@ -10,6 +10,10 @@
 //! Invariant (from `state.rs`): a task is in at most one queue at a time,
 //! because only the party that set `SCHEDULED` enqueues it. So the queue holding
 //! a task owns its `next` link.
+//!
+//! `HandoffQueue` is model-checked with loom (`loom_tests.rs`): two producers
+//! pushing while the consumer drains — every task taken exactly once, each
+//! producer's tasks in push order.
 
 use super::raw::{Header, HeaderRef, TaskRef};
 use crate::loom::{AtomicPtr, AtomicUsize};
@@ -66,6 +70,8 @@ impl LocalQueue {
         self.head.set(next);
         if next.is_null() {
             self.tail.set(null_mut());
+        } else {
+            prefetch(next);
         }
         self.len.set(self.len.get() - 1);
         // SAFETY: the queue owned this reference.
@@ -79,6 +85,20 @@ impl LocalQueue {
     pub(crate) fn is_empty(&self) -> bool {
         self.head.get().is_null()
     }
+}
+
+/// Asks the CPU to start loading the next task's header while the current
+/// one runs: with millions of tasks every header is a cache miss, and a
+/// linked list would otherwise serialise them.
+#[inline(always)]
+fn prefetch(p: *mut Header) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is only a hint; it never faults, whatever the address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p as *const i8)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 impl Drop for LocalQueue {

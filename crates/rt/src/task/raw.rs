@@ -301,7 +301,7 @@ unsafe fn stage<'a, F: Future>(ptr: NonNull<Header>) -> &'a mut Stage<F> {
     unsafe { &mut *(*ptr.cast::<Cell<F>>().as_ptr()).stage.with_mut(|p| p) }
 }
 
-unsafe fn run<F: Future>(ptr: NonNull<Header>)
+unsafe fn run<F>(ptr: NonNull<Header>)
 where
     F: Future + Send + 'static,
     F::Output: Send + 'static,

@@ -32,6 +32,11 @@
 //!
 //! Invariant: `SCHEDULED` set and `RUNNING` clear ⇒ exactly one queue holds the
 //! task, so the queue link (`next`) has one owner at a time.
+//!
+//! Model-checked with loom (`loom_tests.rs`): wakes from two threads against a
+//! running task, abort against completion and against a wake, the join handle
+//! against completion — one enqueue per scheduled period, no lost wake-up,
+//! the future and the output each dropped once, reference counts balanced.
 
 use crate::loom::AtomicU32;
 use std::sync::atomic::Ordering::{AcqRel, Acquire};
@@ -49,7 +54,7 @@ const REF_MASK: u32 = !(REF_ONE - 1);
 
 /// A task starts scheduled (the spawner enqueues it) with two references:
 /// the run queue's and the `JoinHandle`'s.
-pub(crate) const INITIAL: u32 = SCHEDULED | JOIN_INTEREST | 2 * REF_ONE;
+pub(crate) const INITIAL: u32 = SCHEDULED | JOIN_INTEREST | (2 * REF_ONE);
 
 /// A copy of the state word, with readable accessors.
 #[derive(Clone, Copy, PartialEq, Eq)]
