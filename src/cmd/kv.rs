@@ -26,7 +26,7 @@ pub struct KvArgs {
     /// Worker threads: the N of the default model `symped:N` (default: all cores).
     #[arg(short = 't', long = "threads")]
     threads: Option<usize>,
-    /// Item memory in megabytes.
+    /// Item memory in megabytes (resident memory stays below this + 32 MiB).
     #[arg(short = 'm', long = "memory-limit", default_value_t = 64)]
     memory_limit: usize,
     /// Maximum simultaneous connections.

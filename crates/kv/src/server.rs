@@ -228,6 +228,7 @@ pub async fn serve_conn(mut conn: Conn, payload: Payload, state: Arc<KvState>) {
         }
         let cap = rbuf.capacity().min(max_buffer.max(have + READ_CHUNK));
         rbuf.resize(cap, 0);
+        conn.set_mid_request(have > 0 || swallow > 0);
         let n = match conn.read(&mut rbuf[have..]).await {
             Ok(0) | Err(_) => return,
             Ok(n) => n,

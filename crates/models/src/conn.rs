@@ -22,8 +22,9 @@ pub(crate) struct ShutdownSignal {
 
 enum Waiter {
     Task(Waker),
-    /// A blocking socket (thread-per-conn): shut its read side to unblock it.
-    Socket(socket2::Socket),
+    /// A blocking socket (thread-per-conn): shut its read side to unblock it,
+    /// unless its handler is in the middle of a request (the flag).
+    Socket(Arc<AtomicBool>, socket2::Socket),
 }
 
 impl ShutdownSignal {
@@ -37,8 +38,10 @@ impl ShutdownSignal {
         for (_, w) in waiters {
             match w {
                 Waiter::Task(w) => w.wake(),
-                Waiter::Socket(s) => {
-                    let _ = s.shutdown(std::net::Shutdown::Read);
+                Waiter::Socket(mid, s) => {
+                    if !mid.load(SeqCst) {
+                        let _ = s.shutdown(std::net::Shutdown::Read);
+                    }
                 }
             }
         }
@@ -82,6 +85,8 @@ pub struct Conn {
     shutdown: Arc<ShutdownSignal>,
     counter: Arc<ConnCounter>,
     registered: Option<Waker>,
+    /// The handler holds part of a request: shutdown lets it finish reading.
+    mid_request: Arc<AtomicBool>,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -140,7 +145,8 @@ impl Conn {
             }
         };
         let conn = Conn::with(io, shutdown, counter);
-        conn.shutdown.register(conn.id, Waiter::Socket(dup));
+        conn.shutdown
+            .register(conn.id, Waiter::Socket(conn.mid_request.clone(), dup));
         if conn.shutdown.is_set() {
             conn.shutdown.trigger();
         }
@@ -154,12 +160,29 @@ impl Conn {
             shutdown,
             counter,
             registered: None,
+            mid_request: Arc::new(AtomicBool::new(false)),
         }
     }
 
+    /// Tells the connection whether the handler holds part of a request.
+    /// While it does, a shutdown does not end the connection's reads, so the
+    /// request can arrive whole and be answered (within the server's
+    /// shutdown deadline); between requests, a shutdown reads as end-of-stream.
+    pub fn set_mid_request(&mut self, mid: bool) {
+        self.mid_request.store(mid, SeqCst);
+    }
+
+    fn closing(&self) -> bool {
+        self.shutdown.is_set() && !self.mid_request.load(SeqCst)
+    }
+
     /// Reads into `buf`. `Ok(0)`: the client closed, or the server is
-    /// shutting down and nothing more has arrived.
+    /// shutting down, nothing more has arrived and the handler is not in the
+    /// middle of a request (see [`set_mid_request`](Self::set_mid_request)).
     pub async fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.is_blocking() && self.closing() {
+            return Ok(0);
+        }
         match &mut self.io {
             Io::BlockingTcp(s) => return s.read(buf),
             Io::BlockingUnix(s) => return s.read(buf),
@@ -174,7 +197,7 @@ impl Conn {
             if r.is_ready() {
                 return r;
             }
-            if self.shutdown.is_set() {
+            if self.closing() {
                 return Poll::Ready(Ok(0));
             }
             let fresh = !matches!(&self.registered, Some(w) if w.will_wake(cx.waker()));
@@ -182,7 +205,7 @@ impl Conn {
                 self.registered = Some(cx.waker().clone());
                 self.shutdown
                     .register(self.id, Waiter::Task(cx.waker().clone()));
-                if self.shutdown.is_set() {
+                if self.closing() {
                     return Poll::Ready(Ok(0));
                 }
             }

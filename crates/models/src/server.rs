@@ -194,11 +194,7 @@ impl Shared {
     /// Knot-C: are the network loops too busy to take a new connection?
     fn loops_busy(&self) -> bool {
         const BUSY_DEPTH: usize = 64;
-        !self.network.is_empty()
-            && self.network.iter().all(|h| {
-                let s = h.snapshot();
-                s.run_queue_depth + s.handoff_depth > BUSY_DEPTH
-            })
+        !self.network.is_empty() && self.network.iter().all(|h| h.load() > BUSY_DEPTH)
     }
 
     fn dispatch(self: &Arc<Self>, a: Accepted) {

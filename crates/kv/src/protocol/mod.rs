@@ -788,6 +788,14 @@ fn parse_meta<'a>(
     arith: bool,
 ) -> Result<Request<'a>, Fail> {
     let (key, raw) = next_token(rest).ok_or(BAD_FORMAT)?;
+    if arith {
+        // memcached checks an `ma` key before its flags and calls a bad one a
+        // bad command line (only flag errors are "invalid or duplicate flag").
+        let base64 = Tokens::new(raw).iter().any(|t| t == b"b");
+        if key.len() > KEY_MAX_LENGTH || (!base64 && !valid_key(key)) {
+            return Err(BAD_FORMAT.into());
+        }
+    }
     let parsed = meta_key_and_flags(key, raw, 2);
     let flags = if arith {
         let flags = parsed.map_err(|_| "invalid or duplicate flag")?;

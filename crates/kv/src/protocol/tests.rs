@@ -558,6 +558,19 @@ fn meta_errors() {
     );
     assert_eq!(err(b"me\r\n"), client(BAD_FORMAT, 4));
     assert_eq!(err(b"me !!!! b\r\n"), client(BAD_FORMAT, 11));
+    // A bad `ma` key is a bad command line, as for every other command
+    // (memcached checks the key's length before the flags).
+    let long = format!("ma {}\r\n", "k".repeat(251));
+    assert_eq!(err(long.as_bytes()), client(BAD_FORMAT, long.len()));
+    let long = format!("ma {} v\r\n", "k".repeat(251));
+    assert_eq!(err(long.as_bytes()), client(BAD_FORMAT, long.len()));
+    assert_eq!(err(b"ma f\x01o\r\n"), client(BAD_FORMAT, 8));
+    // A base64 key that does not decode stays a flag error, as in memcached.
+    assert_eq!(
+        err(b"ma !!!! b\r\n"),
+        client("invalid or duplicate flag", 11)
+    );
+    assert!(p(b"ma Zm9v b\r\n").is_ok());
 }
 
 #[test]

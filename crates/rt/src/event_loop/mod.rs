@@ -467,6 +467,12 @@ impl LoopHandle {
         LoopSnapshot::read(self.shared)
     }
 
+    /// Ready work waiting on this loop: its run-queue depth (as of its last
+    /// turn) plus tasks pushed to it and not yet taken. Cheap: two atomic loads.
+    pub fn load(&self) -> usize {
+        self.shared.stats.run_queue_depth.load(Relaxed) + self.shared.handoff.len()
+    }
+
     /// The OS thread id running the loop (0 before it starts).
     pub fn tid(&self) -> i64 {
         self.shared.tid.load(Relaxed)

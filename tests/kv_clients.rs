@@ -1,0 +1,282 @@
+//! Real memcached clients and proxies, not written here, against
+//! `duality kv`: pymemcache (PyPI `pymemcache`) and twemproxy (Debian
+//! package `nutcracker`) in front of three instances. CI installs both
+//! (`.ci/run`); without them these tests fail and say what to install.
+
+mod common;
+
+use common::*;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// `python3`, with pymemcache importable.
+fn python_with_pymemcache() -> &'static str {
+    let ok = Command::new("python3")
+        .args(["-c", "import pymemcache"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success());
+    match ok {
+        Ok(true) => "python3",
+        Ok(false) => panic!(
+            "the Python package pymemcache is not installed: `pip install pymemcache` \
+             (CI installs it in .ci/run)"
+        ),
+        Err(e) => {
+            panic!("python3 is not available ({e}): install python3 and `pip install pymemcache`")
+        }
+    }
+}
+
+/// The `nutcracker` (twemproxy) executable.
+fn nutcracker() -> PathBuf {
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
+    dirs.extend(["/usr/sbin", "/usr/local/sbin", "/sbin"].map(PathBuf::from));
+    dirs.into_iter()
+        .map(|d| d.join("nutcracker"))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "nutcracker (twemproxy) not found on PATH or in /usr/sbin: install the Debian \
+                 package `nutcracker` (apt-get install -y nutcracker; CI installs it in .ci/run)"
+            )
+        })
+}
+
+/// pymemcache's own API against the binary over TCP and a Unix socket.
+#[test]
+fn pymemcache() {
+    let python = python_with_pymemcache();
+    let dir = TempDir::new("kv-pymemcache");
+    let sock = dir.path().join("kv.sock");
+    let sock_s = sock.to_str().unwrap();
+    let srv = KvProc::start(&["-t", "2", "-s", sock_s]);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/kv_pymemcache.py");
+    let child = Command::new(python)
+        .arg(script)
+        .arg(srv.port.to_string())
+        .arg(sock_s)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start python3");
+    let mut guard = ChildGuard(Some(child));
+    let until = Instant::now() + Duration::from_secs(60);
+    while guard
+        .0
+        .as_mut()
+        .unwrap()
+        .try_wait()
+        .expect("try_wait")
+        .is_none()
+    {
+        assert!(
+            Instant::now() < until,
+            "the pymemcache script ran over 60 s"
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+    let out = guard.0.take().unwrap().wait_with_output().expect("output");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.starts_with("ok "),
+        "pymemcache script failed ({:?})\nstdout: {stdout}\nstderr: {stderr}\nserver stderr: {}",
+        out.status,
+        srv.stderr_text()
+    );
+    eprintln!("pymemcache: {}", stdout.trim());
+}
+
+/// Waits until something listens on `port`.
+fn wait_listening(port: u16, what: &str, log: &std::path::Path) {
+    let addr = Addr::Tcp(([127, 0, 0, 1], port).into());
+    let until = Instant::now() + Duration::from_secs(10);
+    while Client::try_connect(&addr).is_err() {
+        assert!(
+            Instant::now() < until,
+            "{what} not listening on {port} after 10 s; log: {}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// twemproxy in front of three `duality kv` instances, ketama distribution:
+/// every value round-trips through the proxy (single and multi-key gets,
+/// gets/cas, incr, delete, touch), each key lives on exactly one instance,
+/// and every instance got some.
+#[test]
+fn twemproxy_ketama_over_three_instances() {
+    let nutcracker = nutcracker();
+    let kvs: Vec<KvProc> = (0..3).map(|_| KvProc::start(&["-t", "1"])).collect();
+    let dir = TempDir::new("kv-twemproxy");
+    let conf = dir.path().join("nutcracker.yml");
+    let log = dir.path().join("nutcracker.log");
+    let pidfile = dir.path().join("nutcracker.pid");
+    let mut guard = None;
+    let mut proxy_port = 0;
+    // Retry on another port if the chosen ones were taken meanwhile.
+    for _ in 0..5 {
+        proxy_port = free_port();
+        let stats_port = free_port();
+        let servers: String = kvs
+            .iter()
+            .enumerate()
+            .map(|(i, k)| format!("   - 127.0.0.1:{}:1 kv{i}\n", k.port))
+            .collect();
+        std::fs::write(
+            &conf,
+            format!(
+                "duality:\n  listen: 127.0.0.1:{proxy_port}\n  hash: fnv1a_64\n  distribution: ketama\n  \
+                 timeout: 2000\n  auto_eject_hosts: false\n  servers:\n{servers}"
+            ),
+        )
+        .unwrap();
+        let test = Command::new(&nutcracker)
+            .arg("-t")
+            .arg("-c")
+            .arg(&conf)
+            .output()
+            .expect("run nutcracker -t");
+        assert!(
+            test.status.success(),
+            "nutcracker rejects the config: {}{}",
+            String::from_utf8_lossy(&test.stdout),
+            String::from_utf8_lossy(&test.stderr)
+        );
+        let child = Command::new(&nutcracker)
+            .arg("-c")
+            .arg(&conf)
+            .arg("-p")
+            .arg(&pidfile)
+            .arg("-o")
+            .arg(&log)
+            .args(["-s", &stats_port.to_string(), "-a", "127.0.0.1"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start nutcracker");
+        let mut g = ChildGuard(Some(child));
+        thread::sleep(Duration::from_millis(50));
+        if g.0
+            .as_mut()
+            .unwrap()
+            .try_wait()
+            .expect("try_wait")
+            .is_none()
+        {
+            guard = Some(g);
+            break;
+        }
+    }
+    let _guard = guard.unwrap_or_else(|| {
+        panic!(
+            "nutcracker did not start; log: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        )
+    });
+    wait_listening(proxy_port, "nutcracker", &log);
+    let proxy = Addr::Tcp(([127, 0, 0, 1], proxy_port).into());
+    let mut c = Client::connect(&proxy);
+
+    // Many keys through the proxy, pipelined in batches.
+    const KEYS: usize = 300;
+    let value = |i: usize| format!("value-{i}-{}", "x".repeat(i % 50));
+    for batch in (0..KEYS).collect::<Vec<_>>().chunks(50) {
+        let mut req = String::new();
+        for &i in batch {
+            let v = value(i);
+            req.push_str(&format!("set key:{i} {i} 0 {}\r\n{v}\r\n", v.len()));
+        }
+        c.send(req.as_bytes());
+        let r = c.read_n(8 * batch.len());
+        assert_eq!(show(&r), show("STORED\r\n".repeat(batch.len()).as_bytes()));
+    }
+    // Every value round-trips, one key at a time ...
+    for i in 0..KEYS {
+        let v = value(i);
+        c.send(format!("get key:{i}\r\n").as_bytes());
+        let want = format!("VALUE key:{i} {i} {}\r\n{v}\r\nEND\r\n", v.len());
+        assert_eq!(show(&c.read_n(want.len())), show(want.as_bytes()));
+    }
+    // ... and in multi-key gets the proxy splits over the instances.
+    for batch in (0..KEYS).collect::<Vec<_>>().chunks(25) {
+        let mut req = String::from("get");
+        let mut want = String::new();
+        for &i in batch {
+            req.push_str(&format!(" key:{i}"));
+            let v = value(i);
+            want.push_str(&format!("VALUE key:{i} {i} {}\r\n{v}\r\n", v.len()));
+        }
+        req.push_str(" nosuchkey\r\n");
+        want.push_str("END\r\n");
+        c.send(req.as_bytes());
+        assert_eq!(show(&c.read_n(want.len())), show(want.as_bytes()));
+    }
+
+    // Other commands through the proxy.
+    c.send(b"gets key:7\r\n");
+    let r = String::from_utf8(c.read_until(b"END\r\n")).unwrap();
+    let cas: u64 = r
+        .split("\r\n")
+        .next()
+        .unwrap()
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    c.send(
+        format!(
+            "cas key:7 0 0 3 {}\r\nbad\r\ncas key:7 0 0 3 {cas}\r\nnew\r\nget key:7\r\n",
+            cas + 1
+        )
+        .as_bytes(),
+    );
+    let want = "EXISTS\r\nSTORED\r\nVALUE key:7 0 3\r\nnew\r\nEND\r\n";
+    assert_eq!(show(&c.read_n(want.len())), show(want.as_bytes()));
+    c.send(b"set ctr 0 0 1\r\n5\r\nincr ctr 10\r\ndecr ctr 3\r\ntouch ctr 100\r\ndelete key:8\r\nget key:8\r\n");
+    let want = "STORED\r\n15\r\n12\r\nTOUCHED\r\nDELETED\r\nEND\r\n";
+    assert_eq!(show(&c.read_n(want.len())), show(want.as_bytes()));
+
+    // Each key is on exactly one instance, and all three hold some.
+    let mut direct: Vec<Client> = kvs.iter().map(|k| k.connect()).collect();
+    let mut per_instance = vec![0usize; kvs.len()];
+    for i in (0..KEYS).filter(|&i| i != 7 && i != 8) {
+        let v = value(i);
+        let hit = format!("VALUE key:{i} {i} {}\r\n{v}\r\nEND\r\n", v.len());
+        let mut holders = Vec::new();
+        for (n, d) in direct.iter_mut().enumerate() {
+            let r = d.call(format!("get key:{i}\r\n").as_bytes());
+            if r == hit.as_bytes() {
+                holders.push(n);
+            } else {
+                assert_eq!(show(&r), show(b"END\r\n"), "instance {n}, key:{i}");
+            }
+        }
+        assert_eq!(holders.len(), 1, "key:{i} is on instances {holders:?}");
+        per_instance[holders[0]] += 1;
+    }
+    let items: Vec<u64> = direct
+        .iter_mut()
+        .map(|d| d.stats("")["curr_items"].parse().unwrap())
+        .collect();
+    eprintln!("twemproxy: keys per instance {per_instance:?}, curr_items {items:?}");
+    for (n, &k) in per_instance.iter().enumerate() {
+        assert!(k > 0, "instance {n} got no keys: {per_instance:?}");
+        assert!(items[n] > 0, "instance {n}: curr_items {}", items[n]);
+    }
+    // 300 keys + ctr - key:8.
+    assert_eq!(
+        items.iter().sum::<u64>(),
+        KEYS as u64,
+        "curr_items {items:?}"
+    );
+}
