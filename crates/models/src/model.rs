@@ -11,6 +11,10 @@ use std::str::FromStr;
 /// | `amped:P` | acceptor thread | 1 network loop | P payload threads |
 /// | `seda:N:P` | acceptor thread | N network loops | P payload threads, round-robin |
 /// | `seda-s:N` | acceptor thread | N network loops | N payload threads, loop i → thread i |
+///
+/// Numbers left out default so that the busy threads match the cores:
+/// `symped`, `steal`: all cores; `amped`: cores − 1 payload threads;
+/// `seda`, `seda-s`: half the cores each for network and payload.
 /// | `symped:N` | acceptor thread | N loops | inline in its loop |
 /// | `thread-per-conn` | acceptor thread | one OS thread per connection | inline |
 /// | `steal:N` | acceptor thread | N loops sharing ready tasks | inline |
@@ -145,7 +149,11 @@ impl FromStr for Model {
         let a = parts.next();
         let b = parts.next();
         let extra = parts.next();
+        // Defaults keep the busy threads at the core count: hand-off models
+        // split the cores between network loops and payload threads (on 2
+        // cores: amped:1, seda:1:1, seda-s:1), the others use them all.
         let c = cores();
+        let half = (c / 2).max(1);
         let too_many = |max: usize| -> Result<(), ParseModelError> {
             let given = [a, b].iter().filter(|p| p.is_some()).count();
             if given > max || extra.is_some() {
@@ -164,20 +172,20 @@ impl FromStr for Model {
             "amped" => {
                 too_many(1)?;
                 Model::Amped {
-                    payload: number(s, "payload threads", a, c)?,
+                    payload: number(s, "payload threads", a, (c - 1).max(1))?,
                 }
             }
             "seda" => {
                 too_many(2)?;
                 Model::Seda {
-                    network: number(s, "network loops", a, c)?,
-                    payload: number(s, "payload threads", b, c)?,
+                    network: number(s, "network loops", a, half)?,
+                    payload: number(s, "payload threads", b, half)?,
                 }
             }
             "seda-s" | "seda_s" | "sedas" => {
                 too_many(1)?;
                 Model::SedaS {
-                    n: number(s, "pairs", a, c)?,
+                    n: number(s, "pairs", a, half)?,
                 }
             }
             "symped" => {
@@ -285,11 +293,19 @@ mod tests {
     fn defaults_come_from_the_core_count() {
         let c = cores();
         assert_eq!("symped".parse::<Model>().unwrap(), Model::Symped { n: c });
+        let half = (c / 2).max(1);
         assert_eq!(
             "seda".parse::<Model>().unwrap(),
             Model::Seda {
-                network: c,
-                payload: c
+                network: half,
+                payload: half
+            }
+        );
+        assert_eq!("seda-s".parse::<Model>().unwrap(), Model::SedaS { n: half });
+        assert_eq!(
+            "amped".parse::<Model>().unwrap(),
+            Model::Amped {
+                payload: (c - 1).max(1)
             }
         );
         assert_eq!(Model::all_defaults().len(), 7);
