@@ -14,11 +14,13 @@
 //!                                                         └──────────────────┘
 //! ```
 //!
-//! Per server: start it, then for each workload file and each client count:
-//! open the connections (waiting for all of them, at most [`CONNECT_WAIT`]),
-//! warm up, count completed responses over `seconds`, close them all with
-//! a reset (so no `TIME_WAIT` piles up between points), go on. The server is
-//! stopped (by PID) after its last point, also on error.
+//! Every server is started first; then for each workload file, each client
+//! count, each repetition and each server in turn (see [`run`]): open the
+//! connections (waiting for all of them, at most [`CONNECT_WAIT`]), warm up,
+//! count completed responses over `seconds`, close them all with a reset (so
+//! no `TIME_WAIT` piles up between points), go on. The median repetition is
+//! reported. The servers are stopped (nginx by the PID in its pid file) at
+//! the end, also on error.
 //!
 //! Bandwidth counts response **bodies** only (what the file workload is):
 //! `Mbit/s = body bytes × 8 / 10⁶ / s`.
@@ -35,7 +37,7 @@ use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -55,6 +57,10 @@ pub struct HttpRow {
     /// Failed requests and connections during the point (not in the JSON).
     #[serde(skip_serializing, default)]
     pub errors: u64,
+    /// Client connections open at the end of the reported window (fewer
+    /// than `clients` when some were still connecting; not in the JSON).
+    #[serde(skip_serializing, default)]
+    pub connected: usize,
 }
 
 /// The client counts of the figure.
@@ -194,7 +200,14 @@ struct Counters {
 struct Shared {
     stop: AtomicBool,
     connected: AtomicI64,
+    /// Connects in flight: at most [`MAX_CONNECTING`], so that a burst of
+    /// thousands of SYNs does not overflow the server's SYN backlog (whose
+    /// drops cost the client seconds of retransmission back-off).
+    connecting: AtomicUsize,
 }
+
+/// Most connects in flight per load process.
+pub const MAX_CONNECTING: usize = 256;
 
 /// Runs closed-loop keep-alive clients in this process: `spec.clients`
 /// connections, one `GET` in flight each, on `spec.threads` duality loops.
@@ -211,6 +224,7 @@ pub fn load(spec: &LoadSpec) -> anyhow::Result<LoadResult> {
     let shared = Arc::new(Shared {
         stop: AtomicBool::new(false),
         connected: AtomicI64::new(0),
+        connecting: AtomicUsize::new(0),
     });
     let counters: Vec<Arc<Counters>> = (0..threads).map(|_| Arc::default()).collect();
     let mut loops = Vec::new();
@@ -266,7 +280,13 @@ pub fn load(spec: &LoadSpec) -> anyhow::Result<LoadResult> {
 async fn client(addr: SocketAddr, request: Arc<[u8]>, shared: Arc<Shared>, c: Arc<Counters>) {
     let mut buf = vec![0u8; 17 * 1024];
     while !shared.stop.load(Relaxed) {
-        let s = match duality_rt::net::TcpStream::connect(addr).await {
+        while shared.connecting.fetch_add(1, Relaxed) >= MAX_CONNECTING {
+            shared.connecting.fetch_sub(1, Relaxed);
+            duality_rt::time::sleep(Duration::from_millis(1)).await;
+        }
+        let s = duality_rt::net::TcpStream::connect(addr).await;
+        shared.connecting.fetch_sub(1, Relaxed);
+        let s = match s {
             Ok(s) => s,
             Err(_) => {
                 c.errors.fetch_add(1, Relaxed);
@@ -397,6 +417,8 @@ pub struct Experiment {
     pub client_threads: usize,
     /// Most clients one load process holds; above it, child processes.
     pub per_process: usize,
+    /// Measurements per point (the median is kept).
+    pub repeat: usize,
     /// Servers, in order.
     pub servers: Vec<ServerKind>,
     /// Workloads, in order.
@@ -726,8 +748,14 @@ impl Drop for ChildGuard {
     }
 }
 
-/// Runs the experiment: every server × workload × client count. `progress`
-/// sees each row as it is measured.
+/// Runs the experiment: every server × workload × client count.
+///
+/// Every server is started first and stays up; each point is then measured
+/// on each server in turn (rotating who goes first), `x.repeat` times, and
+/// the median by requests/s is kept. On a shared machine whose load drifts,
+/// this puts the peers' numbers for one point close together in time.
+/// `progress` sees each row as it is decided. Every server is stopped at the
+/// end, also on error.
 pub fn run(x: &Experiment, progress: &mut dyn FnMut(&HttpRow)) -> anyhow::Result<Vec<HttpRow>> {
     let fd_limit = raise_fd_limit();
     let files = TempDir::new("www")?;
@@ -735,7 +763,7 @@ pub fn run(x: &Experiment, progress: &mut dyn FnMut(&HttpRow)) -> anyhow::Result
     std::fs::set_permissions(&files.0, std::fs::Permissions::from_mode(0o755))?;
     write_workload_files(&files.0, &x.workloads)?;
     let max_clients = x.clients.iter().copied().max().unwrap_or(1);
-    let mut rows = Vec::new();
+    let mut servers: Vec<(String, RunningServer)> = Vec::new();
     for kind in &x.servers {
         let server = match kind {
             ServerKind::Duality { model, accept, .. } => {
@@ -746,24 +774,58 @@ pub fn run(x: &Experiment, progress: &mut dyn FnMut(&HttpRow)) -> anyhow::Result
                 RunningServer::nginx(nginx, &files.0, *workers, fd_limit)?
             }
         };
-        for w in &x.workloads {
-            for &clients in &x.clients {
-                let r = measure_point(x, server.addr, &format!("/{}", w.name), clients)?;
+        servers.push((kind.label(), server));
+    }
+    let repeat = x.repeat.max(1);
+    let mut rows = Vec::new();
+    for w in &x.workloads {
+        let path = format!("/{}", w.name);
+        for &clients in &x.clients {
+            let mut samples: Vec<Vec<LoadResult>> = vec![Vec::new(); servers.len()];
+            for rep in 0..repeat {
+                for k in 0..servers.len() {
+                    let i = (k + rep) % servers.len();
+                    let r = measure_point(x, servers[i].1.addr, &path, clients)?;
+                    if r.connected < clients {
+                        eprintln!(
+                            "{} {} x{clients}: only {} connections were open at the end of the window",
+                            servers[i].0, w.label, r.connected
+                        );
+                    }
+                    samples[i].push(r);
+                    // Let the server take down the connections just reset.
+                    std::thread::sleep(Duration::from_millis(50 + clients as u64 / 64));
+                }
+            }
+            for (i, (label, _)) in servers.iter().enumerate() {
+                let errors = samples[i].iter().map(|r| r.errors).sum();
+                let mut s = samples[i].clone();
+                s.sort_by(|a, b| rate(a).total_cmp(&rate(b)));
+                let m = &s[s.len() / 2];
                 let row = HttpRow {
-                    server: kind.label(),
+                    server: label.clone(),
                     file: w.label.clone(),
                     clients,
-                    requests_per_sec: r.requests as f64 / r.seconds,
-                    mbit_per_sec: r.body_bytes as f64 * 8.0 / 1e6 / r.seconds,
-                    errors: r.errors,
+                    requests_per_sec: rate(m),
+                    mbit_per_sec: m.body_bytes as f64 * 8.0 / 1e6 / m.seconds,
+                    errors,
+                    connected: m.connected,
                 };
                 progress(&row);
                 rows.push(row);
             }
         }
-        drop(server);
     }
+    drop(servers);
     Ok(rows)
+}
+
+fn rate(r: &LoadResult) -> f64 {
+    if r.seconds > 0.0 {
+        r.requests as f64 / r.seconds
+    } else {
+        0.0
+    }
 }
 
 /// The Markdown report: per workload, a requests/s table and a Mbit/s
@@ -823,6 +885,12 @@ pub fn table(rows: &[HttpRow]) -> String {
                                 if r.errors > 0 {
                                     cell.push_str(&format!(" ({} err)", r.errors));
                                 }
+                                if r.connected < r.clients {
+                                    cell.push_str(&format!(
+                                        " ({} open)",
+                                        crate::report::thousands(r.connected as f64)
+                                    ));
+                                }
                                 cell
                             },
                         ));
@@ -849,13 +917,14 @@ pub fn table(rows: &[HttpRow]) -> String {
     out
 }
 
-/// CSV: one line per row, with the error count.
+/// CSV: one line per row, with the error count and the connections open.
 pub fn csv(rows: &[HttpRow]) -> String {
-    let mut out = String::from("server,file,clients,requests_per_sec,mbit_per_sec,errors\n");
+    let mut out =
+        String::from("server,file,clients,requests_per_sec,mbit_per_sec,errors,connected\n");
     for r in rows {
         out.push_str(&format!(
-            "{},{},{},{:.1},{:.3},{}\n",
-            r.server, r.file, r.clients, r.requests_per_sec, r.mbit_per_sec, r.errors
+            "{},{},{},{:.1},{:.3},{},{}\n",
+            r.server, r.file, r.clients, r.requests_per_sec, r.mbit_per_sec, r.errors, r.connected
         ));
     }
     out
@@ -952,6 +1021,7 @@ mod tests {
             requests_per_sec: rps,
             mbit_per_sec: rps * 800.0 / 1e6,
             errors: 0,
+            connected: clients,
         };
         let rows = vec![
             row("duality-knot-c", 1, 1000.0),
@@ -965,7 +1035,7 @@ mod tests {
         assert!(t.contains("| 4 | 3,000 | 3,000 | 1.00 |"), "{t}");
         let c = csv(&rows);
         assert_eq!(c.lines().count(), 5);
-        assert!(c.contains("duality-knot-c,100B,1,1000.0,0.800,0"));
+        assert!(c.contains("duality-knot-c,100B,1,1000.0,0.800,0,1"));
         let json = crate::report::json(&rows);
         let v: serde_json::Value = serde_json::from_str(&json).unwrap();
         let mut keys: Vec<&String> = v[0].as_object().unwrap().keys().collect();

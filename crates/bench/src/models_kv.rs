@@ -201,25 +201,30 @@ pub fn run(
     Ok(rows)
 }
 
-/// The Markdown table: each row's throughput also as a ratio to `baseline`
-/// at the same client count (memcached with the most threads, when present).
+/// The Markdown table: each row's throughput also as a ratio to a memcached
+/// peer at the same client count — the one with the same thread count in the
+/// threads experiment, otherwise the one with the most threads.
 pub fn table(rows: &[KvRow]) -> String {
-    let baseline = rows
+    let by_threads = rows.iter().any(|r| r.threads > 0);
+    let largest = rows
         .iter()
         .filter(|r| r.server.starts_with("memcached"))
         .map(|r| r.server.clone())
         .max();
+    let peer = |r: &KvRow| -> Option<&KvRow> {
+        rows.iter().find(|x| {
+            x.server.starts_with("memcached")
+                && x.clients == r.clients
+                && if by_threads {
+                    x.threads == r.threads
+                } else {
+                    Some(&x.server) == largest.as_ref()
+                }
+        })
+    };
     let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
-            let base = baseline.as_ref().and_then(|b| {
-                rows.iter()
-                    .find(|x| &x.server == b && x.clients == r.clients && x.threads == r.threads)
-                    .or_else(|| {
-                        rows.iter()
-                            .find(|x| &x.server == b && x.clients == r.clients)
-                    })
-            });
             vec![
                 r.server.clone(),
                 r.clients.to_string(),
@@ -228,7 +233,8 @@ pub fn table(rows: &[KvRow]) -> String {
                     crate::report::thousands(r.tps_mean),
                     crate::report::thousands(r.tps_sd)
                 ),
-                base.map(|b| format!("{:.2}", r.tps_mean / b.tps_mean.max(1e-9)))
+                peer(r)
+                    .map(|b| format!("{:.2}", r.tps_mean / b.tps_mean.max(1e-9)))
                     .unwrap_or_else(|| "-".into()),
                 r.p50_us.to_string(),
                 r.p99_us.to_string(),
@@ -246,9 +252,10 @@ pub fn table(rows: &[KvRow]) -> String {
             ]
         })
         .collect();
-    let vs = match &baseline {
-        Some(b) => format!("vs {b}"),
-        None => "vs memcached".into(),
+    let vs = match (&largest, by_threads) {
+        (_, true) => "vs memcached, same threads".to_string(),
+        (Some(b), false) => format!("vs {b}"),
+        (None, false) => "vs memcached".into(),
     };
     crate::report::markdown_table(
         &[
@@ -388,6 +395,21 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("(saturated)"));
+    }
+
+    #[test]
+    fn threads_table_compares_at_the_same_thread_count() {
+        let mut a = row("duality symped:1", 120, 90.0);
+        a.threads = 1;
+        let mut b = row("memcached -t 1", 120, 100.0);
+        b.threads = 1;
+        let mut c = row("memcached -t 2", 120, 300.0);
+        c.threads = 2;
+        let t = table(&[a, b, c]);
+        assert!(
+            t.contains("| duality symped:1 | 120 | 90 ± 1 | 0.90 |"),
+            "{t}"
+        );
     }
 
     #[test]

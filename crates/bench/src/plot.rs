@@ -97,6 +97,20 @@ pub fn line_chart(
     Ok((png, svg))
 }
 
+/// Line colours, in series order (Tableau 10: distinct, readable on white).
+const COLORS: [RGBColor; 10] = [
+    RGBColor(0x1f, 0x77, 0xb4),
+    RGBColor(0xd6, 0x27, 0x28),
+    RGBColor(0x2c, 0xa0, 0x2c),
+    RGBColor(0xff, 0x7f, 0x0e),
+    RGBColor(0x94, 0x67, 0xbd),
+    RGBColor(0x8c, 0x56, 0x4b),
+    RGBColor(0xe3, 0x77, 0xc2),
+    RGBColor(0x7f, 0x7f, 0x7f),
+    RGBColor(0xbc, 0xbd, 0x22),
+    RGBColor(0x17, 0xbe, 0xcf),
+];
+
 struct Spec<'a> {
     title: &'a str,
     x_label: &'a str,
@@ -161,7 +175,7 @@ where
     XC: Ranged<ValueType = f64> + ValueFormatter<f64>,
 {
     for (i, (name, points)) in s.series.iter().enumerate() {
-        let color = Palette99::pick(i).to_rgba();
+        let color = COLORS[i % COLORS.len()].to_rgba();
         chart
             .draw_series(LineSeries::new(
                 points.iter().copied(),

@@ -33,9 +33,11 @@ pub fn median(xs: &[f64]) -> f64 {
     }
 }
 
-/// A latency histogram in microseconds (1 µs to 100 s, 3 significant digits).
+/// A latency histogram in microseconds (1 µs to 100 s, 2 significant
+/// digits: 1% resolution, a few KiB per histogram — every client connection
+/// keeps one per window).
 pub fn latency_histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 100_000_000, 3).expect("valid bounds")
+    Histogram::new_with_bounds(1, 100_000_000, 2).expect("valid bounds")
 }
 
 /// Records a latency, clamped into the histogram's range.
@@ -105,9 +107,10 @@ mod tests {
             record(&mut h, Duration::from_micros(us));
         }
         let p = Percentiles::of(&h);
+        // Two significant digits: within 1% of the exact value.
         assert!((495..=505).contains(&p.p50_us), "{p:?}");
-        assert!((985..=995).contains(&p.p99_us), "{p:?}");
-        assert_eq!(p.max_us, 1000);
+        assert!((980..=1000).contains(&p.p99_us), "{p:?}");
+        assert!((990..=1010).contains(&p.max_us), "{p:?}");
         // Out-of-range values are clamped, not lost.
         record(&mut h, Duration::from_secs(1000));
         assert_eq!(h.len(), 1001);
