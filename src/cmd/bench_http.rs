@@ -23,9 +23,12 @@ pub struct HttpBenchArgs {
     /// nginx-1w, nginx-2w (default: all).
     #[arg(long, value_delimiter = ',')]
     servers: Vec<String>,
-    /// Load-generator event-loop threads per process.
-    #[arg(long, default_value_t = 1)]
-    client_threads: usize,
+    /// Measurements per point, servers taking turns; the median is kept.
+    #[arg(long, default_value_t = 3)]
+    repeat: usize,
+    /// Load-generator event-loop threads per process (default: one per core).
+    #[arg(long)]
+    client_threads: Option<usize>,
     /// Most client connections per load process (default: the file limit
     /// less a margin); above it, the load is split over child processes.
     #[arg(long)]
@@ -33,7 +36,7 @@ pub struct HttpBenchArgs {
     /// Results directory (default results/http-<unix time>).
     #[arg(long)]
     out: Option<PathBuf>,
-    /// A short run: 1, 16 and 256 clients, 0.5 s per point.
+    /// A short run: 1, 16 and 256 clients, 0.5 s per point, no repetition.
     #[arg(long)]
     quick: bool,
     /// Print a JSON array instead of a Markdown table.
@@ -71,11 +74,15 @@ pub fn run(a: HttpBenchArgs) -> anyhow::Result<()> {
     let cap = fd_limit
         .saturating_sub(http::FD_MARGIN)
         .min(*http::DEFAULT_CLIENTS.last().unwrap_or(&16384));
-    let (mut clients, seconds, warmup) = if a.quick {
-        (vec![1, 16, 256], 0.5, 0.2)
+    let (mut clients, seconds, warmup, repeat) = if a.quick {
+        (vec![1, 16, 256], 0.5, 0.2, 1)
     } else {
-        (a.clients.clone(), a.seconds, a.warmup)
+        (a.clients.clone(), a.seconds, a.warmup, a.repeat.max(1))
     };
+    let client_threads = a
+        .client_threads
+        .unwrap_or_else(duality_models::cores)
+        .max(1);
     if clients.is_empty() {
         clients = http::DEFAULT_CLIENTS.to_vec();
     }
@@ -139,8 +146,9 @@ pub fn run(a: HttpBenchArgs) -> anyhow::Result<()> {
         clients,
         seconds,
         warmup,
-        client_threads: a.client_threads.max(1),
+        client_threads,
         per_process,
+        repeat,
         servers,
         workloads: http::default_workloads(),
         nginx,
@@ -172,7 +180,8 @@ pub fn run(a: HttpBenchArgs) -> anyhow::Result<()> {
     let json = duality_bench::report::json(&rows);
     let mut md = String::from("# duality bench http\n\n");
     md.push_str(&format!(
-        "{} cores; file limit {fd_limit} per process; {seconds} s per point after {warmup} s of warm-up; \
+        "{} cores; file limit {fd_limit} per process; {seconds} s per point after {warmup} s of warm-up, \
+         median of {repeat} (servers taking turns); \
          load generator: {} loop thread(s) per process, at most {per_process} clients per process; \
          nginx: {}; took {:.0} s.\n",
         duality_models::cores(),
@@ -213,7 +222,7 @@ fn child(a: &HttpBenchArgs) -> anyhow::Result<()> {
         addr,
         path,
         clients,
-        threads: a.client_threads.max(1),
+        threads: a.client_threads.unwrap_or(1).max(1),
         warmup: Duration::from_secs_f64(a.warmup),
         measure: Duration::from_secs_f64(a.seconds),
     };

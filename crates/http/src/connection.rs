@@ -77,7 +77,11 @@ pub async fn serve_conn(conn: Conn, state: Arc<HttpState>) {
     };
     if conn.is_blocking() {
         let c = &state.cfg;
-        sys::set_blocking_timeouts(conn.as_raw_fd(), c.idle_timeout, c.write_timeout);
+        sys::set_blocking_timeouts(
+            conn.as_raw_fd(),
+            Some(c.idle_timeout),
+            Some(c.write_timeout),
+        );
     }
     let mut c = Connection {
         conn,
@@ -190,8 +194,7 @@ impl Connection {
     /// Reads into `buf`, waiting at most `wait`; `TimedOut` after that.
     async fn read_for(&mut self, wait: Duration, buf: &mut [u8]) -> io::Result<usize> {
         if self.conn.is_blocking() {
-            let c = &self.state.cfg;
-            sys::set_blocking_timeouts(self.conn.as_raw_fd(), wait, c.write_timeout);
+            sys::set_blocking_timeouts(self.conn.as_raw_fd(), Some(wait), None);
             return match self.conn.read(buf).await {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => Err(timed_out()),
                 r => r,

@@ -16,7 +16,7 @@
 //! | [`mod@file`] | [`FileMeta`] (validators), [`ETag`], [`file::open`] |
 //! | [`date`] | [`DateCache`]: the `Date` field, formatted at most once per second |
 //! | [`status`] | [`Status`], [`HttpError`] (status + whether to close) |
-//! | [`server`] | [`HttpConfig`], [`HttpState`] (root, page cache, fresh index, access log), [`serve`](server::serve) |
+//! | [`server`] | [`HttpConfig`], [`HttpState`] (root, page cache, fresh index, access log), [`serve`] |
 //! | `connection` | [`serve_conn`]: one connection in thread style: timeouts, pipelining, the blocking pool, `sendfile` |
 //! | `sys` | `sendfile(2)` and blocking-socket timeouts: the crate's only `unsafe` |
 //!

@@ -15,7 +15,7 @@
 //! - `root`, `cfg`: read-only after start-up.
 //! - `cache` ([`PageCache`]): whole small files, bounded in bytes; filled on
 //!   the blocking pool, read on the loops; its own shard locks.
-//! - `fresh` ([`FreshIndex`]): URL path → canonical path, validators and
+//! - `fresh` (`FreshIndex`): URL path → canonical path, validators and
 //!   type, as the last `stat` on the blocking pool found them. A hit younger
 //!   than [`HttpConfig::revalidate`] is answered on the loop without any
 //!   system call; an older one goes back to the pool, whose `stat` drops a

@@ -35,12 +35,18 @@ pub(crate) fn sendfile(
     Ok(n as usize)
 }
 
-/// Sets `SO_RCVTIMEO` and `SO_SNDTIMEO` of a blocking socket, so that a
-/// blocking read or write gives up with `WouldBlock` after them (the timers
-/// of an event loop cannot interrupt a blocked thread). A zero duration
-/// would mean "forever" to the kernel: it is raised to 1 ms.
-pub(crate) fn set_blocking_timeouts(socket: RawFd, read: Duration, write: Duration) {
-    for (opt, d) in [(libc::SO_RCVTIMEO, read), (libc::SO_SNDTIMEO, write)] {
+/// Sets `SO_RCVTIMEO` (`read`) and `SO_SNDTIMEO` (`write`) of a blocking
+/// socket, those given, so that a blocking read or write gives up with
+/// `WouldBlock` after them (the timers of an event loop cannot interrupt a
+/// blocked thread). A zero duration would mean "forever" to the kernel: it
+/// is raised to 1 ms.
+pub(crate) fn set_blocking_timeouts(
+    socket: RawFd,
+    read: Option<Duration>,
+    write: Option<Duration>,
+) {
+    let given = [(libc::SO_RCVTIMEO, read), (libc::SO_SNDTIMEO, write)];
+    for (opt, d) in given.into_iter().filter_map(|(o, d)| Some((o, d?))) {
         let d = d.max(Duration::from_millis(1));
         let tv = libc::timeval {
             tv_sec: d.as_secs().min(i32::MAX as u64) as libc::time_t,

@@ -243,7 +243,11 @@ impl Client {
                 n
             }
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => 0,
-            Err(e) => panic!("read failed: {e}"),
+            Err(e) => panic!(
+                "read failed: {e} local {:?} peer {:?}",
+                self.stream.local_addr(),
+                self.stream.peer_addr()
+            ),
         }
     }
 
@@ -256,8 +260,10 @@ impl Client {
             }
             assert!(
                 self.fill() > 0,
-                "connection closed before a complete head: {:?}",
-                String::from_utf8_lossy(&self.buf)
+                "connection closed before a complete head: {:?} local {:?} peer {:?}",
+                String::from_utf8_lossy(&self.buf),
+                self.stream.local_addr(),
+                self.stream.peer_addr()
             );
         };
         let head = String::from_utf8(self.buf[..end].to_vec()).expect("head is UTF-8");

@@ -687,13 +687,15 @@ impl LoopThread {
     }
 
     fn stop_and_join(&mut self) -> io::Result<()> {
+        // Only while the thread runs: once it has ended, its `Shared` is back
+        // in the registry and may already belong to another loop, which a
+        // second `stop` (from `Drop` after `join`) would stop.
+        let Some(t) = self.thread.take() else {
+            return Ok(());
+        };
         self.handle.stop();
-        match self.thread.take() {
-            Some(t) => t
-                .join()
-                .map_err(|_| io::Error::other("loop thread panicked"))?,
-            None => Ok(()),
-        }
+        t.join()
+            .map_err(|_| io::Error::other("loop thread panicked"))?
     }
 }
 
