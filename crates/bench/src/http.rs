@@ -750,7 +750,8 @@ impl Drop for ChildGuard {
 
 /// Runs the experiment: every server × workload × client count.
 ///
-/// Every server is started first and stays up; each point is then measured
+/// Every server is started first, warmed up (half a second of 16 clients
+/// per workload, not reported), and stays up; each point is then measured
 /// on each server in turn (rotating who goes first), `x.repeat` times, and
 /// the median by requests/s is kept. On a shared machine whose load drifts,
 /// this puts the peers' numbers for one point close together in time.
@@ -775,6 +776,18 @@ pub fn run(x: &Experiment, progress: &mut dyn FnMut(&HttpRow)) -> anyhow::Result
             }
         };
         servers.push((kind.label(), server));
+    }
+    // A throwaway round first, so that no server's first point pays for
+    // cold caches (its page cache, the kernel's, the CPUs' clocks).
+    let warm = Experiment {
+        seconds: 0.5,
+        warmup: 0.0,
+        ..x.clone()
+    };
+    for (_, server) in &servers {
+        for w in &x.workloads {
+            measure_point(&warm, server.addr, &format!("/{}", w.name), 16)?;
+        }
     }
     let repeat = x.repeat.max(1);
     let mut rows = Vec::new();
