@@ -35,7 +35,7 @@ use std::io;
 use std::marker::PhantomData;
 use std::panic::Location;
 use std::pin::pin;
-use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, SeqCst};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
@@ -423,13 +423,16 @@ pub(crate) fn current_reactor() -> Option<Arc<ReactorShared>> {
 
 /// The handle of the loop running on this thread, if any.
 pub fn current() -> Option<LoopHandle> {
-    with_current(|cur| cur.map(|l| LoopHandle { shared: l.shared }))
+    with_current(|cur| cur.map(|l| LoopHandle::of(l.shared)))
 }
 
 /// A cheap, `Send` handle to a loop: spawn onto it, read its numbers, stop it.
 #[derive(Clone, Copy)]
 pub struct LoopHandle {
     shared: &'static Shared,
+    /// The slot's generation when the handle was made: `stop` on a handle
+    /// whose loop has ended is a no-op even if its slot was reused.
+    generation: u32,
 }
 
 impl std::fmt::Debug for LoopHandle {
@@ -439,6 +442,18 @@ impl std::fmt::Debug for LoopHandle {
 }
 
 impl LoopHandle {
+    fn of(shared: &'static Shared) -> LoopHandle {
+        LoopHandle {
+            shared,
+            generation: shared.generation.load(Acquire),
+        }
+    }
+
+    /// False once the loop has ended (its slot may then serve another loop).
+    pub fn is_current(&self) -> bool {
+        self.shared.generation.load(Acquire) == self.generation
+    }
+
     /// The loop's id (unique among live loops).
     pub fn id(&self) -> u16 {
         self.shared.id
@@ -458,6 +473,9 @@ impl LoopHandle {
 
     /// Asks the loop to return from `run` (used by [`LoopThread`]).
     pub fn stop(&self) {
+        if !self.is_current() {
+            return;
+        }
         self.shared.stop.store(true, SeqCst);
         self.shared.notify();
     }
@@ -560,7 +578,7 @@ impl EventLoop {
         shared.tid.store(crate::stats::current_tid(), Relaxed);
         let now = Instant::now();
         if let Some(g) = &config.work_group {
-            g.join(LoopHandle { shared });
+            g.join(LoopHandle::of(shared));
         }
         Ok(EventLoop {
             local: Box::new(Local {
@@ -579,9 +597,7 @@ impl EventLoop {
 
     /// A handle other threads can use.
     pub fn handle(&self) -> LoopHandle {
-        LoopHandle {
-            shared: self.local.shared,
-        }
+        LoopHandle::of(self.local.shared)
     }
 
     /// Runs the loop until `future` completes; spawned tasks keep running

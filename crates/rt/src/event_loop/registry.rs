@@ -55,6 +55,9 @@ pub(crate) struct SharedStats {
 
 pub(crate) struct Shared {
     pub(crate) id: u16,
+    /// Bumped each time the slot is reused, so a handle to an ended loop
+    /// cannot act on the loop that took its slot.
+    pub(crate) generation: std::sync::atomic::AtomicU32,
     pub(crate) handoff: HandoffQueue,
     /// Whether the loop is (about to be) blocked in `epoll_wait`.
     sleep: SleepGate,
@@ -77,6 +80,7 @@ impl Shared {
     fn new(id: u16) -> io::Result<Shared> {
         Ok(Shared {
             id,
+            generation: std::sync::atomic::AtomicU32::new(0),
             handoff: HandoffQueue::new(),
             sleep: SleepGate::new(),
             main_woken: AtomicBool::new(false),
@@ -234,6 +238,8 @@ pub(crate) fn acquire() -> io::Result<&'static Shared> {
 
 /// Returns a slot after its loop ended.
 pub(crate) fn release(shared: &'static Shared) {
+    // A new generation first: from here on, handles to the ended loop are no-ops.
+    shared.generation.fetch_add(1, Ordering::AcqRel);
     SLOTS[shared.id as usize].store(std::ptr::null_mut(), Ordering::Release);
     shared.handoff.clear();
     lock_std(&POOL).free.push(shared);
