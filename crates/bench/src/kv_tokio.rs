@@ -4,7 +4,8 @@
 //! locks keep it consistent), as `symped` does on duality.
 
 use duality_kv::{
-    execute, execute_error, parse, Flow, Limits, ParseError, SimpleContext, Store, StoreConfig,
+    execute, execute_error, parse, Cursor, Flow, Limits, ParseError, SimpleContext, Store,
+    StoreConfig,
 };
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -70,13 +71,12 @@ async fn conn<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, store: Arc<Store>) {
     let limits = Limits::default();
     let mut rbuf: Vec<u8> = Vec::with_capacity(16 * 1024);
     let mut out = Vec::with_capacity(16 * 1024);
-    let mut start = 0;
-    let mut swallow = 0usize;
+    let mut cur = Cursor::default();
     let started = now();
     loop {
-        if start > 0 {
-            rbuf.drain(..start);
-            start = 0;
+        if cur.start > 0 {
+            rbuf.drain(..cur.start);
+            cur.start = 0;
         }
         rbuf.reserve(16 * 1024);
         let n = match s.read_buf(&mut rbuf).await {
@@ -89,31 +89,16 @@ async fn conn<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, store: Arc<Store>) {
             started,
         };
         let mut close = false;
-        loop {
-            if swallow > 0 {
-                let skip = swallow.min(rbuf.len() - start);
-                start += skip;
-                swallow -= skip;
-                if swallow > 0 {
-                    break;
-                }
-            }
-            let buf = &rbuf[start..];
-            if buf.is_empty() {
-                break;
-            }
+        while let Some(buf) = cur.rest(&rbuf) {
             match parse(buf, &limits) {
                 Ok((req, used)) => {
                     close = execute(&req, &store, &ctx, &mut out) == Flow::Close;
-                    start += used;
+                    cur.advance(used);
                 }
                 Err(ParseError::Incomplete) => break,
                 Err(e) => {
                     close = execute_error(&e, &store, &ctx, &mut out) == Flow::Close;
-                    let consumed = e.consumed().unwrap_or(buf.len());
-                    let here = consumed.min(buf.len());
-                    start += here;
-                    swallow = consumed - here;
+                    cur.skip_error(&e, buf.len());
                 }
             }
             if close {

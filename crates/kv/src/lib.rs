@@ -107,7 +107,8 @@ pub use command::{
     SimpleContext, DEFAULT_VERSION,
 };
 pub use protocol::{
-    parse, ArithOp, Limits, MetaFlags, ParseError, Request, StoreCommand, Tokens, KEY_MAX_LENGTH,
+    parse, ArithOp, Cursor, Limits, MetaFlags, ParseError, Request, StoreCommand, Tokens,
+    KEY_MAX_LENGTH,
 };
 pub use store::{
     expiry, Counter, Entry, Item, Lookup, Stats, Store, StoreConfig, Time, ITEM_OVERHEAD,

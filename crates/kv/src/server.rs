@@ -22,7 +22,7 @@
 //! cannot cross threads).
 
 use crate::{
-    execute, execute_error, parse, request_shard, ExecContext, Flow, Limits, ParseError,
+    execute, execute_error, parse, request_shard, Cursor, ExecContext, Flow, Limits, ParseError,
     ServerStats, Store, StoreConfig, Time,
 };
 use duality_models::{Conn, Payload, StatsHandle};
@@ -212,15 +212,14 @@ const READ_CHUNK: usize = 16 * 1024;
 /// Serves one connection until it closes (or the server shuts down between requests).
 pub async fn serve_conn(mut conn: Conn, payload: Payload, state: Arc<KvState>) {
     let mut rbuf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
-    let mut start = 0; // parsed up to here
-    let mut swallow = 0usize; // bytes of a refused value still to discard
+    let mut cur = Cursor::default();
     let mut out: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     let max_buffer = state.limits.max_item_size + state.limits.max_get_line + 2;
     loop {
         // Make room: drop what was parsed, keep a partial request.
-        if start > 0 {
-            rbuf.drain(..start);
-            start = 0;
+        if cur.start > 0 {
+            rbuf.drain(..cur.start);
+            cur.start = 0;
         }
         let have = rbuf.len();
         if rbuf.capacity() - have < READ_CHUNK {
@@ -228,7 +227,7 @@ pub async fn serve_conn(mut conn: Conn, payload: Payload, state: Arc<KvState>) {
         }
         let cap = rbuf.capacity().min(max_buffer.max(have + READ_CHUNK));
         rbuf.resize(cap, 0);
-        conn.set_mid_request(have > 0 || swallow > 0);
+        conn.set_mid_request(cur.mid_request(have));
         let n = match conn.read(&mut rbuf[have..]).await {
             Ok(0) | Err(_) => return,
             Ok(n) => n,
@@ -238,19 +237,7 @@ pub async fn serve_conn(mut conn: Conn, payload: Payload, state: Arc<KvState>) {
 
         let mut close = false;
         let ctx = state.ctx();
-        loop {
-            if swallow > 0 {
-                let skip = swallow.min(rbuf.len() - start);
-                start += skip;
-                swallow -= skip;
-                if swallow > 0 {
-                    break;
-                }
-            }
-            let buf = &rbuf[start..];
-            if buf.is_empty() {
-                break;
-            }
+        while let Some(buf) = cur.rest(&rbuf) {
             match parse(buf, &state.limits) {
                 Ok((req, used)) => {
                     let color = request_shard(&req, &state.store).unwrap_or(0) as u64;
@@ -279,14 +266,14 @@ pub async fn serve_conn(mut conn: Conn, payload: Payload, state: Arc<KvState>) {
                             flow
                         }
                     };
-                    start += used;
+                    cur.advance(used);
                     if flow == Flow::Close {
                         close = true;
                         break;
                     }
                 }
                 Err(ParseError::Incomplete) => {
-                    if rbuf.len() - start >= max_buffer {
+                    if rbuf.len() - cur.start >= max_buffer {
                         // Cannot happen with a correct parser (it reports
                         // LineTooLong / TooLarge first); never grow past the bound.
                         out.extend_from_slice(b"SERVER_ERROR request too large\r\n");
@@ -296,10 +283,7 @@ pub async fn serve_conn(mut conn: Conn, payload: Payload, state: Arc<KvState>) {
                 }
                 Err(e) => {
                     let flow = execute_error(&e, &state.store, &ctx, &mut out);
-                    let consumed = e.consumed().unwrap_or(buf.len());
-                    let here = consumed.min(buf.len());
-                    start += here;
-                    swallow = consumed - here;
+                    cur.skip_error(&e, buf.len());
                     if flow == Flow::Close {
                         close = true;
                         break;
@@ -318,11 +302,11 @@ pub async fn serve_conn(mut conn: Conn, payload: Payload, state: Arc<KvState>) {
             return;
         }
         // Shrink a buffer that grew for one large value.
-        if rbuf.capacity() > 4 * READ_CHUNK && rbuf.len() - start < READ_CHUNK {
-            let rest = rbuf[start..].to_vec();
+        if rbuf.capacity() > 4 * READ_CHUNK && rbuf.len() - cur.start < READ_CHUNK {
+            let rest = rbuf[cur.start..].to_vec();
             rbuf = Vec::with_capacity(READ_CHUNK);
             rbuf.extend_from_slice(&rest);
-            start = 0;
+            cur.start = 0;
         }
     }
 }

@@ -15,9 +15,11 @@
 //! odd (extra tokens after a command's arguments) so does this parser; the
 //! deviations are listed on [`parse`].
 
+mod cursor;
 mod encode;
 mod meta;
 
+pub use cursor::Cursor;
 pub use meta::{MetaFlags, META_MAX_FLAGS};
 
 use crate::base64;
