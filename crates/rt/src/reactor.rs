@@ -10,6 +10,13 @@
 //! task that saw "readable" at tick t and then got `WouldBlock` clears the bit
 //! only if the tick is still t: an event that arrived in between is never lost.
 //!
+//! Sockets are registered for reading only; write interest is added the
+//! first time a task must wait to write (a full socket buffer, a connect in
+//! progress) and kept from then on. Registering both from the start would
+//! wake a sleeping loop every time its peer consumes data (the kernel
+//! signals "writable" to every waiter on each freed buffer), one useless
+//! wake-up per request on a request/response connection.
+//!
 //! The source table is behind a mutex taken once per batch of events (and on
 //! register/deregister), so an I/O object may be dropped on any thread.
 
@@ -19,7 +26,8 @@ use mio::event::Source;
 use mio::{Events, Interest, Poll as MioPoll, Registry, Token};
 use std::cell::RefCell;
 use std::io;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -201,20 +209,25 @@ impl Reactor {
 pub(crate) struct Registration {
     io: Arc<IoShared>,
     reactor: Arc<ReactorShared>,
+    /// The registered descriptor, for adding write interest later.
+    fd: RawFd,
+    /// Whether epoll also reports writability for this source.
+    write_armed: AtomicBool,
 }
 
 impl Registration {
-    /// Registers `source` with the current thread's loop.
-    pub(crate) fn new(source: &mut impl Source, interest: Interest) -> io::Result<Registration> {
+    /// Registers `source` (whose descriptor is `fd`) with the current
+    /// thread's loop, for readability; write interest is added on demand.
+    pub(crate) fn new(source: &mut impl Source, fd: RawFd) -> io::Result<Registration> {
         let reactor = crate::event_loop::current_reactor().ok_or_else(|| {
             io::Error::other("duality I/O objects must be created on a duality event loop")
         })?;
-        Registration::with_reactor(source, interest, reactor)
+        Registration::with_reactor(source, fd, reactor)
     }
 
     fn with_reactor(
         source: &mut impl Source,
-        interest: Interest,
+        fd: RawFd,
         reactor: Arc<ReactorShared>,
     ) -> io::Result<Registration> {
         let io = Arc::new(IoShared {
@@ -241,18 +254,56 @@ impl Registration {
             ((gen as usize) << 32) | slot
         };
         io.token.store(token, Ordering::Relaxed);
-        if let Err(e) = reactor.registry.register(source, Token(token), interest) {
+        if let Err(e) = reactor
+            .registry
+            .register(source, Token(token), Interest::READABLE)
+        {
             remove(&reactor, token);
             return Err(e);
         }
-        Ok(Registration { io, reactor })
+        Ok(Registration {
+            io,
+            reactor,
+            fd,
+            write_armed: AtomicBool::new(false),
+        })
     }
 
-    /// Ready in `dir`? Registers the waker when not.
-    pub(crate) fn poll_ready(&self, dir: Direction, cx: &mut Context<'_>) -> Poll<ReadyEvent> {
+    /// Adds write interest (once). Called with the WRITABLE bit already
+    /// cleared, so the event epoll reports for a socket that is writable at
+    /// the time of the change sets it again: no edge is lost.
+    fn arm_writable(&self) -> io::Result<()> {
+        if self.write_armed.load(Ordering::Relaxed) || self.write_armed.swap(true, Ordering::AcqRel)
+        {
+            return Ok(());
+        }
+        let token = Token(self.io.token.load(Ordering::Relaxed));
+        let r = self.reactor.registry.reregister(
+            &mut mio::unix::SourceFd(&self.fd),
+            token,
+            Interest::READABLE | Interest::WRITABLE,
+        );
+        if r.is_err() {
+            self.write_armed.store(false, Ordering::Release);
+        }
+        r
+    }
+
+    /// Ready in `dir`? Registers the waker when not. An error only when
+    /// write interest could not be added.
+    pub(crate) fn poll_ready(
+        &self,
+        dir: Direction,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<ReadyEvent>> {
         let word = self.io.readiness.load(Ordering::Acquire);
         if word & dir.mask() != 0 {
-            return Poll::Ready(ReadyEvent { word });
+            return Poll::Ready(Ok(ReadyEvent { word }));
+        }
+        if dir == Direction::Write {
+            if let Err(e) = self.arm_writable() {
+                return Poll::Ready(Err(e));
+            }
         }
         match dir {
             Direction::Read => self.io.reader.register(cx.waker()),
@@ -261,7 +312,7 @@ impl Registration {
         // An event may have landed between the check and the registration.
         let word = self.io.readiness.load(Ordering::Acquire);
         if word & dir.mask() != 0 {
-            return Poll::Ready(ReadyEvent { word });
+            return Poll::Ready(Ok(ReadyEvent { word }));
         }
         Poll::Pending
     }
@@ -289,7 +340,8 @@ impl Registration {
     ) -> Poll<io::Result<R>> {
         loop {
             let ev = match self.poll_ready(dir, cx) {
-                Poll::Ready(ev) => ev,
+                Poll::Ready(Ok(ev)) => ev,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Pending => return Poll::Pending,
             };
             match f() {

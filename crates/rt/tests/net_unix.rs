@@ -108,3 +108,31 @@ fn connecting_to_a_missing_path_fails() {
         assert!(UnixStream::connect(&path.0).await.is_err());
     });
 }
+
+/// The peer consuming what we wrote must not wake our loop: sockets watch
+/// writability only after a write had to wait (one useless wake-up per
+/// request otherwise).
+#[test]
+fn a_peer_reading_our_data_does_not_wake_the_loop() {
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    let reader = std::thread::spawn(move || {
+        use std::io::Read;
+        let mut theirs = theirs;
+        let mut buf = [0u8; 16];
+        theirs.read_exact(&mut buf).unwrap();
+        (buf, theirs) // kept open: its close would be a (real) event
+    });
+    let events = block_on(async move {
+        let s = UnixStream::from_std(ours).unwrap();
+        let me = duality_rt::event_loop::current().unwrap();
+        let before = me.snapshot().io_events;
+        s.write_all(&[9u8; 16]).await.unwrap();
+        // The reader takes the bytes while this loop sleeps.
+        duality_rt::time::sleep(std::time::Duration::from_millis(200)).await;
+        let after = me.snapshot().io_events;
+        drop(s);
+        after - before
+    });
+    assert_eq!(reader.join().unwrap().0, [9u8; 16]);
+    assert_eq!(events, 0, "the loop was woken by its peer's read");
+}

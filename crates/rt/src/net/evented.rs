@@ -2,9 +2,9 @@
 
 use crate::reactor::{Direction, Registration};
 use mio::event::Source;
-use mio::Interest;
 use std::future::poll_fn;
 use std::io;
+use std::os::fd::AsRawFd;
 use std::sync::Mutex;
 use std::task::{Context, Poll};
 use std::time::Instant;
@@ -17,8 +17,12 @@ pub(crate) struct Evented<S: Source> {
 }
 
 impl<S: Source> Evented<S> {
-    pub(crate) fn new(mut source: S) -> io::Result<Evented<S>> {
-        let reg = Registration::new(&mut source, Interest::READABLE | Interest::WRITABLE)?;
+    pub(crate) fn new(mut source: S) -> io::Result<Evented<S>>
+    where
+        S: AsRawFd,
+    {
+        let fd = source.as_raw_fd();
+        let reg = Registration::new(&mut source, fd)?;
         Ok(Evented {
             source,
             reg,
@@ -55,8 +59,10 @@ impl<S: Source> Evented<S> {
         self.reg.poll_io(dir, cx, || f(&self.source))
     }
 
-    pub(crate) async fn ready(&self, dir: Direction) {
-        poll_fn(|cx| self.reg.poll_ready(dir, cx).map(|_| ())).await
+    /// Waits for readiness in `dir`; an error if the reactor refused to
+    /// watch it.
+    pub(crate) async fn ready(&self, dir: Direction) -> io::Result<()> {
+        poll_fn(|cx| self.reg.poll_ready(dir, cx).map(|r| r.map(|_| ()))).await
     }
 }
 
@@ -142,13 +148,11 @@ macro_rules! stream_methods {
             }
             /// Waits until the socket is readable (or closed).
             pub async fn readable(&self) -> io::Result<()> {
-                self.io.ready(crate::reactor::Direction::Read).await;
-                Ok(())
+                self.io.ready(crate::reactor::Direction::Read).await
             }
             /// Waits until the socket is writable (or closed).
             pub async fn writable(&self) -> io::Result<()> {
-                self.io.ready(crate::reactor::Direction::Write).await;
-                Ok(())
+                self.io.ready(crate::reactor::Direction::Write).await
             }
             /// Polls a read (the building block of `AsyncRead`).
             pub fn poll_read(

@@ -56,7 +56,7 @@ impl UnixStream {
         let stream = UnixStream {
             io: Evented::new(mio::net::UnixStream::connect(path)?)?,
         };
-        stream.io.ready(Dir::Write).await;
+        stream.io.ready(Dir::Write).await?;
         if let Some(e) = stream.io.get_ref().take_error()? {
             return Err(e);
         }
