@@ -262,7 +262,7 @@ impl Local {
                 at.saturating_duration_since(Instant::now())
             })
         };
-        if timeout != Some(Duration::ZERO) && self.wait_for_remote_answer() {
+        if timeout != Some(Duration::ZERO) && self.wait_for_remote_answer()? {
             timeout = Some(Duration::ZERO);
         }
         let sleeping = timeout != Some(Duration::ZERO);
@@ -273,7 +273,15 @@ impl Local {
         if sleeping {
             self.shared.after_sleep();
         }
-        let (events, woke) = polled?;
+        self.dispatched(polled?);
+        self.fire_timers();
+        self.drain_handoff();
+        self.publish();
+        Ok(())
+    }
+
+    /// Books a reactor poll's (events, wake fd fired) result.
+    fn dispatched(&self, (events, woke): (usize, bool)) {
         if woke {
             self.shared.clear_wake_fd();
         }
@@ -283,30 +291,32 @@ impl Local {
                 .io_events
                 .fetch_add(events as u64, Relaxed);
         }
-        self.fire_timers();
-        self.drain_handoff();
-        self.publish();
-        Ok(())
     }
 
     /// Before sleeping: if a task of ours waits for an answer from another
-    /// thread (a payload hand-off), wait for it briefly, yielding the core,
-    /// instead of sleeping in epoll and being woken through the eventfd —
-    /// a wake-up costs far more than the answer usually takes. True if work
-    /// arrived.
-    fn wait_for_remote_answer(&self) -> bool {
+    /// thread (a payload hand-off), wait for it briefly instead of sleeping in
+    /// epoll and being woken through the eventfd — a wake-up costs far more
+    /// than the answer usually takes. While waiting, keep taking I/O events
+    /// (requests of other connections arriving meanwhile join the next batch
+    /// instead of waiting for this answer) and yield the core between looks
+    /// (the answering thread may share it). True if work arrived.
+    fn wait_for_remote_answer(&self) -> io::Result<bool> {
         if self.config.remote_spin.is_zero() || self.shared.stats.awaiting_remote.load(Relaxed) == 0
         {
-            return false;
+            return Ok(false);
         }
         self.shared.stats.spins.fetch_add(1, Relaxed);
         let until = Instant::now() + self.config.remote_spin;
         loop {
             if !self.shared.handoff.is_empty() {
-                return true;
+                return Ok(true);
+            }
+            self.dispatched(self.reactor.poll(Some(Duration::ZERO))?);
+            if !self.run_queue.is_empty() || self.shared.main_woken.load(Relaxed) {
+                return Ok(true);
             }
             if Instant::now() >= until {
-                return false;
+                return Ok(false);
             }
             std::thread::yield_now();
         }
