@@ -79,3 +79,54 @@ fn quick_models_run_writes_every_model() {
     }
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// `duality bench models --service echo` with two short rounds: one row per
+/// model and connection count, medians within the rounds' range, ratios to
+/// symped present.
+#[test]
+fn echo_models_run_reports_medians_over_rounds() {
+    let run = Command::new(env!("CARGO_BIN_EXE_duality"))
+        .args([
+            "bench",
+            "models",
+            "--service",
+            "echo",
+            "--models",
+            "symped:2,amped:1,sped",
+            "--clients",
+            "1,4",
+            "--seconds",
+            "0.1",
+            "--windows",
+            "2",
+            "--json",
+        ])
+        .output()
+        .expect("run duality bench models --service echo");
+    assert!(
+        run.status.success(),
+        "bench failed: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let rows: serde_json::Value = serde_json::from_slice(&run.stdout).expect("stdout is JSON");
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 3 * 2, "{rows:?}");
+    for r in rows {
+        assert_eq!(r["rounds"], 2, "{r}");
+        let (lo, mid, hi) = (
+            r["requests_per_sec_min"].as_f64().unwrap(),
+            r["requests_per_sec"].as_f64().unwrap(),
+            r["requests_per_sec_max"].as_f64().unwrap(),
+        );
+        assert!(lo > 0.0 && lo <= mid && mid <= hi, "{r}");
+        assert!(r["ctx_switches_per_request"].is_number(), "{r}");
+        let ratio = r["vs_symped"].as_f64().unwrap();
+        if r["model"] == "symped:2" {
+            assert_eq!(ratio, 1.0);
+        } else {
+            assert!(ratio > 0.0, "{r}");
+        }
+    }
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(stderr.contains("round 2/2"), "{stderr}");
+}

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 #[derive(Args)]
 pub struct LoadArgs {
-    /// Measurement windows per point (the paper: 5 runs).
+    /// Measurement windows per point (the paper: 5 runs); with `--service
+    /// echo`, rounds over every model (medians are reported).
     #[arg(long, default_value_t = 5)]
     windows: usize,
     /// Seconds per window.
@@ -262,13 +263,28 @@ pub fn threads(a: ThreadsArgs) -> anyhow::Result<()> {
 
 fn echo(models: &[String], clients: &[usize], load: &LoadArgs) -> anyhow::Result<()> {
     let exe = std::env::current_exe()?;
-    let seconds = if load.quick { 0.2 } else { load.seconds };
-    let rows = duality_bench::models_echo::run(&exe, models, clients, seconds, &mut |r| {
-        eprintln!(
-            "{} x{}: {:.0} req/s, {:.3} ctx/req",
-            r.model, r.connections, r.requests_per_sec, r.ctx_switches_per_request
-        )
-    })?;
+    let (seconds, rounds) = if load.quick {
+        (0.2, 1)
+    } else {
+        (load.seconds, load.windows)
+    };
+    let rows = duality_bench::models_echo::run(
+        &exe,
+        models,
+        clients,
+        seconds,
+        rounds,
+        &mut |round, r| {
+            eprintln!(
+                "round {}/{rounds}: {} x{}: {:.0} req/s, {:.3} ctx/req",
+                round + 1,
+                r.model,
+                r.connections,
+                r.requests_per_sec,
+                r.ctx_switches_per_request
+            )
+        },
+    )?;
     if load.json {
         println!("{}", duality_bench::report::json(&rows));
     } else {

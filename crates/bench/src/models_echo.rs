@@ -7,6 +7,13 @@
 //! `/proc/<pid>/task/*/status`. The client is closed-loop, one request in
 //! flight per connection, over a Unix socket (as in the paper), on one duality
 //! loop in this process.
+//!
+//! On a small shared machine one measurement moves by ±30% from run to run
+//! (thread placement, other tenants), so the experiment runs in rounds: each
+//! round measures every model at every connection count, models interleaved,
+//! and a point reports the median over rounds. Its ratio to `symped` is the
+//! median of per-round ratios: two servers measured seconds apart see the
+//! same machine.
 
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader};
@@ -27,6 +34,19 @@ pub struct EchoRow {
     pub requests_per_sec: f64,
     /// Server context switches (voluntary + involuntary) per request.
     pub ctx_switches_per_request: f64,
+    /// Rounds measured (the figures above are medians over them).
+    #[serde(default)]
+    pub rounds: usize,
+    /// Lowest and highest requests/s over the rounds.
+    #[serde(default)]
+    pub requests_per_sec_min: f64,
+    /// See `requests_per_sec_min`.
+    #[serde(default)]
+    pub requests_per_sec_max: f64,
+    /// Median over rounds of requests/s divided by `symped`'s in the same
+    /// round (absent when no `symped` model ran).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vs_symped: Option<f64>,
 }
 
 /// Context switches of every thread of process `pid`.
@@ -142,72 +162,150 @@ pub fn closed_loop_echo(
     Ok((n, took))
 }
 
-/// Runs the experiment.
+/// One measured point of one round.
+#[derive(Clone, Copy, Debug)]
+struct Sample {
+    requests_per_sec: f64,
+    ctx_switches_per_request: f64,
+}
+
+/// Measures `model` at every connection count (one server process).
+fn measure_model(
+    exe: &Path,
+    model: &str,
+    connections: &[usize],
+    seconds: f64,
+    tag: usize,
+) -> anyhow::Result<Vec<Sample>> {
+    let socket =
+        std::env::temp_dir().join(format!("duality-echo-{}-{tag}.sock", std::process::id()));
+    let args = vec![
+        "internal".to_string(),
+        "echo-server".to_string(),
+        "--model".to_string(),
+        model.to_string(),
+        "--unix".to_string(),
+        socket.display().to_string(),
+    ];
+    let server = ServerProcess::start(exe, &args, socket.clone())?;
+    let mut out = Vec::new();
+    for &c in connections {
+        let pid = server.pid();
+        let mut marks = Vec::new();
+        let (n, took) = closed_loop_echo(
+            &socket,
+            c,
+            Duration::from_millis(300),
+            Duration::from_secs_f64(seconds),
+            &mut || marks.push(process_ctx_switches(pid)),
+        )?;
+        let ctx = marks
+            .get(1)
+            .zip(marks.first())
+            .map(|(b, a)| b.saturating_sub(*a))
+            .unwrap_or(0);
+        out.push(Sample {
+            requests_per_sec: n as f64 / took.as_secs_f64(),
+            ctx_switches_per_request: if n > 0 { ctx as f64 / n as f64 } else { 0.0 },
+        });
+    }
+    Ok(out)
+}
+
+/// Runs the experiment: `rounds` rounds of every model at every connection
+/// count; `progress` sees each round's measurement as it is taken.
 pub fn run(
     exe: &Path,
     models: &[String],
     connections: &[usize],
     seconds: f64,
-    progress: &mut dyn FnMut(&EchoRow),
+    rounds: usize,
+    progress: &mut dyn FnMut(usize, &EchoRow),
 ) -> anyhow::Result<Vec<EchoRow>> {
-    let mut rows = Vec::new();
-    for model in models {
-        let socket = std::env::temp_dir().join(format!(
-            "duality-echo-{}-{}.sock",
-            std::process::id(),
-            rows.len()
-        ));
-        let args = vec![
-            "internal".to_string(),
-            "echo-server".to_string(),
-            "--model".to_string(),
-            model.clone(),
-            "--unix".to_string(),
-            socket.display().to_string(),
-        ];
-        let server = ServerProcess::start(exe, &args, socket.clone())?;
-        for &c in connections {
-            let pid = server.pid();
-            let mut marks = Vec::new();
-            let (n, took) = closed_loop_echo(
-                &socket,
-                c,
-                Duration::from_millis(300),
-                Duration::from_secs_f64(seconds),
-                &mut || marks.push(process_ctx_switches(pid)),
-            )?;
-            let ctx = marks
-                .get(1)
-                .zip(marks.first())
-                .map(|(b, a)| b.saturating_sub(*a))
-                .unwrap_or(0);
-            let row = EchoRow {
-                model: model.clone(),
-                connections: c,
-                requests_per_sec: n as f64 / took.as_secs_f64(),
-                ctx_switches_per_request: if n > 0 { ctx as f64 / n as f64 } else { 0.0 },
-            };
-            progress(&row);
-            rows.push(row);
+    anyhow::ensure!(rounds >= 1, "at least one round");
+    // samples[model][connection index][round]
+    let mut samples = vec![vec![Vec::with_capacity(rounds); connections.len()]; models.len()];
+    for round in 0..rounds {
+        for (m, model) in models.iter().enumerate() {
+            let got = measure_model(exe, model, connections, seconds, round * models.len() + m)?;
+            for (i, s) in got.into_iter().enumerate() {
+                progress(
+                    round,
+                    &EchoRow {
+                        model: model.clone(),
+                        connections: connections[i],
+                        requests_per_sec: s.requests_per_sec,
+                        ctx_switches_per_request: s.ctx_switches_per_request,
+                        rounds: 1,
+                        requests_per_sec_min: s.requests_per_sec,
+                        requests_per_sec_max: s.requests_per_sec,
+                        vs_symped: None,
+                    },
+                );
+                samples[m][i].push(s);
+            }
         }
     }
-    Ok(rows)
+    Ok(summarize(models, connections, &samples))
 }
 
-/// The Markdown table, with each row's ratio to `symped` at the same
-/// connection count.
+/// Medians over rounds; ratios to the first `symped` model, round by round.
+fn summarize(
+    models: &[String],
+    connections: &[usize],
+    samples: &[Vec<Vec<Sample>>],
+) -> Vec<EchoRow> {
+    let median = |v: Vec<f64>| crate::summary::median(&v);
+    let base = models.iter().position(|m| m.starts_with("symped"));
+    let mut rows = Vec::new();
+    for (m, model) in models.iter().enumerate() {
+        for (i, &c) in connections.iter().enumerate() {
+            let s = &samples[m][i];
+            let rps: Vec<f64> = s.iter().map(|x| x.requests_per_sec).collect();
+            let vs_symped = base.map(|b| {
+                median(
+                    s.iter()
+                        .zip(&samples[b][i])
+                        .map(|(x, y)| {
+                            x.requests_per_sec / y.requests_per_sec.max(f64::MIN_POSITIVE)
+                        })
+                        .collect(),
+                )
+            });
+            rows.push(EchoRow {
+                model: model.clone(),
+                connections: c,
+                requests_per_sec: median(rps.clone()),
+                ctx_switches_per_request: median(
+                    s.iter().map(|x| x.ctx_switches_per_request).collect(),
+                ),
+                rounds: s.len(),
+                requests_per_sec_min: rps.iter().copied().fold(f64::INFINITY, f64::min),
+                requests_per_sec_max: rps.iter().copied().fold(0.0, f64::max),
+                vs_symped,
+            });
+        }
+    }
+    rows
+}
+
+/// The Markdown table: medians, the range over rounds, and each row's
+/// median per-round ratio to `symped` at the same connection count.
 pub fn table(rows: &[EchoRow]) -> String {
     let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
-            let base = rows
-                .iter()
-                .find(|b| b.model.starts_with("symped") && b.connections == r.connections);
             vec![
                 r.model.clone(),
                 r.connections.to_string(),
                 crate::report::thousands(r.requests_per_sec),
-                base.map(|b| format!("{:.2}", r.requests_per_sec / b.requests_per_sec))
+                format!(
+                    "{} - {}",
+                    crate::report::thousands(r.requests_per_sec_min),
+                    crate::report::thousands(r.requests_per_sec_max)
+                ),
+                r.vs_symped
+                    .map(|v| format!("{v:.2}"))
                     .unwrap_or_else(|| "-".into()),
                 format!("{:.3}", r.ctx_switches_per_request),
             ]
@@ -217,10 +315,54 @@ pub fn table(rows: &[EchoRow]) -> String {
         &[
             "model",
             "connections",
-            "requests/s",
+            "requests/s (median)",
+            "range over rounds",
             "vs symped",
             "ctx switches/request",
         ],
         &cells,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(rps: f64) -> Sample {
+        Sample {
+            requests_per_sec: rps,
+            ctx_switches_per_request: rps / 1000.0,
+        }
+    }
+
+    #[test]
+    fn medians_and_per_round_ratios() {
+        let models = vec!["symped:2".to_string(), "amped:1".to_string()];
+        // One connection count, three rounds; the machine was slow in round 2.
+        let samples = vec![
+            vec![vec![sample(100.0), sample(50.0), sample(110.0)]],
+            vec![vec![sample(90.0), sample(50.0), sample(88.0)]],
+        ];
+        let rows = summarize(&models, &[8], &samples);
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].requests_per_sec, 100.0);
+        assert_eq!(rows[0].vs_symped, Some(1.0));
+        assert_eq!(rows[1].requests_per_sec, 88.0);
+        assert_eq!(
+            (rows[1].requests_per_sec_min, rows[1].requests_per_sec_max),
+            (50.0, 90.0)
+        );
+        // Per-round ratios 0.9, 1.0, 0.8: median 0.9 (the ratio of medians would be 0.88).
+        assert!((rows[1].vs_symped.unwrap() - 0.9).abs() < 1e-9);
+        assert_eq!(rows[1].rounds, 3);
+        let t = table(&rows);
+        assert!(t.contains("| amped:1 | 8 | 88 | 50 - 90 | 0.90 |"), "{t}");
+    }
+
+    #[test]
+    fn no_symped_no_ratio() {
+        let rows = summarize(&["sped".to_string()], &[1], &[vec![vec![sample(10.0)]]]);
+        assert_eq!(rows[0].vs_symped, None);
+        assert!(table(&rows).contains("| sped | 1 | 10 | 10 - 10 | - |"));
+    }
 }
