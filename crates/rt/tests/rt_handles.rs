@@ -20,3 +20,32 @@ fn stop_through_a_stale_handle_leaves_the_next_loop_running() {
         second.join().unwrap();
     }
 }
+
+/// `load()` of a loop that went to sleep after a busy turn is zero, not the
+/// depth its last busy turn published: the favor-active acceptor waits for
+/// loads to fall, and a stale depth made it wait for a sleeping loop forever.
+#[test]
+fn a_sleeping_loop_reports_no_load() {
+    let lt = LoopThread::spawn(LoopConfig::default()).unwrap();
+    let h = lt.handle();
+    // More tasks than one turn's budget, pushed at once, so a turn ends with
+    // ready tasks left over.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let joins: Vec<_> = (0..1000)
+        .map(|_| {
+            let done = done.clone();
+            h.spawn(async move {
+                done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            })
+        })
+        .collect();
+    for j in joins {
+        duality_rt::block_on(j).unwrap();
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while h.load() != 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(h.load(), 0, "an idle loop reports ready work");
+    lt.join().unwrap();
+}

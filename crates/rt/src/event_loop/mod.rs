@@ -266,6 +266,13 @@ impl Local {
             timeout = Some(Duration::ZERO);
         }
         let sleeping = timeout != Some(Duration::ZERO);
+        if sleeping {
+            // Nothing is ready: say so before blocking. `publish` runs at the
+            // end of a turn, so a loop that sleeps after a busy turn would
+            // otherwise show that turn's depth in `load()` until it wakes —
+            // and the favor-active acceptor waits for loads to fall.
+            self.shared.stats.run_queue_depth.store(0, Relaxed);
+        }
         if sleeping && !self.shared.prepare_sleep() {
             timeout = Some(Duration::ZERO);
         }
