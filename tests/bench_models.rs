@@ -1,15 +1,17 @@
 //! `duality bench models --quick` end to end against real `duality kv`
 //! processes: the output files parse and contain every model and peer.
 
-use std::process::Command;
+use std::process::{Command, Output};
 
-#[test]
-fn quick_models_run_writes_every_model() {
-    let out = std::env::temp_dir().join(format!("duality-bench-models-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
+/// Runs `duality bench models ARGS…` and asserts it succeeded.
+fn bench_models<I, S>(args: I) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
     let run = Command::new(env!("CARGO_BIN_EXE_duality"))
-        .args(["bench", "models", "--quick", "--json", "--out"])
-        .arg(&out)
+        .args(["bench", "models"])
+        .args(args)
         .output()
         .expect("run duality bench models");
     assert!(
@@ -17,6 +19,19 @@ fn quick_models_run_writes_every_model() {
         "bench failed: {}",
         String::from_utf8_lossy(&run.stderr)
     );
+    run
+}
+
+#[test]
+fn quick_models_run_writes_every_model() {
+    let out = std::env::temp_dir().join(format!("duality-bench-models-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let run = bench_models([
+        std::ffi::OsStr::new("--quick"),
+        "--json".as_ref(),
+        "--out".as_ref(),
+        out.as_os_str(),
+    ]);
     let stdout: serde_json::Value = serde_json::from_slice(&run.stdout).expect("stdout is JSON");
     let file: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
@@ -85,29 +100,19 @@ fn quick_models_run_writes_every_model() {
 /// symped present.
 #[test]
 fn echo_models_run_reports_medians_over_rounds() {
-    let run = Command::new(env!("CARGO_BIN_EXE_duality"))
-        .args([
-            "bench",
-            "models",
-            "--service",
-            "echo",
-            "--models",
-            "symped:2,amped:1,sped",
-            "--clients",
-            "1,4",
-            "--seconds",
-            "0.1",
-            "--windows",
-            "2",
-            "--json",
-        ])
-        .output()
-        .expect("run duality bench models --service echo");
-    assert!(
-        run.status.success(),
-        "bench failed: {}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    let run = bench_models([
+        "--service",
+        "echo",
+        "--models",
+        "symped:2,amped:1,sped",
+        "--clients",
+        "1,4",
+        "--seconds",
+        "0.1",
+        "--windows",
+        "2",
+        "--json",
+    ]);
     let rows: serde_json::Value = serde_json::from_slice(&run.stdout).expect("stdout is JSON");
     let rows = rows.as_array().unwrap();
     assert_eq!(rows.len(), 3 * 2, "{rows:?}");
