@@ -3,10 +3,9 @@
 //! else equal. Requests run inline on tokio's workers (the store's shard
 //! locks keep it consistent), as `symped` does on duality.
 
-use duality_kv::{
-    execute, execute_error, parse, Cursor, Flow, Limits, ParseError, SimpleContext, Store,
-    StoreConfig,
-};
+use duality_kv::server::{KvConfig, KvProtocol, KvState};
+use duality_models::session::{serve_bytes, BatchLimits, Stop};
+use duality_models::{DriverConfig, Lane, Protocol};
 use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -23,7 +22,13 @@ pub fn serve(
         .worker_threads(threads.max(1))
         .enable_all()
         .build()?;
-    let store = Arc::new(Store::new(StoreConfig::new(memory)));
+    let state = KvState::new(KvConfig {
+        memory_limit: memory,
+        threads,
+        model: "tokio".into(),
+        ..KvConfig::default()
+    })?;
+    let store = Arc::new(KvProtocol(state));
     rt.block_on(async move {
         if let Some(p) = &unix {
             let _ = std::fs::remove_file(p);
@@ -60,59 +65,52 @@ pub fn serve(
     Ok(())
 }
 
-fn now() -> u32 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as u32)
-        .unwrap_or(1)
-}
-
-async fn conn<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, store: Arc<Store>) {
-    let limits = Limits::default();
+/// The session driver's loop, on tokio: read, [`serve_bytes`] inline (the
+/// store locks each shard itself), one write per read.
+async fn conn<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, proto: Arc<KvProtocol>) {
+    let d = DriverConfig::default();
+    let limits = BatchLimits {
+        max_requests: d.max_batch_requests,
+        max_output: d.max_batch_output,
+    };
+    let lane = Lane::single();
+    let max = proto.max_request();
+    let mut session = Default::default();
     let mut rbuf: Vec<u8> = Vec::with_capacity(16 * 1024);
     let mut out = Vec::with_capacity(16 * 1024);
-    let mut cur = Cursor::default();
-    let started = now();
+    let mut start = 0;
     loop {
-        if cur.start > 0 {
-            rbuf.drain(..cur.start);
-            cur.start = 0;
+        if start > 0 {
+            rbuf.drain(..start);
+            start = 0;
+        }
+        if rbuf.len() >= max {
+            return;
         }
         rbuf.reserve(16 * 1024);
-        let n = match s.read_buf(&mut rbuf).await {
+        match s.read_buf(&mut rbuf).await {
             Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        let _ = n;
-        let ctx = SimpleContext {
-            now: now(),
-            started,
-        };
-        let mut close = false;
-        while let Some(buf) = cur.rest(&rbuf) {
-            match parse(buf, &limits) {
-                Ok((req, used)) => {
-                    close = execute(&req, &store, &ctx, &mut out) == Flow::Close;
-                    cur.advance(used);
-                }
-                Err(ParseError::Incomplete) => break,
-                Err(e) => {
-                    close = execute_error(&e, &store, &ctx, &mut out) == Flow::Close;
-                    cur.skip_error(&e, buf.len());
-                }
-            }
-            if close {
-                break;
-            }
+            Ok(_) => {}
         }
-        if !out.is_empty() {
-            if s.write_all(&out).await.is_err() {
+        loop {
+            let r = serve_bytes(
+                &*proto,
+                &mut session,
+                &rbuf[start..],
+                &mut out,
+                &lane,
+                limits,
+            );
+            start += r.used;
+            if !out.is_empty() && s.write_all(&out).await.is_err() {
                 return;
             }
             out.clear();
-        }
-        if close {
-            return;
+            match r.stop {
+                Stop::NeedMore(_) => break,
+                Stop::Close => return,
+                Stop::Budget | Stop::Elsewhere(_) => tokio::task::yield_now().await,
+            }
         }
     }
 }

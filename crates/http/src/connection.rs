@@ -21,10 +21,9 @@
 //! - `write_timeout` bounds each wait for the socket to take more of a
 //!   response, so a client that never reads is cut off too.
 //!
-//! On event loops the timers of `duality_rt::time` do this. Under
-//! `thread-per-conn` a read blocks the connection's own thread, where no
-//! timer can fire, so the same bounds are set on the socket instead
-//! (`SO_RCVTIMEO`/`SO_SNDTIMEO`, in `sys`).
+//! `Conn` keeps these bounds in every threading model (`read_for`,
+//! `write_all_for`, `write_with_for`): the handler never asks which model
+//! runs it.
 //!
 //! Closing after an error (or with unread requests behind the response), the
 //! handler shuts its write side and reads and discards what the client still
@@ -39,7 +38,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use duality_models::Conn;
+use duality_models::{Conn, Payload};
 use duality_rt::time::timeout;
 
 use crate::date;
@@ -67,7 +66,7 @@ pub const LINGER_BYTES: usize = 64 * 1024;
 
 /// Serves one connection until the client closes, a timeout, an error that
 /// closes, or the server's shutdown (which ends it between requests).
-pub async fn serve_conn(conn: Conn, state: Arc<HttpState>) {
+pub async fn serve_conn(conn: Conn, payload: Payload, state: Arc<HttpState>) {
     let peer = if state.log.is_some() {
         conn.tcp()
             .and_then(|s| s.peer_addr().ok())
@@ -75,16 +74,9 @@ pub async fn serve_conn(conn: Conn, state: Arc<HttpState>) {
     } else {
         String::new()
     };
-    if conn.is_blocking() {
-        let c = &state.cfg;
-        sys::set_blocking_timeouts(
-            conn.as_raw_fd(),
-            Some(c.idle_timeout),
-            Some(c.write_timeout),
-        );
-    }
     let mut c = Connection {
         conn,
+        payload,
         state,
         out: Vec::new(),
         peer,
@@ -94,16 +86,13 @@ pub async fn serve_conn(conn: Conn, state: Arc<HttpState>) {
 
 struct Connection {
     conn: Conn,
+    /// Where file-system work on a cache miss runs (the model decides).
+    payload: Payload,
     state: Arc<HttpState>,
     /// Response bytes not yet written.
     out: Vec<u8>,
     /// The client's address, for the access log.
     peer: String,
-}
-
-/// Why [`Connection::read_for`] returned nothing.
-fn timed_out() -> io::Error {
-    io::ErrorKind::TimedOut.into()
 }
 
 impl Connection {
@@ -193,17 +182,7 @@ impl Connection {
 
     /// Reads into `buf`, waiting at most `wait`; `TimedOut` after that.
     async fn read_for(&mut self, wait: Duration, buf: &mut [u8]) -> io::Result<usize> {
-        if self.conn.is_blocking() {
-            sys::set_blocking_timeouts(self.conn.as_raw_fd(), Some(wait), None);
-            return match self.conn.read(buf).await {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Err(timed_out()),
-                r => r,
-            };
-        }
-        match timeout(wait, self.conn.read(buf)).await {
-            Ok(r) => r,
-            Err(_) => Err(timed_out()),
-        }
+        self.conn.read_for(buf, Some(wait)).await
     }
 
     /// Writes and empties `out`.
@@ -211,10 +190,10 @@ impl Connection {
         if self.out.is_empty() {
             return Ok(());
         }
-        let r = match timeout(self.state.cfg.write_timeout, self.conn.write_all(&self.out)).await {
-            Ok(r) => r,
-            Err(_) => Err(timed_out()),
-        };
+        let r = self
+            .conn
+            .write_all_for(&self.out, Some(self.state.cfg.write_timeout))
+            .await;
         if matches!(&r, Err(e) if matches!(e.kind(), io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock))
         {
             self.state.counters.write_timeouts.fetch_add(1, Relaxed);
@@ -260,7 +239,7 @@ impl Connection {
 
         let state = self.state.clone();
         let url = head.path.clone();
-        let found = match duality_rt::spawn_blocking(move || state.lookup(&url)).await {
+        let found = match self.payload.blocking(move || state.lookup(&url)).await {
             Ok(found) => found,
             Err(_) => Err(HttpError::keep(Status::InternalServerError)),
         };
@@ -305,21 +284,16 @@ impl Connection {
         let wait = self.state.cfg.write_timeout;
         while offset < end {
             let count = (end - offset).min(SENDFILE_CHUNK) as usize;
-            let call = self
-                .conn
-                .write_with(|sock| sys::sendfile(sock, fd, &mut offset, count));
-            let sent = match timeout(wait, call).await {
-                Ok(Ok(n)) => n,
-                Ok(Err(e)) => {
-                    if e.kind() == io::ErrorKind::WouldBlock {
-                        // A blocking socket's SO_SNDTIMEO expired.
+            let call = self.conn.write_with_for(Some(wait), |sock| {
+                sys::sendfile(sock, fd, &mut offset, count)
+            });
+            let sent = match call.await {
+                Ok(n) => n,
+                Err(e) => {
+                    if e.kind() == io::ErrorKind::TimedOut {
                         self.state.counters.write_timeouts.fetch_add(1, Relaxed);
                     }
                     return Err(e);
-                }
-                Err(_) => {
-                    self.state.counters.write_timeouts.fetch_add(1, Relaxed);
-                    return Err(timed_out());
                 }
             };
             if sent == 0 {

@@ -276,7 +276,7 @@ impl HttpState {
 pub fn serve(builder: ServerBuilder, state: Arc<HttpState>) -> io::Result<Server> {
     builder
         .refusal_message(REFUSAL)
-        .serve(move |conn, _payload| crate::connection::serve_conn(conn, state.clone()))
+        .serve(move |conn, payload| crate::connection::serve_conn(conn, payload, state.clone()))
 }
 
 /// A fresh-index entry: what the last `stat` found for a URL path.

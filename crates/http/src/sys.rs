@@ -1,17 +1,14 @@
-//! The two system calls the connection handler makes directly, and the only
-//! `unsafe` of this crate: `sendfile(2)` and the receive/send timeouts of a
-//! blocking socket (`setsockopt(SO_RCVTIMEO/SO_SNDTIMEO)`).
+//! The one system call the connection handler makes directly, and the only
+//! `unsafe` of this crate: `sendfile(2)`.
 //!
-//! Both take a raw descriptor because that is what
-//! [`Conn::write_with`](duality_models::Conn::write_with) and
-//! [`Conn::as_raw_fd`](duality_models::Conn::as_raw_fd) give. A descriptor
-//! that is not open is not a memory-safety problem for either call: the
-//! kernel answers `EBADF`.
+//! It takes a raw descriptor because that is what
+//! [`Conn::write_with_for`](duality_models::Conn::write_with_for) gives. A
+//! descriptor that is not open is not a memory-safety problem: the kernel
+//! answers `EBADF`.
 #![allow(unsafe_code)]
 
 use std::io;
 use std::os::fd::RawFd;
-use std::time::Duration;
 
 /// Sends up to `count` bytes of `file` from `*offset` to `socket`, advancing
 /// `*offset` by what was sent. `Ok(0)`: the file ends before `*offset`.
@@ -33,38 +30,6 @@ pub(crate) fn sendfile(
     }
     *offset = off as u64;
     Ok(n as usize)
-}
-
-/// Sets `SO_RCVTIMEO` (`read`) and `SO_SNDTIMEO` (`write`) of a blocking
-/// socket, those given, so that a blocking read or write gives up with
-/// `WouldBlock` after them (the timers of an event loop cannot interrupt a
-/// blocked thread). A zero duration would mean "forever" to the kernel: it
-/// is raised to 1 ms.
-pub(crate) fn set_blocking_timeouts(
-    socket: RawFd,
-    read: Option<Duration>,
-    write: Option<Duration>,
-) {
-    let given = [(libc::SO_RCVTIMEO, read), (libc::SO_SNDTIMEO, write)];
-    for (opt, d) in given.into_iter().filter_map(|(o, d)| Some((o, d?))) {
-        let d = d.max(Duration::from_millis(1));
-        let tv = libc::timeval {
-            tv_sec: d.as_secs().min(i32::MAX as u64) as libc::time_t,
-            tv_usec: d.subsec_micros() as libc::suseconds_t,
-        };
-        // SAFETY: `setsockopt` reads `size_of::<timeval>()` bytes from a
-        // pointer to `tv`, a live local of exactly that type; an invalid
-        // descriptor yields EBADF.
-        let _ = unsafe {
-            libc::setsockopt(
-                socket,
-                libc::SOL_SOCKET,
-                opt,
-                (&tv as *const libc::timeval).cast(),
-                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-            )
-        };
-    }
 }
 
 #[cfg(test)]

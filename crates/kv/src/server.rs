@@ -1,32 +1,25 @@
 //! The cache server: the protocol and store of this crate, served on
 //! `duality-models` under any threading model.
 //!
-//! One connection is one straight-line `async fn` ([`serve_conn`]): read,
-//! parse every complete request in the buffer, execute each as a payload job
-//! colored by the shard of its key, and write all responses of the read with
-//! one `write_all`.
+//! [`KvProtocol`] is the cache as a `duality_models::Protocol`: the session
+//! driver reads, finds requests ([`parse`]), executes them and writes all
+//! responses of a read at once; in the hand-off models it moves a whole
+//! read's bytes to a payload thread and back, parsed once, there.
 //!
-//! Which scheme keeps a shard consistent, per model (see `duality_models::payload`):
-//! - `sped`: one thread, the job runs inline: the shard's mutex is never contended.
-//! - `symped`, `steal`, `thread-per-conn`: jobs run inline under the color
-//!   lock of their shard, borrowing the read buffer (no copy); the shard's own
-//!   mutex is then uncontended too. Measured as the cheapest correct scheme
-//!   here: one uncontended lock pair per request.
-//! - `amped`: the job goes to the payload thread owning the shard's color, so a
-//!   shard is only ever touched by one payload thread.
-//! - `seda`, `seda-s`: jobs go round-robin / to the loop's paired thread and
-//!   run under the shard's color lock.
-//!
-//! A handed-off job owns a copy of its request's bytes and re-parses them on
-//! the payload thread (parsing is a few dozen nanoseconds; a borrowed request
-//! cannot cross threads).
+//! One exclusion per request: every shard of the store has its own lock, and
+//! a request touches its shards only through it (multi-key gets, `stats` and
+//! `flush_all` take one shard at a time), so the protocol tells the driver it
+//! keeps colors exclusive by itself (`LOCKS_ITSELF`): no color lock is taken
+//! on top. A request's color (its key's shard) then only routes work —
+//! `amped` keeps a shard on one payload thread, so its lock stays uncontended
+//! there — and is not even computed in the inline models.
 
 use crate::{
-    execute, execute_error, parse, request_shard, Cursor, ExecContext, Flow, Limits, ParseError,
+    execute, execute_error, parse, request_shard, ExecContext, Flow, Limits, ParseError, Request,
     ServerStats, Store, StoreConfig, Time,
 };
-use duality_models::{Conn, Payload, StatsHandle};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use duality_models::{Conn, DriverConfig, Parsed, Payload, Protocol, StatsHandle};
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -73,8 +66,6 @@ pub struct KvState {
     started_unix: u64,
     server: OnceLock<StatsHandle>,
     verbosity: AtomicU32,
-    bytes_read: AtomicU64,
-    bytes_written: AtomicU64,
 }
 
 impl KvState {
@@ -113,8 +104,6 @@ impl KvState {
             started: Instant::now(),
             started_unix: unix_now(),
             server: OnceLock::new(),
-            bytes_read: AtomicU64::new(0),
-            bytes_written: AtomicU64::new(0),
         }))
     }
 
@@ -156,10 +145,11 @@ impl ExecContext for Ctx<'_> {
             .server
             .get()
             .map(|h| {
-                let st = h.stats();
-                (st.curr_connections as u64, st.total_connections)
+                let (curr, total) = h.connections();
+                (curr as u64, total)
             })
             .unwrap_or((0, 0));
+        let (bytes_read, bytes_written) = s.server.get().map(|h| h.bytes()).unwrap_or((0, 0));
         ServerStats {
             pid: std::process::id(),
             uptime: s.started.elapsed().as_secs(),
@@ -168,8 +158,8 @@ impl ExecContext for Ctx<'_> {
             max_connections: s.config.max_conns as u64,
             curr_connections: curr,
             total_connections: total,
-            bytes_read: s.bytes_read.load(Relaxed),
-            bytes_written: s.bytes_written.load(Relaxed),
+            bytes_read,
+            bytes_written,
             threads: s.config.threads as u64,
         }
     }
@@ -206,109 +196,123 @@ impl ExecContext for Ctx<'_> {
     }
 }
 
-/// How big a read is at least.
-const READ_CHUNK: usize = 16 * 1024;
+/// The cache as a protocol of the session driver.
+pub struct KvProtocol(pub Arc<KvState>);
 
-/// Serves one connection until it closes (or the server shuts down between requests).
-pub async fn serve_conn(mut conn: Conn, payload: Payload, state: Arc<KvState>) {
-    let mut rbuf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
-    let mut cur = Cursor::default();
-    let mut out: Vec<u8> = Vec::with_capacity(READ_CHUNK);
-    let max_buffer = state.limits.max_item_size + state.limits.max_get_line + 2;
-    loop {
-        // Make room: drop what was parsed, keep a partial request.
-        if cur.start > 0 {
-            rbuf.drain(..cur.start);
-            cur.start = 0;
-        }
-        let have = rbuf.len();
-        if rbuf.capacity() - have < READ_CHUNK {
-            rbuf.reserve(READ_CHUNK);
-        }
-        let cap = rbuf.capacity().min(max_buffer.max(have + READ_CHUNK));
-        rbuf.resize(cap, 0);
-        conn.set_mid_request(cur.mid_request(have));
-        let n = match conn.read(&mut rbuf[have..]).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        rbuf.truncate(have + n);
-        state.bytes_read.fetch_add(n as u64, Relaxed);
+/// A connection's protocol state: bytes of a refused value still to discard
+/// (they may arrive over several reads, and are never buffered).
+#[derive(Default, Debug)]
+pub struct KvSession {
+    swallow: usize,
+}
 
-        let mut close = false;
-        let ctx = state.ctx();
-        while let Some(buf) = cur.rest(&rbuf) {
-            match parse(buf, &state.limits) {
-                Ok((req, used)) => {
-                    let color = request_shard(&req, &state.store).unwrap_or(0) as u64;
-                    let flow = match payload
-                        .try_inline(color, || execute(&req, &state.store, &ctx, &mut out))
-                    {
-                        Some(flow) => flow,
-                        None => {
-                            let bytes = buf[..used].to_vec();
-                            let st = state.clone();
-                            let (flow, resp) = payload
-                                .call_colored(color, move || {
-                                    let mut resp = Vec::new();
-                                    let flow = match parse(&bytes, &st.limits) {
-                                        Ok((req, _)) => {
-                                            execute(&req, &st.store, &st.ctx(), &mut resp)
-                                        }
-                                        Err(e) => {
-                                            execute_error(&e, &st.store, &st.ctx(), &mut resp)
-                                        }
-                                    };
-                                    (flow, resp)
-                                })
-                                .await;
-                            out.extend_from_slice(&resp);
-                            flow
-                        }
-                    };
-                    cur.advance(used);
-                    if flow == Flow::Close {
-                        close = true;
-                        break;
-                    }
-                }
-                Err(ParseError::Incomplete) => {
-                    if rbuf.len() - cur.start >= max_buffer {
-                        // Cannot happen with a correct parser (it reports
-                        // LineTooLong / TooLarge first); never grow past the bound.
-                        out.extend_from_slice(b"SERVER_ERROR request too large\r\n");
-                        close = true;
-                    }
-                    break;
-                }
-                Err(e) => {
-                    let flow = execute_error(&e, &state.store, &ctx, &mut out);
-                    cur.skip_error(&e, buf.len());
-                    if flow == Flow::Close {
-                        close = true;
-                        break;
-                    }
-                }
+impl Protocol for KvProtocol {
+    type Session = KvSession;
+    /// A request, or a parse error that is answered like one.
+    type Request<'a> = Result<Request<'a>, ParseError<'a>>;
+
+    const LOCKS_ITSELF: bool = true;
+
+    fn max_request(&self) -> usize {
+        let l = &self.0.limits;
+        l.max_item_size + l.max_line.max(l.max_get_line) + 2
+    }
+
+    fn parse<'a>(&self, s: &mut KvSession, input: &'a [u8]) -> Parsed<Self::Request<'a>> {
+        if s.swallow > 0 {
+            let n = s.swallow.min(input.len());
+            s.swallow -= n;
+            return if n == 0 {
+                Parsed::Incomplete(0)
+            } else {
+                Parsed::Skip(n)
+            };
+        }
+        if input.is_empty() {
+            return Parsed::Incomplete(0);
+        }
+        match parse(input, &self.0.limits) {
+            Ok((req, used)) => Parsed::Request(Ok(req), used),
+            Err(ParseError::Incomplete) => Parsed::Incomplete(incomplete_need(input)),
+            Err(e) => {
+                // Answer the error; drop what it covers, the rest as it arrives.
+                let consumed = e.consumed().unwrap_or(input.len());
+                let here = consumed.min(input.len());
+                s.swallow = consumed - here;
+                Parsed::Request(Err(e), here)
             }
-        }
-        if !out.is_empty() {
-            state.bytes_written.fetch_add(out.len() as u64, Relaxed);
-            if conn.write_all(&out).await.is_err() {
-                return;
-            }
-            out.clear();
-        }
-        if close {
-            return;
-        }
-        // Shrink a buffer that grew for one large value.
-        if rbuf.capacity() > 4 * READ_CHUNK && rbuf.len() - cur.start < READ_CHUNK {
-            let rest = rbuf[cur.start..].to_vec();
-            rbuf = Vec::with_capacity(READ_CHUNK);
-            rbuf.extend_from_slice(&rest);
-            cur.start = 0;
         }
     }
+
+    fn color(&self, req: &Self::Request<'_>) -> u64 {
+        match req {
+            Ok(r) => request_shard(r, &self.0.store).unwrap_or(0) as u64,
+            Err(_) => 0,
+        }
+    }
+
+    fn peek_color(&self, s: &KvSession, input: &[u8]) -> Option<u64> {
+        if s.swallow > 0 {
+            return None;
+        }
+        match parse(input, &self.0.limits) {
+            Ok((req, _)) => Some(request_shard(&req, &self.0.store).unwrap_or(0) as u64),
+            Err(_) => None,
+        }
+    }
+
+    fn execute(
+        &self,
+        _: &mut KvSession,
+        req: Self::Request<'_>,
+        out: &mut Vec<u8>,
+    ) -> duality_models::Flow {
+        let st = &*self.0;
+        let ctx = st.ctx();
+        let flow = match req {
+            Ok(r) => execute(&r, &st.store, &ctx, out),
+            Err(e) => execute_error(&e, &st.store, &ctx, out),
+        };
+        match flow {
+            Flow::Continue => duality_models::Flow::Continue,
+            Flow::Close => duality_models::Flow::Close,
+        }
+    }
+
+    fn mid_request(&self, s: &KvSession) -> bool {
+        s.swallow > 0
+    }
+}
+
+/// How many bytes an incomplete request needs in all, if its command line is
+/// complete and declares a value (`set k 0 0 <bytes>`): line + value + 2.
+/// 0 when unknown (the buffer then doubles as it fills).
+fn incomplete_need(input: &[u8]) -> usize {
+    let Some(eol) = input.iter().position(|&b| b == b'\n') else {
+        return 0;
+    };
+    let line = &input[..eol];
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let mut words = line.split(|&b| b == b' ').filter(|w| !w.is_empty());
+    let len = match words.next() {
+        Some(b"set" | b"add" | b"replace" | b"append" | b"prepend" | b"cas") => words.nth(3),
+        Some(b"ms") => words.nth(1),
+        _ => None,
+    };
+    len.and_then(|w| std::str::from_utf8(w).ok())
+        .and_then(|w| w.parse::<usize>().ok())
+        .map_or(0, |n| eol + 1 + n.saturating_add(2))
+}
+
+/// Serves one connection until it closes (or the server shuts down between requests).
+pub async fn serve_conn(conn: Conn, payload: Payload, state: Arc<KvState>) {
+    duality_models::drive(
+        conn,
+        payload,
+        Arc::new(KvProtocol(state)),
+        DriverConfig::default(),
+    )
+    .await
 }
 
 /// Reclaims expired items in the background, one shard at a time, each under

@@ -8,6 +8,9 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Mutex};
 use std::task::{Poll, Waker};
+use std::time::Duration;
+
+use crossbeam_utils::CachePadded;
 
 /// Tells connections that the server is shutting down.
 ///
@@ -67,6 +70,36 @@ pub(crate) struct ConnCounter {
     pub(crate) live: AtomicUsize,
     pub(crate) total: AtomicU64,
     pub(crate) refused: AtomicU64,
+    /// Bytes read and written, one cache line per loop (by loop id), summed
+    /// when read: no counter is shared by every loop on the hot path.
+    bytes: Box<[CachePadded<ByteCounts>]>,
+}
+
+#[derive(Default)]
+struct ByteCounts {
+    read: AtomicU64,
+    written: AtomicU64,
+}
+
+/// Slots of the per-loop byte counters (loop ids are taken modulo this).
+const BYTE_SLOTS: usize = 64;
+
+impl ConnCounter {
+    pub(crate) fn new() -> ConnCounter {
+        ConnCounter {
+            live: AtomicUsize::new(0),
+            total: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+            bytes: (0..BYTE_SLOTS).map(|_| CachePadded::default()).collect(),
+        }
+    }
+
+    /// (bytes read, bytes written) by every connection so far.
+    pub(crate) fn bytes(&self) -> (u64, u64) {
+        self.bytes.iter().fold((0, 0), |(r, w), b| {
+            (r + b.read.load(Relaxed), w + b.written.load(Relaxed))
+        })
+    }
 }
 
 enum Io {
@@ -87,6 +120,10 @@ pub struct Conn {
     registered: Option<Waker>,
     /// The handler holds part of a request: shutdown lets it finish reading.
     mid_request: Arc<AtomicBool>,
+    /// This connection's slot in the per-loop byte counters.
+    slot: usize,
+    /// The receive timeout last set on a blocking socket.
+    blocking_rcv_timeout: Option<Duration>,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -154,13 +191,18 @@ impl Conn {
     }
 
     fn with(io: Io, shutdown: Arc<ShutdownSignal>, counter: Arc<ConnCounter>) -> Conn {
+        let id = NEXT_ID.fetch_add(1, Relaxed);
+        let slot =
+            duality_rt::event_loop::current().map_or(id as usize, |h| h.id() as usize) % BYTE_SLOTS;
         Conn {
             io,
-            id: NEXT_ID.fetch_add(1, Relaxed),
+            id,
             shutdown,
             counter,
             registered: None,
             mid_request: Arc::new(AtomicBool::new(false)),
+            slot,
+            blocking_rcv_timeout: None,
         }
     }
 
@@ -180,6 +222,16 @@ impl Conn {
     /// shutting down, nothing more has arrived and the handler is not in the
     /// middle of a request (see [`set_mid_request`](Self::set_mid_request)).
     pub async fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let r = self.read_inner(buf).await;
+        if let Ok(n) = r {
+            self.counter.bytes[self.slot]
+                .read
+                .fetch_add(n as u64, Relaxed);
+        }
+        r
+    }
+
+    async fn read_inner(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if self.is_blocking() && self.closing() {
             return Ok(0);
         }
@@ -214,14 +266,145 @@ impl Conn {
         .await
     }
 
+    /// Waits until a read would find data, end of stream, or the server's
+    /// shutdown (then the next [`read`](Self::read) returns `Ok(0)`), without
+    /// holding a buffer. Blocking sockets return at once: their read waits.
+    pub async fn readable(&mut self) -> io::Result<()> {
+        poll_fn(|cx| {
+            let r = match &self.io {
+                Io::Tcp(s) => s.poll_readable(cx),
+                Io::Unix(s) => s.poll_readable(cx),
+                Io::BlockingTcp(_) | Io::BlockingUnix(_) => return Poll::Ready(Ok(())),
+            };
+            if let Poll::Ready(r) = r {
+                return Poll::Ready(r);
+            }
+            if self.closing() {
+                return Poll::Ready(Ok(()));
+            }
+            let fresh = !matches!(&self.registered, Some(w) if w.will_wake(cx.waker()));
+            if fresh {
+                self.registered = Some(cx.waker().clone());
+                self.shutdown
+                    .register(self.id, Waiter::Task(cx.waker().clone()));
+                if self.closing() {
+                    return Poll::Ready(Ok(()));
+                }
+            }
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// [`read`](Self::read), waiting at most `wait` (`None`: no limit);
+    /// `ErrorKind::TimedOut` after that. Works in every model: on event loops
+    /// through the loop's timers, on a blocking socket through its receive
+    /// timeout.
+    pub async fn read_for(&mut self, buf: &mut [u8], wait: Option<Duration>) -> io::Result<usize> {
+        if self.is_blocking() {
+            self.set_blocking_rcv_timeout(wait)?;
+            return match self.read(buf).await {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Err(timed_out()),
+                r => r,
+            };
+        }
+        match wait {
+            None => self.read(buf).await,
+            Some(w) => match duality_rt::time::timeout(w, self.read(buf)).await {
+                Ok(r) => r,
+                Err(_) => Err(timed_out()),
+            },
+        }
+    }
+
+    /// [`readable`](Self::readable), waiting at most `wait`; `TimedOut` after
+    /// that. On a blocking socket it returns at once, and the timeout goes on
+    /// the socket for the read that follows.
+    pub async fn readable_for(&mut self, wait: Option<Duration>) -> io::Result<()> {
+        if self.is_blocking() {
+            return self.set_blocking_rcv_timeout(wait);
+        }
+        match wait {
+            None => self.readable().await,
+            Some(w) => match duality_rt::time::timeout(w, self.readable()).await {
+                Ok(r) => r,
+                Err(_) => Err(timed_out()),
+            },
+        }
+    }
+
+    fn set_blocking_rcv_timeout(&mut self, wait: Option<Duration>) -> io::Result<()> {
+        // A zero timeout means "none" to the kernel: use the smallest real one.
+        let wait = wait.map(|w| w.max(Duration::from_millis(1)));
+        if self.blocking_rcv_timeout == wait {
+            return Ok(());
+        }
+        match &self.io {
+            Io::BlockingTcp(s) => s.set_read_timeout(wait)?,
+            Io::BlockingUnix(s) => s.set_read_timeout(wait)?,
+            _ => return Ok(()),
+        }
+        self.blocking_rcv_timeout = wait;
+        Ok(())
+    }
+
     /// Writes all of `buf`.
     pub async fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
-        match &mut self.io {
+        let r = match &mut self.io {
             Io::Tcp(s) => s.write_all(buf).await,
             Io::Unix(s) => s.write_all(buf).await,
             Io::BlockingTcp(s) => s.write_all(buf),
             Io::BlockingUnix(s) => s.write_all(buf),
+        };
+        if r.is_ok() {
+            self.counter.bytes[self.slot]
+                .written
+                .fetch_add(buf.len() as u64, Relaxed);
         }
+        r
+    }
+
+    /// [`write_all`](Self::write_all), giving up with `TimedOut` when the
+    /// client has taken nothing more for `wait` (a client that never reads):
+    /// the bound is per wait, not for the whole buffer. Works in every model,
+    /// like [`read_for`](Self::read_for).
+    pub async fn write_all_for(&mut self, buf: &[u8], wait: Option<Duration>) -> io::Result<()> {
+        let wait = wait.map(|w| w.max(Duration::from_millis(1)));
+        let r = match (&mut self.io, wait) {
+            (Io::BlockingTcp(s), _) => s.set_write_timeout(wait).and_then(|_| s.write_all(buf)),
+            (Io::BlockingUnix(s), _) => s.set_write_timeout(wait).and_then(|_| s.write_all(buf)),
+            (Io::Tcp(s), None) => s.write_all(buf).await,
+            (Io::Unix(s), None) => s.write_all(buf).await,
+            (io, Some(w)) => {
+                let mut rest = buf;
+                while !rest.is_empty() {
+                    let step = async {
+                        match io {
+                            Io::Tcp(s) => s.write(rest).await,
+                            Io::Unix(s) => s.write(rest).await,
+                            _ => unreachable!("blocking sockets handled above"),
+                        }
+                    };
+                    match duality_rt::time::timeout(w, step).await {
+                        Ok(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
+                        Ok(Ok(n)) => rest = &rest[n..],
+                        Ok(Err(e)) => return Err(e),
+                        Err(_) => return Err(timed_out()),
+                    }
+                }
+                Ok(())
+            }
+        };
+        let r = match r {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Err(timed_out()),
+            r => r,
+        };
+        if r.is_ok() {
+            self.counter.bytes[self.slot]
+                .written
+                .fetch_add(buf.len() as u64, Relaxed);
+        }
+        r
     }
 
     /// The raw descriptor (for `sendfile`).
@@ -234,8 +417,7 @@ impl Conn {
         }
     }
 
-    /// True if the socket does blocking I/O (the thread-per-conn model).
-    pub fn is_blocking(&self) -> bool {
+    fn is_blocking(&self) -> bool {
         matches!(self.io, Io::BlockingTcp(_) | Io::BlockingUnix(_))
     }
 
@@ -247,17 +429,32 @@ impl Conn {
         }
     }
 
-    /// Runs a non-blocking write-side system call when the socket is
-    /// writable (for `sendfile`); on blocking sockets it simply runs it.
-    pub async fn write_with<R>(
-        &self,
+    /// Runs a write-side system call `f(fd)` (for `sendfile`) when the
+    /// socket can take more, retrying on `WouldBlock`; `TimedOut` if it could
+    /// not for `wait`. Works in every model: on a blocking socket `f` simply
+    /// runs, under the socket's send timeout.
+    pub async fn write_with_for<R>(
+        &mut self,
+        wait: Option<Duration>,
         mut f: impl FnMut(std::os::fd::RawFd) -> io::Result<R>,
     ) -> io::Result<R> {
         let fd = self.as_raw_fd();
-        match &self.io {
-            Io::Tcp(s) => s.write_with(|| f(fd)).await,
-            Io::Unix(s) => s.write_with(|| f(fd)).await,
-            Io::BlockingTcp(_) | Io::BlockingUnix(_) => f(fd),
+        let wait = wait.map(|w| w.max(Duration::from_millis(1)));
+        let r = match (&self.io, wait) {
+            (Io::BlockingTcp(s), _) => s.set_write_timeout(wait).and_then(|_| f(fd)),
+            (Io::BlockingUnix(s), _) => s.set_write_timeout(wait).and_then(|_| f(fd)),
+            (Io::Tcp(s), None) => s.write_with(|| f(fd)).await,
+            (Io::Unix(s), None) => s.write_with(|| f(fd)).await,
+            (Io::Tcp(s), Some(w)) => duality_rt::time::timeout(w, s.write_with(|| f(fd)))
+                .await
+                .unwrap_or_else(|_| Err(timed_out())),
+            (Io::Unix(s), Some(w)) => duality_rt::time::timeout(w, s.write_with(|| f(fd)))
+                .await
+                .unwrap_or_else(|_| Err(timed_out())),
+        };
+        match r {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Err(timed_out()),
+            r => r,
         }
     }
 
@@ -265,6 +462,10 @@ impl Conn {
     pub fn shutting_down(&self) -> bool {
         self.shutdown.is_set()
     }
+}
+
+fn timed_out() -> io::Error {
+    io::ErrorKind::TimedOut.into()
 }
 
 impl Drop for Conn {

@@ -10,7 +10,7 @@
 //! the same color entering at the same time finds the flag set and counts a
 //! violation. Zero violations under every model is the colors guarantee.
 
-use crate::{Conn, Payload};
+use crate::{Conn, DriverConfig, Flow, Parsed, Payload, Protocol};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::sync::Arc;
 
@@ -63,37 +63,44 @@ fn job(d: &Detector, color: u64, value: u64) -> u64 {
     answer(value)
 }
 
-/// Serves one connection until the client closes it.
-pub async fn serve(mut conn: Conn, payload: Payload, d: Arc<Detector>) {
-    let mut buf = vec![0u8; 16 * 1024];
-    let mut have = 0;
-    let mut out = Vec::with_capacity(16 * 1024);
-    loop {
-        let n = match conn.read(&mut buf[have..]).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        have += n;
-        let whole = have / FRAME * FRAME;
-        for frame in buf[..whole].chunks_exact(FRAME) {
-            let color = u64::from_le_bytes(frame[..8].try_into().expect("8 bytes"));
-            let value = u64::from_le_bytes(frame[8..].try_into().expect("8 bytes"));
-            let d = d.clone();
-            let r = payload
-                .call_colored(color, move || job(&d, color, value))
-                .await;
-            out.extend_from_slice(&color.to_le_bytes());
-            out.extend_from_slice(&r.to_le_bytes());
-        }
-        buf.copy_within(whole..have, 0);
-        have -= whole;
-        if !out.is_empty() {
-            if conn.write_all(&out).await.is_err() {
-                return;
-            }
-            out.clear();
+/// The test service as a [`Protocol`]: 16-byte frames, colored by their
+/// first word, executed under the model's color exclusion.
+pub struct Echo(pub Arc<Detector>);
+
+impl Protocol for Echo {
+    type Session = ();
+    type Request<'a> = (u64, u64);
+
+    fn max_request(&self) -> usize {
+        FRAME
+    }
+
+    fn parse<'a>(&self, _: &mut (), input: &'a [u8]) -> Parsed<(u64, u64)> {
+        match input.get(..FRAME) {
+            Some(f) => Parsed::Request(response(f), FRAME),
+            None => Parsed::Incomplete(FRAME),
         }
     }
+
+    fn color(&self, req: &(u64, u64)) -> u64 {
+        req.0
+    }
+
+    fn peek_color(&self, _: &(), input: &[u8]) -> Option<u64> {
+        input.get(..FRAME).map(|f| response(f).0)
+    }
+
+    fn execute(&self, _: &mut (), (color, value): (u64, u64), out: &mut Vec<u8>) -> Flow {
+        let r = job(&self.0, color, value);
+        out.extend_from_slice(&color.to_le_bytes());
+        out.extend_from_slice(&r.to_le_bytes());
+        Flow::Continue
+    }
+}
+
+/// Serves one connection until the client closes it.
+pub async fn serve(conn: Conn, payload: Payload, d: Arc<Detector>) {
+    crate::drive(conn, payload, Arc::new(Echo(d)), DriverConfig::default()).await
 }
 
 /// Encodes one request.

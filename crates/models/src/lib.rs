@@ -15,8 +15,9 @@
 //! steal:N         [accept] → [network + payload]×N ⇄ share ready tasks
 //! ```
 //!
-//! Where payload work runs and how colors stay exclusive is in [`payload`];
-//! the cost of a hand-off, and how it is kept low, in `stage.rs`.
+//! A server is a [`Protocol`] served by one generic connection driver
+//! ([`session`]); where payload work runs and how colors stay exclusive is
+//! in [`payload`]; a hand-off, and how it is kept cheap, in `stage.rs`.
 #![warn(missing_docs)]
 
 mod conn;
@@ -24,11 +25,13 @@ pub mod echo;
 mod model;
 pub mod payload;
 mod server;
+pub mod session;
 mod stage;
 mod stats;
 
 pub use conn::Conn;
 pub use model::{cores, AcceptPolicy, Model, ParseModelError, MODEL_NAMES};
-pub use payload::{Call, Payload, DEFAULT_COLOR};
+pub use payload::{Lane, Payload, DEFAULT_COLOR};
 pub use server::{Server, ServerBuilder, ShutdownReport, StatsHandle};
+pub use session::{drive, DriverConfig, Flow, Parsed, Protocol};
 pub use stats::{ServerStats, ThreadRole, ThreadStats};

@@ -17,15 +17,15 @@
 //! stays correct: all its default-colored jobs are serialised. Color locks are
 //! a fixed array of slots indexed by `color % slots`: two colors may share a
 //! slot (less parallelism), never the reverse.
+//!
+//! The session driver (`session`) does not hand off one request at a time: it
+//! sends one *batch* per read ([`Payload::batch`]), which runs on one thread
+//! and executes requests while their colors belong there ([`Lane`]).
 
-use crate::stage::{Job, Stage};
-use atomic_waker::AtomicWaker;
+use crate::stage::Stage;
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 
 /// The color `call` uses.
 pub const DEFAULT_COLOR: u64 = 0;
@@ -33,11 +33,13 @@ pub const DEFAULT_COLOR: u64 = 0;
 /// Number of color-lock slots.
 const COLOR_SLOTS: usize = 1024;
 
-struct ColorLocks(Box<[Mutex<()>]>);
+pub(crate) struct ColorLocks(Box<[Mutex<()>]>);
 
 impl ColorLocks {
-    fn new() -> ColorLocks {
-        ColorLocks((0..COLOR_SLOTS).map(|_| Mutex::new(())).collect())
+    pub(crate) fn new() -> Arc<ColorLocks> {
+        Arc::new(ColorLocks(
+            (0..COLOR_SLOTS).map(|_| Mutex::new(())).collect(),
+        ))
     }
     fn run<R>(&self, color: u64, job: impl FnOnce() -> R) -> R {
         let _g = self.0[(color % COLOR_SLOTS as u64) as usize]
@@ -51,36 +53,80 @@ pub(crate) enum Dispatch {
     /// One thread does everything: colors hold trivially.
     Single,
     /// Inline on several threads.
-    Inline(ColorLocksHandle),
+    Inline(Arc<ColorLocks>),
     /// Payload thread chosen by color.
     Affinity(Vec<Arc<Stage>>),
     /// Payload threads round-robin.
-    RoundRobin(Vec<Arc<Stage>>, AtomicUsize, ColorLocksHandle),
+    RoundRobin(Vec<Arc<Stage>>, AtomicUsize, Arc<ColorLocks>),
     /// The payload thread paired with the calling loop (by loop id).
-    Paired(Vec<Arc<Stage>>, HashMap<u16, usize>, ColorLocksHandle),
-}
-
-pub(crate) struct ColorLocksHandle(Arc<ColorLocks>);
-
-impl ColorLocksHandle {
-    pub(crate) fn new() -> ColorLocksHandle {
-        ColorLocksHandle(Arc::new(ColorLocks::new()))
-    }
-    fn clone_inner(&self) -> Arc<ColorLocks> {
-        self.0.clone()
-    }
+    Paired(Vec<Arc<Stage>>, HashMap<u16, usize>, Arc<ColorLocks>),
 }
 
 /// The handle a connection uses to run payload work. Cheap to clone.
 #[derive(Clone)]
 pub struct Payload {
     dispatch: Arc<Dispatch>,
+    /// Spreads blocking calls over the payload threads.
+    next_blocking: Arc<AtomicUsize>,
+}
+
+/// Where one job or batch goes.
+enum Route<'a> {
+    Here(Lane),
+    Stage(&'a Arc<Stage>, Lane),
+}
+
+/// Where a batch runs and which of its requests may run there: a batch runs
+/// on one thread; it executes requests while [`admits`](Lane::admits) says
+/// their color belongs to that thread, each under its color's exclusion.
+#[derive(Clone)]
+pub struct Lane {
+    /// `Some((i, p))`: payload thread `i` of `p` that owns colors `c % p == i`.
+    affinity: Option<(usize, usize)>,
+    locks: Option<Arc<ColorLocks>>,
+}
+
+impl Lane {
+    /// A lane that admits every color and takes no lock (one thread).
+    pub fn single() -> Lane {
+        Lane {
+            affinity: None,
+            locks: None,
+        }
+    }
+
+    /// True if this lane needs requests' colors: it admits only some colors
+    /// (affinity) or keeps colors exclusive with locks.
+    #[inline]
+    pub fn uses_colors(&self, locked: bool) -> bool {
+        self.affinity.is_some() || (locked && self.locks.is_some())
+    }
+
+    /// True if a job of `color` may run on this lane's thread.
+    #[inline]
+    pub fn admits(&self, color: u64) -> bool {
+        match self.affinity {
+            None => true,
+            Some((i, p)) => (color % p as u64) as usize == i,
+        }
+    }
+
+    /// Runs `job` keeping `color` exclusive. `locked` false: the caller's
+    /// state keeps colors exclusive by itself, take no second lock.
+    #[inline]
+    pub fn run<R>(&self, color: u64, locked: bool, job: impl FnOnce() -> R) -> R {
+        match &self.locks {
+            Some(l) if locked => l.run(color, job),
+            _ => job(),
+        }
+    }
 }
 
 impl Payload {
     pub(crate) fn new(dispatch: Dispatch) -> Payload {
         Payload {
             dispatch: Arc::new(dispatch),
+            next_blocking: Arc::new(AtomicUsize::new(0)),
         }
     }
 
@@ -90,143 +136,120 @@ impl Payload {
         Payload::new(Dispatch::Single)
     }
 
-    /// Runs `job` here and now if the model runs payload work inline (`sped`,
-    /// `symped`, `steal`, `thread-per-conn`), keeping its color exclusive;
-    /// returns `None` without running it in the hand-off models, whose jobs
-    /// must be `'static` and go through [`call_colored`](Self::call_colored).
-    /// Lets a server borrow its read buffer instead of copying a request.
-    pub fn try_inline<R>(&self, color: u64, job: impl FnOnce() -> R) -> Option<R> {
-        match &*self.dispatch {
-            Dispatch::Single => Some(job()),
-            Dispatch::Inline(locks) => Some(locks.0.run(color, job)),
-            _ => None,
+    /// The lane of a model that runs payload work inline (`None` in the
+    /// hand-off models): the driver then serves a read where it is, borrowing
+    /// its buffer.
+    pub(crate) fn inline_lane(&self) -> Option<Lane> {
+        match self.route(DEFAULT_COLOR) {
+            Route::Here(lane) => Some(lane),
+            Route::Stage(..) => None,
         }
     }
 
-    /// Runs `job` with the default color.
-    pub fn call<R, F>(&self, job: F) -> Call<R>
-    where
-        F: FnOnce() -> R + Send + 'static,
-        R: Send + 'static,
-    {
-        self.call_colored(DEFAULT_COLOR, job)
+    /// True if the thread a batch runs on depends on its first request's color.
+    pub(crate) fn routes_by_color(&self) -> bool {
+        matches!(&*self.dispatch, Dispatch::Affinity(s) if s.len() > 1)
     }
 
-    /// Runs `job` where the model says, never at the same time as another job
-    /// of the same `color`. A panic in `job` resumes in the caller.
-    pub fn call_colored<R, F>(&self, color: u64, job: F) -> Call<R>
-    where
-        F: FnOnce() -> R + Send + 'static,
-        R: Send + 'static,
-    {
-        let (stage, locks) = match &*self.dispatch {
-            Dispatch::Single => return Call::ready(job()),
-            Dispatch::Inline(locks) => return Call::ready(locks.0.run(color, job)),
+    fn route(&self, color: u64) -> Route<'_> {
+        match &*self.dispatch {
+            Dispatch::Single => Route::Here(Lane::single()),
+            Dispatch::Inline(locks) => Route::Here(Lane {
+                affinity: None,
+                locks: Some(locks.clone()),
+            }),
             Dispatch::Affinity(stages) => {
-                (stages[(color % stages.len() as u64) as usize].clone(), None)
+                let i = (color % stages.len() as u64) as usize;
+                Route::Stage(
+                    &stages[i],
+                    Lane {
+                        affinity: Some((i, stages.len())),
+                        locks: None,
+                    },
+                )
             }
             Dispatch::RoundRobin(stages, next, locks) => {
                 let i = next.fetch_add(1, Relaxed) % stages.len();
-                (stages[i].clone(), Some(locks.clone_inner()))
+                Route::Stage(
+                    &stages[i],
+                    Lane {
+                        affinity: None,
+                        locks: Some(locks.clone()),
+                    },
+                )
             }
             Dispatch::Paired(stages, pairs, locks) => {
                 let id = duality_rt::event_loop::current().map(|h| h.id());
                 let i = id.and_then(|id| pairs.get(&id).copied()).unwrap_or(0);
-                (stages[i].clone(), Some(locks.clone_inner()))
+                Route::Stage(
+                    &stages[i],
+                    Lane {
+                        affinity: None,
+                        locks: Some(locks.clone()),
+                    },
+                )
             }
-        };
-        let slot = Arc::new(Slot {
-            value: Mutex::new(None),
-            waker: AtomicWaker::new(),
-        });
-        let s = slot.clone();
-        let job: Job = Box::new(move || {
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match locks {
-                Some(l) => l.run(color, job),
-                None => job(),
-            }));
-            *s.value.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
-            s.waker.wake();
-        });
-        Call {
-            state: CallState::Queued {
-                stage,
-                job: Some(job),
-                slot,
-                waiting: None,
-            },
         }
     }
-}
 
-struct Slot<R> {
-    value: Mutex<Option<std::thread::Result<R>>>,
-    waker: AtomicWaker,
-}
+    /// Runs `job` with the default color.
+    pub async fn call<R, F>(&self, job: F) -> R
+    where
+        F: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        self.call_colored(DEFAULT_COLOR, job).await
+    }
 
-enum CallState<R> {
-    Ready(Option<R>),
-    Queued {
-        stage: Arc<Stage>,
-        job: Option<Job>,
-        slot: Arc<Slot<R>>,
-        /// Tells the loop an answer is on its way (it waits briefly before sleeping).
-        waiting: Option<duality_rt::RemoteWait>,
-    },
-}
-
-/// The future of [`Payload::call`].
-#[must_use = "futures do nothing unless awaited"]
-pub struct Call<R> {
-    state: CallState<R>,
-}
-
-impl<R> Call<R> {
-    fn ready(v: R) -> Call<R> {
-        Call {
-            state: CallState::Ready(Some(v)),
+    /// Runs `job` where the model says, never at the same time as another job
+    /// of the same `color`. A panic in `job` resumes in the caller.
+    pub async fn call_colored<R, F>(&self, color: u64, job: F) -> R
+    where
+        F: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        match self.route(color) {
+            Route::Here(lane) => lane.run(color, true, job),
+            Route::Stage(stage, lane) => stage.run(move || lane.run(color, true, job)).await,
         }
     }
-}
 
-impl<R> Unpin for Call<R> {}
+    /// Runs a batch: `job` gets the [`Lane`] it runs on and must execute only
+    /// what the lane admits, under [`Lane::run`]. `color` is the color of the
+    /// batch's first request where the model routes by color (see
+    /// `routes_by_color`); otherwise any value. Inline models run it here and
+    /// now; hand-off models move it (and what it owns) to a payload thread
+    /// and back.
+    pub async fn batch<R, F>(&self, color: u64, job: F) -> R
+    where
+        F: FnOnce(&Lane) -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        match self.route(color) {
+            Route::Here(lane) => job(&lane),
+            Route::Stage(stage, lane) => stage.run(move || job(&lane)).await,
+        }
+    }
 
-impl<R> Future for Call<R> {
-    type Output = R;
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<R> {
-        match &mut self.state {
-            CallState::Ready(v) => Poll::Ready(v.take().expect("Call polled after completion")),
-            CallState::Queued {
-                stage,
-                job,
-                slot,
-                waiting,
-            } => {
-                if waiting.is_none() {
-                    *waiting = Some(duality_rt::RemoteWait::new());
-                }
-                if let Some(j) = job.take() {
-                    slot.waker.register(cx.waker());
-                    if let Err(j) = stage.try_push(j) {
-                        // Full: wait for the payload thread to make room.
-                        stage.wait_for_room(cx.waker());
-                        match stage.try_push(j) {
-                            Ok(()) => {}
-                            Err(j) => {
-                                *job = Some(j);
-                                return Poll::Pending;
-                            }
-                        }
-                    }
-                }
-                slot.waker.register(cx.waker());
-                let v = slot.value.lock().unwrap_or_else(|e| e.into_inner()).take();
-                match v {
-                    Some(Ok(v)) => Poll::Ready(v),
-                    Some(Err(p)) => std::panic::resume_unwind(p),
-                    None => Poll::Pending,
-                }
+    /// Runs a blocking call (open, stat, read of a file) where the model puts
+    /// such work: on the payload threads in the hand-off models (Flash's
+    /// AMPED helpers), on the runtime's blocking pool otherwise, so it never
+    /// blocks a network loop. Not colored.
+    pub async fn blocking<R, F>(&self, job: F) -> std::io::Result<R>
+    where
+        F: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        match &*self.dispatch {
+            Dispatch::Affinity(stages)
+            | Dispatch::RoundRobin(stages, ..)
+            | Dispatch::Paired(stages, ..) => {
+                let i = self.next_blocking.fetch_add(1, Relaxed) % stages.len();
+                Ok(stages[i].run(job).await)
             }
+            Dispatch::Single | Dispatch::Inline(_) => duality_rt::spawn_blocking(job)
+                .await
+                .map_err(|e| std::io::Error::other(format!("blocking call failed: {e}"))),
         }
     }
 }

@@ -2,7 +2,7 @@
 
 use crate::conn::{Accepted, Conn, ConnCounter, ShutdownSignal};
 use crate::model::{AcceptPolicy, Model};
-use crate::payload::{ColorLocksHandle, Dispatch, Payload};
+use crate::payload::{ColorLocks, Dispatch, Payload};
 use crate::stage::Stage;
 use crate::stats::{loop_thread_stats, ServerStats, ThreadRole};
 use duality_rt::net::{TcpListener, UnixListener};
@@ -297,7 +297,6 @@ pub struct Server {
     acceptor: Option<LoopThread>,
     network: Vec<LoopThread>,
     stages: Vec<Arc<Stage>>,
-    stage_threads: Vec<std::thread::JoinHandle<()>>,
     accept_tasks: Vec<duality_rt::JoinHandle<()>>,
     tcp_addrs: Vec<SocketAddr>,
     unix_paths: Vec<PathBuf>,
@@ -338,21 +337,22 @@ fn start(b: ServerBuilder, handler: Arc<HandlerFn>) -> io::Result<Server> {
         ))?);
     }
     let mut stages = Vec::new();
-    let mut stage_threads = Vec::new();
     for i in 0..n_payload {
-        let s = Stage::new(i, b.handoff_capacity);
-        stage_threads.push(s.start(format!("{}-payload-{i}", b.name))?);
-        stages.push(s);
+        stages.push(Stage::start(
+            i,
+            b.handoff_capacity,
+            format!("{}-payload-{i}", b.name),
+        )?);
     }
     let handles: Vec<LoopHandle> = network.iter().map(|l| l.handle()).collect();
     let dispatch = match b.model {
         Model::Sped => Dispatch::Single,
         Model::Symped { .. } | Model::Steal { .. } | Model::ThreadPerConn => {
-            Dispatch::Inline(ColorLocksHandle::new())
+            Dispatch::Inline(ColorLocks::new())
         }
         Model::Amped { .. } => Dispatch::Affinity(stages.clone()),
         Model::Seda { .. } => {
-            Dispatch::RoundRobin(stages.clone(), AtomicUsize::new(0), ColorLocksHandle::new())
+            Dispatch::RoundRobin(stages.clone(), AtomicUsize::new(0), ColorLocks::new())
         }
         Model::SedaS { .. } => {
             let pairs: HashMap<u16, usize> = handles
@@ -360,7 +360,7 @@ fn start(b: ServerBuilder, handler: Arc<HandlerFn>) -> io::Result<Server> {
                 .enumerate()
                 .map(|(i, h)| (h.id(), i))
                 .collect();
-            Dispatch::Paired(stages.clone(), pairs, ColorLocksHandle::new())
+            Dispatch::Paired(stages.clone(), pairs, ColorLocks::new())
         }
     };
     let shared = Arc::new(Shared {
@@ -368,11 +368,7 @@ fn start(b: ServerBuilder, handler: Arc<HandlerFn>) -> io::Result<Server> {
         accept: b.accept,
         max_conns: b.max_conns,
         refusal: b.refusal,
-        counter: Arc::new(ConnCounter {
-            live: AtomicUsize::new(0),
-            total: AtomicU64::new(0),
-            refused: AtomicU64::new(0),
-        }),
+        counter: Arc::new(ConnCounter::new()),
         shutdown: Arc::new(ShutdownSignal::default()),
         handler,
         payload: Payload::new(dispatch),
@@ -405,7 +401,6 @@ fn start(b: ServerBuilder, handler: Arc<HandlerFn>) -> io::Result<Server> {
         acceptor,
         network,
         stages,
-        stage_threads,
         accept_tasks,
         tcp_addrs,
         unix_paths: b.unix,
@@ -501,9 +496,6 @@ impl Server {
         for s in &self.stages {
             s.stop();
         }
-        for t in self.stage_threads.drain(..) {
-            let _ = t.join();
-        }
         for p in &self.unix_paths {
             let _ = std::fs::remove_file(p);
         }
@@ -529,6 +521,21 @@ pub struct StatsHandle {
 }
 
 impl StatsHandle {
+    /// (connections open now, connections accepted since start): two atomic
+    /// loads, no per-thread snapshot.
+    pub fn connections(&self) -> (usize, u64) {
+        (
+            self.shared.counter.live.load(SeqCst),
+            self.shared.counter.total.load(Relaxed),
+        )
+    }
+
+    /// (bytes read, bytes written) by all connections, summed over the
+    /// loops' counters.
+    pub fn bytes(&self) -> (u64, u64) {
+        self.shared.counter.bytes()
+    }
+
     /// See [`Server::stats`].
     pub fn stats(&self) -> ServerStats {
         stats_of(&self.shared, self.acceptor, &self.stages)

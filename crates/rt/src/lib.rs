@@ -10,6 +10,7 @@
 //! |---|---|
 //! | [`reactor`] (private) | readiness through `mio` (epoll), cross-thread wake-ups through its waker |
 //! | [`event_loop`] | one loop per OS thread: local run queue, hand-off queue, reactor, timers |
+//! | [`coop`] | the per-poll I/O budget: a task whose socket is always ready yields after its share |
 //! | [`task`] | `spawn`, `JoinHandle`, `yield_now`; tasks are a few words plus the future |
 //! | [`time`] | `sleep`, `timeout` over a hierarchical timer wheel |
 //! | [`net`] | thread-style `TcpListener`/`TcpStream`/`UnixListener`/`UnixStream` |
@@ -22,6 +23,8 @@
 #![warn(missing_docs, clippy::undocumented_unsafe_blocks)]
 
 pub(crate) mod loom;
+
+pub mod coop;
 
 pub mod event_loop;
 pub mod net;

@@ -338,6 +338,11 @@ impl Registration {
         cx: &mut Context<'_>,
         mut f: impl FnMut() -> io::Result<R>,
     ) -> Poll<io::Result<R>> {
+        // Fairness: a task whose socket is always ready yields after its
+        // share of operations (see `coop`).
+        if crate::coop::poll_proceed(cx).is_pending() {
+            return Poll::Pending;
+        }
         loop {
             let ev = match self.poll_ready(dir, cx) {
                 Poll::Ready(Ok(ev)) => ev,
@@ -346,7 +351,10 @@ impl Registration {
             };
             match f() {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.clear_readiness(dir, ev),
-                r => return Poll::Ready(r),
+                r => {
+                    crate::coop::spend();
+                    return Poll::Ready(r);
+                }
             }
         }
     }

@@ -59,6 +59,11 @@ pub struct LoopConfig {
     /// How long the loop waits (yielding) for an expected answer from
     /// another thread before it sleeps; see [`RemoteWait`]. Zero: never.
     pub remote_spin: Duration,
+    /// How long an idle loop keeps looking for work (yielding the core
+    /// between looks) before it sleeps in the reactor, when no answer is
+    /// expected. A stream of hand-offs arriving microseconds apart then
+    /// never pays for a wake-up. Zero (the default): sleep at once.
+    pub idle_spin: Duration,
     /// Loops that share ready tasks (the `steal` model): a loop left with
     /// ready tasks after its turn hands half of them to a member that sleeps.
     pub work_group: Option<Arc<WorkGroup>>,
@@ -138,6 +143,7 @@ impl Default for LoopConfig {
             track_spawn_locations: false,
             events_capacity: 1024,
             remote_spin: Duration::from_micros(50),
+            idle_spin: Duration::ZERO,
             work_group: None,
         }
     }
@@ -189,7 +195,10 @@ impl Local {
             } else {
                 None
             };
-            task.run();
+            {
+                let _budget = crate::coop::start_poll();
+                task.run();
+            }
             let t1 = Instant::now();
             let took = t1 - t0;
             t0 = t1;
@@ -262,7 +271,7 @@ impl Local {
                 at.saturating_duration_since(Instant::now())
             })
         };
-        if timeout != Some(Duration::ZERO) && self.wait_for_remote_answer()? {
+        if timeout != Some(Duration::ZERO) && self.spin_before_sleep()? {
             timeout = Some(Duration::ZERO);
         }
         let sleeping = timeout != Some(Duration::ZERO);
@@ -307,13 +316,20 @@ impl Local {
     /// (requests of other connections arriving meanwhile join the next batch
     /// instead of waiting for this answer) and yield the core between looks
     /// (the answering thread may share it). True if work arrived.
-    fn wait_for_remote_answer(&self) -> io::Result<bool> {
-        if self.config.remote_spin.is_zero() || self.shared.stats.awaiting_remote.load(Relaxed) == 0
-        {
+    ///
+    /// With no answer expected, an idle loop spins for `idle_spin` the same
+    /// way (payload loops: the next job usually follows within microseconds).
+    fn spin_before_sleep(&self) -> io::Result<bool> {
+        let spin = if self.shared.stats.awaiting_remote.load(Relaxed) > 0 {
+            self.config.remote_spin
+        } else {
+            self.config.idle_spin
+        };
+        if spin.is_zero() {
             return Ok(false);
         }
         self.shared.stats.spins.fetch_add(1, Relaxed);
-        let until = Instant::now() + self.config.remote_spin;
+        let until = Instant::now() + spin;
         loop {
             if !self.shared.handoff.is_empty() {
                 return Ok(true);
@@ -630,6 +646,7 @@ impl EventLoop {
         local.shared.main_woken.store(true, SeqCst);
         loop {
             if local.shared.main_woken.swap(false, SeqCst) {
+                let _budget = crate::coop::start_poll();
                 if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
                     return v;
                 }

@@ -59,6 +59,11 @@ impl<S: Source> Evented<S> {
         self.reg.poll_io(dir, cx, || f(&self.source))
     }
 
+    /// Polls readiness in `dir` without doing I/O.
+    pub(crate) fn poll_ready(&self, dir: Direction, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.reg.poll_ready(dir, cx).map(|r| r.map(|_| ()))
+    }
+
     /// Waits for readiness in `dir`; an error if the reactor refused to
     /// watch it.
     pub(crate) async fn ready(&self, dir: Direction) -> io::Result<()> {
@@ -149,6 +154,15 @@ macro_rules! stream_methods {
             /// Waits until the socket is readable (or closed).
             pub async fn readable(&self) -> io::Result<()> {
                 self.io.ready(crate::reactor::Direction::Read).await
+            }
+            /// Polls for readability (or closed) without reading: a
+            /// connection can wait for its next request without holding a
+            /// read buffer.
+            pub fn poll_readable(
+                &self,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<io::Result<()>> {
+                self.io.poll_ready(crate::reactor::Direction::Read, cx)
             }
             /// Waits until the socket is writable (or closed).
             pub async fn writable(&self) -> io::Result<()> {

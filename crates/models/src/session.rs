@@ -1,0 +1,489 @@
+//! The session driver: one connection loop under every server, and the small
+//! protocol seam a server implements to use it.
+//!
+//! A server is a [`Protocol`] — how to find one request in bytes (pure, over
+//! a slice), which color it has, how to execute it and append its response
+//! (pelikan's `Parse` / `Execute` / `Compose`). [`drive`] does the rest, the
+//! same way in every threading model:
+//!
+//! ```text
+//! loop
+//!   idle: wait for readability holding no buffer          (readable_for)
+//!   take a read buffer from this thread's pool, read into its free tail
+//!   serve the buffered bytes as batches:                  ← batching point:
+//!     inline models:    serve_bytes here, under color locks   one job per read,
+//!     hand-off models:  move buf + out + session to a payload  not per request
+//!                       thread, serve_bytes there, move back
+//!     a batch stops at: an incomplete request, a color that belongs to
+//!     another payload thread (amped), its request or output budget, Close
+//!   write every response of the read with one write       ← batching point
+//!   nothing left over → the buffers go back to the pool
+//! ```
+//!
+//! Buffer rules: a read buffer is zero-filled once, when it is made, never
+//! per read; it grows only as far as the pending request says it needs
+//! ([`Parsed::Incomplete`]), up to [`Protocol::max_request`], and is swapped
+//! back for a standard one as soon as the large request is served. An idle
+//! connection holds no buffer. Per-thread pools keep at most [`POOL_KEEP`]
+//! buffers, so memory goes back once connections close.
+//!
+//! Fairness: a batch executes at most [`DriverConfig::max_batch_requests`]
+//! requests and buffers at most [`DriverConfig::max_batch_output`] bytes of
+//! responses before the driver writes them and yields to the loop; the
+//! runtime's I/O budget (`duality_rt::coop`) bounds the rest.
+
+use crate::payload::Lane;
+use crate::{Conn, Payload, DEFAULT_COLOR};
+use std::cell::RefCell;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What the driver does after a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flow {
+    /// Serve the next request.
+    Continue,
+    /// Write what is buffered, then close the connection.
+    Close,
+}
+
+/// What [`Protocol::parse`] found at the front of its input.
+#[derive(Debug)]
+pub enum Parsed<R> {
+    /// One request, `usize` bytes long.
+    Request(R, usize),
+    /// No whole request yet. The number is how many bytes (from the front of
+    /// the input) the request needs in all, if the protocol knows (a declared
+    /// value length), else 0: the driver grows its buffer only that far.
+    Incomplete(usize),
+    /// Bytes to drop without a response (e.g. the rest of a value being
+    /// discarded after an error). Must be at least 1.
+    Skip(usize),
+}
+
+/// A server's protocol: everything the driver needs to know about it.
+///
+/// `parse` must be pure over its input (plus the session's own state) and
+/// must never ask for more than [`max_request`](Protocol::max_request) bytes:
+/// it decides "too large" before the bytes arrive.
+pub trait Protocol: Send + Sync + 'static {
+    /// Per-connection protocol state (e.g. bytes still to discard). It moves
+    /// with the buffers when a batch hops to a payload thread.
+    type Session: Default + Send + 'static;
+    /// One parsed request, borrowing the input.
+    type Request<'a>;
+
+    /// False (the default): colors are kept exclusive by the model (color
+    /// locks or affinity). True: the protocol's own state already keeps each
+    /// color exclusive (e.g. one lock per shard), so the driver takes no
+    /// second lock; colors then only route work.
+    const LOCKS_ITSELF: bool = false;
+
+    /// The most bytes one request may need buffered at once.
+    fn max_request(&self) -> usize;
+
+    /// Finds the request at the front of `input`.
+    fn parse<'a>(&self, session: &mut Self::Session, input: &'a [u8]) -> Parsed<Self::Request<'a>>;
+
+    /// The request's color: two requests of one color never execute at the
+    /// same time.
+    fn color(&self, _req: &Self::Request<'_>) -> u64 {
+        DEFAULT_COLOR
+    }
+
+    /// The color of the request at the front of `input`, without changing
+    /// the session; `None` if unknown. Used where the model routes a batch by
+    /// its first request's color (`amped` with several payload threads).
+    fn peek_color(&self, _session: &Self::Session, _input: &[u8]) -> Option<u64> {
+        None
+    }
+
+    /// Executes `req`, appending its response to `out`.
+    fn execute(
+        &self,
+        session: &mut Self::Session,
+        req: Self::Request<'_>,
+        out: &mut Vec<u8>,
+    ) -> Flow;
+
+    /// True while the session is inside a request although no bytes of it
+    /// are buffered (a shutdown then lets it finish).
+    fn mid_request(&self, _session: &Self::Session) -> bool {
+        false
+    }
+}
+
+/// Why [`serve_bytes`] stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// The rest is an incomplete request needing this many bytes in all (0:
+    /// unknown), or nothing.
+    NeedMore(usize),
+    /// The batch's request or output budget is spent: write, yield, go on.
+    Budget,
+    /// The next request's color belongs to another payload thread.
+    Elsewhere(u64),
+    /// A request asked to close the connection.
+    Close,
+}
+
+/// What [`serve_bytes`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Served {
+    /// Bytes of the input consumed.
+    pub used: usize,
+    /// Requests executed.
+    pub requests: usize,
+    /// Why it stopped.
+    pub stop: Stop,
+}
+
+/// Bounds of one batch.
+#[derive(Clone, Copy, Debug)]
+pub struct BatchLimits {
+    /// Most requests executed.
+    pub max_requests: usize,
+    /// Stop once this many response bytes are buffered.
+    pub max_output: usize,
+}
+
+/// Parses and executes the requests at the front of `input` in order,
+/// appending their responses to `out`, while `lane` admits their colors and
+/// the batch's limits allow. The core every driver shares (the tokio peer
+/// calls it with [`Lane::single`]).
+pub fn serve_bytes<P: Protocol>(
+    proto: &P,
+    session: &mut P::Session,
+    input: &[u8],
+    out: &mut Vec<u8>,
+    lane: &Lane,
+    limits: BatchLimits,
+) -> Served {
+    let mut used = 0;
+    let mut requests = 0;
+    // A protocol that locks itself, on a lane without affinity, never needs
+    // a color: do not compute one (for the cache, a hash per request).
+    let colored = lane.uses_colors(!P::LOCKS_ITSELF);
+    loop {
+        if requests >= limits.max_requests || out.len() >= limits.max_output {
+            return Served {
+                used,
+                requests,
+                stop: Stop::Budget,
+            };
+        }
+        match proto.parse(session, &input[used..]) {
+            Parsed::Incomplete(need) => {
+                return Served {
+                    used,
+                    requests,
+                    stop: Stop::NeedMore(need),
+                }
+            }
+            Parsed::Skip(n) => {
+                let n = n.min(input.len() - used);
+                if n == 0 {
+                    return Served {
+                        used,
+                        requests,
+                        stop: Stop::NeedMore(0),
+                    };
+                }
+                used += n;
+            }
+            Parsed::Request(req, n) => {
+                let color = if colored {
+                    proto.color(&req)
+                } else {
+                    DEFAULT_COLOR
+                };
+                if !lane.admits(color) {
+                    return Served {
+                        used,
+                        requests,
+                        stop: Stop::Elsewhere(color),
+                    };
+                }
+                let flow = lane.run(color, !P::LOCKS_ITSELF, || proto.execute(session, req, out));
+                used += n;
+                requests += 1;
+                if flow == Flow::Close {
+                    return Served {
+                        used,
+                        requests,
+                        stop: Stop::Close,
+                    };
+                }
+            }
+        }
+    }
+}
+
+/// How the driver treats a connection.
+#[derive(Clone, Copy, Debug)]
+pub struct DriverConfig {
+    /// Close a connection that sends nothing for this long (`None`: never).
+    pub idle_timeout: Option<Duration>,
+    /// Most requests of one read executed before the driver writes their
+    /// responses and lets the loop run others.
+    pub max_batch_requests: usize,
+    /// Most response bytes buffered before the driver writes them.
+    pub max_batch_output: usize,
+}
+
+impl Default for DriverConfig {
+    /// No idle timeout, 256 requests or 256 KiB of responses per batch.
+    fn default() -> Self {
+        DriverConfig {
+            idle_timeout: None,
+            max_batch_requests: 256,
+            max_batch_output: 256 * 1024,
+        }
+    }
+}
+
+/// Size of a standard read buffer (and the first size of a response buffer).
+pub const BUF_SIZE: usize = 16 * 1024;
+/// Buffers a thread's pool keeps for reuse; more are freed.
+pub const POOL_KEEP: usize = 64;
+/// A response buffer that grew past this is freed after its write.
+const OUT_KEEP: usize = 4 * BUF_SIZE;
+
+thread_local! {
+    /// Read buffers (len == capacity == BUF_SIZE, initialized) and response
+    /// buffers (empty) of the connections of this thread's loop.
+    static POOL: RefCell<(Vec<Vec<u8>>, Vec<Vec<u8>>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+fn take_read_buf() -> Vec<u8> {
+    POOL.with(|p| p.borrow_mut().0.pop())
+        .unwrap_or_else(|| vec![0; BUF_SIZE])
+}
+
+fn give_read_buf(b: Vec<u8>) {
+    if b.len() == BUF_SIZE {
+        POOL.with(|p| {
+            let mut p = p.borrow_mut();
+            if p.0.len() < POOL_KEEP {
+                p.0.push(b);
+            }
+        });
+    }
+}
+
+fn take_out_buf() -> Vec<u8> {
+    POOL.with(|p| p.borrow_mut().1.pop())
+        .unwrap_or_else(|| Vec::with_capacity(BUF_SIZE))
+}
+
+fn give_out_buf(mut b: Vec<u8>) {
+    if b.capacity() >= BUF_SIZE && b.capacity() <= OUT_KEEP {
+        b.clear();
+        POOL.with(|p| {
+            let mut p = p.borrow_mut();
+            if p.1.len() < POOL_KEEP {
+                p.1.push(b);
+            }
+        });
+    }
+}
+
+/// Buffers pooled on this thread now: (read buffers, response buffers).
+pub fn pooled_buffers() -> (usize, usize) {
+    POOL.with(|p| {
+        let p = p.borrow();
+        (p.0.len(), p.1.len())
+    })
+}
+
+/// One connection's buffers and protocol state: what a hand-off moves.
+struct Held<S> {
+    buf: Vec<u8>,
+    /// Buffered input is `buf[start..end]`.
+    start: usize,
+    end: usize,
+    out: Vec<u8>,
+    session: S,
+}
+
+/// Serves one connection with `proto` until it closes, an idle timeout, a
+/// request that closes, or the server's shutdown (between requests).
+pub async fn drive<P: Protocol>(
+    mut conn: Conn,
+    payload: Payload,
+    proto: Arc<P>,
+    cfg: DriverConfig,
+) {
+    let limits = BatchLimits {
+        max_requests: cfg.max_batch_requests.max(1),
+        max_output: cfg.max_batch_output.max(1),
+    };
+    let inline = payload.inline_lane();
+    let routes = payload.routes_by_color();
+    let max_request = proto.max_request().max(BUF_SIZE);
+    let mut held = Held {
+        buf: Vec::new(),
+        start: 0,
+        end: 0,
+        out: Vec::new(),
+        session: P::Session::default(),
+    };
+    // Bytes the pending request needs in all (0: unknown).
+    let mut need = 0;
+    loop {
+        if held.buf.is_empty() {
+            // Idle: wait holding no buffer.
+            conn.set_mid_request(proto.mid_request(&held.session));
+            if conn.readable_for(cfg.idle_timeout).await.is_err() {
+                return;
+            }
+            held.buf = take_read_buf();
+            held.start = 0;
+            held.end = 0;
+        }
+        make_room(&mut held, need, max_request);
+        if held.end == held.buf.len() {
+            // The pending request would not fit even in the largest buffer:
+            // the protocol broke its contract. Never grow past the bound.
+            tracing::debug!("closing a connection whose request outgrew the buffer bound");
+            return;
+        }
+        conn.set_mid_request(held.end > held.start || proto.mid_request(&held.session));
+        let wait = if held.end > held.start {
+            None
+        } else {
+            cfg.idle_timeout
+        };
+        let n = match conn.read_for(&mut held.buf[held.end..], wait).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        held.end += n;
+        if held.out.capacity() == 0 {
+            held.out = take_out_buf();
+        }
+
+        // Serve everything buffered, batch by batch.
+        let mut next_color = None;
+        let close = loop {
+            let served = match &inline {
+                Some(lane) => {
+                    let Held {
+                        buf,
+                        start,
+                        end,
+                        out,
+                        session,
+                    } = &mut held;
+                    let s = serve_bytes(&*proto, session, &buf[*start..*end], out, lane, limits);
+                    *start += s.used;
+                    s
+                }
+                None => {
+                    let color = match next_color.take() {
+                        Some(c) => c,
+                        None if routes => proto
+                            .peek_color(&held.session, &held.buf[held.start..held.end])
+                            .unwrap_or(DEFAULT_COLOR),
+                        None => DEFAULT_COLOR,
+                    };
+                    let p = proto.clone();
+                    let mut h = std::mem::replace(
+                        &mut held,
+                        Held {
+                            buf: Vec::new(),
+                            start: 0,
+                            end: 0,
+                            out: Vec::new(),
+                            session: P::Session::default(),
+                        },
+                    );
+                    let (h, s) = payload
+                        .batch(color, move |lane| {
+                            let s = serve_bytes(
+                                &*p,
+                                &mut h.session,
+                                &h.buf[h.start..h.end],
+                                &mut h.out,
+                                lane,
+                                limits,
+                            );
+                            h.start += s.used;
+                            (h, s)
+                        })
+                        .await;
+                    held = h;
+                    s
+                }
+            };
+            match served.stop {
+                Stop::NeedMore(n) => {
+                    need = n;
+                    break false;
+                }
+                Stop::Close => break true,
+                Stop::Elsewhere(c) => next_color = Some(c),
+                Stop::Budget => {
+                    // Write what this batch made, let the loop run others.
+                    if flush(&mut conn, &mut held.out).await.is_err() {
+                        return;
+                    }
+                    duality_rt::yield_now().await;
+                }
+            }
+        };
+        // One write for every response of the read.
+        if flush(&mut conn, &mut held.out).await.is_err() || close {
+            return;
+        }
+        if held.start == held.end {
+            // Nothing pending: the connection goes idle without buffers.
+            give_read_buf(std::mem::take(&mut held.buf));
+            give_out_buf(std::mem::take(&mut held.out));
+            need = 0;
+        }
+    }
+}
+
+/// Makes room at the end of the read buffer: drops served bytes, grows it
+/// as far as the pending request needs (up to `max`), and swaps a large
+/// buffer back for a standard one once what it holds fits.
+fn make_room<S>(h: &mut Held<S>, need: usize, max: usize) {
+    let live = h.end - h.start;
+    let big = h.buf.len() > BUF_SIZE;
+    if big && live < BUF_SIZE && need <= BUF_SIZE {
+        let mut small = take_read_buf();
+        small[..live].copy_from_slice(&h.buf[h.start..h.end]);
+        h.buf = small;
+        h.start = 0;
+        h.end = live;
+        return;
+    }
+    if h.start > 0 && (h.end == h.buf.len() || live == 0) {
+        h.buf.copy_within(h.start..h.end, 0);
+        h.start = 0;
+        h.end = live;
+    }
+    if h.end == h.buf.len() && h.buf.len() < max {
+        // Full with one partial request: grow once to what it declared
+        // (zero-filling only the new bytes, once), else double.
+        let want = if need > h.buf.len() {
+            need
+        } else {
+            h.buf.len() * 2
+        };
+        h.buf.resize(want.min(max), 0);
+    }
+}
+
+async fn flush(conn: &mut Conn, out: &mut Vec<u8>) -> std::io::Result<()> {
+    if out.is_empty() {
+        return Ok(());
+    }
+    let r = conn.write_all(out).await;
+    out.clear();
+    if out.capacity() > OUT_KEEP {
+        *out = take_out_buf();
+    }
+    r
+}
