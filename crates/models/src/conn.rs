@@ -296,6 +296,42 @@ impl Conn {
         .await
     }
 
+    /// Reads what has arrived without waiting: `Ok(None)` if nothing has
+    /// (the next [`readable`](Self::readable) waits for more). Blocking
+    /// sockets wait, as their reads do. `Ok(Some(0))`: end of stream, or the
+    /// server's shutdown between requests.
+    pub async fn try_read(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        if self.is_blocking() {
+            return self.read(buf).await.map(Some);
+        }
+        if self.closing() {
+            return Ok(Some(0));
+        }
+        if duality_rt::coop::remaining() == Some(0) {
+            // The poll's I/O budget is spent: come back on the next poll
+            // (a read now would only say "not yet").
+            duality_rt::yield_now().await;
+        }
+        let r = poll_fn(|cx| {
+            let r = match &self.io {
+                Io::Tcp(s) => s.poll_read(cx, buf),
+                Io::Unix(s) => s.poll_read(cx, buf),
+                _ => unreachable!("blocking sockets handled above"),
+            };
+            Poll::Ready(match r {
+                Poll::Ready(r) => r.map(Some),
+                Poll::Pending => Ok(None),
+            })
+        })
+        .await;
+        if let Ok(Some(n)) = r {
+            self.counter.bytes[self.slot]
+                .read
+                .fetch_add(n as u64, Relaxed);
+        }
+        r
+    }
+
     /// [`read`](Self::read), waiting at most `wait` (`None`: no limit);
     /// `ErrorKind::TimedOut` after that. Works in every model: on event loops
     /// through the loop's timers, on a blocking socket through its receive

@@ -188,6 +188,8 @@ struct Shared {
     thread_stack: usize,
     long_poll: Option<Duration>,
     tpc_threads: AtomicU64,
+    /// Name of thread-per-conn connection threads (`<name>-conn`).
+    conn_thread_name: String,
 }
 
 impl Shared {
@@ -210,7 +212,7 @@ impl Shared {
         if self.model == Model::ThreadPerConn {
             let me2 = self.clone();
             let spawned = std::thread::Builder::new()
-                .name("duality-conn".into())
+                .name(self.conn_thread_name.clone())
                 .stack_size(self.thread_stack)
                 .spawn(move || {
                     let Ok(conn) = Conn::blocking(a, me.shutdown.clone(), me.counter.clone())
@@ -219,7 +221,7 @@ impl Shared {
                         return;
                     };
                     let config = LoopConfig {
-                        name: Some("duality-conn".into()),
+                        name: Some(me.conn_thread_name.clone()),
                         long_poll_threshold: None,
                         ..Default::default()
                     };
@@ -377,6 +379,7 @@ fn start(b: ServerBuilder, handler: Arc<HandlerFn>) -> io::Result<Server> {
         thread_stack: b.thread_stack,
         long_poll: b.long_poll,
         tpc_threads: AtomicU64::new(0),
+        conn_thread_name: format!("{}-conn", b.name),
     });
     // SPED accepts on its one loop; every other model has an acceptor thread.
     let acceptor = if b.model == Model::Sped {

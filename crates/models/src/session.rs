@@ -332,33 +332,41 @@ pub async fn drive<P: Protocol>(
     let mut need = 0;
     loop {
         if held.buf.is_empty() {
-            // Idle: wait holding no buffer.
-            conn.set_mid_request(proto.mid_request(&held.session));
-            if conn.readable_for(cfg.idle_timeout).await.is_err() {
+            // Idle: wait holding no buffer; take one only for bytes that
+            // have arrived (readiness can be stale: a read may find nothing).
+            let n = loop {
+                conn.set_mid_request(proto.mid_request(&held.session));
+                if conn.readable_for(cfg.idle_timeout).await.is_err() {
+                    return;
+                }
+                let mut b = take_read_buf();
+                match conn.try_read(&mut b).await {
+                    Ok(Some(0)) | Err(_) => return,
+                    Ok(Some(n)) => {
+                        held.buf = b;
+                        break n;
+                    }
+                    Ok(None) => give_read_buf(b),
+                }
+            };
+            held.start = 0;
+            held.end = n;
+        } else {
+            make_room(&mut held, need, max_request);
+            if held.end == held.buf.len() {
+                // The pending request would not fit even in the largest
+                // buffer: the protocol broke its contract. Never grow past
+                // the bound.
+                tracing::debug!("closing a connection whose request outgrew the buffer bound");
                 return;
             }
-            held.buf = take_read_buf();
-            held.start = 0;
-            held.end = 0;
+            conn.set_mid_request(true);
+            let n = match conn.read_for(&mut held.buf[held.end..], None).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            held.end += n;
         }
-        make_room(&mut held, need, max_request);
-        if held.end == held.buf.len() {
-            // The pending request would not fit even in the largest buffer:
-            // the protocol broke its contract. Never grow past the bound.
-            tracing::debug!("closing a connection whose request outgrew the buffer bound");
-            return;
-        }
-        conn.set_mid_request(held.end > held.start || proto.mid_request(&held.session));
-        let wait = if held.end > held.start {
-            None
-        } else {
-            cfg.idle_timeout
-        };
-        let n = match conn.read_for(&mut held.buf[held.end..], wait).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        held.end += n;
         if held.out.capacity() == 0 {
             held.out = take_out_buf();
         }
@@ -486,4 +494,82 @@ async fn flush(conn: &mut Conn, out: &mut Vec<u8>) -> std::io::Result<()> {
         *out = take_out_buf();
     }
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(buf: Vec<u8>, start: usize, end: usize) -> Held<()> {
+        Held {
+            buf,
+            start,
+            end,
+            out: Vec::new(),
+            session: (),
+        }
+    }
+
+    #[test]
+    fn a_declared_large_request_grows_the_buffer_once_to_its_size() {
+        let mut h = held(vec![7; BUF_SIZE], 0, BUF_SIZE);
+        make_room(&mut h, 300_000, 1 << 20);
+        assert_eq!(h.buf.len(), 300_000, "grown exactly to the declared need");
+        assert_eq!(
+            &h.buf[..BUF_SIZE],
+            &[7; BUF_SIZE][..],
+            "what was read is kept"
+        );
+        // Never past the bound.
+        let mut h = held(vec![0; BUF_SIZE], 0, BUF_SIZE);
+        make_room(&mut h, 5 << 20, 1 << 20);
+        assert_eq!(h.buf.len(), 1 << 20);
+    }
+
+    #[test]
+    fn without_a_declared_size_a_full_buffer_doubles() {
+        let mut h = held(vec![0; BUF_SIZE], 0, BUF_SIZE);
+        make_room(&mut h, 0, 1 << 20);
+        assert_eq!(h.buf.len(), 2 * BUF_SIZE);
+    }
+
+    #[test]
+    fn a_large_buffer_shrinks_back_once_its_request_is_served() {
+        let mut big = vec![0; 300_000];
+        big[299_991..].copy_from_slice(b"get k\r\nge");
+        // The large request (299,997 bytes) was served; 2 bytes of the next
+        // one remain.
+        let mut h = held(big, 299_997, 300_000);
+        make_room(&mut h, 0, 1 << 20);
+        assert_eq!(h.buf.len(), BUF_SIZE);
+        assert_eq!((h.start, h.end), (0, 3));
+        assert_eq!(&h.buf[..3], b"\nge");
+    }
+
+    #[test]
+    fn served_bytes_are_dropped_only_when_room_is_needed() {
+        let mut h = held(vec![1; BUF_SIZE], 100, 200);
+        make_room(&mut h, 0, 1 << 20);
+        assert_eq!(
+            (h.start, h.end),
+            (100, 200),
+            "no copy while the tail is free"
+        );
+        let mut h = held(vec![1; BUF_SIZE], 100, BUF_SIZE);
+        make_room(&mut h, 0, 1 << 20);
+        assert_eq!((h.start, h.end), (0, BUF_SIZE - 100), "moved to the front");
+        assert_eq!(h.buf.len(), BUF_SIZE);
+    }
+
+    #[test]
+    fn pools_keep_a_bounded_number_of_buffers() {
+        let bufs: Vec<_> = (0..POOL_KEEP + 10).map(|_| take_read_buf()).collect();
+        for b in bufs {
+            give_read_buf(b);
+        }
+        assert_eq!(pooled_buffers().0, POOL_KEEP);
+        // A grown buffer is never pooled.
+        give_read_buf(vec![0; 2 * BUF_SIZE]);
+        assert_eq!(pooled_buffers().0, POOL_KEEP);
+    }
 }

@@ -212,6 +212,7 @@ fn shutdown_lets_in_flight_requests_finish() {
 fn thread_per_conn_runs_one_os_thread_per_connection() {
     let d = Detector::new(1);
     let server = ServerBuilder::new()
+        .name("tpc-count")
         .model(Model::ThreadPerConn)
         .tcp(addr())
         .serve(move |c, p| echo::serve(c, p, d.clone()))
@@ -223,7 +224,7 @@ fn thread_per_conn_runs_one_os_thread_per_connection() {
         std::fs::read_dir("/proc/self/task")
             .unwrap()
             .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-            .filter(|name| name.trim() == "duality-conn")
+            .filter(|name| name.trim() == "tpc-count-conn")
             .count()
     };
     let before = threads();
