@@ -56,6 +56,8 @@ const FLUSH_AT: usize = 64 * 1024;
 /// An `out` buffer larger than this is freed after it is written, so idle
 /// connections hold little memory.
 const OUT_KEEP: usize = 4096;
+/// Requests answered from one read before the task lets its loop run others.
+const REQUESTS_PER_TURN: usize = 64;
 /// Bytes per `sendfile` call; the task yields between calls so that one
 /// large file does not hold its loop.
 const SENDFILE_CHUNK: u64 = 256 * 1024;
@@ -105,6 +107,7 @@ impl Connection {
         loop {
             // Answer every complete request at the front of the buffer.
             let mut used = 0;
+            let mut answered = 0usize;
             let mut last: Option<Plan> = None;
             loop {
                 match parse_head(&buf[used..filled], &limits) {
@@ -120,7 +123,14 @@ impl Connection {
                             last = Some(plan);
                             break;
                         }
-                        if self.out.len() >= FLUSH_AT {
+                        answered += 1;
+                        if answered % REQUESTS_PER_TURN == 0 {
+                            // Fairness: a client pipelining hundreds of
+                            // requests per read gets its answers, then the
+                            // loop runs the others before the rest.
+                            self.flush().await?;
+                            duality_rt::yield_now().await;
+                        } else if self.out.len() >= FLUSH_AT {
                             self.flush().await?;
                         }
                     }

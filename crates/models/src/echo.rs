@@ -75,7 +75,7 @@ impl Protocol for Echo {
         FRAME
     }
 
-    fn parse<'a>(&self, _: &mut (), input: &'a [u8]) -> Parsed<(u64, u64)> {
+    fn parse(&self, _: &mut (), input: &[u8]) -> Parsed<(u64, u64)> {
         match input.get(..FRAME) {
             Some(f) => Parsed::Request(response(f), FRAME),
             None => Parsed::Incomplete(FRAME),

@@ -249,10 +249,13 @@ pub const POOL_KEEP: usize = 64;
 /// A response buffer that grew past this is freed after its write.
 const OUT_KEEP: usize = 4 * BUF_SIZE;
 
+/// A thread's spare buffers: read buffers (len == capacity == BUF_SIZE,
+/// initialized) and response buffers (empty).
+type Pool = (Vec<Vec<u8>>, Vec<Vec<u8>>);
+
 thread_local! {
-    /// Read buffers (len == capacity == BUF_SIZE, initialized) and response
-    /// buffers (empty) of the connections of this thread's loop.
-    static POOL: RefCell<(Vec<Vec<u8>>, Vec<Vec<u8>>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+    /// The spare buffers of the connections of this thread's loop.
+    static POOL: RefCell<Pool> = const { RefCell::new((Vec::new(), Vec::new())) };
 }
 
 fn take_read_buf() -> Vec<u8> {

@@ -104,6 +104,9 @@ struct Sources {
 pub(crate) struct ReactorShared {
     registry: Registry,
     sources: Mutex<Sources>,
+    /// `sources.live`, readable without the lock: a loop with no sources
+    /// (a payload loop) skips `epoll_wait` while it has work.
+    live: std::sync::atomic::AtomicUsize,
 }
 
 /// The per-loop reactor. Only the loop's thread polls it.
@@ -132,6 +135,7 @@ impl Reactor {
                     free: Vec::new(),
                     live: 0,
                 }),
+                live: std::sync::atomic::AtomicUsize::new(0),
             }),
         })
     }
@@ -142,6 +146,11 @@ impl Reactor {
 
     pub(crate) fn sources(&self) -> usize {
         lock_std(&self.shared.sources).live
+    }
+
+    /// True if no I/O source is registered (only the wake fd).
+    pub(crate) fn has_no_sources(&self) -> bool {
+        self.shared.live.load(Ordering::Relaxed) == 0
     }
 
     /// Waits for events (at most `timeout`), dispatches them, and returns
@@ -251,6 +260,7 @@ impl Registration {
             entry.1 = Some(io.clone());
             let gen = entry.0;
             s.live += 1;
+            reactor.live.store(s.live, Ordering::Relaxed);
             ((gen as usize) << 32) | slot
         };
         io.token.store(token, Ordering::Relaxed);
@@ -374,6 +384,7 @@ fn remove(reactor: &ReactorShared, token: usize) {
         if entry.0 == (token >> 32) as u32 && entry.1.take().is_some() {
             s.free.push(slot);
             s.live -= 1;
+            reactor.live.store(s.live, Ordering::Relaxed);
         }
     }
 }

@@ -49,6 +49,9 @@ pub struct LoopConfig {
     pub name: Option<String>,
     /// Task polls per turn before the loop looks at I/O again.
     pub budget: usize,
+    /// Time spent running tasks per turn before the loop looks at I/O again
+    /// (checked between polls).
+    pub turn_time: Duration,
     /// A single poll longer than this is logged as a warning (`None`: never).
     pub long_poll_threshold: Option<Duration>,
     /// Remember where each task was spawned (one extra word per task), so
@@ -139,6 +142,7 @@ impl Default for LoopConfig {
         LoopConfig {
             name: None,
             budget: 128,
+            turn_time: Duration::from_millis(1),
             long_poll_threshold: Some(Duration::from_millis(10)),
             track_spawn_locations: false,
             events_capacity: 1024,
@@ -184,8 +188,12 @@ impl Local {
         let track = self.config.track_spawn_locations;
         let mut hist = self.hist.borrow_mut();
         let mut t0 = Instant::now();
+        let turn_until = t0 + self.config.turn_time;
         let mut n = 0;
-        while n < self.config.budget {
+        // Look at I/O again after `budget` polls or `turn_time`, whichever
+        // comes first: with expensive polls, a count alone would keep a
+        // newly ready connection waiting for many milliseconds.
+        while n < self.config.budget && t0 < turn_until {
             let Some(task) = self.run_queue.pop() else {
                 break;
             };
@@ -285,7 +293,14 @@ impl Local {
         if sleeping && !self.shared.prepare_sleep() {
             timeout = Some(Duration::ZERO);
         }
-        let polled = self.reactor.poll(timeout);
+        // A busy loop with no sockets (a payload loop) has no I/O to look
+        // at: skip the system call. A pending wake-fd write is drained at
+        // the next sleep.
+        let polled = if timeout == Some(Duration::ZERO) && self.reactor.has_no_sources() {
+            Ok((0, false))
+        } else {
+            self.reactor.poll(timeout)
+        };
         if sleeping {
             self.shared.after_sleep();
         }
@@ -334,7 +349,9 @@ impl Local {
             if !self.shared.handoff.is_empty() {
                 return Ok(true);
             }
-            self.dispatched(self.reactor.poll(Some(Duration::ZERO))?);
+            if !self.reactor.has_no_sources() {
+                self.dispatched(self.reactor.poll(Some(Duration::ZERO))?);
+            }
             if !self.run_queue.is_empty() || self.shared.main_woken.load(Relaxed) {
                 return Ok(true);
             }

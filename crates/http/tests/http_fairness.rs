@@ -1,0 +1,75 @@
+//! Fairness: clients pipelining requests as fast as they can write cannot
+//! keep a loop from answering a newcomer (the runtime's I/O budget).
+
+mod common;
+
+use common::TestServer;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn flood(a: SocketAddr, stop: Arc<AtomicBool>) -> Vec<std::thread::JoinHandle<()>> {
+    let s = TcpStream::connect(a).unwrap();
+    let mut r = s.try_clone().unwrap();
+    s.set_write_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    r.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let stop2 = stop.clone();
+    let reader = std::thread::spawn(move || {
+        let mut buf = vec![0u8; 64 * 1024];
+        while !stop2.load(Relaxed) {
+            if let Ok(0) = r.read(&mut buf) {
+                return;
+            }
+        }
+    });
+    let writer = std::thread::spawn(move || {
+        let mut s = s;
+        let batch = "GET /hello.txt HTTP/1.1\r\nHost: x\r\n\r\n".repeat(256);
+        while !stop.load(Relaxed) {
+            let _ = s.write(batch.as_bytes());
+        }
+    });
+    vec![reader, writer]
+}
+
+fn first_answer(a: SocketAddr) -> Duration {
+    let t0 = Instant::now();
+    let mut s = TcpStream::connect(a).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !got.ends_with(b"hello, world\n") {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "closed before the answer");
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(got.starts_with(b"HTTP/1.1 200"));
+    t0.elapsed()
+}
+
+#[test]
+fn http_a_flooding_client_cannot_delay_a_newcomer() {
+    for model in ["symped:2", "amped:1", "sped"] {
+        let srv = TestServer::with_model("fair", model, |_| {});
+        let stop = Arc::new(AtomicBool::new(false));
+        let floods: Vec<_> = (0..4).flat_map(|_| flood(srv.addr, stop.clone())).collect();
+        std::thread::sleep(Duration::from_millis(200));
+        let mut waits: Vec<Duration> = (0..3).map(|_| first_answer(srv.addr)).collect();
+        stop.store(true, Relaxed);
+        for f in floods {
+            f.join().unwrap();
+        }
+        waits.sort();
+        // Before the I/O budget: 0.4-4.5 s. Generous for a debug build on 2 cores.
+        assert!(
+            waits[1] < Duration::from_millis(500),
+            "{model}: a newcomer waited {waits:?} behind 4 flooding clients"
+        );
+    }
+}
