@@ -258,6 +258,53 @@ fn curl_interop() {
     assert!(s.stop().success(), "duality http exits 0 on SIGTERM");
 }
 
+#[test]
+fn curl_expect_100_continue_does_not_stall() {
+    let (dir, _) = root("expect");
+    let s = Server::start(&dir.0.join("www"));
+    let url = format!("{}/hello.txt", s.url);
+    let small = dir.0.join("small.txt");
+    std::fs::write(&small, "x".repeat(4000)).unwrap();
+    let large = dir.0.join("large.txt");
+    std::fs::write(&large, "x".repeat(100_000)).unwrap();
+    // curl waits --expect100-timeout (1 s by default) for the interim
+    // answer before sending the body anyway; with 20 s (past --max-time) a
+    // missing answer fails the transfer instead of only slowing it.
+    let post = |file: &Path| {
+        let t0 = Instant::now();
+        let data = format!("@{}", file.display());
+        let o = curl(&[
+            "--verbose",
+            "--header",
+            "Expect: 100-continue",
+            "--expect100-timeout",
+            "20",
+            "--output",
+            "/dev/null",
+            "--write-out",
+            "%{http_code}",
+            "--data-binary",
+            &data,
+            &url,
+        ]);
+        (o, t0.elapsed())
+    };
+    let (o, took) = post(&small);
+    assert_eq!(stdout(&o), "405", "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("HTTP/1.1 100 Continue"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    // Too large to read: the final answer at once, without 100.
+    let (o, took) = post(&large);
+    assert_eq!(stdout(&o), "413", "{}", stderr(&o));
+    assert!(!stderr(&o).contains("100 Continue"), "{}", stderr(&o));
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert!(s.stop().success());
+}
+
 /// One raw request on a fresh connection; the status code of the answer.
 fn raw_status(addr: &str, request: &str) -> u16 {
     use std::io::{Read, Write};

@@ -42,6 +42,11 @@ use crate::file::{ETag, FileMeta};
 use crate::request::{trim, Head, Method};
 use crate::status::{HttpError, Status};
 
+/// The interim response to a request with `Expect: 100-continue`, sent before
+/// its body is read (see [`continue_due`](crate::request::continue_due)).
+/// The only status line not built from a [`Status`].
+pub const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
 /// A span of the file to send after the head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ByteRange {
