@@ -38,11 +38,17 @@ struct Server {
 
 impl Server {
     fn start(root: &Path) -> Server {
+        Server::start_with(root, &[])
+    }
+
+    /// With more flags.
+    fn start_with(root: &Path, extra: &[&str]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_duality"))
             .args(["http", "--listen", "127.0.0.1:0", "--model", "symped:2"])
             .arg("--root")
             .arg(root)
             .args(["--head-timeout", "5", "--idle-timeout", "5"])
+            .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -250,6 +256,139 @@ fn curl_interop() {
     );
 
     assert!(s.stop().success(), "duality http exits 0 on SIGTERM");
+}
+
+#[test]
+fn curl_expect_100_continue_does_not_stall() {
+    let (dir, _) = root("expect");
+    let s = Server::start(&dir.0.join("www"));
+    let url = format!("{}/hello.txt", s.url);
+    let small = dir.0.join("small.txt");
+    std::fs::write(&small, "x".repeat(4000)).unwrap();
+    let large = dir.0.join("large.txt");
+    std::fs::write(&large, "x".repeat(100_000)).unwrap();
+    // curl waits --expect100-timeout (1 s by default) for the interim
+    // answer before sending the body anyway; with 20 s (past --max-time) a
+    // missing answer fails the transfer instead of only slowing it.
+    let post = |file: &Path| {
+        let t0 = Instant::now();
+        let data = format!("@{}", file.display());
+        let o = curl(&[
+            "--verbose",
+            "--header",
+            "Expect: 100-continue",
+            "--expect100-timeout",
+            "20",
+            "--output",
+            "/dev/null",
+            "--write-out",
+            "%{http_code}",
+            "--data-binary",
+            &data,
+            &url,
+        ]);
+        (o, t0.elapsed())
+    };
+    let (o, took) = post(&small);
+    assert_eq!(stdout(&o), "405", "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("HTTP/1.1 100 Continue"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    // Too large to read: the final answer at once, without 100.
+    let (o, took) = post(&large);
+    assert_eq!(stdout(&o), "413", "{}", stderr(&o));
+    assert!(!stderr(&o).contains("100 Continue"), "{}", stderr(&o));
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert!(s.stop().success());
+}
+
+/// One raw request on a fresh connection; the status code of the answer.
+fn raw_status(addr: &str, request: &str) -> u16 {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(request.as_bytes()).unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 4096];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = c.read(&mut b).unwrap();
+        assert!(n > 0, "closed before a response: {head:?}");
+        head.extend_from_slice(&b[..n]);
+    }
+    let text = String::from_utf8_lossy(&head);
+    text.split(' ').nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn request_size_limit_flags() {
+    let (dir, _) = root("limits");
+    let www = dir.0.join("www");
+    let get = |target: &str, fields: &str| {
+        format!("GET {target} HTTP/1.1\r\nHost: t\r\n{fields}Connection: close\r\n\r\n")
+    };
+    let query = |len: usize| format!("/hello.txt?{}", "q".repeat(len - "/hello.txt?".len()));
+    let fields = |n: usize| "X-A: b\r\n".repeat(n);
+
+    // The defaults take what nginx's do: a 7 KB target, 100 fields.
+    let s = Server::start(&www);
+    let addr = s.url.strip_prefix("http://").unwrap().to_owned();
+    assert_eq!(raw_status(&addr, &get(&query(7000), "")), 200);
+    assert_eq!(raw_status(&addr, &get("/hello.txt", &fields(100))), 200);
+    assert!(s.stop().success());
+
+    let s = Server::start_with(
+        &www,
+        &[
+            "--max-head-bytes",
+            "2048",
+            "--max-uri-bytes",
+            "100",
+            "--max-headers",
+            "8",
+        ],
+    );
+    let addr = s.url.strip_prefix("http://").unwrap().to_owned();
+    assert_eq!(raw_status(&addr, &get(&query(100), "")), 200);
+    assert_eq!(raw_status(&addr, &get(&query(101), "")), 414);
+    // Host and Connection count: 6 more make 8.
+    assert_eq!(raw_status(&addr, &get("/hello.txt", &fields(6))), 200);
+    assert_eq!(raw_status(&addr, &get("/hello.txt", &fields(7))), 431);
+    let big = format!("X-Big: {}\r\n", "b".repeat(2048));
+    assert_eq!(raw_status(&addr, &get("/hello.txt", &big)), 431);
+    assert!(s.stop().success());
+
+    // Documented, and checked at start-up.
+    let help = Command::new(env!("CARGO_BIN_EXE_duality"))
+        .args(["http", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for flag in ["--max-head-bytes", "--max-uri-bytes", "--max-headers"] {
+        assert!(help.contains(flag), "{flag} missing from --help:\n{help}");
+    }
+    for bad in [
+        ["--max-headers", "0"],
+        ["--max-headers", "100000"],
+        ["--max-head-bytes", "3"],
+        ["--max-uri-bytes", "0"],
+    ] {
+        // Through `run`: a value wrongly accepted starts a server, which
+        // the watchdog then kills.
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_duality"));
+        cmd.args(["http", "--listen", "127.0.0.1:0", "--root"])
+            .arg(&www)
+            .args(bad);
+        let o = run(cmd, "duality");
+        assert!(!o.status.success(), "{bad:?} accepted");
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains(bad[0]),
+            "{bad:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
 }
 
 const PYTHON_CLIENT: &str = r#"

@@ -2,6 +2,7 @@
 //! threading model, until SIGTERM or SIGINT.
 
 use clap::Args;
+use duality_http::request::MAX_HEADERS_CAP;
 use duality_http::{HttpConfig, HttpState, Limits};
 use duality_models::{AcceptPolicy, Model, ServerBuilder};
 use std::net::SocketAddr;
@@ -50,6 +51,17 @@ pub struct HttpArgs {
     /// Write an access log to this file (`-` for stderr); off by default.
     #[arg(long)]
     access_log: Option<PathBuf>,
+    /// Largest request head (request line, header fields, blank line) in bytes;
+    /// a larger one gets 431. Also bounds each connection's read buffer (with
+    /// the 8 KiB a small request body may take).
+    #[arg(long, default_value_t = Limits::default().max_head)]
+    max_head_bytes: usize,
+    /// Longest request-target (URI) in bytes; a longer one gets 414.
+    #[arg(long, default_value_t = Limits::default().max_uri)]
+    max_uri_bytes: usize,
+    /// Most header fields in a request; more get 431 (at most 512).
+    #[arg(long, default_value_t = Limits::default().max_headers)]
+    max_headers: usize,
     /// Seconds in-flight requests get to finish after SIGTERM/SIGINT.
     #[arg(long, default_value_t = 5.0)]
     shutdown_grace: f64,
@@ -63,6 +75,28 @@ fn seconds(name: &str, v: f64) -> anyhow::Result<Duration> {
     Ok(Duration::from_secs_f64(v))
 }
 
+/// The request size limits of the flags, checked: a limit the parser would
+/// silently clamp, or that no request can meet, is refused at start-up.
+fn limits(a: &HttpArgs) -> anyhow::Result<Limits> {
+    // The shortest complete head: "GET / HTTP/1.0\r\n\r\n".
+    const SHORTEST_HEAD: usize = 18;
+    anyhow::ensure!(
+        a.max_head_bytes >= SHORTEST_HEAD,
+        "--max-head-bytes must be at least {SHORTEST_HEAD}"
+    );
+    anyhow::ensure!(a.max_uri_bytes >= 1, "--max-uri-bytes must be at least 1");
+    anyhow::ensure!(
+        (1..=MAX_HEADERS_CAP).contains(&a.max_headers),
+        "--max-headers must be between 1 and {MAX_HEADERS_CAP}"
+    );
+    Ok(Limits {
+        max_head: a.max_head_bytes,
+        max_uri: a.max_uri_bytes,
+        max_headers: a.max_headers,
+        ..Limits::default()
+    })
+}
+
 pub fn run(a: HttpArgs) -> anyhow::Result<()> {
     let cfg = HttpConfig {
         root: a.root.clone(),
@@ -74,7 +108,7 @@ pub fn run(a: HttpArgs) -> anyhow::Result<()> {
         idle_timeout: seconds("idle-timeout", a.idle_timeout)?,
         write_timeout: seconds("write-timeout", a.write_timeout)?,
         access_log: a.access_log.clone(),
-        limits: Limits::default(),
+        limits: limits(&a)?,
     };
     let grace = Duration::from_secs_f64(a.shutdown_grace.max(0.0));
     let state = HttpState::new(cfg)?;

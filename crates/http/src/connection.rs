@@ -42,8 +42,8 @@ use duality_models::{Conn, Payload};
 use duality_rt::time::timeout;
 
 use crate::date;
-use crate::request::{parse_head, Head, Method, Version};
-use crate::response::{plan_file, write_error, write_redirect, ByteRange, Plan};
+use crate::request::{continue_due, parse_head, Head, Method, Version};
+use crate::response::{plan_file, write_error, write_redirect, ByteRange, Plan, CONTINUE};
 use crate::server::{Found, HttpState};
 use crate::status::{HttpError, Status};
 use crate::sys;
@@ -111,7 +111,13 @@ impl Connection {
             let mut last: Option<Plan> = None;
             loop {
                 match parse_head(&buf[used..filled], &limits) {
-                    Ok(None) => break,
+                    Ok(None) => {
+                        // Sent after the responses before it, by the flush below.
+                        if continue_due(&buf[used..filled], &limits) {
+                            self.out.extend_from_slice(CONTINUE);
+                        }
+                        break;
+                    }
                     Err(e) => {
                         last = Some(self.error(e, None));
                         break;

@@ -16,16 +16,27 @@
 //! - `Err(e)`: answer `e.status` and close (`e.close` is always `true` here:
 //!   after a bad head nobody knows where the next request starts).
 //!
+//! While a body is being waited for, [`continue_due`] says whether the client
+//! asked for `100 Continue` first (`Expect: 100-continue`) and has not started
+//! sending the body yet: without that interim answer such a client (curl, for
+//! bodies over 1 KiB) stalls until its own timeout before sending it.
+//!
+//! Versions: `HTTP/1.0`, `HTTP/1.1`, and any later `HTTP/1.x` (x a digit)
+//! taken as 1.1, the highest minor version this server implements (RFC 9110
+//! §2.5; `httparse` refuses them, so a small function of this module reads
+//! their request line).
+//!
 //! Errors: a head longer than [`Limits::max_head`] or with more than
 //! [`Limits::max_headers`] fields → 431; a request-target longer than
 //! [`Limits::max_uri`] → 414 (also while it is still arriving); a version
-//! other than 1.0 and 1.1 (the HTTP/2 preface included) → 505; an HTTP/1.1
+//! other than `HTTP/1.x` (the HTTP/2 preface included) → 505; an HTTP/1.1
 //! request without `Host`, two `Host` fields, conflicting `Content-Length`s,
 //! `Transfer-Encoding` with `Content-Length` or not ending in `chunked`, a
 //! target [`normalize`](crate::path::normalize) refuses, or anything
 //! `httparse` refuses → 400; a chunked body → 411 (bodies are accepted with a
 //! `Content-Length` only); a body over [`Limits::max_body`] → 413.
 
+use std::mem::MaybeUninit;
 use std::time::SystemTime;
 
 use crate::date;
@@ -33,8 +44,10 @@ use crate::path;
 use crate::status::{HttpError, Status};
 
 /// Header fields per request that [`parse_head`] can hold (the array lives on
-/// the stack); [`Limits::max_headers`] is clamped to it.
-pub const MAX_HEADERS_CAP: usize = 128;
+/// the stack, 32 bytes a field, left uninitialised, so a large cap costs no
+/// time; 16 KiB still fits the smallest `thread-per-conn` stack of 64 KiB);
+/// [`Limits::max_headers`] is clamped to it.
+pub const MAX_HEADERS_CAP: usize = 512;
 
 /// Size limits on a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,12 +72,15 @@ impl Limits {
 }
 
 impl Default for Limits {
-    /// 8 KiB heads, 4 KiB targets, 64 fields, 8 KiB bodies.
+    /// 32 KiB heads, 8 KiB targets, 256 fields, 8 KiB bodies: what nginx
+    /// accepts by default (`large_client_header_buffers 4 8k`: a request
+    /// line up to 8 KiB, 32 KiB of head in all, no field count limit), so
+    /// that a request nginx serves is not refused here.
     fn default() -> Limits {
         Limits {
-            max_head: 8 * 1024,
-            max_uri: 4 * 1024,
-            max_headers: 64,
+            max_head: 32 * 1024,
+            max_uri: 8 * 1024,
+            max_headers: 256,
             max_body: 8 * 1024,
         }
     }
@@ -86,7 +102,8 @@ pub enum Method {
 pub enum Version {
     /// HTTP/1.0: keep-alive only on request (`Connection: keep-alive`).
     Http10,
-    /// HTTP/1.1: keep-alive unless `Connection: close`.
+    /// HTTP/1.1 (and any later HTTP/1.x, answered as 1.1): keep-alive
+    /// unless `Connection: close`.
     Http11,
 }
 
@@ -118,6 +135,10 @@ pub struct Head<'a> {
     /// The body length (`Content-Length`, 0 without one); the body is
     /// included in the bytes consumed and otherwise ignored.
     pub content_length: usize,
+    /// `Expect: 100-continue` in an HTTP/1.1 request (RFC 9110 §10.1.1: it
+    /// is ignored in 1.0; other expectations are ignored too, as nginx
+    /// does).
+    pub expect_continue: bool,
 }
 
 /// Parses the request at the start of `buf` (see the [module docs](self) for
@@ -126,30 +147,81 @@ pub fn parse_head<'a>(
     buf: &'a [u8],
     limits: &Limits,
 ) -> Result<Option<(Head<'a>, usize)>, HttpError> {
+    let Some((head, head_len)) = parse_fields(buf, limits)? else {
+        return Ok(None);
+    };
+    let consumed = head_len.saturating_add(head.content_length);
+    if buf.len() < consumed {
+        return Ok(None);
+    }
+    Ok(Some((head, consumed)))
+}
+
+/// Whether `buf` (for which [`parse_head`] answered `Ok(None)`) holds a
+/// complete head that expects `100 Continue` and announces a body, and not
+/// one byte of that body yet: then the handler sends
+/// `HTTP/1.1 100 Continue` before waiting for the body. Once the body has
+/// begun the client is sending anyway, which also keeps the interim answer
+/// from going out twice (RFC 9110 §10.1.1 lets a server omit it then).
+pub fn continue_due(buf: &[u8], limits: &Limits) -> bool {
+    // Only a buffer ending in the blank line can be a head with no body
+    // byte yet; this spares a second parse of every partial read.
+    if !(buf.ends_with(b"\n\r\n") || buf.ends_with(b"\n\n")) {
+        return false;
+    }
+    matches!(
+        parse_fields(buf, limits),
+        Ok(Some((head, head_len)))
+            if head.expect_continue && head.content_length > 0 && head_len == buf.len()
+    )
+}
+
+/// The head at the start of `buf` and its length, without waiting for the
+/// body.
+fn parse_fields<'a>(
+    buf: &'a [u8],
+    limits: &Limits,
+) -> Result<Option<(Head<'a>, usize)>, HttpError> {
     let close = HttpError::close;
     // A head that fits the limit is complete within its first `max_head`
     // bytes; parsing no more than that bounds the work on hostile input.
     let window = &buf[..buf.len().min(limits.max_head)];
-    let mut storage = [httparse::EMPTY_HEADER; MAX_HEADERS_CAP];
     let slots = limits.max_headers.min(MAX_HEADERS_CAP);
-    let mut req = httparse::Request::new(&mut storage[..slots]);
-    let head_len = match req.parse(window) {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => {
-            if partial_target_len(window) > limits.max_uri {
-                return Err(close(Status::UriTooLong));
-            }
-            if buf.len() >= limits.max_head {
-                return Err(close(Status::HeaderFieldsTooLarge));
-            }
-            return Ok(None);
+    let mut storage = [const { MaybeUninit::<httparse::Header<'a>>::uninit() }; MAX_HEADERS_CAP];
+    // Only for requests of a later HTTP/1.x, which httparse refuses.
+    let mut spill = Vec::new();
+    let mut req = httparse::Request::new(&mut []);
+    let (method, target, minor, headers, head_len) = match req
+        .parse_with_uninit_headers(window, &mut storage[..slots])
+    {
+        Ok(httparse::Status::Complete(n)) => {
+            let (Some(method), Some(target), Some(minor)) = (req.method, req.path, req.version)
+            else {
+                return Err(close(Status::BadRequest));
+            };
+            (method, target, minor, &*req.headers, n)
         }
+        Ok(httparse::Status::Partial) => return incomplete(buf, window, limits),
         Err(httparse::Error::TooManyHeaders) => return Err(close(Status::HeaderFieldsTooLarge)),
-        Err(httparse::Error::Version) => return Err(close(version_error(window))),
+        Err(httparse::Error::Version) => {
+            let (method, target, line_len) = match later_minor_line(window) {
+                LaterMinor::Line(method, target, len) => (method, target, len),
+                LaterMinor::Partial => return incomplete(buf, window, limits),
+                LaterMinor::No => return Err(close(version_error(window))),
+            };
+            spill.resize(slots, httparse::EMPTY_HEADER);
+            match httparse::parse_headers(&window[line_len..], &mut spill) {
+                Ok(httparse::Status::Complete((n, headers))) => {
+                    (method, target, 1, headers, line_len + n)
+                }
+                Ok(httparse::Status::Partial) => return incomplete(buf, window, limits),
+                Err(httparse::Error::TooManyHeaders) => {
+                    return Err(close(Status::HeaderFieldsTooLarge))
+                }
+                Err(_) => return Err(close(Status::BadRequest)),
+            }
+        }
         Err(_) => return Err(close(Status::BadRequest)),
-    };
-    let (Some(method), Some(target), Some(minor)) = (req.method, req.path, req.version) else {
-        return Err(close(Status::BadRequest));
     };
     if target.len() > limits.max_uri {
         return Err(close(Status::UriTooLong));
@@ -166,7 +238,7 @@ pub fn parse_head<'a>(
     };
 
     let mut fields = Fields::default();
-    for h in req.headers.iter() {
+    for h in headers {
         fields.add(h.name, h.value)?;
     }
 
@@ -190,10 +262,6 @@ pub fn parse_head<'a>(
 
     let path = path::normalize(target).map_err(|e| close(e.status))?;
 
-    let consumed = head_len.saturating_add(content_length);
-    if buf.len() < consumed {
-        return Ok(None);
-    }
     let keep_alive = !fields.close
         && match version {
             Version::Http11 => true,
@@ -217,8 +285,25 @@ pub fn parse_head<'a>(
         },
         if_range: fields.if_range,
         content_length,
+        expect_continue: fields.expect_continue && version == Version::Http11,
     };
-    Ok(Some((head, consumed)))
+    Ok(Some((head, head_len)))
+}
+
+/// The answer to a head that has not ended yet: an error once it can no
+/// longer fit the limits, else "read more".
+fn incomplete<'a>(
+    buf: &[u8],
+    window: &[u8],
+    limits: &Limits,
+) -> Result<Option<(Head<'a>, usize)>, HttpError> {
+    if partial_target_len(window) > limits.max_uri {
+        return Err(HttpError::close(Status::UriTooLong));
+    }
+    if buf.len() >= limits.max_head {
+        return Err(HttpError::close(Status::HeaderFieldsTooLarge));
+    }
+    Ok(None)
 }
 
 /// The header fields of interest, gathered in one pass.
@@ -236,6 +321,7 @@ struct Fields<'a> {
     /// `Some(None)` when sent more than once.
     range: Option<Option<&'a [u8]>>,
     if_range: Option<&'a [u8]>,
+    expect_continue: bool,
 }
 
 impl<'a> Fields<'a> {
@@ -256,6 +342,10 @@ impl<'a> Fields<'a> {
                 } else {
                     Some(value)
                 });
+            }
+            6 if is("expect") => {
+                self.expect_continue |=
+                    tokens(value).any(|t| t.eq_ignore_ascii_case(b"100-continue"));
             }
             8 if is("if-range") => self.if_range = Some(value),
             10 if is("connection") => {
@@ -344,8 +434,66 @@ fn partial_target_len(window: &[u8]) -> usize {
         .unwrap_or(target.len())
 }
 
-/// 505 if the request line ends in an `HTTP/<digit>` version other than
-/// 1.0/1.1, 400 if it is not a version at all.
+/// What [`later_minor_line`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LaterMinor<'a> {
+    /// A complete line: method, target, length (with any empty lines before
+    /// it and its line end).
+    Line(&'a str, &'a str, usize),
+    /// Such a line, but its end has not arrived yet.
+    Partial,
+    /// Something else.
+    No,
+}
+
+/// The request line of an `HTTP/1.x` request with a minor version `x` from 2
+/// to 9, which `httparse` refuses. Only [`LaterMinor::Line`] for a line well
+/// formed as `httparse` would check it: a token, one space, a target of
+/// visible bytes, one space, the version, CRLF or LF.
+fn later_minor_line(window: &[u8]) -> LaterMinor<'_> {
+    let mut start = 0;
+    loop {
+        match window.get(start..) {
+            Some([b'\r', b'\n', ..]) => start += 2,
+            Some([b'\n', ..]) => start += 1,
+            _ => break,
+        }
+    }
+    let line = &window[start..];
+    let parts = || {
+        let method_len = line.iter().position(|&b| !is_tchar(b))?;
+        let rest = line[method_len..].strip_prefix(b" ")?;
+        // httparse's target bytes: visible ASCII and anything from 0x80 on.
+        let target_len = rest.iter().position(|&b| b < b'!' || b == 0x7f)?;
+        let after = rest[target_len..].strip_prefix(b" ")?;
+        let after = after.strip_prefix(b"HTTP/1.")?;
+        let (&minor, after) = after.split_first()?;
+        if method_len == 0 || target_len == 0 || !(b'2'..=b'9').contains(&minor) {
+            return None;
+        }
+        let method = std::str::from_utf8(&line[..method_len]).ok()?;
+        let target = std::str::from_utf8(&rest[..target_len]).ok()?;
+        let len = start + method_len + 1 + target_len + 1 + b"HTTP/1.x".len();
+        Some((method, target, len, after))
+    };
+    match parts() {
+        Some((method, target, len, after)) => match after {
+            [b'\r', b'\n', ..] => LaterMinor::Line(method, target, len + 2),
+            [b'\n', ..] => LaterMinor::Line(method, target, len + 1),
+            [] | [b'\r'] => LaterMinor::Partial,
+            _ => LaterMinor::No,
+        },
+        None => LaterMinor::No,
+    }
+}
+
+/// A `tchar` of RFC 9110 §5.6.2 (what a method is made of).
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// 505 if the request line ends in an `HTTP/<digit>` version this server
+/// does not take, 400 if it is not a version at all.
 fn version_error(window: &[u8]) -> Status {
     let start = window
         .iter()
@@ -476,20 +624,35 @@ mod tests {
 
     #[test]
     fn errors() {
-        let long_uri = format!("GET /{} HTTP/1.1\r\nHost: h\r\n\r\n", "a".repeat(5000));
+        let long_uri = format!("GET /{} HTTP/1.1\r\nHost: h\r\n\r\n", "a".repeat(8192));
         let many = format!(
             "GET / HTTP/1.1\r\nHost: h\r\n{}\r\n",
-            "X-A: b\r\n".repeat(100)
+            "X-A: b\r\n".repeat(256)
         );
         let big = format!(
             "GET / HTTP/1.1\r\nHost: h\r\nX-Big: {}\r\n\r\n",
-            "b".repeat(9000)
+            "b".repeat(32 * 1024)
         );
+        let many_later = format!(
+            "GET / HTTP/1.2\r\nHost: h\r\n{}\r\n",
+            "X-A: b\r\n".repeat(256)
+        );
+        let long_uri_later = format!("GET /{} HTTP/1.2\r\nHost: h\r\n\r\n", "a".repeat(8192));
         for (req, want) in [
             ("GET / HTTP/2.0\r\n\r\n", 505),
             ("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505),
-            ("GET / HTTP/1.2\r\nHost: h\r\n\r\n", 505),
             ("GET / HTTP/3\r\n\r\n", 505),
+            ("GET / HTTP/0.9\r\n\r\n", 505),
+            // httparse reads HTTP/1.1 and then no line end.
+            ("GET / HTTP/1.10\r\nHost: h\r\n\r\n", 400),
+            ("GET / HTTP/1.x\r\nHost: h\r\n\r\n", 505),
+            ("GET / HTTP/1.2x\r\nHost: h\r\n\r\n", 505),
+            // A later 1.x is 1.1 and needs what 1.1 needs.
+            ("GET / HTTP/1.2\r\n\r\n", 400),
+            ("GET / HTTP/1.2\r\nBad Header: x\r\nHost: h\r\n\r\n", 400),
+            ("GET /%2e%2e/x HTTP/1.2\r\nHost: h\r\n\r\n", 400),
+            (&many_later, 431),
+            (&long_uri_later, 414),
             ("GET / FOO/1.1\r\n\r\n", 400),
             ("GET /\r\n\r\n", 400),
             ("GET  / HTTP/1.1\r\nHost: h\r\n\r\n", 400),
@@ -536,6 +699,166 @@ mod tests {
         ] {
             assert_eq!(status(req), want, "{req:?}");
         }
+    }
+
+    #[test]
+    fn later_minor_versions_are_answered_as_http11() {
+        for req in [
+            "GET /a HTTP/1.2\r\nHost: h\r\n\r\n",
+            "GET /a HTTP/1.9\r\nHost: h\r\n\r\n",
+            "\r\n\nGET /a HTTP/1.2\nHost: h\n\n",
+        ] {
+            let h = head(req);
+            assert_eq!(
+                (h.method, h.path.as_str(), h.version, h.keep_alive),
+                (Method::Get, "/a", Version::Http11, true),
+                "{req:?}"
+            );
+            assert_eq!(h.host, Some(&b"h"[..]));
+        }
+        let h = head(
+            "HEAD /x%20y?q HTTP/1.5\r\nHost: h\r\nConnection: close\r\nRange: bytes=0-1\r\n\r\n",
+        );
+        assert_eq!(
+            (h.method, h.target, h.path.as_str()),
+            (Method::Head, "/x%20y?q", "/x y")
+        );
+        assert!(!h.keep_alive);
+        assert_eq!(h.range, Some(&b"bytes=0-1"[..]));
+        // Pipelined behind and before other requests, with a body.
+        let reqs = "POST /p HTTP/1.3\r\nHost: h\r\nContent-Length: 2\r\n\r\nabGET /b HTTP/1.1\r\nHost: h\r\n\r\n";
+        let (h, n) = parse(reqs).unwrap().unwrap();
+        assert_eq!((h.method, h.content_length), (Method::Other, 2));
+        assert_eq!(head(&reqs[n..]).path, "/b");
+        // The field limit holds for them too.
+        let limits = Limits {
+            max_headers: 2,
+            ..Limits::default()
+        };
+        let ok = "GET / HTTP/1.2\r\nHost: h\r\nA: b\r\n\r\n";
+        assert!(parse_head(ok.as_bytes(), &limits).unwrap().is_some());
+        let too_many = "GET / HTTP/1.2\r\nHost: h\r\nA: b\r\nC: d\r\n\r\n";
+        assert_eq!(
+            parse_head(too_many.as_bytes(), &limits).unwrap_err().status,
+            Status::HeaderFieldsTooLarge
+        );
+    }
+
+    #[test]
+    fn later_minor_line_shapes() {
+        use LaterMinor::*;
+        for (line, want) in [
+            ("GET / HTTP/1.2\r\n", Line("GET", "/", 16)),
+            ("\r\nGET / HTTP/1.2\n", Line("GET", "/", 17)),
+            ("M-1 /\u{e9} HTTP/1.9\r\nrest", Line("M-1", "/\u{e9}", 18)),
+            ("GET / HTTP/1.2", Partial),
+            ("GET / HTTP/1.2\r", Partial),
+            ("GET / HTTP/1.2\rx", No),
+            ("GET / HTTP/1.1\r\n", No),
+            ("GET / HTTP/1.0\r\n", No),
+            ("GET / HTTP/2.0\r\n", No),
+            ("GET  / HTTP/1.2\r\n", No),
+            ("GET /  HTTP/1.2\r\n", No),
+            (" GET / HTTP/1.2\r\n", No),
+            ("G(T / HTTP/1.2\r\n", No),
+            ("GET /\x7f HTTP/1.2\r\n", No),
+            ("GET / HTTP/1.", No),
+            ("", No),
+        ] {
+            assert_eq!(later_minor_line(line.as_bytes()), want, "{line:?}");
+        }
+        // Not UTF-8 in the target: no line (httparse refuses it too).
+        assert_eq!(later_minor_line(b"GET /\xff HTTP/1.2\r\n"), No);
+    }
+
+    #[test]
+    fn expect_continue_field() {
+        for (req, want) in [
+            (
+                "POST / HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\n\r\n",
+                true,
+            ),
+            (
+                "POST / HTTP/1.1\r\nHost: h\r\nexpect:  100-Continue \r\n\r\n",
+                true,
+            ),
+            (
+                "POST / HTTP/1.2\r\nHost: h\r\nExpect: 100-continue\r\n\r\n",
+                true,
+            ),
+            // RFC 9110 §10.1.1: ignored in HTTP/1.0.
+            ("POST / HTTP/1.0\r\nExpect: 100-continue\r\n\r\n", false),
+            // Unknown expectations are ignored (as nginx does), not 417.
+            (
+                "POST / HTTP/1.1\r\nHost: h\r\nExpect: 200-ok\r\n\r\n",
+                false,
+            ),
+            ("POST / HTTP/1.1\r\nHost: h\r\n\r\n", false),
+        ] {
+            assert_eq!(head(req).expect_continue, want, "{req:?}");
+        }
+    }
+
+    #[test]
+    fn continue_is_due_only_before_the_body() {
+        let limits = Limits::default();
+        let due = |req: &str| continue_due(req.as_bytes(), &limits);
+        let head =
+            "POST /u HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n";
+        assert!(parse(head).unwrap().is_none(), "the body is waited for");
+        assert!(due(head));
+        assert!(due(&head.replace("\r\n", "\n")), "bare LF heads too");
+        assert!(due(&head.replace("HTTP/1.1", "HTTP/1.2")));
+        // Once a body byte is in, the client is sending: no interim answer
+        // (so it never goes out twice).
+        assert!(!due(&format!("{head}h")));
+        assert!(!due(&format!("{head}hello")));
+        // No body, no expectation, 1.0, an incomplete head, a refused body.
+        assert!(!due(&head.replace("Content-Length: 5", "Content-Length: 0")));
+        assert!(!due(&head.replace("Expect: 100-continue", "X: y")));
+        assert!(!due(&head.replace("HTTP/1.1", "HTTP/1.0")));
+        assert!(!due(&head[..head.len() - 2]));
+        assert!(!due(
+            &head.replace("Content-Length: 5", "Content-Length: 8193")
+        ));
+        assert!(!due(""));
+    }
+
+    /// What nginx serves with its default buffers is served here too.
+    #[test]
+    fn default_limits_take_nginx_sized_requests() {
+        let long_uri = format!("GET /{} HTTP/1.1\r\nHost: h\r\n\r\n", "a".repeat(7 * 1024));
+        assert_eq!(head(&long_uri).path.len(), 7 * 1024 + 1);
+        let fields: String = (0..100).map(|i| format!("X-Field-{i:03}: v\r\n")).collect();
+        assert!(fields.len() >= 1300);
+        let many = format!("GET / HTTP/1.1\r\nHost: h\r\n{fields}\r\n");
+        head(&many);
+        let big = format!(
+            "GET / HTTP/1.1\r\nHost: h\r\nCookie: {}\r\n\r\n",
+            "c".repeat(16 * 1024)
+        );
+        head(&big);
+    }
+
+    #[test]
+    fn max_headers_is_clamped_to_the_cap() {
+        let limits = Limits {
+            max_headers: usize::MAX,
+            ..Limits::default()
+        };
+        let req = |n: usize| {
+            format!(
+                "GET / HTTP/1.1\r\nHost: h\r\n{}\r\n",
+                "A: b\r\n".repeat(n - 1)
+            )
+        };
+        let at_cap = req(MAX_HEADERS_CAP);
+        assert!(parse_head(at_cap.as_bytes(), &limits).unwrap().is_some());
+        let over = req(MAX_HEADERS_CAP + 1);
+        assert_eq!(
+            parse_head(over.as_bytes(), &limits).unwrap_err().status,
+            Status::HeaderFieldsTooLarge
+        );
     }
 
     #[test]
@@ -644,6 +967,8 @@ mod tests {
             "HEAD /a/b.txt?x HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
             "GET /f HTTP/1.1\r\nHost: h\r\nIf-None-Match: \"a\"\r\nRange: bytes=1-2\r\n\r\n",
             "POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: 4\r\n\r\nbody",
+            "GET /v HTTP/1.2\r\nHost: h\r\n\r\n",
+            "\r\nPOST /p HTTP/1.9\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\nok",
         ];
 
         proptest! {
@@ -654,6 +979,8 @@ mod tests {
                 let _ = parse_head(&bytes, &Limits::default());
                 let tight = Limits { max_head: 32, max_uri: 8, max_headers: 2, max_body: 4 };
                 let _ = parse_head(&bytes, &tight);
+                let _ = continue_due(&bytes, &Limits::default());
+                let _ = later_minor_line(&bytes);
             }
 
             #[test]
@@ -666,6 +993,7 @@ mod tests {
                 let at = at.index(bytes.len() + 1);
                 bytes.splice(at..at, junk);
                 let _ = parse_head(&bytes, &Limits::default());
+                let _ = continue_due(&bytes, &Limits::default());
             }
 
             /// Every proper prefix of a valid request is incomplete; the whole

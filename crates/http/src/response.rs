@@ -13,7 +13,10 @@
 //!    [`ETag`] by weak comparison (or is `*`), and `If-Modified-Since` is
 //!    **ignored** (§13.2.2: `If-None-Match` takes precedence). Otherwise
 //!    `If-Modified-Since` → 304 if the file's mtime, in whole seconds, is not
-//!    later than it.
+//!    later than it, unless it is later than the response's `Date`: a date
+//!    in the future is invalid (§13.1.3) and ignored, or a client with a
+//!    wrong clock (or a hostile one) would be told a file changed later
+//!    than that date is unchanged.
 //! 3. `Range` (GET only; ignored when an `If-Range` does not match the
 //!    file's strong `ETag` or equal its `Last-Modified`):
 //!    - one range, `bytes=a-b`, `bytes=a-` or `bytes=-n`, satisfiable → 206
@@ -32,10 +35,17 @@
 //! `Accept-Ranges: bytes`. The status line is always `HTTP/1.1`. A HEAD
 //! request gets the same head as GET, without the body.
 
+use std::time::SystemTime;
+
 use crate::date;
 use crate::file::{ETag, FileMeta};
 use crate::request::{trim, Head, Method};
 use crate::status::{HttpError, Status};
+
+/// The interim response to a request with `Expect: 100-continue`, sent before
+/// its body is read (see [`continue_due`](crate::request::continue_due)).
+/// The only status line not built from a [`Status`].
+pub const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
 /// A span of the file to send after the head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,7 +78,8 @@ pub struct Plan {
 /// Plans the response to `head` for a file with validators `file` and type
 /// `content_type`, and appends its head to `out` (see the
 /// [module docs](self) for the decisions). `date` is the current
-/// IMF-fixdate (from a [`DateCache`](crate::DateCache)).
+/// IMF-fixdate (from a [`DateCache`](crate::DateCache)); it is also the
+/// "now" that `If-Modified-Since` must not be later than.
 pub fn plan_file(
     head: &Head<'_>,
     file: &FileMeta,
@@ -89,7 +100,7 @@ pub fn plan_file(
 
     let not_modified = match (head.if_none_match, head.if_modified_since) {
         (Some(inm), _) => none_match_hits(inm, &etag),
-        (None, Some(ims)) => last_modified <= ims,
+        (None, Some(ims)) => last_modified <= ims && !in_future(ims, date),
         (None, None) => false,
     };
     if not_modified {
@@ -283,6 +294,12 @@ fn push_u64(out: &mut Vec<u8>, mut n: u64) {
     out.extend_from_slice(&buf[i..]);
 }
 
+/// Whether `t` is later than `now` (an IMF-fixdate; the clock if it does not
+/// parse, so a bad `date` argument cannot turn the check off).
+fn in_future(t: SystemTime, now: &str) -> bool {
+    t > date::parse(now.as_bytes()).unwrap_or_else(SystemTime::now)
+}
+
 /// Whether an `If-None-Match` value matches `etag` by weak comparison: `*`,
 /// or any listed tag with the same opaque part, `W/` or not. A malformed list
 /// stops matching where it breaks (answering 200 is always safe).
@@ -425,7 +442,8 @@ mod tests {
     use crate::request::{parse_head, Limits};
     use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-    const DATE: &str = "Sun, 06 Nov 1994 08:49:37 GMT";
+    /// "Now" for every response: later than the file's mtime.
+    const DATE: &str = "Mon, 01 Jan 2024 00:00:00 GMT";
     // 2001-09-09 01:46:40 GMT, plus some nanoseconds.
     const MTIME_SECS: u64 = 1_000_000_000;
     const LM: &str = "Sun, 09 Sep 2001 01:46:40 GMT";
@@ -534,6 +552,17 @@ mod tests {
             (format!("If-Modified-Since: {later}\r\n"), 304),
             (format!("If-Modified-Since: {earlier}\r\n"), 200),
             ("If-Modified-Since: not a date\r\n".to_owned(), 200),
+            // Up to now is valid; later than now is ignored (RFC 9110
+            // §13.1.3), whatever the mtime.
+            (format!("If-Modified-Since: {DATE}\r\n"), 304),
+            (
+                "If-Modified-Since: Mon, 01 Jan 2024 00:00:01 GMT\r\n".to_owned(),
+                200,
+            ),
+            (
+                "If-Modified-Since: Fri, 01 Jan 2100 00:00:00 GMT\r\n".to_owned(),
+                200,
+            ),
             // If-None-Match wins over If-Modified-Since, both ways.
             (
                 format!("If-None-Match: \"other\"\r\nIf-Modified-Since: {later}\r\n"),
@@ -553,6 +582,27 @@ mod tests {
                 assert!(text.contains(&format!("Last-Modified: {LM}\r\n")));
             }
         }
+    }
+
+    #[test]
+    fn future_if_modified_since_is_ignored_against_the_clock_too() {
+        // A `date` that does not parse falls back to the clock, so a date
+        // far in the future still cannot produce 304.
+        let req = "GET /f HTTP/1.1\r\nHost: h\r\nIf-Modified-Since: Fri, 01 Jan 2100 00:00:00 GMT\r\n\r\n";
+        let (head, _) = parse_head(req.as_bytes(), &Limits::default())
+            .unwrap()
+            .unwrap();
+        let mut out = Vec::new();
+        let plan = plan_file(&head, &file(10), "text/plain", "not a date", &mut out);
+        assert_eq!(plan.status, Status::Ok);
+        assert!(in_future(
+            SystemTime::now() + Duration::from_secs(60),
+            "garbage"
+        ));
+        assert!(!in_future(
+            SystemTime::now() - Duration::from_secs(60),
+            "garbage"
+        ));
     }
 
     #[test]

@@ -5,7 +5,9 @@ use std::fmt;
 use std::io;
 
 /// The status codes this server sends. Nothing else is ever written on a
-/// status line, so a `match` over this enum sees every response.
+/// final status line, so a `match` over this enum sees every response (the
+/// one interim response, `100 Continue`, is
+/// [`response::CONTINUE`](crate::response::CONTINUE)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Status {
     /// 200: the whole file follows.
@@ -43,7 +45,7 @@ pub enum Status {
     HeaderFieldsTooLarge,
     /// 500: the server failed (an I/O error reading a file it had found).
     InternalServerError,
-    /// 505: a version other than HTTP/1.0 or HTTP/1.1 (HTTP/2 preface included).
+    /// 505: a version other than HTTP/1.x (HTTP/2 preface included).
     VersionNotSupported,
 }
 

@@ -1,0 +1,223 @@
+//! Protocol edges that real clients and hostile ones reach (issue 14):
+//! `Expect: 100-continue`, nginx-sized heads, later HTTP/1.x versions and
+//! `If-Modified-Since` dates in the future, over real sockets.
+
+mod common;
+
+use common::{Client, TestServer};
+use std::io::Read;
+use std::time::Duration;
+
+const CONTINUE: &str = "HTTP/1.1 100 Continue\r\n\r\n";
+
+/// Reads exactly `n` bytes (the test client's buffer is bypassed, so call
+/// this only when nothing else is buffered).
+fn read_exact(c: &mut Client, n: usize) -> String {
+    let mut b = vec![0u8; n];
+    c.stream.read_exact(&mut b).unwrap();
+    String::from_utf8_lossy(&b).into_owned()
+}
+
+/// True if nothing arrives within `within`.
+fn silent_for(c: &mut Client, within: Duration) -> bool {
+    c.stream.set_read_timeout(Some(within)).unwrap();
+    let mut b = [0u8; 256];
+    let r = c.stream.read(&mut b);
+    c.stream
+        .set_read_timeout(Some(common::READ_TIMEOUT))
+        .unwrap();
+    match r {
+        Ok(n) => panic!("unexpected {:?}", String::from_utf8_lossy(&b[..n])),
+        Err(e) => matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+    }
+}
+
+#[test]
+fn expect_100_continue_is_answered_before_the_body() {
+    let s = TestServer::start("expect", |_| {});
+    let mut c = s.client();
+    c.send(
+        "POST /hello.txt HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n",
+    );
+    // Without the interim answer the client would wait here (curl: 1 s,
+    // others: for ever) and the server would answer 408 at its deadline.
+    assert_eq!(read_exact(&mut c, CONTINUE.len()), CONTINUE);
+    c.send("hello");
+    let r = c.response(false);
+    assert_eq!(r.status, 405);
+    assert!(r.keeps_alive());
+    // The body was consumed: the connection goes on.
+    assert_eq!(c.get("/hello.txt").text(), "hello, world\n");
+
+    // Sent once only, also when the body dribbles in afterwards.
+    let mut c = s.client();
+    c.send("POST /x HTTP/1.1\r\nHost: t\r\nExpect: 100-Continue\r\nContent-Length: 3\r\n\r\n");
+    assert_eq!(read_exact(&mut c, CONTINUE.len()), CONTINUE);
+    c.send("a");
+    assert!(silent_for(&mut c, Duration::from_millis(200)));
+    c.send("bc");
+    assert_eq!(c.response(false).status, 405);
+
+    // Behind a pipelined request: its response comes first.
+    let mut c = s.client();
+    c.send(
+        "GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n\
+         POST /x HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n",
+    );
+    assert_eq!(c.response(false).status, 200);
+    assert_eq!(c.response(false).status, 100);
+    c.send("ok");
+    assert_eq!(c.response(false).status, 405);
+}
+
+#[test]
+fn expect_100_continue_is_not_sent_when_it_is_not_needed() {
+    let s = TestServer::start("expect-not", |_| {});
+    // The body came with the head: straight to the final answer.
+    let mut c = s.client();
+    c.send("POST /x HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\nok");
+    assert_eq!(c.response(false).status, 405);
+    // No body at all.
+    assert_eq!(
+        c.get_with("/hello.txt", "Expect: 100-continue\r\n").status,
+        200
+    );
+    // HTTP/1.0 (RFC 9110 §10.1.1) and unknown expectations (nginx ignores
+    // them rather than answering 417): no interim answer, the body is
+    // still waited for.
+    for head in [
+        "POST /x HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n",
+        "POST /x HTTP/1.1\r\nHost: t\r\nExpect: something-else\r\nContent-Length: 2\r\n\r\n",
+    ] {
+        let mut c = s.client();
+        c.send(head);
+        assert!(silent_for(&mut c, Duration::from_millis(300)), "{head:?}");
+        c.send("ok");
+        assert_eq!(c.response(false).status, 405, "{head:?}");
+    }
+    // A body over the limit: 413 at once, never 100, and close.
+    let mut c = s.client();
+    c.send("POST /x HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 100000\r\n\r\n");
+    let r = c.response(false);
+    assert_eq!(r.status, 413);
+    assert!(c.closed_within(Duration::from_secs(3)));
+}
+
+/// Requests nginx serves with its default buffers are served, not refused.
+#[test]
+fn nginx_sized_uris_and_heads_are_served() {
+    let s = TestServer::start("sizes", |_| {});
+    let mut c = s.client();
+    // A 7 KB target (a long query string on an existing file).
+    let target = format!("/hello.txt?q={}", "a".repeat(7 * 1000));
+    let r = c.get(&target);
+    assert_eq!((r.status, r.text().as_str()), (200, "hello, world\n"));
+    // 100 ordinary fields, about 1.3 KB.
+    let fields: String = (0..100).map(|i| format!("X-Field-{i:02}: v\r\n")).collect();
+    assert!(fields.len() >= 1300, "{}", fields.len());
+    let r = c.get_with("/hello.txt", &fields);
+    assert_eq!(r.status, 200);
+    // A 20 KB cookie (under nginx's 32 KiB of large buffers, one 8 KiB
+    // line aside).
+    let r = c.get_with(
+        "/hello.txt",
+        &format!("Cookie: {}\r\n", "c".repeat(20 * 1000)),
+    );
+    assert_eq!(r.status, 200);
+    assert!(r.keeps_alive());
+}
+
+#[test]
+fn limits_come_from_the_config_and_bound_the_read() {
+    let s = TestServer::start("limits", |cfg| {
+        cfg.limits.max_head = 1024;
+        cfg.limits.max_uri = 100;
+        cfg.limits.max_headers = 4;
+    });
+    let status = |raw: String| common::status_of(s.addr, &raw);
+    let uri = |n: usize| format!("/hello.txt?{}", "q".repeat(n - 11));
+    assert_eq!(
+        status(format!("GET {} HTTP/1.1\r\nHost: t\r\n\r\n", uri(100))),
+        200
+    );
+    assert_eq!(
+        status(format!("GET {} HTTP/1.1\r\nHost: t\r\n\r\n", uri(101))),
+        414
+    );
+    let fields = |n: usize| "A: b\r\n".repeat(n);
+    assert_eq!(
+        status(format!("GET / HTTP/1.1\r\nHost: t\r\n{}\r\n", fields(3))),
+        200
+    );
+    assert_eq!(
+        status(format!("GET / HTTP/1.1\r\nHost: t\r\n{}\r\n", fields(4))),
+        431
+    );
+    // A head that never ends is cut off at the limit, not buffered: 431
+    // long before the megabyte is sent (the client's write would block
+    // otherwise once the socket buffers fill, so send from a thread).
+    let mut c = s.client();
+    c.send("GET / HTTP/1.1\r\nHost: t\r\nX: ");
+    let mut w = c.stream.try_clone().unwrap();
+    let writer = std::thread::spawn(move || {
+        use std::io::Write;
+        let junk = vec![b'x'; 64 * 1024];
+        for _ in 0..16 {
+            if w.write_all(&junk).is_err() {
+                break;
+            }
+        }
+    });
+    assert_eq!(c.response(false).status, 431);
+    writer.join().unwrap();
+}
+
+#[test]
+fn later_http_1x_is_answered_as_http_1_1() {
+    let s = TestServer::start("http12", |_| {});
+    let mut c = s.client();
+    for version in ["HTTP/1.2", "HTTP/1.9"] {
+        c.send(format!("GET /hello.txt {version}\r\nHost: t\r\n\r\n"));
+        // The client checks the status line is HTTP/1.1.
+        let r = c.response(false);
+        assert_eq!((r.status, r.text().as_str()), (200, "hello, world\n"));
+        assert!(r.keeps_alive(), "1.x > 1 keeps alive like 1.1");
+    }
+    c.send("HEAD /hello.txt HTTP/1.2\r\nHost: t\r\nConnection: close\r\n\r\n");
+    assert_eq!(c.response(true).status, 200);
+    assert!(c.closed_within(Duration::from_secs(3)));
+    // Other majors are still refused.
+    for raw in [
+        "GET / HTTP/2.0\r\nHost: t\r\n\r\n",
+        "GET / HTTP/0.9\r\nHost: t\r\n\r\n",
+        "GET / HTTP/3\r\nHost: t\r\n\r\n",
+    ] {
+        assert_eq!(common::status_of(s.addr, raw), 505, "{raw:?}");
+    }
+}
+
+#[test]
+fn if_modified_since_in_the_future_is_ignored() {
+    let s = TestServer::start("ims-future", |_| {});
+    let mut c = s.client();
+    let lm = c
+        .get("/hello.txt")
+        .header("last-modified")
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        c.get_with("/hello.txt", &format!("If-Modified-Since: {lm}\r\n"))
+            .status,
+        304
+    );
+    // Later than the server's clock: invalid (RFC 9110 §13.1.3), so the
+    // file is sent as if the field were absent.
+    let r = c.get_with(
+        "/hello.txt",
+        "If-Modified-Since: Fri, 01 Jan 2100 00:00:00 GMT\r\n",
+    );
+    assert_eq!((r.status, r.text().as_str()), (200, "hello, world\n"));
+}
