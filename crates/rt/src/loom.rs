@@ -2,10 +2,14 @@
 //!
 //! Under `--cfg loom` every item here comes from `loom`, so the queues, the
 //! task state machine and the sync primitives can be model-checked by
-//! `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p duality-rt --lib --release loom`
-//! (the models are the `loom_tests` modules: `task::loom_tests` for the task
-//! state machine, the task cell and the hand-off queue,
-//! `event_loop::registry::loom_tests` for the sleep/notify handshake).
+//! `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p duality-rt --release --lib -- loom_tests`
+//! and `… --release --test loom_sync` (both run by `.ci/run`; the models are
+//! the `loom_tests` modules — `task::loom_tests` for the task state machine,
+//! the task cell and the hand-off queue, `event_loop::registry::loom_tests`
+//! for the sleep/notify handshake — and `tests/loom_sync.rs` for the sync
+//! primitives). The payload stages of `duality-models` are built from these
+//! parts (a loop's hand-off queue, its sleep gate, a task's `JoinHandle`, a
+//! `Semaphore`) and add no cross-thread protocol of their own.
 //! Everywhere else they are the `std` types at zero cost.
 
 #[cfg(loom)]
