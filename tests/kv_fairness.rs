@@ -4,37 +4,10 @@
 mod common;
 
 use common::InProc;
+use duality_models::flood::while_flooded;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-fn flood(a: SocketAddr, stop: Arc<AtomicBool>) -> Vec<std::thread::JoinHandle<()>> {
-    let s = TcpStream::connect(a).unwrap();
-    let mut r = s.try_clone().unwrap();
-    s.set_write_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
-    r.set_read_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
-    let stop2 = stop.clone();
-    let reader = std::thread::spawn(move || {
-        let mut buf = vec![0u8; 64 * 1024];
-        while !stop2.load(Relaxed) {
-            if let Ok(0) = r.read(&mut buf) {
-                return;
-            }
-        }
-    });
-    let writer = std::thread::spawn(move || {
-        let mut s = s;
-        let batch = "get fairness:key\r\n".repeat(1024);
-        while !stop.load(Relaxed) {
-            let _ = s.write(batch.as_bytes());
-        }
-    });
-    vec![reader, writer]
-}
 
 fn first_answer(a: SocketAddr) -> Duration {
     let t0 = Instant::now();
@@ -69,14 +42,10 @@ fn kv_a_flooding_client_cannot_delay_a_newcomer() {
         let common::Addr::Tcp(a) = srv.addr else {
             unreachable!()
         };
-        let stop = Arc::new(AtomicBool::new(false));
-        let floods: Vec<_> = (0..4).flat_map(|_| flood(a, stop.clone())).collect();
-        std::thread::sleep(Duration::from_millis(200));
-        let mut waits: Vec<Duration> = (0..3).map(|_| first_answer(a)).collect();
-        stop.store(true, Relaxed);
-        for f in floods {
-            f.join().unwrap();
-        }
+        let batch = "get fairness:key\r\n".repeat(1024);
+        let mut waits: Vec<Duration> = while_flooded(a, 4, batch.as_bytes(), || {
+            (0..3).map(|_| first_answer(a)).collect()
+        });
         waits.sort();
         // Before the I/O budget: 0.4-4.5 s under sped and symped:2.
         // Generous for a debug build on 2 cores.

@@ -33,7 +33,7 @@ pub struct HttpBenchArgs {
     /// less a margin); above it, the load is split over child processes.
     #[arg(long)]
     per_process: Option<usize>,
-    /// Results directory (default results/http-<unix time>).
+    /// Results directory (default results/http-UNIXTIME).
     #[arg(long)]
     out: Option<PathBuf>,
     /// A short run: 1, 16 and 256 clients, 0.5 s per point, no repetition.

@@ -39,7 +39,7 @@ pub struct LoadArgs {
     /// Print a JSON array instead of a Markdown table.
     #[arg(long)]
     json: bool,
-    /// Results directory (default: results/<experiment>-<unix time>).
+    /// Results directory (default: results/EXPERIMENT-UNIXTIME).
     #[arg(long)]
     out: Option<PathBuf>,
 }

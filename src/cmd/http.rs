@@ -17,8 +17,8 @@ pub struct HttpArgs {
     /// Address to listen on (port 0 picks a free port; see the `ready` line).
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
-    /// Threading model: sped, amped[:P], seda[:N[:P]], seda-s[:N], symped[:N],
-    /// thread-per-conn, steal[:N].
+    /// Threading model: sped, amped:P, seda:N:P, seda-s:N, symped:N,
+    /// thread-per-conn, steal:N (numbers are optional and default to the cores).
     #[arg(long, default_value = "symped")]
     model: Model,
     /// Accept policy: favor-active (Knot-C) or favor-accept (Knot-A).

@@ -4,37 +4,10 @@
 mod common;
 
 use common::TestServer;
+use duality_models::flood::while_flooded;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-fn flood(a: SocketAddr, stop: Arc<AtomicBool>) -> Vec<std::thread::JoinHandle<()>> {
-    let s = TcpStream::connect(a).unwrap();
-    let mut r = s.try_clone().unwrap();
-    s.set_write_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
-    r.set_read_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
-    let stop2 = stop.clone();
-    let reader = std::thread::spawn(move || {
-        let mut buf = vec![0u8; 64 * 1024];
-        while !stop2.load(Relaxed) {
-            if let Ok(0) = r.read(&mut buf) {
-                return;
-            }
-        }
-    });
-    let writer = std::thread::spawn(move || {
-        let mut s = s;
-        let batch = "GET /hello.txt HTTP/1.1\r\nHost: x\r\n\r\n".repeat(256);
-        while !stop.load(Relaxed) {
-            let _ = s.write(batch.as_bytes());
-        }
-    });
-    vec![reader, writer]
-}
 
 fn first_answer(a: SocketAddr) -> Duration {
     let t0 = Instant::now();
@@ -57,14 +30,11 @@ fn first_answer(a: SocketAddr) -> Duration {
 fn http_a_flooding_client_cannot_delay_a_newcomer() {
     for model in ["symped:2", "amped:1", "sped"] {
         let srv = TestServer::with_model("fair", model, |_| {});
-        let stop = Arc::new(AtomicBool::new(false));
-        let floods: Vec<_> = (0..4).flat_map(|_| flood(srv.addr, stop.clone())).collect();
-        std::thread::sleep(Duration::from_millis(200));
-        let mut waits: Vec<Duration> = (0..3).map(|_| first_answer(srv.addr)).collect();
-        stop.store(true, Relaxed);
-        for f in floods {
-            f.join().unwrap();
-        }
+        let a = srv.addr;
+        let batch = "GET /hello.txt HTTP/1.1\r\nHost: x\r\n\r\n".repeat(256);
+        let mut waits: Vec<Duration> = while_flooded(a, 4, batch.as_bytes(), || {
+            (0..3).map(|_| first_answer(a)).collect()
+        });
         waits.sort();
         // Before the I/O budget: 0.4-4.5 s. Generous for a debug build on 2 cores.
         assert!(

@@ -214,6 +214,21 @@ impl Conn {
         self.mid_request.store(mid, SeqCst);
     }
 
+    /// Before a task waits on the socket: true if the server is closing this
+    /// connection now; otherwise makes sure a shutdown will wake `waker`.
+    fn closing_or_watch(&mut self, waker: &Waker) -> bool {
+        if self.closing() {
+            return true;
+        }
+        if !matches!(&self.registered, Some(w) if w.will_wake(waker)) {
+            self.registered = Some(waker.clone());
+            self.shutdown.register(self.id, Waiter::Task(waker.clone()));
+            // A shutdown between the check and the registration.
+            return self.closing();
+        }
+        false
+    }
+
     fn closing(&self) -> bool {
         self.shutdown.is_set() && !self.mid_request.load(SeqCst)
     }
@@ -249,17 +264,8 @@ impl Conn {
             if r.is_ready() {
                 return r;
             }
-            if self.closing() {
+            if self.closing_or_watch(cx.waker()) {
                 return Poll::Ready(Ok(0));
-            }
-            let fresh = !matches!(&self.registered, Some(w) if w.will_wake(cx.waker()));
-            if fresh {
-                self.registered = Some(cx.waker().clone());
-                self.shutdown
-                    .register(self.id, Waiter::Task(cx.waker().clone()));
-                if self.closing() {
-                    return Poll::Ready(Ok(0));
-                }
             }
             Poll::Pending
         })
@@ -279,17 +285,8 @@ impl Conn {
             if let Poll::Ready(r) = r {
                 return Poll::Ready(r);
             }
-            if self.closing() {
+            if self.closing_or_watch(cx.waker()) {
                 return Poll::Ready(Ok(()));
-            }
-            let fresh = !matches!(&self.registered, Some(w) if w.will_wake(cx.waker()));
-            if fresh {
-                self.registered = Some(cx.waker().clone());
-                self.shutdown
-                    .register(self.id, Waiter::Task(cx.waker().clone()));
-                if self.closing() {
-                    return Poll::Ready(Ok(()));
-                }
             }
             Poll::Pending
         })

@@ -22,6 +22,7 @@
 
 mod conn;
 pub mod echo;
+pub mod flood;
 mod model;
 pub mod payload;
 mod server;

@@ -2,11 +2,11 @@
 //! one hand-off per read, and idle connections that hold no buffers.
 
 use duality_models::echo::{self, Detector, FRAME};
+use duality_models::flood::while_flooded;
 use duality_models::{Model, ServerBuilder, ThreadRole};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering::*};
-use std::sync::Arc;
+use std::sync::atomic::Ordering::*;
 use std::time::{Duration, Instant};
 
 const MODELS: [&str; 7] = [
@@ -21,34 +21,6 @@ const MODELS: [&str; 7] = [
 
 fn addr() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()
-}
-
-/// A client that pipelines requests as fast as it can write them and reads
-/// the answers on another thread, until `stop`.
-fn flood(a: SocketAddr, stop: Arc<AtomicBool>) -> Vec<std::thread::JoinHandle<()>> {
-    let s = TcpStream::connect(a).unwrap();
-    let mut r = s.try_clone().unwrap();
-    s.set_write_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
-    r.set_read_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
-    let stop2 = stop.clone();
-    let reader = std::thread::spawn(move || {
-        let mut buf = vec![0u8; 64 * 1024];
-        while !stop2.load(Relaxed) {
-            if let Ok(0) = r.read(&mut buf) {
-                return;
-            }
-        }
-    });
-    let writer = std::thread::spawn(move || {
-        let mut s = s;
-        let batch: Vec<u8> = (0..1024u64).flat_map(|i| echo::request(i, i)).collect();
-        while !stop.load(Relaxed) {
-            let _ = s.write(&batch);
-        }
-    });
-    vec![reader, writer]
 }
 
 /// Time from connecting to the first answer.
@@ -74,14 +46,9 @@ fn a_flooding_client_cannot_delay_another_clients_request() {
             .serve(move |c, p| echo::serve(c, p, d.clone()))
             .unwrap();
         let a = server.tcp_addrs()[0];
-        let stop = Arc::new(AtomicBool::new(false));
-        let floods: Vec<_> = (0..4).flat_map(|_| flood(a, stop.clone())).collect();
-        std::thread::sleep(Duration::from_millis(200));
-        let mut waits: Vec<Duration> = (0..3).map(|_| first_answer(a)).collect();
-        stop.store(true, Relaxed);
-        for f in floods {
-            f.join().unwrap();
-        }
+        let batch: Vec<u8> = (0..1024u64).flat_map(|i| echo::request(i, i)).collect();
+        let mut waits: Vec<Duration> =
+            while_flooded(a, 4, &batch, || (0..3).map(|_| first_answer(a)).collect());
         drop(server);
         waits.sort();
         // Before the I/O budget a flooded loop answered a newcomer after
