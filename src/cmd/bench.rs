@@ -13,6 +13,8 @@ pub enum Bench {
     Threads(super::bench_kv::ThreadsArgs),
     /// Requests/s and Mbit/s vs concurrent clients: duality (Knot-A, Knot-C, SPED) vs nginx.
     Http(super::bench_http::HttpBenchArgs),
+    /// A newcomer's first answer while clients flood the server: every model vs memcached and nginx.
+    Fairness(super::bench_fairness::FairnessArgs),
 }
 
 #[derive(Args)]
@@ -44,6 +46,7 @@ pub fn run(b: Bench) -> anyhow::Result<()> {
         Bench::Models(a) => super::bench_kv::models(a),
         Bench::Threads(a) => super::bench_kv::threads(a),
         Bench::Http(a) => super::bench_http::run(a),
+        Bench::Fairness(a) => super::bench_fairness::run(a),
     }
 }
 

@@ -9,8 +9,10 @@
 //! |---|---|---|
 //! | [`tasks`] | `duality bench tasks` | bytes per task and yields/s: duality vs tokio, smol, OS threads |
 //! | [`http`] | `duality bench http` | requests/s and Mbit/s vs clients: duality (Knot-C, Knot-A, SPED) vs nginx (seed 000, Figure 3) |
+//! | [`fairness`] | `duality bench fairness` | a newcomer's first answer while clients flood the server: every model vs memcached and nginx |
 //! | [`models_echo`] | `duality bench models --service echo` | requests/s and context switches per request under every model |
 
+pub mod fairness;
 pub mod http;
 pub mod kv_tokio;
 pub mod loadgen;

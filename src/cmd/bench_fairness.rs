@@ -1,0 +1,107 @@
+//! `duality bench fairness`: a newcomer's first answer while other clients
+//! flood the server with pipelined requests; every model against memcached
+//! and nginx in the same run. See `duality_bench::fairness`.
+
+use clap::Args;
+use duality_bench::fairness::{self, Plan};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Args)]
+pub struct FairnessArgs {
+    /// Comma-separated services: kv, http.
+    #[arg(long, value_delimiter = ',', default_value = "kv,http")]
+    services: Vec<String>,
+    /// Comma-separated models (default: every model with this machine's numbers).
+    #[arg(long, value_delimiter = ',')]
+    models: Vec<duality_models::Model>,
+    /// Flooding connections.
+    #[arg(long, default_value_t = 4)]
+    floods: usize,
+    /// Newcomers timed per server.
+    #[arg(long, default_value_t = 30)]
+    samples: usize,
+    /// Seconds of flooding before the first newcomer.
+    #[arg(long, default_value_t = 0.5)]
+    warmup: f64,
+    /// A smoke run: 5 newcomers per server, 0.2 s of warm-up.
+    #[arg(long)]
+    quick: bool,
+    /// Print a JSON array instead of a Markdown table.
+    #[arg(long)]
+    json: bool,
+    /// Results directory (default: results/fairness-UNIXTIME).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+pub fn run(a: FairnessArgs) -> anyhow::Result<()> {
+    for s in &a.services {
+        anyhow::ensure!(
+            s == "kv" || s == "http",
+            "unknown service {s:?}: choose kv, http"
+        );
+    }
+    anyhow::ensure!(a.floods >= 1, "--floods must be at least 1");
+    anyhow::ensure!(
+        a.warmup.is_finite() && a.warmup >= 0.0,
+        "--warmup must not be negative"
+    );
+    let models: Vec<String> = if a.models.is_empty() {
+        duality_models::Model::all_defaults()
+            .iter()
+            .map(|m| m.to_string())
+            .collect()
+    } else {
+        a.models.iter().map(|m| m.to_string()).collect()
+    };
+    let (samples, warmup) = if a.quick {
+        (5, 0.2)
+    } else {
+        (a.samples.max(1), a.warmup)
+    };
+    let exe = std::env::current_exe()?;
+    let plan = Plan {
+        exe: &exe,
+        models,
+        services: a.services.clone(),
+        floods: a.floods,
+        samples,
+        warmup: Duration::from_secs_f64(warmup),
+    };
+    let rows = fairness::run(&plan, &mut |r| {
+        eprintln!(
+            "{} {}: p50 {:.2} ms, max {:.2} ms",
+            r.service, r.server, r.p50_ms, r.max_ms
+        )
+    })?;
+    let dir = a.out.clone().unwrap_or_else(|| {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        PathBuf::from("results").join(format!("fairness-{t}"))
+    });
+    std::fs::create_dir_all(&dir)?;
+    let cmd: Vec<String> = std::env::args().collect();
+    let md = format!(
+        "# Fairness: a newcomer's first answer while {} clients flood the server\n\nCommand: `{}`\n\nMachine: {} cores, flooders, newcomers and servers on the same machine, TCP loopback. Each flooder pipelines requests without pause and reads the answers on another thread; after the warm-up, newcomers connect one after another (10 ms apart), send one request and wait for its whole answer (time from `connect`).\n\n{}",
+        a.floods,
+        cmd.join(" "),
+        duality_models::cores(),
+        fairness::table(&rows)
+    );
+    std::fs::write(dir.join("fairness.md"), &md)?;
+    std::fs::write(
+        dir.join("fairness.json"),
+        duality_bench::report::json(&rows),
+    )?;
+    std::fs::write(dir.join("fairness.csv"), fairness::csv(&rows))?;
+    if a.json {
+        println!("{}", duality_bench::report::json(&rows));
+    } else {
+        println!("{}", fairness::table(&rows));
+    }
+    eprintln!("results in {}", dir.display());
+    Ok(())
+}
