@@ -305,14 +305,20 @@ fn incomplete_need(input: &[u8]) -> usize {
 }
 
 /// Serves one connection until it closes (or the server shuts down between requests).
-pub async fn serve_conn(conn: Conn, payload: Payload, state: Arc<KvState>) {
+///
+/// A plain function returning the driver's future (not an `async fn`
+/// wrapping it), so the connection's future does not hold its arguments twice.
+pub fn serve_conn(
+    conn: Conn,
+    payload: Payload,
+    state: Arc<KvState>,
+) -> impl std::future::Future<Output = ()> + Send {
     duality_models::drive(
         conn,
         payload,
         Arc::new(KvProtocol(state)),
         DriverConfig::default(),
     )
-    .await
 }
 
 /// Reclaims expired items in the background, one shard at a time, each under

@@ -99,8 +99,12 @@ impl Protocol for Echo {
 }
 
 /// Serves one connection until the client closes it.
-pub async fn serve(conn: Conn, payload: Payload, d: Arc<Detector>) {
-    crate::drive(conn, payload, Arc::new(Echo(d)), DriverConfig::default()).await
+pub fn serve(
+    conn: Conn,
+    payload: Payload,
+    d: Arc<Detector>,
+) -> impl std::future::Future<Output = ()> + Send {
+    crate::drive(conn, payload, Arc::new(Echo(d)), DriverConfig::default())
 }
 
 /// Encodes one request.

@@ -342,7 +342,13 @@ pub async fn drive<P: Protocol>(
             // have arrived (readiness can be stale: a read may find nothing).
             let n = loop {
                 conn.set_mid_request(proto.mid_request(&held.session));
-                if conn.readable_for(cfg.idle_timeout).await.is_err() {
+                let ready = match cfg.idle_timeout {
+                    None => conn.readable().await,
+                    // Boxed: a timer's state stays out of the futures of
+                    // servers without an idle timeout.
+                    Some(w) => Box::pin(conn.readable_for(Some(w))).await,
+                };
+                if ready.is_err() {
                     return;
                 }
                 let mut b = take_read_buf();
@@ -367,7 +373,7 @@ pub async fn drive<P: Protocol>(
                 return;
             }
             conn.set_mid_request(true);
-            let n = match conn.read_for(&mut held.buf[held.end..], None).await {
+            let n = match conn.read(&mut held.buf[held.end..]).await {
                 Ok(0) | Err(_) => return,
                 Ok(n) => n,
             };
@@ -412,20 +418,23 @@ pub async fn drive<P: Protocol>(
                             session: P::Session::default(),
                         },
                     );
-                    let (h, s) = payload
-                        .batch(color, move |lane| {
-                            let s = serve_bytes(
-                                &*p,
-                                &mut h.session,
-                                &h.buf[h.start..h.end],
-                                &mut h.out,
-                                lane,
-                                limits,
-                            );
-                            h.start += s.used;
-                            (h, s)
-                        })
-                        .await;
+                    // Boxed: the hop's state (a payload-thread call) would
+                    // otherwise sit in every connection's future, idle
+                    // ones and inline models included; one allocation per
+                    // batch is small beside a cross-thread hop.
+                    let (h, s) = Box::pin(payload.batch(color, move |lane| {
+                        let s = serve_bytes(
+                            &*p,
+                            &mut h.session,
+                            &h.buf[h.start..h.end],
+                            &mut h.out,
+                            lane,
+                            limits,
+                        );
+                        h.start += s.used;
+                        (h, s)
+                    }))
+                    .await;
                     held = h;
                     s
                 }

@@ -12,9 +12,11 @@ use std::time::Instant;
 pub(crate) struct Evented<S: Source> {
     source: S,
     reg: Registration,
-    /// Until when `accept` backs off after resource exhaustion (listeners only).
-    pub(crate) backoff: Mutex<Option<Instant>>,
 }
+
+/// Until when a listener's `accept` backs off after resource exhaustion
+/// (kept by listeners only: every connection's future holds its stream).
+pub(crate) type Backoff = Mutex<Option<Instant>>;
 
 impl<S: Source> Evented<S> {
     pub(crate) fn new(mut source: S) -> io::Result<Evented<S>>
@@ -23,11 +25,7 @@ impl<S: Source> Evented<S> {
     {
         let fd = source.as_raw_fd();
         let reg = Registration::new(&mut source, fd)?;
-        Ok(Evented {
-            source,
-            reg,
-            backoff: Mutex::new(None),
-        })
+        Ok(Evented { source, reg })
     }
 
     pub(crate) fn get_ref(&self) -> &S {
@@ -282,9 +280,10 @@ pub(crate) use stream_methods;
 /// connections are skipped.
 pub(crate) async fn accept_with<S: Source, R>(
     io: &Evented<S>,
+    backoff: &Backoff,
     mut f: impl FnMut(&S) -> io::Result<R>,
 ) -> io::Result<R> {
-    let until = crate::loom::lock_std(&io.backoff).take();
+    let until = crate::loom::lock_std(backoff).take();
     if let Some(until) = until {
         crate::time::sleep_until(until).await;
     }
@@ -294,8 +293,7 @@ pub(crate) async fn accept_with<S: Source, R>(
             Err(e) if super::is_transient_accept_error(&e) => continue,
             Err(e) => {
                 if super::is_resource_exhaustion(&e) {
-                    *crate::loom::lock_std(&io.backoff) =
-                        Some(Instant::now() + super::ACCEPT_BACKOFF);
+                    *crate::loom::lock_std(backoff) = Some(Instant::now() + super::ACCEPT_BACKOFF);
                 }
                 return Err(e);
             }

@@ -1,12 +1,13 @@
 //! TCP sockets.
 
-use super::evented::{accept_with, stream_methods, Evented};
+use super::evented::{accept_with, stream_methods, Backoff, Evented};
 use std::io;
 use std::net::SocketAddr;
 
 /// A TCP listening socket.
 pub struct TcpListener {
     io: Evented<mio::net::TcpListener>,
+    backoff: Backoff,
 }
 
 impl TcpListener {
@@ -29,6 +30,7 @@ impl TcpListener {
         listener.set_nonblocking(true)?;
         Ok(TcpListener {
             io: Evented::new(mio::net::TcpListener::from_std(listener))?,
+            backoff: Backoff::default(),
         })
     }
 
@@ -37,7 +39,7 @@ impl TcpListener {
     /// Out of descriptors (`EMFILE`) comes back as an error, and the next call
     /// first waits [`super::ACCEPT_BACKOFF`], so a retry loop never spins.
     pub async fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
-        let (s, addr) = accept_with(&self.io, |l| l.accept()).await?;
+        let (s, addr) = accept_with(&self.io, &self.backoff, |l| l.accept()).await?;
         Ok((
             TcpStream {
                 io: Evented::new(s)?,
@@ -49,7 +51,7 @@ impl TcpListener {
     /// Like [`accept`](Self::accept), but returns a std socket (non-blocking,
     /// not registered anywhere), to hand to another loop or thread.
     pub async fn accept_std(&self) -> io::Result<(std::net::TcpStream, SocketAddr)> {
-        let (s, addr) = accept_with(&self.io, |l| l.accept()).await?;
+        let (s, addr) = accept_with(&self.io, &self.backoff, |l| l.accept()).await?;
         // SAFETY-free conversion: mio's stream owns the fd; move it into std.
         Ok((mio_to_std_tcp(s), addr))
     }

@@ -1,6 +1,6 @@
 //! Unix-domain stream sockets.
 
-use super::evented::{accept_with, stream_methods, Evented};
+use super::evented::{accept_with, stream_methods, Backoff, Evented};
 use crate::reactor::Direction as Dir;
 use std::io;
 use std::path::Path;
@@ -8,6 +8,7 @@ use std::path::Path;
 /// A Unix-domain listening socket.
 pub struct UnixListener {
     io: Evented<mio::net::UnixListener>,
+    backoff: Backoff,
 }
 
 impl UnixListener {
@@ -15,6 +16,7 @@ impl UnixListener {
     pub fn bind(path: impl AsRef<Path>) -> io::Result<UnixListener> {
         Ok(UnixListener {
             io: Evented::new(mio::net::UnixListener::bind(path)?)?,
+            backoff: Backoff::default(),
         })
     }
 
@@ -23,13 +25,14 @@ impl UnixListener {
         listener.set_nonblocking(true)?;
         Ok(UnixListener {
             io: Evented::new(mio::net::UnixListener::from_std(listener))?,
+            backoff: Backoff::default(),
         })
     }
 
     /// Waits for a connection, registered with the current loop. Resource
     /// exhaustion backs off as for TCP.
     pub async fn accept(&self) -> io::Result<UnixStream> {
-        let (s, _) = accept_with(&self.io, |l| l.accept()).await?;
+        let (s, _) = accept_with(&self.io, &self.backoff, |l| l.accept()).await?;
         Ok(UnixStream {
             io: Evented::new(s)?,
         })
@@ -37,7 +40,7 @@ impl UnixListener {
 
     /// Like [`accept`](Self::accept), but returns a std socket for another loop.
     pub async fn accept_std(&self) -> io::Result<std::os::unix::net::UnixStream> {
-        let (s, _) = accept_with(&self.io, |l| l.accept()).await?;
+        let (s, _) = accept_with(&self.io, &self.backoff, |l| l.accept()).await?;
         use std::os::fd::{FromRawFd, IntoRawFd};
         let fd = s.into_raw_fd();
         // SAFETY: `fd` was just released by its only owner.
