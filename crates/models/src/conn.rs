@@ -26,8 +26,25 @@ pub(crate) struct ShutdownSignal {
 enum Waiter {
     Task(Waker),
     /// A blocking socket (thread-per-conn): shut its read side to unblock it,
-    /// unless its handler is in the middle of a request (the flag).
-    Socket(Arc<AtomicBool>, socket2::Socket),
+    /// unless its handler is in the middle of a request (the flag). The
+    /// socket is shared with its `Conn`, not duplicated: one descriptor per
+    /// connection, closed when both let go.
+    Socket(Arc<AtomicBool>, BlockingSocket),
+}
+
+#[derive(Clone)]
+enum BlockingSocket {
+    Tcp(Arc<std::net::TcpStream>),
+    Unix(Arc<std::os::unix::net::UnixStream>),
+}
+
+impl BlockingSocket {
+    fn shutdown_read(&self) {
+        let _ = match self {
+            BlockingSocket::Tcp(s) => s.shutdown(std::net::Shutdown::Read),
+            BlockingSocket::Unix(s) => s.shutdown(std::net::Shutdown::Read),
+        };
+    }
 }
 
 impl ShutdownSignal {
@@ -43,7 +60,7 @@ impl ShutdownSignal {
                 Waiter::Task(w) => w.wake(),
                 Waiter::Socket(mid, s) => {
                     if !mid.load(SeqCst) {
-                        let _ = s.shutdown(std::net::Shutdown::Read);
+                        s.shutdown_read();
                     }
                 }
             }
@@ -105,8 +122,8 @@ impl ConnCounter {
 enum Io {
     Tcp(TcpStream),
     Unix(UnixStream),
-    BlockingTcp(std::net::TcpStream),
-    BlockingUnix(std::os::unix::net::UnixStream),
+    BlockingTcp(Arc<std::net::TcpStream>),
+    BlockingUnix(Arc<std::os::unix::net::UnixStream>),
 }
 
 /// A client connection. Read and write in thread style; the model decides
@@ -134,13 +151,44 @@ pub(crate) enum Accepted {
     Unix(std::os::unix::net::UnixStream),
 }
 
+/// Longest lingering close of a refused connection.
+const REFUSAL_LINGER: Duration = Duration::from_secs(1);
+
 impl Accepted {
-    /// Best-effort, non-blocking write of a refusal message before closing.
+    /// Refuses the connection: a best-effort, non-blocking write of
+    /// `message`, then a lingering close. Closing a socket with unread input
+    /// makes the kernel send a reset, which can destroy the message before
+    /// the client reads it; so the write side is shut and what the client
+    /// still sends is read and dropped (at most [`REFUSAL_LINGER`]) by a task
+    /// of the current loop. Off a loop the socket is simply closed.
     pub(crate) fn refuse(self, message: &[u8]) {
-        let _ = match self {
-            Accepted::Tcp(mut s) => s.set_nonblocking(true).and_then(|_| s.write(message)),
-            Accepted::Unix(mut s) => s.set_nonblocking(true).and_then(|_| s.write(message)),
-        };
+        match self {
+            Accepted::Tcp(mut s) => {
+                let _ = s.set_nonblocking(true).and_then(|_| s.write(message));
+                let _ = s.shutdown(std::net::Shutdown::Write);
+                if duality_rt::event_loop::current().is_some() {
+                    if let Ok(s) = TcpStream::from_std(s) {
+                        drop(duality_rt::spawn(linger_tcp(s)));
+                    }
+                }
+            }
+            Accepted::Unix(mut s) => {
+                // A Unix socket delivers what was written before the close.
+                let _ = s.set_nonblocking(true).and_then(|_| s.write(message));
+            }
+        }
+    }
+}
+
+async fn linger_tcp(s: TcpStream) {
+    let mut buf = [0u8; 512];
+    let until = std::time::Instant::now() + REFUSAL_LINGER;
+    loop {
+        let wait = until.saturating_duration_since(std::time::Instant::now());
+        match duality_rt::time::timeout(wait, s.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => return,
+        }
     }
 }
 
@@ -168,22 +216,22 @@ impl Conn {
         shutdown: Arc<ShutdownSignal>,
         counter: Arc<ConnCounter>,
     ) -> io::Result<Conn> {
-        let (io, dup) = match a {
+        let (io, shared) = match a {
             Accepted::Tcp(s) => {
                 s.set_nonblocking(false)?;
                 s.set_nodelay(true)?;
-                let dup = socket2::Socket::from(s.try_clone()?);
-                (Io::BlockingTcp(s), dup)
+                let s = Arc::new(s);
+                (Io::BlockingTcp(s.clone()), BlockingSocket::Tcp(s))
             }
             Accepted::Unix(s) => {
                 s.set_nonblocking(false)?;
-                let dup = socket2::Socket::from(std::os::fd::OwnedFd::from(s.try_clone()?));
-                (Io::BlockingUnix(s), dup)
+                let s = Arc::new(s);
+                (Io::BlockingUnix(s.clone()), BlockingSocket::Unix(s))
             }
         };
         let conn = Conn::with(io, shutdown, counter);
         conn.shutdown
-            .register(conn.id, Waiter::Socket(conn.mid_request.clone(), dup));
+            .register(conn.id, Waiter::Socket(conn.mid_request.clone(), shared));
         if conn.shutdown.is_set() {
             conn.shutdown.trigger();
         }
@@ -251,8 +299,8 @@ impl Conn {
             return Ok(0);
         }
         match &mut self.io {
-            Io::BlockingTcp(s) => return s.read(buf),
-            Io::BlockingUnix(s) => return s.read(buf),
+            Io::BlockingTcp(s) => return (&**s).read(buf),
+            Io::BlockingUnix(s) => return (&**s).read(buf),
             _ => {}
         }
         poll_fn(|cx| {
@@ -386,8 +434,8 @@ impl Conn {
         let r = match &mut self.io {
             Io::Tcp(s) => s.write_all(buf).await,
             Io::Unix(s) => s.write_all(buf).await,
-            Io::BlockingTcp(s) => s.write_all(buf),
-            Io::BlockingUnix(s) => s.write_all(buf),
+            Io::BlockingTcp(s) => (&**s).write_all(buf),
+            Io::BlockingUnix(s) => (&**s).write_all(buf),
         };
         if r.is_ok() {
             self.counter.bytes[self.slot]
@@ -404,8 +452,12 @@ impl Conn {
     pub async fn write_all_for(&mut self, buf: &[u8], wait: Option<Duration>) -> io::Result<()> {
         let wait = wait.map(|w| w.max(Duration::from_millis(1)));
         let r = match (&mut self.io, wait) {
-            (Io::BlockingTcp(s), _) => s.set_write_timeout(wait).and_then(|_| s.write_all(buf)),
-            (Io::BlockingUnix(s), _) => s.set_write_timeout(wait).and_then(|_| s.write_all(buf)),
+            (Io::BlockingTcp(s), _) => s
+                .set_write_timeout(wait)
+                .and_then(|_| (&**s).write_all(buf)),
+            (Io::BlockingUnix(s), _) => s
+                .set_write_timeout(wait)
+                .and_then(|_| (&**s).write_all(buf)),
             (Io::Tcp(s), None) => s.write_all(buf).await,
             (Io::Unix(s), None) => s.write_all(buf).await,
             (io, Some(w)) => {

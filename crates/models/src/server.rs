@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::*};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -210,35 +210,44 @@ impl Shared {
         self.counter.total.fetch_add(1, Relaxed);
         let me = self.clone();
         if self.model == Model::ThreadPerConn {
-            let me2 = self.clone();
+            // The seeds' NPTL baseline: one OS thread with a small stack and
+            // blocking socket I/O, one descriptor, and nothing an event loop
+            // needs (no epoll, eventfd, event buffer or histogram). The
+            // handler's future is polled by the thread itself, which parks
+            // while it waits (a blocking socket never makes it wait).
+            // The socket stays reachable here so that a thread that cannot
+            // be started still gets a refusal, not a silent drop.
+            let slot = Arc::new(Mutex::new(Some(a)));
+            let theirs = slot.clone();
             let spawned = std::thread::Builder::new()
                 .name(self.conn_thread_name.clone())
                 .stack_size(self.thread_stack)
                 .spawn(move || {
-                    let Ok(conn) = Conn::blocking(a, me.shutdown.clone(), me.counter.clone())
-                    else {
-                        me.counter.live.fetch_sub(1, SeqCst);
-                        return;
-                    };
-                    let config = LoopConfig {
-                        name: Some(me.conn_thread_name.clone()),
-                        long_poll_threshold: None,
-                        ..Default::default()
-                    };
-                    match duality_rt::EventLoop::new(config) {
-                        Ok(mut lp) => lp.block_on((me.handler)(conn, me.payload.clone())),
-                        Err(e) => tracing::warn!("connection thread has no loop: {e}"),
+                    let a = theirs.lock().unwrap_or_else(|e| e.into_inner()).take();
+                    drop(theirs);
+                    let Some(a) = a else { return };
+                    match Conn::blocking(a, me.shutdown.clone(), me.counter.clone()) {
+                        Ok(conn) => {
+                            futures_lite::future::block_on((me.handler)(conn, me.payload.clone()))
+                        }
+                        Err(e) => {
+                            me.counter.live.fetch_sub(1, SeqCst);
+                            tracing::debug!("dropping a connection: {e}");
+                        }
                     }
                 });
             match spawned {
                 Ok(_) => {
-                    me2.tpc_threads.fetch_add(1, Relaxed);
+                    self.tpc_threads.fetch_add(1, Relaxed);
                 }
                 Err(e) => {
-                    // The closure (and the socket in it) was dropped: the
-                    // connection is closed and uncounted by `Conn`'s absence.
-                    me2.counter.live.fetch_sub(1, SeqCst);
+                    self.counter.live.fetch_sub(1, SeqCst);
+                    self.counter.refused.fetch_add(1, Relaxed);
                     tracing::warn!("cannot start a connection thread: {e}");
+                    let a = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+                    if let Some(a) = a {
+                        a.refuse(&self.refusal);
+                    }
                 }
             }
             return;
