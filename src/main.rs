@@ -44,7 +44,9 @@ fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
-    match Cli::parse().command {
+    let cli = Cli::parse();
+    cmd::transparent_huge_pages(matches!(&cli.command, Command::Kv(a) if a.large_pages));
+    match cli.command {
         Command::Kv(a) => cmd::kv::run(a),
         Command::Http(a) => cmd::http::run(a),
         Command::Bench(b) => cmd::bench::run(b),

@@ -41,6 +41,11 @@ pub struct KvArgs {
     /// Threading model (sped, amped:P, seda:N:P, seda-s:N, symped:N, thread-per-conn, steal:N).
     #[arg(long)]
     model: Option<Model>,
+    /// Let the kernel back memory with transparent huge pages (memcached's
+    /// -L). Off by default: with them every thread's allocator arena and
+    /// every idle connection costs far more resident memory.
+    #[arg(short = 'L', long = "enable-largepages")]
+    pub large_pages: bool,
 }
 
 fn parse_size(s: &str) -> Result<usize, String> {

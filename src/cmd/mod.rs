@@ -17,3 +17,20 @@ pub fn wait_for_termination() -> anyhow::Result<()> {
     signals.forever().next();
     Ok(())
 }
+
+/// Turns transparent huge pages off (or back on) for this process's future
+/// page faults. The allocator asks for huge pages on its arenas; on a
+/// kernel in `madvise` mode each thread's arena then takes 2 MiB pages, and
+/// an idle server, or one thread per connection, holds megabytes it never
+/// uses (thread-per-conn: 870 KB per connection with them, 50 KB without).
+pub fn transparent_huge_pages(enabled: bool) {
+    // SAFETY: prctl(PR_SET_THP_DISABLE) takes plain integers and changes
+    // only a flag of this process's memory map; no pointer is passed.
+    let r = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, u64::from(!enabled), 0, 0, 0) };
+    if r != 0 {
+        tracing::debug!(
+            "cannot set transparent huge pages: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
