@@ -15,6 +15,10 @@ pub struct LoadArgs {
     /// echo`, rounds over every model (medians are reported).
     #[arg(long, default_value_t = 5)]
     windows: usize,
+    /// With `--service echo`: requests each connection writes at once
+    /// (pipelined) before it reads their answers.
+    #[arg(long, default_value_t = 1)]
+    pipeline: usize,
     /// Seconds per window.
     #[arg(long, default_value_t = 1.0)]
     seconds: f64,
@@ -272,6 +276,7 @@ fn echo(models: &[String], clients: &[usize], load: &LoadArgs) -> anyhow::Result
         &exe,
         models,
         clients,
+        load.pipeline.max(1),
         seconds,
         rounds,
         &mut |round, r| {

@@ -30,6 +30,10 @@ pub struct EchoRow {
     pub model: String,
     /// Concurrent client connections.
     pub connections: usize,
+    /// Requests each connection keeps in flight (written together, one
+    /// pipelined batch at a time).
+    #[serde(default = "one")]
+    pub pipeline: usize,
     /// Completed requests per second.
     pub requests_per_sec: f64,
     /// Server context switches (voluntary + involuntary) per request.
@@ -47,6 +51,10 @@ pub struct EchoRow {
     /// round (absent when no `symped` model ran).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vs_symped: Option<f64>,
+}
+
+fn one() -> usize {
+    1
 }
 
 /// Context switches of every thread of process `pid`.
@@ -102,12 +110,14 @@ impl Drop for ServerProcess {
     }
 }
 
-/// Closed-loop load: `conns` connections, one request in flight each, for
+/// Closed-loop load: `conns` connections, each writing `depth` pipelined
+/// requests at once and reading their answers before the next batch, for
 /// `warmup + measure`; returns requests completed during `measure` and the
 /// time it really took, and calls `mark` at the start and end of `measure`.
 pub fn closed_loop_echo(
     socket: &Path,
     conns: usize,
+    depth: usize,
     warmup: Duration,
     measure: Duration,
     mark: &mut dyn FnMut(),
@@ -128,18 +138,26 @@ pub fn closed_loop_echo(
                     errors.fetch_add(1, Relaxed);
                     return;
                 };
-                let mut r = [0u8; echo::FRAME];
+                let depth = depth.max(1);
+                let mut req = Vec::with_capacity(echo::FRAME * depth);
+                let mut r = vec![0u8; echo::FRAME * depth];
                 let mut v = 0u64;
                 while !stop.load(Relaxed) {
-                    v += 1;
-                    let ok = s.write_all(&echo::request(id, v)).await.is_ok()
+                    req.clear();
+                    for i in 0..depth as u64 {
+                        req.extend_from_slice(&echo::request(id, v + i));
+                    }
+                    let ok = s.write_all(&req).await.is_ok()
                         && s.read_exact(&mut r).await.is_ok()
-                        && echo::response(&r) == (id, echo::answer(v));
+                        && r.chunks_exact(echo::FRAME)
+                            .zip(v..)
+                            .all(|(f, x)| echo::response(f) == (id, echo::answer(x)));
                     if !ok {
                         errors.fetch_add(1, Relaxed);
                         return;
                     }
-                    done.fetch_add(1, Relaxed);
+                    v += depth as u64;
+                    done.fetch_add(depth as u64, Relaxed);
                 }
             }));
         }
@@ -174,6 +192,7 @@ fn measure_model(
     exe: &Path,
     model: &str,
     connections: &[usize],
+    depth: usize,
     seconds: f64,
     tag: usize,
 ) -> anyhow::Result<Vec<Sample>> {
@@ -195,6 +214,7 @@ fn measure_model(
         let (n, took) = closed_loop_echo(
             &socket,
             c,
+            depth,
             Duration::from_millis(300),
             Duration::from_secs_f64(seconds),
             &mut || marks.push(process_ctx_switches(pid)),
@@ -218,6 +238,7 @@ pub fn run(
     exe: &Path,
     models: &[String],
     connections: &[usize],
+    depth: usize,
     seconds: f64,
     rounds: usize,
     progress: &mut dyn FnMut(usize, &EchoRow),
@@ -227,13 +248,21 @@ pub fn run(
     let mut samples = vec![vec![Vec::with_capacity(rounds); connections.len()]; models.len()];
     for round in 0..rounds {
         for (m, model) in models.iter().enumerate() {
-            let got = measure_model(exe, model, connections, seconds, round * models.len() + m)?;
+            let got = measure_model(
+                exe,
+                model,
+                connections,
+                depth,
+                seconds,
+                round * models.len() + m,
+            )?;
             for (i, s) in got.into_iter().enumerate() {
                 progress(
                     round,
                     &EchoRow {
                         model: model.clone(),
                         connections: connections[i],
+                        pipeline: depth,
                         requests_per_sec: s.requests_per_sec,
                         ctx_switches_per_request: s.ctx_switches_per_request,
                         rounds: 1,
@@ -246,7 +275,11 @@ pub fn run(
             }
         }
     }
-    Ok(summarize(models, connections, &samples))
+    let mut rows = summarize(models, connections, &samples);
+    for r in &mut rows {
+        r.pipeline = depth;
+    }
+    Ok(rows)
 }
 
 /// Medians over rounds; ratios to the first `symped` model, round by round.
@@ -275,6 +308,7 @@ fn summarize(
             rows.push(EchoRow {
                 model: model.clone(),
                 connections: c,
+                pipeline: 1,
                 requests_per_sec: median(rps.clone()),
                 ctx_switches_per_request: median(
                     s.iter().map(|x| x.ctx_switches_per_request).collect(),
@@ -298,6 +332,7 @@ pub fn table(rows: &[EchoRow]) -> String {
             vec![
                 r.model.clone(),
                 r.connections.to_string(),
+                r.pipeline.to_string(),
                 crate::report::thousands(r.requests_per_sec),
                 format!(
                     "{} - {}",
@@ -315,6 +350,7 @@ pub fn table(rows: &[EchoRow]) -> String {
         &[
             "model",
             "connections",
+            "pipelined",
             "requests/s (median)",
             "range over rounds",
             "vs symped",
