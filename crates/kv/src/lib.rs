@@ -103,12 +103,12 @@ pub mod server;
 pub mod store;
 
 pub use command::{
-    execute, execute_error, request_shard, write_stat, ExecContext, Flow, ServerStats,
-    SimpleContext, DEFAULT_VERSION,
+    binary_request_shard, execute, execute_binary, execute_binary_error, execute_error,
+    request_shard, write_stat, ExecContext, Flow, ServerStats, SimpleContext, DEFAULT_VERSION,
 };
 pub use protocol::{
-    parse, ArithOp, Cursor, Limits, MetaFlags, ParseError, Request, StoreCommand, Tokens,
-    KEY_MAX_LENGTH,
+    parse, parse_binary, ArithOp, BinError, BinRequest, Cursor, Extras, Limits, MetaFlags, Opcode,
+    ParseError, Request, Status, StoreCommand, Tokens, KEY_MAX_LENGTH,
 };
 pub use store::{
     expiry, Counter, Entry, Item, Lookup, Stats, Store, StoreConfig, Time, ITEM_OVERHEAD,
