@@ -2,7 +2,9 @@
 //! `duality-models` under any threading model.
 //!
 //! [`KvProtocol`] is the cache as a `duality_models::Protocol`: the session
-//! driver reads, finds requests ([`parse`]), executes them and writes all
+//! driver reads, finds requests ([`parse`], or [`parse_binary`] on a
+//! connection whose first byte is the binary magic `0x80`: see [`Mode`]),
+//! executes them and writes all
 //! responses of a read at once; in the hand-off models it moves a whole
 //! read's bytes to a payload thread and back, parsed once, there.
 //!
