@@ -1,7 +1,9 @@
 //! Real memcached clients and proxies, not written here, against
-//! `duality kv`: pymemcache (PyPI `pymemcache`) and twemproxy (Debian
-//! package `nutcracker`) in front of three instances. CI installs both
-//! (`.ci/run`); without them these tests fail and say what to install.
+//! `duality kv`: pymemcache (PyPI `pymemcache`, text protocol),
+//! python-binary-memcached (PyPI, module `bmemcached`, binary protocol) and
+//! twemproxy (Debian package `nutcracker`) in front of three instances. CI
+//! installs them (`.ci/run`); without them these tests fail and say what to
+//! install.
 
 mod common;
 
@@ -91,6 +93,68 @@ fn pymemcache() {
         srv.stderr_text()
     );
     eprintln!("pymemcache: {}", stdout.trim());
+}
+
+/// `python3`, with bmemcached (PyPI `python-binary-memcached`) importable.
+fn python_with_bmemcached() -> &'static str {
+    let ok = Command::new("python3")
+        .args(["-c", "import bmemcached"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success());
+    match ok {
+        Ok(true) => "python3",
+        Ok(false) => panic!(
+            "the Python package python-binary-memcached is not installed: \
+             `pip install python-binary-memcached` (CI installs it in .ci/run)"
+        ),
+        Err(e) => panic!(
+            "python3 is not available ({e}): install python3 and \
+             `pip install python-binary-memcached`"
+        ),
+    }
+}
+
+/// A binary-protocol client library (bmemcached) against the binary.
+#[test]
+fn bmemcached_binary_protocol() {
+    let python = python_with_bmemcached();
+    let srv = KvProc::start(&["-t", "2"]);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/kv_bmemcached.py");
+    let child = Command::new(python)
+        .arg(script)
+        .arg(srv.port.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start python3");
+    let mut guard = ChildGuard(Some(child));
+    let until = Instant::now() + Duration::from_secs(60);
+    while guard
+        .0
+        .as_mut()
+        .unwrap()
+        .try_wait()
+        .expect("try_wait")
+        .is_none()
+    {
+        assert!(
+            Instant::now() < until,
+            "the bmemcached script ran over 60 s"
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+    let out = guard.0.take().unwrap().wait_with_output().expect("output");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.starts_with("ok "),
+        "bmemcached script failed ({:?})\nstdout: {stdout}\nstderr: {stderr}\nserver stderr: {}",
+        out.status,
+        srv.stderr_text()
+    );
+    eprintln!("bmemcached: {}", stdout.trim());
 }
 
 /// Waits until something listens on `port`.

@@ -2,7 +2,10 @@
 //! `cargo bench -p duality-kv --bench parse`. Under `cargo test --benches` it
 //! runs one short round as a smoke test.
 
-use duality_kv::{execute, parse, Flow, Limits, Request, SimpleContext, Store, StoreConfig};
+use duality_kv::{
+    execute, execute_binary, parse, parse_binary, BinRequest, Extras, Flow, Limits, Opcode,
+    Request, SimpleContext, Store, StoreConfig,
+};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -18,6 +21,28 @@ fn for_each_request(buf: &[u8], limits: &Limits, mut f: impl FnMut(&Request<'_>)
     let mut n = 0;
     while !rest.is_empty() {
         let (req, used) = parse(rest, limits).expect("benchmark input parses");
+        f(&req);
+        rest = &rest[used..];
+        n += 1;
+    }
+    n
+}
+
+/// A pipelined buffer of `KEYS` binary requests built by `req(i, key)`.
+fn bin_pipeline(req: impl Fn(&[u8]) -> BinRequest<'_>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for i in 0..KEYS {
+        let key = format!("key:{i}");
+        req(key.as_bytes()).encode(&mut out);
+    }
+    out
+}
+
+fn for_each_binary(buf: &[u8], limits: &Limits, mut f: impl FnMut(&BinRequest<'_>)) -> usize {
+    let mut rest = buf;
+    let mut n = 0;
+    while !rest.is_empty() {
+        let (req, used) = parse_binary(rest, limits).expect("benchmark input parses");
         f(&req);
         rest = &rest[used..];
         n += 1;
@@ -84,6 +109,60 @@ fn main() {
             n += for_each_request(buf, &limits, |r| {
                 out.clear();
                 assert_eq!(execute(r, &store, &ctx, &mut out), Flow::Continue);
+                black_box(&out);
+            });
+        }
+        report(&format!("parse+execute {name}"), n, start.elapsed());
+    }
+
+    // The binary protocol, same workloads: set, get, getk.
+    // 'static: each request borrows its key from the pipeline builder.
+    let bin_value: &'static [u8] = &[b'v'; 32];
+    let bin_cases = [
+        (
+            "bin set 32 B",
+            bin_pipeline(|key| BinRequest {
+                extras: Extras::Store {
+                    flags: 0,
+                    exptime: 0,
+                },
+                key,
+                value: bin_value,
+                ..BinRequest::new(Opcode::Set)
+            }),
+        ),
+        (
+            "bin get",
+            bin_pipeline(|key| BinRequest {
+                key,
+                ..BinRequest::new(Opcode::Get)
+            }),
+        ),
+        (
+            "bin getkq",
+            bin_pipeline(|key| BinRequest {
+                key,
+                ..BinRequest::new(Opcode::GetKQ)
+            }),
+        ),
+    ];
+    for (name, buf) in &bin_cases {
+        let start = Instant::now();
+        let mut n = 0;
+        for _ in 0..rounds {
+            n += for_each_binary(buf, &limits, |r| {
+                black_box(r);
+            });
+        }
+        report(&format!("parse {name}"), n, start.elapsed());
+    }
+    for (name, buf) in &bin_cases {
+        let start = Instant::now();
+        let mut n = 0;
+        for _ in 0..rounds {
+            n += for_each_binary(buf, &limits, |r| {
+                out.clear();
+                assert_eq!(execute_binary(r, &store, &ctx, &mut out), Flow::Continue);
                 black_box(&out);
             });
         }

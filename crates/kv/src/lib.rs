@@ -6,15 +6,20 @@
 //!
 //! | module | what it does |
 //! |---|---|
-//! | [`protocol`] | [`parse`]: bytes → one [`Request`] (borrowing the buffer) + bytes used; [`Request::encode`]: the way back |
+//! | [`protocol`] | [`parse`]: bytes → one [`Request`] (borrowing the buffer) + bytes used; [`Request::encode`]: the way back; [`parse_binary`] / [`BinRequest::encode`]: the same for the binary protocol |
 //! | [`store`] | [`Store`]: sharded hash tables with LRU eviction under a memory limit, expiry, CAS, counters |
-//! | [`command`] | [`execute`]: a request against the store → memcached's exact response bytes |
+//! | [`command`] | [`execute`] / [`execute_binary`]: a request against the store → memcached's exact response bytes |
 //!
 //! The text protocol is complete (`set add replace append prepend cas get gets
 //! gat gats delete incr decr touch flush_all version verbosity stats quit`,
 //! with `noreply`), and so are the meta commands `mg ms md ma mn me` with
 //! their flags (base64 keys, opaque tokens, quiet mode, `ms` modes, `ma`
-//! auto-vivify, stale invalidation and recache tokens).
+//! auto-vivify, stale invalidation and recache tokens). So is the binary
+//! protocol as memcached 1.6 speaks it ([`protocol::binary`]: every opcode
+//! with its quiet form, CAS, memcached's status codes and error bodies),
+//! chosen per connection on its first byte as memcached does (`0x80`:
+//! binary, anything else: text); `tests/kv_binary.rs` compares it byte for
+//! byte with memcached.
 //!
 //! ## How a server uses it
 //!
@@ -103,12 +108,12 @@ pub mod server;
 pub mod store;
 
 pub use command::{
-    execute, execute_error, request_shard, write_stat, ExecContext, Flow, ServerStats,
-    SimpleContext, DEFAULT_VERSION,
+    binary_request_shard, execute, execute_binary, execute_binary_error, execute_error,
+    request_shard, write_stat, ExecContext, Flow, ServerStats, SimpleContext, DEFAULT_VERSION,
 };
 pub use protocol::{
-    parse, ArithOp, Cursor, Limits, MetaFlags, ParseError, Request, StoreCommand, Tokens,
-    KEY_MAX_LENGTH,
+    parse, parse_binary, ArithOp, BinError, BinRequest, Cursor, Extras, Limits, MetaFlags, Opcode,
+    ParseError, Request, Status, StoreCommand, Tokens, KEY_MAX_LENGTH,
 };
 pub use store::{
     expiry, Counter, Entry, Item, Lookup, Stats, Store, StoreConfig, Time, ITEM_OVERHEAD,

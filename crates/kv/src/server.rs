@@ -2,7 +2,9 @@
 //! `duality-models` under any threading model.
 //!
 //! [`KvProtocol`] is the cache as a `duality_models::Protocol`: the session
-//! driver reads, finds requests ([`parse`]), executes them and writes all
+//! driver reads, finds requests ([`parse`], or [`parse_binary`] on a
+//! connection whose first byte is the binary magic `0x80`: see [`Mode`]),
+//! executes them and writes all
 //! responses of a read at once; in the hand-off models it moves a whole
 //! read's bytes to a payload thread and back, parsed once, there.
 //!
@@ -14,9 +16,11 @@
 //! `amped` keeps a shard on one payload thread, so its lock stays uncontended
 //! there — and is not even computed in the inline models.
 
+use crate::protocol::binary::REQUEST_MAGIC;
 use crate::{
-    execute, execute_error, parse, request_shard, ExecContext, Flow, Limits, ParseError, Request,
-    ServerStats, Store, StoreConfig, Time,
+    binary_request_shard, execute, execute_binary, execute_binary_error, execute_error, parse,
+    parse_binary, request_shard, BinError, BinRequest, ExecContext, Flow, Limits, ParseError,
+    Request, ServerStats, Store, StoreConfig, Time,
 };
 use duality_models::{Conn, DriverConfig, Parsed, Payload, Protocol, StatsHandle};
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
@@ -199,21 +203,66 @@ impl ExecContext for Ctx<'_> {
 /// The cache as a protocol of the session driver.
 pub struct KvProtocol(pub Arc<KvState>);
 
-/// A connection's protocol state: bytes of a refused value still to discard
-/// (they may arrive over several reads, and are never buffered).
+/// Which protocol a connection speaks, decided on its first byte as
+/// memcached does: `0x80` (the binary request magic) is binary, anything
+/// else text, for the rest of the connection.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// No byte seen yet.
+    #[default]
+    Unknown,
+    /// The text and meta protocols.
+    Text,
+    /// The binary protocol.
+    Binary,
+}
+
+impl Mode {
+    /// The mode of a connection whose first bytes are `input` (`Unknown`
+    /// while it is empty).
+    fn detect(input: &[u8]) -> Mode {
+        match input.first() {
+            None => Mode::Unknown,
+            Some(&REQUEST_MAGIC) => Mode::Binary,
+            Some(_) => Mode::Text,
+        }
+    }
+}
+
+/// A connection's protocol state: its mode, and bytes of a refused value
+/// still to discard (they may arrive over several reads, and are never
+/// buffered).
 #[derive(Default, Debug)]
 pub struct KvSession {
+    mode: Mode,
     swallow: usize,
+}
+
+impl KvSession {
+    /// The protocol the connection speaks.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+}
+
+/// One request of either protocol, or a parse error answered like one.
+#[derive(Debug)]
+pub enum KvRequest<'a> {
+    /// A text or meta request.
+    Text(Result<Request<'a>, ParseError<'a>>),
+    /// A binary request.
+    Binary(Result<BinRequest<'a>, BinError<'a>>),
 }
 
 impl Protocol for KvProtocol {
     type Session = KvSession;
-    /// A request, or a parse error that is answered like one.
-    type Request<'a> = Result<Request<'a>, ParseError<'a>>;
+    type Request<'a> = KvRequest<'a>;
 
     const LOCKS_ITSELF: bool = true;
 
     fn max_request(&self) -> usize {
+        // The text bound is the larger: a binary request is at most
+        // 24 + 20 + 250 bytes beyond its value.
         let l = &self.0.limits;
         l.max_item_size + l.max_line.max(l.max_get_line) + 2
     }
@@ -228,37 +277,45 @@ impl Protocol for KvProtocol {
                 Parsed::Skip(n)
             };
         }
-        if input.is_empty() {
-            return Parsed::Incomplete(0);
+        if s.mode == Mode::Unknown {
+            s.mode = Mode::detect(input);
         }
-        match parse(input, &self.0.limits) {
-            Ok((req, used)) => Parsed::Request(Ok(req), used),
-            Err(ParseError::Incomplete) => Parsed::Incomplete(incomplete_need(input)),
-            Err(e) => {
-                // Answer the error; drop what it covers, the rest as it arrives.
-                let consumed = e.consumed().unwrap_or(input.len());
-                let here = consumed.min(input.len());
-                s.swallow = consumed - here;
-                Parsed::Request(Err(e), here)
-            }
+        match s.mode {
+            Mode::Unknown => Parsed::Incomplete(0),
+            Mode::Text => self.parse_text(s, input),
+            Mode::Binary => self.parse_bin(s, input),
         }
     }
 
     fn color(&self, req: &Self::Request<'_>) -> u64 {
-        match req {
-            Ok(r) => request_shard(r, &self.0.store).unwrap_or(0) as u64,
-            Err(_) => 0,
-        }
+        let shard = match req {
+            KvRequest::Text(Ok(r)) => request_shard(r, &self.0.store),
+            KvRequest::Binary(Ok(r)) => binary_request_shard(r, &self.0.store),
+            KvRequest::Text(Err(_)) | KvRequest::Binary(Err(_)) => None,
+        };
+        shard.unwrap_or(0) as u64
     }
 
     fn peek_color(&self, s: &KvSession, input: &[u8]) -> Option<u64> {
         if s.swallow > 0 {
             return None;
         }
-        match parse(input, &self.0.limits) {
-            Ok((req, _)) => Some(request_shard(&req, &self.0.store).unwrap_or(0) as u64),
-            Err(_) => None,
-        }
+        let mode = match s.mode {
+            Mode::Unknown => Mode::detect(input),
+            m => m,
+        };
+        let shard = match mode {
+            Mode::Unknown => return None,
+            Mode::Text => match parse(input, &self.0.limits) {
+                Ok((req, _)) => request_shard(&req, &self.0.store),
+                Err(_) => return None,
+            },
+            Mode::Binary => match parse_binary(input, &self.0.limits) {
+                Ok((req, _)) => binary_request_shard(&req, &self.0.store),
+                Err(_) => return None,
+            },
+        };
+        Some(shard.unwrap_or(0) as u64)
     }
 
     fn execute(
@@ -270,8 +327,10 @@ impl Protocol for KvProtocol {
         let st = &*self.0;
         let ctx = st.ctx();
         let flow = match req {
-            Ok(r) => execute(&r, &st.store, &ctx, out),
-            Err(e) => execute_error(&e, &st.store, &ctx, out),
+            KvRequest::Text(Ok(r)) => execute(&r, &st.store, &ctx, out),
+            KvRequest::Text(Err(e)) => execute_error(&e, &st.store, &ctx, out),
+            KvRequest::Binary(Ok(r)) => execute_binary(&r, &st.store, &ctx, out),
+            KvRequest::Binary(Err(e)) => execute_binary_error(&e, &st.store, &ctx, out),
         };
         match flow {
             Flow::Continue => duality_models::Flow::Continue,
@@ -281,6 +340,37 @@ impl Protocol for KvProtocol {
 
     fn mid_request(&self, s: &KvSession) -> bool {
         s.swallow > 0
+    }
+}
+
+impl KvProtocol {
+    fn parse_text<'a>(&self, s: &mut KvSession, input: &'a [u8]) -> Parsed<KvRequest<'a>> {
+        match parse(input, &self.0.limits) {
+            Ok((req, used)) => Parsed::Request(KvRequest::Text(Ok(req)), used),
+            Err(ParseError::Incomplete) => Parsed::Incomplete(incomplete_need(input)),
+            Err(e) => {
+                // Answer the error; drop what it covers, the rest as it arrives.
+                let consumed = e.consumed().unwrap_or(input.len());
+                let here = consumed.min(input.len());
+                s.swallow = consumed - here;
+                Parsed::Request(KvRequest::Text(Err(e)), here)
+            }
+        }
+    }
+
+    fn parse_bin<'a>(&self, s: &mut KvSession, input: &'a [u8]) -> Parsed<KvRequest<'a>> {
+        match parse_binary(input, &self.0.limits) {
+            Ok((req, used)) => Parsed::Request(KvRequest::Binary(Ok(req)), used),
+            Err(BinError::Incomplete { need }) => Parsed::Incomplete(need),
+            Err(e) => {
+                // Fatal errors close after the answer: what they cover does
+                // not matter. The rest is dropped as it arrives.
+                let consumed = e.consumed().unwrap_or(input.len());
+                let here = consumed.min(input.len());
+                s.swallow = consumed - here;
+                Parsed::Request(KvRequest::Binary(Err(e)), here)
+            }
+        }
     }
 }
 

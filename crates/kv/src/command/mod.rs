@@ -10,14 +10,16 @@
 //! Process-level numbers for `stats` (pid, uptime, connections, rusage) and
 //! the clock come from the server through [`ExecContext`].
 
+mod binary;
 mod classic;
 mod meta;
 mod stats;
 
-use crate::protocol::{decode_key, ParseError, Request, KEY_MAX_LENGTH};
+use crate::protocol::{decode_key, BinRequest, Opcode, ParseError, Request, KEY_MAX_LENGTH};
 use crate::store::{Counter, Store, Time};
 use std::time::Duration;
 
+pub use binary::{execute_binary, execute_binary_error};
 pub use stats::write_stat;
 
 /// What the connection does after a request.
@@ -239,6 +241,15 @@ pub fn request_shard(req: &Request<'_>, store: &Store) -> Option<usize> {
     let raw = req.key()?;
     let mut buf = [0u8; KEY_MAX_LENGTH];
     Some(store.shard_of(decode_key(raw, req.key_is_base64(), &mut buf)))
+}
+
+/// The shard a binary request's key lives in — its color — or `None` for
+/// requests without a store key (`stat`'s key is a group name).
+pub fn binary_request_shard(req: &BinRequest<'_>, store: &Store) -> Option<usize> {
+    if req.key.is_empty() || req.opcode == Opcode::Stat {
+        return None;
+    }
+    Some(store.shard_of(req.key))
 }
 
 #[cfg(test)]

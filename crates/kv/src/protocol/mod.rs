@@ -15,10 +15,12 @@
 //! odd (extra tokens after a command's arguments) so does this parser; the
 //! deviations are listed on [`parse`].
 
+pub mod binary;
 mod cursor;
 mod encode;
 mod meta;
 
+pub use binary::{parse_binary, BinError, BinRequest, Extras, Opcode, Status};
 pub use cursor::Cursor;
 pub use meta::{MetaFlags, META_MAX_FLAGS};
 
