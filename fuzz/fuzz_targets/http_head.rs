@@ -1,0 +1,108 @@
+//! Parses arbitrary bytes as a stream of pipelined HTTP request heads under
+//! several `Limits` and checks `parse_head`'s contract with the connection
+//! handler: it never panics; `consumed` is inside the input and not 0; an
+//! `Ok(None)` only comes while the buffer is shorter than `max_request()`;
+//! every error closes; and a request that parses parses the same whatever
+//! the reads it arrived in (every proper prefix is "read more", the same bytes
+//! followed by anything parse the same).
+//!
+//! Run: `fuzz/run 60 http_head`, or `cargo +nightly fuzz run http_head --
+//! -dict=http.dict` (from `fuzz/`).
+#![no_main]
+
+use duality_http::{parse_head, request::continue_due, Head, Limits};
+use libfuzzer_sys::fuzz_target;
+
+const LIMITS: [Limits; 4] = [
+    // The server's defaults (nginx's).
+    Limits {
+        max_head: 32 * 1024,
+        max_uri: 8 * 1024,
+        max_headers: 256,
+        max_body: 8 * 1024,
+    },
+    // Small enough that short inputs reach every limit.
+    Limits {
+        max_head: 96,
+        max_uri: 16,
+        max_headers: 3,
+        max_body: 8,
+    },
+    Limits {
+        max_head: 512,
+        max_uri: 128,
+        max_headers: 16,
+        max_body: 64,
+    },
+    // Degenerate: nothing fits, the field count is clamped to the cap.
+    Limits {
+        max_head: 0,
+        max_uri: 0,
+        max_headers: usize::MAX,
+        max_body: 0,
+    },
+];
+
+fuzz_target!(|data: &[u8]| {
+    for limits in &LIMITS {
+        let _ = continue_due(data, limits);
+        let mut rest = data;
+        // Pipelined requests, one after the other, as the handler drops
+        // `consumed` bytes each time.
+        while !rest.is_empty() {
+            match parse_head(rest, limits) {
+                Ok(None) => {
+                    assert!(
+                        rest.len() < limits.max_request(),
+                        "read buffer full, no answer"
+                    );
+                    break;
+                }
+                Err(e) => {
+                    assert!(e.close, "an error after a bad head must close");
+                    break;
+                }
+                Ok(Some((head, consumed))) => {
+                    assert!(consumed > 0 && consumed <= rest.len());
+                    check_head(&head, limits);
+                    check_splits(rest, &head, consumed, limits);
+                    rest = &rest[consumed..];
+                }
+            }
+        }
+    }
+});
+
+fn check_head(head: &Head<'_>, limits: &Limits) {
+    assert!(head.target.len() <= limits.max_uri);
+    assert!(head.content_length <= limits.max_body);
+    assert!(head.path.starts_with('/'));
+    assert!(!head.path.split('/').any(|s| s == ".."));
+}
+
+/// The request at the start of `buf` arrives in two reads, split at `cut`:
+/// the first read must ask for more, the second gives the same answer.
+fn check_splits(buf: &[u8], head: &Head<'_>, consumed: usize, limits: &Limits) {
+    // Alone, without what follows it, the request parses the same.
+    let alone = parse_head(&buf[..consumed], limits);
+    assert_eq!(alone, Ok(Some((head.clone(), consumed))));
+    // Every cut of a short request; of a long one the first and last
+    // bytes, those around the end of the head and a sample of the rest, so
+    // that one execution stays near-linear in the input.
+    let head_end = consumed - head.content_length;
+    for cut in 0..consumed {
+        let checked = consumed <= 256
+            || cut < 64
+            || cut + 16 >= consumed
+            || cut.abs_diff(head_end) <= 8
+            || cut % (consumed / 32) == 0;
+        if !checked {
+            continue;
+        }
+        assert_eq!(
+            parse_head(&buf[..cut], limits),
+            Ok(None),
+            "a proper prefix ({cut} of {consumed} bytes) must ask for more"
+        );
+    }
+}
