@@ -392,13 +392,13 @@ mod tests {
         assert!((rows[1].vs_symped.unwrap() - 0.9).abs() < 1e-9);
         assert_eq!(rows[1].rounds, 3);
         let t = table(&rows);
-        assert!(t.contains("| amped:1 | 8 | 88 | 50 - 90 | 0.90 |"), "{t}");
+        assert!(t.contains("| amped:1 | 8 | 1 | 88 | 50 - 90 | 0.90 |"), "{t}");
     }
 
     #[test]
     fn no_symped_no_ratio() {
         let rows = summarize(&["sped".to_string()], &[1], &[vec![vec![sample(10.0)]]]);
         assert_eq!(rows[0].vs_symped, None);
-        assert!(table(&rows).contains("| sped | 1 | 10 | 10 - 10 | - |"));
+        assert!(table(&rows).contains("| sped | 1 | 1 | 10 | 10 - 10 | - |"));
     }
 }

@@ -79,13 +79,14 @@ impl Stage {
         // Tells our loop an answer is on its way: it waits briefly for it
         // instead of sleeping and being woken.
         let _waiting = RemoteWait::new();
-        let me = self.clone();
-        let handle = self.handle.spawn(async move {
-            me.jobs.fetch_add(1, Relaxed);
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(job))
-        });
+        // The job task captures nothing of the stage: no reference count
+        // bounces between the threads.
+        let handle = self
+            .handle
+            .spawn(async move { std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)) });
         let r = handle.await;
         drop(permit);
+        self.jobs.fetch_add(1, Relaxed);
         match r {
             Ok(Ok(v)) => v,
             Ok(Err(panic)) => std::panic::resume_unwind(panic),
