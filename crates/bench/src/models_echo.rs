@@ -392,7 +392,10 @@ mod tests {
         assert!((rows[1].vs_symped.unwrap() - 0.9).abs() < 1e-9);
         assert_eq!(rows[1].rounds, 3);
         let t = table(&rows);
-        assert!(t.contains("| amped:1 | 8 | 1 | 88 | 50 - 90 | 0.90 |"), "{t}");
+        assert!(
+            t.contains("| amped:1 | 8 | 1 | 88 | 50 - 90 | 0.90 |"),
+            "{t}"
+        );
     }
 
     #[test]
