@@ -58,11 +58,21 @@ fn pymemcache() {
     let sock = dir.path().join("kv.sock");
     let sock_s = sock.to_str().unwrap();
     let srv = KvProc::start(&["-t", "2", "-s", sock_s]);
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/kv_pymemcache.py");
+    run_python_client(
+        python,
+        "kv_pymemcache.py",
+        &[&srv.port.to_string(), sock_s],
+        &srv,
+    );
+}
+
+/// Runs `tests/python/<script> ARGS…` (a real client library's checks
+/// against `srv`) for at most 60 s; it must exit 0 and print `ok …`.
+fn run_python_client(python: &str, script: &str, args: &[&str], srv: &KvProc) {
+    let path = format!("{}/tests/python/{script}", env!("CARGO_MANIFEST_DIR"));
     let child = Command::new(python)
-        .arg(script)
-        .arg(srv.port.to_string())
-        .arg(sock_s)
+        .arg(&path)
+        .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -77,10 +87,7 @@ fn pymemcache() {
         .expect("try_wait")
         .is_none()
     {
-        assert!(
-            Instant::now() < until,
-            "the pymemcache script ran over 60 s"
-        );
+        assert!(Instant::now() < until, "{script} ran over 60 s");
         thread::sleep(Duration::from_millis(10));
     }
     let out = guard.0.take().unwrap().wait_with_output().expect("output");
@@ -88,11 +95,11 @@ fn pymemcache() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success() && stdout.starts_with("ok "),
-        "pymemcache script failed ({:?})\nstdout: {stdout}\nstderr: {stderr}\nserver stderr: {}",
+        "{script} failed ({:?})\nstdout: {stdout}\nstderr: {stderr}\nserver stderr: {}",
         out.status,
         srv.stderr_text()
     );
-    eprintln!("pymemcache: {}", stdout.trim());
+    eprintln!("{script}: {}", stdout.trim());
 }
 
 /// `python3`, with bmemcached (PyPI `python-binary-memcached`) importable.
@@ -121,40 +128,7 @@ fn python_with_bmemcached() -> &'static str {
 fn bmemcached_binary_protocol() {
     let python = python_with_bmemcached();
     let srv = KvProc::start(&["-t", "2"]);
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/kv_bmemcached.py");
-    let child = Command::new(python)
-        .arg(script)
-        .arg(srv.port.to_string())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start python3");
-    let mut guard = ChildGuard(Some(child));
-    let until = Instant::now() + Duration::from_secs(60);
-    while guard
-        .0
-        .as_mut()
-        .unwrap()
-        .try_wait()
-        .expect("try_wait")
-        .is_none()
-    {
-        assert!(
-            Instant::now() < until,
-            "the bmemcached script ran over 60 s"
-        );
-        thread::sleep(Duration::from_millis(10));
-    }
-    let out = guard.0.take().unwrap().wait_with_output().expect("output");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stdout.starts_with("ok "),
-        "bmemcached script failed ({:?})\nstdout: {stdout}\nstderr: {stderr}\nserver stderr: {}",
-        out.status,
-        srv.stderr_text()
-    );
-    eprintln!("bmemcached: {}", stdout.trim());
+    run_python_client(python, "kv_bmemcached.py", &[&srv.port.to_string()], &srv);
 }
 
 /// Waits until something listens on `port`.
