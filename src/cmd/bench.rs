@@ -15,6 +15,8 @@ pub enum Bench {
     Http(super::bench_http::HttpBenchArgs),
     /// A newcomer's first answer while clients flood the server: every model vs memcached and nginx.
     Fairness(super::bench_fairness::FairnessArgs),
+    /// Good clients beside floods, slowloris, resets and churn: errors, p99 and memory over time.
+    Soak(super::bench_soak::SoakArgs),
 }
 
 #[derive(Args)]
@@ -47,6 +49,7 @@ pub fn run(b: Bench) -> anyhow::Result<()> {
         Bench::Threads(a) => super::bench_kv::threads(a),
         Bench::Http(a) => super::bench_http::run(a),
         Bench::Fairness(a) => super::bench_fairness::run(a),
+        Bench::Soak(a) => super::bench_soak::run(a),
     }
 }
 

@@ -1,0 +1,451 @@
+//! `duality bench soak`: well-behaved clients beside hostile ones, for a
+//! bounded time, against the cache and the web server.
+//!
+//! ```text
+//!  good clients ×G ── request, check the answer, repeat ──▶ server
+//!  flooders     ×F ══ pipelined requests without pause  ══▶   │   RSS sampled
+//!  slowloris    ×S ── one byte every 200 ms             ──▶   │   every second
+//!  resetters    ×R ── half a request, then a reset      ──▶   │
+//!  churners     ×C ── connect, one request, close       ──▶   ▼
+//! ```
+//!
+//! Every answer a good client gets is checked (a value it stored, a file's
+//! exact bytes). The report gives, per server: good requests, errors the
+//! good clients saw (the goal is zero), their p99 latency, and resident
+//! memory after warm-up and at the end (the goal is flat). Loopback only;
+//! every thread stops at the deadline and every process is stopped by PID.
+
+use crate::servers::{ServerKind as KvServer, ServerProcess};
+use crate::{http, loadgen::Target};
+use serde::Serialize;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// One server's soak figures.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct SoakRow {
+    /// `kv` or `http`.
+    pub service: String,
+    /// The server.
+    pub server: String,
+    /// Seconds soaked.
+    pub seconds: f64,
+    /// Requests the good clients completed and checked.
+    pub good_requests: u64,
+    /// Errors the good clients saw (wrong answer, reset, timeout).
+    pub good_errors: u64,
+    /// The good clients' p99 latency, milliseconds.
+    pub good_p99_ms: f64,
+    /// Connections the hostile clients opened.
+    pub hostile_connections: u64,
+    /// Resident memory after the first fifth of the run, KiB.
+    pub rss_warm_kib: u64,
+    /// Highest resident memory, KiB.
+    pub rss_max_kib: u64,
+    /// Resident memory at the end, KiB.
+    pub rss_end_kib: u64,
+}
+
+/// How many of each client.
+#[derive(Clone, Copy, Debug)]
+pub struct Mix {
+    /// Well-behaved clients.
+    pub good: usize,
+    /// Flooders.
+    pub floods: usize,
+    /// Slowloris connections.
+    pub slow: usize,
+    /// Threads that reset connections mid-request.
+    pub resets: usize,
+    /// Threads that open and close connections.
+    pub churn: usize,
+}
+
+impl Default for Mix {
+    fn default() -> Mix {
+        Mix {
+            good: 4,
+            floods: 2,
+            slow: 50,
+            resets: 1,
+            churn: 1,
+        }
+    }
+}
+
+/// What a service's clients send and expect.
+trait Service: Send + Sync + 'static {
+    /// One checked request on `s` by good client `id`, round `n`.
+    fn good(&self, s: &mut TcpStream, id: usize, n: u64) -> std::io::Result<()>;
+    /// Pipelined requests a flooder repeats.
+    fn flood(&self) -> Vec<u8>;
+    /// A request, whole.
+    fn request(&self) -> Vec<u8>;
+}
+
+struct Kv;
+
+impl Service for Kv {
+    fn good(&self, s: &mut TcpStream, id: usize, n: u64) -> std::io::Result<()> {
+        let key = format!("soak:{id}:{}", n % 64);
+        let value = format!("{n:020}");
+        write!(
+            s,
+            "set {key} 0 0 {}\r\n{value}\r\nget {key}\r\n",
+            value.len()
+        )?;
+        let want = format!(
+            "STORED\r\nVALUE {key} 0 {}\r\n{value}\r\nEND\r\n",
+            value.len()
+        );
+        expect(s, want.as_bytes())
+    }
+    fn flood(&self) -> Vec<u8> {
+        b"get soak:flood\r\n".repeat(1024)
+    }
+    fn request(&self) -> Vec<u8> {
+        b"get soak:churn\r\n".to_vec()
+    }
+}
+
+struct Http;
+
+/// The web server's soak file.
+const BODY: &[u8] = b"soak body: the same bytes every time\n";
+
+impl Service for Http {
+    fn good(&self, s: &mut TcpStream, _: usize, _: u64) -> std::io::Result<()> {
+        s.write_all(b"GET /soak.txt HTTP/1.1\r\nHost: soak\r\n\r\n")?;
+        // Read the head, then exactly the body it announces.
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        let head_end = loop {
+            if let Some(i) = find(&got, b"\r\n\r\n") {
+                break i + 4;
+            }
+            let n = s.read(&mut buf)?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            got.extend_from_slice(&buf[..n]);
+        };
+        if !got.starts_with(b"HTTP/1.1 200") {
+            return Err(std::io::Error::other("not a 200"));
+        }
+        while got.len() < head_end + BODY.len() {
+            let n = s.read(&mut buf)?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        if &got[head_end..] != BODY {
+            return Err(std::io::Error::other("wrong body"));
+        }
+        Ok(())
+    }
+    fn flood(&self) -> Vec<u8> {
+        b"GET /soak.txt HTTP/1.1\r\nHost: soak\r\n\r\n".repeat(256)
+    }
+    fn request(&self) -> Vec<u8> {
+        b"GET /soak.txt HTTP/1.1\r\nHost: soak\r\nConnection: close\r\n\r\n".to_vec()
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Reads exactly `want.len()` bytes and compares them.
+fn expect(s: &mut TcpStream, want: &[u8]) -> std::io::Result<()> {
+    let mut got = vec![0u8; want.len()];
+    s.read_exact(&mut got)?;
+    if got != want {
+        return Err(std::io::Error::other("wrong answer"));
+    }
+    Ok(())
+}
+
+/// Resident memory of `pid`, KiB.
+pub fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// The 99th percentile of `v` (sorted here), nearest rank.
+pub fn p99(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    crate::fairness::percentile(v, 0.99)
+}
+
+struct Shared {
+    stop: AtomicBool,
+    good: AtomicU64,
+    errors: AtomicU64,
+    hostile: AtomicU64,
+    latencies: Mutex<Vec<f64>>,
+}
+
+fn soak_one(
+    service: Arc<dyn Service>,
+    addr: SocketAddr,
+    pid: u32,
+    mix: Mix,
+    run_for: Duration,
+) -> (u64, u64, f64, u64, [u64; 3]) {
+    let sh = Arc::new(Shared {
+        stop: AtomicBool::new(false),
+        good: AtomicU64::new(0),
+        errors: AtomicU64::new(0),
+        hostile: AtomicU64::new(0),
+        latencies: Mutex::new(Vec::new()),
+    });
+    let mut threads: Vec<JoinHandle<()>> = Vec::new();
+    for id in 0..mix.good {
+        let (sh, svc) = (sh.clone(), service.clone());
+        threads.push(std::thread::spawn(move || {
+            let mut lat = Vec::new();
+            let mut n = 0u64;
+            'outer: while !sh.stop.load(Relaxed) {
+                let Ok(mut s) = TcpStream::connect(addr) else {
+                    sh.errors.fetch_add(1, Relaxed);
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                };
+                let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+                let _ = s.set_nodelay(true);
+                // A few hundred requests per connection, then a new one.
+                for _ in 0..500 {
+                    if sh.stop.load(Relaxed) {
+                        break 'outer;
+                    }
+                    let t0 = Instant::now();
+                    match svc.good(&mut s, id, n) {
+                        Ok(()) => {
+                            lat.push(t0.elapsed().as_secs_f64() * 1e3);
+                            sh.good.fetch_add(1, Relaxed);
+                        }
+                        Err(_) => {
+                            sh.errors.fetch_add(1, Relaxed);
+                            continue 'outer;
+                        }
+                    }
+                    n += 1;
+                }
+            }
+            sh.latencies
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend(lat);
+        }));
+    }
+    let flood_stop = Arc::new(AtomicBool::new(false));
+    let mut floods = Vec::new();
+    for _ in 0..mix.floods {
+        floods.extend(duality_models::flood::flood(
+            addr,
+            service.flood(),
+            flood_stop.clone(),
+        ));
+        sh.hostile.fetch_add(1, Relaxed);
+    }
+    if mix.slow > 0 {
+        let (sh, req) = (sh.clone(), service.request());
+        threads.push(std::thread::spawn(move || {
+            // Slowloris: each connection sends one more byte every 200 ms
+            // and reconnects once the server has had enough of it.
+            let mut conns: Vec<(TcpStream, usize)> = Vec::new();
+            while !sh.stop.load(Relaxed) {
+                while conns.len() < mix.slow {
+                    match TcpStream::connect(addr) {
+                        Ok(s) => {
+                            let _ = s.set_write_timeout(Some(Duration::from_millis(100)));
+                            sh.hostile.fetch_add(1, Relaxed);
+                            conns.push((s, 0));
+                        }
+                        Err(_) => break,
+                    }
+                }
+                conns.retain_mut(|(s, sent)| {
+                    let byte = req[*sent % (req.len() - 1)];
+                    *sent += 1;
+                    s.write_all(&[byte]).is_ok()
+                });
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }));
+    }
+    for _ in 0..mix.resets {
+        let (sh, req) = (sh.clone(), service.request());
+        threads.push(std::thread::spawn(move || {
+            while !sh.stop.load(Relaxed) {
+                if let Ok(s) = TcpStream::connect(addr) {
+                    sh.hostile.fetch_add(1, Relaxed);
+                    let _ = (&s).write_all(&req[..req.len() / 2]);
+                    // Closing with linger 0 sends a reset, not a FIN.
+                    let _ = socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO));
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }));
+    }
+    for _ in 0..mix.churn {
+        let (sh, req) = (sh.clone(), service.request());
+        threads.push(std::thread::spawn(move || {
+            let mut buf = [0u8; 1024];
+            while !sh.stop.load(Relaxed) {
+                if let Ok(mut s) = TcpStream::connect(addr) {
+                    sh.hostile.fetch_add(1, Relaxed);
+                    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+                    let _ = s.write_all(&req);
+                    let _ = s.read(&mut buf);
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }));
+    }
+    let t0 = Instant::now();
+    let warm_at = run_for / 5;
+    let (mut warm, mut max) = (0, 0);
+    while t0.elapsed() < run_for {
+        std::thread::sleep(Duration::from_millis(250));
+        let r = rss_kib(pid);
+        max = max.max(r);
+        if warm == 0 && t0.elapsed() >= warm_at {
+            warm = r;
+        }
+    }
+    let end = rss_kib(pid);
+    sh.stop.store(true, Relaxed);
+    flood_stop.store(true, Relaxed);
+    for t in threads.into_iter().chain(floods) {
+        let _ = t.join();
+    }
+    let mut lat = std::mem::take(&mut *sh.latencies.lock().unwrap_or_else(|e| e.into_inner()));
+    (
+        sh.good.load(Relaxed),
+        sh.errors.load(Relaxed),
+        p99(&mut lat),
+        sh.hostile.load(Relaxed),
+        [warm, max.max(end), end],
+    )
+}
+
+/// One soak run's settings.
+pub struct Plan<'a> {
+    /// The `duality` executable.
+    pub exe: &'a Path,
+    /// `kv`, `http` or both.
+    pub services: Vec<String>,
+    /// The model the servers run.
+    pub model: String,
+    /// Seconds per server.
+    pub seconds: f64,
+    /// The clients.
+    pub mix: Mix,
+}
+
+/// Soaks each service's server in turn; `tick` sees each row.
+pub fn run(plan: &Plan, tick: &mut dyn FnMut(&SoakRow)) -> anyhow::Result<Vec<SoakRow>> {
+    let run_for = Duration::from_secs_f64(plan.seconds);
+    let mut rows = Vec::new();
+    let mut row =
+        |service: &str,
+         server: String,
+         (good, errors, p99, hostile, rss): (u64, u64, f64, u64, [u64; 3])| {
+            let r = SoakRow {
+                service: service.into(),
+                server,
+                seconds: plan.seconds,
+                good_requests: good,
+                good_errors: errors,
+                good_p99_ms: p99,
+                hostile_connections: hostile,
+                rss_warm_kib: rss[0],
+                rss_max_kib: rss[1],
+                rss_end_kib: rss[2],
+            };
+            tick(&r);
+            rows.push(r);
+        };
+    if plan.services.iter().any(|s| s == "kv") {
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+        let kind = KvServer::Duality(plan.model.clone());
+        let server = ServerProcess::start(plan.exe, &kind, &Target::Tcp(addr))?;
+        let got = soak_one(Arc::new(Kv), addr, server.pid(), plan.mix, run_for);
+        drop(server);
+        row("kv", kind.label(), got);
+    }
+    if plan.services.iter().any(|s| s == "http") {
+        let dir = http::TempDir::new("soak-www")?;
+        std::fs::write(dir.0.join("soak.txt"), BODY)?;
+        let s = http::RunningServer::duality(plan.exe, &dir.0, &plan.model, "favor-active", 1024)?;
+        let got = soak_one(Arc::new(Http), s.addr, s.pid(), plan.mix, run_for);
+        drop(s);
+        row("http", format!("duality {}", plan.model), got);
+    }
+    Ok(rows)
+}
+
+/// The Markdown table.
+pub fn table(rows: &[SoakRow]) -> String {
+    let header = [
+        "service",
+        "server",
+        "seconds",
+        "good requests",
+        "good-client errors",
+        "good p99 ms",
+        "hostile connections",
+        "RSS warm KiB",
+        "RSS max KiB",
+        "RSS end KiB",
+    ];
+    let body: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.service.clone(),
+                r.server.clone(),
+                format!("{:.0}", r.seconds),
+                r.good_requests.to_string(),
+                r.good_errors.to_string(),
+                format!("{:.2}", r.good_p99_ms),
+                r.hostile_connections.to_string(),
+                r.rss_warm_kib.to_string(),
+                r.rss_max_kib.to_string(),
+                r.rss_end_kib.to_string(),
+            ]
+        })
+        .collect();
+    crate::report::markdown_table(&header, &body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn p99_takes_the_nearest_rank_of_the_sorted_latencies() {
+        let mut v: Vec<f64> = (1..=200).rev().map(f64::from).collect();
+        assert_eq!(p99(&mut v), 198.0);
+        assert!(p99(&mut []).is_nan());
+    }
+
+    #[test]
+    fn rss_of_this_process_is_read() {
+        assert!(rss_kib(std::process::id()) > 0);
+        assert_eq!(rss_kib(u32::MAX), 0);
+    }
+}

@@ -1,0 +1,114 @@
+//! `duality bench soak`: well-behaved clients beside floods, slowloris,
+//! resets and connection churn, for a bounded time, against the cache and
+//! the web server. See `duality_bench::soak`.
+
+use clap::Args;
+use duality_bench::soak::{self, Mix, Plan};
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct SoakArgs {
+    /// Seconds per server.
+    #[arg(long, default_value_t = 60.0)]
+    seconds: f64,
+    /// Comma-separated services: kv, http.
+    #[arg(long, value_delimiter = ',', default_value = "kv,http")]
+    services: Vec<String>,
+    /// The servers' threading model.
+    #[arg(long, default_value = "symped")]
+    model: duality_models::Model,
+    /// Well-behaved clients.
+    #[arg(long, default_value_t = 4)]
+    good: usize,
+    /// Clients pipelining requests without pause.
+    #[arg(long, default_value_t = 2)]
+    floods: usize,
+    /// Slowloris connections (one byte every 200 ms).
+    #[arg(long, default_value_t = 50)]
+    slow: usize,
+    /// Threads resetting connections in the middle of a request.
+    #[arg(long, default_value_t = 1)]
+    resets: usize,
+    /// Threads opening a connection per request.
+    #[arg(long, default_value_t = 1)]
+    churn: usize,
+    /// A smoke run: 3 s per server.
+    #[arg(long)]
+    quick: bool,
+    /// Print a JSON array instead of a Markdown table.
+    #[arg(long)]
+    json: bool,
+    /// Results directory (default: results/soak-UNIXTIME).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+pub fn run(a: SoakArgs) -> anyhow::Result<()> {
+    for s in &a.services {
+        anyhow::ensure!(
+            s == "kv" || s == "http",
+            "unknown service {s:?}: choose kv, http"
+        );
+    }
+    let seconds = if a.quick { 3.0 } else { a.seconds };
+    anyhow::ensure!(
+        seconds.is_finite() && seconds > 0.0 && seconds <= 24.0 * 3600.0,
+        "--seconds must be a positive number of seconds (at most a day)"
+    );
+    let exe = std::env::current_exe()?;
+    let plan = Plan {
+        exe: &exe,
+        services: a.services.clone(),
+        model: a.model.to_string(),
+        seconds,
+        mix: Mix {
+            good: a.good.max(1),
+            floods: a.floods,
+            slow: a.slow,
+            resets: a.resets,
+            churn: a.churn,
+        },
+    };
+    let rows = soak::run(&plan, &mut |r| {
+        eprintln!(
+            "{} {}: {} good requests, {} errors, p99 {:.2} ms, RSS {} -> {} KiB",
+            r.service,
+            r.server,
+            r.good_requests,
+            r.good_errors,
+            r.good_p99_ms,
+            r.rss_warm_kib,
+            r.rss_end_kib
+        )
+    })?;
+    let dir = a.out.clone().unwrap_or_else(|| {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        PathBuf::from("results").join(format!("soak-{t}"))
+    });
+    std::fs::create_dir_all(&dir)?;
+    let cmd: Vec<String> = std::env::args().collect();
+    let m = plan.mix;
+    let md = format!(
+        "# Soak: good clients beside hostile ones\n\nCommand: `{}`\n\nMachine: {} cores, clients and servers on the same machine, TCP loopback. Per server, {seconds} s: {} good clients (each request's answer checked), {} flooders, {} slowloris connections, {} resetting and {} churning threads. RSS sampled every 250 ms (warm: after the first fifth of the run).\n\n{}",
+        cmd.join(" "),
+        duality_models::cores(),
+        m.good,
+        m.floods,
+        m.slow,
+        m.resets,
+        m.churn,
+        soak::table(&rows)
+    );
+    std::fs::write(dir.join("soak.md"), &md)?;
+    std::fs::write(dir.join("soak.json"), duality_bench::report::json(&rows))?;
+    if a.json {
+        println!("{}", duality_bench::report::json(&rows));
+    } else {
+        println!("{}", soak::table(&rows));
+    }
+    eprintln!("results in {}", dir.display());
+    Ok(())
+}
