@@ -409,6 +409,9 @@ fn accepted_flags_and_pidfile() {
         b"set a 0 0 1\r\nx\r\nget a\r\nget a\r\n",
         b"STORED\r\nVALUE a 0 1\r\nx\r\nEND\r\nVALUE a 0 1\r\nx\r\nEND\r\n",
     );
+    let settings = c.stats("settings");
+    assert_eq!(settings["shutdown_command"], "yes");
+    assert_eq!(settings["reqs_per_event"], "1");
     // -A: `shutdown` stops the server as SIGTERM does, exit status 0.
     c.send(b"shutdown\r\n");
     assert_eq!(show(&c.read_to_eof()), show(b""));

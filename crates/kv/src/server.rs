@@ -226,6 +226,14 @@ impl ExecContext for Ctx<'_> {
                     s.config.sweep_interval.as_millis(),
                 );
                 crate::write_stat(out, "started_unix", s.started_unix);
+                // memcached's names for -A and -R.
+                let shutdown = if s.config.enable_shutdown {
+                    "yes"
+                } else {
+                    "no"
+                };
+                crate::write_stat(out, "shutdown_command", shutdown);
+                crate::write_stat(out, "reqs_per_event", s.config.requests_per_event);
                 true
             }
             "duality" => {
