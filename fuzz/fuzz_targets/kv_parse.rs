@@ -33,7 +33,7 @@ fuzz_target!(|data: &[u8]| {
                 assert_eq!(n, encoded.len());
                 buf = &buf[used..];
             }
-            Err(ParseError::Incomplete) | Err(ParseError::LineTooLong) => break,
+            Err(ParseError::Incomplete | ParseError::LineTooLong | ParseError::Http) => break,
             Err(e) => {
                 let used = e.consumed().expect("non-fatal errors say what to skip");
                 assert!(used > 0);

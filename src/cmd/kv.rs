@@ -1,7 +1,7 @@
 //! `duality kv`: the memcached-compatible cache, with memcached's flags.
 
 use clap::Args;
-use duality_kv::server::{serve_conn, sweep_forever, KvConfig, KvState};
+use duality_kv::server::{serve_conn, sweep_forever, KvConfig, KvState, Mode};
 use duality_models::{Model, ServerBuilder};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -46,6 +46,33 @@ pub struct KvArgs {
     /// every idle connection costs far more resident memory.
     #[arg(short = 'L', long = "enable-largepages")]
     pub large_pages: bool,
+    /// Let the `shutdown` command stop the server gracefully, as SIGTERM
+    /// does (memcached's -A). Without it `shutdown` is refused.
+    #[arg(short = 'A', long = "enable-shutdown")]
+    enable_shutdown: bool,
+    /// UDP port: only 0 (off) is accepted; UDP is not supported.
+    #[arg(short = 'U', long = "udp-port", default_value_t = 0)]
+    udp_port: u16,
+    /// Protocol: auto (detected per connection), ascii (text and meta
+    /// only) or binary (binary only).
+    #[arg(short = 'B', long = "protocol", default_value = "auto", value_parser = ["auto", "ascii", "binary"])]
+    protocol: String,
+    /// Most requests of one read served before the connection yields to
+    /// others (memcached's -R; default 64).
+    #[arg(short = 'R', long = "max-reqs-per-event")]
+    reqs_per_event: Option<usize>,
+    /// Accepted for memcached compatibility and ignored: CAS stays enabled.
+    #[arg(short = 'C', long = "disable-cas")]
+    disable_cas: bool,
+    /// Refused: duality kv does not daemonize.
+    #[arg(short = 'd', long = "daemon")]
+    daemon: bool,
+    /// Write the process id to this file (removed at exit).
+    #[arg(short = 'P', long = "pidfile")]
+    pidfile: Option<PathBuf>,
+    /// Print the version (`duality-kv <version>`) and exit.
+    #[arg(short = 'V', long = "version")]
+    version: bool,
 }
 
 fn parse_size(s: &str) -> Result<usize, String> {
@@ -63,6 +90,28 @@ fn parse_size(s: &str) -> Result<usize, String> {
 }
 
 pub fn run(a: KvArgs) -> anyhow::Result<()> {
+    if a.version {
+        // memcached prints `memcached 1.6.x`.
+        println!("duality-kv {}", env!("CARGO_PKG_VERSION"));
+        return Ok(());
+    }
+    anyhow::ensure!(
+        !a.daemon,
+        "-d: run duality kv under a supervisor (systemd, runit); it does not daemonize"
+    );
+    anyhow::ensure!(
+        a.udp_port == 0,
+        "-U {}: UDP is not supported (duality kv serves TCP and Unix sockets); use -U 0",
+        a.udp_port
+    );
+    if let Some(0) = a.reqs_per_event {
+        anyhow::bail!("-R must be at least 1");
+    }
+    let protocol = match a.protocol.as_str() {
+        "ascii" => Mode::Text,
+        "binary" => Mode::Binary,
+        _ => Mode::Unknown,
+    };
     anyhow::ensure!(a.memory_limit > 0, "-m must be at least 1 (megabyte)");
     anyhow::ensure!(a.max_conns > 0, "-c must be at least 1");
     if let Some(0) = a.threads {
@@ -81,9 +130,22 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
         threads,
         model: model.to_string(),
         verbosity: a.verbose as u32,
+        enable_shutdown: a.enable_shutdown,
+        protocol,
+        requests_per_event: a
+            .reqs_per_event
+            .unwrap_or(KvConfig::default().requests_per_event),
         ..KvConfig::default()
     };
     let state = KvState::new(config)?;
+    // Registered before the listeners open, so neither a signal nor the
+    // `shutdown` command can arrive before the graceful path is in place.
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+    ])?;
+    let handle = signals.handle();
+    state.on_shutdown(move || handle.close());
     let mut b = ServerBuilder::new()
         .name("kv")
         .model(model)
@@ -106,6 +168,15 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     if let Some(p) = &a.unix_socket {
         at.push(p.display().to_string());
     }
+    // Written before the ready line, so whoever waits for it finds the file.
+    let pidfile = match &a.pidfile {
+        Some(p) => {
+            std::fs::write(p, format!("{}\n", std::process::id()))
+                .map_err(|e| anyhow::anyhow!("-P {}: {e}", p.display()))?;
+            Some(p)
+        }
+        None => None,
+    };
     println!(
         "ready kv {} model {} on {}",
         env!("CARGO_PKG_VERSION"),
@@ -115,13 +186,20 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     if a.verbose > 0 {
         eprintln!("duality kv: {config:?}", config = a);
     }
-    super::wait_for_termination()?;
+    if a.disable_cas && a.verbose > 0 {
+        eprintln!("duality kv: -C ignored: CAS stays enabled");
+    }
+    // Ends on SIGTERM/SIGINT, or when `shutdown` closes the handle.
+    signals.forever().next();
     let report = server.shutdown(Duration::from_secs(5));
     if report.cut_off > 0 {
         eprintln!(
             "duality kv: {} connections cut off at shutdown",
             report.cut_off
         );
+    }
+    if let Some(p) = pidfile {
+        let _ = std::fs::remove_file(p);
     }
     Ok(())
 }

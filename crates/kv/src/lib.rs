@@ -11,7 +11,8 @@
 //! | [`command`] | [`execute`] / [`execute_binary`]: a request against the store → memcached's exact response bytes |
 //!
 //! The text protocol is complete (`set add replace append prepend cas get gets
-//! gat gats delete incr decr touch flush_all version verbosity stats quit`,
+//! gat gats delete incr decr touch flush_all version verbosity stats quit
+//! shutdown cache_memlimit`,
 //! with `noreply`), and so are the meta commands `mg ms md ma mn me` with
 //! their flags (base64 keys, opaque tokens, quiet mode, `ms` modes, `ma`
 //! auto-vivify, stale invalidation and recache tokens). So is the binary
@@ -65,7 +66,10 @@
 //! A storage command whose length exceeds [`Limits::max_item_size`] is refused
 //! from its command line alone ([`ParseError::TooLarge`]): the server answers
 //! and discards the value as it arrives without ever buffering it. A line with
-//! no end within the limit is [`ParseError::LineTooLong`]: answer and close.
+//! no end within the limit is [`ParseError::LineTooLong`]: close without an
+//! answer, as memcached does (a line whose end has arrived is parsed whatever
+//! its length, also as memcached does). `tests/kv_compat.rs` compares these
+//! edges of the text protocol byte for byte with memcached.
 //!
 //! ## Memory accounting
 //!

@@ -44,6 +44,16 @@ pub struct KvConfig {
     pub verbosity: u32,
     /// How often the background sweep reclaims expired items.
     pub sweep_interval: Duration,
+    /// The `shutdown` command stops the server (`-A`); off, it answers
+    /// `ERROR: shutdown not enabled`, as memcached does.
+    pub enable_shutdown: bool,
+    /// The protocol connections speak (`-B`): `Unknown` detects it on each
+    /// connection's first byte (memcached's `auto`); `Text` or `Binary`
+    /// binds every connection to one, as memcached's `ascii` / `binary`.
+    pub protocol: Mode,
+    /// Most requests of one read executed before the responses are written
+    /// and other connections get a turn (memcached's `-R`).
+    pub requests_per_event: usize,
 }
 
 impl Default for KvConfig {
@@ -56,6 +66,9 @@ impl Default for KvConfig {
             model: "sped".into(),
             verbosity: 0,
             sweep_interval: Duration::from_secs(1),
+            enable_shutdown: false,
+            protocol: Mode::Unknown,
+            requests_per_event: DriverConfig::default().max_batch_requests,
         }
     }
 }
@@ -70,6 +83,7 @@ pub struct KvState {
     started_unix: u64,
     server: OnceLock<StatsHandle>,
     verbosity: AtomicU32,
+    on_shutdown: OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 impl KvState {
@@ -108,12 +122,20 @@ impl KvState {
             started: Instant::now(),
             started_unix: unix_now(),
             server: OnceLock::new(),
+            on_shutdown: OnceLock::new(),
         }))
     }
 
     /// Lets `stats` report the server's connections and threads.
     pub fn attach(&self, stats: StatsHandle) {
         let _ = self.server.set(stats);
+    }
+
+    /// What the `shutdown` command does when enabled
+    /// ([`KvConfig::enable_shutdown`]): the binary makes it stop the server
+    /// as SIGTERM does. Only the first call counts.
+    pub fn on_shutdown(&self, f: impl Fn() + Send + Sync + 'static) {
+        let _ = self.on_shutdown.set(Box::new(f));
     }
 
     fn ctx(&self) -> Ctx<'_> {
@@ -172,6 +194,27 @@ impl ExecContext for Ctx<'_> {
         self.state.verbosity.store(level, Relaxed);
     }
 
+    fn shutdown_enabled(&self) -> bool {
+        self.state.config.enable_shutdown
+    }
+
+    fn shutdown(&self) {
+        if let Some(f) = self.state.on_shutdown.get() {
+            f();
+        }
+    }
+
+    fn set_memory_limit(&self, mib: u32) {
+        // The limit is split over the shards at start and each shard's share
+        // sizes its eviction; changing it live is not supported, so the
+        // command is answered as memcached does and the change is logged as
+        // ignored rather than silently dropped.
+        eprintln!(
+            "duality kv: cache_memlimit {mib} ignored: the memory limit is fixed at start (-m {})",
+            self.state.config.memory_limit >> 20
+        );
+    }
+
     fn extra_stats(&self, group: &str, out: &mut Vec<u8>) -> bool {
         let s = self.state;
         match group {
@@ -183,6 +226,14 @@ impl ExecContext for Ctx<'_> {
                     s.config.sweep_interval.as_millis(),
                 );
                 crate::write_stat(out, "started_unix", s.started_unix);
+                // memcached's names for -A and -R.
+                let shutdown = if s.config.enable_shutdown {
+                    "yes"
+                } else {
+                    "no"
+                };
+                crate::write_stat(out, "shutdown_command", shutdown);
+                crate::write_stat(out, "reqs_per_event", s.config.requests_per_event);
                 true
             }
             "duality" => {
@@ -278,7 +329,10 @@ impl Protocol for KvProtocol {
             };
         }
         if s.mode == Mode::Unknown {
-            s.mode = Mode::detect(input);
+            s.mode = match self.0.config.protocol {
+                Mode::Unknown => Mode::detect(input),
+                bound => bound,
+            };
         }
         match s.mode {
             Mode::Unknown => Parsed::Incomplete(0),
@@ -300,9 +354,10 @@ impl Protocol for KvProtocol {
         if s.swallow > 0 {
             return None;
         }
-        let mode = match s.mode {
-            Mode::Unknown => Mode::detect(input),
-            m => m,
+        let mode = match (s.mode, self.0.config.protocol) {
+            (Mode::Unknown, Mode::Unknown) => Mode::detect(input),
+            (Mode::Unknown, bound) => bound,
+            (m, _) => m,
         };
         let shard = match mode {
             Mode::Unknown => return None,
@@ -403,12 +458,11 @@ pub fn serve_conn(
     payload: Payload,
     state: Arc<KvState>,
 ) -> impl std::future::Future<Output = ()> + Send {
-    duality_models::drive(
-        conn,
-        payload,
-        Arc::new(KvProtocol(state)),
-        DriverConfig::default(),
-    )
+    let config = DriverConfig {
+        max_batch_requests: state.config.requests_per_event.max(1),
+        ..DriverConfig::default()
+    };
+    duality_models::drive(conn, payload, Arc::new(KvProtocol(state)), config)
 }
 
 /// Reclaims expired items in the background, one shard at a time, each under

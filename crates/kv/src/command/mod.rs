@@ -28,7 +28,8 @@ pub use stats::write_stat;
 pub enum Flow {
     /// Keep reading requests.
     Continue,
-    /// Write what is in `out`, then close (`quit`, a line too long).
+    /// Write what is in `out`, then close (`quit`, `shutdown`, a line too
+    /// long).
     Close,
 }
 
@@ -53,6 +54,21 @@ pub trait ExecContext {
 
     /// `verbosity <level>`: the server may change its logging.
     fn set_verbosity(&self, _level: u32) {}
+
+    /// Whether the `shutdown` command is enabled (memcached's `-A`); if not
+    /// (the default) it answers `ERROR: shutdown not enabled`.
+    fn shutdown_enabled(&self) -> bool {
+        false
+    }
+
+    /// `shutdown` when enabled: stop the server gracefully (the connection
+    /// that asked is closed without an answer, as by memcached).
+    fn shutdown(&self) {}
+
+    /// `cache_memlimit <MiB>` (at least 8): the server applies the new item
+    /// memory limit, or says why it cannot; the client gets `OK` either way,
+    /// as from memcached.
+    fn set_memory_limit(&self, _mib: u32) {}
 
     /// `stats reset`: the store's counters are reset; reset the server's too.
     fn reset_stats(&self) {}
@@ -191,6 +207,34 @@ pub fn execute<C: ExecContext + ?Sized>(
             quiet(noreply, out, |out| out.extend_from_slice(b"OK\r\n"));
         }
         Request::Stats { args } => stats::stats(store, ctx, now, args, out),
+        Request::Shutdown { args } => {
+            let mut it = args.iter();
+            let mode_ok = match it.next() {
+                None => true,
+                Some(m) => m == b"graceful" && it.next().is_none(),
+            };
+            if !ctx.shutdown_enabled() {
+                out.extend_from_slice(b"ERROR: shutdown not enabled\r\n");
+            } else if !mode_ok {
+                out.extend_from_slice(b"CLIENT_ERROR invalid shutdown mode\r\n");
+            } else {
+                // memcached closes the asking connection without an answer;
+                // both modes stop gracefully here.
+                ctx.shutdown();
+                return Flow::Close;
+            }
+        }
+        Request::CacheMemlimit { mib, noreply } => quiet(noreply, out, |out| match mib {
+            None => out.extend_from_slice(b"ERROR\r\n"),
+            // memcached's floor: below 8 MiB its slab allocator cannot work.
+            Some(m) if m < 8 => {
+                out.extend_from_slice(b"MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n")
+            }
+            Some(m) => {
+                ctx.set_memory_limit(m);
+                out.extend_from_slice(b"OK\r\n");
+            }
+        }),
         Request::Quit => return Flow::Close,
         Request::MetaGet { key, flags } => meta::get(store, now, key, &flags, out),
         Request::MetaSet { key, value, flags } => meta::set(store, now, key, value, &flags, out),

@@ -106,6 +106,19 @@ impl Request<'_> {
                 out.extend_from_slice(b"stats");
                 push_tokens(out, args);
             }
+            Request::Shutdown { args } => {
+                out.extend_from_slice(b"shutdown");
+                push_tokens(out, args);
+            }
+            Request::CacheMemlimit { mib, noreply } => {
+                out.extend_from_slice(b"cache_memlimit ");
+                match mib {
+                    Some(m) => push_u64(out, m.into()),
+                    // Any non-number parses back as `None`.
+                    None => out.push(b'x'),
+                }
+                push_noreply(out, noreply);
+            }
             Request::Quit => out.extend_from_slice(b"quit"),
             Request::MetaGet { key, flags } => {
                 out.extend_from_slice(b"mg ");

@@ -38,6 +38,9 @@ pub const META_MAX_TOKENS: usize = 20;
 
 pub(crate) const BAD_FORMAT: &str = "bad command line format";
 
+/// memcached's answer to `delete <key> <time>` with a time other than 0.
+pub(crate) const DELETE_USAGE: &str = "bad command line format.  Usage: delete <key> [noreply]";
+
 /// Size limits the parser enforces.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Limits {
@@ -223,6 +226,19 @@ pub enum Request<'a> {
     },
     /// `version`.
     Version,
+    /// `shutdown [graceful]`: stop the server if that is enabled (`-A`).
+    Shutdown {
+        /// The arguments (`graceful` or none; others are refused).
+        args: Tokens<'a>,
+    },
+    /// `cache_memlimit <MiB> [noreply]`.
+    CacheMemlimit {
+        /// The new limit in MiB; `None` when it is not a number (memcached
+        /// answers `ERROR`).
+        mib: Option<u32>,
+        /// Send no response.
+        noreply: bool,
+    },
     /// `verbosity <level> [noreply]`.
     Verbosity {
         /// The level.
@@ -326,9 +342,13 @@ impl<'a> Request<'a> {
 pub enum ParseError<'a> {
     /// The request is not complete: read more bytes and parse again.
     Incomplete,
-    /// No end of line within the limit: answer `CLIENT_ERROR line too long`
-    /// and close the connection (the stream cannot be resynchronized).
+    /// No end of line within the limit: close the connection without an
+    /// answer, as memcached does (the stream cannot be resynchronized).
     LineTooLong,
+    /// An HTTP request line (an unknown command whose last token starts
+    /// with `HTTP/`): close without an answer, as memcached does, so a
+    /// browser or health check pointed at the port gets no garbage.
+    Http,
     /// An unknown command: answer `ERROR` (unless `noreply`), drop `consumed`.
     UnknownCommand {
         /// Bytes to drop.
@@ -370,7 +390,7 @@ impl ParseError<'_> {
     /// `Incomplete` and `LineTooLong`.
     pub fn consumed(&self) -> Option<usize> {
         match *self {
-            ParseError::Incomplete | ParseError::LineTooLong => None,
+            ParseError::Incomplete | ParseError::LineTooLong | ParseError::Http => None,
             ParseError::UnknownCommand { consumed, .. }
             | ParseError::Client { consumed, .. }
             | ParseError::TooLarge { consumed, .. } => Some(consumed),
@@ -379,15 +399,14 @@ impl ParseError<'_> {
 
     /// Whether the connection must be closed after the response.
     pub fn is_fatal(&self) -> bool {
-        matches!(self, ParseError::LineTooLong)
+        matches!(self, ParseError::LineTooLong | ParseError::Http)
     }
 
     /// Appends the response line memcached sends for this error (nothing for
-    /// `Incomplete` or when the request said `noreply`).
+    /// `Incomplete`, `LineTooLong`, `Http` or when the request said `noreply`).
     pub fn write_response(&self, out: &mut Vec<u8>) {
         match *self {
-            ParseError::Incomplete => {}
-            ParseError::LineTooLong => out.extend_from_slice(b"CLIENT_ERROR line too long\r\n"),
+            ParseError::Incomplete | ParseError::LineTooLong | ParseError::Http => {}
             ParseError::UnknownCommand { noreply, .. } => {
                 if !noreply {
                     out.extend_from_slice(b"ERROR\r\n");
@@ -519,15 +538,16 @@ fn is_retrieval_prefix(buf: &[u8]) -> bool {
         .any(|p| buf.starts_with(p))
 }
 
-/// Finds the `\n` ending the first line, within the line limit.
+/// Finds the `\n` ending the first line. As in memcached, a line whose end
+/// has arrived is parsed whatever its length; the limit only applies while
+/// no end is buffered (the buffer then holds at most the limit plus a read).
 fn find_newline(buf: &[u8], limits: &Limits) -> Result<usize, ParseError<'static>> {
     let limit = if is_retrieval_prefix(buf) {
         limits.max_get_line.max(limits.max_line)
     } else {
         limits.max_line
     };
-    let window = &buf[..buf.len().min(limit.saturating_add(1))];
-    match memchr::memchr(b'\n', window) {
+    match memchr::memchr(b'\n', buf) {
         Some(i) => Ok(i),
         None if buf.len() > limit => Err(ParseError::LineTooLong),
         None => Err(ParseError::Incomplete),
@@ -576,13 +596,26 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Result<(Request<'a>, usize),
         b"append" => return storage(StoreCommand::Append),
         b"prepend" => return storage(StoreCommand::Prepend),
         b"cas" => return storage(StoreCommand::Cas),
-        b"delete" => parse_delete(Args::split(cmd, rest)),
+        b"delete" => match parse_delete(Args::split(cmd, rest)) {
+            Some(r) => r,
+            None => return Err(unknown(line_len)),
+        },
         b"incr" => parse_arith(ArithOp::Incr, Args::split(cmd, rest)),
         b"decr" => parse_arith(ArithOp::Decr, Args::split(cmd, rest)),
         b"touch" => parse_touch(Args::split(cmd, rest)),
         b"flush_all" => parse_flush_all(Args::split(cmd, rest)),
         b"version" => Ok(Request::Version),
-        b"verbosity" => parse_verbosity(Args::split(cmd, rest)),
+        b"verbosity" => match parse_verbosity(Args::split(cmd, rest)) {
+            Some(r) => r,
+            None => return Err(unknown(line_len)),
+        },
+        b"shutdown" => Ok(Request::Shutdown {
+            args: Tokens::new(rest),
+        }),
+        b"cache_memlimit" => match parse_memlimit(Args::split(cmd, rest)) {
+            Some(r) => Ok(r),
+            None => return Err(unknown(line_len)),
+        },
         b"stats" => Ok(Request::Stats {
             args: Tokens::new(rest),
         }),
@@ -594,13 +627,25 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Result<(Request<'a>, usize),
         b"me" => parse_meta_debug(rest),
         b"ms" => return parse_mset(rest, buf, line_len, limits),
         _ => {
+            let a = Args::split(cmd, rest);
+            if a.last.starts_with(b"HTTP/") {
+                return Err(ParseError::Http);
+            }
             return Err(ParseError::UnknownCommand {
                 consumed: line_len,
-                noreply: Args::split(cmd, rest).last == b"noreply",
-            })
+                noreply: a.last == b"noreply",
+            });
         }
     };
     req.map(|r| (r, line_len)).map_err(fail)
+}
+
+/// `ERROR` for a known command with a token count memcached does not take.
+fn unknown(consumed: usize) -> ParseError<'static> {
+    ParseError::UnknownCommand {
+        consumed,
+        noreply: false,
+    }
 }
 
 fn parse_get(rest: &[u8], cas: bool) -> Result<Request<'_>, Fail> {
@@ -641,18 +686,24 @@ fn parse_storage<'a>(
 ) -> Result<(Request<'a>, usize), ParseError<'a>> {
     let a = Args::split(cmd, rest);
     let min = if command == StoreCommand::Cas { 5 } else { 4 };
+    if a.total < min {
+        return Err(ParseError::Client {
+            message: BAD_FORMAT,
+            consumed: line_len,
+            noreply: false,
+        });
+    }
+    // memcached has read `noreply` by the time it checks the length, so a
+    // bad length under `noreply` gets no answer.
     let line_error = ParseError::Client {
         message: BAD_FORMAT,
         consumed: line_len,
-        noreply: false,
+        noreply: a.last == b"noreply",
     };
-    if a.total < min {
-        return Err(line_error);
-    }
     // Until the length is known the data block cannot be skipped.
-    let vlen = match parse_i32(a.toks[3]) {
-        Some(v) if v >= 0 => v as usize,
-        _ => return Err(line_error),
+    let vlen = match parse_vlen(a.toks[3]) {
+        Some(v) => v,
+        None => return Err(line_error),
     };
     let noreply = a.noreply(min);
     let consumed = line_len + vlen + 2;
@@ -698,6 +749,15 @@ fn parse_storage<'a>(
     ))
 }
 
+/// A data block length: memcached takes 0 ..= `i32::MAX - 2` (the length
+/// plus its `\r\n` must fit an `int`), anything else is a bad command line.
+fn parse_vlen(tok: &[u8]) -> Option<usize> {
+    match parse_i32(tok) {
+        Some(v) if (0..=i32::MAX - 2).contains(&v) => Some(v as usize),
+        _ => None,
+    }
+}
+
 /// The `vlen` bytes after the line, checking the `\r\n` after them.
 /// `Err(Some(Incomplete))` when they have not all arrived, `Err(None)` when the
 /// terminator is wrong.
@@ -714,14 +774,34 @@ fn data_block(
     }
 }
 
-fn parse_delete(a: Args<'_>) -> Result<Request<'_>, Fail> {
-    if a.total < 1 || !valid_key(a.toks[0]) {
-        return Err(BAD_FORMAT.into());
+/// `delete <key> [0] [noreply]` (the 0 is the hold time of old memcached
+/// versions, still accepted); `None`: a token count memcached answers with
+/// `ERROR`.
+fn parse_delete(a: Args<'_>) -> Option<Result<Request<'_>, Fail>> {
+    if !(1..=3).contains(&a.total) {
+        return None;
     }
-    Ok(Request::Delete {
+    let noreply = a.noreply(1);
+    if a.total > 1 {
+        let zero = a.toks[1] == b"0";
+        let valid = (a.total == 2 && (zero || noreply)) || (a.total == 3 && zero && noreply);
+        if !valid {
+            return Some(Err(Fail {
+                message: DELETE_USAGE,
+                noreply,
+            }));
+        }
+    }
+    if !valid_key(a.toks[0]) {
+        return Some(Err(Fail {
+            message: BAD_FORMAT,
+            noreply,
+        }));
+    }
+    Some(Ok(Request::Delete {
         key: a.toks[0],
-        noreply: a.noreply(1),
-    })
+        noreply,
+    }))
 }
 
 fn parse_arith(op: ArithOp, a: Args<'_>) -> Result<Request<'_>, Fail> {
@@ -772,16 +852,34 @@ fn parse_flush_all(a: Args<'_>) -> Result<Request<'_>, Fail> {
     Ok(Request::FlushAll { delay, noreply })
 }
 
-fn parse_verbosity(a: Args<'_>) -> Result<Request<'_>, Fail> {
-    let noreply = a.noreply(1);
-    let level = (a.total > 0)
-        .then(|| parse_u32(a.toks[0]))
-        .flatten()
-        .ok_or(Fail {
-            message: BAD_FORMAT,
-            noreply,
-        })?;
-    Ok(Request::Verbosity { level, noreply })
+/// `verbosity <level> [noreply]`; `None` without a level or with more than
+/// two arguments (memcached answers `ERROR`). memcached reads `noreply` as
+/// the last token before the level, so `verbosity noreply` is silent.
+fn parse_verbosity(a: Args<'_>) -> Option<Result<Request<'_>, Fail>> {
+    if !(1..=2).contains(&a.total) {
+        return None;
+    }
+    let noreply = a.last == b"noreply";
+    Some(
+        parse_u32(a.toks[0])
+            .map(|level| Request::Verbosity { level, noreply })
+            .ok_or(Fail {
+                message: BAD_FORMAT,
+                noreply,
+            }),
+    )
+}
+
+/// `cache_memlimit <MiB> [noreply]`; `None` for a token count memcached
+/// answers with `ERROR`.
+fn parse_memlimit(a: Args<'_>) -> Option<Request<'_>> {
+    if !(1..=2).contains(&a.total) {
+        return None;
+    }
+    Some(Request::CacheMemlimit {
+        mib: parse_u32(a.toks[0]),
+        noreply: a.last == b"noreply",
+    })
 }
 
 /// Key and flags of `mg`, `md`, `ma` (`arith`: memcached reports every flag
@@ -852,9 +950,9 @@ fn parse_mset<'a>(
     let (key, after_key) = next_token(rest).ok_or(line_error)?;
     let (len, raw) = next_token(after_key).ok_or(line_error)?;
     // Until the length is known the data block cannot be skipped.
-    let vlen = match parse_i32(len) {
-        Some(v) if v >= 0 => v as usize,
-        _ => return Err(line_error),
+    let vlen = match parse_vlen(len) {
+        Some(v) => v,
+        None => return Err(line_error),
     };
     let consumed = line_len + vlen + 2;
     let swallow = |message| ParseError::Client {
