@@ -13,88 +13,14 @@
 mod common;
 
 use common::*;
-use duality_kv::server::KvConfig;
 use duality_kv::{BinRequest, Extras, Opcode};
-use duality_models::Model;
 use std::collections::HashMap;
-use std::process::{Command, Stdio};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-// ---- memcached ----
-
-/// `memcached -p <port> -U 0 -l 127.0.0.1` (64 MiB, 1 MiB items), killed on
-/// drop.
-struct Memcached {
-    _child: ChildGuard,
-    addr: Addr,
-}
-
-fn running_as_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(1).map(|u| u == "0"))
-        })
-        .unwrap_or(false)
-}
-
-impl Memcached {
-    fn start() -> Memcached {
-        let bin = ["/usr/bin/memcached", "/usr/local/bin/memcached"]
-            .into_iter()
-            .find(|p| std::path::Path::new(p).is_file())
-            .expect("memcached is not installed (apt-get install memcached; CI installs it)");
-        let mut last = String::new();
-        for _ in 0..5 {
-            let port = free_port();
-            let mut cmd = Command::new(bin);
-            cmd.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"]);
-            cmd.args(["-m", "64", "-t", "2"]);
-            if running_as_root() {
-                // memcached refuses to run as root without -u.
-                cmd.args(["-u", "root"]);
-            }
-            let child = cmd
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("spawn memcached");
-            let mut guard = ChildGuard(Some(child));
-            let addr = Addr::Tcp(([127, 0, 0, 1], port).into());
-            let until = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < until {
-                if Client::try_connect(&addr).is_ok() {
-                    return Memcached {
-                        _child: guard,
-                        addr,
-                    };
-                }
-                if let Ok(Some(st)) = guard.0.as_mut().unwrap().try_wait() {
-                    last = format!("memcached exited: {st}");
-                    break;
-                }
-                thread::sleep(Duration::from_millis(10));
-            }
-        }
-        panic!("memcached did not start: {last}");
-    }
-}
-
-/// duality with memcached's defaults (64 MiB, 1 MiB items) on `model`.
+/// duality with memcached's defaults on `model`.
 fn duality(model: &str) -> InProc {
-    let m: Model = model.parse().expect("model");
-    let config = KvConfig {
-        memory_limit: 64 << 20,
-        max_item_size: 1 << 20,
-        threads: 2,
-        model: m.to_string(),
-        ..KvConfig::default()
-    };
-    InProc::start(m, config, false)
+    like_memcached(model, false)
 }
 
 // ---- requests ----
@@ -633,9 +559,10 @@ fn script(r: &mut Run) {
 
 /// Runs the script against both servers and compares every step.
 fn compare_with_memcached(model: &str) {
-    let mc = Memcached::start();
+    let mc = Memcached::start(&[]);
+    let mc_addr = Addr::Tcp(mc.addr);
     let du = duality(model);
-    let mut want = Run::new(&mc.addr);
+    let mut want = Run::new(&mc_addr);
     script(&mut want);
     let mut got = Run::new(&du.addr);
     script(&mut got);
@@ -698,9 +625,10 @@ fn stats_of(addr: &Addr, group: &[u8]) -> Vec<(String, String)> {
 
 #[test]
 fn stats_have_memcached_names_and_shapes() {
-    let mc = Memcached::start();
+    let mc = Memcached::start(&[]);
+    let mc_addr = Addr::Tcp(mc.addr);
     let du = duality("symped:2");
-    let want: HashMap<_, _> = stats_of(&mc.addr, b"").into_iter().collect();
+    let want: HashMap<_, _> = stats_of(&mc_addr, b"").into_iter().collect();
     let got: HashMap<_, _> = stats_of(&du.addr, b"").into_iter().collect();
     for name in [
         "pid",
@@ -747,7 +675,7 @@ fn stats_have_memcached_names_and_shapes() {
     assert_eq!(got["pid"], std::process::id().to_string());
     let settings: HashMap<_, _> = stats_of(&du.addr, b"settings").into_iter().collect();
     assert_eq!(settings["model"], "symped:2");
-    let mc_settings: HashMap<_, _> = stats_of(&mc.addr, b"settings").into_iter().collect();
+    let mc_settings: HashMap<_, _> = stats_of(&mc_addr, b"settings").into_iter().collect();
     assert_eq!(settings["maxbytes"], mc_settings["maxbytes"]);
     // duality's own group.
     assert!(!stats_of(&du.addr, b"duality").is_empty());
@@ -819,8 +747,9 @@ fn split_everywhere(addr: &Addr) -> Vec<String> {
 
 #[test]
 fn requests_split_at_every_byte() {
-    let mc = Memcached::start();
-    let want = (byte_at_a_time(&mc.addr), split_everywhere(&mc.addr));
+    let mc = Memcached::start(&[]);
+    let mc_addr = Addr::Tcp(mc.addr);
+    let want = (byte_at_a_time(&mc_addr), split_everywhere(&mc_addr));
     for model in ["sped", "amped:1", "symped:2", "thread-per-conn"] {
         let du = duality(model);
         let got = (byte_at_a_time(&du.addr), split_everywhere(&du.addr));
@@ -836,10 +765,11 @@ fn requests_split_at_every_byte() {
 /// value has been discarded; duality answers at once.)
 #[test]
 fn a_huge_declared_value_is_refused_at_once() {
-    let mc = Memcached::start();
+    let mc = Memcached::start(&[]);
+    let mc_addr = Addr::Tcp(mc.addr);
     let du = duality("symped:2");
     let mut answers = Vec::new();
-    for addr in [&mc.addr, &du.addr] {
+    for addr in [&mc_addr, &du.addr] {
         let mut c = Client::connect(addr);
         let mut b = encode(&[opaque(store(Opcode::Set, b"huge", b"", 0, 0), 0x77)]);
         b[8..12].copy_from_slice(&0xffff_fff0u32.to_be_bytes());

@@ -710,3 +710,81 @@ impl KvProc {
         }
     }
 }
+
+/// The real memcached, for byte-for-byte comparisons: `memcached -p <port>
+/// -U 0 -l 127.0.0.1 -m 64 -t 2 <extra>`, killed on drop.
+pub struct Memcached {
+    _child: ChildGuard,
+    /// Where it listens.
+    pub addr: SocketAddr,
+}
+
+pub fn running_as_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(1).map(|u| u == "0"))
+        })
+        .unwrap_or(false)
+}
+
+impl Memcached {
+    /// Starts it with `extra` arguments (64 MiB, 2 threads).
+    pub fn start(extra: &[&str]) -> Memcached {
+        let bin = ["/usr/bin/memcached", "/usr/local/bin/memcached"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).is_file())
+            .expect("memcached is not installed (apt-get install memcached; CI installs it)");
+        let mut last = String::new();
+        for _ in 0..5 {
+            let port = free_port();
+            let mut cmd = Command::new(bin);
+            cmd.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"]);
+            cmd.args(["-m", "64", "-t", "2"]).args(extra);
+            if running_as_root() {
+                // memcached refuses to run as root without -u.
+                cmd.args(["-u", "root"]);
+            }
+            let child = cmd
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn memcached");
+            let mut guard = ChildGuard(Some(child));
+            let addr = SocketAddr::from(([127, 0, 0, 1], port));
+            let until = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < until {
+                if TcpStream::connect(addr).is_ok() {
+                    return Memcached {
+                        _child: guard,
+                        addr,
+                    };
+                }
+                if let Ok(Some(st)) = guard.0.as_mut().unwrap().try_wait() {
+                    last = format!("memcached exited: {st}");
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        panic!("memcached did not start: {last}");
+    }
+}
+
+/// duality on `model` with memcached's defaults (64 MiB, 1 MiB items), the
+/// other side of a byte-for-byte comparison with [`Memcached`].
+pub fn like_memcached(model: &str, enable_shutdown: bool) -> InProc {
+    let m: Model = model.parse().expect("model");
+    let config = KvConfig {
+        memory_limit: 64 << 20,
+        max_item_size: 1 << 20,
+        threads: 2,
+        model: m.to_string(),
+        enable_shutdown,
+        ..KvConfig::default()
+    };
+    InProc::start(m, config, false)
+}
