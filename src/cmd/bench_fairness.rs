@@ -75,13 +75,7 @@ pub fn run(a: FairnessArgs) -> anyhow::Result<()> {
             r.service, r.server, r.p50_ms, r.max_ms
         )
     })?;
-    let dir = a.out.clone().unwrap_or_else(|| {
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        PathBuf::from("results").join(format!("fairness-{t}"))
-    });
+    let dir = super::results_dir(a.out.as_deref(), "fairness");
     std::fs::create_dir_all(&dir)?;
     let cmd: Vec<String> = std::env::args().collect();
     let md = format!(

@@ -121,13 +121,7 @@ fn plan(load: &LoadArgs, clients: Vec<usize>) -> anyhow::Result<Plan> {
 }
 
 fn results_dir(load: &LoadArgs, name: &str) -> PathBuf {
-    load.out.clone().unwrap_or_else(|| {
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        PathBuf::from("results").join(format!("{name}-{t}"))
-    })
+    super::results_dir(load.out.as_deref(), name)
 }
 
 fn machine() -> String {

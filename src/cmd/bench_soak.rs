@@ -81,13 +81,7 @@ pub fn run(a: SoakArgs) -> anyhow::Result<()> {
             r.rss_end_kib
         )
     })?;
-    let dir = a.out.clone().unwrap_or_else(|| {
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        PathBuf::from("results").join(format!("soak-{t}"))
-    });
+    let dir = super::results_dir(a.out.as_deref(), "soak");
     std::fs::create_dir_all(&dir)?;
     let cmd: Vec<String> = std::env::args().collect();
     let m = plan.mix;

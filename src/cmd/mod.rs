@@ -35,3 +35,15 @@ pub fn transparent_huge_pages(enabled: bool) {
         );
     }
 }
+
+/// Where an experiment writes its results: `out` if given, else
+/// `results/<name>-<unix time>`.
+pub fn results_dir(out: Option<&std::path::Path>, name: &str) -> std::path::PathBuf {
+    out.map(std::path::Path::to_path_buf).unwrap_or_else(|| {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        std::path::PathBuf::from("results").join(format!("{name}-{t}"))
+    })
+}
