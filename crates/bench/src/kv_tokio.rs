@@ -28,7 +28,7 @@ pub fn serve(
         model: "tokio".into(),
         ..KvConfig::default()
     })?;
-    let store = Arc::new(KvProtocol(state));
+    let store = Arc::new(KvProtocol::new(state));
     rt.block_on(async move {
         if let Some(p) = &unix {
             let _ = std::fs::remove_file(p);

@@ -23,8 +23,9 @@ use crate::{
     Request, ServerStats, Store, StoreConfig, Time,
 };
 use duality_models::{Conn, DriverConfig, Parsed, Payload, Protocol, StatsHandle};
-use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
-use std::sync::{Arc, OnceLock};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Settings of a cache server (memcached's flags).
@@ -54,6 +55,9 @@ pub struct KvConfig {
     /// Most requests of one read executed before the responses are written
     /// and other connections get a turn (memcached's `-R`).
     pub requests_per_event: usize,
+    /// Close a connection idle this long (memcached's `-o idle_timeout`);
+    /// `None`: never.
+    pub idle_timeout: Option<Duration>,
 }
 
 impl Default for KvConfig {
@@ -69,6 +73,7 @@ impl Default for KvConfig {
             enable_shutdown: false,
             protocol: Mode::Unknown,
             requests_per_event: DriverConfig::default().max_batch_requests,
+            idle_timeout: None,
         }
     }
 }
@@ -84,6 +89,40 @@ pub struct KvState {
     server: OnceLock<StatsHandle>,
     verbosity: AtomicU32,
     on_shutdown: OnceLock<Box<dyn Fn() + Send + Sync>>,
+    /// Open connections by descriptor, for `stats conns`.
+    conns: Mutex<BTreeMap<i32, Arc<ConnInfo>>>,
+}
+
+/// What `stats conns` shows of one connection.
+#[derive(Debug)]
+struct ConnInfo {
+    fd: i32,
+    /// `tcp:<ip>:<port>` or `unix:`.
+    addr: String,
+    listen_addr: String,
+    /// Unix time of the last request (or of the accept).
+    last_cmd: AtomicU32,
+    /// A request of this connection is executing.
+    busy: AtomicBool,
+}
+
+/// Removes a connection from the table when its future ends or is dropped.
+struct ConnGuard {
+    state: Arc<KvState>,
+    info: Arc<ConnInfo>,
+}
+
+impl Drop for ConnGuard {
+    fn drop(&mut self) {
+        let mut conns = self.state.conns.lock().unwrap_or_else(|e| e.into_inner());
+        // The descriptor may already belong to a newer connection.
+        if conns
+            .get(&self.info.fd)
+            .is_some_and(|c| Arc::ptr_eq(c, &self.info))
+        {
+            conns.remove(&self.info.fd);
+        }
+    }
 }
 
 impl KvState {
@@ -123,7 +162,32 @@ impl KvState {
             started_unix: unix_now(),
             server: OnceLock::new(),
             on_shutdown: OnceLock::new(),
+            conns: Mutex::new(BTreeMap::new()),
         }))
+    }
+
+    /// The smallest share of the memory limit a shard may get: one largest
+    /// item (`-I`, the longest key and the per-item overhead).
+    fn min_shard_bytes(&self) -> usize {
+        self.config.max_item_size + crate::KEY_MAX_LENGTH + crate::ITEM_OVERHEAD
+    }
+
+    /// Applies `cache_memlimit`: the store's limit becomes `mib` MiB (no less
+    /// than one largest item per shard) and is lowered at once, evicting
+    /// from the LRU tails. Returns the limit applied, in bytes.
+    pub fn set_memory_limit(&self, mib: u32) -> usize {
+        let want = (mib as usize).saturating_mul(1 << 20);
+        let now = unix_now().max(1) as Time;
+        let applied = self.store.set_max_bytes(want, self.min_shard_bytes(), now);
+        if applied != want {
+            eprintln!(
+                "duality kv: cache_memlimit {mib}: applied {applied} bytes, the least that \
+                 leaves each of {} shards room for one largest item (-I {})",
+                self.store.shard_count(),
+                self.config.max_item_size
+            );
+        }
+        applied
     }
 
     /// Lets `stats` report the server's connections and threads.
@@ -142,6 +206,28 @@ impl KvState {
         Ctx {
             state: self,
             now: unix_now().max(1) as Time,
+        }
+    }
+
+    /// `stats conns`: `<fd>:addr`, `:listen_addr`, `:state`,
+    /// `:secs_since_last_cmd` per open connection, by descriptor as
+    /// memcached numbers them (listening sockets are not listed). `state` is
+    /// `conn_parse_cmd` while a request of the connection executes (the
+    /// asking one's), `conn_waiting` otherwise.
+    fn write_conns(&self, now: Time, out: &mut Vec<u8>) {
+        let conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        for c in conns.values() {
+            let fd = c.fd;
+            crate::write_stat(out, &format!("{fd}:addr"), &c.addr);
+            crate::write_stat(out, &format!("{fd}:listen_addr"), &c.listen_addr);
+            let state = if c.busy.load(Relaxed) {
+                "conn_parse_cmd"
+            } else {
+                "conn_waiting"
+            };
+            crate::write_stat(out, &format!("{fd}:state"), state);
+            let idle = now.saturating_sub(c.last_cmd.load(Relaxed));
+            crate::write_stat(out, &format!("{fd}:secs_since_last_cmd"), idle);
         }
     }
 }
@@ -205,14 +291,7 @@ impl ExecContext for Ctx<'_> {
     }
 
     fn set_memory_limit(&self, mib: u32) {
-        // The limit is split over the shards at start and each shard's share
-        // sizes its eviction; changing it live is not supported, so the
-        // command is answered as memcached does and the change is logged as
-        // ignored rather than silently dropped.
-        eprintln!(
-            "duality kv: cache_memlimit {mib} ignored: the memory limit is fixed at start (-m {})",
-            self.state.config.memory_limit >> 20
-        );
+        self.state.set_memory_limit(mib);
     }
 
     fn extra_stats(&self, group: &str, out: &mut Vec<u8>) -> bool {
@@ -234,6 +313,15 @@ impl ExecContext for Ctx<'_> {
                 };
                 crate::write_stat(out, "shutdown_command", shutdown);
                 crate::write_stat(out, "reqs_per_event", s.config.requests_per_event);
+                crate::write_stat(out, "item_size_max", s.config.max_item_size);
+                crate::write_stat(out, "maxconns", s.config.max_conns);
+                crate::write_stat(out, "num_threads", s.config.threads);
+                let idle = s.config.idle_timeout.map_or(0, |d| d.as_secs());
+                crate::write_stat(out, "idle_timeout", idle);
+                true
+            }
+            "conns" => {
+                s.write_conns(self.now, out);
                 true
             }
             "duality" => {
@@ -251,8 +339,16 @@ impl ExecContext for Ctx<'_> {
     }
 }
 
-/// The cache as a protocol of the session driver.
-pub struct KvProtocol(pub Arc<KvState>);
+/// The cache as a protocol of the session driver: the shared state, and the
+/// connection it serves (for `stats conns`) when made by [`serve_conn`].
+pub struct KvProtocol(pub Arc<KvState>, Option<Arc<ConnInfo>>);
+
+impl KvProtocol {
+    /// The protocol over `state`, for a connection not listed in `stats conns`.
+    pub fn new(state: Arc<KvState>) -> KvProtocol {
+        KvProtocol(state, None)
+    }
+}
 
 /// Which protocol a connection speaks, decided on its first byte as
 /// memcached does: `0x80` (the binary request magic) is binary, anything
@@ -380,13 +476,21 @@ impl Protocol for KvProtocol {
         out: &mut Vec<u8>,
     ) -> duality_models::Flow {
         let st = &*self.0;
+        let conn = self.1.as_deref();
         let ctx = st.ctx();
+        if let Some(c) = conn {
+            c.last_cmd.store(ctx.now, Relaxed);
+            c.busy.store(true, Relaxed);
+        }
         let flow = match req {
             KvRequest::Text(Ok(r)) => execute(&r, &st.store, &ctx, out),
             KvRequest::Text(Err(e)) => execute_error(&e, &st.store, &ctx, out),
             KvRequest::Binary(Ok(r)) => execute_binary(&r, &st.store, &ctx, out),
             KvRequest::Binary(Err(e)) => execute_binary_error(&e, &st.store, &ctx, out),
         };
+        if let Some(c) = conn {
+            c.busy.store(false, Relaxed);
+        }
         match flow {
             Flow::Continue => duality_models::Flow::Continue,
             Flow::Close => duality_models::Flow::Close,
@@ -460,9 +564,31 @@ pub fn serve_conn(
 ) -> impl std::future::Future<Output = ()> + Send {
     let config = DriverConfig {
         max_batch_requests: state.config.requests_per_event.max(1),
+        idle_timeout: state.config.idle_timeout,
         ..DriverConfig::default()
     };
-    duality_models::drive(conn, payload, Arc::new(KvProtocol(state)), config)
+    let fmt = |a: Option<std::net::SocketAddr>| a.map_or_else(|| "unix:".to_string(), |a| format!("tcp:{a}"));
+    let info = Arc::new(ConnInfo {
+        fd: conn.as_raw_fd(),
+        addr: fmt(conn.peer_addr()),
+        listen_addr: fmt(conn.local_addr()),
+        last_cmd: AtomicU32::new(unix_now() as Time),
+        busy: AtomicBool::new(false),
+    });
+    state
+        .conns
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(info.fd, info.clone());
+    let guard = ConnGuard {
+        state: state.clone(),
+        info: info.clone(),
+    };
+    let drive = duality_models::drive(conn, payload, Arc::new(KvProtocol(state, Some(info))), config);
+    async move {
+        let _guard = guard;
+        drive.await
+    }
 }
 
 /// Reclaims expired items in the background, one shard at a time, each under
@@ -472,6 +598,10 @@ pub async fn sweep_forever(payload: Payload, state: Arc<KvState>) {
     const BATCH: usize = 256;
     loop {
         duality_rt::time::sleep(state.config.sweep_interval).await;
+        // `lru_crawler disable` stops it, as it stops memcached's crawler.
+        if !state.store.crawler().enabled() {
+            continue;
+        }
         for shard in 0..state.store.shard_count() {
             let st = state.clone();
             payload

@@ -506,6 +506,24 @@ impl Conn {
         matches!(self.io, Io::BlockingTcp(_) | Io::BlockingUnix(_))
     }
 
+    /// The remote address of a TCP connection (`None` for Unix sockets).
+    pub fn peer_addr(&self) -> Option<std::net::SocketAddr> {
+        match &self.io {
+            Io::Tcp(s) => s.peer_addr().ok(),
+            Io::BlockingTcp(s) => s.peer_addr().ok(),
+            Io::Unix(_) | Io::BlockingUnix(_) => None,
+        }
+    }
+
+    /// The local address of a TCP connection (`None` for Unix sockets).
+    pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        match &self.io {
+            Io::Tcp(s) => s.local_addr().ok(),
+            Io::BlockingTcp(s) => s.local_addr().ok(),
+            Io::Unix(_) | Io::BlockingUnix(_) => None,
+        }
+    }
+
     /// The TCP stream, if this is an event-loop TCP connection.
     pub fn tcp(&self) -> Option<&TcpStream> {
         match &self.io {

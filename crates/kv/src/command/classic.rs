@@ -49,6 +49,9 @@ pub(super) fn get(
     for key in keys.iter() {
         let mut e = store.entry(key, now);
         count_dead(&e);
+        if touch.is_none() {
+            store.prefix_stats().record_get(key, e.exists());
+        }
         e.count(if touch.is_some() {
             Counter::CmdTouch
         } else {
@@ -111,6 +114,7 @@ pub(super) fn store(
     cas_unique: u64,
     out: &mut Vec<u8>,
 ) {
+    store.prefix_stats().record_set(key);
     let mut e = store.entry(key, now);
     e.count(Counter::CmdSet);
     let exptime = expiry(exptime.into(), now);
@@ -155,6 +159,7 @@ pub(super) fn store(
 
 /// `delete`.
 pub(super) fn delete(store: &Store, now: Time, key: &[u8], out: &mut Vec<u8>) {
+    store.prefix_stats().record_delete(key);
     let mut e = store.entry(key, now);
     if e.remove() {
         e.count(Counter::DeleteHits);

@@ -12,6 +12,7 @@
 
 mod binary;
 mod classic;
+mod crawler;
 mod meta;
 mod stats;
 
@@ -207,6 +208,7 @@ pub fn execute<C: ExecContext + ?Sized>(
             quiet(noreply, out, |out| out.extend_from_slice(b"OK\r\n"));
         }
         Request::Stats { args } => stats::stats(store, ctx, now, args, out),
+        Request::LruCrawler { args } => crawler::lru_crawler(store, now, args, out),
         Request::Shutdown { args } => {
             let mut it = args.iter();
             let mode_ok = match it.next() {
@@ -247,7 +249,8 @@ pub fn execute<C: ExecContext + ?Sized>(
 }
 
 /// Answers a [`ParseError`] (other than `Incomplete`): appends memcached's
-/// response to `out` and applies its side effects (a refused `set`/`ms` value
+/// response to `out` (for a fatal one, clears `out`: memcached drops the
+/// answers it has not written yet when it closes) and applies its side effects (a refused `set`/`ms` value
 /// deletes the key's old item, `store_too_large` is counted). The caller then
 /// drops [`ParseError::consumed`] bytes, or closes on [`Flow::Close`].
 pub fn execute_error<C: ExecContext + ?Sized>(
@@ -270,12 +273,14 @@ pub fn execute_error<C: ExecContext + ?Sized>(
             store.entry(key, ctx.now()).remove();
         }
     }
-    err.write_response(out);
     if err.is_fatal() {
-        Flow::Close
-    } else {
-        Flow::Continue
+        // memcached closes before it writes the responses it has queued:
+        // the answers of this read's earlier requests are dropped too.
+        out.clear();
+        return Flow::Close;
     }
+    err.write_response(out);
+    Flow::Continue
 }
 
 /// The shard a request's key lives in — the color for its payload job — or

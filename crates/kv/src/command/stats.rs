@@ -1,9 +1,36 @@
-//! `stats`, `stats settings`, `stats items`, `stats slabs`, `stats reset`, and
-//! groups the server adds through [`ExecContext::extra_stats`].
+//! `stats`, `stats settings`, `stats items`, `stats slabs`, `stats sizes`,
+//! `stats detail`, `stats cachedump`, `stats reset`, and groups the server
+//! adds through [`ExecContext::extra_stats`] (`stats conns`).
+//!
+//! # Per-class figures
+//!
+//! The store has no slabs; `items` and `slabs` report memcached's default
+//! size classes laid over the bytes each item is charged (see
+//! [`classes`](crate::store::classes)). What the fields mean here:
+//!
+//! | field | in duality |
+//! |---|---|
+//! | `items:<c>:number`, `number_cold` | items of the class (all items are in one LRU per shard: memcached's "cold"; `number_hot`, `number_warm`, `age_hot`, `age_warm` are 0) |
+//! | `items:<c>:age` | seconds since the class's least recently used item was stored or fetched |
+//! | `items:<c>:mem_requested` | bytes charged for its items (key + value + 96) |
+//! | `items:<c>:evicted`, `evicted_nonzero`, `evicted_unfetched`, `evicted_time` | live items evicted from an LRU tail (with an expiry; never fetched); age of the last one |
+//! | `items:<c>:outofmemory` | stores refused because the item exceeds a shard's share of memory |
+//! | `items:<c>:reclaimed`, `expired_unfetched` | dead items reclaimed (on access, at the tail, by the sweep) |
+//! | `items:<c>:crawler_reclaimed`, `crawler_items_checked` | what the background sweep and `lru_crawler crawl` reclaimed and examined |
+//! | `items:<c>:hits_to_cold` | get and touch hits (the one LRU is "cold"); other `hits_to_*`, `moves_*`, `tailrepairs`, `evicted_active`, `lrutail_reflocked`, `direct_reclaims` are 0 |
+//! | `<c>:chunk_size`, `chunks_per_page` | memcached's ladder for 1 MiB pages |
+//! | `<c>:used_chunks` | items of the class |
+//! | `<c>:total_pages`, `total_chunks`, `free_chunks` | the pages memcached would need for those items, their chunks, the chunks left over (`free_chunks_end` is 0) |
+//! | `<c>:cmd_set` | items stored in the class (counted when linked) |
+//! | `<c>:get_hits` … `touch_hits` | hits on items of the class |
+//! | `active_slabs` | classes listed |
+//! | `total_malloced` | bytes charged for all items (`stats` `bytes`): the store allocates per item, not per page |
 
 use super::ExecContext;
+use crate::num::parse_u64;
 use crate::protocol::Tokens;
-use crate::store::{Store, Time};
+use crate::store::classes::{chunk_size, chunks_per_page};
+use crate::store::{ClassStats, Store, Time};
 use std::fmt::Display;
 use std::io::Write;
 use std::time::Duration;
@@ -36,22 +63,31 @@ pub(super) fn stats<C: ExecContext + ?Sized>(
             write_stat(out, "maxbytes", store.max_bytes());
             write_stat(out, "evictions", "on");
             write_stat(out, "cas_enabled", "yes");
+            write_stat(out, "stat_key_prefix", ":");
+            let detail = if store.prefix_stats().enabled() {
+                "yes"
+            } else {
+                "no"
+            };
+            write_stat(out, "detail_enabled", detail);
+            let c = store.crawler();
+            write_stat(out, "lru_crawler", if c.enabled() { "yes" } else { "no" });
+            write_stat(out, "lru_crawler_sleep", c.sleep());
+            write_stat(out, "lru_crawler_tocrawl", c.tocrawl());
             ctx.extra_stats("settings", out);
         }
-        Some(b"items") => {
-            let s = store.stats();
-            if s.curr_items > 0 {
-                write_stat(out, "items:1:number", s.curr_items);
-                write_stat(out, "items:1:evicted", s.evictions);
-                write_stat(out, "items:1:evicted_unfetched", s.evicted_unfetched);
-                write_stat(out, "items:1:expired_unfetched", s.expired_unfetched);
-                write_stat(out, "items:1:reclaimed", s.reclaimed);
-            }
+        Some(b"items") => items(&store.class_stats(now), out),
+        Some(b"slabs") => slabs(&store.class_stats(now), store, out),
+        // memcached answers this unless started with `-o track_sizes`.
+        Some(b"sizes") => write_stat(out, "sizes_status", "disabled"),
+        Some(b"detail") => {
+            // The answer is whole: no END after it.
+            detail(store, args.iter().nth(1).unwrap_or_default(), out);
+            return;
         }
-        Some(b"slabs") => {
-            let s = store.stats();
-            write_stat(out, "active_slabs", u8::from(s.curr_items > 0));
-            write_stat(out, "total_malloced", s.bytes);
+        Some(b"cachedump") => {
+            cachedump(store, now, args, out);
+            return;
         }
         Some(b"reset") => {
             store.reset_stats();
@@ -123,4 +159,141 @@ fn general<C: ExecContext + ?Sized>(store: &Store, ctx: &C, now: Time, out: &mut
         write_stat(out, name, v);
     }
     ctx.extra_stats("", out);
+}
+
+/// `stats items`: one block per class holding items, in memcached's field order.
+fn items(classes: &[ClassStats], out: &mut Vec<u8>) {
+    for c in classes.iter().filter(|c| c.number > 0) {
+        let id = c.id;
+        let hits = c.get_hits + c.touch_hits;
+        for (name, v) in [
+            ("number", c.number),
+            ("number_hot", 0),
+            ("number_warm", 0),
+            ("number_cold", c.number),
+            ("age_hot", 0),
+            ("age_warm", 0),
+            ("age", c.age),
+            ("mem_requested", c.mem_requested),
+            ("evicted", c.evicted),
+            ("evicted_nonzero", c.evicted_nonzero),
+            ("evicted_time", c.evicted_time),
+            ("outofmemory", c.outofmemory),
+            ("tailrepairs", 0),
+            ("reclaimed", c.reclaimed),
+            ("expired_unfetched", c.expired_unfetched),
+            ("evicted_unfetched", c.evicted_unfetched),
+            ("evicted_active", 0),
+            ("crawler_reclaimed", c.crawler_reclaimed),
+            ("crawler_items_checked", c.crawler_items_checked),
+            ("lrutail_reflocked", 0),
+            ("moves_to_cold", 0),
+            ("moves_to_warm", 0),
+            ("moves_within_lru", 0),
+            ("direct_reclaims", 0),
+            ("hits_to_hot", 0),
+            ("hits_to_warm", 0),
+            ("hits_to_cold", hits),
+            ("hits_to_temp", 0),
+        ] {
+            write_stat(out, &format!("items:{id}:{name}"), v);
+        }
+    }
+}
+
+/// `stats slabs`: one block per class that has held items, then the totals.
+fn slabs(classes: &[ClassStats], store: &Store, out: &mut Vec<u8>) {
+    for c in classes {
+        let id = c.id;
+        let per_page = chunks_per_page(id) as u64;
+        let pages = c.number.div_ceil(per_page);
+        let total = pages * per_page;
+        for (name, v) in [
+            ("chunk_size", chunk_size(id) as u64),
+            ("chunks_per_page", per_page),
+            ("total_pages", pages),
+            ("total_chunks", total),
+            ("used_chunks", c.number),
+            ("free_chunks", total - c.number),
+            ("free_chunks_end", 0),
+            ("get_hits", c.get_hits),
+            ("cmd_set", c.cmd_set),
+            ("delete_hits", c.delete_hits),
+            ("incr_hits", c.incr_hits),
+            ("decr_hits", c.decr_hits),
+            ("cas_hits", c.cas_hits),
+            ("cas_badval", c.cas_badval),
+            ("touch_hits", c.touch_hits),
+        ] {
+            write_stat(out, &format!("{id}:{name}"), v);
+        }
+    }
+    write_stat(out, "active_slabs", classes.len());
+    write_stat(out, "total_malloced", store.stats().bytes);
+}
+
+/// `stats detail on|off|dump`, answered as memcached does.
+fn detail(store: &Store, arg: &[u8], out: &mut Vec<u8>) {
+    let p = store.prefix_stats();
+    match arg {
+        b"on" | b"off" => {
+            p.set_enabled(arg == b"on");
+            out.extend_from_slice(b"OK\r\n");
+        }
+        b"dump" => p.dump(out),
+        _ => out.extend_from_slice(b"CLIENT_ERROR usage: stats detail on|off|dump\r\n"),
+    }
+}
+
+/// memcached's `safe_strtoul` on a 64-bit host: digits, truncated to 32 bits.
+pub(super) fn strtoul(t: &[u8]) -> Option<u32> {
+    parse_u64(t).map(|v| v as u32)
+}
+
+/// memcached's class ids run below this (`MAX_NUMBER_OF_SLAB_CLASSES`).
+pub(super) const MAX_CLASS_ID: u32 = 64;
+
+/// The most bytes of `ITEM` lines `stats cachedump` sends (memcached's 2 MB).
+const CACHEDUMP_MAX: usize = 2 * 1024 * 1024;
+
+/// `stats cachedump <class> <limit>`: `ITEM <key> [<bytes> b; <exptime> s]`
+/// for up to `limit` live items of the class (0: all), most recently used
+/// first within each shard, at most 2 MB of lines, then `END`.
+fn cachedump(store: &Store, now: Time, args: Tokens<'_>, out: &mut Vec<u8>) {
+    let mut it = args.iter().skip(1);
+    let (Some(id), Some(limit)) = (it.next(), it.next()) else {
+        out.extend_from_slice(b"CLIENT_ERROR bad command line\r\n");
+        return;
+    };
+    let (Some(id), Some(limit)) = (strtoul(id), strtoul(limit)) else {
+        out.extend_from_slice(b"CLIENT_ERROR bad command line format\r\n");
+        return;
+    };
+    if id >= MAX_CLASS_ID {
+        out.extend_from_slice(b"CLIENT_ERROR Illegal slab id\r\n");
+        return;
+    }
+    let start = out.len();
+    let mut shown = 0u32;
+    store.for_each_item(now, true, |item, charge| {
+        if crate::store::classes::class_of(charge) != id as usize {
+            return true;
+        }
+        let line_start = out.len();
+        out.extend_from_slice(b"ITEM ");
+        out.extend_from_slice(item.key);
+        let _ = write!(
+            out,
+            " [{} b; {} s]\r\n",
+            item.value.len(),
+            item.exptime
+        );
+        if out.len() - start + 6 > CACHEDUMP_MAX {
+            out.truncate(line_start);
+            return false;
+        }
+        shown += 1;
+        limit == 0 || shown < limit
+    });
+    out.extend_from_slice(b"END\r\n");
 }

@@ -106,6 +106,10 @@ impl Request<'_> {
                 out.extend_from_slice(b"stats");
                 push_tokens(out, args);
             }
+            Request::LruCrawler { args } => {
+                out.extend_from_slice(b"lru_crawler");
+                push_tokens(out, args);
+            }
             Request::Shutdown { args } => {
                 out.extend_from_slice(b"shutdown");
                 push_tokens(out, args);

@@ -251,6 +251,11 @@ pub enum Request<'a> {
         /// The arguments (empty for general statistics).
         args: Tokens<'a>,
     },
+    /// `lru_crawler <subcommand> [arg]`.
+    LruCrawler {
+        /// The arguments (`crawl all`, `metadump 1,2`, `enable`, …).
+        args: Tokens<'a>,
+    },
     /// `quit`: close the connection.
     Quit,
     /// `mg <key> <flags>*`.
@@ -577,9 +582,6 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Result<(Request<'a>, usize),
         consumed: line_len,
         noreply: f.noreply,
     };
-    if line.len() < 2 {
-        return Err(fail(BAD_FORMAT.into()));
-    }
     let (cmd, rest) = match memchr::memchr(b' ', line) {
         Some(i) => (&line[..i], &line[i + 1..]),
         None => (line, &line[line.len()..]),
@@ -617,6 +619,9 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Result<(Request<'a>, usize),
             None => return Err(unknown(line_len)),
         },
         b"stats" => Ok(Request::Stats {
+            args: Tokens::new(rest),
+        }),
+        b"lru_crawler" => Ok(Request::LruCrawler {
             args: Tokens::new(rest),
         }),
         b"quit" => Ok(Request::Quit),
@@ -686,24 +691,35 @@ fn parse_storage<'a>(
 ) -> Result<(Request<'a>, usize), ParseError<'a>> {
     let a = Args::split(cmd, rest);
     let min = if command == StoreCommand::Cas { 5 } else { 4 };
-    if a.total < min {
-        return Err(ParseError::Client {
-            message: BAD_FORMAT,
-            consumed: line_len,
-            noreply: false,
-        });
+    // memcached takes the arguments and one more token (`noreply` or not),
+    // and answers any other count with `ERROR`.
+    if a.total != min && a.total != min + 1 {
+        return Err(unknown(line_len));
     }
-    // memcached has read `noreply` by the time it checks the length, so a
-    // bad length under `noreply` gets no answer.
+    // Errors on the command line drop the line only, as memcached does: the
+    // data block that follows is then read as commands (memcached skips a
+    // data block only for a value it refuses, too large or out of memory).
+    // memcached has read `noreply` (the last token) by then.
     let line_error = ParseError::Client {
         message: BAD_FORMAT,
         consumed: line_len,
         noreply: a.last == b"noreply",
     };
-    // Until the length is known the data block cannot be skipped.
-    let vlen = match parse_vlen(a.toks[3]) {
-        Some(v) => v,
-        None => return Err(line_error),
+    let key = a.toks[0];
+    if !valid_key(key) {
+        return Err(line_error);
+    }
+    let (Some(flags), Some(exptime), Some(vlen)) = (
+        parse_u32(a.toks[1]),
+        parse_i32(a.toks[2]),
+        parse_vlen(a.toks[3]),
+    ) else {
+        return Err(line_error);
+    };
+    let cas_unique = if command == StoreCommand::Cas {
+        parse_u64(a.toks[4]).ok_or(line_error)?
+    } else {
+        0
     };
     let noreply = a.noreply(min);
     let consumed = line_len + vlen + 2;
@@ -711,18 +727,6 @@ fn parse_storage<'a>(
         message,
         consumed,
         noreply,
-    };
-    let key = a.toks[0];
-    if !valid_key(key) {
-        return Err(swallow(BAD_FORMAT));
-    }
-    let (Some(flags), Some(exptime)) = (parse_u32(a.toks[1]), parse_i32(a.toks[2])) else {
-        return Err(swallow(BAD_FORMAT));
-    };
-    let cas_unique = if command == StoreCommand::Cas {
-        parse_u64(a.toks[4]).ok_or_else(|| swallow(BAD_FORMAT))?
-    } else {
-        0
     };
     if vlen > limits.max_item_size {
         return Err(ParseError::TooLarge {

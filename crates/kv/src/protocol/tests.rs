@@ -783,6 +783,9 @@ enum Spec {
     Stats {
         args: Vec<u8>,
     },
+    LruCrawler {
+        args: Vec<u8>,
+    },
     Quit,
     Meta {
         cmd: u8,
@@ -864,6 +867,9 @@ impl Spec {
                 noreply: *noreply,
             },
             Spec::Stats { args } => Request::Stats {
+                args: Tokens::new(args),
+            },
+            Spec::LruCrawler { args } => Request::LruCrawler {
                 args: Tokens::new(args),
             },
             Spec::Quit => Request::Quit,
@@ -1023,6 +1029,7 @@ fn spec() -> impl Strategy<Value = Spec> {
         1 => Just(Spec::Version),
         1 => (any::<u32>(), noreply()).prop_map(|(level, noreply)| Spec::Verbosity { level, noreply }),
         1 => joined(0..4).prop_map(|args| Spec::Stats { args }),
+        1 => joined(0..3).prop_map(|args| Spec::LruCrawler { args }),
         1 => Just(Spec::Quit),
         4 => meta(),
         1 => Just(Spec::MetaNoop),

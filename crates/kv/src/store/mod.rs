@@ -50,9 +50,15 @@
 //! shrinks the array, a bounded number of slots per call. Between sweeps, idle
 //! slots are the one cost the per-item charge does not cover (64 bytes each).
 
+pub mod classes;
+mod crawler;
+mod detail;
 mod shard;
 mod stats;
 
+pub use classes::{ClassCounter, ClassStats};
+pub use crawler::{CrawlerSettings, MAX_CRAWLER_SLEEP};
+pub use detail::{PrefixStats, PREFIX_DELIMITER};
 pub use stats::{Counter, Stats};
 
 use crate::protocol::KEY_MAX_LENGTH;
@@ -193,15 +199,17 @@ pub struct Store {
     /// `fired << 32 | pending` (see [`FlushState`]).
     flush_times: AtomicU64,
     global: GlobalStats,
-    max_bytes: usize,
+    max_bytes: AtomicUsize,
     sweep_cursor: AtomicUsize,
+    prefix_stats: PrefixStats,
+    crawler: CrawlerSettings,
 }
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store")
             .field("shards", &self.cells.len())
-            .field("max_bytes", &self.max_bytes)
+            .field("max_bytes", &self.max_bytes())
             .finish_non_exhaustive()
     }
 }
@@ -231,9 +239,21 @@ impl Store {
             flush_epoch: AtomicU32::new(0),
             flush_times: AtomicU64::new(0),
             global: GlobalStats::new(),
-            max_bytes: config.max_bytes,
+            max_bytes: AtomicUsize::new(config.max_bytes),
             sweep_cursor: AtomicUsize::new(0),
+            prefix_stats: PrefixStats::default(),
+            crawler: CrawlerSettings::default(),
         }
+    }
+
+    /// `stats detail`: per-prefix counts.
+    pub fn prefix_stats(&self) -> &PrefixStats {
+        &self.prefix_stats
+    }
+
+    /// `lru_crawler` settings.
+    pub fn crawler(&self) -> &CrawlerSettings {
+        &self.crawler
     }
 
     /// The number of shards (a power of two).
@@ -243,7 +263,27 @@ impl Store {
 
     /// The memory limit in bytes.
     pub fn max_bytes(&self) -> usize {
-        self.max_bytes
+        self.max_bytes.load(Relaxed)
+    }
+
+    /// Changes the memory limit (`cache_memlimit`) to `max_bytes`, but to no
+    /// less than `min_per_shard` per shard (so that the largest item still
+    /// fits a shard), and returns the limit applied. Lowering it evicts at
+    /// once: each shard, in turn under its lock, evicts from its LRU tail
+    /// (expired items first as they come) until it is within its new share,
+    /// so `bytes` never exceeds `limit_maxbytes`. Evictions count as usual.
+    pub fn set_max_bytes(&self, max_bytes: usize, min_per_shard: usize, now: Time) -> usize {
+        let per_shard = (max_bytes / self.cells.len()).max(min_per_shard);
+        let applied = per_shard * self.cells.len();
+        self.max_bytes.store(applied, Relaxed);
+        let flush = self.flush_state();
+        for cell in self.cells.iter() {
+            let mut shard = lock(&cell.shard);
+            shard.limit = per_shard;
+            let fits = shard.make_room(0, now, flush, &cell.stats);
+            debug_assert!(fits);
+        }
+        applied
     }
 
     #[inline]
@@ -297,10 +337,12 @@ impl Store {
         let flush = self.flush_state();
         let mut idx = None;
         let mut lookup = Lookup::Miss;
+        let mut class = 0;
         if let Some(i) = shard.find(hash, key) {
             lookup = shard.state(i, now, flush);
             if lookup == Lookup::Hit {
                 idx = Some(i);
+                class = shard.slot(i).class();
             } else {
                 shard.reclaim(i, lookup, &cell.stats);
             }
@@ -315,6 +357,7 @@ impl Store {
             flush,
             idx,
             lookup,
+            class,
         }
     }
 
@@ -364,7 +407,105 @@ impl Store {
         let cell = &self.cells[i];
         let mut shard = lock(&cell.shard);
         let flush = self.flush_state();
-        shard.sweep(now, flush, max, &cell.stats)
+        shard.sweep(now, flush, max, u64::MAX, &cell.stats)
+    }
+
+    /// `lru_crawler crawl`: examines every item of the classes `classes`
+    /// selects (bit `c` for class `c`) and reclaims the expired and flushed
+    /// ones, one shard at a time, `batch` slots per lock hold. Returns the
+    /// number reclaimed.
+    pub fn crawl(&self, now: Time, classes: u64, batch: usize) -> usize {
+        let flush = self.flush_state();
+        let mut reclaimed = 0;
+        for cell in self.cells.iter() {
+            let mut left = lock(&cell.shard).slots.len();
+            while left > 0 {
+                let mut shard = lock(&cell.shard);
+                let (seen, got) = shard.sweep(now, flush, batch.min(left), classes, &cell.stats);
+                reclaimed += got;
+                left = left.saturating_sub(seen.max(1));
+            }
+        }
+        reclaimed
+    }
+
+    /// Per-class counters summed over the shards, for the classes that have
+    /// any (see [`classes`]), with the age of each class's least recently
+    /// used item found by walking each shard's LRU list from its tail (it
+    /// stops once every class present in the shard has been seen).
+    pub fn class_stats(&self, now: Time) -> Vec<ClassStats> {
+        let mut sums = vec![[0u64; ClassCounter::COUNT]; classes::CLASSES + 1];
+        let mut oldest: Vec<Time> = vec![Time::MAX; classes::CLASSES + 1];
+        for cell in self.cells.iter() {
+            let shard = lock(&cell.shard);
+            let mut row = vec![[0u64; ClassCounter::COUNT]; classes::CLASSES + 1];
+            cell.stats.classes.add_into(&mut row);
+            let mut missing = row
+                .iter()
+                .filter(|r| r[ClassCounter::Number as usize] != 0)
+                .count();
+            let mut seen = [false; classes::CLASSES + 1];
+            for i in shard.lru_order(false) {
+                if missing == 0 {
+                    break;
+                }
+                let s = shard.slot(i);
+                let c = s.class();
+                if !seen[c] {
+                    seen[c] = true;
+                    missing -= 1;
+                    oldest[c] = oldest[c].min(s.atime);
+                }
+            }
+            drop(shard);
+            for (s, r) in sums.iter_mut().zip(&row) {
+                for (x, v) in s.iter_mut().zip(r) {
+                    *x = x.wrapping_add(*v);
+                }
+            }
+        }
+        let ages: Vec<u64> = oldest
+            .iter()
+            .map(|&t| if t == Time::MAX { 0 } else { now.saturating_sub(t).into() })
+            .collect();
+        classes::snapshot(&sums, &ages)
+    }
+
+    /// Calls `f` with every live item and its charge (key + value +
+    /// [`ITEM_OVERHEAD`]), shard by shard, each shard's items from its LRU
+    /// tail (least recently used first), or from its head with
+    /// `newest_first`; stops when `f` returns false. Each shard is locked
+    /// while its items are visited: keep `f` short.
+    pub fn for_each_item(
+        &self,
+        now: Time,
+        newest_first: bool,
+        mut f: impl FnMut(&Item<'_>, usize) -> bool,
+    ) {
+        let flush = self.flush_state();
+        for cell in self.cells.iter() {
+            let shard = lock(&cell.shard);
+            for i in shard.lru_order(newest_first) {
+                if shard.state(i, now, flush) != Lookup::Hit {
+                    continue;
+                }
+                let s = shard.slot(i);
+                let item = Item {
+                    key: s.key(),
+                    value: s.value(),
+                    flags: s.flags,
+                    cas: s.cas,
+                    exptime: s.exptime,
+                    last_access: s.atime,
+                    fetched: s.has(FETCHED),
+                    stale: s.has(STALE),
+                    win_sent: s.has(WIN_SENT),
+                };
+                if !f(&item, s.charge()) {
+                    return;
+                }
+            }
+        }
     }
 
     /// Counts an event tied to no key (e.g. a value refused by the parser).
@@ -379,11 +520,13 @@ impl Store {
             cell.stats.add_into(&mut sums);
         }
         self.global.add_into(&mut sums);
-        Stats::from_sums(&sums, self.max_bytes as u64)
+        Stats::from_sums(&sums, self.max_bytes() as u64)
     }
 
-    /// Zeroes the counters (`stats reset`); gauges (items, bytes) stay.
+    /// Zeroes the counters (`stats reset`) and forgets the `stats detail`
+    /// prefixes, as memcached does; gauges (items, bytes) stay.
     pub fn reset_stats(&self) {
+        self.prefix_stats.clear();
         for cell in self.cells.iter() {
             let _held = lock(&cell.shard);
             cell.stats.reset();
@@ -439,6 +582,10 @@ pub struct Entry<'s, 'k> {
     flush: FlushState,
     idx: Option<u32>,
     lookup: Lookup,
+    /// The size class of the item found or last stored through the entry
+    /// (0: none yet); kept after a removal, so a hit counted after it still
+    /// lands in the item's class.
+    class: usize,
 }
 
 impl std::fmt::Debug for Entry<'_, '_> {
@@ -558,9 +705,23 @@ impl<'s, 'k> Entry<'s, 'k> {
         }
     }
 
-    /// Counts an event in this key's shard.
+    /// Counts an event in this key's shard, and the hits memcached counts
+    /// per slab class (`stats slabs`) in the class of the entry's item.
     pub fn count(&self, c: Counter) {
         self.stats.bump(c);
+        let per_class = match c {
+            Counter::GetHits => ClassCounter::GetHits,
+            Counter::DeleteHits => ClassCounter::DeleteHits,
+            Counter::IncrHits => ClassCounter::IncrHits,
+            Counter::DecrHits => ClassCounter::DecrHits,
+            Counter::CasHits => ClassCounter::CasHits,
+            Counter::CasBadval => ClassCounter::CasBadval,
+            Counter::TouchHits => ClassCounter::TouchHits,
+            _ => return,
+        };
+        if self.class != 0 {
+            self.stats.classes.add(self.class, per_class, 1);
+        }
     }
 
     /// Stores a new item under the key, replacing any live one, and returns
@@ -604,7 +765,7 @@ impl<'s, 'k> Entry<'s, 'k> {
     ) -> Result<u64, WriteError> {
         let len = self.key.len() + parts.iter().map(|p| p.len()).sum::<usize>();
         if len + ITEM_OVERHEAD > self.shard.limit {
-            return Err(WriteError::OutOfMemory);
+            return Err(self.out_of_memory(len + ITEM_OVERHEAD));
         }
         let data = join(self.key, parts);
         self.put_data(data, flags, exptime, cas, bits)
@@ -620,7 +781,7 @@ impl<'s, 'k> Entry<'s, 'k> {
     ) -> Result<u64, WriteError> {
         let charge = data.len() + ITEM_OVERHEAD;
         if charge > self.shard.limit {
-            return Err(WriteError::OutOfMemory);
+            return Err(self.out_of_memory(charge));
         }
         let cas = cas.unwrap_or_else(|| self.store.next_cas());
         if let Some(old) = self.idx.take() {
@@ -648,7 +809,16 @@ impl<'s, 'k> Entry<'s, 'k> {
             bits,
         };
         self.idx = Some(self.shard.link(slot, self.stats));
+        self.class = classes::class_of(charge);
         Ok(cas)
+    }
+
+    /// Counts an item of `charge` bytes refused for lack of memory in its
+    /// class (memcached's `outofmemory`).
+    fn out_of_memory(&self, charge: usize) -> WriteError {
+        let class = classes::class_of(charge);
+        self.stats.classes.add(class, ClassCounter::OutOfMemory, 1);
+        WriteError::OutOfMemory
     }
 
     /// Unlinks the live item. Returns whether there was one.

@@ -27,6 +27,7 @@
 //! - `bytes` is the sum of `charge()` over live slots and never exceeds `limit`
 //!   after `make_room` + `link`.
 
+use super::classes::{class_of, ClassCounter};
 use super::stats::{Counter, ShardStats};
 use super::{FlushState, Lookup, Time, ITEM_OVERHEAD};
 use hashbrown::HashTable;
@@ -79,6 +80,12 @@ impl Slot {
     #[inline]
     pub(crate) fn charge(&self) -> usize {
         self.data.len() + ITEM_OVERHEAD
+    }
+
+    /// The size class (see `classes`).
+    #[inline]
+    pub(crate) fn class(&self) -> usize {
+        class_of(self.charge())
     }
 
     #[inline]
@@ -313,6 +320,10 @@ impl Shard {
         self.bytes += charge;
         stats.set(Counter::Bytes, self.bytes as u64);
         stats.set(Counter::CurrItems, self.table.len() as u64);
+        let class = class_of(charge);
+        stats.classes.add(class, ClassCounter::Number, 1);
+        stats.classes.add(class, ClassCounter::MemRequested, charge as i64);
+        stats.classes.add(class, ClassCounter::CmdSet, 1);
         i
     }
 
@@ -326,7 +337,11 @@ impl Shard {
             Err(_) => unreachable!("live slot {i} missing from the table"),
         }
         self.lru_unlink(i);
-        self.bytes -= self.slot(i).charge();
+        let charge = self.slot(i).charge();
+        self.bytes -= charge;
+        let class = class_of(charge);
+        stats.classes.add(class, ClassCounter::Number, -1);
+        stats.classes.add(class, ClassCounter::MemRequested, -(charge as i64));
         *self.slot_mut(i) = Slot::free();
         self.free_push(i);
         stats.set(Counter::Bytes, self.bytes as u64);
@@ -335,10 +350,13 @@ impl Shard {
 
     /// Unlinks an item found expired or flushed, counting it as reclaimed.
     pub(crate) fn reclaim(&mut self, i: u32, state: Lookup, stats: &ShardStats) {
+        let class = self.slot(i).class();
         if state == Lookup::Expired && !self.slot(i).has(FETCHED) {
             stats.bump(Counter::ExpiredUnfetched);
+            stats.classes.add(class, ClassCounter::ExpiredUnfetched, 1);
         }
         stats.bump(Counter::Reclaimed);
+        stats.classes.add(class, ClassCounter::Reclaimed, 1);
         self.unlink(i, stats);
     }
 
@@ -362,9 +380,18 @@ impl Shard {
             }
             match self.state(t, now, flush) {
                 Lookup::Hit => {
+                    let s = self.slot(t);
+                    let class = s.class();
                     stats.bump(Counter::Evictions);
-                    if !self.slot(t).has(FETCHED) {
+                    stats.classes.add(class, ClassCounter::Evicted, 1);
+                    if s.exptime != 0 {
+                        stats.classes.add(class, ClassCounter::EvictedNonzero, 1);
+                    }
+                    let age = now.saturating_sub(s.atime);
+                    stats.classes.set(class, ClassCounter::EvictedTime, age.into());
+                    if !s.has(FETCHED) {
                         stats.bump(Counter::EvictedUnfetched);
+                        stats.classes.add(class, ClassCounter::EvictedUnfetched, 1);
                     }
                     self.unlink(t, stats);
                 }
@@ -375,13 +402,15 @@ impl Shard {
     }
 
     /// Examines up to `max` slots from the sweep cursor on, reclaiming expired
-    /// and flushed items, then compacts up to as many slots. Returns (slots
-    /// examined, items reclaimed).
+    /// and flushed items of the classes `classes` selects (bit `c` for class
+    /// `c`), then compacts up to as many slots. Returns (slots examined, items
+    /// reclaimed).
     pub(crate) fn sweep(
         &mut self,
         now: Time,
         flush: FlushState,
         max: usize,
+        classes: u64,
         stats: &ShardStats,
     ) -> (usize, usize) {
         let n = self.slots.len();
@@ -391,9 +420,16 @@ impl Shard {
             let i = self.sweep_pos % n;
             self.sweep_pos = i + 1;
             let i = i as u32;
-            if self.slot(i).has(LIVE) {
+            let s = self.slot(i);
+            if s.has(LIVE) {
+                let class = s.class();
+                if classes & (1 << class) == 0 {
+                    continue;
+                }
+                stats.classes.add(class, ClassCounter::CrawlerItemsChecked, 1);
                 let state = self.state(i, now, flush);
                 if state != Lookup::Hit {
+                    stats.classes.add(class, ClassCounter::CrawlerReclaimed, 1);
                     self.reclaim(i, state, stats);
                     reclaimed += 1;
                 }
@@ -401,6 +437,17 @@ impl Shard {
         }
         self.compact(todo.max(1));
         (todo, reclaimed)
+    }
+
+    /// Live slots from the LRU tail (least recently used) to the head, or
+    /// from the head with `newest_first`.
+    pub(crate) fn lru_order(&self, newest_first: bool) -> impl Iterator<Item = u32> + '_ {
+        let first = if newest_first { self.head } else { self.tail };
+        std::iter::successors((first != NIL).then_some(first), move |&i| {
+            let s = self.slot(i);
+            let next = if newest_first { s.next } else { s.prev };
+            (next != NIL).then_some(next)
+        })
     }
 
     /// Checks the invariants listed in the module docs (tests only).

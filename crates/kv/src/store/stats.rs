@@ -13,6 +13,7 @@
 //! Each shard's array sits in the same 128-byte-aligned cell as its lock, so two
 //! shards never share a cache line and counting costs no cross-core traffic.
 
+use super::classes::ClassTable;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 macro_rules! counters {
@@ -110,15 +111,18 @@ counters! {
     Bytes => bytes,
 }
 
-/// One shard's counters (written under that shard's lock only).
+/// One shard's counters (written under that shard's lock only), with its
+/// per-size-class counters.
 pub(crate) struct ShardStats {
     counters: [AtomicU64; Counter::COUNT],
+    pub(crate) classes: ClassTable,
 }
 
 impl ShardStats {
     pub(crate) fn new() -> ShardStats {
         ShardStats {
             counters: std::array::from_fn(|_| AtomicU64::new(0)),
+            classes: ClassTable::new(),
         }
     }
 
@@ -148,6 +152,7 @@ impl ShardStats {
                 a.store(0, Relaxed);
             }
         }
+        self.classes.reset();
     }
 }
 

@@ -1,0 +1,177 @@
+//! `lru_crawler`: memcached's crawler commands, answered as memcached 1.6
+//! answers them, on the store's own reclaiming.
+//!
+//! | command | here |
+//! |---|---|
+//! | `lru_crawler crawl all\|<c>,<c>…` | reclaims the expired and flushed items of those size classes at once, in the request ([`Store::crawl`]); `OK` |
+//! | `lru_crawler metadump all\|hash\|<c>,…` | one `key=… exp=… la=… cas=… fetch=… cls=… size=…` line (ended by `\n`) per live item, then `END` |
+//! | `lru_crawler enable` / `disable` | starts / stops the background sweep (it reclaims expired items as memcached's crawler does) |
+//! | `lru_crawler sleep <µs>` / `tocrawl <n>` | kept and shown in `stats settings` |
+//!
+//! `size` is what the store charges for the item (key + value + 96) and
+//! `cls` its class on memcached's ladder over that size (see
+//! [`classes`](crate::store::classes)); memcached's figures count its own
+//! item header instead. Items are listed shard by shard, least recently used
+//! first within a shard.
+
+use super::stats::{strtoul, MAX_CLASS_ID};
+use crate::protocol::Tokens;
+use crate::store::classes::class_of;
+use crate::store::{Store, Time, MAX_CRAWLER_SLEEP};
+use std::io::Write;
+
+const BADCLASS: &[u8] = b"BADCLASS invalid class id\r\n";
+const DISABLED: &[u8] = b"CLIENT_ERROR lru crawler disabled\r\n";
+const BAD_FORMAT: &[u8] = b"CLIENT_ERROR bad command line format\r\n";
+
+/// Slots examined per lock hold by `lru_crawler crawl`.
+const CRAWL_BATCH: usize = 1024;
+
+/// Runs `lru_crawler <args>`.
+pub(super) fn lru_crawler(store: &Store, now: Time, args: Tokens<'_>, out: &mut Vec<u8>) {
+    let mut it = args.iter();
+    let (sub, arg, extra) = (it.next(), it.next(), it.next());
+    let c = store.crawler();
+    let reply: &[u8] = match (sub, arg, extra) {
+        (Some(b"crawl"), Some(arg), None) => {
+            if !c.enabled() {
+                DISABLED
+            } else {
+                match class_set(arg, false) {
+                    None => BADCLASS,
+                    Some(0) => b"NOTSTARTED no items to crawl\r\n",
+                    Some(set) => {
+                        store.crawl(now, set, CRAWL_BATCH);
+                        b"OK\r\n"
+                    }
+                }
+            }
+        }
+        (Some(b"metadump"), Some(arg), None) => {
+            if !c.enabled() {
+                DISABLED
+            } else {
+                match class_set(arg, true) {
+                    None => BADCLASS,
+                    Some(set) => {
+                        metadump(store, now, set, out);
+                        return;
+                    }
+                }
+            }
+        }
+        (Some(b"tocrawl"), Some(arg), None) => match strtoul(arg) {
+            Some(n) => {
+                c.set_tocrawl(n);
+                b"OK\r\n"
+            }
+            None => BAD_FORMAT,
+        },
+        (Some(b"sleep"), Some(arg), None) => match strtoul(arg) {
+            Some(us) if us > MAX_CRAWLER_SLEEP => {
+                b"CLIENT_ERROR sleep must be one second or less\r\n"
+            }
+            Some(us) => {
+                c.set_sleep(us);
+                b"OK\r\n"
+            }
+            None => BAD_FORMAT,
+        },
+        (Some(b"enable"), None, None) => {
+            if c.set_enabled(true) {
+                // memcached cannot start a second crawler thread.
+                b"ERROR failed to start lru crawler thread\r\n"
+            } else {
+                b"OK\r\n"
+            }
+        }
+        (Some(b"disable"), None, None) => {
+            c.set_enabled(false);
+            b"OK\r\n"
+        }
+        _ => b"ERROR\r\n",
+    };
+    out.extend_from_slice(reply);
+}
+
+/// `all` (and for metadump `hash`) or a comma-separated list of class ids
+/// (empty parts skipped, as `strtok` does), each 1..64, as a bit set; `None`
+/// for a bad id.
+fn class_set(arg: &[u8], metadump: bool) -> Option<u64> {
+    if arg == b"all" || (metadump && arg == b"hash") {
+        return Some(u64::MAX & !1);
+    }
+    let mut set = 0u64;
+    for part in arg.split(|&b| b == b',').filter(|p| !p.is_empty()) {
+        match strtoul(part) {
+            Some(id) if (1..MAX_CLASS_ID).contains(&id) => set |= 1 << id,
+            _ => return None,
+        }
+    }
+    Some(set)
+}
+
+/// memcached's metadump lines for the live items of the classes in `set`.
+fn metadump(store: &Store, now: Time, set: u64, out: &mut Vec<u8>) {
+    store.for_each_item(now, false, |item, charge| {
+        let class = class_of(charge);
+        if set & (1 << class) == 0 {
+            return true;
+        }
+        out.extend_from_slice(b"key=");
+        uriencode(item.key, out);
+        let exp = if item.exptime == 0 {
+            -1
+        } else {
+            i64::from(item.exptime)
+        };
+        let fetch = if item.fetched { "yes" } else { "no" };
+        // Writing into a Vec cannot fail.
+        let _ = write!(
+            out,
+            " exp={exp} la={} cas={} fetch={fetch} cls={class} size={charge}\n",
+            item.last_access, item.cas
+        );
+        true
+    });
+    out.extend_from_slice(b"END\r\n");
+}
+
+/// memcached's `uriencode`: letters, digits and `-._~` as they are, every
+/// other byte as `%XX` (upper-case hex).
+fn uriencode(key: &[u8], out: &mut Vec<u8>) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    for &b in key {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b);
+        } else {
+            out.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn class_lists() {
+        assert_eq!(class_set(b"all", false), Some(u64::MAX & !1));
+        assert_eq!(class_set(b"hash", false), None);
+        assert_eq!(class_set(b"1,3", false), Some(0b1010));
+        assert_eq!(class_set(b",1,,", false), Some(0b10));
+        assert_eq!(class_set(b"01", false), Some(0b10));
+        assert_eq!(class_set(b"0", false), None);
+        assert_eq!(class_set(b"64", false), None);
+        assert_eq!(class_set(b"63", false), Some(1 << 63));
+        assert_eq!(class_set(b"1,x", false), None);
+        assert_eq!(class_set(b",", false), Some(0));
+    }
+
+    #[test]
+    fn uriencoding() {
+        let mut out = Vec::new();
+        uriencode(b"a-b.c_d~e/f:g h%", &mut out);
+        assert_eq!(out, b"a-b.c_d~e%2Ff%3Ag%20h%25");
+    }
+}
