@@ -73,6 +73,107 @@ pub struct KvArgs {
     /// Print the version (`duality-kv <version>`) and exit.
     #[arg(short = 'V', long = "version")]
     version: bool,
+    /// memcached's extended options, comma-separated (repeatable). Applied:
+    /// idle_timeout=SECONDS (close idle connections), lru_crawler /
+    /// no_lru_crawler (background sweep on/off), lru_crawler_sleep=N,
+    /// lru_crawler_tocrawl=N. Accepted and ignored (nothing to tune here):
+    /// modern, no_modern, hashpower=N, slab_reassign, slab_automove[=N],
+    /// lru_maintainer, no_lru_maintainer, maxconns_fast, no_maxconns_fast,
+    /// hash_algorithm=murmur3|jenkins|xxh3, tail_repair_time=N,
+    /// no_hashexpand. Any other option is refused (exit status 1).
+    #[arg(short = 'o', long = "extended", value_delimiter = ',', action = clap::ArgAction::Append)]
+    extended: Vec<String>,
+}
+
+/// What `-o` options change.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Extended {
+    idle_timeout: Option<Duration>,
+    lru_crawler: Option<bool>,
+    crawler_sleep: Option<u32>,
+    crawler_tocrawl: Option<u32>,
+}
+
+/// C's `atoi`: optional spaces and sign, then leading digits; 0 if none.
+fn atoi(s: &str) -> i64 {
+    let t = s.trim_start();
+    let (neg, t) = match t.as_bytes().first() {
+        Some(b'-') => (true, &t[1..]),
+        Some(b'+') => (false, &t[1..]),
+        _ => (false, t),
+    };
+    let digits: String = t.chars().take_while(|c| c.is_ascii_digit()).collect();
+    let v = digits.parse::<i64>().unwrap_or(if digits.is_empty() { 0 } else { i64::MAX });
+    if neg {
+        -v
+    } else {
+        v
+    }
+}
+
+/// Parses memcached's `-o` suboptions. `Err` holds the message memcached
+/// prints (for options it refuses) or says why duality kv refuses an option
+/// memcached knows but that has no meaning here.
+fn parse_extended(opts: &[String]) -> Result<Extended, String> {
+    let mut x = Extended::default();
+    for opt in opts.iter().filter(|o| !o.is_empty()) {
+        let (key, value) = match opt.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (opt.as_str(), None),
+        };
+        let numeric = |name: &str| {
+            value.ok_or_else(|| format!("Missing numeric argument for {name}"))
+        };
+        match key {
+            "modern" | "no_modern" | "slab_reassign" | "slab_automove" | "lru_maintainer"
+            | "no_lru_maintainer" | "maxconns_fast" | "no_maxconns_fast" | "no_hashexpand"
+            | "tail_repair_time" => {}
+            "hashpower" => {
+                let n = atoi(numeric("hashpower")?);
+                if n < 12 {
+                    return Err(format!("Initial hashtable multiplier of {n} is too low"));
+                }
+                if n > 64 {
+                    return Err(format!(
+                        "Initial hashtable multiplier of {n} is too high\n\
+                         Choose a value based on \"STAT hash_power_level\" from a running instance"
+                    ));
+                }
+            }
+            "hash_algorithm" => match value {
+                Some("murmur3" | "jenkins" | "xxh3") => {}
+                _ => return Err("Unknown hash_algorithm option (jenkins, murmur3, xxh3)".into()),
+            },
+            "lru_crawler" => x.lru_crawler = Some(true),
+            "no_lru_crawler" => x.lru_crawler = Some(false),
+            "lru_crawler_sleep" => {
+                let n = atoi(numeric("lru_crawler_sleep")?);
+                if !(0..=1_000_000).contains(&n) {
+                    return Err("LRU crawler sleep must be between 0 and 1 second".into());
+                }
+                x.crawler_sleep = Some(n as u32);
+            }
+            "lru_crawler_tocrawl" => {
+                let n = value.ok_or("Missing lru_crawler_tocrawl value")?;
+                x.crawler_tocrawl = Some(atoi(n).max(0) as u32);
+            }
+            "idle_timeout" => {
+                // memcached reads it with atoi: 0 (or junk) means never.
+                let n = atoi(numeric("idle_timeout")?);
+                x.idle_timeout = (n > 0).then(|| Duration::from_secs(n as u64));
+            }
+            "ext_path" | "ssl_chain_cert" | "ssl_key" | "track_sizes" | "slab_chunk_max"
+            | "temporary_ttl" | "watcher_logbuf_size" | "worker_logbuf_size"
+            | "read_buf_mem_limit" | "proxy_config" | "memory_file" | "hot_lru_pct"
+            | "warm_lru_pct" => {
+                return Err(format!(
+                    "-o {key}: not supported by duality kv (see the README's deviations from memcached)"
+                ));
+            }
+            _ => return Err(format!("Illegal suboption \"{opt}\"")),
+        }
+    }
+    Ok(x)
 }
 
 fn parse_size(s: &str) -> Result<usize, String> {
@@ -95,6 +196,14 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
         println!("duality-kv {}", env!("CARGO_PKG_VERSION"));
         return Ok(());
     }
+    let extended = match parse_extended(&a.extended) {
+        Ok(x) => x,
+        Err(message) => {
+            // memcached's words and exit status, without a prefix.
+            eprintln!("{message}");
+            std::process::exit(1);
+        }
+    };
     anyhow::ensure!(
         !a.daemon,
         "-d: run duality kv under a supervisor (systemd, runit); it does not daemonize"
@@ -135,9 +244,20 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
         requests_per_event: a
             .reqs_per_event
             .unwrap_or(KvConfig::default().requests_per_event),
+        idle_timeout: extended.idle_timeout,
         ..KvConfig::default()
     };
     let state = KvState::new(config)?;
+    let crawler = state.store.crawler();
+    if let Some(on) = extended.lru_crawler {
+        crawler.set_enabled(on);
+    }
+    if let Some(us) = extended.crawler_sleep {
+        crawler.set_sleep(us);
+    }
+    if let Some(n) = extended.crawler_tocrawl {
+        crawler.set_tocrawl(n);
+    }
     // Registered before the listeners open, so neither a signal nor the
     // `shutdown` command can arrive before the graceful path is in place.
     let mut signals = signal_hook::iterator::Signals::new([
@@ -206,7 +326,34 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_size;
+    use super::{parse_extended, parse_size, Extended};
+    use std::time::Duration;
+
+    fn ext(opts: &[&str]) -> Result<Extended, String> {
+        parse_extended(&opts.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn extended_options() {
+        assert_eq!(ext(&["modern", "hashpower=20", "", "slab_reassign"]), Ok(Extended::default()));
+        let x = ext(&["idle_timeout=5", "no_lru_crawler", "lru_crawler_sleep=50"]).unwrap();
+        assert_eq!(x.idle_timeout, Some(Duration::from_secs(5)));
+        assert_eq!(x.lru_crawler, Some(false));
+        assert_eq!(x.crawler_sleep, Some(50));
+        assert_eq!(ext(&["idle_timeout=x"]).unwrap().idle_timeout, None);
+        assert_eq!(ext(&["bogus"]), Err("Illegal suboption \"bogus\"".into()));
+        assert_eq!(ext(&["bogus=1"]), Err("Illegal suboption \"bogus=1\"".into()));
+        assert_eq!(
+            ext(&["hashpower=x"]),
+            Err("Initial hashtable multiplier of 0 is too low".into())
+        );
+        assert!(ext(&["hashpower=70"]).unwrap_err().contains("is too high"));
+        assert_eq!(
+            ext(&["hashpower"]),
+            Err("Missing numeric argument for hashpower".into())
+        );
+        assert!(ext(&["ext_path=/tmp/x:1g"]).unwrap_err().contains("not supported"));
+    }
 
     #[test]
     fn sizes() {

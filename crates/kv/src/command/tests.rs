@@ -301,7 +301,7 @@ fn misc_commands() {
     s.check("cache_memlimit x\r\n", "ERROR\r\n");
     s.check("cache_memlimit 100 noreply\r\n", "");
     s.check("bogus\r\n", "ERROR\r\n");
-    s.check("\r\n", "CLIENT_ERROR bad command line format\r\n");
+    s.check("\r\n", "ERROR\r\n");
     s.check("mn\r\n", "MN\r\n");
     let (out, closed) = s.feed(b"quit\r\nversion\r\n");
     assert!(out.is_empty() && closed);
@@ -312,17 +312,19 @@ fn errors_keep_the_stream_in_sync() {
     let s = Server::new();
     s.check(
         "set k 0 0 3\r\nabcde\r\nget k\r\n",
-        // memcached skips exactly <bytes> + 2: the stray "e" is a bad line.
-        "CLIENT_ERROR bad data chunk\r\nCLIENT_ERROR bad command line format\r\nEND\r\n",
+        // memcached skips exactly <bytes> + 2: the empty line left is an
+        // unknown command.
+        "CLIENT_ERROR bad data chunk\r\nERROR\r\nEND\r\n",
     );
     s.check(
         "set k 0 0 3\r\nabc\r\nget k\r\n",
         "STORED\r\nVALUE k 0 3\r\nabc\r\nEND\r\n",
     );
-    // A malformed storage line swallows its data block.
+    // A malformed storage line drops the line only, as memcached does: its
+    // data block is read as a command.
     s.check(
         "set k x 0 3\r\nabc\r\nget k\r\n",
-        "CLIENT_ERROR bad command line format\r\nVALUE k 0 3\r\nabc\r\nEND\r\n",
+        "CLIENT_ERROR bad command line format\r\nERROR\r\nVALUE k 0 3\r\nabc\r\nEND\r\n",
     );
     s.check(
         "get\r\nget k\r\n",
@@ -474,15 +476,24 @@ fn stats_groups() {
     s.run("set a 0 0 1\r\na\r\n");
     assert_eq!(
         stats_with(&s.store, "stats settings\r\n"),
-        "STAT maxbytes 1048576\r\nSTAT evictions on\r\nSTAT cas_enabled yes\r\nSTAT item_size_max 1048576\r\nEND\r\n"
+        "STAT maxbytes 1048576\r\nSTAT evictions on\r\nSTAT cas_enabled yes\r\n\
+         STAT stat_key_prefix :\r\nSTAT detail_enabled no\r\nSTAT lru_crawler yes\r\n\
+         STAT lru_crawler_sleep 100\r\nSTAT lru_crawler_tocrawl 0\r\n\
+         STAT item_size_max 1048576\r\nEND\r\n"
     );
-    assert!(stats_with(&s.store, "stats items\r\n").starts_with("STAT items:1:number 1\r\n"));
-    assert_eq!(
-        stats_with(&s.store, "stats slabs\r\n"),
-        format!(
-            "STAT active_slabs 1\r\nSTAT total_malloced {}\r\nEND\r\n",
+    // "a" + "a" + 96 = 98 bytes: class 2 (chunks of 120).
+    assert!(stats_with(&s.store, "stats items\r\n").starts_with("STAT items:2:number 1\r\n"));
+    let slabs = stats_with(&s.store, "stats slabs\r\n");
+    assert!(
+        slabs.starts_with("STAT 2:chunk_size 120\r\nSTAT 2:chunks_per_page 8738\r\nSTAT 2:total_pages 1\r\n"),
+        "{slabs}"
+    );
+    assert!(
+        slabs.ends_with(&format!(
+            "STAT 2:touch_hits 0\r\nSTAT active_slabs 1\r\nSTAT total_malloced {}\r\nEND\r\n",
             2 + crate::ITEM_OVERHEAD
-        )
+        )),
+        "{slabs}"
     );
     assert_eq!(
         stats_with(&s.store, "stats duality\r\n"),
@@ -490,11 +501,153 @@ fn stats_groups() {
     );
     assert_eq!(stats_with(&s.store, "stats bogus\r\n"), "ERROR\r\n");
     s.check("stats duality\r\n", "ERROR\r\n");
-    s.check("stats items\r\n", "STAT items:1:number 1\r\nSTAT items:1:evicted 0\r\nSTAT items:1:evicted_unfetched 0\r\nSTAT items:1:expired_unfetched 0\r\nSTAT items:1:reclaimed 0\r\nEND\r\n");
+    s.check("stats sizes\r\n", "STAT sizes_status disabled\r\nEND\r\n");
     s.check("stats reset\r\n", "RESET\r\n");
     assert_eq!(s.stats().cmd_set, 0);
     let out = s.run("stats\r\n");
     assert!(out.contains("STAT pid ") && out.ends_with("STAT reclaimed 0\r\nEND\r\n"));
+}
+
+#[test]
+fn per_class_items_and_slabs() {
+    let s = Server::new();
+    // 1 + 10 + 96 = 107 bytes: class 2; 1 + 100 + 96 = 197: class 5 (240).
+    s.run(&format!(
+        "set a 0 0 10\r\nabcdefghij\r\nset b 0 100 100\r\n{}\r\n",
+        "x".repeat(100)
+    ));
+    s.run("get a\r\nget a\r\ndelete b\r\nincr a 1\r\n");
+    let items = parse_stat_lines(&s.run("stats items\r\n"));
+    assert_eq!(items["items:2:number"], "1");
+    assert_eq!(items["items:2:mem_requested"], "107");
+    assert_eq!(items["items:2:hits_to_cold"], "2");
+    assert_eq!(items["items:2:age"], "0");
+    assert!(!items.contains_key("items:5:number"), "no items left in class 5");
+    let slabs = parse_stat_lines(&s.run("stats slabs\r\n"));
+    assert_eq!(slabs["2:get_hits"], "2");
+    assert_eq!(slabs["2:incr_hits"], "0", "not a number: no hit");
+    assert_eq!(slabs["2:used_chunks"], "1");
+    assert_eq!(slabs["2:free_chunks"], "8737");
+    assert_eq!(slabs["5:delete_hits"], "1");
+    assert_eq!(slabs["5:used_chunks"], "0");
+    assert_eq!(slabs["5:cmd_set"], "1");
+    assert_eq!(slabs["active_slabs"], "2");
+}
+
+#[test]
+fn stats_detail_and_cachedump() {
+    let s = Server::new();
+    s.check("stats detail\r\n", "CLIENT_ERROR usage: stats detail on|off|dump\r\n");
+    s.check("stats detail x\r\n", "CLIENT_ERROR usage: stats detail on|off|dump\r\n");
+    s.check("stats detail on\r\n", "OK\r\n");
+    s.run("set a:1 0 0 1\r\nx\r\nget a:1 a:2 plain\r\ndelete a:1\r\ntouch a:1 0\r\n");
+    s.check("stats detail off\r\n", "OK\r\n");
+    s.run("get a:1\r\n");
+    s.check(
+        "stats detail dump\r\n",
+        "PREFIX a get 2 hit 1 set 1 del 1\r\nEND\r\n",
+    );
+    s.run("set k 0 0 2\r\nhi\r\nset e 0 100 1\r\nx\r\n");
+    // "k" + "hi" + 96 = 99 bytes and "e" + "x" + 96 = 98: class 2.
+    let dump = s.run("stats cachedump 2 0\r\n");
+    let mut lines: Vec<&str> = dump.split("\r\n").collect();
+    lines.sort_unstable();
+    assert_eq!(
+        lines,
+        ["", "END", &format!("ITEM e [1 b; {} s]", NOW + 100), "ITEM k [2 b; 0 s]"]
+    );
+    assert_eq!(s.run("stats cachedump 2 1\r\n").matches("ITEM ").count(), 1);
+    s.check("stats cachedump 3 0\r\n", "END\r\n");
+    s.check("stats cachedump 2\r\n", "CLIENT_ERROR bad command line\r\n");
+    s.check("stats cachedump x 1\r\n", "CLIENT_ERROR bad command line format\r\n");
+    s.check("stats cachedump 64 1\r\n", "CLIENT_ERROR Illegal slab id\r\n");
+    s.check("stats reset\r\n", "RESET\r\n");
+    s.check("stats detail dump\r\n", "END\r\n");
+}
+
+#[test]
+fn lru_crawler_commands() {
+    let mut s = Server::new();
+    s.run("set k 0 0 2\r\nhi\r\nset e 0 10 1\r\nx\r\nset a/b 3 0 1\r\ny\r\nget k\r\n");
+    let dump = s.run("lru_crawler metadump all\r\n");
+    assert!(dump.ends_with("\nEND\r\n"), "{dump}");
+    let mut lines: Vec<&str> = dump.trim_end_matches("END\r\n").lines().collect();
+    lines.sort_unstable();
+    assert_eq!(
+        lines,
+        [
+            format!("key=a%2Fb exp=-1 la={NOW} cas=3 fetch=no cls=2 size=100"),
+            format!("key=e exp={} la={NOW} cas=2 fetch=no cls=2 size=98", NOW + 10),
+            format!("key=k exp=-1 la={NOW} cas=1 fetch=yes cls=2 size=99"),
+        ]
+    );
+    s.check("lru_crawler metadump 3\r\n", "END\r\n");
+    s.check("lru_crawler metadump 0\r\n", "BADCLASS invalid class id\r\n");
+    s.now += 20;
+    s.check("lru_crawler crawl 2\r\n", "OK\r\n");
+    assert_eq!(s.stats().reclaimed, 1);
+    let items = parse_stat_lines(&s.run("stats items\r\n"));
+    assert_eq!(items["items:2:crawler_reclaimed"], "1");
+    assert_eq!(items["items:2:crawler_items_checked"], "3");
+    for (req, want) in [
+        ("lru_crawler crawl all\r\n", "OK\r\n"),
+        ("lru_crawler crawl 1,63\r\n", "OK\r\n"),
+        ("lru_crawler crawl 64\r\n", "BADCLASS invalid class id\r\n"),
+        ("lru_crawler crawl\r\n", "ERROR\r\n"),
+        ("lru_crawler crawl all x\r\n", "ERROR\r\n"),
+        ("lru_crawler\r\n", "ERROR\r\n"),
+        ("lru_crawler bogus\r\n", "ERROR\r\n"),
+        ("lru_crawler enable\r\n", "ERROR failed to start lru crawler thread\r\n"),
+        ("lru_crawler disable\r\n", "OK\r\n"),
+        ("lru_crawler crawl all\r\n", "CLIENT_ERROR lru crawler disabled\r\n"),
+        ("lru_crawler metadump all\r\n", "CLIENT_ERROR lru crawler disabled\r\n"),
+        ("lru_crawler enable\r\n", "OK\r\n"),
+        ("lru_crawler sleep 1000000\r\n", "OK\r\n"),
+        ("lru_crawler sleep 1000001\r\n", "CLIENT_ERROR sleep must be one second or less\r\n"),
+        ("lru_crawler sleep x\r\n", "CLIENT_ERROR bad command line format\r\n"),
+        ("lru_crawler tocrawl 5\r\n", "OK\r\n"),
+        ("lru_crawler tocrawl -1\r\n", "CLIENT_ERROR bad command line format\r\n"),
+        ("lru_crawler tocrawl 1 2\r\n", "ERROR\r\n"),
+    ] {
+        s.check(req, want);
+    }
+    let settings = parse_stat_lines(&s.run("stats settings\r\n"));
+    assert_eq!(settings["lru_crawler_sleep"], "1000000");
+    assert_eq!(settings["lru_crawler_tocrawl"], "5");
+}
+
+#[test]
+fn memory_limit_lowered_evicts_at_once() {
+    let s = Server::new();
+    for i in 0..400 {
+        s.run(&format!("set k{i} 0 0 1000\r\n{}\r\n", "x".repeat(1000)));
+    }
+    let before = s.stats();
+    assert!(before.bytes > 300_000, "{before:?}");
+    assert_eq!(s.store.set_max_bytes(200_000, 2048, s.now), 200_000);
+    let after = s.stats();
+    assert_eq!(after.limit_maxbytes, 200_000);
+    assert!(after.bytes <= 200_000, "{after:?}");
+    assert!(after.evictions > before.evictions);
+    s.store.check();
+    // Never below one largest item per shard.
+    assert_eq!(s.store.set_max_bytes(1, 2048, s.now), 4 * 2048);
+    s.store.check();
+    // Raised again: room for more.
+    s.store.set_max_bytes(1 << 20, 2048, s.now);
+    s.check(
+        &format!("set big 0 0 1000\r\n{}\r\n", "y".repeat(1000)),
+        "STORED\r\n",
+    );
+}
+
+/// `STAT name value` lines → map.
+fn parse_stat_lines(out: &str) -> std::collections::HashMap<String, String> {
+    out.lines()
+        .filter_map(|l| l.strip_prefix("STAT "))
+        .filter_map(|l| l.split_once(' '))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 // ---- meta commands --------------------------------------------------------

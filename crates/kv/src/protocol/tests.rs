@@ -153,24 +153,40 @@ fn storage_waits_for_the_data_block() {
 
 #[test]
 fn storage_errors() {
-    // Unknown length: only the line can be skipped.
-    assert_eq!(err(b"set k 0 0\r\n"), client(BAD_FORMAT, 11));
+    // A token count memcached does not take: ERROR.
+    let unknown = |consumed| ParseError::UnknownCommand {
+        consumed,
+        noreply: false,
+    };
+    assert_eq!(err(b"set k 0 0\r\n"), unknown(11));
+    assert_eq!(err(b"set\r\n"), unknown(5));
+    assert_eq!(err(b"cas k 0 0 1\r\n"), unknown(13));
+    assert_eq!(err(b"set k 0 0 1 noreply x\r\n"), unknown(23));
+    assert_eq!(err(b"cas k 0 0 1 2 noreply x\r\n"), unknown(25));
+    // A bad line: only the line is dropped, as memcached does (the data
+    // block is then read as commands).
     assert_eq!(err(b"set k 0 0 -1\r\n"), client(BAD_FORMAT, 14));
     assert_eq!(err(b"set k 0 0 x\r\n"), client(BAD_FORMAT, 13));
-    assert_eq!(err(b"cas k 0 0 1\r\n"), client(BAD_FORMAT, 13));
-    // Known length: the data block is swallowed too, before it arrives.
-    assert_eq!(err(b"set k x 0 3\r\n"), client(BAD_FORMAT, 13 + 5));
-    assert_eq!(err(b"set k 0 x 3\r\n"), client(BAD_FORMAT, 13 + 5));
-    assert_eq!(err(b"set k 4294967296 0 3\r\n"), client(BAD_FORMAT, 22 + 5));
-    assert_eq!(err(b"cas k 0 0 3 x\r\n"), client(BAD_FORMAT, 15 + 5));
+    assert_eq!(err(b"set k x 0 3\r\n"), client(BAD_FORMAT, 13));
+    assert_eq!(err(b"set k 0 x 3\r\n"), client(BAD_FORMAT, 13));
+    assert_eq!(err(b"set k 4294967296 0 3\r\n"), client(BAD_FORMAT, 22));
+    assert_eq!(err(b"cas k 0 0 3 x\r\n"), client(BAD_FORMAT, 15));
     let long = format!("set {} 0 0 1\r\n", "k".repeat(251));
-    assert_eq!(err(long.as_bytes()), client(BAD_FORMAT, long.len() + 3));
-    // noreply silences errors found after it is known.
+    assert_eq!(err(long.as_bytes()), client(BAD_FORMAT, long.len()));
+    // noreply (the last token) silences them.
     assert_eq!(
         err(b"set k x 0 3 noreply\r\n"),
         ParseError::Client {
             message: BAD_FORMAT,
-            consumed: 21 + 5,
+            consumed: 21,
+            noreply: true
+        }
+    );
+    assert_eq!(
+        err(b"set k 0 0 noreply\r\n"),
+        ParseError::Client {
+            message: BAD_FORMAT,
+            consumed: 19,
             noreply: true
         }
     );
@@ -442,9 +458,16 @@ fn unknown_and_malformed_lines() {
             noreply: false
         }
     );
-    assert_eq!(err(b"\r\n"), client(BAD_FORMAT, 2));
-    assert_eq!(err(b"\n"), client(BAD_FORMAT, 1));
-    assert_eq!(err(b"g\r\n"), client(BAD_FORMAT, 3));
+    // Short lines are unknown commands, as for memcached.
+    for (line, consumed) in [(&b"\r\n"[..], 2), (b"\n", 1), (b"g\r\n", 3), (b"x\n", 2)] {
+        assert_eq!(
+            err(line),
+            ParseError::UnknownCommand {
+                consumed,
+                noreply: false
+            }
+        );
+    }
     assert_eq!(err(b""), ParseError::Incomplete);
 }
 
