@@ -103,7 +103,9 @@ fn atoi(s: &str) -> i64 {
         _ => (false, t),
     };
     let digits: String = t.chars().take_while(|c| c.is_ascii_digit()).collect();
-    let v = digits.parse::<i64>().unwrap_or(if digits.is_empty() { 0 } else { i64::MAX });
+    let v = digits
+        .parse::<i64>()
+        .unwrap_or(if digits.is_empty() { 0 } else { i64::MAX });
     if neg {
         -v
     } else {
@@ -121,9 +123,8 @@ fn parse_extended(opts: &[String]) -> Result<Extended, String> {
             Some((k, v)) => (k, Some(v)),
             None => (opt.as_str(), None),
         };
-        let numeric = |name: &str| {
-            value.ok_or_else(|| format!("Missing numeric argument for {name}"))
-        };
+        let numeric =
+            |name: &str| value.ok_or_else(|| format!("Missing numeric argument for {name}"));
         match key {
             "modern" | "no_modern" | "slab_reassign" | "slab_automove" | "lru_maintainer"
             | "no_lru_maintainer" | "maxconns_fast" | "no_maxconns_fast" | "no_hashexpand"
@@ -162,9 +163,18 @@ fn parse_extended(opts: &[String]) -> Result<Extended, String> {
                 let n = atoi(numeric("idle_timeout")?);
                 x.idle_timeout = (n > 0).then(|| Duration::from_secs(n as u64));
             }
-            "ext_path" | "ssl_chain_cert" | "ssl_key" | "track_sizes" | "slab_chunk_max"
-            | "temporary_ttl" | "watcher_logbuf_size" | "worker_logbuf_size"
-            | "read_buf_mem_limit" | "proxy_config" | "memory_file" | "hot_lru_pct"
+            "ext_path"
+            | "ssl_chain_cert"
+            | "ssl_key"
+            | "track_sizes"
+            | "slab_chunk_max"
+            | "temporary_ttl"
+            | "watcher_logbuf_size"
+            | "worker_logbuf_size"
+            | "read_buf_mem_limit"
+            | "proxy_config"
+            | "memory_file"
+            | "hot_lru_pct"
             | "warm_lru_pct" => {
                 return Err(format!(
                     "-o {key}: not supported by duality kv (see the README's deviations from memcached)"
@@ -335,14 +345,20 @@ mod tests {
 
     #[test]
     fn extended_options() {
-        assert_eq!(ext(&["modern", "hashpower=20", "", "slab_reassign"]), Ok(Extended::default()));
+        assert_eq!(
+            ext(&["modern", "hashpower=20", "", "slab_reassign"]),
+            Ok(Extended::default())
+        );
         let x = ext(&["idle_timeout=5", "no_lru_crawler", "lru_crawler_sleep=50"]).unwrap();
         assert_eq!(x.idle_timeout, Some(Duration::from_secs(5)));
         assert_eq!(x.lru_crawler, Some(false));
         assert_eq!(x.crawler_sleep, Some(50));
         assert_eq!(ext(&["idle_timeout=x"]).unwrap().idle_timeout, None);
         assert_eq!(ext(&["bogus"]), Err("Illegal suboption \"bogus\"".into()));
-        assert_eq!(ext(&["bogus=1"]), Err("Illegal suboption \"bogus=1\"".into()));
+        assert_eq!(
+            ext(&["bogus=1"]),
+            Err("Illegal suboption \"bogus=1\"".into())
+        );
         assert_eq!(
             ext(&["hashpower=x"]),
             Err("Initial hashtable multiplier of 0 is too low".into())
@@ -352,7 +368,9 @@ mod tests {
             ext(&["hashpower"]),
             Err("Missing numeric argument for hashpower".into())
         );
-        assert!(ext(&["ext_path=/tmp/x:1g"]).unwrap_err().contains("not supported"));
+        assert!(ext(&["ext_path=/tmp/x:1g"])
+            .unwrap_err()
+            .contains("not supported"));
     }
 
     #[test]

@@ -24,7 +24,7 @@ use crate::{
 };
 use duality_models::{Conn, DriverConfig, Parsed, Payload, Protocol, StatsHandle};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -102,9 +102,16 @@ struct ConnInfo {
     listen_addr: String,
     /// Unix time of the last request (or of the accept).
     last_cmd: AtomicU32,
-    /// A request of this connection is executing.
-    busy: AtomicBool,
+    /// `CONN_NEW`, `CONN_READ` or `CONN_BUSY`.
+    state: AtomicU8,
 }
+
+/// No request yet (memcached: `conn_new_cmd`).
+const CONN_NEW: u8 = 0;
+/// Waiting for the next request (memcached: `conn_read`).
+const CONN_READ: u8 = 1;
+/// A request is executing (memcached: `conn_parse_cmd`).
+const CONN_BUSY: u8 = 2;
 
 /// Removes a connection from the table when its future ends or is dropped.
 struct ConnGuard {
@@ -213,17 +220,18 @@ impl KvState {
     /// `:secs_since_last_cmd` per open connection, by descriptor as
     /// memcached numbers them (listening sockets are not listed). `state` is
     /// `conn_parse_cmd` while a request of the connection executes (the
-    /// asking one's), `conn_waiting` otherwise.
+    /// asking one's), `conn_read` between requests, `conn_new_cmd` before the
+    /// first (memcached's words for these states).
     fn write_conns(&self, now: Time, out: &mut Vec<u8>) {
         let conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
         for c in conns.values() {
             let fd = c.fd;
             crate::write_stat(out, &format!("{fd}:addr"), &c.addr);
             crate::write_stat(out, &format!("{fd}:listen_addr"), &c.listen_addr);
-            let state = if c.busy.load(Relaxed) {
-                "conn_parse_cmd"
-            } else {
-                "conn_waiting"
+            let state = match c.state.load(Relaxed) {
+                CONN_NEW => "conn_new_cmd",
+                CONN_READ => "conn_read",
+                _ => "conn_parse_cmd",
             };
             crate::write_stat(out, &format!("{fd}:state"), state);
             let idle = now.saturating_sub(c.last_cmd.load(Relaxed));
@@ -480,7 +488,7 @@ impl Protocol for KvProtocol {
         let ctx = st.ctx();
         if let Some(c) = conn {
             c.last_cmd.store(ctx.now, Relaxed);
-            c.busy.store(true, Relaxed);
+            c.state.store(CONN_BUSY, Relaxed);
         }
         let flow = match req {
             KvRequest::Text(Ok(r)) => execute(&r, &st.store, &ctx, out),
@@ -489,7 +497,7 @@ impl Protocol for KvProtocol {
             KvRequest::Binary(Err(e)) => execute_binary_error(&e, &st.store, &ctx, out),
         };
         if let Some(c) = conn {
-            c.busy.store(false, Relaxed);
+            c.state.store(CONN_READ, Relaxed);
         }
         match flow {
             Flow::Continue => duality_models::Flow::Continue,
@@ -567,13 +575,15 @@ pub fn serve_conn(
         idle_timeout: state.config.idle_timeout,
         ..DriverConfig::default()
     };
-    let fmt = |a: Option<std::net::SocketAddr>| a.map_or_else(|| "unix:".to_string(), |a| format!("tcp:{a}"));
+    let fmt = |a: Option<std::net::SocketAddr>| {
+        a.map_or_else(|| "unix:".to_string(), |a| format!("tcp:{a}"))
+    };
     let info = Arc::new(ConnInfo {
         fd: conn.as_raw_fd(),
         addr: fmt(conn.peer_addr()),
         listen_addr: fmt(conn.local_addr()),
         last_cmd: AtomicU32::new(unix_now() as Time),
-        busy: AtomicBool::new(false),
+        state: AtomicU8::new(CONN_NEW),
     });
     state
         .conns
@@ -584,7 +594,12 @@ pub fn serve_conn(
         state: state.clone(),
         info: info.clone(),
     };
-    let drive = duality_models::drive(conn, payload, Arc::new(KvProtocol(state, Some(info))), config);
+    let drive = duality_models::drive(
+        conn,
+        payload,
+        Arc::new(KvProtocol(state, Some(info))),
+        config,
+    );
     async move {
         let _guard = guard;
         drive.await

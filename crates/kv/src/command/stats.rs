@@ -282,12 +282,7 @@ fn cachedump(store: &Store, now: Time, args: Tokens<'_>, out: &mut Vec<u8>) {
         let line_start = out.len();
         out.extend_from_slice(b"ITEM ");
         out.extend_from_slice(item.key);
-        let _ = write!(
-            out,
-            " [{} b; {} s]\r\n",
-            item.value.len(),
-            item.exptime
-        );
+        let _ = write!(out, " [{} b; {} s]\r\n", item.value.len(), item.exptime);
         if out.len() - start + 6 > CACHEDUMP_MAX {
             out.truncate(line_start);
             return false;

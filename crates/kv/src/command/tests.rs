@@ -485,7 +485,9 @@ fn stats_groups() {
     assert!(stats_with(&s.store, "stats items\r\n").starts_with("STAT items:2:number 1\r\n"));
     let slabs = stats_with(&s.store, "stats slabs\r\n");
     assert!(
-        slabs.starts_with("STAT 2:chunk_size 120\r\nSTAT 2:chunks_per_page 8738\r\nSTAT 2:total_pages 1\r\n"),
+        slabs.starts_with(
+            "STAT 2:chunk_size 120\r\nSTAT 2:chunks_per_page 8738\r\nSTAT 2:total_pages 1\r\n"
+        ),
         "{slabs}"
     );
     assert!(
@@ -522,7 +524,10 @@ fn per_class_items_and_slabs() {
     assert_eq!(items["items:2:mem_requested"], "107");
     assert_eq!(items["items:2:hits_to_cold"], "2");
     assert_eq!(items["items:2:age"], "0");
-    assert!(!items.contains_key("items:5:number"), "no items left in class 5");
+    assert!(
+        !items.contains_key("items:5:number"),
+        "no items left in class 5"
+    );
     let slabs = parse_stat_lines(&s.run("stats slabs\r\n"));
     assert_eq!(slabs["2:get_hits"], "2");
     assert_eq!(slabs["2:incr_hits"], "0", "not a number: no hit");
@@ -537,8 +542,14 @@ fn per_class_items_and_slabs() {
 #[test]
 fn stats_detail_and_cachedump() {
     let s = Server::new();
-    s.check("stats detail\r\n", "CLIENT_ERROR usage: stats detail on|off|dump\r\n");
-    s.check("stats detail x\r\n", "CLIENT_ERROR usage: stats detail on|off|dump\r\n");
+    s.check(
+        "stats detail\r\n",
+        "CLIENT_ERROR usage: stats detail on|off|dump\r\n",
+    );
+    s.check(
+        "stats detail x\r\n",
+        "CLIENT_ERROR usage: stats detail on|off|dump\r\n",
+    );
     s.check("stats detail on\r\n", "OK\r\n");
     s.run("set a:1 0 0 1\r\nx\r\nget a:1 a:2 plain\r\ndelete a:1\r\ntouch a:1 0\r\n");
     s.check("stats detail off\r\n", "OK\r\n");
@@ -554,13 +565,24 @@ fn stats_detail_and_cachedump() {
     lines.sort_unstable();
     assert_eq!(
         lines,
-        ["", "END", &format!("ITEM e [1 b; {} s]", NOW + 100), "ITEM k [2 b; 0 s]"]
+        [
+            "",
+            "END",
+            &format!("ITEM e [1 b; {} s]", NOW + 100),
+            "ITEM k [2 b; 0 s]"
+        ]
     );
     assert_eq!(s.run("stats cachedump 2 1\r\n").matches("ITEM ").count(), 1);
     s.check("stats cachedump 3 0\r\n", "END\r\n");
     s.check("stats cachedump 2\r\n", "CLIENT_ERROR bad command line\r\n");
-    s.check("stats cachedump x 1\r\n", "CLIENT_ERROR bad command line format\r\n");
-    s.check("stats cachedump 64 1\r\n", "CLIENT_ERROR Illegal slab id\r\n");
+    s.check(
+        "stats cachedump x 1\r\n",
+        "CLIENT_ERROR bad command line format\r\n",
+    );
+    s.check(
+        "stats cachedump 64 1\r\n",
+        "CLIENT_ERROR Illegal slab id\r\n",
+    );
     s.check("stats reset\r\n", "RESET\r\n");
     s.check("stats detail dump\r\n", "END\r\n");
 }
@@ -577,12 +599,18 @@ fn lru_crawler_commands() {
         lines,
         [
             format!("key=a%2Fb exp=-1 la={NOW} cas=3 fetch=no cls=2 size=100"),
-            format!("key=e exp={} la={NOW} cas=2 fetch=no cls=2 size=98", NOW + 10),
+            format!(
+                "key=e exp={} la={NOW} cas=2 fetch=no cls=2 size=98",
+                NOW + 10
+            ),
             format!("key=k exp=-1 la={NOW} cas=1 fetch=yes cls=2 size=99"),
         ]
     );
     s.check("lru_crawler metadump 3\r\n", "END\r\n");
-    s.check("lru_crawler metadump 0\r\n", "BADCLASS invalid class id\r\n");
+    s.check(
+        "lru_crawler metadump 0\r\n",
+        "BADCLASS invalid class id\r\n",
+    );
     s.now += 20;
     s.check("lru_crawler crawl 2\r\n", "OK\r\n");
     assert_eq!(s.stats().reclaimed, 1);
@@ -597,16 +625,34 @@ fn lru_crawler_commands() {
         ("lru_crawler crawl all x\r\n", "ERROR\r\n"),
         ("lru_crawler\r\n", "ERROR\r\n"),
         ("lru_crawler bogus\r\n", "ERROR\r\n"),
-        ("lru_crawler enable\r\n", "ERROR failed to start lru crawler thread\r\n"),
+        (
+            "lru_crawler enable\r\n",
+            "ERROR failed to start lru crawler thread\r\n",
+        ),
         ("lru_crawler disable\r\n", "OK\r\n"),
-        ("lru_crawler crawl all\r\n", "CLIENT_ERROR lru crawler disabled\r\n"),
-        ("lru_crawler metadump all\r\n", "CLIENT_ERROR lru crawler disabled\r\n"),
+        (
+            "lru_crawler crawl all\r\n",
+            "CLIENT_ERROR lru crawler disabled\r\n",
+        ),
+        (
+            "lru_crawler metadump all\r\n",
+            "CLIENT_ERROR lru crawler disabled\r\n",
+        ),
         ("lru_crawler enable\r\n", "OK\r\n"),
         ("lru_crawler sleep 1000000\r\n", "OK\r\n"),
-        ("lru_crawler sleep 1000001\r\n", "CLIENT_ERROR sleep must be one second or less\r\n"),
-        ("lru_crawler sleep x\r\n", "CLIENT_ERROR bad command line format\r\n"),
+        (
+            "lru_crawler sleep 1000001\r\n",
+            "CLIENT_ERROR sleep must be one second or less\r\n",
+        ),
+        (
+            "lru_crawler sleep x\r\n",
+            "CLIENT_ERROR bad command line format\r\n",
+        ),
         ("lru_crawler tocrawl 5\r\n", "OK\r\n"),
-        ("lru_crawler tocrawl -1\r\n", "CLIENT_ERROR bad command line format\r\n"),
+        (
+            "lru_crawler tocrawl -1\r\n",
+            "CLIENT_ERROR bad command line format\r\n",
+        ),
         ("lru_crawler tocrawl 1 2\r\n", "ERROR\r\n"),
     ] {
         s.check(req, want);

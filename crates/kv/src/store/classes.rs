@@ -52,7 +52,10 @@ const fn ladder() -> [usize; CLASSES] {
 /// The class (1..=[`CLASSES`]) of an item charged `charge` bytes.
 #[inline]
 pub fn class_of(charge: usize) -> usize {
-    CHUNK_SIZES.partition_point(|&c| c < charge).min(CLASSES - 1) + 1
+    CHUNK_SIZES
+        .partition_point(|&c| c < charge)
+        .min(CLASSES - 1)
+        + 1
 }
 
 /// The chunk size of class `id` (1..=[`CLASSES`]).
@@ -217,8 +220,8 @@ mod tests {
         // `memcached -vv` (1.6.18, defaults) prints these chunk sizes.
         let want = [
             96, 120, 152, 192, 240, 304, 384, 480, 600, 752, 944, 1184, 1480, 1856, 2320, 2904,
-            3632, 4544, 5680, 7104, 8880, 11104, 13880, 17352, 21696, 27120, 33904, 42384,
-            52984, 66232, 82792, 103496, 129376, 161720, 202152, 252696, 315872, 394840, 524288,
+            3632, 4544, 5680, 7104, 8880, 11104, 13880, 17352, 21696, 27120, 33904, 42384, 52984,
+            66232, 82792, 103496, 129376, 161720, 202152, 252696, 315872, 394840, 524288,
         ];
         assert_eq!(CHUNK_SIZES, want);
         assert_eq!(chunks_per_page(1), 10922);

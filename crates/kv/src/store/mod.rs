@@ -466,7 +466,13 @@ impl Store {
         }
         let ages: Vec<u64> = oldest
             .iter()
-            .map(|&t| if t == Time::MAX { 0 } else { now.saturating_sub(t).into() })
+            .map(|&t| {
+                if t == Time::MAX {
+                    0
+                } else {
+                    now.saturating_sub(t).into()
+                }
+            })
             .collect();
         classes::snapshot(&sums, &ages)
     }

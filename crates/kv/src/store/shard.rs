@@ -322,7 +322,9 @@ impl Shard {
         stats.set(Counter::CurrItems, self.table.len() as u64);
         let class = class_of(charge);
         stats.classes.add(class, ClassCounter::Number, 1);
-        stats.classes.add(class, ClassCounter::MemRequested, charge as i64);
+        stats
+            .classes
+            .add(class, ClassCounter::MemRequested, charge as i64);
         stats.classes.add(class, ClassCounter::CmdSet, 1);
         i
     }
@@ -341,7 +343,9 @@ impl Shard {
         self.bytes -= charge;
         let class = class_of(charge);
         stats.classes.add(class, ClassCounter::Number, -1);
-        stats.classes.add(class, ClassCounter::MemRequested, -(charge as i64));
+        stats
+            .classes
+            .add(class, ClassCounter::MemRequested, -(charge as i64));
         *self.slot_mut(i) = Slot::free();
         self.free_push(i);
         stats.set(Counter::Bytes, self.bytes as u64);
@@ -388,7 +392,9 @@ impl Shard {
                         stats.classes.add(class, ClassCounter::EvictedNonzero, 1);
                     }
                     let age = now.saturating_sub(s.atime);
-                    stats.classes.set(class, ClassCounter::EvictedTime, age.into());
+                    stats
+                        .classes
+                        .set(class, ClassCounter::EvictedTime, age.into());
                     if !s.has(FETCHED) {
                         stats.bump(Counter::EvictedUnfetched);
                         stats.classes.add(class, ClassCounter::EvictedUnfetched, 1);
@@ -426,7 +432,9 @@ impl Shard {
                 if classes & (1 << class) == 0 {
                     continue;
                 }
-                stats.classes.add(class, ClassCounter::CrawlerItemsChecked, 1);
+                stats
+                    .classes
+                    .add(class, ClassCounter::CrawlerItemsChecked, 1);
                 let state = self.state(i, now, flush);
                 if state != Lookup::Hit {
                     stats.classes.add(class, ClassCounter::CrawlerReclaimed, 1);
