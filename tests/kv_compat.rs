@@ -362,7 +362,7 @@ fn cache_memlimit_floor() {
     assert!(kv.wait_stderr("cache_memlimit 8: applied", Duration::from_secs(5)));
     // The largest item still fits.
     let mut req = b"set big 0 0 1048576\r\n".to_vec();
-    req.extend(std::iter::repeat(b'b').take(1 << 20));
+    req.extend(std::iter::repeat_n(b'b', 1 << 20));
     req.extend_from_slice(b"\r\n");
     c.expect(&req, b"STORED\r\n");
 }

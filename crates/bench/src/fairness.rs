@@ -294,7 +294,7 @@ mod tests {
         let r = row("kv", "x", 4, &times, 1);
         assert_eq!((r.samples, r.failed), (4, 1));
         assert_eq!((r.p50_ms, r.max_ms), (2.0, 3.0));
-        assert!(csv(&[r.clone()])
+        assert!(csv(std::slice::from_ref(&r))
             .lines()
             .nth(1)
             .unwrap()

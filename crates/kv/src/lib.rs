@@ -12,8 +12,10 @@
 //!
 //! The text protocol is complete (`set add replace append prepend cas get gets
 //! gat gats delete incr decr touch flush_all version verbosity stats quit
-//! shutdown cache_memlimit`,
-//! with `noreply`), and so are the meta commands `mg ms md ma mn me` with
+//! shutdown cache_memlimit lru_crawler`, with `noreply`; `stats` with the
+//! groups `settings items slabs sizes conns detail cachedump reset`, the
+//! per-class ones over memcached's size-class ladder: see
+//! [`store::classes`]), and so are the meta commands `mg ms md ma mn me` with
 //! their flags (base64 keys, opaque tokens, quiet mode, `ms` modes, `ma`
 //! auto-vivify, stale invalidation and recache tokens). So is the binary
 //! protocol as memcached 1.6 speaks it ([`protocol::binary`]: every opcode

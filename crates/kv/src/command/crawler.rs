@@ -99,7 +99,7 @@ pub(super) fn lru_crawler(store: &Store, now: Time, args: Tokens<'_>, out: &mut 
 /// for a bad id.
 fn class_set(arg: &[u8], metadump: bool) -> Option<u64> {
     if arg == b"all" || (metadump && arg == b"hash") {
-        return Some(u64::MAX & !1);
+        return Some(!1u64);
     }
     let mut set = 0u64;
     for part in arg.split(|&b| b == b',').filter(|p| !p.is_empty()) {
@@ -127,9 +127,9 @@ fn metadump(store: &Store, now: Time, set: u64, out: &mut Vec<u8>) {
         };
         let fetch = if item.fetched { "yes" } else { "no" };
         // Writing into a Vec cannot fail.
-        let _ = write!(
+        let _ = writeln!(
             out,
-            " exp={exp} la={} cas={} fetch={fetch} cls={class} size={charge}\n",
+            " exp={exp} la={} cas={} fetch={fetch} cls={class} size={charge}",
             item.last_access, item.cas
         );
         true
@@ -156,7 +156,7 @@ mod tests {
 
     #[test]
     fn class_lists() {
-        assert_eq!(class_set(b"all", false), Some(u64::MAX & !1));
+        assert_eq!(class_set(b"all", false), Some(!1u64));
         assert_eq!(class_set(b"hash", false), None);
         assert_eq!(class_set(b"1,3", false), Some(0b1010));
         assert_eq!(class_set(b",1,,", false), Some(0b10));
