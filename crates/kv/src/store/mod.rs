@@ -337,12 +337,10 @@ impl Store {
         let flush = self.flush_state();
         let mut idx = None;
         let mut lookup = Lookup::Miss;
-        let mut class = 0;
         if let Some(i) = shard.find(hash, key) {
             lookup = shard.state(i, now, flush);
             if lookup == Lookup::Hit {
                 idx = Some(i);
-                class = shard.slot(i).class();
             } else {
                 shard.reclaim(i, lookup, &cell.stats);
             }
@@ -357,7 +355,7 @@ impl Store {
             flush,
             idx,
             lookup,
-            class,
+            removed_class: 0,
         }
     }
 
@@ -588,10 +586,9 @@ pub struct Entry<'s, 'k> {
     flush: FlushState,
     idx: Option<u32>,
     lookup: Lookup,
-    /// The size class of the item found or last stored through the entry
-    /// (0: none yet); kept after a removal, so a hit counted after it still
-    /// lands in the item's class.
-    class: usize,
+    /// The size class of the item the entry removed last (0: none), so a
+    /// hit counted after the removal still lands in the item's class.
+    removed_class: usize,
 }
 
 impl std::fmt::Debug for Entry<'_, '_> {
@@ -725,8 +722,12 @@ impl<'s, 'k> Entry<'s, 'k> {
             Counter::TouchHits => ClassCounter::TouchHits,
             _ => return,
         };
-        if self.class != 0 {
-            self.stats.classes.add(self.class, per_class, 1);
+        let class = match self.idx {
+            Some(i) => self.shard.slot(i).class(),
+            None => self.removed_class,
+        };
+        if class != 0 {
+            self.stats.classes.add(class, per_class, 1);
         }
     }
 
@@ -791,6 +792,7 @@ impl<'s, 'k> Entry<'s, 'k> {
         }
         let cas = cas.unwrap_or_else(|| self.store.next_cas());
         if let Some(old) = self.idx.take() {
+            self.removed_class = self.shard.slot(old).class();
             self.shard.unlink(old, self.stats);
         }
         self.stats.bump(Counter::TotalItems);
@@ -815,7 +817,6 @@ impl<'s, 'k> Entry<'s, 'k> {
             bits,
         };
         self.idx = Some(self.shard.link(slot, self.stats));
-        self.class = classes::class_of(charge);
         Ok(cas)
     }
 
@@ -831,6 +832,7 @@ impl<'s, 'k> Entry<'s, 'k> {
     pub fn remove(&mut self) -> bool {
         match self.idx.take() {
             Some(i) => {
+                self.removed_class = self.shard.slot(i).class();
                 self.shard.unlink(i, self.stats);
                 true
             }
