@@ -1061,8 +1061,58 @@ fn spec() -> impl Strategy<Value = Spec> {
     ]
 }
 
+/// A storage command line with arbitrary argument tokens (some numbers,
+/// some not, keys up to 300 bytes) and a data block that follows it.
+fn storage_line() -> impl Strategy<Value = (StoreCommand, Vec<Vec<u8>>, Vec<u8>)> {
+    let token = prop_oneof![
+        3 => any::<u32>().prop_map(|n| n.to_string().into_bytes()),
+        1 => any::<i64>().prop_map(|n| n.to_string().into_bytes()),
+        1 => Just(b"noreply".to_vec()),
+        1 => prop::collection::vec(key_byte(), 1..300),
+    ];
+    (
+        store_command(),
+        prop::collection::vec(token, 0..8),
+        prop::collection::vec(any::<u8>(), 0..16),
+    )
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    /// As memcached: a storage line with a token count other than its
+    /// arguments (+1) is an unknown command, and any error found on the line
+    /// drops the line alone; only a value refused for its size skips the
+    /// data block.
+    #[test]
+    fn storage_line_errors_drop_the_line_only((cmd, args, block) in storage_line()) {
+        let mut buf = cmd.name().as_bytes().to_vec();
+        for a in &args {
+            buf.push(b' ');
+            buf.extend_from_slice(a);
+        }
+        buf.extend_from_slice(b"\r\n");
+        let line_len = buf.len();
+        buf.extend_from_slice(&block);
+        let min = if cmd == StoreCommand::Cas { 5 } else { 4 };
+        match p(&buf) {
+            Err(ParseError::UnknownCommand { consumed, noreply }) => {
+                prop_assert!(args.len() != min && args.len() != min + 1);
+                prop_assert_eq!(consumed, line_len);
+                prop_assert!(!noreply);
+            }
+            Err(ParseError::Client { message: BAD_FORMAT, consumed, noreply }) => {
+                prop_assert_eq!(consumed, line_len);
+                prop_assert_eq!(noreply, args.last().is_some_and(|a| a == b"noreply"));
+            }
+            Err(e @ (ParseError::TooLarge { .. } | ParseError::Client { .. })) => {
+                // Too large or a bad data chunk: the line and the block.
+                prop_assert!(e.consumed().unwrap() > line_len);
+            }
+            Err(ParseError::Incomplete) | Ok(_) => {}
+            Err(e) => prop_assert!(false, "unexpected {:?}", e),
+        }
+    }
 
     /// encode → parse gives the same request and consumes all of it.
     #[test]
