@@ -79,7 +79,9 @@
 //! (slot, hash table entry, heap block header, slot array slack — itemized in
 //! [`store`]). The limit is split evenly over the shards; each shard evicts
 //! from its LRU tail until a new item fits, so `stats bytes` never exceeds
-//! `limit_maxbytes`. The parse and read buffers are the server's, not counted.
+//! `limit_maxbytes`. `cache_memlimit` changes the limit live
+//! ([`Store::set_max_bytes`]): lowered, every shard evicts down to its new
+//! share at once. The parse and read buffers are the server's, not counted.
 //!
 //! **Resident memory (RSS) is the limit plus at most 32 MiB.** What `-m`
 //! does not count: the process itself — code, thread stacks, the runtime,

@@ -97,9 +97,10 @@ pub struct KvState {
 #[derive(Debug)]
 struct ConnInfo {
     fd: i32,
-    /// `tcp:<ip>:<port>` or `unix:`.
-    addr: String,
-    listen_addr: String,
+    /// The peer's address (`None`: a Unix socket).
+    addr: Option<std::net::SocketAddr>,
+    /// The address it was accepted on (`None`: a Unix socket).
+    listen_addr: Option<std::net::SocketAddr>,
     /// Unix time of the last request (or of the accept).
     last_cmd: AtomicU32,
     /// `CONN_NEW`, `CONN_READ` or `CONN_BUSY`.
@@ -226,8 +227,12 @@ impl KvState {
         let conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
         for c in conns.values() {
             let fd = c.fd;
-            crate::write_stat(out, &format!("{fd}:addr"), &c.addr);
-            crate::write_stat(out, &format!("{fd}:listen_addr"), &c.listen_addr);
+            let show = |a: Option<std::net::SocketAddr>| match a {
+                Some(a) => format!("tcp:{a}"),
+                None => "unix:".to_string(),
+            };
+            crate::write_stat(out, &format!("{fd}:addr"), show(c.addr));
+            crate::write_stat(out, &format!("{fd}:listen_addr"), show(c.listen_addr));
             let state = match c.state.load(Relaxed) {
                 CONN_NEW => "conn_new_cmd",
                 CONN_READ => "conn_read",
@@ -575,13 +580,10 @@ pub fn serve_conn(
         idle_timeout: state.config.idle_timeout,
         ..DriverConfig::default()
     };
-    let fmt = |a: Option<std::net::SocketAddr>| {
-        a.map_or_else(|| "unix:".to_string(), |a| format!("tcp:{a}"))
-    };
     let info = Arc::new(ConnInfo {
         fd: conn.as_raw_fd(),
-        addr: fmt(conn.peer_addr()),
-        listen_addr: fmt(conn.local_addr()),
+        addr: conn.peer_addr(),
+        listen_addr: conn.local_addr(),
         last_cmd: AtomicU32::new(unix_now() as Time),
         state: AtomicU8::new(CONN_NEW),
     });
