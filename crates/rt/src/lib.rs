@@ -8,7 +8,8 @@
 //!
 //! | module | layer |
 //! |---|---|
-//! | [`reactor`] (private) | readiness through `mio` (epoll), cross-thread wake-ups through its waker |
+//! | `reactor` (private) | readiness through `mio` (epoll), cross-thread wake-ups through its eventfd |
+//! | `uring` (private) | the io_uring backend: multishot receives into provided buffers, sends and accepts batched per turn |
 //! | [`event_loop`] | one loop per OS thread: local run queue, hand-off queue, reactor, timers |
 //! | [`coop`] | the per-poll I/O budget: a task whose socket is always ready yields after its share |
 //! | [`task`] | `spawn`, `JoinHandle`, `yield_now`; tasks are a few words plus the future |
@@ -18,8 +19,9 @@
 //! | [`pool`] | `spawn_blocking` for blocking calls, `offload` for CPU-heavy work |
 //! | [`stats`] | per-loop introspection snapshots |
 //!
-//! `unsafe` lives in `task::raw`, `task::waker` and `task::queue` only; every
-//! block there says why it holds.
+//! `unsafe` lives in `task::raw`, `task::waker`, `task::queue` and `uring`
+//! (the ring's submissions and provided buffers) only; every block there
+//! says why it holds.
 #![warn(missing_docs, clippy::undocumented_unsafe_blocks)]
 
 pub(crate) mod loom;
@@ -30,11 +32,14 @@ pub mod event_loop;
 pub mod net;
 pub mod pool;
 pub(crate) mod reactor;
+mod backend;
+pub(crate) mod uring;
 pub mod stats;
 pub mod sync;
 pub mod task;
 pub mod time;
 
+pub use backend::{default_io_backend, set_default_io_backend, uring_unavailable, IoBackend};
 pub use event_loop::{
     block_on, EventLoop, LoopConfig, LoopHandle, LoopThread, RemoteWait, WorkGroup,
 };
