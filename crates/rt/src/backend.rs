@@ -89,7 +89,7 @@ pub fn uring_unavailable() -> Option<&'static str> {
 /// What a loop's thread polls.
 pub(crate) enum Backend {
     Epoll(Reactor),
-    Uring(UringReactor),
+    Uring(Box<UringReactor>),
 }
 
 /// What an I/O object registers with.
@@ -111,7 +111,7 @@ impl Backend {
     ) -> io::Result<Backend> {
         if want == IoBackend::Uring {
             match UringReactor::new(ring, wake_fd, loop_id) {
-                Ok(r) => return Ok(Backend::Uring(r)),
+                Ok(r) => return Ok(Backend::Uring(Box::new(r))),
                 Err(e) => {
                     static SAID: std::sync::Once = std::sync::Once::new();
                     SAID.call_once(|| {

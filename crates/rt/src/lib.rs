@@ -28,16 +28,16 @@ pub(crate) mod loom;
 
 pub mod coop;
 
+mod backend;
 pub mod event_loop;
 pub mod net;
 pub mod pool;
 pub(crate) mod reactor;
-mod backend;
-pub(crate) mod uring;
 pub mod stats;
 pub mod sync;
 pub mod task;
 pub mod time;
+pub(crate) mod uring;
 
 pub use backend::{default_io_backend, set_default_io_backend, uring_unavailable, IoBackend};
 pub use event_loop::{

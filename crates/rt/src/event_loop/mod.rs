@@ -22,8 +22,8 @@
 mod context;
 pub(crate) mod registry;
 
-use crate::loom::lock_std;
 use crate::backend::{Backend, BackendRef, IoBackend};
+use crate::loom::lock_std;
 use crate::stats::LoopSnapshot;
 use crate::task::{self, JoinHandle, LocalQueue, TaskRef};
 use crate::time::{TimerShared, TimerWheel};

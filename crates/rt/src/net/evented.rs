@@ -208,7 +208,10 @@ where
             }
             // The ring queues bytes anyway: take the first non-empty slice.
             Reg::Uring(io) => {
-                let buf = bufs.iter().find(|b| !b.is_empty()).map_or(&[][..], |b| &**b);
+                let buf = bufs
+                    .iter()
+                    .find(|b| !b.is_empty())
+                    .map_or(&[][..], |b| &**b);
                 io.poll_write(cx, buf)
             }
         }
