@@ -14,6 +14,7 @@
 //! | [`coop`] | the per-poll I/O budget: a task whose socket is always ready yields after its share |
 //! | [`task`] | `spawn`, `JoinHandle`, `yield_now`; tasks are a few words plus the future |
 //! | [`time`] | `sleep`, `timeout` over a hierarchical timer wheel |
+//! | [`fs`] | file reads that never block a loop (through the ring on io_uring loops) |
 //! | [`net`] | thread-style `TcpListener`/`TcpStream`/`UnixListener`/`UnixStream` |
 //! | [`sync`] | task-aware `Mutex`, `Semaphore`, `oneshot`, bounded `mpsc` |
 //! | [`pool`] | `spawn_blocking` for blocking calls, `offload` for CPU-heavy work |
@@ -30,6 +31,7 @@ pub mod coop;
 
 mod backend;
 pub mod event_loop;
+pub mod fs;
 pub mod net;
 pub mod pool;
 pub(crate) mod reactor;

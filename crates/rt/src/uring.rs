@@ -462,15 +462,54 @@ fn shutdown_fd(fd: RawFd, how: std::net::Shutdown) -> io::Result<()> {
 }
 
 enum OpKind {
+    /// A file read (`crate::fs::read_at`): the buffer and the file are the
+    /// operation's until its completion.
+    File {
+        buf: Vec<u8>,
+        _file: Arc<std::fs::File>,
+        done: Arc<FileRead>,
+    },
     Recv,
-    Send { buf: Vec<u8>, off: usize },
+    Send {
+        buf: Vec<u8>,
+        off: usize,
+    },
     Accept,
-    Poll { write: bool },
+    Poll {
+        write: bool,
+    },
 }
 
 struct Op {
-    io: Arc<Io>,
+    /// The socket, for socket operations.
+    io: Option<Arc<Io>>,
     kind: OpKind,
+}
+
+/// Where a file read's result waits for its future.
+#[derive(Default)]
+pub(crate) struct FileRead {
+    st: Mutex<FileReadSt>,
+}
+
+#[derive(Default)]
+struct FileReadSt {
+    done: Option<io::Result<Vec<u8>>>,
+    waker: Option<Waker>,
+}
+
+impl FileRead {
+    /// The bytes read (fewer than asked at end of file), once the ring answered.
+    pub(crate) fn poll_done(&self, cx: &mut Context<'_>) -> Poll<io::Result<Vec<u8>>> {
+        let mut st = lock_std(&self.st);
+        match st.done.take() {
+            Some(r) => Poll::Ready(r),
+            None => {
+                st.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
 }
 
 /// In-flight operations, addressed by `generation << 32 | slot`.
@@ -744,7 +783,7 @@ impl UringReactor {
         if st.want_recv && st.recv.is_none() && !st.rx_eof && st.unread() < RX_LIMIT {
             if self.ensure_bufs() {
                 let ud = self.ops.borrow_mut().insert(Op {
-                    io: io.clone(),
+                    io: Some(io.clone()),
                     kind: OpKind::Recv,
                 });
                 st.recv = Some(ud);
@@ -759,7 +798,7 @@ impl UringReactor {
         }
         if st.want_accept && st.accept.is_none() && st.accepted.len() < ACCEPT_QUEUE {
             let ud = self.ops.borrow_mut().insert(Op {
-                io: io.clone(),
+                io: Some(io.clone()),
                 kind: OpKind::Accept,
             });
             st.accept = Some(ud);
@@ -780,7 +819,7 @@ impl UringReactor {
             let bit = if write { WRITABLE } else { READABLE };
             if st.want_poll & bit != 0 && st.polls[i].is_none() {
                 let ud = self.ops.borrow_mut().insert(Op {
-                    io: io.clone(),
+                    io: Some(io.clone()),
                     kind: OpKind::Poll { write },
                 });
                 st.polls[i] = Some(ud);
@@ -800,7 +839,7 @@ impl UringReactor {
         let ptr = buf[off..].as_ptr();
         let len = (buf.len() - off) as u32;
         let ud = self.ops.borrow_mut().insert(Op {
-            io: io.clone(),
+            io: Some(io.clone()),
             kind: OpKind::Send { buf, off },
         });
         self.push(
@@ -809,6 +848,37 @@ impl UringReactor {
                 .build()
                 .user_data(ud),
         );
+    }
+
+    /// Reads up to `len` bytes of `file` at `offset` through the ring (the
+    /// kernel's workers do a read that would block, never the loop).
+    pub(crate) fn read_file(
+        &self,
+        file: Arc<std::fs::File>,
+        offset: u64,
+        len: usize,
+    ) -> Arc<FileRead> {
+        use std::os::fd::AsRawFd;
+        let done = Arc::new(FileRead::default());
+        let mut buf = Vec::with_capacity(len);
+        let ptr = buf.as_mut_ptr();
+        let fd = file.as_raw_fd();
+        let ud = self.ops.borrow_mut().insert(Op {
+            io: None,
+            kind: OpKind::File {
+                buf: std::mem::take(&mut buf),
+                _file: file,
+                done: done.clone(),
+            },
+        });
+        // The Vec moved into the table keeps its heap buffer: `ptr` stays valid.
+        self.push(
+            opcode::Read::new(types::Fd(fd), ptr, len as u32)
+                .offset(offset)
+                .build()
+                .user_data(ud),
+        );
+        done
     }
 
     /// Cancels what sockets dropped with unsent bytes still have in flight
@@ -920,9 +990,36 @@ impl UringReactor {
         let Some(op) = ops.get_mut(ud) else {
             return false;
         };
-        let io = op.io.clone();
+        if let OpKind::File { .. } = op.kind {
+            let Some(Op {
+                kind: OpKind::File { mut buf, done, .. },
+                ..
+            }) = ops.remove(ud)
+            else {
+                return false;
+            };
+            let r = if res < 0 {
+                Err(io::Error::from_raw_os_error(-res))
+            } else {
+                let n = (res as usize).min(buf.capacity());
+                // SAFETY: the kernel wrote the first `n` bytes of the
+                // buffer's capacity (the read's result), so they are initialised.
+                unsafe { buf.set_len(n) };
+                Ok(buf)
+            };
+            let mut st = lock_std(&done.st);
+            st.done = Some(r);
+            if let Some(w) = st.waker.take() {
+                w.wake();
+            }
+            return false;
+        }
+        let Some(io) = op.io.clone() else {
+            return false;
+        };
         let mut recycled = false;
         match &mut op.kind {
+            OpKind::File { .. } => unreachable!("file reads are completed above"),
             OpKind::Recv => {
                 let mut st = lock_std(&io.st);
                 if let Some(bid) = cqueue::buffer_select(flags) {
@@ -1102,8 +1199,13 @@ impl UringReactor {
     pub(crate) fn shutdown_wakers(&self, out: &mut Vec<Waker>) {
         let ops = self.ops.borrow();
         for (_, op) in ops.slots.iter() {
-            if let Some(op) = op {
-                op.io.take_wakers(out);
+            match op {
+                Some(Op { io: Some(io), .. }) => io.take_wakers(out),
+                Some(Op {
+                    kind: OpKind::File { done, .. },
+                    ..
+                }) => out.extend(lock_std(&done.st).waker.take()),
+                _ => {}
             }
         }
         for io in self.shared.dirty.take() {
