@@ -15,8 +15,8 @@ pub struct LoadArgs {
     /// echo`, rounds over every model (medians are reported).
     #[arg(long, default_value_t = 5)]
     windows: usize,
-    /// With `--service echo`: requests each connection writes at once
-    /// (pipelined) before it reads their answers.
+    /// Requests each connection writes at once (pipelined, one write)
+    /// before it reads their answers (memtier's `--pipeline`).
     #[arg(long, default_value_t = 1)]
     pipeline: usize,
     /// Seconds per window.
@@ -122,6 +122,7 @@ fn plan(load: &LoadArgs, clients: Vec<usize>) -> anyhow::Result<Plan> {
         warmup,
         window,
         windows,
+        pipeline: load.pipeline.max(1),
     })
 }
 
