@@ -1003,10 +1003,15 @@ fn binary_memcached_flags() {
         "2k",
         "-v",
     ]);
+    // The backend: what DUALITY_IO asks for, epoll where io_uring is refused.
+    let io = match std::env::var("DUALITY_IO").as_deref() {
+        Ok("uring") if duality_rt::uring_unavailable().is_none() => "uring",
+        _ => "epoll",
+    };
     assert_eq!(
         srv.ready_line,
         format!(
-            "ready kv {} model symped:2 on 127.0.0.1:{}, {sock_s}",
+            "ready kv {} model symped:2 io {io} on 127.0.0.1:{}, {sock_s}",
             env!("CARGO_PKG_VERSION"),
             srv.port
         )

@@ -15,8 +15,8 @@ pub struct LoadArgs {
     /// echo`, rounds over every model (medians are reported).
     #[arg(long, default_value_t = 5)]
     windows: usize,
-    /// With `--service echo`: requests each connection writes at once
-    /// (pipelined) before it reads their answers.
+    /// Requests each connection writes at once (pipelined, one write)
+    /// before it reads their answers (memtier's `--pipeline`).
     #[arg(long, default_value_t = 1)]
     pipeline: usize,
     /// Seconds per window.
@@ -28,6 +28,11 @@ pub struct LoadArgs {
     /// Use TCP on 127.0.0.1 instead of Unix sockets.
     #[arg(long)]
     tcp: bool,
+    /// Comma-separated I/O backends (`epoll`, `uring`): every duality row is
+    /// run on each, labelled `MODEL@BACKEND` (default: the servers' default
+    /// backend, unlabelled).
+    #[arg(long, value_delimiter = ',')]
+    io: Vec<duality_rt::IoBackend>,
     /// Records in the data set (values of 10-103 bytes, log-distributed).
     #[arg(long, default_value_t = 30_000)]
     records: usize,
@@ -117,6 +122,7 @@ fn plan(load: &LoadArgs, clients: Vec<usize>) -> anyhow::Result<Plan> {
         warmup,
         window,
         windows,
+        pipeline: load.pipeline.max(1),
     })
 }
 
@@ -196,9 +202,9 @@ pub fn models(a: ModelsArgs) -> anyhow::Result<()> {
     }
     let p = plan(&a.load, clients.clone())?;
     let cores = duality_models::cores();
-    let mut servers: Vec<(usize, ServerKind)> = models
-        .iter()
-        .map(|m| (0, ServerKind::Duality(m.clone())))
+    let mut servers: Vec<(usize, ServerKind)> = with_backends(&models, &a.load.io)
+        .into_iter()
+        .map(|m| (0, ServerKind::Duality(m)))
         .collect();
     if !a.no_peers {
         servers.extend(
@@ -229,6 +235,17 @@ pub fn models(a: ModelsArgs) -> anyhow::Result<()> {
         false,
         &rows,
     )
+}
+
+/// Each model once per backend (`MODEL@BACKEND`), or as given with no backends.
+fn with_backends(models: &[String], io: &[duality_rt::IoBackend]) -> Vec<String> {
+    if io.is_empty() {
+        return models.to_vec();
+    }
+    models
+        .iter()
+        .flat_map(|m| io.iter().map(move |b| format!("{m}@{b}")))
+        .collect()
 }
 
 pub fn threads(a: ThreadsArgs) -> anyhow::Result<()> {

@@ -17,6 +17,8 @@ pub struct HttpArgs {
     /// Address to listen on (port 0 picks a free port; see the `ready` line).
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
+    #[command(flatten)]
+    io: super::IoArg,
     /// Threading model: sped, amped:P, seda:N:P, seda-s:N, symped:N,
     /// thread-per-conn, steal:N (numbers are optional and default to the cores).
     #[arg(long, default_value = "symped")]
@@ -98,6 +100,7 @@ fn limits(a: &HttpArgs) -> anyhow::Result<Limits> {
 }
 
 pub fn run(a: HttpArgs) -> anyhow::Result<()> {
+    a.io.apply();
     let cfg = HttpConfig {
         root: a.root.clone(),
         cache_bytes: a.cache_size.saturating_mul(1 << 20),

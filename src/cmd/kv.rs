@@ -38,6 +38,8 @@ pub struct KvArgs {
     /// Verbose logging (-v, -vv).
     #[arg(short = 'v', action = clap::ArgAction::Count)]
     verbose: u8,
+    #[command(flatten)]
+    io: super::IoArg,
     /// Threading model (sped, amped:P, seda:N:P, seda-s:N, symped:N, thread-per-conn, steal:N).
     #[arg(long)]
     model: Option<Model>,
@@ -214,6 +216,7 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
             std::process::exit(1);
         }
     };
+    let io = a.io.apply();
     anyhow::ensure!(
         !a.daemon,
         "-d: run duality kv under a supervisor (systemd, runit); it does not daemonize"
@@ -308,9 +311,10 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
         None => None,
     };
     println!(
-        "ready kv {} model {} on {}",
+        "ready kv {} model {} io {} on {}",
         env!("CARGO_PKG_VERSION"),
         model,
+        io,
         at.join(", ")
     );
     if a.verbose > 0 {

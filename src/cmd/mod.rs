@@ -9,6 +9,33 @@ pub mod http;
 pub mod internal;
 pub mod kv;
 
+/// The `--io` flag the servers share.
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct IoArg {
+    /// The OS interface for socket I/O: `epoll` (readiness, a system call
+    /// per read and write) or `uring` (io_uring: receives, sends and accepts
+    /// batched into one system call per loop turn; falls back to epoll with
+    /// a log line where the kernel refuses it). Default: `DUALITY_IO`, else epoll.
+    #[arg(long = "io", value_name = "epoll|uring")]
+    pub io: Option<duality_rt::IoBackend>,
+}
+
+impl IoArg {
+    /// Makes every loop the server creates use the chosen backend; returns
+    /// the backend its loops will really use (after any fallback).
+    pub fn apply(self) -> duality_rt::IoBackend {
+        if let Some(b) = self.io {
+            duality_rt::set_default_io_backend(b);
+        }
+        match duality_rt::default_io_backend() {
+            duality_rt::IoBackend::Uring if duality_rt::uring_unavailable().is_some() => {
+                duality_rt::IoBackend::Epoll
+            }
+            b => b,
+        }
+    }
+}
+
 /// Blocks until SIGTERM or SIGINT.
 pub fn wait_for_termination() -> anyhow::Result<()> {
     let mut signals = signal_hook::iterator::Signals::new([

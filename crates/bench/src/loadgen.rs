@@ -62,6 +62,9 @@ pub struct LoadConfig {
     pub mode: Mode,
     /// Seed of the request mix.
     pub seed: u64,
+    /// Closed loop: requests each connection writes at once (one write)
+    /// before it reads their replies (memtier's `--pipeline`); 1 otherwise.
+    pub pipeline: usize,
 }
 
 /// What one window measured.
@@ -130,6 +133,53 @@ impl Conn {
             }
         }
     }
+}
+
+impl Conn {
+    /// Reads until `n` whole replies (`END` or `STORED` ends each) have
+    /// arrived; false if one was an error line.
+    async fn read_replies(&self, buf: &mut Vec<u8>, n: usize) -> std::io::Result<bool> {
+        buf.clear();
+        let mut chunk = [0u8; 16384];
+        loop {
+            let r = self.read(&mut chunk).await?;
+            if r == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            buf.extend_from_slice(&chunk[..r]);
+            let (done, errors) = count_replies(buf);
+            if done >= n {
+                return Ok(errors == 0);
+            }
+        }
+    }
+}
+
+/// Whole replies in `buf` (each ends with `END` or `STORED`, or is an error
+/// line), and how many of them were errors. `VALUE` lines are skipped with
+/// their data, so a value holding `END` is never miscounted.
+pub fn count_replies(buf: &[u8]) -> (usize, usize) {
+    let (mut done, mut errors, mut at) = (0, 0, 0);
+    while let Some(eol) = buf[at..].windows(2).position(|w| w == b"\r\n") {
+        let line = &buf[at..at + eol];
+        at += eol + 2;
+        if let Some(rest) = line.strip_prefix(b"VALUE ") {
+            let len = std::str::from_utf8(rest)
+                .ok()
+                .and_then(|r| r.split(' ').nth(2))
+                .and_then(|l| l.parse::<usize>().ok());
+            match len {
+                Some(len) if buf.len() >= at + len + 2 => at += len + 2,
+                _ => return (done, errors),
+            }
+        } else if line == b"END" || line == b"STORED" {
+            done += 1;
+        } else {
+            done += 1;
+            errors += 1;
+        }
+    }
+    (done, errors)
 }
 
 fn is_error_line(buf: &[u8]) -> bool {
@@ -250,17 +300,26 @@ pub fn run(cfg: &LoadConfig, mark: &mut dyn FnMut(usize)) -> anyhow::Result<Vec<
                         }
                         None => Instant::now(),
                     };
-                    let rec = cfg.workload.pick(&mut rng);
                     out.clear();
-                    let end: &[u8] = if cfg.workload.is_set(&mut rng) {
-                        encode_set(&mut out, rec);
-                        b"STORED\r\n"
+                    let depth = if interval.is_some() {
+                        1
                     } else {
-                        encode_get(&mut out, rec);
-                        b"END\r\n"
+                        cfg.pipeline.max(1)
                     };
+                    let mut end: &[u8] = b"";
+                    for _ in 0..depth {
+                        let rec = cfg.workload.pick(&mut rng);
+                        end = if cfg.workload.is_set(&mut rng) {
+                            encode_set(&mut out, rec);
+                            b"STORED\r\n"
+                        } else {
+                            encode_get(&mut out, rec);
+                            b"END\r\n"
+                        };
+                    }
                     let ok = match conn.write_all(&out).await {
-                        Ok(()) => conn.read_reply(&mut buf, end).await,
+                        Ok(()) if depth == 1 => conn.read_reply(&mut buf, end).await,
+                        Ok(()) => conn.read_replies(&mut buf, depth).await,
                         Err(e) => Err(e),
                     };
                     match ok {
@@ -275,8 +334,11 @@ pub fn run(cfg: &LoadConfig, mark: &mut dyn FnMut(usize)) -> anyhow::Result<Vec<
                     }
                     let p = phase.load(Relaxed);
                     if p < windows {
-                        counts[p].fetch_add(1, Relaxed);
-                        record(&mut hists[p], corrected_latency(intended, Instant::now()));
+                        counts[p].fetch_add(depth as u64, Relaxed);
+                        let took = corrected_latency(intended, Instant::now());
+                        for _ in 0..depth {
+                            record(&mut hists[p], took);
+                        }
                     }
                 }
             }));
@@ -326,6 +388,19 @@ pub fn run(cfg: &LoadConfig, mark: &mut dyn FnMut(usize)) -> anyhow::Result<Vec<
 fn cpu_seconds() -> f64 {
     let (u, s) = duality_rt::stats::process_cpu_time();
     (u + s).as_secs_f64()
+}
+
+#[cfg(test)]
+mod pipeline_tests {
+    use super::count_replies;
+
+    #[test]
+    fn replies_are_counted_whole_and_values_skipped() {
+        let b = b"VALUE k 0 5\r\nEND\r\n\r\nEND\r\nSTORED\r\nVALUE x 0 3\r\nab";
+        assert_eq!(count_replies(b), (2, 0));
+        assert_eq!(count_replies(b"SERVER_ERROR out of memory\r\nEND\r\n"), (2, 1));
+        assert_eq!(count_replies(b"EN"), (0, 0));
+    }
 }
 
 #[cfg(test)]

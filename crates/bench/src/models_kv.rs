@@ -66,6 +66,8 @@ pub struct Plan {
     pub window: Duration,
     /// Windows per point (the paper: 5).
     pub windows: usize,
+    /// Requests each connection writes at once before reading the replies.
+    pub pipeline: usize,
 }
 
 /// The client core share above which the client counts as saturated.
@@ -134,6 +136,7 @@ pub fn measure_server(
                 windows: plan.windows,
                 mode: Mode::Closed,
                 seed: clients as u64,
+                pipeline: plan.pipeline,
             },
             &mut |_| {
                 marks.push((

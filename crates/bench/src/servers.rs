@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 /// A server under test.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ServerKind {
-    /// `duality kv --model M`.
+    /// `duality kv --model M`; `M@BACKEND` adds `--io BACKEND`.
     Duality(String),
     /// `memcached -t N`.
     Memcached(usize),
@@ -54,7 +54,14 @@ impl ServerProcess {
         match kind {
             ServerKind::Duality(model) => {
                 cmd = Command::new(exe);
+                let (model, io) = match model.split_once('@') {
+                    Some((m, io)) => (m, Some(io)),
+                    None => (model.as_str(), None),
+                };
                 cmd.args(["kv", "--model", model, "-m", "1024", "-c", "16384"]);
+                if let Some(io) = io {
+                    cmd.args(["--io", io]);
+                }
                 match target {
                     Target::Unix(p) => cmd.args(["-p", "0", "-s"]).arg(p),
                     Target::Tcp(a) => {

@@ -8,25 +8,30 @@
 //!
 //! | module | layer |
 //! |---|---|
-//! | [`reactor`] (private) | readiness through `mio` (epoll), cross-thread wake-ups through its waker |
+//! | `reactor` (private) | readiness through `mio` (epoll), cross-thread wake-ups through its eventfd |
+//! | `uring` (private) | the io_uring backend: multishot receives into provided buffers, sends and accepts batched per turn |
 //! | [`event_loop`] | one loop per OS thread: local run queue, hand-off queue, reactor, timers |
 //! | [`coop`] | the per-poll I/O budget: a task whose socket is always ready yields after its share |
 //! | [`task`] | `spawn`, `JoinHandle`, `yield_now`; tasks are a few words plus the future |
 //! | [`time`] | `sleep`, `timeout` over a hierarchical timer wheel |
+//! | [`fs`] | file reads that never block a loop (through the ring on io_uring loops) |
 //! | [`net`] | thread-style `TcpListener`/`TcpStream`/`UnixListener`/`UnixStream` |
 //! | [`sync`] | task-aware `Mutex`, `Semaphore`, `oneshot`, bounded `mpsc` |
 //! | [`pool`] | `spawn_blocking` for blocking calls, `offload` for CPU-heavy work |
 //! | [`stats`] | per-loop introspection snapshots |
 //!
-//! `unsafe` lives in `task::raw`, `task::waker` and `task::queue` only; every
-//! block there says why it holds.
+//! `unsafe` lives in `task::raw`, `task::waker`, `task::queue` and `uring`
+//! (the ring's submissions and provided buffers) only; every block there
+//! says why it holds.
 #![warn(missing_docs, clippy::undocumented_unsafe_blocks)]
 
 pub(crate) mod loom;
 
 pub mod coop;
 
+mod backend;
 pub mod event_loop;
+pub mod fs;
 pub mod net;
 pub mod pool;
 pub(crate) mod reactor;
@@ -34,7 +39,9 @@ pub mod stats;
 pub mod sync;
 pub mod task;
 pub mod time;
+pub(crate) mod uring;
 
+pub use backend::{default_io_backend, set_default_io_backend, uring_unavailable, IoBackend};
 pub use event_loop::{
     block_on, EventLoop, LoopConfig, LoopHandle, LoopThread, RemoteWait, WorkGroup,
 };

@@ -228,10 +228,14 @@ impl Registration {
     /// Registers `source` (whose descriptor is `fd`) with the current
     /// thread's loop, for readability; write interest is added on demand.
     pub(crate) fn new(source: &mut impl Source, fd: RawFd) -> io::Result<Registration> {
-        let reactor = crate::event_loop::current_reactor().ok_or_else(|| {
-            io::Error::other("duality I/O objects must be created on a duality event loop")
-        })?;
-        Registration::with_reactor(source, fd, reactor)
+        match crate::event_loop::current_reactor() {
+            Some(crate::backend::BackendRef::Epoll(reactor)) => {
+                Registration::with_reactor(source, fd, reactor)
+            }
+            _ => Err(io::Error::other(
+                "duality I/O objects must be created on a duality event loop",
+            )),
+        }
     }
 
     fn with_reactor(

@@ -22,8 +22,8 @@
 mod context;
 pub(crate) mod registry;
 
+use crate::backend::{Backend, BackendRef, IoBackend};
 use crate::loom::lock_std;
-use crate::reactor::{Reactor, ReactorShared};
 use crate::stats::LoopSnapshot;
 use crate::task::{self, JoinHandle, LocalQueue, TaskRef};
 use crate::time::{TimerShared, TimerWheel};
@@ -57,8 +57,20 @@ pub struct LoopConfig {
     /// Remember where each task was spawned (one extra word per task), so
     /// long-poll warnings can name the spawn location.
     pub track_spawn_locations: bool,
-    /// Capacity of the reactor's event buffer.
+    /// Capacity of the reactor's event buffer (epoll).
     pub events_capacity: usize,
+    /// The OS interface for I/O: epoll or io_uring (falls back to epoll,
+    /// with one log line, where the kernel refuses io_uring). Default:
+    /// [`default_io_backend`](crate::default_io_backend).
+    pub io: IoBackend,
+    /// io_uring: submission-queue entries (the completion queue has four
+    /// times as many).
+    pub ring_entries: u32,
+    /// io_uring: provided receive buffers per loop (rounded up to a power of
+    /// two); connections beyond this many receiving at once wait a turn.
+    pub ring_buffers: u16,
+    /// io_uring: the size of each provided receive buffer.
+    pub ring_buffer_size: u32,
     /// How long the loop waits (yielding) for an expected answer from
     /// another thread before it sleeps; see [`RemoteWait`]. Zero: never.
     pub remote_spin: Duration,
@@ -146,6 +158,10 @@ impl Default for LoopConfig {
             long_poll_threshold: Some(Duration::from_millis(10)),
             track_spawn_locations: false,
             events_capacity: 1024,
+            io: crate::backend::default_io_backend(),
+            ring_entries: 1024,
+            ring_buffers: 512,
+            ring_buffer_size: 4096,
             remote_spin: Duration::from_micros(50),
             idle_spin: Duration::ZERO,
             work_group: None,
@@ -157,7 +173,7 @@ impl Default for LoopConfig {
 pub(crate) struct Local {
     pub(crate) shared: &'static Shared,
     pub(crate) run_queue: LocalQueue,
-    pub(crate) reactor: Reactor,
+    pub(crate) reactor: Backend,
     pub(crate) timers: RefCell<TimerWheel<Arc<TimerShared>>>,
     pub(crate) start: Instant,
     config: LoopConfig,
@@ -467,8 +483,13 @@ where
     })
 }
 
-pub(crate) fn current_reactor() -> Option<Arc<ReactorShared>> {
-    with_current(|cur| cur.map(|l| l.reactor.handle().clone()))
+pub(crate) fn current_reactor() -> Option<BackendRef> {
+    with_current(|cur| cur.map(|l| l.reactor.handle()))
+}
+
+/// The I/O backend of the loop running on this thread (after any fallback).
+pub fn current_io_backend() -> Option<IoBackend> {
+    with_current(|cur| cur.map(|l| l.reactor.kind()))
 }
 
 /// The handle of the loop running on this thread, if any.
@@ -614,7 +635,18 @@ impl EventLoop {
     /// Creates a loop on the current thread.
     pub fn new(config: LoopConfig) -> io::Result<EventLoop> {
         let shared = registry::acquire()?;
-        let reactor = match Reactor::new(config.events_capacity, shared.wake_fd()) {
+        let ring = crate::uring::RingConfig {
+            entries: config.ring_entries,
+            buffers: config.ring_buffers,
+            buffer_size: config.ring_buffer_size,
+        };
+        let reactor = match Backend::new(
+            config.io,
+            config.events_capacity,
+            ring,
+            shared.wake_fd(),
+            shared.id,
+        ) {
             Ok(r) => r,
             Err(e) => {
                 registry::release(shared);

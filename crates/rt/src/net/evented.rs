@@ -1,17 +1,28 @@
-//! A mio source registered with a loop's reactor.
+//! A socket on its loop's backend: a mio source registered with the epoll
+//! reactor, or a descriptor on the loop's io_uring (see `crate::uring`).
 
+use crate::backend::BackendRef;
 use crate::reactor::{Direction, Registration};
+use crate::uring;
 use mio::event::Source;
 use std::future::poll_fn;
 use std::io;
-use std::os::fd::AsRawFd;
-use std::sync::Mutex;
+use std::mem::ManuallyDrop;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
 pub(crate) struct Evented<S: Source> {
-    source: S,
-    reg: Registration,
+    /// Under io_uring the descriptor belongs to the ring's `Io` (closed after
+    /// the last completion), so the source is never dropped there.
+    source: ManuallyDrop<S>,
+    reg: Reg,
+}
+
+enum Reg {
+    Epoll(Registration),
+    Uring(Arc<uring::Io>),
 }
 
 /// Until when a listener's `accept` backs off after resource exhaustion
@@ -24,8 +35,14 @@ impl<S: Source> Evented<S> {
         S: AsRawFd,
     {
         let fd = source.as_raw_fd();
-        let reg = Registration::new(&mut source, fd)?;
-        Ok(Evented { source, reg })
+        let reg = match crate::event_loop::current_reactor() {
+            Some(BackendRef::Uring(shared)) => Reg::Uring(uring::Io::new(fd, shared)),
+            _ => Reg::Epoll(Registration::new(&mut source, fd)?),
+        };
+        Ok(Evented {
+            source: ManuallyDrop::new(source),
+            reg,
+        })
     }
 
     pub(crate) fn get_ref(&self) -> &S {
@@ -54,24 +71,107 @@ impl<S: Source> Evented<S> {
         cx: &mut Context<'_>,
         mut f: impl FnMut(&S) -> io::Result<R>,
     ) -> Poll<io::Result<R>> {
-        self.reg.poll_io(dir, cx, || f(&self.source))
+        match &self.reg {
+            Reg::Epoll(reg) => reg.poll_io(dir, cx, || f(&self.source)),
+            Reg::Uring(io) => {
+                let write = dir == Direction::Write;
+                // A direct system call must not overtake bytes still queued
+                // for the ring.
+                if write {
+                    match io.poll_tx_drained(cx) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                        Poll::Ready(Ok(())) => {}
+                    }
+                }
+                if crate::coop::poll_proceed(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                loop {
+                    let tick = match io.poll_ready(write, cx) {
+                        Poll::Ready(t) => t,
+                        Poll::Pending => return Poll::Pending,
+                    };
+                    match f(&self.source) {
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            io.clear_ready(write, tick)
+                        }
+                        r => {
+                            crate::coop::spend();
+                            return Poll::Ready(r);
+                        }
+                    }
+                }
+            }
+        }
     }
 
-    /// Polls readiness in `dir` without doing I/O.
+    /// Polls readiness in `dir` without doing I/O. Under io_uring, reading
+    /// means "received bytes wait" (the receive is armed if it was not).
     pub(crate) fn poll_ready(&self, dir: Direction, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.reg.poll_ready(dir, cx).map(|r| r.map(|_| ()))
+        match &self.reg {
+            Reg::Epoll(reg) => reg.poll_ready(dir, cx).map(|r| r.map(|_| ())),
+            Reg::Uring(io) if dir == Direction::Read => io.poll_readable(cx),
+            Reg::Uring(io) => io.poll_ready(true, cx).map(|_| Ok(())),
+        }
     }
 
     /// Waits for readiness in `dir`; an error if the reactor refused to
     /// watch it.
     pub(crate) async fn ready(&self, dir: Direction) -> io::Result<()> {
-        poll_fn(|cx| self.reg.poll_ready(dir, cx).map(|r| r.map(|_| ()))).await
+        poll_fn(|cx| self.poll_ready(dir, cx)).await
+    }
+
+    /// Waits until every byte written so far has gone to the kernel (a
+    /// no-op under epoll, where a write is a system call).
+    pub(crate) fn poll_flush(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match &self.reg {
+            Reg::Epoll(_) => Poll::Ready(Ok(())),
+            Reg::Uring(io) => io.poll_flush(cx),
+        }
+    }
+
+    /// Shuts the socket down; under io_uring a write shutdown waits for the
+    /// bytes still queued.
+    pub(crate) fn shutdown_with(
+        &self,
+        how: std::net::Shutdown,
+        f: impl FnOnce(&S) -> io::Result<()>,
+    ) -> io::Result<()> {
+        match &self.reg {
+            Reg::Epoll(_) => f(&self.source),
+            Reg::Uring(io) => io.shutdown(how),
+        }
+    }
+
+    /// Polls an accept: `sys` runs the accept system call (epoll); under
+    /// io_uring a multishot accept delivers descriptors that `wrap` turns
+    /// into the listener's result.
+    pub(crate) fn poll_accept<R>(
+        &self,
+        cx: &mut Context<'_>,
+        sys: impl FnMut(&S) -> io::Result<R>,
+        wrap: impl FnOnce(OwnedFd) -> io::Result<R>,
+    ) -> Poll<io::Result<R>> {
+        match &self.reg {
+            Reg::Epoll(_) => self.poll_read_with(cx, sys),
+            Reg::Uring(io) => io.poll_accept(cx).map(|r| r.and_then(wrap)),
+        }
     }
 }
 
 impl<S: Source> Drop for Evented<S> {
     fn drop(&mut self) {
-        self.reg.deregister(&mut self.source);
+        match &self.reg {
+            Reg::Epoll(reg) => {
+                reg.deregister(&mut *self.source);
+                // SAFETY: dropped once, here; never used afterwards.
+                unsafe { ManuallyDrop::drop(&mut self.source) };
+            }
+            // The descriptor is the `Io`'s now; the source (a descriptor
+            // wrapper without heap memory) is forgotten.
+            Reg::Uring(io) => io.release(),
+        }
     }
 }
 
@@ -84,11 +184,17 @@ where
         cx: &mut Context<'_>,
         buf: &mut [u8],
     ) -> Poll<io::Result<usize>> {
-        self.poll_read_with(cx, |mut s| io::Read::read(&mut s, buf))
+        match &self.reg {
+            Reg::Epoll(_) => self.poll_read_with(cx, |mut s| io::Read::read(&mut s, buf)),
+            Reg::Uring(io) => io.poll_read(cx, buf),
+        }
     }
 
     pub(crate) fn poll_write(&self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        self.poll_write_with(cx, |mut s| io::Write::write(&mut s, buf))
+        match &self.reg {
+            Reg::Epoll(_) => self.poll_write_with(cx, |mut s| io::Write::write(&mut s, buf)),
+            Reg::Uring(io) => io.poll_write(cx, buf),
+        }
     }
 
     pub(crate) fn poll_write_vectored(
@@ -96,7 +202,19 @@ where
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        self.poll_write_with(cx, |mut s| io::Write::write_vectored(&mut s, bufs))
+        match &self.reg {
+            Reg::Epoll(_) => {
+                self.poll_write_with(cx, |mut s| io::Write::write_vectored(&mut s, bufs))
+            }
+            // The ring queues bytes anyway: take the first non-empty slice.
+            Reg::Uring(io) => {
+                let buf = bufs
+                    .iter()
+                    .find(|b| !b.is_empty())
+                    .map_or(&[][..], |b| &**b);
+                io.poll_write(cx, buf)
+            }
+        }
     }
 
     pub(crate) async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
@@ -195,9 +313,16 @@ macro_rules! stream_methods {
             ) -> io::Result<R> {
                 std::future::poll_fn(|cx| self.io.poll_write_with(cx, |_| f())).await
             }
-            /// Shuts down the read half, the write half or both.
+            /// Shuts down the read half, the write half or both (under
+            /// io_uring, the write half once the bytes written before have
+            /// gone out).
             pub fn shutdown(&self, how: std::net::Shutdown) -> io::Result<()> {
-                self.io.get_ref().shutdown(how)
+                self.io.shutdown_with(how, |s| s.shutdown(how))
+            }
+            /// Waits until every byte written so far has gone to the kernel
+            /// (at once under epoll, where each write is a system call).
+            pub async fn flush(&self) -> io::Result<()> {
+                std::future::poll_fn(|cx| self.io.poll_flush(cx)).await
             }
         }
 
@@ -238,9 +363,9 @@ macro_rules! stream_methods {
             }
             fn poll_flush(
                 self: std::pin::Pin<&mut Self>,
-                _: &mut std::task::Context<'_>,
+                cx: &mut std::task::Context<'_>,
             ) -> std::task::Poll<io::Result<()>> {
-                std::task::Poll::Ready(Ok(()))
+                self.io.poll_flush(cx)
             }
             fn poll_close(
                 self: std::pin::Pin<&mut Self>,
@@ -260,9 +385,9 @@ macro_rules! stream_methods {
             }
             fn poll_flush(
                 self: std::pin::Pin<&mut Self>,
-                _: &mut std::task::Context<'_>,
+                cx: &mut std::task::Context<'_>,
             ) -> std::task::Poll<io::Result<()>> {
-                std::task::Poll::Ready(Ok(()))
+                self.io.poll_flush(cx)
             }
             fn poll_close(
                 self: std::pin::Pin<&mut Self>,
@@ -282,13 +407,14 @@ pub(crate) async fn accept_with<S: Source, R>(
     io: &Evented<S>,
     backoff: &Backoff,
     mut f: impl FnMut(&S) -> io::Result<R>,
+    mut wrap: impl FnMut(OwnedFd) -> io::Result<R>,
 ) -> io::Result<R> {
     let until = crate::loom::lock_std(backoff).take();
     if let Some(until) = until {
         crate::time::sleep_until(until).await;
     }
     loop {
-        let r = poll_fn(|cx| io.poll_read_with(cx, &mut f)).await;
+        let r = poll_fn(|cx| io.poll_accept(cx, &mut f, &mut wrap)).await;
         match r {
             Err(e) if super::is_transient_accept_error(&e) => continue,
             Err(e) => {

@@ -39,7 +39,7 @@ impl TcpListener {
     /// Out of descriptors (`EMFILE`) comes back as an error, and the next call
     /// first waits [`super::ACCEPT_BACKOFF`], so a retry loop never spins.
     pub async fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
-        let (s, addr) = accept_with(&self.io, &self.backoff, |l| l.accept()).await?;
+        let (s, addr) = accept_with(&self.io, &self.backoff, |l| l.accept(), tcp_from_fd).await?;
         Ok((
             TcpStream {
                 io: Evented::new(s)?,
@@ -51,7 +51,7 @@ impl TcpListener {
     /// Like [`accept`](Self::accept), but returns a std socket (non-blocking,
     /// not registered anywhere), to hand to another loop or thread.
     pub async fn accept_std(&self) -> io::Result<(std::net::TcpStream, SocketAddr)> {
-        let (s, addr) = accept_with(&self.io, &self.backoff, |l| l.accept()).await?;
+        let (s, addr) = accept_with(&self.io, &self.backoff, |l| l.accept(), tcp_from_fd).await?;
         // SAFETY-free conversion: mio's stream owns the fd; move it into std.
         Ok((mio_to_std_tcp(s), addr))
     }
@@ -60,6 +60,13 @@ impl TcpListener {
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.io.get_ref().local_addr()
     }
+}
+
+/// A descriptor from the ring's multishot accept (already non-blocking).
+fn tcp_from_fd(fd: std::os::fd::OwnedFd) -> io::Result<(mio::net::TcpStream, SocketAddr)> {
+    let s = std::net::TcpStream::from(fd);
+    let addr = s.peer_addr()?;
+    Ok((mio::net::TcpStream::from_std(s), addr))
 }
 
 fn mio_to_std_tcp(s: mio::net::TcpStream) -> std::net::TcpStream {

@@ -32,7 +32,7 @@ impl UnixListener {
     /// Waits for a connection, registered with the current loop. Resource
     /// exhaustion backs off as for TCP.
     pub async fn accept(&self) -> io::Result<UnixStream> {
-        let (s, _) = accept_with(&self.io, &self.backoff, |l| l.accept()).await?;
+        let (s, _) = accept_with(&self.io, &self.backoff, |l| l.accept(), unix_from_fd).await?;
         Ok(UnixStream {
             io: Evented::new(s)?,
         })
@@ -40,12 +40,23 @@ impl UnixListener {
 
     /// Like [`accept`](Self::accept), but returns a std socket for another loop.
     pub async fn accept_std(&self) -> io::Result<std::os::unix::net::UnixStream> {
-        let (s, _) = accept_with(&self.io, &self.backoff, |l| l.accept()).await?;
+        let (s, _) = accept_with(&self.io, &self.backoff, |l| l.accept(), unix_from_fd).await?;
         use std::os::fd::{FromRawFd, IntoRawFd};
         let fd = s.into_raw_fd();
         // SAFETY: `fd` was just released by its only owner.
         Ok(unsafe { std::os::unix::net::UnixStream::from_raw_fd(fd) })
     }
+}
+
+/// A descriptor from the ring's multishot accept (already non-blocking); its
+/// peer address is unnamed.
+fn unix_from_fd(
+    fd: std::os::fd::OwnedFd,
+) -> io::Result<(mio::net::UnixStream, std::os::unix::net::SocketAddr)> {
+    let s = std::os::unix::net::UnixStream::from(fd);
+    let s = mio::net::UnixStream::from_std(s);
+    let addr = s.peer_addr()?;
+    Ok((s, addr))
 }
 
 /// A Unix-domain stream connection.

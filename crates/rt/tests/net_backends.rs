@@ -1,0 +1,260 @@
+//! Both I/O backends, explicitly: cancelled reads and writes lose no bytes,
+//! a dropped socket still delivers what was written before it, more busy
+//! connections than provided buffers degrade without failing, and a loop
+//! asked for io_uring where it is refused runs on epoll.
+//!
+//! Each test runs once per backend. Where the kernel refuses io_uring the
+//! uring half prints why and checks the fallback instead.
+
+use duality_rt::net::{TcpListener, TcpStream};
+use duality_rt::time::timeout;
+use duality_rt::{spawn, EventLoop, IoBackend, LoopConfig};
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+fn local() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+fn config(io: IoBackend) -> LoopConfig {
+    LoopConfig {
+        io,
+        ..LoopConfig::default()
+    }
+}
+
+/// Runs `f` on a loop of each backend; checks which backend really ran.
+fn on_each_backend<F, Fut>(f: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    for io in [IoBackend::Epoll, IoBackend::Uring] {
+        run_on(config(io), &f);
+    }
+}
+
+fn run_on<F, Fut>(cfg: LoopConfig, f: &F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let want = cfg.io;
+    let mut lp = EventLoop::new(cfg).unwrap();
+    lp.block_on(async {
+        let got = duality_rt::event_loop::current_io_backend().unwrap();
+        match (want, duality_rt::uring_unavailable()) {
+            (IoBackend::Uring, Some(why)) => {
+                println!("io_uring refused here ({why}): this half runs on epoll");
+                assert_eq!(got, IoBackend::Epoll);
+            }
+            _ => assert_eq!(got, want),
+        }
+        f().await
+    });
+}
+
+#[test]
+fn a_cancelled_read_loses_no_bytes() {
+    on_each_backend(|| async {
+        let listener = TcpListener::bind(local()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut client = std::net::TcpStream::connect(addr).unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        let mut buf = [0u8; 64];
+        // A read that gives up: its future is dropped while the receive is armed.
+        let r = timeout(Duration::from_millis(30), server.read(&mut buf)).await;
+        assert!(r.is_err(), "nothing was sent yet");
+        client.write_all(b"first").unwrap();
+        // Another read future, dropped after the bytes may have arrived.
+        let _ = timeout(Duration::from_millis(0), server.readable()).await;
+        client.write_all(b"-second").unwrap();
+        let mut got = Vec::new();
+        while got.len() < 12 {
+            let n = timeout(Duration::from_secs(5), server.read(&mut buf))
+                .await
+                .expect("the bytes arrive")
+                .unwrap();
+            assert!(n > 0);
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert_eq!(got, b"first-second");
+    });
+}
+
+#[test]
+fn a_cancelled_write_sends_a_prefix_and_the_socket_stays_sound() {
+    on_each_backend(|| async {
+        let listener = TcpListener::bind(local()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let client = std::net::TcpStream::connect(addr).unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        // 8 MiB to a peer that does not read: the write must wait, and is
+        // cancelled (its future dropped) while bytes are in flight.
+        let data: Vec<u8> = (0..8usize << 20).map(|i| (i % 251) as u8).collect();
+        let r = timeout(Duration::from_millis(100), server.write_all(&data)).await;
+        assert!(r.is_err(), "8 MiB cannot fit in the socket buffers");
+        // The peer reads what arrived: a prefix of the data, never garbage.
+        let reader = std::thread::spawn(move || {
+            let mut client = client;
+            client
+                .set_read_timeout(Some(Duration::from_millis(500)))
+                .unwrap();
+            let mut got = Vec::new();
+            let mut buf = vec![0u8; 1 << 16];
+            loop {
+                match client.read(&mut buf) {
+                    Ok(0) | Err(_) => return got,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+        });
+        duality_rt::time::sleep(Duration::from_millis(100)).await;
+        drop(server);
+        let got = reader.join().unwrap();
+        assert!(!got.is_empty() && got.len() < data.len(), "{}", got.len());
+        assert!(
+            got[..] == data[..got.len()],
+            "the received bytes are a prefix"
+        );
+    });
+}
+
+#[test]
+fn a_dropped_socket_still_delivers_what_was_written() {
+    on_each_backend(|| async {
+        let listener = TcpListener::bind(local()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let client = std::net::TcpStream::connect(addr).unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut client = client;
+            let mut got = Vec::new();
+            client.read_to_end(&mut got).unwrap();
+            got
+        });
+        let data: Vec<u8> = (0..1usize << 20).map(|i| (i % 253) as u8).collect();
+        server.write_all(&data).await.unwrap();
+        drop(server); // at once: queued bytes must still go, then the FIN
+        let got = duality_rt::spawn_blocking(move || reader.join().unwrap())
+            .await
+            .unwrap();
+        assert_eq!(got.len(), data.len());
+        assert!(got == data);
+    });
+}
+
+#[test]
+fn a_write_shutdown_waits_for_the_bytes_before_it() {
+    on_each_backend(|| async {
+        let listener = TcpListener::bind(local()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let client = std::net::TcpStream::connect(addr).unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        let data = vec![7u8; 300_000];
+        let reader = std::thread::spawn(move || {
+            let mut client = client;
+            let mut got = Vec::new();
+            client.read_to_end(&mut got).unwrap();
+            got.len()
+        });
+        server.write_all(&data).await.unwrap();
+        server.shutdown(std::net::Shutdown::Write).unwrap();
+        let n = duality_rt::spawn_blocking(move || reader.join().unwrap())
+            .await
+            .unwrap();
+        assert_eq!(n, data.len());
+    });
+}
+
+/// More connections sending at once than the loop has receive buffers:
+/// receives wait for a buffer, none fails.
+#[test]
+fn more_busy_connections_than_buffers_all_get_served() {
+    let cfg = LoopConfig {
+        io: IoBackend::Uring,
+        ring_buffers: 4,
+        ring_buffer_size: 256,
+        ..LoopConfig::default()
+    };
+    run_on(cfg, &|| async {
+        let listener = TcpListener::bind(local()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        drop(spawn(async move {
+            loop {
+                let (s, _) = listener.accept().await.unwrap();
+                drop(spawn(async move {
+                    let mut buf = vec![0u8; 1024];
+                    loop {
+                        match s.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => s.write_all(&buf[..n]).await.unwrap(),
+                        }
+                    }
+                }));
+            }
+        }));
+        let conns = 48;
+        let rounds = 20;
+        let clients = duality_rt::spawn_blocking(move || {
+            let socks: Vec<_> = (0..conns)
+                .map(|_| std::net::TcpStream::connect(addr).unwrap())
+                .collect();
+            for r in 0..rounds {
+                // Every connection sends 2 KiB (8 buffers' worth) before any reads.
+                let msg: Vec<u8> = (0..2048).map(|i| ((i + r) % 256) as u8).collect();
+                for mut s in &socks {
+                    s.write_all(&msg).unwrap();
+                }
+                for mut s in &socks {
+                    let mut got = vec![0u8; msg.len()];
+                    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                    s.read_exact(&mut got).unwrap();
+                    assert!(got == msg);
+                }
+            }
+            socks.len()
+        });
+        assert_eq!(clients.await.unwrap(), conns);
+    });
+}
+
+/// A loop configured for io_uring where the kernel refuses it runs on epoll.
+/// The refusal is simulated (`DUALITY_URING_REFUSE`, read once per process),
+/// so this runs in a child process of the test binary.
+#[test]
+fn io_uring_refused_falls_back_to_epoll() {
+    if std::env::var_os("DUALITY_URING_REFUSE").is_some() {
+        assert!(duality_rt::uring_unavailable().is_some());
+        run_on(config(IoBackend::Uring), &|| async {
+            let listener = TcpListener::bind(local()).unwrap();
+            let addr = listener.local_addr().unwrap();
+            let c = TcpStream::connect(addr).await.unwrap();
+            let (s, _) = listener.accept().await.unwrap();
+            c.write_all(b"ok").await.unwrap();
+            let mut b = [0u8; 2];
+            s.read_exact(&mut b).await.unwrap();
+            assert_eq!(&b, b"ok");
+        });
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let out = std::process::Command::new(exe)
+        .args([
+            "io_uring_refused_falls_back_to_epoll",
+            "--exact",
+            "--nocapture",
+        ])
+        .env("DUALITY_URING_REFUSE", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("1 passed"), "{stdout}");
+    assert!(
+        stderr.contains("io_uring unavailable"),
+        "one line says so: {stderr}"
+    );
+}
