@@ -197,8 +197,9 @@ fn retrieval(t: &Target) {
         "gets r1 nope r2\r\n",
         &format!("VALUE r1 1 1 {c1}\r\na\r\nVALUE r2 1 2 {c2}\r\nbb\r\nEND\r\n"),
     );
-    c.expect_str("get\r\n", "CLIENT_ERROR bad command line format\r\n");
-    c.expect_str("gets\r\n", "CLIENT_ERROR bad command line format\r\n");
+    // Without a key: ERROR, as memcached answers.
+    c.expect_str("get\r\n", "ERROR\r\n");
+    c.expect_str("gets\r\n", "ERROR\r\n");
 
     // gat / gats: fetch and set a new TTL.
     c.expect_str("gat 100 r1 missing\r\n", "VALUE r1 1 1\r\na\r\nEND\r\n");
@@ -219,8 +220,9 @@ fn retrieval(t: &Target) {
         "CLIENT_ERROR invalid exptime argument\r\n",
     );
     // gat without keys: memcached 1.6 answers END, duality a client error.
-    c.expect_str("gat 10\r\n", "CLIENT_ERROR bad command line format\r\n");
-    c.expect_str("gat\r\n", "CLIENT_ERROR bad command line format\r\n");
+    // An exptime and no key: nothing to retrieve (memcached: END).
+    c.expect_str("gat 10\r\n", "END\r\n");
+    c.expect_str("gat\r\n", "ERROR\r\n");
 
     // A multi-get line longer than the 2048-byte command line limit.
     let mut line = String::from("get");
@@ -366,8 +368,8 @@ fn arith(t: &Target) {
     c.expect_str("incr n -1\r\n", bad_delta);
     c.expect_str("decr n 1.5\r\n", bad_delta);
     c.expect_str("incr n 18446744073709551616\r\n", bad_delta);
-    c.expect_str("incr n\r\n", "CLIENT_ERROR bad command line format\r\n");
-    c.expect_str("decr\r\n", "CLIENT_ERROR bad command line format\r\n");
+    c.expect_str("incr n\r\n", "ERROR\r\n");
+    c.expect_str("decr\r\n", "ERROR\r\n");
     // noreply, for results and errors.
     c.expect_str("incr n 10 noreply\r\n", "");
     c.expect_str("decr n 4 noreply\r\n", "");
@@ -390,7 +392,7 @@ fn touch_and_exptime(t: &Target) {
         "touch t abc\r\n",
         "CLIENT_ERROR invalid exptime argument\r\n",
     );
-    c.expect_str("touch t\r\n", "CLIENT_ERROR bad command line format\r\n");
+    c.expect_str("touch t\r\n", "ERROR\r\n");
     c.expect_str("touch t 50 noreply\r\n", "");
     c.expect_str("touch nope 50 noreply\r\n", "");
     c.expect_str("touch t x noreply\r\n", "");

@@ -588,6 +588,12 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Result<(Request<'a>, usize),
     };
     let storage = |c| parse_storage(c, cmd, rest, buf, line_len, limits);
     let req = match cmd {
+        // memcached answers ERROR to a command without the tokens it needs
+        // (a retrieval without a key, `incr`/`decr`/`touch` without two
+        // arguments or with more than three, `flush_all` with more than two).
+        b"get" | b"gets" | b"gat" | b"gats" if Tokens::new(rest).is_empty() => {
+            return Err(unknown(line_len))
+        }
         b"get" => parse_get(rest, false),
         b"gets" => parse_get(rest, true),
         b"gat" => parse_gat(rest, false),
@@ -602,6 +608,10 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Result<(Request<'a>, usize),
             Some(r) => r,
             None => return Err(unknown(line_len)),
         },
+        b"incr" | b"decr" | b"touch" if !(2..=3).contains(&Args::split(cmd, rest).total) => {
+            return Err(unknown(line_len))
+        }
+        b"flush_all" if Args::split(cmd, rest).total > 2 => return Err(unknown(line_len)),
         b"incr" => parse_arith(ArithOp::Incr, Args::split(cmd, rest)),
         b"decr" => parse_arith(ArithOp::Decr, Args::split(cmd, rest)),
         b"touch" => parse_touch(Args::split(cmd, rest)),
@@ -668,12 +678,11 @@ fn parse_get(rest: &[u8], cas: bool) -> Result<Request<'_>, Fail> {
     Ok(Request::Get { keys, cas })
 }
 
+/// `gat <exptime> <key>*`: as memcached, an exptime without keys answers
+/// `END`, and a bad exptime is reported before the keys are looked at.
 fn parse_gat(rest: &[u8], cas: bool) -> Result<Request<'_>, Fail> {
     let (first, keys) = next_token(rest).unwrap_or_default();
     let keys = Tokens::new(keys);
-    if keys.is_empty() {
-        return Err(BAD_FORMAT.into());
-    }
     let exptime = parse_i32(first).ok_or("invalid exptime argument")?;
     if !keys.iter().all(valid_key) {
         return Err(BAD_FORMAT.into());

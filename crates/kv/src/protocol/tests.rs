@@ -83,9 +83,24 @@ fn retrieval() {
             cas: true
         }
     );
-    assert_eq!(err(b"get\r\n"), client(BAD_FORMAT, 5));
-    assert_eq!(err(b"get \r\n"), client(BAD_FORMAT, 6));
-    assert_eq!(err(b"gat 10\r\n"), client(BAD_FORMAT, 8));
+    // Without a key: ERROR, as memcached answers; `gat <exptime>` alone is
+    // a retrieval of no keys (memcached answers END).
+    let unknown = |consumed| ParseError::UnknownCommand {
+        consumed,
+        noreply: false,
+    };
+    assert_eq!(err(b"get\r\n"), unknown(5));
+    assert_eq!(err(b"get \r\n"), unknown(6));
+    assert_eq!(err(b"gats\r\n"), unknown(6));
+    assert_eq!(
+        ok(b"gat 10\r\n"),
+        Request::GetAndTouch {
+            exptime: 10,
+            keys: keys(""),
+            cas: false
+        }
+    );
+    assert_eq!(err(b"gat x\r\n"), client("invalid exptime argument", 7));
     assert_eq!(err(b"gat x a\r\n"), client("invalid exptime argument", 9));
     let long = format!("get {}\r\n", "k".repeat(251));
     assert_eq!(err(long.as_bytes()), client(BAD_FORMAT, long.len()));
@@ -312,7 +327,16 @@ fn simple_commands() {
             noreply: true
         }
     );
-    assert_eq!(err(b"incr k\r\n"), client(BAD_FORMAT, 8));
+    // memcached takes two or three arguments, ERROR otherwise.
+    let unknown = |consumed| ParseError::UnknownCommand {
+        consumed,
+        noreply: false,
+    };
+    assert_eq!(err(b"incr k\r\n"), unknown(8));
+    assert_eq!(err(b"decr k 1 noreply x\r\n"), unknown(20));
+    assert_eq!(err(b"touch k\r\n"), unknown(9));
+    assert_eq!(err(b"touch k 1 2 3\r\n"), unknown(15));
+    assert_eq!(err(b"flush_all 0 noreply x\r\n"), unknown(23));
     assert_eq!(
         err(b"incr k -1\r\n"),
         client("invalid numeric delta argument", 11)
