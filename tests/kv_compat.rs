@@ -275,6 +275,10 @@ fn cache_memlimit() {
             "cache_memlimit -5\r\n",
             "cache_memlimit 100 200\r\n",
             "cache_memlimit 64 noreply x\r\n",
+            "cache_memlimit 1000000001\r\n",
+            "cache_memlimit 1000000000000\r\n",
+            "cache_memlimit +64\r\n",
+            "cache_memlimit 100\r\n",
         ]),
     );
     // Both applied the last limit that was answered OK (100 MiB).
@@ -431,7 +435,12 @@ fn short_and_bad_storage_lines() {
         "flush_all 0 0\r\n",
         "flush_all noreply\r\n",
         "quit x\r\n",
-        "mn x\r\n",
+        // Numbers as strtol reads them: a leading `+` is taken.
+        "set p +1 +0 +1\r\nx\r\nget p\r\n",
+        "incr p +1\r\ntouch p +5\r\ngat +0 p\r\nverbosity +1\r\n",
+        "ms m +1 T+5\r\nx\r\nmg m t v\r\n",
+        "delete m +0\r\nflush_all +0\r\n",
+        "set q 0 0 ++1\r\nx\r\nset q 0 0 -+1\r\nx\r\n",
     ];
     cases.extend(owned.iter().map(|s| s.as_str()));
     compare(mc.addr, tcp_addr(&dk), &probed(&cases));

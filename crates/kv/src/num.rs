@@ -31,8 +31,14 @@ pub(crate) fn push_i64(out: &mut Vec<u8>, v: i64) {
     push_u64(out, v.unsigned_abs());
 }
 
-/// Parses an unsigned decimal of digits only (memcached's `tokto u64`).
+/// Parses an unsigned decimal: an optional `+`, then digits only (C's
+/// `strtoull` as memcached's `safe_strtoull` takes it, without wrapping).
 pub(crate) fn parse_u64(t: &[u8]) -> Option<u64> {
+    let t = t.strip_prefix(b"+").unwrap_or(t);
+    parse_digits(t)
+}
+
+fn parse_digits(t: &[u8]) -> Option<u64> {
     if t.is_empty() || t.len() > 20 {
         return None;
     }
@@ -52,11 +58,12 @@ pub(crate) fn parse_u32(t: &[u8]) -> Option<u32> {
     parse_u64(t).and_then(|v| u32::try_from(v).ok())
 }
 
-/// Parses a signed 32-bit decimal: an optional `-`, then digits only.
+/// Parses a signed 32-bit decimal: an optional `-` or `+`, then digits only.
+/// Values that do not fit are refused (memcached wraps them to 32 bits).
 pub(crate) fn parse_i32(t: &[u8]) -> Option<i32> {
     match t {
         [b'-', rest @ ..] => {
-            let v = parse_u64(rest)?;
+            let v = parse_digits(rest)?;
             i32::try_from(-i64::try_from(v).ok()?).ok()
         }
         _ => i32::try_from(parse_u64(t)?).ok(),
@@ -101,7 +108,12 @@ mod tests {
         assert_eq!(parse_u64(b"18446744073709551615"), Some(u64::MAX));
         assert_eq!(parse_u64(b"18446744073709551616"), None);
         assert_eq!(parse_u64(b""), None);
-        assert_eq!(parse_u64(b"+1"), None);
+        // memcached reads numbers with strtol/strtoul: a `+` is taken.
+        assert_eq!(parse_u64(b"+1"), Some(1));
+        assert_eq!(parse_u64(b"+"), None);
+        assert_eq!(parse_u64(b"++1"), None);
+        assert_eq!(parse_i32(b"+7"), Some(7));
+        assert_eq!(parse_i32(b"-+7"), None);
         assert_eq!(parse_u64(b"1a"), None);
         assert_eq!(parse_u32(b"4294967295"), Some(u32::MAX));
         assert_eq!(parse_u32(b"4294967296"), None);

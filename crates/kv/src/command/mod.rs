@@ -232,6 +232,10 @@ pub fn execute<C: ExecContext + ?Sized>(
             Some(m) if m < 8 => {
                 out.extend_from_slice(b"MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n")
             }
+            // memcached's guard against a limit given in bytes.
+            Some(m) if m > 1_000_000_000 => out.extend_from_slice(
+                b"MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes\r\n",
+            ),
             Some(m) => {
                 ctx.set_memory_limit(m);
                 out.extend_from_slice(b"OK\r\n");

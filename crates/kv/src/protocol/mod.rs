@@ -890,7 +890,8 @@ fn parse_memlimit(a: Args<'_>) -> Option<Request<'_>> {
         return None;
     }
     Some(Request::CacheMemlimit {
-        mib: parse_u32(a.toks[0]),
+        // Larger than 32 bits reads as u32::MAX: refused as bytes, not MiB.
+        mib: parse_u64(a.toks[0]).map(|v| v.min(u64::from(u32::MAX)) as u32),
         noreply: a.last == b"noreply",
     })
 }
