@@ -429,6 +429,8 @@ fn short_and_bad_storage_lines() {
         "touch t\r\n",
         "touch t 1 2 3\r\n",
         "touch t 1 x\r\n",
+        "touch t noreply\r\n",
+        "decr n noreply\r\nab\r\n",
         "flush_all 0 noreply x\r\n",
         "flush_all a b\r\n",
         "flush_all x\r\n",
@@ -441,6 +443,19 @@ fn short_and_bad_storage_lines() {
         "ms m +1 T+5\r\nx\r\nmg m t v\r\n",
         "delete m +0\r\nflush_all +0\r\n",
         "set q 0 0 ++1\r\nx\r\nset q 0 0 -+1\r\nx\r\n",
+        // Meta commands without a key; `md` flag errors.
+        "mg\r\n",
+        "ms\r\n",
+        "md\r\n",
+        "ma\r\n",
+        "me\r\n",
+        "ms k\r\n",
+        "md k q q\r\n",
+        "md k Tx\r\n",
+        "md k Cx\r\n",
+        "md k b\r\n",
+        "md !!! b\r\n",
+        "md k T5 q\r\n",
     ];
     cases.extend(owned.iter().map(|s| s.as_str()));
     compare(mc.addr, tcp_addr(&dk), &probed(&cases));

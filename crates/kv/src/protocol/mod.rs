@@ -636,9 +636,25 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Result<(Request<'a>, usize),
         }),
         b"quit" => Ok(Request::Quit),
         b"mn" => Ok(Request::MetaNoop),
-        b"mg" => parse_meta(rest, |key, flags| Request::MetaGet { key, flags }, false),
-        b"md" => parse_meta(rest, |key, flags| Request::MetaDelete { key, flags }, false),
-        b"ma" => parse_meta(rest, |key, flags| Request::MetaArith { key, flags }, true),
+        // memcached answers ERROR to a meta command without a key.
+        b"mg" | b"ms" | b"md" | b"ma" if Tokens::new(rest).is_empty() => {
+            return Err(unknown(line_len))
+        }
+        b"mg" => parse_meta(
+            rest,
+            |key, flags| Request::MetaGet { key, flags },
+            MetaCmd::Get,
+        ),
+        b"md" => parse_meta(
+            rest,
+            |key, flags| Request::MetaDelete { key, flags },
+            MetaCmd::Delete,
+        ),
+        b"ma" => parse_meta(
+            rest,
+            |key, flags| Request::MetaArith { key, flags },
+            MetaCmd::Arith,
+        ),
         b"me" => parse_meta_debug(rest),
         b"ms" => return parse_mset(rest, buf, line_len, limits),
         _ => {
@@ -821,7 +837,9 @@ fn parse_arith(op: ArithOp, a: Args<'_>) -> Result<Request<'_>, Fail> {
     if a.total < 2 {
         return Err(BAD_FORMAT.into());
     }
-    let noreply = a.noreply(2);
+    // memcached takes the last token as `noreply` whatever the count, so
+    // `incr k noreply` fails silently.
+    let noreply = a.last == b"noreply";
     let fail = |message| Fail { message, noreply };
     if !valid_key(a.toks[0]) {
         return Err(fail(BAD_FORMAT));
@@ -839,7 +857,9 @@ fn parse_touch(a: Args<'_>) -> Result<Request<'_>, Fail> {
     if a.total < 2 {
         return Err(BAD_FORMAT.into());
     }
-    let noreply = a.noreply(2);
+    // memcached takes the last token as `noreply` whatever the count, so
+    // `incr k noreply` fails silently.
+    let noreply = a.last == b"noreply";
     let fail = |message| Fail { message, noreply };
     if !valid_key(a.toks[0]) {
         return Err(fail(BAD_FORMAT));
@@ -898,30 +918,39 @@ fn parse_memlimit(a: Args<'_>) -> Option<Request<'_>> {
 
 /// Key and flags of `mg`, `md`, `ma` (`arith`: memcached reports every flag
 /// error of `ma` as "invalid or duplicate flag" and checks its mode).
+/// Which of the keyed meta commands [`parse_meta`] parses.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum MetaCmd {
+    Get,
+    Delete,
+    Arith,
+}
+
 fn parse_meta<'a>(
     rest: &'a [u8],
     make: impl FnOnce(&'a [u8], MetaFlags<'a>) -> Request<'a>,
-    arith: bool,
+    cmd: MetaCmd,
 ) -> Result<Request<'a>, Fail> {
     let (key, raw) = next_token(rest).ok_or(BAD_FORMAT)?;
-    if arith {
-        // memcached checks an `ma` key before its flags and calls a bad one a
-        // bad command line (only flag errors are "invalid or duplicate flag").
+    // memcached checks an `md` or `ma` key before its flags and calls a bad
+    // one a bad command line; every error of their flags (a base64 key that
+    // does not decode included) is "invalid or duplicate flag".
+    let strict = cmd != MetaCmd::Get;
+    if strict {
         let base64 = Tokens::new(raw).iter().any(|t| t == b"b");
         if key.len() > KEY_MAX_LENGTH || (!base64 && !valid_key(key)) {
             return Err(BAD_FORMAT.into());
         }
     }
     let parsed = meta_key_and_flags(key, raw, 2);
-    let flags = if arith {
-        let flags = parsed.map_err(|_| "invalid or duplicate flag")?;
-        if !matches!(flags.mode(), None | Some(b'I' | b'+' | b'D' | b'-')) {
-            return Err("invalid mode for ma M token".into());
-        }
-        flags
+    let flags = if strict {
+        parsed.map_err(|_| "invalid or duplicate flag")?
     } else {
         parsed?
     };
+    if cmd == MetaCmd::Arith && !matches!(flags.mode(), None | Some(b'I' | b'+' | b'D' | b'-')) {
+        return Err("invalid mode for ma M token".into());
+    }
     Ok(make(key, flags))
 }
 

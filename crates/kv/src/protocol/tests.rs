@@ -621,7 +621,36 @@ fn meta_flags_values() {
 
 #[test]
 fn meta_errors() {
-    assert_eq!(err(b"mg\r\n"), client(BAD_FORMAT, 4));
+    // Without a key: ERROR, as memcached answers (`me`: a bad line).
+    for (line, consumed) in [
+        (&b"mg\r\n"[..], 4),
+        (b"ms \r\n", 5),
+        (b"md\r\n", 4),
+        (b"ma\r\n", 4),
+    ] {
+        assert_eq!(
+            err(line),
+            ParseError::UnknownCommand {
+                consumed,
+                noreply: false
+            }
+        );
+    }
+    // `md` reports every flag error as `ma` does.
+    assert_eq!(
+        err(b"md foo q q\r\n"),
+        client("invalid or duplicate flag", 12)
+    );
+    assert_eq!(
+        err(b"md foo Tx\r\n"),
+        client("invalid or duplicate flag", 11)
+    );
+    assert_eq!(
+        err(b"md !!!! b\r\n"),
+        client("invalid or duplicate flag", 11)
+    );
+    let long = format!("md {} q\r\n", "k".repeat(251));
+    assert_eq!(err(long.as_bytes()), client(BAD_FORMAT, long.len()));
     assert_eq!(err(b"mg foo v v\r\n"), client("duplicate flag", 12));
     assert_eq!(err(b"mg foo Z\r\n"), client("invalid flag", 10));
     assert_eq!(
