@@ -569,7 +569,9 @@ fn find_newline(buf: &[u8], limits: &Limits) -> Result<usize, ParseError<'static
 /// after a command's required arguments (memcached also takes `delete noreply`
 /// as "delete key `noreply` quietly"); keys with control characters are
 /// refused; the `O` length check is made here, before the command runs; a
-/// lone `\n` ends a line of any length (memcached wants at least 4 bytes).
+/// lone `\n` ends a line of any length (memcached wants at least 4 bytes);
+/// numbers that do not fit their 32 or 64 bits are refused (memcached wraps
+/// a 32-bit one). The README's "Deviations from memcached" lists them all.
 pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Result<(Request<'a>, usize), ParseError<'a>> {
     let nl = find_newline(buf, limits)?;
     let line_len = nl + 1;
