@@ -398,7 +398,10 @@ mod pipeline_tests {
     fn replies_are_counted_whole_and_values_skipped() {
         let b = b"VALUE k 0 5\r\nEND\r\n\r\nEND\r\nSTORED\r\nVALUE x 0 3\r\nab";
         assert_eq!(count_replies(b), (2, 0));
-        assert_eq!(count_replies(b"SERVER_ERROR out of memory\r\nEND\r\n"), (2, 1));
+        assert_eq!(
+            count_replies(b"SERVER_ERROR out of memory\r\nEND\r\n"),
+            (2, 1)
+        );
         assert_eq!(count_replies(b"EN"), (0, 0));
     }
 }
