@@ -23,6 +23,10 @@ pub struct HttpBenchArgs {
     /// nginx-1w, nginx-2w (default: all).
     #[arg(long, value_delimiter = ',')]
     servers: Vec<String>,
+    /// Comma-separated I/O backends (`epoll`, `uring`): each duality server
+    /// is run on each, labelled `NAME@BACKEND` (default: the servers' default).
+    #[arg(long, value_delimiter = ',')]
+    io: Vec<duality_rt::IoBackend>,
     /// Measurements per point, servers taking turns; the median is kept.
     #[arg(long, default_value_t = 3)]
     repeat: usize,
@@ -120,6 +124,32 @@ pub fn run(a: HttpBenchArgs) -> anyhow::Result<()> {
             chosen.push(k.clone());
         }
         chosen
+    };
+    // Each duality server once per backend asked for, labelled NAME@BACKEND.
+    let servers: Vec<ServerKind> = if a.io.is_empty() {
+        servers
+    } else {
+        servers
+            .into_iter()
+            .flat_map(|k| match k {
+                ServerKind::Duality {
+                    label,
+                    model,
+                    accept,
+                    ..
+                } => {
+                    a.io.iter()
+                        .map(|b| ServerKind::Duality {
+                            label: format!("{label}@{b}"),
+                            model: model.clone(),
+                            accept: accept.clone(),
+                            io: Some(b.to_string()),
+                        })
+                        .collect::<Vec<_>>()
+                }
+                other => vec![other],
+            })
+            .collect()
     };
     let nginx = http::find_nginx();
     let nginx_version = nginx.as_deref().and_then(http::nginx_version);

@@ -110,6 +110,8 @@ pub enum ServerKind {
         model: String,
         /// `--accept`.
         accept: String,
+        /// `--io` (the server's default when `None`).
+        io: Option<String>,
     },
     /// nginx with this many worker processes.
     Nginx {
@@ -136,6 +138,7 @@ pub fn default_servers() -> Vec<ServerKind> {
         label: label.into(),
         model: model.into(),
         accept: accept.into(),
+        io: None,
     };
     vec![
         d("duality-knot-c", "symped", "favor-active"),
@@ -499,9 +502,11 @@ impl RunningServer {
         root: &Path,
         model: &str,
         accept: &str,
+        io: Option<&str>,
         max_conns: usize,
     ) -> anyhow::Result<RunningServer> {
         let mut child = Command::new(exe)
+            .args(io.map(|b| ["--io", b]).into_iter().flatten())
             .args([
                 "http",
                 "--listen",
@@ -767,9 +772,16 @@ pub fn run(x: &Experiment, progress: &mut dyn FnMut(&HttpRow)) -> anyhow::Result
     let mut servers: Vec<(String, RunningServer)> = Vec::new();
     for kind in &x.servers {
         let server = match kind {
-            ServerKind::Duality { model, accept, .. } => {
-                RunningServer::duality(&x.exe, &files.0, model, accept, max_clients + 64)?
-            }
+            ServerKind::Duality {
+                model, accept, io, ..
+            } => RunningServer::duality(
+                &x.exe,
+                &files.0,
+                model,
+                accept,
+                io.as_deref(),
+                max_clients + 64,
+            )?,
             ServerKind::Nginx { workers } => {
                 let Some(nginx) = &x.nginx else { continue };
                 RunningServer::nginx(nginx, &files.0, *workers, fd_limit)?
