@@ -27,6 +27,10 @@ pub struct HttpBenchArgs {
     /// is run on each, labelled `NAME@BACKEND` (default: the servers' default).
     #[arg(long, value_delimiter = ',')]
     io: Vec<duality_rt::IoBackend>,
+    /// Comma-separated file sizes in bytes, one workload each (default
+    /// 100,16384: an `index.html`-like page and a 16 KiB file).
+    #[arg(long, value_delimiter = ',')]
+    sizes: Vec<usize>,
     /// Measurements per point, servers taking turns; the median is kept.
     #[arg(long, default_value_t = 3)]
     repeat: usize,
@@ -180,7 +184,11 @@ pub fn run(a: HttpBenchArgs) -> anyhow::Result<()> {
         per_process,
         repeat,
         servers,
-        workloads: http::default_workloads(),
+        workloads: if a.sizes.is_empty() {
+            http::default_workloads()
+        } else {
+            a.sizes.iter().map(|&n| http::workload_of_size(n)).collect()
+        },
         nginx,
     };
     eprintln!(
