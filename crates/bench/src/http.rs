@@ -520,9 +520,9 @@ impl RunningServer {
         max_conns: usize,
     ) -> anyhow::Result<RunningServer> {
         let mut child = Command::new(exe)
+            .arg("http")
             .args(io.map(|b| ["--io", b]).into_iter().flatten())
             .args([
-                "http",
                 "--listen",
                 "127.0.0.1:0",
                 "--model",
