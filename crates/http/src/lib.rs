@@ -11,6 +11,7 @@
 //! | [`request`] | [`parse_head`]: request head from a byte buffer (`httparse`), limits, keep-alive, pipelining |
 //! | [`path`] | [`normalize`](path::normalize) (decode, refuse hostile targets) and [`Root::resolve`] (symlinks confined to the root) |
 //! | [`mime`] | `Content-Type` by extension |
+//! | [`encoding`] | [`AcceptEncoding`]: the `Accept-Encoding` list, parsed (pure, property-tested) |
 //! | [`response`] | [`plan_file`], [`write_error`], [`write_redirect`]: status decision (304/206/416/405…) and the response head |
 //! | [`cache`] | [`PageCache`]: bounded, sharded LRU of small files, invalidated by size+mtime+inode |
 //! | [`mod@file`] | [`FileMeta`] (validators), [`ETag`], [`file::open`] |
@@ -160,6 +161,7 @@
 pub mod cache;
 mod connection;
 pub mod date;
+pub mod encoding;
 pub mod file;
 pub mod mime;
 pub mod path;
@@ -172,6 +174,7 @@ mod sys;
 pub use cache::{CacheStats, PageCache};
 pub use connection::serve_conn;
 pub use date::DateCache;
+pub use encoding::AcceptEncoding;
 pub use file::{ETag, FileMeta};
 pub use path::{Resolved, Root};
 pub use request::{parse_head, Head, Limits, Method, Version};
