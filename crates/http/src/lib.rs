@@ -43,6 +43,11 @@
 //!   if !plan.keep_alive: close
 //! ```
 //!
+//! With gzip on (see [`gzip`]), a request that [wants](gzip::wanted) gzip
+//! for an [eligible](gzip::eligible) file is answered with its gzip variant
+//! instead: from the variant cache, a fresh `FILE.gz`, or the file
+//! compressed through [`gzip::run`], its head written by [`plan_encoded`].
+//!
 //! Responses to pipelined requests are appended to the same `out` buffer in
 //! order, so one `write` carries many heads: that is the batching point.
 //! If a file shrinks between `fstat` and the read, the promised

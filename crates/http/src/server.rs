@@ -35,7 +35,7 @@
 //!
 //! A request that [wants](gzip::wanted) gzip, for an [eligible](gzip::eligible)
 //! file, is answered on the loop from `gzip_cache` (never from `cache`); on a
-//! miss, [`HttpState::lookup`] looks for a fresh `.gz`, else returns the
+//! miss, the blocking lookup looks for a fresh `.gz`, else returns the
 //! identity bytes to compress (`Found::Compress`), and the connection
 //! compresses them through [`gzip::run`].
 
