@@ -34,17 +34,22 @@
 //! request for `file` never gets `file.gz` otherwise, and a stale `.gz`
 //! (older than `file`) is never sent.
 //!
-//! Defaults, and why: level 1 (nginx's `gzip_comp_level` default; on this
-//! repository's sources, 20 KB and 1 MB of them, level 6 came out 12-19%
-//! smaller than level 1 for 1.8-4.6x its CPU, zlib 1.2.13 measured through
-//! Python on the 2-core machine); a 256-byte minimum (below that the
-//! 18-byte gzip frame and the work save next to nothing); 16 MiB maximum for
-//! compressing on request (level 1 took about 17 ms per MiB of text there, so
-//! a 16 MiB file already holds a core for about a quarter of a second;
-//! pre-compress larger files, `gzip_static` has no maximum); a 64 MiB
-//! variant cache (the page cache's size); compression inline on the loop
-//! (what nginx does in its workers; `--offload pool` moves it to the CPU
-//! pool, and an adaptive policy will plug into [`run`]).
+//! Defaults, and why (figures: flate2 with zlib-rs, release build, on 20 KB
+//! and 1 MB of this repository's sources, the 2-core machine, noisy):
+//! - level 1, nginx's `gzip_comp_level` default. In zlib-rs (as in
+//!   zlib-ng) it is the "quick" strategy: 0.09 ms for 20 KB, 6-8 ms per MB,
+//!   output 46% / 39% of the input; level 2 gives 36% / 30% for 1.5-2.3x
+//!   that CPU, level 6 34% / 26% for 3-5x. Level 2 is the knee:
+//!   `--gzip-level 2` where bandwidth matters more than CPU.
+//! - 256-byte minimum: below that the 18-byte gzip frame and the work save
+//!   next to nothing.
+//! - 16 MiB maximum for compressing on request: at level 1 such a file holds
+//!   a core for about 0.1-0.15 s (and is read whole into memory);
+//!   pre-compress larger files, `gzip_static` has no maximum.
+//! - a 64 MiB variant cache (the page cache's size);
+//! - compression inline on the loop (what nginx does in its workers;
+//!   `--offload pool` moves it to the CPU pool, and an adaptive policy will
+//!   plug into [`run`]).
 
 use std::fmt;
 use std::io::Write as _;
