@@ -67,6 +67,8 @@ const REQUESTS_PER_TURN: usize = 16;
 /// Bytes per `sendfile` call; the task yields between calls so that one
 /// large file does not hold its loop.
 const SENDFILE_CHUNK: u64 = 256 * 1024;
+/// Bytes per file read through the ring (io_uring loops).
+const RING_FILE_CHUNK: u64 = 64 * 1024;
 /// Longest lingering close.
 pub const LINGER: Duration = Duration::from_secs(1);
 /// Most bytes read and discarded in a lingering close.
@@ -312,7 +314,7 @@ impl Connection {
                     plan_encoded(head, &meta, content_type, encoding, date, &mut self.out);
                 if let Some(span) = plan.body {
                     self.flush().await?;
-                    if !self.send_file(&file, span).await? {
+                    if !self.send_file(file, span).await? {
                         // The file shrank: the promised length cannot be met.
                         plan.keep_alive = false;
                     }
@@ -382,9 +384,12 @@ impl Connection {
         plan
     }
 
-    /// Sends `span` of `file` with `sendfile`; `false` if the file ended
-    /// first.
-    async fn send_file(&mut self, file: &File, span: ByteRange) -> io::Result<bool> {
+    /// Sends `span` of `file` with `sendfile` (through the ring on an
+    /// io_uring loop); `false` if the file ended first.
+    async fn send_file(&mut self, file: File, span: ByteRange) -> io::Result<bool> {
+        if duality_rt::event_loop::current_io_backend() == Some(duality_rt::IoBackend::Uring) {
+            return self.send_file_ring(Arc::new(file), span).await;
+        }
         let fd = file.as_raw_fd();
         let end = span.end();
         let mut offset = span.start;
@@ -413,6 +418,35 @@ impl Connection {
             if offset < end {
                 duality_rt::yield_now().await;
             }
+        }
+        Ok(true)
+    }
+
+    /// [`send_file`](Self::send_file) on an io_uring loop: each chunk is read
+    /// through the ring (a read that must wait for the disk waits in the
+    /// kernel's workers, never on the loop) and queued to the socket; the
+    /// socket's send queue bound makes a slow reader hold back the next read.
+    async fn send_file_ring(&mut self, file: Arc<File>, span: ByteRange) -> io::Result<bool> {
+        let end = span.end();
+        let mut offset = span.start;
+        let wait = self.state.cfg.write_timeout;
+        while offset < end {
+            let count = (end - offset).min(RING_FILE_CHUNK) as usize;
+            let chunk = duality_rt::fs::read_at(file.clone(), offset, count).await?;
+            if chunk.is_empty() {
+                return Ok(false);
+            }
+            if let Err(e) = self.conn.write_all_for(&chunk, Some(wait)).await {
+                if e.kind() == io::ErrorKind::TimedOut {
+                    self.state.counters.write_timeouts.fetch_add(1, Relaxed);
+                }
+                return Err(e);
+            }
+            offset += chunk.len() as u64;
+            self.state
+                .counters
+                .sendfile_bytes
+                .fetch_add(chunk.len() as u64, Relaxed);
         }
         Ok(true)
     }
