@@ -78,6 +78,7 @@ fuzz_target!(|data: &[u8]| {
         if_none_match,
         range,
         if_range,
+        accept_encoding: Default::default(),
         content_length: 0,
         expect_continue: false,
     };

@@ -23,6 +23,14 @@ pub struct HttpBenchArgs {
     /// nginx-1w, nginx-2w (default: all).
     #[arg(long, value_delimiter = ',')]
     servers: Vec<String>,
+    /// Comma-separated I/O backends (`epoll`, `uring`): each duality server
+    /// is run on each, labelled `NAME@BACKEND` (default: the servers' default).
+    #[arg(long, value_delimiter = ',')]
+    io: Vec<duality_rt::IoBackend>,
+    /// Comma-separated file sizes in bytes, one workload each (default
+    /// 100,16384: an `index.html`-like page and a 16 KiB file).
+    #[arg(long, value_delimiter = ',')]
+    sizes: Vec<usize>,
     /// Measurements per point, servers taking turns; the median is kept.
     #[arg(long, default_value_t = 3)]
     repeat: usize,
@@ -121,6 +129,32 @@ pub fn run(a: HttpBenchArgs) -> anyhow::Result<()> {
         }
         chosen
     };
+    // Each duality server once per backend asked for, labelled NAME@BACKEND.
+    let servers: Vec<ServerKind> = if a.io.is_empty() {
+        servers
+    } else {
+        servers
+            .into_iter()
+            .flat_map(|k| match k {
+                ServerKind::Duality {
+                    label,
+                    model,
+                    accept,
+                    ..
+                } => {
+                    a.io.iter()
+                        .map(|b| ServerKind::Duality {
+                            label: format!("{label}@{b}"),
+                            model: model.clone(),
+                            accept: accept.clone(),
+                            io: Some(b.to_string()),
+                        })
+                        .collect::<Vec<_>>()
+                }
+                other => vec![other],
+            })
+            .collect()
+    };
     let nginx = http::find_nginx();
     let nginx_version = nginx.as_deref().and_then(http::nginx_version);
     if nginx.is_none()
@@ -150,7 +184,11 @@ pub fn run(a: HttpBenchArgs) -> anyhow::Result<()> {
         per_process,
         repeat,
         servers,
-        workloads: http::default_workloads(),
+        workloads: if a.sizes.is_empty() {
+            http::default_workloads()
+        } else {
+            a.sizes.iter().map(|&n| http::workload_of_size(n)).collect()
+        },
         nginx,
     };
     eprintln!(

@@ -33,6 +33,11 @@ pub struct LoadArgs {
     /// backend, unlabelled).
     #[arg(long, value_delimiter = ',')]
     io: Vec<duality_rt::IoBackend>,
+    /// Count the servers' system calls per transaction over the windows
+    /// (with `perf stat` on the `raw_syscalls:sys_enter` tracepoint; `-`
+    /// where perf is missing).
+    #[arg(long)]
+    syscalls: bool,
     /// Records in the data set (values of 10-103 bytes, log-distributed).
     #[arg(long, default_value_t = 30_000)]
     records: usize,
@@ -123,6 +128,7 @@ fn plan(load: &LoadArgs, clients: Vec<usize>) -> anyhow::Result<Plan> {
         window,
         windows,
         pipeline: load.pipeline.max(1),
+        count_syscalls: load.syscalls,
     })
 }
 

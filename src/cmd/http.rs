@@ -3,7 +3,7 @@
 
 use clap::Args;
 use duality_http::request::MAX_HEADERS_CAP;
-use duality_http::{HttpConfig, HttpState, Limits};
+use duality_http::{GzipConfig, HttpConfig, HttpState, Limits, Offload};
 use duality_models::{AcceptPolicy, Model, ServerBuilder};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -67,6 +67,46 @@ pub struct HttpArgs {
     /// Seconds in-flight requests get to finish after SIGTERM/SIGINT.
     #[arg(long, default_value_t = 5.0)]
     shutdown_grace: f64,
+    /// gzip responses (nginx's `gzip on`): text/*, JSON, JavaScript, XML, SVG,
+    /// WebAssembly, TTF/OTF, ICO/BMP (and any +json/+xml type) of at least
+    /// --gzip-min-length bytes go out with `Content-Encoding: gzip` to clients
+    /// whose Accept-Encoding prefers it, with `Vary: Accept-Encoding` and an
+    /// ETag of their own; Range requests get the identity body. Off by
+    /// default, as in nginx.
+    #[arg(long, value_name = "on|off", default_value = "off", value_parser = on_off,
+          action = clap::ArgAction::Set)]
+    gzip: bool,
+    /// gzip level, 1 (fastest, nginx's default) to 9 (smallest).
+    #[arg(long, default_value_t = GzipConfig::default().level,
+          value_parser = clap::value_parser!(u32).range(1..=9))]
+    gzip_level: u32,
+    /// Smallest file compressed, in bytes (nginx's gzip_min_length).
+    #[arg(long, default_value_t = GzipConfig::default().min_length)]
+    gzip_min_length: u64,
+    /// Largest file compressed on request, in MiB; a larger one goes out
+    /// uncompressed unless a fresh FILE.gz is beside it.
+    #[arg(long, default_value_t = GzipConfig::default().max_length >> 20)]
+    gzip_max_size: u64,
+    /// Serve a pre-compressed FILE.gz beside FILE (same root checks, at least
+    /// as new as FILE) to clients that take gzip (nginx's gzip_static).
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = on_off,
+          action = clap::ArgAction::Set)]
+    gzip_static: bool,
+    /// Memory for compressed variants, in MiB (0: compress on every request).
+    #[arg(long, default_value_t = GzipConfig::default().cache_bytes >> 20)]
+    gzip_cache: usize,
+    /// Where compression runs: `inline` on the loop that serves the request
+    /// (as nginx does in its workers) or `pool`, the runtime's CPU pool.
+    #[arg(long, default_value_t = Offload::Inline)]
+    offload: Offload,
+}
+
+fn on_off(v: &str) -> Result<bool, String> {
+    match v {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("{v:?}: expected on or off")),
+    }
 }
 
 fn seconds(name: &str, v: f64) -> anyhow::Result<Duration> {
@@ -112,6 +152,15 @@ pub fn run(a: HttpArgs) -> anyhow::Result<()> {
         write_timeout: seconds("write-timeout", a.write_timeout)?,
         access_log: a.access_log.clone(),
         limits: limits(&a)?,
+        gzip: GzipConfig {
+            enabled: a.gzip,
+            level: a.gzip_level,
+            min_length: a.gzip_min_length,
+            max_length: a.gzip_max_size.saturating_mul(1 << 20),
+            static_files: a.gzip_static,
+            cache_bytes: a.gzip_cache.saturating_mul(1 << 20),
+            offload: a.offload,
+        },
     };
     let grace = Duration::from_secs_f64(a.shutdown_grace.max(0.0));
     let state = HttpState::new(cfg)?;
@@ -137,11 +186,16 @@ pub fn run(a: HttpArgs) -> anyhow::Result<()> {
     use std::io::Write as _;
     std::io::stdout().flush()?;
     eprintln!(
-        "duality http: serving {} on http://{addr} ({}, {}, max {} connections)",
+        "duality http: serving {} on http://{addr} ({}, {}, max {} connections, gzip {})",
         a.root.display(),
         a.model,
         a.accept,
-        a.max_conns
+        a.max_conns,
+        if a.gzip {
+            format!("on, level {}, offload {}", a.gzip_level, a.offload)
+        } else {
+            "off".to_owned()
+        }
     );
     signals.forever().next();
     let report = server.shutdown(grace);

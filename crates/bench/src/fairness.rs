@@ -207,7 +207,7 @@ pub fn run(plan: &Plan, tick: &mut dyn FnMut(&FairnessRow)) -> anyhow::Result<Ve
         std::fs::write(dir.0.join("hello.txt"), HELLO)?;
         let fd_limit = http::raise_fd_limit();
         for m in &plan.models {
-            let s = http::RunningServer::duality(plan.exe, &dir.0, m, "favor-active", 1024)?;
+            let s = http::RunningServer::duality(plan.exe, &dir.0, m, "favor-active", None, 1024)?;
             let (times, failed) = measure(s.addr, &probe, plan.floods, plan.samples, plan.warmup);
             drop(s);
             let label = format!("duality {m}");

@@ -83,6 +83,20 @@ pub struct Workload {
     pub size: usize,
 }
 
+/// One file of `size` bytes: `100B`, `1KiB`, `16KiB` … (sizes that are not
+/// whole KiB keep bytes); 100 bytes is the `index.html` of the defaults.
+pub fn workload_of_size(size: usize) -> Workload {
+    let (label, name) = match size {
+        100 => ("100B".to_string(), "index.html".to_string()),
+        16384 => ("16KiB".into(), "16k.html".into()),
+        n if n >= 1024 && n % 1024 == 0 => {
+            (format!("{}KiB", n / 1024), format!("{}k.html", n / 1024))
+        }
+        n => (format!("{n}B"), format!("{n}b.html")),
+    };
+    Workload { label, name, size }
+}
+
 /// The two workloads: a small `index.html`-like page and a 16 KiB file.
 pub fn default_workloads() -> Vec<Workload> {
     vec![
@@ -110,6 +124,8 @@ pub enum ServerKind {
         model: String,
         /// `--accept`.
         accept: String,
+        /// `--io` (the server's default when `None`).
+        io: Option<String>,
     },
     /// nginx with this many worker processes.
     Nginx {
@@ -136,6 +152,7 @@ pub fn default_servers() -> Vec<ServerKind> {
         label: label.into(),
         model: model.into(),
         accept: accept.into(),
+        io: None,
     };
     vec![
         d("duality-knot-c", "symped", "favor-active"),
@@ -499,11 +516,13 @@ impl RunningServer {
         root: &Path,
         model: &str,
         accept: &str,
+        io: Option<&str>,
         max_conns: usize,
     ) -> anyhow::Result<RunningServer> {
         let mut child = Command::new(exe)
+            .arg("http")
+            .args(io.map(|b| ["--io", b]).into_iter().flatten())
             .args([
-                "http",
                 "--listen",
                 "127.0.0.1:0",
                 "--model",
@@ -767,9 +786,16 @@ pub fn run(x: &Experiment, progress: &mut dyn FnMut(&HttpRow)) -> anyhow::Result
     let mut servers: Vec<(String, RunningServer)> = Vec::new();
     for kind in &x.servers {
         let server = match kind {
-            ServerKind::Duality { model, accept, .. } => {
-                RunningServer::duality(&x.exe, &files.0, model, accept, max_clients + 64)?
-            }
+            ServerKind::Duality {
+                model, accept, io, ..
+            } => RunningServer::duality(
+                &x.exe,
+                &files.0,
+                model,
+                accept,
+                io.as_deref(),
+                max_clients + 64,
+            )?,
             ServerKind::Nginx { workers } => {
                 let Some(nginx) = &x.nginx else { continue };
                 RunningServer::nginx(nginx, &files.0, *workers, fd_limit)?
@@ -986,6 +1012,20 @@ pub fn plots(rows: &[HttpRow], dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
         }
     }
     Ok(written)
+}
+
+#[cfg(test)]
+mod workload_tests {
+    use super::*;
+
+    #[test]
+    fn sizes_name_their_files() {
+        assert_eq!(workload_of_size(100), default_workloads()[0]);
+        assert_eq!(workload_of_size(16384), default_workloads()[1]);
+        let w = workload_of_size(1024);
+        assert_eq!((w.label.as_str(), w.name.as_str()), ("1KiB", "1k.html"));
+        assert_eq!(workload_of_size(300).name, "300b.html");
+    }
 }
 
 #[cfg(test)]

@@ -41,6 +41,9 @@ pub struct KvRow {
     pub cpu_us_per_txn: f64,
     /// Server context switches per transaction.
     pub ctx_switches_per_txn: f64,
+    /// Server system calls per transaction (`--syscalls`: counted with perf).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub syscalls_per_txn: Option<f64>,
     /// Cores the client used.
     pub client_cores: f64,
     /// The client used (nearly) a whole core: it, not the server, may have been the limit.
@@ -68,6 +71,8 @@ pub struct Plan {
     pub windows: usize,
     /// Requests each connection writes at once before reading the replies.
     pub pipeline: usize,
+    /// Count the server's system calls over the windows (needs `perf`).
+    pub count_syscalls: bool,
 }
 
 /// The client core share above which the client counts as saturated.
@@ -126,6 +131,8 @@ pub fn measure_server(
     let mut rows = Vec::new();
     for &clients in &plan.clients {
         let mut marks = Vec::new();
+        let mut counter: Option<crate::proc::SyscallCounter> = None;
+        let mut syscalls = None;
         let windows = loadgen::run(
             &LoadConfig {
                 target: target.clone(),
@@ -138,11 +145,17 @@ pub fn measure_server(
                 seed: clients as u64,
                 pipeline: plan.pipeline,
             },
-            &mut |_| {
+            &mut |w| {
+                if plan.count_syscalls && w == 0 {
+                    counter = crate::proc::SyscallCounter::start(pid);
+                }
                 marks.push((
                     crate::proc::cpu_time_of(pid).unwrap_or_default(),
                     crate::proc::ctx_switches_of(pid),
-                ))
+                ));
+                if w == plan.windows {
+                    syscalls = counter.take().and_then(|c| c.finish());
+                }
             },
         )
         .map_err(|e| anyhow::anyhow!("{} with {clients} clients: {e}", kind.label()))?;
@@ -171,6 +184,7 @@ pub fn measure_server(
             p999_us: pct(|p| p.p999_us),
             cpu_us_per_txn: last.0.saturating_sub(first.0).as_secs_f64() * 1e6 / txns as f64,
             ctx_switches_per_txn: last.1.saturating_sub(first.1) as f64 / txns as f64,
+            syscalls_per_txn: syscalls.map(|n| n as f64 / txns as f64),
             client_cores,
             client_saturated: client_cores >= SATURATED,
         };
@@ -243,6 +257,8 @@ pub fn table(rows: &[KvRow]) -> String {
                 r.p99_us.to_string(),
                 format!("{:.2}", r.cpu_us_per_txn),
                 format!("{:.3}", r.ctx_switches_per_txn),
+                r.syscalls_per_txn
+                    .map_or_else(|| "-".into(), |s| format!("{s:.3}")),
                 format!(
                     "{:.2}{}",
                     r.client_cores,
@@ -270,6 +286,7 @@ pub fn table(rows: &[KvRow]) -> String {
             "p99 µs",
             "server CPU µs/txn",
             "ctx switches/txn",
+            "syscalls/txn",
             "client cores",
         ],
         &cells,
@@ -278,10 +295,10 @@ pub fn table(rows: &[KvRow]) -> String {
 
 /// CSV of the rows (header + one line each).
 pub fn csv(rows: &[KvRow]) -> String {
-    let mut s = String::from("server,clients,threads,tps_mean,tps_sd,p50_us,p99_us,p999_us,cpu_us_per_txn,ctx_switches_per_txn,client_cores,client_saturated\n");
+    let mut s = String::from("server,clients,threads,tps_mean,tps_sd,p50_us,p99_us,p999_us,cpu_us_per_txn,ctx_switches_per_txn,syscalls_per_txn,client_cores,client_saturated\n");
     for r in rows {
         s.push_str(&format!(
-            "{},{},{},{:.1},{:.1},{},{},{},{:.3},{:.4},{:.3},{}\n",
+            "{},{},{},{:.1},{:.1},{},{},{},{:.3},{:.4},{},{:.3},{}\n",
             r.server,
             r.clients,
             r.threads,
@@ -292,6 +309,8 @@ pub fn csv(rows: &[KvRow]) -> String {
             r.p999_us,
             r.cpu_us_per_txn,
             r.ctx_switches_per_txn,
+            r.syscalls_per_txn
+                .map_or_else(String::new, |s| format!("{s:.4}")),
             r.client_cores,
             r.client_saturated
         ));
@@ -379,6 +398,7 @@ mod tests {
             p999_us: 30,
             cpu_us_per_txn: 5.0,
             ctx_switches_per_txn: 0.5,
+            syscalls_per_txn: None,
             client_cores: 0.95,
             client_saturated: true,
         }

@@ -93,3 +93,57 @@ mod tests {
         assert!(ctx_switches_of(std::process::id()) > 0);
     }
 }
+
+/// Counts the system calls of another process while it lives, with `perf
+/// stat` on the `raw_syscalls:sys_enter` tracepoint (a counter in the kernel:
+/// no per-call trip to user space, unlike strace). `None` where perf is
+/// missing or not allowed to trace.
+pub struct SyscallCounter {
+    child: std::process::Child,
+}
+
+impl SyscallCounter {
+    /// Starts counting the system calls of every thread of `pid`.
+    pub fn start(pid: u32) -> Option<SyscallCounter> {
+        let child = std::process::Command::new("perf")
+            .args(["stat", "-x", ",", "-e", "raw_syscalls:sys_enter", "-p"])
+            .arg(pid.to_string())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .ok()?;
+        // perf attaches asynchronously: give it a moment before the window.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        Some(SyscallCounter { child })
+    }
+
+    /// Stops counting (SIGINT, as perf expects) and returns the count.
+    pub fn finish(self) -> Option<u64> {
+        // SAFETY: kill sends a signal to our own child by its PID.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let out = self.child.wait_with_output().ok()?;
+        parse_perf_count(&String::from_utf8_lossy(&out.stderr))
+    }
+}
+
+/// The count from `perf stat -x,` output (`12345,,raw_syscalls:sys_enter,...`).
+pub fn parse_perf_count(out: &str) -> Option<u64> {
+    out.lines()
+        .find(|l| l.contains("raw_syscalls:sys_enter"))
+        .and_then(|l| l.split(',').next())
+        .and_then(|n| n.trim().parse().ok())
+}
+
+#[cfg(test)]
+mod syscall_tests {
+    #[test]
+    fn perf_csv_is_parsed() {
+        let out = "1234567,,raw_syscalls:sys_enter,2001234,100.00,,\n";
+        assert_eq!(super::parse_perf_count(out), Some(1234567));
+        assert_eq!(
+            super::parse_perf_count("<not counted>,,raw_syscalls:sys_enter"),
+            None
+        );
+        assert_eq!(super::parse_perf_count(""), None);
+    }
+}

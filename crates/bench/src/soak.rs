@@ -390,7 +390,14 @@ pub fn run(plan: &Plan, tick: &mut dyn FnMut(&SoakRow)) -> anyhow::Result<Vec<So
     if plan.services.iter().any(|s| s == "http") {
         let dir = http::TempDir::new("soak-www")?;
         std::fs::write(dir.0.join("soak.txt"), BODY)?;
-        let s = http::RunningServer::duality(plan.exe, &dir.0, &plan.model, "favor-active", 1024)?;
+        let s = http::RunningServer::duality(
+            plan.exe,
+            &dir.0,
+            &plan.model,
+            "favor-active",
+            None,
+            1024,
+        )?;
         let got = soak_one(Arc::new(Http), s.addr, s.pid(), plan.mix, run_for);
         drop(s);
         row("http", format!("duality {}", plan.model), got);

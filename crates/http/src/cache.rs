@@ -20,6 +20,13 @@
 //! files: the caller reads, then [`insert`](PageCache::insert)s.
 //!
 //! What an entry costs against the budget: its bytes plus its path's bytes.
+//!
+//! The same cache holds **derived** bytes too: the server keeps the gzip
+//! variants of files in a second `PageCache` ([`insert_variant`]), keyed by
+//! the *source* file's path and validators, so a variant is dropped as soon
+//! as its source changes, exactly as a cached file is.
+//!
+//! [`insert_variant`]: PageCache::insert_variant
 
 use std::hash::BuildHasher;
 use std::path::Path;
@@ -109,6 +116,19 @@ impl PageCache {
     /// file changed between `stat` and `read`).
     pub fn insert(&self, path: &Path, meta: &FileMeta, bytes: Arc<[u8]>) -> bool {
         if bytes.len() as u64 != meta.size || bytes.len() > self.max_file_size {
+            return false;
+        }
+        self.shard(path).insert(path, meta, bytes)
+    }
+
+    /// Stores `bytes` derived from the file `path` under `meta` (its gzip
+    /// variant, say): as [`insert`](PageCache::insert), but `bytes` may have
+    /// any length up to the largest size the cache takes; [`get`] with the
+    /// source's validators finds it, and a change of the source drops it.
+    ///
+    /// [`get`]: PageCache::get
+    pub fn insert_variant(&self, path: &Path, meta: &FileMeta, bytes: Arc<[u8]>) -> bool {
+        if bytes.len() > self.max_file_size {
             return false;
         }
         self.shard(path).insert(path, meta, bytes)
@@ -410,6 +430,31 @@ mod tests {
         assert_eq!(c.get(p, &meta(20, 2)).unwrap().len(), 20);
         assert!(c.remove(p));
         assert!(!c.remove(p));
+        check(&c);
+    }
+
+    #[test]
+    fn variants_are_bounded_and_follow_their_source() {
+        // 16 shards of 64 KiB; variants of up to 4 KiB.
+        let c = PageCache::new(1 << 20, 4 << 10);
+        let src = meta(100_000, 1);
+        let p = Path::new("/www/big.txt");
+        // Any length up to the largest entry, unlike insert.
+        assert!(!c.insert(p, &src, bytes(1000)));
+        assert!(c.insert_variant(p, &src, bytes(1000)));
+        assert!(!c.insert_variant(p, &src, bytes((4 << 10) + 1)));
+        assert_eq!(c.get(p, &src).unwrap().len(), 1000);
+        // The source changed: the variant is gone.
+        assert!(c.get(p, &meta(100_000, 2)).is_none());
+        assert_eq!(c.stats().invalidations, 1);
+        // Far more variants than fit: the byte bound holds throughout.
+        for i in 0..5000 {
+            let p = PathBuf::from(format!("/www/f{i}.js"));
+            c.insert_variant(&p, &src, bytes(1000 + i % 3000));
+            assert!(c.stats().bytes <= 1 << 20);
+        }
+        let s = c.stats();
+        assert!(s.evictions > 0 && s.bytes > (1 << 20) / 2, "{s:?}");
         check(&c);
     }
 

@@ -42,8 +42,12 @@ use duality_models::{Conn, Payload};
 use duality_rt::time::timeout;
 
 use crate::date;
+use crate::file::FileMeta;
+use crate::gzip::{self, GzipJob};
 use crate::request::{continue_due, parse_head, Head, Method, Version};
-use crate::response::{plan_file, write_error, write_redirect, ByteRange, Plan, CONTINUE};
+use crate::response::{
+    not_modified, plan_encoded, write_error, write_redirect, ByteRange, Encoding, Plan, CONTINUE,
+};
 use crate::server::{Found, HttpState};
 use crate::status::{HttpError, Status};
 use crate::sys;
@@ -63,6 +67,8 @@ const REQUESTS_PER_TURN: usize = 16;
 /// Bytes per `sendfile` call; the task yields between calls so that one
 /// large file does not hold its loop.
 const SENDFILE_CHUNK: u64 = 256 * 1024;
+/// Bytes per file read through the ring (io_uring loops).
+const RING_FILE_CHUNK: u64 = 64 * 1024;
 /// Longest lingering close.
 pub const LINGER: Duration = Duration::from_secs(1);
 /// Most bytes read and discarded in a lingering close.
@@ -245,10 +251,30 @@ impl Connection {
         let date = now();
         let date = as_str(&date);
 
+        let gzip_cfg = self.state.cfg.gzip;
+        let want_gzip = gzip::wanted(&gzip_cfg, head);
+
         // Fast path: a recent stat and the bytes in memory; no system call.
+        // A request that wants gzip is answered from the variant cache only.
         if let Some(f) = self.state.fresh.get(&head.path) {
-            if let Some(bytes) = self.state.cache.get(&f.path, &f.meta) {
-                let plan = plan_file(head, &f.meta, f.content_type, date, &mut self.out);
+            let eligible = gzip::eligible(&gzip_cfg, &f.path, f.content_type, f.meta.size);
+            let hit = if eligible && want_gzip {
+                let bytes = self.state.gzip_cache.get(&f.path, &f.meta);
+                bytes.map(|b| {
+                    (
+                        Encoding::Gzip {
+                            len: b.len() as u64,
+                        },
+                        b,
+                    )
+                })
+            } else {
+                let bytes = self.state.cache.get(&f.path, &f.meta);
+                bytes.map(|b| (Encoding::Identity { vary: eligible }, b))
+            };
+            if let Some((encoding, bytes)) = hit {
+                let plan =
+                    plan_encoded(head, &f.meta, f.content_type, encoding, date, &mut self.out);
                 push_body(&mut self.out, &bytes, plan.body);
                 self.log(Some(head), &plan);
                 return Ok(plan);
@@ -257,7 +283,11 @@ impl Connection {
 
         let state = self.state.clone();
         let url = head.path.clone();
-        let found = match self.payload.blocking(move || state.lookup(&url)).await {
+        let found = match self
+            .payload
+            .blocking(move || state.lookup(&url, want_gzip))
+            .await
+        {
             Ok(found) => found,
             Err(_) => Err(HttpError::keep(Status::InternalServerError)),
         };
@@ -267,9 +297,10 @@ impl Connection {
             Ok(Found::Bytes {
                 meta,
                 content_type,
+                encoding,
                 bytes,
             }) => {
-                let plan = plan_file(head, &meta, content_type, date, &mut self.out);
+                let plan = plan_encoded(head, &meta, content_type, encoding, date, &mut self.out);
                 push_body(&mut self.out, &bytes, plan.body);
                 plan
             }
@@ -277,25 +308,88 @@ impl Connection {
                 file,
                 meta,
                 content_type,
+                encoding,
             }) => {
-                let mut plan = plan_file(head, &meta, content_type, date, &mut self.out);
+                let mut plan =
+                    plan_encoded(head, &meta, content_type, encoding, date, &mut self.out);
                 if let Some(span) = plan.body {
                     self.flush().await?;
-                    if !self.send_file(&file, span).await? {
+                    if !self.send_file(file, span).await? {
                         // The file shrank: the promised length cannot be met.
                         plan.keep_alive = false;
                     }
                 }
                 plan
             }
+            Ok(Found::Compress {
+                path,
+                meta,
+                content_type,
+                input,
+            }) => {
+                self.compressed(head, &path, meta, content_type, input, date)
+                    .await
+            }
         };
         self.log(Some(head), &plan);
         Ok(plan)
     }
 
-    /// Sends `span` of `file` with `sendfile`; `false` if the file ended
-    /// first.
-    async fn send_file(&mut self, file: &File, span: ByteRange) -> io::Result<bool> {
+    /// Answers `head` with the gzip variant of the file `path` (validators
+    /// `meta`, bytes `input`), compressing it through [`gzip::run`] (the
+    /// one place where the offload policy applies) unless the answer is a
+    /// 304; keeps the result in the variant cache. If compression could not
+    /// run, the identity body.
+    async fn compressed(
+        &mut self,
+        head: &Head<'_>,
+        path: &std::path::Path,
+        meta: FileMeta,
+        content_type: &'static str,
+        input: Arc<[u8]>,
+        date: &str,
+    ) -> Plan {
+        let cfg = self.state.cfg.gzip;
+        if not_modified(head, &meta.etag().gzip_variant(), &meta, date) {
+            // A 304 carries no length: nothing to compress.
+            let encoding = Encoding::Gzip { len: 0 };
+            return plan_encoded(head, &meta, content_type, encoding, date, &mut self.out);
+        }
+        let job = GzipJob {
+            input: input.clone(),
+            level: cfg.level,
+        };
+        let Some(gz) = gzip::run(cfg.offload, job).await else {
+            let encoding = Encoding::Identity { vary: true };
+            let plan = plan_encoded(head, &meta, content_type, encoding, date, &mut self.out);
+            push_body(&mut self.out, &input, plan.body);
+            return plan;
+        };
+        self.state.counters.gzip_compressed.fetch_add(1, Relaxed);
+        let gz: Arc<[u8]> = gz.into();
+        if self
+            .state
+            .gzip_cache
+            .insert_variant(path, &meta, gz.clone())
+        {
+            self.state
+                .fresh
+                .record(&head.path, path, meta, content_type);
+        }
+        let encoding = Encoding::Gzip {
+            len: gz.len() as u64,
+        };
+        let plan = plan_encoded(head, &meta, content_type, encoding, date, &mut self.out);
+        push_body(&mut self.out, &gz, plan.body);
+        plan
+    }
+
+    /// Sends `span` of `file` with `sendfile` (through the ring on an
+    /// io_uring loop); `false` if the file ended first.
+    async fn send_file(&mut self, file: File, span: ByteRange) -> io::Result<bool> {
+        if duality_rt::event_loop::current_io_backend() == Some(duality_rt::IoBackend::Uring) {
+            return self.send_file_ring(Arc::new(file), span).await;
+        }
         let fd = file.as_raw_fd();
         let end = span.end();
         let mut offset = span.start;
@@ -324,6 +418,35 @@ impl Connection {
             if offset < end {
                 duality_rt::yield_now().await;
             }
+        }
+        Ok(true)
+    }
+
+    /// [`send_file`](Self::send_file) on an io_uring loop: each chunk is read
+    /// through the ring (a read that must wait for the disk waits in the
+    /// kernel's workers, never on the loop) and queued to the socket; the
+    /// socket's send queue bound makes a slow reader hold back the next read.
+    async fn send_file_ring(&mut self, file: Arc<File>, span: ByteRange) -> io::Result<bool> {
+        let end = span.end();
+        let mut offset = span.start;
+        let wait = self.state.cfg.write_timeout;
+        while offset < end {
+            let count = (end - offset).min(RING_FILE_CHUNK) as usize;
+            let chunk = duality_rt::fs::read_at(file.clone(), offset, count).await?;
+            if chunk.is_empty() {
+                return Ok(false);
+            }
+            if let Err(e) = self.conn.write_all_for(&chunk, Some(wait)).await {
+                if e.kind() == io::ErrorKind::TimedOut {
+                    self.state.counters.write_timeouts.fetch_add(1, Relaxed);
+                }
+                return Err(e);
+            }
+            offset += chunk.len() as u64;
+            self.state
+                .counters
+                .sendfile_bytes
+                .fetch_add(chunk.len() as u64, Relaxed);
         }
         Ok(true)
     }

@@ -53,6 +53,16 @@ impl From<&fs::Metadata> for FileMeta {
 /// replacement by `rename` changes the inode. Strong tags are what `If-Range`
 /// needs (RFC 9110 §13.1.5); `If-None-Match` compares weakly, which a strong
 /// tag also satisfies. It lives on the stack: no allocation per response.
+///
+/// The gzip variant of a file has its own tag, [`ETag::gzip_variant`]: the
+/// file's tag with `-gzip` inside the quotes (Apache's `AddSuffix`), never
+/// equal to an identity tag (whose opaque part is hex digits and dashes).
+/// It is strong, and the same whether the server compressed the file or
+/// served a fresh `file.gz` beside it: both are *the* gzip coding of this
+/// version of the file, and a client's validator must not flip when the
+/// variant cache evicts an entry or a `.gz` appears. (nginx weakens the tag
+/// when it compresses, `W/"…"`, and gives a `.gz` its own tag; a weak tag
+/// would do for `If-None-Match` but could never be used with `If-Range`.)
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct ETag {
     buf: [u8; ETag::CAP],
@@ -60,8 +70,12 @@ pub struct ETag {
 }
 
 impl ETag {
-    /// Two quotes, three hex numbers (16 + 16 + 32 digits at most) and two dashes.
-    const CAP: usize = 2 + 16 + 1 + 16 + 1 + 32;
+    /// Two quotes, three hex numbers (16 + 16 + 32 digits at most), two
+    /// dashes and room for [`ETag::GZIP_SUFFIX`].
+    const CAP: usize = 2 + 16 + 1 + 16 + 1 + 32 + ETag::GZIP_SUFFIX.len();
+
+    /// What [`ETag::gzip_variant`] appends to the opaque part.
+    pub const GZIP_SUFFIX: &'static [u8] = b"-gzip";
 
     /// The tag of `meta`.
     pub fn of(meta: &FileMeta) -> ETag {
@@ -75,6 +89,21 @@ impl ETag {
         let _ = write!(cursor, "\"{:x}-{:x}-{:x}\"", meta.inode, meta.size, nanos);
         let len = (ETag::CAP - cursor.len()) as u8;
         ETag { buf, len }
+    }
+
+    /// The tag of the gzip variant of the file this tag describes (see the
+    /// type's docs). Applied to a variant's tag it appends again.
+    pub fn gzip_variant(&self) -> ETag {
+        let mut tag = *self;
+        let len = self.len as usize;
+        let end = len - 1 + ETag::GZIP_SUFFIX.len();
+        if end + 1 > ETag::CAP {
+            return tag;
+        }
+        tag.buf[len - 1..end].copy_from_slice(ETag::GZIP_SUFFIX);
+        tag.buf[end] = b'"';
+        tag.len = (end + 1) as u8;
+        tag
     }
 
     /// The tag with its quotes, as sent in the `ETag` field.
@@ -154,6 +183,24 @@ mod tests {
             ..meta(1, 0, 0, 1)
         };
         assert_eq!(ETag::of(&old).as_bytes(), b"\"1-1-0\"");
+    }
+
+    #[test]
+    fn gzip_variant_tag() {
+        let tag = ETag::of(&meta(0x10, 1, 5, 0xab));
+        let gz = tag.gzip_variant();
+        assert_eq!(gz.as_bytes(), b"\"ab-10-3b9aca05-gzip\"");
+        assert_eq!(gz.opaque(), b"ab-10-3b9aca05-gzip");
+        assert_ne!(gz, tag);
+        // The longest identity tag still has room for the suffix.
+        let m = FileMeta {
+            size: u64::MAX,
+            mtime: UNIX_EPOCH + Duration::new(1 << 40, 999_999_999),
+            inode: u64::MAX,
+        };
+        let gz = ETag::of(&m).gzip_variant();
+        assert!(gz.as_bytes().ends_with(b"-gzip\""), "{gz:?}");
+        assert_eq!(gz.as_bytes().len(), ETag::of(&m).as_bytes().len() + 5);
     }
 
     #[test]

@@ -11,12 +11,14 @@
 //! | [`request`] | [`parse_head`]: request head from a byte buffer (`httparse`), limits, keep-alive, pipelining |
 //! | [`path`] | [`normalize`](path::normalize) (decode, refuse hostile targets) and [`Root::resolve`] (symlinks confined to the root) |
 //! | [`mime`] | `Content-Type` by extension |
-//! | [`response`] | [`plan_file`], [`write_error`], [`write_redirect`]: status decision (304/206/416/405…) and the response head |
-//! | [`cache`] | [`PageCache`]: bounded, sharded LRU of small files, invalidated by size+mtime+inode |
+//! | [`encoding`] | [`AcceptEncoding`]: the `Accept-Encoding` list, parsed (pure, property-tested) |
+//! | [`gzip`] | which files and requests get gzip, the type list, [`gzip::compress`] and the one seam it runs through ([`gzip::run`], inline or on the CPU pool) |
+//! | [`response`] | [`plan_file`] / [`plan_encoded`], [`write_error`], [`write_redirect`]: status decision (304/206/416/405…) and the response head, identity or gzip |
+//! | [`cache`] | [`PageCache`]: bounded, sharded LRU of small files (and, as a second instance, of gzip variants), invalidated by size+mtime+inode |
 //! | [`mod@file`] | [`FileMeta`] (validators), [`ETag`], [`file::open`] |
 //! | [`date`] | [`DateCache`]: the `Date` field, formatted at most once per second |
 //! | [`status`] | [`Status`], [`HttpError`] (status + whether to close) |
-//! | [`server`] | [`HttpConfig`], [`HttpState`] (root, page cache, fresh index, access log), [`serve`] |
+//! | [`server`] | [`HttpConfig`], [`HttpState`] (root, page cache, variant cache, fresh index, access log), [`serve`] |
 //! | `connection` | [`serve_conn`]: one connection in thread style: timeouts, pipelining, the blocking pool, `sendfile` |
 //! | `sys` | `sendfile(2)` and blocking-socket timeouts: the crate's only `unsafe` |
 //!
@@ -40,6 +42,11 @@
 //!   write out (all pipelined responses of this read in one write), then bodies
 //!   if !plan.keep_alive: close
 //! ```
+//!
+//! With gzip on (see [`gzip`]), a request that [wants](gzip::wanted) gzip
+//! for an [eligible](gzip::eligible) file is answered with its gzip variant
+//! instead: from the variant cache, a fresh `FILE.gz`, or the file
+//! compressed through [`gzip::run`], its head written by [`plan_encoded`].
 //!
 //! Responses to pipelined requests are appended to the same `out` buffer in
 //! order, so one `write` carries many heads: that is the batching point.
@@ -160,7 +167,9 @@
 pub mod cache;
 mod connection;
 pub mod date;
+pub mod encoding;
 pub mod file;
+pub mod gzip;
 pub mod mime;
 pub mod path;
 pub mod request;
@@ -172,9 +181,13 @@ mod sys;
 pub use cache::{CacheStats, PageCache};
 pub use connection::serve_conn;
 pub use date::DateCache;
+pub use encoding::AcceptEncoding;
 pub use file::{ETag, FileMeta};
+pub use gzip::{GzipConfig, Offload};
 pub use path::{Resolved, Root};
 pub use request::{parse_head, Head, Limits, Method, Version};
-pub use response::{plan_file, write_error, write_redirect, ByteRange, Plan};
+pub use response::{
+    plan_encoded, plan_file, write_error, write_redirect, ByteRange, Encoding, Plan,
+};
 pub use server::{serve, HttpConfig, HttpState, HttpStats};
 pub use status::{HttpError, Status};

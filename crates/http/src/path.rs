@@ -264,6 +264,19 @@ impl Root {
         })
     }
 
+    /// The regular file named `file` + `suffix` (`index.html` → `index.html.gz`),
+    /// where `file` is a path [`resolve`](Root::resolve) returned, checked
+    /// exactly as `resolve` checks a file: canonicalised, so symlinks are
+    /// followed, and refused unless it lies under the root. `None` when
+    /// there is no such file, or it is refused, or not a regular file.
+    /// Blocking, like `resolve`.
+    pub fn sibling(&self, file: &Path, suffix: &str) -> Option<(PathBuf, FileMeta)> {
+        let mut name = file.as_os_str().to_owned();
+        name.push(suffix);
+        let (real, md) = self.confine(Path::new(&name)).ok()?;
+        md.is_file().then(|| (real, FileMeta::from_metadata(&md)))
+    }
+
     /// Canonicalises `candidate`, checks that it lies under the root, and
     /// returns it with its metadata.
     fn confine(&self, candidate: &Path) -> Result<(PathBuf, fs::Metadata), HttpError> {
@@ -387,6 +400,42 @@ pub(crate) mod tests {
                 Want::Err(e.status.code())
             }
         }
+    }
+
+    #[test]
+    fn siblings_are_confined_like_files() {
+        let (tmp, root) = tree("sibling");
+        let www = root.dir().to_path_buf();
+        fs::write(www.join("a.txt.gz"), "gz").unwrap();
+        fs::write(tmp.0.join("outside/secret.txt.gz"), "secret gz").unwrap();
+        // Beside a file, and beside a directory's index.
+        fs::write(www.join("sub/index.html.gz"), "sub gz").unwrap();
+        let a = match root.resolve("/a.txt").unwrap() {
+            Resolved::File { path, .. } => path,
+            other => panic!("{other:?}"),
+        };
+        let (gz, meta) = root.sibling(&a, ".gz").unwrap();
+        assert_eq!((gz, meta.size), (www.join("a.txt.gz"), 2));
+        let index = match root.resolve("/sub/").unwrap() {
+            Resolved::File { path, .. } => path,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            root.sibling(&index, ".gz").unwrap().0,
+            www.join("sub/index.html.gz")
+        );
+        // Absent; a .gz that is a symlink out of the root; a .gz that is a
+        // directory; a symlink inside the root is followed.
+        assert!(root.sibling(&www.join("sub/b.css"), ".gz").is_none());
+        symlink("../outside/secret.txt.gz", www.join("....gz")).unwrap();
+        assert!(root.sibling(&www.join("...."), ".gz").is_none());
+        fs::create_dir(www.join("sp ace.txt.gz")).unwrap();
+        assert!(root.sibling(&www.join("sp ace.txt"), ".gz").is_none());
+        symlink("a.txt.gz", www.join("ü.txt.gz")).unwrap();
+        assert_eq!(
+            root.sibling(&www.join("ü.txt"), ".gz").unwrap().0,
+            www.join("a.txt.gz")
+        );
     }
 
     #[test]

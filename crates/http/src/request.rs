@@ -40,6 +40,7 @@ use std::mem::MaybeUninit;
 use std::time::SystemTime;
 
 use crate::date;
+use crate::encoding::AcceptEncoding;
 use crate::path;
 use crate::status::{HttpError, Status};
 
@@ -132,6 +133,9 @@ pub struct Head<'a> {
     pub range: Option<&'a [u8]>,
     /// `If-Range`.
     pub if_range: Option<&'a [u8]>,
+    /// `Accept-Encoding`, every field of it ([`AcceptEncoding::default`]
+    /// without one).
+    pub accept_encoding: AcceptEncoding,
     /// The body length (`Content-Length`, 0 without one); the body is
     /// included in the bytes consumed and otherwise ignored.
     pub content_length: usize,
@@ -284,6 +288,7 @@ fn parse_fields<'a>(
             _ => None,
         },
         if_range: fields.if_range,
+        accept_encoding: fields.accept_encoding,
         content_length,
         expect_continue: fields.expect_continue && version == Version::Http11,
     };
@@ -321,6 +326,7 @@ struct Fields<'a> {
     /// `Some(None)` when sent more than once.
     range: Option<Option<&'a [u8]>>,
     if_range: Option<&'a [u8]>,
+    accept_encoding: AcceptEncoding,
     expect_continue: bool,
 }
 
@@ -360,6 +366,7 @@ impl<'a> Fields<'a> {
             13 if is("if-none-match") => {
                 self.if_none_match.get_or_insert(value);
             }
+            15 if is("accept-encoding") => self.accept_encoding.add(value),
             14 if is("content-length") => {
                 for token in value.split(|&b| b == b',') {
                     let n = parse_length(trim(token)).ok_or_else(bad)?;
@@ -614,6 +621,19 @@ mod tests {
              If-Modified-Since: Sun, 06 Nov 1994 08:49:37 GMT\r\n\r\n",
         );
         assert_eq!(h.if_modified_since, None, "two IMS fields are ignored");
+    }
+
+    #[test]
+    fn accept_encoding_fields_are_one_list() {
+        assert_eq!(
+            head("GET / HTTP/1.1\r\nHost: h\r\n\r\n").accept_encoding,
+            AcceptEncoding::default()
+        );
+        let h = head("GET / HTTP/1.1\r\nHost: h\r\nACCEPT-ENCODING: br\r\naccept-encoding: x-gzip;q=0.5\r\n\r\n");
+        assert_eq!(h.accept_encoding.gzip, Some(500));
+        assert!(h.accept_encoding.prefers_gzip());
+        let h = head("GET / HTTP/1.1\r\nHost: h\r\nAccept-Encoding: gzip\r\nAccept-Encoding: gzip;q=0\r\n\r\n");
+        assert!(!h.accept_encoding.prefers_gzip());
     }
 
     #[test]

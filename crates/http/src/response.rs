@@ -34,6 +34,15 @@
 //! responses carry `Last-Modified`, `ETag` (strong, see [`ETag`]) and
 //! `Accept-Ranges: bytes`. The status line is always `HTTP/1.1`. A HEAD
 //! request gets the same head as GET, without the body.
+//!
+//! [`plan_encoded`] plans the same for a chosen [`Encoding`] (see
+//! [`crate::gzip`] for the choice): `Identity { vary: true }` adds
+//! `Vary: Accept-Encoding` to every response (304 and 416 included);
+//! `Gzip { len }` answers with the gzip variant: its own [`ETag`]
+//! ([`ETag::gzip_variant`]) for `If-None-Match`, `Content-Encoding: gzip`,
+//! `Content-Length: len`, `Vary`, no `Accept-Ranges`, and `Range` ignored
+//! (the caller only chooses gzip for requests without one). [`plan_file`] is
+//! `plan_encoded` with `Identity { vary: false }`.
 
 use std::time::SystemTime;
 
@@ -75,6 +84,37 @@ pub struct Plan {
     pub keep_alive: bool,
 }
 
+/// Which representation of a file a response carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    /// The file's bytes. `vary`: the file also has a gzip variant, so the
+    /// response says it depends on `Accept-Encoding`.
+    Identity {
+        /// Send `Vary: Accept-Encoding`.
+        vary: bool,
+    },
+    /// The gzip variant, `len` bytes long; the [`Plan`]'s body span is a
+    /// span of those bytes.
+    Gzip {
+        /// Length of the gzip body.
+        len: u64,
+    },
+}
+
+impl Encoding {
+    /// The tag of this representation of `file`.
+    pub fn etag(&self, file: &FileMeta) -> ETag {
+        match self {
+            Encoding::Identity { .. } => file.etag(),
+            Encoding::Gzip { .. } => file.etag().gzip_variant(),
+        }
+    }
+
+    fn vary(&self) -> bool {
+        !matches!(self, Encoding::Identity { vary: false })
+    }
+}
+
 /// Plans the response to `head` for a file with validators `file` and type
 /// `content_type`, and appends its head to `out` (see the
 /// [module docs](self) for the decisions). `date` is the current
@@ -87,6 +127,39 @@ pub fn plan_file(
     date: &str,
     out: &mut Vec<u8>,
 ) -> Plan {
+    plan_encoded(
+        head,
+        file,
+        content_type,
+        Encoding::Identity { vary: false },
+        date,
+        out,
+    )
+}
+
+/// Whether the conditional fields of `head` make the answer a 304 for the
+/// representation tagged `etag` of `file` (If-None-Match, else
+/// If-Modified-Since; see the [module docs](self)). [`plan_encoded`]
+/// decides with it; a caller asks it first to skip work a 304 does not
+/// need (compressing a body).
+pub fn not_modified(head: &Head<'_>, etag: &ETag, file: &FileMeta, date: &str) -> bool {
+    match (head.if_none_match, head.if_modified_since) {
+        (Some(inm), _) => none_match_hits(inm, etag),
+        (None, Some(ims)) => date::to_http_seconds(file.mtime) <= ims && !in_future(ims, date),
+        (None, None) => false,
+    }
+}
+
+/// [`plan_file`] for the representation `encoding` of the file (see the
+/// [module docs](self)).
+pub fn plan_encoded(
+    head: &Head<'_>,
+    file: &FileMeta,
+    content_type: &str,
+    encoding: Encoding,
+    date: &str,
+    out: &mut Vec<u8>,
+) -> Plan {
     if head.method == Method::Other {
         return write_error(
             HttpError::keep(Status::MethodNotAllowed),
@@ -95,18 +168,16 @@ pub fn plan_file(
             out,
         );
     }
-    let etag = file.etag();
-    let last_modified = date::to_http_seconds(file.mtime);
+    let etag = encoding.etag(file);
+    let vary = encoding.vary();
 
-    let not_modified = match (head.if_none_match, head.if_modified_since) {
-        (Some(inm), _) => none_match_hits(inm, &etag),
-        (None, Some(ims)) => last_modified <= ims && !in_future(ims, date),
-        (None, None) => false,
-    };
-    if not_modified {
+    if not_modified(head, &etag, file, date) {
         let keep_alive = head.keep_alive;
         status_line(out, Status::NotModified, date);
         validators(out, &etag, file);
+        if vary {
+            out.extend_from_slice(VARY);
+        }
         connection(out, keep_alive);
         return Plan {
             status: Status::NotModified,
@@ -115,8 +186,12 @@ pub fn plan_file(
         };
     }
 
+    let (size, gzip) = match encoding {
+        Encoding::Identity { .. } => (file.size, false),
+        Encoding::Gzip { len } => (len, true),
+    };
     let range = match head.range {
-        Some(range) if head.method == Method::Get && if_range_holds(head, &etag, file) => {
+        Some(range) if !gzip && head.method == Method::Get && if_range_holds(head, &etag, file) => {
             parse_range(range, file.size)
         }
         _ => RangeSpec::Ignore,
@@ -126,7 +201,7 @@ pub fn plan_file(
             Status::Ok,
             ByteRange {
                 start: 0,
-                len: file.size,
+                len: size,
             },
         ),
         RangeSpec::Span(span) => (Status::PartialContent, span),
@@ -143,6 +218,9 @@ pub fn plan_file(
                     out.extend_from_slice(b"Content-Range: bytes */");
                     push_u64(out, file.size);
                     out.extend_from_slice(b"\r\n");
+                    if vary {
+                        out.extend_from_slice(VARY);
+                    }
                 },
             );
             return Plan {
@@ -155,11 +233,19 @@ pub fn plan_file(
 
     status_line(out, status, date);
     field(out, "Content-Type", content_type.as_bytes());
+    if gzip {
+        out.extend_from_slice(b"Content-Encoding: gzip\r\n");
+    }
     out.extend_from_slice(b"Content-Length: ");
     push_u64(out, span.len);
     out.extend_from_slice(b"\r\n");
     validators(out, &etag, file);
-    out.extend_from_slice(b"Accept-Ranges: bytes\r\n");
+    if vary {
+        out.extend_from_slice(VARY);
+    }
+    if !gzip {
+        out.extend_from_slice(b"Accept-Ranges: bytes\r\n");
+    }
     if status == Status::PartialContent {
         out.extend_from_slice(b"Content-Range: bytes ");
         push_u64(out, span.start);
@@ -217,6 +303,9 @@ pub fn write_redirect(head: &Head<'_>, location: &str, date: &str, out: &mut Vec
         keep_alive,
     }
 }
+
+/// The field every response for a file with a gzip variant carries.
+const VARY: &[u8] = b"Vary: Accept-Encoding\r\n";
 
 const BODY_START: &str = "<html><head><title>";
 const BODY_MIDDLE: &str = "</title></head><body><h1>";
@@ -505,6 +594,109 @@ mod tests {
             etag(100)
         );
         assert_eq!(text, want);
+    }
+
+    fn respond_encoded(
+        method: &str,
+        fields: &str,
+        size: u64,
+        encoding: Encoding,
+    ) -> (Plan, String) {
+        let req = format!("{method} /f.txt HTTP/1.1\r\nHost: h\r\n{fields}\r\n");
+        let (head, _) = parse_head(req.as_bytes(), &Limits::default())
+            .unwrap()
+            .unwrap();
+        let mut out = Vec::new();
+        let plan = plan_encoded(&head, &file(size), "text/css", encoding, DATE, &mut out);
+        (plan, String::from_utf8(out).unwrap())
+    }
+
+    #[test]
+    fn gzip_variant_head() {
+        let gz = Encoding::Gzip { len: 40 };
+        let gz_tag =
+            String::from_utf8(file(100).etag().gzip_variant().as_bytes().to_vec()).unwrap();
+        assert!(gz_tag.ends_with("-gzip\""));
+        let (plan, text) = respond_encoded("GET", "", 100, gz);
+        assert_eq!(
+            plan,
+            Plan {
+                status: Status::Ok,
+                body: Some(ByteRange { start: 0, len: 40 }),
+                keep_alive: true
+            }
+        );
+        let want = format!(
+            "HTTP/1.1 200 OK\r\nServer: duality\r\nDate: {DATE}\r\n\
+             Content-Type: text/css\r\nContent-Encoding: gzip\r\nContent-Length: 40\r\n\
+             Last-Modified: {LM}\r\nETag: {gz_tag}\r\nVary: Accept-Encoding\r\n\
+             Connection: keep-alive\r\n\r\n"
+        );
+        assert_eq!(text, want);
+        // HEAD: the same head, no body.
+        let (plan, head_text) = respond_encoded("HEAD", "", 100, gz);
+        assert_eq!((plan.status, plan.body), (Status::Ok, None));
+        assert_eq!(head_text, want);
+        // A Range is not applied to the variant.
+        let (plan, _) = respond_encoded("GET", "Range: bytes=0-9\r\n", 100, gz);
+        assert_eq!(plan.body, Some(ByteRange { start: 0, len: 40 }));
+        assert_eq!(plan.status, Status::Ok);
+    }
+
+    #[test]
+    fn gzip_variant_conditionals() {
+        let gz = Encoding::Gzip { len: 40 };
+        let gz_tag =
+            String::from_utf8(file(100).etag().gzip_variant().as_bytes().to_vec()).unwrap();
+        for (fields, want) in [
+            (format!("If-None-Match: {gz_tag}\r\n"), 304),
+            (format!("If-None-Match: W/{gz_tag}\r\n"), 304),
+            (format!("If-None-Match: \"x\", {gz_tag}\r\n"), 304),
+            (format!("If-None-Match: {}\r\n", etag(100)), 200),
+            ("If-None-Match: *\r\n".to_owned(), 304),
+            (format!("If-Modified-Since: {LM}\r\n"), 304),
+        ] {
+            let (plan, text) = respond_encoded("GET", &fields, 100, gz);
+            assert_eq!(plan.status.code(), want, "{fields:?}");
+            if want == 304 {
+                assert!(text.contains(&format!("ETag: {gz_tag}\r\n")));
+                assert!(text.contains("Vary: Accept-Encoding\r\n"));
+                assert!(!text.contains("Content-Length"));
+                assert!(!text.contains("Content-Encoding"));
+            }
+        }
+        // And the identity representation does not match the variant's tag.
+        let identity = Encoding::Identity { vary: true };
+        let (plan, _) = respond_encoded(
+            "GET",
+            &format!("If-None-Match: {gz_tag}\r\n"),
+            100,
+            identity,
+        );
+        assert_eq!(plan.status, Status::Ok);
+    }
+
+    #[test]
+    fn identity_with_vary_on_every_status() {
+        let identity = Encoding::Identity { vary: true };
+        for (fields, want) in [
+            (String::new(), 200),
+            ("Range: bytes=0-9\r\n".to_owned(), 206),
+            ("Range: bytes=500-\r\n".to_owned(), 416),
+            (format!("If-None-Match: {}\r\n", etag(100)), 304),
+        ] {
+            let (plan, text) = respond_encoded("GET", &fields, 100, identity);
+            assert_eq!(plan.status.code(), want, "{fields:?}");
+            assert_eq!(
+                text.matches("Vary: Accept-Encoding\r\n").count(),
+                1,
+                "{text}"
+            );
+            assert!(!text.contains("Content-Encoding"));
+        }
+        // Without a variant, no Vary anywhere: plan_file is unchanged.
+        let (_, text) = respond_encoded("GET", "", 100, Encoding::Identity { vary: false });
+        assert!(!text.contains("Vary"));
     }
 
     #[test]

@@ -15,6 +15,11 @@
 //! - `root`, `cfg`: read-only after start-up.
 //! - `cache` ([`PageCache`]): whole small files, bounded in bytes; filled on
 //!   the blocking pool, read on the loops; its own shard locks.
+//! - `gzip_cache` (a second [`PageCache`]): gzip variants, keyed by the
+//!   source file's path and validators ([`PageCache::insert_variant`]),
+//!   bounded by [`GzipConfig::cache_bytes`]; filled where a variant is made
+//!   (a `.gz` read on the blocking pool, a compression where
+//!   [`gzip::run`] runs it), read on the loops. See [`crate::gzip`].
 //! - `fresh` (`FreshIndex`): URL path → canonical path, validators and
 //!   type, as the last `stat` on the blocking pool found them. A hit younger
 //!   than [`HttpConfig::revalidate`] is answered on the loop without any
@@ -27,6 +32,12 @@
 //! - `log`: a bounded queue to one writer thread. A loop never waits on the
 //!   log file: when the queue is full, the line is dropped and counted.
 //! - counters: relaxed atomics.
+//!
+//! A request that [wants](gzip::wanted) gzip, for an [eligible](gzip::eligible)
+//! file, is answered on the loop from `gzip_cache` (never from `cache`); on a
+//! miss, the blocking lookup looks for a fresh `.gz`, else returns the
+//! identity bytes to compress (`Found::Compress`), and the connection
+//! compresses them through [`gzip::run`].
 
 use std::fs::File;
 use std::io::{self, Read as _, Write as _};
@@ -42,9 +53,11 @@ use std::hash::BuildHasher;
 
 use crate::cache::{CacheStats, PageCache};
 use crate::file::{self, FileMeta};
+use crate::gzip::{self, GzipConfig};
 use crate::mime;
 use crate::path::{Resolved, Root};
 use crate::request::Limits;
+use crate::response::Encoding;
 use crate::status::{HttpError, Status};
 
 /// Most entries of the fresh index (over all shards).
@@ -80,12 +93,15 @@ pub struct HttpConfig {
     pub access_log: Option<PathBuf>,
     /// Request size limits.
     pub limits: Limits,
+    /// gzip (off by default; see [`crate::gzip`]).
+    pub gzip: GzipConfig,
 }
 
 impl HttpConfig {
     /// The defaults for `root`: 64 MiB cache of files up to 64 KiB,
     /// `sendfile` from 64 KiB, revalidation after 1 s, 10 s head timeout,
-    /// 60 s idle and write timeouts, no access log, [`Limits::default`].
+    /// 60 s idle and write timeouts, no access log, [`Limits::default`],
+    /// gzip off ([`GzipConfig::default`]).
     pub fn new(root: impl Into<PathBuf>) -> HttpConfig {
         HttpConfig {
             root: root.into(),
@@ -98,6 +114,7 @@ impl HttpConfig {
             write_timeout: Duration::from_secs(60),
             access_log: None,
             limits: Limits::default(),
+            gzip: GzipConfig::default(),
         }
     }
 }
@@ -119,6 +136,12 @@ pub struct HttpStats {
     pub log_dropped: u64,
     /// The page cache's counters.
     pub cache: CacheStats,
+    /// Bodies compressed by the server.
+    pub gzip_compressed: u64,
+    /// Pre-compressed `.gz` files opened to answer a request.
+    pub gzip_static: u64,
+    /// The gzip variant cache's counters.
+    pub gzip_cache: CacheStats,
 }
 
 #[derive(Default)]
@@ -128,6 +151,8 @@ pub(crate) struct Counters {
     pub(crate) idle_timeouts: AtomicU64,
     pub(crate) write_timeouts: AtomicU64,
     pub(crate) sendfile_bytes: AtomicU64,
+    pub(crate) gzip_compressed: AtomicU64,
+    pub(crate) gzip_static: AtomicU64,
 }
 
 /// Everything the connections of one server share. Build it once with
@@ -136,6 +161,7 @@ pub struct HttpState {
     pub(crate) cfg: HttpConfig,
     pub(crate) root: Root,
     pub(crate) cache: PageCache,
+    pub(crate) gzip_cache: PageCache,
     pub(crate) fresh: FreshIndex,
     pub(crate) log: Option<AccessLog>,
     pub(crate) counters: Counters,
@@ -150,21 +176,35 @@ impl std::fmt::Debug for HttpState {
     }
 }
 
-/// What the blocking pool found for a request path.
+/// What the blocking pool found for a request path. `meta` and
+/// `content_type` are always the requested file's (the validators and type
+/// of every representation); `encoding` says what the bytes are.
 pub(crate) enum Found {
     /// A directory asked for without its slash.
     Redirect(String),
-    /// The whole file in memory (cached, or small enough to read).
+    /// The whole body in memory (cached, or small enough to read).
     Bytes {
         meta: FileMeta,
         content_type: &'static str,
+        encoding: Encoding,
         bytes: Arc<[u8]>,
     },
-    /// An open file to `sendfile` from.
+    /// An open file to `sendfile` the body from (the file itself, or its
+    /// `.gz` for [`Encoding::Gzip`]).
     File {
         file: File,
         meta: FileMeta,
         content_type: &'static str,
+        encoding: Encoding,
+    },
+    /// The request wants the gzip variant and none exists yet: the whole
+    /// file (`input`, exactly `meta.size` bytes) for the connection to
+    /// compress through [`gzip::run`].
+    Compress {
+        path: PathBuf,
+        meta: FileMeta,
+        content_type: &'static str,
+        input: Arc<[u8]>,
     },
 }
 
@@ -184,6 +224,7 @@ impl HttpState {
         };
         Ok(Arc::new(HttpState {
             cache: PageCache::new(cfg.cache_bytes, cfg.cache_max_file),
+            gzip_cache: PageCache::new(cfg.gzip.cache_bytes, cfg.gzip.cache_max_entry()),
             fresh: FreshIndex::new(cfg.revalidate),
             root,
             log,
@@ -213,61 +254,186 @@ impl HttpState {
             sendfile_bytes: c.sendfile_bytes.load(Relaxed),
             log_dropped: self.log.as_ref().map_or(0, |l| l.dropped.load(Relaxed)),
             cache: self.cache.stats(),
+            gzip_compressed: c.gzip_compressed.load(Relaxed),
+            gzip_static: c.gzip_static.load(Relaxed),
+            gzip_cache: self.gzip_cache.stats(),
         }
     }
 
-    /// Finds what answers `url_path` (a [`Head::path`](crate::Head::path)).
+    /// Finds what answers `url_path` (a [`Head::path`](crate::Head::path));
+    /// `want_gzip`: the request [wants](gzip::wanted) the gzip variant.
     /// Blocking (`realpath`, `stat`, `open`, `read`): runs on the blocking
     /// pool.
-    pub(crate) fn lookup(&self, url_path: &str) -> Result<Found, HttpError> {
+    pub(crate) fn lookup(&self, url_path: &str, want_gzip: bool) -> Result<Found, HttpError> {
         let (path, meta) = match self.root.resolve(url_path)? {
             Resolved::Redirect { location } => return Ok(Found::Redirect(location)),
             Resolved::File { path, meta } => (path, meta),
         };
         let content_type = mime::for_path(&path);
+        let vary = gzip::eligible(&self.cfg.gzip, &path, content_type, meta.size);
+        if vary && want_gzip {
+            if let Some(found) = self.lookup_gzip(url_path, &path, meta, content_type)? {
+                return Ok(found);
+            }
+        }
+        let encoding = Encoding::Identity { vary };
         if let Some(bytes) = self.cache.get(&path, &meta) {
             self.fresh.record(url_path, &path, meta, content_type);
             return Ok(Found::Bytes {
                 meta,
                 content_type,
+                encoding,
                 bytes,
             });
         }
         let (file, meta) = file::open(&path).map_err(|e| HttpError::from_io(&e))?;
-        let cacheable = self.cache.admits(meta.size);
-        if !cacheable && meta.size >= self.cfg.sendfile_threshold {
+        if !self.cache.admits(meta.size) && meta.size >= self.cfg.sendfile_threshold {
             return Ok(Found::File {
                 file,
                 meta,
                 content_type,
+                encoding,
             });
         }
+        let (meta, bytes) = self.read_file(url_path, &path, file, meta, content_type)?;
+        Ok(Found::Bytes {
+            meta,
+            content_type,
+            encoding,
+            bytes,
+        })
+    }
+
+    /// The gzip variant of the file `path` (validators `meta`), in the
+    /// order of the [`crate::gzip`] docs: the variant cache, a fresh `.gz`,
+    /// the file to compress. `None`: answer with the identity body.
+    fn lookup_gzip(
+        &self,
+        url_path: &str,
+        path: &Path,
+        meta: FileMeta,
+        content_type: &'static str,
+    ) -> Result<Option<Found>, HttpError> {
+        if let Some(bytes) = self.gzip_cache.get(path, &meta) {
+            self.fresh.record(url_path, path, meta, content_type);
+            return Ok(Some(Found::Bytes {
+                meta,
+                content_type,
+                encoding: Encoding::Gzip {
+                    len: bytes.len() as u64,
+                },
+                bytes,
+            }));
+        }
+        if self.cfg.gzip.static_files {
+            if let Some(found) = self.gzip_static(url_path, path, meta, content_type) {
+                return Ok(Some(found));
+            }
+        }
+        if meta.size > self.cfg.gzip.max_length {
+            return Ok(None);
+        }
+        let (meta, input) = match self.cache.get(path, &meta) {
+            Some(bytes) => (meta, bytes),
+            None => {
+                let (file, meta) = file::open(path).map_err(|e| HttpError::from_io(&e))?;
+                let (read, bytes) = self.read_file(url_path, path, file, meta, content_type)?;
+                if read != meta {
+                    // It shrank while read: send what was read, as is.
+                    return Ok(Some(Found::Bytes {
+                        meta: read,
+                        content_type,
+                        encoding: Encoding::Identity { vary: true },
+                        bytes,
+                    }));
+                }
+                (meta, bytes)
+            }
+        };
+        Ok(Some(Found::Compress {
+            path: path.to_owned(),
+            meta,
+            content_type,
+            input,
+        }))
+    }
+
+    /// A `.gz` beside `path`, confined to the root like any file and at
+    /// least as new as the file (`meta`), as the file's gzip variant: read
+    /// into the variant cache when it fits, else to be sent with sendfile.
+    /// `None` when there is none, it is stale, or it cannot be read.
+    fn gzip_static(
+        &self,
+        url_path: &str,
+        path: &Path,
+        meta: FileMeta,
+        content_type: &'static str,
+    ) -> Option<Found> {
+        let (gz_path, gz_meta) = self.root.sibling(path, ".gz")?;
+        if gz_meta.mtime < meta.mtime {
+            return None;
+        }
+        // Validators from the open descriptor: what is sent.
+        let (gz_file, gz_meta) = file::open(&gz_path).ok()?;
+        if gz_meta.mtime < meta.mtime {
+            return None;
+        }
+        self.counters.gzip_static.fetch_add(1, Relaxed);
+        let encoding = Encoding::Gzip { len: gz_meta.size };
+        let fits = gz_meta.size <= self.gzip_cache.max_file_size() as u64;
+        if !fits && gz_meta.size >= self.cfg.sendfile_threshold {
+            return Some(Found::File {
+                file: gz_file,
+                meta,
+                content_type,
+                encoding,
+            });
+        }
+        let mut bytes = Vec::with_capacity(gz_meta.size as usize);
+        gz_file.take(gz_meta.size).read_to_end(&mut bytes).ok()?;
+        if bytes.len() as u64 != gz_meta.size {
+            return None; // changed under us: compress or send identity
+        }
+        let bytes: Arc<[u8]> = bytes.into();
+        if self.gzip_cache.insert_variant(path, &meta, bytes.clone()) {
+            self.fresh.record(url_path, path, meta, content_type);
+        }
+        Some(Found::Bytes {
+            meta,
+            content_type,
+            encoding,
+            bytes,
+        })
+    }
+
+    /// Reads the open `file` (validators `meta`, from its `fstat`) whole,
+    /// into the page cache if it fits. The validators returned describe the
+    /// bytes: if the file shrank between fstat and read, its real length
+    /// (and nothing is cached).
+    fn read_file(
+        &self,
+        url_path: &str,
+        path: &Path,
+        file: File,
+        meta: FileMeta,
+        content_type: &'static str,
+    ) -> Result<(FileMeta, Arc<[u8]>), HttpError> {
         let mut bytes = Vec::with_capacity(meta.size as usize);
         file.take(meta.size)
             .read_to_end(&mut bytes)
             .map_err(|_| HttpError::keep(Status::InternalServerError))?;
         let bytes: Arc<[u8]> = bytes.into();
         if bytes.len() as u64 != meta.size {
-            // The file shrank between fstat and read: send what was read,
-            // described by its real length, and cache nothing.
             let meta = FileMeta {
                 size: bytes.len() as u64,
                 ..meta
             };
-            return Ok(Found::Bytes {
-                meta,
-                content_type,
-                bytes,
-            });
+            return Ok((meta, bytes));
         }
-        if cacheable && self.cache.insert(&path, &meta, bytes.clone()) {
-            self.fresh.record(url_path, &path, meta, content_type);
+        if self.cache.admits(meta.size) && self.cache.insert(path, &meta, bytes.clone()) {
+            self.fresh.record(url_path, path, meta, content_type);
         }
-        Ok(Found::Bytes {
-            meta,
-            content_type,
-            bytes,
-        })
+        Ok((meta, bytes))
     }
 }
 
@@ -331,7 +497,13 @@ impl FreshIndex {
 
     /// Records what a `stat` just found. A full shard first drops its stale
     /// entries, and everything if none was stale.
-    fn record(&self, url: &str, path: &Path, meta: FileMeta, content_type: &'static str) {
+    pub(crate) fn record(
+        &self,
+        url: &str,
+        path: &Path,
+        meta: FileMeta,
+        content_type: &'static str,
+    ) {
         if self.ttl.is_zero() {
             return;
         }

@@ -1,0 +1,423 @@
+//! gzip for `duality http`, as nginx users expect from `gzip on` (plus
+//! `gzip_static`, `gzip_vary` and a cache of compressed variants).
+//!
+//! Off by default, as in nginx; [`GzipConfig`] turns it on. Then a file is
+//! **eligible** ([`eligible`]) when its type is on the list ([`compressible`],
+//! [`TYPES`]) and it has at least [`GzipConfig::min_length`] bytes; every
+//! response for an eligible file, encoded or not (304, 206, HEAD, 416
+//! included), carries `Vary: Accept-Encoding`. A request **wants** gzip
+//! ([`wanted`]) when its `Accept-Encoding` prefers it
+//! ([`AcceptEncoding::prefers_gzip`](crate::encoding::AcceptEncoding)) and it
+//! has no `Range`: range requests are answered from the identity body, 206
+//! as without gzip. Both hold → the response is the gzip variant:
+//!
+//! ```text
+//!   1. the variant cache (key: the file's canonical path; valid only under
+//!      the size, mtime and inode it was made from)            → answer
+//!   2. gzip_static: `<file>.gz` beside the file (found by the same
+//!      Root code as any file: confined to the root, symlinks followed only
+//!      inside it), a regular file at least as new as the file → answer from
+//!      it (read into the variant cache if it fits, else sendfile)
+//!   3. the file has at most `max_length` bytes → compress it ([`run`]: the
+//!      single place compression runs, inline or on the CPU pool), store the
+//!      result in the variant cache                           → answer
+//!   4. otherwise the identity body (with Vary).
+//! ```
+//!
+//! The variant's head: the file's `Content-Type` and `Last-Modified`,
+//! `Content-Encoding: gzip`, the `Content-Length` of the gzip body (HEAD
+//! too, so a HEAD may compress), the variant's own strong `ETag`
+//! ([`ETag::gzip_variant`](crate::ETag::gzip_variant), the file's tag with
+//! `-gzip`: see there why), `Vary`, and no `Accept-Ranges`. `If-None-Match`
+//! is compared with that tag, and a 304 is decided **before** anything is
+//! compressed. A `.gz` is only ever sent to a request that wants gzip: a
+//! request for `file` never gets `file.gz` otherwise, and a stale `.gz`
+//! (older than `file`) is never sent.
+//!
+//! Defaults, and why (figures: flate2 with zlib-rs, release build, on 20 KB
+//! and 1 MB of this repository's sources, the 2-core machine, noisy):
+//! - level 1, nginx's `gzip_comp_level` default. In zlib-rs (as in
+//!   zlib-ng) it is the "quick" strategy: 0.09 ms for 20 KB, 6-8 ms per MB,
+//!   output 46% / 39% of the input; level 2 gives 36% / 30% for 1.5-2.3x
+//!   that CPU, level 6 34% / 26% for 3-5x. Level 2 is the knee:
+//!   `--gzip-level 2` where bandwidth matters more than CPU.
+//! - 256-byte minimum: below that the 18-byte gzip frame and the work save
+//!   next to nothing.
+//! - 16 MiB maximum for compressing on request: at level 1 such a file holds
+//!   a core for about 0.1-0.15 s (and is read whole into memory);
+//!   pre-compress larger files, `gzip_static` has no maximum.
+//! - a 64 MiB variant cache (the page cache's size);
+//! - compression inline on the loop (what nginx does in its workers;
+//!   `--offload pool` moves it to the CPU pool, and an adaptive policy will
+//!   plug into [`run`]).
+
+use std::fmt;
+use std::io::Write as _;
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use flate2::write::GzEncoder;
+use flate2::Compression;
+
+use crate::request::Head;
+
+/// How gzip behaves (see the [module docs](self)); [`GzipConfig::default`]
+/// is off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GzipConfig {
+    /// Whether the server sends gzip variants at all (`--gzip on|off`).
+    pub enabled: bool,
+    /// Compression level, 1 (fastest) to 9 (smallest).
+    pub level: u32,
+    /// Files smaller than this (bytes) are never compressed nor get `Vary`.
+    pub min_length: u64,
+    /// Files larger than this (bytes) are not compressed on request (a
+    /// fresh `.gz` beside them is still served).
+    pub max_length: u64,
+    /// Whether a fresh `file.gz` beside `file` is served as its gzip variant
+    /// (nginx's `gzip_static`).
+    pub static_files: bool,
+    /// Budget of the variant cache in bytes (0: off).
+    pub cache_bytes: usize,
+    /// Where compression runs.
+    pub offload: Offload,
+}
+
+impl Default for GzipConfig {
+    /// Off; when turned on: level 1, 256 bytes minimum, 16 MiB maximum,
+    /// `.gz` files served, a 64 MiB variant cache, compression inline.
+    fn default() -> GzipConfig {
+        GzipConfig {
+            enabled: false,
+            level: 1,
+            min_length: 256,
+            max_length: 16 << 20,
+            static_files: true,
+            cache_bytes: 64 << 20,
+            offload: Offload::Inline,
+        }
+    }
+}
+
+impl GzipConfig {
+    /// The largest variant the cache takes: an eighth of its budget (so it
+    /// keeps 8 shards at least, see [`PageCache`](crate::PageCache)).
+    pub fn cache_max_entry(&self) -> usize {
+        self.cache_bytes / 8
+    }
+}
+
+/// Where CPU-heavy work of a request (compression) runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Offload {
+    /// On the thread that runs the request (its loop), as nginx does.
+    #[default]
+    Inline,
+    /// On the runtime's CPU pool ([`duality_rt::offload`]); the request's
+    /// task waits for it and its loop serves others meanwhile.
+    Pool,
+}
+
+impl FromStr for Offload {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Offload, String> {
+        match s {
+            "inline" => Ok(Offload::Inline),
+            "pool" => Ok(Offload::Pool),
+            _ => Err(format!("unknown offload policy {s:?} (inline or pool)")),
+        }
+    }
+}
+
+impl fmt::Display for Offload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Offload::Inline => "inline",
+            Offload::Pool => "pool",
+        })
+    }
+}
+
+/// The media types compressed, besides every `text/*` and every
+/// `…+json` / `…+xml` type. Images, audio, video, fonts in WOFF and archives
+/// are compressed already and are not on it.
+pub const TYPES: &[&str] = &[
+    "application/json",
+    "application/javascript",
+    "application/x-javascript",
+    "application/ecmascript",
+    "application/xml",
+    "application/wasm",
+    "application/x-ndjson",
+    "image/svg+xml",
+    "image/x-icon",
+    "image/vnd.microsoft.icon",
+    "image/bmp",
+    "font/ttf",
+    "font/otf",
+];
+
+/// Whether a file of `content_type` (a `Content-Type` value; parameters and
+/// case do not matter) at `path` is worth compressing: `text/*`, a type
+/// ending in `+json` or `+xml`, or one of [`TYPES`]. `.svgz` files, gzip
+/// already though typed `image/svg+xml`, are not.
+pub fn compressible(path: &Path, content_type: &str) -> bool {
+    let essence = content_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim_matches([' ', '\t']);
+    let starts = |prefix: &str| {
+        essence
+            .get(..prefix.len())
+            .is_some_and(|p| p.eq_ignore_ascii_case(prefix))
+    };
+    let ends = |suffix: &str| {
+        essence.len() > suffix.len()
+            && essence
+                .get(essence.len() - suffix.len()..)
+                .is_some_and(|s| s.eq_ignore_ascii_case(suffix))
+    };
+    let listed = (starts("text/") && essence.len() > 5)
+        || ends("+json")
+        || ends("+xml")
+        || TYPES.iter().any(|t| t.eq_ignore_ascii_case(essence));
+    listed
+        && !path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("svgz"))
+}
+
+/// Whether a file has a gzip variant under `cfg`: gzip on, a
+/// [`compressible`] type, at least `min_length` bytes. Its responses carry
+/// `Vary: Accept-Encoding`.
+pub fn eligible(cfg: &GzipConfig, path: &Path, content_type: &str, size: u64) -> bool {
+    cfg.enabled && size >= cfg.min_length && compressible(path, content_type)
+}
+
+/// Whether `head` is answered with the gzip variant of an [`eligible`] file:
+/// its `Accept-Encoding` prefers gzip and it has no `Range`.
+pub fn wanted(cfg: &GzipConfig, head: &Head<'_>) -> bool {
+    cfg.enabled && head.range.is_none() && head.accept_encoding.prefers_gzip()
+}
+
+/// One compression: the whole input and the level.
+#[derive(Debug, Clone)]
+pub struct GzipJob {
+    /// The identity body.
+    pub input: Arc<[u8]>,
+    /// 1 to 9 (clamped).
+    pub level: u32,
+}
+
+/// Compresses `job.input` into one gzip member (no file name, mtime 0, so
+/// equal inputs give equal bytes). `None` only if the encoder fails, which
+/// writing into memory does not.
+pub fn compress(job: &GzipJob) -> Option<Vec<u8>> {
+    let out = Vec::with_capacity(job.input.len() / 4 + 64);
+    let mut enc = GzEncoder::new(out, Compression::new(job.level.clamp(1, 9)));
+    enc.write_all(&job.input).ok()?;
+    enc.finish().ok()
+}
+
+/// Runs `job` where `offload` says: **the** seam through which every
+/// compression of the server goes (an adaptive policy replaces the `match`).
+/// `None` if it could not run (the pool lost the job): the caller answers
+/// with the identity body.
+pub async fn run(offload: Offload, job: GzipJob) -> Option<Vec<u8>> {
+    match offload {
+        Offload::Inline => compress(&job),
+        Offload::Pool => duality_rt::offload(move || compress(&job))
+            .await
+            .ok()
+            .flatten(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mime;
+    use crate::request::{parse_head, Limits};
+    use flate2::read::GzDecoder;
+    use std::io::Read as _;
+
+    fn on() -> GzipConfig {
+        GzipConfig {
+            enabled: true,
+            ..GzipConfig::default()
+        }
+    }
+
+    #[test]
+    fn type_list() {
+        for (name, want) in [
+            ("a.html", true),
+            ("a.css", true),
+            ("a.js", true),
+            ("a.mjs", true),
+            ("a.txt", true),
+            ("a.md", true),
+            ("a.csv", true),
+            ("a.xml", true),
+            ("a.ics", true),
+            ("a.json", true),
+            ("a.map", true),
+            ("a.jsonld", true),
+            ("a.webmanifest", true),
+            ("a.svg", true),
+            ("a.wasm", true),
+            ("favicon.ico", true),
+            ("a.bmp", true),
+            ("a.ttf", true),
+            ("a.otf", true),
+            ("a.svgz", false),
+            ("a.SVGZ", false),
+            ("a.png", false),
+            ("a.jpg", false),
+            ("a.gif", false),
+            ("a.webp", false),
+            ("a.avif", false),
+            ("a.woff", false),
+            ("a.woff2", false),
+            ("a.gz", false),
+            ("a.zip", false),
+            ("a.pdf", false),
+            ("a.mp4", false),
+            ("a.mp3", false),
+            ("noext", false),
+            ("a.bin", false),
+        ] {
+            let p = Path::new(name);
+            assert_eq!(compressible(p, mime::for_path(p)), want, "{name}");
+        }
+        let p = Path::new("x");
+        for (ct, want) in [
+            ("text/plain", true),
+            ("TEXT/HTML; charset=utf-8", true),
+            (" application/JSON ", true),
+            ("application/javascript", true),
+            ("application/xml", true),
+            ("application/rss+xml", true),
+            ("application/atom+xml; charset=utf-8", true),
+            ("application/problem+json", true),
+            ("image/svg+xml", true),
+            ("text/", false),
+            ("+json", false),
+            ("application/octet-stream", false),
+            ("image/png", false),
+            ("application/jsonx", false),
+            ("", false),
+        ] {
+            assert_eq!(compressible(p, ct), want, "{ct:?}");
+        }
+    }
+
+    #[test]
+    fn eligibility_needs_on_type_and_size() {
+        let p = Path::new("a.txt");
+        let ct = mime::for_path(p);
+        assert!(
+            !eligible(&GzipConfig::default(), p, ct, 1000),
+            "off by default"
+        );
+        assert!(eligible(&on(), p, ct, 256));
+        assert!(!eligible(&on(), p, ct, 255));
+        assert!(
+            eligible(&on(), p, ct, u64::MAX),
+            "max_length bounds compressing only"
+        );
+        assert!(!eligible(&on(), Path::new("a.png"), "image/png", 1000));
+    }
+
+    #[test]
+    fn wanted_needs_accept_and_no_range() {
+        let limits = Limits::default();
+        let req = |fields: &str| format!("GET /a.txt HTTP/1.1\r\nHost: h\r\n{fields}\r\n");
+        for (fields, want) in [
+            ("Accept-Encoding: gzip\r\n", true),
+            ("Accept-Encoding: br\r\nAccept-Encoding: gzip\r\n", true),
+            ("accept-encoding: GZIP;q=0.5\r\n", true),
+            ("", false),
+            ("Accept-Encoding: \r\n", false),
+            ("Accept-Encoding: gzip;q=0\r\n", false),
+            ("Accept-Encoding: gzip\r\nRange: bytes=0-1\r\n", false),
+            ("Accept-Encoding: gzip\r\nRange: garbage\r\n", false),
+        ] {
+            let text = req(fields);
+            let (head, _) = parse_head(text.as_bytes(), &limits).unwrap().unwrap();
+            assert_eq!(wanted(&on(), &head), want, "{fields:?}");
+            assert!(!wanted(&GzipConfig::default(), &head));
+        }
+    }
+
+    #[test]
+    fn compress_round_trips_and_is_deterministic() {
+        let input: Arc<[u8]> = b"hello hello hello hello hello\n".repeat(100).into();
+        for level in [0, 1, 6, 9, 42] {
+            let job = GzipJob {
+                input: input.clone(),
+                level,
+            };
+            let gz = compress(&job).unwrap();
+            assert_eq!(&gz[..2], &[0x1f, 0x8b], "gzip magic");
+            assert!(gz.len() < input.len() / 10);
+            assert_eq!(compress(&job).unwrap(), gz, "same input, same bytes");
+            let mut back = Vec::new();
+            GzDecoder::new(&gz[..]).read_to_end(&mut back).unwrap();
+            assert_eq!(&back[..], &input[..]);
+        }
+        let empty = compress(&GzipJob {
+            input: Arc::from(&b""[..]),
+            level: 1,
+        })
+        .unwrap();
+        let mut back = Vec::new();
+        GzDecoder::new(&empty[..]).read_to_end(&mut back).unwrap();
+        assert!(back.is_empty());
+    }
+
+    #[test]
+    fn both_offloads_give_the_same_bytes() {
+        let input: Arc<[u8]> = (0..50_000u32)
+            .flat_map(|i| (i % 251).to_le_bytes())
+            .collect::<Vec<u8>>()
+            .into();
+        let job = GzipJob { input, level: 6 };
+        let want = compress(&job);
+        for offload in [Offload::Inline, Offload::Pool] {
+            let got = block_on(run(offload, job.clone()));
+            assert_eq!(got, want, "{offload}");
+        }
+    }
+
+    #[test]
+    fn offload_names() {
+        for o in [Offload::Inline, Offload::Pool] {
+            assert_eq!(o.to_string().parse::<Offload>(), Ok(o));
+        }
+        assert!("adaptive".parse::<Offload>().is_err());
+    }
+
+    /// Polls `f` to completion on this thread (the pool's job wakes it
+    /// through its waker).
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        use std::task::{Context, Poll, Wake, Waker};
+        struct Unpark(std::thread::Thread);
+        impl Wake for Unpark {
+            fn wake(self: Arc<Self>) {
+                self.0.unpark();
+            }
+        }
+        let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+        let mut cx = Context::from_waker(&waker);
+        let mut f = std::pin::pin!(f);
+        loop {
+            if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+                return v;
+            }
+            std::thread::park();
+        }
+    }
+}

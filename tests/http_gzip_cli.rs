@@ -1,0 +1,232 @@
+//! `duality http --gzip …` as a user runs it: the flags in `--help` and
+//! checked at start-up, and curl's `--compressed` (its own zlib) as the
+//! client, cross-checking what the in-process tests of
+//! `crates/http/tests/http_gzip.rs` decode with flate2. Without curl the
+//! cross-check prints a line and passes (`.ci/run` installs curl).
+
+use std::io::{BufRead, BufReader, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let d = std::env::temp_dir().join(format!("duality-gzip-cli-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        TempDir(d)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `duality http` as a child process; SIGTERM (then SIGKILL) on drop.
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Server {
+    fn start(root: &Path, extra: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_duality"))
+            .args(["http", "--listen", "127.0.0.1:0", "--model", "symped:2"])
+            .arg("--root")
+            .arg(root)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start duality http");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line
+            .trim()
+            .strip_prefix("ready ")
+            .unwrap_or_else(|| panic!("no ready line: {line:?}"))
+            .to_owned();
+        Server { child, url }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child, not yet reaped.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let until = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < until {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `duality` with `args`, killed after 10 s (a bad flag wrongly accepted
+/// would start a server).
+fn duality(args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_duality"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    while child.try_wait().unwrap().is_none() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn gzip_flags_are_documented_and_checked() {
+    let help = duality(&["http", "--help"]);
+    let help = String::from_utf8_lossy(&help.stdout);
+    for flag in [
+        "--gzip <on|off>",
+        "--gzip-level",
+        "--gzip-min-length",
+        "--gzip-max-size",
+        "--gzip-static <on|off>",
+        "--gzip-cache",
+        "--offload",
+    ] {
+        assert!(help.contains(flag), "{flag} missing from --help:\n{help}");
+    }
+    let dir = TempDir::new("flags");
+    let root = dir.0.to_str().unwrap();
+    for bad in [
+        ["--gzip", "maybe"],
+        ["--gzip-level", "0"],
+        ["--gzip-level", "10"],
+        ["--gzip-static", "yes"],
+        ["--offload", "adaptive"],
+        ["--gzip-cache", "lots"],
+        ["--gzip-min-length", "1k"],
+    ] {
+        let mut args = vec!["http", "--listen", "127.0.0.1:0", "--root", root];
+        args.extend_from_slice(&bad);
+        let o = duality(&args);
+        assert!(!o.status.success(), "{bad:?} accepted");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(bad[0]), "{bad:?}: {err}");
+    }
+}
+
+fn curl_present() -> bool {
+    match Command::new("curl").arg("--version").output() {
+        Ok(o) if o.status.success() => true,
+        _ => {
+            println!("curl not found: skipping the curl --compressed cross-check");
+            false
+        }
+    }
+}
+
+/// `curl` with `args`; (head, body).
+fn curl(args: &[&str]) -> (String, Vec<u8>) {
+    let o = Command::new("curl")
+        .args([
+            "--silent",
+            "--show-error",
+            "--max-time",
+            "10",
+            "--dump-header",
+            "-",
+        ])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let end = o
+        .stdout
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a head")
+        + 4;
+    (
+        String::from_utf8_lossy(&o.stdout[..end]).to_ascii_lowercase(),
+        o.stdout[end..].to_vec(),
+    )
+}
+
+fn text(len: usize, seed: &str) -> Vec<u8> {
+    let line = format!("{seed}: lorem ipsum dolor sit amet {{ color: red }}\n");
+    line.as_bytes().iter().copied().cycle().take(len).collect()
+}
+
+#[test]
+fn curl_compressed_cross_check() {
+    if !curl_present() {
+        return;
+    }
+    let dir = TempDir::new("curl");
+    let page = text(150_000, "page");
+    let tiny = text(100, "tiny");
+    let marker = text(5000, "from the .gz");
+    std::fs::write(dir.0.join("page.html"), &page).unwrap();
+    std::fs::write(dir.0.join("tiny.txt"), &tiny).unwrap();
+    std::fs::write(dir.0.join("s.css"), text(5000, "identity")).unwrap();
+    std::fs::write(dir.0.join("s.css.gz"), gzip(&marker)).unwrap();
+    let old = SystemTime::now() - Duration::from_secs(60);
+    std::fs::File::options()
+        .write(true)
+        .open(dir.0.join("s.css"))
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+
+    for offload in ["inline", "pool"] {
+        let s = Server::start(&dir.0, &["--gzip", "on", "--offload", offload]);
+        let u = |p: &str| format!("{}{p}", s.url);
+        let (head, body) = curl(&["--compressed", &u("/page.html")]);
+        assert!(head.contains("content-encoding: gzip\r\n"), "{head}");
+        assert!(head.contains("vary: accept-encoding\r\n"), "{head}");
+        assert!(body == page, "curl's gunzip differs ({offload})");
+        let (head, body) = curl(&[&u("/page.html")]);
+        assert!(!head.contains("content-encoding"), "{head}");
+        assert!(head.contains("vary: accept-encoding\r\n"), "{head}");
+        assert!(body == page);
+        let (head, body) = curl(&["--compressed", &u("/tiny.txt")]);
+        assert!(
+            !head.contains("content-encoding") && !head.contains("vary"),
+            "{head}"
+        );
+        assert_eq!(body, tiny);
+        // gzip_static, decoded by curl.
+        let (head, body) = curl(&["--compressed", &u("/s.css")]);
+        assert!(head.contains("content-encoding: gzip\r\n"), "{head}");
+        assert!(body == marker, "the .gz was not served");
+    }
+    // --gzip-static off: the .gz is ignored, the file compressed.
+    let s = Server::start(&dir.0, &["--gzip", "on", "--gzip-static", "off"]);
+    let (head, body) = curl(&["--compressed", &format!("{}/s.css", s.url)]);
+    assert!(head.contains("content-encoding: gzip\r\n"), "{head}");
+    assert_eq!(body, text(5000, "identity"));
+    // Off by default.
+    let s = Server::start(&dir.0, &[]);
+    let (head, body) = curl(&["--compressed", &format!("{}/page.html", s.url)]);
+    assert!(
+        !head.contains("content-encoding") && !head.contains("vary"),
+        "{head}"
+    );
+    assert!(body == page);
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    e.write_all(bytes).unwrap();
+    e.finish().unwrap()
+}
