@@ -33,6 +33,11 @@ pub struct LoadArgs {
     /// backend, unlabelled).
     #[arg(long, value_delimiter = ',')]
     io: Vec<duality_rt::IoBackend>,
+    /// The load generator's I/O backend (`epoll` or `uring`; default epoll).
+    /// The client shares the machine with the server: a cheaper client
+    /// leaves the server more of it.
+    #[arg(long)]
+    client_io: Option<duality_rt::IoBackend>,
     /// Count the servers' system calls per transaction over the windows
     /// (with `perf stat` on the `raw_syscalls:sys_enter` tracepoint; `-`
     /// where perf is missing).
@@ -129,6 +134,7 @@ fn plan(load: &LoadArgs, clients: Vec<usize>) -> anyhow::Result<Plan> {
         windows,
         pipeline: load.pipeline.max(1),
         count_syscalls: load.syscalls,
+        client_io: load.client_io,
     })
 }
 

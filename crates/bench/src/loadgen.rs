@@ -65,6 +65,8 @@ pub struct LoadConfig {
     /// Closed loop: requests each connection writes at once (one write)
     /// before it reads their replies (memtier's `--pipeline`); 1 otherwise.
     pub pipeline: usize,
+    /// The client loop's I/O backend (`None`: the process default).
+    pub io: Option<duality_rt::IoBackend>,
 }
 
 /// What one window measured.
@@ -255,10 +257,13 @@ pub fn run(cfg: &LoadConfig, mark: &mut dyn FnMut(usize)) -> anyhow::Result<Vec<
     let counts: Arc<Vec<AtomicU64>> = Arc::new((0..windows).map(|_| AtomicU64::new(0)).collect());
     let errors = Arc::new(AtomicU64::new(0));
     // The client's own polls are not the subject: no long-poll warnings.
-    let config = duality_rt::LoopConfig {
+    let mut config = duality_rt::LoopConfig {
         long_poll_threshold: None,
         ..Default::default()
     };
+    if let Some(io) = cfg.io {
+        config.io = io;
+    }
     let mut lp = duality_rt::EventLoop::new(config)?;
     let (hists, per_window, cpu) = lp.block_on(async {
         let start = Instant::now() + Duration::from_millis(5);

@@ -73,6 +73,8 @@ pub struct Plan {
     pub pipeline: usize,
     /// Count the server's system calls over the windows (needs `perf`).
     pub count_syscalls: bool,
+    /// The load generator's I/O backend (`None`: the process default, epoll).
+    pub client_io: Option<duality_rt::IoBackend>,
 }
 
 /// The client core share above which the client counts as saturated.
@@ -144,6 +146,7 @@ pub fn measure_server(
                 mode: Mode::Closed,
                 seed: clients as u64,
                 pipeline: plan.pipeline,
+                io: plan.client_io,
             },
             &mut |w| {
                 if plan.count_syscalls && w == 0 {
