@@ -20,9 +20,9 @@
 //! | [`pool`] | `spawn_blocking` for blocking calls, `offload` for CPU-heavy work |
 //! | [`stats`] | per-loop introspection snapshots |
 //!
-//! `unsafe` lives in `task::raw`, `task::waker`, `task::queue` and `uring`
-//! (the ring's submissions and provided buffers) only; every block there
-//! says why it holds.
+//! `unsafe` lives in `task::raw`, `task::waker`, `task::queue`, `uring`
+//! (the ring's submissions and provided buffers) and `time` (one
+//! `clock_gettime`) only; every block there says why it holds.
 #![warn(missing_docs, clippy::undocumented_unsafe_blocks)]
 
 pub(crate) mod loom;

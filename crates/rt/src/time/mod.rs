@@ -1,4 +1,5 @@
-//! Timers: [`sleep`], [`sleep_until`], [`timeout`].
+//! Timers: [`sleep`], [`sleep_until`], [`timeout`]; and a cheap wall clock
+//! in seconds, [`unix_seconds_coarse`].
 //!
 //! Each loop keeps a hierarchical timer wheel (`wheel.rs`) with millisecond
 //! ticks: insertion and cancellation are O(1). Deadlines are rounded up to the
@@ -33,6 +34,26 @@ impl TimerShared {
     pub(crate) fn take_waker(&self) -> Option<Waker> {
         self.waker.take()
     }
+}
+
+/// Whole seconds since the Unix epoch from the kernel's coarse real-time
+/// clock: a few loads from the vDSO page (no TSC read), ticking every few
+/// milliseconds — for servers that stamp every request with the second
+/// (expiry times, idle accounting). At least 1.
+pub fn unix_seconds_coarse() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into the live local it is
+    // given; CLOCK_REALTIME_COARSE is always available on Linux.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
+    if r != 0 {
+        return std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_secs().max(1));
+    }
+    (ts.tv_sec as u64).max(1)
 }
 
 /// Waits until `duration` has passed.
