@@ -1006,9 +1006,11 @@ fn binary_memcached_flags() {
         "2k",
         "-v",
     ]);
-    // The backend: what DUALITY_IO asks for, epoll where io_uring is refused.
+    // The backend: what DUALITY_IO asks for (io_uring by default), epoll
+    // where io_uring is refused.
     let io = match std::env::var("DUALITY_IO").as_deref() {
-        Ok("uring") if duality_rt::uring_unavailable().is_none() => "uring",
+        Ok("epoll") => "epoll",
+        _ if duality_rt::uring_unavailable().is_none() => "uring",
         _ => "epoll",
     };
     assert_eq!(

@@ -43,6 +43,13 @@ pub struct TasksArgs {
 }
 
 pub fn run(b: Bench) -> anyhow::Result<()> {
+    // The load generators run in this process: they stay on epoll (the
+    // backend every committed result's client used) unless DUALITY_IO says
+    // otherwise; `bench models --client-io` picks per run. The servers under
+    // test are separate processes with their own default (`--io` rows).
+    if std::env::var_os("DUALITY_IO").is_none() {
+        duality_rt::set_default_io_backend(duality_rt::IoBackend::Epoll);
+    }
     match b {
         Bench::Tasks(a) => bench_tasks(a),
         Bench::Models(a) => super::bench_kv::models(a),

@@ -15,7 +15,7 @@ pub struct IoArg {
     /// The OS interface for socket I/O: `epoll` (readiness, a system call
     /// per read and write) or `uring` (io_uring: receives, sends and accepts
     /// batched into one system call per loop turn; falls back to epoll with
-    /// a log line where the kernel refuses it). Default: `DUALITY_IO`, else epoll.
+    /// a log line where the kernel refuses it). Default: `DUALITY_IO`, else uring.
     #[arg(long = "io", value_name = "epoll|uring")]
     pub io: Option<duality_rt::IoBackend>,
 }
