@@ -216,7 +216,7 @@ impl Connection {
         }
         let r = self
             .conn
-            .write_all_for(&self.out, Some(self.state.cfg.write_timeout))
+            .write_vec_for(&mut self.out, Some(self.state.cfg.write_timeout))
             .await;
         if matches!(&r, Err(e) if matches!(e.kind(), io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock))
         {

@@ -445,6 +445,42 @@ impl Conn {
         r
     }
 
+    /// Writes all of `buf` and leaves it empty (its capacity may change:
+    /// under io_uring an idle connection's send queue takes the buffer
+    /// itself and gives back its spare, saving a copy). With `wait`, gives
+    /// up with `TimedOut` when the client has taken nothing for that long.
+    pub async fn write_vec_for(
+        &mut self,
+        buf: &mut Vec<u8>,
+        wait: Option<Duration>,
+    ) -> io::Result<()> {
+        let n = buf.len() as u64;
+        let r = match (&mut self.io, wait) {
+            (Io::Tcp(s), None) => s.write_vec(buf).await,
+            (Io::Unix(s), None) => s.write_vec(buf).await,
+            (Io::Tcp(s), Some(w)) => {
+                duality_rt::time::timeout(w.max(Duration::from_millis(1)), s.write_vec(buf))
+                    .await
+                    .unwrap_or_else(|_| Err(timed_out()))
+            }
+            (Io::Unix(s), Some(w)) => {
+                duality_rt::time::timeout(w.max(Duration::from_millis(1)), s.write_vec(buf))
+                    .await
+                    .unwrap_or_else(|_| Err(timed_out()))
+            }
+            (Io::BlockingTcp(_) | Io::BlockingUnix(_), _) => {
+                let r = self.write_all_for(buf, wait).await;
+                buf.clear();
+                return r;
+            }
+        };
+        buf.clear();
+        if r.is_ok() {
+            self.counter.bytes[self.slot].written.fetch_add(n, Relaxed);
+        }
+        r
+    }
+
     /// [`write_all`](Self::write_all), giving up with `TimedOut` when the
     /// client has taken nothing more for `wait` (a client that never reads):
     /// the bound is per wait, not for the whole buffer. Works in every model,

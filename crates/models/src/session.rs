@@ -503,6 +503,9 @@ async fn flush(conn: &mut Conn, out: &mut Vec<u8>) -> std::io::Result<()> {
     if out.is_empty() {
         return Ok(());
     }
+    // A copy into the socket (small for the responses of one read) keeps
+    // the buffer in this thread's pool; `write_vec` would hand it to the
+    // socket's send queue.
     let r = conn.write_all(out).await;
     out.clear();
     if out.capacity() > OUT_KEEP {

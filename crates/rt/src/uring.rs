@@ -67,6 +67,8 @@ pub(crate) const CLOSE_LINGER: Duration = Duration::from_secs(5);
 const ACCEPT_QUEUE: usize = 256;
 /// A drained receive queue keeps at most this much capacity.
 const RX_KEEP: usize = 512;
+/// A sent buffer is kept as the next write's spare up to this capacity.
+const TX_KEEP: usize = 1024;
 const BUF_GROUP: u16 = 0;
 
 const WAKE: u64 = u64::MAX - 1;
@@ -334,6 +336,39 @@ impl Io {
         }
         crate::coop::spend();
         Poll::Ready(Ok(n))
+    }
+
+    /// Queues all of `buf` and leaves it empty. An empty queue takes the
+    /// buffer itself (no copy; `buf` gets the queue's spare back); otherwise
+    /// the bytes are copied in once fewer than [`TX_LIMIT`] are queued.
+    pub(crate) fn poll_write_vec(
+        self: &Arc<Self>,
+        cx: &mut Context<'_>,
+        buf: &mut Vec<u8>,
+    ) -> Poll<io::Result<()>> {
+        if crate::coop::poll_proceed(cx).is_pending() {
+            return Poll::Pending;
+        }
+        let mut st = lock_std(&self.st);
+        if let Some(kind) = st.tx_err {
+            return Poll::Ready(Err(kind.into()));
+        }
+        if buf.is_empty() {
+            return Poll::Ready(Ok(()));
+        }
+        if st.tx.is_empty() && st.tx_busy == 0 {
+            std::mem::swap(&mut st.tx, buf);
+            buf.clear();
+            self.schedule();
+        } else if st.tx.len() + st.tx_busy < TX_LIMIT {
+            st.tx.extend_from_slice(buf);
+            buf.clear();
+        } else {
+            st.writer = Some(cx.waker().clone());
+            return Poll::Pending;
+        }
+        crate::coop::spend();
+        Poll::Ready(Ok(()))
     }
 
     /// Ready once every queued byte has gone to the kernel (or failed).
@@ -1109,7 +1144,9 @@ impl UringReactor {
                     st.tx_err = Some(io::ErrorKind::WriteZero);
                     st.tx.clear();
                 }
-                if buf.capacity() <= TX_LIMIT && st.tx_spare.capacity() == 0 {
+                // A small buffer is kept for the next write; a large one is
+                // freed, so an idle connection holds little.
+                if buf.capacity() <= TX_KEEP && st.tx_spare.capacity() == 0 {
                     buf.clear();
                     st.tx_spare = buf;
                 }
@@ -1200,6 +1237,15 @@ impl UringReactor {
         recycled
     }
 
+    /// Whether a send is in flight on this ring (a poll submits the queued ones).
+    fn sends_in_flight(&self) -> bool {
+        self.ops
+            .borrow()
+            .slots
+            .iter()
+            .any(|(_, op)| matches!(op, Some(Op { kind: OpKind::Send { .. }, .. })))
+    }
+
     /// Takes every waker held by sockets with operations in flight (loop shutdown).
     pub(crate) fn shutdown_wakers(&self, out: &mut Vec<Waker>) {
         let ops = self.ops.borrow();
@@ -1224,6 +1270,14 @@ impl Drop for UringReactor {
     fn drop(&mut self) {
         // Cancel everything and wait (briefly) for the kernel to let go of
         // the buffers before they are freed.
+        // Bytes written before their sockets closed go out first (a server
+        // that shuts down gracefully has answered its in-flight requests
+        // only once they left): at most CLOSE_LINGER.
+        let until = Instant::now() + CLOSE_LINGER;
+        let _ = self.poll(Some(Duration::ZERO));
+        while self.sends_in_flight() && Instant::now() < until {
+            let _ = self.poll(Some(Duration::from_millis(10)));
+        }
         drop(self.shared.dirty.take());
         self.push(
             opcode::AsyncCancel2::new(types::CancelBuilder::any())

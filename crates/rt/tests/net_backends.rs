@@ -258,3 +258,37 @@ fn io_uring_refused_falls_back_to_epoll() {
         "one line says so: {stderr}"
     );
 }
+
+#[test]
+fn write_vec_empties_its_buffer_and_keeps_the_byte_order() {
+    on_each_backend(|| async {
+        let listener = TcpListener::bind(local()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let client = std::net::TcpStream::connect(addr).unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut client = client;
+            let mut got = Vec::new();
+            client.read_to_end(&mut got).unwrap();
+            got
+        });
+        let mut want = Vec::new();
+        for i in 0..200u32 {
+            // Alternate: whole buffers handed over, and copies behind them.
+            let mut v: Vec<u8> = (0..(i * 37 % 3000)).map(|j| (i + j) as u8).collect();
+            want.extend_from_slice(&v);
+            if i % 3 == 0 {
+                server.write_all(&v).await.unwrap();
+            } else {
+                server.write_vec(&mut v).await.unwrap();
+                assert!(v.is_empty());
+            }
+        }
+        drop(server);
+        let got = duality_rt::spawn_blocking(move || reader.join().unwrap())
+            .await
+            .unwrap();
+        assert_eq!(got.len(), want.len());
+        assert!(got == want);
+    });
+}

@@ -236,6 +236,19 @@ where
         poll_fn(|cx| self.poll_write(cx, buf)).await
     }
 
+    /// Writes all of `buf` and leaves it empty; under io_uring the buffer
+    /// itself may go to the ring (and an empty one come back), no copy.
+    pub(crate) async fn write_vec(&self, buf: &mut Vec<u8>) -> io::Result<()> {
+        match &self.reg {
+            Reg::Epoll(_) => {
+                let r = self.write_all(buf).await;
+                buf.clear();
+                r
+            }
+            Reg::Uring(io) => poll_fn(|cx| io.poll_write_vec(cx, buf)).await,
+        }
+    }
+
     pub(crate) async fn write_all(&self, mut buf: &[u8]) -> io::Result<()> {
         while !buf.is_empty() {
             match self.write(buf).await? {
@@ -266,6 +279,12 @@ macro_rules! stream_methods {
             /// Writes all of `buf`.
             pub async fn write_all(&self, buf: &[u8]) -> io::Result<()> {
                 self.io.write_all(buf).await
+            }
+            /// Writes all of `buf` and leaves it empty (capacity may change):
+            /// under io_uring an idle connection's send queue takes the
+            /// buffer itself instead of a copy, and gives its spare back.
+            pub async fn write_vec(&self, buf: &mut Vec<u8>) -> io::Result<()> {
+                self.io.write_vec(buf).await
             }
             /// Waits until the socket is readable (or closed).
             pub async fn readable(&self) -> io::Result<()> {
