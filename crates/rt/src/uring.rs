@@ -308,18 +308,32 @@ impl Io {
 
     // ---- sending ---------------------------------------------------------
 
+    /// The state, for a write: after the poll's I/O budget and a send error
+    /// (which every later write reports).
+    fn lock_for_write(
+        &self,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<std::sync::MutexGuard<'_, St>>> {
+        if crate::coop::poll_proceed(cx).is_pending() {
+            return Poll::Pending;
+        }
+        let st = lock_std(&self.st);
+        match st.tx_err {
+            Some(kind) => Poll::Ready(Err(kind.into())),
+            None => Poll::Ready(Ok(st)),
+        }
+    }
+
     pub(crate) fn poll_write(
         self: &Arc<Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        if crate::coop::poll_proceed(cx).is_pending() {
-            return Poll::Pending;
-        }
-        let mut st = lock_std(&self.st);
-        if let Some(kind) = st.tx_err {
-            return Poll::Ready(Err(kind.into()));
-        }
+        let mut st = match self.lock_for_write(cx) {
+            Poll::Ready(Ok(st)) => st,
+            Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+            Poll::Pending => return Poll::Pending,
+        };
         if buf.is_empty() {
             return Poll::Ready(Ok(0));
         }
@@ -346,13 +360,11 @@ impl Io {
         cx: &mut Context<'_>,
         buf: &mut Vec<u8>,
     ) -> Poll<io::Result<()>> {
-        if crate::coop::poll_proceed(cx).is_pending() {
-            return Poll::Pending;
-        }
-        let mut st = lock_std(&self.st);
-        if let Some(kind) = st.tx_err {
-            return Poll::Ready(Err(kind.into()));
-        }
+        let mut st = match self.lock_for_write(cx) {
+            Poll::Ready(Ok(st)) => st,
+            Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+            Poll::Pending => return Poll::Pending,
+        };
         if buf.is_empty() {
             return Poll::Ready(Ok(()));
         }
@@ -1239,11 +1251,15 @@ impl UringReactor {
 
     /// Whether a send is in flight on this ring (a poll submits the queued ones).
     fn sends_in_flight(&self) -> bool {
-        self.ops
-            .borrow()
-            .slots
-            .iter()
-            .any(|(_, op)| matches!(op, Some(Op { kind: OpKind::Send { .. }, .. })))
+        self.ops.borrow().slots.iter().any(|(_, op)| {
+            matches!(
+                op,
+                Some(Op {
+                    kind: OpKind::Send { .. },
+                    ..
+                })
+            )
+        })
     }
 
     /// Takes every waker held by sockets with operations in flight (loop shutdown).

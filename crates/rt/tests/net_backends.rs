@@ -17,6 +17,32 @@ fn local() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()
 }
 
+/// A listener's accepted side and its std client.
+async fn accepted_pair() -> (TcpStream, std::net::TcpStream) {
+    let listener = TcpListener::bind(local()).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let client = std::net::TcpStream::connect(addr).unwrap();
+    let (server, _) = listener.accept().await.unwrap();
+    (server, client)
+}
+
+/// Reads `client` to its end on a thread of its own.
+fn read_to_end_in_thread(client: std::net::TcpStream) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut client = client;
+        let mut got = Vec::new();
+        client.read_to_end(&mut got).unwrap();
+        got
+    })
+}
+
+/// Waits for a thread from the loop without blocking it.
+async fn join<T: Send + 'static>(t: std::thread::JoinHandle<T>) -> T {
+    duality_rt::spawn_blocking(move || t.join().unwrap())
+        .await
+        .unwrap()
+}
+
 fn config(io: IoBackend) -> LoopConfig {
     LoopConfig {
         io,
@@ -124,22 +150,12 @@ fn a_cancelled_write_sends_a_prefix_and_the_socket_stays_sound() {
 #[test]
 fn a_dropped_socket_still_delivers_what_was_written() {
     on_each_backend(|| async {
-        let listener = TcpListener::bind(local()).unwrap();
-        let addr = listener.local_addr().unwrap();
-        let client = std::net::TcpStream::connect(addr).unwrap();
-        let (server, _) = listener.accept().await.unwrap();
-        let reader = std::thread::spawn(move || {
-            let mut client = client;
-            let mut got = Vec::new();
-            client.read_to_end(&mut got).unwrap();
-            got
-        });
+        let (server, client) = accepted_pair().await;
+        let reader = read_to_end_in_thread(client);
         let data: Vec<u8> = (0..1usize << 20).map(|i| (i % 253) as u8).collect();
         server.write_all(&data).await.unwrap();
         drop(server); // at once: queued bytes must still go, then the FIN
-        let got = duality_rt::spawn_blocking(move || reader.join().unwrap())
-            .await
-            .unwrap();
+        let got = join(reader).await;
         assert_eq!(got.len(), data.len());
         assert!(got == data);
     });
@@ -148,23 +164,12 @@ fn a_dropped_socket_still_delivers_what_was_written() {
 #[test]
 fn a_write_shutdown_waits_for_the_bytes_before_it() {
     on_each_backend(|| async {
-        let listener = TcpListener::bind(local()).unwrap();
-        let addr = listener.local_addr().unwrap();
-        let client = std::net::TcpStream::connect(addr).unwrap();
-        let (server, _) = listener.accept().await.unwrap();
+        let (server, client) = accepted_pair().await;
         let data = vec![7u8; 300_000];
-        let reader = std::thread::spawn(move || {
-            let mut client = client;
-            let mut got = Vec::new();
-            client.read_to_end(&mut got).unwrap();
-            got.len()
-        });
+        let reader = read_to_end_in_thread(client);
         server.write_all(&data).await.unwrap();
         server.shutdown(std::net::Shutdown::Write).unwrap();
-        let n = duality_rt::spawn_blocking(move || reader.join().unwrap())
-            .await
-            .unwrap();
-        assert_eq!(n, data.len());
+        assert_eq!(join(reader).await.len(), data.len());
     });
 }
 
@@ -262,16 +267,8 @@ fn io_uring_refused_falls_back_to_epoll() {
 #[test]
 fn write_vec_empties_its_buffer_and_keeps_the_byte_order() {
     on_each_backend(|| async {
-        let listener = TcpListener::bind(local()).unwrap();
-        let addr = listener.local_addr().unwrap();
-        let client = std::net::TcpStream::connect(addr).unwrap();
-        let (server, _) = listener.accept().await.unwrap();
-        let reader = std::thread::spawn(move || {
-            let mut client = client;
-            let mut got = Vec::new();
-            client.read_to_end(&mut got).unwrap();
-            got
-        });
+        let (server, client) = accepted_pair().await;
+        let reader = read_to_end_in_thread(client);
         let mut want = Vec::new();
         for i in 0..200u32 {
             // Alternate: whole buffers handed over, and copies behind them.
@@ -285,9 +282,7 @@ fn write_vec_empties_its_buffer_and_keeps_the_byte_order() {
             }
         }
         drop(server);
-        let got = duality_rt::spawn_blocking(move || reader.join().unwrap())
-            .await
-            .unwrap();
+        let got = join(reader).await;
         assert_eq!(got.len(), want.len());
         assert!(got == want);
     });
