@@ -1209,7 +1209,9 @@ impl UringReactor {
                 let mut st = lock_std(&io.st);
                 let i = write as usize;
                 st.polls[i] = None;
-                if res >= 0 {
+                // A failed poll (should not happen on a socket) wakes the
+                // waiter too: its retried call sees the error itself.
+                let bits = if res >= 0 {
                     let ev = res as i16;
                     let mut bits = 0;
                     if ev & (libc::POLLIN | libc::POLLHUP | libc::POLLERR | libc::POLLRDHUP) != 0 {
@@ -1218,23 +1220,16 @@ impl UringReactor {
                     if ev & (libc::POLLOUT | libc::POLLHUP | libc::POLLERR) != 0 {
                         bits |= WRITABLE;
                     }
+                    bits
+                } else if res != -libc::ECANCELED && !st.closed {
+                    READABLE | WRITABLE
+                } else {
+                    0
+                };
+                if bits != 0 {
                     st.ready |= bits;
                     st.ready_tick += 1;
                     st.want_poll &= !bits;
-                    let w = if write {
-                        st.writer.take()
-                    } else {
-                        st.reader.take()
-                    };
-                    if let Some(w) = w {
-                        w.wake();
-                    }
-                } else if res != -libc::ECANCELED && !st.closed {
-                    // The poll failed (should not happen on a socket): let the
-                    // waiter retry its call and see the error itself.
-                    st.ready |= if write { WRITABLE } else { READABLE };
-                    st.ready_tick += 1;
-                    st.want_poll = 0;
                     let w = if write {
                         st.writer.take()
                     } else {
