@@ -38,9 +38,13 @@ pub struct HttpArgs {
     /// Milliseconds a file's stat is trusted before a cache hit stats again (0: every request).
     #[arg(long, default_value_t = 1000)]
     revalidate_ms: u64,
-    /// Connections above this are refused with 503 (keep it under the file limit).
-    #[arg(long, default_value_t = 1024)]
-    max_conns: usize,
+    /// Connections above this are refused with 503. Each takes a descriptor,
+    /// and one more while it sends a file: default 1024, or less where the
+    /// descriptor limit (`ulimit -n`) would not leave that many two each
+    /// beside 32 for the server itself ((limit - 32) / 2). A file that
+    /// cannot be opened for lack of descriptors gets 503.
+    #[arg(long)]
+    max_conns: Option<usize>,
     /// Seconds a client has to send a whole request head, from its first byte (→ 408).
     #[arg(long, default_value_t = 10.0)]
     head_timeout: f64,
@@ -139,8 +143,27 @@ fn limits(a: &HttpArgs) -> anyhow::Result<Limits> {
     })
 }
 
-pub fn run(a: HttpArgs) -> anyhow::Result<()> {
+/// The default `--max-conns`: 1024, or what the descriptor limit leaves
+/// (two per connection: its socket and a file it sends; 32 kept back).
+fn default_max_conns() -> usize {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into a live local struct.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return 1024;
+    }
+    max_conns_for_limit(lim.rlim_cur)
+}
+
+fn max_conns_for_limit(nofile: u64) -> usize {
+    (nofile.saturating_sub(32) / 2).clamp(1, 1024) as usize
+}
+
+pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
     a.io.apply();
+    let max_conns = *a.max_conns.get_or_insert_with(default_max_conns);
     let cfg = HttpConfig {
         root: a.root.clone(),
         cache_bytes: a.cache_size.saturating_mul(1 << 20),
@@ -175,7 +198,7 @@ pub fn run(a: HttpArgs) -> anyhow::Result<()> {
         .tcp(a.listen)
         .model(a.model)
         .accept_policy(a.accept)
-        .max_conns(a.max_conns);
+        .max_conns(max_conns);
     let server = duality_http::serve(builder, state)?;
     let addr = server
         .tcp_addrs()
@@ -190,7 +213,7 @@ pub fn run(a: HttpArgs) -> anyhow::Result<()> {
         a.root.display(),
         a.model,
         a.accept,
-        a.max_conns,
+        max_conns,
         if a.gzip {
             format!("on, level {}, offload {}", a.gzip_level, a.offload)
         } else {
@@ -206,4 +229,15 @@ pub fn run(a: HttpArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn max_conns_follows_the_descriptor_limit() {
+        assert_eq!(super::max_conns_for_limit(20_000), 1024);
+        assert_eq!(super::max_conns_for_limit(1024), 496);
+        assert_eq!(super::max_conns_for_limit(40), 4);
+        assert_eq!(super::max_conns_for_limit(10), 1);
+    }
 }

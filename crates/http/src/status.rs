@@ -45,6 +45,9 @@ pub enum Status {
     HeaderFieldsTooLarge,
     /// 500: the server failed (an I/O error reading a file it had found).
     InternalServerError,
+    /// 503: the server is out of a resource for now (descriptors: the file
+    /// could not be opened); the client may retry.
+    ServiceUnavailable,
     /// 505: a version other than HTTP/1.x (HTTP/2 preface included).
     VersionNotSupported,
 }
@@ -68,6 +71,7 @@ impl Status {
             Status::RangeNotSatisfiable => 416,
             Status::HeaderFieldsTooLarge => 431,
             Status::InternalServerError => 500,
+            Status::ServiceUnavailable => 503,
             Status::VersionNotSupported => 505,
         }
     }
@@ -90,6 +94,7 @@ impl Status {
             Status::RangeNotSatisfiable => "Range Not Satisfiable",
             Status::HeaderFieldsTooLarge => "Request Header Fields Too Large",
             Status::InternalServerError => "Internal Server Error",
+            Status::ServiceUnavailable => "Service Unavailable",
             Status::VersionNotSupported => "HTTP Version Not Supported",
         }
     }
@@ -112,6 +117,7 @@ impl Status {
             Status::RangeNotSatisfiable => "416 Range Not Satisfiable",
             Status::HeaderFieldsTooLarge => "431 Request Header Fields Too Large",
             Status::InternalServerError => "500 Internal Server Error",
+            Status::ServiceUnavailable => "503 Service Unavailable",
             Status::VersionNotSupported => "505 HTTP Version Not Supported",
         }
     }
@@ -157,8 +163,9 @@ impl HttpError {
 
     /// The answer to an I/O error met while finding or opening a file: 404
     /// for an absent file (or a path through a non-directory, or a name too
-    /// long), 403 for no permission or a symlink loop, 500 otherwise. The
-    /// connection can go on.
+    /// long), 403 for no permission or a symlink loop, 503 when the process
+    /// is out of descriptors or memory (a retry may succeed), 500 otherwise.
+    /// The connection can go on.
     pub fn from_io(e: &io::Error) -> HttpError {
         let status = match e.kind() {
             io::ErrorKind::NotFound => Status::NotFound,
@@ -166,6 +173,9 @@ impl HttpError {
             _ => match e.raw_os_error() {
                 Some(libc::ENOTDIR) | Some(libc::ENAMETOOLONG) => Status::NotFound,
                 Some(libc::ELOOP) => Status::Forbidden,
+                Some(libc::EMFILE) | Some(libc::ENFILE) | Some(libc::ENOMEM) => {
+                    Status::ServiceUnavailable
+                }
                 _ => Status::InternalServerError,
             },
         };
@@ -205,6 +215,7 @@ mod tests {
         Status::RangeNotSatisfiable,
         Status::HeaderFieldsTooLarge,
         Status::InternalServerError,
+        Status::ServiceUnavailable,
         Status::VersionNotSupported,
     ];
 
@@ -234,6 +245,10 @@ mod tests {
         assert_eq!(
             status(io::Error::from_raw_os_error(libc::EIO)),
             Status::InternalServerError
+        );
+        assert_eq!(
+            status(io::Error::from_raw_os_error(libc::EMFILE)),
+            Status::ServiceUnavailable
         );
     }
 

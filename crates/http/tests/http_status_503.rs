@@ -1,5 +1,6 @@
-//! 500: the server found the file but could not open it. The only portable
-//! way to make `open` fail for a file that `stat` finds (root ignores file
+//! 503: the server found the file but could not open it for lack of
+//! descriptors (a retry may succeed, unlike a 500). The only portable way to
+//! make `open` fail for a file that `stat` finds (root ignores file
 //! permissions) is to run out of descriptors, so this test lowers the
 //! process's descriptor limit while one request is in flight. It is the only
 //! test of this binary: the limit is process-wide.
@@ -33,9 +34,9 @@ fn lowest_free_fd() -> u64 {
 }
 
 #[test]
-fn status_500_when_the_file_cannot_be_opened() {
+fn status_503_when_out_of_descriptors() {
     // No page cache, stat on every request: each request opens the file.
-    let s = TestServer::start("500", |c| {
+    let s = TestServer::start("503", |c| {
         c.cache_bytes = 0;
         c.revalidate = std::time::Duration::ZERO;
     });
@@ -51,8 +52,8 @@ fn status_500_when_the_file_cannot_be_opened() {
     c.send("GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n");
     let r = c.response(false);
     set_nofile(&saved);
-    assert_eq!(r.status, 500);
-    assert!(r.text().contains("500 Internal Server Error"));
+    assert_eq!(r.status, 503);
+    assert!(r.text().contains("503 Service Unavailable"));
     assert!(r.keeps_alive());
     // Descriptors back: the same connection is served again.
     assert_eq!(c.get("/hello.txt").status, 200);

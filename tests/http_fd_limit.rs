@@ -1,0 +1,104 @@
+//! `duality http` under a small descriptor limit (`ulimit -n 64`): its
+//! default `--max-conns` follows the limit ((64 - 32) / 2 = 16), and 40
+//! clients at once each get a whole answer — the file (200) or a clean
+//! refusal (503) — never a 500 or a silent close; afterwards it serves again.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+#[test]
+fn a_small_descriptor_limit_gives_200_or_503_never_500() {
+    let root = std::env::temp_dir().join(format!("duality-fdlimit-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).unwrap();
+    // Above the page cache's per-file limit: each request opens the file.
+    let body: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(root.join("big.bin"), &body).unwrap();
+
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -n 64 && exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_duality"))
+        .args(["http", "--listen", "127.0.0.1:0", "--model", "symped:2"])
+        .arg("--root")
+        .arg(&root)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start duality http under sh");
+    let mut ready = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    // Everything the server says, read to its end (a closed pipe would
+    // make its next log line fail).
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    let said = std::thread::spawn(move || {
+        let mut lines = BufReader::new(stderr).lines();
+        let first = lines.next().and_then(Result::ok).unwrap_or_default();
+        let _ = tx.send(first);
+        lines.map_while(Result::ok).collect::<Vec<_>>().join("\n")
+    });
+    let serving = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let addr = ready
+        .trim()
+        .strip_prefix("ready http://")
+        .unwrap_or_else(|| panic!("no ready line: {ready:?}"))
+        .to_string();
+    assert!(
+        serving.contains("max 16 connections"),
+        "the default follows the limit: {serving:?}"
+    );
+
+    let clients: Vec<_> = (0..40)
+        .map(|_| {
+            let addr = addr.clone();
+            std::thread::spawn(move || {
+                let mut s = TcpStream::connect(&addr).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                let _ =
+                    s.write_all(b"GET /big.bin HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+                let mut got = Vec::new();
+                let _ = s.read_to_end(&mut got);
+                got
+            })
+        })
+        .collect();
+    let (mut ok, mut refused) = (0, 0);
+    for c in clients {
+        let got = c.join().unwrap();
+        let head_end = got
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .unwrap_or_else(|| panic!("no whole answer: {:?}", String::from_utf8_lossy(&got)));
+        let head = String::from_utf8_lossy(&got[..head_end]);
+        if head.starts_with("HTTP/1.1 200") {
+            assert!(got[head_end + 4..] == body[..], "a whole body");
+            ok += 1;
+        } else if head.starts_with("HTTP/1.1 503") {
+            refused += 1;
+        } else {
+            panic!("neither 200 nor 503: {head}");
+        }
+    }
+    assert!(ok >= 1 && refused >= 1, "{ok} served, {refused} refused");
+    assert_eq!(ok + refused, 40);
+
+    // The limit passed, it serves again.
+    let mut s = TcpStream::connect(&addr).unwrap();
+    s.write_all(b"GET /big.bin HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).unwrap();
+    assert!(got.starts_with(b"HTTP/1.1 200"));
+
+    // SAFETY: kill sends SIGTERM to our own child by its PID.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let _ = child.wait();
+    let said = said.join().unwrap();
+    assert!(!said.contains("panicked"), "{said}");
+    let _ = std::fs::remove_dir_all(&root);
+}
