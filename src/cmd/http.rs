@@ -100,7 +100,10 @@ pub struct HttpArgs {
     #[arg(long, default_value_t = GzipConfig::default().cache_bytes >> 20)]
     gzip_cache: usize,
     /// Where compression runs: `inline` on the loop that serves the request
-    /// (as nginx does in its workers) or `pool`, the runtime's CPU pool.
+    /// (as nginx does in its workers), `pool` (the runtime's CPU pool; a full
+    /// queue makes the request wait its turn, never run inline), or
+    /// `adaptive`: per size class, inline while its learned cost is below a
+    /// hand-off's (and a loop turn's budget), on the pool otherwise.
     #[arg(long, default_value_t = Offload::Inline)]
     offload: Offload,
 }

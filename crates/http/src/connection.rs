@@ -359,7 +359,7 @@ impl Connection {
             input: input.clone(),
             level: cfg.level,
         };
-        let Some(gz) = gzip::run(cfg.offload, job).await else {
+        let Some(gz) = gzip::run(&self.state.offloader, job).await else {
             let encoding = Encoding::Identity { vary: true };
             let plan = plan_encoded(head, &meta, content_type, encoding, date, &mut self.out);
             push_body(&mut self.out, &input, plan.body);

@@ -51,10 +51,8 @@
 //!   `--offload pool` moves it to the CPU pool, and an adaptive policy will
 //!   plug into [`run`]).
 
-use std::fmt;
 use std::io::Write as _;
 use std::path::Path;
-use std::str::FromStr;
 use std::sync::Arc;
 
 use flate2::write::GzEncoder;
@@ -108,36 +106,9 @@ impl GzipConfig {
     }
 }
 
-/// Where CPU-heavy work of a request (compression) runs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Offload {
-    /// On the thread that runs the request (its loop), as nginx does.
-    #[default]
-    Inline,
-    /// On the runtime's CPU pool ([`duality_rt::offload`]); the request's
-    /// task waits for it and its loop serves others meanwhile.
-    Pool,
-}
-
-impl FromStr for Offload {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Offload, String> {
-        match s {
-            "inline" => Ok(Offload::Inline),
-            "pool" => Ok(Offload::Pool),
-            _ => Err(format!("unknown offload policy {s:?} (inline or pool)")),
-        }
-    }
-}
-
-impl fmt::Display for Offload {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Offload::Inline => "inline",
-            Offload::Pool => "pool",
-        })
-    }
-}
+/// Where CPU-heavy work of a request (compression) runs: inline, on the CPU
+/// pool, or adaptively per size class (`--offload`).
+pub use duality_rt::adaptive::OffloadPolicy as Offload;
 
 /// The media types compressed, besides every `text/*` and every
 /// `…+json` / `…+xml` type. Images, audio, video, fonts in WOFF and archives
@@ -221,18 +192,15 @@ pub fn compress(job: &GzipJob) -> Option<Vec<u8>> {
     enc.finish().ok()
 }
 
-/// Runs `job` where `offload` says: **the** seam through which every
-/// compression of the server goes (an adaptive policy replaces the `match`).
-/// `None` if it could not run (the pool lost the job): the caller answers
-/// with the identity body.
-pub async fn run(offload: Offload, job: GzipJob) -> Option<Vec<u8>> {
-    match offload {
-        Offload::Inline => compress(&job),
-        Offload::Pool => duality_rt::offload(move || compress(&job))
-            .await
-            .ok()
-            .flatten(),
-    }
+/// Runs `job` where `offloader` places it: **the** seam through which every
+/// compression of the server goes. Its class for the adaptive policy is the
+/// level and the input's size in powers of two (a compression's cost grows
+/// with both). `None` if it could not run (the pool lost the job): the
+/// caller answers with the identity body.
+pub async fn run(offloader: &duality_rt::adaptive::Offloader, job: GzipJob) -> Option<Vec<u8>> {
+    let class =
+        (u64::from(job.level) << 8) | u64::from(usize::BITS - job.input.len().leading_zeros());
+    offloader.run(class, move || compress(&job)).await.flatten()
 }
 
 #[cfg(test)]
@@ -386,18 +354,21 @@ mod tests {
             .into();
         let job = GzipJob { input, level: 6 };
         let want = compress(&job);
-        for offload in [Offload::Inline, Offload::Pool] {
-            let got = block_on(run(offload, job.clone()));
-            assert_eq!(got, want, "{offload}");
+        for offload in [Offload::Inline, Offload::Pool, Offload::Adaptive] {
+            let o = duality_rt::adaptive::Offloader::new(offload);
+            for _ in 0..3 {
+                let got = block_on(run(&o, job.clone()));
+                assert_eq!(got, want, "{offload}");
+            }
         }
     }
 
     #[test]
     fn offload_names() {
-        for o in [Offload::Inline, Offload::Pool] {
+        for o in [Offload::Inline, Offload::Pool, Offload::Adaptive] {
             assert_eq!(o.to_string().parse::<Offload>(), Ok(o));
         }
-        assert!("adaptive".parse::<Offload>().is_err());
+        assert!("sometimes".parse::<Offload>().is_err());
     }
 
     /// Polls `f` to completion on this thread (the pool's job wakes it

@@ -165,6 +165,8 @@ pub struct HttpState {
     pub(crate) fresh: FreshIndex,
     pub(crate) log: Option<AccessLog>,
     pub(crate) counters: Counters,
+    /// Where compressions run (`--offload`), and what it learned.
+    pub(crate) offloader: duality_rt::adaptive::Offloader,
 }
 
 impl std::fmt::Debug for HttpState {
@@ -229,6 +231,7 @@ impl HttpState {
             root,
             log,
             counters: Counters::default(),
+            offloader: duality_rt::adaptive::Offloader::new(cfg.gzip.offload),
             cfg,
         }))
     }

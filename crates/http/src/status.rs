@@ -199,7 +199,7 @@ impl std::error::Error for HttpError {}
 mod tests {
     use super::*;
 
-    const ALL: [Status; 16] = [
+    const ALL: [Status; 17] = [
         Status::Ok,
         Status::PartialContent,
         Status::MovedPermanently,

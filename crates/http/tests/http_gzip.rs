@@ -466,7 +466,7 @@ fn variant_cache_respects_its_bound() {
 #[test]
 fn offload_pool_under_several_models() {
     for model in ["sped", "amped:1", "seda:1:1", "thread-per-conn", "steal:2"] {
-        for offload in [Offload::Inline, Offload::Pool] {
+        for offload in [Offload::Inline, Offload::Pool, Offload::Adaptive] {
             let s = TestServer::with_model("gz-models", model, |cfg| {
                 gzip_on(cfg);
                 cfg.gzip.offload = offload;
@@ -521,12 +521,14 @@ fn many_clients_at_once_with_the_pool() {
 
 /// Under `sped` (one loop for everything): with `--offload pool` a small
 /// request on another connection is answered while a large file is still
-/// being compressed; with `inline` the loop is busy compressing until the
+/// being compressed (and with `adaptive`, which sends a size class it has
+/// not measured yet to the pool); with `inline` the loop is busy compressing until the
 /// large response has started. (Orderings, not timings: compressing 8 MiB
 /// at level 9 takes far longer than the 150 ms head start.)
 #[test]
 fn pool_keeps_the_loop_serving_while_compressing() {
-    for offload in [Offload::Pool, Offload::Inline] {
+    // `adaptive` has never seen this size class: it goes to the pool.
+    for offload in [Offload::Pool, Offload::Adaptive, Offload::Inline] {
         let s = TestServer::with_model("gz-loop", "sped", |cfg| {
             gzip_on(cfg);
             cfg.gzip.offload = offload;
@@ -555,7 +557,9 @@ fn pool_keeps_the_loop_serving_while_compressing() {
         };
         large.stream.set_nonblocking(false).unwrap();
         match offload {
-            Offload::Pool => assert!(!started, "pool: answered before the compression ended"),
+            Offload::Pool | Offload::Adaptive => {
+                assert!(!started, "{offload}: answered before the compression ended")
+            }
             Offload::Inline => assert!(started, "inline: the loop was compressing"),
         }
         assert_gzip_of(&large.response(false), &words, &format!("{offload}"));

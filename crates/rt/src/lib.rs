@@ -17,6 +17,7 @@
 //! | [`fs`] | file reads that never block a loop (through the ring on io_uring loops) |
 //! | [`net`] | thread-style `TcpListener`/`TcpStream`/`UnixListener`/`UnixStream` |
 //! | [`sync`] | task-aware `Mutex`, `Semaphore`, `oneshot`, bounded `mpsc` |
+//! | [`adaptive`] | where a heavy job runs: inline, on the CPU pool, or wherever its class has been cheaper |
 //! | [`pool`] | `spawn_blocking` for blocking calls, `offload` for CPU-heavy work |
 //! | [`stats`] | per-loop introspection snapshots |
 //!
@@ -27,6 +28,7 @@
 
 pub(crate) mod loom;
 
+pub mod adaptive;
 pub mod coop;
 
 mod backend;
