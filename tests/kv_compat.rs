@@ -574,8 +574,11 @@ fn stats_conns() {
             .filter(|(k, _)| k.ends_with(":state"))
             .map(|(_, v)| v)
             .collect();
+        // memcached may still show the served connection finishing its
+        // write (`conn_mwrite`) just after the client got the answer.
         assert!(
-            states.contains(&&"conn_read".to_string()),
+            states.contains(&&"conn_read".to_string())
+                || (server == "memcached" && states.contains(&&"conn_mwrite".to_string())),
             "{server}: {st:?}"
         );
         // Every client connection has the four fields.
