@@ -210,32 +210,58 @@ mod tests {
         assert_eq!(o.runs(), (0, 3));
     }
 
-    #[test]
-    fn cheap_classes_stay_inline_and_expensive_ones_move() {
-        let o = Offloader::new(OffloadPolicy::Adaptive);
-        // Unknown: the pool, once; then measured far below a hand-off.
-        let (inline, pool) = placements(&o, 7, 20, Duration::ZERO);
-        assert_eq!(pool, 1, "only the first run, before anything is known");
-        assert_eq!(inline, 19);
-        // 3 ms is past the loop's budget whatever a hand-off costs.
-        let (inline, pool) = placements(&o, 8, 5, Duration::from_millis(3));
-        assert_eq!((inline, pool), (0, 5));
-        assert!(o.estimate(8).unwrap() >= Duration::from_millis(2));
-    }
-
+    /// The decision from learned costs alone (synthetic samples: no timing).
     #[test]
     fn a_class_whose_cost_changes_is_relearned() {
         let o = Offloader::new(OffloadPolicy::Adaptive);
-        placements(&o, 3, 5, Duration::ZERO);
-        assert_eq!(o.placement(3), Placement::Inline);
-        // It grows: after a few slow runs it leaves the loop.
-        let (_, pool) = placements(&o, 3, 6, Duration::from_millis(3));
-        assert!(pool >= 3, "moved to the pool ({pool} of 6)");
+        assert_eq!(o.placement(3), Placement::Pool, "unknown: the pool");
+        o.learn(3, Duration::from_micros(1));
+        assert_eq!(o.placement(3), Placement::Inline, "far below a hand-off");
+        // It grows: one slow run moves it (a quarter of 3 ms is past 20 µs).
+        o.learn(3, Duration::from_millis(3));
         assert_eq!(o.placement(3), Placement::Pool);
-        // It shrinks again: runs on the pool keep measuring it, and it comes back.
-        let (inline, _) = placements(&o, 3, 30, Duration::ZERO);
-        assert!(inline >= 10, "back inline ({inline} of 30)");
-        assert_eq!(o.placement(3), Placement::Inline);
+        // It shrinks: each cheap run takes a quarter off the estimate.
+        let mut runs = 0;
+        while o.placement(3) == Placement::Pool {
+            o.learn(3, Duration::from_micros(1));
+            runs += 1;
+        }
+        assert!(
+            (3..=20).contains(&runs),
+            "back inline after {runs} cheap runs"
+        );
+        // A cheaper hand-off than the class keeps it on the pool.
+        o.learn_handoff(Duration::ZERO);
+        o.learn_handoff(Duration::ZERO);
+        o.learn(9, Duration::from_micros(15));
+        assert_eq!(o.placement(9), Placement::Pool);
+        // Past the loop's budget nothing runs inline, however dear a hand-off.
+        for _ in 0..40 {
+            o.learn_handoff(Duration::from_millis(50));
+        }
+        o.learn(10, Duration::from_millis(2));
+        assert_eq!(o.placement(10), Placement::Pool);
+    }
+
+    /// Real runs: a cheap class ends up inline, an expensive one never is.
+    #[test]
+    fn cheap_classes_go_inline_and_expensive_ones_stay_off_the_loop() {
+        let o = Offloader::new(OffloadPolicy::Adaptive);
+        let mut runs = 0;
+        while o.placement(7) == Placement::Pool {
+            placements(&o, 7, 1, Duration::ZERO);
+            runs += 1;
+            assert!(runs < 100, "still on the pool after {runs} cheap runs");
+        }
+        assert_eq!(placements(&o, 7, 1, Duration::ZERO), (1, 0));
+        // Measured at 3 ms or more every time: past the loop's budget.
+        assert_eq!(placements(&o, 8, 5, Duration::from_millis(3)), (0, 5));
+        assert!(o.estimate(8).unwrap() >= Duration::from_millis(3));
+        let (inline, pool) = o.runs();
+        assert!(
+            inline >= 1 && pool >= 6,
+            "{inline} inline, {pool} on the pool"
+        );
     }
 
     #[test]
