@@ -4,73 +4,15 @@
 //! `crates/http/tests/http_gzip.rs` decode with flate2. Without curl the
 //! cross-check prints a line and passes (`.ci/run` installs curl).
 
-use std::io::{BufRead, BufReader, Write as _};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+mod common;
+
+use common::http::HttpServer;
+use common::TempDir;
+use std::io::Write as _;
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let d = std::env::temp_dir().join(format!("duality-gzip-cli-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        TempDir(d)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// `duality http` as a child process; SIGTERM (then SIGKILL) on drop.
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Server {
-    fn start(root: &Path, extra: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_duality"))
-            .args(["http", "--listen", "127.0.0.1:0", "--model", "symped:2"])
-            .arg("--root")
-            .arg(root)
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start duality http");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let url = line
-            .trim()
-            .strip_prefix("ready ")
-            .unwrap_or_else(|| panic!("no ready line: {line:?}"))
-            .to_owned();
-        Server { child, url }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) on our own child, not yet reaped.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let until = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < until {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+type Server = HttpServer;
 
 /// `duality` with `args`, killed after 10 s (a bad flag wrongly accepted
 /// would start a server).

@@ -3,9 +3,12 @@
 //! (`.ci/run` installs the Debian packages `curl` and `python3`); a missing
 //! one fails the test with a message saying so.
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+mod common;
+
+use common::http::HttpServer;
+use common::TempDir;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,87 +16,19 @@ use std::time::{Duration, Instant};
 /// Every client command is killed after this.
 const COMMAND_LIMIT: Duration = Duration::from_secs(30);
 
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let d = std::env::temp_dir().join(format!("duality-interop-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        TempDir(d)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// `duality http` as a child process; SIGTERM (then SIGKILL) on drop.
-struct Server {
-    child: Option<Child>,
-    url: String,
-}
+/// `duality http` with the interop tests' timeouts (5 s head and idle).
+struct Server;
 
 impl Server {
-    fn start(root: &Path) -> Server {
+    fn start(root: &Path) -> HttpServer {
         Server::start_with(root, &[])
     }
 
     /// With more flags.
-    fn start_with(root: &Path, extra: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_duality"))
-            .args(["http", "--listen", "127.0.0.1:0", "--model", "symped:2"])
-            .arg("--root")
-            .arg(root)
-            .args(["--head-timeout", "5", "--idle-timeout", "5"])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start duality http");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let url = line
-            .trim()
-            .strip_prefix("ready ")
-            .unwrap_or_else(|| panic!("no ready line: {line:?}"))
-            .to_owned();
-        Server {
-            child: Some(child),
-            url,
-        }
-    }
-
-    /// SIGTERM; the exit status.
-    fn stop(mut self) -> std::process::ExitStatus {
-        let mut child = self.child.take().unwrap();
-        terminate(&mut child)
-    }
-}
-
-fn terminate(child: &mut Child) -> std::process::ExitStatus {
-    // SAFETY: kill(2) on our own child, not yet reaped.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let until = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < until {
-        if let Some(s) = child.try_wait().unwrap() {
-            return s;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let _ = child.kill();
-    child.wait().unwrap()
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            terminate(&mut c);
-        }
+    fn start_with(root: &Path, extra: &[&str]) -> HttpServer {
+        let mut args = vec!["--head-timeout", "5", "--idle-timeout", "5"];
+        args.extend_from_slice(extra);
+        HttpServer::start(root, &args)
     }
 }
 

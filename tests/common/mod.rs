@@ -1,7 +1,9 @@
-//! Helpers shared by the `kv_*` integration tests: in-process servers on any
-//! model, the `duality kv` binary as a child process, and a blocking client
-//! that compares exact response bytes.
+//! Helpers shared by the integration tests: in-process kv servers on any
+//! model, the `duality kv` binary as a child process, a blocking client that
+//! compares exact response bytes, and (`http`) the `duality http` binary.
 #![allow(dead_code)]
+
+pub mod http;
 
 use duality_kv::server::{serve_conn, KvConfig, KvState};
 use duality_models::{Model, Server, ServerBuilder};

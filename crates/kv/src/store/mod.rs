@@ -494,17 +494,7 @@ impl Store {
                     continue;
                 }
                 let s = shard.slot(i);
-                let item = Item {
-                    key: s.key(),
-                    value: s.value(),
-                    flags: s.flags,
-                    cas: s.cas,
-                    exptime: s.exptime,
-                    last_access: s.atime,
-                    fetched: s.has(FETCHED),
-                    stale: s.has(STALE),
-                    win_sent: s.has(WIN_SENT),
-                };
+                let item = item_of(s);
                 if !f(&item, s.charge()) {
                     return;
                 }
@@ -548,6 +538,21 @@ impl Store {
     #[cfg(test)]
     pub(crate) fn shard_len(&self, i: usize) -> usize {
         lock(&self.cells[i].shard).len()
+    }
+}
+
+/// The read-only view of the item in slot `s`.
+fn item_of(s: &shard::Slot) -> Item<'_> {
+    Item {
+        key: s.key(),
+        value: s.value(),
+        flags: s.flags,
+        cas: s.cas,
+        exptime: s.exptime,
+        last_access: s.atime,
+        fetched: s.has(FETCHED),
+        stale: s.has(STALE),
+        win_sent: s.has(WIN_SENT),
     }
 }
 
@@ -626,17 +631,7 @@ impl<'s, 'k> Entry<'s, 'k> {
     /// The live item, if any.
     pub fn item(&self) -> Option<Item<'_>> {
         let s = self.shard.slot(self.idx?);
-        Some(Item {
-            key: s.key(),
-            value: s.value(),
-            flags: s.flags,
-            cas: s.cas,
-            exptime: s.exptime,
-            last_access: s.atime,
-            fetched: s.has(FETCHED),
-            stale: s.has(STALE),
-            win_sent: s.has(WIN_SENT),
-        })
+        Some(item_of(s))
     }
 
     /// Whether there is a live item.
