@@ -641,8 +641,8 @@ fn misc_commands(t: &Target) {
     assert_eq!(settings["model"], t.model);
     assert_eq!(settings["maxbytes"], t.memory_limit.to_string());
     let items = c.stats("items");
-    // "st" + "x" + 96 bytes: class 2 (chunks of 120) on memcached's ladder.
-    assert!(items.contains_key("items:2:number"), "{items:?}");
+    // "st" + "x" + 32 bytes: class 1 (chunks of 96) on memcached's ladder.
+    assert!(items.contains_key("items:1:number"), "{items:?}");
     c.stats("slabs");
     c.stats("duality");
     c.expect_str("stats reset\r\n", "RESET\r\n");

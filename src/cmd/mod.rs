@@ -5,6 +5,7 @@ pub mod bench_fairness;
 pub mod bench_http;
 pub mod bench_kv;
 pub mod bench_soak;
+pub mod bench_store;
 pub mod http;
 pub mod internal;
 pub mod kv;

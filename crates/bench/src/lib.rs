@@ -10,6 +10,7 @@
 //! | [`tasks`] | `duality bench tasks` | bytes per task and yields/s: duality vs tokio, smol, OS threads |
 //! | [`http`] | `duality bench http` | requests/s and Mbit/s vs clients: duality (Knot-C, Knot-A, SPED) vs nginx (seed 000, Figure 3) |
 //! | [`fairness`] | `duality bench fairness` | a newcomer's first answer while clients flood the server: every model vs memcached and nginx |
+//! | [`store`] | `duality bench store` | the cache's memory under size waves, bytes per item, hit ratio under Zipf keys: vs memcached at the same `-m` |
 //! | [`soak`] | `duality bench soak` | good clients beside floods, slowloris, resets and churn: errors, p99, memory over time |
 //! | [`models_echo`] | `duality bench models --service echo` | requests/s and context switches per request under every model |
 
@@ -24,6 +25,7 @@ pub mod proc;
 pub mod report;
 pub mod servers;
 pub mod soak;
+pub mod store;
 pub mod summary;
 pub mod tasks;
 pub mod workload;

@@ -47,8 +47,20 @@ pub struct ServerProcess {
 }
 
 impl ServerProcess {
-    /// Starts `kind` listening on `target` (its Unix socket path or TCP port).
+    /// Starts `kind` listening on `target` (its Unix socket path or TCP port)
+    /// with a 1 GiB cache.
     pub fn start(exe: &Path, kind: &ServerKind, target: &Target) -> anyhow::Result<ServerProcess> {
+        ServerProcess::start_with_memory(exe, kind, target, 1024)
+    }
+
+    /// Like [`ServerProcess::start`] with `-m mib` (the tokio peer ignores it).
+    pub fn start_with_memory(
+        exe: &Path,
+        kind: &ServerKind,
+        target: &Target,
+        mib: usize,
+    ) -> anyhow::Result<ServerProcess> {
+        let mib = mib.to_string();
         let mut cmd;
         let mut wait_line = true;
         match kind {
@@ -58,7 +70,7 @@ impl ServerProcess {
                     Some((m, io)) => (m, Some(io)),
                     None => (model.as_str(), None),
                 };
-                cmd.args(["kv", "--model", model, "-m", "1024", "-c", "16384"]);
+                cmd.args(["kv", "--model", model, "-m", &mib, "-c", "16384"]);
                 if let Some(io) = io {
                     cmd.args(["--io", io]);
                 }
@@ -84,7 +96,7 @@ impl ServerProcess {
                     )
                 })?;
                 cmd = Command::new(bin);
-                cmd.args(["-t", &t.to_string(), "-m", "1024", "-c", "16384", "-U", "0"]);
+                cmd.args(["-t", &t.to_string(), "-m", &mib, "-c", "16384", "-U", "0"]);
                 // SAFETY: geteuid only reads the process's credentials.
                 if unsafe { libc::geteuid() } == 0 {
                     cmd.args(["-u", "root"]);

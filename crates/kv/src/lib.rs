@@ -75,22 +75,24 @@
 //!
 //! ## Memory accounting
 //!
-//! Each item is charged its key, its value and [`ITEM_OVERHEAD`] = 96 bytes
-//! (slot, hash table entry, heap block header, slot array slack — itemized in
-//! [`store`]). The limit is split evenly over the shards; each shard evicts
-//! from its LRU tail until a new item fits, so `stats bytes` never exceeds
-//! `limit_maxbytes`. `cache_memlimit` changes the limit live
-//! ([`Store::set_max_bytes`]): lowered, every shard evicts down to its new
-//! share at once. The parse and read buffers are the server's, not counted.
+//! Items live in the store's own segments (anonymous mappings, see
+//! [`store`]): a 32-byte header ([`ITEM_OVERHEAD`]), the key and the value,
+//! 8-byte aligned, plus a 4-byte hash-table entry. The limit is split evenly
+//! over the shards and counts **everything the store allocates**: segments
+//! and hash tables. A shard frees a segment (cleaning a mostly dead one, or
+//! evicting the oldest with a second chance for items read since) before it
+//! would exceed its share, so no mix of sizes, expiries or deletes can take
+//! the store past `limit_maxbytes` (`stats bytes` is the live items' header,
+//! key and value; `stats slabs` `total_malloced` what the store holds).
+//! `cache_memlimit` changes the limit live ([`Store::set_max_bytes`]):
+//! lowered, every shard frees segments down to its new share at once. The
+//! parse and read buffers are the server's, not counted.
 //!
-//! **Resident memory (RSS) is the limit plus at most 32 MiB.** What `-m`
-//! does not count: the process itself — code, thread stacks, the runtime,
-//! the store's tables, connection buffers: 11–18 MiB for an idle server,
-//! release or debug build — and allocator slack on the items (size-class
-//! rounding, freed blocks mimalloc keeps for reuse: a few MiB). Measured by
-//! writing 4× the limit in values of 100 B – 20 KB under `sped`, `symped:2`,
-//! `amped:2` and `seda-s:2` with `-m 4` to `-m 1024`: peak RSS (`VmHWM`)
-//! stayed 13–27 MiB above the limit, independent of the limit's size.
+//! **Resident memory (RSS) is the limit plus the idle process** — code,
+//! thread stacks, the runtime, connection buffers: 11–18 MiB for an idle
+//! server, release or debug build. `duality bench store` writes waves of one
+//! size at a time (100 KB, 1 KB, 300 KB, 500 B, 50 KB, 100 B, 200 KB, 2 KB)
+//! at `-m 16` and reports RSS after each (`docs/results/store`);
 //! `tests/kv_limits.rs` checks `peak RSS ≤ limit + 32 MiB` (`-m 16`, 64 MiB
 //! of 1–8 KB values written). Plan a node's memory as `-m` + 32 MiB.
 //!

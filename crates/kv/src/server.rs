@@ -175,7 +175,8 @@ impl KvState {
     }
 
     /// The smallest share of the memory limit a shard may get: one largest
-    /// item (`-I`, the longest key and the per-item overhead).
+    /// item (`-I`, the longest key and the per-item overhead); the store adds
+    /// the segments a shard keeps beside it.
     fn min_shard_bytes(&self) -> usize {
         self.config.max_item_size + crate::KEY_MAX_LENGTH + crate::ITEM_OVERHEAD
     }

@@ -8,7 +8,7 @@
 //! | `lru_crawler enable` / `disable` | starts / stops the background sweep (it reclaims expired items as memcached's crawler does) |
 //! | `lru_crawler sleep <µs>` / `tocrawl <n>` | kept and shown in `stats settings` |
 //!
-//! `size` is what the store charges for the item (key + value + 96) and
+//! `size` is what the store charges for the item (header + key + value) and
 //! `cls` its class on memcached's ladder over that size (see
 //! [`classes`](crate::store::classes)); memcached's figures count its own
 //! item header instead. Items are listed shard by shard, least recently used

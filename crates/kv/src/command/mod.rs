@@ -5,7 +5,7 @@
 //! goes on. It takes each key's shard lock for the duration of that key's
 //! work only (a multi-key `get` takes them in turn), writes values straight
 //! from the store into `out`, and allocates nothing itself beyond growing
-//! `out` (stored values are one allocation each, made by the store).
+//! `out` (stored values live in the store's segments).
 //!
 //! Process-level numbers for `stats` (pid, uptime, connections, rusage) and
 //! the clock come from the server through [`ExecContext`].

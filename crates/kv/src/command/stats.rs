@@ -12,7 +12,7 @@
 //! |---|---|
 //! | `items:<c>:number`, `number_cold` | items of the class (all items are in one LRU per shard: memcached's "cold"; `number_hot`, `number_warm`, `age_hot`, `age_warm` are 0) |
 //! | `items:<c>:age` | seconds since the class's least recently used item was stored or fetched |
-//! | `items:<c>:mem_requested` | bytes charged for its items (key + value + 96) |
+//! | `items:<c>:mem_requested` | bytes of its items (32-byte header + key + value) |
 //! | `items:<c>:evicted`, `evicted_nonzero`, `evicted_unfetched`, `evicted_time` | live items evicted from an LRU tail (with an expiry; never fetched); age of the last one |
 //! | `items:<c>:outofmemory` | stores refused because the item exceeds a shard's share of memory |
 //! | `items:<c>:reclaimed`, `expired_unfetched` | dead items reclaimed (on access, at the tail, by the sweep) |
@@ -24,7 +24,7 @@
 //! | `<c>:cmd_set` | items stored in the class (counted when linked) |
 //! | `<c>:get_hits` … `touch_hits` | hits on items of the class |
 //! | `active_slabs` | classes listed |
-//! | `total_malloced` | bytes charged for all items (`stats` `bytes`): the store allocates per item, not per page |
+//! | `total_malloced` | bytes the store holds: its segments and hash tables (everything the memory limit counts) |
 
 use super::ExecContext;
 use crate::num::parse_u64;
@@ -229,7 +229,7 @@ fn slabs(classes: &[ClassStats], store: &Store, out: &mut Vec<u8>) {
         }
     }
     write_stat(out, "active_slabs", classes.len());
-    write_stat(out, "total_malloced", store.stats().bytes);
+    write_stat(out, "total_malloced", store.memory() as u64);
 }
 
 /// `stats detail on|off|dump`, answered as memcached does.

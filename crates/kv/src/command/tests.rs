@@ -478,19 +478,19 @@ fn stats_groups() {
          STAT lru_crawler_sleep 100\r\nSTAT lru_crawler_tocrawl 0\r\n\
          STAT item_size_max 1048576\r\nEND\r\n"
     );
-    // "a" + "a" + 96 = 98 bytes: class 2 (chunks of 120).
-    assert!(stats_with(&s.store, "stats items\r\n").starts_with("STAT items:2:number 1\r\n"));
+    // "a" + "a" + 32 = 34 bytes: class 1 (chunks of 96).
+    assert!(stats_with(&s.store, "stats items\r\n").starts_with("STAT items:1:number 1\r\n"));
     let slabs = stats_with(&s.store, "stats slabs\r\n");
     assert!(
         slabs.starts_with(
-            "STAT 2:chunk_size 120\r\nSTAT 2:chunks_per_page 8738\r\nSTAT 2:total_pages 1\r\n"
+            "STAT 1:chunk_size 96\r\nSTAT 1:chunks_per_page 10922\r\nSTAT 1:total_pages 1\r\n"
         ),
         "{slabs}"
     );
     assert!(
         slabs.ends_with(&format!(
-            "STAT 2:touch_hits 0\r\nSTAT active_slabs 1\r\nSTAT total_malloced {}\r\nEND\r\n",
-            2 + crate::ITEM_OVERHEAD
+            "STAT 1:touch_hits 0\r\nSTAT active_slabs 1\r\nSTAT total_malloced {}\r\nEND\r\n",
+            s.store.memory()
         )),
         "{slabs}"
     );
@@ -510,29 +510,29 @@ fn stats_groups() {
 #[test]
 fn per_class_items_and_slabs() {
     let s = Server::new();
-    // 1 + 10 + 96 = 107 bytes: class 2; 1 + 100 + 96 = 197: class 5 (240).
+    // 1 + 10 + 32 = 43 bytes: class 1; 1 + 100 + 32 = 133: class 3 (152).
     s.run(&format!(
         "set a 0 0 10\r\nabcdefghij\r\nset b 0 100 100\r\n{}\r\n",
         "x".repeat(100)
     ));
     s.run("get a\r\nget a\r\ndelete b\r\nincr a 1\r\n");
     let items = parse_stat_lines(&s.run("stats items\r\n"));
-    assert_eq!(items["items:2:number"], "1");
-    assert_eq!(items["items:2:mem_requested"], "107");
-    assert_eq!(items["items:2:hits_to_cold"], "2");
-    assert_eq!(items["items:2:age"], "0");
+    assert_eq!(items["items:1:number"], "1");
+    assert_eq!(items["items:1:mem_requested"], "43");
+    assert_eq!(items["items:1:hits_to_cold"], "2");
+    assert_eq!(items["items:1:age"], "0");
     assert!(
-        !items.contains_key("items:5:number"),
-        "no items left in class 5"
+        !items.contains_key("items:3:number"),
+        "no items left in class 3"
     );
     let slabs = parse_stat_lines(&s.run("stats slabs\r\n"));
-    assert_eq!(slabs["2:get_hits"], "2");
-    assert_eq!(slabs["2:incr_hits"], "0", "not a number: no hit");
-    assert_eq!(slabs["2:used_chunks"], "1");
-    assert_eq!(slabs["2:free_chunks"], "8737");
-    assert_eq!(slabs["5:delete_hits"], "1");
-    assert_eq!(slabs["5:used_chunks"], "0");
-    assert_eq!(slabs["5:cmd_set"], "1");
+    assert_eq!(slabs["1:get_hits"], "2");
+    assert_eq!(slabs["1:incr_hits"], "0", "not a number: no hit");
+    assert_eq!(slabs["1:used_chunks"], "1");
+    assert_eq!(slabs["1:free_chunks"], "10921");
+    assert_eq!(slabs["3:delete_hits"], "1");
+    assert_eq!(slabs["3:used_chunks"], "0");
+    assert_eq!(slabs["3:cmd_set"], "1");
     assert_eq!(slabs["active_slabs"], "2");
 }
 
@@ -556,8 +556,8 @@ fn stats_detail_and_cachedump() {
         "PREFIX a get 2 hit 1 set 1 del 1\r\nEND\r\n",
     );
     s.run("set k 0 0 2\r\nhi\r\nset e 0 100 1\r\nx\r\n");
-    // "k" + "hi" + 96 = 99 bytes and "e" + "x" + 96 = 98: class 2.
-    let dump = s.run("stats cachedump 2 0\r\n");
+    // "k" + "hi" + 32 = 35 bytes and "e" + "x" + 32 = 34: class 1.
+    let dump = s.run("stats cachedump 1 0\r\n");
     let mut lines: Vec<&str> = dump.split("\r\n").collect();
     lines.sort_unstable();
     assert_eq!(
@@ -569,8 +569,8 @@ fn stats_detail_and_cachedump() {
             "ITEM k [2 b; 0 s]"
         ]
     );
-    assert_eq!(s.run("stats cachedump 2 1\r\n").matches("ITEM ").count(), 1);
-    s.check("stats cachedump 3 0\r\n", "END\r\n");
+    assert_eq!(s.run("stats cachedump 1 1\r\n").matches("ITEM ").count(), 1);
+    s.check("stats cachedump 2 0\r\n", "END\r\n");
     s.check("stats cachedump 2\r\n", "CLIENT_ERROR bad command line\r\n");
     s.check(
         "stats cachedump x 1\r\n",
@@ -595,12 +595,12 @@ fn lru_crawler_commands() {
     assert_eq!(
         lines,
         [
-            format!("key=a%2Fb exp=-1 la={NOW} cas=3 fetch=no cls=2 size=100"),
+            format!("key=a%2Fb exp=-1 la={NOW} cas=3 fetch=no cls=1 size=36"),
             format!(
-                "key=e exp={} la={NOW} cas=2 fetch=no cls=2 size=98",
+                "key=e exp={} la={NOW} cas=2 fetch=no cls=1 size=34",
                 NOW + 10
             ),
-            format!("key=k exp=-1 la={NOW} cas=1 fetch=yes cls=2 size=99"),
+            format!("key=k exp=-1 la={NOW} cas=1 fetch=yes cls=1 size=35"),
         ]
     );
     s.check("lru_crawler metadump 3\r\n", "END\r\n");
@@ -610,10 +610,12 @@ fn lru_crawler_commands() {
     );
     s.now += 20;
     s.check("lru_crawler crawl 2\r\n", "OK\r\n");
+    assert_eq!(s.stats().reclaimed, 0, "class 2 is empty");
+    s.check("lru_crawler crawl 1\r\n", "OK\r\n");
     assert_eq!(s.stats().reclaimed, 1);
     let items = parse_stat_lines(&s.run("stats items\r\n"));
-    assert_eq!(items["items:2:crawler_reclaimed"], "1");
-    assert_eq!(items["items:2:crawler_items_checked"], "3");
+    assert_eq!(items["items:1:crawler_reclaimed"], "1");
+    assert_eq!(items["items:1:crawler_items_checked"], "3");
     for (req, want) in [
         ("lru_crawler crawl all\r\n", "OK\r\n"),
         ("lru_crawler crawl 1,63\r\n", "OK\r\n"),
@@ -673,8 +675,9 @@ fn memory_limit_lowered_evicts_at_once() {
     assert!(after.bytes <= 200_000, "{after:?}");
     assert!(after.evictions > before.evictions);
     s.store.check();
-    // Never below one largest item per shard.
-    assert_eq!(s.store.set_max_bytes(1, 2048, s.now), 4 * 2048);
+    // Never below one largest item per shard and two segments (4 KiB each
+    // in shards of 256 KiB).
+    assert_eq!(s.store.set_max_bytes(1, 2048, s.now), 4 * (2048 + 2 * 4096));
     s.store.check();
     // Raised again: room for more.
     s.store.set_max_bytes(1 << 20, 2048, s.now);

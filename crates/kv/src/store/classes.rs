@@ -3,7 +3,7 @@
 //! cachedump` and `lru_crawler metadump` speak memcached's per-class
 //! language.
 //!
-//! The store has no slabs: each item is one allocation of its key and value
+//! The store has no slab classes: items of every size share its segments
 //! (see the module docs of [`store`](super)). A *class* here is only a
 //! bucket of item sizes: an item charged `c` bytes (`key + value +`
 //! [`ITEM_OVERHEAD`](super::ITEM_OVERHEAD)) belongs to the smallest class

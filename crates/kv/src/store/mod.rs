@@ -1,11 +1,12 @@
-//! The sharded item store: hash tables, LRU eviction under a memory limit,
-//! expiry, `flush_all`, CAS uniques and counters.
+//! The sharded item store: items in segments, hash tables, eviction under a
+//! memory limit that counts everything (CLOCK over segments, approximating
+//! LRU), expiry, `flush_all`, CAS uniques and counters.
 //!
 //! # Shards and colors
 //!
 //! The store is `N` shards (a power of two). A key's shard is picked from its
 //! hash by [`Store::shard_of`]; each shard has its own `std::sync::Mutex`, its own
-//! LRU list and `max_bytes / N` of the memory limit. The server colors payload
+//! segments and `max_bytes / N` of the memory limit. The server colors payload
 //! jobs by shard (`payload.call_colored(store.shard_of(key), job)`), and two
 //! jobs of one color never run at the same time — so under that discipline a
 //! shard's lock is never contended: taking it is one uncontended atomic
@@ -27,28 +28,30 @@
 //! asks for, a bounded number of slots per call, so a background task can run
 //! it without stalling requests.
 //!
-//! # Memory accounting
+//! # Memory: segments, bounded by construction
 //!
-//! Each item is charged `key.len() + value.len() + ITEM_OVERHEAD` bytes, and a
-//! shard evicts from its LRU tail until a new item fits within its share of the
-//! limit. [`ITEM_OVERHEAD`] is what an item costs beyond its key and value on a
-//! 64-bit target:
+//! Items are written into the shard's own segments (see `shard`): fixed-size
+//! blocks of about a 64th of the shard (256 B to 1 MiB), each an anonymous
+//! mapping; an item too large for one gets a segment of its own size. What a
+//! shard holds — its segments and its hash table — never exceeds its share of
+//! the limit, whatever the mix of sizes, expiries and deletes: fragmentation
+//! can only waste space inside segments, never grow the process. What an item
+//! costs beyond its key and value, on a 64-bit target:
 //!
 //! | part | bytes |
 //! |---|---|
-//! | the slot (`Slot`: data pointer and length, hash, CAS, expiry, access time, flags, flush epoch, LRU links, key length, state bits) | 64 |
-//! | the hash table entry (a `u32` slot index + 1 control byte, at hashbrown's 7/8 maximum load and ~60% average load) | 8 |
-//! | the heap block holding key + value (glibc malloc: 8-byte header, rounded up to 16) | 16 on average |
-//! | slack of the slot array (it grows by a quarter: about 12% of 64 on average) | 8 |
-//! | **total** | **96** |
+//! | the header in its segment: CAS, expiry, access time, flags, value length, key length, state bits, flush epoch | 32 |
+//! | alignment of the item to 8 bytes | 3.5 on average |
+//! | the hash table entry: a `u32` location + 1 control byte, at hashbrown's 7/8 maximum load and ~60% average load | 8 on average |
+//! | **total** | **~44** |
 //!
-//! The table and slot array are charged per item rather than per allocation so
-//! that eviction does not jump when they grow. A unit test pins the slot at 64
-//! bytes. Slots freed by deletes and evictions are reused first; when more
-//! than a quarter of a shard's slots are free (many small items replaced by a
-//! few large ones), [`Store::sweep`] moves live slots into the holes and
-//! shrinks the array, a bounded number of slots per call. Between sweeps, idle
-//! slots are the one cost the per-item charge does not cover (64 bytes each).
+//! `duality bench store` measures it at 1M items of the paper's sizes as
+//! resident memory growth per item, memcached beside it
+//! (`docs/results/store`). Replaced and deleted items leave garbage in their
+//! segment until the segment is cleaned (at most a quarter live: its items
+//! move to the head) or evicted; a segment with nothing live is freed at
+//! once. [`ITEM_OVERHEAD`] is the header: `stats bytes` and the size classes
+//! count header + key + value, as memcached counts its item header.
 
 pub mod classes;
 mod crawler;
@@ -62,7 +65,7 @@ pub use detail::{PrefixStats, PREFIX_DELIMITER};
 pub use stats::{Counter, Stats};
 
 use crate::protocol::KEY_MAX_LENGTH;
-use shard::{Shard, Slot, FETCHED};
+use shard::{NewItem, Shard, ACCESSED, FETCHED};
 pub(crate) use shard::{STALE, WIN_SENT};
 use stats::{GlobalStats, ShardStats};
 use std::hash::BuildHasher;
@@ -75,11 +78,10 @@ pub type Time = u32;
 /// The largest relative expiry time (30 days); larger values are absolute.
 pub const MAX_RELATIVE_EXPTIME: i64 = 60 * 60 * 24 * 30;
 
-/// Bytes charged per item beyond its key and value (see the module docs).
-pub const ITEM_OVERHEAD: usize = SLOT_SIZE + 8 + 16 + 8;
-
-/// The size of one slot, pinned by a test.
-const SLOT_SIZE: usize = 64;
+/// The bytes an item's header takes beside its key and value, which `stats
+/// bytes` and the size classes count (see the module docs for what an item
+/// costs in all).
+pub const ITEM_OVERHEAD: usize = shard::HEADER;
 
 /// An absolute expiry that is always in the past (for `now` ≥ 1).
 const EXPIRED: Time = 1;
@@ -225,16 +227,17 @@ impl Store {
     pub fn new(config: StoreConfig) -> Store {
         let n = config.shards.clamp(1, 1 << 16).next_power_of_two();
         let per_shard = config.max_bytes / n;
+        let hasher = hashbrown::DefaultHashBuilder::default();
         let cells = (0..n)
             .map(|_| ShardCell {
-                shard: Mutex::new(Shard::new(per_shard)),
+                shard: Mutex::new(Shard::new(per_shard, hasher)),
                 stats: ShardStats::new(),
             })
             .collect();
         Store {
             cells,
             mask: n - 1,
-            hasher: hashbrown::DefaultHashBuilder::default(),
+            hasher,
             next_cas: AtomicU64::new(1),
             flush_epoch: AtomicU32::new(0),
             flush_times: AtomicU64::new(0),
@@ -267,21 +270,22 @@ impl Store {
     }
 
     /// Changes the memory limit (`cache_memlimit`) to `max_bytes`, but to no
-    /// less than `min_per_shard` per shard (so that the largest item still
-    /// fits a shard), and returns the limit applied. Lowering it evicts at
-    /// once: each shard, in turn under its lock, evicts from its LRU tail
-    /// (expired items first as they come) until it is within its new share,
-    /// so `bytes` never exceeds `limit_maxbytes`. Evictions count as usual.
+    /// less than `min_per_shard` per shard plus two segments (so that the
+    /// largest item still fits a shard beside the head segment and the one
+    /// eviction may use), and returns the limit applied. Lowering it evicts at
+    /// once: each shard, in turn under its lock, frees segments (cleaning
+    /// mostly dead ones first, then evicting the oldest) until what it holds
+    /// is within its new share. Evictions count as usual.
     pub fn set_max_bytes(&self, max_bytes: usize, min_per_shard: usize, now: Time) -> usize {
-        let per_shard = (max_bytes / self.cells.len()).max(min_per_shard);
+        let segs = 2 * lock(&self.cells[0].shard).seg_size();
+        let per_shard = (max_bytes / self.cells.len()).max(min_per_shard + segs);
         let applied = per_shard * self.cells.len();
         self.max_bytes.store(applied, Relaxed);
         let flush = self.flush_state();
         for cell in self.cells.iter() {
             let mut shard = lock(&cell.shard);
             shard.limit = per_shard;
-            let fits = shard.make_room(0, now, flush, &cell.stats);
-            debug_assert!(fits);
+            shard.shrink(now, flush, &cell.stats);
         }
         applied
     }
@@ -361,7 +365,7 @@ impl Store {
 
     /// Invalidates every item now (`delay` ≤ 0) or at `expiry(delay, now)`.
     /// Items stored or accessed before that moment are never returned again;
-    /// their memory comes back through the LRU tail or [`Store::sweep`]. A new
+    /// their memory comes back through eviction or [`Store::sweep`]. A new
     /// delayed flush replaces a pending one, as in memcached.
     pub fn flush_all(&self, delay: i64, now: Time) {
         let f = self.flush_state();
@@ -416,7 +420,7 @@ impl Store {
         let flush = self.flush_state();
         let mut reclaimed = 0;
         for cell in self.cells.iter() {
-            let mut left = lock(&cell.shard).slots.len();
+            let mut left = lock(&cell.shard).written_items();
             while left > 0 {
                 let mut shard = lock(&cell.shard);
                 let (seen, got) = shard.sweep(now, flush, batch.min(left), classes, &cell.stats);
@@ -428,9 +432,9 @@ impl Store {
     }
 
     /// Per-class counters summed over the shards, for the classes that have
-    /// any (see [`classes`]), with the age of each class's least recently
-    /// used item found by walking each shard's LRU list from its tail (it
-    /// stops once every class present in the shard has been seen).
+    /// any (see [`classes`]), with the access time of each class's oldest
+    /// item found by walking each shard's segments from the oldest (it stops
+    /// once every class present in the shard has been seen).
     pub fn class_stats(&self, now: Time) -> Vec<ClassStats> {
         let mut sums = vec![[0u64; ClassCounter::COUNT]; classes::CLASSES + 1];
         let mut oldest: Vec<Time> = vec![Time::MAX; classes::CLASSES + 1];
@@ -443,16 +447,15 @@ impl Store {
                 .filter(|r| r[ClassCounter::Number as usize] != 0)
                 .count();
             let mut seen = [false; classes::CLASSES + 1];
-            for i in shard.lru_order(false) {
+            for l in shard.age_order(false) {
                 if missing == 0 {
                     break;
                 }
-                let s = shard.slot(i);
-                let c = s.class();
+                let c = shard.class(l);
                 if !seen[c] {
                     seen[c] = true;
                     missing -= 1;
-                    oldest[c] = oldest[c].min(s.atime);
+                    oldest[c] = oldest[c].min(shard.atime(l));
                 }
             }
             drop(shard);
@@ -476,8 +479,8 @@ impl Store {
     }
 
     /// Calls `f` with every live item and its charge (key + value +
-    /// [`ITEM_OVERHEAD`]), shard by shard, each shard's items from its LRU
-    /// tail (least recently used first), or from its head with
+    /// [`ITEM_OVERHEAD`]), shard by shard, each shard's items from the oldest
+    /// written (next in line for eviction), or from the newest with
     /// `newest_first`; stops when `f` returns false. Each shard is locked
     /// while its items are visited: keep `f` short.
     pub fn for_each_item(
@@ -489,17 +492,27 @@ impl Store {
         let flush = self.flush_state();
         for cell in self.cells.iter() {
             let shard = lock(&cell.shard);
-            for i in shard.lru_order(newest_first) {
-                if shard.state(i, now, flush) != Lookup::Hit {
+            for l in shard.age_order(newest_first) {
+                if shard.state(l, now, flush) != Lookup::Hit {
                     continue;
                 }
-                let s = shard.slot(i);
-                let item = item_of(s);
-                if !f(&item, s.charge()) {
+                if !f(&shard.item(l), shard.charge(l)) {
                     return;
                 }
             }
         }
+    }
+
+    /// Bytes the store holds now: segments and hash tables, everything the
+    /// memory limit counts (memcached's `total_malloced`).
+    pub fn memory(&self) -> usize {
+        self.cells
+            .iter()
+            .map(|c| {
+                let s = lock(&c.shard);
+                s.allocated() + s.table_bytes()
+            })
+            .sum()
     }
 
     /// Counts an event tied to no key (e.g. a value refused by the parser).
@@ -538,21 +551,6 @@ impl Store {
     #[cfg(test)]
     pub(crate) fn shard_len(&self, i: usize) -> usize {
         lock(&self.cells[i].shard).len()
-    }
-}
-
-/// The read-only view of the item in slot `s`.
-fn item_of(s: &shard::Slot) -> Item<'_> {
-    Item {
-        key: s.key(),
-        value: s.value(),
-        flags: s.flags,
-        cas: s.cas,
-        exptime: s.exptime,
-        last_access: s.atime,
-        fetched: s.has(FETCHED),
-        stale: s.has(STALE),
-        win_sent: s.has(WIN_SENT),
     }
 }
 
@@ -630,8 +628,7 @@ impl<'s, 'k> Entry<'s, 'k> {
 
     /// The live item, if any.
     pub fn item(&self) -> Option<Item<'_>> {
-        let s = self.shard.slot(self.idx?);
-        Some(item_of(s))
+        Some(self.shard.item(self.idx?))
     }
 
     /// Whether there is a live item.
@@ -639,29 +636,21 @@ impl<'s, 'k> Entry<'s, 'k> {
         self.idx.is_some()
     }
 
-    fn slot_mut(&mut self) -> Option<&mut Slot> {
-        let i = self.idx?;
-        Some(self.shard.slot_mut(i))
-    }
-
-    /// Records a fetch: marks the item fetched, sets its access time, moves it
-    /// to the head of the LRU list.
+    /// Records a fetch: marks the item fetched and recently used (it gets a
+    /// second chance when its segment is evicted), sets its access time.
     pub fn bump(&mut self) {
-        if let Some(i) = self.idx {
-            let now = self.now;
-            let s = self.shard.slot_mut(i);
-            s.bits |= FETCHED;
-            s.atime = now;
-            self.shard.lru_touch(i);
+        if let Some(l) = self.idx {
+            self.shard.set_bits(l, FETCHED | ACCESSED, 0);
+            self.shard.set_atime(l, self.now);
         }
     }
 
-    /// Moves the item to the LRU head and sets its access time without marking
+    /// Marks the item recently used and sets its access time without marking
     /// it fetched (`add` finding the key, as memcached does).
     pub fn promote(&mut self) {
-        if let Some(i) = self.idx {
-            self.shard.slot_mut(i).atime = self.now;
-            self.shard.lru_touch(i);
+        if let Some(l) = self.idx {
+            self.shard.set_bits(l, ACCESSED, 0);
+            self.shard.set_atime(l, self.now);
         }
     }
 
@@ -669,37 +658,35 @@ impl<'s, 'k> Entry<'s, 'k> {
     /// before `now` stays readable through this entry and is gone for the
     /// next lookup.
     pub fn set_exptime(&mut self, exptime: Time) {
-        if let Some(s) = self.slot_mut() {
-            s.exptime = exptime;
+        if let Some(l) = self.idx {
+            self.shard.set_exptime(l, exptime);
         }
     }
 
     /// Sets the CAS unique.
     pub fn set_cas(&mut self, cas: u64) {
-        if let Some(s) = self.slot_mut() {
-            s.cas = cas;
+        if let Some(l) = self.idx {
+            self.shard.set_cas(l, cas);
         }
     }
 
     /// Marks or clears the stale bit.
     pub fn set_stale(&mut self, stale: bool) {
-        if let Some(s) = self.slot_mut() {
-            s.bits = if stale {
-                s.bits | STALE
-            } else {
-                s.bits & !STALE
-            };
-        }
+        self.set_bit(STALE, stale);
     }
 
     /// Marks or clears the "win token sent" bit.
     pub fn set_win_sent(&mut self, sent: bool) {
-        if let Some(s) = self.slot_mut() {
-            s.bits = if sent {
-                s.bits | WIN_SENT
+        self.set_bit(WIN_SENT, sent);
+    }
+
+    fn set_bit(&mut self, bit: u8, on: bool) {
+        if let Some(l) = self.idx {
+            if on {
+                self.shard.set_bits(l, bit, 0);
             } else {
-                s.bits & !WIN_SENT
-            };
+                self.shard.set_bits(l, 0, bit);
+            }
         }
     }
 
@@ -718,7 +705,7 @@ impl<'s, 'k> Entry<'s, 'k> {
             _ => return,
         };
         let class = match self.idx {
-            Some(i) => self.shard.slot(i).class(),
+            Some(l) => self.shard.class(l),
             None => self.removed_class,
         };
         if class != 0 {
@@ -727,8 +714,8 @@ impl<'s, 'k> Entry<'s, 'k> {
     }
 
     /// Stores a new item under the key, replacing any live one, and returns
-    /// its CAS unique (`cas`, or the next store-wide one). Evicts from the LRU
-    /// tail to make room. An item whose `exptime` has already passed replaces
+    /// its CAS unique (`cas`, or the next store-wide one). Frees segments to
+    /// make room. An item whose `exptime` has already passed replaces
     /// the old one and is not kept.
     pub fn insert(
         &mut self,
@@ -741,19 +728,18 @@ impl<'s, 'k> Entry<'s, 'k> {
     }
 
     /// Changes the live item's value, keeping its flags and expiry; the item
-    /// gets a new CAS unique (`cas` or the next one) and goes to the LRU head.
+    /// gets a new CAS unique (`cas` or the next one) and is written anew.
     pub fn rewrite(&mut self, edit: Edit<'_>, cas: Option<u64>) -> Result<u64, WriteError> {
-        let i = self.idx.ok_or(WriteError::NotFound)?;
-        let old = self.shard.slot(i);
-        let (flags, exptime) = (old.flags, old.exptime);
-        // Build the new value while the old one is still borrowed.
-        let old_value = old.value();
-        let data = match edit {
-            Edit::Append(d) => join(self.key, &[old_value, d]),
-            Edit::Prepend(d) => join(self.key, &[d, old_value]),
-            Edit::Replace(d) => join(self.key, &[d]),
+        let l = self.idx.ok_or(WriteError::NotFound)?;
+        let (flags, exptime) = (self.shard.flags(l), self.shard.exptime(l));
+        // The old value's bytes can be reused by the write: copy them out.
+        let old = self.shard.item(l).value.to_vec();
+        let parts: [&[u8]; 2] = match edit {
+            Edit::Append(d) => [&old, d],
+            Edit::Prepend(d) => [d, &old],
+            Edit::Replace(d) => [d, &[]],
         };
-        self.put_data(data, flags, exptime, cas, 0)
+        self.put(&parts, flags, exptime, cas, 0)
     }
 
     /// Like [`Entry::insert`], and the new item keeps `bits` (STALE, WIN_SENT).
@@ -765,54 +751,39 @@ impl<'s, 'k> Entry<'s, 'k> {
         cas: Option<u64>,
         bits: u8,
     ) -> Result<u64, WriteError> {
-        let len = self.key.len() + parts.iter().map(|p| p.len()).sum::<usize>();
-        if len + ITEM_OVERHEAD > self.shard.limit {
-            return Err(self.out_of_memory(len + ITEM_OVERHEAD));
-        }
-        let data = join(self.key, parts);
-        self.put_data(data, flags, exptime, cas, bits)
-    }
-
-    fn put_data(
-        &mut self,
-        data: Box<[u8]>,
-        flags: u32,
-        exptime: Time,
-        cas: Option<u64>,
-        bits: u8,
-    ) -> Result<u64, WriteError> {
-        let charge = data.len() + ITEM_OVERHEAD;
-        if charge > self.shard.limit {
-            return Err(self.out_of_memory(charge));
+        let vlen = parts.iter().map(|p| p.len()).sum::<usize>();
+        if !self.shard.fits(self.key.len(), vlen) {
+            return Err(self.out_of_memory(self.key.len() + vlen + ITEM_OVERHEAD));
         }
         let cas = cas.unwrap_or_else(|| self.store.next_cas());
         if let Some(old) = self.idx.take() {
-            self.removed_class = self.shard.slot(old).class();
+            self.removed_class = self.shard.class(old);
             self.shard.unlink(old, self.stats);
         }
         self.stats.bump(Counter::TotalItems);
         if exptime != 0 && exptime <= self.now {
             return Ok(cas);
         }
-        let made = self
-            .shard
-            .make_room(charge, self.now, self.flush, self.stats);
-        debug_assert!(made);
-        let slot = Slot {
-            data,
-            hash: self.hash,
+        let item = NewItem {
+            key: self.key,
+            parts,
             cas,
             exptime,
             atime: self.now,
             flags,
             epoch: self.flush.epoch,
-            prev: shard::NIL,
-            next: shard::NIL,
-            klen: self.key.len() as u8,
             bits,
         };
-        self.idx = Some(self.shard.link(slot, self.stats));
-        Ok(cas)
+        match self
+            .shard
+            .insert(self.hash, &item, self.now, self.flush, self.stats)
+        {
+            Some(l) => {
+                self.idx = Some(l);
+                Ok(cas)
+            }
+            None => Err(self.out_of_memory(self.key.len() + vlen + ITEM_OVERHEAD)),
+        }
     }
 
     /// Counts an item of `charge` bytes refused for lack of memory in its
@@ -826,25 +797,14 @@ impl<'s, 'k> Entry<'s, 'k> {
     /// Unlinks the live item. Returns whether there was one.
     pub fn remove(&mut self) -> bool {
         match self.idx.take() {
-            Some(i) => {
-                self.removed_class = self.shard.slot(i).class();
-                self.shard.unlink(i, self.stats);
+            Some(l) => {
+                self.removed_class = self.shard.class(l);
+                self.shard.unlink(l, self.stats);
                 true
             }
             None => false,
         }
     }
-}
-
-/// `key ++ parts…` in one exactly sized allocation.
-fn join(key: &[u8], parts: &[&[u8]]) -> Box<[u8]> {
-    let len = key.len() + parts.iter().map(|p| p.len()).sum::<usize>();
-    let mut v = Vec::with_capacity(len);
-    v.extend_from_slice(key);
-    for p in parts {
-        v.extend_from_slice(p);
-    }
-    v.into_boxed_slice()
 }
 
 #[cfg(test)]

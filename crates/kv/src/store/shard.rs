@@ -1,5 +1,6 @@
-//! One shard: a hash table of slot indices, a slab of slots, an LRU list
-//! threaded through the slots, and the shard's byte count.
+//! One shard: items packed into fixed-size segments, a hash table of item
+//! locations, segment-level eviction with a second chance, and the shard's
+//! memory budget.
 //!
 //! Everything here runs with the shard's lock held: a `Shard` is only reachable
 //! through the `MutexGuard` of its cell (memcached's `do_x()` convention: the
@@ -8,132 +9,218 @@
 //! # Layout
 //!
 //! ```text
-//!  table: HashTable<u32> ──► slots: Vec<Slot>   (index = slot number)
-//!                             ├─ live slot: data = key ++ value, on the LRU list
-//!                             └─ free slot: data empty, on the free list
-//!  head ◄──► … ◄──► tail      (most recently used at the head, evict at the tail)
+//!  table: HashTable<Loc> ──► segs[seg]: [ header key value | header key value | … ]
+//!  fifo:  oldest segment … newest (the head, where new items are appended)
 //! ```
 //!
-//! Both lists run through the slots' `prev`/`next` fields. Freed slots are
-//! reused before the array grows; `compact` (run by sweeps, a bounded number
-//! of moves per call) moves live slots from the end of the array into holes
-//! and shrinks it while more than a quarter of it is free, so a shift from many
-//! small items to few large ones does not leave the memory of idle slots
-//! behind.
+//! An item is a 32-byte header, its key and its value, 8-byte aligned, written
+//! once at the end of the head segment (log-structured, as pelikan's
+//! segcache). The table holds a `u32` location per item and no hash: the hash
+//! is recomputed from the key when the table grows. Replacing or deleting an
+//! item only clears its `LIVE` bit and the bytes become garbage of their
+//! segment; a segment whose items are all dead is freed at once.
+//!
+//! Memory is **bounded by construction**: item memory comes only from
+//! segments (normal ones of `seg_size` bytes; an item too large for one gets a
+//! segment of its own size), and segments plus the table never exceed the
+//! shard's limit. When a new item needs room, the shard frees a segment:
+//! - *cleaning*: a segment at most a quarter live (deletes, overwrites,
+//!   expiry) has its live items moved to the head and is freed — garbage is
+//!   reclaimed before anything live is evicted;
+//! - otherwise *eviction* of the oldest segment, with a second chance: items
+//!   read since they were written (the `ACCESSED` bit) move to the head (up to
+//!   half a segment's worth per eviction, their bit cleared), the rest are
+//!   evicted. This is CLOCK at segment granularity, which tracks LRU closely
+//!   without any per-item list links or writes on a hit beyond one bit.
+//!
+//! Moves during eviction may use one segment beyond the budget for a moment,
+//! so the budget is the limit less one segment.
 //!
 //! Invariants (checked by `check` in tests):
-//! - a slot is live iff it is in the table iff it is on the LRU list;
-//! - the other slots form the doubly linked free list, `free_len` long;
-//! - `bytes` is the sum of `charge()` over live slots and never exceeds `limit`
-//!   after `make_room` + `link`.
+//! - an item is live iff its `LIVE` bit is set iff the table holds its location;
+//! - each segment's `live` is the sum of its live items' sizes, and `bytes`
+//!   the sum of the live items' charges;
+//! - a free segment id holds no memory and is in neither the fifo nor in use;
+//! - `allocated + table_bytes() <= limit`.
 
 use super::classes::{class_of, ClassCounter};
 use super::stats::{Counter, ShardStats};
-use super::{FlushState, Lookup, Time, ITEM_OVERHEAD};
+use super::{FlushState, Item, Lookup, Time};
 use hashbrown::HashTable;
-
-/// The end of a list.
-pub(crate) const NIL: u32 = u32::MAX;
+use std::collections::VecDeque;
+use std::hash::BuildHasher;
 
 pub(crate) const LIVE: u8 = 1;
 pub(crate) const FETCHED: u8 = 2;
 pub(crate) const STALE: u8 = 4;
 pub(crate) const WIN_SENT: u8 = 8;
+/// Read since written or last given a second chance.
+pub(crate) const ACCESSED: u8 = 16;
 
-/// One item (or a free slot). 64 bytes: one cache line.
-pub(crate) struct Slot {
-    /// The key followed by the value, in one allocation of exactly that size.
-    pub(crate) data: Box<[u8]>,
-    /// The key's hash, kept so the table can grow without re-hashing keys.
-    pub(crate) hash: u64,
-    /// CAS unique.
+/// Bytes of an item's header in its segment.
+pub(crate) const HEADER: usize = 32;
+
+// Header layout (little endian).
+const H_CAS: usize = 0;
+const H_EXPTIME: usize = 8;
+const H_ATIME: usize = 12;
+const H_FLAGS: usize = 16;
+const H_VLEN: usize = 20;
+const H_KLEN: usize = 24;
+const H_BITS: usize = 25;
+const H_EPOCH: usize = 28;
+
+/// The largest normal segment (memcached's page size); smaller shards get
+/// smaller ones (see [`seg_size_for`]) so that eviction frees a small share
+/// of the shard at a time.
+pub(crate) const MAX_SEG: usize = 1 << 20;
+const MIN_SEG: usize = 256;
+/// Offsets inside a segment are stored in 8-byte units, 17 bits of a [`Loc`].
+const OFF_BITS: u32 = 17;
+/// Segment ids take the other 15 bits.
+const MAX_SEGS: usize = 1 << (32 - OFF_BITS);
+
+/// An item's location: segment id and offset / 8.
+pub(crate) type Loc = u32;
+
+#[inline]
+fn loc(seg: u32, off: usize) -> Loc {
+    debug_assert!(off % 8 == 0 && off < MAX_SEG);
+    seg << OFF_BITS | (off >> 3) as u32
+}
+
+#[inline]
+fn seg_of(l: Loc) -> usize {
+    (l >> OFF_BITS) as usize
+}
+
+#[inline]
+fn off_of(l: Loc) -> usize {
+    ((l & ((1 << OFF_BITS) - 1)) as usize) << 3
+}
+
+#[inline]
+fn align8(n: usize) -> usize {
+    (n + 7) & !7
+}
+
+/// Bytes an item of `klen` + `vlen` takes in a segment.
+#[inline]
+pub(crate) fn item_size(klen: usize, vlen: usize) -> usize {
+    align8(HEADER + klen + vlen)
+}
+
+/// The normal segment size for a shard limited to `limit` bytes: about a
+/// 64th of it, a power of two between 256 bytes and 1 MiB.
+pub(crate) fn seg_size_for(limit: usize) -> usize {
+    (limit / 64)
+        .clamp(MIN_SEG, MAX_SEG)
+        .next_power_of_two()
+        .min(MAX_SEG)
+}
+
+fn rd32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
+}
+
+fn wr32(b: &mut [u8], at: usize, v: u32) {
+    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+/// What a new item is made of.
+pub(crate) struct NewItem<'a> {
+    pub(crate) key: &'a [u8],
+    pub(crate) parts: &'a [&'a [u8]],
     pub(crate) cas: u64,
-    /// Absolute expiry (Unix seconds), 0 = never.
     pub(crate) exptime: Time,
-    /// Last store or access (Unix seconds).
     pub(crate) atime: Time,
-    /// Client flags.
     pub(crate) flags: u32,
-    /// The store's flush epoch when the item was stored.
     pub(crate) epoch: u32,
-    /// Neighbour towards the head of the LRU (or free) list, or NIL.
-    pub(crate) prev: u32,
-    /// Neighbour towards the tail of the LRU (or free) list, or NIL.
-    pub(crate) next: u32,
-    /// Key length (keys are at most 250 bytes).
-    pub(crate) klen: u8,
-    /// LIVE, FETCHED, STALE, WIN_SENT.
     pub(crate) bits: u8,
 }
 
-impl Slot {
-    #[inline]
-    pub(crate) fn key(&self) -> &[u8] {
-        &self.data[..self.klen as usize]
+impl NewItem<'_> {
+    fn vlen(&self) -> usize {
+        self.parts.iter().map(|p| p.len()).sum()
     }
+}
 
-    #[inline]
-    pub(crate) fn value(&self) -> &[u8] {
-        &self.data[self.klen as usize..]
-    }
+/// A segment's memory: an anonymous mapping of its own, so that freeing a
+/// segment gives its pages back to the kernel at once (an allocator may keep
+/// freed blocks, and resident memory would then exceed the limit). Pages
+/// never written are never resident. Empty when the segment id is free.
+#[derive(Default)]
+struct Block(Option<memmap2::MmapMut>);
 
-    #[inline]
-    pub(crate) fn charge(&self) -> usize {
-        self.data.len() + ITEM_OVERHEAD
+impl Block {
+    /// None when the kernel has no memory for it.
+    fn new(size: usize) -> Option<Block> {
+        memmap2::MmapMut::map_anon(size)
+            .ok()
+            .map(|m| Block(Some(m)))
     }
+}
 
-    /// The size class (see `classes`).
-    #[inline]
-    pub(crate) fn class(&self) -> usize {
-        class_of(self.charge())
+impl std::ops::Deref for Block {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.0.as_deref().unwrap_or(&[])
     }
+}
 
-    #[inline]
-    pub(crate) fn has(&self, bit: u8) -> bool {
-        self.bits & bit != 0
+impl std::ops::DerefMut for Block {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        self.0.as_deref_mut().unwrap_or(&mut [])
     }
+}
 
-    fn free() -> Slot {
-        Slot {
-            data: Box::default(),
-            hash: 0,
-            cas: 0,
-            exptime: 0,
-            atime: 0,
-            flags: 0,
-            epoch: 0,
-            prev: NIL,
-            next: NIL,
-            klen: 0,
-            bits: 0,
-        }
-    }
+#[derive(Default)]
+struct Segment {
+    data: Block,
+    /// Bytes written (items are appended).
+    used: usize,
+    /// Bytes of live items.
+    live: usize,
 }
 
 pub(crate) struct Shard {
-    table: HashTable<u32>,
-    pub(crate) slots: Vec<Slot>,
-    free: u32,
-    free_len: usize,
-    head: u32,
-    tail: u32,
+    table: HashTable<Loc>,
+    hasher: hashbrown::DefaultHashBuilder,
+    segs: Vec<Segment>,
+    free_ids: Vec<u32>,
+    /// Segments in the order they were opened; the head is the last.
+    fifo: VecDeque<u32>,
+    head: Option<u32>,
+    /// One freed normal segment kept for the next, so eviction does not go
+    /// back to the allocator each time. Counted in `allocated`.
+    spare: Option<Block>,
+    seg_size: usize,
+    /// Bytes of segment memory held (including `spare`).
+    allocated: usize,
+    /// The segment being emptied by eviction (not freed by `unlink`).
+    evicting: Option<usize>,
+    /// The sum of live items' charges (`stats bytes`).
     pub(crate) bytes: usize,
     pub(crate) limit: usize,
-    sweep_pos: usize,
+    sweep_pos: (usize, usize),
 }
 
 impl Shard {
-    pub(crate) fn new(limit: usize) -> Shard {
+    pub(crate) fn new(limit: usize, hasher: hashbrown::DefaultHashBuilder) -> Shard {
         Shard {
             table: HashTable::new(),
-            slots: Vec::new(),
-            free: NIL,
-            free_len: 0,
-            head: NIL,
-            tail: NIL,
+            hasher,
+            segs: Vec::new(),
+            free_ids: Vec::new(),
+            fifo: VecDeque::new(),
+            head: None,
+            spare: None,
+            seg_size: seg_size_for(limit),
+            allocated: 0,
+            evicting: None,
             bytes: 0,
             limit,
-            sweep_pos: 0,
+            sweep_pos: (0, 0),
         }
     }
 
@@ -142,181 +229,354 @@ impl Shard {
         self.table.len()
     }
 
-    #[inline]
-    pub(crate) fn slot(&self, i: u32) -> &Slot {
-        &self.slots[i as usize]
+    /// The size of a normal segment.
+    pub(crate) fn seg_size(&self) -> usize {
+        self.seg_size
+    }
+
+    /// Bytes of segment memory held.
+    pub(crate) fn allocated(&self) -> usize {
+        self.allocated
+    }
+
+    /// What the table takes: a `u32` and a control byte per bucket, buckets
+    /// being capacity × 8/7.
+    pub(crate) fn table_bytes(&self) -> usize {
+        self.table.capacity() * 8 / 7 * 5
+    }
+
+    /// The most segment memory the shard may hold between operations.
+    fn budget(&self) -> usize {
+        self.limit
+            .saturating_sub(self.seg_size)
+            .saturating_sub(self.table_bytes())
+    }
+
+    /// Whether an item of `klen` + `vlen` can ever be stored here.
+    pub(crate) fn fits(&self, klen: usize, vlen: usize) -> bool {
+        let size = item_size(klen, vlen);
+        if size <= self.seg_size {
+            self.budget() >= self.seg_size
+        } else {
+            size <= self.budget()
+        }
     }
 
     #[inline]
-    pub(crate) fn slot_mut(&mut self, i: u32) -> &mut Slot {
-        &mut self.slots[i as usize]
+    fn raw(&self, l: Loc) -> &[u8] {
+        &self.segs[seg_of(l)].data[off_of(l)..]
     }
 
-    pub(crate) fn find(&self, hash: u64, key: &[u8]) -> Option<u32> {
-        let slots = &self.slots;
-        self.table
-            .find(hash, |&i| slots[i as usize].key() == key)
-            .copied()
+    #[inline]
+    fn raw_mut(&mut self, l: Loc) -> &mut [u8] {
+        &mut self.segs[seg_of(l)].data[off_of(l)..]
     }
 
-    /// What a reader would see in slot `i` at `now`.
-    pub(crate) fn state(&self, i: u32, now: Time, flush: FlushState) -> Lookup {
-        let s = self.slot(i);
-        if s.epoch != flush.epoch || s.atime < flush.cutoff(now) {
+    #[inline]
+    fn klen(&self, l: Loc) -> usize {
+        self.raw(l)[H_KLEN] as usize
+    }
+
+    #[inline]
+    fn vlen(&self, l: Loc) -> usize {
+        rd32(self.raw(l), H_VLEN) as usize
+    }
+
+    #[inline]
+    pub(crate) fn key(&self, l: Loc) -> &[u8] {
+        let r = self.raw(l);
+        &r[HEADER..HEADER + r[H_KLEN] as usize]
+    }
+
+    #[inline]
+    pub(crate) fn bits(&self, l: Loc) -> u8 {
+        self.raw(l)[H_BITS]
+    }
+
+    #[inline]
+    pub(crate) fn has(&self, l: Loc, bit: u8) -> bool {
+        self.bits(l) & bit != 0
+    }
+
+    pub(crate) fn set_bits(&mut self, l: Loc, set: u8, clear: u8) {
+        let b = &mut self.raw_mut(l)[H_BITS];
+        *b = (*b | set) & !clear;
+    }
+
+    pub(crate) fn atime(&self, l: Loc) -> Time {
+        rd32(self.raw(l), H_ATIME)
+    }
+
+    pub(crate) fn set_atime(&mut self, l: Loc, t: Time) {
+        wr32(self.raw_mut(l), H_ATIME, t);
+    }
+
+    pub(crate) fn exptime(&self, l: Loc) -> Time {
+        rd32(self.raw(l), H_EXPTIME)
+    }
+
+    pub(crate) fn set_exptime(&mut self, l: Loc, t: Time) {
+        wr32(self.raw_mut(l), H_EXPTIME, t);
+    }
+
+    pub(crate) fn set_cas(&mut self, l: Loc, cas: u64) {
+        self.raw_mut(l)[H_CAS..H_CAS + 8].copy_from_slice(&cas.to_le_bytes());
+    }
+
+    pub(crate) fn flags(&self, l: Loc) -> u32 {
+        rd32(self.raw(l), H_FLAGS)
+    }
+
+    /// What the item charges to `stats bytes`: header, key and value.
+    #[inline]
+    pub(crate) fn charge(&self, l: Loc) -> usize {
+        HEADER + self.klen(l) + self.vlen(l)
+    }
+
+    /// The size class (see `classes`).
+    #[inline]
+    pub(crate) fn class(&self, l: Loc) -> usize {
+        class_of(self.charge(l))
+    }
+
+    /// The read-only view of the item at `l`.
+    pub(crate) fn item(&self, l: Loc) -> Item<'_> {
+        let r = self.raw(l);
+        let klen = r[H_KLEN] as usize;
+        let vlen = rd32(r, H_VLEN) as usize;
+        let bits = r[H_BITS];
+        Item {
+            key: &r[HEADER..HEADER + klen],
+            value: &r[HEADER + klen..HEADER + klen + vlen],
+            flags: rd32(r, H_FLAGS),
+            cas: u64::from_le_bytes(r[H_CAS..H_CAS + 8].try_into().unwrap()),
+            exptime: rd32(r, H_EXPTIME),
+            last_access: rd32(r, H_ATIME),
+            fetched: bits & FETCHED != 0,
+            stale: bits & STALE != 0,
+            win_sent: bits & WIN_SENT != 0,
+        }
+    }
+
+    fn hash_key(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    pub(crate) fn find(&self, hash: u64, key: &[u8]) -> Option<Loc> {
+        self.table.find(hash, |&l| self.key(l) == key).copied()
+    }
+
+    /// What a reader would see at `l` at `now`.
+    pub(crate) fn state(&self, l: Loc, now: Time, flush: FlushState) -> Lookup {
+        let r = self.raw(l);
+        let exptime = rd32(r, H_EXPTIME);
+        if rd32(r, H_EPOCH) != flush.epoch || rd32(r, H_ATIME) < flush.cutoff(now) {
             Lookup::Flushed
-        } else if s.exptime != 0 && s.exptime <= now {
+        } else if exptime != 0 && exptime <= now {
             Lookup::Expired
         } else {
             Lookup::Hit
         }
     }
 
-    fn lru_unlink(&mut self, i: u32) {
-        let (prev, next) = {
-            let s = self.slot(i);
-            (s.prev, s.next)
-        };
-        if prev == NIL {
-            self.head = next;
-        } else {
-            self.slot_mut(prev).next = next;
-        }
-        if next == NIL {
-            self.tail = prev;
-        } else {
-            self.slot_mut(next).prev = prev;
-        }
-    }
+    // ---- segments ----
 
-    fn lru_push_head(&mut self, i: u32) {
-        let old = self.head;
-        {
-            let s = self.slot_mut(i);
-            s.prev = NIL;
-            s.next = old;
-        }
-        if old == NIL {
-            self.tail = i;
-        } else {
-            self.slot_mut(old).prev = i;
-        }
-        self.head = i;
-    }
-
-    /// Moves slot `i` to the head of the LRU list.
-    pub(crate) fn lru_touch(&mut self, i: u32) {
-        if self.head != i {
-            self.lru_unlink(i);
-            self.lru_push_head(i);
-        }
-    }
-
-    fn free_push(&mut self, i: u32) {
-        let old = self.free;
-        {
-            let s = self.slot_mut(i);
-            s.prev = NIL;
-            s.next = old;
-        }
-        if old != NIL {
-            self.slot_mut(old).prev = i;
-        }
-        self.free = i;
-        self.free_len += 1;
-    }
-
-    fn free_remove(&mut self, i: u32) {
-        let (prev, next) = {
-            let s = self.slot(i);
-            (s.prev, s.next)
-        };
-        if prev == NIL {
-            self.free = next;
-        } else {
-            self.slot_mut(prev).next = next;
-        }
-        if next != NIL {
-            self.slot_mut(next).prev = prev;
-        }
-        self.free_len -= 1;
-    }
-
-    /// Shrinks the slot array while more than a quarter of it is free, at most
-    /// `budget` slots per call: a free last slot is dropped, a live one moves
-    /// into a hole (its table entry and LRU neighbours follow). Returns the
-    /// number of slots removed.
-    pub(crate) fn compact(&mut self, budget: usize) -> usize {
-        let mut removed = 0;
-        while removed < budget && self.free_len > 0 && self.free_len * 4 > self.slots.len() {
-            let last = (self.slots.len() - 1) as u32;
-            if self.slot(last).has(LIVE) {
-                let hole = self.free;
-                self.free_remove(hole);
-                self.relocate(last, hole);
-            } else {
-                self.free_remove(last);
+    fn new_segment(&mut self, size: usize) -> Option<u32> {
+        let data = match self.spare.take() {
+            Some(d) if d.len() == size => d,
+            other => {
+                if let Some(d) = other {
+                    self.allocated -= d.len();
+                }
+                let d = Block::new(size)?;
+                self.allocated += size;
+                d
             }
-            self.slots.pop();
-            removed += 1;
-        }
-        let len = self.slots.len();
-        if removed > 0 && self.slots.capacity() > len + len / 2 + 16 {
-            // Large arrays are mmap'd by the allocator: shrinking remaps
-            // pages rather than copying.
-            self.slots.shrink_to(len + len / 4);
-        }
-        removed
-    }
-
-    /// Moves live slot `from` into free slot `to` (already off the free list);
-    /// `from` is left as a free slot for the caller to drop.
-    fn relocate(&mut self, from: u32, to: u32) {
-        let hash = self.slot(from).hash;
-        match self.table.find_mut(hash, |&j| j == from) {
-            Some(e) => *e = to,
-            None => unreachable!("live slot {from} missing from the table"),
-        }
-        self.slots.swap(from as usize, to as usize);
-        let (prev, next) = {
-            let s = self.slot(to);
-            (s.prev, s.next)
         };
-        if prev == NIL {
-            self.head = to;
-        } else {
-            self.slot_mut(prev).next = to;
-        }
-        if next == NIL {
-            self.tail = to;
-        } else {
-            self.slot_mut(next).prev = to;
-        }
-    }
-
-    /// Links a new item: table, LRU head, byte count. The caller made room.
-    pub(crate) fn link(&mut self, mut slot: Slot, stats: &ShardStats) -> u32 {
-        slot.bits |= LIVE;
-        let charge = slot.charge();
-        let hash = slot.hash;
-        let i = if self.free != NIL {
-            let i = self.free;
-            self.free_remove(i);
-            self.slots[i as usize] = slot;
-            i
-        } else {
-            if self.slots.len() == self.slots.capacity() {
-                // Grow by a quarter, not a doubling: the slot array's slack is
-                // part of the per-item overhead we charge (see ITEM_OVERHEAD).
-                let more = (self.slots.len() / 4).max(16);
-                self.slots.reserve_exact(more);
+        let seg = Segment {
+            data,
+            used: 0,
+            live: 0,
+        };
+        let id = match self.free_ids.pop() {
+            Some(id) => {
+                self.segs[id as usize] = seg;
+                id
             }
-            self.slots.push(slot);
-            (self.slots.len() - 1) as u32
+            None => {
+                if self.segs.len() >= MAX_SEGS {
+                    self.allocated -= seg.data.len();
+                    return None;
+                }
+                self.segs.push(seg);
+                (self.segs.len() - 1) as u32
+            }
         };
-        let slots = &self.slots;
-        self.table
-            .insert_unique(hash, i, |&j| slots[j as usize].hash);
-        self.lru_push_head(i);
+        self.fifo.push_back(id);
+        Some(id)
+    }
+
+    fn free_segment(&mut self, id: usize) {
+        if let Some(p) = self.fifo.iter().position(|&s| s as usize == id) {
+            self.fifo.remove(p);
+        }
+        if self.head == Some(id as u32) {
+            self.head = None;
+        }
+        let data = std::mem::take(&mut self.segs[id].data);
+        self.segs[id].used = 0;
+        self.segs[id].live = 0;
+        if data.len() == self.seg_size && self.spare.is_none() {
+            self.spare = Some(data);
+        } else {
+            self.allocated -= data.len();
+        }
+        self.free_ids.push(id as u32);
+        if self.sweep_pos.0 == id {
+            self.sweep_pos.1 = 0;
+        }
+    }
+
+    /// Gives the spare segment back while the shard is over its budget.
+    fn trim_spare(&mut self) {
+        if self.allocated > self.budget() {
+            if let Some(d) = self.spare.take() {
+                self.allocated -= d.len();
+            }
+        }
+    }
+
+    /// Room for `size` bytes at the end of the head segment, opening a new
+    /// head when it is full. `over` lets the shard go one segment beyond its
+    /// budget (eviction's moves). None when there is no memory.
+    fn room(&mut self, size: usize, over: bool) -> Option<Loc> {
+        if let Some(h) = self.head {
+            let s = &mut self.segs[h as usize];
+            if s.used + size <= s.data.len() {
+                let at = s.used;
+                s.used += size;
+                return Some(loc(h, at));
+            }
+        }
+        let limit = if over {
+            self.budget() + self.seg_size
+        } else {
+            self.budget()
+        };
+        if let Some(old) = self.head.take() {
+            if self.segs[old as usize].live == 0 {
+                // Everything written to it died while it was the head.
+                self.free_segment(old as usize);
+            }
+        }
+        let held = self.allocated - self.spare.as_ref().map_or(0, |d| d.len());
+        if held + self.seg_size > limit {
+            return None;
+        }
+        let h = self.new_segment(self.seg_size)?;
+        self.head = Some(h);
+        self.segs[h as usize].used = size;
+        Some(loc(h, 0))
+    }
+
+    /// Writes `it` at `l` (room already taken).
+    fn write(&mut self, l: Loc, it: &NewItem<'_>) {
+        let vlen = it.vlen();
+        let r = self.raw_mut(l);
+        r[H_CAS..H_CAS + 8].copy_from_slice(&it.cas.to_le_bytes());
+        wr32(r, H_EXPTIME, it.exptime);
+        wr32(r, H_ATIME, it.atime);
+        wr32(r, H_FLAGS, it.flags);
+        wr32(r, H_VLEN, vlen as u32);
+        r[H_KLEN] = it.key.len() as u8;
+        r[H_BITS] = it.bits | LIVE;
+        wr32(r, H_EPOCH, it.epoch);
+        let mut at = HEADER;
+        r[at..at + it.key.len()].copy_from_slice(it.key);
+        at += it.key.len();
+        for p in it.parts {
+            r[at..at + p.len()].copy_from_slice(p);
+            at += p.len();
+        }
+    }
+
+    /// Stores a new item (the caller unlinked any old one under the key):
+    /// finds room (evicting as needed), writes it, links it. None when the
+    /// item can never fit (see [`Shard::fits`]).
+    pub(crate) fn insert(
+        &mut self,
+        hash: u64,
+        it: &NewItem<'_>,
+        now: Time,
+        flush: FlushState,
+        stats: &ShardStats,
+    ) -> Option<Loc> {
+        let vlen = it.vlen();
+        // Reserve the table slot first: its growth counts against the budget.
+        self.table.reserve(1, |&l| {
+            let r = &self.segs[seg_of(l)].data[off_of(l)..];
+            self.hasher
+                .hash_one(&r[HEADER..HEADER + r[H_KLEN] as usize])
+        });
+        if !self.fits(it.key.len(), vlen) {
+            return None;
+        }
+        let size = item_size(it.key.len(), vlen);
+        let l = if size > self.seg_size {
+            self.room_large(size, now, flush, stats)?
+        } else {
+            loop {
+                if let Some(l) = self.room(size, false) {
+                    break l;
+                }
+                if !self.free_one(now, flush, stats) {
+                    return None;
+                }
+            }
+        };
+        self.write(l, it);
+        self.link(l, hash, stats);
+        Some(l)
+    }
+
+    fn room_large(
+        &mut self,
+        size: usize,
+        now: Time,
+        flush: FlushState,
+        stats: &ShardStats,
+    ) -> Option<Loc> {
+        loop {
+            let held = self.allocated - self.spare.as_ref().map_or(0, |d| d.len());
+            if held + size <= self.budget() {
+                break;
+            }
+            if !self.free_one(now, flush, stats) {
+                return None;
+            }
+        }
+        if let Some(d) = self.spare.take() {
+            self.allocated -= d.len();
+        }
+        let id = self.new_segment(size)?;
+        self.segs[id as usize].used = size;
+        Some(loc(id, 0))
+    }
+
+    fn link(&mut self, l: Loc, hash: u64, stats: &ShardStats) {
+        let Shard {
+            table,
+            segs,
+            hasher,
+            ..
+        } = self;
+        table.insert_unique(hash, l, |&l| {
+            let r = &segs[seg_of(l)].data[off_of(l)..];
+            hasher.hash_one(&r[HEADER..HEADER + r[H_KLEN] as usize])
+        });
+        let charge = self.charge(l);
+        let size = align8(charge);
+        self.segs[seg_of(l)].live += size;
         self.bytes += charge;
         stats.set(Counter::Bytes, self.bytes as u64);
         stats.set(Counter::CurrItems, self.table.len() as u64);
@@ -326,91 +586,198 @@ impl Shard {
             .classes
             .add(class, ClassCounter::MemRequested, charge as i64);
         stats.classes.add(class, ClassCounter::CmdSet, 1);
-        i
     }
 
-    /// Removes slot `i` from the table and the LRU list, frees its memory.
-    pub(crate) fn unlink(&mut self, i: u32, stats: &ShardStats) {
-        let hash = self.slot(i).hash;
-        match self.table.find_entry(hash, |&j| j == i) {
+    /// Removes the item at `l` from the table; its bytes become garbage, and
+    /// its segment is freed when nothing live is left in it.
+    pub(crate) fn unlink(&mut self, l: Loc, stats: &ShardStats) {
+        let hash = self.hash_key(self.key(l));
+        match self.table.find_entry(hash, |&j| j == l) {
             Ok(e) => {
                 e.remove();
             }
-            Err(_) => unreachable!("live slot {i} missing from the table"),
+            Err(_) => unreachable!("live item {l} missing from the table"),
         }
-        self.lru_unlink(i);
-        let charge = self.slot(i).charge();
+        let charge = self.charge(l);
+        self.set_bits(l, 0, LIVE);
         self.bytes -= charge;
         let class = class_of(charge);
         stats.classes.add(class, ClassCounter::Number, -1);
         stats
             .classes
             .add(class, ClassCounter::MemRequested, -(charge as i64));
-        *self.slot_mut(i) = Slot::free();
-        self.free_push(i);
         stats.set(Counter::Bytes, self.bytes as u64);
         stats.set(Counter::CurrItems, self.table.len() as u64);
+        let seg = seg_of(l);
+        self.segs[seg].live -= align8(charge);
+        if self.segs[seg].live == 0 && self.head != Some(seg as u32) && self.evicting != Some(seg) {
+            self.free_segment(seg);
+        }
     }
 
     /// Unlinks an item found expired or flushed, counting it as reclaimed.
-    pub(crate) fn reclaim(&mut self, i: u32, state: Lookup, stats: &ShardStats) {
-        let class = self.slot(i).class();
-        if state == Lookup::Expired && !self.slot(i).has(FETCHED) {
+    pub(crate) fn reclaim(&mut self, l: Loc, state: Lookup, stats: &ShardStats) {
+        let class = self.class(l);
+        if state == Lookup::Expired && !self.has(l, FETCHED) {
             stats.bump(Counter::ExpiredUnfetched);
             stats.classes.add(class, ClassCounter::ExpiredUnfetched, 1);
         }
         stats.bump(Counter::Reclaimed);
         stats.classes.add(class, ClassCounter::Reclaimed, 1);
-        self.unlink(i, stats);
+        self.unlink(l, stats);
     }
 
-    /// Evicts from the LRU tail until `need` more bytes fit. Returns false (and
-    /// evicts nothing) when `need` alone exceeds the shard's limit.
-    pub(crate) fn make_room(
-        &mut self,
-        need: usize,
-        now: Time,
-        flush: FlushState,
-        stats: &ShardStats,
-    ) -> bool {
-        if need > self.limit {
-            return false;
+    fn evict(&mut self, l: Loc, now: Time, stats: &ShardStats) {
+        let class = self.class(l);
+        stats.bump(Counter::Evictions);
+        stats.classes.add(class, ClassCounter::Evicted, 1);
+        if self.exptime(l) != 0 {
+            stats.classes.add(class, ClassCounter::EvictedNonzero, 1);
         }
-        while self.bytes + need > self.limit {
-            let t = self.tail;
-            debug_assert!(t != NIL, "bytes > 0 with an empty LRU list");
-            if t == NIL {
-                break;
+        let age = now.saturating_sub(self.atime(l));
+        stats
+            .classes
+            .set(class, ClassCounter::EvictedTime, age.into());
+        if !self.has(l, FETCHED) {
+            stats.bump(Counter::EvictedUnfetched);
+            stats.classes.add(class, ClassCounter::EvictedUnfetched, 1);
+        }
+        self.unlink(l, stats);
+    }
+
+    /// The locations of the items written in segment `id`, oldest first.
+    fn items_of(&self, id: usize) -> Vec<Loc> {
+        let s = &self.segs[id];
+        let mut out = Vec::new();
+        let mut at = 0;
+        while at + HEADER <= s.used {
+            let r = &s.data[at..];
+            let size = item_size(r[H_KLEN] as usize, rd32(r, H_VLEN) as usize);
+            debug_assert!(at + size <= s.used, "item past the end of seg {id}");
+            out.push(loc(id as u32, at));
+            at += size;
+        }
+        out
+    }
+
+    /// Frees one segment: cleans a mostly dead one, or evicts the oldest
+    /// with a second chance for items read since they were written. Returns
+    /// false when there is nothing left to free.
+    fn free_one(&mut self, now: Time, flush: FlushState, stats: &ShardStats) -> bool {
+        // A large segment holds one item: freed with it or given its second
+        // chance by going to the back of the queue, without a copy.
+        let mut victim = None;
+        let mut cleaning = false;
+        let quarter = self.seg_size / 4;
+        if let Some((_, id)) = self
+            .fifo
+            .iter()
+            .filter(|&&id| {
+                Some(id) != self.head && self.segs[id as usize].data.len() == self.seg_size
+            })
+            .map(|&id| (self.segs[id as usize].live, id))
+            .min()
+        {
+            if self.segs[id as usize].live <= quarter {
+                victim = Some(id as usize);
+                cleaning = true;
             }
-            match self.state(t, now, flush) {
-                Lookup::Hit => {
-                    let s = self.slot(t);
-                    let class = s.class();
-                    stats.bump(Counter::Evictions);
-                    stats.classes.add(class, ClassCounter::Evicted, 1);
-                    if s.exptime != 0 {
-                        stats.classes.add(class, ClassCounter::EvictedNonzero, 1);
-                    }
-                    let age = now.saturating_sub(s.atime);
-                    stats
-                        .classes
-                        .set(class, ClassCounter::EvictedTime, age.into());
-                    if !s.has(FETCHED) {
-                        stats.bump(Counter::EvictedUnfetched);
-                        stats.classes.add(class, ClassCounter::EvictedUnfetched, 1);
-                    }
-                    self.unlink(t, stats);
+        }
+        if victim.is_none() {
+            let oldest = match self.fifo.front() {
+                Some(&id) => id,
+                None => return false,
+            };
+            if Some(oldest) == self.head {
+                // Only the head is left: seal it and evict from it.
+                self.head = None;
+            }
+            victim = Some(oldest as usize);
+        }
+        let id = victim.unwrap();
+        if self.segs[id].data.len() > self.seg_size {
+            let l = loc(id as u32, 0);
+            match self.state(l, now, flush) {
+                Lookup::Hit if self.has(l, ACCESSED) => {
+                    self.set_bits(l, 0, ACCESSED);
+                    self.fifo.pop_front();
+                    self.fifo.push_back(id as u32);
                 }
-                dead => self.reclaim(t, dead, stats),
+                Lookup::Hit => self.evict(l, now, stats),
+                dead => self.reclaim(l, dead, stats),
+            }
+            return true;
+        }
+        self.evicting = Some(id);
+        let mut moved = 0;
+        let budget = self.seg_size / 2;
+        for l in self.items_of(id) {
+            if !self.has(l, LIVE) {
+                continue;
+            }
+            match self.state(l, now, flush) {
+                Lookup::Hit => {
+                    let size = align8(self.charge(l));
+                    let keep = cleaning || self.has(l, ACCESSED);
+                    // At least one item moves, however large.
+                    if keep && (moved == 0 || moved + size <= budget) {
+                        if let Some(to) = self.room(size, true) {
+                            moved += size;
+                            self.relocate(l, to, size);
+                            continue;
+                        }
+                    }
+                    self.evict(l, now, stats);
+                }
+                dead => self.reclaim(l, dead, stats),
+            }
+        }
+        self.evicting = None;
+        self.free_segment(id);
+        self.trim_spare();
+        true
+    }
+
+    /// Moves the live item at `from` to `to` (room taken), clearing its
+    /// second-chance bit.
+    fn relocate(&mut self, from: Loc, to: Loc, size: usize) {
+        let (fs, fo) = (seg_of(from), off_of(from));
+        let (ts, to_off) = (seg_of(to), off_of(to));
+        debug_assert_ne!(fs, ts);
+        let src = std::mem::take(&mut self.segs[fs].data);
+        self.segs[ts].data[to_off..to_off + size].copy_from_slice(&src[fo..fo + size]);
+        self.segs[fs].data = src;
+        let hash = self.hash_key(self.key(to));
+        match self.table.find_mut(hash, |&j| j == from) {
+            Some(e) => *e = to,
+            None => unreachable!("live item {from} missing from the table"),
+        }
+        self.set_bits(from, 0, LIVE);
+        self.set_bits(to, 0, ACCESSED);
+        self.segs[fs].live -= size;
+        self.segs[ts].live += size;
+    }
+
+    /// Evicts until the shard is within its limit (after the limit was
+    /// lowered). Returns false if it could not get there.
+    pub(crate) fn shrink(&mut self, now: Time, flush: FlushState, stats: &ShardStats) -> bool {
+        if let Some(d) = self.spare.take() {
+            self.allocated -= d.len();
+        }
+        while self.allocated + self.table_bytes() > self.limit.saturating_sub(self.seg_size) {
+            if !self.free_one(now, flush, stats) {
+                return false;
+            }
+            if let Some(d) = self.spare.take() {
+                self.allocated -= d.len();
             }
         }
         true
     }
 
-    /// Examines up to `max` slots from the sweep cursor on, reclaiming expired
-    /// and flushed items of the classes `classes` selects (bit `c` for class
-    /// `c`), then compacts up to as many slots. Returns (slots examined, items
-    /// reclaimed).
+    /// Examines up to `max` items from the sweep cursor on, reclaiming
+    /// expired and flushed items of the classes `classes` selects (bit `c` for
+    /// class `c`). Returns (items examined, items reclaimed).
     pub(crate) fn sweep(
         &mut self,
         now: Time,
@@ -419,79 +786,109 @@ impl Shard {
         classes: u64,
         stats: &ShardStats,
     ) -> (usize, usize) {
-        let n = self.slots.len();
-        let todo = max.min(n);
+        let mut seen = 0;
         let mut reclaimed = 0;
-        for _ in 0..todo {
-            let i = self.sweep_pos % n;
-            self.sweep_pos = i + 1;
-            let i = i as u32;
-            let s = self.slot(i);
-            if s.has(LIVE) {
-                let class = s.class();
-                if classes & (1 << class) == 0 {
-                    continue;
-                }
-                stats
-                    .classes
-                    .add(class, ClassCounter::CrawlerItemsChecked, 1);
-                let state = self.state(i, now, flush);
-                if state != Lookup::Hit {
-                    stats.classes.add(class, ClassCounter::CrawlerReclaimed, 1);
-                    self.reclaim(i, state, stats);
-                    reclaimed += 1;
-                }
+        let mut segs_left = self.segs.len() + 1;
+        while seen < max && segs_left > 0 && !self.segs.is_empty() {
+            let (mut id, mut at) = self.sweep_pos;
+            if id >= self.segs.len() {
+                (id, at) = (0, 0);
+            }
+            let s = &self.segs[id];
+            if at + HEADER > s.used {
+                self.sweep_pos = (id + 1, 0);
+                segs_left -= 1;
+                continue;
+            }
+            let l = loc(id as u32, at);
+            let size = item_size(self.klen(l), self.vlen(l));
+            self.sweep_pos = (id, at + size);
+            seen += 1;
+            if !self.has(l, LIVE) {
+                continue;
+            }
+            let class = self.class(l);
+            if classes & (1 << class) == 0 {
+                continue;
+            }
+            stats
+                .classes
+                .add(class, ClassCounter::CrawlerItemsChecked, 1);
+            let state = self.state(l, now, flush);
+            if state != Lookup::Hit {
+                stats.classes.add(class, ClassCounter::CrawlerReclaimed, 1);
+                self.reclaim(l, state, stats);
+                reclaimed += 1;
             }
         }
-        self.compact(todo.max(1));
-        (todo, reclaimed)
+        (seen, reclaimed)
     }
 
-    /// Live slots from the LRU tail (least recently used) to the head, or
-    /// from the head with `newest_first`.
-    pub(crate) fn lru_order(&self, newest_first: bool) -> impl Iterator<Item = u32> + '_ {
-        let first = if newest_first { self.head } else { self.tail };
-        std::iter::successors((first != NIL).then_some(first), move |&i| {
-            let s = self.slot(i);
-            let next = if newest_first { s.next } else { s.prev };
-            (next != NIL).then_some(next)
+    /// Items written in this shard so far (live or not), for crawls.
+    pub(crate) fn written_items(&self) -> usize {
+        self.fifo
+            .iter()
+            .map(|&id| self.items_of(id as usize).len())
+            .sum()
+    }
+
+    /// Live items from the oldest (next to be evicted) to the newest, or the
+    /// other way with `newest_first`.
+    pub(crate) fn age_order(&self, newest_first: bool) -> impl Iterator<Item = Loc> + '_ {
+        let ids: Box<dyn Iterator<Item = &u32>> = if newest_first {
+            Box::new(self.fifo.iter().rev())
+        } else {
+            Box::new(self.fifo.iter())
+        };
+        ids.flat_map(move |&id| {
+            let mut items = self.items_of(id as usize);
+            if newest_first {
+                items.reverse();
+            }
+            items.into_iter().filter(|&l| self.has(l, LIVE))
         })
     }
 
     /// Checks the invariants listed in the module docs (tests only).
     #[cfg(test)]
     pub(crate) fn check(&self) {
-        let mut live = 0;
+        let mut live_items = 0;
         let mut bytes = 0;
-        let mut prev = NIL;
-        let mut i = self.head;
-        while i != NIL {
-            let s = self.slot(i);
-            assert!(s.has(LIVE));
-            assert_eq!(s.prev, prev);
-            assert_eq!(self.find(s.hash, s.key()), Some(i));
-            live += 1;
-            bytes += s.charge();
-            prev = i;
-            i = s.next;
+        let mut held = self.spare.as_ref().map_or(0, |d| d.len());
+        for (id, s) in self.segs.iter().enumerate() {
+            let in_fifo = self.fifo.iter().filter(|&&f| f as usize == id).count();
+            if s.data.is_empty() {
+                assert!(self.free_ids.contains(&(id as u32)), "seg {id} lost");
+                assert_eq!(in_fifo, 0);
+                continue;
+            }
+            assert_eq!(in_fifo, 1, "seg {id} in the fifo {in_fifo} times");
+            held += s.data.len();
+            let mut live = 0;
+            for l in self.items_of(id) {
+                if self.has(l, LIVE) {
+                    let hash = self.hash_key(self.key(l));
+                    assert_eq!(self.find(hash, self.key(l)), Some(l));
+                    live += align8(self.charge(l));
+                    bytes += self.charge(l);
+                    live_items += 1;
+                }
+            }
+            assert_eq!(live, s.live, "seg {id} live bytes");
+            assert!(
+                s.live > 0 || self.head == Some(id as u32),
+                "empty seg {id} kept"
+            );
         }
-        assert_eq!(self.tail, prev);
-        assert_eq!(live, self.table.len());
+        assert_eq!(held, self.allocated);
+        assert_eq!(live_items, self.table.len());
         assert_eq!(bytes, self.bytes);
-        assert!(self.bytes <= self.limit);
-        let mut free = 0;
-        let mut prev = NIL;
-        let mut f = self.free;
-        while f != NIL {
-            let s = self.slot(f);
-            assert!(!s.has(LIVE));
-            assert!(s.data.is_empty());
-            assert_eq!(s.prev, prev);
-            free += 1;
-            prev = f;
-            f = s.next;
-        }
-        assert_eq!(free, self.free_len);
-        assert_eq!(live + free, self.slots.len());
+        assert!(
+            self.allocated + self.table_bytes() <= self.limit,
+            "{} + {} > {}",
+            self.allocated,
+            self.table_bytes(),
+            self.limit
+        );
     }
 }

@@ -1,0 +1,74 @@
+//! The store alone, without a server: sets and gets per second on one
+//! thread, `cargo bench -p duality-kv --bench store`. The paper's item sizes
+//! (keys `rec:NNNNNN`, values of 10-103 bytes), uniform random keys, the
+//! store's public API only, so the same file measures any version of the
+//! store. Under `cargo test --benches` it runs one short round as a smoke
+//! test. Prints the median of five rounds per operation.
+
+use duality_kv::{expiry, Store, StoreConfig};
+use std::hint::black_box;
+use std::time::Instant;
+
+const NOW: u32 = 1_700_000_000;
+
+fn value_size(i: usize) -> usize {
+    // 10..=103, spread by a multiplicative hash.
+    10 + (i.wrapping_mul(0x9E37_79B9) >> 7) % 94
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--test") || std::env::var_os("QUICK").is_some();
+    let (items, ops, rounds) = if quick {
+        (10_000, 20_000, 1)
+    } else {
+        (1_000_000, 2_000_000, 5)
+    };
+    let keys: Vec<String> = (0..items).map(|i| format!("rec:{i:06}")).collect();
+    let value = [b'v'; 103];
+    // xorshift64: the same key sequence on every run and every version.
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let picks: Vec<usize> = (0..ops)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % items as u64) as usize
+        })
+        .collect();
+    let mut sets = Vec::new();
+    let mut gets = Vec::new();
+    for _ in 0..rounds {
+        let store = Store::new(StoreConfig::new(1 << 30));
+        let t = Instant::now();
+        for (i, k) in keys.iter().enumerate() {
+            let mut e = store.entry(k.as_bytes(), NOW);
+            let _ = e.insert(&value[..value_size(i)], 0, expiry(0, NOW), None);
+        }
+        for &i in &picks {
+            let mut e = store.entry(keys[i].as_bytes(), NOW);
+            let _ = e.insert(&value[..value_size(i)], 0, expiry(0, NOW), None);
+        }
+        sets.push((items + ops) as f64 / t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        let mut found = 0usize;
+        for &i in &picks {
+            let mut e = store.entry(keys[i].as_bytes(), NOW);
+            e.bump();
+            if let Some(it) = e.item() {
+                found += black_box(it.value).len();
+            }
+        }
+        gets.push(ops as f64 / t.elapsed().as_secs_f64());
+        assert!(found > 0);
+    }
+    println!(
+        "store ({items} items, one thread): set {:.2} M/s, get {:.2} M/s (median of {rounds})",
+        median(sets) / 1e6,
+        median(gets) / 1e6
+    );
+}
