@@ -29,6 +29,13 @@ pub struct KvArgs {
     /// Item memory in megabytes (resident memory stays below this + 32 MiB).
     #[arg(short = 'm', long = "memory-limit", default_value_t = 64)]
     memory_limit: usize,
+    /// Keep item memory in this file (memcached's -e): after a graceful
+    /// shutdown (SIGTERM, SIGINT, `shutdown`) a restart with the same -m and
+    /// -I serves every unexpired item again; after a crash, or with other
+    /// settings, it starts empty and says why. Put it on tmpfs (/dev/shm)
+    /// for memory speed, or on disk to survive a reboot.
+    #[arg(short = 'e', long = "memory-file")]
+    memory_file: Option<PathBuf>,
     /// Maximum simultaneous connections.
     #[arg(short = 'c', long = "max-conns", default_value_t = 1024)]
     max_conns: usize,
@@ -258,6 +265,7 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
             .reqs_per_event
             .unwrap_or(KvConfig::default().requests_per_event),
         idle_timeout: extended.idle_timeout,
+        memory_file: a.memory_file.clone(),
         ..KvConfig::default()
     };
     let state = KvState::new(config)?;
@@ -331,6 +339,20 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
             "duality kv: {} connections cut off at shutdown",
             report.cut_off
         );
+    }
+    if let Some(path) = &a.memory_file {
+        // Requests have stopped: the file now records a consistent cache.
+        match state.store.close() {
+            Ok(()) => eprintln!(
+                "duality kv: memory file {}: closed, {} items kept",
+                path.display(),
+                state.store.stats().curr_items
+            ),
+            Err(e) => eprintln!(
+                "duality kv: memory file {}: {e}: the next start begins empty",
+                path.display()
+            ),
+        }
     }
     if let Some(p) = pidfile {
         let _ = std::fs::remove_file(p);

@@ -58,6 +58,9 @@ pub struct KvConfig {
     /// Close a connection idle this long (memcached's `-o idle_timeout`);
     /// `None`: never.
     pub idle_timeout: Option<Duration>,
+    /// Keep item memory in this file so a restart after a graceful
+    /// shutdown serves the items again (memcached's `-e`).
+    pub memory_file: Option<std::path::PathBuf>,
 }
 
 impl Default for KvConfig {
@@ -74,6 +77,7 @@ impl Default for KvConfig {
             protocol: Mode::Unknown,
             requests_per_event: DriverConfig::default().max_batch_requests,
             idle_timeout: None,
+            memory_file: None,
         }
     }
 }
@@ -161,8 +165,22 @@ impl KvState {
             max_item_size: config.max_item_size,
             ..Limits::default()
         };
+        let store = match &config.memory_file {
+            Some(path) => {
+                let (store, line) = Store::with_memory_file(sc, path, unix_now().max(1) as Time)
+                    .map_err(|e| {
+                        std::io::Error::new(
+                            e.kind(),
+                            format!("memory file {}: {e}", path.display()),
+                        )
+                    })?;
+                eprintln!("duality kv: {line}");
+                store
+            }
+            None => Store::new(sc),
+        };
         Ok(Arc::new(KvState {
-            store: Store::new(sc),
+            store,
             limits,
             verbosity: AtomicU32::new(config.verbosity),
             config,

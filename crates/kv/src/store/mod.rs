@@ -56,6 +56,7 @@
 pub mod classes;
 mod crawler;
 mod detail;
+pub mod memfile;
 mod shard;
 mod stats;
 
@@ -69,11 +70,23 @@ use shard::{NewItem, Shard, ACCESSED, FETCHED};
 pub(crate) use shard::{STALE, WIN_SENT};
 use stats::{GlobalStats, ShardStats};
 use std::hash::BuildHasher;
+use std::io;
+use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
 
 /// Unix time in seconds.
 pub type Time = u32;
+
+/// The store's key hasher: seeded, so that a memory file can keep its seed
+/// and a restart finds every key in the shard it was written to.
+pub(crate) type Hasher = foldhash::fast::FixedState;
+
+/// A seed no client can guess (hash flooding), from the standard library's
+/// per-process random keys.
+fn random_seed() -> u64 {
+    std::hash::RandomState::new().hash_one(0x5eed_u64)
+}
 
 /// The largest relative expiry time (30 days); larger values are absolute.
 pub const MAX_RELATIVE_EXPTIME: i64 = 60 * 60 * 24 * 30;
@@ -195,7 +208,7 @@ struct ShardCell {
 pub struct Store {
     cells: Box<[ShardCell]>,
     mask: usize,
-    hasher: hashbrown::DefaultHashBuilder,
+    hasher: Hasher,
     next_cas: AtomicU64,
     flush_epoch: AtomicU32,
     /// `fired << 32 | pending` (see [`FlushState`]).
@@ -205,6 +218,8 @@ pub struct Store {
     sweep_cursor: AtomicUsize,
     prefix_stats: PrefixStats,
     crawler: CrawlerSettings,
+    /// The memory file behind a warm restart, if any.
+    file: Option<Mutex<memfile::MemFile>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -225,9 +240,13 @@ fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
 impl Store {
     /// Creates an empty store.
     pub fn new(config: StoreConfig) -> Store {
+        Store::with_seed(config, random_seed())
+    }
+
+    fn with_seed(config: StoreConfig, seed: u64) -> Store {
         let n = config.shards.clamp(1, 1 << 16).next_power_of_two();
         let per_shard = config.max_bytes / n;
-        let hasher = hashbrown::DefaultHashBuilder::default();
+        let hasher = Hasher::with_seed(seed);
         let cells = (0..n)
             .map(|_| ShardCell {
                 shard: Mutex::new(Shard::new(per_shard, hasher)),
@@ -246,7 +265,104 @@ impl Store {
             sweep_cursor: AtomicUsize::new(0),
             prefix_stats: PrefixStats::default(),
             crawler: CrawlerSettings::default(),
+            file: None,
         }
+    }
+
+    /// A store whose item memory lives in the file at `path` (memcached's
+    /// `-e`), restored from it when the last process using it with the same
+    /// configuration shut down gracefully ([`Store::close`]); empty otherwise.
+    /// Returns the store and a line saying what happened, for the log.
+    pub fn with_memory_file(
+        config: StoreConfig,
+        path: &Path,
+        now: Time,
+    ) -> io::Result<(Store, String)> {
+        match Store::open_file(config.clone(), path, now)? {
+            Ok(done) => Ok(done),
+            Err(why) => {
+                // Never serve what may be corrupt: start over, empty.
+                std::fs::remove_file(path)?;
+                let (store, _) = Store::open_file(config, path, now)?.map_err(io::Error::other)?;
+                let line = format!("memory file {}: {why}: starting empty", path.display());
+                Ok((store, line))
+            }
+        }
+    }
+
+    fn open_file(
+        config: StoreConfig,
+        path: &Path,
+        now: Time,
+    ) -> io::Result<Result<(Store, String), String>> {
+        let probe = Store::new(config.clone());
+        let n = probe.cells.len();
+        let per_shard = probe.max_bytes() / n;
+        let seg = lock(&probe.cells[0].shard).seg_size();
+        let slots = per_shard / seg;
+        drop(probe);
+        let (file, opened) =
+            memfile::MemFile::open(path, per_shard * n, n, slots, seg, random_seed())?;
+        // Keys go to the shards the file's seed sent them to.
+        let mut store = Store::with_seed(config, file.seed());
+        for (i, cell) in store.cells.iter_mut().enumerate() {
+            let shard = cell.shard.get_mut().unwrap_or_else(|e| e.into_inner());
+            *shard = Shard::with_file(per_shard, store.hasher, file.shard(i)?);
+        }
+        let line = match opened {
+            memfile::Opened::Fresh(None) => format!("memory file {}: new", path.display()),
+            memfile::Opened::Fresh(Some(why)) => {
+                format!("memory file {}: {why}: starting empty", path.display())
+            }
+            memfile::Opened::Warm {
+                epoch,
+                next_cas,
+                fired,
+            } => {
+                store.flush_epoch.store(epoch, Relaxed);
+                store.next_cas.store(next_cas.max(1), Relaxed);
+                store.flush_times.store(u64::from(fired) << 32, Relaxed);
+                let flush = store.flush_state();
+                for (i, cell) in store.cells.iter().enumerate() {
+                    if let Err(why) = lock(&cell.shard).restore(now, flush, &cell.stats) {
+                        return Ok(Err(format!("shard {i}: {why}")));
+                    }
+                }
+                format!(
+                    "memory file {}: restored {} items",
+                    path.display(),
+                    store.stats().curr_items
+                )
+            }
+        };
+        store.file = Some(Mutex::new(file));
+        Ok(Ok((store, line)))
+    }
+
+    /// Makes the memory file (if any) consistent for the next start: every
+    /// shard records its segments, then the file is marked clean and synced.
+    /// Call it once, at a graceful shutdown, after requests have stopped; an
+    /// item changed later may be lost at the restart, never served corrupt.
+    pub fn close(&self) -> io::Result<()> {
+        let Some(file) = &self.file else {
+            return Ok(());
+        };
+        for cell in self.cells.iter() {
+            lock(&cell.shard).persist()?;
+        }
+        let f = self.flush_state();
+        let mut file = file.lock().unwrap_or_else(|e| e.into_inner());
+        file.close_clean(f.epoch, self.next_cas.load(Relaxed), f.fired)
+    }
+
+    /// The memory file's path, if the store has one.
+    pub fn memory_file(&self) -> Option<std::path::PathBuf> {
+        self.file.as_ref().map(|f| {
+            f.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .path()
+                .to_path_buf()
+        })
     }
 
     /// `stats detail`: per-prefix counts.
@@ -278,7 +394,11 @@ impl Store {
     /// is within its new share. Evictions count as usual.
     pub fn set_max_bytes(&self, max_bytes: usize, min_per_shard: usize, now: Time) -> usize {
         let segs = 2 * lock(&self.cells[0].shard).seg_size();
-        let per_shard = (max_bytes / self.cells.len()).max(min_per_shard + segs);
+        let mut per_shard = (max_bytes / self.cells.len()).max(min_per_shard + segs);
+        if self.file.is_some() {
+            // The memory file was made for the starting limit.
+            per_shard = per_shard.min(lock(&self.cells[0].shard).file_capacity());
+        }
         let applied = per_shard * self.cells.len();
         self.max_bytes.store(applied, Relaxed);
         let flush = self.flush_state();

@@ -44,6 +44,7 @@
 //! - `allocated + table_bytes() <= limit`.
 
 use super::classes::{class_of, ClassCounter};
+use super::memfile::{ShardFile, SlotEntry};
 use super::stats::{Counter, ShardStats};
 use super::{FlushState, Item, Lookup, Time};
 use hashbrown::HashTable;
@@ -181,11 +182,13 @@ struct Segment {
     used: usize,
     /// Bytes of live items.
     live: usize,
+    /// Opening order (the memory file keeps it for a restart).
+    seq: u64,
 }
 
 pub(crate) struct Shard {
     table: HashTable<Loc>,
-    hasher: hashbrown::DefaultHashBuilder,
+    hasher: super::Hasher,
     segs: Vec<Segment>,
     free_ids: Vec<u32>,
     /// Segments in the order they were opened; the head is the last.
@@ -203,10 +206,15 @@ pub(crate) struct Shard {
     pub(crate) bytes: usize,
     pub(crate) limit: usize,
     sweep_pos: (usize, usize),
+    /// With a memory file: the segments are its slots (a segment's id is
+    /// its first slot), and `taken` says which slots are in use.
+    file: Option<ShardFile>,
+    taken: Vec<bool>,
+    seq: u64,
 }
 
 impl Shard {
-    pub(crate) fn new(limit: usize, hasher: hashbrown::DefaultHashBuilder) -> Shard {
+    pub(crate) fn new(limit: usize, hasher: super::Hasher) -> Shard {
         Shard {
             table: HashTable::new(),
             hasher,
@@ -221,12 +229,33 @@ impl Shard {
             bytes: 0,
             limit,
             sweep_pos: (0, 0),
+            file: None,
+            taken: Vec::new(),
+            seq: 0,
         }
+    }
+
+    /// A shard whose segments live in `file` (see `memfile`), empty.
+    pub(crate) fn with_file(limit: usize, hasher: super::Hasher, file: ShardFile) -> Shard {
+        let mut s = Shard::new(limit, hasher);
+        let slots = file.slots();
+        s.segs.resize_with(slots, Segment::default);
+        s.taken = vec![false; slots];
+        s.file = Some(file);
+        s
     }
 
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.table.len()
+    }
+
+    /// What the memory file holds for this shard (unbounded without one).
+    pub(crate) fn file_capacity(&self) -> usize {
+        match &self.file {
+            Some(f) => f.slots() * self.seg_size,
+            None => usize::MAX,
+        }
     }
 
     /// The size of a normal segment.
@@ -258,7 +287,7 @@ impl Shard {
         if size <= self.seg_size {
             self.budget() >= self.seg_size
         } else {
-            size <= self.budget()
+            self.block_size(size) <= self.budget()
         }
     }
 
@@ -381,7 +410,54 @@ impl Shard {
 
     // ---- segments ----
 
+    /// What a segment holding `size` bytes takes: in a memory file, whole
+    /// slots.
+    fn block_size(&self, size: usize) -> usize {
+        if self.file.is_some() {
+            size.div_ceil(self.seg_size) * self.seg_size
+        } else {
+            size
+        }
+    }
+
+    fn new_file_segment(&mut self, size: usize) -> Option<u32> {
+        let span = size.div_ceil(self.seg_size);
+        let slot = self
+            .taken
+            .windows(span)
+            .position(|w| w.iter().all(|t| !t))?;
+        let map = self.file.as_ref()?.map(slot, span).ok()?;
+        self.taken[slot..slot + span].fill(true);
+        self.seq += 1;
+        self.segs[slot] = Segment {
+            data: Block(Some(map)),
+            used: 0,
+            live: 0,
+            seq: self.seq,
+        };
+        self.allocated += span * self.seg_size;
+        self.write_slot(slot);
+        self.fifo.push_back(slot as u32);
+        Some(slot as u32)
+    }
+
+    /// Records segment `id` in the memory file's slot table.
+    fn write_slot(&mut self, id: usize) {
+        let s = &self.segs[id];
+        let e = SlotEntry {
+            seq: s.seq,
+            used: s.used as u32,
+            span: (s.data.len() / self.seg_size) as u32,
+        };
+        if let Some(f) = self.file.as_mut() {
+            f.set_slot(id, e);
+        }
+    }
+
     fn new_segment(&mut self, size: usize) -> Option<u32> {
+        if self.file.is_some() {
+            return self.new_file_segment(size);
+        }
         let data = match self.spare.take() {
             Some(d) if d.len() == size => d,
             other => {
@@ -393,10 +469,12 @@ impl Shard {
                 d
             }
         };
+        self.seq += 1;
         let seg = Segment {
             data,
             used: 0,
             live: 0,
+            seq: self.seq,
         };
         let id = match self.free_ids.pop() {
             Some(id) => {
@@ -426,12 +504,20 @@ impl Shard {
         let data = std::mem::take(&mut self.segs[id].data);
         self.segs[id].used = 0;
         self.segs[id].live = 0;
-        if data.len() == self.seg_size && self.spare.is_none() {
-            self.spare = Some(data);
-        } else {
+        self.segs[id].seq = 0;
+        if self.file.is_some() {
+            let span = data.len() / self.seg_size;
+            self.taken[id..id + span].fill(false);
+            self.write_slot(id);
             self.allocated -= data.len();
+        } else {
+            if data.len() == self.seg_size && self.spare.is_none() {
+                self.spare = Some(data);
+            } else {
+                self.allocated -= data.len();
+            }
+            self.free_ids.push(id as u32);
         }
-        self.free_ids.push(id as u32);
         if self.sweep_pos.0 == id {
             self.sweep_pos.1 = 0;
         }
@@ -546,19 +632,22 @@ impl Shard {
         flush: FlushState,
         stats: &ShardStats,
     ) -> Option<Loc> {
-        loop {
+        let block = self.block_size(size);
+        let id = loop {
             let held = self.allocated - self.spare.as_ref().map_or(0, |d| d.len());
-            if held + size <= self.budget() {
-                break;
+            if held + block <= self.budget() {
+                if let Some(d) = self.spare.take() {
+                    self.allocated -= d.len();
+                }
+                // In a memory file the slots must also be consecutive.
+                if let Some(id) = self.new_segment(size) {
+                    break id;
+                }
             }
             if !self.free_one(now, flush, stats) {
                 return None;
             }
-        }
-        if let Some(d) = self.spare.take() {
-            self.allocated -= d.len();
-        }
-        let id = self.new_segment(size)?;
+        };
         self.segs[id as usize].used = size;
         Some(loc(id, 0))
     }
@@ -849,6 +938,112 @@ impl Shard {
         })
     }
 
+    /// Writes every segment's fill level to the memory file's slot table
+    /// (a graceful shutdown, before the file is marked clean).
+    pub(crate) fn persist(&mut self) -> std::io::Result<()> {
+        if self.file.is_none() {
+            return Ok(());
+        }
+        let ids: Vec<u32> = self.fifo.iter().copied().collect();
+        for id in ids {
+            self.write_slot(id as usize);
+        }
+        self.file.as_ref().map_or(Ok(()), |f| f.flush())
+    }
+
+    /// Rebuilds the shard from its memory file after a graceful shutdown:
+    /// maps the segments the slot table lists, checks every item header, and
+    /// links the live, unexpired, unflushed items. Any inconsistency is an
+    /// error (the caller starts empty instead: never serve what may be
+    /// corrupt).
+    pub(crate) fn restore(
+        &mut self,
+        now: Time,
+        flush: FlushState,
+        stats: &ShardStats,
+    ) -> Result<(), String> {
+        let Some(file) = self.file.as_ref() else {
+            return Ok(());
+        };
+        let slots = file.slots();
+        let mut found = Vec::new();
+        let mut slot = 0;
+        while slot < slots {
+            let e = file.slot(slot);
+            if e.seq == 0 {
+                slot += 1;
+                continue;
+            }
+            let span = e.span as usize;
+            if span == 0 || slot + span > slots || e.used as usize > span * self.seg_size {
+                return Err(format!("slot {slot}: bad entry {e:?}"));
+            }
+            let map = file
+                .map(slot, span)
+                .map_err(|err| format!("slot {slot}: {err}"))?;
+            found.push((e.seq, slot, span, e.used as usize, map));
+            slot += span;
+        }
+        found.sort_by_key(|f| f.0);
+        for (seq, slot, span, used, map) in found {
+            self.taken[slot..slot + span].fill(true);
+            self.segs[slot] = Segment {
+                data: Block(Some(map)),
+                used,
+                live: 0,
+                seq,
+            };
+            self.seq = self.seq.max(seq);
+            self.allocated += span * self.seg_size;
+            self.fifo.push_back(slot as u32);
+            let mut at = 0;
+            while at < used {
+                let r = &self.segs[slot].data[at..];
+                if at + HEADER > used {
+                    return Err(format!("slot {slot}: a header past the end"));
+                }
+                let klen = r[H_KLEN] as usize;
+                let size = item_size(klen, rd32(r, H_VLEN) as usize);
+                if klen == 0 || klen > crate::protocol::KEY_MAX_LENGTH || at + size > used {
+                    return Err(format!("slot {slot}: a bad item at {at}"));
+                }
+                if span > 1 && (at != 0 || size <= self.seg_size) {
+                    return Err(format!("slot {slot}: a large segment out of shape"));
+                }
+                let l = loc(slot as u32, at);
+                if self.has(l, LIVE) {
+                    if self.state(l, now, flush) == Lookup::Hit {
+                        let hash = self.hash_key(self.key(l));
+                        if self.find(hash, self.key(l)).is_some() {
+                            return Err(format!("slot {slot}: a key stored twice"));
+                        }
+                        self.link_restored(l, hash, stats);
+                    } else {
+                        self.set_bits(l, 0, LIVE);
+                    }
+                }
+                at += size;
+            }
+        }
+        // Segments with nothing live go back at once.
+        let empty: Vec<usize> = self
+            .fifo
+            .iter()
+            .map(|&id| id as usize)
+            .filter(|&id| self.segs[id].live == 0)
+            .collect();
+        for id in empty {
+            self.free_segment(id);
+        }
+        Ok(())
+    }
+
+    fn link_restored(&mut self, l: Loc, hash: u64, stats: &ShardStats) {
+        self.link(l, hash, stats);
+        // `link` counted a set: a restored item is not one.
+        stats.classes.add(self.class(l), ClassCounter::CmdSet, -1);
+    }
+
     /// Checks the invariants listed in the module docs (tests only).
     #[cfg(test)]
     pub(crate) fn check(&self) {
@@ -858,7 +1053,9 @@ impl Shard {
         for (id, s) in self.segs.iter().enumerate() {
             let in_fifo = self.fifo.iter().filter(|&&f| f as usize == id).count();
             if s.data.is_empty() {
-                assert!(self.free_ids.contains(&(id as u32)), "seg {id} lost");
+                if self.file.is_none() {
+                    assert!(self.free_ids.contains(&(id as u32)), "seg {id} lost");
+                }
                 assert_eq!(in_fifo, 0);
                 continue;
             }

@@ -519,3 +519,157 @@ proptest! {
         s.check();
     }
 }
+
+// ---- the memory file (warm restart) ----
+
+struct TempFile(std::path::PathBuf);
+
+impl TempFile {
+    fn new(name: &str) -> TempFile {
+        let p = std::env::temp_dir().join(format!("duality-memfile-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_file(&p);
+        TempFile(p)
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn file_store(path: &std::path::Path, max_bytes: usize, now: Time) -> (Store, String) {
+    Store::with_memory_file(
+        StoreConfig {
+            max_bytes,
+            shards: 2,
+        },
+        path,
+        now,
+    )
+    .expect("open the memory file")
+}
+
+#[test]
+fn warm_restart_serves_every_unexpired_item() {
+    let f = TempFile::new("warm");
+    let big = vec![b'B'; 100_000];
+    let mut kept = Vec::new();
+    {
+        let (s, line) = file_store(&f.0, 4 << 20, NOW);
+        assert!(line.ends_with(": new"), "{line}");
+        for i in 0..3000 {
+            let key = format!("k{i}");
+            let value = format!("value-{i}").repeat(1 + i % 7);
+            let ttl = if i % 5 == 0 { 5 } else { 0 };
+            let cas = s
+                .entry(key.as_bytes(), NOW)
+                .insert(value.as_bytes(), i as u32, expiry(ttl, NOW), None)
+                .unwrap();
+            if ttl == 0 {
+                kept.push((key, value.into_bytes(), i as u32, cas));
+            }
+        }
+        set(&s, b"big", &big, 0, NOW);
+        // Deleted and replaced items must not come back.
+        assert!(s.entry(b"k1", NOW).remove());
+        kept.retain(|(k, ..)| k != "k1");
+        let cas = s
+            .entry(b"k2", NOW)
+            .rewrite(Edit::Append(b"+tail"), None)
+            .unwrap();
+        let k2 = kept.iter_mut().find(|(k, ..)| k == "k2").unwrap();
+        k2.1.extend_from_slice(b"+tail");
+        k2.3 = cas;
+        s.check();
+        s.close().unwrap();
+    }
+    let (s, line) = file_store(&f.0, 4 << 20, NOW + 10);
+    assert!(line.contains("restored"), "{line}");
+    s.check();
+    assert_eq!(s.stats().curr_items as usize, kept.len() + 1, "{line}");
+    for (key, value, flags, cas) in &kept {
+        let e = s.entry(key.as_bytes(), NOW + 10);
+        let it = e.item().unwrap_or_else(|| panic!("{key} lost"));
+        assert_eq!(
+            (it.value, it.flags, it.cas),
+            (&value[..], *flags, *cas),
+            "{key}"
+        );
+    }
+    assert_eq!(get(&s, b"big", NOW + 10).as_deref(), Some(&big[..]));
+    assert_eq!(get(&s, b"k0", NOW + 10), None, "expired");
+    assert_eq!(get(&s, b"k1", NOW + 10), None, "deleted");
+    // The store goes on: new CAS uniques stay unique, writes work.
+    let max_cas = kept.iter().map(|k| k.3).max().unwrap();
+    assert!(set(&s, b"new", b"v", 0, NOW + 10) > max_cas);
+    s.check();
+}
+
+#[test]
+fn warm_restart_keeps_a_flush() {
+    let f = TempFile::new("flush");
+    {
+        let (s, _) = file_store(&f.0, 4 << 20, NOW);
+        set(&s, b"old", b"v", 0, NOW);
+        s.flush_all(0, NOW);
+        set(&s, b"new", b"v", 0, NOW);
+        s.close().unwrap();
+    }
+    let (s, line) = file_store(&f.0, 4 << 20, NOW + 1);
+    assert!(line.contains("restored 1 items"), "{line}");
+    assert_eq!(get(&s, b"old", NOW + 1), None);
+    assert!(get(&s, b"new", NOW + 1).is_some());
+}
+
+#[test]
+fn a_crash_or_other_settings_start_empty() {
+    let f = TempFile::new("crash");
+    {
+        let (s, _) = file_store(&f.0, 4 << 20, NOW);
+        set(&s, b"k", b"v", 0, NOW);
+        // No close: as if the process died.
+    }
+    let (s, line) = file_store(&f.0, 4 << 20, NOW);
+    assert!(
+        line.contains("graceful shutdown") && line.ends_with("starting empty"),
+        "{line}"
+    );
+    assert_eq!(s.stats().curr_items, 0);
+    set(&s, b"k", b"v", 0, NOW);
+    s.close().unwrap();
+    drop(s);
+    let (s, line) = file_store(&f.0, 8 << 20, NOW);
+    assert!(line.contains("other settings"), "{line}");
+    assert_eq!(get(&s, b"k", NOW), None);
+    s.check();
+}
+
+#[test]
+fn a_damaged_file_starts_empty() {
+    let f = TempFile::new("damaged");
+    {
+        let (s, _) = file_store(&f.0, 4 << 20, NOW);
+        for i in 0..100 {
+            set(&s, format!("k{i}").as_bytes(), b"value", 0, NOW);
+        }
+        s.close().unwrap();
+    }
+    // Zero the data region: every item header becomes invalid.
+    let len = std::fs::metadata(&f.0).unwrap().len();
+    let data = 4096 + 2 * 4096;
+    use std::io::{Seek, Write};
+    let mut file = std::fs::OpenOptions::new().write(true).open(&f.0).unwrap();
+    file.seek(std::io::SeekFrom::Start(data)).unwrap();
+    file.write_all(&vec![0u8; (len - data) as usize]).unwrap();
+    drop(file);
+    let (s, line) = file_store(&f.0, 4 << 20, NOW);
+    assert!(
+        line.contains("bad item") && line.ends_with("starting empty"),
+        "{line}"
+    );
+    assert_eq!(s.stats().curr_items, 0);
+    set(&s, b"k", b"v", 0, NOW);
+    assert!(get(&s, b"k", NOW).is_some());
+    s.check();
+}

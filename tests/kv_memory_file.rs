@@ -1,0 +1,87 @@
+//! `duality kv -e PATH`: a warm restart serves the items again after a
+//! graceful shutdown (SIGTERM, the `shutdown` command); a killed server's
+//! file is not trusted.
+
+mod common;
+
+use common::{KvProc, TempDir};
+use std::time::Duration;
+
+fn fill(kv: &KvProc, n: usize) {
+    let mut c = kv.connect();
+    for i in 0..n {
+        let v = format!("value-{i}-").repeat(1 + i % 13);
+        c.expect_str(
+            &format!("set key:{i} {i} 0 {}\r\n{v}\r\n", v.len()),
+            "STORED\r\n",
+        );
+    }
+    // One that expires before the restart.
+    c.expect_str("set short 0 1 1\r\nx\r\n", "STORED\r\n");
+}
+
+fn check_all(kv: &KvProc, n: usize) {
+    let mut c = kv.connect();
+    for i in 0..n {
+        let v = format!("value-{i}-").repeat(1 + i % 13);
+        c.expect_str(
+            &format!("get key:{i}\r\n"),
+            &format!("VALUE key:{i} {i} {}\r\n{v}\r\nEND\r\n", v.len()),
+        );
+    }
+}
+
+#[test]
+fn sigterm_then_restart_serves_the_items() {
+    let dir = TempDir::new("kv-memfile");
+    let file = dir.path().join("cache.mem");
+    let f = file.to_str().unwrap();
+    let mut kv = KvProc::start(&["-m", "8", "-e", f]);
+    fill(&kv, 2000);
+    kv.signal(libc::SIGTERM);
+    assert!(kv.wait_exit(Duration::from_secs(10)).is_some());
+    assert!(
+        kv.wait_stderr("closed, 2001 items kept", Duration::from_secs(5)),
+        "{}",
+        kv.stderr_text()
+    );
+    std::thread::sleep(Duration::from_millis(1100));
+    let kv = KvProc::start(&["-m", "8", "-e", f]);
+    assert!(
+        kv.wait_stderr("restored 2000 items", Duration::from_secs(5)),
+        "{}",
+        kv.stderr_text()
+    );
+    check_all(&kv, 2000);
+    let mut c = kv.connect();
+    c.expect_str("get short\r\n", "END\r\n");
+    assert_eq!(c.stats("")["curr_items"], "2000");
+}
+
+#[test]
+fn a_killed_server_or_other_settings_start_empty() {
+    let dir = TempDir::new("kv-memfile-kill");
+    let file = dir.path().join("cache.mem");
+    let f = file.to_str().unwrap();
+    let mut kv = KvProc::start(&["-m", "8", "-e", f]);
+    fill(&kv, 10);
+    kv.kill();
+    let mut kv = KvProc::start(&["-m", "8", "-e", f]);
+    assert!(
+        kv.wait_stderr("graceful shutdown", Duration::from_secs(5)),
+        "{}",
+        kv.stderr_text()
+    );
+    kv.connect().expect_str("get key:1\r\n", "END\r\n");
+    fill(&kv, 10);
+    kv.signal(libc::SIGTERM);
+    assert!(kv.wait_exit(Duration::from_secs(10)).is_some());
+    // Another memory limit: the file does not fit these settings.
+    let kv = KvProc::start(&["-m", "16", "-e", f]);
+    assert!(
+        kv.wait_stderr("other settings", Duration::from_secs(5)),
+        "{}",
+        kv.stderr_text()
+    );
+    kv.connect().expect_str("get key:1\r\n", "END\r\n");
+}
