@@ -24,7 +24,7 @@ pub(crate) mod registry;
 
 use crate::backend::{Backend, BackendRef, IoBackend};
 use crate::loom::lock_std;
-use crate::stats::LoopSnapshot;
+use crate::stats::{Latency, LoopSnapshot, RequestMetrics};
 use crate::task::{self, JoinHandle, LocalQueue, TaskRef};
 use crate::time::{TimerShared, TimerWheel};
 use hdrhistogram::Histogram;
@@ -179,6 +179,12 @@ pub(crate) struct Local {
     config: LoopConfig,
     hist: RefCell<Histogram<u64>>,
     last_publish: Cell<Instant>,
+    /// When the task poll running now started (see [`crate::stats::poll_started`]).
+    pub(crate) poll_start: Cell<Instant>,
+    /// Per-request metrics recorded on this loop since the last merge.
+    pub(crate) requests: RefCell<RequestMetrics>,
+    /// The reset epoch of the readable copy that `requests` belongs to.
+    requests_epoch: Cell<u64>,
 }
 
 impl Local {
@@ -219,6 +225,7 @@ impl Local {
             } else {
                 None
             };
+            self.poll_start.set(t0);
             {
                 let _budget = crate::coop::start_poll();
                 task.run();
@@ -300,6 +307,9 @@ impl Local {
         }
         let sleeping = timeout != Some(Duration::ZERO);
         if sleeping {
+            // What was recorded must not wait for the next wake-up to
+            // become readable.
+            self.publish_requests();
             // Nothing is ready: say so before blocking. `publish` runs at the
             // end of a turn, so a loop that sleeps after a busy turn would
             // otherwise show that turn's depth in `load()` until it wakes —
@@ -393,7 +403,26 @@ impl Local {
                 let _ = lock_std(&self.shared.poll_hist).add(&*local);
                 local.reset();
             }
+            drop(local);
+            self.publish_requests();
         }
+    }
+
+    /// Merges the per-request metrics recorded since the last merge into
+    /// the readable copy, unless that copy was reset meanwhile (then they
+    /// are dropped: they predate the reset, or came right after it).
+    fn publish_requests(&self) {
+        let mut local = self.requests.borrow_mut();
+        if local.is_empty() {
+            return;
+        }
+        let mut published = lock_std(&self.shared.requests);
+        if published.epoch == self.requests_epoch.get() {
+            published.metrics.add(&local);
+        } else {
+            self.requests_epoch.set(published.epoch);
+        }
+        local.reset();
     }
 
     fn shutdown(&self) {
@@ -556,6 +585,26 @@ impl LoopHandle {
         LoopSnapshot::read(self.shared)
     }
 
+    /// The per-request metrics recorded on this loop (they lag by up to
+    /// 10 ms while the loop is busy; a loop publishes them before it sleeps).
+    pub fn request_metrics(&self) -> RequestMetrics {
+        lock_std(&self.shared.requests).metrics.clone()
+    }
+
+    /// Forgets this loop's per-request metrics, those it has not published
+    /// yet included.
+    pub fn reset_request_metrics(&self) {
+        let mut p = lock_std(&self.shared.requests);
+        p.metrics.reset();
+        p.epoch = p.epoch.wrapping_add(1);
+    }
+
+    /// The loop's poll-time distribution (lags by up to 10 ms; its sum is
+    /// estimated from the histogram's mean).
+    pub fn poll_latency(&self) -> Latency {
+        Latency::from_histogram(lock_std(&self.shared.poll_hist).clone())
+    }
+
     /// Ready work waiting on this loop: its run-queue depth (as of its last
     /// turn) plus tasks pushed to it and not yet taken. Cheap: two atomic loads.
     pub fn load(&self) -> usize {
@@ -672,6 +721,9 @@ impl EventLoop {
                 config,
                 hist: RefCell::new(registry::new_histogram()),
                 last_publish: Cell::new(now),
+                poll_start: Cell::new(now),
+                requests: RefCell::new(RequestMetrics::default()),
+                requests_epoch: Cell::new(lock_std(&shared.requests).epoch),
             }),
             _not_send: PhantomData,
         })
@@ -695,6 +747,7 @@ impl EventLoop {
         local.shared.main_woken.store(true, SeqCst);
         loop {
             if local.shared.main_woken.swap(false, SeqCst) {
+                local.poll_start.set(Instant::now());
                 let _budget = crate::coop::start_poll();
                 if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
                     return v;
