@@ -4,11 +4,14 @@
 //! into, a reactor over `mio`, and a timer wheel. One turn:
 //!
 //! 1. run ready tasks, at most `budget` of them (each poll is timed into the
-//!    poll-time histogram; polls over the long-poll threshold are logged);
+//!    poll-time histogram, its start kept for the servers' per-request
+//!    metrics (`stats::poll_started`); polls over the long-poll threshold
+//!    are counted and logged);
 //! 2. take the hand-off queue in one batch;
 //! 3. poll I/O — without waiting if work remains, otherwise until the next
 //!    timer (announcing "sleeping" first, so that other threads know they
-//!    must wake it; while it is awake nobody writes its eventfd);
+//!    must wake it; while it is awake nobody writes its eventfd; before
+//!    sleeping, its histograms are merged into the readable copies);
 //! 4. fire due timers, and take the hand-off queue again.
 //!
 //! Shutdown protocol (`EventLoop`'s drop):
@@ -309,7 +312,7 @@ impl Local {
         if sleeping {
             // What was recorded must not wait for the next wake-up to
             // become readable.
-            self.publish_requests();
+            self.publish_histograms();
             // Nothing is ready: say so before blocking. `publish` runs at the
             // end of a turn, so a loop that sleeps after a busy turn would
             // otherwise show that turn's depth in `load()` until it wakes —
@@ -398,14 +401,21 @@ impl Local {
             self.last_publish.set(now);
             s.io_sources.store(self.reactor.sources(), Relaxed);
             s.timers_pending.store(self.timers.borrow().len(), Relaxed);
-            let mut local = self.hist.borrow_mut();
-            if !local.is_empty() {
-                let _ = lock_std(&self.shared.poll_hist).add(&*local);
-                local.reset();
-            }
-            drop(local);
-            self.publish_requests();
+            self.publish_histograms();
         }
+    }
+
+    /// Merges the poll times and per-request metrics recorded since the
+    /// last merge into the readable copies (every 10 ms, and before the
+    /// loop sleeps; nothing to do, no lock taken).
+    fn publish_histograms(&self) {
+        let mut local = self.hist.borrow_mut();
+        if !local.is_empty() {
+            let _ = lock_std(&self.shared.poll_hist).add(&*local);
+            local.reset();
+        }
+        drop(local);
+        self.publish_requests();
     }
 
     /// Merges the per-request metrics recorded since the last merge into
@@ -580,7 +590,8 @@ impl LoopHandle {
         self.shared.notify();
     }
 
-    /// The loop's numbers now (the poll-time histogram lags by up to 10 ms).
+    /// The loop's numbers now (the poll-time histogram lags by up to 10 ms
+    /// while the loop is busy; it is merged before the loop sleeps).
     pub fn snapshot(&self) -> LoopSnapshot {
         LoopSnapshot::read(self.shared)
     }
