@@ -114,3 +114,22 @@ pub fn results_dir(out: Option<&std::path::Path>, name: &str) -> std::path::Path
         std::path::PathBuf::from("results").join(format!("{name}-{t}"))
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::MetricsArgs;
+    use std::time::Duration;
+
+    #[test]
+    fn long_poll_warn_ms_zero_turns_warnings_off() {
+        let at = |ms| MetricsArgs {
+            metrics_listen: None,
+            long_poll_warn_ms: ms,
+        };
+        assert_eq!(at(0).long_poll_threshold(), None);
+        assert_eq!(
+            at(25).long_poll_threshold(),
+            Some(Duration::from_millis(25))
+        );
+    }
+}
