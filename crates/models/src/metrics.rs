@@ -218,9 +218,16 @@ impl MetricsListener {
                         if stop.load(SeqCst) {
                             return;
                         }
-                        if let Ok(s) = s {
-                            if let Err(e) = answer(s, &*render) {
-                                tracing::debug!("metrics request: {e}");
+                        match s {
+                            Ok(s) => {
+                                if let Err(e) = answer(s, &*render) {
+                                    tracing::debug!("metrics request: {e}");
+                                }
+                            }
+                            // Out of descriptors, most likely: do not spin.
+                            Err(e) => {
+                                tracing::debug!("metrics accept: {e}");
+                                std::thread::sleep(Duration::from_millis(10));
                             }
                         }
                     }
