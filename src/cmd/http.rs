@@ -19,6 +19,13 @@ pub struct HttpArgs {
     listen: SocketAddr,
     #[command(flatten)]
     io: super::IoArg,
+    #[command(flatten)]
+    metrics: super::MetricsArgs,
+    /// Answer GET PATH (e.g. /nginx_status) with nginx's `stub_status`
+    /// page: active connections; accepted, handled and requests; and
+    /// connections reading, writing, waiting. Off by default.
+    #[arg(long, value_name = "PATH")]
+    stub_status: Option<String>,
     /// Threading model: sped, amped:P, seda:N:P, seda-s:N, symped:N,
     /// thread-per-conn, steal:N (numbers are optional and default to the cores).
     #[arg(long, default_value = "symped")]
@@ -167,6 +174,12 @@ fn max_conns_for_limit(nofile: u64) -> usize {
 pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
     a.io.apply();
     let max_conns = *a.max_conns.get_or_insert_with(default_max_conns);
+    if let Some(p) = &a.stub_status {
+        anyhow::ensure!(
+            p.starts_with('/'),
+            "--stub-status must be a URL path starting with /, e.g. /nginx_status"
+        );
+    }
     let cfg = HttpConfig {
         root: a.root.clone(),
         cache_bytes: a.cache_size.saturating_mul(1 << 20),
@@ -187,6 +200,7 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
             cache_bytes: a.gzip_cache.saturating_mul(1 << 20),
             offload: a.offload,
         },
+        stub_status: a.stub_status.clone(),
     };
     let grace = Duration::from_secs_f64(a.shutdown_grace.max(0.0));
     let state = HttpState::new(cfg)?;
@@ -201,8 +215,10 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         .tcp(a.listen)
         .model(a.model)
         .accept_policy(a.accept)
+        .long_poll_threshold(a.metrics.long_poll_threshold())
         .max_conns(max_conns);
-    let server = duality_http::serve(builder, state)?;
+    let server = duality_http::serve(builder, state.clone())?;
+    let _metrics = a.metrics.start("http", move || state.prometheus())?;
     let addr = server
         .tcp_addrs()
         .first()

@@ -47,6 +47,8 @@ pub struct KvArgs {
     verbose: u8,
     #[command(flatten)]
     io: super::IoArg,
+    #[command(flatten)]
+    metrics: super::MetricsArgs,
     /// Threading model (sped, amped:P, seda:N:P, seda-s:N, symped:N, thread-per-conn, steal:N).
     #[arg(long)]
     model: Option<Model>,
@@ -291,6 +293,7 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
         .name("kv")
         .model(model)
         .max_conns(a.max_conns)
+        .long_poll_threshold(a.metrics.long_poll_threshold())
         .refusal_message("ERROR Too many open connections\r\n");
     if a.port != 0 {
         for ip in &a.listen {
@@ -305,6 +308,8 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     state.attach(server.stats_handle());
     let st = state.clone();
     server.spawn_background(move |p| sweep_forever(p, st));
+    let st = state.clone();
+    let _metrics = a.metrics.start("kv", move || st.prometheus())?;
     let mut at: Vec<String> = server.tcp_addrs().iter().map(|a| a.to_string()).collect();
     if let Some(p) = &a.unix_socket {
         at.push(p.display().to_string());

@@ -37,6 +37,46 @@ impl IoArg {
     }
 }
 
+/// The introspection flags both servers share.
+#[derive(clap::Args, Debug, Clone)]
+pub struct MetricsArgs {
+    /// Serve the metrics in Prometheus' text format (0.0.4) at
+    /// http://ADDR/metrics, on a listener and thread of their own (the
+    /// memcached and nginx exporters' convention). Port 0 picks a free port;
+    /// the address is printed on stderr as `metrics http://ADDR/metrics`.
+    /// Off by default.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
+    /// A single task poll longer than this many milliseconds is counted as
+    /// a long poll (`duality_loop_long_polls_total`) and logged as a
+    /// warning naming the task; 0 turns both off.
+    #[arg(long, value_name = "MS", default_value_t = 10)]
+    pub long_poll_warn_ms: u64,
+}
+
+impl MetricsArgs {
+    /// The long-poll threshold for the loops (`None`: never warn).
+    pub fn long_poll_threshold(&self) -> Option<std::time::Duration> {
+        (self.long_poll_warn_ms > 0)
+            .then(|| std::time::Duration::from_millis(self.long_poll_warn_ms))
+    }
+
+    /// Starts the metrics listener if asked, serving `render()`; prints
+    /// where it listens on stderr.
+    pub fn start(
+        &self,
+        server: &str,
+        render: impl Fn() -> String + Send + Sync + 'static,
+    ) -> anyhow::Result<Option<duality_models::metrics::MetricsListener>> {
+        let Some(addr) = self.metrics_listen else {
+            return Ok(None);
+        };
+        let l = duality_models::metrics::MetricsListener::start(addr, render)?;
+        eprintln!("duality {server}: metrics http://{}/metrics", l.addr());
+        Ok(Some(l))
+    }
+}
+
 /// Blocks until SIGTERM or SIGINT.
 pub fn wait_for_termination() -> anyhow::Result<()> {
     let mut signals = signal_hook::iterator::Signals::new([
@@ -74,4 +114,23 @@ pub fn results_dir(out: Option<&std::path::Path>, name: &str) -> std::path::Path
             .unwrap_or(0);
         std::path::PathBuf::from("results").join(format!("{name}-{t}"))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MetricsArgs;
+    use std::time::Duration;
+
+    #[test]
+    fn long_poll_warn_ms_zero_turns_warnings_off() {
+        let at = |ms| MetricsArgs {
+            metrics_listen: None,
+            long_poll_warn_ms: ms,
+        };
+        assert_eq!(at(0).long_poll_threshold(), None);
+        assert_eq!(
+            at(25).long_poll_threshold(),
+            Some(Duration::from_millis(25))
+        );
+    }
 }

@@ -30,6 +30,13 @@
 //! sends, for at most [`LINGER`] and [`LINGER_BYTES`]: closing a socket
 //! with unread input makes the kernel send RST, which can destroy the error
 //! response before the client reads it (nginx's `lingering_close`).
+//!
+//! Metrics: each write of responses records, for the requests it answers,
+//! the time to first byte (from the start of the poll whose read completed
+//! their heads) and how long the writing poll has held the loop
+//! (`duality_rt::stats::record_first_byte`, one clock read per write).
+//! With the stub status page on, the connection also counts itself as
+//! reading, writing or waiting.
 
 use std::fs::File;
 use std::io;
@@ -46,9 +53,10 @@ use crate::file::FileMeta;
 use crate::gzip::{self, GzipJob};
 use crate::request::{continue_due, parse_head, Head, Method, Version};
 use crate::response::{
-    not_modified, plan_encoded, write_error, write_redirect, ByteRange, Encoding, Plan, CONTINUE,
+    not_modified, plan_encoded, write_error, write_redirect, write_text, ByteRange, Encoding, Plan,
+    CONTINUE,
 };
-use crate::server::{Found, HttpState};
+use crate::server::{Found, HttpState, Phase};
 use crate::status::{HttpError, Status};
 use crate::sys;
 
@@ -87,9 +95,13 @@ pub async fn serve_conn(conn: Conn, payload: Payload, state: Arc<HttpState>) {
     let mut c = Connection {
         conn,
         payload,
+        track_phase: state.cfg.stub_status.is_some(),
         state,
         out: Vec::new(),
         peer,
+        answered: 0,
+        read_at: None,
+        phase: Phase::Waiting,
     };
     let _ = c.run().await;
 }
@@ -103,9 +115,30 @@ struct Connection {
     out: Vec<u8>,
     /// The client's address, for the access log.
     peer: String,
+    /// Requests whose responses are in `out` (or being sent), not yet
+    /// counted in the time-to-first-byte metrics.
+    answered: u64,
+    /// The start of the poll whose read completed the pending heads.
+    read_at: Option<Instant>,
+    /// Count this connection in the stub status's reading/writing.
+    track_phase: bool,
+    phase: Phase,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.set_phase(Phase::Waiting);
+    }
 }
 
 impl Connection {
+    fn set_phase(&mut self, to: Phase) {
+        if self.track_phase && self.phase != to {
+            self.state.phases.change(self.phase, to);
+            self.phase = to;
+        }
+    }
+
     async fn run(&mut self) -> io::Result<()> {
         let limits = self.state.cfg.limits;
         let cap = limits.max_request();
@@ -132,6 +165,8 @@ impl Connection {
                     }
                     Ok(Some((head, n))) => {
                         used += n;
+                        self.set_phase(Phase::Writing);
+                        self.answered += 1;
                         let plan = self.respond(&head).await?;
                         if !plan.keep_alive {
                             last = Some(plan);
@@ -181,9 +216,16 @@ impl Connection {
                 None => self.state.cfg.idle_timeout,
                 Some(d) => d.saturating_duration_since(Instant::now()),
             };
+            self.set_phase(if filled == 0 {
+                Phase::Waiting
+            } else {
+                Phase::Reading
+            });
             match self.read_for(wait, &mut buf[filled..]).await {
                 Ok(0) => return Ok(()),
                 Ok(n) => {
+                    self.read_at = duality_rt::stats::poll_started();
+                    self.set_phase(Phase::Reading);
                     if filled == 0 {
                         head_deadline = Some(Instant::now() + self.state.cfg.head_timeout);
                     }
@@ -213,6 +255,12 @@ impl Connection {
     async fn flush(&mut self) -> io::Result<()> {
         if self.out.is_empty() {
             return Ok(());
+        }
+        if self.answered > 0 {
+            if let Some(at) = self.read_at {
+                duality_rt::stats::record_first_byte(at, self.answered);
+            }
+            self.answered = 0;
         }
         let r = self
             .conn
@@ -250,6 +298,12 @@ impl Connection {
         self.state.counters.requests.fetch_add(1, Relaxed);
         let date = now();
         let date = as_str(&date);
+        if self.state.cfg.stub_status.as_deref() == Some(head.path.as_str()) {
+            let body = self.state.stub_status_text();
+            let plan = write_text(head, "text/plain", body.as_bytes(), date, &mut self.out);
+            self.log(Some(head), &plan);
+            return Ok(plan);
+        }
 
         let gzip_cfg = self.state.cfg.gzip;
         let want_gzip = gzip::wanted(&gzip_cfg, head);

@@ -189,5 +189,5 @@ pub use request::{parse_head, Head, Limits, Method, Version};
 pub use response::{
     plan_encoded, plan_file, write_error, write_redirect, ByteRange, Encoding, Plan,
 };
-pub use server::{serve, HttpConfig, HttpState, HttpStats};
+pub use server::{serve, stub_status, HttpConfig, HttpState, HttpStats};
 pub use status::{HttpError, Status};

@@ -304,6 +304,31 @@ pub fn write_redirect(head: &Head<'_>, location: &str, date: &str, out: &mut Vec
     }
 }
 
+/// Appends a 200 whose body is `body` (of type `content_type`), not
+/// cacheable, with no body for HEAD: the stub status page.
+pub fn write_text(
+    head: &Head<'_>,
+    content_type: &str,
+    body: &[u8],
+    date: &str,
+    out: &mut Vec<u8>,
+) -> Plan {
+    status_line(out, Status::Ok, date);
+    field(out, "Content-Type", content_type.as_bytes());
+    out.extend_from_slice(b"Content-Length: ");
+    push_u64(out, body.len() as u64);
+    out.extend_from_slice(b"\r\nCache-Control: no-cache\r\n");
+    connection(out, head.keep_alive);
+    if head.method != Method::Head {
+        out.extend_from_slice(body);
+    }
+    Plan {
+        status: Status::Ok,
+        body: None,
+        keep_alive: head.keep_alive,
+    }
+}
+
 /// The field every response for a file with a gzip variant carries.
 const VARY: &[u8] = b"Vary: Accept-Encoding\r\n";
 

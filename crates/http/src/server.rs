@@ -47,9 +47,11 @@ use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use duality_models::{Server, ServerBuilder};
+use duality_models::{Server, ServerBuilder, StatsHandle};
 use hashbrown::{DefaultHashBuilder, HashMap};
 use std::hash::BuildHasher;
+use std::sync::atomic::AtomicI64;
+use std::sync::OnceLock;
 
 use crate::cache::{CacheStats, PageCache};
 use crate::file::{self, FileMeta};
@@ -95,6 +97,9 @@ pub struct HttpConfig {
     pub limits: Limits,
     /// gzip (off by default; see [`crate::gzip`]).
     pub gzip: GzipConfig,
+    /// The URL path that answers nginx's `stub_status` page instead of a
+    /// file (`None`, the default: no such page). See [`stub_status`].
+    pub stub_status: Option<String>,
 }
 
 impl HttpConfig {
@@ -115,6 +120,7 @@ impl HttpConfig {
             access_log: None,
             limits: Limits::default(),
             gzip: GzipConfig::default(),
+            stub_status: None,
         }
     }
 }
@@ -167,6 +173,88 @@ pub struct HttpState {
     pub(crate) counters: Counters,
     /// Where compressions run (`--offload`), and what it learned.
     pub(crate) offloader: duality_rt::adaptive::Offloader,
+    /// The running server's numbers (set by [`serve`]).
+    server: OnceLock<StatsHandle>,
+    /// Connections reading a head or writing a response, kept only while
+    /// the stub status page is on.
+    pub(crate) phases: PhaseCounts,
+}
+
+/// What a connection is doing, as nginx's `stub_status` counts it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Idle between requests (keep-alive).
+    Waiting,
+    /// Part of a request head has arrived.
+    Reading,
+    /// A request is being answered.
+    Writing,
+}
+
+/// Slots of [`PhaseCounts`] (loop ids are taken modulo this).
+const PHASE_SLOTS: usize = 64;
+
+/// Connections reading and writing, one cache line per loop (a connection
+/// counts on the loop it runs on at each change, so a moved connection
+/// adds on one slot and subtracts on another), summed when read: no
+/// counter shared by every loop on the hot path.
+pub(crate) struct PhaseCounts {
+    slots: Box<[crossbeam_utils::CachePadded<[AtomicI64; 2]>]>,
+}
+
+impl PhaseCounts {
+    fn new() -> PhaseCounts {
+        PhaseCounts {
+            slots: (0..PHASE_SLOTS)
+                .map(|_| crossbeam_utils::CachePadded::new([AtomicI64::new(0), AtomicI64::new(0)]))
+                .collect(),
+        }
+    }
+
+    /// A connection goes from `from` to `to`.
+    pub(crate) fn change(&self, from: Phase, to: Phase) {
+        if from == to {
+            return;
+        }
+        let slot = duality_rt::event_loop::current().map_or(0, |h| h.id() as usize % PHASE_SLOTS);
+        let counts = &self.slots[slot];
+        let index = |p| match p {
+            Phase::Reading => Some(0),
+            Phase::Writing => Some(1),
+            Phase::Waiting => None,
+        };
+        if let Some(i) = index(from) {
+            counts[i].fetch_sub(1, Relaxed);
+        }
+        if let Some(i) = index(to) {
+            counts[i].fetch_add(1, Relaxed);
+        }
+    }
+
+    /// (reading, writing) now.
+    fn read(&self) -> (u64, u64) {
+        let (mut r, mut w) = (0i64, 0i64);
+        for s in self.slots.iter() {
+            r += s[0].load(Relaxed);
+            w += s[1].load(Relaxed);
+        }
+        (r.max(0) as u64, w.max(0) as u64)
+    }
+}
+
+/// nginx's `stub_status` text, byte for byte in its format.
+pub fn stub_status(
+    active: u64,
+    accepts: u64,
+    handled: u64,
+    requests: u64,
+    reading: u64,
+    writing: u64,
+    waiting: u64,
+) -> String {
+    format!(
+        "Active connections: {active} \nserver accepts handled requests\n {accepts} {handled} {requests} \nReading: {reading} Writing: {writing} Waiting: {waiting} \n"
+    )
 }
 
 impl std::fmt::Debug for HttpState {
@@ -232,8 +320,85 @@ impl HttpState {
             log,
             counters: Counters::default(),
             offloader: duality_rt::adaptive::Offloader::new(cfg.gzip.offload),
+            server: OnceLock::new(),
+            phases: PhaseCounts::new(),
             cfg,
         }))
+    }
+
+    /// The stub status page now (see [`stub_status`]): active connections,
+    /// connections accepted (refused ones included, as nginx counts those
+    /// over its limit), handled (not refused), requests, and connections
+    /// reading a head, writing a response, or waiting.
+    pub fn stub_status_text(&self) -> String {
+        let (active, total, refused) = self.server.get().map_or((0, 0, 0), |h| {
+            let st = h.stats();
+            (
+                st.curr_connections as u64,
+                st.total_connections,
+                st.rejected_connections,
+            )
+        });
+        let (reading, writing) = self.phases.read();
+        let waiting = active.saturating_sub(reading + writing);
+        stub_status(
+            active,
+            total + refused,
+            total,
+            self.counters.requests.load(Relaxed),
+            reading,
+            writing,
+            waiting,
+        )
+    }
+
+    /// The server's numbers in Prometheus' text exposition format
+    /// (`duality http --metrics-listen`): those of every server on the
+    /// models ([`duality_models::metrics::server_metrics`]) and the
+    /// server's own counters as `duality_http_*`.
+    pub fn prometheus(&self) -> String {
+        let mut e = duality_models::metrics::Exposition::new();
+        if let Some(h) = self.server.get() {
+            duality_models::metrics::server_metrics(h, &mut e);
+        }
+        let s = self.stats();
+        for (name, help, v) in [
+            ("requests", "Requests answered (every status).", s.requests),
+            (
+                "head_timeouts",
+                "Connections closed with 408.",
+                s.head_timeouts,
+            ),
+            ("idle_timeouts", "Idle connections closed.", s.idle_timeouts),
+            (
+                "write_timeouts",
+                "Connections closed because a write did not progress.",
+                s.write_timeouts,
+            ),
+            (
+                "sendfile_bytes",
+                "Body bytes sent with sendfile.",
+                s.sendfile_bytes,
+            ),
+            (
+                "cache_hits",
+                "Page-cache lookups answered from memory.",
+                s.cache.hits,
+            ),
+            (
+                "cache_misses",
+                "Page-cache lookups not answered.",
+                s.cache.misses,
+            ),
+            (
+                "gzip_compressed",
+                "Bodies compressed by the server.",
+                s.gzip_compressed,
+            ),
+        ] {
+            e.counter(&format!("duality_http_{name}_total"), help, v);
+        }
+        e.finish()
     }
 
     /// The configuration.
@@ -443,9 +608,12 @@ impl HttpState {
 /// Starts `builder`'s server with the HTTP handler (and a 503 for
 /// connections over the limit).
 pub fn serve(builder: ServerBuilder, state: Arc<HttpState>) -> io::Result<Server> {
-    builder
+    let st = state.clone();
+    let server = builder
         .refusal_message(REFUSAL)
-        .serve(move |conn, payload| crate::connection::serve_conn(conn, payload, state.clone()))
+        .serve(move |conn, payload| crate::connection::serve_conn(conn, payload, st.clone()))?;
+    let _ = state.server.set(server.stats_handle());
+    Ok(server)
 }
 
 /// A fresh-index entry: what the last `stat` found for a URL path.
@@ -616,5 +784,30 @@ mod tests {
         };
         idx.record("/a", Path::new("/r/a"), meta, "text/plain");
         assert!(idx.get("/a").is_none());
+    }
+}
+
+#[cfg(test)]
+mod stub_tests {
+    use super::*;
+
+    #[test]
+    fn stub_status_is_nginx_format_byte_for_byte() {
+        assert_eq!(
+            stub_status(3, 10, 9, 42, 1, 1, 1),
+            "Active connections: 3 \nserver accepts handled requests\n 10 9 42 \nReading: 1 Writing: 1 Waiting: 1 \n"
+        );
+    }
+
+    #[test]
+    fn phase_counts_sum_over_slots() {
+        let p = PhaseCounts::new();
+        p.change(Phase::Waiting, Phase::Reading);
+        p.change(Phase::Reading, Phase::Writing);
+        p.change(Phase::Waiting, Phase::Reading);
+        assert_eq!(p.read(), (1, 1));
+        p.change(Phase::Writing, Phase::Waiting);
+        p.change(Phase::Reading, Phase::Reading);
+        assert_eq!(p.read(), (1, 0));
     }
 }

@@ -222,6 +222,64 @@ impl KvState {
         let _ = self.server.set(stats);
     }
 
+    /// The server's and the store's numbers in Prometheus' text exposition
+    /// format (`duality kv --metrics-listen`): those of every server on the
+    /// models ([`duality_models::metrics::server_metrics`]) and the store's
+    /// memcached counters as `duality_kv_*`.
+    pub fn prometheus(&self) -> String {
+        let mut e = duality_models::metrics::Exposition::new();
+        if let Some(h) = self.server.get() {
+            duality_models::metrics::server_metrics(h, &mut e);
+        }
+        let s = self.store.stats();
+        for (name, help, v) in [
+            ("cmd_get", "Retrieval requests, one per key.", s.cmd_get),
+            ("cmd_set", "Storage requests.", s.cmd_set),
+            ("get_hits", "Retrievals that found the key.", s.get_hits),
+            (
+                "get_misses",
+                "Retrievals that did not find the key.",
+                s.get_misses,
+            ),
+            ("evictions", "Live items removed to make room.", s.evictions),
+        ] {
+            e.counter(&format!("duality_kv_{name}_total"), help, v);
+        }
+        e.gauge("duality_kv_items", "Items stored now.", s.curr_items as f64);
+        e.gauge(
+            "duality_kv_bytes",
+            "Bytes charged for the items stored now.",
+            s.bytes as f64,
+        );
+        e.finish()
+    }
+
+    /// `stats` lines of the per-request metrics (merged over the loops) and
+    /// the loops' long polls, in microseconds.
+    fn write_request_stats(&self, out: &mut Vec<u8>) {
+        let Some(h) = self.server.get() else { return };
+        let m = h.request_metrics();
+        let us = |ns: u64| ns / 1_000;
+        crate::write_stat(out, "duality_requests", m.ttfb.count());
+        for (name, l) in [
+            ("ttfb", &m.ttfb),
+            ("loop_hold", &m.loop_hold),
+            ("accept_latency", &m.accept_latency),
+        ] {
+            for (q, label) in [(0.5, "p50"), (0.99, "p99"), (0.999, "p999")] {
+                crate::write_stat(
+                    out,
+                    &format!("duality_{name}_{label}_us"),
+                    us(l.quantile_ns(q)),
+                );
+            }
+            crate::write_stat(out, &format!("duality_{name}_max_us"), us(l.max_ns()));
+        }
+        crate::write_stat(out, "duality_accepts", m.accept_latency.count());
+        let long: u64 = h.loops().iter().map(|(_, l)| l.snapshot().long_polls).sum();
+        crate::write_stat(out, "duality_long_polls", long);
+    }
+
     /// What the `shutdown` command does when enabled
     /// ([`KvConfig::enable_shutdown`]): the binary makes it stop the server
     /// as SIGTERM does. Only the first call counts.
@@ -325,9 +383,19 @@ impl ExecContext for Ctx<'_> {
         self.state.set_memory_limit(mib);
     }
 
+    fn reset_stats(&self) {
+        if let Some(h) = self.state.server.get() {
+            h.reset_request_metrics();
+        }
+    }
+
     fn extra_stats(&self, group: &str, out: &mut Vec<u8>) -> bool {
         let s = self.state;
         match group {
+            "" => {
+                s.write_request_stats(out);
+                true
+            }
             "settings" => {
                 crate::write_stat(out, "model", &s.config.model);
                 crate::write_stat(

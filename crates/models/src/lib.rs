@@ -23,6 +23,7 @@
 mod conn;
 pub mod echo;
 pub mod flood;
+pub mod metrics;
 mod model;
 pub mod payload;
 mod server;

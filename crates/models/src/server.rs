@@ -199,7 +199,8 @@ impl Shared {
         !self.network.is_empty() && self.network.iter().all(|h| h.load() > BUSY_DEPTH)
     }
 
-    fn dispatch(self: &Arc<Self>, a: Accepted) {
+    /// `accepted_at`: the start of the acceptor's poll that took `a`.
+    fn dispatch(self: &Arc<Self>, a: Accepted, accepted_at: Option<Instant>) {
         let live = self.counter.live.fetch_add(1, SeqCst);
         if live >= self.max_conns {
             self.counter.live.fetch_sub(1, SeqCst);
@@ -254,6 +255,9 @@ impl Shared {
         }
         let i = self.next_loop.fetch_add(1, Relaxed) % self.network.len();
         drop(self.network[i].spawn(async move {
+            if let Some(at) = accepted_at {
+                duality_rt::stats::record_accept(at);
+            }
             match Conn::evented(a, me.shutdown.clone(), me.counter.clone()) {
                 Ok(conn) => (me.handler)(conn, me.payload.clone()).await,
                 Err(e) => {
@@ -295,7 +299,7 @@ async fn accept_loop(listener: Bound, shared: Arc<Shared>) {
             L::Unix(l) => l.accept_std().await.map(Accepted::Unix),
         };
         match r {
-            Ok(a) => shared.dispatch(a),
+            Ok(a) => shared.dispatch(a, duality_rt::stats::poll_started()),
             // accept backs off by itself after EMFILE; log and go on.
             Err(e) => tracing::warn!("accept failed: {e}"),
         }
@@ -551,6 +555,41 @@ impl StatsHandle {
     /// See [`Server::stats`].
     pub fn stats(&self) -> ServerStats {
         stats_of(&self.shared, self.acceptor, &self.stages)
+    }
+
+    /// Every loop of the server with its role: the acceptor's (if it has
+    /// its own), the network loops, the payload loops.
+    pub fn loops(&self) -> Vec<(ThreadRole, LoopHandle)> {
+        let mut v = Vec::new();
+        if let Some(a) = self.acceptor {
+            v.push((ThreadRole::Acceptor, a));
+        }
+        v.extend(
+            self.shared
+                .network
+                .iter()
+                .map(|h| (ThreadRole::Network, *h)),
+        );
+        v.extend(self.stages.iter().map(|s| (ThreadRole::Payload, s.handle)));
+        v
+    }
+
+    /// The per-request metrics of every loop, merged (loop hold, time to
+    /// first byte, accept latency). Connections of `thread-per-conn` run on
+    /// no loop and are not recorded.
+    pub fn request_metrics(&self) -> duality_rt::stats::RequestMetrics {
+        let mut m = duality_rt::stats::RequestMetrics::default();
+        for (_, h) in self.loops() {
+            m.add(&h.request_metrics());
+        }
+        m
+    }
+
+    /// Forgets the per-request metrics of every loop (`stats reset`).
+    pub fn reset_request_metrics(&self) {
+        for (_, h) in self.loops() {
+            h.reset_request_metrics();
+        }
     }
 }
 

@@ -20,6 +20,12 @@
 //!   nothing left over → the buffers go back to the pool
 //! ```
 //!
+//! Metrics (always on, no clock read of their own but one per write): the
+//! start of the poll whose read completed the requests is their arrival;
+//! each write of responses records, for the requests it answers, the time
+//! to first byte and how long the writing poll has held the loop
+//! (`duality_rt::stats::record_first_byte`).
+//!
 //! Buffer rules: a read buffer is zero-filled once, when it is made, never
 //! per read; it grows only as far as the pending request says it needs
 //! ([`Parsed::Incomplete`]), up to [`Protocol::max_request`], and is swapped
@@ -336,6 +342,12 @@ pub async fn drive<P: Protocol>(
     };
     // Bytes the pending request needs in all (0: unknown).
     let mut need = 0;
+    // Requests served whose responses are not written yet, and when the
+    // read that completed them happened (its poll's start).
+    let mut answered = Answered {
+        requests: 0,
+        read_at: None,
+    };
     loop {
         if held.buf.is_empty() {
             // Idle: wait holding no buffer; take one only for bytes that
@@ -356,6 +368,7 @@ pub async fn drive<P: Protocol>(
                     Ok(Some(0)) | Err(_) => return,
                     Ok(Some(n)) => {
                         held.buf = b;
+                        answered.read_at = duality_rt::stats::poll_started();
                         break n;
                     }
                     Ok(None) => give_read_buf(b),
@@ -377,6 +390,7 @@ pub async fn drive<P: Protocol>(
                 Ok(0) | Err(_) => return,
                 Ok(n) => n,
             };
+            answered.read_at = duality_rt::stats::poll_started();
             held.end += n;
         }
         if held.out.capacity() == 0 {
@@ -439,6 +453,7 @@ pub async fn drive<P: Protocol>(
                     s
                 }
             };
+            answered.requests += served.requests as u64;
             match served.stop {
                 Stop::NeedMore(n) => {
                     need = n;
@@ -448,7 +463,10 @@ pub async fn drive<P: Protocol>(
                 Stop::Elsewhere(c) => next_color = Some(c),
                 Stop::Budget => {
                     // Write what this batch made, let the loop run others.
-                    if flush(&mut conn, &mut held.out).await.is_err() {
+                    if flush(&mut conn, &mut held.out, &mut answered)
+                        .await
+                        .is_err()
+                    {
                         return;
                     }
                     duality_rt::yield_now().await;
@@ -456,7 +474,11 @@ pub async fn drive<P: Protocol>(
             }
         };
         // One write for every response of the read.
-        if flush(&mut conn, &mut held.out).await.is_err() || close {
+        if flush(&mut conn, &mut held.out, &mut answered)
+            .await
+            .is_err()
+            || close
+        {
             return;
         }
         if held.start == held.end {
@@ -499,10 +521,21 @@ fn make_room<S>(h: &mut Held<S>, need: usize, max: usize) {
     }
 }
 
-async fn flush(conn: &mut Conn, out: &mut Vec<u8>) -> std::io::Result<()> {
+/// Requests served and not yet answered on the socket.
+struct Answered {
+    requests: u64,
+    /// The start of the poll whose read completed them.
+    read_at: Option<std::time::Instant>,
+}
+
+async fn flush(conn: &mut Conn, out: &mut Vec<u8>, answered: &mut Answered) -> std::io::Result<()> {
     if out.is_empty() {
         return Ok(());
     }
+    if let Some(at) = answered.read_at {
+        duality_rt::stats::record_first_byte(at, answered.requests);
+    }
+    answered.requests = 0;
     // A copy into the socket (small for the responses of one read) keeps
     // the buffer in this thread's pool; `write_vec` would hand it to the
     // socket's send queue.

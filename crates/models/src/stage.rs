@@ -34,7 +34,7 @@ const IDLE_SPIN: Duration = Duration::from_micros(20);
 pub(crate) struct Stage {
     pub(crate) index: usize,
     thread: Mutex<Option<LoopThread>>,
-    handle: duality_rt::LoopHandle,
+    pub(crate) handle: duality_rt::LoopHandle,
     room: Semaphore,
     capacity: usize,
     pub(crate) jobs: AtomicU64,

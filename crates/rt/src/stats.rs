@@ -1,8 +1,11 @@
 //! Introspection: what each loop is doing, readable from any thread.
 
-use crate::event_loop::registry::Shared;
+use crate::event_loop::registry::{new_histogram, Shared};
+use crate::event_loop::with_current;
 use crate::loom::lock_std;
+use hdrhistogram::Histogram;
 use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
 
 /// Percentiles of how long single task polls held the loop, in nanoseconds.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -94,6 +97,184 @@ impl LoopSnapshot {
     }
 }
 
+/// A latency distribution: a histogram (nanoseconds, two significant
+/// digits) and the exact sum of what it recorded.
+#[derive(Clone, Debug)]
+pub struct Latency {
+    hist: Histogram<u64>,
+    sum_ns: u64,
+}
+
+impl Default for Latency {
+    fn default() -> Self {
+        Latency::new()
+    }
+}
+
+impl Latency {
+    /// An empty distribution (1 ns to one hour).
+    pub fn new() -> Latency {
+        Latency {
+            hist: new_histogram(),
+            sum_ns: 0,
+        }
+    }
+
+    pub(crate) fn from_histogram(hist: Histogram<u64>) -> Latency {
+        // The poll histogram keeps no sum: its mean times its count.
+        let sum_ns = (hist.mean() * hist.len() as f64) as u64;
+        Latency { hist, sum_ns }
+    }
+
+    /// Records `n` samples of `ns` nanoseconds (longer than an hour counts
+    /// as an hour).
+    pub fn record_n(&mut self, ns: u64, n: u64) {
+        if n > 0 {
+            self.hist.saturating_record_n(ns, n);
+            self.sum_ns = self.sum_ns.saturating_add(ns.saturating_mul(n));
+        }
+    }
+
+    /// Samples recorded.
+    pub fn count(&self) -> u64 {
+        self.hist.len()
+    }
+
+    /// Sum of the samples, in nanoseconds.
+    pub fn sum_ns(&self) -> u64 {
+        self.sum_ns
+    }
+
+    /// The value at quantile `q` (0..=1), in nanoseconds; 0 when empty.
+    pub fn quantile_ns(&self, q: f64) -> u64 {
+        if self.hist.is_empty() {
+            0
+        } else {
+            self.hist.value_at_quantile(q)
+        }
+    }
+
+    /// The largest sample, in nanoseconds; 0 when empty.
+    pub fn max_ns(&self) -> u64 {
+        self.hist.max()
+    }
+
+    /// Samples of at most `ns` nanoseconds (to the histogram's precision):
+    /// a cumulative bucket.
+    pub fn count_at_most(&self, ns: u64) -> u64 {
+        if self.hist.is_empty() {
+            0
+        } else {
+            self.hist.count_between(0, ns)
+        }
+    }
+
+    /// Adds `other`'s samples.
+    pub fn add(&mut self, other: &Latency) {
+        // Same bounds on both sides: addition cannot fail.
+        let _ = self.hist.add(&other.hist);
+        self.sum_ns = self.sum_ns.saturating_add(other.sum_ns);
+    }
+
+    /// Forgets every sample.
+    pub fn reset(&mut self) {
+        self.hist.reset();
+        self.sum_ns = 0;
+    }
+
+    /// True when nothing was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.hist.is_empty()
+    }
+}
+
+/// The per-request metrics of one loop (or, merged, of a server).
+///
+/// Recorded by the servers on the loop that serves the connection, into that
+/// loop's own copy (no shared counter per request); the loop merges its copy
+/// into the readable one every few milliseconds and before it sleeps.
+#[derive(Clone, Debug, Default)]
+pub struct RequestMetrics {
+    /// Per request: the longest stretch of one poll of its loop spent
+    /// serving it, from the poll's start to its response's first write.
+    pub loop_hold: Latency,
+    /// Per request: from its bytes arriving complete (the start of the poll
+    /// that read them) to its response's first byte handed to the socket.
+    pub ttfb: Latency,
+    /// Per connection: from the acceptor taking it (the start of the
+    /// acceptor's poll that saw it) to its first poll on its own loop, where
+    /// its first read is armed.
+    pub accept_latency: Latency,
+}
+
+impl RequestMetrics {
+    /// Adds `other`'s samples.
+    pub fn add(&mut self, other: &RequestMetrics) {
+        self.loop_hold.add(&other.loop_hold);
+        self.ttfb.add(&other.ttfb);
+        self.accept_latency.add(&other.accept_latency);
+    }
+
+    /// Forgets every sample.
+    pub fn reset(&mut self) {
+        self.loop_hold.reset();
+        self.ttfb.reset();
+        self.accept_latency.reset();
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.loop_hold.is_empty() && self.ttfb.is_empty() && self.accept_latency.is_empty()
+    }
+}
+
+/// When the poll running now on this thread's loop started (`None` off a
+/// loop). The loop reads the clock once per poll anyway (for the poll-time
+/// histogram); this hands that reading out, so a server can time a request
+/// without a clock read of its own.
+pub fn poll_started() -> Option<Instant> {
+    with_current(|cur| cur.map(|l| l.poll_start.get()))
+}
+
+/// A response's first byte is being written: records, for `requests`
+/// requests answered by this write, their time to first byte (from
+/// `ready_at`, the [`poll_started`] of the poll that read them) and how long
+/// this poll has held the loop (from [`poll_started`]). One clock read.
+/// Does nothing off a loop.
+pub fn record_first_byte(ready_at: Instant, requests: u64) {
+    if requests == 0 {
+        return;
+    }
+    with_current(|cur| {
+        if let Some(l) = cur {
+            let now = Instant::now();
+            let mut m = l.requests.borrow_mut();
+            let ns = |d: Duration| d.as_nanos().min(u64::MAX as u128) as u64;
+            m.ttfb
+                .record_n(ns(now.saturating_duration_since(ready_at)), requests);
+            m.loop_hold.record_n(
+                ns(now.saturating_duration_since(l.poll_start.get())),
+                requests,
+            );
+        }
+    })
+}
+
+/// A connection taken by the acceptor at `accepted_at` (its
+/// [`poll_started`]) is polled for the first time on its own loop: records
+/// the accept latency, up to the start of this poll. No clock read. Does
+/// nothing off a loop.
+pub fn record_accept(accepted_at: Instant) {
+    with_current(|cur| {
+        if let Some(l) = cur {
+            let d = l.poll_start.get().saturating_duration_since(accepted_at);
+            l.requests
+                .borrow_mut()
+                .accept_latency
+                .record_n(d.as_nanos().min(u64::MAX as u128) as u64, 1);
+        }
+    })
+}
+
 /// Voluntary and involuntary context switches of one thread of this process,
 /// from `/proc/self/task/<tid>/status`.
 pub fn thread_context_switches(tid: i64) -> Option<(u64, u64)> {
@@ -141,10 +322,84 @@ pub fn process_cpu_time() -> (std::time::Duration, std::time::Duration) {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_keeps_counts_sums_and_cumulative_buckets() {
+        let mut l = Latency::new();
+        assert_eq!(
+            (l.count(), l.quantile_ns(0.5), l.count_at_most(10)),
+            (0, 0, 0)
+        );
+        l.record_n(1_000, 3);
+        l.record_n(2_000_000, 1);
+        l.record_n(5, 0);
+        assert_eq!(l.count(), 4);
+        assert_eq!(l.sum_ns(), 2_003_000);
+        assert_eq!(l.count_at_most(10_000), 3);
+        assert_eq!(l.count_at_most(10_000_000), 4);
+        assert!(l.max_ns() >= 2_000_000);
+        let mut m = Latency::new();
+        m.add(&l);
+        m.add(&l);
+        assert_eq!((m.count(), m.sum_ns()), (8, 4_006_000));
+        m.reset();
+        assert!(m.is_empty() && m.sum_ns() == 0);
+    }
+
+    // Real loops: not under loom, whose models run without them.
+    #[cfg(not(loom))]
+    #[test]
+    fn recording_off_a_loop_does_nothing_and_on_a_loop_is_published() {
+        assert!(poll_started().is_none());
+        record_first_byte(Instant::now(), 1);
+        let (h, ttfb, hold) = crate::block_on(async {
+            let h = crate::event_loop::current().unwrap();
+            let j = crate::spawn(async {
+                let at = poll_started().expect("on a loop");
+                record_first_byte(at, 3);
+                record_accept(at);
+            });
+            j.await.unwrap();
+            // Published before the loop sleeps, or within 10 ms.
+            let m = loop {
+                let m = h.request_metrics();
+                if m.ttfb.count() == 3 {
+                    break m;
+                }
+                crate::time::sleep(Duration::from_millis(2)).await;
+            };
+            (h, m.ttfb, m.loop_hold)
+        });
+        assert_eq!((ttfb.count(), hold.count()), (3, 3));
+        let _ = h;
+    }
+
+    // Real loops: not under loom, whose models run without them.
+    #[cfg(not(loom))]
+    #[test]
+    fn reset_forgets_published_and_pending_samples() {
+        crate::block_on(async {
+            let h = crate::event_loop::current().unwrap();
+            crate::spawn(async { record_first_byte(poll_started().unwrap(), 2) })
+                .await
+                .unwrap();
+            // Pending on the loop, not yet merged: the reset must win.
+            h.reset_request_metrics();
+            crate::time::sleep(Duration::from_millis(20)).await;
+            assert_eq!(h.request_metrics().ttfb.count(), 0);
+            crate::spawn(async { record_first_byte(poll_started().unwrap(), 1) })
+                .await
+                .unwrap();
+            crate::time::sleep(Duration::from_millis(20)).await;
+            assert_eq!(h.request_metrics().ttfb.count(), 1);
+        });
+    }
+
     #[test]
     fn parses_proc_status() {
         let text = "Name:\tx\nvoluntary_ctxt_switches:\t12\nnonvoluntary_ctxt_switches:\t3\n";
-        assert_eq!(super::parse_ctxt_switches(text), Some((12, 3)));
-        assert_eq!(super::parse_ctxt_switches("Name: x"), None);
+        assert_eq!(parse_ctxt_switches(text), Some((12, 3)));
+        assert_eq!(parse_ctxt_switches("Name: x"), None);
     }
 }

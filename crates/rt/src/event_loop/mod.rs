@@ -4,11 +4,14 @@
 //! into, a reactor over `mio`, and a timer wheel. One turn:
 //!
 //! 1. run ready tasks, at most `budget` of them (each poll is timed into the
-//!    poll-time histogram; polls over the long-poll threshold are logged);
+//!    poll-time histogram, its start kept for the servers' per-request
+//!    metrics (`stats::poll_started`); polls over the long-poll threshold
+//!    are counted and logged);
 //! 2. take the hand-off queue in one batch;
 //! 3. poll I/O — without waiting if work remains, otherwise until the next
 //!    timer (announcing "sleeping" first, so that other threads know they
-//!    must wake it; while it is awake nobody writes its eventfd);
+//!    must wake it; while it is awake nobody writes its eventfd; before
+//!    sleeping, its histograms are merged into the readable copies);
 //! 4. fire due timers, and take the hand-off queue again.
 //!
 //! Shutdown protocol (`EventLoop`'s drop):
@@ -24,7 +27,7 @@ pub(crate) mod registry;
 
 use crate::backend::{Backend, BackendRef, IoBackend};
 use crate::loom::lock_std;
-use crate::stats::LoopSnapshot;
+use crate::stats::{Latency, LoopSnapshot, RequestMetrics};
 use crate::task::{self, JoinHandle, LocalQueue, TaskRef};
 use crate::time::{TimerShared, TimerWheel};
 use hdrhistogram::Histogram;
@@ -179,6 +182,12 @@ pub(crate) struct Local {
     config: LoopConfig,
     hist: RefCell<Histogram<u64>>,
     last_publish: Cell<Instant>,
+    /// When the task poll running now started (see [`crate::stats::poll_started`]).
+    pub(crate) poll_start: Cell<Instant>,
+    /// Per-request metrics recorded on this loop since the last merge.
+    pub(crate) requests: RefCell<RequestMetrics>,
+    /// The reset epoch of the readable copy that `requests` belongs to.
+    requests_epoch: Cell<u64>,
 }
 
 impl Local {
@@ -219,6 +228,7 @@ impl Local {
             } else {
                 None
             };
+            self.poll_start.set(t0);
             {
                 let _budget = crate::coop::start_poll();
                 task.run();
@@ -300,6 +310,9 @@ impl Local {
         }
         let sleeping = timeout != Some(Duration::ZERO);
         if sleeping {
+            // What was recorded must not wait for the next wake-up to
+            // become readable.
+            self.publish_histograms();
             // Nothing is ready: say so before blocking. `publish` runs at the
             // end of a turn, so a loop that sleeps after a busy turn would
             // otherwise show that turn's depth in `load()` until it wakes —
@@ -388,12 +401,38 @@ impl Local {
             self.last_publish.set(now);
             s.io_sources.store(self.reactor.sources(), Relaxed);
             s.timers_pending.store(self.timers.borrow().len(), Relaxed);
-            let mut local = self.hist.borrow_mut();
-            if !local.is_empty() {
-                let _ = lock_std(&self.shared.poll_hist).add(&*local);
-                local.reset();
-            }
+            self.publish_histograms();
         }
+    }
+
+    /// Merges the poll times and per-request metrics recorded since the
+    /// last merge into the readable copies (every 10 ms, and before the
+    /// loop sleeps; nothing to do, no lock taken).
+    fn publish_histograms(&self) {
+        let mut local = self.hist.borrow_mut();
+        if !local.is_empty() {
+            let _ = lock_std(&self.shared.poll_hist).add(&*local);
+            local.reset();
+        }
+        drop(local);
+        self.publish_requests();
+    }
+
+    /// Merges the per-request metrics recorded since the last merge into
+    /// the readable copy, unless that copy was reset meanwhile (then they
+    /// are dropped: they predate the reset, or came right after it).
+    fn publish_requests(&self) {
+        let mut local = self.requests.borrow_mut();
+        if local.is_empty() {
+            return;
+        }
+        let mut published = lock_std(&self.shared.requests);
+        if published.epoch == self.requests_epoch.get() {
+            published.metrics.add(&local);
+        } else {
+            self.requests_epoch.set(published.epoch);
+        }
+        local.reset();
     }
 
     fn shutdown(&self) {
@@ -551,9 +590,30 @@ impl LoopHandle {
         self.shared.notify();
     }
 
-    /// The loop's numbers now (the poll-time histogram lags by up to 10 ms).
+    /// The loop's numbers now (the poll-time histogram lags by up to 10 ms
+    /// while the loop is busy; it is merged before the loop sleeps).
     pub fn snapshot(&self) -> LoopSnapshot {
         LoopSnapshot::read(self.shared)
+    }
+
+    /// The per-request metrics recorded on this loop (they lag by up to
+    /// 10 ms while the loop is busy; a loop publishes them before it sleeps).
+    pub fn request_metrics(&self) -> RequestMetrics {
+        lock_std(&self.shared.requests).metrics.clone()
+    }
+
+    /// Forgets this loop's per-request metrics, those it has not published
+    /// yet included.
+    pub fn reset_request_metrics(&self) {
+        let mut p = lock_std(&self.shared.requests);
+        p.metrics.reset();
+        p.epoch = p.epoch.wrapping_add(1);
+    }
+
+    /// The loop's poll-time distribution (lags by up to 10 ms; its sum is
+    /// estimated from the histogram's mean).
+    pub fn poll_latency(&self) -> Latency {
+        Latency::from_histogram(lock_std(&self.shared.poll_hist).clone())
     }
 
     /// Ready work waiting on this loop: its run-queue depth (as of its last
@@ -672,6 +732,9 @@ impl EventLoop {
                 config,
                 hist: RefCell::new(registry::new_histogram()),
                 last_publish: Cell::new(now),
+                poll_start: Cell::new(now),
+                requests: RefCell::new(RequestMetrics::default()),
+                requests_epoch: Cell::new(lock_std(&shared.requests).epoch),
             }),
             _not_send: PhantomData,
         })
@@ -695,6 +758,7 @@ impl EventLoop {
         local.shared.main_woken.store(true, SeqCst);
         loop {
             if local.shared.main_woken.swap(false, SeqCst) {
+                local.poll_start.set(Instant::now());
                 let _budget = crate::coop::start_poll();
                 if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
                     return v;

@@ -70,6 +70,16 @@ pub(crate) struct Shared {
     pub(crate) stats: SharedStats,
     /// Poll-time histogram (ns), merged in by the loop every few milliseconds.
     pub(crate) poll_hist: Mutex<Histogram<u64>>,
+    /// Per-request metrics, merged in by the loop every few milliseconds and
+    /// before it sleeps; a reset (any thread) bumps the epoch under the same
+    /// lock, so the loop drops what it recorded before it saw the reset.
+    pub(crate) requests: Mutex<PublishedRequests>,
+}
+
+#[derive(Default)]
+pub(crate) struct PublishedRequests {
+    pub(crate) metrics: crate::stats::RequestMetrics,
+    pub(crate) epoch: u64,
 }
 
 pub(crate) fn new_histogram() -> Histogram<u64> {
@@ -90,6 +100,7 @@ impl Shared {
             wake_fd: eventfd()?,
             stats: SharedStats::default(),
             poll_hist: Mutex::new(new_histogram()),
+            requests: Mutex::new(PublishedRequests::default()),
         })
     }
 
@@ -112,6 +123,7 @@ impl Shared {
         }
         s.tasks_alive.store(0, Ordering::Relaxed);
         lock_std(&self.poll_hist).reset();
+        lock_std(&self.requests).metrics.reset();
         drain_eventfd(self.wake_fd.as_raw_fd());
     }
 
