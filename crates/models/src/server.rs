@@ -186,7 +186,6 @@ struct Shared {
     network: Vec<LoopHandle>,
     next_loop: AtomicUsize,
     thread_stack: usize,
-    long_poll: Option<Duration>,
     tpc_threads: AtomicU64,
     /// Name of thread-per-conn connection threads (`<name>-conn`).
     conn_thread_name: String,
@@ -390,7 +389,6 @@ fn start(b: ServerBuilder, handler: Arc<HandlerFn>) -> io::Result<Server> {
         network: handles,
         next_loop: AtomicUsize::new(0),
         thread_stack: b.thread_stack,
-        long_poll: b.long_poll,
         tpc_threads: AtomicU64::new(0),
         conn_thread_name: format!("{}-conn", b.name),
     });
@@ -411,7 +409,6 @@ fn start(b: ServerBuilder, handler: Arc<HandlerFn>) -> io::Result<Server> {
         .into_iter()
         .map(|l| accept_on.spawn(accept_loop(l, shared.clone())))
         .collect();
-    let _ = shared.long_poll;
     Ok(Server {
         shared,
         acceptor,
