@@ -926,6 +926,44 @@ fn conformance_unix_socket() {
     conformance(&InProc::unix("amped:2").target());
 }
 
+/// Every check again with the server's sockets moving one byte at a time,
+/// waking spuriously and hit by `EINTR` (`duality_rt::faults`), under every
+/// evented model: nothing lost, duplicated, reordered or hung.
+fn conformance_under_faults(model: &str) {
+    let srv = InProc::tcp_with_faults(model, duality_rt::faults::Faults::ALL);
+    conformance(&srv.target());
+}
+
+#[test]
+fn faults_sped() {
+    conformance_under_faults("sped");
+}
+
+#[test]
+fn faults_amped() {
+    conformance_under_faults("amped:2");
+}
+
+#[test]
+fn faults_seda_s() {
+    conformance_under_faults("seda-s:2");
+}
+
+#[test]
+fn faults_symped() {
+    conformance_under_faults("symped:2");
+}
+
+#[test]
+fn faults_seda() {
+    conformance_under_faults("seda:2:2");
+}
+
+#[test]
+fn faults_steal() {
+    conformance_under_faults("steal:2");
+}
+
 /// TTLs and a delayed flush_all, in real time (one model: it sleeps).
 #[test]
 fn expiry_in_real_time() {

@@ -296,10 +296,26 @@ impl InProc {
     }
 
     pub fn start(model: Model, config: KvConfig, unix: bool) -> InProc {
+        InProc::start_with_faults(model, config, unix, duality_rt::faults::Faults::NONE)
+    }
+
+    /// `model` over TCP with [`small_config`], its loops injecting `faults`.
+    pub fn tcp_with_faults(model: &str, faults: duality_rt::faults::Faults) -> InProc {
+        let m: Model = model.parse().expect("model");
+        InProc::start_with_faults(m, small_config(&m), false, faults)
+    }
+
+    pub fn start_with_faults(
+        model: Model,
+        config: KvConfig,
+        unix: bool,
+        faults: duality_rt::faults::Faults,
+    ) -> InProc {
         let state = KvState::new(config).expect("kv config");
         let mut b = ServerBuilder::new()
             .name("kvtest")
             .model(model)
+            .faults(faults)
             .refusal_message("ERROR Too many open connections\r\n");
         let mut dir = None;
         let mut sock = None;

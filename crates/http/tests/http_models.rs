@@ -5,12 +5,30 @@
 mod common;
 
 use common::{fnv1a, read_file, TestServer};
+use duality_models::ServerBuilder;
 use std::time::Duration;
 
 fn exercise(model: &str) {
     let s = TestServer::with_model(model, model, |c| {
         c.head_timeout = Duration::from_millis(400)
     });
+    exercise_on(&s, model);
+}
+
+/// The same under injected faults (`duality_rt::faults`: short reads and
+/// writes, spurious wake-ups, `EINTR`): nothing lost, reordered or hung.
+fn exercise_under_faults(model: &str) {
+    let s = TestServer::with_builder(
+        model,
+        ServerBuilder::new()
+            .model(model.parse().unwrap())
+            .faults(duality_rt::faults::Faults::ALL),
+        |c| c.head_timeout = Duration::from_millis(400),
+    );
+    exercise_on(&s, model);
+}
+
+fn exercise_on(s: &TestServer, model: &str) {
     let big = fnv1a(&read_file(&s.www().join("big.bin")));
     let addr = s.addr;
     let clients: Vec<_> = (0..4)
@@ -67,4 +85,11 @@ fn steal() {
 #[test]
 fn thread_per_conn() {
     exercise("thread-per-conn");
+}
+
+#[test]
+fn faults_every_evented_model() {
+    for model in ["sped", "symped:2", "amped:1", "seda:1:1", "steal:2"] {
+        exercise_under_faults(model);
+    }
 }

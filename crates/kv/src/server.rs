@@ -475,13 +475,17 @@ impl Mode {
     }
 }
 
-/// A connection's protocol state: its mode, and bytes of a refused value
-/// still to discard (they may arrive over several reads, and are never
-/// buffered).
+/// A connection's protocol state: its mode, bytes of a refused value still
+/// to discard (they may arrive over several reads, and are never buffered),
+/// and how much of a command line still without its end has been searched.
 #[derive(Default, Debug)]
 pub struct KvSession {
     mode: Mode,
     swallow: usize,
+    /// The first `no_eol` bytes of the pending request hold no `\n`: a line
+    /// arriving a few bytes at a time is searched once, not once per read
+    /// (which would be quadratic in its length).
+    no_eol: usize,
 }
 
 impl KvSession {
@@ -603,9 +607,30 @@ impl Protocol for KvProtocol {
 
 impl KvProtocol {
     fn parse_text<'a>(&self, s: &mut KvSession, input: &'a [u8]) -> Parsed<KvRequest<'a>> {
+        if s.no_eol > 0 && input.len() >= s.no_eol {
+            let l = &self.0.limits;
+            // Past the ordinary line limit without an end, only a retrieval
+            // line is still waiting (the parser refused any other).
+            let limit = if s.no_eol > l.max_line {
+                l.max_get_line.max(l.max_line)
+            } else {
+                l.max_line
+            };
+            if input.len() <= limit && memchr::memchr(b'\n', &input[s.no_eol..]).is_none() {
+                s.no_eol = input.len();
+                return Parsed::Incomplete(0);
+            }
+        }
+        s.no_eol = 0;
         match parse(input, &self.0.limits) {
             Ok((req, used)) => Parsed::Request(KvRequest::Text(Ok(req)), used),
-            Err(ParseError::Incomplete) => Parsed::Incomplete(incomplete_need(input)),
+            Err(ParseError::Incomplete) => {
+                let need = incomplete_need(input);
+                if need == 0 && memchr::memchr(b'\n', input).is_none() {
+                    s.no_eol = input.len();
+                }
+                Parsed::Incomplete(need)
+            }
             Err(e) => {
                 // Answer the error; drop what it covers, the rest as it arrives.
                 let consumed = e.consumed().unwrap_or(input.len());
@@ -636,7 +661,7 @@ impl KvProtocol {
 /// complete and declares a value (`set k 0 0 <bytes>`): line + value + 2.
 /// 0 when unknown (the buffer then doubles as it fills).
 fn incomplete_need(input: &[u8]) -> usize {
-    let Some(eol) = input.iter().position(|&b| b == b'\n') else {
+    let Some(eol) = memchr::memchr(b'\n', input) else {
         return 0;
     };
     let line = &input[..eol];
@@ -713,5 +738,52 @@ pub async fn sweep_forever(payload: Payload, state: Arc<KvState>) {
                 })
                 .await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds `bytes` one more byte at a time, as a client trickling them
+    /// would make the driver do, and returns what each parse said.
+    fn trickle(bytes: &[u8]) -> Vec<&'static str> {
+        let p = KvProtocol::new(KvState::new(KvConfig::default()).unwrap());
+        let mut s = KvSession::default();
+        (1..=bytes.len())
+            .map(|n| match p.parse(&mut s, &bytes[..n]) {
+                Parsed::Incomplete(_) => "incomplete",
+                Parsed::Request(KvRequest::Text(Ok(_)), _) => "request",
+                Parsed::Request(KvRequest::Text(Err(ParseError::LineTooLong)), _) => "too long",
+                Parsed::Request(..) => "error",
+                Parsed::Skip(_) => "skip",
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_trickled_line_is_found_and_limited_as_a_whole_one() {
+        let r = trickle(b"get k\r\n");
+        assert_eq!(r.last(), Some(&"request"));
+        assert!(r[..r.len() - 1].iter().all(|&x| x == "incomplete"));
+        // 2048 bytes without an end wait; one more is too long.
+        let mut line = b"set k 0 0 1".to_vec();
+        line.resize(2049, b' ');
+        let r = trickle(&line);
+        assert_eq!(r[2047], "incomplete");
+        assert_eq!(r[2048], "too long");
+        // A retrieval line may grow to 256 KiB before it is refused.
+        let mut get = b"get".to_vec();
+        while get.len() <= 256 * 1024 {
+            get.extend_from_slice(b" somekey");
+        }
+        get.truncate(256 * 1024 + 1);
+        let r = trickle(&get);
+        assert!(r[..256 * 1024].iter().all(|&x| x == "incomplete"));
+        assert_eq!(r[256 * 1024], "too long");
+        // And ends where its end arrives.
+        let mut ok = get[..100_000].to_vec();
+        ok.extend_from_slice(b"\r\n");
+        assert_eq!(trickle(&ok).last(), Some(&"request"));
     }
 }

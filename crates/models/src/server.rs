@@ -32,6 +32,7 @@ pub struct ServerBuilder {
     refusal: Vec<u8>,
     long_poll: Option<Duration>,
     thread_stack: usize,
+    faults: duality_rt::faults::Faults,
 }
 
 impl Default for ServerBuilder {
@@ -49,6 +50,7 @@ impl Default for ServerBuilder {
             refusal: Vec::new(),
             long_poll: Some(Duration::from_millis(10)),
             thread_stack: 256 * 1024,
+            faults: duality_rt::faults::default_faults(),
         }
     }
 }
@@ -98,6 +100,14 @@ impl ServerBuilder {
         self.refusal = msg.into();
         self
     }
+    /// Faults the network loops inject into socket I/O (tests; default
+    /// `DUALITY_FAULTS`, normally none). `thread-per-conn` connections, on
+    /// blocking sockets, get none.
+    pub fn faults(mut self, f: duality_rt::faults::Faults) -> Self {
+        self.faults = f;
+        self
+    }
+
     /// Long-poll warning threshold for the loops.
     pub fn long_poll_threshold(mut self, t: Option<Duration>) -> Self {
         self.long_poll = t;
@@ -332,6 +342,7 @@ fn start(b: ServerBuilder, handler: Arc<HandlerFn>) -> io::Result<Server> {
         long_poll_threshold: b.long_poll,
         track_spawn_locations: true,
         work_group: group,
+        faults: b.faults,
         ..Default::default()
     };
     let (n_network, n_payload) = match b.model {

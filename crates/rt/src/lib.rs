@@ -33,6 +33,7 @@ pub mod coop;
 
 mod backend;
 pub mod event_loop;
+pub mod faults;
 pub mod fs;
 pub mod net;
 pub mod pool;

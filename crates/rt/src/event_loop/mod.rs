@@ -85,6 +85,9 @@ pub struct LoopConfig {
     /// Loops that share ready tasks (the `steal` model): a loop left with
     /// ready tasks after its turn hands half of them to a member that sleeps.
     pub work_group: Option<Arc<WorkGroup>>,
+    /// Faults this loop's sockets inject (tests; see [`crate::faults`]).
+    /// Default: `DUALITY_FAULTS`, normally none.
+    pub faults: crate::faults::Faults,
 }
 
 /// A set of loops that balance ready tasks among themselves.
@@ -168,6 +171,7 @@ impl Default for LoopConfig {
             remote_spin: Duration::from_micros(50),
             idle_spin: Duration::ZERO,
             work_group: None,
+            faults: crate::faults::default_faults(),
         }
     }
 }
@@ -524,6 +528,11 @@ where
 
 pub(crate) fn current_reactor() -> Option<BackendRef> {
     with_current(|cur| cur.map(|l| l.reactor.handle()))
+}
+
+/// The faults the loop running on this thread injects (none off a loop).
+pub(crate) fn current_faults() -> crate::faults::Faults {
+    with_current(|cur| cur.map_or(crate::faults::Faults::NONE, |l| l.config.faults))
 }
 
 /// The I/O backend of the loop running on this thread (after any fallback).

@@ -13,11 +13,19 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
+use crate::faults::Faults;
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+
 pub(crate) struct Evented<S: Source> {
     /// Under io_uring the descriptor belongs to the ring's `Io` (closed after
     /// the last completion), so the source is never dropped there.
     source: ManuallyDrop<S>,
     reg: Reg,
+    /// The faults its loop injects (tests), and counts of operations that
+    /// decide when (one per fault, so that one fault's rhythm does not
+    /// restrict another's).
+    faults: Faults,
+    fault_ticks: [AtomicU32; 3],
 }
 
 enum Reg {
@@ -42,7 +50,42 @@ impl<S: Source> Evented<S> {
         Ok(Evented {
             source: ManuallyDrop::new(source),
             reg,
+            faults: crate::event_loop::current_faults(),
+            fault_ticks: Default::default(),
         })
+    }
+
+    /// Under injected faults: whether this operation returns `Pending` after
+    /// waking its task (every other one with `yield`).
+    fn fault_yield(&self, cx: &mut Context<'_>) -> bool {
+        if self.faults.yields && self.fault_ticks[0].fetch_add(1, Relaxed) % 2 == 0 {
+            cx.waker().wake_by_ref();
+            return true;
+        }
+        false
+    }
+
+    /// Under injected faults: the part of `len` bytes one operation moves:
+    /// 1, 2, 7 or 4096 bytes in turn, so requests split at every position
+    /// while large transfers still finish in reasonable time.
+    fn fault_len(&self, len: usize) -> usize {
+        if self.faults.short {
+            let cap = match self.fault_ticks[1].fetch_add(1, Relaxed) % 4 {
+                0 => 1,
+                1 => 2,
+                2 => 7,
+                _ => 4096,
+            };
+            len.min(cap)
+        } else {
+            len
+        }
+    }
+
+    /// Under injected faults: whether this system call fails with `EINTR`
+    /// first (every third with `eintr`).
+    fn fault_eintr(&self) -> bool {
+        self.faults.eintr && self.fault_ticks[2].fetch_add(1, Relaxed) % 3 == 0
     }
 
     pub(crate) fn get_ref(&self) -> &S {
@@ -71,6 +114,16 @@ impl<S: Source> Evented<S> {
         cx: &mut Context<'_>,
         mut f: impl FnMut(&S) -> io::Result<R>,
     ) -> Poll<io::Result<R>> {
+        // A system call interrupted by a signal is retried at once.
+        let mut f = |s: &S| loop {
+            if self.faults.any() && self.fault_eintr() {
+                continue;
+            }
+            match f(s) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                r => return r,
+            }
+        };
         match &self.reg {
             Reg::Epoll(reg) => reg.poll_io(dir, cx, || f(&self.source)),
             Reg::Uring(io) => {
@@ -184,6 +237,15 @@ where
         cx: &mut Context<'_>,
         buf: &mut [u8],
     ) -> Poll<io::Result<usize>> {
+        let buf = if self.faults.any() {
+            if self.fault_yield(cx) {
+                return Poll::Pending;
+            }
+            let n = self.fault_len(buf.len());
+            &mut buf[..n]
+        } else {
+            buf
+        };
         match &self.reg {
             Reg::Epoll(_) => self.poll_read_with(cx, |mut s| io::Read::read(&mut s, buf)),
             Reg::Uring(io) => io.poll_read(cx, buf),
@@ -191,6 +253,14 @@ where
     }
 
     pub(crate) fn poll_write(&self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let buf = if self.faults.any() {
+            if self.fault_yield(cx) {
+                return Poll::Pending;
+            }
+            &buf[..self.fault_len(buf.len())]
+        } else {
+            buf
+        };
         match &self.reg {
             Reg::Epoll(_) => self.poll_write_with(cx, |mut s| io::Write::write(&mut s, buf)),
             Reg::Uring(io) => io.poll_write(cx, buf),
@@ -202,6 +272,14 @@ where
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
+        if self.faults.any() {
+            // One slice at a time, through the faults of `poll_write`.
+            let buf = bufs
+                .iter()
+                .find(|b| !b.is_empty())
+                .map_or(&[][..], |b| &**b);
+            return self.poll_write(cx, buf);
+        }
         match &self.reg {
             Reg::Epoll(_) => {
                 self.poll_write_with(cx, |mut s| io::Write::write_vectored(&mut s, bufs))
@@ -241,6 +319,12 @@ where
     pub(crate) async fn write_vec(&self, buf: &mut Vec<u8>) -> io::Result<()> {
         match &self.reg {
             Reg::Epoll(_) => {
+                let r = self.write_all(buf).await;
+                buf.clear();
+                r
+            }
+            // Injected faults apply to byte-wise writes.
+            Reg::Uring(_) if self.faults.any() => {
                 let r = self.write_all(buf).await;
                 buf.clear();
                 r
