@@ -58,7 +58,7 @@ impl<S: Source> Evented<S> {
     /// Under injected faults: whether this operation returns `Pending` after
     /// waking its task (every other one with `yield`).
     fn fault_yield(&self, cx: &mut Context<'_>) -> bool {
-        if self.faults.yields && self.fault_ticks[0].fetch_add(1, Relaxed) % 2 == 0 {
+        if self.faults.yields && self.fault_ticks[0].fetch_add(1, Relaxed).is_multiple_of(2) {
             cx.waker().wake_by_ref();
             return true;
         }
@@ -85,7 +85,7 @@ impl<S: Source> Evented<S> {
     /// Under injected faults: whether this system call fails with `EINTR`
     /// first (every third with `eintr`).
     fn fault_eintr(&self) -> bool {
-        self.faults.eintr && self.fault_ticks[2].fetch_add(1, Relaxed) % 3 == 0
+        self.faults.eintr && self.fault_ticks[2].fetch_add(1, Relaxed).is_multiple_of(3)
     }
 
     pub(crate) fn get_ref(&self) -> &S {
