@@ -86,7 +86,10 @@ pub(super) fn get(store: &Store, now: Time, raw_key: &[u8], f: &MetaFlags<'_>, o
     } else {
         out.extend_from_slice(b"HD");
     }
-    let mut exptime = item.exptime;
+    // Flags act in the order sent, as in memcached: a vivified item has no
+    // TTL until its `N` (a `t` before it reports -1), and the later of `N`
+    // and `T` sets the TTL.
+    let mut exptime = if created { 0 } else { item.exptime };
     let mut ttl_set = false;
     let mut won = false;
     for t in f.tokens() {
@@ -95,7 +98,11 @@ pub(super) fn get(store: &Store, now: Time, raw_key: &[u8], f: &MetaFlags<'_>, o
                 exptime = ttl(f.ttl(), now);
                 ttl_set = true;
             }
-            b'N' => won |= created,
+            b'N' if created => {
+                exptime = ttl(f.vivify(), now);
+                ttl_set = true;
+                won = true;
+            }
             b'R' => {
                 won |=
                     !item.win_sent && !created && exptime != 0 && exptime < ttl(f.recache(), now);
@@ -148,6 +155,8 @@ pub(super) fn get(store: &Store, now: Time, raw_key: &[u8], f: &MetaFlags<'_>, o
     }
     if ttl_set {
         e.set_exptime(exptime);
+    }
+    if f.ttl().is_some() {
         e.count(Counter::CmdTouch);
         e.count(Counter::TouchHits);
     } else {

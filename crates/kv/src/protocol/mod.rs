@@ -33,7 +33,9 @@ pub const KEY_MAX_LENGTH: usize = 250;
 /// The longest opaque token (`O` flag), counting the `O`.
 pub const OPAQUE_MAX_LENGTH: usize = 32;
 
-/// The most tokens a meta command line may have (command and key included).
+/// A meta command line of this many tokens or more (command and key
+/// included) is refused: memcached's limit of 20 counts its tokenizer's end
+/// marker too.
 pub const META_MAX_TOKENS: usize = 20;
 
 pub(crate) const BAD_FORMAT: &str = "bad command line format";
@@ -537,10 +539,13 @@ pub fn decode_key<'k>(raw: &'k [u8], base64: bool, buf: &'k mut [u8; KEY_MAX_LEN
     raw
 }
 
+/// Whether a line without its end yet may grow past the line limit: as in
+/// memcached, a `get` or `gets` after at most 100 spaces (multi-key gets can
+/// be long; `gat` lines cannot).
 fn is_retrieval_prefix(buf: &[u8]) -> bool {
-    [&b"get "[..], b"gets ", b"gat ", b"gats "]
-        .iter()
-        .any(|p| buf.starts_with(p))
+    let spaces = buf.iter().take_while(|&&b| b == b' ').count();
+    let buf = &buf[spaces..];
+    spaces <= 100 && (buf.starts_with(b"get ") || buf.starts_with(b"gets "))
 }
 
 /// Finds the `\n` ending the first line. As in memcached, a line whose end
@@ -579,6 +584,8 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Result<(Request<'a>, usize),
         [rest @ .., b'\r'] => rest,
         l => l,
     };
+    // memcached's tokenizer skips spaces before the command too.
+    let line = trim_start(line);
     let fail = |f: Fail| ParseError::Client {
         message: f.message,
         consumed: line_len,
@@ -963,11 +970,11 @@ fn meta_key_and_flags<'a>(
     raw: &'a [u8],
     before: usize,
 ) -> Result<MetaFlags<'a>, &'static str> {
-    if before + Tokens::new(raw).iter().count() > META_MAX_TOKENS {
-        return Err("options flags are too long");
-    }
     if key.len() > KEY_MAX_LENGTH {
         return Err(BAD_FORMAT);
+    }
+    if before + Tokens::new(raw).iter().count() >= META_MAX_TOKENS {
+        return Err("options flags are too long");
     }
     let flags = MetaFlags::parse(raw)?;
     check_meta_key(key, flags.base64())?;
@@ -993,7 +1000,19 @@ fn parse_mset<'a>(
         noreply: false,
     };
     let (key, after_key) = next_token(rest).ok_or(line_error)?;
+    // As memcached: errors found before the length is read leave the data
+    // block to be read as commands.
+    if key.len() > KEY_MAX_LENGTH {
+        return Err(line_error);
+    }
     let (len, raw) = next_token(after_key).ok_or(line_error)?;
+    if 3 + Tokens::new(raw).iter().count() >= META_MAX_TOKENS {
+        return Err(ParseError::Client {
+            message: "options flags too long",
+            consumed: line_len,
+            noreply: false,
+        });
+    }
     // Until the length is known the data block cannot be skipped.
     let vlen = match parse_vlen(len) {
         Some(v) => v,
