@@ -364,9 +364,10 @@ fn cache_memlimit_floor() {
     let floor = 32 * ((1u64 << 20) + 250 + 96);
     assert_eq!(c.stats("")["limit_maxbytes"], floor.to_string());
     assert!(kv.wait_stderr("cache_memlimit 8: applied", Duration::from_secs(5)));
-    // The largest item still fits.
-    let mut req = b"set big 0 0 1048576\r\n".to_vec();
-    req.extend(std::iter::repeat_n(b'b', 1 << 20));
+    // The largest item still fits (1 MiB in memcached's count, header included).
+    let n = (1 << 20) - duality_kv::protocol::item_size(3, 0, 0);
+    let mut req = format!("set big 0 0 {n}\r\n").into_bytes();
+    req.extend(std::iter::repeat_n(b'b', n));
     req.extend_from_slice(b"\r\n");
     c.expect(&req, b"STORED\r\n");
 }

@@ -541,7 +541,11 @@ impl Conn {
             1
         } else {
             all.split(|&b| b == b'\n')
-                .filter(|l| *l == b"mn\r" || *l == b"mn")
+                .filter(|l| {
+                    l.split(|&b| b == b' ' || b == b'\r')
+                        .find(|w| !w.is_empty())
+                        == Some(b"mn")
+                })
                 .count()
         };
         let start = self.out.len();
@@ -685,7 +689,9 @@ fn tcp(p: &InProc) -> SocketAddr {
 fn run_section(si: usize, s: &Section) -> Vec<String> {
     let item_max = s.item_max.unwrap_or(1 << 20);
     let size = item_max.to_string();
-    let mc = Memcached::start(&["-I", &size]);
+    // memcached refuses chunks larger than its items (512 KiB by default).
+    let chunk = format!("slab_chunk_max={}", (item_max / 2).min(512 * 1024));
+    let mc = Memcached::start(&["-I", &size, "-o", &chunk]);
     let du = duality("symped:2", item_max);
     let du_bytes = duality("amped:1", item_max);
     let (mc, du, du_bytes) = (mc.addr, tcp(&du), tcp(&du_bytes));

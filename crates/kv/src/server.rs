@@ -162,7 +162,7 @@ impl KvState {
             ..Limits::default()
         };
         Ok(Arc::new(KvState {
-            store: Store::new(sc),
+            store: Store::new(sc).with_item_size_max(config.max_item_size),
             limits,
             verbosity: AtomicU32::new(config.verbosity),
             config,

@@ -14,7 +14,7 @@ use crate::protocol::binary::{
     Status,
 };
 use crate::protocol::{ArithOp, Tokens};
-use crate::store::{expiry, Counter, Edit, Entry, Store, Time};
+use crate::store::{expiry, Counter, Edit, Entry, Store, Time, WriteError};
 
 /// A success header for `req` with these lengths.
 fn ok_header(
@@ -255,6 +255,7 @@ fn append(store: &Store, now: Time, req: &BinRequest<'_>, out: &mut Vec<u8>) {
     };
     match e.rewrite(edit, None) {
         Ok(cas) => ok_empty(req, cas, out),
+        Err(WriteError::TooLarge) => error(req, Status::NotStored, out),
         Err(_) => error(req, Status::OutOfMemory, out),
     }
 }

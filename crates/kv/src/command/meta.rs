@@ -223,7 +223,12 @@ pub(super) fn set(
         Edit::Prepend(value)
     };
 
-    let stored = |r: Result<u64, WriteError>| r.map_or(SetResult::NoMemory, SetResult::Stored);
+    let stored = |r: Result<u64, WriteError>| match r {
+        Ok(cas) => SetResult::Stored(cas),
+        // An append past the item size limit is not stored, as in memcached.
+        Err(WriteError::TooLarge) => SetResult::Code(b"NS"),
+        Err(_) => SetResult::NoMemory,
+    };
     let result = match e.item().map(|i| (i.cas, i.exptime, i.win_sent)) {
         Some((cas, old_exptime, win_sent)) => {
             let cas_res = if compare == 0 {

@@ -332,7 +332,8 @@ fn errors_keep_the_stream_in_sync() {
 #[test]
 fn too_large_values_are_refused_and_swallowed() {
     let mut s = Server::new();
-    s.limits.max_item_size = 10;
+    // Values of up to 10 bytes under one-byte keys.
+    s.limits.max_item_size = crate::protocol::item_size(1, 0, 10);
     s.check(
         "set k 0 0 1\r\na\r\nadd j 0 0 1\r\nj\r\n",
         "STORED\r\nSTORED\r\n",

@@ -52,10 +52,28 @@ pub struct Limits {
     pub max_line: usize,
     /// The longest retrieval command line (multi-key gets can be long).
     pub max_get_line: usize,
-    /// The largest value a storage command may carry (memcached's `-I`).
-    /// [`parse`] needs a whole request in the buffer, so a connection's read
-    /// buffer must be able to grow to `max_line + max_item_size + 2` bytes.
+    /// The item size limit (memcached's `-I`): a value is refused when its
+    /// [`item_size`] is larger, as memcached refuses it. [`parse`] needs a
+    /// whole request in the buffer, so a connection's read buffer must be
+    /// able to grow to `max_line + max_item_size + 2` bytes.
     pub max_item_size: usize,
+}
+
+impl Limits {
+    /// Whether an item of this key length, client flags and value length is
+    /// within [`Limits::max_item_size`].
+    pub fn fits(&self, key_len: usize, flags: u32, value_len: usize) -> bool {
+        item_size(key_len, flags, value_len) <= self.max_item_size
+    }
+}
+
+/// What memcached (64-bit, CAS on) counts of an item against its `-I`
+/// limit: its 48-byte header, the key and a NUL, 4 bytes of client flags
+/// unless they are 0, the value and its `\r\n`, and the 8-byte CAS unique.
+/// With `-I 1m` and a 5-byte key the largest value is 1048512 bytes.
+pub const fn item_size(key_len: usize, flags: u32, value_len: usize) -> usize {
+    let flags = if flags == 0 { 0 } else { 4 };
+    48 + key_len + 1 + flags + value_len + 2 + 8
 }
 
 impl Default for Limits {
@@ -256,6 +274,11 @@ pub enum Request<'a> {
     /// `lru_crawler <subcommand> [arg]`.
     LruCrawler {
         /// The arguments (`crawl all`, `metadump 1,2`, `enable`, …).
+        args: Tokens<'a>,
+    },
+    /// `slabs <subcommand> [args…]` (`reassign`, `automove`).
+    Slabs {
+        /// The arguments.
         args: Tokens<'a>,
     },
     /// `quit`: close the connection.
@@ -643,6 +666,9 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Result<(Request<'a>, usize),
         b"lru_crawler" => Ok(Request::LruCrawler {
             args: Tokens::new(rest),
         }),
+        b"slabs" => Ok(Request::Slabs {
+            args: Tokens::new(rest),
+        }),
         b"quit" => Ok(Request::Quit),
         b"mn" => Ok(Request::MetaNoop),
         // memcached answers ERROR to a meta command without a key.
@@ -762,7 +788,7 @@ fn parse_storage<'a>(
         consumed,
         noreply,
     };
-    if vlen > limits.max_item_size {
+    if !limits.fits(key.len(), flags, vlen) {
         return Err(ParseError::TooLarge {
             key,
             key_base64: false,
@@ -1028,7 +1054,9 @@ fn parse_mset<'a>(
     if !matches!(flags.mode(), None | Some(b'E' | b'A' | b'P' | b'R' | b'S')) {
         return Err(swallow("invalid mode for ms M token"));
     }
-    if vlen > limits.max_item_size {
+    let mut key_buf = [0u8; KEY_MAX_LENGTH];
+    let key_len = decode_key(key, flags.base64(), &mut key_buf).len();
+    if !limits.fits(key_len, flags.client_flags().unwrap_or(0), vlen) {
         return Err(ParseError::TooLarge {
             key,
             key_base64: flags.base64(),

@@ -218,11 +218,26 @@ fn storage_errors() {
 
 #[test]
 fn too_large_is_decided_from_the_line() {
+    // memcached's item size: header, key, flags, value and CAS together.
+    assert_eq!(item_size(1, 0, 10), 70);
+    assert_eq!(item_size(1, 7, 10), 74);
+    assert_eq!(item_size(5, 0, 1048512), 1 << 20);
     let limits = Limits {
-        max_item_size: 10,
+        max_item_size: item_size(1, 0, 10),
         ..Limits::default()
     };
     assert!(parse(b"set k 0 0 10\r\n0123456789\r\n", &limits).is_ok());
+    // Client flags take 4 bytes more.
+    assert!(matches!(
+        parse(b"set k 7 0 10\r\n", &limits),
+        Err(ParseError::TooLarge { .. })
+    ));
+    assert!(matches!(
+        parse(b"ms k 10 F7\r\n", &limits),
+        Err(ParseError::TooLarge { .. })
+    ));
+    // A base64 key counts decoded.
+    assert!(parse(b"ms aw== 10 b\r\n0123456789\r\n", &limits).is_ok());
     assert_eq!(
         parse(b"set k 0 0 11\r\n", &limits),
         Err(ParseError::TooLarge {
@@ -504,7 +519,7 @@ fn line_limits() {
     let limits = Limits {
         max_line: 16,
         max_get_line: 32,
-        max_item_size: 100,
+        max_item_size: item_size(1, 0, 50),
     };
     assert_eq!(parse(&[b'x'; 16], &limits), Err(ParseError::Incomplete));
     assert_eq!(parse(&[b'x'; 17], &limits), Err(ParseError::LineTooLong));

@@ -121,6 +121,9 @@ pub enum Lookup {
 pub enum WriteError {
     /// The item is larger than a shard's share of the memory limit.
     OutOfMemory,
+    /// An append or prepend would make the item larger than the item size
+    /// limit ([`Store::with_item_size_max`]).
+    TooLarge,
     /// The operation needs an existing item and there is none.
     NotFound,
 }
@@ -203,6 +206,9 @@ pub struct Store {
     sweep_cursor: AtomicUsize,
     prefix_stats: PrefixStats,
     crawler: CrawlerSettings,
+    /// Appends and prepends may not make an item's
+    /// [`item_size`](crate::protocol::item_size) larger.
+    item_size_max: usize,
 }
 
 impl std::fmt::Debug for Store {
@@ -221,6 +227,17 @@ fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
 }
 
 impl Store {
+    /// The store with an item size limit (memcached's `-I`): an append or
+    /// prepend that would make an item's
+    /// [`item_size`](crate::protocol::item_size) larger fails with
+    /// [`WriteError::TooLarge`], as memcached refuses it. (Values stored
+    /// whole are checked by the parser, before they arrive.) No limit by
+    /// default.
+    pub fn with_item_size_max(mut self, max: usize) -> Store {
+        self.item_size_max = max;
+        self
+    }
+
     /// Creates an empty store.
     pub fn new(config: StoreConfig) -> Store {
         let n = config.shards.clamp(1, 1 << 16).next_power_of_two();
@@ -243,6 +260,7 @@ impl Store {
             sweep_cursor: AtomicUsize::new(0),
             prefix_stats: PrefixStats::default(),
             crawler: CrawlerSettings::default(),
+            item_size_max: usize::MAX,
         }
     }
 
@@ -748,6 +766,12 @@ impl<'s, 'k> Entry<'s, 'k> {
         let (flags, exptime) = (old.flags, old.exptime);
         // Build the new value while the old one is still borrowed.
         let old_value = old.value();
+        if let Edit::Append(d) | Edit::Prepend(d) = edit {
+            let size = crate::protocol::item_size(self.key.len(), flags, old_value.len() + d.len());
+            if size > self.store.item_size_max {
+                return Err(WriteError::TooLarge);
+            }
+        }
         let data = match edit {
             Edit::Append(d) => join(self.key, &[old_value, d]),
             Edit::Prepend(d) => join(self.key, &[d, old_value]),
