@@ -42,6 +42,9 @@ const README: &str = include_str!("../README.md");
 /// How long a case waits for more bytes before calling the connection open.
 const QUIET: Duration = Duration::from_millis(500);
 
+/// How many bytes of one send go one byte per write (the rest at once).
+const BYTEWISE_MAX: usize = 512;
+
 /// The opaque of the binary NOOP that ends a binary case.
 const END: u32 = 0xfeed_f00d;
 
@@ -523,8 +526,9 @@ impl Conn {
                 let _ = self.s.write_all(&all);
             }
             Send::ByteAtATime => {
-                // Past 4 KiB (large values) the rest goes at once.
-                let (bytewise, rest) = all.split_at(all.len().min(4096));
+                // Past [`BYTEWISE_MAX`] (long lines, large values) the rest
+                // goes at once.
+                let (bytewise, rest) = all.split_at(all.len().min(BYTEWISE_MAX));
                 for b in bytewise {
                     if self.s.write_all(std::slice::from_ref(b)).is_err() {
                         break;
@@ -652,15 +656,24 @@ fn same(a: &[u8], b: &[u8], ttl: bool) -> bool {
             .collect()
     };
     let (wa, wb) = (words(a), words(b));
-    wa.len() == wb.len() && wa.iter().zip(&wb).all(|(x, y)| {
-        let num = |w: &[u8]| -> Option<i64> {
-            let w = w.strip_suffix(b"\r").unwrap_or(w);
-            let w = w.strip_prefix(b"t").unwrap_or(w);
-            std::str::from_utf8(w).ok()?.parse().ok()
-        };
-        x == y
-            || matches!((num(x), num(y)), (Some(p), Some(q)) if (p - q).abs() <= 1 && x[0] == y[0])
-    })
+    wa.len() == wb.len()
+        && wa.iter().zip(&wb).all(|(x, y)| {
+            // `t<n>`, `exp=<n>` or a bare number: the name, then the number.
+            let num = |w: &[u8]| -> Option<(Vec<u8>, i64)> {
+                let w = w.strip_suffix(b"\r").unwrap_or(w);
+                let at = match w.iter().position(|&c| c == b'=') {
+                    Some(i) => i + 1,
+                    None => usize::from(w.first() == Some(&b't')),
+                };
+                let n = std::str::from_utf8(&w[at..]).ok()?.parse().ok()?;
+                Some((w[..at].to_vec(), n))
+            };
+            x == y
+                || matches!(
+                    (num(x), num(y)),
+                    (Some((a, p)), Some((b, q))) if a == b && (p - q).abs() <= 1
+                )
+        })
 }
 
 // ---- the servers ----

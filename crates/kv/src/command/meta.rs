@@ -7,10 +7,9 @@
 
 use super::classic::{apply, count_dead, NON_NUMERIC};
 use crate::num::{fmt_u64, parse_counter, push_i64, push_u64};
-use crate::protocol::{decode_key, ArithOp, MetaFlags, KEY_MAX_LENGTH};
-use crate::store::{
-    expiry, Counter, Edit, Store, Time, WriteError, ITEM_OVERHEAD, STALE, WIN_SENT,
-};
+use crate::protocol::{decode_key, item_size, ArithOp, MetaFlags, KEY_MAX_LENGTH};
+use crate::store::classes::class_of;
+use crate::store::{expiry, Counter, Edit, Store, Time, WriteError, STALE, WIN_SENT};
 
 fn flag(out: &mut Vec<u8>, c: u8) {
     out.push(b' ');
@@ -281,6 +280,9 @@ pub(super) fn set(
         }
         None => SetResult::Code(b"NS"),
     };
+    if matches!(result, SetResult::Stored(_)) && f.base64() {
+        e.set_key_binary();
+    }
     let (code, cas) = match result {
         SetResult::Stored(cas) => (&b"HD"[..], Some(cas)),
         SetResult::Code(code) => (code, None),
@@ -465,7 +467,9 @@ pub(super) fn arith(
     }
 }
 
-/// `me <key> [b]`: `ME <key> exp=… la=… cas=… fetch=… cls=1 size=…`.
+/// `me <key> [b]`: `ME <key> exp=… la=… cas=… fetch=… cls=… size=…`, the
+/// size as memcached counts it ([`item_size`]) and its class on memcached's
+/// ladder.
 pub(super) fn debug(store: &Store, now: Time, raw_key: &[u8], base64: bool, out: &mut Vec<u8>) {
     let mut buf = [0u8; KEY_MAX_LENGTH];
     let key = decode_key(raw_key, base64, &mut buf);
@@ -475,8 +479,13 @@ pub(super) fn debug(store: &Store, now: Time, raw_key: &[u8], base64: bool, out:
         out.extend_from_slice(b"EN\r\n");
         return;
     };
+    // As memcached: the key as stored, in base64 when `ms` had it so.
     out.extend_from_slice(b"ME ");
-    out.extend_from_slice(raw_key);
+    if item.key_binary {
+        crate::base64::encode(item.key, out);
+    } else {
+        out.extend_from_slice(item.key);
+    }
     out.extend_from_slice(b" exp=");
     push_i64(out, ttl_left(item.exptime, now));
     out.extend_from_slice(b" la=");
@@ -488,10 +497,11 @@ pub(super) fn debug(store: &Store, now: Time, raw_key: &[u8], base64: bool, out:
     } else {
         b" fetch=no"
     });
-    out.extend_from_slice(b" cls=1 size=");
-    push_u64(
-        out,
-        (item.key.len() + item.value.len() + ITEM_OVERHEAD) as u64,
-    );
+    // memcached's figures: its item size and that size's class.
+    let size = item_size(item.key.len(), item.flags, item.value.len());
+    out.extend_from_slice(b" cls=");
+    push_u64(out, class_of(size) as u64);
+    out.extend_from_slice(b" size=");
+    push_u64(out, size as u64);
     out.extend_from_slice(b"\r\n");
 }

@@ -62,7 +62,7 @@ pub use detail::{PrefixStats, PREFIX_DELIMITER};
 pub use stats::{Counter, Stats};
 
 use crate::protocol::KEY_MAX_LENGTH;
-use shard::{Shard, Slot, FETCHED};
+use shard::{Shard, Slot, FETCHED, KEY_BINARY};
 pub(crate) use shard::{STALE, WIN_SENT};
 use stats::{GlobalStats, ShardStats};
 use std::hash::BuildHasher;
@@ -170,7 +170,8 @@ pub(crate) struct FlushState {
     epoch: u32,
     /// Items last stored or accessed before this time are flushed (0 = none).
     fired: Time,
-    /// A delayed `flush_all` takes effect at this time (0 = none).
+    /// A delayed `flush_all` for items accessed before this time (0 =
+    /// none); it takes effect a second earlier, as memcached's.
     pending: Time,
 }
 
@@ -178,7 +179,7 @@ impl FlushState {
     /// Items whose access time is below the returned value are flushed.
     #[inline]
     pub(crate) fn cutoff(self, now: Time) -> Time {
-        if self.pending != 0 && now >= self.pending {
+        if self.pending != 0 && now.saturating_add(1) >= self.pending {
             self.fired.max(self.pending)
         } else {
             self.fired
@@ -377,20 +378,34 @@ impl Store {
         }
     }
 
-    /// Invalidates every item now (`delay` ≤ 0) or at `expiry(delay, now)`.
-    /// Items stored or accessed before that moment are never returned again;
-    /// their memory comes back through the LRU tail or [`Store::sweep`]. A new
-    /// delayed flush replaces a pending one, as in memcached.
+    /// Invalidates every item now (`delay` ≤ 0), or, for a later
+    /// `at = expiry(delay, now)`, the items stored or accessed before `at`,
+    /// from the second before `at` on: memcached's `oldest_live` is `at - 1`,
+    /// so `flush_all 1` takes effect at once, on items stored in the rest of
+    /// that second too. Flushed items are never returned again; their memory
+    /// comes back through the LRU tail or [`Store::sweep`]. A new flush
+    /// replaces a pending one, as in memcached; an absolute `at` in the past
+    /// flushes nothing (memcached's, for a time before it started). A flush
+    /// that takes effect now uses up a CAS unique, as memcached's does.
     pub fn flush_all(&self, delay: i64, now: Time) {
-        let f = self.flush_state();
-        let fired = f.cutoff(now);
+        // What earlier flushes took stays flushed, but not into this second:
+        // memcached replaces its cut-off, and what is stored from now on is
+        // the new flush's to judge.
+        let fired = self.flush_state().cutoff(now).min(now);
         let at = if delay > 0 { expiry(delay, now) } else { 0 };
-        if at > now {
+        if at == 0 || at <= now.saturating_add(1) {
+            self.next_cas();
+        }
+        if at == 0 {
+            // Every item stored so far is in an older epoch: no time cut-off
+            // is needed, and none may hide what is stored from now on.
+            self.flush_times.store(0, Relaxed);
+            self.flush_epoch.fetch_add(1, Relaxed);
+        } else if at > now {
             self.flush_times
                 .store(u64::from(fired) << 32 | u64::from(at), Relaxed);
         } else {
             self.flush_times.store(u64::from(fired) << 32, Relaxed);
-            self.flush_epoch.fetch_add(1, Relaxed);
         }
         self.global.bump(Counter::CmdFlush);
     }
@@ -571,6 +586,7 @@ fn item_of(s: &shard::Slot) -> Item<'_> {
         fetched: s.has(FETCHED),
         stale: s.has(STALE),
         win_sent: s.has(WIN_SENT),
+        key_binary: s.has(KEY_BINARY),
     }
 }
 
@@ -595,6 +611,8 @@ pub struct Item<'a> {
     pub stale: bool,
     /// A client has been handed the recache win token (`W`).
     pub win_sent: bool,
+    /// Stored by `ms` with a base64 key (memcached's `ITEM_KEY_BINARY`).
+    pub key_binary: bool,
 }
 
 /// One key's shard, locked, with the key looked up. Operations apply to that
@@ -707,6 +725,13 @@ impl<'s, 'k> Entry<'s, 'k> {
             } else {
                 s.bits & !STALE
             };
+        }
+    }
+
+    /// Marks the item as stored with a base64 key.
+    pub fn set_key_binary(&mut self) {
+        if let Some(s) = self.slot_mut() {
+            s.bits |= KEY_BINARY;
         }
     }
 

@@ -39,6 +39,8 @@ pub(crate) const LIVE: u8 = 1;
 pub(crate) const FETCHED: u8 = 2;
 pub(crate) const STALE: u8 = 4;
 pub(crate) const WIN_SENT: u8 = 8;
+/// Stored by `ms` with a base64 key (`me` shows it in base64).
+pub(crate) const KEY_BINARY: u8 = 16;
 
 /// One item (or a free slot). 64 bytes: one cache line.
 pub(crate) struct Slot {
@@ -62,7 +64,7 @@ pub(crate) struct Slot {
     pub(crate) next: u32,
     /// Key length (keys are at most 250 bytes).
     pub(crate) klen: u8,
-    /// LIVE, FETCHED, STALE, WIN_SENT.
+    /// LIVE, FETCHED, STALE, WIN_SENT, KEY_BINARY.
     pub(crate) bits: u8,
 }
 
