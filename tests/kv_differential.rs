@@ -6,21 +6,21 @@
 //! The cases are data: `tests/data/kv_corpus.txt` (its header describes the
 //! format). Each case runs on a fresh connection in its own key namespace
 //! (`$k` becomes a prefix unique to the case) on three servers started fresh
-//! for the corpus's section, so CAS uniques are handed out in the same order
-//! everywhere and are compared as they are:
+//! for the corpus's section (sections run in parallel), so CAS uniques are
+//! handed out in the same order everywhere and are compared as they are:
 //!
 //! * memcached, the request sent in one write;
 //! * duality (`symped:2`), the same;
-//! * a second duality (`amped:1`), the request sent one byte per write: the
-//!   pipeline split at every byte offset must answer what it answers whole.
+//! * a second duality (`amped:1`), the request sent one byte per write (its
+//!   first [`BYTEWISE_MAX`] bytes; the rest of a large value at once): split
+//!   at every byte offset, it must answer what it answers whole.
 //!
 //! Each request is followed by a probe (`mn`, or a binary NOOP when the
-//! request starts with the binary magic) and the answer is everything read
-//! before the probe's answer, or until the server closed (`<closed>`) or
-//! stayed silent for [`QUIET`] (`<open>`). Only what cannot match is masked:
-//! the version string, and times in seconds (meta `t` and `l`, `me`'s `exp=`
-//! and `la=`), which may
-//! differ by the one second the servers' clocks tick apart. A case marked
+//! connection speaks binary) and the answer is everything read before the
+//! probe's answer, or until the server closed (`<closed>`) or stayed silent
+//! for [`QUIET`] (`<open>`). Only what cannot match is masked: the version
+//! string, and times in seconds (meta `t` and `l`, `me`'s `exp=` and `la=`)
+//! may differ by the one second the servers' clocks tick apart. A case marked
 //! with a `deviation` names its row of the README's "Deviations from
 //! memcached" table and gives duality's answer; memcached must answer
 //! something else (else the row is stale).
@@ -486,6 +486,8 @@ struct Conn {
     out: Vec<u8>,
     /// The server closed, or stayed silent: nothing more is sent.
     done: bool,
+    /// The protocol, from the first byte sent (`None`: nothing sent yet).
+    binary: Option<bool>,
 }
 
 impl Conn {
@@ -499,6 +501,7 @@ impl Conn {
             how,
             out: Vec::new(),
             done: false,
+            binary: None,
         }
     }
 
@@ -509,8 +512,10 @@ impl Conn {
         if self.done {
             return;
         }
-        let binary =
-            self.out.is_empty() && bytes.first() == Some(&0x80) || self.out.first() == Some(&0x81);
+        if self.binary.is_none() && !bytes.is_empty() {
+            self.binary = Some(bytes[0] == 0x80);
+        }
+        let binary = self.binary == Some(true);
         let (probe_req, probe_resp) = match (probe, binary) {
             (false, _) => (Vec::new(), Vec::new()),
             (true, true) => binary_probe(),
