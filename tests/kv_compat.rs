@@ -365,9 +365,10 @@ fn cache_memlimit_floor() {
     let floor = 32 * ((1u64 << 20) + 250 + 32 + 2 * 32768);
     assert_eq!(c.stats("")["limit_maxbytes"], floor.to_string());
     assert!(kv.wait_stderr("cache_memlimit 8: applied", Duration::from_secs(5)));
-    // The largest item still fits.
-    let mut req = b"set big 0 0 1048576\r\n".to_vec();
-    req.extend(std::iter::repeat_n(b'b', 1 << 20));
+    // The largest item still fits (1 MiB in memcached's count, header included).
+    let n = (1 << 20) - duality_kv::protocol::item_size(3, 0, 0);
+    let mut req = format!("set big 0 0 {n}\r\n").into_bytes();
+    req.extend(std::iter::repeat_n(b'b', n));
     req.extend_from_slice(b"\r\n");
     c.expect(&req, b"STORED\r\n");
 }
@@ -525,8 +526,9 @@ fn stats_sizes_detail_and_errors() {
 /// `stats conns` describes the asking connection as memcached does: its
 /// address, the listening address, `conn_parse_cmd`, 0 seconds; an idle
 /// one that never sent a request is `conn_new_cmd`, one between requests
-/// `conn_read`. (memcached also lists its listening sockets; the descriptor
-/// numbers are each server's own.)
+/// `conn_read`. Both list their listening socket too: its address,
+/// `conn_listening`, seconds since start. (The descriptor numbers are each
+/// server's own.)
 #[test]
 fn stats_conns() {
     let mc = Memcached::start(&[]);
@@ -582,6 +584,21 @@ fn stats_conns() {
                 || (server == "memcached" && states.contains(&&"conn_mwrite".to_string())),
             "{server}: {st:?}"
         );
+        // The listening socket, before the connections (by descriptor).
+        let listener = fd_of(&format!("tcp:{addr}")).unwrap_or_else(|| panic!("{server}: {st:?}"));
+        assert_eq!(
+            st[&format!("{listener}:state")],
+            "conn_listening",
+            "{server}"
+        );
+        assert!(st[&format!("{listener}:secs_since_last_cmd")]
+            .parse::<u64>()
+            .is_ok());
+        assert!(
+            !st.contains_key(&format!("{listener}:listen_addr")),
+            "{server}"
+        );
+        assert!(listener.parse::<i32>().unwrap() < fd.parse::<i32>().unwrap());
         // Every client connection has the four fields.
         for (k, v) in st.iter().filter(|(k, _)| k.ends_with(":listen_addr")) {
             let fd = k.trim_end_matches(":listen_addr");

@@ -749,11 +749,16 @@ pub fn running_as_root() -> bool {
 }
 
 impl Memcached {
-    /// Starts it with `extra` arguments (64 MiB, 2 threads).
-    pub fn start(extra: &[&str]) -> Memcached {
-        let bin = ["/usr/bin/memcached", "/usr/local/bin/memcached"]
+    /// The memcached binary, if installed.
+    pub fn binary() -> Option<&'static str> {
+        ["/usr/bin/memcached", "/usr/local/bin/memcached"]
             .into_iter()
             .find(|p| std::path::Path::new(p).is_file())
+    }
+
+    /// Starts it with `extra` arguments (64 MiB, 2 threads).
+    pub fn start(extra: &[&str]) -> Memcached {
+        let bin = Memcached::binary()
             .expect("memcached is not installed (apt-get install memcached; CI installs it)");
         let mut last = String::new();
         for _ in 0..5 {

@@ -65,7 +65,8 @@
 //! assert_eq!(out, b"STORED\r\nVALUE k 0 2\r\nhi\r\nEND\r\n");
 //! ```
 //!
-//! A storage command whose length exceeds [`Limits::max_item_size`] is refused
+//! A storage command whose item (as memcached counts it: [`protocol::item_size`])
+//! exceeds [`Limits::max_item_size`] is refused
 //! from its command line alone ([`ParseError::TooLarge`]): the server answers
 //! and discards the value as it arrives without ever buffering it. A line with
 //! no end within the limit is [`ParseError::LineTooLong`]: close without an

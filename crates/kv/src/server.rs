@@ -22,7 +22,7 @@ use crate::{
     parse_binary, request_shard, BinError, BinRequest, ExecContext, Flow, Limits, ParseError,
     Request, ServerStats, Store, StoreConfig, Time,
 };
-use duality_models::{Conn, DriverConfig, Parsed, Payload, Protocol, StatsHandle};
+use duality_models::{Conn, DriverConfig, ListenAddr, Parsed, Payload, Protocol, StatsHandle};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -33,7 +33,8 @@ use std::time::{Duration, Instant};
 pub struct KvConfig {
     /// Memory limit for items, bytes (`-m` is in MiB).
     pub memory_limit: usize,
-    /// Largest value (`-I`).
+    /// The item size limit (`-I`), as memcached counts an item: see
+    /// [`item_size`](crate::protocol::item_size).
     pub max_item_size: usize,
     /// Connection limit (`-c`), reported in `stats`.
     pub max_conns: usize,
@@ -180,7 +181,7 @@ impl KvState {
             None => Store::new(sc),
         };
         Ok(Arc::new(KvState {
-            store,
+            store: store.with_item_size_max(config.max_item_size),
             limits,
             verbosity: AtomicU32::new(config.verbosity),
             config,
@@ -294,30 +295,60 @@ impl KvState {
         }
     }
 
-    /// `stats conns`: `<fd>:addr`, `:listen_addr`, `:state`,
-    /// `:secs_since_last_cmd` per open connection, by descriptor as
-    /// memcached numbers them (listening sockets are not listed). `state` is
-    /// `conn_parse_cmd` while a request of the connection executes (the
-    /// asking one's), `conn_read` between requests, `conn_new_cmd` before the
-    /// first (memcached's words for these states).
+    /// `stats conns`, by descriptor as memcached numbers them: a listening
+    /// socket's `<fd>:addr`, `:state` (`conn_listening`) and
+    /// `:secs_since_last_cmd` (since the server started, as memcached's), and
+    /// `<fd>:addr`, `:listen_addr`, `:state`, `:secs_since_last_cmd` per open
+    /// connection. A connection's `state` is `conn_parse_cmd` while a request
+    /// of the connection executes (the asking one's), `conn_read` between
+    /// requests, `conn_new_cmd` before the first (memcached's words for these
+    /// states).
     fn write_conns(&self, now: Time, out: &mut Vec<u8>) {
+        let show = |a: Option<std::net::SocketAddr>| match a {
+            Some(a) => format!("tcp:{a}"),
+            None => "unix:".to_string(),
+        };
+        // Every line of a descriptor, listeners and connections in fd order.
+        let mut lines: BTreeMap<i32, Vec<(&str, String)>> = BTreeMap::new();
+        let listeners = self.server.get().map(|h| h.listeners()).unwrap_or(&[]);
+        let up = now.saturating_sub(self.started_unix as Time);
+        for l in listeners {
+            let addr = match &l.addr {
+                ListenAddr::Tcp(a) => format!("tcp:{a}"),
+                ListenAddr::Unix(p) => format!("unix:{}", p.display()),
+            };
+            lines.insert(
+                l.fd,
+                vec![
+                    ("addr", addr),
+                    ("state", "conn_listening".into()),
+                    ("secs_since_last_cmd", up.to_string()),
+                ],
+            );
+        }
         let conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
         for c in conns.values() {
-            let fd = c.fd;
-            let show = |a: Option<std::net::SocketAddr>| match a {
-                Some(a) => format!("tcp:{a}"),
-                None => "unix:".to_string(),
-            };
-            crate::write_stat(out, &format!("{fd}:addr"), show(c.addr));
-            crate::write_stat(out, &format!("{fd}:listen_addr"), show(c.listen_addr));
             let state = match c.state.load(Relaxed) {
                 CONN_NEW => "conn_new_cmd",
                 CONN_READ => "conn_read",
                 _ => "conn_parse_cmd",
             };
-            crate::write_stat(out, &format!("{fd}:state"), state);
             let idle = now.saturating_sub(c.last_cmd.load(Relaxed));
-            crate::write_stat(out, &format!("{fd}:secs_since_last_cmd"), idle);
+            lines.insert(
+                c.fd,
+                vec![
+                    ("addr", show(c.addr)),
+                    ("listen_addr", show(c.listen_addr)),
+                    ("state", state.into()),
+                    ("secs_since_last_cmd", idle.to_string()),
+                ],
+            );
+        }
+        drop(conns);
+        for (fd, fields) in lines {
+            for (name, value) in fields {
+                crate::write_stat(out, &format!("{fd}:{name}"), value);
+            }
         }
     }
 }

@@ -137,6 +137,24 @@ impl ServerBuilder {
     }
 }
 
+/// A listening socket of a [`Server`], as `stats conns` lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listener {
+    /// Its descriptor.
+    pub fd: std::os::fd::RawFd,
+    /// Where it listens.
+    pub addr: ListenAddr,
+}
+
+/// The address of a [`Listener`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ListenAddr {
+    /// A TCP address (with the real port when 0 was asked for).
+    Tcp(SocketAddr),
+    /// A Unix socket path.
+    Unix(PathBuf),
+}
+
 /// A listener bound before the threads start, so bind errors surface at once.
 enum Bound {
     Tcp(std::net::TcpListener),
@@ -199,6 +217,8 @@ struct Shared {
     tpc_threads: AtomicU64,
     /// Name of thread-per-conn connection threads (`<name>-conn`).
     conn_thread_name: String,
+    /// The listening sockets, in the order they were given.
+    listeners: Vec<Listener>,
 }
 
 impl Shared {
@@ -337,6 +357,23 @@ fn start(b: ServerBuilder, handler: Arc<HandlerFn>) -> io::Result<Server> {
     for p in &b.unix {
         bound.push(Bound::Unix(bind_unix(p)?));
     }
+    let listeners = bound
+        .iter()
+        .zip(
+            tcp_addrs
+                .iter()
+                .map(|a| ListenAddr::Tcp(*a))
+                .chain(b.unix.iter().map(|p| ListenAddr::Unix(p.clone()))),
+        )
+        .map(|(l, addr)| {
+            use std::os::fd::AsRawFd;
+            let fd = match l {
+                Bound::Tcp(l) => l.as_raw_fd(),
+                Bound::Unix(l) => l.as_raw_fd(),
+            };
+            Listener { fd, addr }
+        })
+        .collect();
     let loop_config = |name: String, group: Option<Arc<WorkGroup>>| LoopConfig {
         name: Some(name),
         long_poll_threshold: b.long_poll,
@@ -402,6 +439,7 @@ fn start(b: ServerBuilder, handler: Arc<HandlerFn>) -> io::Result<Server> {
         thread_stack: b.thread_stack,
         tpc_threads: AtomicU64::new(0),
         conn_thread_name: format!("{}-conn", b.name),
+        listeners,
     });
     // SPED accepts on its one loop; every other model has an acceptor thread.
     let acceptor = if b.model == Model::Sped {
@@ -442,6 +480,11 @@ impl Server {
     /// The bound TCP addresses (with the real port when 0 was asked for).
     pub fn tcp_addrs(&self) -> &[SocketAddr] {
         &self.tcp_addrs
+    }
+
+    /// The listening sockets: TCP ones first, then Unix ones.
+    pub fn listeners(&self) -> &[Listener] {
+        &self.shared.listeners
     }
 
     /// Spawns a background task (e.g. a periodic sweep) on the acceptor's
@@ -598,6 +641,11 @@ impl StatsHandle {
         for (_, h) in self.loops() {
             h.reset_request_metrics();
         }
+    }
+
+    /// See [`Server::listeners`].
+    pub fn listeners(&self) -> &[Listener] {
+        &self.shared.listeners
     }
 }
 

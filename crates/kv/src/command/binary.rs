@@ -14,7 +14,7 @@ use crate::protocol::binary::{
     Status,
 };
 use crate::protocol::{ArithOp, Tokens};
-use crate::store::{expiry, Counter, Edit, Entry, Store, Time};
+use crate::store::{expiry, Counter, Edit, Entry, Store, Time, WriteError};
 
 /// A success header for `req` with these lengths.
 fn ok_header(
@@ -138,6 +138,8 @@ fn get(store: &Store, now: Time, req: &BinRequest<'_>, touch: Option<u32>, out: 
     let op = req.opcode.loud();
     let mut e = store.entry(req.key, now);
     count_dead(&e);
+    // `stats detail`: gets and touches alike, as memcached counts them.
+    store.prefix_stats().record_get(req.key, e.exists());
     e.count(if touch.is_some() {
         Counter::CmdTouch
     } else {
@@ -209,6 +211,7 @@ fn update(store: &Store, now: Time, req: &BinRequest<'_>, out: &mut Vec<u8>) {
         Extras::Store { flags, exptime } => (flags, exptime_of(exptime, now)),
         _ => (0, 0),
     };
+    store.prefix_stats().record_set(req.key);
     let mut e = store.entry(req.key, now);
     e.count(Counter::CmdSet);
     if req.cas != 0 {
@@ -240,6 +243,7 @@ fn update(store: &Store, now: Time, req: &BinRequest<'_>, out: &mut Vec<u8>) {
 
 /// append/prepend and quiet forms (CAS checked when given).
 fn append(store: &Store, now: Time, req: &BinRequest<'_>, out: &mut Vec<u8>) {
+    store.prefix_stats().record_set(req.key);
     let mut e = store.entry(req.key, now);
     e.count(Counter::CmdSet);
     let Some(current) = e.item().map(|i| i.cas) else {
@@ -255,12 +259,14 @@ fn append(store: &Store, now: Time, req: &BinRequest<'_>, out: &mut Vec<u8>) {
     };
     match e.rewrite(edit, None) {
         Ok(cas) => ok_empty(req, cas, out),
+        Err(WriteError::TooLarge) => error(req, Status::NotStored, out),
         Err(_) => error(req, Status::OutOfMemory, out),
     }
 }
 
 /// delete/deleteq (CAS checked when given).
 fn delete(store: &Store, now: Time, req: &BinRequest<'_>, out: &mut Vec<u8>) {
+    store.prefix_stats().record_delete(req.key);
     let mut e = store.entry(req.key, now);
     match e.item().map(|i| i.cas) {
         None => {

@@ -49,9 +49,8 @@ pub(super) fn get(
     for key in keys.iter() {
         let mut e = store.entry(key, now);
         count_dead(&e);
-        if touch.is_none() {
-            store.prefix_stats().record_get(key, e.exists());
-        }
+        // `stats detail`: `gat` counts as a get, as in memcached.
+        store.prefix_stats().record_get(key, e.exists());
         e.count(if touch.is_some() {
             Counter::CmdTouch
         } else {

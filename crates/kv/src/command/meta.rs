@@ -7,10 +7,9 @@
 
 use super::classic::{apply, count_dead, NON_NUMERIC};
 use crate::num::{fmt_u64, parse_counter, push_i64, push_u64};
-use crate::protocol::{decode_key, ArithOp, MetaFlags, KEY_MAX_LENGTH};
-use crate::store::{
-    expiry, Counter, Edit, Store, Time, WriteError, ITEM_OVERHEAD, STALE, WIN_SENT,
-};
+use crate::protocol::{decode_key, item_size, ArithOp, MetaFlags, KEY_MAX_LENGTH};
+use crate::store::classes::class_of;
+use crate::store::{expiry, Counter, Edit, Store, Time, WriteError, STALE, WIN_SENT};
 
 fn flag(out: &mut Vec<u8>, c: u8) {
     out.push(b' ');
@@ -86,7 +85,10 @@ pub(super) fn get(store: &Store, now: Time, raw_key: &[u8], f: &MetaFlags<'_>, o
     } else {
         out.extend_from_slice(b"HD");
     }
-    let mut exptime = item.exptime;
+    // Flags act in the order sent, as in memcached: a vivified item has no
+    // TTL until its `N` (a `t` before it reports -1), and the later of `N`
+    // and `T` sets the TTL.
+    let mut exptime = if created { 0 } else { item.exptime };
     let mut ttl_set = false;
     let mut won = false;
     for t in f.tokens() {
@@ -95,7 +97,11 @@ pub(super) fn get(store: &Store, now: Time, raw_key: &[u8], f: &MetaFlags<'_>, o
                 exptime = ttl(f.ttl(), now);
                 ttl_set = true;
             }
-            b'N' => won |= created,
+            b'N' if created => {
+                exptime = ttl(f.vivify(), now);
+                ttl_set = true;
+                won = true;
+            }
             b'R' => {
                 won |=
                     !item.win_sent && !created && exptime != 0 && exptime < ttl(f.recache(), now);
@@ -148,6 +154,8 @@ pub(super) fn get(store: &Store, now: Time, raw_key: &[u8], f: &MetaFlags<'_>, o
     }
     if ttl_set {
         e.set_exptime(exptime);
+    }
+    if f.ttl().is_some() {
         e.count(Counter::CmdTouch);
         e.count(Counter::TouchHits);
     } else {
@@ -214,7 +222,12 @@ pub(super) fn set(
         Edit::Prepend(value)
     };
 
-    let stored = |r: Result<u64, WriteError>| r.map_or(SetResult::NoMemory, SetResult::Stored);
+    let stored = |r: Result<u64, WriteError>| match r {
+        Ok(cas) => SetResult::Stored(cas),
+        // An append past the item size limit is not stored, as in memcached.
+        Err(WriteError::TooLarge) => SetResult::Code(b"NS"),
+        Err(_) => SetResult::NoMemory,
+    };
     let result = match e.item().map(|i| (i.cas, i.exptime, i.win_sent)) {
         Some((cas, old_exptime, win_sent)) => {
             let cas_res = if compare == 0 {
@@ -267,6 +280,9 @@ pub(super) fn set(
         }
         None => SetResult::Code(b"NS"),
     };
+    if matches!(result, SetResult::Stored(_)) && f.base64() {
+        e.set_key_binary();
+    }
     let (code, cas) = match result {
         SetResult::Stored(cas) => (&b"HD"[..], Some(cas)),
         SetResult::Code(code) => (code, None),
@@ -451,7 +467,9 @@ pub(super) fn arith(
     }
 }
 
-/// `me <key> [b]`: `ME <key> exp=… la=… cas=… fetch=… cls=1 size=…`.
+/// `me <key> [b]`: `ME <key> exp=… la=… cas=… fetch=… cls=… size=…`, the
+/// size as memcached counts it ([`item_size`]) and its class on memcached's
+/// ladder.
 pub(super) fn debug(store: &Store, now: Time, raw_key: &[u8], base64: bool, out: &mut Vec<u8>) {
     let mut buf = [0u8; KEY_MAX_LENGTH];
     let key = decode_key(raw_key, base64, &mut buf);
@@ -461,8 +479,13 @@ pub(super) fn debug(store: &Store, now: Time, raw_key: &[u8], base64: bool, out:
         out.extend_from_slice(b"EN\r\n");
         return;
     };
+    // As memcached: the key as stored, in base64 when `ms` had it so.
     out.extend_from_slice(b"ME ");
-    out.extend_from_slice(raw_key);
+    if item.key_binary {
+        crate::base64::encode(item.key, out);
+    } else {
+        out.extend_from_slice(item.key);
+    }
     out.extend_from_slice(b" exp=");
     push_i64(out, ttl_left(item.exptime, now));
     out.extend_from_slice(b" la=");
@@ -474,10 +497,11 @@ pub(super) fn debug(store: &Store, now: Time, raw_key: &[u8], base64: bool, out:
     } else {
         b" fetch=no"
     });
-    out.extend_from_slice(b" cls=1 size=");
-    push_u64(
-        out,
-        (item.key.len() + item.value.len() + ITEM_OVERHEAD) as u64,
-    );
+    // memcached's figures: its item size and that size's class.
+    let size = item_size(item.key.len(), item.flags, item.value.len());
+    out.extend_from_slice(b" cls=");
+    push_u64(out, class_of(size) as u64);
+    out.extend_from_slice(b" size=");
+    push_u64(out, size as u64);
     out.extend_from_slice(b"\r\n");
 }

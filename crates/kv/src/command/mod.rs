@@ -14,6 +14,7 @@ mod binary;
 mod classic;
 mod crawler;
 mod meta;
+mod slabs;
 mod stats;
 
 use crate::protocol::{decode_key, BinRequest, Opcode, ParseError, Request, KEY_MAX_LENGTH};
@@ -209,6 +210,7 @@ pub fn execute<C: ExecContext + ?Sized>(
         }
         Request::Stats { args } => stats::stats(store, ctx, now, args, out),
         Request::LruCrawler { args } => crawler::lru_crawler(store, now, args, out),
+        Request::Slabs { args } => slabs::slabs(args, out),
         Request::Shutdown { args } => {
             let mut it = args.iter();
             let mode_ok = match it.next() {

@@ -598,7 +598,23 @@ pub fn parse_binary<'a>(
         return Err(invalid);
     }
     let key_end = HEADER_LEN + extras_len + key_len;
-    if value_len > limits.max_item_size {
+    // The client flags count when the item is near the limit (see
+    // `item_size`): then the extras must have arrived to decide.
+    let too_large = if limits.fits(key_len, 0xffff_ffff, value_len) {
+        false
+    } else if !limits.fits(key_len, 0, value_len) {
+        true
+    } else {
+        let extras = buf
+            .get(HEADER_LEN..HEADER_LEN + extras_len)
+            .ok_or(BinError::Incomplete { need: key_end })?;
+        let flags = match extras {
+            [a, b, c, d, ..] => u32::from_be_bytes([*a, *b, *c, *d]),
+            _ => 0,
+        };
+        !limits.fits(key_len, flags, value_len)
+    };
+    if too_large {
         // Refused before the value arrives; the key names the old item a
         // refused set drops.
         let key = buf

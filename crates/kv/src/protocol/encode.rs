@@ -110,6 +110,10 @@ impl Request<'_> {
                 out.extend_from_slice(b"lru_crawler");
                 push_tokens(out, args);
             }
+            Request::Slabs { args } => {
+                out.extend_from_slice(b"slabs");
+                push_tokens(out, args);
+            }
             Request::Shutdown { args } => {
                 out.extend_from_slice(b"shutdown");
                 push_tokens(out, args);

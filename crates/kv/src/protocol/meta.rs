@@ -10,9 +10,10 @@
 use super::{Tokens, BAD_FORMAT, OPAQUE_MAX_LENGTH};
 use crate::num::{parse_i32, parse_u32, parse_u64};
 
-/// The most flags one meta command can carry: memcached allows 20 tokens per
-/// meta command line, two of which are the command and the key.
-pub const META_MAX_FLAGS: usize = 18;
+/// The most flags one meta command can carry: memcached refuses 20 tokens
+/// per meta command line (its count includes an end marker), two of which
+/// are the command and the key (`ms` has one more, the length).
+pub const META_MAX_FLAGS: usize = 17;
 
 /// The flags of one meta command: the flag text borrowed from the request
 /// line, checked, with the numeric arguments parsed.
@@ -57,6 +58,18 @@ pub struct MetaFlags<'a> {
     mode: u8,
 }
 
+/// Why one flag token was refused (see [`MetaFlags::parse`]).
+enum FlagError {
+    /// Unknown or repeated: the flags are refused with this at once.
+    Fatal(&'static str),
+    /// A bad argument: refused with this once all flags are seen.
+    Arg(&'static str),
+    /// A bad `F` argument: memcached notes the error without a message.
+    ClientFlags,
+    /// An `O` token over [`OPAQUE_MAX_LENGTH`].
+    LongOpaque,
+}
+
 /// The `seen` bit of a flag letter.
 #[inline]
 fn bit(c: u8) -> Option<u64> {
@@ -85,48 +98,68 @@ impl<'a> MetaFlags<'a> {
             raw,
             ..MetaFlags::default()
         };
+        // As memcached's flag pass: an unknown or repeated flag fails at
+        // once; a bad argument is noted and the pass goes on (the last such
+        // error is reported, an unknown flag after it still wins); a too
+        // long opaque is found only once the flags are good.
+        let mut bad_arg = None;
+        let mut long_opaque = false;
         for (n, t) in Tokens::new(raw).iter().enumerate() {
             if n == META_MAX_FLAGS {
                 return Err("options flags are too long");
             }
-            f.add(t)?;
+            match f.add(t) {
+                Ok(()) => {}
+                Err(FlagError::Fatal(e)) => return Err(e),
+                Err(FlagError::Arg(e)) => bad_arg = Some(e),
+                // A bad `F` keeps the message of an earlier bad argument.
+                Err(FlagError::ClientFlags) => bad_arg = bad_arg.or(Some(BAD_FORMAT)),
+                Err(FlagError::LongOpaque) => long_opaque = true,
+            }
         }
-        Ok(f)
+        match bad_arg {
+            Some(e) => Err(e),
+            None if long_opaque => Err("opaque token too long"),
+            None => Ok(f),
+        }
     }
 
-    fn add(&mut self, token: &'a [u8]) -> Result<(), &'static str> {
+    fn add(&mut self, token: &'a [u8]) -> Result<(), FlagError> {
+        use FlagError::{Arg, ClientFlags, Fatal};
         let c = token[0];
         if c >= 127 {
-            return Err("duplicate flag");
+            return Err(Fatal("duplicate flag"));
         }
         let Some(bit) = bit(c) else {
-            return Err("invalid flag");
+            return Err(Fatal("invalid flag"));
         };
         if self.seen & bit != 0 {
-            return Err("duplicate flag");
+            return Err(Fatal("duplicate flag"));
         }
         let arg = &token[1..];
-        const BAD_TOKEN: &str = "bad token in command line format";
+        const BAD_TOKEN: FlagError = Arg("bad token in command line format");
+        // Seen even when its argument is bad, as in memcached.
+        self.seen |= bit;
         match c {
             b'b' | b'c' | b'f' | b'h' | b'k' | b'l' | b'q' | b's' | b't' | b'u' | b'v' | b'x'
             | b'I' | b'P' | b'L' => {}
-            b'O' => {
-                if token.len() > OPAQUE_MAX_LENGTH {
-                    return Err("opaque token too long");
-                }
-            }
+            b'O' if token.len() > OPAQUE_MAX_LENGTH => return Err(FlagError::LongOpaque),
+            b'O' => {}
             b'T' => self.ttl = parse_i32(arg).ok_or(BAD_TOKEN)?,
             b'N' => self.vivify = parse_i32(arg).ok_or(BAD_TOKEN)?,
             b'R' => self.recache = parse_i32(arg).ok_or(BAD_TOKEN)?,
             b'C' => self.compare_cas = parse_u64(arg).ok_or(BAD_TOKEN)?,
             b'E' => self.new_cas = parse_u64(arg).ok_or(BAD_TOKEN)?,
-            b'F' => self.client_flags = parse_u32(arg).ok_or(BAD_FORMAT)?,
-            b'M' => self.mode = arg.first().copied().unwrap_or(0),
-            b'J' => self.initial = parse_u64(arg).ok_or("invalid numeric initial value")?,
-            b'D' => self.delta = parse_u64(arg).ok_or("invalid numeric delta value")?,
-            _ => return Err("invalid flag"),
+            b'F' => self.client_flags = parse_u32(arg).ok_or(ClientFlags)?,
+            b'M' if arg.len() != 1 => return Err(Arg("incorrect length for M token")),
+            b'M' => self.mode = arg[0],
+            b'J' => self.initial = parse_u64(arg).ok_or(Arg("invalid numeric initial value"))?,
+            b'D' => self.delta = parse_u64(arg).ok_or(Arg("invalid numeric delta value"))?,
+            _ => {
+                self.seen &= !bit;
+                return Err(Fatal("invalid flag"));
+            }
         }
-        self.seen |= bit;
         Ok(())
     }
 

@@ -33,7 +33,9 @@ pub const KEY_MAX_LENGTH: usize = 250;
 /// The longest opaque token (`O` flag), counting the `O`.
 pub const OPAQUE_MAX_LENGTH: usize = 32;
 
-/// The most tokens a meta command line may have (command and key included).
+/// A meta command line of this many tokens or more (command and key
+/// included) is refused: memcached's limit of 20 counts its tokenizer's end
+/// marker too.
 pub const META_MAX_TOKENS: usize = 20;
 
 pub(crate) const BAD_FORMAT: &str = "bad command line format";
@@ -50,10 +52,28 @@ pub struct Limits {
     pub max_line: usize,
     /// The longest retrieval command line (multi-key gets can be long).
     pub max_get_line: usize,
-    /// The largest value a storage command may carry (memcached's `-I`).
-    /// [`parse`] needs a whole request in the buffer, so a connection's read
-    /// buffer must be able to grow to `max_line + max_item_size + 2` bytes.
+    /// The item size limit (memcached's `-I`): a value is refused when its
+    /// [`item_size`] is larger, as memcached refuses it. [`parse`] needs a
+    /// whole request in the buffer, so a connection's read buffer must be
+    /// able to grow to `max_line + max_item_size + 2` bytes.
     pub max_item_size: usize,
+}
+
+impl Limits {
+    /// Whether an item of this key length, client flags and value length is
+    /// within [`Limits::max_item_size`].
+    pub fn fits(&self, key_len: usize, flags: u32, value_len: usize) -> bool {
+        item_size(key_len, flags, value_len) <= self.max_item_size
+    }
+}
+
+/// What memcached (64-bit, CAS on) counts of an item against its `-I`
+/// limit: its 48-byte header, the key and a NUL, 4 bytes of client flags
+/// unless they are 0, the value and its `\r\n`, and the 8-byte CAS unique.
+/// With `-I 1m` and a 5-byte key the largest value is 1048512 bytes.
+pub const fn item_size(key_len: usize, flags: u32, value_len: usize) -> usize {
+    let flags = if flags == 0 { 0 } else { 4 };
+    48 + key_len + 1 + flags + value_len + 2 + 8
 }
 
 impl Default for Limits {
@@ -254,6 +274,11 @@ pub enum Request<'a> {
     /// `lru_crawler <subcommand> [arg]`.
     LruCrawler {
         /// The arguments (`crawl all`, `metadump 1,2`, `enable`, …).
+        args: Tokens<'a>,
+    },
+    /// `slabs <subcommand> [args…]` (`reassign`, `automove`).
+    Slabs {
+        /// The arguments.
         args: Tokens<'a>,
     },
     /// `quit`: close the connection.
@@ -537,10 +562,13 @@ pub fn decode_key<'k>(raw: &'k [u8], base64: bool, buf: &'k mut [u8; KEY_MAX_LEN
     raw
 }
 
+/// Whether a line without its end yet may grow past the line limit: as in
+/// memcached, a `get` or `gets` after at most 100 spaces (multi-key gets can
+/// be long; `gat` lines cannot).
 fn is_retrieval_prefix(buf: &[u8]) -> bool {
-    [&b"get "[..], b"gets ", b"gat ", b"gats "]
-        .iter()
-        .any(|p| buf.starts_with(p))
+    let spaces = buf.iter().take_while(|&&b| b == b' ').count();
+    let buf = &buf[spaces..];
+    spaces <= 100 && (buf.starts_with(b"get ") || buf.starts_with(b"gets "))
 }
 
 /// Finds the `\n` ending the first line. As in memcached, a line whose end
@@ -579,6 +607,8 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Result<(Request<'a>, usize),
         [rest @ .., b'\r'] => rest,
         l => l,
     };
+    // memcached's tokenizer skips spaces before the command too.
+    let line = trim_start(line);
     let fail = |f: Fail| ParseError::Client {
         message: f.message,
         consumed: line_len,
@@ -634,6 +664,9 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Result<(Request<'a>, usize),
             args: Tokens::new(rest),
         }),
         b"lru_crawler" => Ok(Request::LruCrawler {
+            args: Tokens::new(rest),
+        }),
+        b"slabs" => Ok(Request::Slabs {
             args: Tokens::new(rest),
         }),
         b"quit" => Ok(Request::Quit),
@@ -755,7 +788,7 @@ fn parse_storage<'a>(
         consumed,
         noreply,
     };
-    if vlen > limits.max_item_size {
+    if !limits.fits(key.len(), flags, vlen) {
         return Err(ParseError::TooLarge {
             key,
             key_base64: false,
@@ -963,11 +996,11 @@ fn meta_key_and_flags<'a>(
     raw: &'a [u8],
     before: usize,
 ) -> Result<MetaFlags<'a>, &'static str> {
-    if before + Tokens::new(raw).iter().count() > META_MAX_TOKENS {
-        return Err("options flags are too long");
-    }
     if key.len() > KEY_MAX_LENGTH {
         return Err(BAD_FORMAT);
+    }
+    if before + Tokens::new(raw).iter().count() >= META_MAX_TOKENS {
+        return Err("options flags are too long");
     }
     let flags = MetaFlags::parse(raw)?;
     check_meta_key(key, flags.base64())?;
@@ -993,7 +1026,19 @@ fn parse_mset<'a>(
         noreply: false,
     };
     let (key, after_key) = next_token(rest).ok_or(line_error)?;
+    // As memcached: errors found before the length is read leave the data
+    // block to be read as commands.
+    if key.len() > KEY_MAX_LENGTH {
+        return Err(line_error);
+    }
     let (len, raw) = next_token(after_key).ok_or(line_error)?;
+    if 3 + Tokens::new(raw).iter().count() >= META_MAX_TOKENS {
+        return Err(ParseError::Client {
+            message: "options flags too long",
+            consumed: line_len,
+            noreply: false,
+        });
+    }
     // Until the length is known the data block cannot be skipped.
     let vlen = match parse_vlen(len) {
         Some(v) => v,
@@ -1009,7 +1054,9 @@ fn parse_mset<'a>(
     if !matches!(flags.mode(), None | Some(b'E' | b'A' | b'P' | b'R' | b'S')) {
         return Err(swallow("invalid mode for ms M token"));
     }
-    if vlen > limits.max_item_size {
+    let mut key_buf = [0u8; KEY_MAX_LENGTH];
+    let key_len = decode_key(key, flags.base64(), &mut key_buf).len();
+    if !limits.fits(key_len, flags.client_flags().unwrap_or(0), vlen) {
         return Err(ParseError::TooLarge {
             key,
             key_base64: flags.base64(),

@@ -218,11 +218,26 @@ fn storage_errors() {
 
 #[test]
 fn too_large_is_decided_from_the_line() {
+    // memcached's item size: header, key, flags, value and CAS together.
+    assert_eq!(item_size(1, 0, 10), 70);
+    assert_eq!(item_size(1, 7, 10), 74);
+    assert_eq!(item_size(5, 0, 1048512), 1 << 20);
     let limits = Limits {
-        max_item_size: 10,
+        max_item_size: item_size(1, 0, 10),
         ..Limits::default()
     };
     assert!(parse(b"set k 0 0 10\r\n0123456789\r\n", &limits).is_ok());
+    // Client flags take 4 bytes more.
+    assert!(matches!(
+        parse(b"set k 7 0 10\r\n", &limits),
+        Err(ParseError::TooLarge { .. })
+    ));
+    assert!(matches!(
+        parse(b"ms k 10 F7\r\n", &limits),
+        Err(ParseError::TooLarge { .. })
+    ));
+    // A base64 key counts decoded.
+    assert!(parse(b"ms aw== 10 b\r\n0123456789\r\n", &limits).is_ok());
     assert_eq!(
         parse(b"set k 0 0 11\r\n", &limits),
         Err(ParseError::TooLarge {
@@ -468,12 +483,16 @@ fn unknown_and_malformed_lines() {
             noreply: true
         }
     );
+    // memcached's tokenizer skips spaces before the command.
     assert_eq!(
-        err(b" get a\r\n"),
-        ParseError::UnknownCommand {
-            consumed: 8,
-            noreply: false
-        }
+        p(b"  get a\r\n"),
+        Ok((
+            Request::Get {
+                keys: keys("a"),
+                cas: false
+            },
+            9
+        ))
     );
     assert_eq!(
         err(b"GET a\r\n"),
@@ -500,7 +519,7 @@ fn line_limits() {
     let limits = Limits {
         max_line: 16,
         max_get_line: 32,
-        max_item_size: 100,
+        max_item_size: item_size(1, 0, 50),
     };
     assert_eq!(parse(&[b'x'; 16], &limits), Err(ParseError::Incomplete));
     assert_eq!(parse(&[b'x'; 17], &limits), Err(ParseError::LineTooLong));
@@ -595,13 +614,9 @@ fn meta_get_delete_arith() {
 
 #[test]
 fn meta_flags_values() {
-    let f = flags("v  T30 Oab  MEx P/a L F9");
-    assert_eq!(
-        f,
-        flags("v T30 Oab MEx P/a L F9"),
-        "spacing does not matter"
-    );
-    assert_ne!(f, flags("T30 v Oab MEx P/a L F9"), "order does");
+    let f = flags("v  T30 Oab  ME P/a L F9");
+    assert_eq!(f, flags("v T30 Oab ME P/a L F9"), "spacing does not matter");
+    assert_ne!(f, flags("T30 v Oab ME P/a L F9"), "order does");
     assert_eq!(f.ttl(), Some(30));
     assert_eq!(f.opaque(), Some(&b"ab"[..]));
     assert_eq!(f.mode(), Some(b'E'));
@@ -609,14 +624,35 @@ fn meta_flags_values() {
     assert!(f.has(b'P') && f.has(b'L') && !f.has(b'q') && !f.has(b'+'));
     let mut out = Vec::new();
     f.encode(&mut out);
-    assert_eq!(out, b" v T30 Oab MEx P/a L F9");
-    assert_eq!(flags("M").mode(), None);
+    assert_eq!(out, b" v T30 Oab ME P/a L F9");
+    assert_eq!(MetaFlags::parse(b"M"), Err("incorrect length for M token"));
+    assert_eq!(
+        MetaFlags::parse(b"MSS"),
+        Err("incorrect length for M token")
+    );
     assert_eq!(MetaFlags::parse(b"+"), Err("invalid flag"));
     assert_eq!(MetaFlags::parse(b"\xff"), Err("duplicate flag"));
     assert_eq!(
-        MetaFlags::parse(b"b c f h k l q s t u v x I O P L T1 N1 R1"),
+        MetaFlags::parse(b"b c f h k l q s t u v x I O P L T1 N1"),
         Err("options flags are too long")
     );
+    // memcached's order: an unknown or repeated flag at once, else the last
+    // bad argument (a bad `F` keeps an earlier message), else a long opaque.
+    let long_opaque = format!("O{} Tx", "9".repeat(40));
+    let long_opaque: &'static str = Box::leak(long_opaque.into_boxed_str());
+    for (raw, want) in [
+        ("Tx !", "invalid flag"),
+        ("Tx v v", "duplicate flag"),
+        ("Tx Ry", "bad token in command line format"),
+        ("Tx Dy", "invalid numeric delta value"),
+        ("Ty Fx", "bad token in command line format"),
+        ("Fx Ty", "bad token in command line format"),
+        ("Fx", "bad command line format"),
+        (long_opaque, "bad token in command line format"),
+        (&long_opaque[..41], "opaque token too long"),
+    ] {
+        assert_eq!(MetaFlags::parse(raw.as_bytes()).err(), Some(want), "{raw}");
+    }
 }
 
 #[test]

@@ -66,7 +66,7 @@ pub use detail::{PrefixStats, PREFIX_DELIMITER};
 pub use stats::{Counter, Stats};
 
 use crate::protocol::KEY_MAX_LENGTH;
-use shard::{NewItem, Shard, ACCESSED, FETCHED};
+use shard::{NewItem, Shard, ACCESSED, FETCHED, KEY_BINARY};
 pub(crate) use shard::{STALE, WIN_SENT};
 use stats::{GlobalStats, ShardStats};
 use std::hash::BuildHasher;
@@ -136,6 +136,9 @@ pub enum Lookup {
 pub enum WriteError {
     /// The item is larger than a shard's share of the memory limit.
     OutOfMemory,
+    /// An append or prepend would make the item larger than the item size
+    /// limit ([`Store::with_item_size_max`]).
+    TooLarge,
     /// The operation needs an existing item and there is none.
     NotFound,
 }
@@ -182,7 +185,8 @@ pub(crate) struct FlushState {
     epoch: u32,
     /// Items last stored or accessed before this time are flushed (0 = none).
     fired: Time,
-    /// A delayed `flush_all` takes effect at this time (0 = none).
+    /// A delayed `flush_all` for items accessed before this time (0 =
+    /// none); it takes effect a second earlier, as memcached's.
     pending: Time,
 }
 
@@ -190,7 +194,7 @@ impl FlushState {
     /// Items whose access time is below the returned value are flushed.
     #[inline]
     pub(crate) fn cutoff(self, now: Time) -> Time {
-        if self.pending != 0 && now >= self.pending {
+        if self.pending != 0 && now.saturating_add(1) >= self.pending {
             self.fired.max(self.pending)
         } else {
             self.fired
@@ -220,6 +224,9 @@ pub struct Store {
     crawler: CrawlerSettings,
     /// The memory file behind a warm restart, if any.
     file: Option<Mutex<memfile::MemFile>>,
+    /// Appends and prepends may not make an item's
+    /// [`item_size`](crate::protocol::item_size) larger.
+    item_size_max: usize,
 }
 
 impl std::fmt::Debug for Store {
@@ -238,6 +245,17 @@ fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
 }
 
 impl Store {
+    /// The store with an item size limit (memcached's `-I`): an append or
+    /// prepend that would make an item's
+    /// [`item_size`](crate::protocol::item_size) larger fails with
+    /// [`WriteError::TooLarge`], as memcached refuses it. (Values stored
+    /// whole are checked by the parser, before they arrive.) No limit by
+    /// default.
+    pub fn with_item_size_max(mut self, max: usize) -> Store {
+        self.item_size_max = max;
+        self
+    }
+
     /// Creates an empty store.
     pub fn new(config: StoreConfig) -> Store {
         Store::with_seed(config, random_seed())
@@ -266,6 +284,7 @@ impl Store {
             prefix_stats: PrefixStats::default(),
             crawler: CrawlerSettings::default(),
             file: None,
+            item_size_max: usize::MAX,
         }
     }
 
@@ -483,20 +502,34 @@ impl Store {
         }
     }
 
-    /// Invalidates every item now (`delay` ≤ 0) or at `expiry(delay, now)`.
-    /// Items stored or accessed before that moment are never returned again;
-    /// their memory comes back through eviction or [`Store::sweep`]. A new
-    /// delayed flush replaces a pending one, as in memcached.
+    /// Invalidates every item now (`delay` ≤ 0), or, for a later
+    /// `at = expiry(delay, now)`, the items stored or accessed before `at`,
+    /// from the second before `at` on: memcached's `oldest_live` is `at - 1`,
+    /// so `flush_all 1` takes effect at once, on items stored in the rest of
+    /// that second too. Flushed items are never returned again; their memory
+    /// comes back through eviction or [`Store::sweep`]. A new flush replaces
+    /// a pending one, as in memcached; an absolute `at` in the past flushes
+    /// nothing (memcached's, for a time before it started). A flush that
+    /// takes effect now uses up a CAS unique, as memcached's does.
     pub fn flush_all(&self, delay: i64, now: Time) {
-        let f = self.flush_state();
-        let fired = f.cutoff(now);
+        // What earlier flushes took stays flushed, but not into this second:
+        // memcached replaces its cut-off, and what is stored from now on is
+        // the new flush's to judge.
+        let fired = self.flush_state().cutoff(now).min(now);
         let at = if delay > 0 { expiry(delay, now) } else { 0 };
-        if at > now {
+        if at == 0 || at <= now.saturating_add(1) {
+            self.next_cas();
+        }
+        if at == 0 {
+            // Every item stored so far is in an older epoch: no time cut-off
+            // is needed, and none may hide what is stored from now on.
+            self.flush_times.store(0, Relaxed);
+            self.flush_epoch.fetch_add(1, Relaxed);
+        } else if at > now {
             self.flush_times
                 .store(u64::from(fired) << 32 | u64::from(at), Relaxed);
         } else {
             self.flush_times.store(u64::from(fired) << 32, Relaxed);
-            self.flush_epoch.fetch_add(1, Relaxed);
         }
         self.global.bump(Counter::CmdFlush);
     }
@@ -695,6 +728,8 @@ pub struct Item<'a> {
     pub stale: bool,
     /// A client has been handed the recache win token (`W`).
     pub win_sent: bool,
+    /// Stored by `ms` with a base64 key (memcached's `ITEM_KEY_BINARY`).
+    pub key_binary: bool,
 }
 
 /// One key's shard, locked, with the key looked up. Operations apply to that
@@ -795,6 +830,11 @@ impl<'s, 'k> Entry<'s, 'k> {
         self.set_bit(STALE, stale);
     }
 
+    /// Marks the item as stored with a base64 key.
+    pub fn set_key_binary(&mut self) {
+        self.set_bit(KEY_BINARY, true);
+    }
+
     /// Marks or clears the "win token sent" bit.
     pub fn set_win_sent(&mut self, sent: bool) {
         self.set_bit(WIN_SENT, sent);
@@ -852,6 +892,13 @@ impl<'s, 'k> Entry<'s, 'k> {
     pub fn rewrite(&mut self, edit: Edit<'_>, cas: Option<u64>) -> Result<u64, WriteError> {
         let l = self.idx.ok_or(WriteError::NotFound)?;
         let (flags, exptime) = (self.shard.flags(l), self.shard.exptime(l));
+        if let Edit::Append(d) | Edit::Prepend(d) = edit {
+            let old_len = self.shard.item(l).value.len();
+            let size = crate::protocol::item_size(self.key.len(), flags, old_len + d.len());
+            if size > self.store.item_size_max {
+                return Err(WriteError::TooLarge);
+            }
+        }
         // The old value's bytes can be reused by the write: copy them out.
         let old = self.shard.item(l).value.to_vec();
         let parts: [&[u8]; 2] = match edit {

@@ -34,7 +34,9 @@
 //!   without any per-item list links or writes on a hit beyond one bit.
 //!
 //! Moves during eviction may use one segment beyond the budget for a moment,
-//! so the budget is the limit less one segment.
+//! so the budget is the limit less one segment. (When the hash table has
+//! just grown, a shard can be over its budget until the insert that grew it
+//! has freed enough: the moment may then take one segment past the limit.)
 //!
 //! Invariants (checked by `check` in tests):
 //! - an item is live iff its `LIVE` bit is set iff the table holds its location;
@@ -57,6 +59,8 @@ pub(crate) const STALE: u8 = 4;
 pub(crate) const WIN_SENT: u8 = 8;
 /// Read since written or last given a second chance.
 pub(crate) const ACCESSED: u8 = 16;
+/// Stored by `ms` with a base64 key (`me` shows it in base64).
+pub(crate) const KEY_BINARY: u8 = 32;
 
 /// Bytes of an item's header in its segment.
 pub(crate) const HEADER: usize = 32;
@@ -384,6 +388,7 @@ impl Shard {
             fetched: bits & FETCHED != 0,
             stale: bits & STALE != 0,
             win_sent: bits & WIN_SENT != 0,
+            key_binary: bits & KEY_BINARY != 0,
         }
     }
 
@@ -544,11 +549,6 @@ impl Shard {
                 return Some(loc(h, at));
             }
         }
-        let limit = if over {
-            self.budget() + self.seg_size
-        } else {
-            self.budget()
-        };
         if let Some(old) = self.head.take() {
             if self.segs[old as usize].live == 0 {
                 // Everything written to it died while it was the head.
@@ -556,6 +556,14 @@ impl Shard {
             }
         }
         let held = self.allocated - self.spare.as_ref().map_or(0, |d| d.len());
+        // Eviction's moves may take one segment beyond what the shard holds
+        // (the victim is freed right after) even when a table growth just
+        // left it over its budget: a read item keeps its second chance.
+        let limit = if over {
+            self.budget().max(held) + self.seg_size
+        } else {
+            self.budget()
+        };
         if held + self.seg_size > limit {
             return None;
         }

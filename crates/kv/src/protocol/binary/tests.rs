@@ -262,20 +262,45 @@ fn a_huge_declared_value_is_refused_from_header_extras_and_key() {
     e.write_response(&mut out);
     assert_eq!(&out[6..8], &[0, 3]);
     assert_eq!(&out[24..], b"Too large.");
-    // The limit itself is fine; one more byte is not.
-    let ok = vec![b'v'; 1024];
+    // The limit itself is fine (memcached's item size: 60 bytes of header,
+    // key and CAS besides the value); one more byte is not.
+    let ok = vec![b'v'; 1024 - crate::protocol::item_size(1, 0, 0)];
     let mut r = BinRequest {
         key: b"k",
         value: &ok,
         ..BinRequest::new(Opcode::Append)
     };
     assert!(parse_binary(&enc(&r), &limits()).is_ok());
-    let big = vec![b'v'; 1025];
+    let big = vec![b'v'; ok.len() + 1];
     r.value = &big;
     assert!(matches!(
         parse_binary(&enc(&r), &limits()),
-        Err(BinError::TooLarge { consumed: 1050, .. })
+        Err(BinError::TooLarge { consumed: 990, .. })
     ));
+    // A set's client flags count once its extras have arrived.
+    let mut r = BinRequest {
+        key: b"k",
+        value: &ok[..ok.len() - 3],
+        extras: Extras::Store {
+            flags: 1,
+            exptime: 0,
+        },
+        ..BinRequest::new(Opcode::Set)
+    };
+    let bytes = enc(&r);
+    assert!(matches!(
+        parse_binary(&bytes[..24], &limits()),
+        Err(BinError::Incomplete { need: 33 })
+    ));
+    assert!(matches!(
+        parse_binary(&bytes, &limits()),
+        Err(BinError::TooLarge { .. })
+    ));
+    r.extras = Extras::Store {
+        flags: 0,
+        exptime: 0,
+    };
+    assert!(parse_binary(&enc(&r), &limits()).is_ok());
 }
 
 #[test]
