@@ -40,6 +40,7 @@ const F_SLOTS: usize = 32;
 const F_EPOCH: usize = 36;
 const F_CAS: usize = 40;
 const F_FIRED: usize = 48;
+const F_PENDING: usize = 52;
 const F_SEED: usize = 56;
 
 /// What a restart finds in the file.
@@ -52,8 +53,10 @@ pub enum Opened {
         epoch: u32,
         /// The next CAS unique then.
         next_cas: u64,
-        /// The last `flush_all` time then.
+        /// The `flush_all` cut-off then.
         fired: u32,
+        /// A delayed `flush_all` still to come then (0: none).
+        pending: u32,
     },
     /// Nothing to restore, and why (None: a new file).
     Fresh(Option<String>),
@@ -187,6 +190,7 @@ impl MemFile {
                 epoch: rd32(&head, F_EPOCH),
                 next_cas: rd64(&head, F_CAS),
                 fired: rd32(&head, F_FIRED),
+                pending: rd32(&head, F_PENDING),
             }
         };
         if !matches!(opened, Opened::Warm { .. }) {
@@ -255,11 +259,18 @@ impl MemFile {
 
     /// Marks the file consistent (after every shard wrote its table) with
     /// the store's counters, and writes it to disk.
-    pub(crate) fn close_clean(&mut self, epoch: u32, next_cas: u64, fired: u32) -> io::Result<()> {
+    pub(crate) fn close_clean(
+        &mut self,
+        epoch: u32,
+        next_cas: u64,
+        fired: u32,
+        pending: u32,
+    ) -> io::Result<()> {
         // Segments and tables first, then the flag that makes them trusted.
         self.head[F_EPOCH..F_EPOCH + 4].copy_from_slice(&epoch.to_le_bytes());
         self.head[F_CAS..F_CAS + 8].copy_from_slice(&next_cas.to_le_bytes());
         self.head[F_FIRED..F_FIRED + 4].copy_from_slice(&fired.to_le_bytes());
+        self.head[F_PENDING..F_PENDING + 4].copy_from_slice(&pending.to_le_bytes());
         self.file.sync_data()?;
         self.head.flush()?;
         self.head[F_CLEAN..F_CLEAN + 4].copy_from_slice(&1u32.to_le_bytes());

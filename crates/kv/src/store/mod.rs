@@ -337,10 +337,13 @@ impl Store {
                 epoch,
                 next_cas,
                 fired,
+                pending,
             } => {
                 store.flush_epoch.store(epoch, Relaxed);
                 store.next_cas.store(next_cas.max(1), Relaxed);
-                store.flush_times.store(u64::from(fired) << 32, Relaxed);
+                store
+                    .flush_times
+                    .store(u64::from(fired) << 32 | u64::from(pending), Relaxed);
                 let flush = store.flush_state();
                 for (i, cell) in store.cells.iter().enumerate() {
                     if let Err(why) = lock(&cell.shard).restore(now, flush, &cell.stats) {
@@ -371,7 +374,7 @@ impl Store {
         }
         let f = self.flush_state();
         let mut file = file.lock().unwrap_or_else(|e| e.into_inner());
-        file.close_clean(f.epoch, self.next_cas.load(Relaxed), f.fired)
+        file.close_clean(f.epoch, self.next_cas.load(Relaxed), f.fired, f.pending)
     }
 
     /// The memory file's path, if the store has one.
