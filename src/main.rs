@@ -2,6 +2,7 @@
 //! servers come from `duality-kv` / `duality-http` on `duality-models`,
 //! experiments from `duality-bench`. One file per subcommand under `cmd/`.
 
+mod alloc;
 mod cmd;
 
 use clap::{Parser, Subcommand};

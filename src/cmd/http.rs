@@ -210,6 +210,10 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         signal_hook::consts::SIGTERM,
         signal_hook::consts::SIGINT,
     ])?;
+    if a.model == duality_models::Model::ThreadPerConn {
+        // Connection threads come and go: give their memory back.
+        crate::alloc::spawn_reclaimer(Duration::from_secs(1))?;
+    }
     let builder = ServerBuilder::new()
         .name("http")
         .tcp(a.listen)

@@ -250,6 +250,10 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     }
     let threads = a.threads.unwrap_or_else(duality_models::cores);
     let model = a.model.unwrap_or(Model::Symped { n: threads });
+    if model == Model::ThreadPerConn {
+        // Connection threads come and go: give their memory back.
+        crate::alloc::spawn_reclaimer(Duration::from_secs(1))?;
+    }
     anyhow::ensure!(
         a.port != 0 || a.unix_socket.is_some(),
         "nothing to listen on: give a port (-p) or a Unix socket (-s)"
