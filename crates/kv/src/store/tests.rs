@@ -497,7 +497,8 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    // A failure shrinks for a bounded time: a long op list could take minutes.
+    #![proptest_config(ProptestConfig { cases: 64, max_shrink_iters: 2000, ..ProptestConfig::default() })]
 
     /// Random operations keep the shard invariants and the memory limit.
     #[test]
@@ -552,7 +553,8 @@ fn busy_op() -> impl Strategy<Value = Op> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    // A failure shrinks for a bounded time: a long op list could take minutes.
+    #![proptest_config(ProptestConfig { cases: 64, max_shrink_iters: 2000, ..ProptestConfig::default() })]
 
     /// Against a model (a map of what was last written): with room for
     /// everything the store answers exactly as the model; in a small store
