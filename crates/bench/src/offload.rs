@@ -280,19 +280,23 @@ pub struct Response {
     pub body: u64,
 }
 
+/// A chunked body that breaks the encoding's rules.
+#[derive(Debug, PartialEq, Eq)]
+pub struct BadChunk;
+
 /// Where a chunked body ends: `Ok(Some((bytes consumed, data bytes)))` once
 /// `buf` holds the whole body (last chunk and trailer included),
 /// `Ok(None)` while it does not, `Err` if it is not chunked encoding.
-pub fn chunked_end(buf: &[u8]) -> Result<Option<(usize, u64)>, ()> {
+pub fn chunked_end(buf: &[u8]) -> Result<Option<(usize, u64)>, BadChunk> {
     let mut at = 0;
     let mut data = 0u64;
     loop {
         let Some(eol) = buf[at..].windows(2).position(|w| w == b"\r\n") else {
             return Ok(None);
         };
-        let line = std::str::from_utf8(&buf[at..at + eol]).map_err(|_| ())?;
+        let line = std::str::from_utf8(&buf[at..at + eol]).map_err(|_| BadChunk)?;
         let hex = line.split(';').next().unwrap_or("").trim();
-        let len = u64::from_str_radix(hex, 16).map_err(|_| ())?;
+        let len = u64::from_str_radix(hex, 16).map_err(|_| BadChunk)?;
         at += eol + 2;
         if len == 0 {
             // Trailer fields, then an empty line.
@@ -311,7 +315,7 @@ pub fn chunked_end(buf: &[u8]) -> Result<Option<(usize, u64)>, ()> {
             return Ok(None);
         }
         if &buf[end - 2..end] != b"\r\n" {
-            return Err(());
+            return Err(BadChunk);
         }
         data += len;
         at = end;
@@ -368,7 +372,7 @@ fn read_response(
             match chunked_end(&buf[head_end..]) {
                 Ok(Some((_, data))) => break data,
                 Ok(None) => fill(s, buf)?,
-                Err(()) => return Err(bad("bad chunked body")),
+                Err(BadChunk) => return Err(bad("bad chunked body")),
             }
         }
     } else {
@@ -1027,9 +1031,12 @@ pub fn table(rows: &[OffloadRow]) -> String {
     crate::report::markdown_table(&header, &body)
 }
 
+/// Reads one metric of a row (`None`: the server has no such metric).
+pub type Metric = fn(&OffloadRow) -> Option<f64>;
+
 /// The metrics compared with `inline` (the seed's figures: each p99 as a
 /// percentage of the baseline's).
-pub const RELATIVE: [(&str, fn(&OffloadRow) -> Option<f64>); 6] = [
+pub const RELATIVE: [(&str, Metric); 6] = [
     ("cheap p99", |r| Some(r.cheap_p99_ms)),
     ("heavy p99", |r| r.heavy_p99_ms),
     ("TTFB p99 (client)", |r| Some(r.ttfb_p99_ms)),
@@ -1337,8 +1344,8 @@ duality_loop_poll_seconds_bucket{loop=\"a\",le=\"0.001\"} 5
         assert_eq!(chunked_end(&body[..body.len() - 1]), Ok(None));
         assert_eq!(chunked_end(&body[..7]), Ok(None));
         assert_eq!(chunked_end(b"0\r\nX-T: 1\r\n\r\n"), Ok(Some((13, 0))));
-        assert_eq!(chunked_end(b"zz\r\n"), Err(()));
-        assert_eq!(chunked_end(b"2\r\nabXY"), Err(()));
+        assert_eq!(chunked_end(b"zz\r\n"), Err(BadChunk));
+        assert_eq!(chunked_end(b"2\r\nabXY"), Err(BadChunk));
     }
 
     fn r(server: &str, load: u32, cheap: f64, heavy_s: f64) -> OffloadRow {
