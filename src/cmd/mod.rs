@@ -4,6 +4,7 @@ pub mod bench;
 pub mod bench_fairness;
 pub mod bench_http;
 pub mod bench_kv;
+pub mod bench_offload;
 pub mod bench_soak;
 pub mod bench_store;
 pub mod http;

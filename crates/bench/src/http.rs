@@ -503,6 +503,9 @@ pub fn write_workload_files(dir: &Path, workloads: &[Workload]) -> std::io::Resu
 pub struct RunningServer {
     /// Where it listens.
     pub addr: SocketAddr,
+    /// Where it serves Prometheus metrics (`duality http --metrics-listen`,
+    /// started by [`RunningServer::duality_with`]).
+    pub metrics: Option<SocketAddr>,
     child: Child,
     /// nginx's pid file (its master's PID is read from it to stop it).
     pid_file: Option<PathBuf>,
@@ -547,6 +550,7 @@ impl RunningServer {
         match (read, addr) {
             (Ok(_), Some(addr)) => Ok(RunningServer {
                 addr,
+                metrics: None,
                 child,
                 pid_file: None,
                 _prefix: None,
@@ -559,6 +563,67 @@ impl RunningServer {
         }
     }
 
+    /// Starts `duality http --listen 127.0.0.1:0 --root ROOT ARGS…` and
+    /// waits for its `ready http://ADDR` line. With `--metrics-listen` among
+    /// `args`, the metrics address is read from the server's
+    /// `metrics http://ADDR/metrics` line on stderr (printed before
+    /// `ready`). Its stderr is drained by a thread of this process, so that
+    /// log lines (long-poll warnings) never block the server.
+    pub fn duality_with(exe: &Path, root: &Path, args: &[&str]) -> anyhow::Result<RunningServer> {
+        let mut child = Command::new(exe)
+            .args(["http", "--listen", "127.0.0.1:0"])
+            .arg("--root")
+            .arg(root)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        let out = child.stdout.take().expect("piped stdout");
+        let err = child.stderr.take().expect("piped stderr");
+        let mut line = String::new();
+        let read = BufReader::new(out).read_line(&mut line);
+        let addr = line
+            .trim()
+            .strip_prefix("ready http://")
+            .and_then(|a| a.parse().ok());
+        let Some(addr) = read.ok().and(addr) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            let mut log = String::new();
+            let _ = std::io::Read::read_to_string(&mut BufReader::new(err), &mut log);
+            anyhow::bail!(
+                "duality http {} did not start: {line:?} {log}",
+                args.join(" ")
+            )
+        };
+        let mut err = BufReader::new(err);
+        let mut metrics = None;
+        if args.contains(&"--metrics-listen") {
+            let mut l = String::new();
+            while metrics.is_none() && err.read_line(&mut l).unwrap_or(0) > 0 {
+                metrics = l
+                    .split_whitespace()
+                    .find_map(|w| w.strip_prefix("http://")?.strip_suffix("/metrics"))
+                    .and_then(|a| a.parse().ok());
+                l.clear();
+            }
+        }
+        std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+        let server = RunningServer {
+            addr,
+            metrics,
+            child,
+            pid_file: None,
+            _prefix: None,
+        };
+        anyhow::ensure!(
+            server.metrics.is_some() || !args.contains(&"--metrics-listen"),
+            "duality http printed no metrics address"
+        );
+        Ok(server)
+    }
+
     /// Starts nginx with `workers` workers from a configuration written into
     /// a temporary prefix, serving `root` on a free loopback port.
     pub fn nginx(
@@ -567,13 +632,29 @@ impl RunningServer {
         workers: usize,
         fd_limit: u64,
     ) -> anyhow::Result<RunningServer> {
+        RunningServer::nginx_with(nginx, root, workers, fd_limit, "")
+    }
+
+    /// [`RunningServer::nginx`] with `extra` directives added to the `http`
+    /// block (e.g. `gzip on;`).
+    pub fn nginx_with(
+        nginx: &Path,
+        root: &Path,
+        workers: usize,
+        fd_limit: u64,
+        extra: &str,
+    ) -> anyhow::Result<RunningServer> {
         let prefix = TempDir::new(&format!("nginx-{workers}w"))?;
         // A free port: bind, read it, close (nginx binds it right after).
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let addr: SocketAddr = ([127, 0, 0, 1], port).into();
         let modules = Command::new(nginx).arg("-V").output()?;
         let modules = String::from_utf8_lossy(&modules.stderr).into_owned();
-        let conf = nginx_config(&prefix.0, root, addr, workers, fd_limit, &modules);
+        let mut conf = nginx_config(&prefix.0, root, addr, workers, fd_limit, &modules);
+        if !extra.is_empty() {
+            let at = conf.find("    server {").expect("a server block");
+            conf.insert_str(at, extra);
+        }
         let conf_path = prefix.0.join("nginx.conf");
         std::fs::write(&conf_path, conf)?;
         // nginx runs its workers as `nobody` when started as root: they must
@@ -615,6 +696,7 @@ impl RunningServer {
         }
         Ok(RunningServer {
             addr,
+            metrics: None,
             child,
             pid_file: Some(pid_file),
             _prefix: Some(prefix),

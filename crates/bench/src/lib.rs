@@ -12,6 +12,7 @@
 //! | [`fairness`] | `duality bench fairness` | a newcomer's first answer while clients flood the server: every model vs memcached and nginx |
 //! | [`store`] | `duality bench store` | the cache's memory under size waves, bytes per item, hit ratio under Zipf keys: vs memcached at the same `-m` |
 //! | [`soak`] | `duality bench soak` | good clients beside floods, slowloris, resets and churn: errors, p99, memory over time |
+//! | [`offload`] | `duality bench offload` | seed 002: 1% gzip requests inline, on the pool or adaptive, vs nginx `gzip on`: p99s of cheap and heavy requests, TTFB, accept latency, loop hold |
 //! | [`models_echo`] | `duality bench models --service echo` | requests/s and context switches per request under every model |
 
 pub mod fairness;
@@ -20,6 +21,7 @@ pub mod kv_tokio;
 pub mod loadgen;
 pub mod models_echo;
 pub mod models_kv;
+pub mod offload;
 pub mod plot;
 pub mod proc;
 pub mod report;

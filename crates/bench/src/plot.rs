@@ -201,6 +201,149 @@ where
     Ok(())
 }
 
+/// One named group of bars: a value per category (`None`: no bar).
+pub type BarSeries = (String, Vec<Option<f64>>);
+
+/// Draws grouped bars into `<path_stem>.png` and `.svg`: per category one
+/// bar per series, on a logarithmic y axis, with a black line at
+/// `reference` (e.g. 100% of a baseline). Every value must be positive.
+/// Returns the two paths.
+pub fn bar_chart(
+    path_stem: &Path,
+    title: &str,
+    y_label: &str,
+    categories: &[String],
+    series: &[BarSeries],
+    reference: f64,
+) -> anyhow::Result<(PathBuf, PathBuf)> {
+    let values = || series.iter().flat_map(|(_, v)| v.iter().flatten().copied());
+    anyhow::ensure!(values().next().is_some(), "nothing to plot for {title:?}");
+    anyhow::ensure!(
+        values().all(|v| v.is_finite() && v > 0.0) && reference > 0.0,
+        "{title:?}: bars on a logarithmic axis must be positive and finite"
+    );
+    anyhow::ensure!(
+        series.iter().all(|(_, v)| v.len() == categories.len()),
+        "{title:?}: one value per category"
+    );
+    let lo = values().fold(reference, f64::min) / 2.0;
+    let hi = values().fold(reference, f64::max) * 2.0;
+    let png = path_stem.with_extension("png");
+    let svg = path_stem.with_extension("svg");
+    if let Some(dir) = path_stem.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let spec = Bars {
+        title,
+        y_label,
+        categories,
+        series,
+        reference,
+        y: lo..hi,
+    };
+    {
+        let root = BitMapBackend::new(&png, SIZE).into_drawing_area();
+        draw_bars(&root, &spec)?;
+        root.present()
+            .map_err(|e| anyhow::anyhow!("{}: {e}", png.display()))?;
+    }
+    {
+        let root = SVGBackend::new(&svg, SIZE).into_drawing_area();
+        draw_bars(&root, &spec)?;
+        root.present()
+            .map_err(|e| anyhow::anyhow!("{}: {e}", svg.display()))?;
+    }
+    Ok((png, svg))
+}
+
+struct Bars<'a> {
+    title: &'a str,
+    y_label: &'a str,
+    categories: &'a [String],
+    series: &'a [BarSeries],
+    reference: f64,
+    y: std::ops::Range<f64>,
+}
+
+/// The x axis has one slot per bar and one empty slot after each group;
+/// a category's name sits under the middle bar of its group.
+fn draw_bars<DB: DrawingBackend>(
+    root: &DrawingArea<DB, plotters::coord::Shift>,
+    s: &Bars<'_>,
+) -> anyhow::Result<()> {
+    let err = |e: &dyn std::fmt::Display| anyhow::anyhow!("drawing {:?}: {e}", s.title);
+    let group = s.series.len() + 1;
+    let slots = (s.categories.len() * group) as i32;
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let mut chart = ChartBuilder::on(root)
+        .caption(s.title, ("sans-serif", 22))
+        .margin(16)
+        .x_label_area_size(48)
+        .y_label_area_size(80)
+        .build_cartesian_2d((0..slots).into_segmented(), s.y.clone().log_scale())
+        .map_err(|e| err(&e))?;
+    let label = |v: &SegmentValue<i32>| match v {
+        SegmentValue::CenterOf(i) if *i >= 0 && (*i as usize) % group == (group - 1) / 2 => s
+            .categories
+            .get(*i as usize / group)
+            .cloned()
+            .unwrap_or_default(),
+        _ => String::new(),
+    };
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(slots as usize + 1)
+        .x_label_formatter(&label)
+        .y_desc(s.y_label)
+        .y_label_formatter(&|v| tick(*v))
+        .label_style(("sans-serif", 15))
+        .axis_desc_style(("sans-serif", 18))
+        .draw()
+        .map_err(|e| err(&e))?;
+    let y0 = s.y.start;
+    for (k, (name, values)) in s.series.iter().enumerate() {
+        let color = COLORS[k % COLORS.len()];
+        let bars = values.iter().enumerate().filter_map(|(c, v)| {
+            let x = (c * group + k) as i32;
+            v.map(|v| {
+                let mut r = Rectangle::new(
+                    [
+                        (SegmentValue::Exact(x), y0),
+                        (SegmentValue::Exact(x + 1), v),
+                    ],
+                    color.filled(),
+                );
+                r.set_margin(0, 0, 2, 2);
+                r
+            })
+        });
+        chart
+            .draw_series(bars)
+            .map_err(|e| err(&e))?
+            .label(name.as_str())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 16, y + 6)], color.filled()));
+    }
+    chart
+        .draw_series(LineSeries::new(
+            [
+                (SegmentValue::Exact(0), s.reference),
+                (SegmentValue::Exact(slots), s.reference),
+            ],
+            BLACK.stroke_width(2),
+        ))
+        .map_err(|e| err(&e))?;
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 15))
+        .draw()
+        .map_err(|e| err(&e))?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -246,6 +389,26 @@ mod tests {
         assert!(text.contains("<svg") && text.contains("clients"));
         let (png, _) = line_chart(&dir.join("lin"), "Linear", "x", "y", &series, false).unwrap();
         assert!(png.exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn bar_charts_are_written_and_refuse_non_positive_values() {
+        let dir = std::env::temp_dir().join(format!("duality-plot-bars-{}", std::process::id()));
+        let cats = vec!["a".to_string(), "b".to_string()];
+        let series = vec![
+            ("one".to_string(), vec![Some(5.0), Some(150.0)]),
+            ("two".to_string(), vec![Some(80.0), None]),
+        ];
+        let (png, svg) =
+            bar_chart(&dir.join("bars"), "Bars", "% of x", &cats, &series, 100.0).unwrap();
+        assert!(std::fs::metadata(&png).unwrap().len() > 1000);
+        let text = std::fs::read_to_string(&svg).unwrap();
+        assert!(text.contains("<svg") && text.contains("% of x"));
+        let zero = vec![("z".to_string(), vec![Some(0.0), None])];
+        assert!(bar_chart(&dir.join("z"), "t", "y", &cats, &zero, 100.0).is_err());
+        let short = vec![("s".to_string(), vec![Some(1.0)])];
+        assert!(bar_chart(&dir.join("s"), "t", "y", &cats, &short, 100.0).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
