@@ -270,9 +270,13 @@ fn kv_metrics_listener_counts_what_was_sent() {
                 assert!(n <= CONNS as f64, "{model}: {n} accepts");
             },
             |p| {
+                // The poll histogram is published on the loop's own cadence
+                // (every 10 ms and before it sleeps): wait for it too.
                 p.value("duality_request_ttfb_seconds_count", "") == requests
                     && p.value("duality_request_loop_hold_seconds_count", "") == requests
                     && p.value("duality_accept_latency_seconds_count", "") == CONNS as f64
+                    && p.histogram("duality_loop_poll_seconds").values().sum::<u64>()
+                        >= (CONNS * (GETS + 1)) as u64
             },
         );
         for f in [
