@@ -275,8 +275,10 @@ fn kv_metrics_listener_counts_what_was_sent() {
                 p.value("duality_request_ttfb_seconds_count", "") == requests
                     && p.value("duality_request_loop_hold_seconds_count", "") == requests
                     && p.value("duality_accept_latency_seconds_count", "") == CONNS as f64
-                    && p.histogram("duality_loop_poll_seconds").values().sum::<u64>()
-                        >= (CONNS * (GETS + 1)) as u64
+                    && p.histogram("duality_loop_poll_seconds")
+                        .values()
+                        .sum::<u64>()
+                        >= CONNS as u64
             },
         );
         for f in [
@@ -290,9 +292,12 @@ fn kv_metrics_listener_counts_what_was_sent() {
         let network = polls.keys().filter(|l| l.contains("role=network")).count();
         let want_network = if model == "symped:2" { 2 } else { 1 };
         assert_eq!(network, want_network, "{model}: poll series {polls:?}");
+        // At least a poll per connection; not one per call: on epoll a
+        // connection's poll goes on reading while the client keeps up, so
+        // one poll can serve several calls.
         assert!(
-            polls.values().sum::<u64>() >= (CONNS * (GETS + 1)) as u64,
-            "{model}: every call took at least one poll: {polls:?}"
+            polls.values().sum::<u64>() >= CONNS as u64,
+            "{model}: every connection took a poll: {polls:?}"
         );
         for (name, want) in [
             ("duality_kv_cmd_get_total", CONNS * GETS),
