@@ -970,6 +970,138 @@ fn faults_steal() {
     conformance_under_faults("steal:2");
 }
 
+/// Connections reset by the peer part-way (`duality_rt::faults` `reset`:
+/// every third connection, after its 1st..7th read or write) and accepts
+/// failing with `EMFILE` (every third, the connection waiting in the
+/// backlog): a reset loses only its own connection, a value whose request
+/// was cut is never stored in part, every other connection is answered in
+/// full and in order, and the server keeps serving.
+fn resets_and_emfile(model: &str) {
+    use std::io::{Read, Write};
+    let faults = duality_rt::faults::Faults {
+        reset: true,
+        emfile: true,
+        ..duality_rt::faults::Faults::NONE
+    };
+    let srv = InProc::tcp_with_faults(model, faults);
+    let Addr::Tcp(addr) = srv.addr.clone() else {
+        unreachable!()
+    };
+    let value = |c: usize, i: usize| format!("v{c}-{i}-").repeat(40 + i * 13);
+    // Sends `parts` (with a pause between, so the server reads them apart)
+    // and reads until `want` has come or the connection ended. Whatever came
+    // must be a prefix of `want`: nothing duplicated, reordered or garbled.
+    let exchange = |s: &mut std::net::TcpStream, parts: &[&[u8]], want: &[u8]| -> bool {
+        for (i, p) in parts.iter().enumerate() {
+            if i > 0 {
+                thread::sleep(Duration::from_millis(2));
+            }
+            if s.write_all(p).is_err() {
+                break;
+            }
+        }
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while got.len() < want.len() {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+        assert!(want.starts_with(&got), "{model}: got {:?}", show(&got));
+        got.len() == want.len()
+    };
+    let (mut whole, mut cut) = (0, 0);
+    for c in 0..30 {
+        let mut s = std::net::TcpStream::connect(addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.set_nodelay(true).unwrap();
+        let set = |i: usize| {
+            let v = value(c, i);
+            format!("set k{c}-{i} 7 0 {}\r\n{v}\r\n", v.len()).into_bytes()
+        };
+        let (s0, s1, s2) = (set(0), set(1), set(2));
+        let v0 = value(c, 0);
+        let s2get0 = [&s2[..], format!("get k{c}-0\r\n").as_bytes()].concat();
+        let steps: [(Vec<&[u8]>, String); 3] = [
+            // A value that arrives in two reads: a reset between them cuts
+            // the request in the middle.
+            (
+                vec![&s0[..s0.len() / 2], &s0[s0.len() / 2..]],
+                "STORED\r\n".into(),
+            ),
+            (vec![&s1[..]], "STORED\r\n".into()),
+            // Two requests in one write, two answers.
+            (
+                vec![&s2get0[..]],
+                format!("STORED\r\nVALUE k{c}-0 7 {}\r\n{v0}\r\nEND\r\n", v0.len()),
+            ),
+        ];
+        let all = steps
+            .iter()
+            .all(|(parts, want)| exchange(&mut s, parts, want.as_bytes()));
+        if all {
+            whole += 1;
+        } else {
+            cut += 1;
+        }
+        // Each item is absent or whole: a cut request stored nothing.
+        for i in 0..3 {
+            let key = format!("k{c}-{i}");
+            let now = duality_rt::time::unix_seconds_coarse() as u32;
+            let e = srv.state.store.entry(key.as_bytes(), now);
+            if let Some(it) = e.item() {
+                assert_eq!(it.value, value(c, i).as_bytes(), "{model}: {key}");
+                assert_eq!(it.flags, 7);
+            }
+        }
+    }
+    eprintln!("{model}: {whole} whole, {cut} cut");
+    // One connection in three is reset, within its first seven reads and
+    // writes (counted over the whole process, which other tests share).
+    assert!(whole >= 10 && cut >= 3, "{model}: {whole} whole, {cut} cut");
+    // Still serving: a connection that is not reset answers (one in three
+    // is, so at most three tries).
+    let served = (0..3).any(|_| {
+        let mut s = std::net::TcpStream::connect(addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let _ = s.write_all(b"version\r\n");
+        let mut buf = [0u8; 64];
+        matches!(s.read(&mut buf), Ok(n) if n > 0 && buf[..n].starts_with(b"VERSION "))
+    });
+    assert!(served, "{model}: no answer after the resets");
+}
+
+#[test]
+fn resets_and_emfile_sped() {
+    resets_and_emfile("sped");
+}
+
+#[test]
+fn resets_and_emfile_amped() {
+    resets_and_emfile("amped:2");
+}
+
+#[test]
+fn resets_and_emfile_seda() {
+    resets_and_emfile("seda:2:2");
+}
+
+#[test]
+fn resets_and_emfile_seda_s() {
+    resets_and_emfile("seda-s:2");
+}
+
+#[test]
+fn resets_and_emfile_symped() {
+    resets_and_emfile("symped:2");
+}
+
+#[test]
+fn resets_and_emfile_steal() {
+    resets_and_emfile("steal:2");
+}
+
 /// TTLs and a delayed flush_all, in real time (one model: it sleeps).
 #[test]
 fn expiry_in_real_time() {

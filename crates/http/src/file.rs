@@ -133,6 +133,9 @@ impl fmt::Debug for ETag {
 /// will be read. This is a blocking call: a handler runs it on its blocking
 /// pool (or inline where the model allows).
 pub fn open(path: &Path) -> io::Result<(File, FileMeta)> {
+    if let Some(e) = duality_rt::faults::open_fault() {
+        return Err(e);
+    }
     let file = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)

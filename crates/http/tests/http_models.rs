@@ -93,3 +93,70 @@ fn faults_every_evented_model() {
         exercise_under_faults(model);
     }
 }
+
+/// Connections reset part-way (every third, after its 1st..7th read or
+/// write) and `EMFILE` on every third accept and file open
+/// (`duality_rt::faults` `reset`, `emfile`): a reset loses only its own
+/// connection, an open that fails is a 503 on a connection that goes on,
+/// every answer that arrives is whole and right, and the server keeps
+/// serving.
+#[test]
+fn resets_and_emfile_every_evented_model() {
+    let faults = duality_rt::faults::Faults {
+        reset: true,
+        emfile: true,
+        ..duality_rt::faults::Faults::NONE
+    };
+    for model in ["sped", "symped:2", "amped:1", "seda:1:1", "steal:2"] {
+        let s = TestServer::with_builder(
+            model,
+            ServerBuilder::new()
+                .model(model.parse().unwrap())
+                .faults(faults),
+            |_| {},
+        );
+        let big = fnv1a(&read_file(&s.www().join("big.bin")));
+        let (mut whole, mut cut, mut unavailable) = (0, 0, 0);
+        for _ in 0..24 {
+            let mut c = s.client();
+            c.send(
+                "GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n\
+                 GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n",
+            );
+            let answers = [c.try_response(false), c.try_response(false)];
+            for (i, r) in answers.iter().enumerate() {
+                match r {
+                    Ok(r) if r.status == 503 => unavailable += 1,
+                    Ok(r) => {
+                        assert_eq!(r.status, 200, "{model}");
+                        if i == 0 {
+                            assert_eq!(fnv1a(&r.body), big, "{model}");
+                        } else {
+                            assert_eq!(r.text(), "hello, world\n", "{model}");
+                        }
+                    }
+                    Err(_) => {}
+                }
+            }
+            match answers {
+                [Ok(_), Ok(_)] => whole += 1,
+                // Once cut, nothing follows.
+                [Err(_), b] => {
+                    assert!(b.is_err(), "{model}: an answer after a cut");
+                    cut += 1;
+                }
+                _ => cut += 1,
+            }
+        }
+        eprintln!("{model}: {whole} whole, {cut} cut, {unavailable} answers 503");
+        assert!(whole >= 8 && cut >= 2, "{model}: {whole} whole, {cut} cut");
+        // The faults follow the open onto the thread it runs on.
+        assert!(unavailable >= 2, "{model}: no 503 for EMFILE");
+        let served = (0..3).any(|_| {
+            let mut c = s.client();
+            c.send("GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+            matches!(c.try_response(false), Ok(r) if r.status == 200)
+        });
+        assert!(served, "{model}: no answer after the resets");
+    }
+}

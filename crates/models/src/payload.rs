@@ -240,6 +240,8 @@ impl Payload {
         F: FnOnce() -> R + Send + 'static,
         R: Send + 'static,
     {
+        // Injected faults (tests) follow the call onto the thread it runs on.
+        let job = duality_rt::faults::carried(job);
         match &*self.dispatch {
             Dispatch::Affinity(stages)
             | Dispatch::RoundRobin(stages, ..)

@@ -254,17 +254,27 @@ impl Client {
     /// Reads one response. `head_only`: the request was HEAD (no body
     /// follows whatever `Content-Length` says).
     pub fn response(&mut self, head_only: bool) -> Resp {
+        match self.try_response(head_only) {
+            Ok(r) => r,
+            Err(e) => panic!(
+                "{e}: {:?} local {:?} peer {:?}",
+                String::from_utf8_lossy(&self.buf),
+                self.stream.local_addr(),
+                self.stream.peer_addr()
+            ),
+        }
+    }
+
+    /// [`Client::response`], or what was missing when the connection closed
+    /// (EOF or reset) before the response was complete.
+    pub fn try_response(&mut self, head_only: bool) -> Result<Resp, String> {
         let end = loop {
             if let Some(i) = find(&self.buf, b"\r\n\r\n") {
                 break i + 4;
             }
-            assert!(
-                self.fill() > 0,
-                "connection closed before a complete head: {:?} local {:?} peer {:?}",
-                String::from_utf8_lossy(&self.buf),
-                self.stream.local_addr(),
-                self.stream.peer_addr()
-            );
+            if self.fill() == 0 {
+                return Err("connection closed before a complete head".into());
+            }
         };
         let head = String::from_utf8(self.buf[..end].to_vec()).expect("head is UTF-8");
         let mut lines = head.split("\r\n");
@@ -292,17 +302,18 @@ impl Client {
             None => 0,
         };
         if head_only || status == 304 {
-            return resp;
+            return Ok(resp);
         }
         while self.buf.len() < len {
-            assert!(
-                self.fill() > 0,
-                "connection closed after {} of {len} body bytes",
-                self.buf.len()
-            );
+            if self.fill() == 0 {
+                return Err(format!(
+                    "connection closed after {} of {len} body bytes",
+                    self.buf.len()
+                ));
+            }
         }
         resp.body = self.buf.drain(..len).collect();
-        resp
+        Ok(resp)
     }
 
     /// True if the server closes the connection (EOF or reset) within

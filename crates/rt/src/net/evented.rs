@@ -25,7 +25,10 @@ pub(crate) struct Evented<S: Source> {
     /// decide when (one per fault, so that one fault's rhythm does not
     /// restrict another's).
     faults: Faults,
-    fault_ticks: [AtomicU32; 3],
+    fault_ticks: [AtomicU32; 4],
+    /// Under `reset`: the operation from which this socket fails with
+    /// `ECONNRESET` (counted in `fault_ticks[3]`).
+    reset_after: Option<u32>,
 }
 
 enum Reg {
@@ -47,11 +50,13 @@ impl<S: Source> Evented<S> {
             Some(BackendRef::Uring(shared)) => Reg::Uring(uring::Io::new(fd, shared)),
             _ => Reg::Epoll(Registration::new(&mut source, fd)?),
         };
+        let faults = crate::event_loop::current_faults();
         Ok(Evented {
             source: ManuallyDrop::new(source),
             reg,
-            faults: crate::event_loop::current_faults(),
+            faults,
             fault_ticks: Default::default(),
+            reset_after: faults.reset_after(),
         })
     }
 
@@ -63,6 +68,14 @@ impl<S: Source> Evented<S> {
             return true;
         }
         false
+    }
+
+    /// Under injected faults: whether this read or write fails with
+    /// `ECONNRESET` (this socket's turn has come, see `Faults::reset`).
+    fn fault_reset(&self) -> Option<io::Error> {
+        let at = self.reset_after?;
+        (self.fault_ticks[3].fetch_add(1, Relaxed) + 1 >= at)
+            .then(|| io::Error::from_raw_os_error(libc::ECONNRESET))
     }
 
     /// Under injected faults: the part of `len` bytes one operation moves:
@@ -241,6 +254,9 @@ where
             if self.fault_yield(cx) {
                 return Poll::Pending;
             }
+            if let Some(e) = self.fault_reset() {
+                return Poll::Ready(Err(e));
+            }
             let n = self.fault_len(buf.len());
             &mut buf[..n]
         } else {
@@ -256,6 +272,9 @@ where
         let buf = if self.faults.any() {
             if self.fault_yield(cx) {
                 return Poll::Pending;
+            }
+            if let Some(e) = self.fault_reset() {
+                return Poll::Ready(Err(e));
             }
             &buf[..self.fault_len(buf.len())]
         } else {
@@ -517,7 +536,11 @@ pub(crate) async fn accept_with<S: Source, R>(
         crate::time::sleep_until(until).await;
     }
     loop {
-        let r = poll_fn(|cx| io.poll_accept(cx, &mut f, &mut wrap)).await;
+        let r = match io.faults.accept_fault() {
+            // The connection waits in the backlog, as after a real EMFILE.
+            Some(e) => Err(e),
+            None => poll_fn(|cx| io.poll_accept(cx, &mut f, &mut wrap)).await,
+        };
         match r {
             Err(e) if super::is_transient_accept_error(&e) => continue,
             Err(e) => {
