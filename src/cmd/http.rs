@@ -4,7 +4,7 @@
 use clap::Args;
 use duality_http::request::MAX_HEADERS_CAP;
 use duality_http::{GzipConfig, HttpConfig, HttpState, Limits, Offload};
-use duality_models::{AcceptPolicy, Model, ServerBuilder};
+use duality_models::{AcceptPolicy, Balance, Model, ServerBuilder};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -33,6 +33,11 @@ pub struct HttpArgs {
     /// Accept policy: favor-active (Knot-C) or favor-accept (Knot-A).
     #[arg(long, default_value = "favor-active")]
     accept: AcceptPolicy,
+    /// How connections are spread over the network loops: round-robin,
+    /// least-loaded (fewest open connections) or reuseport (a listener per
+    /// loop, `SO_REUSEPORT`).
+    #[arg(long, default_value = "round-robin")]
+    accept_balance: Balance,
     /// Page-cache size in MiB (0 disables it).
     #[arg(long, default_value_t = 64)]
     cache_size: usize,
@@ -219,6 +224,7 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         .tcp(a.listen)
         .model(a.model)
         .accept_policy(a.accept)
+        .balance(a.accept_balance)
         .long_poll_threshold(a.metrics.long_poll_threshold())
         .max_conns(max_conns);
     let server = duality_http::serve(builder, state.clone())?;

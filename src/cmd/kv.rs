@@ -2,7 +2,7 @@
 
 use clap::Args;
 use duality_kv::server::{serve_conn, sweep_forever, KvConfig, KvState, Mode};
-use duality_models::{Model, ServerBuilder};
+use duality_models::{Balance, Model, ServerBuilder};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -52,6 +52,12 @@ pub struct KvArgs {
     /// Threading model (sped, amped:P, seda:N:P, seda-s:N, symped:N, thread-per-conn, steal:N).
     #[arg(long)]
     model: Option<Model>,
+    /// How connections are spread over the network loops: round-robin (one
+    /// acceptor deals them in turn), least-loaded (to the loop with the
+    /// fewest open connections) or reuseport (a listener per loop,
+    /// `SO_REUSEPORT`; the kernel spreads them).
+    #[arg(long, default_value = "round-robin")]
+    accept_balance: Balance,
     /// Let the kernel back memory with transparent huge pages (memcached's
     /// -L). Off by default: with them every thread's allocator arena and
     /// every idle connection costs far more resident memory.
@@ -296,6 +302,7 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     let mut b = ServerBuilder::new()
         .name("kv")
         .model(model)
+        .balance(a.accept_balance)
         .max_conns(a.max_conns)
         .long_poll_threshold(a.metrics.long_poll_threshold())
         .refusal_message("ERROR Too many open connections\r\n");

@@ -32,7 +32,7 @@ mod stage;
 mod stats;
 
 pub use conn::Conn;
-pub use model::{cores, AcceptPolicy, Model, ParseModelError, MODEL_NAMES};
+pub use model::{cores, AcceptPolicy, Balance, Model, ParseModelError, MODEL_NAMES};
 pub use payload::{Lane, Payload, DEFAULT_COLOR};
 pub use server::{ListenAddr, Listener, Server, ServerBuilder, ShutdownReport, StatsHandle};
 pub use session::{drive, DriverConfig, Flow, Parsed, Protocol};

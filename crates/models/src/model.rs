@@ -239,6 +239,47 @@ pub enum AcceptPolicy {
     FavorAccept,
 }
 
+/// How new connections are spread over the network loops (seed 002's
+/// "uneven load": a loop that got more long-lived or heavier connections
+/// stays behind while the others idle).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Balance {
+    /// One acceptor deals connections to the loops in turn.
+    #[default]
+    RoundRobin,
+    /// One acceptor gives each connection to the loop with the fewest open
+    /// connections (ties in turn).
+    LeastLoaded,
+    /// One TCP listener per network loop (`SO_REUSEPORT`), each loop
+    /// accepting for itself and the kernel spreading connections by hash.
+    /// Unix sockets, which cannot share a port, fall back to round robin.
+    ReusePort,
+}
+
+impl FromStr for Balance {
+    type Err = ParseModelError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "round-robin" | "rr" => Ok(Balance::RoundRobin),
+            "least-loaded" => Ok(Balance::LeastLoaded),
+            "reuseport" => Ok(Balance::ReusePort),
+            _ => Err(ParseModelError(format!(
+                "unknown accept balance {s:?}; use round-robin, least-loaded or reuseport"
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for Balance {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Balance::RoundRobin => "round-robin",
+            Balance::LeastLoaded => "least-loaded",
+            Balance::ReusePort => "reuseport",
+        })
+    }
+}
+
 impl FromStr for AcceptPolicy {
     type Err = ParseModelError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
@@ -345,6 +386,14 @@ mod tests {
             assert_eq!(p.to_string().parse::<AcceptPolicy>().unwrap(), p);
         }
         assert!("x".parse::<AcceptPolicy>().is_err());
+        for b in [
+            Balance::RoundRobin,
+            Balance::LeastLoaded,
+            Balance::ReusePort,
+        ] {
+            assert_eq!(b.to_string().parse::<Balance>().unwrap(), b);
+        }
+        assert!("random".parse::<Balance>().is_err());
     }
 
     fn any_model() -> impl Strategy<Value = Model> {

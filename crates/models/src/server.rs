@@ -1,7 +1,7 @@
 //! The server builder: listeners + model + handler → running threads.
 
 use crate::conn::{Accepted, Conn, ConnCounter, ShutdownSignal};
-use crate::model::{AcceptPolicy, Model};
+use crate::model::{AcceptPolicy, Balance, Model};
 use crate::payload::{ColorLocks, Dispatch, Payload};
 use crate::stage::Stage;
 use crate::stats::{loop_thread_stats, ServerStats, ThreadRole};
@@ -27,6 +27,7 @@ pub struct ServerBuilder {
     unix: Vec<PathBuf>,
     model: Model,
     accept: AcceptPolicy,
+    balance: Balance,
     max_conns: usize,
     handoff_capacity: usize,
     refusal: Vec<u8>,
@@ -45,6 +46,7 @@ impl Default for ServerBuilder {
                 n: crate::model::cores(),
             },
             accept: AcceptPolicy::default(),
+            balance: Balance::default(),
             max_conns: 1024,
             handoff_capacity: 1024,
             refusal: Vec::new(),
@@ -80,6 +82,12 @@ impl ServerBuilder {
         self.model = model;
         self
     }
+    /// How connections are spread over the network loops.
+    pub fn balance(mut self, b: Balance) -> Self {
+        self.balance = b;
+        self
+    }
+
     /// The accept policy.
     pub fn accept_policy(mut self, p: AcceptPolicy) -> Self {
         self.accept = p;
@@ -161,13 +169,18 @@ enum Bound {
     Unix(std::os::unix::net::UnixListener),
 }
 
-fn bind_tcp(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+/// `reuse_port`: one of several listeners on the same address, one per
+/// network loop, among which the kernel spreads connections.
+fn bind_tcp(addr: SocketAddr, reuse_port: bool) -> io::Result<std::net::TcpListener> {
     let socket = socket2::Socket::new(
         socket2::Domain::for_address(addr),
         socket2::Type::STREAM,
         None,
     )?;
     socket.set_reuse_address(true)?;
+    if reuse_port {
+        socket.set_reuse_port(true)?;
+    }
     if addr.is_ipv6() {
         socket.set_only_v6(true)?;
     }
@@ -205,6 +218,9 @@ fn bind_unix(path: &Path) -> io::Result<std::os::unix::net::UnixListener> {
 struct Shared {
     model: Model,
     accept: AcceptPolicy,
+    balance: Balance,
+    /// Connections open on each network loop (the least-loaded choice).
+    loop_conns: Vec<AtomicUsize>,
     max_conns: usize,
     refusal: Vec<u8>,
     counter: Arc<ConnCounter>,
@@ -222,14 +238,32 @@ struct Shared {
 }
 
 impl Shared {
-    /// Knot-C: are the network loops too busy to take a new connection?
-    fn loops_busy(&self) -> bool {
+    /// Knot-C: are the network loops (or loop `on`, which accepts for
+    /// itself) too busy to take a new connection?
+    fn loops_busy(&self, on: Option<usize>) -> bool {
         const BUSY_DEPTH: usize = 64;
-        !self.network.is_empty() && self.network.iter().all(|h| h.load() > BUSY_DEPTH)
+        match on {
+            Some(i) => self.network[i].load() > BUSY_DEPTH,
+            None => !self.network.is_empty() && self.network.iter().all(|h| h.load() > BUSY_DEPTH),
+        }
     }
 
-    /// `accepted_at`: the start of the acceptor's poll that took `a`.
-    fn dispatch(self: &Arc<Self>, a: Accepted, accepted_at: Option<Instant>) {
+    /// The network loop for a new connection, by the balance policy.
+    fn pick_loop(&self) -> usize {
+        let n = self.network.len();
+        let start = self.next_loop.fetch_add(1, Relaxed) % n;
+        if self.balance != Balance::LeastLoaded {
+            return start;
+        }
+        (0..n)
+            .map(|k| (start + k) % n)
+            .min_by_key(|&i| self.loop_conns[i].load(Relaxed))
+            .unwrap_or(start)
+    }
+
+    /// `accepted_at`: the start of the acceptor's poll that took `a`; `on`:
+    /// the network loop that accepted it for itself (`SO_REUSEPORT`).
+    fn dispatch(self: &Arc<Self>, a: Accepted, accepted_at: Option<Instant>, on: Option<usize>) {
         let live = self.counter.live.fetch_add(1, SeqCst);
         if live >= self.max_conns {
             self.counter.live.fetch_sub(1, SeqCst);
@@ -282,8 +316,11 @@ impl Shared {
             }
             return;
         }
-        let i = self.next_loop.fetch_add(1, Relaxed) % self.network.len();
+        let i = on.unwrap_or_else(|| self.pick_loop());
+        self.loop_conns[i].fetch_add(1, Relaxed);
         drop(self.network[i].spawn(async move {
+            // Counted off when the connection ends or its task is cancelled.
+            let _open = LoopConn(&me.loop_conns[i]);
             if let Some(at) = accepted_at {
                 duality_rt::stats::record_accept(at);
             }
@@ -298,7 +335,18 @@ impl Shared {
     }
 }
 
-async fn accept_loop(listener: Bound, shared: Arc<Shared>) {
+/// One open connection of a network loop, counted off when dropped.
+struct LoopConn<'a>(&'a AtomicUsize);
+
+impl Drop for LoopConn<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
+}
+
+/// `on`: the network loop this listener accepts for (`SO_REUSEPORT`), or
+/// `None` for a listener shared by all loops.
+async fn accept_loop(listener: Bound, shared: Arc<Shared>, on: Option<usize>) {
     enum L {
         Tcp(TcpListener),
         Unix(UnixListener),
@@ -319,7 +367,7 @@ async fn accept_loop(listener: Bound, shared: Arc<Shared>) {
             return;
         }
         if shared.accept == AcceptPolicy::FavorActive {
-            while shared.loops_busy() && !shared.shutdown.is_set() {
+            while shared.loops_busy(on) && !shared.shutdown.is_set() {
                 duality_rt::time::sleep(Duration::from_millis(1)).await;
             }
         }
@@ -328,7 +376,7 @@ async fn accept_loop(listener: Bound, shared: Arc<Shared>) {
             L::Unix(l) => l.accept_std().await.map(Accepted::Unix),
         };
         match r {
-            Ok(a) => shared.dispatch(a, duality_rt::stats::poll_started()),
+            Ok(a) => shared.dispatch(a, duality_rt::stats::poll_started(), on),
             // accept backs off by itself after EMFILE; log and go on.
             Err(e) => tracing::warn!("accept failed: {e}"),
         }
@@ -347,25 +395,40 @@ pub struct Server {
 }
 
 fn start(b: ServerBuilder, handler: Arc<HandlerFn>) -> io::Result<Server> {
-    let mut bound = Vec::new();
+    let (n_network, n_payload) = match b.model {
+        Model::Sped => (1, 0),
+        Model::Amped { payload } => (1, payload),
+        Model::Seda { network, payload } => (network, payload),
+        Model::SedaS { n } => (n, n),
+        Model::Symped { n } | Model::Steal { n } => (n, 0),
+        Model::ThreadPerConn => (0, 0),
+    };
+    // With `SO_REUSEPORT`, each network loop gets a listener of its own on
+    // every TCP address (the first binds the port, the others share it).
+    let per_loop = b.balance == Balance::ReusePort && n_network > 1;
+    // (listener, the network loop it accepts for)
+    let mut bound: Vec<(Bound, Option<usize>)> = Vec::new();
     let mut tcp_addrs = Vec::new();
+    let mut listen_addrs = Vec::new();
     for a in &b.tcp {
-        let l = bind_tcp(*a)?;
-        tcp_addrs.push(l.local_addr()?);
-        bound.push(Bound::Tcp(l));
+        let l = bind_tcp(*a, per_loop)?;
+        let real = l.local_addr()?;
+        tcp_addrs.push(real);
+        listen_addrs.push(ListenAddr::Tcp(real));
+        bound.push((Bound::Tcp(l), per_loop.then_some(0)));
+        for i in 1..if per_loop { n_network } else { 1 } {
+            listen_addrs.push(ListenAddr::Tcp(real));
+            bound.push((Bound::Tcp(bind_tcp(real, true)?), Some(i)));
+        }
     }
     for p in &b.unix {
-        bound.push(Bound::Unix(bind_unix(p)?));
+        bound.push((Bound::Unix(bind_unix(p)?), None));
+        listen_addrs.push(ListenAddr::Unix(p.clone()));
     }
     let listeners = bound
         .iter()
-        .zip(
-            tcp_addrs
-                .iter()
-                .map(|a| ListenAddr::Tcp(*a))
-                .chain(b.unix.iter().map(|p| ListenAddr::Unix(p.clone()))),
-        )
-        .map(|(l, addr)| {
+        .zip(listen_addrs)
+        .map(|((l, _), addr)| {
             use std::os::fd::AsRawFd;
             let fd = match l {
                 Bound::Tcp(l) => l.as_raw_fd(),
@@ -381,14 +444,6 @@ fn start(b: ServerBuilder, handler: Arc<HandlerFn>) -> io::Result<Server> {
         work_group: group,
         faults: b.faults,
         ..Default::default()
-    };
-    let (n_network, n_payload) = match b.model {
-        Model::Sped => (1, 0),
-        Model::Amped { payload } => (1, payload),
-        Model::Seda { network, payload } => (network, payload),
-        Model::SedaS { n } => (n, n),
-        Model::Symped { n } | Model::Steal { n } => (n, 0),
-        Model::ThreadPerConn => (0, 0),
     };
     let group = matches!(b.model, Model::Steal { .. }).then(WorkGroup::new);
     let mut network = Vec::new();
@@ -428,6 +483,8 @@ fn start(b: ServerBuilder, handler: Arc<HandlerFn>) -> io::Result<Server> {
     let shared = Arc::new(Shared {
         model: b.model,
         accept: b.accept,
+        balance: b.balance,
+        loop_conns: (0..handles.len()).map(|_| AtomicUsize::new(0)).collect(),
         max_conns: b.max_conns,
         refusal: b.refusal,
         counter: Arc::new(ConnCounter::new()),
@@ -456,7 +513,12 @@ fn start(b: ServerBuilder, handler: Arc<HandlerFn>) -> io::Result<Server> {
         .unwrap_or_else(|| network[0].handle());
     let accept_tasks = bound
         .into_iter()
-        .map(|l| accept_on.spawn(accept_loop(l, shared.clone())))
+        .map(|(l, on)| match on {
+            Some(i) => network[i]
+                .handle()
+                .spawn(accept_loop(l, shared.clone(), on)),
+            None => accept_on.spawn(accept_loop(l, shared.clone(), None)),
+        })
         .collect();
     Ok(Server {
         shared,
@@ -654,14 +716,17 @@ fn stats_of(shared: &Shared, acceptor: Option<LoopHandle>, stages: &[Arc<Stage>]
     if let Some(a) = acceptor {
         threads.push(loop_thread_stats(ThreadRole::Acceptor, &a));
     }
-    for h in &shared.network {
-        threads.push(loop_thread_stats(ThreadRole::Network, h));
+    for (h, open) in shared.network.iter().zip(&shared.loop_conns) {
+        let mut t = loop_thread_stats(ThreadRole::Network, h);
+        t.connections = open.load(Relaxed);
+        threads.push(t);
     }
     for s in stages {
         threads.push(s.stats());
     }
     ServerStats {
         model: shared.model.to_string(),
+        balance: shared.balance.to_string(),
         curr_connections: shared.counter.live.load(SeqCst),
         total_connections: shared.counter.total.load(Relaxed),
         rejected_connections: shared.counter.refused.load(Relaxed),

@@ -117,6 +117,7 @@ impl Stage {
             wakeups: snap.wakeups,
             // Jobs admitted and not yet answered (waiting or running).
             queue_depth: self.capacity.saturating_sub(self.room.available_permits()),
+            connections: 0,
             voluntary_ctxt_switches: vol,
             involuntary_ctxt_switches: invol,
             loop_snapshot: Some(snap),

@@ -42,6 +42,9 @@ pub struct ThreadStats {
     pub wakeups: u64,
     /// Jobs waiting in its queue.
     pub queue_depth: usize,
+    /// Connections open on it (network loops; how even the accept balance
+    /// keeps them).
+    pub connections: usize,
     /// Voluntary context switches (`/proc/self/task/<tid>/status`).
     pub voluntary_ctxt_switches: u64,
     /// Involuntary context switches.
@@ -53,6 +56,8 @@ pub struct ThreadStats {
 pub struct ServerStats {
     /// The model, as `--model` takes it.
     pub model: String,
+    /// How connections are spread over the network loops.
+    pub balance: String,
     /// Connections open now.
     pub curr_connections: usize,
     /// Connections accepted since start.
@@ -68,6 +73,7 @@ impl ServerStats {
     pub fn stat_lines(&self) -> Vec<(String, String)> {
         let mut v = vec![
             ("model".to_string(), self.model.clone()),
+            ("accept_balance".to_string(), self.balance.clone()),
             ("threads".to_string(), self.threads.len().to_string()),
         ];
         for (i, t) in self.threads.iter().enumerate() {
@@ -83,6 +89,9 @@ impl ServerStats {
                 format!("{p}involuntary_ctxt_switches"),
                 t.involuntary_ctxt_switches.to_string(),
             ));
+            if t.role == ThreadRole::Network {
+                v.push((format!("{p}curr_connections"), t.connections.to_string()));
+            }
             if t.role == ThreadRole::Payload {
                 v.push((format!("{p}jobs"), t.jobs.to_string()));
                 v.push((format!("{p}batches"), t.batches.to_string()));
@@ -123,6 +132,7 @@ pub(crate) fn loop_thread_stats(role: ThreadRole, h: &duality_rt::LoopHandle) ->
         batches: 0,
         wakeups: snap.wakeups,
         queue_depth: snap.handoff_depth,
+        connections: 0,
         loop_snapshot: Some(snap),
         voluntary_ctxt_switches: vol,
         involuntary_ctxt_switches: invol,
