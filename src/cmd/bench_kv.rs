@@ -184,7 +184,7 @@ fn finish(
     Ok(())
 }
 
-fn progress(total: usize) -> indicatif::ProgressBar {
+pub(super) fn progress(total: usize) -> indicatif::ProgressBar {
     let pb = indicatif::ProgressBar::new(total as u64);
     pb.set_style(
         indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")

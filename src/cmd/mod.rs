@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod bench;
+pub mod bench_balance;
 pub mod bench_fairness;
 pub mod bench_http;
 pub mod bench_kv;

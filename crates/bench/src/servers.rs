@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 /// A server under test.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ServerKind {
-    /// `duality kv --model M`; `M@BACKEND` adds `--io BACKEND`.
+    /// `duality kv --model M`; `M@BACKEND` adds `--io BACKEND`, `M+BALANCE`
+    /// `--accept-balance BALANCE`.
     Duality(String),
     /// `memcached -t N`.
     Memcached(usize),
@@ -66,13 +67,20 @@ impl ServerProcess {
         match kind {
             ServerKind::Duality(model) => {
                 cmd = Command::new(exe);
+                let (model, balance) = match model.split_once('+') {
+                    Some((m, b)) => (m, Some(b)),
+                    None => (model.as_str(), None),
+                };
                 let (model, io) = match model.split_once('@') {
                     Some((m, io)) => (m, Some(io)),
-                    None => (model.as_str(), None),
+                    None => (model, None),
                 };
                 cmd.args(["kv", "--model", model, "-m", &mib, "-c", "16384"]);
                 if let Some(io) = io {
                     cmd.args(["--io", io]);
+                }
+                if let Some(b) = balance {
+                    cmd.args(["--accept-balance", b]);
                 }
                 match target {
                     Target::Unix(p) => cmd.args(["-p", "0", "-s"]).arg(p),
