@@ -4,6 +4,16 @@
 //! store's public API only, so the same file measures any version of the
 //! store. Under `cargo test --benches` it runs one short round as a smoke
 //! test. Prints the median of five rounds per operation.
+//!
+//! Wall-clock figures on a shared machine vary by ±30% from run to run; for
+//! a noise-free comparison of two versions, count instructions and simulated
+//! cache misses of each phase alone (`set_phase`, `get_phase`) with
+//! callgrind (cache simulation on), one round:
+//!
+//! ```sh
+//! ROUNDS=1 valgrind --tool=callgrind --cache-sim=yes --collect-atstart=no \
+//!     --toggle-collect='*get_phase*' target/release/deps/store-HASH --bench
+//! ```
 
 use duality_kv::{expiry, Store, StoreConfig};
 use std::hint::black_box;
@@ -21,13 +31,43 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// Every key once, then `picks` overwrites.
+#[inline(never)]
+fn set_phase(store: &Store, keys: &[String], picks: &[usize], value: &[u8]) {
+    for (i, k) in keys.iter().enumerate() {
+        let mut e = store.entry(k.as_bytes(), NOW);
+        let _ = e.insert(&value[..value_size(i)], 0, expiry(0, NOW), None);
+    }
+    for &i in picks {
+        let mut e = store.entry(keys[i].as_bytes(), NOW);
+        let _ = e.insert(&value[..value_size(i)], 0, expiry(0, NOW), None);
+    }
+}
+
+/// A get of each of `picks`; the bytes found.
+#[inline(never)]
+fn get_phase(store: &Store, keys: &[String], picks: &[usize]) -> usize {
+    let mut found = 0usize;
+    for &i in picks {
+        let mut e = store.entry(keys[i].as_bytes(), NOW);
+        e.bump();
+        if let Some(it) = e.item() {
+            found += black_box(it.value).len();
+        }
+    }
+    found
+}
+
 fn main() {
     let quick = std::env::args().any(|a| a == "--test") || std::env::var_os("QUICK").is_some();
-    let (items, ops, rounds) = if quick {
+    let (items, ops, mut rounds) = if quick {
         (10_000, 20_000, 1)
     } else {
         (1_000_000, 2_000_000, 5)
     };
+    if let Some(r) = std::env::var("ROUNDS").ok().and_then(|r| r.parse().ok()) {
+        rounds = r;
+    }
     let keys: Vec<String> = (0..items).map(|i| format!("rec:{i:06}")).collect();
     let value = [b'v'; 103];
     // xorshift64: the same key sequence on every run and every version.
@@ -45,24 +85,10 @@ fn main() {
     for _ in 0..rounds {
         let store = Store::new(StoreConfig::new(1 << 30));
         let t = Instant::now();
-        for (i, k) in keys.iter().enumerate() {
-            let mut e = store.entry(k.as_bytes(), NOW);
-            let _ = e.insert(&value[..value_size(i)], 0, expiry(0, NOW), None);
-        }
-        for &i in &picks {
-            let mut e = store.entry(keys[i].as_bytes(), NOW);
-            let _ = e.insert(&value[..value_size(i)], 0, expiry(0, NOW), None);
-        }
+        set_phase(&store, &keys, &picks, &value);
         sets.push((items + ops) as f64 / t.elapsed().as_secs_f64());
         let t = Instant::now();
-        let mut found = 0usize;
-        for &i in &picks {
-            let mut e = store.entry(keys[i].as_bytes(), NOW);
-            e.bump();
-            if let Some(it) = e.item() {
-                found += black_box(it.value).len();
-            }
-        }
+        let found = get_phase(&store, &keys, &picks);
         gets.push(ops as f64 / t.elapsed().as_secs_f64());
         assert!(found > 0);
     }

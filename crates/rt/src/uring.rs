@@ -513,6 +513,8 @@ enum OpKind {
     /// operation's until its completion.
     File {
         buf: Vec<u8>,
+        /// Zeroed bytes before the read's first byte (alignment).
+        pad: usize,
         _file: Arc<std::fs::File>,
         done: Arc<FileRead>,
     },
@@ -903,22 +905,31 @@ impl UringReactor {
     }
 
     /// Reads up to `len` bytes of `file` at `offset` through the ring (the
-    /// kernel's workers do a read that would block, never the loop).
+    /// kernel's workers do a read that would block, never the loop), into
+    /// memory aligned to `align` bytes (a power of two; `O_DIRECT` files
+    /// need their block size).
     pub(crate) fn read_file(
         &self,
         file: Arc<std::fs::File>,
         offset: u64,
         len: usize,
+        align: usize,
     ) -> Arc<FileRead> {
         use std::os::fd::AsRawFd;
         let done = Arc::new(FileRead::default());
-        let mut buf = Vec::with_capacity(len);
-        let ptr = buf.as_mut_ptr();
+        let mut buf: Vec<u8> = Vec::with_capacity(len + align - 1);
+        let pad = buf.as_mut_ptr().align_offset(align).min(align - 1);
+        // The bytes before the aligned start are initialised, so the whole
+        // prefix of the buffer is once the kernel has written its part.
+        buf.resize(pad, 0);
+        // SAFETY: `pad + len` is within the capacity reserved above.
+        let ptr = unsafe { buf.as_mut_ptr().add(pad) };
         let fd = file.as_raw_fd();
         let ud = self.ops.borrow_mut().insert(Op {
             io: None,
             kind: OpKind::File {
                 buf: std::mem::take(&mut buf),
+                pad,
                 _file: file,
                 done: done.clone(),
             },
@@ -1044,7 +1055,9 @@ impl UringReactor {
         };
         if let OpKind::File { .. } = op.kind {
             let Some(Op {
-                kind: OpKind::File { mut buf, done, .. },
+                kind: OpKind::File {
+                    mut buf, pad, done, ..
+                },
                 ..
             }) = ops.remove(ud)
             else {
@@ -1053,10 +1066,12 @@ impl UringReactor {
             let r = if res < 0 {
                 Err(io::Error::from_raw_os_error(-res))
             } else {
-                let n = (res as usize).min(buf.capacity());
-                // SAFETY: the kernel wrote the first `n` bytes of the
-                // buffer's capacity (the read's result), so they are initialised.
-                unsafe { buf.set_len(n) };
+                let n = (res as usize).min(buf.capacity() - pad);
+                // SAFETY: the first `pad` bytes were zeroed and the kernel
+                // wrote the `n` after them (the read's result), so they are
+                // initialised.
+                unsafe { buf.set_len(pad + n) };
+                buf.drain(..pad);
                 Ok(buf)
             };
             let mut st = lock_std(&done.st);

@@ -1,0 +1,64 @@
+//! `duality bench disk --quick` end to end: every runtime at every reader
+//! count measured in its own child process and written to the results
+//! files.
+
+use std::process::Command;
+
+#[test]
+fn quick_disk_run_writes_every_row() {
+    let out = std::env::temp_dir().join(format!("duality-bench-disk-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let run = Command::new(env!("CARGO_BIN_EXE_duality"))
+        .args(["bench", "disk", "--quick", "--json"])
+        .arg("--dir")
+        .arg(env!("CARGO_TARGET_TMPDIR"))
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("run duality bench disk");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    if stderr.contains("cannot open") && stderr.contains("O_DIRECT") {
+        eprintln!("this file system refuses O_DIRECT: not measured ({stderr})");
+        return;
+    }
+    assert!(run.status.success(), "bench failed: {stderr}");
+    let stdout: serde_json::Value = serde_json::from_slice(&run.stdout).expect("stdout is JSON");
+    let file: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("disk.json")).unwrap()).unwrap();
+    assert_eq!(stdout, file);
+    let rows = file.as_array().unwrap();
+    for readers in [1, 64] {
+        for rt in ["duality-pool", "duality-uring", "tokio", "os-threads"] {
+            let r = rows
+                .iter()
+                .find(|r| r["runtime"] == rt && r["readers"] == readers)
+                .unwrap_or_else(|| panic!("no row {rt} × {readers}: {rows:?}"));
+            assert_eq!(r["ran"], readers, "{r}");
+            assert!(r["reads_per_sec"].as_f64().unwrap() > 0.0, "{r}");
+            let (p50, p99) = (r["p50_us"].as_f64().unwrap(), r["p99_us"].as_f64().unwrap());
+            assert!(p50 >= 1.0 && p50 <= p99, "{r}");
+        }
+    }
+    let md = std::fs::read_to_string(out.join("disk.md")).unwrap();
+    assert!(md.contains("| 64 | duality-uring | 64 |"), "{md}");
+    assert_eq!(
+        std::fs::read_to_string(out.join("disk.csv"))
+            .unwrap()
+            .lines()
+            .count(),
+        rows.len() + 1
+    );
+    for f in [
+        "disk-reads.png",
+        "disk-reads.svg",
+        "disk-p99.png",
+        "disk-p99.svg",
+    ] {
+        let p = out.join(f);
+        assert!(
+            std::fs::metadata(&p).map(|m| m.len() > 0).unwrap_or(false),
+            "{p:?}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
