@@ -798,8 +798,7 @@ impl<'s, 'k> Entry<'s, 'k> {
     /// second chance when its segment is evicted), sets its access time.
     pub fn bump(&mut self) {
         if let Some(l) = self.idx {
-            self.shard.set_bits(l, FETCHED | ACCESSED, 0);
-            self.shard.set_atime(l, self.now);
+            self.shard.touch(l, FETCHED | ACCESSED, self.now);
         }
     }
 
@@ -807,8 +806,7 @@ impl<'s, 'k> Entry<'s, 'k> {
     /// it fetched (`add` finding the key, as memcached does).
     pub fn promote(&mut self) {
         if let Some(l) = self.idx {
-            self.shard.set_bits(l, ACCESSED, 0);
-            self.shard.set_atime(l, self.now);
+            self.shard.touch(l, ACCESSED, self.now);
         }
     }
 

@@ -124,12 +124,18 @@ pub(crate) fn seg_size_for(limit: usize) -> usize {
         .min(MAX_SEG)
 }
 
-fn rd32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
+/// An item's header, as a fixed-size array: fields at constant offsets are
+/// read and written without bounds checks (a get reads several).
+type Header = [u8; HEADER];
+
+#[inline(always)]
+fn rd32(h: &Header, at: usize) -> u32 {
+    u32::from_le_bytes(h[at..at + 4].try_into().unwrap())
 }
 
-fn wr32(b: &mut [u8], at: usize, v: u32) {
-    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+#[inline(always)]
+fn wr32(h: &mut Header, at: usize, v: u32) {
+    h[at..at + 4].copy_from_slice(&v.to_le_bytes());
 }
 
 /// What a new item is made of.
@@ -306,13 +312,23 @@ impl Shard {
     }
 
     #[inline]
+    fn hdr(&self, l: Loc) -> &Header {
+        self.raw(l)[..HEADER].try_into().unwrap()
+    }
+
+    #[inline]
+    fn hdr_mut(&mut self, l: Loc) -> &mut Header {
+        (&mut self.raw_mut(l)[..HEADER]).try_into().unwrap()
+    }
+
+    #[inline]
     fn klen(&self, l: Loc) -> usize {
-        self.raw(l)[H_KLEN] as usize
+        self.hdr(l)[H_KLEN] as usize
     }
 
     #[inline]
     fn vlen(&self, l: Loc) -> usize {
-        rd32(self.raw(l), H_VLEN) as usize
+        rd32(self.hdr(l), H_VLEN) as usize
     }
 
     #[inline]
@@ -323,7 +339,7 @@ impl Shard {
 
     #[inline]
     pub(crate) fn bits(&self, l: Loc) -> u8 {
-        self.raw(l)[H_BITS]
+        self.hdr(l)[H_BITS]
     }
 
     #[inline]
@@ -332,38 +348,43 @@ impl Shard {
     }
 
     pub(crate) fn set_bits(&mut self, l: Loc, set: u8, clear: u8) {
-        let b = &mut self.raw_mut(l)[H_BITS];
+        let b = &mut self.hdr_mut(l)[H_BITS];
         *b = (*b | set) & !clear;
     }
 
-    pub(crate) fn atime(&self, l: Loc) -> Time {
-        rd32(self.raw(l), H_ATIME)
+    /// A read: sets `bits` and the access time in one go.
+    #[inline]
+    pub(crate) fn touch(&mut self, l: Loc, bits: u8, t: Time) {
+        let h = self.hdr_mut(l);
+        h[H_BITS] |= bits;
+        wr32(h, H_ATIME, t);
     }
 
-    pub(crate) fn set_atime(&mut self, l: Loc, t: Time) {
-        wr32(self.raw_mut(l), H_ATIME, t);
+    pub(crate) fn atime(&self, l: Loc) -> Time {
+        rd32(self.hdr(l), H_ATIME)
     }
 
     pub(crate) fn exptime(&self, l: Loc) -> Time {
-        rd32(self.raw(l), H_EXPTIME)
+        rd32(self.hdr(l), H_EXPTIME)
     }
 
     pub(crate) fn set_exptime(&mut self, l: Loc, t: Time) {
-        wr32(self.raw_mut(l), H_EXPTIME, t);
+        wr32(self.hdr_mut(l), H_EXPTIME, t);
     }
 
     pub(crate) fn set_cas(&mut self, l: Loc, cas: u64) {
-        self.raw_mut(l)[H_CAS..H_CAS + 8].copy_from_slice(&cas.to_le_bytes());
+        self.hdr_mut(l)[H_CAS..H_CAS + 8].copy_from_slice(&cas.to_le_bytes());
     }
 
     pub(crate) fn flags(&self, l: Loc) -> u32 {
-        rd32(self.raw(l), H_FLAGS)
+        rd32(self.hdr(l), H_FLAGS)
     }
 
     /// What the item charges to `stats bytes`: header, key and value.
     #[inline]
     pub(crate) fn charge(&self, l: Loc) -> usize {
-        HEADER + self.klen(l) + self.vlen(l)
+        let h = self.hdr(l);
+        HEADER + h[H_KLEN] as usize + rd32(h, H_VLEN) as usize
     }
 
     /// The size class (see `classes`).
@@ -375,16 +396,18 @@ impl Shard {
     /// The read-only view of the item at `l`.
     pub(crate) fn item(&self, l: Loc) -> Item<'_> {
         let r = self.raw(l);
-        let klen = r[H_KLEN] as usize;
-        let vlen = rd32(r, H_VLEN) as usize;
-        let bits = r[H_BITS];
+        let h: &Header = r[..HEADER].try_into().unwrap();
+        let klen = h[H_KLEN] as usize;
+        let vlen = rd32(h, H_VLEN) as usize;
+        let bits = h[H_BITS];
+        let (key, value) = r[HEADER..HEADER + klen + vlen].split_at(klen);
         Item {
-            key: &r[HEADER..HEADER + klen],
-            value: &r[HEADER + klen..HEADER + klen + vlen],
-            flags: rd32(r, H_FLAGS),
-            cas: u64::from_le_bytes(r[H_CAS..H_CAS + 8].try_into().unwrap()),
-            exptime: rd32(r, H_EXPTIME),
-            last_access: rd32(r, H_ATIME),
+            key,
+            value,
+            flags: rd32(h, H_FLAGS),
+            cas: u64::from_le_bytes(h[H_CAS..H_CAS + 8].try_into().unwrap()),
+            exptime: rd32(h, H_EXPTIME),
+            last_access: rd32(h, H_ATIME),
             fetched: bits & FETCHED != 0,
             stale: bits & STALE != 0,
             win_sent: bits & WIN_SENT != 0,
@@ -402,9 +425,9 @@ impl Shard {
 
     /// What a reader would see at `l` at `now`.
     pub(crate) fn state(&self, l: Loc, now: Time, flush: FlushState) -> Lookup {
-        let r = self.raw(l);
-        let exptime = rd32(r, H_EXPTIME);
-        if rd32(r, H_EPOCH) != flush.epoch || rd32(r, H_ATIME) < flush.cutoff(now) {
+        let h = self.hdr(l);
+        let exptime = rd32(h, H_EXPTIME);
+        if rd32(h, H_EPOCH) != flush.epoch || rd32(h, H_ATIME) < flush.cutoff(now) {
             Lookup::Flushed
         } else if exptime != 0 && exptime <= now {
             Lookup::Expired
@@ -577,14 +600,15 @@ impl Shard {
     fn write(&mut self, l: Loc, it: &NewItem<'_>) {
         let vlen = it.vlen();
         let r = self.raw_mut(l);
-        r[H_CAS..H_CAS + 8].copy_from_slice(&it.cas.to_le_bytes());
-        wr32(r, H_EXPTIME, it.exptime);
-        wr32(r, H_ATIME, it.atime);
-        wr32(r, H_FLAGS, it.flags);
-        wr32(r, H_VLEN, vlen as u32);
-        r[H_KLEN] = it.key.len() as u8;
-        r[H_BITS] = it.bits | LIVE;
-        wr32(r, H_EPOCH, it.epoch);
+        let h: &mut Header = (&mut r[..HEADER]).try_into().unwrap();
+        h[H_CAS..H_CAS + 8].copy_from_slice(&it.cas.to_le_bytes());
+        wr32(h, H_EXPTIME, it.exptime);
+        wr32(h, H_ATIME, it.atime);
+        wr32(h, H_FLAGS, it.flags);
+        wr32(h, H_VLEN, vlen as u32);
+        h[H_KLEN] = it.key.len() as u8;
+        h[H_BITS] = it.bits | LIVE;
+        wr32(h, H_EPOCH, it.epoch);
         let mut at = HEADER;
         r[at..at + it.key.len()].copy_from_slice(it.key);
         at += it.key.len();
@@ -748,7 +772,7 @@ impl Shard {
         let mut out = Vec::new();
         let mut at = 0;
         while at + HEADER <= s.used {
-            let r = &s.data[at..];
+            let r: &Header = s.data[at..at + HEADER].try_into().unwrap();
             let size = item_size(r[H_KLEN] as usize, rd32(r, H_VLEN) as usize);
             debug_assert!(at + size <= s.used, "item past the end of seg {id}");
             out.push(loc(id as u32, at));
@@ -1006,10 +1030,10 @@ impl Shard {
             self.fifo.push_back(slot as u32);
             let mut at = 0;
             while at < used {
-                let r = &self.segs[slot].data[at..];
                 if at + HEADER > used {
                     return Err(format!("slot {slot}: a header past the end"));
                 }
+                let r: &Header = self.segs[slot].data[at..at + HEADER].try_into().unwrap();
                 let klen = r[H_KLEN] as usize;
                 let size = item_size(klen, rd32(r, H_VLEN) as usize);
                 if klen == 0 || klen > crate::protocol::KEY_MAX_LENGTH || at + size > used {
