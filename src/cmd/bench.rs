@@ -29,22 +29,37 @@ pub enum Bench {
 
 #[derive(Args)]
 pub struct TasksArgs {
-    /// Tasks per runtime (OS threads stop at 10,000).
-    #[arg(long, default_value_t = 1_000_000)]
-    count: u64,
+    /// Comma-separated task counts per runtime (OS threads stop at 10,000,
+    /// goroutines at 2,000,000).
+    #[arg(
+        long,
+        alias = "count",
+        value_delimiter = ',',
+        default_value = "1000000,10000000"
+    )]
+    counts: Vec<u64>,
     /// Seconds to count yields for, per runtime.
     #[arg(long, default_value_t = 2.0)]
     seconds: f64,
+    /// Rounds (runtimes take turns; medians are reported, every run listed).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
     /// Comma-separated runtimes to measure.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "duality,tokio,smol,os-threads"
+        default_value = "duality,tokio,smol,go,os-threads"
     )]
     runtimes: Vec<String>,
-    /// Print a JSON array instead of a Markdown table.
+    /// A smoke run: 100,000 tasks, one round of 0.3 s.
+    #[arg(long)]
+    quick: bool,
+    /// Print a JSON array instead of Markdown tables.
     #[arg(long)]
     json: bool,
+    /// Results directory (default: results/tasks-UNIXTIME).
+    #[arg(long)]
+    out: Option<std::path::PathBuf>,
     /// Internal: measure one runtime in this process and print one JSON row.
     #[arg(long, hide = true)]
     child: Option<String>,
@@ -73,30 +88,131 @@ pub fn run(b: Bench) -> anyhow::Result<()> {
 }
 
 fn bench_tasks(a: TasksArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(a.count > 0, "--count must be at least 1");
+    use duality_bench::tasks;
+    anyhow::ensure!(
+        !a.counts.is_empty() && a.counts.iter().all(|&c| c > 0),
+        "--counts must be positive"
+    );
     anyhow::ensure!(
         a.seconds.is_finite() && a.seconds > 0.0,
         "--seconds must be a positive number"
     );
-    let run_for = Duration::from_secs_f64(a.seconds);
     if let Some(rt) = a.child {
-        let row = duality_bench::tasks::measure(&rt, a.count, run_for)?;
+        let row = tasks::measure(&rt, a.counts[0], Duration::from_secs_f64(a.seconds))?;
         println!("{}", serde_json::to_string(&row)?);
         return Ok(());
     }
     for rt in &a.runtimes {
         anyhow::ensure!(
-            duality_bench::tasks::RUNTIMES.contains(&rt.as_str()),
+            tasks::RUNTIMES.contains(&rt.as_str()),
             "unknown runtime {rt:?}; choose from {:?}",
-            duality_bench::tasks::RUNTIMES
+            tasks::RUNTIMES
         );
     }
-    let exe = std::env::current_exe()?;
-    let rows = duality_bench::tasks::run_children(&exe, &a.runtimes, a.count, a.seconds)?;
-    if a.json {
-        println!("{}", duality_bench::report::json(&rows));
+    let (counts, seconds, rounds) = if a.quick {
+        (vec![100_000], 0.3, 1)
     } else {
-        println!("{}", duality_bench::tasks::table(&rows));
+        (a.counts.clone(), a.seconds, a.rounds.max(1))
+    };
+    let go_bin = if a.runtimes.iter().any(|r| r == "go") {
+        tasks::build_go()?
+    } else {
+        None
+    };
+    let exe = std::env::current_exe()?;
+    let pb = super::bench_kv::progress(counts.len() * rounds);
+    let mut summaries = Vec::new();
+    let mut md = String::new();
+    for &count in &counts {
+        let mut per_round = Vec::new();
+        for r in 0..rounds {
+            pb.set_message(format!("{count} tasks, round {}", r + 1));
+            per_round.push(tasks::run_children(
+                &exe,
+                go_bin.as_deref(),
+                &a.runtimes,
+                count,
+                seconds,
+            )?);
+            pb.inc(1);
+        }
+        let s = tasks::summarize(count, &per_round);
+        md.push_str(&format!(
+            "## {} tasks\n\n{}\n",
+            duality_bench::report::thousands(count as f64),
+            tasks::summary_table(&s)
+        ));
+        summaries.extend(s);
     }
+    pb.finish_and_clear();
+    if let Some(bin) = &go_bin {
+        if let Some(dir) = bin.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+    let dir = super::results_dir(a.out.as_deref(), "tasks");
+    std::fs::create_dir_all(&dir)?;
+    let cmd: Vec<String> = std::env::args().collect();
+    let doc = format!(
+        "# Tasks: bytes per task and yields per second\n\nCommand: `{}`\n\nMachine: {} cores. Each runtime in its own child process, runtimes taking turns in each of {rounds} round(s); medians, every run listed. Every task loops on its runtime's yield (`yield_now`, `runtime.Gosched()`); bytes per task = RSS growth / tasks once every task has been polled; yields/s counted over {seconds} s with all tasks alive, one OS thread per runtime (tokio `current_thread`, one smol `Executor`, one duality loop, Go with `GOMAXPROCS=1`). OS threads: at most {} std threads with the smallest stack glibc allows; goroutines: at most {}.\n\n{md}",
+        cmd.join(" "),
+        duality_models::cores(),
+        tasks::MAX_OS_THREADS,
+        tasks::MAX_GOROUTINES,
+    );
+    std::fs::write(dir.join("tasks.md"), &doc)?;
+    std::fs::write(
+        dir.join("tasks.json"),
+        duality_bench::report::json(&summaries),
+    )?;
+    std::fs::write(dir.join("tasks.csv"), tasks::csv(&summaries))?;
+    // Ratios to duality per runtime, one group of bars per task count.
+    let runtimes: Vec<String> = a
+        .runtimes
+        .iter()
+        .filter(|rt| summaries.iter().any(|s| &s.runtime == *rt))
+        .cloned()
+        .collect();
+    let ratios = |f: fn(&tasks::TaskSummary) -> f64| -> Vec<duality_bench::plot::BarSeries> {
+        counts
+            .iter()
+            .map(|&c| {
+                let of = |rt: &str| summaries.iter().find(|s| s.count == c && s.runtime == rt);
+                let base = of("duality").map(f).filter(|b| *b > 0.0);
+                let vals = runtimes
+                    .iter()
+                    .map(|rt| Some(f(of(rt)?) / base?).filter(|v| v.is_finite() && *v > 0.0))
+                    .collect();
+                (
+                    format!("{} tasks", duality_bench::report::thousands(c as f64)),
+                    vals,
+                )
+            })
+            .collect()
+    };
+    if summaries.iter().any(|s| s.runtime == "duality") {
+        duality_bench::plot::bar_chart(
+            &dir.join("tasks-memory"),
+            "Bytes per task, relative to duality",
+            "x duality",
+            &runtimes,
+            &ratios(|s| s.bytes_per_task),
+            1.0,
+        )?;
+        duality_bench::plot::bar_chart(
+            &dir.join("tasks-speed"),
+            "Yields per second, relative to duality",
+            "x duality",
+            &runtimes,
+            &ratios(|s| s.yields_per_sec),
+            1.0,
+        )?;
+    }
+    if a.json {
+        println!("{}", duality_bench::report::json(&summaries));
+    } else {
+        println!("{md}");
+    }
+    eprintln!("results in {}", dir.display());
     Ok(())
 }

@@ -9,7 +9,10 @@
 //! platform allows) are the baseline, at most 10,000 of them.
 //!
 //! Everything runs on one OS thread per runtime (tokio `current_thread`, one
-//! smol `Executor`, one duality loop), with the same global allocator.
+//! smol `Executor`, one duality loop), with the same global allocator. Go's
+//! goroutines are measured by a small Go program (`crates/bench/go/tasks`,
+//! built by the command with the Go toolchain found on the machine) with
+//! `GOMAXPROCS=1`, at most [`MAX_GOROUTINES`] of them.
 
 use serde::{Deserialize, Serialize};
 use std::future::Future;
@@ -32,10 +35,60 @@ pub struct TaskRow {
 }
 
 /// The runtimes compared.
-pub const RUNTIMES: [&str; 4] = ["duality", "tokio", "smol", "os-threads"];
+pub const RUNTIMES: [&str; 5] = ["duality", "tokio", "smol", "go", "os-threads"];
 
 /// At most this many OS threads are started for the baseline.
 pub const MAX_OS_THREADS: u64 = 10_000;
+
+/// At most this many goroutines: each takes a 2 KiB stack at least, so ten
+/// million would not fit this machine's 24 GiB beside everything else.
+pub const MAX_GOROUTINES: u64 = 2_000_000;
+
+/// The Go peer's source.
+const GO_TASKS: &str = include_str!("../go/tasks/main.go");
+
+/// The `go` command: on `PATH`, or where the official tarball puts it.
+pub fn find_go() -> Option<std::path::PathBuf> {
+    let on_path = std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join("go"))
+            .find(|g| g.is_file())
+    });
+    on_path.or_else(|| {
+        let g = std::path::PathBuf::from("/usr/local/go/bin/go");
+        g.is_file().then_some(g)
+    })
+}
+
+/// Builds the Go peer into a temporary directory (its build cache kept in
+/// the temp dir between runs); `None`, said on stderr, where Go is missing.
+pub fn build_go() -> anyhow::Result<Option<std::path::PathBuf>> {
+    let Some(go) = find_go() else {
+        eprintln!(
+            "go is not installed: its rows are left out (install it from https://go.dev/dl/ \
+             into /usr/local/go, or apt-get install golang-go)"
+        );
+        return Ok(None);
+    };
+    let dir = std::env::temp_dir().join(format!("duality-go-tasks-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("main.go"), GO_TASKS)?;
+    let cache = std::env::temp_dir().join("duality-go-cache");
+    let out = Command::new(&go)
+        .current_dir(&dir)
+        .args(["build", "-o", "tasks", "main.go"])
+        .env("GOTOOLCHAIN", "local")
+        .env("GOCACHE", cache.join("build"))
+        .env("GOPATH", cache.join("gopath"))
+        .env("GOFLAGS", "")
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "go build failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(Some(dir.join("tasks")))
+}
 
 static STARTED: AtomicU64 = AtomicU64::new(0);
 static YIELDS: AtomicU64 = AtomicU64::new(0);
@@ -55,21 +108,32 @@ macro_rules! yield_task {
 }
 
 /// Runs in the parent: measures each runtime in its own child process
-/// (`exe bench tasks --child RUNTIME ...`).
+/// (`exe bench tasks --child RUNTIME ...`; `go`: the program `go_bin`, or
+/// left out without it).
 pub fn run_children(
     exe: &Path,
+    go_bin: Option<&Path>,
     runtimes: &[String],
     count: u64,
     seconds: f64,
 ) -> anyhow::Result<Vec<TaskRow>> {
     let mut rows = Vec::new();
     for rt in runtimes {
-        let out = Command::new(exe)
-            .args(["bench", "tasks", "--child", rt, "--count"])
-            .arg(count.to_string())
-            .arg("--seconds")
-            .arg(seconds.to_string())
-            .output()?;
+        let out = if rt == "go" {
+            let Some(bin) = go_bin else { continue };
+            Command::new(bin)
+                .arg(count.min(MAX_GOROUTINES).to_string())
+                .arg(seconds.to_string())
+                .env("GOMAXPROCS", "1")
+                .output()?
+        } else {
+            Command::new(exe)
+                .args(["bench", "tasks", "--child", rt, "--counts"])
+                .arg(count.to_string())
+                .arg("--seconds")
+                .arg(seconds.to_string())
+                .output()?
+        };
         if !out.status.success() {
             anyhow::bail!(
                 "measuring {rt} failed ({}): {}",
@@ -93,6 +157,7 @@ pub fn measure(runtime: &str, count: u64, run_for: Duration) -> anyhow::Result<T
         "tokio" => measure_tokio(count, run_for)?,
         "smol" => measure_smol(count, run_for),
         "os-threads" => measure_threads(count.min(MAX_OS_THREADS), run_for)?,
+        "go" => anyhow::bail!("go is measured by its own program, not in this process"),
         other => anyhow::bail!("unknown runtime {other:?} (one of {RUNTIMES:?})"),
     };
     Ok(TaskRow {
@@ -201,6 +266,116 @@ fn measure_threads(count: u64, run_for: Duration) -> anyhow::Result<Measured> {
     Ok((count, rss1, y, el))
 }
 
+/// One runtime at one task count over several rounds.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct TaskSummary {
+    /// The runtime.
+    pub runtime: String,
+    /// Tasks asked for.
+    pub count: u64,
+    /// Tasks (or threads, goroutines) that ran.
+    pub tasks: u64,
+    /// Median bytes per task over the rounds.
+    pub bytes_per_task: f64,
+    /// Median yields per second over the rounds.
+    pub yields_per_sec: f64,
+    /// Each round's yields per second.
+    pub runs: Vec<f64>,
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    if s.is_empty() {
+        f64::NAN
+    } else {
+        s[(s.len() - 1) / 2]
+    }
+}
+
+/// Medians over rounds: `rounds[r]` holds round `r`'s rows for `count`
+/// tasks, in the runtimes' order.
+pub fn summarize(count: u64, rounds: &[Vec<TaskRow>]) -> Vec<TaskSummary> {
+    let mut out: Vec<TaskSummary> = Vec::new();
+    for row in rounds.iter().flatten() {
+        match out.iter_mut().find(|s| s.runtime == row.runtime) {
+            Some(s) => s.runs.push(row.yields_per_sec),
+            None => out.push(TaskSummary {
+                runtime: row.runtime.clone(),
+                count,
+                tasks: row.tasks,
+                bytes_per_task: 0.0,
+                yields_per_sec: 0.0,
+                runs: vec![row.yields_per_sec],
+            }),
+        }
+    }
+    for s in &mut out {
+        let rows = rounds.iter().flatten().filter(|r| r.runtime == s.runtime);
+        s.bytes_per_task = median(&rows.map(|r| r.bytes_per_task).collect::<Vec<_>>());
+        s.yields_per_sec = median(&s.runs);
+    }
+    out
+}
+
+/// The Markdown table of one task count's summaries, with each runtime's
+/// ratios to duality.
+pub fn summary_table(rows: &[TaskSummary]) -> String {
+    let base = rows.iter().find(|r| r.runtime == "duality");
+    let ratio = |v: f64, b: Option<f64>| match b {
+        Some(b) if b > 0.0 => format!("{:.2}x", v / b),
+        _ => "-".into(),
+    };
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.runtime.clone(),
+                crate::report::thousands(r.tasks as f64),
+                format!("{:.1}", r.bytes_per_task),
+                ratio(r.bytes_per_task, base.map(|b| b.bytes_per_task)),
+                crate::report::thousands(r.yields_per_sec),
+                r.runs
+                    .iter()
+                    .map(|v| format!("{:.1}", v / 1e6))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                ratio(r.yields_per_sec, base.map(|b| b.yields_per_sec)),
+            ]
+        })
+        .collect();
+    crate::report::markdown_table(
+        &[
+            "runtime",
+            "tasks",
+            "bytes/task (median)",
+            "memory vs duality",
+            "yields/s (median)",
+            "runs (M yields/s)",
+            "speed vs duality",
+        ],
+        &cells,
+    )
+}
+
+/// The summaries as CSV.
+pub fn csv(rows: &[TaskSummary]) -> String {
+    let mut s = String::from("count,runtime,tasks,bytes_per_task,yields_per_sec,runs\n");
+    for r in rows {
+        let runs: Vec<String> = r.runs.iter().map(|v| format!("{v:.0}")).collect();
+        s.push_str(&format!(
+            "{},{},{},{:.2},{:.0},{}\n",
+            r.count,
+            r.runtime,
+            r.tasks,
+            r.bytes_per_task,
+            r.yields_per_sec,
+            runs.join("/")
+        ));
+    }
+    s
+}
+
 /// The Markdown table of a run, with each peer's ratio to duality.
 pub fn table(rows: &[TaskRow]) -> String {
     let base = rows.iter().find(|r| r.runtime == "duality");
@@ -244,6 +419,36 @@ mod tests {
     #[test]
     fn rejects_unknown_runtime() {
         assert!(measure("nope", 1, Duration::ZERO).is_err());
+        assert!(measure("go", 1, Duration::ZERO).is_err());
+    }
+
+    fn row(rt: &str, tasks: u64, bytes: f64, yields: f64) -> TaskRow {
+        TaskRow {
+            runtime: rt.into(),
+            tasks,
+            bytes_per_task: bytes,
+            yields_per_sec: yields,
+        }
+    }
+
+    #[test]
+    fn summaries_take_medians_over_rounds() {
+        let rounds = vec![
+            vec![row("duality", 10, 30.0, 3e6), row("go", 10, 2600.0, 1e6)],
+            vec![row("duality", 10, 34.0, 1e6), row("go", 10, 2700.0, 2e6)],
+            vec![row("duality", 10, 32.0, 2e6), row("go", 10, 2500.0, 3e6)],
+        ];
+        let s = summarize(10, &rounds);
+        assert_eq!(s.len(), 2);
+        assert_eq!((s[0].bytes_per_task, s[0].yields_per_sec), (32.0, 2e6));
+        assert_eq!(s[0].runs, [3e6, 1e6, 2e6]);
+        assert_eq!((s[1].bytes_per_task, s[1].yields_per_sec), (2600.0, 2e6));
+        let t = summary_table(&s);
+        assert!(
+            t.contains("| go | 10 | 2600.0 | 81.25x | 2,000,000 | 1.0, 2.0, 3.0 | 1.00x |"),
+            "{t}"
+        );
+        assert!(csv(&s).contains("10,go,10,2600.00,2000000,1000000/2000000/3000000"));
     }
 
     #[test]
