@@ -119,7 +119,7 @@ struct Connection {
     /// counted in the time-to-first-byte metrics.
     answered: u64,
     /// The start of the poll whose read completed the pending heads.
-    read_at: Option<Instant>,
+    read_at: Option<duality_rt::stats::Stamp>,
     /// Count this connection in the stub status's reading/writing.
     track_phase: bool,
     phase: Phase,

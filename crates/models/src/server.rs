@@ -263,7 +263,12 @@ impl Shared {
 
     /// `accepted_at`: the start of the acceptor's poll that took `a`; `on`:
     /// the network loop that accepted it for itself (`SO_REUSEPORT`).
-    fn dispatch(self: &Arc<Self>, a: Accepted, accepted_at: Option<Instant>, on: Option<usize>) {
+    fn dispatch(
+        self: &Arc<Self>,
+        a: Accepted,
+        accepted_at: Option<duality_rt::stats::Stamp>,
+        on: Option<usize>,
+    ) {
         let live = self.counter.live.fetch_add(1, SeqCst);
         if live >= self.max_conns {
             self.counter.live.fetch_sub(1, SeqCst);

@@ -525,7 +525,7 @@ fn make_room<S>(h: &mut Held<S>, need: usize, max: usize) {
 struct Answered {
     requests: u64,
     /// The start of the poll whose read completed them.
-    read_at: Option<std::time::Instant>,
+    read_at: Option<duality_rt::stats::Stamp>,
 }
 
 async fn flush(conn: &mut Conn, out: &mut Vec<u8>, answered: &mut Answered) -> std::io::Result<()> {

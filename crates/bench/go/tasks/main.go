@@ -50,8 +50,13 @@ func main() {
 	var started, yields atomic.Uint64
 	var stop atomic.Bool
 	rss0 := rss()
+	// Spawned first, run after: as the Rust runtimes' tasks, which are not
+	// polled before the spawner yields. (Runnable from birth, they would
+	// take the spawner's turns and make spawning quadratic in N.)
+	start := make(chan struct{})
 	for i := uint64(0); i < n; i++ {
 		go func() {
+			<-start
 			started.Add(1)
 			for !stop.Load() {
 				yields.Add(1)
@@ -59,6 +64,7 @@ func main() {
 			}
 		}()
 	}
+	close(start)
 	for started.Load() < n {
 		runtime.Gosched()
 	}

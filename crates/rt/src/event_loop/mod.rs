@@ -187,7 +187,7 @@ pub(crate) struct Local {
     hist: RefCell<Histogram<u64>>,
     last_publish: Cell<Instant>,
     /// When the task poll running now started (see [`crate::stats::poll_started`]).
-    pub(crate) poll_start: Cell<Instant>,
+    pub(crate) poll_start: Cell<crate::stats::Stamp>,
     /// Per-request metrics recorded on this loop since the last merge.
     pub(crate) requests: RefCell<RequestMetrics>,
     /// The reset epoch of the readable copy that `requests` belongs to.
@@ -216,7 +216,8 @@ impl Local {
         let threshold = self.config.long_poll_threshold;
         let track = self.config.track_spawn_locations;
         let mut hist = self.hist.borrow_mut();
-        let mut t0 = Instant::now();
+        // The loops' clock (TSC): a poll reads it once.
+        let mut t0 = crate::stats::Stamp::now();
         let turn_until = t0 + self.config.turn_time;
         let mut n = 0;
         // Look at I/O again after `budget` polls or `turn_time`, whichever
@@ -237,7 +238,7 @@ impl Local {
                 let _budget = crate::coop::start_poll();
                 task.run();
             }
-            let t1 = Instant::now();
+            let t1 = crate::stats::Stamp::now();
             let took = t1 - t0;
             t0 = t1;
             let _ = hist.record(took.as_nanos() as u64);
@@ -741,7 +742,7 @@ impl EventLoop {
                 config,
                 hist: RefCell::new(registry::new_histogram()),
                 last_publish: Cell::new(now),
-                poll_start: Cell::new(now),
+                poll_start: Cell::new(crate::stats::Stamp::now()),
                 requests: RefCell::new(RequestMetrics::default()),
                 requests_epoch: Cell::new(lock_std(&shared.requests).epoch),
             }),
@@ -767,7 +768,7 @@ impl EventLoop {
         local.shared.main_woken.store(true, SeqCst);
         loop {
             if local.shared.main_woken.swap(false, SeqCst) {
-                local.poll_start.set(Instant::now());
+                local.poll_start.set(crate::stats::Stamp::now());
                 let _budget = crate::coop::start_poll();
                 if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
                     return v;
