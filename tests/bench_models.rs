@@ -135,3 +135,56 @@ fn echo_models_run_reports_medians_over_rounds() {
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(stderr.contains("round 2/2"), "{stderr}");
 }
+
+#[test]
+fn quick_sweep_lays_the_hand_off_models_out_by_thread_count() {
+    let out = std::env::temp_dir().join(format!("duality-bench-sweep-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let run = bench_models([
+        std::ffi::OsStr::new("--sweep"),
+        std::ffi::OsStr::new("--quick"),
+        std::ffi::OsStr::new("--json"),
+        std::ffi::OsStr::new("--out"),
+        out.as_os_str(),
+    ]);
+    let stdout: serde_json::Value = serde_json::from_slice(&run.stdout).expect("stdout is JSON");
+    let file: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("sweep.json")).unwrap()).unwrap();
+    assert_eq!(stdout, file);
+    let points = file.as_array().unwrap();
+    let models: Vec<&str> = points
+        .iter()
+        .map(|p| p["model"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        models,
+        [
+            "amped:1", "amped:2", "seda:1:1", "seda:1:2", "seda:2:1", "seda:2:2", "seda-s:1",
+            "seda-s:2"
+        ]
+    );
+    for p in points {
+        assert!(p["tps"].as_f64().unwrap() > 0.0, "{p}");
+        assert!(p["cpu_us_per_txn"].as_f64().unwrap() > 0.0, "{p}");
+        let (n, w) = (
+            p["network"].as_u64().unwrap(),
+            p["payload"].as_u64().unwrap(),
+        );
+        let model = p["model"].as_str().unwrap();
+        assert!(model.ends_with(&w.to_string()) && n >= 1, "{p}");
+    }
+    let md = std::fs::read_to_string(out.join("sweep.md")).unwrap();
+    for section in ["## amped", "## seda\n", "## seda-s", "## Peaks (Fig. 7)"] {
+        assert!(md.contains(section), "{section}: {md}");
+    }
+    for f in [
+        "sweep-amped.png",
+        "sweep-seda.svg",
+        "sweep-seda-s.png",
+        "sweep-peaks.svg",
+        "sweep.csv",
+    ] {
+        assert!(out.join(f).exists(), "{f}");
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}

@@ -17,7 +17,8 @@ pub struct DiskArgs {
         default_value = "duality-pool,duality-uring,tokio,os-threads"
     )]
     runtimes: Vec<String>,
-    /// Comma-separated reader counts (OS threads stop at 16,384).
+    /// Comma-separated reader counts (OS threads stop where the kernel's map
+    /// limit binds: about 10,900 by default).
     #[arg(long, value_delimiter = ',', default_value = "1,16,256,4096,65536")]
     readers: Vec<u64>,
     /// Size of the file read, MiB.
@@ -123,11 +124,11 @@ pub fn run(a: DiskArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&out)?;
     let cmd: Vec<String> = std::env::args().collect();
     let md = format!(
-        "# Disk: N readers of random 4 KiB blocks of a {mib} MiB file opened with O_DIRECT\n\nCommand: `{}`\n\nMachine: {} cores; the file on {}. Each runtime and reader count in a fresh process; {seconds} s counted after {warmup} s; the median of {rounds} round(s) by reads/s, runtimes taking turns. A read's time runs from the reader asking to the bytes being there (waiting for a pool thread included). OS threads stop at {}.\n\n{}",
+        "# Disk: N readers of random 4 KiB blocks of a {mib} MiB file opened with O_DIRECT\n\nCommand: `{}`\n\nMachine: {} cores; the file on {}. Each runtime and reader count in a fresh process; {seconds} s counted after {warmup} s; the median of {rounds} round(s) by reads/s, runtimes taking turns. A read's time runs from the reader asking to the bytes being there (waiting for a pool thread included). OS threads stop at {} (`vm.max_map_count` / 6: each thread takes several memory mappings).\n\n{}",
         cmd.join(" "),
         duality_models::cores(),
         dir.display(),
-        disk::MAX_OS_THREADS,
+        disk::os_thread_cap(),
         disk::table(&rows)
     );
     std::fs::write(out.join("disk.md"), &md)?;

@@ -77,6 +77,19 @@ pub struct ModelsArgs {
     /// Leave out memcached and tokio.
     #[arg(long)]
     no_peers: bool,
+    /// Seed 001's thread-count sweeps (Fig. 2-5): amped over payload
+    /// threads, seda over network × payload threads, seda-s over pairs, up
+    /// to `--sweep-max` threads, at `--sweep-clients` clients; and each
+    /// model's peak (Fig. 7). Writes sweep.md/json/csv and plots beside the
+    /// usual results.
+    #[arg(long)]
+    sweep: bool,
+    /// Client connections for `--sweep`.
+    #[arg(long, default_value_t = 40)]
+    sweep_clients: usize,
+    /// Most threads of one kind for `--sweep` (powers of two up to it).
+    #[arg(long, default_value_t = 8)]
+    sweep_max: usize,
     #[command(flatten)]
     load: LoadArgs,
 }
@@ -194,6 +207,9 @@ pub(super) fn progress(total: usize) -> indicatif::ProgressBar {
 }
 
 pub fn models(a: ModelsArgs) -> anyhow::Result<()> {
+    if a.sweep {
+        return sweep(a);
+    }
     let clients = if a.load.quick {
         vec![1, 8]
     } else {
@@ -247,6 +263,56 @@ pub fn models(a: ModelsArgs) -> anyhow::Result<()> {
         false,
         &rows,
     )
+}
+
+/// `bench models --sweep`: the hand-off models over their thread counts.
+fn sweep(a: ModelsArgs) -> anyhow::Result<()> {
+    use duality_bench::sweep;
+    anyhow::ensure!(
+        a.service == "kv",
+        "--sweep measures the cache (--service kv)"
+    );
+    let (max, clients) = if a.load.quick {
+        (2, vec![8])
+    } else {
+        (a.sweep_max, vec![a.sweep_clients])
+    };
+    let p = plan(&a.load, clients.clone())?;
+    let servers: Vec<(usize, ServerKind)> = with_backends(&sweep::models(max), &a.load.io)
+        .into_iter()
+        .map(|m| (0, ServerKind::Duality(m)))
+        .collect();
+    let pb = progress(servers.len());
+    let rows = models_kv::run(
+        &p,
+        &servers,
+        &mut |r| {
+            pb.set_message(format!("{}: {:.0} txn/s", r.server, r.tps_mean));
+            pb.inc(1);
+        },
+        &mut |n| pb.println(n),
+    )?;
+    pb.finish_and_clear();
+    let dir = results_dir(&a.load, "sweep");
+    let cmd: Vec<String> = std::env::args().collect();
+    let header = format!(
+        "# The hand-off models over their thread counts (seed 001, Fig. 2-5 and 7)\n\nCommand: `{}`\n\nMachine: {}. {} clients, closed loop, {} sockets; {} records of 10-103 bytes, {}:1 gets to sets; each configuration its own server process, the mean of the windows.",
+        cmd.join(" "),
+        machine(),
+        clients[0],
+        if a.load.tcp { "TCP loopback" } else { "Unix" },
+        if a.load.quick { 3_000 } else { a.load.records },
+        a.load.gets_per_set
+    );
+    let points = sweep::points(&rows);
+    let written = sweep::write(&dir, &header, &points)?;
+    if a.load.json {
+        println!("{}", duality_bench::report::json(&points));
+    } else {
+        println!("{}", sweep::markdown(&points));
+    }
+    eprintln!("results in {} ({} files)", dir.display(), written.len());
+    Ok(())
 }
 
 /// Each model once per backend (`MODEL@BACKEND`), or as given with no backends.

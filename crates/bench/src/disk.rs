@@ -14,7 +14,7 @@
 //! - `tokio`: N tasks on a `current_thread` runtime, each read in
 //!   `spawn_blocking` (tokio's blocking pool, up to 512 threads);
 //! - `os-threads`: one OS thread per reader, blocking `pread` (the seed's
-//!   NPTL), at most [`MAX_OS_THREADS`].
+//!   NPTL), at most [`os_thread_cap`] (the kernel's map limit binds first).
 //!
 //! Reads/s counts reads completed in the window; the per-read time runs from
 //! the reader asking to the bytes being there (queueing included), p50 and
@@ -36,7 +36,7 @@ pub struct DiskRow {
     pub runtime: String,
     /// Concurrent readers asked for.
     pub readers: u64,
-    /// Readers that ran (OS threads stop at [`MAX_OS_THREADS`]).
+    /// Readers that ran (OS threads stop at [`os_thread_cap`]).
     pub ran: u64,
     /// 4 KiB reads completed per second.
     pub reads_per_sec: f64,
@@ -51,8 +51,20 @@ pub struct DiskRow {
 /// The runtimes compared.
 pub const RUNTIMES: [&str; 4] = ["duality-pool", "duality-uring", "tokio", "os-threads"];
 
-/// At most this many OS threads are started for the baseline.
+/// At most this many OS threads are started for the baseline (fewer where
+/// the kernel's map limit binds: see [`os_thread_cap`]).
 pub const MAX_OS_THREADS: u64 = 16_384;
+
+/// How many reader threads this machine allows: each takes about five
+/// memory mappings (stack, guard page, signal stack and its guard, …), and
+/// a process may hold `vm.max_map_count` of them (65,530 by default).
+pub fn os_thread_cap() -> u64 {
+    let maps = std::fs::read_to_string("/proc/sys/vm/max_map_count")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .unwrap_or(65_530);
+    MAX_OS_THREADS.min(maps / 6)
+}
 
 /// Bytes per read.
 pub const BLOCK: usize = 4096;
@@ -187,7 +199,7 @@ pub fn measure(
             window,
         )?,
         "tokio" => run_tokio(&file, &sh, readers, warmup, window)?,
-        "os-threads" => run_threads(&file, &sh, readers.min(MAX_OS_THREADS), warmup, window)?,
+        "os-threads" => run_threads(&file, &sh, readers.min(os_thread_cap()), warmup, window)?,
         other => anyhow::bail!("unknown runtime {other:?} (one of {RUNTIMES:?})"),
     };
     let (n, p50, p99) = {

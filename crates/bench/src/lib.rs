@@ -15,6 +15,7 @@
 //! | [`store`] | `duality bench store` | the cache's memory under size waves, bytes per item, hit ratio under Zipf keys: vs memcached at the same `-m` |
 //! | [`soak`] | `duality bench soak` | good clients beside floods, slowloris, resets and churn: errors, p99, memory over time |
 //! | [`offload`] | `duality bench offload` | seed 002: 1% gzip requests inline, on the pool or adaptive, vs nginx `gzip on`: p99s of cheap and heavy requests, TTFB, accept latency, loop hold |
+//! | [`sweep`] | `duality bench models --sweep` | seed 001 Fig. 2-5 and 7: the hand-off models over their thread counts, and each one's peak |
 //! | [`models_echo`] | `duality bench models --service echo` | requests/s and context switches per request under every model |
 
 pub mod balance;
@@ -33,5 +34,6 @@ pub mod servers;
 pub mod soak;
 pub mod store;
 pub mod summary;
+pub mod sweep;
 pub mod tasks;
 pub mod workload;
