@@ -51,15 +51,8 @@ pub struct TasksArgs {
         default_value = "duality,tokio,smol,go,os-threads"
     )]
     runtimes: Vec<String>,
-    /// A smoke run: 100,000 tasks, one round of 0.3 s.
-    #[arg(long)]
-    quick: bool,
-    /// Print a JSON array instead of Markdown tables.
-    #[arg(long)]
-    json: bool,
-    /// Results directory (default: results/tasks-UNIXTIME).
-    #[arg(long)]
-    out: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    output: super::OutputArgs,
     /// Internal: measure one runtime in this process and print one JSON row.
     #[arg(long, hide = true)]
     child: Option<String>,
@@ -109,7 +102,7 @@ fn bench_tasks(a: TasksArgs) -> anyhow::Result<()> {
             tasks::RUNTIMES
         );
     }
-    let (counts, seconds, rounds) = if a.quick {
+    let (counts, seconds, rounds) = if a.output.quick {
         (vec![100_000], 0.3, 1)
     } else {
         (a.counts.clone(), a.seconds, a.rounds.max(1))
@@ -150,7 +143,7 @@ fn bench_tasks(a: TasksArgs) -> anyhow::Result<()> {
             let _ = std::fs::remove_dir_all(dir);
         }
     }
-    let dir = super::results_dir(a.out.as_deref(), "tasks");
+    let dir = super::results_dir(a.output.out.as_deref(), "tasks");
     std::fs::create_dir_all(&dir)?;
     let cmd: Vec<String> = std::env::args().collect();
     let doc = format!(
@@ -208,7 +201,7 @@ fn bench_tasks(a: TasksArgs) -> anyhow::Result<()> {
             1.0,
         )?;
     }
-    if a.json {
+    if a.output.json {
         println!("{}", duality_bench::report::json(&summaries));
     } else {
         println!("{md}");

@@ -4,7 +4,6 @@
 
 use clap::Args;
 use duality_bench::balance::{self, Plan};
-use std::path::PathBuf;
 
 #[derive(Args)]
 pub struct BalanceArgs {
@@ -33,15 +32,8 @@ pub struct BalanceArgs {
     /// Rounds (servers take turns; medians are reported).
     #[arg(long, default_value_t = 3)]
     rounds: usize,
-    /// A smoke run: 4 heavy connections, one round of 0.5 s.
-    #[arg(long)]
-    quick: bool,
-    /// Print a JSON array instead of a Markdown table.
-    #[arg(long)]
-    json: bool,
-    /// Results directory (default: results/balance-UNIXTIME).
-    #[arg(long)]
-    out: Option<PathBuf>,
+    #[command(flatten)]
+    output: super::OutputArgs,
 }
 
 pub fn run(a: BalanceArgs) -> anyhow::Result<()> {
@@ -62,7 +54,7 @@ pub fn run(a: BalanceArgs) -> anyhow::Result<()> {
         a.seconds.is_finite() && a.seconds > 0.0,
         "--seconds must be a positive number"
     );
-    let (heavy, seconds, rounds) = if a.quick {
+    let (heavy, seconds, rounds) = if a.output.quick {
         (4, 0.5, 1)
     } else {
         (a.heavy, a.seconds, a.rounds.max(1))
@@ -86,7 +78,7 @@ pub fn run(a: BalanceArgs) -> anyhow::Result<()> {
         pb.inc(1);
     })?;
     pb.finish_and_clear();
-    let dir = super::results_dir(a.out.as_deref(), "balance");
+    let dir = super::results_dir(a.output.out.as_deref(), "balance");
     std::fs::create_dir_all(&dir)?;
     let cmd: Vec<String> = std::env::args().collect();
     let md = format!(
@@ -114,7 +106,7 @@ pub fn run(a: BalanceArgs) -> anyhow::Result<()> {
             1.0,
         )?;
     }
-    if a.json {
+    if a.output.json {
         println!("{}", duality_bench::report::json(&rows));
     } else {
         println!("{}", balance::table(&rows));

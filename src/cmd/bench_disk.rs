@@ -37,15 +37,8 @@ pub struct DiskArgs {
     /// Rounds (runtimes take turns; the median round is reported).
     #[arg(long, default_value_t = 3)]
     rounds: usize,
-    /// A smoke run: a 16 MiB file, 1 and 64 readers, 0.3 s, one round.
-    #[arg(long)]
-    quick: bool,
-    /// Print a JSON array instead of a Markdown table.
-    #[arg(long)]
-    json: bool,
-    /// Results directory (default: results/disk-UNIXTIME).
-    #[arg(long)]
-    out: Option<PathBuf>,
+    #[command(flatten)]
+    output: super::OutputArgs,
     /// Internal: measure one runtime in this process and print one JSON row.
     #[arg(long, hide = true)]
     child: Option<String>,
@@ -88,7 +81,7 @@ pub fn run(a: DiskArgs) -> anyhow::Result<()> {
         a.readers.iter().all(|&n| n >= 1),
         "every reader count must be at least 1"
     );
-    let (mib, readers, warmup, seconds, rounds) = if a.quick {
+    let (mib, readers, warmup, seconds, rounds) = if a.output.quick {
         (16, vec![1, 64], 0.1, 0.3, 1)
     } else {
         (
@@ -120,7 +113,7 @@ pub fn run(a: DiskArgs) -> anyhow::Result<()> {
         pb.inc(1);
     })?;
     pb.finish_and_clear();
-    let out = super::results_dir(a.out.as_deref(), "disk");
+    let out = super::results_dir(a.output.out.as_deref(), "disk");
     std::fs::create_dir_all(&out)?;
     let cmd: Vec<String> = std::env::args().collect();
     let md = format!(
@@ -163,7 +156,7 @@ pub fn run(a: DiskArgs) -> anyhow::Result<()> {
         &series(|r| r.p99_us),
         true,
     )?;
-    if a.json {
+    if a.output.json {
         println!("{}", duality_bench::report::json(&rows));
     } else {
         println!("{}", disk::table(&rows));

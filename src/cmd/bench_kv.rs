@@ -265,6 +265,22 @@ pub fn models(a: ModelsArgs) -> anyhow::Result<()> {
     )
 }
 
+/// Runs `servers` at the plan's one client count, one progress step each.
+fn run_one_count(p: &Plan, servers: &[(usize, ServerKind)]) -> anyhow::Result<Vec<KvRow>> {
+    let pb = progress(servers.len());
+    let rows = models_kv::run(
+        p,
+        servers,
+        &mut |r| {
+            pb.set_message(format!("{}: {:.0} txn/s", r.server, r.tps_mean));
+            pb.inc(1);
+        },
+        &mut |n| pb.println(n),
+    )?;
+    pb.finish_and_clear();
+    Ok(rows)
+}
+
 /// `bench models --sweep`: the hand-off models over their thread counts.
 fn sweep(a: ModelsArgs) -> anyhow::Result<()> {
     use duality_bench::sweep;
@@ -282,17 +298,7 @@ fn sweep(a: ModelsArgs) -> anyhow::Result<()> {
         .into_iter()
         .map(|m| (0, ServerKind::Duality(m)))
         .collect();
-    let pb = progress(servers.len());
-    let rows = models_kv::run(
-        &p,
-        &servers,
-        &mut |r| {
-            pb.set_message(format!("{}: {:.0} txn/s", r.server, r.tps_mean));
-            pb.inc(1);
-        },
-        &mut |n| pb.println(n),
-    )?;
-    pb.finish_and_clear();
+    let rows = run_one_count(&p, &servers)?;
     let dir = results_dir(&a.load, "sweep");
     let cmd: Vec<String> = std::env::args().collect();
     let header = format!(
@@ -334,17 +340,7 @@ pub fn threads(a: ThreadsArgs) -> anyhow::Result<()> {
     anyhow::ensure!(max >= 1, "--max-threads must be at least 1");
     let p = plan(&a.load, vec![a.clients])?;
     let servers = models_kv::thread_servers(max);
-    let pb = progress(servers.len());
-    let rows = models_kv::run(
-        &p,
-        &servers,
-        &mut |r| {
-            pb.set_message(format!("{}: {:.0} txn/s", r.server, r.tps_mean));
-            pb.inc(1);
-        },
-        &mut |n| pb.println(n),
-    )?;
-    pb.finish_and_clear();
+    let rows = run_one_count(&p, &servers)?;
     finish(
         &a.load,
         "threads",

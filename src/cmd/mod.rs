@@ -109,6 +109,20 @@ pub fn transparent_huge_pages(enabled: bool) {
 
 /// Where an experiment writes its results: `out` if given, else
 /// `results/<name>-<unix time>`.
+/// The flags every experiment shares (flattened into its arguments).
+#[derive(clap::Args)]
+pub struct OutputArgs {
+    /// A smoke run that finishes in well under a minute.
+    #[arg(long)]
+    pub quick: bool,
+    /// Print JSON instead of Markdown tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Results directory (default: results/EXPERIMENT-UNIXTIME).
+    #[arg(long)]
+    pub out: Option<std::path::PathBuf>,
+}
+
 pub fn results_dir(out: Option<&std::path::Path>, name: &str) -> std::path::PathBuf {
     out.map(std::path::Path::to_path_buf).unwrap_or_else(|| {
         let t = std::time::SystemTime::now()
