@@ -776,15 +776,21 @@ impl Memcached {
                 .stderr(Stdio::null())
                 .spawn()
                 .expect("spawn memcached");
+            let pid = child.id();
             let mut guard = ChildGuard(Some(child));
             let addr = SocketAddr::from(([127, 0, 0, 1], port));
             let until = Instant::now() + Duration::from_secs(5);
             while Instant::now() < until {
-                if TcpStream::connect(addr).is_ok() {
-                    return Memcached {
-                        _child: guard,
-                        addr,
-                    };
+                // Another test's server may have taken the port between
+                // free_port() and memcached's bind: only an answer from this
+                // child's pid counts (memcached then exits, and we retry).
+                if let Ok(s) = TcpStream::connect(addr) {
+                    if stats_pid(s) == Some(pid) {
+                        return Memcached {
+                            _child: guard,
+                            addr,
+                        };
+                    }
                 }
                 if let Ok(Some(st)) = guard.0.as_mut().unwrap().try_wait() {
                     last = format!("memcached exited: {st}");
@@ -795,6 +801,25 @@ impl Memcached {
         }
         panic!("memcached did not start: {last}");
     }
+}
+
+/// The `pid` a memcached-protocol server on `s` reports in `stats`.
+fn stats_pid(mut s: TcpStream) -> Option<u32> {
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    s.write_all(b"stats\r\n").ok()?;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !out.ends_with(b"END\r\n") {
+        let n = s.read(&mut buf).ok()?;
+        if n == 0 {
+            return None;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&out)
+        .lines()
+        .find_map(|l| l.strip_prefix("STAT pid "))
+        .and_then(|p| p.trim().parse().ok())
 }
 
 /// duality on `model` with memcached's defaults (64 MiB, 1 MiB items), the
