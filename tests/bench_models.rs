@@ -97,23 +97,42 @@ fn quick_models_run_writes_every_model() {
 
 /// `duality bench models --service echo` with two short rounds: one row per
 /// model and connection count, medians within the rounds' range, ratios to
-/// symped present.
+/// symped present, and the results directory holds what was printed.
 #[test]
 fn echo_models_run_reports_medians_over_rounds() {
+    let out = std::env::temp_dir().join(format!("duality-bench-echo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
     let run = bench_models([
-        "--service",
-        "echo",
-        "--models",
-        "symped:2,amped:1,sped",
-        "--clients",
-        "1,4",
-        "--seconds",
-        "0.1",
-        "--windows",
-        "2",
-        "--json",
+        std::ffi::OsStr::new("--service"),
+        "echo".as_ref(),
+        "--models".as_ref(),
+        "symped:2,amped:1,sped".as_ref(),
+        "--clients".as_ref(),
+        "1,4".as_ref(),
+        "--seconds".as_ref(),
+        "0.1".as_ref(),
+        "--windows".as_ref(),
+        "2".as_ref(),
+        "--json".as_ref(),
+        "--out".as_ref(),
+        out.as_os_str(),
     ]);
     let rows: serde_json::Value = serde_json::from_slice(&run.stdout).expect("stdout is JSON");
+    let file: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("echo.json")).unwrap()).unwrap();
+    assert_eq!(rows, file);
+    let md = std::fs::read_to_string(out.join("echo.md")).unwrap();
+    assert!(md.contains("| amped:1 | 4 | 1 |"), "{md}");
+    let csv = std::fs::read_to_string(out.join("echo.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 3 * 2 + 1, "{csv}");
+    for f in ["echo.png", "echo.svg"] {
+        let p = out.join(f);
+        assert!(
+            std::fs::metadata(&p).map(|m| m.len() > 0).unwrap_or(false),
+            "{p:?}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&out);
     let rows = rows.as_array().unwrap();
     assert_eq!(rows.len(), 3 * 2, "{rows:?}");
     for r in rows {

@@ -357,6 +357,7 @@ fn echo(models: &[String], clients: &[usize], load: &LoadArgs) -> anyhow::Result
     } else {
         (load.seconds, load.windows)
     };
+    let pb = progress(rounds * models.len() * clients.len());
     let rows = duality_bench::models_echo::run(
         &exe,
         models,
@@ -365,20 +366,36 @@ fn echo(models: &[String], clients: &[usize], load: &LoadArgs) -> anyhow::Result
         seconds,
         rounds,
         &mut |round, r| {
-            eprintln!(
-                "round {}/{rounds}: {} x{}: {:.0} req/s, {:.3} ctx/req",
-                round + 1,
-                r.model,
-                r.connections,
-                r.requests_per_sec,
-                r.ctx_switches_per_request
-            )
+            // Every measurement is logged, also where the bar is hidden
+            // (stderr not a terminal).
+            pb.suspend(|| {
+                eprintln!(
+                    "round {}/{rounds}: {} x{}: {:.0} req/s, {:.3} ctx/req",
+                    round + 1,
+                    r.model,
+                    r.connections,
+                    r.requests_per_sec,
+                    r.ctx_switches_per_request
+                )
+            });
+            pb.inc(1);
         },
     )?;
+    pb.finish_and_clear();
+    let dir = results_dir(load, "models-echo");
+    let cmd: Vec<String> = std::env::args().collect();
+    let header = format!(
+        "# Models: the echo service under every threading model\n\nCommand: `{}`\n\nMachine: {}. The client (one duality loop thread, closed loop, Unix socket, {} request(s) written at once per connection) shares the cores with the server, its own process (`duality internal echo-server`); each payload job does 200 iterations of a small hash loop and checks its color's exclusivity. Context switches are the server's, over all its threads. A point is the median over {rounds} interleaved round(s) of {seconds} s; `vs symped` is the median of per-round ratios to the `symped` model at the same connection count.",
+        cmd.join(" "),
+        machine(),
+        load.pipeline.max(1),
+    );
+    let written = duality_bench::models_echo::write_results(&dir, &rows, &header)?;
     if load.json {
         println!("{}", duality_bench::report::json(&rows));
     } else {
         println!("{}", duality_bench::models_echo::table(&rows));
     }
+    eprintln!("results in {} ({} files)", dir.display(), written.len());
     Ok(())
 }

@@ -360,6 +360,70 @@ pub fn table(rows: &[EchoRow]) -> String {
     )
 }
 
+/// CSV of the rows (header + one line each).
+pub fn csv(rows: &[EchoRow]) -> String {
+    let mut s = String::from("model,connections,pipeline,requests_per_sec,requests_per_sec_min,requests_per_sec_max,vs_symped,ctx_switches_per_request,rounds\n");
+    for r in rows {
+        s.push_str(&format!(
+            "{},{},{},{:.1},{:.1},{:.1},{},{:.4},{}\n",
+            r.model,
+            r.connections,
+            r.pipeline,
+            r.requests_per_sec,
+            r.requests_per_sec_min,
+            r.requests_per_sec_max,
+            r.vs_symped.map_or_else(String::new, |v| format!("{v:.4}")),
+            r.ctx_switches_per_request,
+            r.rounds
+        ));
+    }
+    s
+}
+
+/// Writes `echo.md` (`header`, then the table), `echo.json`, `echo.csv` and
+/// `echo.{png,svg}` (median requests/s against connections, one line per
+/// model) into `dir`; returns the paths written. A plot that cannot be drawn
+/// (no font) is reported, the numbers are written regardless.
+pub fn write_results(dir: &Path, rows: &[EchoRow], header: &str) -> anyhow::Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir)?;
+    let mut written = Vec::new();
+    for (name, body) in [
+        ("echo.md", format!("{header}\n\n{}", table(rows))),
+        ("echo.json", crate::report::json(rows)),
+        ("echo.csv", csv(rows)),
+    ] {
+        let p = dir.join(name);
+        std::fs::write(&p, body)?;
+        written.push(p);
+    }
+    let mut series: Vec<crate::plot::Series> = Vec::new();
+    for r in rows {
+        let point = (r.connections as f64, r.requests_per_sec);
+        match series.iter_mut().find(|(n, _)| *n == r.model) {
+            Some((_, pts)) => pts.push(point),
+            None => series.push((r.model.clone(), vec![point])),
+        }
+    }
+    let pipeline = rows.first().map_or(1, |r| r.pipeline);
+    let title = if pipeline > 1 {
+        format!("Echo service, {pipeline} requests pipelined per connection")
+    } else {
+        "Echo service, one request in flight per connection".to_string()
+    };
+    match crate::plot::line_chart(
+        &dir.join("echo"),
+        &title,
+        "connections",
+        "requests/s (median of rounds)",
+        &series,
+        false,
+    ) {
+        Ok((png, svg)) => written.extend([png, svg]),
+        Err(e) => eprintln!("plot not drawn: {e:#}"),
+    }
+    Ok(written)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -396,6 +460,18 @@ mod tests {
             t.contains("| amped:1 | 8 | 1 | 88 | 50 - 90 | 0.90 |"),
             "{t}"
         );
+    }
+
+    #[test]
+    fn csv_has_a_line_per_row_and_an_empty_ratio_without_symped() {
+        let rows = summarize(
+            &["sped".to_string()],
+            &[1, 8],
+            &[vec![vec![sample(10.0)], vec![sample(20.0)]]],
+        );
+        let c = csv(&rows);
+        assert_eq!(c.lines().count(), 3, "{c}");
+        assert!(c.contains("\nsped,8,1,20.0,20.0,20.0,,0.0200,1\n"), "{c}");
     }
 
     #[test]
