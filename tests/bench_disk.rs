@@ -62,3 +62,71 @@ fn quick_disk_run_writes_every_row() {
     }
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// `duality bench disk --web --quick` end to end: every server at every
+/// client count served its files from an evicted page cache, and the
+/// results directory holds what was printed.
+#[test]
+fn quick_web_run_writes_every_row() {
+    let out = std::env::temp_dir().join(format!("duality-bench-disk-web-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let run = Command::new(env!("CARGO_BIN_EXE_duality"))
+        .args(["bench", "disk", "--web", "--quick", "--json"])
+        .arg("--dir")
+        .arg(env!("CARGO_TARGET_TMPDIR"))
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("run duality bench disk --web");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "bench failed: {stderr}");
+    let stdout: serde_json::Value = serde_json::from_slice(&run.stdout).expect("stdout is JSON");
+    let file: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("disk-web.json")).unwrap()).unwrap();
+    assert_eq!(stdout, file);
+    let rows = file.as_array().unwrap();
+    let servers: &[&str] = if stderr.contains("nginx is not installed") {
+        &["duality"]
+    } else {
+        &["duality", "nginx", "nginx-aio"]
+    };
+    assert_eq!(rows.len(), servers.len() * 2, "{rows:?}");
+    for clients in [4, 16] {
+        for s in servers {
+            let r = rows
+                .iter()
+                .find(|r| r["server"] == *s && r["clients"] == clients)
+                .unwrap_or_else(|| panic!("no row {s} × {clients}: {rows:?}"));
+            assert!(r["requests_per_sec"].as_f64().unwrap() > 0.0, "{r}");
+            // Every response was a whole 16 KiB file.
+            let per_request = r["mib_per_sec"].as_f64().unwrap() * 1024.0
+                / r["requests_per_sec"].as_f64().unwrap();
+            assert!((per_request - 16.0).abs() < 0.01, "{r}");
+            assert_eq!(r["errors"], 0, "{r}");
+            let (p50, p99) = (r["p50_us"].as_f64().unwrap(), r["p99_us"].as_f64().unwrap());
+            assert!(p50 >= 1.0 && p50 <= p99, "{r}");
+        }
+    }
+    let md = std::fs::read_to_string(out.join("disk-web.md")).unwrap();
+    assert!(md.contains("| 16 | duality |"), "{md}");
+    assert_eq!(
+        std::fs::read_to_string(out.join("disk-web.csv"))
+            .unwrap()
+            .lines()
+            .count(),
+        rows.len() + 1
+    );
+    for f in [
+        "disk-web-rps.png",
+        "disk-web-rps.svg",
+        "disk-web-p99.png",
+        "disk-web-p99.svg",
+    ] {
+        let p = out.join(f);
+        assert!(
+            std::fs::metadata(&p).map(|m| m.len() > 0).unwrap_or(false),
+            "{p:?}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}

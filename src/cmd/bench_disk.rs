@@ -37,6 +37,26 @@ pub struct DiskArgs {
     /// Rounds (runtimes take turns; the median round is reported).
     #[arg(long, default_value_t = 3)]
     rounds: usize,
+    /// Seed 004's Fig. 19 instead: the web server on many small files the
+    /// page cache does not hold (each trial starts with them evicted), vs
+    /// nginx with and without `aio threads`.
+    #[arg(long)]
+    web: bool,
+    /// With `--web`: comma-separated servers.
+    #[arg(long, value_delimiter = ',', default_value = "duality,nginx,nginx-aio")]
+    web_servers: Vec<String>,
+    /// With `--web`: comma-separated client counts.
+    #[arg(long, value_delimiter = ',', default_value = "16,64,256,1024")]
+    web_clients: Vec<usize>,
+    /// With `--web`: how many files (the seed: 128K).
+    #[arg(long, default_value_t = 131_072)]
+    web_files: usize,
+    /// With `--web`: bytes per file (the seed: 16 KB).
+    #[arg(long, default_value_t = 16_384)]
+    web_file_size: usize,
+    /// With `--web`: duality's own file cache, MiB (the seed's server: 100 MB).
+    #[arg(long, default_value_t = 100)]
+    web_cache_mib: usize,
     #[command(flatten)]
     output: super::OutputArgs,
     /// Internal: measure one runtime in this process and print one JSON row.
@@ -55,6 +75,9 @@ pub fn run(a: DiskArgs) -> anyhow::Result<()> {
         a.seconds.is_finite() && a.seconds > 0.0 && a.warmup.is_finite() && a.warmup >= 0.0,
         "--seconds must be positive and --warmup not negative"
     );
+    if a.web {
+        return web(&a);
+    }
     if let Some(rt) = &a.child {
         let file = a
             .file
@@ -160,6 +183,112 @@ pub fn run(a: DiskArgs) -> anyhow::Result<()> {
         println!("{}", duality_bench::report::json(&rows));
     } else {
         println!("{}", disk::table(&rows));
+    }
+    eprintln!("results in {}", out.display());
+    Ok(())
+}
+
+/// `bench disk --web`: seed 004's Fig. 19.
+fn web(a: &DiskArgs) -> anyhow::Result<()> {
+    use duality_bench::disk_web::{self, FileSet, Plan};
+    for s in &a.web_servers {
+        anyhow::ensure!(
+            disk_web::SERVERS.contains(&s.as_str()),
+            "unknown server {s:?}; choose from {:?}",
+            disk_web::SERVERS
+        );
+    }
+    anyhow::ensure!(
+        a.web_files >= 1 && a.web_file_size >= 1 && a.web_clients.iter().all(|&c| c >= 1),
+        "--web-files, --web-file-size and every client count must be at least 1"
+    );
+    let mut servers = a.web_servers.clone();
+    if duality_bench::http::find_nginx().is_none() {
+        eprintln!("nginx is not installed (apt-get install nginx-light): its rows are skipped");
+        servers.retain(|s| !s.starts_with("nginx"));
+    }
+    let (files, clients, warmup, seconds) = if a.output.quick {
+        (2_000, vec![4, 16], 0.1, 0.3)
+    } else {
+        (a.web_files, a.web_clients.clone(), a.warmup, a.seconds)
+    };
+    let dir = a.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let root = dir.join(format!("duality-web-{files}x{}", a.web_file_size));
+    eprintln!(
+        "preparing {files} files of {} bytes in {}",
+        a.web_file_size,
+        root.display()
+    );
+    let set = FileSet::prepare(&root, files, a.web_file_size)?;
+    let exe = std::env::current_exe()?;
+    let cores = duality_models::cores();
+    let plan = Plan {
+        exe: &exe,
+        files: &set,
+        servers: servers.clone(),
+        clients: clients.clone(),
+        cache_mib: a.web_cache_mib,
+        nginx_workers: cores,
+        warmup,
+        seconds,
+        client_threads: 1,
+    };
+    let pb = super::bench_kv::progress(servers.len() * clients.len());
+    let rows = disk_web::run(&plan, &mut |r| {
+        pb.set_message(format!("{} clients: {}", r.clients, r.server));
+        pb.inc(1);
+    })?;
+    pb.finish_and_clear();
+    let out = super::results_dir(a.output.out.as_deref(), "disk-web");
+    std::fs::create_dir_all(&out)?;
+    let cmd: Vec<String> = std::env::args().collect();
+    let md = format!(
+        "# Disk (seed 004, Fig. 19): the web server on {files} files of {} bytes\n\nCommand: `{}`\n\nMachine: {cores} cores; the files on {}. Before every trial each file is dropped from the page cache (`posix_fadvise(DONTNEED)`) and the server is started afresh; closed-loop keep-alive clients (one loop thread of this process) each ask for a random file per request; {seconds} s counted after {warmup} s. duality: `duality http` on its default model with a {} MiB file cache; nginx: {cores} workers, `sendfile on`, with and without `aio threads`. CPU and storage reads are the server's whole process tree's.\n\n{}",
+        a.web_file_size,
+        cmd.join(" "),
+        dir.display(),
+        a.web_cache_mib,
+        disk_web::table(&rows)
+    );
+    std::fs::write(out.join("disk-web.md"), &md)?;
+    std::fs::write(
+        out.join("disk-web.json"),
+        duality_bench::report::json(&rows),
+    )?;
+    std::fs::write(out.join("disk-web.csv"), disk_web::csv(&rows))?;
+    let series = |f: fn(&disk_web::WebRow) -> f64| -> Vec<duality_bench::plot::Series> {
+        servers
+            .iter()
+            .map(|s| {
+                let pts = rows
+                    .iter()
+                    .filter(|r| &r.server == s)
+                    .map(|r| (r.clients as f64, f(r)))
+                    .collect();
+                (s.clone(), pts)
+            })
+            .collect()
+    };
+    duality_bench::plot::line_chart(
+        &out.join("disk-web-rps"),
+        "Web server, working set on disk: requests/s",
+        "clients",
+        "requests/s",
+        &series(|r| r.requests_per_sec),
+        true,
+    )?;
+    duality_bench::plot::line_chart(
+        &out.join("disk-web-p99"),
+        "Web server, working set on disk: p99 per request",
+        "clients",
+        "µs",
+        &series(|r| r.p99_us),
+        true,
+    )?;
+    if a.output.json {
+        println!("{}", duality_bench::report::json(&rows));
+    } else {
+        println!("{}", disk_web::table(&rows));
     }
     eprintln!("results in {}", out.display());
     Ok(())

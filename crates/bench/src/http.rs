@@ -338,7 +338,10 @@ async fn client(addr: SocketAddr, request: Arc<[u8]>, shared: Arc<Shared>, c: Ar
 }
 
 /// Reads one `200` response with a `Content-Length` body; its body length.
-async fn read_response(s: &duality_rt::net::TcpStream, buf: &mut [u8]) -> std::io::Result<u64> {
+pub(crate) async fn read_response(
+    s: &duality_rt::net::TcpStream,
+    buf: &mut [u8],
+) -> std::io::Result<u64> {
     use std::io::{Error, ErrorKind};
     let mut filled = 0;
     let head_end = loop {
