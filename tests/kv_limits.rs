@@ -497,3 +497,44 @@ fn partial_request_survives_shutdown_symped() {
 fn partial_request_survives_shutdown_thread_per_conn() {
     partial_request_survives_shutdown("thread-per-conn");
 }
+
+/// CPU time (user + system) of process `pid`, from `/proc/<pid>/stat`.
+fn cpu_time_of(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    let f: Vec<u64> = stat[stat.rfind(')').unwrap() + 2..]
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .map(|v| v.parse().unwrap())
+        .collect();
+    // SAFETY: sysconf only reads a configuration value.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Duration::from_secs_f64((f[0] + f[1]) as f64 / hz as f64)
+}
+
+/// Network loops that spin before they sleep (`--idle-spin-us`) still go
+/// to sleep: once its clients fall silent, a server with a long spin uses
+/// (almost) no CPU. A loop that kept spinning would burn a core here.
+#[test]
+fn an_idle_server_with_a_spin_uses_no_cpu() {
+    let kv = KvProc::start(&["--model", "symped:2", "--idle-spin-us", "2000"]);
+    let mut clients: Vec<Client> = (0..4).map(|_| kv.connect()).collect();
+    for (i, c) in clients.iter_mut().enumerate() {
+        c.expect_str(&format!("set k{i} 0 0 1\r\nx\r\n"), "STORED\r\n");
+    }
+    // Past the spin, every loop sleeps; the clients stay connected.
+    thread::sleep(Duration::from_millis(200));
+    let before = cpu_time_of(kv.pid() as u32);
+    thread::sleep(Duration::from_secs(1));
+    let used = cpu_time_of(kv.pid() as u32) - before;
+    assert!(
+        used < Duration::from_millis(100),
+        "an idle server used {used:?} of CPU in 1 s"
+    );
+    for (i, c) in clients.iter_mut().enumerate() {
+        c.expect_str(
+            &format!("get k{i}\r\n"),
+            &format!("VALUE k{i} 0 1\r\nx\r\nEND\r\n"),
+        );
+    }
+}

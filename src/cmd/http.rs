@@ -226,6 +226,7 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         .accept_policy(a.accept)
         .balance(a.accept_balance)
         .long_poll_threshold(a.metrics.long_poll_threshold())
+        .idle_spin(a.io.idle_spin())
         .max_conns(max_conns);
     let server = duality_http::serve(builder, state.clone())?;
     let _metrics = a.metrics.start("http", move || state.prometheus())?;

@@ -22,9 +22,25 @@ pub struct IoArg {
     /// a log line where the kernel refuses it). Default: `DUALITY_IO`, else uring.
     #[arg(long = "io", value_name = "epoll|uring")]
     pub io: Option<duality_rt::IoBackend>,
+    /// Microseconds an idle network loop keeps looking for work (yielding
+    /// the core between looks) before it sleeps: a request arriving within
+    /// it costs no wake-up. 0: sleep at once. An idle server still sleeps
+    /// after this long, so it uses no CPU.
+    #[arg(
+        long,
+        value_name = "US",
+        env = "DUALITY_IDLE_SPIN_US",
+        default_value_t = 0
+    )]
+    pub idle_spin_us: u64,
 }
 
 impl IoArg {
+    /// The network loops' idle spin.
+    pub fn idle_spin(&self) -> std::time::Duration {
+        std::time::Duration::from_micros(self.idle_spin_us)
+    }
+
     /// Makes every loop the server creates use the chosen backend; returns
     /// the backend its loops will really use (after any fallback).
     pub fn apply(self) -> duality_rt::IoBackend {

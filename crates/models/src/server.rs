@@ -34,6 +34,7 @@ pub struct ServerBuilder {
     long_poll: Option<Duration>,
     thread_stack: usize,
     faults: duality_rt::faults::Faults,
+    idle_spin: Duration,
 }
 
 impl Default for ServerBuilder {
@@ -53,6 +54,7 @@ impl Default for ServerBuilder {
             long_poll: Some(Duration::from_millis(10)),
             thread_stack: 256 * 1024,
             faults: duality_rt::faults::default_faults(),
+            idle_spin: Duration::ZERO,
         }
     }
 }
@@ -121,6 +123,15 @@ impl ServerBuilder {
         self.long_poll = t;
         self
     }
+    /// How long an idle network loop keeps polling (yielding the core
+    /// between looks) before it sleeps (`LoopConfig::idle_spin`): a loop
+    /// whose next request arrives within it pays no sleep and wake-up.
+    /// Zero: sleep at once.
+    pub fn idle_spin(mut self, spin: Duration) -> Self {
+        self.idle_spin = spin;
+        self
+    }
+
     /// Stack size of thread-per-conn connection threads.
     pub fn thread_stack(mut self, bytes: usize) -> Self {
         self.thread_stack = bytes.max(64 * 1024);
@@ -448,6 +459,7 @@ fn start(b: ServerBuilder, handler: Arc<HandlerFn>) -> io::Result<Server> {
         track_spawn_locations: true,
         work_group: group,
         faults: b.faults,
+        idle_spin: b.idle_spin,
         ..Default::default()
     };
     let group = matches!(b.model, Model::Steal { .. }).then(WorkGroup::new);
