@@ -21,6 +21,14 @@
 //!
 //! What an entry costs against the budget: its bytes plus its path's bytes.
 //!
+//! Admission ([`PageCache::admit`]): while a shard has room, every small
+//! file read goes in. Once it is full, a file goes in only on its second
+//! miss within a while (a *doorkeeper*: each shard remembers fingerprints of
+//! recently missed paths in a small direct-mapped table). A working set far
+//! larger than the cache would otherwise churn it, each miss paying to copy
+//! the file into memory and to evict an entry that would have hit later;
+//! a file not admitted is sent with `sendfile` instead, without a copy.
+//!
 //! The same cache holds **derived** bytes too: the server keeps the gzip
 //! variants of files in a second `PageCache` ([`insert_variant`]), keyed by
 //! the *source* file's path and validators, so a variant is dropped as soon
@@ -65,6 +73,9 @@ pub struct CacheStats {
     pub bytes: u64,
     /// Entries held.
     pub entries: u64,
+    /// Misses of small files not admitted (the cache was full and the file
+    /// was missed for the first time in a while): sent without caching.
+    pub not_admitted: u64,
 }
 
 impl PageCache {
@@ -101,6 +112,20 @@ impl PageCache {
     /// file whole (and inserts it) rather than sending it with `sendfile`.
     pub fn admits(&self, size: u64) -> bool {
         size <= self.max_file_size as u64
+    }
+
+    /// Whether a file of `size` bytes that just missed should be read into
+    /// the cache: yes while its shard has room for it, else only if `path`
+    /// missed recently before (see the module docs). Records the miss.
+    pub fn admit(&self, path: &Path, size: u64) -> bool {
+        if !self.admits(size) {
+            return false;
+        }
+        let hash = self.hasher.hash_one(path);
+        let mut shard = self.shards[hash as usize % self.shards.len()]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        shard.admit(hash, size as usize + path.as_os_str().len())
     }
 
     /// The bytes of `path` if cached under the same `meta` (size, mtime,
@@ -159,6 +184,7 @@ impl PageCache {
             total.insertions += s.insertions;
             total.bytes += s.bytes;
             total.entries += s.entries;
+            total.not_admitted += s.not_admitted;
         }
         total
     }
@@ -190,7 +216,14 @@ struct Shard {
     tail: usize,
     capacity: usize,
     stats: CacheStats,
+    /// The doorkeeper: fingerprints of recently missed paths, direct-mapped
+    /// by hash (a newer miss overwrites an older one in its slot). Made on
+    /// the first miss that finds the shard full.
+    seen: Vec<u32>,
 }
+
+/// Doorkeeper slots per shard.
+const SEEN_SLOTS: usize = 4096;
 
 #[derive(Debug)]
 struct Slot {
@@ -217,7 +250,29 @@ impl Shard {
             tail: NIL,
             capacity,
             stats: CacheStats::default(),
+            seen: Vec::new(),
         }
+    }
+
+    /// See [`PageCache::admit`]; `charge` is what the entry would cost.
+    fn admit(&mut self, hash: u64, charge: usize) -> bool {
+        if self.stats.bytes as usize + charge <= self.capacity {
+            return true;
+        }
+        if self.seen.is_empty() {
+            self.seen = vec![0; SEEN_SLOTS];
+        }
+        // The shard index used the low bits: slot and fingerprint come from
+        // the rest. A fingerprint is never 0, so an empty slot never matches.
+        let slot = (hash >> 8) as usize % SEEN_SLOTS;
+        let fp = ((hash >> 32) as u32).max(1);
+        if self.seen[slot] == fp {
+            self.seen[slot] = 0;
+            return true;
+        }
+        self.seen[slot] = fp;
+        self.stats.not_admitted += 1;
+        false
     }
 
     fn get(&mut self, path: &Path, meta: &FileMeta) -> Option<Arc<[u8]>> {
@@ -399,6 +454,29 @@ mod tests {
         assert_eq!(c.stats().entries, 0);
         // max_file_size is clamped to the budget.
         assert_eq!(PageCache::new(10, 100).max_file_size(), 10);
+    }
+
+    #[test]
+    fn a_full_cache_admits_a_file_on_its_second_miss() {
+        let c = PageCache::new(40, 30);
+        let (a, b, d) = (Path::new("a"), Path::new("b"), Path::new("d"));
+        // Room left: admitted at once, whatever was missed before.
+        assert!(c.admit(a, 12));
+        assert!(c.insert(a, &meta(12, 1), bytes(12)));
+        assert!(c.admit(b, 12));
+        assert!(c.insert(b, &meta(12, 1), bytes(12)));
+        // 26 of 40 bytes used: a 20-byte file does not fit. First miss: no;
+        // second: yes (and the slot is spent: a third needs two more).
+        assert!(!c.admit(d, 20));
+        assert!(c.admit(d, 20));
+        assert!(!c.admit(d, 20));
+        // Too large for the cache at all: never, and not counted.
+        assert!(!c.admit(d, 31));
+        assert!(!c.admit(d, 31));
+        assert_eq!(c.stats().not_admitted, 2);
+        // Still room for a small one: admitted without a first miss.
+        assert!(c.admit(Path::new("e"), 5));
+        assert_eq!(c.stats().entries, 2);
     }
 
     #[test]

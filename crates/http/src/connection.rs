@@ -363,12 +363,13 @@ impl Connection {
                 meta,
                 content_type,
                 encoding,
+                resident,
             }) => {
                 let mut plan =
                     plan_encoded(head, &meta, content_type, encoding, date, &mut self.out);
                 if let Some(span) = plan.body {
                     self.flush().await?;
-                    if !self.send_file(file, span).await? {
+                    if !self.send_file(file, span, resident).await? {
                         // The file shrank: the promised length cannot be met.
                         plan.keep_alive = false;
                     }
@@ -439,9 +440,13 @@ impl Connection {
     }
 
     /// Sends `span` of `file` with `sendfile` (through the ring on an
-    /// io_uring loop); `false` if the file ended first.
-    async fn send_file(&mut self, file: File, span: ByteRange) -> io::Result<bool> {
-        if duality_rt::event_loop::current_io_backend() == Some(duality_rt::IoBackend::Uring) {
+    /// io_uring loop, unless the file is `resident`: just read into the
+    /// page cache, so `sendfile` cannot wait for the disk); `false` if the
+    /// file ended first.
+    async fn send_file(&mut self, file: File, span: ByteRange, resident: bool) -> io::Result<bool> {
+        if !resident
+            && duality_rt::event_loop::current_io_backend() == Some(duality_rt::IoBackend::Uring)
+        {
             return self.send_file_ring(Arc::new(file), span).await;
         }
         let fd = file.as_raw_fd();

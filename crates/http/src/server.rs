@@ -61,6 +61,7 @@ use crate::path::{Resolved, Root};
 use crate::request::Limits;
 use crate::response::Encoding;
 use crate::status::{HttpError, Status};
+use crate::sys;
 
 /// Most entries of the fresh index (over all shards).
 pub const FRESH_ENTRIES: usize = 64 * 1024;
@@ -286,6 +287,9 @@ pub(crate) enum Found {
         meta: FileMeta,
         content_type: &'static str,
         encoding: Encoding,
+        /// Its bytes were just read into the page cache: `sendfile` will
+        /// not wait for the disk, on any backend.
+        resident: bool,
     },
     /// The request wants the gzip variant and none exists yet: the whole
     /// file (`input`, exactly `meta.size` bytes) for the connection to
@@ -391,6 +395,11 @@ impl HttpState {
                 s.cache.misses,
             ),
             (
+                "cache_not_admitted",
+                "Small files sent without caching them: missed for the first time while the cache was full.",
+                s.cache.not_admitted,
+            ),
+            (
                 "gzip_compressed",
                 "Bodies compressed by the server.",
                 s.gzip_compressed,
@@ -461,7 +470,23 @@ impl HttpState {
                 meta,
                 content_type,
                 encoding,
+                resident: false,
             });
+        }
+        if !self.cache.admit(&path, meta.size) {
+            // A small file the full cache does not take now: read it into
+            // the page cache here, where blocking is allowed, and let the
+            // connection `sendfile` it: no copy into memory of ours, no
+            // eviction (nginx's `aio threads` does the same read).
+            if sys::readahead(&file, meta.size).is_ok() {
+                return Ok(Found::File {
+                    file,
+                    meta,
+                    content_type,
+                    encoding,
+                    resident: true,
+                });
+            }
         }
         let (meta, bytes) = self.read_file(url_path, &path, file, meta, content_type)?;
         Ok(Found::Bytes {
@@ -555,6 +580,7 @@ impl HttpState {
                 meta,
                 content_type,
                 encoding,
+                resident: false,
             });
         }
         let mut bytes = Vec::with_capacity(gz_meta.size as usize);

@@ -1,5 +1,5 @@
-//! The one system call the connection handler makes directly, and the only
-//! `unsafe` of this crate: `sendfile(2)`.
+//! The system calls the server makes directly, and the only `unsafe` of
+//! this crate: `sendfile(2)` and `readahead(2)`.
 //!
 //! It takes a raw descriptor because that is what
 //! [`Conn::write_with_for`](duality_models::Conn::write_with_for) gives. A
@@ -30,6 +30,21 @@ pub(crate) fn sendfile(
     }
     *offset = off as u64;
     Ok(n as usize)
+}
+
+/// Reads `len` bytes of `file` from its start into the page cache and
+/// waits for them (`readahead(2)` blocks until the data is read), so that a
+/// later `sendfile` of them does not wait for the disk. Call it where
+/// blocking is allowed (the blocking pool).
+pub(crate) fn readahead(file: &std::fs::File, len: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: readahead only reads a descriptor (an invalid one yields
+    // EBADF) and two integers; no memory is passed.
+    let r = unsafe { libc::readahead(file.as_raw_fd(), 0, len as usize) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 #[cfg(test)]

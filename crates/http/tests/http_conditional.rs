@@ -188,6 +188,47 @@ fn the_page_cache_is_bounded() {
     assert!(st.evictions > 0, "{st:?}");
 }
 
+/// Once the page cache is full, a small file missed for the first time is
+/// sent with `sendfile` (read into the page cache on the blocking pool
+/// first) and not cached; its second miss caches it. Bodies stay exact and
+/// in order, also pipelined behind cached answers.
+#[test]
+fn a_full_cache_sends_a_first_miss_without_caching_it() {
+    let s = TestServer::start("admission", |c| {
+        c.cache_bytes = 64 * 1024;
+        c.cache_max_file = 16 * 1024;
+    });
+    let body = |i: usize| common::pseudo_random(8000 + i, i as u64);
+    for i in 0..40 {
+        std::fs::write(s.www().join(format!("f{i}.bin")), body(i)).unwrap();
+    }
+    let mut c = s.client();
+    for i in 0..40 {
+        assert_eq!(c.get(&format!("/f{i}.bin")).body, body(i), "file {i}");
+    }
+    let first = s.state.stats().cache;
+    // 64 KiB hold about 7 of these files: the rest were first misses of a
+    // full cache.
+    assert!(first.not_admitted >= 25, "{first:?}");
+    assert!(first.insertions <= 15, "{first:?}");
+    // Pipelined: every file once more in one write; the answers come in
+    // order, whether from the cache or from a file.
+    let mut req = String::new();
+    for i in 0..40 {
+        req.push_str(&format!("GET /f{i}.bin HTTP/1.1\r\nHost: t\r\n\r\n"));
+    }
+    c.send(req);
+    for i in 0..40 {
+        assert_eq!(c.response(false).body, body(i), "pipelined file {i}");
+    }
+    let second = s.state.stats().cache;
+    assert!(
+        second.insertions > first.insertions,
+        "second misses are cached: {first:?} then {second:?}"
+    );
+    assert!(second.bytes <= 64 * 1024, "{second:?}");
+}
+
 #[test]
 fn without_a_cache_small_files_are_read_each_time() {
     let s = TestServer::start("nocache", |c| c.cache_bytes = 0);
