@@ -41,6 +41,8 @@ pub struct EchoServerArgs {
     /// Payload work per request (hash-loop iterations).
     #[arg(long, default_value_t = 200)]
     work: u64,
+    #[command(flatten)]
+    io: super::IoArg,
 }
 
 pub fn run(i: Internal) -> anyhow::Result<()> {
@@ -53,8 +55,10 @@ pub fn run(i: Internal) -> anyhow::Result<()> {
 }
 
 fn echo_server(a: EchoServerArgs) -> anyhow::Result<()> {
+    a.io.apply();
     let mut b = duality_models::ServerBuilder::new()
         .model(a.model)
+        .idle_spin(a.io.idle_spin())
         .max_conns(10_000);
     if let Some(p) = &a.unix {
         b = b.unix(p);
