@@ -26,6 +26,8 @@ pub struct ColorsServerArgs {
     /// Clients served (ids 0..N), each with its own key and color.
     #[arg(long, default_value_t = 1024)]
     clients: usize,
+    #[command(flatten)]
+    io: super::IoArg,
 }
 
 #[derive(Args)]
@@ -88,6 +90,7 @@ pub fn run(i: Internal) -> anyhow::Result<()> {
 
 fn colors_server(a: ColorsServerArgs) -> anyhow::Result<()> {
     use duality_bench::colors::service::{ColorService, SEED};
+    let io = a.io.apply();
     let proto = std::sync::Arc::new(ColorService::new(a.clients, SEED));
     let server = duality_models::ServerBuilder::new()
         .name("colors")
@@ -100,7 +103,7 @@ fn colors_server(a: ColorsServerArgs) -> anyhow::Result<()> {
         .serve(move |c, p| {
             duality_models::drive(c, p, proto.clone(), duality_models::DriverConfig::default())
         })?;
-    println!("ready colors {}", a.model.name());
+    println!("ready colors {} on {io:?}", a.model.name());
     super::wait_for_termination()?;
     server.shutdown(Duration::from_secs(5));
     Ok(())
