@@ -52,7 +52,7 @@ fn quick_colors_run_writes_every_setup_at_every_n() {
     assert_eq!(f(&row("n-copy", 2)["of_bound"]), 1.0);
     let md = std::fs::read_to_string(out.join("colors.md")).unwrap();
     assert!(md.contains("| symped | symped:2 | 2 |"), "{md}");
-    assert!(md.contains("| tokio | tokio, 1 workers | 1 |"), "{md}");
+    assert!(md.contains("| tokio | tokio, 1 worker | 1 |"), "{md}");
     assert!(md.contains("audited"), "{md}");
     assert!(md.contains("- amped: lowest"), "{md}");
     assert_eq!(

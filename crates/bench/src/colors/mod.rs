@@ -81,7 +81,7 @@ pub fn server_name(setup: &str, n: usize) -> anyhow::Result<String> {
         "seda-s" => format!("seda-s:{n}"),
         "symped" => format!("symped:{n}"),
         "n-copy" => format!("{n} × sped"),
-        "tokio" => format!("tokio, {n} workers"),
+        "tokio" => format!("tokio, {n} worker{}", if n == 1 { "" } else { "s" }),
         other => anyhow::bail!("unknown setup {other:?}; choose from {SETUPS:?}"),
     })
 }
@@ -955,6 +955,7 @@ mod tests {
         assert_eq!(server_name("seda", 3).unwrap(), "seda:1:3");
         assert_eq!(server_name("seda-s", 3).unwrap(), "seda-s:3");
         assert_eq!(server_name("tokio", 2).unwrap(), "tokio, 2 workers");
+        assert_eq!(server_name("tokio", 1).unwrap(), "tokio, 1 worker");
         for s in SETUPS {
             assert!(server_name(s, 1).is_ok());
         }
