@@ -49,7 +49,7 @@
 //! was sent are exactly `1..=counter` (none reused, none lost), that the
 //! ledger's entry equals the counter, and per server that the entries add
 //! up to the ledger's total and no violation was seen
-//! (`super::audit`).
+//! ([`super::audit`]).
 //!
 //! [`LockedService`] is the conventional threaded peer (the same server on
 //! tokio): no colors, every client's counter and the ledger behind one
