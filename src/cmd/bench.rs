@@ -25,6 +25,8 @@ pub enum Bench {
     Store(super::bench_store::StoreArgs),
     /// Good clients beside floods, slowloris, resets and churn: errors, p99 and memory over time.
     Soak(super::bench_soak::SoakArgs),
+    /// Seed 003 Fig. 1: speed-up of per-client cryptography with per-client colors on 1..N threads, vs N independent copies and tokio with a mutex.
+    Colors(super::bench_colors::ColorsArgs),
 }
 
 #[derive(Args)]
@@ -77,6 +79,7 @@ pub fn run(b: Bench) -> anyhow::Result<()> {
         Bench::Offload(a) => super::bench_offload::run(a),
         Bench::Soak(a) => super::bench_soak::run(a),
         Bench::Store(a) => super::bench_store::run(a),
+        Bench::Colors(a) => super::bench_colors::run(a),
     }
 }
 

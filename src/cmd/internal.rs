@@ -9,6 +9,38 @@ pub enum Internal {
     EchoServer(EchoServerArgs),
     /// The kv server on tokio (the runtime peer of `bench models`).
     KvTokio(KvTokioArgs),
+    /// The colors experiment's service under a model, until SIGTERM/SIGINT.
+    ColorsServer(ColorsServerArgs),
+    /// The colors experiment's service on tokio with one mutex (its peer).
+    ColorsTokio(ColorsTokioArgs),
+}
+
+#[derive(Args)]
+pub struct ColorsServerArgs {
+    /// Threading model.
+    #[arg(long, default_value = "sped")]
+    model: duality_models::Model,
+    /// Unix socket path.
+    #[arg(long)]
+    unix: std::path::PathBuf,
+    /// Clients served (ids 0..N), each with its own key and color.
+    #[arg(long, default_value_t = 1024)]
+    clients: usize,
+    #[command(flatten)]
+    io: super::IoArg,
+}
+
+#[derive(Args)]
+pub struct ColorsTokioArgs {
+    /// Unix socket path.
+    #[arg(long)]
+    unix: std::path::PathBuf,
+    /// Worker threads.
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// Clients served (ids 0..N).
+    #[arg(long, default_value_t = 1024)]
+    clients: usize,
 }
 
 #[derive(Args)]
@@ -51,7 +83,32 @@ pub fn run(i: Internal) -> anyhow::Result<()> {
         Internal::KvTokio(a) => {
             duality_bench::kv_tokio::serve(a.unix, a.tcp, a.threads, a.memory << 20)
         }
+        Internal::ColorsServer(a) => colors_server(a),
+        Internal::ColorsTokio(a) => {
+            duality_bench::colors::tokio_peer::serve(a.unix, a.threads, a.clients)
+        }
     }
+}
+
+fn colors_server(a: ColorsServerArgs) -> anyhow::Result<()> {
+    use duality_bench::colors::service::{ColorService, SEED};
+    let io = a.io.apply();
+    let proto = std::sync::Arc::new(ColorService::new(a.clients, SEED));
+    let server = duality_models::ServerBuilder::new()
+        .name("colors")
+        .model(a.model)
+        .max_conns(10_000)
+        // Every request is CPU-heavy by design, and a debug build's cipher
+        // is slow: no long-poll warnings in the middle of the bench's table.
+        .long_poll_threshold(None)
+        .unix(&a.unix)
+        .serve(move |c, p| {
+            duality_models::drive(c, p, proto.clone(), duality_models::DriverConfig::default())
+        })?;
+    println!("ready colors {} on {io:?}", a.model.name());
+    super::wait_for_termination()?;
+    server.shutdown(Duration::from_secs(5));
+    Ok(())
 }
 
 fn echo_server(a: EchoServerArgs) -> anyhow::Result<()> {

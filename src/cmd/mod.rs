@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod bench_balance;
+pub mod bench_colors;
 pub mod bench_disk;
 pub mod bench_fairness;
 pub mod bench_http;

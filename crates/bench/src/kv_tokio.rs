@@ -66,8 +66,8 @@ pub fn serve(
 }
 
 /// The session driver's loop, on tokio: read, [`serve_bytes`] inline (the
-/// store locks each shard itself), one write per read.
-async fn conn<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, proto: Arc<KvProtocol>) {
+/// protocol locks its own state: the store each shard), one write per read.
+pub(crate) async fn conn<P: Protocol, S: AsyncRead + AsyncWrite + Unpin>(mut s: S, proto: Arc<P>) {
     let d = DriverConfig::default();
     let limits = BatchLimits {
         max_requests: d.max_batch_requests,
