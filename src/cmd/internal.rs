@@ -97,6 +97,7 @@ fn colors_server(a: ColorsServerArgs) -> anyhow::Result<()> {
     let server = duality_models::ServerBuilder::new()
         .name("colors")
         .model(a.model)
+        .idle_spin(a.io.idle_spin())
         .max_conns(10_000)
         // Every request is CPU-heavy by design, and a debug build's cipher
         // is slow: no long-poll warnings in the middle of the bench's table.

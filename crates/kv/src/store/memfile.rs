@@ -70,7 +70,7 @@ pub(crate) struct SlotEntry {
     pub(crate) span: u32,
 }
 
-/// The open memory file: its header. Each shard gets a [`ShardFile`].
+/// The open memory file: its header. Each shard gets a `ShardFile`.
 pub struct MemFile {
     file: File,
     path: PathBuf,
