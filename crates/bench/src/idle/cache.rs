@@ -1,0 +1,164 @@
+//! The cache half: one server at one idle count, as its own process, with
+//! holder processes for the idle connections and the load generator for
+//! the active ones.
+
+use super::{
+    bytes_per_conn, fd_count, ratio, CacheRow, HoldTarget, Holders, Plan, MIB, RESERVED_FDS,
+};
+use crate::loadgen::{self, LoadConfig, Mode, Target};
+use crate::servers::{ServerKind, ServerProcess};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// Picks a cache server by its short name: `duality` (the default model,
+/// `symped:cores`), `duality:MODEL`, `thread-per-conn`, `tokio` (as many
+/// workers as cores) or `memcached` (`-t cores`, as duality's default).
+pub fn parse_server(name: &str, cores: usize) -> Result<ServerKind, String> {
+    match name {
+        "duality" => Ok(ServerKind::Duality(format!("symped:{cores}"))),
+        "thread-per-conn" => Ok(ServerKind::Duality("thread-per-conn".into())),
+        "tokio" => Ok(ServerKind::Tokio(cores)),
+        "memcached" => Ok(ServerKind::Memcached(cores)),
+        _ => match name.strip_prefix("duality:") {
+            Some(m) => m
+                .parse::<duality_models::Model>()
+                .map(|m| ServerKind::Duality(m.to_string()))
+                .map_err(|e| format!("{name}: {e}")),
+            None => Err(format!(
+                "unknown server {name:?}: one of duality, duality:MODEL, thread-per-conn, tokio, memcached"
+            )),
+        },
+    }
+}
+
+fn free_tcp_port() -> anyhow::Result<SocketAddr> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+}
+
+/// One server at one idle count: a fresh server, preloaded; RSS; K idle
+/// clients; RSS; the load; the idle clients close; RSS once more.
+pub fn measure_cache(plan: &Plan, kind: &ServerKind, idle: u64) -> anyhow::Result<CacheRow> {
+    let want = if matches!(kind, ServerKind::Duality(m) if m == "thread-per-conn") {
+        idle.min(
+            plan.limits
+                .os_threads
+                .saturating_sub(plan.active as u64 + 64),
+        )
+    } else {
+        idle
+    };
+    let max_conns = (want + plan.active as u64 + RESERVED_FDS).min(plan.limits.fd_limit.max(1));
+    let addr = free_tcp_port()?;
+    let target = Target::Tcp(addr);
+    let server = ServerProcess::start_with_limits(plan.exe, kind, &target, 64, max_conns as usize)?;
+    let pid = server.pid();
+    loadgen::preload(&target, &plan.workload)?;
+    let load = |warmup: Duration, window: Duration| LoadConfig {
+        target: target.clone(),
+        conns: plan.active,
+        workload: plan.workload.clone(),
+        warmup,
+        window,
+        windows: 1,
+        mode: Mode::Closed,
+        seed: idle,
+        pipeline: 1,
+        io: None,
+    };
+    // A first short load (its connections then closed), so that the start
+    // already holds what serving the load leaves behind (pools, buffers,
+    // arenas) and "after close / start" isolates the idle connections.
+    let fds_quiet = fd_count(pid);
+    loadgen::run(
+        &load(Duration::ZERO, plan.warmup.max(Duration::from_millis(100))),
+        &mut |_| {},
+    )?;
+    wait_fds_at_most(pid, fds_quiet);
+    let rss = || crate::proc::rss_of(&pid.to_string());
+    let fds_start = fd_count(pid);
+    let rss_start = rss()?;
+    let mut holders = None;
+    let mut held = 0;
+    if want > 0 {
+        let mut h = Holders::start(
+            plan.exe,
+            &HoldTarget::Tcp(addr),
+            want,
+            true,
+            plan.limits.per_holder,
+        )?;
+        held = h.wait_held(Duration::from_secs(600))?;
+        holders = Some(h);
+    }
+    let rss_idle = rss()?;
+    let mut marks = Vec::new();
+    let windows = loadgen::run(&load(plan.warmup, plan.window), &mut |_| {
+        marks.push(crate::proc::cpu_time_of(pid).unwrap_or_default())
+    })?;
+    if let Some(mut h) = holders {
+        h.close();
+    }
+    // Every idle client (and the load's) closed: wait for the server to
+    // close its ends, then let it give memory back.
+    wait_fds_at_most(pid, fds_start);
+    std::thread::sleep(plan.settle);
+    let rss_closed = rss()?;
+    drop(server);
+    let w = &windows[0];
+    let cpu = marks
+        .last()
+        .zip(marks.first())
+        .map(|(b, a)| b.saturating_sub(*a))
+        .unwrap_or_default();
+    Ok(CacheRow {
+        server: kind.label(),
+        idle,
+        held,
+        active: plan.active,
+        tps: w.tps(),
+        vs_idle_free: None,
+        p99_us: w.latency.p99_us,
+        cpu_us_per_txn: cpu.as_secs_f64() * 1e6 / w.txns.max(1) as f64,
+        rss_start_mib: rss_start as f64 / MIB,
+        rss_idle_mib: rss_idle as f64 / MIB,
+        bytes_per_idle: bytes_per_conn(rss_idle, rss_start, held),
+        rss_closed_mib: rss_closed as f64 / MIB,
+        closed_vs_start: ratio(rss_closed as f64, rss_start as f64).unwrap_or(f64::NAN),
+        client_cores: w.client_cores,
+    })
+}
+
+/// Waits (up to 30 s) until server `pid` holds at most `n` descriptors
+/// (two more are let pass: a closing connection the client side has
+/// finished with may linger a moment).
+fn wait_fds_at_most(pid: u32, n: u64) {
+    let until = Instant::now() + Duration::from_secs(30);
+    while fd_count(pid) > n + 2 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn servers_parse() {
+        assert_eq!(
+            parse_server("duality", 2),
+            Ok(ServerKind::Duality("symped:2".into()))
+        );
+        assert_eq!(
+            parse_server("thread-per-conn", 2),
+            Ok(ServerKind::Duality("thread-per-conn".into()))
+        );
+        assert_eq!(
+            parse_server("duality:sped", 2),
+            Ok(ServerKind::Duality("sped".into()))
+        );
+        assert_eq!(parse_server("tokio", 4), Ok(ServerKind::Tokio(4)));
+        assert_eq!(parse_server("memcached", 4), Ok(ServerKind::Memcached(4)));
+        assert!(parse_server("duality:bogus", 2).is_err());
+        assert!(parse_server("nginx", 2).is_err());
+    }
+}
