@@ -195,7 +195,8 @@ pub fn run(a: IdleArgs) -> anyhow::Result<()> {
          no pipe type: its io_uring backend receives with socket operations), and K idle tasks (or \
          threads) each wait to read a socket whose other end a holder process keeps silent. MB/s: \
          bytes of whole messages received per second. Bytes per idle connection: (RSS with the idle \
-         tasks − RSS just before them, same process) / K. The measuring process spends one descriptor \
+         tasks waiting − RSS just before them, same process; the pairs start after) / K. The \
+         measuring process spends one descriptor \
          per idle connection: at most {} fit beside the pairs. OS threads: 32 KiB stacks (the seed's \
          NPTL setting), at most {} threads per process here (the kernel's map limit or the machine's \
          free process ids, whichever binds first): the `held` column says where that cut the idle ones.\n\n\

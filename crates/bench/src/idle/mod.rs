@@ -51,7 +51,9 @@
 //! stops at [`os_thread_cap`] less the active ones.
 //!
 //! Memory per idle connection = (RSS with K idle − RSS of the same process
-//! just before they came) / K ([`bytes_per_conn`]). For the cache the start
+//! just before they came) / K ([`bytes_per_conn`]). In the pipes half the
+//! idle tasks start before the pairs, so nothing else moves the process's
+//! memory between the two readings. For the cache the start
 //! is read after the preload and a first short load (its connections
 //! closed), and the server's RSS is read once more after every idle client
 //! has closed (its descriptors gone, then `settle`): "after close / start"
@@ -107,10 +109,11 @@ pub struct PipeRow {
     pub mb_per_sec: f64,
     /// `mb_per_sec` over the same runtime's idle-free run.
     pub vs_idle_free: Option<f64>,
-    /// Resident memory with the pairs running, before the idle tasks, MiB.
+    /// Resident memory of the runtime before any task, MiB.
     pub rss_base_mib: f64,
-    /// Resident memory with the idle tasks too, MiB.
-    pub rss_mib: f64,
+    /// Resident memory with the idle tasks waiting, before the pairs
+    /// start, MiB.
+    pub rss_idle_mib: f64,
     /// Resident bytes per idle connection ([`bytes_per_conn`]).
     pub bytes_per_idle: Option<f64>,
 }
@@ -524,7 +527,7 @@ pub fn pipes_table(rows: &[PipeRow]) -> String {
                 crate::report::thousands(r.held as f64),
                 format!("{:.0}", r.mb_per_sec),
                 opt(r.vs_idle_free, |v| format!("{v:.2}")),
-                format!("{:.1}", r.rss_mib),
+                format!("{:.1}", r.rss_idle_mib),
                 opt(r.bytes_per_idle, crate::report::thousands),
             ]
         })
@@ -536,7 +539,7 @@ pub fn pipes_table(rows: &[PipeRow]) -> String {
             "held",
             "MB/s",
             "vs idle-free",
-            "RSS MiB",
+            "RSS idle MiB",
             "bytes/idle conn",
         ],
         &cells,
@@ -630,7 +633,7 @@ fn csv_opt(v: Option<f64>) -> String {
 /// The pipes rows as CSV.
 pub fn pipes_csv(rows: &[PipeRow]) -> String {
     let mut s = String::from(
-        "runtime,idle,held,mb_per_sec,vs_idle_free,rss_base_mib,rss_mib,bytes_per_idle\n",
+        "runtime,idle,held,mb_per_sec,vs_idle_free,rss_base_mib,rss_idle_mib,bytes_per_idle\n",
     );
     for r in rows {
         s.push_str(&format!(
@@ -641,7 +644,7 @@ pub fn pipes_csv(rows: &[PipeRow]) -> String {
             r.mb_per_sec,
             csv_opt(r.vs_idle_free),
             r.rss_base_mib,
-            r.rss_mib,
+            r.rss_idle_mib,
             csv_opt(r.bytes_per_idle)
         ));
     }
@@ -738,7 +741,7 @@ mod tests {
             mb_per_sec: mbs,
             vs_idle_free: None,
             rss_base_mib: 10.0,
-            rss_mib: 12.0,
+            rss_idle_mib: 12.0,
             bytes_per_idle: bytes_per_conn(12 << 20, 10 << 20, idle),
         }
     }

@@ -177,21 +177,24 @@ pub fn measure_pipes(
         mb_per_sec: m.bytes as f64 / m.elapsed.as_secs_f64().max(1e-9) / 1e6,
         vs_idle_free: None,
         rss_base_mib: m.rss_base as f64 / MIB,
-        rss_mib: m.rss_idle as f64 / MIB,
+        rss_idle_mib: m.rss_idle as f64 / MIB,
         bytes_per_idle: bytes_per_conn(m.rss_idle, m.rss_base, m.held),
     })
 }
 
-/// The main thread's part, the same for every runtime: let the pairs warm
-/// up, read RSS, start the idle waiters (`start_idle` returns how many
-/// started), wait until they all wait, read RSS again, then count the
-/// pairs' bytes over `window`.
+/// The main thread's part, the same for every runtime: read RSS, start
+/// the idle waiters (`start_idle` returns how many started), wait until
+/// they all wait, read RSS again, then start the pairs, let them warm up
+/// and count their bytes over `window`. The idle ones come first so that
+/// nothing else changes the process's memory between the two readings,
+/// and so that starting thousands of OS threads does not compete with 256
+/// busy ones for the cores.
 fn observe(
     warmup: Duration,
     window: Duration,
     start_idle: impl FnOnce() -> u64,
+    start_pairs: impl FnOnce() -> io::Result<()>,
 ) -> anyhow::Result<Measured> {
-    std::thread::sleep(warmup / 2);
     let rss_base = crate::proc::rss_bytes()?;
     let held = start_idle();
     let until = Instant::now() + Duration::from_secs(120);
@@ -206,7 +209,8 @@ fn observe(
     // The last ones counted themselves just before their first wait.
     std::thread::sleep(Duration::from_millis(20));
     let rss_idle = crate::proc::rss_bytes()?;
-    std::thread::sleep(warmup / 2);
+    start_pairs()?;
+    std::thread::sleep(warmup);
     let b0 = BYTES.load(Relaxed);
     let t0 = Instant::now();
     std::thread::sleep(window);
@@ -329,22 +333,29 @@ fn run_duality(
     let handles: Vec<duality_rt::LoopHandle> = threads.iter().map(|t| t.handle()).collect();
     type S = duality_rt::net::UnixStream;
     // Connections dealt to the loops in turn, as symped's acceptor does.
-    let mut next = 0;
-    let mut place = || {
-        next += 1;
-        handles[(next - 1) % handles.len()]
+    let next = std::cell::Cell::new(0);
+    let place = || {
+        let i = next.replace(next.get() + 1);
+        handles[i % handles.len()]
     };
-    for (a, b) in pairs {
-        drop(place().spawn(active::<S>(a, true)));
-        drop(place().spawn(active::<S>(b, false)));
-    }
-    let m = observe(warmup, window, || {
-        let n = idle.len() as u64;
-        for (i, s) in idle.into_iter().enumerate() {
-            drop(handles[i % handles.len()].spawn(idle_task::<S>(s)));
-        }
-        n
-    })?;
+    let m = observe(
+        warmup,
+        window,
+        || {
+            let n = idle.len() as u64;
+            for s in idle {
+                drop(place().spawn(idle_task::<S>(s)));
+            }
+            n
+        },
+        || {
+            for (a, b) in pairs {
+                drop(place().spawn(active::<S>(a, true)));
+                drop(place().spawn(active::<S>(b, false)));
+            }
+            Ok(())
+        },
+    )?;
     // The process exits once the row is printed: stopping the loops (and
     // cancelling every task one by one) would only cost time.
     std::mem::forget(threads);
@@ -362,21 +373,28 @@ fn run_tokio(
         .build()?;
     let handle = rt.handle().clone();
     type S = tokio::net::UnixStream;
-    for (a, b) in pairs {
-        drop(handle.spawn(active::<S>(a, true)));
-        drop(handle.spawn(active::<S>(b, false)));
-    }
     // The runtime's one thread; it runs until the process exits.
     std::thread::Builder::new()
         .name("idle-tokio".into())
         .spawn(move || rt.block_on(std::future::pending::<()>()))?;
-    observe(warmup, window, || {
-        let n = idle.len() as u64;
-        for s in idle {
-            drop(handle.spawn(idle_task::<S>(s)));
-        }
-        n
-    })
+    observe(
+        warmup,
+        window,
+        || {
+            let n = idle.len() as u64;
+            for s in idle {
+                drop(handle.spawn(idle_task::<S>(s)));
+            }
+            n
+        },
+        || {
+            for (a, b) in pairs {
+                drop(handle.spawn(active::<S>(a, true)));
+                drop(handle.spawn(active::<S>(b, false)));
+            }
+            Ok(())
+        },
+    )
 }
 
 fn run_threads(
@@ -391,11 +409,14 @@ fn run_threads(
             .stack_size(THREAD_STACK)
             .spawn(f)
     };
-    for (a, b) in pairs {
-        spawn("ping", Box::new(move || active_blocking(a, true)))?;
-        spawn("pong", Box::new(move || active_blocking(b, false)))?;
-    }
-    observe(warmup, window, || {
+    let start_pairs = || {
+        for (a, b) in pairs {
+            spawn("ping", Box::new(move || active_blocking(a, true)))?;
+            spawn("pong", Box::new(move || active_blocking(b, false)))?;
+        }
+        Ok(())
+    };
+    let start_idle = || {
         let total = idle.len();
         let mut started = 0;
         for s in idle {
@@ -417,7 +438,8 @@ fn run_threads(
             }
         }
         started
-    })
+    };
+    observe(warmup, window, start_idle, start_pairs)
 }
 
 /// A pair's side on an OS thread: blocking reads and writes.
