@@ -225,7 +225,7 @@ pub fn run(a: IdleArgs) -> anyhow::Result<()> {
     std::fs::write(dir.join("idle.json"), &json)?;
     std::fs::write(dir.join("idle-pipes.csv"), idle::pipes_csv(&results.pipes))?;
     std::fs::write(dir.join("idle-cache.csv"), idle::cache_csv(&results.cache))?;
-    let [pipes, cache, memory] = idle::series(&results);
+    let [pipes, cache] = idle::series(&results);
     let plots = [
         (
             "idle-pipes",
@@ -238,12 +238,6 @@ pub fn run(a: IdleArgs) -> anyhow::Result<()> {
             "Cache: active connections' throughput vs idle connections",
             "txn/s",
             cache,
-        ),
-        (
-            "idle-memory",
-            "Resident memory per idle connection",
-            "bytes per idle connection",
-            memory,
         ),
     ];
     for (file, title, y, series) in plots {
@@ -259,6 +253,19 @@ pub fn run(a: IdleArgs) -> anyhow::Result<()> {
             false,
         ) {
             eprintln!("no {file} plot: {e}");
+        }
+    }
+    let (groups, bars) = idle::memory_bars(&results);
+    if !bars.is_empty() {
+        if let Err(e) = duality_bench::plot::bar_chart(
+            &dir.join("idle-memory"),
+            "Resident bytes per idle connection (line: one 4 KiB page)",
+            "bytes per idle connection",
+            &groups,
+            &bars,
+            4096.0,
+        ) {
+            eprintln!("no idle-memory plot: {e}");
         }
     }
     if a.output.json {

@@ -677,24 +677,22 @@ pub fn cache_csv(rows: &[CacheRow]) -> String {
 }
 
 /// The plots' lines: throughput against idle connections held, one line
-/// per runtime (pipes) and per server (cache); memory per idle connection,
-/// one line per runtime and server of both halves.
-pub fn series(r: &Results) -> [Vec<crate::plot::Series>; 3] {
+/// per runtime (pipes) and per server (cache), as in the seed's figure.
+pub fn series(r: &Results) -> [Vec<crate::plot::Series>; 2] {
     fn lines<T>(
         rows: &[T],
         who: fn(&T) -> &str,
-        prefix: &str,
-        point: fn(&T) -> Option<(f64, f64)>,
+        point: fn(&T) -> (f64, f64),
     ) -> Vec<crate::plot::Series> {
         let mut out: Vec<crate::plot::Series> = Vec::new();
         for row in rows {
-            let Some(p) = point(row).filter(|p| p.0.is_finite() && p.1.is_finite()) else {
+            let p = point(row);
+            if !(p.0.is_finite() && p.1.is_finite()) {
                 continue;
-            };
-            let name = format!("{prefix}{}", who(row));
-            match out.iter_mut().find(|(n, _)| *n == name) {
+            }
+            match out.iter_mut().find(|(n, _)| n == who(row)) {
                 Some((_, pts)) => pts.push(p),
-                None => out.push((name, vec![p])),
+                None => out.push((who(row).to_string(), vec![p])),
             }
         }
         for (_, pts) in &mut out {
@@ -702,31 +700,61 @@ pub fn series(r: &Results) -> [Vec<crate::plot::Series>; 3] {
         }
         out
     }
-    let pipes = lines(
-        &r.pipes,
-        |p| &p.runtime,
-        "",
-        |p| Some((p.held as f64, p.mb_per_sec)),
-    );
-    let cache = lines(
-        &r.cache,
-        |c| &c.server,
-        "",
-        |c| Some((c.held as f64, c.tps)),
-    );
-    let mut memory = lines(
-        &r.pipes,
-        |p| &p.runtime,
-        "pipes ",
-        |p| Some((p.held as f64, p.bytes_per_idle?)),
-    );
-    memory.extend(lines(
-        &r.cache,
-        |c| &c.server,
-        "cache ",
-        |c| Some((c.held as f64, c.bytes_per_idle?)),
-    ));
-    [pipes, cache, memory]
+    [
+        lines(&r.pipes, |p| &p.runtime, |p| (p.held as f64, p.mb_per_sec)),
+        lines(&r.cache, |c| &c.server, |c| (c.held as f64, c.tps)),
+    ]
+}
+
+/// Bytes per idle connection as grouped bars (the values span 100 B to
+/// 60 KB: a logarithmic axis keeps them all readable): one group per idle
+/// count asked (idle-free runs have none), one bar per pipe runtime and
+/// cache server; a value that is not positive (the growth drowned in
+/// noise) has no bar.
+pub fn memory_bars(r: &Results) -> (Vec<String>, Vec<crate::plot::BarSeries>) {
+    let mut counts: Vec<u64> = r
+        .pipes
+        .iter()
+        .map(|p| p.idle)
+        .chain(r.cache.iter().map(|c| c.idle))
+        .filter(|&k| k > 0)
+        .collect();
+    counts.sort_unstable();
+    counts.dedup();
+    let categories = counts
+        .iter()
+        .map(|&k| format!("{} idle", crate::report::thousands(k as f64)))
+        .collect();
+    let mut bars: Vec<crate::plot::BarSeries> = Vec::new();
+    let mut add = |name: String, at: &dyn Fn(u64) -> Option<f64>| {
+        if bars.iter().any(|(n, _)| *n == name) {
+            return;
+        }
+        let v: Vec<Option<f64>> = counts
+            .iter()
+            .map(|&k| at(k).filter(|b| b.is_finite() && *b > 0.0))
+            .collect();
+        if v.iter().any(Option::is_some) {
+            bars.push((name, v));
+        }
+    };
+    for p in &r.pipes {
+        add(format!("pipes {}", p.runtime), &|k| {
+            r.pipes
+                .iter()
+                .find(|x| x.runtime == p.runtime && x.idle == k)?
+                .bytes_per_idle
+        });
+    }
+    for c in &r.cache {
+        add(format!("cache {}", c.server), &|k| {
+            r.cache
+                .iter()
+                .find(|x| x.server == c.server && x.idle == k)?
+                .bytes_per_idle
+        });
+    }
+    (categories, bars)
 }
 
 #[cfg(test)]
@@ -912,7 +940,7 @@ mod tests {
         );
         assert_eq!(pipes_csv(&r.pipes).lines().count(), 3);
         assert_eq!(cache_csv(&r.cache).lines().count(), 3);
-        let [p, c, m] = series(&r);
+        let [p, c] = series(&r);
         assert_eq!(
             p,
             [(
@@ -921,10 +949,17 @@ mod tests {
             )]
         );
         assert_eq!(c[0].1.len(), 2);
-        // Memory is per idle connection: the idle-free points have none.
-        let names: Vec<&str> = m.iter().map(|s| s.0.as_str()).collect();
-        assert_eq!(names, ["pipes duality-epoll", "cache memcached -t 2"]);
-        assert!(m.iter().all(|s| s.1.len() == 1));
+        // Memory is per idle connection: the idle-free runs have no group.
+        let (groups, bars) = memory_bars(&r);
+        assert_eq!(groups, ["200 idle"]);
+        let want: Vec<crate::plot::BarSeries> = vec![
+            ("pipes duality-epoll".into(), vec![Some(10_485.76)]),
+            ("cache memcached -t 2".into(), vec![Some(512.0)]),
+        ];
+        assert_eq!(bars, want);
+        // A growth lost in noise (not positive) draws no bar.
+        r.cache[1].bytes_per_idle = Some(-3.0);
+        assert_eq!(memory_bars(&r).1.len(), 1);
     }
 
     #[test]
