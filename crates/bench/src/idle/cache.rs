@@ -35,6 +35,49 @@ fn free_tcp_port() -> anyhow::Result<SocketAddr> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
 }
 
+/// Starts `kind` on a free loopback port. Another process may take the
+/// port between [`free_tcp_port`] and the server's bind (memcached says
+/// nothing when it starts, so only a connection tells): the server counts
+/// as started when `stats` on that port names its own pid; otherwise it is
+/// stopped and started again on another port.
+fn start_server(
+    plan: &Plan,
+    kind: &ServerKind,
+    max_conns: usize,
+) -> anyhow::Result<(ServerProcess, SocketAddr)> {
+    let mut last = String::new();
+    for _ in 0..3 {
+        let addr = free_tcp_port()?;
+        match ServerProcess::start_with_limits(plan.exe, kind, &Target::Tcp(addr), 64, max_conns) {
+            Ok(s) if stats_pid(addr) == Some(s.pid()) => return Ok((s, addr)),
+            Ok(_) => last = format!("another process answered on {addr}"),
+            Err(e) => last = e.to_string(),
+        }
+    }
+    anyhow::bail!("{} did not start: {last}", kind.label())
+}
+
+/// The `pid` a memcached-protocol server at `addr` reports in `stats`.
+fn stats_pid(addr: SocketAddr) -> Option<u32> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    s.write_all(b"stats\r\n").ok()?;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !out.ends_with(b"END\r\n") {
+        let n = s.read(&mut buf).ok()?;
+        if n == 0 {
+            return None;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&out)
+        .lines()
+        .find_map(|l| l.strip_prefix("STAT pid "))
+        .and_then(|p| p.trim().parse().ok())
+}
+
 /// One server at one idle count: a fresh server, preloaded; RSS; K idle
 /// clients; RSS; the load; the idle clients close; RSS once more.
 pub fn measure_cache(plan: &Plan, kind: &ServerKind, idle: u64) -> anyhow::Result<CacheRow> {
@@ -48,9 +91,8 @@ pub fn measure_cache(plan: &Plan, kind: &ServerKind, idle: u64) -> anyhow::Resul
         idle
     };
     let max_conns = (want + plan.active as u64 + RESERVED_FDS).min(plan.limits.fd_limit.max(1));
-    let addr = free_tcp_port()?;
+    let (server, addr) = start_server(plan, kind, max_conns as usize)?;
     let target = Target::Tcp(addr);
-    let server = ServerProcess::start_with_limits(plan.exe, kind, &target, 64, max_conns as usize)?;
     let pid = server.pid();
     loadgen::preload(&target, &plan.workload)?;
     let load = |warmup: Duration, window: Duration| LoadConfig {
