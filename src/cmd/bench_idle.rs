@@ -147,11 +147,17 @@ pub fn run(a: IdleArgs) -> anyhow::Result<()> {
         _ => limits.max_idle_cache,
     };
     let (idle_counts, cut) = idle::clamp_idle(&asked, max);
+    let cut_note = if cut.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "Idle counts {cut:?} were cut to {max}: a process may open {fd_limit} descriptors \
+             (ulimit -n), and the measuring process or server spends one per idle connection \
+             beside its own. "
+        )
+    };
     if !cut.is_empty() {
-        eprintln!(
-            "idle counts {cut:?} cut to {max}: a process may open {fd_limit} descriptors (ulimit -n), \
-             and the measuring process or server spends one per idle connection beside its own"
-        );
+        eprintln!("{cut_note}");
     }
     let (warmup, window, settle, rounds, records) = if a.output.quick {
         (0.1, 0.3, 0.2, 1, 3_000)
@@ -189,7 +195,7 @@ pub fn run(a: IdleArgs) -> anyhow::Result<()> {
          Command: `{}`\n\n\
          Machine: {cores} cores; {fd_limit} descriptors per process. Idle counts {idle_counts:?}; \
          {window} s counted after {warmup} s per point; the median of {rounds} round(s) by throughput, \
-         runtimes and servers taking turns.\n\n\
+         runtimes and servers taking turns. {cut_note}\n\n\
          Pipes: each runtime in a fresh process with {} active pairs; each pair passes 32 KiB messages \
          in 4 KiB writes both ways over a Unix socket pair whose send buffer is 4 KiB (the runtime has \
          no pipe type: its io_uring backend receives with socket operations), and K idle tasks (or \
