@@ -15,6 +15,8 @@ pub enum Bench {
     Http(super::bench_http::HttpBenchArgs),
     /// A newcomer's first answer while clients flood the server: every model vs memcached and nginx.
     Fairness(super::bench_fairness::FairnessArgs),
+    /// Seed 004's FIFO-pipe test: active pairs' throughput and memory per idle connection as idle connections grow, vs tokio and OS threads; the cache vs thread-per-conn, tokio and memcached.
+    Idle(super::bench_idle::IdleArgs),
     /// Seed 004's disk test: N readers of random 4 KiB O_DIRECT blocks through the blocking pool or io_uring, vs tokio and OS threads.
     Disk(super::bench_disk::DiskArgs),
     /// Seed 002's uneven load: how evenly the loops share the work under each accept balance, vs memcached.
@@ -76,6 +78,7 @@ pub fn run(b: Bench) -> anyhow::Result<()> {
         Bench::Fairness(a) => super::bench_fairness::run(a),
         Bench::Balance(a) => super::bench_balance::run(a),
         Bench::Disk(a) => super::bench_disk::run(a),
+        Bench::Idle(a) => super::bench_idle::run(a),
         Bench::Offload(a) => super::bench_offload::run(a),
         Bench::Soak(a) => super::bench_soak::run(a),
         Bench::Store(a) => super::bench_store::run(a),

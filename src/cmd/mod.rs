@@ -6,6 +6,7 @@ pub mod bench_colors;
 pub mod bench_disk;
 pub mod bench_fairness;
 pub mod bench_http;
+pub mod bench_idle;
 pub mod bench_kv;
 pub mod bench_offload;
 pub mod bench_soak;

@@ -12,6 +12,7 @@
 //! | [`balance`] | `duality bench balance` | seed 002's uneven load: how evenly the loops share the work under each accept balance, vs memcached |
 //! | [`disk`] | `duality bench disk` | seed 004's disk test: N readers of random 4 KiB `O_DIRECT` blocks through the blocking pool or io_uring vs tokio and one OS thread each |
 //! | [`disk_web`] | `duality bench disk --web` | seed 004's Fig. 19: the web server on a working set of many small files the page cache does not hold, vs nginx with and without `aio threads` |
+//! | [`idle`] | `duality bench idle` | seed 004's FIFO-pipe test (Fig. 18): active pairs' throughput and memory per idle connection as idle connections grow, vs tokio and OS threads; the cache vs thread-per-conn, tokio and memcached |
 //! | [`fairness`] | `duality bench fairness` | a newcomer's first answer while clients flood the server: every model vs memcached and nginx |
 //! | [`store`] | `duality bench store` | the cache's memory under size waves, bytes per item, hit ratio under Zipf keys: vs memcached at the same `-m` |
 //! | [`soak`] | `duality bench soak` | good clients beside floods, slowloris, resets and churn: errors, p99, memory over time |
@@ -26,6 +27,7 @@ pub mod disk;
 pub mod disk_web;
 pub mod fairness;
 pub mod http;
+pub mod idle;
 pub mod kv_tokio;
 pub mod loadgen;
 pub mod models_echo;

@@ -61,7 +61,21 @@ impl ServerProcess {
         target: &Target,
         mib: usize,
     ) -> anyhow::Result<ServerProcess> {
+        ServerProcess::start_with_limits(exe, kind, target, mib, 16_384)
+    }
+
+    /// Like [`ServerProcess::start_with_memory`] with `-c max_conns` (the
+    /// tokio peer has no connection limit). memcached sets its descriptor
+    /// limit to `-c` itself; duality's servers inherit this process's.
+    pub fn start_with_limits(
+        exe: &Path,
+        kind: &ServerKind,
+        target: &Target,
+        mib: usize,
+        max_conns: usize,
+    ) -> anyhow::Result<ServerProcess> {
         let mib = mib.to_string();
+        let max_conns = max_conns.to_string();
         let mut cmd;
         let mut wait_line = true;
         match kind {
@@ -75,7 +89,7 @@ impl ServerProcess {
                     Some((m, io)) => (m, Some(io)),
                     None => (model, None),
                 };
-                cmd.args(["kv", "--model", model, "-m", &mib, "-c", "16384"]);
+                cmd.args(["kv", "--model", model, "-m", &mib, "-c", &max_conns]);
                 if let Some(io) = io {
                     cmd.args(["--io", io]);
                 }
@@ -104,7 +118,16 @@ impl ServerProcess {
                     )
                 })?;
                 cmd = Command::new(bin);
-                cmd.args(["-t", &t.to_string(), "-m", &mib, "-c", "16384", "-U", "0"]);
+                cmd.args([
+                    "-t",
+                    &t.to_string(),
+                    "-m",
+                    &mib,
+                    "-c",
+                    &max_conns,
+                    "-U",
+                    "0",
+                ]);
                 // SAFETY: geteuid only reads the process's credentials.
                 if unsafe { libc::geteuid() } == 0 {
                     cmd.args(["-u", "root"]);

@@ -1,0 +1,206 @@
+//! The cache half: one server at one idle count, as its own process, with
+//! holder processes for the idle connections and the load generator for
+//! the active ones.
+
+use super::{
+    bytes_per_conn, fd_count, ratio, CacheRow, HoldTarget, Holders, Plan, MIB, RESERVED_FDS,
+};
+use crate::loadgen::{self, LoadConfig, Mode, Target};
+use crate::servers::{ServerKind, ServerProcess};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// Picks a cache server by its short name: `duality` (the default model,
+/// `symped:cores`), `duality:MODEL`, `thread-per-conn`, `tokio` (as many
+/// workers as cores) or `memcached` (`-t cores`, as duality's default).
+pub fn parse_server(name: &str, cores: usize) -> Result<ServerKind, String> {
+    match name {
+        "duality" => Ok(ServerKind::Duality(format!("symped:{cores}"))),
+        "thread-per-conn" => Ok(ServerKind::Duality("thread-per-conn".into())),
+        "tokio" => Ok(ServerKind::Tokio(cores)),
+        "memcached" => Ok(ServerKind::Memcached(cores)),
+        _ => match name.strip_prefix("duality:") {
+            Some(m) => m
+                .parse::<duality_models::Model>()
+                .map(|m| ServerKind::Duality(m.to_string()))
+                .map_err(|e| format!("{name}: {e}")),
+            None => Err(format!(
+                "unknown server {name:?}: one of duality, duality:MODEL, thread-per-conn, tokio, memcached"
+            )),
+        },
+    }
+}
+
+fn free_tcp_port() -> anyhow::Result<SocketAddr> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+}
+
+/// Starts `kind` on a free loopback port. Another process may take the
+/// port between [`free_tcp_port`] and the server's bind (memcached says
+/// nothing when it starts, so only a connection tells): the server counts
+/// as started when `stats` on that port names its own pid; otherwise it is
+/// stopped and started again on another port.
+fn start_server(
+    plan: &Plan,
+    kind: &ServerKind,
+    max_conns: usize,
+) -> anyhow::Result<(ServerProcess, SocketAddr)> {
+    let mut last = String::new();
+    for _ in 0..3 {
+        let addr = free_tcp_port()?;
+        match ServerProcess::start_with_limits(plan.exe, kind, &Target::Tcp(addr), 64, max_conns) {
+            Ok(s) if stats_pid(addr) == Some(s.pid()) => return Ok((s, addr)),
+            Ok(_) => last = format!("another process answered on {addr}"),
+            Err(e) => last = e.to_string(),
+        }
+    }
+    anyhow::bail!("{} did not start: {last}", kind.label())
+}
+
+/// The `pid` a memcached-protocol server at `addr` reports in `stats`.
+fn stats_pid(addr: SocketAddr) -> Option<u32> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    s.write_all(b"stats\r\n").ok()?;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !out.ends_with(b"END\r\n") {
+        let n = s.read(&mut buf).ok()?;
+        if n == 0 {
+            return None;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&out)
+        .lines()
+        .find_map(|l| l.strip_prefix("STAT pid "))
+        .and_then(|p| p.trim().parse().ok())
+}
+
+/// One server at one idle count: a fresh server, preloaded; RSS; K idle
+/// clients; RSS; the load; the idle clients close; RSS once more.
+pub fn measure_cache(plan: &Plan, kind: &ServerKind, idle: u64) -> anyhow::Result<CacheRow> {
+    let want = if matches!(kind, ServerKind::Duality(m) if m == "thread-per-conn") {
+        idle.min(
+            plan.limits
+                .os_threads
+                .saturating_sub(plan.active as u64 + 64),
+        )
+    } else {
+        idle
+    };
+    let max_conns = (want + plan.active as u64 + RESERVED_FDS).min(plan.limits.fd_limit.max(1));
+    let (server, addr) = start_server(plan, kind, max_conns as usize)?;
+    let target = Target::Tcp(addr);
+    let pid = server.pid();
+    loadgen::preload(&target, &plan.workload)?;
+    let load = |warmup: Duration, window: Duration| LoadConfig {
+        target: target.clone(),
+        conns: plan.active,
+        workload: plan.workload.clone(),
+        warmup,
+        window,
+        windows: 1,
+        mode: Mode::Closed,
+        seed: idle,
+        pipeline: 1,
+        io: None,
+    };
+    // A first short load (its connections then closed), so that the start
+    // already holds what serving the load leaves behind (pools, buffers,
+    // arenas) and "after close / start" isolates the idle connections.
+    let fds_quiet = fd_count(pid);
+    loadgen::run(
+        &load(Duration::ZERO, plan.warmup.max(Duration::from_millis(100))),
+        &mut |_| {},
+    )?;
+    wait_fds_at_most(pid, fds_quiet);
+    let rss = || crate::proc::rss_of(&pid.to_string());
+    let fds_start = fd_count(pid);
+    let rss_start = rss()?;
+    let mut holders = None;
+    let mut held = 0;
+    if want > 0 {
+        let mut h = Holders::start(
+            plan.exe,
+            &HoldTarget::Tcp(addr),
+            want,
+            true,
+            plan.limits.per_holder,
+        )?;
+        held = h.wait_held(Duration::from_secs(600))?;
+        holders = Some(h);
+    }
+    let rss_idle = rss()?;
+    let mut marks = Vec::new();
+    let windows = loadgen::run(&load(plan.warmup, plan.window), &mut |_| {
+        marks.push(crate::proc::cpu_time_of(pid).unwrap_or_default())
+    })?;
+    if let Some(mut h) = holders {
+        h.close();
+    }
+    // Every idle client (and the load's) closed: wait for the server to
+    // close its ends, then let it give memory back.
+    wait_fds_at_most(pid, fds_start);
+    std::thread::sleep(plan.settle);
+    let rss_closed = rss()?;
+    drop(server);
+    let w = &windows[0];
+    let cpu = marks
+        .last()
+        .zip(marks.first())
+        .map(|(b, a)| b.saturating_sub(*a))
+        .unwrap_or_default();
+    Ok(CacheRow {
+        server: kind.label(),
+        idle,
+        held,
+        active: plan.active,
+        tps: w.tps(),
+        vs_idle_free: None,
+        p99_us: w.latency.p99_us,
+        cpu_us_per_txn: cpu.as_secs_f64() * 1e6 / w.txns.max(1) as f64,
+        rss_start_mib: rss_start as f64 / MIB,
+        rss_idle_mib: rss_idle as f64 / MIB,
+        bytes_per_idle: bytes_per_conn(rss_idle, rss_start, held),
+        rss_closed_mib: rss_closed as f64 / MIB,
+        closed_vs_start: ratio(rss_closed as f64, rss_start as f64).unwrap_or(f64::NAN),
+        client_cores: w.client_cores,
+    })
+}
+
+/// Waits (up to 30 s) until server `pid` holds at most `n` descriptors
+/// (two more are let pass: a closing connection the client side has
+/// finished with may linger a moment).
+fn wait_fds_at_most(pid: u32, n: u64) {
+    let until = Instant::now() + Duration::from_secs(30);
+    while fd_count(pid) > n + 2 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn servers_parse() {
+        assert_eq!(
+            parse_server("duality", 2),
+            Ok(ServerKind::Duality("symped:2".into()))
+        );
+        assert_eq!(
+            parse_server("thread-per-conn", 2),
+            Ok(ServerKind::Duality("thread-per-conn".into()))
+        );
+        assert_eq!(
+            parse_server("duality:sped", 2),
+            Ok(ServerKind::Duality("sped".into()))
+        );
+        assert_eq!(parse_server("tokio", 4), Ok(ServerKind::Tokio(4)));
+        assert_eq!(parse_server("memcached", 4), Ok(ServerKind::Memcached(4)));
+        assert!(parse_server("duality:bogus", 2).is_err());
+        assert!(parse_server("nginx", 2).is_err());
+    }
+}

@@ -1,0 +1,284 @@
+//! `duality bench idle`: seed 004's FIFO-pipe test (Fig. 18) — the active
+//! pairs' throughput, and memory per idle connection, as idle connections
+//! grow to the descriptor limit; then the same for the cache against
+//! thread-per-conn, tokio and memcached. See `duality_bench::idle`.
+
+use clap::Args;
+use duality_bench::idle::{self, Limits, Plan};
+use duality_bench::servers::{memcached_path, ServerKind};
+use duality_bench::workload::{KeyChoice, Workload};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Args)]
+pub struct IdleArgs {
+    /// Comma-separated idle connection counts (cut to what the descriptor
+    /// limit allows: about 19,680 for the pipes and 19,896 for the cache
+    /// under `ulimit -n` 20,000).
+    #[arg(long, value_delimiter = ',', default_value = "0,1000,5000,10000,19000")]
+    idle: Vec<u64>,
+    /// Comma-separated runtimes of the pipes half (empty: no pipes half):
+    /// duality-epoll, duality-uring, duality-loops:N, tokio, os-threads.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "duality-epoll,duality-uring,duality-loops:2,tokio,os-threads"
+    )]
+    runtimes: Vec<String>,
+    /// Comma-separated servers of the cache half (empty: no cache half):
+    /// duality (its default model), duality:MODEL, thread-per-conn, tokio,
+    /// memcached.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "duality,thread-per-conn,tokio,memcached"
+    )]
+    servers: Vec<String>,
+    /// Active pairs of the pipes half (the seed: 128).
+    #[arg(long, default_value_t = idle::PAIRS)]
+    pairs: usize,
+    /// Active connections of the cache half.
+    #[arg(long, default_value_t = 40)]
+    active: usize,
+    /// Seconds of load before each point is counted.
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+    /// Seconds counted per point.
+    #[arg(long, default_value_t = 3.0)]
+    seconds: f64,
+    /// Seconds after a server's idle clients have closed before its
+    /// resident memory is read again.
+    #[arg(long, default_value_t = 1.0)]
+    settle: f64,
+    /// Rounds (points take turns; the median round is reported).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    #[command(flatten)]
+    output: super::OutputArgs,
+    /// Internal: measure one pipe runtime in this process, print one JSON row.
+    #[arg(long, hide = true)]
+    child: Option<String>,
+    /// Internal: the child's idle connections.
+    #[arg(long, hide = true, default_value_t = 0)]
+    child_idle: u64,
+    /// Internal: hold idle connections to unix:PATH or tcp:ADDR until stdin closes.
+    #[arg(long, hide = true)]
+    hold: Option<idle::HoldTarget>,
+    /// Internal: how many the holder opens.
+    #[arg(long, hide = true, default_value_t = 0)]
+    hold_count: u64,
+    /// Internal: the holder has each connection served once (`version`).
+    #[arg(long, hide = true)]
+    hold_hello: bool,
+}
+
+pub fn run(a: IdleArgs) -> anyhow::Result<()> {
+    if let Some(t) = &a.hold {
+        return idle::hold(t, a.hold_count, a.hold_hello);
+    }
+    anyhow::ensure!(
+        a.seconds.is_finite()
+            && a.seconds > 0.0
+            && a.warmup.is_finite()
+            && a.warmup >= 0.0
+            && a.settle.is_finite()
+            && a.settle >= 0.0,
+        "--seconds must be positive, --warmup and --settle not negative"
+    );
+    anyhow::ensure!(a.pairs >= 1, "--pairs must be at least 1");
+    anyhow::ensure!(a.active >= 1, "--active must be at least 1");
+    let exe = std::env::current_exe()?;
+    if let Some(rt) = &a.child {
+        let row = idle::measure_pipes(
+            &exe,
+            rt,
+            a.child_idle,
+            a.pairs,
+            Duration::from_secs_f64(a.warmup),
+            Duration::from_secs_f64(a.seconds),
+        )?;
+        println!("{}", serde_json::to_string(&row)?);
+        // Thousands of tasks or threads are still parked: leave them to
+        // the kernel instead of tearing each one down.
+        std::process::exit(0);
+    }
+    let runtimes: Vec<String> = a
+        .runtimes
+        .iter()
+        .filter(|r| !r.is_empty())
+        .cloned()
+        .collect();
+    for rt in &runtimes {
+        rt.parse::<idle::PipeRuntime>()
+            .map_err(anyhow::Error::msg)?;
+    }
+    let cores = duality_models::cores();
+    let mut servers: Vec<ServerKind> = Vec::new();
+    for s in a.servers.iter().filter(|s| !s.is_empty()) {
+        let kind = idle::parse_server(s, cores).map_err(anyhow::Error::msg)?;
+        if matches!(kind, ServerKind::Memcached(_)) && memcached_path().is_none() {
+            eprintln!("memcached is not installed (apt-get install memcached): left out");
+            continue;
+        }
+        servers.push(kind);
+    }
+    anyhow::ensure!(
+        !runtimes.is_empty() || !servers.is_empty(),
+        "nothing to measure: give --runtimes or --servers"
+    );
+    // Children (servers, holders, measuring processes) inherit the raised limit.
+    let fd_limit = duality_bench::http::raise_fd_limit();
+    let limits = Limits {
+        fd_limit,
+        max_idle_pipes: idle::max_idle_pipes(fd_limit, a.pairs),
+        max_idle_cache: idle::max_idle_cache(fd_limit, a.active),
+        os_threads: idle::os_thread_cap(),
+        per_holder: idle::HOLD_PER_HELPER.min(fd_limit.saturating_sub(idle::RESERVED_FDS)),
+    };
+    let asked = if a.output.quick {
+        vec![0, 200]
+    } else {
+        a.idle.clone()
+    };
+    // One idle list for both halves: the tighter limit of those run.
+    let max = match (runtimes.is_empty(), servers.is_empty()) {
+        (false, false) => limits.max_idle_pipes.min(limits.max_idle_cache),
+        (false, true) => limits.max_idle_pipes,
+        _ => limits.max_idle_cache,
+    };
+    let (idle_counts, cut) = idle::clamp_idle(&asked, max);
+    let cut_note = if cut.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "Idle counts {cut:?} were cut to {max}: a process may open {fd_limit} descriptors \
+             (ulimit -n), and the measuring process or server spends one per idle connection \
+             beside its own. "
+        )
+    };
+    if !cut.is_empty() {
+        eprintln!("{cut_note}");
+    }
+    let (warmup, window, settle, rounds, records) = if a.output.quick {
+        (0.1, 0.3, 0.2, 1, 3_000)
+    } else {
+        (a.warmup, a.seconds, a.settle, a.rounds.max(1), 30_000)
+    };
+    let plan = Plan {
+        exe: &exe,
+        idle: idle_counts.clone(),
+        runtimes,
+        pairs: a.pairs,
+        servers,
+        active: a.active,
+        workload: Arc::new(Workload::new(records, 9, KeyChoice::Uniform)),
+        warmup: Duration::from_secs_f64(warmup),
+        window: Duration::from_secs_f64(window),
+        settle: Duration::from_secs_f64(settle),
+        rounds,
+        limits: limits.clone(),
+    };
+    let pb = super::bench_kv::progress(plan.points());
+    let results = idle::run(&plan, &mut |r| {
+        match r {
+            Ok(m) => pb.set_message(m.to_string()),
+            Err(m) => pb.println(format!("not measured: {m}")),
+        }
+        pb.inc(1);
+    });
+    pb.finish_and_clear();
+    let dir = super::results_dir(a.output.out.as_deref(), "idle");
+    std::fs::create_dir_all(&dir)?;
+    let cmd: Vec<String> = std::env::args().collect();
+    let md = format!(
+        "# Idle connections: active throughput and memory per idle connection (seed 004, Fig. 18)\n\n\
+         Command: `{}`\n\n\
+         Machine: {cores} cores; {fd_limit} descriptors per process. Idle counts {idle_counts:?}; \
+         {window} s counted after {warmup} s per point; the median of {rounds} round(s) by throughput, \
+         runtimes and servers taking turns. {cut_note}\n\n\
+         Pipes: each runtime in a fresh process with {} active pairs; each pair passes 32 KiB messages \
+         in 4 KiB writes both ways over a Unix socket pair whose send buffer is 4 KiB (the runtime has \
+         no pipe type: its io_uring backend receives with socket operations), and K idle tasks (or \
+         threads) each wait to read a socket whose other end a holder process keeps silent. MB/s: \
+         bytes of whole messages received per second. Bytes per idle connection: (RSS with the idle \
+         tasks waiting − RSS just before them, same process; the pairs start after) / K. The \
+         measuring process spends one descriptor \
+         per idle connection: at most {} fit beside the pairs. OS threads: 32 KiB stacks (the seed's \
+         NPTL setting), at most {} threads per process here (the kernel's map limit or the machine's \
+         free process ids, whichever binds first): the `held` column says where that cut the idle ones.\n\n\
+         Cache: one fresh server process per point (`-m 64`, `-c` = K + {} + 64, never above \
+         {fd_limit}), preloaded, then a first short load whose connections close (RSS start is \
+         read after it); holder processes (at most {} connections each) open K connections, each served \
+         one `version`, then silent; then the load generator runs the paper's workload ({records} \
+         records, 9 gets to 1 set) closed-loop on {} active connections. Bytes per idle connection: \
+         (server RSS with them − its RSS just before them) / K. After close: server RSS once the \
+         idle clients have exited and its descriptors are back to the start, plus {settle} s. At \
+         most {} idle connections fit under the descriptor limit beside the active ones; \
+         thread-per-conn stops {} short of the OS-thread limit.\n\n{}",
+        cmd.join(" "),
+        a.pairs,
+        limits.max_idle_pipes,
+        limits.os_threads,
+        a.active,
+        limits.per_holder,
+        a.active,
+        limits.max_idle_cache,
+        a.active + 64,
+        idle::tables(&results)
+    );
+    std::fs::write(dir.join("idle.md"), &md)?;
+    let json = serde_json::to_string_pretty(&results)?;
+    std::fs::write(dir.join("idle.json"), &json)?;
+    std::fs::write(dir.join("idle-pipes.csv"), idle::pipes_csv(&results.pipes))?;
+    std::fs::write(dir.join("idle-cache.csv"), idle::cache_csv(&results.cache))?;
+    let [pipes, cache] = idle::series(&results);
+    let plots = [
+        (
+            "idle-pipes",
+            "Active pairs' throughput vs idle connections (seed 004, Fig. 18)",
+            "MB/s",
+            pipes,
+        ),
+        (
+            "idle-cache",
+            "Cache: active connections' throughput vs idle connections",
+            "txn/s",
+            cache,
+        ),
+    ];
+    for (file, title, y, series) in plots {
+        if series.is_empty() {
+            continue;
+        }
+        if let Err(e) = duality_bench::plot::line_chart(
+            &dir.join(file),
+            title,
+            "idle connections",
+            y,
+            &series,
+            false,
+        ) {
+            eprintln!("no {file} plot: {e}");
+        }
+    }
+    let (groups, bars) = idle::memory_bars(&results);
+    if !bars.is_empty() {
+        if let Err(e) = duality_bench::plot::bar_chart(
+            &dir.join("idle-memory"),
+            "Resident bytes per idle connection (line: one 4 KiB page)",
+            "bytes per idle connection",
+            &groups,
+            &bars,
+            4096.0,
+        ) {
+            eprintln!("no idle-memory plot: {e}");
+        }
+    }
+    if a.output.json {
+        println!("{json}");
+    } else {
+        println!("{}", idle::tables(&results));
+    }
+    eprintln!("results in {}", dir.display());
+    Ok(())
+}

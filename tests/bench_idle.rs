@@ -1,0 +1,117 @@
+//! `duality bench idle --quick` end to end: every pipe runtime in its own
+//! child process and every cache server as its own process, each with 0
+//! and 200 idle connections held by holder processes, written to the
+//! results files.
+
+use std::process::Command;
+
+#[test]
+fn quick_idle_run_measures_every_runtime_and_server() {
+    let out = std::env::temp_dir().join(format!("duality-bench-idle-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let run = Command::new(env!("CARGO_BIN_EXE_duality"))
+        .args(["bench", "idle", "--quick", "--json"])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("run duality bench idle");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "bench failed: {stderr}");
+    let stdout: serde_json::Value = serde_json::from_slice(&run.stdout).expect("stdout is JSON");
+    let file: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("idle.json")).unwrap()).unwrap();
+    assert_eq!(stdout, file);
+    assert_eq!(file["notes"], serde_json::json!([]), "{stderr}");
+    let limits = &file["limits"];
+    assert!(limits["fd_limit"].as_u64().unwrap() > 200, "{limits}");
+
+    let pipes = file["pipes"].as_array().unwrap();
+    for rt in [
+        "duality-epoll",
+        "duality-uring",
+        "duality-loops:2",
+        "tokio",
+        "os-threads",
+    ] {
+        for idle in [0, 200] {
+            let r = pipes
+                .iter()
+                .find(|r| r["runtime"] == rt && r["idle"] == idle)
+                .unwrap_or_else(|| panic!("no pipes row {rt} × {idle}: {pipes:?}"));
+            // Every idle connection was held by its own waiting task or thread.
+            assert_eq!(r["held"], idle, "{r}");
+            assert!(r["mb_per_sec"].as_f64().unwrap() > 0.0, "{r}");
+            let ratio = r["vs_idle_free"].as_f64().unwrap();
+            assert!(ratio > 0.0, "{r}");
+            if idle == 0 {
+                assert_eq!(ratio, 1.0, "{r}");
+                assert!(r["bytes_per_idle"].is_null(), "{r}");
+            } else {
+                assert!(r["bytes_per_idle"].is_number(), "{r}");
+            }
+        }
+    }
+
+    let cache = file["cache"].as_array().unwrap();
+    // memcached is installed by .ci/run.
+    let n = cores();
+    for server in [
+        format!("duality symped:{n}"),
+        "duality thread-per-conn".to_string(),
+        format!("tokio -t {n}"),
+        format!("memcached -t {n}"),
+    ] {
+        for idle in [0, 200] {
+            let r = cache
+                .iter()
+                .find(|r| r["server"] == server.as_str() && r["idle"] == idle)
+                .unwrap_or_else(|| panic!("no cache row {server} × {idle}: {cache:?}"));
+            // Each idle connection was answered once by the server and kept.
+            assert_eq!(r["held"], idle, "{r}");
+            assert_eq!(r["active"], 40, "{r}");
+            assert!(r["tps"].as_f64().unwrap() > 0.0, "{r}");
+            assert!(r["cpu_us_per_txn"].as_f64().unwrap() > 0.0, "{r}");
+            let (start, closed) = (
+                r["rss_start_mib"].as_f64().unwrap(),
+                r["rss_closed_mib"].as_f64().unwrap(),
+            );
+            assert!(start > 0.0 && closed > 0.0, "{r}");
+            assert_eq!(r["bytes_per_idle"].is_null(), idle == 0, "{r}");
+        }
+    }
+
+    let md = std::fs::read_to_string(out.join("idle.md")).unwrap();
+    assert!(md.contains("| 200 | duality-epoll | 200 |"), "{md}");
+    assert!(md.contains("| 200 | os-threads | 200 |"), "{md}");
+    assert!(md.contains("## Goals"), "{md}");
+    for (name, rows) in [
+        ("idle-pipes.csv", pipes.len()),
+        ("idle-cache.csv", cache.len()),
+    ] {
+        let csv = std::fs::read_to_string(out.join(name)).unwrap();
+        assert_eq!(csv.lines().count(), rows + 1, "{name}: {csv}");
+    }
+    for f in [
+        "idle-pipes.png",
+        "idle-pipes.svg",
+        "idle-cache.png",
+        "idle-cache.svg",
+        "idle-memory.png",
+        "idle-memory.svg",
+    ] {
+        let p = out.join(f);
+        assert!(
+            std::fs::metadata(&p).map(|m| m.len() > 0).unwrap_or(false),
+            "{p:?}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// The machine's cores, as the command counts them (duality's default
+/// model and the peers' thread counts follow them).
+fn cores() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
