@@ -32,7 +32,7 @@ pub struct IoArg {
         long,
         value_name = "US",
         env = "DUALITY_IDLE_SPIN_US",
-        default_value_t = 0
+        default_value_t = duality_models::DEFAULT_IDLE_SPIN.as_micros() as u64
     )]
     pub idle_spin_us: u64,
 }

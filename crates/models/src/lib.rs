@@ -34,6 +34,8 @@ mod stats;
 pub use conn::Conn;
 pub use model::{cores, AcceptPolicy, Balance, Model, ParseModelError, MODEL_NAMES};
 pub use payload::{Lane, Payload, DEFAULT_COLOR};
-pub use server::{ListenAddr, Listener, Server, ServerBuilder, ShutdownReport, StatsHandle};
+pub use server::{
+    ListenAddr, Listener, Server, ServerBuilder, ShutdownReport, StatsHandle, DEFAULT_IDLE_SPIN,
+};
 pub use session::{drive, DriverConfig, Flow, Parsed, Protocol};
 pub use stats::{ServerStats, ThreadRole, ThreadStats};

@@ -37,6 +37,13 @@ pub struct ServerBuilder {
     idle_spin: Duration,
 }
 
+/// How long an idle network loop keeps polling before it sleeps, unless
+/// [`ServerBuilder::idle_spin`] says otherwise. Measured on the cache and
+/// the echo service (2 cores, 8-120 connections, one request in flight
+/// each): 30 µs roughly halves `symped:2`'s context switches per request and
+/// raises its throughput by 1.3-2x; an idle server still sleeps after it.
+pub const DEFAULT_IDLE_SPIN: Duration = Duration::from_micros(30);
+
 impl Default for ServerBuilder {
     fn default() -> Self {
         ServerBuilder {
@@ -54,7 +61,7 @@ impl Default for ServerBuilder {
             long_poll: Some(Duration::from_millis(10)),
             thread_stack: 256 * 1024,
             faults: duality_rt::faults::default_faults(),
-            idle_spin: Duration::ZERO,
+            idle_spin: DEFAULT_IDLE_SPIN,
         }
     }
 }
@@ -126,7 +133,7 @@ impl ServerBuilder {
     /// How long an idle network loop keeps polling (yielding the core
     /// between looks) before it sleeps (`LoopConfig::idle_spin`): a loop
     /// whose next request arrives within it pays no sleep and wake-up.
-    /// Zero: sleep at once.
+    /// Zero: sleep at once. Default: [`DEFAULT_IDLE_SPIN`].
     pub fn idle_spin(mut self, spin: Duration) -> Self {
         self.idle_spin = spin;
         self
