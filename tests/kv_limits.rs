@@ -538,3 +538,32 @@ fn an_idle_server_with_a_spin_uses_no_cpu() {
         );
     }
 }
+
+/// What an idle connection's task holds is mostly the driver's future: it
+/// stays small (under 1 KiB; it was 1,752 bytes when `serve_conn` awaited
+/// the driver inside a block of its own, holding it twice).
+#[test]
+fn a_connection_future_stays_small() {
+    use duality_kv::server::{serve_conn, KvConfig, KvState};
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    let state = KvState::new(KvConfig::default()).expect("kv config");
+    let size = Arc::new(AtomicUsize::new(0));
+    let seen = size.clone();
+    let server = duality_models::ServerBuilder::new()
+        .model(duality_models::Model::Sped)
+        .tcp("127.0.0.1:0".parse().unwrap())
+        .serve(move |c, p| {
+            let f = serve_conn(c, p, state.clone());
+            seen.store(std::mem::size_of_val(&f), SeqCst);
+            f
+        })
+        .expect("serve");
+    let mut c = Client::connect(&Addr::Tcp(server.tcp_addrs()[0]));
+    c.expect_str("set k 0 0 1\r\nx\r\n", "STORED\r\n");
+    let bytes = size.load(SeqCst);
+    assert!(
+        bytes > 0 && bytes <= 1024,
+        "a connection's future takes {bytes} bytes"
+    );
+    server.shutdown(Duration::from_secs(2));
+}

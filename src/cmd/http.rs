@@ -219,6 +219,9 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         // Connection threads come and go: give their memory back.
         crate::alloc::spawn_reclaimer(Duration::from_secs(1))?;
     }
+    // Every loop thread gives back what it freed once it falls idle (memory
+    // of closed connections would otherwise stay with the thread).
+    duality_rt::set_default_idle_hook(crate::alloc::collect);
     let builder = ServerBuilder::new()
         .name("http")
         .tcp(a.listen)

@@ -260,6 +260,9 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
         // Connection threads come and go: give their memory back.
         crate::alloc::spawn_reclaimer(Duration::from_secs(1))?;
     }
+    // Every loop thread gives back what it freed once it falls idle (memory
+    // of closed connections would otherwise stay with the thread).
+    duality_rt::set_default_idle_hook(crate::alloc::collect);
     anyhow::ensure!(
         a.port != 0 || a.unix_socket.is_some(),
         "nothing to listen on: give a port (-p) or a Unix socket (-s)"

@@ -470,8 +470,9 @@ impl ExecContext for Ctx<'_> {
 }
 
 /// The cache as a protocol of the session driver: the shared state, and the
-/// connection it serves (for `stats conns`) when made by [`serve_conn`].
-pub struct KvProtocol(pub Arc<KvState>, Option<Arc<ConnInfo>>);
+/// connection it serves (for `stats conns`) when made by [`serve_conn`]:
+/// one per connection, so its listing goes when the driver drops it.
+pub struct KvProtocol(pub Arc<KvState>, Option<ConnGuard>);
 
 impl KvProtocol {
     /// The protocol over `state`, for a connection not listed in `stats conns`.
@@ -610,7 +611,7 @@ impl Protocol for KvProtocol {
         out: &mut Vec<u8>,
     ) -> duality_models::Flow {
         let st = &*self.0;
-        let conn = self.1.as_deref();
+        let conn = self.1.as_ref().map(|g| &*g.info);
         let ctx = st.ctx();
         if let Some(c) = conn {
             c.last_cmd.store(ctx.now, Relaxed);
@@ -736,18 +737,17 @@ pub fn serve_conn(
         .insert(info.fd, info.clone());
     let guard = ConnGuard {
         state: state.clone(),
-        info: info.clone(),
+        info,
     };
-    let drive = duality_models::drive(
+    // The guard rides in the protocol, not in a wrapping async block: a
+    // block awaiting the driver's future would hold it twice (as a capture
+    // and as the awaited value), doubling every connection's task.
+    duality_models::drive(
         conn,
         payload,
-        Arc::new(KvProtocol(state, Some(info))),
+        Arc::new(KvProtocol(state, Some(guard))),
         config,
-    );
-    async move {
-        let _guard = guard;
-        drive.await
-    }
+    )
 }
 
 /// Reclaims expired items in the background, one shard at a time, each under

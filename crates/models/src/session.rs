@@ -320,172 +320,181 @@ struct Held<S> {
 
 /// Serves one connection with `proto` until it closes, an idle timeout, a
 /// request that closes, or the server's shutdown (between requests).
-pub async fn drive<P: Protocol>(
+///
+/// A plain function returning the connection's future, not an `async fn`:
+/// an `async fn` keeps its arguments twice in its state (as captured and as
+/// the body's locals), and every idle connection holds that state. Callers
+/// should likewise return this future, not await it inside a block of
+/// theirs (which would hold it twice again).
+pub fn drive<P: Protocol>(
     mut conn: Conn,
     payload: Payload,
     proto: Arc<P>,
     cfg: DriverConfig,
-) {
-    let limits = BatchLimits {
-        max_requests: cfg.max_batch_requests.max(1),
-        max_output: cfg.max_batch_output.max(1),
-    };
-    let inline = payload.inline_lane();
-    let routes = payload.routes_by_color();
-    let max_request = proto.max_request().max(BUF_SIZE);
-    let mut held = Held {
-        buf: Vec::new(),
-        start: 0,
-        end: 0,
-        out: Vec::new(),
-        session: P::Session::default(),
-    };
-    // Bytes the pending request needs in all (0: unknown).
-    let mut need = 0;
-    // Requests served whose responses are not written yet, and when the
-    // read that completed them happened (its poll's start).
-    let mut answered = Answered {
-        requests: 0,
-        read_at: None,
-    };
-    loop {
-        if held.buf.is_empty() {
-            // Idle: wait holding no buffer; take one only for bytes that
-            // have arrived (readiness can be stale: a read may find nothing).
-            let n = loop {
-                conn.set_mid_request(proto.mid_request(&held.session));
-                let ready = match cfg.idle_timeout {
-                    None => conn.readable().await,
-                    // Boxed: a timer's state stays out of the futures of
-                    // servers without an idle timeout.
-                    Some(w) => Box::pin(conn.readable_for(Some(w))).await,
-                };
-                if ready.is_err() {
-                    return;
-                }
-                let mut b = take_read_buf();
-                match conn.try_read(&mut b).await {
-                    Ok(Some(0)) | Err(_) => return,
-                    Ok(Some(n)) => {
-                        held.buf = b;
-                        answered.read_at = duality_rt::stats::poll_started();
-                        break n;
-                    }
-                    Ok(None) => give_read_buf(b),
-                }
-            };
-            held.start = 0;
-            held.end = n;
-        } else {
-            make_room(&mut held, need, max_request);
-            if held.end == held.buf.len() {
-                // The pending request would not fit even in the largest
-                // buffer: the protocol broke its contract. Never grow past
-                // the bound.
-                tracing::debug!("closing a connection whose request outgrew the buffer bound");
-                return;
-            }
-            conn.set_mid_request(true);
-            let n = match conn.read(&mut held.buf[held.end..]).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => n,
-            };
-            answered.read_at = duality_rt::stats::poll_started();
-            held.end += n;
-        }
-        if held.out.capacity() == 0 {
-            held.out = take_out_buf();
-        }
-
-        // Serve everything buffered, batch by batch.
-        let mut next_color = None;
-        let close = loop {
-            let served = match &inline {
-                Some(lane) => {
-                    let Held {
-                        buf,
-                        start,
-                        end,
-                        out,
-                        session,
-                    } = &mut held;
-                    let s = serve_bytes(&*proto, session, &buf[*start..*end], out, lane, limits);
-                    *start += s.used;
-                    s
-                }
-                None => {
-                    let color = match next_color.take() {
-                        Some(c) => c,
-                        None if routes => proto
-                            .peek_color(&held.session, &held.buf[held.start..held.end])
-                            .unwrap_or(DEFAULT_COLOR),
-                        None => DEFAULT_COLOR,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    async move {
+        let limits = BatchLimits {
+            max_requests: cfg.max_batch_requests.max(1),
+            max_output: cfg.max_batch_output.max(1),
+        };
+        let inline = payload.inline_lane();
+        let routes = payload.routes_by_color();
+        let max_request = proto.max_request().max(BUF_SIZE);
+        let mut held = Held {
+            buf: Vec::new(),
+            start: 0,
+            end: 0,
+            out: Vec::new(),
+            session: P::Session::default(),
+        };
+        // Bytes the pending request needs in all (0: unknown).
+        let mut need = 0;
+        // Requests served whose responses are not written yet, and when the
+        // read that completed them happened (its poll's start).
+        let mut answered = Answered {
+            requests: 0,
+            read_at: None,
+        };
+        loop {
+            if held.buf.is_empty() {
+                // Idle: wait holding no buffer; take one only for bytes that
+                // have arrived (readiness can be stale: a read may find nothing).
+                let n = loop {
+                    conn.set_mid_request(proto.mid_request(&held.session));
+                    let ready = match cfg.idle_timeout {
+                        None => conn.readable().await,
+                        // Boxed: a timer's state stays out of the futures of
+                        // servers without an idle timeout.
+                        Some(w) => Box::pin(conn.readable_for(Some(w))).await,
                     };
-                    let p = proto.clone();
-                    let mut h = std::mem::replace(
-                        &mut held,
-                        Held {
-                            buf: Vec::new(),
-                            start: 0,
-                            end: 0,
-                            out: Vec::new(),
-                            session: P::Session::default(),
-                        },
-                    );
-                    // Boxed: the hop's state (a payload-thread call) would
-                    // otherwise sit in every connection's future, idle
-                    // ones and inline models included; one allocation per
-                    // batch is small beside a cross-thread hop.
-                    let (h, s) = Box::pin(payload.batch(color, move |lane| {
-                        let s = serve_bytes(
-                            &*p,
-                            &mut h.session,
-                            &h.buf[h.start..h.end],
-                            &mut h.out,
-                            lane,
-                            limits,
-                        );
-                        h.start += s.used;
-                        (h, s)
-                    }))
-                    .await;
-                    held = h;
-                    s
-                }
-            };
-            answered.requests += served.requests as u64;
-            match served.stop {
-                Stop::NeedMore(n) => {
-                    need = n;
-                    break false;
-                }
-                Stop::Close => break true,
-                Stop::Elsewhere(c) => next_color = Some(c),
-                Stop::Budget => {
-                    // Write what this batch made, let the loop run others.
-                    if flush(&mut conn, &mut held.out, &mut answered)
-                        .await
-                        .is_err()
-                    {
+                    if ready.is_err() {
                         return;
                     }
-                    duality_rt::yield_now().await;
+                    let mut b = take_read_buf();
+                    match conn.try_read(&mut b).await {
+                        Ok(Some(0)) | Err(_) => return,
+                        Ok(Some(n)) => {
+                            held.buf = b;
+                            answered.read_at = duality_rt::stats::poll_started();
+                            break n;
+                        }
+                        Ok(None) => give_read_buf(b),
+                    }
+                };
+                held.start = 0;
+                held.end = n;
+            } else {
+                make_room(&mut held, need, max_request);
+                if held.end == held.buf.len() {
+                    // The pending request would not fit even in the largest
+                    // buffer: the protocol broke its contract. Never grow past
+                    // the bound.
+                    tracing::debug!("closing a connection whose request outgrew the buffer bound");
+                    return;
                 }
+                conn.set_mid_request(true);
+                let n = match conn.read(&mut held.buf[held.end..]).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                };
+                answered.read_at = duality_rt::stats::poll_started();
+                held.end += n;
             }
-        };
-        // One write for every response of the read.
-        if flush(&mut conn, &mut held.out, &mut answered)
-            .await
-            .is_err()
-            || close
-        {
-            return;
-        }
-        if held.start == held.end {
-            // Nothing pending: the connection goes idle without buffers.
-            give_read_buf(std::mem::take(&mut held.buf));
-            give_out_buf(std::mem::take(&mut held.out));
-            need = 0;
+            if held.out.capacity() == 0 {
+                held.out = take_out_buf();
+            }
+
+            // Serve everything buffered, batch by batch.
+            let mut next_color = None;
+            let close = loop {
+                let served = match &inline {
+                    Some(lane) => {
+                        let Held {
+                            buf,
+                            start,
+                            end,
+                            out,
+                            session,
+                        } = &mut held;
+                        let s =
+                            serve_bytes(&*proto, session, &buf[*start..*end], out, lane, limits);
+                        *start += s.used;
+                        s
+                    }
+                    None => {
+                        let color = match next_color.take() {
+                            Some(c) => c,
+                            None if routes => proto
+                                .peek_color(&held.session, &held.buf[held.start..held.end])
+                                .unwrap_or(DEFAULT_COLOR),
+                            None => DEFAULT_COLOR,
+                        };
+                        let p = proto.clone();
+                        let mut h = std::mem::replace(
+                            &mut held,
+                            Held {
+                                buf: Vec::new(),
+                                start: 0,
+                                end: 0,
+                                out: Vec::new(),
+                                session: P::Session::default(),
+                            },
+                        );
+                        // Boxed: the hop's state (a payload-thread call) would
+                        // otherwise sit in every connection's future, idle
+                        // ones and inline models included; one allocation per
+                        // batch is small beside a cross-thread hop.
+                        let (h, s) = Box::pin(payload.batch(color, move |lane| {
+                            let s = serve_bytes(
+                                &*p,
+                                &mut h.session,
+                                &h.buf[h.start..h.end],
+                                &mut h.out,
+                                lane,
+                                limits,
+                            );
+                            h.start += s.used;
+                            (h, s)
+                        }))
+                        .await;
+                        held = h;
+                        s
+                    }
+                };
+                answered.requests += served.requests as u64;
+                match served.stop {
+                    Stop::NeedMore(n) => {
+                        need = n;
+                        break false;
+                    }
+                    Stop::Close => break true,
+                    Stop::Elsewhere(c) => next_color = Some(c),
+                    Stop::Budget => {
+                        // Write what this batch made, let the loop run others.
+                        if flush(&mut conn, &mut held.out, &mut answered)
+                            .await
+                            .is_err()
+                        {
+                            return;
+                        }
+                        duality_rt::yield_now().await;
+                    }
+                }
+            };
+            // One write for every response of the read.
+            if flush(&mut conn, &mut held.out, &mut answered)
+                .await
+                .is_err()
+                || close
+            {
+                return;
+            }
+            if held.start == held.end {
+                // Nothing pending: the connection goes idle without buffers.
+                give_read_buf(std::mem::take(&mut held.buf));
+                give_out_buf(std::mem::take(&mut held.out));
+                need = 0;
+            }
         }
     }
 }

@@ -46,7 +46,8 @@ pub(crate) mod uring;
 
 pub use backend::{default_io_backend, set_default_io_backend, uring_unavailable, IoBackend};
 pub use event_loop::{
-    block_on, EventLoop, LoopConfig, LoopHandle, LoopThread, RemoteWait, WorkGroup,
+    block_on, set_default_idle_hook, EventLoop, LoopConfig, LoopHandle, LoopThread, RemoteWait,
+    WorkGroup, IDLE_HOOK_EVERY,
 };
 pub use pool::{offload, spawn_blocking};
 pub use task::{spawn, spawn_on, yield_now, JoinError, JoinHandle};

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 /// Picks a cache server by its short name: `duality` (the default model,
-/// `symped:cores`), `duality:MODEL`, `thread-per-conn`, `tokio` (as many
+/// `symped:cores`), `duality:MODEL` (`duality:MODEL@epoll|uring` on that backend), `thread-per-conn`, `tokio` (as many
 /// workers as cores) or `memcached` (`-t cores`, as duality's default).
 pub fn parse_server(name: &str, cores: usize) -> Result<ServerKind, String> {
     match name {
@@ -20,10 +20,24 @@ pub fn parse_server(name: &str, cores: usize) -> Result<ServerKind, String> {
         "tokio" => Ok(ServerKind::Tokio(cores)),
         "memcached" => Ok(ServerKind::Memcached(cores)),
         _ => match name.strip_prefix("duality:") {
-            Some(m) => m
-                .parse::<duality_models::Model>()
-                .map(|m| ServerKind::Duality(m.to_string()))
-                .map_err(|e| format!("{name}: {e}")),
+            Some(spec) => {
+                // `MODEL@BACKEND` runs it on that I/O backend.
+                let (m, io) = match spec.split_once('@') {
+                    Some((m, io)) => (m, Some(io)),
+                    None => (spec, None),
+                };
+                let m = m
+                    .parse::<duality_models::Model>()
+                    .map_err(|e| format!("{name}: {e}"))?;
+                if let Some(io) = io {
+                    io.parse::<duality_rt::IoBackend>()
+                        .map_err(|e| format!("{name}: {e}"))?;
+                }
+                Ok(ServerKind::Duality(match io {
+                    Some(io) => format!("{m}@{io}"),
+                    None => m.to_string(),
+                }))
+            }
             None => Err(format!(
                 "unknown server {name:?}: one of duality, duality:MODEL, thread-per-conn, tokio, memcached"
             )),
@@ -200,6 +214,11 @@ mod tests {
         );
         assert_eq!(parse_server("tokio", 4), Ok(ServerKind::Tokio(4)));
         assert_eq!(parse_server("memcached", 4), Ok(ServerKind::Memcached(4)));
+        assert_eq!(
+            parse_server("duality:symped:2@epoll", 2),
+            Ok(ServerKind::Duality("symped:2@epoll".into()))
+        );
+        assert!(parse_server("duality:symped:2@kqueue", 2).is_err());
         assert!(parse_server("duality:bogus", 2).is_err());
         assert!(parse_server("nginx", 2).is_err());
     }

@@ -88,6 +88,23 @@ pub struct LoopConfig {
     /// Faults this loop's sockets inject (tests; see [`crate::faults`]).
     /// Default: `DUALITY_FAULTS`, normally none.
     pub faults: crate::faults::Faults,
+    /// Called on the loop's thread when it is about to sleep, at most once
+    /// per [`IDLE_HOOK_EVERY`]: where a server gives memory its thread freed
+    /// back to the system (the allocator keeps a thread's freed pages until
+    /// that thread allocates again, and an idle thread does not). Default:
+    /// what [`set_default_idle_hook`] set, normally nothing.
+    pub idle_hook: Option<fn()>,
+}
+
+/// How often at most a loop runs its [`LoopConfig::idle_hook`].
+pub const IDLE_HOOK_EVERY: Duration = Duration::from_secs(1);
+
+static DEFAULT_IDLE_HOOK: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+/// Sets the [`LoopConfig::idle_hook`] of loops created from now on with
+/// default settings (once per process; later calls are ignored).
+pub fn set_default_idle_hook(hook: fn()) {
+    let _ = DEFAULT_IDLE_HOOK.set(hook);
 }
 
 /// A set of loops that balance ready tasks among themselves.
@@ -172,6 +189,7 @@ impl Default for LoopConfig {
             idle_spin: Duration::ZERO,
             work_group: None,
             faults: crate::faults::default_faults(),
+            idle_hook: DEFAULT_IDLE_HOOK.get().copied(),
         }
     }
 }
@@ -186,6 +204,8 @@ pub(crate) struct Local {
     config: LoopConfig,
     hist: RefCell<Histogram<u64>>,
     last_publish: Cell<Instant>,
+    /// When the idle hook last ran.
+    last_idle_hook: Cell<Instant>,
     /// When the task poll running now started (see [`crate::stats::poll_started`]).
     pub(crate) poll_start: Cell<crate::stats::Stamp>,
     /// Per-request metrics recorded on this loop since the last merge.
@@ -318,6 +338,7 @@ impl Local {
             // What was recorded must not wait for the next wake-up to
             // become readable.
             self.publish_histograms();
+            self.idle_hook();
             // Nothing is ready: say so before blocking. `publish` runs at the
             // end of a turn, so a loop that sleeps after a busy turn would
             // otherwise show that turn's depth in `load()` until it wakes —
@@ -393,6 +414,17 @@ impl Local {
                 return Ok(false);
             }
             std::thread::yield_now();
+        }
+    }
+
+    /// Runs the idle hook if it has not run for [`IDLE_HOOK_EVERY`].
+    fn idle_hook(&self) {
+        if let Some(hook) = self.config.idle_hook {
+            let now = Instant::now();
+            if now.duration_since(self.last_idle_hook.get()) >= IDLE_HOOK_EVERY {
+                self.last_idle_hook.set(now);
+                hook();
+            }
         }
     }
 
@@ -742,6 +774,7 @@ impl EventLoop {
                 config,
                 hist: RefCell::new(registry::new_histogram()),
                 last_publish: Cell::new(now),
+                last_idle_hook: Cell::new(now),
                 poll_start: Cell::new(crate::stats::Stamp::now()),
                 requests: RefCell::new(RequestMetrics::default()),
                 requests_epoch: Cell::new(lock_std(&shared.requests).epoch),
