@@ -326,6 +326,7 @@ struct Held<S> {
 /// the body's locals), and every idle connection holds that state. Callers
 /// should likewise return this future, not await it inside a block of
 /// theirs (which would hold it twice again).
+#[allow(clippy::manual_async_fn)] // on purpose: see above
 pub fn drive<P: Protocol>(
     mut conn: Conn,
     payload: Payload,
