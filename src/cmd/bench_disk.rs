@@ -150,18 +150,13 @@ pub fn run(a: DiskArgs) -> anyhow::Result<()> {
     std::fs::write(out.join("disk.md"), &md)?;
     std::fs::write(out.join("disk.json"), duality_bench::report::json(&rows))?;
     std::fs::write(out.join("disk.csv"), disk::csv(&rows))?;
-    let series = |f: fn(&disk::DiskRow) -> f64| -> Vec<duality_bench::plot::Series> {
-        a.runtimes
-            .iter()
-            .map(|rt| {
-                let pts = rows
-                    .iter()
-                    .filter(|r| &r.runtime == rt)
-                    .map(|r| (r.readers as f64, f(r)))
-                    .collect();
-                (rt.clone(), pts)
-            })
-            .collect()
+    let series = |f: fn(&disk::DiskRow) -> f64| {
+        duality_bench::plot::series_by(
+            &rows,
+            &a.runtimes,
+            |r| &r.runtime,
+            |r| (r.readers as f64, f(r)),
+        )
     };
     duality_bench::plot::line_chart(
         &out.join("disk-reads"),
@@ -256,18 +251,8 @@ fn web(a: &DiskArgs) -> anyhow::Result<()> {
         duality_bench::report::json(&rows),
     )?;
     std::fs::write(out.join("disk-web.csv"), disk_web::csv(&rows))?;
-    let series = |f: fn(&disk_web::WebRow) -> f64| -> Vec<duality_bench::plot::Series> {
-        servers
-            .iter()
-            .map(|s| {
-                let pts = rows
-                    .iter()
-                    .filter(|r| &r.server == s)
-                    .map(|r| (r.clients as f64, f(r)))
-                    .collect();
-                (s.clone(), pts)
-            })
-            .collect()
+    let series = |f: fn(&disk_web::WebRow) -> f64| {
+        duality_bench::plot::series_by(&rows, &servers, |r| &r.server, |r| (r.clients as f64, f(r)))
     };
     duality_bench::plot::line_chart(
         &out.join("disk-web-rps"),

@@ -784,14 +784,12 @@ impl Memcached {
                 // Another test's server may have taken the port between
                 // free_port() and memcached's bind: only an answer from this
                 // child's pid counts (memcached then exits, and we retry).
-                if let Ok(s) = TcpStream::connect(addr) {
-                    let binary = extra.windows(2).any(|w| w == ["-B", "binary"]);
-                    if stats_pid(s, binary) == Some(pid) {
-                        return Memcached {
-                            _child: guard,
-                            addr,
-                        };
-                    }
+                let binary = extra.windows(2).any(|w| w == ["-B", "binary"]);
+                if duality_bench::servers::stats_pid(addr, binary) == Some(pid) {
+                    return Memcached {
+                        _child: guard,
+                        addr,
+                    };
                 }
                 if let Ok(Some(st)) = guard.0.as_mut().unwrap().try_wait() {
                     last = format!("memcached exited: {st}");
@@ -802,58 +800,6 @@ impl Memcached {
         }
         panic!("memcached did not start: {last}");
     }
-}
-
-/// The `pid` a memcached-protocol server on `s` reports in `stats` (the
-/// binary protocol's stat command where it speaks only that).
-fn stats_pid(mut s: TcpStream, binary: bool) -> Option<u32> {
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    let mut out = Vec::new();
-    let mut buf = [0u8; 4096];
-    if binary {
-        // A stat request (opcode 0x10); the answer is one packet per stat,
-        // the last with an empty key.
-        let mut req = [0u8; 24];
-        req[0] = 0x80;
-        req[1] = 0x10;
-        s.write_all(&req).ok()?;
-        loop {
-            while out.len() < 24 || out.len() < 24 + be32(&out[8..12]) {
-                let n = s.read(&mut buf).ok()?;
-                if n == 0 {
-                    return None;
-                }
-                out.extend_from_slice(&buf[..n]);
-            }
-            let klen = usize::from(u16::from_be_bytes([out[2], out[3]]));
-            let (xlen, body) = (usize::from(out[4]), be32(&out[8..12]));
-            let key = &out[24 + xlen..24 + xlen + klen];
-            if key.is_empty() {
-                return None;
-            }
-            if key == b"pid" {
-                let v = &out[24 + xlen + klen..24 + body];
-                return std::str::from_utf8(v).ok()?.parse().ok();
-            }
-            out.drain(..24 + body);
-        }
-    }
-    s.write_all(b"stats\r\n").ok()?;
-    while !out.ends_with(b"END\r\n") {
-        let n = s.read(&mut buf).ok()?;
-        if n == 0 {
-            return None;
-        }
-        out.extend_from_slice(&buf[..n]);
-    }
-    String::from_utf8_lossy(&out)
-        .lines()
-        .find_map(|l| l.strip_prefix("STAT pid "))
-        .and_then(|p| p.trim().parse().ok())
-}
-
-fn be32(b: &[u8]) -> usize {
-    u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize
 }
 
 /// duality on `model` with memcached's defaults (64 MiB, 1 MiB items), the

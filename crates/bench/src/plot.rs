@@ -26,6 +26,23 @@ pub const SIZE: (u32, u32) = (960, 600);
 /// One named line: `(x, y)` points, drawn in the order given.
 pub type Series = (String, Vec<(f64, f64)>);
 
+/// One series per name of `names` (in that order): the `point`s of the
+/// rows whose `name` it is, in the rows' order.
+pub fn series_by<R>(
+    rows: &[R],
+    names: &[String],
+    name: impl Fn(&R) -> &str,
+    point: impl Fn(&R) -> (f64, f64),
+) -> Vec<Series> {
+    names
+        .iter()
+        .map(|n| {
+            let pts = rows.iter().filter(|r| name(r) == n).map(&point).collect();
+            (n.clone(), pts)
+        })
+        .collect()
+}
+
 /// Draws `series` as a line chart into `<path_stem>.png` and
 /// `<path_stem>.svg`; `log_x` makes the x axis logarithmic (every x must
 /// then be positive). The y axis starts at 0. Returns the two paths.
@@ -347,6 +364,21 @@ fn draw_bars<DB: DrawingBackend>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn series_by_groups_rows_by_name_in_the_names_order() {
+        let rows = [("b", 1.0), ("a", 2.0), ("b", 3.0)];
+        let names = ["a".to_string(), "b".to_string(), "c".to_string()];
+        let s = series_by(&rows, &names, |r| r.0, |r| (r.1, r.1 * 10.0));
+        assert_eq!(
+            s,
+            vec![
+                ("a".to_string(), vec![(2.0, 20.0)]),
+                ("b".to_string(), vec![(1.0, 10.0), (3.0, 30.0)]),
+                ("c".to_string(), vec![]),
+            ]
+        );
+    }
 
     #[test]
     fn ticks() {

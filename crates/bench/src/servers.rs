@@ -212,3 +212,60 @@ impl Drop for ServerProcess {
         }
     }
 }
+
+/// The `pid` the memcached-protocol server at `addr` reports in `stats`
+/// (through the binary protocol's stat command with `binary`, for a server
+/// that speaks only that); `None` if nothing answers so. A server started
+/// on a port picked free counts as started only when its own pid answers:
+/// another process may have taken the port meanwhile.
+pub fn stats_pid(addr: std::net::SocketAddr, binary: bool) -> Option<u32> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    if binary {
+        // A stat request (opcode 0x10); the answer is one packet per stat,
+        // the last with an empty key.
+        let mut req = [0u8; 24];
+        req[0] = 0x80;
+        req[1] = 0x10;
+        s.write_all(&req).ok()?;
+        loop {
+            while out.len() < 24 || out.len() < 24 + be32(&out[8..12]) {
+                let n = s.read(&mut buf).ok()?;
+                if n == 0 {
+                    return None;
+                }
+                out.extend_from_slice(&buf[..n]);
+            }
+            let klen = usize::from(u16::from_be_bytes([out[2], out[3]]));
+            let (xlen, body) = (usize::from(out[4]), be32(&out[8..12]));
+            let key = &out[24 + xlen..24 + xlen + klen];
+            if key.is_empty() {
+                return None;
+            }
+            if key == b"pid" {
+                let v = &out[24 + xlen + klen..24 + body];
+                return std::str::from_utf8(v).ok()?.parse().ok();
+            }
+            out.drain(..24 + body);
+        }
+    }
+    s.write_all(b"stats\r\n").ok()?;
+    while !out.ends_with(b"END\r\n") {
+        let n = s.read(&mut buf).ok()?;
+        if n == 0 {
+            return None;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&out)
+        .lines()
+        .find_map(|l| l.strip_prefix("STAT pid "))
+        .and_then(|p| p.trim().parse().ok())
+}
+
+fn be32(b: &[u8]) -> usize {
+    u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize
+}

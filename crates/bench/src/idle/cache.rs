@@ -63,33 +63,14 @@ fn start_server(
     for _ in 0..3 {
         let addr = free_tcp_port()?;
         match ServerProcess::start_with_limits(plan.exe, kind, &Target::Tcp(addr), 64, max_conns) {
-            Ok(s) if stats_pid(addr) == Some(s.pid()) => return Ok((s, addr)),
+            Ok(s) if crate::servers::stats_pid(addr, false) == Some(s.pid()) => {
+                return Ok((s, addr))
+            }
             Ok(_) => last = format!("another process answered on {addr}"),
             Err(e) => last = e.to_string(),
         }
     }
     anyhow::bail!("{} did not start: {last}", kind.label())
-}
-
-/// The `pid` a memcached-protocol server at `addr` reports in `stats`.
-fn stats_pid(addr: SocketAddr) -> Option<u32> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    s.write_all(b"stats\r\n").ok()?;
-    let mut out = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !out.ends_with(b"END\r\n") {
-        let n = s.read(&mut buf).ok()?;
-        if n == 0 {
-            return None;
-        }
-        out.extend_from_slice(&buf[..n]);
-    }
-    String::from_utf8_lossy(&out)
-        .lines()
-        .find_map(|l| l.strip_prefix("STAT pid "))
-        .and_then(|p| p.trim().parse().ok())
 }
 
 /// One server at one idle count: a fresh server, preloaded; RSS; K idle
