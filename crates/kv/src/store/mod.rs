@@ -472,6 +472,7 @@ impl Store {
     ///
     /// If `key` is longer than [`KEY_MAX_LENGTH`] (250) bytes; [`crate::parse`]
     /// never yields such a key.
+    #[inline]
     pub fn entry<'s, 'k>(&'s self, key: &'k [u8], now: Time) -> Entry<'s, 'k> {
         assert!(
             key.len() <= KEY_MAX_LENGTH,
@@ -785,6 +786,7 @@ impl<'s, 'k> Entry<'s, 'k> {
     }
 
     /// The live item, if any.
+    #[inline]
     pub fn item(&self) -> Option<Item<'_>> {
         Some(self.shard.item(self.idx?))
     }
@@ -796,6 +798,7 @@ impl<'s, 'k> Entry<'s, 'k> {
 
     /// Records a fetch: marks the item fetched and recently used (it gets a
     /// second chance when its segment is evicted), sets its access time.
+    #[inline]
     pub fn bump(&mut self) {
         if let Some(l) = self.idx {
             self.shard.touch(l, FETCHED | ACCESSED, self.now);

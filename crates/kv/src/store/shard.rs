@@ -394,6 +394,7 @@ impl Shard {
     }
 
     /// The read-only view of the item at `l`.
+    #[inline]
     pub(crate) fn item(&self, l: Loc) -> Item<'_> {
         let r = self.raw(l);
         let h: &Header = r[..HEADER].try_into().unwrap();
@@ -419,11 +420,13 @@ impl Shard {
         self.hasher.hash_one(key)
     }
 
+    #[inline]
     pub(crate) fn find(&self, hash: u64, key: &[u8]) -> Option<Loc> {
         self.table.find(hash, |&l| self.key(l) == key).copied()
     }
 
     /// What a reader would see at `l` at `now`.
+    #[inline]
     pub(crate) fn state(&self, l: Loc, now: Time, flush: FlushState) -> Lookup {
         let h = self.hdr(l);
         let exptime = rd32(h, H_EXPTIME);
