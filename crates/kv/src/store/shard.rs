@@ -646,11 +646,13 @@ impl Shard {
         let l = if size > self.seg_size {
             self.room_large(size, now, flush, stats)?
         } else {
+            let mut tries = 0;
             loop {
                 if let Some(l) = self.room(size, false) {
                     break l;
                 }
-                if !self.free_one(now, flush, stats) {
+                tries += 1;
+                if !self.free_one(now, flush, stats, self.may_move(tries)) {
                     return None;
                 }
             }
@@ -668,6 +670,7 @@ impl Shard {
         stats: &ShardStats,
     ) -> Option<Loc> {
         let block = self.block_size(size);
+        let mut tries = 0;
         let id = loop {
             let held = self.allocated - self.spare.as_ref().map_or(0, |d| d.len());
             if held + block <= self.budget() {
@@ -679,7 +682,8 @@ impl Shard {
                     break id;
                 }
             }
-            if !self.free_one(now, flush, stats) {
+            tries += 1;
+            if !self.free_one(now, flush, stats, self.may_move(tries)) {
                 return None;
             }
         };
@@ -784,10 +788,21 @@ impl Shard {
         out
     }
 
+    /// Whether the `tries`-th call of [`free_one`](Self::free_one) in one
+    /// search for room may still move items (clean, or give second
+    /// chances). Moves can take a segment of their own, so a call that
+    /// moves may free no memory on balance; after as many tries as there
+    /// are segments (every item has had its chance by then) a call only
+    /// evicts, which frees a segment every time: the search always ends.
+    fn may_move(&self, tries: usize) -> bool {
+        tries <= self.fifo.len() + 2
+    }
+
     /// Frees one segment: cleans a mostly dead one, or evicts the oldest
-    /// with a second chance for items read since they were written. Returns
-    /// false when there is nothing left to free.
-    fn free_one(&mut self, now: Time, flush: FlushState, stats: &ShardStats) -> bool {
+    /// with a second chance for items read since they were written (with
+    /// `moves` false: evicts the oldest, moving nothing). Returns false when
+    /// there is nothing left to free.
+    fn free_one(&mut self, now: Time, flush: FlushState, stats: &ShardStats, moves: bool) -> bool {
         // A large segment holds one item: freed with it or given its second
         // chance by going to the back of the queue, without a copy.
         let mut victim = None;
@@ -807,6 +822,10 @@ impl Shard {
                 cleaning = true;
             }
         }
+        if !moves {
+            victim = None;
+            cleaning = false;
+        }
         if victim.is_none() {
             let oldest = match self.fifo.front() {
                 Some(&id) => id,
@@ -822,7 +841,7 @@ impl Shard {
         if self.segs[id].data.len() > self.seg_size {
             let l = loc(id as u32, 0);
             match self.state(l, now, flush) {
-                Lookup::Hit if self.has(l, ACCESSED) => {
+                Lookup::Hit if moves && self.has(l, ACCESSED) => {
                     self.set_bits(l, 0, ACCESSED);
                     self.fifo.pop_front();
                     self.fifo.push_back(id as u32);
@@ -842,7 +861,7 @@ impl Shard {
             match self.state(l, now, flush) {
                 Lookup::Hit => {
                     let size = align8(self.charge(l));
-                    let keep = cleaning || self.has(l, ACCESSED);
+                    let keep = moves && (cleaning || self.has(l, ACCESSED));
                     // At least one item moves, however large.
                     if keep && (moved == 0 || moved + size <= budget) {
                         if let Some(to) = self.room(size, true) {
@@ -888,8 +907,10 @@ impl Shard {
         if let Some(d) = self.spare.take() {
             self.allocated -= d.len();
         }
+        let mut tries = 0;
         while self.allocated + self.table_bytes() > self.limit.saturating_sub(self.seg_size) {
-            if !self.free_one(now, flush, stats) {
+            tries += 1;
+            if !self.free_one(now, flush, stats, self.may_move(tries)) {
                 return false;
             }
             if let Some(d) = self.spare.take() {
