@@ -209,6 +209,19 @@ impl St {
     fn unread(&self) -> usize {
         self.rx.len() - self.rx_pos
     }
+
+    /// Appends received bytes. What the reader has taken is dropped first
+    /// once it is at least half the queue (a copy of at most as many bytes
+    /// as were read): a reader that never quite catches up, such as a
+    /// client pipelining without pause, must not grow the queue by every
+    /// byte it ever sent.
+    fn push_rx(&mut self, bytes: &[u8]) {
+        if self.rx_pos > 0 && self.rx_pos >= self.rx.len() / 2 {
+            self.rx.drain(..self.rx_pos);
+            self.rx_pos = 0;
+        }
+        self.rx.extend_from_slice(bytes);
+    }
 }
 
 impl Io {
@@ -1092,7 +1105,7 @@ impl UringReactor {
                 if let Some(bid) = cqueue::buffer_select(flags) {
                     if let Some(b) = self.bufs.borrow().as_ref() {
                         if res > 0 && !st.closed {
-                            st.rx.extend_from_slice(b.bytes(bid, res as usize));
+                            st.push_rx(b.bytes(bid, res as usize));
                         }
                         b.push(bid);
                         recycled = true;
@@ -1355,6 +1368,47 @@ impl Drop for UringReactor {
                 std::mem::forget(op);
             }
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::St;
+
+    /// A reader that takes only part of what arrived, every time, while
+    /// bytes keep coming: the queue holds about what is unread, not every
+    /// byte ever received (it held all 64 MiB before `push_rx`).
+    #[test]
+    fn a_reader_that_never_catches_up_keeps_the_queue_small() {
+        let mut st = St::default();
+        let chunk = [7u8; 4096];
+        for _ in 0..16 * 1024 {
+            st.push_rx(&chunk);
+            // Read three quarters of what is unread.
+            st.rx_pos += st.unread() * 3 / 4;
+            assert!(st.unread() > 0);
+        }
+        assert!(
+            st.rx.len() <= 4 * (st.unread() + chunk.len()),
+            "queue {} bytes for {} unread",
+            st.rx.len(),
+            st.unread()
+        );
+        assert!(st.rx.capacity() < 1 << 20, "capacity {}", st.rx.capacity());
+        assert!(st.rx[st.rx_pos..].iter().all(|&b| b == 7));
+    }
+
+    /// Appending keeps the unread bytes and their order.
+    #[test]
+    fn appending_keeps_what_is_unread_in_order() {
+        let mut st = St::default();
+        st.push_rx(b"abcdef");
+        st.rx_pos = 4;
+        st.push_rx(b"gh");
+        assert_eq!(&st.rx[st.rx_pos..], b"efgh");
+        st.rx_pos += 1;
+        st.push_rx(b"i");
+        assert_eq!(&st.rx[st.rx_pos..], b"fghi");
     }
 }
 
