@@ -57,6 +57,11 @@ use crate::sync::oneshot;
 use crate::sync::{WaitId, WaitQueue, WaitStatus, WakeList};
 use crate::task::JoinError;
 
+/// How much nicer than the process the CPU pool's threads run by default:
+/// 10 steps give a thread about a tenth of a loop's CPU share while both are
+/// runnable, and a waking loop preempts it.
+pub const CPU_POOL_NICE: i32 = 10;
+
 /// How a [`Pool`] is sized.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolConfig {
@@ -68,28 +73,36 @@ pub struct PoolConfig {
     pub queue_capacity: usize,
     /// How long an idle thread waits for work before it exits.
     pub keep_alive: Duration,
+    /// How much nicer than their creator the threads run (0: the same). A
+    /// positive value lets the kernel run event loops first whenever both
+    /// want a core.
+    pub nice: i32,
 }
 
 impl PoolConfig {
     /// The blocking pool's defaults: `duality-blocking`, 64 threads, 4096 queued
-    /// jobs, 10 s keep-alive.
+    /// jobs, 10 s keep-alive, the process's priority.
     pub fn blocking() -> PoolConfig {
         PoolConfig {
             name: "duality-blocking".into(),
             max_threads: 64,
             queue_capacity: 4096,
             keep_alive: Duration::from_secs(10),
+            nice: 0,
         }
     }
 
     /// The CPU pool's defaults: `duality-cpu`, one thread per available core, 4096
-    /// queued jobs, 10 s keep-alive.
+    /// queued jobs, 10 s keep-alive, nice [`CPU_POOL_NICE`]: offloaded work
+    /// takes the cores the loops leave (seed 002: a heavy job must not delay
+    /// everybody else's requests), and all of them when the loops are idle.
     pub fn cpu() -> PoolConfig {
         PoolConfig {
             name: "duality-cpu".into(),
             max_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             queue_capacity: 4096,
             keep_alive: Duration::from_secs(10),
+            nice: CPU_POOL_NICE,
         }
     }
 
@@ -349,6 +362,9 @@ impl Shared {
     /// A pool thread: take jobs until idle for `keep_alive` (or shut down with an
     /// empty queue).
     fn worker(self: Arc<Self>) {
+        if self.config.nice != 0 {
+            set_thread_nice(self.config.nice);
+        }
         let capacity = self.config.queue_capacity;
         let mut st = lock(&self.state);
         loop {
@@ -580,6 +596,32 @@ where
     cpu_pool().run(f)
 }
 
+/// Raises the calling thread's nice value by `by` (at most to 19; Linux
+/// keeps one per thread, and a new thread starts with its creator's). A
+/// failure leaves the thread as it was: the priority is a preference.
+fn set_thread_nice(by: i32) {
+    // SAFETY: gettid, getpriority and setpriority take and return plain
+    // integers; with PRIO_PROCESS and a thread id they read and change only
+    // that thread. getpriority's -1 is a valid value, told apart from an
+    // error by errno, which is cleared first.
+    let r = unsafe {
+        let tid = libc::gettid() as libc::id_t;
+        *libc::__errno_location() = 0;
+        let now = libc::getpriority(libc::PRIO_PROCESS, tid);
+        if now == -1 && *libc::__errno_location() != 0 {
+            -1
+        } else {
+            libc::setpriority(libc::PRIO_PROCESS, tid, (now + by).min(19))
+        }
+    };
+    if r != 0 {
+        tracing::debug!(
+            "pool thread keeps its priority (nice +{by}: {})",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -594,6 +636,7 @@ mod tests {
             max_threads: threads,
             queue_capacity: queue,
             keep_alive: Duration::from_secs(5),
+            nice: 0,
         })
     }
 
@@ -618,6 +661,24 @@ mod tests {
         assert_eq!(name.unwrap().as_deref(), Some("t-run-0"));
         let s = pool.stats();
         assert_eq!((s.threads, s.completed, s.queued), (1, 1, 0));
+    }
+
+    /// This thread's nice value, from `/proc/thread-self/stat` (field 19).
+    fn thread_nice() -> i64 {
+        let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+        let after = &stat[stat.rfind(')').unwrap() + 2..];
+        after.split_whitespace().nth(16).unwrap().parse().unwrap()
+    }
+
+    /// Offloaded work yields to the loops; a blocking call keeps the
+    /// process's priority (it mostly sleeps, and what it does is urgent).
+    #[test]
+    fn cpu_pool_threads_run_at_a_lower_priority() {
+        let base = thread_nice();
+        let cpu = block_on(offload(thread_nice)).unwrap();
+        assert_eq!(cpu, (base + i64::from(CPU_POOL_NICE)).min(19));
+        let blocking = block_on(spawn_blocking(thread_nice)).unwrap();
+        assert_eq!(blocking, base);
     }
 
     #[test]
@@ -749,6 +810,7 @@ mod tests {
             max_threads: 2,
             queue_capacity: 4,
             keep_alive: Duration::from_millis(20),
+            nice: 0,
         });
         block_on(pool.run(|| ())).unwrap();
         assert_eq!(pool.stats().threads, 1);
