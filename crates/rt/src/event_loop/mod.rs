@@ -206,6 +206,9 @@ pub(crate) struct Local {
     last_publish: Cell<Instant>,
     /// When the idle hook last ran.
     last_idle_hook: Cell<Instant>,
+    /// Whether the loop ran a task since the idle hook last ran: the work
+    /// that may have freed memory the hook should give back.
+    idle_hook_owed: Cell<bool>,
     /// When the task poll running now started (see [`crate::stats::poll_started`]).
     pub(crate) poll_start: Cell<crate::stats::Stamp>,
     /// Per-request metrics recorded on this loop since the last merge.
@@ -316,7 +319,9 @@ impl Local {
     /// One turn of the loop. `main_ready` tells whether a `block_on` future
     /// is waiting to be polled (then the loop must not block).
     fn turn(&self) -> io::Result<()> {
-        self.run_tasks();
+        if self.run_tasks() > 0 {
+            self.idle_hook_owed.set(true);
+        }
         if let Some(g) = &self.config.work_group {
             g.share(self);
         }
@@ -338,7 +343,9 @@ impl Local {
             // What was recorded must not wait for the next wake-up to
             // become readable.
             self.publish_histograms();
-            self.idle_hook();
+            if let Some(due) = self.idle_hook() {
+                timeout = Some(timeout.map_or(due, |t| t.min(due)));
+            }
             // Nothing is ready: say so before blocking. `publish` runs at the
             // end of a turn, so a loop that sleeps after a busy turn would
             // otherwise show that turn's depth in `load()` until it wakes —
@@ -417,15 +424,25 @@ impl Local {
         }
     }
 
-    /// Runs the idle hook if it has not run for [`IDLE_HOOK_EVERY`].
-    fn idle_hook(&self) {
-        if let Some(hook) = self.config.idle_hook {
-            let now = Instant::now();
-            if now.duration_since(self.last_idle_hook.get()) >= IDLE_HOOK_EVERY {
-                self.last_idle_hook.set(now);
-                hook();
-            }
+    /// Runs the idle hook if the loop worked since it last ran and it has
+    /// not run for [`IDLE_HOOK_EVERY`]. If it is owed but ran too recently,
+    /// returns how long the loop may sleep before it is due: a loop that
+    /// fell asleep with the hook owed would otherwise keep what its last
+    /// burst of work freed for as long as nothing wakes it. A loop that did
+    /// nothing since the hook sleeps without a deadline.
+    fn idle_hook(&self) -> Option<Duration> {
+        let hook = self.config.idle_hook?;
+        if !self.idle_hook_owed.get() {
+            return None;
         }
+        let since = self.last_idle_hook.get().elapsed();
+        if since < IDLE_HOOK_EVERY {
+            return Some(IDLE_HOOK_EVERY - since);
+        }
+        self.last_idle_hook.set(Instant::now());
+        self.idle_hook_owed.set(false);
+        hook();
+        None
     }
 
     /// Makes the loop's numbers readable from other threads.
@@ -775,6 +792,7 @@ impl EventLoop {
                 hist: RefCell::new(registry::new_histogram()),
                 last_publish: Cell::new(now),
                 last_idle_hook: Cell::new(now),
+                idle_hook_owed: Cell::new(false),
                 poll_start: Cell::new(crate::stats::Stamp::now()),
                 requests: RefCell::new(RequestMetrics::default()),
                 requests_epoch: Cell::new(lock_std(&shared.requests).epoch),
