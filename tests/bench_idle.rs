@@ -76,6 +76,8 @@ fn quick_idle_run_measures_every_runtime_and_server() {
                 r["rss_closed_mib"].as_f64().unwrap(),
             );
             assert!(start > 0.0 && closed > 0.0, "{r}");
+            assert!(r["rss_loaded_mib"].as_f64().unwrap() > 0.0, "{r}");
+            assert!(r["closed_net_vs_start"].as_f64().unwrap() > 0.0, "{r}");
             assert_eq!(r["bytes_per_idle"].is_null(), idle == 0, "{r}");
         }
     }

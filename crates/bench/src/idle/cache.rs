@@ -132,6 +132,7 @@ pub fn measure_cache(plan: &Plan, kind: &ServerKind, idle: u64) -> anyhow::Resul
     let windows = loadgen::run(&load(plan.warmup, plan.window), &mut |_| {
         marks.push(crate::proc::cpu_time_of(pid).unwrap_or_default())
     })?;
+    let rss_loaded = rss()?;
     if let Some(mut h) = holders {
         h.close();
     }
@@ -161,8 +162,20 @@ pub fn measure_cache(plan: &Plan, kind: &ServerKind, idle: u64) -> anyhow::Resul
         bytes_per_idle: bytes_per_conn(rss_idle, rss_start, held),
         rss_closed_mib: rss_closed as f64 / MIB,
         closed_vs_start: ratio(rss_closed as f64, rss_start as f64).unwrap_or(f64::NAN),
+        rss_loaded_mib: rss_loaded as f64 / MIB,
+        closed_net_vs_start: closed_net(rss_start, rss_idle, rss_loaded, rss_closed),
         client_cores: w.client_cores,
     })
+}
+
+/// The start plus what the idle connections took less what came back when
+/// they closed, over the start ([`CacheRow::closed_net_vs_start`]): the load
+/// that ran between "idle" and "loaded" may grow the process (the store
+/// keeps what it wrote), and that is not the idle connections' to give back.
+fn closed_net(start: u64, idle: u64, loaded: u64, closed: u64) -> Option<f64> {
+    let taken = idle as f64 - start as f64;
+    let returned = loaded as f64 - closed as f64;
+    ratio(start as f64 + taken - returned, start as f64)
 }
 
 /// Waits (up to 30 s) until server `pid` holds at most `n` descriptors
@@ -178,6 +191,17 @@ fn wait_fds_at_most(pid: u32, n: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_the_load_added_is_not_counted_against_the_idle_connections() {
+        const M: u64 = 1 << 20;
+        // 10 MiB at the start, 20 with the idle clients, the load adds 5,
+        // and all 10 the clients took come back: 1.0.
+        assert_eq!(closed_net(10 * M, 20 * M, 25 * M, 15 * M), Some(1.0));
+        // Only 8 of their 10 come back: 1.2 of the start stays.
+        assert_eq!(closed_net(10 * M, 20 * M, 25 * M, 17 * M), Some(1.2));
+        assert_eq!(closed_net(0, 20 * M, 25 * M, 17 * M), None);
+    }
 
     #[test]
     fn servers_parse() {

@@ -57,7 +57,10 @@
 //! is read after the preload and a first short load (its connections
 //! closed), and the server's RSS is read once more after every idle client
 //! has closed (its descriptors gone, then `settle`): "after close / start"
-//! should be near 1.
+//! should be near 1. The load that ran meanwhile may have grown the server
+//! (the store keeps what it wrote), so RSS is also read right after the
+//! load, the idle clients still connected, and "idle conns' share kept /
+//! start" counts only what the idle connections took and did not give back.
 
 mod cache;
 mod holders;
@@ -147,6 +150,16 @@ pub struct CacheRow {
     pub rss_closed_mib: f64,
     /// `rss_closed_mib / rss_start_mib`.
     pub closed_vs_start: f64,
+    /// Server RSS right after the load, the idle clients still connected, MiB.
+    #[serde(default)]
+    pub rss_loaded_mib: f64,
+    /// What the idle connections left behind once closed, net of what the
+    /// load itself added (the store keeps its writes): `(RSS start + (RSS
+    /// idle − RSS start) − (RSS loaded − RSS after close)) / RSS start`, i.e.
+    /// the start plus what they took less what came back when they closed.
+    /// 1.0: everything came back.
+    #[serde(default)]
+    pub closed_net_vs_start: Option<f64>,
     /// Cores the load generator used.
     pub client_cores: f64,
 }
@@ -500,6 +513,15 @@ pub fn goals(r: &Results) -> Vec<Goal> {
             })
             .max_by_key(|(c, _)| c.idle);
         if let Some((c, m)) = common {
+            if let Some(v) = c.closed_net_vs_start {
+                out.push(Goal {
+                    goal: format!(
+                        "cache {who}: after its idle clients close, memory back within 10% of the start (net of the load)"
+                    ),
+                    met: v <= 1.10,
+                    detail: format!("{v:.2} of the start after {} idle (memcached: {})", c.idle, m.closed_net_vs_start.map_or_else(|| "-".into(), |v| format!("{v:.2}"))),
+                });
+            }
             if let (Some(a), Some(b)) = (c.bytes_per_idle, m.bytes_per_idle) {
                 out.push(Goal {
                     goal: format!("cache {who}: memory per idle connection ≤ {}'s", m.server),
@@ -564,6 +586,7 @@ pub fn cache_table(rows: &[CacheRow]) -> String {
                 opt(r.bytes_per_idle, crate::report::thousands),
                 format!("{:.1}", r.rss_closed_mib),
                 format!("{:.2}", r.closed_vs_start),
+                opt(r.closed_net_vs_start, |v| format!("{v:.2}")),
                 format!("{:.2}", r.client_cores),
             ]
         })
@@ -582,6 +605,7 @@ pub fn cache_table(rows: &[CacheRow]) -> String {
             "bytes/idle conn",
             "RSS after close MiB",
             "after close / start",
+            "idle conns' share kept / start",
             "client cores",
         ],
         &cells,
@@ -653,10 +677,10 @@ pub fn pipes_csv(rows: &[PipeRow]) -> String {
 
 /// The cache rows as CSV.
 pub fn cache_csv(rows: &[CacheRow]) -> String {
-    let mut s = String::from("server,idle,held,active,tps,vs_idle_free,p99_us,cpu_us_per_txn,rss_start_mib,rss_idle_mib,bytes_per_idle,rss_closed_mib,closed_vs_start,client_cores\n");
+    let mut s = String::from("server,idle,held,active,tps,vs_idle_free,p99_us,cpu_us_per_txn,rss_start_mib,rss_idle_mib,bytes_per_idle,rss_closed_mib,closed_vs_start,rss_loaded_mib,closed_net_vs_start,client_cores\n");
     for r in rows {
         s.push_str(&format!(
-            "{},{},{},{},{:.1},{},{},{:.3},{:.2},{:.2},{},{:.2},{:.3},{:.3}\n",
+            "{},{},{},{},{:.1},{},{},{:.3},{:.2},{:.2},{},{:.2},{:.3},{:.2},{},{:.3}\n",
             r.server,
             r.idle,
             r.held,
@@ -670,6 +694,8 @@ pub fn cache_csv(rows: &[CacheRow]) -> String {
             csv_opt(r.bytes_per_idle),
             r.rss_closed_mib,
             r.closed_vs_start,
+            r.rss_loaded_mib,
+            csv_opt(r.closed_net_vs_start),
             r.client_cores
         ));
     }
@@ -789,6 +815,8 @@ mod tests {
             bytes_per_idle: (idle > 0).then_some(per_idle),
             rss_closed_mib: 10.5,
             closed_vs_start: 1.05,
+            rss_loaded_mib: 10.0 + per_idle * idle as f64 / MIB,
+            closed_net_vs_start: Some(1.05),
             client_cores: 0.5,
         }
     }
@@ -874,6 +902,7 @@ mod tests {
         };
         fill_ratios(&mut r.pipes);
         fill_ratios(&mut r.cache);
+        r.cache[5].closed_net_vs_start = Some(1.5);
         let g = goals(&r);
         let met: Vec<(&str, bool)> = g.iter().map(|g| (g.goal.as_str(), g.met)).collect();
         assert_eq!(
@@ -896,8 +925,16 @@ mod tests {
                     false
                 ),
                 (
+                    "cache duality symped:2: after its idle clients close, memory back within 10% of the start (net of the load)",
+                    true
+                ),
+                (
                     "cache duality symped:2: memory per idle connection ≤ memcached -t 2's",
                     true
+                ),
+                (
+                    "cache duality thread-per-conn: after its idle clients close, memory back within 10% of the start (net of the load)",
+                    false
                 ),
                 (
                     "cache duality thread-per-conn: memory per idle connection ≤ memcached -t 2's",
