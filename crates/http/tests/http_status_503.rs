@@ -33,6 +33,22 @@ fn lowest_free_fd() -> u64 {
         .unwrap() as u64
 }
 
+/// Waits (up to 10 s) until no descriptor of this process names a file
+/// called `name`.
+fn wait_closed(name: &str) {
+    let open = || {
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .any(|p| p.file_name().is_some_and(|n| n == name))
+    };
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while open() {
+        assert!(std::time::Instant::now() < until, "{name} never closed");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
 #[test]
 fn status_503_when_out_of_descriptors() {
     // No page cache, stat on every request: each request opens the file.
@@ -42,6 +58,9 @@ fn status_503_when_out_of_descriptors() {
     });
     let mut c = s.client();
     assert_eq!(c.get("/hello.txt").status, 200);
+    // The server may close the file it sent a moment after the client has
+    // the response: wait, or the limit below would leave room for it.
+    wait_closed("hello.txt");
     let saved = nofile();
     // Connected before the limit drops; the request is sent after.
     let low = libc::rlimit {
