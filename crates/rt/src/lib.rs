@@ -35,6 +35,7 @@ mod backend;
 pub mod event_loop;
 pub mod faults;
 pub mod fs;
+mod gen_table;
 pub mod net;
 pub mod pool;
 pub(crate) mod reactor;

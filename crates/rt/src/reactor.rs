@@ -20,6 +20,7 @@
 //! The source table is behind a mutex taken once per batch of events (and on
 //! register/deregister), so an I/O object may be dropped on any thread.
 
+use crate::gen_table::GenTable;
 use crate::loom::lock_std;
 use atomic_waker::AtomicWaker;
 use mio::event::Source;
@@ -95,15 +96,10 @@ impl IoShared {
     }
 }
 
-struct Sources {
-    slots: Vec<(u32, Option<Arc<IoShared>>)>,
-    free: Vec<usize>,
-    live: usize,
-}
-
 pub(crate) struct ReactorShared {
     registry: Registry,
-    sources: Mutex<Sources>,
+    /// Registered sources by token.
+    sources: Mutex<GenTable<Arc<IoShared>>>,
     /// `sources.live`, readable without the lock: a loop with no sources
     /// (a payload loop) skips `epoll_wait` while it has work.
     live: std::sync::atomic::AtomicUsize,
@@ -130,11 +126,7 @@ impl Reactor {
             events: RefCell::new(Events::with_capacity(capacity.max(16))),
             shared: Arc::new(ReactorShared {
                 registry,
-                sources: Mutex::new(Sources {
-                    slots: Vec::new(),
-                    free: Vec::new(),
-                    live: 0,
-                }),
+                sources: Mutex::new(GenTable::default()),
                 live: std::sync::atomic::AtomicUsize::new(0),
             }),
         })
@@ -145,7 +137,7 @@ impl Reactor {
     }
 
     pub(crate) fn sources(&self) -> usize {
-        lock_std(&self.shared.sources).live
+        lock_std(&self.shared.sources).live()
     }
 
     /// True if no I/O source is registered (only the wake fd).
@@ -174,14 +166,9 @@ impl Reactor {
                 woke = true;
                 continue;
             }
-            let slot = token.0 & 0xffff_ffff;
-            let gen = (token.0 >> 32) as u32;
-            let Some((g, Some(io))) = sources.slots.get(slot) else {
+            let Some(io) = sources.get(token.0 as u64) else {
                 continue;
             };
-            if *g != gen {
-                continue;
-            }
             let mut bits = 0;
             if ev.is_readable() {
                 bits |= READABLE;
@@ -207,7 +194,7 @@ impl Reactor {
     /// Takes every waker held by this reactor's sources (loop shutdown).
     pub(crate) fn shutdown_wakers(&self, out: &mut Vec<std::task::Waker>) {
         let sources = lock_std(&self.shared.sources);
-        for io in sources.slots.iter().filter_map(|(_, io)| io.as_ref()) {
+        for io in sources.values() {
             out.extend(io.reader.take());
             out.extend(io.writer.take());
         }
@@ -252,20 +239,9 @@ impl Registration {
         });
         let token = {
             let mut s = lock_std(&reactor.sources);
-            let slot = match s.free.pop() {
-                Some(i) => i,
-                None => {
-                    s.slots.push((0, None));
-                    s.slots.len() - 1
-                }
-            };
-            let entry = &mut s.slots[slot];
-            entry.0 = entry.0.wrapping_add(1);
-            entry.1 = Some(io.clone());
-            let gen = entry.0;
-            s.live += 1;
-            reactor.live.store(s.live, Ordering::Relaxed);
-            ((gen as usize) << 32) | slot
+            let key = s.insert(io.clone());
+            reactor.live.store(s.live(), Ordering::Relaxed);
+            key as usize
         };
         io.token.store(token, Ordering::Relaxed);
         if let Err(e) = reactor
@@ -383,12 +359,7 @@ impl Registration {
 
 fn remove(reactor: &ReactorShared, token: usize) {
     let mut s = lock_std(&reactor.sources);
-    let slot = token & 0xffff_ffff;
-    if let Some(entry) = s.slots.get_mut(slot) {
-        if entry.0 == (token >> 32) as u32 && entry.1.take().is_some() {
-            s.free.push(slot);
-            s.live -= 1;
-            reactor.live.store(s.live, Ordering::Relaxed);
-        }
+    if s.remove(token as u64).is_some() {
+        reactor.live.store(s.live(), Ordering::Relaxed);
     }
 }

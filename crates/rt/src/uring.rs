@@ -46,6 +46,7 @@
 //! completion, so a reused descriptor number never receives an old request.
 
 use crate::event_loop::registry;
+use crate::gen_table::GenTable;
 use crate::loom::lock_std;
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use std::cell::{Cell, RefCell};
@@ -574,54 +575,6 @@ impl FileRead {
     }
 }
 
-/// In-flight operations, addressed by `generation << 32 | slot`.
-#[derive(Default)]
-struct Ops {
-    slots: Vec<(u32, Option<Op>)>,
-    free: Vec<u32>,
-    live: usize,
-}
-
-impl Ops {
-    fn insert(&mut self, op: Op) -> u64 {
-        let slot = match self.free.pop() {
-            Some(s) => s as usize,
-            None => {
-                self.slots.push((0, None));
-                self.slots.len() - 1
-            }
-        };
-        let e = &mut self.slots[slot];
-        e.0 = e.0.wrapping_add(1);
-        e.1 = Some(op);
-        self.live += 1;
-        ((e.0 as u64) << 32) | slot as u64
-    }
-
-    fn get_mut(&mut self, ud: u64) -> Option<&mut Op> {
-        let (slot, gen) = ((ud & 0xffff_ffff) as usize, (ud >> 32) as u32);
-        match self.slots.get_mut(slot) {
-            Some((g, op)) if *g == gen => op.as_mut(),
-            _ => None,
-        }
-    }
-
-    fn remove(&mut self, ud: u64) -> Option<Op> {
-        let (slot, gen) = ((ud & 0xffff_ffff) as usize, (ud >> 32) as u32);
-        match self.slots.get_mut(slot) {
-            Some((g, op)) if *g == gen => {
-                let op = op.take();
-                if op.is_some() {
-                    self.free.push(slot as u32);
-                    self.live -= 1;
-                }
-                op
-            }
-            _ => None,
-        }
-    }
-}
-
 /// The provided-buffer ring: `count` buffers of `size` bytes that the kernel
 /// picks from for multishot receives. Made on the first receive, so loops
 /// without sockets (payload loops) never allocate it.
@@ -707,7 +660,8 @@ impl BufRing {
 /// The per-loop ring. Only the loop's thread uses it.
 pub(crate) struct UringReactor {
     ring: RefCell<IoUring>,
-    ops: RefCell<Ops>,
+    /// In-flight operations, addressed by their user data.
+    ops: RefCell<GenTable<Op>>,
     bufs: RefCell<Option<BufRing>>,
     config: RingConfig,
     shared: Arc<UringShared>,
@@ -739,7 +693,7 @@ impl UringReactor {
             .or_else(|_| IoUring::builder().setup_cqsize(entries * 4).build(entries))?;
         let r = UringReactor {
             ring: RefCell::new(ring),
-            ops: RefCell::new(Ops::default()),
+            ops: RefCell::new(GenTable::default()),
             bufs: RefCell::new(None),
             config,
             shared: Arc::new(UringShared {
@@ -1274,27 +1228,22 @@ impl UringReactor {
 
     /// Whether a send is in flight on this ring (a poll submits the queued ones).
     fn sends_in_flight(&self) -> bool {
-        self.ops.borrow().slots.iter().any(|(_, op)| {
-            matches!(
-                op,
-                Some(Op {
-                    kind: OpKind::Send { .. },
-                    ..
-                })
-            )
-        })
+        self.ops
+            .borrow()
+            .values()
+            .any(|op| matches!(op.kind, OpKind::Send { .. }))
     }
 
     /// Takes every waker held by sockets with operations in flight (loop shutdown).
     pub(crate) fn shutdown_wakers(&self, out: &mut Vec<Waker>) {
         let ops = self.ops.borrow();
-        for (_, op) in ops.slots.iter() {
+        for op in ops.values() {
             match op {
-                Some(Op { io: Some(io), .. }) => io.take_wakers(out),
-                Some(Op {
+                Op { io: Some(io), .. } => io.take_wakers(out),
+                Op {
                     kind: OpKind::File { done, .. },
                     ..
-                }) => out.extend(lock_std(&done.st).waker.take()),
+                } => out.extend(lock_std(&done.st).waker.take()),
                 _ => {}
             }
         }
@@ -1324,9 +1273,9 @@ impl Drop for UringReactor {
                 .user_data(IGNORE),
         );
         let until = Instant::now() + Duration::from_secs(1);
-        while self.ops.borrow().live > 0 && Instant::now() < until {
+        while self.ops.borrow().live() > 0 && Instant::now() < until {
             let _ = self.poll(Some(Duration::from_millis(10)));
-            if self.ops.borrow().live > 0 {
+            if self.ops.borrow().live() > 0 {
                 self.push(
                     opcode::AsyncCancel2::new(types::CancelBuilder::any())
                         .build()
@@ -1334,7 +1283,7 @@ impl Drop for UringReactor {
                 );
             }
         }
-        let clean = self.ops.borrow().live == 0;
+        let clean = self.ops.borrow().live() == 0;
         if let Some(b) = self.bufs.borrow_mut().take() {
             let unregistered = self
                 .ring
@@ -1359,12 +1308,11 @@ impl Drop for UringReactor {
         // The operations left (if any) keep their sockets open; drop them now
         // that the ring is about to close (closing the ring cancels them).
         let mut ops = self.ops.borrow_mut();
-        if clean {
-            ops.slots.clear();
-        } else {
+        let left = ops.take_all();
+        if !clean {
             // Their send buffers may still be read by the kernel until the
             // ring is torn down: leak them as well.
-            for (_, op) in ops.slots.drain(..) {
+            for op in left {
                 std::mem::forget(op);
             }
         }
