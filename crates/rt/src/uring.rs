@@ -196,14 +196,22 @@ struct St {
     ready_tick: u64,
     want_poll: u8,
     polls: [Option<u64>; 2],
-    // Accepting.
-    want_accept: bool,
-    accept: Option<u64>,
-    accepted: VecDeque<OwnedFd>,
-    accept_err: Option<io::Error>,
+    // Accepting: listeners only, made on the first accept (every accepted
+    // connection has an `St` too, and idle ones are many).
+    acc: Option<Box<Accepting>>,
     // The handle was dropped.
     closed: bool,
     lingering: bool,
+}
+
+/// A listener's accept state.
+#[derive(Default)]
+struct Accepting {
+    want: bool,
+    /// The multishot accept in flight.
+    armed: Option<u64>,
+    accepted: VecDeque<OwnedFd>,
+    err: Option<io::Error>,
 }
 
 impl St {
@@ -465,20 +473,22 @@ impl Io {
     /// An accepted descriptor, or an error from the multishot accept.
     pub(crate) fn poll_accept(self: &Arc<Self>, cx: &mut Context<'_>) -> Poll<io::Result<OwnedFd>> {
         let mut st = lock_std(&self.st);
-        if let Some(fd) = st.accepted.pop_front() {
-            if st.accept.is_none() && st.want_accept {
+        let st = &mut *st;
+        let acc = st.acc.get_or_insert_with(Default::default);
+        if let Some(fd) = acc.accepted.pop_front() {
+            if acc.armed.is_none() && acc.want {
                 self.schedule();
             }
             return Poll::Ready(Ok(fd));
         }
-        if let Some(e) = st.accept_err.take() {
+        if let Some(e) = acc.err.take() {
             return Poll::Ready(Err(e));
         }
-        st.reader = Some(cx.waker().clone());
-        if !st.want_accept || st.accept.is_none() {
-            st.want_accept = true;
+        if !acc.want || acc.armed.is_none() {
+            acc.want = true;
             self.schedule();
         }
+        st.reader = Some(cx.waker().clone());
         Poll::Pending
     }
 
@@ -791,14 +801,16 @@ impl UringReactor {
                     self.cancel(ud);
                 }
             }
-            if let Some(ud) = st.accept.take() {
-                self.cancel(ud);
+            if let Some(acc) = st.acc.as_mut() {
+                if let Some(ud) = acc.armed.take() {
+                    self.cancel(ud);
+                }
+                acc.want = false;
             }
             for ud in st.polls.iter_mut().filter_map(Option::take) {
                 self.cancel(ud);
             }
             st.want_recv = false;
-            st.want_accept = false;
             st.want_poll = 0;
         }
         if st.want_recv && st.recv.is_none() && !st.rx_eof && st.unread() < RX_LIMIT {
@@ -817,12 +829,16 @@ impl UringReactor {
                 }
             }
         }
-        if st.want_accept && st.accept.is_none() && st.accepted.len() < ACCEPT_QUEUE {
+        if let Some(acc) = st
+            .acc
+            .as_mut()
+            .filter(|a| a.want && a.armed.is_none() && a.accepted.len() < ACCEPT_QUEUE)
+        {
             let ud = self.ops.borrow_mut().insert(Op {
                 io: Some(io.clone()),
                 kind: OpKind::Accept,
             });
-            st.accept = Some(ud);
+            acc.armed = Some(ud);
             self.push(
                 opcode::AcceptMulti::new(fd)
                     .flags(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)
@@ -1160,24 +1176,27 @@ impl UringReactor {
             }
             OpKind::Accept => {
                 let mut st = lock_std(&io.st);
+                let st = &mut *st;
+                let closed = st.closed;
+                let acc = st.acc.get_or_insert_with(Default::default);
                 if res >= 0 {
                     // SAFETY: a successful accept returns a new descriptor
                     // that nothing else owns.
                     let fd = unsafe { OwnedFd::from_raw_fd(res) };
-                    if st.closed {
+                    if closed {
                         drop(fd);
                     } else {
-                        st.accepted.push_back(fd);
+                        acc.accepted.push_back(fd);
                     }
                 } else if res != -libc::ECANCELED {
-                    st.accept_err = Some(io::Error::from_raw_os_error(-res));
+                    acc.err = Some(io::Error::from_raw_os_error(-res));
                 }
                 if !more {
-                    st.accept = None;
+                    acc.armed = None;
                     drop(ops.remove(ud));
-                } else if st.accepted.len() >= ACCEPT_QUEUE {
+                } else if acc.accepted.len() >= ACCEPT_QUEUE {
                     // Nobody is taking them: leave the rest in the backlog.
-                    st.accept = None;
+                    acc.armed = None;
                     drop(ops);
                     self.cancel(ud);
                 }
@@ -1322,6 +1341,19 @@ impl Drop for UringReactor {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::St;
+
+    /// Every connection, idle ones included, has an `Io` behind an `Arc`:
+    /// keep it within the allocator's 256-byte class (listener-only state
+    /// lives in a box it makes on the first accept).
+    #[test]
+    fn a_sockets_ring_state_stays_small() {
+        let arc_header = 2 * std::mem::size_of::<usize>();
+        assert!(
+            std::mem::size_of::<super::Io>() + arc_header <= 256,
+            "Io is {} bytes",
+            std::mem::size_of::<super::Io>()
+        );
+    }
 
     /// A reader that takes only part of what arrived, every time, while
     /// bytes keep coming: the queue holds about what is unread, not every
