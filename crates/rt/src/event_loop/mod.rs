@@ -459,11 +459,17 @@ impl Local {
         s.run_queue_depth.store(self.run_queue.len(), Relaxed);
         let now = Instant::now();
         if now.duration_since(self.last_publish.get()) >= PUBLISH_EVERY {
-            self.last_publish.set(now);
-            s.io_sources.store(self.reactor.sources(), Relaxed);
-            s.timers_pending.store(self.timers.borrow().len(), Relaxed);
-            self.publish_histograms();
+            self.publish_timed(now);
         }
+    }
+
+    /// What [`PUBLISH_EVERY`] refreshes: the gauges and the histograms.
+    fn publish_timed(&self, now: Instant) {
+        let s = &self.shared.stats;
+        self.last_publish.set(now);
+        s.io_sources.store(self.reactor.sources(), Relaxed);
+        s.timers_pending.store(self.timers.borrow().len(), Relaxed);
+        self.publish_histograms();
     }
 
     /// Before sleeping: publishes what was recorded if the last publish is
@@ -480,8 +486,7 @@ impl Local {
         if since < PUBLISH_EVERY {
             return Some(PUBLISH_EVERY - since);
         }
-        self.last_publish.set(Instant::now());
-        self.publish_histograms();
+        self.publish_timed(Instant::now());
         None
     }
 
