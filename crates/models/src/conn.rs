@@ -3,11 +3,13 @@
 use duality_rt::net::{TcpStream, UnixStream};
 use std::collections::HashMap;
 use std::future::poll_fn;
+use std::future::Future;
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Mutex};
-use std::task::{Poll, Waker};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
@@ -122,8 +124,11 @@ impl ConnCounter {
 enum Io {
     Tcp(TcpStream),
     Unix(UnixStream),
-    BlockingTcp(Arc<std::net::TcpStream>),
-    BlockingUnix(Arc<std::os::unix::net::UnixStream>),
+    /// A blocking socket and the receive timeout last set on it (kept here,
+    /// not in every `Conn`: event-loop connections hold their `Conn` in
+    /// their futures).
+    BlockingTcp(Arc<std::net::TcpStream>, Option<Duration>),
+    BlockingUnix(Arc<std::os::unix::net::UnixStream>, Option<Duration>),
 }
 
 /// A client connection. Read and write in thread style; the model decides
@@ -139,8 +144,6 @@ pub struct Conn {
     mid_request: Arc<AtomicBool>,
     /// This connection's slot in the per-loop byte counters.
     slot: usize,
-    /// The receive timeout last set on a blocking socket.
-    blocking_rcv_timeout: Option<Duration>,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -221,12 +224,12 @@ impl Conn {
                 s.set_nonblocking(false)?;
                 s.set_nodelay(true)?;
                 let s = Arc::new(s);
-                (Io::BlockingTcp(s.clone()), BlockingSocket::Tcp(s))
+                (Io::BlockingTcp(s.clone(), None), BlockingSocket::Tcp(s))
             }
             Accepted::Unix(s) => {
                 s.set_nonblocking(false)?;
                 let s = Arc::new(s);
-                (Io::BlockingUnix(s.clone()), BlockingSocket::Unix(s))
+                (Io::BlockingUnix(s.clone(), None), BlockingSocket::Unix(s))
             }
         };
         let conn = Conn::with(io, shutdown, counter);
@@ -250,7 +253,6 @@ impl Conn {
             registered: None,
             mid_request: Arc::new(AtomicBool::new(false)),
             slot,
-            blocking_rcv_timeout: None,
         }
     }
 
@@ -284,40 +286,62 @@ impl Conn {
     /// Reads into `buf`. `Ok(0)`: the client closed, or the server is
     /// shutting down, nothing more has arrived and the handler is not in the
     /// middle of a request (see [`set_mid_request`](Self::set_mid_request)).
-    pub async fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let r = self.read_inner(buf).await;
-        if let Ok(n) = r {
-            self.counter.bytes[self.slot]
-                .read
-                .fetch_add(n as u64, Relaxed);
-        }
-        r
+    pub fn read<'a>(
+        &'a mut self,
+        buf: &'a mut [u8],
+    ) -> impl Future<Output = io::Result<usize>> + Send + 'a {
+        // A flat future of two references (no nested async calls): it sits
+        // in every connection's future while the connection waits.
+        ReadFuture { conn: self, buf }
     }
 
-    async fn read_inner(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if self.is_blocking() && self.closing() {
-            return Ok(0);
+    /// Polls an event-loop socket's read; `Ok(0)` once the server is
+    /// closing the connection.
+    fn poll_read_evented(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
+        let r = match &self.io {
+            Io::Tcp(s) => s.poll_read(cx, buf),
+            Io::Unix(s) => s.poll_read(cx, buf),
+            _ => unreachable!("blocking sockets are read by blocking_read"),
+        };
+        if r.is_ready() {
+            return r;
         }
-        match &mut self.io {
-            Io::BlockingTcp(s) => return (&**s).read(buf),
-            Io::BlockingUnix(s) => return (&**s).read(buf),
-            _ => {}
+        if self.closing_or_watch(cx.waker()) {
+            return Poll::Ready(Ok(0));
         }
-        poll_fn(|cx| {
-            let r = match &self.io {
-                Io::Tcp(s) => s.poll_read(cx, buf),
-                Io::Unix(s) => s.poll_read(cx, buf),
-                _ => unreachable!("blocking sockets handled above"),
-            };
-            if r.is_ready() {
-                return r;
-            }
-            if self.closing_or_watch(cx.waker()) {
-                return Poll::Ready(Ok(0));
-            }
-            Poll::Pending
-        })
-        .await
+        Poll::Pending
+    }
+
+    fn count_read(&self, n: usize) {
+        self.counter.bytes[self.slot]
+            .read
+            .fetch_add(n as u64, Relaxed);
+    }
+
+    fn count_written(&self, n: usize) {
+        self.counter.bytes[self.slot]
+            .written
+            .fetch_add(n as u64, Relaxed);
+    }
+
+    /// A blocking socket's read (the thread waits in it); `None` for a
+    /// socket on an event loop.
+    fn blocking_read(&mut self, buf: &mut [u8]) -> Option<io::Result<usize>> {
+        if !self.is_blocking() {
+            return None;
+        }
+        if self.closing() {
+            return Some(Ok(0));
+        }
+        match &self.io {
+            Io::BlockingTcp(s, _) => Some((&**s).read(buf)),
+            Io::BlockingUnix(s, _) => Some((&**s).read(buf)),
+            _ => None,
+        }
     }
 
     /// Waits until a read would find data, end of stream, or the server's
@@ -328,7 +352,7 @@ impl Conn {
             let r = match &self.io {
                 Io::Tcp(s) => s.poll_readable(cx),
                 Io::Unix(s) => s.poll_readable(cx),
-                Io::BlockingTcp(_) | Io::BlockingUnix(_) => return Poll::Ready(Ok(())),
+                Io::BlockingTcp(..) | Io::BlockingUnix(..) => return Poll::Ready(Ok(())),
             };
             if let Poll::Ready(r) = r {
                 return Poll::Ready(r);
@@ -345,36 +369,15 @@ impl Conn {
     /// (the next [`readable`](Self::readable) waits for more). Blocking
     /// sockets wait, as their reads do. `Ok(Some(0))`: end of stream, or the
     /// server's shutdown between requests.
-    pub async fn try_read(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
-        if self.is_blocking() {
-            return self.read(buf).await.map(Some);
+    pub fn try_read<'a>(
+        &'a mut self,
+        buf: &'a mut [u8],
+    ) -> impl Future<Output = io::Result<Option<usize>>> + Send + 'a {
+        TryReadFuture {
+            conn: self,
+            buf,
+            yielded: false,
         }
-        if self.closing() {
-            return Ok(Some(0));
-        }
-        if duality_rt::coop::remaining() == Some(0) {
-            // The poll's I/O budget is spent: come back on the next poll
-            // (a read now would only say "not yet").
-            duality_rt::yield_now().await;
-        }
-        let r = poll_fn(|cx| {
-            let r = match &self.io {
-                Io::Tcp(s) => s.poll_read(cx, buf),
-                Io::Unix(s) => s.poll_read(cx, buf),
-                _ => unreachable!("blocking sockets handled above"),
-            };
-            Poll::Ready(match r {
-                Poll::Ready(r) => r.map(Some),
-                Poll::Pending => Ok(None),
-            })
-        })
-        .await;
-        if let Ok(Some(n)) = r {
-            self.counter.bytes[self.slot]
-                .read
-                .fetch_add(n as u64, Relaxed);
-        }
-        r
     }
 
     /// [`read`](Self::read), waiting at most `wait` (`None`: no limit);
@@ -417,32 +420,31 @@ impl Conn {
     fn set_blocking_rcv_timeout(&mut self, wait: Option<Duration>) -> io::Result<()> {
         // A zero timeout means "none" to the kernel: use the smallest real one.
         let wait = wait.map(|w| w.max(Duration::from_millis(1)));
-        if self.blocking_rcv_timeout == wait {
-            return Ok(());
+        match &mut self.io {
+            Io::BlockingTcp(_, set) | Io::BlockingUnix(_, set) if *set == wait => {}
+            Io::BlockingTcp(s, set) => {
+                s.set_read_timeout(wait)?;
+                *set = wait;
+            }
+            Io::BlockingUnix(s, set) => {
+                s.set_read_timeout(wait)?;
+                *set = wait;
+            }
+            _ => {}
         }
-        match &self.io {
-            Io::BlockingTcp(s) => s.set_read_timeout(wait)?,
-            Io::BlockingUnix(s) => s.set_read_timeout(wait)?,
-            _ => return Ok(()),
-        }
-        self.blocking_rcv_timeout = wait;
         Ok(())
     }
 
     /// Writes all of `buf`.
-    pub async fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
-        let r = match &mut self.io {
-            Io::Tcp(s) => s.write_all(buf).await,
-            Io::Unix(s) => s.write_all(buf).await,
-            Io::BlockingTcp(s) => (&**s).write_all(buf),
-            Io::BlockingUnix(s) => (&**s).write_all(buf),
-        };
-        if r.is_ok() {
-            self.counter.bytes[self.slot]
-                .written
-                .fetch_add(buf.len() as u64, Relaxed);
+    pub fn write_all<'a>(
+        &'a mut self,
+        buf: &'a [u8],
+    ) -> impl Future<Output = io::Result<()>> + Send + 'a {
+        WriteAllFuture {
+            conn: self,
+            buf,
+            done: 0,
         }
-        r
     }
 
     /// Writes all of `buf` and leaves it empty (its capacity may change:
@@ -468,7 +470,7 @@ impl Conn {
                     .await
                     .unwrap_or_else(|_| Err(timed_out()))
             }
-            (Io::BlockingTcp(_) | Io::BlockingUnix(_), _) => {
+            (Io::BlockingTcp(..) | Io::BlockingUnix(..), _) => {
                 let r = self.write_all_for(buf, wait).await;
                 buf.clear();
                 return r;
@@ -488,10 +490,10 @@ impl Conn {
     pub async fn write_all_for(&mut self, buf: &[u8], wait: Option<Duration>) -> io::Result<()> {
         let wait = wait.map(|w| w.max(Duration::from_millis(1)));
         let r = match (&mut self.io, wait) {
-            (Io::BlockingTcp(s), _) => s
+            (Io::BlockingTcp(s, _), _) => s
                 .set_write_timeout(wait)
                 .and_then(|_| (&**s).write_all(buf)),
-            (Io::BlockingUnix(s), _) => s
+            (Io::BlockingUnix(s, _), _) => s
                 .set_write_timeout(wait)
                 .and_then(|_| (&**s).write_all(buf)),
             (Io::Tcp(s), None) => s.write_all(buf).await,
@@ -533,21 +535,21 @@ impl Conn {
         match &self.io {
             Io::Tcp(s) => s.as_raw_fd(),
             Io::Unix(s) => s.as_raw_fd(),
-            Io::BlockingTcp(s) => s.as_raw_fd(),
-            Io::BlockingUnix(s) => s.as_raw_fd(),
+            Io::BlockingTcp(s, _) => s.as_raw_fd(),
+            Io::BlockingUnix(s, _) => s.as_raw_fd(),
         }
     }
 
     fn is_blocking(&self) -> bool {
-        matches!(self.io, Io::BlockingTcp(_) | Io::BlockingUnix(_))
+        matches!(self.io, Io::BlockingTcp(..) | Io::BlockingUnix(..))
     }
 
     /// The remote address of a TCP connection (`None` for Unix sockets).
     pub fn peer_addr(&self) -> Option<std::net::SocketAddr> {
         match &self.io {
             Io::Tcp(s) => s.peer_addr().ok(),
-            Io::BlockingTcp(s) => s.peer_addr().ok(),
-            Io::Unix(_) | Io::BlockingUnix(_) => None,
+            Io::BlockingTcp(s, _) => s.peer_addr().ok(),
+            Io::Unix(_) | Io::BlockingUnix(..) => None,
         }
     }
 
@@ -555,8 +557,8 @@ impl Conn {
     pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
         match &self.io {
             Io::Tcp(s) => s.local_addr().ok(),
-            Io::BlockingTcp(s) => s.local_addr().ok(),
-            Io::Unix(_) | Io::BlockingUnix(_) => None,
+            Io::BlockingTcp(s, _) => s.local_addr().ok(),
+            Io::Unix(_) | Io::BlockingUnix(..) => None,
         }
     }
 
@@ -580,8 +582,8 @@ impl Conn {
         let fd = self.as_raw_fd();
         let wait = wait.map(|w| w.max(Duration::from_millis(1)));
         let r = match (&self.io, wait) {
-            (Io::BlockingTcp(s), _) => s.set_write_timeout(wait).and_then(|_| f(fd)),
-            (Io::BlockingUnix(s), _) => s.set_write_timeout(wait).and_then(|_| f(fd)),
+            (Io::BlockingTcp(s, _), _) => s.set_write_timeout(wait).and_then(|_| f(fd)),
+            (Io::BlockingUnix(s, _), _) => s.set_write_timeout(wait).and_then(|_| f(fd)),
             (Io::Tcp(s), None) => s.write_with(|| f(fd)).await,
             (Io::Unix(s), None) => s.write_with(|| f(fd)).await,
             (Io::Tcp(s), Some(w)) => duality_rt::time::timeout(w, s.write_with(|| f(fd)))
@@ -605,6 +607,109 @@ impl Conn {
 
 fn timed_out() -> io::Error {
     io::ErrorKind::TimedOut.into()
+}
+
+/// [`Conn::read`]'s future.
+struct ReadFuture<'a> {
+    conn: &'a mut Conn,
+    buf: &'a mut [u8],
+}
+
+impl Future for ReadFuture<'_> {
+    type Output = io::Result<usize>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let r = match this.conn.blocking_read(this.buf) {
+            Some(r) => r,
+            None => match this.conn.poll_read_evented(cx, this.buf) {
+                Poll::Ready(r) => r,
+                Poll::Pending => return Poll::Pending,
+            },
+        };
+        if let Ok(n) = r {
+            this.conn.count_read(n);
+        }
+        Poll::Ready(r)
+    }
+}
+
+/// [`Conn::try_read`]'s future.
+struct TryReadFuture<'a> {
+    conn: &'a mut Conn,
+    buf: &'a mut [u8],
+    yielded: bool,
+}
+
+impl Future for TryReadFuture<'_> {
+    type Output = io::Result<Option<usize>>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let conn = &mut *this.conn;
+        let r = if let Some(r) = conn.blocking_read(this.buf) {
+            r.map(Some)
+        } else if conn.closing() {
+            return Poll::Ready(Ok(Some(0)));
+        } else if !this.yielded && duality_rt::coop::remaining() == Some(0) {
+            // The poll's I/O budget is spent: come back on the next poll (a
+            // read now would only say "not yet").
+            this.yielded = true;
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        } else {
+            let r = match &conn.io {
+                Io::Tcp(s) => s.poll_read(cx, this.buf),
+                Io::Unix(s) => s.poll_read(cx, this.buf),
+                _ => unreachable!("blocking sockets are read by blocking_read"),
+            };
+            match r {
+                Poll::Ready(r) => r.map(Some),
+                Poll::Pending => Ok(None),
+            }
+        };
+        if let Ok(Some(n)) = r {
+            conn.count_read(n);
+        }
+        Poll::Ready(r)
+    }
+}
+
+/// [`Conn::write_all`]'s future.
+struct WriteAllFuture<'a> {
+    conn: &'a mut Conn,
+    buf: &'a [u8],
+    done: usize,
+}
+
+impl Future for WriteAllFuture<'_> {
+    type Output = io::Result<()>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let buf = this.buf;
+        let r = match &this.conn.io {
+            Io::BlockingTcp(s, _) => (&**s).write_all(buf),
+            Io::BlockingUnix(s, _) => (&**s).write_all(buf),
+            io => loop {
+                if this.done == buf.len() {
+                    break Ok(());
+                }
+                let r = match io {
+                    Io::Tcp(s) => s.poll_write(cx, &buf[this.done..]),
+                    Io::Unix(s) => s.poll_write(cx, &buf[this.done..]),
+                    _ => unreachable!("blocking sockets handled above"),
+                };
+                match r {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Ok(0)) => break Err(io::ErrorKind::WriteZero.into()),
+                    Poll::Ready(Ok(n)) => this.done += n,
+                    Poll::Ready(Err(e)) => break Err(e),
+                }
+            },
+        };
+        if r.is_ok() {
+            this.conn.count_written(buf.len());
+        }
+        Poll::Ready(r)
+    }
 }
 
 impl Drop for Conn {

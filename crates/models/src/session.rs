@@ -333,14 +333,16 @@ pub fn drive<P: Protocol>(
     proto: Arc<P>,
     cfg: DriverConfig,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
+    // Only what the loop below uses is captured (each byte is held by every
+    // connection, idle ones included).
+    let limits = BatchLimits {
+        max_requests: cfg.max_batch_requests.max(1),
+        max_output: cfg.max_batch_output.max(1),
+    };
+    let idle_timeout = cfg.idle_timeout;
     async move {
-        let limits = BatchLimits {
-            max_requests: cfg.max_batch_requests.max(1),
-            max_output: cfg.max_batch_output.max(1),
-        };
         let inline = payload.inline_lane();
         let routes = payload.routes_by_color();
-        let max_request = proto.max_request().max(BUF_SIZE);
         let mut held = Held {
             buf: Vec::new(),
             start: 0,
@@ -362,7 +364,7 @@ pub fn drive<P: Protocol>(
                 // have arrived (readiness can be stale: a read may find nothing).
                 let n = loop {
                     conn.set_mid_request(proto.mid_request(&held.session));
-                    let ready = match cfg.idle_timeout {
+                    let ready = match idle_timeout {
                         None => conn.readable().await,
                         // Boxed: a timer's state stays out of the futures of
                         // servers without an idle timeout.
@@ -385,7 +387,7 @@ pub fn drive<P: Protocol>(
                 held.start = 0;
                 held.end = n;
             } else {
-                make_room(&mut held, need, max_request);
+                make_room(&mut held, need, proto.max_request().max(BUF_SIZE));
                 if held.end == held.buf.len() {
                     // The pending request would not fit even in the largest
                     // buffer: the protocol broke its contract. Never grow past
@@ -472,22 +474,28 @@ pub fn drive<P: Protocol>(
                     Stop::Elsewhere(c) => next_color = Some(c),
                     Stop::Budget => {
                         // Write what this batch made, let the loop run others.
-                        if flush(&mut conn, &mut held.out, &mut answered)
-                            .await
-                            .is_err()
-                        {
-                            return;
+                        if !held.out.is_empty() {
+                            answered.first_byte();
+                            let r = conn.write_all(&held.out).await;
+                            written(&mut held.out);
+                            if r.is_err() {
+                                return;
+                            }
                         }
                         duality_rt::yield_now().await;
                     }
                 }
             };
             // One write for every response of the read.
-            if flush(&mut conn, &mut held.out, &mut answered)
-                .await
-                .is_err()
-                || close
-            {
+            if !held.out.is_empty() {
+                answered.first_byte();
+                let r = conn.write_all(&held.out).await;
+                written(&mut held.out);
+                if r.is_err() {
+                    return;
+                }
+            }
+            if close {
                 return;
             }
             if held.start == held.end {
@@ -538,23 +546,28 @@ struct Answered {
     read_at: Option<duality_rt::stats::Stamp>,
 }
 
-async fn flush(conn: &mut Conn, out: &mut Vec<u8>, answered: &mut Answered) -> std::io::Result<()> {
-    if out.is_empty() {
-        return Ok(());
+impl Answered {
+    /// Before the responses of the requests answered so far are written:
+    /// records their time to first byte.
+    fn first_byte(&mut self) {
+        if let Some(at) = self.read_at {
+            duality_rt::stats::record_first_byte(at, self.requests);
+        }
+        self.requests = 0;
     }
-    if let Some(at) = answered.read_at {
-        duality_rt::stats::record_first_byte(at, answered.requests);
-    }
-    answered.requests = 0;
-    // A copy into the socket (small for the responses of one read) keeps
-    // the buffer in this thread's pool; `write_vec` would hand it to the
-    // socket's send queue.
-    let r = conn.write_all(out).await;
+}
+
+/// After a response buffer was written (awaited inline in `drive`, not in
+/// a future of its own, which every connection's future would hold): it is
+/// emptied, and one that grew large is swapped for a standard one. A copy
+/// into the socket (small for the responses of one read) keeps the buffer
+/// in this thread's pool; `write_vec` would hand it to the socket's send
+/// queue.
+fn written(out: &mut Vec<u8>) {
     out.clear();
     if out.capacity() > OUT_KEEP {
         *out = take_out_buf();
     }
-    r
 }
 
 #[cfg(test)]

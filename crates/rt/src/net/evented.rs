@@ -21,13 +21,18 @@ pub(crate) struct Evented<S: Source> {
     /// the last completion), so the source is never dropped there.
     source: ManuallyDrop<S>,
     reg: Reg,
-    /// The faults its loop injects (tests), and counts of operations that
-    /// decide when (one per fault, so that one fault's rhythm does not
-    /// restrict another's).
+    /// The faults its loop injects (tests; `None`: none): out of line, so
+    /// that every connection's stream, held in its future, stays small.
+    faults: Option<Box<FaultState>>,
+}
+
+struct FaultState {
     faults: Faults,
-    fault_ticks: [AtomicU32; 4],
+    /// Counts of operations that decide when (one per fault, so that one
+    /// fault's rhythm does not restrict another's).
+    ticks: [AtomicU32; 4],
     /// Under `reset`: the operation from which this socket fails with
-    /// `ECONNRESET` (counted in `fault_ticks[3]`).
+    /// `ECONNRESET` (counted in `ticks[3]`).
     reset_after: Option<u32>,
 }
 
@@ -54,16 +59,20 @@ impl<S: Source> Evented<S> {
         Ok(Evented {
             source: ManuallyDrop::new(source),
             reg,
-            faults,
-            fault_ticks: Default::default(),
-            reset_after: faults.reset_after(),
+            faults: faults.any().then(|| {
+                Box::new(FaultState {
+                    faults,
+                    ticks: Default::default(),
+                    reset_after: faults.reset_after(),
+                })
+            }),
         })
     }
 
     /// Under injected faults: whether this operation returns `Pending` after
     /// waking its task (every other one with `yield`).
-    fn fault_yield(&self, cx: &mut Context<'_>) -> bool {
-        if self.faults.yields && self.fault_ticks[0].fetch_add(1, Relaxed).is_multiple_of(2) {
+    fn fault_yield(f: &FaultState, cx: &mut Context<'_>) -> bool {
+        if f.faults.yields && f.ticks[0].fetch_add(1, Relaxed).is_multiple_of(2) {
             cx.waker().wake_by_ref();
             return true;
         }
@@ -72,18 +81,18 @@ impl<S: Source> Evented<S> {
 
     /// Under injected faults: whether this read or write fails with
     /// `ECONNRESET` (this socket's turn has come, see `Faults::reset`).
-    fn fault_reset(&self) -> Option<io::Error> {
-        let at = self.reset_after?;
-        (self.fault_ticks[3].fetch_add(1, Relaxed) + 1 >= at)
+    fn fault_reset(f: &FaultState) -> Option<io::Error> {
+        let at = f.reset_after?;
+        (f.ticks[3].fetch_add(1, Relaxed) + 1 >= at)
             .then(|| io::Error::from_raw_os_error(libc::ECONNRESET))
     }
 
     /// Under injected faults: the part of `len` bytes one operation moves:
     /// 1, 2, 7 or 4096 bytes in turn, so requests split at every position
     /// while large transfers still finish in reasonable time.
-    fn fault_len(&self, len: usize) -> usize {
-        if self.faults.short {
-            let cap = match self.fault_ticks[1].fetch_add(1, Relaxed) % 4 {
+    fn fault_len(f: &FaultState, len: usize) -> usize {
+        if f.faults.short {
+            let cap = match f.ticks[1].fetch_add(1, Relaxed) % 4 {
                 0 => 1,
                 1 => 2,
                 2 => 7,
@@ -97,8 +106,8 @@ impl<S: Source> Evented<S> {
 
     /// Under injected faults: whether this system call fails with `EINTR`
     /// first (every third with `eintr`).
-    fn fault_eintr(&self) -> bool {
-        self.faults.eintr && self.fault_ticks[2].fetch_add(1, Relaxed).is_multiple_of(3)
+    fn fault_eintr(f: &FaultState) -> bool {
+        f.faults.eintr && f.ticks[2].fetch_add(1, Relaxed).is_multiple_of(3)
     }
 
     pub(crate) fn get_ref(&self) -> &S {
@@ -129,7 +138,7 @@ impl<S: Source> Evented<S> {
     ) -> Poll<io::Result<R>> {
         // A system call interrupted by a signal is retried at once.
         let mut f = |s: &S| loop {
-            if self.faults.any() && self.fault_eintr() {
+            if self.faults.as_deref().is_some_and(Self::fault_eintr) {
                 continue;
             }
             match f(s) {
@@ -250,14 +259,14 @@ where
         cx: &mut Context<'_>,
         buf: &mut [u8],
     ) -> Poll<io::Result<usize>> {
-        let buf = if self.faults.any() {
-            if self.fault_yield(cx) {
+        let buf = if let Some(f) = self.faults.as_deref() {
+            if Self::fault_yield(f, cx) {
                 return Poll::Pending;
             }
-            if let Some(e) = self.fault_reset() {
+            if let Some(e) = Self::fault_reset(f) {
                 return Poll::Ready(Err(e));
             }
-            let n = self.fault_len(buf.len());
+            let n = Self::fault_len(f, buf.len());
             &mut buf[..n]
         } else {
             buf
@@ -269,14 +278,14 @@ where
     }
 
     pub(crate) fn poll_write(&self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        let buf = if self.faults.any() {
-            if self.fault_yield(cx) {
+        let buf = if let Some(f) = self.faults.as_deref() {
+            if Self::fault_yield(f, cx) {
                 return Poll::Pending;
             }
-            if let Some(e) = self.fault_reset() {
+            if let Some(e) = Self::fault_reset(f) {
                 return Poll::Ready(Err(e));
             }
-            &buf[..self.fault_len(buf.len())]
+            &buf[..Self::fault_len(f, buf.len())]
         } else {
             buf
         };
@@ -291,7 +300,7 @@ where
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        if self.faults.any() {
+        if self.faults.is_some() {
             // One slice at a time, through the faults of `poll_write`.
             let buf = bufs
                 .iter()
@@ -343,7 +352,7 @@ where
                 r
             }
             // Injected faults apply to byte-wise writes.
-            Reg::Uring(_) if self.faults.any() => {
+            Reg::Uring(_) if self.faults.is_some() => {
                 let r = self.write_all(buf).await;
                 buf.clear();
                 r
@@ -536,7 +545,7 @@ pub(crate) async fn accept_with<S: Source, R>(
         crate::time::sleep_until(until).await;
     }
     loop {
-        let r = match io.faults.accept_fault() {
+        let r = match io.faults.as_ref().and_then(|f| f.faults.accept_fault()) {
             // The connection waits in the backlog, as after a real EMFILE.
             Some(e) => Err(e),
             None => poll_fn(|cx| io.poll_accept(cx, &mut f, &mut wrap)).await,
