@@ -31,7 +31,8 @@ enum Waiter {
     /// unless its handler is in the middle of a request (the flag). The
     /// socket is shared with its `Conn`, not duplicated: one descriptor per
     /// connection, closed when both let go.
-    Socket(Arc<AtomicBool>, BlockingSocket),
+    /// Boxed: the registry holds an entry per connection, and most are tasks.
+    Socket(Box<(Arc<AtomicBool>, BlockingSocket)>),
 }
 
 #[derive(Clone)]
@@ -60,7 +61,8 @@ impl ShutdownSignal {
         for (_, w) in waiters {
             match w {
                 Waiter::Task(w) => w.wake(),
-                Waiter::Socket(mid, s) => {
+                Waiter::Socket(socket) => {
+                    let (mid, s) = &*socket;
                     if !mid.load(SeqCst) {
                         s.shutdown_read();
                     }
@@ -77,10 +79,15 @@ impl ShutdownSignal {
     }
 
     fn unregister(&self, id: u64) {
-        self.waiters
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&id);
+        let mut waiters = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+        waiters.remove(&id);
+        // Give back what a crowd of connections grew the table to once most
+        // have closed (a map keeps its capacity otherwise); halving at a
+        // quarter full keeps the cost per removal constant.
+        if waiters.capacity() > 1024 && waiters.len() < waiters.capacity() / 4 {
+            let keep = waiters.len() * 2;
+            waiters.shrink_to(keep);
+        }
     }
 }
 
@@ -101,7 +108,7 @@ struct ByteCounts {
 }
 
 /// Slots of the per-loop byte counters (loop ids are taken modulo this).
-const BYTE_SLOTS: usize = 64;
+const BYTE_SLOTS: usize = 64; // fits the u8 `Conn::slot`
 
 impl ConnCounter {
     pub(crate) fn new() -> ConnCounter {
@@ -124,11 +131,17 @@ impl ConnCounter {
 enum Io {
     Tcp(TcpStream),
     Unix(UnixStream),
-    /// A blocking socket and the receive timeout last set on it (kept here,
-    /// not in every `Conn`: event-loop connections hold their `Conn` in
-    /// their futures).
-    BlockingTcp(Arc<std::net::TcpStream>, Option<Duration>),
-    BlockingUnix(Arc<std::os::unix::net::UnixStream>, Option<Duration>),
+    /// A blocking socket, the receive timeout last set on it and whether its
+    /// handler is in the middle of a request (shared with the shutdown
+    /// registry, which must not cut such a read short). Kept here, not in
+    /// every `Conn`: event-loop connections hold their `Conn` in their
+    /// futures.
+    BlockingTcp(Arc<std::net::TcpStream>, Option<Duration>, Arc<AtomicBool>),
+    BlockingUnix(
+        Arc<std::os::unix::net::UnixStream>,
+        Option<Duration>,
+        Arc<AtomicBool>,
+    ),
 }
 
 /// A client connection. Read and write in thread style; the model decides
@@ -140,10 +153,11 @@ pub struct Conn {
     shutdown: Arc<ShutdownSignal>,
     counter: Arc<ConnCounter>,
     registered: Option<Waker>,
-    /// The handler holds part of a request: shutdown lets it finish reading.
-    mid_request: Arc<AtomicBool>,
+    /// The handler holds part of a request: shutdown lets it finish reading
+    /// (a blocking socket's flag is in its `Io`, shared with the registry).
+    mid_request: bool,
     /// This connection's slot in the per-loop byte counters.
-    slot: usize,
+    slot: u8,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -219,22 +233,29 @@ impl Conn {
         shutdown: Arc<ShutdownSignal>,
         counter: Arc<ConnCounter>,
     ) -> io::Result<Conn> {
+        let mid = Arc::new(AtomicBool::new(false));
         let (io, shared) = match a {
             Accepted::Tcp(s) => {
                 s.set_nonblocking(false)?;
                 s.set_nodelay(true)?;
                 let s = Arc::new(s);
-                (Io::BlockingTcp(s.clone(), None), BlockingSocket::Tcp(s))
+                (
+                    Io::BlockingTcp(s.clone(), None, mid.clone()),
+                    BlockingSocket::Tcp(s),
+                )
             }
             Accepted::Unix(s) => {
                 s.set_nonblocking(false)?;
                 let s = Arc::new(s);
-                (Io::BlockingUnix(s.clone(), None), BlockingSocket::Unix(s))
+                (
+                    Io::BlockingUnix(s.clone(), None, mid.clone()),
+                    BlockingSocket::Unix(s),
+                )
             }
         };
         let conn = Conn::with(io, shutdown, counter);
         conn.shutdown
-            .register(conn.id, Waiter::Socket(conn.mid_request.clone(), shared));
+            .register(conn.id, Waiter::Socket(Box::new((mid, shared))));
         if conn.shutdown.is_set() {
             conn.shutdown.trigger();
         }
@@ -243,15 +264,15 @@ impl Conn {
 
     fn with(io: Io, shutdown: Arc<ShutdownSignal>, counter: Arc<ConnCounter>) -> Conn {
         let id = NEXT_ID.fetch_add(1, Relaxed);
-        let slot =
-            duality_rt::event_loop::current().map_or(id as usize, |h| h.id() as usize) % BYTE_SLOTS;
+        let slot = (duality_rt::event_loop::current().map_or(id as usize, |h| h.id() as usize)
+            % BYTE_SLOTS) as u8;
         Conn {
             io,
             id,
             shutdown,
             counter,
             registered: None,
-            mid_request: Arc::new(AtomicBool::new(false)),
+            mid_request: false,
             slot,
         }
     }
@@ -261,7 +282,10 @@ impl Conn {
     /// request can arrive whole and be answered (within the server's
     /// shutdown deadline); between requests, a shutdown reads as end-of-stream.
     pub fn set_mid_request(&mut self, mid: bool) {
-        self.mid_request.store(mid, SeqCst);
+        match &self.io {
+            Io::BlockingTcp(.., shared) | Io::BlockingUnix(.., shared) => shared.store(mid, SeqCst),
+            Io::Tcp(_) | Io::Unix(_) => self.mid_request = mid,
+        }
     }
 
     /// Before a task waits on the socket: true if the server is closing this
@@ -280,7 +304,11 @@ impl Conn {
     }
 
     fn closing(&self) -> bool {
-        self.shutdown.is_set() && !self.mid_request.load(SeqCst)
+        self.shutdown.is_set()
+            && !match &self.io {
+                Io::BlockingTcp(.., shared) | Io::BlockingUnix(.., shared) => shared.load(SeqCst),
+                Io::Tcp(_) | Io::Unix(_) => self.mid_request,
+            }
     }
 
     /// Reads into `buf`. `Ok(0)`: the client closed, or the server is
@@ -317,13 +345,13 @@ impl Conn {
     }
 
     fn count_read(&self, n: usize) {
-        self.counter.bytes[self.slot]
+        self.counter.bytes[usize::from(self.slot)]
             .read
             .fetch_add(n as u64, Relaxed);
     }
 
     fn count_written(&self, n: usize) {
-        self.counter.bytes[self.slot]
+        self.counter.bytes[usize::from(self.slot)]
             .written
             .fetch_add(n as u64, Relaxed);
     }
@@ -338,8 +366,8 @@ impl Conn {
             return Some(Ok(0));
         }
         match &self.io {
-            Io::BlockingTcp(s, _) => Some((&**s).read(buf)),
-            Io::BlockingUnix(s, _) => Some((&**s).read(buf)),
+            Io::BlockingTcp(s, ..) => Some((&**s).read(buf)),
+            Io::BlockingUnix(s, ..) => Some((&**s).read(buf)),
             _ => None,
         }
     }
@@ -421,12 +449,12 @@ impl Conn {
         // A zero timeout means "none" to the kernel: use the smallest real one.
         let wait = wait.map(|w| w.max(Duration::from_millis(1)));
         match &mut self.io {
-            Io::BlockingTcp(_, set) | Io::BlockingUnix(_, set) if *set == wait => {}
-            Io::BlockingTcp(s, set) => {
+            Io::BlockingTcp(_, set, _) | Io::BlockingUnix(_, set, _) if *set == wait => {}
+            Io::BlockingTcp(s, set, _) => {
                 s.set_read_timeout(wait)?;
                 *set = wait;
             }
-            Io::BlockingUnix(s, set) => {
+            Io::BlockingUnix(s, set, _) => {
                 s.set_read_timeout(wait)?;
                 *set = wait;
             }
@@ -478,7 +506,9 @@ impl Conn {
         };
         buf.clear();
         if r.is_ok() {
-            self.counter.bytes[self.slot].written.fetch_add(n, Relaxed);
+            self.counter.bytes[usize::from(self.slot)]
+                .written
+                .fetch_add(n, Relaxed);
         }
         r
     }
@@ -490,10 +520,10 @@ impl Conn {
     pub async fn write_all_for(&mut self, buf: &[u8], wait: Option<Duration>) -> io::Result<()> {
         let wait = wait.map(|w| w.max(Duration::from_millis(1)));
         let r = match (&mut self.io, wait) {
-            (Io::BlockingTcp(s, _), _) => s
+            (Io::BlockingTcp(s, ..), _) => s
                 .set_write_timeout(wait)
                 .and_then(|_| (&**s).write_all(buf)),
-            (Io::BlockingUnix(s, _), _) => s
+            (Io::BlockingUnix(s, ..), _) => s
                 .set_write_timeout(wait)
                 .and_then(|_| (&**s).write_all(buf)),
             (Io::Tcp(s), None) => s.write_all(buf).await,
@@ -523,7 +553,7 @@ impl Conn {
             r => r,
         };
         if r.is_ok() {
-            self.counter.bytes[self.slot]
+            self.counter.bytes[usize::from(self.slot)]
                 .written
                 .fetch_add(buf.len() as u64, Relaxed);
         }
@@ -535,8 +565,8 @@ impl Conn {
         match &self.io {
             Io::Tcp(s) => s.as_raw_fd(),
             Io::Unix(s) => s.as_raw_fd(),
-            Io::BlockingTcp(s, _) => s.as_raw_fd(),
-            Io::BlockingUnix(s, _) => s.as_raw_fd(),
+            Io::BlockingTcp(s, ..) => s.as_raw_fd(),
+            Io::BlockingUnix(s, ..) => s.as_raw_fd(),
         }
     }
 
@@ -548,7 +578,7 @@ impl Conn {
     pub fn peer_addr(&self) -> Option<std::net::SocketAddr> {
         match &self.io {
             Io::Tcp(s) => s.peer_addr().ok(),
-            Io::BlockingTcp(s, _) => s.peer_addr().ok(),
+            Io::BlockingTcp(s, ..) => s.peer_addr().ok(),
             Io::Unix(_) | Io::BlockingUnix(..) => None,
         }
     }
@@ -557,7 +587,7 @@ impl Conn {
     pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
         match &self.io {
             Io::Tcp(s) => s.local_addr().ok(),
-            Io::BlockingTcp(s, _) => s.local_addr().ok(),
+            Io::BlockingTcp(s, ..) => s.local_addr().ok(),
             Io::Unix(_) | Io::BlockingUnix(..) => None,
         }
     }
@@ -582,8 +612,8 @@ impl Conn {
         let fd = self.as_raw_fd();
         let wait = wait.map(|w| w.max(Duration::from_millis(1)));
         let r = match (&self.io, wait) {
-            (Io::BlockingTcp(s, _), _) => s.set_write_timeout(wait).and_then(|_| f(fd)),
-            (Io::BlockingUnix(s, _), _) => s.set_write_timeout(wait).and_then(|_| f(fd)),
+            (Io::BlockingTcp(s, ..), _) => s.set_write_timeout(wait).and_then(|_| f(fd)),
+            (Io::BlockingUnix(s, ..), _) => s.set_write_timeout(wait).and_then(|_| f(fd)),
             (Io::Tcp(s), None) => s.write_with(|| f(fd)).await,
             (Io::Unix(s), None) => s.write_with(|| f(fd)).await,
             (Io::Tcp(s), Some(w)) => duality_rt::time::timeout(w, s.write_with(|| f(fd)))
@@ -686,8 +716,8 @@ impl Future for WriteAllFuture<'_> {
         let this = self.get_mut();
         let buf = this.buf;
         let r = match &this.conn.io {
-            Io::BlockingTcp(s, _) => (&**s).write_all(buf),
-            Io::BlockingUnix(s, _) => (&**s).write_all(buf),
+            Io::BlockingTcp(s, ..) => (&**s).write_all(buf),
+            Io::BlockingUnix(s, ..) => (&**s).write_all(buf),
             io => loop {
                 if this.done == buf.len() {
                     break Ok(());
@@ -718,5 +748,33 @@ impl Drop for Conn {
             self.shutdown.unregister(self.id);
         }
         self.counter.live.fetch_sub(1, SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn noop_waker() -> Waker {
+        Waker::noop().clone()
+    }
+
+    #[test]
+    fn the_shutdown_registry_gives_back_its_table_once_connections_close() {
+        let s = ShutdownSignal::default();
+        for id in 0..20_000 {
+            s.register(id, Waiter::Task(noop_waker()));
+        }
+        let full = s.waiters.lock().unwrap().capacity();
+        assert!(full >= 20_000);
+        for id in 10..20_000 {
+            s.unregister(id);
+        }
+        let after = s.waiters.lock().unwrap().capacity();
+        assert!(after <= 2048, "the table kept {after} of {full} slots");
+        // The rest are still woken at shutdown.
+        assert_eq!(s.waiters.lock().unwrap().len(), 10);
+        s.trigger();
+        assert!(s.is_set() && s.waiters.lock().unwrap().is_empty());
     }
 }
