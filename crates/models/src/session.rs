@@ -407,96 +407,99 @@ pub fn drive<P: Protocol>(
                 held.out = take_out_buf();
             }
 
-            // Serve everything buffered, batch by batch.
+            // Serve everything buffered, batch by batch; write what a batch
+            // made when it used up its budget (then let the loop run others)
+            // and once at the end of the read: one write site, awaited
+            // inline (a future of its own would sit in every connection's).
             let mut next_color = None;
-            let close = loop {
-                let served = match &inline {
-                    Some(lane) => {
-                        let Held {
-                            buf,
-                            start,
-                            end,
-                            out,
-                            session,
-                        } = &mut held;
-                        let s =
-                            serve_bytes(&*proto, session, &buf[*start..*end], out, lane, limits);
-                        *start += s.used;
-                        s
-                    }
-                    None => {
-                        let color = match next_color.take() {
-                            Some(c) => c,
-                            None if routes => proto
-                                .peek_color(&held.session, &held.buf[held.start..held.end])
-                                .unwrap_or(DEFAULT_COLOR),
-                            None => DEFAULT_COLOR,
-                        };
-                        let p = proto.clone();
-                        let mut h = std::mem::replace(
-                            &mut held,
-                            Held {
-                                buf: Vec::new(),
-                                start: 0,
-                                end: 0,
-                                out: Vec::new(),
-                                session: P::Session::default(),
-                            },
-                        );
-                        // Boxed: the hop's state (a payload-thread call) would
-                        // otherwise sit in every connection's future, idle
-                        // ones and inline models included; one allocation per
-                        // batch is small beside a cross-thread hop.
-                        let (h, s) = Box::pin(payload.batch(color, move |lane| {
+            loop {
+                let then = loop {
+                    let served = match &inline {
+                        Some(lane) => {
+                            let Held {
+                                buf,
+                                start,
+                                end,
+                                out,
+                                session,
+                            } = &mut held;
                             let s = serve_bytes(
-                                &*p,
-                                &mut h.session,
-                                &h.buf[h.start..h.end],
-                                &mut h.out,
+                                &*proto,
+                                session,
+                                &buf[*start..*end],
+                                out,
                                 lane,
                                 limits,
                             );
-                            h.start += s.used;
-                            (h, s)
-                        }))
-                        .await;
-                        held = h;
-                        s
+                            *start += s.used;
+                            s
+                        }
+                        None => {
+                            let color = match next_color.take() {
+                                Some(c) => c,
+                                None if routes => proto
+                                    .peek_color(&held.session, &held.buf[held.start..held.end])
+                                    .unwrap_or(DEFAULT_COLOR),
+                                None => DEFAULT_COLOR,
+                            };
+                            let p = proto.clone();
+                            let mut h = std::mem::replace(
+                                &mut held,
+                                Held {
+                                    buf: Vec::new(),
+                                    start: 0,
+                                    end: 0,
+                                    out: Vec::new(),
+                                    session: P::Session::default(),
+                                },
+                            );
+                            // Boxed: the hop's state (a payload-thread call) would
+                            // otherwise sit in every connection's future, idle
+                            // ones and inline models included; one allocation per
+                            // batch is small beside a cross-thread hop.
+                            let (h, s) = Box::pin(payload.batch(color, move |lane| {
+                                let s = serve_bytes(
+                                    &*p,
+                                    &mut h.session,
+                                    &h.buf[h.start..h.end],
+                                    &mut h.out,
+                                    lane,
+                                    limits,
+                                );
+                                h.start += s.used;
+                                (h, s)
+                            }))
+                            .await;
+                            held = h;
+                            s
+                        }
+                    };
+                    answered.requests += served.requests as u64;
+                    // What follows the write (decided before it: a byte,
+                    // not a `Stop`, is kept across its await).
+                    match served.stop {
+                        Stop::Elsewhere(c) => next_color = Some(c),
+                        Stop::NeedMore(n) => {
+                            need = n;
+                            break Then::Read;
+                        }
+                        Stop::Budget => break Then::Yield,
+                        Stop::Close => break Then::Close,
                     }
                 };
-                answered.requests += served.requests as u64;
-                match served.stop {
-                    Stop::NeedMore(n) => {
-                        need = n;
-                        break false;
-                    }
-                    Stop::Close => break true,
-                    Stop::Elsewhere(c) => next_color = Some(c),
-                    Stop::Budget => {
-                        // Write what this batch made, let the loop run others.
-                        if !held.out.is_empty() {
-                            answered.first_byte();
-                            let r = conn.write_all(&held.out).await;
-                            written(&mut held.out);
-                            if r.is_err() {
-                                return;
-                            }
-                        }
-                        duality_rt::yield_now().await;
+                if !held.out.is_empty() {
+                    answered.first_byte();
+                    let r = conn.write_all(&held.out).await;
+                    written(&mut held.out);
+                    if r.is_err() {
+                        return;
                     }
                 }
-            };
-            // One write for every response of the read.
-            if !held.out.is_empty() {
-                answered.first_byte();
-                let r = conn.write_all(&held.out).await;
-                written(&mut held.out);
-                if r.is_err() {
-                    return;
+                match then {
+                    Then::Read => break,
+                    Then::Yield => duality_rt::yield_now().await,
+                    Then::Close => return,
                 }
-            }
-            if close {
-                return;
             }
             if held.start == held.end {
                 // Nothing pending: the connection goes idle without buffers.
@@ -537,6 +540,17 @@ fn make_room<S>(h: &mut Held<S>, need: usize, max: usize) {
         };
         h.buf.resize(want.min(max), 0);
     }
+}
+
+/// What the driver does after writing a batch's responses.
+#[derive(Clone, Copy)]
+enum Then {
+    /// Read more (the buffered bytes end in a partial request, or none).
+    Read,
+    /// Let the loop run other tasks, then serve on.
+    Yield,
+    /// Close the connection.
+    Close,
 }
 
 /// Requests served and not yet answered on the socket.
