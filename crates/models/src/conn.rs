@@ -282,9 +282,18 @@ impl Conn {
     /// request can arrive whole and be answered (within the server's
     /// shutdown deadline); between requests, a shutdown reads as end-of-stream.
     pub fn set_mid_request(&mut self, mid: bool) {
+        match self.shared_mid_request() {
+            Some(shared) => shared.store(mid, SeqCst),
+            None => self.mid_request = mid,
+        }
+    }
+
+    /// A blocking socket's mid-request flag, which the shutdown registry
+    /// reads too (`None`: the flag is `Conn::mid_request`, read only here).
+    fn shared_mid_request(&self) -> Option<&AtomicBool> {
         match &self.io {
-            Io::BlockingTcp(.., shared) | Io::BlockingUnix(.., shared) => shared.store(mid, SeqCst),
-            Io::Tcp(_) | Io::Unix(_) => self.mid_request = mid,
+            Io::BlockingTcp(.., shared) | Io::BlockingUnix(.., shared) => Some(shared),
+            Io::Tcp(_) | Io::Unix(_) => None,
         }
     }
 
@@ -305,10 +314,9 @@ impl Conn {
 
     fn closing(&self) -> bool {
         self.shutdown.is_set()
-            && !match &self.io {
-                Io::BlockingTcp(.., shared) | Io::BlockingUnix(.., shared) => shared.load(SeqCst),
-                Io::Tcp(_) | Io::Unix(_) => self.mid_request,
-            }
+            && !self
+                .shared_mid_request()
+                .map_or(self.mid_request, |shared| shared.load(SeqCst))
     }
 
     /// Reads into `buf`. `Ok(0)`: the client closed, or the server is
@@ -484,7 +492,7 @@ impl Conn {
         buf: &mut Vec<u8>,
         wait: Option<Duration>,
     ) -> io::Result<()> {
-        let n = buf.len() as u64;
+        let n = buf.len();
         let r = match (&mut self.io, wait) {
             (Io::Tcp(s), None) => s.write_vec(buf).await,
             (Io::Unix(s), None) => s.write_vec(buf).await,
@@ -506,9 +514,7 @@ impl Conn {
         };
         buf.clear();
         if r.is_ok() {
-            self.counter.bytes[usize::from(self.slot)]
-                .written
-                .fetch_add(n, Relaxed);
+            self.count_written(n);
         }
         r
     }
@@ -553,9 +559,7 @@ impl Conn {
             r => r,
         };
         if r.is_ok() {
-            self.counter.bytes[usize::from(self.slot)]
-                .written
-                .fetch_add(buf.len() as u64, Relaxed);
+            self.count_written(buf.len());
         }
         r
     }
