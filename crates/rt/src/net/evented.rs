@@ -36,6 +36,49 @@ struct FaultState {
     reset_after: Option<u32>,
 }
 
+impl FaultState {
+    /// Under injected faults: whether this operation returns `Pending` after
+    /// waking its task (every other one with `yield`).
+    fn take_yield(&self, cx: &mut Context<'_>) -> bool {
+        if self.faults.yields && self.ticks[0].fetch_add(1, Relaxed).is_multiple_of(2) {
+            cx.waker().wake_by_ref();
+            return true;
+        }
+        false
+    }
+
+    /// Under injected faults: whether this read or write fails with
+    /// `ECONNRESET` (this socket's turn has come, see `Faults::reset`).
+    fn take_reset(&self) -> Option<io::Error> {
+        let at = self.reset_after?;
+        (self.ticks[3].fetch_add(1, Relaxed) + 1 >= at)
+            .then(|| io::Error::from_raw_os_error(libc::ECONNRESET))
+    }
+
+    /// Under injected faults: the part of `len` bytes one operation moves:
+    /// 1, 2, 7 or 4096 bytes in turn, so requests split at every position
+    /// while large transfers still finish in reasonable time.
+    fn take_len(&self, len: usize) -> usize {
+        if self.faults.short {
+            let cap = match self.ticks[1].fetch_add(1, Relaxed) % 4 {
+                0 => 1,
+                1 => 2,
+                2 => 7,
+                _ => 4096,
+            };
+            len.min(cap)
+        } else {
+            len
+        }
+    }
+
+    /// Under injected faults: whether this system call fails with `EINTR`
+    /// first (every third with `eintr`).
+    fn take_eintr(&self) -> bool {
+        self.faults.eintr && self.ticks[2].fetch_add(1, Relaxed).is_multiple_of(3)
+    }
+}
+
 enum Reg {
     Epoll(Registration),
     Uring(Arc<uring::Io>),
@@ -69,47 +112,6 @@ impl<S: Source> Evented<S> {
         })
     }
 
-    /// Under injected faults: whether this operation returns `Pending` after
-    /// waking its task (every other one with `yield`).
-    fn fault_yield(f: &FaultState, cx: &mut Context<'_>) -> bool {
-        if f.faults.yields && f.ticks[0].fetch_add(1, Relaxed).is_multiple_of(2) {
-            cx.waker().wake_by_ref();
-            return true;
-        }
-        false
-    }
-
-    /// Under injected faults: whether this read or write fails with
-    /// `ECONNRESET` (this socket's turn has come, see `Faults::reset`).
-    fn fault_reset(f: &FaultState) -> Option<io::Error> {
-        let at = f.reset_after?;
-        (f.ticks[3].fetch_add(1, Relaxed) + 1 >= at)
-            .then(|| io::Error::from_raw_os_error(libc::ECONNRESET))
-    }
-
-    /// Under injected faults: the part of `len` bytes one operation moves:
-    /// 1, 2, 7 or 4096 bytes in turn, so requests split at every position
-    /// while large transfers still finish in reasonable time.
-    fn fault_len(f: &FaultState, len: usize) -> usize {
-        if f.faults.short {
-            let cap = match f.ticks[1].fetch_add(1, Relaxed) % 4 {
-                0 => 1,
-                1 => 2,
-                2 => 7,
-                _ => 4096,
-            };
-            len.min(cap)
-        } else {
-            len
-        }
-    }
-
-    /// Under injected faults: whether this system call fails with `EINTR`
-    /// first (every third with `eintr`).
-    fn fault_eintr(f: &FaultState) -> bool {
-        f.faults.eintr && f.ticks[2].fetch_add(1, Relaxed).is_multiple_of(3)
-    }
-
     pub(crate) fn get_ref(&self) -> &S {
         &self.source
     }
@@ -138,7 +140,7 @@ impl<S: Source> Evented<S> {
     ) -> Poll<io::Result<R>> {
         // A system call interrupted by a signal is retried at once.
         let mut f = |s: &S| loop {
-            if self.faults.as_deref().is_some_and(Self::fault_eintr) {
+            if self.faults.as_deref().is_some_and(FaultState::take_eintr) {
                 continue;
             }
             match f(s) {
@@ -260,13 +262,13 @@ where
         buf: &mut [u8],
     ) -> Poll<io::Result<usize>> {
         let buf = if let Some(f) = self.faults.as_deref() {
-            if Self::fault_yield(f, cx) {
+            if f.take_yield(cx) {
                 return Poll::Pending;
             }
-            if let Some(e) = Self::fault_reset(f) {
+            if let Some(e) = f.take_reset() {
                 return Poll::Ready(Err(e));
             }
-            let n = Self::fault_len(f, buf.len());
+            let n = f.take_len(buf.len());
             &mut buf[..n]
         } else {
             buf
@@ -279,13 +281,13 @@ where
 
     pub(crate) fn poll_write(&self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         let buf = if let Some(f) = self.faults.as_deref() {
-            if Self::fault_yield(f, cx) {
+            if f.take_yield(cx) {
                 return Poll::Pending;
             }
-            if let Some(e) = Self::fault_reset(f) {
+            if let Some(e) = f.take_reset() {
                 return Poll::Ready(Err(e));
             }
-            &buf[..Self::fault_len(f, buf.len())]
+            &buf[..f.take_len(buf.len())]
         } else {
             buf
         };
