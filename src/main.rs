@@ -7,10 +7,9 @@ mod cmd;
 
 use clap::{Parser, Subcommand};
 
-// Small, size-classed allocations without per-object headers: a 32-byte task
-// costs 32 bytes. Every runtime measured in one process shares it.
+// mimalloc, or the C library's allocator under `thread-per-conn` (alloc.rs).
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: alloc::Allocator = alloc::Allocator;
 
 #[derive(Parser)]
 #[command(

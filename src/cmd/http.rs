@@ -216,7 +216,9 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         signal_hook::consts::SIGINT,
     ])?;
     if a.model == duality_models::Model::ThreadPerConn {
-        // Connection threads come and go: give their memory back.
+        // Connection threads come and go: allocate from the C library's
+        // shared arenas, and give freed memory back.
+        crate::alloc::use_system();
         crate::alloc::spawn_reclaimer(Duration::from_secs(1))?;
     }
     // Every loop thread gives back what it freed once it falls idle (memory

@@ -257,7 +257,9 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     let threads = a.threads.unwrap_or_else(duality_models::cores);
     let model = a.model.unwrap_or(Model::Symped { n: threads });
     if model == Model::ThreadPerConn {
-        // Connection threads come and go: give their memory back.
+        // Connection threads come and go: allocate from the C library's
+        // shared arenas, and give freed memory back.
+        crate::alloc::use_system();
         crate::alloc::spawn_reclaimer(Duration::from_secs(1))?;
     }
     // Every loop thread gives back what it freed once it falls idle (memory
