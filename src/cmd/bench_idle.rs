@@ -212,7 +212,7 @@ pub fn run(a: IdleArgs) -> anyhow::Result<()> {
          one `version`, then silent; then the load generator runs the paper's workload ({records} \
          records, 9 gets to 1 set) closed-loop on {} active connections. Bytes per idle connection: \
          (server RSS with them − its RSS just before them) / K. After close: server RSS once the \
-         idle clients have exited and its descriptors are back to the start, plus {settle} s. At \
+         idle clients have exited and its descriptors and threads are back to the start, plus {settle} s. At \
          most {} idle connections fit under the descriptor limit beside the active ones; \
          thread-per-conn stops {} short of the OS-thread limit.\n\n{}",
         cmd.join(" "),

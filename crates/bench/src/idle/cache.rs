@@ -3,7 +3,8 @@
 //! the active ones.
 
 use super::{
-    bytes_per_conn, fd_count, ratio, CacheRow, HoldTarget, Holders, Plan, MIB, RESERVED_FDS,
+    bytes_per_conn, fd_count, ratio, thread_count, CacheRow, HoldTarget, Holders, Plan, MIB,
+    RESERVED_FDS,
 };
 use crate::loadgen::{self, LoadConfig, Mode, Target};
 use crate::servers::{ServerKind, ServerProcess};
@@ -113,6 +114,7 @@ pub fn measure_cache(plan: &Plan, kind: &ServerKind, idle: u64) -> anyhow::Resul
     wait_fds_at_most(pid, fds_quiet);
     let rss = || crate::proc::rss_of(&pid.to_string());
     let fds_start = fd_count(pid);
+    let threads_start = thread_count(pid);
     let rss_start = rss()?;
     let mut holders = None;
     let mut held = 0;
@@ -137,8 +139,11 @@ pub fn measure_cache(plan: &Plan, kind: &ServerKind, idle: u64) -> anyhow::Resul
         h.close();
     }
     // Every idle client (and the load's) closed: wait for the server to
-    // close its ends, then let it give memory back.
-    wait_fds_at_most(pid, fds_start);
+    // close its ends and end their threads (thread-per-conn: 10,000 threads
+    // unmapping their stacks at once take a while after their sockets
+    // close, and a thread's memory is free only once it has ended), then
+    // let it give memory back.
+    wait_at_most(pid, fds_start, threads_start);
     std::thread::sleep(plan.settle);
     let rss_closed = rss()?;
     drop(server);
@@ -182,8 +187,17 @@ fn closed_net(start: u64, idle: u64, loaded: u64, closed: u64) -> Option<f64> {
 /// (two more are let pass: a closing connection the client side has
 /// finished with may linger a moment).
 fn wait_fds_at_most(pid: u32, n: u64) {
+    wait_at_most(pid, n, u64::MAX);
+}
+
+/// Waits (up to 30 s) until server `pid` holds at most `fds` descriptors
+/// and `threads` threads (two more of each let pass, as in
+/// [`wait_fds_at_most`]).
+fn wait_at_most(pid: u32, fds: u64, threads: u64) {
     let until = Instant::now() + Duration::from_secs(30);
-    while fd_count(pid) > n + 2 && Instant::now() < until {
+    while (fd_count(pid) > fds + 2 || thread_count(pid) > threads.saturating_add(2))
+        && Instant::now() < until
+    {
         std::thread::sleep(Duration::from_millis(20));
     }
 }

@@ -56,7 +56,7 @@
 //! memory between the two readings. For the cache the start
 //! is read after the preload and a first short load (its connections
 //! closed), and the server's RSS is read once more after every idle client
-//! has closed (its descriptors gone, then `settle`): "after close / start"
+//! has closed (its descriptors and connection threads gone, then `settle`): "after close / start"
 //! should be near 1. The load that ran meanwhile may have grown the server
 //! (the store keeps what it wrote), so RSS is also read right after the
 //! load, the idle clients still connected, and "idle conns' share kept /
@@ -355,6 +355,18 @@ pub fn os_thread_cap() -> u64 {
 pub fn fd_count(pid: u32) -> u64 {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .map(|d| d.count() as u64)
+        .unwrap_or(0)
+}
+
+/// Threads of process `pid` (0 if it cannot be read).
+pub fn thread_count(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Threads:"))
+                .and_then(|n| n.trim().parse().ok())
+        })
         .unwrap_or(0)
 }
 
