@@ -159,14 +159,7 @@ pub fn process_tree(pid: u32) -> Vec<u32> {
 /// `read_bytes` of `/proc/<pid>/io`: bytes this process caused to be read
 /// from storage.
 pub fn storage_read_bytes(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/io"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("read_bytes: "))
-                .and_then(|v| v.trim().parse().ok())
-        })
-        .unwrap_or(0)
+    crate::proc::field(pid, "io", "read_bytes:").unwrap_or(0)
 }
 
 /// CPU time and storage reads of a process tree, summed.

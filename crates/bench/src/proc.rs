@@ -18,6 +18,19 @@ pub fn rss_of(pid: &str) -> io::Result<u64> {
     Ok(resident * page_size())
 }
 
+/// The first number after `key` (e.g. `"Threads:"`) on a line of
+/// `/proc/<pid>/<file>` (`status`, `io`); `None` if it cannot be read.
+pub fn field(pid: u32, file: &str, key: &str) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/{file}"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix(key))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// The system page size.
 pub fn page_size() -> u64 {
     // SAFETY: sysconf only reads a configuration value.
@@ -91,6 +104,12 @@ mod tests {
         assert!(rss_bytes().unwrap() > 0);
         assert!(cpu_time_of(std::process::id()).is_ok());
         assert!(ctx_switches_of(std::process::id()) > 0);
+        let me = std::process::id();
+        let t = std::thread::spawn(move || field(me, "status", "Threads:"));
+        assert!(t.join().unwrap().unwrap() >= 2, "this thread and the one asking");
+        assert!(field(me, "status", "VmRSS:").unwrap() > 0);
+        assert_eq!(field(me, "status", "NoSuchKey:"), None);
+        assert_eq!(field(me, "no-such-file", "Threads:"), None);
     }
 }
 

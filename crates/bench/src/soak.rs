@@ -173,14 +173,7 @@ fn expect(s: &mut TcpStream, want: &[u8]) -> std::io::Result<()> {
 
 /// Resident memory of `pid`, KiB.
 pub fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
+    crate::proc::field(pid, "status", "VmRSS:").unwrap_or(0)
 }
 
 /// The 99th percentile of `v` (sorted here), nearest rank.

@@ -360,14 +360,7 @@ pub fn fd_count(pid: u32) -> u64 {
 
 /// Threads of process `pid` (0 if it cannot be read).
 pub fn thread_count(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Threads:"))
-                .and_then(|n| n.trim().parse().ok())
-        })
-        .unwrap_or(0)
+    crate::proc::field(pid, "status", "Threads:").unwrap_or(0)
 }
 
 /// One run's settings.
