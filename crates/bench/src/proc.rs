@@ -106,7 +106,10 @@ mod tests {
         assert!(ctx_switches_of(std::process::id()) > 0);
         let me = std::process::id();
         let t = std::thread::spawn(move || field(me, "status", "Threads:"));
-        assert!(t.join().unwrap().unwrap() >= 2, "this thread and the one asking");
+        assert!(
+            t.join().unwrap().unwrap() >= 2,
+            "this thread and the one asking"
+        );
         assert!(field(me, "status", "VmRSS:").unwrap() > 0);
         assert_eq!(field(me, "status", "NoSuchKey:"), None);
         assert_eq!(field(me, "no-such-file", "Threads:"), None);
