@@ -9,8 +9,9 @@
 //! mimalloc gives each thread that ever ran a heap descriptor (8 KB) from
 //! metadata pages it never unmaps, plus pages of its own: 62 KB per idle
 //! connection, and 131 MB still resident after 10,000 connection threads had
-//! ended (9.3x the server's start). glibc's threads share a few arenas and
-//! give their caches back when they exit: 28 KB per idle connection.
+//! ended (9.3x the server's start). With glibc (one arena, see
+//! [`use_system`]) an idle connection takes 29 KB, and it is back once its
+//! thread has ended (`docs/results/idle/`).
 //!
 //! A switch made after start-up must still free what mimalloc handed out
 //! before it, so while the system allocator is on, a free asks mimalloc
