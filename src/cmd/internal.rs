@@ -93,7 +93,10 @@ pub fn run(i: Internal) -> anyhow::Result<()> {
 fn colors_server(a: ColorsServerArgs) -> anyhow::Result<()> {
     use duality_bench::colors::service::{ColorService, SEED};
     let io = a.io.apply();
-    let proto = std::sync::Arc::new(ColorService::new(a.clients, SEED));
+    let driver = duality_models::Driver::new(
+        ColorService::new(a.clients, SEED),
+        duality_models::DriverConfig::default(),
+    );
     let server = duality_models::ServerBuilder::new()
         .name("colors")
         .model(a.model)
@@ -103,9 +106,7 @@ fn colors_server(a: ColorsServerArgs) -> anyhow::Result<()> {
         // is slow: no long-poll warnings in the middle of the bench's table.
         .long_poll_threshold(None)
         .unix(&a.unix)
-        .serve(move |c, p| {
-            duality_models::drive(c, p, proto.clone(), duality_models::DriverConfig::default())
-        })?;
+        .serve(move |c, p| duality_models::drive(c, p, driver.clone()))?;
     println!("ready colors {} on {io:?}", a.model.name());
     super::wait_for_termination()?;
     server.shutdown(Duration::from_secs(5));

@@ -1,7 +1,7 @@
 //! `duality kv`: the memcached-compatible cache, with memcached's flags.
 
 use clap::Args;
-use duality_kv::server::{serve_conn, sweep_forever, KvConfig, KvState, Mode};
+use duality_kv::server::{driver, serve_conn, sweep_forever, KvConfig, KvState, Mode};
 use duality_models::{Balance, Model, ServerBuilder};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -320,8 +320,8 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     if let Some(p) = &a.unix_socket {
         b = b.unix(p);
     }
-    let st = state.clone();
-    let mut server = b.serve(move |c, p| serve_conn(c, p, st.clone()))?;
+    let d = driver(state.clone());
+    let mut server = b.serve(move |c, p| serve_conn(c, p, d.clone()))?;
     state.attach(server.stats_handle());
     let st = state.clone();
     server.spawn_background(move |p| sweep_forever(p, st));

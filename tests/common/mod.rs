@@ -5,7 +5,7 @@
 
 pub mod http;
 
-use duality_kv::server::{serve_conn, KvConfig, KvState};
+use duality_kv::server::{driver, serve_conn, KvConfig, KvState};
 use duality_models::{Model, Server, ServerBuilder};
 use std::collections::HashMap;
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -328,9 +328,9 @@ impl InProc {
         } else {
             b = b.tcp("127.0.0.1:0".parse().unwrap());
         }
-        let st = state.clone();
+        let d = driver(state.clone());
         let server = b
-            .serve(move |c, p| serve_conn(c, p, st.clone()))
+            .serve(move |c, p| serve_conn(c, p, d.clone()))
             .expect("start in-process server");
         state.attach(server.stats_handle());
         let addr = match sock {

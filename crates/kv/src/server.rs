@@ -22,7 +22,9 @@ use crate::{
     parse_binary, request_shard, BinError, BinRequest, ExecContext, Flow, Limits, ParseError,
     Request, ServerStats, Store, StoreConfig, Time,
 };
-use duality_models::{Conn, DriverConfig, ListenAddr, Parsed, Payload, Protocol, StatsHandle};
+use duality_models::{
+    Conn, Driver, DriverConfig, ListenAddr, Parsed, Payload, Protocol, StatsHandle,
+};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -119,7 +121,8 @@ const CONN_READ: u8 = 1;
 /// A request is executing (memcached: `conn_parse_cmd`).
 const CONN_BUSY: u8 = 2;
 
-/// Removes a connection from the table when its future ends or is dropped.
+/// A connection's `stats conns` entry, removed from the table when the
+/// connection's session drops (its future ended or was dropped).
 struct ConnGuard {
     state: Arc<KvState>,
     info: Arc<ConnInfo>,
@@ -353,6 +356,12 @@ impl KvState {
     }
 }
 
+/// How far a line without its end has been searched (saturating: see
+/// `KvSession::no_eol`).
+fn searched(input: &[u8]) -> u32 {
+    u32::try_from(input.len()).unwrap_or(u32::MAX)
+}
+
 /// The second, from the kernel's coarse clock: every request is stamped
 /// with it, and a precise clock read was 5% of a pipelined get's CPU.
 fn unix_now() -> u64 {
@@ -469,15 +478,21 @@ impl ExecContext for Ctx<'_> {
     }
 }
 
-/// The cache as a protocol of the session driver: the shared state, and the
-/// connection it serves (for `stats conns`) when made by [`serve_conn`]:
-/// one per connection, so its listing goes when the driver drops it.
-pub struct KvProtocol(pub Arc<KvState>, Option<ConnGuard>);
+impl std::fmt::Debug for ConnGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.info.fmt(f)
+    }
+}
+
+/// The cache as a protocol of the session driver, over the shared state.
+/// One per server: a connection driven by it is listed in `stats conns`
+/// (its session holds the entry); sessions made by `Default` are not.
+pub struct KvProtocol(pub Arc<KvState>);
 
 impl KvProtocol {
-    /// The protocol over `state`, for a connection not listed in `stats conns`.
+    /// The protocol over `state`.
     pub fn new(state: Arc<KvState>) -> KvProtocol {
-        KvProtocol(state, None)
+        KvProtocol(state)
     }
 }
 
@@ -516,8 +531,12 @@ pub struct KvSession {
     swallow: usize,
     /// The first `no_eol` bytes of the pending request hold no `\n`: a line
     /// arriving a few bytes at a time is searched once, not once per read
-    /// (which would be quadratic in its length).
-    no_eol: usize,
+    /// (which would be quadratic in its length). 32 bits (every idle
+    /// connection holds a session): a longer line is searched again, which
+    /// is only slower.
+    no_eol: u32,
+    /// Its `stats conns` entry (`None`: not listed).
+    conn: Option<ConnGuard>,
 }
 
 impl KvSession {
@@ -606,12 +625,12 @@ impl Protocol for KvProtocol {
 
     fn execute(
         &self,
-        _: &mut KvSession,
+        session: &mut KvSession,
         req: Self::Request<'_>,
         out: &mut Vec<u8>,
     ) -> duality_models::Flow {
         let st = &*self.0;
-        let conn = self.1.as_ref().map(|g| &*g.info);
+        let conn = session.conn.as_ref().map(|g| &*g.info);
         let ctx = st.ctx();
         if let Some(c) = conn {
             c.last_cmd.store(ctx.now, Relaxed);
@@ -635,21 +654,44 @@ impl Protocol for KvProtocol {
     fn mid_request(&self, s: &KvSession) -> bool {
         s.swallow > 0
     }
+
+    fn session(&self, conn: &Conn) -> KvSession {
+        let info = Arc::new(ConnInfo {
+            fd: conn.as_raw_fd(),
+            addr: conn.peer_addr(),
+            listen_addr: conn.local_addr(),
+            last_cmd: AtomicU32::new(unix_now() as Time),
+            state: AtomicU8::new(CONN_NEW),
+        });
+        self.0
+            .conns
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(info.fd, info.clone());
+        KvSession {
+            conn: Some(ConnGuard {
+                state: self.0.clone(),
+                info,
+            }),
+            ..KvSession::default()
+        }
+    }
 }
 
 impl KvProtocol {
     fn parse_text<'a>(&self, s: &mut KvSession, input: &'a [u8]) -> Parsed<KvRequest<'a>> {
-        if s.no_eol > 0 && input.len() >= s.no_eol {
+        let no_eol = s.no_eol as usize;
+        if no_eol > 0 && input.len() >= no_eol {
             let l = &self.0.limits;
             // Past the ordinary line limit without an end, only a retrieval
             // line is still waiting (the parser refused any other).
-            let limit = if s.no_eol > l.max_line {
+            let limit = if no_eol > l.max_line {
                 l.max_get_line.max(l.max_line)
             } else {
                 l.max_line
             };
-            if input.len() <= limit && memchr::memchr(b'\n', &input[s.no_eol..]).is_none() {
-                s.no_eol = input.len();
+            if input.len() <= limit && memchr::memchr(b'\n', &input[no_eol..]).is_none() {
+                s.no_eol = searched(input);
                 return Parsed::Incomplete(0);
             }
         }
@@ -659,7 +701,7 @@ impl KvProtocol {
             Err(ParseError::Incomplete) => {
                 let need = incomplete_need(input);
                 if need == 0 && memchr::memchr(b'\n', input).is_none() {
-                    s.no_eol = input.len();
+                    s.no_eol = searched(input);
                 }
                 Parsed::Incomplete(need)
             }
@@ -709,45 +751,28 @@ fn incomplete_need(input: &[u8]) -> usize {
         .map_or(0, |n| eol + 1 + n.saturating_add(2))
 }
 
-/// Serves one connection until it closes (or the server shuts down between requests).
+/// The driver of a cache server over `state`: made once, shared by every
+/// connection ([`serve_conn`]).
+pub fn driver(state: Arc<KvState>) -> Arc<Driver<KvProtocol>> {
+    let config = DriverConfig {
+        max_batch_requests: state.config.requests_per_event.max(1),
+        idle_timeout: state.config.idle_timeout,
+        ..DriverConfig::default()
+    };
+    Driver::new(KvProtocol(state), config)
+}
+
+/// Serves one connection until it closes (or the server shuts down between
+/// requests); it is listed in `stats conns` meanwhile.
 ///
 /// A plain function returning the driver's future (not an `async fn`
 /// wrapping it), so the connection's future does not hold its arguments twice.
 pub fn serve_conn(
     conn: Conn,
     payload: Payload,
-    state: Arc<KvState>,
+    driver: Arc<Driver<KvProtocol>>,
 ) -> impl std::future::Future<Output = ()> + Send {
-    let config = DriverConfig {
-        max_batch_requests: state.config.requests_per_event.max(1),
-        idle_timeout: state.config.idle_timeout,
-        ..DriverConfig::default()
-    };
-    let info = Arc::new(ConnInfo {
-        fd: conn.as_raw_fd(),
-        addr: conn.peer_addr(),
-        listen_addr: conn.local_addr(),
-        last_cmd: AtomicU32::new(unix_now() as Time),
-        state: AtomicU8::new(CONN_NEW),
-    });
-    state
-        .conns
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(info.fd, info.clone());
-    let guard = ConnGuard {
-        state: state.clone(),
-        info,
-    };
-    // The guard rides in the protocol, not in a wrapping async block: a
-    // block awaiting the driver's future would hold it twice (as a capture
-    // and as the awaited value), doubling every connection's task.
-    duality_models::drive(
-        conn,
-        payload,
-        Arc::new(KvProtocol(state, Some(guard))),
-        config,
-    )
+    duality_models::drive(conn, payload, driver)
 }
 
 /// Reclaims expired items in the background, one shard at a time, each under

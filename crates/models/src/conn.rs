@@ -91,8 +91,11 @@ impl ShutdownSignal {
     }
 }
 
-/// Counts live connections; decremented when the `Conn` drops.
-pub(crate) struct ConnCounter {
+/// What every connection of a server shares: the counts (live ones is
+/// decremented when a `Conn` drops) and the shutdown signal. One pointer in
+/// each `Conn`.
+pub(crate) struct ConnShared {
+    pub(crate) shutdown: ShutdownSignal,
     pub(crate) live: AtomicUsize,
     pub(crate) total: AtomicU64,
     pub(crate) refused: AtomicU64,
@@ -110,9 +113,10 @@ struct ByteCounts {
 /// Slots of the per-loop byte counters (loop ids are taken modulo this).
 const BYTE_SLOTS: usize = 64; // fits the u8 `Conn::slot`
 
-impl ConnCounter {
-    pub(crate) fn new() -> ConnCounter {
-        ConnCounter {
+impl ConnShared {
+    pub(crate) fn new() -> ConnShared {
+        ConnShared {
+            shutdown: ShutdownSignal::default(),
             live: AtomicUsize::new(0),
             total: AtomicU64::new(0),
             refused: AtomicU64::new(0),
@@ -150,9 +154,12 @@ enum Io {
 pub struct Conn {
     io: Io,
     id: u64,
-    shutdown: Arc<ShutdownSignal>,
-    counter: Arc<ConnCounter>,
-    registered: Option<Waker>,
+    shared: Arc<ConnShared>,
+    /// Which waker a shutdown wakes: its data pointer with the low bit set
+    /// (0: none registered). A task's waker keeps its data pointer, so a
+    /// changed pointer means a new waker to register; a pointer, not a
+    /// `Waker` (16 bytes), because every idle connection holds this.
+    registered: usize,
     /// The handler holds part of a request: shutdown lets it finish reading
     /// (a blocking socket's flag is in its `Io`, shared with the registry).
     mid_request: bool,
@@ -211,11 +218,7 @@ async fn linger_tcp(s: TcpStream) {
 
 impl Conn {
     /// Registers the socket with the current loop (event-loop models).
-    pub(crate) fn evented(
-        a: Accepted,
-        shutdown: Arc<ShutdownSignal>,
-        counter: Arc<ConnCounter>,
-    ) -> io::Result<Conn> {
+    pub(crate) fn evented(a: Accepted, shared: Arc<ConnShared>) -> io::Result<Conn> {
         let io = match a {
             Accepted::Tcp(s) => {
                 let s = TcpStream::from_std(s)?;
@@ -224,17 +227,13 @@ impl Conn {
             }
             Accepted::Unix(s) => Io::Unix(UnixStream::from_std(s)?),
         };
-        Ok(Conn::with(io, shutdown, counter))
+        Ok(Conn::with(io, shared))
     }
 
     /// Keeps the socket blocking (thread-per-conn).
-    pub(crate) fn blocking(
-        a: Accepted,
-        shutdown: Arc<ShutdownSignal>,
-        counter: Arc<ConnCounter>,
-    ) -> io::Result<Conn> {
+    pub(crate) fn blocking(a: Accepted, shared: Arc<ConnShared>) -> io::Result<Conn> {
         let mid = Arc::new(AtomicBool::new(false));
-        let (io, shared) = match a {
+        let (io, socket) = match a {
             Accepted::Tcp(s) => {
                 s.set_nonblocking(false)?;
                 s.set_nodelay(true)?;
@@ -253,25 +252,24 @@ impl Conn {
                 )
             }
         };
-        let conn = Conn::with(io, shutdown, counter);
-        conn.shutdown
-            .register(conn.id, Waiter::Socket(Box::new((mid, shared))));
-        if conn.shutdown.is_set() {
-            conn.shutdown.trigger();
+        let conn = Conn::with(io, shared);
+        let shutdown = &conn.shared.shutdown;
+        shutdown.register(conn.id, Waiter::Socket(Box::new((mid, socket))));
+        if shutdown.is_set() {
+            shutdown.trigger();
         }
         Ok(conn)
     }
 
-    fn with(io: Io, shutdown: Arc<ShutdownSignal>, counter: Arc<ConnCounter>) -> Conn {
+    fn with(io: Io, shared: Arc<ConnShared>) -> Conn {
         let id = NEXT_ID.fetch_add(1, Relaxed);
         let slot = (duality_rt::event_loop::current().map_or(id as usize, |h| h.id() as usize)
             % BYTE_SLOTS) as u8;
         Conn {
             io,
             id,
-            shutdown,
-            counter,
-            registered: None,
+            shared,
+            registered: 0,
             mid_request: false,
             slot,
         }
@@ -303,9 +301,12 @@ impl Conn {
         if self.closing() {
             return true;
         }
-        if !matches!(&self.registered, Some(w) if w.will_wake(waker)) {
-            self.registered = Some(waker.clone());
-            self.shutdown.register(self.id, Waiter::Task(waker.clone()));
+        let key = waker.data() as usize | 1;
+        if self.registered != key {
+            self.registered = key;
+            self.shared
+                .shutdown
+                .register(self.id, Waiter::Task(waker.clone()));
             // A shutdown between the check and the registration.
             return self.closing();
         }
@@ -313,7 +314,7 @@ impl Conn {
     }
 
     fn closing(&self) -> bool {
-        self.shutdown.is_set()
+        self.shared.shutdown.is_set()
             && !self
                 .shared_mid_request()
                 .map_or(self.mid_request, |shared| shared.load(SeqCst))
@@ -353,13 +354,13 @@ impl Conn {
     }
 
     fn count_read(&self, n: usize) {
-        self.counter.bytes[usize::from(self.slot)]
+        self.shared.bytes[usize::from(self.slot)]
             .read
             .fetch_add(n as u64, Relaxed);
     }
 
     fn count_written(&self, n: usize) {
-        self.counter.bytes[usize::from(self.slot)]
+        self.shared.bytes[usize::from(self.slot)]
             .written
             .fetch_add(n as u64, Relaxed);
     }
@@ -635,7 +636,7 @@ impl Conn {
 
     /// True once the server started shutting down.
     pub fn shutting_down(&self) -> bool {
-        self.shutdown.is_set()
+        self.shared.shutdown.is_set()
     }
 }
 
@@ -748,10 +749,10 @@ impl Future for WriteAllFuture<'_> {
 
 impl Drop for Conn {
     fn drop(&mut self) {
-        if self.registered.is_some() || self.is_blocking() {
-            self.shutdown.unregister(self.id);
+        if self.registered != 0 || self.is_blocking() {
+            self.shared.shutdown.unregister(self.id);
         }
-        self.counter.live.fetch_sub(1, SeqCst);
+        self.shared.live.fetch_sub(1, SeqCst);
     }
 }
 

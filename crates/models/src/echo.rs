@@ -10,7 +10,7 @@
 //! the same color entering at the same time finds the flag set and counts a
 //! violation. Zero violations under every model is the colors guarantee.
 
-use crate::{Conn, DriverConfig, Flow, Parsed, Payload, Protocol};
+use crate::{Conn, Driver, DriverConfig, Flow, Parsed, Payload, Protocol};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::sync::Arc;
 
@@ -98,13 +98,15 @@ impl Protocol for Echo {
     }
 }
 
-/// Serves one connection until the client closes it.
+/// Serves one connection until the client closes it (a driver of its own:
+/// made per connection, which a server meant for many idle connections
+/// would not do).
 pub fn serve(
     conn: Conn,
     payload: Payload,
     d: Arc<Detector>,
 ) -> impl std::future::Future<Output = ()> + Send {
-    crate::drive(conn, payload, Arc::new(Echo(d)), DriverConfig::default())
+    crate::drive(conn, payload, Driver::new(Echo(d), DriverConfig::default()))
 }
 
 /// Encodes one request.

@@ -37,5 +37,5 @@ pub use payload::{Lane, Payload, DEFAULT_COLOR};
 pub use server::{
     ListenAddr, Listener, Server, ServerBuilder, ShutdownReport, StatsHandle, DEFAULT_IDLE_SPIN,
 };
-pub use session::{drive, DriverConfig, Flow, Parsed, Protocol};
+pub use session::{drive, Driver, DriverConfig, Flow, Parsed, Protocol};
 pub use stats::{ServerStats, ThreadRole, ThreadStats};

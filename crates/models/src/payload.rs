@@ -50,10 +50,10 @@ impl ColorLocks {
 }
 
 pub(crate) enum Dispatch {
-    /// One thread does everything: colors hold trivially.
-    Single,
-    /// Inline on several threads.
-    Inline(Arc<ColorLocks>),
+    /// Inline: one thread (colors hold trivially, the lane takes no lock) or
+    /// several, with color locks. The lane is kept here so a connection can
+    /// borrow it per read instead of holding a copy.
+    Inline(Lane),
     /// Payload thread chosen by color.
     Affinity(Vec<Arc<Stage>>),
     /// Payload threads round-robin.
@@ -64,15 +64,19 @@ pub(crate) enum Dispatch {
 
 /// The handle a connection uses to run payload work. Cheap to clone.
 #[derive(Clone)]
-pub struct Payload {
-    dispatch: Arc<Dispatch>,
+///
+/// One pointer: every connection holds one, idle ones included.
+pub struct Payload(Arc<Shared>);
+
+struct Shared {
+    dispatch: Dispatch,
     /// Spreads blocking calls over the payload threads.
-    next_blocking: Arc<AtomicUsize>,
+    next_blocking: AtomicUsize,
 }
 
 /// Where one job or batch goes.
 enum Route<'a> {
-    Here(Lane),
+    Here(&'a Lane),
     Stage(&'a Arc<Stage>, Lane),
 }
 
@@ -92,6 +96,14 @@ impl Lane {
         Lane {
             affinity: None,
             locks: None,
+        }
+    }
+
+    /// A lane that admits every color and keeps each exclusive with `locks`.
+    pub(crate) fn locked(locks: Arc<ColorLocks>) -> Lane {
+        Lane {
+            affinity: None,
+            locks: Some(locks),
         }
     }
 
@@ -124,40 +136,36 @@ impl Lane {
 
 impl Payload {
     pub(crate) fn new(dispatch: Dispatch) -> Payload {
-        Payload {
-            dispatch: Arc::new(dispatch),
-            next_blocking: Arc::new(AtomicUsize::new(0)),
-        }
+        Payload(Arc::new(Shared {
+            dispatch,
+            next_blocking: AtomicUsize::new(0),
+        }))
     }
 
     /// A payload that runs everything inline on one thread (for tests and
     /// single-threaded tools).
     pub fn single() -> Payload {
-        Payload::new(Dispatch::Single)
+        Payload::new(Dispatch::Inline(Lane::single()))
     }
 
     /// The lane of a model that runs payload work inline (`None` in the
     /// hand-off models): the driver then serves a read where it is, borrowing
     /// its buffer.
-    pub(crate) fn inline_lane(&self) -> Option<Lane> {
-        match self.route(DEFAULT_COLOR) {
-            Route::Here(lane) => Some(lane),
-            Route::Stage(..) => None,
+    pub(crate) fn inline_lane(&self) -> Option<&Lane> {
+        match &self.0.dispatch {
+            Dispatch::Inline(lane) => Some(lane),
+            _ => None,
         }
     }
 
     /// True if the thread a batch runs on depends on its first request's color.
     pub(crate) fn routes_by_color(&self) -> bool {
-        matches!(&*self.dispatch, Dispatch::Affinity(s) if s.len() > 1)
+        matches!(&self.0.dispatch, Dispatch::Affinity(s) if s.len() > 1)
     }
 
     fn route(&self, color: u64) -> Route<'_> {
-        match &*self.dispatch {
-            Dispatch::Single => Route::Here(Lane::single()),
-            Dispatch::Inline(locks) => Route::Here(Lane {
-                affinity: None,
-                locks: Some(locks.clone()),
-            }),
+        match &self.0.dispatch {
+            Dispatch::Inline(lane) => Route::Here(lane),
             Dispatch::Affinity(stages) => {
                 let i = (color % stages.len() as u64) as usize;
                 Route::Stage(
@@ -226,7 +234,7 @@ impl Payload {
         R: Send + 'static,
     {
         match self.route(color) {
-            Route::Here(lane) => job(&lane),
+            Route::Here(lane) => job(lane),
             Route::Stage(stage, lane) => stage.run(move || job(&lane)).await,
         }
     }
@@ -242,14 +250,14 @@ impl Payload {
     {
         // Injected faults (tests) follow the call onto the thread it runs on.
         let job = duality_rt::faults::carried(job);
-        match &*self.dispatch {
+        match &self.0.dispatch {
             Dispatch::Affinity(stages)
             | Dispatch::RoundRobin(stages, ..)
             | Dispatch::Paired(stages, ..) => {
-                let i = self.next_blocking.fetch_add(1, Relaxed) % stages.len();
+                let i = self.0.next_blocking.fetch_add(1, Relaxed) % stages.len();
                 Ok(stages[i].run(job).await)
             }
-            Dispatch::Single | Dispatch::Inline(_) => duality_rt::spawn_blocking(job)
+            Dispatch::Inline(_) => duality_rt::spawn_blocking(job)
                 .await
                 .map_err(|e| std::io::Error::other(format!("blocking call failed: {e}"))),
         }

@@ -1,8 +1,8 @@
 //! The server builder: listeners + model + handler → running threads.
 
-use crate::conn::{Accepted, Conn, ConnCounter, ShutdownSignal};
+use crate::conn::{Accepted, Conn, ConnShared};
 use crate::model::{AcceptPolicy, Balance, Model};
-use crate::payload::{ColorLocks, Dispatch, Payload};
+use crate::payload::{ColorLocks, Dispatch, Lane, Payload};
 use crate::stage::Stage;
 use crate::stats::{loop_thread_stats, ServerStats, ThreadRole};
 use duality_rt::net::{TcpListener, UnixListener};
@@ -241,8 +241,8 @@ struct Shared {
     loop_conns: Vec<AtomicUsize>,
     max_conns: usize,
     refusal: Vec<u8>,
-    counter: Arc<ConnCounter>,
-    shutdown: Arc<ShutdownSignal>,
+    /// Counts and the shutdown signal, shared with every `Conn`.
+    counter: Arc<ConnShared>,
     handler: Arc<HandlerFn>,
     payload: Payload,
     network: Vec<LoopHandle>,
@@ -313,7 +313,7 @@ impl Shared {
                     let a = theirs.lock().unwrap_or_else(|e| e.into_inner()).take();
                     drop(theirs);
                     let Some(a) = a else { return };
-                    match Conn::blocking(a, me.shutdown.clone(), me.counter.clone()) {
+                    match Conn::blocking(a, me.counter.clone()) {
                         Ok(conn) => {
                             futures_lite::future::block_on((me.handler)(conn, me.payload.clone()))
                         }
@@ -347,7 +347,7 @@ impl Shared {
             if let Some(at) = accepted_at {
                 duality_rt::stats::record_accept(at);
             }
-            match Conn::evented(a, me.shutdown.clone(), me.counter.clone()) {
+            match Conn::evented(a, me.counter.clone()) {
                 Ok(conn) => (me.handler)(conn, me.payload.clone()).await,
                 Err(e) => {
                     me.counter.live.fetch_sub(1, SeqCst);
@@ -386,11 +386,11 @@ async fn accept_loop(listener: Bound, shared: Arc<Shared>, on: Option<usize>) {
         }
     };
     loop {
-        if shared.shutdown.is_set() {
+        if shared.counter.shutdown.is_set() {
             return;
         }
         if shared.accept == AcceptPolicy::FavorActive {
-            while shared.loops_busy(on) && !shared.shutdown.is_set() {
+            while shared.loops_busy(on) && !shared.counter.shutdown.is_set() {
                 duality_rt::time::sleep(Duration::from_millis(1)).await;
             }
         }
@@ -487,9 +487,9 @@ fn start(b: ServerBuilder, handler: Arc<HandlerFn>) -> io::Result<Server> {
     }
     let handles: Vec<LoopHandle> = network.iter().map(|l| l.handle()).collect();
     let dispatch = match b.model {
-        Model::Sped => Dispatch::Single,
+        Model::Sped => Dispatch::Inline(Lane::single()),
         Model::Symped { .. } | Model::Steal { .. } | Model::ThreadPerConn => {
-            Dispatch::Inline(ColorLocks::new())
+            Dispatch::Inline(Lane::locked(ColorLocks::new()))
         }
         Model::Amped { .. } => Dispatch::Affinity(stages.clone()),
         Model::Seda { .. } => {
@@ -511,8 +511,7 @@ fn start(b: ServerBuilder, handler: Arc<HandlerFn>) -> io::Result<Server> {
         loop_conns: (0..handles.len()).map(|_| AtomicUsize::new(0)).collect(),
         max_conns: b.max_conns,
         refusal: b.refusal,
-        counter: Arc::new(ConnCounter::new()),
-        shutdown: Arc::new(ShutdownSignal::default()),
+        counter: Arc::new(ConnShared::new()),
         handler,
         payload: Payload::new(dispatch),
         network: handles,
@@ -629,7 +628,7 @@ impl Server {
         for t in self.accept_tasks.drain(..) {
             t.abort();
         }
-        self.shared.shutdown.trigger();
+        self.shared.counter.shutdown.trigger();
         let until = Instant::now() + deadline;
         while self.connections() > 0 && Instant::now() < until {
             std::thread::sleep(Duration::from_millis(2));
@@ -660,7 +659,7 @@ impl Drop for Server {
         for t in self.accept_tasks.drain(..) {
             t.abort();
         }
-        self.shared.shutdown.trigger();
+        self.shared.counter.shutdown.trigger();
         self.stop_threads();
     }
 }

@@ -117,6 +117,13 @@ pub trait Protocol: Send + Sync + 'static {
     fn mid_request(&self, _session: &Self::Session) -> bool {
         false
     }
+
+    /// The session of a new connection (by default `Session::default()`):
+    /// where a server records what it keeps per connection (e.g. the
+    /// cache's `stats conns` entry, removed when the session drops).
+    fn session(&self, _conn: &Conn) -> Self::Session {
+        Self::Session::default()
+    }
 }
 
 /// Why [`serve_bytes`] stopped.
@@ -253,73 +260,107 @@ impl Default for DriverConfig {
 
 /// Size of a standard read buffer (and the first size of a response buffer).
 pub const BUF_SIZE: usize = 16 * 1024;
-/// Buffers a thread's pool keeps for reuse; more are freed.
+/// Buffer sets a thread's pool keeps for reuse; more are freed.
 pub const POOL_KEEP: usize = 64;
 /// A response buffer that grew past this is freed after its write.
 const OUT_KEEP: usize = 4 * BUF_SIZE;
 
-/// A thread's spare buffers: read buffers (len == capacity == BUF_SIZE,
-/// initialized) and response buffers (empty).
-type Pool = (Vec<Vec<u8>>, Vec<Vec<u8>>);
-
 thread_local! {
-    /// The spare buffers of the connections of this thread's loop.
-    static POOL: RefCell<Pool> = const { RefCell::new((Vec::new(), Vec::new())) };
+    /// The spare buffer sets of the connections of this thread's loop.
+    static POOL: RefCell<Vec<Box<Active>>> = const { RefCell::new(Vec::new()) };
 }
 
-fn take_read_buf() -> Vec<u8> {
-    POOL.with(|p| p.borrow_mut().0.pop())
-        .unwrap_or_else(|| vec![0; BUF_SIZE])
-}
-
-fn give_read_buf(b: Vec<u8>) {
-    if b.len() == BUF_SIZE {
-        POOL.with(|p| {
-            let mut p = p.borrow_mut();
-            if p.0.len() < POOL_KEEP {
-                p.0.push(b);
-            }
-        });
-    }
-}
-
-fn take_out_buf() -> Vec<u8> {
-    POOL.with(|p| p.borrow_mut().1.pop())
-        .unwrap_or_else(|| Vec::with_capacity(BUF_SIZE))
-}
-
-fn give_out_buf(mut b: Vec<u8>) {
-    if b.capacity() >= BUF_SIZE && b.capacity() <= OUT_KEEP {
-        b.clear();
-        POOL.with(|p| {
-            let mut p = p.borrow_mut();
-            if p.1.len() < POOL_KEEP {
-                p.1.push(b);
-            }
-        });
-    }
-}
-
-/// Buffers pooled on this thread now: (read buffers, response buffers).
-pub fn pooled_buffers() -> (usize, usize) {
-    POOL.with(|p| {
-        let p = p.borrow();
-        (p.0.len(), p.1.len())
+/// A standard buffer set, from this thread's pool if it has one.
+fn take_active() -> Box<Active> {
+    POOL.with(|p| p.borrow_mut().pop()).unwrap_or_else(|| {
+        Box::new(Active {
+            buf: vec![0; BUF_SIZE],
+            start: 0,
+            end: 0,
+            out: Vec::with_capacity(BUF_SIZE),
+            need: 0,
+            answered: Answered {
+                requests: 0,
+                read_at: None,
+            },
+            next_color: None,
+        })
     })
 }
 
-/// One connection's buffers and protocol state: what a hand-off moves.
-struct Held<S> {
+/// Gives a buffer set with nothing pending back to this thread's pool (one
+/// whose buffers grew is freed instead).
+fn give_active(mut a: Box<Active>) {
+    if a.buf.len() != BUF_SIZE || a.out.capacity() < BUF_SIZE || a.out.capacity() > OUT_KEEP {
+        return;
+    }
+    a.start = 0;
+    a.end = 0;
+    a.need = 0;
+    a.out.clear();
+    a.answered = Answered {
+        requests: 0,
+        read_at: None,
+    };
+    POOL.with(|p| {
+        let mut p = p.borrow_mut();
+        if p.len() < POOL_KEEP {
+            p.push(a);
+        }
+    });
+}
+
+/// Buffer sets (a read and a response buffer each) pooled on this thread now.
+pub fn pooled_buffers() -> usize {
+    POOL.with(|p| p.borrow().len())
+}
+
+/// What a connection holds while it has bytes to serve: its buffers and
+/// where it is in them. Taken from the thread's pool when a read finds bytes,
+/// given back once nothing is pending: an idle connection holds none, and a
+/// hand-off moves one pointer.
+struct Active {
     buf: Vec<u8>,
     /// Buffered input is `buf[start..end]`.
     start: usize,
     end: usize,
     out: Vec<u8>,
-    session: S,
+    /// Bytes the pending request needs in all (0: unknown).
+    need: usize,
+    /// Requests served whose responses are not written yet.
+    answered: Answered,
+    /// The color of the next batch's first request, where the last batch
+    /// stopped at it (amped: it belongs to another payload thread).
+    next_color: Option<u64>,
 }
 
-/// Serves one connection with `proto` until it closes, an idle timeout, a
-/// request that closes, or the server's shutdown (between requests).
+/// A protocol and how the driver treats its connections: made once per
+/// server, shared by all of its connections (one pointer in each).
+pub struct Driver<P> {
+    proto: P,
+    limits: Limits,
+    idle_timeout: Option<Duration>,
+}
+
+impl<P: Protocol> Driver<P> {
+    /// Serves `proto` under `cfg`.
+    pub fn new(proto: P, cfg: DriverConfig) -> Arc<Driver<P>> {
+        Arc::new(Driver {
+            proto,
+            limits: Limits::new(&cfg),
+            idle_timeout: cfg.idle_timeout,
+        })
+    }
+
+    /// The protocol served.
+    pub fn protocol(&self) -> &P {
+        &self.proto
+    }
+}
+
+/// Serves one connection with `driver`'s protocol until it closes, an idle
+/// timeout, a request that closes, or the server's shutdown (between
+/// requests).
 ///
 /// A plain function returning the connection's future, not an `async fn`:
 /// an `async fn` keeps its arguments twice in its state (as captured and as
@@ -330,65 +371,135 @@ struct Held<S> {
 pub fn drive<P: Protocol>(
     mut conn: Conn,
     payload: Payload,
-    proto: Arc<P>,
-    cfg: DriverConfig,
+    driver: Arc<Driver<P>>,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
-    // Only what the loop below uses is captured (each byte is held by every
-    // connection, idle ones included).
-    let limits = BatchLimits {
-        max_requests: cfg.max_batch_requests.max(1),
-        max_output: cfg.max_batch_output.max(1),
-    };
-    let idle_timeout = cfg.idle_timeout;
+    // Every byte of this future is held by every connection, idle ones
+    // included: what is the same for all of them lives in `driver`.
     async move {
-        let inline = payload.inline_lane();
-        let routes = payload.routes_by_color();
-        let mut held = Held {
-            buf: Vec::new(),
-            start: 0,
-            end: 0,
-            out: Vec::new(),
-            session: P::Session::default(),
-        };
-        // Bytes the pending request needs in all (0: unknown).
-        let mut need = 0;
-        // Requests served whose responses are not written yet, and when the
-        // read that completed them happened (its poll's start).
-        let mut answered = Answered {
-            requests: 0,
-            read_at: None,
-        };
+        let mut session = driver.proto.session(&conn);
+        // The connection's buffers while it is busy. One variable for the
+        // idle wait's take and the busy loop (two would each get a slot in
+        // the future).
+        let mut a: Box<Active>;
         loop {
-            if held.buf.is_empty() {
-                // Idle: wait holding no buffer; take one only for bytes that
-                // have arrived (readiness can be stale: a read may find nothing).
-                let n = loop {
-                    conn.set_mid_request(proto.mid_request(&held.session));
-                    let ready = match idle_timeout {
-                        None => conn.readable().await,
-                        // Boxed: a timer's state stays out of the futures of
-                        // servers without an idle timeout.
-                        Some(w) => Box::pin(conn.readable_for(Some(w))).await,
-                    };
-                    if ready.is_err() {
-                        return;
+            // Idle: wait holding no buffer; take a set only for bytes that
+            // have arrived (readiness can be stale: a read may find nothing).
+            loop {
+                conn.set_mid_request(driver.proto.mid_request(&session));
+                let ready = match driver.idle_timeout {
+                    None => conn.readable().await,
+                    // Boxed: a timer's state stays out of the futures of
+                    // servers without an idle timeout.
+                    Some(w) => Box::pin(conn.readable_for(Some(w))).await,
+                }
+                .is_ok();
+                if !ready {
+                    return;
+                }
+                a = take_active();
+                match conn.try_read(&mut a.buf).await {
+                    Ok(Some(0)) | Err(_) => return,
+                    Ok(Some(n)) => {
+                        a.end = n;
+                        a.answered.read_at = duality_rt::stats::poll_started();
+                        break;
                     }
-                    let mut b = take_read_buf();
-                    match conn.try_read(&mut b).await {
-                        Ok(Some(0)) | Err(_) => return,
-                        Ok(Some(n)) => {
-                            held.buf = b;
-                            answered.read_at = duality_rt::stats::poll_started();
-                            break n;
+                    Ok(None) => give_active(a),
+                }
+            }
+            // Busy until nothing is pending.
+            loop {
+                // Serve everything buffered, batch by batch; write what a
+                // batch made when it used up its budget (then let the loop
+                // run others) and once at the end of the read: one write
+                // site, awaited inline (a future of its own would sit in
+                // every connection's).
+                a.next_color = None;
+                loop {
+                    let then = loop {
+                        let served = match payload.inline_lane() {
+                            Some(lane) => {
+                                let s = serve_bytes(
+                                    &driver.proto,
+                                    &mut session,
+                                    &a.buf[a.start..a.end],
+                                    &mut a.out,
+                                    lane,
+                                    driver.limits.get(),
+                                );
+                                a.start += s.used;
+                                s
+                            }
+                            None => {
+                                let color = match a.next_color.take() {
+                                    Some(c) => c,
+                                    None if payload.routes_by_color() => driver
+                                        .proto
+                                        .peek_color(&session, &a.buf[a.start..a.end])
+                                        .unwrap_or(DEFAULT_COLOR),
+                                    None => DEFAULT_COLOR,
+                                };
+                                let d = driver.clone();
+                                // Boxed: the hop's state (a payload-thread call)
+                                // would otherwise sit in every connection's
+                                // future, idle ones and inline models included;
+                                // one allocation per batch is small beside a
+                                // cross-thread hop.
+                                let (a2, s2, served) =
+                                    Box::pin(payload.batch(color, move |lane| {
+                                        let (mut a, mut session) = (a, session);
+                                        let s = serve_bytes(
+                                            &d.proto,
+                                            &mut session,
+                                            &a.buf[a.start..a.end],
+                                            &mut a.out,
+                                            lane,
+                                            d.limits.get(),
+                                        );
+                                        a.start += s.used;
+                                        (a, session, s)
+                                    }))
+                                    .await;
+                                a = a2;
+                                session = s2;
+                                served
+                            }
+                        };
+                        a.answered.requests += served.requests as u64;
+                        // What follows the write (decided before it: a
+                        // byte, not a `Stop`, is kept across its await).
+                        match served.stop {
+                            Stop::Elsewhere(c) => a.next_color = Some(c),
+                            Stop::NeedMore(n) => {
+                                a.need = n;
+                                break Then::Read;
+                            }
+                            Stop::Budget => break Then::Yield,
+                            Stop::Close => break Then::Close,
                         }
-                        Ok(None) => give_read_buf(b),
+                    };
+                    if !a.out.is_empty() {
+                        a.answered.first_byte();
+                        let r = conn.write_all(&a.out).await;
+                        written(&mut a.out);
+                        if r.is_err() {
+                            return;
+                        }
                     }
-                };
-                held.start = 0;
-                held.end = n;
-            } else {
-                make_room(&mut held, need, proto.max_request().max(BUF_SIZE));
-                if held.end == held.buf.len() {
+                    match then {
+                        Then::Read => break,
+                        Then::Yield => duality_rt::yield_now().await,
+                        Then::Close => return,
+                    }
+                }
+                if a.start == a.end {
+                    // Nothing pending: the connection goes idle without buffers.
+                    give_active(a);
+                    break;
+                }
+                // A partial request: read on into the same buffers.
+                make_room(&mut a, driver.proto.max_request().max(BUF_SIZE));
+                if a.end == a.buf.len() {
                     // The pending request would not fit even in the largest
                     // buffer: the protocol broke its contract. Never grow past
                     // the bound.
@@ -396,117 +507,38 @@ pub fn drive<P: Protocol>(
                     return;
                 }
                 conn.set_mid_request(true);
-                let n = match conn.read(&mut held.buf[held.end..]).await {
+                let end = a.end;
+                let n = match conn.read(&mut a.buf[end..]).await {
                     Ok(0) | Err(_) => return,
                     Ok(n) => n,
                 };
-                answered.read_at = duality_rt::stats::poll_started();
-                held.end += n;
+                a.answered.read_at = duality_rt::stats::poll_started();
+                a.end += n;
             }
-            if held.out.capacity() == 0 {
-                held.out = take_out_buf();
-            }
+        }
+    }
+}
 
-            // Serve everything buffered, batch by batch; write what a batch
-            // made when it used up its budget (then let the loop run others)
-            // and once at the end of the read: one write site, awaited
-            // inline (a future of its own would sit in every connection's).
-            let mut next_color = None;
-            loop {
-                let then = loop {
-                    let served = match &inline {
-                        Some(lane) => {
-                            let Held {
-                                buf,
-                                start,
-                                end,
-                                out,
-                                session,
-                            } = &mut held;
-                            let s = serve_bytes(
-                                &*proto,
-                                session,
-                                &buf[*start..*end],
-                                out,
-                                lane,
-                                limits,
-                            );
-                            *start += s.used;
-                            s
-                        }
-                        None => {
-                            let color = match next_color.take() {
-                                Some(c) => c,
-                                None if routes => proto
-                                    .peek_color(&held.session, &held.buf[held.start..held.end])
-                                    .unwrap_or(DEFAULT_COLOR),
-                                None => DEFAULT_COLOR,
-                            };
-                            let p = proto.clone();
-                            let mut h = std::mem::replace(
-                                &mut held,
-                                Held {
-                                    buf: Vec::new(),
-                                    start: 0,
-                                    end: 0,
-                                    out: Vec::new(),
-                                    session: P::Session::default(),
-                                },
-                            );
-                            // Boxed: the hop's state (a payload-thread call) would
-                            // otherwise sit in every connection's future, idle
-                            // ones and inline models included; one allocation per
-                            // batch is small beside a cross-thread hop.
-                            let (h, s) = Box::pin(payload.batch(color, move |lane| {
-                                let s = serve_bytes(
-                                    &*p,
-                                    &mut h.session,
-                                    &h.buf[h.start..h.end],
-                                    &mut h.out,
-                                    lane,
-                                    limits,
-                                );
-                                h.start += s.used;
-                                (h, s)
-                            }))
-                            .await;
-                            held = h;
-                            s
-                        }
-                    };
-                    answered.requests += served.requests as u64;
-                    // What follows the write (decided before it: a byte,
-                    // not a `Stop`, is kept across its await).
-                    match served.stop {
-                        Stop::Elsewhere(c) => next_color = Some(c),
-                        Stop::NeedMore(n) => {
-                            need = n;
-                            break Then::Read;
-                        }
-                        Stop::Budget => break Then::Yield,
-                        Stop::Close => break Then::Close,
-                    }
-                };
-                if !held.out.is_empty() {
-                    answered.first_byte();
-                    let r = conn.write_all(&held.out).await;
-                    written(&mut held.out);
-                    if r.is_err() {
-                        return;
-                    }
-                }
-                match then {
-                    Then::Read => break,
-                    Then::Yield => duality_rt::yield_now().await,
-                    Then::Close => return,
-                }
-            }
-            if held.start == held.end {
-                // Nothing pending: the connection goes idle without buffers.
-                give_read_buf(std::mem::take(&mut held.buf));
-                give_out_buf(std::mem::take(&mut held.out));
-                need = 0;
-            }
+/// [`BatchLimits`] as a driver keeps them.
+#[derive(Clone, Copy)]
+struct Limits {
+    requests: u32,
+    output: u32,
+}
+
+impl Limits {
+    fn new(cfg: &DriverConfig) -> Limits {
+        let clamp = |n: usize| u32::try_from(n.max(1)).unwrap_or(u32::MAX);
+        Limits {
+            requests: clamp(cfg.max_batch_requests),
+            output: clamp(cfg.max_batch_output),
+        }
+    }
+
+    fn get(self) -> BatchLimits {
+        BatchLimits {
+            max_requests: self.requests as usize,
+            max_output: self.output as usize,
         }
     }
 }
@@ -514,11 +546,12 @@ pub fn drive<P: Protocol>(
 /// Makes room at the end of the read buffer: drops served bytes, grows it
 /// as far as the pending request needs (up to `max`), and swaps a large
 /// buffer back for a standard one once what it holds fits.
-fn make_room<S>(h: &mut Held<S>, need: usize, max: usize) {
+fn make_room(h: &mut Active, max: usize) {
+    let need = h.need;
     let live = h.end - h.start;
     let big = h.buf.len() > BUF_SIZE;
     if big && live < BUF_SIZE && need <= BUF_SIZE {
-        let mut small = take_read_buf();
+        let mut small = vec![0; BUF_SIZE];
         small[..live].copy_from_slice(&h.buf[h.start..h.end]);
         h.buf = small;
         h.start = 0;
@@ -580,7 +613,7 @@ impl Answered {
 fn written(out: &mut Vec<u8>) {
     out.clear();
     if out.capacity() > OUT_KEEP {
-        *out = take_out_buf();
+        *out = Vec::with_capacity(BUF_SIZE);
     }
 }
 
@@ -588,20 +621,30 @@ fn written(out: &mut Vec<u8>) {
 mod tests {
     use super::*;
 
-    fn held(buf: Vec<u8>, start: usize, end: usize) -> Held<()> {
-        Held {
+    fn held(buf: Vec<u8>, start: usize, end: usize) -> Active {
+        Active {
             buf,
             start,
             end,
             out: Vec::new(),
-            session: (),
+            need: 0,
+            answered: Answered {
+                requests: 0,
+                read_at: None,
+            },
+            next_color: None,
         }
+    }
+
+    fn make_room_for(h: &mut Active, need: usize, max: usize) {
+        h.need = need;
+        make_room(h, max);
     }
 
     #[test]
     fn a_declared_large_request_grows_the_buffer_once_to_its_size() {
         let mut h = held(vec![7; BUF_SIZE], 0, BUF_SIZE);
-        make_room(&mut h, 300_000, 1 << 20);
+        make_room_for(&mut h, 300_000, 1 << 20);
         assert_eq!(h.buf.len(), 300_000, "grown exactly to the declared need");
         assert_eq!(
             &h.buf[..BUF_SIZE],
@@ -610,14 +653,14 @@ mod tests {
         );
         // Never past the bound.
         let mut h = held(vec![0; BUF_SIZE], 0, BUF_SIZE);
-        make_room(&mut h, 5 << 20, 1 << 20);
+        make_room_for(&mut h, 5 << 20, 1 << 20);
         assert_eq!(h.buf.len(), 1 << 20);
     }
 
     #[test]
     fn without_a_declared_size_a_full_buffer_doubles() {
         let mut h = held(vec![0; BUF_SIZE], 0, BUF_SIZE);
-        make_room(&mut h, 0, 1 << 20);
+        make_room_for(&mut h, 0, 1 << 20);
         assert_eq!(h.buf.len(), 2 * BUF_SIZE);
     }
 
@@ -628,7 +671,7 @@ mod tests {
         // The large request (299,997 bytes) was served; 2 bytes of the next
         // one remain.
         let mut h = held(big, 299_997, 300_000);
-        make_room(&mut h, 0, 1 << 20);
+        make_room_for(&mut h, 0, 1 << 20);
         assert_eq!(h.buf.len(), BUF_SIZE);
         assert_eq!((h.start, h.end), (0, 3));
         assert_eq!(&h.buf[..3], b"\nge");
@@ -637,27 +680,40 @@ mod tests {
     #[test]
     fn served_bytes_are_dropped_only_when_room_is_needed() {
         let mut h = held(vec![1; BUF_SIZE], 100, 200);
-        make_room(&mut h, 0, 1 << 20);
+        make_room_for(&mut h, 0, 1 << 20);
         assert_eq!(
             (h.start, h.end),
             (100, 200),
             "no copy while the tail is free"
         );
         let mut h = held(vec![1; BUF_SIZE], 100, BUF_SIZE);
-        make_room(&mut h, 0, 1 << 20);
+        make_room_for(&mut h, 0, 1 << 20);
         assert_eq!((h.start, h.end), (0, BUF_SIZE - 100), "moved to the front");
         assert_eq!(h.buf.len(), BUF_SIZE);
     }
 
     #[test]
     fn pools_keep_a_bounded_number_of_buffers() {
-        let bufs: Vec<_> = (0..POOL_KEEP + 10).map(|_| take_read_buf()).collect();
-        for b in bufs {
-            give_read_buf(b);
+        let sets: Vec<_> = (0..POOL_KEEP + 10).map(|_| take_active()).collect();
+        for a in sets {
+            give_active(a);
         }
-        assert_eq!(pooled_buffers().0, POOL_KEEP);
-        // A grown buffer is never pooled.
-        give_read_buf(vec![0; 2 * BUF_SIZE]);
-        assert_eq!(pooled_buffers().0, POOL_KEEP);
+        assert_eq!(pooled_buffers(), POOL_KEEP);
+        // A set whose buffers grew is never pooled.
+        let mut grown = take_active();
+        grown.buf.resize(2 * BUF_SIZE, 0);
+        give_active(grown);
+        assert_eq!(pooled_buffers(), POOL_KEEP - 1);
+        let mut grown = take_active();
+        grown.out.reserve(2 * OUT_KEEP);
+        give_active(grown);
+        assert_eq!(pooled_buffers(), POOL_KEEP - 2);
+        // A set given back is emptied.
+        let mut a = take_active();
+        (a.start, a.end, a.need) = (3, 9, 100);
+        a.out.extend_from_slice(b"left over");
+        give_active(a);
+        let a = take_active();
+        assert_eq!((a.start, a.end, a.need, a.out.len()), (0, 0, 0, 0));
     }
 }

@@ -174,12 +174,9 @@ fn idle_connections_hold_no_buffers() {
     server.spawn_background(move |_| async move {
         let _ = tx.send(duality_models::session::pooled_buffers());
     });
-    let (read_bufs, out_bufs) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    let sets = rx.recv_timeout(Duration::from_secs(5)).unwrap();
     // Had each idle connection kept its buffers, the pool would be empty;
-    // served one after another, they all used the same pair.
-    assert!(
-        read_bufs >= 1 && out_bufs >= 1,
-        "pool holds {read_bufs} read and {out_bufs} response buffers"
-    );
+    // served one after another, they all used the same set.
+    assert!(sets >= 1, "pool holds {sets} buffer sets");
     drop(conns);
 }

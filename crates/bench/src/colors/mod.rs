@@ -759,22 +759,25 @@ pub fn series(rows: &[ColorsRow]) -> Vec<crate::plot::Series> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use duality_models::{DriverConfig, Model, Server, ServerBuilder};
+    use duality_models::{Driver, DriverConfig, Model, Server, ServerBuilder};
 
     /// The colored service under `model`, in this process, on a fresh socket.
-    fn serve(model: &str, tag: &str) -> (Server, Arc<service::ColorService>, PathBuf) {
+    fn serve(model: &str, tag: &str) -> (Server, Arc<Driver<service::ColorService>>, PathBuf) {
         let path = std::env::temp_dir().join(format!(
             "duality-colors-unit-{}-{tag}.sock",
             std::process::id()
         ));
-        let proto = Arc::new(service::ColorService::new(64, SEED));
-        let p = proto.clone();
+        let driver = Driver::new(
+            service::ColorService::new(64, SEED),
+            DriverConfig::default(),
+        );
+        let d = driver.clone();
         let server = ServerBuilder::new()
             .model(model.parse::<Model>().unwrap())
             .unix(&path)
-            .serve(move |c, pay| duality_models::drive(c, pay, p.clone(), DriverConfig::default()))
+            .serve(move |c, pay| duality_models::drive(c, pay, d.clone()))
             .unwrap();
-        (server, proto, path)
+        (server, driver, path)
     }
 
     fn small_load() -> Load {
@@ -802,7 +805,7 @@ mod tests {
             assert_eq!(marks, 2);
             assert!(m.seals > 0, "{model}: nothing sealed in the window");
             assert!(m.audited >= m.seals, "{model}: {m:?}");
-            assert_eq!(proto.violations(), 0, "{model}");
+            assert_eq!(proto.protocol().violations(), 0, "{model}");
             server.shutdown(Duration::from_secs(5));
         }
     }
