@@ -96,6 +96,9 @@ impl ShutdownSignal {
 /// each `Conn`.
 pub(crate) struct ConnShared {
     pub(crate) shutdown: ShutdownSignal,
+    /// Connections open on each network loop (the least-loaded choice),
+    /// counted off when a `Conn` made for that loop drops.
+    pub(crate) loop_conns: Box<[AtomicUsize]>,
     pub(crate) live: AtomicUsize,
     pub(crate) total: AtomicU64,
     pub(crate) refused: AtomicU64,
@@ -114,9 +117,11 @@ struct ByteCounts {
 const BYTE_SLOTS: usize = 64; // fits the u8 `Conn::slot`
 
 impl ConnShared {
-    pub(crate) fn new() -> ConnShared {
+    /// For a server with `loops` network loops.
+    pub(crate) fn new(loops: usize) -> ConnShared {
         ConnShared {
             shutdown: ShutdownSignal::default(),
+            loop_conns: (0..loops).map(|_| AtomicUsize::new(0)).collect(),
             live: AtomicUsize::new(0),
             total: AtomicU64::new(0),
             refused: AtomicU64::new(0),
@@ -165,7 +170,13 @@ pub struct Conn {
     mid_request: bool,
     /// This connection's slot in the per-loop byte counters.
     slot: u8,
+    /// The network loop it is counted on in `ConnShared::loop_conns`
+    /// ([`NO_LOOP`]: none).
+    home: u16,
 }
+
+/// `Conn::home` of a connection counted on no network loop.
+const NO_LOOP: u16 = u16::MAX;
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -217,8 +228,27 @@ async fn linger_tcp(s: TcpStream) {
 }
 
 impl Conn {
-    /// Registers the socket with the current loop (event-loop models).
-    pub(crate) fn evented(a: Accepted, shared: Arc<ConnShared>) -> io::Result<Conn> {
+    /// Registers the socket with the current loop (event-loop models), the
+    /// network loop `home` counts it (see `ConnShared::loop_conns`: the
+    /// count is taken by the caller, and given back when the `Conn` drops,
+    /// or here if it cannot be made).
+    pub(crate) fn evented(a: Accepted, shared: Arc<ConnShared>, home: usize) -> io::Result<Conn> {
+        let home = u16::try_from(home).unwrap_or(NO_LOOP);
+        let io = match Self::register(a) {
+            Ok(io) => io,
+            Err(e) => {
+                if let Some(n) = shared.loop_conns.get(usize::from(home)) {
+                    n.fetch_sub(1, Relaxed);
+                }
+                return Err(e);
+            }
+        };
+        let mut conn = Conn::with(io, shared);
+        conn.home = home;
+        Ok(conn)
+    }
+
+    fn register(a: Accepted) -> io::Result<Io> {
         let io = match a {
             Accepted::Tcp(s) => {
                 let s = TcpStream::from_std(s)?;
@@ -227,7 +257,7 @@ impl Conn {
             }
             Accepted::Unix(s) => Io::Unix(UnixStream::from_std(s)?),
         };
-        Ok(Conn::with(io, shared))
+        Ok(io)
     }
 
     /// Keeps the socket blocking (thread-per-conn).
@@ -272,6 +302,7 @@ impl Conn {
             registered: 0,
             mid_request: false,
             slot,
+            home: NO_LOOP,
         }
     }
 
@@ -751,6 +782,9 @@ impl Drop for Conn {
     fn drop(&mut self) {
         if self.registered != 0 || self.is_blocking() {
             self.shared.shutdown.unregister(self.id);
+        }
+        if let Some(n) = self.shared.loop_conns.get(usize::from(self.home)) {
+            n.fetch_sub(1, Relaxed);
         }
         self.shared.live.fetch_sub(1, SeqCst);
     }

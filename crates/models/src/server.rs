@@ -19,6 +19,10 @@ use std::time::{Duration, Instant};
 
 type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 type HandlerFn = dyn Fn(Conn, Payload) -> BoxFuture + Send + Sync;
+/// Spawns the handler's future for a connection on the current loop: the
+/// future itself becomes the task (no box, no wrapper around it, which
+/// every idle connection would hold).
+type SpawnFn = dyn Fn(Conn, Payload) + Send + Sync;
 
 /// Configures and starts a server. Every model serves the same handler.
 pub struct ServerBuilder {
@@ -158,8 +162,11 @@ impl ServerBuilder {
                 "a server needs at least one TCP address or Unix socket path",
             ));
         }
-        let handler: Arc<HandlerFn> = Arc::new(move |c, p| Box::pin(handler(c, p)) as BoxFuture);
-        start(self, handler)
+        let handler = Arc::new(handler);
+        let h = handler.clone();
+        let boxed: Arc<HandlerFn> = Arc::new(move |c, p| Box::pin(h(c, p)) as BoxFuture);
+        let spawn: Arc<SpawnFn> = Arc::new(move |c, p| drop(duality_rt::spawn(handler(c, p))));
+        start(self, boxed, spawn)
     }
 }
 
@@ -237,13 +244,14 @@ struct Shared {
     model: Model,
     accept: AcceptPolicy,
     balance: Balance,
-    /// Connections open on each network loop (the least-loaded choice).
-    loop_conns: Vec<AtomicUsize>,
     max_conns: usize,
     refusal: Vec<u8>,
     /// Counts and the shutdown signal, shared with every `Conn`.
     counter: Arc<ConnShared>,
+    /// thread-per-conn: the handler, its future boxed (polled by the thread).
     handler: Arc<HandlerFn>,
+    /// Event loops: spawns the handler's future as a task of its own.
+    spawn_conn: Arc<SpawnFn>,
     payload: Payload,
     network: Vec<LoopHandle>,
     next_loop: AtomicUsize,
@@ -275,7 +283,7 @@ impl Shared {
         }
         (0..n)
             .map(|k| (start + k) % n)
-            .min_by_key(|&i| self.loop_conns[i].load(Relaxed))
+            .min_by_key(|&i| self.counter.loop_conns[i].load(Relaxed))
             .unwrap_or(start)
     }
 
@@ -340,30 +348,23 @@ impl Shared {
             return;
         }
         let i = on.unwrap_or_else(|| self.pick_loop());
-        self.loop_conns[i].fetch_add(1, Relaxed);
+        // Counted off when the `Conn` drops (its task ended or was
+        // cancelled), or by `Conn::evented` if it cannot be made.
+        self.counter.loop_conns[i].fetch_add(1, Relaxed);
+        // A short task that registers the socket on the loop (it must run
+        // there) and spawns the connection's own task beside it.
         drop(self.network[i].spawn(async move {
-            // Counted off when the connection ends or its task is cancelled.
-            let _open = LoopConn(&me.loop_conns[i]);
             if let Some(at) = accepted_at {
                 duality_rt::stats::record_accept(at);
             }
-            match Conn::evented(a, me.counter.clone()) {
-                Ok(conn) => (me.handler)(conn, me.payload.clone()).await,
+            match Conn::evented(a, me.counter.clone(), i) {
+                Ok(conn) => (me.spawn_conn)(conn, me.payload.clone()),
                 Err(e) => {
                     me.counter.live.fetch_sub(1, SeqCst);
                     tracing::debug!("dropping a connection: {e}");
                 }
             }
         }));
-    }
-}
-
-/// One open connection of a network loop, counted off when dropped.
-struct LoopConn<'a>(&'a AtomicUsize);
-
-impl Drop for LoopConn<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Relaxed);
     }
 }
 
@@ -417,7 +418,11 @@ pub struct Server {
     unix_paths: Vec<PathBuf>,
 }
 
-fn start(b: ServerBuilder, handler: Arc<HandlerFn>) -> io::Result<Server> {
+fn start(
+    b: ServerBuilder,
+    handler: Arc<HandlerFn>,
+    spawn_conn: Arc<SpawnFn>,
+) -> io::Result<Server> {
     let (n_network, n_payload) = match b.model {
         Model::Sped => (1, 0),
         Model::Amped { payload } => (1, payload),
@@ -508,11 +513,11 @@ fn start(b: ServerBuilder, handler: Arc<HandlerFn>) -> io::Result<Server> {
         model: b.model,
         accept: b.accept,
         balance: b.balance,
-        loop_conns: (0..handles.len()).map(|_| AtomicUsize::new(0)).collect(),
         max_conns: b.max_conns,
         refusal: b.refusal,
-        counter: Arc::new(ConnShared::new()),
+        counter: Arc::new(ConnShared::new(handles.len())),
         handler,
+        spawn_conn,
         payload: Payload::new(dispatch),
         network: handles,
         next_loop: AtomicUsize::new(0),
@@ -739,7 +744,7 @@ fn stats_of(shared: &Shared, acceptor: Option<LoopHandle>, stages: &[Arc<Stage>]
     if let Some(a) = acceptor {
         threads.push(loop_thread_stats(ThreadRole::Acceptor, &a));
     }
-    for (h, open) in shared.network.iter().zip(&shared.loop_conns) {
+    for (h, open) in shared.network.iter().zip(shared.counter.loop_conns.iter()) {
         let mut t = loop_thread_stats(ThreadRole::Network, h);
         t.connections = open.load(Relaxed);
         threads.push(t);
