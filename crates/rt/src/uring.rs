@@ -52,6 +52,7 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::io;
+use std::num::NonZeroU64;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -68,8 +69,35 @@ pub(crate) const CLOSE_LINGER: Duration = Duration::from_secs(5);
 const ACCEPT_QUEUE: usize = 256;
 /// A drained receive queue keeps at most this much capacity.
 const RX_KEEP: usize = 512;
-/// A sent buffer is kept as the next write's spare up to this capacity.
+/// A sent buffer is kept as a spare (see `TX_SPARE`) up to this capacity.
 const TX_KEEP: usize = 1024;
+/// Spare send buffers a thread keeps.
+const TX_SPARES: usize = 64;
+
+thread_local! {
+    /// Small send buffers whose sends completed (on this loop's thread),
+    /// for the next write of any socket: a socket holds a send buffer only
+    /// while it has bytes queued, so an idle connection holds none.
+    static TX_SPARE: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// An empty send buffer: a spare one if this thread has one.
+fn spare_tx() -> Vec<u8> {
+    TX_SPARE.with(|s| s.borrow_mut().pop()).unwrap_or_default()
+}
+
+/// Keeps a sent buffer as a spare if it is small (a large one is freed).
+fn keep_tx(mut buf: Vec<u8>) {
+    if buf.capacity() > 0 && buf.capacity() <= TX_KEEP {
+        buf.clear();
+        TX_SPARE.with(|s| {
+            let mut s = s.borrow_mut();
+            if s.len() < TX_SPARES {
+                s.push(buf);
+            }
+        });
+    }
+}
 const BUF_GROUP: u16 = 0;
 
 const WAKE: u64 = u64::MAX - 1;
@@ -177,16 +205,17 @@ pub(crate) struct Io {
 struct St {
     // Receiving.
     rx: Vec<u8>,
-    rx_pos: usize,
+    /// Bytes of `rx` the reader has taken. 32 bits (every connection holds
+    /// an `St`): `rx` stays near `RX_LIMIT`, receiving stops past it.
+    rx_pos: u32,
     rx_eof: bool,
     rx_err: Option<io::Error>,
     want_recv: bool,
-    recv: Option<u64>,
+    recv: Option<NonZeroU64>,
     recv_cancelled: bool,
     reader: Option<Waker>,
     // Sending.
     tx: Vec<u8>,
-    tx_spare: Vec<u8>,
     tx_busy: usize,
     tx_err: Option<io::ErrorKind>,
     writer: Option<Waker>,
@@ -195,7 +224,7 @@ struct St {
     ready: u8,
     ready_tick: u64,
     want_poll: u8,
-    polls: [Option<u64>; 2],
+    polls: [Option<NonZeroU64>; 2],
     // Accepting: listeners only, made on the first accept (every accepted
     // connection has an `St` too, and idle ones are many).
     acc: Option<Box<Accepting>>,
@@ -216,7 +245,7 @@ struct Accepting {
 
 impl St {
     fn unread(&self) -> usize {
-        self.rx.len() - self.rx_pos
+        self.rx.len() - self.rx_pos as usize
     }
 
     /// Appends received bytes. What the reader has taken is dropped first
@@ -225,8 +254,8 @@ impl St {
     /// client pipelining without pause, must not grow the queue by every
     /// byte it ever sent.
     fn push_rx(&mut self, bytes: &[u8]) {
-        if self.rx_pos > 0 && self.rx_pos >= self.rx.len() / 2 {
-            self.rx.drain(..self.rx_pos);
+        if self.rx_pos > 0 && self.rx_pos as usize >= self.rx.len() / 2 {
+            self.rx.drain(..self.rx_pos as usize);
             self.rx_pos = 0;
         }
         self.rx.extend_from_slice(bytes);
@@ -294,10 +323,10 @@ impl Io {
         let unread = st.unread();
         if unread > 0 {
             let n = unread.min(buf.len());
-            let from = st.rx_pos;
+            let from = st.rx_pos as usize;
             buf[..n].copy_from_slice(&st.rx[from..from + n]);
-            st.rx_pos += n;
-            if st.rx_pos == st.rx.len() {
+            st.rx_pos = (from + n) as u32;
+            if from + n == st.rx.len() {
                 st.rx.clear();
                 st.rx_pos = 0;
                 if st.rx.capacity() > RX_KEEP {
@@ -366,6 +395,9 @@ impl Io {
         }
         let n = buf.len().min(TX_LIMIT - queued);
         let first = st.tx.is_empty();
+        if st.tx.capacity() == 0 {
+            st.tx = spare_tx();
+        }
         st.tx.extend_from_slice(&buf[..n]);
         if first && st.tx_busy == 0 {
             self.schedule();
@@ -533,15 +565,9 @@ fn shutdown_fd(fd: RawFd, how: std::net::Shutdown) -> io::Result<()> {
 }
 
 enum OpKind {
-    /// A file read (`crate::fs::read_at`): the buffer and the file are the
-    /// operation's until its completion.
-    File {
-        buf: Vec<u8>,
-        /// Zeroed bytes before the read's first byte (alignment).
-        pad: usize,
-        _file: Arc<std::fs::File>,
-        done: Arc<FileRead>,
-    },
+    /// A file read (`crate::fs::read_at`). Boxed: an idle connection's
+    /// armed receive is an `Op` too, and the largest variant sizes them all.
+    File(Box<FileOp>),
     Recv,
     Send {
         buf: Vec<u8>,
@@ -551,6 +577,16 @@ enum OpKind {
     Poll {
         write: bool,
     },
+}
+
+/// A file read: the buffer and the file are the operation's until its
+/// completion.
+struct FileOp {
+    buf: Vec<u8>,
+    /// Zeroed bytes before the read's first byte (alignment).
+    pad: usize,
+    _file: Arc<std::fs::File>,
+    done: Arc<FileRead>,
 }
 
 struct Op {
@@ -798,7 +834,7 @@ impl UringReactor {
             if let Some(ud) = st.recv {
                 if !st.recv_cancelled {
                     st.recv_cancelled = true;
-                    self.cancel(ud);
+                    self.cancel(ud.get());
                 }
             }
             if let Some(acc) = st.acc.as_mut() {
@@ -808,7 +844,7 @@ impl UringReactor {
                 acc.want = false;
             }
             for ud in st.polls.iter_mut().filter_map(Option::take) {
-                self.cancel(ud);
+                self.cancel(ud.get());
             }
             st.want_recv = false;
             st.want_poll = 0;
@@ -819,7 +855,7 @@ impl UringReactor {
                     io: Some(io.clone()),
                     kind: OpKind::Recv,
                 });
-                st.recv = Some(ud);
+                st.recv = NonZeroU64::new(ud);
                 st.recv_cancelled = false;
                 self.push(opcode::RecvMulti::new(fd, BUF_GROUP).build().user_data(ud));
             } else {
@@ -847,8 +883,7 @@ impl UringReactor {
             );
         }
         if st.tx_busy == 0 && !st.tx.is_empty() && st.tx_err.is_none() {
-            let spare = std::mem::take(&mut st.tx_spare);
-            let buf = std::mem::replace(&mut st.tx, spare);
+            let buf = std::mem::take(&mut st.tx);
             st.tx_busy = buf.len();
             self.submit_send(io, buf, 0);
         }
@@ -859,7 +894,7 @@ impl UringReactor {
                     io: Some(io.clone()),
                     kind: OpKind::Poll { write },
                 });
-                st.polls[i] = Some(ud);
+                st.polls[i] = NonZeroU64::new(ud);
                 let mask = if write { libc::POLLOUT } else { libc::POLLIN };
                 self.push(opcode::PollAdd::new(fd, mask as u32).build().user_data(ud));
             }
@@ -910,12 +945,12 @@ impl UringReactor {
         let fd = file.as_raw_fd();
         let ud = self.ops.borrow_mut().insert(Op {
             io: None,
-            kind: OpKind::File {
+            kind: OpKind::File(Box::new(FileOp {
                 buf: std::mem::take(&mut buf),
                 pad,
                 _file: file,
                 done: done.clone(),
-            },
+            })),
         });
         // The Vec moved into the table keeps its heap buffer: `ptr` stays valid.
         self.push(
@@ -1036,16 +1071,17 @@ impl UringReactor {
         let Some(op) = ops.get_mut(ud) else {
             return false;
         };
-        if let OpKind::File { .. } = op.kind {
+        if let OpKind::File(_) = op.kind {
             let Some(Op {
-                kind: OpKind::File {
-                    mut buf, pad, done, ..
-                },
+                kind: OpKind::File(file),
                 ..
             }) = ops.remove(ud)
             else {
                 return false;
             };
+            let FileOp {
+                mut buf, pad, done, ..
+            } = *file;
             let r = if res < 0 {
                 Err(io::Error::from_raw_os_error(-res))
             } else {
@@ -1069,7 +1105,7 @@ impl UringReactor {
         };
         let mut recycled = false;
         match &mut op.kind {
-            OpKind::File { .. } => unreachable!("file reads are completed above"),
+            OpKind::File(_) => unreachable!("file reads are completed above"),
             OpKind::Recv => {
                 let mut st = lock_std(&io.st);
                 if let Some(bid) = cqueue::buffer_select(flags) {
@@ -1134,7 +1170,7 @@ impl UringReactor {
                     return false;
                 }
                 let Some(Op {
-                    kind: OpKind::Send { mut buf, .. },
+                    kind: OpKind::Send { buf, .. },
                     ..
                 }) = ops.remove(ud)
                 else {
@@ -1154,15 +1190,9 @@ impl UringReactor {
                     st.tx_err = Some(io::ErrorKind::WriteZero);
                     st.tx.clear();
                 }
-                // A small buffer is kept for the next write; a large one is
-                // freed, so an idle connection holds little.
-                if buf.capacity() <= TX_KEEP && st.tx_spare.capacity() == 0 {
-                    buf.clear();
-                    st.tx_spare = buf;
-                }
+                keep_tx(buf);
                 if !st.tx.is_empty() {
-                    let spare = std::mem::take(&mut st.tx_spare);
-                    let next = std::mem::replace(&mut st.tx, spare);
+                    let next = std::mem::take(&mut st.tx);
                     st.tx_busy = next.len();
                     drop(st);
                     self.submit_send(&io, next, 0);
@@ -1260,9 +1290,9 @@ impl UringReactor {
             match op {
                 Op { io: Some(io), .. } => io.take_wakers(out),
                 Op {
-                    kind: OpKind::File { done, .. },
+                    kind: OpKind::File(f),
                     ..
-                } => out.extend(lock_std(&done.st).waker.take()),
+                } => out.extend(lock_std(&f.done.st).waker.take()),
                 _ => {}
             }
         }
@@ -1365,7 +1395,7 @@ mod tests {
         for _ in 0..16 * 1024 {
             st.push_rx(&chunk);
             // Read three quarters of what is unread.
-            st.rx_pos += st.unread() * 3 / 4;
+            st.rx_pos += (st.unread() * 3 / 4) as u32;
             assert!(st.unread() > 0);
         }
         assert!(
@@ -1375,7 +1405,7 @@ mod tests {
             st.unread()
         );
         assert!(st.rx.capacity() < 1 << 20, "capacity {}", st.rx.capacity());
-        assert!(st.rx[st.rx_pos..].iter().all(|&b| b == 7));
+        assert!(st.rx[st.rx_pos as usize..].iter().all(|&b| b == 7));
     }
 
     /// Appending keeps the unread bytes and their order.
@@ -1385,10 +1415,10 @@ mod tests {
         st.push_rx(b"abcdef");
         st.rx_pos = 4;
         st.push_rx(b"gh");
-        assert_eq!(&st.rx[st.rx_pos..], b"efgh");
+        assert_eq!(&st.rx[st.rx_pos as usize..], b"efgh");
         st.rx_pos += 1;
         st.push_rx(b"i");
-        assert_eq!(&st.rx[st.rx_pos..], b"fghi");
+        assert_eq!(&st.rx[st.rx_pos as usize..], b"fghi");
     }
 }
 
