@@ -71,6 +71,11 @@ const ACCEPT_QUEUE: usize = 256;
 const RX_KEEP: usize = 512;
 /// A sent buffer is kept as a spare (see `TX_SPARE`) up to this capacity.
 const TX_KEEP: usize = 1024;
+/// `St::tx_busy` for a send of `buf`.
+fn in_flight(buf: &[u8]) -> u32 {
+    u32::try_from(buf.len()).unwrap_or(u32::MAX)
+}
+
 /// Spare send buffers a thread keeps.
 const TX_SPARES: usize = 64;
 
@@ -216,21 +221,42 @@ struct St {
     reader: Option<Waker>,
     // Sending.
     tx: Vec<u8>,
-    tx_busy: usize,
+    /// Bytes of the send in flight (0: none; capped at `u32::MAX`).
+    tx_busy: u32,
     tx_err: Option<io::ErrorKind>,
     writer: Option<Waker>,
     shutdown_after_tx: Option<std::net::Shutdown>,
-    // One-shot readiness.
+    /// One-shot readiness and accepting, made on first use: most sockets
+    /// only receive and send (every connection has an `St`, and idle ones
+    /// are many).
+    cold: Option<Box<Cold>>,
+    // The handle was dropped.
+    closed: bool,
+    lingering: bool,
+}
+
+/// The part of a socket's state few sockets use.
+struct Cold {
+    // One-shot readiness (direct system calls, such as `sendfile`).
     ready: u8,
     ready_tick: u64,
     want_poll: u8,
     polls: [Option<NonZeroU64>; 2],
-    // Accepting: listeners only, made on the first accept (every accepted
-    // connection has an `St` too, and idle ones are many).
-    acc: Option<Box<Accepting>>,
-    // The handle was dropped.
-    closed: bool,
-    lingering: bool,
+    // Accepting: listeners only.
+    acc: Accepting,
+}
+
+impl Default for Cold {
+    fn default() -> Cold {
+        Cold {
+            // Optimistic, as the epoll backend: try first, wait on WouldBlock.
+            ready: WRITABLE,
+            ready_tick: 0,
+            want_poll: 0,
+            polls: [None; 2],
+            acc: Accepting::default(),
+        }
+    }
 }
 
 /// A listener's accept state.
@@ -269,11 +295,7 @@ impl Io {
             fd,
             shared,
             queued: crate::loom::AtomicBool::new(false),
-            st: Mutex::new(St {
-                // Optimistic, as the epoll backend: try first, wait on WouldBlock.
-                ready: WRITABLE,
-                ..St::default()
-            }),
+            st: Mutex::new(St::default()),
         })
     }
 
@@ -388,7 +410,7 @@ impl Io {
         if buf.is_empty() {
             return Poll::Ready(Ok(0));
         }
-        let queued = st.tx.len() + st.tx_busy;
+        let queued = st.tx.len() + st.tx_busy as usize;
         if queued >= TX_LIMIT {
             st.writer = Some(cx.waker().clone());
             return Poll::Pending;
@@ -426,7 +448,7 @@ impl Io {
             std::mem::swap(&mut st.tx, buf);
             buf.clear();
             self.schedule();
-        } else if st.tx.len() + st.tx_busy < TX_LIMIT {
+        } else if st.tx.len() + (st.tx_busy as usize) < TX_LIMIT {
             st.tx.extend_from_slice(buf);
             buf.clear();
         } else {
@@ -470,16 +492,19 @@ impl Io {
     pub(crate) fn poll_ready(self: &Arc<Self>, write: bool, cx: &mut Context<'_>) -> Poll<u64> {
         let bit = if write { WRITABLE } else { READABLE };
         let mut st = lock_std(&self.st);
-        if st.ready & bit != 0 {
-            return Poll::Ready(st.ready_tick);
+        let st = &mut *st;
+        let cold = st.cold.get_or_insert_with(Default::default);
+        if cold.ready & bit != 0 {
+            return Poll::Ready(cold.ready_tick);
         }
+        let want = cold.want_poll & bit == 0;
+        cold.want_poll |= bit;
         if write {
             st.writer = Some(cx.waker().clone());
         } else {
             st.reader = Some(cx.waker().clone());
         }
-        if st.want_poll & bit == 0 {
-            st.want_poll |= bit;
+        if want {
             self.schedule();
         }
         Poll::Pending
@@ -489,8 +514,8 @@ impl Io {
     pub(crate) fn clear_ready(&self, write: bool, tick: u64) {
         let bit = if write { WRITABLE } else { READABLE };
         let mut st = lock_std(&self.st);
-        if st.ready_tick == tick {
-            st.ready &= !bit;
+        if let Some(cold) = st.cold.as_mut().filter(|c| c.ready_tick == tick) {
+            cold.ready &= !bit;
         }
     }
 
@@ -506,7 +531,7 @@ impl Io {
     pub(crate) fn poll_accept(self: &Arc<Self>, cx: &mut Context<'_>) -> Poll<io::Result<OwnedFd>> {
         let mut st = lock_std(&self.st);
         let st = &mut *st;
-        let acc = st.acc.get_or_insert_with(Default::default);
+        let acc = &mut st.cold.get_or_insert_with(Default::default).acc;
         if let Some(fd) = acc.accepted.pop_front() {
             if acc.armed.is_none() && acc.want {
                 self.schedule();
@@ -837,17 +862,17 @@ impl UringReactor {
                     self.cancel(ud.get());
                 }
             }
-            if let Some(acc) = st.acc.as_mut() {
-                if let Some(ud) = acc.armed.take() {
+            if let Some(cold) = st.cold.as_mut() {
+                if let Some(ud) = cold.acc.armed.take() {
                     self.cancel(ud);
                 }
-                acc.want = false;
-            }
-            for ud in st.polls.iter_mut().filter_map(Option::take) {
-                self.cancel(ud.get());
+                cold.acc.want = false;
+                for ud in cold.polls.iter_mut().filter_map(Option::take) {
+                    self.cancel(ud.get());
+                }
+                cold.want_poll = 0;
             }
             st.want_recv = false;
-            st.want_poll = 0;
         }
         if st.want_recv && st.recv.is_none() && !st.rx_eof && st.unread() < RX_LIMIT {
             if self.ensure_bufs() {
@@ -866,8 +891,9 @@ impl UringReactor {
             }
         }
         if let Some(acc) = st
-            .acc
+            .cold
             .as_mut()
+            .map(|c| &mut c.acc)
             .filter(|a| a.want && a.armed.is_none() && a.accepted.len() < ACCEPT_QUEUE)
         {
             let ud = self.ops.borrow_mut().insert(Op {
@@ -884,17 +910,20 @@ impl UringReactor {
         }
         if st.tx_busy == 0 && !st.tx.is_empty() && st.tx_err.is_none() {
             let buf = std::mem::take(&mut st.tx);
-            st.tx_busy = buf.len();
+            st.tx_busy = in_flight(&buf);
             self.submit_send(io, buf, 0);
         }
         for (i, write) in [(0, false), (1, true)] {
             let bit = if write { WRITABLE } else { READABLE };
-            if st.want_poll & bit != 0 && st.polls[i].is_none() {
+            let Some(cold) = st.cold.as_mut() else {
+                break;
+            };
+            if cold.want_poll & bit != 0 && cold.polls[i].is_none() {
                 let ud = self.ops.borrow_mut().insert(Op {
                     io: Some(io.clone()),
                     kind: OpKind::Poll { write },
                 });
-                st.polls[i] = NonZeroU64::new(ud);
+                cold.polls[i] = NonZeroU64::new(ud);
                 let mask = if write { libc::POLLOUT } else { libc::POLLIN };
                 self.push(opcode::PollAdd::new(fd, mask as u32).build().user_data(ud));
             }
@@ -1193,7 +1222,7 @@ impl UringReactor {
                 keep_tx(buf);
                 if !st.tx.is_empty() {
                     let next = std::mem::take(&mut st.tx);
-                    st.tx_busy = next.len();
+                    st.tx_busy = in_flight(&next);
                     drop(st);
                     self.submit_send(&io, next, 0);
                     st = lock_std(&io.st);
@@ -1208,7 +1237,7 @@ impl UringReactor {
                 let mut st = lock_std(&io.st);
                 let st = &mut *st;
                 let closed = st.closed;
-                let acc = st.acc.get_or_insert_with(Default::default);
+                let acc = &mut st.cold.get_or_insert_with(Default::default).acc;
                 if res >= 0 {
                     // SAFETY: a successful accept returns a new descriptor
                     // that nothing else owns.
@@ -1238,8 +1267,9 @@ impl UringReactor {
                 let write = *write;
                 drop(ops.remove(ud));
                 let mut st = lock_std(&io.st);
-                let i = write as usize;
-                st.polls[i] = None;
+                let st = &mut *st;
+                let cold = st.cold.get_or_insert_with(Default::default);
+                cold.polls[write as usize] = None;
                 // A failed poll (should not happen on a socket) wakes the
                 // waiter too: its retried call sees the error itself.
                 let bits = if res >= 0 {
@@ -1258,9 +1288,9 @@ impl UringReactor {
                     0
                 };
                 if bits != 0 {
-                    st.ready |= bits;
-                    st.ready_tick += 1;
-                    st.want_poll &= !bits;
+                    cold.ready |= bits;
+                    cold.ready_tick += 1;
+                    cold.want_poll &= !bits;
                     let w = if write {
                         st.writer.take()
                     } else {
