@@ -1,7 +1,7 @@
 //! `Conn`: one client connection as the handler sees it, whatever the model.
 
 use duality_rt::net::{TcpStream, UnixStream};
-use std::collections::HashMap;
+use duality_rt::GenTable;
 use std::future::poll_fn;
 use std::future::Future;
 use std::io::{self, Read, Write};
@@ -22,7 +22,9 @@ use crossbeam_utils::CachePadded;
 #[derive(Default)]
 pub(crate) struct ShutdownSignal {
     flag: AtomicBool,
-    waiters: Mutex<HashMap<u64, Waiter>>,
+    /// Who to wake, one slot per waiting connection (24 bytes; a hash map
+    /// would hold about twice that with its slack).
+    waiters: Mutex<GenTable<Waiter>>,
 }
 
 enum Waiter {
@@ -57,8 +59,12 @@ impl ShutdownSignal {
 
     pub(crate) fn trigger(&self) {
         self.flag.store(true, SeqCst);
-        let waiters = std::mem::take(&mut *self.waiters.lock().unwrap_or_else(|e| e.into_inner()));
-        for (_, w) in waiters {
+        let waiters = self
+            .waiters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take_all();
+        for w in waiters {
             match w {
                 Waiter::Task(w) => w.wake(),
                 Waiter::Socket(socket) => {
@@ -71,23 +77,24 @@ impl ShutdownSignal {
         }
     }
 
-    fn register(&self, id: u64, w: Waiter) {
-        self.waiters
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id, w);
+    /// Registers `w` under `*key` (0: none yet; set to the new key), in
+    /// place if that key is still there (a shutdown takes every waiter).
+    fn register(&self, key: &mut u64, w: Waiter) {
+        let mut waiters = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+        match waiters.get_mut(*key) {
+            Some(slot) => *slot = w,
+            None => *key = waiters.insert(w),
+        }
     }
 
-    fn unregister(&self, id: u64) {
-        let mut waiters = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
-        waiters.remove(&id);
-        // Give back what a crowd of connections grew the table to once most
-        // have closed (a map keeps its capacity otherwise); halving at a
-        // quarter full keeps the cost per removal constant.
-        if waiters.capacity() > 1024 && waiters.len() < waiters.capacity() / 4 {
-            let keep = waiters.len() * 2;
-            waiters.shrink_to(keep);
-        }
+    /// The table gives its storage back once a crowd has closed.
+    fn unregister(&self, key: u64) {
+        drop(
+            self.waiters
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(key),
+        );
     }
 }
 
@@ -158,7 +165,8 @@ enum Io {
 /// (thread-per-conn).
 pub struct Conn {
     io: Io,
-    id: u64,
+    /// Its key in the shutdown registry (0: not registered).
+    waiter: u64,
     shared: Arc<ConnShared>,
     /// Which waker a shutdown wakes: its data pointer with the low bit set
     /// (0: none registered). A task's waker keeps its data pointer, so a
@@ -178,7 +186,9 @@ pub struct Conn {
 /// `Conn::home` of a connection counted on no network loop.
 const NO_LOOP: u16 = u16::MAX;
 
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+/// Spreads connections made off an event loop (thread-per-conn) over the
+/// byte counters.
+static NEXT_SLOT: AtomicUsize = AtomicUsize::new(0);
 
 /// A socket accepted by the acceptor, not yet bound to a loop.
 pub(crate) enum Accepted {
@@ -282,9 +292,9 @@ impl Conn {
                 )
             }
         };
-        let conn = Conn::with(io, shared);
+        let mut conn = Conn::with(io, shared);
         let shutdown = &conn.shared.shutdown;
-        shutdown.register(conn.id, Waiter::Socket(Box::new((mid, socket))));
+        shutdown.register(&mut conn.waiter, Waiter::Socket(Box::new((mid, socket))));
         if shutdown.is_set() {
             shutdown.trigger();
         }
@@ -292,12 +302,12 @@ impl Conn {
     }
 
     fn with(io: Io, shared: Arc<ConnShared>) -> Conn {
-        let id = NEXT_ID.fetch_add(1, Relaxed);
-        let slot = (duality_rt::event_loop::current().map_or(id as usize, |h| h.id() as usize)
+        let slot = (duality_rt::event_loop::current()
+            .map_or_else(|| NEXT_SLOT.fetch_add(1, Relaxed), |h| h.id() as usize)
             % BYTE_SLOTS) as u8;
         Conn {
             io,
-            id,
+            waiter: 0,
             shared,
             registered: 0,
             mid_request: false,
@@ -337,7 +347,7 @@ impl Conn {
             self.registered = key;
             self.shared
                 .shutdown
-                .register(self.id, Waiter::Task(waker.clone()));
+                .register(&mut self.waiter, Waiter::Task(waker.clone()));
             // A shutdown between the check and the registration.
             return self.closing();
         }
@@ -780,8 +790,8 @@ impl Future for WriteAllFuture<'_> {
 
 impl Drop for Conn {
     fn drop(&mut self) {
-        if self.registered != 0 || self.is_blocking() {
-            self.shared.shutdown.unregister(self.id);
+        if self.waiter != 0 {
+            self.shared.shutdown.unregister(self.waiter);
         }
         if let Some(n) = self.shared.loop_conns.get(usize::from(self.home)) {
             n.fetch_sub(1, Relaxed);
@@ -801,19 +811,32 @@ mod tests {
     #[test]
     fn the_shutdown_registry_gives_back_its_table_once_connections_close() {
         let s = ShutdownSignal::default();
-        for id in 0..20_000 {
-            s.register(id, Waiter::Task(noop_waker()));
+        let mut keys = vec![0u64; 20_000];
+        for k in &mut keys {
+            s.register(k, Waiter::Task(noop_waker()));
         }
         let full = s.waiters.lock().unwrap().capacity();
         assert!(full >= 20_000);
-        for id in 10..20_000 {
-            s.unregister(id);
+        // A second registration under a key replaces its waiter.
+        let before = keys[3];
+        s.register(&mut keys[3], Waiter::Task(noop_waker()));
+        assert_eq!(keys[3], before);
+        assert_eq!(s.waiters.lock().unwrap().live(), 20_000);
+        for &k in &keys[10..] {
+            s.unregister(k);
         }
         let after = s.waiters.lock().unwrap().capacity();
         assert!(after <= 2048, "the table kept {after} of {full} slots");
         // The rest are still woken at shutdown.
-        assert_eq!(s.waiters.lock().unwrap().len(), 10);
+        assert_eq!(s.waiters.lock().unwrap().live(), 10);
         s.trigger();
-        assert!(s.is_set() && s.waiters.lock().unwrap().is_empty());
+        assert!(s.is_set() && s.waiters.lock().unwrap().live() == 0);
+        // A key from before the shutdown names nothing now: registering
+        // under it makes a new entry, and removing it removes nothing else.
+        let mut old = keys[0];
+        s.register(&mut old, Waiter::Task(noop_waker()));
+        assert_ne!(old, keys[0]);
+        s.unregister(keys[1]);
+        assert_eq!(s.waiters.lock().unwrap().live(), 1);
     }
 }

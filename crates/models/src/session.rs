@@ -266,7 +266,9 @@ pub const POOL_KEEP: usize = 64;
 const OUT_KEEP: usize = 4 * BUF_SIZE;
 
 thread_local! {
-    /// The spare buffer sets of the connections of this thread's loop.
+    /// The spare buffer sets of the connections of this thread's loop,
+    /// boxed as connections hold them (taking one moves a pointer).
+    #[allow(clippy::vec_box)]
     static POOL: RefCell<Vec<Box<Active>>> = const { RefCell::new(Vec::new()) };
 }
 

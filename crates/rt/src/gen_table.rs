@@ -1,6 +1,8 @@
 //! A table of values addressed by `generation << 32 | index` keys: the
-//! epoll reactor's registered sources (the key is the epoll token) and the
-//! io_uring ring's operations in flight (the key is the user data).
+//! epoll reactor's registered sources (the key is the epoll token), the
+//! io_uring ring's operations in flight (the key is the user data), and the
+//! models' shutdown registry (one waiter per connection, no hash-table
+//! slack).
 //!
 //! A key outlives its value: an event already fetched for a source that
 //! was just removed, or a completion the table no longer expects, still
@@ -13,7 +15,7 @@
 //! generation no old key carries.
 
 /// Values addressed by `generation << 32 | index`.
-pub(crate) struct GenTable<T> {
+pub struct GenTable<T> {
     slots: Vec<(u32, Option<T>)>,
     /// Indices of free slots, newest last. May hold indices at or past the
     /// end (slots dropped since) or of slots reused since: `insert` checks.
@@ -39,7 +41,7 @@ impl<T> Default for GenTable<T> {
 impl<T> GenTable<T> {
     /// Stores `value`; returns its key (never 0, and its generation is
     /// never `u32::MAX`, so keys stay clear of sentinels kept there).
-    pub(crate) fn insert(&mut self, value: T) -> u64 {
+    pub fn insert(&mut self, value: T) -> u64 {
         self.generation = self.generation.wrapping_add(1);
         if self.generation == 0 || self.generation == u32::MAX {
             self.generation = 1;
@@ -66,7 +68,7 @@ impl<T> GenTable<T> {
     }
 
     /// The value of `key`, if it is still there.
-    pub(crate) fn get(&self, key: u64) -> Option<&T> {
+    pub fn get(&self, key: u64) -> Option<&T> {
         let (slot, generation) = Self::split(key);
         match self.slots.get(slot) {
             Some((g, v)) if *g == generation => v.as_ref(),
@@ -75,7 +77,7 @@ impl<T> GenTable<T> {
     }
 
     /// The value of `key`, if it is still there.
-    pub(crate) fn get_mut(&mut self, key: u64) -> Option<&mut T> {
+    pub fn get_mut(&mut self, key: u64) -> Option<&mut T> {
         let (slot, generation) = Self::split(key);
         match self.slots.get_mut(slot) {
             Some((g, v)) if *g == generation => v.as_mut(),
@@ -84,7 +86,7 @@ impl<T> GenTable<T> {
     }
 
     /// Takes the value of `key` out, if it is still there.
-    pub(crate) fn remove(&mut self, key: u64) -> Option<T> {
+    pub fn remove(&mut self, key: u64) -> Option<T> {
         let (slot, generation) = Self::split(key);
         let value = match self.slots.get_mut(slot) {
             Some((g, v)) if *g == generation => v.take()?,
@@ -111,25 +113,24 @@ impl<T> GenTable<T> {
     }
 
     /// Values in the table.
-    pub(crate) fn live(&self) -> usize {
+    pub fn live(&self) -> usize {
         self.live
     }
 
     /// Every value, in slot order.
-    pub(crate) fn values(&self) -> impl Iterator<Item = &T> {
+    pub fn values(&self) -> impl Iterator<Item = &T> {
         self.slots.iter().filter_map(|(_, v)| v.as_ref())
     }
 
     /// Takes every value out, emptying the table.
-    pub(crate) fn take_all(&mut self) -> Vec<T> {
+    pub fn take_all(&mut self) -> Vec<T> {
         self.free.clear();
         self.live = 0;
         self.slots.drain(..).filter_map(|(_, v)| v).collect()
     }
 
-    /// Slots the table keeps room for (tests).
-    #[cfg(test)]
-    fn capacity(&self) -> usize {
+    /// Slots the table keeps room for.
+    pub fn capacity(&self) -> usize {
         self.slots.capacity()
     }
 }

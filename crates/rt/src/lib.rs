@@ -35,7 +35,7 @@ mod backend;
 pub mod event_loop;
 pub mod faults;
 pub mod fs;
-mod gen_table;
+pub mod gen_table;
 pub mod net;
 pub mod pool;
 pub(crate) mod reactor;
@@ -50,5 +50,6 @@ pub use event_loop::{
     block_on, set_default_idle_hook, EventLoop, LoopConfig, LoopHandle, LoopThread, RemoteWait,
     WorkGroup, IDLE_HOOK_EVERY,
 };
+pub use gen_table::GenTable;
 pub use pool::{offload, spawn_blocking};
 pub use task::{spawn, spawn_on, yield_now, JoinError, JoinHandle};
