@@ -67,42 +67,45 @@ pub(crate) const TX_LIMIT: usize = 64 * 1024;
 pub(crate) const CLOSE_LINGER: Duration = Duration::from_secs(5);
 /// Accepted connections queued before the multishot accept is paused.
 const ACCEPT_QUEUE: usize = 256;
-/// A drained receive queue keeps at most this much capacity.
+/// A drained receive queue is kept as a spare (see `SPARE`) up to this
+/// capacity.
 const RX_KEEP: usize = 512;
-/// A sent buffer is kept as a spare (see `TX_SPARE`) up to this capacity.
+/// A sent buffer is kept as a spare up to this capacity.
 const TX_KEEP: usize = 1024;
 /// `St::tx_busy` for a send of `buf`.
 fn in_flight(buf: &[u8]) -> u32 {
     u32::try_from(buf.len()).unwrap_or(u32::MAX)
 }
 
-/// Spare send buffers a thread keeps.
-const TX_SPARES: usize = 64;
+/// Spare buffers a thread keeps.
+const SPARES: usize = 64;
 
 thread_local! {
-    /// Small send buffers whose sends completed (on this loop's thread),
-    /// for the next write of any socket: a socket holds a send buffer only
-    /// while it has bytes queued, so an idle connection holds none.
-    static TX_SPARE: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+    /// Small receive queues drained by their readers and send buffers whose
+    /// sends completed, for the next socket that receives or sends on this
+    /// thread: a socket holds a buffer only while it has bytes queued, so an
+    /// idle connection holds none.
+    static SPARE: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
 }
 
-/// An empty send buffer: a spare one if this thread has one.
-fn spare_tx() -> Vec<u8> {
-    TX_SPARE.with(|s| s.borrow_mut().pop()).unwrap_or_default()
+/// An empty buffer: a spare one if this thread has one.
+fn spare_buf() -> Vec<u8> {
+    SPARE.with(|s| s.borrow_mut().pop()).unwrap_or_default()
 }
 
-/// Keeps a sent buffer as a spare if it is small (a large one is freed).
-fn keep_tx(mut buf: Vec<u8>) {
-    if buf.capacity() > 0 && buf.capacity() <= TX_KEEP {
+/// Keeps `buf` as a spare if its capacity is at most `keep` (else frees it).
+fn keep_buf(mut buf: Vec<u8>, keep: usize) {
+    if buf.capacity() > 0 && buf.capacity() <= keep {
         buf.clear();
-        TX_SPARE.with(|s| {
+        SPARE.with(|s| {
             let mut s = s.borrow_mut();
-            if s.len() < TX_SPARES {
+            if s.len() < SPARES {
                 s.push(buf);
             }
         });
     }
 }
+
 const BUF_GROUP: u16 = 0;
 
 const WAKE: u64 = u64::MAX - 1;
@@ -284,6 +287,9 @@ impl St {
             self.rx.drain(..self.rx_pos as usize);
             self.rx_pos = 0;
         }
+        if self.rx.capacity() == 0 {
+            self.rx = spare_buf();
+        }
         self.rx.extend_from_slice(bytes);
     }
 }
@@ -349,11 +355,8 @@ impl Io {
             buf[..n].copy_from_slice(&st.rx[from..from + n]);
             st.rx_pos = (from + n) as u32;
             if from + n == st.rx.len() {
-                st.rx.clear();
+                keep_buf(std::mem::take(&mut st.rx), RX_KEEP);
                 st.rx_pos = 0;
-                if st.rx.capacity() > RX_KEEP {
-                    st.rx = Vec::new();
-                }
             }
             // Caught up after a pause for a full queue: receive again.
             if st.want_recv
@@ -418,7 +421,7 @@ impl Io {
         let n = buf.len().min(TX_LIMIT - queued);
         let first = st.tx.is_empty();
         if st.tx.capacity() == 0 {
-            st.tx = spare_tx();
+            st.tx = spare_buf();
         }
         st.tx.extend_from_slice(&buf[..n]);
         if first && st.tx_busy == 0 {
@@ -1219,7 +1222,7 @@ impl UringReactor {
                     st.tx_err = Some(io::ErrorKind::WriteZero);
                     st.tx.clear();
                 }
-                keep_tx(buf);
+                keep_buf(buf, TX_KEEP);
                 if !st.tx.is_empty() {
                     let next = std::mem::take(&mut st.tx);
                     st.tx_busy = in_flight(&next);
@@ -1418,6 +1421,20 @@ mod tests {
     /// A reader that takes only part of what arrived, every time, while
     /// bytes keep coming: the queue holds about what is unread, not every
     /// byte ever received (it held all 64 MiB before `push_rx`).
+    #[test]
+    fn small_buffers_are_spares_for_the_next_socket_and_large_ones_are_freed() {
+        let b: Vec<u8> = Vec::with_capacity(100);
+        let p = b.as_ptr();
+        keep_buf(b, RX_KEEP);
+        // A socket receiving next takes it (an idle one held none).
+        let mut st = St::default();
+        st.push_rx(b"get k\r\n");
+        assert_eq!(st.rx.as_ptr(), p);
+        assert_eq!(&st.rx[..], b"get k\r\n");
+        keep_buf(Vec::with_capacity(4 * RX_KEEP), RX_KEEP);
+        assert_eq!(spare_buf().capacity(), 0, "a large buffer is not kept");
+    }
+
     #[test]
     fn a_reader_that_never_catches_up_keeps_the_queue_small() {
         let mut st = St::default();
