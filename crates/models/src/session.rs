@@ -3,21 +3,22 @@
 //!
 //! A server is a [`Protocol`] — how to find one request in bytes (pure, over
 //! a slice), which color it has, how to execute it and append its response
-//! (pelikan's `Parse` / `Execute` / `Compose`). [`drive`] does the rest, the
-//! same way in every threading model:
+//! (pelikan's `Parse` / `Execute` / `Compose`). A [`Driver`] (the protocol
+//! and the batch limits, made once per server) and [`drive`] do the rest,
+//! the same way in every threading model:
 //!
 //! ```text
 //! loop
 //!   idle: wait for readability holding no buffer          (readable_for)
-//!   take a read buffer from this thread's pool, read into its free tail
+//!   take a buffer set from this thread's pool, read into its free tail
 //!   serve the buffered bytes as batches:                  ← batching point:
 //!     inline models:    serve_bytes here, under color locks   one job per read,
-//!     hand-off models:  move buf + out + session to a payload  not per request
-//!                       thread, serve_bytes there, move back
+//!     hand-off models:  move the set (one box) + session to    not per request
+//!                       a payload thread, serve_bytes there, move back
 //!     a batch stops at: an incomplete request, a color that belongs to
 //!     another payload thread (amped), its request or output budget, Close
 //!   write every response of the read with one write       ← batching point
-//!   nothing left over → the buffers go back to the pool
+//!   nothing left over → the set goes back to the pool
 //! ```
 //!
 //! Metrics (always on, no clock read of their own but one per write): the
@@ -30,8 +31,11 @@
 //! per read; it grows only as far as the pending request says it needs
 //! ([`Parsed::Incomplete`]), up to [`Protocol::max_request`], and is swapped
 //! back for a standard one as soon as the large request is served. An idle
-//! connection holds no buffer. Per-thread pools keep at most [`POOL_KEEP`]
-//! buffers, so memory goes back once connections close.
+//! connection holds no buffer: its task is the driver's future (the
+//! connection, the session, a pointer to the driver; 176 bytes for the
+//! cache), and the set (read and response buffers and where the connection
+//! is in them) is a box taken per busy spell. Per-thread pools keep at most
+//! [`POOL_KEEP`] sets, so memory goes back once connections close.
 //!
 //! Fairness: a batch executes at most [`DriverConfig::max_batch_requests`]
 //! requests and buffers at most [`DriverConfig::max_batch_output`] bytes of
