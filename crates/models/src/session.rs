@@ -364,6 +364,27 @@ impl<P: Protocol> Driver<P> {
     }
 }
 
+impl Active {
+    /// Serves a batch of the buffered bytes (see [`serve_bytes`]).
+    fn serve<P: Protocol>(
+        &mut self,
+        d: &Driver<P>,
+        session: &mut P::Session,
+        lane: &Lane,
+    ) -> Served {
+        let s = serve_bytes(
+            &d.proto,
+            session,
+            &self.buf[self.start..self.end],
+            &mut self.out,
+            lane,
+            d.limits.get(),
+        );
+        self.start += s.used;
+        s
+    }
+}
+
 /// Serves one connection with `driver`'s protocol until it closes, an idle
 /// timeout, a request that closes, or the server's shutdown (between
 /// requests).
@@ -424,18 +445,7 @@ pub fn drive<P: Protocol>(
                 loop {
                     let then = loop {
                         let served = match payload.inline_lane() {
-                            Some(lane) => {
-                                let s = serve_bytes(
-                                    &driver.proto,
-                                    &mut session,
-                                    &a.buf[a.start..a.end],
-                                    &mut a.out,
-                                    lane,
-                                    driver.limits.get(),
-                                );
-                                a.start += s.used;
-                                s
-                            }
+                            Some(lane) => a.serve(&driver, &mut session, lane),
                             None => {
                                 let color = match a.next_color.take() {
                                     Some(c) => c,
@@ -454,15 +464,7 @@ pub fn drive<P: Protocol>(
                                 let (a2, s2, served) =
                                     Box::pin(payload.batch(color, move |lane| {
                                         let (mut a, mut session) = (a, session);
-                                        let s = serve_bytes(
-                                            &d.proto,
-                                            &mut session,
-                                            &a.buf[a.start..a.end],
-                                            &mut a.out,
-                                            lane,
-                                            d.limits.get(),
-                                        );
-                                        a.start += s.used;
+                                        let s = a.serve(&d, &mut session, lane);
                                         (a, session, s)
                                     }))
                                     .await;
