@@ -344,7 +344,7 @@ struct Active {
 /// server, shared by all of its connections (one pointer in each).
 pub struct Driver<P> {
     proto: P,
-    limits: Limits,
+    limits: BatchLimits,
     idle_timeout: Option<Duration>,
 }
 
@@ -353,7 +353,10 @@ impl<P: Protocol> Driver<P> {
     pub fn new(proto: P, cfg: DriverConfig) -> Arc<Driver<P>> {
         Arc::new(Driver {
             proto,
-            limits: Limits::new(&cfg),
+            limits: BatchLimits {
+                max_requests: cfg.max_batch_requests.max(1),
+                max_output: cfg.max_batch_output.max(1),
+            },
             idle_timeout: cfg.idle_timeout,
         })
     }
@@ -378,7 +381,7 @@ impl Active {
             &self.buf[self.start..self.end],
             &mut self.out,
             lane,
-            d.limits.get(),
+            d.limits,
         );
         self.start += s.used;
         s
@@ -523,30 +526,6 @@ pub fn drive<P: Protocol>(
                 a.answered.read_at = duality_rt::stats::poll_started();
                 a.end += n;
             }
-        }
-    }
-}
-
-/// [`BatchLimits`] as a driver keeps them.
-#[derive(Clone, Copy)]
-struct Limits {
-    requests: u32,
-    output: u32,
-}
-
-impl Limits {
-    fn new(cfg: &DriverConfig) -> Limits {
-        let clamp = |n: usize| u32::try_from(n.max(1)).unwrap_or(u32::MAX);
-        Limits {
-            requests: clamp(cfg.max_batch_requests),
-            output: clamp(cfg.max_batch_output),
-        }
-    }
-
-    fn get(self) -> BatchLimits {
-        BatchLimits {
-            max_requests: self.requests as usize,
-            max_output: self.output as usize,
         }
     }
 }
