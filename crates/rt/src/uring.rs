@@ -247,6 +247,14 @@ struct Cold {
     polls: [Option<NonZeroU64>; 2],
     // Accepting: listeners only.
     acc: Accepting,
+    /// Bytes that arrived while `rx` already held `RX_LIMIT` unread, one
+    /// chunk per completion, and their total. The kernel fills up to the
+    /// whole buffer ring in one turn, before the cancel of a receive that is
+    /// too far ahead of its reader takes effect; kept in `rx` that overshoot
+    /// would double its capacity (and leave the old block to the allocator),
+    /// kept here it costs what it holds and is freed as it is read.
+    rx_over: VecDeque<Box<[u8]>>,
+    rx_over_len: usize,
 }
 
 impl Default for Cold {
@@ -258,6 +266,8 @@ impl Default for Cold {
             want_poll: 0,
             polls: [None; 2],
             acc: Accepting::default(),
+            rx_over: VecDeque::new(),
+            rx_over_len: 0,
         }
     }
 }
@@ -273,8 +283,38 @@ struct Accepting {
 }
 
 impl St {
+    /// Moves unread bytes into `buf`: `rx` first, then overflow chunks, as
+    /// far as `buf` goes. A drained queue goes back to the thread's spares.
+    fn take_rx(&mut self, buf: &mut [u8]) -> usize {
+        let mut n = 0;
+        while n < buf.len() && self.rx.len() > self.rx_pos as usize {
+            let from = self.rx_pos as usize;
+            let k = (self.rx.len() - from).min(buf.len() - n);
+            buf[n..n + k].copy_from_slice(&self.rx[from..from + k]);
+            n += k;
+            self.rx_pos = (from + k) as u32;
+            if from + k == self.rx.len() {
+                let next = self.next_rx_chunk();
+                keep_buf(std::mem::replace(&mut self.rx, next), RX_KEEP);
+                self.rx_pos = 0;
+            }
+        }
+        n
+    }
+
+    /// What the reader takes once `rx` is drained: the oldest overflow
+    /// chunk, else an empty queue.
+    fn next_rx_chunk(&mut self) -> Vec<u8> {
+        let Some(cold) = self.cold.as_mut() else {
+            return Vec::new();
+        };
+        let chunk = cold.rx_over.pop_front().map(Vec::from).unwrap_or_default();
+        cold.rx_over_len -= chunk.len();
+        chunk
+    }
+
     fn unread(&self) -> usize {
-        self.rx.len() - self.rx_pos as usize
+        self.rx.len() - self.rx_pos as usize + self.cold.as_ref().map_or(0, |c| c.rx_over_len)
     }
 
     /// Appends received bytes. What the reader has taken is dropped first
@@ -283,6 +323,13 @@ impl St {
     /// client pipelining without pause, must not grow the queue by every
     /// byte it ever sent.
     fn push_rx(&mut self, bytes: &[u8]) {
+        let overflowing = self.cold.as_ref().is_some_and(|c| c.rx_over_len > 0);
+        if overflowing || self.rx.len() - self.rx_pos as usize >= RX_LIMIT {
+            let cold = self.cold.get_or_insert_with(Default::default);
+            cold.rx_over.push_back(bytes.into());
+            cold.rx_over_len += bytes.len();
+            return;
+        }
         if self.rx_pos > 0 && self.rx_pos as usize >= self.rx.len() / 2 {
             self.rx.drain(..self.rx_pos as usize);
             self.rx_pos = 0;
@@ -348,16 +395,8 @@ impl Io {
             return Poll::Pending;
         }
         let mut st = lock_std(&self.st);
-        let unread = st.unread();
-        if unread > 0 {
-            let n = unread.min(buf.len());
-            let from = st.rx_pos as usize;
-            buf[..n].copy_from_slice(&st.rx[from..from + n]);
-            st.rx_pos = (from + n) as u32;
-            if from + n == st.rx.len() {
-                keep_buf(std::mem::take(&mut st.rx), RX_KEEP);
-                st.rx_pos = 0;
-            }
+        if st.rx.len() > st.rx_pos as usize && !buf.is_empty() {
+            let n = st.take_rx(buf);
             // Caught up after a pause for a full queue: receive again.
             if st.want_recv
                 && st.recv.is_none()
@@ -1403,7 +1442,7 @@ impl Drop for UringReactor {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
-    use super::{keep_buf, spare_buf, St, RX_KEEP};
+    use super::{keep_buf, spare_buf, St, RX_KEEP, RX_LIMIT};
 
     /// Every connection, idle ones included, has an `Io` behind an `Arc`:
     /// keep it within the allocator's 160-byte class (it was 256; readiness
@@ -1454,6 +1493,45 @@ mod tests {
         );
         assert!(st.rx.capacity() < 1 << 20, "capacity {}", st.rx.capacity());
         assert!(st.rx[st.rx_pos as usize..].iter().all(|&b| b == 7));
+    }
+
+    /// A turn's completions can bring far more than `RX_LIMIT` before the
+    /// receive's cancel takes effect: the excess is kept in chunks (the
+    /// queue's capacity does not double for it), read back in order, and
+    /// freed as it is read.
+    #[test]
+    fn bytes_past_the_limit_wait_in_chunks_in_order() {
+        let mut st = St::default();
+        let mut sent = 0u32;
+        let mut chunk = [0u8; 4096];
+        while st.unread() < RX_LIMIT + (2 << 20) {
+            for b in chunk.chunks_mut(4) {
+                b.copy_from_slice(&sent.to_le_bytes());
+                sent += 1;
+            }
+            st.push_rx(&chunk);
+        }
+        assert!(
+            st.rx.capacity() <= 2 * RX_LIMIT,
+            "capacity {}",
+            st.rx.capacity()
+        );
+        let total = st.unread();
+        let mut buf = vec![0u8; 10_000];
+        let (mut got, mut next) = (0, 0u32);
+        while st.unread() > 0 {
+            let n = st.take_rx(&mut buf);
+            assert!(n == buf.len() || st.unread() == 0, "a short read of {n}");
+            got += n;
+            // 4-byte words throughout (reads and chunks are multiples of 4).
+            for w in buf[..n].chunks(4) {
+                assert_eq!(u32::from_le_bytes(w.try_into().unwrap()), next);
+                next += 1;
+            }
+        }
+        assert_eq!(got, total);
+        assert_eq!(next, sent);
+        assert!(st.cold.as_ref().unwrap().rx_over.is_empty());
     }
 
     /// Appending keeps the unread bytes and their order.
