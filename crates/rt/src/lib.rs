@@ -21,9 +21,12 @@
 //! | [`pool`] | `spawn_blocking` for blocking calls, `offload` for CPU-heavy work |
 //! | [`stats`] | per-loop introspection snapshots |
 //!
-//! `unsafe` lives in `task::raw`, `task::waker`, `task::queue`, `uring`
-//! (the ring's submissions and provided buffers) and `time` (one
-//! `clock_gettime`) only; every block there says why it holds.
+//! `unsafe` lives in `task` (`raw`, `waker`, `queue`, `join`), `uring`
+//! (the ring's submissions and provided buffers), the loops' registry and
+//! thread context, `net` (a descriptor changing owners), and system calls
+//! in `time` (`clock_gettime`), `stats` (`gettid`, `getrusage`) and
+//! `priority` (the pool threads' nice value and scheduling class) only;
+//! every block there says why it holds.
 #![warn(missing_docs, clippy::undocumented_unsafe_blocks)]
 
 pub(crate) mod loom;
@@ -38,6 +41,7 @@ pub mod fs;
 pub mod gen_table;
 pub mod net;
 pub mod pool;
+mod priority;
 pub(crate) mod reactor;
 pub mod stats;
 pub mod sync;

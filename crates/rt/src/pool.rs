@@ -8,6 +8,19 @@
 //! * the **CPU** pool ([`offload`], [`cpu_pool`]) for CPU-heavy work: one thread
 //!   per core by default, so offloaded work never oversubscribes the machine.
 //!
+//! # Priority
+//!
+//! A pool's threads may run nicer than their creator ([`PoolConfig::nice`]) and,
+//! while the pool keeps up, in the kernel's background class
+//! ([`PoolConfig::background_after`]): the CPU pool does both, so event loops
+//! always run first. A job left waiting longer than `background_after` is the
+//! sign that the loops leave the pool too little: every thread (the ones in the
+//! middle of a job too) is raised back to its nice value for a while. Raising
+//! needs a privilege an unprivileged process lacks unless `RLIMIT_NICE` allows
+//! it; the pool's first thread tries it once, and without it the threads never
+//! enter the background class. The thread list behind the raise is kept under
+//! the pool's mutex, which a thread leaves only after taking itself off it.
+//!
 //! A server may also own its own [`Pool`]s. The calling task awaits a [`PoolJob`];
 //! the pool thread wakes it through its `Waker`, so under this runtime the task
 //! resumes on its own loop with the result.
@@ -53,6 +66,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use crate::priority;
 use crate::sync::oneshot;
 use crate::sync::{WaitId, WaitQueue, WaitStatus, WakeList};
 use crate::task::JoinError;
@@ -61,6 +75,21 @@ use crate::task::JoinError;
 /// 10 steps give a thread about a tenth of a loop's CPU share while both are
 /// runnable, and a waking loop preempts it.
 pub const CPU_POOL_NICE: i32 = 10;
+
+/// The CPU pool's default [`PoolConfig::background_after`]: a job that
+/// waited this long for a thread means the background class starves the
+/// pool (a gzip of 2 MiB costs about 8 ms here).
+pub const CPU_POOL_BACKGROUND_AFTER: Duration = Duration::from_millis(50);
+
+/// How long a pool stays raised out of the background class after a job
+/// waited too long: long enough to clear a backlog, short enough to give
+/// the loops their head start back soon after.
+const BOOST_HOLD: Duration = Duration::from_millis(200);
+
+/// A job running in the background class for this many times
+/// `background_after` raises the pool as a waiting one does: with nothing
+/// queued behind it, a starved job would otherwise never be noticed.
+const RUN_BOUND: u32 = 4;
 
 /// How a [`Pool`] is sized.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,6 +106,13 @@ pub struct PoolConfig {
     /// positive value lets the kernel run event loops first whenever both
     /// want a core.
     pub nice: i32,
+    /// `Some(wait)`: run jobs in the kernel's background class
+    /// (`SCHED_IDLE`: only on cores nothing else wants, preempted at once by
+    /// a waking loop) while the pool keeps up, and raise every thread back to
+    /// `nice` for a while when a job has waited longer than `wait` for a
+    /// thread. Only where the process may leave that class again (root,
+    /// `CAP_SYS_NICE` or `RLIMIT_NICE`); elsewhere the threads stay at `nice`.
+    pub background_after: Option<Duration>,
 }
 
 impl PoolConfig {
@@ -89,13 +125,16 @@ impl PoolConfig {
             queue_capacity: 4096,
             keep_alive: Duration::from_secs(10),
             nice: 0,
+            background_after: None,
         }
     }
 
     /// The CPU pool's defaults: `duality-cpu`, one thread per available core, 4096
-    /// queued jobs, 10 s keep-alive, nice [`CPU_POOL_NICE`]: offloaded work
-    /// takes the cores the loops leave (seed 002: a heavy job must not delay
-    /// everybody else's requests), and all of them when the loops are idle.
+    /// queued jobs, 10 s keep-alive, nice [`CPU_POOL_NICE`], in the
+    /// background class while it keeps up ([`CPU_POOL_BACKGROUND_AFTER`]):
+    /// offloaded work takes the cores the loops leave (seed 002: a heavy job
+    /// must not delay everybody else's requests), and all of them when the
+    /// loops are idle.
     pub fn cpu() -> PoolConfig {
         PoolConfig {
             name: "duality-cpu".into(),
@@ -103,6 +142,7 @@ impl PoolConfig {
             queue_capacity: 4096,
             keep_alive: Duration::from_secs(10),
             nice: CPU_POOL_NICE,
+            background_after: Some(CPU_POOL_BACKGROUND_AFTER),
         }
     }
 
@@ -174,6 +214,9 @@ struct Shared {
     /// Jobs run to the end; counted before the result is sent, so a task that got
     /// its result sees its job counted.
     completed: AtomicU64,
+    /// Whether this pool's threads may leave the background class again
+    /// (tried by its first thread, at its own nice value).
+    background_ok: OnceLock<bool>,
 }
 
 /// A type-erased job: runs the user's function (unless its `PoolJob` is gone),
@@ -183,6 +226,19 @@ type Job = Box<dyn FnOnce(&Shared) + Send>;
 struct QueuedJob {
     id: u64,
     run: Job,
+    /// When it was queued (only read by a pool with `background`).
+    queued_at: Instant,
+}
+
+/// A live pool thread, for a pool with `background`.
+struct Worker {
+    tid: i32,
+    /// Its nice value outside the background class.
+    nice: i32,
+    /// In the background class now.
+    background: bool,
+    /// When it started the job it is running (`None`: between jobs).
+    busy_since: Option<Instant>,
 }
 
 struct State {
@@ -197,6 +253,10 @@ struct State {
     idle: usize,
     next_thread_id: usize,
     shutdown: bool,
+    /// Live threads (a pool with `background` only).
+    workers: Vec<Worker>,
+    /// Until when the threads stay out of the background class.
+    raised_until: Option<Instant>,
 }
 
 impl State {
@@ -210,6 +270,56 @@ impl State {
         let mut left = free;
         self.room_waiters.grant(&mut left, wakes);
         self.reserved += free - left;
+    }
+
+    /// If the oldest queued job has waited longer than `after`, or a job
+    /// has run in the background class for [`RUN_BOUND`] times that, raises
+    /// every thread out of the class for [`BOOST_HOLD`]: the class is
+    /// starving the pool. A thread in the middle of a job is raised too (a
+    /// starved job would otherwise keep its thread for as long as the loops
+    /// stay busy).
+    fn raise_if_starved(&mut self, after: Duration, now: Instant) {
+        let waited = |since: Instant, bound: Duration| now.saturating_duration_since(since) > bound;
+        let starved = self
+            .queue
+            .front()
+            .is_some_and(|j| waited(j.queued_at, after))
+            || self.workers.iter().any(|w| {
+                w.background && w.busy_since.is_some_and(|t| waited(t, after * RUN_BOUND))
+            });
+        if !starved {
+            return;
+        }
+        self.raised_until = Some(now + BOOST_HOLD);
+        for w in self.workers.iter_mut().filter(|w| w.background) {
+            // The thread is alive: it leaves `workers` under this lock
+            // before it ends.
+            match priority::set_background(w.tid, false, w.nice) {
+                Ok(()) => w.background = false,
+                Err(e) => tracing::debug!("pool thread stays in the background: {e}"),
+            }
+        }
+    }
+
+    /// Marks thread `tid` as running a job (or not), for the starvation
+    /// check.
+    fn set_busy(&mut self, tid: i32, busy: bool) {
+        if let Some(w) = self.workers.iter_mut().find(|w| w.tid == tid) {
+            w.busy_since = busy.then(Instant::now);
+        }
+    }
+
+    /// Whether a thread is running a job in the background class.
+    fn background_busy(&self) -> bool {
+        self.workers
+            .iter()
+            .any(|w| w.background && w.busy_since.is_some())
+    }
+
+    /// Whether pool threads should take their next job in the background
+    /// class.
+    fn background_now(&self, now: Instant) -> bool {
+        !matches!(self.raised_until, Some(t) if now < t)
     }
 }
 
@@ -230,7 +340,6 @@ impl Pool {
         }
         Pool {
             shared: Arc::new(Shared {
-                config,
                 state: Mutex::new(State {
                     queue: VecDeque::new(),
                     reserved: 0,
@@ -240,9 +349,13 @@ impl Pool {
                     idle: 0,
                     next_thread_id: 0,
                     shutdown: false,
+                    workers: Vec::new(),
+                    raised_until: None,
                 }),
                 work: Condvar::new(),
                 completed: AtomicU64::new(0),
+                background_ok: OnceLock::new(),
+                config,
             }),
         }
     }
@@ -311,12 +424,23 @@ impl fmt::Debug for Pool {
 }
 
 impl Shared {
+    /// `background_after`, once a thread found that the class can be left.
+    fn background(&self) -> Option<Duration> {
+        self.config
+            .background_after
+            .filter(|_| self.background_ok.get() == Some(&true))
+    }
+
     /// Queues `run` (a slot is known to be free) and makes sure a thread will take
     /// it: wakes an idle one, or starts one if none is idle and the limit allows.
     fn enqueue(self: &Arc<Self>, mut st: MutexGuard<'_, State>, run: Job) -> u64 {
         let id = st.next_job_id;
         st.next_job_id += 1;
-        st.queue.push_back(QueuedJob { id, run });
+        let queued_at = Instant::now();
+        if let Some(after) = self.background() {
+            st.raise_if_starved(after, queued_at);
+        }
+        st.queue.push_back(QueuedJob { id, run, queued_at });
         let start = if st.idle < st.queue.len() && st.threads < self.config.max_threads {
             st.threads += 1;
             st.next_thread_id += 1;
@@ -362,21 +486,54 @@ impl Shared {
     /// A pool thread: take jobs until idle for `keep_alive` (or shut down with an
     /// empty queue).
     fn worker(self: Arc<Self>) {
-        if self.config.nice != 0 {
-            set_thread_nice(self.config.nice);
+        let tid = crate::stats::current_tid() as i32;
+        let nice = if self.config.nice != 0 {
+            priority::raise_nice(self.config.nice).unwrap_or_else(|e| {
+                tracing::debug!(
+                    "pool thread keeps its priority (nice +{}: {e})",
+                    self.config.nice
+                );
+                0
+            })
+        } else {
+            0
+        };
+        if self.config.background_after.is_some() {
+            self.background_ok
+                .get_or_init(|| priority::may_leave_idle(nice));
         }
         let capacity = self.config.queue_capacity;
         let mut st = lock(&self.state);
+        if self.background().is_some() {
+            st.workers.push(Worker {
+                tid,
+                nice,
+                background: false,
+                busy_since: None,
+            });
+        }
         loop {
+            if let Some(after) = self.background() {
+                let now = Instant::now();
+                st.raise_if_starved(after, now);
+                let want = st.background_now(now);
+                if let Some(w) = st.workers.iter_mut().find(|w| w.tid == tid) {
+                    if w.background != want && priority::set_background(0, want, nice).is_ok() {
+                        w.background = want;
+                    }
+                }
+            }
             if let Some(job) = st.queue.pop_front() {
                 let mut wakes = WakeList::new();
                 st.grant_room(capacity, &mut wakes);
+                st.set_busy(tid, true);
                 drop(st);
                 wakes.wake_all();
                 // The job catches the user's panic itself; this outer catch covers
                 // a panicking destructor of an unwanted result.
                 let _ = catch_unwind(AssertUnwindSafe(|| (job.run)(&self)));
                 st = lock(&self.state);
+                st.set_busy(tid, false);
                 continue;
             }
             if st.shutdown {
@@ -389,7 +546,14 @@ impl Shared {
                 if now >= deadline {
                     break true;
                 }
-                st = match self.work.wait_timeout(st, deadline - now) {
+                // While a job runs in the background class, an idle thread
+                // looks in every `after` to raise it if it starves.
+                let watch = self.background().filter(|_| st.background_busy());
+                if let Some(after) = watch {
+                    st.raise_if_starved(after, now);
+                }
+                let nap = watch.map_or(deadline - now, |a| a.min(deadline - now));
+                st = match self.work.wait_timeout(st, nap) {
                     Ok((g, _)) => g,
                     Err(p) => p.into_inner().0,
                 };
@@ -402,6 +566,7 @@ impl Shared {
                 break;
             }
         }
+        st.workers.retain(|w| w.tid != tid);
         st.threads -= 1;
     }
 }
@@ -596,32 +761,6 @@ where
     cpu_pool().run(f)
 }
 
-/// Raises the calling thread's nice value by `by` (at most to 19; Linux
-/// keeps one per thread, and a new thread starts with its creator's). A
-/// failure leaves the thread as it was: the priority is a preference.
-fn set_thread_nice(by: i32) {
-    // SAFETY: gettid, getpriority and setpriority take and return plain
-    // integers; with PRIO_PROCESS and a thread id they read and change only
-    // that thread. getpriority's -1 is a valid value, told apart from an
-    // error by errno, which is cleared first.
-    let r = unsafe {
-        let tid = libc::gettid() as libc::id_t;
-        *libc::__errno_location() = 0;
-        let now = libc::getpriority(libc::PRIO_PROCESS, tid);
-        if now == -1 && *libc::__errno_location() != 0 {
-            -1
-        } else {
-            libc::setpriority(libc::PRIO_PROCESS, tid, (now + by).min(19))
-        }
-    };
-    if r != 0 {
-        tracing::debug!(
-            "pool thread keeps its priority (nice +{by}: {})",
-            std::io::Error::last_os_error()
-        );
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -637,6 +776,7 @@ mod tests {
             queue_capacity: queue,
             keep_alive: Duration::from_secs(5),
             nice: 0,
+            background_after: None,
         })
     }
 
@@ -679,6 +819,107 @@ mod tests {
         assert_eq!(cpu, (base + i64::from(CPU_POOL_NICE)).min(19));
         let blocking = block_on(spawn_blocking(thread_nice)).unwrap();
         assert_eq!(blocking, base);
+    }
+
+    /// Where the process may leave the background class again (root here
+    /// and in CI), offloaded work runs in it while the pool keeps up;
+    /// elsewhere it stays at its nice value.
+    #[test]
+    fn cpu_pool_threads_run_in_the_background_where_allowed() {
+        let config = PoolConfig::cpu();
+        assert_eq!(config.background_after, Some(CPU_POOL_BACKGROUND_AFTER));
+        // A pool of its own: the global one may be raised by other tests.
+        let pool = Pool::new(PoolConfig {
+            name: "t-bg".into(),
+            ..config
+        });
+        let (bg, may) = block_on(pool.run(|| {
+            let bg = priority::is_background();
+            // The probe leaves this thread as it is.
+            (bg, priority::may_leave_idle(thread_nice() as i32))
+        }))
+        .unwrap();
+        assert_eq!(bg, may);
+    }
+
+    /// A job that waits longer than `background_after` raises every thread
+    /// of the pool out of the background class, the one in the middle of a
+    /// job included, and the jobs after it run raised.
+    #[test]
+    fn a_starved_pool_raises_its_threads() {
+        let pool = Pool::new(PoolConfig {
+            name: "t-raise".into(),
+            max_threads: 1,
+            queue_capacity: 8,
+            keep_alive: Duration::from_secs(5),
+            nice: 5,
+            background_after: Some(Duration::from_millis(5)),
+        });
+        let (release_tx, release_rx) = std_mpsc::channel::<()>();
+        let (started_tx, started_rx) = std_mpsc::channel::<bool>();
+        let mut first = pool.run(move || {
+            started_tx.send(priority::is_background()).unwrap();
+            let _ = release_rx.recv();
+            priority::is_background()
+        });
+        let w = CountingWaker::new();
+        assert!(poll_counting(&mut first, &w).is_pending());
+        let started_in_background = started_rx.recv().unwrap();
+        if !priority::may_leave_idle(thread_nice() as i32 + 5) {
+            assert!(!started_in_background, "never entered without a way out");
+            return;
+        }
+        assert!(
+            started_in_background,
+            "a pool that keeps up runs in the background"
+        );
+        let mut second = pool.run(priority::is_background);
+        assert!(poll_counting(&mut second, &w).is_pending());
+        std::thread::sleep(Duration::from_millis(20));
+        // Queued behind a job that has now waited 20 ms: the pool raises.
+        let mut third = pool.run(priority::is_background);
+        assert!(poll_counting(&mut third, &w).is_pending());
+        release_tx.send(()).unwrap();
+        assert!(!block_on(first).unwrap(), "the running job was raised");
+        assert!(!block_on(second).unwrap());
+        assert!(!block_on(third).unwrap());
+    }
+
+    /// With nothing queued behind it, a job that runs in the background
+    /// class for long is raised by an idle thread of the pool.
+    #[test]
+    fn a_long_background_job_is_raised() {
+        let pool = Pool::new(PoolConfig {
+            name: "t-long".into(),
+            max_threads: 2,
+            queue_capacity: 8,
+            keep_alive: Duration::from_secs(5),
+            nice: 5,
+            background_after: Some(Duration::from_millis(5)),
+        });
+        if !priority::may_leave_idle(thread_nice() as i32 + 5) {
+            return; // never in the background: nothing to raise
+        }
+        let (release_tx, release_rx) = std_mpsc::channel::<()>();
+        let (started_tx, started_rx) = std_mpsc::channel::<bool>();
+        let mut long = pool.run(move || {
+            started_tx.send(priority::is_background()).unwrap();
+            let _ = release_rx.recv();
+            priority::is_background()
+        });
+        let w = CountingWaker::new();
+        // A second job at the same time starts the second thread, which is
+        // idle once it is done.
+        let mut short = pool.run(|| ());
+        assert!(poll_counting(&mut long, &w).is_pending());
+        let _ = poll_counting(&mut short, &w);
+        assert!(started_rx.recv().unwrap(), "started in the background");
+        block_on(short).unwrap();
+        assert_eq!(pool.stats().threads, 2);
+        // Past RUN_BOUND x 5 ms, with margin.
+        std::thread::sleep(Duration::from_millis(80));
+        release_tx.send(()).unwrap();
+        assert!(!block_on(long).unwrap(), "the long job was raised");
     }
 
     #[test]
@@ -811,6 +1052,7 @@ mod tests {
             queue_capacity: 4,
             keep_alive: Duration::from_millis(20),
             nice: 0,
+            background_after: None,
         });
         block_on(pool.run(|| ())).unwrap();
         assert_eq!(pool.stats().threads, 1);
