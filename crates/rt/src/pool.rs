@@ -18,7 +18,8 @@
 //! middle of a job too) is raised back to its nice value for a while. Raising
 //! needs a privilege an unprivileged process lacks unless `RLIMIT_NICE` allows
 //! it; the pool's first thread tries it once, and without it the threads never
-//! enter the background class. The thread list behind the raise is kept under
+//! enter the background class. Threads wait for work outside the class (an idle
+//! one watches for a job starving in it). The thread list behind the raise is kept under
 //! the pool's mutex, which a thread leaves only after taking itself off it.
 //!
 //! A server may also own its own [`Pool`]s. The calling task awaits a [`PoolJob`];
@@ -516,7 +517,10 @@ impl Shared {
             if let Some(after) = self.background() {
                 let now = Instant::now();
                 st.raise_if_starved(after, now);
-                let want = st.background_now(now);
+                // Jobs run in the class; a thread waits (and watches for
+                // starved jobs) outside it, where a busy machine cannot
+                // starve the watch.
+                let want = !st.queue.is_empty() && st.background_now(now);
                 if let Some(w) = st.workers.iter_mut().find(|w| w.tid == tid) {
                     if w.background != want && priority::set_background(0, want, nice).is_ok() {
                         w.background = want;
@@ -527,7 +531,12 @@ impl Shared {
                 let mut wakes = WakeList::new();
                 st.grant_room(capacity, &mut wakes);
                 st.set_busy(tid, true);
+                // Idle threads asleep for their keep-alive start watching.
+                let watch = st.idle > 0 && st.background_busy();
                 drop(st);
+                if watch {
+                    self.work.notify_all();
+                }
                 wakes.wake_all();
                 // The job catches the user's panic itself; this outer catch covers
                 // a panicking destructor of an unwanted result.
@@ -842,6 +851,10 @@ mod tests {
         assert_eq!(bg, may);
     }
 
+    /// `background_after` in the tests below: long enough that a busy
+    /// machine's wake-ups stay under it.
+    const AFTER: Duration = Duration::from_millis(50);
+
     /// A job that waits longer than `background_after` raises every thread
     /// of the pool out of the background class, the one in the middle of a
     /// job included, and the jobs after it run raised.
@@ -853,8 +866,11 @@ mod tests {
             queue_capacity: 8,
             keep_alive: Duration::from_secs(5),
             nice: 5,
-            background_after: Some(Duration::from_millis(5)),
+            background_after: Some(AFTER),
         });
+        // The thread started (and its probe done) before the jobs that count:
+        // a busy machine may take longer than `AFTER` to start a thread.
+        block_on(pool.run(|| ())).unwrap();
         let (release_tx, release_rx) = std_mpsc::channel::<()>();
         let (started_tx, started_rx) = std_mpsc::channel::<bool>();
         let mut first = pool.run(move || {
@@ -875,8 +891,8 @@ mod tests {
         );
         let mut second = pool.run(priority::is_background);
         assert!(poll_counting(&mut second, &w).is_pending());
-        std::thread::sleep(Duration::from_millis(20));
-        // Queued behind a job that has now waited 20 ms: the pool raises.
+        std::thread::sleep(3 * AFTER);
+        // Queued behind a job that has now waited past `AFTER`: the pool raises.
         let mut third = pool.run(priority::is_background);
         assert!(poll_counting(&mut third, &w).is_pending());
         release_tx.send(()).unwrap();
@@ -895,11 +911,21 @@ mod tests {
             queue_capacity: 8,
             keep_alive: Duration::from_secs(5),
             nice: 5,
-            background_after: Some(Duration::from_millis(5)),
+            background_after: Some(AFTER),
         });
         if !priority::may_leave_idle(thread_nice() as i32 + 5) {
             return; // never in the background: nothing to raise
         }
+        // Both threads started (and the probe done) first: two jobs that
+        // wait for each other need two threads. One is left idle to watch.
+        let both = Arc::new(std::sync::Barrier::new(2));
+        let (b1, b2) = (both.clone(), both);
+        let (mut j1, mut j2) = (pool.run(move || b1.wait()), pool.run(move || b2.wait()));
+        let w = CountingWaker::new();
+        let _ = (poll_counting(&mut j1, &w), poll_counting(&mut j2, &w));
+        block_on(j1).unwrap();
+        block_on(j2).unwrap();
+        assert_eq!(pool.stats().threads, 2);
         let (release_tx, release_rx) = std_mpsc::channel::<()>();
         let (started_tx, started_rx) = std_mpsc::channel::<bool>();
         let mut long = pool.run(move || {
@@ -907,17 +933,10 @@ mod tests {
             let _ = release_rx.recv();
             priority::is_background()
         });
-        let w = CountingWaker::new();
-        // A second job at the same time starts the second thread, which is
-        // idle once it is done.
-        let mut short = pool.run(|| ());
         assert!(poll_counting(&mut long, &w).is_pending());
-        let _ = poll_counting(&mut short, &w);
         assert!(started_rx.recv().unwrap(), "started in the background");
-        block_on(short).unwrap();
-        assert_eq!(pool.stats().threads, 2);
-        // Past RUN_BOUND x 5 ms, with margin.
-        std::thread::sleep(Duration::from_millis(80));
+        // Past RUN_BOUND x AFTER, with margin.
+        std::thread::sleep((RUN_BOUND + 2) * AFTER);
         release_tx.send(()).unwrap();
         assert!(!block_on(long).unwrap(), "the long job was raised");
     }
