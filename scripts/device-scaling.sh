@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The scaling checks two cores cannot answer, sized for one call of the
+# `device` tool (a 16-core machine, 10 minutes a command, 8 files back):
+#   colors  — hand-off models against the N-copy bound at N = 1..8 (issue 16)
+#   offload — cheap p99 beside 1% gzip with cores to spare (issue 12; no nginx there)
+#   echo    — hand-off models against symped and sped with a core each (issue 10)
+#
+# Usage, from the repository root:
+#   scripts/device-scaling.sh BINARY OUTDIR [quick]
+# BINARY is a release build of `duality` (carry a stripped copy: the
+# working tree and carried paths travel within 64 MiB together). Each
+# experiment writes its directory under /tmp; OUTDIR gets only each one's
+# Markdown table and JSON plus one log (the tool brings back 8 files).
+# `quick` runs every experiment in its --quick mode (a check of the script).
+set -u
+bin=${1:?a duality binary}
+out=${2:?an output directory}
+quick=${3:-}
+mkdir -p "$out"
+log="$out/device-scaling.log"
+work=$(mktemp -d /tmp/device-scaling.XXXXXX)
+cores=$(nproc)
+echo "$(date -u +%FT%TZ) $cores cores, $(uname -r)" | tee "$log"
+
+# run NAME SECONDS ARGS...: one experiment, stopped after SECONDS.
+run() {
+    local name=$1 limit=$2
+    shift 2
+    local q=()
+    [ "$quick" = quick ] && q=(--quick)
+    echo "== $name: $bin bench $* ${q[*]} ($(date -u +%T))" | tee -a "$log"
+    timeout "$limit" "$bin" bench "$@" "${q[@]}" --out "$work/$name" >>"$log" 2>&1
+    echo "exit $? ($(date -u +%T))" | tee -a "$log"
+    for f in "$work/$name"/*.md "$work/$name"/*.json; do
+        [ -e "$f" ] && cp "$f" "$out/$name-$(basename "$f")"
+    done
+}
+
+# Client loops and connections grow with the machine so the load generator
+# is not the limit (see README: the colors experiment).
+run colors 240 colors --threads 1,2,4,8 --client-loops 4 --clients 64 --rounds 2
+run offload 180 offload --no-nginx
+half=$((cores / 2 > 1 ? cores / 2 : 1))
+quarter=$((cores / 4 > 1 ? cores / 4 : 1))
+run echo 150 models --service echo --no-peers --clients 8,40,120 --windows 3 \
+    --models "sped,symped:$half,amped:$half,seda:2:$half,seda-s:$quarter"
+rm -rf "$work"
