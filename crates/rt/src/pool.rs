@@ -851,6 +851,24 @@ mod tests {
         assert_eq!(bg, may);
     }
 
+    /// A job that runs until the returned sender is sent to or dropped, and
+    /// answers whether it ended in the background class; also whether it
+    /// started in it (known once it has started).
+    fn held_job(
+        pool: &Pool,
+        w: &Arc<CountingWaker>,
+    ) -> (std_mpsc::Sender<()>, bool, PoolJob<bool>) {
+        let (release_tx, release_rx) = std_mpsc::channel::<()>();
+        let (started_tx, started_rx) = std_mpsc::channel::<bool>();
+        let mut job = pool.run(move || {
+            started_tx.send(priority::is_background()).unwrap();
+            let _ = release_rx.recv();
+            priority::is_background()
+        });
+        assert!(poll_counting(&mut job, w).is_pending());
+        (release_tx, started_rx.recv().unwrap(), job)
+    }
+
     /// `background_after` in the tests below: long enough that a busy
     /// machine's wake-ups stay under it.
     const AFTER: Duration = Duration::from_millis(50);
@@ -871,16 +889,8 @@ mod tests {
         // The thread started (and its probe done) before the jobs that count:
         // a busy machine may take longer than `AFTER` to start a thread.
         block_on(pool.run(|| ())).unwrap();
-        let (release_tx, release_rx) = std_mpsc::channel::<()>();
-        let (started_tx, started_rx) = std_mpsc::channel::<bool>();
-        let mut first = pool.run(move || {
-            started_tx.send(priority::is_background()).unwrap();
-            let _ = release_rx.recv();
-            priority::is_background()
-        });
         let w = CountingWaker::new();
-        assert!(poll_counting(&mut first, &w).is_pending());
-        let started_in_background = started_rx.recv().unwrap();
+        let (release_tx, started_in_background, first) = held_job(&pool, &w);
         if !priority::may_leave_idle(thread_nice() as i32 + 5) {
             assert!(!started_in_background, "never entered without a way out");
             return;
@@ -926,15 +936,8 @@ mod tests {
         block_on(j1).unwrap();
         block_on(j2).unwrap();
         assert_eq!(pool.stats().threads, 2);
-        let (release_tx, release_rx) = std_mpsc::channel::<()>();
-        let (started_tx, started_rx) = std_mpsc::channel::<bool>();
-        let mut long = pool.run(move || {
-            started_tx.send(priority::is_background()).unwrap();
-            let _ = release_rx.recv();
-            priority::is_background()
-        });
-        assert!(poll_counting(&mut long, &w).is_pending());
-        assert!(started_rx.recv().unwrap(), "started in the background");
+        let (release_tx, started_in_background, long) = held_job(&pool, &w);
+        assert!(started_in_background);
         // Past RUN_BOUND x AFTER, with margin.
         std::thread::sleep((RUN_BOUND + 2) * AFTER);
         release_tx.send(()).unwrap();
