@@ -488,7 +488,9 @@ impl Shared {
     /// empty queue).
     fn worker(self: Arc<Self>) {
         let tid = crate::stats::current_tid() as i32;
-        let nice = if self.config.nice != 0 {
+        // A pool in the background class needs the thread's own nice value
+        // to come back to, even when it adds nothing to it.
+        let nice = if self.config.nice != 0 || self.config.background_after.is_some() {
             priority::raise_nice(self.config.nice).unwrap_or_else(|e| {
                 tracing::debug!(
                     "pool thread keeps its priority (nice +{}: {e})",
