@@ -59,6 +59,10 @@ pub struct HttpBenchArgs {
     /// Internal (--child): request target.
     #[arg(long, hide = true)]
     path: Option<String>,
+    /// Internal (--child): the server's processes, whose CPU time is read
+    /// over the window.
+    #[arg(long, hide = true, value_delimiter = ',')]
+    server_pids: Vec<u32>,
 }
 
 pub fn run(a: HttpBenchArgs) -> anyhow::Result<()> {
@@ -200,12 +204,13 @@ pub fn run(a: HttpBenchArgs) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
     let rows = http::run(&x, &mut |r| {
         eprintln!(
-            "{:<16} {:>5} x{:<6} {:>12} req/s {:>10.1} Mbit/s{}",
+            "{:<16} {:>5} x{:<6} {:>12} req/s {:>10.1} Mbit/s {:>7.2} us/req{}",
             r.server,
             r.file,
             r.clients,
             duality_bench::report::thousands(r.requests_per_sec),
             r.mbit_per_sec,
+            r.cpu_us_per_request,
             if r.errors > 0 {
                 format!("  ({} errors)", r.errors)
             } else {
@@ -263,6 +268,7 @@ fn child(a: &HttpBenchArgs) -> anyhow::Result<()> {
         threads: a.client_threads.unwrap_or(1).max(1),
         warmup: Duration::from_secs_f64(a.warmup),
         measure: Duration::from_secs_f64(a.seconds),
+        server_pids: a.server_pids.clone(),
     };
     let r = http::load(&spec)?;
     println!("{}", serde_json::to_string(&r)?);

@@ -131,31 +131,6 @@ impl FileSet {
     }
 }
 
-/// Process `pid` and its children (nginx's workers), from `/proc`.
-pub fn process_tree(pid: u32) -> Vec<u32> {
-    let mut pids = vec![pid];
-    if let Ok(dir) = std::fs::read_dir("/proc") {
-        for e in dir.flatten() {
-            let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-                continue;
-            };
-            let ppid = std::fs::read_to_string(format!("/proc/{p}/stat"))
-                .ok()
-                .and_then(|s| {
-                    s[s.rfind(')')? + 2..]
-                        .split_whitespace()
-                        .nth(1)?
-                        .parse()
-                        .ok()
-                });
-            if ppid == Some(pid) {
-                pids.push(p);
-            }
-        }
-    }
-    pids
-}
-
 /// `read_bytes` of `/proc/<pid>/io`: bytes this process caused to be read
 /// from storage.
 pub fn storage_read_bytes(pid: u32) -> u64 {
@@ -164,7 +139,7 @@ pub fn storage_read_bytes(pid: u32) -> u64 {
 
 /// CPU time and storage reads of a process tree, summed.
 fn tree_usage(pid: u32) -> (Duration, u64) {
-    process_tree(pid)
+    crate::proc::process_tree(pid)
         .into_iter()
         .fold((Duration::ZERO, 0), |(c, r), p| {
             (
@@ -543,19 +518,5 @@ mod tests {
         std::fs::write(set.path(299), b"x").unwrap();
         set.evict().unwrap();
         let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn the_process_tree_holds_the_process_and_its_children() {
-        let mut child = std::process::Command::new("sleep")
-            .arg("5")
-            .spawn()
-            .unwrap();
-        let me = std::process::id();
-        let tree = process_tree(me);
-        assert_eq!(tree[0], me);
-        assert!(tree.contains(&child.id()), "{tree:?}");
-        let _ = child.kill();
-        let _ = child.wait();
     }
 }

@@ -41,7 +41,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering:
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// One point of the figure. Serialised as exactly these five fields.
+/// One point of the figure. Serialised as exactly these six fields.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct HttpRow {
     /// Server configuration (see [`ServerKind::label`]).
@@ -54,6 +54,11 @@ pub struct HttpRow {
     pub requests_per_sec: f64,
     /// Response-body bandwidth, Mbit/s.
     pub mbit_per_sec: f64,
+    /// The server's CPU time (user + system, every process and thread of
+    /// it: nginx's master and workers) over the measured window, divided by
+    /// the requests completed in it, microseconds. On a machine the load
+    /// generator shares, this, not requests/s, says whose code is cheaper.
+    pub cpu_us_per_request: f64,
     /// Failed requests and connections during the point (not in the JSON).
     #[serde(skip_serializing, default)]
     pub errors: u64,
@@ -176,11 +181,18 @@ pub struct LoadResult {
     pub seconds: f64,
     /// Connections open at the end of the window.
     pub connected: usize,
+    /// CPU time the server's processes ([`LoadSpec::server_pids`]) used
+    /// over the window, seconds.
+    #[serde(default)]
+    pub server_cpu_seconds: f64,
 }
 
 impl LoadResult {
-    /// Adds another process's result (windows are taken as equal).
+    /// Adds another process's result (windows are taken as equal; each
+    /// load process measured the same server's CPU over its own window, so
+    /// the caller averages `server_cpu_seconds`: here they add up).
     pub fn merge(&mut self, o: &LoadResult) {
+        self.server_cpu_seconds += o.server_cpu_seconds;
         self.requests += o.requests;
         self.body_bytes += o.body_bytes;
         self.errors += o.errors;
@@ -204,6 +216,9 @@ pub struct LoadSpec {
     pub warmup: Duration,
     /// The measured window.
     pub measure: Duration,
+    /// The server's processes, whose CPU time is read at both ends of the
+    /// window (none: not measured).
+    pub server_pids: Vec<u32>,
 }
 
 #[repr(align(128))]
@@ -267,11 +282,13 @@ pub fn load(spec: &LoadSpec) -> anyhow::Result<LoadResult> {
         std::thread::sleep(Duration::from_millis(10));
     }
     std::thread::sleep(spec.warmup);
+    let cpu0 = crate::proc::cpu_time_of_all(&spec.server_pids);
     let (r0, b0) = (sum(|c| &c.requests), sum(|c| &c.bytes));
     let t0 = Instant::now();
     std::thread::sleep(spec.measure);
     let (r1, b1) = (sum(|c| &c.requests), sum(|c| &c.bytes));
     let seconds = t0.elapsed().as_secs_f64();
+    let cpu1 = crate::proc::cpu_time_of_all(&spec.server_pids);
     let connected = shared.connected.load(Relaxed).max(0) as usize;
     shared.stop.store(true, Relaxed);
     // Clients stop after their current response; stragglers are cancelled
@@ -289,6 +306,7 @@ pub fn load(spec: &LoadSpec) -> anyhow::Result<LoadResult> {
         errors: sum(|c| &c.errors),
         seconds,
         connected,
+        server_cpu_seconds: cpu1.saturating_sub(cpu0).as_secs_f64(),
     })
 }
 
@@ -787,12 +805,14 @@ http {{
 
 /// Measures one point: in this process when the clients fit under
 /// `per_process`, else split over child processes
-/// (`exe bench http --child …`) started together.
+/// (`exe bench http --child …`) started together. `server_pids`: the
+/// server's processes, whose CPU time is measured over the window.
 pub fn measure_point(
     x: &Experiment,
     addr: SocketAddr,
     path: &str,
     clients: usize,
+    server_pids: &[u32],
 ) -> anyhow::Result<LoadResult> {
     let spec = LoadSpec {
         addr,
@@ -801,6 +821,7 @@ pub fn measure_point(
         threads: x.client_threads,
         warmup: Duration::from_secs_f64(x.warmup),
         measure: Duration::from_secs_f64(x.seconds),
+        server_pids: server_pids.to_vec(),
     };
     if clients <= x.per_process {
         return load(&spec);
@@ -823,6 +844,7 @@ pub fn measure_point(
             .args(["--seconds", &x.seconds.to_string()])
             .args(["--warmup", &x.warmup.to_string()])
             .args(["--client-threads", &x.client_threads.to_string()])
+            .args(pids_arg(server_pids))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -837,7 +859,18 @@ pub fn measure_point(
         let r: LoadResult = serde_json::from_slice(&out.stdout)?;
         total.merge(&r);
     }
+    // Every child watched the same server over (nearly) the same window.
+    total.server_cpu_seconds /= procs as f64;
     Ok(total)
+}
+
+/// `--server-pids P,Q` for a load child (nothing when there are none).
+fn pids_arg(pids: &[u32]) -> Vec<String> {
+    if pids.is_empty() {
+        return Vec::new();
+    }
+    let list: Vec<String> = pids.iter().map(u32::to_string).collect();
+    vec!["--server-pids".into(), list.join(",")]
 }
 
 /// Kills a load child that was not waited for (an earlier one failed).
@@ -868,7 +901,7 @@ pub fn run(x: &Experiment, progress: &mut dyn FnMut(&HttpRow)) -> anyhow::Result
     std::fs::set_permissions(&files.0, std::fs::Permissions::from_mode(0o755))?;
     write_workload_files(&files.0, &x.workloads)?;
     let max_clients = x.clients.iter().copied().max().unwrap_or(1);
-    let mut servers: Vec<(String, RunningServer)> = Vec::new();
+    let mut servers: Vec<(String, RunningServer, Vec<u32>)> = Vec::new();
     for kind in &x.servers {
         let server = match kind {
             ServerKind::Duality {
@@ -886,7 +919,9 @@ pub fn run(x: &Experiment, progress: &mut dyn FnMut(&HttpRow)) -> anyhow::Result
                 RunningServer::nginx(nginx, &files.0, *workers, fd_limit)?
             }
         };
-        servers.push((kind.label(), server));
+        // nginx's workers are its master's children; they stay for the run.
+        let pids = crate::proc::process_tree(server.pid());
+        servers.push((kind.label(), server, pids));
     }
     // A throwaway round first, so that no server's first point pays for
     // cold caches (its page cache, the kernel's, the CPUs' clocks).
@@ -895,9 +930,9 @@ pub fn run(x: &Experiment, progress: &mut dyn FnMut(&HttpRow)) -> anyhow::Result
         warmup: 0.0,
         ..x.clone()
     };
-    for (_, server) in &servers {
+    for (_, server, pids) in &servers {
         for w in &x.workloads {
-            measure_point(&warm, server.addr, &format!("/{}", w.name), 16)?;
+            measure_point(&warm, server.addr, &format!("/{}", w.name), 16, pids)?;
         }
     }
     let repeat = x.repeat.max(1);
@@ -909,7 +944,8 @@ pub fn run(x: &Experiment, progress: &mut dyn FnMut(&HttpRow)) -> anyhow::Result
             for rep in 0..repeat {
                 for k in 0..servers.len() {
                     let i = (k + rep) % servers.len();
-                    let r = measure_point(x, servers[i].1.addr, &path, clients)?;
+                    let (_, server, pids) = &servers[i];
+                    let r = measure_point(x, server.addr, &path, clients, pids)?;
                     if r.connected < clients {
                         eprintln!(
                             "{} {} x{clients}: only {} connections were open at the end of the window",
@@ -921,7 +957,7 @@ pub fn run(x: &Experiment, progress: &mut dyn FnMut(&HttpRow)) -> anyhow::Result
                     std::thread::sleep(Duration::from_millis(50 + clients as u64 / 64));
                 }
             }
-            for (i, (label, _)) in servers.iter().enumerate() {
+            for (i, (label, ..)) in servers.iter().enumerate() {
                 let errors = samples[i].iter().map(|r| r.errors).sum();
                 let mut s = samples[i].clone();
                 s.sort_by(|a, b| rate(a).total_cmp(&rate(b)));
@@ -932,6 +968,11 @@ pub fn run(x: &Experiment, progress: &mut dyn FnMut(&HttpRow)) -> anyhow::Result
                     clients,
                     requests_per_sec: rate(m),
                     mbit_per_sec: m.body_bytes as f64 * 8.0 / 1e6 / m.seconds,
+                    cpu_us_per_request: if m.requests > 0 {
+                        m.server_cpu_seconds * 1e6 / m.requests as f64
+                    } else {
+                        0.0
+                    },
                     errors,
                     connected: m.connected,
                 };
@@ -952,9 +993,10 @@ fn rate(r: &LoadResult) -> f64 {
     }
 }
 
-/// The Markdown report: per workload, a requests/s table and a Mbit/s
-/// table (rows: clients, columns: servers), each with the ratio of the best
-/// duality configuration to the best nginx one.
+/// The Markdown report: per workload, a requests/s, a Mbit/s and a server
+/// CPU per request table (rows: clients, columns: servers), each with the
+/// ratio of the best duality configuration to the best nginx one (for CPU
+/// the lowest to the lowest).
 pub fn table(rows: &[HttpRow]) -> String {
     let mut servers: Vec<&str> = Vec::new();
     let mut files: Vec<&str> = Vec::new();
@@ -975,23 +1017,35 @@ pub fn table(rows: &[HttpRow]) -> String {
     let has_duality = servers.iter().any(|s| s.starts_with("duality"));
     let mut out = String::new();
     for file in &files {
-        for (what, get, fmt) in [
+        for (what, get, fmt, lower_is_better) in [
             (
                 "requests/s",
                 (|r: &HttpRow| r.requests_per_sec) as fn(&HttpRow) -> f64,
                 (|v: f64| crate::report::thousands(v)) as fn(f64) -> String,
+                false,
             ),
             (
                 "Mbit/s",
                 |r: &HttpRow| r.mbit_per_sec,
                 |v: f64| format!("{v:.1}"),
+                false,
+            ),
+            (
+                "server CPU µs per request",
+                |r: &HttpRow| r.cpu_us_per_request,
+                |v: f64| format!("{v:.2}"),
+                true,
             ),
         ] {
             out.push_str(&format!("\n**{file} file, {what}**\n\n"));
             let mut header = vec!["clients"];
             header.extend(servers.iter().copied());
             if has_nginx && has_duality {
-                header.push("best duality / best nginx");
+                header.push(if lower_is_better {
+                    "lowest duality / lowest nginx"
+                } else {
+                    "best duality / best nginx"
+                });
             }
             let cells: Vec<Vec<String>> = clients
                 .iter()
@@ -1025,7 +1079,15 @@ pub fn table(rows: &[HttpRow]) -> String {
                                 .iter()
                                 .filter(|s| s.starts_with(prefix))
                                 .filter_map(|s| at(s).map(get))
-                                .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))))
+                                .fold(None, |m: Option<f64>, v| {
+                                    Some(m.map_or(v, |m| {
+                                        if lower_is_better {
+                                            m.min(v)
+                                        } else {
+                                            m.max(v)
+                                        }
+                                    }))
+                                })
                         };
                         line.push(match (best("duality"), best("nginx")) {
                             (Some(d), Some(n)) if n > 0.0 => format!("{:.2}", d / n),
@@ -1043,12 +1105,20 @@ pub fn table(rows: &[HttpRow]) -> String {
 
 /// CSV: one line per row, with the error count and the connections open.
 pub fn csv(rows: &[HttpRow]) -> String {
-    let mut out =
-        String::from("server,file,clients,requests_per_sec,mbit_per_sec,errors,connected\n");
+    let mut out = String::from(
+        "server,file,clients,requests_per_sec,mbit_per_sec,cpu_us_per_request,errors,connected\n",
+    );
     for r in rows {
         out.push_str(&format!(
-            "{},{},{},{:.1},{:.3},{},{}\n",
-            r.server, r.file, r.clients, r.requests_per_sec, r.mbit_per_sec, r.errors, r.connected
+            "{},{},{},{:.1},{:.3},{:.3},{},{}\n",
+            r.server,
+            r.file,
+            r.clients,
+            r.requests_per_sec,
+            r.mbit_per_sec,
+            r.cpu_us_per_request,
+            r.errors,
+            r.connected
         ));
     }
     out
@@ -1158,6 +1228,7 @@ mod tests {
             clients,
             requests_per_sec: rps,
             mbit_per_sec: rps * 800.0 / 1e6,
+            cpu_us_per_request: 1e6 / rps,
             errors: 0,
             connected: clients,
         };
@@ -1171,9 +1242,14 @@ mod tests {
         assert!(t.contains("| clients | duality-knot-c | nginx-1w | best duality / best nginx |"));
         assert!(t.contains("| 1 | 1,000 | 500 | 2.00 |"), "{t}");
         assert!(t.contains("| 4 | 3,000 | 3,000 | 1.00 |"), "{t}");
+        // CPU: lower is better, so the ratio compares the lowest.
+        assert!(
+            t.contains("| clients | duality-knot-c | nginx-1w | lowest duality / lowest nginx |")
+        );
+        assert!(t.contains("| 1 | 1000.00 | 2000.00 | 0.50 |"), "{t}");
         let c = csv(&rows);
         assert_eq!(c.lines().count(), 5);
-        assert!(c.contains("duality-knot-c,100B,1,1000.0,0.800,0,1"));
+        assert!(c.contains("duality-knot-c,100B,1,1000.0,0.800,1000.000,0,1"));
         let json = crate::report::json(&rows);
         let v: serde_json::Value = serde_json::from_str(&json).unwrap();
         let mut keys: Vec<&String> = v[0].as_object().unwrap().keys().collect();
@@ -1185,7 +1261,8 @@ mod tests {
                 "file",
                 "mbit_per_sec",
                 "requests_per_sec",
-                "server"
+                "server",
+                "cpu_us_per_request"
             ]
         );
     }

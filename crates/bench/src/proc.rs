@@ -72,6 +72,39 @@ pub fn clock_ticks() -> u64 {
     }
 }
 
+/// Process `pid` and its children (nginx's workers), from `/proc`.
+pub fn process_tree(pid: u32) -> Vec<u32> {
+    let mut pids = vec![pid];
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for e in dir.flatten() {
+            let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                continue;
+            };
+            let ppid = std::fs::read_to_string(format!("/proc/{p}/stat"))
+                .ok()
+                .and_then(|s| {
+                    s[s.rfind(')')? + 2..]
+                        .split_whitespace()
+                        .nth(1)?
+                        .parse()
+                        .ok()
+                });
+            if ppid == Some(pid) {
+                pids.push(p);
+            }
+        }
+    }
+    pids
+}
+
+/// CPU time (user + system) of the processes `pids`, summed (one that
+/// has gone counts nothing).
+pub fn cpu_time_of_all(pids: &[u32]) -> std::time::Duration {
+    pids.iter()
+        .map(|&p| cpu_time_of(p).unwrap_or_default())
+        .sum()
+}
+
 /// Context switches (voluntary + involuntary) of every live thread of `pid`.
 pub fn ctx_switches_of(pid: u32) -> u64 {
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
@@ -167,5 +200,19 @@ mod syscall_tests {
             None
         );
         assert_eq!(super::parse_perf_count(""), None);
+    }
+
+    #[test]
+    fn the_process_tree_holds_the_process_and_its_children() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let me = std::process::id();
+        let tree = super::process_tree(me);
+        assert_eq!(tree[0], me);
+        assert!(tree.contains(&child.id()), "{tree:?}");
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }

@@ -1,0 +1,54 @@
+//! `duality bench http --quick` end to end: a real server process, every
+//! point measured and written to the results files, with the server's CPU
+//! time per request beside requests/s.
+
+use std::process::Command;
+
+#[test]
+fn quick_http_run_writes_every_point_with_server_cpu() {
+    let out = std::env::temp_dir().join(format!("duality-bench-http-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let run = Command::new(env!("CARGO_BIN_EXE_duality"))
+        .args(["bench", "http", "--quick", "--json", "--sizes", "100"])
+        .args(["--servers", "duality-sped", "--client-threads", "1"])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("run duality bench http");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "bench failed: {stderr}");
+    let stdout: serde_json::Value = serde_json::from_slice(&run.stdout).expect("stdout is JSON");
+    let file: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("http.json")).unwrap()).unwrap();
+    assert_eq!(stdout, file);
+    let rows = file.as_array().unwrap();
+    let clients: Vec<u64> = rows
+        .iter()
+        .map(|r| r["clients"].as_u64().unwrap())
+        .collect();
+    assert_eq!(clients, [1, 16, 256], "{rows:?}");
+    for r in rows {
+        assert_eq!(r["server"], "duality-sped");
+        assert_eq!(r["file"], "100B");
+        let rps = r["requests_per_sec"].as_f64().unwrap();
+        assert!(rps > 0.0, "{r}");
+        // 100-byte bodies: Mbit/s follows from requests/s.
+        let mbit = r["mbit_per_sec"].as_f64().unwrap();
+        assert!((mbit - rps * 800.0 / 1e6).abs() < 0.01 * mbit + 0.01, "{r}");
+        // The server did work in the window: some CPU per request, and
+        // less than a whole window of both cores per request.
+        let us = r["cpu_us_per_request"].as_f64().unwrap();
+        assert!(us > 0.0 && us < 1e6, "{r}");
+    }
+    let md = std::fs::read_to_string(out.join("http.md")).unwrap();
+    assert!(
+        md.contains("**100B file, server CPU µs per request**"),
+        "{md}"
+    );
+    let csv = std::fs::read_to_string(out.join("http.csv")).unwrap();
+    assert!(
+        csv.starts_with("server,file,clients,requests_per_sec,mbit_per_sec,cpu_us_per_request,")
+    );
+    assert_eq!(csv.lines().count(), 4, "{csv}");
+    let _ = std::fs::remove_dir_all(&out);
+}
