@@ -6,7 +6,8 @@
 //!   appending each response to `out`                 ← batching point: the
 //!     (flushed early before a sendfile body, or past FLUSH_AT)   responses to
 //!   flush `out`                                        pipelined requests
-//!   a response that closes → flush, lingering close    share one write
+//!     (a lone cached body goes from the cache itself)    share one write
+//!   a response that closes → flush, lingering close
 //!   read more:
 //!     buffer empty → wait at most idle_timeout, then close silently
 //!     a head begun → wait until its deadline, then 408 and close
@@ -75,6 +76,11 @@ const REQUESTS_PER_TURN: usize = 16;
 /// Bytes per `sendfile` call; the task yields between calls so that one
 /// large file does not hold its loop.
 const SENDFILE_CHUNK: u64 = 256 * 1024;
+/// A cached body at least this large, answering the first request of a
+/// write, is not copied into `out`: the write sends it from the cache entry
+/// (`Conn::write_vec_shared_for`). Smaller ones cost less to copy than a
+/// second segment does.
+const SHARED_BODY_MIN: usize = 4096;
 /// Bytes per file read through the ring (io_uring loops).
 const RING_FILE_CHUNK: u64 = 64 * 1024;
 /// Longest lingering close.
@@ -98,6 +104,7 @@ pub async fn serve_conn(conn: Conn, payload: Payload, state: Arc<HttpState>) {
         track_phase: state.cfg.stub_status.is_some(),
         state,
         out: Vec::new(),
+        shared_body: None,
         peer,
         answered: 0,
         read_at: None,
@@ -113,6 +120,9 @@ struct Connection {
     state: Arc<HttpState>,
     /// Response bytes not yet written.
     out: Vec<u8>,
+    /// A cached body that follows `out` (sent from the cache entry, not
+    /// copied): only ever after the one response `out` holds.
+    shared_body: Option<(Arc<[u8]>, std::ops::Range<usize>)>,
     /// The client's address, for the access log.
     peer: String,
     /// Requests whose responses are in `out` (or being sent), not yet
@@ -155,6 +165,7 @@ impl Connection {
                     Ok(None) => {
                         // Sent after the responses before it, by the flush below.
                         if continue_due(&buf[used..filled], &limits) {
+                            self.settle_body();
                             self.out.extend_from_slice(CONTINUE);
                         }
                         break;
@@ -251,9 +262,30 @@ impl Connection {
         self.conn.read_for(buf, Some(wait)).await
     }
 
-    /// Writes and empties `out`.
+    /// Copies a shared body into `out`, so that another response can
+    /// follow it.
+    fn settle_body(&mut self) {
+        if let Some((body, range)) = self.shared_body.take() {
+            self.out.extend_from_slice(&body[range]);
+        }
+    }
+
+    /// Appends the body `span` of `bytes` after the head just written to
+    /// `out`: shared rather than copied when it is large and the only
+    /// response `out` holds (`alone`).
+    fn push_cached_body(&mut self, bytes: &Arc<[u8]>, span: Option<ByteRange>, alone: bool) {
+        let Some(span) = span else { return };
+        let range = span.start as usize..span.end() as usize;
+        if alone && range.len() >= SHARED_BODY_MIN && range.end <= bytes.len() {
+            self.shared_body = Some((bytes.clone(), range));
+        } else {
+            push_body(&mut self.out, bytes, Some(span));
+        }
+    }
+
+    /// Writes and empties `out` (and the shared body after it).
     async fn flush(&mut self) -> io::Result<()> {
-        if self.out.is_empty() {
+        if self.out.is_empty() && self.shared_body.is_none() {
             return Ok(());
         }
         if self.answered > 0 {
@@ -262,10 +294,15 @@ impl Connection {
             }
             self.answered = 0;
         }
-        let r = self
-            .conn
-            .write_vec_for(&mut self.out, Some(self.state.cfg.write_timeout))
-            .await;
+        let wait = Some(self.state.cfg.write_timeout);
+        let r = match self.shared_body.take() {
+            Some((body, range)) => {
+                self.conn
+                    .write_vec_shared_for(&mut self.out, &body, range, wait)
+                    .await
+            }
+            None => self.conn.write_vec_for(&mut self.out, wait).await,
+        };
         if matches!(&r, Err(e) if matches!(e.kind(), io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock))
         {
             self.state.counters.write_timeouts.fetch_add(1, Relaxed);
@@ -281,6 +318,7 @@ impl Connection {
     /// Appends the response to a request that could not be parsed (or
     /// timed out) and logs it.
     fn error(&mut self, e: HttpError, head: Option<&Head<'_>>) -> Plan {
+        self.settle_body();
         let date = now();
         let plan = write_error(e, head, as_str(&date), &mut self.out);
         self.state.counters.requests.fetch_add(1, Relaxed);
@@ -292,6 +330,8 @@ impl Connection {
     /// sending a large file body itself). A plan that does not keep alive
     /// ends the connection.
     async fn respond(&mut self, head: &Head<'_>) -> io::Result<Plan> {
+        self.settle_body();
+        let alone = self.out.is_empty();
         if head.method == Method::Other {
             return Ok(self.error(HttpError::keep(Status::MethodNotAllowed), Some(head)));
         }
@@ -329,7 +369,7 @@ impl Connection {
             if let Some((encoding, bytes)) = hit {
                 let plan =
                     plan_encoded(head, &f.meta, f.content_type, encoding, date, &mut self.out);
-                push_body(&mut self.out, &bytes, plan.body);
+                self.push_cached_body(&bytes, plan.body, alone);
                 self.log(Some(head), &plan);
                 return Ok(plan);
             }
@@ -355,7 +395,7 @@ impl Connection {
                 bytes,
             }) => {
                 let plan = plan_encoded(head, &meta, content_type, encoding, date, &mut self.out);
-                push_body(&mut self.out, &bytes, plan.body);
+                self.push_cached_body(&bytes, plan.body, alone);
                 plan
             }
             Ok(Found::File {

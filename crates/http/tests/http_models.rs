@@ -1,10 +1,11 @@
 //! The same handler under every threading model: pipelined requests, a
-//! sendfile body, and the head deadline (which under `thread-per-conn` is
+//! sendfile body, cached bodies sent alone and behind others, and the head
+//! deadline (which under `thread-per-conn` is
 //! enforced by the socket's own timeouts, not by a timer).
 
 mod common;
 
-use common::{fnv1a, read_file, TestServer};
+use common::{fnv1a, read_file, TestServer, CACHED};
 use duality_models::ServerBuilder;
 use std::time::Duration;
 
@@ -30,9 +31,11 @@ fn exercise_under_faults(model: &str) {
 
 fn exercise_on(s: &TestServer, model: &str) {
     let big = fnv1a(&read_file(&s.www().join("big.bin")));
+    let cached = read_file(&s.www().join("cached.bin"));
     let addr = s.addr;
     let clients: Vec<_> = (0..4)
         .map(|_| {
+            let cached = cached.clone();
             std::thread::spawn(move || {
                 let mut c = common::Client::connect(addr);
                 c.send(
@@ -45,6 +48,28 @@ fn exercise_on(s: &TestServer, model: &str) {
                 assert_eq!(fnv1a(&c.response(false).body), big);
                 assert_eq!(c.response(false).status, 404);
                 assert_eq!(c.response(false).text(), "<h1>sub</h1>\n");
+                // A cached body alone in its write (sent from the cache
+                // entry), twice (a lookup, then a hit), and a range of it;
+                // then behind and before other responses in one write.
+                for _ in 0..2 {
+                    assert_eq!(c.get("/cached.bin").body, cached);
+                }
+                let r = c.get_with("/cached.bin", "Range: bytes=7-15006\r\n");
+                assert_eq!((r.status, &r.body[..]), (206, &cached[7..15007]));
+                c.send(
+                    "GET /cached.bin HTTP/1.1\r\nHost: t\r\n\r\n\
+                     HEAD /cached.bin HTTP/1.1\r\nHost: t\r\n\r\n\
+                     GET /cached.bin HTTP/1.1\r\nHost: t\r\nRange: bytes=-5000\r\n\r\n\
+                     GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n\
+                     GET /cached.bin HTTP/1.1\r\nHost: t\r\n\r\n",
+                );
+                assert_eq!(c.response(false).body, cached);
+                let h = c.response(true);
+                assert_eq!(h.header("content-length"), Some("20000"));
+                let r = c.response(false);
+                assert_eq!((r.status, &r.body[..]), (206, &cached[CACHED - 5000..]));
+                assert_eq!(c.response(false).text(), "hello, world\n");
+                assert_eq!(c.response(false).body, cached);
             })
         })
         .collect();

@@ -561,6 +561,56 @@ impl Conn {
         r
     }
 
+    /// Writes all of `head`, then `body[range]`, and leaves `head` empty
+    /// (as [`write_vec_for`](Self::write_vec_for)): a response head and a
+    /// shared body, such as a cached file's. Under io_uring an idle
+    /// connection sends the body from where it lies, in one gather send,
+    /// instead of copying it into a send buffer; under epoll it is one
+    /// `writev`. A `range` outside `body` is `InvalidInput`.
+    pub async fn write_vec_shared_for(
+        &mut self,
+        head: &mut Vec<u8>,
+        body: &Arc<[u8]>,
+        range: std::ops::Range<usize>,
+        wait: Option<Duration>,
+    ) -> io::Result<()> {
+        let Some(n) = body.get(range.clone()).map(|b| head.len() + b.len()) else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "write_vec_shared_for: range outside the body",
+            ));
+        };
+        let r = match (&mut self.io, wait) {
+            (Io::Tcp(s), None) => s.write_vec_shared(head, body, range).await,
+            (Io::Unix(s), None) => s.write_vec_shared(head, body, range).await,
+            (Io::Tcp(s), Some(w)) => duality_rt::time::timeout(
+                w.max(Duration::from_millis(1)),
+                s.write_vec_shared(head, body, range),
+            )
+            .await
+            .unwrap_or_else(|_| Err(timed_out())),
+            (Io::Unix(s), Some(w)) => duality_rt::time::timeout(
+                w.max(Duration::from_millis(1)),
+                s.write_vec_shared(head, body, range),
+            )
+            .await
+            .unwrap_or_else(|_| Err(timed_out())),
+            (Io::BlockingTcp(..) | Io::BlockingUnix(..), _) => {
+                let r = match self.write_all_for(head, wait).await {
+                    Ok(()) => self.write_all_for(&body[range], wait).await,
+                    e => e,
+                };
+                head.clear();
+                return r;
+            }
+        };
+        head.clear();
+        if r.is_ok() {
+            self.count_written(n);
+        }
+        r
+    }
+
     /// [`write_all`](Self::write_all), giving up with `TimedOut` when the
     /// client has taken nothing more for `wait` (a client that never reads):
     /// the bound is per wait, not for the whole buffer. Works in every model,

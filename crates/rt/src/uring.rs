@@ -140,6 +140,7 @@ pub(crate) fn unavailable() -> Option<&'static str> {
                     let needed = [
                         opcode::RecvMulti::CODE,
                         opcode::Send::CODE,
+                        opcode::SendMsg::CODE,
                         opcode::AcceptMulti::CODE,
                         opcode::PollAdd::CODE,
                         opcode::AsyncCancel::CODE,
@@ -217,13 +218,16 @@ struct St {
     /// an `St`): `rx` stays near `RX_LIMIT`, receiving stops past it.
     rx_pos: u32,
     rx_eof: bool,
-    rx_err: Option<io::Error>,
     want_recv: bool,
     recv: Option<NonZeroU64>,
     recv_cancelled: bool,
     reader: Option<Waker>,
     // Sending.
     tx: Vec<u8>,
+    /// Shared bytes queued after `tx` (a cached file body): sent from where
+    /// they lie, in one gather send with `tx`, never copied. Boxed: idle
+    /// connections (most of them) pay one pointer.
+    tx_tail: Option<Box<Tail>>,
     /// Bytes of the send in flight (0: none; capped at `u32::MAX`).
     tx_busy: u32,
     tx_err: Option<io::ErrorKind>,
@@ -236,6 +240,29 @@ struct St {
     // The handle was dropped.
     closed: bool,
     lingering: bool,
+}
+
+/// Shared bytes queued to send: `body[start..end]`.
+struct Tail {
+    body: Arc<[u8]>,
+    start: usize,
+    end: usize,
+}
+
+impl Tail {
+    fn bytes(&self) -> &[u8] {
+        &self.body[self.start..self.end]
+    }
+}
+
+/// A gather send in flight: the queued bytes and the shared tail after
+/// them, and the message that points at both (stable in this box until
+/// the completion).
+struct GatherSend {
+    head: Vec<u8>,
+    tail: Box<Tail>,
+    iov: [libc::iovec; 2],
+    msg: libc::msghdr,
 }
 
 /// The part of a socket's state few sockets use.
@@ -255,6 +282,8 @@ struct Cold {
     /// kept here it costs what it holds and is freed as it is read.
     rx_over: VecDeque<Box<[u8]>>,
     rx_over_len: usize,
+    /// A receive error, for the reader (rare: kept out of line).
+    rx_err: Option<io::Error>,
 }
 
 impl Default for Cold {
@@ -268,6 +297,7 @@ impl Default for Cold {
             acc: Accepting::default(),
             rx_over: VecDeque::new(),
             rx_over_len: 0,
+            rx_err: None,
         }
     }
 }
@@ -283,6 +313,40 @@ struct Accepting {
 }
 
 impl St {
+    /// A receive error waits for the reader.
+    fn has_rx_err(&self) -> bool {
+        self.cold.as_ref().is_some_and(|c| c.rx_err.is_some())
+    }
+
+    /// Records a receive error for the reader.
+    fn set_rx_err(&mut self, e: io::Error) {
+        self.cold.get_or_insert_with(Default::default).rx_err = Some(e);
+    }
+
+    /// Bytes queued and not yet submitted: `tx`, then the shared tail.
+    fn tx_queued(&self) -> usize {
+        self.tx.len() + self.tx_tail.as_ref().map_or(0, |t| t.end - t.start)
+    }
+
+    /// Nothing queued and nothing in flight.
+    fn tx_idle(&self) -> bool {
+        self.tx.is_empty() && self.tx_tail.is_none() && self.tx_busy == 0
+    }
+
+    /// Copies a queued shared tail into `tx`, so that newer bytes can
+    /// follow it.
+    fn settle_tail(&mut self) {
+        if let Some(t) = self.tx_tail.take() {
+            self.tx.extend_from_slice(t.bytes());
+        }
+    }
+
+    /// Drops what is queued (the send failed).
+    fn clear_tx(&mut self) {
+        self.tx.clear();
+        self.tx_tail = None;
+    }
+
     /// Moves unread bytes into `buf`: `rx` first, then overflow chunks, as
     /// far as `buf` goes. A drained queue goes back to the thread's spares.
     fn take_rx(&mut self, buf: &mut [u8]) -> usize {
@@ -367,7 +431,7 @@ impl Io {
     /// Ready when bytes, end of stream or an error wait; arms the receive.
     pub(crate) fn poll_readable(self: &Arc<Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let mut st = lock_std(&self.st);
-        if st.unread() > 0 || st.rx_eof || st.rx_err.is_some() {
+        if st.unread() > 0 || st.rx_eof || st.has_rx_err() {
             return Poll::Ready(Ok(()));
         }
         self.wait_recv(&mut st, cx);
@@ -402,14 +466,14 @@ impl Io {
                 && st.recv.is_none()
                 && !st.rx_eof
                 && st.unread() < RX_LIMIT / 2
-                && st.rx_err.is_none()
+                && !st.has_rx_err()
             {
                 self.schedule();
             }
             crate::coop::spend();
             return Poll::Ready(Ok(n));
         }
-        if let Some(e) = st.rx_err.take() {
+        if let Some(e) = st.cold.as_mut().and_then(|c| c.rx_err.take()) {
             crate::coop::spend();
             return Poll::Ready(Err(e));
         }
@@ -452,16 +516,17 @@ impl Io {
         if buf.is_empty() {
             return Poll::Ready(Ok(0));
         }
-        let queued = st.tx.len() + st.tx_busy as usize;
+        let queued = st.tx_queued() + st.tx_busy as usize;
         if queued >= TX_LIMIT {
             st.writer = Some(cx.waker().clone());
             return Poll::Pending;
         }
         let n = buf.len().min(TX_LIMIT - queued);
-        let first = st.tx.is_empty();
+        let first = st.tx.is_empty() && st.tx_tail.is_none();
         if st.tx.capacity() == 0 {
             st.tx = spare_buf();
         }
+        st.settle_tail();
         st.tx.extend_from_slice(&buf[..n]);
         if first && st.tx_busy == 0 {
             self.schedule();
@@ -486,13 +551,59 @@ impl Io {
         if buf.is_empty() {
             return Poll::Ready(Ok(()));
         }
-        if st.tx.is_empty() && st.tx_busy == 0 {
+        if st.tx_idle() {
             std::mem::swap(&mut st.tx, buf);
             buf.clear();
             self.schedule();
-        } else if st.tx.len() + (st.tx_busy as usize) < TX_LIMIT {
+        } else if st.tx_queued() + (st.tx_busy as usize) < TX_LIMIT {
+            st.settle_tail();
             st.tx.extend_from_slice(buf);
             buf.clear();
+        } else {
+            st.writer = Some(cx.waker().clone());
+            return Poll::Pending;
+        }
+        crate::coop::spend();
+        Poll::Ready(Ok(()))
+    }
+
+    /// Queues all of `head`, then `body[range]`, and leaves `head` empty.
+    /// An idle socket takes `head` itself and sends the body from where it
+    /// lies, in one gather send: the body is never copied in user space
+    /// (the kernel reads one hot copy for every connection sending it).
+    /// Otherwise both are copied in, as [`poll_write_vec`](Self::poll_write_vec).
+    pub(crate) fn poll_write_shared(
+        self: &Arc<Self>,
+        cx: &mut Context<'_>,
+        head: &mut Vec<u8>,
+        body: &Arc<[u8]>,
+        range: std::ops::Range<usize>,
+    ) -> Poll<io::Result<()>> {
+        let mut st = match self.lock_for_write(cx) {
+            Poll::Ready(Ok(st)) => st,
+            Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+            Poll::Pending => return Poll::Pending,
+        };
+        let bytes = &body[range.clone()];
+        if st.tx_idle() && !bytes.is_empty() {
+            std::mem::swap(&mut st.tx, head);
+            head.clear();
+            st.tx_tail = Some(Box::new(Tail {
+                body: body.clone(),
+                start: range.start,
+                end: range.end,
+            }));
+            self.schedule();
+        } else if st.tx_queued() + (st.tx_busy as usize) < TX_LIMIT {
+            st.settle_tail();
+            if st.tx.is_empty() && st.tx_busy == 0 {
+                std::mem::swap(&mut st.tx, head);
+                self.schedule();
+            } else {
+                st.tx.extend_from_slice(head);
+            }
+            st.tx.extend_from_slice(bytes);
+            head.clear();
         } else {
             st.writer = Some(cx.waker().clone());
             return Poll::Pending;
@@ -507,7 +618,7 @@ impl Io {
         if let Some(kind) = st.tx_err {
             return Poll::Ready(Err(kind.into()));
         }
-        if st.tx.is_empty() && st.tx_busy == 0 {
+        if st.tx_idle() {
             return Poll::Ready(Ok(()));
         }
         st.writer = Some(cx.waker().clone());
@@ -517,7 +628,7 @@ impl Io {
     /// Shuts the socket down once what is queued has been sent.
     pub(crate) fn shutdown(&self, how: std::net::Shutdown) -> io::Result<()> {
         let mut st = lock_std(&self.st);
-        if how != std::net::Shutdown::Read && (!st.tx.is_empty() || st.tx_busy > 0) {
+        if how != std::net::Shutdown::Read && !st.tx_idle() {
             if how == std::net::Shutdown::Both {
                 shutdown_fd(self.fd, std::net::Shutdown::Read)?;
             }
@@ -640,6 +751,8 @@ enum OpKind {
         buf: Vec<u8>,
         off: usize,
     },
+    /// Queued bytes and a shared tail (boxed, as `File`).
+    Gather(Box<GatherSend>),
     Accept,
     Poll {
         write: bool,
@@ -926,7 +1039,7 @@ impl UringReactor {
                 st.recv_cancelled = false;
                 self.push(opcode::RecvMulti::new(fd, BUF_GROUP).build().user_data(ud));
             } else {
-                st.rx_err = Some(io::Error::other("io_uring: no receive buffers"));
+                st.set_rx_err(io::Error::other("io_uring: no receive buffers"));
                 if let Some(w) = st.reader.take() {
                     w.wake();
                 }
@@ -950,10 +1063,8 @@ impl UringReactor {
                     .user_data(ud),
             );
         }
-        if st.tx_busy == 0 && !st.tx.is_empty() && st.tx_err.is_none() {
-            let buf = std::mem::take(&mut st.tx);
-            st.tx_busy = in_flight(&buf);
-            self.submit_send(io, buf, 0);
+        if st.tx_busy == 0 && st.tx_err.is_none() {
+            self.submit_queued(io, &mut st);
         }
         for (i, write) in [(0, false), (1, true)] {
             let bit = if write { WRITABLE } else { READABLE };
@@ -978,6 +1089,58 @@ impl UringReactor {
         }
     }
 
+    /// Submits what `st` has queued (nothing if nothing is): `tx` alone, or
+    /// `tx` and the shared tail in one gather send.
+    fn submit_queued(&self, io: &Arc<Io>, st: &mut St) {
+        let tail = st.tx_tail.take();
+        if st.tx.is_empty() && tail.is_none() {
+            return;
+        }
+        let buf = std::mem::take(&mut st.tx);
+        match tail {
+            None => {
+                st.tx_busy = in_flight(&buf);
+                self.submit_send(io, buf, 0);
+            }
+            Some(tail) => {
+                st.tx_busy = u32::try_from(buf.len() + tail.bytes().len()).unwrap_or(u32::MAX);
+                self.submit_gather(io, buf, tail);
+            }
+        }
+    }
+
+    /// One `sendmsg` of `head` then `tail`'s bytes.
+    fn submit_gather(&self, io: &Arc<Io>, head: Vec<u8>, tail: Box<Tail>) {
+        let iov = |b: &[u8]| libc::iovec {
+            iov_base: b.as_ptr() as *mut libc::c_void,
+            iov_len: b.len(),
+        };
+        let mut g = Box::new(GatherSend {
+            iov: [iov(&head), iov(tail.bytes())],
+            head,
+            tail,
+            // SAFETY: an all-zero msghdr is valid: no name, no control
+            // data, no iovecs (set just below), no flags.
+            msg: unsafe { std::mem::zeroed() },
+        });
+        g.msg.msg_iov = g.iov.as_mut_ptr();
+        g.msg.msg_iovlen = 2;
+        // The box's heap block does not move when the box moves into the
+        // table: the message, the iovecs and the bytes they point at stay
+        // where they are until the completion removes the operation.
+        let msg: *const libc::msghdr = &g.msg;
+        let ud = self.ops.borrow_mut().insert(Op {
+            io: Some(io.clone()),
+            kind: OpKind::Gather(g),
+        });
+        self.push(
+            opcode::SendMsg::new(types::Fd(io.fd), msg)
+                .flags(libc::MSG_NOSIGNAL as u32)
+                .build()
+                .user_data(ud),
+        );
+    }
+
     fn submit_send(&self, io: &Arc<Io>, buf: Vec<u8>, off: usize) {
         let ptr = buf[off..].as_ptr();
         let len = (buf.len() - off) as u32;
@@ -991,6 +1154,40 @@ impl UringReactor {
                 .build()
                 .user_data(ud),
         );
+    }
+
+    /// After the send of `buf` (all of it, or failed with `res`): records
+    /// an error, submits what was queued meanwhile, or shuts down as asked;
+    /// wakes the writer.
+    fn send_done(
+        &self,
+        io: &Arc<Io>,
+        mut st: std::sync::MutexGuard<'_, St>,
+        res: i32,
+        buf: Vec<u8>,
+    ) {
+        st.tx_busy = 0;
+        if res < 0 {
+            let e = io::Error::from_raw_os_error(-res);
+            st.tx_err = Some(if res == -libc::ECANCELED {
+                io::ErrorKind::BrokenPipe
+            } else {
+                e.kind()
+            });
+            st.clear_tx();
+        } else if res == 0 {
+            st.tx_err = Some(io::ErrorKind::WriteZero);
+            st.clear_tx();
+        }
+        keep_buf(buf, TX_KEEP);
+        if !st.tx.is_empty() || st.tx_tail.is_some() {
+            self.submit_queued(io, &mut st);
+        } else if let Some(how) = st.shutdown_after_tx.take() {
+            let _ = shutdown_fd(io.fd, how);
+        }
+        if let Some(w) = st.writer.take() {
+            w.wake();
+        }
     }
 
     /// Reads up to `len` bytes of `file` at `offset` through the ring (the
@@ -1198,9 +1395,9 @@ impl UringReactor {
                             // writes fail now rather than after their send.
                             if st.tx_err.is_none() {
                                 st.tx_err = Some(err.kind());
-                                st.tx.clear();
+                                st.clear_tx();
                             }
-                            st.rx_err = Some(err);
+                            st.set_rx_err(err);
                             if let Some(w) = st.writer.take() {
                                 w.wake();
                             }
@@ -1229,7 +1426,7 @@ impl UringReactor {
                 }
             }
             OpKind::Send { buf, off } => {
-                let mut st = lock_std(&io.st);
+                let st = lock_std(&io.st);
                 if res >= 0 && (*off + res as usize) < buf.len() && res > 0 {
                     // A short send: the rest goes next, before anything newer.
                     let buf = std::mem::take(buf);
@@ -1248,32 +1445,33 @@ impl UringReactor {
                     return false;
                 };
                 drop(ops);
-                st.tx_busy = 0;
-                if res < 0 {
-                    let e = io::Error::from_raw_os_error(-res);
-                    st.tx_err = Some(if res == -libc::ECANCELED {
-                        io::ErrorKind::BrokenPipe
-                    } else {
-                        e.kind()
-                    });
-                    st.tx.clear();
-                } else if res == 0 {
-                    st.tx_err = Some(io::ErrorKind::WriteZero);
-                    st.tx.clear();
-                }
-                keep_buf(buf, TX_KEEP);
-                if !st.tx.is_empty() {
-                    let next = std::mem::take(&mut st.tx);
-                    st.tx_busy = in_flight(&next);
+                self.send_done(&io, st, res, buf);
+            }
+            OpKind::Gather(g) => {
+                let st = lock_std(&io.st);
+                let head_len = g.head.len();
+                let total = head_len + g.tail.bytes().len();
+                if res > 0 && (res as usize) < total {
+                    // A short send: the rest, copied once, goes next.
+                    let sent = res as usize;
+                    let mut rest = std::mem::take(&mut g.head);
+                    rest.drain(..sent.min(head_len));
+                    rest.extend_from_slice(&g.tail.bytes()[sent.saturating_sub(head_len)..]);
+                    drop(ops.remove(ud));
+                    drop(ops);
                     drop(st);
-                    self.submit_send(&io, next, 0);
-                    st = lock_std(&io.st);
-                } else if let Some(how) = st.shutdown_after_tx.take() {
-                    let _ = shutdown_fd(io.fd, how);
+                    self.submit_send(&io, rest, 0);
+                    return false;
                 }
-                if let Some(w) = st.writer.take() {
-                    w.wake();
-                }
+                let Some(Op {
+                    kind: OpKind::Gather(g),
+                    ..
+                }) = ops.remove(ud)
+                else {
+                    return false;
+                };
+                drop(ops);
+                self.send_done(&io, st, res, g.head);
             }
             OpKind::Accept => {
                 let mut st = lock_std(&io.st);
@@ -1352,7 +1550,7 @@ impl UringReactor {
         self.ops
             .borrow()
             .values()
-            .any(|op| matches!(op.kind, OpKind::Send { .. }))
+            .any(|op| matches!(op.kind, OpKind::Send { .. } | OpKind::Gather(_)))
     }
 
     /// Takes every waker held by sockets with operations in flight (loop shutdown).
@@ -1445,9 +1643,10 @@ mod tests {
     use super::{keep_buf, spare_buf, St, RX_KEEP, RX_LIMIT};
 
     /// Every connection, idle ones included, has an `Io` behind an `Arc`:
-    /// keep it within the allocator's 160-byte class (it was 256; readiness
-    /// and listener state live in a box made on first use, spare buffers in
-    /// the thread's pool).
+    /// keep it within the allocator's 160-byte class (it was 256; readiness,
+    /// listener state and receive errors live in a box made on first use,
+    /// a queued shared body in a box of its own, spare buffers in the
+    /// thread's pool).
     #[test]
     fn a_sockets_ring_state_stays_small() {
         let arc_header = 2 * std::mem::size_of::<usize>();

@@ -63,6 +63,9 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
 
 /// Size of `big.bin`: well above the cache and sendfile thresholds.
 pub const BIG: usize = 3 * 1024 * 1024 + 12345;
+/// Size of `cached.bin`: kept in the page cache, and large enough that a
+/// response with it alone sends the body from the cache entry itself.
+pub const CACHED: usize = 20_000;
 
 /// ```text
 /// <tmp>/outside/secret.txt                 never served
@@ -96,6 +99,7 @@ pub fn tree(tag: &str) -> TempDir {
     fs::write(www.join("empty.txt"), "").unwrap();
     fs::write(www.join("big.bin"), pseudo_random(BIG, 7)).unwrap();
     fs::write(www.join("mid.bin"), pseudo_random(100 * 1024, 11)).unwrap();
+    fs::write(www.join("cached.bin"), pseudo_random(CACHED, 13)).unwrap();
     fs::write(www.join("sub/index.html"), "<h1>sub</h1>\n").unwrap();
     fs::write(www.join("sub/page.html"), "<p>page</p>\n").unwrap();
     fs::write(www.join("my dir/index.html"), "<h1>my dir</h1>\n").unwrap();

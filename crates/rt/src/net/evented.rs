@@ -363,6 +363,47 @@ where
         }
     }
 
+    /// Writes all of `head`, then `body[range]`, and leaves `head` empty.
+    /// Under io_uring an idle socket sends the body from where it lies (one
+    /// gather send, no copy); under epoll, `writev` of both. A `range`
+    /// outside `body` is `InvalidInput`.
+    pub(crate) async fn write_vec_shared(
+        &self,
+        head: &mut Vec<u8>,
+        body: &Arc<[u8]>,
+        range: std::ops::Range<usize>,
+    ) -> io::Result<()> {
+        let Some(tail) = body.get(range.clone()) else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "write_vec_shared: range outside the body",
+            ));
+        };
+        if let (Reg::Uring(io), None) = (&self.reg, &self.faults) {
+            return poll_fn(|cx| io.poll_write_shared(cx, head, body, range.clone())).await;
+        }
+        let mut done = 0;
+        let total = head.len() + tail.len();
+        let r = loop {
+            if done == total {
+                break Ok(());
+            }
+            let (a, b) = if done < head.len() {
+                (&head[done..], tail)
+            } else {
+                (&[][..], &tail[done - head.len()..])
+            };
+            let bufs = [io::IoSlice::new(a), io::IoSlice::new(b)];
+            match poll_fn(|cx| self.poll_write_vectored(cx, &bufs)).await {
+                Ok(0) => break Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => done += n,
+                Err(e) => break Err(e),
+            }
+        };
+        head.clear();
+        r
+    }
+
     pub(crate) async fn write_all(&self, mut buf: &[u8]) -> io::Result<()> {
         while !buf.is_empty() {
             match self.write(buf).await? {
@@ -399,6 +440,19 @@ macro_rules! stream_methods {
             /// buffer itself instead of a copy, and gives its spare back.
             pub async fn write_vec(&self, buf: &mut Vec<u8>) -> io::Result<()> {
                 self.io.write_vec(buf).await
+            }
+            /// Writes all of `head`, then `body[range]`, and leaves `head`
+            /// empty: a response head and a shared cached body. Under
+            /// io_uring an idle socket sends the body from where it lies, in
+            /// one gather send with the head, instead of copying it into a
+            /// send buffer; under epoll it is one `writev`.
+            pub async fn write_vec_shared(
+                &self,
+                head: &mut Vec<u8>,
+                body: &std::sync::Arc<[u8]>,
+                range: std::ops::Range<usize>,
+            ) -> io::Result<()> {
+                self.io.write_vec_shared(head, body, range).await
             }
             /// Waits until the socket is readable (or closed).
             pub async fn readable(&self) -> io::Result<()> {
