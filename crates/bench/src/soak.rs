@@ -115,8 +115,20 @@ impl Service for Kv {
 
 struct Http;
 
-/// The web server's soak file.
-const BODY: &[u8] = b"soak body: the same bytes every time\n";
+/// The web server's soak file: 8 KiB of numbered lines, large enough that
+/// a response alone in its write is sent from the server's cache entry
+/// (the gather path), while pipelined ones are copied behind it.
+static BODY: std::sync::LazyLock<Vec<u8>> = std::sync::LazyLock::new(|| {
+    let mut b = Vec::with_capacity(BODY_LEN);
+    let mut line = 0;
+    while b.len() < BODY_LEN {
+        b.extend_from_slice(format!("soak body line {line:05}\n").as_bytes());
+        line += 1;
+    }
+    b.truncate(BODY_LEN);
+    b
+});
+const BODY_LEN: usize = 8192;
 
 impl Service for Http {
     fn good(&self, s: &mut TcpStream, _: usize, _: u64) -> std::io::Result<()> {
@@ -144,7 +156,7 @@ impl Service for Http {
             }
             got.extend_from_slice(&buf[..n]);
         }
-        if &got[head_end..] != BODY {
+        if got[head_end..] != BODY[..] {
             return Err(std::io::Error::other("wrong body"));
         }
         Ok(())
@@ -382,7 +394,7 @@ pub fn run(plan: &Plan, tick: &mut dyn FnMut(&SoakRow)) -> anyhow::Result<Vec<So
     }
     if plan.services.iter().any(|s| s == "http") {
         let dir = http::TempDir::new("soak-www")?;
-        std::fs::write(dir.0.join("soak.txt"), BODY)?;
+        std::fs::write(dir.0.join("soak.txt"), &*BODY)?;
         let s = http::RunningServer::duality(
             plan.exe,
             &dir.0,
