@@ -2,24 +2,12 @@
 //! processes: every row measured and written to the results files, and the
 //! placement that defeats round robin shows in its loop shares.
 
-use std::process::Command;
+mod common;
 
 #[test]
 fn quick_balance_run_writes_every_row() {
-    let out = std::env::temp_dir().join(format!("duality-bench-balance-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
-    let run = Command::new(env!("CARGO_BIN_EXE_duality"))
-        .args(["bench", "balance", "--quick", "--json", "--loops", "2"])
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .expect("run duality bench balance");
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "bench failed: {stderr}");
-    let stdout: serde_json::Value = serde_json::from_slice(&run.stdout).expect("stdout is JSON");
-    let file: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("balance.json")).unwrap()).unwrap();
-    assert_eq!(stdout, file);
+    let (r, file) = common::bench::run(&["balance", "--quick", "--loops", "2"], "balance.json");
+    let (stderr, out) = (&r.stderr, &r.out.0);
     let rows = file.as_array().unwrap();
     let mut want = vec![
         "duality symped:2 round-robin",
@@ -81,5 +69,4 @@ fn quick_balance_run_writes_every_row() {
             "{p:?}"
         );
     }
-    let _ = std::fs::remove_dir_all(&out);
 }

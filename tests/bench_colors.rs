@@ -2,25 +2,14 @@
 //! measured against real server processes (and audited), written to the
 //! results files.
 
-use std::process::Command;
+mod common;
 
 const SETUPS: [&str; 6] = ["amped", "seda", "seda-s", "symped", "n-copy", "tokio"];
 
 #[test]
 fn quick_colors_run_writes_every_setup_at_every_n() {
-    let out = std::env::temp_dir().join(format!("duality-bench-colors-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
-    let run = Command::new(env!("CARGO_BIN_EXE_duality"))
-        .args(["bench", "colors", "--quick", "--json", "--out"])
-        .arg(&out)
-        .output()
-        .expect("run duality bench colors");
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "bench failed: {stderr}");
-    let stdout: serde_json::Value = serde_json::from_slice(&run.stdout).expect("stdout is JSON");
-    let file: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("colors.json")).unwrap()).unwrap();
-    assert_eq!(stdout, file);
+    let (r, file) = common::bench::run(&["colors", "--quick"], "colors.json");
+    let out = &r.out.0;
     let rows = file.as_array().unwrap();
     assert_eq!(rows.len(), SETUPS.len() * 2, "{rows:?}");
     let row = |setup: &str, n: u64| {
@@ -71,5 +60,4 @@ fn quick_colors_run_writes_every_setup_at_every_n() {
     }
     let svg = std::fs::read_to_string(out.join("colors-speedup.svg")).unwrap();
     assert!(svg.contains("N-copy (bound)") && svg.contains("ideal"));
-    let _ = std::fs::remove_dir_all(&out);
 }

@@ -2,30 +2,19 @@
 //! count measured in its own child process and written to the results
 //! files.
 
-use std::process::Command;
+mod common;
 
 #[test]
 fn quick_disk_run_writes_every_row() {
-    let out = std::env::temp_dir().join(format!("duality-bench-disk-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
-    let run = Command::new(env!("CARGO_BIN_EXE_duality"))
-        .args(["bench", "disk", "--quick", "--json"])
-        .arg("--dir")
-        .arg(env!("CARGO_TARGET_TMPDIR"))
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .expect("run duality bench disk");
-    let stderr = String::from_utf8_lossy(&run.stderr);
+    let r =
+        common::bench::BenchRun::start(&["disk", "--quick", "--dir", env!("CARGO_TARGET_TMPDIR")]);
+    let stderr = &r.stderr;
     if stderr.contains("cannot open") && stderr.contains("O_DIRECT") {
         eprintln!("this file system refuses O_DIRECT: not measured ({stderr})");
         return;
     }
-    assert!(run.status.success(), "bench failed: {stderr}");
-    let stdout: serde_json::Value = serde_json::from_slice(&run.stdout).expect("stdout is JSON");
-    let file: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("disk.json")).unwrap()).unwrap();
-    assert_eq!(stdout, file);
+    let file = r.json("disk.json");
+    let out = &r.out.0;
     let rows = file.as_array().unwrap();
     for readers in [1, 64] {
         for rt in ["duality-pool", "duality-uring", "tokio", "os-threads"] {
@@ -60,7 +49,6 @@ fn quick_disk_run_writes_every_row() {
             "{p:?}"
         );
     }
-    let _ = std::fs::remove_dir_all(&out);
 }
 
 /// `duality bench disk --web --quick` end to end: every server at every
@@ -68,22 +56,17 @@ fn quick_disk_run_writes_every_row() {
 /// results directory holds what was printed.
 #[test]
 fn quick_web_run_writes_every_row() {
-    let out = std::env::temp_dir().join(format!("duality-bench-disk-web-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
-    let run = Command::new(env!("CARGO_BIN_EXE_duality"))
-        .args(["bench", "disk", "--web", "--quick", "--json"])
-        .arg("--dir")
-        .arg(env!("CARGO_TARGET_TMPDIR"))
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .expect("run duality bench disk --web");
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "bench failed: {stderr}");
-    let stdout: serde_json::Value = serde_json::from_slice(&run.stdout).expect("stdout is JSON");
-    let file: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("disk-web.json")).unwrap()).unwrap();
-    assert_eq!(stdout, file);
+    let (r, file) = common::bench::run(
+        &[
+            "disk",
+            "--web",
+            "--quick",
+            "--dir",
+            env!("CARGO_TARGET_TMPDIR"),
+        ],
+        "disk-web.json",
+    );
+    let (stderr, out) = (&r.stderr, &r.out.0);
     let rows = file.as_array().unwrap();
     let servers: &[&str] = if stderr.contains("nginx is not installed") {
         &["duality"]
@@ -128,5 +111,4 @@ fn quick_web_run_writes_every_row() {
             "{p:?}"
         );
     }
-    let _ = std::fs::remove_dir_all(&out);
 }

@@ -2,25 +2,24 @@
 //! point measured and written to the results files, with the server's CPU
 //! time per request beside requests/s.
 
-use std::process::Command;
+mod common;
 
 #[test]
 fn quick_http_run_writes_every_point_with_server_cpu() {
-    let out = std::env::temp_dir().join(format!("duality-bench-http-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
-    let run = Command::new(env!("CARGO_BIN_EXE_duality"))
-        .args(["bench", "http", "--quick", "--json", "--sizes", "100"])
-        .args(["--servers", "duality-sped", "--client-threads", "1"])
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .expect("run duality bench http");
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "bench failed: {stderr}");
-    let stdout: serde_json::Value = serde_json::from_slice(&run.stdout).expect("stdout is JSON");
-    let file: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("http.json")).unwrap()).unwrap();
-    assert_eq!(stdout, file);
+    let (r, file) = common::bench::run(
+        &[
+            "http",
+            "--quick",
+            "--sizes",
+            "100",
+            "--servers",
+            "duality-sped",
+            "--client-threads",
+            "1",
+        ],
+        "http.json",
+    );
+    let out = &r.out.0;
     let rows = file.as_array().unwrap();
     let clients: Vec<u64> = rows
         .iter()
@@ -50,5 +49,4 @@ fn quick_http_run_writes_every_point_with_server_cpu() {
         csv.starts_with("server,file,clients,requests_per_sec,mbit_per_sec,cpu_us_per_request,")
     );
     assert_eq!(csv.lines().count(), 4, "{csv}");
-    let _ = std::fs::remove_dir_all(&out);
 }

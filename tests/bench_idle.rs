@@ -3,24 +3,12 @@
 //! and 200 idle connections held by holder processes, written to the
 //! results files.
 
-use std::process::Command;
+mod common;
 
 #[test]
 fn quick_idle_run_measures_every_runtime_and_server() {
-    let out = std::env::temp_dir().join(format!("duality-bench-idle-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
-    let run = Command::new(env!("CARGO_BIN_EXE_duality"))
-        .args(["bench", "idle", "--quick", "--json"])
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .expect("run duality bench idle");
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "bench failed: {stderr}");
-    let stdout: serde_json::Value = serde_json::from_slice(&run.stdout).expect("stdout is JSON");
-    let file: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("idle.json")).unwrap()).unwrap();
-    assert_eq!(stdout, file);
+    let (r, file) = common::bench::run(&["idle", "--quick"], "idle.json");
+    let (stderr, out) = (&r.stderr, &r.out.0);
     assert_eq!(file["notes"], serde_json::json!([]), "{stderr}");
     let limits = &file["limits"];
     assert!(limits["fd_limit"].as_u64().unwrap() > 200, "{limits}");
@@ -107,7 +95,6 @@ fn quick_idle_run_measures_every_runtime_and_server() {
             "{p:?}"
         );
     }
-    let _ = std::fs::remove_dir_all(&out);
 }
 
 /// The machine's cores, as the command counts them (duality's default

@@ -2,24 +2,12 @@
 //! processes: every row is present, measured and written to the results
 //! files, the goals are printed.
 
-use std::process::Command;
+mod common;
 
 #[test]
 fn quick_offload_run_writes_every_row() {
-    let out = std::env::temp_dir().join(format!("duality-bench-offload-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
-    let run = Command::new(env!("CARGO_BIN_EXE_duality"))
-        .args(["bench", "offload", "--quick", "--json", "--model", "sped"])
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .expect("run duality bench offload");
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "bench failed: {stderr}");
-    let stdout: serde_json::Value = serde_json::from_slice(&run.stdout).expect("stdout is JSON");
-    let file: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("offload.json")).unwrap()).unwrap();
-    assert_eq!(stdout, file);
+    let (r, file) = common::bench::run(&["offload", "--quick", "--model", "sped"], "offload.json");
+    let (stderr, out) = (&r.stderr, &r.out.0);
     let rows = file.as_array().unwrap();
     let nginx = rows.iter().any(|r| r["server"] == "nginx gzip on");
     if !nginx {
@@ -80,5 +68,4 @@ fn quick_offload_run_writes_every_row() {
             "{png:?}"
         );
     }
-    let _ = std::fs::remove_dir_all(&out);
 }

@@ -2,24 +2,12 @@
 //! own process (Go's goroutines by a Go program the command builds) and the
 //! table, JSON, CSV and plots written by the command itself.
 
-use std::process::Command;
+mod common;
 
 #[test]
 fn quick_tasks_run_writes_every_row() {
-    let out = std::env::temp_dir().join(format!("duality-bench-tasks-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
-    let run = Command::new(env!("CARGO_BIN_EXE_duality"))
-        .args(["bench", "tasks", "--quick", "--json"])
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .expect("run duality bench tasks");
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "bench failed: {stderr}");
-    let stdout: serde_json::Value = serde_json::from_slice(&run.stdout).expect("stdout is JSON");
-    let file: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("tasks.json")).unwrap()).unwrap();
-    assert_eq!(stdout, file);
+    let (r, file) = common::bench::run(&["tasks", "--quick"], "tasks.json");
+    let (stderr, out) = (&r.stderr, &r.out.0);
     let rows = file.as_array().unwrap();
     let mut want = vec!["duality", "tokio", "smol", "os-threads"];
     if rows.iter().any(|r| r["runtime"] == "go") {
@@ -66,5 +54,4 @@ fn quick_tasks_run_writes_every_row() {
             "{p:?}"
         );
     }
-    let _ = std::fs::remove_dir_all(&out);
 }

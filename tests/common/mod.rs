@@ -1,8 +1,10 @@
 //! Helpers shared by the integration tests: in-process kv servers on any
 //! model, the `duality kv` binary as a child process, a blocking client that
-//! compares exact response bytes, and (`http`) the `duality http` binary.
+//! compares exact response bytes, (`http`) the `duality http` binary and
+//! (`bench`) `duality bench` runs.
 #![allow(dead_code)]
 
+pub mod bench;
 pub mod http;
 
 use duality_kv::server::{driver, serve_conn, KvConfig, KvState};

@@ -579,13 +579,16 @@ impl Io {
         body: &Arc<[u8]>,
         range: std::ops::Range<usize>,
     ) -> Poll<io::Result<()>> {
+        let bytes = &body[range.clone()];
+        if bytes.is_empty() {
+            return self.poll_write_vec(cx, head);
+        }
         let mut st = match self.lock_for_write(cx) {
             Poll::Ready(Ok(st)) => st,
             Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
             Poll::Pending => return Poll::Pending,
         };
-        let bytes = &body[range.clone()];
-        if st.tx_idle() && !bytes.is_empty() {
+        if st.tx_idle() {
             std::mem::swap(&mut st.tx, head);
             head.clear();
             st.tx_tail = Some(Box::new(Tail {
@@ -595,13 +598,9 @@ impl Io {
             }));
             self.schedule();
         } else if st.tx_queued() + (st.tx_busy as usize) < TX_LIMIT {
+            // Something is queued or in flight: its completion sends these.
             st.settle_tail();
-            if st.tx.is_empty() && st.tx_busy == 0 {
-                std::mem::swap(&mut st.tx, head);
-                self.schedule();
-            } else {
-                st.tx.extend_from_slice(head);
-            }
+            st.tx.extend_from_slice(head);
             st.tx.extend_from_slice(bytes);
             head.clear();
         } else {

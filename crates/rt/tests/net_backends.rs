@@ -310,6 +310,8 @@ fn write_vec_shared_sends_head_then_body_in_order_with_other_writes() {
                 0 => 1 << 20,
                 1 => 16 * 1024,
                 2 => (i as usize * 911) % 5000,
+                // An empty body: the head alone.
+                _ if i % 8 == 3 => 0,
                 _ => 1,
             };
             let start = (i as usize * 31) % (body.len() - len + 1);
