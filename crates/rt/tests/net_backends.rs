@@ -28,7 +28,17 @@ async fn accepted_pair() -> (TcpStream, std::net::TcpStream) {
 
 /// Reads `client` to its end on a thread of its own.
 fn read_to_end_in_thread(client: std::net::TcpStream) -> std::thread::JoinHandle<Vec<u8>> {
+    read_to_end_after(client, Duration::ZERO)
+}
+
+/// Reads `client` to its end on a thread of its own, starting after `delay`
+/// (meanwhile the socket's buffers fill).
+fn read_to_end_after(
+    client: std::net::TcpStream,
+    delay: Duration,
+) -> std::thread::JoinHandle<Vec<u8>> {
     std::thread::spawn(move || {
+        std::thread::sleep(delay);
         let mut client = client;
         let mut got = Vec::new();
         client.read_to_end(&mut got).unwrap();
@@ -295,13 +305,7 @@ fn write_vec_shared_sends_head_then_body_in_order_with_other_writes() {
         // Bodies up to 1 MiB, 30 of them, to a client that starts reading
         // late: the socket's buffers fill, so gather sends come back short
         // (mid-head and mid-body) and their rest goes next.
-        let reader = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(200));
-            let mut client = client;
-            let mut got = Vec::new();
-            client.read_to_end(&mut got).unwrap();
-            got
-        });
+        let reader = read_to_end_after(client, Duration::from_millis(200));
         let body: std::sync::Arc<[u8]> = (0..(1u32 << 20)).map(|j| (j * 7) as u8).collect();
         let mut want = Vec::new();
         for i in 0..120u32 {
@@ -362,13 +366,7 @@ fn a_dropped_socket_still_delivers_its_shared_body() {
         want.extend_from_slice(&body);
         // The client starts reading only after the handle is gone: under
         // io_uring the send is still in flight then, holding the body.
-        let reader = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(100));
-            let mut client = client;
-            let mut got = Vec::new();
-            client.read_to_end(&mut got).unwrap();
-            got
-        });
+        let reader = read_to_end_after(client, Duration::from_millis(100));
         server
             .write_vec_shared(&mut head, &body, 0..body.len())
             .await
