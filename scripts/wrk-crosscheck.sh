@@ -32,39 +32,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-mkdir -p "$work/www" "$work/nginx"
+mkdir -p "$work/www"
 head -c 1024 /dev/urandom >"$work/www/1k.bin"
 head -c 16384 /dev/urandom >"$work/www/16k.bin"
 chmod -R a+rX "$work"
 ulimit -n 20000 2>/dev/null || true
-
-# The same nginx settings as `duality bench http`.
-nginx_conf() { # workers port
-    cat <<EOF
-daemon off;
-worker_processes $1;
-worker_rlimit_nofile 20000;
-pid $work/nginx/nginx-$1.pid;
-error_log $work/nginx/error.log warn;
-events { worker_connections 19936; }
-http {
-    access_log off;
-    sendfile on;
-    tcp_nopush on;
-    keepalive_timeout 75s;
-    keepalive_requests 100000;
-    open_file_cache max=1024 inactive=60s;
-    open_file_cache_valid 1s;
-    default_type text/html;
-    client_body_temp_path $work/nginx/body;
-    proxy_temp_path $work/nginx/proxy;
-    fastcgi_temp_path $work/nginx/fastcgi;
-    uwsgi_temp_path $work/nginx/uwsgi;
-    scgi_temp_path $work/nginx/scgi;
-    server { listen 127.0.0.1:$2 backlog=4096; root $work/www; }
-}
-EOF
-}
 
 # label -> "pid port"
 declare -A server
@@ -76,8 +48,11 @@ start_duality() { # label io port
     server[$1]="$! $3"
 }
 start_nginx() { # label workers port
-    nginx_conf "$2" "$3" >"$work/nginx/$1.conf"
-    "$nginx" -c "$work/nginx/$1.conf" -p "$work/nginx" 2>>"$work/nginx/stderr" &
+    # The configuration `duality bench http` itself runs nginx with.
+    mkdir -p "$work/$1"
+    "$bin" bench http --nginx-config "$2" --addr "127.0.0.1:$3" \
+        --nginx-root "$work/www" --nginx-prefix "$work/$1" >"$work/$1/nginx.conf"
+    "$nginx" -c "$work/$1/nginx.conf" -p "$work/$1" 2>>"$work/$1/stderr" &
     pids+=($!)
     server[$1]="$! $3"
 }

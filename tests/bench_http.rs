@@ -50,3 +50,38 @@ fn quick_http_run_writes_every_point_with_server_cpu() {
     );
     assert_eq!(csv.lines().count(), 4, "{csv}");
 }
+
+/// Scripts (`scripts/wrk-crosscheck.sh`) run nginx with the experiment's
+/// own configuration, printed by a hidden flag.
+#[test]
+fn the_experiments_nginx_configuration_is_printed_for_scripts() {
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_duality"))
+            .args(["bench", "http", "--nginx-config", "2"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = run(&[
+        "--addr",
+        "127.0.0.1:18999",
+        "--nginx-root",
+        "/srv/www",
+        "--nginx-prefix",
+        "/tmp/p",
+    ]);
+    assert!(out.status.success());
+    let conf = String::from_utf8(out.stdout).unwrap();
+    for want in [
+        "worker_processes 2;",
+        "listen 127.0.0.1:18999 backlog=4096;",
+        "root /srv/www;",
+        "pid /tmp/p/nginx.pid;",
+        "open_file_cache_valid 1s;",
+    ] {
+        assert!(conf.contains(want), "{want} missing from\n{conf}");
+    }
+    let out = run(&["--addr", "127.0.0.1:18999"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--nginx-root"));
+}

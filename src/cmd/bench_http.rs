@@ -63,6 +63,17 @@ pub struct HttpBenchArgs {
     /// over the window.
     #[arg(long, hide = true, value_delimiter = ',')]
     server_pids: Vec<u32>,
+    /// Internal: print the nginx configuration the experiment uses for this
+    /// many workers (with --addr, --nginx-root, --nginx-prefix) and exit,
+    /// so that scripts run nginx exactly as the experiment does.
+    #[arg(long, hide = true)]
+    nginx_config: Option<usize>,
+    /// Internal (--nginx-config): the document root.
+    #[arg(long, hide = true)]
+    nginx_root: Option<PathBuf>,
+    /// Internal (--nginx-config): nginx's prefix (pid file, logs, temp files).
+    #[arg(long, hide = true)]
+    nginx_prefix: Option<PathBuf>,
 }
 
 pub fn run(a: HttpBenchArgs) -> anyhow::Result<()> {
@@ -77,6 +88,9 @@ pub fn run(a: HttpBenchArgs) -> anyhow::Result<()> {
     let fd_limit = http::raise_fd_limit() as usize;
     if a.child {
         return child(&a);
+    }
+    if let Some(workers) = a.nginx_config {
+        return print_nginx_config(&a, workers, fd_limit as u64);
     }
     let per_process = a
         .per_process
@@ -252,6 +266,22 @@ pub fn run(a: HttpBenchArgs) -> anyhow::Result<()> {
         println!("{table}");
         println!("results: {}", out.display());
     }
+    Ok(())
+}
+
+/// Prints the experiment's nginx configuration (`--nginx-config`).
+fn print_nginx_config(a: &HttpBenchArgs, workers: usize, fd_limit: u64) -> anyhow::Result<()> {
+    let (Some(addr), Some(root), Some(prefix)) = (a.addr, &a.nginx_root, &a.nginx_prefix) else {
+        anyhow::bail!("--nginx-config needs --addr, --nginx-root and --nginx-prefix");
+    };
+    let modules = http::find_nginx()
+        .and_then(|n| std::process::Command::new(n).arg("-V").output().ok())
+        .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
+        .unwrap_or_default();
+    print!(
+        "{}",
+        http::nginx_config(prefix, root, addr, workers, fd_limit, &modules)
+    );
     Ok(())
 }
 
