@@ -1258,11 +1258,11 @@ mod tests {
             keys,
             [
                 "clients",
+                "cpu_us_per_request",
                 "file",
                 "mbit_per_sec",
                 "requests_per_sec",
-                "server",
-                "cpu_us_per_request"
+                "server"
             ]
         );
     }

@@ -18,6 +18,11 @@
 //!   of a short send is resubmitted), so a write costs no system call of its
 //!   own. More than [`TX_LIMIT`] queued bytes make the writer wait: a client
 //!   that never reads blocks its writer exactly as a full socket buffer does.
+//!   A shared body (`write_vec_shared`: a response head and a cached file's
+//!   bytes behind an `Arc`) written to an idle connection is not copied: the
+//!   head becomes the queue and the body its tail, sent together by one
+//!   `SENDMSG` of two iovecs whose message and `Arc` the operation owns
+//!   until its completion.
 //! * **Accepting**: a multishot `ACCEPT` fills a bounded queue of accepted
 //!   descriptors while someone accepts.
 //! * **Everything else** (connect, `writable`, `sendfile`'s readiness) is a
@@ -38,11 +43,11 @@
 //! a multishot poll watches) and a loop that is awake never is.
 //!
 //! Memory safety (cancellation): a buffer the kernel may write (the provided
-//! buffers) or read (a `SEND`'s bytes) belongs to the reactor, not to any
-//! future, until its completion arrives; dropping a read or write future only
-//! drops the caller's interest. A dropped socket cancels its armed
-//! operations in the ring, keeps its queued bytes going out (for at most
-//! [`CLOSE_LINGER`]), and its descriptor is closed only after the last
+//! buffers) or read (a `SEND`'s or `SENDMSG`'s bytes) belongs to the
+//! reactor, not to any future, until its completion arrives; dropping a read
+//! or write future only drops the caller's interest. A dropped socket cancels
+//! its armed operations in the ring, keeps its queued bytes going out (for at
+//! most [`CLOSE_LINGER`]), and its descriptor is closed only after the last
 //! completion, so a reused descriptor number never receives an old request.
 
 use crate::event_loop::registry;
