@@ -513,11 +513,7 @@ impl Io {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let mut st = match self.lock_for_write(cx) {
-            Poll::Ready(Ok(st)) => st,
-            Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-            Poll::Pending => return Poll::Pending,
-        };
+        let mut st = std::task::ready!(self.lock_for_write(cx))?;
         if buf.is_empty() {
             return Poll::Ready(Ok(0));
         }
@@ -548,11 +544,7 @@ impl Io {
         cx: &mut Context<'_>,
         buf: &mut Vec<u8>,
     ) -> Poll<io::Result<()>> {
-        let mut st = match self.lock_for_write(cx) {
-            Poll::Ready(Ok(st)) => st,
-            Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-            Poll::Pending => return Poll::Pending,
-        };
+        let mut st = std::task::ready!(self.lock_for_write(cx))?;
         if buf.is_empty() {
             return Poll::Ready(Ok(()));
         }
@@ -588,11 +580,7 @@ impl Io {
         if bytes.is_empty() {
             return self.poll_write_vec(cx, head);
         }
-        let mut st = match self.lock_for_write(cx) {
-            Poll::Ready(Ok(st)) => st,
-            Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-            Poll::Pending => return Poll::Pending,
-        };
+        let mut st = std::task::ready!(self.lock_for_write(cx))?;
         if st.tx_idle() {
             std::mem::swap(&mut st.tx, head);
             head.clear();
