@@ -57,6 +57,15 @@ pub struct HttpArgs {
     /// cannot be opened for lack of descriptors gets 503.
     #[arg(long)]
     max_conns: Option<usize>,
+    /// Descriptors of files sent with sendfile kept open between requests
+    /// (nginx's `open_file_cache max=N`): while a file's stat is trusted
+    /// (--revalidate-ms) its next request is answered from the open file.
+    /// A kept descriptor closes once its entry is stale and looked at or
+    /// needed, so a deleted file's space may stay taken until then. 0: none.
+    /// Default 1000, or what the descriptor limit leaves beside
+    /// --max-conns' two each and 32 for the server.
+    #[arg(long)]
+    open_file_cache: Option<usize>,
     /// Seconds a client has to send a whole request head, from its first byte (→ 408).
     #[arg(long, default_value_t = 10.0)]
     head_timeout: f64,
@@ -161,24 +170,36 @@ fn limits(a: &HttpArgs) -> anyhow::Result<Limits> {
 /// The default `--max-conns`: 1024, or what the descriptor limit leaves
 /// (two per connection: its socket and a file it sends; 32 kept back).
 fn default_max_conns() -> usize {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into a live local struct.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return 1024;
-    }
-    max_conns_for_limit(lim.rlim_cur)
+    nofile().map_or(1024, max_conns_for_limit)
 }
 
 fn max_conns_for_limit(nofile: u64) -> usize {
     (nofile.saturating_sub(32) / 2).clamp(1, 1024) as usize
 }
 
+/// The soft descriptor limit (`ulimit -n`), if the kernel says.
+fn nofile() -> Option<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into a live local struct.
+    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0).then_some(lim.rlim_cur)
+}
+
+/// The default `--open-file-cache`: 1000, or what `nofile` leaves beside
+/// `max_conns` connections (two descriptors each) and 32 for the server.
+fn open_files_for_limit(nofile: u64, max_conns: usize) -> usize {
+    let left = nofile.saturating_sub(32 + 2 * max_conns as u64);
+    left.min(1000) as usize
+}
+
 pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
     a.io.apply();
     let max_conns = *a.max_conns.get_or_insert_with(default_max_conns);
+    let open_files = a
+        .open_file_cache
+        .unwrap_or_else(|| nofile().map_or(0, |n| open_files_for_limit(n, max_conns)));
     if let Some(p) = &a.stub_status {
         anyhow::ensure!(
             p.starts_with('/'),
@@ -206,6 +227,7 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
             offload: a.offload,
         },
         stub_status: a.stub_status.clone(),
+        open_files,
     };
     let grace = Duration::from_secs_f64(a.shutdown_grace.max(0.0));
     let state = HttpState::new(cfg)?;
@@ -274,5 +296,14 @@ mod tests {
         assert_eq!(super::max_conns_for_limit(1024), 496);
         assert_eq!(super::max_conns_for_limit(40), 4);
         assert_eq!(super::max_conns_for_limit(10), 1);
+    }
+
+    #[test]
+    fn open_files_take_what_connections_leave() {
+        assert_eq!(super::open_files_for_limit(20_000, 1024), 1000);
+        assert_eq!(super::open_files_for_limit(3_000, 1024), 920);
+        // 1024 descriptors: max_conns 496 takes them all.
+        assert_eq!(super::open_files_for_limit(1024, 496), 0);
+        assert_eq!(super::open_files_for_limit(10, 1), 0);
     }
 }

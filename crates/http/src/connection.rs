@@ -373,6 +373,16 @@ impl Connection {
                 self.log(Some(head), &plan);
                 return Ok(plan);
             }
+            // A large file kept open: its body goes out with sendfile.
+            if let (Some(open), false) = (&f.file, eligible && want_gzip) {
+                self.state.counters.open_file_hits.fetch_add(1, Relaxed);
+                let encoding = Encoding::Identity { vary: eligible };
+                let plan =
+                    plan_encoded(head, &f.meta, f.content_type, encoding, date, &mut self.out);
+                let plan = self.send_body(plan, open.file.clone(), false).await?;
+                self.log(Some(head), &plan);
+                return Ok(plan);
+            }
         }
 
         let state = self.state.clone();
@@ -405,16 +415,8 @@ impl Connection {
                 encoding,
                 resident,
             }) => {
-                let mut plan =
-                    plan_encoded(head, &meta, content_type, encoding, date, &mut self.out);
-                if let Some(span) = plan.body {
-                    self.flush().await?;
-                    if !self.send_file(file, span, resident).await? {
-                        // The file shrank: the promised length cannot be met.
-                        plan.keep_alive = false;
-                    }
-                }
-                plan
+                let plan = plan_encoded(head, &meta, content_type, encoding, date, &mut self.out);
+                self.send_body(plan, file, resident).await?
             }
             Ok(Found::Compress {
                 path,
@@ -479,15 +481,39 @@ impl Connection {
         plan
     }
 
+    /// Sends the head in `out` and then `plan`'s body span of `file`; a
+    /// file that ended first ends the connection (the promised length
+    /// cannot be met).
+    async fn send_body(
+        &mut self,
+        mut plan: Plan,
+        file: Arc<File>,
+        resident: bool,
+    ) -> io::Result<Plan> {
+        if let Some(span) = plan.body {
+            self.flush().await?;
+            if !self.send_file(file, span, resident).await? {
+                plan.keep_alive = false;
+            }
+        }
+        Ok(plan)
+    }
+
     /// Sends `span` of `file` with `sendfile` (through the ring on an
-    /// io_uring loop, unless the file is `resident`: just read into the
-    /// page cache, so `sendfile` cannot wait for the disk); `false` if the
-    /// file ended first.
-    async fn send_file(&mut self, file: File, span: ByteRange, resident: bool) -> io::Result<bool> {
-        if !resident
-            && duality_rt::event_loop::current_io_backend() == Some(duality_rt::IoBackend::Uring)
+    /// io_uring loop, unless the span is in the page cache: `resident`, just
+    /// read there, or found there by `cachestat`, so `sendfile` will not
+    /// wait for the disk); `false` if the file ended first.
+    async fn send_file(
+        &mut self,
+        file: Arc<File>,
+        span: ByteRange,
+        resident: bool,
+    ) -> io::Result<bool> {
+        if duality_rt::event_loop::current_io_backend() == Some(duality_rt::IoBackend::Uring)
+            && !resident
+            && sys::cached(file.as_raw_fd(), span.start, span.len) != Some(true)
         {
-            return self.send_file_ring(Arc::new(file), span).await;
+            return self.send_file_ring(file, span).await;
         }
         let fd = file.as_raw_fd();
         let end = span.end();

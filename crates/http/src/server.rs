@@ -5,6 +5,7 @@
 //! ```text
 //!            loop thread (any model)                  blocking pool
 //!  request ─► fresh index hit? ─► page cache hit? ─► answer from memory
+//!                  │                    │ no: file kept open? ─► sendfile
 //!                  │ no                 │ no
 //!                  └────────────────────┴────────► lookup(): resolve (realpath,
 //!                                                  stat), page cache, open,
@@ -28,7 +29,9 @@
 //!   `revalidate` late (nginx's `open_file_cache_valid` is the same idea);
 //!   `revalidate = 0` stats on every request. The index holds no file bytes
 //!   (the page cache is the only memory bound) and at most
-//!   [`FRESH_ENTRIES`] entries.
+//!   [`FRESH_ENTRIES`] entries. An entry for a file sent with `sendfile`
+//!   may keep it open ([`HttpConfig::open_files`] of them at most, nginx's
+//!   `open_file_cache`): a hit then sends from it on the loop, no lookup.
 //! - `log`: a bounded queue to one writer thread. A loop never waits on the
 //!   log file: when the queue is full, the line is dropped and counted.
 //! - counters: relaxed atomics.
@@ -101,13 +104,21 @@ pub struct HttpConfig {
     /// The URL path that answers nginx's `stub_status` page instead of a
     /// file (`None`, the default: no such page). See [`stub_status`].
     pub stub_status: Option<String>,
+    /// Most descriptors of `sendfile`d files kept open between requests
+    /// (nginx's `open_file_cache max=N`): a request for such a file whose
+    /// `stat` is younger than [`revalidate`](Self::revalidate) is answered
+    /// on its loop from the open file, without the blocking pool. A kept
+    /// descriptor is closed when its entry is looked at or needed after it
+    /// went stale, so a deleted file's space may stay taken until then.
+    /// 0 keeps none.
+    pub open_files: usize,
 }
 
 impl HttpConfig {
     /// The defaults for `root`: 64 MiB cache of files up to 64 KiB,
     /// `sendfile` from 64 KiB, revalidation after 1 s, 10 s head timeout,
     /// 60 s idle and write timeouts, no access log, [`Limits::default`],
-    /// gzip off ([`GzipConfig::default`]).
+    /// gzip off ([`GzipConfig::default`]), up to 1,000 open files kept.
     pub fn new(root: impl Into<PathBuf>) -> HttpConfig {
         HttpConfig {
             root: root.into(),
@@ -122,6 +133,7 @@ impl HttpConfig {
             limits: Limits::default(),
             gzip: GzipConfig::default(),
             stub_status: None,
+            open_files: 1000,
         }
     }
 }
@@ -139,6 +151,10 @@ pub struct HttpStats {
     pub write_timeouts: u64,
     /// Body bytes sent with `sendfile`.
     pub sendfile_bytes: u64,
+    /// Requests answered from a file kept open ([`HttpConfig::open_files`]).
+    pub open_file_hits: u64,
+    /// Files kept open now.
+    pub open_files: u64,
     /// Access-log lines dropped because the writer fell behind.
     pub log_dropped: u64,
     /// The page cache's counters.
@@ -158,6 +174,7 @@ pub(crate) struct Counters {
     pub(crate) idle_timeouts: AtomicU64,
     pub(crate) write_timeouts: AtomicU64,
     pub(crate) sendfile_bytes: AtomicU64,
+    pub(crate) open_file_hits: AtomicU64,
     pub(crate) gzip_compressed: AtomicU64,
     pub(crate) gzip_static: AtomicU64,
 }
@@ -283,7 +300,7 @@ pub(crate) enum Found {
     /// An open file to `sendfile` the body from (the file itself, or its
     /// `.gz` for [`Encoding::Gzip`]).
     File {
-        file: File,
+        file: Arc<File>,
         meta: FileMeta,
         content_type: &'static str,
         encoding: Encoding,
@@ -319,7 +336,7 @@ impl HttpState {
         Ok(Arc::new(HttpState {
             cache: PageCache::new(cfg.cache_bytes, cfg.cache_max_file),
             gzip_cache: PageCache::new(cfg.gzip.cache_bytes, cfg.gzip.cache_max_entry()),
-            fresh: FreshIndex::new(cfg.revalidate),
+            fresh: FreshIndex::new(cfg.revalidate, cfg.open_files),
             root,
             log,
             counters: Counters::default(),
@@ -385,6 +402,11 @@ impl HttpState {
                 s.sendfile_bytes,
             ),
             (
+                "open_file_hits",
+                "Requests answered from a file kept open, without a lookup.",
+                s.open_file_hits,
+            ),
+            (
                 "cache_hits",
                 "Page-cache lookups answered from memory.",
                 s.cache.hits,
@@ -407,6 +429,11 @@ impl HttpState {
         ] {
             e.counter(&format!("duality_http_{name}_total"), help, v);
         }
+        e.gauge(
+            "duality_http_open_files",
+            "Files kept open between requests.",
+            s.open_files as f64,
+        );
         e.finish()
     }
 
@@ -429,6 +456,8 @@ impl HttpState {
             idle_timeouts: c.idle_timeouts.load(Relaxed),
             write_timeouts: c.write_timeouts.load(Relaxed),
             sendfile_bytes: c.sendfile_bytes.load(Relaxed),
+            open_file_hits: c.open_file_hits.load(Relaxed),
+            open_files: self.fresh.open_files() as u64,
             log_dropped: self.log.as_ref().map_or(0, |l| l.dropped.load(Relaxed)),
             cache: self.cache.stats(),
             gzip_compressed: c.gzip_compressed.load(Relaxed),
@@ -465,6 +494,9 @@ impl HttpState {
         }
         let (file, meta) = file::open(&path).map_err(|e| HttpError::from_io(&e))?;
         if !self.cache.admits(meta.size) && meta.size >= self.cfg.sendfile_threshold {
+            let file = Arc::new(file);
+            self.fresh
+                .record_open(url_path, &path, meta, content_type, &file);
             return Ok(Found::File {
                 file,
                 meta,
@@ -480,7 +512,7 @@ impl HttpState {
             // eviction (nginx's `aio threads` does the same read).
             if sys::readahead(&file, meta.size).is_ok() {
                 return Ok(Found::File {
-                    file,
+                    file: Arc::new(file),
                     meta,
                     content_type,
                     encoding,
@@ -576,7 +608,7 @@ impl HttpState {
         let fits = gz_meta.size <= self.gzip_cache.max_file_size() as u64;
         if !fits && gz_meta.size >= self.cfg.sendfile_threshold {
             return Some(Found::File {
-                file: gz_file,
+                file: Arc::new(gz_file),
                 meta,
                 content_type,
                 encoding,
@@ -648,7 +680,25 @@ pub(crate) struct Fresh {
     pub(crate) path: Arc<Path>,
     pub(crate) meta: FileMeta,
     pub(crate) content_type: &'static str,
+    /// The file, open, for a body sent with `sendfile` (nginx's
+    /// `open_file_cache`): a hit answers without the blocking pool.
+    pub(crate) file: Option<Arc<OpenFile>>,
     checked: Instant,
+}
+
+/// A descriptor the fresh index keeps open, counted against
+/// [`HttpConfig::open_files`] until the last clone is dropped (an entry
+/// replaced or found stale, and any send still using it).
+#[derive(Debug)]
+pub(crate) struct OpenFile {
+    pub(crate) file: Arc<File>,
+    open: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Drop for OpenFile {
+    fn drop(&mut self) {
+        self.open.fetch_sub(1, Relaxed);
+    }
 }
 
 const FRESH_SHARDS: usize = 16;
@@ -662,17 +712,27 @@ pub(crate) struct FreshIndex {
     shards: Box<[Mutex<FreshShard>]>,
     hasher: DefaultHashBuilder,
     ttl: Duration,
+    /// Descriptors held ([`OpenFile`]s alive), and the most allowed.
+    open: Arc<std::sync::atomic::AtomicUsize>,
+    open_max: usize,
 }
 
 impl FreshIndex {
-    fn new(ttl: Duration) -> FreshIndex {
+    fn new(ttl: Duration, open_max: usize) -> FreshIndex {
         FreshIndex {
             shards: (0..FRESH_SHARDS)
                 .map(|_| Mutex::new(HashMap::new()))
                 .collect(),
             hasher: DefaultHashBuilder::default(),
             ttl,
+            open: Arc::default(),
+            open_max,
         }
+    }
+
+    /// Descriptors held open now.
+    pub(crate) fn open_files(&self) -> usize {
+        self.open.load(Relaxed)
     }
 
     fn shard(&self, url: &str) -> MutexGuard<'_, FreshShard> {
@@ -682,14 +742,22 @@ impl FreshIndex {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The entry for `url` if its `stat` is younger than the TTL.
+    /// The entry for `url` if its `stat` is younger than the TTL. A stale
+    /// entry that holds a descriptor is dropped here, closing it (the next
+    /// lookup opens the file again if it is still there).
     pub(crate) fn get(&self, url: &str) -> Option<Fresh> {
         if self.ttl.is_zero() {
             return None;
         }
-        let shard = self.shard(url);
+        let mut shard = self.shard(url);
         let e = shard.get(url)?;
-        (e.checked.elapsed() < self.ttl).then(|| e.clone())
+        if e.checked.elapsed() < self.ttl {
+            return Some(e.clone());
+        }
+        if e.file.is_some() {
+            shard.remove(url);
+        }
+        None
     }
 
     /// Records what a `stat` just found. A full shard first drops its stale
@@ -701,6 +769,69 @@ impl FreshIndex {
         meta: FileMeta,
         content_type: &'static str,
     ) {
+        self.insert(url, path, meta, content_type, None);
+    }
+
+    /// [`record`](Self::record), keeping `file` (opened by that `stat`'s
+    /// lookup) open with the entry while fewer than the allowed descriptors
+    /// are held. At the limit, stale entries holding descriptors are
+    /// dropped first; if none was, the entry keeps no descriptor.
+    pub(crate) fn record_open(
+        &self,
+        url: &str,
+        path: &Path,
+        meta: FileMeta,
+        content_type: &'static str,
+        file: &Arc<File>,
+    ) {
+        if self.ttl.is_zero() || self.open_max == 0 {
+            return self.record(url, path, meta, content_type);
+        }
+        // The entry this one replaces gives its descriptor back first.
+        {
+            let mut shard = self.shard(url);
+            if shard.get(url).is_some_and(|e| e.file.is_some()) {
+                shard.remove(url);
+            }
+        }
+        let reserve = || {
+            self.open
+                .fetch_update(Relaxed, Relaxed, |n| (n < self.open_max).then_some(n + 1))
+                .is_ok()
+        };
+        let mut held = reserve();
+        if !held {
+            self.drop_stale_files();
+            held = reserve();
+        }
+        let file = held.then(|| {
+            Arc::new(OpenFile {
+                file: file.clone(),
+                open: self.open.clone(),
+            })
+        });
+        self.insert(url, path, meta, content_type, file);
+    }
+
+    /// Drops every stale entry that holds a descriptor, one shard at a time.
+    fn drop_stale_files(&self) {
+        for shard in self.shards.iter() {
+            let ttl = self.ttl;
+            shard
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .retain(|_, e| e.file.is_none() || e.checked.elapsed() < ttl);
+        }
+    }
+
+    fn insert(
+        &self,
+        url: &str,
+        path: &Path,
+        meta: FileMeta,
+        content_type: &'static str,
+        file: Option<Arc<OpenFile>>,
+    ) {
         if self.ttl.is_zero() {
             return;
         }
@@ -708,6 +839,7 @@ impl FreshIndex {
             path: path.into(),
             meta,
             content_type,
+            file,
             checked: Instant::now(),
         };
         let mut shard = self.shard(url);
@@ -781,8 +913,52 @@ mod tests {
     use super::*;
 
     #[test]
+    fn fresh_index_keeps_at_most_open_max_files_and_closes_stale_ones() {
+        let idx = FreshIndex::new(Duration::from_millis(400), 2);
+        let meta = FileMeta {
+            size: 1 << 20,
+            mtime: std::time::UNIX_EPOCH,
+            inode: 1,
+        };
+        let f = Arc::new(File::open(std::env::current_exe().unwrap()).unwrap());
+        let open = |url: &str| {
+            idx.record_open(url, Path::new("/r/x"), meta, "x/y", &f);
+        };
+        open("/a");
+        open("/b");
+        open("/c");
+        assert!(idx.get("/a").unwrap().file.is_some());
+        assert!(idx.get("/b").unwrap().file.is_some());
+        // Over the limit: recorded, but without a descriptor.
+        assert!(idx.get("/c").unwrap().file.is_none());
+        assert_eq!(idx.open_files(), 2);
+        // A fresh stat of a kept file keeps it (its old descriptor goes).
+        open("/a");
+        assert!(idx.get("/a").unwrap().file.is_some());
+        assert_eq!(idx.open_files(), 2);
+        // A send in flight keeps its descriptor counted past its entry.
+        let in_flight = idx.get("/b").unwrap().file.unwrap();
+        std::thread::sleep(Duration::from_millis(420));
+        // Stale entries give their descriptors to a new one.
+        open("/d");
+        assert!(idx.get("/d").unwrap().file.is_some());
+        assert_eq!(idx.open_files(), 2, "/d and the send in flight");
+        drop(in_flight);
+        assert_eq!(idx.open_files(), 1);
+        // Looking at a stale entry closes its descriptor.
+        std::thread::sleep(Duration::from_millis(420));
+        assert!(idx.get("/d").is_none());
+        assert_eq!(idx.open_files(), 0);
+        // No descriptors at all when the limit is 0.
+        let none = FreshIndex::new(Duration::from_secs(1), 0);
+        none.record_open("/a", Path::new("/r/x"), meta, "x/y", &f);
+        assert!(none.get("/a").unwrap().file.is_none());
+        assert_eq!(none.open_files(), 0);
+    }
+
+    #[test]
     fn fresh_index_expires_and_stays_bounded() {
-        let idx = FreshIndex::new(Duration::from_millis(50));
+        let idx = FreshIndex::new(Duration::from_millis(50), 0);
         let meta = FileMeta {
             size: 1,
             mtime: std::time::UNIX_EPOCH,
@@ -802,7 +978,7 @@ mod tests {
 
     #[test]
     fn zero_ttl_disables_the_index() {
-        let idx = FreshIndex::new(Duration::ZERO);
+        let idx = FreshIndex::new(Duration::ZERO, 10);
         let meta = FileMeta {
             size: 1,
             mtime: std::time::UNIX_EPOCH,

@@ -1,5 +1,5 @@
 //! The system calls the server makes directly, and the only `unsafe` of
-//! this crate: `sendfile(2)` and `readahead(2)`.
+//! this crate: `sendfile(2)`, `readahead(2)` and `cachestat(2)`.
 //!
 //! It takes a raw descriptor because that is what
 //! [`Conn::write_with_for`](duality_models::Conn::write_with_for) gives. A
@@ -47,6 +47,87 @@ pub(crate) fn readahead(file: &std::fs::File, len: u64) -> io::Result<()> {
     Ok(())
 }
 
+/// `cachestat(2)`'s number (Linux 6.5+); the same in the generic table and
+/// x86-64's. The `libc` crate does not name it for glibc targets yet.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+const SYS_CACHESTAT: libc::c_long = 451;
+
+/// Set once `cachestat(2)` has answered ENOSYS or EPERM (an older kernel, a
+/// seccomp filter): then every later call answers `None` without asking.
+static NO_CACHESTAT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Are all pages of `len` bytes of `file` from `offset` in the page cache?
+/// `None` when the kernel cannot say (no `cachestat(2)`): the caller then
+/// assumes they may not be. One system call, no memory mapped: what lets a
+/// loop `sendfile` a hot file itself (the disk cannot make it wait) and
+/// leave a cold one to the ring's workers.
+pub(crate) fn cached(file: RawFd, offset: u64, len: u64) -> Option<bool> {
+    use std::sync::atomic::Ordering::Relaxed;
+    if len == 0 {
+        return Some(true);
+    }
+    if NO_CACHESTAT.load(Relaxed) {
+        return None;
+    }
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    {
+        #[repr(C)]
+        struct Range {
+            off: u64,
+            len: u64,
+        }
+        #[repr(C)]
+        #[derive(Default)]
+        struct Stat {
+            nr_cache: u64,
+            nr_dirty: u64,
+            nr_writeback: u64,
+            nr_evicted: u64,
+            nr_recently_evicted: u64,
+        }
+        let range = Range { off: offset, len };
+        let mut st = Stat::default();
+        // SAFETY: cachestat reads one descriptor (an invalid one yields
+        // EBADF) and the range struct, and writes the stat struct; both are
+        // live, aligned locals laid out as the kernel's `struct
+        // cachestat_range` / `struct cachestat` (repr(C), u64 fields).
+        let r = unsafe {
+            libc::syscall(
+                SYS_CACHESTAT,
+                file,
+                &range as *const Range,
+                &mut st as *mut Stat,
+                0u32,
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error().raw_os_error();
+            if matches!(e, Some(libc::ENOSYS) | Some(libc::EPERM)) {
+                NO_CACHESTAT.store(true, Relaxed);
+            }
+            return None;
+        }
+        let page = page_size();
+        let pages = (offset + len).div_ceil(page) - offset / page;
+        Some(st.nr_cache >= pages)
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        let _ = (file, offset);
+        NO_CACHESTAT.store(true, Relaxed);
+        None
+    }
+}
+
+fn page_size() -> u64 {
+    static PAGE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    // SAFETY: sysconf only reads its integer argument.
+    *PAGE.get_or_init(|| match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+        n if n > 0 => n as u64,
+        _ => 4096,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,6 +160,34 @@ mod tests {
             0
         );
         assert!(sendfile(-1, f.as_raw_fd(), &mut off, 4).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn cached_counts_the_pages_of_the_span() {
+        let dir = std::env::temp_dir().join(format!("duality-http-cst-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("f");
+        std::fs::write(&p, vec![7u8; 3 * 4096 + 100]).unwrap();
+        let f = std::fs::File::open(&p).unwrap();
+        // Just written: its pages are in the page cache.
+        match cached(f.as_raw_fd(), 0, 3 * 4096 + 100) {
+            None => {
+                // No cachestat here (old kernel, seccomp): say so and stop.
+                eprintln!("cachestat unavailable; skipping");
+                std::fs::remove_dir_all(&dir).unwrap();
+                return;
+            }
+            Some(all) => assert!(all),
+        }
+        assert_eq!(cached(f.as_raw_fd(), 5000, 10), Some(true));
+        assert_eq!(cached(f.as_raw_fd(), 0, 0), Some(true));
+        // Pages past the end of the file are never cached.
+        assert_eq!(cached(f.as_raw_fd(), 0, 1 << 20), Some(false));
+        assert_eq!(cached(f.as_raw_fd(), 1 << 20, 4096), Some(false));
+        // A bad descriptor: no answer, and the call stays available.
+        assert_eq!(cached(-1, 0, 10), None);
+        assert_eq!(cached(f.as_raw_fd(), 0, 10), Some(true));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

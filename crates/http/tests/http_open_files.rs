@@ -1,0 +1,116 @@
+//! Files sent with sendfile kept open between requests (nginx's
+//! `open_file_cache`): answered without a lookup while their stat is
+//! trusted, replaced and closed once it is not, bounded by `open_files`.
+
+mod common;
+
+use common::{fnv1a, pseudo_random, read_file, TestServer, BIG};
+use std::time::Duration;
+
+#[test]
+fn a_kept_file_answers_gets_ranges_heads_and_conditionals() {
+    let s = TestServer::start("openf", |c| c.revalidate = Duration::from_secs(60));
+    let big = read_file(&s.www().join("big.bin"));
+    let mut c = s.client();
+    let first = c.get("/big.bin");
+    assert_eq!(fnv1a(&first.body), fnv1a(&big));
+    assert_eq!(s.state.stats().open_file_hits, 0);
+    assert_eq!(s.state.stats().open_files, 1);
+    for _ in 0..3 {
+        assert_eq!(fnv1a(&c.get("/big.bin").body), fnv1a(&big));
+    }
+    let r = c.get_with("/big.bin", "Range: bytes=1000-200999\r\n");
+    assert_eq!((r.status, &r.body[..]), (206, &big[1000..201_000]));
+    let h = c.head("/big.bin");
+    assert_eq!(h.header("content-length"), Some(&*BIG.to_string()));
+    let etag = first.header("etag").unwrap();
+    let r = c.get_with("/big.bin", &format!("If-None-Match: {etag}\r\n"));
+    assert_eq!(r.status, 304);
+    // Pipelined behind a small response and before another.
+    c.send(
+        "GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n\
+         GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n\
+         GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n",
+    );
+    assert_eq!(c.response(false).text(), "hello, world\n");
+    assert_eq!(fnv1a(&c.response(false).body), fnv1a(&big));
+    assert_eq!(c.response(false).text(), "hello, world\n");
+    let st = s.state.stats();
+    assert_eq!(st.open_file_hits, 7, "every request after the first");
+    assert_eq!(st.open_files, 1);
+}
+
+#[test]
+fn a_changed_or_deleted_file_is_seen_after_revalidate_and_its_descriptor_closed() {
+    let s = TestServer::start("openf-change", |c| {
+        c.revalidate = Duration::from_millis(300)
+    });
+    let path = s.www().join("big.bin");
+    let mut c = s.client();
+    assert_eq!(c.get("/big.bin").body.len(), BIG);
+    // Replaced by a new file (a new inode, as deployments do).
+    let new = pseudo_random(200_000, 99);
+    let tmp = s.www().join(".big.new");
+    std::fs::write(&tmp, &new).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+    std::thread::sleep(Duration::from_millis(350));
+    let r = c.get("/big.bin");
+    assert_eq!(fnv1a(&r.body), fnv1a(&new));
+    assert_eq!(s.state.stats().open_files, 1, "the old descriptor closed");
+    assert_eq!(fnv1a(&c.get("/big.bin").body), fnv1a(&new));
+    // Deleted: a 404 once the stat is stale, and nothing kept open.
+    std::fs::remove_file(&path).unwrap();
+    std::thread::sleep(Duration::from_millis(350));
+    assert_eq!(c.get("/big.bin").status, 404);
+    assert_eq!(s.state.stats().open_files, 0);
+}
+
+#[test]
+fn open_files_bound_the_descriptors_kept() {
+    let s = TestServer::start("openf-bound", |c| {
+        c.revalidate = Duration::from_secs(60);
+        c.open_files = 1;
+    });
+    let big = fnv1a(&read_file(&s.www().join("big.bin")));
+    let mid = fnv1a(&read_file(&s.www().join("mid.bin")));
+    let mut c = s.client();
+    for _ in 0..3 {
+        assert_eq!(fnv1a(&c.get("/big.bin").body), big);
+        assert_eq!(fnv1a(&c.get("/mid.bin").body), mid);
+    }
+    let st = s.state.stats();
+    assert_eq!(st.open_files, 1);
+    assert_eq!(st.open_file_hits, 2, "only big.bin is kept");
+
+    let off = TestServer::start("openf-off", |c| c.open_files = 0);
+    let mut c = off.client();
+    for _ in 0..3 {
+        assert_eq!(fnv1a(&c.get("/big.bin").body), big);
+    }
+    assert_eq!(off.state.stats().open_file_hits, 0);
+    assert_eq!(off.state.stats().open_files, 0);
+}
+
+/// A file whose pages left the page cache goes out through the ring's
+/// reads on an io_uring loop (sendfile could wait for the disk there), and
+/// with sendfile on epoll: intact either way. (`POSIX_FADV_DONTNEED` drops
+/// clean pages on disk file systems; on tmpfs it cannot, and the test then
+/// takes the sendfile path.)
+#[test]
+fn a_file_out_of_the_page_cache_is_sent_intact() {
+    use std::os::fd::AsRawFd;
+    let s = TestServer::start("openf-cold", |c| c.revalidate = Duration::from_secs(60));
+    let path = s.www().join("big.bin");
+    let big = fnv1a(&read_file(&path));
+    let mut c = s.client();
+    for round in 0..3 {
+        let f = std::fs::File::open(&path).unwrap();
+        f.sync_all().unwrap();
+        // SAFETY: posix_fadvise only reads a live descriptor and integers.
+        let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        assert_eq!(r, 0);
+        assert_eq!(fnv1a(&c.get("/big.bin").body), big, "round {round}");
+        let r = c.get_with("/big.bin", "Range: bytes=-70000\r\n");
+        assert_eq!(r.body.len(), 70_000, "round {round}");
+    }
+}
