@@ -288,12 +288,7 @@ impl Connection {
         if self.out.is_empty() && self.shared_body.is_none() {
             return Ok(());
         }
-        if self.answered > 0 {
-            if let Some(at) = self.read_at {
-                duality_rt::stats::record_first_byte(at, self.answered);
-            }
-            self.answered = 0;
-        }
+        self.note_first_byte();
         let wait = Some(self.state.cfg.write_timeout);
         let r = match self.shared_body.take() {
             Some((body, range)) => {
@@ -307,11 +302,7 @@ impl Connection {
         {
             self.state.counters.write_timeouts.fetch_add(1, Relaxed);
         }
-        if self.out.capacity() > OUT_KEEP {
-            self.out = Vec::new();
-        } else {
-            self.out.clear();
-        }
+        self.reset_out();
         r
     }
 
@@ -499,20 +490,40 @@ impl Connection {
         Ok(plan)
     }
 
-    /// Sends `span` of `file` with `sendfile` (through the ring on an
-    /// io_uring loop, unless the span is in the page cache: `resident`, just
-    /// read there, or found there by `cachestat`, so `sendfile` will not
-    /// wait for the disk); `false` if the file ended first.
+    /// Time to first byte of the requests answered since the last write.
+    fn note_first_byte(&mut self) {
+        if self.answered > 0 {
+            if let Some(at) = self.read_at {
+                duality_rt::stats::record_first_byte(at, self.answered);
+            }
+            self.answered = 0;
+        }
+    }
+
+    /// Empties `out` once written, giving back a large buffer.
+    fn reset_out(&mut self) {
+        if self.out.capacity() > OUT_KEEP {
+            self.out = Vec::new();
+        } else {
+            self.out.clear();
+        }
+    }
+
+    /// Sends `span` of `file` with `sendfile`, so that no loop waits for the
+    /// disk: a span `resident` (just read into the page cache) or found
+    /// there by `cachestat` goes out at once; otherwise on an io_uring loop
+    /// the ring reads it, and on epoll each chunk that `cachestat` finds
+    /// out of the page cache is read in on the blocking pool first.
+    /// `false` if the file ended first.
     async fn send_file(
         &mut self,
         file: Arc<File>,
         span: ByteRange,
         resident: bool,
     ) -> io::Result<bool> {
-        if duality_rt::event_loop::current_io_backend() == Some(duality_rt::IoBackend::Uring)
-            && !resident
-            && sys::cached(file.as_raw_fd(), span.start, span.len) != Some(true)
-        {
+        let uring =
+            duality_rt::event_loop::current_io_backend() == Some(duality_rt::IoBackend::Uring);
+        if uring && !resident && sys::cached(file.as_raw_fd(), span.start, span.len) != Some(true) {
             return self.send_file_ring(file, span).await;
         }
         let fd = file.as_raw_fd();
@@ -521,6 +532,17 @@ impl Connection {
         let wait = self.state.cfg.write_timeout;
         while offset < end {
             let count = (end - offset).min(SENDFILE_CHUNK) as usize;
+            // Only where the kernel says the chunk is not there: without
+            // cachestat, sendfile as before (the page cache usually has it).
+            if !uring && !resident && sys::cached(fd, offset, count as u64) == Some(false) {
+                self.state.counters.cold_reads.fetch_add(1, Relaxed);
+                let (f, at) = (file.clone(), offset);
+                // A failed read-ahead leaves sendfile to read (and report).
+                let _ = self
+                    .payload
+                    .blocking(move || sys::readahead(&f, at, count as u64))
+                    .await;
+            }
             let call = self.conn.write_with_for(Some(wait), |sock| {
                 sys::sendfile(sock, fd, &mut offset, count)
             });
@@ -557,6 +579,7 @@ impl Connection {
         let wait = self.state.cfg.write_timeout;
         while offset < end {
             let count = (end - offset).min(RING_FILE_CHUNK) as usize;
+            self.state.counters.cold_reads.fetch_add(1, Relaxed);
             let chunk = duality_rt::fs::read_at(file.clone(), offset, count).await?;
             if chunk.is_empty() {
                 return Ok(false);

@@ -153,6 +153,10 @@ pub struct HttpStats {
     pub sendfile_bytes: u64,
     /// Requests answered from a file kept open ([`HttpConfig::open_files`]).
     pub open_file_hits: u64,
+    /// Pieces of `sendfile`d bodies found out of the kernel's page cache and
+    /// read in off the loops (the ring's reads, or a read-ahead on the
+    /// blocking pool under epoll) so no loop waited for the disk.
+    pub cold_reads: u64,
     /// Files kept open now.
     pub open_files: u64,
     /// Access-log lines dropped because the writer fell behind.
@@ -175,6 +179,7 @@ pub(crate) struct Counters {
     pub(crate) write_timeouts: AtomicU64,
     pub(crate) sendfile_bytes: AtomicU64,
     pub(crate) open_file_hits: AtomicU64,
+    pub(crate) cold_reads: AtomicU64,
     pub(crate) gzip_compressed: AtomicU64,
     pub(crate) gzip_static: AtomicU64,
 }
@@ -407,6 +412,11 @@ impl HttpState {
                 s.open_file_hits,
             ),
             (
+                "cold_reads",
+                "Pieces of sendfile bodies read into the page cache off the loops.",
+                s.cold_reads,
+            ),
+            (
                 "cache_hits",
                 "Page-cache lookups answered from memory.",
                 s.cache.hits,
@@ -457,6 +467,7 @@ impl HttpState {
             write_timeouts: c.write_timeouts.load(Relaxed),
             sendfile_bytes: c.sendfile_bytes.load(Relaxed),
             open_file_hits: c.open_file_hits.load(Relaxed),
+            cold_reads: c.cold_reads.load(Relaxed),
             open_files: self.fresh.open_files() as u64,
             log_dropped: self.log.as_ref().map_or(0, |l| l.dropped.load(Relaxed)),
             cache: self.cache.stats(),
@@ -510,7 +521,7 @@ impl HttpState {
             // the page cache here, where blocking is allowed, and let the
             // connection `sendfile` it: no copy into memory of ours, no
             // eviction (nginx's `aio threads` does the same read).
-            if sys::readahead(&file, meta.size).is_ok() {
+            if sys::readahead(&file, 0, meta.size).is_ok() {
                 return Ok(Found::File {
                     file: Arc::new(file),
                     meta,

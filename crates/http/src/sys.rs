@@ -32,15 +32,17 @@ pub(crate) fn sendfile(
     Ok(n as usize)
 }
 
-/// Reads `len` bytes of `file` from its start into the page cache and
+/// Reads `len` bytes of `file` from `offset` into the page cache and
 /// waits for them (`readahead(2)` blocks until the data is read), so that a
 /// later `sendfile` of them does not wait for the disk. Call it where
 /// blocking is allowed (the blocking pool).
-pub(crate) fn readahead(file: &std::fs::File, len: u64) -> io::Result<()> {
+pub(crate) fn readahead(file: &std::fs::File, offset: u64, len: u64) -> io::Result<()> {
     use std::os::fd::AsRawFd;
+    let offset = libc::off64_t::try_from(offset)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset too large"))?;
     // SAFETY: readahead only reads a descriptor (an invalid one yields
-    // EBADF) and two integers; no memory is passed.
-    let r = unsafe { libc::readahead(file.as_raw_fd(), 0, len as usize) };
+    // EBADF) and integers; no memory is passed.
+    let r = unsafe { libc::readahead(file.as_raw_fd(), offset, len as usize) };
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
