@@ -60,8 +60,9 @@ pub struct HttpArgs {
     /// Descriptors of files sent with sendfile kept open between requests
     /// (nginx's `open_file_cache max=N`): while a file's stat is trusted
     /// (--revalidate-ms) its next request is answered from the open file.
-    /// A kept descriptor closes once its entry is stale and looked at or
-    /// needed, so a deleted file's space may stay taken until then. 0: none.
+    /// A kept descriptor closes once its stat is stale (a sweep runs every
+    /// --revalidate-ms), so a deleted file's space is freed within about
+    /// two periods. 0: none.
     /// Default 1000, or what the descriptor limit leaves beside
     /// --max-conns' two each and 32 for the server.
     #[arg(long)]

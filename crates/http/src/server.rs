@@ -108,9 +108,10 @@ pub struct HttpConfig {
     /// (nginx's `open_file_cache max=N`): a request for such a file whose
     /// `stat` is younger than [`revalidate`](Self::revalidate) is answered
     /// on its loop from the open file, without the blocking pool. A kept
-    /// descriptor is closed when its entry is looked at or needed after it
-    /// went stale, so a deleted file's space may stay taken until then.
-    /// 0 keeps none.
+    /// descriptor is closed once its entry is stale: when a request looks
+    /// at it, when the limit needs its slot, or by a sweep every
+    /// `revalidate` (so a deleted file's space is freed within about two
+    /// periods). 0 keeps none.
     pub open_files: usize,
 }
 
@@ -191,7 +192,7 @@ pub struct HttpState {
     pub(crate) root: Root,
     pub(crate) cache: PageCache,
     pub(crate) gzip_cache: PageCache,
-    pub(crate) fresh: FreshIndex,
+    pub(crate) fresh: Arc<FreshIndex>,
     pub(crate) log: Option<AccessLog>,
     pub(crate) counters: Counters,
     /// Where compressions run (`--offload`), and what it learned.
@@ -338,10 +339,12 @@ impl HttpState {
             Some(p) => Some(AccessLog::open(p)?),
             None => None,
         };
+        let fresh = Arc::new(FreshIndex::new(cfg.revalidate, cfg.open_files));
+        FreshIndex::spawn_closer(&fresh)?;
         Ok(Arc::new(HttpState {
             cache: PageCache::new(cfg.cache_bytes, cfg.cache_max_file),
             gzip_cache: PageCache::new(cfg.gzip.cache_bytes, cfg.gzip.cache_max_entry()),
-            fresh: FreshIndex::new(cfg.revalidate, cfg.open_files),
+            fresh,
             root,
             log,
             counters: Counters::default(),
@@ -822,6 +825,29 @@ impl FreshIndex {
             })
         });
         self.insert(url, path, meta, content_type, file);
+    }
+
+    /// Starts the thread that closes descriptors gone stale that no request
+    /// looks at again (a deleted file's space is then freed within about
+    /// two revalidate periods, as nginx's `open_file_cache inactive=`
+    /// does). It ends within a period of the index being dropped. Nothing
+    /// to do, and no thread, when no descriptor can be kept.
+    fn spawn_closer(index: &Arc<FreshIndex>) -> io::Result<()> {
+        if index.ttl.is_zero() || index.open_max == 0 {
+            return Ok(());
+        }
+        let weak = Arc::downgrade(index);
+        let every = index.ttl.max(Duration::from_millis(100));
+        std::thread::Builder::new()
+            .name("duality-http-files".into())
+            .spawn(move || loop {
+                std::thread::sleep(every);
+                let Some(index) = weak.upgrade() else { return };
+                if index.open_files() > 0 {
+                    index.drop_stale_files();
+                }
+            })?;
+        Ok(())
     }
 
     /// Drops every stale entry that holds a descriptor, one shard at a time.

@@ -66,6 +66,22 @@ fn a_changed_or_deleted_file_is_seen_after_revalidate_and_its_descriptor_closed(
 }
 
 #[test]
+fn a_deleted_file_nobody_asks_for_again_is_closed_within_two_periods() {
+    let s = TestServer::start("openf-closer", |c| {
+        c.revalidate = Duration::from_millis(200)
+    });
+    let mut c = s.client();
+    assert_eq!(c.get("/big.bin").body.len(), BIG);
+    assert_eq!(c.get("/mid.bin").body.len(), 100 * 1024);
+    assert_eq!(s.state.stats().open_files, 2);
+    std::fs::remove_file(s.www().join("big.bin")).unwrap();
+    // No request looks at either again: the closer thread drops them.
+    assert!(common::eventually(Duration::from_secs(5), || {
+        s.state.stats().open_files == 0
+    }));
+}
+
+#[test]
 fn open_files_bound_the_descriptors_kept() {
     let s = TestServer::start("openf-bound", |c| {
         c.revalidate = Duration::from_secs(60);
