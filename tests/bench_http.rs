@@ -40,6 +40,11 @@ fn quick_http_run_writes_every_point_with_server_cpu() {
         assert!(us > 0.0 && us < 1e6, "{r}");
     }
     let md = std::fs::read_to_string(out.join("http.md")).unwrap();
+    let command = md.lines().find(|l| l.starts_with("Command: `"));
+    assert!(
+        command.is_some_and(|l| l.contains("bench http") && l.contains("--sizes 100")),
+        "{md}"
+    );
     assert!(
         md.contains("**100B file, server CPU µs per request**"),
         "{md}"
