@@ -8,7 +8,10 @@
 # Usage, from the repository root:
 #   scripts/device-scaling.sh BINARY OUTDIR [quick]
 # BINARY is a release build of `duality` (carry a stripped copy: the
-# working tree and carried paths travel within 64 MiB together). Each
+# working tree and carried paths travel within 64 MiB together;
+# scripts/device-pack.sh packs one into .dev/ with the libraries and fonts
+# that machine lacks, and this script uses them when .dev/lib sits beside
+# BINARY: `scripts/device-scaling.sh .dev/duality $OUT`). Each
 # experiment writes its directory under /tmp; OUTDIR gets only each one's
 # Markdown table and JSON plus one log (the tool brings back 8 files).
 # `quick` runs every experiment in its --quick mode (a check of the script).
@@ -17,6 +20,11 @@ bin=${1:?a duality binary}
 out=${2:?an output directory}
 quick=${3:-}
 mkdir -p "$out"
+libs="$(cd "$(dirname "$bin")" && pwd)"
+if [ -d "$libs/lib" ]; then
+    export LD_LIBRARY_PATH="$libs/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    [ -f "$libs/fonts.conf" ] && export FONTCONFIG_FILE="$libs/fonts.conf"
+fi
 log="$out/device-scaling.log"
 work=$(mktemp -d /tmp/device-scaling.XXXXXX)
 cores=$(nproc)
@@ -38,7 +46,11 @@ run() {
 
 # Client loops and connections grow with the machine so the load generator
 # is not the limit (see README: the colors experiment).
-run colors 240 colors --threads 1,2,4,8 --client-loops 4 --clients 64 --rounds 2
+# 12 threads at most: the four client loops take the other cores of 16
+# (docs/results/colors/16-cores*: about 4 minutes at 3 rounds).
+top=$((cores - 4 > 1 ? cores - 4 : 1))
+threads=$(for n in 1 2 4 8 $top; do [ "$n" -le "$top" ] && echo "$n"; done | sort -nu | paste -sd,)
+run colors 240 colors --threads "$threads" --client-loops 4 --clients 64 --rounds 2
 run offload 180 offload --no-nginx
 half=$((cores / 2 > 1 ? cores / 2 : 1))
 quarter=$((cores / 4 > 1 ? cores / 4 : 1))
