@@ -62,7 +62,9 @@ pub struct HttpArgs {
     /// (--revalidate-ms) its next request is answered from the open file.
     /// A kept descriptor closes once its stat is stale (a sweep runs every
     /// --revalidate-ms), so a deleted file's space is freed within about
-    /// two periods. 0: none.
+    /// two periods; a file rewritten in place (same inode) may go out with
+    /// its old length and validators until its stat is stale (replace
+    /// files by rename). 0: none.
     /// Default 1000, or what the descriptor limit leaves beside
     /// --max-conns' two each and 32 for the server.
     #[arg(long)]

@@ -111,7 +111,10 @@ pub struct HttpConfig {
     /// descriptor is closed once its entry is stale: when a request looks
     /// at it, when the limit needs its slot, or by a sweep every
     /// `revalidate` (so a deleted file's space is freed within about two
-    /// periods). 0 keeps none.
+    /// periods). A file rewritten in place (the same inode) may go out
+    /// with its old length and validators until then, as with nginx's
+    /// cache; a file replaced by a rename is one version or the other.
+    /// 0 keeps none.
     pub open_files: usize,
 }
 
