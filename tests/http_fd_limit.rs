@@ -53,6 +53,11 @@ fn a_small_descriptor_limit_gives_200_or_503_never_500() {
         serving.contains("max 16 connections"),
         "the default follows the limit: {serving:?}"
     );
+    // The connections' two descriptors each leave none to keep files open.
+    assert!(
+        serving.contains(" 0 files kept open"),
+        "no room for open files: {serving:?}"
+    );
 
     // All 40 connect before any asks: the first 16 stay open, so the rest
     // meet the limit (the refusal is written as they are accepted).

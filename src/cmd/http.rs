@@ -193,8 +193,13 @@ fn nofile() -> Option<u64> {
 /// The default `--open-file-cache`: 1000, or what `nofile` leaves beside
 /// `max_conns` connections (two descriptors each) and 32 for the server.
 fn open_files_for_limit(nofile: u64, max_conns: usize) -> usize {
-    let left = nofile.saturating_sub(32 + 2 * max_conns as u64);
-    left.min(1000) as usize
+    open_files_room(nofile, max_conns).min(1000) as usize
+}
+
+/// Descriptors `nofile` leaves beside `max_conns` connections (two each)
+/// and 32 for the server.
+fn open_files_room(nofile: u64, max_conns: usize) -> u64 {
+    nofile.saturating_sub(32 + 2 * max_conns as u64)
 }
 
 pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
@@ -203,6 +208,16 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
     let open_files = a
         .open_file_cache
         .unwrap_or_else(|| nofile().map_or(0, |n| open_files_for_limit(n, max_conns)));
+    if let Some(n) = nofile() {
+        let room = open_files_room(n, max_conns);
+        if open_files as u64 > room {
+            eprintln!(
+                "duality http: warning: --open-file-cache {open_files} is more than the {room} \
+                 descriptors `ulimit -n` {n} leaves beside --max-conns {max_conns}; when they \
+                 run out, requests get 503"
+            );
+        }
+    }
     if let Some(p) = &a.stub_status {
         anyhow::ensure!(
             p.starts_with('/'),
@@ -269,11 +284,12 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
     use std::io::Write as _;
     std::io::stdout().flush()?;
     eprintln!(
-        "duality http: serving {} on http://{addr} ({}, {}, max {} connections, gzip {})",
+        "duality http: serving {} on http://{addr} ({}, {}, max {} connections, {} files kept open, gzip {})",
         a.root.display(),
         a.model,
         a.accept,
         max_conns,
+        open_files,
         if a.gzip {
             format!("on, level {}, offload {}", a.gzip_level, a.offload)
         } else {
