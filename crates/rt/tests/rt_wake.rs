@@ -207,3 +207,74 @@ fn a_waker_outliving_its_loop_is_harmless() {
     signal.raise(false);
     signal.raise(true);
 }
+
+/// Raises `dropped` when dropped, and `under_lock` too if `lock` was held
+/// then (a drop run inside a `wake` whose caller holds it).
+struct DropProbe {
+    lock: Arc<Mutex<()>>,
+    dropped: Arc<AtomicBool>,
+    under_lock: Arc<AtomicBool>,
+}
+
+impl Drop for DropProbe {
+    fn drop(&mut self) {
+        if self.lock.try_lock().is_err() {
+            self.under_lock.store(true, SeqCst);
+        }
+        self.dropped.store(true, SeqCst);
+    }
+}
+
+/// A task whose loop has ended lives on in a waker held elsewhere. Woken
+/// on another loop by a caller that holds a lock (as a socket's completion
+/// wakes its writer under the socket's state lock), its drop — which may
+/// take that same lock, e.g. by closing the socket — must not run inside
+/// `wake`: that deadlocked a loop at shutdown. It runs on the waking
+/// loop's next turn.
+#[test]
+fn a_task_of_an_ended_loop_is_dropped_after_the_wake_not_inside_it() {
+    let _g = serial();
+    // The waking loop first, so that the ended loop's id stays free.
+    let waking = LoopThread::spawn(LoopConfig::default()).unwrap();
+    let ended = LoopThread::spawn(LoopConfig::default()).unwrap();
+    let lock = Arc::new(Mutex::new(()));
+    let dropped = Arc::new(AtomicBool::new(false));
+    let under_lock = Arc::new(AtomicBool::new(false));
+    let slot: Arc<Mutex<Option<Waker>>> = Arc::default();
+    let probe = DropProbe {
+        lock: lock.clone(),
+        dropped: dropped.clone(),
+        under_lock: under_lock.clone(),
+    };
+    let s = slot.clone();
+    drop(ended.handle().spawn(async move {
+        let _probe = probe;
+        poll_fn(|cx| {
+            *s.lock().unwrap() = Some(cx.waker().clone());
+            Poll::<()>::Pending
+        })
+        .await;
+    }));
+    assert!(wait_until(Duration::from_secs(2), || slot
+        .lock()
+        .unwrap()
+        .is_some()));
+    // Its loop ends; the task is parked on nothing of that loop's.
+    ended.join().unwrap();
+    assert!(!dropped.load(SeqCst));
+
+    let inside_wake = Arc::new(AtomicBool::new(false));
+    let (l, d, i) = (lock.clone(), dropped.clone(), inside_wake.clone());
+    let woke = waking.handle().spawn(async move {
+        let w = slot.lock().unwrap().take().unwrap();
+        let held = l.lock().unwrap();
+        w.wake();
+        i.store(d.load(SeqCst), SeqCst);
+        drop(held);
+    });
+    assert!(wait_until(Duration::from_secs(2), || dropped.load(SeqCst)));
+    assert!(!inside_wake.load(SeqCst), "dropped inside wake");
+    assert!(!under_lock.load(SeqCst), "dropped under the waker's lock");
+    drop(woke);
+    waking.join().unwrap();
+}

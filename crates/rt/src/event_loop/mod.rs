@@ -219,6 +219,9 @@ pub(crate) struct Local {
     pub(crate) requests: RefCell<RequestMetrics>,
     /// The reset epoch of the readable copy that `requests` belongs to.
     requests_epoch: Cell<u64>,
+    /// Tasks of loops that are gone, woken on this thread: dropped at the
+    /// start of the next turn, not inside `wake` (see [`schedule`]).
+    orphans: RefCell<Vec<TaskRef>>,
 }
 
 impl Local {
@@ -323,6 +326,7 @@ impl Local {
     /// One turn of the loop. `main_ready` tells whether a `block_on` future
     /// is waiting to be polled (then the loop must not block).
     fn turn(&self) -> io::Result<()> {
+        self.drop_orphans();
         if self.run_tasks() > 0 {
             self.idle_hook_owed.set(true);
         }
@@ -521,7 +525,20 @@ impl Local {
         local.reset();
     }
 
+    /// Drops the tasks [`schedule`] set aside (their drops may wake, and set
+    /// aside, more).
+    fn drop_orphans(&self) {
+        loop {
+            let orphans = std::mem::take(&mut *self.orphans.borrow_mut());
+            if orphans.is_empty() {
+                return;
+            }
+            drop(orphans);
+        }
+    }
+
     fn shutdown(&self) {
+        self.drop_orphans();
         // Abort every task parked on our I/O or timers, then run the queue so
         // their futures are dropped here, on their own thread.
         loop {
@@ -547,6 +564,7 @@ impl Local {
             }
         }
         self.shared.handoff.clear();
+        self.drop_orphans();
         self.publish();
     }
 }
@@ -564,8 +582,14 @@ pub(crate) fn schedule(task: TaskRef) {
                 shared.notify();
             }
             // The loop is gone; the task can never run. Dropping the reference
-            // frees it once nothing else holds it.
-            None => drop(task),
+            // frees it once nothing else holds it — but not here on a loop:
+            // the waker's caller may hold a lock that the future's drop takes
+            // (a socket's state, while its completion wakes the writer: the
+            // drop closes that socket), so this loop drops it next turn.
+            None => match cur {
+                Some(local) => local.orphans.borrow_mut().push(task),
+                None => drop(task),
+            },
         },
     })
 }
@@ -828,6 +852,7 @@ impl EventLoop {
                 poll_start: Cell::new(crate::stats::Stamp::now()),
                 requests: RefCell::new(RequestMetrics::default()),
                 requests_epoch: Cell::new(lock_std(&shared.requests).epoch),
+                orphans: RefCell::new(Vec::new()),
             }),
             _not_send: PhantomData,
         })
