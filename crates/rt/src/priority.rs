@@ -101,7 +101,6 @@ pub(crate) fn may_leave_idle(nice: i32) -> bool {
 }
 
 /// Whether the calling thread is in `SCHED_IDLE`.
-#[cfg(test)]
 pub(crate) fn is_background() -> bool {
     // SAFETY: sched_getscheduler takes a pid (0: the caller) and returns an int.
     unsafe { libc::sched_getscheduler(0) == libc::SCHED_IDLE }

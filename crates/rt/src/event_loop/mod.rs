@@ -413,11 +413,14 @@ impl Local {
         } else {
             self.config.idle_spin
         };
-        if spin.is_zero() {
+        // Not while pool jobs run in the background class: a yield below
+        // would hand one the core until the next tick.
+        let now = Instant::now();
+        if spin.is_zero() || crate::pool::background_busy(now) {
             return Ok(false);
         }
         self.shared.stats.spins.fetch_add(1, Relaxed);
-        let until = Instant::now() + spin;
+        let until = now + spin;
         loop {
             if !self.shared.handoff.is_empty() {
                 return Ok(true);
@@ -428,7 +431,8 @@ impl Local {
             if !self.run_queue.is_empty() || self.shared.main_woken.load(Relaxed) {
                 return Ok(true);
             }
-            if Instant::now() >= until {
+            let now = Instant::now();
+            if now >= until || crate::pool::background_busy(now) {
                 return Ok(false);
             }
             std::thread::yield_now();
@@ -983,5 +987,69 @@ impl LoopThread {
 impl Drop for LoopThread {
     fn drop(&mut self) {
         let _ = self.stop_and_join();
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::pool::{Pool, PoolConfig};
+    use std::sync::mpsc;
+
+    /// The idle spins a loop makes while its `block_on` sleeps five times.
+    fn spins_over_five_sleeps(lp: &mut EventLoop) -> u64 {
+        let spins = &lp.local.shared.stats.spins;
+        let before = spins.load(Relaxed);
+        lp.block_on(async {
+            for _ in 0..5 {
+                crate::time::sleep(Duration::from_millis(2)).await;
+            }
+        });
+        spins.load(Relaxed) - before
+    }
+
+    /// A spinning loop yields its core between looks, and a yield hands the
+    /// core to a pool thread in the background class until the next tick:
+    /// while such a job runs, an idle loop goes to sleep at once.
+    #[test]
+    fn an_idle_loop_does_not_spin_while_a_pool_job_runs_in_the_background() {
+        let mut lp = EventLoop::new(LoopConfig {
+            idle_spin: Duration::from_millis(1),
+            ..LoopConfig::default()
+        })
+        .unwrap();
+        // Other tests of this binary may run background jobs meanwhile.
+        if !crate::pool::background_busy(Instant::now()) {
+            assert!(spins_over_five_sleeps(&mut lp) > 0, "an idle loop spins");
+        }
+        let pool = Pool::new(PoolConfig {
+            name: "t-nospin".into(),
+            max_threads: 1,
+            queue_capacity: 4,
+            keep_alive: Duration::from_secs(5),
+            nice: 0,
+            background_after: Some(Duration::from_secs(30)),
+        });
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        let (started_tx, started_rx) = mpsc::channel::<bool>();
+        let job = pool.run(move || {
+            started_tx.send(crate::priority::is_background()).unwrap();
+            let _ = release_rx.recv();
+        });
+        let waiter = std::thread::spawn(move || crate::block_on(job));
+        if !started_rx.recv().unwrap() {
+            // No way back out of the class here (no privilege): the pool
+            // never enters it, and loops spin as usual.
+            eprintln!("skipped: pool threads cannot leave the background class here");
+        } else {
+            assert!(crate::pool::background_busy(Instant::now()));
+            assert_eq!(
+                spins_over_five_sleeps(&mut lp),
+                0,
+                "spun beside a background job"
+            );
+        }
+        release_tx.send(()).unwrap();
+        waiter.join().unwrap().unwrap();
     }
 }
