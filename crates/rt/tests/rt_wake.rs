@@ -278,3 +278,51 @@ fn a_task_of_an_ended_loop_is_dropped_after_the_wake_not_inside_it() {
     drop(woke);
     waking.join().unwrap();
 }
+
+/// A loop's id is reused by later loops, but only once no task of the
+/// ended loop is alive: such a task, woken later, must never run on a loop
+/// that is not its own (its sockets and timers were the old loop's). Woken,
+/// it is dropped, and then the id is free again.
+#[test]
+fn a_loop_id_is_not_reused_while_a_task_of_its_ended_loop_lives() {
+    let _g = serial();
+    let ended = LoopThread::spawn(LoopConfig::default()).unwrap();
+    let id = ended.handle().id();
+    let polls = Arc::new(AtomicUsize::new(0));
+    let dropped = Arc::new(AtomicBool::new(false));
+    let slot: Arc<Mutex<Option<Waker>>> = Arc::default();
+    let probe = DropProbe {
+        lock: Arc::default(),
+        dropped: dropped.clone(),
+        under_lock: Arc::default(),
+    };
+    let (s, p) = (slot.clone(), polls.clone());
+    drop(ended.handle().spawn(async move {
+        let _probe = probe;
+        poll_fn(|cx| {
+            p.fetch_add(1, SeqCst);
+            *s.lock().unwrap() = Some(cx.waker().clone());
+            Poll::<()>::Pending
+        })
+        .await;
+    }));
+    assert!(wait_until(Duration::from_secs(2), || slot
+        .lock()
+        .unwrap()
+        .is_some()));
+    ended.join().unwrap();
+    let next = LoopThread::spawn(LoopConfig::default()).unwrap();
+    assert_ne!(
+        next.handle().id(),
+        id,
+        "took the id of a loop whose task lives"
+    );
+    slot.lock().unwrap().take().unwrap().wake();
+    assert!(wait_until(Duration::from_secs(2), || dropped.load(SeqCst)));
+    assert_eq!(polls.load(SeqCst), 1, "polled again after its loop ended");
+    // Its last task gone, the id is the first to be reused.
+    let third = LoopThread::spawn(LoopConfig::default()).unwrap();
+    assert_eq!(third.handle().id(), id);
+    third.join().unwrap();
+    next.join().unwrap();
+}

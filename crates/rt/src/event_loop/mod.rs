@@ -608,9 +608,7 @@ pub(crate) fn schedule(task: TaskRef) {
 /// A task's future was dropped.
 pub(crate) fn task_finished(owner: u16) {
     task::count_finished();
-    if let Some(shared) = registry::get(owner) {
-        shared.stats.tasks_alive.fetch_sub(1, Relaxed);
-    }
+    registry::task_ended(owner, registry::get(owner));
 }
 
 #[track_caller]

@@ -4,9 +4,14 @@
 //! instead of an eight-byte pointer); the id indexes `SLOTS`. A `Shared` is
 //! never freed: when a loop ends its slot is cleared and goes back on a free
 //! list, and the next loop reuses both the id and the `Shared` (its eventfd
-//! included). So a `&'static Shared` read from a slot is always valid memory;
-//! a waker racing with a loop's end may push into a queue that the next owner
-//! of the slot will drain (the task then simply runs on that loop).
+//! included). So a `&'static Shared` read from a slot is always valid memory.
+//!
+//! An id goes back on the free list only once no task of the ended loop is
+//! alive: a task parked on something outside its loop (a pool job, a channel)
+//! outlives the loop, and woken after its id had been reused it would run on
+//! a loop that is not its own. Until then the slot is *draining*: a wake of
+//! such a task finds no loop (it is dropped, see `event_loop::schedule`), and
+//! the last of them to end frees the id.
 
 use crate::loom::lock_std;
 use crate::task::HandoffQueue;
@@ -21,14 +26,20 @@ pub const MAX_LOOPS: usize = 1 << 16;
 
 static SLOTS: [AtomicPtr<Shared>; MAX_LOOPS] =
     [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_LOOPS];
+/// Every `Shared` by id, live or not (set once, when the id is first used).
+static ALL: [AtomicPtr<Shared>; MAX_LOOPS] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_LOOPS];
 
 struct Pool {
     free: Vec<&'static Shared>,
+    /// Ended loops some of whose tasks are still alive.
+    draining: Vec<&'static Shared>,
     next_id: usize,
 }
 
 static POOL: Mutex<Pool> = Mutex::new(Pool {
     free: Vec::new(),
+    draining: Vec::new(),
     next_id: 0,
 });
 
@@ -241,20 +252,64 @@ pub(crate) fn acquire() -> io::Result<&'static Shared> {
             }
             let id = pool.next_id as u16;
             pool.next_id += 1;
-            &*Box::leak(Box::new(Shared::new(id)?))
+            let shared = &*Box::leak(Box::new(Shared::new(id)?));
+            ALL[id as usize].store(shared as *const Shared as *mut Shared, Ordering::Release);
+            shared
         }
     };
     SLOTS[shared.id as usize].store(shared as *const Shared as *mut Shared, Ordering::Release);
     Ok(shared)
 }
 
-/// Returns a slot after its loop ended.
+/// Returns a slot after its loop ended: free at once if none of its tasks
+/// is alive, else draining until the last one ends ([`task_ended`]).
 pub(crate) fn release(shared: &'static Shared) {
     // A new generation first: from here on, handles to the ended loop are no-ops.
     shared.generation.fetch_add(1, Ordering::AcqRel);
-    SLOTS[shared.id as usize].store(std::ptr::null_mut(), Ordering::Release);
+    // Under the pool's lock, so that a task ending from here on counts
+    // itself off under it too (see `task_ended`).
+    {
+        let _pool = lock_std(&POOL);
+        SLOTS[shared.id as usize].store(std::ptr::null_mut(), Ordering::Release);
+    }
+    // Outside the lock: dropping a task here ends it (`task_ended` locks).
     shared.handoff.clear();
-    lock_std(&POOL).free.push(shared);
+    let mut pool = lock_std(&POOL);
+    if shared.stats.tasks_alive.load(Ordering::Acquire) > 0 {
+        pool.draining.push(shared);
+    } else {
+        pool.free.push(shared);
+    }
+}
+
+/// A task of loop `id` ended (its future was dropped). `live` is the loop if
+/// it was running when the task looked; `None` once it had ended.
+pub(crate) fn task_ended(id: u16, live: Option<&'static Shared>) {
+    if let Some(shared) = live {
+        // The loop may have ended since the look: then its slot may be
+        // draining and this was its last task.
+        if shared.stats.tasks_alive.fetch_sub(1, Ordering::AcqRel) == 1 && get(id).is_none() {
+            free_if_drained(&mut lock_std(&POOL), id);
+        }
+        return;
+    }
+    let mut pool = lock_std(&POOL);
+    // SAFETY: `ALL` only ever holds pointers to leaked (never freed) `Shared`s.
+    if let Some(shared) = unsafe { ALL[id as usize].load(Ordering::Acquire).as_ref() } {
+        shared.stats.tasks_alive.fetch_sub(1, Ordering::AcqRel);
+        free_if_drained(&mut pool, id);
+    }
+}
+
+fn free_if_drained(pool: &mut Pool, id: u16) {
+    if let Some(i) = pool
+        .draining
+        .iter()
+        .position(|s| s.id == id && s.stats.tasks_alive.load(Ordering::Acquire) <= 0)
+    {
+        let shared = pool.draining.swap_remove(i);
+        pool.free.push(shared);
+    }
 }
 
 /// The live loop with this id.
