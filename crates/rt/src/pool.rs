@@ -26,8 +26,8 @@
 //! pool's mutex, and leaves it before taking the mutex again: a thread in the
 //! class can be kept off a busy core for milliseconds, and holding the mutex
 //! meanwhile would make a loop queueing a job wait that long. While a job runs
-//! in the class (and for [`BACKGROUND_RECENT`] after one), event loops sleep
-//! instead of spinning before they sleep ([`background_busy`]).
+//! in the class (and for 100 ms after one), event loops sleep instead of
+//! spinning before they sleep.
 //!
 //! A server may also own its own [`Pool`]s. The calling task awaits a [`PoolJob`];
 //! the pool thread wakes it through its `Waker`, so under this runtime the task
