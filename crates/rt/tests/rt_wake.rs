@@ -225,6 +225,30 @@ impl Drop for DropProbe {
     }
 }
 
+/// Spawns on `lp` a task that holds `probe`, counts its polls in `polls`
+/// and parks with its waker in `slot` (there once this returns).
+fn park(
+    lp: &LoopThread,
+    probe: DropProbe,
+    slot: &Arc<Mutex<Option<Waker>>>,
+    polls: &Arc<AtomicUsize>,
+) {
+    let (s, p) = (slot.clone(), polls.clone());
+    drop(lp.handle().spawn(async move {
+        let _probe = probe;
+        poll_fn(|cx| {
+            p.fetch_add(1, SeqCst);
+            *s.lock().unwrap() = Some(cx.waker().clone());
+            Poll::<()>::Pending
+        })
+        .await;
+    }));
+    assert!(wait_until(Duration::from_secs(2), || slot
+        .lock()
+        .unwrap()
+        .is_some()));
+}
+
 /// A task whose loop has ended lives on in a waker held elsewhere. Woken
 /// on another loop by a caller that holds a lock (as a socket's completion
 /// wakes its writer under the socket's state lock), its drop — which may
@@ -246,19 +270,7 @@ fn a_task_of_an_ended_loop_is_dropped_after_the_wake_not_inside_it() {
         dropped: dropped.clone(),
         under_lock: under_lock.clone(),
     };
-    let s = slot.clone();
-    drop(ended.handle().spawn(async move {
-        let _probe = probe;
-        poll_fn(|cx| {
-            *s.lock().unwrap() = Some(cx.waker().clone());
-            Poll::<()>::Pending
-        })
-        .await;
-    }));
-    assert!(wait_until(Duration::from_secs(2), || slot
-        .lock()
-        .unwrap()
-        .is_some()));
+    park(&ended, probe, &slot, &Arc::default());
     // Its loop ends; the task is parked on nothing of that loop's.
     ended.join().unwrap();
     assert!(!dropped.load(SeqCst));
@@ -296,20 +308,7 @@ fn a_loop_id_is_not_reused_while_a_task_of_its_ended_loop_lives() {
         dropped: dropped.clone(),
         under_lock: Arc::default(),
     };
-    let (s, p) = (slot.clone(), polls.clone());
-    drop(ended.handle().spawn(async move {
-        let _probe = probe;
-        poll_fn(|cx| {
-            p.fetch_add(1, SeqCst);
-            *s.lock().unwrap() = Some(cx.waker().clone());
-            Poll::<()>::Pending
-        })
-        .await;
-    }));
-    assert!(wait_until(Duration::from_secs(2), || slot
-        .lock()
-        .unwrap()
-        .is_some()));
+    park(&ended, probe, &slot, &polls);
     ended.join().unwrap();
     let next = LoopThread::spawn(LoopConfig::default()).unwrap();
     assert_ne!(
