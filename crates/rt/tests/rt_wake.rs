@@ -325,3 +325,56 @@ fn a_loop_id_is_not_reused_while_a_task_of_its_ended_loop_lives() {
     third.join().unwrap();
     next.join().unwrap();
 }
+
+/// A task of an ended loop, once woken, is cancelled: its future is dropped
+/// and a `JoinHandle` awaiting it resolves to `Cancelled` instead of waiting
+/// forever for a poll that cannot come.
+#[test]
+fn a_woken_task_of_an_ended_loop_is_cancelled_and_its_handle_told() {
+    let _g = serial();
+    let ended = LoopThread::spawn(LoopConfig::default()).unwrap();
+    let dropped = Arc::new(AtomicBool::new(false));
+    let probe = DropProbe {
+        lock: Arc::default(),
+        dropped: dropped.clone(),
+        under_lock: Arc::default(),
+    };
+    let slot: Arc<Mutex<Option<Waker>>> = Arc::default();
+    let s = slot.clone();
+    let join = ended.handle().spawn(async move {
+        let _probe = probe;
+        poll_fn(|cx| {
+            *s.lock().unwrap() = Some(cx.waker().clone());
+            Poll::<()>::Pending
+        })
+        .await;
+    });
+    assert!(wait_until(Duration::from_secs(2), || slot
+        .lock()
+        .unwrap()
+        .is_some()));
+    ended.join().unwrap();
+    slot.lock().unwrap().take().unwrap().wake();
+    assert!(dropped.load(SeqCst), "the future is dropped by the wake");
+    let out = block_on(duality_rt::time::timeout(Duration::from_secs(5), join));
+    assert!(matches!(&out, Ok(Err(e)) if e.is_cancelled()), "{out:?}");
+}
+
+/// Spawning through the handle of an ended loop runs nothing (not even on
+/// a loop that took its id since) and the handle says `Cancelled`.
+#[test]
+fn a_spawn_on_an_ended_loop_is_cancelled() {
+    let _g = serial();
+    let lp = LoopThread::spawn(LoopConfig::default()).unwrap();
+    let handle = lp.handle();
+    lp.join().unwrap();
+    // A loop that may take the freed id.
+    let other = LoopThread::spawn(LoopConfig::default()).unwrap();
+    let ran = Arc::new(AtomicBool::new(false));
+    let r = ran.clone();
+    let join = handle.spawn(async move { r.store(true, SeqCst) });
+    let out = block_on(duality_rt::time::timeout(Duration::from_secs(5), join));
+    assert!(matches!(&out, Ok(Err(e)) if e.is_cancelled()), "{out:?}");
+    assert!(!ran.load(SeqCst));
+    other.join().unwrap();
+}

@@ -537,7 +537,7 @@ impl Local {
             if orphans.is_empty() {
                 return;
             }
-            drop(orphans);
+            orphans.into_iter().for_each(cancel_orphan);
         }
     }
 
@@ -585,17 +585,25 @@ pub(crate) fn schedule(task: TaskRef) {
                 shared.handoff.push(task);
                 shared.notify();
             }
-            // The loop is gone; the task can never run. Dropping the reference
-            // frees it once nothing else holds it — but not here on a loop:
+            // The loop is gone; the task can never run: it is cancelled (its
+            // future dropped, its JoinHandle told) — but not here on a loop:
             // the waker's caller may hold a lock that the future's drop takes
             // (a socket's state, while its completion wakes the writer: the
-            // drop closes that socket), so this loop drops it next turn.
+            // drop closes that socket), so this loop does it next turn.
             None => match cur {
                 Some(local) => local.orphans.borrow_mut().push(task),
-                None => drop(task),
+                None => cancel_orphan(task),
             },
         },
     })
+}
+
+/// Ends a task whose loop is gone (it holds the queue's reference): its
+/// future is dropped and its `JoinHandle` resolves to `Cancelled`, instead of
+/// the task lingering, never polled, for as long as the handle lives.
+fn cancel_orphan(task: TaskRef) {
+    task::abort_task(&task);
+    task.run();
 }
 
 /// Under loom there are no loops (no epoll, no eventfd): a woken task goes to
@@ -694,6 +702,12 @@ impl LoopHandle {
     {
         let (queued, join) = task::new_task(future, self.shared.id);
         self.shared.stats.tasks_alive.fetch_add(1, Relaxed);
+        if !self.is_current() {
+            // The loop ended (its id may be another loop's now): the task
+            // never runs, and its handle says so.
+            cancel_orphan(queued);
+            return join;
+        }
         schedule(queued);
         join
     }
