@@ -378,3 +378,38 @@ fn a_spawn_on_an_ended_loop_is_cancelled() {
     assert!(!ran.load(SeqCst));
     other.join().unwrap();
 }
+
+/// Tasks spawned onto a loop while it ends either run or are cancelled:
+/// every `JoinHandle` resolves, none waits forever on a queue that nobody
+/// will take from again.
+#[test]
+fn tasks_spawned_while_a_loop_ends_all_resolve() {
+    let _g = serial();
+    for _ in 0..10 {
+        let lp = LoopThread::spawn(LoopConfig::default()).unwrap();
+        let handle = lp.handle();
+        let started = Arc::new(AtomicBool::new(false));
+        let st = started.clone();
+        // Spawns until the loop has ended, so that some land while it ends.
+        let spawner = std::thread::spawn(move || {
+            let mut joins = Vec::new();
+            while handle.is_current() && joins.len() < 50_000 {
+                joins.push(handle.spawn(async {}));
+                st.store(true, SeqCst);
+            }
+            joins
+        });
+        assert!(wait_until(Duration::from_secs(2), || started.load(SeqCst)));
+        lp.join().unwrap();
+        let joins = spawner.join().unwrap();
+        block_on(async move {
+            for j in joins {
+                let out = duality_rt::time::timeout(Duration::from_secs(5), j).await;
+                assert!(
+                    matches!(&out, Ok(Ok(())) | Ok(Err(_))),
+                    "a JoinHandle never resolved"
+                );
+            }
+        });
+    }
+}

@@ -567,7 +567,7 @@ impl Local {
                 t.run();
             }
         }
-        self.shared.handoff.clear();
+        cancel_handoff(self.shared);
         self.drop_orphans();
         self.publish();
     }
@@ -584,6 +584,18 @@ pub(crate) fn schedule(task: TaskRef) {
             Some(shared) => {
                 shared.handoff.push(task);
                 shared.notify();
+                // The loop may have ended between the look and the push, after
+                // it cleared its queue: nobody would take the task then.
+                if registry::get(owner).is_none() {
+                    let local = task::LocalQueue::new();
+                    shared.handoff.drain_into(&local);
+                    while let Some(t) = local.pop() {
+                        match cur {
+                            Some(l) => l.orphans.borrow_mut().push(t),
+                            None => cancel_orphan(t),
+                        }
+                    }
+                }
             }
             // The loop is gone; the task can never run: it is cancelled (its
             // future dropped, its JoinHandle told) — but not here on a loop:
@@ -596,6 +608,16 @@ pub(crate) fn schedule(task: TaskRef) {
             },
         },
     })
+}
+
+/// Cancels every task queued to `shared`'s loop, which has ended (or is
+/// ending and will take nothing more).
+pub(crate) fn cancel_handoff(shared: &Shared) {
+    let local = task::LocalQueue::new();
+    shared.handoff.drain_into(&local);
+    while let Some(t) = local.pop() {
+        cancel_orphan(t);
+    }
 }
 
 /// Ends a task whose loop is gone (it holds the queue's reference): its

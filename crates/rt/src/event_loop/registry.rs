@@ -272,8 +272,8 @@ pub(crate) fn release(shared: &'static Shared) {
         let _pool = lock_std(&POOL);
         SLOTS[shared.id as usize].store(std::ptr::null_mut(), Ordering::Release);
     }
-    // Outside the lock: dropping a task here ends it (`task_ended` locks).
-    shared.handoff.clear();
+    // Outside the lock: cancelling a task here ends it (`task_ended` locks).
+    super::cancel_handoff(shared);
     let mut pool = lock_std(&POOL);
     if shared.stats.tasks_alive.load(Ordering::Acquire) > 0 {
         pool.draining.push(shared);
