@@ -92,6 +92,11 @@ fn a_large_file_is_streamed_intact() {
         assert_eq!(r.body.len(), BIG);
         assert_eq!(fnv1a(&r.body), fnv1a(&want));
     }
+    // The server counts a piece after its sendfile returned, which may be
+    // after the client has read it.
+    common::eventually(Duration::from_secs(5), || {
+        s.state.stats().sendfile_bytes >= 3 * BIG as u64
+    });
     let st = s.state.stats();
     assert_eq!(st.sendfile_bytes, 3 * BIG as u64, "served with sendfile");
     assert_eq!(st.cache.entries, 0, "too large for the page cache");
