@@ -716,7 +716,10 @@ impl LoopHandle {
         self.shared.id
     }
 
-    /// Spawns a task on this loop from any thread.
+    /// Spawns a task on this loop from any thread. If the loop has ended
+    /// (or ends before the task runs), the task is cancelled: its future is
+    /// dropped unpolled and the [`JoinHandle`] resolves to
+    /// [`JoinError::Cancelled`](crate::JoinError::Cancelled).
     pub fn spawn<F>(&self, future: F) -> JoinHandle<F::Output>
     where
         F: Future + Send + 'static,
