@@ -232,9 +232,9 @@ fn park(
     probe: DropProbe,
     slot: &Arc<Mutex<Option<Waker>>>,
     polls: &Arc<AtomicUsize>,
-) {
+) -> duality_rt::JoinHandle<()> {
     let (s, p) = (slot.clone(), polls.clone());
-    drop(lp.handle().spawn(async move {
+    let join = lp.handle().spawn(async move {
         let _probe = probe;
         poll_fn(|cx| {
             p.fetch_add(1, SeqCst);
@@ -242,11 +242,12 @@ fn park(
             Poll::<()>::Pending
         })
         .await;
-    }));
+    });
     assert!(wait_until(Duration::from_secs(2), || slot
         .lock()
         .unwrap()
         .is_some()));
+    join
 }
 
 /// A task whose loop has ended lives on in a waker held elsewhere. Woken
@@ -270,7 +271,7 @@ fn a_task_of_an_ended_loop_is_dropped_after_the_wake_not_inside_it() {
         dropped: dropped.clone(),
         under_lock: under_lock.clone(),
     };
-    park(&ended, probe, &slot, &Arc::default());
+    drop(park(&ended, probe, &slot, &Arc::default()));
     // Its loop ends; the task is parked on nothing of that loop's.
     ended.join().unwrap();
     assert!(!dropped.load(SeqCst));
@@ -308,7 +309,7 @@ fn a_loop_id_is_not_reused_while_a_task_of_its_ended_loop_lives() {
         dropped: dropped.clone(),
         under_lock: Arc::default(),
     };
-    park(&ended, probe, &slot, &polls);
+    drop(park(&ended, probe, &slot, &polls));
     ended.join().unwrap();
     let next = LoopThread::spawn(LoopConfig::default()).unwrap();
     assert_ne!(
@@ -340,19 +341,7 @@ fn a_woken_task_of_an_ended_loop_is_cancelled_and_its_handle_told() {
         under_lock: Arc::default(),
     };
     let slot: Arc<Mutex<Option<Waker>>> = Arc::default();
-    let s = slot.clone();
-    let join = ended.handle().spawn(async move {
-        let _probe = probe;
-        poll_fn(|cx| {
-            *s.lock().unwrap() = Some(cx.waker().clone());
-            Poll::<()>::Pending
-        })
-        .await;
-    });
-    assert!(wait_until(Duration::from_secs(2), || slot
-        .lock()
-        .unwrap()
-        .is_some()));
+    let join = park(&ended, probe, &slot, &Arc::default());
     ended.join().unwrap();
     slot.lock().unwrap().take().unwrap().wake();
     assert!(dropped.load(SeqCst), "the future is dropped by the wake");
