@@ -10,8 +10,8 @@
 //! alive: a task parked on something outside its loop (a pool job, a channel)
 //! outlives the loop, and woken after its id had been reused it would run on
 //! a loop that is not its own. Until then the slot is *draining*: a wake of
-//! such a task finds no loop (it is dropped, see `event_loop::schedule`), and
-//! the last of them to end frees the id.
+//! such a task finds no loop (it is cancelled, see `event_loop::schedule`),
+//! and the last of them to end frees the id.
 
 use crate::loom::lock_std;
 use crate::task::HandoffQueue;
