@@ -587,14 +587,10 @@ pub(crate) fn schedule(task: TaskRef) {
                 // The loop may have ended between the look and the push, after
                 // it cleared its queue: nobody would take the task then.
                 if registry::get(owner).is_none() {
-                    let local = task::LocalQueue::new();
-                    shared.handoff.drain_into(&local);
-                    while let Some(t) = local.pop() {
-                        match cur {
-                            Some(l) => l.orphans.borrow_mut().push(t),
-                            None => cancel_orphan(t),
-                        }
-                    }
+                    take_handoff(shared, |t| match cur {
+                        Some(l) => l.orphans.borrow_mut().push(t),
+                        None => cancel_orphan(t),
+                    });
                 }
             }
             // The loop is gone; the task can never run: it is cancelled (its
@@ -613,10 +609,15 @@ pub(crate) fn schedule(task: TaskRef) {
 /// Cancels every task queued to `shared`'s loop, which has ended (or is
 /// ending and will take nothing more).
 pub(crate) fn cancel_handoff(shared: &Shared) {
+    take_handoff(shared, cancel_orphan);
+}
+
+/// Takes every task queued to `shared`'s loop, oldest first.
+fn take_handoff(shared: &Shared, mut each: impl FnMut(TaskRef)) {
     let local = task::LocalQueue::new();
     shared.handoff.drain_into(&local);
     while let Some(t) = local.pop() {
-        cancel_orphan(t);
+        each(t);
     }
 }
 
