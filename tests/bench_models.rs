@@ -96,8 +96,9 @@ fn quick_models_run_writes_every_model() {
 }
 
 /// `duality bench models --service echo` with two short rounds: one row per
-/// model and connection count, medians within the rounds' range, ratios to
-/// symped present, and the results directory holds what was printed.
+/// model (the hand-off model once per `--handoff` policy) and connection
+/// count, medians within the rounds' range, ratios to symped present, and
+/// the results directory holds what was printed.
 #[test]
 fn echo_models_run_reports_medians_over_rounds() {
     let out = std::env::temp_dir().join(format!("duality-bench-echo-{}", std::process::id()));
@@ -107,6 +108,8 @@ fn echo_models_run_reports_medians_over_rounds() {
         "echo".as_ref(),
         "--models".as_ref(),
         "symped:2,amped:1,sped".as_ref(),
+        "--handoff".as_ref(),
+        "always,adaptive".as_ref(),
         "--clients".as_ref(),
         "1,4".as_ref(),
         "--seconds".as_ref(),
@@ -123,8 +126,9 @@ fn echo_models_run_reports_medians_over_rounds() {
     assert_eq!(rows, file);
     let md = std::fs::read_to_string(out.join("echo.md")).unwrap();
     assert!(md.contains("| amped:1 | 4 | 1 |"), "{md}");
+    assert!(md.contains("| amped:1/adaptive | 4 | 1 |"), "{md}");
     let csv = std::fs::read_to_string(out.join("echo.csv")).unwrap();
-    assert_eq!(csv.lines().count(), 3 * 2 + 1, "{csv}");
+    assert_eq!(csv.lines().count(), 4 * 2 + 1, "{csv}");
     for f in ["echo.png", "echo.svg"] {
         let p = out.join(f);
         assert!(
@@ -134,7 +138,7 @@ fn echo_models_run_reports_medians_over_rounds() {
     }
     let _ = std::fs::remove_dir_all(&out);
     let rows = rows.as_array().unwrap();
-    assert_eq!(rows.len(), 3 * 2, "{rows:?}");
+    assert_eq!(rows.len(), 4 * 2, "{rows:?}");
     for r in rows {
         assert_eq!(r["rounds"], 2, "{r}");
         let (lo, mid, hi) = (
@@ -153,6 +157,37 @@ fn echo_models_run_reports_medians_over_rounds() {
     }
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(stderr.contains("round 2/2"), "{stderr}");
+}
+
+/// The cache with `--handoff adaptive`: the row is labelled and served.
+#[test]
+fn quick_models_run_takes_the_adaptive_hand_off() {
+    let out = std::env::temp_dir().join(format!("duality-bench-handoff-{}", std::process::id()));
+    let run = bench_models([
+        std::ffi::OsStr::new("--quick"),
+        "--no-peers".as_ref(),
+        "--models".as_ref(),
+        "amped:1,symped:1".as_ref(),
+        "--handoff".as_ref(),
+        "adaptive".as_ref(),
+        "--json".as_ref(),
+        "--out".as_ref(),
+        out.as_os_str(),
+    ]);
+    let rows: serde_json::Value = serde_json::from_slice(&run.stdout).expect("stdout is JSON");
+    let mut servers: Vec<&str> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            assert!(r["tps_mean"].as_f64().unwrap() > 0.0, "{r}");
+            r["server"].as_str().unwrap()
+        })
+        .collect();
+    servers.dedup();
+    // symped does not hand off: run once, unlabelled.
+    assert_eq!(servers, ["duality amped:1/adaptive", "duality symped:1"]);
+    let _ = std::fs::remove_dir_all(&out);
 }
 
 #[test]

@@ -74,6 +74,11 @@ pub struct ModelsArgs {
     /// Comma-separated client counts.
     #[arg(long, value_delimiter = ',', default_value = "1,8,20,40,80,120,200")]
     clients: Vec<usize>,
+    /// Comma-separated hand-off policies (`always`, `adaptive`): every
+    /// hand-off model (amped, seda, seda-s) is run with each, labelled
+    /// `MODEL/adaptive` for the adaptive one (default: always, unlabelled).
+    #[arg(long, value_delimiter = ',')]
+    handoff: Vec<duality_models::Handoff>,
     /// Leave out memcached and tokio.
     #[arg(long)]
     no_peers: bool,
@@ -215,14 +220,12 @@ pub fn models(a: ModelsArgs) -> anyhow::Result<()> {
     } else {
         a.clients.clone()
     };
-    let models: Vec<String> = if a.models.is_empty() {
+    let models = if a.models.is_empty() {
         duality_models::Model::all_defaults()
-            .iter()
-            .map(|m| m.to_string())
-            .collect()
     } else {
-        a.models.iter().map(|m| m.to_string()).collect()
+        a.models.clone()
     };
+    let models = with_handoffs(&models, &a.handoff);
     match a.service.as_str() {
         "echo" => return echo(&models, &clients, &a.load),
         "kv" => {}
@@ -319,6 +322,25 @@ fn sweep(a: ModelsArgs) -> anyhow::Result<()> {
     }
     eprintln!("results in {} ({} files)", dir.display(), written.len());
     Ok(())
+}
+
+/// Each hand-off model once per policy (`MODEL` for always, `MODEL/POLICY`
+/// otherwise), the other models once.
+fn with_handoffs(models: &[duality_models::Model], h: &[duality_models::Handoff]) -> Vec<String> {
+    models
+        .iter()
+        .flat_map(|m| {
+            let policies = if m.hands_off() && !h.is_empty() {
+                h
+            } else {
+                &[duality_models::Handoff::Always][..]
+            };
+            policies.iter().map(move |p| match p {
+                duality_models::Handoff::Always => m.to_string(),
+                p => format!("{m}/{p}"),
+            })
+        })
+        .collect()
 }
 
 /// Each model once per backend (`MODEL@BACKEND`), or as given with no backends.

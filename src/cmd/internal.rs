@@ -74,6 +74,8 @@ pub struct EchoServerArgs {
     #[arg(long, default_value_t = 200)]
     work: u64,
     #[command(flatten)]
+    handoff: super::HandoffArg,
+    #[command(flatten)]
     io: super::IoArg,
 }
 
@@ -117,6 +119,7 @@ fn echo_server(a: EchoServerArgs) -> anyhow::Result<()> {
     a.io.apply();
     let mut b = duality_models::ServerBuilder::new()
         .model(a.model)
+        .handoff(a.handoff.handoff)
         .idle_spin(a.io.idle_spin())
         .max_conns(10_000);
     if let Some(p) = &a.unix {

@@ -52,6 +52,8 @@ pub struct KvArgs {
     /// Threading model (sped, amped:P, seda:N:P, seda-s:N, symped:N, thread-per-conn, steal:N).
     #[arg(long)]
     model: Option<Model>,
+    #[command(flatten)]
+    handoff: super::HandoffArg,
     /// How connections are spread over the network loops: round-robin (one
     /// acceptor deals them in turn), least-loaded (to the loop with the
     /// fewest open connections) or reuseport (a listener per loop,
@@ -307,6 +309,7 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     let mut b = ServerBuilder::new()
         .name("kv")
         .model(model)
+        .handoff(a.handoff.handoff)
         .balance(a.accept_balance)
         .max_conns(a.max_conns)
         .long_poll_threshold(a.metrics.long_poll_threshold())
@@ -341,9 +344,10 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
         None => None,
     };
     println!(
-        "ready kv {} model {} io {} on {}",
+        "ready kv {} model {}{} io {} on {}",
         env!("CARGO_PKG_VERSION"),
         model,
+        a.handoff.label(model),
         io,
         at.join(", ")
     );

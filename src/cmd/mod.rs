@@ -16,6 +16,29 @@ pub mod internal;
 pub mod kv;
 
 /// The `--io` flag the servers share.
+/// `--handoff`, beside `--model` wherever a server takes one.
+#[derive(clap::Args, Clone, Copy, Debug)]
+pub struct HandoffArg {
+    /// Under the hand-off models (amped, seda, seda-s): `always` hands every
+    /// batch of requests to a payload thread; `adaptive` runs a batch on its
+    /// network loop while batches are learned to cost less than a hand-off
+    /// (colors still exclusive, by color locks). The other models ignore it.
+    #[arg(long, value_name = "always|adaptive", default_value = "always")]
+    pub handoff: duality_models::Handoff,
+}
+
+impl HandoffArg {
+    /// What start-up lines add after the model: " handoff adaptive" where
+    /// it changes anything, nothing otherwise.
+    pub fn label(&self, model: duality_models::Model) -> String {
+        if model.hands_off() && self.handoff != duality_models::Handoff::Always {
+            format!(" handoff {}", self.handoff)
+        } else {
+            String::new()
+        }
+    }
+}
+
 #[derive(clap::Args, Debug, Clone, Copy)]
 pub struct IoArg {
     /// The OS interface for socket I/O: `epoll` (readiness, a system call

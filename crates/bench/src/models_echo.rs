@@ -198,7 +198,8 @@ fn measure_model(
 ) -> anyhow::Result<Vec<Sample>> {
     let socket =
         std::env::temp_dir().join(format!("duality-echo-{}-{tag}.sock", std::process::id()));
-    let args = vec![
+    let (model, handoff) = crate::servers::split_handoff(model);
+    let mut args = vec![
         "internal".to_string(),
         "echo-server".to_string(),
         "--model".to_string(),
@@ -206,6 +207,7 @@ fn measure_model(
         "--unix".to_string(),
         socket.display().to_string(),
     ];
+    args.extend(handoff.iter().map(|s| s.to_string()));
     let server = ServerProcess::start(exe, &args, socket.clone())?;
     let mut out = Vec::new();
     for &c in connections {

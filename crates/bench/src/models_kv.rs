@@ -124,7 +124,7 @@ pub fn measure_server(
         Target::Unix(std::env::temp_dir().join(format!(
             "duality-bench-{}-{}.sock",
             std::process::id(),
-            kind.label().replace([' ', ':'], "_")
+            kind.label().replace([' ', ':', '/'], "_")
         )))
     };
     let server = ServerProcess::start(&plan.exe, kind, &target)?;

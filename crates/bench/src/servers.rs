@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 /// A server under test.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ServerKind {
-    /// `duality kv --model M`; `M@BACKEND` adds `--io BACKEND`, `M+BALANCE`
-    /// `--accept-balance BALANCE`.
+    /// `duality kv --model M`; `M/POLICY` adds `--handoff POLICY`,
+    /// `M@BACKEND` `--io BACKEND`, `M+BALANCE` `--accept-balance BALANCE`
+    /// (in that order: `amped:1/adaptive@uring+reuseport`).
     Duality(String),
     /// `memcached -t N`.
     Memcached(usize),
@@ -28,6 +29,14 @@ impl ServerKind {
             ServerKind::Memcached(t) => format!("memcached -t {t}"),
             ServerKind::Tokio(t) => format!("tokio -t {t}"),
         }
+    }
+}
+
+/// `MODEL/POLICY` as the model and the `--handoff` arguments that make it.
+pub fn split_handoff(model: &str) -> (&str, Vec<&str>) {
+    match model.split_once('/') {
+        Some((m, policy)) => (m, vec!["--handoff", policy]),
+        None => (model, Vec::new()),
     }
 }
 
@@ -89,7 +98,9 @@ impl ServerProcess {
                     Some((m, io)) => (m, Some(io)),
                     None => (model, None),
                 };
+                let (model, handoff) = split_handoff(model);
                 cmd.args(["kv", "--model", model, "-m", &mib, "-c", &max_conns]);
+                cmd.args(handoff);
                 if let Some(io) = io {
                     cmd.args(["--io", io]);
                 }

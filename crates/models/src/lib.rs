@@ -33,7 +33,7 @@ mod stats;
 
 pub use conn::Conn;
 pub use model::{cores, AcceptPolicy, Balance, Model, ParseModelError, MODEL_NAMES};
-pub use payload::{Lane, Payload, DEFAULT_COLOR};
+pub use payload::{Handoff, Lane, Payload, DEFAULT_COLOR};
 pub use server::{
     ListenAddr, Listener, Server, ServerBuilder, ShutdownReport, StatsHandle, DEFAULT_IDLE_SPIN,
 };

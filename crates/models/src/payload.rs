@@ -21,14 +21,74 @@
 //! The session driver (`session`) does not hand off one request at a time: it
 //! sends one *batch* per read ([`Payload::batch`]), which runs on one thread
 //! and executes requests while their colors belong there ([`Lane`]).
+//!
+//! With [`Handoff::Adaptive`] the hand-off models hand a batch off only when
+//! that has paid: batches learned to cost less than a trip to a payload
+//! thread run on their network loop instead (the runtime's adaptive offload
+//! rule, `duality_rt::adaptive::Placer`). Colors then hold by color locks in
+//! every hand-off model, `amped` included, since a color's batch may run on
+//! its payload thread or on the network loop.
 
 use crate::stage::Stage;
+use duality_rt::adaptive::{Placement, Placer};
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// The color `call` uses.
 pub const DEFAULT_COLOR: u64 = 0;
+
+/// Whether the hand-off models hand every batch to a payload thread
+/// (`--handoff`). The inline models ignore it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Handoff {
+    /// Every batch goes to a payload thread: the models as the papers
+    /// define them.
+    #[default]
+    Always,
+    /// A batch runs on its network loop while batches are learned to cost
+    /// less than a hand-off (and less than a loop turn's budget); on a
+    /// payload thread otherwise. Learned from every hand-off and a sample of
+    /// inline runs; every 256th batch is handed off anyway, so a hand-off
+    /// that got cheaper is noticed.
+    Adaptive,
+}
+
+impl std::str::FromStr for Handoff {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Handoff, String> {
+        match s {
+            "always" => Ok(Handoff::Always),
+            "adaptive" => Ok(Handoff::Adaptive),
+            _ => Err(format!(
+                "unknown hand-off policy {s:?} (always or adaptive)"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Handoff {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Handoff::Always => "always",
+            Handoff::Adaptive => "adaptive",
+        })
+    }
+}
+
+/// One inline batch in this many is timed (two clock reads are a tenth of a
+/// cheap batch).
+const TIME_EVERY: u32 = 16;
+/// One batch in this many that would run inline is handed off anyway, to
+/// refresh what a hand-off costs.
+const HANDOFF_EVERY: u32 = 256;
+
+thread_local! {
+    /// Counts this thread's inline-eligible batches (sampling, no shared line).
+    static TICK: Cell<u32> = const { Cell::new(0) };
+}
 
 /// Number of color-lock slots.
 const COLOR_SLOTS: usize = 1024;
@@ -72,6 +132,15 @@ struct Shared {
     dispatch: Dispatch,
     /// Spreads blocking calls over the payload threads.
     next_blocking: AtomicUsize,
+    /// `Handoff::Adaptive` in a hand-off model.
+    adaptive: Option<Adaptive>,
+}
+
+/// What an adaptive hand-off model needs to run a batch on the network loop.
+struct Adaptive {
+    placer: Placer,
+    /// Admits every color under the color locks the payload threads take too.
+    lane: Lane,
 }
 
 /// Where one job or batch goes.
@@ -135,17 +204,29 @@ impl Lane {
 }
 
 impl Payload {
-    pub(crate) fn new(dispatch: Dispatch) -> Payload {
+    pub(crate) fn new(dispatch: Dispatch, handoff: Handoff) -> Payload {
+        let adaptive = match (&dispatch, handoff) {
+            (Dispatch::Inline(_), _) | (_, Handoff::Always) => None,
+            (Dispatch::RoundRobin(_, _, locks) | Dispatch::Paired(_, _, locks), _) => {
+                Some(locks.clone())
+            }
+            (Dispatch::Affinity(_), _) => Some(ColorLocks::new()),
+        }
+        .map(|locks| Adaptive {
+            placer: Placer::new(),
+            lane: Lane::locked(locks),
+        });
         Payload(Arc::new(Shared {
             dispatch,
             next_blocking: AtomicUsize::new(0),
+            adaptive,
         }))
     }
 
     /// A payload that runs everything inline on one thread (for tests and
     /// single-threaded tools).
     pub fn single() -> Payload {
-        Payload::new(Dispatch::Inline(Lane::single()))
+        Payload::new(Dispatch::Inline(Lane::single()), Handoff::Always)
     }
 
     /// The lane of a model that runs payload work inline (`None` in the
@@ -172,7 +253,9 @@ impl Payload {
                     &stages[i],
                     Lane {
                         affinity: Some((i, stages.len())),
-                        locks: None,
+                        // Adaptive: the network loop may run this color's
+                        // batches too, so affinity alone no longer excludes.
+                        locks: self.0.adaptive.as_ref().and_then(|a| a.lane.locks.clone()),
                     },
                 )
             }
@@ -235,8 +318,20 @@ impl Payload {
     {
         match self.route(color) {
             Route::Here(lane) => job(lane),
-            Route::Stage(stage, lane) => stage.run(move || job(&lane)).await,
+            Route::Stage(stage, lane) => match &self.0.adaptive {
+                None => stage.run(move || job(&lane)).await,
+                Some(a) => a.batch(stage, lane, job).await,
+            },
         }
+    }
+
+    /// The learned cost of a batch and of a hand-off under
+    /// [`Handoff::Adaptive`] (`None` where not adaptive or not yet learned).
+    pub fn adaptive_costs(&self) -> Option<(Option<Duration>, Option<Duration>)> {
+        self.0
+            .adaptive
+            .as_ref()
+            .map(|a| (a.placer.cost(), a.placer.handoff_cost()))
     }
 
     /// Runs a blocking call (open, stat, read of a file) where the model puts
@@ -261,5 +356,112 @@ impl Payload {
                 .await
                 .map_err(|e| std::io::Error::other(format!("blocking call failed: {e}"))),
         }
+    }
+}
+
+impl Adaptive {
+    /// Runs a batch where the placer says: here under the color locks, or on
+    /// `stage` (timed, so both costs are learned).
+    async fn batch<R, F>(&self, stage: &Arc<Stage>, lane: Lane, job: F) -> R
+    where
+        F: FnOnce(&Lane) -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        if self.placer.placement() == Placement::Inline {
+            let tick = TICK.with(|t| {
+                let n = t.get().wrapping_add(1);
+                t.set(n);
+                n
+            });
+            if !tick.is_multiple_of(HANDOFF_EVERY) {
+                if !tick.is_multiple_of(TIME_EVERY) {
+                    return job(&self.lane);
+                }
+                let t0 = Instant::now();
+                let r = job(&self.lane);
+                self.placer.ran_inline(t0.elapsed());
+                return r;
+            }
+        }
+        let t0 = Instant::now();
+        let (r, took) = stage
+            .run(move || {
+                let t = Instant::now();
+                let r = job(&lane);
+                (r, t.elapsed())
+            })
+            .await;
+        self.placer.ran_handed_off(took, t0.elapsed());
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lane_of(p: &Payload, color: u64) -> (bool, Lane) {
+        match p.route(color) {
+            Route::Here(l) => (false, l.clone()),
+            Route::Stage(_, l) => (true, l),
+        }
+    }
+
+    /// Under the adaptive hand-off a color's batch may run on its payload
+    /// thread or on the network loop, so both must take the color's lock;
+    /// always handing off, `amped`'s affinity alone keeps colors apart.
+    #[test]
+    fn adaptive_amped_takes_color_locks_on_both_sides() {
+        let stages: Vec<Arc<Stage>> = (0..2)
+            .map(|i| Stage::start(i, 4, format!("t-payload-{i}")).unwrap())
+            .collect();
+        let always = Payload::new(Dispatch::Affinity(stages.clone()), Handoff::Always);
+        let adaptive = Payload::new(Dispatch::Affinity(stages.clone()), Handoff::Adaptive);
+        for color in 0..4 {
+            let (handed, lane) = lane_of(&always, color);
+            assert!(handed && lane.locks.is_none() && lane.admits(color));
+            let (handed, lane) = lane_of(&adaptive, color);
+            assert!(handed && lane.locks.is_some() && lane.admits(color));
+            assert!(!lane.admits(color + 1), "affinity still routes");
+        }
+        let a = adaptive.0.adaptive.as_ref().unwrap();
+        let (Some(inline), Some(stage)) = (&a.lane.locks, &lane_of(&adaptive, 0).1.locks) else {
+            panic!("both lanes lock");
+        };
+        assert!(
+            Arc::ptr_eq(inline, stage),
+            "one set of locks for both places"
+        );
+        assert!(a.lane.admits(0) && a.lane.admits(1));
+        for s in stages {
+            s.stop();
+        }
+    }
+
+    /// `seda` and `seda-s` already lock colors; the loop's lane shares their locks.
+    #[test]
+    fn adaptive_seda_runs_inline_under_the_stages_own_locks() {
+        let stages = vec![Stage::start(0, 4, "t-payload".into()).unwrap()];
+        let locks = ColorLocks::new();
+        let p = Payload::new(
+            Dispatch::RoundRobin(stages.clone(), AtomicUsize::new(0), locks.clone()),
+            Handoff::Adaptive,
+        );
+        let a = p.0.adaptive.as_ref().unwrap();
+        assert!(Arc::ptr_eq(a.lane.locks.as_ref().unwrap(), &locks));
+        let inline = Payload::new(Dispatch::Inline(Lane::single()), Handoff::Adaptive);
+        assert!(inline.0.adaptive.is_none(), "inline models ignore it");
+        stages[0].stop();
+    }
+
+    #[test]
+    fn handoff_policies_parse_and_print() {
+        for h in [Handoff::Always, Handoff::Adaptive] {
+            assert_eq!(h.to_string().parse::<Handoff>(), Ok(h));
+        }
+        assert!("sometimes"
+            .parse::<Handoff>()
+            .unwrap_err()
+            .contains("always or adaptive"));
     }
 }

@@ -2,7 +2,7 @@
 
 use crate::conn::{Accepted, Conn, ConnShared};
 use crate::model::{AcceptPolicy, Balance, Model};
-use crate::payload::{ColorLocks, Dispatch, Lane, Payload};
+use crate::payload::{ColorLocks, Dispatch, Handoff, Lane, Payload};
 use crate::stage::Stage;
 use crate::stats::{loop_thread_stats, ServerStats, ThreadRole};
 use duality_rt::net::{TcpListener, UnixListener};
@@ -34,6 +34,7 @@ pub struct ServerBuilder {
     balance: Balance,
     max_conns: usize,
     handoff_capacity: usize,
+    handoff: Handoff,
     refusal: Vec<u8>,
     long_poll: Option<Duration>,
     thread_stack: usize,
@@ -61,6 +62,7 @@ impl Default for ServerBuilder {
             balance: Balance::default(),
             max_conns: 1024,
             handoff_capacity: 1024,
+            handoff: Handoff::Always,
             refusal: Vec::new(),
             long_poll: Some(Duration::from_millis(10)),
             thread_stack: 256 * 1024,
@@ -111,6 +113,13 @@ impl ServerBuilder {
         self.max_conns = n.max(1);
         self
     }
+    /// Whether the hand-off models hand every batch to a payload thread or
+    /// only the batches that pay for it (see [`Handoff`]). Default: always.
+    pub fn handoff(mut self, h: Handoff) -> Self {
+        self.handoff = h;
+        self
+    }
+
     /// Bound of each payload thread's job queue (back-pressure above it).
     pub fn handoff_capacity(mut self, n: usize) -> Self {
         self.handoff_capacity = n.max(1);
@@ -518,7 +527,7 @@ fn start(
         counter: Arc::new(ConnShared::new(handles.len())),
         handler,
         spawn_conn,
-        payload: Payload::new(dispatch),
+        payload: Payload::new(dispatch, b.handoff),
         network: handles,
         next_loop: AtomicUsize::new(0),
         thread_stack: b.thread_stack,

@@ -2,7 +2,7 @@
 //! concurrent connections and pipelined requests; every response is checked.
 
 use duality_models::echo::{self, Detector, FRAME};
-use duality_models::{Model, ServerBuilder};
+use duality_models::{Handoff, Model, ServerBuilder};
 use duality_rt::net::{TcpStream, UnixStream};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
@@ -66,18 +66,27 @@ async fn client(target: &Target, id: u64) -> Result<(), String> {
     Ok(())
 }
 
+/// `model` as `--model` takes it, or `MODEL/adaptive` for the adaptive
+/// hand-off.
 fn run(model: &str, unix: bool) {
     raise_fd_limit();
+    let (model, handoff) = match model.split_once('/') {
+        Some((m, h)) => (m, h.parse().unwrap()),
+        None => (model, Handoff::Always),
+    };
     let model: Model = model.parse().unwrap();
     let d = Detector::new(200);
     let dir = std::env::temp_dir().join(format!(
-        "duality-models-{}-{}",
+        "duality-models-{}-{}-{handoff}",
         std::process::id(),
         model.name()
     ));
     let _ = std::fs::create_dir_all(&dir);
     let path = dir.join(format!("s-{}.sock", unix as u8));
-    let mut b = ServerBuilder::new().model(model).max_conns(CONNS + 10);
+    let mut b = ServerBuilder::new()
+        .model(model)
+        .handoff(handoff)
+        .max_conns(CONNS + 10);
     b = if unix {
         b.unix(&path)
     } else {
@@ -144,6 +153,9 @@ model_tests! {
     amped: "amped:2",
     seda: "seda:2:2",
     seda_s: "seda-s:2",
+    amped_adaptive: "amped:2/adaptive",
+    seda_adaptive: "seda:2:2/adaptive",
+    seda_s_adaptive: "seda-s:2/adaptive",
     symped: "symped:2",
     thread_per_conn: "thread-per-conn",
     steal: "steal:2",

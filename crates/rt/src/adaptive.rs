@@ -79,8 +79,8 @@ pub struct Offloader {
     policy: OffloadPolicy,
     /// Per class: the moving estimate of one job's cost, in nanoseconds.
     costs: Mutex<HashMap<u64, f64>>,
-    /// The moving estimate of a hand-off's own cost, in nanoseconds.
-    handoff_ns: AtomicU64,
+    /// The moving estimate of a hand-off's own cost.
+    handoff: Estimate,
     inline_runs: AtomicU64,
     pool_runs: AtomicU64,
 }
@@ -91,7 +91,7 @@ impl Offloader {
         Offloader {
             policy,
             costs: Mutex::new(HashMap::new()),
-            handoff_ns: AtomicU64::new(HANDOFF_PRIOR.as_nanos() as u64),
+            handoff: Estimate::prior(HANDOFF_PRIOR),
             inline_runs: AtomicU64::new(0),
             pool_runs: AtomicU64::new(0),
         }
@@ -107,10 +107,7 @@ impl Offloader {
         match self.policy {
             OffloadPolicy::Inline => Placement::Inline,
             OffloadPolicy::Pool => Placement::Pool,
-            OffloadPolicy::Adaptive => match self.estimate(class) {
-                Some(cost) if cost < self.handoff_cost().min(LOOP_BUDGET) => Placement::Inline,
-                _ => Placement::Pool,
-            },
+            OffloadPolicy::Adaptive => decide(self.estimate(class), self.handoff_cost()),
         }
     }
 
@@ -123,7 +120,7 @@ impl Offloader {
 
     /// The learned cost of a hand-off to the pool, beyond the job itself.
     pub fn handoff_cost(&self) -> Duration {
-        Duration::from_nanos(self.handoff_ns.load(Relaxed))
+        self.handoff.get().unwrap_or(HANDOFF_PRIOR)
     }
 
     /// Jobs run inline and on the pool so far.
@@ -139,9 +136,7 @@ impl Offloader {
     }
 
     fn learn_handoff(&self, overhead: Duration) {
-        let old = self.handoff_ns.load(Relaxed) as f64;
-        let new = old + ALPHA * (overhead.as_nanos() as f64 - old);
-        self.handoff_ns.store(new.max(0.0) as u64, Relaxed);
+        self.handoff.learn(overhead);
     }
 
     /// Runs `f`, a job of `class`, where the policy places it, and learns
@@ -175,6 +170,106 @@ impl Offloader {
                 Some(out)
             }
         }
+    }
+}
+
+/// The adaptive rule: inline when the job is known to cost less than a
+/// hand-off and less than a loop turn's budget.
+fn decide(cost: Option<Duration>, handoff: Duration) -> Placement {
+    match cost {
+        Some(cost) if cost < handoff.min(LOOP_BUDGET) => Placement::Inline,
+        _ => Placement::Pool,
+    }
+}
+
+/// A moving estimate of a duration, lock-free: racing updates may lose a
+/// sample, which an estimate can afford (a lock shared by every loop could
+/// not be afforded per job).
+#[derive(Debug)]
+struct Estimate(AtomicU64);
+
+/// An [`Estimate`] with no sample yet.
+const UNSET: u64 = u64::MAX;
+
+impl Estimate {
+    const fn unset() -> Estimate {
+        Estimate(AtomicU64::new(UNSET))
+    }
+
+    fn prior(d: Duration) -> Estimate {
+        Estimate(AtomicU64::new(d.as_nanos().min(UNSET as u128 - 1) as u64))
+    }
+
+    fn get(&self) -> Option<Duration> {
+        match self.0.load(Relaxed) {
+            UNSET => None,
+            ns => Some(Duration::from_nanos(ns)),
+        }
+    }
+
+    /// Moves the estimate a quarter of the way to `d` (to `d` if unset).
+    fn learn(&self, d: Duration) {
+        let ns = d.as_nanos().min(UNSET as u128 - 1) as u64;
+        let new = match self.0.load(Relaxed) {
+            UNSET => ns,
+            old => (old as f64 + ALPHA * (ns as f64 - old as f64)).max(0.0) as u64,
+        };
+        self.0.store(new, Relaxed);
+    }
+}
+
+/// [`OffloadPolicy::Adaptive`]'s decision for one class of job whose
+/// hand-off the caller makes itself (the models' payload stages: a
+/// "hand-off" there is a trip to a payload thread, not to the CPU pool).
+/// Lock-free, cheap enough to consult per batch of requests.
+#[derive(Debug)]
+pub struct Placer {
+    cost: Estimate,
+    handoff: Estimate,
+}
+
+impl Default for Placer {
+    fn default() -> Placer {
+        Placer::new()
+    }
+}
+
+impl Placer {
+    /// Nothing learned: the first jobs are handed off.
+    pub const fn new() -> Placer {
+        Placer {
+            cost: Estimate::unset(),
+            handoff: Estimate::unset(),
+        }
+    }
+
+    /// Where the next job should run: [`Placement::Inline`] once jobs are
+    /// known to cost less than a hand-off (and less than a loop turn's
+    /// budget), [`Placement::Pool`] (handed off) otherwise.
+    pub fn placement(&self) -> Placement {
+        decide(self.cost.get(), self.handoff.get().unwrap_or(HANDOFF_PRIOR))
+    }
+
+    /// A job ran inline and took `took`.
+    pub fn ran_inline(&self, took: Duration) {
+        self.cost.learn(took);
+    }
+
+    /// A job was handed off: it ran for `took`, and its caller had the
+    /// answer `total` after sending it (the difference is the hand-off's).
+    pub fn ran_handed_off(&self, took: Duration, total: Duration) {
+        self.cost.learn(took);
+        self.handoff.learn(total.saturating_sub(took));
+    }
+
+    /// The learned cost of one job (`None` before the first).
+    pub fn cost(&self) -> Option<Duration> {
+        self.cost.get()
+    }
+
+    /// The learned cost of a hand-off beyond the job (`None` before the first).
+    pub fn handoff_cost(&self) -> Option<Duration> {
+        self.handoff.get()
     }
 }
 
@@ -274,5 +369,34 @@ mod tests {
             assert_eq!(p.to_string().parse::<OffloadPolicy>(), Ok(p));
         }
         assert!("sometimes".parse::<OffloadPolicy>().is_err());
+    }
+
+    /// The per-batch placer: handed off until it has learned both costs;
+    /// cheap jobs then stay inline, and a job that grows leaves again.
+    #[test]
+    fn a_placer_learns_inline_and_leaves_when_jobs_grow() {
+        let p = Placer::new();
+        assert_eq!(p.placement(), Placement::Pool, "nothing learned");
+        p.ran_handed_off(Duration::from_micros(1), Duration::from_micros(11));
+        assert_eq!(p.cost(), Some(Duration::from_micros(1)));
+        assert_eq!(p.handoff_cost(), Some(Duration::from_micros(10)));
+        assert_eq!(p.placement(), Placement::Inline);
+        // Jobs grow past a hand-off: a few inline runs move it out.
+        let mut runs = 0;
+        while p.placement() == Placement::Inline {
+            p.ran_inline(Duration::from_micros(40));
+            runs += 1;
+            assert!(runs < 10, "still inline after {runs} runs of 40 us");
+        }
+        // A dearer hand-off (say the payload threads queue up) brings the
+        // same jobs back, but never past the loop's budget.
+        for _ in 0..20 {
+            p.ran_handed_off(Duration::from_micros(40), Duration::from_micros(540));
+        }
+        assert_eq!(p.placement(), Placement::Inline);
+        for _ in 0..20 {
+            p.ran_handed_off(Duration::from_millis(2), Duration::from_millis(60));
+        }
+        assert_eq!(p.placement(), Placement::Pool, "past the loop's budget");
     }
 }
