@@ -148,6 +148,11 @@ fn echo_models_run_reports_medians_over_rounds() {
         );
         assert!(lo > 0.0 && lo <= mid && mid <= hi, "{r}");
         assert!(r["ctx_switches_per_request"].is_number(), "{r}");
+        let to_sped = r["vs_sped"].as_f64().unwrap();
+        assert!(
+            to_sped > 0.0 && (r["model"] != "sped" || to_sped == 1.0),
+            "{r}"
+        );
         let ratio = r["vs_symped"].as_f64().unwrap();
         if r["model"] == "symped:2" {
             assert_eq!(ratio, 1.0);

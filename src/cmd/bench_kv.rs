@@ -407,7 +407,7 @@ fn echo(models: &[String], clients: &[usize], load: &LoadArgs) -> anyhow::Result
     let dir = results_dir(load, "models-echo");
     let cmd: Vec<String> = std::env::args().collect();
     let header = format!(
-        "# Models: the echo service under every threading model\n\nCommand: `{}`\n\nMachine: {}. The client (one duality loop thread, closed loop, Unix socket, {} request(s) written at once per connection) shares the cores with the server, its own process (`duality internal echo-server`); each payload job does 200 iterations of a small hash loop and checks its color's exclusivity. Context switches are the server's, over all its threads. A point is the median over {rounds} interleaved round(s) of {seconds} s; `vs symped` is the median of per-round ratios to the `symped` model at the same connection count.",
+        "# Models: the echo service under every threading model\n\nCommand: `{}`\n\nMachine: {}. The client (one duality loop thread, closed loop, Unix socket, {} request(s) written at once per connection) shares the cores with the server, its own process (`duality internal echo-server`); each payload job does 200 iterations of a small hash loop and checks its color's exclusivity. Context switches are the server's, over all its threads. A point is the median over {rounds} interleaved round(s) of {seconds} s; `vs symped` and `vs sped` are the medians of per-round ratios to the `symped` and the `sped` model at the same connection count; `MODEL/adaptive` is a hand-off model run with `--handoff adaptive`.",
         cmd.join(" "),
         machine(),
         load.pipeline.max(1),

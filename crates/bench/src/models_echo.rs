@@ -51,6 +51,10 @@ pub struct EchoRow {
     /// round (absent when no `symped` model ran).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vs_symped: Option<f64>,
+    /// The same against `sped` (absent when `sped` did not run): the
+    /// hand-off models' yardstick with pipelined requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vs_sped: Option<f64>,
 }
 
 fn one() -> usize {
@@ -271,6 +275,7 @@ pub fn run(
                         requests_per_sec_min: s.requests_per_sec,
                         requests_per_sec_max: s.requests_per_sec,
                         vs_symped: None,
+                        vs_sped: None,
                     },
                 );
                 samples[m][i].push(s);
@@ -284,29 +289,33 @@ pub fn run(
     Ok(rows)
 }
 
-/// Medians over rounds; ratios to the first `symped` model, round by round.
+/// Medians over rounds; ratios to the first `symped` and the `sped` model,
+/// round by round.
 fn summarize(
     models: &[String],
     connections: &[usize],
     samples: &[Vec<Vec<Sample>>],
 ) -> Vec<EchoRow> {
     let median = |v: Vec<f64>| crate::summary::median(&v);
-    let base = models.iter().position(|m| m.starts_with("symped"));
+    let symped = models.iter().position(|m| m.starts_with("symped"));
+    let sped = models.iter().position(|m| m == "sped");
     let mut rows = Vec::new();
     for (m, model) in models.iter().enumerate() {
         for (i, &c) in connections.iter().enumerate() {
             let s = &samples[m][i];
             let rps: Vec<f64> = s.iter().map(|x| x.requests_per_sec).collect();
-            let vs_symped = base.map(|b| {
-                median(
-                    s.iter()
-                        .zip(&samples[b][i])
-                        .map(|(x, y)| {
-                            x.requests_per_sec / y.requests_per_sec.max(f64::MIN_POSITIVE)
-                        })
-                        .collect(),
-                )
-            });
+            let vs = |base: Option<usize>| {
+                base.map(|b| {
+                    median(
+                        s.iter()
+                            .zip(&samples[b][i])
+                            .map(|(x, y)| {
+                                x.requests_per_sec / y.requests_per_sec.max(f64::MIN_POSITIVE)
+                            })
+                            .collect(),
+                    )
+                })
+            };
             rows.push(EchoRow {
                 model: model.clone(),
                 connections: c,
@@ -318,7 +327,8 @@ fn summarize(
                 rounds: s.len(),
                 requests_per_sec_min: rps.iter().copied().fold(f64::INFINITY, f64::min),
                 requests_per_sec_max: rps.iter().copied().fold(0.0, f64::max),
-                vs_symped,
+                vs_symped: vs(symped),
+                vs_sped: vs(sped),
             });
         }
     }
@@ -326,7 +336,8 @@ fn summarize(
 }
 
 /// The Markdown table: medians, the range over rounds, and each row's
-/// median per-round ratio to `symped` at the same connection count.
+/// median per-round ratios to `symped` and `sped` at the same connection
+/// count.
 pub fn table(rows: &[EchoRow]) -> String {
     let cells: Vec<Vec<String>> = rows
         .iter()
@@ -341,9 +352,8 @@ pub fn table(rows: &[EchoRow]) -> String {
                     crate::report::thousands(r.requests_per_sec_min),
                     crate::report::thousands(r.requests_per_sec_max)
                 ),
-                r.vs_symped
-                    .map(|v| format!("{v:.2}"))
-                    .unwrap_or_else(|| "-".into()),
+                ratio(r.vs_symped),
+                ratio(r.vs_sped),
                 format!("{:.3}", r.ctx_switches_per_request),
             ]
         })
@@ -356,18 +366,23 @@ pub fn table(rows: &[EchoRow]) -> String {
             "requests/s (median)",
             "range over rounds",
             "vs symped",
+            "vs sped",
             "ctx switches/request",
         ],
         &cells,
     )
 }
 
+fn ratio(r: Option<f64>) -> String {
+    r.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into())
+}
+
 /// CSV of the rows (header + one line each).
 pub fn csv(rows: &[EchoRow]) -> String {
-    let mut s = String::from("model,connections,pipeline,requests_per_sec,requests_per_sec_min,requests_per_sec_max,vs_symped,ctx_switches_per_request,rounds\n");
+    let mut s = String::from("model,connections,pipeline,requests_per_sec,requests_per_sec_min,requests_per_sec_max,vs_symped,vs_sped,ctx_switches_per_request,rounds\n");
     for r in rows {
         s.push_str(&format!(
-            "{},{},{},{:.1},{:.1},{:.1},{},{:.4},{}\n",
+            "{},{},{},{:.1},{:.1},{:.1},{},{},{:.4},{}\n",
             r.model,
             r.connections,
             r.pipeline,
@@ -375,6 +390,7 @@ pub fn csv(rows: &[EchoRow]) -> String {
             r.requests_per_sec_min,
             r.requests_per_sec_max,
             r.vs_symped.map_or_else(String::new, |v| format!("{v:.4}")),
+            r.vs_sped.map_or_else(String::new, |v| format!("{v:.4}")),
             r.ctx_switches_per_request,
             r.rounds
         ));
@@ -457,11 +473,26 @@ mod tests {
         // Per-round ratios 0.9, 1.0, 0.8: median 0.9 (the ratio of medians would be 0.88).
         assert!((rows[1].vs_symped.unwrap() - 0.9).abs() < 1e-9);
         assert_eq!(rows[1].rounds, 3);
+        assert_eq!(rows[1].vs_sped, None, "no sped ran");
         let t = table(&rows);
         assert!(
-            t.contains("| amped:1 | 8 | 1 | 88 | 50 - 90 | 0.90 |"),
+            t.contains("| amped:1 | 8 | 1 | 88 | 50 - 90 | 0.90 | - |"),
             "{t}"
         );
+    }
+
+    #[test]
+    fn ratios_to_sped_round_by_round() {
+        let models = vec!["sped".to_string(), "amped:1/adaptive".to_string()];
+        let samples = vec![
+            vec![vec![sample(100.0), sample(200.0), sample(100.0)]],
+            vec![vec![sample(105.0), sample(180.0), sample(95.0)]],
+        ];
+        let rows = summarize(&models, &[8], &samples);
+        // Per-round 1.05, 0.90, 0.95: median 0.95.
+        assert!((rows[1].vs_sped.unwrap() - 0.95).abs() < 1e-9);
+        assert_eq!(rows[0].vs_sped, Some(1.0));
+        assert!(table(&rows).contains("| amped:1/adaptive | 8 | 1 | 105 | 95 - 180 | - | 0.95 |"));
     }
 
     #[test]
@@ -473,13 +504,16 @@ mod tests {
         );
         let c = csv(&rows);
         assert_eq!(c.lines().count(), 3, "{c}");
-        assert!(c.contains("\nsped,8,1,20.0,20.0,20.0,,0.0200,1\n"), "{c}");
+        assert!(
+            c.contains("\nsped,8,1,20.0,20.0,20.0,,1.0000,0.0200,1\n"),
+            "{c}"
+        );
     }
 
     #[test]
     fn no_symped_no_ratio() {
         let rows = summarize(&["sped".to_string()], &[1], &[vec![vec![sample(10.0)]]]);
         assert_eq!(rows[0].vs_symped, None);
-        assert!(table(&rows).contains("| sped | 1 | 1 | 10 | 10 - 10 | - |"));
+        assert!(table(&rows).contains("| sped | 1 | 1 | 10 | 10 - 10 | - | 1.00 |"));
     }
 }

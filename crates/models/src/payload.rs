@@ -35,7 +35,7 @@ use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// The color `call` uses.
 pub const DEFAULT_COLOR: u64 = 0;
@@ -229,13 +229,14 @@ impl Payload {
         Payload::new(Dispatch::Inline(Lane::single()), Handoff::Always)
     }
 
-    /// The lane of a model that runs payload work inline (`None` in the
-    /// hand-off models): the driver then serves a read where it is, borrowing
-    /// its buffer.
-    pub(crate) fn inline_lane(&self) -> Option<&Lane> {
+    /// The lane to serve the next batch on where it is, borrowing its
+    /// buffer: always in the inline models; in a hand-off model only under
+    /// [`Handoff::Adaptive`] while batches are learned to be cheaper than a
+    /// hand-off. `None`: hand it off with [`Payload::batch`].
+    pub(crate) fn inline_lane(&self) -> Option<Inline<'_>> {
         match &self.0.dispatch {
-            Dispatch::Inline(lane) => Some(lane),
-            _ => None,
+            Dispatch::Inline(lane) => Some(Inline { lane, timed: None }),
+            _ => self.0.adaptive.as_ref().and_then(Adaptive::inline),
         }
     }
 
@@ -325,15 +326,6 @@ impl Payload {
         }
     }
 
-    /// The learned cost of a batch and of a hand-off under
-    /// [`Handoff::Adaptive`] (`None` where not adaptive or not yet learned).
-    pub fn adaptive_costs(&self) -> Option<(Option<Duration>, Option<Duration>)> {
-        self.0
-            .adaptive
-            .as_ref()
-            .map(|a| (a.placer.cost(), a.placer.handoff_cost()))
-    }
-
     /// Runs a blocking call (open, stat, read of a file) where the model puts
     /// such work: on the payload threads in the hand-off models (Flash's
     /// AMPED helpers), on the runtime's blocking pool otherwise, so it never
@@ -359,30 +351,56 @@ impl Payload {
     }
 }
 
+/// A batch served where it is, on [`Payload::inline_lane`]'s lane; a
+/// sampled adaptive one is timed until this is dropped.
+pub(crate) struct Inline<'a> {
+    lane: &'a Lane,
+    timed: Option<(Instant, &'a Placer)>,
+}
+
+impl std::ops::Deref for Inline<'_> {
+    type Target = Lane;
+    fn deref(&self) -> &Lane {
+        self.lane
+    }
+}
+
+impl Drop for Inline<'_> {
+    fn drop(&mut self) {
+        if let Some((t0, placer)) = self.timed {
+            placer.ran_inline(t0.elapsed());
+        }
+    }
+}
+
 impl Adaptive {
-    /// Runs a batch where the placer says: here under the color locks, or on
-    /// `stage` (timed, so both costs are learned).
+    /// The loop's lane if the next batch should stay here.
+    fn inline(&self) -> Option<Inline<'_>> {
+        if self.placer.placement() != Placement::Inline {
+            return None;
+        }
+        let tick = TICK.with(|t| {
+            let n = t.get().wrapping_add(1);
+            t.set(n);
+            n
+        });
+        if tick.is_multiple_of(HANDOFF_EVERY) {
+            return None;
+        }
+        Some(Inline {
+            lane: &self.lane,
+            timed: tick
+                .is_multiple_of(TIME_EVERY)
+                .then(|| (Instant::now(), &self.placer)),
+        })
+    }
+
+    /// Hands a batch to `stage`, timed, so both costs are learned.
     async fn batch<R, F>(&self, stage: &Arc<Stage>, lane: Lane, job: F) -> R
     where
         F: FnOnce(&Lane) -> R + Send + 'static,
         R: Send + 'static,
     {
-        if self.placer.placement() == Placement::Inline {
-            let tick = TICK.with(|t| {
-                let n = t.get().wrapping_add(1);
-                t.set(n);
-                n
-            });
-            if !tick.is_multiple_of(HANDOFF_EVERY) {
-                if !tick.is_multiple_of(TIME_EVERY) {
-                    return job(&self.lane);
-                }
-                let t0 = Instant::now();
-                let r = job(&self.lane);
-                self.placer.ran_inline(t0.elapsed());
-                return r;
-            }
-        }
         let t0 = Instant::now();
         let (r, took) = stage
             .run(move || {

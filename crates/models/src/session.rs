@@ -448,7 +448,7 @@ pub fn drive<P: Protocol>(
                 loop {
                     let then = loop {
                         let served = match payload.inline_lane() {
-                            Some(lane) => a.serve(&driver, &mut session, lane),
+                            Some(lane) => a.serve(&driver, &mut session, &lane),
                             None => {
                                 let color = match a.next_color.take() {
                                     Some(c) => c,
