@@ -29,19 +29,6 @@ fn exercise_under_faults(model: &str) {
     exercise_on(&s, model);
 }
 
-/// The same with the adaptive hand-off (`--handoff adaptive`): cheap
-/// batches on the network loop, file-system work still on payload threads.
-fn exercise_adaptive(model: &str) {
-    let s = TestServer::with_builder(
-        model,
-        ServerBuilder::new()
-            .model(model.parse().unwrap())
-            .handoff(duality_models::Handoff::Adaptive),
-        |c| c.head_timeout = Duration::from_millis(400),
-    );
-    exercise_on(&s, model);
-}
-
 fn exercise_on(s: &TestServer, model: &str) {
     let big = fnv1a(&read_file(&s.www().join("big.bin")));
     let cached = read_file(&s.www().join("cached.bin"));
@@ -113,16 +100,6 @@ fn amped() {
 #[test]
 fn seda() {
     exercise("seda:1:1");
-}
-
-#[test]
-fn amped_adaptive() {
-    exercise_adaptive("amped:1");
-}
-
-#[test]
-fn seda_adaptive() {
-    exercise_adaptive("seda:1:1");
 }
 
 #[test]

@@ -34,7 +34,7 @@ use duality_rt::adaptive::{Placement, Placer};
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 /// The color `call` uses.
@@ -101,12 +101,23 @@ impl ColorLocks {
             (0..COLOR_SLOTS).map(|_| Mutex::new(())).collect(),
         ))
     }
+    fn slot(color: u64) -> usize {
+        (color % COLOR_SLOTS as u64) as usize
+    }
+    fn lock(&self, slot: usize) -> MutexGuard<'_, ()> {
+        self.0[slot].lock().unwrap_or_else(|e| e.into_inner())
+    }
     fn run<R>(&self, color: u64, job: impl FnOnce() -> R) -> R {
-        let _g = self.0[(color % COLOR_SLOTS as u64) as usize]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let _g = self.lock(ColorLocks::slot(color));
         job()
     }
+}
+
+/// A color lock held across a run of requests of one color (lock
+/// coalescing: one lock per run, not per request).
+pub struct Held<'a> {
+    slot: usize,
+    _guard: MutexGuard<'a, ()>,
 }
 
 pub(crate) enum Dispatch {
@@ -200,6 +211,32 @@ impl Lane {
             Some(l) if locked => l.run(color, job),
             _ => job(),
         }
+    }
+
+    /// Like [`Lane::run`] for one request of a run: keeps the color's lock in
+    /// `held` for the next request, which takes no lock again if it has the
+    /// same color slot. A different slot lets go of the held lock before it
+    /// takes its own: a thread never holds two. The caller drops `held` at
+    /// the end of its batch.
+    #[inline]
+    pub fn run_held<'l, R>(
+        &'l self,
+        color: u64,
+        locked: bool,
+        held: &mut Option<Held<'l>>,
+        job: impl FnOnce() -> R,
+    ) -> R {
+        if let Some(l) = self.locks.as_ref().filter(|_| locked) {
+            let slot = ColorLocks::slot(color);
+            if held.as_ref().map(|h| h.slot) != Some(slot) {
+                *held = None;
+                *held = Some(Held {
+                    slot,
+                    _guard: l.lock(slot),
+                });
+            }
+        }
+        job()
     }
 }
 
@@ -470,6 +507,33 @@ mod tests {
         let inline = Payload::new(Dispatch::Inline(Lane::single()), Handoff::Adaptive);
         assert!(inline.0.adaptive.is_none(), "inline models ignore it");
         stages[0].stop();
+    }
+
+    /// Lock coalescing: a run of one color takes its lock once and keeps it;
+    /// the next color lets it go first; dropping `held` frees the last.
+    #[test]
+    fn a_run_of_one_color_holds_its_lock_once() {
+        let locks = ColorLocks::new();
+        let lane = Lane::locked(locks.clone());
+        let free = |color: u64| locks.0[ColorLocks::slot(color)].try_lock().is_ok();
+        let mut held = None;
+        let mut ran = 0;
+        lane.run_held(1, true, &mut held, || ran += 1);
+        assert!(!free(1), "held after its request");
+        lane.run_held(1 + COLOR_SLOTS as u64, true, &mut held, || {
+            ran += 1;
+            assert!(!free(1), "same slot: still held, not taken twice");
+        });
+        lane.run_held(2, true, &mut held, || {
+            ran += 1;
+            assert!(free(1) && !free(2), "moved to the new color");
+        });
+        drop(held);
+        assert!(free(1) && free(2) && ran == 3);
+        // A protocol that locks itself: no lock at all.
+        let mut held = None;
+        lane.run_held(3, false, &mut held, || assert!(free(3)));
+        assert!(held.is_none());
     }
 
     #[test]

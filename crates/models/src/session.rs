@@ -181,6 +181,9 @@ pub fn serve_bytes<P: Protocol>(
     // A protocol that locks itself, on a lane without affinity, never needs
     // a color: do not compute one (for the cache, a hash per request).
     let colored = lane.uses_colors(!P::LOCKS_ITSELF);
+    // The color lock of the current run of one color (dropped on return:
+    // never held across the write or an await).
+    let mut held = None;
     loop {
         if requests >= limits.max_requests || out.len() >= limits.max_output {
             return Served {
@@ -221,7 +224,9 @@ pub fn serve_bytes<P: Protocol>(
                         stop: Stop::Elsewhere(color),
                     };
                 }
-                let flow = lane.run(color, !P::LOCKS_ITSELF, || proto.execute(session, req, out));
+                let flow = lane.run_held(color, !P::LOCKS_ITSELF, &mut held, || {
+                    proto.execute(session, req, out)
+                });
                 used += n;
                 requests += 1;
                 if flow == Flow::Close {

@@ -9,15 +9,26 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::Ordering::*;
 use std::time::{Duration, Instant};
 
-const MODELS: [&str; 7] = [
+const MODELS: [&str; 9] = [
     "sped",
     "amped:1",
     "seda:2:1",
     "seda-s:1",
+    "amped:1/adaptive",
+    "seda:2:1/adaptive",
     "symped:2",
     "steal:2",
     "thread-per-conn",
 ];
+
+/// A builder for `MODEL` or `MODEL/adaptive` (the adaptive hand-off).
+fn builder(model: &str) -> ServerBuilder {
+    let (m, h) = match model.split_once('/') {
+        Some((m, h)) => (m, h.parse().unwrap()),
+        None => (model, duality_models::Handoff::Always),
+    };
+    ServerBuilder::new().model(m.parse().unwrap()).handoff(h)
+}
 
 fn addr() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()
@@ -39,8 +50,7 @@ fn first_answer(a: SocketAddr) -> Duration {
 fn a_flooding_client_cannot_delay_another_clients_request() {
     for model in MODELS {
         let d = Detector::new(20);
-        let server = ServerBuilder::new()
-            .model(model.parse().unwrap())
+        let server = builder(model)
             .long_poll_threshold(None)
             .tcp(addr())
             .serve(move |c, p| echo::serve(c, p, d.clone()))
