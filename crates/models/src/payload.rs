@@ -31,11 +31,12 @@
 
 use crate::stage::Stage;
 use duality_rt::adaptive::{Placement, Placer};
+use duality_rt::time::thread_cpu_time;
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// The color `call` uses.
 pub const DEFAULT_COLOR: u64 = 0;
@@ -389,10 +390,11 @@ impl Payload {
 }
 
 /// A batch served where it is, on [`Payload::inline_lane`]'s lane; a
-/// sampled adaptive one is timed until this is dropped.
+/// sampled adaptive one is timed (the thread's CPU time) until this is
+/// dropped.
 pub(crate) struct Inline<'a> {
     lane: &'a Lane,
-    timed: Option<(Instant, &'a Placer)>,
+    timed: Option<(Duration, &'a Placer)>,
 }
 
 impl std::ops::Deref for Inline<'_> {
@@ -404,8 +406,8 @@ impl std::ops::Deref for Inline<'_> {
 
 impl Drop for Inline<'_> {
     fn drop(&mut self) {
-        if let Some((t0, placer)) = self.timed {
-            placer.ran_inline(t0.elapsed());
+        if let Some((c0, placer)) = self.timed {
+            placer.ran_inline(thread_cpu_time().saturating_sub(c0));
         }
     }
 }
@@ -428,25 +430,27 @@ impl Adaptive {
             lane: &self.lane,
             timed: tick
                 .is_multiple_of(TIME_EVERY)
-                .then(|| (Instant::now(), &self.placer)),
+                .then(|| (thread_cpu_time(), &self.placer)),
         })
     }
 
-    /// Hands a batch to `stage`, timed, so both costs are learned.
+    /// Hands a batch to `stage`, timed, so both costs are learned: the job's
+    /// CPU time and what the trip added to the wait.
     async fn batch<R, F>(&self, stage: &Arc<Stage>, lane: Lane, job: F) -> R
     where
         F: FnOnce(&Lane) -> R + Send + 'static,
         R: Send + 'static,
     {
         let t0 = Instant::now();
-        let (r, took) = stage
+        let (r, wall, cpu) = stage
             .run(move || {
-                let t = Instant::now();
+                let (t, c) = (Instant::now(), thread_cpu_time());
                 let r = job(&lane);
-                (r, t.elapsed())
+                (r, t.elapsed(), thread_cpu_time().saturating_sub(c))
             })
             .await;
-        self.placer.ran_handed_off(took, t0.elapsed());
+        self.placer
+            .ran_handed_off(cpu, t0.elapsed().saturating_sub(wall));
         r
     }
 }

@@ -255,11 +255,17 @@ impl Placer {
         self.cost.learn(took);
     }
 
-    /// A job was handed off: it ran for `took`, and its caller had the
-    /// answer `total` after sending it (the difference is the hand-off's).
-    pub fn ran_handed_off(&self, took: Duration, total: Duration) {
+    /// A job was handed off: it cost `took`, and the trip added
+    /// `overhead` to its caller's wait (from sending it to having the
+    /// answer, less the job's own wall time).
+    ///
+    /// Measure `took` (and inline runs) in the thread's CPU time
+    /// (`time::thread_cpu_time`), not a wall clock: a thread preempted
+    /// mid-job would make jobs look dear exactly while the threads compete
+    /// for cores, the moment handing off is dearest.
+    pub fn ran_handed_off(&self, took: Duration, overhead: Duration) {
         self.cost.learn(took);
-        self.handoff.learn(total.saturating_sub(took));
+        self.handoff.learn(overhead);
     }
 
     /// The learned cost of one job (`None` before the first).
@@ -377,7 +383,7 @@ mod tests {
     fn a_placer_learns_inline_and_leaves_when_jobs_grow() {
         let p = Placer::new();
         assert_eq!(p.placement(), Placement::Pool, "nothing learned");
-        p.ran_handed_off(Duration::from_micros(1), Duration::from_micros(11));
+        p.ran_handed_off(Duration::from_micros(1), Duration::from_micros(10));
         assert_eq!(p.cost(), Some(Duration::from_micros(1)));
         assert_eq!(p.handoff_cost(), Some(Duration::from_micros(10)));
         assert_eq!(p.placement(), Placement::Inline);
@@ -391,11 +397,11 @@ mod tests {
         // A dearer hand-off (say the payload threads queue up) brings the
         // same jobs back, but never past the loop's budget.
         for _ in 0..20 {
-            p.ran_handed_off(Duration::from_micros(40), Duration::from_micros(540));
+            p.ran_handed_off(Duration::from_micros(40), Duration::from_micros(500));
         }
         assert_eq!(p.placement(), Placement::Inline);
         for _ in 0..20 {
-            p.ran_handed_off(Duration::from_millis(2), Duration::from_millis(60));
+            p.ran_handed_off(Duration::from_millis(2), Duration::from_millis(58));
         }
         assert_eq!(p.placement(), Placement::Pool, "past the loop's budget");
     }

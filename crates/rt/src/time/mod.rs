@@ -56,6 +56,24 @@ pub fn unix_seconds_coarse() -> u64 {
     (ts.tv_sec as u64).max(1)
 }
 
+/// CPU time the calling thread has used: what a piece of work cost,
+/// whatever the scheduler did meanwhile (a wall clock also counts the time
+/// the thread was preempted). A system call, not a vDSO read: for sampling,
+/// not for every request. Zero if the kernel refuses.
+pub fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into the live local it is
+    // given; CLOCK_THREAD_CPUTIME_ID names the calling thread.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if r != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
 /// Waits until `duration` has passed.
 pub fn sleep(duration: Duration) -> Sleep {
     sleep_until(Instant::now() + duration)
@@ -207,5 +225,27 @@ impl<F: Future> Future for Timeout<F> {
             Poll::Ready(()) => Poll::Ready(Err(Elapsed)),
             Poll::Pending => Poll::Pending,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// CPU time grows with work and not with sleep (the wall clock does both).
+    #[test]
+    fn thread_cpu_time_counts_work_not_sleep() {
+        let c0 = thread_cpu_time();
+        let until = Instant::now() + Duration::from_millis(20);
+        while Instant::now() < until {
+            std::hint::spin_loop();
+        }
+        let worked = thread_cpu_time() - c0;
+        // Preemption on a busy machine may take some of the 20 ms wall.
+        assert!(worked >= Duration::from_millis(5), "{worked:?}");
+        let c1 = thread_cpu_time();
+        std::thread::sleep(Duration::from_millis(50));
+        let slept = thread_cpu_time() - c1;
+        assert!(slept < Duration::from_millis(10), "{slept:?}");
     }
 }
