@@ -36,7 +36,7 @@ use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// The color `call` uses.
 pub const DEFAULT_COLOR: u64 = 0;
@@ -50,10 +50,11 @@ pub enum Handoff {
     #[default]
     Always,
     /// A batch runs on its network loop while batches are learned to cost
-    /// less than a hand-off (and less than a loop turn's budget); on a
-    /// payload thread otherwise. Learned from every hand-off and a sample of
-    /// inline runs; every 256th batch is handed off anyway, so a hand-off
-    /// that got cheaper is noticed.
+    /// less than a hand-off (valued at 20 µs at least) and less than a loop
+    /// turn's budget; on a payload thread otherwise (see
+    /// `duality_rt::adaptive::Placer`). Learned from every hand-off and a
+    /// sample of inline runs; every 256th batch is handed off anyway, so a
+    /// hand-off that got cheaper is noticed.
     Adaptive,
 }
 
@@ -390,11 +391,13 @@ impl Payload {
 }
 
 /// A batch served where it is, on [`Payload::inline_lane`]'s lane; a
-/// sampled adaptive one is timed (the thread's CPU time) until this is
-/// dropped.
+/// sampled adaptive one is timed until this is dropped. By the wall clock
+/// (a vDSO read): the thread's CPU time would be a system call, and a
+/// system call on the loop's hot path is a point where the scheduler may
+/// switch threads (measured: twice the context switches per request).
 pub(crate) struct Inline<'a> {
     lane: &'a Lane,
-    timed: Option<(Duration, &'a Placer)>,
+    timed: Option<(Instant, &'a Placer)>,
 }
 
 impl std::ops::Deref for Inline<'_> {
@@ -406,8 +409,8 @@ impl std::ops::Deref for Inline<'_> {
 
 impl Drop for Inline<'_> {
     fn drop(&mut self) {
-        if let Some((c0, placer)) = self.timed {
-            placer.ran_inline(thread_cpu_time().saturating_sub(c0));
+        if let Some((t0, placer)) = self.timed {
+            placer.ran_inline(t0.elapsed());
         }
     }
 }
@@ -430,12 +433,14 @@ impl Adaptive {
             lane: &self.lane,
             timed: tick
                 .is_multiple_of(TIME_EVERY)
-                .then(|| (thread_cpu_time(), &self.placer)),
+                .then(|| (Instant::now(), &self.placer)),
         })
     }
 
     /// Hands a batch to `stage`, timed, so both costs are learned: the job's
-    /// CPU time and what the trip added to the wait.
+    /// CPU time (its thread shares cores with the loop and the clients: a
+    /// preempted batch's wall time made batches look as dear as the trip,
+    /// and kept them handed off) and what the trip added to the wait.
     async fn batch<R, F>(&self, stage: &Arc<Stage>, lane: Lane, job: F) -> R
     where
         F: FnOnce(&Lane) -> R + Send + 'static,

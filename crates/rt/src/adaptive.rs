@@ -70,6 +70,8 @@ pub enum Placement {
 const ALPHA: f64 = 0.25;
 /// The hand-off estimate before any was measured.
 const HANDOFF_PRIOR: Duration = Duration::from_micros(20);
+/// The least a [`Placer`] takes a trip to cost, whatever it measured.
+const TRIP_FLOOR: Duration = Duration::from_micros(20);
 /// The most a job may be expected to hold a loop.
 const LOOP_BUDGET: Duration = Duration::from_millis(1);
 
@@ -246,8 +248,16 @@ impl Placer {
     /// Where the next job should run: [`Placement::Inline`] once jobs are
     /// known to cost less than a hand-off (and less than a loop turn's
     /// budget), [`Placement::Pool`] (handed off) otherwise.
+    ///
+    /// A trip is valued at 20 µs at least. What it is measured to add to
+    /// the wait misses what it costs the machine: the wake-up, the spin of
+    /// the thread that waits, two threads busy for one job. With both
+    /// threads spinning a trip measured 1-3 µs on 2 cores, so 3.5 µs
+    /// batches of pipelined echo requests kept being handed off, at two
+    /// thirds of the requests/s they reach on the loop.
     pub fn placement(&self) -> Placement {
-        decide(self.cost.get(), self.handoff.get().unwrap_or(HANDOFF_PRIOR))
+        let trip = self.handoff.get().unwrap_or(HANDOFF_PRIOR);
+        decide(self.cost.get(), trip.max(TRIP_FLOOR))
     }
 
     /// A job ran inline and took `took`.
@@ -259,10 +269,10 @@ impl Placer {
     /// `overhead` to its caller's wait (from sending it to having the
     /// answer, less the job's own wall time).
     ///
-    /// Measure `took` (and inline runs) in the thread's CPU time
-    /// (`time::thread_cpu_time`), not a wall clock: a thread preempted
-    /// mid-job would make jobs look dear exactly while the threads compete
-    /// for cores, the moment handing off is dearest.
+    /// Where the job ran on a thread that competes for cores, measure
+    /// `took` in that thread's CPU time (`time::thread_cpu_time`), not a
+    /// wall clock: preemptions mid-job would make jobs look dear exactly
+    /// while threads compete for cores, when handing off is dearest.
     pub fn ran_handed_off(&self, took: Duration, overhead: Duration) {
         self.cost.learn(took);
         self.handoff.learn(overhead);
@@ -387,6 +397,11 @@ mod tests {
         assert_eq!(p.cost(), Some(Duration::from_micros(1)));
         assert_eq!(p.handoff_cost(), Some(Duration::from_micros(10)));
         assert_eq!(p.placement(), Placement::Inline);
+        // A warm trip measured cheaper than the job still counts as 20 us.
+        for _ in 0..20 {
+            p.ran_handed_off(Duration::from_micros(5), Duration::from_micros(2));
+        }
+        assert_eq!(p.placement(), Placement::Inline, "5 us jobs, 2 us trips");
         // Jobs grow past a hand-off: a few inline runs move it out.
         let mut runs = 0;
         while p.placement() == Placement::Inline {
