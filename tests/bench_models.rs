@@ -164,7 +164,8 @@ fn echo_models_run_reports_medians_over_rounds() {
     assert!(stderr.contains("round 2/2"), "{stderr}");
 }
 
-/// The cache with `--handoff adaptive`: the row is labelled and served.
+/// The cache with `--handoff adaptive` over two rounds: the row is
+/// labelled and served, and merged with a ratio to symped.
 #[test]
 fn quick_models_run_takes_the_adaptive_hand_off() {
     let out = std::env::temp_dir().join(format!("duality-bench-handoff-{}", std::process::id()));
@@ -175,6 +176,8 @@ fn quick_models_run_takes_the_adaptive_hand_off() {
         "amped:1,symped:1".as_ref(),
         "--handoff".as_ref(),
         "adaptive".as_ref(),
+        "--rounds".as_ref(),
+        "2".as_ref(),
         "--json".as_ref(),
         "--out".as_ref(),
         out.as_os_str(),
@@ -186,6 +189,8 @@ fn quick_models_run_takes_the_adaptive_hand_off() {
         .iter()
         .map(|r| {
             assert!(r["tps_mean"].as_f64().unwrap() > 0.0, "{r}");
+            assert_eq!(r["rounds"], 2, "{r}");
+            assert!(r["vs_symped"].as_f64().unwrap() > 0.0, "{r}");
             r["server"].as_str().unwrap()
         })
         .collect();

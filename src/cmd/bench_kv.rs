@@ -22,6 +22,12 @@ pub struct LoadArgs {
     /// Seconds per window.
     #[arg(long, default_value_t = 1.0)]
     seconds: f64,
+    /// The cache: rounds, every server measured in turn each round; figures
+    /// are medians over rounds, `± sd` their spread, and a `vs symped`
+    /// column the median of per-round ratios (the host's drift between
+    /// servers cancels out). The echo service takes `--windows` as rounds.
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
     /// Seconds of warm-up before each client count.
     #[arg(long, default_value_t = 0.5)]
     warmup: f64,
@@ -150,6 +156,7 @@ fn plan(load: &LoadArgs, clients: Vec<usize>) -> anyhow::Result<Plan> {
         warmup,
         window,
         windows,
+        rounds: load.rounds.max(1),
         pipeline: load.pipeline.max(1),
         count_syscalls: load.syscalls,
         client_io: load.client_io,
@@ -192,6 +199,12 @@ fn finish(
         if load.quick { 3_000 } else { load.records },
         load.gets_per_set
     );
+    let rounds = rows.first().map_or(1, |r| r.rounds);
+    let header = if rounds > 1 {
+        format!("{header} Servers took turns over {rounds} rounds: a point is the median over the rounds (`± sd`: the spread of the rounds' means), and `vs symped` the median of per-round ratios to the first `duality symped` row at the same client count.")
+    } else {
+        header
+    };
     let written = models_kv::write_results(&dir, rows, title, by_threads, &header)?;
     if load.json {
         println!("{}", duality_bench::report::json(rows));
@@ -245,7 +258,7 @@ pub fn models(a: ModelsArgs) -> anyhow::Result<()> {
                 .map(|s| (0, s)),
         );
     }
-    let pb = progress(servers.len() * clients.len());
+    let pb = progress(p.rounds * servers.len() * clients.len());
     let rows = models_kv::run(
         &p,
         &servers,
@@ -270,7 +283,7 @@ pub fn models(a: ModelsArgs) -> anyhow::Result<()> {
 
 /// Runs `servers` at the plan's one client count, one progress step each.
 fn run_one_count(p: &Plan, servers: &[(usize, ServerKind)]) -> anyhow::Result<Vec<KvRow>> {
-    let pb = progress(servers.len());
+    let pb = progress(p.rounds * servers.len());
     let rows = models_kv::run(
         p,
         servers,

@@ -48,6 +48,19 @@ pub struct KvRow {
     pub client_cores: f64,
     /// The client used (nearly) a whole core: it, not the server, may have been the limit.
     pub client_saturated: bool,
+    /// Rounds merged into this row (servers taking turns each round): the
+    /// figures above are then medians over them, `tps_sd` the spread of
+    /// the rounds' means.
+    #[serde(default = "one")]
+    pub rounds: usize,
+    /// Median over rounds of this row's transactions/s divided by the first
+    /// `duality symped` row's at the same client count in the same round.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vs_symped: Option<f64>,
+}
+
+fn one() -> usize {
+    1
 }
 
 /// What to run.
@@ -69,6 +82,9 @@ pub struct Plan {
     pub window: Duration,
     /// Windows per point (the paper: 5).
     pub windows: usize,
+    /// Rounds: every server measured in turn, again and again; figures
+    /// are medians over rounds (see [`merge_rounds`]).
+    pub rounds: usize,
     /// Requests each connection writes at once before reading the replies.
     pub pipeline: usize,
     /// Count the server's system calls over the windows (needs `perf`).
@@ -190,6 +206,8 @@ pub fn measure_server(
             syscalls_per_txn: syscalls.map(|n| n as f64 / txns as f64),
             client_cores,
             client_saturated: client_cores >= SATURATED,
+            rounds: 1,
+            vs_symped: None,
         };
         tick(&row);
         rows.push(row);
@@ -206,19 +224,76 @@ pub fn run(
     tick: &mut dyn FnMut(&KvRow),
     note: &mut dyn FnMut(String),
 ) -> anyhow::Result<Vec<KvRow>> {
-    let mut rows = Vec::new();
+    let mut rounds = Vec::new();
     let mut warned = false;
-    for (threads, kind) in servers {
-        if matches!(kind, ServerKind::Memcached(_)) && memcached_path().is_none() {
-            if !warned {
-                note("memcached is not installed, so it is left out of this run; install it with `apt-get install memcached`".into());
-                warned = true;
+    for _ in 0..plan.rounds.max(1) {
+        let mut rows = Vec::new();
+        for (threads, kind) in servers {
+            if matches!(kind, ServerKind::Memcached(_)) && memcached_path().is_none() {
+                if !warned {
+                    note("memcached is not installed, so it is left out of this run; install it with `apt-get install memcached`".into());
+                    warned = true;
+                }
+                continue;
             }
-            continue;
+            rows.extend(measure_server(plan, kind, *threads, tick)?);
         }
-        rows.extend(measure_server(plan, kind, *threads, tick)?);
+        rounds.push(rows);
     }
-    Ok(rows)
+    Ok(merge_rounds(rounds))
+}
+
+/// Merges rounds of the same points (every round measured the same servers
+/// at the same client counts, in the same order): per point the median of
+/// each figure over the rounds, `tps_sd` the spread of the rounds' means
+/// (with one round: as measured), and `vs_symped` the median of per-round
+/// ratios to the first `duality symped` row at the same client count. The
+/// host's drift between rounds moves a row and its yardstick together, so
+/// the ratio keeps what the medians lose.
+pub fn merge_rounds(rounds: Vec<Vec<KvRow>>) -> Vec<KvRow> {
+    let n = rounds.len();
+    let Some(first) = rounds.first() else {
+        return Vec::new();
+    };
+    let ratio = |round: &[KvRow], r: &KvRow| {
+        round
+            .iter()
+            .find(|b| b.server.starts_with("duality symped") && b.clients == r.clients)
+            .map(|b| r.tps_mean / b.tps_mean.max(1e-9))
+    };
+    let med = |f: &dyn Fn(&KvRow) -> f64, i: usize| {
+        median(&rounds.iter().map(|round| f(&round[i])).collect::<Vec<_>>())
+    };
+    (0..first.len())
+        .map(|i| {
+            let mut row = first[i].clone();
+            debug_assert!(rounds
+                .iter()
+                .all(|r| r[i].server == row.server && r[i].clients == row.clients));
+            let ratios: Vec<f64> = rounds
+                .iter()
+                .filter_map(|round| ratio(round, &round[i]))
+                .collect();
+            row.vs_symped = (!ratios.is_empty()).then(|| median(&ratios));
+            row.rounds = n;
+            if n > 1 {
+                let means: Vec<f64> = rounds.iter().map(|r| r[i].tps_mean).collect();
+                row.tps_mean = median(&means);
+                row.tps_sd = mean_sd(&means).1;
+                row.p50_us = med(&|r| r.p50_us as f64, i) as u64;
+                row.p99_us = med(&|r| r.p99_us as f64, i) as u64;
+                row.p999_us = med(&|r| r.p999_us as f64, i) as u64;
+                row.cpu_us_per_txn = med(&|r| r.cpu_us_per_txn, i);
+                row.ctx_switches_per_txn = med(&|r| r.ctx_switches_per_txn, i);
+                row.syscalls_per_txn = row
+                    .syscalls_per_txn
+                    .map(|_| med(&|r| r.syscalls_per_txn.unwrap_or(0.0), i));
+                row.client_cores = med(&|r| r.client_cores, i);
+                row.client_saturated = row.client_cores >= SATURATED;
+            }
+            row
+        })
+        .collect()
 }
 
 /// The Markdown table: each row's throughput also as a ratio to a memcached
@@ -242,10 +317,12 @@ pub fn table(rows: &[KvRow]) -> String {
                 }
         })
     };
+    // With rounds, the ratio that survives the host's drift between them.
+    let per_round = rows.iter().any(|r| r.rounds > 1 && r.vs_symped.is_some());
     let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
-            vec![
+            let mut cells = vec![
                 r.server.clone(),
                 r.clients.to_string(),
                 format!(
@@ -256,6 +333,14 @@ pub fn table(rows: &[KvRow]) -> String {
                 peer(r)
                     .map(|b| format!("{:.2}", r.tps_mean / b.tps_mean.max(1e-9)))
                     .unwrap_or_else(|| "-".into()),
+            ];
+            if per_round {
+                cells.push(
+                    r.vs_symped
+                        .map_or_else(|| "-".into(), |v| format!("{v:.2}")),
+                );
+            }
+            cells.extend([
                 r.p50_us.to_string(),
                 r.p99_us.to_string(),
                 format!("{:.2}", r.cpu_us_per_txn),
@@ -271,7 +356,8 @@ pub fn table(rows: &[KvRow]) -> String {
                         ""
                     }
                 ),
-            ]
+            ]);
+            cells
         })
         .collect();
     let vs = match (&largest, by_threads) {
@@ -279,29 +365,27 @@ pub fn table(rows: &[KvRow]) -> String {
         (Some(b), false) => format!("vs {b}"),
         (None, false) => "vs memcached".into(),
     };
-    crate::report::markdown_table(
-        &[
-            "server",
-            "clients",
-            "txn/s (mean ± sd)",
-            &vs,
-            "p50 µs",
-            "p99 µs",
-            "server CPU µs/txn",
-            "ctx switches/txn",
-            "syscalls/txn",
-            "client cores",
-        ],
-        &cells,
-    )
+    let mut headers = vec!["server", "clients", "txn/s (mean ± sd)", &vs];
+    if per_round {
+        headers.push("vs symped (median per round)");
+    }
+    headers.extend([
+        "p50 µs",
+        "p99 µs",
+        "server CPU µs/txn",
+        "ctx switches/txn",
+        "syscalls/txn",
+        "client cores",
+    ]);
+    crate::report::markdown_table(&headers, &cells)
 }
 
 /// CSV of the rows (header + one line each).
 pub fn csv(rows: &[KvRow]) -> String {
-    let mut s = String::from("server,clients,threads,tps_mean,tps_sd,p50_us,p99_us,p999_us,cpu_us_per_txn,ctx_switches_per_txn,syscalls_per_txn,client_cores,client_saturated\n");
+    let mut s = String::from("server,clients,threads,tps_mean,tps_sd,p50_us,p99_us,p999_us,cpu_us_per_txn,ctx_switches_per_txn,syscalls_per_txn,client_cores,client_saturated,rounds,vs_symped\n");
     for r in rows {
         s.push_str(&format!(
-            "{},{},{},{:.1},{:.1},{},{},{},{:.3},{:.4},{},{:.3},{}\n",
+            "{},{},{},{:.1},{:.1},{},{},{},{:.3},{:.4},{},{:.3},{},{},{}\n",
             r.server,
             r.clients,
             r.threads,
@@ -315,7 +399,9 @@ pub fn csv(rows: &[KvRow]) -> String {
             r.syscalls_per_txn
                 .map_or_else(String::new, |s| format!("{s:.4}")),
             r.client_cores,
-            r.client_saturated
+            r.client_saturated,
+            r.rounds,
+            r.vs_symped.map_or_else(String::new, |v| format!("{v:.4}"))
         ));
     }
     s
@@ -404,7 +490,52 @@ mod tests {
             syscalls_per_txn: None,
             client_cores: 0.95,
             client_saturated: true,
+            rounds: 1,
+            vs_symped: None,
         }
+    }
+
+    /// Rounds merge into medians; the per-round ratio to symped survives a
+    /// round where the whole host was slow.
+    #[test]
+    fn rounds_merge_into_medians_and_per_round_ratios() {
+        let round = |symped: f64, amped: f64, cpu: f64| {
+            let mut a = row("duality amped:1/adaptive", 8, amped);
+            a.cpu_us_per_txn = cpu;
+            vec![row("duality symped:2", 8, symped), a]
+        };
+        // Round 2: the host at half speed, both rows alike.
+        let rows = merge_rounds(vec![
+            round(100.0, 110.0, 3.0),
+            round(50.0, 56.0, 6.0),
+            round(104.0, 98.0, 2.0),
+        ]);
+        assert_eq!(rows.len(), 2);
+        assert!(rows.iter().all(|r| r.rounds == 3));
+        let (s, a) = (&rows[0], &rows[1]);
+        assert_eq!(
+            (s.tps_mean, a.tps_mean),
+            (100.0, 98.0),
+            "medians of the means"
+        );
+        assert_eq!(s.vs_symped, Some(1.0));
+        // Per round 1.10, 1.12, 0.94: median 1.10 (the medians' ratio: 0.98).
+        assert!((a.vs_symped.unwrap() - 1.10).abs() < 1e-9, "{a:?}");
+        assert_eq!(a.cpu_us_per_txn, 3.0);
+        assert!(a.tps_sd > 20.0, "the rounds' spread: {}", a.tps_sd);
+        let t = table(&rows);
+        assert!(t.contains("| vs symped (median per round) |"), "{t}");
+        assert!(t.contains("| duality amped:1/adaptive | 8 | 98 ± "), "{t}");
+        assert!(t.contains(" | 1.10 | "), "{t}");
+        assert!(csv(&rows).contains(",3,1.1000\n"));
+        // One round: figures as measured, the ratio computed, no column.
+        let one = merge_rounds(vec![round(100.0, 110.0, 3.0)]);
+        assert_eq!(
+            (one[1].tps_mean, one[1].tps_sd, one[1].rounds),
+            (110.0, 1.0, 1)
+        );
+        assert!((one[1].vs_symped.unwrap() - 1.1).abs() < 1e-9);
+        assert!(!table(&one).contains("vs symped"));
     }
 
     #[test]

@@ -266,6 +266,8 @@ mod tests {
             syscalls_per_txn: None,
             client_cores: 1.0,
             client_saturated: false,
+            rounds: 1,
+            vs_symped: None,
         }
     }
 
