@@ -15,8 +15,7 @@ pub mod http;
 pub mod internal;
 pub mod kv;
 
-/// The `--io` flag the servers share.
-/// `--handoff`, beside `--model` wherever a server takes one.
+/// `--handoff`, beside `--model` on `duality kv` and the echo server.
 #[derive(clap::Args, Clone, Copy, Debug)]
 pub struct HandoffArg {
     /// Under the hand-off models (amped, seda, seda-s): `always` hands every
@@ -39,6 +38,7 @@ impl HandoffArg {
     }
 }
 
+/// The `--io` flag the servers share.
 #[derive(clap::Args, Debug, Clone, Copy)]
 pub struct IoArg {
     /// The OS interface for socket I/O: `epoll` (readiness, a system call
