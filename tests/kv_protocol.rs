@@ -1303,3 +1303,31 @@ fn binary_refuses_bad_flags() {
         );
     }
 }
+
+/// `stats duality` says how a hand-off model places its batches: the
+/// policy, and under `--handoff adaptive` what it learned (a cache batch is
+/// cheaper than a trip to a payload thread, so the next one stays on the
+/// network loop); the inline models have no hand-off to report.
+#[test]
+fn stats_duality_reports_the_handoff_policy() {
+    let kv = KvProc::start(&["--model", "amped:1", "--handoff", "adaptive"]);
+    let mut c = kv.connect();
+    c.expect_str("set k 0 0 1\r\nx\r\n", "STORED\r\n");
+    for _ in 0..2_000 {
+        c.expect_str("get k\r\n", "VALUE k 0 1\r\nx\r\nEND\r\n");
+    }
+    let s = c.stats("duality");
+    assert_eq!(s.get("handoff").map(String::as_str), Some("adaptive"));
+    let cost: u64 = s["handoff_batch_cost_ns"].parse().unwrap();
+    let trip: u64 = s["handoff_trip_ns"].parse().unwrap();
+    assert!(cost > 0 && trip > 0, "{s:?}");
+    assert_eq!(s["handoff_next_batch"], "loop", "{s:?}");
+
+    let always = KvProc::start(&["--model", "amped:1"]);
+    let s = always.connect().stats("duality");
+    assert_eq!(s.get("handoff").map(String::as_str), Some("always"));
+    assert!(!s.contains_key("handoff_batch_cost_ns"), "{s:?}");
+    let inline = KvProc::start(&["--model", "symped:1"]);
+    let s = inline.connect().stats("duality");
+    assert!(!s.contains_key("handoff"), "{s:?}");
+}

@@ -38,4 +38,4 @@ pub use server::{
     ListenAddr, Listener, Server, ServerBuilder, ShutdownReport, StatsHandle, DEFAULT_IDLE_SPIN,
 };
 pub use session::{drive, Driver, DriverConfig, Flow, Parsed, Protocol};
-pub use stats::{ServerStats, ThreadRole, ThreadStats};
+pub use stats::{HandoffStats, ServerStats, ThreadRole, ThreadStats};

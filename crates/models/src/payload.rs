@@ -30,13 +30,14 @@
 //! its payload thread or on the network loop.
 
 use crate::stage::Stage;
+use crate::stats::HandoffStats;
 use duality_rt::adaptive::{Placement, Placer};
 use duality_rt::time::thread_cpu_time;
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// The color `call` uses.
 pub const DEFAULT_COLOR: u64 = 0;
@@ -53,8 +54,8 @@ pub enum Handoff {
     /// less than a hand-off (valued at 20 µs at least) and less than a loop
     /// turn's budget; on a payload thread otherwise (see
     /// `duality_rt::adaptive::Placer`). Learned from every hand-off and a
-    /// sample of inline runs; every 256th batch is handed off anyway, so a
-    /// hand-off that got cheaper is noticed.
+    /// sample of inline runs; a loop hands one batch off every 10 ms
+    /// anyway, so a hand-off that got cheaper is noticed.
     Adaptive,
 }
 
@@ -83,13 +84,18 @@ impl std::fmt::Display for Handoff {
 /// One inline batch in this many is timed (two clock reads are a tenth of a
 /// cheap batch).
 const TIME_EVERY: u32 = 16;
-/// One batch in this many that would run inline is handed off anyway, to
-/// refresh what a hand-off costs.
-const HANDOFF_EVERY: u32 = 256;
+/// A thread that runs batches inline hands one off anyway once this long
+/// has passed since its last, to refresh what a hand-off costs. By time,
+/// not a count of batches: a trip costs the machine a wake-up and a payload
+/// thread's spin, and one batch in 256 made a thousand or more such trips
+/// a second on a busy loop.
+const REFRESH_EVERY: Duration = Duration::from_millis(10);
 
 thread_local! {
     /// Counts this thread's inline-eligible batches (sampling, no shared line).
     static TICK: Cell<u32> = const { Cell::new(0) };
+    /// When this thread last handed a batch off to refresh the trip's cost.
+    static REFRESHED: Cell<Option<Instant>> = const { Cell::new(None) };
 }
 
 /// Number of color-lock slots.
@@ -279,6 +285,27 @@ impl Payload {
         }
     }
 
+    /// How batches are placed, for `stats` (`None` in the inline models).
+    pub(crate) fn handoff_stats(&self) -> Option<HandoffStats> {
+        if matches!(self.0.dispatch, Dispatch::Inline(_)) {
+            return None;
+        }
+        Some(match &self.0.adaptive {
+            None => HandoffStats {
+                policy: Handoff::Always,
+                batch_cost: None,
+                trip: None,
+                next_inline: false,
+            },
+            Some(a) => HandoffStats {
+                policy: Handoff::Adaptive,
+                batch_cost: a.placer.cost(),
+                trip: a.placer.handoff_cost(),
+                next_inline: a.placer.placement() == Placement::Inline,
+            },
+        })
+    }
+
     /// True if the thread a batch runs on depends on its first request's color.
     pub(crate) fn routes_by_color(&self) -> bool {
         matches!(&self.0.dispatch, Dispatch::Affinity(s) if s.len() > 1)
@@ -426,14 +453,26 @@ impl Adaptive {
             t.set(n);
             n
         });
-        if tick.is_multiple_of(HANDOFF_EVERY) {
-            return None;
+        if !tick.is_multiple_of(TIME_EVERY) {
+            return Some(Inline {
+                lane: &self.lane,
+                timed: None,
+            });
         }
-        Some(Inline {
+        // A sampled batch reads the clock anyway: the refresh is due by it.
+        let now = Instant::now();
+        let refresh = REFRESHED.with(|r| {
+            let due = r
+                .get()
+                .is_none_or(|t| now.duration_since(t) >= REFRESH_EVERY);
+            if due {
+                r.set(Some(now));
+            }
+            due
+        });
+        (!refresh).then_some(Inline {
             lane: &self.lane,
-            timed: tick
-                .is_multiple_of(TIME_EVERY)
-                .then(|| (Instant::now(), &self.placer)),
+            timed: Some((now, &self.placer)),
         })
     }
 

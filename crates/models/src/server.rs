@@ -768,5 +768,6 @@ fn stats_of(shared: &Shared, acceptor: Option<LoopHandle>, stages: &[Arc<Stage>]
         total_connections: shared.counter.total.load(Relaxed),
         rejected_connections: shared.counter.refused.load(Relaxed),
         threads,
+        handoff: shared.payload.handoff_stats(),
     }
 }

@@ -1,6 +1,8 @@
 //! Per-server statistics: one row per thread, by role.
 
+use crate::payload::Handoff;
 use duality_rt::stats::LoopSnapshot;
+use std::time::Duration;
 
 /// What a thread does in the model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,6 +68,26 @@ pub struct ServerStats {
     pub rejected_connections: u64,
     /// Per-thread rows (thread-per-conn connection threads are not listed).
     pub threads: Vec<ThreadStats>,
+    /// How a hand-off model places its batches (`None` in the inline models).
+    pub handoff: Option<HandoffStats>,
+}
+
+/// Where a hand-off model's batches run (`--handoff`), with what the
+/// adaptive policy has learned: an operator can see why batches stay on the
+/// network loop or go to the payload threads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HandoffStats {
+    /// The policy.
+    pub policy: Handoff,
+    /// Adaptive: the learned cost of one batch (`None` before a sample).
+    pub batch_cost: Option<Duration>,
+    /// Adaptive: what a trip to a payload thread was learned to add to a
+    /// batch's wait (`None` before the first hand-off). The rule values a
+    /// trip at 20 µs at least.
+    pub trip: Option<Duration>,
+    /// Where the rule sends the next batch: `true` the network loop. Always
+    /// `false` under [`Handoff::Always`].
+    pub next_inline: bool,
 }
 
 impl ServerStats {
@@ -76,6 +98,18 @@ impl ServerStats {
             ("accept_balance".to_string(), self.balance.clone()),
             ("threads".to_string(), self.threads.len().to_string()),
         ];
+        if let Some(h) = &self.handoff {
+            v.push(("handoff".to_string(), h.policy.to_string()));
+            if h.policy == Handoff::Adaptive {
+                let ns = |d: Option<Duration>| d.map(|d| d.as_nanos().to_string());
+                // Unknown until learned: left out, as memcached leaves out
+                // what it has no value for.
+                v.extend(ns(h.batch_cost).map(|c| ("handoff_batch_cost_ns".to_string(), c)));
+                v.extend(ns(h.trip).map(|t| ("handoff_trip_ns".to_string(), t)));
+                let next = if h.next_inline { "loop" } else { "payload" };
+                v.push(("handoff_next_batch".to_string(), next.to_string()));
+            }
+        }
         for (i, t) in self.threads.iter().enumerate() {
             let p = format!("thread:{i}:");
             v.push((format!("{p}role"), t.role.to_string()));
@@ -136,5 +170,68 @@ pub(crate) fn loop_thread_stats(role: ThreadRole, h: &duality_rt::LoopHandle) ->
         loop_snapshot: Some(snap),
         voluntary_ctxt_switches: vol,
         involuntary_ctxt_switches: invol,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(handoff: Option<HandoffStats>) -> Vec<(String, String)> {
+        let s = ServerStats {
+            model: "amped:1".into(),
+            balance: "round-robin".into(),
+            curr_connections: 0,
+            total_connections: 0,
+            rejected_connections: 0,
+            threads: Vec::new(),
+            handoff,
+        };
+        s.stat_lines()
+            .into_iter()
+            .filter(|(k, _)| k.starts_with("handoff"))
+            .collect()
+    }
+
+    fn pair(k: &str, v: &str) -> (String, String) {
+        (k.to_string(), v.to_string())
+    }
+
+    #[test]
+    fn handoff_lines_say_the_policy_and_only_what_was_learned() {
+        assert!(lines(None).is_empty(), "inline models have no hand-off");
+        let always = HandoffStats {
+            policy: Handoff::Always,
+            batch_cost: None,
+            trip: None,
+            next_inline: false,
+        };
+        assert_eq!(lines(Some(always.clone())), [pair("handoff", "always")]);
+        let fresh = HandoffStats {
+            policy: Handoff::Adaptive,
+            ..always
+        };
+        assert_eq!(
+            lines(Some(fresh.clone())),
+            [
+                pair("handoff", "adaptive"),
+                pair("handoff_next_batch", "payload")
+            ]
+        );
+        let learned = HandoffStats {
+            batch_cost: Some(Duration::from_nanos(1_500)),
+            trip: Some(Duration::from_micros(7)),
+            next_inline: true,
+            ..fresh
+        };
+        assert_eq!(
+            lines(Some(learned)),
+            [
+                pair("handoff", "adaptive"),
+                pair("handoff_batch_cost_ns", "1500"),
+                pair("handoff_trip_ns", "7000"),
+                pair("handoff_next_batch", "loop"),
+            ]
+        );
     }
 }
