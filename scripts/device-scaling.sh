@@ -15,6 +15,9 @@
 # experiment writes its directory under /tmp; OUTDIR gets only each one's
 # Markdown table and JSON plus one log (the tool brings back 8 files).
 # `quick` runs every experiment in its --quick mode (a check of the script).
+# STEPS (default "colors offload echo") picks the experiments: the three
+# fill one 10-minute call; `STEPS=echo` alone gives the echo step room for
+# both hand-off policies (`--handoff always,adaptive`, eight rows).
 set -u
 bin=${1:?a duality binary}
 out=${2:?an output directory}
@@ -50,10 +53,16 @@ run() {
 # (docs/results/colors/16-cores*: about 4 minutes at 3 rounds).
 top=$((cores - 4 > 1 ? cores - 4 : 1))
 threads=$(for n in 1 2 4 8 $top; do [ "$n" -le "$top" ] && echo "$n"; done | sort -nu | paste -sd,)
-run colors 240 colors --threads "$threads" --client-loops 4 --clients 64 --rounds 2
-run offload 180 offload --no-nginx
+steps=" ${STEPS:-colors offload echo} "
+want() { [[ "$steps" == *" $1 "* ]]; }
+
+want colors && run colors 240 colors --threads "$threads" --client-loops 4 --clients 64 --rounds 2
+want offload && run offload 180 offload --no-nginx
 half=$((cores / 2 > 1 ? cores / 2 : 1))
 quarter=$((cores / 4 > 1 ? cores / 4 : 1))
-run echo 150 models --service echo --no-peers --clients 8,40,120 --windows 3 \
-    --models "sped,symped:$half,amped:$half,seda:2:$half,seda-s:$quarter"
+# Alone, the echo step runs both hand-off policies (it has the call to itself).
+policies=always elimit=150
+[ "$steps" = " echo " ] && policies=always,adaptive elimit=300
+want echo && run echo "$elimit" models --service echo --no-peers --clients 8,40,120 --windows 3 \
+    --handoff "$policies" --models "sped,symped:$half,amped:$half,seda:2:$half,seda-s:$quarter"
 rm -rf "$work"
