@@ -54,8 +54,9 @@ pub enum Handoff {
     /// less than a hand-off (valued at 20 µs at least) and less than a loop
     /// turn's budget; on a payload thread otherwise (see
     /// `duality_rt::adaptive::Placer`). Learned from every hand-off and a
-    /// sample of inline runs; a loop hands one batch off every 10 ms
-    /// anyway, so a hand-off that got cheaper is noticed.
+    /// sample of inline runs; a loop hands one batch off anyway once 10 ms
+    /// and 256 batches have passed since its last such batch, so a hand-off
+    /// that got cheaper is noticed.
     Adaptive,
 }
 
@@ -84,18 +85,31 @@ impl std::fmt::Display for Handoff {
 /// One inline batch in this many is timed (two clock reads are a tenth of a
 /// cheap batch).
 const TIME_EVERY: u32 = 16;
-/// A thread that runs batches inline hands one off anyway once this long
-/// has passed since its last, to refresh what a hand-off costs. By time,
-/// not a count of batches: a trip costs the machine a wake-up and a payload
-/// thread's spin, and one batch in 256 made a thousand or more such trips
-/// a second on a busy loop.
+/// A thread that runs batches inline hands one off anyway, to refresh what
+/// a hand-off costs, once both this long and [`REFRESH_BATCHES`] batches
+/// have passed since its last. The time bounds a busy loop: a trip costs
+/// the machine a wake-up and a payload thread's spin, and one batch in 256
+/// alone made a thousand or more such trips a second. The count bounds a
+/// quiet one, where 10 ms pass between most batches and every sampled
+/// batch would otherwise pay a trip's latency.
 const REFRESH_EVERY: Duration = Duration::from_millis(10);
+/// See [`REFRESH_EVERY`].
+const REFRESH_BATCHES: u32 = 256;
 
 thread_local! {
     /// Counts this thread's inline-eligible batches (sampling, no shared line).
     static TICK: Cell<u32> = const { Cell::new(0) };
-    /// When this thread last handed a batch off to refresh the trip's cost.
-    static REFRESHED: Cell<Option<Instant>> = const { Cell::new(None) };
+    /// When (and at which tick) this thread last handed a batch off to
+    /// refresh the trip's cost.
+    static REFRESHED: Cell<Option<(Instant, u32)>> = const { Cell::new(None) };
+}
+
+/// True if a thread whose last refresh was `last` should hand off the batch
+/// it counts as `tick`, at `now`.
+fn refresh_due(last: Option<(Instant, u32)>, now: Instant, tick: u32) -> bool {
+    last.is_none_or(|(t, k)| {
+        tick.wrapping_sub(k) >= REFRESH_BATCHES && now.duration_since(t) >= REFRESH_EVERY
+    })
 }
 
 /// Number of color-lock slots.
@@ -462,11 +476,9 @@ impl Adaptive {
         // A sampled batch reads the clock anyway: the refresh is due by it.
         let now = Instant::now();
         let refresh = REFRESHED.with(|r| {
-            let due = r
-                .get()
-                .is_none_or(|t| now.duration_since(t) >= REFRESH_EVERY);
+            let due = refresh_due(r.get(), now, tick);
             if due {
-                r.set(Some(now));
+                r.set(Some((now, tick)));
             }
             due
         });
@@ -502,6 +514,22 @@ impl Adaptive {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refresh_waits_for_both_time_and_batches() {
+        let t0 = Instant::now();
+        let later = |ms| t0 + Duration::from_millis(ms);
+        assert!(refresh_due(None, t0, 16), "the first sample refreshes");
+        let last = Some((t0, 16));
+        // A busy loop: many batches, little time.
+        assert!(!refresh_due(last, later(2), 16 + 4096));
+        assert!(refresh_due(last, later(10), 16 + 4096));
+        // A quiet loop: time passes, few batches.
+        assert!(!refresh_due(last, later(500), 16 + 240));
+        assert!(refresh_due(last, later(500), 16 + 256));
+        // The tick wraps.
+        assert!(refresh_due(Some((t0, u32::MAX - 15)), later(10), 240));
+    }
 
     fn lane_of(p: &Payload, color: u64) -> (bool, Lane) {
         match p.route(color) {

@@ -73,7 +73,7 @@ fn cheap_batches_run_on_the_network_loop_under_adaptive() {
         assert_eq!((placed.batch_cost, placed.next_inline), (None, false));
         let (adaptive, sent, placed) = serve(model, Handoff::Adaptive, 1, 4, 300);
         // Learned after the first hand-offs; then a loop hands one batch
-        // off every 10 ms to re-measure. Generous: loops learn apart, the machine is noisy.
+        // off per 10 ms and 256 batches to re-measure. Generous: loops learn apart, the machine is noisy.
         assert!(
             adaptive * 4 < sent,
             "{model} adaptive: {adaptive} of {sent} batches handed off"
