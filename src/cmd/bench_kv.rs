@@ -23,9 +23,10 @@ pub struct LoadArgs {
     #[arg(long, default_value_t = 1.0)]
     seconds: f64,
     /// The cache: rounds, every server measured in turn each round; figures
-    /// are medians over rounds, `± sd` their spread, and a `vs symped`
-    /// column the median of per-round ratios (the host's drift between
-    /// servers cancels out). The echo service takes `--windows` as rounds.
+    /// are medians over rounds, `± sd` their spread, and `vs symped` (txn/s)
+    /// and `CPU vs memcached -t 1` (server CPU per transaction) columns the
+    /// medians of per-round ratios (the host's drift between servers cancels
+    /// out). The echo service takes `--windows` as rounds.
     #[arg(long, default_value_t = 1)]
     rounds: usize,
     /// Seconds of warm-up before each client count.
@@ -201,7 +202,7 @@ fn finish(
     );
     let rounds = rows.first().map_or(1, |r| r.rounds);
     let header = if rounds > 1 {
-        format!("{header} Servers took turns over {rounds} rounds: a point is the median over the rounds (`± sd`: the spread of the rounds' means), and `vs symped` the median of per-round ratios to the first `duality symped` row at the same client count.")
+        format!("{header} Servers took turns over {rounds} rounds: a point is the median over the rounds (`± sd`: the spread of the rounds' means), `vs symped` the median of per-round ratios to the first `duality symped` row at the same client count, and `CPU vs memcached -t 1` the median of per-round ratios of server CPU per transaction to `memcached -t 1`'s.")
     } else {
         header
     };

@@ -57,6 +57,12 @@ pub struct KvRow {
     /// `duality symped` row's at the same client count in the same round.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vs_symped: Option<f64>,
+    /// Median over rounds of this row's server CPU per transaction divided
+    /// by `memcached -t 1`'s at the same client count in the same round (the
+    /// issue's yardstick for CPU; per round, so the host's drift between
+    /// servers measured minutes apart cancels out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_vs_memcached: Option<f64>,
 }
 
 fn one() -> usize {
@@ -208,6 +214,7 @@ pub fn measure_server(
             client_saturated: client_cores >= SATURATED,
             rounds: 1,
             vs_symped: None,
+            cpu_vs_memcached: None,
         };
         tick(&row);
         rows.push(row);
@@ -261,6 +268,19 @@ pub fn merge_rounds(rounds: Vec<Vec<KvRow>>) -> Vec<KvRow> {
             .find(|b| b.server.starts_with("duality symped") && b.clients == r.clients)
             .map(|b| r.tps_mean / b.tps_mean.max(1e-9))
     };
+    let cpu_ratio = |round: &[KvRow], r: &KvRow| {
+        round
+            .iter()
+            .find(|b| b.server == "memcached -t 1" && b.clients == r.clients)
+            .map(|b| r.cpu_us_per_txn / b.cpu_us_per_txn.max(1e-9))
+    };
+    let median_of = |f: &dyn Fn(&[KvRow], &KvRow) -> Option<f64>, i: usize| {
+        let v: Vec<f64> = rounds
+            .iter()
+            .filter_map(|round| f(round, &round[i]))
+            .collect();
+        (!v.is_empty()).then(|| median(&v))
+    };
     let med = |f: &dyn Fn(&KvRow) -> f64, i: usize| {
         median(&rounds.iter().map(|round| f(&round[i])).collect::<Vec<_>>())
     };
@@ -270,11 +290,8 @@ pub fn merge_rounds(rounds: Vec<Vec<KvRow>>) -> Vec<KvRow> {
             debug_assert!(rounds
                 .iter()
                 .all(|r| r[i].server == row.server && r[i].clients == row.clients));
-            let ratios: Vec<f64> = rounds
-                .iter()
-                .filter_map(|round| ratio(round, &round[i]))
-                .collect();
-            row.vs_symped = (!ratios.is_empty()).then(|| median(&ratios));
+            row.vs_symped = median_of(&ratio, i);
+            row.cpu_vs_memcached = median_of(&cpu_ratio, i);
             row.rounds = n;
             if n > 1 {
                 let means: Vec<f64> = rounds.iter().map(|r| r[i].tps_mean).collect();
@@ -319,6 +336,9 @@ pub fn table(rows: &[KvRow]) -> String {
     };
     // With rounds, the ratio that survives the host's drift between them.
     let per_round = rows.iter().any(|r| r.rounds > 1 && r.vs_symped.is_some());
+    let cpu_per_round = rows
+        .iter()
+        .any(|r| r.rounds > 1 && r.cpu_vs_memcached.is_some());
     let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
@@ -344,6 +364,14 @@ pub fn table(rows: &[KvRow]) -> String {
                 r.p50_us.to_string(),
                 r.p99_us.to_string(),
                 format!("{:.2}", r.cpu_us_per_txn),
+            ]);
+            if cpu_per_round {
+                cells.push(
+                    r.cpu_vs_memcached
+                        .map_or_else(|| "-".into(), |v| format!("{v:.2}")),
+                );
+            }
+            cells.extend([
                 format!("{:.3}", r.ctx_switches_per_txn),
                 r.syscalls_per_txn
                     .map_or_else(|| "-".into(), |s| format!("{s:.3}")),
@@ -369,23 +397,20 @@ pub fn table(rows: &[KvRow]) -> String {
     if per_round {
         headers.push("vs symped (median per round)");
     }
-    headers.extend([
-        "p50 µs",
-        "p99 µs",
-        "server CPU µs/txn",
-        "ctx switches/txn",
-        "syscalls/txn",
-        "client cores",
-    ]);
+    headers.extend(["p50 µs", "p99 µs", "server CPU µs/txn"]);
+    if cpu_per_round {
+        headers.push("CPU vs memcached -t 1 (median per round)");
+    }
+    headers.extend(["ctx switches/txn", "syscalls/txn", "client cores"]);
     crate::report::markdown_table(&headers, &cells)
 }
 
 /// CSV of the rows (header + one line each).
 pub fn csv(rows: &[KvRow]) -> String {
-    let mut s = String::from("server,clients,threads,tps_mean,tps_sd,p50_us,p99_us,p999_us,cpu_us_per_txn,ctx_switches_per_txn,syscalls_per_txn,client_cores,client_saturated,rounds,vs_symped\n");
+    let mut s = String::from("server,clients,threads,tps_mean,tps_sd,p50_us,p99_us,p999_us,cpu_us_per_txn,ctx_switches_per_txn,syscalls_per_txn,client_cores,client_saturated,rounds,vs_symped,cpu_vs_memcached\n");
     for r in rows {
         s.push_str(&format!(
-            "{},{},{},{:.1},{:.1},{},{},{},{:.3},{:.4},{},{:.3},{},{},{}\n",
+            "{},{},{},{:.1},{:.1},{},{},{},{:.3},{:.4},{},{:.3},{},{},{},{}\n",
             r.server,
             r.clients,
             r.threads,
@@ -401,7 +426,9 @@ pub fn csv(rows: &[KvRow]) -> String {
             r.client_cores,
             r.client_saturated,
             r.rounds,
-            r.vs_symped.map_or_else(String::new, |v| format!("{v:.4}"))
+            r.vs_symped.map_or_else(String::new, |v| format!("{v:.4}")),
+            r.cpu_vs_memcached
+                .map_or_else(String::new, |v| format!("{v:.4}"))
         ));
     }
     s
@@ -492,6 +519,7 @@ mod tests {
             client_saturated: true,
             rounds: 1,
             vs_symped: None,
+            cpu_vs_memcached: None,
         }
     }
 
@@ -499,18 +527,20 @@ mod tests {
     /// round where the whole host was slow.
     #[test]
     fn rounds_merge_into_medians_and_per_round_ratios() {
-        let round = |symped: f64, amped: f64, cpu: f64| {
+        let round = |symped: f64, amped: f64, cpu: f64, memcached_cpu: f64| {
             let mut a = row("duality amped:1/adaptive", 8, amped);
             a.cpu_us_per_txn = cpu;
-            vec![row("duality symped:2", 8, symped), a]
+            let mut m = row("memcached -t 1", 8, 90.0);
+            m.cpu_us_per_txn = memcached_cpu;
+            vec![row("duality symped:2", 8, symped), a, m]
         };
         // Round 2: the host at half speed, both rows alike.
         let rows = merge_rounds(vec![
-            round(100.0, 110.0, 3.0),
-            round(50.0, 56.0, 6.0),
-            round(104.0, 98.0, 2.0),
+            round(100.0, 110.0, 3.0, 2.0),
+            round(50.0, 56.0, 6.0, 6.0),
+            round(104.0, 98.0, 2.0, 2.5),
         ]);
-        assert_eq!(rows.len(), 2);
+        assert_eq!(rows.len(), 3);
         assert!(rows.iter().all(|r| r.rounds == 3));
         let (s, a) = (&rows[0], &rows[1]);
         assert_eq!(
@@ -522,20 +552,30 @@ mod tests {
         // Per round 1.10, 1.12, 0.94: median 1.10 (the medians' ratio: 0.98).
         assert!((a.vs_symped.unwrap() - 1.10).abs() < 1e-9, "{a:?}");
         assert_eq!(a.cpu_us_per_txn, 3.0);
+        // CPU per round 1.5, 1.0, 0.8: median 1.0 (the medians' ratio: 1.2).
+        assert!((a.cpu_vs_memcached.unwrap() - 1.0).abs() < 1e-9, "{a:?}");
+        assert_eq!(rows[2].cpu_vs_memcached, Some(1.0));
         assert!(a.tps_sd > 20.0, "the rounds' spread: {}", a.tps_sd);
         let t = table(&rows);
         assert!(t.contains("| vs symped (median per round) |"), "{t}");
         assert!(t.contains("| duality amped:1/adaptive | 8 | 98 ± "), "{t}");
         assert!(t.contains(" | 1.10 | "), "{t}");
-        assert!(csv(&rows).contains(",3,1.1000\n"));
+        assert!(
+            t.contains("| CPU vs memcached -t 1 (median per round) |"),
+            "{t}"
+        );
+        assert!(t.contains(" | 3.00 | 1.00 | "), "{t}");
+        assert!(csv(&rows).contains(",3,1.1000,1.0000\n"));
         // One round: figures as measured, the ratio computed, no column.
-        let one = merge_rounds(vec![round(100.0, 110.0, 3.0)]);
+        let one = merge_rounds(vec![round(100.0, 110.0, 3.0, 2.0)]);
         assert_eq!(
             (one[1].tps_mean, one[1].tps_sd, one[1].rounds),
             (110.0, 1.0, 1)
         );
         assert!((one[1].vs_symped.unwrap() - 1.1).abs() < 1e-9);
+        assert!((one[1].cpu_vs_memcached.unwrap() - 1.5).abs() < 1e-9);
         assert!(!table(&one).contains("vs symped"));
+        assert!(!table(&one).contains("CPU vs memcached"));
     }
 
     #[test]

@@ -268,6 +268,7 @@ mod tests {
             client_saturated: false,
             rounds: 1,
             vs_symped: None,
+            cpu_vs_memcached: None,
         }
     }
 
