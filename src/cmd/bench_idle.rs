@@ -47,7 +47,8 @@ pub struct IdleArgs {
     #[arg(long, default_value_t = 3.0)]
     seconds: f64,
     /// Seconds after a server's idle clients have closed before its
-    /// resident memory is read again.
+    /// resident memory is read again (then again every 250 ms while it
+    /// falls, for at most four times as long).
     #[arg(long, default_value_t = 1.0)]
     settle: f64,
     /// Rounds (points take turns; the median round is reported).
@@ -212,7 +213,8 @@ pub fn run(a: IdleArgs) -> anyhow::Result<()> {
          one `version`, then silent; then the load generator runs the paper's workload ({records} \
          records, 9 gets to 1 set) closed-loop on {} active connections. Bytes per idle connection: \
          (server RSS with them − its RSS just before them) / K. After close: server RSS once the \
-         idle clients have exited and its descriptors and threads are back to the start, plus {settle} s. At \
+         idle clients have exited and its descriptors and threads are back to the start, plus {settle} s, \
+         then read every 250 ms while it falls (by 256 KiB or more), for at most {} s more. At \
          most {} idle connections fit under the descriptor limit beside the active ones; \
          thread-per-conn stops {} short of the OS-thread limit.\n\n{}",
         cmd.join(" "),
@@ -222,6 +224,7 @@ pub fn run(a: IdleArgs) -> anyhow::Result<()> {
         a.active,
         limits.per_holder,
         a.active,
+        settle * 4.0,
         limits.max_idle_cache,
         a.active + 64,
         idle::tables(&results)

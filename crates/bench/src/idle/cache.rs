@@ -145,7 +145,7 @@ pub fn measure_cache(plan: &Plan, kind: &ServerKind, idle: u64) -> anyhow::Resul
     // let it give memory back.
     wait_at_most(pid, fds_start, threads_start);
     std::thread::sleep(plan.settle);
-    let rss_closed = rss()?;
+    let rss_closed = settled(rss, SETTLE_STEP, plan.settle * 4)?;
     drop(server);
     let w = &windows[0];
     let cpu = marks
@@ -183,6 +183,34 @@ fn closed_net(start: u64, idle: u64, loaded: u64, closed: u64) -> Option<f64> {
     ratio(start as f64 + taken - returned, start as f64)
 }
 
+/// How often [`settled`] reads memory again, and what it counts as a fall.
+const SETTLE_STEP: Duration = Duration::from_millis(250);
+const SETTLE_FALL: u64 = 256 << 10;
+
+/// Reads `read` until it stops falling: again every `step` while a reading
+/// is at least [`SETTLE_FALL`] below the one before, for at most `more`.
+/// An allocator returns freed pages on a schedule of its own (mimalloc
+/// purges with a delay): one reading taken a moment after the last client
+/// closed sometimes caught megabytes still on their way back.
+fn settled(
+    mut read: impl FnMut() -> std::io::Result<u64>,
+    step: Duration,
+    more: Duration,
+) -> std::io::Result<u64> {
+    let until = Instant::now() + more;
+    let mut last = read()?;
+    while Instant::now() < until {
+        std::thread::sleep(step);
+        let now = read()?;
+        let fell = now + SETTLE_FALL <= last;
+        last = last.min(now);
+        if !fell {
+            break;
+        }
+    }
+    Ok(last)
+}
+
 /// Waits (up to 30 s) until server `pid` holds at most `n` descriptors
 /// (two more are let pass: a closing connection the client side has
 /// finished with may linger a moment).
@@ -215,6 +243,28 @@ mod tests {
         // Only 8 of their 10 come back: 1.2 of the start stays.
         assert_eq!(closed_net(10 * M, 20 * M, 25 * M, 17 * M), Some(1.2));
         assert_eq!(closed_net(0, 20 * M, 25 * M, 17 * M), None);
+    }
+
+    #[test]
+    fn memory_is_read_until_it_stops_falling() {
+        const M: u64 = 1 << 20;
+        let readings = |v: Vec<u64>| {
+            let mut it = v.into_iter();
+            move || Ok(it.next().expect("read past the readings"))
+        };
+        let step = Duration::ZERO;
+        let long = Duration::from_secs(5);
+        // Falling by megabytes, then level: the level.
+        let r = settled(readings(vec![30 * M, 28 * M, 25 * M, 25 * M]), step, long);
+        assert_eq!(r.unwrap(), 25 * M);
+        // A fall under the threshold ends it (and a rise keeps the lowest).
+        let r = settled(readings(vec![30 * M, 30 * M - 4096]), step, long);
+        assert_eq!(r.unwrap(), 30 * M - 4096);
+        let r = settled(readings(vec![30 * M, 31 * M]), step, long);
+        assert_eq!(r.unwrap(), 30 * M);
+        // No time for more: the first reading.
+        let r = settled(readings(vec![30 * M]), step, Duration::ZERO);
+        assert_eq!(r.unwrap(), 30 * M);
     }
 
     #[test]

@@ -56,7 +56,8 @@
 //! memory between the two readings. For the cache the start
 //! is read after the preload and a first short load (its connections
 //! closed), and the server's RSS is read once more after every idle client
-//! has closed (its descriptors and connection threads gone, then `settle`): "after close / start"
+//! has closed (its descriptors and connection threads gone, then `settle`,
+//! then until it stops falling, at most four times `settle` more): "after close / start"
 //! should be near 1. The load that ran meanwhile may have grown the server
 //! (the store keeps what it wrote), so RSS is also read right after the
 //! load, the idle clients still connected, and "idle conns' share kept /
@@ -146,7 +147,8 @@ pub struct CacheRow {
     pub rss_idle_mib: f64,
     /// Resident bytes per idle connection ([`bytes_per_conn`]).
     pub bytes_per_idle: Option<f64>,
-    /// Server RSS once every idle client had closed and `settle` passed, MiB.
+    /// Server RSS once every idle client had closed, `settle` passed and the
+    /// reading stopped falling, MiB.
     pub rss_closed_mib: f64,
     /// `rss_closed_mib / rss_start_mib`.
     pub closed_vs_start: f64,
