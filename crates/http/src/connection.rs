@@ -312,7 +312,7 @@ impl Connection {
         self.settle_body();
         let date = now();
         let plan = write_error(e, head, as_str(&date), &mut self.out);
-        self.state.counters.requests.fetch_add(1, Relaxed);
+        self.state.phases.request();
         self.log(head, &plan);
         plan
     }
@@ -326,7 +326,7 @@ impl Connection {
         if head.method == Method::Other {
             return Ok(self.error(HttpError::keep(Status::MethodNotAllowed), Some(head)));
         }
-        self.state.counters.requests.fetch_add(1, Relaxed);
+        self.state.phases.request();
         let date = now();
         let date = as_str(&date);
         if self.state.cfg.stub_status.as_deref() == Some(head.path.as_str()) {
