@@ -47,7 +47,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use duality_models::{Conn, Payload};
-use duality_rt::time::timeout;
+use duality_rt::time::{loop_now, sleep_until, timeout, Sleep};
 
 use crate::date;
 use crate::file::FileMeta;
@@ -155,6 +155,8 @@ impl Connection {
         let mut buf = vec![0u8; INITIAL_BUF.min(cap)];
         let mut filled = 0;
         let mut head_deadline: Option<Instant> = None;
+        // One timer for the connection's life, pushed back at each wait.
+        let mut timer: Option<Sleep> = None;
         loop {
             // Answer every complete request at the front of the buffer.
             let mut used = 0;
@@ -209,7 +211,7 @@ impl Connection {
                 head_deadline = None;
             } else if used > 0 {
                 // What is left is the start of the next head.
-                head_deadline = Some(Instant::now() + self.state.cfg.head_timeout);
+                head_deadline = Some(loop_now() + self.state.cfg.head_timeout);
             }
             if filled == buf.len() {
                 if buf.len() >= cap {
@@ -223,22 +225,27 @@ impl Connection {
                 buf.resize((buf.len() * 2).min(cap), 0);
             }
 
-            let wait = match head_deadline {
-                None => self.state.cfg.idle_timeout,
-                Some(d) => d.saturating_duration_since(Instant::now()),
-            };
+            let deadline =
+                head_deadline.unwrap_or_else(|| loop_now() + self.state.cfg.idle_timeout);
             self.set_phase(if filled == 0 {
                 Phase::Waiting
             } else {
                 Phase::Reading
             });
-            match self.read_for(wait, &mut buf[filled..]).await {
+            let timer = match &mut timer {
+                Some(t) => {
+                    t.extend(deadline);
+                    t
+                }
+                None => timer.insert(sleep_until(deadline)),
+            };
+            match self.conn.read_until(&mut buf[filled..], timer).await {
                 Ok(0) => return Ok(()),
                 Ok(n) => {
                     self.read_at = duality_rt::stats::poll_started();
                     self.set_phase(Phase::Reading);
                     if filled == 0 {
-                        head_deadline = Some(Instant::now() + self.state.cfg.head_timeout);
+                        head_deadline = Some(loop_now() + self.state.cfg.head_timeout);
                     }
                     filled += n;
                 }
@@ -255,11 +262,6 @@ impl Connection {
                 Err(e) => return Err(e),
             }
         }
-    }
-
-    /// Reads into `buf`, waiting at most `wait`; `TimedOut` after that.
-    async fn read_for(&mut self, wait: Duration, buf: &mut [u8]) -> io::Result<usize> {
-        self.conn.read_for(buf, Some(wait)).await
     }
 
     /// Copies a shared body into `out`, so that another response can

@@ -371,7 +371,7 @@ fn status_line(out: &mut Vec<u8>, status: Status, date: &str) {
 
 fn validators(out: &mut Vec<u8>, etag: &ETag, file: &FileMeta) {
     out.extend_from_slice(b"Last-Modified: ");
-    out.extend_from_slice(&date::format(file.mtime));
+    out.extend_from_slice(&date::format_memo(file.mtime));
     out.extend_from_slice(b"\r\nETag: ");
     out.extend_from_slice(etag.as_bytes());
     out.extend_from_slice(b"\r\n");

@@ -789,7 +789,9 @@ impl FreshIndex {
         }
         let mut shard = self.shard(url);
         let e = shard.get(url)?;
-        if e.checked.elapsed() < self.ttl {
+        // The loop's clock: no clock read per request (it trails by at most a
+        // turn, so an entry may live that much past its TTL).
+        if duality_rt::time::loop_now().saturating_duration_since(e.checked) < self.ttl {
             return Some(e.clone());
         }
         if e.file.is_some() {

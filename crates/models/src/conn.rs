@@ -10,7 +10,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 
@@ -477,6 +477,34 @@ impl Conn {
                 Err(_) => Err(timed_out()),
             },
         }
+    }
+
+    /// [`read`](Self::read) until `timer` fires; `TimedOut` then. For a
+    /// caller that keeps one timer across its reads and moves it with
+    /// [`Sleep::extend`](duality_rt::time::Sleep::extend): an idle deadline
+    /// pushed back at every request is then not a new timer per request, as
+    /// [`read_for`](Self::read_for)'s is. On a blocking socket the time left
+    /// goes on the socket as its receive timeout.
+    pub async fn read_until(
+        &mut self,
+        buf: &mut [u8],
+        timer: &mut duality_rt::time::Sleep,
+    ) -> io::Result<usize> {
+        if self.is_blocking() {
+            let wait = timer.deadline().saturating_duration_since(Instant::now());
+            return self.read_for(buf, Some(wait)).await;
+        }
+        let mut read = std::pin::pin!(self.read(buf));
+        poll_fn(|cx| {
+            if let Poll::Ready(r) = read.as_mut().poll(cx) {
+                return Poll::Ready(r);
+            }
+            match Pin::new(&mut *timer).poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Err(timed_out())),
+                Poll::Pending => Poll::Pending,
+            }
+        })
+        .await
     }
 
     /// [`readable`](Self::readable), waiting at most `wait`; `TimedOut` after

@@ -72,38 +72,68 @@ pub(crate) const TX_LIMIT: usize = 64 * 1024;
 pub(crate) const CLOSE_LINGER: Duration = Duration::from_secs(5);
 /// Accepted connections queued before the multishot accept is paused.
 const ACCEPT_QUEUE: usize = 256;
-/// A drained receive queue is kept as a spare (see `SPARE`) up to this
-/// capacity.
-const RX_KEEP: usize = 512;
-/// A sent buffer is kept as a spare up to this capacity.
-const TX_KEEP: usize = 1024;
 /// `St::tx_busy` for a send of `buf`.
 fn in_flight(buf: &[u8]) -> u32 {
     u32::try_from(buf.len()).unwrap_or(u32::MAX)
 }
 
-/// Spare buffers a thread keeps.
+/// Spare buffers a thread keeps, of each kind.
 const SPARES: usize = 64;
+
+/// The two kinds of spare buffer, kept apart: a receive queue holds one
+/// request (often under 100 bytes), a send buffer one or more responses, and
+/// a response written into a drained receive queue would grow it again.
+#[derive(Clone, Copy)]
+enum Spare {
+    /// Drained receive queues, kept up to 512 bytes of capacity.
+    Rx = 0,
+    /// Buffers whose sends completed, kept up to 1 KiB.
+    Tx = 1,
+}
+
+impl Spare {
+    /// The largest capacity kept.
+    fn keep(self) -> usize {
+        match self {
+            Spare::Rx => 512,
+            Spare::Tx => 1024,
+        }
+    }
+}
 
 thread_local! {
     /// Small receive queues drained by their readers and send buffers whose
     /// sends completed, for the next socket that receives or sends on this
     /// thread: a socket holds a buffer only while it has bytes queued, so an
     /// idle connection holds none.
-    static SPARE: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+    static SPARE: RefCell<[Vec<Vec<u8>>; 2]> = const { RefCell::new([Vec::new(), Vec::new()]) };
 }
 
-/// An empty buffer: a spare one if this thread has one.
-fn spare_buf() -> Vec<u8> {
-    SPARE.with(|s| s.borrow_mut().pop()).unwrap_or_default()
+/// An empty buffer: a spare one of `kind` if this thread has one.
+fn spare_buf(kind: Spare) -> Vec<u8> {
+    SPARE
+        .with(|s| s.borrow_mut()[kind as usize].pop())
+        .unwrap_or_default()
 }
 
-/// Keeps `buf` as a spare if its capacity is at most `keep` (else frees it).
-fn keep_buf(mut buf: Vec<u8>, keep: usize) {
-    if buf.capacity() > 0 && buf.capacity() <= keep {
+/// A caller's buffer that the send queue took, replaced by its empty queue
+/// (no capacity once its last send completed), gets a spare send buffer
+/// instead: else the next response grows it from nothing again, five
+/// reallocations for a 300-byte head.
+fn give_spare(buf: &mut Vec<u8>) {
+    if buf.capacity() == 0 {
+        *buf = spare_buf(Spare::Tx);
+    }
+}
+
+/// Keeps `buf` as a spare of `kind` if its capacity is at most what that
+/// kind keeps (else frees it).
+fn keep_buf(mut buf: Vec<u8>, kind: Spare) {
+    if buf.capacity() > 0 && buf.capacity() <= kind.keep() {
         buf.clear();
         SPARE.with(|s| {
             let mut s = s.borrow_mut();
+            let s = &mut s[kind as usize];
             if s.len() < SPARES {
                 s.push(buf);
             }
@@ -364,7 +394,7 @@ impl St {
             self.rx_pos = (from + k) as u32;
             if from + k == self.rx.len() {
                 let next = self.next_rx_chunk();
-                keep_buf(std::mem::replace(&mut self.rx, next), RX_KEEP);
+                keep_buf(std::mem::replace(&mut self.rx, next), Spare::Rx);
                 self.rx_pos = 0;
             }
         }
@@ -404,7 +434,7 @@ impl St {
             self.rx_pos = 0;
         }
         if self.rx.capacity() == 0 {
-            self.rx = spare_buf();
+            self.rx = spare_buf(Spare::Rx);
         }
         self.rx.extend_from_slice(bytes);
     }
@@ -525,7 +555,7 @@ impl Io {
         let n = buf.len().min(TX_LIMIT - queued);
         let first = st.tx.is_empty() && st.tx_tail.is_none();
         if st.tx.capacity() == 0 {
-            st.tx = spare_buf();
+            st.tx = spare_buf(Spare::Tx);
         }
         st.settle_tail();
         st.tx.extend_from_slice(&buf[..n]);
@@ -551,6 +581,7 @@ impl Io {
         if st.tx_idle() {
             std::mem::swap(&mut st.tx, buf);
             buf.clear();
+            give_spare(buf);
             self.schedule();
         } else if st.tx_queued() + (st.tx_busy as usize) < TX_LIMIT {
             st.settle_tail();
@@ -584,6 +615,7 @@ impl Io {
         if st.tx_idle() {
             std::mem::swap(&mut st.tx, head);
             head.clear();
+            give_spare(head);
             st.tx_tail = Some(Box::new(Tail {
                 body: body.clone(),
                 start: range.start,
@@ -1171,7 +1203,7 @@ impl UringReactor {
             st.tx_err = Some(io::ErrorKind::WriteZero);
             st.clear_tx();
         }
-        keep_buf(buf, TX_KEEP);
+        keep_buf(buf, Spare::Tx);
         if !st.tx.is_empty() || st.tx_tail.is_some() {
             self.submit_queued(io, &mut st);
         } else if let Some(how) = st.shutdown_after_tx.take() {
@@ -1632,7 +1664,7 @@ impl Drop for UringReactor {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
-    use super::{keep_buf, spare_buf, St, RX_KEEP, RX_LIMIT};
+    use super::{give_spare, keep_buf, spare_buf, Spare, St, RX_LIMIT};
 
     /// Every connection, idle ones included, has an `Io` behind an `Arc`:
     /// keep it within the allocator's 160-byte class (it was 256; readiness,
@@ -1653,14 +1685,36 @@ mod tests {
     fn small_buffers_are_spares_for_the_next_socket_and_large_ones_are_freed() {
         let b: Vec<u8> = Vec::with_capacity(100);
         let p = b.as_ptr();
-        keep_buf(b, RX_KEEP);
+        keep_buf(b, Spare::Rx);
         // A socket receiving next takes it (an idle one held none).
         let mut st = St::default();
         st.push_rx(b"get k\r\n");
         assert_eq!(st.rx.as_ptr(), p);
         assert_eq!(&st.rx[..], b"get k\r\n");
-        keep_buf(Vec::with_capacity(4 * RX_KEEP), RX_KEEP);
-        assert_eq!(spare_buf().capacity(), 0, "a large buffer is not kept");
+        keep_buf(Vec::with_capacity(4 * Spare::Rx.keep()), Spare::Rx);
+        assert_eq!(
+            spare_buf(Spare::Rx).capacity(),
+            0,
+            "a large buffer is not kept"
+        );
+    }
+
+    #[test]
+    fn a_writer_whose_buffer_the_queue_took_gets_a_spare() {
+        let sent: Vec<u8> = Vec::with_capacity(300);
+        let p = sent.as_ptr();
+        keep_buf(sent, Spare::Tx);
+        // A drained receive queue is not what a writer gets.
+        keep_buf(Vec::with_capacity(64), Spare::Rx);
+        let mut out = Vec::new();
+        give_spare(&mut out);
+        assert_eq!(out.as_ptr(), p, "the kept buffer, not a new one");
+        assert!(out.capacity() >= 300 && out.is_empty());
+        // One that still has room keeps its own.
+        let mut own = Vec::with_capacity(64);
+        let q = own.as_ptr();
+        give_spare(&mut own);
+        assert_eq!(own.as_ptr(), q);
     }
 
     /// A reader that takes only part of what arrived, every time, while

@@ -3,7 +3,7 @@
 mod support;
 
 use duality_rt::event_loop;
-use duality_rt::time::{sleep, sleep_until, timeout, Elapsed};
+use duality_rt::time::{loop_now, sleep, sleep_until, timeout, Elapsed};
 use duality_rt::{block_on, spawn};
 use futures_lite::future::poll_once;
 use std::sync::{Arc, Mutex};
@@ -119,6 +119,67 @@ fn a_reset_sleep_fires_at_its_new_deadline() {
         let took = start.elapsed();
         assert!(took >= Duration::from_millis(15) && took < Duration::from_secs(2));
     });
+}
+
+#[test]
+fn an_extended_sleep_fires_at_its_new_deadline_registering_once_more() {
+    block_on(async {
+        let lp = event_loop::current().unwrap();
+        let fired_before = lp.snapshot().timers_fired;
+        let start = Instant::now();
+        let mut s = Box::pin(sleep(Duration::from_millis(10)));
+        assert!(poll_once(&mut s).await.is_none());
+        // Later: the 10 ms entry stays registered and fires first; the
+        // sleep then registers again for the new deadline.
+        s.as_mut().extend(start + Duration::from_millis(40));
+        s.await;
+        let took = start.elapsed();
+        assert!(took >= Duration::from_millis(40), "woke early: {took:?}");
+        assert!(took < Duration::from_secs(2), "{took:?}");
+        let fired = lp.snapshot().timers_fired - fired_before;
+        assert_eq!(fired, 2, "the first entry and the re-registration");
+
+        // Earlier: a reset.
+        let start = Instant::now();
+        let mut s = Box::pin(sleep(Duration::from_secs(3600)));
+        assert!(poll_once(&mut s).await.is_none());
+        s.as_mut().extend(start + Duration::from_millis(15));
+        s.await;
+        let took = start.elapsed();
+        assert!(took >= Duration::from_millis(15) && took < Duration::from_secs(2));
+    });
+}
+
+#[test]
+fn a_timeout_counts_from_its_first_wait() {
+    block_on(async {
+        // Made, then not polled for longer than its duration: the time
+        // before the first poll does not count.
+        let t = timeout(Duration::from_millis(30), async {
+            sleep(Duration::from_millis(5)).await;
+            7
+        });
+        sleep(Duration::from_millis(50)).await;
+        assert_eq!(t.await, Ok(7));
+        // A future ready at its first poll never times out, even with no time.
+        assert_eq!(timeout(Duration::ZERO, async { 8 }).await, Ok(8));
+    });
+}
+
+#[test]
+fn the_loop_clock_trails_the_true_one_by_at_most_a_turn() {
+    block_on(async {
+        let before = Instant::now();
+        sleep(Duration::from_millis(3)).await;
+        let turn = loop_now();
+        let after = Instant::now();
+        assert!(turn >= before, "read at the turn that fired the sleep");
+        assert!(turn <= after);
+    });
+    // Off a loop it is the clock itself.
+    let a = Instant::now();
+    let b = loop_now();
+    assert!(b >= a && b <= Instant::now());
 }
 
 #[test]

@@ -215,6 +215,8 @@ pub(crate) struct Local {
     idle_hook_owed: Cell<bool>,
     /// When the task poll running now started (see [`crate::stats::poll_started`]).
     pub(crate) poll_start: Cell<crate::stats::Stamp>,
+    /// The clock as the last turn's timers read it (see [`crate::time::loop_now`]).
+    pub(crate) turn_now: Cell<Instant>,
     /// Per-request metrics recorded on this loop since the last merge.
     pub(crate) requests: RefCell<RequestMetrics>,
     /// The reset epoch of the readable copy that `requests` belongs to.
@@ -310,7 +312,9 @@ impl Local {
     }
 
     fn fire_timers(&self) {
-        let now = self.tick_floor(Instant::now());
+        let now = Instant::now();
+        self.turn_now.set(now);
+        let now = self.tick_floor(now);
         let mut fired = 0u64;
         self.timers
             .borrow_mut()
@@ -892,6 +896,7 @@ impl EventLoop {
                 last_idle_hook: Cell::new(now),
                 idle_hook_owed: Cell::new(false),
                 poll_start: Cell::new(crate::stats::Stamp::now()),
+                turn_now: Cell::new(now),
                 requests: RefCell::new(RequestMetrics::default()),
                 requests_epoch: Cell::new(lock_std(&shared.requests).epoch),
                 orphans: RefCell::new(Vec::new()),

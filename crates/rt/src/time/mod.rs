@@ -1,4 +1,5 @@
-//! Timers: [`sleep`], [`sleep_until`], [`timeout`]; and a cheap wall clock
+//! Timers: [`sleep`], [`sleep_until`], [`timeout`]; and cheap clocks for
+//! per-request work: the loop's turn clock, [`loop_now`], and a wall clock
 //! in seconds, [`unix_seconds_coarse`].
 //!
 //! Each loop keeps a hierarchical timer wheel (`wheel.rs`) with millisecond
@@ -74,6 +75,15 @@ pub fn thread_cpu_time() -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
+/// The time as the current event loop last read it (once per turn, for its
+/// timers), or [`Instant::now`] off a loop. Behind the true time by at most
+/// the turn running now: for deadlines that may come that much early (an
+/// idle or header timeout of seconds), where a server would otherwise read
+/// the clock for every request, as nginx's cached `ngx_current_msec` does.
+pub fn loop_now() -> Instant {
+    with_current(|cur| cur.map(|l| l.turn_now.get())).unwrap_or_else(Instant::now)
+}
+
 /// Waits until `duration` has passed.
 pub fn sleep(duration: Duration) -> Sleep {
     sleep_until(Instant::now() + duration)
@@ -91,6 +101,9 @@ struct Registered {
     loop_id: u16,
     key: TimerKey,
     shared: Arc<TimerShared>,
+    /// The deadline this entry was registered for: the sleep's own may have
+    /// been [extended](Sleep::extend) past it since.
+    at: Instant,
 }
 
 /// The future of [`sleep`]. Must be polled on a duality loop.
@@ -110,6 +123,19 @@ impl Sleep {
     pub fn reset(&mut self, deadline: Instant) {
         self.cancel();
         self.deadline = deadline;
+    }
+
+    /// Moves the deadline, cheaply when it moves later: the registered
+    /// entry stays, and only if it fires before the new deadline does the
+    /// next poll register again. A connection's idle timeout pushed back at
+    /// every request then costs one registration per timeout period instead
+    /// of one per request. An earlier deadline is a [`reset`](Self::reset).
+    pub fn extend(&mut self, deadline: Instant) {
+        if deadline >= self.deadline {
+            self.deadline = deadline;
+        } else {
+            self.reset(deadline);
+        }
     }
 
     fn cancel(&mut self) {
@@ -137,14 +163,18 @@ impl Future for Sleep {
     type Output = ();
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         if let Some(r) = &self.entry {
-            if r.shared.fired.load(Ordering::Acquire) {
+            let fired = r.shared.fired.load(Ordering::Acquire) || {
+                r.shared.waker.register(cx.waker());
+                r.shared.fired.load(Ordering::Acquire)
+            };
+            if !fired {
+                return Poll::Pending;
+            }
+            if self.deadline <= r.at {
                 return Poll::Ready(());
             }
-            r.shared.waker.register(cx.waker());
-            if r.shared.fired.load(Ordering::Acquire) {
-                return Poll::Ready(());
-            }
-            return Poll::Pending;
+            // Fired for a deadline since extended: register for the new one.
+            self.entry = None;
         }
         if Instant::now() >= self.deadline {
             return Poll::Ready(());
@@ -165,6 +195,7 @@ impl Future for Sleep {
                 loop_id: l.shared.id,
                 key,
                 shared,
+                at: deadline,
             }
         });
         self.entry = Some(entry);
@@ -196,11 +227,15 @@ impl From<Elapsed> for std::io::Error {
     }
 }
 
-/// Runs `future`, giving up after `duration` (the future is then dropped).
+/// Runs `future`, giving up `duration` after it first had to wait (the
+/// future is then dropped). The clock is read, and a timer made, only if
+/// the future is not ready at its first poll: a write that goes straight
+/// into a socket buffer costs nothing for its timeout.
 pub fn timeout<F: Future>(duration: Duration, future: F) -> Timeout<F> {
     Timeout {
         future,
-        sleep: sleep(duration),
+        duration,
+        sleep: None,
     }
 }
 
@@ -210,7 +245,8 @@ pin_project_lite::pin_project! {
     pub struct Timeout<F> {
         #[pin]
         future: F,
-        sleep: Sleep,
+        duration: Duration,
+        sleep: Option<Sleep>,
     }
 }
 
@@ -221,7 +257,9 @@ impl<F: Future> Future for Timeout<F> {
         if let Poll::Ready(v) = this.future.poll(cx) {
             return Poll::Ready(Ok(v));
         }
-        match Pin::new(this.sleep).poll(cx) {
+        let duration = *this.duration;
+        let sleep = this.sleep.get_or_insert_with(|| self::sleep(duration));
+        match Pin::new(sleep).poll(cx) {
             Poll::Ready(()) => Poll::Ready(Err(Elapsed)),
             Poll::Pending => Poll::Pending,
         }
