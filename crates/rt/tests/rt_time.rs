@@ -3,9 +3,10 @@
 mod support;
 
 use duality_rt::event_loop;
-use duality_rt::time::{loop_now, sleep, sleep_until, timeout, Elapsed};
+use duality_rt::time::{loop_now, sleep, sleep_until, timeout, Elapsed, Sleep};
 use duality_rt::{block_on, spawn};
 use futures_lite::future::poll_once;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use support::{DropCounter, Forever};
@@ -108,17 +109,21 @@ fn a_dropped_sleep_is_cancelled() {
     });
 }
 
+/// A sleep of an hour, registered by one poll, then moved by `move_to` to
+/// 15 ms after the start: it fires then.
+async fn an_hour_moved_to_15_ms(move_to: fn(Pin<&mut Sleep>, Instant)) {
+    let start = Instant::now();
+    let mut s = Box::pin(sleep(Duration::from_secs(3600)));
+    assert!(poll_once(&mut s).await.is_none());
+    move_to(s.as_mut(), start + Duration::from_millis(15));
+    s.await;
+    let took = start.elapsed();
+    assert!(took >= Duration::from_millis(15) && took < Duration::from_secs(2));
+}
+
 #[test]
 fn a_reset_sleep_fires_at_its_new_deadline() {
-    block_on(async {
-        let start = Instant::now();
-        let mut s = Box::pin(sleep(Duration::from_secs(3600)));
-        assert!(poll_once(&mut s).await.is_none());
-        s.as_mut().reset(start + Duration::from_millis(15));
-        s.await;
-        let took = start.elapsed();
-        assert!(took >= Duration::from_millis(15) && took < Duration::from_secs(2));
-    });
+    block_on(an_hour_moved_to_15_ms(|mut s, at| s.reset(at)));
 }
 
 #[test]
@@ -140,13 +145,7 @@ fn an_extended_sleep_fires_at_its_new_deadline_registering_once_more() {
         assert_eq!(fired, 2, "the first entry and the re-registration");
 
         // Earlier: a reset.
-        let start = Instant::now();
-        let mut s = Box::pin(sleep(Duration::from_secs(3600)));
-        assert!(poll_once(&mut s).await.is_none());
-        s.as_mut().extend(start + Duration::from_millis(15));
-        s.await;
-        let took = start.elapsed();
-        assert!(took >= Duration::from_millis(15) && took < Duration::from_secs(2));
+        an_hour_moved_to_15_ms(|mut s, at| s.extend(at)).await;
     });
 }
 
