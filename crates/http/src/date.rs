@@ -28,10 +28,15 @@ pub fn to_http_seconds(t: SystemTime) -> SystemTime {
 /// a file carries a `Last-Modified`, and the formatter machinery cost about
 /// 1% of the server's CPU at 100,000 responses a second.
 pub fn format(t: SystemTime) -> [u8; LEN] {
-    let secs = to_http_seconds(t)
+    format_secs(http_secs(t))
+}
+
+/// `t` as whole seconds since the Unix epoch, clamped as by
+/// [`to_http_seconds`].
+fn http_secs(t: SystemTime) -> u64 {
+    to_http_seconds(t)
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    format_secs(secs)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// [`format()`] through a small memo on this thread: a server dates the same
@@ -42,9 +47,7 @@ pub fn format_memo(t: SystemTime) -> [u8; LEN] {
         static MEMO: RefCell<[(u64, [u8; LEN]); SLOTS]> =
             const { RefCell::new([(u64::MAX, [0; LEN]); SLOTS]) };
     }
-    let secs = to_http_seconds(t)
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let secs = http_secs(t);
     MEMO.with(|m| {
         let mut m = m.borrow_mut();
         let slot = &mut m[secs as usize % SLOTS];
