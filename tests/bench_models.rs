@@ -98,7 +98,8 @@ fn quick_models_run_writes_every_model() {
 /// `duality bench models --service echo` with two short rounds: one row per
 /// model (the hand-off model once per `--handoff` policy) and connection
 /// count, medians within the rounds' range, ratios to symped present, and
-/// the results directory holds what was printed.
+/// the results directory holds what was printed. Three client threads: more
+/// than one connection's worth at 1 connection (taken as one), 2+1+1 at 4.
 #[test]
 fn echo_models_run_reports_medians_over_rounds() {
     let out = std::env::temp_dir().join(format!("duality-bench-echo-{}", std::process::id()));
@@ -112,6 +113,8 @@ fn echo_models_run_reports_medians_over_rounds() {
         "always,adaptive".as_ref(),
         "--clients".as_ref(),
         "1,4".as_ref(),
+        "--client-threads".as_ref(),
+        "3".as_ref(),
         "--seconds".as_ref(),
         "0.1".as_ref(),
         "--windows".as_ref(),
@@ -126,6 +129,7 @@ fn echo_models_run_reports_medians_over_rounds() {
     assert_eq!(rows, file);
     let md = std::fs::read_to_string(out.join("echo.md")).unwrap();
     assert!(md.contains("| amped:1 | 4 | 1 |"), "{md}");
+    assert!(md.contains("3 duality loop threads"), "{md}");
     assert!(md.contains("| amped:1/adaptive | 4 | 1 |"), "{md}");
     let csv = std::fs::read_to_string(out.join("echo.csv")).unwrap();
     assert_eq!(csv.lines().count(), 4 * 2 + 1, "{csv}");
@@ -165,7 +169,8 @@ fn echo_models_run_reports_medians_over_rounds() {
 }
 
 /// The cache with `--handoff adaptive` over two rounds: the row is
-/// labelled and served, and merged with a ratio to symped.
+/// labelled and served, and merged with a ratio to symped. The load comes
+/// from two client threads, and the header says so.
 #[test]
 fn quick_models_run_takes_the_adaptive_hand_off() {
     let out = std::env::temp_dir().join(format!("duality-bench-handoff-{}", std::process::id()));
@@ -176,6 +181,8 @@ fn quick_models_run_takes_the_adaptive_hand_off() {
         "amped:1,symped:1".as_ref(),
         "--handoff".as_ref(),
         "adaptive".as_ref(),
+        "--client-threads".as_ref(),
+        "2".as_ref(),
         "--rounds".as_ref(),
         "2".as_ref(),
         "--json".as_ref(),
@@ -197,6 +204,8 @@ fn quick_models_run_takes_the_adaptive_hand_off() {
     servers.dedup();
     // symped does not hand off: run once, unlabelled.
     assert_eq!(servers, ["duality amped:1/adaptive", "duality symped:1"]);
+    let md = std::fs::read_to_string(out.join("table.md")).unwrap();
+    assert!(md.contains("Client: 2 duality loop threads"), "{md}");
     let _ = std::fs::remove_dir_all(&out);
 }
 

@@ -45,6 +45,12 @@ pub struct LoadArgs {
     /// leaves the server more of it.
     #[arg(long)]
     client_io: Option<duality_rt::IoBackend>,
+    /// Load-generator threads, each a duality loop with an even share of
+    /// the connections. One (the paper's client) suits this 2-core machine;
+    /// on a machine with cores to spare, raise it until the client is no
+    /// longer the limit (the table marks a saturated client).
+    #[arg(long, default_value_t = 1)]
+    client_threads: usize,
     /// Count the servers' system calls per transaction over the windows
     /// (with `perf stat` on the `raw_syscalls:sys_enter` tracepoint; `-`
     /// where perf is missing).
@@ -125,6 +131,10 @@ fn plan(load: &LoadArgs, clients: Vec<usize>) -> anyhow::Result<Plan> {
     );
     anyhow::ensure!(load.windows >= 1, "--windows must be at least 1");
     anyhow::ensure!(
+        load.client_threads >= 1,
+        "--client-threads must be at least 1"
+    );
+    anyhow::ensure!(
         !clients.is_empty() && clients.iter().all(|&c| c > 0),
         "client counts must be positive"
     );
@@ -161,6 +171,7 @@ fn plan(load: &LoadArgs, clients: Vec<usize>) -> anyhow::Result<Plan> {
         pipeline: load.pipeline.max(1),
         count_syscalls: load.syscalls,
         client_io: load.client_io,
+        client_threads: load.client_threads,
     })
 }
 
@@ -183,6 +194,14 @@ fn machine() -> String {
     )
 }
 
+/// The load generator in words, for the results' header.
+fn client_threads(load: &LoadArgs) -> String {
+    match load.client_threads.max(1) {
+        1 => "one duality loop thread".to_string(),
+        n => format!("{n} duality loop threads, the connections shared evenly"),
+    }
+}
+
 fn finish(
     load: &LoadArgs,
     name: &str,
@@ -193,9 +212,11 @@ fn finish(
     let dir = results_dir(load, name);
     let cmd: Vec<String> = std::env::args().collect();
     let header = format!(
-        "# {title}\n\nCommand: `{}`\n\nMachine: {}. Client: one duality loop thread, closed loop, one request in flight per connection; {} sockets; {} records of 10-103 bytes, {}:1 gets to sets.",
+        "# {title}\n\nCommand: `{}`\n\nMachine: {}. Client: {}, closed loop, {} request(s) written at once per connection; {} sockets; {} records of 10-103 bytes, {}:1 gets to sets.",
         cmd.join(" "),
         machine(),
+        client_threads(load),
+        load.pipeline.max(1),
         if load.tcp { "TCP loopback" } else { "Unix" },
         if load.quick { 3_000 } else { load.records },
         load.gets_per_set
@@ -398,8 +419,11 @@ fn echo(models: &[String], clients: &[usize], load: &LoadArgs) -> anyhow::Result
         &exe,
         models,
         clients,
-        load.pipeline.max(1),
-        seconds,
+        duality_bench::models_echo::EchoLoad {
+            client_threads: load.client_threads.max(1),
+            depth: load.pipeline.max(1),
+            seconds,
+        },
         rounds,
         &mut |round, r| {
             // Every measurement is logged, also where the bar is hidden
@@ -421,9 +445,10 @@ fn echo(models: &[String], clients: &[usize], load: &LoadArgs) -> anyhow::Result
     let dir = results_dir(load, "models-echo");
     let cmd: Vec<String> = std::env::args().collect();
     let header = format!(
-        "# Models: the echo service under every threading model\n\nCommand: `{}`\n\nMachine: {}. The client (one duality loop thread, closed loop, Unix socket, {} request(s) written at once per connection) shares the cores with the server, its own process (`duality internal echo-server`); each payload job does 200 iterations of a small hash loop and checks its color's exclusivity. Context switches are the server's, over all its threads. A point is the median over {rounds} interleaved round(s) of {seconds} s; `vs symped` and `vs sped` are the medians of per-round ratios to the `symped` and the `sped` model at the same connection count; `MODEL/adaptive` is a hand-off model run with `--handoff adaptive`.",
+        "# Models: the echo service under every threading model\n\nCommand: `{}`\n\nMachine: {}. The client ({}, closed loop, Unix socket, {} request(s) written at once per connection) shares the cores with the server, its own process (`duality internal echo-server`); each payload job does 200 iterations of a small hash loop and checks its color's exclusivity. Context switches are the server's, over all its threads. A point is the median over {rounds} interleaved round(s) of {seconds} s; `vs symped` and `vs sped` are the medians of per-round ratios to the `symped` and the `sped` model at the same connection count; `MODEL/adaptive` is a hand-off model run with `--handoff adaptive`.",
         cmd.join(" "),
         machine(),
+        client_threads(load),
         load.pipeline.max(1),
     );
     let written = duality_bench::models_echo::write_results(&dir, &rows, &header)?;

@@ -8,9 +8,11 @@
 //!   in milliseconds, so a late send adds at most 1 ms — to the latency, never
 //!   hidden from it.
 //!
-//! The client is one duality loop on one thread. It reports its own CPU use
-//! next to the numbers: a client using ~one full core was the bottleneck, and
-//! the results say so.
+//! The client is one duality loop on one thread by default, or several
+//! (`LoadConfig::threads`), each its own loop with an even share of the
+//! connections, for a machine whose cores one client thread cannot keep
+//! busy. It reports its own CPU use next to the numbers: a client using about
+//! one full core per thread was the bottleneck, and the results say so.
 
 use crate::summary::{corrected_latency, latency_histogram, record, Percentiles};
 use crate::workload::Workload;
@@ -67,6 +69,10 @@ pub struct LoadConfig {
     pub pipeline: usize,
     /// The client loop's I/O backend (`None`: the process default).
     pub io: Option<duality_rt::IoBackend>,
+    /// Client threads, each one duality loop with an even share of the
+    /// connections (1: the paper's single client; more than `conns` is
+    /// taken as `conns`).
+    pub threads: usize,
 }
 
 /// What one window measured.
@@ -78,7 +84,7 @@ pub struct WindowResult {
     pub elapsed: Duration,
     /// Latency percentiles.
     pub latency: Percentiles,
-    /// Cores the client used (CPU time / wall time).
+    /// Cores the client used (CPU time / wall time), all its threads.
     pub client_cores: f64,
 }
 
@@ -244,6 +250,123 @@ pub fn preload(target: &Target, workload: &Workload) -> anyhow::Result<()> {
 const WARMUP: usize = usize::MAX;
 const STOP: usize = usize::MAX - 1;
 
+/// The connections client thread `t` of `threads` drives: an even share,
+/// the first `conns % threads` threads one more.
+pub fn share(conns: usize, threads: usize, t: usize) -> std::ops::Range<usize> {
+    let threads = threads.max(1);
+    let (base, extra) = (conns / threads, conns % threads);
+    let lo = t * base + t.min(extra);
+    lo..lo + base + usize::from(t < extra)
+}
+
+/// What the client threads share: the phase (warm-up, window i, stop),
+/// per-window counts and the error count.
+#[derive(Clone)]
+struct Shared {
+    phase: Arc<AtomicUsize>,
+    counts: Arc<Vec<AtomicU64>>,
+    errors: Arc<AtomicU64>,
+}
+
+/// One connection's closed or open loop until the phase says stop; returns
+/// its per-window latency histograms.
+async fn drive(c: usize, cfg: LoadConfig, sh: Shared, start: Instant) -> Vec<Histogram<u64>> {
+    let windows = cfg.windows;
+    let mut hists: Vec<Histogram<u64>> = (0..windows).map(|_| latency_histogram()).collect();
+    let mut rng = fastrand::Rng::with_seed(cfg.seed ^ (c as u64).wrapping_mul(0x9e37_79b9));
+    let Ok(conn) = Conn::connect(&cfg.target).await else {
+        sh.errors.fetch_add(1, Relaxed);
+        return hists;
+    };
+    let interval = match cfg.mode {
+        Mode::Open { rate } => Some(Duration::from_secs_f64(cfg.conns as f64 / rate.max(1e-3))),
+        Mode::Closed => None,
+    };
+    let mut out = Vec::with_capacity(256);
+    let mut buf = Vec::with_capacity(256);
+    let mut k: u32 = 0;
+    loop {
+        let p = sh.phase.load(Relaxed);
+        if p == STOP {
+            return hists;
+        }
+        let intended = match interval {
+            Some(iv) => {
+                let due = start + iv * k;
+                k += 1;
+                if due > Instant::now() {
+                    duality_rt::time::sleep_until(due).await;
+                }
+                due
+            }
+            None => Instant::now(),
+        };
+        out.clear();
+        let depth = if interval.is_some() {
+            1
+        } else {
+            cfg.pipeline.max(1)
+        };
+        let mut end: &[u8] = b"";
+        for _ in 0..depth {
+            let rec = cfg.workload.pick(&mut rng);
+            end = if cfg.workload.is_set(&mut rng) {
+                encode_set(&mut out, rec);
+                b"STORED\r\n"
+            } else {
+                encode_get(&mut out, rec);
+                b"END\r\n"
+            };
+        }
+        let ok = match conn.write_all(&out).await {
+            Ok(()) if depth == 1 => conn.read_reply(&mut buf, end).await,
+            Ok(()) => conn.read_replies(&mut buf, depth).await,
+            Err(e) => Err(e),
+        };
+        match ok {
+            Ok(true) => {}
+            Ok(false) => {
+                sh.errors.fetch_add(1, Relaxed);
+            }
+            Err(_) => {
+                sh.errors.fetch_add(1, Relaxed);
+                return hists;
+            }
+        }
+        let p = sh.phase.load(Relaxed);
+        if p < windows {
+            sh.counts[p].fetch_add(depth as u64, Relaxed);
+            let took = corrected_latency(intended, Instant::now());
+            for _ in 0..depth {
+                record(&mut hists[p], took);
+            }
+        }
+    }
+}
+
+/// Starts thread `t`'s connections on the current loop and waits for them
+/// all; their histograms merged per window.
+async fn drive_share(
+    cfg: &LoadConfig,
+    threads: usize,
+    t: usize,
+    sh: &Shared,
+    start: Instant,
+) -> Vec<Histogram<u64>> {
+    let tasks: Vec<_> = share(cfg.conns, threads, t)
+        .map(|c| duality_rt::spawn(drive(c, cfg.clone(), sh.clone(), start)))
+        .collect();
+    let mut merged: Vec<Histogram<u64>> = (0..cfg.windows).map(|_| latency_histogram()).collect();
+    for task in tasks {
+        if let Ok(hs) = task.await {
+            for (m, h) in merged.iter_mut().zip(hs) {
+                let _ = m.add(&h);
+            }
+        }
+    }
+    merged
+}
+
 /// Runs the load and returns one result per window; `mark(i)` is called at
 /// the start of window i and once more (with `windows`) after the last, so
 /// the caller can read the server's counters at the same instants.
@@ -253,9 +376,12 @@ pub fn run(cfg: &LoadConfig, mark: &mut dyn FnMut(usize)) -> anyhow::Result<Vec<
         "need at least one connection and one window"
     );
     let windows = cfg.windows;
-    let phase = Arc::new(AtomicUsize::new(WARMUP));
-    let counts: Arc<Vec<AtomicU64>> = Arc::new((0..windows).map(|_| AtomicU64::new(0)).collect());
-    let errors = Arc::new(AtomicU64::new(0));
+    let threads = cfg.threads.clamp(1, cfg.conns);
+    let sh = Shared {
+        phase: Arc::new(AtomicUsize::new(WARMUP)),
+        counts: Arc::new((0..windows).map(|_| AtomicU64::new(0)).collect()),
+        errors: Arc::new(AtomicU64::new(0)),
+    };
     // The client's own polls are not the subject: no long-poll warnings.
     let mut config = duality_rt::LoopConfig {
         long_poll_threshold: None,
@@ -264,90 +390,36 @@ pub fn run(cfg: &LoadConfig, mark: &mut dyn FnMut(usize)) -> anyhow::Result<Vec<
     if let Some(io) = cfg.io {
         config.io = io;
     }
-    let mut lp = duality_rt::EventLoop::new(config)?;
-    let (hists, per_window, cpu) = lp.block_on(async {
-        let start = Instant::now() + Duration::from_millis(5);
-        let mut tasks = Vec::new();
-        for c in 0..cfg.conns {
-            let (phase, counts, errors, cfg) =
-                (phase.clone(), counts.clone(), errors.clone(), cfg.clone());
-            tasks.push(duality_rt::spawn(async move {
-                let mut hists: Vec<Histogram<u64>> =
-                    (0..windows).map(|_| latency_histogram()).collect();
-                let mut rng =
-                    fastrand::Rng::with_seed(cfg.seed ^ (c as u64).wrapping_mul(0x9e37_79b9));
-                let Ok(conn) = Conn::connect(&cfg.target).await else {
-                    errors.fetch_add(1, Relaxed);
-                    return hists;
-                };
-                let interval = match cfg.mode {
-                    Mode::Open { rate } => {
-                        Some(Duration::from_secs_f64(cfg.conns as f64 / rate.max(1e-3)))
-                    }
-                    Mode::Closed => None,
-                };
-                let mut out = Vec::with_capacity(256);
-                let mut buf = Vec::with_capacity(256);
-                let mut k: u32 = 0;
-                loop {
-                    let p = phase.load(Relaxed);
-                    if p == STOP {
-                        return hists;
-                    }
-                    let intended = match interval {
-                        Some(iv) => {
-                            let due = start + iv * k;
-                            k += 1;
-                            if due > Instant::now() {
-                                duality_rt::time::sleep_until(due).await;
-                            }
-                            due
-                        }
-                        None => Instant::now(),
-                    };
-                    out.clear();
-                    let depth = if interval.is_some() {
-                        1
-                    } else {
-                        cfg.pipeline.max(1)
-                    };
-                    let mut end: &[u8] = b"";
-                    for _ in 0..depth {
-                        let rec = cfg.workload.pick(&mut rng);
-                        end = if cfg.workload.is_set(&mut rng) {
-                            encode_set(&mut out, rec);
-                            b"STORED\r\n"
-                        } else {
-                            encode_get(&mut out, rec);
-                            b"END\r\n"
-                        };
-                    }
-                    let ok = match conn.write_all(&out).await {
-                        Ok(()) if depth == 1 => conn.read_reply(&mut buf, end).await,
-                        Ok(()) => conn.read_replies(&mut buf, depth).await,
-                        Err(e) => Err(e),
-                    };
-                    match ok {
-                        Ok(true) => {}
-                        Ok(false) => {
-                            errors.fetch_add(1, Relaxed);
-                        }
-                        Err(_) => {
-                            errors.fetch_add(1, Relaxed);
-                            return hists;
-                        }
-                    }
-                    let p = phase.load(Relaxed);
-                    if p < windows {
-                        counts[p].fetch_add(depth as u64, Relaxed);
-                        let took = corrected_latency(intended, Instant::now());
-                        for _ in 0..depth {
-                            record(&mut hists[p], took);
-                        }
-                    }
+    let start = Instant::now() + Duration::from_millis(5);
+    // Threads 1.. run their shares on loops of their own; this thread runs
+    // share 0 and keeps the time.
+    let mut helpers = Vec::new();
+    for t in 1..threads {
+        let (cfg, shared, config) = (cfg.clone(), sh.clone(), config.clone());
+        let spawned = std::thread::Builder::new()
+            .name(format!("loadgen-{t}"))
+            .spawn(move || -> anyhow::Result<Vec<Histogram<u64>>> {
+                let mut lp = duality_rt::EventLoop::new(config)?;
+                Ok(lp.block_on(async { drive_share(&cfg, threads, t, &shared, start).await }))
+            });
+        match spawned {
+            Ok(h) => helpers.push(h),
+            Err(e) => {
+                // Let the threads already started finish before failing.
+                sh.phase.store(STOP, Relaxed);
+                for h in helpers {
+                    let _ = h.join();
                 }
-            }));
+                return Err(anyhow::anyhow!("starting client thread {t}: {e}"));
+            }
         }
+    }
+    let mut lp = duality_rt::EventLoop::new(config)?;
+    let (mut hists, per_window, cpu) = lp.block_on(async {
+        let mine = duality_rt::spawn({
+            let (cfg, sh) = (cfg.clone(), sh.clone());
+            async move { drive_share(&cfg, threads, 0, &sh, start).await }
+        });
         let mut per_window: Vec<Duration> = Vec::new();
         let mut cpu_use: Vec<f64> = Vec::new();
         duality_rt::time::sleep(cfg.warmup).await;
@@ -355,33 +427,36 @@ pub fn run(cfg: &LoadConfig, mark: &mut dyn FnMut(usize)) -> anyhow::Result<Vec<
             mark(w);
             let t0 = Instant::now();
             let cpu0 = cpu_seconds();
-            phase.store(w, Relaxed);
+            sh.phase.store(w, Relaxed);
             duality_rt::time::sleep(cfg.window).await;
             let took = t0.elapsed();
             let cpu = cpu_seconds() - cpu0;
             per_window.push(took);
             cpu_use.push(cpu / took.as_secs_f64().max(1e-9));
         }
-        phase.store(STOP, Relaxed);
+        sh.phase.store(STOP, Relaxed);
         mark(windows);
-        let mut merged: Vec<Histogram<u64>> = (0..windows).map(|_| latency_histogram()).collect();
-        for t in tasks {
-            if let Ok(hs) = t.await {
-                for (m, h) in merged.iter_mut().zip(hs) {
-                    let _ = m.add(&h);
-                }
-            }
-        }
+        let merged = mine
+            .await
+            .unwrap_or_else(|_| (0..windows).map(|_| latency_histogram()).collect());
         (merged, per_window, cpu_use)
     });
-    let e = errors.load(Relaxed);
+    for h in helpers {
+        let hs = h
+            .join()
+            .map_err(|_| anyhow::anyhow!("a client thread panicked"))??;
+        for (m, h) in hists.iter_mut().zip(hs) {
+            let _ = m.add(&h);
+        }
+    }
+    let e = sh.errors.load(Relaxed);
     anyhow::ensure!(
         e == 0,
         "{e} requests or connections failed (server errors, resets or refused connections)"
     );
     Ok((0..windows)
         .map(|w| WindowResult {
-            txns: counts[w].load(Relaxed),
+            txns: sh.counts[w].load(Relaxed),
             elapsed: per_window[w],
             latency: Percentiles::of(&hists[w]),
             client_cores: cpu[w],
@@ -414,6 +489,27 @@ mod pipeline_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shares_cover_every_connection_once_and_differ_by_at_most_one() {
+        for conns in 1..40 {
+            for threads in 1..=conns {
+                let shares: Vec<_> = (0..threads).map(|t| share(conns, threads, t)).collect();
+                let mut next = 0;
+                for r in &shares {
+                    assert_eq!(r.start, next, "{conns} conns, {threads} threads");
+                    assert!(!r.is_empty());
+                    next = r.end;
+                }
+                assert_eq!(next, conns);
+                let (lo, hi) = (
+                    shares.iter().map(|r| r.len()).min().unwrap(),
+                    shares.iter().map(|r| r.len()).max().unwrap(),
+                );
+                assert!(hi - lo <= 1);
+            }
+        }
+    }
 
     #[test]
     fn encodes_requests_like_memcached_expects() {

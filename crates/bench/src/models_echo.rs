@@ -6,7 +6,8 @@
 //! its context switches are counted alone: summed over every thread in
 //! `/proc/<pid>/task/*/status`. The client is closed-loop, one request in
 //! flight per connection, over a Unix socket (as in the paper), on one duality
-//! loop in this process.
+//! loop in this process (or several, `--client-threads`, where one client
+//! thread cannot keep a large machine's server busy).
 //!
 //! On a small shared machine one measurement moves by ±30% from run to run
 //! (thread placement, other tenants), so the experiment runs in rounds: each
@@ -114,57 +115,112 @@ impl Drop for ServerProcess {
     }
 }
 
-/// Closed-loop load: `conns` connections, each writing `depth` pipelined
-/// requests at once and reading their answers before the next batch, for
-/// `warmup + measure`; returns requests completed during `measure` and the
-/// time it really took, and calls `mark` at the start and end of `measure`.
+/// One echo connection: writes `depth` requests at once, checks their
+/// answers, again until `stop`; counts answered requests in `done`.
+async fn echo_conn(
+    socket: PathBuf,
+    id: u64,
+    depth: usize,
+    done: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    errors: Arc<AtomicU64>,
+) {
+    use duality_models::echo;
+    let Ok(s) = duality_rt::net::UnixStream::connect(&socket).await else {
+        errors.fetch_add(1, Relaxed);
+        return;
+    };
+    let depth = depth.max(1);
+    let mut req = Vec::with_capacity(echo::FRAME * depth);
+    let mut r = vec![0u8; echo::FRAME * depth];
+    let mut v = 0u64;
+    while !stop.load(Relaxed) {
+        req.clear();
+        for i in 0..depth as u64 {
+            req.extend_from_slice(&echo::request(id, v + i));
+        }
+        let ok = s.write_all(&req).await.is_ok()
+            && s.read_exact(&mut r).await.is_ok()
+            && r.chunks_exact(echo::FRAME)
+                .zip(v..)
+                .all(|(f, x)| echo::response(f) == (id, echo::answer(x)));
+        if !ok {
+            errors.fetch_add(1, Relaxed);
+            return;
+        }
+        v += depth as u64;
+        done.fetch_add(depth as u64, Relaxed);
+    }
+}
+
+/// Closed-loop load: `conns` connections over `threads` client threads
+/// (each a duality loop with an even share), each connection writing
+/// `depth` pipelined requests at once and reading their answers before the
+/// next batch, for `warmup + measure`; returns requests completed during
+/// `measure` and the time it really took, and calls `mark` at the start and
+/// end of `measure`.
 pub fn closed_loop_echo(
     socket: &Path,
     conns: usize,
+    threads: usize,
     depth: usize,
     warmup: Duration,
     measure: Duration,
     mark: &mut dyn FnMut(),
 ) -> anyhow::Result<(u64, Duration)> {
-    use duality_models::echo;
     let done = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let errors = Arc::new(AtomicU64::new(0));
-    let socket = socket.to_path_buf();
+    let threads = threads.clamp(1, conns.max(1));
+    let start_share = |t: usize| {
+        let (done, stop, errors, socket) = (
+            done.clone(),
+            stop.clone(),
+            errors.clone(),
+            socket.to_path_buf(),
+        );
+        let ids = crate::loadgen::share(conns, threads, t);
+        async move {
+            let hs: Vec<_> = ids
+                .map(|id| {
+                    duality_rt::spawn(echo_conn(
+                        socket.clone(),
+                        id as u64,
+                        depth,
+                        done.clone(),
+                        stop.clone(),
+                        errors.clone(),
+                    ))
+                })
+                .collect();
+            for h in hs {
+                let _ = h.await;
+            }
+        }
+    };
+    let mut helpers = Vec::new();
+    for t in 1..threads {
+        let work = start_share(t);
+        let spawned = std::thread::Builder::new()
+            .name(format!("echo-client-{t}"))
+            .spawn(move || -> anyhow::Result<()> {
+                duality_rt::EventLoop::new(duality_rt::LoopConfig::default())?.block_on(work);
+                Ok(())
+            });
+        match spawned {
+            Ok(h) => helpers.push(h),
+            Err(e) => {
+                stop.store(true, Relaxed);
+                for h in helpers {
+                    let _ = h.join();
+                }
+                return Err(anyhow::anyhow!("starting client thread {t}: {e}"));
+            }
+        }
+    }
     let mut lp = duality_rt::EventLoop::new(duality_rt::LoopConfig::default())?;
     let (n, took) = lp.block_on(async {
-        let mut hs = Vec::new();
-        for id in 0..conns as u64 {
-            let (done, stop, errors, socket) =
-                (done.clone(), stop.clone(), errors.clone(), socket.clone());
-            hs.push(duality_rt::spawn(async move {
-                let Ok(s) = duality_rt::net::UnixStream::connect(&socket).await else {
-                    errors.fetch_add(1, Relaxed);
-                    return;
-                };
-                let depth = depth.max(1);
-                let mut req = Vec::with_capacity(echo::FRAME * depth);
-                let mut r = vec![0u8; echo::FRAME * depth];
-                let mut v = 0u64;
-                while !stop.load(Relaxed) {
-                    req.clear();
-                    for i in 0..depth as u64 {
-                        req.extend_from_slice(&echo::request(id, v + i));
-                    }
-                    let ok = s.write_all(&req).await.is_ok()
-                        && s.read_exact(&mut r).await.is_ok()
-                        && r.chunks_exact(echo::FRAME)
-                            .zip(v..)
-                            .all(|(f, x)| echo::response(f) == (id, echo::answer(x)));
-                    if !ok {
-                        errors.fetch_add(1, Relaxed);
-                        return;
-                    }
-                    v += depth as u64;
-                    done.fetch_add(depth as u64, Relaxed);
-                }
-            }));
-        }
+        let mine = duality_rt::spawn(start_share(0));
         duality_rt::time::sleep(warmup).await;
         mark();
         let d0 = done.load(Relaxed);
@@ -174,11 +230,13 @@ pub fn closed_loop_echo(
         let took = t0.elapsed();
         mark();
         stop.store(true, Relaxed);
-        for h in hs {
-            let _ = h.await;
-        }
+        let _ = mine.await;
         (n, took)
     });
+    for h in helpers {
+        h.join()
+            .map_err(|_| anyhow::anyhow!("a client thread panicked"))??;
+    }
     let e = errors.load(Relaxed);
     anyhow::ensure!(e == 0, "{e} client connections failed");
     Ok((n, took))
@@ -191,13 +249,24 @@ struct Sample {
     ctx_switches_per_request: f64,
 }
 
+/// How the client loads each point.
+#[derive(Clone, Copy, Debug)]
+pub struct EchoLoad {
+    /// Client threads (each a duality loop with an even share of the
+    /// connections).
+    pub client_threads: usize,
+    /// Requests each connection writes at once.
+    pub depth: usize,
+    /// Seconds measured per point (after 0.3 s of warm-up).
+    pub seconds: f64,
+}
+
 /// Measures `model` at every connection count (one server process).
 fn measure_model(
     exe: &Path,
     model: &str,
     connections: &[usize],
-    depth: usize,
-    seconds: f64,
+    load: EchoLoad,
     tag: usize,
 ) -> anyhow::Result<Vec<Sample>> {
     let socket =
@@ -220,9 +289,10 @@ fn measure_model(
         let (n, took) = closed_loop_echo(
             &socket,
             c,
-            depth,
+            load.client_threads,
+            load.depth,
             Duration::from_millis(300),
-            Duration::from_secs_f64(seconds),
+            Duration::from_secs_f64(load.seconds),
             &mut || marks.push(process_ctx_switches(pid)),
         )?;
         let ctx = marks
@@ -244,8 +314,7 @@ pub fn run(
     exe: &Path,
     models: &[String],
     connections: &[usize],
-    depth: usize,
-    seconds: f64,
+    load: EchoLoad,
     rounds: usize,
     progress: &mut dyn FnMut(usize, &EchoRow),
 ) -> anyhow::Result<Vec<EchoRow>> {
@@ -254,21 +323,14 @@ pub fn run(
     let mut samples = vec![vec![Vec::with_capacity(rounds); connections.len()]; models.len()];
     for round in 0..rounds {
         for (m, model) in models.iter().enumerate() {
-            let got = measure_model(
-                exe,
-                model,
-                connections,
-                depth,
-                seconds,
-                round * models.len() + m,
-            )?;
+            let got = measure_model(exe, model, connections, load, round * models.len() + m)?;
             for (i, s) in got.into_iter().enumerate() {
                 progress(
                     round,
                     &EchoRow {
                         model: model.clone(),
                         connections: connections[i],
-                        pipeline: depth,
+                        pipeline: load.depth,
                         requests_per_sec: s.requests_per_sec,
                         ctx_switches_per_request: s.ctx_switches_per_request,
                         rounds: 1,
@@ -284,7 +346,7 @@ pub fn run(
     }
     let mut rows = summarize(models, connections, &samples);
     for r in &mut rows {
-        r.pipeline = depth;
+        r.pipeline = load.depth;
     }
     Ok(rows)
 }

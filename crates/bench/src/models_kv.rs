@@ -44,9 +44,10 @@ pub struct KvRow {
     /// Server system calls per transaction (`--syscalls`: counted with perf).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub syscalls_per_txn: Option<f64>,
-    /// Cores the client used.
+    /// Cores the client used (all its threads).
     pub client_cores: f64,
-    /// The client used (nearly) a whole core: it, not the server, may have been the limit.
+    /// The client used (nearly) a whole core per thread: it, not the server,
+    /// may have been the limit.
     pub client_saturated: bool,
     /// Rounds merged into this row (servers taking turns each round): the
     /// figures above are then medians over them, `tps_sd` the spread of
@@ -97,6 +98,9 @@ pub struct Plan {
     pub count_syscalls: bool,
     /// The load generator's I/O backend (`None`: the process default, epoll).
     pub client_io: Option<duality_rt::IoBackend>,
+    /// Load-generator threads (each a duality loop with an even share of
+    /// the connections).
+    pub client_threads: usize,
 }
 
 /// The client core share above which the client counts as saturated.
@@ -169,6 +173,7 @@ pub fn measure_server(
                 seed: clients as u64,
                 pipeline: plan.pipeline,
                 io: plan.client_io,
+                threads: plan.client_threads,
             },
             &mut |w| {
                 if plan.count_syscalls && w == 0 {
@@ -211,7 +216,8 @@ pub fn measure_server(
             ctx_switches_per_txn: last.1.saturating_sub(first.1) as f64 / txns as f64,
             syscalls_per_txn: syscalls.map(|n| n as f64 / txns as f64),
             client_cores,
-            client_saturated: client_cores >= SATURATED,
+            client_saturated: client_cores
+                >= SATURATED * plan.client_threads.clamp(1, clients) as f64,
             rounds: 1,
             vs_symped: None,
             cpu_vs_memcached: None,
@@ -306,7 +312,10 @@ pub fn merge_rounds(rounds: Vec<Vec<KvRow>>) -> Vec<KvRow> {
                     .syscalls_per_txn
                     .map(|_| med(&|r| r.syscalls_per_txn.unwrap_or(0.0), i));
                 row.client_cores = med(&|r| r.client_cores, i);
-                row.client_saturated = row.client_cores >= SATURATED;
+                // Per round, against that round's own client threads: the
+                // majority of rounds decides.
+                row.client_saturated =
+                    rounds.iter().filter(|r| r[i].client_saturated).count() * 2 > n;
             }
             row
         })

@@ -102,6 +102,7 @@ pub fn measure_cache(plan: &Plan, kind: &ServerKind, idle: u64) -> anyhow::Resul
         seed: idle,
         pipeline: 1,
         io: None,
+        threads: 1,
     };
     // A first short load (its connections then closed), so that the start
     // already holds what serving the load leaves behind (pools, buffers,
