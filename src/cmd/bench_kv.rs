@@ -340,10 +340,11 @@ fn sweep(a: ModelsArgs) -> anyhow::Result<()> {
     let dir = results_dir(&a.load, "sweep");
     let cmd: Vec<String> = std::env::args().collect();
     let header = format!(
-        "# The hand-off models over their thread counts (seed 001, Fig. 2-5 and 7)\n\nCommand: `{}`\n\nMachine: {}. {} clients, closed loop, {} sockets; {} records of 10-103 bytes, {}:1 gets to sets; each configuration its own server process, the mean of the windows.",
+        "# The hand-off models over their thread counts (seed 001, Fig. 2-5 and 7)\n\nCommand: `{}`\n\nMachine: {}. {} clients from {}, closed loop, {} sockets; {} records of 10-103 bytes, {}:1 gets to sets; each configuration its own server process, the mean of the windows.",
         cmd.join(" "),
         machine(),
         clients[0],
+        client_threads(&a.load),
         if a.load.tcp { "TCP loopback" } else { "Unix" },
         if a.load.quick { 3_000 } else { a.load.records },
         a.load.gets_per_set

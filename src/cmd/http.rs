@@ -272,6 +272,7 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         .balance(a.accept_balance)
         .long_poll_threshold(a.metrics.long_poll_threshold())
         .idle_spin(a.io.idle_spin())
+        .payload_spin(a.io.payload_spin())
         .max_conns(max_conns);
     let server = duality_http::serve(builder, state.clone())?;
     let _metrics = a.metrics.start("http", move || state.prometheus())?;

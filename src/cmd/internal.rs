@@ -103,6 +103,7 @@ fn colors_server(a: ColorsServerArgs) -> anyhow::Result<()> {
         .name("colors")
         .model(a.model)
         .idle_spin(a.io.idle_spin())
+        .payload_spin(a.io.payload_spin())
         .max_conns(10_000)
         // Every request is CPU-heavy by design, and a debug build's cipher
         // is slow: no long-poll warnings in the middle of the bench's table.
@@ -121,6 +122,7 @@ fn echo_server(a: EchoServerArgs) -> anyhow::Result<()> {
         .model(a.model)
         .handoff(a.handoff.handoff)
         .idle_spin(a.io.idle_spin())
+        .payload_spin(a.io.payload_spin())
         .max_conns(10_000);
     if let Some(p) = &a.unix {
         b = b.unix(p);

@@ -314,6 +314,7 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
         .max_conns(a.max_conns)
         .long_poll_threshold(a.metrics.long_poll_threshold())
         .idle_spin(a.io.idle_spin())
+        .payload_spin(a.io.payload_spin())
         .refusal_message("ERROR Too many open connections\r\n");
     if a.port != 0 {
         for ip in &a.listen {

@@ -58,12 +58,27 @@ pub struct IoArg {
         default_value_t = duality_models::DEFAULT_IDLE_SPIN.as_micros() as u64
     )]
     pub idle_spin_us: u64,
+    /// Microseconds an idle payload thread of a hand-off model (amped,
+    /// seda, seda-s) keeps looking for jobs before it sleeps: a job arriving
+    /// within it costs its network loop no wake-up. 0: sleep at once.
+    #[arg(
+        long,
+        value_name = "US",
+        env = "DUALITY_PAYLOAD_SPIN_US",
+        default_value_t = duality_models::DEFAULT_PAYLOAD_SPIN.as_micros() as u64
+    )]
+    pub payload_spin_us: u64,
 }
 
 impl IoArg {
     /// The network loops' idle spin.
     pub fn idle_spin(&self) -> std::time::Duration {
         std::time::Duration::from_micros(self.idle_spin_us)
+    }
+
+    /// The payload threads' idle spin.
+    pub fn payload_spin(&self) -> std::time::Duration {
+        std::time::Duration::from_micros(self.payload_spin_us)
     }
 
     /// Makes every loop the server creates use the chosen backend; returns

@@ -172,6 +172,11 @@ pub fn closed_loop_echo(
     let stop = Arc::new(AtomicBool::new(false));
     let errors = Arc::new(AtomicU64::new(0));
     let threads = threads.clamp(1, conns.max(1));
+    // The client's own polls are not the subject: no long-poll warnings.
+    let config = duality_rt::LoopConfig {
+        long_poll_threshold: None,
+        ..Default::default()
+    };
     let start_share = |t: usize| {
         let (done, stop, errors, socket) = (
             done.clone(),
@@ -200,11 +205,11 @@ pub fn closed_loop_echo(
     };
     let mut helpers = Vec::new();
     for t in 1..threads {
-        let work = start_share(t);
+        let (work, config) = (start_share(t), config.clone());
         let spawned = std::thread::Builder::new()
             .name(format!("echo-client-{t}"))
             .spawn(move || -> anyhow::Result<()> {
-                duality_rt::EventLoop::new(duality_rt::LoopConfig::default())?.block_on(work);
+                duality_rt::EventLoop::new(config)?.block_on(work);
                 Ok(())
             });
         match spawned {
@@ -218,7 +223,7 @@ pub fn closed_loop_echo(
             }
         }
     }
-    let mut lp = duality_rt::EventLoop::new(duality_rt::LoopConfig::default())?;
+    let mut lp = duality_rt::EventLoop::new(config)?;
     let (n, took) = lp.block_on(async {
         let mine = duality_rt::spawn(start_share(0));
         duality_rt::time::sleep(warmup).await;

@@ -38,4 +38,5 @@ pub use server::{
     ListenAddr, Listener, Server, ServerBuilder, ShutdownReport, StatsHandle, DEFAULT_IDLE_SPIN,
 };
 pub use session::{drive, Driver, DriverConfig, Flow, Parsed, Protocol};
+pub use stage::DEFAULT_PAYLOAD_SPIN;
 pub use stats::{HandoffStats, ServerStats, ThreadRole, ThreadStats};

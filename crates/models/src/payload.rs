@@ -544,7 +544,15 @@ mod tests {
     #[test]
     fn adaptive_amped_takes_color_locks_on_both_sides() {
         let stages: Vec<Arc<Stage>> = (0..2)
-            .map(|i| Stage::start(i, 4, format!("t-payload-{i}")).unwrap())
+            .map(|i| {
+                Stage::start(
+                    i,
+                    4,
+                    format!("t-payload-{i}"),
+                    crate::stage::DEFAULT_PAYLOAD_SPIN,
+                )
+                .unwrap()
+            })
             .collect();
         let always = Payload::new(Dispatch::Affinity(stages.clone()), Handoff::Always);
         let adaptive = Payload::new(Dispatch::Affinity(stages.clone()), Handoff::Adaptive);
@@ -572,7 +580,10 @@ mod tests {
     /// `seda` and `seda-s` already lock colors; the loop's lane shares their locks.
     #[test]
     fn adaptive_seda_runs_inline_under_the_stages_own_locks() {
-        let stages = vec![Stage::start(0, 4, "t-payload".into()).unwrap()];
+        let stages =
+            vec![
+                Stage::start(0, 4, "t-payload".into(), crate::stage::DEFAULT_PAYLOAD_SPIN).unwrap(),
+            ];
         let locks = ColorLocks::new();
         let p = Payload::new(
             Dispatch::RoundRobin(stages.clone(), AtomicUsize::new(0), locks.clone()),

@@ -40,6 +40,7 @@ pub struct ServerBuilder {
     thread_stack: usize,
     faults: duality_rt::faults::Faults,
     idle_spin: Duration,
+    payload_spin: Duration,
 }
 
 /// How long an idle network loop keeps polling before it sleeps, unless
@@ -68,6 +69,7 @@ impl Default for ServerBuilder {
             thread_stack: 256 * 1024,
             faults: duality_rt::faults::default_faults(),
             idle_spin: DEFAULT_IDLE_SPIN,
+            payload_spin: crate::stage::DEFAULT_PAYLOAD_SPIN,
         }
     }
 }
@@ -149,6 +151,15 @@ impl ServerBuilder {
     /// Zero: sleep at once. Default: [`DEFAULT_IDLE_SPIN`].
     pub fn idle_spin(mut self, spin: Duration) -> Self {
         self.idle_spin = spin;
+        self
+    }
+
+    /// How long an idle payload thread of a hand-off model keeps looking
+    /// for jobs before it sleeps: a job arriving within it costs its
+    /// network loop no wake-up. Zero: sleep at once. Default:
+    /// [`DEFAULT_PAYLOAD_SPIN`](crate::DEFAULT_PAYLOAD_SPIN).
+    pub fn payload_spin(mut self, spin: Duration) -> Self {
+        self.payload_spin = spin;
         self
     }
 
@@ -497,6 +508,7 @@ fn start(
             i,
             b.handoff_capacity,
             format!("{}-payload-{i}", b.name),
+            b.payload_spin,
         )?);
     }
     let handles: Vec<LoopHandle> = network.iter().map(|l| l.handle()).collect();

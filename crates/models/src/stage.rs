@@ -15,8 +15,9 @@
 //! - back-pressure: a task-aware [`Semaphore`] bounds the jobs in flight;
 //!   when it is exhausted the calling connection waits, stops reading, and
 //!   TCP pushes back on the client — nothing is dropped;
-//! - an idle spin (`LoopConfig::idle_spin`), so a steady stream of jobs never
-//!   pays for a wake-up.
+//! - an idle spin (`LoopConfig::idle_spin`, [`DEFAULT_PAYLOAD_SPIN`] unless
+//!   the server says otherwise), so a steady stream of jobs never pays for a
+//!   wake-up.
 //!
 //! One job is one task allocation; the session driver sends one job per read
 //! (or per run of one color), not per request.
@@ -28,8 +29,9 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// How long an idle payload loop spins before it sleeps.
-const IDLE_SPIN: Duration = Duration::from_micros(20);
+/// How long an idle payload loop spins before it sleeps, unless the server
+/// says otherwise (`ServerBuilder::payload_spin`).
+pub const DEFAULT_PAYLOAD_SPIN: Duration = Duration::from_micros(20);
 
 pub(crate) struct Stage {
     pub(crate) index: usize,
@@ -41,15 +43,17 @@ pub(crate) struct Stage {
 }
 
 impl Stage {
-    /// Starts the stage's loop thread; at most `capacity` jobs wait or run at once.
+    /// Starts the stage's loop thread; at most `capacity` jobs wait or run
+    /// at once; idle, it looks for jobs for `spin` before it sleeps.
     pub(crate) fn start(
         index: usize,
         capacity: usize,
         name: String,
+        spin: Duration,
     ) -> std::io::Result<Arc<Stage>> {
         let thread = LoopThread::spawn(LoopConfig {
             name: Some(name),
-            idle_spin: IDLE_SPIN,
+            idle_spin: spin,
             // A payload job may legitimately run long (it is the point of
             // handing it off); the network loops' threshold does not apply.
             long_poll_threshold: None,
