@@ -48,6 +48,7 @@ pub mod sync;
 pub mod task;
 pub mod time;
 pub(crate) mod uring;
+mod waker_slot;
 
 pub use backend::{default_io_backend, set_default_io_backend, uring_unavailable, IoBackend};
 pub use event_loop::{

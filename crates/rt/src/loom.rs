@@ -7,8 +7,10 @@
 //! the `loom_tests` modules — `task::loom_tests` for the task state machine,
 //! the task cell and the hand-off queue, `event_loop::registry::loom_tests`
 //! for the sleep/notify handshake, `uring::loom_tests` for the io_uring
-//! backend's dirty list against that handshake — and `tests/loom_sync.rs`
-//! for the sync primitives). The payload stages of `duality-models` are built from these
+//! backend's dirty list against that handshake, `waker_slot::loom_tests` for
+//! the waker slot, `time::loom_tests` for a timer fired against its task's
+//! poll, `reactor::loom_tests` for readiness events against a reader's
+//! wait-read-clear loop — and `tests/loom_sync.rs` for the sync primitives). The payload stages of `duality-models` are built from these
 //! parts (a loop's hand-off queue, its sleep gate, a task's `JoinHandle`, a
 //! `Semaphore`) and add no cross-thread protocol of their own.
 //! Everywhere else they are the `std` types at zero cost.

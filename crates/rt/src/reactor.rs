@@ -22,7 +22,7 @@
 
 use crate::gen_table::GenTable;
 use crate::loom::lock_std;
-use atomic_waker::AtomicWaker;
+use crate::waker_slot::WakerSlot;
 use mio::event::Source;
 use mio::{Events, Interest, Poll as MioPoll, Registry, Token};
 use std::cell::RefCell;
@@ -66,14 +66,70 @@ pub(crate) struct ReadyEvent {
     word: usize,
 }
 
+/// One I/O object's readiness and waiting tasks: the loop sets readiness
+/// and wakes; the tasks, on any thread, check, register and check again
+/// (`loom_tests` checks that handshake with the tick rule of
+/// [`clear_readiness`](IoShared::clear_readiness)).
 pub(crate) struct IoShared {
-    readiness: AtomicUsize,
-    reader: AtomicWaker,
-    writer: AtomicWaker,
+    readiness: crate::loom::AtomicUsize,
+    reader: WakerSlot,
+    writer: WakerSlot,
     token: AtomicUsize,
 }
 
 impl IoShared {
+    fn new() -> IoShared {
+        IoShared {
+            // Optimistic: try the system call first; a WouldBlock clears it.
+            readiness: crate::loom::AtomicUsize::new(READABLE | WRITABLE),
+            reader: WakerSlot::new(),
+            writer: WakerSlot::new(),
+            token: AtomicUsize::new(0),
+        }
+    }
+
+    /// Ready in `dir`? If not, runs `arm` (adds interest with the OS) and
+    /// registers `cx`'s waker, then checks again: an event that landed in
+    /// between is seen. An error only from `arm`.
+    fn poll_ready(
+        &self,
+        dir: Direction,
+        cx: &mut Context<'_>,
+        arm: impl FnOnce() -> io::Result<()>,
+    ) -> Poll<io::Result<ReadyEvent>> {
+        let word = self.readiness.load(Ordering::Acquire);
+        if word & dir.mask() != 0 {
+            return Poll::Ready(Ok(ReadyEvent { word }));
+        }
+        if let Err(e) = arm() {
+            return Poll::Ready(Err(e));
+        }
+        match dir {
+            Direction::Read => self.reader.register(cx.waker()),
+            Direction::Write => self.writer.register(cx.waker()),
+        }
+        let word = self.readiness.load(Ordering::Acquire);
+        if word & dir.mask() != 0 {
+            return Poll::Ready(Ok(ReadyEvent { word }));
+        }
+        Poll::Pending
+    }
+
+    /// After `WouldBlock`: forget readiness in `dir`, unless a newer event
+    /// arrived (the tick moved since `seen`).
+    fn clear_readiness(&self, dir: Direction, seen: ReadyEvent) {
+        let clear = match dir {
+            Direction::Read => READABLE,
+            Direction::Write => WRITABLE,
+        };
+        let _ = self.readiness.compare_exchange(
+            seen.word,
+            seen.word & !clear,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+
     fn set_readiness(&self, bits: usize) {
         let _ = self
             .readiness
@@ -230,13 +286,7 @@ impl Registration {
         fd: RawFd,
         reactor: Arc<ReactorShared>,
     ) -> io::Result<Registration> {
-        let io = Arc::new(IoShared {
-            // Optimistic: try the system call first; a WouldBlock clears it.
-            readiness: AtomicUsize::new(READABLE | WRITABLE),
-            reader: AtomicWaker::new(),
-            writer: AtomicWaker::new(),
-            token: AtomicUsize::new(0),
-        });
+        let io = Arc::new(IoShared::new());
         let token = {
             let mut s = lock_std(&reactor.sources);
             let key = s.insert(io.clone());
@@ -286,39 +336,15 @@ impl Registration {
         dir: Direction,
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<ReadyEvent>> {
-        let word = self.io.readiness.load(Ordering::Acquire);
-        if word & dir.mask() != 0 {
-            return Poll::Ready(Ok(ReadyEvent { word }));
-        }
-        if dir == Direction::Write {
-            if let Err(e) = self.arm_writable() {
-                return Poll::Ready(Err(e));
-            }
-        }
-        match dir {
-            Direction::Read => self.io.reader.register(cx.waker()),
-            Direction::Write => self.io.writer.register(cx.waker()),
-        }
-        // An event may have landed between the check and the registration.
-        let word = self.io.readiness.load(Ordering::Acquire);
-        if word & dir.mask() != 0 {
-            return Poll::Ready(Ok(ReadyEvent { word }));
-        }
-        Poll::Pending
+        self.io.poll_ready(dir, cx, || match dir {
+            Direction::Write => self.arm_writable(),
+            Direction::Read => Ok(()),
+        })
     }
 
     /// After `WouldBlock`: forget readiness in `dir`, unless a newer event arrived.
     pub(crate) fn clear_readiness(&self, dir: Direction, seen: ReadyEvent) {
-        let clear = match dir {
-            Direction::Read => READABLE,
-            Direction::Write => WRITABLE,
-        };
-        let _ = self.io.readiness.compare_exchange(
-            seen.word,
-            seen.word & !clear,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        );
+        self.io.clear_readiness(dir, seen)
     }
 
     /// Runs `f` until it does not return `WouldBlock`, waiting for readiness.
@@ -361,5 +387,86 @@ fn remove(reactor: &ReactorShared, token: usize) {
     let mut s = lock_std(&reactor.sources);
     if s.remove(token as u64).is_some() {
         reactor.live.store(s.live(), Ordering::Relaxed);
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    //! The readiness handshake: the loop's thread sets readiness and wakes;
+    //! a task on another thread waits, reads, and on `WouldBlock` clears
+    //! readiness by the tick rule. The task waits for a wake-up by yielding
+    //! until its waker's count moves; a lost event makes that wait endless,
+    //! which loom reports.
+    use super::*;
+    use crate::loom::{thread, Arc};
+    use std::sync::atomic::Ordering::{AcqRel, Release, SeqCst};
+    use std::task::{Wake, Waker};
+
+    /// Counts its wake-ups.
+    struct Count(crate::loom::AtomicUsize);
+    impl Wake for Count {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.fetch_add(1, SeqCst);
+        }
+    }
+
+    /// `bytes` arrive one at a time, each followed by its readiness event;
+    /// the task runs `poll_io`'s loop until it has read them all.
+    fn reader_sees_every_event(start: usize, bytes: usize) {
+        // The yielding waits make long schedules; bound preemptions as the
+        // crate's other models do, and allow the branches they need.
+        let mut model = loom::model::Builder::new();
+        model.preemption_bound.get_or_insert(3);
+        model.max_branches = 100_000;
+        model.check(move || {
+            let io = Arc::new(IoShared::new());
+            io.readiness.store(start, Release);
+            let data = Arc::new(crate::loom::AtomicUsize::new(0));
+            let t = {
+                let (io, data) = (io.clone(), data.clone());
+                thread::spawn(move || {
+                    for _ in 0..bytes {
+                        data.fetch_add(1, Release);
+                        io.set_readiness(READABLE);
+                    }
+                })
+            };
+            let count = std::sync::Arc::new(Count(crate::loom::AtomicUsize::new(0)));
+            let waker = Waker::from(count.clone());
+            let mut cx = Context::from_waker(&waker);
+            let mut read = 0;
+            while read < bytes {
+                let before = count.0.load(SeqCst);
+                match io.poll_ready(Direction::Read, &mut cx, || Ok(())) {
+                    Poll::Ready(Ok(seen)) => match data.swap(0, AcqRel) {
+                        // WouldBlock: forget readiness unless an event came.
+                        0 => io.clear_readiness(Direction::Read, seen),
+                        n => read += n,
+                    },
+                    Poll::Ready(Err(e)) => panic!("{e}"),
+                    // Wait to be woken; a re-poll is a scheduling point (a
+                    // register that met a running wake wakes itself at once).
+                    Poll::Pending => loop {
+                        thread::yield_now();
+                        if count.0.load(SeqCst) != before {
+                            break;
+                        }
+                    },
+                }
+            }
+            t.join().unwrap();
+        });
+    }
+
+    #[test]
+    fn an_event_racing_a_would_block_is_never_lost() {
+        // Fresh (optimistically ready) and after a WouldBlock (not ready).
+        reader_sees_every_event(READABLE | WRITABLE, 1);
+        reader_sees_every_event(0, 1);
+    }
+
+    #[test]
+    fn two_events_in_a_row_are_both_read() {
+        reader_sees_every_event(0, 2);
     }
 }

@@ -13,24 +13,44 @@ pub(crate) mod wheel;
 pub(crate) use wheel::{TimerKey, TimerWheel};
 
 use crate::event_loop::with_current;
-use atomic_waker::AtomicWaker;
+use crate::loom::AtomicBool;
+use crate::waker_slot::WakerSlot;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-/// What the wheel holds for one sleeping task.
+/// What the wheel holds for one sleeping task. The loop that owns the
+/// wheel fires it; the task may poll from another thread (`loom_tests`
+/// checks the handshake).
 pub(crate) struct TimerShared {
     fired: AtomicBool,
-    waker: AtomicWaker,
+    waker: WakerSlot,
 }
 
 impl TimerShared {
+    fn new(waker: &Waker) -> TimerShared {
+        let shared = TimerShared {
+            fired: AtomicBool::new(false),
+            waker: WakerSlot::new(),
+        };
+        shared.waker.register(waker);
+        shared
+    }
+    /// The deadline passed: set the flag, then wake the task.
     pub(crate) fn fire(&self) {
         self.fired.store(true, Ordering::Release);
         self.waker.wake();
+    }
+    /// Fired? If not, `waker` is woken when it is: check, register, check
+    /// again (a fire between the two is seen by the second check).
+    fn poll_fired(&self, waker: &Waker) -> bool {
+        self.fired.load(Ordering::Acquire) || {
+            self.waker.register(waker);
+            self.fired.load(Ordering::Acquire)
+        }
     }
     pub(crate) fn take_waker(&self) -> Option<Waker> {
         self.waker.take()
@@ -163,11 +183,7 @@ impl Future for Sleep {
     type Output = ();
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         if let Some(r) = &self.entry {
-            let fired = r.shared.fired.load(Ordering::Acquire) || {
-                r.shared.waker.register(cx.waker());
-                r.shared.fired.load(Ordering::Acquire)
-            };
-            if !fired {
+            if !r.shared.poll_fired(cx.waker()) {
                 return Poll::Pending;
             }
             if self.deadline <= r.at {
@@ -179,11 +195,7 @@ impl Future for Sleep {
         if Instant::now() >= self.deadline {
             return Poll::Ready(());
         }
-        let shared = Arc::new(TimerShared {
-            fired: AtomicBool::new(false),
-            waker: AtomicWaker::new(),
-        });
-        shared.waker.register(cx.waker());
+        let shared = Arc::new(TimerShared::new(cx.waker()));
         let deadline = self.deadline;
         let entry = with_current(|cur| {
             let l = cur.expect("duality_rt::time::sleep polled outside a duality event loop");
@@ -285,5 +297,80 @@ mod tests {
         std::thread::sleep(Duration::from_millis(50));
         let slept = thread_cpu_time() - c1;
         assert!(slept < Duration::from_millis(10), "{slept:?}");
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    //! The timer handshake: the wheel's loop fires while the sleeping task
+    //! polls from another thread. The task waits for a wake-up by yielding
+    //! until its waker's count moves; a lost wake-up makes that wait endless,
+    //! which loom reports.
+    use super::TimerShared;
+    use crate::loom::{thread, Arc, AtomicUsize};
+    use std::sync::atomic::Ordering::SeqCst;
+    use std::task::{Wake, Waker};
+
+    /// Counts its wake-ups.
+    struct Count(AtomicUsize);
+    impl Wake for Count {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.fetch_add(1, SeqCst);
+        }
+    }
+    fn counted() -> (std::sync::Arc<Count>, Waker) {
+        let c = std::sync::Arc::new(Count(AtomicUsize::new(0)));
+        (c.clone(), Waker::from(c))
+    }
+
+    /// `Sleep::poll` until fired, waiting for `count` to move between polls
+    /// (as an executor waits to be woken).
+    fn poll_until_fired(shared: &TimerShared, waker: &Waker, count: &Count) {
+        loop {
+            let before = count.0.load(SeqCst);
+            if shared.poll_fired(waker) {
+                return;
+            }
+            // Wait to be woken; a re-poll is a scheduling point (a register
+            // that met a running wake wakes itself at once).
+            loop {
+                thread::yield_now();
+                if count.0.load(SeqCst) != before {
+                    break;
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_timer_fired_on_another_thread_always_wakes_its_task() {
+        loom::model(|| {
+            let (count, waker) = counted();
+            let shared = Arc::new(TimerShared::new(&waker));
+            let t = {
+                let shared = shared.clone();
+                thread::spawn(move || shared.fire())
+            };
+            poll_until_fired(&shared, &waker, &count);
+            t.join().unwrap();
+        });
+    }
+
+    /// The task re-registers with a new waker (as after moving to another
+    /// loop) while the timer fires: the newest waker hears of it — the
+    /// first one's wake-ups are not waited on.
+    #[test]
+    fn a_fire_reaches_a_waker_registered_after_the_first() {
+        loom::model(|| {
+            let (_stale, first) = counted();
+            let shared = Arc::new(TimerShared::new(&first));
+            let t = {
+                let shared = shared.clone();
+                thread::spawn(move || shared.fire())
+            };
+            let (count, second) = counted();
+            poll_until_fired(&shared, &second, &count);
+            t.join().unwrap();
+        });
     }
 }
