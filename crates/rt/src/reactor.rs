@@ -399,16 +399,8 @@ mod loom_tests {
     //! which loom reports.
     use super::*;
     use crate::loom::{thread, Arc};
+    use crate::task::loom_tests::{counting_waker, yield_until_woken};
     use std::sync::atomic::Ordering::{AcqRel, Release, SeqCst};
-    use std::task::{Wake, Waker};
-
-    /// Counts its wake-ups.
-    struct Count(crate::loom::AtomicUsize);
-    impl Wake for Count {
-        fn wake(self: std::sync::Arc<Self>) {
-            self.0.fetch_add(1, SeqCst);
-        }
-    }
 
     /// `bytes` arrive one at a time, each followed by its readiness event;
     /// the task runs `poll_io`'s loop until it has read them all.
@@ -431,12 +423,12 @@ mod loom_tests {
                     }
                 })
             };
-            let count = std::sync::Arc::new(Count(crate::loom::AtomicUsize::new(0)));
-            let waker = Waker::from(count.clone());
+            let count = Arc::new(crate::loom::AtomicUsize::new(0));
+            let waker = counting_waker(&count);
             let mut cx = Context::from_waker(&waker);
             let mut read = 0;
             while read < bytes {
-                let before = count.0.load(SeqCst);
+                let before = count.load(SeqCst);
                 match io.poll_ready(Direction::Read, &mut cx, || Ok(())) {
                     Poll::Ready(Ok(seen)) => match data.swap(0, AcqRel) {
                         // WouldBlock: forget readiness unless an event came.
@@ -444,14 +436,7 @@ mod loom_tests {
                         n => read += n,
                     },
                     Poll::Ready(Err(e)) => panic!("{e}"),
-                    // Wait to be woken; a re-poll is a scheduling point (a
-                    // register that met a running wake wakes itself at once).
-                    Poll::Pending => loop {
-                        thread::yield_now();
-                        if count.0.load(SeqCst) != before {
-                            break;
-                        }
-                    },
+                    Poll::Pending => yield_until_woken(&count, before),
                 }
             }
             t.join().unwrap();

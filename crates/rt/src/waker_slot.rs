@@ -172,29 +172,23 @@ mod loom_tests {
     //! the flag handshake the timers and the reactor use.
     use super::*;
     use crate::loom::{thread, Arc, AtomicBool};
+    use crate::task::loom_tests::counting_waker;
     use std::sync::atomic::Ordering::SeqCst;
-    use std::task::Wake;
 
-    /// Counts wake-ups (a loom atomic, so loom sees them).
-    struct Counter(AtomicUsize);
-    impl Wake for Counter {
-        fn wake(self: std::sync::Arc<Self>) {
-            self.0.fetch_add(1, SeqCst);
-        }
-    }
-    fn counter() -> (std::sync::Arc<Counter>, Waker) {
-        let c = std::sync::Arc::new(Counter(AtomicUsize::new(0)));
-        (c.clone(), Waker::from(c))
-    }
-
-    /// A flag set then a wake, against check, register, check: the task
-    /// either sees the flag or is woken — the handshake never loses the news.
-    #[test]
-    fn flag_then_wake_is_never_lost() {
-        loom::model(|| {
+    /// A flag set then a wake, against check, register, check (after a
+    /// first registration with another waker when `stale_first`): the task
+    /// either sees the flag or its newest waker is woken — the handshake
+    /// never loses the news.
+    fn flag_then_wake(stale_first: bool) {
+        loom::model(move || {
             let slot = Arc::new(WakerSlot::new());
             let flag = Arc::new(AtomicBool::new(false));
-            let (woken, waker) = counter();
+            let stale = Arc::new(AtomicUsize::new(0));
+            if stale_first {
+                slot.register(&counting_waker(&stale));
+            }
+            let woken = Arc::new(AtomicUsize::new(0));
+            let waker = counting_waker(&woken);
             let t = {
                 let (slot, flag) = (slot.clone(), flag.clone());
                 thread::spawn(move || {
@@ -208,10 +202,20 @@ mod loom_tests {
             };
             t.join().unwrap();
             assert!(
-                seen || woken.0.load(SeqCst) > 0,
+                seen || woken.load(SeqCst) > 0,
                 "the flag was missed and the task never woken"
             );
         });
+    }
+
+    #[test]
+    fn flag_then_wake_is_never_lost() {
+        flag_then_wake(false);
+    }
+
+    #[test]
+    fn the_latest_registration_is_the_one_woken() {
+        flag_then_wake(true);
     }
 
     /// A register racing a take: the waker is either taken (exactly that
@@ -220,7 +224,8 @@ mod loom_tests {
     fn register_against_take_hands_the_waker_over_once() {
         loom::model(|| {
             let slot = Arc::new(WakerSlot::new());
-            let (woken, waker) = counter();
+            let woken = Arc::new(AtomicUsize::new(0));
+            let waker = counting_waker(&woken);
             let t = {
                 let slot = slot.clone();
                 thread::spawn(move || slot.take())
@@ -229,42 +234,14 @@ mod loom_tests {
             let taken = t.join().unwrap();
             let left = slot.take();
             let got = usize::from(taken.is_some()) + usize::from(left.is_some());
-            let woke = woken.0.load(SeqCst);
             // Taken by the racing take, left in the slot, or woken (the take
             // ran inside the register): at least one, and a taken waker is
             // not also left behind.
-            assert!(got + woke >= 1);
+            assert!(got + woken.load(SeqCst) >= 1);
             assert!(got <= 1, "the waker was handed out twice");
             if let Some(w) = taken.or(left) {
                 assert!(w.will_wake(&waker));
             }
-        });
-    }
-
-    /// Two registers in a row against one wake: the wake reaches the
-    /// second waker, or the second register sees the wake running and
-    /// wakes itself.
-    #[test]
-    fn the_latest_registration_is_the_one_woken() {
-        loom::model(|| {
-            let slot = Arc::new(WakerSlot::new());
-            let flag = Arc::new(AtomicBool::new(false));
-            let (_first, w1) = counter();
-            let (second, w2) = counter();
-            slot.register(&w1);
-            let t = {
-                let (slot, flag) = (slot.clone(), flag.clone());
-                thread::spawn(move || {
-                    flag.store(true, Release);
-                    slot.wake();
-                })
-            };
-            let seen = flag.load(Acquire) || {
-                slot.register(&w2);
-                flag.load(Acquire)
-            };
-            t.join().unwrap();
-            assert!(seen || second.0.load(SeqCst) > 0);
         });
     }
 }

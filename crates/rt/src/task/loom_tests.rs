@@ -139,9 +139,23 @@ fn state_of(ptr: NonNull<raw::Header>) -> state::Snapshot {
     unsafe { HeaderRef::new(ptr) }.state().load()
 }
 
+/// Waits, as an executor would, until a [`counting_waker`]'s count moves
+/// past `before` (read before the poll that returned `Pending`): yielding
+/// first, since a re-poll is a scheduling point (a register that met a
+/// running wake wakes itself at once). A lost wake-up makes this endless,
+/// which loom reports.
+pub(crate) fn yield_until_woken(count: &AtomicUsize, before: usize) {
+    loop {
+        thread::yield_now();
+        if count.load(Acquire) != before {
+            return;
+        }
+    }
+}
+
 /// A waker that counts its wake-ups; it owns a loom `Arc`, so a waker that is
 /// never dropped (a join-waker slot never freed) fails the model.
-fn counting_waker(count: &Arc<AtomicUsize>) -> Waker {
+pub(crate) fn counting_waker(count: &Arc<AtomicUsize>) -> Waker {
     static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, wake, wake_by_ref, drop_waker);
     unsafe fn clone(p: *const ()) -> RawWaker {
         // SAFETY: `p` came from `Arc::into_raw` and the waker being cloned owns a count.
@@ -308,7 +322,7 @@ fn loom_join_drop_vs_completion() {
         let w = counting_waker(&woken);
         let joiner = thread::spawn(move || {
             if let Poll::Ready(r) = poll_join(&mut jh, &w) {
-                drop(r.ok().expect("the task cannot fail"));
+                drop(r.expect("the task cannot fail"));
             }
             drop(jh);
         });

@@ -308,69 +308,46 @@ mod loom_tests {
     //! which loom reports.
     use super::TimerShared;
     use crate::loom::{thread, Arc, AtomicUsize};
+    use crate::task::loom_tests::{counting_waker, yield_until_woken};
     use std::sync::atomic::Ordering::SeqCst;
-    use std::task::{Wake, Waker};
 
-    /// Counts its wake-ups.
-    struct Count(AtomicUsize);
-    impl Wake for Count {
-        fn wake(self: std::sync::Arc<Self>) {
-            self.0.fetch_add(1, SeqCst);
-        }
-    }
-    fn counted() -> (std::sync::Arc<Count>, Waker) {
-        let c = std::sync::Arc::new(Count(AtomicUsize::new(0)));
-        (c.clone(), Waker::from(c))
-    }
-
-    /// `Sleep::poll` until fired, waiting for `count` to move between polls
-    /// (as an executor waits to be woken).
-    fn poll_until_fired(shared: &TimerShared, waker: &Waker, count: &Count) {
-        loop {
-            let before = count.0.load(SeqCst);
-            if shared.poll_fired(waker) {
-                return;
-            }
-            // Wait to be woken; a re-poll is a scheduling point (a register
-            // that met a running wake wakes itself at once).
-            loop {
-                thread::yield_now();
-                if count.0.load(SeqCst) != before {
-                    break;
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn a_timer_fired_on_another_thread_always_wakes_its_task() {
-        loom::model(|| {
-            let (count, waker) = counted();
-            let shared = Arc::new(TimerShared::new(&waker));
-            let t = {
-                let shared = shared.clone();
-                thread::spawn(move || shared.fire())
+    /// A timer registered with a first waker fires on another thread while
+    /// the task polls it with `waker` (the same one, or a new one as after
+    /// moving to another loop) until fired, waiting for `waker`'s count to
+    /// move between polls as an executor waits to be woken.
+    fn fire_against_poll(same_waker: bool) {
+        loom::model(move || {
+            let count = Arc::new(AtomicUsize::new(0));
+            let waker = counting_waker(&count);
+            let first = if same_waker {
+                waker.clone()
+            } else {
+                // Its wake-ups are not waited on.
+                counting_waker(&Arc::new(AtomicUsize::new(0)))
             };
-            poll_until_fired(&shared, &waker, &count);
-            t.join().unwrap();
-        });
-    }
-
-    /// The task re-registers with a new waker (as after moving to another
-    /// loop) while the timer fires: the newest waker hears of it — the
-    /// first one's wake-ups are not waited on.
-    #[test]
-    fn a_fire_reaches_a_waker_registered_after_the_first() {
-        loom::model(|| {
-            let (_stale, first) = counted();
             let shared = Arc::new(TimerShared::new(&first));
             let t = {
                 let shared = shared.clone();
                 thread::spawn(move || shared.fire())
             };
-            let (count, second) = counted();
-            poll_until_fired(&shared, &second, &count);
+            loop {
+                let before = count.load(SeqCst);
+                if shared.poll_fired(&waker) {
+                    break;
+                }
+                yield_until_woken(&count, before);
+            }
             t.join().unwrap();
         });
+    }
+
+    #[test]
+    fn a_timer_fired_on_another_thread_always_wakes_its_task() {
+        fire_against_poll(true);
+    }
+
+    #[test]
+    fn a_fire_reaches_a_waker_registered_after_the_first() {
+        fire_against_poll(false);
     }
 }
