@@ -1,39 +1,50 @@
 #!/usr/bin/env bash
 # The scaling checks two cores cannot answer, sized for one call of the
-# `device` tool (a 16-core machine, 10 minutes a command, 8 files back):
-#   colors  — hand-off models against the N-copy bound at N = 1..8 (issue 16)
-#   offload — cheap p99 beside 1% gzip with cores to spare (issue 12; no nginx there)
-#   echo    — hand-off models against symped and sped with a core each (issue 10)
+# `device` tool (a 16-core machine, 10 minutes a command):
+#   kv      — the cache: symped against the hand-off models, memcached and
+#             tokio at 8, 40, 120 clients (issues 10, 11)
+#   echo    — the echo service: the hand-off models against symped and sped
+#             (issue 10)
+#   threads — symped:N against memcached -t N (seed 001)
+#   colors  — hand-off models and symped against the N-copy bound (issue 16)
+#   sweep   — the hand-off models over their thread counts (seed 001 Fig. 2-5)
+#   offload — cheap p99 beside 1% gzip with cores to spare (issue 12; no nginx)
 #
 # Usage, from the repository root:
 #   scripts/device-scaling.sh BINARY OUTDIR [quick]
 # BINARY is a release build of `duality` (carry a stripped copy: the
 # working tree and carried paths travel within 64 MiB together;
-# scripts/device-pack.sh packs one into .dev/ with the libraries and fonts
-# that machine lacks, and this script uses them when .dev/lib sits beside
-# BINARY: `scripts/device-scaling.sh .dev/duality $OUT`). Each
-# experiment writes its directory under /tmp; OUTDIR gets only each one's
-# Markdown table and JSON plus one log (the tool brings back 8 files).
+# scripts/device-pack.sh packs one into .dev/ with the libraries, fonts and
+# memcached that machine lacks; this script uses them when .dev/lib sits
+# beside BINARY: `scripts/device-scaling.sh .dev/duality $OUT`). Every
+# experiment writes its whole directory under one work directory, which is
+# packed after each step into OUTDIR/results.tgz (one file: the tool brings
+# back 8), with a log beside it: a call cut short still returns the steps
+# it finished.
 # `quick` runs every experiment in its --quick mode (a check of the script).
-# STEPS (default "colors offload echo") picks the experiments: the three
-# fill one 10-minute call; `STEPS=echo` alone gives the echo step room for
-# both hand-off policies (`--handoff always,adaptive`, eight rows).
+# STEPS (default "kv echo threads colors", about 9 minutes on 16 cores)
+# picks the experiments; `STEPS="sweep offload"` fills a second call.
 set -u
 bin=${1:?a duality binary}
 out=${2:?an output directory}
 quick=${3:-}
 mkdir -p "$out"
-libs="$(cd "$(dirname "$bin")" && pwd)"
-if [ -d "$libs/lib" ]; then
-    export LD_LIBRARY_PATH="$libs/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    [ -f "$libs/fonts.conf" ] && export FONTCONFIG_FILE="$libs/fonts.conf"
+here="$(cd "$(dirname "$bin")" && pwd)"
+if [ -d "$here/lib" ]; then
+    export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    [ -f "$here/fonts.conf" ] && export FONTCONFIG_FILE="$here/fonts.conf"
+fi
+# The benchmarks look for memcached in /usr/bin and /usr/local/bin.
+if ! command -v memcached >/dev/null && [ -x "$here/bin/memcached" ] && [ -w /usr/local/bin ]; then
+    cp "$here/bin/memcached" /usr/local/bin/memcached
 fi
 log="$out/device-scaling.log"
 work=$(mktemp -d /tmp/device-scaling.XXXXXX)
 cores=$(nproc)
-echo "$(date -u +%FT%TZ) $cores cores, $(uname -r)" | tee "$log"
+echo "$(date -u +%FT%TZ) $cores cores, $(uname -r), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)" | tee "$log"
 
-# run NAME SECONDS ARGS...: one experiment, stopped after SECONDS.
+# run NAME SECONDS ARGS...: one experiment, stopped after SECONDS, then
+# everything so far packed.
 run() {
     local name=$1 limit=$2
     shift 2
@@ -42,27 +53,31 @@ run() {
     echo "== $name: $bin bench $* ${q[*]} ($(date -u +%T))" | tee -a "$log"
     timeout "$limit" "$bin" bench "$@" "${q[@]}" --out "$work/$name" >>"$log" 2>&1
     echo "exit $? ($(date -u +%T))" | tee -a "$log"
-    for f in "$work/$name"/*.md "$work/$name"/*.json; do
-        [ -e "$f" ] && cp "$f" "$out/$name-$(basename "$f")"
-    done
+    tar czf "$out/results.tgz" -C "$work" .
 }
 
-# Client loops and connections grow with the machine so the load generator
-# is not the limit (see README: the colors experiment).
-# 12 threads at most: the four client loops take the other cores of 16
-# (docs/results/colors/16-cores*: about 4 minutes at 3 rounds).
-top=$((cores - 4 > 1 ? cores - 4 : 1))
-threads=$(for n in 1 2 4 8 $top; do [ "$n" -le "$top" ] && echo "$n"; done | sort -nu | paste -sd,)
-steps=" ${STEPS:-colors offload echo} "
-want() { [[ "$steps" == *" $1 "* ]]; }
-
-want colors && run colors 240 colors --threads "$threads" --client-loops 4 --clients 64 --rounds 2
-want offload && run offload 180 offload --no-nginx
+# The load generator grows with the machine so it is not the limit: one
+# client thread keeps about two server loops busy (on 16 cores: 6 client
+# threads beside 8-10 server threads; docs/results/models/16-cores).
+ct=$((cores * 3 / 8 > 1 ? cores * 3 / 8 : 1))
 half=$((cores / 2 > 1 ? cores / 2 : 1))
 quarter=$((cores / 4 > 1 ? cores / 4 : 1))
-# Alone, the echo step runs both hand-off policies (it has the call to itself).
-policies=always elimit=150
-[ "$steps" = " echo " ] && policies=always,adaptive elimit=300
-want echo && run echo "$elimit" models --service echo --no-peers --clients 8,40,120 --windows 3 \
-    --handoff "$policies" --models "sped,symped:$half,amped:$half,seda:2:$half,seda-s:$quarter"
+# Colors: the four client loops take four cores (docs/results/colors/16-cores*).
+top=$((cores - 4 > 1 ? cores - 4 : 1))
+threads=$(for n in 1 2 4 8 $top; do [ "$n" -le "$top" ] && echo "$n"; done | sort -nu | paste -sd,)
+maxthreads=$((cores - ct > 1 ? cores - ct : 1))
+steps=" ${STEPS:-kv echo threads colors} "
+want() { [[ "$steps" == *" $1 "* ]]; }
+hand="amped:$half,seda:2:$half,seda-s:$quarter"
+
+want kv && run kv 200 models --models "symped:$half,$hand" --clients 8,40,120 \
+    --client-threads "$ct" --rounds 3 --windows 2
+want echo && run echo 110 models --service echo --no-peers --clients 8,40,120 --windows 3 \
+    --client-threads "$ct" --models "sped,symped:$half,$hand"
+want threads && run threads 90 threads --max-threads "$maxthreads" --clients 120 \
+    --client-threads "$ct" --windows 2
+want colors && run colors 150 colors --threads "$threads" --client-loops 4 --clients 64 --rounds 2 \
+    --setups amped,symped,n-copy,tokio
+want sweep && run sweep 120 models --sweep --sweep-max 8 --client-threads "$ct" --windows 2
+want offload && run offload 180 offload --no-nginx
 rm -rf "$work"
