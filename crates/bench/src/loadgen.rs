@@ -367,6 +367,58 @@ async fn drive_share(
     merged
 }
 
+/// Client threads 1..n of a load generator, each running its share of the
+/// connections on a duality loop of its own (share 0 is the caller's).
+pub(crate) struct ClientThreads<T>(Vec<std::thread::JoinHandle<anyhow::Result<T>>>);
+
+impl<T: Send + 'static> ClientThreads<T> {
+    /// Starts `work(t)` for `t` in `1..threads`, on threads named
+    /// `NAME-t`; if one cannot start, calls `stop`, waits for those
+    /// started and fails.
+    pub(crate) fn start<F>(
+        threads: usize,
+        name: &str,
+        config: &duality_rt::LoopConfig,
+        mut work: impl FnMut(usize) -> F,
+        stop: impl FnOnce(),
+    ) -> anyhow::Result<Self>
+    where
+        F: std::future::Future<Output = T> + Send + 'static,
+    {
+        let mut started = Vec::new();
+        for t in 1..threads {
+            let (work, config) = (work(t), config.clone());
+            let spawned = std::thread::Builder::new()
+                .name(format!("{name}-{t}"))
+                .spawn(move || -> anyhow::Result<T> {
+                    Ok(duality_rt::EventLoop::new(config)?.block_on(work))
+                });
+            match spawned {
+                Ok(h) => started.push(h),
+                Err(e) => {
+                    stop();
+                    for h in started {
+                        let _ = h.join();
+                    }
+                    return Err(anyhow::anyhow!("starting client thread {t}: {e}"));
+                }
+            }
+        }
+        Ok(ClientThreads(started))
+    }
+
+    /// Waits for every thread: their results in order, or the first error.
+    pub(crate) fn join(self) -> anyhow::Result<Vec<T>> {
+        self.0
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .map_err(|_| anyhow::anyhow!("a client thread panicked"))?
+            })
+            .collect()
+    }
+}
+
 /// Runs the load and returns one result per window; `mark(i)` is called at
 /// the start of window i and once more (with `windows`) after the last, so
 /// the caller can read the server's counters at the same instants.
@@ -393,27 +445,16 @@ pub fn run(cfg: &LoadConfig, mark: &mut dyn FnMut(usize)) -> anyhow::Result<Vec<
     let start = Instant::now() + Duration::from_millis(5);
     // Threads 1.. run their shares on loops of their own; this thread runs
     // share 0 and keeps the time.
-    let mut helpers = Vec::new();
-    for t in 1..threads {
-        let (cfg, shared, config) = (cfg.clone(), sh.clone(), config.clone());
-        let spawned = std::thread::Builder::new()
-            .name(format!("loadgen-{t}"))
-            .spawn(move || -> anyhow::Result<Vec<Histogram<u64>>> {
-                let mut lp = duality_rt::EventLoop::new(config)?;
-                Ok(lp.block_on(async { drive_share(&cfg, threads, t, &shared, start).await }))
-            });
-        match spawned {
-            Ok(h) => helpers.push(h),
-            Err(e) => {
-                // Let the threads already started finish before failing.
-                sh.phase.store(STOP, Relaxed);
-                for h in helpers {
-                    let _ = h.join();
-                }
-                return Err(anyhow::anyhow!("starting client thread {t}: {e}"));
-            }
-        }
-    }
+    let helpers = ClientThreads::start(
+        threads,
+        "loadgen",
+        &config,
+        |t| {
+            let (cfg, shared) = (cfg.clone(), sh.clone());
+            async move { drive_share(&cfg, threads, t, &shared, start).await }
+        },
+        || sh.phase.store(STOP, Relaxed),
+    )?;
     let mut lp = duality_rt::EventLoop::new(config)?;
     let (mut hists, per_window, cpu) = lp.block_on(async {
         let mine = duality_rt::spawn({
@@ -441,10 +482,7 @@ pub fn run(cfg: &LoadConfig, mark: &mut dyn FnMut(usize)) -> anyhow::Result<Vec<
             .unwrap_or_else(|_| (0..windows).map(|_| latency_histogram()).collect());
         (merged, per_window, cpu_use)
     });
-    for h in helpers {
-        let hs = h
-            .join()
-            .map_err(|_| anyhow::anyhow!("a client thread panicked"))??;
+    for hs in helpers.join()? {
         for (m, h) in hists.iter_mut().zip(hs) {
             let _ = m.add(&h);
         }

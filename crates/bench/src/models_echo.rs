@@ -203,26 +203,10 @@ pub fn closed_loop_echo(
             }
         }
     };
-    let mut helpers = Vec::new();
-    for t in 1..threads {
-        let (work, config) = (start_share(t), config.clone());
-        let spawned = std::thread::Builder::new()
-            .name(format!("echo-client-{t}"))
-            .spawn(move || -> anyhow::Result<()> {
-                duality_rt::EventLoop::new(config)?.block_on(work);
-                Ok(())
-            });
-        match spawned {
-            Ok(h) => helpers.push(h),
-            Err(e) => {
-                stop.store(true, Relaxed);
-                for h in helpers {
-                    let _ = h.join();
-                }
-                return Err(anyhow::anyhow!("starting client thread {t}: {e}"));
-            }
-        }
-    }
+    let helpers =
+        crate::loadgen::ClientThreads::start(threads, "echo-client", &config, start_share, || {
+            stop.store(true, Relaxed)
+        })?;
     let mut lp = duality_rt::EventLoop::new(config)?;
     let (n, took) = lp.block_on(async {
         let mine = duality_rt::spawn(start_share(0));
@@ -238,10 +222,7 @@ pub fn closed_loop_echo(
         let _ = mine.await;
         (n, took)
     });
-    for h in helpers {
-        h.join()
-            .map_err(|_| anyhow::anyhow!("a client thread panicked"))??;
-    }
+    helpers.join()?;
     let e = errors.load(Relaxed);
     anyhow::ensure!(e == 0, "{e} client connections failed");
     Ok((n, took))
