@@ -27,19 +27,20 @@ fonts=$(fc-list --format '%{file}\n' 2>/dev/null | grep -i '/DejaVuSans[^/]*\.tt
 [ -n "$fonts" ] || fonts=$(ls /usr/share/fonts/truetype/dejavu/DejaVuSans*.ttf 2>/dev/null || true)
 [ -n "$fonts" ] || { echo "no DejaVu fonts found (apt-get install fonts-dejavu-core)" >&2; exit 1; }
 for f in $fonts; do cp "$f" .dev/fonts/; done
-# memcached, the cache's peer, where this machine has it (the device has
-# none and cannot fetch one): the binary in .dev/bin, its libraries beside
-# the others.
-if mc=$(command -v memcached); then
+# memcached and nginx, the peers, where this machine has them (the device
+# has neither and cannot fetch them): the binaries in .dev/bin, their
+# libraries beside the others.
+for peer in memcached nginx; do
+    p=$(command -v $peer || ls /usr/sbin/$peer 2>/dev/null) || continue
     mkdir -p .dev/bin
-    cp -L "$mc" .dev/bin/memcached
-    for lib in $(ldd "$mc" | awk '/=>/ { print $3 }'); do
+    cp -L "$p" .dev/bin/$peer
+    for lib in $(ldd "$p" | awk '/=>/ { print $3 }'); do
         case $(basename "$lib") in
             libc.so* | libm.so* | libgcc_s.so* | ld-linux*) ;;
             *) [ -e ".dev/lib/$(basename "$lib")" ] || cp -L "$lib" .dev/lib/ ;;
         esac
     done
-fi
+done
 cat >.dev/fonts.conf <<'XML'
 <?xml version="1.0"?>
 <!DOCTYPE fontconfig SYSTEM "fonts.dtd">
@@ -48,4 +49,4 @@ cat >.dev/fonts.conf <<'XML'
   <cachedir>/tmp/duality-fontconfig</cachedir>
 </fontconfig>
 XML
-echo "packed: $(du -sh .dev | cut -f1) in .dev ($(ls .dev/lib | wc -l) libraries, $(ls .dev/fonts | wc -l) fonts$([ -x .dev/bin/memcached ] && echo ", memcached"))"
+echo "packed: $(du -sh .dev | cut -f1) in .dev ($(ls .dev/lib | wc -l) libraries, $(ls .dev/fonts | wc -l) fonts$(ls .dev/bin 2>/dev/null | sed 's/^/, /' | tr -d '\n'))"

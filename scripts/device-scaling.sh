@@ -8,7 +8,10 @@
 #   threads — symped:N against memcached -t N (seed 001)
 #   colors  — hand-off models and symped against the N-copy bound (issue 16)
 #   sweep   — the hand-off models over their thread counts (seed 001 Fig. 2-5)
-#   offload — cheap p99 beside 1% gzip with cores to spare (issue 12; no nginx)
+#   offload — cheap p99 beside 1% gzip with cores to spare (issue 12),
+#             symped with half the cores against nginx with as many workers
+#   http    — the web server (symped, half the cores, epoll and io_uring)
+#             against nginx with as many workers, 1 and 16 KiB (issue 11)
 #
 # Usage, from the repository root:
 #   scripts/device-scaling.sh BINARY OUTDIR [quick]
@@ -23,7 +26,8 @@
 # it finished.
 # `quick` runs every experiment in its --quick mode (a check of the script).
 # STEPS (default "kv echo threads colors", about 9 minutes on 16 cores)
-# picks the experiments; `STEPS="sweep offload"` fills a second call.
+# picks the experiments; `STEPS="offload http"` (about 7 minutes) or
+# `STEPS="sweep"` fill a second call.
 set -u
 bin=${1:?a duality binary}
 out=${2:?an output directory}
@@ -37,6 +41,19 @@ fi
 # The benchmarks look for memcached in /usr/bin and /usr/local/bin.
 if ! command -v memcached >/dev/null && [ -x "$here/bin/memcached" ] && [ -w /usr/local/bin ]; then
     cp "$here/bin/memcached" /usr/local/bin/memcached
+fi
+# And for nginx in PATH and /usr/local/sbin; a packed nginx is installed only
+# if it passes `nginx -t` here (its workers' user must exist), else the
+# experiments leave its rows out instead of failing.
+if ! command -v nginx >/dev/null && [ -x "$here/bin/nginx" ] && [ -w /usr/local/sbin ]; then
+    t=$(mktemp -d /tmp/nginx-check.XXXXXX)
+    printf 'pid %s/pid;\nerror_log %s/err;\nevents {}\nhttp { access_log off; }\n' "$t" "$t" >"$t/conf"
+    if "$here/bin/nginx" -p "$t" -c "$t/conf" -e "$t/err" -t 2>"$t/out"; then
+        cp "$here/bin/nginx" /usr/local/sbin/nginx
+    else
+        echo "packed nginx does not run here: $(tail -1 "$t/out")"
+    fi
+    rm -rf "$t"
 fi
 log="$out/device-scaling.log"
 work=$(mktemp -d /tmp/device-scaling.XXXXXX)
@@ -79,5 +96,7 @@ want threads && run threads 90 threads --max-threads "$maxthreads" --clients 120
 want colors && run colors 150 colors --threads "$threads" --client-loops 4 --clients 64 --rounds 2 \
     --setups amped,symped,n-copy,tokio
 want sweep && run sweep 120 models --sweep --sweep-max 8 --client-threads "$ct" --windows 2
-want offload && run offload 180 offload --no-nginx
+want offload && run offload 240 offload --model "symped:$half" --nginx-workers "$half"
+want http && run http 200 http --io epoll,uring --sizes 1024,16384 --clients 100,1000 \
+    --servers "duality-knot-c:$half,nginx-${half}w" --client-threads "$((cores - half))"
 rm -rf "$work"

@@ -20,7 +20,8 @@ pub struct HttpBenchArgs {
     #[arg(long, default_value_t = 0.5)]
     warmup: f64,
     /// Comma-separated servers: duality-knot-c, duality-knot-a, duality-sped,
-    /// nginx-1w, nginx-2w (default: all).
+    /// nginx-1w, nginx-2w (default: all); sized for a bigger machine:
+    /// nginx-<N>w (N workers), duality-knot-c:<N>, duality-knot-a:<N> (N loops).
     #[arg(long, value_delimiter = ',')]
     servers: Vec<String>,
     /// Comma-separated I/O backends (`epoll`, `uring`): each duality server
@@ -139,11 +140,14 @@ pub fn run(a: HttpBenchArgs) -> anyhow::Result<()> {
     } else {
         let mut chosen = Vec::new();
         for name in &a.servers {
-            let Some(k) = all.iter().find(|k| k.label() == *name) else {
+            let Some(k) = http::parse_server(name) else {
                 let names: Vec<String> = all.iter().map(|k| k.label()).collect();
-                anyhow::bail!("unknown server {name:?}; choose from {}", names.join(", "));
+                anyhow::bail!(
+                    "unknown server {name:?}; choose from {} (or nginx-<N>w, duality-knot-c:<N>, duality-knot-a:<N>)",
+                    names.join(", ")
+                );
             };
-            chosen.push(k.clone());
+            chosen.push(k);
         }
         chosen
     };

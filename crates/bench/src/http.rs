@@ -168,6 +168,36 @@ pub fn default_servers() -> Vec<ServerKind> {
     ]
 }
 
+/// A server named on the command line: one of [`default_servers`], or one
+/// sized for a bigger machine, `nginx-<N>w` (N workers) or
+/// `duality-knot-c:<N>` / `duality-knot-a:<N>` (`symped:<N>`: N loops, so
+/// the server and the load generator can split a many-core machine).
+pub fn parse_server(name: &str) -> Option<ServerKind> {
+    if let Some(k) = default_servers().into_iter().find(|k| k.label() == name) {
+        return Some(k);
+    }
+    if let Some(n) = name
+        .strip_prefix("nginx-")
+        .and_then(|r| r.strip_suffix('w'))
+    {
+        let workers: usize = n.parse().ok().filter(|&w| w >= 1)?;
+        return Some(ServerKind::Nginx { workers });
+    }
+    let (base, loops) = name.split_once(':')?;
+    let loops: usize = loops.parse().ok().filter(|&n| n >= 1)?;
+    match default_servers().into_iter().find(|k| k.label() == base)? {
+        ServerKind::Duality {
+            model, accept, io, ..
+        } if model == "symped" => Some(ServerKind::Duality {
+            label: name.into(),
+            model: format!("symped:{loops}"),
+            accept,
+            io,
+        }),
+        _ => None,
+    }
+}
+
 /// What one load run measured.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct LoadResult {
@@ -1186,6 +1216,41 @@ mod workload_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn servers_parse_with_sizes() {
+        assert_eq!(
+            parse_server("nginx-2w"),
+            Some(ServerKind::Nginx { workers: 2 })
+        );
+        assert_eq!(
+            parse_server("nginx-8w"),
+            Some(ServerKind::Nginx { workers: 8 })
+        );
+        assert_eq!(parse_server("nginx-0w"), None);
+        assert_eq!(parse_server("nginx-w"), None);
+        match parse_server("duality-knot-a:8") {
+            Some(ServerKind::Duality {
+                label,
+                model,
+                accept,
+                io: None,
+            }) => {
+                assert_eq!(label, "duality-knot-a:8");
+                assert_eq!(model, "symped:8");
+                assert_eq!(accept, "favor-accept");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            parse_server("duality-knot-c").map(|k| k.label()),
+            Some("duality-knot-c".to_string())
+        );
+        // sped has one loop by definition; unknown names and zero loops fail.
+        assert_eq!(parse_server("duality-sped:4"), None);
+        assert_eq!(parse_server("duality-knot-c:0"), None);
+        assert_eq!(parse_server("apache"), None);
+    }
 
     #[test]
     fn content_length_is_found_in_any_case() {
