@@ -47,6 +47,10 @@ pub struct OffloadArgs {
     /// Number of small (1-4 KiB) files.
     #[arg(long, default_value_t = 1000)]
     small_files: usize,
+    /// duality's CPU pool threads (`duality http --cpu-threads`; default:
+    /// the server's, one per core).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    cpu_threads: Option<u16>,
     /// nginx's worker processes (default: the cores).
     #[arg(long)]
     nginx_workers: Option<usize>,
@@ -93,6 +97,7 @@ pub fn run(a: OffloadArgs) -> anyhow::Result<()> {
     let plan = Plan {
         exe: std::env::current_exe()?,
         model: a.model.to_string(),
+        cpu_threads: a.cpu_threads.map(usize::from),
         nginx_workers: a.nginx_workers.unwrap_or_else(duality_models::cores),
         loads: a.loads.clone(),
         capacity: a.capacity,
@@ -141,7 +146,10 @@ Columns: latencies in ms, client side from the due time to the whole response; T
         plan.heavy_files,
         plan.heavy_bytes >> 10,
         a.heavy_pct,
-        plan.model,
+        match plan.cpu_threads {
+            Some(n) => format!("{} --cpu-threads {n}", plan.model),
+            None => plan.model.clone(),
+        },
         plan.nginx_workers,
         a.new_conn_pct,
         plan.warmup.as_secs_f64(),

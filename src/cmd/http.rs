@@ -130,6 +130,12 @@ pub struct HttpArgs {
     /// hand-off's (and a loop turn's budget), on the pool otherwise.
     #[arg(long, default_value_t = Offload::Inline)]
     offload: Offload,
+    /// Threads of the runtime's CPU pool, where `--offload pool|adaptive`
+    /// compresses (nginx's `thread_pool … threads=N`). Default: one per core.
+    /// They run below the loops' priority while they keep up, so fewer
+    /// threads matter only when the pool falls behind and is raised.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    cpu_threads: Option<u16>,
 }
 
 fn on_off(v: &str) -> Result<bool, String> {
@@ -204,6 +210,12 @@ fn open_files_room(nofile: u64, max_conns: usize) -> u64 {
 
 pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
     a.io.apply();
+    if let Some(n) = a.cpu_threads {
+        duality_rt::pool::configure_cpu_pool(duality_rt::pool::PoolConfig {
+            max_threads: n.into(),
+            ..duality_rt::pool::PoolConfig::cpu()
+        })?;
+    }
     let max_conns = *a.max_conns.get_or_insert_with(default_max_conns);
     let open_files = a
         .open_file_cache

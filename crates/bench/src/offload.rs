@@ -721,6 +721,8 @@ pub struct Plan {
     pub exe: PathBuf,
     /// duality's `--model`.
     pub model: String,
+    /// duality's `--cpu-threads` (`None`: its default).
+    pub cpu_threads: Option<usize>,
     /// nginx's worker processes.
     pub nginx_workers: usize,
     /// Offered loads, percent of capacity.
@@ -787,8 +789,9 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> anyhow::Result<Report
         ..plan.mix.clone()
     };
     let mut servers: Vec<(&str, RunningServer)> = Vec::new();
+    let cpu_threads = plan.cpu_threads.map(|n| n.to_string());
     for (label, policy) in [(INLINE, "inline"), (POOL, "pool"), (ADAPTIVE, "adaptive")] {
-        let args = [
+        let mut args = vec![
             "--model",
             &plan.model,
             "--gzip",
@@ -802,6 +805,9 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> anyhow::Result<Report
             "--long-poll-warn-ms",
             "0",
         ];
+        if let Some(n) = &cpu_threads {
+            args.extend(["--cpu-threads", n]);
+        }
         servers.push((
             label,
             RunningServer::duality_with(&plan.exe, &root.0, &args)?,
