@@ -13,7 +13,7 @@ fn quick_http_run_writes_every_point_with_server_cpu() {
             "--sizes",
             "100",
             "--servers",
-            "duality-sped",
+            "duality-sped,duality-knot-c:1",
             "--client-threads",
             "1",
         ],
@@ -21,13 +21,17 @@ fn quick_http_run_writes_every_point_with_server_cpu() {
     );
     let out = &r.out.0;
     let rows = file.as_array().unwrap();
-    let clients: Vec<u64> = rows
-        .iter()
-        .map(|r| r["clients"].as_u64().unwrap())
-        .collect();
-    assert_eq!(clients, [1, 16, 256], "{rows:?}");
+    // Every point of each server, the second one sized by name (one loop).
+    for server in ["duality-sped", "duality-knot-c:1"] {
+        let clients: Vec<u64> = rows
+            .iter()
+            .filter(|r| r["server"] == server)
+            .map(|r| r["clients"].as_u64().unwrap())
+            .collect();
+        assert_eq!(clients, [1, 16, 256], "{server}: {rows:?}");
+    }
+    assert_eq!(rows.len(), 6, "{rows:?}");
     for r in rows {
-        assert_eq!(r["server"], "duality-sped");
         assert_eq!(r["file"], "100B");
         let rps = r["requests_per_sec"].as_f64().unwrap();
         assert!(rps > 0.0, "{r}");
@@ -53,7 +57,7 @@ fn quick_http_run_writes_every_point_with_server_cpu() {
     assert!(
         csv.starts_with("server,file,clients,requests_per_sec,mbit_per_sec,cpu_us_per_request,")
     );
-    assert_eq!(csv.lines().count(), 4, "{csv}");
+    assert_eq!(csv.lines().count(), 7, "{csv}");
 }
 
 /// Scripts (`scripts/wrk-crosscheck.sh`) run nginx with the experiment's

@@ -6,7 +6,17 @@ mod common;
 
 #[test]
 fn quick_offload_run_writes_every_row() {
-    let (r, file) = common::bench::run(&["offload", "--quick", "--model", "sped"], "offload.json");
+    let (r, file) = common::bench::run(
+        &[
+            "offload",
+            "--quick",
+            "--model",
+            "sped",
+            "--cpu-threads",
+            "1",
+        ],
+        "offload.json",
+    );
     let (stderr, out) = (&r.stderr, &r.out.0);
     let rows = file.as_array().unwrap();
     let nginx = rows.iter().any(|r| r["server"] == "nginx gzip on");
@@ -54,6 +64,9 @@ fn quick_offload_run_writes_every_row() {
     assert_eq!(csv.lines().count(), rows.len() + 1);
     let md = std::fs::read_to_string(out.join("offload.md")).unwrap();
     assert!(md.contains("| 50% | duality inline |"), "{md}");
+    // The servers ran with the pool size asked for (a server refusing the
+    // flag would have left no rows).
+    assert!(md.contains("--model sped --cpu-threads 1`"), "{md}");
     assert!(md.contains("**Goals (issue 12)**"), "{md}");
     assert!(
         stderr.contains("goals:\n- 50%: adaptive cheap p99"),

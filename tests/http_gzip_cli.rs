@@ -44,6 +44,7 @@ fn gzip_flags_are_documented_and_checked() {
         "--gzip-static <on|off>",
         "--gzip-cache",
         "--offload",
+        "--cpu-threads <N>",
     ] {
         assert!(help.contains(flag), "{flag} missing from --help:\n{help}");
     }
@@ -57,6 +58,8 @@ fn gzip_flags_are_documented_and_checked() {
         ["--offload", "sometimes"],
         ["--gzip-cache", "lots"],
         ["--gzip-min-length", "1k"],
+        ["--cpu-threads", "0"],
+        ["--cpu-threads", "many"],
     ] {
         let mut args = vec!["http", "--listen", "127.0.0.1:0", "--root", root];
         args.extend_from_slice(&bad);
