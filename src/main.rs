@@ -36,7 +36,20 @@ enum Command {
     Internal(cmd::internal::Internal),
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // The message and its causes on one line, as memcached and nginx
+            // report a failed start; no backtrace (`RUST_BACKTRACE` set for
+            // other programs would otherwise print one after every error).
+            eprintln!("duality: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
