@@ -21,7 +21,7 @@ pub struct HttpBenchArgs {
     warmup: f64,
     /// Comma-separated servers: duality-knot-c, duality-knot-a, duality-sped,
     /// nginx-1w, nginx-2w (default: all); sized for a bigger machine:
-    /// nginx-<N>w (N workers), duality-knot-c:<N>, duality-knot-a:<N> (N loops).
+    /// nginx-Nw (N workers), duality-knot-c:N, duality-knot-a:N (N loops).
     #[arg(long, value_delimiter = ',')]
     servers: Vec<String>,
     /// Comma-separated I/O backends (`epoll`, `uring`): each duality server
