@@ -26,7 +26,7 @@
 # it finished.
 # `quick` runs every experiment in its --quick mode (a check of the script).
 # STEPS (default "kv echo threads colors", about 9 minutes on 16 cores)
-# picks the experiments; `STEPS="offload http"` (about 7 minutes) or
+# picks the experiments; `STEPS="offload http"` (about 4 minutes) or
 # `STEPS="sweep"` fill a second call.
 set -u
 bin=${1:?a duality binary}
