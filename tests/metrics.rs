@@ -609,6 +609,13 @@ fn http_stub_status_and_metrics_listener() {
     assert_eq!(page.families["duality_http_requests"], "counter");
     assert_eq!(page.value("duality_connections_accepted_total", ""), 3.0);
     assert_eq!(page.value("duality_connections", ""), 3.0);
+    // The first request for index.html opened it on the blocking pool.
+    let pool = "pool=duality-blocking";
+    assert!(page.value("duality_pool_jobs_completed_total", pool) >= 1.0);
+    assert_eq!(page.families["duality_pool_jobs_completed"], "counter");
+    assert_eq!(page.families["duality_pool_threads"], "gauge");
+    assert_eq!(page.value("duality_pool_queued_jobs", pool), 0.0);
+    assert_eq!(page.value("duality_pool_raises_total", pool), 0.0);
 }
 
 /// A metrics address that cannot be bound stops the server with the reason.

@@ -65,8 +65,15 @@ impl Exposition {
 
     /// A gauge without labels.
     pub fn gauge(&mut self, name: &str, help: &str, value: f64) {
+        self.gauges(name, help, &[("", value)]);
+    }
+
+    /// A gauge family: one sample per label set.
+    pub fn gauges(&mut self, name: &str, help: &str, samples: &[(&str, f64)]) {
         self.header(name, help, "gauge");
-        self.sample(name, "", &value.to_string());
+        for (labels, v) in samples {
+            self.sample(name, labels, &v.to_string());
+        }
     }
 
     /// A latency histogram family in seconds: one series per label set.
@@ -171,6 +178,50 @@ pub fn server_metrics(stats: &StatsHandle, e: &mut Exposition) {
         "duality_loop_long_polls_total",
         "Per loop: polls longer than the long-poll warning threshold.",
         &long,
+    );
+    pool_metrics(e);
+}
+
+/// The runtime's process-wide pools that have been used (blocking calls;
+/// offloaded CPU work): whether they keep up.
+fn pool_metrics(e: &mut Exposition) {
+    let pools: Vec<(String, duality_rt::pool::PoolStats)> = duality_rt::pool::started_pools()
+        .map(|p| {
+            let s = p.stats();
+            (format!("pool=\"{}\"", escape(&s.name)), s)
+        })
+        .collect();
+    if pools.is_empty() {
+        return;
+    }
+    let gauge = |f: fn(&duality_rt::pool::PoolStats) -> usize| -> Vec<(&str, f64)> {
+        pools
+            .iter()
+            .map(|(l, s)| (l.as_str(), f(s) as f64))
+            .collect()
+    };
+    let counter = |f: fn(&duality_rt::pool::PoolStats) -> u64| -> Vec<(&str, u64)> {
+        pools.iter().map(|(l, s)| (l.as_str(), f(s))).collect()
+    };
+    e.gauges(
+        "duality_pool_threads",
+        "Per pool: threads alive (running a job or idle).",
+        &gauge(|s| s.threads),
+    );
+    e.gauges(
+        "duality_pool_queued_jobs",
+        "Per pool: jobs waiting for a thread.",
+        &gauge(|s| s.queued),
+    );
+    e.counters(
+        "duality_pool_jobs_completed_total",
+        "Per pool: jobs run to the end.",
+        &counter(|s| s.completed),
+    );
+    e.counters(
+        "duality_pool_raises_total",
+        "Per pool: times its threads left the background class because a job waited or ran there too long.",
+        &counter(|s| s.raises),
     );
 }
 
@@ -314,6 +365,28 @@ fn route(head: &[u8]) -> Result<Option<bool>, ()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_used_pool_reports_its_jobs() {
+        duality_rt::block_on(duality_rt::spawn_blocking(|| ())).unwrap();
+        let mut e = Exposition::new();
+        pool_metrics(&mut e);
+        let page = e.finish();
+        let done = page
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("duality_pool_jobs_completed_total{pool=\"duality-blocking\"} ")
+            })
+            .unwrap_or_else(|| panic!("{page}"));
+        assert!(done.parse::<u64>().unwrap() >= 1, "{page}");
+        for family in [
+            "# TYPE duality_pool_threads gauge",
+            "# TYPE duality_pool_queued_jobs gauge",
+            "# TYPE duality_pool_raises_total counter",
+        ] {
+            assert!(page.contains(family), "{family}: {page}");
+        }
+    }
 
     #[test]
     fn histograms_are_cumulative_and_end_in_inf_sum_and_count() {

@@ -204,6 +204,10 @@ pub struct PoolStats {
     pub queue_capacity: usize,
     /// Jobs run to the end (returned or panicked) since the pool was created.
     pub completed: u64,
+    /// Times its threads were raised out of the kernel's background class
+    /// because a job waited (or ran there) too long: the loops left the pool
+    /// too little ([`PoolConfig::background_after`]; 0 without it).
+    pub raises: u64,
 }
 
 /// A bounded thread pool. See the [module docs](self).
@@ -440,6 +444,7 @@ impl Pool {
             max_threads: cfg.max_threads,
             queue_capacity: cfg.queue_capacity,
             completed: self.shared.completed.load(Ordering::Relaxed),
+            raises: self.shared.raises.load(Ordering::Relaxed),
         }
     }
 
@@ -818,6 +823,12 @@ pub fn blocking_pool() -> &'static Pool {
 /// first use unless configured before).
 pub fn cpu_pool() -> &'static Pool {
     CPU.get_or_init(|| Pool::new(PoolConfig::cpu()))
+}
+
+/// The process-wide pools used so far (blocking, then CPU), for reporting
+/// them without creating one.
+pub fn started_pools() -> impl Iterator<Item = &'static Pool> {
+    [BLOCKING.get(), CPU.get()].into_iter().flatten()
 }
 
 /// Sets the blocking pool's configuration. Works only before its first use.
