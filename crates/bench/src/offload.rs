@@ -95,6 +95,11 @@ pub struct OffloadRow {
     pub errors: u64,
     /// Tickets never sent: due, but taken after the drain deadline.
     pub unsent: u64,
+    /// Times duality's CPU pool was raised out of the kernel's background
+    /// class during the window (`duality_pool_raises_total`): the loops
+    /// left it too little. `None`: no CPU pool (inline) or no metrics.
+    #[serde(default)]
+    pub pool_raises: Option<u64>,
 }
 
 /// The server labels, in the order measured.
@@ -677,6 +682,24 @@ impl Histogram {
     }
 }
 
+/// The value of one counter sample (`name{labels}` as the page writes
+/// it) in a Prometheus text page; `None` if the page has no such sample.
+pub fn counter_value(page: &str, sample: &str) -> Option<u64> {
+    page.lines().find_map(|l| {
+        let v = l.strip_prefix(sample)?.strip_prefix(' ')?;
+        Some(v.trim().parse::<f64>().ok()? as u64)
+    })
+}
+
+/// The CPU pool's raises between two scrapes: `None` if the pool had not
+/// been used by the second (a pool first used within the window counts
+/// from 0).
+pub fn pool_raises(before: &str, after: &str) -> Option<u64> {
+    const SAMPLE: &str = "duality_pool_raises_total{pool=\"duality-cpu\"}";
+    let a = counter_value(after, SAMPLE)?;
+    Some(a.saturating_sub(counter_value(before, SAMPLE).unwrap_or(0)))
+}
+
 /// `GET /metrics` from a metrics listener: the page's text.
 pub fn scrape(addr: SocketAddr) -> std::io::Result<String> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
@@ -902,7 +925,8 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> anyhow::Result<Report
             } else {
                 (None, None, None, None)
             };
-            let r = row(label, pct, rate, &o, server_q);
+            let mut r = row(label, pct, rate, &o, server_q);
+            r.pool_raises = pool_raises(&before, &after);
             progress(&format!(
                 "{pct}% ({rate:.0}/s) {label}: cheap p99 {:.2} ms, heavy p99 {} ms, {:.0} requests/s, {} errors",
                 r.cheap_p99_ms,
@@ -962,6 +986,7 @@ pub fn row(
         heavy_per_sec: o.done_heavy as f64 / o.seconds.max(1e-9),
         errors: o.errors,
         unsent: o.unsent,
+        pool_raises: None,
     }
 }
 
@@ -1005,6 +1030,7 @@ pub fn table(rows: &[OffloadRow]) -> String {
         "req/s",
         "heavy/s",
         "errors",
+        "pool raises",
     ];
     let body: Vec<Vec<String>> = rows
         .iter()
@@ -1031,6 +1057,7 @@ pub fn table(rows: &[OffloadRow]) -> String {
                 crate::report::thousands(r.requests_per_sec),
                 format!("{:.1}", r.heavy_per_sec),
                 errors,
+                r.pool_raises.map_or("-".into(), |n| n.to_string()),
             ]
         })
         .collect();
@@ -1100,12 +1127,12 @@ pub fn relative_table(rows: &[OffloadRow]) -> String {
 /// The rows as CSV (empty fields where a server has no such metric).
 pub fn csv(rows: &[OffloadRow]) -> String {
     let mut s = String::from(
-        "server,load_pct,rate,cheap_p50_ms,cheap_p99_ms,cheap_p999_ms,heavy_p50_ms,heavy_p99_ms,heavy_p999_ms,ttfb_p99_ms,server_ttfb_p99_ms,accept_p99_ms,loop_hold_p99_ms,loop_hold_p999_ms,requests_per_sec,heavy_per_sec,errors,unsent\n",
+        "server,load_pct,rate,cheap_p50_ms,cheap_p99_ms,cheap_p999_ms,heavy_p50_ms,heavy_p99_ms,heavy_p999_ms,ttfb_p99_ms,server_ttfb_p99_ms,accept_p99_ms,loop_hold_p99_ms,loop_hold_p999_ms,requests_per_sec,heavy_per_sec,errors,unsent,pool_raises\n",
     );
     let o = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.4}"));
     for r in rows {
         s.push_str(&format!(
-            "{},{},{:.1},{:.4},{:.4},{:.4},{},{},{},{:.4},{},{},{},{},{:.1},{:.2},{},{}\n",
+            "{},{},{:.1},{:.4},{:.4},{:.4},{},{},{},{:.4},{},{},{},{},{:.1},{:.2},{},{},{}\n",
             r.server,
             r.load_pct,
             r.rate,
@@ -1123,7 +1150,8 @@ pub fn csv(rows: &[OffloadRow]) -> String {
             r.requests_per_sec,
             r.heavy_per_sec,
             r.errors,
-            r.unsent
+            r.unsent,
+            r.pool_raises.map_or(String::new(), |n| n.to_string())
         ));
     }
     s
@@ -1354,6 +1382,30 @@ duality_loop_poll_seconds_bucket{loop=\"a\",le=\"0.001\"} 5
         assert_eq!(chunked_end(b"2\r\nabXY"), Err(BadChunk));
     }
 
+    #[test]
+    fn pool_raises_are_a_counter_difference() {
+        let page = |n: u64| {
+            format!(
+                "# TYPE duality_pool_raises_total counter\n\
+                 duality_pool_raises_total{{pool=\"duality-blocking\"}} 99\n\
+                 duality_pool_raises_total{{pool=\"duality-cpu\"}} {n}\n"
+            )
+        };
+        assert_eq!(pool_raises(&page(3), &page(7)), Some(4));
+        // The pool first used inside the window: counted from 0.
+        assert_eq!(pool_raises("", &page(2)), Some(2));
+        // No CPU pool (inline) or no metrics at all.
+        assert_eq!(pool_raises("", "duality_connections 3\n"), None);
+        assert_eq!(pool_raises("", ""), None);
+        assert_eq!(
+            counter_value(
+                &page(5),
+                "duality_pool_raises_total{pool=\"duality-blocking\"}"
+            ),
+            Some(99)
+        );
+    }
+
     fn r(server: &str, load: u32, cheap: f64, heavy_s: f64) -> OffloadRow {
         OffloadRow {
             server: server.into(),
@@ -1378,6 +1430,7 @@ duality_loop_poll_seconds_bucket{loop=\"a\",le=\"0.001\"} 5
             heavy_per_sec: heavy_s,
             errors: 0,
             unsent: 0,
+            pool_raises: None,
         }
     }
 

@@ -64,6 +64,7 @@
 //! model. The hand-over of results goes through [`crate::sync::oneshot`],
 //! which is model-checked.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
@@ -370,6 +371,41 @@ pub(crate) fn background_busy(now: Instant) -> bool {
             < BACKGROUND_RECENT.as_nanos() as u64
 }
 
+thread_local! {
+    /// On a pool thread running a job in the background class: when the job
+    /// last let others have the core ([`checkpoint`]). `None` elsewhere.
+    static BACKGROUND_JOB: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// How long a job in the background class runs between [`checkpoint`]s
+/// that give its core away.
+const CHECKPOINT_EVERY: Duration = Duration::from_micros(50);
+
+/// A point in a long CPU job (a compression) where, if it runs on a pool
+/// thread in the kernel's background class and has run [`CHECKPOINT_EVERY`]
+/// since the last one, it yields its core: an event loop woken onto this
+/// core then runs at once. The kernel should preempt the job for a waking
+/// loop by itself, but on this project's virtual machine it did so only at
+/// the next tick (`perf sched`: loops runnable for up to 3.9 ms, a tick at
+/// 250 Hz, behind a compression in the class; the remote wake-up's
+/// interrupt is the likely delay; `docs/results/offload/ab-checkpoint/`).
+/// Anywhere else (a loop running the job inline, a pool outside the class)
+/// it does nothing; it costs a clock read, and a `sched_yield` per
+/// interval. True if it yielded.
+pub fn checkpoint() -> bool {
+    BACKGROUND_JOB.with(|c| {
+        let Some(last) = c.get() else {
+            return false;
+        };
+        if last.elapsed() < CHECKPOINT_EVERY {
+            return false;
+        }
+        std::thread::yield_now();
+        c.set(Some(Instant::now()));
+        true
+    })
+}
+
 /// Locks pool state, ignoring poisoning (no critical section here runs user code).
 fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -607,8 +643,12 @@ impl Shared {
                 });
                 // The job catches the user's panic itself; this outer catch covers
                 // a panicking destructor of an unwanted result.
+                if entered {
+                    BACKGROUND_JOB.set(Some(Instant::now()));
+                }
                 let _ = catch_unwind(AssertUnwindSafe(|| (job.run)(&self)));
                 if entered {
+                    BACKGROUND_JOB.set(None);
                     let _ = priority::set_background(0, false, nice);
                 }
                 if background.is_some() {
@@ -969,6 +1009,42 @@ mod tests {
     /// A job that waits longer than `background_after` raises every thread
     /// of the pool out of the background class, the one in the middle of a
     /// job included, and the jobs after it run raised.
+    /// A long job in the background class gives its core away at its
+    /// checkpoints, at most once per interval; anywhere else a checkpoint
+    /// does nothing.
+    #[test]
+    fn checkpoints_yield_only_in_background_jobs() {
+        assert!((0..1000).all(|_| !checkpoint()), "a plain thread yielded");
+        let pool = Pool::new(PoolConfig {
+            name: "t-ckpt".into(),
+            max_threads: 1,
+            queue_capacity: 4,
+            keep_alive: Duration::from_secs(5),
+            nice: 0,
+            background_after: Some(Duration::from_secs(30)),
+        });
+        const RUN: Duration = Duration::from_millis(5);
+        let (yields, background) = crate::block_on(pool.run(|| {
+            let background = crate::priority::is_background();
+            let until = Instant::now() + RUN;
+            let mut yields = 0u32;
+            while Instant::now() < until {
+                yields += u32::from(checkpoint());
+            }
+            (yields, background)
+        }))
+        .unwrap();
+        // One interval may pass between the job entering the class and its
+        // first line.
+        let most = (RUN.as_micros() / CHECKPOINT_EVERY.as_micros()) as u32 + 1;
+        if background {
+            assert!((1..=most).contains(&yields), "{yields} yields in {RUN:?}");
+        } else {
+            eprintln!("pool threads cannot enter the background class here: no yields");
+            assert_eq!(yields, 0);
+        }
+    }
+
     #[test]
     fn a_starved_pool_raises_its_threads() {
         let pool = Pool::new(PoolConfig {
