@@ -1006,9 +1006,6 @@ mod tests {
     /// machine's wake-ups stay under it.
     const AFTER: Duration = Duration::from_millis(50);
 
-    /// A job that waits longer than `background_after` raises every thread
-    /// of the pool out of the background class, the one in the middle of a
-    /// job included, and the jobs after it run raised.
     /// A long job in the background class gives its core away at its
     /// checkpoints, at most once per interval; anywhere else a checkpoint
     /// does nothing.
@@ -1045,6 +1042,9 @@ mod tests {
         }
     }
 
+    /// A job that waits longer than `background_after` raises every thread
+    /// of the pool out of the background class, the one in the middle of a
+    /// job included, and the jobs after it run raised.
     #[test]
     fn a_starved_pool_raises_its_threads() {
         let pool = Pool::new(PoolConfig {
