@@ -51,7 +51,7 @@ use duality_rt::time::{loop_now, sleep_until, timeout, Sleep};
 
 use crate::date;
 use crate::file::FileMeta;
-use crate::gzip::{self, GzipJob};
+use crate::gzip::{self, GzipInput, GzipJob};
 use crate::request::{continue_due, parse_head, Head, Method, Version};
 use crate::response::{
     not_modified, plan_encoded, write_error, write_redirect, write_text, ByteRange, Encoding, Plan,
@@ -417,8 +417,8 @@ impl Connection {
                 content_type,
                 input,
             }) => {
-                self.compressed(head, &path, meta, content_type, input, date)
-                    .await
+                self.compressed(head, &path, meta, content_type, input, date, alone)
+                    .await?
             }
         };
         self.log(Some(head), &plan);
@@ -426,24 +426,33 @@ impl Connection {
     }
 
     /// Answers `head` with the gzip variant of the file `path` (validators
-    /// `meta`, bytes `input`), compressing it through [`gzip::run`] (the
+    /// `meta`, contents `input`), compressing it through [`gzip::run`] (the
     /// one place where the offload policy applies) unless the answer is a
     /// 304; keeps the result in the variant cache. If compression could not
-    /// run, the identity body.
+    /// run, the identity body. `alone`: as for [`Self::push_cached_body`].
+    #[allow(clippy::too_many_arguments)]
     async fn compressed(
         &mut self,
         head: &Head<'_>,
         path: &std::path::Path,
         meta: FileMeta,
         content_type: &'static str,
-        input: Arc<[u8]>,
+        input: GzipInput,
         date: &str,
-    ) -> Plan {
+        alone: bool,
+    ) -> io::Result<Plan> {
         let cfg = self.state.cfg.gzip;
         if not_modified(head, &meta.etag().gzip_variant(), &meta, date) {
             // A 304 carries no length: nothing to compress.
             let encoding = Encoding::Gzip { len: 0 };
-            return plan_encoded(head, &meta, content_type, encoding, date, &mut self.out);
+            return Ok(plan_encoded(
+                head,
+                &meta,
+                content_type,
+                encoding,
+                date,
+                &mut self.out,
+            ));
         }
         let job = GzipJob {
             input: input.clone(),
@@ -452,11 +461,17 @@ impl Connection {
         let Some(gz) = gzip::run(&self.state.offloader, job).await else {
             let encoding = Encoding::Identity { vary: true };
             let plan = plan_encoded(head, &meta, content_type, encoding, date, &mut self.out);
-            push_body(&mut self.out, &input, plan.body);
-            return plan;
+            return match input {
+                GzipInput::Bytes(bytes) => {
+                    self.push_cached_body(&bytes, plan.body, alone);
+                    Ok(plan)
+                }
+                // A file that changed ends the connection short of its
+                // length, as any file that shrinks while sent.
+                GzipInput::File { file, .. } => self.send_body(plan, file, false).await,
+            };
         };
         self.state.counters.gzip_compressed.fetch_add(1, Relaxed);
-        let gz: Arc<[u8]> = gz.into();
         if self
             .state
             .gzip_cache
@@ -470,8 +485,8 @@ impl Connection {
             len: gz.len() as u64,
         };
         let plan = plan_encoded(head, &meta, content_type, encoding, date, &mut self.out);
-        push_body(&mut self.out, &gz, plan.body);
-        plan
+        self.push_cached_body(&gz, plan.body, alone);
+        Ok(plan)
     }
 
     /// Sends the head in `out` and then `plan`'s body span of `file`; a

@@ -173,26 +173,80 @@ pub fn wanted(cfg: &GzipConfig, head: &Head<'_>) -> bool {
     cfg.enabled && head.range.is_none() && head.accept_encoding.prefers_gzip()
 }
 
-/// One compression: the whole input and the level.
+/// What a compression reads: bytes in memory (a small file, read whole
+/// into the page cache), or a large file read in pieces by the job itself,
+/// wherever it runs, so that no thread at the loops' priority copies it
+/// whole first (the file was read ahead on the blocking pool).
+#[derive(Debug, Clone)]
+pub enum GzipInput {
+    /// The identity body.
+    Bytes(Arc<[u8]>),
+    /// The first `len` bytes of `file`.
+    File {
+        /// Open for reading.
+        file: Arc<std::fs::File>,
+        /// Bytes to compress; a file found shorter fails the job.
+        len: u64,
+    },
+}
+
+impl GzipInput {
+    /// Bytes to compress.
+    pub fn len(&self) -> u64 {
+        match self {
+            GzipInput::Bytes(b) => b.len() as u64,
+            GzipInput::File { len, .. } => *len,
+        }
+    }
+
+    /// Whether there is nothing to compress.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// One compression: the input and the level.
 #[derive(Debug, Clone)]
 pub struct GzipJob {
-    /// The identity body.
-    pub input: Arc<[u8]>,
+    /// What to compress.
+    pub input: GzipInput,
     /// 1 to 9 (clamped).
     pub level: u32,
 }
 
 /// Compresses `job.input` into one gzip member (no file name, mtime 0, so
-/// equal inputs give equal bytes). `None` only if the encoder fails, which
-/// writing into memory does not.
+/// equal inputs give equal bytes). `None` if a file input cannot be read or
+/// ends before its length (it changed: the caller sends what it has as is);
+/// the encoder itself does not fail writing into memory.
 pub fn compress(job: &GzipJob) -> Option<Vec<u8>> {
-    let out = Vec::with_capacity(job.input.len() / 4 + 64);
+    let out = Vec::with_capacity(job.input.len() as usize / 4 + 64);
     let mut enc = GzEncoder::new(out, Compression::new(job.level.clamp(1, 9)));
     // In pieces of tens of microseconds, each followed by a point where a
     // job on the CPU pool lets a waiting loop have its core.
-    for piece in job.input.chunks(COMPRESS_PIECE) {
-        enc.write_all(piece).ok()?;
-        duality_rt::pool::checkpoint();
+    match &job.input {
+        GzipInput::Bytes(input) => {
+            for piece in input.chunks(COMPRESS_PIECE) {
+                enc.write_all(piece).ok()?;
+                duality_rt::pool::checkpoint();
+            }
+        }
+        GzipInput::File { file, len } => {
+            use std::os::unix::fs::FileExt as _;
+            let mut piece = vec![0u8; COMPRESS_PIECE];
+            let mut at = 0u64;
+            while at < *len {
+                let want = (*len - at).min(COMPRESS_PIECE as u64) as usize;
+                let n = match file.read_at(&mut piece[..want], at) {
+                    Ok(0) => return None,
+                    Ok(n) => n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(_) => return None,
+                };
+                enc.write_all(&piece[..n]).ok()?;
+                at += n as u64;
+                duality_rt::pool::checkpoint();
+            }
+        }
     }
     enc.finish().ok()
 }
@@ -204,12 +258,17 @@ const COMPRESS_PIECE: usize = 32 << 10;
 /// Runs `job` where `offloader` places it: **the** seam through which every
 /// compression of the server goes. Its class for the adaptive policy is the
 /// level and the input's size in powers of two (a compression's cost grows
-/// with both). `None` if it could not run (the pool lost the job): the
-/// caller answers with the identity body.
-pub async fn run(offloader: &duality_rt::adaptive::Offloader, job: GzipJob) -> Option<Vec<u8>> {
+/// with both). The result is shared (`Arc`) where the job ran, so that a
+/// loop never copies a large body. `None` if it could not run (the pool
+/// lost the job) or its file could not be read: the caller answers with
+/// the identity body.
+pub async fn run(offloader: &duality_rt::adaptive::Offloader, job: GzipJob) -> Option<Arc<[u8]>> {
     let class =
-        (u64::from(job.level) << 8) | u64::from(usize::BITS - job.input.len().leading_zeros());
-    offloader.run(class, move || compress(&job)).await.flatten()
+        (u64::from(job.level) << 8) | u64::from(u64::BITS - job.input.len().leading_zeros());
+    offloader
+        .run(class, move || compress(&job).map(Arc::<[u8]>::from))
+        .await
+        .flatten()
 }
 
 #[cfg(test)]
@@ -334,7 +393,7 @@ mod tests {
         let input: Arc<[u8]> = b"hello hello hello hello hello\n".repeat(100).into();
         for level in [0, 1, 6, 9, 42] {
             let job = GzipJob {
-                input: input.clone(),
+                input: GzipInput::Bytes(input.clone()),
                 level,
             };
             let gz = compress(&job).unwrap();
@@ -346,7 +405,7 @@ mod tests {
             assert_eq!(&back[..], &input[..]);
         }
         let empty = compress(&GzipJob {
-            input: Arc::from(&b""[..]),
+            input: GzipInput::Bytes(Arc::from(&b""[..])),
             level: 1,
         })
         .unwrap();
@@ -361,8 +420,11 @@ mod tests {
             .flat_map(|i| (i % 251).to_le_bytes())
             .collect::<Vec<u8>>()
             .into();
-        let job = GzipJob { input, level: 6 };
-        let want = compress(&job);
+        let job = GzipJob {
+            input: GzipInput::Bytes(input),
+            level: 6,
+        };
+        let want = compress(&job).map(Arc::<[u8]>::from);
         for offload in [Offload::Inline, Offload::Pool, Offload::Adaptive] {
             let o = duality_rt::adaptive::Offloader::new(offload);
             for _ in 0..3 {
@@ -370,6 +432,46 @@ mod tests {
                 assert_eq!(got, want, "{offload}");
             }
         }
+    }
+
+    #[test]
+    fn a_file_input_is_read_in_pieces_and_must_have_its_length() {
+        // Three and a half pieces, so the last read is a short one.
+        let input: Vec<u8> = (0..COMPRESS_PIECE * 7 / 2)
+            .map(|i| (i % 97) as u8)
+            .collect();
+        let dir = std::env::temp_dir().join(format!("duality-gzip-file-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("big.json");
+        std::fs::write(&path, &input).unwrap();
+        let file = Arc::new(std::fs::File::open(&path).unwrap());
+        let from_file = |len: u64| {
+            compress(&GzipJob {
+                input: GzipInput::File {
+                    file: file.clone(),
+                    len,
+                },
+                level: 1,
+            })
+        };
+        let from_bytes = compress(&GzipJob {
+            input: GzipInput::Bytes(input.clone().into()),
+            level: 1,
+        });
+        let gz = from_file(input.len() as u64).unwrap();
+        assert_eq!(Some(&gz), from_bytes.as_ref(), "same bytes either way");
+        let mut back = Vec::new();
+        GzDecoder::new(&gz[..]).read_to_end(&mut back).unwrap();
+        assert_eq!(back, input);
+        // Fewer bytes than the file has: only those (what was stat'ed).
+        let mut back = Vec::new();
+        GzDecoder::new(&from_file(1000).unwrap()[..])
+            .read_to_end(&mut back)
+            .unwrap();
+        assert_eq!(back, &input[..1000]);
+        // The file is shorter than promised (it shrank): no answer.
+        assert_eq!(from_file(input.len() as u64 + 1), None);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

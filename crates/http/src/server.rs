@@ -39,8 +39,9 @@
 //! A request that [wants](gzip::wanted) gzip, for an [eligible](gzip::eligible)
 //! file, is answered on the loop from `gzip_cache` (never from `cache`); on a
 //! miss, the blocking lookup looks for a fresh `.gz`, else returns the
-//! identity bytes to compress (`Found::Compress`), and the connection
-//! compresses them through [`gzip::run`].
+//! identity bytes to compress, or for a file too large for `cache` the open
+//! file, read ahead into the kernel's page cache (`Found::Compress`), and
+//! the connection compresses it through [`gzip::run`].
 
 use std::fs::File;
 use std::io::{self, Read as _, Write as _};
@@ -58,7 +59,7 @@ use std::sync::OnceLock;
 
 use crate::cache::{CacheStats, PageCache};
 use crate::file::{self, FileMeta};
-use crate::gzip::{self, GzipConfig};
+use crate::gzip::{self, GzipConfig, GzipInput};
 use crate::mime;
 use crate::path::{Resolved, Root};
 use crate::request::Limits;
@@ -338,14 +339,15 @@ pub(crate) enum Found {
         /// not wait for the disk, on any backend.
         resident: bool,
     },
-    /// The request wants the gzip variant and none exists yet: the whole
-    /// file (`input`, exactly `meta.size` bytes) for the connection to
-    /// compress through [`gzip::run`].
+    /// The request wants the gzip variant and none exists yet: the file
+    /// (`input`: its bytes, or the open file if it is too large for the
+    /// cache; exactly `meta.size` bytes) for the connection to compress
+    /// through [`gzip::run`].
     Compress {
         path: PathBuf,
         meta: FileMeta,
         content_type: &'static str,
-        input: Arc<[u8]>,
+        input: GzipInput,
     },
 }
 
@@ -597,9 +599,27 @@ impl HttpState {
             return Ok(None);
         }
         let (meta, input) = match self.cache.get(path, &meta) {
-            Some(bytes) => (meta, bytes),
+            Some(bytes) => (meta, GzipInput::Bytes(bytes)),
             None => {
                 let (file, meta) = file::open(path).map_err(|e| HttpError::from_io(&e))?;
+                if !self.cache.admits(meta.size) {
+                    // Too large for the cache: into the page cache here,
+                    // where blocking is allowed, and the compression reads
+                    // it in pieces (a failed read-ahead leaves the reads to
+                    // wait for the disk; they happen off the loops unless
+                    // the policy is `inline`).
+                    let _ = sys::readahead(&file, 0, meta.size);
+                    let input = GzipInput::File {
+                        file: Arc::new(file),
+                        len: meta.size,
+                    };
+                    return Ok(Some(Found::Compress {
+                        path: path.to_owned(),
+                        meta,
+                        content_type,
+                        input,
+                    }));
+                }
                 let (read, bytes) = self.read_file(url_path, path, file, meta, content_type)?;
                 if read != meta {
                     // It shrank while read: send what was read, as is.
@@ -610,7 +630,7 @@ impl HttpState {
                         bytes,
                     }));
                 }
-                (meta, bytes)
+                (meta, GzipInput::Bytes(bytes))
             }
         };
         Ok(Some(Found::Compress {

@@ -527,8 +527,9 @@ fn many_clients_at_once_with_the_pool() {
 /// request on another connection is answered while a large file is still
 /// being compressed (and with `adaptive`, which sends a size class it has
 /// not measured yet to the pool); with `inline` the loop is busy compressing until the
-/// large response has started. (Orderings, not timings: compressing 8 MiB
-/// at level 9 takes far longer than the 150 ms head start.)
+/// large response has started. (Orderings, not timings: compressing 16 MiB
+/// of random letters at level 9 takes about 0.25 s here, longer on a slower
+/// machine, against a 100 ms head start; 8 MiB was too close.)
 #[test]
 fn pool_keeps_the_loop_serving_while_compressing() {
     // `adaptive` has never seen this size class: it goes to the pool.
@@ -539,14 +540,14 @@ fn pool_keeps_the_loop_serving_while_compressing() {
             cfg.gzip.level = 9;
             cfg.gzip.cache_bytes = 0;
         });
-        let words: Vec<u8> = common::pseudo_random(8 << 20, 5)
+        let words: Vec<u8> = common::pseudo_random(16 << 20, 5)
             .iter()
             .map(|b| b'a' + b % 26)
             .collect();
         std::fs::write(s.www().join("large.txt"), &words).unwrap();
         let mut large = s.client();
         large.send(format!("GET /large.txt HTTP/1.1\r\nHost: t\r\n{GZ}\r\n"));
-        std::thread::sleep(Duration::from_millis(150));
+        std::thread::sleep(Duration::from_millis(100));
         let small = s.client().get("/hello.txt");
         assert_eq!(
             (small.status, small.text().as_str()),
