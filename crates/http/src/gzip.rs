@@ -44,12 +44,13 @@
 //! - 256-byte minimum: below that the 18-byte gzip frame and the work save
 //!   next to nothing.
 //! - 16 MiB maximum for compressing on request: at level 1 such a file holds
-//!   a core for about 0.1-0.15 s (and is read whole into memory);
+//!   a core for about 0.1-0.15 s (read in pieces, its result held whole in
+//!   memory);
 //!   pre-compress larger files, `gzip_static` has no maximum.
 //! - a 64 MiB variant cache (the page cache's size);
 //! - compression inline on the loop (what nginx does in its workers;
-//!   `--offload pool` moves it to the CPU pool, and an adaptive policy will
-//!   plug into [`run`]).
+//!   `--offload pool` moves it to the CPU pool, `--offload adaptive`
+//!   decides per size class; both through [`run`]).
 
 use std::io::Write as _;
 use std::path::Path;
