@@ -417,7 +417,7 @@ impl Connection {
                 content_type,
                 input,
             }) => {
-                self.compressed(head, &path, meta, content_type, input, date, alone)
+                self.compressed(head, &path, meta, content_type, input, date)
                     .await?
             }
         };
@@ -429,8 +429,7 @@ impl Connection {
     /// `meta`, contents `input`), compressing it through [`gzip::run`] (the
     /// one place where the offload policy applies) unless the answer is a
     /// 304; keeps the result in the variant cache. If compression could not
-    /// run, the identity body. `alone`: as for [`Self::push_cached_body`].
-    #[allow(clippy::too_many_arguments)]
+    /// run, the identity body.
     async fn compressed(
         &mut self,
         head: &Head<'_>,
@@ -439,8 +438,9 @@ impl Connection {
         content_type: &'static str,
         input: GzipInput,
         date: &str,
-        alone: bool,
     ) -> io::Result<Plan> {
+        // Nothing of this response is in `out` yet: `respond`'s `alone`.
+        let alone = self.out.is_empty();
         let cfg = self.state.cfg.gzip;
         if not_modified(head, &meta.etag().gzip_variant(), &meta, date) {
             // A 304 carries no length: nothing to compress.
