@@ -523,15 +523,38 @@ fn many_clients_at_once_with_the_pool() {
     assert_eq!(s.state.stats().gzip_compressed, 40);
 }
 
+/// How long compressing `input` at level 9 takes here (at least 60 ms, or
+/// the orderings below would be too close to call).
+fn compression_time(input: &[u8]) -> Duration {
+    use duality_http::gzip::{compress, GzipInput, GzipJob};
+    let job = GzipJob {
+        input: GzipInput::Bytes(input.to_vec().into()),
+        level: 9,
+    };
+    let t = std::time::Instant::now();
+    assert!(compress(&job).is_some());
+    let took = t.elapsed();
+    assert!(
+        took >= Duration::from_millis(60),
+        "compressed in {took:?}: use more input"
+    );
+    took
+}
+
 /// Under `sped` (one loop for everything): with `--offload pool` a small
 /// request on another connection is answered while a large file is still
 /// being compressed (and with `adaptive`, which sends a size class it has
 /// not measured yet to the pool); with `inline` the loop is busy compressing until the
-/// large response has started. (Orderings, not timings: compressing 16 MiB
-/// of random letters at level 9 takes about 0.25 s here, longer on a slower
-/// machine, against a 100 ms head start; 8 MiB was too close.)
+/// large response has started. (Orderings, not timings: the small request
+/// is sent a third of the way into the large file's compression, as long as
+/// it takes on this machine, measured first.)
 #[test]
 fn pool_keeps_the_loop_serving_while_compressing() {
+    let words: Vec<u8> = common::pseudo_random(16 << 20, 5)
+        .iter()
+        .map(|b| b'a' + b % 26)
+        .collect();
+    let head_start = compression_time(&words) / 3;
     // `adaptive` has never seen this size class: it goes to the pool.
     for offload in [Offload::Pool, Offload::Adaptive, Offload::Inline] {
         let s = TestServer::with_model("gz-loop", "sped", |cfg| {
@@ -540,14 +563,10 @@ fn pool_keeps_the_loop_serving_while_compressing() {
             cfg.gzip.level = 9;
             cfg.gzip.cache_bytes = 0;
         });
-        let words: Vec<u8> = common::pseudo_random(16 << 20, 5)
-            .iter()
-            .map(|b| b'a' + b % 26)
-            .collect();
         std::fs::write(s.www().join("large.txt"), &words).unwrap();
         let mut large = s.client();
         large.send(format!("GET /large.txt HTTP/1.1\r\nHost: t\r\n{GZ}\r\n"));
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(head_start);
         let small = s.client().get("/hello.txt");
         assert_eq!(
             (small.status, small.text().as_str()),
