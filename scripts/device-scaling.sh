@@ -12,6 +12,9 @@
 #             symped with half the cores against nginx with as many workers
 #   http    — the web server (symped, half the cores, epoll and io_uring)
 #             against nginx with as many workers, 1 and 16 KiB (issue 11)
+#   kvtcp   — the cache over TCP on both backends, symped:1 and symped:2
+#             against memcached (-t 1 the yardstick) with the client on
+#             cores of its own, one in flight and 16 pipelined (issue 11)
 #
 # Usage, from the repository root:
 #   scripts/device-scaling.sh BINARY OUTDIR [quick]
@@ -26,8 +29,8 @@
 # it finished.
 # `quick` runs every experiment in its --quick mode (a check of the script).
 # STEPS (default "kv echo threads colors", about 9 minutes on 16 cores)
-# picks the experiments; `STEPS="offload http"` (about 4 minutes) or
-# `STEPS="sweep"` fill a second call.
+# picks the experiments; `STEPS="offload http"` (about 4 minutes),
+# `STEPS="kvtcp"` (about 3 minutes) or `STEPS="sweep"` fill a second call.
 set -u
 bin=${1:?a duality binary}
 out=${2:?an output directory}
@@ -97,6 +100,10 @@ want colors && run colors 150 colors --threads "$threads" --client-loops 4 --cli
     --setups amped,symped,n-copy,tokio
 want sweep && run sweep 120 models --sweep --sweep-max 8 --client-threads "$ct" --windows 2
 want offload && run offload 240 offload --model "symped:$half" --nginx-workers "$half"
+want kvtcp && run kvtcp 100 models --tcp --models symped:1,symped:2 --io epoll,uring \
+    --clients 40,120 --client-threads 4 --rounds 2 --windows 2
+want kvtcp && run kvtcp-pipeline16 100 models --tcp --models symped:1,symped:2 --io epoll,uring \
+    --clients 40,120 --client-threads 4 --rounds 2 --windows 2 --pipeline 16
 want http && run http 200 http --io epoll,uring --sizes 1024,16384 --clients 100,1000 \
     --servers "duality-knot-c:$half,nginx-${half}w" --client-threads "$((cores - half))"
 rm -rf "$work"
