@@ -155,6 +155,46 @@ fn oversized_value_is_never_buffered() {
         .expect_str("get warm huge\r\n", "VALUE warm 0 1\r\nx\r\nEND\r\n");
 }
 
+/// One `get` naming a 1 MB item 300 times, from a client that does not read:
+/// the server does not copy the item 300 times into one buffer (it did:
+/// RSS +300 MB; memcached stays flat). Its answer goes out a buffer at a
+/// time, whole and in order, followed by the next pipelined request's.
+#[test]
+fn a_get_repeating_a_large_item_is_never_buffered_whole() {
+    for model in ["symped:2", "amped:1"] {
+        let srv = KvProc::start(&["-m", "64", "-I", "2m", "--model", model]);
+        let mut c = srv.connect();
+        let value = vec![b'v'; 1_000_000];
+        let mut set = b"set big 7 0 1000000\r\n".to_vec();
+        set.extend_from_slice(&value);
+        set.extend_from_slice(b"\r\n");
+        c.send(&set);
+        assert_eq!(show(&c.read_n(8)), show(b"STORED\r\n"));
+        c.expect_str("get warm\r\n", "END\r\n");
+        let before = srv.rss();
+        let mut get = b"get".to_vec();
+        for _ in 0..300 {
+            get.extend_from_slice(b" big");
+        }
+        get.extend_from_slice(b"\r\nget tail\r\n");
+        c.send(&get);
+        // Time for the server to do whatever it would do with the get.
+        thread::sleep(Duration::from_millis(500));
+        let grown = srv.rss().saturating_sub(before);
+        assert!(
+            grown < 24 * MIB,
+            "{model}: RSS grew by {grown} bytes for a get the client has not read"
+        );
+        let mut one = b"VALUE big 7 1000000\r\n".to_vec();
+        one.extend_from_slice(&value);
+        one.extend_from_slice(b"\r\n");
+        let mut want = one.repeat(300);
+        want.extend_from_slice(b"END\r\nEND\r\n");
+        let got = c.read_n(want.len());
+        assert!(got == want, "{model}: the answer differs");
+    }
+}
+
 /// 50 connections × 200 `incr` (plus `ma`) on 5 shared counters: exact
 /// totals, and every increment saw a distinct value.
 fn shared_counters(model: &str) {

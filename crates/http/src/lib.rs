@@ -2,9 +2,11 @@
 //!
 //! Two layers. Everything the server *decides* is pure functions over bytes
 //! plus a few blocking file-system calls, with no sockets, no async and no
-//! runtime; the connection handler ([`serve_conn`]) does the reading,
-//! writing, `sendfile` and timeouts around it on `duality-rt`, under any
-//! `duality-models` threading model.
+//! runtime; [`HttpProtocol`] puts it on the session driver of
+//! `duality-models` (the same connection loop as the cache's), which does the
+//! reading, batching, writing and timeouts under any threading model; the
+//! protocol's `finish` sends file bodies (`sendfile`, or reads through the
+//! io_uring ring) and runs lookups on the blocking pool.
 //!
 //! | module | what |
 //! |---|---|
@@ -19,10 +21,10 @@
 //! | [`date`] | [`DateCache`]: the `Date` field, formatted at most once per second |
 //! | [`status`] | [`Status`], [`HttpError`] (status + whether to close) |
 //! | [`server`] | [`HttpConfig`], [`HttpState`] (root, page cache, variant cache, fresh index, access log), [`serve`] |
-//! | `connection` | [`serve_conn`]: one connection in thread style: timeouts, pipelining, the blocking pool, `sendfile` |
+//! | `connection` | [`HttpProtocol`] on the session driver ([`driver`]): parse, execute from memory, finish on the loop (lookups, `sendfile`, gzip), timeouts' answers, lingering close |
 //! | `sys` | `sendfile(2)` and blocking-socket timeouts: the crate's only `unsafe` |
 //!
-//! ## How the connection handler uses it ([`serve_conn`] does this)
+//! ## How a connection uses it ([`HttpProtocol`] on the driver does this)
 //!
 //! ```text
 //! loop:
@@ -179,7 +181,7 @@ pub mod status;
 mod sys;
 
 pub use cache::{CacheStats, PageCache};
-pub use connection::serve_conn;
+pub use connection::{driver, HttpProtocol, HttpRequest, HttpSession};
 pub use date::DateCache;
 pub use encoding::AcceptEncoding;
 pub use file::{ETag, FileMeta};

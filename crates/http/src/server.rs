@@ -1,6 +1,6 @@
 //! The server: [`HttpConfig`], the [`HttpState`] shared by every connection
 //! of one server, and [`serve`], which starts a `duality-models` server whose
-//! handler is [`serve_conn`](crate::serve_conn).
+//! handler is the session driver over [`HttpProtocol`](crate::HttpProtocol).
 //!
 //! ```text
 //!            loop thread (any model)                  blocking pool
@@ -208,9 +208,10 @@ pub struct HttpState {
 }
 
 /// What a connection is doing, as nginx's `stub_status` counts it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) enum Phase {
     /// Idle between requests (keep-alive).
+    #[default]
     Waiting,
     /// Part of a request head has arrived.
     Reading,
@@ -724,10 +725,10 @@ impl HttpState {
 /// Starts `builder`'s server with the HTTP handler (and a 503 for
 /// connections over the limit).
 pub fn serve(builder: ServerBuilder, state: Arc<HttpState>) -> io::Result<Server> {
-    let st = state.clone();
+    let driver = crate::connection::driver(state.clone());
     let server = builder
         .refusal_message(REFUSAL)
-        .serve(move |conn, payload| crate::connection::serve_conn(conn, payload, st.clone()))?;
+        .serve(move |conn, payload| duality_models::drive(conn, payload, driver.clone()))?;
     let _ = state.server.set(server.stats_handle());
     Ok(server)
 }

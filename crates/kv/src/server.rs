@@ -16,12 +16,14 @@
 //! `amped` keeps a shard on one payload thread, so its lock stays uncontended
 //! there — and is not even computed in the inline models.
 
+use crate::command::{execute_part, resume_get, Part};
 use crate::protocol::binary::REQUEST_MAGIC;
 use crate::{
-    binary_request_shard, execute, execute_binary, execute_binary_error, execute_error, parse,
-    parse_binary, request_shard, BinError, BinRequest, ExecContext, Flow, Limits, ParseError,
-    Request, ServerStats, Store, StoreConfig, Time,
+    binary_request_shard, execute_binary, execute_binary_error, execute_error, parse, parse_binary,
+    request_shard, BinError, BinRequest, ExecContext, Flow, Limits, ParseError, Request,
+    ServerStats, Store, StoreConfig, Time,
 };
+use duality_models::session::Reply;
 use duality_models::{
     Conn, Driver, DriverConfig, ListenAddr, Parsed, Payload, Protocol, StatsHandle,
 };
@@ -684,7 +686,7 @@ impl Protocol for KvProtocol {
         &self,
         session: &mut KvSession,
         req: Self::Request<'_>,
-        out: &mut Vec<u8>,
+        out: &mut duality_models::Output,
     ) -> duality_models::Flow {
         let st = &*self.0;
         let conn = session.conn.as_ref().map(|g| &*g.info);
@@ -694,7 +696,13 @@ impl Protocol for KvProtocol {
             c.state.store(CONN_BUSY, Relaxed);
         }
         let flow = match req {
-            KvRequest::Text(Ok(r)) => execute(&r, &st.store, &ctx, out),
+            KvRequest::Text(Ok(r)) => match execute_part(&r, &st.store, &ctx, out) {
+                Part::Done(flow) => flow,
+                // The rest of a large multi-key get goes out a piece at a
+                // time from `finish`, from key `next` (a line holds far
+                // fewer than 2^32 keys).
+                Part::More(next) => return duality_models::Flow::Finish(next as u32),
+            },
             KvRequest::Text(Err(e)) => execute_error(&e, &st.store, &ctx, out),
             KvRequest::Binary(Ok(r)) => execute_binary(&r, &st.store, &ctx, out),
             KvRequest::Binary(Err(e)) => execute_binary_error(&e, &st.store, &ctx, out),
@@ -705,6 +713,36 @@ impl Protocol for KvProtocol {
         match flow {
             Flow::Continue => duality_models::Flow::Continue,
             Flow::Close => duality_models::Flow::Close,
+        }
+    }
+
+    /// The rest of a multi-key get whose values passed
+    /// [`GET_BUFFER`](crate::command::GET_BUFFER): written a buffer at a
+    /// time, so the connection never holds more than one such buffer (and
+    /// a client that does not read holds the get there).
+    async fn finish<'a>(
+        &'a self,
+        _session: &'a mut KvSession,
+        request: &'a [u8],
+        progress: u32,
+        mut reply: Reply<'a>,
+    ) -> duality_models::Flow {
+        let st = &*self.0;
+        let mut from = progress as usize;
+        // The same line `parse` found the get in.
+        let Ok((req, _)) = parse(request, &st.limits) else {
+            return duality_models::Flow::Close;
+        };
+        loop {
+            if reply.flush().await.is_err() {
+                return duality_models::Flow::Close;
+            }
+            let ctx = st.ctx();
+            match resume_get(&req, &st.store, &ctx, reply.out(), from) {
+                Some(Part::More(next)) => from = next,
+                Some(Part::Done(_)) => return duality_models::Flow::Continue,
+                None => return duality_models::Flow::Close,
+            }
         }
     }
 
@@ -897,15 +935,16 @@ mod tests {
         let r = trickle(&line);
         assert_eq!(r[2047], "incomplete");
         assert_eq!(r[2048], "too long");
-        // A retrieval line may grow to 256 KiB before it is refused.
+        // A retrieval line may grow to its own limit before it is refused.
+        let max = Limits::default().max_get_line;
         let mut get = b"get".to_vec();
-        while get.len() <= 256 * 1024 {
+        while get.len() <= max {
             get.extend_from_slice(b" somekey");
         }
-        get.truncate(256 * 1024 + 1);
+        get.truncate(max + 1);
         let r = trickle(&get);
-        assert!(r[..256 * 1024].iter().all(|&x| x == "incomplete"));
-        assert_eq!(r[256 * 1024], "too long");
+        assert!(r[..max].iter().all(|&x| x == "incomplete"));
+        assert_eq!(r[max], "too long");
         // And ends where its end arrives.
         let mut ok = get[..100_000].to_vec();
         ok.extend_from_slice(b"\r\n");

@@ -2,7 +2,6 @@
 
 use duality_rt::net::{TcpStream, UnixStream};
 use duality_rt::GenTable;
-use std::future::poll_fn;
 use std::future::Future;
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
@@ -425,22 +424,9 @@ impl Conn {
     /// Waits until a read would find data, end of stream, or the server's
     /// shutdown (then the next [`read`](Self::read) returns `Ok(0)`), without
     /// holding a buffer. Blocking sockets return at once: their read waits.
-    pub async fn readable(&mut self) -> io::Result<()> {
-        poll_fn(|cx| {
-            let r = match &self.io {
-                Io::Tcp(s) => s.poll_readable(cx),
-                Io::Unix(s) => s.poll_readable(cx),
-                Io::BlockingTcp(..) | Io::BlockingUnix(..) => return Poll::Ready(Ok(())),
-            };
-            if let Poll::Ready(r) = r {
-                return Poll::Ready(r);
-            }
-            if self.closing_or_watch(cx.waker()) {
-                return Poll::Ready(Ok(()));
-            }
-            Poll::Pending
-        })
-        .await
+    pub fn readable(&mut self) -> impl Future<Output = io::Result<()>> + Send + '_ {
+        // Flat, like `read`'s: it sits in every idle connection's future.
+        ReadableFuture { conn: self }
     }
 
     /// Reads what has arrived without waiting: `Ok(None)` if nothing has
@@ -485,26 +471,49 @@ impl Conn {
     /// pushed back at every request is then not a new timer per request, as
     /// [`read_for`](Self::read_for)'s is. On a blocking socket the time left
     /// goes on the socket as its receive timeout.
-    pub async fn read_until(
-        &mut self,
-        buf: &mut [u8],
-        timer: &mut duality_rt::time::Sleep,
-    ) -> io::Result<usize> {
-        if self.is_blocking() {
-            let wait = timer.deadline().saturating_duration_since(Instant::now());
-            return self.read_for(buf, Some(wait)).await;
+    pub fn read_until<'a>(
+        &'a mut self,
+        buf: &'a mut [u8],
+        timer: &'a mut duality_rt::time::Sleep,
+    ) -> impl Future<Output = io::Result<usize>> + Send + 'a {
+        self.blocking_deadline(timer, false);
+        Timed {
+            inner: ReadFuture { conn: self, buf },
+            timer,
         }
-        let mut read = std::pin::pin!(self.read(buf));
-        poll_fn(|cx| {
-            if let Poll::Ready(r) = read.as_mut().poll(cx) {
-                return Poll::Ready(r);
-            }
-            match Pin::new(&mut *timer).poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Err(timed_out())),
-                Poll::Pending => Poll::Pending,
-            }
-        })
-        .await
+    }
+
+    /// [`readable`](Self::readable) until `timer` fires; `TimedOut` then (as
+    /// [`read_until`](Self::read_until)). On a blocking socket it returns at
+    /// once, and the time left goes on the socket for the read that follows.
+    pub fn readable_until<'a>(
+        &'a mut self,
+        timer: &'a mut duality_rt::time::Sleep,
+    ) -> impl Future<Output = io::Result<()>> + Send + 'a {
+        self.blocking_deadline(timer, false);
+        Timed {
+            inner: ReadableFuture { conn: self },
+            timer,
+        }
+    }
+
+    /// [`write_all`](Self::write_all) until `timer` fires; `TimedOut` then
+    /// (a deadline for the whole of `buf`). On a blocking socket the time
+    /// left goes on the socket as its send timeout.
+    pub fn write_all_until<'a>(
+        &'a mut self,
+        buf: &'a [u8],
+        timer: &'a mut duality_rt::time::Sleep,
+    ) -> impl Future<Output = io::Result<()>> + Send + 'a {
+        self.blocking_deadline(timer, true);
+        Timed {
+            inner: WriteAllFuture {
+                conn: self,
+                buf,
+                done: 0,
+            },
+            timer,
+        }
     }
 
     /// [`readable`](Self::readable), waiting at most `wait`; `TimedOut` after
@@ -520,6 +529,32 @@ impl Conn {
                 Ok(r) => r,
                 Err(_) => Err(timed_out()),
             },
+        }
+    }
+
+    /// On a blocking socket, whose operations wait inside their poll: the
+    /// time left until `timer` fires becomes its send (`write`) or receive
+    /// timeout. Nothing for a socket on a loop, whose waits race the timer.
+    /// A refused setting is logged: the wait is then bounded only by the
+    /// socket's earlier timeout.
+    fn blocking_deadline(&mut self, timer: &duality_rt::time::Sleep, write: bool) {
+        if !self.is_blocking() {
+            return;
+        }
+        let left = timer.deadline().saturating_duration_since(Instant::now());
+        let r = if write {
+            // At least a millisecond: zero means none to the kernel.
+            let wait = Some(left.max(Duration::from_millis(1)));
+            match &self.io {
+                Io::BlockingTcp(s, ..) => s.set_write_timeout(wait),
+                Io::BlockingUnix(s, ..) => s.set_write_timeout(wait),
+                _ => Ok(()),
+            }
+        } else {
+            self.set_blocking_rcv_timeout(Some(left))
+        };
+        if let Err(e) = r {
+            tracing::debug!("a socket timeout was refused: {e}");
         }
     }
 
@@ -716,6 +751,18 @@ impl Conn {
         }
     }
 
+    /// Shuts the sending side: the client reads end of stream after what
+    /// was sent (a lingering close), in every model.
+    pub fn shutdown_write(&self) -> io::Result<()> {
+        let how = std::net::Shutdown::Write;
+        match &self.io {
+            Io::Tcp(s) => s.shutdown(how),
+            Io::Unix(s) => s.shutdown(how),
+            Io::BlockingTcp(s, ..) => s.shutdown(how),
+            Io::BlockingUnix(s, ..) => s.shutdown(how),
+        }
+    }
+
     /// The TCP stream, if this is an event-loop TCP connection.
     pub fn tcp(&self) -> Option<&TcpStream> {
         match &self.io {
@@ -824,6 +871,61 @@ impl Future for TryReadFuture<'_> {
             conn.count_read(n);
         }
         Poll::Ready(r)
+    }
+}
+
+/// [`Conn::readable`]'s future.
+struct ReadableFuture<'a> {
+    conn: &'a mut Conn,
+}
+
+impl Future for ReadableFuture<'_> {
+    type Output = io::Result<()>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let conn = &mut *self.get_mut().conn;
+        let r = match &conn.io {
+            Io::Tcp(s) => s.poll_readable(cx),
+            Io::Unix(s) => s.poll_readable(cx),
+            Io::BlockingTcp(..) | Io::BlockingUnix(..) => return Poll::Ready(Ok(())),
+        };
+        if let Poll::Ready(r) = r {
+            return Poll::Ready(r);
+        }
+        if conn.closing_or_watch(cx.waker()) {
+            return Poll::Ready(Ok(()));
+        }
+        Poll::Pending
+    }
+}
+
+/// A connection future bounded by a timer the caller keeps: `TimedOut`
+/// once it fires. A flat future (the connection's futures sit in every
+/// connection's). On a blocking socket, whose operation waits inside its
+/// poll, the time left went on the socket when the future was made
+/// ([`Conn::blocking_deadline`]), and the kernel's `WouldBlock` at its end
+/// reads as `TimedOut`.
+struct Timed<'t, F> {
+    inner: F,
+    timer: &'t mut duality_rt::time::Sleep,
+}
+
+impl<F, T> Future for Timed<'_, F>
+where
+    F: Future<Output = io::Result<T>> + Unpin,
+{
+    type Output = io::Result<T>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll(cx) {
+            Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::WouldBlock => {
+                Poll::Ready(Err(timed_out()))
+            }
+            Poll::Ready(r) => Poll::Ready(r),
+            Poll::Pending => match Pin::new(&mut *this.timer).poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Err(timed_out())),
+                Poll::Pending => Poll::Pending,
+            },
+        }
     }
 }
 

@@ -10,6 +10,7 @@
 //! the same color entering at the same time finds the flag set and counts a
 //! violation. Zero violations under every model is the colors guarantee.
 
+use crate::session::Output;
 use crate::{Conn, Driver, DriverConfig, Flow, Parsed, Payload, Protocol};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::sync::Arc;
@@ -90,7 +91,7 @@ impl Protocol for Echo {
         input.get(..FRAME).map(|f| response(f).0)
     }
 
-    fn execute(&self, _: &mut (), (color, value): (u64, u64), out: &mut Vec<u8>) -> Flow {
+    fn execute(&self, _: &mut (), (color, value): (u64, u64), out: &mut Output) -> Flow {
         let r = job(&self.0, color, value);
         out.extend_from_slice(&color.to_le_bytes());
         out.extend_from_slice(&r.to_le_bytes());

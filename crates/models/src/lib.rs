@@ -37,6 +37,6 @@ pub use payload::{Handoff, Lane, Payload, DEFAULT_COLOR};
 pub use server::{
     ListenAddr, Listener, Server, ServerBuilder, ShutdownReport, StatsHandle, DEFAULT_IDLE_SPIN,
 };
-pub use session::{drive, Driver, DriverConfig, Flow, Parsed, Protocol};
+pub use session::{drive, Driver, DriverConfig, Flow, Output, Parsed, Protocol, Reply, Timeout};
 pub use stage::DEFAULT_PAYLOAD_SPIN;
 pub use stats::{HandoffStats, ServerStats, ThreadRole, ThreadStats};

@@ -32,21 +32,44 @@
 //! ([`Parsed::Incomplete`]), up to [`Protocol::max_request`], and is swapped
 //! back for a standard one as soon as the large request is served. An idle
 //! connection holds no buffer: its task is the driver's future (the
-//! connection, the session, a pointer to the driver; 176 bytes for the
-//! cache), and the set (read and response buffers and where the connection
-//! is in them) is a box taken per busy spell. Per-thread pools keep at most
+//! connection, the session, a pointer to the driver, a timer slot; 184 bytes
+//! for the cache in a release build, 192 in a debug one, which
+//! `tests/kv_limits.rs` holds),
+//! and the set (read and response buffers and where the connection is in
+//! them) is a box taken per busy spell. Per-thread pools keep at most
 //! [`POOL_KEEP`] sets, so memory goes back once connections close.
 //!
 //! Fairness: a batch executes at most [`DriverConfig::max_batch_requests`]
 //! requests and buffers at most [`DriverConfig::max_batch_output`] bytes of
 //! responses before the driver writes them and yields to the loop; the
 //! runtime's I/O budget (`duality_rt::coop`) bounds the rest.
+//!
+//! Responses that cannot be made from bytes alone (the web server's): a
+//! response may end in a shared body ([`Output::share`], a cached file sent
+//! from where it lies, not copied), and a request whose answer must wait
+//! (the file system, a body sent from a file with `sendfile`, a job on a
+//! pool) returns [`Flow::Finish`]: the driver writes the responses before
+//! it, then awaits [`Protocol::finish`] on the connection's loop, boxed (its
+//! state stays out of every idle connection's future), and serves on.
+//!
+//! Timeouts ([`DriverConfig`]), each optional, through one timer per
+//! connection moved at each wait: `idle_timeout` bounds the wait for a
+//! request's first byte; `request_timeout` is a deadline for the whole
+//! request from its first byte (a client dribbling a byte at a time is cut
+//! off however steadily it dribbles); `write_timeout` bounds each write. A
+//! protocol may answer a timeout before the connection closes
+//! ([`Protocol::timed_out`], say a `408`) and may ask for a lingering close
+//! ([`Protocol::linger`]).
 
 use crate::payload::Lane;
 use crate::{Conn, Payload, DEFAULT_COLOR};
+use duality_rt::time::{loop_now, sleep_until, Sleep};
 use std::cell::RefCell;
+use std::future::Future;
+use std::io;
+use std::ops::{Deref, DerefMut, Range};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What the driver does after a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,6 +78,108 @@ pub enum Flow {
     Continue,
     /// Write what is buffered, then close the connection.
     Close,
+    /// The response must wait for something (the file system, a body sent
+    /// from a file, a job on a pool, a client reading a long answer): the
+    /// driver writes what is buffered (the responses before it, and any
+    /// beginning of its own that `execute` appended), then awaits
+    /// [`Protocol::finish`] for this request on the connection's loop and
+    /// serves on after it. The number goes to `finish` as it is: how far
+    /// `execute` got (a key number), or anything the protocol likes.
+    Finish(u32),
+}
+
+/// Which of [`DriverConfig`]'s timeouts ran out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Timeout {
+    /// No request began within `idle_timeout`.
+    Idle,
+    /// A request began and did not arrive whole within `request_timeout`.
+    Request,
+    /// The client took none of a response for `write_timeout`.
+    Write,
+}
+
+/// Where [`Protocol::execute`] puts its response: bytes (an `Output`
+/// dereferences to the `Vec<u8>` they are appended to) and, after them, at
+/// most one shared body, sent from where it lies instead of being copied.
+#[derive(Debug, Default)]
+pub struct Output {
+    bytes: Vec<u8>,
+    shared: Option<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    body: Arc<[u8]>,
+    range: Range<usize>,
+    /// Where in `bytes` the body goes (their length when it was shared).
+    at: usize,
+}
+
+impl Output {
+    /// An empty output whose bytes have room for `n` without growing.
+    pub fn with_capacity(n: usize) -> Output {
+        Output {
+            bytes: Vec::with_capacity(n),
+            shared: None,
+        }
+    }
+
+    /// Sends `body[range]` after the bytes appended so far, from `body`
+    /// itself (a cached file's body: no copy). The driver writes the two
+    /// before it serves the next request. Meant as the end of a response:
+    /// bytes appended after it, or a second shared body, make the driver
+    /// copy the first into place instead.
+    pub fn share(&mut self, body: Arc<[u8]>, range: Range<usize>) {
+        self.settle();
+        let at = self.bytes.len();
+        self.shared = Some(Shared { body, range, at });
+    }
+
+    /// True if a body waits to be sent after the bytes.
+    pub fn has_shared(&self) -> bool {
+        self.shared.is_some()
+    }
+
+    /// True if anything waits to be written.
+    pub fn is_pending(&self) -> bool {
+        !self.bytes.is_empty() || self.shared.is_some()
+    }
+
+    /// Copies a shared body into the bytes, where it belongs (for a writer
+    /// that can only send bytes, and before anything else is shared).
+    pub fn settle(&mut self) {
+        if let Some(Shared { body, range, at }) = self.shared.take() {
+            let part = body.get(range).unwrap_or(&[]);
+            self.bytes.splice(at..at, part.iter().copied());
+        }
+    }
+
+    /// The shared body to send after the bytes, if it still goes last
+    /// (otherwise it is copied into place first).
+    fn take_shared(&mut self) -> Option<(Arc<[u8]>, Range<usize>)> {
+        match &self.shared {
+            Some(s) if s.at == self.bytes.len() => self.shared.take().map(|s| (s.body, s.range)),
+            Some(_) => {
+                self.settle();
+                None
+            }
+            None => None,
+        }
+    }
+}
+
+impl Deref for Output {
+    type Target = Vec<u8>;
+    fn deref(&self) -> &Vec<u8> {
+        &self.bytes
+    }
+}
+
+impl DerefMut for Output {
+    fn deref_mut(&mut self) -> &mut Vec<u8> {
+        &mut self.bytes
+    }
 }
 
 /// What [`Protocol::parse`] found at the front of its input.
@@ -113,8 +238,44 @@ pub trait Protocol: Send + Sync + 'static {
         &self,
         session: &mut Self::Session,
         req: Self::Request<'_>,
-        out: &mut Vec<u8>,
+        out: &mut Output,
     ) -> Flow;
+
+    /// Finishes the response to a request whose `execute` returned
+    /// [`Flow::Finish`]`(progress)` (`request`: the bytes `parse` consumed
+    /// for it), on the
+    /// connection's own loop, after the responses before it were written.
+    /// It appends to [`Reply::out`] and writes with [`Reply::flush`] or
+    /// through [`Reply::conn`] as it needs; the driver writes what it
+    /// leaves. The default, for protocols that never finish: close.
+    fn finish<'a>(
+        &'a self,
+        _session: &'a mut Self::Session,
+        _request: &'a [u8],
+        _progress: u32,
+        _reply: Reply<'a>,
+    ) -> impl Future<Output = Flow> + Send + 'a {
+        async { Flow::Close }
+    }
+
+    /// The driver is about to wait for the client, holding `partial` of its
+    /// next request (empty: none). What the protocol appends to `out` (an
+    /// interim `100 Continue`, say) is written first.
+    fn waiting(&self, _session: &mut Self::Session, _partial: &[u8], _out: &mut Output) {}
+
+    /// One of the driver's timeouts ran out; what the protocol appends to
+    /// `out` (say, a `408`) is written before the connection closes.
+    fn timed_out(&self, _session: &mut Self::Session, _which: Timeout, _out: &mut Output) {}
+
+    /// A request closed the connection (`unread`: the client had sent more
+    /// after it): true to close lingering — shut the write side, then read
+    /// and drop what the client still sends, for at most [`LINGER`] and
+    /// [`LINGER_BYTES`]: closing a socket with unread input makes the kernel
+    /// send a reset, which can destroy the last response before the client
+    /// reads it (nginx's `lingering_close`).
+    fn linger(&self, _session: &Self::Session, _unread: bool) -> bool {
+        false
+    }
 
     /// True while the session is inside a request although no bytes of it
     /// are buffered (a shutdown then lets it finish).
@@ -142,6 +303,18 @@ pub enum Stop {
     Elsewhere(u64),
     /// A request asked to close the connection.
     Close,
+    /// A response shares a body ([`Output::share`]): write before serving
+    /// on.
+    Write,
+    /// The last request served, the last `len` bytes of the input used,
+    /// waits for [`Protocol::finish`] (not counted in `requests`), with the
+    /// `progress` its [`Flow::Finish`] gave.
+    Finish {
+        /// The request's length.
+        len: usize,
+        /// What `execute` handed on.
+        progress: u32,
+    },
 }
 
 /// What [`serve_bytes`] did.
@@ -172,7 +345,7 @@ pub fn serve_bytes<P: Protocol>(
     proto: &P,
     session: &mut P::Session,
     input: &[u8],
-    out: &mut Vec<u8>,
+    out: &mut Output,
     lane: &Lane,
     limits: BatchLimits,
 ) -> Served {
@@ -185,6 +358,13 @@ pub fn serve_bytes<P: Protocol>(
     // never held across the write or an await).
     let mut held = None;
     loop {
+        if out.has_shared() {
+            return Served {
+                used,
+                requests,
+                stop: Stop::Write,
+            };
+        }
         if requests >= limits.max_requests || out.len() >= limits.max_output {
             return Served {
                 used,
@@ -194,15 +374,17 @@ pub fn serve_bytes<P: Protocol>(
         }
         match proto.parse(session, &input[used..]) {
             Parsed::Incomplete(need) => {
+                proto.waiting(session, &input[used..], out);
                 return Served {
                     used,
                     requests,
                     stop: Stop::NeedMore(need),
-                }
+                };
             }
             Parsed::Skip(n) => {
                 let n = n.min(input.len() - used);
                 if n == 0 {
+                    proto.waiting(session, &input[used..], out);
                     return Served {
                         used,
                         requests,
@@ -228,13 +410,22 @@ pub fn serve_bytes<P: Protocol>(
                     proto.execute(session, req, out)
                 });
                 used += n;
-                requests += 1;
-                if flow == Flow::Close {
-                    return Served {
-                        used,
-                        requests,
-                        stop: Stop::Close,
-                    };
+                match flow {
+                    Flow::Continue => requests += 1,
+                    Flow::Close => {
+                        return Served {
+                            used,
+                            requests: requests + 1,
+                            stop: Stop::Close,
+                        }
+                    }
+                    Flow::Finish(progress) => {
+                        return Served {
+                            used,
+                            requests,
+                            stop: Stop::Finish { len: n, progress },
+                        }
+                    }
                 }
             }
         }
@@ -246,6 +437,13 @@ pub fn serve_bytes<P: Protocol>(
 pub struct DriverConfig {
     /// Close a connection that sends nothing for this long (`None`: never).
     pub idle_timeout: Option<Duration>,
+    /// Close a connection whose request began but has not arrived whole
+    /// this long after its first byte (`None`: never), after
+    /// [`Protocol::timed_out`]'s answer: a deadline, not a per-read bound.
+    pub request_timeout: Option<Duration>,
+    /// Close a connection whose client takes none of a response for this
+    /// long (`None`: wait as long as it takes).
+    pub write_timeout: Option<Duration>,
     /// Most requests of one read executed before the driver writes their
     /// responses and lets the loop run others.
     pub max_batch_requests: usize,
@@ -254,16 +452,87 @@ pub struct DriverConfig {
 }
 
 impl Default for DriverConfig {
-    /// No idle timeout, 64 requests or 64 KiB of responses per batch: a
+    /// No timeouts, 64 requests or 64 KiB of responses per batch: a
     /// flooded loop then answers a newcomer within about a millisecond
     /// (`duality bench fairness`), and a yield every 64 requests costs
     /// nothing measurable.
     fn default() -> Self {
         DriverConfig {
             idle_timeout: None,
+            request_timeout: None,
+            write_timeout: None,
             max_batch_requests: 64,
             max_batch_output: 64 * 1024,
         }
+    }
+}
+
+/// Longest lingering close ([`Protocol::linger`]).
+pub const LINGER: Duration = Duration::from_secs(1);
+/// Most bytes read and dropped in a lingering close.
+pub const LINGER_BYTES: usize = 64 * 1024;
+
+/// What [`Protocol::finish`] answers through: the connection, the payload
+/// (for work on the blocking pool), and the output the driver writes.
+pub struct Reply<'a> {
+    conn: &'a mut Conn,
+    payload: &'a Payload,
+    out: &'a mut Output,
+    answered: &'a mut Answered,
+    write_timeout: Option<Duration>,
+}
+
+impl Reply<'_> {
+    /// Where the response goes; [`flush`](Self::flush) writes it, and the
+    /// driver writes what is left when `finish` returns.
+    pub fn out(&mut self) -> &mut Output {
+        self.out
+    }
+
+    /// The connection, for a body the protocol sends itself (after a
+    /// [`flush`](Self::flush) of what comes before it).
+    pub fn conn(&mut self) -> &mut Conn {
+        self.conn
+    }
+
+    /// Where the connection's payload work runs (the model decides), for
+    /// work that may block.
+    pub fn payload(&self) -> &Payload {
+        self.payload
+    }
+
+    /// The driver's [`DriverConfig::write_timeout`].
+    pub fn write_timeout(&self) -> Option<Duration> {
+        self.write_timeout
+    }
+
+    /// Writes the output (its bytes, then its shared body), giving up with
+    /// `TimedOut` after the write timeout; the first write of the response
+    /// records its time to first byte.
+    pub async fn flush(&mut self) -> io::Result<()> {
+        if !self.out.is_pending() {
+            return Ok(());
+        }
+        self.answered.first_byte();
+        let r = write_output(self.conn, self.out, self.write_timeout).await;
+        written(self.out);
+        r
+    }
+}
+
+/// Writes `out` (bytes, then the shared body) on the slow path: a shared
+/// body or a write timeout (the driver's own write, without either, is
+/// `write_all`). The bytes are copied into a head of their own when a body
+/// follows: the send queue may keep the head's buffer, and `out`'s stays
+/// in the thread's pool.
+async fn write_output(conn: &mut Conn, out: &mut Output, wait: Option<Duration>) -> io::Result<()> {
+    match out.take_shared() {
+        Some((body, range)) => {
+            let mut head = out.bytes.clone();
+            conn.write_vec_shared_for(&mut head, &body, range, wait)
+                .await
+        }
+        None => conn.write_all_for(&out.bytes, wait).await,
     }
 }
 
@@ -288,8 +557,9 @@ fn take_active() -> Box<Active> {
             buf: vec![0; BUF_SIZE],
             start: 0,
             end: 0,
-            out: Vec::with_capacity(BUF_SIZE),
+            out: Output::with_capacity(BUF_SIZE),
             need: 0,
+            finish: (0, 0),
             answered: Answered {
                 requests: 0,
                 read_at: None,
@@ -308,7 +578,9 @@ fn give_active(mut a: Box<Active>) {
     a.start = 0;
     a.end = 0;
     a.need = 0;
+    a.finish = (0, 0);
     a.out.clear();
+    a.out.shared = None;
     a.answered = Answered {
         requests: 0,
         read_at: None,
@@ -335,9 +607,12 @@ struct Active {
     /// Buffered input is `buf[start..end]`.
     start: usize,
     end: usize,
-    out: Vec<u8>,
+    out: Output,
     /// Bytes the pending request needs in all (0: unknown).
     need: usize,
+    /// The length of the request before `start` that waits for
+    /// [`Protocol::finish`], and the progress its `execute` handed on.
+    finish: (usize, u32),
     /// Requests served whose responses are not written yet.
     answered: Answered,
     /// The color of the next batch's first request, where the last batch
@@ -351,6 +626,8 @@ pub struct Driver<P> {
     proto: P,
     limits: BatchLimits,
     idle_timeout: Option<Duration>,
+    request_timeout: Option<Duration>,
+    write_timeout: Option<Duration>,
 }
 
 impl<P: Protocol> Driver<P> {
@@ -363,6 +640,8 @@ impl<P: Protocol> Driver<P> {
                 max_output: cfg.max_batch_output.max(1),
             },
             idle_timeout: cfg.idle_timeout,
+            request_timeout: cfg.request_timeout,
+            write_timeout: cfg.write_timeout,
         })
     }
 
@@ -393,7 +672,7 @@ impl Active {
     }
 }
 
-/// Serves one connection with `driver`'s protocol until it closes, an idle
+/// Serves one connection with `driver`'s protocol until it closes, a
 /// timeout, a request that closes, or the server's shutdown (between
 /// requests).
 ///
@@ -409,40 +688,75 @@ pub fn drive<P: Protocol>(
     driver: Arc<Driver<P>>,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     // Every byte of this future is held by every connection, idle ones
-    // included: what is the same for all of them lives in `driver`.
+    // included: what is the same for all of them lives in `driver`, and
+    // what only some protocols need (a timer, `finish`, a shared body's
+    // write, a lingering close) is boxed where it is used.
     async move {
         let mut session = driver.proto.session(&conn);
         // The connection's buffers while it is busy. One variable for the
         // idle wait's take and the busy loop (two would each get a slot in
         // the future).
         let mut a: Box<Active>;
+        // The connection's one timer (with any timeout configured), moved
+        // at each wait rather than made per wait.
+        let mut timer: Option<Box<Sleep>> = None;
         loop {
             // Idle: wait holding no buffer; take a set only for bytes that
             // have arrived (readiness can be stale: a read may find nothing).
-            loop {
+            // What a wait returns is turned into a plain flag before the next
+            // await: an `io::Error` kept across it would sit in the future.
+            let idle_timed_out = 'wait: loop {
                 conn.set_mid_request(driver.proto.mid_request(&session));
                 let ready = match driver.idle_timeout {
                     None => conn.readable().await,
-                    // Boxed: a timer's state stays out of the futures of
-                    // servers without an idle timeout.
-                    Some(w) => Box::pin(conn.readable_for(Some(w))).await,
-                }
-                .is_ok();
-                if !ready {
-                    return;
+                    Some(w) => conn.readable_until(arm(&mut timer, loop_now() + w)).await,
+                };
+                // (`idle_timeout` is read again rather than kept: a flag held
+                // across the read below would cost the future 8 bytes.)
+                if let Some(late) = ready
+                    .err()
+                    .map(|e| driver.idle_timeout.is_some() && timed_out(&e))
+                {
+                    a = take_active();
+                    break 'wait late;
                 }
                 a = take_active();
-                match conn.try_read(&mut a.buf).await {
-                    Ok(Some(0)) | Err(_) => return,
-                    Ok(Some(n)) => {
+                let read = match conn.try_read(&mut a.buf).await {
+                    Ok(Some(0)) => return,
+                    Ok(Some(n)) => Some(n),
+                    Ok(None) => None,
+                    // A blocking socket's wait ends in its read.
+                    Err(e) => break 'wait driver.idle_timeout.is_some() && timed_out(&e),
+                };
+                match read {
+                    Some(n) => {
                         a.end = n;
                         a.answered.read_at = duality_rt::stats::poll_started();
-                        break;
+                        break 'wait false;
                     }
-                    Ok(None) => give_active(a),
+                    None => give_active(a),
                 }
+            };
+            if idle_timed_out {
+                Box::pin(answer_timeout(
+                    &driver,
+                    &mut session,
+                    Timeout::Idle,
+                    &mut conn,
+                    &mut a,
+                ))
+                .await;
+                return;
             }
-            // Busy until nothing is pending.
+            if a.end == 0 {
+                // The wait failed otherwise (the socket's error).
+                return;
+            }
+            // Busy until nothing is pending. `armed`: the pending request's
+            // deadline is on the timer (a request served since, or a write
+            // that moved the timer, makes the next partial request arm it
+            // again).
+            let mut armed = false;
             loop {
                 // Serve everything buffered, batch by batch; write what a
                 // batch made when it used up its budget (then let the loop
@@ -450,62 +764,132 @@ pub fn drive<P: Protocol>(
                 // site, awaited inline (a future of its own would sit in
                 // every connection's).
                 a.next_color = None;
+                let mut then = Then::Serve;
                 loop {
-                    let then = loop {
-                        let served = match payload.inline_lane() {
-                            Some(lane) => a.serve(&driver, &mut session, &lane),
-                            None => {
-                                let color = match a.next_color.take() {
-                                    Some(c) => c,
-                                    None if payload.routes_by_color() => driver
-                                        .proto
-                                        .peek_color(&session, &a.buf[a.start..a.end])
-                                        .unwrap_or(DEFAULT_COLOR),
-                                    None => DEFAULT_COLOR,
-                                };
-                                let d = driver.clone();
-                                // Boxed: the hop's state (a payload-thread call)
-                                // would otherwise sit in every connection's
-                                // future, idle ones and inline models included;
-                                // one allocation per batch is small beside a
-                                // cross-thread hop.
-                                let (a2, s2, served) =
-                                    Box::pin(payload.batch(color, move |lane| {
-                                        let (mut a, mut session) = (a, session);
-                                        let s = a.serve(&d, &mut session, lane);
-                                        (a, session, s)
-                                    }))
-                                    .await;
-                                a = a2;
-                                session = s2;
-                                served
-                            }
+                    then = if let Then::Finish = then {
+                        // The request before `start` waits for `finish`,
+                        // the responses before it written: it runs here, on
+                        // the connection's loop, boxed.
+                        let (len, progress) = std::mem::take(&mut a.finish);
+                        a.answered.requests += 1;
+                        let flow = {
+                            let Active {
+                                buf,
+                                start,
+                                out,
+                                answered,
+                                ..
+                            } = &mut *a;
+                            let reply = Reply {
+                                conn: &mut conn,
+                                payload: &payload,
+                                out,
+                                answered,
+                                write_timeout: driver.write_timeout,
+                            };
+                            let request = &buf[*start - len..*start];
+                            Box::pin(driver.proto.finish(&mut session, request, progress, reply))
+                                .await
                         };
-                        a.answered.requests += served.requests as u64;
-                        // What follows the write (decided before it: a
-                        // byte, not a `Stop`, is kept across its await).
-                        match served.stop {
-                            Stop::Elsewhere(c) => a.next_color = Some(c),
-                            Stop::NeedMore(n) => {
-                                a.need = n;
-                                break Then::Read;
+                        armed = false;
+                        match flow {
+                            Flow::Continue => Then::Serve,
+                            Flow::Close | Flow::Finish(_) => Then::Close,
+                        }
+                    } else {
+                        loop {
+                            // The inline lane is dropped before the hand-off
+                            // is awaited (a match would keep it in the future).
+                            let inline = payload
+                                .inline_lane()
+                                .map(|lane| a.serve(&driver, &mut session, &lane));
+                            let served = match inline {
+                                Some(served) => served,
+                                None => {
+                                    let color = match a.next_color.take() {
+                                        Some(c) => c,
+                                        None if payload.routes_by_color() => driver
+                                            .proto
+                                            .peek_color(&session, &a.buf[a.start..a.end])
+                                            .unwrap_or(DEFAULT_COLOR),
+                                        None => DEFAULT_COLOR,
+                                    };
+                                    let d = driver.clone();
+                                    // Boxed: the hop's state (a payload-thread
+                                    // call) would otherwise sit in every
+                                    // connection's future, idle ones and inline
+                                    // models included; one allocation per batch
+                                    // is small beside a cross-thread hop.
+                                    let (a2, s2, served) =
+                                        Box::pin(payload.batch(color, move |lane| {
+                                            let (mut a, mut session) = (a, session);
+                                            let s = a.serve(&d, &mut session, lane);
+                                            (a, session, s)
+                                        }))
+                                        .await;
+                                    a = a2;
+                                    session = s2;
+                                    served
+                                }
+                            };
+                            a.answered.requests += served.requests as u64;
+                            if served.used > 0 {
+                                armed = false;
                             }
-                            Stop::Budget => break Then::Yield,
-                            Stop::Close => break Then::Close,
+                            // What follows the write (decided before it: a
+                            // byte, not a `Stop`, is kept across its await).
+                            match served.stop {
+                                Stop::Elsewhere(c) => a.next_color = Some(c),
+                                Stop::NeedMore(n) => {
+                                    a.need = n;
+                                    break Then::Read;
+                                }
+                                Stop::Budget => break Then::Yield,
+                                Stop::Close => break Then::Close,
+                                Stop::Write => break Then::Serve,
+                                Stop::Finish { len, progress } => {
+                                    a.finish = (len, progress);
+                                    break Then::Finish;
+                                }
+                            }
                         }
                     };
-                    if !a.out.is_empty() {
+                    if a.out.is_pending() {
                         a.answered.first_byte();
-                        let r = conn.write_all(&a.out).await;
+                        // Bytes alone, untimed (the cache's): inline. A
+                        // timed write or a shared body: boxed, so that their
+                        // larger state stays out of every connection's future.
+                        let r = match (a.out.has_shared(), driver.write_timeout) {
+                            (false, None) => conn.write_all(&a.out).await,
+                            (false, Some(w)) => {
+                                armed = false;
+                                let t = arm(&mut timer, loop_now() + w);
+                                Box::pin(conn.write_all_until(&a.out, t)).await
+                            }
+                            (true, wait) => {
+                                Box::pin(write_output(&mut conn, &mut a.out, wait)).await
+                            }
+                        };
                         written(&mut a.out);
-                        if r.is_err() {
+                        if let Err(e) = r {
+                            if timed_out(&e) {
+                                driver
+                                    .proto
+                                    .timed_out(&mut session, Timeout::Write, &mut a.out);
+                            }
                             return;
                         }
                     }
                     match then {
                         Then::Read => break,
                         Then::Yield => duality_rt::yield_now().await,
-                        Then::Close => return,
+                        Then::Serve | Then::Finish => {}
+                        Then::Close => {
+                            if driver.proto.linger(&session, a.start < a.end) {
+                                Box::pin(linger(&mut conn, &mut a.buf)).await;
+                            }
+                            return;
+                        }
                     }
                 }
                 if a.start == a.end {
@@ -524,13 +908,91 @@ pub fn drive<P: Protocol>(
                 }
                 conn.set_mid_request(true);
                 let end = a.end;
-                let n = match conn.read(&mut a.buf[end..]).await {
-                    Ok(0) | Err(_) => return,
+                if !armed {
+                    if let Some(w) = driver.request_timeout {
+                        arm(&mut timer, loop_now() + w);
+                        armed = true;
+                    }
+                }
+                // The read's result is a temporary of this statement: only a
+                // plain number outlives it (see the idle wait).
+                let n = match match timer.as_deref_mut().filter(|_| armed) {
+                    None => conn.read(&mut a.buf[end..]).await,
+                    Some(t) => conn.read_until(&mut a.buf[end..], t).await,
+                } {
+                    Ok(0) => return,
                     Ok(n) => n,
+                    Err(e) if driver.request_timeout.is_some() && timed_out(&e) => 0,
+                    Err(_) => return,
                 };
+                if n == 0 {
+                    Box::pin(answer_timeout(
+                        &driver,
+                        &mut session,
+                        Timeout::Request,
+                        &mut conn,
+                        &mut a,
+                    ))
+                    .await;
+                    return;
+                }
                 a.answered.read_at = duality_rt::stats::poll_started();
                 a.end += n;
             }
+        }
+    }
+}
+
+/// A read timeout ran out: the protocol's answer to it, if any, is written
+/// (best effort: the connection closes next).
+async fn answer_timeout<P: Protocol>(
+    driver: &Driver<P>,
+    session: &mut P::Session,
+    which: Timeout,
+    conn: &mut Conn,
+    a: &mut Active,
+) {
+    driver.proto.timed_out(session, which, &mut a.out);
+    if a.out.is_pending() {
+        a.answered.first_byte();
+        let _ = write_output(conn, &mut a.out, driver.write_timeout).await;
+    }
+}
+
+/// The connection's timer, moved to `deadline` (made on first use).
+fn arm(timer: &mut Option<Box<Sleep>>, deadline: Instant) -> &mut Sleep {
+    match timer {
+        Some(t) => {
+            t.extend(deadline);
+            t
+        }
+        None => timer.insert(Box::new(sleep_until(deadline))),
+    }
+}
+
+/// True if `e` is a timeout: a timer's, or a blocking socket's (which the
+/// kernel reports as `WouldBlock`).
+fn timed_out(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
+    )
+}
+
+/// Lingering close ([`Protocol::linger`]): shuts the write side, then reads
+/// and drops what the client still sends, for at most [`LINGER`] and
+/// [`LINGER_BYTES`]. Uses `buf` as scratch space.
+async fn linger(conn: &mut Conn, buf: &mut [u8]) {
+    if conn.shutdown_write().is_err() {
+        return;
+    }
+    let until = Instant::now() + LINGER;
+    let mut left = LINGER_BYTES;
+    while left > 0 {
+        let wait = until.saturating_duration_since(Instant::now());
+        match conn.read_for(buf, Some(wait)).await {
+            Ok(n) if n > 0 => left = left.saturating_sub(n),
+            _ => return,
         }
     }
 }
@@ -574,6 +1036,10 @@ enum Then {
     Read,
     /// Let the loop run other tasks, then serve on.
     Yield,
+    /// Serve on at once (a shared body had to go first).
+    Serve,
+    /// Run [`Protocol::finish`] for the request before `start`.
+    Finish,
     /// Close the connection.
     Close,
 }
@@ -602,10 +1068,11 @@ impl Answered {
 /// into the socket (small for the responses of one read) keeps the buffer
 /// in this thread's pool; `write_vec` would hand it to the socket's send
 /// queue.
-fn written(out: &mut Vec<u8>) {
+fn written(out: &mut Output) {
     out.clear();
+    out.shared = None;
     if out.capacity() > OUT_KEEP {
-        *out = Vec::with_capacity(BUF_SIZE);
+        out.bytes = Vec::with_capacity(BUF_SIZE);
     }
 }
 
@@ -618,8 +1085,9 @@ mod tests {
             buf,
             start,
             end,
-            out: Vec::new(),
+            out: Output::default(),
             need: 0,
+            finish: (0, 0),
             answered: Answered {
                 requests: 0,
                 read_at: None,
@@ -631,6 +1099,103 @@ mod tests {
     fn make_room_for(h: &mut Active, need: usize, max: usize) {
         h.need = need;
         make_room(h, max);
+    }
+
+    #[test]
+    fn a_shared_body_goes_after_the_bytes_or_is_copied_into_place() {
+        let body: Arc<[u8]> = Arc::from(&b"0123456789"[..]);
+        let mut out = Output::default();
+        out.extend_from_slice(b"head:");
+        out.share(body.clone(), 2..6);
+        assert!(out.has_shared() && out.is_pending());
+        // Nothing after it: sent from the body itself.
+        assert_eq!(out.take_shared(), Some((body.clone(), 2..6)));
+        assert_eq!(&out[..], b"head:");
+        assert!(!out.has_shared());
+        // Bytes appended after it: copied in where it belonged.
+        let mut out = Output::default();
+        out.extend_from_slice(b"a:");
+        out.share(body.clone(), 0..3);
+        out.extend_from_slice(b";b");
+        assert_eq!(out.take_shared(), None);
+        assert_eq!(&out[..], b"a:012;b");
+        // A second share settles the first one.
+        let mut out = Output::default();
+        out.share(body.clone(), 0..1);
+        out.extend_from_slice(b"|");
+        out.share(body.clone(), 9..10);
+        assert_eq!(&out[..], b"0|");
+        assert_eq!(out.take_shared(), Some((body.clone(), 9..10)));
+        // A range outside the body settles to nothing rather than panic.
+        let mut out = Output::default();
+        out.share(body, 8..20);
+        out.settle();
+        assert!(out.is_empty() && !out.is_pending());
+    }
+
+    /// Lines: `x` → `x`, `s` → a shared body, `f` → finish, `c` → close.
+    struct Lines;
+    impl Protocol for Lines {
+        type Session = Vec<Vec<u8>>;
+        type Request<'a> = &'a [u8];
+        fn max_request(&self) -> usize {
+            64
+        }
+        fn parse<'a>(&self, _: &mut Self::Session, input: &'a [u8]) -> Parsed<&'a [u8]> {
+            match input.iter().position(|&b| b == b'\n') {
+                Some(i) => Parsed::Request(&input[..i], i + 1),
+                None => Parsed::Incomplete(0),
+            }
+        }
+        fn execute(&self, _: &mut Self::Session, req: &[u8], out: &mut Output) -> Flow {
+            match req {
+                b"s" => out.share(Arc::from(&b"S"[..]), 0..1),
+                b"f" => return Flow::Finish(7),
+                b"c" => return Flow::Close,
+                r => out.extend_from_slice(r),
+            }
+            Flow::Continue
+        }
+        fn waiting(&self, seen: &mut Self::Session, partial: &[u8], _: &mut Output) {
+            seen.push(partial.to_vec());
+        }
+    }
+
+    #[test]
+    fn a_batch_stops_to_write_a_shared_body_and_before_a_finish() {
+        let serve = |input: &[u8], out: &mut Output, seen: &mut Vec<Vec<u8>>| {
+            let limits = BatchLimits {
+                max_requests: 100,
+                max_output: 1 << 20,
+            };
+            serve_bytes(&Lines, seen, input, out, &Lane::single(), limits)
+        };
+        let (mut out, mut seen) = (Output::default(), Vec::new());
+        let input = b"a\ns\nb\nf\nc\npart";
+        let s = serve(input, &mut out, &mut seen);
+        assert_eq!((s.used, s.requests, s.stop), (4, 2, Stop::Write));
+        assert_eq!(&out[..], b"a");
+        assert_eq!(out.take_shared().map(|(_, r)| r), Some(0..1));
+        // Still shared: nothing is served until it is written.
+        let mut pending = Output::default();
+        pending.share(Arc::from(&b"S"[..]), 0..1);
+        let s = serve(&input[4..], &mut pending, &mut seen);
+        assert_eq!((s.used, s.requests, s.stop), (0, 0, Stop::Write));
+        // `f` waits for finish: consumed, not counted, its length given.
+        out.clear();
+        let s = serve(&input[4..], &mut out, &mut seen);
+        let finish = Stop::Finish {
+            len: 2,
+            progress: 7,
+        };
+        assert_eq!((s.used, s.requests, s.stop), (4, 1, finish));
+        assert_eq!(&out[..], b"b");
+        let s = serve(&input[8..], &mut out, &mut seen);
+        assert_eq!((s.used, s.requests, s.stop), (2, 1, Stop::Close));
+        // The protocol hears what is left of an incomplete request.
+        let s = serve(&input[10..], &mut out, &mut seen);
+        assert_eq!((s.used, s.requests, s.stop), (0, 0, Stop::NeedMore(0)));
+        assert_eq!(seen, vec![b"part".to_vec()]);
     }
 
     #[test]

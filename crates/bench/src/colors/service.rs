@@ -61,7 +61,7 @@
 
 use chacha20poly1305::aead::{AeadInPlace, KeyInit};
 use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
-use duality_models::{Flow, Parsed, Protocol, DEFAULT_COLOR};
+use duality_models::{Flow, Output, Parsed, Protocol, DEFAULT_COLOR};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, TryLockError};
 
@@ -352,7 +352,7 @@ impl Protocol for ColorService {
         }
     }
 
-    fn execute(&self, _: &mut (), req: Option<Request>, out: &mut Vec<u8>) -> Flow {
+    fn execute(&self, _: &mut (), req: Option<Request>, out: &mut Output) -> Flow {
         let Some(req) = req else { return Flow::Close };
         match req {
             Request::Seal { client, index, len } => {
@@ -433,7 +433,7 @@ impl Protocol for LockedService {
         parse_frame(input, self.clients)
     }
 
-    fn execute(&self, buf: &mut Vec<u8>, req: Option<Request>, out: &mut Vec<u8>) -> Flow {
+    fn execute(&self, buf: &mut Vec<u8>, req: Option<Request>, out: &mut Output) -> Flow {
         let Some(req) = req else { return Flow::Close };
         match req {
             Request::Seal { client, index, len } => {
@@ -469,13 +469,13 @@ mod tests {
 
     fn run<P: Protocol>(p: &P, s: &mut P::Session, reqs: &[Request]) -> (Vec<u8>, Stop) {
         let input: Vec<u8> = reqs.iter().flat_map(|r| r.encode()).collect();
-        let mut out = Vec::new();
+        let mut out = Output::default();
         let limits = BatchLimits {
             max_requests: 1000,
             max_output: 1 << 20,
         };
         let served = serve_bytes(p, s, &input, &mut out, &Lane::single(), limits);
-        (out, served.stop)
+        (out.to_vec(), served.stop)
     }
 
     #[test]

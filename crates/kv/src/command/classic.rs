@@ -38,6 +38,7 @@ fn write_value(out: &mut Vec<u8>, item: &Item<'_>, cas: bool) {
 }
 
 /// `get`, `gets`, and with `touch` set, `gat`, `gats`.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn get(
     store: &Store,
     now: Time,
@@ -45,8 +46,17 @@ pub(super) fn get(
     cas: bool,
     touch: Option<i32>,
     out: &mut Vec<u8>,
-) {
-    for key in keys.iter() {
+    from: usize,
+    budget: usize,
+) -> Option<usize> {
+    let start = out.len();
+    for (i, key) in keys.iter().enumerate().skip(from) {
+        // A get naming large items many times must not copy them all into
+        // one buffer: past `budget`, the caller writes what is there and
+        // resumes at key `i`.
+        if i > from && out.len() - start >= budget {
+            return Some(i);
+        }
         let mut e = store.entry(key, now);
         count_dead(&e);
         // `stats detail`: `gat` counts as a get, as in memcached.
@@ -77,6 +87,7 @@ pub(super) fn get(
         }
     }
     out.extend_from_slice(b"END\r\n");
+    None
 }
 
 /// Stores a new item; on "out of memory" a `set` also drops the old item, as

@@ -151,7 +151,59 @@ fn quiet(noreply: bool, out: &mut Vec<u8>, f: impl FnOnce(&mut Vec<u8>)) {
     }
 }
 
-/// Executes one request, appending memcached's response bytes to `out`.
+/// Bytes of values a multi-key `get` (`gets`, `gat`, `gats`) buffers
+/// before [`execute_part`] hands the rest to [`resume_get`]: a get naming a
+/// large item many times (a line may hold 100,000 keys) must not make the
+/// server copy it into one buffer that many times.
+pub const GET_BUFFER: usize = 1 << 20;
+
+/// What [`execute_part`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// The whole response is in `out`.
+    Done(Flow),
+    /// A multi-key get stopped before its key number `n` (from 0) with
+    /// [`GET_BUFFER`] bytes or more in `out`: write them, then
+    /// [`resume_get`] from `n`.
+    More(usize),
+}
+
+/// [`execute`], except that a multi-key get whose values pass
+/// [`GET_BUFFER`] stops there ([`Part::More`]): a server writes what is
+/// buffered and goes on with [`resume_get`], holding a bounded buffer.
+pub fn execute_part<C: ExecContext + ?Sized>(
+    req: &Request<'_>,
+    store: &Store,
+    ctx: &C,
+    out: &mut Vec<u8>,
+) -> Part {
+    match resume_get(req, store, ctx, out, 0) {
+        Some(Part::More(n)) => Part::More(n),
+        Some(Part::Done(flow)) => Part::Done(flow),
+        None => Part::Done(execute(req, store, ctx, out)),
+    }
+}
+
+/// Answers the keys of a multi-key get from its key number `from` (see
+/// [`execute_part`]); `None` if `req` is no such get.
+pub fn resume_get<C: ExecContext + ?Sized>(
+    req: &Request<'_>,
+    store: &Store,
+    ctx: &C,
+    out: &mut Vec<u8>,
+    from: usize,
+) -> Option<Part> {
+    let (keys, cas, touch) = match *req {
+        Request::Get { keys, cas } => (keys, cas, None),
+        Request::GetAndTouch { exptime, keys, cas } => (keys, cas, Some(exptime)),
+        _ => return None,
+    };
+    let next = classic::get(store, ctx.now(), keys, cas, touch, out, from, GET_BUFFER);
+    Some(next.map_or(Part::Done(Flow::Continue), Part::More))
+}
+
+/// Executes one request, appending memcached's response bytes to `out`
+/// (the whole response: see [`execute_part`] for a bounded buffer).
 pub fn execute<C: ExecContext + ?Sized>(
     req: &Request<'_>,
     store: &Store,
@@ -160,9 +212,11 @@ pub fn execute<C: ExecContext + ?Sized>(
 ) -> Flow {
     let now = ctx.now();
     match *req {
-        Request::Get { keys, cas } => classic::get(store, now, keys, cas, None, out),
+        Request::Get { keys, cas } => {
+            classic::get(store, now, keys, cas, None, out, 0, usize::MAX);
+        }
         Request::GetAndTouch { exptime, keys, cas } => {
-            classic::get(store, now, keys, cas, Some(exptime), out)
+            classic::get(store, now, keys, cas, Some(exptime), out, 0, usize::MAX);
         }
         Request::Store {
             command,
