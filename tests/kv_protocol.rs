@@ -742,13 +742,14 @@ fn line_limits(t: &Target) {
     let mut c = t.connect();
     c.send(&[b'x'; 2049]);
     assert_eq!(show(&c.read_to_eof()), show(b""));
-    // Retrieval lines may be longer (256 KiB), but not without end either.
+    // Retrieval lines may be longer (1 MiB), but not without end either.
+    let max = duality_kv::Limits::default().max_get_line;
     let mut c = t.connect();
     let mut line = b"get".to_vec();
-    while line.len() <= 256 * 1024 {
+    while line.len() <= max {
         line.extend_from_slice(b" somekey");
     }
-    line.truncate(256 * 1024 + 1);
+    line.truncate(max + 1);
     c.send(&line);
     assert_eq!(show(&c.read_to_eof()), show(b""));
     // The server is still fine.

@@ -139,7 +139,7 @@ fn metadump(store: &Store, now: Time, set: u64, out: &mut Vec<u8>) {
 
 /// memcached's `uriencode`: letters, digits and `-._~` as they are, every
 /// other byte as `%XX` (upper-case hex).
-fn uriencode(key: &[u8], out: &mut Vec<u8>) {
+pub(super) fn uriencode(key: &[u8], out: &mut Vec<u8>) {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
     for &b in key {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {

@@ -131,7 +131,17 @@ pub(super) fn get(store: &Store, now: Time, raw_key: &[u8], f: &MetaFlags<'_>, o
                 out.push(if item.fetched { b'1' } else { b'0' });
             }
             b'O' => echo(out, t),
-            b'k' => ret_key(out, raw_key, f),
+            // As memcached: a hit's key as stored, in base64 (and `b`) when
+            // `ms` stored it so, whatever this request's `b` says.
+            b'k' => {
+                flag(out, b'k');
+                if item.key_binary {
+                    crate::base64::encode(item.key, out);
+                    out.extend_from_slice(b" b");
+                } else {
+                    out.extend_from_slice(item.key);
+                }
+            }
             _ => {}
         }
     }

@@ -281,7 +281,15 @@ fn cachedump(store: &Store, now: Time, args: Tokens<'_>, out: &mut Vec<u8>) {
         }
         let line_start = out.len();
         out.extend_from_slice(b"ITEM ");
-        out.extend_from_slice(item.key);
+        // A key stored in binary (the binary protocol, meta's `b`) may hold
+        // spaces or line ends, which would end the listing early or forge
+        // lines: such a key is shown %-encoded, as `lru_crawler metadump`
+        // shows every key. Text keys cannot hold those bytes: shown as is.
+        if item.key.iter().any(|&b| b <= b' ' || b == 0x7f) {
+            super::crawler::uriencode(item.key, out);
+        } else {
+            out.extend_from_slice(item.key);
+        }
         let _ = write!(out, " [{} b; {} s]\r\n", item.value.len(), item.exptime);
         if out.len() - start + 6 > CACHEDUMP_MAX {
             out.truncate(line_start);

@@ -576,6 +576,16 @@ fn stats_detail_and_cachedump() {
         ]
     );
     assert_eq!(s.run("stats cachedump 1 1\r\n").matches("ITEM ").count(), 1);
+    // A binary key with a line end in it ("a b\r\nEND\r\n", base64) cannot
+    // forge the end of the listing.
+    s.check("ms YSBiDQpFTkQNCg== 1 b\r\nx\r\n", "HD\r\n");
+    let dump = s.run("stats cachedump 1 0\r\n");
+    assert!(
+        dump.contains("ITEM a%20b%0D%0AEND%0D%0A [1 b; 0 s]\r\n"),
+        "{dump}"
+    );
+    assert_eq!(dump.matches("END").count(), 2, "{dump}");
+    assert!(dump.ends_with("]\r\nEND\r\n"), "{dump}");
     s.check("stats cachedump 2 0\r\n", "END\r\n");
     s.check("stats cachedump 2\r\n", "CLIENT_ERROR bad command line\r\n");
     s.check(
@@ -814,6 +824,10 @@ fn meta_binary_keys() {
     s.check("ms Zm9v 3 b\r\nabc\r\n", "HD\r\n");
     s.check("get foo\r\n", "VALUE foo 0 3\r\nabc\r\nEND\r\n");
     s.check("mg Zm9v b k v\r\n", "VA 3 kZm9v b\r\nabc\r\n");
+    // A hit's key comes back as stored, whatever the request's `b`.
+    s.check("mg foo k v\r\n", "VA 3 kZm9v b\r\nabc\r\n");
+    s.check("ms bar 1\r\nx\r\n", "HD\r\n");
+    s.check("mg YmFy b k\r\n", "HD kbar\r\n");
     s.check("ma AAEC b N0 J5 v\r\n", "VA 1\r\n5\r\n");
     s.check(
         "me Zm9v b\r\n",

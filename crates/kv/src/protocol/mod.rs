@@ -50,7 +50,9 @@ pub struct Limits {
     /// than `get`/`gets`/`gat`/`gats` (memcached closes the connection after
     /// 2048 bytes without a newline).
     pub max_line: usize,
-    /// The longest retrieval command line (multi-key gets can be long).
+    /// The longest retrieval command line while its end has not arrived
+    /// (multi-key gets can be long: 1 MiB holds 4,000 keys of 250 bytes);
+    /// a connection's read buffer may grow this far for one.
     pub max_get_line: usize,
     /// The item size limit (memcached's `-I`): a value is refused when its
     /// [`item_size`] is larger, as memcached refuses it. [`parse`] needs a
@@ -77,11 +79,11 @@ pub const fn item_size(key_len: usize, flags: u32, value_len: usize) -> usize {
 }
 
 impl Default for Limits {
-    /// 2048-byte lines, 256 KiB retrieval lines, 1 MiB values.
+    /// 2048-byte lines, 1 MiB retrieval lines, 1 MiB values.
     fn default() -> Limits {
         Limits {
             max_line: 2048,
-            max_get_line: 256 * 1024,
+            max_get_line: 1024 * 1024,
             max_item_size: 1024 * 1024,
         }
     }
