@@ -76,6 +76,8 @@ fuzz_target!(|data: &[u8]| {
         host: Some(b"h"),
         if_modified_since,
         if_none_match,
+        if_match: None,
+        if_unmodified_since: None,
         range,
         if_range,
         accept_encoding: Default::default(),

@@ -129,6 +129,10 @@ pub struct Head<'a> {
     pub if_modified_since: Option<SystemTime>,
     /// `If-None-Match` (the first field if sent several times).
     pub if_none_match: Option<&'a [u8]>,
+    /// `If-Match` (the first field if sent several times).
+    pub if_match: Option<&'a [u8]>,
+    /// `If-Unmodified-Since`, if present once and a valid HTTP date.
+    pub if_unmodified_since: Option<SystemTime>,
     /// `Range`, if present once (two fields are two ranges: ignored).
     pub range: Option<&'a [u8]>,
     /// `If-Range`.
@@ -283,6 +287,11 @@ fn parse_fields<'a>(
             _ => None,
         },
         if_none_match: fields.if_none_match,
+        if_match: fields.if_match,
+        if_unmodified_since: match fields.if_unmodified_since {
+            Some(Some(v)) => date::parse(v),
+            _ => None,
+        },
         range: match fields.range {
             Some(Some(v)) => Some(v),
             _ => None,
@@ -323,6 +332,9 @@ struct Fields<'a> {
     /// `Some(None)` when sent more than once.
     if_modified_since: Option<Option<&'a [u8]>>,
     if_none_match: Option<&'a [u8]>,
+    if_match: Option<&'a [u8]>,
+    /// `Some(None)` when sent more than once.
+    if_unmodified_since: Option<Option<&'a [u8]>>,
     /// `Some(None)` when sent more than once.
     range: Option<Option<&'a [u8]>>,
     if_range: Option<&'a [u8]>,
@@ -337,7 +349,7 @@ impl<'a> Fields<'a> {
         // Dispatch on the length first: one comparison per field, not nine.
         match name.len() {
             4 if is("host") => {
-                if self.host.is_some() {
+                if self.host.is_some() || !valid_host(value) {
                     return Err(bad());
                 }
                 self.host = Some(value);
@@ -354,6 +366,9 @@ impl<'a> Fields<'a> {
                     tokens(value).any(|t| t.eq_ignore_ascii_case(b"100-continue"));
             }
             8 if is("if-range") => self.if_range = Some(value),
+            8 if is("if-match") => {
+                self.if_match.get_or_insert(value);
+            }
             10 if is("connection") => {
                 for token in tokens(value) {
                     if token.eq_ignore_ascii_case(b"close") {
@@ -382,14 +397,64 @@ impl<'a> Fields<'a> {
                     Some(value)
                 });
             }
-            17 if is("transfer-encoding") => {
-                if let Some(last) = tokens(value).last() {
-                    self.transfer_encoding = Some(last.eq_ignore_ascii_case(b"chunked"));
-                }
+            19 if is("if-unmodified-since") => {
+                self.if_unmodified_since = Some(if self.if_unmodified_since.is_some() {
+                    None
+                } else {
+                    Some(value)
+                });
             }
+            17 if is("transfer-encoding") => match tokens(value).last() {
+                Some(last) => self.transfer_encoding = Some(last.eq_ignore_ascii_case(b"chunked")),
+                // Present with no coding (`Transfer-Encoding: ,`): a body
+                // whose framing is not chunked, refused as such; a proxy
+                // that frames on the field's mere presence must not read
+                // this request differently from us.
+                None => {
+                    self.transfer_encoding.get_or_insert(false);
+                }
+            },
             _ => {}
         }
         Ok(())
+    }
+}
+
+/// Whether `value` is a `Host` field value RFC 9112 §3.2 allows
+/// (`uri-host [ ":" port ]`; an empty one too), else 400. A bracketed
+/// IP-literal holds hex digits, `:` and `.` (and a `v…` future form's
+/// characters); a name holds unreserved, sub-delimiter and `%` characters;
+/// a port only digits, and needs a host before it (as nginx).
+fn valid_host(value: &[u8]) -> bool {
+    let (host, port) = if let Some(rest) = value.strip_prefix(b"[") {
+        let Some(end) = rest.iter().position(|&b| b == b']') else {
+            return false;
+        };
+        let literal = &rest[..end];
+        let ok = !literal.is_empty()
+            && literal
+                .iter()
+                .all(|&b| b.is_ascii_alphanumeric() || b":.-_~!$&'()*+,;=".contains(&b));
+        if !ok {
+            return false;
+        }
+        (&value[..end + 2], &rest[end + 1..])
+    } else {
+        let (name, port) = match value.iter().position(|&b| b == b':') {
+            Some(i) => (&value[..i], &value[i..]),
+            None => (value, &[][..]),
+        };
+        let name_ok = name
+            .iter()
+            .all(|&b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=%".contains(&b));
+        if !name_ok {
+            return false;
+        }
+        (name, port)
+    };
+    match port.strip_prefix(b":") {
+        None => port.is_empty(),
+        Some(digits) => !host.is_empty() && digits.iter().all(u8::is_ascii_digit),
     }
 }
 
@@ -534,6 +599,24 @@ mod tests {
         let e = parse(req).unwrap_err();
         assert!(e.close);
         e.status.code()
+    }
+
+    #[test]
+    fn host_values_the_grammar_allows() {
+        for host in [
+            "",
+            "h",
+            "example.com:8080",
+            "127.0.0.1:80",
+            "[::1]",
+            "[::1]:443",
+            "[v1.fe80::a+en1]",
+            "xn--caf-dma.example",
+            "a%20b",
+        ] {
+            let req = format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n");
+            assert_eq!(head(&req).host, Some(host.as_bytes()), "{host:?}");
+        }
     }
 
     #[test]
@@ -701,6 +784,20 @@ mod tests {
                 "GET / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
                 400,
             ),
+            (
+                "GET / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: ,\r\nContent-Length: 3\r\n\r\nabc",
+                400,
+            ),
+            (
+                "GET / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding:\r\n\r\n",
+                400,
+            ),
+            ("GET / HTTP/1.1\r\nHost: a b\r\n\r\n", 400),
+            ("GET / HTTP/1.1\r\nHost: a/../b\r\n\r\n", 400),
+            ("GET / HTTP/1.1\r\nHost: :80\r\n\r\n", 400),
+            ("GET / HTTP/1.1\r\nHost: h:8x\r\n\r\n", 400),
+            ("GET / HTTP/1.1\r\nHost: u@h\r\n\r\n", 400),
+            ("GET / HTTP/1.1\r\nHost: [::1\r\n\r\n", 400),
             (
                 "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
                 411,

@@ -9,7 +9,12 @@
 //!
 //! Decisions for a file (RFC 9110):
 //! 1. A method other than GET or HEAD → 405 with `Allow: GET, HEAD`.
-//! 2. `If-None-Match` present → 304 if any of its tags matches the file's
+//! 2. `If-Match` present → 412 unless one of its tags matches the file's
+//!    [`ETag`] by strong comparison (or it is `*`); otherwise
+//!    `If-Unmodified-Since` → 412 if the file's mtime, in whole seconds, is
+//!    later than it (§13.2.2: these come before the others; a client that
+//!    resumes a download with them must not splice two versions of a file).
+//! 3. `If-None-Match` present → 304 if any of its tags matches the file's
 //!    [`ETag`] by weak comparison (or is `*`), and `If-Modified-Since` is
 //!    **ignored** (§13.2.2: `If-None-Match` takes precedence). Otherwise
 //!    `If-Modified-Since` → 304 if the file's mtime, in whole seconds, is not
@@ -17,7 +22,7 @@
 //!    in the future is invalid (§13.1.3) and ignored, or a client with a
 //!    wrong clock (or a hostile one) would be told a file changed later
 //!    than that date is unchanged.
-//! 3. `Range` (GET only; ignored when an `If-Range` does not match the
+//! 4. `Range` (GET only; ignored when an `If-Range` does not match the
 //!    file's strong `ETag` or equal its `Last-Modified`):
 //!    - one range, `bytes=a-b`, `bytes=a-` or `bytes=-n`, satisfiable → 206
 //!      with `Content-Range: bytes first-last/size`;
@@ -27,7 +32,7 @@
 //!      the Range is **ignored** and the whole file is sent with 200: this
 //!      server never builds `multipart/byteranges` (allowed by §14.2, and it
 //!      keeps the body a single `sendfile`).
-//! 4. Otherwise 200 with the whole file.
+//! 5. Otherwise 200 with the whole file.
 //!
 //! Every response carries `Date`, `Server: duality`, `Connection:
 //! keep-alive` or `close`, and, except 304, `Content-Length`; file
@@ -171,6 +176,27 @@ pub fn plan_encoded(
     let etag = encoding.etag(file);
     let vary = encoding.vary();
 
+    if precondition_failed(head, &etag, file) {
+        let keep_alive = head.keep_alive;
+        let head_only = head.method == Method::Head;
+        error_response(
+            out,
+            Status::PreconditionFailed,
+            keep_alive,
+            head_only,
+            date,
+            |out| {
+                if vary {
+                    out.extend_from_slice(VARY);
+                }
+            },
+        );
+        return Plan {
+            status: Status::PreconditionFailed,
+            body: None,
+            keep_alive,
+        };
+    }
     if not_modified(head, &etag, file, date) {
         let keep_alive = head.keep_alive;
         status_line(out, Status::NotModified, date);
@@ -418,6 +444,22 @@ fn in_future(t: SystemTime, now: &str) -> bool {
 /// or any listed tag with the same opaque part, `W/` or not. A malformed list
 /// stops matching where it breaks (answering 200 is always safe).
 fn none_match_hits(value: &[u8], etag: &ETag) -> bool {
+    list_hits(value, etag, false)
+}
+
+/// Whether the conditions that come first fail for the representation
+/// tagged `etag` of `file` (see the [module docs](self), step 2): 412.
+fn precondition_failed(head: &Head<'_>, etag: &ETag, file: &FileMeta) -> bool {
+    match (head.if_match, head.if_unmodified_since) {
+        (Some(im), _) => !list_hits(im, etag, true),
+        (None, Some(ius)) => date::to_http_seconds(file.mtime) > ius,
+        (None, None) => false,
+    }
+}
+
+/// Whether the entity-tag list `value` (or `*`) names `etag`; `strong`: a
+/// weak tag in the list never does (If-Match's strong comparison).
+fn list_hits(value: &[u8], etag: &ETag, strong: bool) -> bool {
     let mut rest = trim(value);
     if rest == b"*" {
         return true;
@@ -427,10 +469,10 @@ fn none_match_hits(value: &[u8], etag: &ETag) -> bool {
         if rest.is_empty() {
             return false;
         }
-        let Some((opaque, _weak, after)) = entity_tag(rest) else {
+        let Some((opaque, weak, after)) = entity_tag(rest) else {
             return false;
         };
-        if opaque == etag.opaque() {
+        if opaque == etag.opaque() && !(strong && weak) {
             return true;
         }
         rest = after;
@@ -799,6 +841,57 @@ mod tests {
                 assert!(text.contains(&format!("Last-Modified: {LM}\r\n")));
             }
         }
+    }
+
+    #[test]
+    fn if_match_and_if_unmodified_since_come_first() {
+        let tag = etag(10);
+        let later = "Sun, 09 Sep 2001 01:46:41 GMT";
+        let earlier = "Sun, 09 Sep 2001 01:46:39 GMT";
+        for (fields, want) in [
+            (format!("If-Match: {tag}\r\n"), 200),
+            (format!("If-Match: \"a\", {tag}\r\n"), 200),
+            ("If-Match: *\r\n".to_owned(), 200),
+            // Strong comparison: a weak tag never matches.
+            (format!("If-Match: W/{tag}\r\n"), 412),
+            ("If-Match: \"other\"\r\n".to_owned(), 412),
+            ("If-Match: garbage\r\n".to_owned(), 412),
+            (format!("If-Unmodified-Since: {LM}\r\n"), 200),
+            (format!("If-Unmodified-Since: {later}\r\n"), 200),
+            (format!("If-Unmodified-Since: {earlier}\r\n"), 412),
+            ("If-Unmodified-Since: not a date\r\n".to_owned(), 200),
+            // If-Match wins over If-Unmodified-Since, both ways.
+            (
+                format!("If-Match: {tag}\r\nIf-Unmodified-Since: {earlier}\r\n"),
+                200,
+            ),
+            (
+                format!("If-Match: \"x\"\r\nIf-Unmodified-Since: {later}\r\n"),
+                412,
+            ),
+            // Before If-None-Match and Range.
+            (format!("If-Match: \"x\"\r\nIf-None-Match: {tag}\r\n"), 412),
+            (
+                format!("If-Unmodified-Since: {earlier}\r\nRange: bytes=0-1\r\n"),
+                412,
+            ),
+            (format!("If-Match: {tag}\r\nRange: bytes=0-1\r\n"), 206),
+        ] {
+            let (plan, text) = respond(&fields, 10);
+            assert_eq!(plan.status.code(), want, "{fields:?}");
+            if want == 412 {
+                assert_eq!(plan.body, None);
+                assert!(plan.keep_alive);
+                assert!(
+                    text.starts_with("HTTP/1.1 412 Precondition Failed\r\n"),
+                    "{text}"
+                );
+            }
+        }
+        // HEAD: the same head, no body.
+        let (plan, text) = respond_method("HEAD", "If-Match: \"x\"\r\n", 10);
+        assert_eq!(plan.status.code(), 412);
+        assert!(text.ends_with("\r\n\r\n"), "{text}");
     }
 
     #[test]

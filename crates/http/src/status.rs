@@ -32,6 +32,8 @@ pub enum Status {
     /// 411: a chunked request body; this server takes bodies only with a
     /// `Content-Length`.
     LengthRequired,
+    /// 412: `If-Match` or `If-Unmodified-Since` does not hold for the file.
+    PreconditionFailed,
     /// 413: a request body larger than [`Limits::max_body`](crate::Limits::max_body).
     ContentTooLarge,
     /// 414: a request-target longer than [`Limits::max_uri`](crate::Limits::max_uri).
@@ -66,6 +68,7 @@ impl Status {
             Status::MethodNotAllowed => 405,
             Status::RequestTimeout => 408,
             Status::LengthRequired => 411,
+            Status::PreconditionFailed => 412,
             Status::ContentTooLarge => 413,
             Status::UriTooLong => 414,
             Status::RangeNotSatisfiable => 416,
@@ -89,6 +92,7 @@ impl Status {
             Status::MethodNotAllowed => "Method Not Allowed",
             Status::RequestTimeout => "Request Timeout",
             Status::LengthRequired => "Length Required",
+            Status::PreconditionFailed => "Precondition Failed",
             Status::ContentTooLarge => "Content Too Large",
             Status::UriTooLong => "URI Too Long",
             Status::RangeNotSatisfiable => "Range Not Satisfiable",
@@ -112,6 +116,7 @@ impl Status {
             Status::MethodNotAllowed => "405 Method Not Allowed",
             Status::RequestTimeout => "408 Request Timeout",
             Status::LengthRequired => "411 Length Required",
+            Status::PreconditionFailed => "412 Precondition Failed",
             Status::ContentTooLarge => "413 Content Too Large",
             Status::UriTooLong => "414 URI Too Long",
             Status::RangeNotSatisfiable => "416 Range Not Satisfiable",
