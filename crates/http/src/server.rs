@@ -580,6 +580,13 @@ impl HttpState {
         meta: FileMeta,
         content_type: &'static str,
     ) -> Result<Option<Found>, HttpError> {
+        // A fresh `.gz` first: the cache keys it by its own validators too,
+        // so a replaced one is never answered from a stale entry.
+        if self.cfg.gzip.static_files {
+            if let Some(found) = self.gzip_static(path, meta, content_type) {
+                return Ok(Some(found));
+            }
+        }
         if let Some(bytes) = self.gzip_cache.get(path, &meta) {
             self.fresh.record(url_path, path, meta, content_type);
             return Ok(Some(Found::Bytes {
@@ -590,11 +597,6 @@ impl HttpState {
                 },
                 bytes,
             }));
-        }
-        if self.cfg.gzip.static_files {
-            if let Some(found) = self.gzip_static(url_path, path, meta, content_type) {
-                return Ok(Some(found));
-            }
         }
         if meta.size > self.cfg.gzip.max_length {
             return Ok(None);
@@ -643,12 +645,13 @@ impl HttpState {
     }
 
     /// A `.gz` beside `path`, confined to the root like any file and at
-    /// least as new as the file (`meta`), as the file's gzip variant: read
-    /// into the variant cache when it fits, else to be sent with sendfile.
-    /// `None` when there is none, it is stale, or it cannot be read.
+    /// least as new as the file (`meta`), as the file's gzip variant: from
+    /// the variant cache, else read into it when it fits, else to be sent
+    /// with sendfile. Its validators are [`static_variant`]'s, so its ETag
+    /// and cache entry change when the `.gz` does. `None` when there is
+    /// none, it is stale, or it cannot be read.
     fn gzip_static(
         &self,
-        url_path: &str,
         path: &Path,
         meta: FileMeta,
         content_type: &'static str,
@@ -657,11 +660,24 @@ impl HttpState {
         if gz_meta.mtime < meta.mtime {
             return None;
         }
+        let cached = static_variant(&meta, &gz_meta);
+        if let Some(bytes) = self.gzip_cache.get(path, &cached) {
+            self.counters.gzip_static.fetch_add(1, Relaxed);
+            return Some(Found::Bytes {
+                meta: cached,
+                content_type,
+                encoding: Encoding::Gzip {
+                    len: bytes.len() as u64,
+                },
+                bytes,
+            });
+        }
         // Validators from the open descriptor: what is sent.
         let (gz_file, gz_meta) = file::open(&gz_path).ok()?;
         if gz_meta.mtime < meta.mtime {
             return None;
         }
+        let meta = static_variant(&meta, &gz_meta);
         self.counters.gzip_static.fetch_add(1, Relaxed);
         let encoding = Encoding::Gzip { len: gz_meta.size };
         let fits = gz_meta.size <= self.gzip_cache.max_file_size() as u64;
@@ -680,9 +696,9 @@ impl HttpState {
             return None; // changed under us: compress or send identity
         }
         let bytes: Arc<[u8]> = bytes.into();
-        if self.gzip_cache.insert_variant(path, &meta, bytes.clone()) {
-            self.fresh.record(url_path, path, meta, content_type);
-        }
+        // Not recorded in the fresh index, which holds the file's own
+        // validators: the next request looks the `.gz` up again (a stat).
+        self.gzip_cache.insert_variant(path, &meta, bytes.clone());
         Some(Found::Bytes {
             meta,
             content_type,
@@ -719,6 +735,19 @@ impl HttpState {
             self.fresh.record(url_path, path, meta, content_type);
         }
         Ok((meta, bytes))
+    }
+}
+
+/// The validators of a pre-compressed `.gz` (`gz`) served as the gzip
+/// variant of a file (`file`): they change when either file does — the
+/// later mtime, and an identity mixing both files' — so the variant's
+/// `ETag` and its variant-cache entry follow a replaced `.gz` (nginx's
+/// `gzip_static` uses the `.gz`'s own).
+fn static_variant(file: &FileMeta, gz: &FileMeta) -> FileMeta {
+    FileMeta {
+        size: file.size,
+        mtime: file.mtime.max(gz.mtime),
+        inode: file.inode ^ gz.inode.rotate_left(32) ^ gz.size.rotate_left(16),
     }
 }
 

@@ -334,10 +334,32 @@ fn gzip_static_fresh_stale_and_confined() {
         Some("text/javascript; charset=utf-8")
     );
     let id_tag = c.get("/s.js").header("etag").unwrap().to_owned();
-    let want_tag = format!("{}-gzip\"", &id_tag[..id_tag.len() - 1]);
-    assert_eq!(r.header("etag"), Some(want_tag.as_str()));
+    let gz_tag = r.header("etag").unwrap().to_owned();
+    assert!(gz_tag.ends_with("-gzip\"") && gz_tag != id_tag, "{gz_tag}");
     assert_eq!(s.state.stats().gzip_compressed, 0);
     assert!(s.state.stats().gzip_static >= 1);
+    // Again: the same bytes and tag (from the variant cache now).
+    let again = c.get_with("/s.js", GZ);
+    assert_eq!(
+        (again.header("etag"), &again.body),
+        (Some(gz_tag.as_str()), &r.body)
+    );
+    // The .gz replaced (the file unchanged): its new bytes, a new tag, and
+    // the old tag no longer answers 304.
+    let marker2 = text(10_000, "from the second .gz file");
+    let tmp = www.join("s.js.gz.new");
+    std::fs::write(&tmp, gzip_bytes(&marker2)).unwrap();
+    set_mtime(&tmp, t0 + Duration::from_secs(5));
+    std::fs::rename(&tmp, &gz).unwrap();
+    let r2 = c.get_with("/s.js", GZ);
+    assert_gzip_of(&r2, &marker2, "replaced .gz");
+    let gz_tag2 = r2.header("etag").unwrap().to_owned();
+    assert_ne!(gz_tag2, gz_tag);
+    let r3 = c.get_with("/s.js", &format!("{GZ}If-None-Match: {gz_tag}\r\n"));
+    assert_eq!(r3.status, 200);
+    assert_gzip_of(&r3, &marker2, "old tag");
+    let r4 = c.get_with("/s.js", &format!("{GZ}If-None-Match: {gz_tag2}\r\n"));
+    assert_eq!(r4.status, 304);
     // Never to a client that does not take gzip.
     for fields in [
         "",
