@@ -177,25 +177,11 @@ pub fn plan_encoded(
     let vary = encoding.vary();
 
     if precondition_failed(head, &etag, file) {
-        let keep_alive = head.keep_alive;
-        let head_only = head.method == Method::Head;
-        error_response(
-            out,
-            Status::PreconditionFailed,
-            keep_alive,
-            head_only,
-            date,
-            |out| {
-                if vary {
-                    out.extend_from_slice(VARY);
-                }
-            },
-        );
-        return Plan {
-            status: Status::PreconditionFailed,
-            body: None,
-            keep_alive,
-        };
+        return file_error(out, Status::PreconditionFailed, head, date, |out| {
+            if vary {
+                out.extend_from_slice(VARY);
+            }
+        });
     }
     if not_modified(head, &etag, file, date) {
         let keep_alive = head.keep_alive;
@@ -232,28 +218,14 @@ pub fn plan_encoded(
         ),
         RangeSpec::Span(span) => (Status::PartialContent, span),
         RangeSpec::Unsatisfiable => {
-            let keep_alive = head.keep_alive;
-            let head_only = head.method == Method::Head;
-            error_response(
-                out,
-                Status::RangeNotSatisfiable,
-                keep_alive,
-                head_only,
-                date,
-                |out| {
-                    out.extend_from_slice(b"Content-Range: bytes */");
-                    push_u64(out, file.size);
-                    out.extend_from_slice(b"\r\n");
-                    if vary {
-                        out.extend_from_slice(VARY);
-                    }
-                },
-            );
-            return Plan {
-                status: Status::RangeNotSatisfiable,
-                body: None,
-                keep_alive,
-            };
+            return file_error(out, Status::RangeNotSatisfiable, head, date, |out| {
+                out.extend_from_slice(b"Content-Range: bytes */");
+                push_u64(out, file.size);
+                out.extend_from_slice(b"\r\n");
+                if vary {
+                    out.extend_from_slice(VARY);
+                }
+            });
         }
     };
 
@@ -364,6 +336,26 @@ const BODY_END: &str = "</h1><hr>duality</body></html>\n";
 
 /// A response whose body is the status as a tiny HTML page; `extra` adds
 /// fields.
+/// An error answering a request for a file that was found (412, 416): the
+/// connection stays as the request asked, HEAD gets the head alone, and
+/// `extra` adds fields.
+fn file_error(
+    out: &mut Vec<u8>,
+    status: Status,
+    head: &Head<'_>,
+    date: &str,
+    extra: impl FnOnce(&mut Vec<u8>),
+) -> Plan {
+    let keep_alive = head.keep_alive;
+    let head_only = head.method == Method::Head;
+    error_response(out, status, keep_alive, head_only, date, extra);
+    Plan {
+        status,
+        body: None,
+        keep_alive,
+    }
+}
+
 fn error_response(
     out: &mut Vec<u8>,
     status: Status,
