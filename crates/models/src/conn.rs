@@ -426,7 +426,10 @@ impl Conn {
     /// holding a buffer. Blocking sockets return at once: their read waits.
     pub fn readable(&mut self) -> impl Future<Output = io::Result<()>> + Send + '_ {
         // Flat, like `read`'s: it sits in every idle connection's future.
-        ReadableFuture { conn: self }
+        ReadableFuture {
+            conn: self,
+            untimed: true,
+        }
     }
 
     /// Reads what has arrived without waiting: `Ok(None)` if nothing has
@@ -492,7 +495,10 @@ impl Conn {
     ) -> impl Future<Output = io::Result<()>> + Send + 'a {
         self.blocking_deadline(timer, false);
         Timed {
-            inner: ReadableFuture { conn: self },
+            inner: ReadableFuture {
+                conn: self,
+                untimed: false,
+            },
             timer,
         }
     }
@@ -877,15 +883,23 @@ impl Future for TryReadFuture<'_> {
 /// [`Conn::readable`]'s future.
 struct ReadableFuture<'a> {
     conn: &'a mut Conn,
+    /// No time limit: a blocking socket's receive timeout is lifted.
+    untimed: bool,
 }
 
 impl Future for ReadableFuture<'_> {
     type Output = io::Result<()>;
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let conn = &mut *self.get_mut().conn;
+        let this = self.get_mut();
+        let conn = &mut *this.conn;
         let r = match &conn.io {
             Io::Tcp(s) => s.poll_readable(cx),
             Io::Unix(s) => s.poll_readable(cx),
+            // The read that follows waits: untimed, a receive timeout left by
+            // an earlier timed wait must not cut it short.
+            Io::BlockingTcp(..) | Io::BlockingUnix(..) if this.untimed => {
+                return Poll::Ready(conn.set_blocking_rcv_timeout(None));
+            }
             Io::BlockingTcp(..) | Io::BlockingUnix(..) => return Poll::Ready(Ok(())),
         };
         if let Poll::Ready(r) = r {

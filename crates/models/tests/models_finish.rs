@@ -242,13 +242,23 @@ fn a_request_that_never_completes_is_answered_at_its_deadline() {
             "{model}: cut off after {took:?}"
         );
         assert_eq!(driver.protocol().count(Timeout::Request), 1, "{model}");
-        // No idle timeout configured: an idle connection stays.
+        // No idle timeout configured: an idle connection stays, a new one
+        // and one whose earlier request arrived in pieces alike.
         let mut idle = connect(a);
+        let mut pieces = connect(a);
+        pieces.write_all(b"echo in ").unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        pieces.write_all(b"pieces\n").unwrap();
+        let mut r = [0; 10];
+        pieces.read_exact(&mut r).unwrap();
+        assert_eq!(&r, b"in pieces\n", "{model}");
         std::thread::sleep(Duration::from_millis(400));
-        idle.write_all(b"echo still\n").unwrap();
-        let mut r = [0; 6];
-        idle.read_exact(&mut r).unwrap();
-        assert_eq!(&r, b"still\n", "{model}");
+        for c in [&mut idle, &mut pieces] {
+            c.write_all(b"echo still\n").unwrap();
+            let mut r = [0; 6];
+            c.read_exact(&mut r).unwrap();
+            assert_eq!(&r, b"still\n", "{model}");
+        }
     }
 }
 
