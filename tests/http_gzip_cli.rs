@@ -45,6 +45,7 @@ fn gzip_flags_are_documented_and_checked() {
         "--gzip-cache",
         "--offload",
         "--cpu-threads <N>",
+        "--handoff <always|adaptive>",
     ] {
         assert!(help.contains(flag), "{flag} missing from --help:\n{help}");
     }
@@ -60,6 +61,7 @@ fn gzip_flags_are_documented_and_checked() {
         ["--gzip-min-length", "1k"],
         ["--cpu-threads", "0"],
         ["--cpu-threads", "many"],
+        ["--handoff", "sometimes"],
     ] {
         let mut args = vec!["http", "--listen", "127.0.0.1:0", "--root", root];
         args.extend_from_slice(&bad);

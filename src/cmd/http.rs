@@ -30,6 +30,8 @@ pub struct HttpArgs {
     /// thread-per-conn, steal:N (numbers are optional and default to the cores).
     #[arg(long, default_value = "symped")]
     model: Model,
+    #[command(flatten)]
+    handoff: super::HandoffArg,
     /// Accept policy: favor-active (Knot-C) or favor-accept (Knot-A).
     #[arg(long, default_value = "favor-active")]
     accept: AcceptPolicy,
@@ -280,6 +282,7 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         .name("http")
         .tcp(a.listen)
         .model(a.model)
+        .handoff(a.handoff.handoff)
         .accept_policy(a.accept)
         .balance(a.accept_balance)
         .long_poll_threshold(a.metrics.long_poll_threshold())
@@ -297,9 +300,10 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
     use std::io::Write as _;
     std::io::stdout().flush()?;
     eprintln!(
-        "duality http: serving {} on http://{addr} ({}, {}, max {} connections, {} files kept open, gzip {})",
+        "duality http: serving {} on http://{addr} ({}{}, {}, max {} connections, {} files kept open, gzip {})",
         a.root.display(),
         a.model,
+        a.handoff.label(a.model),
         a.accept,
         max_conns,
         open_files,

@@ -15,7 +15,7 @@ pub mod http;
 pub mod internal;
 pub mod kv;
 
-/// `--handoff`, beside `--model` on `duality kv` and the echo server.
+/// `--handoff`, beside `--model` on `duality kv`, `duality http` and the echo server.
 #[derive(clap::Args, Clone, Copy, Debug)]
 pub struct HandoffArg {
     /// Under the hand-off models (amped, seda, seda-s): `always` hands every

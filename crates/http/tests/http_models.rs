@@ -102,6 +102,27 @@ fn seda() {
     exercise("seda:1:1");
 }
 
+/// The hand-off models with `--handoff adaptive` (cheap batches stay on the
+/// network loop, the rest go to payload threads), and `amped` with two
+/// payload threads, which connections are spread over by color.
+#[test]
+fn hand_off_policies() {
+    for (model, handoff) in [
+        ("amped:2", duality_models::Handoff::Always),
+        ("amped:2", duality_models::Handoff::Adaptive),
+        ("seda-s:1", duality_models::Handoff::Adaptive),
+    ] {
+        let s = TestServer::with_builder(
+            model,
+            ServerBuilder::new()
+                .model(model.parse().unwrap())
+                .handoff(handoff),
+            |c| c.head_timeout = Duration::from_millis(400),
+        );
+        exercise_on(&s, model);
+    }
+}
+
 #[test]
 fn steal() {
     exercise("steal:2");
