@@ -1237,6 +1237,8 @@ fn binary_memcached_flags() {
         show(&refused.read_to_eof()),
         show(b"ERROR Too many open connections\r\n")
     );
+    // memcached's counter of them (memcached_exporter reads it).
+    assert_eq!(more[0].stats("")["rejected_connections"], "1");
     drop(more);
     // Closed connections free their slots.
     let mut served = false;

@@ -450,6 +450,7 @@ impl ExecContext for Ctx<'_> {
             })
             .unwrap_or((0, 0));
         let (bytes_read, bytes_written) = s.server.get().map(|h| h.bytes()).unwrap_or((0, 0));
+        let rejected = s.server.get().map_or(0, |h| h.rejected());
         ServerStats {
             pid: std::process::id(),
             uptime: s.started.elapsed().as_secs(),
@@ -458,6 +459,7 @@ impl ExecContext for Ctx<'_> {
             max_connections: s.config.max_conns as u64,
             curr_connections: curr,
             total_connections: total,
+            rejected_connections: rejected,
             bytes_read,
             bytes_written,
             threads: s.config.threads as u64,

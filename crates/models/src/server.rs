@@ -708,6 +708,11 @@ impl StatsHandle {
         )
     }
 
+    /// Connections refused over the limit since start (one atomic load).
+    pub fn rejected(&self) -> u64 {
+        self.shared.counter.refused.load(Relaxed)
+    }
+
     /// (bytes read, bytes written) by all connections, summed over the
     /// loops' counters.
     pub fn bytes(&self) -> (u64, u64) {

@@ -103,6 +103,8 @@ pub struct ServerStats {
     pub curr_connections: u64,
     /// Connections accepted since start.
     pub total_connections: u64,
+    /// Connections refused over the connection limit since start.
+    pub rejected_connections: u64,
     /// Bytes read from the network.
     pub bytes_read: u64,
     /// Bytes written to the network.

@@ -121,6 +121,7 @@ fn general<C: ExecContext + ?Sized>(store: &Store, ctx: &C, now: Time, out: &mut
     write_stat(out, "max_connections", srv.max_connections);
     write_stat(out, "curr_connections", srv.curr_connections);
     write_stat(out, "total_connections", srv.total_connections);
+    write_stat(out, "rejected_connections", srv.rejected_connections);
     for (name, v) in [
         ("cmd_get", s.cmd_get),
         ("cmd_set", s.cmd_set),

@@ -418,6 +418,7 @@ impl ExecContext for HookContext {
             uptime: 7,
             rusage_user: Duration::from_micros(1_500_001),
             curr_connections: 3,
+            rejected_connections: 5,
             threads: 2,
             ..ServerStats::default()
         }
@@ -452,6 +453,7 @@ fn general_stats() {
     )));
     for line in [
         "STAT curr_connections 3\r\n",
+        "STAT rejected_connections 5\r\n",
         "STAT cmd_get 2\r\n",
         "STAT cmd_set 1\r\n",
         "STAT get_hits 1\r\n",
