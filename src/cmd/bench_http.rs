@@ -21,7 +21,9 @@ pub struct HttpBenchArgs {
     warmup: f64,
     /// Comma-separated servers: duality-knot-c, duality-knot-a, duality-sped,
     /// nginx-1w, nginx-2w (default: all); sized for a bigger machine:
-    /// nginx-Nw (N workers), duality-knot-c:N, duality-knot-a:N (N loops).
+    /// nginx-Nw (N workers), duality-knot-c:N, duality-knot-a:N (N loops),
+    /// duality-MODEL or duality-MODEL/HANDOFF for a hand-off model (e.g.
+    /// duality-amped:1, duality-seda-s:2/adaptive).
     #[arg(long, value_delimiter = ',')]
     servers: Vec<String>,
     /// Comma-separated I/O backends (`epoll`, `uring`): each duality server
@@ -143,7 +145,7 @@ pub fn run(a: HttpBenchArgs) -> anyhow::Result<()> {
             let Some(k) = http::parse_server(name) else {
                 let names: Vec<String> = all.iter().map(|k| k.label()).collect();
                 anyhow::bail!(
-                    "unknown server {name:?}; choose from {} (or nginx-<N>w, duality-knot-c:<N>, duality-knot-a:<N>)",
+                    "unknown server {name:?}; choose from {} (or nginx-<N>w, duality-knot-c:<N>, duality-knot-a:<N>, duality-<hand-off model>[/always|adaptive])",
                     names.join(", ")
                 );
             };

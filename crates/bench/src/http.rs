@@ -168,13 +168,30 @@ pub fn default_servers() -> Vec<ServerKind> {
     ]
 }
 
-/// A server named on the command line: one of [`default_servers`], or one
+/// A server named on the command line: one of [`default_servers`], one
 /// sized for a bigger machine, `nginx-<N>w` (N workers) or
 /// `duality-knot-c:<N>` / `duality-knot-a:<N>` (`symped:<N>`: N loops, so
-/// the server and the load generator can split a many-core machine).
+/// the server and the load generator can split a many-core machine), or a
+/// hand-off model, `duality-<model>[/<handoff>]` (`duality-amped:1`,
+/// `duality-seda-s:2/adaptive`: `--model`, `--handoff`).
 pub fn parse_server(name: &str) -> Option<ServerKind> {
     if let Some(k) = default_servers().into_iter().find(|k| k.label() == name) {
         return Some(k);
+    }
+    if let Some(rest) = name.strip_prefix("duality-") {
+        let (model, handoff) = split_handoff(rest);
+        let hands_off = model
+            .parse::<duality_models::Model>()
+            .is_ok_and(|m| m.hands_off());
+        let handoff_ok = handoff.map_or(true, |h| h.parse::<duality_models::Handoff>().is_ok());
+        if hands_off && handoff_ok {
+            return Some(ServerKind::Duality {
+                label: name.into(),
+                model: rest.into(),
+                accept: "favor-active".into(),
+                io: None,
+            });
+        }
     }
     if let Some(n) = name
         .strip_prefix("nginx-")
@@ -195,6 +212,14 @@ pub fn parse_server(name: &str) -> Option<ServerKind> {
             io,
         }),
         _ => None,
+    }
+}
+
+/// `MODEL/HANDOFF` → (`MODEL`, `Some(HANDOFF)`); a plain model → `None`.
+fn split_handoff(model: &str) -> (&str, Option<&str>) {
+    match model.split_once('/') {
+        Some((m, h)) => (m, Some(h)),
+        None => (model, None),
     }
 }
 
@@ -573,9 +598,11 @@ impl RunningServer {
         io: Option<&str>,
         max_conns: usize,
     ) -> anyhow::Result<RunningServer> {
+        let (model, handoff) = split_handoff(model);
         let mut child = Command::new(exe)
             .arg("http")
             .args(io.map(|b| ["--io", b]).into_iter().flatten())
+            .args(handoff.map(|h| ["--handoff", h]).into_iter().flatten())
             .args([
                 "--listen",
                 "127.0.0.1:0",
@@ -1250,6 +1277,32 @@ mod tests {
         assert_eq!(parse_server("duality-sped:4"), None);
         assert_eq!(parse_server("duality-knot-c:0"), None);
         assert_eq!(parse_server("apache"), None);
+        // Hand-off models, with or without a policy; not the inline ones.
+        for name in [
+            "duality-amped:1",
+            "duality-seda:1:2/adaptive",
+            "duality-seda-s:2/always",
+        ] {
+            match parse_server(name) {
+                Some(ServerKind::Duality { label, model, .. }) => {
+                    assert_eq!(label, name);
+                    assert_eq!(model, name.strip_prefix("duality-").unwrap());
+                }
+                other => panic!("{name}: {other:?}"),
+            }
+        }
+        assert_eq!(
+            split_handoff("amped:1/adaptive"),
+            ("amped:1", Some("adaptive"))
+        );
+        assert_eq!(split_handoff("amped:1"), ("amped:1", None));
+        for bad in [
+            "duality-symped:2",
+            "duality-amped:1/sometimes",
+            "duality-amped:x",
+        ] {
+            assert_eq!(parse_server(bad), None, "{bad}");
+        }
     }
 
     #[test]
