@@ -69,6 +69,7 @@ fuzz_target!(|data: &[u8]| {
             2 => Method::Head,
             _ => Method::Other,
         },
+        method_name: "GET",
         target: "/f",
         path: "/f".to_owned(),
         version: Version::Http11,
@@ -82,6 +83,8 @@ fuzz_target!(|data: &[u8]| {
         if_range,
         accept_encoding: Default::default(),
         content_length: 0,
+        referer: None,
+        user_agent: None,
         expect_continue: false,
     };
 

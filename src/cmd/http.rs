@@ -80,7 +80,8 @@ pub struct HttpArgs {
     /// Seconds a response may wait for the client to read it.
     #[arg(long, default_value_t = 60.0)]
     write_timeout: f64,
-    /// Write an access log to this file (`-` for stderr); off by default.
+    /// Write an access log to this file (`-` for stderr), one line per
+    /// response in nginx's `combined` format (times in UTC); off by default.
     #[arg(long)]
     access_log: Option<PathBuf>,
     /// Largest request head (request line, header fields, blank line) in bytes;

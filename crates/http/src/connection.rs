@@ -622,32 +622,68 @@ impl HttpProtocol {
         Ok(true)
     }
 
+    /// One line in nginx's `combined` format (what log tools read):
+    /// `addr - - [time] "request" status bytes "referer" "user-agent"`,
+    /// with bytes a client chose escaped as nginx escapes them.
     fn log(&self, session: &HttpSession, head: Option<&Head<'_>>, plan: &Plan) {
         let Some(log) = &self.state.log else { return };
-        let (method, target, version) = match head {
-            Some(h) => (
-                match h.method {
-                    Method::Get => "GET",
-                    Method::Head => "HEAD",
-                    Method::Other => "-",
-                },
-                h.target,
-                match h.version {
-                    Version::Http10 => "HTTP/1.0",
-                    Version::Http11 => "HTTP/1.1",
-                },
-            ),
-            None => ("-", "-", "-"),
-        };
-        let date = now();
-        log.write(format!(
-            "{} - - [{}] \"{method} {} {version}\" {} {}\n",
-            session.peer,
-            as_str(&date),
-            target.escape_debug(),
-            plan.status.code(),
-            plan.body.map_or(0, |b| b.len),
-        ));
+        let mut line = Vec::with_capacity(160);
+        line.extend_from_slice(session.peer.as_bytes());
+        line.extend_from_slice(b" - - [");
+        line.extend_from_slice(&date::format_clf(std::time::SystemTime::now()));
+        line.extend_from_slice(b"] \"");
+        match head {
+            Some(h) => {
+                log_escaped(&mut line, h.method_name.as_bytes());
+                line.push(b' ');
+                log_escaped(&mut line, h.target.as_bytes());
+                line.extend_from_slice(match h.version {
+                    Version::Http10 => b" HTTP/1.0",
+                    Version::Http11 => b" HTTP/1.1",
+                });
+            }
+            None => line.push(b'-'),
+        }
+        let bytes = plan.body.map_or(0, |b| b.len);
+        line.extend_from_slice(format!("\" {} {bytes} \"", plan.status.code()).as_bytes());
+        for (i, field) in [
+            head.and_then(|h| h.referer),
+            head.and_then(|h| h.user_agent),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            if i > 0 {
+                line.extend_from_slice(b" \"");
+            }
+            match field {
+                Some(v) => log_escaped(&mut line, v),
+                None => line.push(b'-'),
+            }
+            line.push(b'"');
+        }
+        line.push(b'\n');
+        // Escaping leaves only printable ASCII.
+        log.write(String::from_utf8(line).unwrap_or_default());
+    }
+}
+
+/// Appends `bytes` to a log line, each byte outside printable ASCII and
+/// each `"` and `\\` as `\xHH`, as nginx's log escaping does: a client
+/// cannot forge a line or a field.
+fn log_escaped(line: &mut Vec<u8>, bytes: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    for &b in bytes {
+        if (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\' {
+            line.push(b);
+        } else {
+            line.extend_from_slice(&[
+                b'\\',
+                b'x',
+                HEX[usize::from(b >> 4)],
+                HEX[usize::from(b & 15)],
+            ]);
+        }
     }
 }
 

@@ -80,6 +80,31 @@ fn format_secs(secs: u64) -> [u8; LEN] {
     b
 }
 
+/// Length of a Common Log Format time (`28/Nov/2026:00:04:06 +0000`).
+pub const CLF_LEN: usize = 26;
+
+/// `t` in the time format of the Common Log Format and nginx's
+/// `$time_local`, always in UTC (`+0000`), which log tools (GoAccess,
+/// AWStats) parse as they parse nginx's.
+pub fn format_clf(t: SystemTime) -> [u8; CLF_LEN] {
+    const MONTHS: [&[u8; 3]; 12] = [
+        b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov",
+        b"Dec",
+    ];
+    let secs = http_secs(t);
+    let (year, month, day) = civil_from_days(secs / 86_400);
+    let rem = secs % 86_400;
+    let mut b = *b"01/Jan/1970:00:00:00 +0000";
+    two_digits(&mut b[0..2], day);
+    b[3..6].copy_from_slice(MONTHS[(month - 1) as usize]);
+    two_digits(&mut b[7..9], year / 100);
+    two_digits(&mut b[9..11], year % 100);
+    two_digits(&mut b[12..14], rem / 3600);
+    two_digits(&mut b[15..17], rem / 60 % 60);
+    two_digits(&mut b[18..20], rem % 60);
+    b
+}
+
 fn two_digits(out: &mut [u8], v: u64) {
     out[0] = b'0' + (v / 10 % 10) as u8;
     out[1] = b'0' + (v % 10) as u8;
@@ -253,6 +278,15 @@ mod tests {
         let old = UNIX_EPOCH + Duration::from_secs(784_111_777);
         assert_eq!(cache.at(old), "Sun, 06 Nov 1994 08:49:37 GMT");
         assert!(parse(cache.now().as_bytes()).unwrap() >= to_http_seconds(before));
+    }
+
+    #[test]
+    fn formats_log_times() {
+        let t = UNIX_EPOCH + Duration::from_secs(784_111_777);
+        assert_eq!(&format_clf(t), b"06/Nov/1994:08:49:37 +0000");
+        assert_eq!(&format_clf(UNIX_EPOCH), b"01/Jan/1970:00:00:00 +0000");
+        let t = UNIX_EPOCH + Duration::from_secs(1_795_824_000 + 86_399);
+        assert_eq!(&format_clf(t), b"28/Nov/2026:23:59:59 +0000");
     }
 
     #[test]

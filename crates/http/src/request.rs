@@ -113,6 +113,8 @@ pub enum Version {
 pub struct Head<'a> {
     /// The method.
     pub method: Method,
+    /// The method as sent (for logs).
+    pub method_name: &'a str,
     /// The request-target as sent (for logs).
     pub target: &'a str,
     /// The decoded, normalised path (see [`path::normalize`]); what
@@ -124,14 +126,15 @@ pub struct Head<'a> {
     pub keep_alive: bool,
     /// `Host`.
     pub host: Option<&'a [u8]>,
-    /// `If-Modified-Since`, if present once and a valid HTTP date (RFC 9110
-    /// §13.1.3 says to ignore it otherwise).
+    /// `If-Modified-Since`, if a valid HTTP date (RFC 9110 §13.1.3 says to
+    /// ignore it otherwise). Each precondition field may come once: a
+    /// request with two of the same gets 400, as nginx answers.
     pub if_modified_since: Option<SystemTime>,
-    /// `If-None-Match` (the first field if sent several times).
+    /// `If-None-Match`.
     pub if_none_match: Option<&'a [u8]>,
-    /// `If-Match` (the first field if sent several times).
+    /// `If-Match`.
     pub if_match: Option<&'a [u8]>,
-    /// `If-Unmodified-Since`, if present once and a valid HTTP date.
+    /// `If-Unmodified-Since`, if a valid HTTP date.
     pub if_unmodified_since: Option<SystemTime>,
     /// `Range`, if present once (two fields are two ranges: ignored).
     pub range: Option<&'a [u8]>,
@@ -143,6 +146,10 @@ pub struct Head<'a> {
     /// The body length (`Content-Length`, 0 without one); the body is
     /// included in the bytes consumed and otherwise ignored.
     pub content_length: usize,
+    /// `Referer` (for logs).
+    pub referer: Option<&'a [u8]>,
+    /// `User-Agent` (for logs).
+    pub user_agent: Option<&'a [u8]>,
     /// `Expect: 100-continue` in an HTTP/1.1 request (RFC 9110 §10.1.1: it
     /// is ignored in 1.0; other expectations are ignored too, as nginx
     /// does).
@@ -239,6 +246,7 @@ fn parse_fields<'a>(
     } else {
         Version::Http11
     };
+    let method_name = method;
     let method = match method {
         "GET" => Method::Get,
         "HEAD" => Method::Head,
@@ -277,21 +285,16 @@ fn parse_fields<'a>(
         };
     let head = Head {
         method,
+        method_name,
         target,
         path,
         version,
         keep_alive,
         host: fields.host,
-        if_modified_since: match fields.if_modified_since {
-            Some(Some(v)) => date::parse(v),
-            _ => None,
-        },
+        if_modified_since: fields.if_modified_since.and_then(date::parse),
         if_none_match: fields.if_none_match,
         if_match: fields.if_match,
-        if_unmodified_since: match fields.if_unmodified_since {
-            Some(Some(v)) => date::parse(v),
-            _ => None,
-        },
+        if_unmodified_since: fields.if_unmodified_since.and_then(date::parse),
         range: match fields.range {
             Some(Some(v)) => Some(v),
             _ => None,
@@ -299,6 +302,8 @@ fn parse_fields<'a>(
         if_range: fields.if_range,
         accept_encoding: fields.accept_encoding,
         content_length,
+        referer: fields.referer,
+        user_agent: fields.user_agent,
         expect_continue: fields.expect_continue && version == Version::Http11,
     };
     Ok(Some((head, head_len)))
@@ -329,16 +334,16 @@ struct Fields<'a> {
     content_length: Option<u64>,
     /// `Some(final coding is chunked)` once a `Transfer-Encoding` was seen.
     transfer_encoding: Option<bool>,
-    /// `Some(None)` when sent more than once.
-    if_modified_since: Option<Option<&'a [u8]>>,
+    if_modified_since: Option<&'a [u8]>,
     if_none_match: Option<&'a [u8]>,
     if_match: Option<&'a [u8]>,
-    /// `Some(None)` when sent more than once.
-    if_unmodified_since: Option<Option<&'a [u8]>>,
+    if_unmodified_since: Option<&'a [u8]>,
     /// `Some(None)` when sent more than once.
     range: Option<Option<&'a [u8]>>,
     if_range: Option<&'a [u8]>,
     accept_encoding: AcceptEncoding,
+    referer: Option<&'a [u8]>,
+    user_agent: Option<&'a [u8]>,
     expect_continue: bool,
 }
 
@@ -346,6 +351,12 @@ impl<'a> Fields<'a> {
     fn add(&mut self, name: &str, value: &'a [u8]) -> Result<(), HttpError> {
         let bad = || HttpError::close(Status::BadRequest);
         let is = |want: &str| name.eq_ignore_ascii_case(want);
+        // A precondition sent twice is refused rather than half read (which
+        // of two tags or dates would the client mean?), as nginx does.
+        let once = |slot: &mut Option<&'a [u8]>| match slot.replace(value) {
+            Some(_) => Err(bad()),
+            None => Ok(()),
+        };
         // Dispatch on the length first: one comparison per field, not nine.
         match name.len() {
             4 if is("host") => {
@@ -365,10 +376,8 @@ impl<'a> Fields<'a> {
                 self.expect_continue |=
                     tokens(value).any(|t| t.eq_ignore_ascii_case(b"100-continue"));
             }
-            8 if is("if-range") => self.if_range = Some(value),
-            8 if is("if-match") => {
-                self.if_match.get_or_insert(value);
-            }
+            8 if is("if-range") => once(&mut self.if_range)?,
+            8 if is("if-match") => once(&mut self.if_match)?,
             10 if is("connection") => {
                 for token in tokens(value) {
                     if token.eq_ignore_ascii_case(b"close") {
@@ -378,9 +387,7 @@ impl<'a> Fields<'a> {
                     }
                 }
             }
-            13 if is("if-none-match") => {
-                self.if_none_match.get_or_insert(value);
-            }
+            13 if is("if-none-match") => once(&mut self.if_none_match)?,
             15 if is("accept-encoding") => self.accept_encoding.add(value),
             14 if is("content-length") => {
                 for token in value.split(|&b| b == b',') {
@@ -390,20 +397,10 @@ impl<'a> Fields<'a> {
                     }
                 }
             }
-            17 if is("if-modified-since") => {
-                self.if_modified_since = Some(if self.if_modified_since.is_some() {
-                    None
-                } else {
-                    Some(value)
-                });
-            }
-            19 if is("if-unmodified-since") => {
-                self.if_unmodified_since = Some(if self.if_unmodified_since.is_some() {
-                    None
-                } else {
-                    Some(value)
-                });
-            }
+            17 if is("if-modified-since") => once(&mut self.if_modified_since)?,
+            19 if is("if-unmodified-since") => once(&mut self.if_unmodified_since)?,
+            7 if is("referer") => self.referer = Some(value),
+            10 if is("user-agent") => self.user_agent = Some(value),
             17 if is("transfer-encoding") => match tokens(value).last() {
                 Some(last) => self.transfer_encoding = Some(last.eq_ignore_ascii_case(b"chunked")),
                 // Present with no coding (`Transfer-Encoding: ,`): a body
@@ -683,7 +680,8 @@ mod tests {
     fn conditional_and_range_fields() {
         let h = head(
             "GET /f HTTP/1.1\r\nhost: h\r\nIf-Modified-Since: Sun, 06 Nov 1994 08:49:37 GMT\r\n\
-             If-None-Match: \"x\"\r\nIf-None-Match: \"y\"\r\nRANGE: bytes=0-1\r\nIf-Range: \"x\"\r\n\r\n",
+             If-None-Match: \"x\"\r\nRANGE: bytes=0-1\r\nIf-Range: \"x\"\r\n\
+             Referer: http://h/\r\nUser-Agent: t/1\r\n\r\n",
         );
         assert_eq!(
             h.if_modified_since,
@@ -692,6 +690,9 @@ mod tests {
         assert_eq!(h.if_none_match, Some(&b"\"x\""[..]));
         assert_eq!(h.range, Some(&b"bytes=0-1"[..]));
         assert_eq!(h.if_range, Some(&b"\"x\""[..]));
+        assert_eq!(h.referer, Some(&b"http://h/"[..]));
+        assert_eq!(h.user_agent, Some(&b"t/1"[..]));
+        assert_eq!(h.method_name, "GET");
 
         let h = head(
             "GET /f HTTP/1.1\r\nHost: h\r\nIf-Modified-Since: garbage\r\n\
@@ -699,11 +700,26 @@ mod tests {
         );
         assert_eq!(h.if_modified_since, None);
         assert_eq!(h.range, None, "two Range fields are ignored");
-        let h = head(
-            "GET /f HTTP/1.1\r\nHost: h\r\nIf-Modified-Since: Sun, 06 Nov 1994 08:49:37 GMT\r\n\
-             If-Modified-Since: Sun, 06 Nov 1994 08:49:37 GMT\r\n\r\n",
-        );
-        assert_eq!(h.if_modified_since, None, "two IMS fields are ignored");
+    }
+
+    #[test]
+    fn a_precondition_sent_twice_is_refused() {
+        for field in [
+            "If-Match: \"x\"",
+            "If-None-Match: \"x\"",
+            "If-Modified-Since: Sun, 06 Nov 1994 08:49:37 GMT",
+            "If-Unmodified-Since: Sun, 06 Nov 1994 08:49:37 GMT",
+            "If-Range: \"x\"",
+        ] {
+            let req = format!("GET /f HTTP/1.1\r\nHost: h\r\n{field}\r\n{field}\r\n\r\n");
+            match parse_head(req.as_bytes(), &Limits::default()) {
+                Err(e) => assert_eq!(e.status, Status::BadRequest, "{field}"),
+                Ok(_) => panic!("{field} twice was accepted"),
+            }
+            // Once is fine.
+            let req = format!("GET /f HTTP/1.1\r\nHost: h\r\n{field}\r\n\r\n");
+            assert!(parse_head(req.as_bytes(), &Limits::default()).is_ok());
+        }
     }
 
     #[test]

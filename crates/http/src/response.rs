@@ -28,10 +28,13 @@
 //!      with `Content-Range: bytes first-last/size`;
 //!    - one range that no byte satisfies (`a ≥ size`, `-0`, anything on an
 //!      empty file) → 416 with `Content-Range: bytes */size`;
-//!    - several ranges (`bytes=0-1,5-6`), another unit or a syntax error →
-//!      the Range is **ignored** and the whole file is sent with 200: this
-//!      server never builds `multipart/byteranges` (allowed by §14.2, and it
-//!      keeps the body a single `sendfile`).
+//!    - several ranges: those no byte satisfies are dropped (none left →
+//!      416); the rest, if they overlap or touch, are answered as one span
+//!      with 206 (§14.3 allows coalescing);
+//!    - ranges still apart (`bytes=0-1,5-6`), another unit or a syntax
+//!      error → the Range is **ignored** and the whole file is sent with
+//!      200: this server never builds `multipart/byteranges` (allowed by
+//!      §14.2, and it keeps the body a single `sendfile`).
 //! 5. Otherwise 200 with the whole file.
 //!
 //! Every response carries `Date`, `Server: duality`, `Connection:
@@ -282,7 +285,10 @@ pub fn write_error(err: HttpError, head: Option<&Head<'_>>, date: &str, out: &mu
 
 /// Appends a 301 to `location` (a [`Resolved::Redirect`](crate::Resolved)
 /// location, already percent-encoded), with a small HTML body unless HEAD.
+/// The request's query goes along (`/dir?page=2` → `/dir/?page=2`), as
+/// nginx's redirect keeps it.
 pub fn write_redirect(head: &Head<'_>, location: &str, date: &str, out: &mut Vec<u8>) -> Plan {
+    let query = head.target.find('?').map(|i| &head.target[i..]);
     let keep_alive = head.keep_alive;
     let head_only = head.method == Method::Head;
     error_response(
@@ -292,7 +298,10 @@ pub fn write_redirect(head: &Head<'_>, location: &str, date: &str, out: &mut Vec
         head_only,
         date,
         |out| {
-            field(out, "Location", location.as_bytes());
+            out.extend_from_slice(b"Location: ");
+            out.extend_from_slice(location.as_bytes());
+            out.extend_from_slice(query.unwrap_or("").as_bytes());
+            out.extend_from_slice(b"\r\n");
         },
     );
     Plan {
@@ -518,6 +527,14 @@ enum RangeSpec {
 }
 
 /// Interprets a `Range` value for a file of `size` bytes.
+///
+/// A list of ranges is answered by one span when its satisfiable ranges
+/// overlap or touch (RFC 9110 §14.3 lets a server coalesce them): the
+/// union goes out with 206. Ranges no byte satisfies are dropped from the
+/// list (416 if none is left, as nginx answers); ranges that stay apart
+/// after that get the whole file with 200, since this server never builds
+/// `multipart/byteranges` (§14.2 lets it ignore the field). A syntax error
+/// in any range ignores the field.
 fn parse_range(value: &[u8], size: u64) -> RangeSpec {
     let value = trim(value);
     let Some(unit) = value.get(..6) else {
@@ -526,50 +543,66 @@ fn parse_range(value: &[u8], size: u64) -> RangeSpec {
     if !unit.eq_ignore_ascii_case(b"bytes=") {
         return RangeSpec::Ignore;
     }
-    let spec = trim(&value[6..]);
-    if spec.contains(&b',') {
+    // (start, end exclusive) of each satisfiable range; the list is bounded
+    // by the head's size limit.
+    let mut spans: Vec<(u64, u64)> = Vec::new();
+    let mut any = false;
+    for spec in value[6..].split(|&b| b == b',').map(trim) {
+        if spec.is_empty() {
+            continue; // an empty list element (RFC 9110 §5.6.1)
+        }
+        any = true;
+        match one_range(spec, size) {
+            None => return RangeSpec::Ignore,
+            Some(None) => {}
+            Some(Some(span)) => spans.push((span.start, span.end())),
+        }
+    }
+    if !any {
         return RangeSpec::Ignore;
     }
-    let Some(dash) = spec.iter().position(|&b| b == b'-') else {
-        return RangeSpec::Ignore;
+    spans.sort_unstable();
+    let mut spans = spans.into_iter();
+    let Some((start, mut end)) = spans.next() else {
+        return RangeSpec::Unsatisfiable;
     };
+    for (s, e) in spans {
+        if s > end {
+            return RangeSpec::Ignore;
+        }
+        end = end.max(e);
+    }
+    RangeSpec::Span(ByteRange {
+        start,
+        len: end - start,
+    })
+}
+
+/// One `range-spec` for a file of `size` bytes: `None` if it is not one,
+/// `Some(None)` if no byte satisfies it.
+fn one_range(spec: &[u8], size: u64) -> Option<Option<ByteRange>> {
+    let dash = spec.iter().position(|&b| b == b'-')?;
     let (first, last) = (trim(&spec[..dash]), trim(&spec[dash + 1..]));
     match (number(first), number(last)) {
         // bytes=-n: the last n bytes.
-        (None, Some(n)) if first.is_empty() => {
-            if n == 0 || size == 0 {
-                RangeSpec::Unsatisfiable
-            } else {
-                let len = n.min(size);
-                RangeSpec::Span(ByteRange {
-                    start: size - len,
-                    len,
-                })
+        (None, Some(n)) if first.is_empty() => Some((n > 0 && size > 0).then(|| {
+            let len = n.min(size);
+            ByteRange {
+                start: size - len,
+                len,
             }
-        }
+        })),
         // bytes=a-
-        (Some(a), None) if last.is_empty() => {
-            if a >= size {
-                RangeSpec::Unsatisfiable
-            } else {
-                RangeSpec::Span(ByteRange {
-                    start: a,
-                    len: size - a,
-                })
-            }
-        }
+        (Some(a), None) if last.is_empty() => Some((a < size).then(|| ByteRange {
+            start: a,
+            len: size - a,
+        })),
         // bytes=a-b
-        (Some(a), Some(b)) if a <= b => {
-            if a >= size {
-                RangeSpec::Unsatisfiable
-            } else {
-                RangeSpec::Span(ByteRange {
-                    start: a,
-                    len: b.min(size - 1) - a + 1,
-                })
-            }
-        }
-        _ => RangeSpec::Ignore,
+        (Some(a), Some(b)) if a <= b => Some((a < size).then(|| ByteRange {
+            start: a,
+            len: b.min(size - 1) - a + 1,
+        })),
+        _ => None,
     }
 }
 
@@ -937,8 +970,18 @@ mod tests {
                 Some("bytes */100"),
             ),
             ("bytes=5-1", 200, span(0, 100), None),
+            // Lists: apart -> 200; touching or overlapping -> one span;
+            // unsatisfiable ones dropped; none left -> 416.
             ("bytes=0-1,5-6", 200, span(0, 100), None),
-            ("bytes=1-2, 200-300", 200, span(0, 100), None),
+            ("bytes=0-1,2-3", 206, span(0, 4), Some("bytes 0-3/100")),
+            ("bytes=5-9, 0-6", 206, span(0, 10), Some("bytes 0-9/100")),
+            ("bytes=0-1,0-1", 206, span(0, 2), Some("bytes 0-1/100")),
+            ("bytes=-5,90-", 206, span(90, 10), Some("bytes 90-99/100")),
+            ("bytes=1-2, 200-300", 206, span(1, 2), Some("bytes 1-2/100")),
+            ("bytes=,1-2,", 206, span(1, 2), Some("bytes 1-2/100")),
+            ("bytes=100-200,300-400", 416, None, Some("bytes */100")),
+            ("bytes=1-2,x", 200, span(0, 100), None),
+            ("bytes=,", 200, span(0, 100), None),
             ("items=0-1", 200, span(0, 100), None),
             ("bytes=", 200, span(0, 100), None),
             ("bytes=-", 200, span(0, 100), None),
@@ -1079,6 +1122,18 @@ mod tests {
         let text = String::from_utf8(out).unwrap();
         assert!(text.starts_with("HTTP/1.1 301 Moved Permanently\r\n"));
         assert!(text.contains("Location: /my%20dir/\r\n"));
+
+        let req = "GET /dir?page=2&q=a%20b HTTP/1.1\r\nHost: h\r\n\r\n";
+        let (head, _) = parse_head(req.as_bytes(), &Limits::default())
+            .unwrap()
+            .unwrap();
+        let mut out = Vec::new();
+        write_redirect(&head, "/dir/", DATE, &mut out);
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.contains("Location: /dir/?page=2&q=a%20b\r\n"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -12,7 +12,14 @@ fn access_log_lines() {
     let p = path.clone();
     let s = TestServer::start("log", move |c| c.access_log = Some(p));
     let mut c = s.client();
-    assert_eq!(c.get("/hello.txt").status, 200);
+    assert_eq!(
+        c.get_with(
+            "/hello.txt",
+            "Referer: http://t/\r\nUser-Agent: a \"b\" é\r\n"
+        )
+        .status,
+        200
+    );
     assert_eq!(c.get("/nope").status, 404);
     c.send("GET /../x HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_eq!(c.response(false).status, 400);
@@ -21,18 +28,30 @@ fn access_log_lines() {
     }));
     let text = std::fs::read_to_string(&path).unwrap();
     let lines: Vec<&str> = text.lines().collect();
-    assert!(lines[0].starts_with("127.0.0.1 - - ["), "{}", lines[0]);
+    // nginx's `combined` format, with its time format (in UTC) and its
+    // escaping of what the client chose.
+    let (addr, rest) = lines[0].split_once(" - - [").expect("combined format");
+    assert_eq!(addr, "127.0.0.1", "{}", lines[0]);
+    let (time, rest) = rest.split_once("] ").unwrap();
+    assert_eq!(time.len(), 26, "{time}");
     assert!(
-        lines[0].ends_with("\"GET /hello.txt HTTP/1.1\" 200 13"),
-        "{}",
-        lines[0]
+        time.ends_with(" +0000") && time.as_bytes()[2] == b'/',
+        "{time}"
+    );
+    assert_eq!(
+        rest,
+        "\"GET /hello.txt HTTP/1.1\" 200 13 \"http://t/\" \"a \\x22b\\x22 \\xC3\\xA9\""
     );
     assert!(
-        lines[1].ends_with("\"GET /nope HTTP/1.1\" 404 0"),
+        lines[1].ends_with("\"GET /nope HTTP/1.1\" 404 0 \"-\" \"-\""),
         "{}",
         lines[1]
     );
-    assert!(lines[2].ends_with("\"- - -\" 400 0"), "{}", lines[2]);
+    assert!(
+        lines[2].ends_with("\"-\" 400 0 \"-\" \"-\""),
+        "{}",
+        lines[2]
+    );
     assert_eq!(s.state.stats().log_dropped, 0);
 }
 

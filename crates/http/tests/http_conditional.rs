@@ -66,9 +66,23 @@ fn ranges_on_cached_and_sendfile_files() {
     }
     let r = c.get_with("/big.bin", &format!("Range: bytes={BIG}-\r\n"));
     assert_eq!(r.status, 416);
-    // Several ranges: ignored, the whole file with 200.
+    // Several ranges apart: ignored, the whole file with 200.
     let r = c.get_with("/hello.txt", "Range: bytes=0-1,3-4\r\n");
     assert_eq!((r.status, r.body.len()), (200, 13));
+    // Touching ranges are one span; unsatisfiable ones are dropped.
+    let r = c.get_with("/hello.txt", "Range: bytes=0-1,2-4,99-\r\n");
+    assert_eq!((r.status, r.text().as_str()), (206, "hello"));
+    assert_eq!(r.header("content-range"), Some("bytes 0-4/13"));
+    let r = c.get_with("/hello.txt", "Range: bytes=50-60,99-\r\n");
+    assert_eq!(r.status, 416);
+    // A precondition sent twice: 400 (nginx's answer), and the connection
+    // closes.
+    let r = c.get_with(
+        "/hello.txt",
+        "If-None-Match: \"a\"\r\nIf-None-Match: \"b\"\r\n",
+    );
+    assert_eq!(r.status, 400);
+    let mut c = s.client();
     // If-Range with the current ETag honours the range, a stale one does not.
     let etag = c.get("/hello.txt").header("etag").unwrap().to_owned();
     let r = c.get_with(
