@@ -33,7 +33,10 @@ pub struct KvArgs {
     /// shutdown (SIGTERM, SIGINT, `shutdown`) a restart with the same -m and
     /// -I serves every unexpired item again; after a crash, or with other
     /// settings, it starts empty and says why. Put it on tmpfs (/dev/shm)
-    /// for memory speed, or on disk to survive a reboot.
+    /// for memory speed, or on disk to survive a reboot. One cache at a time
+    /// may use a file (it is locked); its space is allocated as segments are
+    /// first used, and a file system out of room makes the cache evict
+    /// rather than fail.
     #[arg(short = 'e', long = "memory-file")]
     memory_file: Option<PathBuf>,
     /// Maximum simultaneous connections.

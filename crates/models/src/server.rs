@@ -238,16 +238,37 @@ fn bind_tcp(addr: SocketAddr, reuse_port: bool) -> io::Result<std::net::TcpListe
 }
 
 fn bind_unix(path: &Path) -> io::Result<std::os::unix::net::UnixListener> {
-    if path.exists() {
-        // A socket file nobody listens on is left over from a crash: replace it.
-        match std::os::unix::net::UnixStream::connect(path) {
-            Ok(_) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::AddrInUse,
-                    format!("{} is in use by another server", path.display()),
-                ))
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::symlink_metadata(path) {
+        // A socket file nobody listens on is left over from a crash: replace
+        // it. Anything else there (a file, a link, a directory) is someone's
+        // data: refuse, as memcached does, rather than delete it.
+        Ok(meta) if meta.file_type().is_socket() => {
+            match std::os::unix::net::UnixStream::connect(path) {
+                Ok(_) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::AddrInUse,
+                        format!("{} is in use by another server", path.display()),
+                    ))
+                }
+                Err(_) => std::fs::remove_file(path)?,
             }
-            Err(_) => std::fs::remove_file(path)?,
+        }
+        Ok(_) => {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!(
+                    "cannot listen on {}: it exists and is not a socket (left as it is)",
+                    path.display()
+                ),
+            ))
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(io::Error::new(
+                e.kind(),
+                format!("cannot listen on {}: {e}", path.display()),
+            ))
         }
     }
     let l = std::os::unix::net::UnixListener::bind(path).map_err(|e| {
@@ -786,5 +807,41 @@ fn stats_of(shared: &Shared, acceptor: Option<LoopHandle>, stages: &[Arc<Stage>]
         rejected_connections: shared.counter.refused.load(Relaxed),
         threads,
         handoff: shared.payload.handoff_stats(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bind_unix;
+
+    #[test]
+    fn a_unix_path_that_is_not_a_stale_socket_is_left_alone() {
+        let dir = std::env::temp_dir().join(format!("duality-bind-unix-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        // A regular file, and a link to it: refused, both intact.
+        let file = dir.join("data");
+        std::fs::write(&file, b"precious").unwrap();
+        let link = dir.join("link");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        for p in [&file, &link, &dir] {
+            let e = bind_unix(p).expect_err("bound over something not a socket");
+            assert!(e.to_string().contains("not a socket"), "{e}");
+            assert!(e.to_string().contains(&p.display().to_string()), "{e}");
+        }
+        assert_eq!(std::fs::read(&link).unwrap(), b"precious");
+        assert!(std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        // A live socket: refused; a stale one (its listener gone): replaced.
+        let sock = dir.join("s.sock");
+        let live = bind_unix(&sock).unwrap();
+        let e = bind_unix(&sock).expect_err("bound over a live socket");
+        assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse);
+        drop(live);
+        assert!(sock.exists(), "a dropped listener leaves its file");
+        bind_unix(&sock).expect("a stale socket is replaced");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -23,6 +23,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 8] = b"DUALKVMF";
@@ -146,6 +147,22 @@ impl MemFile {
             .create(true)
             .truncate(false)
             .open(path)?;
+        // One cache per file: a second process would re-initialise what the
+        // first has mapped, under it (memcached does not guard this). The
+        // lock lasts as long as the descriptor, so a crash releases it.
+        // SAFETY: flock on a descriptor this function owns; no memory.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let e = io::Error::last_os_error();
+            return Err(if e.kind() == io::ErrorKind::WouldBlock {
+                // The caller names the file.
+                io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    "in use by another running cache (locked)",
+                )
+            } else {
+                e
+            });
+        }
         let layout = Layout {
             shards,
             slots,
@@ -300,15 +317,31 @@ impl ShardFile {
         self.table[at + 12..at + 16].copy_from_slice(&e.span.to_le_bytes());
     }
 
-    /// Maps `span` slots from `slot` on.
+    /// Maps `span` slots from `slot` on, their disk blocks allocated first:
+    /// the file is sparse, and a store into a mapped page the file system
+    /// has no room for is a SIGBUS, whereas a failed allocation here is an
+    /// error the shard answers as a full cache (it evicts instead).
     pub(crate) fn map(&self, slot: usize, span: usize) -> io::Result<memmap2::MmapMut> {
         debug_assert!(slot + span <= self.slots);
+        let off = self.data_off + (slot * self.seg_size) as u64;
+        let len = (span * self.seg_size) as u64;
+        // SAFETY: posix_fallocate on a descriptor this file owns; no memory.
+        let rc = unsafe {
+            libc::posix_fallocate(
+                self.file.as_raw_fd(),
+                off as libc::off_t,
+                len as libc::off_t,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::from_raw_os_error(rc));
+        }
         // SAFETY: as in `MemFile::open`; the shard hands each slot to one
         // segment at a time, so no two live mappings of this process overlap.
         unsafe {
             memmap2::MmapOptions::new()
-                .offset(self.data_off + (slot * self.seg_size) as u64)
-                .len(span * self.seg_size)
+                .offset(off)
+                .len(len as usize)
                 .map_mut(&self.file)
         }
     }

@@ -853,3 +853,27 @@ fn a_damaged_file_starts_empty() {
     assert!(get(&s, b"k", NOW).is_some());
     s.check();
 }
+
+#[test]
+fn a_memory_file_serves_one_cache_at_a_time() {
+    let f = TempFile::new("locked");
+    let (first, _) = file_store(&f.0, 4 << 20, NOW);
+    set(&first, b"k", b"v", 0, NOW);
+    let e = Store::with_memory_file(
+        StoreConfig {
+            max_bytes: 4 << 20,
+            shards: 2,
+        },
+        &f.0,
+        NOW,
+    )
+    .expect_err("a second cache opened a file in use");
+    assert_eq!(e.kind(), io::ErrorKind::AddrInUse);
+    assert!(e.to_string().contains("in use by another running cache"), "{e}");
+    // The first is untouched and still serves.
+    assert_eq!(get(&first, b"k", NOW).as_deref(), Some(&b"v"[..]));
+    first.check();
+    drop(first);
+    // Its lock went with it.
+    let (_again, _) = file_store(&f.0, 4 << 20, NOW);
+}
