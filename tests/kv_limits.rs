@@ -653,3 +653,43 @@ fn a_pipelining_flood_does_not_grow_memory() {
             .expect_str("get flood:key\r\n", "VALUE flood:key 0 1\r\nx\r\nEND\r\n");
     }
 }
+
+/// `-c` past what the descriptor limit allows: the soft limit is raised as
+/// far as the hard one lets it, and where that is not enough the server
+/// takes fewer connections, says so, and answers the rest with memcached's
+/// "Too many open connections" rather than leaving them unaccepted.
+#[test]
+fn max_conns_fits_the_descriptor_limit() {
+    // Soft 64, hard 4096: raised to fit -c 1024.
+    let srv = KvProc::start_with_nofile(&["-c", "1024"], (64, 4096));
+    assert_eq!(srv.connect().stats("settings")["maxconns"], "1024");
+    assert!(
+        !srv.stderr_text().contains("warning"),
+        "{}",
+        srv.stderr_text()
+    );
+    drop(srv);
+    // Hard 100: 36 connections (100 less 64 kept back).
+    let srv = KvProc::start_with_nofile(&["-c", "1024"], (64, 100));
+    assert!(
+        srv.stderr_text().contains("taking at most 36 connections"),
+        "{}",
+        srv.stderr_text()
+    );
+    assert_eq!(srv.connect().stats("settings")["maxconns"], "36");
+    // That connection's close is seen before the next ones come.
+    thread::sleep(Duration::from_millis(200));
+    let mut clients: Vec<Client> = (0..50).map(|_| srv.connect()).collect();
+    let (mut served, mut refused) = (0, 0);
+    for c in &mut clients {
+        c.send(b"version\r\n");
+        let line = c.read_until(b"\r\n");
+        if line.starts_with(b"VERSION") {
+            served += 1;
+        } else {
+            assert_eq!(show(&line), show(b"ERROR Too many open connections\r\n"));
+            refused += 1;
+        }
+    }
+    assert_eq!((served, refused), (36, 14));
+}

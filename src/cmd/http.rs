@@ -182,21 +182,11 @@ fn limits(a: &HttpArgs) -> anyhow::Result<Limits> {
 /// The default `--max-conns`: 1024, or what the descriptor limit leaves
 /// (two per connection: its socket and a file it sends; 32 kept back).
 fn default_max_conns() -> usize {
-    nofile().map_or(1024, max_conns_for_limit)
+    super::nofile().map_or(1024, max_conns_for_limit)
 }
 
 fn max_conns_for_limit(nofile: u64) -> usize {
     (nofile.saturating_sub(32) / 2).clamp(1, 1024) as usize
-}
-
-/// The soft descriptor limit (`ulimit -n`), if the kernel says.
-fn nofile() -> Option<u64> {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into a live local struct.
-    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0).then_some(lim.rlim_cur)
 }
 
 /// The default `--open-file-cache`: 1000, or what `nofile` leaves beside
@@ -222,8 +212,8 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
     let max_conns = *a.max_conns.get_or_insert_with(default_max_conns);
     let open_files = a
         .open_file_cache
-        .unwrap_or_else(|| nofile().map_or(0, |n| open_files_for_limit(n, max_conns)));
-    if let Some(n) = nofile() {
+        .unwrap_or_else(|| super::nofile().map_or(0, |n| open_files_for_limit(n, max_conns)));
+    if let Some(n) = super::nofile() {
         let room = open_files_room(n, max_conns);
         if open_files as u64 > room {
             eprintln!(

@@ -222,6 +222,34 @@ fn parse_size(s: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("{s:?} is too large"))
 }
 
+/// Descriptors kept beside the connections: listeners, loops' rings and
+/// wake-ups, the memory file, logs, the metrics listener.
+const RESERVED_FDS: u64 = 64;
+
+/// `-c` as the descriptor limit allows it: the soft limit is raised to fit
+/// (memcached does the same); where the hard limit is lower, the server
+/// takes fewer connections and says so, so that the rest get memcached's
+/// "Too many open connections" answer instead of waiting unaccepted.
+fn fit_max_conns(max_conns: usize) -> anyhow::Result<usize> {
+    let want = max_conns as u64 + RESERVED_FDS;
+    let Some(soft) = super::raise_nofile(want) else {
+        return Ok(max_conns);
+    };
+    if soft >= want {
+        return Ok(max_conns);
+    }
+    let fits = soft.saturating_sub(RESERVED_FDS) as usize;
+    anyhow::ensure!(
+        fits > 0,
+        "-c {max_conns}: `ulimit -n` {soft} leaves no descriptors for connections"
+    );
+    eprintln!(
+        "duality kv: warning: -c {max_conns} needs {want} descriptors but `ulimit -n` allows \
+         {soft} (and cannot be raised); taking at most {fits} connections"
+    );
+    Ok(fits)
+}
+
 pub fn run(a: KvArgs) -> anyhow::Result<()> {
     if a.version {
         // memcached prints `memcached 1.6.x`.
@@ -259,6 +287,7 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     if let Some(0) = a.threads {
         anyhow::bail!("-t must be at least 1");
     }
+    let max_conns = fit_max_conns(a.max_conns)?;
     let threads = a.threads.unwrap_or_else(duality_models::cores);
     let model = a.model.unwrap_or(Model::Symped { n: threads });
     if model == Model::ThreadPerConn {
@@ -277,7 +306,7 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     let config = KvConfig {
         memory_limit: a.memory_limit << 20,
         max_item_size: a.max_item_size,
-        max_conns: a.max_conns,
+        max_conns,
         threads,
         model: model.to_string(),
         verbosity: a.verbose as u32,
@@ -314,7 +343,7 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
         .model(model)
         .handoff(a.handoff.handoff)
         .balance(a.accept_balance)
-        .max_conns(a.max_conns)
+        .max_conns(max_conns)
         .long_poll_threshold(a.metrics.long_poll_threshold())
         .idle_spin(a.io.idle_spin())
         .payload_spin(a.io.payload_spin())

@@ -15,6 +15,42 @@ pub mod http;
 pub mod internal;
 pub mod kv;
 
+/// The soft descriptor limit (`ulimit -n`), if the kernel says.
+pub fn nofile() -> Option<u64> {
+    nofile_limits().map(|(soft, _)| soft)
+}
+
+/// The soft and hard descriptor limits.
+fn nofile_limits() -> Option<(u64, u64)> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into a live local struct.
+    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0)
+        .then_some((lim.rlim_cur, lim.rlim_max))
+}
+
+/// Raises the soft descriptor limit toward `want` (never past the hard
+/// limit, never lowering it), as memcached does for its `-c`; returns the
+/// soft limit in force afterwards.
+pub fn raise_nofile(want: u64) -> Option<u64> {
+    let (soft, hard) = nofile_limits()?;
+    if soft >= want {
+        return Some(soft);
+    }
+    let lim = libc::rlimit {
+        rlim_cur: want.min(hard),
+        rlim_max: hard,
+    };
+    // SAFETY: setrlimit reads a live local struct.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } == 0 {
+        Some(lim.rlim_cur)
+    } else {
+        Some(soft)
+    }
+}
+
 /// `--handoff`, beside `--model` on `duality kv`, `duality http` and the echo server.
 #[derive(clap::Args, Clone, Copy, Debug)]
 pub struct HandoffArg {

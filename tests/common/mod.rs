@@ -414,14 +414,56 @@ impl KvProc {
     }
 
     fn try_start(port: u16, args: &[&str]) -> Result<KvProc, String> {
+        KvProc::try_start_limited(port, args, None)
+    }
+
+    /// As [`start`](Self::start), the server's descriptor limits (soft,
+    /// hard) set to `nofile` before it runs.
+    pub fn start_with_nofile(args: &[&str], nofile: (u64, u64)) -> KvProc {
+        KvProc::try_start_limited(free_port(), args, Some(nofile))
+            .unwrap_or_else(|e| panic!("duality kv did not start: {e}"))
+    }
+
+    fn try_start_limited(
+        port: u16,
+        args: &[&str],
+        nofile: Option<(u64, u64)>,
+    ) -> Result<KvProc, String> {
         let p = port.to_string();
         let mut all = vec!["-p", p.as_str()];
         all.extend_from_slice(args);
-        KvProc::spawn(port, &all)
+        KvProc::spawn_limited(port, &all, nofile)
     }
 
     fn spawn(port: u16, args: &[&str]) -> Result<KvProc, String> {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_duality"))
+        KvProc::spawn_limited(port, args, None)
+    }
+
+    fn spawn_limited(
+        port: u16,
+        args: &[&str],
+        nofile: Option<(u64, u64)>,
+    ) -> Result<KvProc, String> {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_duality"));
+        if let Some((soft, hard)) = nofile {
+            use std::os::unix::process::CommandExt;
+            let lim = libc::rlimit {
+                rlim_cur: soft,
+                rlim_max: hard,
+            };
+            // SAFETY: setrlimit is async-signal-safe and reads a struct
+            // copied into the closure; nothing is allocated after fork.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
+                        Ok(())
+                    } else {
+                        Err(io::Error::last_os_error())
+                    }
+                });
+            }
+        }
+        let mut child = cmd
             .arg("kv")
             .args(args)
             .stdin(Stdio::null())

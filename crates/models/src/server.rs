@@ -427,6 +427,9 @@ async fn accept_loop(listener: Bound, shared: Arc<Shared>, on: Option<usize>) {
             return;
         }
     };
+    // Failures are logged at most once a second (with how many were not):
+    // at the descriptor limit accept fails every few milliseconds.
+    let mut warned: Option<(Instant, u64)> = None;
     loop {
         if shared.counter.shutdown.is_set() {
             return;
@@ -443,7 +446,18 @@ async fn accept_loop(listener: Bound, shared: Arc<Shared>, on: Option<usize>) {
         match r {
             Ok(a) => shared.dispatch(a, duality_rt::stats::poll_started(), on),
             // accept backs off by itself after EMFILE; log and go on.
-            Err(e) => tracing::warn!("accept failed: {e}"),
+            Err(e) => match &mut warned {
+                Some((at, quiet)) if at.elapsed() < Duration::from_secs(1) => *quiet += 1,
+                _ => {
+                    let quiet = warned.map_or(0, |(_, q)| q);
+                    if quiet > 0 {
+                        tracing::warn!("accept failed: {e} ({quiet} more in the last second)");
+                    } else {
+                        tracing::warn!("accept failed: {e}");
+                    }
+                    warned = Some((Instant::now(), 0));
+                }
+            },
         }
     }
 }
@@ -686,6 +700,15 @@ impl Server {
     }
 
     fn stop_threads(&mut self) {
+        // Every loop is asked first and joined after: each may linger for
+        // what its closed sockets still had queued (io_uring), and those
+        // waits overlap rather than add up, loop after loop.
+        if let Some(a) = &mut self.acceptor {
+            a.stop();
+        }
+        for l in &mut self.network {
+            l.stop();
+        }
         if let Some(a) = self.acceptor.take() {
             let _ = a.join();
         }

@@ -70,6 +70,10 @@ pub(crate) const RX_LIMIT: usize = 256 * 1024;
 pub(crate) const TX_LIMIT: usize = 64 * 1024;
 /// How long a dropped socket may keep sending what was queued before it.
 pub(crate) const CLOSE_LINGER: Duration = Duration::from_secs(5);
+/// How long a loop that is shutting down waits for such bytes: a client
+/// that reads gets them in milliseconds, and one that does not must not
+/// hold the process (every loop waits at once, see `LoopThread::stop`).
+const SHUTDOWN_LINGER: Duration = Duration::from_secs(1);
 /// Accepted connections queued before the multishot accept is paused.
 const ACCEPT_QUEUE: usize = 256;
 /// `St::tx_busy` for a send of `buf`.
@@ -1603,8 +1607,8 @@ impl Drop for UringReactor {
         // the buffers before they are freed.
         // Bytes written before their sockets closed go out first (a server
         // that shuts down gracefully has answered its in-flight requests
-        // only once they left): at most CLOSE_LINGER.
-        let until = Instant::now() + CLOSE_LINGER;
+        // only once they left): at most SHUTDOWN_LINGER.
+        let until = Instant::now() + SHUTDOWN_LINGER;
         let _ = self.poll(Some(Duration::ZERO));
         while self.sends_in_flight() && Instant::now() < until {
             let _ = self.poll(Some(Duration::from_millis(10)));

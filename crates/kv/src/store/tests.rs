@@ -869,7 +869,10 @@ fn a_memory_file_serves_one_cache_at_a_time() {
     )
     .expect_err("a second cache opened a file in use");
     assert_eq!(e.kind(), io::ErrorKind::AddrInUse);
-    assert!(e.to_string().contains("in use by another running cache"), "{e}");
+    assert!(
+        e.to_string().contains("in use by another running cache"),
+        "{e}"
+    );
     // The first is untouched and still serves.
     assert_eq!(get(&first, b"k", NOW).as_deref(), Some(&b"v"[..]));
     first.check();

@@ -977,6 +977,8 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
 pub struct LoopThread {
     handle: LoopHandle,
     thread: Option<std::thread::JoinHandle<io::Result<()>>>,
+    /// [`stop`](Self::stop) was called: `join` sends no second stop.
+    stopped: bool,
 }
 
 impl LoopThread {
@@ -1001,12 +1003,23 @@ impl LoopThread {
         Ok(LoopThread {
             handle,
             thread: Some(thread),
+            stopped: false,
         })
     }
 
     /// The loop's handle.
     pub fn handle(&self) -> LoopHandle {
         self.handle
+    }
+
+    /// Asks the loop to stop without waiting for it: stopping several loops
+    /// before joining any lets their shutdowns (a loop may linger to send
+    /// what its closed sockets had queued) overlap instead of adding up.
+    pub fn stop(&mut self) {
+        if self.thread.is_some() && !self.stopped {
+            self.stopped = true;
+            self.handle.stop();
+        }
     }
 
     /// Stops the loop and waits for its thread (its tasks are cancelled).
@@ -1021,7 +1034,9 @@ impl LoopThread {
         let Some(t) = self.thread.take() else {
             return Ok(());
         };
-        self.handle.stop();
+        if !self.stopped {
+            self.handle.stop();
+        }
         t.join()
             .map_err(|_| io::Error::other("loop thread panicked"))?
     }
