@@ -693,3 +693,85 @@ fn max_conns_fits_the_descriptor_limit() {
     }
     assert_eq!((served, refused), (36, 14));
 }
+
+/// Values being received count against `-o read_buf_mem_limit`: past it a
+/// set is refused at once with memcached's out-of-memory answer, its bytes
+/// dropped as they arrive (never stored), and the budget comes back when
+/// the values already taken complete.
+#[test]
+fn large_values_in_flight_are_bounded() {
+    let srv = KvProc::start(&["-m", "64", "-I", "2m", "-o", "read_buf_mem_limit=4"]);
+    const LEN: usize = 1_500_000;
+    let head = |k: &str| format!("set {k} 0 0 {LEN}\r\n");
+    let mut held: Vec<Client> = Vec::new();
+    for k in ["a", "b"] {
+        let mut c = srv.connect();
+        c.send(head(k).as_bytes());
+        c.send(&[b'v'; 100]);
+        held.push(c);
+    }
+    // Time for both to take their 1.5 MB.
+    thread::sleep(Duration::from_millis(300));
+    let mut third = srv.connect();
+    third.send(head("c").as_bytes());
+    third.send(&[b'v'; 100]);
+    assert_eq!(
+        show(&third.read_until(b"\r\n")),
+        show(b"SERVER_ERROR out of memory storing object\r\n")
+    );
+    // The rest of its value is dropped; the connection goes on.
+    third.send(&vec![b'v'; LEN - 100]);
+    third.send(b"\r\n");
+    third.expect_str("get c\r\n", "END\r\n");
+    // The first two complete: stored, and their budget comes back.
+    for c in &mut held {
+        c.send(&vec![b'v'; LEN - 100]);
+        c.send(b"\r\n");
+        assert_eq!(show(&c.read_until(b"\r\n")), show(b"STORED\r\n"));
+    }
+    let mut value = head("c").into_bytes();
+    value.extend_from_slice(&vec![b'w'; LEN]);
+    value.extend_from_slice(b"\r\n");
+    third.send(&value);
+    assert_eq!(show(&third.read_until(b"\r\n")), show(b"STORED\r\n"));
+    assert_eq!(third.stats("")["store_no_memory"], "1");
+}
+
+/// Large responses held for clients that do not read count against the
+/// same budget: past it a get is answered with memcached's out-of-memory
+/// error, and once the held responses are read a get is served again.
+#[test]
+fn large_responses_held_for_slow_readers_are_bounded() {
+    let srv = KvProc::start(&["-m", "64", "-I", "8m", "-o", "read_buf_mem_limit=16"]);
+    const LEN: usize = 6_000_000;
+    let mut c = srv.connect();
+    let mut set = format!("set big 0 0 {LEN}\r\n").into_bytes();
+    set.extend_from_slice(&vec![b'v'; LEN]);
+    set.extend_from_slice(b"\r\n");
+    c.send(&set);
+    assert_eq!(show(&c.read_until(b"\r\n")), show(b"STORED\r\n"));
+    let mut slow: Vec<Client> = (0..2)
+        .map(|_| {
+            let mut s = srv.connect();
+            small_rcvbuf(&s);
+            s.send(b"get big\r\n");
+            s
+        })
+        .collect();
+    thread::sleep(Duration::from_millis(300));
+    c.expect_str(
+        "get big\r\n",
+        "SERVER_ERROR out of memory writing get response\r\n",
+    );
+    // Small values are not counted.
+    c.expect_str("set s 0 0 1\r\nx\r\n", "STORED\r\n");
+    c.expect_str("get s\r\n", "VALUE s 0 1\r\nx\r\nEND\r\n");
+    let want = format!("VALUE big 0 {LEN}\r\n").len() + LEN + "\r\nEND\r\n".len();
+    for s in &mut slow {
+        assert_eq!(s.read_n(want).len(), want);
+    }
+    // Read: their budget is back (the driver gives it back once written).
+    thread::sleep(Duration::from_millis(100));
+    c.send(b"get big\r\n");
+    assert_eq!(c.read_n(want).len(), want);
+}

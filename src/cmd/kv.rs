@@ -26,7 +26,8 @@ pub struct KvArgs {
     /// Worker threads: the N of the default model `symped:N` (default: all cores).
     #[arg(short = 't', long = "threads")]
     threads: Option<usize>,
-    /// Item memory in megabytes (resident memory stays below this + 32 MiB).
+    /// Item memory in megabytes (resident memory stays below this + 32 MiB,
+    /// plus the large connection buffers `-o read_buf_mem_limit` bounds).
     #[arg(short = 'm', long = "memory-limit", default_value_t = 64)]
     memory_limit: usize,
     /// Keep item memory in this file (memcached's -e): after a graceful
@@ -98,7 +99,11 @@ pub struct KvArgs {
     /// memcached's extended options, comma-separated (repeatable). Applied:
     /// idle_timeout=SECONDS (close idle connections), lru_crawler /
     /// no_lru_crawler (background sweep on/off), lru_crawler_sleep=N,
-    /// lru_crawler_tocrawl=N. Accepted and ignored (nothing to tune here):
+    /// lru_crawler_tocrawl=N, read_buf_mem_limit=MB (connection buffers of
+    /// values being received and responses being sent, each over 64 KiB,
+    /// together at most this many MB; past it such a request gets
+    /// SERVER_ERROR out of memory. Default: -m, at least 64; 0: no limit).
+    /// Accepted and ignored (nothing to tune here):
     /// modern, no_modern, hashpower=N, slab_reassign, slab_automove[=N],
     /// lru_maintainer, no_lru_maintainer, maxconns_fast, no_maxconns_fast,
     /// hash_algorithm=murmur3|jenkins|xxh3, tail_repair_time=N,
@@ -111,6 +116,7 @@ pub struct KvArgs {
 #[derive(Debug, Default, PartialEq, Eq)]
 struct Extended {
     idle_timeout: Option<Duration>,
+    buffer_limit: Option<usize>,
     lru_crawler: Option<bool>,
     crawler_sleep: Option<u32>,
     crawler_tocrawl: Option<u32>,
@@ -180,6 +186,13 @@ fn parse_extended(opts: &[String]) -> Result<Extended, String> {
                 let n = value.ok_or("Missing lru_crawler_tocrawl value")?;
                 x.crawler_tocrawl = Some(atoi(n).max(0) as u32);
             }
+            "read_buf_mem_limit" => {
+                let n = atoi(numeric("read_buf_mem_limit")?);
+                if n < 0 {
+                    return Err("read_buf_mem_limit must be 0 (no limit) or more".into());
+                }
+                x.buffer_limit = Some((n as usize).saturating_mul(1 << 20));
+            }
             "idle_timeout" => {
                 // memcached reads it with atoi: 0 (or junk) means never.
                 let n = atoi(numeric("idle_timeout")?);
@@ -193,7 +206,6 @@ fn parse_extended(opts: &[String]) -> Result<Extended, String> {
             | "temporary_ttl"
             | "watcher_logbuf_size"
             | "worker_logbuf_size"
-            | "read_buf_mem_limit"
             | "proxy_config"
             | "memory_file"
             | "hot_lru_pct"
@@ -316,6 +328,7 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
             .reqs_per_event
             .unwrap_or(KvConfig::default().requests_per_event),
         idle_timeout: extended.idle_timeout,
+        buffer_limit: extended.buffer_limit,
         memory_file: a.memory_file.clone(),
         ..KvConfig::default()
     };

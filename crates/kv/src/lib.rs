@@ -113,6 +113,7 @@
 #![deny(unsafe_code)]
 
 mod base64;
+pub mod budget;
 pub mod command;
 mod num;
 pub mod protocol;

@@ -16,8 +16,9 @@
 //! `amped` keeps a shard on one payload thread, so its lock stays uncontended
 //! there — and is not even computed in the inline models.
 
+use crate::budget::{Holdings, LARGE};
 use crate::command::{execute_part, resume_get, Part};
-use crate::protocol::binary::REQUEST_MAGIC;
+use crate::protocol::binary::{write_error, Status, REQUEST_MAGIC};
 use crate::{
     binary_request_shard, execute_binary, execute_binary_error, execute_error, parse, parse_binary,
     request_shard, BinError, BinRequest, ExecContext, Flow, Limits, ParseError, Request,
@@ -66,6 +67,11 @@ pub struct KvConfig {
     /// Keep item memory in this file so a restart after a graceful
     /// shutdown serves the items again (memcached's `-e`).
     pub memory_file: Option<std::path::PathBuf>,
+    /// Bytes connections may hold in large buffers (values being received,
+    /// responses being sent, each over [`LARGE`]): see
+    /// [`budget`](crate::budget). `None`: the memory limit, at least 64 MiB;
+    /// `Some(0)`: no limit (memcached's `-o read_buf_mem_limit=0`).
+    pub buffer_limit: Option<usize>,
 }
 
 impl Default for KvConfig {
@@ -83,6 +89,7 @@ impl Default for KvConfig {
             requests_per_event: DriverConfig::default().max_batch_requests,
             idle_timeout: None,
             memory_file: None,
+            buffer_limit: None,
         }
     }
 }
@@ -104,12 +111,17 @@ pub struct KvState {
     /// (`ConnInfo::listen_addr` indexes this; there are as many as the
     /// server has listening addresses and interfaces).
     listen_addrs: Mutex<Vec<ShortAddr>>,
+    /// What connections hold in large buffers.
+    buffers: Holdings,
 }
 
 /// What `stats conns` shows of one connection (48 bytes with its `Arc`
-/// header: every open connection has one).
+/// header: every open connection has one), and whether it holds any of the
+/// buffer budget.
 #[derive(Debug)]
 struct ConnInfo {
+    /// Its [`Holdings`] flags (what it holds is kept there, by address).
+    holds: AtomicU8,
     fd: i32,
     /// The peer's address.
     addr: ShortAddr,
@@ -119,6 +131,13 @@ struct ConnInfo {
     last_cmd: AtomicU32,
     /// `CONN_NEW`, `CONN_READ` or `CONN_BUSY`.
     state: AtomicU8,
+}
+
+impl ConnInfo {
+    /// The connection's name in [`Holdings`]: its entry's address.
+    fn who(&self) -> usize {
+        self as *const ConnInfo as usize
+    }
 }
 
 /// A connection's address in 16 bytes (a `SocketAddr` takes 32): IPv4
@@ -169,6 +188,9 @@ struct ConnGuard {
 
 impl Drop for ConnGuard {
     fn drop(&mut self) {
+        self.state
+            .buffers
+            .release_all(self.info.who(), &self.info.holds);
         let mut conns = self.state.conns.lock().unwrap_or_else(|e| e.into_inner());
         // The descriptor may already belong to a newer connection.
         if conns
@@ -236,6 +258,9 @@ impl KvState {
             }
             None => Store::new(sc),
         };
+        let buffer_limit = config
+            .buffer_limit
+            .unwrap_or(config.memory_limit.max(64 << 20));
         Ok(Arc::new(KvState {
             store: store.with_item_size_max(config.max_item_size),
             limits,
@@ -247,6 +272,7 @@ impl KvState {
             on_shutdown: OnceLock::new(),
             conns: Mutex::new(BTreeMap::new()),
             listen_addrs: Mutex::new(Vec::new()),
+            buffers: Holdings::new(buffer_limit),
         }))
     }
 
@@ -645,11 +671,12 @@ impl Protocol for KvProtocol {
                 bound => bound,
             };
         }
-        match s.mode {
+        let parsed = match s.mode {
             Mode::Unknown => Parsed::Incomplete(0),
             Mode::Text => self.parse_text(s, input),
             Mode::Binary => self.parse_bin(s, input),
-        }
+        };
+        self.account_input(s, input, parsed)
     }
 
     fn color(&self, req: &Self::Request<'_>) -> u64 {
@@ -697,13 +724,25 @@ impl Protocol for KvProtocol {
             c.last_cmd.store(ctx.now, Relaxed);
             c.state.store(CONN_BUSY, Relaxed);
         }
+        let before = out.len();
+        // Where a refused response's error goes: a binary request's header.
+        let binary = match &req {
+            KvRequest::Binary(Ok(r)) => Some((r.opcode as u8, r.opaque)),
+            _ => None,
+        };
         let flow = match req {
             KvRequest::Text(Ok(r)) => match execute_part(&r, &st.store, &ctx, out) {
                 Part::Done(flow) => flow,
                 // The rest of a large multi-key get goes out a piece at a
                 // time from `finish`, from key `next` (a line holds far
                 // fewer than 2^32 keys).
-                Part::More(next) => return duality_models::Flow::Finish(next as u32),
+                Part::More(next) => {
+                    return if self.hold_response(conn, out, before, binary) {
+                        duality_models::Flow::Finish(next as u32)
+                    } else {
+                        duality_models::Flow::Continue
+                    };
+                }
             },
             KvRequest::Text(Err(e)) => execute_error(&e, &st.store, &ctx, out),
             KvRequest::Binary(Ok(r)) => execute_binary(&r, &st.store, &ctx, out),
@@ -712,6 +751,7 @@ impl Protocol for KvProtocol {
         if let Some(c) = conn {
             c.state.store(CONN_READ, Relaxed);
         }
+        self.hold_response(conn, out, before, binary);
         match flow {
             Flow::Continue => duality_models::Flow::Continue,
             Flow::Close => duality_models::Flow::Close,
@@ -724,7 +764,7 @@ impl Protocol for KvProtocol {
     /// a client that does not read holds the get there).
     async fn finish<'a>(
         &'a self,
-        _session: &'a mut KvSession,
+        session: &'a mut KvSession,
         request: &'a [u8],
         progress: u32,
         mut reply: Reply<'a>,
@@ -739,12 +779,29 @@ impl Protocol for KvProtocol {
             if reply.flush().await.is_err() {
                 return duality_models::Flow::Close;
             }
+            self.drained(session);
             let ctx = st.ctx();
-            match resume_get(&req, &st.store, &ctx, reply.out(), from) {
+            let more = resume_get(&req, &st.store, &ctx, reply.out(), from);
+            // A piece the budget has no room for is dropped, and the
+            // connection with it: half a get's answer cannot be taken back.
+            let conn = session.conn.as_ref().map(|g| &*g.info);
+            if !self.hold_piece(conn, reply.out().len()) {
+                let out = reply.out();
+                out.clear();
+                out.shrink_to(LARGE);
+                return duality_models::Flow::Close;
+            }
+            match more {
                 Some(Part::More(next)) => from = next,
                 Some(Part::Done(_)) => return duality_models::Flow::Continue,
                 None => return duality_models::Flow::Close,
             }
+        }
+    }
+
+    fn drained(&self, s: &mut KvSession) {
+        if let Some(g) = &s.conn {
+            self.0.buffers.release_output(g.info.who(), &g.info.holds);
         }
     }
 
@@ -759,6 +816,7 @@ impl Protocol for KvProtocol {
             listen_addr: self.0.listen_addr(ShortAddr::new(conn.local_addr())),
             last_cmd: AtomicU32::new(unix_now() as Time),
             state: AtomicU8::new(CONN_NEW),
+            holds: AtomicU8::new(0),
         });
         self.0
             .conns
@@ -776,6 +834,104 @@ impl Protocol for KvProtocol {
 }
 
 impl KvProtocol {
+    /// Accounts a large request being received against the buffer budget
+    /// (see [`crate::budget`]): one that needs more than [`LARGE`] bytes
+    /// buffered takes them before the driver grows its buffer; one that
+    /// cannot is refused as memcached refuses a value it cannot allocate,
+    /// and its bytes are dropped as they arrive. What it took is given back
+    /// once it is parsed whole (or refused), or when the connection ends.
+    fn account_input<'a>(
+        &self,
+        s: &mut KvSession,
+        input: &'a [u8],
+        parsed: Parsed<KvRequest<'a>>,
+    ) -> Parsed<KvRequest<'a>> {
+        let Some(guard) = &s.conn else {
+            return parsed;
+        };
+        let info = &guard.info;
+        match parsed {
+            Parsed::Incomplete(need) if need > LARGE => {
+                if self.0.buffers.hold_input(info.who(), &info.holds, need) {
+                    return Parsed::Incomplete(need);
+                }
+                // Parsed with no room for any value, the request is refused
+                // as too large; that refusal, for lack of memory instead.
+                let none = Limits {
+                    max_item_size: 0,
+                    ..self.0.limits
+                };
+                let refused = match s.mode {
+                    Mode::Binary => match parse_binary(input, &none) {
+                        Err(e @ BinError::TooLarge { .. }) => {
+                            let e = e.out_of_memory();
+                            e.consumed().map(|c| (KvRequest::Binary(Err(e)), c))
+                        }
+                        _ => None,
+                    },
+                    _ => match parse(input, &none) {
+                        Err(e @ ParseError::TooLarge { .. }) => {
+                            let e = e.out_of_memory();
+                            e.consumed().map(|c| (KvRequest::Text(Err(e)), c))
+                        }
+                        _ => None,
+                    },
+                };
+                match refused {
+                    Some((req, consumed)) => {
+                        let here = consumed.min(input.len());
+                        s.swallow = consumed - here;
+                        Parsed::Request(req, here)
+                    }
+                    // Not a storage request (a long get line): as before.
+                    None => Parsed::Incomplete(need),
+                }
+            }
+            Parsed::Incomplete(need) => Parsed::Incomplete(need),
+            parsed => {
+                self.0.buffers.release_input(info.who(), &info.holds);
+                parsed
+            }
+        }
+    }
+
+    /// Accounts the response just appended to `out` (from `before` on)
+    /// against the buffer budget when it is large. One the budget has no
+    /// room for is replaced by memcached's out-of-memory answer (`binary`:
+    /// the request's opcode and opaque), its buffer freed; false then.
+    fn hold_response(
+        &self,
+        conn: Option<&ConnInfo>,
+        out: &mut duality_models::Output,
+        before: usize,
+        binary: Option<(u8, u32)>,
+    ) -> bool {
+        let grown = out.len() - before;
+        if grown <= LARGE {
+            return true;
+        }
+        let Some(info) = conn else { return true };
+        if self.0.buffers.hold_output(info.who(), &info.holds, grown) {
+            return true;
+        }
+        out.truncate(before);
+        out.shrink_to(before.max(LARGE));
+        match binary {
+            Some((opcode, opaque)) => write_error(out, opcode, Status::OutOfMemory, opaque),
+            None => out.extend_from_slice(b"SERVER_ERROR out of memory writing get response\r\n"),
+        }
+        false
+    }
+
+    /// Accounts a piece of a multi-key get's answer (all of `out`, after a
+    /// flush) against the buffer budget; false if it has no room now.
+    fn hold_piece(&self, conn: Option<&ConnInfo>, len: usize) -> bool {
+        let Some(info) = conn else { return true };
+        len <= LARGE
+            || self.0.buffers.output(info.who(), &info.holds) >= len
+            || self.0.buffers.hold_output(info.who(), &info.holds, len)
+    }
+
     fn parse_text<'a>(&self, s: &mut KvSession, input: &'a [u8]) -> Parsed<KvRequest<'a>> {
         let no_eol = s.no_eol as usize;
         if no_eol > 0 && input.len() >= no_eol {

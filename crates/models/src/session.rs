@@ -277,6 +277,11 @@ pub trait Protocol: Send + Sync + 'static {
         false
     }
 
+    /// The driver has written every response buffered so far (the output
+    /// is empty): a protocol that accounts for memory its responses hold
+    /// gives it back here.
+    fn drained(&self, _session: &mut Self::Session) {}
+
     /// True while the session is inside a request although no bytes of it
     /// are buffered (a shutdown then lets it finish).
     fn mid_request(&self, _session: &Self::Session) -> bool {
@@ -871,6 +876,7 @@ pub fn drive<P: Protocol>(
                             }
                         };
                         written(&mut a.out);
+                        driver.proto.drained(&mut session);
                         if let Err(e) = r {
                             if timed_out(&e) {
                                 driver

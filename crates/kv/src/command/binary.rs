@@ -116,8 +116,12 @@ pub fn execute_binary_error<C: ExecContext + ?Sized>(
     ctx: &C,
     out: &mut Vec<u8>,
 ) -> Flow {
-    if let BinError::TooLarge { opcode, key, .. } = *err {
-        store.count(Counter::StoreTooLarge);
+    if let BinError::TooLarge { opcode, key, .. } | BinError::NoMemory { opcode, key, .. } = *err {
+        store.count(if matches!(err, BinError::NoMemory { .. }) {
+            Counter::StoreNoMemory
+        } else {
+            Counter::StoreTooLarge
+        });
         // memcached 1.6 drops the old item for set only (add, replace,
         // append and prepend keep it).
         if opcode.loud() == Opcode::Set {

@@ -326,9 +326,19 @@ pub fn execute_error<C: ExecContext + ?Sized>(
         key_base64,
         invalidate,
         ..
+    }
+    | ParseError::NoMemory {
+        key,
+        key_base64,
+        invalidate,
+        ..
     } = *err
     {
-        store.count(Counter::StoreTooLarge);
+        store.count(if matches!(err, ParseError::NoMemory { .. }) {
+            Counter::StoreNoMemory
+        } else {
+            Counter::StoreTooLarge
+        });
         if invalidate {
             let mut buf = [0u8; KEY_MAX_LENGTH];
             let key = decode_key(key, key_base64, &mut buf);

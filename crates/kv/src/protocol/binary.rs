@@ -404,6 +404,43 @@ pub enum BinError<'a> {
         /// Bytes to drop: header and body.
         consumed: usize,
     },
+    /// A value the server has no room to buffer (its connection buffers are
+    /// at their limit): answer "Out of memory", drop `consumed` bytes. The
+    /// fields are [`TooLarge`](BinError::TooLarge)'s; made only by
+    /// [`out_of_memory`](BinError::out_of_memory).
+    NoMemory {
+        /// The request's opcode.
+        opcode: Opcode,
+        /// The request's opaque.
+        opaque: u32,
+        /// The key, whose old item a `set` drops.
+        key: &'a [u8],
+        /// Bytes to drop: header and body.
+        consumed: usize,
+    },
+}
+
+impl<'a> BinError<'a> {
+    /// The same request refused for lack of memory (see
+    /// [`ParseError::out_of_memory`](crate::protocol::ParseError::out_of_memory):
+    /// parsed with an item size limit of 0, a storage request is
+    /// [`TooLarge`](BinError::TooLarge)); other errors as they are.
+    pub fn out_of_memory(self) -> BinError<'a> {
+        match self {
+            BinError::TooLarge {
+                opcode,
+                opaque,
+                key,
+                consumed,
+            } => BinError::NoMemory {
+                opcode,
+                opaque,
+                key,
+                consumed,
+            },
+            e => e,
+        }
+    }
 }
 
 impl BinError<'_> {
@@ -411,9 +448,9 @@ impl BinError<'_> {
     /// closes or more must be read.
     pub fn consumed(&self) -> Option<usize> {
         match *self {
-            BinError::UnknownCommand { consumed, .. } | BinError::TooLarge { consumed, .. } => {
-                Some(consumed)
-            }
+            BinError::UnknownCommand { consumed, .. }
+            | BinError::TooLarge { consumed, .. }
+            | BinError::NoMemory { consumed, .. } => Some(consumed),
             _ => None,
         }
     }
@@ -439,6 +476,9 @@ impl BinError<'_> {
             }
             BinError::TooLarge { opcode, opaque, .. } => {
                 write_error(out, opcode as u8, Status::TooLarge, opaque)
+            }
+            BinError::NoMemory { opcode, opaque, .. } => {
+                write_error(out, opcode as u8, Status::OutOfMemory, opaque)
             }
         }
     }

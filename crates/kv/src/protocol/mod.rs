@@ -415,6 +415,50 @@ pub enum ParseError<'a> {
         /// Bytes to drop.
         consumed: usize,
     },
+    /// A storage command the server has no room to buffer the value of (its
+    /// connection buffers are at their limit): answer `SERVER_ERROR out of
+    /// memory storing object` (unless `noreply`), as memcached does when it
+    /// cannot allocate the item, and drop `consumed` bytes. The fields are
+    /// [`TooLarge`](ParseError::TooLarge)'s; never made by [`parse`], only by
+    /// [`out_of_memory`](ParseError::out_of_memory).
+    NoMemory {
+        /// The key as sent.
+        key: &'a [u8],
+        /// The key is base64 (`ms … b`).
+        key_base64: bool,
+        /// A `set` or `ms` drops the key's old item.
+        invalidate: bool,
+        /// A classic command ending in `noreply`: send nothing.
+        noreply: bool,
+        /// Bytes to drop.
+        consumed: usize,
+    },
+}
+
+impl<'a> ParseError<'a> {
+    /// The same storage request refused for lack of memory instead: a
+    /// server that finds it cannot buffer a value parses the request with
+    /// an item size limit of 0, which refuses every value as
+    /// [`TooLarge`](ParseError::TooLarge), and turns that into this. Other
+    /// errors are returned as they are.
+    pub fn out_of_memory(self) -> ParseError<'a> {
+        match self {
+            ParseError::TooLarge {
+                key,
+                key_base64,
+                invalidate,
+                noreply,
+                consumed,
+            } => ParseError::NoMemory {
+                key,
+                key_base64,
+                invalidate,
+                noreply,
+                consumed,
+            },
+            e => e,
+        }
+    }
 }
 
 impl ParseError<'_> {
@@ -425,7 +469,8 @@ impl ParseError<'_> {
             ParseError::Incomplete | ParseError::LineTooLong | ParseError::Http => None,
             ParseError::UnknownCommand { consumed, .. }
             | ParseError::Client { consumed, .. }
-            | ParseError::TooLarge { consumed, .. } => Some(consumed),
+            | ParseError::TooLarge { consumed, .. }
+            | ParseError::NoMemory { consumed, .. } => Some(consumed),
         }
     }
 
@@ -456,6 +501,11 @@ impl ParseError<'_> {
             ParseError::TooLarge { noreply, .. } => {
                 if !noreply {
                     out.extend_from_slice(b"SERVER_ERROR object too large for cache\r\n");
+                }
+            }
+            ParseError::NoMemory { noreply, .. } => {
+                if !noreply {
+                    out.extend_from_slice(b"SERVER_ERROR out of memory storing object\r\n");
                 }
             }
         }
