@@ -43,6 +43,7 @@ fuzz_target!(|data: &[u8]| {
             ))
             .unwrap_or(UNIX_EPOCH),
         inode: next_number(42),
+        changed: 0,
     };
     // Bit 2 + i leaves field i out; a missing line is left out too.
     let mut fields = [None; 5];

@@ -408,6 +408,7 @@ mod tests {
             size: size as u64,
             mtime: UNIX_EPOCH + Duration::from_secs(v),
             inode: 1,
+            changed: 0,
         }
     }
 

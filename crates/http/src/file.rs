@@ -12,8 +12,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// The validators of a file: enough to build `Content-Length`,
 /// `Last-Modified` and `ETag`, and to tell that a cached copy is stale.
 ///
-/// Two `FileMeta` are equal when size, mtime (to the nanosecond) and inode are
-/// equal; [`PageCache`](crate::PageCache) serves a cached copy only then.
+/// Two `FileMeta` are equal when size, mtime (to the nanosecond), inode and
+/// change time are equal; [`PageCache`](crate::PageCache) serves a cached
+/// copy only then.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct FileMeta {
     /// Size in bytes.
@@ -22,6 +23,11 @@ pub struct FileMeta {
     pub mtime: SystemTime,
     /// Inode number (a file replaced by `rename` gets a new one).
     pub inode: u64,
+    /// Inode change time (`ctime`) in nanoseconds: a `chmod` or `chown`
+    /// moves it, so a cached copy of a file whose permissions changed is
+    /// dropped and the file opened again (a file made unreadable gets 403,
+    /// as nginx answers). Not part of the [`ETag`]: the bytes are the same.
+    pub changed: u64,
 }
 
 impl FileMeta {
@@ -31,6 +37,9 @@ impl FileMeta {
             size: md.len(),
             mtime: md.modified().unwrap_or(UNIX_EPOCH),
             inode: md.ino(),
+            changed: (md.ctime().max(0) as u64)
+                .saturating_mul(1_000_000_000)
+                .saturating_add(md.ctime_nsec().max(0) as u64),
         }
     }
 
@@ -182,6 +191,7 @@ mod tests {
             size,
             mtime: UNIX_EPOCH + Duration::new(secs, nanos),
             inode,
+            changed: 0,
         }
     }
 
@@ -198,6 +208,7 @@ mod tests {
             size: u64::MAX,
             mtime: UNIX_EPOCH + Duration::new(1 << 40, 999_999_999),
             inode: u64::MAX,
+            changed: 0,
         };
         let tag = ETag::of(&m);
         assert_eq!(tag.as_bytes().first(), Some(&b'"'));
@@ -233,6 +244,7 @@ mod tests {
             size: u64::MAX,
             mtime: UNIX_EPOCH + Duration::new(1 << 40, 999_999_999),
             inode: u64::MAX,
+            changed: 0,
         };
         let gz = ETag::of(&m).gzip_variant();
         assert!(gz.as_bytes().ends_with(b"-gzip\""), "{gz:?}");

@@ -634,6 +634,7 @@ mod tests {
             size,
             mtime: UNIX_EPOCH + Duration::new(MTIME_SECS, 500),
             inode: 42,
+            changed: 0,
         }
     }
 
@@ -1151,6 +1152,7 @@ mod tests {
                 size: 1,
                 mtime,
                 inode: 1,
+                changed: 0,
             };
             let mut out = Vec::new();
             assert_eq!(

@@ -748,6 +748,7 @@ fn static_variant(file: &FileMeta, gz: &FileMeta) -> FileMeta {
         size: file.size,
         mtime: file.mtime.max(gz.mtime),
         inode: file.inode ^ gz.inode.rotate_left(32) ^ gz.size.rotate_left(16),
+        changed: file.changed.max(gz.changed),
     }
 }
 
@@ -1032,6 +1033,7 @@ mod tests {
             size: 1 << 20,
             mtime: std::time::UNIX_EPOCH,
             inode: 1,
+            changed: 0,
         };
         let f = Arc::new(File::open(std::env::current_exe().unwrap()).unwrap());
         let open = |url: &str| {
@@ -1076,6 +1078,7 @@ mod tests {
             size: 1,
             mtime: std::time::UNIX_EPOCH,
             inode: 1,
+            changed: 0,
         };
         idx.record("/a", Path::new("/r/a"), meta, "text/plain");
         assert_eq!(&*idx.get("/a").unwrap().path, Path::new("/r/a"));
@@ -1096,6 +1099,7 @@ mod tests {
             size: 1,
             mtime: std::time::UNIX_EPOCH,
             inode: 1,
+            changed: 0,
         };
         idx.record("/a", Path::new("/r/a"), meta, "text/plain");
         assert!(idx.get("/a").is_none());
