@@ -906,7 +906,8 @@ impl KvProtocol {
         before: usize,
         binary: Option<(u8, u32)>,
     ) -> bool {
-        let grown = out.len() - before;
+        // A fatal error clears what the read had answered (`out` shrinks).
+        let grown = out.len().saturating_sub(before);
         if grown <= LARGE {
             return true;
         }
