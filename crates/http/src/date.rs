@@ -8,6 +8,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// Length of an IMF-fixdate.
 pub const LEN: usize = 29;
 
+/// Month names, as both date formats write them.
+const MONTHS: [&[u8; 3]; 12] = [
+    b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov", b"Dec",
+];
+
 /// The last second an IMF-fixdate can show (9999-12-31 23:59:59).
 const MAX_SECS: u64 = 253_402_300_799;
 
@@ -61,10 +66,6 @@ pub fn format_memo(t: SystemTime) -> [u8; LEN] {
 /// [`format()`] for whole seconds since the Unix epoch (at most [`MAX_SECS`]).
 fn format_secs(secs: u64) -> [u8; LEN] {
     const DAYS: [&[u8; 3]; 7] = [b"Thu", b"Fri", b"Sat", b"Sun", b"Mon", b"Tue", b"Wed"];
-    const MONTHS: [&[u8; 3]; 12] = [
-        b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov",
-        b"Dec",
-    ];
     let days = secs / 86_400;
     let rem = secs % 86_400;
     let (year, month, day) = civil_from_days(days);
@@ -87,10 +88,6 @@ pub const CLF_LEN: usize = 26;
 /// `$time_local`, always in UTC (`+0000`), which log tools (GoAccess,
 /// AWStats) parse as they parse nginx's.
 pub fn format_clf(t: SystemTime) -> [u8; CLF_LEN] {
-    const MONTHS: [&[u8; 3]; 12] = [
-        b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov",
-        b"Dec",
-    ];
     let secs = http_secs(t);
     let (year, month, day) = civil_from_days(secs / 86_400);
     let rem = secs % 86_400;
