@@ -469,6 +469,16 @@ mod tests {
         assert!(ext(&["ext_path=/tmp/x:1g"])
             .unwrap_err()
             .contains("not supported"));
+        assert_eq!(
+            ext(&["read_buf_mem_limit=32"]).unwrap().buffer_limit,
+            Some(32 << 20)
+        );
+        assert_eq!(
+            ext(&["read_buf_mem_limit=0"]).unwrap().buffer_limit,
+            Some(0)
+        );
+        assert!(ext(&["read_buf_mem_limit=-1"]).is_err());
+        assert_eq!(ext(&[]).unwrap().buffer_limit, None);
     }
 
     #[test]
