@@ -1,7 +1,11 @@
 //! `Content-Type` by file extension.
 //!
-//! The extension is matched without regard to case. Text types carry
-//! `; charset=utf-8`; anything unknown (or without an extension) is
+//! The extension is matched without regard to case; the table covers
+//! nginx's `mime.types` and a few newer types. Documents that can declare
+//! their own encoding (HTML's `<meta charset>`, CSS's `@charset`, the XML
+//! declaration, scripts) get no charset, as nginx sends them (an HTTP
+//! charset would override theirs); plain text, Markdown, CSV and calendars
+//! carry `; charset=utf-8`. Anything unknown (or without an extension) is
 //! [`DEFAULT`], which browsers download rather than render.
 
 use std::path::Path;
@@ -13,7 +17,7 @@ pub const DEFAULT: &str = "application/octet-stream";
 ///
 /// ```
 /// use duality_http::mime;
-/// assert_eq!(mime::for_path("a/INDEX.HTML".as_ref()), "text/html; charset=utf-8");
+/// assert_eq!(mime::for_path("a/INDEX.HTML".as_ref()), "text/html");
 /// assert_eq!(mime::for_path("a/b".as_ref()), mime::DEFAULT);
 /// ```
 pub fn for_path(path: &Path) -> &'static str {
@@ -32,22 +36,64 @@ pub fn for_extension(ext: &str) -> &'static str {
     lower.copy_from_slice(ext.as_bytes());
     lower.make_ascii_lowercase();
     match &*lower {
-        b"html" | b"htm" => "text/html; charset=utf-8",
-        b"css" => "text/css; charset=utf-8",
-        b"js" | b"mjs" => "text/javascript; charset=utf-8",
+        b"html" | b"htm" | b"shtml" => "text/html",
+        b"css" => "text/css",
+        b"js" | b"mjs" => "text/javascript",
+        b"xml" => "text/xml",
         b"txt" | b"text" => "text/plain; charset=utf-8",
         b"md" | b"markdown" => "text/markdown; charset=utf-8",
         b"csv" => "text/csv; charset=utf-8",
-        b"xml" => "text/xml; charset=utf-8",
         b"ics" => "text/calendar; charset=utf-8",
+        b"vtt" => "text/vtt; charset=utf-8",
+        b"mml" => "text/mathml",
+        b"htc" => "text/x-component",
+        b"jad" => "text/vnd.sun.j2me.app-descriptor",
+        b"wml" => "text/vnd.wap.wml",
+        b"xhtml" => "application/xhtml+xml",
+        b"rss" => "application/rss+xml",
+        b"atom" => "application/atom+xml",
+        b"xspf" => "application/xspf+xml",
         b"json" | b"map" => "application/json",
         b"jsonld" => "application/ld+json",
         b"webmanifest" => "application/manifest+json",
         b"wasm" => "application/wasm",
         b"pdf" => "application/pdf",
+        b"rtf" => "application/rtf",
+        b"ps" | b"eps" | b"ai" => "application/postscript",
+        b"epub" => "application/epub+zip",
+        b"doc" => "application/msword",
+        b"xls" => "application/vnd.ms-excel",
+        b"ppt" => "application/vnd.ms-powerpoint",
+        b"docx" => "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+        b"xlsx" => "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+        b"pptx" => "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+        b"odt" => "application/vnd.oasis.opendocument.text",
+        b"ods" => "application/vnd.oasis.opendocument.spreadsheet",
+        b"odp" => "application/vnd.oasis.opendocument.presentation",
+        b"odg" => "application/vnd.oasis.opendocument.graphics",
+        b"kml" => "application/vnd.google-earth.kml+xml",
+        b"kmz" => "application/vnd.google-earth.kmz",
+        b"apk" => "application/vnd.android.package-archive",
+        b"m3u8" => "application/vnd.apple.mpegurl",
+        b"eot" => "application/vnd.ms-fontobject",
+        b"wmlc" => "application/vnd.wap.wmlc",
         b"zip" => "application/zip",
         b"gz" => "application/gzip",
         b"tar" => "application/x-tar",
+        b"7z" => "application/x-7z-compressed",
+        b"rar" => "application/x-rar-compressed",
+        b"jar" | b"war" | b"ear" => "application/java-archive",
+        b"jnlp" => "application/x-java-jnlp-file",
+        b"jardiff" => "application/x-java-archive-diff",
+        b"hqx" => "application/mac-binhex40",
+        b"pem" | b"crt" | b"der" => "application/x-x509-ca-cert",
+        b"rpm" => "application/x-redhat-package-manager",
+        b"swf" => "application/x-shockwave-flash",
+        b"xpi" => "application/x-xpinstall",
+        b"pl" | b"pm" => "application/x-perl",
+        b"tcl" | b"tk" => "application/x-tcl",
+        b"sit" => "application/x-stuffit",
+        b"run" => "application/x-makeself",
         b"svg" | b"svgz" => "image/svg+xml",
         b"png" => "image/png",
         b"jpg" | b"jpeg" => "image/jpeg",
@@ -57,6 +103,8 @@ pub fn for_extension(ext: &str) -> &'static str {
         b"bmp" => "image/bmp",
         b"ico" => "image/x-icon",
         b"tif" | b"tiff" => "image/tiff",
+        b"jng" => "image/x-jng",
+        b"wbmp" => "image/vnd.wap.wbmp",
         b"woff" => "font/woff",
         b"woff2" => "font/woff2",
         b"ttf" => "font/ttf",
@@ -64,11 +112,23 @@ pub fn for_extension(ext: &str) -> &'static str {
         b"mp4" | b"m4v" => "video/mp4",
         b"webm" => "video/webm",
         b"ogv" => "video/ogg",
+        b"ts" => "video/mp2t",
+        b"mov" => "video/quicktime",
+        b"mpeg" | b"mpg" => "video/mpeg",
+        b"avi" => "video/x-msvideo",
+        b"3gp" | b"3gpp" => "video/3gpp",
+        b"flv" => "video/x-flv",
+        b"wmv" => "video/x-ms-wmv",
+        b"asf" | b"asx" => "video/x-ms-asf",
+        b"mng" => "video/x-mng",
         b"mp3" => "audio/mpeg",
         b"m4a" => "audio/mp4",
+        b"aac" => "audio/aac",
         b"ogg" | b"oga" => "audio/ogg",
         b"wav" => "audio/wav",
         b"flac" => "audio/flac",
+        b"mid" | b"midi" | b"kar" => "audio/midi",
+        b"ra" => "audio/x-realaudio",
         _ => DEFAULT,
     }
 }
@@ -80,14 +140,25 @@ mod tests {
     #[test]
     fn table() {
         for (name, want) in [
-            ("index.html", "text/html; charset=utf-8"),
-            ("a.htm", "text/html; charset=utf-8"),
-            ("s.CSS", "text/css; charset=utf-8"),
-            ("app.js", "text/javascript; charset=utf-8"),
-            ("mod.mjs", "text/javascript; charset=utf-8"),
+            ("index.html", "text/html"),
+            ("a.htm", "text/html"),
+            ("s.CSS", "text/css"),
+            ("app.js", "text/javascript"),
+            ("mod.mjs", "text/javascript"),
             ("d.json", "application/json"),
             ("r.txt", "text/plain; charset=utf-8"),
-            ("f.xml", "text/xml; charset=utf-8"),
+            ("f.xml", "text/xml"),
+            ("p.xhtml", "application/xhtml+xml"),
+            ("feed.rss", "application/rss+xml"),
+            ("live.m3u8", "application/vnd.apple.mpegurl"),
+            ("seg.ts", "video/mp2t"),
+            ("f.eot", "application/vnd.ms-fontobject"),
+            (
+                "r.docx",
+                "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+            ),
+            ("a.7z", "application/x-7z-compressed"),
+            ("c.pem", "application/x-x509-ca-cert"),
             ("i.svg", "image/svg+xml"),
             ("i.png", "image/png"),
             ("i.jpg", "image/jpeg"),

@@ -17,9 +17,11 @@
 //!    `.` segments and empty segments (`//`) are dropped. The result starts
 //!    with `/`, holds only real segments, and ends with `/` exactly when the
 //!    request did (that slash matters for directories, below).
-//! 2. [`Root::resolve`] (file system): joins the path to the root, resolves
-//!    it with [`std::fs::canonicalize`] (every symlink followed) and checks
-//!    that the result still lies under the canonical root: a symlink that
+//! 2. [`Root::resolve`] (file system): joins the path to the root (itself
+//!    resolved again each time, so a root symlink switched to a new release
+//!    is followed at once), resolves it with [`std::fs::canonicalize`] (every
+//!    symlink followed) and checks that the result still lies under the
+//!    canonical root: a symlink that
 //!    leads out of the root, directly or through a directory, is **403**.
 //!    A directory is served by its `index.html`, itself resolved and checked
 //!    the same way. Only regular files are served: FIFOs, sockets and devices
@@ -28,8 +30,8 @@
 //! Choices:
 //! - A directory asked for **without** its trailing slash answers **301**
 //!   with `Location: <path>/` (as nginx and Apache do), so that relative links
-//!   inside its index resolve against the directory; the query is not carried
-//!   over.
+//!   inside its index resolve against the directory; the query is carried
+//!   over (see [`write_redirect`](crate::write_redirect)).
 //! - A directory without `index.html` is **403** (listing is forbidden, as in
 //!   nginx), a file asked for with a trailing slash (`/a.txt/`) is 404.
 //! - Dot-files (`/.well-known/…`, `/.git/…`) are served like any other file:
@@ -183,28 +185,40 @@ pub enum Resolved {
     },
 }
 
-/// The directory the server serves, canonicalised once at start-up.
+/// The directory the server serves. Its path is resolved again at every
+/// lookup, as nginx resolves its `root`: a root that is a symlink switched
+/// to a new release (`current -> releases/N`, the atomic-deploy pattern) is
+/// served from the new release at once.
 #[derive(Debug, Clone)]
 pub struct Root {
+    /// The root as given, made absolute.
+    given: PathBuf,
+    /// Its canonical path at start-up.
     dir: PathBuf,
 }
 
 impl Root {
-    /// Canonicalises `dir`, which must be a directory.
+    /// Takes `dir`, which must be a directory.
     pub fn new(dir: impl AsRef<Path>) -> io::Result<Root> {
-        let dir = fs::canonicalize(dir)?;
+        let given = std::path::absolute(dir.as_ref())?;
+        let dir = fs::canonicalize(&given)?;
         if !fs::metadata(&dir)?.is_dir() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "document root is not a directory",
             ));
         }
-        Ok(Root { dir })
+        Ok(Root { given, dir })
     }
 
-    /// The canonical root directory.
+    /// The canonical root directory at start-up.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The canonical root directory now.
+    fn current(&self) -> Result<PathBuf, HttpError> {
+        fs::canonicalize(&self.given).map_err(io_status)
     }
 
     /// Resolves a path made by [`normalize`] (as in
@@ -220,7 +234,8 @@ impl Root {
         if !path.starts_with('/') {
             return Err(bad_request());
         }
-        let mut candidate = self.dir.clone();
+        let root = self.current()?;
+        let mut candidate = root.clone();
         for segment in path.split('/').filter(|s| !s.is_empty()) {
             // Defence in depth: `normalize` never lets these through.
             if segment == "." || segment == ".." || segment.bytes().any(forbidden) {
@@ -230,7 +245,7 @@ impl Root {
         }
         let wants_dir = path.ends_with('/');
 
-        let (real, md) = self.confine(&candidate)?;
+        let (real, md) = confine(&root, &candidate)?;
         if md.is_file() {
             return if wants_dir {
                 Err(HttpError::keep(Status::NotFound))
@@ -249,7 +264,7 @@ impl Root {
                 location: encode(&format!("{path}/")),
             });
         }
-        let (real, md) = match self.confine(&real.join(INDEX)) {
+        let (real, md) = match confine(&root, &real.join(INDEX)) {
             Err(e) if e.status == Status::NotFound => {
                 return Err(HttpError::keep(Status::Forbidden))
             }
@@ -273,22 +288,23 @@ impl Root {
     pub fn sibling(&self, file: &Path, suffix: &str) -> Option<(PathBuf, FileMeta)> {
         let mut name = file.as_os_str().to_owned();
         name.push(suffix);
-        let (real, md) = self.confine(Path::new(&name)).ok()?;
+        let root = self.current().ok()?;
+        let (real, md) = confine(&root, Path::new(&name)).ok()?;
         md.is_file().then(|| (real, FileMeta::from_metadata(&md)))
     }
+}
 
-    /// Canonicalises `candidate`, checks that it lies under the root, and
-    /// returns it with its metadata.
-    fn confine(&self, candidate: &Path) -> Result<(PathBuf, fs::Metadata), HttpError> {
-        let real = fs::canonicalize(candidate).map_err(io_status)?;
-        // `Path::starts_with` compares whole components: `/srv/www2` is not
-        // under `/srv/www`.
-        if !real.starts_with(&self.dir) {
-            return Err(HttpError::keep(Status::Forbidden));
-        }
-        let md = fs::metadata(&real).map_err(io_status)?;
-        Ok((real, md))
+/// Canonicalises `candidate`, checks that it lies under `root` (canonical),
+/// and returns it with its metadata.
+fn confine(root: &Path, candidate: &Path) -> Result<(PathBuf, fs::Metadata), HttpError> {
+    let real = fs::canonicalize(candidate).map_err(io_status)?;
+    // `Path::starts_with` compares whole components: `/srv/www2` is not
+    // under `/srv/www`.
+    if !real.starts_with(root) {
+        return Err(HttpError::keep(Status::Forbidden));
     }
+    let md = fs::metadata(&real).map_err(io_status)?;
+    Ok((real, md))
 }
 
 /// The status for an I/O error met while resolving.
@@ -553,6 +569,37 @@ pub(crate) mod tests {
             assert_eq!(normalize(&encode(p)).unwrap(), p);
         }
         assert_eq!(encode("/a b?#%"), "/a%20b%3F%23%25");
+    }
+
+    #[test]
+    fn a_root_symlink_switched_to_a_new_release_is_followed() {
+        let base = std::env::temp_dir().join(format!("duality-root-flip-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&base);
+        for (rel, text) in [("r1", "one"), ("r2", "two")] {
+            fs::create_dir_all(base.join(rel)).unwrap();
+            fs::write(base.join(rel).join("v.txt"), text).unwrap();
+        }
+        fs::write(base.join("r2").join("new.txt"), "new").unwrap();
+        let current = base.join("current");
+        std::os::unix::fs::symlink(base.join("r1"), &current).unwrap();
+        let root = Root::new(&current).unwrap();
+        let file = |p: &str| match root.resolve(p) {
+            Ok(Resolved::File { path, .. }) => fs::read_to_string(path).unwrap(),
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => format!("{}", e.status.code()),
+        };
+        assert_eq!(file("/v.txt"), "one");
+        assert_eq!(file("/new.txt"), "404");
+        // The deploy: a new link renamed over the old one (atomic).
+        let tmp = base.join("current.tmp");
+        std::os::unix::fs::symlink(base.join("r2"), &tmp).unwrap();
+        fs::rename(&tmp, &current).unwrap();
+        assert_eq!(file("/v.txt"), "two");
+        assert_eq!(file("/new.txt"), "new");
+        // The old release is gone: nothing of it is served.
+        fs::remove_dir_all(base.join("r1")).unwrap();
+        assert_eq!(file("/v.txt"), "two");
+        let _ = fs::remove_dir_all(&base);
     }
 
     #[test]

@@ -26,8 +26,9 @@
 //!    file's strong `ETag` or equal its `Last-Modified`):
 //!    - one range, `bytes=a-b`, `bytes=a-` or `bytes=-n`, satisfiable → 206
 //!      with `Content-Range: bytes first-last/size`;
-//!    - one range that no byte satisfies (`a ≥ size`, `-0`, anything on an
-//!      empty file) → 416 with `Content-Range: bytes */size`;
+//!    - one range that no byte satisfies (`a ≥ size`, `-0`, `a-` or `a-b` on
+//!      an empty file) → 416 with `Content-Range: bytes */size` (a suffix
+//!      `-n` on an empty file is satisfiable yet empty: ignored, 200);
 //!    - several ranges: those no byte satisfies are dropped (none left →
 //!      416); the rest, if they overlap or touch, are answered as one span
 //!      with 206 (§14.3 allows coalescing);
@@ -584,6 +585,9 @@ fn one_range(spec: &[u8], size: u64) -> Option<Option<ByteRange>> {
     let dash = spec.iter().position(|&b| b == b'-')?;
     let (first, last) = (trim(&spec[..dash]), trim(&spec[dash + 1..]));
     match (number(first), number(last)) {
+        // bytes=-n on an empty file: satisfiable (RFC 9110 14.1.2), yet no
+        // 206 can show it: the field is ignored (200).
+        (None, Some(n)) if first.is_empty() && n > 0 && size == 0 => None,
         // bytes=-n: the last n bytes.
         (None, Some(n)) if first.is_empty() => Some((n > 0 && size > 0).then(|| {
             let len = n.min(size);
@@ -1005,11 +1009,15 @@ mod tests {
 
     #[test]
     fn ranges_on_empty_file_are_unsatisfiable() {
-        for r in ["bytes=0-0", "bytes=0-", "bytes=-1"] {
+        for r in ["bytes=0-0", "bytes=0-", "bytes=-0"] {
             let (plan, text) = respond(&format!("Range: {r}\r\n"), 0);
             assert_eq!(plan.status, Status::RangeNotSatisfiable, "{r}");
             assert!(text.contains("Content-Range: bytes */0\r\n"));
         }
+        // A non-zero suffix is satisfiable (RFC 9110 14.1.2) but names no
+        // byte of an empty file: the Range is ignored, as nginx does.
+        let (plan, _) = respond("Range: bytes=-1\r\n", 0);
+        assert_eq!(plan.status, Status::Ok);
     }
 
     #[test]
