@@ -151,14 +151,6 @@ impl Holdings {
         true
     }
 
-    /// Bytes the connection holds for output.
-    pub fn output(&self, who: usize, flags: &AtomicU8) -> usize {
-        if flags.load(Relaxed) & HOLDS_OUT == 0 {
-            return 0;
-        }
-        self.with(who, |(_, output)| *output)
-    }
-
     /// Gives back what the connection holds for output (its responses were
     /// written).
     pub fn release_output(&self, who: usize, flags: &AtomicU8) {
@@ -207,7 +199,7 @@ mod tests {
         assert!(!h.hold_input(2, &b, 400), "no room");
         assert_eq!(b.load(Relaxed), 0);
         assert!(h.hold_output(2, &b, 300));
-        assert_eq!(h.output(2, &b), 300);
+        assert_eq!(h.held.lock().unwrap()[&2], (0, 300));
         assert!(!h.hold_output(2, &b, 1));
         h.release_input(1, &a);
         assert_eq!((h.budget().used(), a.load(Relaxed)), (300, 0));
@@ -217,7 +209,6 @@ mod tests {
         h.release_all(1, &a);
         h.release_all(2, &b);
         assert_eq!(h.budget().used(), 0);
-        assert_eq!(h.output(2, &b), 0);
         assert!(h.held.lock().unwrap().is_empty(), "no entry left behind");
     }
 }

@@ -925,12 +925,11 @@ impl KvProtocol {
     }
 
     /// Accounts a piece of a multi-key get's answer (all of `out`, after a
-    /// flush) against the buffer budget; false if it has no room now.
+    /// flush gave back what the last piece held) against the buffer budget;
+    /// false if it has no room now.
     fn hold_piece(&self, conn: Option<&ConnInfo>, len: usize) -> bool {
         let Some(info) = conn else { return true };
-        len <= LARGE
-            || self.0.buffers.output(info.who(), &info.holds) >= len
-            || self.0.buffers.hold_output(info.who(), &info.holds, len)
+        len <= LARGE || self.0.buffers.hold_output(info.who(), &info.holds, len)
     }
 
     fn parse_text<'a>(&self, s: &mut KvSession, input: &'a [u8]) -> Parsed<KvRequest<'a>> {
