@@ -43,6 +43,8 @@ fn gzip_flags_are_documented_and_checked() {
         "--gzip-max-size",
         "--gzip-static <on|off>",
         "--gzip-cache",
+        "--gzip-http-version <1.0|1.1>",
+        "--symlinks <inside-root|any>",
         "--offload",
         "--cpu-threads <N>",
         "--handoff <always|adaptive>",
@@ -62,6 +64,8 @@ fn gzip_flags_are_documented_and_checked() {
         ["--cpu-threads", "0"],
         ["--cpu-threads", "many"],
         ["--handoff", "sometimes"],
+        ["--gzip-http-version", "2"],
+        ["--symlinks", "on"],
     ] {
         let mut args = vec!["http", "--listen", "127.0.0.1:0", "--root", root];
         args.extend_from_slice(&bad);
@@ -157,6 +161,17 @@ fn curl_compressed_cross_check() {
         assert!(head.contains("content-encoding: gzip\r\n"), "{head}");
         assert!(body == marker, "the .gz was not served");
     }
+    // HTTP/1.0 gets the identity body (with Vary), as nginx's
+    // gzip_http_version 1.1, unless --gzip-http-version 1.0.
+    let s = Server::start(&dir.0, &["--gzip", "on"]);
+    let (head, body) = curl(&["--http1.0", "--compressed", &format!("{}/page.html", s.url)]);
+    assert!(!head.contains("content-encoding"), "{head}");
+    assert!(head.contains("vary: accept-encoding\r\n"), "{head}");
+    assert!(body == page);
+    let s = Server::start(&dir.0, &["--gzip", "on", "--gzip-http-version", "1.0"]);
+    let (head, body) = curl(&["--http1.0", "--compressed", &format!("{}/page.html", s.url)]);
+    assert!(head.contains("content-encoding: gzip\r\n"), "{head}");
+    assert!(body == page);
     // --gzip-static off: the .gz is ignored, the file compressed.
     let s = Server::start(&dir.0, &["--gzip", "on", "--gzip-static", "off"]);
     let (head, body) = curl(&["--compressed", &format!("{}/s.css", s.url)]);
@@ -176,4 +191,34 @@ fn gzip(bytes: &[u8]) -> Vec<u8> {
     let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
     e.write_all(bytes).unwrap();
     e.finish().unwrap()
+}
+
+/// `--symlinks any` lets a link under the root lead out of it (nginx's
+/// `disable_symlinks off`, for release layouts); the default refuses it.
+#[test]
+fn symlinks_out_of_the_root_follow_the_flag() {
+    if !curl_present() {
+        return;
+    }
+    let dir = TempDir::new("symlinks");
+    let root = dir.0.join("www");
+    let shared = dir.0.join("shared");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::create_dir_all(&shared).unwrap();
+    std::fs::write(shared.join("upload.txt"), "uploaded").unwrap();
+    std::os::unix::fs::symlink("../shared", root.join("uploads")).unwrap();
+    let status = |s: &Server, path: &str| {
+        let (head, body) = curl(&[&format!("{}{path}", s.url)]);
+        (head.lines().next().unwrap_or("").to_owned(), body)
+    };
+    let s = Server::start(&root, &[]);
+    let (line, _) = status(&s, "/uploads/upload.txt");
+    assert!(line.contains(" 403 "), "{line}");
+    let s = Server::start(&root, &["--symlinks", "any"]);
+    let (line, body) = status(&s, "/uploads/upload.txt");
+    assert!(line.contains(" 200 "), "{line}");
+    assert_eq!(body, b"uploaded");
+    // A request cannot climb out by itself (curl would squash `..`).
+    let (line, _) = status(&s, "/%2e%2e/shared/upload.txt");
+    assert!(line.contains(" 400 "), "{line}");
 }

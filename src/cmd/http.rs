@@ -14,6 +14,14 @@ pub struct HttpArgs {
     /// Directory to serve.
     #[arg(long)]
     root: PathBuf,
+    /// Where symlinks under the root may lead: `inside-root` (a link out of
+    /// the root, directly or through a directory, is 403) or `any` (nginx's
+    /// default, `disable_symlinks off`: for release layouts such as
+    /// `public/uploads -> ../../shared/uploads`; whoever can place a link
+    /// under the root can then publish any file the server can read).
+    /// `..` in a request is refused either way.
+    #[arg(long, value_name = "inside-root|any", default_value = "inside-root")]
+    symlinks: duality_http::Symlinks,
     /// Address to listen on (port 0 picks a free port; see the `ready` line).
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
@@ -123,6 +131,11 @@ pub struct HttpArgs {
     #[arg(long, value_name = "on|off", default_value = "on", value_parser = on_off,
           action = clap::ArgAction::Set)]
     gzip_static: bool,
+    /// Oldest HTTP version whose requests get gzip (nginx's
+    /// gzip_http_version): 1.1 by default, as nginx, since HTTP/1.0 caches
+    /// may ignore Vary; 1.0 compresses for both.
+    #[arg(long, value_name = "1.0|1.1", default_value = "1.1", value_parser = ["1.0", "1.1"])]
+    gzip_http_version: String,
     /// Memory for compressed variants, in MiB (0: compress on every request).
     #[arg(long, default_value_t = GzipConfig::default().cache_bytes >> 20)]
     gzip_cache: usize,
@@ -231,6 +244,7 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
     }
     let cfg = HttpConfig {
         root: a.root.clone(),
+        symlinks: a.symlinks,
         cache_bytes: a.cache_size.saturating_mul(1 << 20),
         cache_max_file: a.cache_max_file.saturating_mul(1 << 10),
         sendfile_threshold: a.sendfile_threshold.saturating_mul(1 << 10),
@@ -246,6 +260,7 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
             min_length: a.gzip_min_length,
             max_length: a.gzip_max_size.saturating_mul(1 << 20),
             static_files: a.gzip_static,
+            http10: a.gzip_http_version == "1.0",
             cache_bytes: a.gzip_cache.saturating_mul(1 << 20),
             offload: a.offload,
         },

@@ -59,7 +59,7 @@ use std::sync::Arc;
 use flate2::write::GzEncoder;
 use flate2::Compression;
 
-use crate::request::Head;
+use crate::request::{Head, Version};
 
 /// How gzip behaves (see the [module docs](self)); [`GzipConfig::default`]
 /// is off.
@@ -77,6 +77,12 @@ pub struct GzipConfig {
     /// Whether a fresh `file.gz` beside `file` is served as its gzip variant
     /// (nginx's `gzip_static`).
     pub static_files: bool,
+    /// Whether HTTP/1.0 requests get gzip variants too (nginx's
+    /// `gzip_http_version 1.0`); by default only HTTP/1.1 ones do, as
+    /// nginx's `gzip_http_version 1.1`, since an HTTP/1.0 cache may ignore
+    /// `Vary` and hand the encoded body to a client that cannot read it.
+    /// Their responses still carry `Vary`.
+    pub http10: bool,
     /// Budget of the variant cache in bytes (0: off).
     pub cache_bytes: usize,
     /// Where compression runs.
@@ -93,6 +99,7 @@ impl Default for GzipConfig {
             min_length: 256,
             max_length: 16 << 20,
             static_files: true,
+            http10: false,
             cache_bytes: 64 << 20,
             offload: Offload::Inline,
         }
@@ -169,9 +176,13 @@ pub fn eligible(cfg: &GzipConfig, path: &Path, content_type: &str, size: u64) ->
 }
 
 /// Whether `head` is answered with the gzip variant of an [`eligible`] file:
-/// its `Accept-Encoding` prefers gzip and it has no `Range`.
+/// its `Accept-Encoding` prefers gzip, it has no `Range`, and it is HTTP/1.1
+/// (or [`GzipConfig::http10`] allows HTTP/1.0).
 pub fn wanted(cfg: &GzipConfig, head: &Head<'_>) -> bool {
-    cfg.enabled && head.range.is_none() && head.accept_encoding.prefers_gzip()
+    cfg.enabled
+        && (cfg.http10 || head.version == Version::Http11)
+        && head.range.is_none()
+        && head.accept_encoding.prefers_gzip()
 }
 
 /// What a compression reads: bytes in memory (a small file, read whole
@@ -387,6 +398,19 @@ mod tests {
             assert_eq!(wanted(&on(), &head), want, "{fields:?}");
             assert!(!wanted(&GzipConfig::default(), &head));
         }
+    }
+
+    #[test]
+    fn http10_gets_gzip_only_when_allowed() {
+        let limits = Limits::default();
+        let text = "GET /a.txt HTTP/1.0\r\nAccept-Encoding: gzip\r\n\r\n";
+        let (head, _) = parse_head(text.as_bytes(), &limits).unwrap().unwrap();
+        assert!(!wanted(&on(), &head));
+        let http10 = GzipConfig {
+            http10: true,
+            ..on()
+        };
+        assert!(wanted(&http10, &head));
     }
 
     #[test]

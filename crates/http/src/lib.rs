@@ -186,7 +186,7 @@ pub use date::DateCache;
 pub use encoding::AcceptEncoding;
 pub use file::{ETag, FileMeta};
 pub use gzip::{GzipConfig, Offload};
-pub use path::{Resolved, Root};
+pub use path::{Resolved, Root, Symlinks};
 pub use request::{parse_head, Head, Limits, Method, Version};
 pub use response::{
     plan_encoded, plan_file, write_error, write_redirect, ByteRange, Encoding, Plan,

@@ -12,7 +12,9 @@
 //!    - an invalid escape (`%zz`, `%4`, a lone `%`) or a decoded path that is
 //!      not UTF-8 (overlong forms such as `%c0%ae` included);
 //!    - a target that is neither origin-form (`/…`) nor an `http`/`https`
-//!      absolute-form (`*`, `file:///…`, `a/b`).
+//!      absolute-form (`*`, `file:///…`, `a/b`), or an absolute-form whose
+//!      authority is not a host and an optional port (`http:///x`,
+//!      `http://user@host/x`, `http://host:abc/x`), as nginx refuses them.
 //!
 //!    `.` segments and empty segments (`//`) are dropped. The result starts
 //!    with `/`, holds only real segments, and ends with `/` exactly when the
@@ -22,7 +24,8 @@
 //!    is followed at once), resolves it with [`std::fs::canonicalize`] (every
 //!    symlink followed) and checks that the result still lies under the
 //!    canonical root: a symlink that
-//!    leads out of the root, directly or through a directory, is **403**.
+//!    leads out of the root, directly or through a directory, is **403**
+//!    (unless [`Symlinks::Any`] lets links lead anywhere, nginx's default).
 //!    A directory is served by its `index.html`, itself resolved and checked
 //!    the same way. Only regular files are served: FIFOs, sockets and devices
 //!    are 403.
@@ -99,7 +102,55 @@ fn origin_path(target: &str) -> Option<&str> {
     if !(scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https")) {
         return None;
     }
-    Some(rest.find('/').map_or("/", |i| &rest[i..]))
+    let (authority, path) = rest.find('/').map_or((rest, "/"), |i| rest.split_at(i));
+    valid_authority(authority).then_some(path)
+}
+
+/// Whether the authority of an `http(s)` absolute-form target is a host and
+/// an optional port, as nginx checks it: an empty host is invalid (RFC 9110
+/// §4.2.1: "MUST reject"), userinfo (`user:pw@`) an error (§4.2.4), a port
+/// digits only. The host is a bracketed IP literal or a reg-name of
+/// unreserved, sub-delim and percent characters (RFC 3986 §3.2.2).
+fn valid_authority(authority: &str) -> bool {
+    let port_ok = |p: &str| p.bytes().all(|b| b.is_ascii_digit());
+    if let Some(v6) = authority.strip_prefix('[') {
+        let Some((literal, after)) = v6.split_once(']') else {
+            return false;
+        };
+        let port = if after.is_empty() {
+            Some("")
+        } else {
+            after.strip_prefix(':')
+        };
+        return !literal.is_empty()
+            && literal
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() || matches!(b, b':' | b'.'))
+            && port.is_some_and(port_ok);
+    }
+    let (host, port) = authority.split_once(':').unwrap_or((authority, ""));
+    let reg_name = |b: u8| {
+        b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'-' | b'.'
+                    | b'_'
+                    | b'~'
+                    | b'%'
+                    | b'!'
+                    | b'$'
+                    | b'&'
+                    | b'\''
+                    | b'('
+                    | b')'
+                    | b'*'
+                    | b'+'
+                    | b','
+                    | b';'
+                    | b'='
+            )
+    };
+    !host.is_empty() && host.bytes().all(reg_name) && port_ok(port)
 }
 
 /// Percent-decodes `raw`, refusing invalid escapes and the bytes that have no
@@ -195,6 +246,36 @@ pub struct Root {
     given: PathBuf,
     /// Its canonical path at start-up.
     dir: PathBuf,
+    /// Where a symlink under the root may lead.
+    symlinks: Symlinks,
+}
+
+/// Where a symlink under the root may lead (`--symlinks`). Either way a
+/// request can only reach what lies under the root or a link placed there:
+/// [`normalize`] refuses every `..`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Symlinks {
+    /// Only to files and directories under the root; one that leads out,
+    /// directly or through a directory, is 403 (the default).
+    #[default]
+    InsideRoot,
+    /// Anywhere the server may read: nginx's default (`disable_symlinks
+    /// off`), for release layouts such as `public/uploads ->
+    /// ../../shared/uploads`. Whoever can place a link under the root can
+    /// then publish any file the server can read.
+    Any,
+}
+
+impl std::str::FromStr for Symlinks {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Symlinks, String> {
+        match s {
+            "inside-root" => Ok(Symlinks::InsideRoot),
+            "any" => Ok(Symlinks::Any),
+            _ => Err(format!("{s:?}: expected inside-root or any")),
+        }
+    }
 }
 
 impl Root {
@@ -208,7 +289,19 @@ impl Root {
                 "document root is not a directory",
             ));
         }
-        Ok(Root { given, dir })
+        Ok(Root {
+            given,
+            dir,
+            symlinks: Symlinks::InsideRoot,
+        })
+    }
+
+    /// This root with `policy` for where its symlinks may lead.
+    pub fn with_symlinks(self, policy: Symlinks) -> Root {
+        Root {
+            symlinks: policy,
+            ..self
+        }
     }
 
     /// The canonical root directory at start-up.
@@ -245,7 +338,7 @@ impl Root {
         }
         let wants_dir = path.ends_with('/');
 
-        let (real, md) = confine(&root, &candidate)?;
+        let (real, md) = self.confine(&root, &candidate)?;
         if md.is_file() {
             return if wants_dir {
                 Err(HttpError::keep(Status::NotFound))
@@ -264,7 +357,7 @@ impl Root {
                 location: encode(&format!("{path}/")),
             });
         }
-        let (real, md) = match confine(&root, &real.join(INDEX)) {
+        let (real, md) = match self.confine(&root, &real.join(INDEX)) {
             Err(e) if e.status == Status::NotFound => {
                 return Err(HttpError::keep(Status::Forbidden))
             }
@@ -289,22 +382,23 @@ impl Root {
         let mut name = file.as_os_str().to_owned();
         name.push(suffix);
         let root = self.current().ok()?;
-        let (real, md) = confine(&root, Path::new(&name)).ok()?;
+        let (real, md) = self.confine(&root, Path::new(&name)).ok()?;
         md.is_file().then(|| (real, FileMeta::from_metadata(&md)))
     }
-}
 
-/// Canonicalises `candidate`, checks that it lies under `root` (canonical),
-/// and returns it with its metadata.
-fn confine(root: &Path, candidate: &Path) -> Result<(PathBuf, fs::Metadata), HttpError> {
-    let real = fs::canonicalize(candidate).map_err(io_status)?;
-    // `Path::starts_with` compares whole components: `/srv/www2` is not
-    // under `/srv/www`.
-    if !real.starts_with(root) {
-        return Err(HttpError::keep(Status::Forbidden));
+    /// Canonicalises `candidate`, checks that it lies under `root`
+    /// (canonical) unless symlinks may lead anywhere, and returns it with
+    /// its metadata.
+    fn confine(&self, root: &Path, candidate: &Path) -> Result<(PathBuf, fs::Metadata), HttpError> {
+        let real = fs::canonicalize(candidate).map_err(io_status)?;
+        // `Path::starts_with` compares whole components: `/srv/www2` is not
+        // under `/srv/www`.
+        if self.symlinks == Symlinks::InsideRoot && !real.starts_with(root) {
+            return Err(HttpError::keep(Status::Forbidden));
+        }
+        let md = fs::metadata(&real).map_err(io_status)?;
+        Ok((real, md))
     }
-    let md = fs::metadata(&real).map_err(io_status)?;
-    Ok((real, md))
 }
 
 /// The status for an I/O error met while resolving.
@@ -419,6 +513,29 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn symlinks_may_lead_out_only_when_allowed() {
+        let (_tmp, root) = tree("any");
+        let any = root.clone().with_symlinks(Symlinks::Any);
+        let secret =
+            |root: &Root, target: &str| match normalize(target).and_then(|p| root.resolve(&p)) {
+                Ok(Resolved::File { path, .. }) => fs::read_to_string(path).unwrap(),
+                Ok(other) => panic!("{other:?}"),
+                Err(e) => e.status.code().to_string(),
+            };
+        for target in ["/link_out", "/link_abs", "/dir_out/secret.txt", "/sub2/"] {
+            assert_eq!(secret(&root, target), "403", "{target}");
+            assert_eq!(secret(&any, target), "secret", "{target}");
+        }
+        // Still no climbing out by the path itself, and loops stay 403.
+        assert_eq!(secret(&any, "/../outside/secret.txt"), "400");
+        assert_eq!(secret(&any, "/loop"), "403");
+        assert_eq!(secret(&any, "/a.txt"), "hello");
+        assert_eq!("any".parse(), Ok(Symlinks::Any));
+        assert_eq!("inside-root".parse(), Ok(Symlinks::InsideRoot));
+        assert!("on".parse::<Symlinks>().is_err());
+    }
+
+    #[test]
     fn siblings_are_confined_like_files() {
         let (tmp, root) = tree("sibling");
         let www = root.dir().to_path_buf();
@@ -494,6 +611,16 @@ pub(crate) mod tests {
             ("a.txt", Err(400)),
             ("file:///etc/passwd", Err(400)),
             ("ftp://host/a.txt", Err(400)),
+            // An absolute-form target whose authority is not a host and port.
+            ("http:///a.txt", Err(400)),
+            ("http://", Err(400)),
+            ("http://:80/a.txt", Err(400)),
+            ("http://u:p@host/a.txt", Err(400)),
+            ("http://host:abc/a.txt", Err(400)),
+            ("http://ho st/a.txt", Err(400)),
+            ("http://[::1/a.txt", Err(400)),
+            ("http://[]/a.txt", Err(400)),
+            ("http://[::1]x/a.txt", Err(400)),
             ("", Err(400)),
             // Symlinks out of the root, directly or through a directory.
             ("/link_out", Err(403)),
@@ -557,7 +684,12 @@ pub(crate) mod tests {
             ("/a?b/../c", "/a"),
             ("http://h", "/"),
             ("http://h/", "/"),
-            ("http://user@h:80/x%20y", "/x y"),
+            ("http://h:80/x%20y", "/x y"),
+            ("http://h:/x", "/x"),
+            ("http://h:123456/x", "/x"),
+            ("http://[::1]:8080/x", "/x"),
+            ("http://[::1]", "/"),
+            ("HTTP://127.0.0.1/a", "/a"),
         ] {
             assert_eq!(normalize(input).unwrap(), want, "{input}");
         }

@@ -61,7 +61,7 @@ use crate::cache::{CacheStats, PageCache};
 use crate::file::{self, FileMeta};
 use crate::gzip::{self, GzipConfig, GzipInput};
 use crate::mime;
-use crate::path::{Resolved, Root};
+use crate::path::{Resolved, Root, Symlinks};
 use crate::request::Limits;
 use crate::response::Encoding;
 use crate::status::{HttpError, Status};
@@ -79,6 +79,8 @@ Content-Length: 0\r\nRetry-After: 1\r\nConnection: close\r\n\r\n";
 pub struct HttpConfig {
     /// The directory served.
     pub root: PathBuf,
+    /// Where symlinks under the root may lead (inside it, by default).
+    pub symlinks: Symlinks,
     /// Page-cache budget in bytes (0 disables the cache).
     pub cache_bytes: usize,
     /// Largest file the page cache takes.
@@ -123,10 +125,12 @@ impl HttpConfig {
     /// The defaults for `root`: 64 MiB cache of files up to 64 KiB,
     /// `sendfile` from 64 KiB, revalidation after 1 s, 10 s head timeout,
     /// 60 s idle and write timeouts, no access log, [`Limits::default`],
-    /// gzip off ([`GzipConfig::default`]), up to 1,000 open files kept.
+    /// gzip off ([`GzipConfig::default`]), up to 1,000 open files kept,
+    /// symlinks only inside the root.
     pub fn new(root: impl Into<PathBuf>) -> HttpConfig {
         HttpConfig {
             root: root.into(),
+            symlinks: Symlinks::InsideRoot,
             cache_bytes: 64 << 20,
             cache_max_file: 64 << 10,
             sendfile_threshold: 64 << 10,
@@ -356,12 +360,14 @@ impl HttpState {
     /// Canonicalises the root (it must be a directory), sizes the cache and
     /// opens the access log.
     pub fn new(cfg: HttpConfig) -> io::Result<Arc<HttpState>> {
-        let root = Root::new(&cfg.root).map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("document root {}: {e}", cfg.root.display()),
-            )
-        })?;
+        let root = Root::new(&cfg.root)
+            .map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("document root {}: {e}", cfg.root.display()),
+                )
+            })?
+            .with_symlinks(cfg.symlinks);
         let log = match &cfg.access_log {
             Some(p) => Some(AccessLog::open(p)?),
             None => None,

@@ -4,7 +4,6 @@
 
 use duality_models::session::{Output, Reply, Timeout};
 use duality_models::{Driver, DriverConfig, Flow, Parsed, Protocol, ServerBuilder};
-use std::future::Future;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
