@@ -32,7 +32,10 @@
 //! is compared with that tag, and a 304 is decided **before** anything is
 //! compressed. A `.gz` is only ever sent to a request that wants gzip: a
 //! request for `file` never gets `file.gz` otherwise, and a stale `.gz`
-//! (older than `file`) is never sent.
+//! (older than `file`) is never sent. A `file.gz` whose `file` does not
+//! exist is sent, typed by `file`'s name and with its own validators, to a
+//! request that wants gzip (as nginx's `gzip_static` does); any other gets
+//! the 404.
 //!
 //! Defaults, and why (figures: flate2 with zlib-rs, release build, on 20 KB
 //! and 1 MB of this repository's sources, the 2-core machine, noisy):

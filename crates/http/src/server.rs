@@ -518,9 +518,13 @@ impl HttpState {
     /// Blocking (`realpath`, `stat`, `open`, `read`): runs on the blocking
     /// pool.
     pub(crate) fn lookup(&self, url_path: &str, want_gzip: bool) -> Result<Found, HttpError> {
-        let (path, meta) = match self.root.resolve(url_path)? {
-            Resolved::Redirect { location } => return Ok(Found::Redirect(location)),
-            Resolved::File { path, meta } => (path, meta),
+        let (path, meta) = match self.root.resolve(url_path) {
+            Ok(Resolved::Redirect { location }) => return Ok(Found::Redirect(location)),
+            Ok(Resolved::File { path, meta }) => (path, meta),
+            Err(e) if e.status == Status::NotFound && want_gzip && self.cfg.gzip.static_files => {
+                return self.gzip_static_alone(url_path).ok_or(e);
+            }
+            Err(e) => return Err(e),
         };
         let content_type = mime::for_path(&path);
         let vary = gzip::eligible(&self.cfg.gzip, &path, content_type, meta.size);
@@ -684,10 +688,55 @@ impl HttpState {
             return None;
         }
         let meta = static_variant(&meta, &gz_meta);
+        self.gz_body(path, gz_file, gz_meta.size, meta, content_type)
+    }
+
+    /// A `FILE.gz` under the root whose `FILE` does not exist, sent as
+    /// `FILE`'s gzip variant (typed by `FILE`'s name) to a client that takes
+    /// gzip, as nginx's `gzip_static` sends it; a client that does not gets
+    /// the 404. Its validators are the `.gz`'s own. `None` when there is no
+    /// such file or it cannot be read.
+    fn gzip_static_alone(&self, url_path: &str) -> Option<Found> {
+        if url_path.ends_with('/') {
+            return None;
+        }
+        let Ok(Resolved::File { path: gz_path, .. }) = self.root.resolve(&format!("{url_path}.gz"))
+        else {
+            return None;
+        };
+        let (gz_file, gz_meta) = file::open(&gz_path).ok()?;
+        // Typed by the name asked for (the `.gz` may be a link to any name);
+        // cached under the `.gz`'s own path.
+        let content_type = mime::for_path(Path::new(url_path));
+        if let Some(bytes) = self.gzip_cache.get(&gz_path, &gz_meta) {
+            self.counters.gzip_static.fetch_add(1, Relaxed);
+            return Some(Found::Bytes {
+                meta: gz_meta,
+                content_type,
+                encoding: Encoding::Gzip {
+                    len: bytes.len() as u64,
+                },
+                bytes,
+            });
+        }
+        self.gz_body(&gz_path, gz_file, gz_meta.size, gz_meta, content_type)
+    }
+
+    /// The body of a `.gz` (`gz_file`, `size` bytes) answering `path`'s
+    /// gzip variant (validators `meta`): read into the variant cache when it
+    /// fits, else sent with sendfile. `None` if it changed while read.
+    fn gz_body(
+        &self,
+        path: &Path,
+        gz_file: std::fs::File,
+        size: u64,
+        meta: FileMeta,
+        content_type: &'static str,
+    ) -> Option<Found> {
         self.counters.gzip_static.fetch_add(1, Relaxed);
-        let encoding = Encoding::Gzip { len: gz_meta.size };
-        let fits = gz_meta.size <= self.gzip_cache.max_file_size() as u64;
-        if !fits && gz_meta.size >= self.cfg.sendfile_threshold {
+        let encoding = Encoding::Gzip { len: size };
+        let fits = size <= self.gzip_cache.max_file_size() as u64;
+        if !fits && size >= self.cfg.sendfile_threshold {
             return Some(Found::File {
                 file: Arc::new(gz_file),
                 meta,
@@ -696,9 +745,9 @@ impl HttpState {
                 resident: false,
             });
         }
-        let mut bytes = Vec::with_capacity(gz_meta.size as usize);
-        gz_file.take(gz_meta.size).read_to_end(&mut bytes).ok()?;
-        if bytes.len() as u64 != gz_meta.size {
+        let mut bytes = Vec::with_capacity(size as usize);
+        gz_file.take(size).read_to_end(&mut bytes).ok()?;
+        if bytes.len() as u64 != size {
             return None; // changed under us: compress or send identity
         }
         let bytes: Arc<[u8]> = bytes.into();

@@ -1,7 +1,7 @@
 //! gzip end to end, over real sockets: round trips for every compressible
 //! type, what is never compressed, `Vary`, HEAD and 304 against GET, Range
 //! answered from the identity body, `gzip_static` (fresh, stale, confined,
-//! never to clients that do not take gzip), the variant cache (bound and
+//! alone, never to clients that do not take gzip), the variant cache (bound and
 //! invalidation), both offload policies under several threading models.
 
 mod common;
@@ -407,6 +407,57 @@ fn gzip_static_fresh_stale_and_confined() {
     let r = c.get("/s.js.gz");
     assert_eq!(r.header("content-type"), Some("application/gzip"));
     assert_eq!(r.header("content-encoding"), None);
+}
+
+#[test]
+fn gzip_static_alone_answers_clients_that_take_gzip() {
+    let s = TestServer::start("gz-alone", |cfg| {
+        gzip_on(cfg);
+        cfg.revalidate = Duration::ZERO;
+    });
+    let www = s.www();
+    let marker = text(3000, "only the .gz exists");
+    std::fs::write(www.join("app.css.gz"), gzip_bytes(&marker)).unwrap();
+    let mut c = s.client();
+    let r = c.get_with("/app.css", GZ);
+    assert_gzip_of(&r, &marker, "a .gz alone");
+    assert_eq!(r.header("content-type"), Some("text/css"));
+    let tag = r.header("etag").unwrap().to_owned();
+    // Its own validators: a 304, and the same bytes again from the cache.
+    let r2 = c.get_with("/app.css", &format!("{GZ}If-None-Match: {tag}\r\n"));
+    assert_eq!(r2.status, 304);
+    assert_gzip_of(&c.get_with("/app.css", GZ), &marker, "again");
+    // A client that does not take gzip gets the 404 (nginx without gunzip).
+    assert_eq!(c.get("/app.css").status, 404);
+    assert_eq!(
+        c.get_with("/app.css", "Accept-Encoding: gzip;q=0\r\n")
+            .status,
+        404
+    );
+    // Replaced: the new bytes, a new tag.
+    let marker2 = text(3000, "the second .gz");
+    let tmp = www.join("app.css.gz.new");
+    std::fs::write(&tmp, gzip_bytes(&marker2)).unwrap();
+    set_mtime(&tmp, SystemTime::now() + Duration::from_secs(5));
+    std::fs::rename(&tmp, www.join("app.css.gz")).unwrap();
+    let r3 = c.get_with("/app.css", GZ);
+    assert_gzip_of(&r3, &marker2, "replaced");
+    assert_ne!(r3.header("etag"), Some(tag.as_str()));
+    // Never out of the root, never for a directory path.
+    let outside = s.dir.0.join("outside");
+    std::fs::write(outside.join("x.txt.gz"), gzip_bytes(b"TOP SECRET")).unwrap();
+    std::os::unix::fs::symlink("../outside/x.txt.gz", www.join("x.txt.gz")).unwrap();
+    assert_eq!(c.get_with("/x.txt", GZ).status, 404);
+    std::fs::create_dir(www.join("d")).unwrap();
+    std::fs::write(www.join("d/.gz"), gzip_bytes(b"dir")).unwrap();
+    assert_eq!(c.get_with("/d/", GZ).status, 403);
+    // --gzip-static off: 404.
+    let off = TestServer::start("gz-alone-off", |cfg| {
+        gzip_on(cfg);
+        cfg.gzip.static_files = false;
+    });
+    std::fs::write(off.www().join("app.css.gz"), gzip_bytes(&marker)).unwrap();
+    assert_eq!(off.client().get_with("/app.css", GZ).status, 404);
 }
 
 #[test]
