@@ -670,17 +670,8 @@ impl HttpState {
         if gz_meta.mtime < meta.mtime {
             return None;
         }
-        let cached = static_variant(&meta, &gz_meta);
-        if let Some(bytes) = self.gzip_cache.get(path, &cached) {
-            self.counters.gzip_static.fetch_add(1, Relaxed);
-            return Some(Found::Bytes {
-                meta: cached,
-                content_type,
-                encoding: Encoding::Gzip {
-                    len: bytes.len() as u64,
-                },
-                bytes,
-            });
+        if let Some(found) = self.cached_gz(path, static_variant(&meta, &gz_meta), content_type) {
+            return Some(found);
         }
         // Validators from the open descriptor: what is sent.
         let (gz_file, gz_meta) = file::open(&gz_path).ok()?;
@@ -700,26 +691,36 @@ impl HttpState {
         if url_path.ends_with('/') {
             return None;
         }
-        let Ok(Resolved::File { path: gz_path, .. }) = self.root.resolve(&format!("{url_path}.gz"))
+        let Ok(Resolved::File {
+            path: gz_path,
+            meta,
+        }) = self.root.resolve(&format!("{url_path}.gz"))
         else {
             return None;
         };
-        let (gz_file, gz_meta) = file::open(&gz_path).ok()?;
         // Typed by the name asked for (the `.gz` may be a link to any name);
         // cached under the `.gz`'s own path.
         let content_type = mime::for_path(Path::new(url_path));
-        if let Some(bytes) = self.gzip_cache.get(&gz_path, &gz_meta) {
-            self.counters.gzip_static.fetch_add(1, Relaxed);
-            return Some(Found::Bytes {
-                meta: gz_meta,
-                content_type,
-                encoding: Encoding::Gzip {
-                    len: bytes.len() as u64,
-                },
-                bytes,
-            });
+        if let Some(found) = self.cached_gz(&gz_path, meta, content_type) {
+            return Some(found);
         }
+        let (gz_file, gz_meta) = file::open(&gz_path).ok()?;
         self.gz_body(&gz_path, gz_file, gz_meta.size, gz_meta, content_type)
+    }
+
+    /// A `.gz`'s bytes from the variant cache, under `key` while its
+    /// validators are `meta`.
+    fn cached_gz(&self, key: &Path, meta: FileMeta, content_type: &'static str) -> Option<Found> {
+        let bytes = self.gzip_cache.get(key, &meta)?;
+        self.counters.gzip_static.fetch_add(1, Relaxed);
+        Some(Found::Bytes {
+            meta,
+            content_type,
+            encoding: Encoding::Gzip {
+                len: bytes.len() as u64,
+            },
+            bytes,
+        })
     }
 
     /// The body of a `.gz` (`gz_file`, `size` bytes) answering `path`'s
