@@ -70,6 +70,9 @@ pub fn run(b: Bench) -> anyhow::Result<()> {
     if std::env::var_os("DUALITY_IO").is_none() {
         duality_rt::set_default_io_backend(duality_rt::IoBackend::Epoll);
     }
+    // SIGINT/SIGTERM stop every server this run started and remove its
+    // temporary files before the process exits (130/143).
+    duality_bench::interrupt::install()?;
     match b {
         Bench::Tasks(a) => bench_tasks(a),
         Bench::Models(a) => super::bench_kv::models(a),
@@ -118,6 +121,11 @@ fn bench_tasks(a: TasksArgs) -> anyhow::Result<()> {
     } else {
         None
     };
+    // The built program's directory, removed at the end or on an interrupt.
+    let _go_dir = go_bin
+        .as_deref()
+        .and_then(std::path::Path::parent)
+        .map(duality_bench::interrupt::TempPath::new);
     let exe = std::env::current_exe()?;
     let pb = super::bench_kv::progress(counts.len() * rounds);
     let mut summaries = Vec::new();
@@ -144,11 +152,6 @@ fn bench_tasks(a: TasksArgs) -> anyhow::Result<()> {
         summaries.extend(s);
     }
     pb.finish_and_clear();
-    if let Some(bin) = &go_bin {
-        if let Some(dir) = bin.parent() {
-            let _ = std::fs::remove_dir_all(dir);
-        }
-    }
     let dir = super::results_dir(a.output.out.as_deref(), "tasks");
     std::fs::create_dir_all(&dir)?;
     let cmd: Vec<String> = std::env::args().collect();

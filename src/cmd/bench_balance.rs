@@ -42,6 +42,10 @@ pub fn run(a: BalanceArgs) -> anyhow::Result<()> {
         loops >= 2,
         "--loops must be at least 2: one loop has nothing to balance"
     );
+    for b in &a.balances {
+        duality_bench::servers::check_duality_spec(&format!("symped:{loops}+{b}"))
+            .map_err(|e| anyhow::anyhow!("--loops {loops}: {e}"))?;
+    }
     anyhow::ensure!(
         a.heavy >= 1 && a.pipeline >= 1,
         "--heavy and --pipeline must be at least 1"

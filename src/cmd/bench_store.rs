@@ -45,6 +45,8 @@ pub struct StoreArgs {
 }
 
 pub fn run(a: StoreArgs) -> anyhow::Result<()> {
+    use anyhow::Context;
+    duality_bench::servers::check_duality_spec(&a.model).context("--model")?;
     for &s in &a.skews {
         anyhow::ensure!(s > 0.0 && s.is_finite(), "--skews must be positive");
     }

@@ -538,8 +538,8 @@ pub fn nginx_version(nginx: &Path) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// A temporary directory, removed on drop.
-pub struct TempDir(pub PathBuf);
+/// A temporary directory, removed on drop or when the run is interrupted.
+pub struct TempDir(pub PathBuf, pub crate::interrupt::TempPath);
 
 impl TempDir {
     /// `<tmp>/duality-bench-http-<pid>-<tag>`, created empty.
@@ -547,14 +547,9 @@ impl TempDir {
         let p =
             std::env::temp_dir().join(format!("duality-bench-http-{}-{tag}", std::process::id()));
         let _ = std::fs::remove_dir_all(&p);
+        let guard = crate::interrupt::TempPath::new(&p);
         std::fs::create_dir_all(&p)?;
-        Ok(TempDir(p))
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        Ok(TempDir(p, guard))
     }
 }
 
@@ -616,9 +611,10 @@ impl RunningServer {
             .args(["--max-conns", &max_conns.to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()?;
         let out = child.stdout.take().expect("piped stdout");
+        let stderr = crate::servers::StderrTail::capture(&mut child);
         let mut line = String::new();
         let read = BufReader::new(out).read_line(&mut line);
         let addr = line
@@ -634,9 +630,15 @@ impl RunningServer {
                 _prefix: None,
             }),
             _ => {
+                let e = crate::servers::start_error(
+                    &format!("duality http --model {model}"),
+                    &mut child,
+                    stderr.as_ref(),
+                    &line,
+                );
                 let _ = child.kill();
                 let _ = child.wait();
-                anyhow::bail!("duality http --model {model} did not start: {line:?}")
+                Err(e)
             }
         }
     }

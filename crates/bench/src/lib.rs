@@ -28,6 +28,7 @@ pub mod disk_web;
 pub mod fairness;
 pub mod http;
 pub mod idle;
+pub mod interrupt;
 pub mod kv_tokio;
 pub mod loadgen;
 pub mod models_echo;

@@ -70,11 +70,14 @@ pub struct ServerProcess {
     child: Child,
     /// Where it listens.
     pub socket: PathBuf,
+    /// Removes the socket when it stops, or when the run is interrupted.
+    _socket_file: crate::interrupt::TempPath,
 }
 
 impl ServerProcess {
     /// Starts `exe args…` and waits for it to print a line starting with `ready`.
     pub fn start(exe: &Path, args: &[String], socket: PathBuf) -> anyhow::Result<ServerProcess> {
+        let socket_file = crate::interrupt::TempPath::new(&socket);
         let mut child = Command::new(exe)
             .args(args)
             .stdout(Stdio::piped())
@@ -88,7 +91,11 @@ impl ServerProcess {
             let _ = child.wait();
             anyhow::bail!("server {args:?} did not start: {line:?}");
         }
-        Ok(ServerProcess { child, socket })
+        Ok(ServerProcess {
+            child,
+            socket,
+            _socket_file: socket_file,
+        })
     }
 
     /// Its process id.

@@ -1,12 +1,86 @@
 //! Starting and stopping the servers an experiment compares, each as its own
 //! process, stopped by its PID (SIGTERM, then SIGKILL after 5 s) even when the
-//! experiment fails.
+//! experiment fails. A server's standard error is kept (its last lines) so
+//! that one that fails to start says why.
 
+use crate::interrupt::TempPath;
 use crate::loadgen::Target;
+use std::collections::VecDeque;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// The last lines a child wrote to its standard error, read by a thread of
+/// this process (so a chatty server never blocks on a full pipe).
+pub struct StderrTail {
+    lines: Arc<Mutex<VecDeque<String>>>,
+    reader: std::thread::JoinHandle<()>,
+}
+
+impl StderrTail {
+    /// Lines kept.
+    const KEEP: usize = 8;
+
+    /// Takes `child`'s piped stderr (`None` if it was not piped).
+    pub fn capture(child: &mut Child) -> Option<StderrTail> {
+        let err = child.stderr.take()?;
+        let lines = Arc::new(Mutex::new(VecDeque::new()));
+        let kept = Arc::clone(&lines);
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(err).lines() {
+                let Ok(line) = line else { break };
+                let mut kept = kept.lock().unwrap_or_else(|e| e.into_inner());
+                if kept.len() == StderrTail::KEEP {
+                    kept.pop_front();
+                }
+                kept.push_back(line);
+            }
+        });
+        Some(StderrTail { lines, reader })
+    }
+
+    /// What the child wrote last, on one line (`; ` between its lines),
+    /// after waiting up to `within` for the child to close its stderr
+    /// (it has exited) so that its last words are in.
+    pub fn last_words(&self, within: Duration) -> String {
+        let until = Instant::now() + within;
+        while !self.reader.is_finished() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let lines = self.lines.lock().unwrap_or_else(|e| e.into_inner());
+        let words: Vec<&str> = lines
+            .iter()
+            .map(|l| l.trim())
+            .filter(|l| !l.is_empty())
+            .collect();
+        words.join("; ")
+    }
+}
+
+/// `what did not start: …` with the child's last words, or its exit status
+/// where it said nothing.
+pub fn start_error(
+    what: &str,
+    child: &mut Child,
+    tail: Option<&StderrTail>,
+    stdout_line: &str,
+) -> anyhow::Error {
+    let words = tail
+        .map(|t| t.last_words(Duration::from_secs(2)))
+        .unwrap_or_default();
+    let status = match child.try_wait() {
+        Ok(Some(s)) => format!(" ({s})"),
+        _ => String::new(),
+    };
+    let said = match (words.is_empty(), stdout_line.trim().is_empty()) {
+        (false, _) => words,
+        (true, false) => stdout_line.trim().to_string(),
+        (true, true) => "it said nothing".to_string(),
+    };
+    anyhow::anyhow!("{what} did not start{status}: {said}")
+}
 
 /// A server under test.
 #[derive(Clone, Debug, PartialEq)]
@@ -32,6 +106,39 @@ impl ServerKind {
     }
 }
 
+/// Checks a [`ServerKind::Duality`] spec (`MODEL[/POLICY][@BACKEND][+BALANCE]`)
+/// before anything is measured, with the same words `duality kv` would use.
+pub fn check_duality_spec(spec: &str) -> anyhow::Result<()> {
+    let (rest, balance) = match spec.split_once('+') {
+        Some((m, b)) => (m, Some(b)),
+        None => (spec, None),
+    };
+    let (rest, io) = match rest.split_once('@') {
+        Some((m, io)) => (m, Some(io)),
+        None => (rest, None),
+    };
+    let (model, policy) = match rest.split_once('/') {
+        Some((m, p)) => (m, Some(p)),
+        None => (rest, None),
+    };
+    model
+        .parse::<duality_models::Model>()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    if let Some(p) = policy {
+        p.parse::<duality_models::Handoff>()
+            .map_err(|e| anyhow::anyhow!("hand-off policy {p:?}: {e}"))?;
+    }
+    if let Some(io) = io {
+        io.parse::<duality_rt::IoBackend>()
+            .map_err(|e| anyhow::anyhow!("I/O backend {io:?}: {e}"))?;
+    }
+    if let Some(b) = balance {
+        b.parse::<duality_models::Balance>()
+            .map_err(|e| anyhow::anyhow!("accept balance {b:?}: {e}"))?;
+    }
+    Ok(())
+}
+
 /// `MODEL/POLICY` as the model and the `--handoff` arguments that make it.
 pub fn split_handoff(model: &str) -> (&str, Vec<&str>) {
     match model.split_once('/') {
@@ -51,7 +158,10 @@ pub fn memcached_path() -> Option<PathBuf> {
 /// A running server process.
 pub struct ServerProcess {
     child: Child,
-    socket: Option<PathBuf>,
+    /// Its Unix socket, removed when it stops.
+    _socket: Option<TempPath>,
+    /// What it last wrote on stderr.
+    stderr: Option<StderrTail>,
     /// How to reach it.
     pub target: Target,
 }
@@ -155,27 +265,46 @@ impl ServerProcess {
         if let Target::Unix(p) = target {
             let _ = std::fs::remove_file(p);
         }
-        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::null()).spawn()?;
+        let socket = match target {
+            Target::Unix(p) => Some(TempPath::new(p)),
+            Target::Tcp(_) => None,
+        };
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| anyhow::anyhow!("cannot run {}: {e}", kind.label()))?;
         let out = child.stdout.take().expect("piped");
+        let stderr = StderrTail::capture(&mut child);
         let mut me = ServerProcess {
             child,
-            socket: match target {
-                Target::Unix(p) => Some(p.clone()),
-                Target::Tcp(_) => None,
-            },
+            _socket: socket,
+            stderr,
             target: target.clone(),
         };
         if wait_line {
             let mut line = String::new();
-            BufReader::new(out).read_line(&mut line)?;
-            anyhow::ensure!(
-                line.starts_with("ready"),
-                "{} did not start: {line:?}",
-                kind.label()
-            );
+            let _ = BufReader::new(out).read_line(&mut line);
+            if !line.starts_with("ready") {
+                return Err(start_error(
+                    &kind.label(),
+                    &mut me.child,
+                    me.stderr.as_ref(),
+                    &line,
+                ));
+            }
         }
-        me.wait_connectable(Duration::from_secs(5))
-            .map_err(|e| anyhow::anyhow!("{} is not accepting connections: {e}", kind.label()))?;
+        if let Err(e) = me.wait_connectable(Duration::from_secs(5)) {
+            let words = me
+                .stderr
+                .as_ref()
+                .map(|t| t.last_words(Duration::from_millis(500)))
+                .filter(|w| !w.is_empty())
+                .map(|w| format!(": {w}"))
+                .unwrap_or_default();
+            anyhow::bail!("{} is not accepting connections: {e}{words}", kind.label());
+        }
         Ok(me)
     }
 
@@ -217,9 +346,6 @@ impl Drop for ServerProcess {
         if let Ok(None) = self.child.try_wait() {
             let _ = self.child.kill();
             let _ = self.child.wait();
-        }
-        if let Some(p) = &self.socket {
-            let _ = std::fs::remove_file(p);
         }
     }
 }

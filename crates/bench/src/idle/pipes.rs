@@ -83,6 +83,7 @@ fn accept_idle(exe: &Path, want: u64) -> anyhow::Result<(Vec<StdUnixStream>, Opt
     }
     let path = std::env::temp_dir().join(format!("duality-idle-{}.sock", std::process::id()));
     let _ = std::fs::remove_file(&path);
+    let _socket_file = crate::interrupt::TempPath::new(&path);
     let listener = StdUnixListener::bind(&path)?;
     listener.set_nonblocking(true)?;
     let mut holders = Holders::start(

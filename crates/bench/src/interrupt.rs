@@ -1,0 +1,265 @@
+//! An interrupted run leaves nothing behind: no server it started, no
+//! temporary file or directory.
+//!
+//! [`install`] starts one thread that waits for SIGINT or SIGTERM. On
+//! either it
+//!
+//! 1. marks the run [`interrupted`] (the main thread, whose measurement now
+//!    fails, must not report that failure: see [`park_if_interrupted`]);
+//! 2. sends SIGTERM to every child process of this one, waits up to
+//!    [`GRACE`] for them and their own children (nginx's workers) to exit,
+//!    then sends SIGKILL to every descendant still alive, and looks again
+//!    until no descendant is left (a child spawned meanwhile is caught too);
+//! 3. removes every path registered with [`TempPath`];
+//! 4. prints one line, `duality: interrupted (SIGTERM)`, and exits with
+//!    128 + the signal's number (130 for SIGINT, 143 for SIGTERM), as a
+//!    shell reports a command a signal ended.
+//!
+//! Children are found by their parent pid in `/proc`, not by a list kept at
+//! every spawn: whatever spawns them (`Command::spawn`, `output`, a helper
+//! on another thread) they are found. Temporary paths are registered where
+//! they are made, and unregistered (and removed) when their guard drops.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// How long children get to exit after SIGTERM before SIGKILL.
+pub const GRACE: Duration = Duration::from_secs(2);
+
+/// The signal that interrupted the run, 0 while none has.
+static SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+/// Temporary paths to remove on an interrupt, by registration id.
+fn temp_paths() -> &'static Mutex<HashMap<u64, PathBuf>> {
+    static PATHS: OnceLock<Mutex<HashMap<u64, PathBuf>>> = OnceLock::new();
+    PATHS.get_or_init(Default::default)
+}
+
+/// A file or directory this run made and must not leave behind: removed
+/// when the guard drops, or by the signal thread if the run is interrupted
+/// first.
+#[derive(Debug)]
+pub struct TempPath {
+    id: u64,
+    path: PathBuf,
+}
+
+impl TempPath {
+    /// Registers `path` (which need not exist yet).
+    pub fn new(path: impl Into<PathBuf>) -> TempPath {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let path = path.into();
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        lock_paths().insert(id, path.clone());
+        TempPath { id, path }
+    }
+
+    /// The registered path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for TempPath {
+    fn drop(&mut self) {
+        lock_paths().remove(&self.id);
+        remove(&self.path);
+    }
+}
+
+fn lock_paths() -> std::sync::MutexGuard<'static, HashMap<u64, PathBuf>> {
+    // A panic while the map was held leaves it whole: keep using it.
+    temp_paths().lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn remove(p: &Path) {
+    match std::fs::symlink_metadata(p) {
+        Ok(m) if m.is_dir() => {
+            let _ = std::fs::remove_dir_all(p);
+        }
+        Ok(_) => {
+            let _ = std::fs::remove_file(p);
+        }
+        Err(_) => {}
+    }
+}
+
+/// The signal that interrupted this run, if one has.
+pub fn interrupted() -> Option<i32> {
+    match SIGNAL.load(Ordering::SeqCst) {
+        0 => None,
+        s => Some(s),
+    }
+}
+
+/// Called by the main thread when the experiment returns: if the run was
+/// interrupted, its result (likely an error caused by the servers being
+/// stopped) is not the run's outcome, and the signal thread is exiting the
+/// process; wait for it instead of reporting.
+pub fn park_if_interrupted() {
+    if interrupted().is_some() {
+        loop {
+            std::thread::park();
+        }
+    }
+}
+
+/// Starts the signal thread (once per process; later calls do nothing).
+pub fn install() -> std::io::Result<()> {
+    static INSTALLED: OnceLock<()> = OnceLock::new();
+    if INSTALLED.get().is_some() {
+        return Ok(());
+    }
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+    ])?;
+    let _ = INSTALLED.set(());
+    std::thread::Builder::new()
+        .name("interrupt".into())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                SIGNAL.store(sig, Ordering::SeqCst);
+                stop_descendants(GRACE);
+                let paths: Vec<PathBuf> = lock_paths().drain().map(|(_, p)| p).collect();
+                for p in &paths {
+                    remove(p);
+                }
+                let name = if sig == signal_hook::consts::SIGINT {
+                    "SIGINT"
+                } else {
+                    "SIGTERM"
+                };
+                eprintln!("duality: interrupted ({name})");
+                std::process::exit(128 + sig);
+            }
+        })?;
+    Ok(())
+}
+
+/// SIGTERM to this process's children, up to `grace` for every descendant
+/// to exit, then SIGKILL to the rest, until none is left (bounded: a
+/// process that survives SIGKILL for long is not waited for forever).
+fn stop_descendants(grace: Duration) {
+    let me = std::process::id() as i32;
+    let mut termed = HashSet::new();
+    let until = Instant::now() + grace;
+    let give_up = until + Duration::from_secs(3);
+    loop {
+        let tree = descendants(me);
+        if tree.is_empty() || Instant::now() > give_up {
+            return;
+        }
+        let killing = Instant::now() >= until;
+        for d in &tree {
+            if killing {
+                // SAFETY: kill(2) takes plain integers.
+                unsafe { libc::kill(d.pid, libc::SIGKILL) };
+            } else if d.ppid == me && termed.insert(d.pid) {
+                // Our own children get SIGTERM (they stop their own
+                // children, as nginx's master its workers).
+                // SAFETY: kill(2) takes plain integers.
+                unsafe { libc::kill(d.pid, libc::SIGTERM) };
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Proc {
+    pid: i32,
+    ppid: i32,
+}
+
+/// The live (not zombie) descendants of `root`, from `/proc`.
+fn descendants(root: i32) -> Vec<Proc> {
+    let mut all = Vec::new();
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for e in dir.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+                continue;
+            };
+            if let Some((state, ppid)) = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|s| parse_stat(&s))
+            {
+                all.push((Proc { pid, ppid }, state));
+            }
+        }
+    }
+    let mut tree: HashSet<i32> = HashSet::from([root]);
+    let mut out = Vec::new();
+    // Parents may be listed after their children: repeat until no growth.
+    loop {
+        let before = tree.len();
+        for (p, _) in &all {
+            if tree.contains(&p.ppid) {
+                tree.insert(p.pid);
+            }
+        }
+        if tree.len() == before {
+            break;
+        }
+    }
+    for (p, state) in all {
+        if p.pid != root && tree.contains(&p.pid) && state != 'Z' && state != 'X' {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// The state and parent pid in a `/proc/PID/stat` line (the command name,
+/// in parentheses, may hold spaces and parentheses itself).
+fn parse_stat(s: &str) -> Option<(char, i32)> {
+    let rest = &s[s.rfind(')')? + 1..];
+    let mut f = rest.split_whitespace();
+    let state = f.next()?.chars().next()?;
+    let ppid = f.next()?.parse().ok()?;
+    Some((state, ppid))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_stat_reads_past_a_name_with_parentheses() {
+        assert_eq!(parse_stat("42 (a) b (c)) S 7 42 42 0 -1"), Some(('S', 7)));
+        assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[test]
+    fn a_child_is_a_descendant_until_it_exits() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let me = std::process::id() as i32;
+        let pid = child.id() as i32;
+        assert!(descendants(me).iter().any(|p| p.pid == pid && p.ppid == me));
+        child.kill().unwrap();
+        // Killed but not reaped: a zombie, no longer counted.
+        let until = Instant::now() + Duration::from_secs(5);
+        while descendants(me).iter().any(|p| p.pid == pid) {
+            assert!(Instant::now() < until, "still alive");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        child.wait().unwrap();
+    }
+
+    #[test]
+    fn a_temp_path_is_removed_and_unregistered_on_drop() {
+        let p = std::env::temp_dir().join(format!("duality-interrupt-{}", std::process::id()));
+        std::fs::create_dir_all(p.join("x")).unwrap();
+        let t = TempPath::new(&p);
+        assert!(lock_paths().values().any(|q| q == &p));
+        drop(t);
+        assert!(!p.exists());
+        assert!(!lock_paths().values().any(|q| q == &p));
+    }
+}
