@@ -6,6 +6,7 @@ mod alloc;
 mod cmd;
 
 use clap::{Parser, Subcommand};
+use std::io::IsTerminal;
 
 // mimalloc, or the C library's allocator under `thread-per-conn` (alloc.rs).
 #[global_allocator]
@@ -37,7 +38,11 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
-    match run() {
+    let result = run();
+    // A `duality bench` run stopped by SIGINT/SIGTERM fails because its
+    // servers were stopped; its signal thread reports and exits instead.
+    duality_bench::interrupt::park_if_interrupted();
+    match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             // The message and its causes on one line, as memcached and nginx
@@ -56,6 +61,8 @@ fn run() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
+        // No colour codes in a log file or a pipe.
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let cli = Cli::parse();
     cmd::transparent_huge_pages(matches!(&cli.command, Command::Kv(a) if a.large_pages));
