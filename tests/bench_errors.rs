@@ -7,7 +7,9 @@ mod common;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// Runs `duality bench ARGS…`, killed after 60 s (these all fail at once).
+/// Runs `duality bench ARGS…`; fails the test if it is still running after
+/// 20 s (these all fail at once; the measurements they would start, if
+/// they did not, take longer).
 fn bench(args: &[&str], env: &[(&str, &std::path::Path)]) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_duality"));
     c.arg("bench").args(args).stdin(Stdio::null());
@@ -19,11 +21,11 @@ fn bench(args: &[&str], env: &[(&str, &std::path::Path)]) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let until = Instant::now() + Duration::from_secs(60);
+    let until = Instant::now() + Duration::from_secs(20);
     while child.try_wait().unwrap().is_none() {
         if Instant::now() > until {
             let _ = child.kill();
-            panic!("duality bench {args:?} still running after 60 s");
+            panic!("duality bench {args:?} still running after 20 s");
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -71,4 +73,118 @@ fn store_and_balance_check_their_models_up_front() {
     fails_saying(&o, &["--model", "unknown model \"foo\""]);
     let o = bench(&["balance", "--quick", "--loops", "5000"], &[]);
     fails_saying(&o, &["--loops 5000", "1024"]);
+}
+
+/// An `--out` that cannot be a directory is refused before a 30-second
+/// window starts, naming the path.
+#[test]
+fn an_unusable_out_is_refused_before_measuring() {
+    let tmp = common::TempDir::new("bench-out");
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let file = file.to_str().unwrap();
+    let said = format!("cannot write results to {file}: File exists");
+    let long = ["--seconds", "30", "--out", file];
+    let o = bench(
+        &[
+            &["models", "--models", "sped", "--no-peers", "--clients", "1"],
+            &long[..],
+        ]
+        .concat(),
+        &[],
+    );
+    fails_saying(&o, &[&said]);
+    let o = bench(
+        &[
+            &[
+                "models",
+                "--service",
+                "echo",
+                "--models",
+                "sped",
+                "--clients",
+                "1",
+            ],
+            &long[..],
+        ]
+        .concat(),
+        &[],
+    );
+    fails_saying(&o, &[&said]);
+    let o = bench(&["store", "--no-peers", "--out", file], &[]);
+    fails_saying(&o, &[&said]);
+    let o = bench(
+        &[
+            "tasks",
+            "--runtimes",
+            "os-threads",
+            "--seconds",
+            "30",
+            "--out",
+            file,
+        ],
+        &[],
+    );
+    fails_saying(&o, &[&said]);
+    let o = bench(&["http", "--seconds", "30", "--out", "/proc/nope"], &[]);
+    fails_saying(&o, &["cannot write results to /proc/nope: "]);
+}
+
+/// Seconds a `Duration` cannot hold, or that are no window, are refused by
+/// the flag's name (they panicked).
+#[test]
+fn seconds_out_of_range_name_their_flag() {
+    for (args, flag) in [
+        (&["models", "--seconds", "inf"][..], "'--seconds"),
+        (&["models", "--warmup", "nan"], "'--warmup"),
+        (&["models", "--warmup", "1e300"], "'--warmup"),
+        (&["threads", "--seconds", "inf"], "'--seconds"),
+        (
+            &["models", "--service", "echo", "--seconds", "inf"],
+            "'--seconds",
+        ),
+        (&["colors", "--seconds", "1e300"], "'--seconds"),
+        (&["offload", "--probe-seconds", "1e300"], "'--probe-seconds"),
+        (&["fairness", "--warmup=-1"], "'--warmup"),
+    ] {
+        fails_saying(&bench(args, &[]), &[flag]);
+    }
+    let o = bench(&["models", "--service", "echo", "--seconds", "0"], &[]);
+    fails_saying(&o, &["--seconds 0: must be a positive number"]);
+}
+
+/// The echo service refuses what it would not honour, and client counts
+/// the cache refuses too.
+#[test]
+fn echo_refuses_flags_it_does_not_honour() {
+    let echo = ["models", "--service", "echo"];
+    for (extra, said) in [
+        (&["--clients", "0"][..], "--clients"),
+        (&["--clients", "1,20000"], "--clients 20000"),
+        (&["--windows", "0"], "'--windows"),
+        (
+            &["--syscalls"],
+            "--syscalls does not apply to --service echo",
+        ),
+        (&["--tcp"], "--tcp does not apply to --service echo"),
+        (
+            &["--io", "epoll,uring"],
+            "--io does not apply to --service echo",
+        ),
+        (&["--client-io", "uring"], "--client-io does not apply"),
+        (&["--keys", "zipf"], "--keys does not apply"),
+        (
+            &["--no-peers"],
+            "--no-peers (the echo service has none) does not apply",
+        ),
+    ] {
+        fails_saying(&bench(&[&echo[..], extra].concat(), &[]), &[said]);
+    }
+    let o = bench(&["models", "--sweep", "--models", "sped"], &[]);
+    fails_saying(
+        &o,
+        &["--sweep sweeps the hand-off models", "sped is not one"],
+    );
+    let o = bench(&["threads", "--io", "uring"], &[]);
+    fails_saying(&o, &["--io does not apply to bench threads"]);
 }

@@ -261,3 +261,32 @@ fn quick_sweep_lays_the_hand_off_models_out_by_thread_count() {
     }
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// Flags given beside `--quick` win over its presets: one client count
+/// asked, one measured.
+#[test]
+fn quick_takes_the_client_counts_given() {
+    let out = std::env::temp_dir().join(format!("duality-bench-quick-{}", std::process::id()));
+    let run = bench_models([
+        std::ffi::OsStr::new("--quick"),
+        "--no-peers".as_ref(),
+        "--models".as_ref(),
+        "sped".as_ref(),
+        "--clients".as_ref(),
+        "3".as_ref(),
+        "--windows".as_ref(),
+        "1".as_ref(),
+        "--json".as_ref(),
+        "--out".as_ref(),
+        out.as_os_str(),
+    ]);
+    let _ = std::fs::remove_dir_all(&out);
+    let rows: serde_json::Value = serde_json::from_slice(&run.stdout).expect("stdout is JSON");
+    let clients: Vec<u64> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["clients"].as_u64().unwrap())
+        .collect();
+    assert_eq!(clients, [3]);
+}

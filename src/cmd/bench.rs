@@ -43,7 +43,7 @@ pub struct TasksArgs {
     )]
     counts: Vec<u64>,
     /// Seconds to count yields for, per runtime.
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value_t = 2.0, value_parser = super::parse_seconds)]
     seconds: f64,
     /// Rounds (runtimes take turns; medians are reported, every run listed).
     #[arg(long, default_value_t = 3)]
@@ -116,6 +116,7 @@ fn bench_tasks(a: TasksArgs) -> anyhow::Result<()> {
     } else {
         (a.counts.clone(), a.seconds, a.rounds.max(1))
     };
+    let dir = super::results_dir(a.output.out.as_deref(), "tasks")?;
     let go_bin = if a.runtimes.iter().any(|r| r == "go") {
         tasks::build_go()?
     } else {
@@ -152,8 +153,6 @@ fn bench_tasks(a: TasksArgs) -> anyhow::Result<()> {
         summaries.extend(s);
     }
     pb.finish_and_clear();
-    let dir = super::results_dir(a.output.out.as_deref(), "tasks");
-    std::fs::create_dir_all(&dir)?;
     let cmd: Vec<String> = std::env::args().collect();
     let doc = format!(
         "# Tasks: bytes per task and yields per second\n\nCommand: `{}`\n\nMachine: {} cores. Each runtime in its own child process, runtimes taking turns in each of {rounds} round(s); medians, every run listed. Every task loops on its runtime's yield (`yield_now`, `runtime.Gosched()`); bytes per task = RSS growth / tasks once every task has been polled; yields/s counted over {seconds} s with all tasks alive, one OS thread per runtime (tokio `current_thread`, one smol `Executor`, one duality loop, Go with `GOMAXPROCS=1`). OS threads: at most {} std threads with the smallest stack glibc allows; goroutines: at most {}.\n\n{md}",

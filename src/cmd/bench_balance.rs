@@ -27,7 +27,7 @@ pub struct BalanceArgs {
     #[arg(long, default_value_t = 200.0)]
     short_rate: f64,
     /// Seconds measured per server and round.
-    #[arg(long, default_value_t = 5.0)]
+    #[arg(long, default_value_t = 5.0, value_parser = super::parse_seconds)]
     seconds: f64,
     /// Rounds (servers take turns; medians are reported).
     #[arg(long, default_value_t = 3)]
@@ -63,6 +63,7 @@ pub fn run(a: BalanceArgs) -> anyhow::Result<()> {
     } else {
         (a.heavy, a.seconds, a.rounds.max(1))
     };
+    let dir = super::results_dir(a.output.out.as_deref(), "balance")?;
     let exe = std::env::current_exe()?;
     let plan = Plan {
         exe: &exe,
@@ -82,8 +83,6 @@ pub fn run(a: BalanceArgs) -> anyhow::Result<()> {
         pb.inc(1);
     })?;
     pb.finish_and_clear();
-    let dir = super::results_dir(a.output.out.as_deref(), "balance");
-    std::fs::create_dir_all(&dir)?;
     let cmd: Vec<String> = std::env::args().collect();
     let md = format!(
         "# Balance: how evenly {loops} network loops share the work\n\nCommand: `{}`\n\nMachine: {} cores; clients and servers on the same machine, TCP loopback. {heavy} heavy connections (pipelines of {} gets, closed loop) arrive interleaved with short ones (connect, one get, close); then for {seconds} s the heavy ones pipeline while {} short connections a second are timed from connect to answer. Loop CPU shares are each network loop's (memcached: each worker's) CPU time over the window; imbalance is the busiest loop's over the mean (1 = even, {loops} = one loop does everything). Medians of {rounds} round(s), servers taking turns.\n\n{}",

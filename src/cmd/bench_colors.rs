@@ -48,10 +48,10 @@ pub struct ColorsArgs {
     #[arg(long, default_value_t = 1)]
     client_loops: usize,
     /// Seconds of load before each window.
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(long, default_value_t = 0.5, value_parser = super::parse_seconds)]
     warmup: f64,
     /// Seconds counted per setup and N.
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value_t = 2.0, value_parser = super::parse_seconds)]
     seconds: f64,
     /// Rounds (setups take turns at each N; medians, and medians of
     /// per-round ratios, are reported).
@@ -115,6 +115,7 @@ pub fn run(a: ColorsArgs) -> anyhow::Result<()> {
         };
         (threads, load, a.rounds.max(1))
     };
+    let out = super::results_dir(a.output.out.as_deref(), "colors")?;
     let exe = std::env::current_exe()?;
     let plan = Plan {
         exe: &exe,
@@ -130,8 +131,6 @@ pub fn run(a: ColorsArgs) -> anyhow::Result<()> {
     })?;
     pb.finish_and_clear();
 
-    let out = super::results_dir(a.output.out.as_deref(), "colors");
-    std::fs::create_dir_all(&out)?;
     let cmd: Vec<String> = std::env::args().collect();
     let md = format!(
         "# Colors: per-client cryptography on 1..N threads vs N independent copies (seed 003, Fig. 1)\n\n\

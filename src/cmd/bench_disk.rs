@@ -29,10 +29,10 @@ pub struct DiskArgs {
     #[arg(long)]
     dir: Option<PathBuf>,
     /// Seconds of reading before the window.
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(long, default_value_t = 0.5, value_parser = super::parse_seconds)]
     warmup: f64,
     /// Seconds counted per runtime and reader count.
-    #[arg(long, default_value_t = 3.0)]
+    #[arg(long, default_value_t = 3.0, value_parser = super::parse_seconds)]
     seconds: f64,
     /// Rounds (runtimes take turns; the median round is reported).
     #[arg(long, default_value_t = 3)]
@@ -115,6 +115,7 @@ pub fn run(a: DiskArgs) -> anyhow::Result<()> {
             a.rounds.max(1),
         )
     };
+    let out = super::results_dir(a.output.out.as_deref(), "disk")?;
     let dir = a.dir.clone().unwrap_or_else(std::env::temp_dir);
     let file = dir.join(format!("duality-disk-{mib}m.bin"));
     eprintln!("preparing {} ({mib} MiB)", file.display());
@@ -136,8 +137,6 @@ pub fn run(a: DiskArgs) -> anyhow::Result<()> {
         pb.inc(1);
     })?;
     pb.finish_and_clear();
-    let out = super::results_dir(a.output.out.as_deref(), "disk");
-    std::fs::create_dir_all(&out)?;
     let cmd: Vec<String> = std::env::args().collect();
     let md = format!(
         "# Disk: N readers of random 4 KiB blocks of a {mib} MiB file opened with O_DIRECT\n\nCommand: `{}`\n\nMachine: {} cores; the file on {}. Each runtime and reader count in a fresh process; {seconds} s counted after {warmup} s; the median of {rounds} round(s) by reads/s, runtimes taking turns. A read's time runs from the reader asking to the bytes being there (waiting for a pool thread included). OS threads stop at {} (`vm.max_map_count` / 6: each thread takes several memory mappings).\n\n{}",
@@ -207,6 +206,7 @@ fn web(a: &DiskArgs) -> anyhow::Result<()> {
     } else {
         (a.web_files, a.web_clients.clone(), a.warmup, a.seconds)
     };
+    let out = super::results_dir(a.output.out.as_deref(), "disk-web")?;
     let dir = a.dir.clone().unwrap_or_else(std::env::temp_dir);
     let root = dir.join(format!("duality-web-{files}x{}", a.web_file_size));
     eprintln!(
@@ -234,8 +234,6 @@ fn web(a: &DiskArgs) -> anyhow::Result<()> {
         pb.inc(1);
     })?;
     pb.finish_and_clear();
-    let out = super::results_dir(a.output.out.as_deref(), "disk-web");
-    std::fs::create_dir_all(&out)?;
     let cmd: Vec<String> = std::env::args().collect();
     let md = format!(
         "# Disk (seed 004, Fig. 19): the web server on {files} files of {} bytes\n\nCommand: `{}`\n\nMachine: {cores} cores; the files on {}. Before every trial each file is dropped from the page cache (`posix_fadvise(DONTNEED)`) and the server is started afresh; closed-loop keep-alive clients (one loop thread of this process) each ask for a random file per request; {seconds} s counted after {warmup} s. duality: `duality http` on its default model with a {} MiB file cache; nginx: {cores} workers, `sendfile on`, with and without `aio threads`. CPU and storage reads are the server's whole process tree's.\n\n{}",

@@ -22,7 +22,7 @@ pub struct FairnessArgs {
     #[arg(long, default_value_t = 30)]
     samples: usize,
     /// Seconds of flooding before the first newcomer.
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(long, default_value_t = 0.5, value_parser = super::parse_seconds)]
     warmup: f64,
     /// A smoke run: 5 newcomers per server, 0.2 s of warm-up.
     #[arg(long)]
@@ -60,6 +60,7 @@ pub fn run(a: FairnessArgs) -> anyhow::Result<()> {
     } else {
         (a.samples.max(1), a.warmup)
     };
+    let dir = super::results_dir(a.out.as_deref(), "fairness")?;
     let exe = std::env::current_exe()?;
     let plan = Plan {
         exe: &exe,
@@ -75,8 +76,6 @@ pub fn run(a: FairnessArgs) -> anyhow::Result<()> {
             r.service, r.server, r.p50_ms, r.max_ms
         )
     })?;
-    let dir = super::results_dir(a.out.as_deref(), "fairness");
-    std::fs::create_dir_all(&dir)?;
     let cmd: Vec<String> = std::env::args().collect();
     let md = format!(
         "# Fairness: a newcomer's first answer while {} clients flood the server\n\nCommand: `{}`\n\nMachine: {} cores, flooders, newcomers and servers on the same machine, TCP loopback. Each flooder pipelines requests without pause and reads the answers on another thread; after the warm-up, newcomers connect one after another (10 ms apart), send one request and wait for its whole answer (time from `connect`).\n\n{}",

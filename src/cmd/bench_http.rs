@@ -14,10 +14,10 @@ pub struct HttpBenchArgs {
     #[arg(long, value_delimiter = ',')]
     clients: Vec<usize>,
     /// Seconds measured per point.
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value_t = 2.0, value_parser = super::parse_seconds)]
     seconds: f64,
     /// Seconds of warm-up per point, once the connections are open.
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(long, default_value_t = 0.5, value_parser = super::parse_seconds)]
     warmup: f64,
     /// Comma-separated servers: duality-knot-c, duality-knot-a, duality-sped,
     /// nginx-1w, nginx-2w (default: all); sized for a bigger machine:
@@ -191,13 +191,7 @@ pub fn run(a: HttpBenchArgs) -> anyhow::Result<()> {
         notes.push(msg.into());
     }
 
-    let out = a.out.clone().unwrap_or_else(|| {
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        PathBuf::from(format!("results/http-{t}"))
-    });
-    std::fs::create_dir_all(&out)?;
+    let out = super::results_dir(a.out.as_deref(), "http")?;
 
     let x = Experiment {
         exe: std::env::current_exe()?,

@@ -41,15 +41,15 @@ pub struct IdleArgs {
     #[arg(long, default_value_t = 40)]
     active: usize,
     /// Seconds of load before each point is counted.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = super::parse_seconds)]
     warmup: f64,
     /// Seconds counted per point.
-    #[arg(long, default_value_t = 3.0)]
+    #[arg(long, default_value_t = 3.0, value_parser = super::parse_seconds)]
     seconds: f64,
     /// Seconds after a server's idle clients have closed before its
     /// resident memory is read again (then again every 250 ms while it
     /// falls, for at most four times as long).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = super::parse_seconds)]
     settle: f64,
     /// Rounds (points take turns; the median round is reported).
     #[arg(long, default_value_t = 3)]
@@ -179,6 +179,7 @@ pub fn run(a: IdleArgs) -> anyhow::Result<()> {
         rounds,
         limits: limits.clone(),
     };
+    let dir = super::results_dir(a.output.out.as_deref(), "idle")?;
     let pb = super::bench_kv::progress(plan.points());
     let results = idle::run(&plan, &mut |r| {
         match r {
@@ -188,8 +189,6 @@ pub fn run(a: IdleArgs) -> anyhow::Result<()> {
         pb.inc(1);
     });
     pb.finish_and_clear();
-    let dir = super::results_dir(a.output.out.as_deref(), "idle");
-    std::fs::create_dir_all(&dir)?;
     let cmd: Vec<String> = std::env::args().collect();
     let md = format!(
         "# Idle connections: active throughput and memory per idle connection (seed 004, Fig. 18)\n\n\

@@ -7,21 +7,21 @@ use duality_bench::servers::ServerKind;
 use duality_bench::workload::{KeyChoice, Workload};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 #[derive(Args)]
 pub struct LoadArgs {
     /// Measurement windows per point (the paper: 5 runs); with `--service
-    /// echo`, rounds over every model (medians are reported).
-    #[arg(long, default_value_t = 5)]
-    windows: usize,
+    /// echo`, rounds over every model (medians are reported). Default 5
+    /// (`--quick`: 2 for the cache, 1 round for the echo service).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    windows: Option<u64>,
     /// Requests each connection writes at once (pipelined, one write)
     /// before it reads their answers (memtier's `--pipeline`).
     #[arg(long, default_value_t = 1)]
     pipeline: usize,
-    /// Seconds per window.
-    #[arg(long, default_value_t = 1.0)]
-    seconds: f64,
+    /// Seconds per window. Default 1 (`--quick`: 0.15, the echo service 0.2).
+    #[arg(long, value_parser = super::parse_seconds)]
+    seconds: Option<f64>,
     /// The cache: rounds, every server measured in turn each round; figures
     /// are medians over rounds, `± sd` their spread, and `vs symped` (txn/s)
     /// and `CPU vs memcached -t 1` (server CPU per transaction) columns the
@@ -29,9 +29,10 @@ pub struct LoadArgs {
     /// out). The echo service takes `--windows` as rounds.
     #[arg(long, default_value_t = 1)]
     rounds: usize,
-    /// Seconds of warm-up before each client count.
-    #[arg(long, default_value_t = 0.5)]
-    warmup: f64,
+    /// Seconds of warm-up before each client count (the cache). Default
+    /// 0.5 (`--quick`: 0.1).
+    #[arg(long, value_parser = super::parse_seconds)]
+    warmup: Option<f64>,
     /// Use TCP on 127.0.0.1 instead of Unix sockets.
     #[arg(long)]
     tcp: bool,
@@ -57,15 +58,18 @@ pub struct LoadArgs {
     #[arg(long)]
     syscalls: bool,
     /// Records in the data set (values of 10-103 bytes, log-distributed).
-    #[arg(long, default_value_t = 30_000)]
-    records: usize,
+    /// Default 30,000 (`--quick`: 3,000).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    records: Option<u64>,
     /// Gets per set.
     #[arg(long, default_value_t = 9)]
     gets_per_set: u32,
     /// Key choice: uniform, zipf or zipf:S.
     #[arg(long, default_value = "uniform")]
     keys: KeyChoice,
-    /// A smoke run that finishes in well under a minute.
+    /// A smoke run that finishes in well under a minute: its short
+    /// windows, few clients and small data set stand where the flags
+    /// that set them are not given.
     #[arg(long)]
     quick: bool,
     /// Print a JSON array instead of a Markdown table.
@@ -84,8 +88,9 @@ pub struct ModelsArgs {
     /// Comma-separated models (default: every model with this machine's numbers).
     #[arg(long, value_delimiter = ',')]
     models: Vec<duality_models::Model>,
-    /// Comma-separated client counts.
-    #[arg(long, value_delimiter = ',', default_value = "1,8,20,40,80,120,200")]
+    /// Comma-separated client counts. Default 1,8,20,40,80,120,200
+    /// (`--quick`: 1,8).
+    #[arg(long, value_delimiter = ',')]
     clients: Vec<usize>,
     /// Comma-separated hand-off policies (`always`, `adaptive`): every
     /// hand-off model (amped, seda, seda-s) is run with each, labelled
@@ -102,21 +107,23 @@ pub struct ModelsArgs {
     /// usual results.
     #[arg(long)]
     sweep: bool,
-    /// Client connections for `--sweep`.
-    #[arg(long, default_value_t = 40)]
-    sweep_clients: usize,
+    /// Client connections for `--sweep`. Default 40 (`--quick`: 8).
+    #[arg(long, requires = "sweep")]
+    sweep_clients: Option<usize>,
     /// Most threads of one kind for `--sweep` (powers of two up to it).
-    #[arg(long, default_value_t = 8)]
-    sweep_max: usize,
+    /// Default 8 (`--quick`: 2).
+    #[arg(long, requires = "sweep", value_parser = clap::value_parser!(u64).range(1..=1024))]
+    sweep_max: Option<u64>,
     #[command(flatten)]
     load: LoadArgs,
 }
 
 #[derive(Args)]
 pub struct ThreadsArgs {
-    /// Server threads from 1 to this (default: twice the cores, at least 4).
-    #[arg(long)]
-    max_threads: Option<usize>,
+    /// Server threads from 1 to this (default: twice the cores, at least
+    /// 4; `--quick`: 2).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    max_threads: Option<u64>,
     /// Client connections.
     #[arg(long, default_value_t = 120)]
     clients: usize,
@@ -124,40 +131,49 @@ pub struct ThreadsArgs {
     load: LoadArgs,
 }
 
-fn plan(load: &LoadArgs, clients: Vec<usize>) -> anyhow::Result<Plan> {
+/// Most client connections a point may ask for.
+const MAX_CLIENTS: usize = 8_000;
+
+/// Client counts: positive, within [`MAX_CLIENTS`].
+fn check_clients(clients: &[usize]) -> anyhow::Result<()> {
     anyhow::ensure!(
-        load.seconds > 0.0 && load.warmup >= 0.0,
-        "--seconds must be positive"
+        !clients.is_empty() && clients.iter().all(|&c| c > 0),
+        "--clients: client counts must be positive"
     );
-    anyhow::ensure!(load.windows >= 1, "--windows must be at least 1");
+    let max = *clients.iter().max().unwrap_or(&1);
+    anyhow::ensure!(
+        max <= MAX_CLIENTS,
+        "--clients {max}: this machine allows 20,000 open files per process; keep client counts under 8,000"
+    );
+    Ok(())
+}
+
+impl LoadArgs {
+    /// Records in the data set.
+    fn records(&self) -> usize {
+        self.records
+            .map_or(if self.quick { 3_000 } else { 30_000 }, |r| r as usize)
+    }
+}
+
+fn plan(load: &LoadArgs, clients: Vec<usize>) -> anyhow::Result<Plan> {
+    let window = super::seconds(
+        "--seconds",
+        load.seconds.unwrap_or(if load.quick { 0.15 } else { 1.0 }),
+        false,
+    )?;
+    let warmup = super::seconds(
+        "--warmup",
+        load.warmup.unwrap_or(if load.quick { 0.1 } else { 0.5 }),
+        true,
+    )?;
+    let windows = load.windows.unwrap_or(if load.quick { 2 } else { 5 }) as usize;
     anyhow::ensure!(
         load.client_threads >= 1,
         "--client-threads must be at least 1"
     );
-    anyhow::ensure!(
-        !clients.is_empty() && clients.iter().all(|&c| c > 0),
-        "client counts must be positive"
-    );
-    let max = *clients.iter().max().unwrap_or(&1);
-    anyhow::ensure!(
-        max <= 8_000,
-        "{max} clients: this machine allows 20,000 open files per process; keep client counts under 8,000"
-    );
-    let (records, windows, window, warmup) = if load.quick {
-        (
-            3_000,
-            2,
-            Duration::from_millis(150),
-            Duration::from_millis(100),
-        )
-    } else {
-        (
-            load.records,
-            load.windows,
-            Duration::from_secs_f64(load.seconds),
-            Duration::from_secs_f64(load.warmup),
-        )
-    };
+    check_clients(&clients)?;
+    let records = load.records();
     Ok(Plan {
         exe: std::env::current_exe()?,
         servers: Vec::new(),
@@ -175,8 +191,22 @@ fn plan(load: &LoadArgs, clients: Vec<usize>) -> anyhow::Result<Plan> {
     })
 }
 
-fn results_dir(load: &LoadArgs, name: &str) -> PathBuf {
+/// The results directory, made (and checked writable) before measuring.
+fn results_dir(load: &LoadArgs, name: &str) -> anyhow::Result<PathBuf> {
     super::results_dir(load.out.as_deref(), name)
+}
+
+/// Says so where memcached is among `servers` but not installed (its rows
+/// are left out).
+fn note_missing_peers<'a>(servers: impl IntoIterator<Item = &'a ServerKind>) {
+    let wanted = servers
+        .into_iter()
+        .any(|s| matches!(s, ServerKind::Memcached(_)));
+    if wanted && duality_bench::servers::memcached_path().is_none() {
+        eprintln!(
+            "memcached is not installed: measured without it (Debian: apt-get install memcached)"
+        );
+    }
 }
 
 fn machine() -> String {
@@ -204,12 +234,11 @@ fn client_threads(load: &LoadArgs) -> String {
 
 fn finish(
     load: &LoadArgs,
-    name: &str,
+    dir: &std::path::Path,
     title: &str,
     by_threads: bool,
     rows: &[KvRow],
 ) -> anyhow::Result<()> {
-    let dir = results_dir(load, name);
     let cmd: Vec<String> = std::env::args().collect();
     let header = format!(
         "# {title}\n\nCommand: `{}`\n\nMachine: {}. Client: {}, closed loop, {} request(s) written at once per connection; {} sockets; {} records of 10-103 bytes, {}:1 gets to sets.",
@@ -218,7 +247,7 @@ fn finish(
         client_threads(load),
         load.pipeline.max(1),
         if load.tcp { "TCP loopback" } else { "Unix" },
-        if load.quick { 3_000 } else { load.records },
+        load.records(),
         load.gets_per_set
     );
     let rounds = rows.first().map_or(1, |r| r.rounds);
@@ -227,7 +256,7 @@ fn finish(
     } else {
         header
     };
-    let written = models_kv::write_results(&dir, rows, title, by_threads, &header)?;
+    let written = models_kv::write_results(dir, rows, title, by_threads, &header)?;
     if load.json {
         println!("{}", duality_bench::report::json(rows));
     } else {
@@ -250,10 +279,10 @@ pub fn models(a: ModelsArgs) -> anyhow::Result<()> {
     if a.sweep {
         return sweep(a);
     }
-    let clients = if a.load.quick {
-        vec![1, 8]
-    } else {
-        a.clients.clone()
+    let clients = match (a.clients.is_empty(), a.load.quick) {
+        (false, _) => a.clients.clone(),
+        (true, true) => vec![1, 8],
+        (true, false) => vec![1, 8, 20, 40, 80, 120, 200],
     };
     let models = if a.models.is_empty() {
         duality_models::Model::all_defaults()
@@ -262,11 +291,12 @@ pub fn models(a: ModelsArgs) -> anyhow::Result<()> {
     };
     let models = with_handoffs(&models, &a.handoff);
     match a.service.as_str() {
-        "echo" => return echo(&models, &clients, &a.load),
+        "echo" => return echo(&models, &clients, &a.load, a.no_peers),
         "kv" => {}
         other => anyhow::bail!("unknown --service {other:?}; available: kv, echo"),
     }
     let p = plan(&a.load, clients.clone())?;
+    let dir = results_dir(&a.load, "models")?;
     let cores = duality_models::cores();
     let mut servers: Vec<(usize, ServerKind)> = with_backends(&models, &a.load.io)
         .into_iter()
@@ -280,6 +310,7 @@ pub fn models(a: ModelsArgs) -> anyhow::Result<()> {
                 .map(|s| (0, s)),
         );
     }
+    note_missing_peers(servers.iter().map(|(_, s)| s));
     let pb = progress(p.rounds * servers.len() * clients.len());
     let rows = models_kv::run(
         &p,
@@ -296,7 +327,7 @@ pub fn models(a: ModelsArgs) -> anyhow::Result<()> {
     pb.finish_and_clear();
     finish(
         &a.load,
-        "models",
+        &dir,
         "Transactions/s vs clients, every model and peer",
         false,
         &rows,
@@ -326,18 +357,20 @@ fn sweep(a: ModelsArgs) -> anyhow::Result<()> {
         a.service == "kv",
         "--sweep measures the cache (--service kv)"
     );
-    let (max, clients) = if a.load.quick {
-        (2, vec![8])
-    } else {
-        (a.sweep_max, vec![a.sweep_clients])
-    };
+    let max = a.sweep_max.unwrap_or(if a.load.quick { 2 } else { 8 }) as usize;
+    let clients = vec![a.sweep_clients.unwrap_or(if a.load.quick { 8 } else { 40 })];
+    let families = sweep_families(&a.models)?;
     let p = plan(&a.load, clients.clone())?;
-    let servers: Vec<(usize, ServerKind)> = with_backends(&sweep::models(max), &a.load.io)
+    let dir = results_dir(&a.load, "sweep")?;
+    let models: Vec<String> = sweep::models(max)
+        .into_iter()
+        .filter(|m| families.iter().any(|f| family(m) == *f))
+        .collect();
+    let servers: Vec<(usize, ServerKind)> = with_backends(&models, &a.load.io)
         .into_iter()
         .map(|m| (0, ServerKind::Duality(m)))
         .collect();
     let rows = run_one_count(&p, &servers)?;
-    let dir = results_dir(&a.load, "sweep");
     let cmd: Vec<String> = std::env::args().collect();
     let header = format!(
         "# The hand-off models over their thread counts (seed 001, Fig. 2-5 and 7)\n\nCommand: `{}`\n\nMachine: {}. {} clients from {}, closed loop, {} sockets; {} records of 10-103 bytes, {}:1 gets to sets; each configuration its own server process, the mean of the windows.",
@@ -346,7 +379,7 @@ fn sweep(a: ModelsArgs) -> anyhow::Result<()> {
         clients[0],
         client_threads(&a.load),
         if a.load.tcp { "TCP loopback" } else { "Unix" },
-        if a.load.quick { 3_000 } else { a.load.records },
+        a.load.records(),
         a.load.gets_per_set
     );
     let points = sweep::points(&rows);
@@ -358,6 +391,29 @@ fn sweep(a: ModelsArgs) -> anyhow::Result<()> {
     }
     eprintln!("results in {} ({} files)", dir.display(), written.len());
     Ok(())
+}
+
+/// A model's family: `seda` for `seda:1:2`.
+fn family(model: &str) -> &str {
+    model.split(':').next().unwrap_or(model)
+}
+
+/// The families `--sweep` sweeps: those of `--models` (each a hand-off
+/// model), or all three.
+fn sweep_families(models: &[duality_models::Model]) -> anyhow::Result<Vec<String>> {
+    if models.is_empty() {
+        return Ok(["amped", "seda", "seda-s"].map(String::from).to_vec());
+    }
+    models
+        .iter()
+        .map(|m| {
+            anyhow::ensure!(
+                m.hands_off(),
+                "--sweep sweeps the hand-off models (amped, seda, seda-s); {m} is not one"
+            );
+            Ok(family(&m.to_string()).to_string())
+        })
+        .collect()
 }
 
 /// Each hand-off model once per policy (`MODEL` for always, `MODEL/POLICY`
@@ -391,30 +447,74 @@ fn with_backends(models: &[String], io: &[duality_rt::IoBackend]) -> Vec<String>
 }
 
 pub fn threads(a: ThreadsArgs) -> anyhow::Result<()> {
-    let max = a
-        .max_threads
-        .unwrap_or_else(|| (duality_models::cores() * 2).max(4));
-    let max = if a.load.quick { max.min(2) } else { max };
-    anyhow::ensure!(max >= 1, "--max-threads must be at least 1");
+    let max = match (a.max_threads, a.load.quick) {
+        (Some(m), _) => m as usize,
+        (None, true) => 2,
+        (None, false) => (duality_models::cores() * 2).max(4),
+    };
+    refuse_for("bench threads", &[("--io", !a.load.io.is_empty())])?;
     let p = plan(&a.load, vec![a.clients])?;
+    let dir = results_dir(&a.load, "threads")?;
     let servers = models_kv::thread_servers(max);
+    note_missing_peers(servers.iter().map(|(_, s)| s));
     let rows = run_one_count(&p, &servers)?;
     finish(
         &a.load,
-        "threads",
+        &dir,
         "SYMPED transactions/s vs server threads",
         true,
         &rows,
     )
 }
 
-fn echo(models: &[String], clients: &[usize], load: &LoadArgs) -> anyhow::Result<()> {
+/// Refuses the flags in `given` that are set: they do not apply to `what`.
+fn refuse_for(what: &str, given: &[(&str, bool)]) -> anyhow::Result<()> {
+    let set: Vec<&str> = given
+        .iter()
+        .filter(|(_, on)| *on)
+        .map(|(f, _)| *f)
+        .collect();
+    match set.as_slice() {
+        [] => Ok(()),
+        [one] => anyhow::bail!("{one} does not apply to {what}"),
+        many => anyhow::bail!("{} do not apply to {what}", many.join(", ")),
+    }
+}
+
+fn echo(
+    models: &[String],
+    clients: &[usize],
+    load: &LoadArgs,
+    no_peers: bool,
+) -> anyhow::Result<()> {
+    refuse_for(
+        "--service echo",
+        &[
+            ("--io", !load.io.is_empty()),
+            ("--client-io", load.client_io.is_some()),
+            ("--syscalls", load.syscalls),
+            ("--tcp", load.tcp),
+            ("--keys", load.keys != KeyChoice::Uniform),
+            ("--records", load.records.is_some()),
+            ("--gets-per-set", load.gets_per_set != 9),
+            (
+                "--rounds (the echo service takes --windows as rounds)",
+                load.rounds != 1,
+            ),
+            ("--warmup", load.warmup.is_some()),
+            ("--no-peers (the echo service has none)", no_peers),
+        ],
+    )?;
+    let seconds = load.seconds.unwrap_or(if load.quick { 0.2 } else { 1.0 });
+    super::seconds("--seconds", seconds, false)?;
+    let rounds = load.windows.unwrap_or(if load.quick { 1 } else { 5 }) as usize;
+    anyhow::ensure!(
+        load.client_threads >= 1,
+        "--client-threads must be at least 1"
+    );
+    check_clients(clients)?;
+    let dir = results_dir(load, "models-echo")?;
     let exe = std::env::current_exe()?;
-    let (seconds, rounds) = if load.quick {
-        (0.2, 1)
-    } else {
-        (load.seconds, load.windows)
-    };
     let pb = progress(rounds * models.len() * clients.len());
     let rows = duality_bench::models_echo::run(
         &exe,
@@ -443,7 +543,6 @@ fn echo(models: &[String], clients: &[usize], load: &LoadArgs) -> anyhow::Result
         },
     )?;
     pb.finish_and_clear();
-    let dir = results_dir(load, "models-echo");
     let cmd: Vec<String> = std::env::args().collect();
     let header = format!(
         "# Models: the echo service under every threading model\n\nCommand: `{}`\n\nMachine: {}. The client ({}, closed loop, Unix socket, {} request(s) written at once per connection) shares the cores with the server, its own process (`duality internal echo-server`); each payload job does 200 iterations of a small hash loop and checks its color's exclusivity. Context switches are the server's, over all its threads. A point is the median over {rounds} interleaved round(s) of {seconds} s; `vs symped` and `vs sped` are the medians of per-round ratios to the `symped` and the `sped` model at the same connection count; `MODEL/adaptive` is a hand-off model run with `--handoff adaptive`.",

@@ -20,14 +20,14 @@ pub struct OffloadArgs {
     #[arg(long)]
     capacity: Option<f64>,
     /// Seconds measured per row.
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = 10.0, value_parser = super::parse_seconds)]
     seconds: f64,
     /// Seconds of load before each window (sent, not counted).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = super::parse_seconds)]
     warmup: f64,
     /// Seconds of the closed-loop capacity probe (and, halved, of each
     /// server's warm-up).
-    #[arg(long, default_value_t = 3.0)]
+    #[arg(long, default_value_t = 3.0, value_parser = super::parse_seconds)]
     probe_seconds: f64,
     /// Client threads (each holds one keep-alive connection).
     #[arg(long, default_value_t = 32)]
@@ -94,6 +94,7 @@ pub fn run(a: OffloadArgs) -> anyhow::Result<()> {
     if let Some(c) = a.capacity {
         anyhow::ensure!(c.is_finite() && c > 0.0, "--capacity must be positive");
     }
+    let dir = super::results_dir(a.out.as_deref(), "offload")?;
     let plan = Plan {
         exe: std::env::current_exe()?,
         model: a.model.to_string(),
@@ -127,8 +128,6 @@ pub fn run(a: OffloadArgs) -> anyhow::Result<()> {
     let report = offload::run(&plan, &mut |line| eprintln!("{line}"))?;
     let rows = &report.rows;
     let goals = offload::goals(rows);
-    let dir = super::results_dir(a.out.as_deref(), "offload");
-    std::fs::create_dir_all(&dir)?;
     let cmd: Vec<String> = std::env::args().collect();
     let md = format!(
         "# Offload: 1% gzip requests and everybody else's p99 (seed 002)\n\n\

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 #[derive(Args)]
 pub struct SoakArgs {
     /// Seconds per server.
-    #[arg(long, default_value_t = 60.0)]
+    #[arg(long, default_value_t = 60.0, value_parser = super::parse_seconds)]
     seconds: f64,
     /// Comma-separated services: kv, http.
     #[arg(long, value_delimiter = ',', default_value = "kv,http")]
@@ -55,6 +55,7 @@ pub fn run(a: SoakArgs) -> anyhow::Result<()> {
         seconds.is_finite() && seconds > 0.0 && seconds <= 24.0 * 3600.0,
         "--seconds must be a positive number of seconds (at most a day)"
     );
+    let dir = super::results_dir(a.out.as_deref(), "soak")?;
     let exe = std::env::current_exe()?;
     let plan = Plan {
         exe: &exe,
@@ -81,8 +82,6 @@ pub fn run(a: SoakArgs) -> anyhow::Result<()> {
             r.rss_end_kib
         )
     })?;
-    let dir = super::results_dir(a.out.as_deref(), "soak");
-    std::fs::create_dir_all(&dir)?;
     let cmd: Vec<String> = std::env::args().collect();
     let m = plan.mix;
     let md = format!(

@@ -61,6 +61,7 @@ pub fn run(a: StoreArgs) -> anyhow::Result<()> {
             None => eprintln!("memcached is not installed: duality only"),
         }
     }
+    let dir = super::results_dir(a.out.as_deref(), "store")?;
     let exe = std::env::current_exe()?;
     let plan = if a.quick {
         Plan {
@@ -88,8 +89,6 @@ pub fn run(a: StoreArgs) -> anyhow::Result<()> {
         }
     };
     let results = store::run(&plan, &mut |line| eprintln!("{line}"))?;
-    let dir = super::results_dir(a.out.as_deref(), "store");
-    std::fs::create_dir_all(&dir)?;
     let cmd: Vec<String> = std::env::args().collect();
     let md = format!(
         "# The store: memory under size waves, bytes per item, hit ratio\n\nCommand: `{}`\n\nMachine: {} cores. One server at a time, on a Unix socket, the client pipelining; memcached gets the same `-m`. Size waves: each wave writes twice the limit in values of one size. Bytes per item: resident memory growth over the items written (keys `rec:NNNNNN`, values of 10-103 bytes, log-distributed), less their keys and values, per item stored. Hit ratio: `get` of Zipf-distributed keys, `set` on a miss; the first half of the gets warm the cache and are not counted.\n\n{}",

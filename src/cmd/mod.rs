@@ -199,8 +199,40 @@ pub fn transparent_huge_pages(enabled: bool) {
     }
 }
 
-/// Where an experiment writes its results: `out` if given, else
-/// `results/<name>-<unix time>`.
+/// The longest window, warm-up or run a `--seconds`-like flag may ask for.
+pub const MAX_SECONDS: f64 = 24.0 * 3600.0;
+
+/// A `flag` given in seconds as a duration: a finite number, positive (or
+/// zero where `zero_ok`), at most a day; the error names the flag.
+pub fn seconds(flag: &str, v: f64, zero_ok: bool) -> anyhow::Result<std::time::Duration> {
+    let low_ok = if zero_ok { v >= 0.0 } else { v > 0.0 };
+    let shown = if v.abs() < 1e6 {
+        format!("{v}")
+    } else {
+        format!("{v:e}")
+    };
+    anyhow::ensure!(
+        v.is_finite() && low_ok && v <= MAX_SECONDS,
+        "{flag} {shown}: must be a {} number of seconds, at most {MAX_SECONDS} (a day)",
+        if zero_ok { "non-negative" } else { "positive" }
+    );
+    Ok(std::time::Duration::from_secs_f64(v))
+}
+
+/// clap's parser for a flag in seconds: a finite number from 0 to a day
+/// (a window of `inf` or `1e300` seconds is no window; a `Duration` cannot
+/// hold it). Whether 0 is allowed is each experiment's check.
+pub fn parse_seconds(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if v.is_finite() && (0.0..=MAX_SECONDS).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!(
+            "must be a number of seconds from 0 to {MAX_SECONDS} (a day)"
+        ))
+    }
+}
+
 /// The flags every experiment shares (flattened into its arguments).
 #[derive(clap::Args)]
 pub struct OutputArgs {
@@ -215,20 +247,77 @@ pub struct OutputArgs {
     pub out: Option<std::path::PathBuf>,
 }
 
-pub fn results_dir(out: Option<&std::path::Path>, name: &str) -> std::path::PathBuf {
-    out.map(std::path::Path::to_path_buf).unwrap_or_else(|| {
+/// Where an experiment writes its results (`out` if given, else
+/// `results/<name>-<unix time>`), created and checked writable *before*
+/// anything is measured: a run never ends in an unwritable directory. The
+/// error names the path (`cannot write results to /x/y: File exists`).
+pub fn results_dir(
+    out: Option<&std::path::Path>,
+    name: &str,
+) -> anyhow::Result<std::path::PathBuf> {
+    let dir = out.map(std::path::Path::to_path_buf).unwrap_or_else(|| {
         let t = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0);
         std::path::PathBuf::from("results").join(format!("{name}-{t}"))
-    })
+    });
+    let probe = dir.join(format!(".duality-write-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)
+        .and_then(|()| std::fs::write(&probe, b""))
+        .and_then(|()| std::fs::remove_file(&probe))
+        .map_err(|e| {
+            // "File exists", not "File exists (os error 17)".
+            let e = e.to_string();
+            let e = e.split(" (os error").next().unwrap_or(&e).to_string();
+            anyhow::anyhow!("cannot write results to {}: {e}", dir.display())
+        })?;
+    Ok(dir)
 }
 
 #[cfg(test)]
 mod tests {
     use super::MetricsArgs;
     use std::time::Duration;
+
+    #[test]
+    fn seconds_refuse_what_a_duration_cannot_hold_and_name_the_flag() {
+        for bad in [f64::INFINITY, f64::NAN, 1e300, -1.0, 0.0] {
+            let e = super::seconds("--warmup", bad, false).unwrap_err();
+            assert!(e.to_string().starts_with("--warmup "), "{e}");
+        }
+        assert_eq!(
+            super::seconds("--warmup", 0.0, true).unwrap(),
+            Duration::ZERO
+        );
+        assert_eq!(
+            super::seconds("--seconds", 1.5, false).unwrap(),
+            Duration::from_millis(1500)
+        );
+    }
+
+    #[test]
+    fn results_dir_names_the_path_it_cannot_write() {
+        let file =
+            std::env::temp_dir().join(format!("duality-results-file-{}", std::process::id()));
+        std::fs::write(&file, b"x").unwrap();
+        let e = super::results_dir(Some(&file), "x")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            format!("cannot write results to {}: File exists", file.display())
+        );
+        std::fs::remove_file(&file).unwrap();
+        let dir = file.with_extension("d");
+        assert_eq!(super::results_dir(Some(&dir), "x").unwrap(), dir);
+        assert_eq!(
+            std::fs::read_dir(&dir).unwrap().count(),
+            0,
+            "the probe is gone"
+        );
+        std::fs::remove_dir(&dir).unwrap();
+    }
 
     #[test]
     fn long_poll_warn_ms_zero_turns_warnings_off() {
