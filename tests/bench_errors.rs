@@ -188,3 +188,56 @@ fn echo_refuses_flags_it_does_not_honour() {
     let o = bench(&["threads", "--io", "uring"], &[]);
     fails_saying(&o, &["--io does not apply to bench threads"]);
 }
+
+/// Counts that would run for minutes, or that meant nothing when
+/// silently raised to 1, are refused by name; presets of `--quick` that a
+/// flag would change are refused together with it where the flag cannot win.
+#[test]
+fn unbounded_or_zero_counts_and_quick_conflicts_are_refused() {
+    for (args, said) in [
+        (&["fairness", "--floods", "100000"][..], "'--floods"),
+        (&["fairness", "--samples", "0"], "'--samples"),
+        (&["soak", "--good", "0"], "'--good"),
+        (
+            &["tasks", "--quick", "--counts", "5"],
+            "'--quick' cannot be used with '--counts",
+        ),
+        (
+            &["colors", "--quick", "--block", "4096"],
+            "'--quick' cannot be used with '--block",
+        ),
+        (&["models", "--records", "0"], "'--records"),
+        (&["store", "--items", "0"], "'--items"),
+        (&["store", "--keys", "0"], "'--keys"),
+        (&["offload", "--heavy-kib", "0"], "'--heavy-kib"),
+        (&["models", "--sweep-max", "4"], "--sweep"),
+    ] {
+        fails_saying(&bench(args, &[]), &[said]);
+    }
+}
+
+/// A `--dir` on tmpfs is refused (O_DIRECT reads there come from memory),
+/// after being created where it did not exist.
+#[test]
+fn disk_refuses_a_memory_file_system() {
+    let shm = std::path::Path::new("/dev/shm");
+    if duality_bench::disk::memory_fs(shm).ok().flatten().is_none() {
+        eprintln!("skipped: /dev/shm is not tmpfs here");
+        return;
+    }
+    let dir = shm.join(format!("duality-disk-test-{}", std::process::id()));
+    let sub = dir.join("new");
+    let out = common::TempDir::new("bench-disk-out");
+    let results = out.path().join("r");
+    for web in [false, true] {
+        let mut args = vec!["disk", "--quick", "--dir", sub.to_str().unwrap()];
+        args.extend(["--out", results.to_str().unwrap()]);
+        if web {
+            args.push("--web");
+        }
+        let o = bench(&args, &[]);
+        let _ = std::fs::remove_dir_all(&dir);
+        fails_saying(&o, &[&format!("{} is on tmpfs", sub.display()), "--dir"]);
+        assert!(!results.exists(), "nothing measured, nothing written");
+    }
+}

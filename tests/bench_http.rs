@@ -94,3 +94,32 @@ fn the_experiments_nginx_configuration_is_printed_for_scripts() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--nginx-root"));
 }
+
+/// `--clients` and `--seconds` given beside `--quick` win over its presets.
+#[test]
+fn quick_takes_the_client_counts_given() {
+    let (_r, file) = common::bench::run(
+        &[
+            "http",
+            "--quick",
+            "--clients",
+            "2",
+            "--seconds",
+            "0.2",
+            "--sizes",
+            "100",
+            "--servers",
+            "duality-sped",
+            "--client-threads",
+            "1",
+        ],
+        "http.json",
+    );
+    let clients: Vec<u64> = file
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["clients"].as_u64().unwrap())
+        .collect();
+    assert_eq!(clients, [2]);
+}

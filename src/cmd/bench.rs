@@ -39,14 +39,15 @@ pub struct TasksArgs {
         long,
         alias = "count",
         value_delimiter = ',',
-        default_value = "1000000,10000000"
+        default_value = "1000000,10000000",
+        conflicts_with = "quick"
     )]
     counts: Vec<u64>,
     /// Seconds to count yields for, per runtime.
-    #[arg(long, default_value_t = 2.0, value_parser = super::parse_seconds)]
+    #[arg(long, default_value_t = 2.0, value_parser = super::parse_seconds, conflicts_with = "quick")]
     seconds: f64,
     /// Rounds (runtimes take turns; medians are reported, every run listed).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, conflicts_with = "quick")]
     rounds: usize,
     /// Comma-separated runtimes to measure.
     #[arg(

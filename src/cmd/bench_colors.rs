@@ -20,42 +20,42 @@ pub struct ColorsArgs {
     setups: Vec<String>,
     /// Comma-separated thread counts N (default: powers of two up to the
     /// cores, and the cores).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', conflicts_with = "quick")]
     threads: Vec<usize>,
     /// Clients, each with its own key, nonce counter and color (default:
     /// 32, or 4 per thread of the largest N if more).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "quick")]
     clients: Option<usize>,
     /// Connections per client (more than one: two requests of a client can
     /// arrive at once, and only its color keeps its state consistent).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, conflicts_with = "quick")]
     conns_per_client: usize,
     /// Bytes per block encrypted and authenticated (at most 1 MiB). Large
     /// enough that the cipher, not the network or the load generator, is
     /// the load: about 50 µs of server CPU per block on this machine's
     /// cores (AMD EPYC, AVX2), against a few µs of client work.
-    #[arg(long, default_value_t = 65536)]
+    #[arg(long, default_value_t = 65536, conflicts_with = "quick")]
     block: u32,
     /// One request in this many (per connection) updates the shared ledger
     /// under the default color; 0: never.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, conflicts_with = "quick")]
     ledger_every: u64,
     /// The client checks the tag of one seal in this many per connection.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, conflicts_with = "quick")]
     verify_every: u64,
     /// Event-loop threads of the load generator (raise on a large machine,
     /// where one thread cannot keep N servers busy).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, conflicts_with = "quick")]
     client_loops: usize,
     /// Seconds of load before each window.
-    #[arg(long, default_value_t = 0.5, value_parser = super::parse_seconds)]
+    #[arg(long, default_value_t = 0.5, value_parser = super::parse_seconds, conflicts_with = "quick")]
     warmup: f64,
     /// Seconds counted per setup and N.
-    #[arg(long, default_value_t = 2.0, value_parser = super::parse_seconds)]
+    #[arg(long, default_value_t = 2.0, value_parser = super::parse_seconds, conflicts_with = "quick")]
     seconds: f64,
     /// Rounds (setups take turns at each N; medians, and medians of
     /// per-round ratios, are reported).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, conflicts_with = "quick")]
     rounds: usize,
     #[command(flatten)]
     output: super::OutputArgs,

@@ -24,8 +24,9 @@ pub struct DiskArgs {
     /// Size of the file read, MiB.
     #[arg(long, default_value_t = 1024)]
     file_mib: u64,
-    /// Where the file is written (and kept for the next run): a disk file
-    /// system, not tmpfs, which refuses O_DIRECT (default: the temp dir).
+    /// Where the file is written (and kept for the next run), created if
+    /// missing: a disk file system; tmpfs is refused (its O_DIRECT reads
+    /// and evicted pages come from memory). Default: the temp dir.
     #[arg(long)]
     dir: Option<PathBuf>,
     /// Seconds of reading before the window.
@@ -115,8 +116,9 @@ pub fn run(a: DiskArgs) -> anyhow::Result<()> {
             a.rounds.max(1),
         )
     };
-    let out = super::results_dir(a.output.out.as_deref(), "disk")?;
     let dir = a.dir.clone().unwrap_or_else(std::env::temp_dir);
+    disk::disk_dir(&dir)?;
+    let out = super::results_dir(a.output.out.as_deref(), "disk")?;
     let file = dir.join(format!("duality-disk-{mib}m.bin"));
     eprintln!("preparing {} ({mib} MiB)", file.display());
     disk::prepare_file(&file, mib)?;
@@ -206,8 +208,9 @@ fn web(a: &DiskArgs) -> anyhow::Result<()> {
     } else {
         (a.web_files, a.web_clients.clone(), a.warmup, a.seconds)
     };
-    let out = super::results_dir(a.output.out.as_deref(), "disk-web")?;
     let dir = a.dir.clone().unwrap_or_else(std::env::temp_dir);
+    disk::disk_dir(&dir)?;
+    let out = super::results_dir(a.output.out.as_deref(), "disk-web")?;
     let root = dir.join(format!("duality-web-{files}x{}", a.web_file_size));
     eprintln!(
         "preparing {files} files of {} bytes in {}",

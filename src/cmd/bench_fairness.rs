@@ -15,12 +15,13 @@ pub struct FairnessArgs {
     /// Comma-separated models (default: every model with this machine's numbers).
     #[arg(long, value_delimiter = ',')]
     models: Vec<duality_models::Model>,
-    /// Flooding connections.
-    #[arg(long, default_value_t = 4)]
-    floods: usize,
+    /// Flooding connections (1-256: each is an OS thread of this process,
+    /// and a few already keep two cores busy).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
+    floods: u16,
     /// Newcomers timed per server.
-    #[arg(long, default_value_t = 30)]
-    samples: usize,
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    samples: u32,
     /// Seconds of flooding before the first newcomer.
     #[arg(long, default_value_t = 0.5, value_parser = super::parse_seconds)]
     warmup: f64,
@@ -42,7 +43,6 @@ pub fn run(a: FairnessArgs) -> anyhow::Result<()> {
             "unknown service {s:?}: choose kv, http"
         );
     }
-    anyhow::ensure!(a.floods >= 1, "--floods must be at least 1");
     anyhow::ensure!(
         a.warmup.is_finite() && a.warmup >= 0.0,
         "--warmup must not be negative"
@@ -58,7 +58,7 @@ pub fn run(a: FairnessArgs) -> anyhow::Result<()> {
     let (samples, warmup) = if a.quick {
         (5, 0.2)
     } else {
-        (a.samples.max(1), a.warmup)
+        (a.samples as usize, a.warmup)
     };
     let dir = super::results_dir(a.out.as_deref(), "fairness")?;
     let exe = std::env::current_exe()?;
@@ -66,7 +66,7 @@ pub fn run(a: FairnessArgs) -> anyhow::Result<()> {
         exe: &exe,
         models,
         services: a.services.clone(),
-        floods: a.floods,
+        floods: usize::from(a.floods),
         samples,
         warmup: Duration::from_secs_f64(warmup),
     };

@@ -13,12 +13,13 @@ pub struct HttpBenchArgs {
     /// capped by the file limit).
     #[arg(long, value_delimiter = ',')]
     clients: Vec<usize>,
-    /// Seconds measured per point.
-    #[arg(long, default_value_t = 2.0, value_parser = super::parse_seconds)]
-    seconds: f64,
+    /// Seconds measured per point. Default 2 (`--quick`: 0.5).
+    #[arg(long, value_parser = super::parse_seconds)]
+    seconds: Option<f64>,
     /// Seconds of warm-up per point, once the connections are open.
-    #[arg(long, default_value_t = 0.5, value_parser = super::parse_seconds)]
-    warmup: f64,
+    /// Default 0.5 (`--quick`: 0.2).
+    #[arg(long, value_parser = super::parse_seconds)]
+    warmup: Option<f64>,
     /// Comma-separated servers: duality-knot-c, duality-knot-a, duality-sped,
     /// nginx-1w, nginx-2w (default: all); sized for a bigger machine:
     /// nginx-Nw (N workers), duality-knot-c:N, duality-knot-a:N (N loops),
@@ -35,8 +36,9 @@ pub struct HttpBenchArgs {
     #[arg(long, value_delimiter = ',')]
     sizes: Vec<usize>,
     /// Measurements per point, servers taking turns; the median is kept.
-    #[arg(long, default_value_t = 3)]
-    repeat: usize,
+    /// Default 3 (`--quick`: 1).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    repeat: Option<u64>,
     /// Load-generator event-loop threads per process (default: one per core).
     #[arg(long)]
     client_threads: Option<usize>,
@@ -47,7 +49,8 @@ pub struct HttpBenchArgs {
     /// Results directory (default results/http-UNIXTIME).
     #[arg(long)]
     out: Option<PathBuf>,
-    /// A short run: 1, 16 and 256 clients, 0.5 s per point, no repetition.
+    /// A short run: 1, 16 and 256 clients, 0.5 s per point, no repetition
+    /// (where --clients, --seconds, --warmup, --repeat are not given).
     #[arg(long)]
     quick: bool,
     /// Print a JSON array instead of a Markdown table.
@@ -80,14 +83,9 @@ pub struct HttpBenchArgs {
 }
 
 pub fn run(a: HttpBenchArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        a.seconds.is_finite() && a.seconds > 0.0,
-        "--seconds must be a positive number"
-    );
-    anyhow::ensure!(
-        a.warmup.is_finite() && a.warmup >= 0.0,
-        "--warmup must not be negative"
-    );
+    if let Some(v) = a.seconds {
+        super::seconds("--seconds", v, false)?;
+    }
     let fd_limit = http::raise_fd_limit() as usize;
     if a.child {
         return child(&a);
@@ -103,11 +101,15 @@ pub fn run(a: HttpBenchArgs) -> anyhow::Result<()> {
     let cap = fd_limit
         .saturating_sub(http::FD_MARGIN)
         .min(*http::DEFAULT_CLIENTS.last().unwrap_or(&16384));
-    let (mut clients, seconds, warmup, repeat) = if a.quick {
-        (vec![1, 16, 256], 0.5, 0.2, 1)
+    let q = a.quick;
+    let mut clients = if a.clients.is_empty() && q {
+        vec![1, 16, 256]
     } else {
-        (a.clients.clone(), a.seconds, a.warmup, a.repeat.max(1))
+        a.clients.clone()
     };
+    let seconds = a.seconds.unwrap_or(if q { 0.5 } else { 2.0 });
+    let warmup = a.warmup.unwrap_or(if q { 0.2 } else { 0.5 });
+    let repeat = a.repeat.unwrap_or(if q { 1 } else { 3 }) as usize;
     let client_threads = a
         .client_threads
         .unwrap_or_else(duality_models::cores)
@@ -187,6 +189,13 @@ pub fn run(a: HttpBenchArgs) -> anyhow::Result<()> {
             .any(|k| matches!(k, ServerKind::Nginx { .. }))
     {
         let msg = "nginx is not installed: measured without it (install it with `apt-get install nginx-light`)";
+        anyhow::ensure!(
+            servers
+                .iter()
+                .any(|k| !matches!(k, ServerKind::Nginx { .. })),
+            "nginx is not installed and every server asked for is nginx: nothing to measure \
+             (install it with `apt-get install nginx-light`)"
+        );
         eprintln!("{msg}");
         notes.push(msg.into());
     }
@@ -298,8 +307,8 @@ fn child(a: &HttpBenchArgs) -> anyhow::Result<()> {
         path,
         clients,
         threads: a.client_threads.unwrap_or(1).max(1),
-        warmup: Duration::from_secs_f64(a.warmup),
-        measure: Duration::from_secs_f64(a.seconds),
+        warmup: Duration::from_secs_f64(a.warmup.unwrap_or(0.5)),
+        measure: Duration::from_secs_f64(a.seconds.unwrap_or(2.0)),
         server_pids: a.server_pids.clone(),
     };
     let r = http::load(&spec)?;

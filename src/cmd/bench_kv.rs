@@ -10,9 +10,9 @@ use std::sync::Arc;
 
 #[derive(Args)]
 pub struct LoadArgs {
-    /// Measurement windows per point (the paper: 5 runs); with `--service
-    /// echo`, rounds over every model (medians are reported). Default 5
-    /// (`--quick`: 2 for the cache, 1 round for the echo service).
+    /// Measurement windows per point (the paper: 5 runs); under `bench
+    /// models --service echo`, rounds over every model (medians are
+    /// reported). Default 5 (`--quick`: 2; the echo service 1 round).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1000))]
     windows: Option<u64>,
     /// Requests each connection writes at once (pipelined, one write)
@@ -22,11 +22,12 @@ pub struct LoadArgs {
     /// Seconds per window. Default 1 (`--quick`: 0.15, the echo service 0.2).
     #[arg(long, value_parser = super::parse_seconds)]
     seconds: Option<f64>,
-    /// The cache: rounds, every server measured in turn each round; figures
-    /// are medians over rounds, `± sd` their spread, and `vs symped` (txn/s)
-    /// and `CPU vs memcached -t 1` (server CPU per transaction) columns the
-    /// medians of per-round ratios (the host's drift between servers cancels
-    /// out). The echo service takes `--windows` as rounds.
+    /// Rounds, every server measured in turn each round; figures are
+    /// medians over rounds, `± sd` their spread, and (`bench models`) the
+    /// `vs symped` (txn/s) and `CPU vs memcached -t 1` (server CPU per
+    /// transaction) columns the medians of per-round ratios (the host's
+    /// drift between servers cancels out). `--service echo` takes
+    /// `--windows` as rounds instead.
     #[arg(long, default_value_t = 1)]
     rounds: usize,
     /// Seconds of warm-up before each client count (the cache). Default

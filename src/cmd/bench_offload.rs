@@ -39,8 +39,8 @@ pub struct OffloadArgs {
     #[arg(long, default_value_t = 10)]
     new_conn_pct: u64,
     /// Size of each large JSON file, KiB.
-    #[arg(long, default_value_t = 2048)]
-    heavy_kib: usize,
+    #[arg(long, default_value_t = 2048, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
+    heavy_kib: u64,
     /// Number of large files.
     #[arg(long, default_value_t = 4)]
     heavy_files: usize,
@@ -115,7 +115,7 @@ pub fn run(a: OffloadArgs) -> anyhow::Result<()> {
         },
         small_files: if a.quick { 200 } else { a.small_files },
         heavy_files: if a.quick { 2 } else { a.heavy_files },
-        heavy_bytes: if a.quick { 256 } else { a.heavy_kib.max(1) } << 10,
+        heavy_bytes: if a.quick { 256 } else { a.heavy_kib as usize } << 10,
         mix: Mix {
             small: 0,
             heavy: 0,

@@ -8,9 +8,9 @@ use std::path::PathBuf;
 
 #[derive(Args)]
 pub struct SoakArgs {
-    /// Seconds per server.
-    #[arg(long, default_value_t = 60.0, value_parser = super::parse_seconds)]
-    seconds: f64,
+    /// Seconds per server. Default 60 (`--quick`: 3).
+    #[arg(long, value_parser = super::parse_seconds)]
+    seconds: Option<f64>,
     /// Comma-separated services: kv, http.
     #[arg(long, value_delimiter = ',', default_value = "kv,http")]
     services: Vec<String>,
@@ -18,8 +18,8 @@ pub struct SoakArgs {
     #[arg(long, default_value = "symped")]
     model: duality_models::Model,
     /// Well-behaved clients.
-    #[arg(long, default_value_t = 4)]
-    good: usize,
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    good: u64,
     /// Clients pipelining requests without pause.
     #[arg(long, default_value_t = 2)]
     floods: usize,
@@ -32,7 +32,7 @@ pub struct SoakArgs {
     /// Threads opening a connection per request.
     #[arg(long, default_value_t = 1)]
     churn: usize,
-    /// A smoke run: 3 s per server.
+    /// A smoke run: 3 s per server (where --seconds is not given).
     #[arg(long)]
     quick: bool,
     /// Print a JSON array instead of a Markdown table.
@@ -50,7 +50,7 @@ pub fn run(a: SoakArgs) -> anyhow::Result<()> {
             "unknown service {s:?}: choose kv, http"
         );
     }
-    let seconds = if a.quick { 3.0 } else { a.seconds };
+    let seconds = a.seconds.unwrap_or(if a.quick { 3.0 } else { 60.0 });
     anyhow::ensure!(
         seconds.is_finite() && seconds > 0.0 && seconds <= 24.0 * 3600.0,
         "--seconds must be a positive number of seconds (at most a day)"
@@ -63,7 +63,7 @@ pub fn run(a: SoakArgs) -> anyhow::Result<()> {
         model: a.model.to_string(),
         seconds,
         mix: Mix {
-            good: a.good.max(1),
+            good: a.good as usize,
             floods: a.floods,
             slow: a.slow,
             resets: a.resets,
@@ -103,5 +103,17 @@ pub fn run(a: SoakArgs) -> anyhow::Result<()> {
         println!("{}", soak::table(&rows));
     }
     eprintln!("results in {}", dir.display());
+    // The soak's question is whether good clients lose anything: a run
+    // where they did fails (after writing its results).
+    let lost: Vec<String> = rows
+        .iter()
+        .filter(|r| r.good_errors > 0)
+        .map(|r| format!("{} {}: {}", r.service, r.server, r.good_errors))
+        .collect();
+    anyhow::ensure!(
+        lost.is_empty(),
+        "good clients saw errors ({})",
+        lost.join(", ")
+    );
     Ok(())
 }

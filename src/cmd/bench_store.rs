@@ -19,11 +19,11 @@ pub struct StoreArgs {
     #[arg(long, default_value_t = 16)]
     wave_limit: u64,
     /// Items written for the bytes-per-item figure.
-    #[arg(long, default_value_t = 1_000_000)]
-    items: usize,
+    #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    items: u64,
     /// Keys in the hit-ratio working set (values of 10-103 bytes).
-    #[arg(long, default_value_t = 1_000_000)]
-    keys: usize,
+    #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    keys: u64,
     /// Counted gets per hit-ratio point (as many again warm the cache).
     #[arg(long, default_value_t = 2_000_000)]
     requests: usize,
@@ -81,8 +81,8 @@ pub fn run(a: StoreArgs) -> anyhow::Result<()> {
             servers,
             wave_limit_mib: a.wave_limit,
             wave_sizes: vec![100_000, 1000, 300_000, 500, 50_000, 100, 200_000, 2000],
-            items: a.items.max(1),
-            keys: a.keys.max(1),
+            items: a.items as usize,
+            keys: a.keys as usize,
             requests: a.requests.max(64),
             skews: a.skews.clone(),
             fractions: a.fractions.clone(),

@@ -69,6 +69,47 @@ pub fn os_thread_cap() -> u64 {
 /// Bytes per read.
 pub const BLOCK: usize = 4096;
 
+/// The name of the memory file system `dir` is on (`tmpfs`, `ramfs`), if
+/// it is on one: there `O_DIRECT` reads (which this kernel accepts on
+/// tmpfs) and evicted pages come from memory, and a disk test measures
+/// nothing of a disk.
+pub fn memory_fs(dir: &Path) -> std::io::Result<Option<&'static str>> {
+    use std::os::unix::ffi::OsStrExt;
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    const RAMFS_MAGIC: i64 = 0x8584_58f6;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: statfs(2) reads a NUL-terminated path and writes one struct
+    // that lives on this stack; all-zero bytes are a valid `statfs`.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(match st.f_type as i64 {
+        TMPFS_MAGIC => Some("tmpfs"),
+        RAMFS_MAGIC => Some("ramfs"),
+        _ => None,
+    })
+}
+
+/// Where a disk experiment keeps its files: `dir`, created if missing,
+/// refused if it is on a memory file system. Errors name the directory.
+pub fn disk_dir(dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| anyhow::anyhow!("cannot create --dir {}: {e}", dir.display()))?;
+    let fs =
+        memory_fs(dir).map_err(|e| anyhow::anyhow!("cannot check --dir {}: {e}", dir.display()))?;
+    if let Some(fs) = fs {
+        anyhow::bail!(
+            "{} is on {fs}: O_DIRECT reads and evicted files would come from memory, \
+             not a disk; pass --dir on a disk file system",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
 /// Writes `path` with `mib` MiB of pseudo-random bytes unless it is there
 /// already at that size (reused from run to run: writing 1 GiB takes time).
 pub fn prepare_file(path: &Path, mib: u64) -> anyhow::Result<()> {
@@ -516,6 +557,21 @@ mod tests {
         );
         assert!(t.contains("| 8 | tokio | 8 | 500 | - |"), "{t}");
         assert_eq!(csv(&rows).lines().count(), 4);
+    }
+
+    #[test]
+    fn memory_file_systems_are_named() {
+        if std::path::Path::new("/dev/shm").exists() {
+            let shm = memory_fs(std::path::Path::new("/dev/shm")).unwrap();
+            // Where /dev/shm is tmpfs (nearly everywhere), it is said.
+            if shm.is_some() {
+                assert_eq!(shm, Some("tmpfs"));
+                let e = disk_dir(std::path::Path::new("/dev/shm")).unwrap_err();
+                assert!(e.to_string().contains("/dev/shm is on tmpfs"), "{e}");
+            }
+        }
+        assert_eq!(memory_fs(std::path::Path::new("/proc")).unwrap(), None);
+        assert!(memory_fs(std::path::Path::new("/nonexistent-duality")).is_err());
     }
 
     #[test]

@@ -147,12 +147,22 @@ pub fn split_handoff(model: &str) -> (&str, Vec<&str>) {
     }
 }
 
-/// Is memcached installed?
+/// Is memcached installed? The first `memcached` on `PATH`, else in
+/// /usr/bin or /usr/local/bin (not always on a service's `PATH`).
 pub fn memcached_path() -> Option<PathBuf> {
-    ["/usr/bin/memcached", "/usr/local/bin/memcached"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists())
+    let on_path = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .unwrap_or_default();
+    on_path
+        .into_iter()
+        .chain(["/usr/bin", "/usr/local/bin"].map(PathBuf::from))
+        .map(|d| d.join("memcached"))
+        .find(|p| is_executable(p))
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// A running server process.
