@@ -893,9 +893,14 @@ impl<'s, 'k> Entry<'s, 'k> {
 
     /// Changes the live item's value, keeping its flags and expiry; the item
     /// gets a new CAS unique (`cas` or the next one) and is written anew.
+    /// It keeps its meta state too: an item invalidated by `md … I` stays
+    /// stale (with its win token given or not) until a real recache, since
+    /// an `incr` or `append` does not refresh it from the source; a base64
+    /// key stays one.
     pub fn rewrite(&mut self, edit: Edit<'_>, cas: Option<u64>) -> Result<u64, WriteError> {
         let l = self.idx.ok_or(WriteError::NotFound)?;
         let (flags, exptime) = (self.shard.flags(l), self.shard.exptime(l));
+        let kept = self.shard.bits(l) & (STALE | WIN_SENT | KEY_BINARY);
         if let Edit::Append(d) | Edit::Prepend(d) = edit {
             let old_len = self.shard.item(l).value.len();
             let size = crate::protocol::item_size(self.key.len(), flags, old_len + d.len());
@@ -910,7 +915,7 @@ impl<'s, 'k> Entry<'s, 'k> {
             Edit::Prepend(d) => [d, &old],
             Edit::Replace(d) => [d, &[]],
         };
-        self.put(&parts, flags, exptime, cas, 0)
+        self.put(&parts, flags, exptime, cas, kept)
     }
 
     /// Like [`Entry::insert`], and the new item keeps `bits` (STALE, WIN_SENT).

@@ -147,6 +147,26 @@ fn rewrite_keeps_flags_and_expiry() {
 }
 
 #[test]
+fn rewrite_keeps_the_meta_state() {
+    let s = store(1 << 20, 1);
+    s.entry(b"k", NOW).insert(b"12", 0, 0, None).unwrap();
+    let mut e = s.entry(b"k", NOW);
+    e.set_stale(true);
+    e.set_win_sent(true);
+    e.set_key_binary();
+    e.bump();
+    e.rewrite(Edit::Replace(b"13"), None).unwrap();
+    e.rewrite(Edit::Append(b"0"), None).unwrap();
+    let it = e.item().unwrap();
+    assert_eq!(it.value, b"130");
+    assert!(it.stale && it.win_sent && it.key_binary, "{it:?}");
+    // A new write (a recache) clears it.
+    e.insert(b"1", 0, 0, None).unwrap();
+    let it = e.item().unwrap();
+    assert!(!it.stale && !it.win_sent && !it.key_binary);
+}
+
+#[test]
 fn eviction_under_the_memory_limit() {
     // 64 KiB in 4 shards; write 4x that in 100-byte values.
     let limit = 64 * 1024;
