@@ -44,12 +44,14 @@ fn code_line(out: &mut Vec<u8>, code: &[u8], raw_key: &[u8], f: &MetaFlags<'_>) 
     out.extend_from_slice(b"\r\n");
 }
 
-/// Remaining TTL as memcached reports it: -1 for "never".
+/// Remaining TTL as memcached reports it: -1 for "never"; 0 for an item
+/// a negative `T` has just expired (memcached prints its unsigned
+/// wrap-around, duality printed minus the clock).
 fn ttl_left(exptime: Time, now: Time) -> i64 {
     if exptime == 0 {
         -1
     } else {
-        i64::from(exptime) - i64::from(now)
+        (i64::from(exptime) - i64::from(now)).max(0)
     }
 }
 

@@ -910,6 +910,13 @@ fn meta_arith() {
     assert_eq!(out, format!("HD c{} t-1\r\n", s.cas_of("n")));
     s.check("ma n t T30\r\n", "HD t-1\r\n");
     s.check("ma n T40 t\r\n", "HD t40\r\n");
+    // A negative T expires the item at once: no time is left (not minus
+    // the clock), and the next read misses.
+    s.check(
+        "ms neg 1\r\na\r\nmg neg T-1 t v\r\n",
+        "HD\r\nVA 1 t0\r\na\r\n",
+    );
+    s.check("mg neg\r\n", "EN\r\n");
     s.check("ma n E77 c\r\n", "HD c77\r\n");
     s.check(
         "ms s 3\r\nabc\r\nma s\r\n",
