@@ -15,6 +15,7 @@ fuzz_target!(|data: &[u8]| {
     let store = Store::new(StoreConfig {
         max_bytes: 64 * 1024,
         shards: 4,
+        evictions: true,
     });
     let limits = Limits {
         max_line: 512,

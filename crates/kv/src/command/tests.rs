@@ -17,6 +17,7 @@ impl Server {
             store: Store::new(StoreConfig {
                 max_bytes: 1 << 20,
                 shards: 4,
+                evictions: true,
             }),
             limits: Limits::default(),
             now: NOW,
@@ -379,6 +380,7 @@ fn out_of_memory_for_a_shard() {
         store: Store::new(StoreConfig {
             max_bytes: 4096,
             shards: 4,
+            evictions: true,
         }),
         limits: Limits::default(),
         now: NOW,

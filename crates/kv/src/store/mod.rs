@@ -52,6 +52,13 @@
 //! move to the head) or evicted; a segment with nothing live is freed at
 //! once. [`ITEM_OVERHEAD`] is the header: `stats bytes` and the size classes
 //! count header + key + value, as memcached counts its item header.
+//!
+//! With [`StoreConfig::evictions`] off (memcached's `-M`) no live item is
+//! ever evicted: dead space is still reclaimed (segments with nothing live
+//! freed, segments with dead bytes compacted, expired and flushed items
+//! found by a pass over the shard), and a write that finds no room fails
+//! with [`WriteError::OutOfMemory`], leaving any old item under its key
+//! in place (the command layer drops it for a `set`, as memcached does).
 
 pub mod classes;
 mod crawler;
@@ -134,7 +141,9 @@ pub enum Lookup {
 /// Why a write failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WriteError {
-    /// The item is larger than a shard's share of the memory limit.
+    /// The item is larger than a shard's share of the memory limit, or
+    /// (with evictions off, see [`StoreConfig::evictions`]) the shard is
+    /// full of live items.
     OutOfMemory,
     /// An append or prepend would make the item larger than the item size
     /// limit ([`Store::with_item_size_max`]).
@@ -164,6 +173,14 @@ pub struct StoreConfig {
     /// `max_bytes / shards` is at least the item size limit, or the largest
     /// items cannot be stored.
     pub shards: usize,
+    /// Whether a live item may be evicted to make room (the default).
+    /// Without evictions (memcached's `-M`, `--disable-evictions`) a write
+    /// that finds no room fails with [`WriteError::OutOfMemory`] instead:
+    /// only dead space (expired, deleted, replaced and flushed items) is
+    /// reclaimed, by freeing segments with nothing live and by compacting
+    /// segments with garbage (their live items move to the head, which drops
+    /// none). The `evictions` counter then stays 0.
+    pub evictions: bool,
 }
 
 impl StoreConfig {
@@ -174,7 +191,11 @@ impl StoreConfig {
         while shards > 1 && max_bytes / shards < 2 << 20 {
             shards /= 2;
         }
-        StoreConfig { max_bytes, shards }
+        StoreConfig {
+            max_bytes,
+            shards,
+            evictions: true,
+        }
     }
 }
 
@@ -227,6 +248,8 @@ pub struct Store {
     /// Appends and prepends may not make an item's
     /// [`item_size`](crate::protocol::item_size) larger.
     item_size_max: usize,
+    /// See [`StoreConfig::evictions`].
+    evictions: bool,
 }
 
 impl std::fmt::Debug for Store {
@@ -234,6 +257,7 @@ impl std::fmt::Debug for Store {
         f.debug_struct("Store")
             .field("shards", &self.cells.len())
             .field("max_bytes", &self.max_bytes())
+            .field("evictions", &self.evictions)
             .finish_non_exhaustive()
     }
 }
@@ -265,10 +289,15 @@ impl Store {
         let n = config.shards.clamp(1, 1 << 16).next_power_of_two();
         let per_shard = config.max_bytes / n;
         let hasher = Hasher::with_seed(seed);
+        let evictions = config.evictions;
         let cells = (0..n)
-            .map(|_| ShardCell {
-                shard: Mutex::new(Shard::new(per_shard, hasher)),
-                stats: ShardStats::new(),
+            .map(|_| {
+                let mut shard = Shard::new(per_shard, hasher);
+                shard.evictions = evictions;
+                ShardCell {
+                    shard: Mutex::new(shard),
+                    stats: ShardStats::new(),
+                }
             })
             .collect();
         Store {
@@ -285,6 +314,7 @@ impl Store {
             crawler: CrawlerSettings::default(),
             file: None,
             item_size_max: usize::MAX,
+            evictions,
         }
     }
 
@@ -327,6 +357,7 @@ impl Store {
         for (i, cell) in store.cells.iter_mut().enumerate() {
             let shard = cell.shard.get_mut().unwrap_or_else(|e| e.into_inner());
             *shard = Shard::with_file(per_shard, store.hasher, file.shard(i)?);
+            shard.evictions = store.evictions;
         }
         let line = match opened {
             memfile::Opened::Fresh(None) => format!("memory file {}: new", path.display()),
@@ -402,6 +433,11 @@ impl Store {
         self.cells.len()
     }
 
+    /// Whether live items may be evicted ([`StoreConfig::evictions`]).
+    pub fn evictions(&self) -> bool {
+        self.evictions
+    }
+
     /// The memory limit in bytes.
     pub fn max_bytes(&self) -> usize {
         self.max_bytes.load(Relaxed)
@@ -414,6 +450,11 @@ impl Store {
     /// once: each shard, in turn under its lock, frees segments (cleaning
     /// mostly dead ones first, then evicting the oldest) until what it holds
     /// is within its new share. Evictions count as usual.
+    ///
+    /// With evictions off ([`StoreConfig::evictions`]) nothing live is
+    /// evicted: each shard reclaims its dead space and compacts, and the
+    /// limit applied is no lower than what the fullest shard still holds
+    /// (plus a segment), so that the memory bound keeps holding.
     pub fn set_max_bytes(&self, max_bytes: usize, min_per_shard: usize, now: Time) -> usize {
         let segs = 2 * lock(&self.cells[0].shard).seg_size();
         let mut per_shard = (max_bytes / self.cells.len()).max(min_per_shard + segs);
@@ -421,14 +462,27 @@ impl Store {
             // The memory file was made for the starting limit.
             per_shard = per_shard.min(lock(&self.cells[0].shard).file_capacity());
         }
-        let applied = per_shard * self.cells.len();
-        self.max_bytes.store(applied, Relaxed);
         let flush = self.flush_state();
+        let mut need = per_shard;
         for cell in self.cells.iter() {
             let mut shard = lock(&cell.shard);
             shard.limit = per_shard;
-            shard.shrink(now, flush, &cell.stats);
+            if !shard.shrink(now, flush, &cell.stats) && !self.evictions {
+                // Live items hold more than the new share: keep what they
+                // hold (the bound `allocated + table <= limit` stays true).
+                let held = shard.allocated() + shard.table_bytes() + shard.seg_size();
+                shard.limit = per_shard.max(held);
+                need = need.max(shard.limit);
+            }
         }
+        if need > per_shard {
+            for cell in self.cells.iter() {
+                let mut shard = lock(&cell.shard);
+                shard.limit = shard.limit.max(need);
+            }
+        }
+        let applied = need * self.cells.len();
+        self.max_bytes.store(applied, Relaxed);
         applied
     }
 
@@ -932,12 +986,21 @@ impl<'s, 'k> Entry<'s, 'k> {
             return Err(self.out_of_memory(self.key.len() + vlen + ITEM_OVERHEAD));
         }
         let cas = cas.unwrap_or_else(|| self.store.next_cas());
-        if let Some(old) = self.idx.take() {
-            self.removed_class = self.shard.class(old);
-            self.shard.unlink(old, self.stats);
+        let born_dead = exptime != 0 && exptime <= self.now;
+        // With evictions, the old item goes first: its room helps. Without,
+        // a write may fail for lack of room, and the old item stays then
+        // (as in memcached, whose failed allocation leaves it alone; a
+        // failed `set` drops it in the command layer): it goes once the new
+        // one is in.
+        let keep_old = !self.store.evictions && !born_dead && self.idx.is_some();
+        if !keep_old {
+            if let Some(old) = self.idx.take() {
+                self.removed_class = self.shard.class(old);
+                self.shard.unlink(old, self.stats);
+            }
         }
         self.stats.bump(Counter::TotalItems);
-        if exptime != 0 && exptime <= self.now {
+        if born_dead {
             return Ok(cas);
         }
         let item = NewItem {
@@ -955,10 +1018,23 @@ impl<'s, 'k> Entry<'s, 'k> {
             .insert(self.hash, &item, self.now, self.flush, self.stats)
         {
             Some(l) => {
+                if keep_old {
+                    // The search for room may have moved the old item.
+                    if let Some(old) = self.shard.find_other(self.hash, self.key, l) {
+                        self.removed_class = self.shard.class(old);
+                        self.shard.unlink(old, self.stats);
+                    }
+                }
                 self.idx = Some(l);
                 Ok(cas)
             }
-            None => Err(self.out_of_memory(self.key.len() + vlen + ITEM_OVERHEAD)),
+            None => {
+                if keep_old {
+                    // Still there (moved, perhaps): nothing live is dropped.
+                    self.idx = self.shard.find(self.hash, self.key);
+                }
+                Err(self.out_of_memory(self.key.len() + vlen + ITEM_OVERHEAD))
+            }
         }
     }
 

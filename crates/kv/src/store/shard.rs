@@ -33,6 +33,12 @@
 //!   evicted. This is CLOCK at segment granularity, which tracks LRU closely
 //!   without any per-item list links or writes on a hit beyond one bit.
 //!
+//! Without evictions (`StoreConfig::evictions` false, memcached's `-M`)
+//! nothing live is dropped: room comes only from cleaning, from compacting
+//! a segment with enough dead bytes (its live items move to the head, every
+//! one, `ACCESSED` or not) and from a pass that reclaims expired and flushed
+//! items; when none of them gives room the write fails (see `free_dead`).
+//!
 //! Moves during eviction may use one segment beyond the budget for a moment,
 //! so the budget is the limit less one segment. (When the hash table has
 //! just grown, a shard can be over its budget until the insert that grew it
@@ -221,6 +227,14 @@ pub(crate) struct Shard {
     file: Option<ShardFile>,
     taken: Vec<bool>,
     seq: u64,
+    /// Whether live items may be evicted (see `StoreConfig::evictions`).
+    pub(crate) evictions: bool,
+    /// Items linked so far (a new item may be one a flush already hides).
+    linked: u64,
+    /// Without evictions: the (time, flush epoch, flush cut-off, `linked`)
+    /// at which a pass over the shard last found no expired or flushed item,
+    /// so that writes failing again at the same moment skip the pass.
+    no_dead: Option<(Time, u32, Time, u64)>,
 }
 
 impl Shard {
@@ -242,6 +256,9 @@ impl Shard {
             file: None,
             taken: Vec::new(),
             seq: 0,
+            evictions: true,
+            linked: 0,
+            no_dead: None,
         }
     }
 
@@ -423,6 +440,14 @@ impl Shard {
     #[inline]
     pub(crate) fn find(&self, hash: u64, key: &[u8]) -> Option<Loc> {
         self.table.find(hash, |&l| self.key(l) == key).copied()
+    }
+
+    /// The item under `key` other than the one at `not` (a write that keeps
+    /// the old item until the new one is linked has both for a moment).
+    pub(crate) fn find_other(&self, hash: u64, key: &[u8], not: Loc) -> Option<Loc> {
+        self.table
+            .find(hash, |&l| l != not && self.key(l) == key)
+            .copied()
     }
 
     /// What a reader would see at `l` at `now`.
@@ -652,7 +677,7 @@ impl Shard {
                     break l;
                 }
                 tries += 1;
-                if !self.free_one(now, flush, stats, self.may_move(tries)) {
+                if !self.free_one(now, flush, stats, self.may_move(tries), size) {
                     return None;
                 }
             }
@@ -683,7 +708,7 @@ impl Shard {
                 }
             }
             tries += 1;
-            if !self.free_one(now, flush, stats, self.may_move(tries)) {
+            if !self.free_one(now, flush, stats, self.may_move(tries), block) {
                 return None;
             }
         };
@@ -706,6 +731,7 @@ impl Shard {
         let size = align8(charge);
         self.segs[seg_of(l)].live += size;
         self.bytes += charge;
+        self.linked += 1;
         stats.set(Counter::Bytes, self.bytes as u64);
         stats.set(Counter::CurrItems, self.table.len() as u64);
         let class = class_of(charge);
@@ -801,8 +827,20 @@ impl Shard {
     /// Frees one segment: cleans a mostly dead one, or evicts the oldest
     /// with a second chance for items read since they were written (with
     /// `moves` false: evicts the oldest, moving nothing). Returns false when
-    /// there is nothing left to free.
-    fn free_one(&mut self, now: Time, flush: FlushState, stats: &ShardStats, moves: bool) -> bool {
+    /// there is nothing left to free. Without evictions, see
+    /// [`free_dead`](Self::free_dead) (`need`: the bytes the caller wants).
+    fn free_one(
+        &mut self,
+        now: Time,
+        flush: FlushState,
+        stats: &ShardStats,
+        moves: bool,
+        need: usize,
+    ) -> bool {
+        if !self.evictions {
+            // Past the tries that may move, a search would only evict: fail.
+            return moves && self.free_dead(now, flush, stats, need);
+        }
         // A large segment holds one item: freed with it or given its second
         // chance by going to the back of the queue, without a copy.
         let mut victim = None;
@@ -881,6 +919,120 @@ impl Shard {
         true
     }
 
+    /// Without evictions: makes room from dead space only, never dropping a
+    /// live item. Returns whether it made progress (false: the shard is full
+    /// of live items, as far as `need` goes).
+    ///
+    /// 1. *Compaction*: a sealed normal segment has its live items moved to
+    ///    the head and is freed, when that wins room back: the one with the
+    ///    fewest live bytes if it is at most a quarter live (cleaning, as
+    ///    with evictions); else the one with the most dead bytes (deleted,
+    ///    replaced) if they alone are `need`, or if the dead bytes of all
+    ///    sealed segments are `need` and a segment more (compactions then
+    ///    add up to the room wanted, each winning its dead bytes for good).
+    ///    An item that finds no room stays where it is, and so does its
+    ///    segment. No second chance is
+    ///    involved: every live item moves, `ACCESSED` or not (a move clears
+    ///    the bit, which nothing reads without evictions).
+    /// 2. Otherwise a *pass* over every segment reclaims the expired and
+    ///    flushed items (a large segment goes with its item, a normal one
+    ///    when nothing live is left); the counts of step 1 then see their
+    ///    room. A pass that found nothing is not repeated at the same time
+    ///    and flush state until an item is linked.
+    ///
+    /// Large segments (one item each) are freed only when their item dies.
+    fn free_dead(&mut self, now: Time, flush: FlushState, stats: &ShardStats, need: usize) -> bool {
+        // Dead bytes (`used - live`) are what compaction wins back; the
+        // unused tail of a segment is not (the moved items pack as tightly).
+        let mut dead = 0;
+        let mut emptiest: Option<(usize, u32)> = None;
+        let mut deadest: Option<(usize, u32)> = None;
+        for &id in &self.fifo {
+            let s = &self.segs[id as usize];
+            if Some(id) == self.head || s.data.len() != self.seg_size {
+                continue;
+            }
+            dead += s.used - s.live;
+            if emptiest.map_or(true, |e| (s.live, id) < e) {
+                emptiest = Some((s.live, id));
+            }
+            if deadest.map_or(true, |d| (s.used - s.live, id) > d) {
+                deadest = Some((s.used - s.live, id));
+            }
+        }
+        let victim = match (emptiest, deadest) {
+            (Some((live, id)), _) if live <= self.seg_size / 4 => Some(id),
+            (_, Some((d, id))) if d >= need || dead >= need.saturating_add(self.seg_size) => {
+                Some(id)
+            }
+            _ => None,
+        };
+        if let Some(id) = victim {
+            if self.compact(id as usize, now, flush, stats) {
+                return true;
+            }
+        }
+        let key = (now, flush.epoch, flush.cutoff(now), self.linked);
+        if self.no_dead == Some(key) {
+            return false;
+        }
+        let mut reclaimed = 0;
+        let ids: Vec<u32> = self.fifo.iter().copied().collect();
+        for id in ids {
+            let id = id as usize;
+            // Kept until its items have been seen, then freed if empty.
+            self.evicting = Some(id);
+            for l in self.items_of(id) {
+                if !self.has(l, LIVE) {
+                    continue;
+                }
+                let state = self.state(l, now, flush);
+                if state != Lookup::Hit {
+                    self.reclaim(l, state, stats);
+                    reclaimed += 1;
+                }
+            }
+            self.evicting = None;
+            if self.segs[id].live == 0 && self.head != Some(id as u32) {
+                self.free_segment(id);
+            }
+        }
+        self.trim_spare();
+        if reclaimed == 0 {
+            self.no_dead = Some(key);
+        }
+        reclaimed > 0
+    }
+
+    /// Moves the live items of normal segment `id` to the head, reclaims its
+    /// dead ones, and frees it when nothing live is left (an item that finds
+    /// no room stays). Returns whether anything changed.
+    fn compact(&mut self, id: usize, now: Time, flush: FlushState, stats: &ShardStats) -> bool {
+        let before = self.segs[id].live;
+        self.evicting = Some(id);
+        for l in self.items_of(id) {
+            if !self.has(l, LIVE) {
+                continue;
+            }
+            match self.state(l, now, flush) {
+                Lookup::Hit => {
+                    let size = align8(self.charge(l));
+                    if let Some(to) = self.room(size, true) {
+                        self.relocate(l, to, size);
+                    }
+                }
+                dead => self.reclaim(l, dead, stats),
+            }
+        }
+        self.evicting = None;
+        let live = self.segs[id].live;
+        if live == 0 {
+            self.free_segment(id);
+            self.trim_spare();
+        }
+        live < before
+    }
+
     /// Moves the live item at `from` to `to` (room taken), clearing its
     /// second-chance bit.
     fn relocate(&mut self, from: Loc, to: Loc, size: usize) {
@@ -910,7 +1062,8 @@ impl Shard {
         let mut tries = 0;
         while self.allocated + self.table_bytes() > self.limit.saturating_sub(self.seg_size) {
             tries += 1;
-            if !self.free_one(now, flush, stats, self.may_move(tries)) {
+            let need = self.seg_size;
+            if !self.free_one(now, flush, stats, self.may_move(tries), need) {
                 return false;
             }
             if let Some(d) = self.spare.take() {
