@@ -4,7 +4,11 @@ use proptest::prelude::*;
 const NOW: Time = 1_700_000_000;
 
 fn store(max_bytes: usize, shards: usize) -> Store {
-    Store::new(StoreConfig { max_bytes, shards })
+    Store::new(StoreConfig {
+        max_bytes,
+        shards,
+        evictions: true,
+    })
 }
 
 fn set(s: &Store, key: &[u8], value: &[u8], exptime: i64, now: Time) -> u64 {
@@ -439,7 +443,8 @@ fn config_defaults() {
     assert_eq!(
         Store::new(StoreConfig {
             max_bytes: 1 << 20,
-            shards: 3
+            shards: 3,
+            evictions: true,
         })
         .shard_count(),
         4
@@ -447,7 +452,8 @@ fn config_defaults() {
     assert_eq!(
         Store::new(StoreConfig {
             max_bytes: 1 << 20,
-            shards: 0
+            shards: 0,
+            evictions: true,
         })
         .shard_count(),
         1
@@ -530,6 +536,7 @@ fn a_search_for_room_always_ends() {
         let config = StoreConfig {
             max_bytes: 6 * 1024,
             shards: 2,
+            evictions: true,
         };
         let s = Store::with_seed(config, 4_975_900_562_868_973_262);
         let set = |k: u8, n: usize| {
@@ -646,7 +653,7 @@ proptest! {
         seed in any::<u64>(),
     ) {
         let limit = if small { 6 * 1024 } else { 8 << 20 };
-        let s = Store::with_seed(StoreConfig { max_bytes: limit, shards: 2 }, seed);
+        let s = Store::with_seed(StoreConfig { max_bytes: limit, shards: 2, evictions: true }, seed);
         let mut model: std::collections::HashMap<u8, (Vec<u8>, Time)> = Default::default();
         let mut now = NOW;
         let alive = |m: &std::collections::HashMap<u8, (Vec<u8>, Time)>, k: u8, now: Time| {
@@ -735,10 +742,20 @@ impl Drop for TempFile {
 }
 
 fn file_store(path: &std::path::Path, max_bytes: usize, now: Time) -> (Store, String) {
+    file_store_with(path, max_bytes, now, true)
+}
+
+fn file_store_with(
+    path: &std::path::Path,
+    max_bytes: usize,
+    now: Time,
+    evictions: bool,
+) -> (Store, String) {
     Store::with_memory_file(
         StoreConfig {
             max_bytes,
             shards: 2,
+            evictions,
         },
         path,
         now,
@@ -883,6 +900,7 @@ fn a_memory_file_serves_one_cache_at_a_time() {
         StoreConfig {
             max_bytes: 4 << 20,
             shards: 2,
+            evictions: true,
         },
         &f.0,
         NOW,
@@ -899,4 +917,394 @@ fn a_memory_file_serves_one_cache_at_a_time() {
     drop(first);
     // Its lock went with it.
     let (_again, _) = file_store(&f.0, 4 << 20, NOW);
+}
+
+// ---- without evictions (memcached's -M) ----
+
+fn no_evict(max_bytes: usize, shards: usize) -> Store {
+    Store::new(StoreConfig {
+        max_bytes,
+        shards,
+        evictions: false,
+    })
+}
+
+fn try_set(
+    s: &Store,
+    key: &[u8],
+    value: &[u8],
+    exptime: i64,
+    now: Time,
+) -> Result<u64, WriteError> {
+    s.entry(key, now)
+        .insert(value, 0, expiry(exptime, now), None)
+        .inspect_err(|&e| assert_eq!(e, WriteError::OutOfMemory))
+}
+
+/// Stores `prefix{i}` = `value` for i = 0, 1, … until 64 writes in a row
+/// fail for lack of memory (every shard is full); returns the keys stored.
+fn fill(s: &Store, prefix: &str, value: &[u8], exptime: i64, now: Time) -> Vec<String> {
+    let mut keys = Vec::new();
+    let mut refused = 0;
+    for i in 0.. {
+        let key = format!("{prefix}{i:05}");
+        if try_set(s, key.as_bytes(), value, exptime, now).is_err() {
+            refused += 1;
+            if refused == 64 {
+                return keys;
+            }
+            continue;
+        }
+        refused = 0;
+        keys.push(key);
+        assert!(i < 100_000, "the store never fills");
+        if i % 64 == 0 {
+            s.check();
+        }
+    }
+    unreachable!()
+}
+
+fn all_there(s: &Store, keys: &[String], value: &[u8], now: Time) {
+    for k in keys {
+        assert_eq!(
+            get(s, k.as_bytes(), now).as_deref(),
+            Some(value),
+            "{k} lost"
+        );
+    }
+}
+
+/// Runs text protocol requests against `s`, returns the responses.
+fn text(s: &Store, now: Time, input: &str) -> String {
+    let ctx = crate::SimpleContext::at(now);
+    let mut buf = input.as_bytes();
+    let mut out = Vec::new();
+    while !buf.is_empty() {
+        let (req, used) = crate::parse(buf, &crate::Limits::default()).unwrap();
+        buf = &buf[used..];
+        let _ = crate::execute(&req, s, &ctx, &mut out);
+    }
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+fn config_evictions_default_on() {
+    assert!(StoreConfig::new(64 << 20).evictions);
+    assert!(store(1 << 20, 1).evictions());
+    assert!(!no_evict(1 << 20, 1).evictions());
+}
+
+#[test]
+fn without_evictions_a_full_store_refuses_writes_until_items_die() {
+    let limit = 64 * 1024;
+    let s = no_evict(limit, 2);
+    let value = [b'v'; 100];
+    let stored = fill(&s, "k", &value, 0, NOW);
+    let n = stored.len();
+    let per_item = shard::item_size(6, 100);
+    assert!(n * per_item > limit * 3 / 4, "only {n} items stored");
+    s.check();
+    // Full: it stays so, and nothing goes.
+    for j in 0..50 {
+        let key = format!("x{j}");
+        assert!(try_set(&s, key.as_bytes(), &value, 0, NOW).is_err());
+    }
+    let st = s.stats();
+    assert_eq!((st.evictions, st.curr_items), (0, n as u64), "{st:?}");
+    all_there(&s, &stored, &value, NOW);
+    assert!(s.memory() <= limit);
+    s.check();
+
+    // Deleting every other item leaves every segment half live: compaction
+    // gathers the garbage, and as many items fit again.
+    let (gone, kept): (Vec<_>, Vec<_>) = stored
+        .iter()
+        .cloned()
+        .enumerate()
+        .partition(|(i, _)| i % 2 == 0);
+    for (_, k) in &gone {
+        assert!(s.entry(k.as_bytes(), NOW).remove());
+    }
+    s.check();
+    let more = fill(&s, "m", &value, 0, NOW);
+    assert!(
+        more.len() >= gone.len() * 3 / 4,
+        "{} after {} deletes",
+        more.len(),
+        gone.len()
+    );
+    let kept: Vec<String> = kept.into_iter().map(|(_, k)| k).collect();
+    all_there(&s, &kept, &value, NOW);
+    all_there(&s, &more, &value, NOW);
+    assert_eq!(s.stats().evictions, 0);
+    s.check();
+
+    // Items that expire free their room too, with no sweep.
+    let s = no_evict(limit, 2);
+    let mortal = fill(&s, "e", &value, 10, NOW);
+    assert!(try_set(&s, b"late", &value, 0, NOW + 9).is_err());
+    all_there(&s, &mortal, &value, NOW + 9);
+    let fresh = fill(&s, "f", &value, 0, NOW + 10);
+    assert!(
+        fresh.len() >= mortal.len() * 3 / 4,
+        "{} vs {}",
+        fresh.len(),
+        mortal.len()
+    );
+    all_there(&s, &fresh, &value, NOW + 10);
+    let st = s.stats();
+    assert_eq!(st.evictions, 0, "{st:?}");
+    assert!(st.reclaimed > 0, "{st:?}");
+    s.check();
+
+    // And flushed items.
+    s.flush_all(0, NOW + 10);
+    let after = fill(&s, "g", &value, 0, NOW + 10);
+    assert!(
+        after.len() >= fresh.len() * 3 / 4,
+        "{} vs {}",
+        after.len(),
+        fresh.len()
+    );
+    all_there(&s, &after, &value, NOW + 10);
+    assert_eq!(s.stats().evictions, 0);
+    s.check();
+}
+
+#[test]
+fn without_evictions_large_items_are_never_dropped() {
+    // 1 KiB segments; 3000-byte values take segments of their own.
+    let limit = 64 * 1024;
+    let s = no_evict(limit, 1);
+    let big = vec![b'B'; 3000];
+    let small = [b's'; 50];
+    let bigs = fill(&s, "big", &big, 0, NOW);
+    assert!(bigs.len() >= 10, "{}", bigs.len());
+    let smalls = fill(&s, "small", &small, 0, NOW);
+    assert!(try_set(&s, b"one-more", &big, 0, NOW).is_err());
+    s.check();
+    all_there(&s, &bigs, &big, NOW);
+    all_there(&s, &smalls, &small, NOW);
+    assert_eq!(s.stats().evictions, 0);
+    // A deleted large item gives its segment back at once.
+    assert!(s.entry(bigs[0].as_bytes(), NOW).remove());
+    assert!(try_set(&s, b"one-more", &big, 0, NOW).is_ok());
+    assert!(try_set(&s, b"two-more", &big, 0, NOW).is_err());
+    // So does an expired one, found without a sweep.
+    let s2 = no_evict(limit, 1);
+    let mortal = fill(&s2, "big", &big, 5, NOW);
+    let fresh = fill(&s2, "new", &big, 0, NOW + 5);
+    assert_eq!(fresh.len(), mortal.len());
+    all_there(&s2, &fresh, &big, NOW + 5);
+    assert_eq!(s2.stats().evictions, 0);
+    s2.check();
+    all_there(&s, &bigs[1..], &big, NOW);
+    s.check();
+}
+
+#[test]
+fn without_evictions_a_failed_write_keeps_the_old_item() {
+    let s = no_evict(64 * 1024, 1);
+    assert_eq!(text(&s, NOW, "set num 0 0 1\r\n1\r\n"), "STORED\r\n");
+    let value = [b'v'; 100];
+    let stored = fill(&s, "k", &value, 0, NOW);
+    // Then small items, so that nothing fits, however small.
+    let tiny = fill(&s, "t", b"x", 0, NOW);
+    assert!(!tiny.is_empty() || stored.len() > 100);
+    // Store level: a refused write leaves the old item as it was.
+    let mut e = s.entry(stored[0].as_bytes(), NOW);
+    assert_eq!(
+        e.insert(&[b'w'; 100], 0, 0, None),
+        Err(WriteError::OutOfMemory)
+    );
+    assert_eq!(e.item().unwrap().value, &value[..]);
+    assert_eq!(
+        e.rewrite(Edit::Append(b"more"), None),
+        Err(WriteError::OutOfMemory)
+    );
+    assert_eq!(e.item().unwrap().value, &value[..]);
+    drop(e);
+    // incr and append fail and keep the item, as in memcached.
+    assert_eq!(
+        text(&s, NOW, "incr num 99999999\r\n"),
+        "SERVER_ERROR out of memory\r\n"
+    );
+    assert_eq!(
+        text(&s, NOW, "get num\r\n"),
+        "VALUE num 0 1\r\n1\r\nEND\r\n"
+    );
+    let k1 = &stored[1];
+    assert_eq!(
+        text(&s, NOW, &format!("append {k1} 0 0 3\r\nabc\r\n")),
+        "NOT_STORED\r\n"
+    );
+    assert_eq!(get(&s, k1.as_bytes(), NOW).as_deref(), Some(&value[..]));
+    // A failed set drops the old item (memcached: no stale data), ...
+    let k2 = &stored[2];
+    let v100 = "w".repeat(100);
+    assert_eq!(
+        text(&s, NOW, &format!("set {k2} 0 0 100\r\n{v100}\r\n")),
+        "SERVER_ERROR out of memory storing object\r\n"
+    );
+    assert_eq!(text(&s, NOW, &format!("get {k2}\r\n")), "END\r\n");
+    // ... whose room then takes the next one.
+    assert_eq!(
+        text(&s, NOW, &format!("set {k2} 0 0 100\r\n{v100}\r\n")),
+        "STORED\r\n"
+    );
+    // Meta set, likewise.
+    fill(&s, "u", b"x", 0, NOW);
+    let k3 = &stored[3];
+    assert_eq!(
+        text(&s, NOW, &format!("ms {k3} 100\r\n{v100}\r\n")),
+        "SERVER_ERROR out of memory storing object\r\n"
+    );
+    assert_eq!(text(&s, NOW, &format!("mg {k3} v\r\n")), "EN\r\n");
+    let st = s.stats();
+    assert_eq!(st.evictions, 0, "{st:?}");
+    all_there(&s, &stored[4..], &value, NOW);
+    s.check();
+}
+
+#[test]
+fn without_evictions_lowering_the_limit_keeps_live_items() {
+    let s = no_evict(256 * 1024, 1);
+    let value = [b'v'; 100];
+    let stored = fill(&s, "k", &value, 0, NOW);
+    let applied = s.set_max_bytes(64 * 1024, 2048, NOW);
+    assert!(applied > 64 * 1024 && applied >= s.memory(), "{applied}");
+    assert_eq!(s.max_bytes(), applied);
+    assert_eq!(s.stats().evictions, 0);
+    all_there(&s, &stored, &value, NOW);
+    s.check();
+    assert!(try_set(&s, b"x", &value, 0, NOW).is_err());
+    // Once the items are gone, the limit goes down.
+    for k in &stored {
+        s.entry(k.as_bytes(), NOW).remove();
+    }
+    assert_eq!(s.set_max_bytes(64 * 1024, 2048, NOW), 64 * 1024);
+    s.check();
+    let again = fill(&s, "a", &value, 0, NOW);
+    assert!(!again.is_empty());
+    assert!(s.memory() <= 64 * 1024);
+    s.check();
+}
+
+#[test]
+fn without_evictions_a_warm_restart_works() {
+    let f = TempFile::new("noevict");
+    let value = [b'v'; 300];
+    let stored = {
+        let (s, _) = file_store_with(&f.0, 4 << 20, NOW, false);
+        let stored = fill(&s, "k", &value, 0, NOW);
+        assert_eq!(s.stats().evictions, 0);
+        s.check();
+        s.close().unwrap();
+        stored
+    };
+    // The setting is not in the file: either way, the items come back.
+    for evictions in [true, false] {
+        let (s, line) = file_store_with(&f.0, 4 << 20, NOW + 1, evictions);
+        assert!(
+            line.contains(&format!("restored {} items", stored.len())),
+            "{line}"
+        );
+        all_there(&s, &stored, &value, NOW + 1);
+        s.check();
+        s.close().unwrap();
+    }
+    let (s, _) = file_store_with(&f.0, 4 << 20, NOW + 2, false);
+    assert!(try_set(&s, b"x", &value, 0, NOW + 2).is_err());
+    // A delete in x's shard makes room for it.
+    let victim = stored
+        .iter()
+        .find(|k| s.shard_of(k.as_bytes()) == s.shard_of(b"x"))
+        .unwrap();
+    assert!(s.entry(victim.as_bytes(), NOW + 2).remove());
+    assert!(try_set(&s, b"x", &value, 0, NOW + 2).is_ok());
+    s.check();
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, max_shrink_iters: 2000, ..ProptestConfig::default() })]
+
+    /// Without evictions the store answers exactly as a model of what was
+    /// acknowledged, small as it is: an item stored and not deleted,
+    /// replaced, expired or flushed is never lost; a refused write changes
+    /// nothing; the evictions counter stays 0 and the memory bound holds.
+    #[test]
+    fn without_evictions_nothing_acknowledged_is_lost(
+        ops in prop::collection::vec(busy_op(), 1..600),
+        seed in any::<u64>(),
+    ) {
+        let limit = 6 * 1024;
+        let config = StoreConfig { max_bytes: limit, shards: 2, evictions: false };
+        let s = Store::with_seed(config, seed);
+        let mut model: std::collections::HashMap<u8, (Vec<u8>, Time)> = Default::default();
+        let mut now = NOW;
+        let alive = |m: &std::collections::HashMap<u8, (Vec<u8>, Time)>, k: u8, now: Time| {
+            m.get(&k).filter(|(_, exp)| *exp == 0 || *exp > now).map(|(v, _)| v.clone())
+        };
+        let mut refused = 0;
+        for op in ops {
+            match op {
+                Op::Set(k, n, e) => {
+                    let exp = expiry(e.into(), now);
+                    // Mostly small items, some larger than a segment (256 B).
+                    let n = if n % 8 == 0 { n % 400 } else { n % 120 };
+                    let value: Vec<u8> = (0..n).map(|i| k ^ i as u8).collect();
+                    match s.entry(&[b'k', k], now).insert(&value, 0, exp, None) {
+                        Ok(_) => {
+                            model.insert(k, (value, exp));
+                        }
+                        Err(e) => {
+                            prop_assert_eq!(e, WriteError::OutOfMemory);
+                            refused += 1;
+                        }
+                    }
+                }
+                Op::Get(k) => {
+                    let got = get(&s, &[b'k', k], now);
+                    prop_assert_eq!(got, alive(&model, k, now), "key {}", k);
+                }
+                Op::Remove(k) => {
+                    let had = s.entry(&[b'k', k], now).remove();
+                    prop_assert_eq!(had, alive(&model, k, now).is_some(), "key {}", k);
+                    model.remove(&k);
+                }
+                Op::Append(k, n) => {
+                    let n = n % 40;
+                    let tail: Vec<u8> = (0..n).map(|i| k.wrapping_add(i as u8)).collect();
+                    let r = s.entry(&[b'k', k], now).rewrite(Edit::Append(&tail), None);
+                    match (r, alive(&model, k, now)) {
+                        (Ok(_), Some(mut v)) => {
+                            v.extend_from_slice(&tail);
+                            let exp = model[&k].1;
+                            model.insert(k, (v, exp));
+                        }
+                        (Ok(_), None) => prop_assert!(false, "append to a missing key {}", k),
+                        (Err(WriteError::NotFound), v) => prop_assert!(v.is_none(), "key {}", k),
+                        (Err(WriteError::OutOfMemory), Some(_)) => refused += 1,
+                        (Err(e), v) => prop_assert!(false, "key {}: {:?} with {:?}", k, e, v),
+                    }
+                }
+                Op::Tick(d) => now += Time::from(d),
+                Op::Sweep(n) => {
+                    s.sweep(now, n.into());
+                }
+                Op::Flush(_) => {
+                    s.flush_all(0, now);
+                    model.clear();
+                }
+            }
+            prop_assert!(s.memory() <= limit);
+            prop_assert_eq!(s.stats().evictions, 0);
+        }
+        s.check();
+        for k in 0..=255u8 {
+            prop_assert_eq!(get(&s, &[b'k', k], now), alive(&model, k, now), "key {}", k);
+        }
+        let _ = refused;
+    }
 }
