@@ -657,34 +657,65 @@ impl Shard {
         flush: FlushState,
         stats: &ShardStats,
     ) -> Option<Loc> {
-        let vlen = it.vlen();
         // Reserve the table slot first: its growth counts against the budget.
         self.table.reserve(1, |&l| {
             let r = &self.segs[seg_of(l)].data[off_of(l)..];
             self.hasher
                 .hash_one(&r[HEADER..HEADER + r[H_KLEN] as usize])
         });
-        if !self.fits(it.key.len(), vlen) {
-            return None;
-        }
-        let size = item_size(it.key.len(), vlen);
-        let l = if size > self.seg_size {
-            self.room_large(size, now, flush, stats)?
-        } else {
-            let mut tries = 0;
-            loop {
-                if let Some(l) = self.room(size, false) {
-                    break l;
-                }
-                tries += 1;
-                if !self.free_one(now, flush, stats, self.may_move(tries), size) {
-                    return None;
-                }
+        let Some(l) = self.place(it, now, flush, stats) else {
+            if !self.evictions {
+                // Nothing live may go to pay for the growth: give it back,
+                // so the shard stays within its limit.
+                self.table.shrink_to(self.table.len(), |&l| {
+                    let r = &self.segs[seg_of(l)].data[off_of(l)..];
+                    self.hasher
+                        .hash_one(&r[HEADER..HEADER + r[H_KLEN] as usize])
+                });
             }
+            return None;
         };
         self.write(l, it);
         self.link(l, hash, stats);
         Some(l)
+    }
+
+    /// Room for `it` after the table grew: first back under the limit if
+    /// the growth took the shard past it (the one segment of slack may be
+    /// less than a growth), then a place of the item's size.
+    fn place(
+        &mut self,
+        it: &NewItem<'_>,
+        now: Time,
+        flush: FlushState,
+        stats: &ShardStats,
+    ) -> Option<Loc> {
+        let vlen = it.vlen();
+        if !self.fits(it.key.len(), vlen) {
+            return None;
+        }
+        let mut tries = 0;
+        while self.allocated + self.table_bytes() > self.limit {
+            tries += 1;
+            let over = self.allocated + self.table_bytes() - self.limit;
+            if !self.free_one(now, flush, stats, self.may_move(tries), over) {
+                return None;
+            }
+        }
+        let size = item_size(it.key.len(), vlen);
+        if size > self.seg_size {
+            return self.room_large(size, now, flush, stats);
+        }
+        let mut tries = 0;
+        loop {
+            if let Some(l) = self.room(size, false) {
+                return Some(l);
+            }
+            tries += 1;
+            if !self.free_one(now, flush, stats, self.may_move(tries), size) {
+                return None;
+            }
+        }
     }
 
     fn room_large(
