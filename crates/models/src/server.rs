@@ -41,7 +41,13 @@ pub struct ServerBuilder {
     faults: duality_rt::faults::Faults,
     idle_spin: Duration,
     payload_spin: Duration,
+    backlog: i32,
+    unix_mode: Option<u32>,
 }
+
+/// The listen backlog unless [`ServerBuilder::backlog`] says otherwise (the
+/// kernel caps it at `net.core.somaxconn`).
+pub const DEFAULT_BACKLOG: i32 = 4096;
 
 /// How long an idle network loop keeps polling before it sleeps, unless
 /// [`ServerBuilder::idle_spin`] says otherwise. Measured on the cache and
@@ -70,6 +76,8 @@ impl Default for ServerBuilder {
             faults: duality_rt::faults::default_faults(),
             idle_spin: DEFAULT_IDLE_SPIN,
             payload_spin: crate::stage::DEFAULT_PAYLOAD_SPIN,
+            backlog: DEFAULT_BACKLOG,
+            unix_mode: None,
         }
     }
 }
@@ -92,6 +100,20 @@ impl ServerBuilder {
     /// Listens on a Unix socket path.
     pub fn unix(mut self, path: impl Into<PathBuf>) -> Self {
         self.unix.push(path.into());
+        self
+    }
+    /// The listen backlog of every listener (memcached's `-b`; default
+    /// [`DEFAULT_BACKLOG`]): connections the kernel queues before they are
+    /// accepted.
+    pub fn backlog(mut self, backlog: i32) -> Self {
+        self.backlog = backlog;
+        self
+    }
+    /// The permission bits of the Unix sockets' files (memcached's `-a`,
+    /// e.g. `0o700`: only this user may connect). `None`: whatever the
+    /// umask gives.
+    pub fn unix_mode(mut self, mode: Option<u32>) -> Self {
+        self.unix_mode = mode;
         self
     }
     /// The threading model.
@@ -216,7 +238,7 @@ enum Bound {
 
 /// `reuse_port`: one of several listeners on the same address, one per
 /// network loop, among which the kernel spreads connections.
-fn bind_tcp(addr: SocketAddr, reuse_port: bool) -> io::Result<std::net::TcpListener> {
+fn bind_tcp(addr: SocketAddr, reuse_port: bool, backlog: i32) -> io::Result<std::net::TcpListener> {
     let socket = socket2::Socket::new(
         socket2::Domain::for_address(addr),
         socket2::Type::STREAM,
@@ -232,12 +254,18 @@ fn bind_tcp(addr: SocketAddr, reuse_port: bool) -> io::Result<std::net::TcpListe
     socket
         .bind(&addr.into())
         .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))?;
-    socket.listen(4096)?;
+    socket.listen(backlog)?;
     socket.set_nonblocking(true)?;
     Ok(socket.into())
 }
 
-fn bind_unix(path: &Path) -> io::Result<std::os::unix::net::UnixListener> {
+/// `mode`: the socket file's permission bits, set before it listens (so no
+/// client connects while the umask's bits hold).
+fn bind_unix(
+    path: &Path,
+    backlog: i32,
+    mode: Option<u32>,
+) -> io::Result<std::os::unix::net::UnixListener> {
     use std::os::unix::fs::FileTypeExt;
     match std::fs::symlink_metadata(path) {
         // A socket file nobody listens on is left over from a crash: replace
@@ -271,14 +299,23 @@ fn bind_unix(path: &Path) -> io::Result<std::os::unix::net::UnixListener> {
             ))
         }
     }
-    let l = std::os::unix::net::UnixListener::bind(path).map_err(|e| {
+    let cannot = |e: io::Error| {
         io::Error::new(
             e.kind(),
             format!("cannot listen on {}: {e}", path.display()),
         )
-    })?;
-    l.set_nonblocking(true)?;
-    Ok(l)
+    };
+    let socket = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)?;
+    socket
+        .bind(&socket2::SockAddr::unix(path)?)
+        .map_err(cannot)?;
+    if let Some(mode) = mode {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(cannot)?;
+    }
+    socket.listen(backlog).map_err(cannot)?;
+    socket.set_nonblocking(true)?;
+    Ok(socket.into())
 }
 
 struct Shared {
@@ -494,18 +531,18 @@ fn start(
     let mut tcp_addrs = Vec::new();
     let mut listen_addrs = Vec::new();
     for a in &b.tcp {
-        let l = bind_tcp(*a, per_loop)?;
+        let l = bind_tcp(*a, per_loop, b.backlog)?;
         let real = l.local_addr()?;
         tcp_addrs.push(real);
         listen_addrs.push(ListenAddr::Tcp(real));
         bound.push((Bound::Tcp(l), per_loop.then_some(0)));
         for i in 1..if per_loop { n_network } else { 1 } {
             listen_addrs.push(ListenAddr::Tcp(real));
-            bound.push((Bound::Tcp(bind_tcp(real, true)?), Some(i)));
+            bound.push((Bound::Tcp(bind_tcp(real, true, b.backlog)?), Some(i)));
         }
     }
     for p in &b.unix {
-        bound.push((Bound::Unix(bind_unix(p)?), None));
+        bound.push((Bound::Unix(bind_unix(p, b.backlog, b.unix_mode)?), None));
         listen_addrs.push(ListenAddr::Unix(p.clone()));
     }
     let listeners = bound
@@ -848,7 +885,7 @@ mod tests {
         let link = dir.join("link");
         std::os::unix::fs::symlink(&file, &link).unwrap();
         for p in [&file, &link, &dir] {
-            let e = bind_unix(p).expect_err("bound over something not a socket");
+            let e = bind_unix(p, 16, None).expect_err("bound over something not a socket");
             assert!(e.to_string().contains("not a socket"), "{e}");
             assert!(e.to_string().contains(&p.display().to_string()), "{e}");
         }
@@ -859,12 +896,28 @@ mod tests {
             .is_symlink());
         // A live socket: refused; a stale one (its listener gone): replaced.
         let sock = dir.join("s.sock");
-        let live = bind_unix(&sock).unwrap();
-        let e = bind_unix(&sock).expect_err("bound over a live socket");
+        let live = bind_unix(&sock, 16, None).unwrap();
+        let e = bind_unix(&sock, 16, None).expect_err("bound over a live socket");
         assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse);
         drop(live);
         assert!(sock.exists(), "a dropped listener leaves its file");
-        bind_unix(&sock).expect("a stale socket is replaced");
+        bind_unix(&sock, 16, None).expect("a stale socket is replaced");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_unix_socket_takes_the_mode_asked_for() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("duality-unix-mode-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for mode in [0o700, 0o766, 0o600] {
+            let sock = dir.join(format!("{mode:o}.sock"));
+            let _l = bind_unix(&sock, 16, Some(mode)).unwrap();
+            let got = std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777;
+            assert_eq!(got, mode, "{sock:?}");
+            std::os::unix::net::UnixStream::connect(&sock).expect("it listens");
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
