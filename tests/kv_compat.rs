@@ -10,7 +10,8 @@
 //! memcached's own item sizes and classes) the shape is compared.
 //!
 //! The memcached command-line flags `duality kv` takes (`-A -U -B -R -C -d
-//! -P -V -o`) are checked on the built binary.
+//! -P -V -o -F -X -W -a -b -r -k -u -f -n -D`, and the refused `-S -Y -Z`)
+//! are checked on the built binary.
 
 mod common;
 
@@ -890,6 +891,153 @@ fn refused_flags() {
     assert!(!out.status.success());
     let out = duality_bin(&["-R", "0", "-p", "0", "-s", "/nonexistent/x"]);
     assert!(!out.status.success());
+    // What duality kv does not serve, and values memcached rejects too.
+    for (args, says) in [
+        (&["-S"][..], "SASL authentication is not supported"),
+        (
+            &["-Y", "/etc/auth"][..],
+            "ASCII authentication is not supported",
+        ),
+        (&["-Z"][..], "TLS is not supported"),
+        (&["-f", "1"][..], "Factor must be greater than 1"),
+        (&["-n", "0"][..], "Chunk size must be greater than 0"),
+        (&["-D", "/"][..], "only ':' is supported"),
+        (&["-a", "999"][..], "not an octal mask"),
+        (&["-b", "0"][..], "-b"),
+        (&["-u", "no-such-user-here"][..], "can't find the user"),
+    ] {
+        let mut all = args.to_vec();
+        all.extend_from_slice(&["-p", "0", "-s", "/nonexistent/x"]);
+        let out = duality_bin(&all);
+        assert!(!out.status.success(), "{args:?} accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        // -u only means something to root, as in memcached.
+        if args[0] != "-u" || running_as_root() {
+            assert!(err.contains(says), "{args:?}: {err}");
+        }
+    }
+}
+
+/// `-M`: a full cache refuses stores with memcached's answer instead of
+/// evicting; everything it acknowledged stays readable, and a delete makes
+/// room again. memcached -M runs the same steps beside it.
+#[test]
+fn disable_evictions_flag() {
+    fn fill(c: &mut Client) -> Vec<usize> {
+        let value = vec![b'v'; 100_000];
+        let mut stored = Vec::new();
+        for i in 0..400 {
+            let mut req = format!("set k{i} 0 0 {}\r\n", value.len()).into_bytes();
+            req.extend_from_slice(&value);
+            req.extend_from_slice(b"\r\n");
+            let answer = c.call(&req);
+            match &answer[..] {
+                b"STORED\r\n" => stored.push(i),
+                b"SERVER_ERROR out of memory storing object\r\n" => return stored,
+                other => panic!("set k{i}: {}", show(other)),
+            }
+        }
+        panic!("400 sets of 100 KB fit: nothing was refused");
+    }
+    let kv = KvProc::start(&["-M", "-m", "8"]);
+    let mc = Memcached::start(&["-M", "-m", "8"]);
+    for (who, addr) in [
+        ("duality", kv.addr.clone()),
+        ("memcached", Addr::Tcp(mc.addr)),
+    ] {
+        let mut c = Client::connect(&addr);
+        let stored = fill(&mut c);
+        assert!(stored.len() > 10, "{who}: only {} stored", stored.len());
+        for i in &stored {
+            let got = c.call(format!("mg k{i} s\r\n").as_bytes());
+            assert!(got == b"HD s100000\r\n", "{who}: k{i}: {}", show(&got));
+        }
+        assert_eq!(c.stats("")["evictions"], "0", "{who}");
+        // Room again once a few are deleted.
+        for i in &stored[..4] {
+            c.expect(format!("delete k{i}\r\n").as_bytes(), b"DELETED\r\n");
+        }
+        let mut req = b"set again 0 0 100000\r\n".to_vec();
+        req.extend_from_slice(&[b'v'; 100_000]);
+        req.extend_from_slice(b"\r\n");
+        c.expect(&req, b"STORED\r\n");
+    }
+    assert_eq!(kv.connect().stats("settings")["evictions"], "off");
+}
+
+/// memcached's safety and access flags: `-F` (no flush_all), `-X` (no
+/// dumps), `-W`, `-a` (the Unix socket's mode), `-b`, `-r`, `-f`, `-n`,
+/// `-D :` and, as root, `-u` (the identity taken) and `-k`.
+#[test]
+fn access_and_safety_flags() {
+    let dir = TempDir::new("kv-flags");
+    let sock = dir.path().join("kv.sock");
+    let sp = sock.to_str().unwrap();
+    let mut args = vec![
+        "-F", "-X", "-W", "-a", "766", "-s", sp, "-b", "64", "-r", "-f", "1.25", "-n", "48", "-D",
+        ":",
+    ];
+    let root = running_as_root();
+    if root {
+        args.extend_from_slice(&["-u", "nobody", "-k"]);
+        // `nobody` must be able to make the socket there.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let kv = KvProc::start(&args);
+    let mc = Memcached::start(&["-F", "-X"]);
+    let tcp = SocketAddr::from(([127, 0, 0, 1], kv.port));
+    compare(
+        mc.addr,
+        tcp,
+        &probed(&[
+            "set a 0 0 1\r\nx\r\nflush_all\r\nget a\r\n",
+            "flush_all 10\r\n",
+            "flush_all noreply\r\n",
+            "stats cachedump 1 1\r\n",
+            "lru_crawler metadump all\r\n",
+        ]),
+    );
+    // Binary flush: memcached answers "Auth failure." (0x20).
+    let mut flush = vec![0u8; 24];
+    flush[0] = 0x80;
+    flush[1] = 0x08;
+    compare(mc.addr, tcp, &[(flush, false)]);
+    let mut c = kv.connect();
+    let settings = c.stats("settings");
+    assert_eq!(settings["flush_enabled"], "no");
+    assert_eq!(settings["dump_enabled"], "no");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o766);
+    std::os::unix::net::UnixStream::connect(&sock).expect("the socket listens");
+    let status = std::fs::read_to_string(format!("/proc/{}/status", kv.pid())).unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_default()
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    if root {
+        assert_eq!(field("Uid:"), "65534", "-u nobody: {status}");
+        assert_eq!(field("Gid:"), "65534", "-u nobody: {status}");
+        // Locked, or said why not (a container may refuse mlockall).
+        let locked = field("VmLck:").parse::<u64>().unwrap_or(0) > 0;
+        assert!(
+            locked || kv.stderr_text().contains("-k:"),
+            "{status}\n{}",
+            kv.stderr_text()
+        );
+    }
+    // Without -F and -X, the settings say so.
+    let kv = KvProc::start(&[]);
+    let settings = kv.connect().stats("settings");
+    assert_eq!(settings["flush_enabled"], "yes");
+    assert_eq!(settings["dump_enabled"], "yes");
 }
 
 #[test]

@@ -96,6 +96,72 @@ pub struct KvArgs {
     /// Print the version (`duality-kv <version>`) and exit.
     #[arg(short = 'V', long = "version")]
     version: bool,
+    /// Assume the identity of USER when started as root (memcached's -u):
+    /// supplementary groups are dropped and the user's group and id taken
+    /// before the memory file, the sockets and the pid file are opened (so
+    /// USER must be able to open them). Ignored when not run as root.
+    #[arg(short = 'u', long = "user", value_name = "USER")]
+    user: Option<String>,
+    /// Permission bits of the Unix socket (-s), in octal (memcached's -a):
+    /// 700, the default, lets only this user connect; 766 lets anyone.
+    #[arg(short = 'a', long = "unix-mask", value_name = "MASK", default_value = "700",
+          value_parser = parse_mask)]
+    unix_mask: u32,
+    /// Listen backlog: connections the kernel queues before they are
+    /// accepted (memcached's -b, whose default is 1024; the kernel caps it
+    /// at net.core.somaxconn).
+    #[arg(short = 'b', long = "listen-backlog", value_name = "N",
+          default_value_t = duality_models::DEFAULT_BACKLOG,
+          value_parser = clap::value_parser!(i32).range(1..))]
+    listen_backlog: i32,
+    /// Never evict live items (memcached's -M): when memory is full, a
+    /// store is answered `SERVER_ERROR out of memory storing object` (binary:
+    /// status 0x82) until deletes, expiry or flush free room.
+    #[arg(short = 'M', long = "disable-evictions")]
+    disable_evictions: bool,
+    /// `flush_all` is refused: `CLIENT_ERROR flush_all not allowed`
+    /// (binary: "Auth failure."), as memcached's -F.
+    #[arg(short = 'F', long = "disable-flush-all")]
+    disable_flush_all: bool,
+    /// `stats cachedump` and `lru_crawler metadump` are refused (memcached's
+    /// -X).
+    #[arg(short = 'X', long = "disable-dumping")]
+    disable_dumping: bool,
+    /// Accepted for memcached compatibility: `watch` is never served
+    /// (it answers ERROR).
+    #[arg(short = 'W', long = "disable-watch")]
+    disable_watch: bool,
+    /// Raise the core-file size limit to its maximum (memcached's -r).
+    #[arg(short = 'r', long = "enable-coredumps")]
+    enable_coredumps: bool,
+    /// Lock all memory in RAM, now and as it grows (memcached's -k). Only
+    /// where locked memory may be unlimited (root, or `ulimit -l
+    /// unlimited`): under a limit every allocation past it would fail, so
+    /// the server says so and runs unlocked.
+    #[arg(short = 'k', long = "lock-memory")]
+    lock_memory: bool,
+    /// Accepted and checked as memcached checks it (above 1), ignored: the
+    /// store has no slab classes (memcached's -f).
+    #[arg(short = 'f', long = "slab-growth-factor", value_name = "FACTOR")]
+    slab_growth_factor: Option<f64>,
+    /// Accepted and checked as memcached checks it (above 0), ignored: the
+    /// store has no slab classes (memcached's -n).
+    #[arg(short = 'n', long = "slab-min-size", value_name = "BYTES")]
+    slab_min_size: Option<i64>,
+    /// The delimiter between key prefixes and ids in `stats detail`
+    /// (memcached's -D): only `:`, the default, is supported.
+    #[arg(short = 'D', value_name = "CHAR")]
+    prefix_delimiter: Option<String>,
+    /// Refused: SASL authentication is not supported (memcached's -S).
+    #[arg(short = 'S', long = "enable-sasl")]
+    enable_sasl: bool,
+    /// Refused: ASCII authentication is not supported (memcached's -Y).
+    #[arg(short = 'Y', long = "auth-file", value_name = "FILE")]
+    auth_file: Option<PathBuf>,
+    /// Refused: TLS is not supported (memcached's -Z); put a TLS proxy in
+    /// front.
+    #[arg(short = 'Z', long = "enable-ssl")]
+    enable_ssl: bool,
     /// memcached's extended options, comma-separated (repeatable). Applied:
     /// idle_timeout=SECONDS (close idle connections), lru_crawler /
     /// no_lru_crawler (background sweep on/off), lru_crawler_sleep=N,
@@ -220,6 +286,16 @@ fn parse_extended(opts: &[String]) -> Result<Extended, String> {
     Ok(x)
 }
 
+/// `-a`: permission bits in octal, as memcached reads them (`strtol(…, 8)`).
+fn parse_mask(s: &str) -> Result<u32, String> {
+    match u32::from_str_radix(s.trim(), 8) {
+        Ok(m) if m <= 0o777 => Ok(m),
+        _ => Err(format!(
+            "{s:?} is not an octal mask of permission bits (e.g. 700 or 766)"
+        )),
+    }
+}
+
 fn parse_size(s: &str) -> Result<usize, String> {
     let s = s.trim().to_ascii_lowercase();
     let (num, mult) = match s.chars().last() {
@@ -278,6 +354,30 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     };
     let io = a.io.apply();
     anyhow::ensure!(
+        !a.enable_sasl,
+        "-S: SASL authentication is not supported by duality kv"
+    );
+    anyhow::ensure!(
+        a.auth_file.is_none(),
+        "-Y: ASCII authentication is not supported by duality kv"
+    );
+    anyhow::ensure!(
+        !a.enable_ssl,
+        "-Z: TLS is not supported by duality kv; terminate TLS in front of it (a TLS proxy)"
+    );
+    if let Some(f) = a.slab_growth_factor {
+        anyhow::ensure!(f > 1.0, "-f: Factor must be greater than 1");
+    }
+    if let Some(n) = a.slab_min_size {
+        anyhow::ensure!(n > 0, "-n: Chunk size must be greater than 0");
+    }
+    if let Some(d) = &a.prefix_delimiter {
+        anyhow::ensure!(
+            d == ":",
+            "-D {d:?}: only ':' is supported as the stats detail delimiter"
+        );
+    }
+    anyhow::ensure!(
         !a.daemon,
         "-d: run duality kv under a supervisor (systemd, runit); it does not daemonize"
     );
@@ -300,6 +400,21 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
         anyhow::bail!("-t must be at least 1");
     }
     let max_conns = fit_max_conns(a.max_conns)?;
+    if a.enable_coredumps {
+        super::process::enable_coredumps().map_err(|e| anyhow::anyhow!("-r: {e}"))?;
+    }
+    if a.lock_memory {
+        // memcached warns and runs on when mlockall fails.
+        if let Err(e) = super::process::lock_memory() {
+            eprintln!("duality kv: warning: -k: {e}");
+        }
+    }
+    // As memcached: the limits raised (and memory locked) as root, then root
+    // dropped before anything is opened or bound, and before any thread
+    // starts.
+    if let Some(user) = &a.user {
+        super::process::assume_user(user)?;
+    }
     let threads = a.threads.unwrap_or_else(duality_models::cores);
     let model = a.model.unwrap_or(Model::Symped { n: threads });
     if model == Model::ThreadPerConn {
@@ -330,6 +445,9 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
         idle_timeout: extended.idle_timeout,
         buffer_limit: extended.buffer_limit,
         memory_file: a.memory_file.clone(),
+        evictions: !a.disable_evictions,
+        disable_flush_all: a.disable_flush_all,
+        disable_dumping: a.disable_dumping,
         ..KvConfig::default()
     };
     let state = KvState::new(config)?;
@@ -360,7 +478,9 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
         .long_poll_threshold(a.metrics.long_poll_threshold())
         .idle_spin(a.io.idle_spin())
         .payload_spin(a.io.payload_spin())
-        .refusal_message("ERROR Too many open connections\r\n");
+        .refusal_message("ERROR Too many open connections\r\n")
+        .backlog(a.listen_backlog)
+        .unix_mode(Some(a.unix_mask));
     if a.port != 0 {
         for ip in &a.listen {
             b = b.tcp(SocketAddr::new(*ip, a.port));

@@ -14,6 +14,7 @@ pub mod bench_store;
 pub mod http;
 pub mod internal;
 pub mod kv;
+pub mod process;
 
 /// The soft descriptor limit (`ulimit -n`), if the kernel says.
 pub fn nofile() -> Option<u64> {

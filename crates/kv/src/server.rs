@@ -72,6 +72,16 @@ pub struct KvConfig {
     /// [`budget`](crate::budget). `None`: the memory limit, at least 64 MiB;
     /// `Some(0)`: no limit (memcached's `-o read_buf_mem_limit=0`).
     pub buffer_limit: Option<usize>,
+    /// Live items may be evicted to make room; off (memcached's `-M`), a full
+    /// cache refuses stores with `SERVER_ERROR out of memory storing object`
+    /// (see [`StoreConfig::evictions`]).
+    pub evictions: bool,
+    /// `flush_all` answers `CLIENT_ERROR flush_all not allowed` (memcached's
+    /// `-F`).
+    pub disable_flush_all: bool,
+    /// `stats cachedump` and `lru_crawler metadump` are refused
+    /// (memcached's `-X`).
+    pub disable_dumping: bool,
 }
 
 impl Default for KvConfig {
@@ -90,6 +100,9 @@ impl Default for KvConfig {
             idle_timeout: None,
             memory_file: None,
             buffer_limit: None,
+            evictions: true,
+            disable_flush_all: false,
+            disable_dumping: false,
         }
     }
 }
@@ -236,6 +249,7 @@ impl KvState {
             ));
         }
         let mut sc = StoreConfig::new(config.memory_limit);
+        sc.evictions = config.evictions;
         // Each shard must hold at least one largest item.
         while sc.shards > 1 && config.memory_limit / sc.shards < 2 * config.max_item_size {
             sc.shards /= 2;
@@ -291,12 +305,18 @@ impl KvState {
         let now = unix_now().max(1) as Time;
         let applied = self.store.set_max_bytes(want, self.min_shard_bytes(), now);
         if applied != want {
-            eprintln!(
-                "duality kv: cache_memlimit {mib}: applied {applied} bytes, the least that \
-                 leaves each of {} shards room for one largest item (-I {})",
-                self.store.shard_count(),
-                self.config.max_item_size
-            );
+            let why = if self.config.evictions {
+                format!(
+                    "the least that leaves each of {} shards room for one largest item (-I {})",
+                    self.store.shard_count(),
+                    self.config.max_item_size
+                )
+            } else {
+                "what live items hold, or the least per shard for one largest item: \
+                 with evictions off (-M) nothing live is dropped"
+                    .to_string()
+            };
+            eprintln!("duality kv: cache_memlimit {mib}: applied {applied} bytes, {why}");
         }
         applied
     }
@@ -498,6 +518,14 @@ impl ExecContext for Ctx<'_> {
 
     fn shutdown_enabled(&self) -> bool {
         self.state.config.enable_shutdown
+    }
+
+    fn flush_all_enabled(&self) -> bool {
+        !self.state.config.disable_flush_all
+    }
+
+    fn dumping_enabled(&self) -> bool {
+        !self.state.config.disable_dumping
     }
 
     fn shutdown(&self) {

@@ -78,6 +78,8 @@ pub fn execute_binary<C: ExecContext + ?Sized>(
             ok_empty(req, 0, out);
             return Flow::Close;
         }
+        // memcached answers a flush that `-F` forbids with "Auth failure.".
+        Flush if !ctx.flush_all_enabled() => error(req, Status::AuthError, out),
         Flush => {
             let delay = match req.extras {
                 Extras::Expiry(t) => i64::from(t),

@@ -28,7 +28,14 @@ const BAD_FORMAT: &[u8] = b"CLIENT_ERROR bad command line format\r\n";
 const CRAWL_BATCH: usize = 1024;
 
 /// Runs `lru_crawler <args>`.
-pub(super) fn lru_crawler(store: &Store, now: Time, args: Tokens<'_>, out: &mut Vec<u8>) {
+/// `dumping`: whether `metadump` is allowed (memcached's `-X` turns it off).
+pub(super) fn lru_crawler(
+    store: &Store,
+    now: Time,
+    args: Tokens<'_>,
+    dumping: bool,
+    out: &mut Vec<u8>,
+) {
     let mut it = args.iter();
     let (sub, arg, extra) = (it.next(), it.next(), it.next());
     let c = store.crawler();
@@ -50,6 +57,8 @@ pub(super) fn lru_crawler(store: &Store, now: Time, args: Tokens<'_>, out: &mut 
         (Some(b"metadump"), Some(arg), None) => {
             if !c.enabled() {
                 DISABLED
+            } else if !dumping {
+                b"ERROR metadump not allowed\r\n"
             } else {
                 match class_set(arg, true) {
                     None => BADCLASS,

@@ -67,6 +67,18 @@ pub trait ExecContext {
     /// that asked is closed without an answer, as by memcached).
     fn shutdown(&self) {}
 
+    /// Whether `flush_all` is allowed; memcached's `-F` turns it off (the
+    /// text command then answers `CLIENT_ERROR flush_all not allowed`).
+    fn flush_all_enabled(&self) -> bool {
+        true
+    }
+
+    /// Whether `stats cachedump` and `lru_crawler metadump` are allowed;
+    /// memcached's `-X` turns them off.
+    fn dumping_enabled(&self) -> bool {
+        true
+    }
+
     /// `cache_memlimit <MiB>` (at least 8): the server applies the new item
     /// memory limit, or says why it cannot; the client gets `OK` either way,
     /// as from memcached.
@@ -252,8 +264,13 @@ pub fn execute<C: ExecContext + ?Sized>(
             classic::touch(store, now, key, exptime, out)
         }),
         Request::FlushAll { delay, noreply } => {
-            store.flush_all(delay.unwrap_or(0).into(), now);
-            quiet(noreply, out, |out| out.extend_from_slice(b"OK\r\n"));
+            let answer: &[u8] = if ctx.flush_all_enabled() {
+                store.flush_all(delay.unwrap_or(0).into(), now);
+                b"OK\r\n"
+            } else {
+                b"CLIENT_ERROR flush_all not allowed\r\n"
+            };
+            quiet(noreply, out, |out| out.extend_from_slice(answer));
         }
         Request::Version => {
             out.extend_from_slice(b"VERSION ");
@@ -265,7 +282,9 @@ pub fn execute<C: ExecContext + ?Sized>(
             quiet(noreply, out, |out| out.extend_from_slice(b"OK\r\n"));
         }
         Request::Stats { args } => stats::stats(store, ctx, now, args, out),
-        Request::LruCrawler { args } => crawler::lru_crawler(store, now, args, out),
+        Request::LruCrawler { args } => {
+            crawler::lru_crawler(store, now, args, ctx.dumping_enabled(), out)
+        }
         Request::Slabs { args } => slabs::slabs(args, out),
         Request::Shutdown { args } => {
             let mut it = args.iter();

@@ -50,6 +50,14 @@ fn write_rusage(out: &mut Vec<u8>, name: &str, d: Duration) {
     );
 }
 
+fn yes_no(on: bool) -> &'static str {
+    if on {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
 pub(super) fn stats<C: ExecContext + ?Sized>(
     store: &Store,
     ctx: &C,
@@ -61,17 +69,22 @@ pub(super) fn stats<C: ExecContext + ?Sized>(
         None => general(store, ctx, now, out),
         Some(b"settings") => {
             write_stat(out, "maxbytes", store.max_bytes());
-            write_stat(out, "evictions", "on");
+            write_stat(
+                out,
+                "evictions",
+                if store.evictions() { "on" } else { "off" },
+            );
             write_stat(out, "cas_enabled", "yes");
+            write_stat(out, "flush_enabled", yes_no(ctx.flush_all_enabled()));
+            write_stat(out, "dump_enabled", yes_no(ctx.dumping_enabled()));
             write_stat(out, "stat_key_prefix", ":");
-            let detail = if store.prefix_stats().enabled() {
-                "yes"
-            } else {
-                "no"
-            };
-            write_stat(out, "detail_enabled", detail);
+            write_stat(
+                out,
+                "detail_enabled",
+                yes_no(store.prefix_stats().enabled()),
+            );
             let c = store.crawler();
-            write_stat(out, "lru_crawler", if c.enabled() { "yes" } else { "no" });
+            write_stat(out, "lru_crawler", yes_no(c.enabled()));
             write_stat(out, "lru_crawler_sleep", c.sleep());
             write_stat(out, "lru_crawler_tocrawl", c.tocrawl());
             ctx.extra_stats("settings", out);
@@ -86,7 +99,11 @@ pub(super) fn stats<C: ExecContext + ?Sized>(
             return;
         }
         Some(b"cachedump") => {
-            cachedump(store, now, args, out);
+            if ctx.dumping_enabled() {
+                cachedump(store, now, args, out);
+            } else {
+                out.extend_from_slice(b"CLIENT_ERROR stats cachedump not allowed\r\n");
+            }
             return;
         }
         Some(b"reset") => {

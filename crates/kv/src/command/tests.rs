@@ -484,7 +484,7 @@ fn stats_groups() {
     assert_eq!(
         stats_with(&s.store, "stats settings\r\n"),
         "STAT maxbytes 1048576\r\nSTAT evictions on\r\nSTAT cas_enabled yes\r\n\
-         STAT stat_key_prefix :\r\nSTAT detail_enabled no\r\nSTAT lru_crawler yes\r\n\
+         STAT flush_enabled yes\r\nSTAT dump_enabled yes\r\nSTAT stat_key_prefix :\r\nSTAT detail_enabled no\r\nSTAT lru_crawler yes\r\n\
          STAT lru_crawler_sleep 100\r\nSTAT lru_crawler_tocrawl 0\r\n\
          STAT item_size_max 1048576\r\nEND\r\n"
     );

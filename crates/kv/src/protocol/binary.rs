@@ -502,6 +502,9 @@ pub enum Status {
     NotStored = 0x0005,
     /// Incr/decr on a non-numeric value.
     DeltaBadValue = 0x0006,
+    /// Authentication failed; memcached also answers it to a flush that
+    /// `-F` forbids.
+    AuthError = 0x0020,
     /// Unknown command.
     UnknownCommand = 0x0081,
     /// Out of memory.
@@ -519,6 +522,7 @@ impl Status {
             Status::InvalidArguments => b"Invalid arguments",
             Status::NotStored => b"Not stored.",
             Status::DeltaBadValue => b"Non-numeric server-side value for incr or decr",
+            Status::AuthError => b"Auth failure.",
             Status::UnknownCommand => b"Unknown command",
             Status::OutOfMemory => b"Out of memory",
         }

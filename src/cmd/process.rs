@@ -1,0 +1,119 @@
+//! Process-level settings memcached users set with flags: the user the
+//! server runs as (`-u`), core dumps (`-r`) and locked memory (`-k`). Each
+//! is one or two system calls; they live here so that the binary's other
+//! modules stay free of `unsafe`.
+
+use std::ffi::CString;
+use std::io;
+
+/// Takes the identity of `user` when running as root, as memcached's `-u`
+/// does: supplementary groups dropped, then the user's group and id.
+/// Returns whether it switched (`false`: not root, nothing to drop, as
+/// memcached ignores `-u` then). Call it before any other thread starts
+/// and before anything is opened that the user should not hold.
+pub fn assume_user(user: &str) -> anyhow::Result<bool> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return Ok(false);
+    }
+    let name = CString::new(user).map_err(|_| anyhow::anyhow!("-u: a user name has no NUL"))?;
+    // SAFETY: an all-zero passwd is a valid value for getpwnam_r to fill.
+    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut buf = vec![0 as libc::c_char; 16 << 10];
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: every pointer is to live memory of the sizes given; the
+    // strings getpwnam_r writes stay in `buf`, which outlives their use
+    // (only the two ids are read).
+    let rc = unsafe {
+        libc::getpwnam_r(
+            name.as_ptr(),
+            &mut pwd,
+            buf.as_mut_ptr(),
+            buf.len(),
+            &mut found,
+        )
+    };
+    anyhow::ensure!(
+        rc == 0 && !found.is_null(),
+        "-u {user}: can't find the user {user} to switch to"
+    );
+    let (uid, gid) = (pwd.pw_uid, pwd.pw_gid);
+    // SAFETY: setgroups with a count of 0 reads no list.
+    if unsafe { libc::setgroups(0, std::ptr::null()) } != 0 {
+        anyhow::bail!(
+            "-u {user}: failed to drop supplementary groups: {}",
+            io::Error::last_os_error()
+        );
+    }
+    // SAFETY: setgid/setuid take plain ids; glibc applies them to every
+    // thread of the process.
+    if unsafe { libc::setgid(gid) } != 0 || unsafe { libc::setuid(uid) } != 0 {
+        anyhow::bail!(
+            "-u {user}: failed to assume identity of user {user}: {}",
+            io::Error::last_os_error()
+        );
+    }
+    Ok(true)
+}
+
+/// Raises the core-file size limit to its hard limit (memcached's `-r`).
+pub fn enable_coredumps() -> io::Result<()> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into a live local struct.
+    if unsafe { libc::getrlimit(libc::RLIMIT_CORE, &mut lim) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    lim.rlim_cur = lim.rlim_max;
+    // SAFETY: setrlimit reads a live local struct.
+    if unsafe { libc::setrlimit(libc::RLIMIT_CORE, &lim) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Locks every page the process maps now and later in memory (memcached's
+/// `-k`), so the cache is never paged out. Only where locked memory is
+/// unlimited (the limit is raised to its hard value first): under a limit,
+/// every allocation past it would fail and stop the server, so it refuses
+/// and says why instead.
+pub fn lock_memory() -> io::Result<()> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into a live local struct.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if lim.rlim_cur != libc::RLIM_INFINITY {
+        // Unlimited where allowed (root), else up to the hard limit.
+        let unlimited = libc::rlimit {
+            rlim_cur: libc::RLIM_INFINITY,
+            rlim_max: libc::RLIM_INFINITY,
+        };
+        lim.rlim_cur = lim.rlim_max;
+        // SAFETY: setrlimit reads live local structs. A refusal leaves the
+        // limit as it was: `lim` then says what holds (checked below).
+        if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) } == 0 {
+            lim = unlimited;
+        } else if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) } != 0 {
+            // SAFETY: as above.
+            unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) };
+        }
+    }
+    if lim.rlim_cur != libc::RLIM_INFINITY {
+        return Err(io::Error::other(format!(
+            "locked memory is limited to {} KiB (`ulimit -l`): allocations past it \
+             would fail, so nothing is locked; raise the limit to unlimited",
+            lim.rlim_cur >> 10
+        )));
+    }
+    // SAFETY: mlockall takes flags only.
+    if unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
