@@ -130,6 +130,15 @@ pub(crate) fn seg_size_for(limit: usize) -> usize {
         .min(MAX_SEG)
 }
 
+/// The hash of the key stored at a location: the table keeps no hashes, so
+/// it rehashes from the segments when it grows, shrinks or inserts.
+fn rehash<'a>(segs: &'a [Segment], hasher: &'a super::Hasher) -> impl Fn(&Loc) -> u64 + 'a {
+    move |&l| {
+        let r = &segs[seg_of(l)].data[off_of(l)..];
+        hasher.hash_one(&r[HEADER..HEADER + r[H_KLEN] as usize])
+    }
+}
+
 /// An item's header, as a fixed-size array: fields at constant offsets are
 /// read and written without bounds checks (a get reads several).
 type Header = [u8; HEADER];
@@ -658,20 +667,13 @@ impl Shard {
         stats: &ShardStats,
     ) -> Option<Loc> {
         // Reserve the table slot first: its growth counts against the budget.
-        self.table.reserve(1, |&l| {
-            let r = &self.segs[seg_of(l)].data[off_of(l)..];
-            self.hasher
-                .hash_one(&r[HEADER..HEADER + r[H_KLEN] as usize])
-        });
+        self.table.reserve(1, rehash(&self.segs, &self.hasher));
         let Some(l) = self.place(it, now, flush, stats) else {
             if !self.evictions {
                 // Nothing live may go to pay for the growth: give it back,
                 // so the shard stays within its limit.
-                self.table.shrink_to(self.table.len(), |&l| {
-                    let r = &self.segs[seg_of(l)].data[off_of(l)..];
-                    self.hasher
-                        .hash_one(&r[HEADER..HEADER + r[H_KLEN] as usize])
-                });
+                let len = self.table.len();
+                self.table.shrink_to(len, rehash(&self.segs, &self.hasher));
             }
             return None;
         };
@@ -754,10 +756,7 @@ impl Shard {
             hasher,
             ..
         } = self;
-        table.insert_unique(hash, l, |&l| {
-            let r = &segs[seg_of(l)].data[off_of(l)..];
-            hasher.hash_one(&r[HEADER..HEADER + r[H_KLEN] as usize])
-        });
+        table.insert_unique(hash, l, rehash(segs, hasher));
         let charge = self.charge(l);
         let size = align8(charge);
         self.segs[seg_of(l)].live += size;
