@@ -955,6 +955,18 @@ impl<'s, 'k> Entry<'s, 'k> {
         let l = self.idx.ok_or(WriteError::NotFound)?;
         let (flags, exptime) = (self.shard.flags(l), self.shard.exptime(l));
         let kept = self.shard.bits(l) & (STALE | WIN_SENT | KEY_BINARY);
+        if let Edit::Replace(d) = edit {
+            if d.len() == self.shard.item(l).value.len() {
+                // A counter keeping its digits: written in place, as
+                // memcached's incr does, so it needs no room (a full cache
+                // without evictions still counts).
+                self.shard.overwrite_value(l, d);
+                let cas = cas.unwrap_or_else(|| self.store.next_cas());
+                self.shard.set_cas(l, cas);
+                self.shard.touch(l, 0, self.now);
+                return Ok(cas);
+            }
+        }
         if let Edit::Append(d) | Edit::Prepend(d) = edit {
             let old_len = self.shard.item(l).value.len();
             let size = crate::protocol::item_size(self.key.len(), flags, old_len + d.len());

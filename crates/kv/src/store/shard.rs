@@ -238,12 +238,18 @@ pub(crate) struct Shard {
     seq: u64,
     /// Whether live items may be evicted (see `StoreConfig::evictions`).
     pub(crate) evictions: bool,
-    /// Items linked so far (a new item may be one a flush already hides).
-    linked: u64,
-    /// Without evictions: the (time, flush epoch, flush cut-off, `linked`)
-    /// at which a pass over the shard last found no expired or flushed item,
-    /// so that writes failing again at the same moment skip the pass.
+    /// Without evictions: items linked that a flush already hid (written
+    /// in the second of a delayed flush's cut-off), the one way something
+    /// dies without the time or the flush state changing.
+    born_hidden: u64,
+    /// Without evictions: the (time, flush epoch, flush cut-off,
+    /// `born_hidden`) at which a pass over the shard last found no expired
+    /// or flushed item, so that writes failing again before any of them
+    /// changes skip the pass (at most one pass a second under churn).
     no_dead: Option<(Time, u32, Time, u64)>,
+    /// Times the table grew (tests count rehashes with it).
+    #[cfg(test)]
+    pub(crate) table_grows: usize,
 }
 
 impl Shard {
@@ -266,8 +272,10 @@ impl Shard {
             taken: Vec::new(),
             seq: 0,
             evictions: true,
-            linked: 0,
+            born_hidden: 0,
             no_dead: None,
+            #[cfg(test)]
+            table_grows: 0,
         }
     }
 
@@ -417,6 +425,16 @@ impl Shard {
     #[inline]
     pub(crate) fn class(&self, l: Loc) -> usize {
         class_of(self.charge(l))
+    }
+
+    /// Writes `value` over the value of the item at `l`, which has exactly
+    /// its length (an `incr` keeping its digits): no room needed.
+    pub(crate) fn overwrite_value(&mut self, l: Loc, value: &[u8]) {
+        let r = self.raw_mut(l);
+        let klen = r[H_KLEN] as usize;
+        let vlen = u32::from_le_bytes(r[H_VLEN..H_VLEN + 4].try_into().unwrap()) as usize;
+        assert_eq!(vlen, value.len(), "an overwrite keeps the length");
+        r[HEADER + klen..HEADER + klen + vlen].copy_from_slice(value);
     }
 
     /// The read-only view of the item at `l`.
@@ -666,8 +684,17 @@ impl Shard {
         flush: FlushState,
         stats: &ShardStats,
     ) -> Option<Loc> {
+        if !self.evictions && !self.growth_paid(now, flush, stats) {
+            return None;
+        }
         // Reserve the table slot first: its growth counts against the budget.
+        #[cfg(test)]
+        let cap = self.table.capacity();
         self.table.reserve(1, rehash(&self.segs, &self.hasher));
+        #[cfg(test)]
+        if self.table.capacity() != cap {
+            self.table_grows += 1;
+        }
         let Some(l) = self.place(it, now, flush, stats) else {
             if !self.evictions {
                 // Nothing live may go to pay for the growth: give it back,
@@ -679,7 +706,33 @@ impl Shard {
         };
         self.write(l, it);
         self.link(l, hash, stats);
+        if !self.evictions && self.state(l, now, flush) != Lookup::Hit {
+            self.born_hidden += 1;
+        }
         Some(l)
+    }
+
+    /// Without evictions, before a full table grows: whether dead space pays
+    /// for the larger table (freed here if needed). A growth nothing pays
+    /// for is refused before it is made, so a full shard's refused writes
+    /// do not rehash its whole table twice each (grow, then give back).
+    fn growth_paid(&mut self, now: Time, flush: FlushState, stats: &ShardStats) -> bool {
+        let cap = self.table.capacity();
+        // Past 7 slots hashbrown doubles the buckets, and so the capacity.
+        if self.table.len() < cap || cap < 8 {
+            return true;
+        }
+        let mut tries = 0;
+        loop {
+            let after = self.allocated + 2 * self.table_bytes();
+            if after <= self.limit {
+                return true;
+            }
+            tries += 1;
+            if !self.free_one(now, flush, stats, self.may_move(tries), after - self.limit) {
+                return false;
+            }
+        }
     }
 
     /// Room for `it` after the table grew: first back under the limit if
@@ -761,7 +814,6 @@ impl Shard {
         let size = align8(charge);
         self.segs[seg_of(l)].live += size;
         self.bytes += charge;
-        self.linked += 1;
         stats.set(Counter::Bytes, self.bytes as u64);
         stats.set(Counter::CurrItems, self.table.len() as u64);
         let class = class_of(charge);
@@ -968,7 +1020,7 @@ impl Shard {
     ///    flushed items (a large segment goes with its item, a normal one
     ///    when nothing live is left); the counts of step 1 then see their
     ///    room. A pass that found nothing is not repeated at the same time
-    ///    and flush state until an item is linked.
+    ///    and flush state (unless an item a flush hides was linked).
     ///
     /// Large segments (one item each) are freed only when their item dies.
     fn free_dead(&mut self, now: Time, flush: FlushState, stats: &ShardStats, need: usize) -> bool {
@@ -1002,7 +1054,7 @@ impl Shard {
                 return true;
             }
         }
-        let key = (now, flush.epoch, flush.cutoff(now), self.linked);
+        let key = (now, flush.epoch, flush.cutoff(now), self.born_hidden);
         if self.no_dead == Some(key) {
             return false;
         }

@@ -1025,6 +1025,25 @@ fn a_table_growth_never_takes_a_shard_past_its_limit() {
 }
 
 #[test]
+fn without_evictions_a_refused_write_does_not_grow_the_table() {
+    // Small equal items fill a shard's memory about when its table is full:
+    // the next write would need a larger table that nothing can pay for.
+    let s = no_evict(2 << 20, 1);
+    let stored = fill(&s, "k", &[b'v'; 20], 0, NOW);
+    let full = super::lock(&s.cells[0].shard).table_grows;
+    for j in 0..100 {
+        assert!(try_set(&s, format!("late{j}").as_bytes(), &[b'v'; 20], 0, NOW).is_err());
+    }
+    let shard = super::lock(&s.cells[0].shard);
+    // Before: each refused write grew the table and gave the growth back,
+    // two rehashes of the whole shard under its lock.
+    assert_eq!(shard.table_grows, full, "{} items", stored.len());
+    drop(shard);
+    s.check();
+    all_there(&s, &stored, &[b'v'; 20], NOW);
+}
+
+#[test]
 fn without_evictions_a_full_store_refuses_writes_until_items_die() {
     let limit = 64 * 1024;
     let s = no_evict(limit, 2);
@@ -1154,7 +1173,12 @@ fn without_evictions_a_failed_write_keeps_the_old_item() {
     );
     assert_eq!(e.item().unwrap().value, &value[..]);
     drop(e);
-    // incr and append fail and keep the item, as in memcached.
+    // An incr that keeps its digits is written in place, as memcached's:
+    // a full cache still counts. One that grows them needs room: it fails
+    // and keeps the item, as in memcached; so does an append.
+    assert_eq!(text(&s, NOW, "incr num 5\r\n"), "6\r\n");
+    assert_eq!(text(&s, NOW, "decr num 6\r\n"), "0\r\n");
+    assert_eq!(text(&s, NOW, "ma num v\r\n"), "VA 1\r\n1\r\n");
     assert_eq!(
         text(&s, NOW, "incr num 99999999\r\n"),
         "SERVER_ERROR out of memory\r\n"
