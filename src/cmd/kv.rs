@@ -137,7 +137,9 @@ pub struct KvArgs {
     /// Lock all memory in RAM, now and as it grows (memcached's -k). Only
     /// where locked memory may be unlimited (root, or `ulimit -l
     /// unlimited`): under a limit every allocation past it would fail, so
-    /// the server says so and runs unlocked.
+    /// the server says so and runs unlocked. Locked, every page the
+    /// allocator and thread stacks map stays resident (more than -m + 32 MiB
+    /// is possible).
     #[arg(short = 'k', long = "lock-memory")]
     lock_memory: bool,
     /// Accepted and checked as memcached checks it (above 1), ignored: the

@@ -40,10 +40,12 @@ pub fn assume_user(user: &str) -> anyhow::Result<bool> {
     let (uid, gid) = (pwd.pw_uid, pwd.pw_gid);
     // SAFETY: setgroups with a count of 0 reads no list.
     if unsafe { libc::setgroups(0, std::ptr::null()) } != 0 {
-        anyhow::bail!(
-            "-u {user}: failed to drop supplementary groups: {}",
-            io::Error::last_os_error()
-        );
+        let e = io::Error::last_os_error();
+        // Refused in some user namespaces; memcached carries on there too.
+        if e.raw_os_error() != Some(libc::EPERM) {
+            anyhow::bail!("-u {user}: failed to drop supplementary groups: {e}");
+        }
+        eprintln!("duality kv: warning: -u {user}: supplementary groups kept ({e})");
     }
     // SAFETY: setgid/setuid take plain ids; glibc applies them to every
     // thread of the process.

@@ -79,6 +79,7 @@ pub fn execute_binary<C: ExecContext + ?Sized>(
             return Flow::Close;
         }
         // memcached answers a flush that `-F` forbids with "Auth failure.".
+        // (Uncounted, unlike a refused text flush_all: memcached's way.)
         Flush if !ctx.flush_all_enabled() => error(req, Status::AuthError, out),
         Flush => {
             let delay = match req.extras {

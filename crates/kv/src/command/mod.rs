@@ -268,6 +268,8 @@ pub fn execute<C: ExecContext + ?Sized>(
                 store.flush_all(delay.unwrap_or(0).into(), now);
                 b"OK\r\n"
             } else {
+                // memcached counts a refused flush too.
+                store.count(Counter::CmdFlush);
                 b"CLIENT_ERROR flush_all not allowed\r\n"
             };
             quiet(noreply, out, |out| out.extend_from_slice(answer));
