@@ -412,9 +412,10 @@ impl HttpProtocol {
         };
         let state = self.state.clone();
         let url = head.path.clone();
+        let takes_gzip = gzip::takes(&state.cfg.gzip, head);
         let found = match reply
             .payload()
-            .blocking(move || state.lookup(&url, want_gzip))
+            .blocking(move || state.lookup(&url, want_gzip, takes_gzip))
             .await
         {
             Ok(found) => found,

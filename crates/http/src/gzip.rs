@@ -179,12 +179,20 @@ pub fn eligible(cfg: &GzipConfig, path: &Path, content_type: &str, size: u64) ->
 }
 
 /// Whether `head` is answered with the gzip variant of an [`eligible`] file:
-/// its `Accept-Encoding` prefers gzip, it has no `Range`, and it is HTTP/1.1
-/// (or [`GzipConfig::http10`] allows HTTP/1.0).
+/// it [`takes`] gzip and has no `Range` (a range is served from the
+/// identity body).
 pub fn wanted(cfg: &GzipConfig, head: &Head<'_>) -> bool {
+    takes(cfg, head) && head.range.is_none()
+}
+
+/// Whether `head` may be sent a gzip body at all: gzip on, its
+/// `Accept-Encoding` prefers gzip, and it is HTTP/1.1 (or
+/// [`GzipConfig::http10`] allows HTTP/1.0). A lone `file.gz` answers such a
+/// request even with a `Range` (the whole body, 200): there is no identity
+/// body to take the range from.
+pub fn takes(cfg: &GzipConfig, head: &Head<'_>) -> bool {
     cfg.enabled
         && (cfg.http10 || head.version == Version::Http11)
-        && head.range.is_none()
         && head.accept_encoding.prefers_gzip()
 }
 

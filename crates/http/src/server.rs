@@ -514,14 +514,20 @@ impl HttpState {
     }
 
     /// Finds what answers `url_path` (a [`Head::path`](crate::Head::path));
-    /// `want_gzip`: the request [wants](gzip::wanted) the gzip variant.
+    /// `want_gzip`: the request [wants](gzip::wanted) the gzip variant;
+    /// `takes_gzip`: it [takes](gzip::takes) a gzip body (a lone `.gz`).
     /// Blocking (`realpath`, `stat`, `open`, `read`): runs on the blocking
     /// pool.
-    pub(crate) fn lookup(&self, url_path: &str, want_gzip: bool) -> Result<Found, HttpError> {
+    pub(crate) fn lookup(
+        &self,
+        url_path: &str,
+        want_gzip: bool,
+        takes_gzip: bool,
+    ) -> Result<Found, HttpError> {
         let (path, meta) = match self.root.resolve(url_path) {
             Ok(Resolved::Redirect { location }) => return Ok(Found::Redirect(location)),
             Ok(Resolved::File { path, meta }) => (path, meta),
-            Err(e) if e.status == Status::NotFound && want_gzip && self.cfg.gzip.static_files => {
+            Err(e) if e.status == Status::NotFound && takes_gzip && self.cfg.gzip.static_files => {
                 return self.gzip_static_alone(url_path).ok_or(e);
             }
             Err(e) => return Err(e),
