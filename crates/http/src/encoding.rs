@@ -68,7 +68,7 @@ impl AcceptEncoding {
         for element in value.split(|&b| b == b',') {
             let mut parts = element.split(|&b| b == b';');
             let coding = trim(parts.next().unwrap_or_default());
-            if coding.is_empty() || !coding.iter().all(|&b| is_tchar(b)) {
+            if coding.is_empty() || !coding.iter().all(|&b| crate::request::is_tchar(b)) {
                 continue;
             }
             let mut weight = Some(1000);
@@ -129,11 +129,6 @@ fn parse_weight(v: &[u8]) -> Option<Weight> {
         b'1' if thousandths == 0 => Some(1000),
         _ => None,
     }
-}
-
-/// A `tchar` of RFC 9110 §5.6.2 (what a coding name is made of).
-fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 fn trim(v: &[u8]) -> &[u8] {

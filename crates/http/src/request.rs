@@ -10,9 +10,9 @@
 //!   read buffer of [`Limits::max_request`] bytes never fills up without an
 //!   answer.
 //! - `Ok(Some((head, consumed)))`: a request. `consumed` covers the head
-//!   **and** its body (bodies of up to [`Limits::max_body`] bytes are waited
-//!   for, then ignored): drop `consumed` bytes, and what follows is the next
-//!   pipelined request.
+//!   **and** its body (bodies of up to [`Limits::max_body`] bytes, framed by
+//!   `Content-Length` or chunked, are waited for, then ignored): drop
+//!   `consumed` bytes, and what follows is the next pipelined request.
 //! - `Err(e)`: answer `e.status` and close (`e.close` is always `true` here:
 //!   after a bad head nobody knows where the next request starts).
 //!
@@ -32,9 +32,10 @@
 //! other than `HTTP/1.x` (the HTTP/2 preface included) → 505; an HTTP/1.1
 //! request without `Host`, two `Host` fields, conflicting `Content-Length`s,
 //! `Transfer-Encoding` with `Content-Length` or not ending in `chunked`, a
-//! target [`normalize`](crate::path::normalize) refuses, or anything
-//! `httparse` refuses → 400; a chunked body → 411 (bodies are accepted with a
-//! `Content-Length` only); a body over [`Limits::max_body`] → 413.
+//! target [`normalize`](crate::path::normalize) refuses, a malformed chunked
+//! body, or anything `httparse` refuses → 400; a body over
+//! [`Limits::max_body`] → 413 (a chunked body's framing counts: its chunk
+//! sizes, extensions and trailer fields are bytes the buffer must hold).
 
 use std::mem::MaybeUninit;
 use std::time::SystemTime;
@@ -59,8 +60,8 @@ pub struct Limits {
     pub max_uri: usize,
     /// Most header fields → 431 beyond (clamped to [`MAX_HEADERS_CAP`]).
     pub max_headers: usize,
-    /// Largest body (announced by `Content-Length`) that is read and
-    /// ignored → 413 beyond.
+    /// Largest body that is read and ignored → 413 beyond (announced by
+    /// `Content-Length`, or a chunked body, framing included).
     pub max_body: usize,
 }
 
@@ -146,6 +147,11 @@ pub struct Head<'a> {
     /// The body length (`Content-Length`, 0 without one); the body is
     /// included in the bytes consumed and otherwise ignored.
     pub content_length: usize,
+    /// Whether the body is chunked (`Transfer-Encoding: chunked`, HTTP/1.1):
+    /// its length is known once its last chunk and trailer have arrived; it
+    /// is included in the bytes consumed and ignored, as nginx discards a
+    /// static request's body.
+    pub chunked: bool,
     /// `Referer` (for logs).
     pub referer: Option<&'a [u8]>,
     /// `User-Agent` (for logs).
@@ -165,11 +171,82 @@ pub fn parse_head<'a>(
     let Some((head, head_len)) = parse_fields(buf, limits)? else {
         return Ok(None);
     };
-    let consumed = head_len.saturating_add(head.content_length);
+    let body = if head.chunked {
+        match chunked_len(&buf[head_len..], limits.max_body)? {
+            Some(n) => n,
+            None => return Ok(None),
+        }
+    } else {
+        head.content_length
+    };
+    let consumed = head_len.saturating_add(body);
     if buf.len() < consumed {
         return Ok(None);
     }
     Ok(Some((head, consumed)))
+}
+
+/// The length of the chunked body at the start of `body` — its chunks, the
+/// last chunk, any trailer fields and the blank line that ends them
+/// (RFC 9112 §7.1) — or `None` while it has not all arrived. Everything
+/// counts against `max`: a body that cannot end within `max` bytes → 413;
+/// bad framing → 400. Line ends may be bare LF, as nginx reads them.
+fn chunked_len(body: &[u8], max: usize) -> Result<Option<usize>, HttpError> {
+    let window = &body[..body.len().min(max)];
+    let bad = || HttpError::close(Status::BadRequest);
+    // Not ended within the window: wait while `max` may still hold it.
+    let incomplete = || {
+        if body.len() >= max {
+            Err(HttpError::close(Status::ContentTooLarge))
+        } else {
+            Ok(None)
+        }
+    };
+    let mut at = 0;
+    loop {
+        let size = match chunk_size(&window[at..]) {
+            Ok(Some((n, size))) => {
+                at += n;
+                size
+            }
+            Ok(None) => return incomplete(),
+            Err(()) => return Err(bad()),
+        };
+        if size == 0 {
+            break;
+        }
+        // A size past the limit is refused before any of it is waited for.
+        if size > (max - at) as u64 {
+            return Err(HttpError::close(Status::ContentTooLarge));
+        }
+        at += size as usize;
+        if at > window.len() {
+            return incomplete();
+        }
+        match &window[at..] {
+            [b'\r', b'\n', ..] => at += 2,
+            [b'\n', ..] => at += 1,
+            [] | [b'\r'] => return incomplete(),
+            _ => return Err(bad()),
+        }
+    }
+    // The trailer section: fields (ignored) up to an empty line.
+    loop {
+        let rest = &window[at..];
+        let Some(end) = rest.iter().position(|&b| b == b'\n') else {
+            return incomplete();
+        };
+        at += end + 1;
+        let line = &rest[..end];
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            return Ok(Some(at));
+        }
+        let name_len = line.iter().position(|&b| b == b':').unwrap_or(0);
+        if name_len == 0 || !line[..name_len].iter().all(|&b| is_tchar(b)) {
+            return Err(bad());
+        }
+    }
 }
 
 /// Whether `buf` (for which [`parse_head`] answered `Ok(None)`) holds a
@@ -187,7 +264,9 @@ pub fn continue_due(buf: &[u8], limits: &Limits) -> bool {
     matches!(
         parse_fields(buf, limits),
         Ok(Some((head, head_len)))
-            if head.expect_continue && head.content_length > 0 && head_len == buf.len()
+            if head.expect_continue
+                && (head.content_length > 0 || head.chunked)
+                && head_len == buf.len()
     )
 }
 
@@ -268,7 +347,6 @@ fn parse_fields<'a>(
         if fields.content_length.is_some() || version == Version::Http10 || !chunked_last {
             return Err(close(Status::BadRequest));
         }
-        return Err(close(Status::LengthRequired));
     }
     let content_length = fields.content_length.unwrap_or(0);
     if content_length > limits.max_body as u64 {
@@ -302,6 +380,7 @@ fn parse_fields<'a>(
         if_range: fields.if_range,
         accept_encoding: fields.accept_encoding,
         content_length,
+        chunked: fields.transfer_encoding.is_some(),
         referer: fields.referer,
         user_agent: fields.user_agent,
         expect_continue: fields.expect_continue && version == Version::Http11,
@@ -556,8 +635,45 @@ fn later_minor_line(window: &[u8]) -> LaterMinor<'_> {
     }
 }
 
-/// A `tchar` of RFC 9110 §5.6.2 (what a method is made of).
-fn is_tchar(b: u8) -> bool {
+/// A chunk-size line at the start of `buf` (RFC 9112 §7.1: hex digits,
+/// then extensions, which are ignored): `Some((line length, size))`, `None`
+/// while its end has not arrived, `Err` for anything else (no digit, a size
+/// over 16 hex digits, control bytes, a CR not before LF). httparse's
+/// `parse_chunk_size` is not used: it takes an empty line as size 0 and a
+/// bare LF inside an extension.
+fn chunk_size(buf: &[u8]) -> Result<Option<(usize, u64)>, ()> {
+    let digits = buf.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+    if digits > 16 {
+        return Err(());
+    }
+    if digits == buf.len() {
+        return Ok(None);
+    }
+    if digits == 0 {
+        return Err(());
+    }
+    let size = buf[..digits].iter().fold(0u64, |n, &d| {
+        n << 4 | u64::from((d as char).to_digit(16).unwrap_or(0))
+    });
+    // The line so far (a CR is fine only as its last byte): nothing but
+    // white space before an extension, no control byte.
+    let rest = &buf[digits..];
+    let lf = rest.iter().position(|&b| b == b'\n');
+    let seen = &rest[..lf.unwrap_or(rest.len())];
+    let seen = seen.strip_suffix(b"\r").unwrap_or(seen);
+    let ext = seen.trim_ascii_start();
+    let ok = (ext.is_empty() || ext[0] == b';')
+        && seen.iter().all(|&b| !b.is_ascii_control() || b == b'\t');
+    match (ok, lf) {
+        (false, _) => Err(()),
+        (true, None) => Ok(None),
+        (true, Some(lf)) => Ok(Some((digits + lf + 1, size))),
+    }
+}
+
+/// A `tchar` of RFC 9110 §5.6.2 (what a method, a field name or a coding
+/// is made of).
+pub(crate) fn is_tchar(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
@@ -814,10 +930,6 @@ mod tests {
             ("GET / HTTP/1.1\r\nHost: h:8x\r\n\r\n", 400),
             ("GET / HTTP/1.1\r\nHost: u@h\r\n\r\n", 400),
             ("GET / HTTP/1.1\r\nHost: [::1\r\n\r\n", 400),
-            (
-                "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
-                411,
-            ),
             (
                 "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 8193\r\n\r\n",
                 413,
@@ -1086,6 +1198,74 @@ mod tests {
     }
 
     #[test]
+    fn chunked_bodies_are_consumed_whole() {
+        let head = "GET /c HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n";
+        for body in [
+            "0\r\n\r\n",
+            "0\n\n",
+            "5\r\nhello\r\n0\r\n\r\n",
+            "A\r\n0123456789\r\n00\r\n\r\n",
+            "1;ext\r\nx\r\n1 ; a=\"q\"\r\ny\r\n0\r\n\r\n",
+            "3\r\n\r\n\n\r\n0\r\nA: 1\r\nB-c:\r\n\r\n",
+            "fF\t;x\r\n{ff}\r\n0000000000000000\r\n\r\n",
+            "5;a\nhello\r\n0\r\n\r\n",
+        ] {
+            let body = body.replace("{ff}", &"y".repeat(0xff));
+            let req = format!("{head}{body}");
+            let (h, n) = parse(&req).unwrap().unwrap();
+            assert!(h.chunked, "{body:?}");
+            assert_eq!(n, req.len(), "{body:?}");
+            // Followed by the next request: only the body is consumed.
+            let piped = format!("{req}GET / HTTP/1.1\r\nHost: h\r\n\r\n");
+            assert_eq!(parse(&piped).unwrap().unwrap().1, req.len(), "{body:?}");
+        }
+        for body in [
+            "",
+            "5",
+            "5\r\nhel",
+            "5\r\nhello",
+            "5\r\nhello\r",
+            "0\r\n",
+            "0\r\nA: 1\r\n",
+        ] {
+            assert_eq!(parse(&format!("{head}{body}")), Ok(None), "{body:?}");
+        }
+        for body in [
+            "zz\r\n",
+            "-1\r\n",
+            "5\r\nhelloXX0\r\n\r\n",
+            "0\r\nno colon\r\n\r\n",
+            "0\r\n: v\r\n\r\n",
+            "0\r\nBad Name: v\r\n\r\n",
+            "ffffffffffffffffffff\r\n",
+            "00000000000000000\r\n",
+            "\r\n",
+            ";x\r\n",
+            "5 x\r\n",
+            "5;a\rb\r\n",
+            "5\r\r\n",
+            "5;a\x01\r\n",
+            "5x",
+        ] {
+            assert_eq!(status(&format!("{head}{body}")), 400, "{body:?}");
+        }
+        // The limit counts framing: a chunk past it is refused at its size
+        // line; many small chunks once their bytes reach it.
+        assert_eq!(status(&format!("{head}2001\r\n")), 413);
+        let small = "1\r\nx\r\n".repeat(8 * 1024 / 6 + 1);
+        assert_eq!(status(&format!("{head}{small}")), 413);
+        let fits = format!("{head}{}0\r\n\r\n", "1\r\nx\r\n".repeat(1000));
+        assert_eq!(parse(&fits).unwrap().unwrap().1, fits.len());
+        // 100-continue is due for a chunked body too.
+        let expect = head.replace("\r\n\r\n", "\r\nExpect: 100-continue\r\n\r\n");
+        assert!(continue_due(expect.as_bytes(), &Limits::default()));
+        assert!(!continue_due(
+            format!("{expect}0").as_bytes(),
+            &Limits::default()
+        ));
+    }
+
+    #[test]
     fn empty_buffer_is_incomplete() {
         assert!(parse("").unwrap().is_none());
         assert!(parse("\r\n").unwrap().is_none());
@@ -1102,6 +1282,7 @@ mod tests {
             "POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: 4\r\n\r\nbody",
             "GET /v HTTP/1.2\r\nHost: h\r\n\r\n",
             "\r\nPOST /p HTTP/1.9\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\nok",
+            "PUT /c HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n4;a=b\r\nbody\r\n1\nx\n0\r\nT: v\r\n\r\n",
         ];
 
         proptest! {
@@ -1127,6 +1308,31 @@ mod tests {
                 bytes.splice(at..at, junk);
                 let _ = parse_head(&bytes, &Limits::default());
                 let _ = continue_due(&bytes, &Limits::default());
+            }
+
+            /// A body cut into chunks of any sizes is consumed exactly.
+            #[test]
+            fn chunked_any_split(
+                body in prop::collection::vec(any::<u8>(), 0..2048),
+                cuts in prop::collection::vec(1usize..300, 0..40),
+            ) {
+                let mut req = b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+                let mut rest = &body[..];
+                for c in cuts.iter().chain(std::iter::once(&usize::MAX)) {
+                    let (chunk, more) = rest.split_at((*c).min(rest.len()));
+                    if !chunk.is_empty() {
+                        req.extend(format!("{:x}\r\n", chunk.len()).bytes());
+                        req.extend(chunk);
+                        req.extend(b"\r\n");
+                    }
+                    rest = more;
+                }
+                req.extend(b"0\r\n\r\n");
+                let (_, n) = parse_head(&req, &Limits::default()).unwrap().unwrap();
+                prop_assert_eq!(n, req.len());
+                for cut in [req.len() - 1, req.len() / 2] {
+                    prop_assert_eq!(parse_head(&req[..cut], &Limits::default()), Ok(None));
+                }
             }
 
             /// Every proper prefix of a valid request is incomplete; the whole

@@ -29,9 +29,6 @@ pub enum Status {
     MethodNotAllowed,
     /// 408: the client was too slow to send its head (the handler's timeout).
     RequestTimeout,
-    /// 411: a chunked request body; this server takes bodies only with a
-    /// `Content-Length`.
-    LengthRequired,
     /// 412: `If-Match` or `If-Unmodified-Since` does not hold for the file.
     PreconditionFailed,
     /// 413: a request body larger than [`Limits::max_body`](crate::Limits::max_body).
@@ -67,7 +64,6 @@ impl Status {
             Status::NotFound => 404,
             Status::MethodNotAllowed => 405,
             Status::RequestTimeout => 408,
-            Status::LengthRequired => 411,
             Status::PreconditionFailed => 412,
             Status::ContentTooLarge => 413,
             Status::UriTooLong => 414,
@@ -91,7 +87,6 @@ impl Status {
             Status::NotFound => "Not Found",
             Status::MethodNotAllowed => "Method Not Allowed",
             Status::RequestTimeout => "Request Timeout",
-            Status::LengthRequired => "Length Required",
             Status::PreconditionFailed => "Precondition Failed",
             Status::ContentTooLarge => "Content Too Large",
             Status::UriTooLong => "URI Too Long",
@@ -115,7 +110,6 @@ impl Status {
             Status::NotFound => "404 Not Found",
             Status::MethodNotAllowed => "405 Method Not Allowed",
             Status::RequestTimeout => "408 Request Timeout",
-            Status::LengthRequired => "411 Length Required",
             Status::PreconditionFailed => "412 Precondition Failed",
             Status::ContentTooLarge => "413 Content Too Large",
             Status::UriTooLong => "414 URI Too Long",
@@ -204,7 +198,7 @@ impl std::error::Error for HttpError {}
 mod tests {
     use super::*;
 
-    const ALL: [Status; 17] = [
+    const ALL: [Status; 16] = [
         Status::Ok,
         Status::PartialContent,
         Status::MovedPermanently,
@@ -214,7 +208,6 @@ mod tests {
         Status::NotFound,
         Status::MethodNotAllowed,
         Status::RequestTimeout,
-        Status::LengthRequired,
         Status::ContentTooLarge,
         Status::UriTooLong,
         Status::RangeNotSatisfiable,

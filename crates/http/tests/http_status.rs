@@ -165,16 +165,42 @@ fn status_408_when_the_head_does_not_arrive_in_time() {
 }
 
 #[test]
-fn status_411_413_for_bodies() {
+fn status_413_for_bodies_and_chunked_bodies_read_and_ignored() {
     let s = TestServer::start("413", |_| {});
     let mut c = s.client();
     c.send("POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 1000000\r\n\r\n");
     let r = c.response(false);
     assert_eq!(r.status, 413);
     assert!(c.closed_within(Duration::from_secs(3)));
+    // A chunked body (extensions, a trailer field, bare LF as nginx reads
+    // them) is read and ignored, like a Content-Length one; the request
+    // behind it is answered on the same connection (nginx: 200, 200).
     let mut c = s.client();
-    c.send("POST /x HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n");
-    assert_eq!(c.response(false).status, 411);
+    c.send(concat!(
+        "GET /hello.txt HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "5;name=v\r\nhello\r\n3\nabc\n0\r\nX-Trailer: 1\r\n\r\n",
+        "GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n",
+    ));
+    for _ in 0..2 {
+        let r = c.response(false);
+        assert_eq!((r.status, r.text().as_str()), (200, "hello, world\n"));
+        assert!(r.keeps_alive());
+    }
+    // A method other than GET and HEAD with a chunked body: 405, and the
+    // connection goes on (the body was consumed).
+    c.send("POST /hello.txt HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n");
+    assert_eq!(c.response(false).status, 405);
+    assert_eq!(c.get("/hello.txt").status, 200);
+    // A chunk larger than the body limit: 413 before its data is waited for.
+    let mut c = s.client();
+    c.send("PUT /x HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n100000\r\n");
+    assert_eq!(c.response(false).status, 413);
+    assert!(c.closed_within(Duration::from_secs(3)));
+    // Bad framing: 400 and closed.
+    let mut c = s.client();
+    c.send("GET /hello.txt HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n");
+    assert_eq!(c.response(false).status, 400);
+    assert!(c.closed_within(Duration::from_secs(3)));
 }
 
 #[test]
