@@ -1,12 +1,16 @@
 //! `duality bench balance --quick` end to end against real server
 //! processes: every row measured and written to the results files, and the
-//! placement that defeats round robin shows in its loop shares.
+//! placement that defeats round robin shows in its loop shares; a flag
+//! given (`--seconds`) wins over the preset.
 
 mod common;
 
 #[test]
 fn quick_balance_run_writes_every_row() {
-    let (r, file) = common::bench::run(&["balance", "--quick", "--loops", "2"], "balance.json");
+    let (r, file) = common::bench::run(
+        &["balance", "--quick", "--loops", "2", "--seconds", "0.4"],
+        "balance.json",
+    );
     let (stderr, out) = (&r.stderr, &r.out.0);
     let rows = file.as_array().unwrap();
     let mut want = vec![
@@ -60,6 +64,7 @@ fn quick_balance_run_writes_every_row() {
     assert!((5..=9).contains(&all), "{}", rows[2]);
     let md = std::fs::read_to_string(out.join("balance.md")).unwrap();
     assert!(md.contains("| duality symped:2 least-loaded |"), "{md}");
+    assert!(md.contains("then for 0.4 s the heavy ones"), "{md}");
     let csv = std::fs::read_to_string(out.join("balance.csv")).unwrap();
     assert_eq!(csv.lines().count(), rows.len() + 1);
     for ext in ["png", "svg"] {

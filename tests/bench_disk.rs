@@ -1,13 +1,19 @@
 //! `duality bench disk --quick` end to end: every runtime at every reader
 //! count measured in its own child process and written to the results
-//! files.
+//! files; a flag given (`--file-mib`, `--web-files`) wins over the preset.
 
 mod common;
 
 #[test]
 fn quick_disk_run_writes_every_row() {
-    let r =
-        common::bench::BenchRun::start(&["disk", "--quick", "--dir", env!("CARGO_TARGET_TMPDIR")]);
+    let r = common::bench::BenchRun::start(&[
+        "disk",
+        "--quick",
+        "--file-mib",
+        "8",
+        "--dir",
+        env!("CARGO_TARGET_TMPDIR"),
+    ]);
     let stderr = &r.stderr;
     if stderr.contains("cannot open") && stderr.contains("O_DIRECT") {
         eprintln!("this file system refuses O_DIRECT: not measured ({stderr})");
@@ -30,6 +36,7 @@ fn quick_disk_run_writes_every_row() {
     }
     let md = std::fs::read_to_string(out.join("disk.md")).unwrap();
     assert!(md.contains("| 64 | duality-uring | 64 |"), "{md}");
+    assert!(md.contains("blocks of a 8 MiB file"), "{md}");
     assert_eq!(
         std::fs::read_to_string(out.join("disk.csv"))
             .unwrap()
@@ -61,6 +68,8 @@ fn quick_web_run_writes_every_row() {
             "disk",
             "--web",
             "--quick",
+            "--web-files",
+            "1000",
             "--dir",
             env!("CARGO_TARGET_TMPDIR"),
         ],
@@ -92,6 +101,7 @@ fn quick_web_run_writes_every_row() {
     }
     let md = std::fs::read_to_string(out.join("disk-web.md")).unwrap();
     assert!(md.contains("| 16 | duality |"), "{md}");
+    assert!(md.contains("on 1000 files of 16384 bytes"), "{md}");
     assert_eq!(
         std::fs::read_to_string(out.join("disk-web.csv"))
             .unwrap()

@@ -1,5 +1,6 @@
 //! `duality bench fairness --quick` end to end against real server
-//! processes: every row is present, timed and written to the results files.
+//! processes: every row is present, timed and written to the results files;
+//! a flag given (`--samples`) wins over the preset.
 
 use std::process::Command;
 
@@ -12,6 +13,8 @@ fn quick_fairness_run_writes_every_server() {
             "bench",
             "fairness",
             "--quick",
+            "--samples",
+            "6",
             "--models",
             "sped,amped:1",
             "--json",
@@ -55,7 +58,7 @@ fn quick_fairness_run_writes_every_server() {
         );
     }
     for r in rows {
-        assert_eq!(r["samples"], 5, "{r}");
+        assert_eq!(r["samples"], 6, "{r}");
         let (p50, p90, max) = (
             r["p50_ms"].as_f64().unwrap(),
             r["p90_ms"].as_f64().unwrap(),

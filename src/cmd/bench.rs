@@ -218,3 +218,29 @@ fn bench_tasks(a: TasksArgs) -> anyhow::Result<()> {
     eprintln!("results in {}", dir.display());
     Ok(())
 }
+
+/// A list flag's values where it was given, else the preset of `--quick` or
+/// of a full run: a flag given always wins over `--quick`.
+pub(super) fn given_or<T: Clone>(
+    given: &[T],
+    quick: bool,
+    quick_preset: &[T],
+    full: &[T],
+) -> Vec<T> {
+    match (given.is_empty(), quick) {
+        (false, _) => given.to_vec(),
+        (true, true) => quick_preset.to_vec(),
+        (true, false) => full.to_vec(),
+    }
+}
+
+/// Parses one experiment's flags as `duality bench NAME …` would, for the
+/// tests of how each resolves `--quick` against the flags given.
+#[cfg(test)]
+pub(super) fn parse_args<A: clap::Args + clap::FromArgMatches>(
+    args: &[&str],
+) -> Result<A, clap::Error> {
+    let m = A::augment_args(clap::Command::new("bench"))
+        .try_get_matches_from(std::iter::once("bench").chain(args.iter().copied()))?;
+    A::from_arg_matches(&m)
+}

@@ -17,26 +17,53 @@ pub struct BalanceArgs {
         default_value = "round-robin,least-loaded,reuseport"
     )]
     balances: Vec<duality_models::Balance>,
-    /// Heavy connections (kept open, pipelining gets).
-    #[arg(long, default_value_t = 8)]
-    heavy: usize,
+    /// Heavy connections (kept open, pipelining gets). Default 8
+    /// (`--quick`: 4).
+    #[arg(long)]
+    heavy: Option<usize>,
     /// Gets each heavy connection writes at once.
     #[arg(long, default_value_t = 16)]
     pipeline: usize,
     /// Short connections (connect, one get, close) per second.
     #[arg(long, default_value_t = 200.0)]
     short_rate: f64,
-    /// Seconds measured per server and round.
-    #[arg(long, default_value_t = 5.0, value_parser = super::parse_seconds)]
-    seconds: f64,
-    /// Rounds (servers take turns; medians are reported).
-    #[arg(long, default_value_t = 3)]
-    rounds: usize,
+    /// Seconds measured per server and round. Default 5 (`--quick`: 0.5).
+    #[arg(long, value_parser = super::parse_seconds)]
+    seconds: Option<f64>,
+    /// Rounds (servers take turns; medians are reported). Default 3
+    /// (`--quick`: 1).
+    #[arg(long)]
+    rounds: Option<usize>,
     #[command(flatten)]
     output: super::OutputArgs,
 }
 
+/// What a run measures: each flag given, else the preset of `--quick` (a
+/// flag given wins over it) or of a full run.
+#[derive(Debug, PartialEq)]
+struct Settings {
+    heavy: usize,
+    seconds: f64,
+    rounds: usize,
+}
+
+impl BalanceArgs {
+    fn settings(&self) -> Settings {
+        let q = self.output.quick;
+        Settings {
+            heavy: self.heavy.unwrap_or(if q { 4 } else { 8 }),
+            seconds: self.seconds.unwrap_or(if q { 0.5 } else { 5.0 }),
+            rounds: self.rounds.unwrap_or(if q { 1 } else { 3 }).max(1),
+        }
+    }
+}
+
 pub fn run(a: BalanceArgs) -> anyhow::Result<()> {
+    let Settings {
+        heavy,
+        seconds,
+        rounds,
+    } = a.settings();
     let loops = a.loops.unwrap_or_else(|| duality_models::cores().max(2));
     anyhow::ensure!(
         loops >= 2,
@@ -47,7 +74,7 @@ pub fn run(a: BalanceArgs) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("--loops {loops}: {e}"))?;
     }
     anyhow::ensure!(
-        a.heavy >= 1 && a.pipeline >= 1,
+        heavy >= 1 && a.pipeline >= 1,
         "--heavy and --pipeline must be at least 1"
     );
     anyhow::ensure!(
@@ -55,14 +82,9 @@ pub fn run(a: BalanceArgs) -> anyhow::Result<()> {
         "--short-rate must be a positive number"
     );
     anyhow::ensure!(
-        a.seconds.is_finite() && a.seconds > 0.0,
+        seconds.is_finite() && seconds > 0.0,
         "--seconds must be a positive number"
     );
-    let (heavy, seconds, rounds) = if a.output.quick {
-        (4, 0.5, 1)
-    } else {
-        (a.heavy, a.seconds, a.rounds.max(1))
-    };
     let dir = super::results_dir(a.output.out.as_deref(), "balance")?;
     let exe = std::env::current_exe()?;
     let plan = Plan {
@@ -116,4 +138,57 @@ pub fn run(a: BalanceArgs) -> anyhow::Result<()> {
     }
     eprintln!("results in {}", dir.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{BalanceArgs, Settings};
+
+    fn settings(args: &[&str]) -> Settings {
+        super::super::bench::parse_args::<BalanceArgs>(args)
+            .unwrap()
+            .settings()
+    }
+
+    #[test]
+    fn quick_presets_only_what_is_not_given() {
+        let full = Settings {
+            heavy: 8,
+            seconds: 5.0,
+            rounds: 3,
+        };
+        let quick = Settings {
+            heavy: 4,
+            seconds: 0.5,
+            rounds: 1,
+        };
+        assert_eq!(settings(&[]), full);
+        assert_eq!(settings(&["--quick"]), quick);
+        assert_eq!(
+            settings(&["--quick", "--heavy", "2"]),
+            Settings { heavy: 2, ..quick }
+        );
+        assert_eq!(
+            settings(&["--seconds", "0.25", "--quick"]),
+            Settings {
+                seconds: 0.25,
+                ..quick
+            }
+        );
+        assert_eq!(
+            settings(&["--quick", "--rounds", "2"]),
+            Settings { rounds: 2, ..quick }
+        );
+        assert_eq!(
+            settings(&["--quick", "--heavy", "6", "--seconds", "2", "--rounds", "5"]),
+            Settings {
+                heavy: 6,
+                seconds: 2.0,
+                rounds: 5
+            }
+        );
+        assert_eq!(settings(&["--heavy", "3"]), Settings { heavy: 3, ..full });
+        // Rounds of 0 run once, as before.
+        assert_eq!(settings(&["--rounds", "0"]).rounds, 1);
+    }
 }

@@ -3,6 +3,7 @@
 //! pool or io_uring, vs tokio's `spawn_blocking` and one OS thread per
 //! reader. See `duality_bench::disk`.
 
+use super::bench::given_or;
 use clap::Args;
 use duality_bench::disk::{self, Plan};
 use std::path::PathBuf;
@@ -18,26 +19,30 @@ pub struct DiskArgs {
     )]
     runtimes: Vec<String>,
     /// Comma-separated reader counts (OS threads stop where the kernel's map
-    /// limit binds: about 10,900 by default).
-    #[arg(long, value_delimiter = ',', default_value = "1,16,256,4096,65536")]
+    /// limit binds: about 10,900 by default). Default 1,16,256,4096,65536
+    /// (`--quick`: 1,64).
+    #[arg(long, value_delimiter = ',')]
     readers: Vec<u64>,
-    /// Size of the file read, MiB.
-    #[arg(long, default_value_t = 1024)]
-    file_mib: u64,
+    /// Size of the file read, MiB. Default 1024 (`--quick`: 16).
+    #[arg(long)]
+    file_mib: Option<u64>,
     /// Where the file is written (and kept for the next run), created if
     /// missing: a disk file system; tmpfs is refused (its O_DIRECT reads
     /// and evicted pages come from memory). Default: the temp dir.
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// Seconds of reading before the window.
-    #[arg(long, default_value_t = 0.5, value_parser = super::parse_seconds)]
-    warmup: f64,
-    /// Seconds counted per runtime and reader count.
-    #[arg(long, default_value_t = 3.0, value_parser = super::parse_seconds)]
-    seconds: f64,
-    /// Rounds (runtimes take turns; the median round is reported).
-    #[arg(long, default_value_t = 3)]
-    rounds: usize,
+    /// Seconds of reading (`--web`: of load) before the window. Default 0.5
+    /// (`--quick`: 0.1).
+    #[arg(long, value_parser = super::parse_seconds)]
+    warmup: Option<f64>,
+    /// Seconds counted per runtime and reader count (`--web`: per server
+    /// and client count). Default 3 (`--quick`: 0.3).
+    #[arg(long, value_parser = super::parse_seconds)]
+    seconds: Option<f64>,
+    /// Rounds (runtimes take turns; the median round is reported). Default
+    /// 3 (`--quick`: 1).
+    #[arg(long)]
+    rounds: Option<usize>,
     /// Seed 004's Fig. 19 instead: the web server on many small files the
     /// page cache does not hold (each trial starts with them evicted), vs
     /// nginx with and without `aio threads`.
@@ -46,12 +51,14 @@ pub struct DiskArgs {
     /// With `--web`: comma-separated servers.
     #[arg(long, value_delimiter = ',', default_value = "duality,nginx,nginx-aio")]
     web_servers: Vec<String>,
-    /// With `--web`: comma-separated client counts.
-    #[arg(long, value_delimiter = ',', default_value = "16,64,256,1024")]
+    /// With `--web`: comma-separated client counts. Default 16,64,256,1024
+    /// (`--quick`: 4,16).
+    #[arg(long, value_delimiter = ',')]
     web_clients: Vec<usize>,
-    /// With `--web`: how many files (the seed: 128K).
-    #[arg(long, default_value_t = 131_072)]
-    web_files: usize,
+    /// With `--web`: how many files (the seed: 128K). Default 131,072
+    /// (`--quick`: 2,000).
+    #[arg(long)]
+    web_files: Option<usize>,
     /// With `--web`: bytes per file (the seed: 16 KB).
     #[arg(long, default_value_t = 16_384)]
     web_file_size: usize,
@@ -71,13 +78,43 @@ pub struct DiskArgs {
     file: Option<PathBuf>,
 }
 
+/// What a run measures: each flag given, else the preset of `--quick` (a
+/// flag given wins over it) or of a full run. The reader and `--web` fields
+/// are each read by one half only.
+#[derive(Debug, PartialEq)]
+struct Settings {
+    file_mib: u64,
+    readers: Vec<u64>,
+    warmup: f64,
+    seconds: f64,
+    rounds: usize,
+    web_files: usize,
+    web_clients: Vec<usize>,
+}
+
+impl DiskArgs {
+    fn settings(&self) -> Settings {
+        let q = self.output.quick;
+        Settings {
+            file_mib: self.file_mib.unwrap_or(if q { 16 } else { 1024 }).max(1),
+            readers: given_or(&self.readers, q, &[1, 64], &[1, 16, 256, 4096, 65536]),
+            warmup: self.warmup.unwrap_or(if q { 0.1 } else { 0.5 }),
+            seconds: self.seconds.unwrap_or(if q { 0.3 } else { 3.0 }),
+            rounds: self.rounds.unwrap_or(if q { 1 } else { 3 }).max(1),
+            web_files: self.web_files.unwrap_or(if q { 2_000 } else { 131_072 }),
+            web_clients: given_or(&self.web_clients, q, &[4, 16], &[16, 64, 256, 1024]),
+        }
+    }
+}
+
 pub fn run(a: DiskArgs) -> anyhow::Result<()> {
+    let s = a.settings();
     anyhow::ensure!(
-        a.seconds.is_finite() && a.seconds > 0.0 && a.warmup.is_finite() && a.warmup >= 0.0,
+        s.seconds.is_finite() && s.seconds > 0.0 && s.warmup.is_finite() && s.warmup >= 0.0,
         "--seconds must be positive and --warmup not negative"
     );
     if a.web {
-        return web(&a);
+        return web(&a, s);
     }
     if let Some(rt) = &a.child {
         let file = a
@@ -88,8 +125,8 @@ pub fn run(a: DiskArgs) -> anyhow::Result<()> {
             rt,
             file,
             a.child_readers,
-            Duration::from_secs_f64(a.warmup),
-            Duration::from_secs_f64(a.seconds),
+            Duration::from_secs_f64(s.warmup),
+            Duration::from_secs_f64(s.seconds),
         )?;
         println!("{}", serde_json::to_string(&row)?);
         return Ok(());
@@ -101,21 +138,18 @@ pub fn run(a: DiskArgs) -> anyhow::Result<()> {
             disk::RUNTIMES
         );
     }
+    let Settings {
+        file_mib: mib,
+        readers,
+        warmup,
+        seconds,
+        rounds,
+        ..
+    } = s;
     anyhow::ensure!(
-        a.readers.iter().all(|&n| n >= 1),
+        readers.iter().all(|&n| n >= 1),
         "every reader count must be at least 1"
     );
-    let (mib, readers, warmup, seconds, rounds) = if a.output.quick {
-        (16, vec![1, 64], 0.1, 0.3, 1)
-    } else {
-        (
-            a.file_mib.max(1),
-            a.readers.clone(),
-            a.warmup,
-            a.seconds,
-            a.rounds.max(1),
-        )
-    };
     let dir = a.dir.clone().unwrap_or_else(std::env::temp_dir);
     disk::disk_dir(&dir)?;
     let out = super::results_dir(a.output.out.as_deref(), "disk")?;
@@ -185,7 +219,7 @@ pub fn run(a: DiskArgs) -> anyhow::Result<()> {
 }
 
 /// `bench disk --web`: seed 004's Fig. 19.
-fn web(a: &DiskArgs) -> anyhow::Result<()> {
+fn web(a: &DiskArgs, s: Settings) -> anyhow::Result<()> {
     use duality_bench::disk_web::{self, FileSet, Plan};
     for s in &a.web_servers {
         anyhow::ensure!(
@@ -194,8 +228,15 @@ fn web(a: &DiskArgs) -> anyhow::Result<()> {
             disk_web::SERVERS
         );
     }
+    let Settings {
+        web_files: files,
+        web_clients: clients,
+        warmup,
+        seconds,
+        ..
+    } = s;
     anyhow::ensure!(
-        a.web_files >= 1 && a.web_file_size >= 1 && a.web_clients.iter().all(|&c| c >= 1),
+        files >= 1 && a.web_file_size >= 1 && clients.iter().all(|&c| c >= 1),
         "--web-files, --web-file-size and every client count must be at least 1"
     );
     let mut servers = a.web_servers.clone();
@@ -203,11 +244,6 @@ fn web(a: &DiskArgs) -> anyhow::Result<()> {
         eprintln!("nginx is not installed (apt-get install nginx-light): its rows are skipped");
         servers.retain(|s| !s.starts_with("nginx"));
     }
-    let (files, clients, warmup, seconds) = if a.output.quick {
-        (2_000, vec![4, 16], 0.1, 0.3)
-    } else {
-        (a.web_files, a.web_clients.clone(), a.warmup, a.seconds)
-    };
     let dir = a.dir.clone().unwrap_or_else(std::env::temp_dir);
     disk::disk_dir(&dir)?;
     let out = super::results_dir(a.output.out.as_deref(), "disk-web")?;
@@ -278,4 +314,101 @@ fn web(a: &DiskArgs) -> anyhow::Result<()> {
     }
     eprintln!("results in {}", out.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{DiskArgs, Settings};
+
+    fn settings(args: &[&str]) -> Settings {
+        super::super::bench::parse_args::<DiskArgs>(args)
+            .unwrap()
+            .settings()
+    }
+
+    fn full() -> Settings {
+        Settings {
+            file_mib: 1024,
+            readers: vec![1, 16, 256, 4096, 65536],
+            warmup: 0.5,
+            seconds: 3.0,
+            rounds: 3,
+            web_files: 131_072,
+            web_clients: vec![16, 64, 256, 1024],
+        }
+    }
+
+    fn quick() -> Settings {
+        Settings {
+            file_mib: 16,
+            readers: vec![1, 64],
+            warmup: 0.1,
+            seconds: 0.3,
+            rounds: 1,
+            web_files: 2_000,
+            web_clients: vec![4, 16],
+        }
+    }
+
+    #[test]
+    fn quick_presets_only_what_is_not_given() {
+        assert_eq!(settings(&[]), full());
+        assert_eq!(settings(&["--quick"]), quick());
+        assert_eq!(settings(&["--web", "--quick"]), quick());
+        for (flags, want) in [
+            (
+                &["--quick", "--readers", "2,8"][..],
+                Settings {
+                    readers: vec![2, 8],
+                    ..quick()
+                },
+            ),
+            (
+                &["--quick", "--file-mib", "64"],
+                Settings {
+                    file_mib: 64,
+                    ..quick()
+                },
+            ),
+            (
+                &["--seconds", "1", "--quick", "--warmup", "0"],
+                Settings {
+                    seconds: 1.0,
+                    warmup: 0.0,
+                    ..quick()
+                },
+            ),
+            (
+                &["--quick", "--rounds", "2"],
+                Settings {
+                    rounds: 2,
+                    ..quick()
+                },
+            ),
+            (
+                &[
+                    "--web",
+                    "--quick",
+                    "--web-files",
+                    "500",
+                    "--web-clients",
+                    "8",
+                ],
+                Settings {
+                    web_files: 500,
+                    web_clients: vec![8],
+                    ..quick()
+                },
+            ),
+            (
+                &["--readers", "4"],
+                Settings {
+                    readers: vec![4],
+                    ..full()
+                },
+            ),
+        ] {
+            assert_eq!(settings(flags), want, "{flags:?}");
+        }
+    }
 }

@@ -19,13 +19,15 @@ pub struct FairnessArgs {
     /// and a few already keep two cores busy).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
     floods: u16,
-    /// Newcomers timed per server.
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=100_000))]
-    samples: u32,
-    /// Seconds of flooding before the first newcomer.
-    #[arg(long, default_value_t = 0.5, value_parser = super::parse_seconds)]
-    warmup: f64,
-    /// A smoke run: 5 newcomers per server, 0.2 s of warm-up.
+    /// Newcomers timed per server. Default 30 (`--quick`: 5).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    samples: Option<u32>,
+    /// Seconds of flooding before the first newcomer. Default 0.5
+    /// (`--quick`: 0.2).
+    #[arg(long, value_parser = super::parse_seconds)]
+    warmup: Option<f64>,
+    /// A smoke run: 5 newcomers per server, 0.2 s of warm-up (where
+    /// --samples, --warmup are not given).
     #[arg(long)]
     quick: bool,
     /// Print a JSON array instead of a Markdown table.
@@ -36,6 +38,24 @@ pub struct FairnessArgs {
     out: Option<PathBuf>,
 }
 
+/// What a run measures: each flag given, else the preset of `--quick` or of
+/// a full run.
+#[derive(Debug, PartialEq)]
+struct Settings {
+    samples: usize,
+    warmup: f64,
+}
+
+impl FairnessArgs {
+    fn settings(&self) -> Settings {
+        let q = self.quick;
+        Settings {
+            samples: self.samples.map_or(if q { 5 } else { 30 }, |n| n as usize),
+            warmup: self.warmup.unwrap_or(if q { 0.2 } else { 0.5 }),
+        }
+    }
+}
+
 pub fn run(a: FairnessArgs) -> anyhow::Result<()> {
     for s in &a.services {
         anyhow::ensure!(
@@ -43,8 +63,9 @@ pub fn run(a: FairnessArgs) -> anyhow::Result<()> {
             "unknown service {s:?}: choose kv, http"
         );
     }
+    let Settings { samples, warmup } = a.settings();
     anyhow::ensure!(
-        a.warmup.is_finite() && a.warmup >= 0.0,
+        warmup.is_finite() && warmup >= 0.0,
         "--warmup must not be negative"
     );
     let models: Vec<String> = if a.models.is_empty() {
@@ -54,11 +75,6 @@ pub fn run(a: FairnessArgs) -> anyhow::Result<()> {
             .collect()
     } else {
         a.models.iter().map(|m| m.to_string()).collect()
-    };
-    let (samples, warmup) = if a.quick {
-        (5, 0.2)
-    } else {
-        (a.samples as usize, a.warmup)
     };
     let dir = super::results_dir(a.out.as_deref(), "fairness")?;
     let exe = std::env::current_exe()?;
@@ -97,4 +113,54 @@ pub fn run(a: FairnessArgs) -> anyhow::Result<()> {
     }
     eprintln!("results in {}", dir.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{FairnessArgs, Settings};
+
+    fn settings(args: &[&str]) -> Settings {
+        super::super::bench::parse_args::<FairnessArgs>(args)
+            .unwrap()
+            .settings()
+    }
+
+    #[test]
+    fn quick_presets_only_what_is_not_given() {
+        let full = Settings {
+            samples: 30,
+            warmup: 0.5,
+        };
+        let quick = Settings {
+            samples: 5,
+            warmup: 0.2,
+        };
+        assert_eq!(settings(&[]), full);
+        assert_eq!(settings(&["--quick"]), quick);
+        assert_eq!(
+            settings(&["--quick", "--samples", "12"]),
+            Settings {
+                samples: 12,
+                ..quick
+            }
+        );
+        assert_eq!(
+            settings(&["--warmup", "0", "--quick"]),
+            Settings {
+                warmup: 0.0,
+                ..quick
+            }
+        );
+        assert_eq!(
+            settings(&["--quick", "--samples", "7", "--warmup", "1.5"]),
+            Settings {
+                samples: 7,
+                warmup: 1.5
+            }
+        );
+        assert_eq!(
+            settings(&["--samples", "7"]),
+            Settings { samples: 7, ..full }
+        );
+    }
 }

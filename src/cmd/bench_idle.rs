@@ -3,6 +3,7 @@
 //! grow to the descriptor limit; then the same for the cache against
 //! thread-per-conn, tokio and memcached. See `duality_bench::idle`.
 
+use super::bench::given_or;
 use clap::Args;
 use duality_bench::idle::{self, Limits, Plan};
 use duality_bench::servers::{memcached_path, ServerKind};
@@ -14,8 +15,9 @@ use std::time::Duration;
 pub struct IdleArgs {
     /// Comma-separated idle connection counts (cut to what the descriptor
     /// limit allows: about 19,680 for the pipes and 19,896 for the cache
-    /// under `ulimit -n` 20,000).
-    #[arg(long, value_delimiter = ',', default_value = "0,1000,5000,10000,19000")]
+    /// under `ulimit -n` 20,000). Default 0,1000,5000,10000,19000
+    /// (`--quick`: 0,200).
+    #[arg(long, value_delimiter = ',')]
     idle: Vec<u64>,
     /// Comma-separated runtimes of the pipes half (empty: no pipes half):
     /// duality-epoll, duality-uring, duality-loops:N, tokio, os-threads.
@@ -40,20 +42,22 @@ pub struct IdleArgs {
     /// Active connections of the cache half.
     #[arg(long, default_value_t = 40)]
     active: usize,
-    /// Seconds of load before each point is counted.
-    #[arg(long, default_value_t = 1.0, value_parser = super::parse_seconds)]
-    warmup: f64,
-    /// Seconds counted per point.
-    #[arg(long, default_value_t = 3.0, value_parser = super::parse_seconds)]
-    seconds: f64,
+    /// Seconds of load before each point is counted. Default 1
+    /// (`--quick`: 0.1).
+    #[arg(long, value_parser = super::parse_seconds)]
+    warmup: Option<f64>,
+    /// Seconds counted per point. Default 3 (`--quick`: 0.3).
+    #[arg(long, value_parser = super::parse_seconds)]
+    seconds: Option<f64>,
     /// Seconds after a server's idle clients have closed before its
     /// resident memory is read again (then again every 250 ms while it
-    /// falls, for at most four times as long).
-    #[arg(long, default_value_t = 1.0, value_parser = super::parse_seconds)]
-    settle: f64,
-    /// Rounds (points take turns; the median round is reported).
-    #[arg(long, default_value_t = 3)]
-    rounds: usize,
+    /// falls, for at most four times as long). Default 1 (`--quick`: 0.2).
+    #[arg(long, value_parser = super::parse_seconds)]
+    settle: Option<f64>,
+    /// Rounds (points take turns; the median round is reported). Default 3
+    /// (`--quick`: 1).
+    #[arg(long)]
+    rounds: Option<usize>,
     #[command(flatten)]
     output: super::OutputArgs,
     /// Internal: measure one pipe runtime in this process, print one JSON row.
@@ -73,17 +77,52 @@ pub struct IdleArgs {
     hold_hello: bool,
 }
 
+/// What a run measures: each flag given, else the preset of `--quick` (a
+/// flag given wins over it) or of a full run. The cache's data set has no
+/// flag: `--quick` makes it smaller.
+#[derive(Debug, PartialEq)]
+struct Settings {
+    idle: Vec<u64>,
+    warmup: f64,
+    seconds: f64,
+    settle: f64,
+    rounds: usize,
+    records: usize,
+}
+
+impl IdleArgs {
+    fn settings(&self) -> Settings {
+        let q = self.output.quick;
+        Settings {
+            idle: given_or(&self.idle, q, &[0, 200], &[0, 1000, 5000, 10000, 19000]),
+            warmup: self.warmup.unwrap_or(if q { 0.1 } else { 1.0 }),
+            seconds: self.seconds.unwrap_or(if q { 0.3 } else { 3.0 }),
+            settle: self.settle.unwrap_or(if q { 0.2 } else { 1.0 }),
+            rounds: self.rounds.unwrap_or(if q { 1 } else { 3 }).max(1),
+            records: if q { 3_000 } else { 30_000 },
+        }
+    }
+}
+
 pub fn run(a: IdleArgs) -> anyhow::Result<()> {
     if let Some(t) = &a.hold {
         return idle::hold(t, a.hold_count, a.hold_hello);
     }
+    let Settings {
+        idle: asked,
+        warmup,
+        seconds: window,
+        settle,
+        rounds,
+        records,
+    } = a.settings();
     anyhow::ensure!(
-        a.seconds.is_finite()
-            && a.seconds > 0.0
-            && a.warmup.is_finite()
-            && a.warmup >= 0.0
-            && a.settle.is_finite()
-            && a.settle >= 0.0,
+        window.is_finite()
+            && window > 0.0
+            && warmup.is_finite()
+            && warmup >= 0.0
+            && settle.is_finite()
+            && settle >= 0.0,
         "--seconds must be positive, --warmup and --settle not negative"
     );
     anyhow::ensure!(a.pairs >= 1, "--pairs must be at least 1");
@@ -95,8 +134,8 @@ pub fn run(a: IdleArgs) -> anyhow::Result<()> {
             rt,
             a.child_idle,
             a.pairs,
-            Duration::from_secs_f64(a.warmup),
-            Duration::from_secs_f64(a.seconds),
+            Duration::from_secs_f64(warmup),
+            Duration::from_secs_f64(window),
         )?;
         println!("{}", serde_json::to_string(&row)?);
         // Thousands of tasks or threads are still parked: leave them to
@@ -136,11 +175,6 @@ pub fn run(a: IdleArgs) -> anyhow::Result<()> {
         os_threads: idle::os_thread_cap(),
         per_holder: idle::HOLD_PER_HELPER.min(fd_limit.saturating_sub(idle::RESERVED_FDS)),
     };
-    let asked = if a.output.quick {
-        vec![0, 200]
-    } else {
-        a.idle.clone()
-    };
     // One idle list for both halves: the tighter limit of those run.
     let max = match (runtimes.is_empty(), servers.is_empty()) {
         (false, false) => limits.max_idle_pipes.min(limits.max_idle_cache),
@@ -160,11 +194,6 @@ pub fn run(a: IdleArgs) -> anyhow::Result<()> {
     if !cut.is_empty() {
         eprintln!("{cut_note}");
     }
-    let (warmup, window, settle, rounds, records) = if a.output.quick {
-        (0.1, 0.3, 0.2, 1, 3_000)
-    } else {
-        (a.warmup, a.seconds, a.settle, a.rounds.max(1), 30_000)
-    };
     let plan = Plan {
         exe: &exe,
         idle: idle_counts.clone(),
@@ -283,4 +312,74 @@ pub fn run(a: IdleArgs) -> anyhow::Result<()> {
     }
     eprintln!("results in {}", dir.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{IdleArgs, Settings};
+
+    fn settings(args: &[&str]) -> Settings {
+        super::super::bench::parse_args::<IdleArgs>(args)
+            .unwrap()
+            .settings()
+    }
+
+    fn quick() -> Settings {
+        Settings {
+            idle: vec![0, 200],
+            warmup: 0.1,
+            seconds: 0.3,
+            settle: 0.2,
+            rounds: 1,
+            records: 3_000,
+        }
+    }
+
+    #[test]
+    fn quick_presets_only_what_is_not_given() {
+        let full = Settings {
+            idle: vec![0, 1000, 5000, 10000, 19000],
+            warmup: 1.0,
+            seconds: 3.0,
+            settle: 1.0,
+            rounds: 3,
+            records: 30_000,
+        };
+        assert_eq!(settings(&[]), full);
+        assert_eq!(settings(&["--quick"]), quick());
+        for (flags, want) in [
+            (
+                &["--quick", "--idle", "0,50"][..],
+                Settings {
+                    idle: vec![0, 50],
+                    ..quick()
+                },
+            ),
+            (
+                &["--warmup", "0", "--quick", "--seconds", "1"],
+                Settings {
+                    warmup: 0.0,
+                    seconds: 1.0,
+                    ..quick()
+                },
+            ),
+            (
+                &["--quick", "--settle", "2", "--rounds", "2"],
+                Settings {
+                    settle: 2.0,
+                    rounds: 2,
+                    ..quick()
+                },
+            ),
+            (
+                &["--idle", "100"],
+                Settings {
+                    idle: vec![100],
+                    ..full
+                },
+            ),
+        ] {
+            assert_eq!(settings(flags), want, "{flags:?}");
+        }
+    }
 }

@@ -19,34 +19,36 @@ pub struct OffloadArgs {
     /// Requests/s taken as capacity instead of probing `duality inline`.
     #[arg(long)]
     capacity: Option<f64>,
-    /// Seconds measured per row.
-    #[arg(long, default_value_t = 10.0, value_parser = super::parse_seconds)]
-    seconds: f64,
-    /// Seconds of load before each window (sent, not counted).
-    #[arg(long, default_value_t = 1.0, value_parser = super::parse_seconds)]
-    warmup: f64,
+    /// Seconds measured per row (at least 0.1). Default 10 (`--quick`: 0.8).
+    #[arg(long, value_parser = super::parse_seconds)]
+    seconds: Option<f64>,
+    /// Seconds of load before each window (sent, not counted). Default 1
+    /// (`--quick`: 0.2).
+    #[arg(long, value_parser = super::parse_seconds)]
+    warmup: Option<f64>,
     /// Seconds of the closed-loop capacity probe (and, halved, of each
-    /// server's warm-up).
-    #[arg(long, default_value_t = 3.0, value_parser = super::parse_seconds)]
-    probe_seconds: f64,
-    /// Client threads (each holds one keep-alive connection).
-    #[arg(long, default_value_t = 32)]
-    clients: usize,
+    /// server's warm-up; at least 0.1). Default 3 (`--quick`: 0.6).
+    #[arg(long, value_parser = super::parse_seconds)]
+    probe_seconds: Option<f64>,
+    /// Client threads (each holds one keep-alive connection). Default 32
+    /// (`--quick`: 16).
+    #[arg(long)]
+    clients: Option<usize>,
     /// Percent of requests that ask for a large file with gzip.
     #[arg(long, default_value_t = 1.0)]
     heavy_pct: f64,
     /// Percent of requests sent on a connection of their own.
     #[arg(long, default_value_t = 10)]
     new_conn_pct: u64,
-    /// Size of each large JSON file, KiB.
-    #[arg(long, default_value_t = 2048, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
-    heavy_kib: u64,
-    /// Number of large files.
-    #[arg(long, default_value_t = 4)]
-    heavy_files: usize,
-    /// Number of small (1-4 KiB) files.
-    #[arg(long, default_value_t = 1000)]
-    small_files: usize,
+    /// Size of each large JSON file, KiB. Default 2048 (`--quick`: 256).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
+    heavy_kib: Option<u64>,
+    /// Number of large files. Default 4 (`--quick`: 2).
+    #[arg(long)]
+    heavy_files: Option<usize>,
+    /// Number of small (1-4 KiB) files. Default 1000 (`--quick`: 200).
+    #[arg(long)]
+    small_files: Option<usize>,
     /// duality's CPU pool threads (`duality http --cpu-threads`; default:
     /// the server's, one per core).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
@@ -60,7 +62,10 @@ pub struct OffloadArgs {
     /// Seed of the request mix.
     #[arg(long, default_value_t = 2)]
     seed: u64,
-    /// A smoke run of seconds: 0.8 s per row, 256 KiB large files.
+    /// A smoke run of seconds: 0.8 s per row, 256 KiB large files, 16
+    /// clients (each where the flag that sets it is not given: --seconds,
+    /// --warmup, --probe-seconds, --clients, --heavy-kib, --heavy-files,
+    /// --small-files).
     #[arg(long)]
     quick: bool,
     /// Print a JSON array instead of a Markdown table.
@@ -79,7 +84,39 @@ fn secs(name: &str, v: f64) -> anyhow::Result<Duration> {
     Ok(Duration::from_secs_f64(v))
 }
 
+/// What a run measures: each flag given, else the preset of `--quick` (a
+/// flag given wins over it) or of a full run. How long the servers get to
+/// drain between rows has no flag: `--quick` shortens it.
+#[derive(Debug, PartialEq)]
+struct Settings {
+    seconds: f64,
+    warmup: f64,
+    probe_seconds: f64,
+    drain: Duration,
+    clients: usize,
+    small_files: usize,
+    heavy_files: usize,
+    heavy_kib: u64,
+}
+
+impl OffloadArgs {
+    fn settings(&self) -> Settings {
+        let q = self.quick;
+        Settings {
+            seconds: self.seconds.unwrap_or(if q { 0.8 } else { 10.0 }),
+            warmup: self.warmup.unwrap_or(if q { 0.2 } else { 1.0 }),
+            probe_seconds: self.probe_seconds.unwrap_or(if q { 0.6 } else { 3.0 }),
+            drain: Duration::from_secs(if q { 2 } else { 5 }),
+            clients: self.clients.unwrap_or(if q { 16 } else { 32 }),
+            small_files: self.small_files.unwrap_or(if q { 200 } else { 1000 }),
+            heavy_files: self.heavy_files.unwrap_or(if q { 2 } else { 4 }),
+            heavy_kib: self.heavy_kib.unwrap_or(if q { 256 } else { 2048 }),
+        }
+    }
+}
+
 pub fn run(a: OffloadArgs) -> anyhow::Result<()> {
+    let s = a.settings();
     anyhow::ensure!(!a.loads.is_empty(), "--loads needs at least one value");
     anyhow::ensure!(
         a.loads.iter().all(|&l| (1..=1000).contains(&l)),
@@ -90,7 +127,7 @@ pub fn run(a: OffloadArgs) -> anyhow::Result<()> {
         "--heavy-pct must be between 0 and 100"
     );
     anyhow::ensure!(a.new_conn_pct <= 100, "--new-conn-pct must be at most 100");
-    anyhow::ensure!(a.clients >= 1, "--clients must be at least 1");
+    anyhow::ensure!(s.clients >= 1, "--clients must be at least 1");
     if let Some(c) = a.capacity {
         anyhow::ensure!(c.is_finite() && c > 0.0, "--capacity must be positive");
     }
@@ -102,20 +139,14 @@ pub fn run(a: OffloadArgs) -> anyhow::Result<()> {
         nginx_workers: a.nginx_workers.unwrap_or_else(duality_models::cores),
         loads: a.loads.clone(),
         capacity: a.capacity,
-        probe: secs("probe-seconds", if a.quick { 0.6 } else { a.probe_seconds })?
-            .max(Duration::from_millis(100)),
-        warmup: secs("warmup", if a.quick { 0.2 } else { a.warmup })?,
-        measure: secs("seconds", if a.quick { 0.8 } else { a.seconds })?
-            .max(Duration::from_millis(100)),
-        drain: Duration::from_secs(if a.quick { 2 } else { 5 }),
-        clients: if a.quick {
-            a.clients.min(16)
-        } else {
-            a.clients
-        },
-        small_files: if a.quick { 200 } else { a.small_files },
-        heavy_files: if a.quick { 2 } else { a.heavy_files },
-        heavy_bytes: if a.quick { 256 } else { a.heavy_kib as usize } << 10,
+        probe: secs("probe-seconds", s.probe_seconds)?.max(Duration::from_millis(100)),
+        warmup: secs("warmup", s.warmup)?,
+        measure: secs("seconds", s.seconds)?.max(Duration::from_millis(100)),
+        drain: s.drain,
+        clients: s.clients,
+        small_files: s.small_files,
+        heavy_files: s.heavy_files,
+        heavy_bytes: (s.heavy_kib as usize) << 10,
         mix: Mix {
             small: 0,
             heavy: 0,
@@ -183,4 +214,88 @@ Columns: latencies in ms, client side from the due time to the whole response; T
     eprint!("goals:\n{}", offload::goals_text(&goals));
     eprintln!("results in {}", dir.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{OffloadArgs, Settings};
+    use std::time::Duration;
+
+    fn settings(args: &[&str]) -> Settings {
+        super::super::bench::parse_args::<OffloadArgs>(args)
+            .unwrap()
+            .settings()
+    }
+
+    fn quick() -> Settings {
+        Settings {
+            seconds: 0.8,
+            warmup: 0.2,
+            probe_seconds: 0.6,
+            drain: Duration::from_secs(2),
+            clients: 16,
+            small_files: 200,
+            heavy_files: 2,
+            heavy_kib: 256,
+        }
+    }
+
+    #[test]
+    fn quick_presets_only_what_is_not_given() {
+        let full = Settings {
+            seconds: 10.0,
+            warmup: 1.0,
+            probe_seconds: 3.0,
+            drain: Duration::from_secs(5),
+            clients: 32,
+            small_files: 1000,
+            heavy_files: 4,
+            heavy_kib: 2048,
+        };
+        assert_eq!(settings(&[]), full);
+        assert_eq!(settings(&["--quick"]), quick());
+        for (flags, want) in [
+            (
+                &["--quick", "--seconds", "2", "--warmup", "0"][..],
+                Settings {
+                    seconds: 2.0,
+                    warmup: 0.0,
+                    ..quick()
+                },
+            ),
+            (
+                &["--probe-seconds", "1", "--quick"],
+                Settings {
+                    probe_seconds: 1.0,
+                    ..quick()
+                },
+            ),
+            // More clients than the preset's: before, --quick cut them to 16.
+            (
+                &["--quick", "--clients", "64"],
+                Settings {
+                    clients: 64,
+                    ..quick()
+                },
+            ),
+            (
+                &["--quick", "--heavy-kib", "1024", "--heavy-files", "3"],
+                Settings {
+                    heavy_kib: 1024,
+                    heavy_files: 3,
+                    ..quick()
+                },
+            ),
+            (
+                &["--quick", "--small-files", "50"],
+                Settings {
+                    small_files: 50,
+                    ..quick()
+                },
+            ),
+            (&["--clients", "8"], Settings { clients: 8, ..full }),
+        ] {
+            assert_eq!(settings(flags), want, "{flags:?}");
+        }
+    }
 }
