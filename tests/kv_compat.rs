@@ -1166,3 +1166,83 @@ fn protocol_flag() {
     version.extend_from_slice(b"\r\n");
     compare(mc.addr, tcp(&kv), &[(version, true)]);
 }
+
+/// The general `stats` and `stats settings` fields monitoring tools read
+/// (prometheus' memcached_exporter, collectd, Diamond): present, and equal
+/// to memcached's where both count the same thing — `conn_yields` after the
+/// same pipeline under `-R 2`, the listener's fields under the same flags.
+#[test]
+fn stats_fields_monitoring_tools_read() {
+    let kv = KvProc::start(&["-R", "2", "-b", "1024", "-t", "1"]);
+    let mc = Memcached::start(&["-R", "2", "-b", "1024"]);
+    let read = |addr: SocketAddr| {
+        let mut c = Client::connect(&Addr::Tcp(addr));
+        let mut script = b"set a 0 0 1\r\nx\r\n".to_vec();
+        script.extend(b"get a\r\n".repeat(50));
+        c.send(&script);
+        c.read_until(&b"VALUE a 0 1\r\nx\r\nEND\r\n".repeat(50));
+        // duality's loops publish their counts within 10 ms.
+        let mut general = c.stats("");
+        for _ in 0..100 {
+            if general["conn_yields"] == "25" {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            general = c.stats("");
+        }
+        c.send(b"stats settings\r\n");
+        (general, parse_stats(&c.read_until(b"END\r\n")))
+    };
+    let (kg, ks) = read(SocketAddr::from(([127, 0, 0, 1], kv.port)));
+    let (mg, ms) = read(mc.addr);
+    for k in [
+        "conn_yields",
+        "accepting_conns",
+        "listen_disabled_num",
+        "time_in_listen_disabled_us",
+        "auth_cmds",
+        "auth_errors",
+        "malloc_fails",
+        "hash_is_expanding",
+    ] {
+        assert_eq!(kg.get(k), mg.get(k), "stats {k}");
+    }
+    // Counted by mechanisms that differ (memcached's crawler, its LRU's
+    // bumps): there, as numbers.
+    for k in [
+        "evicted_active",
+        "crawler_reclaimed",
+        "crawler_items_checked",
+    ] {
+        assert!(mg.contains_key(k), "memcached's stats {k}");
+        kg[k].parse::<u64>().unwrap();
+    }
+    assert_eq!(kg["conn_yields"], "25", "50 gets in one read at -R 2");
+    let tables: u64 = kg["hash_bytes"].parse().unwrap();
+    assert!(tables > 0, "hash_bytes {tables}");
+    for k in [
+        "udpport",
+        "inter",
+        "domain_socket",
+        "umask",
+        "tcp_backlog",
+        "binding_protocol",
+        "verbosity",
+        "maxconns_fast",
+        "track_sizes",
+        "ssl_enabled",
+        "auth_enabled_sasl",
+        "auth_enabled_ascii",
+        "memory_file",
+    ] {
+        assert_eq!(ks.get(k), ms.get(k), "stats settings {k}");
+    }
+    assert_eq!(ks["tcpport"], kv.port.to_string());
+    // 64 MiB here (memcached's 0 means unlimited; its buffers differ).
+    assert_eq!(ks["read_buf_mem_limit"], (64u64 << 20).to_string());
+    assert_eq!(ks["lru_segmented"], "no");
+    // `stats reset` clears the yields, as memcached's.
+    let mut c = kv.connect();
+    c.call(b"stats reset\r\n");
+    assert_eq!(c.stats("")["conn_yields"], "0");
+}

@@ -308,6 +308,9 @@ fn kv_metrics_listener_counts_what_was_sent() {
             assert_eq!(page.value(name, ""), want as f64, "{model}: {name}");
         }
         assert_eq!(page.families["duality_kv_cmd_get"], "counter");
+        // One request per read: no batch ever reached -R (64).
+        assert_eq!(page.families["duality_connection_yields"], "counter");
+        assert_eq!(page.value("duality_connection_yields_total", ""), 0.0);
         assert_eq!(page.value("duality_connections", ""), CONNS as f64);
         assert_eq!(page.value("duality_kv_items", ""), CONNS as f64);
         // Anything but GET /metrics: 404.

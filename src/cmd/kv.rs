@@ -450,6 +450,7 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
         evictions: !a.disable_evictions,
         disable_flush_all: a.disable_flush_all,
         disable_dumping: a.disable_dumping,
+        listen_settings: listen_settings(&a),
         ..KvConfig::default()
     };
     let state = KvState::new(config)?;
@@ -552,6 +553,24 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
         let _ = std::fs::remove_file(p);
     }
     Ok(())
+}
+
+/// What `stats settings` says of how the server listens, in memcached's
+/// names and formats (`domain_socket NULL` without `-s`, the mask in octal).
+fn listen_settings(a: &KvArgs) -> Vec<(&'static str, String)> {
+    let inter: Vec<String> = a.listen.iter().map(ToString::to_string).collect();
+    let socket = a.unix_socket.as_ref();
+    vec![
+        ("tcpport", a.port.to_string()),
+        ("udpport", a.udp_port.to_string()),
+        ("inter", inter.join(",")),
+        (
+            "domain_socket",
+            socket.map_or("NULL".into(), |p| p.display().to_string()),
+        ),
+        ("umask", format!("{:o}", a.unix_mask)),
+        ("tcp_backlog", a.listen_backlog.to_string()),
+    ]
 }
 
 #[cfg(test)]

@@ -129,5 +129,5 @@ pub use protocol::{
     ParseError, Request, Status, StoreCommand, Tokens, KEY_MAX_LENGTH,
 };
 pub use store::{
-    expiry, Counter, Entry, Item, Lookup, Stats, Store, StoreConfig, Time, ITEM_OVERHEAD,
+    expiry, Counter, Entry, Footprint, Item, Lookup, Stats, Store, StoreConfig, Time, ITEM_OVERHEAD,
 };

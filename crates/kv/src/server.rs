@@ -82,6 +82,11 @@ pub struct KvConfig {
     /// `stats cachedump` and `lru_crawler metadump` are refused
     /// (memcached's `-X`).
     pub disable_dumping: bool,
+    /// Lines `stats settings` adds as given, after its own: how the server
+    /// listens and flags accepted without effect (memcached's `tcpport`,
+    /// `inter`, `growth_factor`, …), which the binary knows and the cache
+    /// never reads.
+    pub listen_settings: Vec<(&'static str, String)>,
 }
 
 impl Default for KvConfig {
@@ -103,6 +108,7 @@ impl Default for KvConfig {
             evictions: true,
             disable_flush_all: false,
             disable_dumping: false,
+            listen_settings: Vec::new(),
         }
     }
 }
@@ -497,6 +503,7 @@ impl ExecContext for Ctx<'_> {
             .unwrap_or((0, 0));
         let (bytes_read, bytes_written) = s.server.get().map(|h| h.bytes()).unwrap_or((0, 0));
         let rejected = s.server.get().map_or(0, |h| h.rejected());
+        let conn_yields = s.server.get().map_or(0, |h| h.request_yields());
         ServerStats {
             pid: std::process::id(),
             uptime: s.started.elapsed().as_secs(),
@@ -509,6 +516,7 @@ impl ExecContext for Ctx<'_> {
             bytes_read,
             bytes_written,
             threads: s.config.threads as u64,
+            conn_yields,
         }
     }
 
@@ -572,6 +580,33 @@ impl ExecContext for Ctx<'_> {
                 crate::write_stat(out, "num_threads", s.config.threads);
                 let idle = s.config.idle_timeout.map_or(0, |d| d.as_secs());
                 crate::write_stat(out, "idle_timeout", idle);
+                crate::write_stat(out, "verbosity", s.verbosity.load(Relaxed));
+                let binding = match s.config.protocol {
+                    Mode::Unknown => "auto-negotiate",
+                    Mode::Text => "ascii",
+                    Mode::Binary => "binary",
+                };
+                crate::write_stat(out, "binding_protocol", binding);
+                // In bytes, as memcached reports it (0: no limit).
+                crate::write_stat(out, "read_buf_mem_limit", s.buffers.budget().limit());
+                let file = s.config.memory_file.as_ref();
+                let file = file.map_or("(null)".into(), |p| p.display().to_string());
+                crate::write_stat(out, "memory_file", file);
+                // Over the limit a connection is accepted and refused at
+                // once, as memcached's maxconns_fast; one LRU per shard.
+                for (name, v) in [
+                    ("maxconns_fast", "yes"),
+                    ("lru_segmented", "no"),
+                    ("track_sizes", "no"),
+                    ("ssl_enabled", "no"),
+                    ("auth_enabled_sasl", "no"),
+                    ("auth_enabled_ascii", "no"),
+                ] {
+                    crate::write_stat(out, name, v);
+                }
+                for (name, v) in &s.config.listen_settings {
+                    crate::write_stat(out, name, v);
+                }
                 true
             }
             "conns" => {

@@ -136,6 +136,11 @@ pub fn server_metrics(stats: &StatsHandle, e: &mut Exposition) {
         written,
     );
     let m = stats.request_metrics();
+    e.counter(
+        "duality_connection_yields_total",
+        "Times a connection gave its loop to others with requests still to serve, its batch spent (memcached's conn_yields).",
+        m.yields,
+    );
     e.histograms(
         "duality_request_loop_hold_seconds",
         "Per request: the longest time one poll of its loop spent serving it, up to its response's first write.",

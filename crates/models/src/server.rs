@@ -833,6 +833,12 @@ impl StatsHandle {
         m
     }
 
+    /// Times a connection yielded its loop with requests still to serve,
+    /// summed over the loops (see `RequestMetrics::yields`).
+    pub fn request_yields(&self) -> u64 {
+        self.loops().iter().map(|(_, h)| h.request_yields()).sum()
+    }
+
     /// Forgets the per-request metrics of every loop (`stats reset`).
     pub fn reset_request_metrics(&self) {
         for (_, h) in self.loops() {

@@ -888,7 +888,10 @@ pub fn drive<P: Protocol>(
                     }
                     match then {
                         Then::Read => break,
-                        Then::Yield => duality_rt::yield_now().await,
+                        Then::Yield => {
+                            duality_rt::stats::record_yield();
+                            duality_rt::yield_now().await
+                        }
                         Then::Serve | Then::Finish => {}
                         Then::Close => {
                             if driver.proto.linger(&session, a.start < a.end) {

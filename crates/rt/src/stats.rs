@@ -205,6 +205,9 @@ pub struct RequestMetrics {
     /// acceptor's poll that saw it) to its first poll on its own loop, where
     /// its first read is armed.
     pub accept_latency: Latency,
+    /// Times a connection gave its loop to the others with requests still
+    /// to serve, its batch's budget spent (memcached's `conn_yields`).
+    pub yields: u64,
 }
 
 impl RequestMetrics {
@@ -213,6 +216,7 @@ impl RequestMetrics {
         self.loop_hold.add(&other.loop_hold);
         self.ttfb.add(&other.ttfb);
         self.accept_latency.add(&other.accept_latency);
+        self.yields += other.yields;
     }
 
     /// Forgets every sample.
@@ -220,10 +224,14 @@ impl RequestMetrics {
         self.loop_hold.reset();
         self.ttfb.reset();
         self.accept_latency.reset();
+        self.yields = 0;
     }
 
     pub(crate) fn is_empty(&self) -> bool {
-        self.loop_hold.is_empty() && self.ttfb.is_empty() && self.accept_latency.is_empty()
+        self.loop_hold.is_empty()
+            && self.ttfb.is_empty()
+            && self.accept_latency.is_empty()
+            && self.yields == 0
     }
 }
 
@@ -276,6 +284,16 @@ pub fn record_accept(accepted_at: Stamp) {
                 .borrow_mut()
                 .accept_latency
                 .record_n(d.as_nanos().min(u64::MAX as u128) as u64, 1);
+        }
+    })
+}
+
+/// A connection yields its loop with requests still to serve (see
+/// [`RequestMetrics::yields`]). Does nothing off a loop.
+pub fn record_yield() {
+    with_current(|cur| {
+        if let Some(l) = cur {
+            l.requests.borrow_mut().yields += 1;
         }
     })
 }

@@ -123,6 +123,9 @@ pub struct ServerStats {
     pub bytes_written: u64,
     /// Worker threads.
     pub threads: u64,
+    /// Times a connection gave its thread to others with requests still
+    /// to serve (memcached's `conn_yields`, after `-R` requests).
+    pub conn_yields: u64,
 }
 
 /// A context with a fixed clock: for tests, tools and simple servers.

@@ -17,7 +17,8 @@
 //! | `items:<c>:outofmemory` | stores refused because the item exceeds a shard's share of memory |
 //! | `items:<c>:reclaimed`, `expired_unfetched` | dead items reclaimed (on access, at the tail, by the sweep) |
 //! | `items:<c>:crawler_reclaimed`, `crawler_items_checked` | what the background sweep and `lru_crawler crawl` reclaimed and examined |
-//! | `items:<c>:hits_to_cold` | get and touch hits (the one LRU is "cold"); other `hits_to_*`, `moves_*`, `tailrepairs`, `evicted_active`, `lrutail_reflocked`, `direct_reclaims` are 0 |
+//! | `items:<c>:evicted_active` | evicted items read since they were written or last moved (their second chance found no room) |
+//! | `items:<c>:hits_to_cold` | get and touch hits (the one LRU is "cold"); other `hits_to_*`, `moves_*`, `tailrepairs`, `lrutail_reflocked`, `direct_reclaims` are 0 |
 //! | `<c>:chunk_size`, `chunks_per_page` | memcached's ladder for 1 MiB pages |
 //! | `<c>:used_chunks` | items of the class |
 //! | `<c>:total_pages`, `total_chunks`, `free_chunks` | the pages memcached would need for those items, their chunks, the chunks left over (`free_chunks_end` is 0) |
@@ -128,6 +129,7 @@ pub(super) fn stats<C: ExecContext + ?Sized>(
 fn general<C: ExecContext + ?Sized>(store: &Store, ctx: &C, now: Time, out: &mut Vec<u8>) {
     let srv = ctx.server_stats();
     let s = store.stats();
+    let f = store.footprint();
     write_stat(out, "pid", srv.pid);
     write_stat(out, "uptime", srv.uptime);
     write_stat(out, "time", now);
@@ -135,11 +137,15 @@ fn general<C: ExecContext + ?Sized>(store: &Store, ctx: &C, now: Time, out: &mut
     write_stat(out, "pointer_size", usize::BITS);
     write_rusage(out, "rusage_user", srv.rusage_user);
     write_rusage(out, "rusage_system", srv.rusage_system);
-    write_stat(out, "max_connections", srv.max_connections);
-    write_stat(out, "curr_connections", srv.curr_connections);
-    write_stat(out, "total_connections", srv.total_connections);
-    write_stat(out, "rejected_connections", srv.rejected_connections);
+    // memcached's order. Of its mechanisms that have no counterpart here,
+    // the fields that tell a state (a listener switched off at the
+    // connection limit, SASL) read as memcached reads them with those off;
+    // the segmented LRU's counters (moves_*) are left out.
     for (name, v) in [
+        ("max_connections", srv.max_connections),
+        ("curr_connections", srv.curr_connections),
+        ("total_connections", srv.total_connections),
+        ("rejected_connections", srv.rejected_connections),
         ("cmd_get", s.cmd_get),
         ("cmd_set", s.cmd_set),
         ("cmd_flush", s.cmd_flush),
@@ -162,17 +168,32 @@ fn general<C: ExecContext + ?Sized>(store: &Store, ctx: &C, now: Time, out: &mut
         ("touch_misses", s.touch_misses),
         ("store_too_large", s.store_too_large),
         ("store_no_memory", s.store_no_memory),
+        ("auth_cmds", 0),
+        ("auth_errors", 0),
         ("bytes_read", srv.bytes_read),
         ("bytes_written", srv.bytes_written),
         ("limit_maxbytes", s.limit_maxbytes),
+        // Connections over the limit are accepted and told so
+        // (`rejected_connections`); the listener is never switched off.
+        ("accepting_conns", 1),
+        ("listen_disabled_num", 0),
+        ("time_in_listen_disabled_us", 0),
         ("threads", srv.threads),
+        ("conn_yields", srv.conn_yields),
+        ("hash_bytes", f.tables as u64),
+        // A shard's table grows in place, under its lock.
+        ("hash_is_expanding", 0),
+        ("malloc_fails", f.malloc_fails),
         ("bytes", s.bytes),
         ("curr_items", s.curr_items),
         ("total_items", s.total_items),
         ("expired_unfetched", s.expired_unfetched),
         ("evicted_unfetched", s.evicted_unfetched),
+        ("evicted_active", s.evicted_active),
         ("evictions", s.evictions),
         ("reclaimed", s.reclaimed),
+        ("crawler_reclaimed", s.crawler_reclaimed),
+        ("crawler_items_checked", s.crawler_items_checked),
     ] {
         write_stat(out, name, v);
     }
@@ -201,7 +222,7 @@ fn items(classes: &[ClassStats], out: &mut Vec<u8>) {
             ("reclaimed", c.reclaimed),
             ("expired_unfetched", c.expired_unfetched),
             ("evicted_unfetched", c.evicted_unfetched),
-            ("evicted_active", 0),
+            ("evicted_active", c.evicted_active),
             ("crawler_reclaimed", c.crawler_reclaimed),
             ("crawler_items_checked", c.crawler_items_checked),
             ("lrutail_reflocked", 0),

@@ -514,7 +514,7 @@ fn stats_groups() {
     s.check("stats reset\r\n", "RESET\r\n");
     assert_eq!(s.stats().cmd_set, 0);
     let out = s.run("stats\r\n");
-    assert!(out.contains("STAT pid ") && out.ends_with("STAT reclaimed 0\r\nEND\r\n"));
+    assert!(out.contains("STAT pid ") && out.ends_with("STAT crawler_items_checked 0\r\nEND\r\n"));
 }
 
 #[test]

@@ -121,6 +121,9 @@ class_counters! {
     EvictedTime => evicted_time,
     /// Evicted items never fetched.
     EvictedUnfetched => evicted_unfetched,
+    /// Evicted items read since they were written or last moved: their
+    /// second chance found no room (memcached's `evicted_active`).
+    EvictedActive => evicted_active,
     /// Expired items reclaimed that were never fetched.
     ExpiredUnfetched => expired_unfetched,
     /// Expired or flushed items reclaimed (on access, at the LRU tail, by a

@@ -125,6 +125,18 @@ pub fn expiry(exptime: i64, now: Time) -> Time {
     }
 }
 
+/// What the store holds ([`Store::footprint`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Footprint {
+    /// Bytes of segment memory (items and the garbage beside them).
+    pub segments: usize,
+    /// Bytes of the hash tables (memcached's `hash_bytes`).
+    pub tables: usize,
+    /// Segments the kernel refused to map since start (memcached's
+    /// `malloc_fails`).
+    pub malloc_fails: u64,
+}
+
 /// What a lookup found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lookup {
@@ -717,13 +729,20 @@ impl Store {
     /// Bytes the store holds now: segments and hash tables, everything the
     /// memory limit counts (memcached's `total_malloced`).
     pub fn memory(&self) -> usize {
-        self.cells
-            .iter()
-            .map(|c| {
-                let s = lock(&c.shard);
-                s.allocated() + s.table_bytes()
-            })
-            .sum()
+        let f = self.footprint();
+        f.segments + f.tables
+    }
+
+    /// What the store holds, summed over the shards (each locked in turn).
+    pub fn footprint(&self) -> Footprint {
+        let mut f = Footprint::default();
+        for c in self.cells.iter() {
+            let s = lock(&c.shard);
+            f.segments += s.allocated();
+            f.tables += s.table_bytes();
+            f.malloc_fails += s.malloc_fails;
+        }
+        f
     }
 
     /// Counts an event tied to no key (e.g. a value refused by the parser).

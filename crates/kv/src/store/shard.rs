@@ -247,6 +247,8 @@ pub(crate) struct Shard {
     /// or flushed item, so that writes failing again before any of them
     /// changes skip the pass (at most one pass a second under churn).
     no_dead: Option<(Time, u32, Time, u64)>,
+    /// Segments the kernel refused to map (memcached's `malloc_fails`).
+    pub(crate) malloc_fails: u64,
     /// Times the table grew (tests count rehashes with it).
     #[cfg(test)]
     pub(crate) table_grows: usize,
@@ -274,6 +276,7 @@ impl Shard {
             evictions: true,
             born_hidden: 0,
             no_dead: None,
+            malloc_fails: 0,
             #[cfg(test)]
             table_grows: 0,
         }
@@ -509,7 +512,10 @@ impl Shard {
             .taken
             .windows(span)
             .position(|w| w.iter().all(|t| !t))?;
-        let map = self.file.as_ref()?.map(slot, span).ok()?;
+        let Ok(map) = self.file.as_ref()?.map(slot, span) else {
+            self.malloc_fails += 1;
+            return None;
+        };
         self.taken[slot..slot + span].fill(true);
         self.seq += 1;
         self.segs[slot] = Segment {
@@ -547,7 +553,10 @@ impl Shard {
                 if let Some(d) = other {
                     self.allocated -= d.len();
                 }
-                let d = Block::new(size)?;
+                let Some(d) = Block::new(size) else {
+                    self.malloc_fails += 1;
+                    return None;
+                };
                 self.allocated += size;
                 d
             }
@@ -878,6 +887,10 @@ impl Shard {
             stats.bump(Counter::EvictedUnfetched);
             stats.classes.add(class, ClassCounter::EvictedUnfetched, 1);
         }
+        if self.has(l, ACCESSED) {
+            stats.bump(Counter::EvictedActive);
+            stats.classes.add(class, ClassCounter::EvictedActive, 1);
+        }
         self.unlink(l, stats);
     }
 
@@ -1194,9 +1207,11 @@ impl Shard {
             stats
                 .classes
                 .add(class, ClassCounter::CrawlerItemsChecked, 1);
+            stats.bump(Counter::CrawlerItemsChecked);
             let state = self.state(l, now, flush);
             if state != Lookup::Hit {
                 stats.classes.add(class, ClassCounter::CrawlerReclaimed, 1);
+                stats.bump(Counter::CrawlerReclaimed);
                 self.reclaim(l, state, stats);
                 reclaimed += 1;
             }

@@ -99,10 +99,17 @@ counters! {
     Evictions => evictions,
     /// Evicted items that were never fetched.
     EvictedUnfetched => evicted_unfetched,
+    /// Evicted items read since they were written or last moved (their
+    /// second chance found no room).
+    EvictedActive => evicted_active,
     /// Expired items reclaimed that were never fetched.
     ExpiredUnfetched => expired_unfetched,
     /// Expired or flushed items reclaimed (on access, at the LRU tail or by a sweep).
     Reclaimed => reclaimed,
+    /// Dead items the background sweep or `lru_crawler crawl` reclaimed.
+    CrawlerReclaimed => crawler_reclaimed,
+    /// Items the background sweep or `lru_crawler crawl` examined.
+    CrawlerItemsChecked => crawler_items_checked,
     /// Items currently linked (a gauge; expired items count until reclaimed).
     CurrItems => curr_items,
     /// Items stored since start.

@@ -211,6 +211,36 @@ fn lru_keeps_recently_read_items() {
 }
 
 #[test]
+fn evicted_active_counts_read_items_whose_second_chance_found_no_room() {
+    // Segments of 256 bytes: five of these items each.
+    let limit = 16 * 1024;
+    let value = [b'v'; 10];
+    // Nothing read: no eviction is of an active item.
+    let s = store(limit, 1);
+    for i in 0..1000 {
+        set(&s, format!("k{i}").as_bytes(), &value, 0, NOW);
+    }
+    let st = s.stats();
+    assert!(st.evictions > 0);
+    assert_eq!(st.evicted_active, 0, "{st:?}");
+    // Everything read as soon as it is written: a segment's moves stop at
+    // half a segment, so the rest of its read items are evicted active.
+    let s = store(limit, 1);
+    for i in 0..1000 {
+        let key = format!("k{i}");
+        set(&s, key.as_bytes(), &value, 0, NOW);
+        assert!(get(&s, key.as_bytes(), NOW).is_some());
+    }
+    let st = s.stats();
+    assert!(st.evicted_active > 0, "{st:?}");
+    assert!(st.evicted_active <= st.evictions, "{st:?}");
+    let classes = s.class_stats(NOW);
+    let by_class: u64 = classes.iter().map(|c| c.evicted_active).sum();
+    assert_eq!(by_class, st.evicted_active);
+    s.check();
+}
+
+#[test]
 fn eviction_prefers_reclaiming_dead_items() {
     // About 260 items of 48 bytes fit in 16 KiB. 200 expire, then 200 live
     // ones arrive: the room comes from the dead, nothing live is evicted.

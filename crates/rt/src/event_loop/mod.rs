@@ -763,6 +763,12 @@ impl LoopHandle {
         lock_std(&self.shared.requests).metrics.clone()
     }
 
+    /// [`RequestMetrics::yields`] of this loop alone, without copying its
+    /// histograms (same lag as [`request_metrics`](Self::request_metrics)).
+    pub fn request_yields(&self) -> u64 {
+        lock_std(&self.shared.requests).metrics.yields
+    }
+
     /// Forgets this loop's per-request metrics, those it has not published
     /// yet included.
     pub fn reset_request_metrics(&self) {
