@@ -90,6 +90,7 @@ pub struct HttpArgs {
     write_timeout: f64,
     /// Write an access log to this file (`-` for stderr), one line per
     /// response in nginx's `combined` format (times in UTC); off by default.
+    /// SIGUSR1 opens it again (nginx's `-s reopen`), after a rotation.
     #[arg(long)]
     access_log: Option<PathBuf>,
     /// Largest request head (request line, header fields, blank line) in bytes;
@@ -106,6 +107,11 @@ pub struct HttpArgs {
     /// Seconds in-flight requests get to finish after SIGTERM/SIGINT.
     #[arg(long, default_value_t = 5.0)]
     shutdown_grace: f64,
+    /// Write the process id to this file before `ready` (nginx's `pid`),
+    /// removed at exit: for logrotate's `kill -USR1 $(cat FILE)`, which
+    /// reopens the access log.
+    #[arg(long, value_name = "FILE")]
+    pid_file: Option<PathBuf>,
     /// gzip responses (nginx's `gzip on`): text/*, JSON, JavaScript, XML, SVG,
     /// WebAssembly, TTF/OTF, ICO/BMP (and any +json/+xml type) of at least
     /// --gzip-min-length bytes go out with `Content-Encoding: gzip` to clients
@@ -274,6 +280,7 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGTERM,
         signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGUSR1,
     ])?;
     if a.model == duality_models::Model::ThreadPerConn {
         // Connection threads come and go: allocate from the C library's
@@ -296,12 +303,18 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         .payload_spin(a.io.payload_spin())
         .max_conns(max_conns);
     let server = duality_http::serve(builder, state.clone())?;
-    let _metrics = a.metrics.start("http", move || state.prometheus())?;
+    let st = state.clone();
+    let _metrics = a.metrics.start("http", move || st.prometheus())?;
     let addr = server
         .tcp_addrs()
         .first()
         .copied()
         .ok_or_else(|| anyhow::anyhow!("no listening address"))?;
+    let _pid_file = a
+        .pid_file
+        .as_deref()
+        .map(|p| super::PidFile::write(p, "--pid-file"))
+        .transpose()?;
     println!("ready http://{addr}");
     use std::io::Write as _;
     std::io::stdout().flush()?;
@@ -319,7 +332,13 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
             "off".to_owned()
         }
     );
-    signals.forever().next();
+    // SIGUSR1 reopens the access log; SIGTERM and SIGINT stop.
+    for sig in signals.forever() {
+        if sig != signal_hook::consts::SIGUSR1 {
+            break;
+        }
+        state.reopen_log();
+    }
     let report = server.shutdown(grace);
     if report.cut_off > 0 {
         eprintln!(

@@ -504,14 +504,11 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
         at.push(p.display().to_string());
     }
     // Written before the ready line, so whoever waits for it finds the file.
-    let pidfile = match &a.pidfile {
-        Some(p) => {
-            std::fs::write(p, format!("{}\n", std::process::id()))
-                .map_err(|e| anyhow::anyhow!("-P {}: {e}", p.display()))?;
-            Some(p)
-        }
-        None => None,
-    };
+    let _pidfile = a
+        .pidfile
+        .as_deref()
+        .map(|p| super::PidFile::write(p, "-P"))
+        .transpose()?;
     println!(
         "ready kv {} model {}{} io {} on {}",
         env!("CARGO_PKG_VERSION"),
@@ -548,9 +545,6 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
                 path.display()
             ),
         }
-    }
-    if let Some(p) = pidfile {
-        let _ = std::fs::remove_file(p);
     }
     Ok(())
 }

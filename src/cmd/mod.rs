@@ -183,6 +183,26 @@ pub fn wait_for_termination() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A file holding this process's id (memcached's `-P`, nginx's `pid`):
+/// written before the server says it is ready, so whoever waits for that
+/// line finds it, and removed when dropped, at exit.
+pub struct PidFile(std::path::PathBuf);
+
+impl PidFile {
+    /// Writes it; an error names `flag` and the path.
+    pub fn write(path: &std::path::Path, flag: &str) -> anyhow::Result<PidFile> {
+        std::fs::write(path, format!("{}\n", std::process::id()))
+            .map_err(|e| anyhow::anyhow!("{flag} {}: {e}", path.display()))?;
+        Ok(PidFile(path.to_owned()))
+    }
+}
+
+impl Drop for PidFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 /// Turns transparent huge pages off (or back on) for this process's future
 /// page faults. The allocator asks for huge pages on its arenas; on a
 /// kernel in `madvise` mode each thread's arena then takes 2 MiB pages, and

@@ -483,6 +483,16 @@ impl HttpState {
         e.finish()
     }
 
+    /// Opens the access log's file again, as nginx does on SIGUSR1 (`nginx
+    /// -s reopen`): after a rotation renamed it, lines go to a new file at
+    /// the configured path. Lines queued before are written to the old
+    /// one. Blocks while the log's queue is full; a no-op without a log.
+    pub fn reopen_log(&self) {
+        if let Some(log) = &self.log {
+            log.reopen();
+        }
+    }
+
     /// The configuration.
     pub fn config(&self) -> &HttpConfig {
         &self.cfg
@@ -1033,37 +1043,62 @@ impl FreshIndex {
 /// Lines waiting for the log writer, at most.
 const LOG_QUEUE: usize = 16 * 1024;
 
+/// What the access log's writer thread is sent.
+enum LogMsg {
+    Line(String),
+    /// Open the file again (after a rotation renamed it): nginx's reopen.
+    Reopen,
+}
+
 /// The access log: a bounded queue to a writer thread, which flushes
 /// whenever the queue runs empty. The thread ends when the state is dropped.
 pub(crate) struct AccessLog {
-    tx: SyncSender<String>,
+    tx: SyncSender<LogMsg>,
     pub(crate) dropped: AtomicU64,
+}
+
+/// Opens the log file for appending (`-`: standard error).
+fn open_log(path: &Path) -> io::Result<Box<dyn io::Write + Send>> {
+    if path == Path::new("-") {
+        return Ok(Box::new(io::stderr()));
+    }
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| io::Error::new(e.kind(), format!("access log {}: {e}", path.display())))?;
+    Ok(Box::new(f))
 }
 
 impl AccessLog {
     fn open(path: &Path) -> io::Result<AccessLog> {
-        let sink: Box<dyn io::Write + Send> = if path == Path::new("-") {
-            Box::new(io::stderr())
-        } else {
-            Box::new(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(path)
-                    .map_err(|e| {
-                        io::Error::new(e.kind(), format!("access log {}: {e}", path.display()))
-                    })?,
-            )
-        };
-        let (tx, rx) = mpsc::sync_channel::<String>(LOG_QUEUE);
+        let sink = open_log(path)?;
+        let path = path.to_owned();
+        let (tx, rx) = mpsc::sync_channel::<LogMsg>(LOG_QUEUE);
         std::thread::Builder::new()
             .name("duality-http-log".into())
             .spawn(move || {
                 let mut w = io::BufWriter::new(sink);
-                while let Ok(line) = rx.recv() {
-                    let _ = w.write_all(line.as_bytes());
-                    while let Ok(line) = rx.try_recv() {
+                let take = |w: &mut io::BufWriter<_>, m: LogMsg| match m {
+                    LogMsg::Line(line) => {
                         let _ = w.write_all(line.as_bytes());
+                    }
+                    LogMsg::Reopen => {
+                        let _ = w.flush();
+                        // As nginx: the old file is kept when the new one
+                        // cannot be opened, and the operator told why.
+                        match open_log(&path) {
+                            Ok(sink) => *w = io::BufWriter::new(sink),
+                            Err(e) => eprintln!(
+                                "duality http: reopening the {e}; still writing to the old file"
+                            ),
+                        }
+                    }
+                };
+                while let Ok(m) = rx.recv() {
+                    take(&mut w, m);
+                    while let Ok(m) = rx.try_recv() {
+                        take(&mut w, m);
                     }
                     let _ = w.flush();
                 }
@@ -1075,12 +1110,18 @@ impl AccessLog {
     }
 
     pub(crate) fn write(&self, line: String) {
-        match self.tx.try_send(line) {
+        match self.tx.try_send(LogMsg::Line(line)) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
                 self.dropped.fetch_add(1, Relaxed);
             }
         }
+    }
+
+    /// Asks the writer to open the file again; waits for room in the queue
+    /// (never dropped, unlike a line), so call it off the loops.
+    fn reopen(&self) {
+        let _ = self.tx.send(LogMsg::Reopen);
     }
 }
 

@@ -61,3 +61,44 @@ fn no_access_log_by_default() {
     assert!(s.state.config().access_log.is_none());
     assert_eq!(s.client().get("/hello.txt").status, 200);
 }
+
+/// A rotation renames the log; `reopen_log` (the binary's SIGUSR1, as
+/// `nginx -s reopen`) sends later lines to a new file at the path, and the
+/// lines before stay in the renamed one.
+#[test]
+fn reopen_after_rotation_writes_a_new_file() {
+    let dir = common::TempDir::new("logrot");
+    let path = dir.0.join("access.log");
+    let rotated = dir.0.join("access.log.1");
+    let p = path.clone();
+    let s = TestServer::start("logrot", move |c| c.access_log = Some(p));
+    let lines = |p: &std::path::Path| std::fs::read_to_string(p).map_or(0, |t| t.lines().count());
+    let mut c = s.client();
+    assert_eq!(c.get("/hello.txt").status, 200);
+    assert!(common::eventually(Duration::from_secs(3), || lines(&path) == 1));
+    std::fs::rename(&path, &rotated).unwrap();
+    // Until the reopen, lines still go to the renamed file.
+    assert_eq!(c.get("/nope").status, 404);
+    assert!(common::eventually(Duration::from_secs(3), || lines(
+        &rotated
+    ) == 2));
+    s.state.reopen_log();
+    assert_eq!(c.get("/hello.txt").status, 200);
+    assert!(common::eventually(Duration::from_secs(3), || lines(&path) == 1));
+    assert_eq!(lines(&rotated), 2);
+    assert!(std::fs::read_to_string(&path)
+        .unwrap()
+        .contains("\"GET /hello.txt HTTP/1.1\" 200"));
+    // A path that can no longer be opened: the old file is kept.
+    let second = dir.0.join("access.log.2");
+    std::fs::rename(&path, &second).unwrap();
+    std::fs::create_dir(&path).unwrap();
+    s.state.reopen_log();
+    assert_eq!(c.get("/hello.txt").status, 200);
+    assert_eq!(c.get("/hello.txt").status, 200);
+    assert!(common::eventually(Duration::from_secs(3), || lines(
+        &second
+    ) == 3));
+    assert_eq!(lines(&rotated), 2);
+    assert_eq!(s.state.stats().log_dropped, 0);
+}

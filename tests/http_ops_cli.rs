@@ -1,0 +1,101 @@
+//! `duality http` as logrotate drives nginx: `--pid-file` written before
+//! `ready` and removed at exit, and SIGUSR1 (`kill -USR1 $(cat FILE)`,
+//! nginx's `-s reopen`) opening the access log again after a rename.
+
+mod common;
+
+use common::http::HttpServer;
+use common::TempDir;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// One `GET path` on its own connection; the status code.
+fn get(url: &str, path: &str) -> u16 {
+    let addr = url.strip_prefix("http://").unwrap();
+    let mut s = TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out[9..12].parse().unwrap()
+}
+
+fn lines(p: &Path) -> usize {
+    std::fs::read_to_string(p).map_or(0, |t| t.lines().count())
+}
+
+fn within(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let until = Instant::now() + limit;
+    while Instant::now() < until {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    cond()
+}
+
+#[test]
+fn sigusr1_reopens_the_access_log_named_by_the_pid_file() {
+    let dir = TempDir::new("ops");
+    let root = dir.0.join("www");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::write(root.join("a.txt"), "a\n").unwrap();
+    let log = dir.0.join("access.log");
+    let rotated = dir.0.join("access.log.1");
+    let pid_file = dir.0.join("http.pid");
+    let server = HttpServer::start(
+        &root,
+        &[
+            "--access-log",
+            log.to_str().unwrap(),
+            "--pid-file",
+            pid_file.to_str().unwrap(),
+        ],
+    );
+    // There by the time `ready` is printed.
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(get(&server.url, "/a.txt"), 200);
+    assert!(within(Duration::from_secs(3), || lines(&log) == 1));
+    std::fs::rename(&log, &rotated).unwrap();
+    // SAFETY: kill(2) with a plain pid and signal number.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGUSR1) }, 0);
+    // The reopen comes through the signal thread: wait for the new file.
+    assert!(within(Duration::from_secs(3), || log.exists()));
+    assert_eq!(get(&server.url, "/missing"), 404);
+    assert!(within(Duration::from_secs(3), || lines(&log) == 1));
+    assert_eq!(lines(&rotated), 1);
+    assert!(std::fs::read_to_string(&log)
+        .unwrap()
+        .contains("\"GET /missing HTTP/1.1\" 404"));
+    // Still serving after the signal; SIGTERM stops it and the pid file goes.
+    assert_eq!(get(&server.url, "/a.txt"), 200);
+    assert!(server.stop().success());
+    assert!(!pid_file.exists());
+}
+
+#[test]
+fn an_unwritable_pid_file_is_a_clear_error() {
+    let dir = TempDir::new("ops-bad");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_duality"))
+        .args(["http", "--listen", "127.0.0.1:0", "--root"])
+        .arg(&dir.0)
+        .args(["--pid-file", "/nonexistent-dir/http.pid"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--pid-file /nonexistent-dir/http.pid"),
+        "{err}"
+    );
+}
