@@ -1,6 +1,8 @@
-//! `duality http` as logrotate drives nginx: `--pid-file` written before
-//! `ready` and removed at exit, and SIGUSR1 (`kill -USR1 $(cat FILE)`,
-//! nginx's `-s reopen`) opening the access log again after a rename.
+//! `duality http` as logrotate and init scripts drive nginx: `--pid-file`
+//! written before `ready` and removed at exit, SIGUSR1 (`kill -USR1 $(cat
+//! FILE)`, nginx's `-s reopen`) opening the access log again after a
+//! rename, SIGHUP (nginx's reload) not killing it, SIGQUIT (nginx's `-s
+//! quit`) stopping it gracefully.
 
 mod common;
 
@@ -77,10 +79,16 @@ fn sigusr1_reopens_the_access_log_named_by_the_pid_file() {
     assert!(std::fs::read_to_string(&log)
         .unwrap()
         .contains("\"GET /missing HTTP/1.1\" 404"));
-    // Still serving after the signal; SIGTERM stops it and the pid file goes.
+    // SIGHUP: nothing to reload; still serving.
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+    std::thread::sleep(Duration::from_millis(200));
     assert_eq!(get(&server.url, "/a.txt"), 200);
+    // SIGQUIT stops it gracefully (status 0) and the pid file goes.
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGQUIT) }, 0);
+    assert!(within(Duration::from_secs(10), || !pid_file.exists()));
     assert!(server.stop().success());
-    assert!(!pid_file.exists());
 }
 
 #[test]

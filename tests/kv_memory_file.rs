@@ -1,6 +1,6 @@
 //! `duality kv -e PATH`: a warm restart serves the items again after a
-//! graceful shutdown (SIGTERM, the `shutdown` command); a killed server's
-//! file is not trusted.
+//! graceful shutdown (SIGTERM, SIGUSR1 as memcached's warm restart, the
+//! `shutdown` command); a killed server's file is not trusted.
 
 mod common;
 
@@ -56,6 +56,30 @@ fn sigterm_then_restart_serves_the_items() {
     let mut c = kv.connect();
     c.expect_str("get short\r\n", "END\r\n");
     assert_eq!(c.stats("")["curr_items"], "2000");
+}
+
+/// memcached's documented warm restart: SIGUSR1 stops it gracefully and
+/// the file keeps the items; SIGHUP before it changes nothing (memcached
+/// ignores it; its default action would kill the server).
+#[test]
+fn sigusr1_is_a_graceful_stop_and_sighup_is_ignored() {
+    let dir = TempDir::new("kv-memfile-usr1");
+    let file = dir.path().join("cache.mem");
+    let f = file.to_str().unwrap();
+    let mut kv = KvProc::start(&["-m", "8", "-e", f]);
+    fill(&kv, 100);
+    kv.signal(libc::SIGHUP);
+    assert!(kv.wait_exit(Duration::from_millis(300)).is_none());
+    check_all(&kv, 100);
+    kv.signal(libc::SIGUSR1);
+    assert!(kv.wait_exit(Duration::from_secs(10)).is_some());
+    assert!(
+        kv.wait_stderr("closed, 101 items kept", Duration::from_secs(5)),
+        "{}",
+        kv.stderr_text()
+    );
+    let kv = KvProc::start(&["-m", "8", "-e", f]);
+    check_all(&kv, 100);
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! `duality http`: the static-file web server (the seeds' Knot) under any
-//! threading model, until SIGTERM or SIGINT.
+//! threading model, until SIGTERM, SIGINT or SIGQUIT.
 
 use clap::Args;
 use duality_http::request::MAX_HEADERS_CAP;
@@ -104,7 +104,8 @@ pub struct HttpArgs {
     /// Most header fields in a request; more get 431 (at most 512).
     #[arg(long, default_value_t = Limits::default().max_headers)]
     max_headers: usize,
-    /// Seconds in-flight requests get to finish after SIGTERM/SIGINT.
+    /// Seconds in-flight requests get to finish after SIGTERM, SIGINT or
+    /// SIGQUIT.
     #[arg(long, default_value_t = 5.0)]
     shutdown_grace: f64,
     /// Write the process id to this file before `ready` (nginx's `pid`),
@@ -280,7 +281,9 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGTERM,
         signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGQUIT,
         signal_hook::consts::SIGUSR1,
+        signal_hook::consts::SIGHUP,
     ])?;
     if a.model == duality_models::Model::ThreadPerConn {
         // Connection threads come and go: allocate from the C library's
@@ -332,12 +335,18 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
             "off".to_owned()
         }
     );
-    // SIGUSR1 reopens the access log; SIGTERM and SIGINT stop.
+    // SIGUSR1 reopens the access log (nginx's reopen); SIGHUP, nginx's
+    // reload, has nothing to reload here and no longer kills the server;
+    // SIGTERM, SIGINT and SIGQUIT (nginx's graceful quit) stop it, with
+    // --shutdown-grace for requests in flight.
     for sig in signals.forever() {
-        if sig != signal_hook::consts::SIGUSR1 {
-            break;
+        match sig {
+            signal_hook::consts::SIGUSR1 => state.reopen_log(),
+            signal_hook::consts::SIGHUP => {
+                eprintln!("duality http: SIGHUP ignored (there is no configuration to reload)")
+            }
+            _ => break,
         }
-        state.reopen_log();
     }
     let report = server.shutdown(grace);
     if report.cut_off > 0 {

@@ -31,7 +31,7 @@ pub struct KvArgs {
     #[arg(short = 'm', long = "memory-limit", default_value_t = 64)]
     memory_limit: usize,
     /// Keep item memory in this file (memcached's -e): after a graceful
-    /// shutdown (SIGTERM, SIGINT, `shutdown`) a restart with the same -m and
+    /// shutdown (SIGTERM, SIGINT, SIGUSR1, `shutdown`) a restart with the same -m and
     /// -I serves every unexpired item again; after a crash, or with other
     /// settings, it starts empty and says why. Put it on tmpfs (/dev/shm)
     /// for memory speed, or on disk to survive a reboot. One cache at a time
@@ -466,9 +466,14 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     }
     // Registered before the listeners open, so neither a signal nor the
     // `shutdown` command can arrive before the graceful path is in place.
+    // SIGUSR1 is memcached's graceful stop (its warm restart with -e);
+    // SIGHUP is caught so that it does not kill the cache (memcached
+    // ignores it too).
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGTERM,
         signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGUSR1,
+        signal_hook::consts::SIGHUP,
     ])?;
     let handle = signals.handle();
     state.on_shutdown(move || handle.close());
@@ -523,8 +528,15 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     if a.disable_cas && a.verbose > 0 {
         eprintln!("duality kv: -C ignored: CAS stays enabled");
     }
-    // Ends on SIGTERM/SIGINT, or when `shutdown` closes the handle.
-    signals.forever().next();
+    // Ends on SIGTERM/SIGINT/SIGUSR1, or when `shutdown` closes the handle.
+    for sig in signals.forever() {
+        if sig != signal_hook::consts::SIGHUP {
+            break;
+        }
+        if a.verbose > 0 {
+            eprintln!("duality kv: SIGHUP ignored (there is no configuration to reload)");
+        }
+    }
     let report = server.shutdown(Duration::from_secs(5));
     if report.cut_off > 0 {
         eprintln!(
