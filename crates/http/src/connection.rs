@@ -645,7 +645,7 @@ impl HttpProtocol {
             }
             None => line.push(b'-'),
         }
-        let bytes = plan.body.map_or(0, |b| b.len);
+        let bytes = plan.body.map_or(plan.inline_body, |b| b.len);
         line.extend_from_slice(format!("\" {} {bytes} \"", plan.status.code()).as_bytes());
         for (i, field) in [
             head.and_then(|h| h.referer),

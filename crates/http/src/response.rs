@@ -91,6 +91,10 @@ pub struct Plan {
     pub body: Option<ByteRange>,
     /// Keep the connection open after this response.
     pub keep_alive: bool,
+    /// Bytes of a body written whole into the output after the head (an
+    /// error or redirect page, the status page): what the access log
+    /// counts as sent when `body` is `None`, as nginx's `$body_bytes_sent`.
+    pub inline_body: u64,
 }
 
 /// Which representation of a file a response carries.
@@ -199,6 +203,7 @@ pub fn plan_encoded(
             status: Status::NotModified,
             body: None,
             keep_alive,
+            inline_body: 0,
         };
     }
 
@@ -262,6 +267,7 @@ pub fn plan_encoded(
         status,
         body: (head.method == Method::Get && span.len > 0).then_some(span),
         keep_alive: head.keep_alive,
+        inline_body: 0,
     }
 }
 
@@ -272,7 +278,7 @@ pub fn plan_encoded(
 pub fn write_error(err: HttpError, head: Option<&Head<'_>>, date: &str, out: &mut Vec<u8>) -> Plan {
     let keep_alive = !err.close && head.is_some_and(|h| h.keep_alive);
     let head_only = head.is_some_and(|h| h.method == Method::Head);
-    error_response(out, err.status, keep_alive, head_only, date, |out| {
+    let inline_body = error_response(out, err.status, keep_alive, head_only, date, |out| {
         if err.status == Status::MethodNotAllowed {
             out.extend_from_slice(b"Allow: GET, HEAD\r\n");
         }
@@ -281,6 +287,7 @@ pub fn write_error(err: HttpError, head: Option<&Head<'_>>, date: &str, out: &mu
         status: err.status,
         body: None,
         keep_alive,
+        inline_body,
     }
 }
 
@@ -292,7 +299,7 @@ pub fn write_redirect(head: &Head<'_>, location: &str, date: &str, out: &mut Vec
     let query = head.target.find('?').map(|i| &head.target[i..]);
     let keep_alive = head.keep_alive;
     let head_only = head.method == Method::Head;
-    error_response(
+    let inline_body = error_response(
         out,
         Status::MovedPermanently,
         keep_alive,
@@ -309,6 +316,7 @@ pub fn write_redirect(head: &Head<'_>, location: &str, date: &str, out: &mut Vec
         status: Status::MovedPermanently,
         body: None,
         keep_alive,
+        inline_body,
     }
 }
 
@@ -327,13 +335,17 @@ pub fn write_text(
     push_u64(out, body.len() as u64);
     out.extend_from_slice(b"\r\nCache-Control: no-cache\r\n");
     connection(out, head.keep_alive);
-    if head.method != Method::Head {
+    let inline_body = if head.method != Method::Head {
         out.extend_from_slice(body);
-    }
+        body.len() as u64
+    } else {
+        0
+    };
     Plan {
         status: Status::Ok,
         body: None,
         keep_alive: head.keep_alive,
+        inline_body,
     }
 }
 
@@ -344,8 +356,6 @@ const BODY_START: &str = "<html><head><title>";
 const BODY_MIDDLE: &str = "</title></head><body><h1>";
 const BODY_END: &str = "</h1><hr>duality</body></html>\n";
 
-/// A response whose body is the status as a tiny HTML page; `extra` adds
-/// fields.
 /// An error answering a request for a file that was found (412, 416): the
 /// connection stays as the request asked, HEAD gets the head alone, and
 /// `extra` adds fields.
@@ -358,14 +368,17 @@ fn file_error(
 ) -> Plan {
     let keep_alive = head.keep_alive;
     let head_only = head.method == Method::Head;
-    error_response(out, status, keep_alive, head_only, date, extra);
+    let inline_body = error_response(out, status, keep_alive, head_only, date, extra);
     Plan {
         status,
         body: None,
         keep_alive,
+        inline_body,
     }
 }
 
+/// A response whose body is the status as a tiny HTML page; `extra` adds
+/// fields. Returns the body's length (0 for HEAD, which gets none).
 fn error_response(
     out: &mut Vec<u8>,
     status: Status,
@@ -373,7 +386,7 @@ fn error_response(
     head_only: bool,
     date: &str,
     extra: impl FnOnce(&mut Vec<u8>),
-) {
+) -> u64 {
     let text = status.text();
     let len = BODY_START.len() + BODY_MIDDLE.len() + BODY_END.len() + 2 * text.len();
     status_line(out, status, date);
@@ -382,11 +395,13 @@ fn error_response(
     out.extend_from_slice(b"\r\n");
     extra(out);
     connection(out, keep_alive);
-    if !head_only {
-        for part in [BODY_START, text, BODY_MIDDLE, text, BODY_END] {
-            out.extend_from_slice(part.as_bytes());
-        }
+    if head_only {
+        return 0;
     }
+    for part in [BODY_START, text, BODY_MIDDLE, text, BODY_END] {
+        out.extend_from_slice(part.as_bytes());
+    }
+    len as u64
 }
 
 fn status_line(out: &mut Vec<u8>, status: Status, date: &str) {
@@ -680,7 +695,8 @@ mod tests {
             Plan {
                 status: Status::Ok,
                 body: Some(ByteRange { start: 0, len: 100 }),
-                keep_alive: true
+                keep_alive: true,
+                inline_body: 0,
             }
         );
         let want = format!(
@@ -720,7 +736,8 @@ mod tests {
             Plan {
                 status: Status::Ok,
                 body: Some(ByteRange { start: 0, len: 40 }),
-                keep_alive: true
+                keep_alive: true,
+                inline_body: 0,
             }
         );
         let want = format!(
