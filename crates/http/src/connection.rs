@@ -98,7 +98,8 @@ pub struct HttpProtocol {
 
 /// One request as `parse` found it: a head, or why there is none.
 pub struct HttpRequest<'a> {
-    head: Result<Head<'a>, HttpError>,
+    /// The head, or why it was refused and its request line (for the log).
+    head: Result<Head<'a>, (HttpError, Option<&'a [u8]>)>,
     /// The connection's color.
     color: u64,
 }
@@ -200,7 +201,7 @@ impl Protocol for HttpProtocol {
             // The connection closes after the error: the rest is dropped.
             Err(e) => Parsed::Request(
                 HttpRequest {
-                    head: Err(e),
+                    head: Err((e, request_line(input))),
                     color,
                 },
                 input.len(),
@@ -219,8 +220,8 @@ impl Protocol for HttpProtocol {
     fn execute(&self, session: &mut HttpSession, req: HttpRequest<'_>, out: &mut Output) -> Flow {
         let head = match req.head {
             Ok(head) => head,
-            Err(e) => {
-                self.error(session, e, None, out);
+            Err((e, line)) => {
+                self.error(session, e, None, line, out);
                 session.failed = true;
                 return Flow::Close;
             }
@@ -248,7 +249,7 @@ impl Protocol for HttpProtocol {
         };
         match self.respond_later(&head, pending, &mut reply).await {
             Ok(plan) => {
-                self.log(session, Some(&head), &plan);
+                self.log(session, Some(&head), None, &plan);
                 self.flow(session, &plan)
             }
             Err(e) => {
@@ -277,7 +278,8 @@ impl Protocol for HttpProtocol {
         match which {
             Timeout::Idle => c.idle_timeouts.fetch_add(1, Relaxed),
             Timeout::Request => {
-                self.error(session, HttpError::close(Status::RequestTimeout), None, out);
+                let e = HttpError::close(Status::RequestTimeout);
+                self.error(session, e, None, None, out);
                 c.head_timeouts.fetch_add(1, Relaxed)
             }
             Timeout::Write => c.write_timeouts.fetch_add(1, Relaxed),
@@ -301,18 +303,20 @@ impl HttpProtocol {
     }
 
     /// Appends the response to a request that could not be parsed (or
-    /// timed out, or is not allowed) and logs it.
+    /// timed out, or is not allowed) and logs it (`line`: the request line
+    /// of a refused head, for the log).
     fn error(
         &self,
         session: &HttpSession,
         e: HttpError,
         head: Option<&Head<'_>>,
+        line: Option<&[u8]>,
         out: &mut Output,
     ) -> Plan {
         let date = now();
         let plan = write_error(e, head, as_str(&date), out);
         self.state.phases.request();
-        self.log(session, head, &plan);
+        self.log(session, head, line, &plan);
         plan
     }
 
@@ -332,6 +336,7 @@ impl HttpProtocol {
                 session,
                 HttpError::keep(Status::MethodNotAllowed),
                 Some(head),
+                None,
                 out,
             ));
         }
@@ -341,7 +346,7 @@ impl HttpProtocol {
         if self.state.cfg.stub_status.as_deref() == Some(head.path.as_str()) {
             let body = self.state.stub_status_text();
             let plan = write_text(head, "text/plain", body.as_bytes(), date, out);
-            self.log(session, Some(head), &plan);
+            self.log(session, Some(head), None, &plan);
             return Some(plan);
         }
 
@@ -369,7 +374,7 @@ impl HttpProtocol {
             if let Some((encoding, bytes)) = hit {
                 let plan = plan_encoded(head, &f.meta, f.content_type, encoding, date, out);
                 push_cached_body(out, &bytes, plan.body, alone);
-                self.log(session, Some(head), &plan);
+                self.log(session, Some(head), None, &plan);
                 return Some(plan);
             }
             // A large file kept open: its body goes out with sendfile.
@@ -625,9 +630,18 @@ impl HttpProtocol {
 
     /// One line in nginx's `combined` format (what log tools read):
     /// `addr - - [time] "request" status bytes "referer" "user-agent"`,
-    /// with bytes a client chose escaped as nginx escapes them.
-    fn log(&self, session: &HttpSession, head: Option<&Head<'_>>, plan: &Plan) {
+    /// with bytes a client chose escaped as nginx escapes them. Without a
+    /// head, the request is `line` (a refused request's line, as nginx logs
+    /// it) or `-`.
+    fn log(
+        &self,
+        session: &HttpSession,
+        head: Option<&Head<'_>>,
+        line: Option<&[u8]>,
+        plan: &Plan,
+    ) {
         let Some(log) = &self.state.log else { return };
+        let request = line;
         let mut line = Vec::with_capacity(160);
         line.extend_from_slice(session.peer.as_bytes());
         line.extend_from_slice(b" - - [");
@@ -643,7 +657,10 @@ impl HttpProtocol {
                     Version::Http11 => b" HTTP/1.1",
                 });
             }
-            None => line.push(b'-'),
+            None => match request {
+                Some(r) => log_escaped(&mut line, r),
+                None => line.push(b'-'),
+            },
         }
         let bytes = plan.body.map_or(plan.inline_body, |b| b.len);
         line.extend_from_slice(format!("\" {} {bytes} \"", plan.status.code()).as_bytes());
@@ -667,6 +684,17 @@ impl HttpProtocol {
         // Escaping leaves only printable ASCII.
         log.write(String::from_utf8(line).unwrap_or_default());
     }
+}
+
+/// The request line at the start of a refused request (after the empty
+/// lines RFC 9112 §2.2 lets a client send first), without its line end;
+/// `None` while it has not ended, or past 16 KiB (a line nobody reads).
+fn request_line(input: &[u8]) -> Option<&[u8]> {
+    let start = input.iter().position(|&b| b != b'\r' && b != b'\n')?;
+    let rest = &input[start..input.len().min(start + 16 * 1024)];
+    let end = rest.iter().position(|&b| b == b'\n')?;
+    let line = &rest[..end];
+    Some(line.strip_suffix(b"\r").unwrap_or(line))
 }
 
 /// Appends `bytes` to a log line, each byte outside printable ASCII and
@@ -723,4 +751,26 @@ fn now() -> [u8; date::LEN] {
 
 fn as_str(d: &[u8; date::LEN]) -> &str {
     std::str::from_utf8(d).unwrap_or("")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::request_line;
+
+    #[test]
+    fn the_request_line_of_a_refused_request() {
+        let line = |s: &[u8]| request_line(s).map(|l| String::from_utf8_lossy(l).into_owned());
+        assert_eq!(
+            line(b"GET /../x HTTP/1.1\r\nHost: h\r\n\r\n").as_deref(),
+            Some("GET /../x HTTP/1.1")
+        );
+        assert_eq!(
+            line(b"\r\n\r\nPOST /p HTTP/1.0\n").as_deref(),
+            Some("POST /p HTTP/1.0")
+        );
+        assert_eq!(line(b"GET /still-arriving"), None);
+        assert_eq!(line(b"\r\n"), None);
+        let long = [b"GET /".as_slice(), &[b'a'; 20 * 1024], b" HTTP/1.1\r\n"].concat();
+        assert_eq!(line(&long), None);
+    }
 }
