@@ -66,6 +66,7 @@ fn gzip_flags_are_documented_and_checked() {
         ["--handoff", "sometimes"],
         ["--gzip-http-version", "2"],
         ["--symlinks", "on"],
+        ["--max-conns", "0"],
     ] {
         let mut args = vec!["http", "--listen", "127.0.0.1:0", "--root", root];
         args.extend_from_slice(&bad);

@@ -920,6 +920,7 @@ fn refused_flags() {
         (&["-a", "999"][..], "not an octal mask"),
         (&["-b", "0"][..], "-b"),
         (&["-u", "no-such-user-here"][..], "can't find the user"),
+        (&["-l", "no-such-host.invalid"][..], "does not resolve"),
     ] {
         let mut all = args.to_vec();
         all.extend_from_slice(&["-p", "0", "-s", "/nonexistent/x"]);
@@ -1245,4 +1246,28 @@ fn stats_fields_monitoring_tools_read() {
     let mut c = kv.connect();
     c.call(b"stats reset\r\n");
     assert_eq!(c.stats("")["conn_yields"], "0");
+}
+
+/// `-l` takes host names as memcached does (`-l localhost`: every address
+/// it resolves to, each bound once), and `stats settings inter` shows what
+/// was given; `-t` beside another `--model` is said to be ignored, and
+/// `stats threads` counts the threads the model runs.
+#[test]
+fn listen_host_names_and_threads_of_the_model() {
+    let kv = KvProc::start(&["-l", "localhost,127.0.0.1", "-t", "3", "--model", "sped"]);
+    let mut c = Client::connect(&Addr::Tcp(SocketAddr::from(([127, 0, 0, 1], kv.port))));
+    let settings = c.stats("settings");
+    assert_eq!(settings["inter"], "localhost,127.0.0.1");
+    assert_eq!(settings["num_threads"], "1");
+    assert_eq!(c.stats("")["threads"], "1");
+    assert!(
+        kv.wait_stderr(
+            "-t 3 ignored: --model sped sets the threads",
+            Duration::from_secs(2)
+        ),
+        "{}",
+        kv.stderr_text()
+    );
+    let kv = KvProc::start(&["--model", "seda:2:3"]);
+    assert_eq!(kv.connect().stats("")["threads"], "5");
 }

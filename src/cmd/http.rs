@@ -35,7 +35,9 @@ pub struct HttpArgs {
     #[arg(long, value_name = "PATH")]
     stub_status: Option<String>,
     /// Threading model: sped, amped:P, seda:N:P, seda-s:N, symped:N,
-    /// thread-per-conn, steal:N (numbers are optional and default to the cores).
+    /// thread-per-conn, steal:N. Numbers left out make the busy threads
+    /// match the cores (symped, steal: all; amped: cores − 1 payload
+    /// threads; seda, seda-s: half the cores each for network and payload).
     #[arg(long, default_value = "symped")]
     model: Model,
     #[command(flatten)]
@@ -65,7 +67,7 @@ pub struct HttpArgs {
     /// descriptor limit (`ulimit -n`) would not leave that many two each
     /// beside 32 for the server itself ((limit - 32) / 2). A file that
     /// cannot be opened for lack of descriptors gets 503.
-    #[arg(long)]
+    #[arg(long, value_parser = positive_usize)]
     max_conns: Option<usize>,
     /// Descriptors of files sent with sendfile kept open between requests
     /// (nginx's `open_file_cache max=N`): while a file's stat is trusted
@@ -201,6 +203,15 @@ fn limits(a: &HttpArgs) -> anyhow::Result<Limits> {
 
 /// The default `--max-conns`: 1024, or what the descriptor limit leaves
 /// (two per connection: its socket and a file it sends; 32 kept back).
+/// A count of at least 1 (0 would start a server that refuses everyone).
+fn positive_usize(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 fn default_max_conns() -> usize {
     super::nofile().map_or(1024, max_conns_for_limit)
 }

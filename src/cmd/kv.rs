@@ -12,14 +12,16 @@ pub struct KvArgs {
     /// TCP port to listen on (0: no TCP listener).
     #[arg(short = 'p', long = "port", default_value_t = 11211)]
     port: u16,
-    /// Interface to listen on; repeat or comma-separate for several.
+    /// Interface to listen on, an address or a host name (every address it
+    /// resolves to, as memcached's `-l localhost`); repeat or
+    /// comma-separate for several.
     #[arg(
         short = 'l',
         long = "listen",
         value_delimiter = ',',
         default_value = "127.0.0.1"
     )]
-    listen: Vec<IpAddr>,
+    listen: Vec<ListenHost>,
     /// Unix socket path to listen on (as well).
     #[arg(short = 's', long = "unix-socket")]
     unix_socket: Option<PathBuf>,
@@ -53,7 +55,11 @@ pub struct KvArgs {
     io: super::IoArg,
     #[command(flatten)]
     metrics: super::MetricsArgs,
-    /// Threading model (sped, amped:P, seda:N:P, seda-s:N, symped:N, thread-per-conn, steal:N).
+    /// Threading model (sped, amped:P, seda:N:P, seda-s:N, symped:N,
+    /// thread-per-conn, steal:N); default `symped:T` with -t T. Numbers left
+    /// out make the busy threads match the cores (symped, steal: all; amped:
+    /// cores − 1 payload threads; seda, seda-s: half the cores each for
+    /// network and payload). -t is ignored beside another model.
     #[arg(long)]
     model: Option<Model>,
     #[command(flatten)]
@@ -417,8 +423,16 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     if let Some(user) = &a.user {
         super::process::assume_user(user)?;
     }
-    let threads = a.threads.unwrap_or_else(duality_models::cores);
-    let model = a.model.unwrap_or(Model::Symped { n: threads });
+    let model = a.model.unwrap_or(Model::Symped {
+        n: a.threads.unwrap_or_else(duality_models::cores),
+    });
+    if let (Some(t), Some(m)) = (a.threads, a.model) {
+        if m != (Model::Symped { n: t }) {
+            eprintln!("duality kv: -t {t} ignored: --model {m} sets the threads");
+        }
+    }
+    // `stats threads`: the threads that serve, as the model runs them.
+    let threads = model.threads();
     if model == Model::ThreadPerConn {
         // Connection threads come and go: allocate from the C library's
         // shared arenas, and give freed memory back.
@@ -490,8 +504,12 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
         .backlog(a.listen_backlog)
         .unix_mode(Some(a.unix_mask));
     if a.port != 0 {
-        for ip in &a.listen {
-            b = b.tcp(SocketAddr::new(*ip, a.port));
+        let mut ips: Vec<IpAddr> = a.listen.iter().flat_map(|h| h.ips.clone()).collect();
+        // `-l localhost,127.0.0.1` binds 127.0.0.1 once.
+        let mut seen = std::collections::HashSet::new();
+        ips.retain(|ip| seen.insert(*ip));
+        for ip in ips {
+            b = b.tcp(SocketAddr::new(ip, a.port));
         }
     }
     if let Some(p) = &a.unix_socket {
@@ -561,10 +579,48 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A `-l` value: an address, or a host name and what it resolved to.
+#[derive(Clone, Debug)]
+struct ListenHost {
+    name: String,
+    ips: Vec<IpAddr>,
+}
+
+impl std::str::FromStr for ListenHost {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<ListenHost, String> {
+        let literal = s.strip_prefix('[').and_then(|r| r.strip_suffix(']'));
+        if let Ok(ip) = literal.unwrap_or(s).parse::<IpAddr>() {
+            return Ok(ListenHost {
+                name: s.to_owned(),
+                ips: vec![ip],
+            });
+        }
+        use std::net::ToSocketAddrs;
+        let addrs = (s, 0)
+            .to_socket_addrs()
+            .map_err(|e| format!("not an address, and the host name does not resolve: {e}"))?;
+        let mut ips: Vec<IpAddr> = Vec::new();
+        for a in addrs {
+            if !ips.contains(&a.ip()) {
+                ips.push(a.ip());
+            }
+        }
+        if ips.is_empty() {
+            return Err(format!("host name {s:?} resolves to no address"));
+        }
+        Ok(ListenHost {
+            name: s.to_owned(),
+            ips,
+        })
+    }
+}
+
 /// What `stats settings` says of how the server listens, in memcached's
 /// names and formats (`domain_socket NULL` without `-s`, the mask in octal).
 fn listen_settings(a: &KvArgs) -> Vec<(&'static str, String)> {
-    let inter: Vec<String> = a.listen.iter().map(ToString::to_string).collect();
+    let inter: Vec<&str> = a.listen.iter().map(|h| h.name.as_str()).collect();
     let socket = a.unix_socket.as_ref();
     vec![
         ("tcpport", a.port.to_string()),

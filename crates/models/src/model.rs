@@ -11,13 +11,13 @@ use std::str::FromStr;
 /// | `amped:P` | acceptor thread | 1 network loop | P payload threads |
 /// | `seda:N:P` | acceptor thread | N network loops | P payload threads, round-robin |
 /// | `seda-s:N` | acceptor thread | N network loops | N payload threads, loop i → thread i |
+/// | `symped:N` | acceptor thread | N loops | inline in its loop |
+/// | `thread-per-conn` | acceptor thread | one OS thread per connection | inline |
+/// | `steal:N` | acceptor thread | N loops sharing ready tasks | inline |
 ///
 /// Numbers left out default so that the busy threads match the cores:
 /// `symped`, `steal`: all cores; `amped`: cores − 1 payload threads;
 /// `seda`, `seda-s`: half the cores each for network and payload.
-/// | `symped:N` | acceptor thread | N loops | inline in its loop |
-/// | `thread-per-conn` | acceptor thread | one OS thread per connection | inline |
-/// | `steal:N` | acceptor thread | N loops sharing ready tasks | inline |
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Model {
     /// Single process, event-driven: everything on one thread (Flash).
@@ -85,6 +85,20 @@ impl Model {
         .iter()
         .map(|s| s.parse().expect("default model names parse"))
         .collect()
+    }
+
+    /// The threads that serve requests: network loops and payload threads
+    /// (the acceptor left out; `thread-per-conn` has one per connection
+    /// and none standing: 0).
+    pub fn threads(&self) -> usize {
+        match *self {
+            Model::Sped => 1,
+            Model::Amped { payload } => 1 + payload,
+            Model::Seda { network, payload } => network + payload,
+            Model::SedaS { n } => 2 * n,
+            Model::Symped { n } | Model::Steal { n } => n,
+            Model::ThreadPerConn => 0,
+        }
     }
 
     /// True if payload jobs leave the network loop for a payload thread.
