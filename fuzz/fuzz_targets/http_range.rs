@@ -84,6 +84,7 @@ fuzz_target!(|data: &[u8]| {
         if_range,
         accept_encoding: Default::default(),
         content_length: 0,
+        chunked: false,
         referer: None,
         user_agent: None,
         expect_continue: false,
