@@ -107,3 +107,27 @@ fn an_unwritable_pid_file_is_a_clear_error() {
         "{err}"
     );
 }
+
+/// `--listen` takes what nginx's `listen` takes: a host name (every address
+/// it resolves to) and several listeners; a name that does not resolve is
+/// refused with the reason.
+#[test]
+fn listen_takes_host_names_and_repeats() {
+    let dir = TempDir::new("ops-listen");
+    std::fs::write(dir.0.join("a.txt"), "a\n").unwrap();
+    let p = common::free_port();
+    let by_name = format!("localhost:{p}");
+    let server = HttpServer::start(&dir.0, &["--listen", &by_name]);
+    // The first listener (the helper's 127.0.0.1:0) and the named one.
+    assert_eq!(get(&server.url, "/a.txt"), 200);
+    assert_eq!(get(&format!("http://127.0.0.1:{p}"), "/a.txt"), 200);
+    drop(server);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_duality"))
+        .args(["http", "--listen", "no-such-host.invalid:80", "--root"])
+        .arg(&dir.0)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("does not resolve"), "{err}");
+}

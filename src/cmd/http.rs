@@ -5,7 +5,6 @@ use clap::Args;
 use duality_http::request::MAX_HEADERS_CAP;
 use duality_http::{GzipConfig, HttpConfig, HttpState, Limits, Offload};
 use duality_models::{AcceptPolicy, Balance, Model, ServerBuilder};
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -22,9 +21,12 @@ pub struct HttpArgs {
     /// `..` in a request is refused either way.
     #[arg(long, value_name = "inside-root|any", default_value = "inside-root")]
     symlinks: duality_http::Symlinks,
-    /// Address to listen on (port 0 picks a free port; see the `ready` line).
+    /// Address to listen on, as nginx's `listen`: ADDRESS:PORT, HOST:PORT
+    /// (every address the name resolves to), PORT or *:PORT (all IPv4
+    /// interfaces). Repeat for several. Port 0 picks a free port (see the
+    /// `ready` line).
     #[arg(long, default_value = "127.0.0.1:8080")]
-    listen: SocketAddr,
+    listen: Vec<super::ListenAddr>,
     #[command(flatten)]
     io: super::IoArg,
     #[command(flatten)]
@@ -305,9 +307,8 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
     // Every loop thread gives back what it freed once it falls idle (memory
     // of closed connections would otherwise stay with the thread).
     duality_rt::set_default_idle_hook(crate::alloc::collect);
-    let builder = ServerBuilder::new()
+    let mut builder = ServerBuilder::new()
         .name("http")
-        .tcp(a.listen)
         .model(a.model)
         .handoff(a.handoff.handoff)
         .accept_policy(a.accept)
@@ -316,6 +317,14 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         .idle_spin(a.io.idle_spin())
         .payload_spin(a.io.payload_spin())
         .max_conns(max_conns);
+    let mut bound = Vec::new();
+    for addr in a.listen.iter().flat_map(|l| l.0.iter().copied()) {
+        // `--listen localhost:80 --listen 127.0.0.1:80` binds it once.
+        if !bound.contains(&addr) {
+            bound.push(addr);
+            builder = builder.tcp(addr);
+        }
+    }
     let server = duality_http::serve(builder, state.clone())?;
     let st = state.clone();
     let _metrics = a.metrics.start("http", move || st.prometheus())?;
@@ -332,9 +341,15 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
     println!("ready http://{addr}");
     use std::io::Write as _;
     std::io::stdout().flush()?;
+    let on: Vec<String> = server
+        .tcp_addrs()
+        .iter()
+        .map(|a| format!("http://{a}"))
+        .collect();
     eprintln!(
-        "duality http: serving {} on http://{addr} ({}{}, {}, max {} connections, {} files kept open, gzip {})",
+        "duality http: serving {} on {} ({}{}, {}, max {} connections, {} files kept open, gzip {})",
         a.root.display(),
+        on.join(", "),
         a.model,
         a.handoff.label(a.model),
         a.accept,

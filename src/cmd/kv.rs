@@ -597,19 +597,7 @@ impl std::str::FromStr for ListenHost {
                 ips: vec![ip],
             });
         }
-        use std::net::ToSocketAddrs;
-        let addrs = (s, 0)
-            .to_socket_addrs()
-            .map_err(|e| format!("not an address, and the host name does not resolve: {e}"))?;
-        let mut ips: Vec<IpAddr> = Vec::new();
-        for a in addrs {
-            if !ips.contains(&a.ip()) {
-                ips.push(a.ip());
-            }
-        }
-        if ips.is_empty() {
-            return Err(format!("host name {s:?} resolves to no address"));
-        }
+        let ips = super::resolve_host(s)?;
         Ok(ListenHost {
             name: s.to_owned(),
             ips,

@@ -183,6 +183,62 @@ pub fn wait_for_termination() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The addresses a host name resolves to, each once, in the resolver's
+/// order (for listen flags given a name, as memcached's `-l localhost` and
+/// nginx's `listen localhost:80`).
+pub fn resolve_host(name: &str) -> Result<Vec<std::net::IpAddr>, String> {
+    use std::net::ToSocketAddrs;
+    let addrs = (name, 0)
+        .to_socket_addrs()
+        .map_err(|e| format!("not an address, and the host name does not resolve: {e}"))?;
+    let mut ips = Vec::new();
+    for a in addrs {
+        if !ips.contains(&a.ip()) {
+            ips.push(a.ip());
+        }
+    }
+    if ips.is_empty() {
+        return Err(format!("host name {name:?} resolves to no address"));
+    }
+    Ok(ips)
+}
+
+/// An address to listen on as nginx's `listen` takes it: `ADDR:PORT`
+/// (`[V6]:PORT`), `HOST:PORT` (every address the name resolves to), `PORT`
+/// or `*:PORT` (every IPv4 interface, 0.0.0.0).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListenAddr(pub Vec<std::net::SocketAddr>);
+
+impl std::str::FromStr for ListenAddr {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<ListenAddr, String> {
+        use std::net::{Ipv4Addr, SocketAddr};
+        if let Ok(a) = s.parse::<SocketAddr>() {
+            return Ok(ListenAddr(vec![a]));
+        }
+        let port = |p: &str| {
+            p.parse::<u16>()
+                .map_err(|_| format!("{s:?}: the port must be a number up to 65535"))
+        };
+        let any = |p: u16| ListenAddr(vec![SocketAddr::from((Ipv4Addr::UNSPECIFIED, p))]);
+        if s.bytes().all(|b| b.is_ascii_digit()) {
+            return Ok(any(port(s)?));
+        }
+        let Some((host, p)) = s.rsplit_once(':') else {
+            return Err(format!("{s:?}: give ADDRESS:PORT, HOST:PORT or PORT"));
+        };
+        let p = port(p)?;
+        if host == "*" {
+            return Ok(any(p));
+        }
+        let ips = resolve_host(host).map_err(|e| format!("{host:?}: {e}"))?;
+        Ok(ListenAddr(
+            ips.into_iter().map(|ip| SocketAddr::new(ip, p)).collect(),
+        ))
+    }
+}
+
 /// A file holding this process's id (memcached's `-P`, nginx's `pid`):
 /// written before the server says it is ready, so whoever waits for that
 /// line finds it, and removed when dropped, at exit.
@@ -298,6 +354,30 @@ pub fn results_dir(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn listen_addresses_as_nginx_takes_them() {
+        use super::ListenAddr;
+        use std::net::SocketAddr;
+        let one = |s: &str| s.parse::<ListenAddr>().map(|l| l.0);
+        let sa = |s: &str| s.parse::<SocketAddr>().unwrap();
+        assert_eq!(one("127.0.0.1:80"), Ok(vec![sa("127.0.0.1:80")]));
+        assert_eq!(one("[::1]:8080"), Ok(vec![sa("[::1]:8080")]));
+        assert_eq!(one("8080"), Ok(vec![sa("0.0.0.0:8080")]));
+        assert_eq!(one("*:81"), Ok(vec![sa("0.0.0.0:81")]));
+        let local = one("localhost:82").unwrap();
+        assert!(!local.is_empty() && local.iter().all(|a| a.port() == 82 && a.ip().is_loopback()));
+        for bad in [
+            "",
+            "localhost",
+            "x:y",
+            "127.0.0.1:70000",
+            "99999",
+            "no-such-host.invalid:80",
+        ] {
+            assert!(one(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
     use super::MetricsArgs;
     use std::time::Duration;
 
