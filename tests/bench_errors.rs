@@ -241,3 +241,15 @@ fn disk_refuses_a_memory_file_system() {
         assert!(!results.exists(), "nothing measured, nothing written");
     }
 }
+
+/// `bench disk` and `bench disk --web` are two experiments: each refuses
+/// the other's flags instead of ignoring them.
+#[test]
+fn disk_halves_refuse_each_others_flags() {
+    let o = bench(&["disk", "--web", "--readers", "4", "--file-mib", "8"], &[]);
+    fails_saying(&o, &["--readers, --file-mib do not apply to --web"]);
+    let o = bench(&["disk", "--web", "--runtimes", "tokio"], &[]);
+    fails_saying(&o, &["--runtimes does not apply to --web"]);
+    let o = bench(&["disk", "--web-files", "10"], &[]);
+    fails_saying(&o, &["--web-files does not apply without --web"]);
+}

@@ -93,6 +93,13 @@ struct Settings {
 }
 
 impl DiskArgs {
+    /// `--runtimes`'s default, as clap fills it in.
+    fn default_runtimes() -> Vec<String> {
+        ["duality-pool", "duality-uring", "tokio", "os-threads"]
+            .map(String::from)
+            .to_vec()
+    }
+
     fn settings(&self) -> Settings {
         let q = self.output.quick;
         Settings {
@@ -112,6 +119,31 @@ pub fn run(a: DiskArgs) -> anyhow::Result<()> {
     anyhow::ensure!(
         s.seconds.is_finite() && s.seconds > 0.0 && s.warmup.is_finite() && s.warmup >= 0.0,
         "--seconds must be positive and --warmup not negative"
+    );
+    // Each half refuses the other's flags rather than ignore them.
+    let (readers_flags, web_flags) = (
+        [
+            ("--readers", !a.readers.is_empty()),
+            ("--file-mib", a.file_mib.is_some()),
+            ("--rounds", a.rounds.is_some()),
+            ("--runtimes", a.runtimes != DiskArgs::default_runtimes()),
+        ],
+        [
+            ("--web-files", a.web_files.is_some()),
+            ("--web-clients", !a.web_clients.is_empty()),
+        ],
+    );
+    let misplaced: Vec<&str> = if a.web {
+        readers_flags.iter().filter(|f| f.1).map(|f| f.0).collect()
+    } else {
+        web_flags.iter().filter(|f| f.1).map(|f| f.0).collect()
+    };
+    anyhow::ensure!(
+        misplaced.is_empty(),
+        "{} {} not apply {}",
+        misplaced.join(", "),
+        if misplaced.len() == 1 { "does" } else { "do" },
+        if a.web { "to --web" } else { "without --web" }
     );
     if a.web {
         return web(&a, s);
