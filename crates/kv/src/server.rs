@@ -132,6 +132,10 @@ pub struct KvState {
     listen_addrs: Mutex<Vec<ShortAddr>>,
     /// What connections hold in large buffers.
     buffers: Holdings,
+    /// The server's counters (total and rejected connections, bytes read
+    /// and written) at the last `stats reset`: `stats` reports what came
+    /// since, as memcached's reset zeroes them.
+    reset_base: Mutex<[u64; 4]>,
 }
 
 /// What `stats conns` shows of one connection (48 bytes with its `Arc`
@@ -293,6 +297,7 @@ impl KvState {
             conns: Mutex::new(BTreeMap::new()),
             listen_addrs: Mutex::new(Vec::new()),
             buffers: Holdings::new(buffer_limit),
+            reset_base: Mutex::new([0; 4]),
         }))
     }
 
@@ -504,6 +509,15 @@ impl ExecContext for Ctx<'_> {
         let (bytes_read, bytes_written) = s.server.get().map(|h| h.bytes()).unwrap_or((0, 0));
         let rejected = s.server.get().map_or(0, |h| h.rejected());
         let conn_yields = s.server.get().map_or(0, |h| h.request_yields());
+        let base = *s.reset_base.lock().unwrap_or_else(|e| e.into_inner());
+        let since = |v: u64, i: usize| v.saturating_sub(base[i]);
+        let (total, rejected) = (since(total, 0), since(rejected, 1));
+        let (bytes_read, bytes_written) = (since(bytes_read, 2), since(bytes_written, 3));
+        // thread-per-conn serves each connection on a thread of its own.
+        let threads = match s.config.threads {
+            0 => curr,
+            n => n as u64,
+        };
         ServerStats {
             pid: std::process::id(),
             uptime: s.started.elapsed().as_secs(),
@@ -515,13 +529,14 @@ impl ExecContext for Ctx<'_> {
             rejected_connections: rejected,
             bytes_read,
             bytes_written,
-            threads: s.config.threads as u64,
+            threads,
             conn_yields,
         }
     }
 
     fn set_verbosity(&self, level: u32) {
-        self.state.verbosity.store(level, Relaxed);
+        // memcached clamps the command's level to its most verbose, 2.
+        self.state.verbosity.store(level.min(2), Relaxed);
     }
 
     fn shutdown_enabled(&self) -> bool {
@@ -549,6 +564,13 @@ impl ExecContext for Ctx<'_> {
     fn reset_stats(&self) {
         if let Some(h) = self.state.server.get() {
             h.reset_request_metrics();
+            let (read, written) = h.bytes();
+            *self
+                .state
+                .reset_base
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) =
+                [h.connections().1, h.rejected(), read, written];
         }
     }
 

@@ -370,7 +370,10 @@ pub fn serve_bytes<P: Protocol>(
                 stop: Stop::Write,
             };
         }
-        if requests >= limits.max_requests || out.len() >= limits.max_output {
+        // A spent budget yields only with input left to serve (else the
+        // driver reads next anyway; memcached's conn_yields counts the same).
+        if (requests >= limits.max_requests || out.len() >= limits.max_output) && used < input.len()
+        {
             return Served {
                 used,
                 requests,
