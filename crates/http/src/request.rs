@@ -31,9 +31,10 @@
 //! [`Limits::max_uri`] → 414 (also while it is still arriving); a version
 //! other than `HTTP/1.x` (the HTTP/2 preface included) → 505; an HTTP/1.1
 //! request without `Host`, two `Host` fields, conflicting `Content-Length`s,
-//! `Transfer-Encoding` with `Content-Length` or not ending in `chunked`, a
-//! target [`normalize`](crate::path::normalize) refuses, a malformed chunked
-//! body, or anything `httparse` refuses → 400; a body over
+//! `Transfer-Encoding` with `Content-Length`, sent twice or not ending in
+//! `chunked`, a target [`normalize`](crate::path::normalize) refuses, a
+//! malformed chunked body, or anything `httparse` refuses → 400; a coding
+//! besides one `chunked` (`gzip, chunked`) → 501, as nginx; a body over
 //! [`Limits::max_body`] → 413 (a chunked body's framing counts: its chunk
 //! sizes, extensions and trailer fields are bytes the buffer must hold).
 
@@ -347,6 +348,11 @@ fn parse_fields<'a>(
         if fields.content_length.is_some() || version == Version::Http10 || !chunked_last {
             return Err(close(Status::BadRequest));
         }
+        // Chunked over another coding: framed, but not a body this server
+        // can take.
+        if fields.other_coding {
+            return Err(close(Status::NotImplemented));
+        }
     }
     let content_length = fields.content_length.unwrap_or(0);
     if content_length > limits.max_body as u64 {
@@ -413,6 +419,10 @@ struct Fields<'a> {
     content_length: Option<u64>,
     /// `Some(final coding is chunked)` once a `Transfer-Encoding` was seen.
     transfer_encoding: Option<bool>,
+    /// A coding besides one `chunked` was named (`gzip, chunked`,
+    /// `chunked, chunked`): 501, as nginx, unless the final one is not
+    /// chunked (400).
+    other_coding: bool,
     if_modified_since: Option<&'a [u8]>,
     if_none_match: Option<&'a [u8]>,
     if_match: Option<&'a [u8]>,
@@ -480,16 +490,24 @@ impl<'a> Fields<'a> {
             19 if is("if-unmodified-since") => once(&mut self.if_unmodified_since)?,
             7 if is("referer") => self.referer = Some(value),
             10 if is("user-agent") => self.user_agent = Some(value),
-            17 if is("transfer-encoding") => match tokens(value).last() {
-                Some(last) => self.transfer_encoding = Some(last.eq_ignore_ascii_case(b"chunked")),
-                // Present with no coding (`Transfer-Encoding: ,`): a body
-                // whose framing is not chunked, refused as such; a proxy
-                // that frames on the field's mere presence must not read
-                // this request differently from us.
-                None => {
-                    self.transfer_encoding.get_or_insert(false);
+            17 if is("transfer-encoding") => {
+                // Sent twice: which line frames the body depends on the
+                // reader (a proxy may take the first); refused, as nginx.
+                if self.transfer_encoding.is_some() {
+                    return Err(bad());
                 }
-            },
+                self.other_coding = tokens(value).count() > 1;
+                match tokens(value).last() {
+                    Some(last) => {
+                        self.transfer_encoding = Some(last.eq_ignore_ascii_case(b"chunked"))
+                    }
+                    // Present with no coding (`Transfer-Encoding: ,`): a
+                    // body whose framing is not chunked, refused as such; a
+                    // proxy that frames on the field's mere presence must
+                    // not read this request differently from us.
+                    None => self.transfer_encoding = Some(false),
+                }
+            }
             _ => {}
         }
         Ok(())
@@ -638,12 +656,15 @@ fn later_minor_line(window: &[u8]) -> LaterMinor<'_> {
 /// A chunk-size line at the start of `buf` (RFC 9112 §7.1: hex digits,
 /// then extensions, which are ignored): `Some((line length, size))`, `None`
 /// while its end has not arrived, `Err` for anything else (no digit, a size
-/// over 16 hex digits, control bytes, a CR not before LF). httparse's
+/// over 16 hex digits past leading zeros, control bytes, a CR not before LF). httparse's
 /// `parse_chunk_size` is not used: it takes an empty line as size 0 and a
 /// bare LF inside an extension.
 fn chunk_size(buf: &[u8]) -> Result<Option<(usize, u64)>, ()> {
     let digits = buf.iter().take_while(|b| b.is_ascii_hexdigit()).count();
-    if digits > 16 {
+    // Leading zeros are allowed in any number (`1*HEXDIG`); what is left
+    // must fit 64 bits.
+    let zeros = buf[..digits].iter().take_while(|&&b| b == b'0').count();
+    if digits - zeros > 16 {
         return Err(());
     }
     if digits == buf.len() {
@@ -923,6 +944,24 @@ mod tests {
             (
                 "GET / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding:\r\n\r\n",
                 400,
+            ),
+            // A second Transfer-Encoding line (nginx: 400); another coding
+            // under chunked, chunked twice (nginx: 501).
+            (
+                "GET / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n",
+                400,
+            ),
+            (
+                "GET / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+                400,
+            ),
+            (
+                "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+                501,
+            ),
+            (
+                "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n",
+                501,
             ),
             ("GET / HTTP/1.1\r\nHost: a b\r\n\r\n", 400),
             ("GET / HTTP/1.1\r\nHost: a/../b\r\n\r\n", 400),
@@ -1209,6 +1248,7 @@ mod tests {
             "3\r\n\r\n\n\r\n0\r\nA: 1\r\nB-c:\r\n\r\n",
             "fF\t;x\r\n{ff}\r\n0000000000000000\r\n\r\n",
             "5;a\nhello\r\n0\r\n\r\n",
+            "0000000000000000005\r\nhello\r\n00000000000000000000\r\n\r\n",
         ] {
             let body = body.replace("{ff}", &"y".repeat(0xff));
             let req = format!("{head}{body}");
@@ -1238,7 +1278,7 @@ mod tests {
             "0\r\n: v\r\n\r\n",
             "0\r\nBad Name: v\r\n\r\n",
             "ffffffffffffffffffff\r\n",
-            "00000000000000000\r\n",
+            "10000000000000000\r\n",
             "\r\n",
             ";x\r\n",
             "5 x\r\n",

@@ -44,6 +44,9 @@ pub enum Status {
     HeaderFieldsTooLarge,
     /// 500: the server failed (an I/O error reading a file it had found).
     InternalServerError,
+    /// 501: a request body in a transfer coding besides `chunked` (RFC
+    /// 9112 §6.1; nginx answers the same).
+    NotImplemented,
     /// 503: the server is out of a resource for now (descriptors: the file
     /// could not be opened); the client may retry.
     ServiceUnavailable,
@@ -71,6 +74,7 @@ impl Status {
             Status::HeaderFieldsTooLarge => 431,
             Status::InternalServerError => 500,
             Status::ServiceUnavailable => 503,
+            Status::NotImplemented => 501,
             Status::VersionNotSupported => 505,
         }
     }
@@ -94,6 +98,7 @@ impl Status {
             Status::HeaderFieldsTooLarge => "Request Header Fields Too Large",
             Status::InternalServerError => "Internal Server Error",
             Status::ServiceUnavailable => "Service Unavailable",
+            Status::NotImplemented => "Not Implemented",
             Status::VersionNotSupported => "HTTP Version Not Supported",
         }
     }
@@ -117,6 +122,7 @@ impl Status {
             Status::HeaderFieldsTooLarge => "431 Request Header Fields Too Large",
             Status::InternalServerError => "500 Internal Server Error",
             Status::ServiceUnavailable => "503 Service Unavailable",
+            Status::NotImplemented => "501 Not Implemented",
             Status::VersionNotSupported => "505 HTTP Version Not Supported",
         }
     }
@@ -198,7 +204,7 @@ impl std::error::Error for HttpError {}
 mod tests {
     use super::*;
 
-    const ALL: [Status; 16] = [
+    const ALL: [Status; 17] = [
         Status::Ok,
         Status::PartialContent,
         Status::MovedPermanently,
@@ -214,6 +220,7 @@ mod tests {
         Status::HeaderFieldsTooLarge,
         Status::InternalServerError,
         Status::ServiceUnavailable,
+        Status::NotImplemented,
         Status::VersionNotSupported,
     ];
 
