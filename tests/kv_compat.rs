@@ -1178,24 +1178,40 @@ fn stats_fields_monitoring_tools_read() {
     let mc = Memcached::start(&["-R", "2", "-b", "1024"]);
     let read = |addr: SocketAddr| {
         let mut c = Client::connect(&Addr::Tcp(addr));
+        // 50 requests at -R 2: a yield after every second one with more
+        // to serve, none after the last.
         let mut script = b"set a 0 0 1\r\nx\r\n".to_vec();
-        script.extend(b"get a\r\n".repeat(50));
+        script.extend(b"get a\r\n".repeat(49));
         c.send(&script);
-        c.read_until(&b"VALUE a 0 1\r\nx\r\nEND\r\n".repeat(50));
+        c.read_until(&b"VALUE a 0 1\r\nx\r\nEND\r\n".repeat(49));
         // duality's loops publish their counts within 10 ms.
         let mut general = c.stats("");
         for _ in 0..100 {
-            if general["conn_yields"] == "25" {
+            if general["conn_yields"] == "24" {
                 break;
             }
             std::thread::sleep(Duration::from_millis(20));
             general = c.stats("");
         }
         c.send(b"stats settings\r\n");
-        (general, parse_stats(&c.read_until(b"END\r\n")))
+        let settings = parse_stats(&c.read_until(b"END\r\n"));
+        // `stats reset` zeroes the connection and byte counts too.
+        c.call(b"stats reset\r\n");
+        let after = c.stats("");
+        (general, settings, after)
     };
-    let (kg, ks) = read(SocketAddr::from(([127, 0, 0, 1], kv.port)));
-    let (mg, ms) = read(mc.addr);
+    let (kg, ks, ka) = read(SocketAddr::from(([127, 0, 0, 1], kv.port)));
+    let (mg, ms, ma) = read(mc.addr);
+    for k in [
+        "total_connections",
+        "rejected_connections",
+        "bytes_read",
+        "bytes_written",
+        "cmd_get",
+        "conn_yields",
+    ] {
+        assert_eq!(ka.get(k), ma.get(k), "after stats reset: {k}");
+    }
     for k in [
         "conn_yields",
         "accepting_conns",
@@ -1218,7 +1234,7 @@ fn stats_fields_monitoring_tools_read() {
         assert!(mg.contains_key(k), "memcached's stats {k}");
         kg[k].parse::<u64>().unwrap();
     }
-    assert_eq!(kg["conn_yields"], "25", "50 gets in one read at -R 2");
+    assert_eq!(kg["conn_yields"], "24", "50 requests in one read at -R 2");
     let tables: u64 = kg["hash_bytes"].parse().unwrap();
     assert!(tables > 0, "hash_bytes {tables}");
     for k in [
@@ -1242,10 +1258,10 @@ fn stats_fields_monitoring_tools_read() {
     // 64 MiB here (memcached's 0 means unlimited; its buffers differ).
     assert_eq!(ks["read_buf_mem_limit"], (64u64 << 20).to_string());
     assert_eq!(ks["lru_segmented"], "no");
-    // `stats reset` clears the yields, as memcached's.
+    // The command's verbosity is clamped to 2, as memcached's.
     let mut c = kv.connect();
-    c.call(b"stats reset\r\n");
-    assert_eq!(c.stats("")["conn_yields"], "0");
+    c.call(b"verbosity 5\r\n");
+    assert_eq!(c.stats("settings")["verbosity"], "2");
 }
 
 /// `-l` takes host names as memcached does (`-l localhost`: every address
@@ -1270,4 +1286,26 @@ fn listen_host_names_and_threads_of_the_model() {
     );
     let kv = KvProc::start(&["--model", "seda:2:3"]);
     assert_eq!(kv.connect().stats("")["threads"], "5");
+    // An address with a port of its own (memcached's -l 127.0.0.1:PORT)
+    // listens there, beside -p's.
+    let own = free_port();
+    let with_port = format!("127.0.0.1:{own},127.0.0.1");
+    let kv = KvProc::start(&["-l", &with_port]);
+    let mut c = Client::connect(&Addr::Tcp(SocketAddr::from(([127, 0, 0, 1], own))));
+    c.expect_str("set p 0 0 1\r\nx\r\n", "STORED\r\n");
+    kv.connect()
+        .expect_str("get p\r\n", "VALUE p 0 1\r\nx\r\nEND\r\n");
+    // A thread per connection: as many as are open.
+    let kv = KvProc::start(&["--model", "thread-per-conn"]);
+    let (mut a, _b) = (kv.connect(), kv.connect());
+    let mut s = a.stats("");
+    for _ in 0..100 {
+        if s["curr_connections"] == "2" {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        s = a.stats("");
+    }
+    assert_eq!(s["threads"], s["curr_connections"]);
+    assert_eq!(s["threads"], "2");
 }

@@ -13,7 +13,8 @@ pub struct KvArgs {
     #[arg(short = 'p', long = "port", default_value_t = 11211)]
     port: u16,
     /// Interface to listen on, an address or a host name (every address it
-    /// resolves to, as memcached's `-l localhost`); repeat or
+    /// resolves to, as memcached's `-l localhost`), with a port of its own
+    /// if given (`127.0.0.1:11212`, `[::1]:11212`; else -p's); repeat or
     /// comma-separate for several.
     #[arg(
         short = 'l',
@@ -443,8 +444,8 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     // of closed connections would otherwise stay with the thread).
     duality_rt::set_default_idle_hook(crate::alloc::collect);
     anyhow::ensure!(
-        a.port != 0 || a.unix_socket.is_some(),
-        "nothing to listen on: give a port (-p) or a Unix socket (-s)"
+        a.port != 0 || a.unix_socket.is_some() || a.listen.iter().any(|h| h.port.is_some()),
+        "nothing to listen on: give a port (-p), an address with a port (-l) or a Unix socket (-s)"
     );
     let config = KvConfig {
         memory_limit: a.memory_limit << 20,
@@ -503,14 +504,19 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
         .refusal_message("ERROR Too many open connections\r\n")
         .backlog(a.listen_backlog)
         .unix_mode(Some(a.unix_mask));
-    if a.port != 0 {
-        let mut ips: Vec<IpAddr> = a.listen.iter().flat_map(|h| h.ips.clone()).collect();
-        // `-l localhost,127.0.0.1` binds 127.0.0.1 once.
-        let mut seen = std::collections::HashSet::new();
-        ips.retain(|ip| seen.insert(*ip));
-        for ip in ips {
-            b = b.tcp(SocketAddr::new(ip, a.port));
+    // `-l localhost,127.0.0.1` binds 127.0.0.1 once; `-p 0` (no TCP)
+    // leaves out the addresses without a port of their own.
+    let mut tcp: Vec<SocketAddr> = Vec::new();
+    for h in &a.listen {
+        for ip in &h.ips {
+            let addr = SocketAddr::new(*ip, h.port.unwrap_or(a.port));
+            if addr.port() != 0 && !tcp.contains(&addr) {
+                tcp.push(addr);
+            }
         }
+    }
+    for addr in tcp {
+        b = b.tcp(addr);
     }
     if let Some(p) = &a.unix_socket {
         b = b.unix(p);
@@ -579,28 +585,51 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A `-l` value: an address, or a host name and what it resolved to.
+/// A `-l` value: an address or a host name (and what it resolved to),
+/// with a port of its own where given (`127.0.0.1:11212`,
+/// `[::1]:11212`, `localhost:11212`), as memcached takes it; without one,
+/// `-p`'s.
 #[derive(Clone, Debug)]
 struct ListenHost {
     name: String,
     ips: Vec<IpAddr>,
+    port: Option<u16>,
 }
 
 impl std::str::FromStr for ListenHost {
     type Err = String;
 
     fn from_str(s: &str) -> Result<ListenHost, String> {
+        let name = s.to_owned();
+        if let Ok(a) = s.parse::<SocketAddr>() {
+            return Ok(ListenHost {
+                name,
+                ips: vec![a.ip()],
+                port: Some(a.port()),
+            });
+        }
         let literal = s.strip_prefix('[').and_then(|r| r.strip_suffix(']'));
         if let Ok(ip) = literal.unwrap_or(s).parse::<IpAddr>() {
             return Ok(ListenHost {
-                name: s.to_owned(),
+                name,
                 ips: vec![ip],
+                port: None,
             });
         }
-        let ips = super::resolve_host(s)?;
+        if let Some((host, p)) = s.rsplit_once(':') {
+            let port = p
+                .parse::<u16>()
+                .map_err(|_| format!("{s:?}: the port must be a number up to 65535"))?;
+            return Ok(ListenHost {
+                name,
+                ips: super::resolve_host(host)?,
+                port: Some(port),
+            });
+        }
         Ok(ListenHost {
-            name: s.to_owned(),
-            ips,
+            name,
+            ips: super::resolve_host(s)?,
+            port: None,
         })
     }
 }

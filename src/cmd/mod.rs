@@ -232,6 +232,12 @@ impl std::str::FromStr for ListenAddr {
         if host == "*" {
             return Ok(any(p));
         }
+        // `::1:80` is itself an IPv6 address: nginx wants the brackets too.
+        if host.contains(':') {
+            return Err(format!(
+                "{s:?}: write an IPv6 address in brackets, [ADDRESS]:PORT"
+            ));
+        }
         let ips = resolve_host(host).map_err(|e| format!("{host:?}: {e}"))?;
         Ok(ListenAddr(
             ips.into_iter().map(|ip| SocketAddr::new(ip, p)).collect(),
@@ -373,6 +379,7 @@ mod tests {
             "127.0.0.1:70000",
             "99999",
             "no-such-host.invalid:80",
+            "::1:80",
         ] {
             assert!(one(bad).is_err(), "{bad:?} accepted");
         }
