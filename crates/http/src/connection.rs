@@ -273,13 +273,21 @@ impl Protocol for HttpProtocol {
         }
     }
 
-    fn timed_out(&self, session: &mut HttpSession, which: Timeout, out: &mut Output) {
+    fn timed_out(
+        &self,
+        session: &mut HttpSession,
+        which: Timeout,
+        partial: &[u8],
+        out: &mut Output,
+    ) {
         let c = &self.state.counters;
         match which {
             Timeout::Idle => c.idle_timeouts.fetch_add(1, Relaxed),
             Timeout::Request => {
+                // Logged with its request line when that much came (nginx
+                // logs what it read of it).
                 let e = HttpError::close(Status::RequestTimeout);
-                self.error(session, e, None, None, out);
+                self.error(session, e, None, request_line(partial), out);
                 c.head_timeouts.fetch_add(1, Relaxed)
             }
             Timeout::Write => c.write_timeouts.fetch_add(1, Relaxed),

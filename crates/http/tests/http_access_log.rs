@@ -115,3 +115,33 @@ fn reopen_after_rotation_writes_a_new_file() {
     assert_eq!(lines(&rotated), 2);
     assert_eq!(s.state.stats().log_dropped, 0);
 }
+
+/// A request that times out (408) is logged with the request line that
+/// had come, as nginx logs it; one that sent nothing whole, with `-`.
+#[test]
+fn a_timed_out_request_logs_its_request_line() {
+    let dir = common::TempDir::new("log408");
+    let path = dir.0.join("access.log");
+    let p = path.clone();
+    let s = TestServer::start("log408", move |c| {
+        c.access_log = Some(p);
+        c.head_timeout = Duration::from_millis(300);
+    });
+    let mut c = s.client();
+    c.send("GET /hello.txt HTTP/1.1\r\nHost: t\r\n");
+    assert_eq!(c.response(false).status, 408);
+    let mut c = s.client();
+    c.send("GET /hel");
+    assert_eq!(c.response(false).status, 408);
+    assert!(common::eventually(Duration::from_secs(3), || {
+        std::fs::read_to_string(&path).map_or(0, |t| t.lines().count()) == 2
+    }));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].contains("\"GET /hello.txt HTTP/1.1\" 408 "),
+        "{}",
+        lines[0]
+    );
+    assert!(lines[1].contains("\"-\" 408 "), "{}", lines[1]);
+}

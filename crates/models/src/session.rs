@@ -263,9 +263,18 @@ pub trait Protocol: Send + Sync + 'static {
     /// interim `100 Continue`, say) is written first.
     fn waiting(&self, _session: &mut Self::Session, _partial: &[u8], _out: &mut Output) {}
 
-    /// One of the driver's timeouts ran out; what the protocol appends to
-    /// `out` (say, a `408`) is written before the connection closes.
-    fn timed_out(&self, _session: &mut Self::Session, _which: Timeout, _out: &mut Output) {}
+    /// One of the driver's timeouts ran out, holding `partial` of the next
+    /// request (empty: none; what a log may show of it); what the protocol
+    /// appends to `out` (say, a `408`) is written before the connection
+    /// closes.
+    fn timed_out(
+        &self,
+        _session: &mut Self::Session,
+        _which: Timeout,
+        _partial: &[u8],
+        _out: &mut Output,
+    ) {
+    }
 
     /// A request closed the connection (`unread`: the client had sent more
     /// after it): true to close lingering — shut the write side, then read
@@ -882,9 +891,13 @@ pub fn drive<P: Protocol>(
                         driver.proto.drained(&mut session);
                         if let Err(e) = r {
                             if timed_out(&e) {
-                                driver
-                                    .proto
-                                    .timed_out(&mut session, Timeout::Write, &mut a.out);
+                                let partial = &a.buf[a.start..a.end];
+                                driver.proto.timed_out(
+                                    &mut session,
+                                    Timeout::Write,
+                                    partial,
+                                    &mut a.out,
+                                );
                             }
                             return;
                         }
@@ -964,7 +977,9 @@ async fn answer_timeout<P: Protocol>(
     conn: &mut Conn,
     a: &mut Active,
 ) {
-    driver.proto.timed_out(session, which, &mut a.out);
+    driver
+        .proto
+        .timed_out(session, which, &a.buf[a.start..a.end], &mut a.out);
     if a.out.is_pending() {
         a.answered.first_byte();
         let _ = write_output(conn, &mut a.out, driver.write_timeout).await;

@@ -110,7 +110,7 @@ impl Protocol for Lines {
         Flow::Continue
     }
 
-    fn timed_out(&self, _: &mut (), which: Timeout, out: &mut Output) {
+    fn timed_out(&self, _: &mut (), which: Timeout, _: &[u8], out: &mut Output) {
         self.timeouts[which as usize].fetch_add(1, SeqCst);
         if which == Timeout::Request {
             out.extend_from_slice(b"timeout\n");
