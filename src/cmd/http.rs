@@ -5,6 +5,7 @@ use clap::Args;
 use duality_http::request::MAX_HEADERS_CAP;
 use duality_http::{GzipConfig, HttpConfig, HttpState, Limits, Offload};
 use duality_models::{AcceptPolicy, Balance, Model, ServerBuilder};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -205,6 +206,27 @@ fn limits(a: &HttpArgs) -> anyhow::Result<Limits> {
 
 /// The default `--max-conns`: 1024, or what the descriptor limit leaves
 /// (two per connection: its socket and a file it sends; 32 kept back).
+/// The sockets to bind for `--listen` values: each address once
+/// (`localhost:80` and `127.0.0.1:80`), and an IPv4 address left out where
+/// `*:PORT` takes its port anyway (binding both would fail; nginx serves
+/// such a pair from the wildcard socket too).
+fn listeners(list: &[super::ListenAddr]) -> Vec<SocketAddr> {
+    let all: Vec<SocketAddr> = list.iter().flat_map(|l| l.0.iter().copied()).collect();
+    let wildcard = |port: u16| {
+        all.iter()
+            .any(|a| a.port() == port && a.is_ipv4() && a.ip().is_unspecified())
+    };
+    let mut out = Vec::new();
+    for a in all.iter().copied() {
+        let covered =
+            a.is_ipv4() && !a.ip().is_unspecified() && a.port() != 0 && wildcard(a.port());
+        if !covered && !out.contains(&a) {
+            out.push(a);
+        }
+    }
+    out
+}
+
 /// A count of at least 1 (0 would start a server that refuses everyone).
 fn positive_usize(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
@@ -317,13 +339,8 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         .idle_spin(a.io.idle_spin())
         .payload_spin(a.io.payload_spin())
         .max_conns(max_conns);
-    let mut bound = Vec::new();
-    for addr in a.listen.iter().flat_map(|l| l.0.iter().copied()) {
-        // `--listen localhost:80 --listen 127.0.0.1:80` binds it once.
-        if !bound.contains(&addr) {
-            bound.push(addr);
-            builder = builder.tcp(addr);
-        }
+    for addr in listeners(&a.listen) {
+        builder = builder.tcp(addr);
     }
     let server = duality_http::serve(builder, state.clone())?;
     let st = state.clone();
@@ -386,6 +403,27 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn listeners_bind_each_address_once_and_defer_to_a_wildcard() {
+        let parse = |v: &[&str]| -> Vec<super::super::ListenAddr> {
+            v.iter().map(|s| s.parse().unwrap()).collect()
+        };
+        let got = |v: &[&str]| -> Vec<String> {
+            super::listeners(&parse(v))
+                .iter()
+                .map(ToString::to_string)
+                .collect()
+        };
+        assert_eq!(got(&["127.0.0.1:80", "127.0.0.1:80"]), ["127.0.0.1:80"]);
+        assert_eq!(got(&["127.0.0.1:80", "*:80"]), ["0.0.0.0:80"]);
+        assert_eq!(
+            got(&["127.0.0.1:80", "*:81", "[::1]:80"]),
+            ["127.0.0.1:80", "0.0.0.0:81", "[::1]:80"]
+        );
+        // Port 0 picks a port per socket: never covered by a wildcard's.
+        assert_eq!(got(&["127.0.0.1:0", "*:0"]), ["127.0.0.1:0", "0.0.0.0:0"]);
+    }
+
     #[test]
     fn max_conns_follows_the_descriptor_limit() {
         assert_eq!(super::max_conns_for_limit(20_000), 1024);
