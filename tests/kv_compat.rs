@@ -599,7 +599,12 @@ fn stats_conns() {
             !st.contains_key(&format!("{listener}:listen_addr")),
             "{server}"
         );
-        assert!(listener.parse::<i32>().unwrap() < fd.parse::<i32>().unwrap());
+        // In memcached's own process the listener's descriptor comes first;
+        // duality runs inside this test process, where a descriptor another
+        // test just closed below the listener's may go to the connection.
+        if server == "memcached" {
+            assert!(listener.parse::<i32>().unwrap() < fd.parse::<i32>().unwrap());
+        }
         // Every client connection has the four fields.
         for (k, v) in st.iter().filter(|(k, _)| k.ends_with(":listen_addr")) {
             let fd = k.trim_end_matches(":listen_addr");
