@@ -639,17 +639,16 @@ impl HttpProtocol {
     /// One line in nginx's `combined` format (what log tools read):
     /// `addr - - [time] "request" status bytes "referer" "user-agent"`,
     /// with bytes a client chose escaped as nginx escapes them. Without a
-    /// head, the request is `line` (a refused request's line, as nginx logs
+    /// head, the request is `request` (a refused request's line, as nginx logs
     /// it) or `-`.
     fn log(
         &self,
         session: &HttpSession,
         head: Option<&Head<'_>>,
-        line: Option<&[u8]>,
+        request: Option<&[u8]>,
         plan: &Plan,
     ) {
         let Some(log) = &self.state.log else { return };
-        let request = line;
         let mut line = Vec::with_capacity(160);
         line.extend_from_slice(session.peer.as_bytes());
         line.extend_from_slice(b" - - [");
