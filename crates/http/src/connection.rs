@@ -284,10 +284,11 @@ impl Protocol for HttpProtocol {
         match which {
             Timeout::Idle => c.idle_timeouts.fetch_add(1, Relaxed),
             Timeout::Request => {
-                // Logged with its request line when that much came (nginx
-                // logs what it read of it).
+                // Logged with what came of its request line, ended or not,
+                // as nginx logs it.
                 let e = HttpError::close(Status::RequestTimeout);
-                self.error(session, e, None, request_line(partial), out);
+                let line = request_line(partial).or_else(|| line_so_far(partial));
+                self.error(session, e, None, line, out);
                 c.head_timeouts.fetch_add(1, Relaxed)
             }
             Timeout::Write => c.write_timeouts.fetch_add(1, Relaxed),
@@ -704,6 +705,14 @@ fn request_line(input: &[u8]) -> Option<&[u8]> {
     Some(line.strip_suffix(b"\r").unwrap_or(line))
 }
 
+/// The start of a request line that has not ended (a timed-out request's,
+/// for the log): `None` if nothing but line ends came, or past 16 KiB.
+fn line_so_far(input: &[u8]) -> Option<&[u8]> {
+    let start = input.iter().position(|&b| b != b'\r' && b != b'\n')?;
+    let rest = &input[start..];
+    (rest.len() <= 16 * 1024).then_some(rest.strip_suffix(b"\r").unwrap_or(rest))
+}
+
 /// Appends `bytes` to a log line, each byte outside printable ASCII and
 /// each `"` and `\\` as `\xHH`, as nginx's log escaping does: a client
 /// cannot forge a line or a field.
@@ -762,7 +771,7 @@ fn as_str(d: &[u8; date::LEN]) -> &str {
 
 #[cfg(test)]
 mod tests {
-    use super::request_line;
+    use super::{line_so_far, request_line};
 
     #[test]
     fn the_request_line_of_a_refused_request() {
@@ -779,5 +788,13 @@ mod tests {
         assert_eq!(line(b"\r\n"), None);
         let long = [b"GET /".as_slice(), &[b'a'; 20 * 1024], b" HTTP/1.1\r\n"].concat();
         assert_eq!(line(&long), None);
+        let so_far = |s: &[u8]| line_so_far(s).map(|l| String::from_utf8_lossy(l).into_owned());
+        assert_eq!(
+            so_far(b"\r\nGET /still-arr").as_deref(),
+            Some("GET /still-arr")
+        );
+        assert_eq!(so_far(b"GET /x\r").as_deref(), Some("GET /x"));
+        assert_eq!(so_far(b"\r\n\r\n"), None);
+        assert_eq!(so_far(&long[..17 * 1024]), None);
     }
 }
