@@ -201,7 +201,7 @@ fn curl_expect_100_continue_does_not_stall() {
     let small = dir.0.join("small.txt");
     std::fs::write(&small, "x".repeat(4000)).unwrap();
     let large = dir.0.join("large.txt");
-    std::fs::write(&large, "x".repeat(100_000)).unwrap();
+    std::fs::write(&large, "x".repeat(1_100_000)).unwrap();
     // curl waits --expect100-timeout (1 s by default) for the interim
     // answer before sending the body anyway; with 20 s (past --max-time) a
     // missing answer fails the transfer instead of only slowing it.
@@ -232,7 +232,8 @@ fn curl_expect_100_continue_does_not_stall() {
         stderr(&o)
     );
     assert!(took < Duration::from_secs(5), "{took:?}");
-    // Too large to read: the final answer at once, without 100.
+    // Past the body limit (1 MiB, nginx's): the final answer at once,
+    // without 100.
     let (o, took) = post(&large);
     assert_eq!(stdout(&o), "413", "{}", stderr(&o));
     assert!(!stderr(&o).contains("100 Continue"), "{}", stderr(&o));

@@ -1,16 +1,17 @@
-//! Parses arbitrary bytes as a stream of pipelined HTTP request heads under
-//! several `Limits` and checks `parse_head`'s contract with the connection
-//! handler: it never panics; `consumed` is inside the input and not 0; an
-//! `Ok(None)` only comes while the buffer is shorter than `max_request()`;
-//! every error closes; and a request that parses parses the same whatever
-//! the reads it arrived in (every proper prefix is "read more", the same bytes
-//! followed by anything parse the same).
+//! Parses arbitrary bytes as a stream of pipelined HTTP requests under
+//! several `Limits` — each head with `parse_head`, then its body dropped
+//! with `Discard`, as the connection handler does — and checks their
+//! contract with it: they never panic; `consumed` is inside the input and
+//! not 0; "read more" only comes while the bytes kept are fewer than
+//! `max_request()`; every error closes; and a request that parses parses
+//! the same whatever the reads it arrived in (every proper prefix is "read
+//! more", the same bytes followed by anything parse the same).
 //!
 //! Run: `fuzz/run 60 http_head`, or `cargo +nightly fuzz run http_head --
 //! -dict=http.dict` (from `fuzz/`).
 #![no_main]
 
-use duality_http::{parse_head, request::continue_due, Head, Limits};
+use duality_http::{parse_head, request::continue_due, Discard, Head, HttpError, Limits};
 use libfuzzer_sys::fuzz_target;
 
 const LIMITS: [Limits; 4] = [
@@ -19,7 +20,7 @@ const LIMITS: [Limits; 4] = [
         max_head: 32 * 1024,
         max_uri: 8 * 1024,
         max_headers: 256,
-        max_body: 8 * 1024,
+        max_body: 1024 * 1024,
     },
     // Small enough that short inputs reach every limit.
     Limits {
@@ -45,19 +46,12 @@ const LIMITS: [Limits; 4] = [
 
 fuzz_target!(|data: &[u8]| {
     for limits in &LIMITS {
-        let _ = continue_due(data, limits);
         let mut rest = data;
         // Pipelined requests, one after the other, as the handler drops
         // `consumed` bytes each time.
         while !rest.is_empty() {
-            match parse_head(rest, limits) {
-                Ok(None) => {
-                    assert!(
-                        rest.len() < limits.max_request(),
-                        "read buffer full, no answer"
-                    );
-                    break;
-                }
+            match whole(rest, limits) {
+                Ok(None) => break,
                 Err(e) => {
                     assert!(e.close, "an error after a bad head must close");
                     break;
@@ -80,16 +74,44 @@ fn check_head(head: &Head<'_>, limits: &Limits) {
     assert!(!head.path.split('/').any(|s| s == ".."));
 }
 
+/// The whole request at the front of `buf` as the connection handler
+/// finds it: its head, then its body dropped; `Ok(None)` while either has
+/// not all come, and then the bytes still kept must fit the read buffer.
+fn whole<'a>(buf: &'a [u8], limits: &Limits) -> Result<Option<(Head<'a>, usize)>, HttpError> {
+    let Some((head, n)) = parse_head(buf, limits)? else {
+        assert!(buf.len() < limits.max_request(), "read buffer full, no answer");
+        return Ok(None);
+    };
+    assert!(n > 0 && n <= buf.len());
+    let _ = continue_due(&head, &buf[n..]);
+    let Some(mut body) = Discard::new(&head) else {
+        return Ok(Some((head, n)));
+    };
+    let s = body.skip(&buf[n..], limits)?;
+    assert!(s.used <= buf.len() - n);
+    if !s.done {
+        assert!(
+            buf.len() - n - s.used < limits.max_request(),
+            "read buffer full, no answer"
+        );
+        return Ok(None);
+    }
+    Ok(Some((head, n + s.used)))
+}
+
 /// The request at the start of `buf` arrives in two reads, split at `cut`:
 /// the first read must ask for more, the second gives the same answer.
 fn check_splits(buf: &[u8], head: &Head<'_>, consumed: usize, limits: &Limits) {
     // Alone, without what follows it, the request parses the same.
-    let alone = parse_head(&buf[..consumed], limits);
+    let alone = whole(&buf[..consumed], limits);
     assert_eq!(alone, Ok(Some((head.clone(), consumed))));
     // Every cut of a short request; of a long one the first and last
     // bytes, those around the end of the head and a sample of the rest, so
     // that one execution stays near-linear in the input.
-    let head_end = consumed - head.content_length;
+    let head_end = match parse_head(buf, limits) {
+        Ok(Some((_, n))) => n,
+        other => panic!("the head parsed before: {other:?}"),
+    };
     for cut in 0..consumed {
         let checked = consumed <= 256
             || cut < 64
@@ -100,7 +122,7 @@ fn check_splits(buf: &[u8], head: &Head<'_>, consumed: usize, limits: &Limits) {
             continue;
         }
         assert_eq!(
-            parse_head(&buf[..cut], limits),
+            whole(&buf[..cut], limits),
             Ok(None),
             "a proper prefix ({cut} of {consumed} bytes) must ask for more"
         );

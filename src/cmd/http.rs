@@ -99,10 +99,15 @@ pub struct HttpArgs {
     #[arg(long)]
     access_log: Option<PathBuf>,
     /// Largest request head (request line, header fields, blank line) in bytes;
-    /// a larger one gets 431. Also bounds each connection's read buffer (with
-    /// the 8 KiB a small request body may take).
+    /// a larger one gets 431. Also bounds each connection's read buffer.
     #[arg(long, default_value_t = Limits::default().max_head)]
     max_head_bytes: usize,
+    /// Largest request body a `Content-Length` may announce, in bytes; a
+    /// larger one gets 413 (nginx's `client_max_body_size`, 1 MiB). A body is
+    /// never read into memory: the answer goes out at the head and the body
+    /// is dropped as it arrives (a chunked one, of any size, as nginx does).
+    #[arg(long, default_value_t = Limits::default().max_body)]
+    max_body_bytes: usize,
     /// Longest request-target (URI) in bytes; a longer one gets 414.
     #[arg(long, default_value_t = Limits::default().max_uri)]
     max_uri_bytes: usize,
@@ -200,7 +205,7 @@ fn limits(a: &HttpArgs) -> anyhow::Result<Limits> {
         max_head: a.max_head_bytes,
         max_uri: a.max_uri_bytes,
         max_headers: a.max_headers,
-        ..Limits::default()
+        max_body: a.max_body_bytes,
     })
 }
 

@@ -50,7 +50,7 @@ use duality_models::{Conn, Driver, DriverConfig, Flow, Parsed, Protocol};
 use crate::date;
 use crate::file::FileMeta;
 use crate::gzip::{self, GzipInput, GzipJob};
-use crate::request::{continue_due, parse_head, Head, Method, Version};
+use crate::request::{continue_due, parse_head, Discard, Head, Method, Version};
 use crate::response::{
     not_modified, plan_encoded, write_error, write_redirect, write_text, ByteRange, Encoding, Plan,
     CONTINUE,
@@ -98,10 +98,30 @@ pub struct HttpProtocol {
 
 /// One request as `parse` found it: a head, or why there is none.
 pub struct HttpRequest<'a> {
-    /// The head, or why it was refused and its request line (for the log).
-    head: Result<Head<'a>, (HttpError, Option<&'a [u8]>)>,
+    what: Seen<'a>,
     /// The connection's color.
     color: u64,
+}
+
+/// What `parse` found.
+// The head is large beside the other variants, but boxing it would cost an
+// allocation per request; a `Seen` lives on the stack for one call.
+#[allow(clippy::large_enum_variant)]
+enum Seen<'a> {
+    /// A head. Its body, if any, is dropped as it arrives: `body` is where
+    /// its discard stands after the bytes that came with the head (`None`:
+    /// no body, or all of it came).
+    Head {
+        head: Head<'a>,
+        body: Option<Discard>,
+        /// `100 Continue` goes out before the answer.
+        continue_first: bool,
+    },
+    /// A refused head: why, and its request line (for the log).
+    Refused(HttpError, Option<&'a [u8]>),
+    /// The body of a request already answered broke its framing: the
+    /// connection closes with nothing more to say (as nginx's does).
+    BadBody,
 }
 
 /// What a connection keeps between requests (it moves with a batch to a
@@ -120,6 +140,8 @@ pub struct HttpSession {
     failed: bool,
     /// What `finish` does for the request `execute` left to it.
     pending: Option<Pending>,
+    /// The body of the last request, being dropped as it arrives.
+    discard: Option<Discard>,
 }
 
 /// A response `execute` could not make from memory.
@@ -184,28 +206,60 @@ impl Protocol for HttpProtocol {
             phase: Phase::Waiting,
             failed: false,
             pending: None,
+            discard: None,
         }
     }
 
     fn parse<'a>(&self, session: &mut HttpSession, input: &'a [u8]) -> Parsed<HttpRequest<'a>> {
         let color = session.color;
-        match parse_head(input, &self.state.cfg.limits) {
+        let limits = &self.state.cfg.limits;
+        let refused = |what| Parsed::Request(HttpRequest { what, color }, input.len());
+        if let Some(body) = &mut session.discard {
+            match body.skip(input, limits) {
+                Ok(s) => {
+                    if s.done {
+                        session.discard = None;
+                    }
+                    if s.used > 0 {
+                        return Parsed::Skip(s.used);
+                    }
+                    if !s.done {
+                        return Parsed::Incomplete(0);
+                    }
+                }
+                Err(_) => return refused(Seen::BadBody),
+            }
+        }
+        match parse_head(input, limits) {
             Ok(None) => Parsed::Incomplete(0),
-            Ok(Some((head, n))) => Parsed::Request(
-                HttpRequest {
-                    head: Ok(head),
-                    color,
-                },
-                n,
-            ),
+            Ok(Some((head, n))) => {
+                let after = &input[n..];
+                let continue_first = continue_due(&head, after);
+                // What of the body came with the head is dropped now: bad
+                // framing in it is still answered (400), as nginx reads
+                // what is there before it answers.
+                let mut len = n;
+                let mut body = Discard::new(&head);
+                if let Some(d) = &mut body {
+                    match d.skip(after, limits) {
+                        Ok(s) => {
+                            len += s.used;
+                            if s.done {
+                                body = None;
+                            }
+                        }
+                        Err(e) => return refused(Seen::Refused(e, request_line(input))),
+                    }
+                }
+                let what = Seen::Head {
+                    head,
+                    body,
+                    continue_first,
+                };
+                Parsed::Request(HttpRequest { what, color }, len)
+            }
             // The connection closes after the error: the rest is dropped.
-            Err(e) => Parsed::Request(
-                HttpRequest {
-                    head: Err((e, request_line(input))),
-                    color,
-                },
-                input.len(),
-            ),
+            Err(e) => refused(Seen::Refused(e, request_line(input))),
         }
     }
 
@@ -218,10 +272,26 @@ impl Protocol for HttpProtocol {
     }
 
     fn execute(&self, session: &mut HttpSession, req: HttpRequest<'_>, out: &mut Output) -> Flow {
-        let head = match req.head {
-            Ok(head) => head,
-            Err((e, line)) => {
+        let head = match req.what {
+            Seen::Head {
+                head,
+                body,
+                continue_first,
+            } => {
+                // Answered before its body is in, as nginx answers a static
+                // request; the body is dropped as it comes.
+                session.discard = body;
+                if continue_first {
+                    out.extend_from_slice(CONTINUE);
+                }
+                head
+            }
+            Seen::Refused(e, line) => {
                 self.error(session, e, None, line, out);
+                session.failed = true;
+                return Flow::Close;
+            }
+            Seen::BadBody => {
                 session.failed = true;
                 return Flow::Close;
             }
@@ -261,16 +331,12 @@ impl Protocol for HttpProtocol {
         }
     }
 
-    fn waiting(&self, session: &mut HttpSession, partial: &[u8], out: &mut Output) {
+    fn waiting(&self, session: &mut HttpSession, partial: &[u8], _out: &mut Output) {
         if partial.is_empty() {
             session.set_phase(Phase::Waiting);
             return;
         }
         session.set_phase(Phase::Reading);
-        // Written before the driver waits for the body.
-        if continue_due(partial, &self.state.cfg.limits) {
-            out.extend_from_slice(CONTINUE);
-        }
     }
 
     fn timed_out(
@@ -283,6 +349,9 @@ impl Protocol for HttpProtocol {
         let c = &self.state.counters;
         match which {
             Timeout::Idle => c.idle_timeouts.fetch_add(1, Relaxed),
+            // The body of an answered request stopped coming: nothing
+            // more to say (nginx closes such a connection too).
+            Timeout::Request if session.discard.is_some() => c.head_timeouts.fetch_add(1, Relaxed),
             Timeout::Request => {
                 // Logged with what came of its request line, ended or not,
                 // as nginx logs it.

@@ -31,6 +31,8 @@
 //!   read into buf (capacity limits.max_request()), with the header timeout
 //!     timeout → write_error(HttpError::close(Status::RequestTimeout), None, …), close
 //!   while let Some((head, n)) = parse_head(&buf, &limits)?   // Err → write_error(e, None, …), close
+//!     continue_due(&head, &buf[n..]) → out += CONTINUE
+//!     Discard::new(&head) → drop its body as it arrives (skip), before the next head
 //!     method not GET/HEAD → write_error(405)
 //!     root.resolve(&head.path)                               // blocking: spawn_blocking or inline
 //!       Redirect → write_redirect;  Err(e) → write_error(e, Some(&head), …)
@@ -187,7 +189,7 @@ pub use encoding::AcceptEncoding;
 pub use file::{ETag, FileMeta};
 pub use gzip::{GzipConfig, Offload};
 pub use path::{Resolved, Root, Symlinks};
-pub use request::{parse_head, Head, Limits, Method, Version};
+pub use request::{parse_head, Discard, Head, Limits, Method, Version};
 pub use response::{
     plan_encoded, plan_file, write_error, write_redirect, ByteRange, Encoding, Plan,
 };

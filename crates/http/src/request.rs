@@ -9,17 +9,18 @@
 //!   This is only answered while `buf.len() < limits.max_request()`, so a
 //!   read buffer of [`Limits::max_request`] bytes never fills up without an
 //!   answer.
-//! - `Ok(Some((head, consumed)))`: a request. `consumed` covers the head
-//!   **and** its body (bodies of up to [`Limits::max_body`] bytes, framed by
-//!   `Content-Length` or chunked, are waited for, then ignored): drop
-//!   `consumed` bytes, and what follows is the next pipelined request.
+//! - `Ok(Some((head, len)))`: a request head, `len` bytes long. A body
+//!   (`Content-Length` up to [`Limits::max_body`], or chunked, of any size)
+//!   follows it: [`Discard`] drops its bytes as they arrive, and what follows
+//!   it is the next pipelined request. The response need not wait for the
+//!   body, as nginx answers a static request and discards its body.
 //! - `Err(e)`: answer `e.status` and close (`e.close` is always `true` here:
 //!   after a bad head nobody knows where the next request starts).
 //!
-//! While a body is being waited for, [`continue_due`] says whether the client
-//! asked for `100 Continue` first (`Expect: 100-continue`) and has not started
-//! sending the body yet: without that interim answer such a client (curl, for
-//! bodies over 1 KiB) stalls until its own timeout before sending it.
+//! A head with `Expect: 100-continue` and a body ([`Head::expect_continue`])
+//! is owed `HTTP/1.1 100 Continue` before its answer while none of the body
+//! has come: such a client (curl, for bodies over 1 KiB) holds the body back
+//! until then, and sends it once it reads the interim answer.
 //!
 //! Versions: `HTTP/1.0`, `HTTP/1.1`, and any later `HTTP/1.x` (x a digit)
 //! taken as 1.1, the highest minor version this server implements (RFC 9110
@@ -34,9 +35,10 @@
 //! `Transfer-Encoding` with `Content-Length`, sent twice or not ending in
 //! `chunked`, a target [`normalize`](crate::path::normalize) refuses, a
 //! malformed chunked body, or anything `httparse` refuses → 400; a coding
-//! besides one `chunked` (`gzip, chunked`) → 501, as nginx; a body over
-//! [`Limits::max_body`] → 413 (a chunked body's framing counts: its chunk
-//! sizes, extensions and trailer fields are bytes the buffer must hold).
+//! besides one `chunked` (`gzip, chunked`) → 501, as nginx; a
+//! `Content-Length` over [`Limits::max_body`] → 413 (nginx's
+//! `client_max_body_size`; like nginx, a chunked body being discarded is not
+//! counted: it costs no memory).
 
 use std::mem::MaybeUninit;
 use std::time::SystemTime;
@@ -61,30 +63,33 @@ pub struct Limits {
     pub max_uri: usize,
     /// Most header fields → 431 beyond (clamped to [`MAX_HEADERS_CAP`]).
     pub max_headers: usize,
-    /// Largest body that is read and ignored → 413 beyond (announced by
-    /// `Content-Length`, or a chunked body, framing included).
+    /// Largest `Content-Length` a request may announce → 413 beyond
+    /// (nginx's `client_max_body_size`). Bodies are dropped as they arrive,
+    /// never held.
     pub max_body: usize,
 }
 
 impl Limits {
-    /// The largest request [`parse_head`] may need to see at once: the size
-    /// of the handler's read buffer.
+    /// The most bytes [`parse_head`] or [`Discard::skip`] may need to see at
+    /// once (a head, a framing line of a chunked body): the bound of the
+    /// handler's read buffer.
     pub const fn max_request(&self) -> usize {
-        self.max_head + self.max_body
+        self.max_head
     }
 }
 
 impl Default for Limits {
-    /// 32 KiB heads, 8 KiB targets, 256 fields, 8 KiB bodies: what nginx
+    /// 32 KiB heads, 8 KiB targets, 256 fields, 1 MiB bodies: what nginx
     /// accepts by default (`large_client_header_buffers 4 8k`: a request
-    /// line up to 8 KiB, 32 KiB of head in all, no field count limit), so
-    /// that a request nginx serves is not refused here.
+    /// line up to 8 KiB, 32 KiB of head in all, no field count limit;
+    /// `client_max_body_size 1m`), so that a request nginx serves is not
+    /// refused here.
     fn default() -> Limits {
         Limits {
             max_head: 32 * 1024,
             max_uri: 8 * 1024,
             max_headers: 256,
-            max_body: 8 * 1024,
+            max_body: 1024 * 1024,
         }
     }
 }
@@ -146,12 +151,11 @@ pub struct Head<'a> {
     /// without one).
     pub accept_encoding: AcceptEncoding,
     /// The body length (`Content-Length`, 0 without one); the body is
-    /// included in the bytes consumed and otherwise ignored.
+    /// dropped ([`Discard`]).
     pub content_length: usize,
     /// Whether the body is chunked (`Transfer-Encoding: chunked`, HTTP/1.1):
-    /// its length is known once its last chunk and trailer have arrived; it
-    /// is included in the bytes consumed and ignored, as nginx discards a
-    /// static request's body.
+    /// its end is found by reading its framing ([`Discard`]); dropped, as
+    /// nginx discards a static request's body.
     pub chunked: bool,
     /// `Referer` (for logs).
     pub referer: Option<&'a [u8]>,
@@ -163,116 +167,162 @@ pub struct Head<'a> {
     pub expect_continue: bool,
 }
 
-/// Parses the request at the start of `buf` (see the [module docs](self) for
-/// what each result asks of the caller).
+/// Parses the request head at the start of `buf` (see the [module docs](self)
+/// for what each result asks of the caller).
 pub fn parse_head<'a>(
     buf: &'a [u8],
     limits: &Limits,
 ) -> Result<Option<(Head<'a>, usize)>, HttpError> {
-    let Some((head, head_len)) = parse_fields(buf, limits)? else {
-        return Ok(None);
-    };
-    let body = if head.chunked {
-        match chunked_len(&buf[head_len..], limits.max_body)? {
-            Some(n) => n,
-            None => return Ok(None),
-        }
-    } else {
-        head.content_length
-    };
-    let consumed = head_len.saturating_add(body);
-    if buf.len() < consumed {
-        return Ok(None);
-    }
-    Ok(Some((head, consumed)))
+    parse_fields(buf, limits)
 }
 
-/// The length of the chunked body at the start of `body` — its chunks, the
-/// last chunk, any trailer fields and the blank line that ends them
-/// (RFC 9112 §7.1) — or `None` while it has not all arrived. Everything
-/// counts against `max`: a body that cannot end within `max` bytes → 413;
-/// bad framing → 400. Line ends may be bare LF, as nginx reads them.
-fn chunked_len(body: &[u8], max: usize) -> Result<Option<usize>, HttpError> {
-    let window = &body[..body.len().min(max)];
-    let bad = || HttpError::close(Status::BadRequest);
-    // Not ended within the window: wait while `max` may still hold it.
-    let incomplete = || {
-        if body.len() >= max {
-            Err(HttpError::close(Status::ContentTooLarge))
+/// Whether `head` is owed `HTTP/1.1 100 Continue` before its answer:
+/// it expects it, announces a body, and none of that body (`body`: what
+/// came after the head) has arrived. Once the body has begun the client is
+/// sending anyway (RFC 9110 §10.1.1 lets a server omit it then).
+pub fn continue_due(head: &Head<'_>, body: &[u8]) -> bool {
+    head.expect_continue && body.is_empty() && Discard::new(head).is_some()
+}
+
+/// A request body being dropped as its bytes arrive: what is left of a
+/// `Content-Length`, or where a chunked body's framing stands. Pure over
+/// each slice it is given; the state between slices is all it keeps, so a
+/// body of any size costs no memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Discard(Framing);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    /// Bytes of a `Content-Length` body still to come.
+    Length(u64),
+    /// Before a chunk-size line.
+    Size,
+    /// Data bytes of the current chunk still to come.
+    Data(u64),
+    /// The line end after a chunk's data.
+    DataEnd,
+    /// Trailer fields, up to the empty line that ends the body.
+    Trailer,
+}
+
+/// What [`Discard::skip`] did with a slice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Skipped {
+    /// Bytes at the front of the slice that were body (dropped).
+    pub used: usize,
+    /// The body ended within them: what follows is the next request.
+    pub done: bool,
+}
+
+impl Discard {
+    /// The discard of `head`'s body; `None` if it has none.
+    pub fn new(head: &Head<'_>) -> Option<Discard> {
+        if head.chunked {
+            Some(Discard(Framing::Size))
+        } else if head.content_length > 0 {
+            Some(Discard(Framing::Length(head.content_length as u64)))
         } else {
-            Ok(None)
+            None
         }
-    };
-    let mut at = 0;
-    loop {
-        let size = match chunk_size(&window[at..]) {
-            Ok(Some((n, size))) => {
-                at += n;
-                size
+    }
+
+    /// Drops the body bytes at the front of `input`. `used` falls short of
+    /// `input` only where the body ends (`done`) or a framing line has not
+    /// ended yet (call again with its bytes and more). A framing line that
+    /// reaches [`Limits::max_head`] bytes, or framing RFC 9112 §7.1 does not
+    /// allow → 400. Line ends may be bare LF, as nginx reads them.
+    pub fn skip(&mut self, input: &[u8], limits: &Limits) -> Result<Skipped, HttpError> {
+        let bad = || HttpError::close(Status::BadRequest);
+        // A framing line not ended yet: come back with more, unless it can
+        // no longer end within the limit. (A line is refused by the bytes
+        // before its LF, ended or not, so that how the body was split into
+        // reads never changes the answer.)
+        let partial = |at: usize| {
+            if input.len() - at >= limits.max_head {
+                Err(bad())
+            } else {
+                Ok(Skipped {
+                    used: at,
+                    done: false,
+                })
             }
-            Ok(None) => return incomplete(),
-            Err(()) => return Err(bad()),
         };
-        if size == 0 {
-            break;
-        }
-        // A size past the limit is refused before any of it is waited for.
-        if size > (max - at) as u64 {
-            return Err(HttpError::close(Status::ContentTooLarge));
-        }
-        at += size as usize;
-        if at > window.len() {
-            return incomplete();
-        }
-        match &window[at..] {
-            [b'\r', b'\n', ..] => at += 2,
-            [b'\n', ..] => at += 1,
-            [] | [b'\r'] => return incomplete(),
-            _ => return Err(bad()),
-        }
-    }
-    // The trailer section: fields (ignored) up to an empty line.
-    loop {
-        let rest = &window[at..];
-        let Some(end) = rest.iter().position(|&b| b == b'\n') else {
-            return incomplete();
-        };
-        at += end + 1;
-        let line = &rest[..end];
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if line.is_empty() {
-            return Ok(Some(at));
-        }
-        let name_len = line.iter().position(|&b| b == b':').unwrap_or(0);
-        if name_len == 0 || !line[..name_len].iter().all(|&b| is_tchar(b)) {
-            return Err(bad());
+        let mut at = 0;
+        loop {
+            let rest = &input[at..];
+            match self.0 {
+                Framing::Length(left) | Framing::Data(left) => {
+                    let n = usize::try_from(left).map_or(rest.len(), |l| l.min(rest.len()));
+                    at += n;
+                    let left = left - n as u64;
+                    let chunk = matches!(self.0, Framing::Data(_));
+                    self.0 = match (left, chunk) {
+                        (0, true) => Framing::DataEnd,
+                        (_, true) => Framing::Data(left),
+                        (_, false) => Framing::Length(left),
+                    };
+                    if left > 0 || !chunk {
+                        return Ok(Skipped {
+                            used: at,
+                            done: left == 0,
+                        });
+                    }
+                }
+                Framing::Size => match chunk_size(rest) {
+                    Ok(Some((n, _))) if n > limits.max_head => return Err(bad()),
+                    Ok(Some((n, size))) => {
+                        at += n;
+                        self.0 = if size == 0 {
+                            Framing::Trailer
+                        } else {
+                            Framing::Data(size)
+                        };
+                    }
+                    Ok(None) => return partial(at),
+                    Err(()) => return Err(bad()),
+                },
+                Framing::DataEnd => {
+                    at += match rest {
+                        [b'\r', b'\n', ..] => 2,
+                        [b'\n', ..] => 1,
+                        [] | [b'\r'] => {
+                            return Ok(Skipped {
+                                used: at,
+                                done: false,
+                            })
+                        }
+                        _ => return Err(bad()),
+                    };
+                    self.0 = Framing::Size;
+                }
+                Framing::Trailer => {
+                    let Some(end) = rest.iter().position(|&b| b == b'\n') else {
+                        return partial(at);
+                    };
+                    if end >= limits.max_head {
+                        return Err(bad());
+                    }
+                    at += end + 1;
+                    let line = &rest[..end];
+                    let line = line.strip_suffix(b"\r").unwrap_or(line);
+                    if line.is_empty() {
+                        return Ok(Skipped {
+                            used: at,
+                            done: true,
+                        });
+                    }
+                    // A field (ignored): a token, then a colon.
+                    let name_len = line.iter().position(|&b| b == b':').unwrap_or(0);
+                    if name_len == 0 || !line[..name_len].iter().all(|&b| is_tchar(b)) {
+                        return Err(bad());
+                    }
+                }
+            }
         }
     }
 }
 
-/// Whether `buf` (for which [`parse_head`] answered `Ok(None)`) holds a
-/// complete head that expects `100 Continue` and announces a body, and not
-/// one byte of that body yet: then the handler sends
-/// `HTTP/1.1 100 Continue` before waiting for the body. Once the body has
-/// begun the client is sending anyway, which also keeps the interim answer
-/// from going out twice (RFC 9110 §10.1.1 lets a server omit it then).
-pub fn continue_due(buf: &[u8], limits: &Limits) -> bool {
-    // Only a buffer ending in the blank line can be a head with no body
-    // byte yet; this spares a second parse of every partial read.
-    if !(buf.ends_with(b"\n\r\n") || buf.ends_with(b"\n\n")) {
-        return false;
-    }
-    matches!(
-        parse_fields(buf, limits),
-        Ok(Some((head, head_len)))
-            if head.expect_continue
-                && (head.content_length > 0 || head.chunked)
-                && head_len == buf.len()
-    )
-}
-
-/// The head at the start of `buf` and its length, without waiting for the
-/// body.
+/// The head at the start of `buf` and its length.
 fn parse_fields<'a>(
     buf: &'a [u8],
     limits: &Limits,
@@ -719,8 +769,21 @@ mod tests {
     use super::*;
     use std::time::{Duration, UNIX_EPOCH};
 
+    /// A whole request: its head, and the bytes of head and body once the
+    /// body has all come (`Ok(None)` until then).
+    fn whole<'a>(buf: &'a [u8], limits: &Limits) -> Result<Option<(Head<'a>, usize)>, HttpError> {
+        let Some((head, n)) = parse_head(buf, limits)? else {
+            return Ok(None);
+        };
+        let Some(mut body) = Discard::new(&head) else {
+            return Ok(Some((head, n)));
+        };
+        let skipped = body.skip(&buf[n..], limits)?;
+        Ok(skipped.done.then_some((head, n + skipped.used)))
+    }
+
     fn parse(req: &str) -> Result<Option<(Head<'_>, usize)>, HttpError> {
-        parse_head(req.as_bytes(), &Limits::default())
+        whole(req.as_bytes(), &Limits::default())
     }
 
     fn head(req: &str) -> Head<'_> {
@@ -970,7 +1033,7 @@ mod tests {
             ("GET / HTTP/1.1\r\nHost: u@h\r\n\r\n", 400),
             ("GET / HTTP/1.1\r\nHost: [::1\r\n\r\n", 400),
             (
-                "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 8193\r\n\r\n",
+                "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 1048577\r\n\r\n",
                 413,
             ),
             (
@@ -1086,26 +1149,26 @@ mod tests {
     #[test]
     fn continue_is_due_only_before_the_body() {
         let limits = Limits::default();
-        let due = |req: &str| continue_due(req.as_bytes(), &limits);
+        let due = |req: &str| {
+            let (h, n) = parse_head(req.as_bytes(), &limits).unwrap().unwrap();
+            continue_due(&h, &req.as_bytes()[n..])
+        };
         let head =
             "POST /u HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n";
-        assert!(parse(head).unwrap().is_none(), "the body is waited for");
         assert!(due(head));
         assert!(due(&head.replace("\r\n", "\n")), "bare LF heads too");
         assert!(due(&head.replace("HTTP/1.1", "HTTP/1.2")));
+        assert!(due(
+            &head.replace("Content-Length: 5", "Transfer-Encoding: chunked")
+        ));
         // Once a body byte is in, the client is sending: no interim answer
         // (so it never goes out twice).
         assert!(!due(&format!("{head}h")));
         assert!(!due(&format!("{head}hello")));
-        // No body, no expectation, 1.0, an incomplete head, a refused body.
+        // No body, no expectation, 1.0.
         assert!(!due(&head.replace("Content-Length: 5", "Content-Length: 0")));
         assert!(!due(&head.replace("Expect: 100-continue", "X: y")));
         assert!(!due(&head.replace("HTTP/1.1", "HTTP/1.0")));
-        assert!(!due(&head[..head.len() - 2]));
-        assert!(!due(
-            &head.replace("Content-Length: 5", "Content-Length: 8193")
-        ));
-        assert!(!due(""));
     }
 
     /// What nginx serves with its default buffers is served here too.
@@ -1201,19 +1264,33 @@ mod tests {
     }
 
     #[test]
-    fn body_is_waited_for_and_consumed() {
-        let req = "POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhelloGET / HTTP/1.1\r\nHost: h\r\n\r\n";
-        let head_end = req.find("hello").unwrap();
-        for cut in head_end..head_end + 5 {
-            assert!(parse(&req[..cut]).unwrap().is_none(), "cut {cut}");
-        }
-        let (h, n) = parse(req).unwrap().unwrap();
+    fn body_is_dropped_as_it_arrives() {
+        let limits = Limits::default();
+        let req = b"POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhelloGET / HTTP/1.1\r\nHost: h\r\n\r\n";
+        let (h, n) = parse_head(req, &limits).unwrap().unwrap();
         assert_eq!(h.method, Method::Other);
         assert_eq!(h.content_length, 5);
-        assert_eq!(&req[n..n + 3], "GET");
+        // The head is a request before any of its body has come.
+        assert_eq!(&req[n..n + 5], b"hello");
+        let mut body = Discard::new(&h).unwrap();
+        let took = |used, done| Ok(Skipped { used, done });
+        assert_eq!(body.skip(&req[n..n + 2], &limits), took(2, false));
+        assert_eq!(body.skip(&req[n + 2..], &limits), took(3, true));
+        assert_eq!(&req[n + 5..n + 8], b"GET");
         // Equal repeated lengths are fine ("5, 5").
         let h = head("GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 2, 2\r\n\r\nab");
         assert_eq!(h.content_length, 2);
+        // No body, nothing to drop.
+        let h = head("GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n");
+        assert_eq!(Discard::new(&h), None);
+        // A Content-Length past the limit is refused at the head.
+        let big = format!(
+            "GET / HTTP/1.1\r\nHost: h\r\nContent-Length: {}\r\n\r\n",
+            1024 * 1024 + 1
+        );
+        assert_eq!(status(&big), 413);
+        let at = big.replace("1048577", "1048576");
+        assert!(parse_head(at.as_bytes(), &limits).unwrap().is_some());
     }
 
     #[test]
@@ -1289,20 +1366,46 @@ mod tests {
         ] {
             assert_eq!(status(&format!("{head}{body}")), 400, "{body:?}");
         }
-        // The limit counts framing: a chunk past it is refused at its size
-        // line; many small chunks once their bytes reach it.
-        assert_eq!(status(&format!("{head}2001\r\n")), 413);
-        let small = "1\r\nx\r\n".repeat(8 * 1024 / 6 + 1);
-        assert_eq!(status(&format!("{head}{small}")), 413);
-        let fits = format!("{head}{}0\r\n\r\n", "1\r\nx\r\n".repeat(1000));
-        assert_eq!(parse(&fits).unwrap().unwrap().1, fits.len());
-        // 100-continue is due for a chunked body too.
-        let expect = head.replace("\r\n\r\n", "\r\nExpect: 100-continue\r\n\r\n");
-        assert!(continue_due(expect.as_bytes(), &Limits::default()));
-        assert!(!continue_due(
-            format!("{expect}0").as_bytes(),
-            &Limits::default()
-        ));
+        // No limit on a chunked body (it costs nothing to drop, as nginx
+        // discards one): a chunk larger than any buffer is skipped as its
+        // bytes come, and a framing line that cannot end within the head
+        // limit is refused.
+        let limits = Limits::default();
+        let (h, n) = parse_head(head.as_bytes(), &limits).unwrap().unwrap();
+        let mut body = Discard::new(&h).unwrap();
+        assert_eq!(body.skip(b"100000\r\n", &limits).map(|s| s.used), Ok(8));
+        for _ in 0..16 {
+            assert_eq!(
+                body.skip(&[b'x'; 0x10000], &limits).map(|s| s.done),
+                Ok(false)
+            );
+        }
+        assert_eq!(
+            body.skip(b"\r\n0\r\n\r\nGET", &limits),
+            Ok(Skipped {
+                used: 7,
+                done: true
+            })
+        );
+        assert_eq!(n, head.len());
+        let mut body = Discard::new(&h).unwrap();
+        let long = format!("5;{}", "e".repeat(limits.max_head));
+        assert_eq!(
+            body.skip(long.as_bytes(), &limits)
+                .unwrap_err()
+                .status
+                .code(),
+            400
+        );
+        let mut body = Discard::new(&h).unwrap();
+        let long = format!("0\r\nT: {}", "v".repeat(limits.max_head));
+        assert_eq!(
+            body.skip(long.as_bytes(), &limits)
+                .unwrap_err()
+                .status
+                .code(),
+            400
+        );
     }
 
     #[test]
@@ -1332,8 +1435,8 @@ mod tests {
             fn never_panics(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
                 let _ = parse_head(&bytes, &Limits::default());
                 let tight = Limits { max_head: 32, max_uri: 8, max_headers: 2, max_body: 4 };
-                let _ = parse_head(&bytes, &tight);
-                let _ = continue_due(&bytes, &Limits::default());
+                let _ = whole(&bytes, &tight);
+                let _ = whole(&bytes, &Limits::default());
                 let _ = later_minor_line(&bytes);
             }
 
@@ -1346,8 +1449,7 @@ mod tests {
                 let mut bytes = VALID[i].as_bytes().to_vec();
                 let at = at.index(bytes.len() + 1);
                 bytes.splice(at..at, junk);
-                let _ = parse_head(&bytes, &Limits::default());
-                let _ = continue_due(&bytes, &Limits::default());
+                let _ = whole(&bytes, &Limits::default());
             }
 
             /// A body cut into chunks of any sizes is consumed exactly.
@@ -1355,6 +1457,7 @@ mod tests {
             fn chunked_any_split(
                 body in prop::collection::vec(any::<u8>(), 0..2048),
                 cuts in prop::collection::vec(1usize..300, 0..40),
+                reads in prop::collection::vec(1usize..64, 1..8),
             ) {
                 let mut req = b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
                 let mut rest = &body[..];
@@ -1368,11 +1471,30 @@ mod tests {
                     rest = more;
                 }
                 req.extend(b"0\r\n\r\n");
-                let (_, n) = parse_head(&req, &Limits::default()).unwrap().unwrap();
+                let limits = Limits::default();
+                let (_, n) = whole(&req, &limits).unwrap().unwrap();
                 prop_assert_eq!(n, req.len());
                 for cut in [req.len() - 1, req.len() / 2] {
-                    prop_assert_eq!(parse_head(&req[..cut], &Limits::default()), Ok(None));
+                    prop_assert_eq!(whole(&req[..cut], &limits), Ok(None));
                 }
+                // Fed as reads of any sizes (what a read leaves unused is
+                // kept, as the connection's buffer keeps it), the body ends
+                // exactly at its last byte, with the next request after it.
+                let (h, head_len) = parse_head(&req, &limits).unwrap().unwrap();
+                let mut discard = Discard::new(&h).unwrap();
+                req.extend(b"GET / HTTP/1.1\r\n\r\n");
+                let (mut at, mut end, mut done) = (head_len, head_len, false);
+                for r in reads.iter().cycle() {
+                    end = (end + r).min(req.len());
+                    let s = discard.skip(&req[at..end], &limits).unwrap();
+                    at += s.used;
+                    if s.done {
+                        done = true;
+                        break;
+                    }
+                }
+                prop_assert!(done);
+                prop_assert_eq!(at, n);
             }
 
             /// Every proper prefix of a valid request is incomplete; the whole
@@ -1381,11 +1503,11 @@ mod tests {
             fn split_points(i in 0..VALID.len(), trailing in "[A-Z]{0,4}") {
                 let req = VALID[i].as_bytes();
                 for cut in 0..req.len() {
-                    prop_assert_eq!(parse_head(&req[..cut], &Limits::default()), Ok(None));
+                    prop_assert_eq!(whole(&req[..cut], &Limits::default()), Ok(None));
                 }
                 let mut full = req.to_vec();
                 full.extend_from_slice(trailing.as_bytes());
-                let (_, n) = parse_head(&full, &Limits::default()).unwrap().unwrap();
+                let (_, n) = whole(&full, &Limits::default()).unwrap().unwrap();
                 prop_assert_eq!(n, req.len());
             }
         }

@@ -61,7 +61,8 @@ use crate::request::{trim, Head, Method};
 use crate::status::{HttpError, Status};
 
 /// The interim response to a request with `Expect: 100-continue`, sent before
-/// its body is read (see [`continue_due`](crate::request::continue_due)).
+/// the final one while none of its body has come (see
+/// [`continue_due`](crate::request::continue_due)).
 /// The only status line not built from a [`Status`].
 pub const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 

@@ -42,24 +42,26 @@ fn expect_100_continue_is_answered_before_the_body() {
     c.send(
         "POST /hello.txt HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n",
     );
-    // Without the interim answer the client would wait here (curl: 1 s,
-    // others: for ever) and the server would answer 408 at its deadline.
+    // Without the interim answer the client would hold its body back
+    // (curl: 1 s, others: for ever). The final answer follows at once, as
+    // nginx's does: a static server needs none of the body.
     assert_eq!(read_exact(&mut c, CONTINUE.len()), CONTINUE);
-    c.send("hello");
     let r = c.response(false);
     assert_eq!(r.status, 405);
     assert!(r.keeps_alive());
-    // The body was consumed: the connection goes on.
+    // The body is dropped as it comes: the connection goes on after it.
+    c.send("hello");
     assert_eq!(c.get("/hello.txt").text(), "hello, world\n");
 
     // Sent once only, also when the body dribbles in afterwards.
     let mut c = s.client();
     c.send("POST /x HTTP/1.1\r\nHost: t\r\nExpect: 100-Continue\r\nContent-Length: 3\r\n\r\n");
     assert_eq!(read_exact(&mut c, CONTINUE.len()), CONTINUE);
+    assert_eq!(c.response(false).status, 405);
     c.send("a");
     assert!(silent_for(&mut c, Duration::from_millis(200)));
     c.send("bc");
-    assert_eq!(c.response(false).status, 405);
+    assert_eq!(c.get("/hello.txt").status, 200);
 
     // Behind a pipelined request: its response comes first.
     let mut c = s.client();
@@ -69,8 +71,9 @@ fn expect_100_continue_is_answered_before_the_body() {
     );
     assert_eq!(c.response(false).status, 200);
     assert_eq!(c.response(false).status, 100);
-    c.send("ok");
     assert_eq!(c.response(false).status, 405);
+    c.send("ok");
+    assert_eq!(c.get("/hello.txt").status, 200);
 }
 
 #[test]
@@ -86,23 +89,62 @@ fn expect_100_continue_is_not_sent_when_it_is_not_needed() {
         200
     );
     // HTTP/1.0 (RFC 9110 §10.1.1) and unknown expectations (nginx ignores
-    // them rather than answering 417): no interim answer, the body is
-    // still waited for.
+    // them rather than answering 417): no interim answer, just the final one.
     for head in [
         "POST /x HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n",
         "POST /x HTTP/1.1\r\nHost: t\r\nExpect: something-else\r\nContent-Length: 2\r\n\r\n",
     ] {
         let mut c = s.client();
         c.send(head);
-        assert!(silent_for(&mut c, Duration::from_millis(300)), "{head:?}");
-        c.send("ok");
         assert_eq!(c.response(false).status, 405, "{head:?}");
     }
     // A body over the limit: 413 at once, never 100, and close.
     let mut c = s.client();
-    c.send("POST /x HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 100000\r\n\r\n");
+    c.send(
+        "POST /x HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 2000000\r\n\r\n",
+    );
     let r = c.response(false);
     assert_eq!(r.status, 413);
+    assert!(c.closed_within(Duration::from_secs(3)));
+}
+
+/// A request body is dropped as it arrives, as nginx discards a static
+/// request's body: the answer does not wait for it, a body of any framing
+/// and (chunked) any size costs no memory, and the next request after it is
+/// served; bad framing after the answer closes the connection.
+#[test]
+fn request_bodies_are_dropped_as_they_arrive() {
+    let s = TestServer::start("discard", |_| {});
+    // 100 KB announced, answered before any of it came.
+    let mut c = s.client();
+    c.send("GET /hello.txt HTTP/1.1\r\nHost: t\r\nContent-Length: 100000\r\n\r\n");
+    assert_eq!(c.response(false).text(), "hello, world\n");
+    c.send(vec![b'x'; 100_000]);
+    assert_eq!(c.get("/hello.txt").status, 200);
+    // A 4 MiB chunked body, in 64 KiB reads, then a pipelined request.
+    let mut c = s.client();
+    c.send("GET /hello.txt HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n400000\r\n");
+    assert_eq!(c.response(false).status, 200);
+    for _ in 0..64 {
+        c.send(vec![b'y'; 64 * 1024]);
+    }
+    c.send("\r\n0\r\nTrailer: t\r\n\r\nGET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(c.response(false).text(), "hello, world\n");
+    // A client that half-closes mid-body still gets its answer.
+    let mut c = s.client();
+    c.send("GET /hello.txt HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\nabc");
+    c.stream.shutdown(std::net::Shutdown::Write).unwrap();
+    assert_eq!(c.response(false).status, 200);
+    assert!(c.closed_within(Duration::from_secs(3)));
+    // Bad framing that came with the head: 400. After the answer: the
+    // connection closes, and nothing more is said.
+    let mut c = s.client();
+    c.send("GET /hello.txt HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n");
+    assert_eq!(c.response(false).status, 400);
+    let mut c = s.client();
+    c.send("GET /hello.txt HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n");
+    assert_eq!(c.response(false).status, 200);
+    c.send("zz\r\nGET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n");
     assert!(c.closed_within(Duration::from_secs(3)));
 }
 
