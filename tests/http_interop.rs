@@ -284,6 +284,8 @@ fn request_size_limit_flags() {
             "100",
             "--max-headers",
             "8",
+            "--max-body-bytes",
+            "1000",
         ],
     );
     let addr = s.url.strip_prefix("http://").unwrap().to_owned();
@@ -294,6 +296,16 @@ fn request_size_limit_flags() {
     assert_eq!(raw_status(&addr, &get("/hello.txt", &fields(7))), 431);
     let big = format!("X-Big: {}\r\n", "b".repeat(2048));
     assert_eq!(raw_status(&addr, &get("/hello.txt", &big)), 431);
+    let body = |n: usize| format!("Content-Length: {n}\r\n");
+    assert_eq!(raw_status(&addr, &get("/hello.txt", &body(1000))), 200);
+    assert_eq!(raw_status(&addr, &get("/hello.txt", &body(1001))), 413);
+    assert!(s.stop().success());
+
+    // 0: no body limit, as nginx's client_max_body_size 0.
+    let s = Server::start_with(&www, &["--max-body-bytes", "0"]);
+    let addr = s.url.strip_prefix("http://").unwrap().to_owned();
+    let huge = format!("Content-Length: {}\r\n", u32::MAX);
+    assert_eq!(raw_status(&addr, &get("/hello.txt", &huge)), 200);
     assert!(s.stop().success());
 
     // Documented, and checked at start-up.
@@ -302,7 +314,12 @@ fn request_size_limit_flags() {
         .output()
         .unwrap();
     let help = String::from_utf8_lossy(&help.stdout);
-    for flag in ["--max-head-bytes", "--max-uri-bytes", "--max-headers"] {
+    for flag in [
+        "--max-head-bytes",
+        "--max-uri-bytes",
+        "--max-headers",
+        "--max-body-bytes",
+    ] {
         assert!(help.contains(flag), "{flag} missing from --help:\n{help}");
     }
     for bad in [

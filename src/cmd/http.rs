@@ -106,6 +106,7 @@ pub struct HttpArgs {
     /// larger one gets 413 (nginx's `client_max_body_size`, 1 MiB). A body is
     /// never read into memory: the answer goes out at the head and the body
     /// is dropped as it arrives (a chunked one, of any size, as nginx does).
+    /// 0: no limit, as nginx's `client_max_body_size 0`.
     #[arg(long, default_value_t = Limits::default().max_body)]
     max_body_bytes: usize,
     /// Longest request-target (URI) in bytes; a longer one gets 414.
@@ -205,7 +206,11 @@ fn limits(a: &HttpArgs) -> anyhow::Result<Limits> {
         max_head: a.max_head_bytes,
         max_uri: a.max_uri_bytes,
         max_headers: a.max_headers,
-        max_body: a.max_body_bytes,
+        // Dropped as it arrives: no limit costs no memory.
+        max_body: match a.max_body_bytes {
+            0 => usize::MAX,
+            n => n,
+        },
     })
 }
 
