@@ -202,7 +202,7 @@ fn put(e: &mut Entry<'_, '_>, req: &BinRequest<'_>, flags: u32, exptime: Time, o
     match e.insert(req.value, flags, exptime, None) {
         Ok(cas) => ok_empty(req, cas, out),
         Err(_) => {
-            e.count(Counter::StoreNoMemory);
+            e.refused_for_memory();
             if req.opcode.loud() == Opcode::Set {
                 e.remove();
             }

@@ -102,7 +102,7 @@ fn put(
     match e.insert(value, flags, exptime, None) {
         Ok(_) => STORED,
         Err(_) => {
-            e.count(Counter::StoreNoMemory);
+            e.refused_for_memory();
             if is_set {
                 e.remove();
             }

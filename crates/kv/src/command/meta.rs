@@ -300,7 +300,7 @@ pub(super) fn set(
         SetResult::Code(code) => (code, None),
         SetResult::NoMemory => {
             // As memcached: a failed store drops the old item too.
-            e.count(Counter::StoreNoMemory);
+            e.refused_for_memory();
             e.remove();
             out.extend_from_slice(b"SERVER_ERROR out of memory storing object\r\n");
             return;

@@ -927,6 +927,14 @@ impl<'s, 'k> Entry<'s, 'k> {
         }
     }
 
+    /// Counts a store refused for lack of memory (`store_no_memory`), and
+    /// takes back the `cmd_set` its command counted: memcached counts a set
+    /// only once it has allocated the item.
+    pub fn refused_for_memory(&self) {
+        self.stats.bump(Counter::StoreNoMemory);
+        self.stats.unbump(Counter::CmdSet);
+    }
+
     /// Counts an event in this key's shard, and the hits memcached counts
     /// per slab class (`stats slabs`) in the class of the entry's item.
     pub fn count(&self, c: Counter) {
@@ -1030,8 +1038,10 @@ impl<'s, 'k> Entry<'s, 'k> {
                 self.shard.unlink(old, self.stats);
             }
         }
-        self.stats.bump(Counter::TotalItems);
+        // memcached's total_items counts the items it links (one born
+        // expired included), not the writes it could not allocate.
         if born_dead {
+            self.stats.bump(Counter::TotalItems);
             return Ok(cas);
         }
         let item = NewItem {
@@ -1049,6 +1059,7 @@ impl<'s, 'k> Entry<'s, 'k> {
             .insert(self.hash, &item, self.now, self.flush, self.stats)
         {
             Some(l) => {
+                self.stats.bump(Counter::TotalItems);
                 if keep_old {
                     // The search for room may have moved the old item.
                     if let Some(old) = self.shard.find_other(self.hash, self.key, l) {

@@ -140,6 +140,14 @@ impl ShardStats {
         a.store(a.load(Relaxed).wrapping_add(1), Relaxed);
     }
 
+    /// Takes back one [`bump`](Self::bump) of this request. The caller holds
+    /// the shard's lock.
+    #[inline]
+    pub(crate) fn unbump(&self, c: Counter) {
+        let a = &self.counters[c as usize];
+        a.store(a.load(Relaxed).wrapping_sub(1), Relaxed);
+    }
+
     /// Sets a gauge. The caller holds the shard's lock.
     #[inline]
     pub(crate) fn set(&self, c: Counter, v: u64) {
