@@ -865,16 +865,11 @@ fn meta_delete() {
     assert_ne!(s.cas_of("k"), cas);
     s.check("mg k v t\r\n", "VA 1 t30 X W\r\na\r\n");
     s.check("mg k v\r\n", "VA 1 Z X\r\na\r\n");
-    // Stale until a recache: an incr, decr or append in between keeps it so
-    // (and keeps whether the win token went out).
-    for (i, change) in [
-        "ma c\r\n",
-        "incr c 1\r\n",
-        "decr c 1\r\n",
-        "append c 0 0 1\r\n9\r\n",
-    ]
-    .into_iter()
-    .enumerate()
+    // Stale until a recache: an incr or decr in between keeps it so (and
+    // keeps whether the win token went out), as memcached's in place does.
+    for (i, change) in ["ma c\r\n", "incr c 1\r\n", "decr c 1\r\n", "decr c 5\r\n"]
+        .into_iter()
+        .enumerate()
     {
         s.run("ms c 2\r\n12\r\nmd c I T30\r\n");
         s.run(change);
@@ -886,6 +881,14 @@ fn meta_delete() {
         assert_eq!(s.run("mg c\r\n"), "HD Z X\r\n", "{change:?}");
         s.check("ms c 1\r\n1\r\n", "HD\r\n");
         assert_eq!(s.run("mg c\r\n"), "HD\r\n", "recached after {change:?}");
+    }
+    // An append, or an incr that outgrows the value, makes a new item, as
+    // memcached's do: the stale state goes with the old one (checked
+    // against memcached 1.6.18).
+    for change in ["append c 0 0 1\r\n9\r\n", "incr c 1\r\n"] {
+        s.run("ms c 2\r\n99\r\nmd c I T30\r\n");
+        s.run(change);
+        assert_eq!(s.run("mg c\r\n"), "HD\r\n", "{change:?}");
     }
     // x: drop the value, keep the item.
     s.check("ms j 3 F9\r\nabc\r\n", "HD\r\n");

@@ -981,7 +981,18 @@ impl<'s, 'k> Entry<'s, 'k> {
     pub fn rewrite(&mut self, edit: Edit<'_>, cas: Option<u64>) -> Result<u64, WriteError> {
         let l = self.idx.ok_or(WriteError::NotFound)?;
         let (flags, exptime) = (self.shard.flags(l), self.shard.exptime(l));
-        let kept = self.shard.bits(l) & (STALE | WIN_SENT | KEY_BINARY);
+        let bits = self.shard.bits(l);
+        // What the new item keeps: memcached's append and growing incr make
+        // a new item, whose stale and win-token state goes with the old one;
+        // its incr or decr to as many digits or fewer writes in place, and
+        // the item keeps it (fewer digits are stored alone here, where
+        // memcached pads them with spaces: see the README's deviations).
+        let kept = match edit {
+            Edit::Replace(d) if d.len() <= self.shard.item(l).value.len() => {
+                bits & (STALE | WIN_SENT | KEY_BINARY)
+            }
+            _ => bits & KEY_BINARY,
+        };
         if let Edit::Replace(d) = edit {
             if d.len() == self.shard.item(l).value.len() {
                 // A counter keeping its digits: written in place, as

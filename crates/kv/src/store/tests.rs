@@ -159,11 +159,18 @@ fn rewrite_keeps_the_meta_state() {
     e.set_win_sent(true);
     e.set_key_binary();
     e.bump();
+    // An incr or decr to as many digits or fewer (memcached's in place):
+    // the item keeps it.
     e.rewrite(Edit::Replace(b"13"), None).unwrap();
+    e.rewrite(Edit::Replace(b"7"), None).unwrap();
+    let it = e.item().unwrap();
+    assert_eq!(it.value, b"7");
+    assert!(it.stale && it.win_sent && it.key_binary, "{it:?}");
+    // A new item (an append, a longer value): only the key's form stays.
     e.rewrite(Edit::Append(b"0"), None).unwrap();
     let it = e.item().unwrap();
-    assert_eq!(it.value, b"130");
-    assert!(it.stale && it.win_sent && it.key_binary, "{it:?}");
+    assert_eq!(it.value, b"70");
+    assert!(!it.stale && !it.win_sent && it.key_binary, "{it:?}");
     // A new write (a recache) clears it.
     e.insert(b"1", 0, 0, None).unwrap();
     let it = e.item().unwrap();
