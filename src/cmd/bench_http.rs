@@ -286,7 +286,13 @@ fn print_nginx_config(a: &HttpBenchArgs, workers: usize, fd_limit: u64) -> anyho
         anyhow::bail!("--nginx-config needs --addr, --nginx-root and --nginx-prefix");
     };
     let modules = http::find_nginx()
-        .and_then(|n| std::process::Command::new(n).arg("-V").output().ok())
+        .and_then(|n| {
+            use duality_bench::interrupt::SpawnUnlessInterrupted;
+            std::process::Command::new(n)
+                .arg("-V")
+                .output_unless_interrupted()
+                .ok()
+        })
         .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
         .unwrap_or_default();
     print!(

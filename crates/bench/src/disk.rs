@@ -20,6 +20,7 @@
 //! the reader asking to the bytes being there (queueing included), p50 and
 //! p99 from a histogram of every read in the window.
 
+use crate::interrupt::SpawnUnlessInterrupted;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use std::fs::File;
@@ -425,7 +426,7 @@ pub fn run_children(plan: &Plan, tick: &mut dyn FnMut(&DiskRow)) -> anyhow::Resu
                     .arg(plan.warmup.to_string())
                     .arg("--seconds")
                     .arg(plan.seconds.to_string())
-                    .output()?;
+                    .output_unless_interrupted()?;
                 anyhow::ensure!(
                     out.status.success(),
                     "measuring {rt} with {n} readers failed ({}): {}",

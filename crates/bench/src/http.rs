@@ -32,6 +32,7 @@
 //! duality's `--revalidate-ms 1000` (both answer a hot file without
 //! `open`/`stat` for up to a second).
 
+use crate::interrupt::SpawnUnlessInterrupted;
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener};
@@ -531,7 +532,10 @@ pub fn find_nginx() -> Option<PathBuf> {
 
 /// The version line of an nginx binary (`nginx/1.22.1`).
 pub fn nginx_version(nginx: &Path) -> Option<String> {
-    let out = Command::new(nginx).arg("-v").output().ok()?;
+    let out = Command::new(nginx)
+        .arg("-v")
+        .output_unless_interrupted()
+        .ok()?;
     let text = String::from_utf8_lossy(&out.stderr);
     text.split_whitespace()
         .find(|w| w.starts_with("nginx/"))
@@ -612,7 +616,7 @@ impl RunningServer {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .spawn()?;
+            .spawn_unless_interrupted()?;
         let out = child.stdout.take().expect("piped stdout");
         let stderr = crate::servers::StderrTail::capture(&mut child);
         let mut line = String::new();
@@ -658,7 +662,7 @@ impl RunningServer {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .spawn()?;
+            .spawn_unless_interrupted()?;
         let out = child.stdout.take().expect("piped stdout");
         let err = child.stderr.take().expect("piped stderr");
         let mut line = String::new();
@@ -728,7 +732,7 @@ impl RunningServer {
         // A free port: bind, read it, close (nginx binds it right after).
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-        let modules = Command::new(nginx).arg("-V").output()?;
+        let modules = Command::new(nginx).arg("-V").output_unless_interrupted()?;
         let modules = String::from_utf8_lossy(&modules.stderr).into_owned();
         let mut conf = nginx_config(&prefix.0, root, addr, workers, fd_limit, &modules);
         if !extra.is_empty() {
@@ -752,7 +756,7 @@ impl RunningServer {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
-            .spawn()?;
+            .spawn_unless_interrupted()?;
         let until = Instant::now() + Duration::from_secs(10);
         loop {
             if let Ok(Some(status)) = child.try_wait() {
@@ -907,7 +911,7 @@ pub fn measure_point(
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
-            .spawn()?;
+            .spawn_unless_interrupted()?;
         children.push(ChildGuard(Some(child)));
     }
     let mut total = LoadResult::default();

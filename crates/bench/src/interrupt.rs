@@ -6,22 +6,32 @@
 //!
 //! 1. marks the run [`interrupted`] (the main thread, whose measurement now
 //!    fails, must not report that failure: see [`park_if_interrupted`]);
-//! 2. sends SIGTERM to every child process of this one, waits up to
+//! 2. closes the spawn gate: every child this crate starts goes through
+//!    [`SpawnUnlessInterrupted`], whose calls hold the gate while they fork and
+//!    refuse once it is closed, so a child is either started before the
+//!    gate closes (and found by the next step) or never started (a server
+//!    the main thread was about to start as the signal came, between two
+//!    measurements, would otherwise outlive the run);
+//! 3. sends SIGTERM to every child process of this one, waits up to
 //!    [`GRACE`] for them and their own children (nginx's workers) to exit,
 //!    then sends SIGKILL to every descendant still alive, and looks again
 //!    until no descendant is left (a child spawned meanwhile is caught too);
-//! 3. removes every path registered with [`TempPath`];
-//! 4. prints one line, `duality: interrupted (SIGTERM)`, and exits with
+//! 4. removes every path registered with [`TempPath`];
+//! 5. prints one line, `duality: interrupted (SIGTERM)`, and exits with
 //!    128 + the signal's number (130 for SIGINT, 143 for SIGTERM), as a
 //!    shell reports a command a signal ended.
 //!
 //! Children are found by their parent pid in `/proc`, not by a list kept at
 //! every spawn: whatever spawns them (`Command::spawn`, `output`, a helper
-//! on another thread) they are found. Temporary paths are registered where
-//! they are made, and unregistered (and removed) when their guard drops.
+//! on another thread) they are found, if they exist when the signal thread
+//! looks; the gate makes sure none is started after it has looked for the
+//! last time. Temporary paths are registered where they are made (before
+//! the file or the process that makes them), and unregistered (and
+//! removed) when their guard drops.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -87,6 +97,72 @@ fn remove(p: &Path) {
     }
 }
 
+/// Whether children may still be started: held while one is, closed (set
+/// to true, for good) by the signal thread before it looks for children.
+struct SpawnGate {
+    closed: Mutex<bool>,
+}
+
+impl SpawnGate {
+    const fn new() -> SpawnGate {
+        SpawnGate {
+            closed: Mutex::new(false),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, bool> {
+        self.closed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts `cmd` unless the gate is closed (an `Interrupted` error then).
+    /// The gate is held until the child exists, so [`SpawnGate::close`]
+    /// returns only once every child started through it can be seen.
+    fn spawn(&self, cmd: &mut Command) -> std::io::Result<Child> {
+        let closed = self.lock();
+        if *closed {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::Interrupted,
+                "the run was interrupted: no process is started any more",
+            ));
+        }
+        cmd.spawn()
+    }
+
+    /// Closes the gate, after any spawn in progress has finished.
+    fn close(&self) {
+        *self.lock() = true;
+    }
+}
+
+static SPAWNS: SpawnGate = SpawnGate::new();
+
+/// [`Command::spawn`] and [`Command::output`] unless the run has been
+/// interrupted: every child of an experiment is started through these, so
+/// that none is started after the signal thread has stopped the others.
+pub trait SpawnUnlessInterrupted {
+    /// [`Command::spawn`], or an `Interrupted` error once the run is.
+    fn spawn_unless_interrupted(&mut self) -> std::io::Result<Child>;
+    /// [`Command::output`] (stdin from /dev/null, stdout and stderr
+    /// captured), or an `Interrupted` error once the run is.
+    fn output_unless_interrupted(&mut self) -> std::io::Result<Output>;
+}
+
+impl SpawnUnlessInterrupted for Command {
+    fn spawn_unless_interrupted(&mut self) -> std::io::Result<Child> {
+        SPAWNS.spawn(self)
+    }
+
+    fn output_unless_interrupted(&mut self) -> std::io::Result<Output> {
+        SPAWNS
+            .spawn(
+                self.stdin(Stdio::null())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped()),
+            )?
+            .wait_with_output()
+    }
+}
+
 /// The signal that interrupted this run, if one has.
 pub fn interrupted() -> Option<i32> {
     match SIGNAL.load(Ordering::SeqCst) {
@@ -123,6 +199,9 @@ pub fn install() -> std::io::Result<()> {
         .spawn(move || {
             if let Some(sig) = signals.forever().next() {
                 SIGNAL.store(sig, Ordering::SeqCst);
+                // No child is started from here on; one being started now
+                // is in /proc before `close` returns.
+                SPAWNS.close();
                 stop_descendants(GRACE);
                 let paths: Vec<PathBuf> = lock_paths().drain().map(|(_, p)| p).collect();
                 for p in &paths {
@@ -250,6 +329,34 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         child.wait().unwrap();
+    }
+
+    #[test]
+    fn a_closed_gate_starts_nothing() {
+        let gate = SpawnGate::new();
+        let mut ok = gate.spawn(&mut Command::new("true")).unwrap();
+        ok.wait().unwrap();
+        gate.close();
+        let e = gate
+            .spawn(Command::new("sleep").arg("30"))
+            .expect_err("a closed gate started a process");
+        assert_eq!(e.kind(), std::io::ErrorKind::Interrupted);
+    }
+
+    #[test]
+    fn close_waits_for_a_spawn_in_progress() {
+        // A spawn holding the gate (here: held by hand, as `spawn` holds it
+        // across `Command::spawn`) delays `close` until it is done.
+        let gate = std::sync::Arc::new(SpawnGate::new());
+        let held = gate.lock();
+        let g2 = gate.clone();
+        let closer = std::thread::spawn(move || g2.close());
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!closer.is_finished(), "closed while a spawn held the gate");
+        assert!(!*held);
+        drop(held);
+        closer.join().unwrap();
+        assert!(*gate.lock());
     }
 
     #[test]

@@ -16,6 +16,7 @@
 //! median of per-round ratios: two servers measured seconds apart see the
 //! same machine.
 
+use crate::interrupt::SpawnUnlessInterrupted;
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -82,7 +83,7 @@ impl ServerProcess {
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
-            .spawn()?;
+            .spawn_unless_interrupted()?;
         let out = child.stdout.take().expect("piped stdout");
         let mut line = String::new();
         BufReader::new(out).read_line(&mut line)?;

@@ -1,5 +1,6 @@
 //! Reading this process's (or another's) resource use from `/proc`.
 
+use crate::interrupt::SpawnUnlessInterrupted;
 use std::io;
 
 /// Resident set size of this process, in bytes.
@@ -165,7 +166,7 @@ impl SyscallCounter {
             .arg(pid.to_string())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
-            .spawn()
+            .spawn_unless_interrupted()
             .ok()?;
         // perf attaches asynchronously: give it a moment before the window.
         std::thread::sleep(std::time::Duration::from_millis(50));

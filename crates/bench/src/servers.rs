@@ -3,6 +3,7 @@
 //! experiment fails. A server's standard error is kept (its last lines) so
 //! that one that fails to start says why.
 
+use crate::interrupt::SpawnUnlessInterrupted;
 use crate::interrupt::TempPath;
 use crate::loadgen::Target;
 use std::collections::VecDeque;
@@ -283,7 +284,7 @@ impl ServerProcess {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .spawn()
+            .spawn_unless_interrupted()
             .map_err(|e| anyhow::anyhow!("cannot run {}: {e}", kind.label()))?;
         let out = child.stdout.take().expect("piped");
         let stderr = StderrTail::capture(&mut child);

@@ -14,6 +14,7 @@
 //! built by the command with the Go toolchain found on the machine) with
 //! `GOMAXPROCS=1`, at most [`MAX_GOROUTINES`] of them.
 
+use crate::interrupt::SpawnUnlessInterrupted;
 use serde::{Deserialize, Serialize};
 use std::future::Future;
 use std::path::Path;
@@ -81,7 +82,7 @@ pub fn build_go() -> anyhow::Result<Option<std::path::PathBuf>> {
         .env("GOCACHE", cache.join("build"))
         .env("GOPATH", cache.join("gopath"))
         .env("GOFLAGS", "")
-        .output()?;
+        .output_unless_interrupted()?;
     anyhow::ensure!(
         out.status.success(),
         "go build failed: {}",
@@ -125,14 +126,14 @@ pub fn run_children(
                 .arg(count.min(MAX_GOROUTINES).to_string())
                 .arg(seconds.to_string())
                 .env("GOMAXPROCS", "1")
-                .output()?
+                .output_unless_interrupted()?
         } else {
             Command::new(exe)
                 .args(["bench", "tasks", "--child", rt, "--counts"])
                 .arg(count.to_string())
                 .arg("--seconds")
                 .arg(seconds.to_string())
-                .output()?
+                .output_unless_interrupted()?
         };
         if !out.status.success() {
             anyhow::bail!(

@@ -2,6 +2,7 @@
 //! share, has each served once where asked, reports how many it holds,
 //! and keeps them silent until its parent closes its standard input.
 
+use crate::interrupt::SpawnUnlessInterrupted;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
 use std::os::unix::net::UnixStream as StdUnixStream;
@@ -148,7 +149,7 @@ impl Holders {
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit())
-                .spawn()?;
+                .spawn_unless_interrupted()?;
             let out = child.stdout.take().expect("piped");
             let tx = tx.clone();
             std::thread::spawn(move || {

@@ -6,6 +6,7 @@ use super::{
     bytes_per_conn, os_thread_cap, HoldTarget, Holders, PipeRow, Plan, CHUNK, HOLD_PER_HELPER,
     MESSAGE, MIB, THREAD_STACK,
 };
+use crate::interrupt::SpawnUnlessInterrupted;
 use std::io::{self, Read, Write};
 use std::os::unix::net::{UnixListener as StdUnixListener, UnixStream as StdUnixStream};
 use std::path::Path;
@@ -478,7 +479,10 @@ fn active_blocking(s: StdUnixStream, first: bool) {
 
 /// Runs `cmd` and returns its stdout, killing it by PID after `within`.
 fn output_within(mut cmd: Command, within: Duration) -> anyhow::Result<String> {
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn_unless_interrupted()?;
     let (mut out, mut err) = (child.stdout.take(), child.stderr.take());
     let out_t = std::thread::spawn(move || {
         let mut s = String::new();
