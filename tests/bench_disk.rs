@@ -122,3 +122,109 @@ fn quick_web_run_writes_every_row() {
         );
     }
 }
+
+/// A directory of its own under the target's temp dir (a disk file system
+/// where `/tmp` may be tmpfs), removed on drop.
+fn scratch(tag: &str) -> common::TempDir {
+    let p = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("duality-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&p);
+    std::fs::create_dir_all(&p).unwrap();
+    common::TempDir(p)
+}
+
+/// `--file-mib` past the free space (it wrote 36 GB and filled the disk):
+/// refused before the file, `--dir` or the results directory is made.
+#[test]
+fn a_file_past_the_free_space_is_refused_and_nothing_is_made() {
+    let t = scratch("disk-huge");
+    let (dir, out) = (t.path().join("files"), t.path().join("results"));
+    common::bench::refused(
+        &[
+            "disk",
+            "--quick",
+            "--file-mib",
+            "99999999",
+            "--dir",
+            dir.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &["--file-mib 99999999: needs 95.4 TiB in ", "GiB free"],
+    );
+    assert!(!dir.exists() && !out.exists());
+}
+
+/// A tmpfs `--dir` is refused before it is created (it was left behind).
+#[test]
+fn a_tmpfs_dir_is_refused_before_it_is_made() {
+    let shm = std::path::Path::new("/dev/shm");
+    if !shm.is_dir() {
+        return;
+    }
+    let dir = shm.join(format!("duality-disk-test-{}", std::process::id()));
+    let err = common::bench::refused(
+        &["disk", "--quick", "--dir", dir.join("x").to_str().unwrap()],
+        &["is on "],
+    );
+    if err.contains("is on tmpfs") || err.contains("is on ramfs") {
+        assert!(!dir.exists(), "{} left behind", dir.display());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Reader counts past the seed's 65,536 (10,000,000 grew the child until
+/// the machine ran out of memory) and zeros are refused by the flag.
+#[test]
+fn reader_counts_past_65536_are_refused() {
+    common::bench::refused(
+        &["disk", "--quick", "--readers", "1,10000000"],
+        &["--readers", "10000000"],
+    );
+    common::bench::refused(&["disk", "--quick", "--readers", "0"], &["--readers"]);
+    common::bench::refused(&["disk", "--quick", "--file-mib", "0"], &["--file-mib"]);
+    common::bench::refused(&["disk", "--quick", "--rounds", "0"], &["--rounds"]);
+}
+
+/// SIGTERM while the file is being written removes it: a half-written file
+/// is not kept for the next run (which would take it for whole only if
+/// its size matched, but it is the run's temporary file until then).
+#[test]
+fn an_interrupted_prepare_removes_the_half_written_file() {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    let t = scratch("disk-int");
+    let file = t.path().join("duality-disk-3072m.bin");
+    let mut bench = Command::new(env!("CARGO_BIN_EXE_duality"))
+        .args(["bench", "disk", "--quick", "--file-mib", "3072", "--dir"])
+        .arg(t.path())
+        .arg("--out")
+        .arg(t.path().join("results"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(20);
+    while !std::fs::metadata(&file).is_ok_and(|m| m.len() > 0) {
+        if Instant::now() > until || bench.try_wait().unwrap().is_some() {
+            let _ = bench.kill();
+            let o = bench.wait_with_output().unwrap();
+            let err = String::from_utf8_lossy(&o.stderr);
+            // A disk with less than 4 GiB free refuses the file: fine here.
+            assert!(err.contains("needs 3.0 GiB"), "no file written: {err}");
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // SAFETY: kill(2) on our own child, not yet reaped.
+    assert_eq!(unsafe { libc::kill(bench.id() as i32, libc::SIGTERM) }, 0);
+    let o = bench.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    if o.status.code() == Some(143) {
+        assert!(!file.exists(), "half-written file left: {err}");
+    } else {
+        // It finished writing before the signal came: then the file is whole.
+        assert_eq!(std::fs::metadata(&file).unwrap().len(), 3072 << 20, "{err}");
+    }
+}

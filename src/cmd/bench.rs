@@ -234,6 +234,13 @@ pub(super) fn given_or<T: Clone>(
     }
 }
 
+/// clap's parser for a count that must be at least 1 (`--rounds`,
+/// `--pipeline`, `--client-threads` …): 0 is refused by the flag's name
+/// rather than run as 1.
+pub(super) fn positive() -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::new().range(1..)
+}
+
 /// Parses one experiment's flags as `duality bench NAME …` would, for the
 /// tests of how each resolves `--quick` against the flags given.
 #[cfg(test)]

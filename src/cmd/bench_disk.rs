@@ -18,13 +18,14 @@ pub struct DiskArgs {
         default_value = "duality-pool,duality-uring,tokio,os-threads"
     )]
     runtimes: Vec<String>,
-    /// Comma-separated reader counts (OS threads stop where the kernel's map
-    /// limit binds: about 10,900 by default). Default 1,16,256,4096,65536
-    /// (`--quick`: 1,64).
-    #[arg(long, value_delimiter = ',')]
+    /// Comma-separated reader counts, 1 to 65,536 (OS threads stop where
+    /// the kernel's map limit binds: about 10,900 by default). Default
+    /// 1,16,256,4096,65536 (`--quick`: 1,64).
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u64).range(1..=disk::MAX_READERS))]
     readers: Vec<u64>,
-    /// Size of the file read, MiB. Default 1024 (`--quick`: 16).
-    #[arg(long)]
+    /// Size of the file read, MiB; refused where the file system would keep
+    /// less than 1 GiB free with it. Default 1024 (`--quick`: 16).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     file_mib: Option<u64>,
     /// Where the file is written (and kept for the next run), created if
     /// missing: a disk file system; tmpfs is refused (its O_DIRECT reads
@@ -41,7 +42,7 @@ pub struct DiskArgs {
     seconds: Option<f64>,
     /// Rounds (runtimes take turns; the median round is reported). Default
     /// 3 (`--quick`: 1).
-    #[arg(long)]
+    #[arg(long, value_parser = super::bench::positive())]
     rounds: Option<usize>,
     /// Seed 004's Fig. 19 instead: the web server on many small files the
     /// page cache does not hold (each trial starts with them evicted), vs
@@ -71,7 +72,7 @@ pub struct DiskArgs {
     #[arg(long, hide = true)]
     child: Option<String>,
     /// Internal: the child's reader count.
-    #[arg(long, hide = true, default_value_t = 1)]
+    #[arg(long, hide = true, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=disk::MAX_READERS))]
     child_readers: u64,
     /// Internal: the file the child reads.
     #[arg(long, hide = true)]
@@ -103,11 +104,11 @@ impl DiskArgs {
     fn settings(&self) -> Settings {
         let q = self.output.quick;
         Settings {
-            file_mib: self.file_mib.unwrap_or(if q { 16 } else { 1024 }).max(1),
+            file_mib: self.file_mib.unwrap_or(if q { 16 } else { 1024 }),
             readers: given_or(&self.readers, q, &[1, 64], &[1, 16, 256, 4096, 65536]),
             warmup: self.warmup.unwrap_or(if q { 0.1 } else { 0.5 }),
             seconds: self.seconds.unwrap_or(if q { 0.3 } else { 3.0 }),
-            rounds: self.rounds.unwrap_or(if q { 1 } else { 3 }).max(1),
+            rounds: self.rounds.unwrap_or(if q { 1 } else { 3 }),
             web_files: self.web_files.unwrap_or(if q { 2_000 } else { 131_072 }),
             web_clients: given_or(&self.web_clients, q, &[4, 16], &[16, 64, 256, 1024]),
         }
@@ -178,14 +179,13 @@ pub fn run(a: DiskArgs) -> anyhow::Result<()> {
         rounds,
         ..
     } = s;
-    anyhow::ensure!(
-        readers.iter().all(|&n| n >= 1),
-        "every reader count must be at least 1"
-    );
     let dir = a.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let file = dir.join(format!("duality-disk-{mib}m.bin"));
+    // Both checked before --dir or the results directory is made.
+    disk::check_disk_dir(&dir)?;
+    disk::check_file(&file, mib)?;
     disk::disk_dir(&dir)?;
     let out = super::results_dir(a.output.out.as_deref(), "disk")?;
-    let file = dir.join(format!("duality-disk-{mib}m.bin"));
     eprintln!("preparing {} ({mib} MiB)", file.display());
     disk::prepare_file(&file, mib)?;
     disk::open_direct(&file)?;
@@ -271,15 +271,41 @@ fn web(a: &DiskArgs, s: Settings) -> anyhow::Result<()> {
         files >= 1 && a.web_file_size >= 1 && clients.iter().all(|&c| c >= 1),
         "--web-files, --web-file-size and every client count must be at least 1"
     );
+    // Every client's connection is a descriptor of this process.
+    let most = clients.iter().copied().max().unwrap_or(1) as u64;
+    duality_bench::limits::check_descriptors(
+        "--web-clients",
+        most,
+        1,
+        0,
+        duality_bench::http::raise_fd_limit(),
+    )?;
+    // One file's bytes are made in memory; the server caches up to its
+    // --web-cache-mib.
+    duality_bench::limits::ensure_memory(
+        &format!(
+            "--web-file-size {} --web-cache-mib {}",
+            a.web_file_size, a.web_cache_mib
+        ),
+        (a.web_file_size as u64).saturating_add((a.web_cache_mib as u64).saturating_mul(1 << 20)),
+    )?;
     let mut servers = a.web_servers.clone();
     if duality_bench::http::find_nginx().is_none() {
         eprintln!("nginx is not installed (apt-get install nginx-light): its rows are skipped");
         servers.retain(|s| !s.starts_with("nginx"));
     }
     let dir = a.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let root = dir.join(format!("duality-web-{files}x{}", a.web_file_size));
+    disk::check_disk_dir(&dir)?;
+    if !FileSet::ready(&root, files, a.web_file_size) {
+        duality_bench::limits::ensure_space(
+            &format!("--web-files {files} --web-file-size {}", a.web_file_size),
+            &dir,
+            (files as u64).saturating_mul(a.web_file_size as u64),
+        )?;
+    }
     disk::disk_dir(&dir)?;
     let out = super::results_dir(a.output.out.as_deref(), "disk-web")?;
-    let root = dir.join(format!("duality-web-{files}x{}", a.web_file_size));
     eprintln!(
         "preparing {files} files of {} bytes in {}",
         a.web_file_size,

@@ -58,3 +58,53 @@ pub fn run(args: &[&str], file: &str) -> (BenchRun, serde_json::Value) {
     let json = r.json(file);
     (r, json)
 }
+
+/// Runs `duality bench ARGS…` with stdin closed and its output captured;
+/// fails the test if it is still running after `limit` (a refusal comes at
+/// once; the measurement it would start takes longer).
+pub fn output_within(args: &[&str], limit: std::time::Duration) -> Output {
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_duality"))
+        .arg("bench")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run duality bench");
+    let until = std::time::Instant::now() + limit;
+    while child.try_wait().expect("wait").is_none() {
+        if std::time::Instant::now() > until {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("duality bench {args:?} still running after {limit:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
+/// Asserts `duality bench ARGS…` is refused before it measures anything:
+/// exit status 1 with one line `duality: …` on stderr, or clap's 2 for a
+/// value out of a flag's range; either naming every one of `words`.
+/// Returns the stderr.
+pub fn refused(args: &[&str], words: &[&str]) -> String {
+    let o = output_within(args, std::time::Duration::from_secs(30));
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    match o.status.code() {
+        Some(1) => {
+            let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+            assert!(
+                lines.len() == 1 && lines[0].starts_with("duality: "),
+                "{args:?}: not one line: {err}"
+            );
+        }
+        Some(2) => assert!(err.starts_with("error: "), "{args:?}: {err}"),
+        other => panic!("{args:?}: exit {other:?}, not refused: {err}"),
+    }
+    for w in words {
+        assert!(err.contains(w), "{args:?}: {w:?} not in: {err}");
+    }
+    assert!(!err.contains("panicked"), "{err}");
+    err
+}

@@ -94,13 +94,13 @@ pub fn memory_fs(dir: &Path) -> std::io::Result<Option<&'static str>> {
     })
 }
 
-/// Where a disk experiment keeps its files: `dir`, created if missing,
-/// refused if it is on a memory file system. Errors name the directory.
-pub fn disk_dir(dir: &Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir)
-        .map_err(|e| anyhow::anyhow!("cannot create --dir {}: {e}", dir.display()))?;
-    let fs =
-        memory_fs(dir).map_err(|e| anyhow::anyhow!("cannot check --dir {}: {e}", dir.display()))?;
+/// Refuses `dir` for a disk experiment's files if it is (or would be, made
+/// in its nearest existing ancestor) on a memory file system. Creates
+/// nothing. Errors name the directory.
+pub fn check_disk_dir(dir: &Path) -> anyhow::Result<()> {
+    let existing = crate::limits::nearest_existing(dir);
+    let fs = memory_fs(existing)
+        .map_err(|e| anyhow::anyhow!("cannot check --dir {}: {e}", dir.display()))?;
     if let Some(fs) = fs {
         anyhow::bail!(
             "{} is on {fs}: O_DIRECT reads and evicted files would come from memory, \
@@ -111,17 +111,56 @@ pub fn disk_dir(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Writes `path` with `mib` MiB of pseudo-random bytes unless it is there
-/// already at that size (reused from run to run: writing 1 GiB takes time).
-pub fn prepare_file(path: &Path, mib: u64) -> anyhow::Result<()> {
-    use std::io::Write;
-    let want = mib << 20;
-    if std::fs::metadata(path)
-        .map(|m| m.len() == want)
-        .unwrap_or(false)
-    {
+/// Where a disk experiment keeps its files: `dir`, after
+/// [`check_disk_dir`] (so a refused `dir` is not left behind), created if
+/// missing.
+pub fn disk_dir(dir: &Path) -> anyhow::Result<()> {
+    check_disk_dir(dir)?;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| anyhow::anyhow!("cannot create --dir {}: {e}", dir.display()))?;
+    Ok(())
+}
+
+/// Most readers a point may ask for: the seed's largest count.
+pub const MAX_READERS: u64 = 65_536;
+
+/// Bytes in `mib` MiB, `None` past what a file can hold.
+pub fn file_bytes(mib: u64) -> Option<u64> {
+    mib.checked_mul(1 << 20).filter(|&b| b <= i64::MAX as u64)
+}
+
+/// Whether `path` is there at `mib` MiB already (a file [`prepare_file`]
+/// made whole, kept from an earlier run).
+pub fn file_ready(path: &Path, mib: u64) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| Some(m.len()) == file_bytes(mib))
+}
+
+/// Refuses a file of `mib` MiB at `path` that no file can be, or that
+/// would leave its file system less than [`crate::limits::DISK_MARGIN`]
+/// free (a file there at another size is replaced: its bytes count as
+/// free). Nothing to check where the file is ready.
+pub fn check_file(path: &Path, mib: u64) -> anyhow::Result<()> {
+    if file_ready(path, mib) {
         return Ok(());
     }
+    let want = file_bytes(mib)
+        .ok_or_else(|| anyhow::anyhow!("--file-mib {mib}: no file is that large"))?;
+    let had = std::fs::metadata(path).map_or(0, |m| m.len());
+    let dir = path.parent().unwrap_or(Path::new("."));
+    crate::limits::ensure_space(&format!("--file-mib {mib}"), dir, want.saturating_sub(had))
+}
+
+/// Writes `path` with `mib` MiB of pseudo-random bytes unless it is there
+/// already at that size (reused from run to run: writing 1 GiB takes time),
+/// after [`check_file`]. A file left half-written (an error, or the run
+/// interrupted) is removed, never kept for the next run.
+pub fn prepare_file(path: &Path, mib: u64) -> anyhow::Result<()> {
+    use std::io::Write;
+    if file_ready(path, mib) {
+        return Ok(());
+    }
+    check_file(path, mib)?;
+    let guard = crate::interrupt::TempPath::new(path);
     let mut f = std::io::BufWriter::new(File::create(path)?);
     let mut rng = fastrand::Rng::with_seed(0xd15c);
     let mut chunk = vec![0u8; 1 << 20];
@@ -130,6 +169,7 @@ pub fn prepare_file(path: &Path, mib: u64) -> anyhow::Result<()> {
         f.write_all(&chunk)?;
     }
     f.into_inner()?.sync_all()?;
+    guard.keep();
     Ok(())
 }
 
@@ -573,6 +613,49 @@ mod tests {
         }
         assert_eq!(memory_fs(std::path::Path::new("/proc")).unwrap(), None);
         assert!(memory_fs(std::path::Path::new("/nonexistent-duality")).is_err());
+    }
+
+    #[test]
+    fn a_refused_dir_is_not_created() {
+        let shm = std::path::Path::new("/dev/shm");
+        if !matches!(memory_fs(shm), Ok(Some(_))) {
+            return;
+        }
+        let d = shm.join(format!("duality-disk-refused-{}/x", std::process::id()));
+        let e = disk_dir(&d).unwrap_err();
+        assert!(e.to_string().contains("is on tmpfs"), "{e}");
+        assert!(!d.parent().unwrap().exists(), "{} was created", d.display());
+    }
+
+    #[test]
+    fn a_file_past_the_free_space_is_refused_before_a_byte_is_written() {
+        let path = std::env::temp_dir().join(format!("duality-disk-huge-{}", std::process::id()));
+        let e = prepare_file(&path, 99_999_999).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("--file-mib 99999999: needs 95.4 TiB in "),
+            "{e}"
+        );
+        assert!(!path.exists());
+        let e = prepare_file(&path, u64::MAX).unwrap_err();
+        assert!(e.to_string().contains("no file is that large"), "{e}");
+        assert!(!file_ready(&path, u64::MAX));
+    }
+
+    #[test]
+    fn a_file_that_fails_half_written_is_removed() {
+        // /dev/full takes the create and fails every write (ENOSPC); here
+        // through a symlink, as a file whose disk filled up.
+        if !std::path::Path::new("/dev/full").exists() {
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("duality-disk-full-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("f.bin");
+        std::os::unix::fs::symlink("/dev/full", &path).unwrap();
+        assert!(prepare_file(&path, 1).is_err());
+        assert!(std::fs::symlink_metadata(&path).is_err(), "left behind");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

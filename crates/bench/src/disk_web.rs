@@ -91,9 +91,12 @@ impl FileSet {
             size,
         };
         let marker = root.join(format!("complete-{count}x{size}"));
-        if marker.exists() {
+        if FileSet::ready(root, count, size) {
             return Ok(set);
         }
+        // A set left half-made (an error, or the run interrupted) is
+        // removed, not kept for the next run.
+        let guard = crate::interrupt::TempPath::new(root);
         let mut body = vec![0u8; size];
         let mut rng = fastrand::Rng::with_seed(19);
         for i in 0..count {
@@ -107,7 +110,14 @@ impl FileSet {
             std::fs::write(&p, &body)?;
         }
         std::fs::write(&marker, b"")?;
+        guard.keep();
         Ok(set)
+    }
+
+    /// Whether the set of `count` files of `size` bytes under `root` is
+    /// there, whole, from an earlier run.
+    pub fn ready(root: &Path, count: usize, size: usize) -> bool {
+        root.join(format!("complete-{count}x{size}")).exists()
     }
 
     /// Drops every file of the set from the page cache (written back first:

@@ -27,7 +27,8 @@
 //! looks; the gate makes sure none is started after it has looked for the
 //! last time. Temporary paths are registered where they are made (before
 //! the file or the process that makes them), and unregistered (and
-//! removed) when their guard drops.
+//! removed) when their guard drops, or kept with [`TempPath::keep`] (a
+//! file made whole, for the next run).
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -70,6 +71,14 @@ impl TempPath {
     /// The registered path.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Unregisters the path and leaves it in place: a file made whole, to be
+    /// kept for the next run. (Interrupted before this, it is removed.)
+    pub fn keep(mut self) -> PathBuf {
+        lock_paths().remove(&self.id);
+        // Drop then finds an empty path: nothing to remove.
+        std::mem::take(&mut self.path)
     }
 }
 
@@ -357,6 +366,17 @@ mod tests {
         drop(held);
         closer.join().unwrap();
         assert!(*gate.lock());
+    }
+
+    #[test]
+    fn a_kept_temp_path_stays_and_is_unregistered() {
+        let p = std::env::temp_dir().join(format!("duality-keep-{}", std::process::id()));
+        std::fs::write(&p, b"x").unwrap();
+        let t = TempPath::new(&p);
+        assert_eq!(t.keep(), p);
+        assert!(p.exists());
+        assert!(!lock_paths().values().any(|q| q == &p));
+        std::fs::remove_file(&p).unwrap();
     }
 
     #[test]

@@ -30,6 +30,7 @@ pub mod http;
 pub mod idle;
 pub mod interrupt;
 pub mod kv_tokio;
+pub mod limits;
 pub mod loadgen;
 pub mod models_echo;
 pub mod models_kv;
