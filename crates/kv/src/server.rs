@@ -17,7 +17,7 @@
 //! there — and is not even computed in the inline models.
 
 use crate::budget::{Holdings, LARGE};
-use crate::command::{execute_part, resume_get, Part};
+use crate::command::{execute_part, resume_get, split_get, GetCursor, Part};
 use crate::protocol::binary::{write_error, Status, REQUEST_MAGIC};
 use crate::{
     binary_request_shard, execute_binary, execute_binary_error, execute_error, parse, parse_binary,
@@ -28,8 +28,8 @@ use duality_models::session::Reply;
 use duality_models::{
     Conn, Driver, DriverConfig, ListenAddr, Parsed, Payload, Protocol, StatsHandle,
 };
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU32, AtomicU8, Ordering::Relaxed};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -132,6 +132,12 @@ pub struct KvState {
     listen_addrs: Mutex<Vec<ShortAddr>>,
     /// What connections hold in large buffers.
     buffers: Holdings,
+    /// Gets answered a piece at a time (the buffer budget had no room for
+    /// their whole answer), by connection ([`ConnInfo::who`]): where
+    /// `finish` goes on. Kept here, not in the session that every idle
+    /// connection holds: only a connection whose `split` flag is set has
+    /// an entry.
+    splits: Mutex<HashMap<usize, GetCursor>>,
     /// The server's counters (total and rejected connections, bytes read
     /// and written) at the last `stats reset`: `stats` reports what came
     /// since, as memcached's reset zeroes them.
@@ -154,6 +160,8 @@ struct ConnInfo {
     last_cmd: AtomicU32,
     /// `CONN_NEW`, `CONN_READ` or `CONN_BUSY`.
     state: AtomicU8,
+    /// It has an entry in `KvState::splits`.
+    split: AtomicBool,
 }
 
 impl ConnInfo {
@@ -195,6 +203,11 @@ impl ShortAddr {
     }
 }
 
+/// Most bytes of a get answered a piece at a time (see [`split_get`]) made
+/// at once: one piece, its value line and `END` stay within [`LARGE`], the
+/// output a connection holds without the buffer budget.
+const SPLIT_PIECE: usize = LARGE - 1024;
+
 /// No request yet (memcached: `conn_new_cmd`).
 const CONN_NEW: u8 = 0;
 /// Waiting for the next request (memcached: `conn_read`).
@@ -214,6 +227,9 @@ impl Drop for ConnGuard {
         self.state
             .buffers
             .release_all(self.info.who(), &self.info.holds);
+        if self.info.split.load(Relaxed) {
+            self.state.take_split(&self.info);
+        }
         let mut conns = self.state.conns.lock().unwrap_or_else(|e| e.into_inner());
         // The descriptor may already belong to a newer connection.
         if conns
@@ -222,6 +238,24 @@ impl Drop for ConnGuard {
         {
             conns.remove(&self.info.fd);
         }
+    }
+}
+
+impl KvState {
+    /// Keeps where the split get of `info`'s connection goes on.
+    fn put_split(&self, info: &ConnInfo, at: GetCursor) {
+        let mut splits = self.splits.lock().unwrap_or_else(|e| e.into_inner());
+        splits.insert(info.who(), at);
+        info.split.store(true, Relaxed);
+    }
+
+    /// Takes the split get of `info`'s connection, if it has one.
+    fn take_split(&self, info: &ConnInfo) -> Option<GetCursor> {
+        if !info.split.swap(false, Relaxed) {
+            return None;
+        }
+        let mut splits = self.splits.lock().unwrap_or_else(|e| e.into_inner());
+        splits.remove(&info.who())
     }
 }
 
@@ -297,6 +331,7 @@ impl KvState {
             conns: Mutex::new(BTreeMap::new()),
             listen_addrs: Mutex::new(Vec::new()),
             buffers: Holdings::new(buffer_limit),
+            splits: Mutex::new(HashMap::new()),
             reset_base: Mutex::new([0; 4]),
         }))
     }
@@ -816,19 +851,57 @@ impl Protocol for KvProtocol {
             _ => None,
         };
         let flow = match req {
-            KvRequest::Text(Ok(r)) => match execute_part(&r, &st.store, &ctx, out) {
-                Part::Done(flow) => flow,
-                // The rest of a large multi-key get goes out a piece at a
-                // time from `finish`, from key `next` (a line holds far
-                // fewer than 2^32 keys).
-                Part::More(next) => {
-                    return if self.hold_response(conn, out, before, binary) {
-                        duality_models::Flow::Finish(next as u32)
-                    } else {
-                        duality_models::Flow::Continue
+            KvRequest::Text(Ok(r)) => {
+                let part = execute_part(&r, &st.store, &ctx, out);
+                let held = self.holds(conn, out, before);
+                if !held {
+                    // No room for the whole answer: a get goes out a piece
+                    // at a time instead (memcached sends items by
+                    // reference: clients that do not read a large value
+                    // must not make everybody else's gets of it fail).
+                    let counted = match part {
+                        Part::More(next) => next,
+                        Part::Done(_) => usize::MAX,
                     };
+                    out.truncate(before);
+                    out.shrink_to(before.max(LARGE));
+                    let at = GetCursor {
+                        counted,
+                        ..GetCursor::default()
+                    };
+                    match split_get(&r, &st.store, &ctx, out, at, SPLIT_PIECE) {
+                        Some(Ok(None)) => {
+                            return self.text_done(conn, out, before, true, Flow::Continue)
+                        }
+                        Some(Ok(Some(at))) => {
+                            if let Some(info) = conn {
+                                st.put_split(info, at);
+                                return duality_models::Flow::Finish(0);
+                            }
+                            // Unlisted (no place to keep the cursor): refused.
+                            out.truncate(before);
+                        }
+                        Some(Err(_)) => return duality_models::Flow::Close,
+                        None => {}
+                    }
                 }
-            },
+                match part {
+                    // Held (or refused as out of memory) here: done.
+                    Part::Done(flow) => {
+                        return self.text_done(conn, out, before, held, flow);
+                    }
+                    // The rest of a large multi-key get goes out a piece at
+                    // a time from `finish`, from key `next` (a line holds far
+                    // fewer than 2^32 keys).
+                    Part::More(next) if held => {
+                        return duality_models::Flow::Finish(next as u32);
+                    }
+                    Part::More(_) => {
+                        self.refuse_response(out, before, binary);
+                        return duality_models::Flow::Continue;
+                    }
+                }
+            }
             KvRequest::Text(Err(e)) => execute_error(&e, &st.store, &ctx, out),
             KvRequest::Binary(Ok(r)) => execute_binary(&r, &st.store, &ctx, out),
             KvRequest::Binary(Err(e)) => execute_binary_error(&e, &st.store, &ctx, out),
@@ -860,6 +933,10 @@ impl Protocol for KvProtocol {
         let Ok((req, _)) = parse(request, &st.limits) else {
             return duality_models::Flow::Close;
         };
+        let split = session.conn.as_ref().and_then(|g| st.take_split(&g.info));
+        if let Some(at) = split {
+            return self.finish_split(session, &req, at, &mut reply).await;
+        }
         loop {
             if reply.flush().await.is_err() {
                 return duality_models::Flow::Close;
@@ -867,14 +944,22 @@ impl Protocol for KvProtocol {
             self.drained(session);
             let ctx = st.ctx();
             let more = resume_get(&req, &st.store, &ctx, reply.out(), from);
-            // A piece the budget has no room for is dropped, and the
-            // connection with it: half a get's answer cannot be taken back.
+            // A piece the budget has no room for is dropped, and the rest
+            // of the get, from the piece's first key, goes out split.
             let conn = session.conn.as_ref().map(|g| &*g.info);
             if !self.hold_piece(conn, reply.out().len()) {
                 let out = reply.out();
                 out.clear();
                 out.shrink_to(LARGE);
-                return duality_models::Flow::Close;
+                let at = GetCursor {
+                    key: from,
+                    counted: match more {
+                        Some(Part::More(next)) => next,
+                        _ => usize::MAX,
+                    },
+                    ..GetCursor::default()
+                };
+                return self.finish_split(session, &req, at, &mut reply).await;
             }
             match more {
                 Some(Part::More(next)) => from = next,
@@ -902,6 +987,7 @@ impl Protocol for KvProtocol {
             last_cmd: AtomicU32::new(unix_now() as Time),
             state: AtomicU8::new(CONN_NEW),
             holds: AtomicU8::new(0),
+            split: AtomicBool::new(false),
         });
         self.0
             .conns
@@ -919,6 +1005,33 @@ impl Protocol for KvProtocol {
 }
 
 impl KvProtocol {
+    /// The rest of a get answered a piece at a time from `at` (see
+    /// [`split_get`]): each piece is written before the next is made, so
+    /// the connection holds at most one, and none of the buffer budget.
+    async fn finish_split(
+        &self,
+        session: &mut KvSession,
+        req: &Request<'_>,
+        mut at: GetCursor,
+        reply: &mut Reply<'_>,
+    ) -> duality_models::Flow {
+        let st = &*self.0;
+        loop {
+            if reply.flush().await.is_err() {
+                return duality_models::Flow::Close;
+            }
+            self.drained(session);
+            let ctx = st.ctx();
+            match split_get(req, &st.store, &ctx, reply.out(), at, SPLIT_PIECE) {
+                Some(Ok(Some(next))) => at = next,
+                Some(Ok(None)) => return duality_models::Flow::Continue,
+                // The value changed between two pieces: half of it cannot
+                // be taken back.
+                Some(Err(_)) | None => return duality_models::Flow::Close,
+            }
+        }
+    }
+
     /// Accounts a large request being received against the buffer budget
     /// (see [`crate::budget`]): one that needs more than [`LARGE`] bytes
     /// buffered takes them before the driver grows its buffer; one that
@@ -981,6 +1094,19 @@ impl KvProtocol {
     }
 
     /// Accounts the response just appended to `out` (from `before` on)
+    /// against the buffer budget when it is large; false if the budget has
+    /// no room for it (nothing is taken then).
+    fn holds(&self, conn: Option<&ConnInfo>, out: &[u8], before: usize) -> bool {
+        let grown = out.len().saturating_sub(before);
+        match conn {
+            Some(info) if grown > LARGE => {
+                self.0.buffers.hold_output(info.who(), &info.holds, grown)
+            }
+            _ => true,
+        }
+    }
+
+    /// Accounts the response just appended to `out` (from `before` on)
     /// against the buffer budget when it is large. One the budget has no
     /// room for is replaced by memcached's out-of-memory answer (`binary`:
     /// the request's opcode and opaque), its buffer freed; false then.
@@ -991,22 +1117,52 @@ impl KvProtocol {
         before: usize,
         binary: Option<(u8, u32)>,
     ) -> bool {
+        if self.holds(conn, out, before) {
+            return true;
+        }
+        self.refuse_response(out, before, binary);
+        false
+    }
+
+    /// Replaces the response appended to `out` from `before` on by
+    /// memcached's out-of-memory answer (`binary`: the request's opcode
+    /// and opaque), its buffer freed.
+    fn refuse_response(
+        &self,
+        out: &mut duality_models::Output,
+        before: usize,
+        binary: Option<(u8, u32)>,
+    ) {
         // A fatal error clears what the read had answered (`out` shrinks).
-        let grown = out.len().saturating_sub(before);
-        if grown <= LARGE {
-            return true;
-        }
-        let Some(info) = conn else { return true };
-        if self.0.buffers.hold_output(info.who(), &info.holds, grown) {
-            return true;
-        }
-        out.truncate(before);
+        let keep = before.min(out.len());
+        out.truncate(keep);
         out.shrink_to(before.max(LARGE));
         match binary {
             Some((opcode, opaque)) => write_error(out, opcode, Status::OutOfMemory, opaque),
             None => out.extend_from_slice(b"SERVER_ERROR out of memory writing get response\r\n"),
         }
-        false
+    }
+
+    /// The end of a text request whose response `holds` accounted for
+    /// (`held`) or found no room for (then refused as out of memory).
+    fn text_done(
+        &self,
+        conn: Option<&ConnInfo>,
+        out: &mut duality_models::Output,
+        before: usize,
+        held: bool,
+        flow: Flow,
+    ) -> duality_models::Flow {
+        if !held {
+            self.refuse_response(out, before, None);
+        }
+        if let Some(c) = conn {
+            c.state.store(CONN_READ, Relaxed);
+        }
+        match flow {
+            Flow::Continue => duality_models::Flow::Continue,
+            Flow::Close => duality_models::Flow::Close,
+        }
     }
 
     /// Accounts a piece of a multi-key get's answer (all of `out`, after a

@@ -22,6 +22,13 @@ pub(super) fn count_dead(e: &Entry<'_, '_>) {
 /// `VALUE <key> <flags> <bytes> [<cas>]\r\n<data>\r\n`
 fn write_value(out: &mut Vec<u8>, item: &Item<'_>, cas: bool) {
     out.reserve(item.key.len() + item.value.len() + 48);
+    write_value_line(out, item, cas);
+    out.extend_from_slice(item.value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `VALUE <key> <flags> <bytes> [<cas>]\r\n`
+fn write_value_line(out: &mut Vec<u8>, item: &Item<'_>, cas: bool) {
     out.extend_from_slice(b"VALUE ");
     out.extend_from_slice(item.key);
     out.push(b' ');
@@ -32,8 +39,6 @@ fn write_value(out: &mut Vec<u8>, item: &Item<'_>, cas: bool) {
         out.push(b' ');
         push_u64(out, item.cas);
     }
-    out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(item.value);
     out.extend_from_slice(b"\r\n");
 }
 
@@ -57,37 +62,135 @@ pub(super) fn get(
         if i > from && out.len() - start >= budget {
             return Some(i);
         }
-        let mut e = store.entry(key, now);
-        count_dead(&e);
-        // `stats detail`: `gat` counts as a get, as in memcached.
-        store.prefix_stats().record_get(key, e.exists());
-        e.count(if touch.is_some() {
-            Counter::CmdTouch
-        } else {
-            Counter::CmdGet
-        });
-        if !e.exists() {
-            e.count(if touch.is_some() {
-                Counter::TouchMisses
-            } else {
-                Counter::GetMisses
-            });
-            continue;
-        }
-        match touch {
-            Some(t) => {
-                e.set_exptime(expiry(t.into(), now));
-                e.count(Counter::TouchHits);
-            }
-            None => e.count(Counter::GetHits),
-        }
-        e.bump();
+        let e = get_key(store, now, key, touch);
         if let Some(item) = e.item() {
             write_value(out, &item, cas);
         }
     }
     out.extend_from_slice(b"END\r\n");
     None
+}
+
+/// One key of a get: looked up, counted (memcached's per-key stats),
+/// touched and marked read if it hit.
+fn get_key<'s, 'k>(
+    store: &'s Store,
+    now: Time,
+    key: &'k [u8],
+    touch: Option<i32>,
+) -> Entry<'s, 'k> {
+    let mut e = store.entry(key, now);
+    count_dead(&e);
+    // `stats detail`: `gat` counts as a get, as in memcached.
+    store.prefix_stats().record_get(key, e.exists());
+    e.count(if touch.is_some() {
+        Counter::CmdTouch
+    } else {
+        Counter::CmdGet
+    });
+    if !e.exists() {
+        e.count(if touch.is_some() {
+            Counter::TouchMisses
+        } else {
+            Counter::GetMisses
+        });
+        return e;
+    }
+    match touch {
+        Some(t) => {
+            e.set_exptime(expiry(t.into(), now));
+            e.count(Counter::TouchHits);
+        }
+        None => e.count(Counter::GetHits),
+    }
+    e.bump();
+    e
+}
+
+/// Where a get answered a piece at a time stands (see [`split_get`](super::split_get)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GetCursor {
+    /// The key number (from 0) the next piece starts in.
+    pub key: usize,
+    /// Bytes of that key's value already written (0: its answer has not
+    /// begun).
+    pub offset: usize,
+    /// The CAS of the item whose value is part written: the rest is only
+    /// written while the item is still that one.
+    pub cas: u64,
+    /// Keys before this number were looked up and counted already (by an
+    /// earlier pass over the same get): they are not counted, touched or
+    /// marked read again.
+    pub counted: usize,
+}
+
+/// The value of a get changed between two pieces of its answer: half a
+/// value cannot be taken back, so the connection closes (the client sees
+/// a short answer, never a value made of two).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ValueChanged;
+
+/// Answers a get from `at` on, writing at most about `piece` bytes to
+/// `out` (a value line and at least one byte of its value beyond): a
+/// value that does not fit is written in part, and the cursor to resume
+/// from is returned (`None`: the answer is complete, `END` written). What a
+/// connection holds for the get is then bounded by `piece`, however large
+/// its values, like memcached, which sends items by reference.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn get_split(
+    store: &Store,
+    now: Time,
+    keys: Tokens<'_>,
+    cas: bool,
+    touch: Option<i32>,
+    out: &mut Vec<u8>,
+    mut at: GetCursor,
+    piece: usize,
+) -> Result<Option<GetCursor>, ValueChanged> {
+    let start = out.len();
+    // The rest of a value begun before: from the same item only.
+    if at.offset > 0 {
+        let key = keys.iter().nth(at.key).ok_or(ValueChanged)?;
+        let e = store.entry(key, now);
+        let item = e.item().filter(|i| i.cas == at.cas).ok_or(ValueChanged)?;
+        let value = item.value.get(at.offset..).ok_or(ValueChanged)?;
+        let n = value.len().min(piece.max(1));
+        out.extend_from_slice(&value[..n]);
+        at.offset += n;
+        if n < value.len() {
+            return Ok(Some(at));
+        }
+        out.extend_from_slice(b"\r\n");
+        at.key += 1;
+        at.offset = 0;
+    }
+    for (i, key) in keys.iter().enumerate().skip(at.key) {
+        let used = out.len() - start;
+        if used >= piece {
+            return Ok(Some(GetCursor { key: i, ..at }));
+        }
+        let e = if i < at.counted {
+            store.entry(key, now)
+        } else {
+            get_key(store, now, key, touch)
+        };
+        let Some(item) = e.item() else { continue };
+        write_value_line(out, &item, cas);
+        let room = piece.saturating_sub(out.len() - start).max(1);
+        if item.value.len() > room {
+            out.extend_from_slice(&item.value[..room]);
+            return Ok(Some(GetCursor {
+                key: i,
+                offset: room,
+                cas: item.cas,
+                counted: at.counted.max(i + 1),
+            }));
+        }
+        out.extend_from_slice(item.value);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"END\r\n");
+    Ok(None)
 }
 
 /// Stores a new item; on "out of memory" a `set` also drops the old item, as

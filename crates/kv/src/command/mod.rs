@@ -22,6 +22,7 @@ use crate::store::{Counter, Store, Time};
 use std::time::Duration;
 
 pub use binary::{execute_binary, execute_binary_error};
+pub use classic::{GetCursor, ValueChanged};
 pub use stats::write_stat;
 
 /// What the connection does after a request.
@@ -217,6 +218,35 @@ pub fn resume_get<C: ExecContext + ?Sized>(
     };
     let next = classic::get(store, ctx.now(), keys, cas, touch, out, from, GET_BUFFER);
     Some(next.map_or(Part::Done(Flow::Continue), Part::More))
+}
+
+/// Answers a get (`get`, `gets`, `gat`, `gats`) from `at` on, at most
+/// about `piece` bytes at a time, a value split across pieces where it must
+/// be (see [`GetCursor`]); `None` if `req` is no such get. A server turns to
+/// it when the buffer budget has no room for a get's whole answer.
+pub fn split_get<C: ExecContext + ?Sized>(
+    req: &Request<'_>,
+    store: &Store,
+    ctx: &C,
+    out: &mut Vec<u8>,
+    at: GetCursor,
+    piece: usize,
+) -> Option<Result<Option<GetCursor>, ValueChanged>> {
+    let (keys, cas, touch) = match *req {
+        Request::Get { keys, cas } => (keys, cas, None),
+        Request::GetAndTouch { exptime, keys, cas } => (keys, cas, Some(exptime)),
+        _ => return None,
+    };
+    Some(classic::get_split(
+        store,
+        ctx.now(),
+        keys,
+        cas,
+        touch,
+        out,
+        at,
+        piece,
+    ))
 }
 
 /// Executes one request, appending memcached's response bytes to `out`

@@ -374,6 +374,74 @@ fn line_too_long_closes() {
     assert!(closed);
 }
 
+/// A get answered a piece at a time is, put together, the get's answer,
+/// whatever the piece size; each key is counted once (also those an earlier
+/// pass counted); a value that changes between pieces is never finished.
+#[test]
+fn split_gets_make_the_same_answer() {
+    let s = Server::new();
+    let big = "b".repeat(3000);
+    s.run(&format!(
+        "set a 1 0 5\r\nhello\r\nset big 2 0 3000\r\n{big}\r\nset e 0 0 0\r\n\r\n"
+    ));
+    let ctx = SimpleContext {
+        now: s.now,
+        started: NOW - 100,
+    };
+    let line = b"gets a nope big e big\r\n";
+    let (req, _) = parse(line, &s.limits).unwrap();
+    let whole = s.run("gets a nope big e big\r\n");
+    let split = |at: GetCursor, piece: usize| {
+        let mut out = Vec::new();
+        let mut at = at;
+        loop {
+            let before = out.len();
+            match split_get(&req, &s.store, &ctx, &mut out, at, piece) {
+                Some(Ok(Some(next))) => at = next,
+                Some(Ok(None)) => return String::from_utf8(out).unwrap(),
+                other => panic!("{other:?}"),
+            }
+            // A value line, and at least one byte of the value, beyond.
+            assert!(out.len() - before <= piece.max(1) + 64, "{piece}");
+        }
+    };
+    for piece in [1, 2, 7, 100, 2999, 3000, 3100, 1 << 20] {
+        let before = s.stats();
+        assert_eq!(split(GetCursor::default(), piece), whole, "{piece}");
+        let after = s.stats();
+        assert_eq!(after.cmd_get - before.cmd_get, 5, "{piece}");
+        assert_eq!(after.get_hits - before.get_hits, 4, "{piece}");
+        // Keys an earlier pass counted are not counted again.
+        let counted = GetCursor {
+            counted: 3,
+            ..GetCursor::default()
+        };
+        assert_eq!(split(counted, piece), whole, "{piece}");
+        assert_eq!(s.stats().cmd_get - after.cmd_get, 2, "{piece}");
+    }
+    // The value changes between two pieces: never finished.
+    let mut out = Vec::new();
+    let at = split_get(&req, &s.store, &ctx, &mut out, GetCursor::default(), 1000)
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(at.key, 2);
+    s.run(&format!("set big 2 0 3000\r\n{big}\r\n"));
+    assert_eq!(
+        split_get(&req, &s.store, &ctx, &mut out, at, 1000),
+        Some(Err(ValueChanged))
+    );
+    assert!(split_get(
+        &parse(b"set k 0 0 1\r\nx\r\n", &s.limits).unwrap().0,
+        &s.store,
+        &ctx,
+        &mut out,
+        at,
+        1000
+    )
+    .is_none());
+}
+
 #[test]
 fn out_of_memory_for_a_shard() {
     let s = Server {
