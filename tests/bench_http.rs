@@ -123,3 +123,33 @@ fn quick_takes_the_client_counts_given() {
         .collect();
     assert_eq!(clients, [2]);
 }
+
+/// File sizes past the temp dir's free space (`--sizes 99999999999999` was
+/// built in memory until the machine ran out), client counts past the file
+/// limit (1,000,000 was cut to 16,384 with a note in the results only) and
+/// zero threads are refused before anything runs.
+#[test]
+fn sizes_and_clients_past_the_machine_are_refused() {
+    let out = common::TempDir::new("bench-http-refused");
+    let res = out.path().join("r");
+    common::bench::refused(
+        &[
+            "http",
+            "--quick",
+            "--sizes",
+            "100,99999999999999",
+            "--out",
+            res.to_str().unwrap(),
+        ],
+        &["--sizes 100,99999999999999: needs 90.9 TiB in ", "free"],
+    );
+    common::bench::refused(
+        &["http", "--quick", "--clients", "1,1000000"],
+        &["--clients 1000000: ", "(ulimit -n)", "at most "],
+    );
+    common::bench::refused(
+        &["http", "--quick", "--client-threads", "0"],
+        &["--client-threads", "must be at least 1"],
+    );
+    assert!(!res.exists(), "a refused run made its results directory");
+}

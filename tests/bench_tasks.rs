@@ -55,3 +55,18 @@ fn quick_tasks_run_writes_every_row() {
         );
     }
 }
+
+/// Task counts past the machine's memory (99999999999999 grew a child until
+/// the machine ran out) and zero rounds are refused before anything runs.
+#[test]
+fn task_counts_past_the_memory_are_refused() {
+    common::bench::refused(
+        &["tasks", "--counts", "1000,99999999999999"],
+        &[
+            "--counts 99999999999999: ",
+            "tokio tasks at 192 B each: needs about 17.1 PiB of memory",
+            "available (MemAvailable)",
+        ],
+    );
+    common::bench::refused(&["tasks", "--rounds", "0"], &["--rounds", "at least 1"]);
+}

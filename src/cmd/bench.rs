@@ -34,7 +34,8 @@ pub enum Bench {
 #[derive(Args)]
 pub struct TasksArgs {
     /// Comma-separated task counts per runtime (OS threads stop at 10,000,
-    /// goroutines at 2,000,000).
+    /// goroutines at 2,000,000); refused past what the machine's available
+    /// memory holds.
     #[arg(
         long,
         alias = "count",
@@ -47,7 +48,7 @@ pub struct TasksArgs {
     #[arg(long, default_value_t = 2.0, value_parser = super::parse_seconds, conflicts_with = "quick")]
     seconds: f64,
     /// Rounds (runtimes take turns; medians are reported, every run listed).
-    #[arg(long, default_value_t = 3, conflicts_with = "quick")]
+    #[arg(long, default_value_t = 3, conflicts_with = "quick", value_parser = positive)]
     rounds: usize,
     /// Comma-separated runtimes to measure.
     #[arg(
@@ -101,6 +102,11 @@ fn bench_tasks(a: TasksArgs) -> anyhow::Result<()> {
         "--seconds must be a positive number"
     );
     if let Some(rt) = a.child {
+        check_task_memory(
+            std::slice::from_ref(&rt),
+            &a.counts[..1],
+            duality_bench::limits::mem_available(),
+        )?;
         let row = tasks::measure(&rt, a.counts[0], Duration::from_secs_f64(a.seconds))?;
         println!("{}", serde_json::to_string(&row)?);
         return Ok(());
@@ -115,8 +121,9 @@ fn bench_tasks(a: TasksArgs) -> anyhow::Result<()> {
     let (counts, seconds, rounds) = if a.output.quick {
         (vec![100_000], 0.3, 1)
     } else {
-        (a.counts.clone(), a.seconds, a.rounds.max(1))
+        (a.counts.clone(), a.seconds, a.rounds)
     };
+    check_task_memory(&a.runtimes, &counts, duality_bench::limits::mem_available())?;
     let dir = super::results_dir(a.output.out.as_deref(), "tasks")?;
     let go_bin = if a.runtimes.iter().any(|r| r == "go") {
         tasks::build_go()?
@@ -219,6 +226,39 @@ fn bench_tasks(a: TasksArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Refuses a task count whose tasks, in any of `runtimes` (each in its own
+/// process), need more memory than `available` (no check where it is not
+/// known): `--counts 99999999999999` grew a child until the machine ran out.
+fn check_task_memory(
+    runtimes: &[String],
+    counts: &[u64],
+    available: Option<u64>,
+) -> anyhow::Result<()> {
+    use duality_bench::tasks;
+    let Some(available) = available else {
+        return Ok(());
+    };
+    for &count in counts {
+        // The first of the hungriest (max_by_key would give the last).
+        let Some(rt) = runtimes
+            .iter()
+            .min_by_key(|rt| std::cmp::Reverse(tasks::memory_needed(rt, count)))
+        else {
+            continue;
+        };
+        duality_bench::limits::check_memory(
+            &format!(
+                "--counts {count}: {} {rt} tasks at {} B each",
+                tasks::tasks_run(rt, count),
+                tasks::bytes_per_task_bound(rt)
+            ),
+            tasks::memory_needed(rt, count),
+            available,
+        )?;
+    }
+    Ok(())
+}
+
 /// A list flag's values where it was given, else the preset of `--quick` or
 /// of a full run: a flag given always wins over `--quick`.
 pub(super) fn given_or<T: Clone>(
@@ -237,8 +277,12 @@ pub(super) fn given_or<T: Clone>(
 /// clap's parser for a count that must be at least 1 (`--rounds`,
 /// `--pipeline`, `--client-threads` …): 0 is refused by the flag's name
 /// rather than run as 1.
-pub(super) fn positive() -> clap::builder::RangedU64ValueParser<usize> {
-    clap::builder::RangedU64ValueParser::new().range(1..)
+pub(super) fn positive(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// Parses one experiment's flags as `duality bench NAME …` would, for the
@@ -250,4 +294,30 @@ pub(super) fn parse_args<A: clap::Args + clap::FromArgMatches>(
     let m = A::augment_args(clap::Command::new("bench"))
         .try_get_matches_from(std::iter::once("bench").chain(args.iter().copied()))?;
     A::from_arg_matches(&m)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn task_counts_past_the_memory_are_refused_by_the_hungriest_runtime() {
+        let rts: Vec<String> = ["duality", "tokio", "go", "os-threads"]
+            .map(String::from)
+            .to_vec();
+        let gib = 1u64 << 30;
+        // The defaults fit 24 GiB: 10M tokio tasks ~1.8 GiB, 2M goroutines ~6.7 GiB.
+        super::check_task_memory(&rts, &[1_000_000, 10_000_000], Some(24 * gib)).unwrap();
+        let e = super::check_task_memory(&rts, &[99_999_999_999_999], Some(24 * gib))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("--counts 99999999999999: 99999999999999 tokio tasks at 192 B each: needs about 17.1 PiB of memory, and this machine has 24.0 GiB available"),
+            "{e}"
+        );
+        // Goroutines stop at 2M: a count they alone run is bounded by them.
+        let go = ["go".to_string()];
+        super::check_task_memory(&go, &[u64::MAX], Some(8 * gib)).unwrap();
+        assert!(super::check_task_memory(&go, &[u64::MAX], Some(4 * gib)).is_err());
+        // Unknown memory: no check.
+        super::check_task_memory(&rts, &[u64::MAX], None).unwrap();
+    }
 }

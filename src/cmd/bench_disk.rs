@@ -42,7 +42,7 @@ pub struct DiskArgs {
     seconds: Option<f64>,
     /// Rounds (runtimes take turns; the median round is reported). Default
     /// 3 (`--quick`: 1).
-    #[arg(long, value_parser = super::bench::positive())]
+    #[arg(long, value_parser = super::bench::positive)]
     rounds: Option<usize>,
     /// Seed 004's Fig. 19 instead: the web server on many small files the
     /// page cache does not hold (each trial starts with them evicted), vs

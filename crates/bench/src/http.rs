@@ -557,19 +557,31 @@ impl TempDir {
     }
 }
 
-/// Writes the workload files into `dir`: HTML-like text of the exact sizes.
+/// Writes the workload files into `dir`: HTML-like text of the exact sizes,
+/// streamed (a file of any size costs 64 KiB of memory to make).
 pub fn write_workload_files(dir: &Path, workloads: &[Workload]) -> std::io::Result<()> {
+    use std::io::Write;
+    const HEAD: &[u8] = b"<!doctype html><title>duality</title><p>";
+    const FILLER: &[u8] = b"The quick brown fox jumps over the lazy dog. ";
+    // Whole fillers, and one more to start a write at any phase of one.
+    let block = FILLER.repeat(64 * 1024 / FILLER.len() + 1);
     for w in workloads {
-        let mut body = b"<!doctype html><title>duality</title><p>".to_vec();
-        let filler = b"The quick brown fox jumps over the lazy dog. ";
-        while body.len() < w.size {
-            body.extend_from_slice(filler);
+        let mut f = std::io::BufWriter::new(std::fs::File::create(dir.join(&w.name))?);
+        // Every byte but the last, which is a newline.
+        let body = w.size.saturating_sub(1);
+        let head = HEAD.len().min(body);
+        f.write_all(&HEAD[..head])?;
+        let mut done = head;
+        while done < body {
+            let phase = (done - HEAD.len()) % FILLER.len();
+            let n = (block.len() - FILLER.len()).min(body - done);
+            f.write_all(&block[phase..phase + n])?;
+            done += n;
         }
-        body.truncate(w.size);
         if w.size > 0 {
-            body[w.size - 1] = b'\n';
+            f.write_all(b"\n")?;
         }
-        std::fs::write(dir.join(&w.name), body)?;
+        f.into_inner().map_err(|e| e.into_error())?.sync_all()?;
     }
     Ok(())
 }
@@ -1248,6 +1260,31 @@ mod workload_tests {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn workload_files_are_the_text_they_were() {
+        // As the files were made before they were streamed: the head, then
+        // fillers, cut to the size, the last byte a newline.
+        let old = |size: usize| {
+            let mut body = b"<!doctype html><title>duality</title><p>".to_vec();
+            while body.len() < size {
+                body.extend_from_slice(b"The quick brown fox jumps over the lazy dog. ");
+            }
+            body.truncate(size);
+            if size > 0 {
+                body[size - 1] = b'\n';
+            }
+            body
+        };
+        let dir = super::TempDir::new("workload-files-test").unwrap();
+        let sizes = [0, 1, 30, 41, 100, 16_384, 65_536, 65_579, 200_001];
+        let w: Vec<_> = sizes.iter().map(|&n| super::workload_of_size(n)).collect();
+        super::write_workload_files(&dir.0, &w).unwrap();
+        for w in &w {
+            let got = std::fs::read(dir.0.join(&w.name)).unwrap();
+            assert!(got == old(w.size), "{} bytes differ", w.size);
+        }
+    }
+
     use super::*;
 
     #[test]

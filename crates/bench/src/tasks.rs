@@ -45,6 +45,35 @@ pub const MAX_OS_THREADS: u64 = 10_000;
 /// million would not fit this machine's 24 GiB beside everything else.
 pub const MAX_GOROUTINES: u64 = 2_000_000;
 
+/// The most memory a task of `runtime` is taken to cost when a run is
+/// checked against the machine's memory, bytes: about 1.3-1.5 times what
+/// each was measured at on 2026-11-27 (`docs/results/tasks/`: duality 32,
+/// tokio 142, smol 121, a goroutine 2,758, an OS thread 15,600).
+pub fn bytes_per_task_bound(runtime: &str) -> u64 {
+    match runtime {
+        "duality" => 48,
+        "go" => 3_600,
+        "os-threads" => 20_000,
+        _ => 192,
+    }
+}
+
+/// The tasks `runtime` runs when asked for `count`: goroutines stop at
+/// [`MAX_GOROUTINES`], OS threads at [`MAX_OS_THREADS`].
+pub fn tasks_run(runtime: &str, count: u64) -> u64 {
+    match runtime {
+        "go" => count.min(MAX_GOROUTINES),
+        "os-threads" => count.min(MAX_OS_THREADS),
+        _ => count,
+    }
+}
+
+/// About the memory `runtime` needs for `count` tasks (see
+/// [`bytes_per_task_bound`]).
+pub fn memory_needed(runtime: &str, count: u64) -> u64 {
+    tasks_run(runtime, count).saturating_mul(bytes_per_task_bound(runtime))
+}
+
 /// The Go peer's source.
 const GO_TASKS: &str = include_str!("../go/tasks/main.go");
 
@@ -123,7 +152,7 @@ pub fn run_children(
         let out = if rt == "go" {
             let Some(bin) = go_bin else { continue };
             Command::new(bin)
-                .arg(count.min(MAX_GOROUTINES).to_string())
+                .arg(tasks_run("go", count).to_string())
                 .arg(seconds.to_string())
                 .env("GOMAXPROCS", "1")
                 .output_unless_interrupted()?
