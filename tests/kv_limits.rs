@@ -778,6 +778,18 @@ fn large_responses_held_for_slow_readers_are_bounded() {
     c.send(b"get big\r\nget s\r\n");
     assert!(whole(&c.read_n(want), b'v'));
     c.expect_str("", "END\r\n");
+    // A binary GETK too (on a connection of its own: the protocol is the
+    // connection's): header, flags, key, then the value in pieces.
+    let mut getk = vec![0x80, 0x0c, 0, 3, 0, 0, 0, 0, 0, 0, 0, 3];
+    getk.extend_from_slice(&[0; 12]);
+    getk.extend_from_slice(b"big");
+    let mut b = srv.connect();
+    b.send(&getk);
+    let r = b.read_n(24 + 4 + 3 + LEN);
+    assert_eq!((r[0], r[1], &r[6..8]), (0x81, 0x0c, &[0u8, 0][..]));
+    assert_eq!(u32::from_be_bytes(r[8..12].try_into().unwrap()) as usize, 4 + 3 + LEN);
+    assert_eq!(&r[28..31], b"big");
+    assert!(r[31..].iter().all(|&b| b == b'v'));
     // A split answer to a slow reader, whose value changes before it is all
     // read: cut short and closed.
     let mut split = slow(1);

@@ -18,7 +18,7 @@
 
 use crate::budget::{Holdings, LARGE};
 use crate::command::{execute_part, resume_get, split_get, GetCursor, Part};
-use crate::protocol::binary::{write_error, Status, REQUEST_MAGIC};
+use crate::protocol::binary::{write_error, Opcode, Status, REQUEST_MAGIC};
 use crate::{
     binary_request_shard, execute_binary, execute_binary_error, execute_error, parse, parse_binary,
     request_shard, BinError, BinRequest, ExecContext, Flow, Limits, ParseError, Request,
@@ -903,7 +903,19 @@ impl Protocol for KvProtocol {
                 }
             }
             KvRequest::Text(Err(e)) => execute_error(&e, &st.store, &ctx, out),
-            KvRequest::Binary(Ok(r)) => execute_binary(&r, &st.store, &ctx, out),
+            KvRequest::Binary(Ok(r)) => {
+                let flow = execute_binary(&r, &st.store, &ctx, out);
+                let get = matches!(
+                    r.opcode.loud(),
+                    Opcode::Get | Opcode::GetK | Opcode::Gat | Opcode::GatK
+                );
+                if get && flow == Flow::Continue {
+                    if let Some(flow) = self.binary_get_done(conn, out, before) {
+                        return flow;
+                    }
+                }
+                flow
+            }
             KvRequest::Binary(Err(e)) => execute_binary_error(&e, &st.store, &ctx, out),
         };
         if let Some(c) = conn {
@@ -929,11 +941,21 @@ impl Protocol for KvProtocol {
     ) -> duality_models::Flow {
         let st = &*self.0;
         let mut from = progress as usize;
+        let split = session.conn.as_ref().and_then(|g| st.take_split(&g.info));
+        if session.mode == Mode::Binary {
+            // Only a binary get split for the budget comes here.
+            return match (parse_binary(request, &st.limits), split) {
+                (Ok((req, _)), Some(at)) => {
+                    self.finish_binary_split(session, &req, at, &mut reply)
+                        .await
+                }
+                _ => duality_models::Flow::Close,
+            };
+        }
         // The same line `parse` found the get in.
         let Ok((req, _)) = parse(request, &st.limits) else {
             return duality_models::Flow::Close;
         };
-        let split = session.conn.as_ref().and_then(|g| st.take_split(&g.info));
         if let Some(at) = split {
             return self.finish_split(session, &req, at, &mut reply).await;
         }
@@ -1005,6 +1027,76 @@ impl Protocol for KvProtocol {
 }
 
 impl KvProtocol {
+    /// Accounts a binary get's large answer (`out` from `before` on): held
+    /// against the budget, or where the budget has no room, cut to its
+    /// header and first piece, the rest left to `finish` (as a text get's,
+    /// see [`split_get`]). `None`: not large, or not a hit (the caller
+    /// accounts for it as for any answer).
+    fn binary_get_done(
+        &self,
+        conn: Option<&ConnInfo>,
+        out: &mut duality_models::Output,
+        before: usize,
+    ) -> Option<duality_models::Flow> {
+        let info = conn?;
+        let resp = out.get(before..)?;
+        // A hit: status 0, then extras (flags), key and value.
+        if resp.len() <= LARGE || resp.get(6..8)? != [0, 0] {
+            return None;
+        }
+        if !self.holds(conn, out, before) {
+            let klen = usize::from(u16::from_be_bytes([resp[2], resp[3]]));
+            let value_at = before + 24 + usize::from(resp[4]) + klen;
+            let cas = u64::from_be_bytes(resp[16..24].try_into().ok()?);
+            let keep = (value_at + SPLIT_PIECE).min(out.len());
+            out.truncate(keep);
+            out.shrink_to(before.max(LARGE));
+            let at = GetCursor {
+                offset: keep - value_at,
+                cas,
+                counted: 1,
+                ..GetCursor::default()
+            };
+            self.0.put_split(info, at);
+            return Some(duality_models::Flow::Finish(0));
+        }
+        info.state.store(CONN_READ, Relaxed);
+        Some(duality_models::Flow::Continue)
+    }
+
+    /// The rest of a binary get's value from `at` on, a piece at a time
+    /// (see [`binary_get_done`](Self::binary_get_done)), each written
+    /// before the next is copied; closed if the item changes between two.
+    async fn finish_binary_split(
+        &self,
+        session: &mut KvSession,
+        req: &BinRequest<'_>,
+        mut at: GetCursor,
+        reply: &mut Reply<'_>,
+    ) -> duality_models::Flow {
+        let st = &*self.0;
+        loop {
+            if reply.flush().await.is_err() {
+                return duality_models::Flow::Close;
+            }
+            self.drained(session);
+            let e = st.store.entry(req.key, st.ctx().now);
+            let Some(rest) = e
+                .item()
+                .filter(|i| i.cas == at.cas)
+                .and_then(|i| i.value.get(at.offset..))
+            else {
+                return duality_models::Flow::Close;
+            };
+            let n = rest.len().min(SPLIT_PIECE);
+            reply.out().extend_from_slice(&rest[..n]);
+            at.offset += n;
+            if n == rest.len() {
+                return duality_models::Flow::Continue;
+            }
+        }
+    }
+
     /// The rest of a get answered a piece at a time from `at` (see
     /// [`split_get`]): each piece is written before the next is made, so
     /// the connection holds at most one, and none of the buffer budget.
