@@ -1,6 +1,8 @@
 //! `duality bench store --quick` end to end against real server processes:
 //! every measure has its rows, the figures are sane, and the files agree.
 
+mod common;
+
 use std::process::Command;
 
 #[test]
@@ -66,4 +68,29 @@ fn quick_store_run_measures_both_servers() {
     let md = std::fs::read_to_string(out.join("store.md")).unwrap();
     assert!(md.contains("| duality sped | 1 | 50% |"), "{md}");
     let _ = std::fs::remove_dir_all(&out);
+}
+
+
+/// With `--quick` the flags given count (they were ignored), and what the
+/// run cannot measure as asked is refused up front: a wave limit past the
+/// memory (the server grew to GBs), a cache below the smallest `-m` (rows
+/// for 1%, 10% and 50% all ran at `-m 4`).
+#[test]
+fn flags_given_with_quick_are_checked_and_refused() {
+    common::bench::refused(
+        &["store", "--quick", "--wave-limit", "100000000"],
+        &["--wave-limit 100000000: needs about 95.4 TiB of memory"],
+    );
+    common::bench::refused(
+        &["store", "--fractions", "0.01,0.1,0.5"],
+        &[
+            "--fractions 0.01: 1% of the working set",
+            "below the smallest cache (-m 4)",
+            "give --keys",
+        ],
+    );
+    common::bench::refused(
+        &["store", "--quick", "--keys", "20000"],
+        &["--fractions 0.5: 50% of the working set"],
+    );
 }

@@ -24,6 +24,62 @@ use std::path::{Path, PathBuf};
 
 const MIB: u64 = 1 << 20;
 
+/// The smallest `-m` both servers take, MiB: duality needs 2 MiB per shard
+/// at `-I 1m`. A hit-ratio cache smaller than this would run at this size
+/// and not be the fraction of the working set its row says: refused.
+pub const MIN_LIMIT_MIB: u64 = 4;
+
+/// Bytes of the hit-ratio working set of `keys` keys: keys and values.
+pub fn working_set(keys: usize) -> u64 {
+    (0..keys)
+        .map(|i| (Workload::key(i).len() + Workload::value_size(i)) as u64)
+        .sum()
+}
+
+/// The `-m` (MiB) of a cache holding `fraction` of `working_set` bytes.
+pub fn cache_mib(working_set: u64, fraction: f64) -> u64 {
+    ((working_set as f64 * fraction) / MIB as f64).ceil() as u64
+}
+
+/// Refuses a fraction whose cache would be below [`MIN_LIMIT_MIB`] for a
+/// working set of `keys` keys (`working_set` bytes): both servers would run
+/// at the floor, and rows at 1%, 10% and 50% would measure the same cache.
+/// The error says how many keys the fraction needs.
+pub fn check_fractions(keys: usize, working_set: u64, fractions: &[f64]) -> anyhow::Result<()> {
+    let floor = MIN_LIMIT_MIB * MIB;
+    for &f in fractions {
+        let cache = working_set as f64 * f;
+        if cache < floor as f64 {
+            let need = (keys as f64 * floor as f64 / cache.max(1.0)).ceil();
+            anyhow::bail!(
+                "--fractions {f}: {}% of the working set ({} for --keys {keys}) is {}, below the \
+                 smallest cache (-m {MIN_LIMIT_MIB}), which would not be {}% of it; give --keys \
+                 {need} or more, or a larger fraction",
+                f * 100.0,
+                crate::limits::human_bytes(working_set),
+                crate::limits::human_bytes(cache as u64),
+                f * 100.0,
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Resident bytes an item of the paper's sizes is taken to cost a server
+/// when a run is checked against the machine's memory: about twice the
+/// 106-127 bytes (key, value and overhead) measured for either server.
+pub const ITEM_BYTES_BOUND: u64 = 256;
+
+/// Memory the server of [`run`] grows to, at most, bytes: the size waves'
+/// limit (and their overhead), the items, or the hit-ratio working set
+/// (with the client's Zipf table of 8 bytes a key), whichever is largest.
+pub fn memory_needed(wave_limit_mib: u64, items: u64, keys: u64) -> u64 {
+    let waves = wave_limit_mib.saturating_add(64).saturating_mul(MIB);
+    let items = items.saturating_mul(ITEM_BYTES_BOUND);
+    let keys = keys.saturating_mul(ITEM_BYTES_BOUND + 8);
+    waves.max(items).max(keys)
+}
+
 /// What to run.
 pub struct Plan<'a> {
     /// The `duality` binary.
@@ -203,21 +259,18 @@ fn rss_mib(pid: u32) -> anyhow::Result<f64> {
 
 /// Runs every measure, reporting each row to `progress` as it comes.
 pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> anyhow::Result<Results> {
+    let working_set = working_set(plan.keys);
+    check_fractions(plan.keys, working_set, &plan.fractions)?;
     let mut out = Results::default();
     for kind in &plan.servers {
         out.waves.extend(waves(plan, kind, progress)?);
         out.items.push(items(plan, kind, progress)?);
     }
-    let working_set: u64 = (0..plan.keys)
-        .map(|i| (Workload::key(i).len() + Workload::value_size(i)) as u64)
-        .sum();
     for &skew in &plan.skews {
         let cdf = zipf_cdf(plan.keys, skew);
         for &fraction in &plan.fractions {
-            // duality needs 2 MiB per shard at -I 1m; both get the same -m.
-            let mib = ((working_set as f64 * fraction) / MIB as f64)
-                .ceil()
-                .max(4.0) as u64;
+            // Both get the same -m.
+            let mib = cache_mib(working_set, fraction);
             for kind in &plan.servers {
                 let row = hits(plan, kind, &cdf, skew, fraction, mib)?;
                 progress(&format!(
@@ -511,6 +564,37 @@ pub fn wave_series(r: &Results) -> Vec<crate::plot::Series> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cache_below_the_smallest_limit_is_refused_with_the_keys_it_needs() {
+        let ws = working_set(1_000_000);
+        // About 50 bytes a key: 1M keys make about 47 MiB.
+        assert!((45 * MIB..50 * MIB).contains(&ws), "{ws}");
+        check_fractions(1_000_000, ws, &[0.1, 0.5]).unwrap();
+        assert_eq!(cache_mib(ws, 0.1), 5);
+        let e = check_fractions(1_000_000, ws, &[0.5, 0.01])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("--fractions 0.01: 1% of the working set (")
+                && e.contains("MiB for --keys 1000000) is ")
+                && e.contains("below the smallest cache (-m 4), which would not be 1% of it")
+                && e.contains("give --keys 84"),
+            "{e}"
+        );
+        // The quick preset's working set holds 50% at the floor or above.
+        let q = working_set(200_000);
+        check_fractions(200_000, q, &[0.5]).unwrap();
+        assert!(check_fractions(20_000, working_set(20_000), &[0.5]).is_err());
+    }
+
+    #[test]
+    fn memory_is_the_largest_of_the_three_measures() {
+        assert_eq!(memory_needed(16, 0, 0), 80 * MIB);
+        assert_eq!(memory_needed(4, 1_000_000, 0), 256_000_000);
+        assert_eq!(memory_needed(4, 0, 1_000_000), 264_000_000);
+        assert_eq!(memory_needed(u64::MAX, 0, 0), u64::MAX);
+    }
 
     #[test]
     fn series_group_by_server() {
