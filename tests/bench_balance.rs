@@ -75,3 +75,24 @@ fn quick_balance_run_writes_every_row() {
         );
     }
 }
+
+/// Heavy connections past the file limit (100,000 hung silently, holding
+/// descriptors) are refused before any server starts.
+#[test]
+fn heavy_connections_past_the_file_limit_are_refused() {
+    let out = common::TempDir::new("bench-balance-refused");
+    let res = out.path().join("r");
+    common::bench::refused(
+        &[
+            "balance",
+            "--quick",
+            "--heavy",
+            "100000",
+            "--out",
+            res.to_str().unwrap(),
+        ],
+        &["--heavy 100000: ", "(ulimit -n)", "at most "],
+    );
+    assert!(!res.exists());
+    common::bench::refused(&["balance", "--quick", "--rounds", "0"], &["--rounds"]);
+}

@@ -17,12 +17,13 @@ pub struct BalanceArgs {
         default_value = "round-robin,least-loaded,reuseport"
     )]
     balances: Vec<duality_models::Balance>,
-    /// Heavy connections (kept open, pipelining gets). Default 8
+    /// Heavy connections (kept open, pipelining gets), each a descriptor
+    /// here and in the server: refused past the file limit. Default 8
     /// (`--quick`: 4).
-    #[arg(long)]
+    #[arg(long, value_parser = super::bench::positive)]
     heavy: Option<usize>,
     /// Gets each heavy connection writes at once.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = super::bench::positive)]
     pipeline: usize,
     /// Short connections (connect, one get, close) per second.
     #[arg(long, default_value_t = 200.0)]
@@ -32,7 +33,7 @@ pub struct BalanceArgs {
     seconds: Option<f64>,
     /// Rounds (servers take turns; medians are reported). Default 3
     /// (`--quick`: 1).
-    #[arg(long)]
+    #[arg(long, value_parser = super::bench::positive)]
     rounds: Option<usize>,
     #[command(flatten)]
     output: super::OutputArgs,
@@ -53,7 +54,7 @@ impl BalanceArgs {
         Settings {
             heavy: self.heavy.unwrap_or(if q { 4 } else { 8 }),
             seconds: self.seconds.unwrap_or(if q { 0.5 } else { 5.0 }),
-            rounds: self.rounds.unwrap_or(if q { 1 } else { 3 }).max(1),
+            rounds: self.rounds.unwrap_or(if q { 1 } else { 3 }),
         }
     }
 }
@@ -73,10 +74,14 @@ pub fn run(a: BalanceArgs) -> anyhow::Result<()> {
         duality_bench::servers::check_duality_spec(&format!("symped:{loops}+{b}"))
             .map_err(|e| anyhow::anyhow!("--loops {loops}: {e}"))?;
     }
-    anyhow::ensure!(
-        heavy >= 1 && a.pipeline >= 1,
-        "--heavy and --pipeline must be at least 1"
-    );
+    check_heavy(heavy, duality_bench::limits::fd_limit())?;
+    // Each heavy connection's thread holds its pipeline's requests.
+    duality_bench::limits::ensure_memory(
+        &format!("--heavy {heavy} --pipeline {}", a.pipeline),
+        (heavy as u64)
+            .saturating_mul(a.pipeline as u64)
+            .saturating_mul(64),
+    )?;
     anyhow::ensure!(
         a.short_rate.is_finite() && a.short_rate > 0.0,
         "--short-rate must be a positive number"
@@ -140,9 +145,45 @@ pub fn run(a: BalanceArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Refuses heavy connections past what this process and the servers may
+/// hold open: each is a descriptor here (under `fd_limit`, with
+/// [`duality_bench::limits::FD_MARGIN`] kept free for the short ones and
+/// the rest) and a connection of the server (`-c`). 100,000 hung silently.
+fn check_heavy(heavy: usize, fd_limit: u64) -> anyhow::Result<()> {
+    use duality_bench::limits::{max_for_descriptors, FD_MARGIN};
+    let server = duality_bench::servers::DEFAULT_MAX_CONNS as u64;
+    let max = max_for_descriptors(fd_limit.min(server), 1, 0);
+    anyhow::ensure!(
+        heavy as u64 <= max,
+        "--heavy {heavy}: each heavy connection is a descriptor here and a connection of \
+         the server (-c {server}), and a process may open {fd_limit} files here (ulimit -n), \
+         {FD_MARGIN} kept free; at most {max}"
+    );
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::{BalanceArgs, Settings};
+
+    #[test]
+    fn heavy_connections_past_the_file_limit_are_refused() {
+        super::check_heavy(8, 1024).unwrap();
+        super::check_heavy(768, 1024).unwrap();
+        let e = super::check_heavy(769, 1024).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "--heavy 769: each heavy connection is a descriptor here and a connection of the \
+             server (-c 16384), and a process may open 1024 files here (ulimit -n), 256 kept \
+             free; at most 768"
+        );
+        // The server's -c binds before a larger file limit.
+        super::check_heavy(16_128, 1 << 20).unwrap();
+        assert!(super::check_heavy(100_000, 1 << 20)
+            .unwrap_err()
+            .to_string()
+            .ends_with("at most 16128"));
+    }
 
     fn settings(args: &[&str]) -> Settings {
         super::super::bench::parse_args::<BalanceArgs>(args)
@@ -188,7 +229,12 @@ mod tests {
             }
         );
         assert_eq!(settings(&["--heavy", "3"]), Settings { heavy: 3, ..full });
-        // Rounds of 0 run once, as before.
-        assert_eq!(settings(&["--rounds", "0"]).rounds, 1);
+        // Zeros are refused by the flag (--rounds 0 ran once).
+        for flag in ["--rounds", "--heavy", "--pipeline"] {
+            let e = super::super::bench::parse_args::<BalanceArgs>(&[flag, "0"])
+                .err()
+                .unwrap_or_else(|| panic!("{flag} 0 accepted"));
+            assert!(e.to_string().contains("must be at least 1"), "{e}");
+        }
     }
 }

@@ -166,6 +166,9 @@ fn is_executable(p: &Path) -> bool {
     std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
+/// The servers' `-c` (most connections) unless an experiment sets it.
+pub const DEFAULT_MAX_CONNS: usize = 16_384;
+
 /// A running server process.
 pub struct ServerProcess {
     child: Child,
@@ -191,7 +194,7 @@ impl ServerProcess {
         target: &Target,
         mib: usize,
     ) -> anyhow::Result<ServerProcess> {
-        ServerProcess::start_with_limits(exe, kind, target, mib, 16_384)
+        ServerProcess::start_with_limits(exe, kind, target, mib, DEFAULT_MAX_CONNS)
     }
 
     /// Like [`ServerProcess::start_with_memory`] with `-c max_conns` (the
