@@ -82,3 +82,39 @@ fn quick_offload_run_writes_every_row() {
         );
     }
 }
+
+/// Flags that would describe a run that did not happen are refused: no
+/// files, no nginx workers, workers for an nginx left out, a window shorter
+/// than the 0.1 s `--help` promises (it ran 0.1 s and reported 0.05).
+#[test]
+fn a_run_that_would_not_happen_as_described_is_refused() {
+    for (args, words) in [
+        (
+            &["--heavy-files", "0"][..],
+            &["--heavy-files", "at least 1"][..],
+        ),
+        (&["--small-files", "0"], &["--small-files", "at least 1"]),
+        (
+            &["--nginx-workers", "0"],
+            &["--nginx-workers", "at least 1"],
+        ),
+        (
+            &["--nginx-workers", "5", "--no-nginx"],
+            &["--nginx-workers does not apply with --no-nginx"],
+        ),
+        (
+            &["--seconds", "0.05"],
+            &["--seconds 0.05: ", "at least 0.1"],
+        ),
+        (
+            &["--probe-seconds", "0.05"],
+            &["--probe-seconds 0.05: ", "at least 0.1"],
+        ),
+        (
+            &["--clients", "100000"],
+            &["--clients 100000: ", "(ulimit -n)"],
+        ),
+    ] {
+        common::bench::refused(&[&["offload", "--quick"], args].concat(), words);
+    }
+}

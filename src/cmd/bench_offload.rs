@@ -32,7 +32,7 @@ pub struct OffloadArgs {
     probe_seconds: Option<f64>,
     /// Client threads (each holds one keep-alive connection). Default 32
     /// (`--quick`: 16).
-    #[arg(long)]
+    #[arg(long, value_parser = super::bench::positive)]
     clients: Option<usize>,
     /// Percent of requests that ask for a large file with gzip.
     #[arg(long, default_value_t = 1.0)]
@@ -44,17 +44,17 @@ pub struct OffloadArgs {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
     heavy_kib: Option<u64>,
     /// Number of large files. Default 4 (`--quick`: 2).
-    #[arg(long)]
+    #[arg(long, value_parser = super::bench::positive)]
     heavy_files: Option<usize>,
     /// Number of small (1-4 KiB) files. Default 1000 (`--quick`: 200).
-    #[arg(long)]
+    #[arg(long, value_parser = super::bench::positive)]
     small_files: Option<usize>,
     /// duality's CPU pool threads (`duality http --cpu-threads`; default:
     /// the server's, one per core).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     cpu_threads: Option<u16>,
     /// nginx's worker processes (default: the cores).
-    #[arg(long)]
+    #[arg(long, value_parser = super::bench::positive)]
     nginx_workers: Option<usize>,
     /// Leave nginx out.
     #[arg(long)]
@@ -76,10 +76,20 @@ pub struct OffloadArgs {
     out: Option<PathBuf>,
 }
 
-fn secs(name: &str, v: f64) -> anyhow::Result<Duration> {
+/// The shortest window and probe `--help` promises to measure: a row of
+/// 0.05 s was run as 0.1 s and reported as asked.
+const MIN_SECONDS: f64 = 0.1;
+
+/// A flag in seconds of at least `min`, as a duration.
+fn secs(name: &str, v: f64, min: f64) -> anyhow::Result<Duration> {
     anyhow::ensure!(
-        v.is_finite() && v >= 0.0,
-        "--{name} must be a number of seconds"
+        v.is_finite() && v >= min,
+        "--{name} {v}: must be a number of seconds{}",
+        if min > 0.0 {
+            format!(", at least {min}")
+        } else {
+            String::new()
+        }
     );
     Ok(Duration::from_secs_f64(v))
 }
@@ -117,6 +127,31 @@ impl OffloadArgs {
 
 pub fn run(a: OffloadArgs) -> anyhow::Result<()> {
     let s = a.settings();
+    anyhow::ensure!(
+        !(a.no_nginx && a.nginx_workers.is_some()),
+        "--nginx-workers does not apply with --no-nginx"
+    );
+    // Each client thread holds a connection, and one more for each request
+    // sent on a connection of its own.
+    duality_bench::limits::check_descriptors(
+        "--clients",
+        s.clients as u64,
+        2,
+        0,
+        duality_bench::http::raise_fd_limit(),
+    )?;
+    // The files are written to the temp dir: small ones under 4 KiB.
+    let bytes = (s.heavy_files as u64)
+        .saturating_mul(s.heavy_kib << 10)
+        .saturating_add((s.small_files as u64).saturating_mul(4096));
+    duality_bench::limits::ensure_space(
+        &format!(
+            "--heavy-files {} --heavy-kib {} --small-files {}",
+            s.heavy_files, s.heavy_kib, s.small_files
+        ),
+        &std::env::temp_dir(),
+        bytes,
+    )?;
     anyhow::ensure!(!a.loads.is_empty(), "--loads needs at least one value");
     anyhow::ensure!(
         a.loads.iter().all(|&l| (1..=1000).contains(&l)),
@@ -127,10 +162,12 @@ pub fn run(a: OffloadArgs) -> anyhow::Result<()> {
         "--heavy-pct must be between 0 and 100"
     );
     anyhow::ensure!(a.new_conn_pct <= 100, "--new-conn-pct must be at most 100");
-    anyhow::ensure!(s.clients >= 1, "--clients must be at least 1");
     if let Some(c) = a.capacity {
         anyhow::ensure!(c.is_finite() && c > 0.0, "--capacity must be positive");
     }
+    let probe = secs("probe-seconds", s.probe_seconds, MIN_SECONDS)?;
+    let warmup = secs("warmup", s.warmup, 0.0)?;
+    let measure = secs("seconds", s.seconds, MIN_SECONDS)?;
     let dir = super::results_dir(a.out.as_deref(), "offload")?;
     let plan = Plan {
         exe: std::env::current_exe()?,
@@ -139,9 +176,9 @@ pub fn run(a: OffloadArgs) -> anyhow::Result<()> {
         nginx_workers: a.nginx_workers.unwrap_or_else(duality_models::cores),
         loads: a.loads.clone(),
         capacity: a.capacity,
-        probe: secs("probe-seconds", s.probe_seconds)?.max(Duration::from_millis(100)),
-        warmup: secs("warmup", s.warmup)?,
-        measure: secs("seconds", s.seconds)?.max(Duration::from_millis(100)),
+        probe,
+        warmup,
+        measure,
         drain: s.drain,
         clients: s.clients,
         small_files: s.small_files,

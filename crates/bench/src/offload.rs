@@ -801,8 +801,8 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> anyhow::Result<Report
     let root = TempDir::new("offload-www")?;
     let files = write_files(
         &root.0,
-        plan.small_files.max(1),
-        plan.heavy_files.max(1),
+        plan.small_files,
+        plan.heavy_files,
         plan.heavy_bytes,
     )?;
     let requests = Requests::new(&files);
@@ -842,7 +842,7 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> anyhow::Result<Report
             let s = RunningServer::nginx_with(
                 &nginx,
                 &root.0,
-                plan.nginx_workers.max(1),
+                plan.nginx_workers,
                 fd_limit,
                 NGINX_GZIP,
             )?;
