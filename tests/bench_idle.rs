@@ -104,3 +104,35 @@ fn cores() -> usize {
         .map(|n| n.get())
         .unwrap_or(1)
 }
+
+/// Active pairs past the descriptor limit are refused up front (a million
+/// ran, every row "not measured: Too many open files", and exited 0).
+#[test]
+fn active_pairs_past_the_descriptor_limit_are_refused() {
+    let out = common::TempDir::new("bench-idle-refused");
+    let res = out.path().join("r");
+    common::bench::refused(
+        &[
+            "idle",
+            "--quick",
+            "--pairs",
+            "1000000",
+            "--out",
+            res.to_str().unwrap(),
+        ],
+        &[
+            "--pairs 1000000: two descriptors a pair",
+            "(ulimit -n)",
+            "at most ",
+        ],
+    );
+    assert!(!res.exists());
+    common::bench::refused(
+        &["idle", "--quick", "--runtimes=", "--active", "1000000"],
+        &["--active 1000000: "],
+    );
+    common::bench::refused(
+        &["idle", "--quick", "--pairs", "0"],
+        &["--pairs", "at least 1"],
+    );
+}

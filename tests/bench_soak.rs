@@ -1,6 +1,8 @@
 //! `duality bench soak --quick` end to end: good clients beside floods,
 //! slowloris, resets and churn get every answer right, under both servers.
 
+mod common;
+
 use std::process::Command;
 
 #[test]
@@ -30,4 +32,18 @@ fn quick_soak_loses_nothing_for_good_clients() {
     let md = std::fs::read_to_string(out.join("soak.md")).unwrap();
     assert!(md.contains("| kv | duality symped"), "{md}");
     let _ = std::fs::remove_dir_all(&out);
+}
+
+/// Connections the load generator cannot open (its own "too many open
+/// files" was reported as the server's errors) are refused up front.
+#[test]
+fn a_mix_past_the_file_limit_is_refused() {
+    common::bench::refused(
+        &["soak", "--quick", "--slow", "100000", "--services", "http"],
+        &[
+            "--slow 100000",
+            "the load generator holds 100010 descriptors",
+            "(ulimit -n)",
+        ],
+    );
 }

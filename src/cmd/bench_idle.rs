@@ -36,11 +36,13 @@ pub struct IdleArgs {
         default_value = "duality,thread-per-conn,tokio,memcached"
     )]
     servers: Vec<String>,
-    /// Active pairs of the pipes half (the seed: 128).
-    #[arg(long, default_value_t = idle::PAIRS)]
+    /// Active pairs of the pipes half (the seed: 128); two descriptors
+    /// each, refused past the descriptor limit.
+    #[arg(long, default_value_t = idle::PAIRS, value_parser = super::bench::positive)]
     pairs: usize,
-    /// Active connections of the cache half.
-    #[arg(long, default_value_t = 40)]
+    /// Active connections of the cache half; refused past the descriptor
+    /// limit.
+    #[arg(long, default_value_t = 40, value_parser = super::bench::positive)]
     active: usize,
     /// Seconds of load before each point is counted. Default 1
     /// (`--quick`: 0.1).
@@ -56,7 +58,7 @@ pub struct IdleArgs {
     settle: Option<f64>,
     /// Rounds (points take turns; the median round is reported). Default 3
     /// (`--quick`: 1).
-    #[arg(long)]
+    #[arg(long, value_parser = super::bench::positive)]
     rounds: Option<usize>,
     #[command(flatten)]
     output: super::OutputArgs,
@@ -98,7 +100,7 @@ impl IdleArgs {
             warmup: self.warmup.unwrap_or(if q { 0.1 } else { 1.0 }),
             seconds: self.seconds.unwrap_or(if q { 0.3 } else { 3.0 }),
             settle: self.settle.unwrap_or(if q { 0.2 } else { 1.0 }),
-            rounds: self.rounds.unwrap_or(if q { 1 } else { 3 }).max(1),
+            rounds: self.rounds.unwrap_or(if q { 1 } else { 3 }),
             records: if q { 3_000 } else { 30_000 },
         }
     }
@@ -125,8 +127,6 @@ pub fn run(a: IdleArgs) -> anyhow::Result<()> {
             && settle >= 0.0,
         "--seconds must be positive, --warmup and --settle not negative"
     );
-    anyhow::ensure!(a.pairs >= 1, "--pairs must be at least 1");
-    anyhow::ensure!(a.active >= 1, "--active must be at least 1");
     let exe = std::env::current_exe()?;
     if let Some(rt) = &a.child {
         let row = idle::measure_pipes(
@@ -168,6 +168,13 @@ pub fn run(a: IdleArgs) -> anyhow::Result<()> {
     );
     // Children (servers, holders, measuring processes) inherit the raised limit.
     let fd_limit = duality_bench::http::raise_fd_limit();
+    idle::check_active(
+        fd_limit,
+        a.pairs,
+        a.active,
+        !runtimes.is_empty(),
+        !servers.is_empty(),
+    )?;
     let limits = Limits {
         fd_limit,
         max_idle_pipes: idle::max_idle_pipes(fd_limit, a.pairs),

@@ -20,10 +20,12 @@ pub struct SoakArgs {
     /// Well-behaved clients.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     good: u64,
-    /// Clients pipelining requests without pause.
+    /// Clients pipelining requests without pause (two descriptors each).
     #[arg(long, default_value_t = 2)]
     floods: usize,
-    /// Slowloris connections (one byte every 200 ms).
+    /// Slowloris connections (one byte every 200 ms). The load generator's
+    /// descriptors (good, slow, two per flood, resets, churn) are refused
+    /// past the file limit less 256.
     #[arg(long, default_value_t = 50)]
     slow: usize,
     /// Threads resetting connections in the middle of a request.
@@ -55,6 +57,14 @@ pub fn run(a: SoakArgs) -> anyhow::Result<()> {
         seconds.is_finite() && seconds > 0.0 && seconds <= 24.0 * 3600.0,
         "--seconds must be a positive number of seconds (at most a day)"
     );
+    let mix = Mix {
+        good: a.good as usize,
+        floods: a.floods,
+        slow: a.slow,
+        resets: a.resets,
+        churn: a.churn,
+    };
+    mix.check(duality_bench::limits::fd_limit())?;
     let dir = super::results_dir(a.out.as_deref(), "soak")?;
     let exe = std::env::current_exe()?;
     let plan = Plan {
@@ -62,13 +72,7 @@ pub fn run(a: SoakArgs) -> anyhow::Result<()> {
         services: a.services.clone(),
         model: a.model.to_string(),
         seconds,
-        mix: Mix {
-            good: a.good as usize,
-            floods: a.floods,
-            slow: a.slow,
-            resets: a.resets,
-            churn: a.churn,
-        },
+        mix,
     };
     let rows = soak::run(&plan, &mut |r| {
         eprintln!(

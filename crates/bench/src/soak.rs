@@ -66,6 +66,39 @@ pub struct Mix {
     pub churn: usize,
 }
 
+impl Mix {
+    /// Descriptors the load generator (this process) holds at once: one
+    /// per good client, slowloris connection, resetting and churning
+    /// thread, two per flooder (its socket and the clone its reader holds).
+    pub fn descriptors(&self) -> u64 {
+        [self.good, self.slow, self.resets, self.churn]
+            .iter()
+            .fold(0u64, |t, &n| t.saturating_add(n as u64))
+            .saturating_add((self.floods as u64).saturating_mul(2))
+    }
+
+    /// Refuses a mix whose connections this process cannot open under
+    /// `fd_limit` with [`crate::limits::FD_MARGIN`] kept free: past it,
+    /// the load generator's own "too many open files" was counted as the
+    /// server's errors.
+    pub fn check(&self, fd_limit: u64) -> anyhow::Result<()> {
+        let (need, margin) = (self.descriptors(), crate::limits::FD_MARGIN);
+        anyhow::ensure!(
+            need.saturating_add(margin) <= fd_limit,
+            "--good {} --floods {} --slow {} --resets {} --churn {}: the load generator holds \
+             {need} descriptors (two per flood), and a process may open {fd_limit} files here \
+             (ulimit -n), {margin} kept free; at most {} in all",
+            self.good,
+            self.floods,
+            self.slow,
+            self.resets,
+            self.churn,
+            fd_limit.saturating_sub(margin)
+        );
+        Ok(())
+    }
+}
+
 impl Default for Mix {
     fn default() -> Mix {
         Mix {
@@ -446,6 +479,21 @@ pub fn table(rows: &[SoakRow]) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_mix_past_the_file_limit_is_refused() {
+        let m = super::Mix::default();
+        assert_eq!(m.descriptors(), 4 + 2 * 2 + 50 + 1 + 1);
+        m.check(1024).unwrap();
+        let m = super::Mix { slow: 100_000, ..m };
+        let e = m.check(20_000).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "--good 4 --floods 2 --slow 100000 --resets 1 --churn 1: the load generator holds \
+             100010 descriptors (two per flood), and a process may open 20000 files here \
+             (ulimit -n), 256 kept free; at most 19744 in all"
+        );
+    }
+
     use super::*;
 
     #[test]

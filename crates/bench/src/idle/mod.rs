@@ -308,6 +308,35 @@ pub fn max_idle_cache(fd_limit: u64, active: usize) -> u64 {
     fd_limit.saturating_sub(active as u64 + RESERVED_FDS)
 }
 
+/// Refuses active pairs (`pipes`: the pipes half runs) or connections
+/// (`cache`: the cache half runs) that do not fit one process's `fd_limit`
+/// beside [`RESERVED_FDS`] even with no idle connection: two descriptors a
+/// pair in the measuring process, one per active connection in the load
+/// generator and in the server. (`--pairs 1000000` ran, every row "not
+/// measured", and exited 0.)
+pub fn check_active(
+    fd_limit: u64,
+    pairs: usize,
+    active: usize,
+    pipes: bool,
+    cache: bool,
+) -> anyhow::Result<()> {
+    let room = fd_limit.saturating_sub(RESERVED_FDS);
+    anyhow::ensure!(
+        !pipes || (pairs as u64).saturating_mul(2) <= room,
+        "--pairs {pairs}: two descriptors a pair, and a process may open {fd_limit} files here \
+         (ulimit -n), {RESERVED_FDS} kept for itself; at most {} pairs",
+        room / 2
+    );
+    anyhow::ensure!(
+        !cache || active as u64 <= room,
+        "--active {active}: a descriptor each in the load generator and the server, and a \
+         process may open {fd_limit} files here (ulimit -n), {RESERVED_FDS} kept for itself; \
+         at most {room}"
+    );
+    Ok(())
+}
+
 /// Cuts idle counts to `max`, keeping order and dropping repeats; says
 /// which were cut.
 pub fn clamp_idle(counts: &[u64], max: u64) -> (Vec<u64>, Vec<u64>) {
@@ -877,6 +906,17 @@ mod tests {
         assert_eq!(max_idle_pipes(20_000, 128), 20_000 - 256 - RESERVED_FDS);
         assert_eq!(max_idle_cache(20_000, 40), 20_000 - 40 - RESERVED_FDS);
         assert_eq!(max_idle_cache(50, 40), 0);
+        check_active(20_000, 9_968, 19_936, true, true).unwrap();
+        let e = check_active(20_000, 1_000_000, 40, true, false).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--pairs 1000000: two descriptors a pair, and a process may open 20000 files here \
+             (ulimit -n), 64 kept for itself; at most 9968 pairs"
+        );
+        check_active(20_000, 1_000_000, 40, false, true).unwrap();
+        let e = check_active(1024, 128, 5000, true, true).unwrap_err();
+        assert!(e.to_string().starts_with("--active 5000: "), "{e}");
+        check_active(1024, 128, 5000, true, false).unwrap();
         let (kept, cut) = clamp_idle(&[0, 1000, 19_000, 25_000], 19_680);
         assert_eq!(kept, [0, 1000, 19_000, 19_680]);
         assert_eq!(cut, [25_000]);
