@@ -83,7 +83,7 @@ fn an_unusable_out_is_refused_before_measuring() {
     let file = tmp.path().join("a-file");
     std::fs::write(&file, b"x").unwrap();
     let file = file.to_str().unwrap();
-    let said = format!("cannot write results to {file}: File exists");
+    let said = format!("cannot write results to {file}: not a directory");
     let long = ["--seconds", "30", "--out", file];
     let o = bench(
         &[

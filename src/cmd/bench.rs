@@ -124,7 +124,7 @@ fn bench_tasks(a: TasksArgs) -> anyhow::Result<()> {
         (a.counts.clone(), a.seconds, a.rounds)
     };
     check_task_memory(&a.runtimes, &counts, duality_bench::limits::mem_available())?;
-    let dir = super::results_dir(a.output.out.as_deref(), "tasks")?;
+    let dir = results_dir(a.output.out.as_deref(), "tasks")?;
     let go_bin = if a.runtimes.iter().any(|r| r == "go") {
         tasks::build_go()?
     } else {
@@ -259,6 +259,55 @@ fn check_task_memory(
     Ok(())
 }
 
+/// Where an experiment writes its results, made and checked writable
+/// before anything is measured: `out` if given (refused, "not a
+/// directory", where it is a file), else a directory of this run's own
+/// under `results/`: `NAME-UNIXTIME`, or `NAME-UNIXTIME-2`, `-3` … where
+/// another run took that name in the same second (it was overwritten).
+pub(super) fn results_dir(
+    out: Option<&std::path::Path>,
+    name: &str,
+) -> anyhow::Result<std::path::PathBuf> {
+    let dir = match out {
+        Some(out) => {
+            // "File exists", from making it, says the wrong thing.
+            if std::fs::metadata(out).is_ok_and(|m| !m.is_dir()) {
+                anyhow::bail!("cannot write results to {}: not a directory", out.display());
+            }
+            out.to_path_buf()
+        }
+        None => {
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0);
+            let base = std::path::Path::new("results");
+            new_dir(base, &format!("{name}-{t}"))
+                .map_err(|e| anyhow::anyhow!("cannot write results to {}: {e}", base.display()))?
+        }
+    };
+    super::results_dir(Some(&dir), name)
+}
+
+/// Makes `base/stem`, or `base/stem-2`, `-3` … where that is taken: each
+/// made with one `mkdir`, which fails if the name exists, so two runs never
+/// get the same directory.
+fn new_dir(base: &std::path::Path, stem: &str) -> std::io::Result<std::path::PathBuf> {
+    std::fs::create_dir_all(base)?;
+    for n in 1u32.. {
+        let dir = match n {
+            1 => base.join(stem),
+            n => base.join(format!("{stem}-{n}")),
+        };
+        match std::fs::create_dir(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 1000 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    unreachable!("the loop returns")
+}
+
 /// A list flag's values where it was given, else the preset of `--quick` or
 /// of a full run: a flag given always wins over `--quick`.
 pub(super) fn given_or<T: Clone>(
@@ -298,6 +347,45 @@ pub(super) fn parse_args<A: clap::Args + clap::FromArgMatches>(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_new_results_directory_never_takes_one_that_exists() {
+        let base = std::env::temp_dir().join(format!("duality-results-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let a = super::new_dir(&base, "models-100").unwrap();
+        let b = super::new_dir(&base, "models-100").unwrap();
+        let c = super::new_dir(&base, "models-100").unwrap();
+        assert_eq!(a, base.join("models-100"));
+        assert_eq!(b, base.join("models-100-2"));
+        assert_eq!(c, base.join("models-100-3"));
+        // Runs at once each get their own.
+        let dirs: Vec<_> = (0..8)
+            .map(|_| {
+                let base = base.clone();
+                std::thread::spawn(move || super::new_dir(&base, "x-1").unwrap())
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .collect();
+        let mut unique = dirs.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), 8, "{dirs:?}");
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn a_file_given_as_out_is_not_a_directory() {
+        let f = std::env::temp_dir().join(format!("duality-out-file-{}", std::process::id()));
+        std::fs::write(&f, b"x").unwrap();
+        let e = super::results_dir(Some(&f), "x").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!("cannot write results to {}: not a directory", f.display())
+        );
+        std::fs::remove_file(&f).unwrap();
+    }
+
     #[test]
     fn task_counts_past_the_memory_are_refused_by_the_hungriest_runtime() {
         let rts: Vec<String> = ["duality", "tokio", "go", "os-threads"]

@@ -90,7 +90,7 @@ pub fn run(a: BalanceArgs) -> anyhow::Result<()> {
         seconds.is_finite() && seconds > 0.0,
         "--seconds must be a positive number"
     );
-    let dir = super::results_dir(a.output.out.as_deref(), "balance")?;
+    let dir = super::bench::results_dir(a.output.out.as_deref(), "balance")?;
     let exe = std::env::current_exe()?;
     let plan = Plan {
         exe: &exe,

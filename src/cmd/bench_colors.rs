@@ -115,7 +115,7 @@ pub fn run(a: ColorsArgs) -> anyhow::Result<()> {
         };
         (threads, load, a.rounds.max(1))
     };
-    let out = super::results_dir(a.output.out.as_deref(), "colors")?;
+    let out = super::bench::results_dir(a.output.out.as_deref(), "colors")?;
     let exe = std::env::current_exe()?;
     let plan = Plan {
         exe: &exe,

@@ -185,7 +185,7 @@ pub fn run(a: DiskArgs) -> anyhow::Result<()> {
     disk::check_disk_dir(&dir)?;
     disk::check_file(&file, mib)?;
     disk::disk_dir(&dir)?;
-    let out = super::results_dir(a.output.out.as_deref(), "disk")?;
+    let out = super::bench::results_dir(a.output.out.as_deref(), "disk")?;
     eprintln!("preparing {} ({mib} MiB)", file.display());
     disk::prepare_file(&file, mib)?;
     disk::open_direct(&file)?;
@@ -305,7 +305,7 @@ fn web(a: &DiskArgs, s: Settings) -> anyhow::Result<()> {
         )?;
     }
     disk::disk_dir(&dir)?;
-    let out = super::results_dir(a.output.out.as_deref(), "disk-web")?;
+    let out = super::bench::results_dir(a.output.out.as_deref(), "disk-web")?;
     eprintln!(
         "preparing {files} files of {} bytes in {}",
         a.web_file_size,

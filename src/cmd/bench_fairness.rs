@@ -76,7 +76,7 @@ pub fn run(a: FairnessArgs) -> anyhow::Result<()> {
     } else {
         a.models.iter().map(|m| m.to_string()).collect()
     };
-    let dir = super::results_dir(a.out.as_deref(), "fairness")?;
+    let dir = super::bench::results_dir(a.out.as_deref(), "fairness")?;
     let exe = std::env::current_exe()?;
     let plan = Plan {
         exe: &exe,

@@ -225,7 +225,7 @@ pub fn run(a: HttpBenchArgs) -> anyhow::Result<()> {
     };
     duality_bench::limits::ensure_space(&what, &std::env::temp_dir(), bytes)?;
 
-    let out = super::results_dir(a.out.as_deref(), "http")?;
+    let out = super::bench::results_dir(a.out.as_deref(), "http")?;
 
     let x = Experiment {
         exe: std::env::current_exe()?,

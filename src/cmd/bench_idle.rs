@@ -215,7 +215,7 @@ pub fn run(a: IdleArgs) -> anyhow::Result<()> {
         rounds,
         limits: limits.clone(),
     };
-    let dir = super::results_dir(a.output.out.as_deref(), "idle")?;
+    let dir = super::bench::results_dir(a.output.out.as_deref(), "idle")?;
     let pb = super::bench_kv::progress(plan.points());
     let results = idle::run(&plan, &mut |r| {
         match r {

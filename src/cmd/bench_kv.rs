@@ -194,7 +194,7 @@ fn plan(load: &LoadArgs, clients: Vec<usize>) -> anyhow::Result<Plan> {
 
 /// The results directory, made (and checked writable) before measuring.
 fn results_dir(load: &LoadArgs, name: &str) -> anyhow::Result<PathBuf> {
-    super::results_dir(load.out.as_deref(), name)
+    super::bench::results_dir(load.out.as_deref(), name)
 }
 
 /// Says so where memcached is among `servers` but not installed (its rows

@@ -168,7 +168,7 @@ pub fn run(a: OffloadArgs) -> anyhow::Result<()> {
     let probe = secs("probe-seconds", s.probe_seconds, MIN_SECONDS)?;
     let warmup = secs("warmup", s.warmup, 0.0)?;
     let measure = secs("seconds", s.seconds, MIN_SECONDS)?;
-    let dir = super::results_dir(a.out.as_deref(), "offload")?;
+    let dir = super::bench::results_dir(a.out.as_deref(), "offload")?;
     let plan = Plan {
         exe: std::env::current_exe()?,
         model: a.model.to_string(),

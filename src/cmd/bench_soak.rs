@@ -65,7 +65,7 @@ pub fn run(a: SoakArgs) -> anyhow::Result<()> {
         churn: a.churn,
     };
     mix.check(duality_bench::limits::fd_limit())?;
-    let dir = super::results_dir(a.out.as_deref(), "soak")?;
+    let dir = super::bench::results_dir(a.out.as_deref(), "soak")?;
     let exe = std::env::current_exe()?;
     let plan = Plan {
         exe: &exe,

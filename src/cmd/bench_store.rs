@@ -143,7 +143,7 @@ pub fn run(a: StoreArgs) -> anyhow::Result<()> {
             None => eprintln!("memcached is not installed: duality only"),
         }
     }
-    let dir = super::results_dir(a.out.as_deref(), "store")?;
+    let dir = super::bench::results_dir(a.out.as_deref(), "store")?;
     let exe = std::env::current_exe()?;
     let plan = Plan {
         exe: &exe,
