@@ -211,13 +211,26 @@ fn unbounded_or_zero_counts_and_quick_conflicts_are_refused() {
         (&["store", "--keys", "0"], "'--keys"),
         (&["offload", "--heavy-kib", "0"], "'--heavy-kib"),
         (&["models", "--sweep-max", "4"], "--sweep"),
+        // Zeros that some experiments ran as 1 and others refused.
+        (&["models", "--rounds", "0"], "'--rounds"),
+        (&["models", "--pipeline", "0"], "'--pipeline"),
+        (&["models", "--client-threads", "0"], "'--client-threads"),
+        (&["threads", "--rounds", "0"], "'--rounds"),
+        (&["colors", "--rounds", "0"], "'--rounds"),
+        (&["colors", "--clients", "0"], "'--clients"),
+        (&["colors", "--client-loops", "0"], "'--client-loops"),
+        (&["balance", "--pipeline", "0"], "'--pipeline"),
+        (&["idle", "--rounds", "0"], "'--rounds"),
+        (&["http", "--clients", "0"], "'--clients"),
+        (&["http", "--per-process", "0"], "'--per-process"),
+        (&["offload", "--clients", "0"], "'--clients"),
     ] {
         fails_saying(&bench(args, &[]), &[said]);
     }
 }
 
 /// A `--dir` on tmpfs is refused (O_DIRECT reads there come from memory),
-/// after being created where it did not exist.
+/// before it is created where it did not exist (it was left behind).
 #[test]
 fn disk_refuses_a_memory_file_system() {
     let shm = std::path::Path::new("/dev/shm");
@@ -236,7 +249,9 @@ fn disk_refuses_a_memory_file_system() {
             args.push("--web");
         }
         let o = bench(&args, &[]);
+        let made = dir.exists();
         let _ = std::fs::remove_dir_all(&dir);
+        assert!(!made, "{} was created", dir.display());
         fails_saying(&o, &[&format!("{} is on tmpfs", sub.display()), "--dir"]);
         assert!(!results.exists(), "nothing measured, nothing written");
     }

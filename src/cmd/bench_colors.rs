@@ -24,11 +24,11 @@ pub struct ColorsArgs {
     threads: Vec<usize>,
     /// Clients, each with its own key, nonce counter and color (default:
     /// 32, or 4 per thread of the largest N if more).
-    #[arg(long, conflicts_with = "quick")]
+    #[arg(long, conflicts_with = "quick", value_parser = super::bench::positive)]
     clients: Option<usize>,
     /// Connections per client (more than one: two requests of a client can
     /// arrive at once, and only its color keeps its state consistent).
-    #[arg(long, default_value_t = 2, conflicts_with = "quick")]
+    #[arg(long, default_value_t = 2, conflicts_with = "quick", value_parser = super::bench::positive)]
     conns_per_client: usize,
     /// Bytes per block encrypted and authenticated (at most 1 MiB). Large
     /// enough that the cipher, not the network or the load generator, is
@@ -45,7 +45,7 @@ pub struct ColorsArgs {
     verify_every: u64,
     /// Event-loop threads of the load generator (raise on a large machine,
     /// where one thread cannot keep N servers busy).
-    #[arg(long, default_value_t = 1, conflicts_with = "quick")]
+    #[arg(long, default_value_t = 1, conflicts_with = "quick", value_parser = super::bench::positive)]
     client_loops: usize,
     /// Seconds of load before each window.
     #[arg(long, default_value_t = 0.5, value_parser = super::parse_seconds, conflicts_with = "quick")]
@@ -55,7 +55,7 @@ pub struct ColorsArgs {
     seconds: f64,
     /// Rounds (setups take turns at each N; medians, and medians of
     /// per-round ratios, are reported).
-    #[arg(long, default_value_t = 3, conflicts_with = "quick")]
+    #[arg(long, default_value_t = 3, conflicts_with = "quick", value_parser = super::bench::positive)]
     rounds: usize,
     #[command(flatten)]
     output: super::OutputArgs,

@@ -17,7 +17,7 @@ pub struct LoadArgs {
     windows: Option<u64>,
     /// Requests each connection writes at once (pipelined, one write)
     /// before it reads their answers (memtier's `--pipeline`).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = super::bench::positive)]
     pipeline: usize,
     /// Seconds per window. Default 1 (`--quick`: 0.15, the echo service 0.2).
     #[arg(long, value_parser = super::parse_seconds)]
@@ -28,7 +28,7 @@ pub struct LoadArgs {
     /// transaction) columns the medians of per-round ratios (the host's
     /// drift between servers cancels out). `--service echo` takes
     /// `--windows` as rounds instead.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = super::bench::positive)]
     rounds: usize,
     /// Seconds of warm-up before each client count (the cache). Default
     /// 0.5 (`--quick`: 0.1).
@@ -51,7 +51,7 @@ pub struct LoadArgs {
     /// the connections. One (the paper's client) suits this 2-core machine;
     /// on a machine with cores to spare, raise it until the client is no
     /// longer the limit (the table marks a saturated client).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = super::bench::positive)]
     client_threads: usize,
     /// Count the servers' system calls per transaction over the windows
     /// (with `perf stat` on the `raw_syscalls:sys_enter` tracepoint; `-`
