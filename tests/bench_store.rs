@@ -70,7 +70,6 @@ fn quick_store_run_measures_both_servers() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
-
 /// With `--quick` the flags given count (they were ignored), and what the
 /// run cannot measure as asked is refused up front: a wave limit past the
 /// memory (the server grew to GBs), a cache below the smallest `-m` (rows
