@@ -787,7 +787,10 @@ fn large_responses_held_for_slow_readers_are_bounded() {
     b.send(&getk);
     let r = b.read_n(24 + 4 + 3 + LEN);
     assert_eq!((r[0], r[1], &r[6..8]), (0x81, 0x0c, &[0u8, 0][..]));
-    assert_eq!(u32::from_be_bytes(r[8..12].try_into().unwrap()) as usize, 4 + 3 + LEN);
+    assert_eq!(
+        u32::from_be_bytes(r[8..12].try_into().unwrap()) as usize,
+        4 + 3 + LEN
+    );
     assert_eq!(&r[28..31], b"big");
     assert!(r[31..].iter().all(|&b| b == b'v'));
     // A split answer to a slow reader, whose value changes before it is all
