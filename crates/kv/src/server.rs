@@ -17,7 +17,9 @@
 //! there — and is not even computed in the inline models.
 
 use crate::budget::{Holdings, LARGE};
-use crate::command::{execute_part, resume_get, split_get, GetCursor, Part};
+use crate::command::{
+    execute_part, resume_get, split_get, value_piece, GetCursor, Part, ValueChanged,
+};
 use crate::protocol::binary::{write_error, Opcode, Status, REQUEST_MAGIC};
 use crate::{
     binary_request_shard, execute_binary, execute_binary_error, execute_error, parse, parse_binary,
@@ -943,14 +945,17 @@ impl Protocol for KvProtocol {
         let mut from = progress as usize;
         let split = session.conn.as_ref().and_then(|g| st.take_split(&g.info));
         if session.mode == Mode::Binary {
-            // Only a binary get split for the budget comes here.
-            return match (parse_binary(request, &st.limits), split) {
-                (Ok((req, _)), Some(at)) => {
-                    self.finish_binary_split(session, &req, at, &mut reply)
-                        .await
-                }
-                _ => duality_models::Flow::Close,
+            // Only a binary get split for the budget comes here: the rest
+            // of its value (see `binary_get_done`).
+            let (Ok((req, _)), Some(mut at)) = (parse_binary(request, &st.limits), split) else {
+                return duality_models::Flow::Close;
             };
+            let key = req.key;
+            return self
+                .write_pieces(session, &mut reply, |st, out| {
+                    value_piece(&st.store, st.ctx().now, key, &mut at, SPLIT_PIECE, out)
+                })
+                .await;
         }
         // The same line `parse` found the get in.
         let Ok((req, _)) = parse(request, &st.limits) else {
@@ -1064,42 +1069,32 @@ impl KvProtocol {
         Some(duality_models::Flow::Continue)
     }
 
-    /// The rest of a binary get's value from `at` on, a piece at a time
-    /// (see [`binary_get_done`](Self::binary_get_done)), each written
-    /// before the next is copied; closed if the item changes between two.
-    async fn finish_binary_split(
+    /// The rest of an answer split for the budget, a piece at a time:
+    /// `piece` appends the next one (true: it was the last; an error: the
+    /// value changed, and half of it cannot be taken back), each written
+    /// before the next is made, so the connection holds at most one, and
+    /// none of the buffer budget.
+    async fn write_pieces(
         &self,
         session: &mut KvSession,
-        req: &BinRequest<'_>,
-        mut at: GetCursor,
         reply: &mut Reply<'_>,
+        mut piece: impl FnMut(&KvState, &mut Vec<u8>) -> Result<bool, ValueChanged> + Send,
     ) -> duality_models::Flow {
-        let st = &*self.0;
         loop {
             if reply.flush().await.is_err() {
                 return duality_models::Flow::Close;
             }
             self.drained(session);
-            let e = st.store.entry(req.key, st.ctx().now);
-            let Some(rest) = e
-                .item()
-                .filter(|i| i.cas == at.cas)
-                .and_then(|i| i.value.get(at.offset..))
-            else {
-                return duality_models::Flow::Close;
-            };
-            let n = rest.len().min(SPLIT_PIECE);
-            reply.out().extend_from_slice(&rest[..n]);
-            at.offset += n;
-            if n == rest.len() {
-                return duality_models::Flow::Continue;
+            match piece(&self.0, reply.out()) {
+                Ok(true) => return duality_models::Flow::Continue,
+                Ok(false) => {}
+                Err(ValueChanged) => return duality_models::Flow::Close,
             }
         }
     }
 
-    /// The rest of a get answered a piece at a time from `at` (see
-    /// [`split_get`]): each piece is written before the next is made, so
-    /// the connection holds at most one, and none of the buffer budget.
+    /// The rest of a get split for the budget, from `at` (see
+    /// [`split_get`]).
     async fn finish_split(
         &self,
         session: &mut KvSession,
@@ -1107,21 +1102,18 @@ impl KvProtocol {
         mut at: GetCursor,
         reply: &mut Reply<'_>,
     ) -> duality_models::Flow {
-        let st = &*self.0;
-        loop {
-            if reply.flush().await.is_err() {
-                return duality_models::Flow::Close;
+        self.write_pieces(session, reply, |st, out| {
+            match split_get(req, &st.store, &st.ctx(), out, at, SPLIT_PIECE) {
+                Some(Ok(Some(next))) => {
+                    at = next;
+                    Ok(false)
+                }
+                Some(Ok(None)) => Ok(true),
+                Some(Err(e)) => Err(e),
+                None => Err(ValueChanged),
             }
-            self.drained(session);
-            let ctx = st.ctx();
-            match split_get(req, &st.store, &ctx, reply.out(), at, SPLIT_PIECE) {
-                Some(Ok(Some(next))) => at = next,
-                Some(Ok(None)) => return duality_models::Flow::Continue,
-                // The value changed between two pieces: half of it cannot
-                // be taken back.
-                Some(Err(_)) | None => return duality_models::Flow::Close,
-            }
-        }
+        })
+        .await
     }
 
     /// Accounts a large request being received against the buffer budget

@@ -124,6 +124,26 @@ pub struct GetCursor {
     pub counted: usize,
 }
 
+/// Writes up to `piece` more bytes (at least one) of `key`'s value from
+/// `at.offset` on, while the item is still the one of CAS `at.cas`; true
+/// once the value is all written.
+pub fn value_piece(
+    store: &Store,
+    now: Time,
+    key: &[u8],
+    at: &mut GetCursor,
+    piece: usize,
+    out: &mut Vec<u8>,
+) -> Result<bool, ValueChanged> {
+    let e = store.entry(key, now);
+    let item = e.item().filter(|i| i.cas == at.cas).ok_or(ValueChanged)?;
+    let value = item.value.get(at.offset..).ok_or(ValueChanged)?;
+    let n = value.len().min(piece.max(1));
+    out.extend_from_slice(&value[..n]);
+    at.offset += n;
+    Ok(n == value.len())
+}
+
 /// The value of a get changed between two pieces of its answer: half a
 /// value cannot be taken back, so the connection closes (the client sees
 /// a short answer, never a value made of two).
@@ -148,16 +168,10 @@ pub(super) fn get_split(
     piece: usize,
 ) -> Result<Option<GetCursor>, ValueChanged> {
     let start = out.len();
-    // The rest of a value begun before: from the same item only.
+    // The rest of a value begun before.
     if at.offset > 0 {
         let key = keys.iter().nth(at.key).ok_or(ValueChanged)?;
-        let e = store.entry(key, now);
-        let item = e.item().filter(|i| i.cas == at.cas).ok_or(ValueChanged)?;
-        let value = item.value.get(at.offset..).ok_or(ValueChanged)?;
-        let n = value.len().min(piece.max(1));
-        out.extend_from_slice(&value[..n]);
-        at.offset += n;
-        if n < value.len() {
+        if !value_piece(store, now, key, &mut at, piece, out)? {
             return Ok(Some(at));
         }
         out.extend_from_slice(b"\r\n");

@@ -22,7 +22,7 @@ use crate::store::{Counter, Store, Time};
 use std::time::Duration;
 
 pub use binary::{execute_binary, execute_binary_error};
-pub use classic::{GetCursor, ValueChanged};
+pub use classic::{value_piece, GetCursor, ValueChanged};
 pub use stats::write_stat;
 
 /// What the connection does after a request.
