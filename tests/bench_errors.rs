@@ -224,6 +224,10 @@ fn unbounded_or_zero_counts_and_quick_conflicts_are_refused() {
         (&["http", "--clients", "0"], "'--clients"),
         (&["http", "--per-process", "0"], "'--per-process"),
         (&["offload", "--clients", "0"], "'--clients"),
+        (&["colors", "--verify-every", "0"], "'--verify-every"),
+        // Past what one write of requests may sensibly hold.
+        (&["models", "--pipeline", "5000"], "'--pipeline"),
+        (&["balance", "--pipeline", "5000"], "'--pipeline"),
     ] {
         fails_saying(&bench(args, &[]), &[said]);
     }

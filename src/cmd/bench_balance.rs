@@ -22,9 +22,9 @@ pub struct BalanceArgs {
     /// (`--quick`: 4).
     #[arg(long, value_parser = super::bench::positive)]
     heavy: Option<usize>,
-    /// Gets each heavy connection writes at once.
-    #[arg(long, default_value_t = 16, value_parser = super::bench::positive)]
-    pipeline: usize,
+    /// Gets each heavy connection writes at once, 1-4096.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pipeline: u64,
     /// Short connections (connect, one get, close) per second.
     #[arg(long, default_value_t = 200.0)]
     short_rate: f64,
@@ -79,7 +79,7 @@ pub fn run(a: BalanceArgs) -> anyhow::Result<()> {
     duality_bench::limits::ensure_memory(
         &format!("--heavy {heavy} --pipeline {}", a.pipeline),
         (heavy as u64)
-            .saturating_mul(a.pipeline as u64)
+            .saturating_mul(a.pipeline)
             .saturating_mul(64),
     )?;
     anyhow::ensure!(
@@ -97,7 +97,7 @@ pub fn run(a: BalanceArgs) -> anyhow::Result<()> {
         loops,
         balances: a.balances.iter().map(|b| b.to_string()).collect(),
         heavy,
-        pipeline: a.pipeline,
+        pipeline: a.pipeline as usize,
         short_rate: a.short_rate,
         seconds,
         rounds,

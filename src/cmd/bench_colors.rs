@@ -41,7 +41,8 @@ pub struct ColorsArgs {
     #[arg(long, default_value_t = 64, conflicts_with = "quick")]
     ledger_every: u64,
     /// The client checks the tag of one seal in this many per connection.
-    #[arg(long, default_value_t = 256, conflicts_with = "quick")]
+    #[arg(long, default_value_t = 256, conflicts_with = "quick",
+          value_parser = clap::value_parser!(u64).range(1..))]
     verify_every: u64,
     /// Event-loop threads of the load generator (raise on a large machine,
     /// where one thread cannot keep N servers busy).
@@ -108,7 +109,7 @@ pub fn run(a: ColorsArgs) -> anyhow::Result<()> {
             conns_per_client: a.conns_per_client,
             block: a.block,
             ledger_every: a.ledger_every,
-            verify_every: a.verify_every.max(1),
+            verify_every: a.verify_every,
             client_loops: a.client_loops.max(1),
             warmup: Duration::from_secs_f64(a.warmup),
             measure: Duration::from_secs_f64(a.seconds),

@@ -16,9 +16,9 @@ pub struct LoadArgs {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1000))]
     windows: Option<u64>,
     /// Requests each connection writes at once (pipelined, one write)
-    /// before it reads their answers (memtier's `--pipeline`).
-    #[arg(long, default_value_t = 1, value_parser = super::bench::positive)]
-    pipeline: usize,
+    /// before it reads their answers (memtier's `--pipeline`), 1-4096.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pipeline: u64,
     /// Seconds per window. Default 1 (`--quick`: 0.15, the echo service 0.2).
     #[arg(long, value_parser = super::parse_seconds)]
     seconds: Option<f64>,
@@ -185,7 +185,7 @@ fn plan(load: &LoadArgs, clients: Vec<usize>) -> anyhow::Result<Plan> {
         window,
         windows,
         rounds: load.rounds.max(1),
-        pipeline: load.pipeline.max(1),
+        pipeline: load.pipeline as usize,
         count_syscalls: load.syscalls,
         client_io: load.client_io,
         client_threads: load.client_threads,
@@ -246,7 +246,7 @@ fn finish(
         cmd.join(" "),
         machine(),
         client_threads(load),
-        load.pipeline.max(1),
+        load.pipeline as usize,
         if load.tcp { "TCP loopback" } else { "Unix" },
         load.records(),
         load.gets_per_set
@@ -523,7 +523,7 @@ fn echo(
         clients,
         duality_bench::models_echo::EchoLoad {
             client_threads: load.client_threads.max(1),
-            depth: load.pipeline.max(1),
+            depth: load.pipeline as usize,
             seconds,
         },
         rounds,
@@ -550,7 +550,7 @@ fn echo(
         cmd.join(" "),
         machine(),
         client_threads(load),
-        load.pipeline.max(1),
+        load.pipeline as usize,
     );
     let written = duality_bench::models_echo::write_results(&dir, &rows, &header)?;
     if load.json {
