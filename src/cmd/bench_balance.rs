@@ -78,9 +78,7 @@ pub fn run(a: BalanceArgs) -> anyhow::Result<()> {
     // Each heavy connection's thread holds its pipeline's requests.
     duality_bench::limits::ensure_memory(
         &format!("--heavy {heavy} --pipeline {}", a.pipeline),
-        (heavy as u64)
-            .saturating_mul(a.pipeline)
-            .saturating_mul(64),
+        (heavy as u64).saturating_mul(a.pipeline).saturating_mul(64),
     )?;
     anyhow::ensure!(
         a.short_rate.is_finite() && a.short_rate > 0.0,
