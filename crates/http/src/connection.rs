@@ -122,6 +122,9 @@ enum Seen<'a> {
     /// The body of a request already answered broke its framing: the
     /// connection closes with nothing more to say (as nginx's does).
     BadBody,
+    /// The body of an answer that closes the connection has all come: now
+    /// it closes.
+    BodyEnded,
 }
 
 /// What a connection keeps between requests (it moves with a batch to a
@@ -142,6 +145,11 @@ pub struct HttpSession {
     pending: Option<Pending>,
     /// The body of the last request, being dropped as it arrives.
     discard: Option<Discard>,
+    /// The answer to that request closes the connection once the body has
+    /// all come.
+    close_after_body: bool,
+    /// `finish` sends `100 Continue` where it answers the file.
+    interim: bool,
 }
 
 /// A response `execute` could not make from memory.
@@ -207,6 +215,8 @@ impl Protocol for HttpProtocol {
             failed: false,
             pending: None,
             discard: None,
+            close_after_body: false,
+            interim: false,
         }
     }
 
@@ -219,6 +229,9 @@ impl Protocol for HttpProtocol {
                 Ok(s) => {
                     if s.done {
                         session.discard = None;
+                        if session.close_after_body {
+                            return refused(Seen::BodyEnded);
+                        }
                     }
                     if s.used > 0 {
                         return Parsed::Skip(s.used);
@@ -272,6 +285,8 @@ impl Protocol for HttpProtocol {
     }
 
     fn execute(&self, session: &mut HttpSession, req: HttpRequest<'_>, out: &mut Output) -> Flow {
+        // Where a `100 Continue` went, if one did.
+        let mut interim = None;
         let head = match req.what {
             Seen::Head {
                 head,
@@ -282,6 +297,7 @@ impl Protocol for HttpProtocol {
                 // request; the body is dropped as it comes.
                 session.discard = body;
                 if continue_first {
+                    interim = Some(out.len());
                     out.extend_from_slice(CONTINUE);
                 }
                 head
@@ -295,11 +311,31 @@ impl Protocol for HttpProtocol {
                 session.failed = true;
                 return Flow::Close;
             }
+            // The body of an answer that closes the connection has ended.
+            Seen::BodyEnded => return Flow::Close,
         };
         session.set_phase(Phase::Writing);
         match self.respond_now(session, &head, out) {
-            Some(plan) => self.flow(session, &plan),
-            None => Flow::Finish(0),
+            Some(plan) => {
+                // As nginx: the interim answer invites the body only where
+                // the file is answered; before an error or a redirect the
+                // client is spared the upload (the body, if it comes anyway,
+                // is dropped). An answer `finish` makes keeps it.
+                if let Some(at) = interim {
+                    if !about_the_file(plan.status) && !out.has_shared() {
+                        out.drain(at..at + CONTINUE.len());
+                    }
+                }
+                self.flow(session, &plan)
+            }
+            None => {
+                // `finish` knows the answer: the interim one is its to send.
+                if let Some(at) = interim {
+                    out.truncate(at);
+                }
+                session.interim = interim.is_some();
+                Flow::Finish(0)
+            }
         }
     }
 
@@ -317,7 +353,11 @@ impl Protocol for HttpProtocol {
         ) else {
             return Flow::Close;
         };
-        match self.respond_later(&head, pending, &mut reply).await {
+        let interim = std::mem::take(&mut session.interim);
+        match self
+            .respond_later(&head, pending, interim, &mut reply)
+            .await
+        {
             Ok(plan) => {
                 self.log(session, Some(&head), None, &plan);
                 self.flow(session, &plan)
@@ -373,11 +413,19 @@ impl HttpProtocol {
     /// What the driver does after `plan`'s response.
     fn flow(&self, session: &mut HttpSession, plan: &Plan) -> Flow {
         if plan.keep_alive {
-            Flow::Continue
-        } else {
-            session.failed = plan.status.code() >= 400;
-            Flow::Close
+            return Flow::Continue;
         }
+        session.failed = plan.status.code() >= 400;
+        if session.discard.is_some() {
+            // The answer closes the connection, but its request's body is
+            // still coming: it is read to its end first, as nginx's
+            // discarding does. Closing with it unread would reset the
+            // connection, which can destroy the answer before the client
+            // has read it.
+            session.close_after_body = true;
+            return Flow::Continue;
+        }
+        Flow::Close
     }
 
     /// Appends the response to a request that could not be parsed (or
@@ -477,6 +525,7 @@ impl HttpProtocol {
         &self,
         head: &Head<'_>,
         pending: Pending,
+        interim: bool,
         reply: &mut Reply<'_>,
     ) -> io::Result<Plan> {
         let date = now();
@@ -488,6 +537,9 @@ impl HttpProtocol {
                 content_type,
                 encoding,
             } => {
+                if interim {
+                    reply.out().extend_from_slice(CONTINUE);
+                }
                 let plan = plan_encoded(head, &meta, content_type, encoding, date, reply.out());
                 return self.send_body(plan, file, false, reply).await;
             }
@@ -505,6 +557,10 @@ impl HttpProtocol {
             Err(_) => Err(HttpError::keep(Status::InternalServerError)),
         };
         let out = reply.out();
+        // `100 Continue` where the file is answered (see `about_the_file`).
+        if interim && found.is_ok() && !matches!(found, Ok(Found::Redirect(_))) {
+            out.extend_from_slice(CONTINUE);
+        }
         Ok(match found {
             Err(e) => write_error(e, Some(head), date, out),
             Ok(Found::Redirect(location)) => write_redirect(head, &location, date, out),
@@ -772,6 +828,14 @@ fn request_line(input: &[u8]) -> Option<&[u8]> {
     let end = rest.iter().position(|&b| b == b'\n')?;
     let line = &rest[..end];
     Some(line.strip_suffix(b"\r").unwrap_or(line))
+}
+
+/// Whether an answer of `status` is about the requested file (a body, a
+/// part of it, or a precondition's verdict on it), which nginx answers
+/// after inviting the body with `100 Continue`; errors and redirects come
+/// without one.
+fn about_the_file(status: Status) -> bool {
+    matches!(status.code(), 200..=299 | 304 | 412 | 416)
 }
 
 /// The start of a request line that has not ended (a timed-out request's,

@@ -623,14 +623,19 @@ pub(crate) fn trim(value: &[u8]) -> &[u8] {
     &value[start..end]
 }
 
-/// A `Content-Length`: one or more digits, saturating at `u64::MAX`.
+/// A `Content-Length`: one or more digits, at most `i64::MAX` (nginx's
+/// `off_t` bound; a length past it is malformed, 400, never taken as some
+/// other number: with no body limit that would misframe the body).
 fn parse_length(digits: &[u8]) -> Option<u64> {
     if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    Some(digits.iter().fold(0u64, |n, &d| {
-        n.saturating_mul(10).saturating_add(u64::from(d - b'0'))
-    }))
+    digits
+        .iter()
+        .try_fold(0u64, |n, &d| {
+            n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+        })
+        .filter(|&n| n <= i64::MAX as u64)
 }
 
 /// How much of the request-target has arrived in an incomplete head.
@@ -1038,6 +1043,14 @@ mod tests {
             ),
             (
                 "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 99999999999999999999999\r\n\r\n",
+                400,
+            ),
+            (
+                "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 9223372036854775808\r\n\r\n",
+                400,
+            ),
+            (
+                "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 9223372036854775807\r\n\r\n",
                 413,
             ),
             (&long_uri, 414),
