@@ -320,6 +320,41 @@ fn kv_metrics_listener_counts_what_was_sent() {
     }
 }
 
+/// `stats reset` clears the loops' long polls in `stats` too (they counted
+/// on from the start).
+#[test]
+fn kv_stats_reset_clears_long_polls() {
+    let kv = KvProc::start(&["-t", "2", "-m", "256", "--long-poll-warn-ms", "1"]);
+    let mut c = kv.connect();
+    let value = vec![b'v'; 900_000];
+    for i in 0..20 {
+        let mut set = format!("set k{i} 0 0 {}\r\n", value.len()).into_bytes();
+        set.extend_from_slice(&value);
+        set.extend_from_slice(b"\r\n");
+        c.send(&set);
+        assert_eq!(c.read_until(b"\r\n"), b"STORED\r\n");
+    }
+    let keys: Vec<String> = (0..20).map(|i| format!("k{i}")).collect();
+    let get = format!("get {}\r\n", keys.join(" "));
+    let long =
+        |c: &mut common::Client| -> u64 { c.stats("")["duality_long_polls"].parse().unwrap() };
+    let mut seen = 0;
+    for _ in 0..20 {
+        c.send(get.as_bytes());
+        c.read_until(b"END\r\n");
+        seen = long(&mut c);
+        if seen > 0 {
+            break;
+        }
+    }
+    if seen == 0 {
+        eprintln!("skipped: no poll took over 1 ms here");
+        return;
+    }
+    c.expect_str("stats reset\r\n", "RESET\r\n");
+    assert!(long(&mut c) < seen, "long polls not cleared from {seen}");
+}
+
 /// `stats` ends with the duality lines; they count what was sent, and
 /// `stats reset` clears them.
 #[test]

@@ -439,7 +439,7 @@ impl HttpState {
             ),
             (
                 "sendfile_bytes",
-                "Body bytes sent with sendfile.",
+                "Body bytes sent from the file (sendfile, or read through the io_uring ring), not counted in duality_written_bytes_total.",
                 s.sendfile_bytes,
             ),
             (

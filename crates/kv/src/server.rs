@@ -141,9 +141,9 @@ pub struct KvState {
     /// an entry.
     splits: Mutex<HashMap<usize, GetCursor>>,
     /// The server's counters (total and rejected connections, bytes read
-    /// and written) at the last `stats reset`: `stats` reports what came
-    /// since, as memcached's reset zeroes them.
-    reset_base: Mutex<[u64; 4]>,
+    /// and written, the loops' long polls) at the last `stats reset`:
+    /// `stats` reports what came since, as memcached's reset zeroes them.
+    reset_base: Mutex<[u64; 5]>,
 }
 
 /// What `stats conns` shows of one connection (48 bytes with its `Arc`
@@ -203,6 +203,11 @@ impl ShortAddr {
             ShortAddr::V6(a) => format!("tcp:{a}"),
         }
     }
+}
+
+/// The loops' long polls since the server started.
+fn long_polls(h: &StatsHandle) -> u64 {
+    h.loops().iter().map(|(_, l)| l.snapshot().long_polls).sum()
 }
 
 /// Most bytes of a get answered a piece at a time (see [`split_get`]) made
@@ -334,7 +339,7 @@ impl KvState {
             listen_addrs: Mutex::new(Vec::new()),
             buffers: Holdings::new(buffer_limit),
             splits: Mutex::new(HashMap::new()),
-            reset_base: Mutex::new([0; 4]),
+            reset_base: Mutex::new([0; 5]),
         }))
     }
 
@@ -428,7 +433,8 @@ impl KvState {
             crate::write_stat(out, &format!("duality_{name}_max_us"), us(l.max_ns()));
         }
         crate::write_stat(out, "duality_accepts", m.accept_latency.count());
-        let long: u64 = h.loops().iter().map(|(_, l)| l.snapshot().long_polls).sum();
+        let base = self.reset_base.lock().unwrap_or_else(|e| e.into_inner())[4];
+        let long = long_polls(h).saturating_sub(base);
         crate::write_stat(out, "duality_long_polls", long);
     }
 
@@ -606,8 +612,13 @@ impl ExecContext for Ctx<'_> {
                 .state
                 .reset_base
                 .lock()
-                .unwrap_or_else(|e| e.into_inner()) =
-                [h.connections().1, h.rejected(), read, written];
+                .unwrap_or_else(|e| e.into_inner()) = [
+                h.connections().1,
+                h.rejected(),
+                read,
+                written,
+                long_polls(h),
+            ];
         }
     }
 

@@ -8,10 +8,15 @@
 //! ```
 //!
 //! The listener runs on its own thread, away from the loops: a scrape never
-//! takes a turn from a connection, and a stuck scraper (2 s timeouts) holds
-//! only this thread. It answers `GET /metrics` (any query string) and 404 to
-//! everything else, one request per connection (HTTP/1.0, `Connection:
-//! close`), as the memcached and nginx exporters do.
+//! takes a turn from a connection. Each connection is answered on a thread
+//! of its own (at most [`MAX_CLIENTS`] at once; past that, 503 at once), and
+//! gets [`DEADLINE`] in all to send its request and take the answer, so a
+//! client that trickles or stalls holds one thread for that long and never
+//! keeps a scrape waiting, as each connection gets a goroutine in the
+//! memcached and nginx exporters. It answers `GET /metrics` (any query
+//! string; `HEAD` too), 405 to another method there, 404 to another path,
+//! 400 to what is not HTTP and 431 to a head over 8 KiB, one request per
+//! connection (HTTP/1.0, `Connection: close`).
 //!
 //! Names are prefixed `duality_`; counters end in `_total`; latencies are
 //! histograms in seconds (`_bucket{le=…}`, `_sum`, `_count`).
@@ -21,9 +26,9 @@ use duality_rt::stats::Latency;
 use std::fmt::Write as _;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Upper bounds of the latency histograms' buckets, in seconds.
 pub const BUCKETS: [f64; 19] = [
@@ -132,7 +137,7 @@ pub fn server_metrics(stats: &StatsHandle, e: &mut Exposition) {
     e.counter("duality_read_bytes_total", "Bytes read from clients.", read);
     e.counter(
         "duality_written_bytes_total",
-        "Bytes written to clients.",
+        "Bytes written to clients from memory (file bodies the web server sends from the file are counted in duality_http_sendfile_bytes_total instead).",
         written,
     );
     let m = stats.request_metrics();
@@ -265,6 +270,7 @@ impl MetricsListener {
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
         let render: Arc<Render> = Arc::new(render);
+        let clients = Arc::new(AtomicUsize::new(0));
         let thread = {
             let stop = stop.clone();
             std::thread::Builder::new()
@@ -275,11 +281,7 @@ impl MetricsListener {
                             return;
                         }
                         match s {
-                            Ok(s) => {
-                                if let Err(e) = answer(s, &*render) {
-                                    tracing::debug!("metrics request: {e}");
-                                }
-                            }
+                            Ok(s) => serve(s, &render, &clients),
                             // Out of descriptors, most likely: do not spin.
                             Err(e) => {
                                 tracing::debug!("metrics accept: {e}");
@@ -315,55 +317,155 @@ impl Drop for MetricsListener {
 
 /// Largest request head read.
 const MAX_HEAD: usize = 8 * 1024;
+/// Connections answered at once; past that, 503 without reading.
+pub const MAX_CLIENTS: usize = 16;
+/// Time a connection gets in all to send its request and take the answer.
+pub const DEADLINE: Duration = Duration::from_secs(2);
 
-/// Reads one request head and answers it.
+/// Answers `s` on a thread of its own, or 503 when [`MAX_CLIENTS`] are
+/// being answered (or no thread can be made).
+fn serve(mut s: TcpStream, render: &Arc<Render>, clients: &Arc<AtomicUsize>) {
+    // Written, then what the client sent is read (briefly) before the
+    // close: closing with its request unread would reset the connection,
+    // which can destroy the 503 before the client reads it.
+    let refuse = |s: &mut TcpStream| {
+        let brief = Some(Duration::from_millis(50));
+        let _ = s.set_write_timeout(brief);
+        let _ = s.write_all(&reply(Route::Busy, &|| String::new()));
+        let _ = s.shutdown(std::net::Shutdown::Write);
+        let _ = s.set_read_timeout(brief);
+        let mut sink = [0u8; 1024];
+        for _ in 0..8 {
+            if !matches!(s.read(&mut sink), Ok(n) if n > 0) {
+                break;
+            }
+        }
+    };
+    if clients.fetch_add(1, SeqCst) >= MAX_CLIENTS {
+        clients.fetch_sub(1, SeqCst);
+        refuse(&mut s);
+        return;
+    }
+    let (render, done) = (render.clone(), clients.clone());
+    let Ok(twin) = s.try_clone() else {
+        clients.fetch_sub(1, SeqCst);
+        return;
+    };
+    let spawned = std::thread::Builder::new()
+        .name("metrics-client".into())
+        .stack_size(256 * 1024)
+        .spawn(move || {
+            if let Err(e) = answer(twin, &*render) {
+                tracing::debug!("metrics request: {e}");
+            }
+            done.fetch_sub(1, SeqCst);
+        });
+    if spawned.is_err() {
+        clients.fetch_sub(1, SeqCst);
+        refuse(&mut s);
+    }
+}
+
+/// What a request head asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Route {
+    /// `GET /metrics` (`head`: `HEAD`, no body).
+    Metrics { head: bool },
+    /// Another method on `/metrics`: 405.
+    Method,
+    /// Another path: 404.
+    NotFound,
+    /// Not HTTP: 400.
+    Bad,
+    /// A head over [`MAX_HEAD`]: 431.
+    TooLarge,
+    /// Too many clients at once: 503.
+    Busy,
+}
+
+/// Reads one request head, within [`DEADLINE`] in all, and answers it.
 fn answer(mut s: TcpStream, render: &Render) -> io::Result<()> {
-    s.set_read_timeout(Some(Duration::from_secs(2)))?;
-    s.set_write_timeout(Some(Duration::from_secs(2)))?;
+    let until = Instant::now() + DEADLINE;
+    let left = || {
+        until
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| io::Error::new(io::ErrorKind::TimedOut, "request deadline"))
+    };
     let mut buf = vec![0u8; MAX_HEAD];
     let mut filled = 0;
-    let target = loop {
+    let route = loop {
         if filled == buf.len() {
-            break None;
+            break Route::TooLarge;
         }
+        s.set_read_timeout(Some(left()?))?;
         let n = s.read(&mut buf[filled..])?;
         if n == 0 {
             return Ok(());
         }
         filled += n;
-        match route(&buf[..filled]) {
-            Ok(Some(ok)) => break Some(ok),
-            Ok(None) => continue,
-            Err(()) => break None,
+        if let Some(r) = route(&buf[..filled]) {
+            break r;
         }
     };
-    let response = match target {
-        Some(true) => {
-            let body = render();
-            format!(
-                "HTTP/1.0 200 OK\r\nContent-Type: {CONTENT_TYPE}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            )
-        }
-        _ => "HTTP/1.0 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 10\r\nConnection: close\r\n\r\nnot found\n".to_owned(),
-    };
-    s.write_all(response.as_bytes())
+    s.set_write_timeout(Some(left()?))?;
+    s.write_all(&reply(route, render))
 }
 
-/// `Ok(Some(true))`: a complete `GET /metrics`; `Ok(Some(false))`: a
-/// complete head asking for something else; `Ok(None)`: incomplete;
-/// `Err`: not HTTP.
-fn route(head: &[u8]) -> Result<Option<bool>, ()> {
+/// The whole answer to `route`.
+fn reply(route: Route, render: &Render) -> Vec<u8> {
+    let (status, body, head_only) = match route {
+        Route::Metrics { head } => ("200 OK", render(), head),
+        Route::Method => ("405 Method Not Allowed", "GET or HEAD only\n".into(), false),
+        Route::NotFound => ("404 Not Found", "not found\n".into(), false),
+        Route::Bad => ("400 Bad Request", "bad request\n".into(), false),
+        Route::TooLarge => (
+            "431 Request Header Fields Too Large",
+            "request head over 8 KiB\n".into(),
+            false,
+        ),
+        Route::Busy => ("503 Service Unavailable", "busy, retry\n".into(), false),
+    };
+    let kind = match route {
+        Route::Metrics { .. } => CONTENT_TYPE,
+        _ => "text/plain",
+    };
+    let allow = if route == Route::Method {
+        "Allow: GET, HEAD\r\n"
+    } else {
+        ""
+    };
+    let mut out = format!(
+        "HTTP/1.0 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\n{allow}Connection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    if !head_only {
+        out.extend_from_slice(body.as_bytes());
+    }
+    out
+}
+
+/// What the head at the start of `head` asks for; `None` while incomplete.
+fn route(head: &[u8]) -> Option<Route> {
     let mut headers = [httparse::EMPTY_HEADER; 32];
     let mut req = httparse::Request::new(&mut headers);
     match req.parse(head) {
         Ok(httparse::Status::Complete(_)) => {
             let path = req.path.unwrap_or("");
             let path = path.split('?').next().unwrap_or("");
-            Ok(Some(req.method == Some("GET") && path == "/metrics"))
+            Some(match (req.method, path) {
+                (Some("GET"), "/metrics") => Route::Metrics { head: false },
+                (Some("HEAD"), "/metrics") => Route::Metrics { head: true },
+                (_, "/metrics") => Route::Method,
+                _ => Route::NotFound,
+            })
         }
-        Ok(httparse::Status::Partial) => Ok(None),
-        Err(_) => Err(()),
+        Ok(httparse::Status::Partial) => None,
+        // More fields than the array holds: a head this listener need not
+        // read (a scraper sends a few).
+        Err(httparse::Error::TooManyHeaders) => Some(Route::TooLarge),
+        Err(_) => Some(Route::Bad),
     }
 }
 
@@ -441,15 +543,88 @@ mod tests {
 
     #[test]
     fn only_get_metrics_is_served() {
+        let page = Route::Metrics { head: false };
         assert_eq!(
             route(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"),
-            Ok(Some(true))
+            Some(page)
         );
-        assert_eq!(route(b"GET /metrics?x=1 HTTP/1.0\r\n\r\n"), Ok(Some(true)));
-        assert_eq!(route(b"GET /metrics HTTP/1.1\r\nHost"), Ok(None));
-        assert_eq!(route(b"POST /metrics HTTP/1.1\r\n\r\n"), Ok(Some(false)));
-        assert_eq!(route(b"GET / HTTP/1.1\r\n\r\n"), Ok(Some(false)));
-        assert_eq!(route(b"\x00\x01 nonsense\r\n\r\n"), Err(()));
+        assert_eq!(route(b"GET /metrics?x=1 HTTP/1.0\r\n\r\n"), Some(page));
+        assert_eq!(
+            route(b"HEAD /metrics HTTP/1.0\r\n\r\n"),
+            Some(Route::Metrics { head: true })
+        );
+        assert_eq!(route(b"GET /metrics HTTP/1.1\r\nHost"), None);
+        assert_eq!(
+            route(b"POST /metrics HTTP/1.1\r\n\r\n"),
+            Some(Route::Method)
+        );
+        assert_eq!(route(b"GET / HTTP/1.1\r\n\r\n"), Some(Route::NotFound));
+        assert_eq!(route(b"\x00\x01 nonsense\r\n\r\n"), Some(Route::Bad));
+        let many = format!("GET /metrics HTTP/1.1\r\n{}\r\n", "X: y\r\n".repeat(40));
+        assert_eq!(route(many.as_bytes()), Some(Route::TooLarge));
+        let head = reply(Route::Metrics { head: true }, &|| "a_total 1\n".into());
+        let head = String::from_utf8(head).unwrap();
+        assert!(
+            head.ends_with("Content-Length: 10\r\nConnection: close\r\n\r\n"),
+            "{head}"
+        );
+        let no = String::from_utf8(reply(Route::Method, &String::new)).unwrap();
+        assert!(
+            no.starts_with("HTTP/1.0 405 ") && no.contains("Allow: GET, HEAD\r\n"),
+            "{no}"
+        );
+    }
+
+    /// A client that trickles its request, or stalls, holds one thread for
+    /// at most the deadline and never keeps a scrape waiting.
+    #[test]
+    fn a_slow_client_does_not_hold_up_a_scrape() {
+        let l = MetricsListener::start("127.0.0.1:0".parse().unwrap(), || "a_total 1\n".into())
+            .unwrap();
+        let mut idle: Vec<TcpStream> = (0..4)
+            .map(|_| {
+                let mut s = TcpStream::connect(l.addr()).unwrap();
+                s.write_all(b"GET /met").unwrap();
+                s
+            })
+            .collect();
+        let t0 = Instant::now();
+        let mut s = TcpStream::connect(l.addr()).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut r = String::new();
+        s.read_to_string(&mut r).unwrap();
+        assert!(r.starts_with("HTTP/1.0 200 OK\r\n"), "{r}");
+        assert!(t0.elapsed() < DEADLINE, "{:?}", t0.elapsed());
+        // Past MAX_CLIENTS at once: 503 at once, and a scrape is answered
+        // again once the stalled ones are gone.
+        let scrape = || {
+            let mut s = TcpStream::connect(l.addr()).unwrap();
+            s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+            let mut r = String::new();
+            s.read_to_string(&mut r).unwrap();
+            r
+        };
+        idle.extend((idle.len()..MAX_CLIENTS).map(|_| {
+            let mut s = TcpStream::connect(l.addr()).unwrap();
+            s.write_all(b"GET /met").unwrap();
+            s
+        }));
+        let busy = scrape();
+        assert!(busy.starts_with("HTTP/1.0 503 "), "{busy}");
+        // The stalled ones are closed at their deadline.
+        for s in &mut idle {
+            s.set_read_timeout(Some(DEADLINE * 3)).unwrap();
+            let mut b = [0u8; 64];
+            let n = s.read(&mut b).unwrap_or(0);
+            assert_eq!(n, 0, "{:?}", String::from_utf8_lossy(&b[..n]));
+        }
+        let again = (0..50)
+            .map(|_| {
+                std::thread::sleep(Duration::from_millis(20));
+                scrape()
+            })
+            .find(|r| r.starts_with("HTTP/1.0 200 OK"));
+        assert!(again.is_some());
     }
 
     #[test]
