@@ -793,6 +793,14 @@ fn large_responses_held_for_slow_readers_are_bounded() {
     );
     assert_eq!(&r[28..31], b"big");
     assert!(r[31..].iter().all(|&b| b == b'v'));
+    // And a meta get: its line, then the value in pieces, then its end.
+    let mut m = srv.connect();
+    m.send(b"mg big v t\r\nmn\r\n");
+    let line = format!("VA {LEN} t-1\r\n");
+    let r = m.read_n(line.len() + LEN + 2 + 4);
+    assert_eq!(show(&r[..line.len()]), show(line.as_bytes()));
+    assert!(r[line.len()..line.len() + LEN].iter().all(|&b| b == b'v'));
+    assert_eq!(&r[line.len() + LEN..], b"\r\nMN\r\n");
     // A split answer to a slow reader, whose value changes before it is all
     // read: cut short and closed.
     let mut split = slow(1);

@@ -10,9 +10,9 @@
 //! much). A larger one takes its size from the budget first; when the
 //! budget is spent the request is refused as memcached refuses one it
 //! cannot allocate (`SERVER_ERROR out of memory …`), and its bytes are
-//! dropped as they arrive rather than buffered — except a get (text or
-//! binary), whose answer the server then writes a piece under [`LARGE`] at
-//! a time ([`split_get`](crate::command::split_get)).
+//! dropped as they arrive rather than buffered — except a get (text, meta
+//! or binary), whose answer the server then writes a piece under [`LARGE`]
+//! at a time ([`split_get`](crate::command::split_get)).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering::Relaxed};

@@ -18,7 +18,8 @@
 
 use crate::budget::{Holdings, LARGE};
 use crate::command::{
-    execute_part, resume_get, split_get, value_piece, GetCursor, Part, ValueChanged,
+    execute_part, meta_split_start, meta_value_piece, resume_get, split_get, value_piece,
+    GetCursor, Part, ValueChanged,
 };
 use crate::protocol::binary::{write_error, Opcode, Status, REQUEST_MAGIC};
 use crate::{
@@ -867,6 +868,13 @@ impl Protocol for KvProtocol {
             KvRequest::Text(Ok(r)) => {
                 let part = execute_part(&r, &st.store, &ctx, out);
                 let held = self.holds(conn, out, before);
+                // A meta get's value goes out in pieces the same way, from
+                // the item it was copied from.
+                if let (false, Some(info), Part::Done(Flow::Continue)) = (held, conn, part) {
+                    if let Some(flow) = self.meta_split(info, &r, out, before) {
+                        return flow;
+                    }
+                }
                 if !held {
                     // No room for the whole answer: a get goes out a piece
                     // at a time instead (memcached sends items by
@@ -972,6 +980,13 @@ impl Protocol for KvProtocol {
         let Ok((req, _)) = parse(request, &st.limits) else {
             return duality_models::Flow::Close;
         };
+        if let (Some(mut at), Request::MetaGet { .. }) = (split, &req) {
+            return self
+                .write_pieces(session, &mut reply, |st, out| {
+                    meta_value_piece(&req, &st.store, st.ctx().now, &mut at, SPLIT_PIECE, out)
+                })
+                .await;
+        }
         if let Some(at) = split {
             return self.finish_split(session, &req, at, &mut reply).await;
         }
@@ -1078,6 +1093,35 @@ impl KvProtocol {
         }
         info.state.store(CONN_READ, Relaxed);
         Some(duality_models::Flow::Continue)
+    }
+
+    /// Cuts a meta get's large answer (`out` from `before` on) to its line
+    /// and first piece, the rest of its value left to `finish` (see
+    /// [`meta_split_start`]); `None` where it cannot be (refused then).
+    fn meta_split(
+        &self,
+        info: &ConnInfo,
+        req: &Request<'_>,
+        out: &mut duality_models::Output,
+        before: usize,
+    ) -> Option<duality_models::Flow> {
+        let st = &*self.0;
+        let (value_at, mut at) =
+            meta_split_start(req, &st.store, st.ctx().now, out.get(before..)?)?;
+        let value_at = before + value_at;
+        // The value and its line end follow the line.
+        let len = out.len().checked_sub(value_at + 2)?;
+        at.offset = len.min(SPLIT_PIECE);
+        info.state.store(CONN_READ, Relaxed);
+        if at.offset == len {
+            // Only the line made it large: whole, unaccounted (a few bytes
+            // past LARGE).
+            return Some(duality_models::Flow::Continue);
+        }
+        out.truncate(value_at + at.offset);
+        out.shrink_to(before.max(LARGE));
+        st.put_split(info, at);
+        Some(duality_models::Flow::Finish(0))
     }
 
     /// The rest of an answer split for the budget, a piece at a time:

@@ -249,6 +249,65 @@ pub fn split_get<C: ExecContext + ?Sized>(
     ))
 }
 
+/// Where the answer to a meta get (`mg … v`) whose value went into `answer`
+/// (its whole response, `VA <len> <flags>\r\n<value>\r\n`) can go on a
+/// piece at a time: the value's offset in `answer`, and the cursor of the
+/// item it was copied from (checked under the shard lock: the item must
+/// still hold exactly these bytes). `None`: no such answer, or the item
+/// changed since.
+pub fn meta_split_start(
+    req: &Request<'_>,
+    store: &Store,
+    now: Time,
+    answer: &[u8],
+) -> Option<(usize, GetCursor)> {
+    let Request::MetaGet { key, flags } = req else {
+        return None;
+    };
+    let line_end = answer.windows(2).position(|w| w == b"\r\n")?;
+    let len: usize = std::str::from_utf8(answer[..line_end].strip_prefix(b"VA ")?)
+        .ok()?
+        .split(' ')
+        .next()?
+        .parse()
+        .ok()?;
+    let value_at = line_end + 2;
+    let value = answer.get(value_at..value_at.checked_add(len)?)?;
+    let mut buf = [0u8; KEY_MAX_LENGTH];
+    let key = decode_key(key, flags.base64(), &mut buf);
+    let e = store.entry(key, now);
+    let cas = e.item().filter(|i| i.value == value)?.cas;
+    let at = GetCursor {
+        cas,
+        counted: 1,
+        ..GetCursor::default()
+    };
+    Some((value_at, at))
+}
+
+/// The next piece of a meta get's value from `at` on (see
+/// [`meta_split_start`]), and its line end after the last; true once
+/// written whole.
+pub fn meta_value_piece(
+    req: &Request<'_>,
+    store: &Store,
+    now: Time,
+    at: &mut GetCursor,
+    piece: usize,
+    out: &mut Vec<u8>,
+) -> Result<bool, ValueChanged> {
+    let Request::MetaGet { key, flags } = req else {
+        return Err(ValueChanged);
+    };
+    let mut buf = [0u8; KEY_MAX_LENGTH];
+    let key = decode_key(key, flags.base64(), &mut buf);
+    let done = value_piece(store, now, key, at, piece, out)?;
+    if done {
+        out.extend_from_slice(b"\r\n");
+    }
+    Ok(done)
+}
+
 /// Executes one request, appending memcached's response bytes to `out`
 /// (the whole response: see [`execute_part`] for a bounded buffer).
 pub fn execute<C: ExecContext + ?Sized>(

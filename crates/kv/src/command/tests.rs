@@ -442,6 +442,39 @@ fn split_gets_make_the_same_answer() {
     .is_none());
 }
 
+/// A meta get's answer split the same way: only from the item its value
+/// was copied from, reassembled to the same bytes.
+#[test]
+fn split_meta_gets_make_the_same_answer() {
+    let s = Server::new();
+    let big = "m".repeat(3000);
+    s.run(&format!("set big 5 0 3000\r\n{big}\r\n"));
+    let line = b"mg Ymln b v f\r\n";
+    let (req, _) = parse(line, &s.limits).unwrap();
+    let whole = s.run("mg Ymln b v f\r\n");
+    let (value_at, at) = meta_split_start(&req, &s.store, s.now, whole.as_bytes()).unwrap();
+    assert_eq!(&whole[..value_at], "VA 3000 f5\r\n");
+    for piece in [1, 999, 3000] {
+        let mut out = whole.as_bytes()[..value_at].to_vec();
+        let mut at = at;
+        while !meta_value_piece(&req, &s.store, s.now, &mut at, piece, &mut out).unwrap() {}
+        assert_eq!(String::from_utf8(out).unwrap(), whole, "{piece}");
+    }
+    // Not from another item (the same value, stored again: a new CAS).
+    s.run(&format!("set big 5 0 3000\r\n{big}\r\n"));
+    let mut at = at;
+    assert_eq!(
+        meta_value_piece(&req, &s.store, s.now, &mut at, 10, &mut Vec::new()),
+        Err(ValueChanged)
+    );
+    // Nor from an item that no longer holds the bytes answered.
+    s.run("set big 5 0 3\r\nnew\r\n");
+    assert!(meta_split_start(&req, &s.store, s.now, whole.as_bytes()).is_none());
+    // A miss, or not a meta get: nothing to split.
+    let miss = parse(b"mg nope v\r\n", &s.limits).unwrap().0;
+    assert!(meta_split_start(&miss, &s.store, s.now, b"EN\r\n").is_none());
+}
+
 #[test]
 fn out_of_memory_for_a_shard() {
     let s = Server {
