@@ -93,6 +93,14 @@ pub struct HttpArgs {
     /// Seconds a response may wait for the client to read it.
     #[arg(long, default_value_t = 60.0)]
     write_timeout: f64,
+    /// Seconds of silence allowed inside a request body being dropped after
+    /// its answer (nginx's lingering_timeout); then the connection closes.
+    #[arg(long, default_value_t = 5.0)]
+    lingering_timeout: f64,
+    /// Seconds a request body may take to be dropped, from its answer
+    /// (nginx's lingering_time); then the connection closes.
+    #[arg(long, default_value_t = 30.0)]
+    lingering_time: f64,
     /// Write an access log to this file (`-` for stderr), one line per
     /// response in nginx's `combined` format (times in UTC); off by default.
     /// SIGUSR1 opens it again (nginx's `-s reopen`), after a rotation.
@@ -304,6 +312,8 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         head_timeout: seconds("head-timeout", a.head_timeout)?,
         idle_timeout: seconds("idle-timeout", a.idle_timeout)?,
         write_timeout: seconds("write-timeout", a.write_timeout)?,
+        lingering_timeout: seconds("lingering-timeout", a.lingering_timeout)?,
+        lingering_time: seconds("lingering-time", a.lingering_time)?,
         access_log: a.access_log.clone(),
         limits: limits(&a)?,
         gzip: GzipConfig {

@@ -43,6 +43,9 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use duality_rt::time::loop_now;
 
 use duality_models::session::{Output, Reply, Timeout};
 use duality_models::{Conn, Driver, DriverConfig, Flow, Parsed, Protocol};
@@ -145,6 +148,8 @@ pub struct HttpSession {
     pending: Option<Pending>,
     /// The body of the last request, being dropped as it arrives.
     discard: Option<Discard>,
+    /// When dropping it must be over (`lingering_time` from its answer).
+    discard_until: Option<Instant>,
     /// The answer to that request closes the connection once the body has
     /// all come.
     close_after_body: bool,
@@ -215,6 +220,7 @@ impl Protocol for HttpProtocol {
             failed: false,
             pending: None,
             discard: None,
+            discard_until: None,
             close_after_body: false,
             interim: false,
         }
@@ -296,6 +302,8 @@ impl Protocol for HttpProtocol {
                 // Answered before its body is in, as nginx answers a static
                 // request; the body is dropped as it comes.
                 session.discard = body;
+                let cfg = &self.state.cfg;
+                session.discard_until = body.map(|_| loop_now() + cfg.lingering_time);
                 if continue_first {
                     interim = Some(out.len());
                     out.extend_from_slice(CONTINUE);
@@ -402,6 +410,18 @@ impl Protocol for HttpProtocol {
             }
             Timeout::Write => c.write_timeouts.fetch_add(1, Relaxed),
         };
+    }
+
+    fn idle_timeout(&self, session: &HttpSession) -> Option<Duration> {
+        // Inside a body being dropped: the shorter of `lingering_timeout`
+        // and what is left of `lingering_time` (then the connection
+        // closes, unlogged).
+        session.discard?;
+        let wait = self.state.cfg.lingering_timeout;
+        let left = session
+            .discard_until
+            .map_or(wait, |t| t.saturating_duration_since(loop_now()));
+        Some(left.min(wait))
     }
 
     fn linger(&self, session: &HttpSession, unread: bool) -> bool {

@@ -98,6 +98,13 @@ pub struct HttpConfig {
     pub idle_timeout: Duration,
     /// Longest wait for the socket to take more of a response → close.
     pub write_timeout: Duration,
+    /// Longest silence inside a request body being dropped after its
+    /// answer → close (nginx's `lingering_timeout`).
+    pub lingering_timeout: Duration,
+    /// Longest time a request body may take to be dropped, from its answer
+    /// → close (nginx's `lingering_time`): a client that trickles a body
+    /// nobody needs cannot pin a connection.
+    pub lingering_time: Duration,
     /// Where the access log goes (`-` for stderr); `None`: no log.
     pub access_log: Option<PathBuf>,
     /// Request size limits.
@@ -138,6 +145,8 @@ impl HttpConfig {
             head_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
             write_timeout: Duration::from_secs(60),
+            lingering_timeout: Duration::from_secs(5),
+            lingering_time: Duration::from_secs(30),
             access_log: None,
             limits: Limits::default(),
             gzip: GzipConfig::default(),

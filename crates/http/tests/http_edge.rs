@@ -187,6 +187,47 @@ fn request_bodies_are_dropped_as_they_arrive() {
     assert!(c.closed_within(Duration::from_secs(3)));
 }
 
+/// A body being dropped after its answer gets `lingering_timeout` of
+/// silence and `lingering_time` in all (nginx's 5 s and 30 s), then the
+/// connection closes: a client that never sends the body it announced, or
+/// trickles it, cannot pin a connection.
+#[test]
+fn a_body_being_dropped_is_bounded_in_time() {
+    let s = TestServer::start("linger-time", |c| {
+        c.lingering_timeout = Duration::from_millis(300);
+        c.lingering_time = Duration::from_millis(1200);
+    });
+    for head in [
+        "GET /hello.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Length: 100\r\n\r\n",
+        "POST /hello.txt HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n",
+        "GET /hello.txt HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n",
+    ] {
+        let mut c = s.client();
+        let t0 = std::time::Instant::now();
+        c.send(head);
+        c.response(false);
+        assert!(c.closed_within(Duration::from_secs(3)), "{head:?}");
+        let took = t0.elapsed();
+        assert!(took >= Duration::from_millis(250), "{head:?}: {took:?}");
+    }
+    // Trickled under the silence bound: closed at the total bound.
+    let mut c = s.client();
+    let t0 = std::time::Instant::now();
+    c.send("GET /hello.txt HTTP/1.1\r\nHost: t\r\nContent-Length: 1000\r\n\r\n");
+    assert_eq!(c.response(false).status, 200);
+    let closed = (0..40).any(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        use std::io::Write;
+        c.stream.write_all(b"x").is_err() || c.closed_within(Duration::from_millis(50))
+    });
+    assert!(closed, "still open after {:?}", t0.elapsed());
+    assert!(
+        t0.elapsed() >= Duration::from_millis(1100),
+        "{:?}",
+        t0.elapsed()
+    );
+}
+
 /// Requests nginx serves with its default buffers are served, not refused.
 #[test]
 fn nginx_sized_uris_and_heads_are_served() {

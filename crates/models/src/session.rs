@@ -291,6 +291,14 @@ pub trait Protocol: Send + Sync + 'static {
     /// gives it back here.
     fn drained(&self, _session: &mut Self::Session) {}
 
+    /// How long the connection may now stay silent before it closes
+    /// ([`Timeout::Idle`]), where it differs from the driver's idle timeout
+    /// (`None`: the driver's). E.g. a request body the protocol drops as it
+    /// arrives is given less than a keep-alive wait.
+    fn idle_timeout(&self, _session: &Self::Session) -> Option<Duration> {
+        None
+    }
+
     /// True while the session is inside a request although no bytes of it
     /// are buffered (a shutdown then lets it finish).
     fn mid_request(&self, _session: &Self::Session) -> bool {
@@ -648,6 +656,11 @@ pub struct Driver<P> {
 }
 
 impl<P: Protocol> Driver<P> {
+    /// The idle timeout of a connection in `session`'s state.
+    fn idle_timeout_of(&self, session: &P::Session) -> Option<Duration> {
+        self.proto.idle_timeout(session).or(self.idle_timeout)
+    }
+
     /// Serves `proto` under `cfg`.
     pub fn new(proto: P, cfg: DriverConfig) -> Arc<Driver<P>> {
         Arc::new(Driver {
@@ -724,15 +737,15 @@ pub fn drive<P: Protocol>(
             // await: an `io::Error` kept across it would sit in the future.
             let idle_timed_out = 'wait: loop {
                 conn.set_mid_request(driver.proto.mid_request(&session));
-                let ready = match driver.idle_timeout {
+                let ready = match driver.idle_timeout_of(&session) {
                     None => conn.readable().await,
                     Some(w) => conn.readable_until(arm(&mut timer, loop_now() + w)).await,
                 };
-                // (`idle_timeout` is read again rather than kept: a flag held
-                // across the read below would cost the future 8 bytes.)
+                // (The idle timeout is read again rather than kept: a flag
+                // held across the read below would cost the future 8 bytes.)
                 if let Some(late) = ready
                     .err()
-                    .map(|e| driver.idle_timeout.is_some() && timed_out(&e))
+                    .map(|e| driver.idle_timeout_of(&session).is_some() && timed_out(&e))
                 {
                     a = take_active();
                     break 'wait late;
@@ -743,7 +756,9 @@ pub fn drive<P: Protocol>(
                     Ok(Some(n)) => Some(n),
                     Ok(None) => None,
                     // A blocking socket's wait ends in its read.
-                    Err(e) => break 'wait driver.idle_timeout.is_some() && timed_out(&e),
+                    Err(e) => {
+                        break 'wait driver.idle_timeout_of(&session).is_some() && timed_out(&e)
+                    }
                 };
                 match read {
                     Some(n) => {
