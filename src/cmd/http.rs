@@ -169,8 +169,10 @@ pub struct HttpArgs {
     /// (as nginx does in its workers), `pool` (the runtime's CPU pool; a full
     /// queue makes the request wait its turn, never run inline), or
     /// `adaptive`: per size class, inline while its learned cost is below a
-    /// hand-off's (and a loop turn's budget), on the pool otherwise.
-    #[arg(long, default_value_t = Offload::Inline)]
+    /// hand-off's (and a loop turn's budget), on the pool otherwise (the
+    /// default: with large compressible files inline, every other request
+    /// waits behind their compression, see docs/results/offload).
+    #[arg(long, default_value_t = GzipConfig::default().offload)]
     offload: Offload,
     /// Threads of the runtime's CPU pool, where `--offload pool|adaptive`
     /// compresses (nginx's `thread_pool … threads=N`). Default: one per core.
