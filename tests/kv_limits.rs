@@ -793,6 +793,22 @@ fn large_responses_held_for_slow_readers_are_bounded() {
     );
     assert_eq!(&r[28..31], b"big");
     assert!(r[31..].iter().all(|&b| b == b'v'));
+    // Done, it waits for its next request like any other connection (the
+    // server may still be between its last write and the state change).
+    let at = format!("tcp:{}", b.local_addr().expect("tcp"));
+    let state_of_b = || {
+        let conns = srv.connect().stats("conns");
+        let (fd, _) = conns
+            .iter()
+            .find(|(k, v)| k.ends_with(":addr") && **v == at)
+            .unwrap_or_else(|| panic!("{at} in {conns:?}"));
+        conns[&format!("{}:state", fd.trim_end_matches(":addr"))].clone()
+    };
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while state_of_b() != "conn_read" && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(state_of_b(), "conn_read");
     // And a meta get: its line, then the value in pieces, then its end.
     let mut m = srv.connect();
     m.send(b"mg big v t\r\nmn\r\n");

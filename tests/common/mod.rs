@@ -100,6 +100,14 @@ impl Client {
         Ok(Client { s })
     }
 
+    /// This end's address (TCP only).
+    pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        match &self.s {
+            Stream::Tcp(s) => s.local_addr().ok(),
+            Stream::Unix(_) => None,
+        }
+    }
+
     pub fn set_read_timeout(&self, t: Duration) {
         match &self.s {
             Stream::Tcp(s) => s.set_read_timeout(Some(t)),

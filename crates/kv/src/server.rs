@@ -864,85 +864,38 @@ impl Protocol for KvProtocol {
             KvRequest::Binary(Ok(r)) => Some((r.opcode as u8, r.opaque)),
             _ => None,
         };
-        let flow = match req {
-            KvRequest::Text(Ok(r)) => {
-                let part = execute_part(&r, &st.store, &ctx, out);
-                let held = self.holds(conn, out, before);
-                // A meta get's value goes out in pieces the same way, from
-                // the item it was copied from.
-                if let (false, Some(info), Part::Done(Flow::Continue)) = (held, conn, part) {
-                    if let Some(flow) = self.meta_split(info, &r, out, before) {
-                        return flow;
-                    }
-                }
-                if !held {
-                    // No room for the whole answer: a get goes out a piece
-                    // at a time instead (memcached sends items by
-                    // reference: clients that do not read a large value
-                    // must not make everybody else's gets of it fail).
-                    let counted = match part {
-                        Part::More(next) => next,
-                        Part::Done(_) => usize::MAX,
-                    };
-                    out.truncate(before);
-                    out.shrink_to(before.max(LARGE));
-                    let at = GetCursor {
-                        counted,
-                        ..GetCursor::default()
-                    };
-                    match split_get(&r, &st.store, &ctx, out, at, SPLIT_PIECE) {
-                        Some(Ok(None)) => {
-                            return self.text_done(conn, out, before, true, Flow::Continue)
-                        }
-                        Some(Ok(Some(at))) => {
-                            if let Some(info) = conn {
-                                st.put_split(info, at);
-                                return duality_models::Flow::Finish(0);
-                            }
-                            // Unlisted (no place to keep the cursor): refused.
-                            out.truncate(before);
-                        }
-                        Some(Err(_)) => return duality_models::Flow::Close,
-                        None => {}
-                    }
-                }
-                match part {
-                    // Held (or refused as out of memory) here: done.
-                    Part::Done(flow) => {
-                        return self.text_done(conn, out, before, held, flow);
-                    }
-                    // The rest of a large multi-key get goes out a piece at
-                    // a time from `finish`, from key `next` (a line holds far
-                    // fewer than 2^32 keys).
-                    Part::More(next) if held => {
-                        return duality_models::Flow::Finish(next as u32);
-                    }
-                    Part::More(_) => {
-                        self.refuse_response(out, before, binary);
-                        return duality_models::Flow::Continue;
-                    }
-                }
-            }
-            KvRequest::Text(Err(e)) => execute_error(&e, &st.store, &ctx, out),
+        let ending = match req {
+            KvRequest::Text(Ok(r)) => self.text_request(conn, &r, out, before),
+            KvRequest::Text(Err(e)) => Ending::Unaccounted(execute_error(&e, &st.store, &ctx, out)),
             KvRequest::Binary(Ok(r)) => {
                 let flow = execute_binary(&r, &st.store, &ctx, out);
                 let get = matches!(
                     r.opcode.loud(),
                     Opcode::Get | Opcode::GetK | Opcode::Gat | Opcode::GatK
                 );
-                if get && flow == Flow::Continue {
-                    if let Some(flow) = self.binary_get_done(conn, out, before) {
-                        return flow;
-                    }
+                match (get && flow == Flow::Continue, conn) {
+                    (true, Some(info)) => self.binary_get_done(info, out, before),
+                    _ => None,
                 }
+                .unwrap_or(Ending::Unaccounted(flow))
+            }
+            KvRequest::Binary(Err(e)) => {
+                Ending::Unaccounted(execute_binary_error(&e, &st.store, &ctx, out))
+            }
+        };
+        let flow = match ending {
+            // The connection stays busy until `finish` has sent the rest.
+            Ending::Finish(progress) => return duality_models::Flow::Finish(progress),
+            Ending::Close => return duality_models::Flow::Close,
+            Ending::Answered(flow) => flow,
+            Ending::Unaccounted(flow) => {
+                self.hold_response(conn, out, before, binary);
                 flow
             }
-            KvRequest::Binary(Err(e)) => execute_binary_error(&e, &st.store, &ctx, out),
         };
         if let Some(c) = conn {
             c.state.store(CONN_READ, Relaxed);
         }
-        self.hold_response(conn, out, before, binary);
         match flow {
             Flow::Continue => duality_models::Flow::Continue,
             Flow::Close => duality_models::Flow::Close,
@@ -960,66 +913,13 @@ impl Protocol for KvProtocol {
         progress: u32,
         mut reply: Reply<'a>,
     ) -> duality_models::Flow {
-        let st = &*self.0;
-        let mut from = progress as usize;
-        let split = session.conn.as_ref().and_then(|g| st.take_split(&g.info));
-        if session.mode == Mode::Binary {
-            // Only a binary get split for the budget comes here: the rest
-            // of its value (see `binary_get_done`).
-            let (Ok((req, _)), Some(mut at)) = (parse_binary(request, &st.limits), split) else {
-                return duality_models::Flow::Close;
-            };
-            let key = req.key;
-            return self
-                .write_pieces(session, &mut reply, |st, out| {
-                    value_piece(&st.store, st.ctx().now, key, &mut at, SPLIT_PIECE, out)
-                })
-                .await;
+        let flow = self
+            .finish_rest(session, request, progress, &mut reply)
+            .await;
+        if let Some(g) = &session.conn {
+            g.info.state.store(CONN_READ, Relaxed);
         }
-        // The same line `parse` found the get in.
-        let Ok((req, _)) = parse(request, &st.limits) else {
-            return duality_models::Flow::Close;
-        };
-        if let (Some(mut at), Request::MetaGet { .. }) = (split, &req) {
-            return self
-                .write_pieces(session, &mut reply, |st, out| {
-                    meta_value_piece(&req, &st.store, st.ctx().now, &mut at, SPLIT_PIECE, out)
-                })
-                .await;
-        }
-        if let Some(at) = split {
-            return self.finish_split(session, &req, at, &mut reply).await;
-        }
-        loop {
-            if reply.flush().await.is_err() {
-                return duality_models::Flow::Close;
-            }
-            self.drained(session);
-            let ctx = st.ctx();
-            let more = resume_get(&req, &st.store, &ctx, reply.out(), from);
-            // A piece the budget has no room for is dropped, and the rest
-            // of the get, from the piece's first key, goes out split.
-            let conn = session.conn.as_ref().map(|g| &*g.info);
-            if !self.hold_piece(conn, reply.out().len()) {
-                let out = reply.out();
-                out.clear();
-                out.shrink_to(LARGE);
-                let at = GetCursor {
-                    key: from,
-                    counted: match more {
-                        Some(Part::More(next)) => next,
-                        _ => usize::MAX,
-                    },
-                    ..GetCursor::default()
-                };
-                return self.finish_split(session, &req, at, &mut reply).await;
-            }
-            match more {
-                Some(Part::More(next)) => from = next,
-                Some(Part::Done(_)) => return duality_models::Flow::Continue,
-                None => return duality_models::Flow::Close,
-            }
-        }
+        flow
     }
 
     fn drained(&self, s: &mut KvSession) {
@@ -1057,7 +957,158 @@ impl Protocol for KvProtocol {
     }
 }
 
+/// How a request's answer ends (see `KvProtocol::execute`).
+enum Ending {
+    /// Whole in the output, accounted against the buffer budget.
+    Answered(Flow),
+    /// Whole in the output, not yet accounted.
+    Unaccounted(Flow),
+    /// Its first piece is in the output; `finish` sends the rest.
+    Finish(u32),
+    Close,
+}
+
 impl KvProtocol {
+    /// Executes a text or meta request. An answer too large for the
+    /// buffer budget goes out a piece at a time if it is a get's (memcached
+    /// sends items by reference: clients that do not read a large value
+    /// must not make everybody else's gets of it fail), else is refused as
+    /// out of memory.
+    fn text_request(
+        &self,
+        conn: Option<&ConnInfo>,
+        r: &Request<'_>,
+        out: &mut duality_models::Output,
+        before: usize,
+    ) -> Ending {
+        let st = &*self.0;
+        let part = execute_part(r, &st.store, &st.ctx(), out);
+        if self.holds(conn, out, before) {
+            return match part {
+                Part::Done(flow) => Ending::Answered(flow),
+                // The rest of a large multi-key get goes out a piece at a
+                // time from `finish`, from key `next` (a line holds far
+                // fewer than 2^32 keys).
+                Part::More(next) => Ending::Finish(next as u32),
+            };
+        }
+        if let Some(ending) = conn.and_then(|info| self.split_text(info, r, part, out, before)) {
+            return ending;
+        }
+        self.refuse_response(out, before, None);
+        Ending::Answered(match part {
+            Part::Done(flow) => flow,
+            Part::More(_) => Flow::Continue,
+        })
+    }
+
+    /// A get's answer the budget has no room for, cut to its first piece
+    /// (the rest left to `finish`); `None`: not a get (refused then).
+    fn split_text(
+        &self,
+        info: &ConnInfo,
+        r: &Request<'_>,
+        part: Part,
+        out: &mut duality_models::Output,
+        before: usize,
+    ) -> Option<Ending> {
+        let st = &*self.0;
+        // A meta get's value is cut from the item it was copied from.
+        if let Part::Done(Flow::Continue) = part {
+            if let Some(ending) = self.meta_split(info, r, out, before) {
+                return Some(ending);
+            }
+        }
+        let counted = match part {
+            Part::More(next) => next,
+            Part::Done(_) => usize::MAX,
+        };
+        out.truncate(before);
+        out.shrink_to(before.max(LARGE));
+        let at = GetCursor {
+            counted,
+            ..GetCursor::default()
+        };
+        match split_get(r, &st.store, &st.ctx(), out, at, SPLIT_PIECE)? {
+            Ok(None) => Some(Ending::Answered(Flow::Continue)),
+            Ok(Some(at)) => {
+                st.put_split(info, at);
+                Some(Ending::Finish(0))
+            }
+            Err(_) => Some(Ending::Close),
+        }
+    }
+
+    /// `finish`'s work: the rest of a get's answer after its first piece.
+    async fn finish_rest(
+        &self,
+        session: &mut KvSession,
+        request: &[u8],
+        progress: u32,
+        reply: &mut Reply<'_>,
+    ) -> duality_models::Flow {
+        let st = &*self.0;
+        let mut from = progress as usize;
+        let split = session.conn.as_ref().and_then(|g| st.take_split(&g.info));
+        if session.mode == Mode::Binary {
+            // Only a binary get split for the budget comes here: the rest
+            // of its value (see `binary_get_done`).
+            let (Ok((req, _)), Some(mut at)) = (parse_binary(request, &st.limits), split) else {
+                return duality_models::Flow::Close;
+            };
+            let key = req.key;
+            return self
+                .write_pieces(session, reply, |st, out| {
+                    value_piece(&st.store, st.ctx().now, key, &mut at, SPLIT_PIECE, out)
+                })
+                .await;
+        }
+        // The same line `parse` found the get in.
+        let Ok((req, _)) = parse(request, &st.limits) else {
+            return duality_models::Flow::Close;
+        };
+        if let (Some(mut at), Request::MetaGet { .. }) = (split, &req) {
+            return self
+                .write_pieces(session, reply, |st, out| {
+                    meta_value_piece(&req, &st.store, st.ctx().now, &mut at, SPLIT_PIECE, out)
+                })
+                .await;
+        }
+        if let Some(at) = split {
+            return self.finish_split(session, &req, at, reply).await;
+        }
+        loop {
+            if reply.flush().await.is_err() {
+                return duality_models::Flow::Close;
+            }
+            self.drained(session);
+            let ctx = st.ctx();
+            let more = resume_get(&req, &st.store, &ctx, reply.out(), from);
+            // A piece the budget has no room for is dropped, and the rest
+            // of the get, from the piece's first key, goes out split.
+            let conn = session.conn.as_ref().map(|g| &*g.info);
+            if !self.hold_piece(conn, reply.out().len()) {
+                let out = reply.out();
+                out.clear();
+                out.shrink_to(LARGE);
+                let at = GetCursor {
+                    key: from,
+                    counted: match more {
+                        Some(Part::More(next)) => next,
+                        _ => usize::MAX,
+                    },
+                    ..GetCursor::default()
+                };
+                return self.finish_split(session, &req, at, reply).await;
+            }
+            match more {
+                Some(Part::More(next)) => from = next,
+                Some(Part::Done(_)) => return duality_models::Flow::Continue,
+                None => return duality_models::Flow::Close,
+            }
+        }
+    }
+
     /// Accounts a binary get's large answer (`out` from `before` on): held
     /// against the budget, or where the budget has no room, cut to its
     /// header and first piece, the rest left to `finish` (as a text get's,
@@ -1065,34 +1116,32 @@ impl KvProtocol {
     /// accounts for it as for any answer).
     fn binary_get_done(
         &self,
-        conn: Option<&ConnInfo>,
+        info: &ConnInfo,
         out: &mut duality_models::Output,
         before: usize,
-    ) -> Option<duality_models::Flow> {
-        let info = conn?;
+    ) -> Option<Ending> {
         let resp = out.get(before..)?;
         // A hit: status 0, then extras (flags), key and value.
         if resp.len() <= LARGE || resp.get(6..8)? != [0, 0] {
             return None;
         }
-        if !self.holds(conn, out, before) {
-            let klen = usize::from(u16::from_be_bytes([resp[2], resp[3]]));
-            let value_at = before + 24 + usize::from(resp[4]) + klen;
-            let cas = u64::from_be_bytes(resp[16..24].try_into().ok()?);
-            let keep = (value_at + SPLIT_PIECE).min(out.len());
-            out.truncate(keep);
-            out.shrink_to(before.max(LARGE));
-            let at = GetCursor {
-                offset: keep - value_at,
-                cas,
-                counted: 1,
-                ..GetCursor::default()
-            };
-            self.0.put_split(info, at);
-            return Some(duality_models::Flow::Finish(0));
+        if self.holds(Some(info), out, before) {
+            return Some(Ending::Answered(Flow::Continue));
         }
-        info.state.store(CONN_READ, Relaxed);
-        Some(duality_models::Flow::Continue)
+        let klen = usize::from(u16::from_be_bytes([resp[2], resp[3]]));
+        let value_at = before + 24 + usize::from(resp[4]) + klen;
+        let cas = u64::from_be_bytes(resp[16..24].try_into().ok()?);
+        let keep = (value_at + SPLIT_PIECE).min(out.len());
+        out.truncate(keep);
+        out.shrink_to(before.max(LARGE));
+        let at = GetCursor {
+            offset: keep - value_at,
+            cas,
+            counted: 1,
+            ..GetCursor::default()
+        };
+        self.0.put_split(info, at);
+        Some(Ending::Finish(0))
     }
 
     /// Cuts a meta get's large answer (`out` from `before` on) to its line
@@ -1104,7 +1153,7 @@ impl KvProtocol {
         req: &Request<'_>,
         out: &mut duality_models::Output,
         before: usize,
-    ) -> Option<duality_models::Flow> {
+    ) -> Option<Ending> {
         let st = &*self.0;
         let (value_at, mut at) =
             meta_split_start(req, &st.store, st.ctx().now, out.get(before..)?)?;
@@ -1112,16 +1161,15 @@ impl KvProtocol {
         // The value and its line end follow the line.
         let len = out.len().checked_sub(value_at + 2)?;
         at.offset = len.min(SPLIT_PIECE);
-        info.state.store(CONN_READ, Relaxed);
         if at.offset == len {
             // Only the line made it large: whole, unaccounted (a few bytes
             // past LARGE).
-            return Some(duality_models::Flow::Continue);
+            return Some(Ending::Answered(Flow::Continue));
         }
         out.truncate(value_at + at.offset);
         out.shrink_to(before.max(LARGE));
         st.put_split(info, at);
-        Some(duality_models::Flow::Finish(0))
+        Some(Ending::Finish(0))
     }
 
     /// The rest of an answer split for the budget, a piece at a time:
@@ -1279,28 +1327,6 @@ impl KvProtocol {
         match binary {
             Some((opcode, opaque)) => write_error(out, opcode, Status::OutOfMemory, opaque),
             None => out.extend_from_slice(b"SERVER_ERROR out of memory writing get response\r\n"),
-        }
-    }
-
-    /// The end of a text request whose response `holds` accounted for
-    /// (`held`) or found no room for (then refused as out of memory).
-    fn text_done(
-        &self,
-        conn: Option<&ConnInfo>,
-        out: &mut duality_models::Output,
-        before: usize,
-        held: bool,
-        flow: Flow,
-    ) -> duality_models::Flow {
-        if !held {
-            self.refuse_response(out, before, None);
-        }
-        if let Some(c) = conn {
-            c.state.store(CONN_READ, Relaxed);
-        }
-        match flow {
-            Flow::Continue => duality_models::Flow::Continue,
-            Flow::Close => duality_models::Flow::Close,
         }
     }
 
