@@ -146,10 +146,9 @@ pub struct HttpSession {
     failed: bool,
     /// What `finish` does for the request `execute` left to it.
     pending: Option<Pending>,
-    /// The body of the last request, being dropped as it arrives.
-    discard: Option<Discard>,
-    /// When dropping it must be over (`lingering_time` from its answer).
-    discard_until: Option<Instant>,
+    /// The body of the last request, being dropped as it arrives, and
+    /// when dropping it must be over (`lingering_time` from its answer).
+    discard: Option<(Discard, Instant)>,
     /// The answer to that request closes the connection once the body has
     /// all come.
     close_after_body: bool,
@@ -220,7 +219,6 @@ impl Protocol for HttpProtocol {
             failed: false,
             pending: None,
             discard: None,
-            discard_until: None,
             close_after_body: false,
             interim: false,
         }
@@ -230,7 +228,7 @@ impl Protocol for HttpProtocol {
         let color = session.color;
         let limits = &self.state.cfg.limits;
         let refused = |what| Parsed::Request(HttpRequest { what, color }, input.len());
-        if let Some(body) = &mut session.discard {
+        if let Some((body, _)) = &mut session.discard {
             match body.skip(input, limits) {
                 Ok(s) => {
                     if s.done {
@@ -301,9 +299,8 @@ impl Protocol for HttpProtocol {
             } => {
                 // Answered before its body is in, as nginx answers a static
                 // request; the body is dropped as it comes.
-                session.discard = body;
-                let cfg = &self.state.cfg;
-                session.discard_until = body.map(|_| loop_now() + cfg.lingering_time);
+                let linger = self.state.cfg.lingering_time;
+                session.discard = body.map(|b| (b, loop_now() + linger));
                 if continue_first {
                     interim = Some(out.len());
                     out.extend_from_slice(CONTINUE);
@@ -416,12 +413,9 @@ impl Protocol for HttpProtocol {
         // Inside a body being dropped: the shorter of `lingering_timeout`
         // and what is left of `lingering_time` (then the connection
         // closes, unlogged).
-        session.discard?;
-        let wait = self.state.cfg.lingering_timeout;
-        let left = session
-            .discard_until
-            .map_or(wait, |t| t.saturating_duration_since(loop_now()));
-        Some(left.min(wait))
+        let (_, until) = session.discard?;
+        let left = until.saturating_duration_since(loop_now());
+        Some(left.min(self.state.cfg.lingering_timeout))
     }
 
     fn linger(&self, session: &HttpSession, unread: bool) -> bool {
