@@ -1314,3 +1314,45 @@ fn listen_host_names_and_threads_of_the_model() {
     assert_eq!(s["threads"], s["curr_connections"]);
     assert_eq!(s["threads"], "2");
 }
+
+/// `-s` without `-p` listens on the socket alone, as memcached's `-s`
+/// (which turns TCP off): a cache meant for this machine's users is not
+/// also open on 127.0.0.1:11211 past the socket's `-a` mode. `-p` asks
+/// for both.
+#[test]
+fn a_unix_socket_alone_opens_no_tcp_port() {
+    let dir = TempDir::new("kv-sock-only");
+    let sock = dir.path().join("kv.sock");
+    let kv = KvProc::start_raw(&["-s", sock.to_str().unwrap()]);
+    assert!(!kv.ready_line.contains("127.0.0.1"), "{}", kv.ready_line);
+    let mut c = Client::connect(&Addr::Unix(sock.clone()));
+    assert_eq!(c.stats("settings")["tcpport"], "0");
+    drop(kv);
+    let kv = KvProc::start(&["-s", sock.to_str().unwrap()]);
+    assert!(
+        kv.ready_line.contains(&format!("127.0.0.1:{}", kv.port)),
+        "{}",
+        kv.ready_line
+    );
+    let version = kv.connect().call(b"version\r\n");
+    assert!(version.starts_with(b"VERSION "), "{version:?}");
+}
+
+/// A graceful stop removes the socket file it made, and only that one: a
+/// socket another server put at the path since is left to it.
+#[test]
+fn a_stopping_server_removes_only_its_own_socket() {
+    let dir = TempDir::new("kv-sock-own");
+    let sock = dir.path().join("kv.sock");
+    let mut kv = KvProc::start_raw(&["-s", sock.to_str().unwrap()]);
+    kv.signal(libc::SIGTERM);
+    assert!(kv.wait_exit(std::time::Duration::from_secs(10)).is_some());
+    assert!(!sock.exists(), "its own socket was left");
+    let mut kv = KvProc::start_raw(&["-s", sock.to_str().unwrap()]);
+    std::fs::remove_file(&sock).unwrap();
+    let other = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    kv.signal(libc::SIGTERM);
+    assert!(kv.wait_exit(std::time::Duration::from_secs(10)).is_some());
+    assert!(sock.exists(), "another server's socket was removed");
+    drop(other);
+}

@@ -109,3 +109,59 @@ fn a_killed_server_or_other_settings_start_empty() {
     );
     kv.connect().expect_str("get key:1\r\n", "END\r\n");
 }
+
+/// A start that fails before serving (here: its port is taken) leaves the
+/// file as it found it: the next start still restores the items (it used
+/// to start empty, "not closed by a graceful shutdown").
+#[test]
+fn a_failed_start_keeps_the_items() {
+    let dir = TempDir::new("kv-memfile-failed");
+    let file = dir.path().join("cache.mem");
+    let f = file.to_str().unwrap();
+    let mut kv = KvProc::start(&["-m", "8", "-e", f]);
+    fill(&kv, 50);
+    kv.signal(libc::SIGTERM);
+    assert!(kv.wait_exit(Duration::from_secs(10)).is_some());
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_duality"))
+        .args(["kv", "-l", "127.0.0.1", "-p", &port, "-m", "8", "-e", f])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("cannot listen"),
+        "{err}"
+    );
+    drop(taken);
+    let kv = KvProc::start(&["-m", "8", "-e", f]);
+    assert!(
+        kv.wait_stderr(": restored 5", Duration::from_secs(5)),
+        "{}",
+        kv.stderr_text()
+    );
+    check_all(&kv, 50);
+}
+
+/// Another item size limit (-I) is other settings too: the items it made
+/// may be larger than the new limit allows.
+#[test]
+fn another_item_size_limit_starts_empty() {
+    let dir = TempDir::new("kv-memfile-item");
+    let file = dir.path().join("cache.mem");
+    let f = file.to_str().unwrap();
+    let mut kv = KvProc::start(&["-m", "64", "-I", "1m", "-e", f]);
+    fill(&kv, 10);
+    kv.signal(libc::SIGTERM);
+    assert!(kv.wait_exit(Duration::from_secs(10)).is_some());
+    let kv = KvProc::start(&["-m", "64", "-I", "512k", "-e", f]);
+    assert!(
+        kv.wait_stderr(
+            "-I 1048576 bytes; now -m 64 MiB -I 524288",
+            Duration::from_secs(5)
+        ),
+        "{}",
+        kv.stderr_text()
+    );
+    kv.connect().expect_str("get key:1\r\n", "END\r\n");
+}

@@ -9,9 +9,10 @@ use std::time::Duration;
 
 #[derive(Args, Debug)]
 pub struct KvArgs {
-    /// TCP port to listen on (0: no TCP listener).
-    #[arg(short = 'p', long = "port", default_value_t = 11211)]
-    port: u16,
+    /// TCP port to listen on (0: no TCP listener). Default 11211; with -s,
+    /// 0, as memcached's -s turns TCP off (give -p for both).
+    #[arg(short = 'p', long = "port")]
+    port: Option<u16>,
     /// Interface to listen on, an address or a host name (every address it
     /// resolves to, as memcached's `-l localhost`), with a port of its own
     /// if given (`127.0.0.1:11212`, `[::1]:11212`; else -p's); repeat or
@@ -23,7 +24,8 @@ pub struct KvArgs {
         default_value = "127.0.0.1"
     )]
     listen: Vec<ListenHost>,
-    /// Unix socket path to listen on (as well).
+    /// Unix socket path to listen on: alone, unless -p (or an -l address
+    /// with its own port) asks for TCP too.
     #[arg(short = 's', long = "unix-socket")]
     unix_socket: Option<PathBuf>,
     /// Worker threads: the N of the default model `symped:N` (default: all cores).
@@ -38,9 +40,10 @@ pub struct KvArgs {
     /// -I serves every unexpired item again; after a crash, or with other
     /// settings, it starts empty and says why. Put it on tmpfs (/dev/shm)
     /// for memory speed, or on disk to survive a reboot. One cache at a time
-    /// may use a file (it is locked); its space is allocated as segments are
-    /// first used, and a file system out of room makes the cache evict
-    /// rather than fail.
+    /// may use a file (it is locked); a new one is readable by its user only,
+    /// and an existing file that is not a memory file is refused. Its space
+    /// is allocated as segments are first used, and a file system out of
+    /// room makes the cache evict rather than fail.
     #[arg(short = 'e', long = "memory-file")]
     memory_file: Option<PathBuf>,
     /// Maximum simultaneous connections.
@@ -444,7 +447,7 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     // of closed connections would otherwise stay with the thread).
     duality_rt::set_default_idle_hook(crate::alloc::collect);
     anyhow::ensure!(
-        a.port != 0 || a.unix_socket.is_some() || a.listen.iter().any(|h| h.port.is_some()),
+        a.port() != 0 || a.unix_socket.is_some() || a.listen.iter().any(|h| h.port.is_some()),
         "nothing to listen on: give a port (-p), an address with a port (-l) or a Unix socket (-s)"
     );
     let config = KvConfig {
@@ -469,6 +472,10 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
         ..KvConfig::default()
     };
     let state = KvState::new(config)?;
+    // Until the server is up, a failed start (a port in use, a bad pid file
+    // path) leaves the memory file as it found it: nothing was served, so
+    // its items are good for the next start.
+    let mut keep_file = KeepFile(a.memory_file.as_ref().map(|_| &state.store));
     let crawler = state.store.crawler();
     if let Some(on) = extended.lru_crawler {
         crawler.set_enabled(on);
@@ -509,7 +516,7 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     let mut tcp: Vec<SocketAddr> = Vec::new();
     for h in &a.listen {
         for ip in &h.ips {
-            let addr = SocketAddr::new(*ip, h.port.unwrap_or(a.port));
+            let addr = SocketAddr::new(*ip, h.port.unwrap_or(a.port()));
             if addr.port() != 0 && !tcp.contains(&addr) {
                 tcp.push(addr);
             }
@@ -521,23 +528,24 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     if let Some(p) = &a.unix_socket {
         b = b.unix(p);
     }
-    let d = driver(state.clone());
-    let mut server = b.serve(move |c, p| serve_conn(c, p, d.clone()))?;
-    state.attach(server.stats_handle());
-    let st = state.clone();
-    server.spawn_background(move |p| sweep_forever(p, st));
     let st = state.clone();
     let _metrics = a.metrics.start("kv", move || st.prometheus())?;
-    let mut at: Vec<String> = server.tcp_addrs().iter().map(|a| a.to_string()).collect();
-    if let Some(p) = &a.unix_socket {
-        at.push(p.display().to_string());
-    }
     // Written before the ready line, so whoever waits for it finds the file.
     let _pidfile = a
         .pidfile
         .as_deref()
         .map(|p| super::PidFile::write(p, "-P"))
         .transpose()?;
+    let d = driver(state.clone());
+    let mut server = b.serve(move |c, p| serve_conn(c, p, d.clone()))?;
+    keep_file.0 = None;
+    state.attach(server.stats_handle());
+    let st = state.clone();
+    server.spawn_background(move |p| sweep_forever(p, st));
+    let mut at: Vec<String> = server.tcp_addrs().iter().map(|a| a.to_string()).collect();
+    if let Some(p) = &a.unix_socket {
+        at.push(p.display().to_string());
+    }
     println!(
         "ready kv {} model {}{} io {} on {}",
         env!("CARGO_PKG_VERSION"),
@@ -583,6 +591,20 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Closes the store's memory file when dropped while it holds one: a start
+/// that fails before serving keeps the file's items (see `Store::close`).
+struct KeepFile<'a>(Option<&'a duality_kv::Store>);
+
+impl Drop for KeepFile<'_> {
+    fn drop(&mut self) {
+        if let Some(store) = self.0 {
+            if let Err(e) = store.close() {
+                eprintln!("duality kv: memory file: {e}: the next start begins empty");
+            }
+        }
+    }
 }
 
 /// A `-l` value: an address or a host name (and what it resolved to),
@@ -634,13 +656,21 @@ impl std::str::FromStr for ListenHost {
     }
 }
 
+impl KvArgs {
+    /// The TCP port: -p's, else 11211 without -s and none with it.
+    fn port(&self) -> u16 {
+        self.port
+            .unwrap_or(if self.unix_socket.is_some() { 0 } else { 11211 })
+    }
+}
+
 /// What `stats settings` says of how the server listens, in memcached's
 /// names and formats (`domain_socket NULL` without `-s`, the mask in octal).
 fn listen_settings(a: &KvArgs) -> Vec<(&'static str, String)> {
     let inter: Vec<&str> = a.listen.iter().map(|h| h.name.as_str()).collect();
     let socket = a.unix_socket.as_ref();
     vec![
-        ("tcpport", a.port.to_string()),
+        ("tcpport", a.port().to_string()),
         ("udpport", a.udp_port.to_string()),
         ("inter", inter.join(",")),
         (

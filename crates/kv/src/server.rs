@@ -312,7 +312,8 @@ impl KvState {
         };
         let store = match &config.memory_file {
             Some(path) => {
-                let (store, line) = Store::with_memory_file(sc, path, unix_now().max(1) as Time)
+                let now = unix_now().max(1) as Time;
+                let (store, line) = Store::with_memory_file(sc, config.max_item_size, path, now)
                     .map_err(|e| {
                         std::io::Error::new(
                             e.kind(),
@@ -359,7 +360,10 @@ impl KvState {
         let now = unix_now().max(1) as Time;
         let applied = self.store.set_max_bytes(want, self.min_shard_bytes(), now);
         if applied != want {
-            let why = if self.config.evictions {
+            let why = if self.config.memory_file.is_some() && want > self.config.memory_limit {
+                "the memory file (-e) was made for the starting limit (-m), which cannot grow"
+                    .to_string()
+            } else if self.config.evictions {
                 format!(
                     "the least that leaves each of {} shards room for one largest item (-I {})",
                     self.store.shard_count(),
@@ -537,6 +541,10 @@ struct Ctx<'a> {
 impl ExecContext for Ctx<'_> {
     fn now(&self) -> Time {
         self.now
+    }
+
+    fn started(&self) -> Time {
+        self.state.started_unix as Time
     }
 
     fn server_stats(&self) -> ServerStats {

@@ -259,6 +259,14 @@ fn bind_tcp(addr: SocketAddr, reuse_port: bool, backlog: i32) -> io::Result<std:
     Ok(socket.into())
 }
 
+/// The file at `path` (not following a link) as device and inode.
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
+}
+
 /// `mode`: the socket file's permission bits, set before it listens (so no
 /// client connects while the umask's bits hold).
 fn bind_unix(
@@ -279,7 +287,22 @@ fn bind_unix(
                         format!("{} is in use by another server", path.display()),
                     ))
                 }
-                Err(_) => std::fs::remove_file(path)?,
+                // Refused: nobody listens. Another error (no permission to
+                // connect, say) cannot tell, and a live server's socket
+                // must not be taken from it.
+                Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {
+                    std::fs::remove_file(path)?
+                }
+                Err(e) => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!(
+                            "cannot listen on {}: a socket is there, and connecting to it to see \
+                             whether it is stale failed ({e}): left as it is",
+                            path.display()
+                        ),
+                    ))
+                }
             }
         }
         Ok(_) => {
@@ -507,7 +530,8 @@ pub struct Server {
     stages: Vec<Arc<Stage>>,
     accept_tasks: Vec<duality_rt::JoinHandle<()>>,
     tcp_addrs: Vec<SocketAddr>,
-    unix_paths: Vec<PathBuf>,
+    /// Unix socket paths and the socket files bound there.
+    unix_paths: Vec<(PathBuf, Option<(u64, u64)>)>,
 }
 
 fn start(
@@ -541,9 +565,11 @@ fn start(
             bound.push((Bound::Tcp(bind_tcp(real, true, b.backlog)?), Some(i)));
         }
     }
+    let mut unix_paths = Vec::new();
     for p in &b.unix {
         bound.push((Bound::Unix(bind_unix(p, b.backlog, b.unix_mode)?), None));
         listen_addrs.push(ListenAddr::Unix(p.clone()));
+        unix_paths.push((p.clone(), file_id(p)));
     }
     let listeners = bound
         .iter()
@@ -648,7 +674,7 @@ fn start(
         stages,
         accept_tasks,
         tcp_addrs,
-        unix_paths: b.unix,
+        unix_paths,
     })
 }
 
@@ -755,8 +781,12 @@ impl Server {
         for s in &self.stages {
             s.stop();
         }
-        for p in &self.unix_paths {
-            let _ = std::fs::remove_file(p);
+        // Only the socket this server made: another server may have
+        // replaced it since (after removing ours).
+        for (p, id) in &self.unix_paths {
+            if id.is_some() && file_id(p) == *id {
+                let _ = std::fs::remove_file(p);
+            }
         }
     }
 }

@@ -86,7 +86,7 @@ pub fn execute_binary<C: ExecContext + ?Sized>(
                 Extras::Expiry(t) => i64::from(t),
                 _ => 0,
             };
-            store.flush_all(delay, now);
+            store.flush_all(super::flush_delay(ctx, delay), now);
             ok_empty(req, 0, out);
         }
         Noop => ok_empty(req, 0, out),

@@ -18,7 +18,7 @@ mod slabs;
 mod stats;
 
 use crate::protocol::{decode_key, BinRequest, Opcode, ParseError, Request, KEY_MAX_LENGTH};
-use crate::store::{Counter, Store, Time};
+use crate::store::{Counter, Store, Time, MAX_RELATIVE_EXPTIME};
 use std::time::Duration;
 
 pub use binary::{execute_binary, execute_binary_error};
@@ -44,6 +44,12 @@ pub const DEFAULT_VERSION: &str = concat!("duality-kv-", env!("CARGO_PKG_VERSION
 pub trait ExecContext {
     /// The current Unix time in seconds (≥ 1). Read once per request.
     fn now(&self) -> Time;
+
+    /// The Unix time the server started (0: unknown): `flush_all` at an
+    /// absolute time between it and now flushes at once, as memcached's.
+    fn started(&self) -> Time {
+        0
+    }
 
     /// The `VERSION` string.
     fn version(&self) -> &str {
@@ -148,6 +154,10 @@ impl SimpleContext {
 impl ExecContext for SimpleContext {
     fn now(&self) -> Time {
         self.now
+    }
+
+    fn started(&self) -> Time {
+        self.started
     }
 
     fn server_stats(&self) -> ServerStats {
@@ -308,6 +318,21 @@ pub fn meta_value_piece(
     Ok(done)
 }
 
+/// A `flush_all` delay as the store takes it. An absolute time already
+/// past flushes every item at once when it is after the server started
+/// (memcached's, with CAS on: its cut-off CAS is taken now), nothing when
+/// it is before (the store's rule for a past time). memcached counts its
+/// start 62 seconds early (`process_started`); so does this.
+fn flush_delay<C: ExecContext + ?Sized>(ctx: &C, delay: i64) -> i64 {
+    let now = i64::from(ctx.now());
+    let started = i64::from(ctx.started()) - 62;
+    if delay > MAX_RELATIVE_EXPTIME && delay <= now && delay > started && started > 0 {
+        0
+    } else {
+        delay
+    }
+}
+
 /// Executes one request, appending memcached's response bytes to `out`
 /// (the whole response: see [`execute_part`] for a bounded buffer).
 pub fn execute<C: ExecContext + ?Sized>(
@@ -357,7 +382,7 @@ pub fn execute<C: ExecContext + ?Sized>(
         }),
         Request::FlushAll { delay, noreply } => {
             let answer: &[u8] = if ctx.flush_all_enabled() {
-                store.flush_all(delay.unwrap_or(0).into(), now);
+                store.flush_all(flush_delay(ctx, delay.unwrap_or(0).into()), now);
                 b"OK\r\n"
             } else {
                 // memcached counts a refused flush too.

@@ -291,6 +291,37 @@ fn flush_all_command() {
     assert_eq!((st.cmd_flush, st.get_flushed), (3, 5));
 }
 
+/// `flush_all` at an absolute time already past: everything at once if the
+/// time is after the server started (less memcached's 62 seconds), nothing
+/// if before, text and binary alike (memcached 1.6.18 checked by hand).
+#[test]
+fn flush_all_at_a_past_time() {
+    let s = Server::new();
+    s.check("set a 0 0 1\r\na\r\n", "STORED\r\n");
+    // Before the server started (NOW - 100, less 62 s): nothing.
+    s.check(&format!("flush_all {}\r\n", NOW - 200), "OK\r\n");
+    s.check("get a\r\n", "VALUE a 0 1\r\na\r\nEND\r\n");
+    s.check(&format!("flush_all {}\r\n", NOW - 1), "OK\r\n");
+    s.check("get a\r\n", "END\r\n");
+    // Stored after it: kept.
+    s.check(
+        "set a 0 0 1\r\na\r\nget a\r\n",
+        "STORED\r\nVALUE a 0 1\r\na\r\nEND\r\n",
+    );
+    let ctx = SimpleContext {
+        now: NOW,
+        started: NOW - 100,
+    };
+    assert_eq!(flush_delay(&ctx, i64::from(NOW) - 150), 0, "within 62 s");
+    assert_eq!(
+        flush_delay(&ctx, i64::from(NOW) - 170),
+        i64::from(NOW) - 170
+    );
+    assert_eq!(flush_delay(&ctx, i64::from(NOW) + 5), i64::from(NOW) + 5);
+    assert_eq!(flush_delay(&ctx, 10), 10);
+    assert_eq!(flush_delay(&SimpleContext::at(NOW), 0), 0);
+}
+
 #[test]
 fn misc_commands() {
     let s = Server::new();

@@ -15,7 +15,8 @@
 //! its clean flag is set: it is set by a graceful shutdown after every shard
 //! wrote its table, and cleared as soon as a process opens the file, so a
 //! crash leaves it cleared and the next start begins empty. Settings that
-//! differ (limit, shards, segment size) also begin empty.
+//! differ (memory and item size limits, shards, segment size) and a file
+//! whose length is not what its settings make also begin empty.
 
 // Mapping a file is unsafe in Rust's terms (another process could change
 // it); this module is the one place the cache does it.
@@ -27,7 +28,8 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 8] = b"DUALKVMF";
-const VERSION: u32 = 1;
+/// 2: the item size limit is recorded (`F_ITEM_MAX`).
+const VERSION: u32 = 2;
 const HEADER: u64 = 4096;
 const SLOT_ENTRY: usize = 16;
 
@@ -43,6 +45,7 @@ const F_CAS: usize = 40;
 const F_FIRED: usize = 48;
 const F_PENDING: usize = 52;
 const F_SEED: usize = 56;
+const F_ITEM_MAX: usize = 64;
 
 /// What a restart finds in the file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -128,24 +131,46 @@ fn rd64(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
 }
 
+/// What a memory file is made for: a file made for other settings is not
+/// restored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// The memory limit, in bytes (`-m`).
+    pub limit: usize,
+    /// The item size limit, in bytes (`-I`).
+    pub item_size_max: usize,
+    /// Shards of the store.
+    pub shards: usize,
+    /// Data slots per shard.
+    pub slots: usize,
+    /// Bytes per slot (a normal segment).
+    pub seg_size: usize,
+}
+
 impl MemFile {
-    /// Opens (or creates) `path` for `shards` shards of `slots` slots of
-    /// `seg_size` bytes, and says whether it holds a cache to restore. A new
-    /// or discarded file takes `seed` as its hasher seed. The clean flag is
-    /// cleared before this returns.
+    /// Opens (or creates, readable by this user only) `path` for `set`,
+    /// and says whether it holds a cache to restore; `discard` (and why)
+    /// starts it empty whatever it holds. A new or discarded file takes
+    /// `seed` as its hasher seed, and gives back every block it held. The
+    /// clean flag is cleared before this returns.
+    ///
+    /// A file that is neither empty nor a memory file (nor zeros, what a
+    /// crash while one was being made leaves) is refused, left as it is:
+    /// `-e` naming the wrong file must not destroy it.
     pub fn open(
         path: &Path,
-        limit: usize,
-        shards: usize,
-        slots: usize,
-        seg_size: usize,
+        set: Settings,
         seed: u64,
+        discard: Option<String>,
     ) -> io::Result<(MemFile, Opened)> {
+        use std::os::unix::fs::{FileExt, OpenOptionsExt};
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
+            // The items are the clients' data: private, as memcached's file.
+            .mode(0o600)
             .open(path)?;
         // One cache per file: a second process would re-initialise what the
         // first has mapped, under it (memcached does not guard this). The
@@ -163,71 +188,127 @@ impl MemFile {
                 e
             });
         }
+        let meta = file.metadata()?;
+        if !meta.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "is not a regular file",
+            ));
+        }
         let layout = Layout {
-            shards,
-            slots,
-            seg_size,
+            shards: set.shards,
+            slots: set.slots,
+            seg_size: set.seg_size,
         };
         let total = layout.total();
-        let old_len = file.metadata()?.len();
-        if old_len < total {
-            // Sparse: disk blocks are taken as segments are written.
+        let old_len = meta.len();
+        // Read, not mapped: past the end of a short file a mapping faults.
+        let mut old = vec![0u8; HEADER as usize];
+        let mut got = 0;
+        while got < old.len() {
+            match file.read_at(&mut old[got..], got as u64)? {
+                0 => break,
+                n => got += n,
+            }
+        }
+        if old_len > 0 && &old[..8] != MAGIC && old[..8] != [0; 8] {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "exists and is not a duality memory file: left as it is \
+                 (remove it or name another file)",
+            ));
+        }
+        let opened = if let Some(why) = discard {
+            Opened::Fresh(Some(why))
+        } else if old_len == 0 {
+            Opened::Fresh(None)
+        } else if &old[..8] != MAGIC {
+            Opened::Fresh(Some("was never completed (crash while it was made)".into()))
+        } else if rd32(&old, F_VERSION) != VERSION {
+            Opened::Fresh(Some(format!(
+                "was made by another version of duality (format {}, now {VERSION})",
+                rd32(&old, F_VERSION)
+            )))
+        } else if rd64(&old, F_LIMIT) != set.limit as u64
+            || rd64(&old, F_ITEM_MAX) != set.item_size_max as u64
+        {
+            Opened::Fresh(Some(format!(
+                "was made for other settings (-m {} MiB -I {} bytes; now -m {} MiB -I {} bytes)",
+                rd64(&old, F_LIMIT) >> 20,
+                rd64(&old, F_ITEM_MAX),
+                set.limit >> 20,
+                set.item_size_max
+            )))
+        } else if rd32(&old, F_SHARDS) as usize != set.shards
+            || rd32(&old, F_SEG) as usize != set.seg_size
+            || rd32(&old, F_SLOTS) as usize != set.slots
+        {
+            Opened::Fresh(Some(format!(
+                "was made for another layout ({} shards of {} slots of {} bytes; now {}, {}, {})",
+                rd32(&old, F_SHARDS),
+                rd32(&old, F_SLOTS),
+                rd32(&old, F_SEG),
+                set.shards,
+                set.slots,
+                set.seg_size
+            )))
+        } else if rd32(&old, F_CLEAN) != 1 {
+            Opened::Fresh(Some(
+                "was not closed by a graceful shutdown (crash or kill)".into(),
+            ))
+        } else if old_len != total {
+            // Its settings fix its length: a cut (or grown) file is damaged.
+            Opened::Fresh(Some(format!(
+                "is {old_len} bytes where its settings make {total}: damaged"
+            )))
+        } else {
+            Opened::Warm {
+                epoch: rd32(&old, F_EPOCH),
+                next_cas: rd64(&old, F_CAS),
+                fired: rd32(&old, F_FIRED),
+                pending: rd32(&old, F_PENDING),
+            }
+        };
+        let warm = matches!(opened, Opened::Warm { .. });
+        if !warm {
+            // Every block given back (a file made for a larger limit
+            // shrinks; no old byte survives), then the new length, sparse:
+            // disk blocks are taken as segments are first used.
+            file.set_len(0)?;
             file.set_len(total)?;
         }
-        // SAFETY: the mapping is of a file this process opened for writing;
-        // the store is its only user in this process. Another process
-        // changing the file under a running cache is outside the contract
-        // (as for memcached's -e file).
+        // The header and the slot tables are written through mappings: their
+        // blocks are allocated now, so a file system without room fails
+        // the start here instead of faulting (SIGBUS) on the first store.
+        // The tables of a new file read as zeros: every slot free.
+        let meta_len = layout.table_off(layout.shards);
+        // SAFETY: posix_fallocate on a descriptor this function owns.
+        let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, meta_len as libc::off_t) };
+        if rc != 0 {
+            return Err(io::Error::from_raw_os_error(rc));
+        }
+        if !warm {
+            let mut head = vec![0u8; HEADER as usize];
+            head[..8].copy_from_slice(MAGIC);
+            head[F_VERSION..F_VERSION + 4].copy_from_slice(&VERSION.to_le_bytes());
+            head[F_LIMIT..F_LIMIT + 8].copy_from_slice(&(set.limit as u64).to_le_bytes());
+            head[F_ITEM_MAX..F_ITEM_MAX + 8]
+                .copy_from_slice(&(set.item_size_max as u64).to_le_bytes());
+            head[F_SHARDS..F_SHARDS + 4].copy_from_slice(&(set.shards as u32).to_le_bytes());
+            head[F_SEG..F_SEG + 4].copy_from_slice(&(set.seg_size as u32).to_le_bytes());
+            head[F_SLOTS..F_SLOTS + 4].copy_from_slice(&(set.slots as u32).to_le_bytes());
+            head[F_SEED..F_SEED + 8].copy_from_slice(&seed.to_le_bytes());
+            file.write_all_at(&head, 0)?;
+        }
+        // SAFETY: the mapping is of a file this process opened for writing
+        // and holds locked; the store is its only user in this process.
+        // Another process changing the file under a running cache is
+        // outside the contract (as for memcached's -e file).
         let mut head = unsafe {
             memmap2::MmapOptions::new()
                 .len(HEADER as usize)
                 .map_mut(&file)?
         };
-        let opened = if old_len == 0 {
-            Opened::Fresh(None)
-        } else if &head[..8] != MAGIC || rd32(&head, F_VERSION) != VERSION {
-            Opened::Fresh(Some("not a duality memory file of this version".into()))
-        } else if rd64(&head, F_LIMIT) != limit as u64
-            || rd32(&head, F_SHARDS) as usize != shards
-            || rd32(&head, F_SEG) as usize != seg_size
-            || rd32(&head, F_SLOTS) as usize != slots
-        {
-            Opened::Fresh(Some(format!(
-                "made for other settings (memory limit {} bytes, {} shards, segments of {} bytes; now {limit}, {shards}, {seg_size})",
-                rd64(&head, F_LIMIT),
-                rd32(&head, F_SHARDS),
-                rd32(&head, F_SEG)
-            )))
-        } else if rd32(&head, F_CLEAN) != 1 {
-            Opened::Fresh(Some(
-                "was not closed by a graceful shutdown (crash or kill)".into(),
-            ))
-        } else {
-            Opened::Warm {
-                epoch: rd32(&head, F_EPOCH),
-                next_cas: rd64(&head, F_CAS),
-                fired: rd32(&head, F_FIRED),
-                pending: rd32(&head, F_PENDING),
-            }
-        };
-        if !matches!(opened, Opened::Warm { .. }) {
-            // Every slot free: zero the tables (they are small).
-            let mut tables = file.try_clone()?;
-            use std::io::{Seek, Write};
-            tables.seek(io::SeekFrom::Start(HEADER))?;
-            let zeros = vec![0u8; layout.table_len() as usize];
-            for _ in 0..shards {
-                tables.write_all(&zeros)?;
-            }
-            head.fill(0);
-            head[..8].copy_from_slice(MAGIC);
-            head[F_VERSION..F_VERSION + 4].copy_from_slice(&VERSION.to_le_bytes());
-            head[F_LIMIT..F_LIMIT + 8].copy_from_slice(&(limit as u64).to_le_bytes());
-            head[F_SHARDS..F_SHARDS + 4].copy_from_slice(&(shards as u32).to_le_bytes());
-            head[F_SEG..F_SEG + 4].copy_from_slice(&(seg_size as u32).to_le_bytes());
-            head[F_SLOTS..F_SLOTS + 4].copy_from_slice(&(slots as u32).to_le_bytes());
-            head[F_SEED..F_SEED + 8].copy_from_slice(&seed.to_le_bytes());
-        }
         // In use from now on: a crash must not leave it trusted.
         head[F_CLEAN..F_CLEAN + 4].copy_from_slice(&0u32.to_le_bytes());
         head.flush()?;
@@ -334,7 +415,9 @@ impl ShardFile {
             )
         };
         if rc != 0 {
-            return Err(io::Error::from_raw_os_error(rc));
+            let e = io::Error::from_raw_os_error(rc);
+            note_no_room(&e);
+            return Err(e);
         }
         // SAFETY: as in `MemFile::open`; the shard hands each slot to one
         // segment at a time, so no two live mappings of this process overlap.
@@ -349,5 +432,23 @@ impl ShardFile {
     /// Writes the slot table to disk.
     pub(crate) fn flush(&self) -> io::Result<()> {
         self.table.flush()
+    }
+}
+
+/// Logs, at most once a minute, that the memory file's file system refused
+/// a segment: the cache then evicts (or refuses stores with `-M`) below its
+/// memory limit, which `stats` alone would not explain.
+fn note_no_room(e: &io::Error) {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let last = LAST.load(Relaxed);
+    if now >= last + 60 && LAST.compare_exchange(last, now, Relaxed, Relaxed).is_ok() {
+        eprintln!(
+            "duality kv: memory file: no segment allocated ({e}): the cache holds less than \
+             its memory limit (-m) until its file system has room"
+        );
     }
 }

@@ -332,38 +332,50 @@ impl Store {
 
     /// A store whose item memory lives in the file at `path` (memcached's
     /// `-e`), restored from it when the last process using it with the same
-    /// configuration shut down gracefully ([`Store::close`]); empty otherwise.
-    /// Returns the store and a line saying what happened, for the log.
+    /// configuration and item size limit shut down gracefully
+    /// ([`Store::close`]); empty otherwise. Returns the store (its item size
+    /// limit set) and a line saying what happened, for the log.
     pub fn with_memory_file(
         config: StoreConfig,
+        item_size_max: usize,
         path: &Path,
         now: Time,
     ) -> io::Result<(Store, String)> {
-        match Store::open_file(config.clone(), path, now)? {
-            Ok(done) => Ok(done),
+        let store = match Store::open_file(config.clone(), item_size_max, path, now, None)? {
+            Ok(done) => done,
             Err(why) => {
-                // Never serve what may be corrupt: start over, empty.
-                std::fs::remove_file(path)?;
-                let (store, _) = Store::open_file(config, path, now)?.map_err(io::Error::other)?;
+                // Never serve what may be corrupt: start over, empty, in
+                // the same file (its mode, its links and its directory's
+                // permissions stay as the operator made them).
                 let line = format!("memory file {}: {why}: starting empty", path.display());
-                Ok((store, line))
+                let (store, _) = Store::open_file(config, item_size_max, path, now, Some(why))?
+                    .map_err(io::Error::other)?;
+                (store, line)
             }
-        }
+        };
+        Ok((store.0.with_item_size_max(item_size_max), store.1))
     }
 
     fn open_file(
         config: StoreConfig,
+        item_size_max: usize,
         path: &Path,
         now: Time,
+        discard: Option<String>,
     ) -> io::Result<Result<(Store, String), String>> {
         let probe = Store::new(config.clone());
         let n = probe.cells.len();
         let per_shard = probe.max_bytes() / n;
         let seg = lock(&probe.cells[0].shard).seg_size();
-        let slots = per_shard / seg;
         drop(probe);
-        let (file, opened) =
-            memfile::MemFile::open(path, per_shard * n, n, slots, seg, random_seed())?;
+        let settings = memfile::Settings {
+            limit: per_shard * n,
+            item_size_max,
+            shards: n,
+            slots: per_shard / seg,
+            seg_size: seg,
+        };
+        let (file, opened) = memfile::MemFile::open(path, settings, random_seed(), discard)?;
         // Keys go to the shards the file's seed sent them to.
         let mut store = Store::with_seed(config, file.seed());
         for (i, cell) in store.cells.iter_mut().enumerate() {

@@ -778,6 +778,9 @@ impl Drop for TempFile {
     }
 }
 
+/// The item size limit the memory file tests' stores are made with.
+const ITEM_MAX: usize = 1 << 20;
+
 fn file_store(path: &std::path::Path, max_bytes: usize, now: Time) -> (Store, String) {
     file_store_with(path, max_bytes, now, true)
 }
@@ -794,6 +797,7 @@ fn file_store_with(
             shards: 2,
             evictions,
         },
+        ITEM_MAX,
         path,
         now,
     )
@@ -939,6 +943,7 @@ fn a_memory_file_serves_one_cache_at_a_time() {
             shards: 2,
             evictions: true,
         },
+        ITEM_MAX,
         &f.0,
         NOW,
     )
@@ -954,6 +959,74 @@ fn a_memory_file_serves_one_cache_at_a_time() {
     drop(first);
     // Its lock went with it.
     let (_again, _) = file_store(&f.0, 4 << 20, NOW);
+}
+
+#[test]
+fn a_memory_file_is_private_and_cut_files_start_empty() {
+    use std::os::unix::fs::PermissionsExt;
+    let f = TempFile::new("cut");
+    {
+        let (s, _) = file_store(&f.0, 4 << 20, NOW);
+        for i in 0..100 {
+            set(&s, format!("k{i}").as_bytes(), &[b'v'; 3000], 0, NOW);
+        }
+        s.close().unwrap();
+    }
+    // The items are the clients': only this user may read them.
+    let meta = std::fs::metadata(&f.0).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    // Cut inside the data (clean flag still set): the missing tail would
+    // read as zeros inside a value, so nothing is restored.
+    let len = meta.len();
+    let file = std::fs::OpenOptions::new().write(true).open(&f.0).unwrap();
+    file.set_len(len - 1000).unwrap();
+    drop(file);
+    let (s, line) = file_store(&f.0, 4 << 20, NOW);
+    assert!(
+        line.contains("damaged") && line.ends_with("starting empty"),
+        "{line}"
+    );
+    assert_eq!(s.stats().curr_items, 0);
+    set(&s, b"k", b"v", 0, NOW);
+    s.close().unwrap();
+    drop(s);
+    assert_eq!(
+        std::fs::metadata(&f.0).unwrap().len(),
+        len,
+        "made whole again"
+    );
+    let (s, line) = file_store(&f.0, 4 << 20, NOW);
+    assert!(line.contains("restored 1 items"), "{line}");
+    drop(s);
+    // Restarted smaller, the file gives its blocks back.
+    let (s, _) = file_store(&f.0, 2 << 20, NOW);
+    drop(s);
+    assert!(std::fs::metadata(&f.0).unwrap().len() < len);
+}
+
+#[test]
+fn a_file_that_is_not_a_memory_file_is_left_alone() {
+    let f = TempFile::new("foreign");
+    std::fs::write(&f.0, b"important notes\n").unwrap();
+    let e = Store::with_memory_file(
+        StoreConfig {
+            max_bytes: 4 << 20,
+            shards: 2,
+            evictions: true,
+        },
+        ITEM_MAX,
+        &f.0,
+        NOW,
+    )
+    .expect_err("a foreign file was taken");
+    assert!(e.to_string().contains("not a duality memory file"), "{e}");
+    assert_eq!(std::fs::read(&f.0).unwrap(), b"important notes\n");
+    // Zeros are what a crash while a file was being made leaves: taken.
+    std::fs::write(&f.0, vec![0u8; 10_000]).unwrap();
+    let (s, line) = file_store(&f.0, 4 << 20, NOW);
+    assert!(line.contains("never completed"), "{line}");
+    set(&s, b"k", b"v", 0, NOW);
+    assert!(get(&s, b"k", NOW).is_some());
 }
 
 // ---- without evictions (memcached's -M) ----
