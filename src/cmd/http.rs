@@ -67,9 +67,11 @@ pub struct HttpArgs {
     revalidate_ms: u64,
     /// Connections above this are refused with 503. Each takes a descriptor,
     /// and one more while it sends a file: default 1024, or less where the
-    /// descriptor limit (`ulimit -n`) would not leave that many two each
-    /// beside 32 for the server itself ((limit - 32) / 2). A file that
-    /// cannot be opened for lack of descriptors gets 503.
+    /// descriptor limit (`ulimit -n`, its soft limit raised at start toward
+    /// what this and --open-file-cache need, never past the hard one) would
+    /// not leave that many two each beside 32 for the server itself
+    /// ((limit - 32) / 2). A file that cannot be opened for lack of
+    /// descriptors gets 503.
     #[arg(long, value_parser = positive_usize)]
     max_conns: Option<usize>,
     /// Descriptors of files sent with sendfile kept open between requests
@@ -284,6 +286,13 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
             ..duality_rt::pool::PoolConfig::cpu()
         })?;
     }
+    // The soft descriptor limit is raised toward what the connections and
+    // the open-file cache take (never past the hard limit), as the cache's
+    // -c does: a shell's usual 1024 would otherwise halve --max-conns and
+    // turn the open-file cache off.
+    super::raise_nofile(
+        32 + 2 * a.max_conns.unwrap_or(1024) as u64 + a.open_file_cache.unwrap_or(1000) as u64,
+    );
     let max_conns = *a.max_conns.get_or_insert_with(default_max_conns);
     let open_files = a
         .open_file_cache

@@ -226,7 +226,9 @@ impl std::str::FromStr for ListenAddr {
             return Ok(any(port(s)?));
         }
         let Some((host, p)) = s.rsplit_once(':') else {
-            return Err(format!("{s:?}: give ADDRESS:PORT, HOST:PORT or PORT"));
+            return Err(format!(
+                "{s:?}: give ADDRESS:PORT, HOST:PORT, *:PORT or PORT"
+            ));
         };
         let p = port(p)?;
         if host == "*" {

@@ -24,9 +24,10 @@ use std::path::{Path, PathBuf};
 
 const MIB: u64 = 1 << 20;
 
-/// The smallest `-m` both servers take, MiB: duality needs 2 MiB per shard
-/// at `-I 1m`. A hit-ratio cache smaller than this would run at this size
-/// and not be the fraction of the working set its row says: refused.
+/// The smallest `-m` the benchmark runs either server at, MiB (two of
+/// duality's 2 MiB shards at `-I 1m`). A hit-ratio cache smaller than this
+/// would run at this size and not be the fraction of the working set its
+/// row says: refused.
 pub const MIN_LIMIT_MIB: u64 = 4;
 
 /// Bytes of the hit-ratio working set of `keys` keys: keys and values.

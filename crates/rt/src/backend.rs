@@ -61,10 +61,13 @@ pub fn default_io_backend() -> IoBackend {
         1 => IoBackend::Epoll,
         2 => IoBackend::Uring,
         _ => {
-            let b = std::env::var("DUALITY_IO")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(IoBackend::Uring);
+            let b = match std::env::var("DUALITY_IO") {
+                Ok(v) => v.parse().unwrap_or_else(|_| {
+                    eprintln!("DUALITY_IO={v:?}: give epoll or uring; using uring");
+                    IoBackend::Uring
+                }),
+                Err(_) => IoBackend::Uring,
+            };
             set_default_io_backend(b);
             b
         }
