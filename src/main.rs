@@ -48,7 +48,7 @@ fn main() -> std::process::ExitCode {
             // The message and its causes on one line, as memcached and nginx
             // report a failed start; no backtrace (`RUST_BACKTRACE` set for
             // other programs would otherwise print one after every error).
-            eprintln!("duality: {e:#}");
+            duality_rt::say!("duality: {e:#}");
             std::process::ExitCode::FAILURE
         }
     }

@@ -131,3 +131,68 @@ fn listen_takes_host_names_and_repeats() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("does not resolve"), "{err}");
 }
+
+/// A closed stderr and stdout (a hung-up terminal, a log collector that
+/// died) do not kill the server: the line SIGHUP logs is dropped (it panicked
+/// on the failed write, exit 101, as an ssh logout would), and the graceful
+/// stop still exits 0.
+#[test]
+fn a_closed_stderr_does_not_kill_it() {
+    use std::io::BufRead;
+    let dir = TempDir::new("ops-stderr");
+    std::fs::write(dir.0.join("a.txt"), "a\n").unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_duality"))
+        .args(["http", "--listen", "127.0.0.1:0", "--root"])
+        .arg(&dir.0)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    let url = ready.trim().strip_prefix("ready ").unwrap().to_string();
+    // Both pipes' read ends closed: every later write to them fails.
+    drop(child.stderr.take());
+    let pid = child.id() as i32;
+    assert_eq!(get(&url, "/a.txt"), 200);
+    // SAFETY: kill(2) with a plain pid and signal number.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(child.try_wait().unwrap().is_none(), "died on SIGHUP");
+    assert_eq!(get(&url, "/a.txt"), 200);
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let until = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < until, "no exit");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
+}
+
+/// A second stop signal cuts the grace short: a client that sends half a
+/// head would hold the stop for all of `--shutdown-grace` (20 s here).
+#[test]
+fn a_second_signal_stops_at_once() {
+    let dir = TempDir::new("ops-second");
+    std::fs::write(dir.0.join("a.txt"), "a\n").unwrap();
+    let server = HttpServer::start(&dir.0, &["--shutdown-grace", "20"]);
+    let addr = server.url.strip_prefix("http://").unwrap().to_string();
+    let mut slow = TcpStream::connect(&addr).unwrap();
+    slow.write_all(b"GET /a.txt HTTP/1.1\r\nHo").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let pid = server.pid() as i32;
+    let t = Instant::now();
+    // SAFETY: kill(2) with a plain pid and signal number.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGQUIT) }, 0);
+    std::thread::sleep(Duration::from_millis(300));
+    // `stop` sends the second: SIGTERM.
+    assert!(server.stop().success());
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+}

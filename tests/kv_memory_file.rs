@@ -165,3 +165,88 @@ fn another_item_size_limit_starts_empty() {
     );
     kv.connect().expect_str("get key:1\r\n", "END\r\n");
 }
+
+/// A closed stderr (a log collector that died, a hung-up terminal) loses
+/// nothing: the lines `-v` and the stop log are dropped, and the graceful
+/// stop still closes the file (a failed write panicked before it: exit 101
+/// and the next start empty).
+#[test]
+fn a_closed_stderr_loses_no_items() {
+    use std::io::BufRead;
+    let dir = TempDir::new("kv-memfile-stderr");
+    let file = dir.path().join("cache.mem");
+    let f = file.to_str().unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_duality"))
+        .args(["kv", "-p", "0", "-s"])
+        .arg(dir.path().join("kv.sock"))
+        .args(["-v", "-m", "8", "-e", f])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    assert!(ready.starts_with("ready kv"), "{ready}");
+    drop(child.stderr.take());
+    let sock = common::Addr::Unix(dir.path().join("kv.sock"));
+    let mut c = common::Client::connect(&sock);
+    for i in 0..20 {
+        c.expect_str(&format!("set k{i} 0 0 1\r\nv\r\n"), "STORED\r\n");
+    }
+    let pid = child.id() as i32;
+    // SAFETY: kill(2) with a plain pid and signal number.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(child.try_wait().unwrap().is_none(), "died on SIGHUP");
+    // A connection left mid-request: the stop logs it as cut off.
+    let mut half = common::Client::connect(&sock);
+    half.send(b"set half 0 0 10\r\nab");
+    drop(c);
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    drop(half);
+    let kv = KvProc::start(&["-m", "8", "-e", f]);
+    assert!(
+        kv.wait_stderr("restored 20 items", Duration::from_secs(5)),
+        "{}",
+        kv.stderr_text()
+    );
+}
+
+/// A second stop signal cuts the graceful stop short (a connection holding
+/// half a command would hold it 5 s), and the file is still closed clean.
+#[test]
+fn a_second_signal_stops_at_once_and_keeps_the_items() {
+    let dir = TempDir::new("kv-memfile-second");
+    let file = dir.path().join("cache.mem");
+    let f = file.to_str().unwrap();
+    let mut kv = KvProc::start(&["-m", "8", "-e", f]);
+    fill(&kv, 30);
+    let mut half = kv.connect();
+    half.send(b"set half 0 0 10\r\nab");
+    std::thread::sleep(Duration::from_millis(100));
+    let t = std::time::Instant::now();
+    kv.signal(libc::SIGTERM);
+    std::thread::sleep(Duration::from_millis(300));
+    kv.signal(libc::SIGINT);
+    assert!(kv.wait_exit(Duration::from_secs(10)).is_some());
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    assert!(
+        kv.wait_stderr("second stop signal", Duration::from_secs(2)),
+        "{}",
+        kv.stderr_text()
+    );
+    drop(half);
+    let kv = KvProc::start(&["-m", "8", "-e", f]);
+    assert!(
+        kv.wait_stderr(": restored 3", Duration::from_secs(5)),
+        "{}",
+        kv.stderr_text()
+    );
+    check_all(&kv, 30);
+}

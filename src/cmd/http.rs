@@ -300,7 +300,7 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
     if let Some(n) = super::nofile() {
         let room = open_files_room(n, max_conns);
         if open_files as u64 > room {
-            eprintln!(
+            duality_rt::say!(
                 "duality http: warning: --open-file-cache {open_files} is more than the {room} \
                  descriptors `ulimit -n` {n} leaves beside --max-conns {max_conns}; when they \
                  run out, requests get 503"
@@ -386,7 +386,7 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         .as_deref()
         .map(|p| super::PidFile::write(p, "--pid-file"))
         .transpose()?;
-    println!("ready http://{addr}");
+    duality_rt::say_out!("ready http://{addr}");
     use std::io::Write as _;
     std::io::stdout().flush()?;
     let on: Vec<String> = server
@@ -394,7 +394,7 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         .iter()
         .map(|a| format!("http://{a}"))
         .collect();
-    eprintln!(
+    duality_rt::say!(
         "duality http: serving {} on {} ({}{}, {}, max {} connections, {} files kept open, gzip {})",
         a.root.display(),
         on.join(", "),
@@ -417,14 +417,18 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         match sig {
             signal_hook::consts::SIGUSR1 => state.reopen_log(),
             signal_hook::consts::SIGHUP => {
-                eprintln!("duality http: SIGHUP ignored (there is no configuration to reload)")
+                duality_rt::say!(
+                    "duality http: SIGHUP ignored (there is no configuration to reload)"
+                )
             }
             _ => break,
         }
     }
-    let report = server.shutdown(grace);
+    use signal_hook::consts::{SIGINT, SIGQUIT, SIGTERM};
+    let now = super::second_signal(signals, "http", &[SIGTERM, SIGINT, SIGQUIT]);
+    let report = server.shutdown_or(grace, &now);
     if report.cut_off > 0 {
-        eprintln!(
+        duality_rt::say!(
             "duality http: {} connections cut off at shutdown",
             report.cut_off
         );

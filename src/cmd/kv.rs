@@ -344,7 +344,7 @@ fn fit_max_conns(max_conns: usize) -> anyhow::Result<usize> {
         fits > 0,
         "-c {max_conns}: `ulimit -n` {soft} leaves no descriptors for connections"
     );
-    eprintln!(
+    duality_rt::say!(
         "duality kv: warning: -c {max_conns} needs {want} descriptors but `ulimit -n` allows \
          {soft} (and cannot be raised); taking at most {fits} connections"
     );
@@ -354,14 +354,14 @@ fn fit_max_conns(max_conns: usize) -> anyhow::Result<usize> {
 pub fn run(a: KvArgs) -> anyhow::Result<()> {
     if a.version {
         // memcached prints `memcached 1.6.x`.
-        println!("duality-kv {}", env!("CARGO_PKG_VERSION"));
+        duality_rt::say_out!("duality-kv {}", env!("CARGO_PKG_VERSION"));
         return Ok(());
     }
     let extended = match parse_extended(&a.extended) {
         Ok(x) => x,
         Err(message) => {
             // memcached's words and exit status, without a prefix.
-            eprintln!("{message}");
+            duality_rt::say!("{message}");
             std::process::exit(1);
         }
     };
@@ -419,7 +419,7 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     if a.lock_memory {
         // memcached warns and runs on when mlockall fails.
         if let Err(e) = super::process::lock_memory() {
-            eprintln!("duality kv: warning: -k: {e}");
+            duality_rt::say!("duality kv: warning: -k: {e}");
         }
     }
     // As memcached: the limits raised (and memory locked) as root, then root
@@ -433,7 +433,7 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     });
     if let (Some(t), Some(m)) = (a.threads, a.model) {
         if m != (Model::Symped { n: t }) {
-            eprintln!("duality kv: -t {t} ignored: --model {m} sets the threads");
+            duality_rt::say!("duality kv: -t {t} ignored: --model {m} sets the threads");
         }
     }
     // `stats threads`: the threads that serve, as the model runs them.
@@ -547,7 +547,7 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     if let Some(p) = &a.unix_socket {
         at.push(p.display().to_string());
     }
-    println!(
+    duality_rt::say_out!(
         "ready kv {} model {}{} io {} on {}",
         env!("CARGO_PKG_VERSION"),
         model,
@@ -556,10 +556,10 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
         at.join(", ")
     );
     if a.verbose > 0 {
-        eprintln!("duality kv: {config:?}", config = a);
+        duality_rt::say!("duality kv: {config:?}", config = a);
     }
     if a.disable_cas && a.verbose > 0 {
-        eprintln!("duality kv: -C ignored: CAS stays enabled");
+        duality_rt::say!("duality kv: -C ignored: CAS stays enabled");
     }
     // Ends on SIGTERM/SIGINT/SIGUSR1, or when `shutdown` closes the handle.
     for sig in signals.forever() {
@@ -567,12 +567,14 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
             break;
         }
         if a.verbose > 0 {
-            eprintln!("duality kv: SIGHUP ignored (there is no configuration to reload)");
+            duality_rt::say!("duality kv: SIGHUP ignored (there is no configuration to reload)");
         }
     }
-    let report = server.shutdown(Duration::from_secs(5));
+    use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR1};
+    let now = super::second_signal(signals, "kv", &[SIGTERM, SIGINT, SIGUSR1]);
+    let report = server.shutdown_or(Duration::from_secs(5), &now);
     if report.cut_off > 0 {
-        eprintln!(
+        duality_rt::say!(
             "duality kv: {} connections cut off at shutdown",
             report.cut_off
         );
@@ -580,12 +582,12 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     if let Some(path) = &a.memory_file {
         // Requests have stopped: the file now records a consistent cache.
         match state.store.close() {
-            Ok(()) => eprintln!(
+            Ok(()) => duality_rt::say!(
                 "duality kv: memory file {}: closed, {} items kept",
                 path.display(),
                 state.store.stats().curr_items
             ),
-            Err(e) => eprintln!(
+            Err(e) => duality_rt::say!(
                 "duality kv: memory file {}: {e}: the next start begins empty",
                 path.display()
             ),
@@ -602,7 +604,7 @@ impl Drop for KeepFile<'_> {
     fn drop(&mut self) {
         if let Some(store) = self.0 {
             if let Err(e) = store.close() {
-                eprintln!("duality kv: memory file: {e}: the next start begins empty");
+                duality_rt::say!("duality kv: memory file: {e}: the next start begins empty");
             }
         }
     }

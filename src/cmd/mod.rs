@@ -16,6 +16,32 @@ pub mod internal;
 pub mod kv;
 pub mod process;
 
+/// Watches for a second stop signal once a graceful stop has begun: one of
+/// `stops` sets the returned flag (the server then cuts its connections off
+/// at once instead of waiting out the grace, as a second Ctrl-C does
+/// elsewhere) and says so. Other signals are ignored from then on.
+pub fn second_signal(
+    mut signals: signal_hook::iterator::Signals,
+    server: &'static str,
+    stops: &'static [i32],
+) -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    let now = std::sync::Arc::new(AtomicBool::new(false));
+    let flag = now.clone();
+    std::thread::spawn(move || {
+        for sig in signals.forever() {
+            if stops.contains(&sig) {
+                flag.store(true, Relaxed);
+                duality_rt::say!(
+                    "duality {server}: a second stop signal: open connections are cut off now"
+                );
+                break;
+            }
+        }
+    });
+    now
+}
+
 /// The soft descriptor limit (`ulimit -n`), if the kernel says.
 pub fn nofile() -> Option<u64> {
     nofile_limits().map(|(soft, _)| soft)
@@ -168,7 +194,7 @@ impl MetricsArgs {
             return Ok(None);
         };
         let l = duality_models::metrics::MetricsListener::start(addr, render)?;
-        eprintln!("duality {server}: metrics http://{}/metrics", l.addr());
+        duality_rt::say!("duality {server}: metrics http://{}/metrics", l.addr());
         Ok(Some(l))
     }
 }

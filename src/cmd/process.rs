@@ -45,7 +45,7 @@ pub fn assume_user(user: &str) -> anyhow::Result<bool> {
         if e.raw_os_error() != Some(libc::EPERM) {
             anyhow::bail!("-u {user}: failed to drop supplementary groups: {e}");
         }
-        eprintln!("duality kv: warning: -u {user}: supplementary groups kept ({e})");
+        duality_rt::say!("duality kv: warning: -u {user}: supplementary groups kept ({e})");
     }
     // SAFETY: setgid/setuid take plain ids; glibc applies them to every
     // thread of the process.

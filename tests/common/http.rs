@@ -41,6 +41,11 @@ impl HttpServer {
     }
 
     /// SIGTERM; the exit status.
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
     pub fn stop(mut self) -> ExitStatus {
         terminate(&mut self.child.take().unwrap())
     }

@@ -1098,7 +1098,7 @@ impl AccessLog {
                         // cannot be opened, and the operator told why.
                         match open_log(&path) {
                             Ok(sink) => *w = io::BufWriter::new(sink),
-                            Err(e) => eprintln!(
+                            Err(e) => duality_rt::say!(
                                 "duality http: reopening the {e}; still writing to the old file"
                             ),
                         }

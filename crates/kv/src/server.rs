@@ -320,7 +320,7 @@ impl KvState {
                             format!("memory file {}: {e}", path.display()),
                         )
                     })?;
-                eprintln!("duality kv: {line}");
+                duality_rt::say!("duality kv: {line}");
                 store
             }
             None => Store::new(sc),
@@ -374,7 +374,7 @@ impl KvState {
                  with evictions off (-M) nothing live is dropped"
                     .to_string()
             };
-            eprintln!("duality kv: cache_memlimit {mib}: applied {applied} bytes, {why}");
+            duality_rt::say!("duality kv: cache_memlimit {mib}: applied {applied} bytes, {why}");
         }
         applied
     }

@@ -13,7 +13,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -259,6 +259,18 @@ fn bind_tcp(addr: SocketAddr, reuse_port: bool, backlog: i32) -> io::Result<std:
     Ok(socket.into())
 }
 
+/// Connects to the Unix socket at `path`, again for up to 200 ms while it
+/// answers: a server killed a moment ago (SIGKILL, then a restart at once)
+/// can leave its listener accepting until the kernel has torn its io_uring
+/// down. Ok: something listens there.
+fn connect_settled(path: &Path) -> io::Result<()> {
+    for _ in 0..10 {
+        std::os::unix::net::UnixStream::connect(path)?;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
 /// The file at `path` (not following a link) as device and inode.
 fn file_id(path: &Path) -> Option<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
@@ -280,8 +292,8 @@ fn bind_unix(
         // it. Anything else there (a file, a link, a directory) is someone's
         // data: refuse, as memcached does, rather than delete it.
         Ok(meta) if meta.file_type().is_socket() => {
-            match std::os::unix::net::UnixStream::connect(path) {
-                Ok(_) => {
+            match connect_settled(path) {
+                Ok(()) => {
                     return Err(io::Error::new(
                         io::ErrorKind::AddrInUse,
                         format!("{} is in use by another server", path.display()),
@@ -748,13 +760,19 @@ impl Server {
     /// Stops accepting, lets in-flight requests finish (idle connections see
     /// end-of-stream), waits up to `deadline` for connections to close, then
     /// stops every thread; connections still open are cut off.
-    pub fn shutdown(mut self, deadline: Duration) -> ShutdownReport {
+    pub fn shutdown(self, deadline: Duration) -> ShutdownReport {
+        self.shutdown_or(deadline, &AtomicBool::new(false))
+    }
+
+    /// [`Server::shutdown`], cut short when `now` becomes true (a second
+    /// signal: the operator will not wait).
+    pub fn shutdown_or(mut self, deadline: Duration, now: &AtomicBool) -> ShutdownReport {
         for t in self.accept_tasks.drain(..) {
             t.abort();
         }
         self.shared.counter.shutdown.trigger();
         let until = Instant::now() + deadline;
-        while self.connections() > 0 && Instant::now() < until {
+        while self.connections() > 0 && Instant::now() < until && !now.load(Relaxed) {
             std::thread::sleep(Duration::from_millis(2));
         }
         let cut_off = self.connections();

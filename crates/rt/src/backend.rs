@@ -63,7 +63,7 @@ pub fn default_io_backend() -> IoBackend {
         _ => {
             let b = match std::env::var("DUALITY_IO") {
                 Ok(v) => v.parse().unwrap_or_else(|_| {
-                    eprintln!("DUALITY_IO={v:?}: give epoll or uring; using uring");
+                    crate::say!("DUALITY_IO={v:?}: give epoll or uring; using uring");
                     IoBackend::Uring
                 }),
                 Err(_) => IoBackend::Uring,
@@ -121,7 +121,7 @@ impl Backend {
                     static SAID: std::sync::Once = std::sync::Once::new();
                     SAID.call_once(|| {
                         tracing::warn!(reason = %e, "io_uring unavailable; using epoll");
-                        eprintln!("duality: io_uring unavailable ({e}); using epoll");
+                        crate::say!("duality: io_uring unavailable ({e}); using epoll");
                     });
                 }
             }

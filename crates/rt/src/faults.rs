@@ -160,7 +160,7 @@ pub fn default_faults() -> Faults {
     static DEFAULT: OnceLock<Faults> = OnceLock::new();
     *DEFAULT.get_or_init(|| match std::env::var("DUALITY_FAULTS") {
         Ok(v) => v.parse().unwrap_or_else(|e| {
-            eprintln!("DUALITY_FAULTS: {e}: no faults");
+            crate::say!("DUALITY_FAULTS: {e}: no faults");
             Faults::NONE
         }),
         Err(_) => Faults::NONE,

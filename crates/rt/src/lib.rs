@@ -31,6 +31,29 @@
 
 pub(crate) mod loom;
 
+/// `eprintln!` that never panics. A server's log line to a closed pipe or a
+/// hung-up terminal is dropped: Rust ignores SIGPIPE, so the write fails,
+/// and `eprintln!` turns a failed write into a panic (a lost cache with
+/// `-e`, a web server killed by an ssh logout).
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use ::std::io::Write as _;
+        let _ = ::std::writeln!(::std::io::stderr(), $($arg)*);
+    }};
+}
+
+/// `println!` that never panics (see [`say!`]): a `ready` line to a closed
+/// stdout is dropped.
+#[macro_export]
+macro_rules! say_out {
+    ($($arg:tt)*) => {{
+        use ::std::io::Write as _;
+        let mut out = ::std::io::stdout().lock();
+        let _ = ::std::writeln!(out, $($arg)*).and_then(|()| out.flush());
+    }};
+}
+
 pub mod adaptive;
 pub mod coop;
 

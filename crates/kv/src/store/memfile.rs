@@ -446,7 +446,7 @@ fn note_no_room(e: &io::Error) {
         .map_or(0, |d| d.as_secs());
     let last = LAST.load(Relaxed);
     if now >= last + 60 && LAST.compare_exchange(last, now, Relaxed, Relaxed).is_ok() {
-        eprintln!(
+        duality_rt::say!(
             "duality kv: memory file: no segment allocated ({e}): the cache holds less than \
              its memory limit (-m) until its file system has room"
         );

@@ -130,7 +130,7 @@ impl State {
             .0
             .fetch_add(REF_ONE, std::sync::atomic::Ordering::Relaxed);
         if prev & REF_MASK == REF_MASK {
-            eprintln!("duality: task reference count overflow");
+            crate::say!("duality: task reference count overflow");
             std::process::abort();
         }
     }
