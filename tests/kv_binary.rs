@@ -443,6 +443,19 @@ fn script(r: &mut Run) {
     // Stats: the groups memcached and duality share, errors and reset.
     r.step("stat of an unknown group", &[keyed(Stat, b"bogus")]);
     r.step("stat reset", &[opaque(keyed(Stat, b"reset"), 4)]);
+    // `stats detail`: on, a prefix counted, the dump (one "detailed" stat
+    // holding the text dump), off.
+    r.step(
+        "stat detail",
+        &[
+            keyed(Stat, b"detail on"),
+            store(Set, b"pfx:a", b"v", 0, 0),
+            keyed(Get, b"pfx:a"),
+            keyed(Stat, b"detail dump"),
+            keyed(Stat, b"detail off"),
+            keyed(Stat, b"detail bogus"),
+        ],
+    );
 
     // An unknown opcode is answered and its body skipped. (Only bodies of
     // a value: memcached skips extras and key twice, see duality_only.)

@@ -352,7 +352,8 @@ fn stat<C: ExecContext + ?Sized>(
     req: &BinRequest<'_>,
     out: &mut Vec<u8>,
 ) {
-    if req.key.contains(&b' ') {
+    let detail = matches!(req.key, b"detail on" | b"detail off" | b"detail dump");
+    if req.key.contains(&b' ') && !detail {
         // A group name is one token; the text parser would split it.
         return error(req, Status::NotFound, out);
     }
@@ -362,6 +363,19 @@ fn stat<C: ExecContext + ?Sized>(
     let text = out.split_off(start);
     if text == b"ERROR\r\n" {
         return error(req, Status::NotFound, out);
+    }
+    if req.key == b"detail dump" {
+        // As memcached 1.6: the text dump, whole, as the value of a stat
+        // named "detailed", then the end.
+        const NAME: &[u8] = b"detailed";
+        write_response_header(
+            out,
+            &ok_header(req, 0, NAME.len(), NAME.len() + text.len(), 0),
+        );
+        out.extend_from_slice(NAME);
+        out.extend_from_slice(&text);
+        write_response_header(out, &ok_header(req, 0, 0, 0, 0));
+        return;
     }
     for line in text.split(|&b| b == b'\n') {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
