@@ -12,11 +12,26 @@ use std::time::{Duration, Instant};
 /// they did not, take longer).
 fn bench(args: &[&str], env: &[(&str, &std::path::Path)]) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_duality"));
-    c.arg("bench").args(args).stdin(Stdio::null());
+    c.arg("bench").args(args);
     for (k, v) in env {
         c.env(k, v);
     }
+    within_20s(c, args)
+}
+
+/// [`bench`] under `ulimit -n nofile` (soft and hard: it cannot raise it).
+fn bench_under_ulimit(nofile: u64, args: &[&str]) -> Output {
+    let mut c = Command::new("sh");
+    c.arg("-c")
+        .arg(format!("ulimit -n {nofile} && exec \"$0\" bench \"$@\""))
+        .arg(env!("CARGO_BIN_EXE_duality"))
+        .args(args);
+    within_20s(c, args)
+}
+
+fn within_20s(mut c: Command, args: &[&str]) -> Output {
     let mut child = c
+        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -151,6 +166,53 @@ fn seconds_out_of_range_name_their_flag() {
     }
     let o = bench(&["models", "--service", "echo", "--seconds", "0"], &[]);
     fails_saying(&o, &["--seconds 0: must be a positive number"]);
+}
+
+/// `bench models` and `bench threads` bound `--clients` by the real
+/// descriptor limit, as `bench http` does: a fixed 8,000 let 1,500 clients
+/// start under `ulimit -n 1024` and fail midway (593 requests failed),
+/// with a message that claimed 20,000 files whatever the limit.
+#[test]
+fn client_counts_past_the_descriptor_limit_are_refused() {
+    let tmp = common::TempDir::new("bench-nofile");
+    let out = tmp.path().join("r");
+    let out = out.to_str().unwrap();
+    let said = [
+        "--clients 1500: ",
+        "1024 files here (ulimit -n), 256 kept free; at most 768",
+    ];
+    for args in [
+        &[
+            "models",
+            "--models",
+            "sped",
+            "--no-peers",
+            "--clients",
+            "1,1500",
+        ][..],
+        &[
+            "models",
+            "--service",
+            "echo",
+            "--models",
+            "sped",
+            "--clients",
+            "1500",
+        ],
+        &[
+            "models",
+            "--sweep",
+            "--models",
+            "amped",
+            "--sweep-clients",
+            "1500",
+        ],
+        &["threads", "--clients", "1500"],
+    ] {
+        let o = bench_under_ulimit(1024, &[args, &["--quick", "--out", out]].concat());
+        fails_saying(&o, &said);
+        assert!(!tmp.path().join("r").exists(), "{args:?} made its results");
+    }
 }
 
 /// The echo service refuses what it would not honour, and client counts

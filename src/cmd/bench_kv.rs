@@ -90,7 +90,9 @@ pub struct ModelsArgs {
     #[arg(long, value_delimiter = ',')]
     models: Vec<duality_models::Model>,
     /// Comma-separated client counts. Default 1,8,20,40,80,120,200
-    /// (`--quick`: 1,8).
+    /// (`--quick`: 1,8); a count past the file limit (`ulimit -n`, less 256
+    /// kept free) or the server's connections (16,384; the echo server's
+    /// 10,000) is refused.
     #[arg(long, value_delimiter = ',')]
     clients: Vec<usize>,
     /// Comma-separated hand-off policies (`always`, `adaptive`): every
@@ -125,26 +127,50 @@ pub struct ThreadsArgs {
     /// 4; `--quick`: 2).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1024))]
     max_threads: Option<u64>,
-    /// Client connections.
+    /// Client connections; past the file limit (`ulimit -n`, less 256 kept
+    /// free) or 16,384 they are refused.
     #[arg(long, default_value_t = 120)]
     clients: usize,
     #[command(flatten)]
     load: LoadArgs,
 }
 
-/// Most client connections a point may ask for.
-const MAX_CLIENTS: usize = 8_000;
+/// Connections the echo server takes (`duality internal echo-server`
+/// starts it with `max_conns(10_000)`); past them it refuses.
+const ECHO_SERVER_CONNS: u64 = 10_000;
 
-/// Client counts: positive, within [`MAX_CLIENTS`].
-fn check_clients(clients: &[usize]) -> anyhow::Result<()> {
+/// Client counts: positive, and as many connections as the load generator
+/// and the server may hold open. Each client is a descriptor of this
+/// process and of the server (which inherits this process's limit, raised
+/// here to its hard limit as `bench http` does), so under `ulimit -n` with
+/// [`duality_bench::limits::FD_MARGIN`] kept free; and a connection of the
+/// server, which takes at most `server_conns`. Past either, the run
+/// started and failed midway (1,500 clients under `ulimit -n 1024`).
+fn check_clients(clients: &[usize], server_conns: u64) -> anyhow::Result<()> {
     anyhow::ensure!(
         !clients.is_empty() && clients.iter().all(|&c| c > 0),
         "--clients: client counts must be positive"
     );
-    let max = *clients.iter().max().unwrap_or(&1);
+    let most = clients.iter().copied().max().unwrap_or(1) as u64;
+    clients_fit(most, duality_bench::http::raise_fd_limit(), server_conns)
+}
+
+/// [`check_clients`]'s bounds for `most` clients under the descriptor
+/// limit `fd_limit`: the error names the bound that binds and the most
+/// that fit.
+fn clients_fit(most: u64, fd_limit: u64, server_conns: u64) -> anyhow::Result<()> {
+    use duality_bench::limits::{max_for_descriptors, FD_MARGIN};
+    let by_files = max_for_descriptors(fd_limit, 1, 0);
     anyhow::ensure!(
-        max <= MAX_CLIENTS,
-        "--clients {max}: this machine allows 20,000 open files per process; keep client counts under 8,000"
+        most <= by_files,
+        "--clients {most}: the load generator and the server each hold a descriptor per \
+         client, and a process may open {fd_limit} files here (ulimit -n), {FD_MARGIN} kept \
+         free; at most {by_files}"
+    );
+    anyhow::ensure!(
+        most <= server_conns,
+        "--clients {most}: the server is started to take at most {server_conns} connections; \
+         at most {server_conns}"
     );
     Ok(())
 }
@@ -173,7 +199,7 @@ fn plan(load: &LoadArgs, clients: Vec<usize>) -> anyhow::Result<Plan> {
         load.client_threads >= 1,
         "--client-threads must be at least 1"
     );
-    check_clients(&clients)?;
+    check_clients(&clients, duality_bench::servers::DEFAULT_MAX_CONNS as u64)?;
     let records = load.records();
     Ok(Plan {
         exe: std::env::current_exe()?,
@@ -513,7 +539,7 @@ fn echo(
         load.client_threads >= 1,
         "--client-threads must be at least 1"
     );
-    check_clients(clients)?;
+    check_clients(clients, ECHO_SERVER_CONNS)?;
     let dir = results_dir(load, "models-echo")?;
     let exe = std::env::current_exe()?;
     let pb = progress(rounds * models.len() * clients.len());
@@ -560,4 +586,37 @@ fn echo(
     }
     eprintln!("results in {} ({} files)", dir.display(), written.len());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::clients_fit;
+
+    #[test]
+    fn client_counts_past_the_descriptor_limit_are_refused() {
+        clients_fit(768, 1024, 16_384).unwrap();
+        // `ulimit -n 1024`: 1,500 clients started and failed midway.
+        let e = clients_fit(1500, 1024, 16_384).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "--clients 1500: the load generator and the server each hold a descriptor per \
+             client, and a process may open 1024 files here (ulimit -n), 256 kept free; at \
+             most 768"
+        );
+        // A higher limit lets more through: no fixed 8,000.
+        clients_fit(12_000, 20_000, 16_384).unwrap();
+        clients_fit(19_744, 1 << 20, 16_384).unwrap_err();
+    }
+
+    #[test]
+    fn client_counts_past_the_servers_connections_are_refused() {
+        clients_fit(10_000, 1 << 20, 10_000).unwrap();
+        let e = clients_fit(10_001, 1 << 20, 10_000)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--clients 10001: the server is started to take at most 10000 connections"),
+            "{e}"
+        );
+    }
 }

@@ -161,14 +161,16 @@ pub fn prepare_file(path: &Path, mib: u64) -> anyhow::Result<()> {
     }
     check_file(path, mib)?;
     let guard = crate::interrupt::TempPath::new(path);
-    let mut f = std::io::BufWriter::new(File::create(path)?);
+    // Each write a step: none lands once the signal thread may be removing
+    // the file (a create after its removal would leave the file behind).
+    let mut f = guard.step(|| File::create(path))?;
     let mut rng = fastrand::Rng::with_seed(0xd15c);
     let mut chunk = vec![0u8; 1 << 20];
     for _ in 0..mib {
         rng.fill(&mut chunk);
-        f.write_all(&chunk)?;
+        guard.step(|| f.write_all(&chunk))?;
     }
-    f.into_inner()?.sync_all()?;
+    guard.step(|| f.sync_all())?;
     guard.keep();
     Ok(())
 }

@@ -82,42 +82,68 @@ impl FileSet {
         self.root.join(&Self::url(i)[1..])
     }
 
-    /// Writes the files unless a previous run left them complete (a marker
-    /// names count and size); returns the set.
+    /// The marker a whole set holds, written after its last file.
+    fn marker(root: &Path, count: usize, size: usize) -> PathBuf {
+        root.join(format!("complete-{count}x{size}"))
+    }
+
+    /// Writes the files unless a previous run left them whole (see
+    /// [`FileSet::ready`]); returns the set. A set found incomplete is
+    /// removed and written again.
     pub fn prepare(root: &Path, count: usize, size: usize) -> anyhow::Result<FileSet> {
         let set = FileSet {
             root: root.to_path_buf(),
             count,
             size,
         };
-        let marker = root.join(format!("complete-{count}x{size}"));
         if FileSet::ready(root, count, size) {
             return Ok(set);
         }
         // A set left half-made (an error, or the run interrupted) is
-        // removed, not kept for the next run.
+        // removed, not kept for the next run. Every write is a step of the
+        // guard: once interrupted, none runs, so the signal thread's
+        // removal is never raced by this loop (which recreated folders
+        // behind it and then wrote the marker).
         let guard = crate::interrupt::TempPath::new(root);
+        guard.step(|| match std::fs::remove_dir_all(root) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            r => r,
+        })?;
         let mut body = vec![0u8; size];
         let mut rng = fastrand::Rng::with_seed(19);
         for i in 0..count {
             let p = set.path(i);
-            if i % 256 == 0 {
-                std::fs::create_dir_all(p.parent().expect("a parent"))?;
-            }
-            // Incompressible, different per file: nothing dedups or caches
-            // one file for another.
-            rng.fill(&mut body);
-            std::fs::write(&p, &body)?;
+            guard.step(|| {
+                if i % 256 == 0 {
+                    std::fs::create_dir_all(p.parent().expect("a parent"))?;
+                }
+                // Incompressible, different per file: nothing dedups or
+                // caches one file for another.
+                rng.fill(&mut body);
+                std::fs::write(&p, &body)
+            })?;
         }
-        std::fs::write(&marker, b"")?;
+        guard.step(|| std::fs::write(FileSet::marker(root, count, size), b""))?;
         guard.keep();
         Ok(set)
     }
 
     /// Whether the set of `count` files of `size` bytes under `root` is
-    /// there, whole, from an earlier run.
+    /// there, whole, from an earlier run: its marker, and every file at its
+    /// size (a marker alone was trusted, and a set whose files had gone, as
+    /// an interrupted run's writer left it, failed every later run with a
+    /// bare "No such file or directory").
     pub fn ready(root: &Path, count: usize, size: usize) -> bool {
-        root.join(format!("complete-{count}x{size}")).exists()
+        let set = FileSet {
+            root: root.to_path_buf(),
+            count,
+            size,
+        };
+        FileSet::marker(root, count, size).exists()
+            && (0..count).all(|i| {
+                std::fs::symlink_metadata(set.path(i))
+                    .is_ok_and(|m| m.is_file() && m.len() == size as u64)
+            })
     }
 
     /// Drops every file of the set from the page cache (written back first:
@@ -127,7 +153,9 @@ impl FileSet {
         // SAFETY: sync(2) takes no arguments; it writes dirty pages back.
         unsafe { libc::sync() };
         for i in 0..self.count {
-            let f = std::fs::File::open(self.path(i))?;
+            let p = self.path(i);
+            let f = std::fs::File::open(&p)
+                .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", p.display()))?;
             // SAFETY: posix_fadvise only advises the kernel about an open
             // descriptor we own; no memory is passed.
             let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
@@ -516,17 +544,42 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("duality-web-files-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let set = FileSet::prepare(&dir, 300, 1024).unwrap();
+        assert!(FileSet::ready(&dir, 300, 1024));
         assert_eq!(std::fs::metadata(set.path(299)).unwrap().len(), 1024);
         assert_ne!(
             std::fs::read(set.path(0)).unwrap(),
             std::fs::read(set.path(1)).unwrap()
         );
-        // A second prepare finds the marker and writes nothing.
-        std::fs::remove_file(set.path(299)).unwrap();
+        // A second prepare finds the set whole and writes nothing.
+        std::fs::write(set.path(0), [7u8; 1024]).unwrap();
         FileSet::prepare(&dir, 300, 1024).unwrap();
-        assert!(!set.path(299).exists());
-        std::fs::write(set.path(299), b"x").unwrap();
+        assert_eq!(std::fs::read(set.path(0)).unwrap(), [7u8; 1024]);
         set.evict().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The marker with files missing (an interrupted run's writer, racing
+    /// the removal, left 36,609 of 131,072 and the marker): not ready, and
+    /// written again whole; the next run failed on the missing files.
+    #[test]
+    fn a_marked_set_with_files_missing_is_written_again() {
+        let dir = std::env::temp_dir().join(format!("duality-web-broken-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let set = FileSet::prepare(&dir, 600, 64).unwrap();
+        std::fs::remove_dir_all(dir.join("d001")).unwrap();
+        std::fs::write(set.path(599), b"short").unwrap();
+        std::fs::write(dir.join("stray"), b"x").unwrap();
+        assert!(FileSet::marker(&dir, 600, 64).exists());
+        assert!(!FileSet::ready(&dir, 600, 64));
+        FileSet::prepare(&dir, 600, 64).unwrap();
+        assert!(FileSet::ready(&dir, 600, 64));
+        // Rebuilt from nothing: what the broken set held is gone.
+        assert!(!dir.join("stray").exists());
+        set.evict().unwrap();
+        // A file gone after the check is named in the error.
+        std::fs::remove_file(set.path(300)).unwrap();
+        let e = set.evict().unwrap_err().to_string();
+        assert!(e.contains("d001/f000300"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

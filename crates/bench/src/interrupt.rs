@@ -11,7 +11,11 @@
 //!    refuse once it is closed, so a child is either started before the
 //!    gate closes (and found by the next step) or never started (a server
 //!    the main thread was about to start as the signal came, between two
-//!    measurements, would otherwise outlive the run);
+//!    measurements, would otherwise outlive the run); and closes the write
+//!    gate the same way: a path made in many steps (a set of files) is
+//!    written through [`TempPath::step`], so no step runs once removal may
+//!    have begun (a writer that did not look recreated directories behind
+//!    the remover, then marked the half-made set complete);
 //! 3. sends SIGTERM to every child process of this one, waits up to
 //!    [`GRACE`] for them and their own children (nginx's workers) to exit,
 //!    then sends SIGKILL to every descendant still alive, and looks again
@@ -28,7 +32,10 @@
 //! last time. Temporary paths are registered where they are made (before
 //! the file or the process that makes them), and unregistered (and
 //! removed) when their guard drops, or kept with [`TempPath::keep`] (a
-//! file made whole, for the next run).
+//! file made whole, for the next run). A path is removed by one side only:
+//! the signal thread if it took it from the register, else its guard,
+//! which holds the register while it removes (the signal thread, which
+//! exits the process once it has removed its own, waits for it).
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -73,6 +80,15 @@ impl TempPath {
         &self.path
     }
 
+    /// Runs `step`, one step of making the path (a file of a set, say),
+    /// unless the run has been interrupted: an `Interrupted` error then. The
+    /// signal thread closes the gate, after any step in progress, before it
+    /// removes the registered paths, so nothing is written under a path
+    /// once its removal may have begun.
+    pub fn step<T>(&self, step: impl FnOnce() -> std::io::Result<T>) -> std::io::Result<T> {
+        WRITES.pass(step)
+    }
+
     /// Unregisters the path and leaves it in place: a file made whole, to be
     /// kept for the next run. (Interrupted before this, it is removed.)
     pub fn keep(mut self) -> PathBuf {
@@ -84,8 +100,14 @@ impl TempPath {
 
 impl Drop for TempPath {
     fn drop(&mut self) {
-        lock_paths().remove(&self.id);
-        remove(&self.path);
+        // Taken by the signal thread (or kept): not ours to remove. Ours:
+        // removed with the register held, so that the signal thread does
+        // not exit the process halfway through (a set of files takes a
+        // while) nor remove it at the same time.
+        let mut paths = lock_paths();
+        if paths.remove(&self.id).is_some() {
+            remove(&self.path);
+        }
     }
 }
 
@@ -106,16 +128,20 @@ fn remove(p: &Path) {
     }
 }
 
-/// Whether children may still be started: held while one is, closed (set
-/// to true, for good) by the signal thread before it looks for children.
-struct SpawnGate {
+/// Whether the work it guards may still go on: held while a piece of it
+/// runs, closed (set to true, for good) by the signal thread before it
+/// undoes that work (stops the children, removes the paths).
+struct Gate {
     closed: Mutex<bool>,
+    /// What a refusal says.
+    refusal: &'static str,
 }
 
-impl SpawnGate {
-    const fn new() -> SpawnGate {
-        SpawnGate {
+impl Gate {
+    const fn new(refusal: &'static str) -> Gate {
+        Gate {
             closed: Mutex::new(false),
+            refusal,
         }
     }
 
@@ -123,27 +149,32 @@ impl SpawnGate {
         self.closed.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Starts `cmd` unless the gate is closed (an `Interrupted` error then).
-    /// The gate is held until the child exists, so [`SpawnGate::close`]
-    /// returns only once every child started through it can be seen.
-    fn spawn(&self, cmd: &mut Command) -> std::io::Result<Child> {
+    /// Runs `f` unless the gate is closed (an `Interrupted` error then).
+    /// The gate is held until `f` returns, so [`Gate::close`] returns only
+    /// once every piece of work that passed has finished.
+    fn pass<T>(&self, f: impl FnOnce() -> std::io::Result<T>) -> std::io::Result<T> {
         let closed = self.lock();
         if *closed {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::Interrupted,
-                "the run was interrupted: no process is started any more",
+                self.refusal,
             ));
         }
-        cmd.spawn()
+        f()
     }
 
-    /// Closes the gate, after any spawn in progress has finished.
+    /// Closes the gate, after any piece of work in progress has finished.
     fn close(&self) {
         *self.lock() = true;
     }
 }
 
-static SPAWNS: SpawnGate = SpawnGate::new();
+/// Held while a child is started: once closed, every child is in /proc.
+static SPAWNS: Gate = Gate::new("the run was interrupted: no process is started any more");
+
+/// Held while a step of a [`TempPath`] is written: once closed, nothing is
+/// written under a registered path any more.
+static WRITES: Gate = Gate::new("the run was interrupted: its temporary files are being removed");
 
 /// [`Command::spawn`] and [`Command::output`] unless the run has been
 /// interrupted: every child of an experiment is started through these, so
@@ -158,16 +189,17 @@ pub trait SpawnUnlessInterrupted {
 
 impl SpawnUnlessInterrupted for Command {
     fn spawn_unless_interrupted(&mut self) -> std::io::Result<Child> {
-        SPAWNS.spawn(self)
+        SPAWNS.pass(|| self.spawn())
     }
 
     fn output_unless_interrupted(&mut self) -> std::io::Result<Output> {
         SPAWNS
-            .spawn(
+            .pass(|| {
                 self.stdin(Stdio::null())
                     .stdout(Stdio::piped())
-                    .stderr(Stdio::piped()),
-            )?
+                    .stderr(Stdio::piped())
+                    .spawn()
+            })?
             .wait_with_output()
     }
 }
@@ -209,8 +241,11 @@ pub fn install() -> std::io::Result<()> {
             if let Some(sig) = signals.forever().next() {
                 SIGNAL.store(sig, Ordering::SeqCst);
                 // No child is started from here on; one being started now
-                // is in /proc before `close` returns.
+                // is in /proc before `close` returns. Nothing is written
+                // under a registered path either (closed first: the writer
+                // stops at once, not after the children).
                 SPAWNS.close();
+                WRITES.close();
                 stop_descendants(GRACE);
                 let paths: Vec<PathBuf> = lock_paths().drain().map(|(_, p)| p).collect();
                 for p in &paths {
@@ -342,21 +377,42 @@ mod tests {
 
     #[test]
     fn a_closed_gate_starts_nothing() {
-        let gate = SpawnGate::new();
-        let mut ok = gate.spawn(&mut Command::new("true")).unwrap();
+        let gate = Gate::new("closed");
+        let mut ok = gate.pass(|| Command::new("true").spawn()).unwrap();
         ok.wait().unwrap();
         gate.close();
         let e = gate
-            .spawn(Command::new("sleep").arg("30"))
+            .pass(|| Command::new("sleep").arg("30").spawn())
             .expect_err("a closed gate started a process");
         assert_eq!(e.kind(), std::io::ErrorKind::Interrupted);
     }
 
     #[test]
-    fn close_waits_for_a_spawn_in_progress() {
-        // A spawn holding the gate (here: held by hand, as `spawn` holds it
-        // across `Command::spawn`) delays `close` until it is done.
-        let gate = std::sync::Arc::new(SpawnGate::new());
+    fn a_closed_gate_runs_no_step() {
+        let gate = Gate::new("closed");
+        let mut ran = 0;
+        gate.pass(|| {
+            ran += 1;
+            Ok(())
+        })
+        .unwrap();
+        gate.close();
+        let e = gate
+            .pass(|| {
+                ran += 1;
+                Ok(())
+            })
+            .expect_err("a closed gate ran a step");
+        assert_eq!(e.kind(), std::io::ErrorKind::Interrupted);
+        assert_eq!(e.to_string(), "closed");
+        assert_eq!(ran, 1);
+    }
+
+    #[test]
+    fn close_waits_for_work_in_progress() {
+        // A spawn or a step holding the gate (here: held by hand, as `pass`
+        // holds it across its work) delays `close` until it is done.
+        let gate = std::sync::Arc::new(Gate::new("closed"));
         let held = gate.lock();
         let g2 = gate.clone();
         let closer = std::thread::spawn(move || g2.close());
@@ -388,5 +444,18 @@ mod tests {
         drop(t);
         assert!(!p.exists());
         assert!(!lock_paths().values().any(|q| q == &p));
+    }
+
+    #[test]
+    fn a_path_the_signal_thread_took_is_left_to_it() {
+        // Drained from the register (as the signal thread does before it
+        // removes): the guard's drop must not remove it at the same time.
+        let p = std::env::temp_dir().join(format!("duality-taken-{}", std::process::id()));
+        std::fs::write(&p, b"x").unwrap();
+        let t = TempPath::new(&p);
+        assert_eq!(lock_paths().remove(&t.id), Some(p.clone()));
+        drop(t);
+        assert!(p.exists());
+        std::fs::remove_file(&p).unwrap();
     }
 }
