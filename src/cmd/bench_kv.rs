@@ -135,9 +135,6 @@ pub struct ThreadsArgs {
     load: LoadArgs,
 }
 
-/// Connections the echo server takes (`duality internal echo-server`
-/// starts it with `max_conns(10_000)`); past them it refuses.
-const ECHO_SERVER_CONNS: u64 = 10_000;
 
 /// Client counts: positive, and as many connections as the load generator
 /// and the server may hold open. Each client is a descriptor of this
@@ -539,7 +536,7 @@ fn echo(
         load.client_threads >= 1,
         "--client-threads must be at least 1"
     );
-    check_clients(clients, ECHO_SERVER_CONNS)?;
+    check_clients(clients, super::internal::ECHO_SERVER_CONNS as u64)?;
     let dir = results_dir(load, "models-echo")?;
     let exe = std::env::current_exe()?;
     let pb = progress(rounds * models.len() * clients.len());

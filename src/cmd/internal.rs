@@ -116,6 +116,10 @@ fn colors_server(a: ColorsServerArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Connections the echo server takes (`bench models --service echo`
+/// refuses more clients).
+pub const ECHO_SERVER_CONNS: usize = 10_000;
+
 fn echo_server(a: EchoServerArgs) -> anyhow::Result<()> {
     a.io.apply();
     let mut b = duality_models::ServerBuilder::new()
@@ -123,7 +127,7 @@ fn echo_server(a: EchoServerArgs) -> anyhow::Result<()> {
         .handoff(a.handoff.handoff)
         .idle_spin(a.io.idle_spin())
         .payload_spin(a.io.payload_spin())
-        .max_conns(10_000);
+        .max_conns(ECHO_SERVER_CONNS);
     if let Some(p) = &a.unix {
         b = b.unix(p);
     }
