@@ -4,6 +4,11 @@
 //! cache can answer completes at once, one that must wait for the disk is
 //! done by the kernel's workers while the loop runs other tasks. Elsewhere
 //! (epoll loops, or off a loop) it runs on the blocking pool.
+//!
+//! A read future dropped before it completes does not cancel the read: its
+//! buffer stays with the kernel (io_uring) or the pool job until the read
+//! is done, then is freed. Many such drops in a row hold that much memory
+//! for as long.
 
 use std::fs::File;
 use std::future::poll_fn;
@@ -11,7 +16,8 @@ use std::io;
 use std::sync::Arc;
 
 /// Reads up to `len` bytes of `file` from `offset` (fewer at its end; none
-/// past it) without blocking the calling loop.
+/// past it; at most [`MAX_READ`] in one call) without blocking the calling
+/// loop.
 pub async fn read_at(file: Arc<File>, offset: u64, len: usize) -> io::Result<Vec<u8>> {
     read_aligned(file, offset, len, 1).await
 }
@@ -28,12 +34,18 @@ pub async fn read_direct(file: Arc<File>, offset: u64, len: usize) -> io::Result
     read_aligned(file, offset, len, DIRECT_ALIGN).await
 }
 
+/// The most one read returns: Linux's own bound on a single read (a
+/// multiple of [`DIRECT_ALIGN`]). Past it a read is short, as read(2) is;
+/// it also keeps the ring's 32-bit length and the buffer's size in range.
+pub const MAX_READ: usize = 0x7fff_f000;
+
 async fn read_aligned(
     file: Arc<File>,
     offset: u64,
     len: usize,
     align: usize,
 ) -> io::Result<Vec<u8>> {
+    let len = len.min(MAX_READ);
     let ring = crate::event_loop::with_current(|cur| match cur.map(|l| &l.reactor) {
         Some(crate::backend::Backend::Uring(r)) => {
             Some(r.read_file(file.clone(), offset, len, align))
@@ -44,6 +56,18 @@ async fn read_aligned(
         Some(done) => poll_fn(|cx| done.poll_done(cx)).await,
         None => crate::spawn_blocking(move || {
             use std::os::unix::fs::FileExt;
+            // The buffer is zeroed before the read: no larger than what a
+            // regular file has left (rounded up to `align`, for O_DIRECT).
+            let len = match file.metadata() {
+                Ok(m) if m.is_file() => {
+                    let left = m
+                        .len()
+                        .saturating_sub(offset)
+                        .next_multiple_of(align as u64);
+                    len.min(usize::try_from(left).unwrap_or(usize::MAX))
+                }
+                _ => len,
+            };
             let mut buf: Vec<u8> = Vec::with_capacity(len + align - 1);
             let pad = buf.as_mut_ptr().align_offset(align).min(align - 1);
             buf.resize(pad + len, 0);
@@ -85,6 +109,9 @@ mod tests {
                 assert_eq!(tail, &data[299_990..]);
                 let past = read_at(file.clone(), 400_000, 100).await.unwrap();
                 assert!(past.is_empty());
+                // A length past 4 GiB (the ring's 32 bits cut it to 100).
+                let all = read_at(file.clone(), 1000, (4 << 30) + 100).await.unwrap();
+                assert_eq!(all, &data[1000..], "{io:?}");
                 // A read whose future is dropped at once: the ring keeps the
                 // buffer until its completion; the loop goes on.
                 let f = read_at(file.clone(), 0, 100_000);

@@ -7,8 +7,9 @@
 //! A key outlives its value: an event already fetched for a source that
 //! was just removed, or a completion the table no longer expects, still
 //! names its slot. Every insert takes a new generation from one counter for
-//! the whole table, so such a key never matches a later value in the same
-//! slot. That counter is also what lets the table shrink: once a burst of
+//! the whole table, so such a key does not match a later value in the same
+//! slot until that counter has wrapped (2^32 inserts later: far longer than
+//! a stale event or completion lives). That counter is also what lets the table shrink: once a burst of
 //! connections has closed, trailing free slots are dropped and the storage
 //! is given back (it held tens of bytes per connection at the peak for as
 //! long as the loop lived), and a slot made again later still gets a

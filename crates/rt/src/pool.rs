@@ -676,7 +676,7 @@ impl Shared {
                 break;
             }
             st.idle += 1;
-            let deadline = Instant::now() + self.config.keep_alive;
+            let deadline = crate::time::after(self.config.keep_alive);
             let timed_out = loop {
                 let now = Instant::now();
                 if now >= deadline {
@@ -943,6 +943,24 @@ mod tests {
         assert_eq!(name.unwrap().as_deref(), Some("t-run-0"));
         let s = pool.stats();
         assert_eq!((s.threads, s.completed, s.queued), (1, 1, 0));
+    }
+
+    /// A keep-alive past what an `Instant` holds is "forever": the idle
+    /// thread panicked computing its deadline, the pool still counted it
+    /// idle, and the next job waited for it forever.
+    #[test]
+    fn a_keep_alive_of_duration_max_keeps_serving() {
+        let pool = Pool::new(PoolConfig {
+            name: "t-max".into(),
+            max_threads: 1,
+            queue_capacity: 4,
+            keep_alive: Duration::MAX,
+            nice: 0,
+            background_after: None,
+        });
+        assert_eq!(block_on(pool.run(|| 1)).unwrap(), 1);
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(block_on(pool.run(|| 2)).unwrap(), 2);
     }
 
     /// This thread's nice value, from `/proc/thread-self/stat` (field 19).

@@ -1230,6 +1230,7 @@ impl UringReactor {
         align: usize,
     ) -> Arc<FileRead> {
         use std::os::fd::AsRawFd;
+        debug_assert!(len <= crate::fs::MAX_READ, "fs caps a read's length");
         let done = Arc::new(FileRead::default());
         let mut buf: Vec<u8> = Vec::with_capacity(len + align - 1);
         let pad = buf.as_mut_ptr().align_offset(align).min(align - 1);

@@ -14,12 +14,21 @@ pub(crate) struct Enter {
 }
 
 pub(crate) fn enter(local: &Local) -> Enter {
-    let prev = CURRENT.with(|c| c.replace(local as *const Local));
+    // Checked before anything changes: a panic here must leave CURRENT as
+    // it was (it pointed at this loop, which the unwinding then freed).
     assert!(
-        prev.is_null(),
+        CURRENT.with(|c| c.get()).is_null(),
         "cannot run a duality event loop inside another one on the same thread \
          (nested block_on?)"
     );
+    enter_nested(local)
+}
+
+/// Makes `local` this thread's loop until the guard drops, inside another
+/// one if need be: a loop made and dropped inside a running one is current
+/// while its tasks are dropped, and the outer one is current again after.
+pub(crate) fn enter_nested(local: &Local) -> Enter {
+    let prev = CURRENT.with(|c| c.replace(local as *const Local));
     Enter { prev }
 }
 

@@ -50,10 +50,11 @@ pub(crate) use context::with_current;
 pub struct LoopConfig {
     /// Thread/loop name, shown in snapshots and logs.
     pub name: Option<String>,
-    /// Task polls per turn before the loop looks at I/O again.
+    /// Task polls per turn before the loop looks at I/O again (at least
+    /// one is polled).
     pub budget: usize,
     /// Time spent running tasks per turn before the loop looks at I/O again
-    /// (checked between polls).
+    /// (checked between polls; at least one task is polled).
     pub turn_time: Duration,
     /// A single poll longer than this is logged as a warning (`None`: never).
     pub long_poll_threshold: Option<Duration>,
@@ -254,8 +255,9 @@ impl Local {
         let mut n = 0;
         // Look at I/O again after `budget` polls or `turn_time`, whichever
         // comes first: with expensive polls, a count alone would keep a
-        // newly ready connection waiting for many milliseconds.
-        while n < self.config.budget && t0 < turn_until {
+        // newly ready connection waiting for many milliseconds. One poll a
+        // turn at least: a budget or turn time of 0 must not starve tasks.
+        while n == 0 || (n < self.config.budget && t0 < turn_until) {
             let Some(task) = self.run_queue.pop() else {
                 break;
             };
@@ -962,7 +964,9 @@ impl Drop for EventLoop {
             g.leave(local.shared.id);
         }
         {
-            let _enter = context::enter(local);
+            // Never a panic here (a loop dropped inside a running one, or
+            // while a nested block_on's panic unwinds, would abort).
+            let _enter = context::enter_nested(local);
             local.shutdown();
         }
         registry::release(local.shared);

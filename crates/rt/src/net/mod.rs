@@ -4,7 +4,15 @@
 //! its loop's reactor and the loop runs other tasks meanwhile. Each socket is
 //! registered with the loop of the thread that created it; it may be used (and
 //! dropped) from any thread afterwards, its readiness events still arrive
-//! through that loop.
+//! through that loop. So a socket must not outlive its loop's running:
+//! once that loop has stopped, an operation that has to wait for the socket
+//! never completes (one whose bytes are already there may).
+//!
+//! On an io_uring loop a dropped socket is closed by the loop once the
+//! kernel has given back its last operation, a turn or so later (a listener
+//! dropped and bound again at once can find its address still in use, and a
+//! client connecting meanwhile is accepted, then cut off); on epoll it is
+//! closed at once.
 //!
 //! One task may read and one may write a socket at a time (each direction
 //! keeps one waker).

@@ -104,9 +104,17 @@ pub fn loop_now() -> Instant {
     with_current(|cur| cur.map(|l| l.turn_now.get())).unwrap_or_else(Instant::now)
 }
 
+/// `duration` from now, or about a century where that is past what an
+/// `Instant` holds (`Duration::MAX`: "never", as tokio takes it).
+pub(crate) fn after(duration: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(duration)
+        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 86_400))
+}
+
 /// Waits until `duration` has passed.
 pub fn sleep(duration: Duration) -> Sleep {
-    sleep_until(Instant::now() + duration)
+    sleep_until(after(duration))
 }
 
 /// Waits until `deadline`.
