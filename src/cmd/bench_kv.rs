@@ -135,7 +135,6 @@ pub struct ThreadsArgs {
     load: LoadArgs,
 }
 
-
 /// Client counts: positive, and as many connections as the load generator
 /// and the server may hold open. Each client is a descriptor of this
 /// process and of the server (which inherits this process's limit, raised
