@@ -1356,3 +1356,21 @@ fn a_stopping_server_removes_only_its_own_socket() {
     assert!(sock.exists(), "another server's socket was removed");
     drop(other);
 }
+
+/// A second instance that cannot bind leaves the running one's pid file as
+/// it is (the file is written once the sockets are bound; written before,
+/// the failed instance replaced it, then removed it).
+#[test]
+fn a_failed_second_instance_leaves_the_pid_file() {
+    let dir = TempDir::new("kv-pid");
+    let pid = dir.path().join("kv.pid");
+    let kv = KvProc::start(&["-P", pid.to_str().unwrap()]);
+    let first = std::fs::read_to_string(&pid).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_duality"))
+        .args(["kv", "-l", "127.0.0.1", "-p", &kv.port.to_string()])
+        .args(["-P", pid.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert_eq!(std::fs::read_to_string(&pid).unwrap(), first);
+}

@@ -205,6 +205,7 @@ fn a_closed_stderr_loses_no_items() {
     let mut half = common::Client::connect(&sock);
     half.send(b"set half 0 0 10\r\nab");
     drop(c);
+    std::thread::sleep(Duration::from_millis(100));
     // SAFETY: as above.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
     let status = child.wait().unwrap();
@@ -249,4 +250,32 @@ fn a_second_signal_stops_at_once_and_keeps_the_items() {
         kv.stderr_text()
     );
     check_all(&kv, 30);
+}
+
+/// After the `shutdown` command (which closes the first signal watch), a
+/// stop signal still cuts the stop short.
+#[test]
+fn a_signal_after_the_shutdown_command_stops_at_once() {
+    let dir = TempDir::new("kv-memfile-cmd");
+    let file = dir.path().join("cache.mem");
+    let f = file.to_str().unwrap();
+    let mut kv = KvProc::start(&["-A", "-m", "8", "-e", f]);
+    fill(&kv, 5);
+    let mut half = kv.connect();
+    half.send(b"set half 0 0 10\r\nab");
+    std::thread::sleep(Duration::from_millis(100));
+    let t = std::time::Instant::now();
+    kv.connect().send(b"shutdown\r\n");
+    std::thread::sleep(Duration::from_millis(300));
+    kv.signal(libc::SIGTERM);
+    assert!(kv.wait_exit(Duration::from_secs(10)).is_some());
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    drop(half);
+    let kv = KvProc::start(&["-m", "8", "-e", f]);
+    assert!(
+        kv.wait_stderr(": restored ", Duration::from_secs(5)),
+        "{}",
+        kv.stderr_text()
+    );
+    check_all(&kv, 5);
 }

@@ -291,7 +291,9 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
     // -c does: a shell's usual 1024 would otherwise halve --max-conns and
     // turn the open-file cache off.
     super::raise_nofile(
-        32 + 2 * a.max_conns.unwrap_or(1024) as u64 + a.open_file_cache.unwrap_or(1000) as u64,
+        (a.max_conns.unwrap_or(1024) as u64)
+            .saturating_mul(2)
+            .saturating_add(32 + a.open_file_cache.unwrap_or(1000) as u64),
     );
     let max_conns = *a.max_conns.get_or_insert_with(default_max_conns);
     let open_files = a
@@ -425,7 +427,8 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         }
     }
     use signal_hook::consts::{SIGINT, SIGQUIT, SIGTERM};
-    let now = super::second_signal(signals, "http", &[SIGTERM, SIGINT, SIGQUIT]);
+    let now = super::second_signal("http", &[SIGTERM, SIGINT, SIGQUIT]);
+    drop(signals);
     let report = server.shutdown_or(grace, &now);
     if report.cut_off > 0 {
         duality_rt::say!(

@@ -531,14 +531,20 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     }
     let st = state.clone();
     let _metrics = a.metrics.start("kv", move || st.prometheus())?;
-    // Written before the ready line, so whoever waits for it finds the file.
-    let _pidfile = a
-        .pidfile
-        .as_deref()
-        .map(|p| super::PidFile::write(p, "-P"))
-        .transpose()?;
     let d = driver(state.clone());
-    let mut server = b.serve(move |c, p| serve_conn(c, p, d.clone()))?;
+    let server = b.serve(move |c, p| serve_conn(c, p, d.clone()))?;
+    // Written once the sockets are bound (a second instance that cannot
+    // bind must not replace, then remove, the running one's file), before
+    // the ready line, so whoever waits for it finds the file. If it cannot
+    // be, the server stops before the memory file is closed.
+    let _pidfile = match a.pidfile.as_deref().map(|p| super::PidFile::write(p, "-P")) {
+        Some(Err(e)) => {
+            server.shutdown(Duration::ZERO);
+            return Err(e);
+        }
+        p => p.transpose()?,
+    };
+    let mut server = server;
     keep_file.0 = None;
     state.attach(server.stats_handle());
     let st = state.clone();
@@ -558,6 +564,12 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     if a.verbose > 0 {
         duality_rt::say!("duality kv: {config:?}", config = a);
     }
+    if a.unix_socket.is_some() && a.port.is_none() {
+        duality_rt::say!(
+            "duality kv: -s without -p: listening on the Unix socket only, as memcached; \
+             give -p PORT for TCP too"
+        );
+    }
     if a.disable_cas && a.verbose > 0 {
         duality_rt::say!("duality kv: -C ignored: CAS stays enabled");
     }
@@ -571,7 +583,8 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
         }
     }
     use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR1};
-    let now = super::second_signal(signals, "kv", &[SIGTERM, SIGINT, SIGUSR1]);
+    let now = super::second_signal("kv", &[SIGTERM, SIGINT, SIGUSR1]);
+    drop(signals);
     let report = server.shutdown_or(Duration::from_secs(5), &now);
     if report.cut_off > 0 {
         duality_rt::say!(

@@ -20,25 +20,34 @@ pub mod process;
 /// `stops` sets the returned flag (the server then cuts its connections off
 /// at once instead of waiting out the grace, as a second Ctrl-C does
 /// elsewhere) and says so. Other signals are ignored from then on.
+///
+/// Its own registration (made before the caller drops the first, so no
+/// signal falls between): the first may have been closed (the cache's
+/// `shutdown` command closes it). Without a thread to watch (none can be
+/// made), the stop is simply not cut short.
 pub fn second_signal(
-    mut signals: signal_hook::iterator::Signals,
     server: &'static str,
     stops: &'static [i32],
 ) -> std::sync::Arc<std::sync::atomic::AtomicBool> {
     use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
     let now = std::sync::Arc::new(AtomicBool::new(false));
+    let Ok(mut signals) = signal_hook::iterator::Signals::new(stops) else {
+        return now;
+    };
     let flag = now.clone();
-    std::thread::spawn(move || {
-        for sig in signals.forever() {
-            if stops.contains(&sig) {
-                flag.store(true, Relaxed);
-                duality_rt::say!(
-                    "duality {server}: a second stop signal: open connections are cut off now"
-                );
-                break;
+    let _ = std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for sig in signals.forever() {
+                if stops.contains(&sig) {
+                    flag.store(true, Relaxed);
+                    duality_rt::say!(
+                        "duality {server}: a second stop signal: open connections are cut off now"
+                    );
+                    break;
+                }
             }
-        }
-    });
+        });
     now
 }
 

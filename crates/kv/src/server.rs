@@ -873,7 +873,7 @@ impl Protocol for KvProtocol {
             _ => None,
         };
         let ending = match req {
-            KvRequest::Text(Ok(r)) => self.text_request(conn, &r, out, before),
+            KvRequest::Text(Ok(r)) => self.text_request(conn, &r, &ctx, out, before),
             KvRequest::Text(Err(e)) => Ending::Unaccounted(execute_error(&e, &st.store, &ctx, out)),
             KvRequest::Binary(Ok(r)) => {
                 let flow = execute_binary(&r, &st.store, &ctx, out);
@@ -986,11 +986,12 @@ impl KvProtocol {
         &self,
         conn: Option<&ConnInfo>,
         r: &Request<'_>,
+        ctx: &Ctx<'_>,
         out: &mut duality_models::Output,
         before: usize,
     ) -> Ending {
         let st = &*self.0;
-        let part = execute_part(r, &st.store, &st.ctx(), out);
+        let part = execute_part(r, &st.store, ctx, out);
         if self.holds(conn, out, before) {
             return match part {
                 Part::Done(flow) => Ending::Answered(flow),
@@ -1000,7 +1001,8 @@ impl KvProtocol {
                 Part::More(next) => Ending::Finish(next as u32),
             };
         }
-        if let Some(ending) = conn.and_then(|info| self.split_text(info, r, part, out, before)) {
+        if let Some(ending) = conn.and_then(|info| self.split_text(info, r, part, ctx, out, before))
+        {
             return ending;
         }
         self.refuse_response(out, before, None);
@@ -1017,13 +1019,14 @@ impl KvProtocol {
         info: &ConnInfo,
         r: &Request<'_>,
         part: Part,
+        ctx: &Ctx<'_>,
         out: &mut duality_models::Output,
         before: usize,
     ) -> Option<Ending> {
         let st = &*self.0;
         // A meta get's value is cut from the item it was copied from.
         if let Part::Done(Flow::Continue) = part {
-            if let Some(ending) = self.meta_split(info, r, out, before) {
+            if let Some(ending) = self.meta_split(info, r, ctx.now, out, before) {
                 return Some(ending);
             }
         }
@@ -1037,7 +1040,7 @@ impl KvProtocol {
             counted,
             ..GetCursor::default()
         };
-        match split_get(r, &st.store, &st.ctx(), out, at, SPLIT_PIECE)? {
+        match split_get(r, &st.store, ctx, out, at, SPLIT_PIECE)? {
             Ok(None) => Some(Ending::Answered(Flow::Continue)),
             Ok(Some(at)) => {
                 st.put_split(info, at);
@@ -1159,12 +1162,12 @@ impl KvProtocol {
         &self,
         info: &ConnInfo,
         req: &Request<'_>,
+        now: Time,
         out: &mut duality_models::Output,
         before: usize,
     ) -> Option<Ending> {
         let st = &*self.0;
-        let (value_at, mut at) =
-            meta_split_start(req, &st.store, st.ctx().now, out.get(before..)?)?;
+        let (value_at, mut at) = meta_split_start(req, &st.store, now, out.get(before..)?)?;
         let value_at = before + value_at;
         // The value and its line end follow the line.
         let len = out.len().checked_sub(value_at + 2)?;
@@ -1449,6 +1452,12 @@ pub async fn sweep_forever(payload: Payload, state: Arc<KvState>) {
     const BATCH: usize = 256;
     loop {
         duality_rt::time::sleep(state.config.sweep_interval).await;
+        if let Some(e) = crate::store::memfile::take_no_room() {
+            duality_rt::say!(
+                "duality kv: memory file: no segment allocated ({e}): the cache holds less than \
+                 its memory limit (-m) until its file system has room"
+            );
+        }
         // `lru_crawler disable` stops it, as it stops memcached's crawler.
         if !state.store.crawler().enabled() {
             continue;

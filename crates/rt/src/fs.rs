@@ -56,10 +56,11 @@ async fn read_aligned(
         Some(done) => poll_fn(|cx| done.poll_done(cx)).await,
         None => crate::spawn_blocking(move || {
             use std::os::unix::fs::FileExt;
-            // The buffer is zeroed before the read: no larger than what a
-            // regular file has left (rounded up to `align`, for O_DIRECT).
-            let len = match file.metadata() {
-                Ok(m) if m.is_file() => {
+            // The buffer is zeroed before the read: a large one no larger
+            // than what a regular file has left (rounded up to `align`, for
+            // O_DIRECT). Small reads skip the fstat.
+            let len = match (len > 1 << 16).then(|| file.metadata()) {
+                Some(Ok(m)) if m.is_file() => {
                     let left = m
                         .len()
                         .saturating_sub(offset)

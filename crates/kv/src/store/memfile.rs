@@ -154,9 +154,8 @@ impl MemFile {
     /// `seed` as its hasher seed, and gives back every block it held. The
     /// clean flag is cleared before this returns.
     ///
-    /// A file that is neither empty nor a memory file (nor zeros, what a
-    /// crash while one was being made leaves) is refused, left as it is:
-    /// `-e` naming the wrong file must not destroy it.
+    /// A file that is neither empty nor a memory file is refused, left as
+    /// it is: `-e` naming the wrong file must not destroy it.
     pub fn open(
         path: &Path,
         set: Settings,
@@ -211,7 +210,9 @@ impl MemFile {
                 n => got += n,
             }
         }
-        if old_len > 0 && &old[..8] != MAGIC && old[..8] != [0; 8] {
+        // A file this code makes has its magic before anything else (see
+        // below), so a crash while making one leaves it empty or marked.
+        if old_len > 0 && &old[..8] != MAGIC {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 "exists and is not a duality memory file: left as it is \
@@ -222,8 +223,6 @@ impl MemFile {
             Opened::Fresh(Some(why))
         } else if old_len == 0 {
             Opened::Fresh(None)
-        } else if &old[..8] != MAGIC {
-            Opened::Fresh(Some("was never completed (crash while it was made)".into()))
         } else if rd32(&old, F_VERSION) != VERSION {
             Opened::Fresh(Some(format!(
                 "was made by another version of duality (format {}, now {VERSION})",
@@ -272,22 +271,11 @@ impl MemFile {
         let warm = matches!(opened, Opened::Warm { .. });
         if !warm {
             // Every block given back (a file made for a larger limit
-            // shrinks; no old byte survives), then the new length, sparse:
-            // disk blocks are taken as segments are first used.
+            // shrinks; no old byte survives), the header first (the file is
+            // a memory file, not yet clean, from its first byte on), then
+            // the new length, sparse: disk blocks are taken as segments are
+            // first used.
             file.set_len(0)?;
-            file.set_len(total)?;
-        }
-        // The header and the slot tables are written through mappings: their
-        // blocks are allocated now, so a file system without room fails
-        // the start here instead of faulting (SIGBUS) on the first store.
-        // The tables of a new file read as zeros: every slot free.
-        let meta_len = layout.table_off(layout.shards);
-        // SAFETY: posix_fallocate on a descriptor this function owns.
-        let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, meta_len as libc::off_t) };
-        if rc != 0 {
-            return Err(io::Error::from_raw_os_error(rc));
-        }
-        if !warm {
             let mut head = vec![0u8; HEADER as usize];
             head[..8].copy_from_slice(MAGIC);
             head[F_VERSION..F_VERSION + 4].copy_from_slice(&VERSION.to_le_bytes());
@@ -299,6 +287,17 @@ impl MemFile {
             head[F_SLOTS..F_SLOTS + 4].copy_from_slice(&(set.slots as u32).to_le_bytes());
             head[F_SEED..F_SEED + 8].copy_from_slice(&seed.to_le_bytes());
             file.write_all_at(&head, 0)?;
+            file.set_len(total)?;
+        }
+        // The header and the slot tables are written through mappings: their
+        // blocks are allocated now, so a file system without room fails
+        // the start here instead of faulting (SIGBUS) on the first store.
+        // The tables of a new file read as zeros: every slot free.
+        let meta_len = layout.table_off(layout.shards);
+        // SAFETY: posix_fallocate on a descriptor this function owns.
+        let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, meta_len as libc::off_t) };
+        if rc != 0 {
+            return Err(io::Error::from_raw_os_error(rc));
         }
         // SAFETY: the mapping is of a file this process opened for writing
         // and holds locked; the store is its only user in this process.
@@ -435,20 +434,33 @@ impl ShardFile {
     }
 }
 
-/// Logs, at most once a minute, that the memory file's file system refused
-/// a segment: the cache then evicts (or refuses stores with `-M`) below its
-/// memory limit, which `stats` alone would not explain.
+/// The last error a segment's allocation met (0: none since the last
+/// [`take_no_room`]): noted under the shard's lock, logged by whoever calls
+/// `take_no_room` outside it (a write to a stalled stderr must not hold a
+/// shard).
+static NO_ROOM: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
 fn note_no_room(e: &io::Error) {
+    NO_ROOM.store(
+        e.raw_os_error().unwrap_or(libc::ENOSPC),
+        std::sync::atomic::Ordering::Relaxed,
+    );
+}
+
+/// The error the memory file's file system last refused a segment with
+/// since the last call, at most once a minute: the cache then evicts (or
+/// refuses stores with `-M`) below its memory limit, which `stats` alone
+/// would not explain.
+pub fn take_no_room() -> Option<io::Error> {
     use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
     static LAST: AtomicU64 = AtomicU64::new(0);
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     let last = LAST.load(Relaxed);
-    if now >= last + 60 && LAST.compare_exchange(last, now, Relaxed, Relaxed).is_ok() {
-        duality_rt::say!(
-            "duality kv: memory file: no segment allocated ({e}): the cache holds less than \
-             its memory limit (-m) until its file system has room"
-        );
+    if now < last + 60 || NO_ROOM.load(Relaxed) == 0 {
+        return None;
     }
+    LAST.store(now, Relaxed);
+    Some(io::Error::from_raw_os_error(NO_ROOM.swap(0, Relaxed)))
 }
