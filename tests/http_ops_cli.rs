@@ -138,21 +138,10 @@ fn listen_takes_host_names_and_repeats() {
 /// stop still exits 0.
 #[test]
 fn a_closed_stderr_does_not_kill_it() {
-    use std::io::BufRead;
     let dir = TempDir::new("ops-stderr");
     std::fs::write(dir.0.join("a.txt"), "a\n").unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_duality"))
-        .args(["http", "--listen", "127.0.0.1:0", "--root"])
-        .arg(&dir.0)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut ready = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut ready)
-        .unwrap();
+    let args = ["http", "--listen", "127.0.0.1:0", "--root"].map(std::ffi::OsStr::new);
+    let (mut child, ready) = common::spawn_ready(&[&args[..], &[dir.0.as_os_str()]].concat());
     let url = ready.trim().strip_prefix("ready ").unwrap().to_string();
     // Both pipes' read ends closed: every later write to them fails.
     drop(child.stderr.take());

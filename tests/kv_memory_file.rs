@@ -172,26 +172,16 @@ fn another_item_size_limit_starts_empty() {
 /// and the next start empty).
 #[test]
 fn a_closed_stderr_loses_no_items() {
-    use std::io::BufRead;
     let dir = TempDir::new("kv-memfile-stderr");
     let file = dir.path().join("cache.mem");
     let f = file.to_str().unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_duality"))
-        .args(["kv", "-p", "0", "-s"])
-        .arg(dir.path().join("kv.sock"))
-        .args(["-v", "-m", "8", "-e", f])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut ready = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut ready)
-        .unwrap();
+    let sock = dir.path().join("kv.sock");
+    let sock_s = sock.to_str().unwrap();
+    let args = ["kv", "-p", "0", "-s", sock_s, "-v", "-m", "8", "-e", f];
+    let (mut child, ready) = common::spawn_ready(&args.map(std::ffi::OsStr::new));
     assert!(ready.starts_with("ready kv"), "{ready}");
     drop(child.stderr.take());
-    let sock = common::Addr::Unix(dir.path().join("kv.sock"));
+    let sock = common::Addr::Unix(sock.clone());
     let mut c = common::Client::connect(&sock);
     for i in 0..20 {
         c.expect_str(&format!("set k{i} 0 0 1\r\nv\r\n"), "STORED\r\n");

@@ -868,3 +868,20 @@ pub fn like_memcached(model: &str, enable_shutdown: bool) -> InProc {
     };
     InProc::start(m, config, false)
 }
+
+/// Starts `duality ARGS` with stdout and stderr piped and reads its ready
+/// line; stderr's pipe stays with the child (the caller may close it).
+pub fn spawn_ready(args: &[&std::ffi::OsStr]) -> (Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_duality"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn duality");
+    let mut ready = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .expect("read the ready line");
+    (child, ready)
+}
