@@ -328,13 +328,18 @@ impl KvState {
         let buffer_limit = config
             .buffer_limit
             .unwrap_or(config.memory_limit.max(64 << 20));
+        // A warm restart goes on from the first server's start, as
+        // memcached's `uptime` does (its downtime included).
+        let started_unix = store.started().map_or_else(unix_now, u64::from);
+        let up = Duration::from_secs(unix_now().saturating_sub(started_unix));
+        let started = Instant::now().checked_sub(up).unwrap_or_else(Instant::now);
         Ok(Arc::new(KvState {
             store: store.with_item_size_max(config.max_item_size),
             limits,
             verbosity: AtomicU32::new(config.verbosity),
             config,
-            started: Instant::now(),
-            started_unix: unix_now(),
+            started,
+            started_unix,
             server: OnceLock::new(),
             on_shutdown: OnceLock::new(),
             conns: Mutex::new(BTreeMap::new()),

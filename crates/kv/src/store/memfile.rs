@@ -46,6 +46,7 @@ const F_FIRED: usize = 48;
 const F_PENDING: usize = 52;
 const F_SEED: usize = 56;
 const F_ITEM_MAX: usize = 64;
+const F_STARTED: usize = 72;
 
 /// What a restart finds in the file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -61,6 +62,8 @@ pub enum Opened {
         fired: u32,
         /// A delayed `flush_all` still to come then (0: none).
         pending: u32,
+        /// When the first server of these items started (0: unknown).
+        started: u32,
     },
     /// Nothing to restore, and why (None: a new file).
     Fresh(Option<String>),
@@ -266,6 +269,7 @@ impl MemFile {
                 next_cas: rd64(&old, F_CAS),
                 fired: rd32(&old, F_FIRED),
                 pending: rd32(&old, F_PENDING),
+                started: rd32(&old, F_STARTED),
             }
         };
         let warm = matches!(opened, Opened::Warm { .. });
@@ -362,12 +366,14 @@ impl MemFile {
         next_cas: u64,
         fired: u32,
         pending: u32,
+        started: u32,
     ) -> io::Result<()> {
         // Segments and tables first, then the flag that makes them trusted.
         self.head[F_EPOCH..F_EPOCH + 4].copy_from_slice(&epoch.to_le_bytes());
         self.head[F_CAS..F_CAS + 8].copy_from_slice(&next_cas.to_le_bytes());
         self.head[F_FIRED..F_FIRED + 4].copy_from_slice(&fired.to_le_bytes());
         self.head[F_PENDING..F_PENDING + 4].copy_from_slice(&pending.to_le_bytes());
+        self.head[F_STARTED..F_STARTED + 4].copy_from_slice(&started.to_le_bytes());
         self.file.sync_data()?;
         self.head.flush()?;
         self.head[F_CLEAN..F_CLEAN + 4].copy_from_slice(&1u32.to_le_bytes());

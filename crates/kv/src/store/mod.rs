@@ -257,6 +257,10 @@ pub struct Store {
     crawler: CrawlerSettings,
     /// The memory file behind a warm restart, if any.
     file: Option<Mutex<memfile::MemFile>>,
+    /// With a memory file: when the server that first served its items
+    /// started (Unix seconds; memcached keeps its `process_started`, and
+    /// so `uptime`, across a warm restart). 0 without one.
+    started: Time,
     /// Appends and prepends may not make an item's
     /// [`item_size`](crate::protocol::item_size) larger.
     item_size_max: usize,
@@ -325,6 +329,7 @@ impl Store {
             prefix_stats: PrefixStats::default(),
             crawler: CrawlerSettings::default(),
             file: None,
+            started: 0,
             item_size_max: usize::MAX,
             evictions,
         }
@@ -393,7 +398,9 @@ impl Store {
                 next_cas,
                 fired,
                 pending,
+                started,
             } => {
+                store.started = if started > 0 { started } else { now };
                 store.flush_epoch.store(epoch, Relaxed);
                 store.next_cas.store(next_cas.max(1), Relaxed);
                 store
@@ -412,6 +419,9 @@ impl Store {
                 )
             }
         };
+        if store.started == 0 {
+            store.started = now;
+        }
         store.file = Some(Mutex::new(file));
         Ok(Ok((store, line)))
     }
@@ -429,7 +439,20 @@ impl Store {
         }
         let f = self.flush_state();
         let mut file = file.lock().unwrap_or_else(|e| e.into_inner());
-        file.close_clean(f.epoch, self.next_cas.load(Relaxed), f.fired, f.pending)
+        file.close_clean(
+            f.epoch,
+            self.next_cas.load(Relaxed),
+            f.fired,
+            f.pending,
+            self.started,
+        )
+    }
+
+    /// With a memory file, when the server that first served its items
+    /// started (Unix seconds): kept across warm restarts, as memcached
+    /// keeps its `uptime`. `None` without a file.
+    pub fn started(&self) -> Option<Time> {
+        (self.started > 0).then_some(self.started)
     }
 
     /// The memory file's path, if the store has one.

@@ -1346,8 +1346,10 @@ impl Shard {
 
     fn link_restored(&mut self, l: Loc, hash: u64, stats: &ShardStats) {
         self.link(l, hash, stats);
-        // `link` counted a set: a restored item is not one.
+        // `link` counted a set: a restored item is not one. It is an item
+        // linked, as memcached's restart counts it in `total_items`.
         stats.classes.add(self.class(l), ClassCounter::CmdSet, -1);
+        stats.bump(Counter::TotalItems);
     }
 
     /// Checks the invariants listed in the module docs (tests only).

@@ -842,6 +842,10 @@ fn warm_restart_serves_every_unexpired_item() {
     assert!(line.contains("restored"), "{line}");
     s.check();
     assert_eq!(s.stats().curr_items as usize, kept.len() + 1, "{line}");
+    // As memcached: restored items are items linked, and the first
+    // server's start is kept (its uptime goes on).
+    assert_eq!(s.stats().total_items, s.stats().curr_items);
+    assert_eq!(s.started(), Some(NOW));
     for (key, value, flags, cas) in &kept {
         let e = s.entry(key.as_bytes(), NOW + 10);
         let it = e.item().unwrap_or_else(|| panic!("{key} lost"));
