@@ -18,9 +18,12 @@ async fn echo(stream: TcpStream) -> io::Result<()> {
 fn main() -> io::Result<()> {
     let arg = std::env::args().nth(1);
     let addr = arg.as_deref().unwrap_or("127.0.0.1:7000");
-    let addr = addr
-        .parse()
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let addr = addr.parse().map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{addr:?}: give ADDRESS:PORT ({e})"),
+        )
+    })?;
     block_on(async {
         let listener = TcpListener::bind(addr)?;
         println!("echo server on {}", listener.local_addr()?);

@@ -564,6 +564,15 @@ impl Conn {
         }
     }
 
+    /// On a blocking socket, takes off the receive timeout an earlier
+    /// timed wait left there, so the next [`read`](Self::read) waits as long
+    /// as it must (as a socket on a loop does). Nothing on a loop's socket.
+    pub fn untimed_reads(&mut self) {
+        if let Err(e) = self.set_blocking_rcv_timeout(None) {
+            tracing::debug!("a socket timeout was refused: {e}");
+        }
+    }
+
     fn set_blocking_rcv_timeout(&mut self, wait: Option<Duration>) -> io::Result<()> {
         // A zero timeout means "none" to the kernel: use the smallest real one.
         let wait = wait.map(|w| w.max(Duration::from_millis(1)));

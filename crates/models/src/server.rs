@@ -251,9 +251,20 @@ fn bind_tcp(addr: SocketAddr, reuse_port: bool, backlog: i32) -> io::Result<std:
     if addr.is_ipv6() {
         socket.set_only_v6(true)?;
     }
-    socket
-        .bind(&addr.into())
-        .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))?;
+    // In use, tried again for up to half a second: a server killed a moment
+    // ago (SIGKILL, then a restart at once) can keep its listener until the
+    // kernel has torn its io_uring down.
+    let mut tries = 0;
+    while let Err(e) = socket.bind(&addr.into()) {
+        tries += 1;
+        if e.kind() != io::ErrorKind::AddrInUse || tries > 25 {
+            return Err(io::Error::new(
+                e.kind(),
+                format!("cannot listen on {addr}: {e}"),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
     socket.listen(backlog)?;
     socket.set_nonblocking(true)?;
     Ok(socket.into())

@@ -214,7 +214,12 @@ pub trait Protocol: Send + Sync + 'static {
     /// second lock; colors then only route work.
     const LOCKS_ITSELF: bool = false;
 
-    /// The most bytes one request may need buffered at once.
+    /// The most bytes one request may need buffered at once: how far the
+    /// driver lets its buffer grow (at least 16 KiB) for a request still
+    /// coming. The driver does not answer an oversized request itself: past
+    /// the bound it closes the connection silently, so `parse` should refuse
+    /// one first (a request of its own that `execute` answers with an
+    /// error, see `examples/counter.rs`).
     fn max_request(&self) -> usize;
 
     /// Finds the request at the front of `input`.
@@ -956,6 +961,11 @@ pub fn drive<P: Protocol>(
                 }
                 // The read's result is a temporary of this statement: only a
                 // plain number outlives it (see the idle wait).
+                if !armed {
+                    // A blocking socket keeps the idle wait's timeout: a
+                    // partial request must not be cut off by it.
+                    conn.untimed_reads();
+                }
                 let n = match match timer.as_deref_mut().filter(|_| armed) {
                     None => conn.read(&mut a.buf[end..]).await,
                     Some(t) => conn.read_until(&mut a.buf[end..], t).await,

@@ -283,6 +283,27 @@ fn idle_connections_close_after_the_idle_timeout() {
     }
 }
 
+/// `idle_timeout` bounds the wait for a request's first byte only: a
+/// request partly in (no `request_timeout`) waits on, in every model
+/// (under thread-per-conn the idle wait's socket timeout cut it off).
+#[test]
+fn the_idle_timeout_does_not_cut_a_partial_request() {
+    let cfg = DriverConfig {
+        idle_timeout: Some(Duration::from_millis(200)),
+        ..DriverConfig::default()
+    };
+    for model in MODELS {
+        let (server, _driver) = serve(model, cfg);
+        let mut c = connect(server.tcp_addrs()[0]);
+        c.write_all(b"echo sl").unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        c.write_all(b"ow\n").unwrap();
+        let mut r = [0; 5];
+        c.read_exact(&mut r).unwrap();
+        assert_eq!(&r, b"slow\n", "{model}");
+    }
+}
+
 #[test]
 fn a_client_that_never_reads_is_cut_off_by_the_write_timeout() {
     let cfg = DriverConfig {

@@ -4,7 +4,7 @@
 //! connection is written as straight-line `async fn` code, and an event-driven
 //! scheduler underneath decides where every piece of it runs.
 //!
-//! The layers, bottom up (see `../shared/DESIGN.md`):
+//! The layers, bottom up (the project's DESIGN.md describes them at length):
 //!
 //! | module | layer |
 //! |---|---|
