@@ -96,11 +96,13 @@ pub struct HttpArgs {
     #[arg(long, default_value_t = 60.0)]
     write_timeout: f64,
     /// Seconds of silence allowed inside a request body being dropped after
-    /// its answer (nginx's lingering_timeout); then the connection closes.
+    /// its answer, or in what a client still sends after an answer that
+    /// closes the connection (nginx's lingering_timeout); then it closes.
     #[arg(long, default_value_t = 5.0)]
     lingering_timeout: f64,
-    /// Seconds a request body may take to be dropped, from its answer
-    /// (nginx's lingering_time); then the connection closes.
+    /// Seconds a request body may take to be dropped, from its answer, and
+    /// the longest lingering close (nginx's lingering_time); then the
+    /// connection closes.
     #[arg(long, default_value_t = 30.0)]
     lingering_time: f64,
     /// Write an access log to this file (`-` for stderr), one line per

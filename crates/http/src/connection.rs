@@ -48,15 +48,15 @@ use std::time::{Duration, Instant};
 use duality_rt::time::loop_now;
 
 use duality_models::session::{Output, Reply, Timeout};
-use duality_models::{Conn, Driver, DriverConfig, Flow, Parsed, Protocol};
+use duality_models::{Conn, Driver, DriverConfig, Flow, Linger, Parsed, Protocol};
 
 use crate::date;
 use crate::file::FileMeta;
 use crate::gzip::{self, GzipInput, GzipJob};
 use crate::request::{continue_due, parse_head, Discard, Head, Method, Version};
 use crate::response::{
-    not_modified, plan_encoded, write_error, write_redirect, write_text, ByteRange, Encoding, Plan,
-    CONTINUE,
+    not_modified, plan_encoded, write_error, write_redirect, write_refusal, write_text, ByteRange,
+    Encoding, Plan, CONTINUE,
 };
 use crate::server::{Found, HttpState, Phase};
 use crate::status::{HttpError, Status};
@@ -154,6 +154,9 @@ pub struct HttpSession {
     close_after_body: bool,
     /// `finish` sends `100 Continue` where it answers the file.
     interim: bool,
+    /// An answer could not be written (timed out, reset): the connection
+    /// closes without lingering, as nginx's after a send error.
+    write_failed: bool,
 }
 
 /// A response `execute` could not make from memory.
@@ -221,6 +224,7 @@ impl Protocol for HttpProtocol {
             discard: None,
             close_after_body: false,
             interim: false,
+            write_failed: false,
         }
     }
 
@@ -371,6 +375,7 @@ impl Protocol for HttpProtocol {
                 if e.kind() == io::ErrorKind::TimedOut {
                     self.state.counters.write_timeouts.fetch_add(1, Relaxed);
                 }
+                session.write_failed = true;
                 Flow::Close
             }
         }
@@ -418,8 +423,15 @@ impl Protocol for HttpProtocol {
         Some(left.min(self.state.cfg.lingering_timeout))
     }
 
-    fn linger(&self, session: &HttpSession, unread: bool) -> bool {
-        session.failed || unread
+    fn linger(&self, session: &HttpSession, unread: bool) -> Option<Linger> {
+        // nginx's bounds (`lingering_time`, `lingering_timeout`), so a body
+        // still coming after a 413 or a 400 is dropped to its end and the
+        // client reads its answer instead of a reset.
+        (!session.write_failed && (session.failed || unread)).then(|| Linger {
+            total: self.state.cfg.lingering_time,
+            idle: self.state.cfg.lingering_timeout,
+            bytes: usize::MAX,
+        })
     }
 }
 
@@ -454,7 +466,10 @@ impl HttpProtocol {
         out: &mut Output,
     ) -> Plan {
         let date = now();
-        let plan = write_error(e, head, as_str(&date), out);
+        let plan = match head {
+            Some(_) => write_error(e, head, as_str(&date), out),
+            None => write_refusal(e, line, as_str(&date), out),
+        };
         self.state.phases.request();
         self.log(session, head, line, &plan);
         plan

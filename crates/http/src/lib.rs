@@ -30,7 +30,7 @@
 //! loop:
 //!   read into buf (capacity limits.max_request()), with the header timeout
 //!     timeout → write_error(HttpError::close(Status::RequestTimeout), None, …), close
-//!   while let Some((head, n)) = parse_head(&buf, &limits)?   // Err → write_error(e, None, …), close
+//!   while let Some((head, n)) = parse_head(&buf, &limits)?   // Err → write_refusal(e, line, …), close
 //!     continue_due(&head, &buf[n..]) → out += CONTINUE
 //!     Discard::new(&head) → drop its body as it arrives (skip), before the next head
 //!     method not GET/HEAD → write_error(405)
@@ -66,8 +66,8 @@
 //! use std::os::unix::fs::FileExt;
 //! use std::sync::Arc;
 //! use duality_http::{
-//!     file, mime, parse_head, plan_file, write_error, write_redirect, DateCache, Head,
-//!     HttpError, Limits, Method, PageCache, Plan, Resolved, Root, Status,
+//!     file, mime, parse_head, plan_file, write_error, write_redirect, write_refusal, DateCache,
+//!     Head, HttpError, Limits, Method, PageCache, Plan, Resolved, Root, Status,
 //! };
 //!
 //! /// Answers every complete request at the front of `input`; returns the
@@ -79,7 +79,7 @@
 //!         match parse_head(&input[used..], &limits) {
 //!             Ok(None) => return (used, true), // read more
 //!             Err(e) => {
-//!                 write_error(e, None, date, out);
+//!                 write_refusal(e, Some(&input[used..]), date, out);
 //!                 return (used, false);
 //!             }
 //!             Ok(Some((head, n))) => {
@@ -191,7 +191,7 @@ pub use gzip::{GzipConfig, Offload};
 pub use path::{Resolved, Root, Symlinks};
 pub use request::{parse_head, Discard, Head, Limits, Method, Version};
 pub use response::{
-    plan_encoded, plan_file, write_error, write_redirect, ByteRange, Encoding, Plan,
+    plan_encoded, plan_file, write_error, write_redirect, write_refusal, ByteRange, Encoding, Plan,
 };
 pub use server::{serve, stub_status, HttpConfig, HttpState, HttpStats};
 pub use status::{HttpError, Status};

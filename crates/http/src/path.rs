@@ -5,9 +5,9 @@
 //!    (`http://host/x` → `/x`), drops query and fragment, percent-decodes, and
 //!    **refuses with 400** everything that could name something outside the
 //!    root or confuse a later step:
-//!    - a `..` segment, raw or encoded in any case mix (`%2e%2e`, `%2E.`, `.%2e`);
-//!    - a backslash, raw or `%5c`;
-//!    - an encoded `/` (`%2f`): a segment can never hide a separator;
+//!    - a `..` segment, raw or encoded in any case mix (`%2e%2e`, `%2E.`,
+//!      `.%2e`), also where an encoded `/` (`%2f`, decoded to a separator
+//!      before the path is split, as nginx decodes it) parts it;
 //!    - NUL and every other control byte (`%00`, `%0d%0a`, …), raw or encoded;
 //!    - an invalid escape (`%zz`, `%4`, a lone `%`) or a decoded path that is
 //!      not UTF-8 (overlong forms such as `%c0%ae` included);
@@ -16,6 +16,8 @@
 //!      authority is not a host and an optional port (`http:///x`,
 //!      `http://user@host/x`, `http://host:abc/x`), as nginx refuses them.
 //!
+//!    A backslash, raw or `%5c`, is a byte of a file name like any other
+//!    (it separates nothing here; nginx looks such a name up too).
 //!    `.` segments and empty segments (`//`) are dropped. The result starts
 //!    with `/`, holds only real segments, and ends with `/` exactly when the
 //!    request did (that slash matters for directories, below).
@@ -154,8 +156,7 @@ fn valid_authority(authority: &str) -> bool {
 }
 
 /// Percent-decodes `raw`, refusing invalid escapes and the bytes that have no
-/// business in a file path (see [`forbidden`]), raw or encoded, plus an
-/// encoded `/`.
+/// business in a file path (see [`forbidden`]), raw or encoded.
 fn decode(raw: &str) -> Result<Vec<u8>, HttpError> {
     let bytes = raw.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
@@ -169,7 +170,7 @@ fn decode(raw: &str) -> Result<Vec<u8>, HttpError> {
                 return Err(bad_request());
             };
             let c = hi << 4 | lo;
-            if forbidden(c) || c == b'/' {
+            if forbidden(c) {
                 return Err(bad_request());
             }
             out.push(c);
@@ -185,10 +186,9 @@ fn decode(raw: &str) -> Result<Vec<u8>, HttpError> {
     Ok(out)
 }
 
-/// Bytes refused anywhere in a path: controls (NUL, CR, LF, …), DEL and the
-/// backslash.
+/// Bytes refused anywhere in a path: controls (NUL, CR, LF, …) and DEL.
 fn forbidden(b: u8) -> bool {
-    b < 0x20 || b == 0x7f || b == b'\\'
+    b < 0x20 || b == 0x7f
 }
 
 fn hex(c: u8) -> Option<u8> {
@@ -590,10 +590,13 @@ pub(crate) mod tests {
             // Separator tricks.
             ("/..%2foutside%2fsecret.txt", Err(400)),
             ("/%2f..%2f", Err(400)),
-            ("/%2F", Err(400)),
-            ("/..\\outside\\secret.txt", Err(400)),
-            ("/%5c..%5coutside", Err(400)),
-            ("/%5C", Err(400)),
+            // An encoded `/` separates (as nginx decodes it); a backslash
+            // is part of a name.
+            ("/%2F", File("index.html")),
+            ("/sub%2Fb.css", File("sub/b.css")),
+            ("/..\\outside\\secret.txt", Err(404)),
+            ("/%5c..%5coutside", Err(404)),
+            ("/%5C", Err(404)),
             // NUL, CR/LF, other controls, bad escapes, non-UTF-8.
             ("/a.txt%00.html", Err(400)),
             ("/%00", Err(400)),
@@ -741,8 +744,8 @@ pub(crate) mod tests {
             "a.txt",
             "/../outside/secret.txt",
             "/sub/../a.txt",
-            "/a\\b",
             "/a\0",
+            "/a\x7f",
         ] {
             assert_eq!(
                 root.resolve(p).unwrap_err().status,
@@ -835,7 +838,7 @@ pub(crate) mod tests {
                 TREE.with(|(tmp, root)| {
                     if let Ok(p) = normalize(&t) {
                         prop_assert!(p.starts_with('/'));
-                        prop_assert!(!p.contains('\\') && !p.contains('\0'));
+                        prop_assert!(!p.bytes().any(forbidden));
                         prop_assert!(p.split('/').all(|s| s != ".." && s != "."));
                         if let Ok(Resolved::File { path, .. }) = root.resolve(&p) {
                             prop_assert!(path.starts_with(root.dir()));

@@ -322,6 +322,29 @@ impl Discard {
     }
 }
 
+/// Whether a head that the strict parse refused for a bad field may be
+/// parsed again dropping such fields, as nginx drops them: not when a
+/// field's name (up to its colon, or the whole line) is empty or holds white
+/// space or a control byte, which nginx answers with 400 — among them white space
+/// before the colon and a line folded onto the one before, where RFC 9112
+/// §5.1-5.2 wants a 400 (`Content-Length : 5` dropped would leave the body
+/// to be read as the next request) — nor when a value holds a NUL.
+fn may_drop_bad_fields(head: &[u8]) -> bool {
+    let mut lines = head.split(|&b| b == b'\n');
+    lines.next(); // the request line
+    for line in lines {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            return true;
+        }
+        let name = line.split(|&b| b == b':').next().unwrap_or(line);
+        if name.is_empty() || name.iter().any(|&b| b <= b' ' || b == 0x7f) || line.contains(&0) {
+            return false;
+        }
+    }
+    true
+}
+
 /// The head at the start of `buf` and its length.
 fn parse_fields<'a>(
     buf: &'a [u8],
@@ -335,10 +358,26 @@ fn parse_fields<'a>(
     let mut storage = [const { MaybeUninit::<httparse::Header<'a>>::uninit() }; MAX_HEADERS_CAP];
     // Only for requests of a later HTTP/1.x, which httparse refuses.
     let mut spill = Vec::new();
+    let mut config = httparse::ParserConfig::default();
+    // As nginx: words of the request line may be parted by several spaces
+    // (RFC 9112 §3 lets a server split on whitespace).
+    config.allow_multiple_spaces_in_request_line_delimiters(true);
     let mut req = httparse::Request::new(&mut []);
-    let (method, target, minor, headers, head_len) = match req
-        .parse_with_uninit_headers(window, &mut storage[..slots])
+    let mut parsed =
+        config.parse_request_with_uninit_headers(&mut req, window, &mut storage[..slots]);
+    if matches!(
+        parsed,
+        Err(httparse::Error::HeaderName | httparse::Error::HeaderValue)
+    ) && may_drop_bad_fields(window)
     {
+        // nginx's `ignore_invalid_headers` (its default): a field whose name
+        // is not a token, or whose value holds a control byte, is dropped
+        // and the request served.
+        config.ignore_invalid_headers_in_requests(true);
+        req = httparse::Request::new(&mut []);
+        parsed = config.parse_request_with_uninit_headers(&mut req, window, &mut storage[..slots]);
+    }
+    let (method, target, minor, headers, head_len) = match parsed {
         Ok(httparse::Status::Complete(n)) => {
             let (Some(method), Some(target), Some(minor)) = (req.method, req.path, req.version)
             else {
@@ -946,6 +985,31 @@ mod tests {
         assert_eq!(h.path, "/x/y");
     }
 
+    /// As nginx's `ignore_invalid_headers`: a field whose name is not a
+    /// token (no colon, `(`, a non-ASCII byte) or whose value holds a
+    /// control byte is dropped and the request served; the words of the
+    /// request line may be parted by several spaces.
+    #[test]
+    fn bad_fields_are_dropped_as_nginx_drops_them() {
+        for req in [
+            "GET /a HTTP/1.1\r\nHost: h\r\nNoColon\r\n\r\n",
+            "GET /a HTTP/1.1\r\nX(y): 1\r\nHost: h\r\n\r\n",
+            "GET /a HTTP/1.1\r\nHost: h\r\nX-\u{e9}: 1\r\n\r\n",
+            "GET /a HTTP/1.1\r\nHost: h\r\nX: a\x7fb\r\n\r\n",
+            "GET /a HTTP/1.1\r\nHost: h\r\nRange: by\x08tes=0-1\r\n\r\n",
+            "GET  /a  HTTP/1.1\r\nHost: h\r\n\r\n",
+        ] {
+            let h = head(req);
+            assert_eq!((h.path.as_str(), h.range), ("/a", None), "{req:?}");
+            assert!(h.keep_alive, "{req:?}");
+        }
+        // The fields around a dropped one still count.
+        let h = head("GET /a HTTP/1.1\r\nHost: h\r\nBad(1\r\nRange: bytes=0-1\r\n\r\n");
+        assert_eq!(h.range, Some(&b"bytes=0-1"[..]));
+        // A field dropped in a head still arriving: complete once it is.
+        assert!(parse("GET /a HTTP/1.1\r\nX(y): 1\r\nHo").unwrap().is_none());
+    }
+
     #[test]
     fn errors() {
         let long_uri = format!("GET /{} HTTP/1.1\r\nHost: h\r\n\r\n", "a".repeat(8192));
@@ -979,7 +1043,14 @@ mod tests {
             (&long_uri_later, 414),
             ("GET / FOO/1.1\r\n\r\n", 400),
             ("GET /\r\n\r\n", 400),
-            ("GET  / HTTP/1.1\r\nHost: h\r\n\r\n", 400),
+            // Fields nginx refuses rather than drops: white space or a
+            // control byte in the name (before the colon, or folded).
+            ("GET / HTTP/1.1\r\nHost: h\r\nContent-Length : 1\r\n\r\nx", 400),
+            ("GET / HTTP/1.1\r\nHost: h\r\nX(y): 1\r\nA : b\r\n\r\n", 400),
+            ("GET / HTTP/1.1\r\nHost: h\r\nX(y): 1\r\n folded\r\n\r\n", 400),
+            ("GET / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding\x01: chunked\r\n\r\n", 400),
+            ("GET / HTTP/1.1\r\nHost: h\r\nX: a\x00b\r\n\r\n", 400),
+            ("GET / HTTP/1.1\r\nHost: h\r\n: empty\r\n\r\n", 400),
             ("GET / HTTP/1.1\r\nBad Header: x\r\nHost: h\r\n\r\n", 400),
             ("\x01GET / HTTP/1.1\r\n\r\n", 400),
             ("GET / HTTP/1.1\r\n\r\n", 400),

@@ -17,11 +17,12 @@
 //! 3. `If-None-Match` present → 304 if any of its tags matches the file's
 //!    [`ETag`] by weak comparison (or is `*`), and `If-Modified-Since` is
 //!    **ignored** (§13.2.2: `If-None-Match` takes precedence). Otherwise
-//!    `If-Modified-Since` → 304 if the file's mtime, in whole seconds, is not
-//!    later than it, unless it is later than the response's `Date`: a date
-//!    in the future is invalid (§13.1.3) and ignored, or a client with a
-//!    wrong clock (or a hostile one) would be told a file changed later
-//!    than that date is unchanged.
+//!    `If-Modified-Since` → 304 if it is the file's mtime in whole seconds
+//!    (nginx's `if_modified_since exact`, its default; RFC 9110's "not
+//!    later than" would keep clients on their copy when a file is replaced
+//!    by one with an older mtime: a rollback, `rsync -t`, an unpacked
+//!    archive), unless it is later than the response's `Date`: a date in
+//!    the future is invalid (§13.1.3) and ignored.
 //! 4. `Range` (GET only; ignored when an `If-Range` does not match the
 //!    file's strong `ETag` or equal its `Last-Modified`):
 //!    - one range, `bytes=a-b`, `bytes=a-` or `bytes=-n`, satisfiable → 206
@@ -159,7 +160,7 @@ pub fn plan_file(
 pub fn not_modified(head: &Head<'_>, etag: &ETag, file: &FileMeta, date: &str) -> bool {
     match (head.if_none_match, head.if_modified_since) {
         (Some(inm), _) => none_match_hits(inm, etag),
-        (None, Some(ims)) => date::to_http_seconds(file.mtime) <= ims && !in_future(ims, date),
+        (None, Some(ims)) => date::to_http_seconds(file.mtime) == ims && !in_future(ims, date),
         (None, None) => false,
     }
 }
@@ -279,6 +280,25 @@ pub fn plan_encoded(
 pub fn write_error(err: HttpError, head: Option<&Head<'_>>, date: &str, out: &mut Vec<u8>) -> Plan {
     let keep_alive = !err.close && head.is_some_and(|h| h.keep_alive);
     let head_only = head.is_some_and(|h| h.method == Method::Head);
+    error_plan(err, keep_alive, head_only, date, out)
+}
+
+/// Appends the error response for a request refused before its head was
+/// whole (a bad line or field, a timeout): the connection closes. `line` is
+/// what came of its request line: a HEAD request's answer has no body,
+/// as nginx, which knows the method once the line's first word has come.
+pub fn write_refusal(err: HttpError, line: Option<&[u8]>, date: &str, out: &mut Vec<u8>) -> Plan {
+    let head_only = line.is_some_and(|l| l.starts_with(b"HEAD "));
+    error_plan(err, false, head_only, date, out)
+}
+
+fn error_plan(
+    err: HttpError,
+    keep_alive: bool,
+    head_only: bool,
+    date: &str,
+    out: &mut Vec<u8>,
+) -> Plan {
     let inline_body = error_response(out, err.status, keep_alive, head_only, date, |out| {
         if err.status == Status::MethodNotAllowed {
             out.extend_from_slice(b"Allow: GET, HEAD\r\n");
@@ -856,12 +876,11 @@ mod tests {
             ("If-None-Match: garbage\r\n".to_owned(), 200),
             (format!("If-None-Match: {opaque}\r\n"), 200),
             (format!("If-Modified-Since: {LM}\r\n"), 304),
-            (format!("If-Modified-Since: {later}\r\n"), 304),
+            // Only the file's own date: nginx's `if_modified_since exact`.
+            (format!("If-Modified-Since: {later}\r\n"), 200),
             (format!("If-Modified-Since: {earlier}\r\n"), 200),
             ("If-Modified-Since: not a date\r\n".to_owned(), 200),
-            // Up to now is valid; later than now is ignored (RFC 9110
-            // §13.1.3), whatever the mtime.
-            (format!("If-Modified-Since: {DATE}\r\n"), 304),
+            (format!("If-Modified-Since: {DATE}\r\n"), 200),
             (
                 "If-Modified-Since: Mon, 01 Jan 2024 00:00:01 GMT\r\n".to_owned(),
                 200,

@@ -99,11 +99,13 @@ pub struct HttpConfig {
     /// Longest wait for the socket to take more of a response → close.
     pub write_timeout: Duration,
     /// Longest silence inside a request body being dropped after its
-    /// answer → close (nginx's `lingering_timeout`).
+    /// answer, or in a lingering close → close (nginx's
+    /// `lingering_timeout`).
     pub lingering_timeout: Duration,
     /// Longest time a request body may take to be dropped, from its answer
     /// → close (nginx's `lingering_time`): a client that trickles a body
-    /// nobody needs cannot pin a connection.
+    /// nobody needs cannot pin a connection; also the longest lingering
+    /// close (after a 413, a 400).
     pub lingering_time: Duration,
     /// Where the access log goes (`-` for stderr); `None`: no log.
     pub access_log: Option<PathBuf>,

@@ -343,3 +343,98 @@ fn if_modified_since_in_the_future_is_ignored() {
     );
     assert_eq!((r.status, r.text().as_str()), (200, "hello, world\n"));
 }
+
+/// `If-Modified-Since` is a 304 only at the file's own `Last-Modified`, as
+/// nginx's default (`if_modified_since exact`): a file rolled back to an
+/// older copy (older mtime) is sent again to a client that holds the newer
+/// one, which RFC 9110's "not later than" would have told it was unchanged.
+#[test]
+fn if_modified_since_is_exact() {
+    let s = TestServer::start("ims-exact", |c| c.revalidate = std::time::Duration::ZERO);
+    let path = s.www().join("hello.txt");
+    let f = std::fs::File::options().write(true).open(&path).unwrap();
+    let newer = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+    f.set_modified(newer).unwrap();
+    let mut c = s.client();
+    let lm = c
+        .get("/hello.txt")
+        .header("last-modified")
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        c.get_with("/hello.txt", &format!("If-Modified-Since: {lm}\r\n"))
+            .status,
+        304
+    );
+    // The older copy back in place.
+    f.set_modified(newer - std::time::Duration::from_secs(3600))
+        .unwrap();
+    let mut c = s.client();
+    let r = c.get_with("/hello.txt", &format!("If-Modified-Since: {lm}\r\n"));
+    assert_eq!((r.status, r.text().as_str()), (200, "hello, world\n"));
+}
+
+/// A HEAD request refused while its head is read (a bad target, a field
+/// sent twice) gets its error's head alone, as every HEAD answer: the
+/// connection closes after it, but a client reading the head must not find
+/// a body it was told would not come.
+#[test]
+fn a_refused_head_request_gets_no_body() {
+    let s = TestServer::start("head-refused", |_| {});
+    for raw in [
+        "HEAD /%2e%2e/x HTTP/1.1\r\nHost: x\r\n\r\n",
+        "HEAD /hello.txt HTTP/1.1\r\nHost: x\r\nIf-None-Match: *\r\nIf-None-Match: *\r\n\r\n",
+        "HEAD /hello.txt HTTP/1.1\r\nHost: a b\r\n\r\n",
+    ] {
+        let mut c = s.client();
+        c.send(raw);
+        let mut all = Vec::new();
+        c.stream.read_to_end(&mut all).unwrap();
+        let text = String::from_utf8_lossy(&all);
+        assert!(text.starts_with("HTTP/1.1 400 "), "{raw:?}: {text:?}");
+        assert!(text.ends_with("\r\n\r\n"), "{raw:?}: {text:?}");
+        assert_eq!(text.matches("\r\n\r\n").count(), 1, "{raw:?}: {text:?}");
+        // The same refusal for GET has its body.
+        let mut c = s.client();
+        c.send(raw.replacen("HEAD", "GET", 1));
+        let mut all = Vec::new();
+        c.stream.read_to_end(&mut all).unwrap();
+        assert!(
+            !String::from_utf8_lossy(&all).ends_with("\r\n\r\n"),
+            "{raw:?}"
+        );
+    }
+}
+
+/// A body past the limit gets its 413 at once, and is then read and
+/// dropped to its end before the connection closes (within nginx's
+/// `lingering_time` and `lingering_timeout`), as nginx does: closing with
+/// the body still coming resets the connection, and a client still sending
+/// got EPIPE and could lose the 413 (the lingering close stopped after 1 s
+/// or 64 KiB).
+#[test]
+fn a_body_past_the_limit_is_dropped_to_its_end_after_the_413() {
+    use std::io::Write;
+    let s = TestServer::start("413-linger", |c| c.limits.max_body = 1024);
+    let mut c = s.client();
+    let body = 256 * 1024;
+    c.send(format!(
+        "PUT /hello.txt HTTP/1.1\r\nHost: x\r\nContent-Length: {body}\r\n\r\n"
+    ));
+    let piece = vec![b'x'; 16 * 1024];
+    for i in 0..body / piece.len() {
+        // A client on a slow link: half the body, a pause, the rest.
+        if i == body / piece.len() / 2 {
+            std::thread::sleep(Duration::from_millis(1500));
+        }
+        if let Err(e) = c.stream.write_all(&piece) {
+            panic!("write {i} of the body failed: {e}");
+        }
+    }
+    c.stream.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut all = Vec::new();
+    c.stream.read_to_end(&mut all).unwrap();
+    let text = String::from_utf8_lossy(&all);
+    assert!(text.starts_with("HTTP/1.1 413 "), "{text}");
+    assert!(text.contains("Connection: close\r\n"), "{text}");
+}

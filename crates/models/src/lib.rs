@@ -38,6 +38,8 @@ pub use server::{
     ListenAddr, Listener, Server, ServerBuilder, ShutdownReport, StatsHandle, DEFAULT_BACKLOG,
     DEFAULT_IDLE_SPIN,
 };
-pub use session::{drive, Driver, DriverConfig, Flow, Output, Parsed, Protocol, Reply, Timeout};
+pub use session::{
+    drive, Driver, DriverConfig, Flow, Linger, Output, Parsed, Protocol, Reply, Timeout,
+};
 pub use stage::DEFAULT_PAYLOAD_SPIN;
 pub use stats::{HandoffStats, ServerStats, ThreadRole, ThreadStats};

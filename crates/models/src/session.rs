@@ -282,13 +282,13 @@ pub trait Protocol: Send + Sync + 'static {
     }
 
     /// A request closed the connection (`unread`: the client had sent more
-    /// after it): true to close lingering — shut the write side, then read
-    /// and drop what the client still sends, for at most [`LINGER`] and
-    /// [`LINGER_BYTES`]: closing a socket with unread input makes the kernel
-    /// send a reset, which can destroy the last response before the client
-    /// reads it (nginx's `lingering_close`).
-    fn linger(&self, _session: &Self::Session, _unread: bool) -> bool {
-        false
+    /// after it): `Some` to close lingering within those bounds — shut the
+    /// write side, then read and drop what the client still sends: closing
+    /// a socket with unread input makes the kernel send a reset, which can
+    /// destroy the last response before the client reads it (nginx's
+    /// `lingering_close`). [`Linger::default`] is short (1 s, 64 KiB).
+    fn linger(&self, _session: &Self::Session, _unread: bool) -> Option<Linger> {
+        None
     }
 
     /// The driver has written every response buffered so far (the output
@@ -497,10 +497,29 @@ impl Default for DriverConfig {
     }
 }
 
-/// Longest lingering close ([`Protocol::linger`]).
-pub const LINGER: Duration = Duration::from_secs(1);
-/// Most bytes read and dropped in a lingering close.
-pub const LINGER_BYTES: usize = 64 * 1024;
+/// The bounds of a lingering close ([`Protocol::linger`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Linger {
+    /// The longest the whole close lasts (nginx's `lingering_time`).
+    pub total: Duration,
+    /// The longest one wait for more input lasts (nginx's
+    /// `lingering_timeout`).
+    pub idle: Duration,
+    /// The most bytes read and dropped.
+    pub bytes: usize,
+}
+
+impl Default for Linger {
+    /// 1 s and 64 KiB: enough for a response to reach a client that sent a
+    /// little more than it was answered for.
+    fn default() -> Linger {
+        Linger {
+            total: Duration::from_secs(1),
+            idle: Duration::from_secs(1),
+            bytes: 64 * 1024,
+        }
+    }
+}
 
 /// What [`Protocol::finish`] answers through: the connection, the payload
 /// (for work on the blocking pool), and the output the driver writes.
@@ -930,8 +949,8 @@ pub fn drive<P: Protocol>(
                         }
                         Then::Serve | Then::Finish => {}
                         Then::Close => {
-                            if driver.proto.linger(&session, a.start < a.end) {
-                                Box::pin(linger(&mut conn, &mut a.buf)).await;
+                            if let Some(bounds) = driver.proto.linger(&session, a.start < a.end) {
+                                Box::pin(linger(&mut conn, &mut a.buf, bounds)).await;
                             }
                             return;
                         }
@@ -1032,16 +1051,21 @@ fn timed_out(e: &io::Error) -> bool {
 }
 
 /// Lingering close ([`Protocol::linger`]): shuts the write side, then reads
-/// and drops what the client still sends, for at most [`LINGER`] and
-/// [`LINGER_BYTES`]. Uses `buf` as scratch space.
-async fn linger(conn: &mut Conn, buf: &mut [u8]) {
+/// and drops what the client still sends, within `bounds`. Uses `buf` as
+/// scratch space.
+async fn linger(conn: &mut Conn, buf: &mut [u8], bounds: Linger) {
     if conn.shutdown_write().is_err() {
         return;
     }
-    let until = Instant::now() + LINGER;
-    let mut left = LINGER_BYTES;
+    let until = Instant::now() + bounds.total;
+    let mut left = bounds.bytes;
     while left > 0 {
-        let wait = until.saturating_duration_since(Instant::now());
+        let wait = until
+            .saturating_duration_since(Instant::now())
+            .min(bounds.idle);
+        if wait.is_zero() {
+            return;
+        }
         match conn.read_for(buf, Some(wait)).await {
             Ok(n) if n > 0 => left = left.saturating_sub(n),
             _ => return,

@@ -3,7 +3,7 @@
 //! through a small line protocol written for these tests.
 
 use duality_models::session::{Output, Reply, Timeout};
-use duality_models::{Driver, DriverConfig, Flow, Parsed, Protocol, ServerBuilder};
+use duality_models::{Driver, DriverConfig, Flow, Linger, Parsed, Protocol, ServerBuilder};
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
@@ -117,9 +117,9 @@ impl Protocol for Lines {
         }
     }
 
-    fn linger(&self, _: &(), unread: bool) -> bool {
+    fn linger(&self, _: &(), unread: bool) -> Option<Linger> {
         self.lingers.fetch_add(1, SeqCst);
-        unread
+        unread.then(Linger::default)
     }
 }
 
