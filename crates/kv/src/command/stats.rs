@@ -90,8 +90,8 @@ pub(super) fn stats<C: ExecContext + ?Sized>(
             write_stat(out, "lru_crawler_tocrawl", c.tocrawl());
             ctx.extra_stats("settings", out);
         }
-        Some(b"items") => items(&store.class_stats(now), out),
-        Some(b"slabs") => slabs(&store.class_stats(now), store, out),
+        Some(b"items") => items(&store.class_stats(now, true), out),
+        Some(b"slabs") => slabs(&store.class_stats(now, false), store, out),
         // memcached answers this unless started with `-o track_sizes`.
         Some(b"sizes") => write_stat(out, "sizes_status", "disabled"),
         Some(b"detail") => {

@@ -690,31 +690,23 @@ impl Store {
     }
 
     /// Per-class counters summed over the shards, for the classes that have
-    /// any (see [`classes`]), with the access time of each class's oldest
-    /// item found by walking each shard's segments from the oldest (it stops
-    /// once every class present in the shard has been seen).
-    pub fn class_stats(&self, now: Time) -> Vec<ClassStats> {
+    /// any (see [`classes`]), with (`ages`) the age of each class's oldest
+    /// item, found by walking each shard's segments from the oldest, those
+    /// that may hold a class not yet seen (`stats slabs` needs no ages).
+    pub fn class_stats(&self, now: Time, ages: bool) -> Vec<ClassStats> {
         let mut sums = vec![[0u64; ClassCounter::COUNT]; classes::CLASSES + 1];
         let mut oldest: Vec<Time> = vec![Time::MAX; classes::CLASSES + 1];
         for cell in self.cells.iter() {
             let shard = lock(&cell.shard);
             let mut row = vec![[0u64; ClassCounter::COUNT]; classes::CLASSES + 1];
             cell.stats.classes.add_into(&mut row);
-            let mut missing = row
-                .iter()
-                .filter(|r| r[ClassCounter::Number as usize] != 0)
-                .count();
-            let mut seen = [false; classes::CLASSES + 1];
-            for l in shard.age_order(false) {
-                if missing == 0 {
-                    break;
-                }
-                let c = shard.class(l);
-                if !seen[c] {
-                    seen[c] = true;
-                    missing -= 1;
-                    oldest[c] = oldest[c].min(shard.atime(l));
-                }
+            if ages {
+                let want = row
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, r)| r[ClassCounter::Number as usize] != 0)
+                    .fold(0u64, |m, (c, _)| m | 1 << c);
+                shard.oldest_of_classes(want, |c, t| oldest[c] = oldest[c].min(t));
             }
             drop(shard);
             for (s, r) in sums.iter_mut().zip(&row) {
