@@ -173,16 +173,26 @@ impl IoArg {
 pub struct MetricsArgs {
     /// Serve the metrics in Prometheus' text format (0.0.4) at
     /// http://ADDR/metrics, on a listener and thread of their own (the
-    /// memcached and nginx exporters' convention). Port 0 picks a free port;
-    /// the address is printed on stderr as `metrics http://ADDR/metrics`.
-    /// Off by default.
-    #[arg(long, value_name = "ADDR")]
+    /// memcached and nginx exporters' convention). ADDR is IP:PORT,
+    /// [IPv6]:PORT, HOST:PORT (its first address), or PORT, :PORT or *:PORT
+    /// for every IPv4 interface (the exporters' :9150). Port 0 picks a
+    /// free port; the address is printed on stderr as
+    /// `metrics http://ADDR/metrics`. Off by default.
+    #[arg(long, value_name = "ADDR", value_parser = metrics_addr)]
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// A single task poll longer than this many milliseconds is counted as
     /// a long poll (`duality_loop_long_polls_total`) and logged as a
     /// warning naming the task; 0 turns both off.
     #[arg(long, value_name = "MS", default_value_t = 10)]
     pub long_poll_warn_ms: u64,
+}
+
+/// `--metrics-listen`'s address: what `http --listen` takes (the first
+/// address a host name resolves to), and `:PORT` as the exporters write it.
+fn metrics_addr(s: &str) -> Result<std::net::SocketAddr, String> {
+    let any = s.strip_prefix(':').map(|p| format!("*:{p}"));
+    let l: ListenAddr = any.as_deref().unwrap_or(s).parse()?;
+    Ok(l.0[0])
 }
 
 impl MetricsArgs {
@@ -397,6 +407,26 @@ pub fn results_dir(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn metrics_addresses() {
+        let sa = |s: &str| s.parse::<std::net::SocketAddr>().unwrap();
+        assert_eq!(
+            super::metrics_addr("127.0.0.1:9150"),
+            Ok(sa("127.0.0.1:9150"))
+        );
+        assert_eq!(super::metrics_addr("[::1]:0"), Ok(sa("[::1]:0")));
+        for any in [":9150", "*:9150", "9150"] {
+            assert_eq!(super::metrics_addr(any), Ok(sa("0.0.0.0:9150")), "{any}");
+        }
+        assert!(super::metrics_addr("localhost:9150")
+            .unwrap()
+            .ip()
+            .is_loopback());
+        for bad in ["", ":", "localhost", "::1:80", "x:y"] {
+            assert!(super::metrics_addr(bad).is_err(), "{bad}");
+        }
+    }
+
     #[test]
     fn listen_addresses_as_nginx_takes_them() {
         use super::ListenAddr;
