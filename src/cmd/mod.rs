@@ -173,9 +173,9 @@ impl IoArg {
 pub struct MetricsArgs {
     /// Serve the metrics in Prometheus' text format (0.0.4) at
     /// http://ADDR/metrics, on a listener and thread of their own (the
-    /// memcached and nginx exporters' convention). ADDR is IP:PORT,
-    /// [IPv6]:PORT, HOST:PORT (its first address), or PORT, :PORT or *:PORT
-    /// for every IPv4 interface (the exporters' :9150). Port 0 picks a
+    /// memcached and nginx exporters' convention). ADDR is IP:PORT (an IPv6
+    /// address in brackets), HOST:PORT (its first address), or PORT, :PORT
+    /// or *:PORT for every IPv4 interface (the exporters' :9150). Port 0 picks a
     /// free port; the address is printed on stderr as
     /// `metrics http://ADDR/metrics`. Off by default.
     #[arg(long, value_name = "ADDR", value_parser = metrics_addr)]
