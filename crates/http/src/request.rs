@@ -325,20 +325,41 @@ impl Discard {
 /// Whether a head that the strict parse refused for a bad field may be
 /// parsed again dropping such fields, as nginx drops them: not when a
 /// field's name (up to its colon, or the whole line) is empty or holds white
-/// space or a control byte, which nginx answers with 400 — among them white space
-/// before the colon and a line folded onto the one before, where RFC 9112
-/// §5.1-5.2 wants a 400 (`Content-Length : 5` dropped would leave the body
-/// to be read as the next request) — nor when a value holds a NUL.
+/// space or a control byte, which nginx answers with 400 — among them white
+/// space before the colon and a line folded onto the one before, where RFC
+/// 9112 §5.1-5.2 wants a 400 (`Content-Length : 5` dropped would leave the
+/// body to be read as the next request) — nor when a value holds a NUL, nor
+/// when a field that frames or routes the request (`Content-Length`,
+/// `Transfer-Encoding`, `Host`, `Connection`) has a value with a control
+/// byte: dropped, a front end that reads `Content-Length: 36\x01` as 36 would
+/// see one request where this server sees two (nginx keeps such a value,
+/// and refuses it).
 fn may_drop_bad_fields(head: &[u8]) -> bool {
-    let mut lines = head.split(|&b| b == b'\n');
+    // httparse skips empty lines before the request line; so does this.
+    let start = head.iter().position(|&b| b != b'\r' && b != b'\n');
+    let mut lines = head[start.unwrap_or(head.len())..].split(|&b| b == b'\n');
     lines.next(); // the request line
     for line in lines {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         if line.is_empty() {
             return true;
         }
-        let name = line.split(|&b| b == b':').next().unwrap_or(line);
-        if name.is_empty() || name.iter().any(|&b| b <= b' ' || b == 0x7f) || line.contains(&0) {
+        let (name, value) = match line.iter().position(|&b| b == b':') {
+            Some(colon) => (&line[..colon], &line[colon + 1..]),
+            None => (line, &b""[..]),
+        };
+        if name.is_empty() || name.iter().any(|&b| b <= b' ' || b == 0x7f) || value.contains(&0) {
+            return false;
+        }
+        let framing = [
+            &b"content-length"[..],
+            b"transfer-encoding",
+            b"host",
+            b"connection",
+        ]
+        .iter()
+        .any(|f| name.eq_ignore_ascii_case(f));
+        if framing && value.iter().any(|&b| (b < b' ' && b != b'\t') || b == 0x7f) {
             return false;
         }
     }
@@ -1051,6 +1072,15 @@ mod tests {
             ("GET / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding\x01: chunked\r\n\r\n", 400),
             ("GET / HTTP/1.1\r\nHost: h\r\nX: a\x00b\r\n\r\n", 400),
             ("GET / HTTP/1.1\r\nHost: h\r\n: empty\r\n\r\n", 400),
+            // Empty lines before the request line do not hide the fields.
+            ("\r\n\r\nGET / HTTP/1.1\r\nHost: h\r\nContent-Length : 1\r\n\r\nx", 400),
+            ("\n\r\nGET / HTTP/1.1\r\nHost: h\r\n Transfer-Encoding: chunked\r\n\r\n", 400),
+            // A field that frames or routes the request is never dropped.
+            ("GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 1\x01\r\n\r\nx", 400),
+            ("GET / HTTP/1.1\r\nHost: h\r\ncontent-length: 1\x7f\r\n\r\nx", 400),
+            ("GET / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\x0b\r\n\r\n", 400),
+            ("GET / HTTP/1.1\r\nHost: h\r\nHost: x\x01\r\n\r\n", 400),
+            ("GET / HTTP/1.1\r\nHost: h\r\nConnection: close\x01\r\n\r\n", 400),
             ("GET / HTTP/1.1\r\nBad Header: x\r\nHost: h\r\n\r\n", 400),
             ("\x01GET / HTTP/1.1\r\n\r\n", 400),
             ("GET / HTTP/1.1\r\n\r\n", 400),

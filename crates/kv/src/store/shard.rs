@@ -670,6 +670,7 @@ impl Shard {
         let h = self.new_segment(self.seg_size)?;
         self.head = Some(h);
         self.segs[h as usize].used = size;
+        self.segs[h as usize].classes = class_bits(size);
         Some(loc(h, 0))
     }
 

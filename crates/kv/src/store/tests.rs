@@ -1502,4 +1502,9 @@ fn class_ages_come_from_each_class_oldest_item() {
     assert_eq!(by_age(true), vec![(1, 5), (5, 10), (20_000, 20)]);
     assert_eq!(by_age(false), vec![(1, 0), (5, 0), (20_000, 0)]);
     s.check();
+    // An item alone in its shard opened the shard's first segment.
+    let s = store(64 << 20, 1);
+    set(&s, b"a", &[1; 10], 0, NOW);
+    let ages: Vec<u64> = s.class_stats(NOW + 3, true).iter().map(|c| c.age).collect();
+    assert_eq!(ages, vec![3]);
 }
