@@ -321,6 +321,11 @@ fn later_http_1x_is_answered_as_http_1_1() {
     }
 }
 
+/// `/hello.txt` asked for with `If-Modified-Since: {date}`.
+fn since(c: &mut Client, date: &str) -> common::Resp {
+    c.get_with("/hello.txt", &format!("If-Modified-Since: {date}\r\n"))
+}
+
 #[test]
 fn if_modified_since_in_the_future_is_ignored() {
     let s = TestServer::start("ims-future", |_| {});
@@ -330,11 +335,7 @@ fn if_modified_since_in_the_future_is_ignored() {
         .header("last-modified")
         .unwrap()
         .to_owned();
-    assert_eq!(
-        c.get_with("/hello.txt", &format!("If-Modified-Since: {lm}\r\n"))
-            .status,
-        304
-    );
+    assert_eq!(since(&mut c, &lm).status, 304);
     // Later than the server's clock: invalid (RFC 9110 §13.1.3), so the
     // file is sent as if the field were absent.
     let r = c.get_with(
@@ -361,16 +362,12 @@ fn if_modified_since_is_exact() {
         .header("last-modified")
         .unwrap()
         .to_owned();
-    assert_eq!(
-        c.get_with("/hello.txt", &format!("If-Modified-Since: {lm}\r\n"))
-            .status,
-        304
-    );
+    assert_eq!(since(&mut c, &lm).status, 304);
     // The older copy back in place.
     f.set_modified(newer - std::time::Duration::from_secs(3600))
         .unwrap();
     let mut c = s.client();
-    let r = c.get_with("/hello.txt", &format!("If-Modified-Since: {lm}\r\n"));
+    let r = since(&mut c, &lm);
     assert_eq!((r.status, r.text().as_str()), (200, "hello, world\n"));
 }
 

@@ -785,6 +785,19 @@ fn file_store(path: &std::path::Path, max_bytes: usize, now: Time) -> (Store, St
     file_store_with(path, max_bytes, now, true)
 }
 
+/// Opens the memory file at `path` (4 MiB), which must start empty saying
+/// `why`, and stores an item in it: the store that comes back serves.
+fn starts_empty(path: &std::path::Path, why: &str) -> Store {
+    let (s, line) = file_store(path, 4 << 20, NOW);
+    assert!(
+        line.contains(why) && line.ends_with("starting empty"),
+        "{line}"
+    );
+    assert_eq!(s.stats().curr_items, 0);
+    set(&s, b"k", b"v", 0, NOW);
+    s
+}
+
 fn file_store_with(
     path: &std::path::Path,
     max_bytes: usize,
@@ -892,13 +905,7 @@ fn a_crash_or_other_settings_start_empty() {
         set(&s, b"k", b"v", 0, NOW);
         // No close: as if the process died.
     }
-    let (s, line) = file_store(&f.0, 4 << 20, NOW);
-    assert!(
-        line.contains("graceful shutdown") && line.ends_with("starting empty"),
-        "{line}"
-    );
-    assert_eq!(s.stats().curr_items, 0);
-    set(&s, b"k", b"v", 0, NOW);
+    let s = starts_empty(&f.0, "graceful shutdown");
     s.close().unwrap();
     drop(s);
     let (s, line) = file_store(&f.0, 8 << 20, NOW);
@@ -925,13 +932,7 @@ fn a_damaged_file_starts_empty() {
     file.seek(std::io::SeekFrom::Start(data)).unwrap();
     file.write_all(&vec![0u8; (len - data) as usize]).unwrap();
     drop(file);
-    let (s, line) = file_store(&f.0, 4 << 20, NOW);
-    assert!(
-        line.contains("bad item") && line.ends_with("starting empty"),
-        "{line}"
-    );
-    assert_eq!(s.stats().curr_items, 0);
-    set(&s, b"k", b"v", 0, NOW);
+    let s = starts_empty(&f.0, "bad item");
     assert!(get(&s, b"k", NOW).is_some());
     s.check();
 }
@@ -985,13 +986,7 @@ fn a_memory_file_is_private_and_cut_files_start_empty() {
     let file = std::fs::OpenOptions::new().write(true).open(&f.0).unwrap();
     file.set_len(len - 1000).unwrap();
     drop(file);
-    let (s, line) = file_store(&f.0, 4 << 20, NOW);
-    assert!(
-        line.contains("damaged") && line.ends_with("starting empty"),
-        "{line}"
-    );
-    assert_eq!(s.stats().curr_items, 0);
-    set(&s, b"k", b"v", 0, NOW);
+    let s = starts_empty(&f.0, "damaged");
     s.close().unwrap();
     drop(s);
     assert_eq!(
