@@ -419,6 +419,33 @@ mod tests {
         });
     }
 
+    // Real loops: not under loom, whose models run without them.
+    #[cfg(not(loom))]
+    #[test]
+    fn samples_after_a_reset_of_merged_ones_count() {
+        // The reset finds nothing pending (everything merged): the samples
+        // that come after it must count, not be taken for older ones.
+        let lt = crate::event_loop::LoopThread::spawn(Default::default()).unwrap();
+        let handle = lt.handle();
+        let record = |n| {
+            handle.spawn(async move { record_first_byte(poll_started().unwrap(), n) });
+        };
+        let wait_for = |n| {
+            let t0 = std::time::Instant::now();
+            while handle.request_metrics().ttfb.count() != n {
+                assert!(t0.elapsed() < Duration::from_secs(5), "never {n}");
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        };
+        record(2);
+        wait_for(2);
+        handle.reset_request_metrics();
+        record(5);
+        wait_for(5);
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(handle.request_metrics().ttfb.count(), 5);
+    }
+
     #[test]
     fn parses_proc_status() {
         let text = "Name:\tx\nvoluntary_ctxt_switches:\t12\nnonvoluntary_ctxt_switches:\t3\n";

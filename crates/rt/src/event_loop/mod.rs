@@ -332,6 +332,7 @@ impl Local {
     /// One turn of the loop. `main_ready` tells whether a `block_on` future
     /// is waiting to be polled (then the loop must not block).
     fn turn(&self) -> io::Result<()> {
+        self.follow_requests_reset();
         self.drop_orphans();
         if self.run_tasks() > 0 {
             self.idle_hook_owed.set(true);
@@ -520,19 +521,34 @@ impl Local {
 
     /// Merges the per-request metrics recorded since the last merge into
     /// the readable copy, unless that copy was reset meanwhile (then they
-    /// are dropped: they predate the reset, or came right after it).
+    /// are dropped: they were recorded in the turn the reset came in, or
+    /// before it).
     fn publish_requests(&self) {
         let mut local = self.requests.borrow_mut();
         if local.is_empty() {
             return;
         }
         let mut published = lock_std(&self.shared.requests);
-        if published.epoch == self.requests_epoch.get() {
-            published.metrics.add(&local);
+        // Written under this lock only, so Relaxed reads its latest value.
+        let epoch = self.shared.requests_epoch.load(Relaxed);
+        if epoch == self.requests_epoch.get() {
+            published.add(&local);
         } else {
-            self.requests_epoch.set(published.epoch);
+            self.requests_epoch.set(epoch);
         }
         local.reset();
+    }
+
+    /// At the start of a turn: forgets the unmerged per-request metrics if
+    /// they were reset since the last turn, so what the loop records from
+    /// now on counts (an idle loop's first requests after a reset were
+    /// dropped with them by the merge). One load per turn.
+    fn follow_requests_reset(&self) {
+        let epoch = self.shared.requests_epoch.load(Relaxed);
+        if epoch != self.requests_epoch.get() {
+            self.requests.borrow_mut().reset();
+            self.requests_epoch.set(epoch);
+        }
     }
 
     /// Drops the tasks [`schedule`] set aside (their drops may wake, and set
@@ -762,21 +778,21 @@ impl LoopHandle {
     /// The per-request metrics recorded on this loop (they lag by up to
     /// 10 ms while the loop is busy; a loop publishes them before it sleeps).
     pub fn request_metrics(&self) -> RequestMetrics {
-        lock_std(&self.shared.requests).metrics.clone()
+        lock_std(&self.shared.requests).clone()
     }
 
     /// [`RequestMetrics::yields`] of this loop alone, without copying its
     /// histograms (same lag as [`request_metrics`](Self::request_metrics)).
     pub fn request_yields(&self) -> u64 {
-        lock_std(&self.shared.requests).metrics.yields
+        lock_std(&self.shared.requests).yields
     }
 
     /// Forgets this loop's per-request metrics, those it has not published
     /// yet included.
     pub fn reset_request_metrics(&self) {
         let mut p = lock_std(&self.shared.requests);
-        p.metrics.reset();
-        p.epoch = p.epoch.wrapping_add(1);
+        p.reset();
+        self.shared.requests_epoch.fetch_add(1, Relaxed);
     }
 
     /// The loop's poll-time distribution (lags by up to 10 ms; its sum is
@@ -906,7 +922,7 @@ impl EventLoop {
                 poll_start: Cell::new(crate::stats::Stamp::now()),
                 turn_now: Cell::new(now),
                 requests: RefCell::new(RequestMetrics::default()),
-                requests_epoch: Cell::new(lock_std(&shared.requests).epoch),
+                requests_epoch: Cell::new(shared.requests_epoch.load(Relaxed)),
                 orphans: RefCell::new(Vec::new()),
             }),
             _not_send: PhantomData,

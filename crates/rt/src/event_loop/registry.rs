@@ -82,15 +82,13 @@ pub(crate) struct Shared {
     /// Poll-time histogram (ns), merged in by the loop every few milliseconds.
     pub(crate) poll_hist: Mutex<Histogram<u64>>,
     /// Per-request metrics, merged in by the loop every few milliseconds and
-    /// before it sleeps; a reset (any thread) bumps the epoch under the same
-    /// lock, so the loop drops what it recorded before it saw the reset.
-    pub(crate) requests: Mutex<PublishedRequests>,
-}
-
-#[derive(Default)]
-pub(crate) struct PublishedRequests {
-    pub(crate) metrics: crate::stats::RequestMetrics,
-    pub(crate) epoch: u64,
+    /// before it sleeps.
+    pub(crate) requests: Mutex<crate::stats::RequestMetrics>,
+    /// Bumped (while `requests` is held) by each reset of them. The loop
+    /// reads it at the start of every turn and forgets what it recorded
+    /// before (a turn's worth at most is lost around a reset); a merge
+    /// that finds it moved since drops its samples instead of adding them.
+    pub(crate) requests_epoch: std::sync::atomic::AtomicU64,
 }
 
 pub(crate) fn new_histogram() -> Histogram<u64> {
@@ -111,7 +109,8 @@ impl Shared {
             wake_fd: eventfd()?,
             stats: SharedStats::default(),
             poll_hist: Mutex::new(new_histogram()),
-            requests: Mutex::new(PublishedRequests::default()),
+            requests: Mutex::new(crate::stats::RequestMetrics::default()),
+            requests_epoch: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -134,7 +133,7 @@ impl Shared {
         }
         s.tasks_alive.store(0, Ordering::Relaxed);
         lock_std(&self.poll_hist).reset();
-        lock_std(&self.requests).metrics.reset();
+        lock_std(&self.requests).reset();
         drain_eventfd(self.wake_fd.as_raw_fd());
     }
 
