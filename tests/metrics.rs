@@ -303,6 +303,8 @@ fn kv_metrics_listener_counts_what_was_sent() {
             ("duality_kv_cmd_get_total", CONNS * GETS),
             ("duality_kv_get_hits_total", CONNS * GETS),
             ("duality_kv_cmd_set_total", CONNS),
+            ("duality_kv_items_stored_total", CONNS),
+            ("duality_kv_delete_misses_total", 0),
             ("duality_connections_accepted_total", CONNS),
         ] {
             assert_eq!(page.value(name, ""), want as f64, "{model}: {name}");
@@ -313,6 +315,7 @@ fn kv_metrics_listener_counts_what_was_sent() {
         assert_eq!(page.value("duality_connection_yields_total", ""), 0.0);
         assert_eq!(page.value("duality_connections", ""), CONNS as f64);
         assert_eq!(page.value("duality_kv_items", ""), CONNS as f64);
+        assert!(page.value("duality_kv_limit_bytes", "") > 0.0);
         // Anything but GET /metrics: 404.
         assert_eq!(http_get(addr, "/").0, 404);
         assert_eq!(http_get(addr, "/metricsx").0, 404);

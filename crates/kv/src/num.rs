@@ -33,9 +33,22 @@ pub(crate) fn push_i64(out: &mut Vec<u8>, v: i64) {
 
 /// Parses an unsigned decimal: an optional `+`, then digits only (C's
 /// `strtoull` as memcached's `safe_strtoull` takes it, without wrapping).
+/// White space around them is taken too, as `strtoull` skips it before and
+/// memcached accepts it after: tokens split on spaces only, so a tab or a
+/// second CR after a number reaches the parser (`set k 0 0 1\t`).
 pub(crate) fn parse_u64(t: &[u8]) -> Option<u64> {
+    let t = trim_c_space(t);
     let t = t.strip_prefix(b"+").unwrap_or(t);
     parse_digits(t)
+}
+
+fn trim_c_space(t: &[u8]) -> &[u8] {
+    let start = t.iter().position(|&c| !is_c_space(c)).unwrap_or(t.len());
+    let end = t
+        .iter()
+        .rposition(|&c| !is_c_space(c))
+        .map_or(start, |i| i + 1);
+    &t[start..end]
 }
 
 fn parse_digits(t: &[u8]) -> Option<u64> {
@@ -58,10 +71,11 @@ pub(crate) fn parse_u32(t: &[u8]) -> Option<u32> {
     parse_u64(t).and_then(|v| u32::try_from(v).ok())
 }
 
-/// Parses a signed 32-bit decimal: an optional `-` or `+`, then digits only.
-/// Values that do not fit are refused (memcached wraps them to 32 bits).
+/// Parses a signed 32-bit decimal: an optional `-` or `+`, then digits only
+/// (white space around them taken, as by [`parse_u64`]). Values that do not
+/// fit are refused (memcached wraps them to 32 bits).
 pub(crate) fn parse_i32(t: &[u8]) -> Option<i32> {
-    match t {
+    match trim_c_space(t) {
         [b'-', rest @ ..] => {
             let v = parse_digits(rest)?;
             i32::try_from(-i64::try_from(v).ok()?).ok()
@@ -115,6 +129,13 @@ mod tests {
         assert_eq!(parse_i32(b"+7"), Some(7));
         assert_eq!(parse_i32(b"-+7"), None);
         assert_eq!(parse_u64(b"1a"), None);
+        // White space around the number, as strtoull and memcached take it.
+        assert_eq!(parse_u64(b"1\t"), Some(1));
+        assert_eq!(parse_u64(b"\t+1\r"), Some(1));
+        assert_eq!(parse_i32(b"-7\x0b"), Some(-7));
+        assert_eq!(parse_u64(b"1\t2"), None);
+        assert_eq!(parse_u64(b"\t"), None);
+        assert_eq!(parse_i32(b"- 7"), None);
         assert_eq!(parse_u32(b"4294967295"), Some(u32::MAX));
         assert_eq!(parse_u32(b"4294967296"), None);
         assert_eq!(parse_i32(b"-2147483648"), Some(i32::MIN));

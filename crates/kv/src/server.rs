@@ -409,6 +409,71 @@ impl KvState {
                 s.get_misses,
             ),
             ("evictions", "Live items removed to make room.", s.evictions),
+            (
+                "get_expired",
+                "Retrievals that found the key expired.",
+                s.get_expired,
+            ),
+            (
+                "get_flushed",
+                "Retrievals that found the key flushed.",
+                s.get_flushed,
+            ),
+            ("cmd_touch", "Touch requests, one per key.", s.cmd_touch),
+            ("touch_hits", "Touches that found the key.", s.touch_hits),
+            ("touch_misses", "Touches of a missing key.", s.touch_misses),
+            ("cmd_flush", "flush_all requests.", s.cmd_flush),
+            (
+                "delete_hits",
+                "Deletions that removed an item.",
+                s.delete_hits,
+            ),
+            (
+                "delete_misses",
+                "Deletions of a missing key.",
+                s.delete_misses,
+            ),
+            ("incr_hits", "Successful incr.", s.incr_hits),
+            ("incr_misses", "incr of a missing key.", s.incr_misses),
+            ("decr_hits", "Successful decr.", s.decr_hits),
+            ("decr_misses", "decr of a missing key.", s.decr_misses),
+            ("cas_hits", "cas that matched and stored.", s.cas_hits),
+            ("cas_misses", "cas of a missing key.", s.cas_misses),
+            (
+                "cas_badval",
+                "cas that found another CAS unique.",
+                s.cas_badval,
+            ),
+            (
+                "items_stored",
+                "Items stored (stats' total_items).",
+                s.total_items,
+            ),
+            (
+                "reclaimed",
+                "Expired or flushed items whose memory was reused.",
+                s.reclaimed,
+            ),
+            (
+                "expired_unfetched",
+                "Expired items reclaimed that were never fetched.",
+                s.expired_unfetched,
+            ),
+            (
+                "evicted_unfetched",
+                "Evicted items that were never fetched.",
+                s.evicted_unfetched,
+            ),
+            (
+                "store_too_large",
+                "Storage requests refused: value over the item size limit.",
+                s.store_too_large,
+            ),
+            (
+                "store_no_memory",
+                "Storage requests refused: no room for the item.",
+                s.store_no_memory,
+            ),
         ] {
             e.counter(&format!("duality_kv_{name}_total"), help, v);
         }
@@ -417,6 +482,11 @@ impl KvState {
             "duality_kv_bytes",
             "Bytes charged for the items stored now.",
             s.bytes as f64,
+        );
+        e.gauge(
+            "duality_kv_limit_bytes",
+            "The memory limit for items (-m).",
+            s.limit_maxbytes as f64,
         );
         e.finish()
     }
@@ -568,7 +638,13 @@ impl ExecContext for Ctx<'_> {
         let conn_yields = s.server.get().map_or(0, |h| h.request_yields());
         let base = *s.reset_base.lock().unwrap_or_else(|e| e.into_inner());
         let since = |v: u64, i: usize| v.saturating_sub(base[i]);
-        let (total, rejected) = (since(total, 0), since(rejected, 1));
+        let (mut total, rejected) = (since(total, 0), since(rejected, 1));
+        if base[0] == 0 {
+            // Until the first `stats reset` memcached counts its listening
+            // sockets among total_connections (its reset zeroes them all);
+            // base[0] is 0 only then, the reset's own connection counting.
+            total += s.server.get().map_or(0, |h| h.listeners().len() as u64);
+        }
         let (bytes_read, bytes_written) = (since(bytes_read, 2), since(bytes_written, 3));
         // thread-per-conn serves each connection on a thread of its own.
         let threads = match s.config.threads {

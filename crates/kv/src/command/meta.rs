@@ -65,7 +65,6 @@ pub(super) fn get(store: &Store, now: Time, raw_key: &[u8], f: &MetaFlags<'_>, o
     let mut buf = [0u8; KEY_MAX_LENGTH];
     let key = decode_key(raw_key, f.base64(), &mut buf);
     let mut e = store.entry(key, now);
-    e.count(Counter::CmdMeta);
     count_dead(&e);
     let mut created = false;
     if let (false, Some(n)) = (e.exists(), f.vivify()) {
@@ -214,7 +213,6 @@ pub(super) fn set(
     let mut buf = [0u8; KEY_MAX_LENGTH];
     let key = decode_key(raw_key, f.base64(), &mut buf);
     let mut e = store.entry(key, now);
-    e.count(Counter::CmdMeta);
     e.count(Counter::CmdSet);
     let mode = f.mode().unwrap_or(b'S');
     let client_flags = f.client_flags().unwrap_or(0);
@@ -343,7 +341,6 @@ pub(super) fn delete(
     let mut buf = [0u8; KEY_MAX_LENGTH];
     let key = decode_key(raw_key, f.base64(), &mut buf);
     let mut e = store.entry(key, now);
-    e.count(Counter::CmdMeta);
     let code: &[u8] = match e.item().map(|i| i.cas) {
         None => {
             e.count(Counter::DeleteMisses);
@@ -403,7 +400,6 @@ pub(super) fn arith(
     let mut buf = [0u8; KEY_MAX_LENGTH];
     let key = decode_key(raw_key, f.base64(), &mut buf);
     let mut e = store.entry(key, now);
-    e.count(Counter::CmdMeta);
     let op = match f.mode() {
         Some(b'D' | b'-') => ArithOp::Decr,
         _ => ArithOp::Incr,

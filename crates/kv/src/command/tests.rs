@@ -255,7 +255,8 @@ fn noreply_suppresses_everything() {
     s.check("delete k noreply\r\n", "");
     s.check("verbosity 1 noreply\r\n", "");
     s.check("flush_all noreply\r\n", "");
-    s.check("bogus noreply\r\n", "");
+    // An unknown command is answered even so, as memcached answers it.
+    s.check("bogus noreply\r\n", "ERROR\r\n");
     s.check("get k\r\n", "END\r\n");
 }
 
@@ -875,7 +876,10 @@ fn meta_get_basics() {
     s.check(&format!("mg foo v C{cas}\r\n"), "HD\r\n");
     s.check(&format!("mg foo v C{}\r\n", cas + 1), "VA 3\r\nabc\r\n");
     let st = s.stats();
-    assert_eq!((st.get_hits, st.get_misses, st.cmd_meta), (7, 3, 11));
+    // cmd_meta counts `me` only, as memcached's does.
+    assert_eq!((st.get_hits, st.get_misses, st.cmd_meta), (7, 3, 0));
+    s.check("me nokey\r\n", "EN\r\n");
+    assert_eq!(s.stats().cmd_meta, 1);
 }
 
 #[test]
@@ -1099,4 +1103,25 @@ fn request_shards() {
     );
     assert_eq!(shard(b"get foo bar\r\n"), None);
     assert_eq!(shard(b"stats\r\n"), None);
+}
+
+#[test]
+fn white_space_after_a_number_is_taken_as_memcached_takes_it() {
+    // Tokens split on spaces only; memcached's strtoul-based parsing takes a
+    // tab or CR after a number (a client's stray byte must not turn the data
+    // block into a command).
+    let s = Server::new();
+    s.check("set k 0 0 1\t\r\na\r\n", "STORED\r\n");
+    s.check("set n 0\t 0 1\r\r\n5\r\n", "STORED\r\n");
+    s.check("incr n 5\t\r\n", "10\r\n");
+    s.check("touch k 10\x0b\r\n", "TOUCHED\r\n");
+    s.check(
+        "get k n\r\n",
+        "VALUE k 0 1\r\na\r\nVALUE n 0 2\r\n10\r\nEND\r\n",
+    );
+    // Anything else after the digits is still refused.
+    s.check(
+        "incr n 5\tx\r\n",
+        "CLIENT_ERROR invalid numeric delta argument\r\n",
+    );
 }

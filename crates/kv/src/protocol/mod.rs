@@ -381,12 +381,12 @@ pub enum ParseError<'a> {
     /// with `HTTP/`): close without an answer, as memcached does, so a
     /// browser or health check pointed at the port gets no garbage.
     Http,
-    /// An unknown command: answer `ERROR` (unless `noreply`), drop `consumed`.
+    /// An unknown command: answer `ERROR` (even after `noreply`, as
+    /// memcached does: the word means nothing to a command it does not
+    /// know), drop `consumed`.
     UnknownCommand {
         /// Bytes to drop.
         consumed: usize,
-        /// The line ended in `noreply`: send nothing.
-        noreply: bool,
     },
     /// A malformed request: answer `CLIENT_ERROR <message>` (unless
     /// `noreply`), drop `consumed` (possibly more than buffered).
@@ -484,11 +484,7 @@ impl ParseError<'_> {
     pub fn write_response(&self, out: &mut Vec<u8>) {
         match *self {
             ParseError::Incomplete | ParseError::LineTooLong | ParseError::Http => {}
-            ParseError::UnknownCommand { noreply, .. } => {
-                if !noreply {
-                    out.extend_from_slice(b"ERROR\r\n");
-                }
-            }
+            ParseError::UnknownCommand { .. } => out.extend_from_slice(b"ERROR\r\n"),
             ParseError::Client {
                 message, noreply, ..
             } => {
@@ -749,10 +745,7 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Result<(Request<'a>, usize),
             if a.last.starts_with(b"HTTP/") {
                 return Err(ParseError::Http);
             }
-            return Err(ParseError::UnknownCommand {
-                consumed: line_len,
-                noreply: a.last == b"noreply",
-            });
+            return Err(ParseError::UnknownCommand { consumed: line_len });
         }
     };
     req.map(|r| (r, line_len)).map_err(fail)
@@ -760,10 +753,7 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Result<(Request<'a>, usize),
 
 /// `ERROR` for a known command with a token count memcached does not take.
 fn unknown(consumed: usize) -> ParseError<'static> {
-    ParseError::UnknownCommand {
-        consumed,
-        noreply: false,
-    }
+    ParseError::UnknownCommand { consumed }
 }
 
 fn parse_get(rest: &[u8], cas: bool) -> Result<Request<'_>, Fail> {

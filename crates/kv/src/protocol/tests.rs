@@ -85,10 +85,7 @@ fn retrieval() {
     );
     // Without a key: ERROR, as memcached answers; `gat <exptime>` alone is
     // a retrieval of no keys (memcached answers END).
-    let unknown = |consumed| ParseError::UnknownCommand {
-        consumed,
-        noreply: false,
-    };
+    let unknown = |consumed| ParseError::UnknownCommand { consumed };
     assert_eq!(err(b"get\r\n"), unknown(5));
     assert_eq!(err(b"get \r\n"), unknown(6));
     assert_eq!(err(b"gats\r\n"), unknown(6));
@@ -169,10 +166,7 @@ fn storage_waits_for_the_data_block() {
 #[test]
 fn storage_errors() {
     // A token count memcached does not take: ERROR.
-    let unknown = |consumed| ParseError::UnknownCommand {
-        consumed,
-        noreply: false,
-    };
+    let unknown = |consumed| ParseError::UnknownCommand { consumed };
     assert_eq!(err(b"set k 0 0\r\n"), unknown(11));
     assert_eq!(err(b"set\r\n"), unknown(5));
     assert_eq!(err(b"cas k 0 0 1\r\n"), unknown(13));
@@ -301,10 +295,7 @@ fn simple_commands() {
         }
     );
     // memcached's token counts and its legacy hold time (only 0).
-    let unknown = |consumed| ParseError::UnknownCommand {
-        consumed,
-        noreply: false,
-    };
+    let unknown = |consumed| ParseError::UnknownCommand { consumed };
     assert_eq!(err(b"delete\r\n"), unknown(8));
     assert_eq!(err(b"delete a b c d\r\n"), unknown(16));
     assert_eq!(
@@ -343,10 +334,7 @@ fn simple_commands() {
         }
     );
     // memcached takes two or three arguments, ERROR otherwise.
-    let unknown = |consumed| ParseError::UnknownCommand {
-        consumed,
-        noreply: false,
-    };
+    let unknown = |consumed| ParseError::UnknownCommand { consumed };
     assert_eq!(err(b"incr k\r\n"), unknown(8));
     assert_eq!(err(b"decr k 1 noreply x\r\n"), unknown(20));
     assert_eq!(err(b"touch k\r\n"), unknown(9));
@@ -469,19 +457,10 @@ fn simple_commands() {
 
 #[test]
 fn unknown_and_malformed_lines() {
-    assert_eq!(
-        err(b"foo\r\n"),
-        ParseError::UnknownCommand {
-            consumed: 5,
-            noreply: false
-        }
-    );
+    assert_eq!(err(b"foo\r\n"), ParseError::UnknownCommand { consumed: 5 });
     assert_eq!(
         err(b"foo a noreply\r\n"),
-        ParseError::UnknownCommand {
-            consumed: 15,
-            noreply: true
-        }
+        ParseError::UnknownCommand { consumed: 15 }
     );
     // memcached's tokenizer skips spaces before the command.
     assert_eq!(
@@ -496,20 +475,11 @@ fn unknown_and_malformed_lines() {
     );
     assert_eq!(
         err(b"GET a\r\n"),
-        ParseError::UnknownCommand {
-            consumed: 7,
-            noreply: false
-        }
+        ParseError::UnknownCommand { consumed: 7 }
     );
     // Short lines are unknown commands, as for memcached.
     for (line, consumed) in [(&b"\r\n"[..], 2), (b"\n", 1), (b"g\r\n", 3), (b"x\n", 2)] {
-        assert_eq!(
-            err(line),
-            ParseError::UnknownCommand {
-                consumed,
-                noreply: false
-            }
-        );
+        assert_eq!(err(line), ParseError::UnknownCommand { consumed });
     }
     assert_eq!(err(b""), ParseError::Incomplete);
 }
@@ -528,10 +498,7 @@ fn line_limits() {
     long.extend_from_slice(b"\r\n");
     assert_eq!(
         parse(&long, &limits),
-        Err(ParseError::UnknownCommand {
-            consumed: 22,
-            noreply: false
-        })
+        Err(ParseError::UnknownCommand { consumed: 22 })
     );
     // Retrieval lines have their own limit.
     let get = b"get aaaaaaaaaa bbbbbbbbbbbb\r\n";
@@ -664,13 +631,7 @@ fn meta_errors() {
         (b"md\r\n", 4),
         (b"ma\r\n", 4),
     ] {
-        assert_eq!(
-            err(line),
-            ParseError::UnknownCommand {
-                consumed,
-                noreply: false
-            }
-        );
+        assert_eq!(err(line), ParseError::UnknownCommand { consumed });
     }
     // `md` reports every flag error as `ma` does.
     assert_eq!(
@@ -784,23 +745,10 @@ fn pipelined_requests() {
 
 #[test]
 fn error_responses() {
-    let cases: [(ParseError<'_>, &[u8]); 7] = [
+    let cases: [(ParseError<'_>, &[u8]); 6] = [
         (ParseError::Incomplete, b""),
         (ParseError::LineTooLong, b""),
-        (
-            ParseError::UnknownCommand {
-                consumed: 1,
-                noreply: false,
-            },
-            b"ERROR\r\n",
-        ),
-        (
-            ParseError::UnknownCommand {
-                consumed: 1,
-                noreply: true,
-            },
-            b"",
-        ),
+        (ParseError::UnknownCommand { consumed: 1 }, b"ERROR\r\n"),
         (
             client("bad data chunk", 1),
             b"CLIENT_ERROR bad data chunk\r\n",
@@ -1185,10 +1133,9 @@ proptest! {
         buf.extend_from_slice(&block);
         let min = if cmd == StoreCommand::Cas { 5 } else { 4 };
         match p(&buf) {
-            Err(ParseError::UnknownCommand { consumed, noreply }) => {
+            Err(ParseError::UnknownCommand { consumed }) => {
                 prop_assert!(args.len() != min && args.len() != min + 1);
                 prop_assert_eq!(consumed, line_len);
-                prop_assert!(!noreply);
             }
             Err(ParseError::Client { message: BAD_FORMAT, consumed, noreply }) => {
                 prop_assert_eq!(consumed, line_len);

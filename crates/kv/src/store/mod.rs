@@ -777,10 +777,15 @@ impl Store {
         self.global.bump(c);
     }
 
-    /// Sums every counter (lock-free; values may be a few events old).
+    /// Sums every counter; the counters one request bumps together agree.
     pub fn stats(&self) -> Stats {
         let mut sums = [0u64; Counter::COUNT];
         for cell in self.cells.iter() {
+            // Under the shard's lock: a request bumps several counters
+            // (cmd_get, then get_hits) and a snapshot between the two
+            // told get_hits + get_misses one short of cmd_get. A copy of
+            // a few dozen words; memcached also locks each thread's stats.
+            let _held = lock(&cell.shard);
             cell.stats.add_into(&mut sums);
         }
         self.global.add_into(&mut sums);

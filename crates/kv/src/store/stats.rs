@@ -5,9 +5,10 @@
 //! Every counter of a shard is written only while that shard's lock is held
 //! (by [`Entry`](super::Entry) and the shard's own eviction and sweeping), so an
 //! increment is a plain `load` + `store` (no read-modify-write instruction, no
-//! bus lock); the atomics exist so that `stats` can read every shard without
-//! taking its lock. A reader may see a value a few increments old; it never
-//! sees a torn one. The global array (for events tied to no key, such as
+//! bus lock); the atomics let a reader copy them without a data race. A
+//! snapshot ([`Store::stats`](super::Store::stats)) copies each shard's
+//! array under that shard's lock, so the counters one request bumps
+//! together (`cmd_get` and `get_hits`) agree in it. The global array (for events tied to no key, such as
 //! `flush_all` or a value refused by the parser) uses `fetch_add`.
 //!
 //! Each shard's array sits in the same 128-byte-aligned cell as its lock, so two
@@ -59,7 +60,8 @@ counters! {
     CmdFlush => cmd_flush,
     /// Touch requests, one per key (`touch`, `gat`, `gats`, `mg` with `T`).
     CmdTouch => cmd_touch,
-    /// Meta commands with a key (`mg`, `ms`, `md`, `ma`, `me`).
+    /// `me` (meta debug) commands: memcached 1.6 counts only these in its
+    /// `cmd_meta`, not `mg`/`ms`/`md`/`ma`.
     CmdMeta => cmd_meta,
     /// Retrievals that found the key.
     GetHits => get_hits,

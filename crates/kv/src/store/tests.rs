@@ -1503,3 +1503,32 @@ fn class_ages_come_from_each_class_oldest_item() {
     let ages: Vec<u64> = s.class_stats(NOW + 3, true).iter().map(|c| c.age).collect();
     assert_eq!(ages, vec![3]);
 }
+
+#[test]
+fn a_snapshot_never_splits_one_request_s_counters() {
+    // A reader racing requests saw cmd_get one ahead of get_hits + get_misses.
+    let s = std::sync::Arc::new(store(1 << 20, 1));
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (s, done) = (s.clone(), done.clone());
+        std::thread::spawn(move || {
+            for _ in 0..20_000 {
+                let e = s.entry(b"k", NOW);
+                e.count(Counter::CmdGet);
+                for _ in 0..50 {
+                    std::hint::spin_loop();
+                }
+                e.count(Counter::GetMisses);
+            }
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+        })
+    };
+    let mut snapshots = 0;
+    while !done.load(std::sync::atomic::Ordering::Relaxed) || snapshots == 0 {
+        let st = s.stats();
+        assert_eq!(st.cmd_get, st.get_hits + st.get_misses, "{st:?}");
+        snapshots += 1;
+    }
+    writer.join().unwrap();
+    assert_eq!(s.stats().cmd_get, 20_000);
+}
