@@ -778,6 +778,20 @@ impl Conn {
         }
     }
 
+    /// Whether the client has sent bytes not read yet (buffered by the
+    /// runtime or still in the kernel), without reading them: closing with
+    /// them unread would reset the connection.
+    pub fn input_pending(&self) -> bool {
+        use duality_rt::net::peek_pending;
+        use socket2::SockRef;
+        match &self.io {
+            Io::Tcp(s) => s.input_pending(),
+            Io::Unix(s) => s.input_pending(),
+            Io::BlockingTcp(s, ..) => peek_pending(SockRef::from(&**s)),
+            Io::BlockingUnix(s, ..) => peek_pending(SockRef::from(&**s)),
+        }
+    }
+
     /// The TCP stream, if this is an event-loop TCP connection.
     pub fn tcp(&self) -> Option<&TcpStream> {
         match &self.io {

@@ -949,7 +949,10 @@ pub fn drive<P: Protocol>(
                         }
                         Then::Serve | Then::Finish => {}
                         Then::Close => {
-                            if let Some(bounds) = driver.proto.linger(&session, a.start < a.end) {
+                            // Unread: buffered here, or sent after what was
+                            // read (a client pipelining past a closing answer).
+                            let unread = a.start < a.end || conn.input_pending();
+                            if let Some(bounds) = driver.proto.linger(&session, unread) {
                                 Box::pin(linger(&mut conn, &mut a.buf, bounds)).await;
                             }
                             return;

@@ -304,6 +304,26 @@ struct GatherSend {
     msg: libc::msghdr,
 }
 
+/// Delays before a poll that completed without its direction is armed
+/// again: io_uring completes every poll on `POLLRDHUP`, so once the peer has
+/// half-closed, a wait for writability completes at once for as long as its
+/// send buffer stays full. 1 ms doubling to 64 ms: a half-closed peer that
+/// reads on is served with short pauses, one that stops costs a few wake-ups
+/// a second until the write timeout, not a spin.
+static POLL_RETRY: [types::Timespec; 7] = [
+    retry_ms(1),
+    retry_ms(2),
+    retry_ms(4),
+    retry_ms(8),
+    retry_ms(16),
+    retry_ms(32),
+    retry_ms(64),
+];
+
+const fn retry_ms(ms: u32) -> types::Timespec {
+    types::Timespec::new().nsec(ms * 1_000_000)
+}
+
 /// The part of a socket's state few sockets use.
 struct Cold {
     // One-shot readiness (direct system calls, such as `sendfile`).
@@ -311,6 +331,12 @@ struct Cold {
     ready_tick: u64,
     want_poll: u8,
     polls: [Option<NonZeroU64>; 2],
+    /// Per direction: how many polls in a row completed without it (see
+    /// [`POLL_RETRY`]), the delay armed before the next one, and whether
+    /// that delay has run (the next poll goes in at once).
+    backoff: [u8; 2],
+    delays: [Option<NonZeroU64>; 2],
+    delayed: u8,
     // Accepting: listeners only.
     acc: Accepting,
     /// Bytes that arrived while `rx` already held `RX_LIMIT` unread, one
@@ -333,6 +359,9 @@ impl Default for Cold {
             ready_tick: 0,
             want_poll: 0,
             polls: [None; 2],
+            backoff: [0; 2],
+            delays: [None; 2],
+            delayed: 0,
             acc: Accepting::default(),
             rx_over: VecDeque::new(),
             rx_over_len: 0,
@@ -466,6 +495,11 @@ impl Io {
     }
 
     // ---- receiving -------------------------------------------------------
+
+    /// Received bytes not read yet.
+    pub(crate) fn has_unread(&self) -> bool {
+        lock_std(&self.st).unread() > 0
+    }
 
     /// Ready when bytes, end of stream or an error wait; arms the receive.
     pub(crate) fn poll_readable(self: &Arc<Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -678,7 +712,11 @@ impl Io {
         if cold.ready & bit != 0 {
             return Poll::Ready(cold.ready_tick);
         }
-        let want = cold.want_poll & bit == 0;
+        let i = write as usize;
+        // Also when the bit is wanted but nothing is armed for it: a poll
+        // that completed without it (see `POLL_RETRY`) left it wanted.
+        let want =
+            cold.want_poll & bit == 0 || (cold.polls[i].is_none() && cold.delays[i].is_none());
         cold.want_poll |= bit;
         if write {
             st.writer = Some(cx.waker().clone());
@@ -783,6 +821,10 @@ enum OpKind {
     Gather(Box<GatherSend>),
     Accept,
     Poll {
+        write: bool,
+    },
+    /// The delay before a direction's next poll ([`POLL_RETRY`]).
+    PollDelay {
         write: bool,
     },
 }
@@ -980,7 +1022,8 @@ impl UringReactor {
         loop {
             // SAFETY: every pointer an entry carries (a send's bytes, nothing
             // else: receives use provided buffers) is owned by the operation
-            // table entry named by its user data until its completion.
+            // table entry named by its user data until its completion, or
+            // is a static (a poll delay's `POLL_RETRY` timespec).
             if unsafe { ring.submission().push(&sqe) }.is_ok() {
                 return;
             }
@@ -1053,6 +1096,9 @@ impl UringReactor {
                 for ud in cold.polls.iter_mut().filter_map(Option::take) {
                     self.cancel(ud.get());
                 }
+                for ud in cold.delays.iter_mut().filter_map(Option::take) {
+                    self.cancel(ud.get());
+                }
                 cold.want_poll = 0;
             }
             st.want_recv = false;
@@ -1099,7 +1145,19 @@ impl UringReactor {
             let Some(cold) = st.cold.as_mut() else {
                 break;
             };
-            if cold.want_poll & bit != 0 && cold.polls[i].is_none() {
+            if cold.want_poll & bit != 0 && cold.polls[i].is_none() && cold.delays[i].is_none() {
+                let level = cold.backoff[i] as usize;
+                if level > 0 && cold.delayed & bit == 0 {
+                    let ud = self.ops.borrow_mut().insert(Op {
+                        io: Some(io.clone()),
+                        kind: OpKind::PollDelay { write },
+                    });
+                    cold.delays[i] = NonZeroU64::new(ud);
+                    let ts: *const types::Timespec = &POLL_RETRY[level - 1];
+                    self.push(opcode::Timeout::new(ts).build().user_data(ud));
+                    continue;
+                }
+                cold.delayed &= !bit;
                 let ud = self.ops.borrow_mut().insert(Op {
                     io: Some(io.clone()),
                     kind: OpKind::Poll { write },
@@ -1535,23 +1593,27 @@ impl UringReactor {
             OpKind::Poll { write } => {
                 let write = *write;
                 drop(ops.remove(ud));
-                let mut st = lock_std(&io.st);
-                let st = &mut *st;
+                let mut guard = lock_std(&io.st);
+                let st = &mut *guard;
+                let closed = st.closed;
                 let cold = st.cold.get_or_insert_with(Default::default);
-                cold.polls[write as usize] = None;
+                let i = write as usize;
+                cold.polls[i] = None;
+                let own = if write { WRITABLE } else { READABLE };
                 // A failed poll (should not happen on a socket) wakes the
                 // waiter too: its retried call sees the error itself.
                 let bits = if res >= 0 {
                     let ev = res as i16;
+                    let gone = libc::POLLHUP | libc::POLLERR | libc::POLLNVAL;
                     let mut bits = 0;
-                    if ev & (libc::POLLIN | libc::POLLHUP | libc::POLLERR | libc::POLLRDHUP) != 0 {
+                    if ev & (libc::POLLIN | libc::POLLRDHUP | gone) != 0 {
                         bits |= READABLE;
                     }
-                    if ev & (libc::POLLOUT | libc::POLLHUP | libc::POLLERR) != 0 {
+                    if ev & (libc::POLLOUT | gone) != 0 {
                         bits |= WRITABLE;
                     }
                     bits
-                } else if res != -libc::ECANCELED && !st.closed {
+                } else if !closed {
                     READABLE | WRITABLE
                 } else {
                     0
@@ -1560,6 +1622,9 @@ impl UringReactor {
                     cold.ready |= bits;
                     cold.ready_tick += 1;
                     cold.want_poll &= !bits;
+                }
+                if bits & own != 0 {
+                    cold.backoff[i] = 0;
                     let w = if write {
                         st.writer.take()
                     } else {
@@ -1568,6 +1633,28 @@ impl UringReactor {
                     if let Some(w) = w {
                         w.wake();
                     }
+                } else if !closed && cold.want_poll & own != 0 {
+                    // io_uring completes every poll on the peer's half-close
+                    // (POLLRDHUP), which lasts: a write wait woken so is not
+                    // writable. Poll again after a delay, not at once (that
+                    // would spin until the peer reads).
+                    cold.backoff[i] = (cold.backoff[i] + 1).min(POLL_RETRY.len() as u8);
+                    drop(guard);
+                    io.schedule();
+                }
+            }
+            OpKind::PollDelay { write } => {
+                let bit = if *write { WRITABLE } else { READABLE };
+                let i = *write as usize;
+                drop(ops.remove(ud));
+                let mut st = lock_std(&io.st);
+                let closed = st.closed;
+                let cold = st.cold.get_or_insert_with(Default::default);
+                cold.delays[i] = None;
+                if !closed {
+                    cold.delayed |= bit;
+                    drop(st);
+                    io.schedule();
                 }
             }
         }

@@ -116,6 +116,15 @@ impl<S: Source> Evented<S> {
         &self.source
     }
 
+    /// Bytes the runtime received that nobody has read yet (io_uring's
+    /// receive queue; epoll leaves them in the kernel).
+    pub(crate) fn has_unread(&self) -> bool {
+        match &self.reg {
+            Reg::Epoll(_) => false,
+            Reg::Uring(io) => io.has_unread(),
+        }
+    }
+
     pub(crate) fn poll_read_with<R>(
         &self,
         cx: &mut Context<'_>,
@@ -453,6 +462,15 @@ macro_rules! stream_methods {
                 range: std::ops::Range<usize>,
             ) -> io::Result<()> {
                 self.io.write_vec_shared(head, body, range).await
+            }
+            /// Whether bytes the peer sent wait unread, received by the
+            /// runtime or still in the kernel's queue (one
+            /// `recv(MSG_PEEK)`): a server about to close can read them off
+            /// first, since closing a socket with input unread makes the
+            /// kernel send a reset that can destroy the last response.
+            pub fn input_pending(&self) -> bool {
+                self.io.has_unread()
+                    || crate::net::peek_pending(socket2::SockRef::from(self.io.get_ref()))
             }
             /// Waits until the socket is readable (or closed).
             pub async fn readable(&self) -> io::Result<()> {

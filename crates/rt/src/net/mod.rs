@@ -34,6 +34,17 @@ use std::time::Duration;
 /// memory, so a full descriptor table never turns the accept loop into a spin.
 pub const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
+/// Whether the kernel holds bytes the peer sent on `sock` (a `recv` with
+/// `MSG_PEEK | MSG_DONTWAIT` of one byte; the end of the stream or an error
+/// is not input). Any socket, blocking or not.
+pub fn peek_pending(sock: socket2::SockRef<'_>) -> bool {
+    let mut byte = [std::mem::MaybeUninit::<u8>::uninit()];
+    matches!(
+        sock.recv_with_flags(&mut byte, libc::MSG_PEEK | libc::MSG_DONTWAIT),
+        Ok(n) if n > 0
+    )
+}
+
 /// Errors that mean "out of a resource": retrying at once cannot succeed.
 pub fn is_resource_exhaustion(e: &io::Error) -> bool {
     matches!(
