@@ -1006,10 +1006,10 @@ impl<'s, 'k> Entry<'s, 'k> {
 
     /// Changes the live item's value, keeping its flags and expiry; the item
     /// gets a new CAS unique (`cas` or the next one) and is written anew.
-    /// It keeps its meta state too: an item invalidated by `md … I` stays
-    /// stale (with its win token given or not) until a real recache, since
-    /// an `incr` or `append` does not refresh it from the source; a base64
-    /// key stays one.
+    /// Its meta state as memcached's: a change written in place (an `incr`
+    /// to as many digits or fewer) keeps an `md … I` invalidation and its
+    /// win token, a new item (`append`, a growing `incr`) starts fresh; a
+    /// base64 key stays one.
     pub fn rewrite(&mut self, edit: Edit<'_>, cas: Option<u64>) -> Result<u64, WriteError> {
         let l = self.idx.ok_or(WriteError::NotFound)?;
         let (flags, exptime) = (self.shard.flags(l), self.shard.exptime(l));
