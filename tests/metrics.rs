@@ -624,7 +624,8 @@ fn http_stub_status_and_metrics_listener() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let requests = (2 * GETS + asked) as f64;
+    assert_eq!(status.get("/missing").0, 404);
+    let requests = (2 * GETS + asked + 1) as f64;
     let page = scrape_until(
         h.metrics,
         |p| {
@@ -647,6 +648,12 @@ fn http_stub_status_and_metrics_listener() {
         "{polls:?}"
     );
     assert_eq!(page.value("duality_http_requests_total", ""), requests);
+    assert_eq!(
+        page.value("duality_http_responses_total", "code=2xx"),
+        requests - 1.0
+    );
+    assert_eq!(page.value("duality_http_responses_total", "code=4xx"), 1.0);
+    assert_eq!(page.value("duality_http_responses_total", "code=5xx"), 0.0);
     assert_eq!(page.families["duality_http_requests"], "counter");
     assert_eq!(page.value("duality_connections_accepted_total", ""), 3.0);
     assert_eq!(page.value("duality_connections", ""), 3.0);

@@ -803,6 +803,7 @@ impl HttpProtocol {
         request: Option<&[u8]>,
         plan: &Plan,
     ) {
+        self.state.phases.response(plan.status.code());
         let Some(log) = &self.state.log else { return };
         let mut line = Vec::with_capacity(160);
         line.extend_from_slice(session.peer.as_bytes());

@@ -163,6 +163,8 @@ impl HttpConfig {
 pub struct HttpStats {
     /// Requests answered (every status).
     pub requests: u64,
+    /// Responses by status class: 1xx, 2xx, 3xx, 4xx, 5xx.
+    pub responses: [u64; 5],
     /// Connections closed with 408 (head not complete in time).
     pub head_timeouts: u64,
     /// Connections closed silently after the idle timeout.
@@ -252,6 +254,8 @@ struct LoopCounts {
     reading: AtomicI64,
     writing: AtomicI64,
     requests: AtomicU64,
+    /// Responses by status class (1xx..5xx).
+    classes: [AtomicU64; 5],
 }
 
 impl PhaseCounts {
@@ -289,6 +293,27 @@ impl PhaseCounts {
     /// One more request answered.
     pub(crate) fn request(&self) {
         self.mine().requests.fetch_add(1, Relaxed);
+    }
+
+    /// One more response of status `code` (counted by class).
+    pub(crate) fn response(&self, code: u16) {
+        if let Some(c) = (code / 100)
+            .checked_sub(1)
+            .and_then(|i| self.mine().classes.get(i as usize))
+        {
+            c.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Responses so far by status class, 1xx first.
+    fn classes(&self) -> [u64; 5] {
+        let mut sums = [0; 5];
+        for s in self.slots.iter() {
+            for (sum, c) in sums.iter_mut().zip(&s.classes) {
+                *sum += c.load(Relaxed);
+            }
+        }
+        sums
     }
 
     /// (reading, writing) now.
@@ -435,6 +460,19 @@ impl HttpState {
             duality_models::metrics::server_metrics(h, &mut e);
         }
         let s = self.stats();
+        let labels = [
+            "code=\"1xx\"",
+            "code=\"2xx\"",
+            "code=\"3xx\"",
+            "code=\"4xx\"",
+            "code=\"5xx\"",
+        ];
+        let classes: Vec<(&str, u64)> = labels.into_iter().zip(s.responses).collect();
+        e.counters(
+            "duality_http_responses_total",
+            "Responses by status class (as the access log's status).",
+            &classes,
+        );
         for (name, help, v) in [
             ("requests", "Requests answered (every status).", s.requests),
             (
@@ -519,6 +557,7 @@ impl HttpState {
         let c = &self.counters;
         HttpStats {
             requests: self.phases.requests(),
+            responses: self.phases.classes(),
             head_timeouts: c.head_timeouts.load(Relaxed),
             idle_timeouts: c.idle_timeouts.load(Relaxed),
             write_timeouts: c.write_timeouts.load(Relaxed),
