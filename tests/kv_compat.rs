@@ -421,6 +421,7 @@ fn short_and_bad_storage_lines() {
         "set k 0 0 1\t\r\nx\r\nget k\r\n",
         "set k 0\t 0 1\r\r\nx\r\nget k\r\n",
         "set n 0 0 1\r\n5\r\nincr n 5\t\r\ntouch n 10\x0b\r\nget n\r\n",
+        "set n 0 0 1\r\n5\r\nincr n 5\tx\r\nincr n 5x\r\ntouch n 10\tjunk\r\n",
         // Other commands without the tokens they need.
         "get\r\n",
         "gets \r\n",

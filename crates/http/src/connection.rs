@@ -62,6 +62,13 @@ use crate::server::{Found, HttpState, Phase};
 use crate::status::{HttpError, Status};
 use crate::sys;
 
+/// A response whose body could not be sent whole (the client went away,
+/// or stopped reading past the write timeout): its plan, for the log.
+struct Aborted {
+    plan: Plan,
+    error: io::Error,
+}
+
 /// Requests answered from one read before the driver writes their
 /// responses and lets the loop run others: with 64, four flooding clients
 /// kept a newcomer waiting 30-40 ms under `sped`; with 16, about 1 ms
@@ -371,7 +378,12 @@ impl Protocol for HttpProtocol {
                 self.log(session, Some(&head), None, &plan);
                 self.flow(session, &plan)
             }
-            Err(e) => {
+            Err(Aborted { plan, error: e }) => {
+                // Logged and counted with the status its head carried, as
+                // nginx logs a response the client did not take whole (the
+                // bytes are the planned ones, as for an answer from memory,
+                // which is logged before it is written).
+                self.log(session, Some(&head), None, &plan);
                 if e.kind() == io::ErrorKind::TimedOut {
                     self.state.counters.write_timeouts.fetch_add(1, Relaxed);
                 }
@@ -556,7 +568,7 @@ impl HttpProtocol {
         pending: Pending,
         interim: bool,
         reply: &mut Reply<'_>,
-    ) -> io::Result<Plan> {
+    ) -> Result<Plan, Aborted> {
         let date = now();
         let date = as_str(&date);
         let want_gzip = match pending {
@@ -640,7 +652,7 @@ impl HttpProtocol {
         input: GzipInput,
         date: &str,
         reply: &mut Reply<'_>,
-    ) -> io::Result<Plan> {
+    ) -> Result<Plan, Aborted> {
         let cfg = self.state.cfg.gzip;
         if not_modified(head, &meta.etag().gzip_variant(), &meta, date) {
             // A 304 carries no length: nothing to compress.
@@ -698,11 +710,16 @@ impl HttpProtocol {
         file: Arc<File>,
         resident: bool,
         reply: &mut Reply<'_>,
-    ) -> io::Result<Plan> {
+    ) -> Result<Plan, Aborted> {
         if let Some(span) = plan.body {
-            reply.flush().await?;
-            if !self.send_file(file, span, resident, reply).await? {
-                plan.keep_alive = false;
+            let sent = match reply.flush().await {
+                Ok(()) => self.send_file(file, span, resident, reply).await,
+                Err(e) => Err(e),
+            };
+            match sent {
+                Ok(true) => {}
+                Ok(false) => plan.keep_alive = false,
+                Err(error) => return Err(Aborted { plan, error }),
             }
         }
         Ok(plan)

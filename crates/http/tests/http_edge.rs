@@ -466,3 +466,33 @@ fn requests_after_a_closing_answer_do_not_reset_it() {
         "the whole body, nothing after it"
     );
 }
+
+/// A response whose body the client does not take whole (it goes away
+/// mid-file) is still counted by its status class, as the access log
+/// records it (nginx logs it too): every answered request has a class.
+#[test]
+fn an_abandoned_file_response_is_counted_by_its_status() {
+    let s = TestServer::start("abandoned", |_| {});
+    std::fs::write(s.www().join("huge.bin"), vec![b'h'; 16 << 20]).unwrap();
+    let mut c = s.client();
+    c.send("GET /huge.bin HTTP/1.1\r\nHost: x\r\n\r\n");
+    let mut some = vec![0u8; 64 << 10];
+    c.stream.read_exact(&mut some).unwrap();
+    assert!(some.starts_with(b"HTTP/1.1 200 "));
+    // Unread bytes at the close: a reset, and the server's write fails.
+    drop(c);
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let st = s.state.stats();
+        if st.requests == 1 && st.responses == [0, 1, 0, 0, 0] {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "{:?} of {}",
+            st.responses,
+            st.requests
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -33,22 +33,22 @@ pub(crate) fn push_i64(out: &mut Vec<u8>, v: i64) {
 
 /// Parses an unsigned decimal: an optional `+`, then digits only (C's
 /// `strtoull` as memcached's `safe_strtoull` takes it, without wrapping).
-/// White space around them is taken too, as `strtoull` skips it before and
-/// memcached accepts it after: tokens split on spaces only, so a tab or a
-/// second CR after a number reaches the parser (`set k 0 0 1\t`).
+/// White space is taken as memcached's `safe_strtoull` takes it: skipped
+/// before the number, and ending it (whatever follows is ignored): tokens
+/// split on spaces only, so a tab or a second CR after a number reaches the
+/// parser (`set k 0 0 1\t`).
 pub(crate) fn parse_u64(t: &[u8]) -> Option<u64> {
-    let t = trim_c_space(t);
+    let t = number_part(t);
     let t = t.strip_prefix(b"+").unwrap_or(t);
     parse_digits(t)
 }
 
-fn trim_c_space(t: &[u8]) -> &[u8] {
+/// `t` without leading white space, up to the white space that ends it.
+fn number_part(t: &[u8]) -> &[u8] {
     let start = t.iter().position(|&c| !is_c_space(c)).unwrap_or(t.len());
-    let end = t
-        .iter()
-        .rposition(|&c| !is_c_space(c))
-        .map_or(start, |i| i + 1);
-    &t[start..end]
+    let t = &t[start..];
+    let end = t.iter().position(|&c| is_c_space(c)).unwrap_or(t.len());
+    &t[..end]
 }
 
 fn parse_digits(t: &[u8]) -> Option<u64> {
@@ -72,10 +72,10 @@ pub(crate) fn parse_u32(t: &[u8]) -> Option<u32> {
 }
 
 /// Parses a signed 32-bit decimal: an optional `-` or `+`, then digits only
-/// (white space around them taken, as by [`parse_u64`]). Values that do not
+/// (white space taken as by [`parse_u64`]). Values that do not
 /// fit are refused (memcached wraps them to 32 bits).
 pub(crate) fn parse_i32(t: &[u8]) -> Option<i32> {
-    match trim_c_space(t) {
+    match number_part(t) {
         [b'-', rest @ ..] => {
             let v = parse_digits(rest)?;
             i32::try_from(-i64::try_from(v).ok()?).ok()
@@ -129,13 +129,15 @@ mod tests {
         assert_eq!(parse_i32(b"+7"), Some(7));
         assert_eq!(parse_i32(b"-+7"), None);
         assert_eq!(parse_u64(b"1a"), None);
-        // White space around the number, as strtoull and memcached take it.
+        // White space as memcached's safe_strtoull takes it: skipped
+        // before, ending the number after (the rest ignored).
         assert_eq!(parse_u64(b"1\t"), Some(1));
         assert_eq!(parse_u64(b"\t+1\r"), Some(1));
         assert_eq!(parse_i32(b"-7\x0b"), Some(-7));
-        assert_eq!(parse_u64(b"1\t2"), None);
+        assert_eq!(parse_u64(b"1\t2x"), Some(1));
+        assert_eq!(parse_u64(b"1x\t"), None);
         assert_eq!(parse_u64(b"\t"), None);
-        assert_eq!(parse_i32(b"- 7"), None);
+        assert_eq!(parse_i32(b"-\t7"), None);
         assert_eq!(parse_u32(b"4294967295"), Some(u32::MAX));
         assert_eq!(parse_u32(b"4294967296"), None);
         assert_eq!(parse_i32(b"-2147483648"), Some(i32::MIN));

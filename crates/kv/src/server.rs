@@ -643,7 +643,15 @@ impl ExecContext for Ctx<'_> {
             // Until the first `stats reset` memcached counts its listening
             // sockets among total_connections (its reset zeroes them all);
             // base[0] is 0 only then, the reset's own connection counting.
-            total += s.server.get().map_or(0, |h| h.listeners().len() as u64);
+            // One per address: reuseport's listener per loop is one
+            // listening address to a user.
+            total += s.server.get().map_or(0, |h| {
+                let ls = h.listeners();
+                let first = |(i, l): &(usize, &duality_models::Listener)| {
+                    !ls[..*i].iter().any(|m| m.addr == l.addr)
+                };
+                ls.iter().enumerate().filter(first).count() as u64
+            });
         }
         let (bytes_read, bytes_written) = (since(bytes_read, 2), since(bytes_written, 3));
         // thread-per-conn serves each connection on a thread of its own.

@@ -307,10 +307,10 @@ struct GatherSend {
 /// Delays before a poll that completed without its direction is armed
 /// again: io_uring completes every poll on `POLLRDHUP`, so once the peer has
 /// half-closed, a wait for writability completes at once for as long as its
-/// send buffer stays full. 1 ms doubling to 64 ms: a half-closed peer that
-/// reads on is served with short pauses, one that stops costs a few wake-ups
-/// a second until the write timeout, not a spin.
-static POLL_RETRY: [types::Timespec; 7] = [
+/// send buffer stays full. 1 ms doubling to 512 ms: a half-closed peer that
+/// reads on is served with short pauses, one that stops costs about two
+/// wake-ups a second until the write timeout, not a spin.
+static POLL_RETRY: [types::Timespec; 10] = [
     retry_ms(1),
     retry_ms(2),
     retry_ms(4),
@@ -318,6 +318,9 @@ static POLL_RETRY: [types::Timespec; 7] = [
     retry_ms(16),
     retry_ms(32),
     retry_ms(64),
+    retry_ms(128),
+    retry_ms(256),
+    retry_ms(512),
 ];
 
 const fn retry_ms(ms: u32) -> types::Timespec {
@@ -1613,7 +1616,7 @@ impl UringReactor {
                         bits |= WRITABLE;
                     }
                     bits
-                } else if !closed {
+                } else if res != -libc::ECANCELED && !closed {
                     READABLE | WRITABLE
                 } else {
                     0
@@ -1623,17 +1626,19 @@ impl UringReactor {
                     cold.ready_tick += 1;
                     cold.want_poll &= !bits;
                 }
-                if bits & own != 0 {
-                    cold.backoff[i] = 0;
-                    let w = if write {
-                        st.writer.take()
-                    } else {
-                        st.reader.take()
-                    };
-                    if let Some(w) = w {
-                        w.wake();
+                // Every direction this poll found ready is woken (a hang-up
+                // or error is both), its backoff over.
+                for (d, bit) in [(0, READABLE), (1, WRITABLE)] {
+                    if bits & bit != 0 {
+                        cold.backoff[d] = 0;
                     }
-                } else if !closed && cold.want_poll & own != 0 {
+                }
+                let reader = (bits & READABLE != 0).then(|| st.reader.take()).flatten();
+                let writer = (bits & WRITABLE != 0).then(|| st.writer.take()).flatten();
+                for w in [reader, writer].into_iter().flatten() {
+                    w.wake();
+                }
+                if bits & own == 0 && res >= 0 && !closed && cold.want_poll & own != 0 {
                     // io_uring completes every poll on the peer's half-close
                     // (POLLRDHUP), which lasts: a write wait woken so is not
                     // writable. Poll again after a delay, not at once (that
@@ -1651,7 +1656,8 @@ impl UringReactor {
                 let closed = st.closed;
                 let cold = st.cold.get_or_insert_with(Default::default);
                 cold.delays[i] = None;
-                if !closed {
+                // Cancelled: the socket closed or the loop is ending.
+                if !closed && res != -libc::ECANCELED {
                     cold.delayed |= bit;
                     drop(st);
                     io.schedule();

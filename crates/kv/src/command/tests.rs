@@ -1119,9 +1119,11 @@ fn white_space_after_a_number_is_taken_as_memcached_takes_it() {
         "get k n\r\n",
         "VALUE k 0 1\r\na\r\nVALUE n 0 2\r\n10\r\nEND\r\n",
     );
-    // Anything else after the digits is still refused.
+    // What follows that white space is ignored, as memcached ignores it;
+    // anything else after the digits is refused.
+    s.check("incr n 5\tx\r\n", "15\r\n");
     s.check(
-        "incr n 5\tx\r\n",
+        "incr n 5x\r\n",
         "CLIENT_ERROR invalid numeric delta argument\r\n",
     );
 }
