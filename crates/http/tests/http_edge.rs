@@ -322,6 +322,14 @@ fn later_http_1x_is_answered_as_http_1_1() {
 }
 
 /// `/hello.txt` asked for with `If-Modified-Since: {date}`.
+/// hello.txt's `Last-Modified`, from a GET.
+fn last_modified(c: &mut Client) -> String {
+    c.get("/hello.txt")
+        .header("last-modified")
+        .unwrap()
+        .to_owned()
+}
+
 fn since(c: &mut Client, date: &str) -> common::Resp {
     c.get_with("/hello.txt", &format!("If-Modified-Since: {date}\r\n"))
 }
@@ -330,11 +338,7 @@ fn since(c: &mut Client, date: &str) -> common::Resp {
 fn if_modified_since_in_the_future_is_ignored() {
     let s = TestServer::start("ims-future", |_| {});
     let mut c = s.client();
-    let lm = c
-        .get("/hello.txt")
-        .header("last-modified")
-        .unwrap()
-        .to_owned();
+    let lm = last_modified(&mut c);
     assert_eq!(since(&mut c, &lm).status, 304);
     // Later than the server's clock: invalid (RFC 9110 §13.1.3), so the
     // file is sent as if the field were absent.
@@ -357,11 +361,7 @@ fn if_modified_since_is_exact() {
     let newer = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
     f.set_modified(newer).unwrap();
     let mut c = s.client();
-    let lm = c
-        .get("/hello.txt")
-        .header("last-modified")
-        .unwrap()
-        .to_owned();
+    let lm = last_modified(&mut c);
     assert_eq!(since(&mut c, &lm).status, 304);
     // The older copy back in place.
     f.set_modified(newer - std::time::Duration::from_secs(3600))

@@ -645,13 +645,15 @@ impl ExecContext for Ctx<'_> {
             // base[0] is 0 only then, the reset's own connection counting.
             // One per address: reuseport's listener per loop is one
             // listening address to a user.
-            total += s.server.get().map_or(0, |h| {
-                let ls = h.listeners();
-                let first = |(i, l): &(usize, &duality_models::Listener)| {
-                    !ls[..*i].iter().any(|m| m.addr == l.addr)
-                };
-                ls.iter().enumerate().filter(first).count() as u64
-            });
+            if let Some(h) = s.server.get() {
+                let mut addrs = Vec::new();
+                for l in h.listeners() {
+                    if !addrs.contains(&&l.addr) {
+                        addrs.push(&l.addr);
+                    }
+                }
+                total += addrs.len() as u64;
+            }
         }
         let (bytes_read, bytes_written) = (since(bytes_read, 2), since(bytes_written, 3));
         // thread-per-conn serves each connection on a thread of its own.
