@@ -105,6 +105,10 @@ pub struct HttpArgs {
     /// connection closes.
     #[arg(long, default_value_t = 30.0)]
     lingering_time: f64,
+    /// Requests served on one connection (nginx's keepalive_requests): the
+    /// answer to the last carries `Connection: close`. 0: no keep-alive.
+    #[arg(long, default_value_t = 1000)]
+    keepalive_requests: u64,
     /// Write an access log to this file (`-` for stderr), one line per
     /// response in nginx's `combined` format (times in UTC); off by default.
     /// SIGUSR1 opens it again (nginx's `-s reopen`), after a rotation.
@@ -329,6 +333,7 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         write_timeout: seconds("write-timeout", a.write_timeout)?,
         lingering_timeout: seconds("lingering-timeout", a.lingering_timeout)?,
         lingering_time: seconds("lingering-time", a.lingering_time)?,
+        keepalive_requests: a.keepalive_requests,
         access_log: a.access_log.clone(),
         limits: limits(&a)?,
         gzip: GzipConfig {

@@ -599,6 +599,10 @@ pub struct RunningServer {
     _prefix: Option<TempDir>,
 }
 
+/// Requests per connection for `duality http`: as `keepalive_requests` in
+/// the nginx configuration beside it ([`nginx_config`]).
+const KEEPALIVE_REQUESTS: [&str; 2] = ["--keepalive-requests", "100000"];
+
 impl RunningServer {
     /// Starts `duality http` and waits for its `ready http://ADDR` line.
     pub fn duality(
@@ -625,6 +629,7 @@ impl RunningServer {
             .arg("--root")
             .arg(root)
             .args(["--max-conns", &max_conns.to_string()])
+            .args(KEEPALIVE_REQUESTS)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -670,6 +675,7 @@ impl RunningServer {
             .args(["http", "--listen", "127.0.0.1:0"])
             .arg("--root")
             .arg(root)
+            .args(KEEPALIVE_REQUESTS)
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -164,6 +164,11 @@ pub struct HttpSession {
     /// An answer could not be written (timed out, reset): the connection
     /// closes without lingering, as nginx's after a send error.
     write_failed: bool,
+    /// Request heads answered on this connection, this one included.
+    requests: u64,
+    /// This request is the last `keepalive_requests` allows: its answer
+    /// closes the connection (`finish` parses its head again).
+    last: bool,
 }
 
 /// A response `execute` could not make from memory.
@@ -232,6 +237,8 @@ impl Protocol for HttpProtocol {
             close_after_body: false,
             interim: false,
             write_failed: false,
+            requests: 0,
+            last: false,
         }
     }
 
@@ -304,10 +311,17 @@ impl Protocol for HttpProtocol {
         let mut interim = None;
         let head = match req.what {
             Seen::Head {
-                head,
+                mut head,
                 body,
                 continue_first,
             } => {
+                // As nginx's keepalive_requests: the answer to the last
+                // request a connection may make closes it.
+                session.requests += 1;
+                session.last = session.requests >= self.state.cfg.keepalive_requests;
+                if session.last {
+                    head.keep_alive = false;
+                }
                 // Answered before its body is in, as nginx answers a static
                 // request; the body is dropped as it comes.
                 let linger = self.state.cfg.lingering_time;
@@ -363,12 +377,15 @@ impl Protocol for HttpProtocol {
         mut reply: Reply<'a>,
     ) -> Flow {
         // The same bytes `parse` found a head in.
-        let (Ok(Some((head, _))), Some(pending)) = (
+        let (Ok(Some((mut head, _))), Some(pending)) = (
             parse_head(request, &self.state.cfg.limits),
             session.pending.take(),
         ) else {
             return Flow::Close;
         };
+        if session.last {
+            head.keep_alive = false;
+        }
         let interim = std::mem::take(&mut session.interim);
         match self
             .respond_later(&head, pending, interim, &mut reply)

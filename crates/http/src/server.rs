@@ -107,6 +107,11 @@ pub struct HttpConfig {
     /// nobody needs cannot pin a connection; also the longest lingering
     /// close (after a 413, a 400).
     pub lingering_time: Duration,
+    /// Requests one connection may make (nginx's `keepalive_requests`):
+    /// the answer to the last one carries `Connection: close`, so that a
+    /// long-lived client's connection is renewed now and then (its buffers
+    /// returned, its next connection balanced afresh). 0: no keep-alive.
+    pub keepalive_requests: u64,
     /// Where the access log goes (`-` for stderr); `None`: no log.
     pub access_log: Option<PathBuf>,
     /// Request size limits.
@@ -133,7 +138,8 @@ pub struct HttpConfig {
 impl HttpConfig {
     /// The defaults for `root`: 64 MiB cache of files up to 64 KiB,
     /// `sendfile` from 64 KiB, revalidation after 1 s, 10 s head timeout,
-    /// 60 s idle and write timeouts, no access log, [`Limits::default`],
+    /// 60 s idle and write timeouts, 1,000 requests per connection (nginx's
+    /// default), no access log, [`Limits::default`],
     /// gzip off ([`GzipConfig::default`]), up to 1,000 open files kept,
     /// symlinks only inside the root.
     pub fn new(root: impl Into<PathBuf>) -> HttpConfig {
@@ -149,6 +155,7 @@ impl HttpConfig {
             write_timeout: Duration::from_secs(60),
             lingering_timeout: Duration::from_secs(5),
             lingering_time: Duration::from_secs(30),
+            keepalive_requests: 1000,
             access_log: None,
             limits: Limits::default(),
             gzip: GzipConfig::default(),

@@ -496,3 +496,43 @@ fn an_abandoned_file_response_is_counted_by_its_status() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// As nginx's `keepalive_requests`: the answer to the last request a
+/// connection may make carries `Connection: close` and ends it, whether it
+/// is made from memory or by `finish` (a file sent with sendfile); a
+/// request pipelined behind it is not answered, and the connection ends
+/// without a reset. 0 allows no keep-alive at all.
+#[test]
+fn a_connection_closes_after_its_last_allowed_request() {
+    use std::io::Write;
+    let s = TestServer::start("keepalive-requests", |c| c.keepalive_requests = 3);
+    std::fs::write(s.www().join("big.bin"), vec![b'b'; 256 << 10]).unwrap();
+    let mut c = s.client();
+    assert!(c.get("/hello.txt").keeps_alive());
+    assert!(c.get("/hello.txt").keeps_alive());
+    c.stream
+        .write_all(
+            b"GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\nGET /hello.txt HTTP/1.1\r\nHost: x\r\n\r\n",
+        )
+        .unwrap();
+    let last = c.response(false);
+    assert_eq!((last.status, last.body.len()), (200, 256 << 10));
+    assert_eq!(last.header("connection"), Some("close"));
+    let mut rest = Vec::new();
+    c.stream
+        .read_to_end(&mut rest)
+        .expect("the end of the stream, not a reset");
+    assert!(rest.is_empty() && c.leftover().is_empty(), "{rest:?}");
+    // A new connection counts afresh; its last answer comes from memory.
+    let mut c = s.client();
+    assert!(c.get("/big.bin").keeps_alive());
+    assert!(c.get("/hello.txt").keeps_alive());
+    assert_eq!(c.get("/hello.txt").header("connection"), Some("close"));
+    assert!(c.closed_within(Duration::from_secs(5)));
+
+    let s = TestServer::start("no-keepalive", |c| c.keepalive_requests = 0);
+    let mut c = s.client();
+    let r = c.get("/hello.txt");
+    assert_eq!((r.status, r.header("connection")), (200, Some("close")));
+    assert!(c.closed_within(Duration::from_secs(5)));
+}
