@@ -164,8 +164,210 @@ fn seconds_out_of_range_name_their_flag() {
     ] {
         fails_saying(&bench(args, &[]), &[flag]);
     }
-    let o = bench(&["models", "--service", "echo", "--seconds", "0"], &[]);
-    fails_saying(&o, &["--seconds 0: must be a positive number"]);
+    // The range said is the range taken: "from 0" was said of flags
+    // that refuse 0, and windows too short for CPU's clock ticks ran.
+    for args in [
+        &["models", "--seconds", "nan"][..],
+        &["models", "--seconds", "0.005"],
+        &["models", "--service", "echo", "--seconds", "0"],
+        &["threads", "--seconds", "0"],
+        &["http", "--seconds", "0.01"],
+    ] {
+        fails_saying(
+            &bench(args, &[]),
+            &["'--seconds", "from 0.05 to 86400 (a day)", "CPU time"],
+        );
+    }
+    for args in [
+        &["soak", "--seconds", "0"][..],
+        &["tasks", "--seconds", "nan"],
+    ] {
+        fails_saying(
+            &bench(args, &[]),
+            &["'--seconds", "above 0 and at most 86400"],
+        );
+    }
+}
+
+/// `nginx-99999w` forked workers until nginx failed and left 754 behind;
+/// worker (and loop) counts past what can run are refused up front.
+#[test]
+fn worker_counts_past_the_cap_are_refused_up_front() {
+    for (server, said) in [
+        (
+            "nginx-99999w",
+            "99999 nginx workers is more than nginx runs (at most 1024)",
+        ),
+        (
+            "duality-knot-c:5000",
+            "5000 loops is more threads than the server supports",
+        ),
+    ] {
+        let o = bench(&["http", "--servers", server, "--out", "/proc/nope"], &[]);
+        fails_saying(&o, &[server, said]);
+    }
+    let o = bench(&["offload", "--nginx-workers", "5000"], &[]);
+    fails_saying(&o, &["--nginx-workers", "5000"]);
+}
+
+/// A fake `nginx` first on `PATH`, with `body` as its script and `mode` as
+/// its permissions; returns the directory to put on `PATH` (kept alive by
+/// the returned guard).
+fn fake_nginx(body: &str, mode: u32) -> (common::TempDir, String) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = common::TempDir::new("fake-nginx");
+    let nginx = dir.path().join("nginx");
+    std::fs::write(&nginx, body).unwrap();
+    std::fs::set_permissions(&nginx, std::fs::Permissions::from_mode(mode)).unwrap();
+    let path = format!(
+        "{}:{}",
+        dir.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    (dir, path)
+}
+
+/// An nginx whose `nginx -v` never returns hung `bench http` forever; one
+/// that cannot be run said only "Permission denied (os error 13)". Both
+/// are now unusable, said so with the program's path.
+#[test]
+fn an_nginx_that_hangs_or_cannot_run_is_named_and_left_out() {
+    let (dir, path) = fake_nginx("#!/bin/sh\nexec sleep 1000\n", 0o755);
+    let path_env = std::ffi::OsString::from(&path);
+    let mut c = Command::new(env!("CARGO_BIN_EXE_duality"));
+    c.args([
+        "bench",
+        "http",
+        "--servers",
+        "nginx-1w",
+        "--out",
+        "/proc/nope",
+    ])
+    .env("PATH", &path_env);
+    let t0 = Instant::now();
+    let o = within_20s(c, &["http", "(hanging nginx)"]);
+    assert!(t0.elapsed() < Duration::from_secs(15));
+    let nginx = dir.path().join("nginx");
+    fails_saying(
+        &o,
+        &[
+            &format!(
+                "nginx cannot be used (`{} -v`: gave no answer within 5 s)",
+                nginx.display()
+            ),
+            "every server asked for is nginx",
+        ],
+    );
+    let (dir, path) = fake_nginx("#!/bin/sh\necho nginx version: nginx/1.0 >&2\n", 0o644);
+    let mut c = Command::new(env!("CARGO_BIN_EXE_duality"));
+    c.args([
+        "bench",
+        "http",
+        "--servers",
+        "nginx-1w",
+        "--out",
+        "/proc/nope",
+    ])
+    .env("PATH", &path);
+    let o = within_20s(c, &["http", "(non-executable nginx)"]);
+    fails_saying(
+        &o,
+        &[&format!(
+            "`{} -v`: Permission denied",
+            dir.path().join("nginx").display()
+        )],
+    );
+}
+
+/// Under a hard descriptor limit below 16,384, memcached was still given
+/// `-c 16384`, exited at start ("failed to set rlimit for open files"),
+/// and the rows measured before it were thrown away.
+#[test]
+fn memcached_starts_under_a_low_hard_descriptor_limit() {
+    if !std::path::Path::new("/usr/bin/memcached").exists() {
+        eprintln!("memcached is not installed: skipped");
+        return;
+    }
+    let tmp = common::TempDir::new("bench-mc-nofile");
+    let out = tmp.path().join("r");
+    let o = bench_under_ulimit(
+        4096,
+        &[
+            "models",
+            "--models",
+            "sped",
+            "--clients",
+            "1",
+            "--seconds",
+            "0.05",
+            "--windows",
+            "1",
+            "--warmup",
+            "0",
+            "--records",
+            "100",
+            "--json",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let servers: Vec<&str> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["server"].as_str().unwrap())
+        .collect();
+    assert!(servers.contains(&"memcached -t 1"), "{servers:?}");
+}
+
+/// `duality bench … | head -1`: the reader gone, printing panicked ("failed
+/// printing to stdout: Broken pipe"); now the output ends quietly.
+#[test]
+fn a_closed_stdout_ends_the_output_quietly() {
+    let tmp = common::TempDir::new("bench-pipe");
+    let out = tmp.path().join("r");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_duality"))
+        .args([
+            "bench",
+            "models",
+            "--models",
+            "sped",
+            "--no-peers",
+            "--clients",
+            "1",
+        ])
+        .args([
+            "--seconds",
+            "0.05",
+            "--windows",
+            "1",
+            "--warmup",
+            "0",
+            "--records",
+            "100",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader goes before anything is printed.
+    drop(child.stdout.take());
+    let until = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < until, "still running");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{:?}: {err}", o.status);
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(out.join("results.json").exists());
 }
 
 /// `bench models` and `bench threads` bound `--clients` by the real

@@ -153,3 +153,92 @@ fn sizes_and_clients_past_the_machine_are_refused() {
     );
     assert!(!res.exists(), "a refused run made its results directory");
 }
+
+/// The parent pid of `pid`, from `/proc`.
+fn ppid(pid: i32) -> Option<i32> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    s[s.rfind(')')? + 1..]
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// A duality server killed mid-run gave `0 (761 err)` rows, a ratio of
+/// 0.00 and 0.00 µs of CPU per request, and the run exited 0. Now its
+/// points are failed (JSON null, the reason beside them) and the run fails
+/// once the results are written, naming the server and how it ended.
+#[test]
+fn a_server_killed_mid_run_fails_its_points_and_the_run() {
+    let out = common::TempDir::new("bench-http-killed");
+    let bench = std::process::Command::new(env!("CARGO_BIN_EXE_duality"))
+        .args([
+            "bench",
+            "http",
+            "--servers",
+            "duality-sped",
+            "--clients",
+            "1,2",
+        ])
+        .args([
+            "--seconds",
+            "0.3",
+            "--warmup",
+            "0",
+            "--repeat",
+            "1",
+            "--sizes",
+            "100",
+        ])
+        .args(["--client-threads", "1", "--json", "--out"])
+        .arg(out.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let me = bench.id() as i32;
+    // Its server: the child running `http --listen`.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let server = loop {
+        let found = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+            .find(|&p| {
+                ppid(p) == Some(me)
+                    && std::fs::read(format!("/proc/{p}/cmdline"))
+                        .is_ok_and(|c| String::from_utf8_lossy(&c).contains("--listen"))
+            });
+        if let Some(p) = found {
+            break p;
+        }
+        assert!(std::time::Instant::now() < until, "no server started");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    // During the warm-up round, before any point.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    // SAFETY: kill(2) on the bench's server, found above by its parent.
+    assert_eq!(unsafe { libc::kill(server, libc::SIGKILL) }, 0);
+    let o = bench.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(
+            "duality-sped exited during the run (killed by signal 9 (SIGKILL)): 100B x1, 100B x2"
+        ),
+        "{err}"
+    );
+    let rows: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("http.json")).unwrap())
+            .unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    for r in rows {
+        assert!(r["requests_per_sec"].is_null(), "{r}");
+        assert!(r["cpu_us_per_request"].is_null(), "{r}");
+        assert_eq!(r["failed"], "exited: killed by signal 9 (SIGKILL)", "{r}");
+    }
+    let md = std::fs::read_to_string(out.path().join("http.md")).unwrap();
+    assert!(md.contains("| 1 | - (exited)"), "{md}");
+}

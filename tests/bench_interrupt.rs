@@ -1,6 +1,8 @@
-//! `duality bench` stopped by SIGTERM or SIGINT (sent to it alone, not to
-//! its process group): no server it started outlives it, its temporary
-//! files are gone, and it exits 143 / 130 with one `interrupted` line.
+//! `duality bench` stopped by SIGTERM, SIGINT or SIGHUP (sent to it alone,
+//! not to its process group): no server it started outlives it, its
+//! temporary files are gone, and it exits 143 / 130 / 129 with one
+//! `interrupted` line. Killed outright (SIGKILL), its servers still stop:
+//! the kernel signals them when their parent dies.
 
 mod common;
 
@@ -93,4 +95,145 @@ fn sigterm_stops_every_server_and_exits_143() {
 #[test]
 fn sigint_to_the_bench_alone_stops_every_server_and_exits_130() {
     interrupted_run_leaves_nothing(libc::SIGINT, 130, "SIGINT");
+}
+
+/// A closed terminal: SIGHUP killed the bench alone and left its servers
+/// running (the default action); now it is handled as SIGTERM is.
+#[test]
+fn sighup_stops_every_server_and_exits_129() {
+    interrupted_run_leaves_nothing(libc::SIGHUP, 129, "SIGHUP");
+}
+
+/// The command line of `pid`, its arguments joined by spaces.
+fn cmdline(pid: i32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+        .unwrap_or_default()
+}
+
+/// Starts `duality bench ARGS…` (stdout and stderr dropped, temp files in
+/// `tmp`) and waits for `want` of its descendants to run: a process whose
+/// command line contains each of the words of one entry of `want`.
+fn bench_with_children(
+    args: &[&str],
+    tmp: &std::path::Path,
+    want: &[&str],
+) -> (std::process::Child, Vec<i32>) {
+    let mut bench = Command::new(env!("CARGO_BIN_EXE_duality"))
+        .arg("bench")
+        .args(args)
+        .env("TMPDIR", tmp)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = bench.id() as i32;
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut tree = children(pid);
+        let grandchildren: Vec<i32> = tree.iter().flat_map(|&c| children(c)).collect();
+        tree.extend(grandchildren);
+        let found: Vec<i32> = want
+            .iter()
+            .filter_map(|w| {
+                tree.iter()
+                    .copied()
+                    .find(|&p| w.split(' ').all(|word| cmdline(p).contains(word)))
+            })
+            .collect();
+        if found.len() == want.len() {
+            return (bench, found);
+        }
+        if Instant::now() > until || bench.try_wait().unwrap().is_some() {
+            let _ = bench.kill();
+            let _ = bench.wait();
+            panic!("not all of {want:?} started: {tree:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Kills the bench with SIGKILL (no handler of its runs) and asserts that
+/// every one of `servers` is gone within 5 s.
+fn killed_bench_leaves_no_server(mut bench: std::process::Child, servers: &[i32]) {
+    bench.kill().unwrap();
+    bench.wait().unwrap();
+    let until = Instant::now() + Duration::from_secs(5);
+    for &s in servers {
+        while matches!(stat(s), Some((_, st)) if st != 'Z') {
+            if Instant::now() > until {
+                // SAFETY: kill(2) on a pid this test saw as the bench's
+                // server; it is cleaned up before the test fails.
+                unsafe { libc::kill(s, libc::SIGKILL) };
+                panic!("server {s} ({}) outlived the killed bench", cmdline(s));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// SIGKILL leaves the bench no chance to stop its servers: before, the
+/// cache server ran on, orphaned; now the kernel sends it SIGTERM.
+#[test]
+fn a_killed_bench_leaves_no_cache_server() {
+    let tmp = common::TempDir::new("bench-kill");
+    let out = tmp.path().join("results");
+    let (bench, servers) = bench_with_children(
+        &[
+            "models",
+            "--models",
+            "sped",
+            "--no-peers",
+            "--clients",
+            "1",
+            "--windows",
+            "2",
+            "--seconds",
+            "30",
+            "--warmup",
+            "0",
+            "--records",
+            "100",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        tmp.path(),
+        &["kv --model sped"],
+    );
+    killed_bench_leaves_no_server(bench, &servers);
+}
+
+/// nginx killed with the bench: its master (SIGTERM from the kernel) stops
+/// its workers; before, master and workers served on.
+#[test]
+fn a_killed_bench_leaves_no_nginx() {
+    if duality_bench::http::find_nginx().is_none() {
+        eprintln!("nginx is not installed: skipped");
+        return;
+    }
+    let tmp = common::TempDir::new("bench-kill-nginx");
+    let out = tmp.path().join("results");
+    let (bench, servers) = bench_with_children(
+        &[
+            "http",
+            "--servers",
+            "nginx-1w",
+            "--clients",
+            "1",
+            "--seconds",
+            "30",
+            "--warmup",
+            "0",
+            "--repeat",
+            "1",
+            "--sizes",
+            "100",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        tmp.path(),
+        &["nginx: master", "nginx: worker"],
+    );
+    killed_bench_leaves_no_server(bench, &servers);
 }

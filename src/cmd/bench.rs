@@ -45,7 +45,7 @@ pub struct TasksArgs {
     )]
     counts: Vec<u64>,
     /// Seconds to count yields for, per runtime.
-    #[arg(long, default_value_t = 2.0, value_parser = super::parse_seconds, conflicts_with = "quick")]
+    #[arg(long, default_value_t = 2.0, value_parser = parse_positive_seconds, conflicts_with = "quick")]
     seconds: f64,
     /// Rounds (runtimes take turns; medians are reported, every run listed).
     #[arg(long, default_value_t = 3, conflicts_with = "quick", value_parser = positive)]
@@ -169,12 +169,12 @@ fn bench_tasks(a: TasksArgs) -> anyhow::Result<()> {
         tasks::MAX_OS_THREADS,
         tasks::MAX_GOROUTINES,
     );
-    std::fs::write(dir.join("tasks.md"), &doc)?;
-    std::fs::write(
-        dir.join("tasks.json"),
+    duality_bench::report::write(&dir.join("tasks.md"), &doc)?;
+    duality_bench::report::write(
+        &dir.join("tasks.json"),
         duality_bench::report::json(&summaries),
     )?;
-    std::fs::write(dir.join("tasks.csv"), tasks::csv(&summaries))?;
+    duality_bench::report::write(&dir.join("tasks.csv"), tasks::csv(&summaries))?;
     // Ratios to duality per runtime, one group of bars per task count.
     let runtimes: Vec<String> = a
         .runtimes
@@ -218,9 +218,9 @@ fn bench_tasks(a: TasksArgs) -> anyhow::Result<()> {
         )?;
     }
     if a.output.json {
-        println!("{}", duality_bench::report::json(&summaries));
+        duality_bench::report::print(&duality_bench::report::json(&summaries));
     } else {
-        println!("{md}");
+        duality_bench::report::print(&md);
     }
     eprintln!("results in {}", dir.display());
     Ok(())
@@ -334,6 +334,49 @@ pub(super) fn positive(s: &str) -> Result<usize, String> {
     }
 }
 
+/// The shortest window an experiment that reports the servers' CPU time
+/// takes: that time is read from `/proc` in clock ticks (10 ms at the
+/// usual 100 Hz), so a shorter window reads 0 or 1 tick, and its ratios
+/// came out in the billions.
+pub(super) const MIN_WINDOW: f64 = 0.05;
+
+/// clap's parser for a measurement window in seconds (`--seconds` of
+/// `bench models`, `threads`, `http`): from [`MIN_WINDOW`] to a day. Its
+/// message gives the range that is taken: `parse_seconds` said "from 0"
+/// of a flag that refused 0.
+pub(super) fn parse_window(s: &str) -> Result<f64, String> {
+    let range = || {
+        format!(
+            "must be a number of seconds from {MIN_WINDOW} to {} (a day); a shorter window \
+             is too short to measure the servers' CPU time (read in 10 ms clock ticks)",
+            super::MAX_SECONDS
+        )
+    };
+    let v: f64 = s.parse().map_err(|e| format!("{e}; {}", range()))?;
+    if v.is_finite() && (MIN_WINDOW..=super::MAX_SECONDS).contains(&v) {
+        Ok(v)
+    } else {
+        Err(range())
+    }
+}
+
+/// clap's parser for a positive number of seconds (`bench soak`,
+/// `bench tasks`: 0 is refused), at most a day.
+pub(super) fn parse_positive_seconds(s: &str) -> Result<f64, String> {
+    let range = || {
+        format!(
+            "must be a number of seconds above 0 and at most {} (a day)",
+            super::MAX_SECONDS
+        )
+    };
+    let v: f64 = s.parse().map_err(|e| format!("{e}; {}", range()))?;
+    if v.is_finite() && v > 0.0 && v <= super::MAX_SECONDS {
+        Ok(v)
+    } else {
+        Err(range())
+    }
+}
+
 /// Parses one experiment's flags as `duality bench NAME …` would, for the
 /// tests of how each resolves `--quick` against the flags given.
 #[cfg(test)]
@@ -372,6 +415,26 @@ mod tests {
         unique.dedup();
         assert_eq!(unique.len(), 8, "{dirs:?}");
         std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    /// `--seconds nan` said "from 0 to 86400" of a flag that refused 0,
+    /// and `--seconds 0.005` ran, its CPU ratios in the billions.
+    #[test]
+    fn windows_state_the_range_they_take() {
+        assert_eq!(super::parse_window("0.05"), Ok(0.05));
+        assert_eq!(super::parse_window("86400"), Ok(86400.0));
+        for bad in ["nan", "0", "0.005", "inf", "86401", "x"] {
+            let e = super::parse_window(bad).unwrap_err();
+            assert!(
+                e.contains("from 0.05 to 86400 (a day)") && e.contains("CPU time"),
+                "{bad}: {e}"
+            );
+        }
+        assert_eq!(super::parse_positive_seconds("0.001"), Ok(0.001));
+        for bad in ["nan", "0", "-1", "1e300"] {
+            let e = super::parse_positive_seconds(bad).unwrap_err();
+            assert!(e.contains("above 0 and at most 86400"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -100,16 +100,16 @@ pub fn run(a: FairnessArgs) -> anyhow::Result<()> {
         duality_models::cores(),
         fairness::table(&rows)
     );
-    std::fs::write(dir.join("fairness.md"), &md)?;
-    std::fs::write(
-        dir.join("fairness.json"),
+    duality_bench::report::write(&dir.join("fairness.md"), &md)?;
+    duality_bench::report::write(
+        &dir.join("fairness.json"),
         duality_bench::report::json(&rows),
     )?;
-    std::fs::write(dir.join("fairness.csv"), fairness::csv(&rows))?;
+    duality_bench::report::write(&dir.join("fairness.csv"), fairness::csv(&rows))?;
     if a.json {
-        println!("{}", duality_bench::report::json(&rows));
+        duality_bench::report::print(&duality_bench::report::json(&rows));
     } else {
-        println!("{}", fairness::table(&rows));
+        duality_bench::report::print(&fairness::table(&rows));
     }
     eprintln!("results in {}", dir.display());
     Ok(())

@@ -14,8 +14,9 @@ pub struct HttpBenchArgs {
     /// 256 kept free) or 16,384 is refused.
     #[arg(long, value_delimiter = ',', value_parser = super::bench::positive)]
     clients: Vec<usize>,
-    /// Seconds measured per point. Default 2 (`--quick`: 0.5).
-    #[arg(long, value_parser = super::parse_seconds)]
+    /// Seconds measured per point, 0.05 (enough clock ticks for the
+    /// server's CPU time) to 86,400. Default 2 (`--quick`: 0.5).
+    #[arg(long, value_parser = super::bench::parse_window)]
     seconds: Option<f64>,
     /// Seconds of warm-up per point, once the connections are open.
     /// Default 0.5 (`--quick`: 0.2).
@@ -23,9 +24,10 @@ pub struct HttpBenchArgs {
     warmup: Option<f64>,
     /// Comma-separated servers: duality-knot-c, duality-knot-a, duality-sped,
     /// nginx-1w, nginx-2w (default: all); sized for a bigger machine:
-    /// nginx-Nw (N workers), duality-knot-c:N, duality-knot-a:N (N loops),
-    /// duality-MODEL or duality-MODEL/HANDOFF for a hand-off model (e.g.
-    /// duality-amped:1, duality-seda-s:2/adaptive).
+    /// nginx-Nw (N workers, at most 1024), duality-knot-c:N,
+    /// duality-knot-a:N (N loops, at most 1024), duality-MODEL or
+    /// duality-MODEL/HANDOFF for a hand-off model (e.g. duality-amped:1,
+    /// duality-seda-s:2/adaptive).
     #[arg(long, value_delimiter = ',')]
     servers: Vec<String>,
     /// Comma-separated I/O backends (`epoll`, `uring`): each duality server
@@ -85,9 +87,6 @@ pub struct HttpBenchArgs {
 }
 
 pub fn run(a: HttpBenchArgs) -> anyhow::Result<()> {
-    if let Some(v) = a.seconds {
-        super::seconds("--seconds", v, false)?;
-    }
     let fd_limit = http::raise_fd_limit() as usize;
     if a.child {
         return child(&a);
@@ -146,22 +145,13 @@ pub fn run(a: HttpBenchArgs) -> anyhow::Result<()> {
     clients.dedup();
     anyhow::ensure!(!clients.is_empty(), "no client counts to measure");
 
-    let all = http::default_servers();
     let servers: Vec<ServerKind> = if a.servers.is_empty() {
-        all
+        http::default_servers()
     } else {
-        let mut chosen = Vec::new();
-        for name in &a.servers {
-            let Some(k) = http::parse_server(name) else {
-                let names: Vec<String> = all.iter().map(|k| k.label()).collect();
-                anyhow::bail!(
-                    "unknown server {name:?}; choose from {} (or nginx-<N>w, duality-knot-c:<N>, duality-knot-a:<N>, duality-<hand-off model>[/always|adaptive])",
-                    names.join(", ")
-                );
-            };
-            chosen.push(k);
-        }
-        chosen
+        a.servers
+            .iter()
+            .map(|name| http::parse_server(name))
+            .collect::<anyhow::Result<_>>()?
     };
     // Each duality server once per backend asked for, labelled NAME@BACKEND.
     let servers: Vec<ServerKind> = if a.io.is_empty() {
@@ -189,23 +179,40 @@ pub fn run(a: HttpBenchArgs) -> anyhow::Result<()> {
             })
             .collect()
     };
-    let nginx = http::find_nginx();
-    let nginx_version = nginx.as_deref().and_then(http::nginx_version);
-    if nginx.is_none()
-        && servers
-            .iter()
-            .any(|k| matches!(k, ServerKind::Nginx { .. }))
-    {
-        let msg = "nginx is not installed: measured without it (install it with `apt-get install nginx-light`)";
+    let wants_nginx = servers
+        .iter()
+        .any(|k| matches!(k, ServerKind::Nginx { .. }));
+    let mut nginx = http::find_nginx();
+    // Asked only where nginx is measured; bounded (a wrapper that hung on
+    // `nginx -v` hung the whole run), and an nginx that cannot answer it is
+    // left out as one that is missing.
+    let mut nginx_version = None;
+    let mut unusable = None;
+    if let (Some(n), true) = (&nginx, wants_nginx) {
+        match http::nginx_version(n) {
+            Ok(v) => nginx_version = Some(v),
+            Err(e) => unusable = Some(format!("{e:#}")),
+        }
+    }
+    if unusable.is_some() {
+        nginx = None;
+    }
+    if nginx.is_none() && wants_nginx {
+        let why = match &unusable {
+            Some(e) => format!("nginx cannot be used ({e})"),
+            None => "nginx is not installed".to_string(),
+        };
         anyhow::ensure!(
             servers
                 .iter()
                 .any(|k| !matches!(k, ServerKind::Nginx { .. })),
-            "nginx is not installed and every server asked for is nginx: nothing to measure \
+            "{why} and every server asked for is nginx: nothing to measure \
              (install it with `apt-get install nginx-light`)"
         );
+        let msg =
+            format!("{why}: measured without it (install it with `apt-get install nginx-light`)");
         eprintln!("{msg}");
-        notes.push(msg.into());
+        notes.push(msg);
     }
 
     let workloads = if a.sizes.is_empty() {
@@ -247,21 +254,30 @@ pub fn run(a: HttpBenchArgs) -> anyhow::Result<()> {
     );
     let started = std::time::Instant::now();
     let rows = http::run(&x, &mut |r| {
+        let or_dash = |v: Option<f64>, f: &dyn Fn(f64) -> String| v.map_or_else(|| "-".into(), f);
         eprintln!(
-            "{:<16} {:>5} x{:<6} {:>12} req/s {:>10.1} Mbit/s {:>7.2} us/req{}",
+            "{:<16} {:>5} x{:<6} {:>12} req/s {:>10} Mbit/s {:>7} us/req{}{}",
             r.server,
             r.file,
             r.clients,
-            duality_bench::report::thousands(r.requests_per_sec),
-            r.mbit_per_sec,
-            r.cpu_us_per_request,
+            or_dash(r.requests_per_sec, &duality_bench::report::thousands),
+            or_dash(r.mbit_per_sec, &|v| format!("{v:.1}")),
+            or_dash(r.cpu_us_per_request, &|v| format!("{v:.2}")),
             if r.errors > 0 {
                 format!("  ({} errors)", r.errors)
             } else {
                 String::new()
-            }
+            },
+            r.failed
+                .as_deref()
+                .map_or_else(String::new, |f| format!("  FAILED ({f})"))
         )
     })?;
+    // A server that died or answered nothing: said in the results, and the
+    // run fails once they are written (as `bench soak` does when good
+    // clients lost requests).
+    let failures = failures(&rows);
+    notes.extend(failures.iter().cloned());
 
     let table = http::table(&rows);
     let json = duality_bench::report::json(&rows);
@@ -275,30 +291,79 @@ pub fn run(a: HttpBenchArgs) -> anyhow::Result<()> {
          nginx: {}; took {:.0} s.\n",
         duality_models::cores(),
         x.client_threads,
-        nginx_version.as_deref().unwrap_or("not installed"),
+        match (&nginx_version, wants_nginx) {
+            (Some(v), _) => v.as_str(),
+            (None, true) => "not installed or unusable",
+            (None, false) => "not measured",
+        },
         started.elapsed().as_secs_f64()
     ));
     for n in &notes {
         md.push_str(&format!("\nNote: {n}.\n"));
     }
     md.push_str(&table);
-    std::fs::write(out.join("http.md"), &md)?;
-    std::fs::write(out.join("http.json"), format!("{json}\n"))?;
-    std::fs::write(out.join("http.csv"), http::csv(&rows))?;
+    use duality_bench::report::{print, write};
+    write(&out.join("http.md"), &md)?;
+    write(&out.join("http.json"), format!("{json}\n"))?;
+    write(&out.join("http.csv"), http::csv(&rows))?;
     if let Err(e) = http::plots(&rows, &out) {
         eprintln!("plots not written: {e:#}");
     }
     if a.json {
-        println!("{json}");
+        print(&json);
         eprintln!("results: {}", out.display());
     } else {
         for n in &notes {
-            println!("Note: {n}.");
+            print(&format!("Note: {n}."));
         }
-        println!("{table}");
-        println!("results: {}", out.display());
+        print(&table);
+        print(&format!("results: {}", out.display()));
     }
+    anyhow::ensure!(
+        failures.is_empty(),
+        "{}; the results mark those points failed",
+        failures.join("; ")
+    );
     Ok(())
+}
+
+/// One line per server with failed points: why, and at which client
+/// counts (`duality-sped exited during the run (killed by signal 9
+/// (SIGKILL)): 100B x1, 100B x16`).
+fn failures(rows: &[http::HttpRow]) -> Vec<String> {
+    let mut by_server: Vec<(&str, &str, Vec<String>)> = Vec::new();
+    for r in rows {
+        let Some(f) = r.failed.as_deref() else {
+            continue;
+        };
+        let why = f.split(':').next().unwrap_or(f);
+        let point = format!("{} x{}", r.file, r.clients);
+        match by_server
+            .iter_mut()
+            .find(|(s, w, _)| *s == r.server && *w == why)
+        {
+            Some((.., points)) => points.push(point),
+            None => by_server.push((&r.server, why, vec![point])),
+        }
+    }
+    by_server
+        .into_iter()
+        .map(|(server, why, points)| {
+            let detail = rows
+                .iter()
+                .find(|r| r.server == server && r.failed_tag() == Some(why))
+                .and_then(|r| r.failed.as_deref())
+                .and_then(|f| f.split_once(": "))
+                .map_or("", |(_, d)| d);
+            match why {
+                "exited" => format!(
+                    "{server} exited during the run ({detail}): {}",
+                    points.join(", ")
+                ),
+                _ => format!("{server} answered nothing at {}", points.join(", ")),
+            }
+        })
+        .collect()
 }
 
 /// `--sizes` as given (`100,16384`).
@@ -312,19 +377,17 @@ fn print_nginx_config(a: &HttpBenchArgs, workers: usize, fd_limit: u64) -> anyho
     let (Some(addr), Some(root), Some(prefix)) = (a.addr, &a.nginx_root, &a.nginx_prefix) else {
         anyhow::bail!("--nginx-config needs --addr, --nginx-root and --nginx-prefix");
     };
-    let modules = http::find_nginx()
-        .and_then(|n| {
-            use duality_bench::interrupt::SpawnUnlessInterrupted;
-            std::process::Command::new(n)
-                .arg("-V")
-                .output_unless_interrupted()
-                .ok()
-        })
-        .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
-        .unwrap_or_default();
-    print!(
-        "{}",
-        http::nginx_config(prefix, root, addr, workers, fd_limit, &modules)
+    anyhow::ensure!(
+        (1..=http::MAX_NGINX_WORKERS).contains(&workers),
+        "--nginx-config {workers}: nginx runs 1 to {} workers",
+        http::MAX_NGINX_WORKERS
+    );
+    let modules = match http::find_nginx() {
+        Some(n) => http::nginx_probe(&n, "-V")?,
+        None => String::new(),
+    };
+    duality_bench::report::print(
+        http::nginx_config(prefix, root, addr, workers, fd_limit, &modules).trim_end(),
     );
     Ok(())
 }

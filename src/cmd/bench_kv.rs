@@ -19,8 +19,9 @@ pub struct LoadArgs {
     /// before it reads their answers (memtier's `--pipeline`), 1-4096.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=4096))]
     pipeline: u64,
-    /// Seconds per window. Default 1 (`--quick`: 0.15, the echo service 0.2).
-    #[arg(long, value_parser = super::parse_seconds)]
+    /// Seconds per window, 0.05 (enough clock ticks for the servers' CPU
+    /// time) to 86,400. Default 1 (`--quick`: 0.15, the echo service 0.2).
+    #[arg(long, value_parser = super::bench::parse_window)]
     seconds: Option<f64>,
     /// Rounds, every server measured in turn each round; figures are
     /// medians over rounds, `± sd` their spread, and (`bench models`) the
@@ -281,9 +282,9 @@ fn finish(
     };
     let written = models_kv::write_results(dir, rows, title, by_threads, &header)?;
     if load.json {
-        println!("{}", duality_bench::report::json(rows));
+        duality_bench::report::print(&duality_bench::report::json(rows));
     } else {
-        println!("{}", models_kv::table(rows));
+        duality_bench::report::print(&models_kv::table(rows));
     }
     eprintln!("results in {} ({} files)", dir.display(), written.len());
     Ok(())
@@ -408,9 +409,9 @@ fn sweep(a: ModelsArgs) -> anyhow::Result<()> {
     let points = sweep::points(&rows);
     let written = sweep::write(&dir, &header, &points)?;
     if a.load.json {
-        println!("{}", duality_bench::report::json(&points));
+        duality_bench::report::print(&duality_bench::report::json(&points));
     } else {
-        println!("{}", sweep::markdown(&points));
+        duality_bench::report::print(&sweep::markdown(&points));
     }
     eprintln!("results in {} ({} files)", dir.display(), written.len());
     Ok(())
@@ -576,9 +577,9 @@ fn echo(
     );
     let written = duality_bench::models_echo::write_results(&dir, &rows, &header)?;
     if load.json {
-        println!("{}", duality_bench::report::json(&rows));
+        duality_bench::report::print(&duality_bench::report::json(&rows));
     } else {
-        println!("{}", duality_bench::models_echo::table(&rows));
+        duality_bench::report::print(&duality_bench::models_echo::table(&rows));
     }
     eprintln!("results in {} ({} files)", dir.display(), written.len());
     Ok(())

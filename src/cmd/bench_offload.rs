@@ -53,7 +53,8 @@ pub struct OffloadArgs {
     /// the server's, one per core).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     cpu_threads: Option<u16>,
-    /// nginx's worker processes (default: the cores).
+    /// nginx's worker processes, 1-1024 (nginx runs at most 1,024;
+    /// default: the cores).
     #[arg(long, value_parser = super::bench::positive)]
     nginx_workers: Option<usize>,
     /// Leave nginx out.
@@ -127,6 +128,13 @@ impl OffloadArgs {
 
 pub fn run(a: OffloadArgs) -> anyhow::Result<()> {
     let s = a.settings();
+    if let Some(w) = a.nginx_workers {
+        anyhow::ensure!(
+            w <= duality_bench::http::MAX_NGINX_WORKERS,
+            "--nginx-workers {w}: nginx runs at most {} workers",
+            duality_bench::http::MAX_NGINX_WORKERS
+        );
+    }
     anyhow::ensure!(
         !(a.no_nginx && a.nginx_workers.is_some()),
         "--nginx-workers does not apply with --no-nginx"

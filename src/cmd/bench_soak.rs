@@ -8,8 +8,9 @@ use std::path::PathBuf;
 
 #[derive(Args)]
 pub struct SoakArgs {
-    /// Seconds per server. Default 60 (`--quick`: 3).
-    #[arg(long, value_parser = super::parse_seconds)]
+    /// Seconds per server, above 0 and at most 86,400. Default 60
+    /// (`--quick`: 3).
+    #[arg(long, value_parser = super::bench::parse_positive_seconds)]
     seconds: Option<f64>,
     /// Comma-separated services: kv, http.
     #[arg(long, value_delimiter = ',', default_value = "kv,http")]
@@ -75,15 +76,19 @@ pub fn run(a: SoakArgs) -> anyhow::Result<()> {
         mix,
     };
     let rows = soak::run(&plan, &mut |r| {
+        let kib = |v: Option<u64>| v.map_or_else(|| "-".into(), |v| format!("{v} KiB"));
         eprintln!(
-            "{} {}: {} good requests, {} errors, p99 {:.2} ms, RSS {} -> {} KiB",
+            "{} {}: {} good requests, {} errors, p99 {:.2} ms, RSS {} -> {}",
             r.service,
             r.server,
             r.good_requests,
             r.good_errors,
             r.good_p99_ms,
-            r.rss_warm_kib,
-            r.rss_end_kib
+            kib(r.rss_warm_kib),
+            match &r.exited {
+                Some(how) => format!("- (the server {how})"),
+                None => kib(r.rss_end_kib),
+            }
         )
     })?;
     let cmd: Vec<String> = std::env::args().collect();
@@ -99,14 +104,25 @@ pub fn run(a: SoakArgs) -> anyhow::Result<()> {
         m.churn,
         soak::table(&rows)
     );
-    std::fs::write(dir.join("soak.md"), &md)?;
-    std::fs::write(dir.join("soak.json"), duality_bench::report::json(&rows))?;
+    duality_bench::report::write(&dir.join("soak.md"), &md)?;
+    duality_bench::report::write(&dir.join("soak.json"), duality_bench::report::json(&rows))?;
     if a.json {
-        println!("{}", duality_bench::report::json(&rows));
+        duality_bench::report::print(&duality_bench::report::json(&rows));
     } else {
-        println!("{}", soak::table(&rows));
+        duality_bench::report::print(&soak::table(&rows));
     }
     eprintln!("results in {}", dir.display());
+    // A server that died was not soaked: the run fails (after writing its
+    // results), as where good clients lost requests.
+    let died: Vec<String> = rows
+        .iter()
+        .filter_map(|r| Some(format!("{} {} {}", r.service, r.server, r.exited.as_ref()?)))
+        .collect();
+    anyhow::ensure!(
+        died.is_empty(),
+        "servers exited during the soak ({})",
+        died.join(", ")
+    );
     // The soak's question is whether good clients lose anything: a run
     // where they did fails (after writing its results).
     let lost: Vec<String> = rows

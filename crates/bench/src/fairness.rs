@@ -213,8 +213,13 @@ pub fn run(plan: &Plan, tick: &mut dyn FnMut(&FairnessRow)) -> anyhow::Result<Ve
             let label = format!("duality {m}");
             push(row("http", &label, plan.floods, &times, failed), &mut rows);
         }
-        match http::find_nginx() {
-            Some(nginx) => {
+        // Bounded: an nginx that never answers `nginx -v` hung the run.
+        let nginx = http::find_nginx().map(|n| http::nginx_version(&n).map(|_| n));
+        match nginx {
+            Some(Err(e)) => {
+                eprintln!("nginx cannot be used ({e:#}): its rows are left out")
+            }
+            Some(Ok(nginx)) => {
                 for workers in [1, 2] {
                     let s = http::RunningServer::nginx(&nginx, &dir.0, workers, fd_limit)?;
                     let (times, failed) =

@@ -30,7 +30,14 @@
 //! `keepalive_requests 100000`, `sendfile on`, and
 //! `open_file_cache … open_file_cache_valid 1s`, the counterpart of
 //! duality's `--revalidate-ms 1000` (both answer a hot file without
-//! `open`/`stat` for up to a second).
+//! `open`/`stat` for up to a second). It runs in a process group of its
+//! own, stopped as a group, so that workers whose master died are stopped
+//! too.
+//!
+//! A server that exits during the run (checked after every point) or
+//! answers nothing at a point is not reported as a real zero: its rows say
+//! why ([`HttpRow::failed`]) and carry no figures (`-`, JSON null), and
+//! the command fails once the results are written.
 
 use crate::interrupt::SpawnUnlessInterrupted;
 use serde::{Deserialize, Serialize};
@@ -42,7 +49,8 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering:
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// One point of the figure. Serialised as exactly these six fields.
+/// One point of the figure. A clean point is serialised as exactly its
+/// first six fields; one with errors adds `errors`, a failed one `failed`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct HttpRow {
     /// Server configuration (see [`ServerKind::label`]).
@@ -51,22 +59,44 @@ pub struct HttpRow {
     pub file: String,
     /// Concurrent client connections.
     pub clients: usize,
-    /// Completed `200` responses per second.
-    pub requests_per_sec: f64,
-    /// Response-body bandwidth, Mbit/s.
-    pub mbit_per_sec: f64,
+    /// Completed `200` responses per second; `None` where the point
+    /// failed ([`HttpRow::failed`]).
+    pub requests_per_sec: Option<f64>,
+    /// Response-body bandwidth, Mbit/s; `None` where the point failed.
+    pub mbit_per_sec: Option<f64>,
     /// The server's CPU time (user + system, every process and thread of
     /// it: nginx's master and workers) over the measured window, divided by
     /// the requests completed in it, microseconds. On a machine the load
     /// generator shares, this, not requests/s, says whose code is cheaper.
-    pub cpu_us_per_request: f64,
-    /// Failed requests and connections during the point (not in the JSON).
-    #[serde(skip_serializing, default)]
+    /// `None` where the point failed, or where the CPU time read 0 clock
+    /// ticks (a window shorter than the clock's 10 ms).
+    pub cpu_us_per_request: Option<f64>,
+    /// Failed requests and connections during the point (in the JSON
+    /// where there were any).
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub errors: u64,
     /// Client connections open at the end of the reported window (fewer
     /// than `clients` when some were still connecting; not in the JSON).
     #[serde(skip_serializing, default)]
     pub connected: usize,
+    /// Why this point measured nothing of the server: `exited: …` (it
+    /// died during the run: this point and every later one) or `no
+    /// answer: …` (alive, but not one response in the window).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl HttpRow {
+    /// `exited` or `no answer`: [`HttpRow::failed`] in a word or two.
+    pub fn failed_tag(&self) -> Option<&str> {
+        self.failed
+            .as_deref()
+            .map(|f| f.split(':').next().unwrap_or(f))
+    }
 }
 
 /// The client counts of the figure.
@@ -77,6 +107,18 @@ pub const CONNECT_WAIT: Duration = Duration::from_secs(15);
 
 /// Descriptors kept free for everything that is not a client connection.
 pub const FD_MARGIN: usize = 256;
+
+/// Most nginx workers a server name may ask for (`nginx-1024w`): nginx's
+/// own process table holds 1,024 (`NGX_MAX_PROCESSES`); `nginx-99999w`
+/// forked workers until it failed, and left hundreds behind.
+pub const MAX_NGINX_WORKERS: usize = 1024;
+
+/// Most loops of `duality-knot-c:N` / `duality-knot-a:N`: as many threads
+/// as `duality http --model symped:N` takes.
+pub const MAX_LOOPS: usize = 1024;
+
+/// Longest wait for `nginx -v` / `nginx -V` to answer.
+pub const NGINX_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A workload: one file, requested over and over.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -170,49 +212,83 @@ pub fn default_servers() -> Vec<ServerKind> {
 }
 
 /// A server named on the command line: one of [`default_servers`], one
-/// sized for a bigger machine, `nginx-<N>w` (N workers) or
-/// `duality-knot-c:<N>` / `duality-knot-a:<N>` (`symped:<N>`: N loops, so
-/// the server and the load generator can split a many-core machine), or a
-/// hand-off model, `duality-<model>[/<handoff>]` (`duality-amped:1`,
-/// `duality-seda-s:2/adaptive`: `--model`, `--handoff`).
-pub fn parse_server(name: &str) -> Option<ServerKind> {
+/// sized for a bigger machine, `nginx-<N>w` (N workers, at most
+/// [`MAX_NGINX_WORKERS`]) or `duality-knot-c:<N>` / `duality-knot-a:<N>`
+/// (`symped:<N>`: N loops, at most [`MAX_LOOPS`], so the server and the
+/// load generator can split a many-core machine), or a hand-off model,
+/// `duality-<model>[/<handoff>]` (`duality-amped:1`,
+/// `duality-seda-s:2/adaptive`: `--model`, `--handoff`). The error says
+/// what is wrong with the name, before anything is started.
+pub fn parse_server(name: &str) -> anyhow::Result<ServerKind> {
     if let Some(k) = default_servers().into_iter().find(|k| k.label() == name) {
-        return Some(k);
+        return Ok(k);
     }
     if let Some(rest) = name.strip_prefix("duality-") {
         let (model, handoff) = split_handoff(rest);
-        let hands_off = model
-            .parse::<duality_models::Model>()
-            .is_ok_and(|m| m.hands_off());
-        let handoff_ok = handoff.map_or(true, |h| h.parse::<duality_models::Handoff>().is_ok());
-        if hands_off && handoff_ok {
-            return Some(ServerKind::Duality {
-                label: name.into(),
-                model: rest.into(),
-                accept: "favor-active".into(),
-                io: None,
-            });
+        let parsed = model.parse::<duality_models::Model>();
+        if let Ok(m) = &parsed {
+            if m.hands_off() {
+                if let Some(h) = handoff {
+                    h.parse::<duality_models::Handoff>().map_err(|e| {
+                        anyhow::anyhow!("server {name:?}: hand-off policy {h:?}: {e}")
+                    })?;
+                }
+                return Ok(ServerKind::Duality {
+                    label: name.into(),
+                    model: rest.into(),
+                    accept: "favor-active".into(),
+                    io: None,
+                });
+            }
+        }
+        // A hand-off model's own complaint (`amped:2000`: too many threads).
+        if let (Err(e), Some(family)) = (&parsed, model.split(':').next()) {
+            if ["amped", "seda", "seda-s"].contains(&family) {
+                anyhow::bail!("server {name:?}: {e}");
+            }
         }
     }
     if let Some(n) = name
         .strip_prefix("nginx-")
         .and_then(|r| r.strip_suffix('w'))
     {
-        let workers: usize = n.parse().ok().filter(|&w| w >= 1)?;
-        return Some(ServerKind::Nginx { workers });
+        let workers: usize = n.parse().ok().filter(|&w| w >= 1).ok_or_else(|| {
+            anyhow::anyhow!("server {name:?}: nginx-<N>w takes 1 to {MAX_NGINX_WORKERS} workers")
+        })?;
+        anyhow::ensure!(
+            workers <= MAX_NGINX_WORKERS,
+            "server {name:?}: {workers} nginx workers is more than nginx runs \
+             (at most {MAX_NGINX_WORKERS})"
+        );
+        return Ok(ServerKind::Nginx { workers });
     }
-    let (base, loops) = name.split_once(':')?;
-    let loops: usize = loops.parse().ok().filter(|&n| n >= 1)?;
-    match default_servers().into_iter().find(|k| k.label() == base)? {
-        ServerKind::Duality {
+    let unknown = || {
+        let names: Vec<String> = default_servers().iter().map(|k| k.label()).collect();
+        anyhow::anyhow!(
+            "unknown server {name:?}; choose from {} (or nginx-<N>w, duality-knot-c:<N>, \
+             duality-knot-a:<N>, duality-<hand-off model>[/always|adaptive])",
+            names.join(", ")
+        )
+    };
+    let (base, loops) = name.split_once(':').ok_or_else(unknown)?;
+    let loops: usize = loops.parse().ok().filter(|&n| n >= 1).ok_or_else(unknown)?;
+    match default_servers().into_iter().find(|k| k.label() == base) {
+        Some(ServerKind::Duality {
             model, accept, io, ..
-        } if model == "symped" => Some(ServerKind::Duality {
-            label: name.into(),
-            model: format!("symped:{loops}"),
-            accept,
-            io,
-        }),
-        _ => None,
+        }) if model == "symped" => {
+            anyhow::ensure!(
+                loops <= MAX_LOOPS,
+                "server {name:?}: {loops} loops is more threads than the server supports \
+                 (at most {MAX_LOOPS})"
+            );
+            Ok(ServerKind::Duality {
+                label: name.into(),
+                model: format!("symped:{loops}"),
+                accept,
+                io,
+            })
+        }
+        _ => Err(unknown()),
     }
 }
 
@@ -530,60 +606,100 @@ pub fn find_nginx() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// The version line of an nginx binary (`nginx/1.22.1`).
-pub fn nginx_version(nginx: &Path) -> Option<String> {
+/// Runs `nginx FLAG` (`-v`, `-V`: nginx answers on stderr) for at most
+/// [`NGINX_PROBE_TIMEOUT`]; what it wrote, or why nginx is unusable, in
+/// words that name it: one that hangs (a wrapper waiting on something)
+/// is killed rather than waited for forever.
+pub fn nginx_probe(nginx: &Path, flag: &str) -> anyhow::Result<String> {
     let out = Command::new(nginx)
-        .arg("-v")
-        .output_unless_interrupted()
-        .ok()?;
-    let text = String::from_utf8_lossy(&out.stderr);
+        .arg(flag)
+        .output_within(NGINX_PROBE_TIMEOUT)
+        .map_err(|e| anyhow::anyhow!("`{} {flag}`: {e}", nginx.display()))?;
+    let text = String::from_utf8_lossy(&out.stderr).into_owned();
+    anyhow::ensure!(
+        out.status.success(),
+        "`{} {flag}` failed ({}): {}",
+        nginx.display(),
+        out.status,
+        text.trim()
+    );
+    Ok(text)
+}
+
+/// The version of an nginx binary (`nginx/1.22.1`), or why it cannot be
+/// used: it cannot be run, did not answer `nginx -v` within
+/// [`NGINX_PROBE_TIMEOUT`], or is not nginx.
+pub fn nginx_version(nginx: &Path) -> anyhow::Result<String> {
+    let text = nginx_probe(nginx, "-v")?;
     text.split_whitespace()
         .find(|w| w.starts_with("nginx/"))
         .map(str::to_owned)
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "`{} -v` named no nginx version: {:?}",
+                nginx.display(),
+                text.trim().chars().take(80).collect::<String>()
+            )
+        })
 }
 
 /// A temporary directory, removed on drop or when the run is interrupted.
 pub struct TempDir(pub PathBuf, pub crate::interrupt::TempPath);
 
 impl TempDir {
-    /// `<tmp>/duality-bench-http-<pid>-<tag>`, created empty.
+    /// `<tmp>/duality-bench-http-<pid>-<tag>`, created empty (the error
+    /// names it).
     pub fn new(tag: &str) -> std::io::Result<TempDir> {
         let p =
             std::env::temp_dir().join(format!("duality-bench-http-{}-{tag}", std::process::id()));
         let _ = std::fs::remove_dir_all(&p);
         let guard = crate::interrupt::TempPath::new(&p);
-        std::fs::create_dir_all(&p)?;
+        std::fs::create_dir_all(&p).map_err(|e| naming(&p, e))?;
         Ok(TempDir(p, guard))
     }
+}
+
+/// `e`, kind kept, its text naming `path` (`No space left on device`
+/// alone did not say where).
+fn naming(path: &Path, e: std::io::Error) -> std::io::Error {
+    std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))
 }
 
 /// Writes the workload files into `dir`: HTML-like text of the exact sizes,
 /// streamed (a file of any size costs 64 KiB of memory to make).
 pub fn write_workload_files(dir: &Path, workloads: &[Workload]) -> std::io::Result<()> {
-    use std::io::Write;
-    const HEAD: &[u8] = b"<!doctype html><title>duality</title><p>";
-    const FILLER: &[u8] = b"The quick brown fox jumps over the lazy dog. ";
     // Whole fillers, and one more to start a write at any phase of one.
     let block = FILLER.repeat(64 * 1024 / FILLER.len() + 1);
     for w in workloads {
-        let mut f = std::io::BufWriter::new(std::fs::File::create(dir.join(&w.name))?);
-        // Every byte but the last, which is a newline.
-        let body = w.size.saturating_sub(1);
-        let head = HEAD.len().min(body);
-        f.write_all(&HEAD[..head])?;
-        let mut done = head;
-        while done < body {
-            let phase = (done - HEAD.len()) % FILLER.len();
-            let n = (block.len() - FILLER.len()).min(body - done);
-            f.write_all(&block[phase..phase + n])?;
-            done += n;
-        }
-        if w.size > 0 {
-            f.write_all(b"\n")?;
-        }
-        f.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        let path = dir.join(&w.name);
+        write_file(&path, w.size, &block).map_err(|e| naming(&path, e))?;
     }
     Ok(())
+}
+
+const HEAD: &[u8] = b"<!doctype html><title>duality</title><p>";
+const FILLER: &[u8] = b"The quick brown fox jumps over the lazy dog. ";
+
+/// One file of [`write_workload_files`]: `size` bytes of its text, from
+/// `block` (whole fillers and one more).
+fn write_file(path: &Path, size: usize, block: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
+    // Every byte but the last, which is a newline.
+    let body = size.saturating_sub(1);
+    let head = HEAD.len().min(body);
+    f.write_all(&HEAD[..head])?;
+    let mut done = head;
+    while done < body {
+        let phase = (done - HEAD.len()) % FILLER.len();
+        let n = (block.len() - FILLER.len()).min(body - done);
+        f.write_all(&block[phase..phase + n])?;
+        done += n;
+    }
+    if size > 0 {
+        f.write_all(b"\n")?;
+    }
+    f.into_inner().map_err(|e| e.into_error())?.sync_all()
 }
 
 /// A server process under test; stopped on drop.
@@ -594,8 +710,8 @@ pub struct RunningServer {
     /// started by [`RunningServer::duality_with`]).
     pub metrics: Option<SocketAddr>,
     child: Child,
-    /// nginx's pid file (its master's PID is read from it to stop it).
-    pid_file: Option<PathBuf>,
+    /// nginx's process group (its master's and workers'), stopped whole.
+    group: Option<crate::interrupt::ProcessGroup>,
     _prefix: Option<TempDir>,
 }
 
@@ -647,7 +763,7 @@ impl RunningServer {
                 addr,
                 metrics: None,
                 child,
-                pid_file: None,
+                group: None,
                 _prefix: None,
             }),
             _ => {
@@ -716,7 +832,7 @@ impl RunningServer {
             addr,
             metrics,
             child,
-            pid_file: None,
+            group: None,
             _prefix: None,
         };
         anyhow::ensure!(
@@ -750,8 +866,7 @@ impl RunningServer {
         // A free port: bind, read it, close (nginx binds it right after).
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-        let modules = Command::new(nginx).arg("-V").output_unless_interrupted()?;
-        let modules = String::from_utf8_lossy(&modules.stderr).into_owned();
+        let modules = nginx_probe(nginx, "-V")?;
         let mut conf = nginx_config(&prefix.0, root, addr, workers, fd_limit, &modules);
         if !extra.is_empty() {
             let at = conf.find("    server {").expect("a server block");
@@ -764,6 +879,9 @@ impl RunningServer {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&prefix.0, std::fs::Permissions::from_mode(0o755))?;
         let pid_file = prefix.0.join("nginx.pid");
+        // A group of its own: its workers are stopped with it, also after
+        // the master itself was killed (they would serve on, orphaned).
+        use std::os::unix::process::CommandExt;
         let mut child = Command::new(nginx)
             .arg("-p")
             .arg(&prefix.0)
@@ -771,10 +889,13 @@ impl RunningServer {
             .arg(&conf_path)
             .arg("-e")
             .arg(prefix.0.join("error.log"))
+            .process_group(0)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
-            .spawn_unless_interrupted()?;
+            .spawn_unless_interrupted()
+            .map_err(|e| anyhow::anyhow!("cannot run {}: {e}", nginx.display()))?;
+        let group = crate::interrupt::ProcessGroup::new(child.id());
         let until = Instant::now() + Duration::from_secs(10);
         loop {
             if let Ok(Some(status)) = child.try_wait() {
@@ -790,7 +911,7 @@ impl RunningServer {
                 break;
             }
             if Instant::now() > until {
-                let _ = child.kill();
+                group.signal(libc::SIGKILL);
                 let _ = child.wait();
                 anyhow::bail!("nginx did not start listening on {addr}");
             }
@@ -800,7 +921,7 @@ impl RunningServer {
             addr,
             metrics: None,
             child,
-            pid_file: Some(pid_file),
+            group: Some(group),
             _prefix: Some(prefix),
         })
     }
@@ -809,30 +930,56 @@ impl RunningServer {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
+
+    /// How the server (nginx: its master) ended, if it has: `killed by
+    /// signal 9 (SIGKILL)`.
+    pub fn exited(&mut self) -> Option<String> {
+        let status = self.child.try_wait().ok()??;
+        Some(crate::servers::describe_exit(status))
+    }
+
+    /// Sends `sig` to the server: nginx's whole group, else the process.
+    fn signal(&self, sig: i32) {
+        match &self.group {
+            Some(g) => g.signal(sig),
+            // SAFETY: kill(2) on our own child's pid, which we have not
+            // reaped (Drop reaps it after signalling).
+            None => unsafe {
+                libc::kill(self.child.id() as i32, sig);
+            },
+        }
+    }
 }
 
 impl Drop for RunningServer {
     fn drop(&mut self) {
-        // nginx: the master's PID from its pid file (the same process as
-        // our child, as it runs with `daemon off`); duality: our child.
-        let pid = self
-            .pid_file
-            .as_ref()
-            .and_then(|p| std::fs::read_to_string(p).ok())
-            .and_then(|s| s.trim().parse::<i32>().ok())
-            .filter(|&p| p == self.child.id() as i32)
-            .unwrap_or(self.child.id() as i32);
-        // SAFETY: kill(2) on our own child's pid, which we have not reaped.
-        unsafe { libc::kill(pid, libc::SIGTERM) };
+        // nginx: the whole group (master and workers; workers whose master
+        // died are stopped only so). A stopped server (SIGSTOP) acts on
+        // SIGTERM only once continued.
+        self.signal(libc::SIGTERM);
+        self.signal(libc::SIGCONT);
         let until = Instant::now() + Duration::from_secs(10);
+        let mut exited = false;
         while Instant::now() < until {
             if let Ok(Some(_)) = self.child.try_wait() {
-                return;
+                exited = true;
+                break;
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if !exited {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        if let Some(g) = &self.group {
+            // The master stops its workers before it exits; orphans got
+            // SIGTERM from the group signal: a moment, then SIGKILL.
+            let until = Instant::now() + Duration::from_secs(2);
+            while g.alive() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            g.signal(libc::SIGKILL);
+        }
     }
 }
 
@@ -973,8 +1120,11 @@ impl Drop for ChildGuard {
 /// on each server in turn (rotating who goes first), `x.repeat` times, and
 /// the median by requests/s is kept. On a shared machine whose load drifts,
 /// this puts the peers' numbers for one point close together in time.
-/// `progress` sees each row as it is decided. Every server is stopped at the
-/// end, also on error.
+/// After every point the server is checked: one that has exited is not
+/// measured again, and its rows from that point on are failed
+/// ([`HttpRow::failed`]), as is a point where a live server answered
+/// nothing. `progress` sees each row as it is decided. Every server is
+/// stopped at the end, also on error.
 pub fn run(x: &Experiment, progress: &mut dyn FnMut(&HttpRow)) -> anyhow::Result<Vec<HttpRow>> {
     let fd_limit = raise_fd_limit();
     let files = TempDir::new("www")?;
@@ -1011,9 +1161,14 @@ pub fn run(x: &Experiment, progress: &mut dyn FnMut(&HttpRow)) -> anyhow::Result
         warmup: 0.0,
         ..x.clone()
     };
-    for (_, server, pids) in &servers {
+    // How each server ended, once it has (checked after every point).
+    let mut exited: Vec<Option<String>> = vec![None; servers.len()];
+    for (i, (_, server, pids)) in servers.iter_mut().enumerate() {
         for w in &x.workloads {
-            measure_point(&warm, server.addr, &format!("/{}", w.name), 16, pids)?;
+            if exited[i].is_none() {
+                measure_point(&warm, server.addr, &format!("/{}", w.name), 16, pids)?;
+                exited[i] = server.exited();
+            }
         }
     }
     let repeat = x.repeat.max(1);
@@ -1022,15 +1177,22 @@ pub fn run(x: &Experiment, progress: &mut dyn FnMut(&HttpRow)) -> anyhow::Result
         let path = format!("/{}", w.name);
         for &clients in &x.clients {
             let mut samples: Vec<Vec<LoadResult>> = vec![Vec::new(); servers.len()];
+            // Died at this point: its samples here are cut short too.
+            let mut died_here = vec![false; servers.len()];
             for rep in 0..repeat {
                 for k in 0..servers.len() {
                     let i = (k + rep) % servers.len();
-                    let (_, server, pids) = &servers[i];
+                    if exited[i].is_some() {
+                        continue;
+                    }
+                    let (label, server, pids) = &mut servers[i];
                     let r = measure_point(x, server.addr, &path, clients, pids)?;
-                    if r.connected < clients {
+                    exited[i] = server.exited();
+                    died_here[i] = exited[i].is_some();
+                    if r.connected < clients && !died_here[i] {
                         eprintln!(
-                            "{} {} x{clients}: only {} connections were open at the end of the window",
-                            servers[i].0, w.label, r.connected
+                            "{label} {} x{clients}: only {} connections were open at the end of the window",
+                            w.label, r.connected
                         );
                     }
                     samples[i].push(r);
@@ -1039,24 +1201,15 @@ pub fn run(x: &Experiment, progress: &mut dyn FnMut(&HttpRow)) -> anyhow::Result
                 }
             }
             for (i, (label, ..)) in servers.iter().enumerate() {
-                let errors = samples[i].iter().map(|r| r.errors).sum();
-                let mut s = samples[i].clone();
-                s.sort_by(|a, b| rate(a).total_cmp(&rate(b)));
-                let m = &s[s.len() / 2];
-                let row = HttpRow {
-                    server: label.clone(),
-                    file: w.label.clone(),
+                let row = point_row(
+                    label,
+                    &w.label,
                     clients,
-                    requests_per_sec: rate(m),
-                    mbit_per_sec: m.body_bytes as f64 * 8.0 / 1e6 / m.seconds,
-                    cpu_us_per_request: if m.requests > 0 {
-                        m.server_cpu_seconds * 1e6 / m.requests as f64
-                    } else {
-                        0.0
-                    },
-                    errors,
-                    connected: m.connected,
-                };
+                    &samples[i],
+                    exited[i]
+                        .as_deref()
+                        .filter(|_| died_here[i] || samples[i].is_empty()),
+                );
                 progress(&row);
                 rows.push(row);
             }
@@ -1064,6 +1217,44 @@ pub fn run(x: &Experiment, progress: &mut dyn FnMut(&HttpRow)) -> anyhow::Result
     }
     drop(servers);
     Ok(rows)
+}
+
+/// The row of one server at one point from its `samples` (the median by
+/// requests/s), failed where the server had `exited` by then or answered
+/// nothing in the window kept.
+pub fn point_row(
+    server: &str,
+    file: &str,
+    clients: usize,
+    samples: &[LoadResult],
+    exited: Option<&str>,
+) -> HttpRow {
+    let errors = samples.iter().map(|r| r.errors).sum();
+    let mut s = samples.to_vec();
+    s.sort_by(|a, b| rate(a).total_cmp(&rate(b)));
+    let m = s.get(s.len() / 2).cloned().unwrap_or_default();
+    let failed = match exited {
+        Some(how) => Some(format!("exited: {how}")),
+        None if m.requests == 0 => Some(format!(
+            "no answer: 0 responses in {:.2} s, {errors} errors, {} of {clients} connections open",
+            m.seconds, m.connected
+        )),
+        None => None,
+    };
+    let ok = failed.is_none();
+    HttpRow {
+        server: server.to_string(),
+        file: file.to_string(),
+        clients,
+        requests_per_sec: Some(rate(&m)).filter(|_| ok),
+        mbit_per_sec: Some(m.body_bytes as f64 * 8.0 / 1e6 / m.seconds.max(1e-9)).filter(|_| ok),
+        // 0 ticks read over the window: under the clock's resolution.
+        cpu_us_per_request: Some(m.server_cpu_seconds * 1e6 / m.requests.max(1) as f64)
+            .filter(|_| ok && m.server_cpu_seconds > 0.0),
+        errors,
+        connected: m.connected,
+        failed,
+    }
 }
 
 fn rate(r: &LoadResult) -> f64 {
@@ -1077,7 +1268,8 @@ fn rate(r: &LoadResult) -> f64 {
 /// The Markdown report: per workload, a requests/s, a Mbit/s and a server
 /// CPU per request table (rows: clients, columns: servers), each with the
 /// ratio of the best duality configuration to the best nginx one (for CPU
-/// the lowest to the lowest).
+/// the lowest to the lowest). A failed point is `- (exited)` or `- (no
+/// answer)` and takes no part in the ratio.
 pub fn table(rows: &[HttpRow]) -> String {
     let mut servers: Vec<&str> = Vec::new();
     let mut files: Vec<&str> = Vec::new();
@@ -1101,7 +1293,7 @@ pub fn table(rows: &[HttpRow]) -> String {
         for (what, get, fmt, lower_is_better) in [
             (
                 "requests/s",
-                (|r: &HttpRow| r.requests_per_sec) as fn(&HttpRow) -> f64,
+                (|r: &HttpRow| r.requests_per_sec) as fn(&HttpRow) -> Option<f64>,
                 (|v: f64| crate::report::thousands(v)) as fn(f64) -> String,
                 false,
             ),
@@ -1140,7 +1332,10 @@ pub fn table(rows: &[HttpRow]) -> String {
                         line.push(at(s).map_or_else(
                             || "-".into(),
                             |r| {
-                                let mut cell = fmt(get(r));
+                                let mut cell = get(r).map_or_else(|| "-".into(), fmt);
+                                if let Some(tag) = r.failed_tag() {
+                                    cell.push_str(&format!(" ({tag})"));
+                                }
                                 if r.errors > 0 {
                                     cell.push_str(&format!(" ({} err)", r.errors));
                                 }
@@ -1159,7 +1354,7 @@ pub fn table(rows: &[HttpRow]) -> String {
                             servers
                                 .iter()
                                 .filter(|s| s.starts_with(prefix))
-                                .filter_map(|s| at(s).map(get))
+                                .filter_map(|s| at(s).and_then(get))
                                 .fold(None, |m: Option<f64>, v| {
                                     Some(m.map_or(v, |m| {
                                         if lower_is_better {
@@ -1184,22 +1379,26 @@ pub fn table(rows: &[HttpRow]) -> String {
     out
 }
 
-/// CSV: one line per row, with the error count and the connections open.
+/// CSV: one line per row, with the error count, the connections open and
+/// why a failed point failed (its figures empty).
 pub fn csv(rows: &[HttpRow]) -> String {
     let mut out = String::from(
-        "server,file,clients,requests_per_sec,mbit_per_sec,cpu_us_per_request,errors,connected\n",
+        "server,file,clients,requests_per_sec,mbit_per_sec,cpu_us_per_request,errors,connected,failed\n",
     );
+    let f = |v: Option<f64>, digits: usize| v.map_or_else(String::new, |v| format!("{v:.digits$}"));
     for r in rows {
         out.push_str(&format!(
-            "{},{},{},{:.1},{:.3},{:.3},{},{}\n",
+            "{},{},{},{},{},{},{},{},{}\n",
             r.server,
             r.file,
             r.clients,
-            r.requests_per_sec,
-            r.mbit_per_sec,
-            r.cpu_us_per_request,
+            f(r.requests_per_sec, 1),
+            f(r.mbit_per_sec, 3),
+            f(r.cpu_us_per_request, 3),
             r.errors,
-            r.connected
+            r.connected,
+            // A field of its own: no comma or quote inside.
+            r.failed.as_deref().unwrap_or("").replace([',', '"'], ";")
         ));
     }
     out
@@ -1222,13 +1421,15 @@ pub fn plots(rows: &[HttpRow], dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
             (
                 "mbit",
                 "Mbit/s",
-                (|r: &HttpRow| r.mbit_per_sec) as fn(&HttpRow) -> f64,
+                (|r: &HttpRow| r.mbit_per_sec) as fn(&HttpRow) -> Option<f64>,
             ),
             ("rps", "requests/s", |r: &HttpRow| r.requests_per_sec),
         ] {
             let mut series: Vec<crate::plot::Series> = Vec::new();
+            // A failed point is left out of its line.
             for r in rows.iter().filter(|r| r.file == file) {
-                let point = (r.clients as f64, get(r));
+                let Some(y) = get(r) else { continue };
+                let point = (r.clients as f64, y);
                 match series.iter_mut().find(|(s, _)| *s == r.server) {
                     Some((_, pts)) => pts.push(point),
                     None => series.push((r.server.clone(), vec![point])),
@@ -1295,17 +1496,12 @@ mod tests {
 
     #[test]
     fn servers_parse_with_sizes() {
-        assert_eq!(
-            parse_server("nginx-2w"),
-            Some(ServerKind::Nginx { workers: 2 })
-        );
-        assert_eq!(
-            parse_server("nginx-8w"),
-            Some(ServerKind::Nginx { workers: 8 })
-        );
-        assert_eq!(parse_server("nginx-0w"), None);
-        assert_eq!(parse_server("nginx-w"), None);
-        match parse_server("duality-knot-a:8") {
+        let parse = |name: &str| parse_server(name).ok();
+        assert_eq!(parse("nginx-2w"), Some(ServerKind::Nginx { workers: 2 }));
+        assert_eq!(parse("nginx-8w"), Some(ServerKind::Nginx { workers: 8 }));
+        assert_eq!(parse("nginx-0w"), None);
+        assert_eq!(parse("nginx-w"), None);
+        match parse("duality-knot-a:8") {
             Some(ServerKind::Duality {
                 label,
                 model,
@@ -1319,20 +1515,20 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(
-            parse_server("duality-knot-c").map(|k| k.label()),
+            parse("duality-knot-c").map(|k| k.label()),
             Some("duality-knot-c".to_string())
         );
         // sped has one loop by definition; unknown names and zero loops fail.
-        assert_eq!(parse_server("duality-sped:4"), None);
-        assert_eq!(parse_server("duality-knot-c:0"), None);
-        assert_eq!(parse_server("apache"), None);
+        assert_eq!(parse("duality-sped:4"), None);
+        assert_eq!(parse("duality-knot-c:0"), None);
+        assert_eq!(parse("apache"), None);
         // Hand-off models, with or without a policy; not the inline ones.
         for name in [
             "duality-amped:1",
             "duality-seda:1:2/adaptive",
             "duality-seda-s:2/always",
         ] {
-            match parse_server(name) {
+            match parse(name) {
                 Some(ServerKind::Duality { label, model, .. }) => {
                     assert_eq!(label, name);
                     assert_eq!(model, name.strip_prefix("duality-").unwrap());
@@ -1350,8 +1546,39 @@ mod tests {
             "duality-amped:1/sometimes",
             "duality-amped:x",
         ] {
-            assert_eq!(parse_server(bad), None, "{bad}");
+            assert_eq!(parse(bad), None, "{bad}");
         }
+    }
+
+    /// `nginx-99999w` forked workers until nginx failed and left 754
+    /// behind; counts past what nginx (or the server) runs are refused by
+    /// name, before anything starts.
+    #[test]
+    fn worker_and_loop_counts_past_the_cap_are_refused() {
+        assert_eq!(
+            parse_server("nginx-1024w").unwrap(),
+            ServerKind::Nginx { workers: 1024 }
+        );
+        let e = parse_server("nginx-99999w").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "server \"nginx-99999w\": 99999 nginx workers is more than nginx runs (at most 1024)"
+        );
+        let e = parse_server("duality-knot-c:5000").unwrap_err().to_string();
+        assert!(
+            e.contains("5000 loops is more threads than the server supports (at most 1024)"),
+            "{e}"
+        );
+        let e = parse_server("duality-amped:2000").unwrap_err().to_string();
+        assert!(
+            e.contains("more threads than this server supports (1024)"),
+            "{e}"
+        );
+        let e = parse_server("apache").unwrap_err().to_string();
+        assert!(
+            e.starts_with("unknown server \"apache\"; choose from duality-knot-c, "),
+            "{e}"
+        );
     }
 
     #[test]
@@ -1387,18 +1614,22 @@ mod tests {
         assert!(!c.contains("uwsgi_temp_path"));
     }
 
-    #[test]
-    fn table_and_csv_shapes() {
-        let row = |server: &str, clients, rps: f64| HttpRow {
+    fn row(server: &str, clients: usize, rps: f64) -> HttpRow {
+        HttpRow {
             server: server.into(),
             file: "100B".into(),
             clients,
-            requests_per_sec: rps,
-            mbit_per_sec: rps * 800.0 / 1e6,
-            cpu_us_per_request: 1e6 / rps,
+            requests_per_sec: Some(rps),
+            mbit_per_sec: Some(rps * 800.0 / 1e6),
+            cpu_us_per_request: Some(1e6 / rps),
             errors: 0,
             connected: clients,
-        };
+            failed: None,
+        }
+    }
+
+    #[test]
+    fn table_and_csv_shapes() {
         let rows = vec![
             row("duality-knot-c", 1, 1000.0),
             row("nginx-1w", 1, 500.0),
@@ -1416,7 +1647,7 @@ mod tests {
         assert!(t.contains("| 1 | 1000.00 | 2000.00 | 0.50 |"), "{t}");
         let c = csv(&rows);
         assert_eq!(c.lines().count(), 5);
-        assert!(c.contains("duality-knot-c,100B,1,1000.0,0.800,1000.000,0,1"));
+        assert!(c.contains("duality-knot-c,100B,1,1000.0,0.800,1000.000,0,1,\n"));
         let json = crate::report::json(&rows);
         let v: serde_json::Value = serde_json::from_str(&json).unwrap();
         let mut keys: Vec<&String> = v[0].as_object().unwrap().keys().collect();
@@ -1432,6 +1663,93 @@ mod tests {
                 "server"
             ]
         );
+    }
+
+    /// A duality server killed mid-run gave `0 (761 err)` rows, a ratio of
+    /// 0.00 to nginx, 0.00 µs of CPU per request, and JSON zeros without
+    /// its errors; a stopped nginx 0 req/s with no error at all. Now both
+    /// are failed points: `-`, JSON null, the reason, no ratio.
+    #[test]
+    fn a_dead_or_silent_server_is_no_zero() {
+        let dead = LoadResult {
+            errors: 761,
+            seconds: 1.0,
+            ..LoadResult::default()
+        };
+        let killed = point_row(
+            "duality-sped",
+            "100B",
+            1,
+            &[dead],
+            Some("killed by signal 9 (SIGKILL)"),
+        );
+        assert_eq!(
+            killed.failed.as_deref(),
+            Some("exited: killed by signal 9 (SIGKILL)")
+        );
+        assert_eq!(
+            (
+                killed.requests_per_sec,
+                killed.mbit_per_sec,
+                killed.cpu_us_per_request
+            ),
+            (None, None, None)
+        );
+        // Later points: not measured at all.
+        let later = point_row(
+            "duality-sped",
+            "100B",
+            16,
+            &[],
+            Some("killed by signal 9 (SIGKILL)"),
+        );
+        assert_eq!(later.failed_tag(), Some("exited"));
+        let stalled = LoadResult {
+            seconds: 1.0,
+            connected: 1,
+            server_cpu_seconds: 0.0,
+            ..LoadResult::default()
+        };
+        let silent = point_row("nginx-1w", "100B", 1, &[stalled], None);
+        assert_eq!(
+            silent.failed.as_deref(),
+            Some("no answer: 0 responses in 1.00 s, 0 errors, 1 of 1 connections open")
+        );
+        assert_eq!(silent.requests_per_sec, None);
+        let t = table(&[killed.clone(), row("nginx-1w", 1, 500.0)]);
+        assert!(
+            t.contains("| 1 | - (exited) (761 err) (0 open) | 500 | - |"),
+            "{t}"
+        );
+        let t = table(&[row("duality-sped", 1, 500.0), silent.clone()]);
+        assert!(t.contains("| 1 | 500 | - (no answer) | - |"), "{t}");
+        let v: serde_json::Value = serde_json::from_str(&crate::report::json(&[killed])).unwrap();
+        assert!(v[0]["requests_per_sec"].is_null(), "{v}");
+        assert!(v[0]["cpu_us_per_request"].is_null(), "{v}");
+        assert_eq!(v[0]["errors"], 761);
+        assert_eq!(v[0]["failed"], "exited: killed by signal 9 (SIGKILL)");
+        assert!(csv(&[silent])
+            .lines()
+            .nth(1)
+            .unwrap()
+            .starts_with("nginx-1w,100B,1,,,,0,1,no answer: "));
+    }
+
+    /// A window too short for the clock read the server's CPU as 0 ticks:
+    /// no CPU figure rather than 0.00 µs per request.
+    #[test]
+    fn a_cpu_reading_of_no_ticks_is_no_figure() {
+        let r = LoadResult {
+            requests: 100,
+            body_bytes: 10_000,
+            seconds: 0.01,
+            connected: 1,
+            ..LoadResult::default()
+        };
+        let row = point_row("duality-sped", "100B", 1, &[r], None);
+        assert_eq!(row.failed, None);
+        assert_eq!(row.requests_per_sec, Some(10_000.0));
+        assert_eq!(row.cpu_us_per_request, None);
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! An interrupted run leaves nothing behind: no server it started, no
 //! temporary file or directory.
 //!
-//! [`install`] starts one thread that waits for SIGINT or SIGTERM. On
-//! either it
+//! [`install`] starts one thread that waits for SIGINT, SIGTERM or SIGHUP
+//! (the terminal closed: by default it killed the bench alone and left its
+//! servers running). On any of them it
 //!
 //! 1. marks the run [`interrupted`] (the main thread, whose measurement now
 //!    fails, must not report that failure: see [`park_if_interrupted`]);
@@ -22,8 +23,15 @@
 //!    until no descendant is left (a child spawned meanwhile is caught too);
 //! 4. removes every path registered with [`TempPath`];
 //! 5. prints one line, `duality: interrupted (SIGTERM)`, and exits with
-//!    128 + the signal's number (130 for SIGINT, 143 for SIGTERM), as a
-//!    shell reports a command a signal ended.
+//!    128 + the signal's number (130 for SIGINT, 143 for SIGTERM, 129 for
+//!    SIGHUP), as a shell reports a command a signal ended.
+//!
+//! A bench killed outright (SIGKILL, or a crash) runs none of this. For
+//! that, every child started through [`SpawnUnlessInterrupted`] asks the
+//! kernel for SIGTERM when its parent dies (`PR_SET_PDEATHSIG`), and a
+//! child that runs a group of its own (nginx: master and workers) is
+//! registered as a [`ProcessGroup`], signalled as a whole, so that workers
+//! whose master died are stopped too.
 //!
 //! Children are found by their parent pid in `/proc`, not by a list kept at
 //! every spawn: whatever spawns them (`Command::spawn`, `output`, a helper
@@ -179,29 +187,185 @@ static WRITES: Gate = Gate::new("the run was interrupted: its temporary files ar
 /// [`Command::spawn`] and [`Command::output`] unless the run has been
 /// interrupted: every child of an experiment is started through these, so
 /// that none is started after the signal thread has stopped the others.
+///
+/// Each child also gets SIGTERM from the kernel when the bench dies
+/// without stopping it (SIGKILL, a crash): `PR_SET_PDEATHSIG`, set in the
+/// child before it runs its program. Linux sends it when the *thread* that
+/// started the child exits, not the process: children are started from
+/// the thread that runs the experiment (the main thread, which lives as
+/// long as the run); one started from a short-lived thread would be
+/// stopped when that thread ends.
 pub trait SpawnUnlessInterrupted {
     /// [`Command::spawn`], or an `Interrupted` error once the run is.
     fn spawn_unless_interrupted(&mut self) -> std::io::Result<Child>;
     /// [`Command::output`] (stdin from /dev/null, stdout and stderr
     /// captured), or an `Interrupted` error once the run is.
     fn output_unless_interrupted(&mut self) -> std::io::Result<Output>;
+    /// [`SpawnUnlessInterrupted::output_unless_interrupted`] for a program
+    /// that must answer within `limit` (a version probe): past it the
+    /// child is killed by its PID and the error (`TimedOut`) says so.
+    fn output_within(&mut self, limit: Duration) -> std::io::Result<Output>;
 }
 
 impl SpawnUnlessInterrupted for Command {
     fn spawn_unless_interrupted(&mut self) -> std::io::Result<Child> {
+        die_with_this_process(self);
         SPAWNS.pass(|| self.spawn())
     }
 
     fn output_unless_interrupted(&mut self) -> std::io::Result<Output> {
-        SPAWNS
-            .pass(|| {
-                self.stdin(Stdio::null())
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped())
-                    .spawn()
-            })?
+        self.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn_unless_interrupted()?
             .wait_with_output()
     }
+
+    fn output_within(&mut self, limit: Duration) -> std::io::Result<Output> {
+        use std::io::Read;
+        let mut child = self
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn_unless_interrupted()?;
+        // Read on threads of their own: a child that fills a pipe would
+        // otherwise never exit, and one that never closes it (a program it
+        // left running) must not hold this thread either.
+        let read = |pipe: Option<Box<dyn Read + Send>>| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                if let Some(mut p) = pipe {
+                    let _ = p.read_to_end(&mut buf);
+                }
+                let _ = tx.send(buf);
+            });
+            rx
+        };
+        let out = read(child.stdout.take().map(|p| Box::new(p) as _));
+        let err = read(child.stderr.take().map(|p| Box::new(p) as _));
+        let until = Instant::now() + limit;
+        let status = loop {
+            if let Some(status) = child.try_wait()? {
+                break status;
+            }
+            if Instant::now() >= until {
+                // By its PID: our own child, not yet reaped.
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("gave no answer within {} s", limit.as_secs_f64()),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        // What it wrote before it exited; a pipe something else still
+        // holds open is not waited for past the limit.
+        let rest = until.saturating_duration_since(Instant::now()) + Duration::from_millis(100);
+        Ok(Output {
+            status,
+            stdout: out.recv_timeout(rest).unwrap_or_default(),
+            stderr: err.recv_timeout(rest).unwrap_or_default(),
+        })
+    }
+}
+
+/// Has the kernel send `cmd`'s child SIGTERM when this process dies
+/// (`PR_SET_PDEATHSIG`; see [`SpawnUnlessInterrupted`] for the thread it
+/// is tied to). A bench that died while the child was being started is
+/// caught too: the child then refuses to run its program.
+fn die_with_this_process(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: the closure runs in the forked child before exec, where only
+    // async-signal-safe calls are allowed: it makes two system calls
+    // (prctl, getppid) and builds errors from raw codes, allocating
+    // nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGTERM as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent died before the prctl: no signal will come.
+            if libc::getppid() != parent {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Process groups this run started, by group id.
+fn lock_groups() -> std::sync::MutexGuard<'static, HashSet<i32>> {
+    static GROUPS: OnceLock<Mutex<HashSet<i32>>> = OnceLock::new();
+    // A panic while the set was held leaves it whole: keep using it.
+    GROUPS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+/// A process group this run started (a child spawned with
+/// `process_group(0)`: nginx, whose master and workers share it). While
+/// registered, an interrupt kills the whole group, also members whose
+/// leader has died (they are no descendants of this process any more).
+/// Unregistered on drop; stopping the group is its owner's job
+/// ([`ProcessGroup::signal`]).
+#[derive(Debug)]
+pub struct ProcessGroup {
+    pgid: i32,
+}
+
+impl ProcessGroup {
+    /// Registers the group led by `leader`, a child spawned in a group of
+    /// its own.
+    pub fn new(leader: u32) -> ProcessGroup {
+        let pgid = leader as i32;
+        lock_groups().insert(pgid);
+        ProcessGroup { pgid }
+    }
+
+    /// Sends `sig` to every process of the group (none left: nothing).
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) takes plain integers; -pgid names our own group,
+        // whose leader the owner has not reaped, or whose id is still held
+        // by a member (the kernel does not reuse it while one lives).
+        unsafe { libc::kill(-self.pgid, sig) };
+    }
+
+    /// Whether any process of the group is alive (not a zombie).
+    pub fn alive(&self) -> bool {
+        members(self.pgid).next().is_some()
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        lock_groups().remove(&self.pgid);
+    }
+}
+
+/// The live (not zombie) processes of group `pgid`, from `/proc`.
+fn members(pgid: i32) -> impl Iterator<Item = i32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(move |pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|s| parse_stat_group(&s))
+                .is_some_and(|(state, g)| g == pgid && state != 'Z' && state != 'X')
+        })
 }
 
 /// The signal that interrupted this run, if one has.
@@ -230,10 +394,13 @@ pub fn install() -> std::io::Result<()> {
     if INSTALLED.get().is_some() {
         return Ok(());
     }
-    let mut signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-    ])?;
+    let mut wanted = vec![signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM];
+    // Under `nohup` SIGHUP comes ignored: the run is meant to outlive the
+    // terminal, so it stays ignored.
+    if !ignored(libc::SIGHUP) {
+        wanted.push(signal_hook::consts::SIGHUP);
+    }
+    let mut signals = signal_hook::iterator::Signals::new(wanted)?;
     let _ = INSTALLED.set(());
     std::thread::Builder::new()
         .name("interrupt".into())
@@ -247,20 +414,42 @@ pub fn install() -> std::io::Result<()> {
                 SPAWNS.close();
                 WRITES.close();
                 stop_descendants(GRACE);
+                // Groups whose leader is gone are no descendants any more
+                // (nginx's workers after their master died): by group.
+                for g in lock_groups().iter() {
+                    // SAFETY: kill(2) takes plain integers; a negative pid
+                    // names a process group this run started.
+                    unsafe { libc::kill(-g, libc::SIGKILL) };
+                }
                 let paths: Vec<PathBuf> = lock_paths().drain().map(|(_, p)| p).collect();
                 for p in &paths {
                     remove(p);
                 }
-                let name = if sig == signal_hook::consts::SIGINT {
-                    "SIGINT"
-                } else {
-                    "SIGTERM"
-                };
+                let name = signal_name(sig);
                 eprintln!("duality: interrupted ({name})");
                 std::process::exit(128 + sig);
             }
         })?;
     Ok(())
+}
+
+/// Whether `sig` is ignored (`SIG_IGN`) in this process.
+fn ignored(sig: i32) -> bool {
+    // SAFETY: all-zero bytes are a valid `sigaction`; with a null new
+    // action, sigaction(2) only writes the current one into it.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; `old` is a live local.
+    let r = unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) };
+    r == 0 && old.sa_sigaction == libc::SIG_IGN
+}
+
+/// The name a shell gives the signals [`install`] waits for.
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        signal_hook::consts::SIGINT => "SIGINT",
+        signal_hook::consts::SIGHUP => "SIGHUP",
+        _ => "SIGTERM",
+    }
 }
 
 /// SIGTERM to this process's children, up to `grace` for every descendant
@@ -346,6 +535,15 @@ fn parse_stat(s: &str) -> Option<(char, i32)> {
     Some((state, ppid))
 }
 
+/// The state and process group in a `/proc/PID/stat` line.
+fn parse_stat_group(s: &str) -> Option<(char, i32)> {
+    let rest = &s[s.rfind(')')? + 1..];
+    let mut f = rest.split_whitespace();
+    let state = f.next()?.chars().next()?;
+    let pgrp = f.nth(1)?.parse().ok()?;
+    Some((state, pgrp))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -354,6 +552,113 @@ mod tests {
     fn parse_stat_reads_past_a_name_with_parentheses() {
         assert_eq!(parse_stat("42 (a) b (c)) S 7 42 42 0 -1"), Some(('S', 7)));
         assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[test]
+    fn parse_stat_group_reads_the_fifth_field() {
+        assert_eq!(
+            parse_stat_group("42 (a) b (c)) S 7 40 40 0 -1"),
+            Some(('S', 40))
+        );
+        assert_eq!(parse_stat_group("42 (x) S 7"), None);
+    }
+
+    #[test]
+    fn every_awaited_signal_has_its_shell_name() {
+        assert_eq!(signal_name(libc::SIGINT), "SIGINT");
+        assert_eq!(signal_name(libc::SIGTERM), "SIGTERM");
+        assert_eq!(signal_name(libc::SIGHUP), "SIGHUP");
+    }
+
+    /// A child gets SIGTERM when the thread that started it ends (the
+    /// bench dying runs no handler of ours): before, it slept on.
+    #[test]
+    fn a_child_is_stopped_when_its_starter_dies() {
+        let child = std::thread::spawn(|| {
+            Command::new("sleep")
+                .arg("30")
+                .stdin(Stdio::null())
+                .spawn_unless_interrupted()
+                .unwrap()
+        })
+        .join()
+        .unwrap();
+        let mut child = child;
+        let until = Instant::now() + Duration::from_secs(5);
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if Instant::now() > until {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the child outlived the thread that started it");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGTERM));
+    }
+
+    #[test]
+    fn output_within_kills_a_program_that_does_not_answer() {
+        let t0 = Instant::now();
+        let e = Command::new("sleep")
+            .arg("30")
+            .output_within(Duration::from_millis(200))
+            .unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+        assert_eq!(e.to_string(), "gave no answer within 0.2 s");
+        assert!(t0.elapsed() < Duration::from_secs(5));
+        // Reaped: no child of this process runs `sleep 30` any more.
+        let me = std::process::id() as i32;
+        assert!(!descendants(me).iter().any(|p| {
+            std::fs::read_to_string(format!("/proc/{}/cmdline", p.pid))
+                .is_ok_and(|c| c == "sleep\x0030\x00")
+        }));
+        let o = Command::new("sh")
+            .args(["-c", "echo out; echo err >&2; exit 3"])
+            .output_within(Duration::from_secs(10))
+            .unwrap();
+        assert_eq!(o.status.code(), Some(3));
+        assert_eq!(
+            (&o.stdout[..], &o.stderr[..]),
+            (&b"out\n"[..], &b"err\n"[..])
+        );
+    }
+
+    /// A group outlives its leader (nginx's workers after their master
+    /// died); signalled as a group, it is gone.
+    #[test]
+    fn a_process_group_is_stopped_without_its_leader() {
+        use std::os::unix::process::CommandExt;
+        let mut leader = Command::new("sh")
+            .args(["-c", "sleep 30 & echo $!; wait"])
+            .process_group(0)
+            .stdout(Stdio::piped())
+            .spawn_unless_interrupted()
+            .unwrap();
+        let pgid = leader.id() as i32;
+        let group = ProcessGroup::new(leader.id());
+        assert!(lock_groups().contains(&pgid));
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(leader.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let worker: i32 = line.trim().parse().unwrap();
+        leader.kill().unwrap();
+        leader.wait().unwrap();
+        assert!(group.alive(), "the worker lives on without its leader");
+        group.signal(libc::SIGKILL);
+        let until = Instant::now() + Duration::from_secs(5);
+        while group.alive() {
+            assert!(Instant::now() < until, "worker {worker} still alive");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        drop(group);
+        assert!(!lock_groups().contains(&pgid));
     }
 
     #[test]

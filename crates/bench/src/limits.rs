@@ -87,6 +87,21 @@ pub fn fd_limit() -> u64 {
     }
 }
 
+/// The hard descriptor limit of this process (`ulimit -Hn`): what a child
+/// may raise its own soft limit to.
+pub fn fd_hard_limit() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into a live local struct.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+        lim.rlim_max
+    } else {
+        1024
+    }
+}
+
 /// The most of a thing that takes `per_item` descriptors a process with
 /// `limit` of them may open beside [`FD_MARGIN`] and `reserved` more.
 pub fn max_for_descriptors(limit: u64, per_item: u64, reserved: u64) -> u64 {

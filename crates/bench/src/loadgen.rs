@@ -13,6 +13,11 @@
 //! connections, for a machine whose cores one client thread cannot keep
 //! busy. It reports its own CPU use next to the numbers: a client using about
 //! one full core per thread was the bottleneck, and the results say so.
+//!
+//! Every connect and every request waits at most
+//! [`LoadConfig::reply_timeout`] for the server: one that stops answering
+//! (stopped, wedged) ends the run with an error that says so, where the
+//! client used to wait on it forever.
 
 use crate::summary::{corrected_latency, latency_histogram, record, Percentiles};
 use crate::workload::Workload;
@@ -73,6 +78,18 @@ pub struct LoadConfig {
     /// connections (1: the paper's single client; more than `conns` is
     /// taken as `conns`).
     pub threads: usize,
+    /// Longest wait for a connect or a request's answers (all of a
+    /// pipelined batch); past it the connection gives up and the run
+    /// fails: see [`reply_timeout`].
+    pub reply_timeout: Duration,
+}
+
+/// The [`LoadConfig::reply_timeout`] for windows of `window`: 5 s, or four
+/// windows where that is longer. A server on loopback answers in
+/// microseconds to milliseconds; one that has answered nothing for seconds
+/// (and for more than a window) has stopped.
+pub fn reply_timeout(window: Duration) -> Duration {
+    (window.saturating_mul(4)).max(Duration::from_secs(5))
 }
 
 /// What one window measured.
@@ -209,12 +226,24 @@ pub fn encode_get(out: &mut Vec<u8>, i: usize) {
     out.extend_from_slice(format!("get {}\r\n", Workload::key(i)).as_bytes());
 }
 
+/// Longest wait for the server during [`preload`]: a connect, or the
+/// answers to one batch of 100 sets.
+pub const PRELOAD_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Stores every record of the workload (pipelined, 100 at a time) so the
 /// measurement starts from a full data set.
 pub fn preload(target: &Target, workload: &Workload) -> anyhow::Result<()> {
     let mut lp = duality_rt::EventLoop::new(duality_rt::LoopConfig::default())?;
+    let stalled = || {
+        anyhow::anyhow!(
+            "preload: no answer within {} s (the server stopped answering)",
+            PRELOAD_TIMEOUT.as_secs()
+        )
+    };
     lp.block_on(async {
-        let c = Conn::connect(target).await?;
+        let c = duality_rt::time::timeout(PRELOAD_TIMEOUT, Conn::connect(target))
+            .await
+            .map_err(|_| stalled())??;
         let mut out = Vec::new();
         let mut buf = Vec::new();
         let mut i = 0;
@@ -224,23 +253,29 @@ pub fn preload(target: &Target, workload: &Workload) -> anyhow::Result<()> {
             for k in i..i + batch {
                 encode_set(&mut out, k);
             }
-            c.write_all(&out).await?;
-            let mut stored = 0;
-            let mut chunk = [0u8; 4096];
-            while stored < batch {
-                let n = c.read(&mut chunk).await?;
-                anyhow::ensure!(n > 0, "server closed the connection during preload");
-                buf.extend_from_slice(&chunk[..n]);
-                while let Some(p) = buf.windows(2).position(|w| w == b"\r\n") {
-                    let line: Vec<u8> = buf.drain(..p + 2).collect();
-                    anyhow::ensure!(
-                        line == b"STORED\r\n",
-                        "preload: {}",
-                        String::from_utf8_lossy(&line)
-                    );
-                    stored += 1;
+            let exchange = async {
+                c.write_all(&out).await?;
+                let mut stored = 0;
+                let mut chunk = [0u8; 4096];
+                while stored < batch {
+                    let n = c.read(&mut chunk).await?;
+                    anyhow::ensure!(n > 0, "server closed the connection during preload");
+                    buf.extend_from_slice(&chunk[..n]);
+                    while let Some(p) = buf.windows(2).position(|w| w == b"\r\n") {
+                        let line: Vec<u8> = buf.drain(..p + 2).collect();
+                        anyhow::ensure!(
+                            line == b"STORED\r\n",
+                            "preload: {}",
+                            String::from_utf8_lossy(&line).trim_end()
+                        );
+                        stored += 1;
+                    }
                 }
-            }
+                Ok(())
+            };
+            duality_rt::time::timeout(PRELOAD_TIMEOUT, exchange)
+                .await
+                .map_err(|_| stalled())??;
             i += batch;
         }
         Ok(())
@@ -266,6 +301,8 @@ struct Shared {
     phase: Arc<AtomicUsize>,
     counts: Arc<Vec<AtomicU64>>,
     errors: Arc<AtomicU64>,
+    /// Connections that gave up waiting for the server.
+    stalled: Arc<AtomicU64>,
 }
 
 /// One connection's closed or open loop until the phase says stop; returns
@@ -274,9 +311,17 @@ async fn drive(c: usize, cfg: LoadConfig, sh: Shared, start: Instant) -> Vec<His
     let windows = cfg.windows;
     let mut hists: Vec<Histogram<u64>> = (0..windows).map(|_| latency_histogram()).collect();
     let mut rng = fastrand::Rng::with_seed(cfg.seed ^ (c as u64).wrapping_mul(0x9e37_79b9));
-    let Ok(conn) = Conn::connect(&cfg.target).await else {
-        sh.errors.fetch_add(1, Relaxed);
-        return hists;
+    let conn = match duality_rt::time::timeout(cfg.reply_timeout, Conn::connect(&cfg.target)).await
+    {
+        Ok(Ok(conn)) => conn,
+        Ok(Err(_)) => {
+            sh.errors.fetch_add(1, Relaxed);
+            return hists;
+        }
+        Err(_) => {
+            sh.stalled.fetch_add(1, Relaxed);
+            return hists;
+        }
     };
     let interval = match cfg.mode {
         Mode::Open { rate } => Some(Duration::from_secs_f64(cfg.conns as f64 / rate.max(1e-3))),
@@ -285,6 +330,7 @@ async fn drive(c: usize, cfg: LoadConfig, sh: Shared, start: Instant) -> Vec<His
     let mut out = Vec::with_capacity(256);
     let mut buf = Vec::with_capacity(256);
     let mut k: u32 = 0;
+    let mut watchdog = duality_rt::time::sleep(cfg.reply_timeout);
     loop {
         let p = sh.phase.load(Relaxed);
         if p == STOP {
@@ -318,18 +364,33 @@ async fn drive(c: usize, cfg: LoadConfig, sh: Shared, start: Instant) -> Vec<His
                 b"END\r\n"
             };
         }
-        let ok = match conn.write_all(&out).await {
-            Ok(()) if depth == 1 => conn.read_reply(&mut buf, end).await,
-            Ok(()) => conn.read_replies(&mut buf, depth).await,
-            Err(e) => Err(e),
+        // One timer per connection, pushed back at every request (it
+        // registers again only when it fires early): not a timer made and
+        // cancelled per request on the client's hot path.
+        watchdog.extend(duality_rt::time::loop_now() + cfg.reply_timeout);
+        let exchange = async {
+            conn.write_all(&out).await?;
+            if depth == 1 {
+                conn.read_reply(&mut buf, end).await
+            } else {
+                conn.read_replies(&mut buf, depth).await
+            }
         };
-        match ok {
-            Ok(true) => {}
-            Ok(false) => {
+        let answered = futures_lite::future::or(async { Some(exchange.await) }, async {
+            (&mut watchdog).await;
+            None
+        });
+        match answered.await {
+            Some(Ok(true)) => {}
+            Some(Ok(false)) => {
                 sh.errors.fetch_add(1, Relaxed);
             }
-            Err(_) => {
+            Some(Err(_)) => {
                 sh.errors.fetch_add(1, Relaxed);
+                return hists;
+            }
+            None => {
+                sh.stalled.fetch_add(1, Relaxed);
                 return hists;
             }
         }
@@ -433,6 +494,7 @@ pub fn run(cfg: &LoadConfig, mark: &mut dyn FnMut(usize)) -> anyhow::Result<Vec<
         phase: Arc::new(AtomicUsize::new(WARMUP)),
         counts: Arc::new((0..windows).map(|_| AtomicU64::new(0)).collect()),
         errors: Arc::new(AtomicU64::new(0)),
+        stalled: Arc::new(AtomicU64::new(0)),
     };
     // The client's own polls are not the subject: no long-poll warnings.
     let mut config = duality_rt::LoopConfig {
@@ -487,6 +549,13 @@ pub fn run(cfg: &LoadConfig, mark: &mut dyn FnMut(usize)) -> anyhow::Result<Vec<
             let _ = m.add(&h);
         }
     }
+    let stalled = sh.stalled.load(Relaxed);
+    anyhow::ensure!(
+        stalled == 0,
+        "{stalled} of {} connections got no answer within {} s: the server stopped answering",
+        cfg.conns,
+        cfg.reply_timeout.as_secs_f64()
+    );
     let e = sh.errors.load(Relaxed);
     anyhow::ensure!(
         e == 0,
@@ -561,6 +630,75 @@ mod tests {
         assert!(out.starts_with(head.as_bytes()));
         assert_eq!(out.len(), head.len() + n + 2);
         assert!(out.ends_with(b"\r\n"));
+    }
+
+    /// A server that accepts and then answers nothing (a stopped one: its
+    /// socket still takes connections) ends the run with an error within
+    /// the reply timeout; the client used to wait for it forever.
+    #[test]
+    fn a_server_that_stops_answering_fails_the_run() {
+        let dir =
+            std::env::temp_dir().join(format!("duality-loadgen-stall-{}", std::process::id()));
+        let _ = std::fs::remove_file(&dir);
+        let listener = std::os::unix::net::UnixListener::bind(&dir).unwrap();
+        // Held, never read: a connection to a stopped server.
+        let held = std::thread::spawn(move || {
+            let mut conns = Vec::new();
+            listener.set_nonblocking(true).unwrap();
+            let until = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < until {
+                if let Ok((c, _)) = listener.accept() {
+                    conns.push(c);
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
+        let cfg = LoadConfig {
+            target: Target::Unix(dir.clone()),
+            conns: 2,
+            workload: Arc::new(Workload::new(10, 9, crate::workload::KeyChoice::Uniform)),
+            warmup: Duration::ZERO,
+            window: Duration::from_millis(50),
+            windows: 1,
+            mode: Mode::Closed,
+            seed: 1,
+            pipeline: 1,
+            io: None,
+            threads: 1,
+            reply_timeout: Duration::from_millis(300),
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(
+                run(&cfg, &mut |_| {})
+                    .map(|_| ())
+                    .map_err(|e| e.to_string()),
+            );
+        });
+        let got = rx
+            .recv_timeout(Duration::from_secs(8))
+            .expect("the load generator still waits for a server that stopped answering");
+        assert_eq!(
+            got,
+            Err(
+                "2 of 2 connections got no answer within 0.3 s: the server stopped answering"
+                    .to_string()
+            )
+        );
+        let _ = std::fs::remove_file(&dir);
+        drop(held);
+    }
+
+    #[test]
+    fn the_reply_timeout_is_well_above_a_window() {
+        assert_eq!(
+            reply_timeout(Duration::from_millis(150)),
+            Duration::from_secs(5)
+        );
+        assert_eq!(
+            reply_timeout(Duration::from_secs(10)),
+            Duration::from_secs(40)
+        );
     }
 
     #[test]

@@ -467,7 +467,7 @@ pub fn write_results(dir: &Path, rows: &[EchoRow], header: &str) -> anyhow::Resu
         ("echo.csv", csv(rows)),
     ] {
         let p = dir.join(name);
-        std::fs::write(&p, body)?;
+        crate::report::write(&p, body)?;
         written.push(p);
     }
     let mut series: Vec<crate::plot::Series> = Vec::new();

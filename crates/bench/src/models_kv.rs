@@ -153,8 +153,8 @@ pub fn measure_server(
             kind.label().replace([' ', ':', '/'], "_")
         )))
     };
-    let server = ServerProcess::start(&plan.exe, kind, &target)?;
-    loadgen::preload(&target, &plan.workload)?;
+    let mut server = ServerProcess::start(&plan.exe, kind, &target)?;
+    loadgen::preload(&target, &plan.workload).map_err(|e| failed(&mut server, &kind.label(), e))?;
     let pid = server.pid();
     let mut rows = Vec::new();
     for &clients in &plan.clients {
@@ -174,6 +174,7 @@ pub fn measure_server(
                 pipeline: plan.pipeline,
                 io: plan.client_io,
                 threads: plan.client_threads,
+                reply_timeout: loadgen::reply_timeout(plan.window),
             },
             &mut |w| {
                 if plan.count_syscalls && w == 0 {
@@ -188,7 +189,13 @@ pub fn measure_server(
                 }
             },
         )
-        .map_err(|e| anyhow::anyhow!("{} with {clients} clients: {e}", kind.label()))?;
+        .map_err(|e| {
+            failed(
+                &mut server,
+                &format!("{} with {clients} clients", kind.label()),
+                e,
+            )
+        })?;
         let tps: Vec<f64> = windows.iter().map(|w| w.tps()).collect();
         let (tps_mean, tps_sd) = mean_sd(&tps);
         let txns: u64 = windows.iter().map(|w| w.txns).sum::<u64>().max(1);
@@ -227,6 +234,23 @@ pub fn measure_server(
     }
     drop(server);
     Ok(rows)
+}
+
+/// `what: e`, or, where the server has exited, that it did (its requests
+/// then failed or went unanswered because it was gone, not slow).
+fn failed(server: &mut ServerProcess, what: &str, e: anyhow::Error) -> anyhow::Error {
+    // A killed server's last connections may fail a moment before its
+    // exit is seen.
+    let until = std::time::Instant::now() + Duration::from_millis(200);
+    loop {
+        if let Some(how) = server.exited() {
+            return anyhow::anyhow!("{what}: the server {how} during the run");
+        }
+        if std::time::Instant::now() >= until {
+            return anyhow::anyhow!("{what}: {e}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// Runs `servers` (label, threads) in turn. memcached missing: say how to
@@ -274,11 +298,14 @@ pub fn merge_rounds(rounds: Vec<Vec<KvRow>>) -> Vec<KvRow> {
             .find(|b| b.server.starts_with("duality symped") && b.clients == r.clients)
             .map(|b| r.tps_mean / b.tps_mean.max(1e-9))
     };
+    // A CPU reading of 0 ticks (under a clock tick: too short a window)
+    // is no measurement: no ratio (it was 49,751,243,781 over 1e-9).
     let cpu_ratio = |round: &[KvRow], r: &KvRow| {
         round
             .iter()
             .find(|b| b.server == "memcached -t 1" && b.clients == r.clients)
-            .map(|b| r.cpu_us_per_txn / b.cpu_us_per_txn.max(1e-9))
+            .filter(|b| b.cpu_us_per_txn > 0.0 && r.cpu_us_per_txn > 0.0)
+            .map(|b| r.cpu_us_per_txn / b.cpu_us_per_txn)
     };
     let median_of = |f: &dyn Fn(&[KvRow], &KvRow) -> Option<f64>, i: usize| {
         let v: Vec<f64> = rounds
@@ -372,7 +399,12 @@ pub fn table(rows: &[KvRow]) -> String {
             cells.extend([
                 r.p50_us.to_string(),
                 r.p99_us.to_string(),
-                format!("{:.2}", r.cpu_us_per_txn),
+                // 0: no clock tick in the windows, not "free".
+                if r.cpu_us_per_txn > 0.0 {
+                    format!("{:.2}", r.cpu_us_per_txn)
+                } else {
+                    "-".into()
+                },
             ]);
             if cpu_per_round {
                 cells.push(
@@ -455,13 +487,13 @@ pub fn write_results(
     std::fs::create_dir_all(dir)?;
     let mut written = Vec::new();
     let md = dir.join("table.md");
-    std::fs::write(&md, format!("{header}\n\n{}", table(rows)))?;
+    crate::report::write(&md, format!("{header}\n\n{}", table(rows)))?;
     written.push(md);
     let json = dir.join("results.json");
-    std::fs::write(&json, crate::report::json(rows))?;
+    crate::report::write(&json, crate::report::json(rows))?;
     written.push(json);
     let csvp = dir.join("results.csv");
-    std::fs::write(&csvp, csv(rows))?;
+    crate::report::write(&csvp, csv(rows))?;
     written.push(csvp);
     let mut series: Vec<crate::plot::Series> = Vec::new();
     for r in rows {
@@ -585,6 +617,23 @@ mod tests {
         assert!((one[1].cpu_vs_memcached.unwrap() - 1.5).abs() < 1e-9);
         assert!(!table(&one).contains("vs symped"));
         assert!(!table(&one).contains("CPU vs memcached"));
+    }
+
+    /// `--seconds 0.005`: memcached's CPU read 0 ticks, and the ratio to
+    /// it was 49,751,243,781; now no ratio, and `-` for the reading.
+    #[test]
+    fn a_cpu_reading_of_no_ticks_gives_no_ratio() {
+        let mut m = row("memcached -t 1", 8, 90.0);
+        m.cpu_us_per_txn = 0.0;
+        let rows = merge_rounds(vec![vec![row("duality symped:2", 8, 100.0), m]]);
+        assert_eq!(rows[0].cpu_vs_memcached, None);
+        assert_eq!(rows[1].cpu_vs_memcached, None);
+        let t = table(&rows);
+        assert!(
+            t.contains("| memcached -t 1 | 8 | 90 ± 1 | 1.00 | 10 | 20 | - |"),
+            "{t}"
+        );
+        assert!(!crate::report::json(&rows).contains("cpu_vs_memcached"));
     }
 
     #[test]

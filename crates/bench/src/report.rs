@@ -21,6 +21,33 @@ pub fn json<T: Serialize>(rows: &[T]) -> String {
     serde_json::to_string_pretty(rows).expect("rows serialize")
 }
 
+/// Writes `contents` to the file `path`; the error names the file (a full
+/// disk said only "No space left on device (os error 28)").
+pub fn write(path: &std::path::Path, contents: impl AsRef<[u8]>) -> anyhow::Result<()> {
+    std::fs::write(path, contents)
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))
+}
+
+/// Prints `text` and a newline on standard output. Once the reader has
+/// gone (`duality bench http | head -1`), the rest is dropped quietly, as
+/// Unix tools end on a closed pipe, where `println!` panicked: the run
+/// goes on to its end (its results files are written first).
+pub fn print(text: &str) {
+    use std::io::Write;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static GONE: AtomicBool = AtomicBool::new(false);
+    if GONE.load(Ordering::Relaxed) {
+        return;
+    }
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = writeln!(out, "{text}").and_then(|()| out.flush()) {
+        GONE.store(true, Ordering::Relaxed);
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            eprintln!("duality: cannot write to standard output: {e}");
+        }
+    }
+}
+
 /// Formats a large number with thousands separators.
 pub fn thousands(v: f64) -> String {
     let n = v.round() as i64;
@@ -42,6 +69,16 @@ pub fn thousands(v: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_write_error_names_the_file() {
+        let p = std::path::Path::new("/proc/no-such-dir/x.json");
+        let e = write(p, b"[]").unwrap_err().to_string();
+        assert!(
+            e.starts_with("cannot write /proc/no-such-dir/x.json: "),
+            "{e}"
+        );
+    }
 
     #[test]
     fn formats_thousands() {

@@ -169,6 +169,39 @@ fn is_executable(p: &Path) -> bool {
 /// The servers' `-c` (most connections) unless an experiment sets it.
 pub const DEFAULT_MAX_CONNS: usize = 16_384;
 
+/// memcached's `-c` for `wanted` connections under the hard descriptor
+/// limit `hard`: memcached sets its descriptor limit (soft and hard) to
+/// `-c` and exits (71, "failed to set rlimit for open files") where that
+/// is above the hard limit, so `-c` is at most `hard`. Experiments bound
+/// their clients by the limit less a margin up front
+/// ([`crate::limits::check_descriptors`]), so the clients still fit.
+pub fn memcached_max_conns(wanted: usize, hard: u64) -> usize {
+    wanted
+        .min(usize::try_from(hard).unwrap_or(usize::MAX))
+        .max(1)
+}
+
+/// How a child ended, in words: `exited with status 1`, `killed by signal
+/// 9 (SIGKILL)`.
+pub fn describe_exit(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => format!("exited with status {c}"),
+        (None, Some(s)) => {
+            let name = match s {
+                libc::SIGKILL => " (SIGKILL)",
+                libc::SIGTERM => " (SIGTERM)",
+                libc::SIGSEGV => " (SIGSEGV)",
+                libc::SIGABRT => " (SIGABRT)",
+                libc::SIGINT => " (SIGINT)",
+                _ => "",
+            };
+            format!("killed by signal {s}{name}")
+        }
+        _ => format!("ended ({status})"),
+    }
+}
+
 /// A running server process.
 pub struct ServerProcess {
     child: Child,
@@ -208,6 +241,7 @@ impl ServerProcess {
         max_conns: usize,
     ) -> anyhow::Result<ServerProcess> {
         let mib = mib.to_string();
+        let max_conns_n = max_conns;
         let max_conns = max_conns.to_string();
         let mut cmd;
         let mut wait_line = true;
@@ -253,13 +287,14 @@ impl ServerProcess {
                     )
                 })?;
                 cmd = Command::new(bin);
+                let conns = memcached_max_conns(max_conns_n, crate::limits::fd_hard_limit());
                 cmd.args([
                     "-t",
                     &t.to_string(),
                     "-m",
                     &mib,
                     "-c",
-                    &max_conns,
+                    &conns.to_string(),
                     "-U",
                     "0",
                 ]);
@@ -288,7 +323,13 @@ impl ServerProcess {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn_unless_interrupted()
-            .map_err(|e| anyhow::anyhow!("cannot run {}: {e}", kind.label()))?;
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot run {} ({}): {e}",
+                    kind.label(),
+                    Path::new(cmd.get_program()).display()
+                )
+            })?;
         let out = child.stdout.take().expect("piped");
         let stderr = StderrTail::capture(&mut child);
         let mut me = ServerProcess {
@@ -344,12 +385,32 @@ impl ServerProcess {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
+
+    /// How it ended, if it has (`killed by signal 9 (SIGKILL)`), with its
+    /// last words on stderr where it exited by itself (a killed server's
+    /// are whatever it logged last): a server that died mid-run is
+    /// reported as such, not as a load generator's failed requests.
+    pub fn exited(&mut self) -> Option<String> {
+        let status = self.child.try_wait().ok()??;
+        let words = self
+            .stderr
+            .as_ref()
+            .filter(|_| status.code().is_some())
+            .map(|t| t.last_words(Duration::from_millis(500)))
+            .filter(|w| !w.is_empty())
+            .map(|w| format!(": {}", w.chars().take(300).collect::<String>()))
+            .unwrap_or_default();
+        Some(format!("{}{words}", describe_exit(status)))
+    }
 }
 
 impl Drop for ServerProcess {
     fn drop(&mut self) {
         // SAFETY: kill(2) on our own child, not yet reaped.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        // A stopped server (SIGSTOP) acts on SIGTERM only once continued.
+        // SAFETY: as above.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGCONT) };
         let until = Instant::now() + Duration::from_secs(5);
         while Instant::now() < until {
             if let Ok(Some(_)) = self.child.try_wait() {
@@ -419,4 +480,56 @@ pub fn stats_pid(addr: std::net::SocketAddr, binary: bool) -> Option<u32> {
 
 fn be32(b: &[u8]) -> usize {
     u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Under a hard limit of 4,096 memcached was still given `-c 16384`
+    /// and exited at start ("failed to set rlimit for open files").
+    #[test]
+    fn memcached_connections_stay_under_the_hard_limit() {
+        assert_eq!(memcached_max_conns(DEFAULT_MAX_CONNS, 4096), 4096);
+        assert_eq!(memcached_max_conns(DEFAULT_MAX_CONNS, 1 << 20), 16_384);
+        assert_eq!(memcached_max_conns(100, 4096), 100);
+        assert_eq!(memcached_max_conns(100, u64::MAX), 100);
+    }
+
+    #[test]
+    fn an_exit_is_described_by_status_or_signal() {
+        use std::os::unix::process::ExitStatusExt;
+        let s = std::process::ExitStatus::from_raw;
+        assert_eq!(describe_exit(s(1 << 8)), "exited with status 1");
+        assert_eq!(describe_exit(s(9)), "killed by signal 9 (SIGKILL)");
+        assert_eq!(describe_exit(s(10)), "killed by signal 10");
+    }
+
+    /// A server that exits mid-run says so, with its last words.
+    #[test]
+    fn a_server_that_died_says_how() {
+        let mut child = Command::new("sh")
+            .args(["-c", "echo bye >&2; exit 3"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = StderrTail::capture(&mut child);
+        let mut s = ServerProcess {
+            child,
+            _socket: None,
+            stderr,
+            target: Target::Tcp("127.0.0.1:1".parse().unwrap()),
+        };
+        let until = Instant::now() + Duration::from_secs(5);
+        let said = loop {
+            if let Some(said) = s.exited() {
+                break said;
+            }
+            assert!(Instant::now() < until, "still running");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert_eq!(said, "exited with status 3: bye");
+    }
 }

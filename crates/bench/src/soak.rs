@@ -14,6 +14,9 @@
 //! good clients saw (the goal is zero), their p99 latency, and resident
 //! memory after warm-up and at the end (the goal is flat). Loopback only;
 //! every thread stops at the deadline and every process is stopped by PID.
+//! A server that exits during its soak ends it early: its row says how
+//! ([`SoakRow::exited`]), with no memory reading past its death (it read
+//! as 0 KiB), and the command fails.
 
 use crate::servers::{ServerKind as KvServer, ServerProcess};
 use crate::{http, loadgen::Target};
@@ -43,12 +46,29 @@ pub struct SoakRow {
     pub good_p99_ms: f64,
     /// Connections the hostile clients opened.
     pub hostile_connections: u64,
-    /// Resident memory after the first fifth of the run, KiB.
-    pub rss_warm_kib: u64,
+    /// Resident memory after the first fifth of the run, KiB (`None`:
+    /// the server was gone by then).
+    pub rss_warm_kib: Option<u64>,
     /// Highest resident memory, KiB.
-    pub rss_max_kib: u64,
-    /// Resident memory at the end, KiB.
-    pub rss_end_kib: u64,
+    pub rss_max_kib: Option<u64>,
+    /// Resident memory at the end, KiB (`None`: the server was gone).
+    pub rss_end_kib: Option<u64>,
+    /// How the server ended where it exited during the soak (`killed by
+    /// signal 9 (SIGKILL)`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exited: Option<String>,
+}
+
+/// What one server's soak measured.
+struct Soaked {
+    good: u64,
+    errors: u64,
+    p99: f64,
+    hostile: u64,
+    /// Resident memory warm, highest and at the end, KiB.
+    rss: [Option<u64>; 3],
+    /// How the server ended, where it did.
+    exited: Option<String>,
 }
 
 /// How many of each client.
@@ -216,9 +236,9 @@ fn expect(s: &mut TcpStream, want: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Resident memory of `pid`, KiB.
-pub fn rss_kib(pid: u32) -> u64 {
-    crate::proc::field(pid, "status", "VmRSS:").unwrap_or(0)
+/// Resident memory of `pid`, KiB (`None`: it is gone, or a zombie).
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    crate::proc::field(pid, "status", "VmRSS:")
 }
 
 /// The 99th percentile of `v` (sorted here), nearest rank.
@@ -235,13 +255,16 @@ struct Shared {
     latencies: Mutex<Vec<f64>>,
 }
 
+/// Soaks the server at `addr` (process `pid`) for `run_for`, or until
+/// `exited` (asked at every memory sample) says how it ended.
 fn soak_one(
     service: Arc<dyn Service>,
     addr: SocketAddr,
     pid: u32,
     mix: Mix,
     run_for: Duration,
-) -> (u64, u64, f64, u64, [u64; 3]) {
+    exited: &mut dyn FnMut() -> Option<String>,
+) -> Soaked {
     let sh = Arc::new(Shared {
         stop: AtomicBool::new(false),
         good: AtomicU64::new(0),
@@ -355,29 +378,36 @@ fn soak_one(
     }
     let t0 = Instant::now();
     let warm_at = run_for / 5;
-    let (mut warm, mut max) = (0, 0);
+    let (mut warm, mut max, mut end) = (None, None, None);
+    let mut how = None;
     while t0.elapsed() < run_for {
         std::thread::sleep(Duration::from_millis(250));
-        let r = rss_kib(pid);
-        max = max.max(r);
-        if warm == 0 && t0.elapsed() >= warm_at {
-            warm = r;
+        how = exited();
+        if how.is_some() {
+            // Its memory reads as nothing from here on: no end reading.
+            end = None;
+            break;
+        }
+        end = rss_kib(pid);
+        max = max.max(end);
+        if warm.is_none() && t0.elapsed() >= warm_at {
+            warm = end;
         }
     }
-    let end = rss_kib(pid);
     sh.stop.store(true, Relaxed);
     flood_stop.store(true, Relaxed);
     for t in threads.into_iter().chain(floods) {
         let _ = t.join();
     }
     let mut lat = std::mem::take(&mut *sh.latencies.lock().unwrap_or_else(|e| e.into_inner()));
-    (
-        sh.good.load(Relaxed),
-        sh.errors.load(Relaxed),
-        p99(&mut lat),
-        sh.hostile.load(Relaxed),
-        [warm, max.max(end), end],
-    )
+    Soaked {
+        good: sh.good.load(Relaxed),
+        errors: sh.errors.load(Relaxed),
+        p99: p99(&mut lat),
+        hostile: sh.hostile.load(Relaxed),
+        rss: [warm, max, end],
+        exited: how,
+    }
 }
 
 /// One soak run's settings.
@@ -398,37 +428,38 @@ pub struct Plan<'a> {
 pub fn run(plan: &Plan, tick: &mut dyn FnMut(&SoakRow)) -> anyhow::Result<Vec<SoakRow>> {
     let run_for = Duration::from_secs_f64(plan.seconds);
     let mut rows = Vec::new();
-    let mut row =
-        |service: &str,
-         server: String,
-         (good, errors, p99, hostile, rss): (u64, u64, f64, u64, [u64; 3])| {
-            let r = SoakRow {
-                service: service.into(),
-                server,
-                seconds: plan.seconds,
-                good_requests: good,
-                good_errors: errors,
-                good_p99_ms: p99,
-                hostile_connections: hostile,
-                rss_warm_kib: rss[0],
-                rss_max_kib: rss[1],
-                rss_end_kib: rss[2],
-            };
-            tick(&r);
-            rows.push(r);
+    let mut row = |service: &str, server: String, got: Soaked| {
+        let r = SoakRow {
+            service: service.into(),
+            server,
+            seconds: plan.seconds,
+            good_requests: got.good,
+            good_errors: got.errors,
+            good_p99_ms: got.p99,
+            hostile_connections: got.hostile,
+            rss_warm_kib: got.rss[0],
+            rss_max_kib: got.rss[1],
+            rss_end_kib: got.rss[2],
+            exited: got.exited,
         };
+        tick(&r);
+        rows.push(r);
+    };
     if plan.services.iter().any(|s| s == "kv") {
         let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
         let kind = KvServer::Duality(plan.model.clone());
-        let server = ServerProcess::start(plan.exe, &kind, &Target::Tcp(addr))?;
-        let got = soak_one(Arc::new(Kv), addr, server.pid(), plan.mix, run_for);
+        let mut server = ServerProcess::start(plan.exe, &kind, &Target::Tcp(addr))?;
+        let pid = server.pid();
+        let got = soak_one(Arc::new(Kv), addr, pid, plan.mix, run_for, &mut || {
+            server.exited()
+        });
         drop(server);
         row("kv", kind.label(), got);
     }
     if plan.services.iter().any(|s| s == "http") {
         let dir = http::TempDir::new("soak-www")?;
         std::fs::write(dir.0.join("soak.txt"), &*BODY)?;
-        let s = http::RunningServer::duality(
+        let mut s = http::RunningServer::duality(
             plan.exe,
             &dir.0,
             &plan.model,
@@ -436,7 +467,10 @@ pub fn run(plan: &Plan, tick: &mut dyn FnMut(&SoakRow)) -> anyhow::Result<Vec<So
             None,
             1024,
         )?;
-        let got = soak_one(Arc::new(Http), s.addr, s.pid(), plan.mix, run_for);
+        let (addr, pid) = (s.addr, s.pid());
+        let got = soak_one(Arc::new(Http), addr, pid, plan.mix, run_for, &mut || {
+            s.exited()
+        });
         drop(s);
         row("http", format!("duality {}", plan.model), got);
     }
@@ -457,6 +491,7 @@ pub fn table(rows: &[SoakRow]) -> String {
         "RSS max KiB",
         "RSS end KiB",
     ];
+    let kib = |v: Option<u64>| v.map_or_else(|| "-".into(), |v| v.to_string());
     let body: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
@@ -468,9 +503,13 @@ pub fn table(rows: &[SoakRow]) -> String {
                 r.good_errors.to_string(),
                 format!("{:.2}", r.good_p99_ms),
                 r.hostile_connections.to_string(),
-                r.rss_warm_kib.to_string(),
-                r.rss_max_kib.to_string(),
-                r.rss_end_kib.to_string(),
+                kib(r.rss_warm_kib),
+                kib(r.rss_max_kib),
+                // How it ended: in the JSON and the command's error.
+                match &r.exited {
+                    Some(_) => "- (exited)".into(),
+                    None => kib(r.rss_end_kib),
+                },
             ]
         })
         .collect();
@@ -505,7 +544,70 @@ mod tests {
 
     #[test]
     fn rss_of_this_process_is_read() {
-        assert!(rss_kib(std::process::id()) > 0);
-        assert_eq!(rss_kib(u32::MAX), 0);
+        assert!(rss_kib(std::process::id()).unwrap() > 0);
+        assert_eq!(rss_kib(u32::MAX), None);
+    }
+
+    /// A server killed mid-soak read `RSS 20692 -> 0 KiB`: now the soak
+    /// stops at its death, says how it ended, and reads no memory of it.
+    #[test]
+    fn a_server_that_dies_mid_soak_is_reported_so() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        // Nothing listens there: the good clients fail to connect.
+        let addr: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let mix = Mix {
+            good: 1,
+            floods: 0,
+            slow: 0,
+            resets: 0,
+            churn: 0,
+        };
+        let mut samples = 0;
+        let t0 = Instant::now();
+        let got = soak_one(
+            Arc::new(Kv),
+            addr,
+            pid,
+            mix,
+            Duration::from_secs(20),
+            &mut || {
+                samples += 1;
+                if samples == 3 {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                }
+                child
+                    .try_wait()
+                    .ok()
+                    .flatten()
+                    .map(crate::servers::describe_exit)
+            },
+        );
+        assert!(t0.elapsed() < Duration::from_secs(10), "the soak went on");
+        assert_eq!(got.exited.as_deref(), Some("killed by signal 9 (SIGKILL)"));
+        assert_eq!(got.rss[2], None, "no end reading of a dead server");
+        assert!(got.rss[1].is_some_and(|k| k > 0), "{:?}", got.rss);
+        let row = SoakRow {
+            service: "kv".into(),
+            server: "duality sped".into(),
+            seconds: 20.0,
+            good_requests: got.good,
+            good_errors: got.errors,
+            good_p99_ms: got.p99,
+            hostile_connections: got.hostile,
+            rss_warm_kib: got.rss[0],
+            rss_max_kib: got.rss[1],
+            rss_end_kib: got.rss[2],
+            exited: got.exited,
+        };
+        let t = table(std::slice::from_ref(&row));
+        assert!(t.contains(" | - (exited) |"), "{t}");
+        let v: serde_json::Value = serde_json::from_str(&crate::report::json(&[row])).unwrap();
+        assert!(v[0]["rss_end_kib"].is_null(), "{v}");
+        assert_eq!(v[0]["exited"], "killed by signal 9 (SIGKILL)");
     }
 }

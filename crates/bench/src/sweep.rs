@@ -158,13 +158,13 @@ pub fn write(
     std::fs::create_dir_all(dir)?;
     let mut files = Vec::new();
     let md = dir.join("sweep.md");
-    std::fs::write(&md, format!("{header}\n\n{}", markdown(points)))?;
+    crate::report::write(&md, format!("{header}\n\n{}", markdown(points)))?;
     files.push(md);
     let json = dir.join("sweep.json");
-    std::fs::write(&json, crate::report::json(points))?;
+    crate::report::write(&json, crate::report::json(points))?;
     files.push(json);
     let c = dir.join("sweep.csv");
-    std::fs::write(&c, csv(points))?;
+    crate::report::write(&c, csv(points))?;
     files.push(c);
     for fam in ["amped", "seda", "seda-s"] {
         let mine: Vec<&SweepPoint> = points.iter().filter(|p| p.family == fam).collect();

@@ -103,6 +103,7 @@ pub fn measure_cache(plan: &Plan, kind: &ServerKind, idle: u64) -> anyhow::Resul
         pipeline: 1,
         io: None,
         threads: 1,
+        reply_timeout: loadgen::reply_timeout(window),
     };
     // A first short load (its connections then closed), so that the start
     // already holds what serving the load leaves behind (pools, buffers,
