@@ -123,6 +123,14 @@ impl<T> GenTable<T> {
         self.slots.iter().filter_map(|(_, v)| v.as_ref())
     }
 
+    /// Every value with its key, in slot order.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (u64, &mut T)> {
+        self.slots
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, (g, v))| Some(((u64::from(*g) << 32) | i as u64, v.as_mut()?)))
+    }
+
     /// Takes every value out, emptying the table.
     pub fn take_all(&mut self) -> Vec<T> {
         self.free.clear();
@@ -163,6 +171,11 @@ mod tests {
         assert_eq!(d & 0xffff_ffff, b & 0xffff_ffff);
         assert_eq!(t.get(b), None);
         assert_eq!(t.get_mut(d), Some(&mut "d"));
+        // Each value with the key that reaches it.
+        for (k, v) in t.iter_mut() {
+            *v = if k == c { "C" } else { "D" };
+        }
+        assert_eq!((t.get(c), t.get(d)), (Some(&"C"), Some(&"D")));
     }
 
     #[test]

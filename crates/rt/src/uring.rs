@@ -159,6 +159,71 @@ pub(crate) struct RingConfig {
     pub(crate) entries: u32,
     pub(crate) buffers: u16,
     pub(crate) buffer_size: u32,
+    /// How long a receive may stay silent on a readable socket before it is
+    /// restarted, and the first interval of its checks ([`Watch`]).
+    pub(crate) quiet: Duration,
+}
+
+/// [`RingConfig::quiet`] for loops: a healthy receive on a readable socket
+/// completes within microseconds.
+pub(crate) const QUIET: Duration = Duration::from_secs(1);
+
+/// Checks of a receive that stays quiet on a socket with nothing to read
+/// back off from `quiet` to `quiet << QUIET_LEVELS` (64 s): an idle
+/// connection costs one `poll(2)` a minute, not one a second.
+const QUIET_LEVELS: u8 = 6;
+
+/// What the ring knows of a multishot receive, to find one the kernel
+/// failed to complete. On Linux 6.18 (seen on 6.18.44) a multishot receive
+/// whose peer resets the connection just after a short read sometimes never
+/// completes: nothing more will come, the reader waits for ever, and the
+/// connection keeps its descriptor and buffers (a cache receiving values
+/// from clients that reset: a few connections in a thousand). A receive
+/// with no completion since the last look, on a socket `poll(2)` finds
+/// readable (bytes, an end, an error) at two looks `quiet` apart, is
+/// cancelled: its `ECANCELED` completion arms a new receive, which
+/// completes at once. A healthy receive on a readable socket completes
+/// within microseconds, so it is never taken for a stuck one.
+#[derive(Clone, Copy)]
+struct Watch {
+    /// Completions so far, and their count at the last look.
+    seen: u32,
+    looked: u32,
+    /// When to look next.
+    next: Instant,
+    /// Quiet looks in a row at a socket with nothing to read.
+    level: u8,
+    /// The last look found it quiet on a readable socket.
+    suspect: bool,
+    /// Cancelled as stuck: the cancel's completion ends it.
+    cancelled: bool,
+}
+
+impl Watch {
+    fn new(next: Instant) -> Watch {
+        Watch {
+            seen: 0,
+            looked: 0,
+            next,
+            level: 0,
+            suspect: false,
+            cancelled: false,
+        }
+    }
+}
+
+/// Whether `fd` has something for a receive: bytes, the peer's end, an
+/// error (`poll(2)`, no wait).
+fn readable_now(fd: RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN | libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: one `pollfd` on the stack, a zero timeout; `fd` is a socket
+    // its `Io` keeps open while its receive is in the table.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n > 0 && p.revents != 0
 }
 
 /// Why a process cannot use io_uring here, if it cannot (probed once).
@@ -815,7 +880,7 @@ enum OpKind {
     /// A file read (`crate::fs::read_at`). Boxed: an idle connection's
     /// armed receive is an `Op` too, and the largest variant sizes them all.
     File(Box<FileOp>),
-    Recv,
+    Recv(Watch),
     Send {
         buf: Vec<u8>,
         off: usize,
@@ -967,6 +1032,9 @@ pub(crate) struct UringReactor {
     wake_fd: RawFd,
     wake_armed: Cell<bool>,
     lingering: RefCell<Vec<(Instant, Arc<Io>)>>,
+    /// When the next look at quiet receives is due ([`Watch`]); `None`:
+    /// no receive is armed.
+    quiet_due: Cell<Option<Instant>>,
 }
 
 impl UringReactor {
@@ -1003,6 +1071,7 @@ impl UringReactor {
             wake_fd,
             wake_armed: Cell::new(false),
             lingering: RefCell::new(Vec::new()),
+            quiet_due: Cell::new(None),
         };
         r.arm_wake();
         Ok(r)
@@ -1108,10 +1177,14 @@ impl UringReactor {
         }
         if st.want_recv && st.recv.is_none() && !st.rx_eof && st.unread() < RX_LIMIT {
             if self.ensure_bufs() {
+                let look = Instant::now() + self.config.quiet;
                 let ud = self.ops.borrow_mut().insert(Op {
                     io: Some(io.clone()),
-                    kind: OpKind::Recv,
+                    kind: OpKind::Recv(Watch::new(look)),
                 });
+                if self.quiet_due.get().is_none_or(|d| d > look) {
+                    self.quiet_due.set(Some(look));
+                }
                 st.recv = NonZeroU64::new(ud);
                 st.recv_cancelled = false;
                 self.push(opcode::RecvMulti::new(fd, BUF_GROUP).build().user_data(ud));
@@ -1349,6 +1422,7 @@ impl UringReactor {
     pub(crate) fn poll(&self, timeout: Option<Duration>) -> io::Result<(usize, bool)> {
         self.flush_dirty();
         self.expire_lingering();
+        let timeout = self.watch_receives(timeout);
         if !self.wake_armed.get() {
             self.arm_wake();
         }
@@ -1384,6 +1458,80 @@ impl UringReactor {
             }
         }
         Ok(self.reap())
+    }
+
+    /// Looks at receives that are due a look ([`Watch`]); the wait, cut
+    /// short where the next look comes first.
+    fn watch_receives(&self, timeout: Option<Duration>) -> Option<Duration> {
+        let Some(due) = self.quiet_due.get() else {
+            return timeout;
+        };
+        let now = Instant::now();
+        if now >= due {
+            self.look_at_receives(now);
+        }
+        match self.quiet_due.get() {
+            None => timeout,
+            Some(due) => {
+                let left = due.saturating_duration_since(now);
+                Some(timeout.map_or(left, |t| t.min(left)))
+            }
+        }
+    }
+
+    /// One look at every receive due one (and those due within half a
+    /// `quiet`, so that looks come in batches, at most one a `quiet`).
+    fn look_at_receives(&self, now: Instant) {
+        let quiet = self.config.quiet;
+        let horizon = now + quiet / 2;
+        let mut next: Option<Instant> = None;
+        let mut stuck = Vec::new();
+        for (ud, op) in self.ops.borrow_mut().iter_mut() {
+            let (OpKind::Recv(w), Some(io)) = (&mut op.kind, &op.io) else {
+                continue;
+            };
+            if w.next <= horizon {
+                if w.seen != w.looked {
+                    // It completed since the last look.
+                    w.looked = w.seen;
+                    w.level = 0;
+                    w.suspect = false;
+                    w.next = now + quiet;
+                } else if w.cancelled || {
+                    let st = lock_std(&io.st);
+                    st.closed || st.recv_cancelled
+                } {
+                    // Its cancel is on the way.
+                    w.next = now + quiet * (1 << QUIET_LEVELS);
+                } else if readable_now(io.fd) {
+                    if w.suspect {
+                        w.cancelled = true;
+                        stuck.push(ud);
+                    }
+                    w.suspect = true;
+                    w.next = now + quiet;
+                } else {
+                    w.suspect = false;
+                    w.level = (w.level + 1).min(QUIET_LEVELS);
+                    w.next = now + quiet * (1 << w.level);
+                }
+            }
+            next = Some(next.map_or(w.next, |n| n.min(w.next)));
+        }
+        self.quiet_due.set(next.map(|n| n.max(now + quiet)));
+        if !stuck.is_empty() {
+            static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+            if !SAID.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    receives = stuck.len(),
+                    "io_uring: a receive the kernel never completed on a socket with \
+                     something to read (a kernel race after a reset); restarting it"
+                );
+            }
+        }
+        for ud in stuck {
+            self.cancel(ud);
+        }
     }
 
     fn reap(&self) -> (usize, bool) {
@@ -1464,7 +1612,8 @@ impl UringReactor {
         let mut recycled = false;
         match &mut op.kind {
             OpKind::File(_) => unreachable!("file reads are completed above"),
-            OpKind::Recv => {
+            OpKind::Recv(w) => {
+                w.seen = w.seen.wrapping_add(1);
                 let mut st = lock_std(&io.st);
                 if let Some(bid) = cqueue::buffer_select(flags) {
                     if let Some(b) = self.bufs.borrow().as_ref() {
@@ -1499,8 +1648,13 @@ impl UringReactor {
                     st.recv = None;
                     st.recv_cancelled = false;
                     drop(ops.remove(ud));
-                    // Ended for lack of buffers: try again next turn.
-                    if res == -libc::ENOBUFS && st.want_recv && !st.closed {
+                    // Ended for lack of buffers, or cancelled (stuck, or
+                    // too far ahead of its reader): again next turn, where
+                    // the reader still wants bytes and has room.
+                    if (res == -libc::ENOBUFS || res == -libc::ECANCELED)
+                        && st.want_recv
+                        && !st.closed
+                    {
                         drop(st);
                         io.schedule();
                         st = lock_std(&io.st);
@@ -1763,6 +1917,112 @@ impl Drop for UringReactor {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::{give_spare, keep_buf, spare_buf, Spare, St, RX_LIMIT};
+    use super::{
+        lock_std, opcode, types, Io, NonZeroU64, Op, OpKind, RingConfig, UringReactor, Watch,
+        BUF_GROUP,
+    };
+    use std::io::Write;
+    use std::os::fd::{AsRawFd, IntoRawFd};
+    use std::os::unix::net::UnixStream;
+    use std::time::{Duration, Instant};
+
+    /// A ring whose quiet receives are looked at every 20 ms, and the
+    /// socket it wakes on; `None` where io_uring is refused.
+    fn ring() -> Option<(UringReactor, UnixStream, UnixStream)> {
+        if super::unavailable().is_some() {
+            return None;
+        }
+        let (wake, peer) = UnixStream::pair().unwrap();
+        let config = RingConfig {
+            entries: 64,
+            buffers: 64,
+            buffer_size: 4096,
+            quiet: Duration::from_millis(20),
+        };
+        let r = UringReactor::new(config, wake.as_raw_fd(), u16::MAX).unwrap();
+        Some((r, wake, peer))
+    }
+
+    /// Turns of `r` until `done` says so, at most 5 s.
+    fn turn_until(r: &UringReactor, what: &str, mut done: impl FnMut() -> bool) {
+        let until = Instant::now() + Duration::from_secs(5);
+        while !done() {
+            assert!(Instant::now() < until, "{what}");
+            r.poll(Some(Duration::from_millis(5))).unwrap();
+        }
+    }
+
+    /// A receive the kernel never completes (the race [`Watch`] is for,
+    /// made here by arming the receive on another, silent socket) is
+    /// found and restarted: its reader gets the bytes and the end its own
+    /// socket holds. Before, the reader waited for ever.
+    #[test]
+    fn a_receive_the_kernel_never_completes_is_restarted() {
+        let Some((r, _wake, _w)) = ring() else {
+            return;
+        };
+        let (mine, mut peer) = UnixStream::pair().unwrap();
+        let (silent, _silent_peer) = UnixStream::pair().unwrap();
+        let io = Io::new(mine.into_raw_fd(), r.handle().clone());
+        {
+            assert!(r.ensure_bufs());
+            let mut st = lock_std(&io.st);
+            st.want_recv = true;
+            let look = Instant::now() + r.config.quiet;
+            let ud = r.ops.borrow_mut().insert(Op {
+                io: Some(io.clone()),
+                kind: OpKind::Recv(Watch::new(look)),
+            });
+            st.recv = NonZeroU64::new(ud);
+            r.quiet_due.set(Some(look));
+            let fd = types::Fd(silent.as_raw_fd());
+            r.push(opcode::RecvMulti::new(fd, BUF_GROUP).build().user_data(ud));
+        }
+        peer.write_all(b"last words").unwrap();
+        drop(peer);
+        turn_until(&r, "the stuck receive was never restarted", || {
+            lock_std(&io.st).rx_eof
+        });
+        let st = lock_std(&io.st);
+        assert_eq!(&st.rx[st.rx_pos as usize..], b"last words");
+    }
+
+    /// A receive that completes as bytes come, or waits on a socket with
+    /// nothing to read, is never taken for a stuck one.
+    #[test]
+    fn a_healthy_receive_is_left_alone() {
+        let Some((r, _wake, _w)) = ring() else {
+            return;
+        };
+        let (mine, mut peer) = UnixStream::pair().unwrap();
+        let io = Io::new(mine.into_raw_fd(), r.handle().clone());
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(io.poll_readable(&mut cx).is_pending());
+        turn_until(&r, "no receive armed", || lock_std(&io.st).recv.is_some());
+        let armed = lock_std(&io.st).recv;
+        // Ten looks' worth of silence, then a steady stream for as long.
+        let quiet_until = Instant::now() + 10 * r.config.quiet;
+        turn_until(&r, "", || Instant::now() > quiet_until);
+        let mut sent = 0;
+        let mut got = Vec::new();
+        let busy_until = Instant::now() + 10 * r.config.quiet;
+        turn_until(&r, "", || {
+            peer.write_all(&[b'x'; 512]).unwrap();
+            sent += 512;
+            let mut buf = [0u8; 4096];
+            let n = lock_std(&io.st).take_rx(&mut buf);
+            got.extend_from_slice(&buf[..n]);
+            Instant::now() > busy_until
+        });
+        assert_eq!(lock_std(&io.st).recv, armed, "the receive was restarted");
+        turn_until(&r, "bytes missing", || {
+            let mut buf = [0u8; 4096];
+            let n = lock_std(&io.st).take_rx(&mut buf);
+            got.extend_from_slice(&buf[..n]);
+            got.len() == sent
+        });
+        assert!(got.iter().all(|&b| b == b'x'));
+    }
 
     /// Every connection, idle ones included, has an `Io` behind an `Arc`:
     /// keep it within the allocator's 160-byte class (it was 256; readiness,

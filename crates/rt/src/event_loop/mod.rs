@@ -884,6 +884,7 @@ impl EventLoop {
             entries: config.ring_entries,
             buffers: config.ring_buffers,
             buffer_size: config.ring_buffer_size,
+            quiet: crate::uring::QUIET,
         };
         let reactor = match Backend::new(
             config.io,
