@@ -162,6 +162,9 @@ pub(crate) struct RingConfig {
     /// How long a receive may stay silent on a readable socket before it is
     /// restarted, and the first interval of its checks ([`Watch`]).
     pub(crate) quiet: Duration,
+    /// How long a dropped socket may keep sending what was queued before
+    /// it ([`CLOSE_LINGER`] for loops).
+    pub(crate) linger: Duration,
 }
 
 /// [`RingConfig::quiet`] for loops: a healthy receive on a readable socket
@@ -1247,7 +1250,7 @@ impl UringReactor {
             st.lingering = true;
             self.lingering
                 .borrow_mut()
-                .push((Instant::now() + CLOSE_LINGER, io.clone()));
+                .push((Instant::now() + self.config.linger, io.clone()));
         }
     }
 
@@ -1394,19 +1397,27 @@ impl UringReactor {
     }
 
     /// Cancels what sockets dropped with unsent bytes still have in flight
-    /// after [`CLOSE_LINGER`] (a peer that never reads).
-    fn expire_lingering(&self) {
+    /// after [`RingConfig::linger`] (a peer that never reads); the wait, cut
+    /// short where a linger ends first: a loop with nothing else to do
+    /// still closes such a socket on time (it slept on, and the socket and
+    /// its descriptor stayed until other traffic woke it).
+    fn expire_lingering(&self, timeout: Option<Duration>) -> Option<Duration> {
         if self.lingering.borrow().is_empty() {
-            return;
+            return timeout;
         }
         let now = Instant::now();
         let mut expired = Vec::new();
+        let mut next: Option<Instant> = None;
         self.lingering.borrow_mut().retain(|(at, io)| {
             let done = lock_std(&io.st).tx_busy == 0;
             if !done && *at <= now {
                 expired.push(io.clone());
             }
-            !done && *at > now
+            let keep = !done && *at > now;
+            if keep {
+                next = Some(next.map_or(*at, |n| n.min(*at)));
+            }
+            keep
         });
         for io in expired {
             self.push(
@@ -1415,13 +1426,20 @@ impl UringReactor {
                     .user_data(IGNORE),
             );
         }
+        match next {
+            None => timeout,
+            Some(at) => {
+                let left = at.saturating_duration_since(now);
+                Some(timeout.map_or(left, |t| t.min(left)))
+            }
+        }
     }
 
     /// Submits the turn's operations and waits (at most `timeout`) for
     /// completions; dispatches them. Returns (completions, wake fd fired).
     pub(crate) fn poll(&self, timeout: Option<Duration>) -> io::Result<(usize, bool)> {
         self.flush_dirty();
-        self.expire_lingering();
+        let timeout = self.expire_lingering(timeout);
         let timeout = self.watch_receives(timeout);
         if !self.wake_armed.get() {
             self.arm_wake();
@@ -1924,6 +1942,7 @@ mod tests {
     use std::io::Write;
     use std::os::fd::{AsRawFd, IntoRawFd};
     use std::os::unix::net::UnixStream;
+    use std::sync::Arc;
     use std::time::{Duration, Instant};
 
     /// A ring whose quiet receives are looked at every 20 ms, and the
@@ -1938,6 +1957,7 @@ mod tests {
             buffers: 64,
             buffer_size: 4096,
             quiet: Duration::from_millis(20),
+            linger: Duration::from_millis(100),
         };
         let r = UringReactor::new(config, wake.as_raw_fd(), u16::MAX).unwrap();
         Some((r, wake, peer))
@@ -1985,6 +2005,46 @@ mod tests {
         });
         let st = lock_std(&io.st);
         assert_eq!(&st.rx[st.rx_pos as usize..], b"last words");
+    }
+
+    /// A socket dropped with bytes its peer never reads is closed once its
+    /// linger ends by a loop that has nothing else to wait for: the wait
+    /// ends for it. Before, the loop slept on and the socket, its
+    /// descriptor and its bytes stayed until other traffic woke it.
+    #[test]
+    fn a_lingering_socket_closes_on_time_in_an_idle_loop() {
+        let Some((r, _wake, mut poke)) = ring() else {
+            return;
+        };
+        let (mine, _peer) = UnixStream::pair().unwrap();
+        let io = Io::new(mine.into_raw_fd(), r.handle().clone());
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        // More than both sockets' buffers take: the send stalls.
+        let mut bytes = vec![b'z'; 8 << 20];
+        assert!(io.poll_write_vec(&mut cx, &mut bytes).is_ready());
+        turn_until(&r, "the send never went in", || {
+            lock_std(&io.st).tx_busy > 0
+        });
+        io.release();
+        let gone = Arc::downgrade(&io);
+        drop(io);
+        // An endless wait (the old behaviour) ends here after 1.5 s.
+        let poker = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(1500));
+            let _ = poke.write_all(b"x");
+        });
+        let t0 = Instant::now();
+        while gone.upgrade().is_some() && t0.elapsed() < Duration::from_secs(5) {
+            r.poll(None).unwrap();
+        }
+        let took = t0.elapsed();
+        poker.join().unwrap();
+        assert!(gone.upgrade().is_none(), "the socket outlived its linger");
+        assert!(
+            took < Duration::from_secs(1),
+            "closed after {took:?} (linger {:?})",
+            r.config.linger
+        );
     }
 
     /// A receive that completes as bytes come, or waits on a socket with

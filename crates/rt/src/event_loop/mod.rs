@@ -885,6 +885,7 @@ impl EventLoop {
             buffers: config.ring_buffers,
             buffer_size: config.ring_buffer_size,
             quiet: crate::uring::QUIET,
+            linger: crate::uring::CLOSE_LINGER,
         };
         let reactor = match Backend::new(
             config.io,
