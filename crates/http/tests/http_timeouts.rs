@@ -117,3 +117,34 @@ fn a_client_that_never_reads_is_cut_off() {
         .connections()
         == 0));
 }
+
+/// A file sent with sendfile to a client that never reads is cut off one
+/// write timeout after the socket stopped taking it, under
+/// `thread-per-conn` as under the event loops: a blocking sendfile waited
+/// the timeout for each trickle of room the kernel found, and such a
+/// connection (and its thread) lasted about four timeouts.
+#[test]
+fn a_client_that_never_reads_a_file_is_cut_off_on_time_in_every_model() {
+    for model in ["thread-per-conn", "sped"] {
+        let s = TestServer::with_model("noread-file", model, |c| {
+            c.write_timeout = Duration::from_millis(600)
+        });
+        std::fs::write(s.www().join("huge.bin"), vec![b'h'; 32 << 20]).unwrap();
+        let c = s.client();
+        (&c.stream)
+            .write_all(b"GET /huge.bin HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap();
+        let t0 = Instant::now();
+        assert!(
+            common::eventually(Duration::from_secs(10), || s.state.stats().write_timeouts
+                == 1),
+            "{model}: {:?}",
+            s.state.stats()
+        );
+        let took = t0.elapsed();
+        assert!(
+            took < Duration::from_millis(1800),
+            "{model}: cut off after {took:?}"
+        );
+    }
+}

@@ -2,6 +2,7 @@
 
 use duality_rt::net::{TcpStream, UnixStream};
 use duality_rt::GenTable;
+use socket2::SockRef;
 use std::future::Future;
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
@@ -802,8 +803,9 @@ impl Conn {
 
     /// Runs a write-side system call `f(fd)` (for `sendfile`) when the
     /// socket can take more, retrying on `WouldBlock`; `TimedOut` if it could
-    /// not for `wait`. Works in every model: on a blocking socket `f` simply
-    /// runs, under the socket's send timeout.
+    /// not for `wait`. Works in every model: on a blocking socket `f` runs
+    /// non-blocking and the thread waits for room itself
+    /// ([`blocking_write_with`]).
     pub async fn write_with_for<R>(
         &mut self,
         wait: Option<Duration>,
@@ -812,8 +814,10 @@ impl Conn {
         let fd = self.as_raw_fd();
         let wait = wait.map(|w| w.max(Duration::from_millis(1)));
         let r = match (&self.io, wait) {
-            (Io::BlockingTcp(s, ..), _) => s.set_write_timeout(wait).and_then(|_| f(fd)),
-            (Io::BlockingUnix(s, ..), _) => s.set_write_timeout(wait).and_then(|_| f(fd)),
+            (Io::BlockingTcp(s, ..), _) => blocking_write_with(SockRef::from(&**s), wait, || f(fd)),
+            (Io::BlockingUnix(s, ..), _) => {
+                blocking_write_with(SockRef::from(&**s), wait, || f(fd))
+            }
             (Io::Tcp(s), None) => s.write_with(|| f(fd)).await,
             (Io::Unix(s), None) => s.write_with(|| f(fd)).await,
             (Io::Tcp(s), Some(w)) => duality_rt::time::timeout(w, s.write_with(|| f(fd)))
@@ -833,6 +837,38 @@ impl Conn {
     pub fn shutting_down(&self) -> bool {
         self.shared.shutdown.is_set()
     }
+}
+
+/// `f` on a blocking socket as the event loops run it: non-blocking, and
+/// on `WouldBlock` a wait for room (as epoll reports it) of at most `wait`
+/// in all. A blocking `sendfile` under a send timeout waited that long for
+/// each trickle of room the kernel found, not in all: a client that never
+/// read kept its connection (and thread) for about four write timeouts.
+fn blocking_write_with<R>(
+    sock: SockRef<'_>,
+    wait: Option<Duration>,
+    mut f: impl FnMut() -> io::Result<R>,
+) -> io::Result<R> {
+    sock.set_nonblocking(true)?;
+    let deadline = wait.map(|w| Instant::now() + w);
+    let r = loop {
+        match f() {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+                if left == Some(Duration::ZERO) {
+                    break Err(timed_out());
+                }
+                match duality_rt::net::wait_writable(std::os::fd::AsFd::as_fd(&*sock), left) {
+                    Ok(true) => {}
+                    Ok(false) => break Err(timed_out()),
+                    Err(e) => break Err(e),
+                }
+            }
+            r => break r,
+        }
+    };
+    let restored = sock.set_nonblocking(false);
+    r.and_then(|v| restored.map(|()| v))
 }
 
 fn timed_out() -> io::Error {

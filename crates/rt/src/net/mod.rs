@@ -45,6 +45,38 @@ pub fn peek_pending(sock: socket2::SockRef<'_>) -> bool {
     )
 }
 
+/// Blocks the thread until `sock` can take more bytes, at most `timeout`
+/// (`None`: no limit); false if it timed out. `poll(2)` reports room as
+/// epoll does (enough of it, not a byte), so a thread that drives a
+/// blocking socket with non-blocking calls waits as an event loop would.
+pub fn wait_writable(
+    sock: std::os::fd::BorrowedFd<'_>,
+    timeout: Option<Duration>,
+) -> io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    let ms = timeout.map_or(-1, |t| {
+        // Rounded up: a wait of 0.4 ms is not a wait of none.
+        i32::try_from(t.as_nanos().div_ceil(1_000_000)).unwrap_or(i32::MAX)
+    });
+    let mut p = libc::pollfd {
+        fd: sock.as_raw_fd(),
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    loop {
+        // SAFETY: one `pollfd` on the stack; the descriptor is `sock`'s,
+        // open for the call.
+        let n = unsafe { libc::poll(&mut p, 1, ms) };
+        if n >= 0 {
+            return Ok(n > 0);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
 /// Errors that mean "out of a resource": retrying at once cannot succeed.
 pub fn is_resource_exhaustion(e: &io::Error) -> bool {
     matches!(
