@@ -1180,7 +1180,8 @@ impl UringReactor {
         }
         if st.want_recv && st.recv.is_none() && !st.rx_eof && st.unread() < RX_LIMIT {
             if self.ensure_bufs() {
-                let look = Instant::now() + self.config.quiet;
+                // The turn's time (no clock read per receive armed).
+                let look = crate::time::loop_now() + self.config.quiet;
                 let ud = self.ops.borrow_mut().insert(Op {
                     io: Some(io.clone()),
                     kind: OpKind::Recv(Watch::new(look)),
@@ -1484,7 +1485,8 @@ impl UringReactor {
         let Some(due) = self.quiet_due.get() else {
             return timeout;
         };
-        let now = Instant::now();
+        // The turn's time: a turn late at worst, no clock read per turn.
+        let now = crate::time::loop_now();
         if now >= due {
             self.look_at_receives(now);
         }
