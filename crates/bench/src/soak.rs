@@ -424,15 +424,13 @@ pub struct Plan<'a> {
     pub mix: Mix,
 }
 
-/// Soaks each service's server in turn; `tick` sees each row.
-pub fn run(plan: &Plan, tick: &mut dyn FnMut(&SoakRow)) -> anyhow::Result<Vec<SoakRow>> {
-    let run_for = Duration::from_secs_f64(plan.seconds);
-    let mut rows = Vec::new();
-    let mut row = |service: &str, server: String, got: Soaked| {
-        let r = SoakRow {
+impl SoakRow {
+    /// The row of what `server` of `service` went through in `seconds`.
+    fn of(service: &str, server: String, seconds: f64, got: Soaked) -> SoakRow {
+        SoakRow {
             service: service.into(),
             server,
-            seconds: plan.seconds,
+            seconds,
             good_requests: got.good,
             good_errors: got.errors,
             good_p99_ms: got.p99,
@@ -441,7 +439,16 @@ pub fn run(plan: &Plan, tick: &mut dyn FnMut(&SoakRow)) -> anyhow::Result<Vec<So
             rss_max_kib: got.rss[1],
             rss_end_kib: got.rss[2],
             exited: got.exited,
-        };
+        }
+    }
+}
+
+/// Soaks each service's server in turn; `tick` sees each row.
+pub fn run(plan: &Plan, tick: &mut dyn FnMut(&SoakRow)) -> anyhow::Result<Vec<SoakRow>> {
+    let run_for = Duration::from_secs_f64(plan.seconds);
+    let mut rows = Vec::new();
+    let mut row = |service: &str, server: String, got: Soaked| {
+        let r = SoakRow::of(service, server, plan.seconds, got);
         tick(&r);
         rows.push(r);
     };
@@ -591,19 +598,7 @@ mod tests {
         assert_eq!(got.exited.as_deref(), Some("killed by signal 9 (SIGKILL)"));
         assert_eq!(got.rss[2], None, "no end reading of a dead server");
         assert!(got.rss[1].is_some_and(|k| k > 0), "{:?}", got.rss);
-        let row = SoakRow {
-            service: "kv".into(),
-            server: "duality sped".into(),
-            seconds: 20.0,
-            good_requests: got.good,
-            good_errors: got.errors,
-            good_p99_ms: got.p99,
-            hostile_connections: got.hostile,
-            rss_warm_kib: got.rss[0],
-            rss_max_kib: got.rss[1],
-            rss_end_kib: got.rss[2],
-            exited: got.exited,
-        };
+        let row = SoakRow::of("kv", "duality sped".into(), 20.0, got);
         let t = table(std::slice::from_ref(&row));
         assert!(t.contains(" | - (exited) |"), "{t}");
         let v: serde_json::Value = serde_json::from_str(&crate::report::json(&[row])).unwrap();
