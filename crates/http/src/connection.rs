@@ -404,6 +404,8 @@ impl Protocol for HttpProtocol {
                 if e.kind() == io::ErrorKind::TimedOut {
                     self.state.counters.write_timeouts.fetch_add(1, Relaxed);
                 }
+                // What is queued behind the file will not be read either.
+                reply.conn().discard_unsent();
                 session.write_failed = true;
                 Flow::Close
             }

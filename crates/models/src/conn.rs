@@ -779,6 +779,19 @@ impl Conn {
         }
     }
 
+    /// The client stopped reading (a write timed out or failed): what is
+    /// still queued to send is dropped, so the connection closes at once
+    /// when it drops (an io_uring socket would linger over it for up to
+    /// 5 s; blocking and epoll sockets leave it to the kernel, as nginx's
+    /// close after a send timeout does).
+    pub fn discard_unsent(&self) {
+        match &self.io {
+            Io::Tcp(s) => s.discard_unsent(),
+            Io::Unix(s) => s.discard_unsent(),
+            Io::BlockingTcp(..) | Io::BlockingUnix(..) => {}
+        }
+    }
+
     /// Whether the client has sent bytes not read yet (buffered by the
     /// runtime or still in the kernel), without reading them: closing with
     /// them unread would reset the connection.

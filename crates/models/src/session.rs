@@ -929,6 +929,9 @@ pub fn drive<P: Protocol>(
                         written(&mut a.out);
                         driver.proto.drained(&mut session);
                         if let Err(e) = r {
+                            // The client stopped reading, or is gone: the
+                            // rest of the output is not worth a linger.
+                            conn.discard_unsent();
                             if timed_out(&e) {
                                 let partial = &a.buf[a.start..a.end];
                                 driver.proto.timed_out(

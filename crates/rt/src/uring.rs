@@ -347,6 +347,8 @@ struct St {
     // The handle was dropped.
     closed: bool,
     lingering: bool,
+    /// What is still to send is dropped at the close, not lingered over.
+    discard: bool,
 }
 
 /// Shared bytes queued to send: `body[start..end]`.
@@ -839,6 +841,14 @@ impl Io {
         Poll::Pending
     }
 
+    /// At the close, drop what is still to send (the peer stopped reading)
+    /// instead of lingering over it.
+    pub(crate) fn discard_unsent(&self) {
+        let mut st = lock_std(&self.st);
+        st.discard = true;
+        st.clear_tx();
+    }
+
     /// The handle is gone: cancel what is armed, finish sending, then close.
     pub(crate) fn release(self: &Arc<Self>) {
         let mut st = lock_std(&self.st);
@@ -1249,9 +1259,19 @@ impl UringReactor {
         }
         if st.closed && st.tx_busy > 0 && !st.lingering {
             st.lingering = true;
-            self.lingering
-                .borrow_mut()
-                .push((Instant::now() + self.config.linger, io.clone()));
+            if st.discard {
+                // The peer stopped reading: close now, as epoll's close
+                // leaves the rest to the kernel.
+                self.push(
+                    opcode::AsyncCancel2::new(types::CancelBuilder::fd(fd).all())
+                        .build()
+                        .user_data(IGNORE),
+                );
+            } else {
+                self.lingering
+                    .borrow_mut()
+                    .push((Instant::now() + self.config.linger, io.clone()));
+            }
         }
     }
 
@@ -2015,9 +2035,24 @@ mod tests {
     /// descriptor and its bytes stayed until other traffic woke it.
     #[test]
     fn a_lingering_socket_closes_on_time_in_an_idle_loop() {
-        let Some((r, _wake, mut poke)) = ring() else {
+        closes_in_an_idle_loop(false);
+    }
+
+    /// A socket whose unsent bytes were given up on (the peer stopped
+    /// reading: a write timed out) closes at once, without its linger.
+    #[test]
+    fn a_socket_that_gave_up_on_its_bytes_closes_at_once() {
+        closes_in_an_idle_loop(true);
+    }
+
+    fn closes_in_an_idle_loop(discard: bool) {
+        let Some((mut r, _wake, mut poke)) = ring() else {
             return;
         };
+        if discard {
+            // Long enough to tell a linger from none.
+            r.config.linger = Duration::from_secs(30);
+        }
         let (mine, _peer) = UnixStream::pair().unwrap();
         let io = Io::new(mine.into_raw_fd(), r.handle().clone());
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
@@ -2027,6 +2062,9 @@ mod tests {
         turn_until(&r, "the send never went in", || {
             lock_std(&io.st).tx_busy > 0
         });
+        if discard {
+            io.discard_unsent();
+        }
         io.release();
         let gone = Arc::downgrade(&io);
         drop(io);

@@ -116,6 +116,14 @@ impl<S: Source> Evented<S> {
         &self.source
     }
 
+    /// Drops, at the close, what is still queued to send (see
+    /// `discard_unsent` on the streams).
+    pub(crate) fn discard_unsent(&self) {
+        if let Reg::Uring(io) = &self.reg {
+            io.discard_unsent();
+        }
+    }
+
     /// Bytes the runtime received that nobody has read yet (io_uring's
     /// receive queue; epoll leaves them in the kernel).
     pub(crate) fn has_unread(&self) -> bool {
@@ -462,6 +470,15 @@ macro_rules! stream_methods {
                 range: std::ops::Range<usize>,
             ) -> io::Result<()> {
                 self.io.write_vec_shared(head, body, range).await
+            }
+            /// The peer stopped reading: what is still queued to send is
+            /// dropped, and dropping the stream closes it at once. Without
+            /// this, an io_uring socket keeps sending for up to 5 s after
+            /// its drop; under epoll the kernel goes on with what it holds
+            /// after the close either way (as nginx's close after a send
+            /// timeout).
+            pub fn discard_unsent(&self) {
+                self.io.discard_unsent()
             }
             /// Whether bytes the peer sent wait unread, received by the
             /// runtime or still in the kernel's queue (one
