@@ -412,6 +412,9 @@ pub(super) fn arith(
     let found = e
         .item()
         .map(|i| (i.cas, i.value.is_empty(), parse_counter(i.value)));
+    // `q` hides the answer to a hit only: as memcached, an item made by
+    // `N` is answered (HD, or VA with `v`), and so are NF and EX.
+    let created = found.is_none();
     let result: Result<(u64, &[u8]), WriteError> = match found {
         None if f.vivify().is_some() => {
             // Vivify: seed with J (default 0), TTL from N, no delta applied.
@@ -470,7 +473,7 @@ pub(super) fn arith(
         out.extend_from_slice(digits);
         out.extend_from_slice(b"\r\n");
     }
-    if f.quiet() {
+    if f.quiet() && !created {
         out.truncate(start);
     }
 }

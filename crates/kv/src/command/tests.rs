@@ -1049,6 +1049,11 @@ fn meta_arith() {
     );
     s.check("ma n v\r\n", "VA 1\r\n0\r\n");
     s.check("ma n q\r\nmn\r\n", "MN\r\n");
+    // `q` hides a hit's answer only: an item `N` makes is answered, as
+    // memcached answers it (it hid these).
+    s.check("ma q1 N0 v q\r\nmn\r\n", "VA 1\r\n0\r\nMN\r\n");
+    s.check("ma q2 N0 q\r\nmn\r\n", "HD\r\nMN\r\n");
+    s.check("ma q2 v q\r\nmn\r\n", "MN\r\n");
     s.check("ma n C1\r\n", "EX\r\n");
     let cas = s.cas_of("n");
     let out = s.run(&format!("ma n C{cas} c t\r\n"));
@@ -1071,7 +1076,7 @@ fn meta_arith() {
     let st = s.stats();
     assert_eq!(
         (st.incr_hits, st.incr_misses, st.decr_hits, st.decr_misses),
-        (8, 2, 2, 0)
+        (9, 2, 2, 0)
     );
 }
 
