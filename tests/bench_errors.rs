@@ -232,20 +232,23 @@ fn fake_nginx(body: &str, mode: u32) -> (common::TempDir, String) {
 /// are now unusable, said so with the program's path.
 #[test]
 fn an_nginx_that_hangs_or_cannot_run_is_named_and_left_out() {
+    // `bench http` with only nginx, found first on `path`.
+    let nginx_only = |path: &std::ffi::OsStr| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_duality"));
+        c.args([
+            "bench",
+            "http",
+            "--servers",
+            "nginx-1w",
+            "--out",
+            "/proc/nope",
+        ])
+        .env("PATH", path);
+        c
+    };
     let (dir, path) = fake_nginx("#!/bin/sh\nexec sleep 1000\n", 0o755);
-    let path_env = std::ffi::OsString::from(&path);
-    let mut c = Command::new(env!("CARGO_BIN_EXE_duality"));
-    c.args([
-        "bench",
-        "http",
-        "--servers",
-        "nginx-1w",
-        "--out",
-        "/proc/nope",
-    ])
-    .env("PATH", &path_env);
     let t0 = Instant::now();
-    let o = within_20s(c, &["http", "(hanging nginx)"]);
+    let o = within_20s(nginx_only(path.as_ref()), &["http", "(hanging nginx)"]);
     assert!(t0.elapsed() < Duration::from_secs(15));
     let nginx = dir.path().join("nginx");
     fails_saying(
@@ -259,17 +262,10 @@ fn an_nginx_that_hangs_or_cannot_run_is_named_and_left_out() {
         ],
     );
     let (dir, path) = fake_nginx("#!/bin/sh\necho nginx version: nginx/1.0 >&2\n", 0o644);
-    let mut c = Command::new(env!("CARGO_BIN_EXE_duality"));
-    c.args([
-        "bench",
-        "http",
-        "--servers",
-        "nginx-1w",
-        "--out",
-        "/proc/nope",
-    ])
-    .env("PATH", &path);
-    let o = within_20s(c, &["http", "(non-executable nginx)"]);
+    let o = within_20s(
+        nginx_only(path.as_ref()),
+        &["http", "(non-executable nginx)"],
+    );
     fails_saying(
         &o,
         &[&format!(
