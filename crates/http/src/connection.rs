@@ -166,9 +166,6 @@ pub struct HttpSession {
     write_failed: bool,
     /// Request heads answered on this connection, this one included.
     requests: u64,
-    /// This request is the last `keepalive_requests` allows: its answer
-    /// closes the connection (`finish` parses its head again).
-    last: bool,
 }
 
 /// A response `execute` could not make from memory.
@@ -238,7 +235,6 @@ impl Protocol for HttpProtocol {
             interim: false,
             write_failed: false,
             requests: 0,
-            last: false,
         }
     }
 
@@ -318,8 +314,7 @@ impl Protocol for HttpProtocol {
                 // As nginx's keepalive_requests: the answer to the last
                 // request a connection may make closes it.
                 session.requests += 1;
-                session.last = session.requests >= self.state.cfg.keepalive_requests;
-                if session.last {
+                if self.last_allowed(session) {
                     head.keep_alive = false;
                 }
                 // Answered before its body is in, as nginx answers a static
@@ -383,7 +378,8 @@ impl Protocol for HttpProtocol {
         ) else {
             return Flow::Close;
         };
-        if session.last {
+        // The same request `execute` counted: its head is parsed again.
+        if self.last_allowed(session) {
             head.keep_alive = false;
         }
         let interim = std::mem::take(&mut session.interim);
@@ -467,6 +463,11 @@ impl Protocol for HttpProtocol {
 }
 
 impl HttpProtocol {
+    /// The request just counted is the last `keepalive_requests` allows.
+    fn last_allowed(&self, session: &HttpSession) -> bool {
+        session.requests >= self.state.cfg.keepalive_requests
+    }
+
     /// What the driver does after `plan`'s response.
     fn flow(&self, session: &mut HttpSession, plan: &Plan) -> Flow {
         if plan.keep_alive {
