@@ -78,14 +78,12 @@ const REQUESTS_PER_TURN: usize = 16;
 const FLUSH_AT: usize = 64 * 1024;
 /// Bytes per `sendfile` call; the task yields between calls so that one
 /// large file does not hold its loop.
-const SENDFILE_CHUNK: u64 = 256 * 1024;
+const SENDFILE_CHUNK: u64 = duality_rt::fs::FETCH_MAX as u64;
 /// A cached body at least this large, answering the first request of a
 /// write, is not copied into the output: the write sends it from the cache
 /// entry ([`Output::share`]). Smaller ones cost less to copy than a second
 /// segment does.
 const SHARED_BODY_MIN: usize = 4096;
-/// Bytes per file read through the ring (io_uring loops).
-const RING_FILE_CHUNK: u64 = 64 * 1024;
 
 /// The session driver for the web server with `state`'s timeouts and
 /// batch bounds: one per server, shared by its connections.
@@ -746,11 +744,13 @@ impl HttpProtocol {
     }
 
     /// Sends `span` of `file` with `sendfile`, so that no loop waits for the
-    /// disk: a span `resident` (just read into the page cache) or found
-    /// there by `cachestat` goes out at once; otherwise on an io_uring loop
-    /// the ring reads it, and on epoll each chunk that `cachestat` finds
-    /// out of the page cache is read in on the blocking pool first.
-    /// `false` if the file ended first.
+    /// disk. A span `resident` (just read into the page cache) goes out at
+    /// once; otherwise each chunk is asked of `cachestat` first, and a chunk
+    /// not all in the page cache is read in off the loop before it is sent:
+    /// on an io_uring loop by the ring ([`duality_rt::fs::fetch`]), on epoll
+    /// by a read-ahead on the blocking pool. Either way the bytes waiting
+    /// for a slow reader are the page cache's, not copies of ours. `false`
+    /// if the file ended first.
     async fn send_file(
         &self,
         file: Arc<File>,
@@ -760,18 +760,28 @@ impl HttpProtocol {
     ) -> io::Result<bool> {
         let uring =
             duality_rt::event_loop::current_io_backend() == Some(duality_rt::IoBackend::Uring);
-        if uring && !resident && sys::cached(file.as_raw_fd(), span.start, span.len) != Some(true) {
-            return self.send_file_ring(file, span, reply).await;
-        }
         let fd = file.as_raw_fd();
         let end = span.end();
         let mut offset = span.start;
         let wait = reply.write_timeout();
         while offset < end {
-            let count = (end - offset).min(SENDFILE_CHUNK) as usize;
-            // Only where the kernel says the chunk is not there: without
-            // cachestat, sendfile as before (the page cache usually has it).
-            if !uring && !resident && sys::cached(fd, offset, count as u64) == Some(false) {
+            let mut count = (end - offset).min(SENDFILE_CHUNK) as usize;
+            // Without cachestat (None): epoll trusts sendfile as before (the
+            // page cache usually has it); the ring fetches (it never blocks).
+            let here = if resident {
+                Some(true)
+            } else {
+                sys::cached(fd, offset, count as u64)
+            };
+            if uring && here != Some(true) {
+                // The ring brings the chunk in (into memory nobody keeps),
+                // then sendfile finds it in the page cache.
+                self.state.counters.cold_reads.fetch_add(1, Relaxed);
+                count = count.min(duality_rt::fs::fetch(file.clone(), offset, count).await?);
+                if count == 0 {
+                    return Ok(false);
+                }
+            } else if here == Some(false) {
                 self.state.counters.cold_reads.fetch_add(1, Relaxed);
                 let (f, at) = (file.clone(), offset);
                 // A failed read-ahead leaves sendfile to read (and report).
@@ -794,36 +804,6 @@ impl HttpProtocol {
             if offset < end {
                 duality_rt::yield_now().await;
             }
-        }
-        Ok(true)
-    }
-
-    /// [`send_file`](Self::send_file) on an io_uring loop: each chunk is read
-    /// through the ring (a read that must wait for the disk waits in the
-    /// kernel's workers, never on the loop) and queued to the socket; the
-    /// socket's send queue bound makes a slow reader hold back the next read.
-    async fn send_file_ring(
-        &self,
-        file: Arc<File>,
-        span: ByteRange,
-        reply: &mut Reply<'_>,
-    ) -> io::Result<bool> {
-        let end = span.end();
-        let mut offset = span.start;
-        let wait = reply.write_timeout();
-        while offset < end {
-            let count = (end - offset).min(RING_FILE_CHUNK) as usize;
-            self.state.counters.cold_reads.fetch_add(1, Relaxed);
-            let chunk = duality_rt::fs::read_at(file.clone(), offset, count).await?;
-            if chunk.is_empty() {
-                return Ok(false);
-            }
-            reply.conn().write_all_for(&chunk, wait).await?;
-            offset += chunk.len() as u64;
-            self.state
-                .counters
-                .sendfile_bytes
-                .fetch_add(chunk.len() as u64, Relaxed);
         }
         Ok(true)
     }

@@ -183,7 +183,7 @@ pub struct HttpStats {
     /// Requests answered from a file kept open ([`HttpConfig::open_files`]).
     pub open_file_hits: u64,
     /// Pieces of `sendfile`d bodies found out of the kernel's page cache and
-    /// read in off the loops (the ring's reads, or a read-ahead on the
+    /// read in off the loops (a read through the ring, or a read-ahead on the
     /// blocking pool under epoll) so no loop waited for the disk.
     pub cold_reads: u64,
     /// Files kept open now.

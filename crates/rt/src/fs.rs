@@ -82,6 +82,27 @@ async fn read_aligned(
     }
 }
 
+/// The most one [`fetch`] reads.
+pub const FETCH_MAX: usize = 256 * 1024;
+
+/// Brings up to `len` bytes of `file` from `offset` (at most [`FETCH_MAX`])
+/// into the page cache without blocking the calling loop, for a `sendfile`
+/// that follows; how many bytes the file had there (0 past its end). On an
+/// io_uring loop the ring reads them into scratch memory the loop keeps, one
+/// buffer however many fetches are in flight: a slow client's file costs no
+/// memory of ours while it waits. Elsewhere the blocking pool reads them.
+pub async fn fetch(file: Arc<File>, offset: u64, len: usize) -> io::Result<usize> {
+    let len = len.min(FETCH_MAX);
+    let ring = crate::event_loop::with_current(|cur| match cur.map(|l| &l.reactor) {
+        Some(crate::backend::Backend::Uring(r)) => Some(r.fetch_file(file.clone(), offset, len)),
+        _ => None,
+    });
+    match ring {
+        Some(done) => poll_fn(|cx| done.poll_read(cx)).await,
+        None => read_aligned(file, offset, len, 1).await.map(|b| b.len()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,6 +140,39 @@ mod tests {
                 drop(f);
                 let again = read_at(file, 0, 10).await.unwrap();
                 assert_eq!(again, &data[..10]);
+            });
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn fetches_a_file_on_both_backends() {
+        let path = std::env::temp_dir().join(format!("duality-fetch-{}", std::process::id()));
+        std::fs::write(&path, vec![7u8; 300_000]).unwrap();
+        for io in [IoBackend::Epoll, IoBackend::Uring] {
+            let mut lp = EventLoop::new(LoopConfig {
+                io,
+                ..LoopConfig::default()
+            })
+            .unwrap();
+            let file = Arc::new(File::open(&path).unwrap());
+            lp.block_on(async {
+                assert_eq!(fetch(file.clone(), 1000, 5000).await.unwrap(), 5000);
+                // Capped at FETCH_MAX; short at the end; nothing past it.
+                let whole = fetch(file.clone(), 0, 1 << 20).await.unwrap();
+                assert_eq!(whole, FETCH_MAX, "{io:?}");
+                assert_eq!(fetch(file.clone(), 299_990, 100).await.unwrap(), 10);
+                assert_eq!(fetch(file.clone(), 400_000, 100).await.unwrap(), 0);
+                // Many at once share the ring's scratch memory; each is
+                // answered, also after one was dropped unanswered.
+                drop(fetch(file.clone(), 0, FETCH_MAX));
+                let all: Vec<_> = (0..10u64)
+                    .map(|i| crate::spawn(fetch(file.clone(), i * 30_000, 40_000)))
+                    .collect();
+                for (i, task) in all.into_iter().enumerate() {
+                    let want = 40_000.min(300_000 - i * 30_000);
+                    assert_eq!(task.await.unwrap().unwrap(), want, "{io:?} fetch {i}");
+                }
             });
         }
         std::fs::remove_file(&path).unwrap();

@@ -913,6 +913,8 @@ enum OpKind {
 /// A file read: the buffer and the file are the operation's until its
 /// completion.
 struct FileOp {
+    /// Empty for a [fetch](UringReactor::fetch_file): the kernel writes into
+    /// the ring's scratch memory instead.
     buf: Vec<u8>,
     /// Zeroed bytes before the read's first byte (alignment).
     pad: usize,
@@ -934,13 +936,22 @@ pub(crate) struct FileRead {
 
 #[derive(Default)]
 struct FileReadSt {
-    done: Option<io::Result<Vec<u8>>>,
+    /// The read's result: how many bytes it read.
+    done: Option<io::Result<usize>>,
+    /// Those bytes (none for a fetch).
+    buf: Vec<u8>,
     waker: Option<Waker>,
 }
 
 impl FileRead {
     /// The bytes read (fewer than asked at end of file), once the ring answered.
     pub(crate) fn poll_done(&self, cx: &mut Context<'_>) -> Poll<io::Result<Vec<u8>>> {
+        self.poll_read(cx)
+            .map(|r| r.map(|_| std::mem::take(&mut lock_std(&self.st).buf)))
+    }
+
+    /// How many bytes a fetch read, once the ring answered.
+    pub(crate) fn poll_read(&self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         let mut st = lock_std(&self.st);
         match st.done.take() {
             Some(r) => Poll::Ready(r),
@@ -1048,6 +1059,9 @@ pub(crate) struct UringReactor {
     /// When the next look at quiet receives is due ([`Watch`]); `None`:
     /// no receive is armed.
     quiet_due: Cell<Option<Instant>>,
+    /// What fetches read into ([`UringReactor::fetch_file`]); made on the
+    /// first.
+    scratch: RefCell<Option<Box<[u8]>>>,
 }
 
 impl UringReactor {
@@ -1085,6 +1099,7 @@ impl UringReactor {
             wake_armed: Cell::new(false),
             lingering: RefCell::new(Vec::new()),
             quiet_due: Cell::new(None),
+            scratch: RefCell::new(None),
         };
         r.arm_wake();
         Ok(r)
@@ -1387,9 +1402,7 @@ impl UringReactor {
         len: usize,
         align: usize,
     ) -> Arc<FileRead> {
-        use std::os::fd::AsRawFd;
         debug_assert!(len <= crate::fs::MAX_READ, "fs caps a read's length");
-        let done = Arc::new(FileRead::default());
         let mut buf: Vec<u8> = Vec::with_capacity(len + align - 1);
         let pad = buf.as_mut_ptr().align_offset(align).min(align - 1);
         // The bytes before the aligned start are initialised, so the whole
@@ -1397,17 +1410,60 @@ impl UringReactor {
         buf.resize(pad, 0);
         // SAFETY: `pad + len` is within the capacity reserved above.
         let ptr = unsafe { buf.as_mut_ptr().add(pad) };
+        // The Vec moved into the table keeps its heap buffer: `ptr` stays valid.
+        self.push_file_read(file, offset, ptr, len, buf, pad)
+    }
+
+    /// Reads up to `len` bytes (at most [`FETCH_MAX`](crate::fs::FETCH_MAX)) of `file` at
+    /// `offset` through the ring into scratch memory nobody reads: what
+    /// matters is that the file's pages are in the page cache once it
+    /// completes (a `sendfile` then does not wait for the disk). Scratch
+    /// memory is one buffer per ring, whatever the number of fetches.
+    pub(crate) fn fetch_file(
+        &self,
+        file: Arc<std::fs::File>,
+        offset: u64,
+        len: usize,
+    ) -> Arc<FileRead> {
+        let ptr = self
+            .scratch
+            .borrow_mut()
+            .get_or_insert_with(|| vec![0u8; crate::fs::FETCH_MAX].into_boxed_slice())
+            .as_mut_ptr();
+        self.push_file_read(
+            file,
+            offset,
+            ptr,
+            len.min(crate::fs::FETCH_MAX),
+            Vec::new(),
+            0,
+        )
+    }
+
+    /// Queues a read of `len` bytes of `file` at `offset` into `ptr`, which
+    /// stays valid until the completion: `buf`'s heap memory (kept in the
+    /// operation, with `pad` bytes before `ptr`), or the ring's scratch.
+    fn push_file_read(
+        &self,
+        file: Arc<std::fs::File>,
+        offset: u64,
+        ptr: *mut u8,
+        len: usize,
+        buf: Vec<u8>,
+        pad: usize,
+    ) -> Arc<FileRead> {
+        use std::os::fd::AsRawFd;
+        let done = Arc::new(FileRead::default());
         let fd = file.as_raw_fd();
         let ud = self.ops.borrow_mut().insert(Op {
             io: None,
             kind: OpKind::File(Box::new(FileOp {
-                buf: std::mem::take(&mut buf),
+                buf,
                 pad,
                 _file: file,
                 done: done.clone(),
             })),
         });
-        // The Vec moved into the table keeps its heap buffer: `ptr` stays valid.
         self.push(
             opcode::Read::new(types::Fd(fd), ptr, len as u32)
                 .offset(offset)
@@ -1630,6 +1686,9 @@ impl UringReactor {
             } = *file;
             let r = if res < 0 {
                 Err(io::Error::from_raw_os_error(-res))
+            } else if buf.capacity() == 0 {
+                // A fetch: the bytes went to the scratch memory.
+                Ok(res as usize)
             } else {
                 let n = (res as usize).min(buf.capacity() - pad);
                 // SAFETY: the first `pad` bytes were zeroed and the kernel
@@ -1637,10 +1696,11 @@ impl UringReactor {
                 // initialised.
                 unsafe { buf.set_len(pad + n) };
                 buf.drain(..pad);
-                Ok(buf)
+                Ok(n)
             };
             let mut st = lock_std(&done.st);
             st.done = Some(r);
+            st.buf = buf;
             if let Some(w) = st.waker.take() {
                 w.wake();
             }
@@ -1946,10 +2006,12 @@ impl Drop for UringReactor {
         let left = ops.take_all();
         if !clean {
             // Their send buffers may still be read by the kernel until the
-            // ring is torn down: leak them as well.
+            // ring is torn down, and fetches may still write into the
+            // scratch memory: leak them as well.
             for op in left {
                 std::mem::forget(op);
             }
+            std::mem::forget(self.scratch.take());
         }
     }
 }
