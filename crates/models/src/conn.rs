@@ -199,22 +199,36 @@ pub(crate) enum Accepted {
 /// Longest lingering close of a refused connection.
 const REFUSAL_LINGER: Duration = Duration::from_secs(1);
 
+/// Most bytes a refusal reads at once before it closes; a client still
+/// sending after that is lingered over.
+const REFUSAL_DRAIN: usize = 64 * 1024;
+
 impl Accepted {
     /// Refuses the connection: a best-effort, non-blocking write of
-    /// `message`, then a lingering close. Closing a socket with unread input
-    /// makes the kernel send a reset, which can destroy the message before
-    /// the client reads it; so the write side is shut and what the client
-    /// still sends is read and dropped (at most [`REFUSAL_LINGER`]) by a task
-    /// of the current loop. Off a loop the socket is simply closed.
-    pub(crate) fn refuse(self, message: &[u8]) {
+    /// `message`, then a close that does not destroy it. Closing a socket
+    /// with unread input makes the kernel send a reset, which can destroy
+    /// the message before the client reads it; so the write side is shut
+    /// and what the client already sent is read and dropped. A client that
+    /// sent its request (the usual case: it arrives with the connection) is
+    /// closed at once, so a burst of refusals holds no descriptors that the
+    /// admitted connections need under a tight limit. One that sent nothing
+    /// yet, or still sends, is lingered over (at most [`REFUSAL_LINGER`], by
+    /// a task of the current loop) while fewer than `lingering`'s bound
+    /// are; past that bound, and off a loop, it is closed at once.
+    pub(crate) fn refuse(self, message: &[u8], lingering: &Arc<Lingering>) {
         match self {
             Accepted::Tcp(mut s) => {
                 let _ = s.set_nonblocking(true).and_then(|_| s.write(message));
                 let _ = s.shutdown(std::net::Shutdown::Write);
-                if duality_rt::event_loop::current().is_some() {
-                    if let Ok(s) = TcpStream::from_std(s) {
-                        drop(duality_rt::spawn(linger_tcp(s)));
-                    }
+                if drained(&mut s) || duality_rt::event_loop::current().is_none() {
+                    return;
+                }
+                let Some(held) = lingering.take() else { return };
+                if let Ok(s) = TcpStream::from_std(s) {
+                    drop(duality_rt::spawn(async move {
+                        linger_tcp(s).await;
+                        drop(held);
+                    }));
                 }
             }
             Accepted::Unix(mut s) => {
@@ -222,6 +236,56 @@ impl Accepted {
                 let _ = s.set_nonblocking(true).and_then(|_| s.write(message));
             }
         }
+    }
+}
+
+/// Reads what a refused client has sent so far (at most
+/// [`REFUSAL_DRAIN`]): whether it sent something and nothing is left
+/// unread, or it closed, so that a close now sends no reset.
+fn drained(s: &mut std::net::TcpStream) -> bool {
+    let mut buf = [0u8; 4096];
+    let mut got = 0;
+    while got < REFUSAL_DRAIN {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return got > 0,
+            Err(_) => return true,
+        }
+    }
+    false
+}
+
+/// How many refused connections may linger at once (each holds a
+/// descriptor for up to [`REFUSAL_LINGER`]).
+pub(crate) struct Lingering {
+    now: AtomicUsize,
+    bound: usize,
+}
+
+/// One lingering refusal, counted off when dropped.
+pub(crate) struct LingerSlot(Arc<Lingering>);
+
+impl Lingering {
+    pub(crate) fn new(bound: usize) -> Arc<Lingering> {
+        Arc::new(Lingering {
+            now: AtomicUsize::new(0),
+            bound,
+        })
+    }
+
+    fn take(self: &Arc<Self>) -> Option<LingerSlot> {
+        self.now
+            .fetch_update(Relaxed, Relaxed, |n| (n < self.bound).then_some(n + 1))
+            .ok()
+            .map(|_| LingerSlot(self.clone()))
+    }
+}
+
+impl Drop for LingerSlot {
+    fn drop(&mut self) {
+        self.0.now.fetch_sub(1, Relaxed);
     }
 }
 

@@ -1,6 +1,6 @@
 //! The server builder: listeners + model + handler → running threads.
 
-use crate::conn::{Accepted, Conn, ConnShared};
+use crate::conn::{Accepted, Conn, ConnShared, Lingering};
 use crate::model::{AcceptPolicy, Balance, Model};
 use crate::payload::{ColorLocks, Dispatch, Handoff, Lane, Payload};
 use crate::stage::Stage;
@@ -370,6 +370,8 @@ struct Shared {
     balance: Balance,
     max_conns: usize,
     refusal: Vec<u8>,
+    /// Refused connections lingering now, and their bound.
+    lingering: Arc<Lingering>,
     /// Counts and the shutdown signal, shared with every `Conn`.
     counter: Arc<ConnShared>,
     /// thread-per-conn: the handler, its future boxed (polled by the thread).
@@ -423,7 +425,7 @@ impl Shared {
         if live >= self.max_conns {
             self.counter.live.fetch_sub(1, SeqCst);
             self.counter.refused.fetch_add(1, Relaxed);
-            a.refuse(&self.refusal);
+            a.refuse(&self.refusal, &self.lingering);
             return;
         }
         self.counter.total.fetch_add(1, Relaxed);
@@ -465,7 +467,7 @@ impl Shared {
                     tracing::warn!("cannot start a connection thread: {e}");
                     let a = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
                     if let Some(a) = a {
-                        a.refuse(&self.refusal);
+                        a.refuse(&self.refusal, &self.lingering);
                     }
                 }
             }
@@ -657,6 +659,10 @@ fn start(
         balance: b.balance,
         max_conns: b.max_conns,
         refusal: b.refusal,
+        // Refusals that must linger hold a descriptor each: an eighth of
+        // the admitted connections' share keeps a burst of them from
+        // taking what admitted connections need.
+        lingering: Lingering::new((b.max_conns / 8).max(4)),
         counter: Arc::new(ConnShared::new(handles.len())),
         handler,
         spawn_conn,

@@ -176,6 +176,66 @@ fn connection_above_the_limit_is_refused_and_others_keep_working() {
     assert!(server.stats().rejected_connections >= 1);
 }
 
+/// Whether the server closed `s`'s other end (rather than reading on): a
+/// write after the close is answered by a reset, so a later write fails.
+fn server_closed(s: &mut std::net::TcpStream) -> bool {
+    use std::io::Write;
+    let _ = s.write_all(b"more\n");
+    std::thread::sleep(Duration::from_millis(50));
+    s.write_all(b"more\n").is_err()
+}
+
+/// Reads until the server's end of the stream.
+fn read_to_end(s: &mut std::net::TcpStream) -> Vec<u8> {
+    use std::io::Read;
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    got
+}
+
+#[test]
+fn refusals_hold_no_descriptors_once_answered_and_lingering_ones_are_bounded() {
+    use std::io::Write;
+    const MSG: &[u8] = b"SERVER_ERROR too many open connections\r\n";
+    let d = Detector::new(10);
+    let server = ServerBuilder::new()
+        .model(Model::Symped { n: 1 })
+        .max_conns(1)
+        .refusal_message(MSG)
+        .tcp(addr())
+        .serve(move |c, p| echo::serve(c, p, d.clone()))
+        .unwrap();
+    let a = server.tcp_addrs()[0];
+    let mut admitted = std::net::TcpStream::connect(a).unwrap();
+    admitted.write_all(&echo::request(1, 1)).unwrap();
+    let mut r = [0u8; FRAME];
+    std::io::Read::read_exact(&mut admitted, &mut r).unwrap();
+    // Clients that sent their request with the connection: answered, and
+    // closed at once (they held a descriptor each for a second before).
+    for i in 0..8 {
+        let mut s = std::net::TcpStream::connect(a).unwrap();
+        s.write_all(b"get k\r\n").unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(read_to_end(&mut s), MSG, "client {i}");
+        assert!(server_closed(&mut s), "client {i}'s refusal lingered");
+    }
+    // Clients that sent nothing yet are lingered over (so a request sent
+    // late does not reset the refusal away), at most 4 at once here.
+    let silent: Vec<_> = (0..12)
+        .map(|_| std::net::TcpStream::connect(a).unwrap())
+        .collect();
+    let mut lingered = 0;
+    for (i, mut s) in silent.into_iter().enumerate() {
+        assert_eq!(read_to_end(&mut s), MSG, "silent client {i}");
+        if !server_closed(&mut s) {
+            lingered += 1;
+        }
+    }
+    assert!((1..=4).contains(&lingered), "{lingered} of 12 lingered");
+    assert_eq!(server.stats().rejected_connections, 20);
+}
+
 #[test]
 fn shutdown_lets_in_flight_requests_finish() {
     for model in ["sped", "amped:1", "symped:2", "thread-per-conn"] {
