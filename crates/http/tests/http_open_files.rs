@@ -188,3 +188,40 @@ fn is_tmpfs(path: &std::path::Path) -> bool {
         libc::statfs(p.as_ptr(), &mut st) == 0 && st.f_type == libc::TMPFS_MAGIC
     }
 }
+
+/// A file cut short while its body goes out (cold or not) ends the
+/// response early: the client gets what there was and the connection
+/// closes (the length promised cannot be kept), as nginx does; the server
+/// goes on.
+#[test]
+fn a_file_cut_short_while_it_is_sent_ends_the_connection_and_nothing_else() {
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+    const SIZE: usize = 24 << 20;
+    for cold in [false, true] {
+        let s = TestServer::start("openf-cut", |c| c.revalidate = Duration::from_secs(60));
+        let path = s.www().join("huge.bin");
+        std::fs::write(&path, pseudo_random(SIZE, 3)).unwrap();
+        let mut c = std::net::TcpStream::connect(s.addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        c.write_all(b"GET /huge.bin HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap();
+        let mut got = vec![0u8; 1 << 20];
+        c.read_exact(&mut got).unwrap();
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        f.set_len(4 << 20).unwrap();
+        if cold {
+            f.sync_all().unwrap();
+            // SAFETY: posix_fadvise only reads a live descriptor and integers.
+            let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+            assert_eq!(r, 0);
+        }
+        c.read_to_end(&mut got).unwrap();
+        let body = got.len() - got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() - 4;
+        assert!(
+            (1 << 20..SIZE).contains(&body),
+            "cold {cold}: {body} body bytes of {SIZE}"
+        );
+        assert_eq!(s.client().get("/hello.txt").text(), "hello, world\n");
+    }
+}
