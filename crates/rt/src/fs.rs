@@ -109,6 +109,18 @@ mod tests {
     use crate::{EventLoop, IoBackend, LoopConfig};
     use std::io::Write;
 
+    /// Runs `body` on an event loop of each backend.
+    fn on_each_backend(mut body: impl FnMut(IoBackend, &mut EventLoop)) {
+        for io in [IoBackend::Epoll, IoBackend::Uring] {
+            let mut lp = EventLoop::new(LoopConfig {
+                io,
+                ..LoopConfig::default()
+            })
+            .unwrap();
+            body(io, &mut lp);
+        }
+    }
+
     #[test]
     fn reads_a_file_on_both_backends() {
         let path = std::env::temp_dir().join(format!("duality-fs-{}", std::process::id()));
@@ -117,12 +129,7 @@ mod tests {
             .unwrap()
             .write_all(&data)
             .unwrap();
-        for io in [IoBackend::Epoll, IoBackend::Uring] {
-            let mut lp = EventLoop::new(LoopConfig {
-                io,
-                ..LoopConfig::default()
-            })
-            .unwrap();
+        on_each_backend(|io, lp| {
             let file = Arc::new(File::open(&path).unwrap());
             lp.block_on(async {
                 let mid = read_at(file.clone(), 1000, 5000).await.unwrap();
@@ -141,7 +148,7 @@ mod tests {
                 let again = read_at(file, 0, 10).await.unwrap();
                 assert_eq!(again, &data[..10]);
             });
-        }
+        });
         std::fs::remove_file(&path).unwrap();
     }
 
@@ -149,12 +156,7 @@ mod tests {
     fn fetches_a_file_on_both_backends() {
         let path = std::env::temp_dir().join(format!("duality-fetch-{}", std::process::id()));
         std::fs::write(&path, vec![7u8; 300_000]).unwrap();
-        for io in [IoBackend::Epoll, IoBackend::Uring] {
-            let mut lp = EventLoop::new(LoopConfig {
-                io,
-                ..LoopConfig::default()
-            })
-            .unwrap();
+        on_each_backend(|io, lp| {
             let file = Arc::new(File::open(&path).unwrap());
             lp.block_on(async {
                 assert_eq!(fetch(file.clone(), 1000, 5000).await.unwrap(), 5000);
@@ -164,8 +166,10 @@ mod tests {
                 assert_eq!(fetch(file.clone(), 299_990, 100).await.unwrap(), 10);
                 assert_eq!(fetch(file.clone(), 400_000, 100).await.unwrap(), 0);
                 // Many at once share the ring's scratch memory; each is
-                // answered, also after one was dropped unanswered.
-                drop(fetch(file.clone(), 0, FETCH_MAX));
+                // answered, also after one was dropped in flight.
+                let mut early = Box::pin(fetch(file.clone(), 0, FETCH_MAX));
+                let _ = futures_lite::future::poll_once(&mut early).await;
+                drop(early);
                 let all: Vec<_> = (0..10u64)
                     .map(|i| crate::spawn(fetch(file.clone(), i * 30_000, 40_000)))
                     .collect();
@@ -174,7 +178,7 @@ mod tests {
                     assert_eq!(task.await.unwrap().unwrap(), want, "{io:?} fetch {i}");
                 }
             });
-        }
+        });
         std::fs::remove_file(&path).unwrap();
     }
 
@@ -194,12 +198,7 @@ mod tests {
             return;
         };
         let file = Arc::new(direct);
-        for io in [IoBackend::Epoll, IoBackend::Uring] {
-            let mut lp = EventLoop::new(LoopConfig {
-                io,
-                ..LoopConfig::default()
-            })
-            .unwrap();
+        on_each_backend(|io, lp| {
             lp.block_on(async {
                 for block in [0u64, 7, 63] {
                     let at = block * DIRECT_ALIGN as u64;
@@ -217,7 +216,7 @@ mod tests {
                 // Unaligned offsets are the kernel's to refuse, not a crash.
                 assert!(read_direct(file.clone(), 100, DIRECT_ALIGN).await.is_err());
             });
-        }
+        });
         std::fs::remove_file(&path).unwrap();
     }
 }
