@@ -216,33 +216,48 @@ impl Accepted {
     /// a task of the current loop) while fewer than `lingering`'s bound
     /// are; past that bound, and off a loop, it is closed at once.
     pub(crate) fn refuse(self, message: &[u8], lingering: &Arc<Lingering>) {
-        match self {
-            Accepted::Tcp(mut s) => {
-                let _ = s.set_nonblocking(true).and_then(|_| s.write(message));
-                let _ = s.shutdown(std::net::Shutdown::Write);
-                if drained(&mut s) || duality_rt::event_loop::current().is_none() {
-                    return;
-                }
-                let Some(held) = lingering.take() else { return };
-                if let Ok(s) = TcpStream::from_std(s) {
-                    drop(duality_rt::spawn(async move {
-                        linger_tcp(s).await;
-                        drop(held);
-                    }));
-                }
-            }
-            Accepted::Unix(mut s) => {
-                // A Unix socket delivers what was written before the close.
-                let _ = s.set_nonblocking(true).and_then(|_| s.write(message));
-            }
+        // A Unix socket keeps what was written for the client after the
+        // close, but a client that writes after it gets EPIPE (memcached's
+        // clients then report a broken pipe, not the refusal): it is
+        // lingered over as a TCP socket is.
+        let done = match &self {
+            Accepted::Tcp(s) => answer(s, message),
+            Accepted::Unix(s) => answer(s, message),
+        };
+        if done || duality_rt::event_loop::current().is_none() {
+            return;
+        }
+        let Some(held) = lingering.take() else { return };
+        let refused = match self {
+            Accepted::Tcp(s) => TcpStream::from_std(s).map(Refused::Tcp),
+            Accepted::Unix(s) => UnixStream::from_std(s).map(Refused::Unix),
+        };
+        if let Ok(s) = refused {
+            drop(duality_rt::spawn(async move {
+                s.linger().await;
+                drop(held);
+            }));
         }
     }
+}
+
+/// Writes `message` (best effort, non-blocking), shuts the write side and
+/// [drains](drained) what the client sent: whether the socket may close
+/// at once.
+fn answer<S: std::os::fd::AsFd>(mut s: &S, message: &[u8]) -> bool
+where
+    for<'a> &'a S: Read + Write,
+{
+    let sock = SockRef::from(s);
+    let _ = sock.set_nonblocking(true).and_then(|_| s.write(message));
+    let _ = sock.shutdown(std::net::Shutdown::Write);
+    drained(&mut s)
 }
 
 /// Reads what a refused client has sent so far (at most
 /// [`REFUSAL_DRAIN`]): whether it sent something and nothing is left
 /// unread, or it closed, so that a close now sends no reset.
-fn drained(s: &mut std::net::TcpStream) -> bool {
+fn drained(s: &mut impl Read) -> bool {
     let mut buf = [0u8; 4096];
     let mut got = 0;
     while got < REFUSAL_DRAIN {
@@ -289,14 +304,30 @@ impl Drop for LingerSlot {
     }
 }
 
-async fn linger_tcp(s: TcpStream) {
-    let mut buf = [0u8; 512];
-    let until = std::time::Instant::now() + REFUSAL_LINGER;
-    loop {
-        let wait = until.saturating_duration_since(std::time::Instant::now());
-        match duality_rt::time::timeout(wait, s.read(&mut buf)).await {
-            Ok(Ok(n)) if n > 0 => {}
-            _ => return,
+/// A refused socket lingered over.
+enum Refused {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Refused {
+    /// Reads and drops what the client sends until it closes or
+    /// [`REFUSAL_LINGER`] has passed.
+    async fn linger(self) {
+        let mut buf = [0u8; 512];
+        let until = std::time::Instant::now() + REFUSAL_LINGER;
+        loop {
+            let wait = until.saturating_duration_since(std::time::Instant::now());
+            let read = async {
+                match &self {
+                    Refused::Tcp(s) => s.read(&mut buf).await,
+                    Refused::Unix(s) => s.read(&mut buf).await,
+                }
+            };
+            match duality_rt::time::timeout(wait, read).await {
+                Ok(Ok(n)) if n > 0 => {}
+                _ => return,
+            }
         }
     }
 }

@@ -237,6 +237,39 @@ fn refusals_hold_no_descriptors_once_answered_and_lingering_ones_are_bounded() {
 }
 
 #[test]
+fn a_refused_unix_client_that_writes_late_still_reads_the_refusal() {
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+    const MSG: &[u8] = b"SERVER_ERROR too many open connections\r\n";
+    let path = std::env::temp_dir().join(format!("duality-refuse-{}.sock", std::process::id()));
+    let d = Detector::new(10);
+    let server = ServerBuilder::new()
+        .model(Model::Symped { n: 1 })
+        .max_conns(1)
+        .refusal_message(MSG)
+        .unix(&path)
+        .serve(move |c, p| echo::serve(c, p, d.clone()))
+        .unwrap();
+    let mut admitted = UnixStream::connect(&path).unwrap();
+    admitted.write_all(&echo::request(1, 1)).unwrap();
+    let mut r = [0u8; FRAME];
+    admitted.read_exact(&mut r).unwrap();
+    for i in 0..3 {
+        let mut s = UnixStream::connect(&path).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        // memcached's clients write their command first, then read: a
+        // socket closed at once failed that write with EPIPE.
+        std::thread::sleep(Duration::from_millis(100));
+        s.write_all(b"get k\r\n")
+            .unwrap_or_else(|e| panic!("client {i}: {e}"));
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).unwrap();
+        assert_eq!(got, MSG, "client {i}");
+    }
+    drop(server);
+}
+
+#[test]
 fn shutdown_lets_in_flight_requests_finish() {
     for model in ["sped", "amped:1", "symped:2", "thread-per-conn"] {
         let server = ServerBuilder::new()
