@@ -160,8 +160,9 @@ pub struct HttpArgs {
     /// uncompressed unless a fresh FILE.gz is beside it.
     #[arg(long, default_value_t = GzipConfig::default().max_length >> 20)]
     gzip_max_size: u64,
-    /// Serve a pre-compressed FILE.gz beside FILE (same root checks, at least
-    /// as new as FILE) to clients that take gzip (nginx's gzip_static).
+    /// With --gzip on, serve a pre-compressed FILE.gz beside FILE (same root
+    /// checks, at least as new as FILE) to clients that take gzip (nginx's
+    /// gzip_static; unlike nginx, it does nothing while --gzip is off).
     #[arg(long, value_name = "on|off", default_value = "on", value_parser = on_off,
           action = clap::ArgAction::Set)]
     gzip_static: bool,

@@ -748,7 +748,7 @@ impl HttpProtocol {
     /// once; otherwise each chunk is asked of `cachestat` first, and a chunk
     /// not all in the page cache is read in off the loop before it is sent:
     /// on an io_uring loop by the ring ([`duality_rt::fs::fetch`]), on epoll
-    /// by a read-ahead on the blocking pool. Either way the bytes waiting
+    /// by a read on the blocking pool. Either way the bytes waiting
     /// for a slow reader are the page cache's, not copies of ours. `false`
     /// if the file ended first.
     async fn send_file(
@@ -784,10 +784,10 @@ impl HttpProtocol {
             } else if here == Some(false) {
                 self.state.counters.cold_reads.fetch_add(1, Relaxed);
                 let (f, at) = (file.clone(), offset);
-                // A failed read-ahead leaves sendfile to read (and report).
+                // A failed read leaves sendfile to read (and report).
                 let _ = reply
                     .payload()
-                    .blocking(move || sys::readahead(&f, at, count as u64))
+                    .blocking(move || sys::read_in(&f, at, count as u64))
                     .await;
             }
             let sent = reply

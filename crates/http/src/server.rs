@@ -183,7 +183,7 @@ pub struct HttpStats {
     /// Requests answered from a file kept open ([`HttpConfig::open_files`]).
     pub open_file_hits: u64,
     /// Pieces of `sendfile`d bodies found out of the kernel's page cache and
-    /// read in off the loops (a read through the ring, or a read-ahead on the
+    /// read in off the loops (a read through the ring, or a read on the
     /// blocking pool under epoll) so no loop waited for the disk.
     pub cold_reads: u64,
     /// Files kept open now.
@@ -634,7 +634,7 @@ impl HttpState {
             // the page cache here, where blocking is allowed, and let the
             // connection `sendfile` it: no copy into memory of ours, no
             // eviction (nginx's `aio threads` does the same read).
-            if sys::readahead(&file, 0, meta.size).is_ok() {
+            if sys::read_in(&file, 0, meta.size).is_ok() {
                 return Ok(Found::File {
                     file: Arc::new(file),
                     meta,
@@ -694,7 +694,7 @@ impl HttpState {
                     // it in pieces (a failed read-ahead leaves the reads to
                     // wait for the disk; they happen off the loops unless
                     // the policy is `inline`).
-                    let _ = sys::readahead(&file, 0, meta.size);
+                    let _ = sys::read_in(&file, 0, meta.size);
                     let input = GzipInput::File {
                         file: Arc::new(file),
                         len: meta.size,

@@ -1,5 +1,5 @@
 //! The system calls the server makes directly, and the only `unsafe` of
-//! this crate: `sendfile(2)`, `readahead(2)` and `cachestat(2)`.
+//! this crate: `sendfile(2)`, `cachestat(2)` and `preadv2(2)`.
 //!
 //! It takes a raw descriptor because that is what
 //! [`Conn::write_with_for`](duality_models::Conn::write_with_for) gives. A
@@ -33,20 +33,55 @@ pub(crate) fn sendfile(
 }
 
 /// Reads `len` bytes of `file` from `offset` into the page cache and
-/// waits for them (`readahead(2)` blocks until the data is read), so that a
-/// later `sendfile` of them does not wait for the disk. Call it where
+/// waits for them, so that a later `sendfile` of them does not wait for the
+/// disk. A read, not `readahead(2)`: that one only starts the disk reads,
+/// and the `sendfile` after it waited for them on the loop. Call it where
 /// blocking is allowed (the blocking pool).
-pub(crate) fn readahead(file: &std::fs::File, offset: u64, len: u64) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let offset = libc::off64_t::try_from(offset)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset too large"))?;
-    // SAFETY: readahead only reads a descriptor (an invalid one yields
-    // EBADF) and integers; no memory is passed.
-    let r = unsafe { libc::readahead(file.as_raw_fd(), offset, len as usize) };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
+pub(crate) fn read_in(file: &std::fs::File, offset: u64, len: u64) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    thread_local! {
+        // Read into and thrown away: one buffer per pool thread.
+        static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
     }
-    Ok(())
+    SCRATCH.with_borrow_mut(|buf| {
+        if buf.is_empty() {
+            buf.resize(256 * 1024, 0);
+        }
+        let mut done = 0;
+        while done < len {
+            let want = (len - done).min(buf.len() as u64) as usize;
+            match file.read_at(&mut buf[..want], offset + done) {
+                Ok(0) => break,
+                Ok(n) => done += n as u64,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Can the bytes at `offset` and at `offset + len - 1` of `file` be read
+/// now, without waiting for the disk? A one-byte `preadv2(RWF_NOWAIT)` at
+/// each end: `cachestat(2)` counts pages the kernel is still reading in
+/// (read-ahead past a read, up to megabytes) as cached, and a `sendfile`
+/// of them waited on the loop. `true` where the kernel cannot say.
+fn readable_now(file: RawFd, offset: u64, len: u64) -> bool {
+    [offset, offset + len - 1].into_iter().all(|at| {
+        let Ok(at) = libc::off_t::try_from(at) else {
+            return true;
+        };
+        let mut byte = 0u8;
+        let iov = libc::iovec {
+            iov_base: (&mut byte as *mut u8).cast(),
+            iov_len: 1,
+        };
+        // SAFETY: preadv2 reads one descriptor (an invalid one yields
+        // EBADF) and one iovec, a live local that points to `byte`, a live
+        // local one byte long, the most the kernel writes.
+        let r = unsafe { libc::preadv2(file, &iov, 1, at, libc::RWF_NOWAIT) };
+        r >= 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EAGAIN)
+    })
 }
 
 /// `cachestat(2)`'s number (Linux 6.5+); the same in the generic table and
@@ -58,16 +93,27 @@ const SYS_CACHESTAT: libc::c_long = 451;
 /// seccomp filter): then every later call answers `None` without asking.
 static NO_CACHESTAT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Are all pages of `len` bytes of `file` from `offset` in the page cache?
-/// `None` when the kernel cannot say (no `cachestat(2)`): the caller then
-/// assumes they may not be. One system call, no memory mapped: what lets a
-/// loop `sendfile` a hot file itself (the disk cannot make it wait) and
-/// leave a cold one to the ring's workers.
+/// Are all pages of `len` bytes of `file` from `offset` in the page cache,
+/// and read in (not still on their way from the disk)? `None` when the
+/// kernel cannot say (no `cachestat(2)`, and both ends can be read now):
+/// the caller then assumes they may not be. Three system calls, no memory
+/// mapped: what lets a loop `sendfile` a hot file itself (the disk cannot
+/// make it wait) and leave a cold one to the ring's workers or the pool.
 pub(crate) fn cached(file: RawFd, offset: u64, len: u64) -> Option<bool> {
-    use std::sync::atomic::Ordering::Relaxed;
     if len == 0 {
         return Some(true);
     }
+    match present(file, offset, len) {
+        Some(false) => Some(false),
+        Some(true) => Some(readable_now(file, offset, len)),
+        None => (!readable_now(file, offset, len)).then_some(false),
+    }
+}
+
+/// `cachestat(2)`: are all pages of the range in the page cache (`None`:
+/// the kernel cannot say)?
+fn present(file: RawFd, offset: u64, len: u64) -> Option<bool> {
+    use std::sync::atomic::Ordering::Relaxed;
     if NO_CACHESTAT.load(Relaxed) {
         return None;
     }
@@ -190,6 +236,33 @@ mod tests {
         // A bad descriptor: no answer, and the call stays available.
         assert_eq!(cached(-1, 0, 10), None);
         assert_eq!(cached(f.as_raw_fd(), 0, 10), Some(true));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_dropped_span_is_neither_cached_nor_readable_now_until_read_in() {
+        let dir = std::env::temp_dir().join(format!("duality-http-rin-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("f");
+        std::fs::write(&p, vec![9u8; 64 * 1024]).unwrap();
+        let f = std::fs::File::open(&p).unwrap();
+        f.sync_all().unwrap();
+        // SAFETY: posix_fadvise only reads a live descriptor and integers.
+        let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        assert_eq!(r, 0);
+        let fd = f.as_raw_fd();
+        if readable_now(fd, 0, 64 * 1024) {
+            // tmpfs keeps its pages: nothing is ever cold there.
+            eprintln!("the pages stayed (tmpfs?); skipping");
+            std::fs::remove_dir_all(&dir).unwrap();
+            return;
+        }
+        assert_ne!(cached(fd, 0, 64 * 1024), Some(true));
+        read_in(&f, 0, 64 * 1024).unwrap();
+        assert!(readable_now(fd, 0, 64 * 1024));
+        assert_ne!(cached(fd, 0, 64 * 1024), Some(false));
+        // Past the end: nothing to read, nothing to wait for.
+        read_in(&f, 60 * 1024, 1 << 20).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
