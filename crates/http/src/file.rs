@@ -163,14 +163,22 @@ impl fmt::Debug for ETag {
 /// validators come from `fstat`, so the head describes exactly the bytes that
 /// will be read. This is a blocking call: a handler runs it on its blocking
 /// pool (or inline where the model allows).
+///
+/// Out of descriptors (`EMFILE`, `ENFILE`), it tries again for up to about
+/// 15 ms before it gives up: under a tight limit a burst of refused
+/// connections holds descriptors for a moment (an io_uring loop accepts a
+/// burst at once, before any is refused). An injected fault stands for a
+/// limit that lasts and is not retried.
 pub fn open(path: &Path) -> io::Result<(File, FileMeta)> {
     if let Some(e) = duality_rt::faults::open_fault() {
         return Err(e);
     }
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)?;
+    let file = retry_out_of_files(OPEN_RETRIES, || {
+        OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(path)
+    })?;
     let md = file.metadata()?;
     if !md.is_file() {
         return Err(io::Error::new(
@@ -179,6 +187,34 @@ pub fn open(path: &Path) -> io::Result<(File, FileMeta)> {
         ));
     }
     Ok((file, FileMeta::from_metadata(&md)))
+}
+
+/// Waits before each retry of an open out of descriptors: 15 ms in all.
+const OPEN_RETRIES: [std::time::Duration; 4] = [
+    std::time::Duration::from_millis(1),
+    std::time::Duration::from_millis(2),
+    std::time::Duration::from_millis(4),
+    std::time::Duration::from_millis(8),
+];
+
+/// Runs `op`, and again after each wait of `waits` while it fails for want
+/// of descriptors; the last answer.
+fn retry_out_of_files<T>(
+    waits: impl IntoIterator<Item = std::time::Duration>,
+    mut op: impl FnMut() -> io::Result<T>,
+) -> io::Result<T> {
+    let out_of_files =
+        |e: &io::Error| matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE));
+    let mut waits = waits.into_iter();
+    loop {
+        match op() {
+            Err(e) if out_of_files(&e) => match waits.next() {
+                Some(wait) => std::thread::sleep(wait),
+                None => return Err(e),
+            },
+            r => return r,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -257,5 +293,38 @@ mod tests {
         assert_ne!(base, ETag::of(&meta(11, 100, 1, 7)));
         assert_ne!(base, ETag::of(&meta(10, 100, 2, 7)));
         assert_ne!(base, ETag::of(&meta(10, 100, 1, 8)));
+    }
+
+    #[test]
+    fn an_open_out_of_descriptors_is_tried_again_a_bounded_number_of_times() {
+        let emfile = || io::Error::from_raw_os_error(libc::EMFILE);
+        let waits = [Duration::from_millis(1); 3];
+        // Descriptors back after two tries: the third answers.
+        let mut tries = 0;
+        let r = retry_out_of_files(waits, || {
+            tries += 1;
+            if tries < 3 {
+                Err(emfile())
+            } else {
+                Ok(tries)
+            }
+        });
+        assert_eq!(r.unwrap(), 3);
+        // Never back: one try per wait and one more, then the error.
+        let mut tries = 0;
+        let r: io::Result<()> = retry_out_of_files(waits, || {
+            tries += 1;
+            Err(io::Error::from_raw_os_error(libc::ENFILE))
+        });
+        assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::ENFILE));
+        assert_eq!(tries, 4);
+        // Any other error is the answer at once.
+        let mut tries = 0;
+        let r: io::Result<()> = retry_out_of_files(waits, || {
+            tries += 1;
+            Err(io::ErrorKind::NotFound.into())
+        });
+        assert_eq!(r.unwrap_err().kind(), io::ErrorKind::NotFound);
+        assert_eq!(tries, 1);
     }
 }
