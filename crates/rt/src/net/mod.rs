@@ -85,10 +85,12 @@ pub fn is_resource_exhaustion(e: &io::Error) -> bool {
     )
 }
 
-/// Errors from `accept` that concern only one aborted connection.
+/// Errors from `accept` that concern only one aborted connection. An
+/// io_uring accept of a connection the client reset while it waited in the
+/// backlog answers `ENOTCONN` (accept4(2) hands such a socket over).
 fn is_transient_accept_error(e: &io::Error) -> bool {
     matches!(
         e.raw_os_error(),
-        Some(libc::ECONNABORTED) | Some(libc::EPROTO) | Some(libc::EINTR)
+        Some(libc::ECONNABORTED) | Some(libc::EPROTO) | Some(libc::EINTR) | Some(libc::ENOTCONN)
     )
 }
