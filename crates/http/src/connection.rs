@@ -745,12 +745,14 @@ impl HttpProtocol {
 
     /// Sends `span` of `file` with `sendfile`, so that no loop waits for the
     /// disk. A span `resident` (just read into the page cache) goes out at
-    /// once; otherwise each chunk is asked of `cachestat` first, and a chunk
-    /// not all in the page cache is read in off the loop before it is sent:
-    /// on an io_uring loop by the ring ([`duality_rt::fs::fetch`]), on epoll
-    /// by a read on the blocking pool. Either way the bytes waiting
-    /// for a slow reader are the page cache's, not copies of ours. `false`
-    /// if the file ended first.
+    /// once; otherwise each piece is asked of [`sys::cached`] first
+    /// (`cachestat`, and whether both its ends can be read without waiting),
+    /// and a piece found cold is read in off the loop before it is sent: on
+    /// an io_uring loop by the ring ([`duality_rt::fs::fetch`]), on epoll by
+    /// a read on the blocking pool. Either way the bytes waiting for a slow
+    /// reader are the page cache's, not copies of ours. Where the kernel
+    /// cannot say (no `cachestat`), epoll sends at once and io_uring reads
+    /// each piece in. `false` if the file ended first.
     async fn send_file(
         &self,
         file: Arc<File>,
@@ -763,32 +765,33 @@ impl HttpProtocol {
         let fd = file.as_raw_fd();
         let end = span.end();
         let mut offset = span.start;
+        // Bytes before this were read in (or found ready) and are still to
+        // send: a sendfile cut short by a full socket does not make the rest
+        // of its piece look cold and be read again.
+        let mut ready_to = if resident { end } else { offset };
         let wait = reply.write_timeout();
         while offset < end {
             let mut count = (end - offset).min(SENDFILE_CHUNK) as usize;
-            // Without cachestat (None): epoll trusts sendfile as before (the
-            // page cache usually has it); the ring fetches (it never blocks).
-            let here = if resident {
-                Some(true)
+            if offset < ready_to {
+                count = count.min((ready_to - offset) as usize);
             } else {
-                sys::cached(fd, offset, count as u64)
-            };
-            if uring && here != Some(true) {
-                // The ring brings the chunk in (into memory nobody keeps),
-                // then sendfile finds it in the page cache.
-                self.state.counters.cold_reads.fetch_add(1, Relaxed);
-                count = count.min(duality_rt::fs::fetch(file.clone(), offset, count).await?);
-                if count == 0 {
-                    return Ok(false);
+                let here = sys::cached(fd, offset, count as u64);
+                if uring && here != Some(true) {
+                    self.state.counters.cold_reads.fetch_add(1, Relaxed);
+                    count = count.min(duality_rt::fs::fetch(file.clone(), offset, count).await?);
+                    if count == 0 {
+                        return Ok(false);
+                    }
+                } else if here == Some(false) {
+                    self.state.counters.cold_reads.fetch_add(1, Relaxed);
+                    let (f, at) = (file.clone(), offset);
+                    // A failed read leaves sendfile to read (and report).
+                    let _ = reply
+                        .payload()
+                        .blocking(move || duality_rt::fs::read_in(&f, at, count as u64))
+                        .await;
                 }
-            } else if here == Some(false) {
-                self.state.counters.cold_reads.fetch_add(1, Relaxed);
-                let (f, at) = (file.clone(), offset);
-                // A failed read leaves sendfile to read (and report).
-                let _ = reply
-                    .payload()
-                    .blocking(move || sys::read_in(&f, at, count as u64))
-                    .await;
+                ready_to = offset + count as u64;
             }
             let sent = reply
                 .conn()

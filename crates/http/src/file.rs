@@ -168,7 +168,9 @@ impl fmt::Debug for ETag {
 /// 15 ms before it gives up: under a tight limit a burst of refused
 /// connections holds descriptors for a moment (an io_uring loop accepts a
 /// burst at once, before any is refused). An injected fault stands for a
-/// limit that lasts and is not retried.
+/// limit that lasts and is not retried. The waits hold the calling thread
+/// (a blocking-pool thread, or a payload thread under the hand-off
+/// models).
 pub fn open(path: &Path) -> io::Result<(File, FileMeta)> {
     if let Some(e) = duality_rt::faults::open_fault() {
         return Err(e);

@@ -634,7 +634,7 @@ impl HttpState {
             // the page cache here, where blocking is allowed, and let the
             // connection `sendfile` it: no copy into memory of ours, no
             // eviction (nginx's `aio threads` does the same read).
-            if sys::read_in(&file, 0, meta.size).is_ok() {
+            if duality_rt::fs::read_in(&file, 0, meta.size).is_ok() {
                 return Ok(Found::File {
                     file: Arc::new(file),
                     meta,
@@ -689,12 +689,11 @@ impl HttpState {
             None => {
                 let (file, meta) = file::open(path).map_err(|e| HttpError::from_io(&e))?;
                 if !self.cache.admits(meta.size) {
-                    // Too large for the cache: into the page cache here,
-                    // where blocking is allowed, and the compression reads
-                    // it in pieces (a failed read-ahead leaves the reads to
-                    // wait for the disk; they happen off the loops unless
-                    // the policy is `inline`).
-                    let _ = sys::read_in(&file, 0, meta.size);
+                    // Too large for the cache: its reads into the page
+                    // cache start here, and the compression reads it in
+                    // pieces, waiting for what has not arrived (off the
+                    // loops unless the policy is `inline`).
+                    let _ = sys::readahead(&file, 0, meta.size);
                     let input = GzipInput::File {
                         file: Arc::new(file),
                         len: meta.size,

@@ -1,5 +1,6 @@
 //! The system calls the server makes directly, and the only `unsafe` of
-//! this crate: `sendfile(2)`, `cachestat(2)` and `preadv2(2)`.
+//! this crate: `sendfile(2)`, `cachestat(2)`, `preadv2(2)` and
+//! `readahead(2)`.
 //!
 //! It takes a raw descriptor because that is what
 //! [`Conn::write_with_for`](duality_models::Conn::write_with_for) gives. A
@@ -32,40 +33,30 @@ pub(crate) fn sendfile(
     Ok(n as usize)
 }
 
-/// Reads `len` bytes of `file` from `offset` into the page cache and
-/// waits for them, so that a later `sendfile` of them does not wait for the
-/// disk. A read, not `readahead(2)`: that one only starts the disk reads,
-/// and the `sendfile` after it waited for them on the loop. Call it where
-/// blocking is allowed (the blocking pool).
-pub(crate) fn read_in(file: &std::fs::File, offset: u64, len: u64) -> io::Result<()> {
-    use std::os::unix::fs::FileExt;
-    thread_local! {
-        // Read into and thrown away: one buffer per pool thread.
-        static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+/// Starts reading `len` bytes of `file` from `offset` into the page cache
+/// (`readahead(2)`: it returns once the reads are issued, not done), for a
+/// reader that will go through them in order off the loops anyway.
+pub(crate) fn readahead(file: &std::fs::File, offset: u64, len: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let offset = libc::off64_t::try_from(offset)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset too large"))?;
+    // SAFETY: readahead only reads a descriptor (an invalid one yields
+    // EBADF) and integers; no memory is passed.
+    let r = unsafe { libc::readahead(file.as_raw_fd(), offset, len as usize) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
     }
-    SCRATCH.with_borrow_mut(|buf| {
-        if buf.is_empty() {
-            buf.resize(256 * 1024, 0);
-        }
-        let mut done = 0;
-        while done < len {
-            let want = (len - done).min(buf.len() as u64) as usize;
-            match file.read_at(&mut buf[..want], offset + done) {
-                Ok(0) => break,
-                Ok(n) => done += n as u64,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
-    })
+    Ok(())
 }
 
 /// Can the bytes at `offset` and at `offset + len - 1` of `file` be read
 /// now, without waiting for the disk? A one-byte `preadv2(RWF_NOWAIT)` at
 /// each end: `cachestat(2)` counts pages the kernel is still reading in
 /// (read-ahead past a read, up to megabytes) as cached, and a `sendfile`
-/// of them waited on the loop. `true` where the kernel cannot say.
+/// of them waited on the loop. A heuristic: pages between the two ends
+/// may still be on their way (read-ahead fills a range in order, so
+/// rarely), and a probe that finds a page missing starts its read-ahead.
+/// `true` where the kernel cannot say.
 fn readable_now(file: RawFd, offset: u64, len: u64) -> bool {
     [offset, offset + len - 1].into_iter().all(|at| {
         let Ok(at) = libc::off_t::try_from(at) else {
@@ -258,11 +249,14 @@ mod tests {
             return;
         }
         assert_ne!(cached(fd, 0, 64 * 1024), Some(true));
-        read_in(&f, 0, 64 * 1024).unwrap();
+        duality_rt::fs::read_in(&f, 0, 64 * 1024).unwrap();
         assert!(readable_now(fd, 0, 64 * 1024));
         assert_ne!(cached(fd, 0, 64 * 1024), Some(false));
         // Past the end: nothing to read, nothing to wait for.
-        read_in(&f, 60 * 1024, 1 << 20).unwrap();
+        assert_eq!(
+            duality_rt::fs::read_in(&f, 60 * 1024, 1 << 20).unwrap(),
+            4096
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -99,8 +99,38 @@ pub async fn fetch(file: Arc<File>, offset: u64, len: usize) -> io::Result<usize
     });
     match ring {
         Some(done) => poll_fn(|cx| done.poll_read(cx)).await,
-        None => read_aligned(file, offset, len, 1).await.map(|b| b.len()),
+        None => crate::spawn_blocking(move || read_in(&file, offset, len as u64))
+            .await
+            .map_err(|e| io::Error::other(e.to_string()))?,
     }
+}
+
+/// [`fetch`] for a thread that may block (a pool's): reads `len` bytes of
+/// `file` from `offset` into a per-thread scratch buffer and drops them,
+/// waiting for the disk; how many bytes the file had there. A read, not
+/// `readahead(2)`, which only starts the disk reads: a `sendfile` after it
+/// still waited for them.
+pub fn read_in(file: &File, offset: u64, len: u64) -> io::Result<usize> {
+    use std::os::unix::fs::FileExt;
+    thread_local! {
+        static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    SCRATCH.with_borrow_mut(|buf| {
+        if buf.is_empty() {
+            buf.resize(FETCH_MAX, 0);
+        }
+        let mut done = 0u64;
+        while done < len {
+            let want = (len - done).min(buf.len() as u64) as usize;
+            match file.read_at(&mut buf[..want], offset + done) {
+                Ok(0) => break,
+                Ok(n) => done += n as u64,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(done as usize)
+    })
 }
 
 #[cfg(test)]

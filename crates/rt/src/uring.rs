@@ -916,6 +916,8 @@ struct FileOp {
     /// Empty for a [fetch](UringReactor::fetch_file): the kernel writes into
     /// the ring's scratch memory instead.
     buf: Vec<u8>,
+    /// A fetch: the result is a count, the bytes are nobody's.
+    fetch: bool,
     /// Zeroed bytes before the read's first byte (alignment).
     pad: usize,
     _file: Arc<std::fs::File>,
@@ -1060,8 +1062,9 @@ pub(crate) struct UringReactor {
     /// no receive is armed.
     quiet_due: Cell<Option<Instant>>,
     /// What fetches read into ([`UringReactor::fetch_file`]); made on the
-    /// first.
-    scratch: RefCell<Option<Box<[u8]>>>,
+    /// first, freed with the ring. A raw pointer, never a reference: the
+    /// kernel may be writing into it whenever a fetch is in flight.
+    scratch: Cell<Option<std::ptr::NonNull<[u8]>>>,
 }
 
 impl UringReactor {
@@ -1099,7 +1102,7 @@ impl UringReactor {
             wake_armed: Cell::new(false),
             lingering: RefCell::new(Vec::new()),
             quiet_due: Cell::new(None),
-            scratch: RefCell::new(None),
+            scratch: Cell::new(None),
         };
         r.arm_wake();
         Ok(r)
@@ -1410,11 +1413,13 @@ impl UringReactor {
         buf.resize(pad, 0);
         // SAFETY: `pad + len` is within the capacity reserved above.
         let ptr = unsafe { buf.as_mut_ptr().add(pad) };
-        // The Vec moved into the table keeps its heap buffer: `ptr` stays valid.
-        self.push_file_read(file, offset, ptr, len, buf, pad)
+        // SAFETY: the Vec moved into the operation keeps its heap buffer
+        // (capacity `pad + len`) until the completion: `ptr` stays valid.
+        unsafe { self.push_file_read(file, offset, ptr, len, Some((buf, pad))) }
     }
 
-    /// Reads up to `len` bytes (at most [`FETCH_MAX`](crate::fs::FETCH_MAX)) of `file` at
+    /// Reads up to `len` bytes (at most [`FETCH_MAX`](crate::fs::FETCH_MAX))
+    /// of `file` at
     /// `offset` through the ring into scratch memory nobody reads: what
     /// matters is that the file's pages are in the page cache once it
     /// completes (a `sendfile` then does not wait for the disk). Scratch
@@ -1425,39 +1430,43 @@ impl UringReactor {
         offset: u64,
         len: usize,
     ) -> Arc<FileRead> {
-        let ptr = self
-            .scratch
-            .borrow_mut()
-            .get_or_insert_with(|| vec![0u8; crate::fs::FETCH_MAX].into_boxed_slice())
-            .as_mut_ptr();
-        self.push_file_read(
-            file,
-            offset,
-            ptr,
-            len.min(crate::fs::FETCH_MAX),
-            Vec::new(),
-            0,
-        )
+        let scratch = self.scratch.get().unwrap_or_else(|| {
+            let b = vec![0u8; crate::fs::FETCH_MAX].into_boxed_slice();
+            let p = std::ptr::NonNull::from(Box::leak(b));
+            self.scratch.set(Some(p));
+            p
+        });
+        let len = len.min(crate::fs::FETCH_MAX);
+        // SAFETY: the scratch memory holds FETCH_MAX bytes and lives until
+        // the ring is dropped, after its operations (or is leaked with them).
+        unsafe { self.push_file_read(file, offset, scratch.as_ptr().cast(), len, None) }
     }
 
-    /// Queues a read of `len` bytes of `file` at `offset` into `ptr`, which
-    /// stays valid until the completion: `buf`'s heap memory (kept in the
-    /// operation, with `pad` bytes before `ptr`), or the ring's scratch.
-    fn push_file_read(
+    /// Queues a read of `len` bytes of `file` at `offset` into `ptr`: into
+    /// the heap memory of `read`'s buffer (kept in the operation, with its
+    /// `pad` bytes before `ptr`), or, `None`, a fetch into the ring's
+    /// scratch.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for writes of `len` bytes until the operation
+    /// completes (or the ring is dropped).
+    unsafe fn push_file_read(
         &self,
         file: Arc<std::fs::File>,
         offset: u64,
         ptr: *mut u8,
         len: usize,
-        buf: Vec<u8>,
-        pad: usize,
+        read: Option<(Vec<u8>, usize)>,
     ) -> Arc<FileRead> {
         use std::os::fd::AsRawFd;
         let done = Arc::new(FileRead::default());
         let fd = file.as_raw_fd();
+        let fetch = read.is_none();
+        let (buf, pad) = read.unwrap_or_default();
         let ud = self.ops.borrow_mut().insert(Op {
             io: None,
             kind: OpKind::File(Box::new(FileOp {
+                fetch,
                 buf,
                 pad,
                 _file: file,
@@ -1682,11 +1691,15 @@ impl UringReactor {
                 return false;
             };
             let FileOp {
-                mut buf, pad, done, ..
+                mut buf,
+                pad,
+                done,
+                fetch,
+                ..
             } = *file;
             let r = if res < 0 {
                 Err(io::Error::from_raw_os_error(-res))
-            } else if buf.capacity() == 0 {
+            } else if fetch {
                 // A fetch: the bytes went to the scratch memory.
                 Ok(res as usize)
             } else {
@@ -2011,7 +2024,11 @@ impl Drop for UringReactor {
             for op in left {
                 std::mem::forget(op);
             }
-            std::mem::forget(self.scratch.take());
+            self.scratch.set(None);
+        } else if let Some(p) = self.scratch.take() {
+            // SAFETY: made by Box::into_raw in fetch_file, and no operation
+            // is left that the kernel could still write into it with.
+            drop(unsafe { Box::from_raw(p.as_ptr()) });
         }
     }
 }
