@@ -209,8 +209,8 @@ impl Accepted {
     /// with unread input makes the kernel send a reset, which can destroy
     /// the message before the client reads it; so the write side is shut
     /// and what the client already sent is read and dropped. A client that
-    /// sent its request (the usual case: it arrives with the connection) is
-    /// closed at once, so a burst of refusals holds no descriptors that the
+    /// sent its request (the usual case: it arrives with the connection;
+    /// one ending in a line end) is closed at once, so a burst of refusals holds no descriptors that the
     /// admitted connections need under a tight limit. One that sent nothing
     /// yet, or still sends, is lingered over (at most [`REFUSAL_LINGER`], by
     /// a task of the current loop) while fewer than `lingering`'s bound
@@ -241,31 +241,44 @@ impl Accepted {
     }
 }
 
-/// Writes `message` (best effort, non-blocking), shuts the write side and
-/// [drains](drained) what the client sent: whether the socket may close
-/// at once.
+/// Writes `message` (best effort, non-blocking), [drains](drained) what the
+/// client sent and shuts the write side: whether the socket may close at
+/// once.
 fn answer<S: std::os::fd::AsFd>(mut s: &S, message: &[u8]) -> bool
 where
     for<'a> &'a S: Read + Write,
 {
     let sock = SockRef::from(s);
-    let _ = sock.set_nonblocking(true).and_then(|_| s.write(message));
+    if sock.set_nonblocking(true).is_err() {
+        // Reading could block the loop: close as before.
+        return true;
+    }
+    let _ = s.write(message);
+    // Drained before the write side is shut: a client that waits for the
+    // end of the refusal writes nothing more the drain could miss.
+    let done = drained(&mut s);
     let _ = sock.shutdown(std::net::Shutdown::Write);
-    drained(&mut s)
+    done
 }
 
 /// Reads what a refused client has sent so far (at most
-/// [`REFUSAL_DRAIN`]): whether it sent something and nothing is left
-/// unread, or it closed, so that a close now sends no reset.
+/// [`REFUSAL_DRAIN`]): whether it closed, or sent what looks like whole
+/// requests (ending in a line end, as text protocols' do) with nothing
+/// left unread, so that a close now sends no reset. A request still on
+/// its way (a body, a binary frame) is lingered over.
 fn drained(s: &mut impl Read) -> bool {
     let mut buf = [0u8; 4096];
     let mut got = 0;
+    let mut last = None;
     while got < REFUSAL_DRAIN {
         match s.read(&mut buf) {
             Ok(0) => return true,
-            Ok(n) => got += n,
+            Ok(n) => {
+                got += n;
+                last = Some(buf[n - 1]);
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return got > 0,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return last == Some(b'\n'),
             Err(_) => return true,
         }
     }
