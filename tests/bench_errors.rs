@@ -7,6 +7,19 @@ mod common;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+/// The shortest `bench models` run that still measures: one short window,
+/// no warm-up, a tiny data set.
+const SHORTEST_MODELS_RUN: [&str; 8] = [
+    "--seconds",
+    "0.05",
+    "--windows",
+    "1",
+    "--warmup",
+    "0",
+    "--records",
+    "100",
+];
+
 /// Runs `duality bench ARGS…`; fails the test if it is still running after
 /// 20 s (these all fail at once; the measurements they would start, if
 /// they did not, take longer).
@@ -286,27 +299,13 @@ fn memcached_starts_under_a_low_hard_descriptor_limit() {
     }
     let tmp = common::TempDir::new("bench-mc-nofile");
     let out = tmp.path().join("r");
-    let o = bench_under_ulimit(
-        4096,
-        &[
-            "models",
-            "--models",
-            "sped",
-            "--clients",
-            "1",
-            "--seconds",
-            "0.05",
-            "--windows",
-            "1",
-            "--warmup",
-            "0",
-            "--records",
-            "100",
-            "--json",
-            "--out",
-            out.to_str().unwrap(),
-        ],
-    );
+    let args = [
+        &["models", "--models", "sped", "--clients", "1"][..],
+        &SHORTEST_MODELS_RUN,
+        &["--json", "--out", out.to_str().unwrap()],
+    ]
+    .concat();
+    let o = bench_under_ulimit(4096, &args);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
     let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -335,16 +334,7 @@ fn a_closed_stdout_ends_the_output_quietly() {
             "--clients",
             "1",
         ])
-        .args([
-            "--seconds",
-            "0.05",
-            "--windows",
-            "1",
-            "--warmup",
-            "0",
-            "--records",
-            "100",
-        ])
+        .args(SHORTEST_MODELS_RUN)
         .arg("--out")
         .arg(&out)
         .stdin(Stdio::null())
