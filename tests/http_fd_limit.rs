@@ -2,7 +2,9 @@
 //! default `--max-conns` follows the limit ((64 - 32) / 2 = 16), and 40
 //! clients connected at once each get a whole answer — the file (200) for
 //! at most 16, a clean refusal (503) for the others — never a 500 or a
-//! silent close; afterwards it serves again.
+//! silent close; afterwards it serves again. And a burst far past the
+//! limit leaves every admitted connection its file (on io_uring too, whose
+//! multishot accept would take the whole backlog at once).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -116,5 +118,85 @@ fn a_small_descriptor_limit_gives_200_or_503_never_500() {
     let _ = child.wait();
     let said = said.join().unwrap();
     assert!(!said.contains("panicked"), "{said}");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// Starts `duality http` under `ulimit -n LIMIT`; returns it, its address
+/// and its first log line.
+fn start_limited(
+    root: &std::path::Path,
+    limit: u32,
+    extra: &[&str],
+) -> (std::process::Child, String, String) {
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(format!("ulimit -n {limit} && exec \"$0\" \"$@\""))
+        .arg(env!("CARGO_BIN_EXE_duality"))
+        .args(["http", "--listen", "127.0.0.1:0"])
+        .args(extra)
+        .arg("--root")
+        .arg(root)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start duality http under sh");
+    let mut ready = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    let mut serving = String::new();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    stderr.read_line(&mut serving).unwrap();
+    // The rest of the log is drained so that no log line can block.
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    let addr = ready
+        .trim()
+        .strip_prefix("ready http://")
+        .unwrap_or_else(|| panic!("no ready line: {ready:?}"))
+        .to_string();
+    (child, addr, serving)
+}
+
+#[test]
+fn a_burst_past_the_limit_leaves_every_admitted_connection_its_file() {
+    let root = std::env::temp_dir().join(format!("duality-fdburst-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).unwrap();
+    // Larger than the socket buffers of a client that does not read, so
+    // every admitted connection holds its file open; sparse, so cheap.
+    let f = std::fs::File::create(root.join("big.bin")).unwrap();
+    f.set_len(32 << 20).unwrap();
+    for io in ["uring", "epoll"] {
+        let (mut child, addr, serving) =
+            start_limited(&root, 128, &["--model", "symped:2", "--io", io]);
+        assert!(serving.contains("max 48 connections"), "{serving:?}");
+        // Each asks as soon as it is connected and reads nothing yet, as a
+        // crowd of real clients would.
+        let mut conns: Vec<TcpStream> = (0..300)
+            .map(|_| {
+                let mut s = TcpStream::connect(&addr).unwrap();
+                let _ = s.write_all(b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n");
+                s
+            })
+            .collect();
+        let (mut ok, mut refused) = (0, 0);
+        // All stay open until every one has its answer.
+        for s in &mut conns {
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let mut status = [0u8; 12];
+            match s.read_exact(&mut status) {
+                Ok(()) if status.starts_with(b"HTTP/1.1 200") => ok += 1,
+                Ok(()) if status.starts_with(b"HTTP/1.1 503") => refused += 1,
+                r => panic!("{io}: neither 200 nor 503: {r:?} {status:?}"),
+            }
+        }
+        // Every admitted connection got its file: none was refused for
+        // want of a descriptor that refusals were holding.
+        assert_eq!((ok, refused), (48, 252), "{io}: 200s and 503s");
+        drop(conns);
+        // SAFETY: kill sends SIGTERM to our own child by its PID.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let _ = child.wait();
+    }
     let _ = std::fs::remove_dir_all(&root);
 }

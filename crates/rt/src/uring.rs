@@ -76,6 +76,13 @@ pub(crate) const CLOSE_LINGER: Duration = Duration::from_secs(5);
 const SHUTDOWN_LINGER: Duration = Duration::from_secs(1);
 /// Accepted connections queued before the multishot accept is paused.
 const ACCEPT_QUEUE: usize = 256;
+/// How long a listener accepts one connection at a time after an accept
+/// ran out of descriptors. A multishot accept takes the whole backlog as
+/// fast as the kernel can, so at the descriptor limit it refills the table
+/// as fast as refusals empty it, and admitted connections cannot open a
+/// file; one at a time, the acceptor's own pace (as under epoll) leaves
+/// room for both.
+const PACED_ACCEPT: Duration = Duration::from_secs(1);
 /// `St::tx_busy` for a send of `buf`.
 fn in_flight(buf: &[u8]) -> u32 {
     u32::try_from(buf.len()).unwrap_or(u32::MAX)
@@ -451,6 +458,29 @@ struct Accepting {
     armed: Option<u64>,
     accepted: VecDeque<OwnedFd>,
     err: Option<io::Error>,
+    /// Until when accepts are single-shot (see [`PACED_ACCEPT`]).
+    paced_until: Option<Instant>,
+}
+
+impl Accepting {
+    /// Whether an accept should be armed, and if so whether one at a time.
+    fn arm_next(&mut self) -> Option<bool> {
+        if !self.want || self.armed.is_some() {
+            return None;
+        }
+        let paced = self
+            .paced_until
+            .is_some_and(|t| crate::time::loop_now() < t);
+        if !paced {
+            self.paced_until = None;
+        }
+        let room = if paced {
+            self.accepted.is_empty()
+        } else {
+            self.accepted.len() < ACCEPT_QUEUE
+        };
+        room.then_some(paced)
+    }
 }
 
 impl St {
@@ -1227,23 +1257,22 @@ impl UringReactor {
                 }
             }
         }
-        if let Some(acc) = st
-            .cold
-            .as_mut()
-            .map(|c| &mut c.acc)
-            .filter(|a| a.want && a.armed.is_none() && a.accepted.len() < ACCEPT_QUEUE)
-        {
-            let ud = self.ops.borrow_mut().insert(Op {
-                io: Some(io.clone()),
-                kind: OpKind::Accept,
-            });
-            acc.armed = Some(ud);
-            self.push(
-                opcode::AcceptMulti::new(fd)
-                    .flags(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)
-                    .build()
-                    .user_data(ud),
-            );
+        if let Some(acc) = st.cold.as_mut().map(|c| &mut c.acc) {
+            if let Some(paced) = acc.arm_next() {
+                let ud = self.ops.borrow_mut().insert(Op {
+                    io: Some(io.clone()),
+                    kind: OpKind::Accept,
+                });
+                acc.armed = Some(ud);
+                let flags = libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC;
+                let sqe = if paced {
+                    let (addr, len) = (std::ptr::null_mut(), std::ptr::null_mut());
+                    opcode::Accept::new(fd, addr, len).flags(flags).build()
+                } else {
+                    opcode::AcceptMulti::new(fd).flags(flags).build()
+                };
+                self.push(sqe.user_data(ud));
+            }
         }
         if st.tx_busy == 0 && st.tx_err.is_none() {
             self.submit_queued(io, &mut st);
@@ -1845,6 +1874,9 @@ impl UringReactor {
                         acc.accepted.push_back(fd);
                     }
                 } else if res != -libc::ECANCELED {
+                    if res == -libc::EMFILE || res == -libc::ENFILE {
+                        acc.paced_until = Some(Instant::now() + PACED_ACCEPT);
+                    }
                     acc.err = Some(io::Error::from_raw_os_error(-res));
                 }
                 if !more {
@@ -2035,7 +2067,7 @@ impl Drop for UringReactor {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
-    use super::{give_spare, keep_buf, spare_buf, Spare, St, RX_LIMIT};
+    use super::{give_spare, keep_buf, spare_buf, Accepting, Spare, St, ACCEPT_QUEUE, RX_LIMIT};
     use super::{
         lock_std, opcode, types, Io, NonZeroU64, Op, OpKind, RingConfig, UringReactor, Watch,
         BUF_GROUP,
@@ -2045,6 +2077,36 @@ mod tests {
     use std::os::unix::net::UnixStream;
     use std::sync::Arc;
     use std::time::{Duration, Instant};
+
+    #[test]
+    fn after_running_out_of_descriptors_accepts_go_one_at_a_time_for_a_while() {
+        let fd = || std::fs::File::open("/dev/null").unwrap().into();
+        let mut acc = Accepting {
+            want: true,
+            ..Default::default()
+        };
+        // Multishot while the queue has room.
+        acc.accepted.push_back(fd());
+        assert_eq!(acc.arm_next(), Some(false));
+        acc.accepted.extend((1..ACCEPT_QUEUE).map(|_| fd()));
+        assert_eq!(acc.arm_next(), None, "a full queue pauses accepting");
+        acc.accepted.clear();
+        // Paced: one armed only once the last one was taken.
+        acc.paced_until = Some(Instant::now() + Duration::from_secs(60));
+        assert_eq!(acc.arm_next(), Some(true));
+        acc.accepted.push_back(fd());
+        assert_eq!(acc.arm_next(), None);
+        acc.accepted.clear();
+        acc.armed = Some(1);
+        assert_eq!(acc.arm_next(), None, "one in flight at most");
+        acc.armed = None;
+        // The pace ends by itself.
+        acc.paced_until = Some(Instant::now() - Duration::from_millis(1));
+        assert_eq!(acc.arm_next(), Some(false));
+        assert!(acc.paced_until.is_none());
+        acc.want = false;
+        assert_eq!(acc.arm_next(), None, "nobody accepts");
+    }
 
     /// A ring whose quiet receives are looked at every 20 ms, and the
     /// socket it wakes on; `None` where io_uring is refused.
