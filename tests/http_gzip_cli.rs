@@ -178,13 +178,26 @@ fn curl_compressed_cross_check() {
     let (head, body) = curl(&["--compressed", &format!("{}/s.css", s.url)]);
     assert!(head.contains("content-encoding: gzip\r\n"), "{head}");
     assert_eq!(body, text(5000, "identity"));
-    // Off by default.
+    // Off by default, .gz files too.
     let s = Server::start(&dir.0, &[]);
     let (head, body) = curl(&["--compressed", &format!("{}/page.html", s.url)]);
     assert!(
         !head.contains("content-encoding") && !head.contains("vary"),
         "{head}"
     );
+    assert!(body == page);
+    let (head, body) = curl(&["--compressed", &format!("{}/s.css", s.url)]);
+    assert!(!head.contains("content-encoding"), "{head}");
+    assert_eq!(body, text(5000, "identity"));
+    // --gzip-static on alone (nginx's gzip_static without gzip): the .gz is
+    // served, nothing is compressed, eligible files still get Vary.
+    let s = Server::start(&dir.0, &["--gzip-static", "on"]);
+    let (head, body) = curl(&["--compressed", &format!("{}/s.css", s.url)]);
+    assert!(head.contains("content-encoding: gzip\r\n"), "{head}");
+    assert!(body == marker, "the .gz was not served");
+    let (head, body) = curl(&["--compressed", &format!("{}/page.html", s.url)]);
+    assert!(!head.contains("content-encoding"), "{head}");
+    assert!(head.contains("vary: accept-encoding\r\n"), "{head}");
     assert!(body == page);
 }
 

@@ -160,12 +160,13 @@ pub struct HttpArgs {
     /// uncompressed unless a fresh FILE.gz is beside it.
     #[arg(long, default_value_t = GzipConfig::default().max_length >> 20)]
     gzip_max_size: u64,
-    /// With --gzip on, serve a pre-compressed FILE.gz beside FILE (same root
-    /// checks, at least as new as FILE) to clients that take gzip (nginx's
-    /// gzip_static; unlike nginx, it does nothing while --gzip is off).
-    #[arg(long, value_name = "on|off", default_value = "on", value_parser = on_off,
-          action = clap::ArgAction::Set)]
-    gzip_static: bool,
+    /// Serve a pre-compressed FILE.gz beside FILE (same root checks, at least
+    /// as new as FILE; the types and minimum length of --gzip) to clients
+    /// that take gzip (nginx's gzip_static). Default: as --gzip; on with
+    /// --gzip off serves .gz files and compresses nothing, as nginx's
+    /// `gzip_static on` without `gzip on`.
+    #[arg(long, value_name = "on|off", value_parser = on_off, action = clap::ArgAction::Set)]
+    gzip_static: Option<bool>,
     /// Oldest HTTP version whose requests get gzip (nginx's
     /// gzip_http_version): 1.1 by default, as nginx, since HTTP/1.0 caches
     /// may ignore Vary; 1.0 compresses for both.
@@ -342,7 +343,7 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
             level: a.gzip_level,
             min_length: a.gzip_min_length,
             max_length: a.gzip_max_size.saturating_mul(1 << 20),
-            static_files: a.gzip_static,
+            static_files: a.gzip_static.unwrap_or(a.gzip),
             http10: a.gzip_http_version == "1.0",
             cache_bytes: a.gzip_cache.saturating_mul(1 << 20),
             offload: a.offload,
@@ -413,10 +414,10 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         a.accept,
         max_conns,
         open_files,
-        if a.gzip {
-            format!("on, level {}, offload {}", a.gzip_level, a.offload)
-        } else {
-            "off".to_owned()
+        match (a.gzip, a.gzip_static) {
+            (true, _) => format!("on, level {}, offload {}", a.gzip_level, a.offload),
+            (false, Some(true)) => "static files only".to_owned(),
+            (false, _) => "off".to_owned(),
         }
     );
     // SIGUSR1 reopens the access log (nginx's reopen); SIGHUP, nginx's

@@ -1,8 +1,10 @@
 //! gzip for `duality http`, as nginx users expect from `gzip on` (plus
 //! `gzip_static`, `gzip_vary` and a cache of compressed variants).
 //!
-//! Off by default, as in nginx; [`GzipConfig`] turns it on. Then a file is
-//! **eligible** ([`eligible`]) when its type is on the list ([`compressible`],
+//! Off by default, as in nginx; [`GzipConfig`] turns it on (compression on
+//! request, `.gz` files, or both: [`GzipConfig::on`] is `--gzip on`, and
+//! `.gz` files alone are nginx's `gzip_static on` without `gzip on`). Then a
+//! file is **eligible** ([`eligible`]) when its type is on the list ([`compressible`],
 //! [`TYPES`]) and it has at least [`GzipConfig::min_length`] bytes; every
 //! response for an eligible file, encoded or not (304, 206, HEAD, 416
 //! included), carries `Vary: Accept-Encoding`. A request **wants** gzip
@@ -18,7 +20,8 @@
 //!      Root code as any file: confined to the root, symlinks followed only
 //!      inside it), a regular file at least as new as the file → answer from
 //!      it (read into the variant cache if it fits, else sendfile)
-//!   3. the file has at most `max_length` bytes → compress it ([`run`]: the
+//!   3. compression is on and the file has at most `max_length` bytes →
+//!      compress it ([`run`]: the
 //!      single place compression runs, inline or on the CPU pool), store the
 //!      result in the variant cache                           → answer
 //!   4. otherwise the identity body (with Vary).
@@ -68,7 +71,7 @@ use crate::request::{Head, Version};
 /// is off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GzipConfig {
-    /// Whether the server sends gzip variants at all (`--gzip on|off`).
+    /// Whether files are compressed on request (`--gzip on|off`).
     pub enabled: bool,
     /// Compression level, 1 (fastest) to 9 (smallest).
     pub level: u32,
@@ -78,7 +81,7 @@ pub struct GzipConfig {
     /// fresh `.gz` beside them is still served).
     pub max_length: u64,
     /// Whether a fresh `file.gz` beside `file` is served as its gzip variant
-    /// (nginx's `gzip_static`).
+    /// (nginx's `gzip_static`), with or without `enabled`.
     pub static_files: bool,
     /// Whether HTTP/1.0 requests get gzip variants too (nginx's
     /// `gzip_http_version 1.0`); by default only HTTP/1.1 ones do, as
@@ -94,14 +97,14 @@ pub struct GzipConfig {
 
 impl Default for GzipConfig {
     /// Off; when turned on: level 1, 256 bytes minimum, 16 MiB maximum,
-    /// `.gz` files served, a 64 MiB variant cache, compression inline.
+    /// a 64 MiB variant cache, compression adaptive.
     fn default() -> GzipConfig {
         GzipConfig {
             enabled: false,
             level: 1,
             min_length: 256,
             max_length: 16 << 20,
-            static_files: true,
+            static_files: false,
             http10: false,
             cache_bytes: 64 << 20,
             // `duality bench offload`: 30-39x lower p99 for everybody else
@@ -112,6 +115,21 @@ impl Default for GzipConfig {
 }
 
 impl GzipConfig {
+    /// What `--gzip on` gives: compression on request and `.gz` files, the
+    /// rest as [`Default`].
+    pub fn on() -> GzipConfig {
+        GzipConfig {
+            enabled: true,
+            static_files: true,
+            ..GzipConfig::default()
+        }
+    }
+
+    /// Whether any file may have a gzip variant: compression or `.gz` files.
+    pub fn has_variants(&self) -> bool {
+        self.enabled || self.static_files
+    }
+
     /// The largest variant the cache takes: an eighth of its budget (so it
     /// keeps 8 shards at least, see [`PageCache`](crate::PageCache)).
     pub fn cache_max_entry(&self) -> usize {
@@ -173,11 +191,12 @@ pub fn compressible(path: &Path, content_type: &str) -> bool {
             .is_some_and(|e| e.eq_ignore_ascii_case("svgz"))
 }
 
-/// Whether a file has a gzip variant under `cfg`: gzip on, a
-/// [`compressible`] type, at least `min_length` bytes. Its responses carry
-/// `Vary: Accept-Encoding`.
+/// Whether a file has a gzip variant under `cfg`: compression or `.gz`
+/// files on, a [`compressible`] type, at least `min_length` bytes (a `.gz`
+/// beside any other file is not sent: the same files get `Vary` whichever
+/// way their variant is made). Its responses carry `Vary: Accept-Encoding`.
 pub fn eligible(cfg: &GzipConfig, path: &Path, content_type: &str, size: u64) -> bool {
-    cfg.enabled && size >= cfg.min_length && compressible(path, content_type)
+    cfg.has_variants() && size >= cfg.min_length && compressible(path, content_type)
 }
 
 /// Whether `head` is answered with the gzip variant of an [`eligible`] file:
@@ -187,13 +206,13 @@ pub fn wanted(cfg: &GzipConfig, head: &Head<'_>) -> bool {
     takes(cfg, head) && head.range.is_none()
 }
 
-/// Whether `head` may be sent a gzip body at all: gzip on, its
+/// Whether `head` may be sent a gzip body at all: compression or `.gz` files on, its
 /// `Accept-Encoding` prefers gzip, and it is HTTP/1.1 (or
 /// [`GzipConfig::http10`] allows HTTP/1.0). A lone `file.gz` answers such a
 /// request even with a `Range` (the whole body, 200): there is no identity
 /// body to take the range from.
 pub fn takes(cfg: &GzipConfig, head: &Head<'_>) -> bool {
-    cfg.enabled
+    cfg.has_variants()
         && (cfg.http10 || head.version == Version::Http11)
         && head.accept_encoding.prefers_gzip()
 }
@@ -305,10 +324,7 @@ mod tests {
     use std::io::Read as _;
 
     fn on() -> GzipConfig {
-        GzipConfig {
-            enabled: true,
-            ..GzipConfig::default()
-        }
+        GzipConfig::on()
     }
 
     #[test]

@@ -681,7 +681,7 @@ impl HttpState {
                 bytes,
             }));
         }
-        if meta.size > self.cfg.gzip.max_length {
+        if !self.cfg.gzip.enabled || meta.size > self.cfg.gzip.max_length {
             return Ok(None);
         }
         let (meta, input) = match self.cache.get(path, &meta) {

@@ -16,10 +16,7 @@ use std::time::{Duration, SystemTime};
 const GZ: &str = "Accept-Encoding: gzip, deflate, br\r\n";
 
 fn gzip_on(cfg: &mut HttpConfig) {
-    cfg.gzip = GzipConfig {
-        enabled: true,
-        ..GzipConfig::default()
-    };
+    cfg.gzip = GzipConfig::on();
 }
 
 fn gunzip(b: &[u8]) -> Vec<u8> {
@@ -407,6 +404,37 @@ fn gzip_static_fresh_stale_and_confined() {
     let r = c.get("/s.js.gz");
     assert_eq!(r.header("content-type"), Some("application/gzip"));
     assert_eq!(r.header("content-encoding"), None);
+}
+
+#[test]
+fn gzip_static_without_compression_serves_only_the_gz_files() {
+    let s = TestServer::start("gz-static-only", |cfg| {
+        cfg.gzip.static_files = true;
+        cfg.revalidate = Duration::ZERO;
+    });
+    let www = s.www();
+    let body = text(10_000, "identity");
+    let marker = text(10_000, "from the .gz file");
+    std::fs::write(www.join("s.js"), &body).unwrap();
+    std::fs::write(www.join("s.js.gz"), gzip_bytes(&marker)).unwrap();
+    let t0 = SystemTime::now() - Duration::from_secs(100);
+    set_mtime(&www.join("s.js"), t0);
+    set_mtime(&www.join("s.js.gz"), t0);
+    let plain = text(10_000, "no .gz beside it");
+    std::fs::write(www.join("p.txt"), &plain).unwrap();
+    std::fs::write(www.join("lone.css.gz"), gzip_bytes(&marker)).unwrap();
+    let mut c = s.client();
+    assert_gzip_of(&c.get_with("/s.js", GZ), &marker, "fresh .gz");
+    assert_identity(&c.get("/s.js"), &body, true, "no Accept-Encoding");
+    assert_identity(&c.get_with("/p.txt", GZ), &plain, true, "no .gz");
+    assert_gzip_of(&c.get_with("/lone.css", GZ), &marker, "lone .gz");
+    // A stale .gz: the identity body, never a compression.
+    std::fs::write(www.join("s.js"), &body).unwrap();
+    set_mtime(&www.join("s.js"), t0 + Duration::from_secs(10));
+    assert_identity(&c.get_with("/s.js", GZ), &body, true, "stale .gz");
+    let stats = s.state.stats();
+    assert_eq!(stats.gzip_compressed, 0);
+    assert!(stats.gzip_static >= 2, "{}", stats.gzip_static);
 }
 
 #[test]
