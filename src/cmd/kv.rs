@@ -43,7 +43,9 @@ pub struct KvArgs {
     /// may use a file (it is locked); a new one is readable by its user only,
     /// and an existing file that is not a memory file is refused. Its space
     /// is allocated as segments are first used, and a file system out of
-    /// room makes the cache evict rather than fail.
+    /// room makes the cache hold less (it evicts; an item its shard finds
+    /// no room for is refused), never crash; a start where the file system
+    /// cannot hold the whole file says so.
     #[arg(short = 'e', long = "memory-file")]
     memory_file: Option<PathBuf>,
     /// Maximum simultaneous connections.

@@ -151,6 +151,25 @@ pub struct Settings {
 }
 
 impl MemFile {
+    /// Bytes the file may still take on its file system (its free space
+    /// plus the blocks the file holds already), and bytes the file takes
+    /// when every segment is used. `None` when the file system says nothing.
+    pub fn room(&self) -> Option<(u64, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+        // SAFETY: fstatvfs writes one `statvfs` into `st` for a descriptor
+        // this file owns; `st` is read only after it succeeded.
+        let st = unsafe {
+            if libc::fstatvfs(self.file.as_raw_fd(), st.as_mut_ptr()) != 0 {
+                return None;
+            }
+            st.assume_init()
+        };
+        let held = self.file.metadata().ok()?.blocks() * 512;
+        let free = (st.f_bavail as u64).saturating_mul(st.f_frsize as u64);
+        Some((free.saturating_add(held), self.layout.total()))
+    }
+
     /// Opens (or creates, readable by this user only) `path` for `set`,
     /// and says whether it holds a cache to restore; `discard` (and why)
     /// starts it empty whatever it holds. A new or discarded file takes

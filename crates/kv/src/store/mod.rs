@@ -425,6 +425,19 @@ impl Store {
         if store.started == 0 {
             store.started = now;
         }
+        let line = match file.room() {
+            // memcached's -e takes a SIGBUS there; this cache evicts, but
+            // it cannot hold -m, and each shard gets only what it takes
+            // first.
+            Some((room, total)) if room < total => format!(
+                "{line}; its file system has room for {} of the {} MiB it takes full: \
+                 the cache will hold less than its memory limit (-m), and a large item \
+                 may be refused (out of memory) where its shard found no room",
+                room >> 20,
+                total.div_ceil(1 << 20)
+            ),
+            _ => line,
+        };
         store.file = Some(Mutex::new(file));
         Ok(Ok((store, line)))
     }

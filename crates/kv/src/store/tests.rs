@@ -878,6 +878,17 @@ fn warm_restart_serves_every_unexpired_item() {
 }
 
 #[test]
+fn the_memory_file_knows_its_room() {
+    let f = TempFile::new("room");
+    let (s, line) = file_store(&f.0, 4 << 20, NOW);
+    // The temporary directory's file system holds 4 MiB.
+    assert!(line.ends_with(": new"), "{line}");
+    let (room, total) = s.file.as_ref().unwrap().lock().unwrap().room().unwrap();
+    assert_eq!(total, std::fs::metadata(&f.0).unwrap().len());
+    assert!(room >= total, "{room} < {total}");
+}
+
+#[test]
 fn warm_restart_keeps_a_flush() {
     let f = TempFile::new("flush");
     {
