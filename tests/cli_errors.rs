@@ -44,3 +44,40 @@ fn a_missing_document_root_is_one_line() {
     ]);
     one_line_error(&o, "/nonexistent/duality-cli-errors");
 }
+
+/// A value past what a setting can mean is refused at start, never turned
+/// into another (a panic, a limit silently off, a loop that never sleeps).
+#[test]
+fn values_a_setting_cannot_mean_are_refused() {
+    let http = |flag: &str, v: &str| {
+        let arg = format!("{flag}={v}");
+        duality(&["http", "--listen", "127.0.0.1:0", "--root", "/tmp", &arg])
+    };
+    one_line_error(&http("--head-timeout", "1e20"), "too many seconds");
+    one_line_error(
+        &http("--idle-timeout", "99999999999999999999"),
+        "too many seconds",
+    );
+    for v in ["-1", "nan", "inf", "1e20"] {
+        one_line_error(&http("--shutdown-grace", v), "--shutdown-grace");
+    }
+    for args in [
+        &["-o", "read_buf_mem_limit=x"][..],
+        &["-o", "idle_timeout=18446744073709551615"],
+    ] {
+        let o = duality(&[&["kv", "-l", "127.0.0.1", "-p", "0"][..], args].concat());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains("read_buf_mem_limit") || err.contains("too large"),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    for flag in ["--idle-spin-us", "--payload-spin-us"] {
+        let o = duality(&["kv", "-l", "127.0.0.1", "-p", "0", flag, "2000000"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{flag}: {err}");
+        assert!(err.contains("0..=1000000"), "{flag}: {err}");
+    }
+}

@@ -132,7 +132,7 @@ pub struct HttpArgs {
     #[arg(long, default_value_t = Limits::default().max_headers)]
     max_headers: usize,
     /// Seconds in-flight requests get to finish after SIGTERM, SIGINT or
-    /// SIGQUIT.
+    /// SIGQUIT (0: cut them at once).
     #[arg(long, default_value_t = 5.0)]
     shutdown_grace: f64,
     /// Write the process id to this file before `ready` (nginx's `pid`),
@@ -205,7 +205,16 @@ fn seconds(name: &str, v: f64) -> anyhow::Result<Duration> {
         v.is_finite() && v > 0.0,
         "--{name} must be a positive number of seconds"
     );
-    Ok(Duration::from_secs_f64(v))
+    Duration::try_from_secs_f64(v).map_err(|_| anyhow::anyhow!("--{name} {v}: too many seconds"))
+}
+
+/// `--shutdown-grace`: 0 (cut at once) or a number of seconds.
+fn grace(v: f64) -> anyhow::Result<Duration> {
+    if v == 0.0 {
+        return Ok(Duration::ZERO);
+    }
+    seconds("shutdown-grace", v)
+        .map_err(|_| anyhow::anyhow!("--shutdown-grace must be 0 or a number of seconds: {v}"))
 }
 
 /// The request size limits of the flags, checked: a limit the parser would
@@ -351,7 +360,7 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         stub_status: a.stub_status.clone(),
         open_files,
     };
-    let grace = Duration::from_secs_f64(a.shutdown_grace.max(0.0));
+    let grace = grace(a.shutdown_grace)?;
     let state = HttpState::new(cfg)?;
     // Catch SIGTERM/SIGINT before announcing `ready`, so that a signal sent
     // right after it still shuts down cleanly.

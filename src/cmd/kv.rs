@@ -268,15 +268,24 @@ fn parse_extended(opts: &[String]) -> Result<Extended, String> {
                 x.crawler_tocrawl = Some(atoi(n).max(0) as u32);
             }
             "read_buf_mem_limit" => {
-                let n = atoi(numeric("read_buf_mem_limit")?);
-                if n < 0 {
-                    return Err("read_buf_mem_limit must be 0 (no limit) or more".into());
-                }
+                // memcached reads it with safe_strtoul: junk is refused
+                // (0 would silently mean no limit).
+                let n: u64 = numeric("read_buf_mem_limit")?
+                    .trim()
+                    .parse()
+                    .map_err(|_| "could not parse argument to read_buf_mem_limit".to_string())?;
                 x.buffer_limit = Some((n as usize).saturating_mul(1 << 20));
             }
             "idle_timeout" => {
                 // memcached reads it with atoi: 0 (or junk) means never.
                 let n = atoi(numeric("idle_timeout")?);
+                if n > i64::from(i32::MAX) {
+                    // memcached's int: a deadline that far has no meaning.
+                    return Err(format!(
+                        "idle_timeout {n} is too large (at most {})",
+                        i32::MAX
+                    ));
+                }
                 x.idle_timeout = (n > 0).then(|| Duration::from_secs(n as u64));
             }
             "ext_path"
@@ -746,6 +755,13 @@ mod tests {
             Some(0)
         );
         assert!(ext(&["read_buf_mem_limit=-1"]).is_err());
+        assert!(ext(&["read_buf_mem_limit=x"]).is_err());
+        assert!(ext(&["read_buf_mem_limit="]).is_err());
+        assert!(ext(&["idle_timeout=18446744073709551615"]).is_err());
+        assert!(ext(&["idle_timeout=2147483647"])
+            .unwrap()
+            .idle_timeout
+            .is_some());
         assert_eq!(ext(&[]).unwrap().buffer_limit, None);
     }
 

@@ -110,6 +110,10 @@ impl HandoffArg {
     }
 }
 
+/// The longest idle spin the flags take: a spin is for requests that come
+/// within microseconds; a spinning loop also answers a stop signal late.
+const MAX_SPIN_US: u64 = 1_000_000;
+
 /// The `--io` flag the servers share.
 #[derive(clap::Args, Debug, Clone, Copy)]
 pub struct IoArg {
@@ -121,21 +125,24 @@ pub struct IoArg {
     pub io: Option<duality_rt::IoBackend>,
     /// Microseconds an idle network loop keeps looking for work (yielding
     /// the core between looks) before it sleeps: a request arriving within
-    /// it costs no wake-up. 0: sleep at once. An idle server still sleeps
-    /// after this long, so it uses no CPU.
+    /// it costs no wake-up. 0: sleep at once; at most 1000000 (a second).
+    /// An idle server still sleeps after this long, so it uses no CPU.
     #[arg(
         long,
         value_name = "US",
+        value_parser = clap::value_parser!(u64).range(..=MAX_SPIN_US),
         env = "DUALITY_IDLE_SPIN_US",
         default_value_t = duality_models::DEFAULT_IDLE_SPIN.as_micros() as u64
     )]
     pub idle_spin_us: u64,
     /// Microseconds an idle payload thread of a hand-off model (amped,
     /// seda, seda-s) keeps looking for jobs before it sleeps: a job arriving
-    /// within it costs its network loop no wake-up. 0: sleep at once.
+    /// within it costs its network loop no wake-up. 0: sleep at once; at
+    /// most 1000000 (a second).
     #[arg(
         long,
         value_name = "US",
+        value_parser = clap::value_parser!(u64).range(..=MAX_SPIN_US),
         env = "DUALITY_PAYLOAD_SPIN_US",
         default_value_t = duality_models::DEFAULT_PAYLOAD_SPIN.as_micros() as u64
     )]
