@@ -67,6 +67,8 @@ use crate::sys;
 struct Aborted {
     plan: Plan,
     error: io::Error,
+    /// Bytes of the body handed to the kernel before the error.
+    sent: u64,
 }
 
 /// Requests answered from one read before the driver writes their
@@ -389,11 +391,17 @@ impl Protocol for HttpProtocol {
                 self.log(session, Some(&head), None, &plan);
                 self.flow(session, &plan)
             }
-            Err(Aborted { plan, error: e }) => {
-                // Logged and counted with the status its head carried, as
-                // nginx logs a response the client did not take whole (the
-                // bytes are the planned ones, as for an answer from memory,
-                // which is logged before it is written).
+            Err(Aborted {
+                mut plan,
+                error: e,
+                sent,
+            }) => {
+                // Logged and counted with the status its head carried, and
+                // the body bytes it sent, as nginx logs a response the client
+                // did not take whole (an answer from memory is logged with
+                // its planned bytes, before it is written).
+                plan.body = None;
+                plan.inline_body = sent;
                 self.log(session, Some(&head), None, &plan);
                 if e.kind() == io::ErrorKind::TimedOut {
                     self.state.counters.write_timeouts.fetch_add(1, Relaxed);
@@ -730,14 +738,15 @@ impl HttpProtocol {
         reply: &mut Reply<'_>,
     ) -> Result<Plan, Aborted> {
         if let Some(span) = plan.body {
-            let sent = match reply.flush().await {
-                Ok(()) => self.send_file(file, span, resident, reply).await,
+            let mut sent = 0;
+            let done = match reply.flush().await {
+                Ok(()) => self.send_file(file, span, resident, reply, &mut sent).await,
                 Err(e) => Err(e),
             };
-            match sent {
+            match done {
                 Ok(true) => {}
                 Ok(false) => plan.keep_alive = false,
-                Err(error) => return Err(Aborted { plan, error }),
+                Err(error) => return Err(Aborted { plan, error, sent }),
             }
         }
         Ok(plan)
@@ -752,13 +761,15 @@ impl HttpProtocol {
     /// a read on the blocking pool. Either way the bytes waiting for a slow
     /// reader are the page cache's, not copies of ours. Where the kernel
     /// cannot say (no `cachestat`), epoll sends at once and io_uring reads
-    /// each piece in. `false` if the file ended first.
+    /// each piece in. `false` if the file ended first. `sent_so_far` counts the
+    /// bytes handed to the kernel, an error or not.
     async fn send_file(
         &self,
         file: Arc<File>,
         span: ByteRange,
         resident: bool,
         reply: &mut Reply<'_>,
+        sent_so_far: &mut u64,
     ) -> io::Result<bool> {
         let uring =
             duality_rt::event_loop::current_io_backend() == Some(duality_rt::IoBackend::Uring);
@@ -800,6 +811,7 @@ impl HttpProtocol {
             if sent == 0 {
                 return Ok(false);
             }
+            *sent_so_far += sent as u64;
             self.state
                 .counters
                 .sendfile_bytes

@@ -145,3 +145,33 @@ fn a_timed_out_request_logs_its_request_line() {
     );
     assert!(lines[1].contains("\"GET /hel\" 408 "), "{}", lines[1]);
 }
+
+/// A download the client abandons is logged with the body bytes that went
+/// out, as nginx's `$body_bytes_sent`, not the file's size.
+#[test]
+fn an_abandoned_download_logs_the_bytes_sent() {
+    use std::io::Read;
+    let dir = common::TempDir::new("log-abandoned");
+    let path = dir.0.join("access.log");
+    let p = path.clone();
+    let s = TestServer::start("log-abandoned", move |c| c.access_log = Some(p));
+    let size: u64 = 64 << 20;
+    std::fs::write(s.www().join("huge.bin"), vec![b'h'; size as usize]).unwrap();
+    let mut c = s.client();
+    c.send("GET /huge.bin HTTP/1.1\r\nHost: x\r\n\r\n");
+    let mut some = vec![0u8; 64 << 10];
+    c.stream.read_exact(&mut some).unwrap();
+    // Unread bytes at the close: a reset, and the server's write fails.
+    drop(c);
+    assert!(common::eventually(Duration::from_secs(10), || {
+        std::fs::read_to_string(&path).map_or(0, |t| t.lines().count()) == 1
+    }));
+    let line = std::fs::read_to_string(&path).unwrap();
+    let bytes: u64 = line
+        .split("\" 200 ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|b| b.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(bytes > 0 && bytes < size, "{bytes} of {size}: {line}");
+}
