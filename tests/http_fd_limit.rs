@@ -200,3 +200,20 @@ fn a_burst_past_the_limit_leaves_every_admitted_connection_its_file() {
     }
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// As nginx's "worker_connections exceed open file resource limit": a
+/// --max-conns the descriptor limit cannot hold is said at start.
+#[test]
+fn max_conns_past_the_descriptor_limit_is_said_at_start() {
+    let root = std::env::temp_dir().join(format!("duality-fdwarn-{}", std::process::id()));
+    std::fs::create_dir_all(&root).unwrap();
+    let (mut child, _, first) = start_limited(&root, 64, &["--max-conns", "100"]);
+    assert!(
+        first.contains("warning: --max-conns 100 takes up to 232 descriptors"),
+        "{first:?}"
+    );
+    // SAFETY: kill sends SIGTERM to our own child by its PID.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&root);
+}

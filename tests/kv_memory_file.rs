@@ -83,6 +83,16 @@ fn sigusr1_is_a_graceful_stop_and_sighup_is_ignored() {
         "{}",
         kv.stderr_text()
     );
+    // SIGQUIT too (nginx's graceful stop; its default would lose the items).
+    let mut kv = KvProc::start(&["-m", "8", "-e", f]);
+    check_all(&kv, 100);
+    kv.signal(libc::SIGQUIT);
+    assert!(kv.wait_exit(Duration::from_secs(10)).is_some());
+    assert!(
+        kv.wait_stderr("items kept", Duration::from_secs(5)),
+        "{}",
+        kv.stderr_text()
+    );
     let kv = KvProc::start(&["-m", "8", "-e", f]);
     check_all(&kv, 100);
 }

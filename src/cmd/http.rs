@@ -317,6 +317,16 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         .open_file_cache
         .unwrap_or_else(|| super::nofile().map_or(0, |n| open_files_for_limit(n, max_conns)));
     if let Some(n) = super::nofile() {
+        let need = 32 + 2 * max_conns as u64;
+        if need > n {
+            // nginx's "worker_connections exceed open file resource limit".
+            duality_rt::say!(
+                "duality http: warning: --max-conns {max_conns} takes up to {need} descriptors, \
+                 more than `ulimit -n` {n}: past about {} connections, new ones wait unaccepted \
+                 and files get 503",
+                max_conns_for_limit(n)
+            );
+        }
         let room = open_files_room(n, max_conns);
         if open_files as u64 > room {
             duality_rt::say!(

@@ -36,7 +36,7 @@ pub struct KvArgs {
     #[arg(short = 'm', long = "memory-limit", default_value_t = 64)]
     memory_limit: usize,
     /// Keep item memory in this file (memcached's -e): after a graceful
-    /// shutdown (SIGTERM, SIGINT, SIGUSR1, `shutdown`) a restart with the same -m and
+    /// shutdown (SIGTERM, SIGINT, SIGUSR1, SIGQUIT, `shutdown`) a restart with the same -m and
     /// -I serves every unexpired item again; after a crash, or with other
     /// settings, it starts empty and says why. Put it on tmpfs (/dev/shm)
     /// for memory speed, or on disk to survive a reboot. One cache at a time
@@ -501,12 +501,14 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     // Registered before the listeners open, so neither a signal nor the
     // `shutdown` command can arrive before the graceful path is in place.
     // SIGUSR1 is memcached's graceful stop (its warm restart with -e);
-    // SIGHUP is caught so that it does not kill the cache (memcached
-    // ignores it too).
+    // SIGQUIT is nginx's (and `duality http`'s), where memcached would dump
+    // core and lose a memory file's items; SIGHUP is caught so that it does
+    // not kill the cache (memcached ignores it too).
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGTERM,
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGUSR1,
+        signal_hook::consts::SIGQUIT,
         signal_hook::consts::SIGHUP,
     ])?;
     let handle = signals.handle();
@@ -584,7 +586,8 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     if a.disable_cas && a.verbose > 0 {
         duality_rt::say!("duality kv: -C ignored: CAS stays enabled");
     }
-    // Ends on SIGTERM/SIGINT/SIGUSR1, or when `shutdown` closes the handle.
+    // Ends on SIGTERM/SIGINT/SIGUSR1/SIGQUIT, or when `shutdown` closes the
+    // handle.
     for sig in signals.forever() {
         if sig != signal_hook::consts::SIGHUP {
             break;
@@ -593,8 +596,8 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
             duality_rt::say!("duality kv: SIGHUP ignored (there is no configuration to reload)");
         }
     }
-    use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR1};
-    let now = super::second_signal("kv", &[SIGTERM, SIGINT, SIGUSR1]);
+    use signal_hook::consts::{SIGINT, SIGQUIT, SIGTERM, SIGUSR1};
+    let now = super::second_signal("kv", &[SIGTERM, SIGINT, SIGUSR1, SIGQUIT]);
     drop(signals);
     let report = server.shutdown_or(Duration::from_secs(5), &now);
     if report.cut_off > 0 {
