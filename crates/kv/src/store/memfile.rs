@@ -28,8 +28,9 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 8] = b"DUALKVMF";
-/// 2: the item size limit is recorded (`F_ITEM_MAX`).
-const VERSION: u32 = 2;
+/// 2: the item size limit is recorded (`F_ITEM_MAX`); 3: a checksum of the
+/// header and the slot tables (`F_CHECK`).
+const VERSION: u32 = 3;
 const HEADER: u64 = 4096;
 const SLOT_ENTRY: usize = 16;
 
@@ -47,6 +48,10 @@ const F_PENDING: usize = 52;
 const F_SEED: usize = 56;
 const F_ITEM_MAX: usize = 64;
 const F_STARTED: usize = 72;
+/// FNV-1a of the header before it (as it reads when clean) and of every
+/// slot table, written by a graceful shutdown: a flipped flush epoch or
+/// hasher seed would otherwise restore nothing, or items no key reaches.
+const F_CHECK: usize = 80;
 
 /// What a restart finds in the file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -85,7 +90,7 @@ pub struct MemFile {
     layout: Layout,
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Layout {
     shards: usize,
     slots: usize,
@@ -108,6 +113,40 @@ impl Layout {
     fn total(&self) -> u64 {
         self.data_off(self.shards)
     }
+}
+
+/// The layout a header records.
+fn layout_of(head: &[u8]) -> Layout {
+    Layout {
+        shards: rd32(head, F_SHARDS) as usize,
+        slots: rd32(head, F_SLOTS) as usize,
+        seg_size: rd32(head, F_SEG) as usize,
+    }
+}
+
+/// [`F_CHECK`]'s value for the header `head` and the slot tables in `file`
+/// (written to it: the table mappings are shared).
+fn checksum(file: &File, head: &[u8], layout: Layout) -> io::Result<u64> {
+    use std::os::unix::fs::FileExt;
+    const BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+    let fnv = |mut h: u64, bytes: &[u8]| {
+        for &b in bytes {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        h
+    };
+    let mut h = fnv(BASIS, &head[..F_CLEAN]);
+    h = fnv(h, &1u32.to_le_bytes());
+    h = fnv(h, &head[F_CLEAN + 4..F_CHECK]);
+    let mut buf = vec![0u8; 64 << 10];
+    let (mut at, end) = (HEADER, layout.table_off(layout.shards));
+    while at < end {
+        let n = buf.len().min((end - at) as usize);
+        file.read_exact_at(&mut buf[..n], at)?;
+        h = fnv(h, &buf[..n]);
+        at += n as u64;
+    }
+    Ok(h)
 }
 
 /// One shard's part of the memory file: its slot table (mapped, written under
@@ -250,6 +289,14 @@ impl MemFile {
                 "was made by another version of duality (format {}, now {VERSION})",
                 rd32(&old, F_VERSION)
             )))
+        } else if rd32(&old, F_CLEAN) == 1
+            && layout_of(&old) == layout
+            && old_len == total
+            && checksum(&file, &old, layout)? != rd64(&old, F_CHECK)
+        {
+            Opened::Fresh(Some(
+                "is damaged (its header or slot tables do not match their checksum)".into(),
+            ))
         } else if rd64(&old, F_LIMIT) != set.limit as u64
             || rd64(&old, F_ITEM_MAX) != set.item_size_max as u64
         {
@@ -393,6 +440,8 @@ impl MemFile {
         self.head[F_FIRED..F_FIRED + 4].copy_from_slice(&fired.to_le_bytes());
         self.head[F_PENDING..F_PENDING + 4].copy_from_slice(&pending.to_le_bytes());
         self.head[F_STARTED..F_STARTED + 4].copy_from_slice(&started.to_le_bytes());
+        let check = checksum(&self.file, &self.head, self.layout)?;
+        self.head[F_CHECK..F_CHECK + 8].copy_from_slice(&check.to_le_bytes());
         self.file.sync_data()?;
         self.head.flush()?;
         self.head[F_CLEAN..F_CLEAN + 4].copy_from_slice(&1u32.to_le_bytes());
