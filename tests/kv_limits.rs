@@ -839,3 +839,29 @@ fn large_responses_held_for_slow_readers_are_bounded() {
     c.send(b"get big\r\n");
     assert!(whole(&c.read_n(want), b'v'));
 }
+
+/// `-vv` logs each command and the first line of its answer, as memcached's
+/// `-vv` does (`<FD command`, `>FD answer`); `verbosity 0` stops it.
+#[test]
+fn double_verbose_logs_commands_and_answers() {
+    let kv = KvProc::start(&["-vv"]);
+    let mut c = kv.connect();
+    c.expect_str("set traced 0 0 1\r\nx\r\n", "STORED\r\n");
+    c.expect_str("get traced\r\n", "VALUE traced 0 1\r\nx\r\nEND\r\n");
+    assert!(
+        kv.wait_stderr(" get traced", Duration::from_secs(5))
+            && kv.wait_stderr(" VALUE traced 0 1", Duration::from_secs(5)),
+        "{}",
+        kv.stderr_text()
+    );
+    let text = kv.stderr_text();
+    let set = text.lines().find(|l| l.ends_with(" set traced 0 0 1"));
+    assert!(set.is_some_and(|l| l.starts_with('<')), "{text}");
+    c.expect_str("verbosity 0\r\n", "OK\r\n");
+    c.expect_str("get quiet\r\n", "END\r\n");
+    c.expect_str(
+        "version\r\n",
+        &format!("VERSION duality-kv-{}\r\n", env!("CARGO_PKG_VERSION")),
+    );
+    assert!(!kv.stderr_text().contains("quiet"), "{}", kv.stderr_text());
+}

@@ -54,7 +54,10 @@ pub struct KvArgs {
     /// Largest item size, e.g. 1m, 512k or bytes (default 1m).
     #[arg(short = 'I', long = "max-item-size", default_value = "1m", value_parser = parse_size)]
     max_item_size: usize,
-    /// Verbose logging (-v, -vv).
+    /// Verbose logging: -v says what is ignored (-C, SIGHUP); -vv also logs
+    /// every command and the first line of its answer (`<FD command`,
+    /// `>FD answer`), as memcached's -vv. `verbosity N` changes it at run
+    /// time.
     #[arg(short = 'v', action = clap::ArgAction::Count)]
     verbose: u8,
     #[command(flatten)]
@@ -574,9 +577,6 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
         io,
         at.join(", ")
     );
-    if a.verbose > 0 {
-        duality_rt::say!("duality kv: {config:?}", config = a);
-    }
     if a.unix_socket.is_some() && a.port.is_none() {
         duality_rt::say!(
             "duality kv: -s without -p: listening on the Unix socket only, as memcached; \

@@ -909,6 +909,11 @@ impl Protocol for KvProtocol {
             Mode::Text => self.parse_text(s, input),
             Mode::Binary => self.parse_bin(s, input),
         };
+        if let Parsed::Request(_, n) = parsed {
+            if self.0.verbosity.load(Relaxed) >= 2 {
+                trace_command(s, '<', &input[..n]);
+            }
+        }
         self.account_input(s, input, parsed)
     }
 
@@ -994,6 +999,9 @@ impl Protocol for KvProtocol {
         };
         if let Some(c) = conn {
             c.state.store(CONN_READ, Relaxed);
+        }
+        if st.verbosity.load(Relaxed) >= 2 {
+            trace_command(session, '>', &out[before..]);
         }
         match flow {
             Flow::Continue => duality_models::Flow::Continue,
@@ -1534,6 +1542,26 @@ pub fn serve_conn(
     driver: Arc<Driver<KvProtocol>>,
 ) -> impl std::future::Future<Output = ()> + Send {
     duality_models::drive(conn, payload, driver)
+}
+
+/// `-vv` (memcached's): one line per command and per response, `<FD` and
+/// `>FD` then the first line of text (at most 200 bytes, escaped) or a
+/// binary frame's opcode and length.
+fn trace_command(s: &KvSession, dir: char, bytes: &[u8]) {
+    let fd = s.conn.as_ref().map_or(-1, |g| g.info.fd);
+    if bytes.is_empty() {
+        return;
+    }
+    if s.mode == Mode::Binary {
+        let op = bytes.get(1).copied().unwrap_or(0);
+        duality_rt::say!("{dir}{fd} binary opcode 0x{op:02x}, {} bytes", bytes.len());
+        return;
+    }
+    let line = bytes.split(|&b| b == b'\n').next().unwrap_or_default();
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let shown = &line[..line.len().min(200)];
+    let more = if shown.len() < line.len() { "..." } else { "" };
+    duality_rt::say!("{dir}{fd} {}{more}", shown.escape_ascii());
 }
 
 /// Reclaims expired items in the background, one shard at a time, each under
