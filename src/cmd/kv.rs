@@ -32,7 +32,9 @@ pub struct KvArgs {
     #[arg(short = 't', long = "threads")]
     threads: Option<usize>,
     /// Item memory in megabytes (resident memory stays below this + 32 MiB,
-    /// plus the large connection buffers `-o read_buf_mem_limit` bounds).
+    /// plus the large connection buffers `-o read_buf_mem_limit` bounds,
+    /// plus up to ~200 KiB per client that stops reading once the kernel's
+    /// socket memory is full).
     #[arg(short = 'm', long = "memory-limit", default_value_t = 64)]
     memory_limit: usize,
     /// Keep item memory in this file (memcached's -e): after a graceful
