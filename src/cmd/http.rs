@@ -460,8 +460,9 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
     let report = server.shutdown_or(grace, &now);
     if report.cut_off > 0 {
         duality_rt::say!(
-            "duality http: {} connections cut off at shutdown",
-            report.cut_off
+            "duality http: {} connection{} cut off at shutdown",
+            report.cut_off,
+            if report.cut_off == 1 { "" } else { "s" }
         );
     }
     Ok(())

@@ -152,9 +152,10 @@ pub struct KvArgs {
     #[arg(short = 'r', long = "enable-coredumps")]
     enable_coredumps: bool,
     /// Lock all memory in RAM, now and as it grows (memcached's -k). Only
-    /// where locked memory may be unlimited (root, or `ulimit -l
-    /// unlimited`): under a limit every allocation past it would fail, so
-    /// the server says so and runs unlocked. Locked, every page the
+    /// where locked memory may be unlimited (root that may raise `ulimit
+    /// -l`, a process with CAP_IPC_LOCK, or `ulimit -l unlimited`): under a
+    /// limit every allocation past it would fail, so the server says so and
+    /// runs unlocked. Locked, every page the
     /// allocator and thread stacks map stays resident (more than -m + 32 MiB
     /// is possible).
     #[arg(short = 'k', long = "lock-memory")]
@@ -604,8 +605,9 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     let report = server.shutdown_or(Duration::from_secs(5), &now);
     if report.cut_off > 0 {
         duality_rt::say!(
-            "duality kv: {} connections cut off at shutdown",
-            report.cut_off
+            "duality kv: {} connection{} cut off at shutdown",
+            report.cut_off,
+            if report.cut_off == 1 { "" } else { "s" }
         );
     }
     if let Some(path) = &a.memory_file {
