@@ -865,3 +865,28 @@ fn double_verbose_logs_commands_and_answers() {
     );
     assert!(!kv.stderr_text().contains("quiet"), "{}", kv.stderr_text());
 }
+
+/// A fatal error after answers of the same read (a line past the limit
+/// with no end) drops those answers; under `-vv` that must not take the
+/// connection's task down with it.
+#[test]
+fn double_verbose_survives_an_error_that_drops_earlier_answers() {
+    let kv = KvProc::start(&["-vv"]);
+    let mut c = kv.connect();
+    let mut req = b"version\r\n".to_vec();
+    req.extend(std::iter::repeat_n(b'x', 5000));
+    c.send(&req);
+    c.read_to_eof();
+    assert!(
+        kv.wait_stderr(">", Duration::from_secs(5)),
+        "{}",
+        kv.stderr_text()
+    );
+    let mut again = kv.connect();
+    again.expect_str("get k\r\n", "END\r\n");
+    assert!(
+        !kv.stderr_text().contains("panicked"),
+        "{}",
+        kv.stderr_text()
+    );
+}

@@ -324,7 +324,7 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
                 "duality http: warning: --max-conns {max_conns} takes up to {need} descriptors, \
                  more than `ulimit -n` {n}: past about {} connections, new ones wait unaccepted \
                  and files get 503",
-                max_conns_for_limit(n)
+                n.saturating_sub(32) / 2
             );
         }
         let room = open_files_room(n, max_conns);

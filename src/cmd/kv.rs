@@ -57,8 +57,10 @@ pub struct KvArgs {
     #[arg(short = 'I', long = "max-item-size", default_value = "1m", value_parser = parse_size)]
     max_item_size: usize,
     /// Verbose logging: -v says what is ignored (-C, SIGHUP); -vv also logs
-    /// every command and the first line of its answer (`<FD command`,
-    /// `>FD answer`), as memcached's -vv. `verbosity N` changes it at run
+    /// commands and the first line of their answers (`<FD command`,
+    /// `>FD answer`), as memcached's -vv (a get larger than 64 KiB and a
+    /// command that closes the connection log no answer; a command handed
+    /// to another thread may log twice). `verbosity N` changes it at run
     /// time.
     #[arg(short = 'v', action = clap::ArgAction::Count)]
     verbose: u8,

@@ -111,7 +111,8 @@ pub fn lock_memory() -> io::Result<()> {
     if lim.rlim_cur != libc::RLIM_INFINITY && !has_cap_ipc_lock() {
         return Err(io::Error::other(format!(
             "locked memory is limited to {} KiB (`ulimit -l`): allocations past it \
-             would fail, so nothing is locked; raise the limit to unlimited",
+             would fail, so nothing is locked; raise the limit to unlimited (or run \
+             with CAP_IPC_LOCK)",
             lim.rlim_cur >> 10
         )));
     }
@@ -123,14 +124,19 @@ pub fn lock_memory() -> io::Result<()> {
 }
 
 /// Whether this process holds CAP_IPC_LOCK (bit 14 of `CapEff` in
-/// /proc/self/status).
+/// /proc/self/status) in the initial user namespace, where mlock checks it:
+/// in a user namespace of its own (a rootless container) the bit is set but
+/// the limit still applies.
 fn has_cap_ipc_lock() -> bool {
     const CAP_IPC_LOCK: u32 = 14;
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            let hex = s.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
-            u64::from_str_radix(hex.trim(), 16).ok()
-        })
-        .is_some_and(|caps| caps >> CAP_IPC_LOCK & 1 == 1)
+    let initial_ns = std::fs::read_to_string("/proc/self/uid_map")
+        .is_ok_and(|m| m.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"]);
+    initial_ns
+        && std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                let hex = s.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
+                u64::from_str_radix(hex.trim(), 16).ok()
+            })
+            .is_some_and(|caps| caps >> CAP_IPC_LOCK & 1 == 1)
 }

@@ -1001,7 +1001,8 @@ impl Protocol for KvProtocol {
             c.state.store(CONN_READ, Relaxed);
         }
         if st.verbosity.load(Relaxed) >= 2 {
-            trace_command(session, '>', &out[before..]);
+            // A fatal error may have cleared what was before it.
+            trace_command(session, '>', out.get(before..).unwrap_or_default());
         }
         match flow {
             Flow::Continue => duality_models::Flow::Continue,

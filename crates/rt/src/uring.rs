@@ -24,7 +24,9 @@
 //!   `SENDMSG` of two iovecs whose message and `Arc` the operation owns
 //!   until its completion.
 //! * **Accepting**: a multishot `ACCEPT` fills a bounded queue of accepted
-//!   descriptors while someone accepts.
+//!   descriptors while someone accepts; for a second after an accept ran
+//!   out of descriptors, single-shot ones take one at a time
+//!   ([`PACED_ACCEPT`]).
 //! * **Everything else** (connect, `writable`, `sendfile`'s readiness) is a
 //!   one-shot `POLL_ADD`, the ring's equivalent of an epoll wait.
 //!
@@ -454,7 +456,7 @@ impl Default for Cold {
 #[derive(Default)]
 struct Accepting {
     want: bool,
-    /// The multishot accept in flight.
+    /// The accept in flight (multishot, or single-shot while paced).
     armed: Option<u64>,
     accepted: VecDeque<OwnedFd>,
     err: Option<io::Error>,
@@ -849,7 +851,7 @@ impl Io {
 
     // ---- accepting -------------------------------------------------------
 
-    /// An accepted descriptor, or an error from the multishot accept.
+    /// An accepted descriptor, or an error from the accept.
     pub(crate) fn poll_accept(self: &Arc<Self>, cx: &mut Context<'_>) -> Poll<io::Result<OwnedFd>> {
         let mut st = lock_std(&self.st);
         let st = &mut *st;
@@ -1880,7 +1882,11 @@ impl UringReactor {
                     acc.err = Some(io::Error::from_raw_os_error(-res));
                 }
                 if !more {
-                    acc.armed = None;
+                    // A cancelled multishot's last word may come after a
+                    // new accept was armed: that one stays tracked.
+                    if acc.armed == Some(ud) {
+                        acc.armed = None;
+                    }
                     drop(ops.remove(ud));
                 } else if acc.accepted.len() >= ACCEPT_QUEUE {
                     // Nobody is taking them: leave the rest in the backlog.

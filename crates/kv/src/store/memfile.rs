@@ -204,6 +204,10 @@ impl MemFile {
             }
             st.assume_init()
         };
+        if st.f_blocks == 0 || st.f_frsize == 0 {
+            // Unlimited (tmpfs size=0) or not said.
+            return None;
+        }
         let held = self.file.metadata().ok()?.blocks() * 512;
         let free = (st.f_bavail as u64).saturating_mul(st.f_frsize as u64);
         Some((free.saturating_add(held), self.layout.total()))

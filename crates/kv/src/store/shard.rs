@@ -21,8 +21,9 @@
 //! segment; a segment whose items are all dead is freed at once.
 //!
 //! Memory is **bounded by construction**: item memory comes only from
-//! segments (normal ones of `seg_size` bytes; an item too large for one gets a
-//! segment of its own size), and segments plus the table never exceed the
+//! segments (normal ones of `seg_size` bytes; an item too large for one, or
+//! outside a memory file larger than half of one, gets a segment of its own
+//! in whole pages: see `Shard::single`), and segments plus the table never exceed the
 //! shard's limit. When a new item needs room, the shard frees a segment:
 //! - *cleaning*: a segment at most a quarter live (deletes, overwrites,
 //!   expiry) has its live items moved to the head and is freed — garbage is
@@ -1018,6 +1019,9 @@ impl Shard {
                 Lookup::Hit => self.evict(l, now, stats),
                 dead => self.reclaim(l, dead, stats),
             }
+            // The freed block may have become the spare: over the budget
+            // (a table growth), it must go, or one eviction frees nothing.
+            self.trim_spare();
             return true;
         }
         self.evicting = Some(id);
@@ -1438,6 +1442,12 @@ impl Shard {
                 continue;
             }
             assert_eq!(in_fifo, 1, "seg {id} in the fifo {in_fifo} times");
+            if s.single {
+                assert_ne!(self.head, Some(id as u32), "single seg {id} is the head");
+                assert_eq!(self.items_of(id).len(), 1, "single seg {id}");
+            } else {
+                assert_eq!(s.data.len(), self.seg_size, "normal seg {id}");
+            }
             held += s.data.len();
             let mut live = 0;
             for l in self.items_of(id) {
