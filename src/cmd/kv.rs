@@ -154,10 +154,10 @@ pub struct KvArgs {
     #[arg(short = 'r', long = "enable-coredumps")]
     enable_coredumps: bool,
     /// Lock all memory in RAM, now and as it grows (memcached's -k). Only
-    /// where locked memory may be unlimited (root that may raise `ulimit
-    /// -l`, a process with CAP_IPC_LOCK, or `ulimit -l unlimited`): under a
-    /// limit every allocation past it would fail, so the server says so and
-    /// runs unlocked. Locked, every page the
+    /// where locked memory may be unlimited (`ulimit -l unlimited`, or root
+    /// allowed to raise it): under a limit every allocation past it would
+    /// fail (CAP_IPC_LOCK alone does not do: -u drops it), so the server
+    /// says so and runs unlocked. Locked, every page the
     /// allocator and thread stacks map stays resident (more than -m + 32 MiB
     /// is possible).
     #[arg(short = 'k', long = "lock-memory")]

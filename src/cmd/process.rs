@@ -106,13 +106,10 @@ pub fn lock_memory() -> io::Result<()> {
             unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) };
         }
     }
-    // CAP_IPC_LOCK (root's, unless a container drops it) lifts the limit
-    // for mlock: the kernel does not count locked pages against it.
-    if lim.rlim_cur != libc::RLIM_INFINITY && !has_cap_ipc_lock() {
+    if lim.rlim_cur != libc::RLIM_INFINITY {
         return Err(io::Error::other(format!(
             "locked memory is limited to {} KiB (`ulimit -l`): allocations past it \
-             would fail, so nothing is locked; raise the limit to unlimited (or run \
-             with CAP_IPC_LOCK)",
+             would fail, so nothing is locked; raise the limit to unlimited",
             lim.rlim_cur >> 10
         )));
     }
@@ -121,22 +118,4 @@ pub fn lock_memory() -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
-}
-
-/// Whether this process holds CAP_IPC_LOCK (bit 14 of `CapEff` in
-/// /proc/self/status) in the initial user namespace, where mlock checks it:
-/// in a user namespace of its own (a rootless container) the bit is set but
-/// the limit still applies.
-fn has_cap_ipc_lock() -> bool {
-    const CAP_IPC_LOCK: u32 = 14;
-    let initial_ns = std::fs::read_to_string("/proc/self/uid_map")
-        .is_ok_and(|m| m.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"]);
-    initial_ns
-        && std::fs::read_to_string("/proc/self/status")
-            .ok()
-            .and_then(|s| {
-                let hex = s.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
-                u64::from_str_radix(hex.trim(), 16).ok()
-            })
-            .is_some_and(|caps| caps >> CAP_IPC_LOCK & 1 == 1)
 }
