@@ -20,37 +20,8 @@ fn a_small_descriptor_limit_gives_200_or_503_never_500() {
     let body: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
     std::fs::write(root.join("big.bin"), &body).unwrap();
 
-    let mut child = Command::new("sh")
-        .arg("-c")
-        .arg("ulimit -n 64 && exec \"$0\" \"$@\"")
-        .arg(env!("CARGO_BIN_EXE_duality"))
-        .args(["http", "--listen", "127.0.0.1:0", "--model", "symped:2"])
-        .arg("--root")
-        .arg(&root)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start duality http under sh");
-    let mut ready = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut ready)
-        .unwrap();
-    // Everything the server says, read to its end (a closed pipe would
-    // make its next log line fail).
-    let (tx, rx) = std::sync::mpsc::channel();
-    let stderr = child.stderr.take().unwrap();
-    let said = std::thread::spawn(move || {
-        let mut lines = BufReader::new(stderr).lines();
-        let first = lines.next().and_then(Result::ok).unwrap_or_default();
-        let _ = tx.send(first);
-        lines.map_while(Result::ok).collect::<Vec<_>>().join("\n")
-    });
-    let serving = rx.recv_timeout(Duration::from_secs(10)).unwrap();
-    let addr = ready
-        .trim()
-        .strip_prefix("ready http://")
-        .unwrap_or_else(|| panic!("no ready line: {ready:?}"))
-        .to_string();
+    let server = Limited::start(&root, 64, &["--model", "symped:2"]);
+    let (addr, serving) = (server.addr.clone(), server.first.clone());
     assert!(
         serving.contains("max 16 connections"),
         "the default follows the limit: {serving:?}"
@@ -113,48 +84,68 @@ fn a_small_descriptor_limit_gives_200_or_503_never_500() {
     s.read_to_end(&mut got).unwrap();
     assert!(got.starts_with(b"HTTP/1.1 200"));
 
-    // SAFETY: kill sends SIGTERM to our own child by its PID.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let _ = child.wait();
-    let said = said.join().unwrap();
+    let said = server.stop();
     assert!(!said.contains("panicked"), "{said}");
     let _ = std::fs::remove_dir_all(&root);
 }
 
-/// Starts `duality http` under `ulimit -n LIMIT`; returns it, its address
-/// and its first log line.
-fn start_limited(
-    root: &std::path::Path,
-    limit: u32,
-    extra: &[&str],
-) -> (std::process::Child, String, String) {
-    let mut child = Command::new("sh")
-        .arg("-c")
-        .arg(format!("ulimit -n {limit} && exec \"$0\" \"$@\""))
-        .arg(env!("CARGO_BIN_EXE_duality"))
-        .args(["http", "--listen", "127.0.0.1:0"])
-        .args(extra)
-        .arg("--root")
-        .arg(root)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start duality http under sh");
-    let mut ready = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut ready)
-        .unwrap();
-    let mut serving = String::new();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    stderr.read_line(&mut serving).unwrap();
-    // The rest of the log is drained so that no log line can block.
-    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-    let addr = ready
-        .trim()
-        .strip_prefix("ready http://")
-        .unwrap_or_else(|| panic!("no ready line: {ready:?}"))
-        .to_string();
-    (child, addr, serving)
+/// `duality http` under `ulimit -n LIMIT`: its address, its first log line
+/// and, once stopped, the rest of what it logged.
+struct Limited {
+    child: std::process::Child,
+    addr: String,
+    first: String,
+    said: std::thread::JoinHandle<String>,
+}
+
+impl Limited {
+    fn start(root: &std::path::Path, limit: u32, extra: &[&str]) -> Limited {
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(format!("ulimit -n {limit} && exec \"$0\" \"$@\""))
+            .arg(env!("CARGO_BIN_EXE_duality"))
+            .args(["http", "--listen", "127.0.0.1:0"])
+            .args(extra)
+            .arg("--root")
+            .arg(root)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start duality http under sh");
+        let mut ready = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut ready)
+            .unwrap();
+        let mut first = String::new();
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        stderr.read_line(&mut first).unwrap();
+        // The rest, read to its end (a closed pipe would make the server's
+        // next log line fail).
+        let said = std::thread::spawn(move || {
+            let mut rest = String::new();
+            let _ = stderr.read_to_string(&mut rest);
+            rest
+        });
+        let addr = ready
+            .trim()
+            .strip_prefix("ready http://")
+            .unwrap_or_else(|| panic!("no ready line: {ready:?}"))
+            .to_string();
+        Limited {
+            child,
+            addr,
+            first,
+            said,
+        }
+    }
+
+    /// Stops it with SIGTERM; returns what it logged after its first line.
+    fn stop(mut self) -> String {
+        // SAFETY: kill sends SIGTERM to our own child by its PID.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = self.child.wait();
+        self.said.join().unwrap()
+    }
 }
 
 #[test]
@@ -167,14 +158,14 @@ fn a_burst_past_the_limit_leaves_every_admitted_connection_its_file() {
     let f = std::fs::File::create(root.join("big.bin")).unwrap();
     f.set_len(32 << 20).unwrap();
     for io in ["uring", "epoll"] {
-        let (mut child, addr, serving) =
-            start_limited(&root, 128, &["--model", "symped:2", "--io", io]);
+        let server = Limited::start(&root, 128, &["--model", "symped:2", "--io", io]);
+        let (addr, serving) = (&server.addr, &server.first);
         assert!(serving.contains("max 48 connections"), "{serving:?}");
         // Each asks as soon as it is connected and reads nothing yet, as a
         // crowd of real clients would.
         let mut conns: Vec<TcpStream> = (0..300)
             .map(|_| {
-                let mut s = TcpStream::connect(&addr).unwrap();
+                let mut s = TcpStream::connect(addr).unwrap();
                 let _ = s.write_all(b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n");
                 s
             })
@@ -194,9 +185,8 @@ fn a_burst_past_the_limit_leaves_every_admitted_connection_its_file() {
         // want of a descriptor that refusals were holding.
         assert_eq!((ok, refused), (48, 252), "{io}: 200s and 503s");
         drop(conns);
-        // SAFETY: kill sends SIGTERM to our own child by its PID.
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        let _ = child.wait();
+        let said = server.stop();
+        assert!(!said.contains("panicked"), "{said}");
     }
     let _ = std::fs::remove_dir_all(&root);
 }
@@ -207,13 +197,12 @@ fn a_burst_past_the_limit_leaves_every_admitted_connection_its_file() {
 fn max_conns_past_the_descriptor_limit_is_said_at_start() {
     let root = std::env::temp_dir().join(format!("duality-fdwarn-{}", std::process::id()));
     std::fs::create_dir_all(&root).unwrap();
-    let (mut child, _, first) = start_limited(&root, 64, &["--max-conns", "100"]);
+    let server = Limited::start(&root, 64, &["--max-conns", "100"]);
+    let first = server.first.clone();
+    server.stop();
     assert!(
         first.contains("warning: --max-conns 100 takes up to 232 descriptors"),
         "{first:?}"
     );
-    // SAFETY: kill sends SIGTERM to our own child by its PID.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let _ = child.wait();
     let _ = std::fs::remove_dir_all(&root);
 }
