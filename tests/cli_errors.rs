@@ -74,6 +74,10 @@ fn values_a_setting_cannot_mean_are_refused() {
         );
         assert!(!err.contains("panicked"), "{err}");
     }
+    one_line_error(
+        &duality(&["kv", "-l", "127.0.0.1", "-p", "0", "-t", "5000"]),
+        "at most 1024 threads",
+    );
     for flag in ["--idle-spin-us", "--payload-spin-us"] {
         let o = duality(&["kv", "-l", "127.0.0.1", "-p", "0", flag, "2000000"]);
         let err = String::from_utf8_lossy(&o.stderr);

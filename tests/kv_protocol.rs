@@ -1213,8 +1213,12 @@ fn binary_memcached_flags() {
     assert_eq!(s["pid"], srv.pid().to_string());
     assert_eq!(unix.stats("settings")["model"], "symped:2");
     assert!(
-        srv.wait_stderr("duality kv:", Duration::from_secs(5)),
-        "-v logs the config"
+        srv.wait_stderr(
+            "duality kv: settings: -m 8 MiB, -c 4,",
+            Duration::from_secs(5)
+        ),
+        "-v logs the settings: {}",
+        srv.stderr_text()
     );
     // -I 2k: 2048 bytes of item, memcached's header and the key included.
     let largest = 2048 - duality_kv::protocol::item_size(3, 0, 0);

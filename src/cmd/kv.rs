@@ -56,7 +56,8 @@ pub struct KvArgs {
     /// Largest item size, e.g. 1m, 512k or bytes (default 1m).
     #[arg(short = 'I', long = "max-item-size", default_value = "1m", value_parser = parse_size)]
     max_item_size: usize,
-    /// Verbose logging: -v says what is ignored (-C, SIGHUP); -vv also logs
+    /// Verbose logging: -v logs the settings and what is ignored (-C,
+    /// SIGHUP); -vv also logs
     /// commands and the first line of their answers (`<FD command`,
     /// `>FD answer`), as memcached's -vv (a get larger than 64 KiB and a
     /// command that closes the connection log no answer; a command handed
@@ -428,8 +429,16 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     };
     anyhow::ensure!(a.memory_limit > 0, "-m must be at least 1 (megabyte)");
     anyhow::ensure!(a.max_conns > 0, "-c must be at least 1");
-    if let Some(0) = a.threads {
-        anyhow::bail!("-t must be at least 1");
+    match a.threads {
+        Some(0) => anyhow::bail!("-t must be at least 1"),
+        // The models' own bound (`--model symped:N` refuses the same).
+        Some(t) if t > 1024 => anyhow::bail!("-t {t}: at most 1024 threads"),
+        Some(t) if t > 64 => duality_rt::say!(
+            "duality kv: warning: -t {t}: a high number of worker threads is not recommended \
+             (memcached warns past 64); the cores here: {}",
+            duality_models::cores()
+        ),
+        _ => {}
     }
     let max_conns = fit_max_conns(a.max_conns)?;
     if a.enable_coredumps {
@@ -466,9 +475,13 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     // Every loop thread gives back what it freed once it falls idle (memory
     // of closed connections would otherwise stay with the thread).
     duality_rt::set_default_idle_hook(crate::alloc::collect);
+    // Port 0 turns TCP off (memcached's -p 0), for an -l address's own port too.
+    let tcp_port = |h: &ListenHost| h.port.unwrap_or(a.port()) != 0;
+    let has_tcp = a.listen.iter().any(tcp_port);
     anyhow::ensure!(
-        a.port() != 0 || a.unix_socket.is_some() || a.listen.iter().any(|h| h.port.is_some()),
-        "nothing to listen on: give a port (-p), an address with a port (-l) or a Unix socket (-s)"
+        has_tcp || a.unix_socket.is_some(),
+        "nothing to listen on: give a port (-p), an address with a port (-l) or a Unix socket (-s); \
+         port 0 turns TCP off, as memcached's -p 0"
     );
     let config = KvConfig {
         memory_limit: a.memory_limit << 20,
@@ -582,10 +595,25 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
         io,
         at.join(", ")
     );
-    if a.unix_socket.is_some() && a.port.is_none() {
+    if a.unix_socket.is_some() && !has_tcp {
         duality_rt::say!(
-            "duality kv: -s without -p: listening on the Unix socket only, as memcached; \
-             give -p PORT for TCP too"
+            "duality kv: no TCP port: listening on the Unix socket only, as memcached with -s; \
+             give -p PORT (or -l ADDR:PORT) for TCP too"
+        );
+    }
+    if a.verbose > 0 {
+        duality_rt::say!(
+            "duality kv: settings: -m {} MiB, -c {max_conns}, -I {} bytes, -R {}, -B {}, \
+             evictions {}",
+            a.memory_limit,
+            a.max_item_size,
+            a.reqs_per_event.unwrap_or(64),
+            a.protocol,
+            if a.disable_evictions {
+                "off (-M)"
+            } else {
+                "on"
+            },
         );
     }
     if a.disable_cas && a.verbose > 0 {
