@@ -95,7 +95,7 @@ struct Limited {
     child: std::process::Child,
     addr: String,
     first: String,
-    said: std::thread::JoinHandle<String>,
+    said: Option<std::thread::JoinHandle<String>>,
 }
 
 impl Limited {
@@ -135,7 +135,7 @@ impl Limited {
             child,
             addr,
             first,
-            said,
+            said: Some(said),
         }
     }
 
@@ -144,7 +144,19 @@ impl Limited {
         // SAFETY: kill sends SIGTERM to our own child by its PID.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         let _ = self.child.wait();
-        self.said.join().unwrap()
+        self.said
+            .take()
+            .map(|t| t.join().unwrap())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Limited {
+    /// A test that fails before `stop` leaves no server behind (`kill`
+    /// does nothing to a child already waited for).
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
