@@ -33,9 +33,10 @@
 //! Items are written into the shard's own segments (see `shard`): fixed-size
 //! blocks of about a 64th of the shard (256 B to 1 MiB), each an anonymous
 //! mapping; an item too large for one gets a segment of its own size, and
-//! so does one larger than half of one (in whole pages, counted as such;
-//! not in a memory file, whose slots are segments): items of one such size
-//! would otherwise fill one segment each and leave up to half unused. What a
+//! so does one larger than half of one, or than a quarter where its whole
+//! pages waste less than packing does (counted as pages; not in a memory
+//! file, whose slots are segments): items of one such size would otherwise
+//! fill one segment each and leave up to half unused. What a
 //! shard holds — its segments and its hash table — never exceeds its share of
 //! the limit, whatever the mix of sizes, expiries and deletes: fragmentation
 //! can only waste space inside segments, never grow the process. What an item
