@@ -190,7 +190,8 @@ pub struct KvArgs {
     /// no_lru_crawler (background sweep on/off), lru_crawler_sleep=N,
     /// lru_crawler_tocrawl=N, read_buf_mem_limit=MB (connection buffers of
     /// values being received and responses being sent, each over 64 KiB,
-    /// together at most this many MB; past it a set gets SERVER_ERROR out
+    /// together at most this many MB; a value's buffer grows as its bytes
+    /// arrive, up to 4x what came; past it a set gets SERVER_ERROR out
     /// of memory and a get's answer goes out a piece under 64 KiB at a
     /// time. Default: -m, at least 64; 0: no limit).
     /// Accepted and ignored (nothing to tune here):

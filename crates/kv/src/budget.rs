@@ -7,8 +7,10 @@
 //! that stall could hold `-c` × `-I` bytes outside `-m`.
 //!
 //! Buffers up to [`LARGE`] are not counted (every connection may hold that
-//! much). A larger one takes its size from the budget first; when the
-//! budget is spent the request is refused as memcached refuses one it
+//! much). A larger one takes its size from the budget first — a value being
+//! received a step at a time as its bytes arrive (at most four times what
+//! it has), so what a client declares and never sends holds nothing; when
+//! the budget is spent the request is refused as memcached refuses one it
 //! cannot allocate (`SERVER_ERROR out of memory …`), and its bytes are
 //! dropped as they arrive rather than buffered — except a get (text, meta
 //! or binary), whose answer the server then writes a piece under [`LARGE`]

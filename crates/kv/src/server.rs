@@ -1332,10 +1332,16 @@ impl KvProtocol {
 
     /// Accounts a large request being received against the buffer budget
     /// (see [`crate::budget`]): one that needs more than [`LARGE`] bytes
-    /// buffered takes them before the driver grows its buffer; one that
-    /// cannot is refused as memcached refuses a value it cannot allocate,
-    /// and its bytes are dropped as they arrive. What it took is given back
-    /// once it is parsed whole (or refused), or when the connection ends.
+    /// buffered asks the driver for room a step at a time as its bytes
+    /// arrive (up to [`LARGE`] uncounted, then four times what it has, up to
+    /// what it declared), each step taken from the budget before the buffer
+    /// grows; one that cannot is refused as memcached refuses a value it
+    /// cannot allocate, and its bytes are dropped as they arrive. What it
+    /// took is given back once it is parsed whole (or refused), or when the
+    /// connection ends. Why steps: a header alone (`set k 0 0 1000000`, then
+    /// silence) took its whole value from the budget, so 67 silent clients
+    /// sending 2.5 KB made every large store fail, and memory grew by what
+    /// was declared rather than received.
     fn account_input<'a>(
         &self,
         s: &mut KvSession,
@@ -1348,8 +1354,13 @@ impl KvProtocol {
         let info = &guard.info;
         match parsed {
             Parsed::Incomplete(need) if need > LARGE => {
-                if self.0.buffers.hold_input(info.who(), &info.holds, need) {
-                    return Parsed::Incomplete(need);
+                let step = if input.len() < LARGE / 2 {
+                    LARGE
+                } else {
+                    need.min(input.len().saturating_mul(4))
+                };
+                if step <= LARGE || self.0.buffers.hold_input(info.who(), &info.holds, step) {
+                    return Parsed::Incomplete(step);
                 }
                 // Parsed with no room for any value, the request is refused
                 // as too large; that refusal, for lack of memory instead.
