@@ -599,8 +599,16 @@ impl HttpState {
             }
             Err(e) => return Err(e),
         };
-        let content_type = mime::for_path(&path);
-        let vary = gzip::eligible(&self.cfg.gzip, &path, content_type, meta.size);
+        // The type of the name asked for (a directory's: its index), as
+        // nginx: not of where a symlink leads (`notes.txt -> page.html` is
+        // text, never HTML a browser would run).
+        let named = if url_path.ends_with('/') {
+            Path::new(crate::path::INDEX)
+        } else {
+            Path::new(url_path)
+        };
+        let content_type = mime::for_path(named);
+        let vary = gzip::eligible(&self.cfg.gzip, named, content_type, meta.size);
         if vary && want_gzip {
             if let Some(found) = self.lookup_gzip(url_path, &path, meta, content_type)? {
                 return Ok(found);

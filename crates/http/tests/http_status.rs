@@ -43,6 +43,22 @@ fn status_200_index_html_for_directories_and_types() {
     assert_eq!(c.get("/style.css").header("content-type"), Some("text/css"));
     assert_eq!(c.get("/link_in").text(), "hello, world\n");
     assert_eq!(c.get("/dir_in/page.html").text(), "<p>page</p>\n");
+    // The type is the name's asked for, not the symlink target's (nginx):
+    // a `.txt` that leads to HTML is never HTML a browser would run.
+    std::os::unix::fs::symlink("sub/page.html", s.dir.0.join("www/notes.txt")).unwrap();
+    std::os::unix::fs::symlink("../index.html", s.dir.0.join("www/sub/home.css")).unwrap();
+    let r = c.get("/notes.txt");
+    assert_eq!((r.status, r.text().as_str()), (200, "<p>page</p>\n"));
+    assert_eq!(r.header("content-type"), Some("text/plain; charset=utf-8"));
+    assert_eq!(
+        c.get("/sub/home.css").header("content-type"),
+        Some("text/css")
+    );
+    assert_eq!(
+        c.get("/link_in").header("content-type"),
+        Some("application/octet-stream")
+    );
+    assert_eq!(c.get("/dir_in/").header("content-type"), Some("text/html"));
     let empty = c.get("/empty.txt");
     assert_eq!((empty.status, empty.body.len()), (200, 0));
     assert_eq!(empty.header("content-length"), Some("0"));
