@@ -86,7 +86,8 @@ pub(crate) fn parse_i32(t: &[u8]) -> Option<i32> {
 
 /// Parses a stored value as `incr`/`decr` do (C's `strtoull` as memcached
 /// uses it): optional leading whitespace, an optional `+`, digits, then the
-/// end or whitespace (anything after that is ignored). No sign, no overflow.
+/// end, whitespace or a NUL (the end of memcached's C string; anything
+/// after that is ignored). No sign, no overflow.
 pub(crate) fn parse_counter(v: &[u8]) -> Option<u64> {
     let start = v.iter().position(|c| !is_c_space(*c))?;
     let mut s = &v[start..];
@@ -97,7 +98,7 @@ pub(crate) fn parse_counter(v: &[u8]) -> Option<u64> {
         .iter()
         .position(|c| !c.is_ascii_digit())
         .unwrap_or(s.len());
-    if end == 0 || (end < s.len() && !is_c_space(s[end])) {
+    if end == 0 || (end < s.len() && !is_c_space(s[end]) && s[end] != 0) {
         return None;
     }
     let mut n: u64 = 0;
@@ -155,6 +156,10 @@ mod tests {
         assert_eq!(parse_counter(b"42  "), Some(42));
         assert_eq!(parse_counter(b"42 junk"), Some(42));
         assert_eq!(parse_counter(b"42junk"), None);
+        // memcached's value is a C string: a NUL ends the number.
+        assert_eq!(parse_counter(b"1\0"), Some(1));
+        assert_eq!(parse_counter(b"7\0junk"), Some(7));
+        assert_eq!(parse_counter(b"\0"), None);
         assert_eq!(parse_counter(b"-1"), None);
         assert_eq!(parse_counter(b""), None);
         assert_eq!(parse_counter(b"abc"), None);
