@@ -119,6 +119,20 @@ fn align8(n: usize) -> usize {
     (n + 7) & !7
 }
 
+/// Copies `src` into `dst` (of the same length) in pieces of at most 2 KiB.
+/// Why: glibc's `memcpy` takes `rep movsb` from 2,112 bytes on, and on this
+/// project's AMD EPYC machines that made a 12 KB set cost 10.5-13.5 us of
+/// server CPU where the vector loop it uses below that costs 7.5-10 (the
+/// same server under `GLIBC_TUNABLES=glibc.cpu.x86_rep_movsb_threshold`
+/// raised); on CPUs where `rep movsb` is fast the loop is as fast.
+#[inline]
+pub(crate) fn copy_chunked(dst: &mut [u8], src: &[u8]) {
+    const PIECE: usize = 2048;
+    for (d, s) in dst.chunks_mut(PIECE).zip(src.chunks(PIECE)) {
+        d.copy_from_slice(s);
+    }
+}
+
 /// Bytes an item of `klen` + `vlen` takes in a segment.
 #[inline]
 pub(crate) fn item_size(klen: usize, vlen: usize) -> usize {
@@ -737,7 +751,7 @@ impl Shard {
         r[at..at + it.key.len()].copy_from_slice(it.key);
         at += it.key.len();
         for p in it.parts {
-            r[at..at + p.len()].copy_from_slice(p);
+            copy_chunked(&mut r[at..at + p.len()], p);
             at += p.len();
         }
     }
