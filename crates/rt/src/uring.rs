@@ -712,9 +712,8 @@ impl Io {
     /// Queues all of `buf` and leaves it empty. An empty queue takes the
     /// buffer itself (no copy; `buf` gets the queue's spare back); otherwise
     /// the bytes are copied in once they fit under [`TX_LIMIT`] with what is
-    /// queued and in flight. Why not past it: a client that pipelines and
-    /// never reads had each connection hold the send in flight, the limit
-    /// and one more answer (94-185 KB of 60 KB files each; epoll: 15-22).
+    /// queued and in flight (not past it: a connection whose client does
+    /// not read would hold the send in flight, the limit and one answer more).
     pub(crate) fn poll_write_vec(
         self: &Arc<Self>,
         cx: &mut Context<'_>,
@@ -748,7 +747,9 @@ impl Io {
     /// So does a socket with only a send in flight, the body sent after it;
     /// otherwise both are copied in, as [`poll_write_vec`](Self::poll_write_vec).
     /// Either waits until they fit under [`TX_LIMIT`] with what is queued
-    /// and in flight, unless the socket is idle.
+    /// and in flight, unless the socket is idle. (Copied behind a send in
+    /// flight, bodies of a 60 KB file made clients that pipeline and never
+    /// read cost 94-185 KB per connection; epoll 15-22.)
     pub(crate) fn poll_write_shared(
         self: &Arc<Self>,
         cx: &mut Context<'_>,
@@ -761,36 +762,32 @@ impl Io {
             return self.poll_write_vec(cx, head);
         }
         let mut st = std::task::ready!(self.lock_for_write(cx))?;
-        if st.tx_idle() {
+        let busy = st.tx_busy as usize;
+        let nothing_queued = st.tx.is_empty() && st.tx_tail.is_none();
+        let fits = st.tx_queued() + busy + head.len() + bytes.len() <= TX_LIMIT;
+        if nothing_queued && (busy == 0 || fits) {
+            // The body goes as the tail, from where it lies: at once on an
+            // idle socket, else when the send in flight completes.
             std::mem::swap(&mut st.tx, head);
-            head.clear();
             give_spare(head);
             st.tx_tail = Some(Box::new(Tail {
                 body: body.clone(),
                 start: range.start,
                 end: range.end,
             }));
-            self.schedule();
-        } else if st.tx_queued() + (st.tx_busy as usize) + head.len() + bytes.len() <= TX_LIMIT {
-            // Something is queued or in flight: its completion sends these.
-            if st.tx.is_empty() && st.tx_tail.is_none() {
-                std::mem::swap(&mut st.tx, head);
-                give_spare(head);
-                st.tx_tail = Some(Box::new(Tail {
-                    body: body.clone(),
-                    start: range.start,
-                    end: range.end,
-                }));
-            } else {
-                st.settle_tail();
-                st.tx.extend_from_slice(head);
-                st.tx.extend_from_slice(bytes);
+            if busy == 0 {
+                self.schedule();
             }
-            head.clear();
+        } else if fits {
+            // Bytes are queued before it: its place is after them.
+            st.settle_tail();
+            st.tx.extend_from_slice(head);
+            st.tx.extend_from_slice(bytes);
         } else {
             st.writer = Some(cx.waker().clone());
             return Poll::Pending;
         }
+        head.clear();
         crate::coop::spend();
         Poll::Ready(Ok(()))
     }

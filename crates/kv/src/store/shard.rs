@@ -126,7 +126,7 @@ fn align8(n: usize) -> usize {
 /// same server under `GLIBC_TUNABLES=glibc.cpu.x86_rep_movsb_threshold`
 /// raised); on CPUs where `rep movsb` is fast the loop is as fast.
 #[inline]
-pub(crate) fn copy_chunked(dst: &mut [u8], src: &[u8]) {
+fn copy_chunked(dst: &mut [u8], src: &[u8]) {
     const PIECE: usize = 2048;
     for (d, s) in dst.chunks_mut(PIECE).zip(src.chunks(PIECE)) {
         d.copy_from_slice(s);
