@@ -112,6 +112,51 @@ fn a_pipelined_read_makes_one_hand_off_not_one_per_request() {
     }
 }
 
+#[test]
+fn a_burst_queued_behind_slow_jobs_reads_on_and_keeps_order() {
+    // More connections than a loop's buffer pool keeps, each with a request
+    // and half of the next queued behind slow jobs: past that many hand-offs
+    // out, a hand-off carries its bytes in a buffer of their size, and the
+    // half request reads on from there.
+    const CONNS: u64 = 200;
+    for model in ["amped:1", "seda:2:1", "seda-s:1"] {
+        let d = Detector::new(300_000);
+        let d2 = d.clone();
+        let server = builder(model)
+            .long_poll_threshold(None)
+            .tcp(addr())
+            .serve(move |c, p| echo::serve(c, p, d2.clone()))
+            .unwrap();
+        let a = server.tcp_addrs()[0];
+        let mut conns: Vec<TcpStream> = (0..CONNS)
+            .map(|i| {
+                let mut s = TcpStream::connect(a).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                let mut two = echo::request(i, i).to_vec();
+                two.extend_from_slice(&echo::request(i, i + CONNS)[..FRAME / 2]);
+                s.write_all(&two).unwrap();
+                s
+            })
+            .collect();
+        for (i, s) in conns.iter_mut().enumerate() {
+            let i = i as u64;
+            let mut r = [0u8; FRAME];
+            s.read_exact(&mut r).unwrap();
+            assert_eq!(echo::response(&r), (i, echo::answer(i)), "{model}");
+            s.write_all(&echo::request(i, i + CONNS)[FRAME / 2..])
+                .unwrap();
+        }
+        for (i, s) in conns.iter_mut().enumerate() {
+            let i = i as u64;
+            let mut r = [0u8; FRAME];
+            s.read_exact(&mut r).unwrap();
+            assert_eq!(echo::response(&r), (i, echo::answer(i + CONNS)), "{model}");
+        }
+        assert_eq!(d.violations.load(Relaxed), 0, "{model}: colors");
+        assert_eq!(d.jobs.load(Relaxed), 2 * CONNS, "{model}");
+    }
+}
+
 /// 4 clients, each `rounds` writes of `n` requests whose colors cycle
 /// through `colors`; every answer checked, in order.
 fn mixed_colors(a: SocketAddr, colors: u64, rounds: u64, n: u64) {
