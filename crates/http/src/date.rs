@@ -125,9 +125,33 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
 
 /// Parses an HTTP date in any of the three forms RFC 9110 makes recipients
 /// accept (IMF-fixdate, RFC 850, asctime). `None` if it is not one.
+///
+/// The day of the week is not looked at (nginx skips whatever comes before
+/// the `,` or first space): a date whose weekday is wrong (`Sun, 29 Nov 2000`, a Wednesday) is the date it names,
+/// not an invalid one that would make a condition be ignored.
 pub fn parse(value: &[u8]) -> Option<SystemTime> {
     let s = std::str::from_utf8(value).ok()?;
-    httpdate::parse_http_date(s).ok()
+    if let Ok(t) = httpdate::parse_http_date(s) {
+        return Some(t);
+    }
+    // Only a failed parse pays for this: the same date under each weekday
+    // name, in the form (short or long) and with the separator it came with.
+    let cut = s.find([',', ' '])?;
+    let rest = &s[cut..];
+    const SHORT: [&str; 7] = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
+    const LONG: [&str; 7] = [
+        "Monday",
+        "Tuesday",
+        "Wednesday",
+        "Thursday",
+        "Friday",
+        "Saturday",
+        "Sunday",
+    ];
+    let names = if cut > 3 { LONG } else { SHORT };
+    names
+        .iter()
+        .find_map(|day| httpdate::parse_http_date(&format!("{day}{rest}")).ok())
 }
 
 /// The `Date` value, formatted at most once per second.
@@ -303,6 +327,22 @@ mod tests {
             "Sun Nov  6 08:49:37 1994",
         ] {
             assert_eq!(parse(s.as_bytes()), Some(want), "{s}");
+        }
+        // A wrong weekday is skipped, as nginx does.
+        for s in [
+            "Wed, 06 Nov 1994 08:49:37 GMT",
+            "Monday, 06-Nov-94 08:49:37 GMT",
+            "Fri Nov  6 08:49:37 1994",
+            "Xyz, 06 Nov 1994 08:49:37 GMT",
+        ] {
+            assert_eq!(parse(s.as_bytes()), Some(want), "{s}");
+        }
+        for bad in [
+            "Sun, 31 Nov 1994 08:49:37 GMT",
+            "Sun, 06 Nov 1994 08:49:37",
+            "Sun,",
+        ] {
+            assert_eq!(parse(bad.as_bytes()), None, "{bad}");
         }
         assert_eq!(parse(b"yesterday"), None);
         assert_eq!(parse(b"\xff"), None);
