@@ -13,6 +13,7 @@
 mod binary;
 mod classic;
 mod crawler;
+mod lru;
 mod meta;
 mod slabs;
 mod stats;
@@ -405,6 +406,7 @@ pub fn execute<C: ExecContext + ?Sized>(
             crawler::lru_crawler(store, now, args, ctx.dumping_enabled(), out)
         }
         Request::Slabs { args } => slabs::slabs(args, out),
+        Request::Lru { args } => lru::lru(args, out),
         Request::Shutdown { args } => {
             let mut it = args.iter();
             let mode_ok = match it.next() {

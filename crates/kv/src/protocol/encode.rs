@@ -114,6 +114,10 @@ impl Request<'_> {
                 out.extend_from_slice(b"slabs");
                 push_tokens(out, args);
             }
+            Request::Lru { args } => {
+                out.extend_from_slice(b"lru");
+                push_tokens(out, args);
+            }
             Request::Shutdown { args } => {
                 out.extend_from_slice(b"shutdown");
                 push_tokens(out, args);

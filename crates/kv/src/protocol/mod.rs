@@ -283,6 +283,11 @@ pub enum Request<'a> {
         /// The arguments.
         args: Tokens<'a>,
     },
+    /// `lru <subcommand> [args…]` (`tune`, `mode`, `temp_ttl`).
+    Lru {
+        /// The arguments.
+        args: Tokens<'a>,
+    },
     /// `quit`: close the connection.
     Quit,
     /// `mg <key> <flags>*`.
@@ -715,6 +720,9 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Result<(Request<'a>, usize),
             args: Tokens::new(rest),
         }),
         b"slabs" => Ok(Request::Slabs {
+            args: Tokens::new(rest),
+        }),
+        b"lru" => Ok(Request::Lru {
             args: Tokens::new(rest),
         }),
         b"quit" => Ok(Request::Quit),

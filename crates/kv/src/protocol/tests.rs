@@ -846,6 +846,9 @@ enum Spec {
     LruCrawler {
         args: Vec<u8>,
     },
+    Lru {
+        args: Vec<u8>,
+    },
     Quit,
     Meta {
         cmd: u8,
@@ -930,6 +933,9 @@ impl Spec {
                 args: Tokens::new(args),
             },
             Spec::LruCrawler { args } => Request::LruCrawler {
+                args: Tokens::new(args),
+            },
+            Spec::Lru { args } => Request::Lru {
                 args: Tokens::new(args),
             },
             Spec::Quit => Request::Quit,
@@ -1090,6 +1096,7 @@ fn spec() -> impl Strategy<Value = Spec> {
         1 => (any::<u32>(), noreply()).prop_map(|(level, noreply)| Spec::Verbosity { level, noreply }),
         1 => joined(0..4).prop_map(|args| Spec::Stats { args }),
         1 => joined(0..3).prop_map(|args| Spec::LruCrawler { args }),
+        1 => joined(0..5).prop_map(|args| Spec::Lru { args }),
         1 => Just(Spec::Quit),
         4 => meta(),
         1 => Just(Spec::MetaNoop),
