@@ -135,7 +135,8 @@ pub fn parse(value: &[u8]) -> Option<SystemTime> {
         return Some(t);
     }
     // Only a failed parse pays for this: the same date under each weekday
-    // name, in the form (short or long) and with the separator it came with.
+    // name, short and long (each form takes one), with the separator it
+    // came with.
     let cut = s.find([',', ' '])?;
     let rest = &s[cut..];
     const SHORT: [&str; 7] = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
@@ -148,9 +149,9 @@ pub fn parse(value: &[u8]) -> Option<SystemTime> {
         "Saturday",
         "Sunday",
     ];
-    let names = if cut > 3 { LONG } else { SHORT };
-    names
+    SHORT
         .iter()
+        .chain(&LONG)
         .find_map(|day| httpdate::parse_http_date(&format!("{day}{rest}")).ok())
 }
 
@@ -334,6 +335,8 @@ mod tests {
             "Monday, 06-Nov-94 08:49:37 GMT",
             "Fri Nov  6 08:49:37 1994",
             "Xyz, 06 Nov 1994 08:49:37 GMT",
+            "Sunday, 06 Nov 1994 08:49:37 GMT",
+            "Sun, 06-Nov-94 08:49:37 GMT",
         ] {
             assert_eq!(parse(s.as_bytes()), Some(want), "{s}");
         }
