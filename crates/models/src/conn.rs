@@ -712,29 +712,44 @@ impl Conn {
         }
     }
 
-    /// Writes all of `buf` and leaves it empty (its capacity may change:
-    /// under io_uring an idle connection's send queue takes the buffer
-    /// itself and gives back its spare, saving a copy). With `wait`, gives
-    /// up with `TimedOut` when the client has taken nothing for that long.
+    /// Writes all of `buf`, leaves it empty (its capacity may change: under
+    /// io_uring an idle connection's send queue takes the buffer itself and
+    /// gives back its spare, saving a copy) and returns once the kernel has
+    /// taken every byte: a caller may count `buf`'s memory as its own until
+    /// then. With `wait`, gives up with `TimedOut` when the write, or then
+    /// the send, takes longer than that.
     pub async fn write_vec_for(
         &mut self,
         buf: &mut Vec<u8>,
         wait: Option<Duration>,
     ) -> io::Result<()> {
         let n = buf.len();
+        let within = |w: Duration| w.max(Duration::from_millis(1));
         let r = match (&mut self.io, wait) {
-            (Io::Tcp(s), None) => s.write_vec(buf).await,
-            (Io::Unix(s), None) => s.write_vec(buf).await,
-            (Io::Tcp(s), Some(w)) => {
-                duality_rt::time::timeout(w.max(Duration::from_millis(1)), s.write_vec(buf))
-                    .await
-                    .unwrap_or_else(|_| Err(timed_out()))
-            }
-            (Io::Unix(s), Some(w)) => {
-                duality_rt::time::timeout(w.max(Duration::from_millis(1)), s.write_vec(buf))
-                    .await
-                    .unwrap_or_else(|_| Err(timed_out()))
-            }
+            (Io::Tcp(s), None) => match s.write_vec(buf).await {
+                Ok(()) => s.flush().await,
+                e => e,
+            },
+            (Io::Unix(s), None) => match s.write_vec(buf).await {
+                Ok(()) => s.flush().await,
+                e => e,
+            },
+            (Io::Tcp(s), Some(w)) => duality_rt::time::timeout(within(w), s.write_vec(buf))
+                .await
+                .unwrap_or_else(|_| Err(timed_out()))
+                .and(
+                    duality_rt::time::timeout(within(w), s.flush())
+                        .await
+                        .unwrap_or_else(|_| Err(timed_out())),
+                ),
+            (Io::Unix(s), Some(w)) => duality_rt::time::timeout(within(w), s.write_vec(buf))
+                .await
+                .unwrap_or_else(|_| Err(timed_out()))
+                .and(
+                    duality_rt::time::timeout(within(w), s.flush())
+                        .await
+                        .unwrap_or_else(|_| Err(timed_out())),
+                ),
             (Io::BlockingTcp(..) | Io::BlockingUnix(..), _) => {
                 let r = self.write_all_for(buf, wait).await;
                 buf.clear();

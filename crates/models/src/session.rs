@@ -572,8 +572,8 @@ impl Reply<'_> {
 }
 
 /// Writes `out` (bytes, then the shared body) on the slow path: a shared
-/// body or a write timeout (the driver's own write, without either, is
-/// `write_all`). The bytes are copied into a head of their own when a body
+/// body, a write timeout or a large answer (the driver's own write, without
+/// any, is `write_all`). The bytes are copied into a head of their own when a body
 /// follows: the send queue may keep the head's buffer, and `out`'s stays
 /// in the thread's pool.
 async fn write_output(conn: &mut Conn, out: &mut Output, wait: Option<Duration>) -> io::Result<()> {
@@ -582,6 +582,16 @@ async fn write_output(conn: &mut Conn, out: &mut Output, wait: Option<Duration>)
             let mut head = out.bytes.clone();
             conn.write_vec_shared_for(&mut head, &body, range, wait)
                 .await
+        }
+        // A large answer (a multi-key get of large values) is not pooled
+        // anyway (see `written`): the send queue takes the buffer itself
+        // rather than a copy, 64 KiB at a time (io_uring), and the write
+        // ends once the kernel has it all, so that a protocol counting the
+        // buffer's memory (`Protocol::drained`) counts it while it is held.
+        // Untimed only: a timeout there bounds each wait for the client,
+        // not a whole large send.
+        None if wait.is_none() && out.bytes.len() > OUT_KEEP => {
+            conn.write_vec_for(&mut out.bytes, None).await
         }
         None => conn.write_all_for(&out.bytes, wait).await,
     }
@@ -982,9 +992,12 @@ pub fn drive<P: Protocol>(
                     if a.out.is_pending() {
                         a.answered.first_byte();
                         // Bytes alone, untimed (the cache's): inline. A
-                        // timed write or a shared body: boxed, so that their
-                        // larger state stays out of every connection's future.
-                        let r = match (a.out.has_shared(), driver.write_timeout) {
+                        // timed write, a shared body or a large untimed
+                        // answer: boxed, so that their larger state stays
+                        // out of every connection's future.
+                        let slow_path = a.out.has_shared()
+                            || (driver.write_timeout.is_none() && a.out.len() > OUT_KEEP);
+                        let r = match (slow_path, driver.write_timeout) {
                             (false, None) => conn.write_all(&a.out).await,
                             (false, Some(w)) => {
                                 armed = false;
