@@ -716,40 +716,29 @@ impl Conn {
     /// io_uring an idle connection's send queue takes the buffer itself and
     /// gives back its spare, saving a copy) and returns once the kernel has
     /// taken every byte: a caller may count `buf`'s memory as its own until
-    /// then. With `wait`, gives up with `TimedOut` when the write, or then
-    /// the send, takes longer than that.
+    /// then. With `wait`, gives up with `TimedOut` when all that takes
+    /// longer.
     pub async fn write_vec_for(
         &mut self,
         buf: &mut Vec<u8>,
         wait: Option<Duration>,
     ) -> io::Result<()> {
         let n = buf.len();
-        let within = |w: Duration| w.max(Duration::from_millis(1));
         let r = match (&mut self.io, wait) {
-            (Io::Tcp(s), None) => match s.write_vec(buf).await {
-                Ok(()) => s.flush().await,
-                e => e,
-            },
-            (Io::Unix(s), None) => match s.write_vec(buf).await {
-                Ok(()) => s.flush().await,
-                e => e,
-            },
-            (Io::Tcp(s), Some(w)) => duality_rt::time::timeout(within(w), s.write_vec(buf))
+            (Io::Tcp(s), _) => {
+                within(wait, async {
+                    s.write_vec(buf).await?;
+                    s.flush().await
+                })
                 .await
-                .unwrap_or_else(|_| Err(timed_out()))
-                .and(
-                    duality_rt::time::timeout(within(w), s.flush())
-                        .await
-                        .unwrap_or_else(|_| Err(timed_out())),
-                ),
-            (Io::Unix(s), Some(w)) => duality_rt::time::timeout(within(w), s.write_vec(buf))
+            }
+            (Io::Unix(s), _) => {
+                within(wait, async {
+                    s.write_vec(buf).await?;
+                    s.flush().await
+                })
                 .await
-                .unwrap_or_else(|_| Err(timed_out()))
-                .and(
-                    duality_rt::time::timeout(within(w), s.flush())
-                        .await
-                        .unwrap_or_else(|_| Err(timed_out())),
-                ),
+            }
             (Io::BlockingTcp(..) | Io::BlockingUnix(..), _) => {
                 let r = self.write_all_for(buf, wait).await;
                 buf.clear();
@@ -783,20 +772,8 @@ impl Conn {
             ));
         };
         let r = match (&mut self.io, wait) {
-            (Io::Tcp(s), None) => s.write_vec_shared(head, body, range).await,
-            (Io::Unix(s), None) => s.write_vec_shared(head, body, range).await,
-            (Io::Tcp(s), Some(w)) => duality_rt::time::timeout(
-                w.max(Duration::from_millis(1)),
-                s.write_vec_shared(head, body, range),
-            )
-            .await
-            .unwrap_or_else(|_| Err(timed_out())),
-            (Io::Unix(s), Some(w)) => duality_rt::time::timeout(
-                w.max(Duration::from_millis(1)),
-                s.write_vec_shared(head, body, range),
-            )
-            .await
-            .unwrap_or_else(|_| Err(timed_out())),
+            (Io::Tcp(s), _) => within(wait, s.write_vec_shared(head, body, range)).await,
+            (Io::Unix(s), _) => within(wait, s.write_vec_shared(head, body, range)).await,
             (Io::BlockingTcp(..) | Io::BlockingUnix(..), _) => {
                 let r = match self.write_all_for(head, wait).await {
                     Ok(()) => self.write_all_for(&body[range], wait).await,
@@ -1005,6 +982,19 @@ fn blocking_write_with<R>(
     };
     let restored = sock.set_nonblocking(false);
     r.and_then(|v| restored.map(|()| v))
+}
+
+/// `f`, given up with `TimedOut` after `wait` (at least a millisecond).
+async fn within<T>(
+    wait: Option<Duration>,
+    f: impl Future<Output = io::Result<T>>,
+) -> io::Result<T> {
+    match wait {
+        None => f.await,
+        Some(w) => duality_rt::time::timeout(w.max(Duration::from_millis(1)), f)
+            .await
+            .unwrap_or_else(|_| Err(timed_out())),
+    }
 }
 
 fn timed_out() -> io::Error {
