@@ -1,5 +1,6 @@
 //! `stats`, `stats settings`, `stats items`, `stats slabs`, `stats sizes`,
-//! `stats detail`, `stats cachedump`, `stats reset`, and groups the server
+//! `stats detail`, `stats cachedump`, `stats reset`, `stats extstore` (empty:
+//! there is no external store), and groups the server
 //! adds through [`ExecContext::extra_stats`] (`stats conns`).
 //!
 //! # Per-class figures
@@ -94,6 +95,9 @@ pub(super) fn stats<C: ExecContext + ?Sized>(
         Some(b"slabs") => slabs(&store.class_stats(now, false), store, out),
         // memcached answers this unless started with `-o track_sizes`.
         Some(b"sizes") => write_stat(out, "sizes_status", "disabled"),
+        // memcached (built with extstore, as Debian's is) with no external
+        // store configured: an empty group. There is none here either.
+        Some(b"extstore") => {}
         Some(b"detail") => {
             // The answer is whole: no END after it.
             detail(store, args.iter().nth(1).unwrap_or_default(), out);
