@@ -195,6 +195,54 @@ fn a_get_repeating_a_large_item_is_never_buffered_whole() {
     }
 }
 
+/// A large value goes out from where it lies in the store (no copy): a
+/// client slow to read it still gets it whole and unchanged while the item
+/// is replaced, deleted and its memory wanted many times over by new items
+/// (what the send holds is never reused), on both I/O backends.
+#[test]
+fn a_large_value_being_sent_survives_its_item() {
+    for (model, io) in [
+        ("symped:2", "uring"),
+        ("symped:2", "epoll"),
+        ("amped:1", "uring"),
+    ] {
+        let srv = KvProc::start(&["-m", "32", "-I", "8m", "--model", model, "--io", io]);
+        let set = |c: &mut Client, key: &str, value: &[u8]| {
+            let mut req = format!("set {key} 3 0 {}\r\n", value.len()).into_bytes();
+            req.extend_from_slice(value);
+            req.extend_from_slice(b"\r\n");
+            c.send(&req);
+            assert_eq!(show(&c.read_n(8)), show(b"STORED\r\n"), "{model} {io}");
+        };
+        // Larger than the kernel's send buffer can grow to (4 MiB here):
+        // part of it stays with the server until the client reads.
+        let old: Vec<u8> = (0..6_000_000u32).map(|i| (i % 251) as u8).collect();
+        let mut writer = srv.connect();
+        set(&mut writer, "big", &old);
+        let mut reader = srv.connect();
+        small_rcvbuf(&reader);
+        reader.send(b"get big\r\n");
+        thread::sleep(Duration::from_millis(100));
+        let new = vec![b'n'; old.len()];
+        set(&mut writer, "big", &new);
+        writer.expect_str("delete big\r\n", "DELETED\r\n");
+        for i in 0..8 {
+            set(&mut writer, &format!("churn{i}"), &new);
+        }
+        let mut want = b"VALUE big 3 6000000\r\n".to_vec();
+        want.extend_from_slice(&old);
+        want.extend_from_slice(b"\r\nEND\r\n");
+        let got = reader.read_n(want.len());
+        assert!(got == want, "{model} {io}: the value in flight changed");
+        reader.expect_str("get big\r\n", "END\r\n");
+        let stats = writer.stats("");
+        assert!(
+            stats["evictions"] != "0",
+            "{model} {io}: no churn: {stats:?}"
+        );
+    }
+}
+
 /// 50 connections × 200 `incr` (plus `ma`) on 5 shared counters: exact
 /// totals, and every increment saw a distinct value.
 fn shared_counters(model: &str) {

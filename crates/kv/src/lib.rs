@@ -109,7 +109,8 @@
 //! `stats` reads them without locking. [`Store::sweep_shard`] lets a
 //! background job reclaim expired items under the shard's own color.
 #![warn(missing_docs)]
-// Unsafe only where the store maps its memory file (`store::memfile`).
+// Unsafe only where the store maps its memory (`store::memfile`,
+// `store::block`).
 #![deny(unsafe_code)]
 
 mod base64;

@@ -18,10 +18,11 @@
 
 use crate::budget::{Holdings, LARGE};
 use crate::command::{
-    execute_part, meta_split_start, meta_value_piece, resume_get, split_get, value_piece,
-    GetCursor, Part, ValueChanged,
+    execute_part, get_shared, meta_split_start, meta_value_piece, resume_get, split_get,
+    value_piece, GetCursor, Part, ValueChanged, SHARED_END,
 };
 use crate::protocol::binary::{write_error, Opcode, Status, REQUEST_MAGIC};
+use crate::store::SharedValue;
 use crate::{
     binary_request_shard, execute_binary, execute_binary_error, execute_error, parse, parse_binary,
     request_shard, BinError, BinRequest, ExecContext, Flow, Limits, ParseError, Request,
@@ -31,6 +32,7 @@ use duality_models::session::Reply;
 use duality_models::{
     Conn, Driver, DriverConfig, ListenAddr, Parsed, Payload, Protocol, StatsHandle,
 };
+use duality_rt::net::SharedBytes;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -1091,6 +1093,9 @@ impl KvProtocol {
         before: usize,
     ) -> Ending {
         let st = &*self.0;
+        if let Some(value) = get_shared(r, &st.store, ctx, out) {
+            return self.shared_get_done(conn, r, value, ctx, out, before);
+        }
         let part = execute_part(r, &st.store, ctx, out);
         if self.holds(conn, out, before) {
             return match part {
@@ -1110,6 +1115,37 @@ impl KvProtocol {
             Part::Done(flow) => flow,
             Part::More(_) => Flow::Continue,
         })
+    }
+
+    /// Ends a get of one key (see [`get_shared`]): a large value is sent
+    /// from the store, held against the buffer budget as its copy would be;
+    /// where the budget has no room, the answer goes out a piece at a time
+    /// as any large get's.
+    fn shared_get_done(
+        &self,
+        conn: Option<&ConnInfo>,
+        r: &Request<'_>,
+        value: Option<Arc<SharedValue>>,
+        ctx: &Ctx<'_>,
+        out: &mut duality_models::Output,
+        before: usize,
+    ) -> Ending {
+        if let Some(value) = value {
+            let len = (*value).as_ref().len();
+            out.share(SharedBytes::from_owner(value), 0..len);
+            out.extend_from_slice(SHARED_END);
+        }
+        if self.holds(conn, out, before) {
+            return Ending::Answered(Flow::Continue);
+        }
+        out.unshare();
+        let done = Part::Done(Flow::Continue);
+        if let Some(ending) = conn.and_then(|info| self.split_text(info, r, done, ctx, out, before))
+        {
+            return ending;
+        }
+        self.refuse_response(out, before, None);
+        Ending::Answered(Flow::Continue)
     }
 
     /// A get's answer the budget has no room for, cut to its first piece
@@ -1405,8 +1441,10 @@ impl KvProtocol {
     /// Accounts the response just appended to `out` (from `before` on)
     /// against the buffer budget when it is large; false if the budget has
     /// no room for it (nothing is taken then).
-    fn holds(&self, conn: Option<&ConnInfo>, out: &[u8], before: usize) -> bool {
-        let grown = out.len().saturating_sub(before);
+    fn holds(&self, conn: Option<&ConnInfo>, out: &duality_models::Output, before: usize) -> bool {
+        // A shared value counts as its copy would: its memory stays while
+        // the send holds it, even if the item goes.
+        let grown = out.len().saturating_sub(before) + out.shared_len();
         match conn {
             Some(info) if grown > LARGE => {
                 self.0.buffers.hold_output(info.who(), &info.holds, grown)

@@ -1,6 +1,6 @@
 //! `Conn`: one client connection as the handler sees it, whatever the model.
 
-use duality_rt::net::{TcpStream, UnixStream};
+use duality_rt::net::{SharedBytes, TcpStream, UnixStream};
 use duality_rt::GenTable;
 use socket2::SockRef;
 use std::future::Future;
@@ -752,33 +752,59 @@ impl Conn {
         r
     }
 
-    /// Writes all of `head`, then `body[range]`, and leaves `head` empty
-    /// (as [`write_vec_for`](Self::write_vec_for)): a response head and a
-    /// shared body, such as a cached file's. Under io_uring an idle
-    /// connection sends the body from where it lies, in one gather send,
-    /// instead of copying it into a send buffer; under epoll it is one
-    /// `writev`. A `range` outside `body` is `InvalidInput`.
+    /// Writes all of `head`, then `body[range]`, then `after`, and leaves
+    /// `head` empty (as [`write_vec_for`](Self::write_vec_for)): a response
+    /// head, a shared body (a cached file's, a cache item's value) and what
+    /// ends the response. Under io_uring an idle connection sends the body
+    /// from where it lies, in one gather send, instead of copying it into a
+    /// send buffer; under epoll it is one `writev`. Untimed, returns once the
+    /// kernel has every byte (as `write_vec_for`: a caller counting the
+    /// body's memory counts it while it is held). A `range` outside `body`
+    /// is `InvalidInput`.
     pub async fn write_vec_shared_for(
         &mut self,
         head: &mut Vec<u8>,
-        body: &Arc<[u8]>,
+        body: &SharedBytes,
         range: std::ops::Range<usize>,
+        after: &[u8],
         wait: Option<Duration>,
     ) -> io::Result<()> {
-        let Some(n) = body.get(range.clone()).map(|b| head.len() + b.len()) else {
+        let Some(n) = body
+            .get(range.clone())
+            .map(|b| head.len() + b.len() + after.len())
+        else {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "write_vec_shared_for: range outside the body",
             ));
         };
         let r = match (&mut self.io, wait) {
-            (Io::Tcp(s), _) => within(wait, s.write_vec_shared(head, body, range)).await,
-            (Io::Unix(s), _) => within(wait, s.write_vec_shared(head, body, range)).await,
+            (Io::Tcp(s), None) => {
+                let r = s.write_vec_shared(head, body, range, after).await;
+                if r.is_ok() {
+                    s.flush().await
+                } else {
+                    r
+                }
+            }
+            (Io::Unix(s), None) => {
+                let r = s.write_vec_shared(head, body, range, after).await;
+                if r.is_ok() {
+                    s.flush().await
+                } else {
+                    r
+                }
+            }
+            (Io::Tcp(s), _) => within(wait, s.write_vec_shared(head, body, range, after)).await,
+            (Io::Unix(s), _) => within(wait, s.write_vec_shared(head, body, range, after)).await,
             (Io::BlockingTcp(..) | Io::BlockingUnix(..), _) => {
-                let r = match self.write_all_for(head, wait).await {
-                    Ok(()) => self.write_all_for(&body[range], wait).await,
-                    e => e,
-                };
+                let mut r = self.write_all_for(head, wait).await;
+                if r.is_ok() {
+                    r = self.write_all_for(&body[range], wait).await;
+                }
+                if r.is_ok() {
+                    r = self.write_all_for(after, wait).await;
+                }
                 head.clear();
                 return r;
             }

@@ -65,6 +65,7 @@
 
 use crate::payload::Lane;
 use crate::{Conn, Payload, DEFAULT_COLOR};
+use duality_rt::net::SharedBytes;
 use duality_rt::time::{loop_now, sleep_until, Sleep};
 use std::cell::RefCell;
 use std::future::Future;
@@ -102,8 +103,8 @@ pub enum Timeout {
 }
 
 /// Where [`Protocol::execute`] puts its response: bytes (an `Output`
-/// dereferences to the `Vec<u8>` they are appended to) and, after them, at
-/// most one shared body, sent from where it lies instead of being copied.
+/// dereferences to the `Vec<u8>` they are appended to) with at most one
+/// shared body among them, sent from where it lies instead of being copied.
 #[derive(Debug, Default)]
 pub struct Output {
     bytes: Vec<u8>,
@@ -112,7 +113,7 @@ pub struct Output {
 
 #[derive(Debug)]
 struct Shared {
-    body: Arc<[u8]>,
+    body: SharedBytes,
     range: Range<usize>,
     /// Where in `bytes` the body goes (their length when it was shared).
     at: usize,
@@ -128,19 +129,37 @@ impl Output {
     }
 
     /// Sends `body[range]` after the bytes appended so far, from `body`
-    /// itself (a cached file's body: no copy). The driver writes the two
-    /// before it serves the next request. Meant as the end of a response:
-    /// bytes appended after it, or a second shared body, make the driver
-    /// copy the first into place instead.
-    pub fn share(&mut self, body: Arc<[u8]>, range: Range<usize>) {
-        self.settle();
+    /// itself (a cached file's body, a cache item's value: no copy); bytes
+    /// appended later follow it. The driver writes the output before it
+    /// serves the next request. One body per output: a second one is
+    /// copied in. A `range` outside `body` is an empty body.
+    pub fn share(&mut self, body: impl Into<SharedBytes>, range: Range<usize>) {
+        let body = body.into();
+        if self.shared.is_some() {
+            self.bytes
+                .extend_from_slice(body.get(range).unwrap_or_default());
+            return;
+        }
         let at = self.bytes.len();
         self.shared = Some(Shared { body, range, at });
     }
 
-    /// True if a body waits to be sent after the bytes.
+    /// Drops the shared body, unsent (a protocol taking its answer back).
+    pub fn unshare(&mut self) {
+        self.shared = None;
+    }
+
+    /// True if a body waits to be sent among the bytes.
     pub fn has_shared(&self) -> bool {
         self.shared.is_some()
+    }
+
+    /// Bytes of the shared body (0 if none).
+    pub fn shared_len(&self) -> usize {
+        self.shared
+            .as_ref()
+            .and_then(|s| s.body.get(s.range.clone()))
+            .map_or(0, <[u8]>::len)
     }
 
     /// True if anything waits to be written.
@@ -149,25 +168,20 @@ impl Output {
     }
 
     /// Copies a shared body into the bytes, where it belongs (for a writer
-    /// that can only send bytes, and before anything else is shared).
+    /// that can only send bytes, or one that cuts the output).
     pub fn settle(&mut self) {
         if let Some(Shared { body, range, at }) = self.shared.take() {
             let part = body.get(range).unwrap_or(&[]);
+            let at = at.min(self.bytes.len());
             self.bytes.splice(at..at, part.iter().copied());
         }
     }
 
-    /// The shared body to send after the bytes, if it still goes last
-    /// (otherwise it is copied into place first).
-    fn take_shared(&mut self) -> Option<(Arc<[u8]>, Range<usize>)> {
-        match &self.shared {
-            Some(s) if s.at == self.bytes.len() => self.shared.take().map(|s| (s.body, s.range)),
-            Some(_) => {
-                self.settle();
-                None
-            }
-            None => None,
-        }
+    /// The shared body and where in the bytes it goes (bytes after that
+    /// follow it), if any.
+    fn take_shared(&mut self) -> Option<(SharedBytes, Range<usize>, usize)> {
+        let s = self.shared.take()?;
+        Some((s.body, s.range, s.at.min(self.bytes.len())))
     }
 }
 
@@ -578,9 +592,9 @@ impl Reply<'_> {
 /// in the thread's pool.
 async fn write_output(conn: &mut Conn, out: &mut Output, wait: Option<Duration>) -> io::Result<()> {
     match out.take_shared() {
-        Some((body, range)) => {
-            let mut head = out.bytes.clone();
-            conn.write_vec_shared_for(&mut head, &body, range, wait)
+        Some((body, range, at)) => {
+            let mut head = out.bytes[..at].to_vec();
+            conn.write_vec_shared_for(&mut head, &body, range, &out.bytes[at..], wait)
                 .await
         }
         // A large answer (a multi-key get of large values) is not pooled
@@ -1285,33 +1299,44 @@ mod tests {
     }
 
     #[test]
-    fn a_shared_body_goes_after_the_bytes_or_is_copied_into_place() {
+    fn a_shared_body_goes_among_the_bytes_and_a_second_is_copied() {
         let body: Arc<[u8]> = Arc::from(&b"0123456789"[..]);
+        let body = SharedBytes::from(body);
         let mut out = Output::default();
         out.extend_from_slice(b"head:");
         out.share(body.clone(), 2..6);
         assert!(out.has_shared() && out.is_pending());
-        // Nothing after it: sent from the body itself.
-        assert_eq!(out.take_shared(), Some((body.clone(), 2..6)));
+        assert_eq!(out.shared_len(), 4);
+        // Nothing after it: sent from the body itself, after the bytes.
+        assert_eq!(out.take_shared(), Some((body.clone(), 2..6, 5)));
         assert_eq!(&out[..], b"head:");
-        assert!(!out.has_shared());
-        // Bytes appended after it: copied in where it belonged.
+        assert!(!out.has_shared() && out.shared_len() == 0);
+        // Bytes appended after it follow it; it stays shared.
         let mut out = Output::default();
         out.extend_from_slice(b"a:");
         out.share(body.clone(), 0..3);
         out.extend_from_slice(b";b");
-        assert_eq!(out.take_shared(), None);
+        assert_eq!(out.take_shared(), Some((body.clone(), 0..3, 2)));
+        assert_eq!(&out[..], b"a:;b");
+        // Settled, it is copied in where it belonged.
+        let mut out = Output::default();
+        out.extend_from_slice(b"a:");
+        out.share(body.clone(), 0..3);
+        out.extend_from_slice(b";b");
+        out.settle();
         assert_eq!(&out[..], b"a:012;b");
-        // A second share settles the first one.
+        assert!(!out.has_shared());
+        // A second share is copied in at its place; the first stays.
         let mut out = Output::default();
         out.share(body.clone(), 0..1);
         out.extend_from_slice(b"|");
         out.share(body.clone(), 9..10);
-        assert_eq!(&out[..], b"0|");
-        assert_eq!(out.take_shared(), Some((body.clone(), 9..10)));
+        assert_eq!(&out[..], b"|9");
+        assert_eq!(out.take_shared(), Some((body.clone(), 0..1, 0)));
         // A range outside the body settles to nothing rather than panic.
         let mut out = Output::default();
         out.share(body, 8..20);
+        assert_eq!(out.shared_len(), 0);
         out.settle();
         assert!(out.is_empty() && !out.is_pending());
     }
@@ -1332,7 +1357,7 @@ mod tests {
         }
         fn execute(&self, _: &mut Self::Session, req: &[u8], out: &mut Output) -> Flow {
             match req {
-                b"s" => out.share(Arc::from(&b"S"[..]), 0..1),
+                b"s" => out.share(Arc::<[u8]>::from(&b"S"[..]), 0..1),
                 b"f" => return Flow::Finish(7),
                 b"c" => return Flow::Close,
                 r => out.extend_from_slice(r),
@@ -1358,10 +1383,10 @@ mod tests {
         let s = serve(input, &mut out, &mut seen);
         assert_eq!((s.used, s.requests, s.stop), (4, 2, Stop::Write));
         assert_eq!(&out[..], b"a");
-        assert_eq!(out.take_shared().map(|(_, r)| r), Some(0..1));
+        assert_eq!(out.take_shared().map(|(_, r, _)| r), Some(0..1));
         // Still shared: nothing is served until it is written.
         let mut pending = Output::default();
-        pending.share(Arc::from(&b"S"[..]), 0..1);
+        pending.share(Arc::<[u8]>::from(&b"S"[..]), 0..1);
         let s = serve(&input[4..], &mut pending, &mut seen);
         assert_eq!((s.used, s.requests, s.stop), (0, 0, Stop::Write));
         // `f` waits for finish: consumed, not counted, its length given.

@@ -55,6 +55,7 @@
 use crate::event_loop::registry;
 use crate::gen_table::GenTable;
 use crate::loom::lock_std;
+use crate::net::SharedBytes;
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -360,16 +361,23 @@ struct St {
     discard: bool,
 }
 
-/// Shared bytes queued to send: `body[start..end]`.
+/// Shared bytes queued to send: `body[start..end]`, then `after` (bytes
+/// written behind it before it went: the end of its response, the next
+/// responses), so that nothing written later makes the body a copy.
 struct Tail {
-    body: Arc<[u8]>,
+    body: SharedBytes,
     start: usize,
     end: usize,
+    after: Vec<u8>,
 }
 
 impl Tail {
     fn bytes(&self) -> &[u8] {
         &self.body[self.start..self.end]
+    }
+
+    fn len(&self) -> usize {
+        self.end - self.start + self.after.len()
     }
 }
 
@@ -379,7 +387,7 @@ impl Tail {
 struct GatherSend {
     head: Vec<u8>,
     tail: Box<Tail>,
-    iov: [libc::iovec; 2],
+    iov: [libc::iovec; 3],
     msg: libc::msghdr,
 }
 
@@ -498,7 +506,7 @@ impl St {
 
     /// Bytes queued and not yet submitted: `tx`, then the shared tail.
     fn tx_queued(&self) -> usize {
-        self.tx.len() + self.tx_tail.as_ref().map_or(0, |t| t.end - t.start)
+        self.tx.len() + self.tx_tail.as_ref().map_or(0, |t| t.len())
     }
 
     /// Nothing queued and nothing in flight.
@@ -506,11 +514,17 @@ impl St {
         self.tx.is_empty() && self.tx_tail.is_none() && self.tx_busy == 0
     }
 
-    /// Copies a queued shared tail into `tx`, so that newer bytes can
-    /// follow it.
-    fn settle_tail(&mut self) {
-        if let Some(t) = self.tx_tail.take() {
-            self.tx.extend_from_slice(t.bytes());
+    /// Appends `bytes` to what is queued: behind the shared tail if one
+    /// waits (it stays shared), else to `tx`.
+    fn queue(&mut self, bytes: &[u8]) {
+        match &mut self.tx_tail {
+            Some(t) => t.after.extend_from_slice(bytes),
+            None => {
+                if self.tx.capacity() == 0 {
+                    self.tx = spare_buf(Spare::Tx);
+                }
+                self.tx.extend_from_slice(bytes)
+            }
         }
     }
 
@@ -697,11 +711,7 @@ impl Io {
         }
         let n = buf.len().min(TX_LIMIT - queued);
         let first = st.tx.is_empty() && st.tx_tail.is_none();
-        if st.tx.capacity() == 0 {
-            st.tx = spare_buf(Spare::Tx);
-        }
-        st.settle_tail();
-        st.tx.extend_from_slice(&buf[..n]);
+        st.queue(&buf[..n]);
         if first && st.tx_busy == 0 {
             self.schedule();
         }
@@ -729,8 +739,7 @@ impl Io {
             give_spare(buf);
             self.schedule();
         } else if st.tx_queued() + (st.tx_busy as usize) + buf.len() <= TX_LIMIT {
-            st.settle_tail();
-            st.tx.extend_from_slice(buf);
+            st.queue(buf);
             buf.clear();
         } else {
             st.writer = Some(cx.waker().clone());
@@ -740,49 +749,53 @@ impl Io {
         Poll::Ready(Ok(()))
     }
 
-    /// Queues all of `head`, then `body[range]`, and leaves `head` empty.
-    /// An idle socket takes `head` itself and sends the body from where it
-    /// lies, in one gather send: the body is never copied in user space
-    /// (the kernel reads one hot copy for every connection sending it).
-    /// So does a socket with only a send in flight, the body sent after it;
-    /// otherwise both are copied in, as [`poll_write_vec`](Self::poll_write_vec).
-    /// Either waits until they fit under [`TX_LIMIT`] with what is queued
-    /// and in flight, unless the socket is idle. (Copied behind a send in
-    /// flight, bodies of a 60 KB file made clients that pipeline and never
-    /// read cost 94-185 KB per connection; epoll 15-22.)
+    /// Queues all of `head`, then `body[range]`, then `after`, and leaves
+    /// `head` empty. An idle socket takes `head` itself and sends the body
+    /// from where it lies, in one gather send with `after`: the body is
+    /// never copied in user space (the kernel reads one hot copy for every
+    /// connection sending it). So does a socket with only a send in flight,
+    /// the body sent after it; otherwise all three are copied in behind what
+    /// is queued, as [`poll_write_vec`](Self::poll_write_vec). Either waits
+    /// until they fit under [`TX_LIMIT`] with what is queued and in flight,
+    /// unless the socket is idle. (Copied behind a send in flight, bodies of
+    /// a 60 KB file made clients that pipeline and never read cost 94-185 KB
+    /// per connection; epoll 15-22.)
     pub(crate) fn poll_write_shared(
         self: &Arc<Self>,
         cx: &mut Context<'_>,
         head: &mut Vec<u8>,
-        body: &Arc<[u8]>,
+        body: &SharedBytes,
         range: std::ops::Range<usize>,
+        after: &[u8],
     ) -> Poll<io::Result<()>> {
         let bytes = &body[range.clone()];
-        if bytes.is_empty() {
-            return self.poll_write_vec(cx, head);
-        }
         let mut st = std::task::ready!(self.lock_for_write(cx))?;
         let busy = st.tx_busy as usize;
         let nothing_queued = st.tx.is_empty() && st.tx_tail.is_none();
-        let fits = st.tx_queued() + busy + head.len() + bytes.len() <= TX_LIMIT;
+        let fits = st.tx_queued() + busy + head.len() + bytes.len() + after.len() <= TX_LIMIT;
         if nothing_queued && (busy == 0 || fits) {
             // The body goes as the tail, from where it lies: at once on an
             // idle socket, else when the send in flight completes.
             std::mem::swap(&mut st.tx, head);
             give_spare(head);
-            st.tx_tail = Some(Box::new(Tail {
-                body: body.clone(),
-                start: range.start,
-                end: range.end,
-            }));
-            if busy == 0 {
+            if bytes.is_empty() {
+                st.queue(after);
+            } else {
+                st.tx_tail = Some(Box::new(Tail {
+                    body: body.clone(),
+                    start: range.start,
+                    end: range.end,
+                    after: after.to_vec(),
+                }));
+            }
+            if busy == 0 && !(st.tx.is_empty() && st.tx_tail.is_none()) {
                 self.schedule();
             }
         } else if fits {
             // Bytes are queued before it: its place is after them.
-            st.settle_tail();
-            st.tx.extend_from_slice(head);
-            st.tx.extend_from_slice(bytes);
+            st.queue(head);
+            st.queue(bytes);
+            st.queue(after);
         } else {
             st.writer = Some(cx.waker().clone());
             return Poll::Pending;
@@ -1351,20 +1364,20 @@ impl UringReactor {
                 self.submit_send(io, buf, 0);
             }
             Some(tail) => {
-                st.tx_busy = u32::try_from(buf.len() + tail.bytes().len()).unwrap_or(u32::MAX);
+                st.tx_busy = u32::try_from(buf.len() + tail.len()).unwrap_or(u32::MAX);
                 self.submit_gather(io, buf, tail);
             }
         }
     }
 
-    /// One `sendmsg` of `head` then `tail`'s bytes.
+    /// One `sendmsg` of `head`, `tail`'s body and its `after`.
     fn submit_gather(&self, io: &Arc<Io>, head: Vec<u8>, tail: Box<Tail>) {
         let iov = |b: &[u8]| libc::iovec {
             iov_base: b.as_ptr() as *mut libc::c_void,
             iov_len: b.len(),
         };
         let mut g = Box::new(GatherSend {
-            iov: [iov(&head), iov(tail.bytes())],
+            iov: [iov(&head), iov(tail.bytes()), iov(&tail.after)],
             head,
             tail,
             // SAFETY: an all-zero msghdr is valid: no name, no control
@@ -1372,7 +1385,7 @@ impl UringReactor {
             msg: unsafe { std::mem::zeroed() },
         });
         g.msg.msg_iov = g.iov.as_mut_ptr();
-        g.msg.msg_iovlen = 2;
+        g.msg.msg_iovlen = 3;
         // The box's heap block does not move when the box moves into the
         // table: the message, the iovecs and the bytes they point at stay
         // where they are until the completion removes the operation.
@@ -1851,7 +1864,8 @@ impl UringReactor {
             OpKind::Gather(g) => {
                 let st = lock_std(&io.st);
                 let head_len = g.head.len();
-                let total = head_len + g.tail.bytes().len();
+                let body_len = g.tail.bytes().len();
+                let total = head_len + g.tail.len();
                 if res > 0 && (res as usize) < total {
                     // A short send: the rest goes next, the tail still sent
                     // from where it lies. (It was copied: with a client that
@@ -1872,8 +1886,12 @@ impl UringReactor {
                     } = *g;
                     if sent < head_len {
                         head.drain(..sent);
-                    } else {
+                    } else if sent < head_len + body_len {
                         tail.start += sent - head_len;
+                        head.clear();
+                    } else {
+                        tail.start = tail.end;
+                        tail.after.drain(..sent - head_len - body_len);
                         head.clear();
                     }
                     self.submit_gather(&io, head, tail);
@@ -2276,9 +2294,10 @@ mod tests {
         let io = Io::new(mine.into_raw_fd(), r.handle().clone());
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         let body: Arc<[u8]> = (0..(4u32 << 20)).map(|i| (i * 7) as u8).collect();
+        let body = crate::net::SharedBytes::from(body);
         let mut head = b"head:".to_vec();
         assert!(io
-            .poll_write_shared(&mut cx, &mut head, &body, 3..body.len())
+            .poll_write_shared(&mut cx, &mut head, &body, 3..body.len(), b"")
             .is_ready());
         let in_flight = || {
             r.ops

@@ -6,7 +6,7 @@
 //! Each test runs once per backend. Where the kernel refuses io_uring the
 //! uring half prints why and checks the fallback instead.
 
-use duality_rt::net::{TcpListener, TcpStream};
+use duality_rt::net::{SharedBytes, TcpListener, TcpStream};
 use duality_rt::time::timeout;
 use duality_rt::{spawn, EventLoop, IoBackend, LoopConfig};
 use std::io::{Read, Write};
@@ -307,6 +307,9 @@ fn write_vec_shared_sends_head_then_body_in_order_with_other_writes() {
         // (mid-head and mid-body) and their rest goes next.
         let reader = read_to_end_after(client, Duration::from_millis(200));
         let body: std::sync::Arc<[u8]> = (0..(1u32 << 20)).map(|j| (j * 7) as u8).collect();
+        // Both kinds of shared bytes: a slice, and an owner's.
+        let owned = SharedBytes::from_owner(std::sync::Arc::new(body.to_vec()));
+        let body = SharedBytes::from(body);
         let mut want = Vec::new();
         for i in 0..120u32 {
             let mut head: Vec<u8> = (0..(i * 13 % 300)).map(|j| (i ^ j) as u8).collect();
@@ -319,10 +322,14 @@ fn write_vec_shared_sends_head_then_body_in_order_with_other_writes() {
                 _ => 1,
             };
             let start = (i as usize * 31) % (body.len() - len + 1);
+            // What ends a response goes in the same send.
+            let after: Vec<u8> = (0..(i * 7 % 40)).map(|j| (i + j) as u8).collect();
+            let body = if i % 5 == 0 { &owned } else { &body };
             want.extend_from_slice(&head);
             want.extend_from_slice(&body[start..start + len]);
+            want.extend_from_slice(&after);
             server
-                .write_vec_shared(&mut head, &body, start..start + len)
+                .write_vec_shared(&mut head, body, start..start + len, &after)
                 .await
                 .unwrap();
             assert!(head.is_empty());
@@ -345,7 +352,7 @@ fn write_vec_shared_sends_head_then_body_in_order_with_other_writes() {
         // A range outside the body is refused, and nothing of it is sent.
         let mut head = b"never".to_vec();
         let e = server
-            .write_vec_shared(&mut head, &body, 10..body.len() + 1)
+            .write_vec_shared(&mut head, &body, 10..body.len() + 1, b"")
             .await
             .unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
@@ -361,14 +368,16 @@ fn a_dropped_socket_still_delivers_its_shared_body() {
     on_each_backend(|| async {
         let (server, client) = accepted_pair().await;
         let body: std::sync::Arc<[u8]> = vec![42u8; 3 << 20].into();
+        let body = SharedBytes::from(body);
         let mut head = b"HTTP/1.1 200 OK\r\n\r\n".to_vec();
         let mut want = head.clone();
         want.extend_from_slice(&body);
+        want.extend_from_slice(b"end");
         // The client starts reading only after the handle is gone: under
         // io_uring the send is still in flight then, holding the body.
         let reader = read_to_end_after(client, Duration::from_millis(100));
         server
-            .write_vec_shared(&mut head, &body, 0..body.len())
+            .write_vec_shared(&mut head, &body, 0..body.len(), b"end")
             .await
             .unwrap();
         drop(body);

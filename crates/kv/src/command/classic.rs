@@ -2,7 +2,8 @@
 
 use crate::num::{fmt_u64, parse_counter, push_u64};
 use crate::protocol::{ArithOp, StoreCommand, Tokens};
-use crate::store::{expiry, Counter, Edit, Entry, Item, Lookup, Store, Time};
+use crate::store::{expiry, Counter, Edit, Entry, Item, Lookup, SharedValue, Store, Time};
+use std::sync::Arc;
 
 const STORED: &[u8] = b"STORED\r\n";
 const NOT_STORED: &[u8] = b"NOT_STORED\r\n";
@@ -75,6 +76,38 @@ pub(super) fn get(
     out.extend_from_slice(b"END\r\n");
     None
 }
+
+/// A get of one key, answered with its value left out when the store
+/// shares it (a large one: see [`Entry::share_value`](crate::store::Entry::share_value)):
+/// `out` then ends with the `VALUE` line, and the value, then
+/// [`SHARED_END`], must follow it. Otherwise answered whole, as [`get`].
+pub(super) fn get_one_shared(
+    store: &Store,
+    now: Time,
+    key: &[u8],
+    cas: bool,
+    touch: Option<i32>,
+    out: &mut Vec<u8>,
+) -> Option<Arc<SharedValue>> {
+    let e = get_key(store, now, key, touch);
+    let item = e.item();
+    match (item, e.share_value()) {
+        (Some(item), Some(value)) => {
+            write_value_line(out, &item, cas);
+            Some(value)
+        }
+        (item, _) => {
+            if let Some(item) = item {
+                write_value(out, &item, cas);
+            }
+            out.extend_from_slice(b"END\r\n");
+            None
+        }
+    }
+}
+
+/// What follows a shared value (see [`get_one_shared`]).
+pub const SHARED_END: &[u8] = b"\r\nEND\r\n";
 
 /// Grows `out` for the `left` keys of a get still to answer, at the average
 /// of its answers so far (`written` bytes for `done` keys, and the next

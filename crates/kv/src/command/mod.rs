@@ -23,7 +23,7 @@ use crate::store::{Counter, Store, Time, MAX_RELATIVE_EXPTIME};
 use std::time::Duration;
 
 pub use binary::{execute_binary, execute_binary_error};
-pub use classic::{value_piece, GetCursor, ValueChanged};
+pub use classic::{value_piece, GetCursor, ValueChanged, SHARED_END};
 pub use stats::write_stat;
 
 /// What the connection does after a request.
@@ -229,6 +229,36 @@ pub fn resume_get<C: ExecContext + ?Sized>(
     };
     let next = classic::get(store, ctx.now(), keys, cas, touch, out, from, GET_BUFFER);
     Some(next.map_or(Part::Done(Flow::Continue), Part::More))
+}
+
+/// Answers a get (`get`, `gets`, `gat`, `gats`) of one key whose value
+/// the store shares (a large one): `out` gets the answer up to the value,
+/// and the value is returned, to be sent from the store after it, then
+/// [`SHARED_END`]. `None`: not such a get (nothing done); `Some(None)`:
+/// answered whole in `out`.
+pub fn get_shared<C: ExecContext + ?Sized>(
+    req: &Request<'_>,
+    store: &Store,
+    ctx: &C,
+    out: &mut Vec<u8>,
+) -> Option<Option<std::sync::Arc<crate::store::SharedValue>>> {
+    let (keys, cas, touch) = match *req {
+        Request::Get { keys, cas } => (keys, cas, None),
+        Request::GetAndTouch { exptime, keys, cas } => (keys, cas, Some(exptime)),
+        _ => return None,
+    };
+    let mut it = keys.iter();
+    let (Some(key), None) = (it.next(), it.next()) else {
+        return None;
+    };
+    Some(classic::get_one_shared(
+        store,
+        ctx.now(),
+        key,
+        cas,
+        touch,
+        out,
+    ))
 }
 
 /// Answers a get (`get`, `gets`, `gat`, `gats`) from `at` on, at most

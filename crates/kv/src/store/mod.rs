@@ -64,6 +64,7 @@
 //! with [`WriteError::OutOfMemory`], leaving any old item under its key
 //! in place (the command layer drops it for a `set`, as memcached does).
 
+mod block;
 pub mod classes;
 mod crawler;
 mod detail;
@@ -71,6 +72,7 @@ pub mod memfile;
 mod shard;
 mod stats;
 
+pub use block::SharedValue;
 pub use classes::{ClassCounter, ClassStats};
 pub use crawler::{CrawlerSettings, MAX_CRAWLER_SLEEP};
 pub use detail::{PrefixStats, PREFIX_DELIMITER};
@@ -911,6 +913,15 @@ impl<'s, 'k> Entry<'s, 'k> {
     #[inline]
     pub fn item(&self) -> Option<Item<'_>> {
         Some(self.shard.item(self.idx?))
+    }
+
+    /// The live item's value, shared, where a send should take it from
+    /// the store rather than a copy: large values outside a memory file.
+    /// Its memory stays mapped while the returned value lives, even if the
+    /// item is replaced or evicted meanwhile (memory outside the store's
+    /// limit then: a caller holding it counts it, as it would a copy).
+    pub fn share_value(&self) -> Option<std::sync::Arc<SharedValue>> {
+        self.shard.share_value(self.idx?)
     }
 
     /// Whether there is a live item.

@@ -53,6 +53,7 @@
 //! - a free segment id holds no memory and is in neither the fifo nor in use;
 //! - `allocated + table_bytes() <= limit`.
 
+use super::block::{Block, SharedValue};
 use super::classes::{class_of, ClassCounter};
 use super::memfile::{ShardFile, SlotEntry};
 use super::stats::{Counter, ShardStats};
@@ -60,6 +61,7 @@ use super::{FlushState, Item, Lookup, Time};
 use hashbrown::HashTable;
 use std::collections::VecDeque;
 use std::hash::BuildHasher;
+use std::sync::Arc;
 
 pub(crate) const LIVE: u8 = 1;
 pub(crate) const FETCHED: u8 = 2;
@@ -69,6 +71,12 @@ pub(crate) const WIN_SENT: u8 = 8;
 pub(crate) const ACCESSED: u8 = 16;
 /// Stored by `ms` with a base64 key (`me` shows it in base64).
 pub(crate) const KEY_BINARY: u8 = 32;
+
+/// Values at least this large get a segment of their own (outside a memory
+/// file, whose slots are reused at once) and a get sends them from there
+/// (see `block`): a copy of them costs more than the part of a page they
+/// may leave unused.
+pub(crate) const SHARE_MIN: usize = 64 * 1024;
 
 /// Bytes of an item's header in its segment.
 pub(crate) const HEADER: usize = 32;
@@ -186,35 +194,6 @@ pub(crate) struct NewItem<'a> {
 impl NewItem<'_> {
     fn vlen(&self) -> usize {
         self.parts.iter().map(|p| p.len()).sum()
-    }
-}
-
-/// A segment's memory: an anonymous mapping of its own, so that freeing a
-/// segment gives its pages back to the kernel at once (an allocator may keep
-/// freed blocks, and resident memory would then exceed the limit). Pages
-/// never written are never resident. Empty when the segment id is free.
-#[derive(Default)]
-struct Block(Option<memmap2::MmapMut>);
-
-impl Block {
-    /// None when the kernel has no memory for it.
-    fn new(size: usize) -> Option<Block> {
-        memmap2::MmapMut::map_anon(size)
-            .ok()
-            .map(|m| Block(Some(m)))
-    }
-}
-
-impl std::ops::Deref for Block {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        self.0.as_deref().unwrap_or(&[])
-    }
-}
-
-impl std::ops::DerefMut for Block {
-    fn deref_mut(&mut self) -> &mut [u8] {
-        self.0.as_deref_mut().unwrap_or(&mut [])
     }
 }
 
@@ -384,7 +363,7 @@ impl Shard {
 
     #[inline]
     fn raw_mut(&mut self, l: Loc) -> &mut [u8] {
-        &mut self.segs[seg_of(l)].data[off_of(l)..]
+        &mut self.segs[seg_of(l)].data.bytes_mut()[off_of(l)..]
     }
 
     #[inline]
@@ -394,7 +373,8 @@ impl Shard {
 
     #[inline]
     fn hdr_mut(&mut self, l: Loc) -> &mut Header {
-        (&mut self.raw_mut(l)[..HEADER]).try_into().unwrap()
+        // Not `raw_mut`: the item's value may be shared with a send.
+        self.segs[seg_of(l)].data.header_mut(off_of(l))
     }
 
     #[inline]
@@ -479,6 +459,18 @@ impl Shard {
         r[HEADER + klen..HEADER + klen + vlen].copy_from_slice(value);
     }
 
+    /// The value of the item at `l`, shared (see `block`): for a value of
+    /// at least [`SHARE_MIN`] bytes in a segment of its own.
+    pub(crate) fn share_value(&self, l: Loc) -> Option<Arc<SharedValue>> {
+        let vlen = self.vlen(l);
+        let s = &self.segs[seg_of(l)];
+        if self.file.is_some() || !s.single || vlen < SHARE_MIN {
+            return None;
+        }
+        let at = off_of(l) + HEADER + self.klen(l);
+        s.data.share(at..at + vlen)
+    }
+
     /// The read-only view of the item at `l`.
     #[inline]
     pub(crate) fn item(&self, l: Loc) -> Item<'_> {
@@ -559,7 +551,7 @@ impl Shard {
     /// segment (memcached's slab classes, 1.25 apart, waste as much), and
     /// stay packed: a segment per item costs a mapping.
     fn single(&self, size: usize) -> bool {
-        if size > self.seg_size {
+        if size > self.seg_size || (self.file.is_none() && size >= SHARE_MIN) {
             return true;
         }
         if self.file.is_some() || self.seg_size < 2 * PAGE || size <= self.seg_size / 4 {
@@ -582,7 +574,7 @@ impl Shard {
         self.taken[slot..slot + span].fill(true);
         self.seq += 1;
         self.segs[slot] = Segment {
-            data: Block(Some(map)),
+            data: Block::mapped(map),
             used: 0,
             live: 0,
             seq: self.seq,
@@ -673,7 +665,8 @@ impl Shard {
             self.write_slot(id);
             self.allocated -= data.len();
         } else {
-            if self.spare.is_none() {
+            // Not one a send still holds: the spare is written again.
+            if self.spare.is_none() && data.unique() {
                 self.spare = Some(data);
             } else {
                 self.allocated -= data.len();
@@ -1208,7 +1201,7 @@ impl Shard {
         let (ts, to_off) = (seg_of(to), off_of(to));
         debug_assert_ne!(fs, ts);
         let src = std::mem::take(&mut self.segs[fs].data);
-        self.segs[ts].data[to_off..to_off + size].copy_from_slice(&src[fo..fo + size]);
+        self.segs[ts].data.bytes_mut()[to_off..to_off + size].copy_from_slice(&src[fo..fo + size]);
         self.segs[fs].data = src;
         let hash = self.hash_key(self.key(to));
         match self.table.find_mut(hash, |&j| j == from) {
@@ -1409,7 +1402,7 @@ impl Shard {
         for (seq, slot, span, used, map) in found {
             self.taken[slot..slot + span].fill(true);
             self.segs[slot] = Segment {
-                data: Block(Some(map)),
+                data: Block::mapped(map),
                 used,
                 live: 0,
                 seq,

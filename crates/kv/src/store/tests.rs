@@ -1610,3 +1610,44 @@ fn items_over_half_a_segment_use_the_memory_limit() {
         s.check();
     }
 }
+
+/// A large value is shared from where it lies, and what a send holds stays
+/// whole whatever becomes of the item: replaced, deleted, its memory
+/// needed for new items (the freed block is not reused while held), the
+/// item touched meanwhile (its header is written, not its value).
+#[test]
+fn a_shared_value_outlives_its_item_and_its_memory_is_not_reused() {
+    let s = store(4 << 20, 1);
+    let old: Vec<u8> = (0..200_000u32).map(|i| (i * 7) as u8).collect();
+    set(&s, b"big", &old, 0, NOW);
+    let held = {
+        let mut e = s.entry(b"big", NOW);
+        e.bump();
+        e.set_exptime(NOW + 100);
+        e.share_value().expect("a large value is shared")
+    };
+    assert_eq!((*held).as_ref(), &old[..]);
+    // Touched while held: the header changes, the value does not.
+    s.entry(b"big", NOW).set_exptime(NOW + 200);
+    assert_eq!((*held).as_ref(), &old[..]);
+    // Replaced by a value of the same size, then deleted, then the memory
+    // filled many times over with items of that size (evictions): the
+    // spare block a send holds is never written.
+    let new = vec![b'n'; old.len()];
+    set(&s, b"big", &new, 0, NOW);
+    assert!(s.entry(b"big", NOW).remove());
+    for i in 0..60 {
+        set(&s, format!("k{i}").as_bytes(), &new, 0, NOW);
+    }
+    assert!(s.stats().evictions > 0, "the limit was reached");
+    assert_eq!((*held).as_ref(), &old[..], "the held value stayed whole");
+    s.check();
+    // Small values, and a memory file's, are copied instead.
+    set(&s, b"small", &[1; 1000], 0, NOW);
+    assert!(s.entry(b"small", NOW).share_value().is_none());
+    let f = TempFile::new("shared");
+    let (fs, _) = file_store_with(&f.0, 4 << 20, NOW, true);
+    set(&fs, b"big", &old, 0, NOW);
+    let e = fs.entry(b"big", NOW);
+    assert!(e.item().is_some() && e.share_value().is_none());
+}

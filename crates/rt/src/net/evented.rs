@@ -1,6 +1,7 @@
 //! A socket on its loop's backend: a mio source registered with the epoll
 //! reactor, or a descriptor on the loop's io_uring (see `crate::uring`).
 
+use super::SharedBytes;
 use crate::backend::BackendRef;
 use crate::reactor::{Direction, Registration};
 use crate::uring;
@@ -380,37 +381,39 @@ where
         }
     }
 
-    /// Writes all of `head`, then `body[range]`, and leaves `head` empty.
-    /// Under io_uring an idle socket sends the body from where it lies (one
-    /// gather send, no copy); under epoll, `writev` of both. A `range`
-    /// outside `body` is `InvalidInput`.
+    /// Writes all of `head`, then `body[range]`, then `after`, and leaves
+    /// `head` empty. Under io_uring an idle socket sends the body from where
+    /// it lies (one gather send, no copy); under epoll, `writev` of the
+    /// three. A `range` outside `body` is `InvalidInput`.
     pub(crate) async fn write_vec_shared(
         &self,
         head: &mut Vec<u8>,
-        body: &Arc<[u8]>,
+        body: &SharedBytes,
         range: std::ops::Range<usize>,
+        after: &[u8],
     ) -> io::Result<()> {
-        let Some(tail) = body.get(range.clone()) else {
+        let Some(part) = body.get(range.clone()) else {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "write_vec_shared: range outside the body",
             ));
         };
         if let (Reg::Uring(io), None) = (&self.reg, &self.faults) {
-            return poll_fn(|cx| io.poll_write_shared(cx, head, body, range.clone())).await;
+            return poll_fn(|cx| io.poll_write_shared(cx, head, body, range.clone(), after)).await;
         }
         let mut done = 0;
-        let total = head.len() + tail.len();
+        let total = head.len() + part.len() + after.len();
         let r = loop {
             if done == total {
                 break Ok(());
             }
-            let (a, b) = if done < head.len() {
-                (&head[done..], tail)
-            } else {
-                (&[][..], &tail[done - head.len()..])
-            };
-            let bufs = [io::IoSlice::new(a), io::IoSlice::new(b)];
+            let mut bufs = [io::IoSlice::new(&[]); 3];
+            let mut skip = done;
+            for (i, piece) in [&head[..], part, after].into_iter().enumerate() {
+                let k = skip.min(piece.len());
+                bufs[i] = io::IoSlice::new(&piece[k..]);
+                skip -= k;
+            }
             match poll_fn(|cx| self.poll_write_vectored(cx, &bufs)).await {
                 Ok(0) => break Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => done += n,
@@ -458,18 +461,20 @@ macro_rules! stream_methods {
             pub async fn write_vec(&self, buf: &mut Vec<u8>) -> io::Result<()> {
                 self.io.write_vec(buf).await
             }
-            /// Writes all of `head`, then `body[range]`, and leaves `head`
-            /// empty: a response head and a shared cached body. Under
-            /// io_uring an idle socket sends the body from where it lies, in
-            /// one gather send with the head, instead of copying it into a
-            /// send buffer; under epoll it is one `writev`.
+            /// Writes all of `head`, then `body[range]`, then `after`, and
+            /// leaves `head` empty: a response head, a shared body (a cached
+            /// file's, a cache item's value) and what ends the response.
+            /// Under io_uring an idle socket sends the body from where it
+            /// lies, in one gather send with the rest, instead of copying it
+            /// into a send buffer; under epoll it is one `writev`.
             pub async fn write_vec_shared(
                 &self,
                 head: &mut Vec<u8>,
-                body: &std::sync::Arc<[u8]>,
+                body: &super::SharedBytes,
                 range: std::ops::Range<usize>,
+                after: &[u8],
             ) -> io::Result<()> {
-                self.io.write_vec_shared(head, body, range).await
+                self.io.write_vec_shared(head, body, range, after).await
             }
             /// The peer stopped reading: what is still queued to send is
             /// dropped, and dropping the stream closes it at once. Without

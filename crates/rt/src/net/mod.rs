@@ -21,9 +21,11 @@
 //! of the wider ecosystem work on these types.
 
 mod evented;
+mod shared;
 mod tcp;
 mod unix;
 
+pub use shared::SharedBytes;
 pub use tcp::{TcpListener, TcpStream};
 pub use unix::{UnixListener, UnixStream};
 
