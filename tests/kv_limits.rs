@@ -243,6 +243,80 @@ fn a_large_value_being_sent_survives_its_item() {
     }
 }
 
+/// Pipelined gets of large values (sent from the store, several in one
+/// send) come back whole and in order among the other answers, under the
+/// models and both I/O backends; a fatal line after them drops them with
+/// the read's other answers, as memcached does.
+#[test]
+fn pipelined_large_gets_go_out_whole_and_in_order() {
+    for (model, io) in [
+        ("symped:2", "uring"),
+        ("symped:2", "epoll"),
+        ("amped:1", "uring"),
+        ("thread-per-conn", "epoll"),
+    ] {
+        let srv = KvProc::start(&["-m", "64", "-I", "2m", "--model", model, "--io", io]);
+        let mut c = srv.connect();
+        let sizes = [65_536usize, 70_000, 200_000, 1_100_000, 10];
+        let values: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(k, &n)| (0..n).map(|i| (i * (k + 3) % 251) as u8).collect())
+            .collect();
+        for (k, v) in values.iter().enumerate() {
+            let mut req = format!("set v{k} {k} 0 {}\r\n", v.len()).into_bytes();
+            req.extend_from_slice(v);
+            req.extend_from_slice(b"\r\n");
+            c.send(&req);
+            assert_eq!(show(&c.read_n(8)), show(b"STORED\r\n"), "{model} {io}");
+        }
+        let answer = |keys: &[usize]| {
+            let mut a = Vec::new();
+            for &k in keys {
+                let v = &values[k];
+                a.extend_from_slice(format!("VALUE v{k} {k} {}\r\n", v.len()).as_bytes());
+                a.extend_from_slice(v);
+                a.extend_from_slice(b"\r\n");
+            }
+            a.extend_from_slice(b"END\r\n");
+            a
+        };
+        let (mut req, mut want) = (Vec::new(), Vec::new());
+        for i in 0..60usize {
+            match i % 7 {
+                // A miss, a small value, a multi-key get, a version among
+                // the large gets.
+                5 => {
+                    req.extend_from_slice(b"get nothing\r\nget v4\r\nversion\r\n");
+                    want.extend_from_slice(b"END\r\n");
+                    want.extend_from_slice(&answer(&[4]));
+                    want.extend_from_slice(
+                        format!("VERSION {}\r\n", duality_kv::DEFAULT_VERSION).as_bytes(),
+                    );
+                }
+                6 => {
+                    req.extend_from_slice(b"get v0 v2 v4\r\n");
+                    want.extend_from_slice(&answer(&[0, 2, 4]));
+                }
+                k => {
+                    let k = (k + i) % 4;
+                    req.extend_from_slice(format!("get v{k}\r\n").as_bytes());
+                    want.extend_from_slice(&answer(&[k]));
+                }
+            }
+        }
+        c.send(&req);
+        let got = c.read_n(want.len());
+        assert!(got == want, "{model} {io}: the answers differ");
+        // The read's answers go with a fatal line: none of the values
+        // (under 1 MiB together: one batch holds them all).
+        let mut c = srv.connect();
+        c.send(b"get v2\r\nget v0\r\nget v1\r\nGET / HTTP/1.1\r\n");
+        let got = c.read_to_eof();
+        assert!(got.is_empty(), "{model} {io}: {}", show(&got));
+    }
+}
+
 /// 50 connections × 200 `incr` (plus `ma`) on 5 shared counters: exact
 /// totals, and every increment saw a distinct value.
 fn shared_counters(model: &str) {

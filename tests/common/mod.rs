@@ -26,7 +26,9 @@ pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
 pub fn show(b: &[u8]) -> String {
     let s = String::from_utf8_lossy(b);
     if s.len() > 600 {
-        format!("{:?}… ({} bytes)", &s[..600], b.len())
+        // Cut at a character (a lossy string of binary bytes has many).
+        let cut: String = s.chars().take(600).collect();
+        format!("{cut:?}… ({} bytes)", b.len())
     } else {
         format!("{s:?}")
     }

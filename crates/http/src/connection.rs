@@ -347,7 +347,7 @@ impl Protocol for HttpProtocol {
                 // client is spared the upload (the body, if it comes anyway,
                 // is dropped). An answer `finish` makes keeps it.
                 if let Some(at) = interim {
-                    if !about_the_file(plan.status) && !out.has_shared() {
+                    if !about_the_file(plan.status) && !out.has_shared_after(at) {
                         out.drain(at..at + CONTINUE.len());
                     }
                 }

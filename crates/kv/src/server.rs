@@ -972,7 +972,14 @@ impl Protocol for KvProtocol {
         };
         let ending = match req {
             KvRequest::Text(Ok(r)) => self.text_request(conn, &r, &ctx, out, before),
-            KvRequest::Text(Err(e)) => Ending::Unaccounted(execute_error(&e, &st.store, &ctx, out)),
+            KvRequest::Text(Err(e)) => {
+                if e.is_fatal() {
+                    // The read's earlier answers are dropped (see
+                    // `execute_error`): their shared values too.
+                    out.clear();
+                }
+                Ending::Unaccounted(execute_error(&e, &st.store, &ctx, out))
+            }
             KvRequest::Binary(Ok(r)) => {
                 let flow = execute_binary(&r, &st.store, &ctx, out);
                 let get = matches!(
@@ -1130,12 +1137,13 @@ impl KvProtocol {
         out: &mut duality_models::Output,
         before: usize,
     ) -> Ending {
+        let mut shared = 0;
         if let Some(value) = value {
-            let len = (*value).as_ref().len();
-            out.share(SharedBytes::from_owner(value), 0..len);
+            shared = (*value).as_ref().len();
+            out.share(SharedBytes::from_owner(value), 0..shared);
             out.extend_from_slice(SHARED_END);
         }
-        if self.holds(conn, out, before) {
+        if self.holds_shared(conn, out, before, shared) {
             return Ending::Answered(Flow::Continue);
         }
         out.unshare();
@@ -1442,9 +1450,20 @@ impl KvProtocol {
     /// against the buffer budget when it is large; false if the budget has
     /// no room for it (nothing is taken then).
     fn holds(&self, conn: Option<&ConnInfo>, out: &duality_models::Output, before: usize) -> bool {
-        // A shared value counts as its copy would: its memory stays while
-        // the send holds it, even if the item goes.
-        let grown = out.len().saturating_sub(before) + out.shared_len();
+        self.holds_shared(conn, out, before, 0)
+    }
+
+    /// [`holds`](Self::holds) for a response that shared a value of
+    /// `shared` bytes: it counts as its copy would (its memory stays while
+    /// the send holds it, even if the item goes).
+    fn holds_shared(
+        &self,
+        conn: Option<&ConnInfo>,
+        out: &duality_models::Output,
+        before: usize,
+        shared: usize,
+    ) -> bool {
+        let grown = out.len().saturating_sub(before) + shared;
         match conn {
             Some(info) if grown > LARGE => {
                 self.0.buffers.hold_output(info.who(), &info.holds, grown)

@@ -755,12 +755,12 @@ impl Conn {
     /// Writes all of `head`, then `body[range]`, then `after`, and leaves
     /// `head` empty (as [`write_vec_for`](Self::write_vec_for)): a response
     /// head, a shared body (a cached file's, a cache item's value) and what
-    /// ends the response. Under io_uring an idle connection sends the body
-    /// from where it lies, in one gather send, instead of copying it into a
-    /// send buffer; under epoll it is one `writev`. Untimed, returns once the
-    /// kernel has every byte (as `write_vec_for`: a caller counting the
-    /// body's memory counts it while it is held). A `range` outside `body`
-    /// is `InvalidInput`.
+    /// ends the response. Under io_uring the body is sent from where it
+    /// lies, never copied, and bodies written before the task next waits go
+    /// in one gather send; under epoll it is one `writev`. Returns once the
+    /// bytes are queued: [`flush`](Self::flush) waits until the kernel has
+    /// them (for a caller counting the body's memory while it is held). A
+    /// `range` outside `body` is `InvalidInput`.
     pub async fn write_vec_shared_for(
         &mut self,
         head: &mut Vec<u8>,
@@ -778,26 +778,10 @@ impl Conn {
                 "write_vec_shared_for: range outside the body",
             ));
         };
-        let r = match (&mut self.io, wait) {
-            (Io::Tcp(s), None) => {
-                let r = s.write_vec_shared(head, body, range, after).await;
-                if r.is_ok() {
-                    s.flush().await
-                } else {
-                    r
-                }
-            }
-            (Io::Unix(s), None) => {
-                let r = s.write_vec_shared(head, body, range, after).await;
-                if r.is_ok() {
-                    s.flush().await
-                } else {
-                    r
-                }
-            }
-            (Io::Tcp(s), _) => within(wait, s.write_vec_shared(head, body, range, after)).await,
-            (Io::Unix(s), _) => within(wait, s.write_vec_shared(head, body, range, after)).await,
-            (Io::BlockingTcp(..) | Io::BlockingUnix(..), _) => {
+        let r = match &mut self.io {
+            Io::Tcp(s) => within(wait, s.write_vec_shared(head, body, range, after)).await,
+            Io::Unix(s) => within(wait, s.write_vec_shared(head, body, range, after)).await,
+            Io::BlockingTcp(..) | Io::BlockingUnix(..) => {
                 let mut r = self.write_all_for(head, wait).await;
                 if r.is_ok() {
                     r = self.write_all_for(&body[range], wait).await;
@@ -814,6 +798,16 @@ impl Conn {
             self.count_written(n);
         }
         r
+    }
+
+    /// Waits until the kernel has every byte written so far (under
+    /// io_uring, until the sends complete; at once where writes are direct).
+    pub async fn flush(&mut self) -> io::Result<()> {
+        match &mut self.io {
+            Io::Tcp(s) => s.flush().await,
+            Io::Unix(s) => s.flush().await,
+            Io::BlockingTcp(..) | Io::BlockingUnix(..) => Ok(()),
+        }
     }
 
     /// [`write_all`](Self::write_all), giving up with `TimedOut` when the

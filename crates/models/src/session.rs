@@ -103,12 +103,13 @@ pub enum Timeout {
 }
 
 /// Where [`Protocol::execute`] puts its response: bytes (an `Output`
-/// dereferences to the `Vec<u8>` they are appended to) with at most one
-/// shared body among them, sent from where it lies instead of being copied.
+/// dereferences to the `Vec<u8>` they are appended to) with shared bodies
+/// among them, sent from where they lie instead of being copied.
 #[derive(Debug, Default)]
 pub struct Output {
     bytes: Vec<u8>,
-    shared: Option<Shared>,
+    /// In the order of their places (`at` never decreases).
+    shared: Vec<Shared>,
 }
 
 #[derive(Debug)]
@@ -120,70 +121,100 @@ struct Shared {
 }
 
 impl Output {
+    /// Most bodies an output shares; more are copied in.
+    pub const MAX_SHARED: usize = 16;
+
     /// An empty output whose bytes have room for `n` without growing.
     pub fn with_capacity(n: usize) -> Output {
         Output {
             bytes: Vec::with_capacity(n),
-            shared: None,
+            shared: Vec::new(),
         }
     }
 
     /// Sends `body[range]` after the bytes appended so far, from `body`
     /// itself (a cached file's body, a cache item's value: no copy); bytes
-    /// appended later follow it. The driver writes the output before it
-    /// serves the next request. One body per output: a second one is
-    /// copied in. A `range` outside `body` is an empty body.
+    /// appended later follow it. The driver writes the output (in one
+    /// gather send under io_uring) once a batch ends, or once its bodies
+    /// reach [`MAX_SHARED`](Self::MAX_SHARED) or 1 MiB; a body past
+    /// `MAX_SHARED` is copied in. A `range` outside `body` is an empty body.
     pub fn share(&mut self, body: impl Into<SharedBytes>, range: Range<usize>) {
         let body = body.into();
-        if self.shared.is_some() {
+        if self.shared.len() >= Self::MAX_SHARED {
             self.bytes
                 .extend_from_slice(body.get(range).unwrap_or_default());
             return;
         }
         let at = self.bytes.len();
-        self.shared = Some(Shared { body, range, at });
+        self.shared.push(Shared { body, range, at });
     }
 
-    /// Drops the shared body, unsent (a protocol taking its answer back).
+    /// Drops the body shared last, unsent (a protocol taking its answer
+    /// back).
     pub fn unshare(&mut self) {
-        self.shared = None;
+        self.shared.pop();
     }
 
     /// True if a body waits to be sent among the bytes.
     pub fn has_shared(&self) -> bool {
-        self.shared.is_some()
+        !self.shared.is_empty()
     }
 
-    /// Bytes of the shared body (0 if none).
+    /// True if a body was shared after the first `at` bytes were appended
+    /// (its place is past them): bytes from `at` on are not to be cut then.
+    pub fn has_shared_after(&self, at: usize) -> bool {
+        self.shared.last().is_some_and(|s| s.at > at)
+    }
+
+    /// Bytes of the shared bodies (0 if none).
     pub fn shared_len(&self) -> usize {
         self.shared
-            .as_ref()
-            .and_then(|s| s.body.get(s.range.clone()))
-            .map_or(0, <[u8]>::len)
+            .iter()
+            .filter_map(|s| s.body.get(s.range.clone()))
+            .map(<[u8]>::len)
+            .sum()
+    }
+
+    /// Drops everything: the bytes and the shared bodies.
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.shared.clear();
+    }
+
+    /// Keeps the first `len` bytes and the bodies shared before them
+    /// (placed at or before `len`); drops the rest.
+    pub fn truncate(&mut self, len: usize) {
+        self.bytes.truncate(len);
+        while self.shared.last().is_some_and(|s| s.at > len) {
+            self.shared.pop();
+        }
     }
 
     /// True if anything waits to be written.
     pub fn is_pending(&self) -> bool {
-        !self.bytes.is_empty() || self.shared.is_some()
+        !self.bytes.is_empty() || !self.shared.is_empty()
     }
 
-    /// Copies a shared body into the bytes, where it belongs (for a writer
-    /// that can only send bytes, or one that cuts the output).
+    /// Copies the shared bodies into the bytes, where they belong (for a
+    /// writer that can only send bytes, or one that cuts the output).
     pub fn settle(&mut self) {
-        if let Some(Shared { body, range, at }) = self.shared.take() {
+        // Last first: an insertion moves only the bytes after it.
+        while let Some(Shared { body, range, at }) = self.shared.pop() {
             let part = body.get(range).unwrap_or(&[]);
             let at = at.min(self.bytes.len());
             self.bytes.splice(at..at, part.iter().copied());
         }
     }
 
-    /// The shared body and where in the bytes it goes (bytes after that
-    /// follow it), if any.
-    fn take_shared(&mut self) -> Option<(SharedBytes, Range<usize>, usize)> {
-        let s = self.shared.take()?;
-        Some((s.body, s.range, s.at.min(self.bytes.len())))
+    /// True when a batch should stop to write: its shared bodies are as
+    /// many as an output takes, or 1 MiB (memory held for the send).
+    fn shared_full(&self) -> bool {
+        self.shared.len() >= Self::MAX_SHARED || self.shared_len() >= SHARED_BATCH
     }
 }
+
+/// Bytes of shared bodies past which a batch stops to write them.
+const SHARED_BATCH: usize = 1 << 20;
 
 impl Deref for Output {
     type Target = Vec<u8>;
@@ -401,7 +432,7 @@ pub fn serve_bytes<P: Protocol>(
     // never held across the write or an await).
     let mut held = None;
     loop {
-        if out.has_shared() {
+        if out.shared_full() {
             return Served {
                 used,
                 requests,
@@ -585,29 +616,45 @@ impl Reply<'_> {
     }
 }
 
-/// Writes `out` (bytes, then the shared body) on the slow path: a shared
-/// body, a write timeout or a large answer (the driver's own write, without
-/// any, is `write_all`). The bytes are copied into a head of their own when a body
-/// follows: the send queue may keep the head's buffer, and `out`'s stays
-/// in the thread's pool.
+/// Writes `out` (bytes with shared bodies among them) on the slow path:
+/// shared bodies, a write timeout or a large answer (the driver's own
+/// write, without any, is `write_all`). The bytes before each body are
+/// copied into a head of their own: the send queue may keep the head's
+/// buffer, and `out`'s stays in the thread's pool. Untimed, returns once
+/// the kernel has every byte (a protocol counting the bodies' memory in
+/// `Protocol::drained` counts it while it is held).
 async fn write_output(conn: &mut Conn, out: &mut Output, wait: Option<Duration>) -> io::Result<()> {
-    match out.take_shared() {
-        Some((body, range, at)) => {
-            let mut head = out.bytes[..at].to_vec();
-            conn.write_vec_shared_for(&mut head, &body, range, &out.bytes[at..], wait)
-                .await
+    if out.has_shared() {
+        let mut shared = std::mem::take(&mut out.shared);
+        let last = shared.len();
+        let mut head = Vec::new();
+        let mut from = 0;
+        for (i, s) in shared.drain(..).enumerate() {
+            let at = s.at.clamp(from, out.bytes.len());
+            head.extend_from_slice(&out.bytes[from..at]);
+            let after = if i + 1 == last { &out.bytes[at..] } else { &[] };
+            conn.write_vec_shared_for(&mut head, &s.body, s.range, after, wait)
+                .await?;
+            from = at;
         }
-        // A large answer (a multi-key get of large values) is not pooled
-        // anyway (see `written`): the send queue takes the buffer itself
-        // rather than a copy, 64 KiB at a time (io_uring), and the write
-        // ends once the kernel has it all, so that a protocol counting the
-        // buffer's memory (`Protocol::drained`) counts it while it is held.
-        // Untimed only: a timeout there bounds each wait for the client,
-        // not a whole large send.
-        None if wait.is_none() && out.bytes.len() > OUT_KEEP => {
-            conn.write_vec_for(&mut out.bytes, None).await
-        }
-        None => conn.write_all_for(&out.bytes, wait).await,
+        // The vector's room is kept for the next output.
+        out.shared = shared;
+        return match wait {
+            None => conn.flush().await,
+            Some(_) => Ok(()),
+        };
+    }
+    // A large answer (a multi-key get of large values) is not pooled
+    // anyway (see `written`): the send queue takes the buffer itself
+    // rather than a copy, 64 KiB at a time (io_uring), and the write
+    // ends once the kernel has it all, so that a protocol counting the
+    // buffer's memory (`Protocol::drained`) counts it while it is held.
+    // Untimed only: a timeout there bounds each wait for the client,
+    // not a whole large send.
+    if wait.is_none() && out.bytes.len() > OUT_KEEP {
+        conn.write_vec_for(&mut out.bytes, None).await
+    } else {
+        conn.write_all_for(&out.bytes, wait).await
     }
 }
 
@@ -716,7 +763,6 @@ fn give_active(mut a: Box<Active>) {
     a.need = 0;
     a.finish = (0, 0);
     a.out.clear();
-    a.out.shared = None;
     a.answered = Answered {
         requests: 0,
         read_at: None,
@@ -1267,7 +1313,6 @@ impl Answered {
 /// queue.
 fn written(out: &mut Output) {
     out.clear();
-    out.shared = None;
     if out.capacity() > OUT_KEEP {
         out.bytes = Vec::with_capacity(BUF_SIZE);
     }
@@ -1298,8 +1343,18 @@ mod tests {
         make_room(h, max);
     }
 
+    impl Output {
+        /// The shared bodies, each with its place in the bytes.
+        fn take_shared(&mut self) -> Vec<(SharedBytes, Range<usize>, usize)> {
+            self.shared
+                .drain(..)
+                .map(|s| (s.body, s.range, s.at))
+                .collect()
+        }
+    }
+
     #[test]
-    fn a_shared_body_goes_among_the_bytes_and_a_second_is_copied() {
+    fn shared_bodies_go_among_the_bytes_and_past_the_most_are_copied() {
         let body: Arc<[u8]> = Arc::from(&b"0123456789"[..]);
         let body = SharedBytes::from(body);
         let mut out = Output::default();
@@ -1308,31 +1363,65 @@ mod tests {
         assert!(out.has_shared() && out.is_pending());
         assert_eq!(out.shared_len(), 4);
         // Nothing after it: sent from the body itself, after the bytes.
-        assert_eq!(out.take_shared(), Some((body.clone(), 2..6, 5)));
+        assert_eq!(out.take_shared(), vec![(body.clone(), 2..6, 5)]);
         assert_eq!(&out[..], b"head:");
         assert!(!out.has_shared() && out.shared_len() == 0);
-        // Bytes appended after it follow it; it stays shared.
+        // Bytes appended after one follow it; each keeps its place.
         let mut out = Output::default();
         out.extend_from_slice(b"a:");
         out.share(body.clone(), 0..3);
         out.extend_from_slice(b";b");
-        assert_eq!(out.take_shared(), Some((body.clone(), 0..3, 2)));
-        assert_eq!(&out[..], b"a:;b");
-        // Settled, it is copied in where it belonged.
+        out.share(body.clone(), 9..10);
+        out.extend_from_slice(b"!");
+        assert_eq!(out.shared_len(), 4);
+        assert!(out.has_shared_after(3) && !out.has_shared_after(4));
+        assert_eq!(
+            out.take_shared(),
+            vec![(body.clone(), 0..3, 2), (body.clone(), 9..10, 4)]
+        );
+        assert_eq!(&out[..], b"a:;b!");
+        // Settled, they are copied in where they belonged.
         let mut out = Output::default();
         out.extend_from_slice(b"a:");
         out.share(body.clone(), 0..3);
         out.extend_from_slice(b";b");
+        out.share(body.clone(), 9..10);
+        out.share(body.clone(), 4..5);
+        out.extend_from_slice(b"!");
         out.settle();
-        assert_eq!(&out[..], b"a:012;b");
+        assert_eq!(&out[..], b"a:012;b94!");
         assert!(!out.has_shared());
-        // A second share is copied in at its place; the first stays.
+        // Cut, the bodies placed past the cut go with the bytes; cleared,
+        // all of them.
+        let mut out = Output::default();
+        out.extend_from_slice(b"a");
+        out.share(body.clone(), 0..1);
+        out.share(body.clone(), 1..2);
+        out.extend_from_slice(b"b");
+        out.share(body.clone(), 2..3);
+        out.truncate(1);
+        assert_eq!(out.shared_len(), 2);
+        out.truncate(0);
+        assert!(!out.is_pending());
+        out.share(body.clone(), 0..1);
+        out.clear();
+        assert!(!out.is_pending());
+        // Unshared, the last one is dropped.
         let mut out = Output::default();
         out.share(body.clone(), 0..1);
+        out.share(body.clone(), 1..2);
+        out.unshare();
+        assert_eq!(out.take_shared(), vec![(body.clone(), 0..1, 0)]);
+        // Past the most an output shares, bodies are copied in at their
+        // place.
+        let mut out = Output::default();
+        for i in 0..Output::MAX_SHARED {
+            out.share(body.clone(), i % 10..i % 10 + 1);
+        }
         out.extend_from_slice(b"|");
         out.share(body.clone(), 9..10);
         assert_eq!(&out[..], b"|9");
-        assert_eq!(out.take_shared(), Some((body.clone(), 0..1, 0)));
+        assert_eq!(out.take_shared().len(), Output::MAX_SHARED);
         // A range outside the body settles to nothing rather than panic.
         let mut out = Output::default();
         out.share(body, 8..20);
@@ -1341,7 +1430,8 @@ mod tests {
         assert!(out.is_empty() && !out.is_pending());
     }
 
-    /// Lines: `x` → `x`, `s` → a shared body, `f` → finish, `c` → close.
+    /// Lines: `x` → `x`, `s` → a shared body, `L` → a shared body of
+    /// 600 KiB, `f` → finish, `c` → close.
     struct Lines;
     impl Protocol for Lines {
         type Session = Vec<Vec<u8>>;
@@ -1358,6 +1448,7 @@ mod tests {
         fn execute(&self, _: &mut Self::Session, req: &[u8], out: &mut Output) -> Flow {
             match req {
                 b"s" => out.share(Arc::<[u8]>::from(&b"S"[..]), 0..1),
+                b"L" => out.share(Arc::<[u8]>::from(vec![b'L'; 600 << 10]), 0..600 << 10),
                 b"f" => return Flow::Finish(7),
                 b"c" => return Flow::Close,
                 r => out.extend_from_slice(r),
@@ -1370,7 +1461,7 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_stops_to_write_a_shared_body_and_before_a_finish() {
+    fn a_batch_stops_to_write_shared_bodies_when_full_and_before_a_finish() {
         let serve = |input: &[u8], out: &mut Output, seen: &mut Vec<Vec<u8>>| {
             let limits = BatchLimits {
                 max_requests: 100,
@@ -1379,25 +1470,37 @@ mod tests {
             serve_bytes(&Lines, seen, input, out, &Lane::single(), limits)
         };
         let (mut out, mut seen) = (Output::default(), Vec::new());
-        let input = b"a\ns\nb\nf\nc\npart";
-        let s = serve(input, &mut out, &mut seen);
-        assert_eq!((s.used, s.requests, s.stop), (4, 2, Stop::Write));
-        assert_eq!(&out[..], b"a");
-        assert_eq!(out.take_shared().map(|(_, r, _)| r), Some(0..1));
-        // Still shared: nothing is served until it is written.
-        let mut pending = Output::default();
-        pending.share(Arc::<[u8]>::from(&b"S"[..]), 0..1);
-        let s = serve(&input[4..], &mut pending, &mut seen);
-        assert_eq!((s.used, s.requests, s.stop), (0, 0, Stop::Write));
-        // `f` waits for finish: consumed, not counted, its length given.
+        // Bodies join the output up to the most it shares.
+        let many = b"s\n".repeat(Output::MAX_SHARED + 1);
+        let s = serve(&many, &mut out, &mut seen);
+        let n = Output::MAX_SHARED;
+        assert_eq!((s.used, s.requests, s.stop), (2 * n, n, Stop::Write));
+        assert_eq!(out.take_shared().len(), n);
+        // Or up to 1 MiB of them.
+        let s = serve(b"L\nx\nL\nL\n", &mut out, &mut seen);
+        assert_eq!((s.used, s.requests, s.stop), (6, 3, Stop::Write));
+        assert_eq!(out.take_shared().len(), 2);
+        assert_eq!(&out[..], b"x");
         out.clear();
-        let s = serve(&input[4..], &mut out, &mut seen);
+        let input = b"a\ns\nb\nf\nc\npart";
+        // Full, nothing is served until they are written.
+        let mut pending = Output::default();
+        for _ in 0..n {
+            pending.share(Arc::<[u8]>::from(&b"S"[..]), 0..1);
+        }
+        let s = serve(input, &mut pending, &mut seen);
+        assert_eq!((s.used, s.requests, s.stop), (0, 0, Stop::Write));
+        let s = serve(input, &mut out, &mut seen);
         let finish = Stop::Finish {
             len: 2,
             progress: 7,
         };
-        assert_eq!((s.used, s.requests, s.stop), (4, 1, finish));
-        assert_eq!(&out[..], b"b");
+        // `f` waits for finish: consumed, not counted, its length given;
+        // the body shared before it is in the output.
+        assert_eq!((s.used, s.requests, s.stop), (8, 3, finish));
+        assert_eq!(&out[..], b"ab");
+        assert_eq!(out.take_shared().len(), 1);
+        out.clear();
         let s = serve(&input[8..], &mut out, &mut seen);
         assert_eq!((s.used, s.requests, s.stop), (2, 1, Stop::Close));
         // The protocol hears what is left of an incomplete request.

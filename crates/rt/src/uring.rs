@@ -341,9 +341,9 @@ struct St {
     reader: Option<Waker>,
     // Sending.
     tx: Vec<u8>,
-    /// Shared bytes queued after `tx` (a cached file body): sent from where
-    /// they lie, in one gather send with `tx`, never copied. Boxed: idle
-    /// connections (most of them) pay one pointer.
+    /// Shared bytes queued after `tx` (cached file bodies, cache values):
+    /// sent from where they lie, in one gather send with `tx`, never
+    /// copied. Boxed: idle connections (most of them) pay one pointer.
     tx_tail: Option<Box<Tail>>,
     /// Bytes of the send in flight (0: none; capped at `u32::MAX`).
     tx_busy: u32,
@@ -361,33 +361,72 @@ struct St {
     discard: bool,
 }
 
-/// Shared bytes queued to send: `body[start..end]`, then `after` (bytes
-/// written behind it before it went: the end of its response, the next
-/// responses), so that nothing written later makes the body a copy.
+/// Most shared bodies one gather send carries (a pipeline of large cache
+/// values, of cached files): a writer past it waits for the send.
+const TAIL_PARTS: usize = 16;
+
+/// Shared bytes queued to send, in order: each part's body, then the bytes
+/// written behind it before it went (the end of its response, the next
+/// responses), so that nothing written later makes a body a copy.
 struct Tail {
+    parts: Vec<TailPart>,
+}
+
+struct TailPart {
     body: SharedBytes,
     start: usize,
     end: usize,
     after: Vec<u8>,
 }
 
-impl Tail {
+impl TailPart {
     fn bytes(&self) -> &[u8] {
         &self.body[self.start..self.end]
     }
+}
 
+impl Tail {
     fn len(&self) -> usize {
-        self.end - self.start + self.after.len()
+        self.parts
+            .iter()
+            .map(|p| p.end - p.start + p.after.len())
+            .sum()
+    }
+
+    /// Bytes copied into it (the parts' `after`s), as opposed to shared.
+    fn copied(&self) -> usize {
+        self.parts.iter().map(|p| p.after.len()).sum()
+    }
+
+    /// Drops the first `sent` bytes (a short send's).
+    fn advance(&mut self, mut sent: usize) {
+        let mut done = 0;
+        for p in &mut self.parts {
+            let body = p.end - p.start;
+            if sent < body {
+                p.start += sent;
+                break;
+            }
+            sent -= body;
+            p.start = p.end;
+            if sent < p.after.len() {
+                p.after.drain(..sent);
+                break;
+            }
+            sent -= p.after.len();
+            done += 1;
+        }
+        self.parts.drain(..done);
     }
 }
 
 /// A gather send in flight: the queued bytes and the shared tail after
-/// them, and the message that points at both (stable in this box until
-/// the completion).
+/// them, and the message that points at all of them (stable in this box
+/// until the completion).
 struct GatherSend {
     head: Vec<u8>,
     tail: Box<Tail>,
-    iov: [libc::iovec; 3],
+    iov: [libc::iovec; 1 + 2 * TAIL_PARTS],
     msg: libc::msghdr,
 }
 
@@ -504,9 +543,10 @@ impl St {
         self.cold.get_or_insert_with(Default::default).rx_err = Some(e);
     }
 
-    /// Bytes queued and not yet submitted: `tx`, then the shared tail.
-    fn tx_queued(&self) -> usize {
-        self.tx.len() + self.tx_tail.as_ref().map_or(0, |t| t.len())
+    /// Bytes copied into the queue (`tx` and what follows shared bodies):
+    /// what [`TX_LIMIT`] bounds. Shared bodies cost the connection nothing.
+    fn tx_copied(&self) -> usize {
+        self.tx.len() + self.tx_tail.as_ref().map_or(0, |t| t.copied())
     }
 
     /// Nothing queued and nothing in flight.
@@ -517,8 +557,8 @@ impl St {
     /// Appends `bytes` to what is queued: behind the shared tail if one
     /// waits (it stays shared), else to `tx`.
     fn queue(&mut self, bytes: &[u8]) {
-        match &mut self.tx_tail {
-            Some(t) => t.after.extend_from_slice(bytes),
+        match self.tx_tail.as_mut().and_then(|t| t.parts.last_mut()) {
+            Some(p) => p.after.extend_from_slice(bytes),
             None => {
                 if self.tx.capacity() == 0 {
                     self.tx = spare_buf(Spare::Tx);
@@ -704,7 +744,7 @@ impl Io {
         if buf.is_empty() {
             return Poll::Ready(Ok(0));
         }
-        let queued = st.tx_queued() + st.tx_busy as usize;
+        let queued = st.tx_copied() + st.tx_busy as usize;
         if queued >= TX_LIMIT {
             st.writer = Some(cx.waker().clone());
             return Poll::Pending;
@@ -738,7 +778,7 @@ impl Io {
             buf.clear();
             give_spare(buf);
             self.schedule();
-        } else if st.tx_queued() + (st.tx_busy as usize) + buf.len() <= TX_LIMIT {
+        } else if st.tx_copied() + (st.tx_busy as usize) + buf.len() <= TX_LIMIT {
             st.queue(buf);
             buf.clear();
         } else {
@@ -750,16 +790,16 @@ impl Io {
     }
 
     /// Queues all of `head`, then `body[range]`, then `after`, and leaves
-    /// `head` empty. An idle socket takes `head` itself and sends the body
-    /// from where it lies, in one gather send with `after`: the body is
-    /// never copied in user space (the kernel reads one hot copy for every
-    /// connection sending it). So does a socket with only a send in flight,
-    /// the body sent after it; otherwise all three are copied in behind what
-    /// is queued, as [`poll_write_vec`](Self::poll_write_vec). Either waits
-    /// until they fit under [`TX_LIMIT`] with what is queued and in flight,
-    /// unless the socket is idle. (Copied behind a send in flight, bodies of
-    /// a 60 KB file made clients that pipeline and never read cost 94-185 KB
-    /// per connection; epoll 15-22.)
+    /// `head` empty. The body is sent from where it lies, never copied in
+    /// user space (the kernel reads one hot copy for every connection
+    /// sending it): it joins the shared tail of the next gather send, behind
+    /// what is queued, with `after`; bodies written in one turn (a pipeline
+    /// of large values) go in one send. An idle socket takes `head` itself.
+    /// Unless the socket is idle, waits while the bytes copied into the
+    /// queue (not the bodies: they cost the connection nothing) would pass
+    /// [`TX_LIMIT`], or while the tail has [`TAIL_PARTS`] bodies. (Copied
+    /// behind a send in flight, bodies of a 60 KB file made clients that
+    /// pipeline and never read cost 94-185 KB per connection; epoll 15-22.)
     pub(crate) fn poll_write_shared(
         self: &Arc<Self>,
         cx: &mut Context<'_>,
@@ -768,37 +808,38 @@ impl Io {
         range: std::ops::Range<usize>,
         after: &[u8],
     ) -> Poll<io::Result<()>> {
-        let bytes = &body[range.clone()];
         let mut st = std::task::ready!(self.lock_for_write(cx))?;
-        let busy = st.tx_busy as usize;
         let nothing_queued = st.tx.is_empty() && st.tx_tail.is_none();
-        let fits = st.tx_queued() + busy + head.len() + bytes.len() + after.len() <= TX_LIMIT;
-        if nothing_queued && (busy == 0 || fits) {
-            // The body goes as the tail, from where it lies: at once on an
-            // idle socket, else when the send in flight completes.
-            std::mem::swap(&mut st.tx, head);
-            give_spare(head);
-            if bytes.is_empty() {
-                st.queue(after);
-            } else {
-                st.tx_tail = Some(Box::new(Tail {
-                    body: body.clone(),
-                    start: range.start,
-                    end: range.end,
-                    after: after.to_vec(),
-                }));
-            }
-            if busy == 0 && !(st.tx.is_empty() && st.tx_tail.is_none()) {
-                self.schedule();
-            }
-        } else if fits {
-            // Bytes are queued before it: its place is after them.
-            st.queue(head);
-            st.queue(bytes);
-            st.queue(after);
-        } else {
+        let idle = nothing_queued && st.tx_busy == 0;
+        let parts = st.tx_tail.as_ref().map_or(0, |t| t.parts.len());
+        let copied = st.tx_copied() + head.len() + after.len();
+        if !idle && (copied > TX_LIMIT || parts >= TAIL_PARTS) {
             st.writer = Some(cx.waker().clone());
             return Poll::Pending;
+        }
+        if nothing_queued {
+            std::mem::swap(&mut st.tx, head);
+            give_spare(head);
+        } else {
+            st.queue(head);
+        }
+        if range.is_empty() {
+            st.queue(after);
+        } else {
+            let part = TailPart {
+                body: body.clone(),
+                start: range.start,
+                end: range.end,
+                after: after.to_vec(),
+            };
+            match &mut st.tx_tail {
+                Some(t) => t.parts.push(part),
+                None => st.tx_tail = Some(Box::new(Tail { parts: vec![part] })),
+            }
+        }
+        if nothing_queued && st.tx_busy == 0 && !(st.tx.is_empty() && st.tx_tail.is_none()) {
+            // Sent at the turn's end, with whatever else this turn queues.
+            self.schedule();
         }
         head.clear();
         crate::coop::spend();
@@ -1370,22 +1411,33 @@ impl UringReactor {
         }
     }
 
-    /// One `sendmsg` of `head`, `tail`'s body and its `after`.
+    /// One `sendmsg` of `head`, then each of `tail`'s bodies and the bytes
+    /// after it.
     fn submit_gather(&self, io: &Arc<Io>, head: Vec<u8>, tail: Box<Tail>) {
         let iov = |b: &[u8]| libc::iovec {
             iov_base: b.as_ptr() as *mut libc::c_void,
             iov_len: b.len(),
         };
+        let empty = iov(&[]);
         let mut g = Box::new(GatherSend {
-            iov: [iov(&head), iov(tail.bytes()), iov(&tail.after)],
+            iov: [empty; 1 + 2 * TAIL_PARTS],
             head,
             tail,
             // SAFETY: an all-zero msghdr is valid: no name, no control
             // data, no iovecs (set just below), no flags.
             msg: unsafe { std::mem::zeroed() },
         });
+        let mut n = 0;
+        let pieces = std::iter::once(&g.head[..])
+            .chain(g.tail.parts.iter().flat_map(|p| [p.bytes(), &p.after[..]]));
+        let mut iovs = [empty; 1 + 2 * TAIL_PARTS];
+        for piece in pieces.filter(|p| !p.is_empty()) {
+            iovs[n] = iov(piece);
+            n += 1;
+        }
+        g.iov = iovs;
         g.msg.msg_iov = g.iov.as_mut_ptr();
-        g.msg.msg_iovlen = 3;
+        g.msg.msg_iovlen = n as _;
         // The box's heap block does not move when the box moves into the
         // table: the message, the iovecs and the bytes they point at stay
         // where they are until the completion removes the operation.
@@ -1864,13 +1916,13 @@ impl UringReactor {
             OpKind::Gather(g) => {
                 let st = lock_std(&io.st);
                 let head_len = g.head.len();
-                let body_len = g.tail.bytes().len();
                 let total = head_len + g.tail.len();
                 if res > 0 && (res as usize) < total {
-                    // A short send: the rest goes next, the tail still sent
-                    // from where it lies. (It was copied: with a client that
-                    // pipelines and does not read, every connection held a
-                    // copy of the body, 60 KB each for a 60 KB file.)
+                    // A short send: the rest goes next, the bodies still
+                    // sent from where they lie. (It was copied: with a
+                    // client that pipelines and does not read, every
+                    // connection held a copy of the body, 60 KB each for a
+                    // 60 KB file.)
                     let sent = res as usize;
                     let Some(Op {
                         kind: OpKind::Gather(g),
@@ -1884,16 +1936,9 @@ impl UringReactor {
                     let GatherSend {
                         mut head, mut tail, ..
                     } = *g;
-                    if sent < head_len {
-                        head.drain(..sent);
-                    } else if sent < head_len + body_len {
-                        tail.start += sent - head_len;
-                        head.clear();
-                    } else {
-                        tail.start = tail.end;
-                        tail.after.drain(..sent - head_len - body_len);
-                        head.clear();
-                    }
+                    let from_head = sent.min(head_len);
+                    head.drain(..from_head);
+                    tail.advance(sent - from_head);
                     self.submit_gather(&io, head, tail);
                     return false;
                 }
@@ -2122,7 +2167,7 @@ mod tests {
     use super::{give_spare, keep_buf, spare_buf, Accepting, Spare, St, ACCEPT_QUEUE, RX_LIMIT};
     use super::{
         lock_std, opcode, types, Io, NonZeroU64, Op, OpKind, RingConfig, UringReactor, Watch,
-        BUF_GROUP,
+        BUF_GROUP, TAIL_PARTS,
     };
     use std::io::Write;
     use std::os::fd::{AsRawFd, IntoRawFd};
@@ -2305,7 +2350,7 @@ mod tests {
                 .values()
                 .find_map(|op| match (&op.io, &op.kind) {
                     (Some(o), OpKind::Gather(g)) if Arc::ptr_eq(o, &io) => {
-                        Some((g.head.len(), g.tail.start))
+                        Some((g.head.len(), g.tail.parts[0].start))
                     }
                     (Some(o), OpKind::Send { buf, .. }) if Arc::ptr_eq(o, &io) => {
                         Some((buf.len(), usize::MAX))
@@ -2333,6 +2378,83 @@ mod tests {
         let got = reader.join().unwrap();
         assert_eq!(&got[..5], b"head:");
         assert!(got[5..] == body[3..], "{} bytes", got.len());
+    }
+
+    /// Bodies written in one turn (a pipeline of large cache values) go in
+    /// one gather send, each from where it lies, with the bytes between
+    /// them; past [`TAIL_PARTS`] bodies the writer waits for the send. Short
+    /// sends go on across the bodies, and the peer gets every byte in order.
+    #[test]
+    fn bodies_written_in_one_turn_go_in_one_gather_send() {
+        let Some((r, _wake, _w)) = ring() else {
+            return;
+        };
+        let (mine, peer) = UnixStream::pair().unwrap();
+        let io = Io::new(mine.into_raw_fd(), r.handle().clone());
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let body: Arc<[u8]> = (0..(300u32 << 10)).map(|i| (i * 7) as u8).collect();
+        let body = crate::net::SharedBytes::from(body);
+        let mut want = Vec::new();
+        for i in 0..TAIL_PARTS {
+            let mut head = format!("VALUE k{i}\r\n").into_bytes();
+            let range = i * 1000..body.len() - i;
+            want.extend_from_slice(&head);
+            want.extend_from_slice(&body[range.clone()]);
+            want.extend_from_slice(b"\r\nEND\r\n");
+            assert!(io
+                .poll_write_shared(&mut cx, &mut head, &body, range, b"\r\nEND\r\n")
+                .is_ready());
+            assert!(head.is_empty());
+        }
+        // Bytes written behind them join the last body's.
+        assert!(io.poll_write(&mut cx, b"tail").is_ready());
+        want.extend_from_slice(b"tail");
+        let copies = {
+            let st = lock_std(&io.st);
+            let t = st.tx_tail.as_ref().unwrap();
+            assert_eq!(t.parts.len(), TAIL_PARTS);
+            st.tx.len() + t.copied()
+        };
+        assert!(copies < 300, "{copies} bytes copied");
+        // One body more waits for the send.
+        let mut head = b"more".to_vec();
+        assert!(io
+            .poll_write_shared(&mut cx, &mut head, &body, 0..10, b"")
+            .is_pending());
+        // One send in flight carries them all (the socket takes a few
+        // hundred KiB of the ~4.7 MiB: it comes back short).
+        r.poll(Some(Duration::ZERO)).unwrap();
+        let gathers = || {
+            r.ops
+                .borrow()
+                .values()
+                .filter(|op| matches!(op.kind, OpKind::Gather(_)))
+                .count()
+        };
+        assert_eq!(gathers(), 1);
+        let reader = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            std::io::Read::read_to_end(&mut &peer, &mut got).unwrap();
+            got
+        });
+        turn_until(&r, "the bodies were never sent", || {
+            lock_std(&io.st).tx_idle()
+        });
+        // Now it goes.
+        assert!(io
+            .poll_write_shared(&mut cx, &mut head, &body, 0..10, b"")
+            .is_ready());
+        want.extend_from_slice(b"more");
+        want.extend_from_slice(&body[..10]);
+        turn_until(&r, "the last body was never sent", || {
+            lock_std(&io.st).tx_idle()
+        });
+        io.release();
+        drop(io);
+        turn_until(&r, "the socket never closed", || reader.is_finished());
+        let got = reader.join().unwrap();
+        assert_eq!(got.len(), want.len());
+        assert!(got == want, "the byte stream differs");
     }
 
     /// A receive that completes as bytes come, or waits on a socket with
