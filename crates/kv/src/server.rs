@@ -18,11 +18,10 @@
 
 use crate::budget::{Holdings, LARGE};
 use crate::command::{
-    execute_part, get_shared, meta_split_start, meta_value_piece, resume_get, split_get,
-    value_piece, GetCursor, Part, ValueChanged, SHARED_END,
+    execute_part, meta_split_start, meta_value_piece, resume_get, split_get, value_piece,
+    GetCursor, Part, ValueChanged,
 };
 use crate::protocol::binary::{write_error, Opcode, Status, REQUEST_MAGIC};
-use crate::store::SharedValue;
 use crate::{
     binary_request_shard, execute_binary, execute_binary_error, execute_error, parse, parse_binary,
     request_shard, BinError, BinRequest, ExecContext, Flow, Limits, ParseError, Request,
@@ -32,7 +31,6 @@ use duality_models::session::Reply;
 use duality_models::{
     Conn, Driver, DriverConfig, ListenAddr, Parsed, Payload, Protocol, StatsHandle,
 };
-use duality_rt::net::SharedBytes;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -1100,11 +1098,12 @@ impl KvProtocol {
         before: usize,
     ) -> Ending {
         let st = &*self.0;
-        if let Some(value) = get_shared(r, &st.store, ctx, out) {
-            return self.shared_get_done(conn, r, value, ctx, out, before);
-        }
+        // Large values go from the store (see `Answer`): held as their
+        // copies would be.
+        let shared_before = out.shared_len();
         let part = execute_part(r, &st.store, ctx, out);
-        if self.holds(conn, out, before) {
+        let shared = out.shared_len() - shared_before;
+        if self.holds_shared(conn, out, before, shared) {
             return match part {
                 Part::Done(flow) => Ending::Answered(flow),
                 // The rest of a large multi-key get goes out a piece at a
@@ -1122,38 +1121,6 @@ impl KvProtocol {
             Part::Done(flow) => flow,
             Part::More(_) => Flow::Continue,
         })
-    }
-
-    /// Ends a get of one key (see [`get_shared`]): a large value is sent
-    /// from the store, held against the buffer budget as its copy would be;
-    /// where the budget has no room, the answer goes out a piece at a time
-    /// as any large get's.
-    fn shared_get_done(
-        &self,
-        conn: Option<&ConnInfo>,
-        r: &Request<'_>,
-        value: Option<Arc<SharedValue>>,
-        ctx: &Ctx<'_>,
-        out: &mut duality_models::Output,
-        before: usize,
-    ) -> Ending {
-        let mut shared = 0;
-        if let Some(value) = value {
-            shared = (*value).as_ref().len();
-            out.share(SharedBytes::from_owner(value), 0..shared);
-            out.extend_from_slice(SHARED_END);
-        }
-        if self.holds_shared(conn, out, before, shared) {
-            return Ending::Answered(Flow::Continue);
-        }
-        out.unshare();
-        let done = Part::Done(Flow::Continue);
-        if let Some(ending) = conn.and_then(|info| self.split_text(info, r, done, ctx, out, before))
-        {
-            return ending;
-        }
-        self.refuse_response(out, before, None);
-        Ending::Answered(Flow::Continue)
     }
 
     /// A get's answer the budget has no room for, cut to its first piece
@@ -1242,7 +1209,8 @@ impl KvProtocol {
             // A piece the budget has no room for is dropped, and the rest
             // of the get, from the piece's first key, goes out split.
             let conn = session.conn.as_ref().map(|g| &*g.info);
-            if !self.hold_piece(conn, reply.out().len()) {
+            let held = reply.out().len() + reply.out().shared_len();
+            if !self.hold_piece(conn, held) {
                 let out = reply.out();
                 out.clear();
                 out.shrink_to(LARGE);

@@ -2,8 +2,7 @@
 
 use crate::num::{fmt_u64, parse_counter, push_u64};
 use crate::protocol::{ArithOp, StoreCommand, Tokens};
-use crate::store::{expiry, Counter, Edit, Entry, Item, Lookup, SharedValue, Store, Time};
-use std::sync::Arc;
+use crate::store::{expiry, Counter, Edit, Entry, Item, Lookup, Store, Time, SHARE_MIN};
 
 const STORED: &[u8] = b"STORED\r\n";
 const NOT_STORED: &[u8] = b"NOT_STORED\r\n";
@@ -43,28 +42,41 @@ fn write_value_line(out: &mut Vec<u8>, item: &Item<'_>, cas: bool) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// `get`, `gets`, and with `touch` set, `gat`, `gats`.
+/// `get`, `gets`, and with `touch` set, `gat`, `gats`. Values the store
+/// shares go as `out` takes them (see [`super::Answer`]).
 #[allow(clippy::too_many_arguments)]
-pub(super) fn get(
+pub(super) fn get<O: super::Answer + ?Sized>(
     store: &Store,
     now: Time,
     keys: Tokens<'_>,
     cas: bool,
     touch: Option<i32>,
-    out: &mut Vec<u8>,
+    out: &mut O,
     from: usize,
     budget: usize,
 ) -> Option<usize> {
-    let start = out.len();
+    let start = out.bytes().len();
+    // Bytes of the values shared (not in `out`'s bytes, held all the same).
+    let mut shared = 0;
     for (i, key) in keys.iter().enumerate().skip(from) {
         // A get naming large items many times must not copy them all into
-        // one buffer: past `budget`, the caller writes what is there and
-        // resumes at key `i`.
-        if i > from && out.len() - start >= budget {
+        // one buffer (nor hold them all): past `budget`, the caller writes
+        // what is there and resumes at key `i`.
+        if i > from && out.bytes().len() - start + shared >= budget {
             return Some(i);
         }
         let e = get_key(store, now, key, touch);
         if let Some(item) = e.item() {
+            if O::SHARES && item.value.len() >= SHARE_MIN {
+                if let Some(value) = e.share_value() {
+                    write_value_line(out.bytes(), &item, cas);
+                    shared += item.value.len();
+                    out.share(value);
+                    out.bytes().extend_from_slice(b"\r\n");
+                    continue;
+                }
+            }
+            let out = out.bytes();
             let need = item.key.len() + item.value.len() + 48;
             if out.capacity() - out.len() < need {
                 let left = keys.iter().skip(i).count();
@@ -73,41 +85,9 @@ pub(super) fn get(
             write_value(out, &item, cas);
         }
     }
-    out.extend_from_slice(b"END\r\n");
+    out.bytes().extend_from_slice(b"END\r\n");
     None
 }
-
-/// A get of one key, answered with its value left out when the store
-/// shares it (a large one: see [`Entry::share_value`](crate::store::Entry::share_value)):
-/// `out` then ends with the `VALUE` line, and the value, then
-/// [`SHARED_END`], must follow it. Otherwise answered whole, as [`get`].
-pub(super) fn get_one_shared(
-    store: &Store,
-    now: Time,
-    key: &[u8],
-    cas: bool,
-    touch: Option<i32>,
-    out: &mut Vec<u8>,
-) -> Option<Arc<SharedValue>> {
-    let e = get_key(store, now, key, touch);
-    let item = e.item();
-    match (item, e.share_value()) {
-        (Some(item), Some(value)) => {
-            write_value_line(out, &item, cas);
-            Some(value)
-        }
-        (item, _) => {
-            if let Some(item) = item {
-                write_value(out, &item, cas);
-            }
-            out.extend_from_slice(b"END\r\n");
-            None
-        }
-    }
-}
-
-/// What follows a shared value (see [`get_one_shared`]).
-pub const SHARED_END: &[u8] = b"\r\nEND\r\n";
 
 /// Grows `out` for the `left` keys of a get still to answer, at the average
 /// of its answers so far (`written` bytes for `done` keys, and the next

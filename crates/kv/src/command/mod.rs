@@ -5,7 +5,9 @@
 //! goes on. It takes each key's shard lock for the duration of that key's
 //! work only (a multi-key `get` takes them in turn), writes values straight
 //! from the store into `out`, and allocates nothing itself beyond growing
-//! `out` (stored values live in the store's segments).
+//! `out` (stored values live in the store's segments). A server's answer
+//! ([`Answer`]) may take a get's large values shared instead, sent from
+//! the store.
 //!
 //! Process-level numbers for `stats` (pid, uptime, connections, rusage) and
 //! the clock come from the server through [`ExecContext`].
@@ -19,11 +21,12 @@ mod slabs;
 mod stats;
 
 use crate::protocol::{decode_key, BinRequest, Opcode, ParseError, Request, KEY_MAX_LENGTH};
-use crate::store::{Counter, Store, Time, MAX_RELATIVE_EXPTIME};
+use crate::store::{Counter, SharedValue, Store, Time, MAX_RELATIVE_EXPTIME};
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use binary::{execute_binary, execute_binary_error};
-pub use classic::{value_piece, GetCursor, ValueChanged, SHARED_END};
+pub use classic::{value_piece, GetCursor, ValueChanged};
 pub use stats::write_stat;
 
 /// What the connection does after a request.
@@ -180,6 +183,45 @@ fn quiet(noreply: bool, out: &mut Vec<u8>, f: impl FnOnce(&mut Vec<u8>)) {
     }
 }
 
+/// Where a get's answer goes: a `Vec<u8>` copies every value in; a
+/// server's [`Output`](duality_models::Output) sends the values the store
+/// shares (large ones: see [`Entry::share_value`](crate::store::Entry::share_value))
+/// from where they lie, as memcached sends items by reference.
+pub trait Answer {
+    /// Whether [`share`](Self::share) takes values (else they are copied).
+    const SHARES: bool;
+    /// The answer's bytes, to append to.
+    fn bytes(&mut self) -> &mut Vec<u8>;
+    /// Sends `value` after the bytes appended so far, from the store; bytes
+    /// appended later follow it.
+    fn share(&mut self, value: Arc<SharedValue>);
+}
+
+impl Answer for Vec<u8> {
+    const SHARES: bool = false;
+    fn bytes(&mut self) -> &mut Vec<u8> {
+        self
+    }
+    fn share(&mut self, value: Arc<SharedValue>) {
+        self.extend_from_slice((*value).as_ref());
+    }
+}
+
+impl Answer for duality_models::Output {
+    const SHARES: bool = true;
+    fn bytes(&mut self) -> &mut Vec<u8> {
+        self
+    }
+    fn share(&mut self, value: Arc<SharedValue>) {
+        let len = (*value).as_ref().len();
+        duality_models::Output::share(
+            self,
+            duality_rt::net::SharedBytes::from_owner(value),
+            0..len,
+        );
+    }
+}
+
 /// Bytes of values a multi-key `get` (`gets`, `gat`, `gats`) buffers
 /// before [`execute_part`] hands the rest to [`resume_get`]: a get naming a
 /// large item many times (a line may hold 100,000 keys) must not make the
@@ -197,29 +239,30 @@ pub enum Part {
     More(usize),
 }
 
-/// [`execute`], except that a multi-key get whose values pass
-/// [`GET_BUFFER`] stops there ([`Part::More`]): a server writes what is
-/// buffered and goes on with [`resume_get`], holding a bounded buffer.
-pub fn execute_part<C: ExecContext + ?Sized>(
+/// [`execute`], except that a get's large values go as `out` takes them
+/// (shared, where it can: see [`Answer`]), and a multi-key get whose values
+/// pass [`GET_BUFFER`] stops there ([`Part::More`]): a server writes what
+/// is buffered and goes on with [`resume_get`], holding a bounded buffer.
+pub fn execute_part<C: ExecContext + ?Sized, O: Answer + ?Sized>(
     req: &Request<'_>,
     store: &Store,
     ctx: &C,
-    out: &mut Vec<u8>,
+    out: &mut O,
 ) -> Part {
     match resume_get(req, store, ctx, out, 0) {
         Some(Part::More(n)) => Part::More(n),
         Some(Part::Done(flow)) => Part::Done(flow),
-        None => Part::Done(execute(req, store, ctx, out)),
+        None => Part::Done(execute(req, store, ctx, out.bytes())),
     }
 }
 
-/// Answers the keys of a multi-key get from its key number `from` (see
+/// Answers the keys of a get from its key number `from` (see
 /// [`execute_part`]); `None` if `req` is no such get.
-pub fn resume_get<C: ExecContext + ?Sized>(
+pub fn resume_get<C: ExecContext + ?Sized, O: Answer + ?Sized>(
     req: &Request<'_>,
     store: &Store,
     ctx: &C,
-    out: &mut Vec<u8>,
+    out: &mut O,
     from: usize,
 ) -> Option<Part> {
     let (keys, cas, touch) = match *req {
@@ -229,36 +272,6 @@ pub fn resume_get<C: ExecContext + ?Sized>(
     };
     let next = classic::get(store, ctx.now(), keys, cas, touch, out, from, GET_BUFFER);
     Some(next.map_or(Part::Done(Flow::Continue), Part::More))
-}
-
-/// Answers a get (`get`, `gets`, `gat`, `gats`) of one key whose value
-/// the store shares (a large one): `out` gets the answer up to the value,
-/// and the value is returned, to be sent from the store after it, then
-/// [`SHARED_END`]. `None`: not such a get (nothing done); `Some(None)`:
-/// answered whole in `out`.
-pub fn get_shared<C: ExecContext + ?Sized>(
-    req: &Request<'_>,
-    store: &Store,
-    ctx: &C,
-    out: &mut Vec<u8>,
-) -> Option<Option<std::sync::Arc<crate::store::SharedValue>>> {
-    let (keys, cas, touch) = match *req {
-        Request::Get { keys, cas } => (keys, cas, None),
-        Request::GetAndTouch { exptime, keys, cas } => (keys, cas, Some(exptime)),
-        _ => return None,
-    };
-    let mut it = keys.iter();
-    let (Some(key), None) = (it.next(), it.next()) else {
-        return None;
-    };
-    Some(classic::get_one_shared(
-        store,
-        ctx.now(),
-        key,
-        cas,
-        touch,
-        out,
-    ))
 }
 
 /// Answers a get (`get`, `gets`, `gat`, `gats`) from `at` on, at most

@@ -80,7 +80,7 @@ pub use stats::{Counter, Stats};
 
 use crate::protocol::KEY_MAX_LENGTH;
 use shard::{NewItem, Shard, ACCESSED, FETCHED, KEY_BINARY};
-pub(crate) use shard::{STALE, WIN_SENT};
+pub(crate) use shard::{SHARE_MIN, STALE, WIN_SENT};
 use stats::{GlobalStats, ShardStats};
 use std::hash::BuildHasher;
 use std::io;
