@@ -243,7 +243,7 @@ fn a_large_value_being_sent_survives_its_item() {
     }
 }
 
-/// Pipelined and multi-key gets of large values (sent from the store,
+/// Pipelined, multi-key, meta and binary gets of large values (sent from the store,
 /// several in one send) come back whole and in order among the other
 /// answers, under the
 /// models and both I/O backends; a fatal line after them drops them with
@@ -295,6 +295,15 @@ fn pipelined_large_gets_go_out_whole_and_in_order() {
                         format!("VERSION {}\r\n", duality_kv::DEFAULT_VERSION).as_bytes(),
                     );
                 }
+                // A meta get: its line, the value, its end.
+                4 => {
+                    let k = i % 4;
+                    let v = &values[k];
+                    req.extend_from_slice(format!("mg v{k} f v k\r\n").as_bytes());
+                    want.extend_from_slice(format!("VA {} f{k} kv{k}\r\n", v.len()).as_bytes());
+                    want.extend_from_slice(v);
+                    want.extend_from_slice(b"\r\n");
+                }
                 6 if i % 14 == 6 => {
                     req.extend_from_slice(b"get v0 v2 v4\r\n");
                     want.extend_from_slice(&answer(&[0, 2, 4]));
@@ -318,6 +327,39 @@ fn pipelined_large_gets_go_out_whole_and_in_order() {
         c.send(&req);
         let got = c.read_n(want.len());
         assert!(got == want, "{model} {io}: the answers differ");
+        // Binary gets (GETK, GET, a quiet GETKQ hit, then NOOP), pipelined.
+        let mut b = srv.connect();
+        let mut req = Vec::new();
+        let gets: [(u8, usize); 4] = [(0x0c, 2), (0x00, 0), (0x0d, 1), (0x0c, 4)];
+        for (op, k) in gets.into_iter().chain([(0x0a, 9)]) {
+            let key = if op == 0x0a {
+                String::new()
+            } else {
+                format!("v{k}")
+            };
+            req.extend_from_slice(&[0x80, op, 0, key.len() as u8, 0, 0, 0, 0]);
+            req.extend_from_slice(&(key.len() as u32).to_be_bytes());
+            req.extend_from_slice(&[0; 12]);
+            req.extend_from_slice(key.as_bytes());
+        }
+        b.send(&req);
+        for (op, k) in gets.into_iter().chain([(0x0a, 9)]) {
+            let head = b.read_n(24);
+            let body = b.read_n(u32::from_be_bytes(head[8..12].try_into().unwrap()) as usize);
+            assert_eq!((head[0], head[1], &head[6..8]), (0x81, op, &[0u8, 0][..]));
+            if op == 0x0a {
+                assert!(body.is_empty());
+                continue;
+            }
+            let key = if op == 0x00 {
+                String::new()
+            } else {
+                format!("v{k}")
+            };
+            assert_eq!(&body[..4], &(k as u32).to_be_bytes(), "{model} {io}");
+            assert_eq!(&body[4..4 + key.len()], key.as_bytes());
+            assert!(body[4 + key.len()..] == values[k], "{model} {io}: v{k}");
+        }
         // The read's answers go with a fatal line: none of the values
         // (under 1 MiB together: one batch holds them all).
         let mut c = srv.connect();
@@ -938,6 +980,9 @@ fn large_responses_held_for_slow_readers_are_bounded() {
     set.extend_from_slice(b"\r\n");
     c.send(&set);
     assert_eq!(show(&c.read_until(b"\r\n")), show(b"STORED\r\n"));
+    c.send(&[b"set big2 0 0 ", LEN.to_string().as_bytes(), b"\r\n"].concat());
+    c.send(&set[set.len() - LEN - 2..]);
+    assert_eq!(show(&c.read_until(b"\r\n")), show(b"STORED\r\n"));
     let slow = |n: usize| -> Vec<Client> {
         (0..n)
             .map(|_| {
@@ -1010,6 +1055,19 @@ fn large_responses_held_for_slow_readers_are_bounded() {
     let got = split[0].read_to_eof();
     assert!(got.len() < want, "{} bytes", got.len());
     assert!(got[head.len()..].iter().all(|&b| b == b'v'));
+    // So is a binary one (not sent from the store whole: the budget has no
+    // room for it).
+    let mut bin = srv.connect();
+    small_rcvbuf(&bin);
+    let mut getk = vec![0x80, 0x0c, 0, 4, 0, 0, 0, 0, 0, 0, 0, 4];
+    getk.extend_from_slice(&[0; 12]);
+    getk.extend_from_slice(b"big2");
+    bin.send(&getk);
+    thread::sleep(Duration::from_millis(300));
+    c.expect_str("set big2 0 0 1\r\nw\r\n", "STORED\r\n");
+    let got = bin.read_to_eof();
+    assert!(got.len() < 24 + 4 + 4 + LEN, "{} bytes", got.len());
+    assert!(got[24 + 4 + 4..].iter().all(|&b| b == b'v'));
     // Small values are not counted.
     c.expect_str("set s 0 0 1\r\nx\r\n", "STORED\r\n");
     c.expect_str("get s\r\n", "VALUE s 0 1\r\nx\r\nEND\r\n");

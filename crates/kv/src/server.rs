@@ -979,13 +979,15 @@ impl Protocol for KvProtocol {
                 Ending::Unaccounted(execute_error(&e, &st.store, &ctx, out))
             }
             KvRequest::Binary(Ok(r)) => {
+                let shared_before = out.shared_len();
                 let flow = execute_binary(&r, &st.store, &ctx, out);
+                let shared = out.shared_len() - shared_before;
                 let get = matches!(
                     r.opcode.loud(),
                     Opcode::Get | Opcode::GetK | Opcode::Gat | Opcode::GatK
                 );
                 match (get && flow == Flow::Continue, conn) {
-                    (true, Some(info)) => self.binary_get_done(info, out, before),
+                    (true, Some(info)) => self.binary_get_done(info, out, before, shared),
                     _ => None,
                 }
                 .unwrap_or(Ending::Unaccounted(flow))
@@ -1135,8 +1137,10 @@ impl KvProtocol {
         before: usize,
     ) -> Option<Ending> {
         let st = &*self.0;
-        // A meta get's value is cut from the item it was copied from.
-        if let Part::Done(Flow::Continue) = part {
+        // A meta get's value is cut from the item it was copied from (a
+        // shared one copied in first).
+        if let (Part::Done(Flow::Continue), Request::MetaGet { .. }) = (part, r) {
+            out.settle_after(before);
             if let Some(ending) = self.meta_split(info, r, ctx.now, out, before) {
                 return Some(ending);
             }
@@ -1232,8 +1236,9 @@ impl KvProtocol {
         }
     }
 
-    /// Accounts a binary get's large answer (`out` from `before` on): held
-    /// against the budget, or where the budget has no room, cut to its
+    /// Accounts a binary get's large answer (`out` from `before` on, and
+    /// `shared` bytes of its value sent from the store): held against the
+    /// budget, or where the budget has no room, cut to its
     /// header and first piece, the rest left to `finish` (as a text get's,
     /// see [`split_get`]). `None`: not large, or not a hit (the caller
     /// accounts for it as for any answer).
@@ -1242,7 +1247,16 @@ impl KvProtocol {
         info: &ConnInfo,
         out: &mut duality_models::Output,
         before: usize,
+        shared: usize,
     ) -> Option<Ending> {
+        if shared > 0 {
+            // A value sent from the store: held as its copy would be, or
+            // copied in to be cut.
+            if self.holds_shared(Some(info), out, before, shared) {
+                return Some(Ending::Answered(Flow::Continue));
+            }
+            out.settle_after(before);
+        }
         let resp = out.get(before..)?;
         // A hit: status 0, then extras (flags), key and value.
         if resp.len() <= LARGE || resp.get(6..8)? != [0, 0] {

@@ -206,6 +206,21 @@ impl Output {
         }
     }
 
+    /// Copies the bodies shared after the first `at` bytes were appended
+    /// into the bytes, where they belong (for a protocol that cuts its
+    /// answer from `at` on); the bytes before `at` stay where they are.
+    pub fn settle_after(&mut self, at: usize) {
+        // Last first: an insertion moves only the bytes after it.
+        while self.shared.last().is_some_and(|s| s.at > at) {
+            let Some(Shared { body, range, at }) = self.shared.pop() else {
+                break;
+            };
+            let part = body.get(range).unwrap_or(&[]);
+            let at = at.min(self.bytes.len());
+            self.bytes.splice(at..at, part.iter().copied());
+        }
+    }
+
     /// True when a batch should stop to write: its shared bodies are as
     /// many as an output takes, or 1 MiB (memory held for the send).
     fn shared_full(&self) -> bool {
@@ -1388,9 +1403,17 @@ mod tests {
         out.share(body.clone(), 9..10);
         out.share(body.clone(), 4..5);
         out.extend_from_slice(b"!");
+        out.settle_after(3);
+        assert_eq!(&out[..], b"a:;b94!");
+        assert_eq!(out.shared_len(), 3);
         out.settle();
         assert_eq!(&out[..], b"a:012;b94!");
         assert!(!out.has_shared());
+        let mut out = Output::default();
+        out.share(body.clone(), 0..2);
+        out.share(body.clone(), 2..3);
+        out.settle();
+        assert_eq!(&out[..], b"012");
         // Cut, the bodies placed past the cut go with the bytes; cleared,
         // all of them.
         let mut out = Output::default();

@@ -14,7 +14,7 @@ use crate::protocol::binary::{
     Status,
 };
 use crate::protocol::{ArithOp, Tokens};
-use crate::store::{expiry, Counter, Edit, Entry, Store, Time, WriteError};
+use crate::store::{expiry, Counter, Edit, Entry, Store, Time, WriteError, SHARE_MIN};
 
 /// A success header for `req` with these lengths.
 fn ok_header(
@@ -52,24 +52,33 @@ fn exptime_of(v: u32, now: Time) -> Time {
 }
 
 /// Executes one binary request, appending memcached's response bytes to
-/// `out`.
-pub fn execute_binary<C: ExecContext + ?Sized>(
+/// `answer` (a get's large value as it takes it: see [`super::Answer`]).
+pub fn execute_binary<C: ExecContext + ?Sized, O: super::Answer + ?Sized>(
     req: &BinRequest<'_>,
     store: &Store,
     ctx: &C,
-    out: &mut Vec<u8>,
+    answer: &mut O,
 ) -> Flow {
     let now = ctx.now();
     use Opcode::*;
     match req.opcode.loud() {
-        Get | GetK => get(store, now, req, None, out),
+        Get | GetK => {
+            get(store, now, req, None, answer);
+            return Flow::Continue;
+        }
         Gat | GatK | Touch => {
             let t = match req.extras {
                 Extras::Expiry(t) => t,
                 _ => 0,
             };
-            get(store, now, req, Some(t), out)
+            get(store, now, req, Some(t), answer);
+            return Flow::Continue;
         }
+        _ => {}
+    }
+    let out = answer.bytes();
+    match req.opcode.loud() {
+        Get | GetK | Gat | GatK | Touch => unreachable!("answered above"),
         Set | Add | Replace => update(store, now, req, out),
         Append | Prepend => append(store, now, req, out),
         Delete => delete(store, now, req, out),
@@ -141,7 +150,14 @@ pub fn execute_binary_error<C: ExecContext + ?Sized>(
 
 /// get/getk/gat/gatk and quiet forms, and touch (`touch` set: the new
 /// expiry).
-fn get(store: &Store, now: Time, req: &BinRequest<'_>, touch: Option<u32>, out: &mut Vec<u8>) {
+fn get<O: super::Answer + ?Sized>(
+    store: &Store,
+    now: Time,
+    req: &BinRequest<'_>,
+    touch: Option<u32>,
+    answer: &mut O,
+) {
+    let out = answer.bytes();
     let op = req.opcode.loud();
     let mut e = store.entry(req.key, now);
     count_dead(&e);
@@ -189,11 +205,18 @@ fn get(store: &Store, now: Time, req: &BinRequest<'_>, touch: Option<u32>, out: 
     let key: &[u8] = if with_key { req.key } else { b"" };
     let value: &[u8] = if op == Opcode::Touch { b"" } else { item.value };
     let body = 4 + key.len() + value.len();
-    out.reserve(24 + body);
+    let shared = match O::SHARES && value.len() >= SHARE_MIN {
+        true => e.share_value(),
+        false => None,
+    };
+    out.reserve(24 + body - if shared.is_some() { value.len() } else { 0 });
     write_response_header(out, &ok_header(req, 4, key.len(), body, item.cas));
     out.extend_from_slice(&item.flags.to_be_bytes());
     out.extend_from_slice(key);
-    out.extend_from_slice(value);
+    match shared {
+        Some(value) => answer.share(value),
+        None => out.extend_from_slice(value),
+    }
 }
 
 /// Stores a new item; on "out of memory" a `set` also drops the old item,

@@ -9,7 +9,7 @@ use super::classic::{apply, count_dead, NON_NUMERIC};
 use crate::num::{fmt_u64, parse_counter, push_i64, push_u64};
 use crate::protocol::{decode_key, item_size, ArithOp, MetaFlags, KEY_MAX_LENGTH};
 use crate::store::classes::class_of;
-use crate::store::{expiry, Counter, Edit, Store, Time, WriteError, STALE, WIN_SENT};
+use crate::store::{expiry, Counter, Edit, Store, Time, WriteError, SHARE_MIN, STALE, WIN_SENT};
 
 fn flag(out: &mut Vec<u8>, c: u8) {
     out.push(b' ');
@@ -60,8 +60,16 @@ fn ttl(t: Option<i32>, now: Time) -> Time {
     expiry(t.unwrap_or(0).into(), now)
 }
 
-/// `mg <key> <flags>*`.
-pub(super) fn get(store: &Store, now: Time, raw_key: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>) {
+/// `mg <key> <flags>*`. A value the store shares goes as `answer` takes it
+/// (see [`super::Answer`]).
+pub(super) fn get<O: super::Answer + ?Sized>(
+    store: &Store,
+    now: Time,
+    raw_key: &[u8],
+    f: &MetaFlags<'_>,
+    answer: &mut O,
+) {
+    let out = answer.bytes();
     let mut buf = [0u8; KEY_MAX_LENGTH];
     let key = decode_key(raw_key, f.base64(), &mut buf);
     let mut e = store.entry(key, now);
@@ -160,8 +168,14 @@ pub(super) fn get(store: &Store, now: Time, raw_key: &[u8], f: &MetaFlags<'_>, o
     }
     out.extend_from_slice(b"\r\n");
     if send_value {
-        out.extend_from_slice(item.value);
-        out.extend_from_slice(b"\r\n");
+        match O::SHARES && item.value.len() >= SHARE_MIN {
+            true => match e.share_value() {
+                Some(value) => answer.share(value),
+                None => answer.bytes().extend_from_slice(item.value),
+            },
+            false => out.extend_from_slice(item.value),
+        }
+        answer.bytes().extend_from_slice(b"\r\n");
     }
     if ttl_set {
         e.set_exptime(exptime);

@@ -249,6 +249,10 @@ pub fn execute_part<C: ExecContext + ?Sized, O: Answer + ?Sized>(
     ctx: &C,
     out: &mut O,
 ) -> Part {
+    if let Request::MetaGet { key, flags } = *req {
+        meta::get(store, ctx.now(), key, &flags, out);
+        return Part::Done(Flow::Continue);
+    }
     match resume_get(req, store, ctx, out, 0) {
         Some(Part::More(n)) => Part::More(n),
         Some(Part::Done(flow)) => Part::Done(flow),
