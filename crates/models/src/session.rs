@@ -46,9 +46,10 @@
 //! responses before the driver writes them and yields to the loop; the
 //! runtime's I/O budget (`duality_rt::coop`) bounds the rest.
 //!
-//! Responses that cannot be made from bytes alone (the web server's): a
-//! response may end in a shared body ([`Output::share`], a cached file sent
-//! from where it lies, not copied), and a request whose answer must wait
+//! Responses that cannot be made from bytes alone: a response may carry a
+//! shared body ([`Output::share`], a cached file or a cache value sent from
+//! where it lies, not copied; the bodies of a batch go in one gather send
+//! under io_uring), and a request whose answer must wait
 //! (the file system, a body sent from a file with `sendfile`, a job on a
 //! pool) returns [`Flow::Finish`]: the driver writes the responses before
 //! it, then awaits [`Protocol::finish`] on the connection's loop, boxed (its
@@ -1294,7 +1295,7 @@ enum Then {
     Read,
     /// Let the loop run other tasks, then serve on.
     Yield,
-    /// Serve on at once (a shared body had to go first).
+    /// Serve on at once (the batch's shared bodies had to go first).
     Serve,
     /// Run [`Protocol::finish`] for the request before `start`.
     Finish,

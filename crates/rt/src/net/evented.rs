@@ -382,9 +382,10 @@ where
     }
 
     /// Writes all of `head`, then `body[range]`, then `after`, and leaves
-    /// `head` empty. Under io_uring an idle socket sends the body from where
-    /// it lies (one gather send, no copy); under epoll, `writev` of the
-    /// three. A `range` outside `body` is `InvalidInput`.
+    /// `head` empty. Under io_uring the body is sent from where it lies (the
+    /// next gather send, with what else this turn writes; no copy); under
+    /// epoll, `writev` of the three. A `range` outside `body` is
+    /// `InvalidInput`.
     pub(crate) async fn write_vec_shared(
         &self,
         head: &mut Vec<u8>,
@@ -464,9 +465,10 @@ macro_rules! stream_methods {
             /// Writes all of `head`, then `body[range]`, then `after`, and
             /// leaves `head` empty: a response head, a shared body (a cached
             /// file's, a cache item's value) and what ends the response.
-            /// Under io_uring an idle socket sends the body from where it
-            /// lies, in one gather send with the rest, instead of copying it
-            /// into a send buffer; under epoll it is one `writev`.
+            /// Under io_uring the body is sent from where it lies, never
+            /// copied into a send buffer: bodies written in one turn go in
+            /// one gather send with the bytes around them. Under epoll it is
+            /// one `writev`.
             pub async fn write_vec_shared(
                 &self,
                 head: &mut Vec<u8>,
