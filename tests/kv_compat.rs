@@ -479,6 +479,8 @@ fn a_close_drops_the_pending_answers() {
     let dk = duality(false);
     let mut long = b"version\r\n".to_vec();
     long.resize(long.len() + 4096, b'x');
+    let mut get_then_long = b"get a\r\ntouch a 0\r\n".to_vec();
+    get_then_long.resize(get_then_long.len() + 4096, b'x');
     compare(
         mc.addr,
         tcp_addr(&dk),
@@ -490,6 +492,21 @@ fn a_close_drops_the_pending_answers() {
             ),
             (b"set a 0 0 1\r\nx\r\nPOST / HTTP/1.0\r\n".to_vec(), false),
             (long, false),
+            // memcached writes its answers out after each text get and `mn`:
+            // those up to the last of them go before the close.
+            (b"get a\r\ntouch a 0\r\nGET / HTTP/1.1\r\n".to_vec(), false),
+            (b"touch a 0\r\ngets a\r\nGET / HTTP/1.1\r\n".to_vec(), false),
+            (b"get a\r\nmg a v\r\nGET / HTTP/1.1\r\n".to_vec(), false),
+            (b"mg a v\r\nget a b\r\nGET / HTTP/1.1\r\n".to_vec(), false),
+            (
+                b"mg a v\r\nmn\r\nmg a v\r\nGET / HTTP/1.1\r\n".to_vec(),
+                false,
+            ),
+            (
+                b"gat 0 a\r\nset b 0 0 1\r\ny\r\nGET / HTTP/1.1\r\n".to_vec(),
+                false,
+            ),
+            (get_then_long, false),
         ],
     );
     // The set before the HTTP line was applied, its answer dropped.

@@ -969,15 +969,23 @@ impl Protocol for KvProtocol {
             _ => None,
         };
         let ending = match req {
-            KvRequest::Text(Ok(r)) => self.text_request(conn, &r, &ctx, out, before),
-            KvRequest::Text(Err(e)) => {
-                if e.is_fatal() {
-                    // The read's earlier answers are dropped (see
-                    // `execute_error`): their shared values too.
-                    out.clear();
+            KvRequest::Text(Ok(r)) => {
+                let ending = self.text_request(conn, &r, &ctx, out, before);
+                // memcached writes its answers out after each text get and
+                // `mn`: a line that closes the connection drops only the
+                // answers after the last of them.
+                if let Request::Get { .. } | Request::GetAndTouch { .. } | Request::MetaNoop = r {
+                    out.commit();
                 }
-                Ending::Unaccounted(execute_error(&e, &st.store, &ctx, out))
+                ending
             }
+            KvRequest::Text(Err(e)) if e.is_fatal() => {
+                // Closed without a word: the answers since the last get or
+                // `mn` (see below) are dropped, shared values with them.
+                out.truncate(out.committed());
+                Ending::Close
+            }
+            KvRequest::Text(Err(e)) => Ending::Unaccounted(execute_error(&e, &st.store, &ctx, out)),
             KvRequest::Binary(Ok(r)) => {
                 let shared_before = out.shared_len();
                 let flow = execute_binary(&r, &st.store, &ctx, out);

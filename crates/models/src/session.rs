@@ -111,6 +111,8 @@ pub struct Output {
     bytes: Vec<u8>,
     /// In the order of their places (`at` never decreases).
     shared: Vec<Shared>,
+    /// Bytes committed (see [`commit`](Self::commit)).
+    committed: usize,
 }
 
 #[derive(Debug)]
@@ -130,6 +132,7 @@ impl Output {
         Output {
             bytes: Vec::with_capacity(n),
             shared: Vec::new(),
+            committed: 0,
         }
     }
 
@@ -176,15 +179,30 @@ impl Output {
             .sum()
     }
 
-    /// Drops everything: the bytes and the shared bodies.
+    /// Marks the answers so far as ones a protocol closing the connection
+    /// still sends (memcached writes its answers out after each text get):
+    /// it cuts the output at [`committed`](Self::committed). The mark goes
+    /// when the output is written.
+    pub fn commit(&mut self) {
+        self.committed = self.bytes.len();
+    }
+
+    /// Bytes committed (see [`commit`](Self::commit)); 0 if none.
+    pub fn committed(&self) -> usize {
+        self.committed
+    }
+
+    /// Drops everything: the bytes, the shared bodies and the mark.
     pub fn clear(&mut self) {
         self.bytes.clear();
         self.shared.clear();
+        self.committed = 0;
     }
 
     /// Keeps the first `len` bytes and the bodies shared before them
     /// (placed at or before `len`); drops the rest.
     pub fn truncate(&mut self, len: usize) {
+        self.committed = self.committed.min(len);
         self.bytes.truncate(len);
         while self.shared.last().is_some_and(|s| s.at > len) {
             self.shared.pop();
@@ -201,9 +219,7 @@ impl Output {
     pub fn settle(&mut self) {
         // Last first: an insertion moves only the bytes after it.
         while let Some(Shared { body, range, at }) = self.shared.pop() {
-            let part = body.get(range).unwrap_or(&[]);
-            let at = at.min(self.bytes.len());
-            self.bytes.splice(at..at, part.iter().copied());
+            self.insert(at, body.get(range).unwrap_or(&[]));
         }
     }
 
@@ -216,10 +232,17 @@ impl Output {
             let Some(Shared { body, range, at }) = self.shared.pop() else {
                 break;
             };
-            let part = body.get(range).unwrap_or(&[]);
-            let at = at.min(self.bytes.len());
-            self.bytes.splice(at..at, part.iter().copied());
+            self.insert(at, body.get(range).unwrap_or(&[]));
         }
+    }
+
+    /// Copies `part` in at byte `at` (a body that was shared there).
+    fn insert(&mut self, at: usize, part: &[u8]) {
+        let at = at.min(self.bytes.len());
+        if at < self.committed {
+            self.committed += part.len();
+        }
+        self.bytes.splice(at..at, part.iter().copied());
     }
 
     /// True when a batch should stop to write: its shared bodies are as
@@ -1430,6 +1453,22 @@ mod tests {
         out.share(body.clone(), 0..1);
         out.clear();
         assert!(!out.is_pending());
+        // Committed answers stay where a cut at the mark leaves them,
+        // settled or not.
+        let mut out = Output::default();
+        out.extend_from_slice(b"a");
+        out.share(body.clone(), 0..2);
+        out.extend_from_slice(b"b");
+        out.commit();
+        out.extend_from_slice(b"c");
+        out.share(body.clone(), 2..3);
+        assert_eq!(out.committed(), 2);
+        out.truncate(out.committed());
+        assert_eq!((&out[..], out.shared_len()), (&b"ab"[..], 2));
+        out.settle();
+        assert_eq!((&out[..], out.committed()), (&b"a01b"[..], 4));
+        out.clear();
+        assert_eq!(out.committed(), 0);
         // Unshared, the last one is dropped.
         let mut out = Output::default();
         out.share(body.clone(), 0..1);

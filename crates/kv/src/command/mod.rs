@@ -499,7 +499,8 @@ pub fn execute<C: ExecContext + ?Sized>(
 
 /// Answers a [`ParseError`] (other than `Incomplete`): appends memcached's
 /// response to `out` (for a fatal one, clears `out`: memcached drops the
-/// answers it has not written yet when it closes) and applies its side effects (a refused `set`/`ms` value
+/// answers it has not written yet when it closes; it writes them out after
+/// each text get and `mn`, which the server's driver does not) and applies its side effects (a refused `set`/`ms` value
 /// deletes the key's old item, `store_too_large` is counted). The caller then
 /// drops [`ParseError::consumed`] bytes, or closes on [`Flow::Close`].
 pub fn execute_error<C: ExecContext + ?Sized>(
