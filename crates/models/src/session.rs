@@ -153,12 +153,6 @@ impl Output {
         self.shared.push(Shared { body, range, at });
     }
 
-    /// Drops the body shared last, unsent (a protocol taking its answer
-    /// back).
-    pub fn unshare(&mut self) {
-        self.shared.pop();
-    }
-
     /// True if a body waits to be sent among the bytes.
     pub fn has_shared(&self) -> bool {
         !self.shared.is_empty()
@@ -1469,12 +1463,6 @@ mod tests {
         assert_eq!((&out[..], out.committed()), (&b"a01b"[..], 4));
         out.clear();
         assert_eq!(out.committed(), 0);
-        // Unshared, the last one is dropped.
-        let mut out = Output::default();
-        out.share(body.clone(), 0..1);
-        out.share(body.clone(), 1..2);
-        out.unshare();
-        assert_eq!(out.take_shared(), vec![(body.clone(), 0..1, 0)]);
         // Past the most an output shares, bodies are copied in at their
         // place.
         let mut out = Output::default();

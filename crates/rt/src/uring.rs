@@ -2325,6 +2325,27 @@ mod tests {
         );
     }
 
+    /// Reads `peer` to its end on a thread of its own.
+    fn read_to_end(peer: UnixStream) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut got = Vec::new();
+            std::io::Read::read_to_end(&mut &peer, &mut got).unwrap();
+            got
+        })
+    }
+
+    /// Closes `io` and turns the ring until `reader` has read everything.
+    fn close_and_join(
+        r: &UringReactor,
+        io: Arc<Io>,
+        reader: std::thread::JoinHandle<Vec<u8>>,
+    ) -> Vec<u8> {
+        io.release();
+        drop(io);
+        turn_until(r, "the socket never closed", || reader.is_finished());
+        reader.join().unwrap()
+    }
+
     /// A shared body whose gather send comes back short (a peer that does
     /// not read) goes on from where it lies: what is in flight still points
     /// into the body, and no connection holds a copy of it. (The rest was
@@ -2366,16 +2387,9 @@ mod tests {
         let (head_len, start) = in_flight().unwrap();
         assert_eq!(head_len, 0, "the head went first");
         assert!(start < body.len(), "sent from the body, at {start}");
-        let reader = std::thread::spawn(move || {
-            let mut got = Vec::new();
-            std::io::Read::read_to_end(&mut &peer, &mut got).unwrap();
-            got
-        });
+        let reader = read_to_end(peer);
         turn_until(&r, "the body was never sent", || lock_std(&io.st).tx_idle());
-        io.release();
-        drop(io);
-        turn_until(&r, "the socket never closed", || reader.is_finished());
-        let got = reader.join().unwrap();
+        let got = close_and_join(&r, io, reader);
         assert_eq!(&got[..5], b"head:");
         assert!(got[5..] == body[3..], "{} bytes", got.len());
     }
@@ -2432,11 +2446,7 @@ mod tests {
                 .count()
         };
         assert_eq!(gathers(), 1);
-        let reader = std::thread::spawn(move || {
-            let mut got = Vec::new();
-            std::io::Read::read_to_end(&mut &peer, &mut got).unwrap();
-            got
-        });
+        let reader = read_to_end(peer);
         turn_until(&r, "the bodies were never sent", || {
             lock_std(&io.st).tx_idle()
         });
@@ -2449,10 +2459,7 @@ mod tests {
         turn_until(&r, "the last body was never sent", || {
             lock_std(&io.st).tx_idle()
         });
-        io.release();
-        drop(io);
-        turn_until(&r, "the socket never closed", || reader.is_finished());
-        let got = reader.join().unwrap();
+        let got = close_and_join(&r, io, reader);
         assert_eq!(got.len(), want.len());
         assert!(got == want, "the byte stream differs");
     }

@@ -61,24 +61,33 @@ pub fn execute_binary<C: ExecContext + ?Sized, O: super::Answer + ?Sized>(
 ) -> Flow {
     let now = ctx.now();
     use Opcode::*;
+    // Gets answer through `answer` (a large value shared); the rest write
+    // bytes.
     match req.opcode.loud() {
-        Get | GetK => {
-            get(store, now, req, None, answer);
-            return Flow::Continue;
-        }
+        Get | GetK => get(store, now, req, None, answer),
         Gat | GatK | Touch => {
             let t = match req.extras {
                 Extras::Expiry(t) => t,
                 _ => 0,
             };
-            get(store, now, req, Some(t), answer);
-            return Flow::Continue;
+            get(store, now, req, Some(t), answer)
         }
-        _ => {}
+        _ => return execute_other(req, store, ctx, now, answer.bytes()),
     }
-    let out = answer.bytes();
+    Flow::Continue
+}
+
+/// Every binary request but the gets.
+fn execute_other<C: ExecContext + ?Sized>(
+    req: &BinRequest<'_>,
+    store: &Store,
+    ctx: &C,
+    now: Time,
+    out: &mut Vec<u8>,
+) -> Flow {
+    use Opcode::*;
     match req.opcode.loud() {
-        Get | GetK | Gat | GatK | Touch => unreachable!("answered above"),
+        Get | GetK | Gat | GatK | Touch => unreachable!("answered by execute_binary"),
         Set | Add | Replace => update(store, now, req, out),
         Append | Prepend => append(store, now, req, out),
         Delete => delete(store, now, req, out),
