@@ -356,7 +356,7 @@ fn request_size_limit_flags() {
 }
 
 const PYTHON_CLIENT: &str = r#"
-import hashlib, http.client, sys
+import email.parser, email.policy, hashlib, http.client, sys
 host, port, big_sha = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 c = http.client.HTTPConnection(host, port, timeout=10)
 def req(method, path, headers={}):
@@ -383,6 +383,25 @@ r, body = req("DELETE", "/hello.txt")
 assert r.status == 405 and r.getheader("Allow") == "GET, HEAD"
 r, body = req("GET", "/big.bin")
 assert r.status == 200 and hashlib.sha256(body).hexdigest() == big_sha
+big = body
+# Several ranges: multipart/byteranges, read by Python's own MIME parser.
+def parts(r, body):
+    ct = r.getheader("Content-Type")
+    assert r.status == 206 and ct.startswith("multipart/byteranges; boundary="), (r.status, ct)
+    msg = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+        b"Content-Type: " + ct.encode() + b"\r\n\r\n" + body)
+    assert msg.is_multipart()
+    return [(p["Content-Range"], p.get_payload(decode=True)) for p in msg.iter_parts()]
+r, body = req("GET", "/hello.txt", {"Range": "bytes=7-11,0-4"})
+assert parts(r, body) == [("bytes 0-4/13", b"hello"), ("bytes 7-11/13", b"world")], body
+r, body = req("GET", "/big.bin", {"Range": "bytes=0-99999,1000000-1099999,-10"})
+n = len(big)
+want = [("bytes 0-99999/%d" % n, big[:100000]),
+        ("bytes 1000000-1099999/%d" % n, big[1000000:1100000]),
+        ("bytes %d-%d/%d" % (n - 10, n - 1, n), big[-10:])]
+got = parts(r, body)
+assert [g[0] for g in got] == [w[0] for w in want], got
+assert all(g[1] == w[1] for g, w in zip(got, want)), "multipart bytes differ"
 r, body = req("GET", "/")
 assert body == b"<h1>interop</h1>\n"
 assert c.sock is sock, "one persistent connection for every request"

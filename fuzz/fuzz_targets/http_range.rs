@@ -17,7 +17,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use duality_http::{date, plan_file, FileMeta, Head, Method, Plan, Status, Version};
+use duality_http::{date, plan_file, FileMeta, Head, Method, Plan, Status, Version, MAX_PARTS};
 use libfuzzer_sys::fuzz_target;
 
 /// The response's `Date` when the input gives none: later than the default
@@ -117,12 +117,6 @@ fn check(head: &Head<'_>, file: &FileMeta, now: &str, plan: &Plan, out: &[u8]) {
             assert!(validator_matches(head, file, now), "304 without a match");
         }
         Status::PartialContent => {
-            let span = plan.body.expect("a 206 has a body");
-            assert!(
-                span.len > 0 && span.end() <= file.size,
-                "{span:?} outside {}",
-                file.size
-            );
             assert_eq!(head.method, Method::Get);
             assert!(head.range.is_some());
             if let Some(if_range) = head.if_range {
@@ -133,6 +127,38 @@ fn check(head: &Head<'_>, file: &FileMeta, now: &str, plan: &Plan, out: &[u8]) {
                     "206 although If-Range does not match"
                 );
             }
+            if let Some(parts) = &plan.parts {
+                // Several spans: inside the file, ascending and apart, each
+                // part naming its own; the head names the boundary and the
+                // whole body's length, and no Content-Range.
+                assert_eq!(plan.body, None);
+                assert!(parts.parts.len() >= 2 && parts.parts.len() <= MAX_PARTS);
+                for w in parts.parts.windows(2) {
+                    assert!(w[0].1.end() < w[1].1.start, "{:?}", parts.parts);
+                }
+                for (part_head, span) in &parts.parts {
+                    assert!(span.len > 0 && span.end() <= file.size, "{span:?}");
+                    let want = format!("bytes {}-{}/{}", span.start, span.end() - 1, file.size);
+                    let part_head = String::from_utf8_lossy(part_head);
+                    assert!(part_head.contains(&want), "{part_head:?}");
+                    assert!(part_head.starts_with(&format!("\r\n--{}\r\n", parts.boundary)));
+                }
+                assert_eq!(content_range, None);
+                let ct = format!(
+                    "Content-Type: multipart/byteranges; boundary={}\r\n",
+                    parts.boundary
+                );
+                assert!(fields.contains(&ct));
+                let length = format!("Content-Length: {}\r\n", plan.body_bytes());
+                assert!(fields.contains(&length));
+                return;
+            }
+            let span = plan.body.expect("a 206 has a body");
+            assert!(
+                span.len > 0 && span.end() <= file.size,
+                "{span:?} outside {}",
+                file.size
+            );
             let want = format!("bytes {}-{}/{}", span.start, span.end() - 1, file.size);
             assert_eq!(content_range, Some(want.as_str()));
             let length = format!("Content-Length: {}\r\n", span.len);

@@ -56,7 +56,7 @@ use crate::gzip::{self, GzipInput, GzipJob};
 use crate::request::{continue_due, parse_head, Discard, Head, Method, Version};
 use crate::response::{
     not_modified, plan_encoded, write_error, write_redirect, write_refusal, write_text, ByteRange,
-    Encoding, Plan, CONTINUE,
+    Encoding, Parts, Plan, CONTINUE,
 };
 use crate::server::{Found, HttpState, Phase};
 use crate::status::{HttpError, Status};
@@ -401,6 +401,7 @@ impl Protocol for HttpProtocol {
                 // did not take whole (an answer from memory is logged with
                 // its planned bytes, before it is written).
                 plan.body = None;
+                plan.parts = None;
                 plan.inline_body = sent;
                 self.log(session, Some(&head), None, &plan);
                 if e.kind() == io::ErrorKind::TimedOut {
@@ -566,7 +567,7 @@ impl HttpProtocol {
             };
             if let Some((encoding, bytes)) = hit {
                 let plan = plan_encoded(head, &f.meta, f.content_type, encoding, date, out);
-                push_cached_body(out, &bytes, plan.body, alone);
+                push_cached_body(out, &bytes, &plan, alone);
                 self.log(session, Some(head), None, &plan);
                 return Some(plan);
             }
@@ -638,7 +639,7 @@ impl HttpProtocol {
                 bytes,
             }) => {
                 let plan = plan_encoded(head, &meta, content_type, encoding, date, out);
-                push_cached_body(out, &bytes, plan.body, true);
+                push_cached_body(out, &bytes, &plan, true);
                 plan
             }
             Ok(Found::File {
@@ -701,7 +702,7 @@ impl HttpProtocol {
             let plan = plan_encoded(head, &meta, content_type, encoding, date, reply.out());
             return match input {
                 GzipInput::Bytes(bytes) => {
-                    push_cached_body(reply.out(), &bytes, plan.body, true);
+                    push_cached_body(reply.out(), &bytes, &plan, true);
                     Ok(plan)
                 }
                 // A file that changed ends the connection short of its
@@ -723,11 +724,12 @@ impl HttpProtocol {
             len: gz.len() as u64,
         };
         let plan = plan_encoded(head, &meta, content_type, encoding, date, reply.out());
-        push_cached_body(reply.out(), &gz, plan.body, true);
+        push_cached_body(reply.out(), &gz, &plan, true);
         Ok(plan)
     }
 
-    /// Sends the head in the output and then `plan`'s body span of `file`;
+    /// Sends the head in the output and then `plan`'s body span of `file`
+    /// (or each part's head and span of a multipart body, then its end);
     /// a file that ended first ends the connection (the promised length
     /// cannot be met).
     async fn send_body(
@@ -737,19 +739,52 @@ impl HttpProtocol {
         resident: bool,
         reply: &mut Reply<'_>,
     ) -> Result<Plan, Aborted> {
-        if let Some(span) = plan.body {
-            let mut sent = 0;
-            let done = match reply.flush().await {
-                Ok(()) => self.send_file(file, span, resident, reply, &mut sent).await,
+        let mut sent = 0;
+        let done = match (&plan.body, &plan.parts) {
+            (Some(span), _) => match reply.flush().await {
+                Ok(()) => {
+                    self.send_file(file, *span, resident, reply, &mut sent)
+                        .await
+                }
                 Err(e) => Err(e),
-            };
-            match done {
-                Ok(true) => {}
-                Ok(false) => plan.keep_alive = false,
-                Err(error) => return Err(Aborted { plan, error, sent }),
+            },
+            (None, Some(parts)) => {
+                self.send_parts(parts, file, resident, reply, &mut sent)
+                    .await
             }
+            (None, None) => Ok(true),
+        };
+        match done {
+            Ok(true) => {}
+            Ok(false) => plan.keep_alive = false,
+            Err(error) => return Err(Aborted { plan, error, sent }),
         }
         Ok(plan)
+    }
+
+    /// Sends a multipart body: each part's head (written with what is
+    /// before it in the output), then its span of `file`; the end is left
+    /// in the output. `false` if the file ended first.
+    async fn send_parts(
+        &self,
+        parts: &Parts,
+        file: Arc<File>,
+        resident: bool,
+        reply: &mut Reply<'_>,
+        sent: &mut u64,
+    ) -> io::Result<bool> {
+        for (head, span) in &parts.parts {
+            reply.out().extend_from_slice(head);
+            reply.flush().await?;
+            if !self
+                .send_file(file.clone(), *span, resident, reply, sent)
+                .await?
+            {
+                return Ok(false);
+            }
+        }
+        reply.out().extend_from_slice(&parts.end);
+        Ok(true)
     }
 
     /// Sends `span` of `file` with `sendfile`, so that no loop waits for the
@@ -857,7 +892,7 @@ impl HttpProtocol {
                 None => line.push(b'-'),
             },
         }
-        let bytes = plan.body.map_or(plan.inline_body, |b| b.len);
+        let bytes = plan.body_bytes();
         line.extend_from_slice(format!("\" {} {bytes} \"", plan.status.code()).as_bytes());
         for (i, field) in [
             head.and_then(|h| h.referer),
@@ -927,11 +962,15 @@ fn log_escaped(line: &mut Vec<u8>, bytes: &[u8]) {
     }
 }
 
-/// Appends the body `span` of `bytes` after the head just written to
-/// `out`: shared rather than copied when it is large and the only
-/// response of the write (`alone`).
-fn push_cached_body(out: &mut Output, bytes: &Arc<[u8]>, span: Option<ByteRange>, alone: bool) {
-    let Some(span) = span else { return };
+/// Appends `plan`'s body, from `bytes`, after the head just written to
+/// `out`: a single span shared rather than copied when it is large and the
+/// only response of the write (`alone`); a multipart body copied.
+fn push_cached_body(out: &mut Output, bytes: &Arc<[u8]>, plan: &Plan, alone: bool) {
+    if let Some(parts) = &plan.parts {
+        parts.write(bytes, out);
+        return;
+    }
+    let Some(span) = plan.body else { return };
     let range = span.start as usize..span.end() as usize;
     if alone && range.len() >= SHARED_BODY_MIN && range.end <= bytes.len() {
         out.share(bytes.clone(), range);

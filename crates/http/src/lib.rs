@@ -106,6 +106,8 @@
 //!         let plan = plan_file(head, &meta, content_type, date, out);
 //!         if let Some(r) = plan.body {
 //!             out.extend_from_slice(&bytes[r.start as usize..r.end() as usize]);
+//!         } else if let Some(parts) = &plan.parts {
+//!             parts.write(&bytes, out); // several ranges: multipart/byteranges
 //!         }
 //!         return plan;
 //!     }
@@ -121,12 +123,23 @@
 //!         cache.insert(&path, &meta, Arc::clone(&bytes));
 //!         if let Some(r) = plan.body {
 //!             out.extend_from_slice(&bytes[r.start as usize..r.end() as usize]);
+//!         } else if let Some(parts) = &plan.parts {
+//!             parts.write(&bytes, out);
 //!         }
 //!     } else if let Some(r) = plan.body {
 //!         // The real handler writes `out`, then sendfile(f, r.start, r.len).
 //!         let mut body = vec![0; r.len as usize];
 //!         f.read_exact_at(&mut body, r.start).unwrap();
 //!         out.extend_from_slice(&body);
+//!     } else if let Some(parts) = &plan.parts {
+//!         // Each part's head, then its span (sendfile in the real handler).
+//!         for (part_head, r) in &parts.parts {
+//!             out.extend_from_slice(part_head);
+//!             let mut body = vec![0; r.len as usize];
+//!             f.read_exact_at(&mut body, r.start).unwrap();
+//!             out.extend_from_slice(&body);
+//!         }
+//!         out.extend_from_slice(&parts.end);
 //!     }
 //!     plan
 //! }
@@ -191,7 +204,8 @@ pub use gzip::{GzipConfig, Offload};
 pub use path::{Resolved, Root, Symlinks};
 pub use request::{parse_head, Discard, Head, Limits, Method, Version};
 pub use response::{
-    plan_encoded, plan_file, write_error, write_redirect, write_refusal, ByteRange, Encoding, Plan,
+    plan_encoded, plan_file, write_error, write_redirect, write_refusal, ByteRange, Encoding,
+    Parts, Plan, MAX_PARTS,
 };
 pub use server::{serve, stub_status, HttpConfig, HttpState, HttpStats};
 pub use status::{HttpError, Status};

@@ -31,12 +31,15 @@
 //!      an empty file) → 416 with `Content-Range: bytes */size` (a suffix
 //!      `-n` on an empty file is satisfiable yet empty: ignored, 200);
 //!    - several ranges: those no byte satisfies are dropped (none left →
-//!      416); the rest, if they overlap or touch, are answered as one span
-//!      with 206 (§14.3 allows coalescing);
-//!    - ranges still apart (`bytes=0-1,5-6`), another unit or a syntax
-//!      error → the Range is **ignored** and the whole file is sent with
-//!      200: this server never builds `multipart/byteranges` (allowed by
-//!      §14.2, and it keeps the body a single `sendfile`).
+//!      416); the rest are coalesced where they overlap or touch (§14.3
+//!      allows it, in any order): one span left → 206 as for one range;
+//!      several apart (`bytes=0-1,5-6`) → 206 `multipart/byteranges`
+//!      (§14.6), one part per span in ascending order, each with its
+//!      `Content-Type` and `Content-Range`, as nginx answers (nginx neither
+//!      coalesces nor sorts); more than [`MAX_PARTS`] spans → the Range is
+//!      ignored (200; §14.2 allows it, and it bounds the parts' overhead);
+//!    - another unit or a syntax error → the Range is **ignored** and the
+//!      whole file is sent with 200.
 //! 5. Otherwise 200 with the whole file.
 //!
 //! Every response carries `Date`, `Server: duality`, `Connection:
@@ -84,19 +87,114 @@ impl ByteRange {
 }
 
 /// What the handler does after writing the head appended to `out`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
     /// The status written.
     pub status: Status,
     /// Bytes of the file to send after the head; `None` when the response
-    /// is complete in `out` (HEAD, 304, errors, redirects, empty files).
+    /// is complete in `out` (HEAD, 304, errors, redirects, empty files) or
+    /// its body is `parts`.
     pub body: Option<ByteRange>,
+    /// The body of a `multipart/byteranges` answer (a GET with several
+    /// ranges apart), to send after the head.
+    pub parts: Option<Box<Parts>>,
     /// Keep the connection open after this response.
     pub keep_alive: bool,
     /// Bytes of a body written whole into the output after the head (an
     /// error or redirect page, the status page): what the access log
     /// counts as sent when `body` is `None`, as nginx's `$body_bytes_sent`.
     pub inline_body: u64,
+}
+
+impl Plan {
+    /// The body's bytes after the head: what the access log counts as sent
+    /// (nginx's `$body_bytes_sent`) when the whole body went out.
+    pub fn body_bytes(&self) -> u64 {
+        match (&self.body, &self.parts) {
+            (Some(b), _) => b.len,
+            (None, Some(p)) => p.len(),
+            (None, None) => self.inline_body,
+        }
+    }
+}
+
+/// Most spans a `multipart/byteranges` answer carries; a Range with more
+/// (after coalescing) gets the whole file. Each part costs about 100
+/// bytes of its own head and a system call.
+pub const MAX_PARTS: usize = 64;
+
+/// The body of a `multipart/byteranges` response (RFC 9110 §14.6): each
+/// part's head, then its span of the file; after the last, `end`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Parts {
+    /// The delimiter's boundary, named in the head's `Content-Type`.
+    pub boundary: String,
+    /// Each part: its head (the delimiter, `Content-Type`,
+    /// `Content-Range`, a blank line) and the span of the file it carries.
+    pub parts: Vec<(Vec<u8>, ByteRange)>,
+    /// The closing delimiter.
+    pub end: Vec<u8>,
+}
+
+impl Parts {
+    /// Spans of a file of `size` bytes of type `content_type`, delimited
+    /// by `boundary`.
+    fn new(spans: &[ByteRange], content_type: &str, size: u64, boundary: String) -> Parts {
+        let parts = spans
+            .iter()
+            .map(|span| {
+                let mut head = Vec::with_capacity(64 + boundary.len() + content_type.len());
+                head.extend_from_slice(b"\r\n--");
+                head.extend_from_slice(boundary.as_bytes());
+                head.extend_from_slice(b"\r\n");
+                field(&mut head, "Content-Type", content_type.as_bytes());
+                content_range(&mut head, *span, size);
+                head.extend_from_slice(b"\r\n");
+                (head, *span)
+            })
+            .collect();
+        Parts {
+            end: format!("\r\n--{boundary}--\r\n").into_bytes(),
+            boundary,
+            parts,
+        }
+    }
+
+    /// The whole body's length.
+    pub(crate) fn len(&self) -> u64 {
+        let parts: u64 = self
+            .parts
+            .iter()
+            .map(|(head, span)| head.len() as u64 + span.len)
+            .sum();
+        parts + self.end.len() as u64
+    }
+
+    /// The body made of `bytes` (the whole file), appended to `out`; a
+    /// span past `bytes` (the file shrank) is left out.
+    pub fn write(&self, bytes: &[u8], out: &mut Vec<u8>) {
+        for (head, span) in &self.parts {
+            out.extend_from_slice(head);
+            if let Some(b) = bytes.get(span.start as usize..span.end() as usize) {
+                out.extend_from_slice(b);
+            }
+        }
+        out.extend_from_slice(&self.end);
+    }
+}
+
+/// A boundary no two responses of the process share and no file is likely
+/// to hold: 16 hex digits from a per-process random key and a counter
+/// (nginx uses the counter alone).
+fn boundary() -> String {
+    use std::collections::hash_map::RandomState;
+    use std::hash::BuildHasher;
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    use std::sync::OnceLock;
+    static KEY: OnceLock<RandomState> = OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Relaxed);
+    format!("{:016x}", KEY.get_or_init(RandomState::new).hash_one(n))
 }
 
 /// Which representation of a file a response carries.
@@ -204,6 +302,7 @@ pub fn plan_encoded(
         return Plan {
             status: Status::NotModified,
             body: None,
+            parts: None,
             keep_alive,
             inline_body: 0,
         };
@@ -228,6 +327,28 @@ pub fn plan_encoded(
             },
         ),
         RangeSpec::Span(span) => (Status::PartialContent, span),
+        RangeSpec::Parts(spans) => {
+            let parts = Parts::new(&spans, content_type, file.size, boundary());
+            status_line(out, Status::PartialContent, date);
+            out.extend_from_slice(b"Content-Type: multipart/byteranges; boundary=");
+            out.extend_from_slice(parts.boundary.as_bytes());
+            out.extend_from_slice(b"\r\nContent-Length: ");
+            push_u64(out, parts.len());
+            out.extend_from_slice(b"\r\n");
+            validators(out, &etag, file);
+            if vary {
+                out.extend_from_slice(VARY);
+            }
+            out.extend_from_slice(b"Accept-Ranges: bytes\r\n");
+            connection(out, head.keep_alive);
+            return Plan {
+                status: Status::PartialContent,
+                body: None,
+                parts: Some(Box::new(parts)),
+                keep_alive: head.keep_alive,
+                inline_body: 0,
+            };
+        }
         RangeSpec::Unsatisfiable => {
             return file_error(out, Status::RangeNotSatisfiable, head, date, |out| {
                 out.extend_from_slice(b"Content-Range: bytes */");
@@ -256,18 +377,13 @@ pub fn plan_encoded(
         out.extend_from_slice(b"Accept-Ranges: bytes\r\n");
     }
     if status == Status::PartialContent {
-        out.extend_from_slice(b"Content-Range: bytes ");
-        push_u64(out, span.start);
-        out.push(b'-');
-        push_u64(out, span.end() - 1);
-        out.push(b'/');
-        push_u64(out, file.size);
-        out.extend_from_slice(b"\r\n");
+        content_range(out, span, file.size);
     }
     connection(out, head.keep_alive);
     Plan {
         status,
         body: (head.method == Method::Get && span.len > 0).then_some(span),
+        parts: None,
         keep_alive: head.keep_alive,
         inline_body: 0,
     }
@@ -307,6 +423,7 @@ fn error_plan(
     Plan {
         status: err.status,
         body: None,
+        parts: None,
         keep_alive,
         inline_body,
     }
@@ -336,6 +453,7 @@ pub fn write_redirect(head: &Head<'_>, location: &str, date: &str, out: &mut Vec
     Plan {
         status: Status::MovedPermanently,
         body: None,
+        parts: None,
         keep_alive,
         inline_body,
     }
@@ -365,6 +483,7 @@ pub fn write_text(
     Plan {
         status: Status::Ok,
         body: None,
+        parts: None,
         keep_alive: head.keep_alive,
         inline_body,
     }
@@ -393,6 +512,7 @@ fn file_error(
     Plan {
         status,
         body: None,
+        parts: None,
         keep_alive,
         inline_body,
     }
@@ -458,6 +578,17 @@ fn field(out: &mut Vec<u8>, name: &str, value: &[u8]) {
 }
 
 /// Appends `n` in decimal without going through `fmt`.
+/// `Content-Range: bytes first-last/size`.
+fn content_range(out: &mut Vec<u8>, span: ByteRange, size: u64) {
+    out.extend_from_slice(b"Content-Range: bytes ");
+    push_u64(out, span.start);
+    out.push(b'-');
+    push_u64(out, span.end() - 1);
+    out.push(b'/');
+    push_u64(out, size);
+    out.extend_from_slice(b"\r\n");
+}
+
 fn push_u64(out: &mut Vec<u8>, mut n: u64) {
     let mut buf = [0u8; 20];
     let mut i = buf.len();
@@ -553,25 +684,28 @@ fn if_range_holds(head: &Head<'_>, etag: &ETag, file: &FileMeta) -> bool {
 }
 
 /// How a `Range` applies to a file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum RangeSpec {
     /// Send the whole file (no usable single byte range).
     Ignore,
     /// Send this span with 206.
     Span(ByteRange),
+    /// Send these spans (apart, ascending, at most [`MAX_PARTS`]) as a
+    /// `multipart/byteranges` 206.
+    Parts(Vec<ByteRange>),
     /// 416.
     Unsatisfiable,
 }
 
 /// Interprets a `Range` value for a file of `size` bytes.
 ///
-/// A list of ranges is answered by one span when its satisfiable ranges
-/// overlap or touch (RFC 9110 §14.3 lets a server coalesce them): the
-/// union goes out with 206. Ranges no byte satisfies are dropped from the
-/// list (416 if none is left, as nginx answers); ranges that stay apart
-/// after that get the whole file with 200, since this server never builds
-/// `multipart/byteranges` (§14.2 lets it ignore the field). A syntax error
-/// in any range ignores the field.
+/// Ranges no byte satisfies are dropped from a list (416 if none is left,
+/// as nginx answers); the rest are coalesced where they overlap or touch
+/// (RFC 9110 §14.3 lets a server do so): one span left goes out with 206,
+/// several as the parts of a `multipart/byteranges` 206, in ascending
+/// order; more than [`MAX_PARTS`] get the whole file with 200 (§14.2 lets
+/// a server ignore the field). A syntax error in any range ignores the
+/// field.
 fn parse_range(value: &[u8], size: u64) -> RangeSpec {
     let value = trim(value);
     let Some(unit) = value.get(..6) else {
@@ -599,20 +733,22 @@ fn parse_range(value: &[u8], size: u64) -> RangeSpec {
         return RangeSpec::Ignore;
     }
     spans.sort_unstable();
-    let mut spans = spans.into_iter();
-    let Some((start, mut end)) = spans.next() else {
-        return RangeSpec::Unsatisfiable;
-    };
+    let mut merged: Vec<ByteRange> = Vec::new();
     for (s, e) in spans {
-        if s > end {
-            return RangeSpec::Ignore;
+        match merged.last_mut() {
+            Some(last) if s <= last.end() => last.len = last.len.max(e - last.start),
+            _ => merged.push(ByteRange {
+                start: s,
+                len: e - s,
+            }),
         }
-        end = end.max(e);
     }
-    RangeSpec::Span(ByteRange {
-        start,
-        len: end - start,
-    })
+    match merged.len() {
+        0 => RangeSpec::Unsatisfiable,
+        1 => RangeSpec::Span(merged[0]),
+        n if n > MAX_PARTS => RangeSpec::Ignore,
+        _ => RangeSpec::Parts(merged),
+    }
 }
 
 /// One `range-spec` for a file of `size` bytes: `None` if it is not one,
@@ -716,6 +852,7 @@ mod tests {
             Plan {
                 status: Status::Ok,
                 body: Some(ByteRange { start: 0, len: 100 }),
+                parts: None,
                 keep_alive: true,
                 inline_body: 0,
             }
@@ -757,6 +894,7 @@ mod tests {
             Plan {
                 status: Status::Ok,
                 body: Some(ByteRange { start: 0, len: 40 }),
+                parts: None,
                 keep_alive: true,
                 inline_body: 0,
             }
@@ -1012,9 +1150,10 @@ mod tests {
                 Some("bytes */100"),
             ),
             ("bytes=5-1", 200, span(0, 100), None),
-            // Lists: apart -> 200; touching or overlapping -> one span;
-            // unsatisfiable ones dropped; none left -> 416.
-            ("bytes=0-1,5-6", 200, span(0, 100), None),
+            // Lists: apart -> multipart (no single span, see below);
+            // touching or overlapping -> one span; unsatisfiable ones
+            // dropped; none left -> 416.
+            ("bytes=0-1,5-6", 206, None, None),
             ("bytes=0-1,2-3", 206, span(0, 4), Some("bytes 0-3/100")),
             ("bytes=5-9, 0-6", 206, span(0, 10), Some("bytes 0-9/100")),
             ("bytes=0-1,0-1", 206, span(0, 2), Some("bytes 0-1/100")),
@@ -1042,6 +1181,57 @@ mod tests {
                 assert!(text.contains(&format!("Content-Length: {}\r\n", b.len)));
             }
         }
+    }
+
+    #[test]
+    fn ranges_apart_are_answered_in_parts() {
+        let (plan, text) = respond("Range: bytes=90-, 10-12,0-1,11-14\r\n", 100);
+        assert_eq!(plan.status, Status::PartialContent);
+        assert_eq!(plan.body, None);
+        let parts = plan.parts.as_deref().expect("a multipart body");
+        let b = &parts.boundary;
+        assert_eq!(b.len(), 16, "{b:?}");
+        // Coalesced (10-12 with 11-14) and in ascending order.
+        let spans: Vec<_> = parts.parts.iter().map(|(_, s)| (s.start, s.len)).collect();
+        assert_eq!(spans, [(0, 2), (10, 5), (90, 10)]);
+        let file_bytes: Vec<u8> = (0..100u8).map(|i| b'a' + i % 26).collect();
+        let mut body = Vec::new();
+        parts.write(&file_bytes, &mut body);
+        let want = format!(
+            "\r\n--{b}\r\nContent-Type: text/plain; charset=utf-8\r\n\
+             Content-Range: bytes 0-1/100\r\n\r\nab\
+             \r\n--{b}\r\nContent-Type: text/plain; charset=utf-8\r\n\
+             Content-Range: bytes 10-14/100\r\n\r\nklmno\
+             \r\n--{b}\r\nContent-Type: text/plain; charset=utf-8\r\n\
+             Content-Range: bytes 90-99/100\r\n\r\nmnopqrstuv\
+             \r\n--{b}--\r\n"
+        );
+        assert_eq!(String::from_utf8(body.clone()).unwrap(), want);
+        assert_eq!(plan.body_bytes(), body.len() as u64);
+        let head = fields(&text);
+        assert!(
+            head.contains(&format!("Content-Type: multipart/byteranges; boundary={b}").as_str())
+        );
+        assert!(head.contains(&format!("Content-Length: {}", body.len()).as_str()));
+        assert!(head.contains(&"Accept-Ranges: bytes"));
+        assert!(
+            !head.iter().any(|f| f.starts_with("Content-Range")),
+            "{head:?}"
+        );
+        // Each answer has its own boundary.
+        let (again, _) = respond("Range: bytes=0-1,5-6\r\n", 100);
+        assert_ne!(again.parts.unwrap().boundary, *b);
+        // HEAD and a failed If-Range: no ranges at all.
+        let (plan, _) = respond_method("HEAD", "Range: bytes=0-1,5-6\r\n", 100);
+        assert_eq!((plan.status, plan.parts), (Status::Ok, None));
+        let (plan, _) = respond("Range: bytes=0-1,5-6\r\nIf-Range: \"x\"\r\n", 100);
+        assert_eq!((plan.status, plan.parts), (Status::Ok, None));
+        // More spans than MAX_PARTS: the whole file.
+        let many: Vec<String> = (0..=MAX_PARTS).map(|i| format!("{0}-{0}", 2 * i)).collect();
+        let (plan, _) = respond(&format!("Range: bytes={}\r\n", many.join(",")), 1000);
+        assert_eq!((plan.status, plan.parts), (Status::Ok, None));
+        let (plan, _) = respond(&format!("Range: bytes={}\r\n", many[1..].join(",")), 1000);
+        assert_eq!(plan.parts.map(|p| p.parts.len()), Some(MAX_PARTS));
     }
 
     #[test]
@@ -1222,13 +1412,22 @@ mod tests {
 
         proptest! {
             /// Whatever the Range, a 206 span lies inside the file and is not
-            /// empty; 416 only when nothing of the file can be sent.
+            /// empty; parts are ascending, apart and at most MAX_PARTS.
             #[test]
-            fn range_spans_stay_inside(value in "(bytes=)?[0-9 ]{0,6}-?[0-9 ]{0,6}(,[0-9]-)?", size in 0u64..1000) {
+            fn range_spans_stay_inside(value in "(bytes=)?([0-9 ]{0,4}-?[0-9 ]{0,4},){0,4}[0-9 ]{0,6}-?[0-9 ]{0,6}(,[0-9]-)?", size in 0u64..1000) {
                 match parse_range(value.as_bytes(), size) {
                     RangeSpec::Span(s) => {
                         prop_assert!(s.len > 0);
                         prop_assert!(s.end() <= size);
+                    }
+                    RangeSpec::Parts(spans) => {
+                        prop_assert!(spans.len() >= 2 && spans.len() <= MAX_PARTS);
+                        for s in &spans {
+                            prop_assert!(s.len > 0 && s.end() <= size);
+                        }
+                        for w in spans.windows(2) {
+                            prop_assert!(w[0].end() < w[1].start, "{:?}", spans);
+                        }
                     }
                     RangeSpec::Unsatisfiable | RangeSpec::Ignore => {}
                 }
