@@ -776,6 +776,9 @@ impl HttpProtocol {
         for (head, span) in &parts.parts {
             reply.out().extend_from_slice(head);
             reply.flush().await?;
+            // The log counts the parts' heads as body bytes sent, as
+            // nginx's `$body_bytes_sent` does.
+            *sent += head.len() as u64;
             if !self
                 .send_file(file.clone(), *span, resident, reply, sent)
                 .await?
@@ -963,28 +966,32 @@ fn log_escaped(line: &mut Vec<u8>, bytes: &[u8]) {
 }
 
 /// Appends `plan`'s body, from `bytes`, after the head just written to
-/// `out`: a single span shared rather than copied when it is large and the
-/// only response of the write (`alone`); a multipart body copied.
+/// `out`: each span (the body's, or each part's of a multipart body after
+/// its head) shared rather than copied when it is large and the response
+/// is the only one of the write (`alone`). Past [`Output::MAX_SHARED`]
+/// spans the output copies them.
 fn push_cached_body(out: &mut Output, bytes: &Arc<[u8]>, plan: &Plan, alone: bool) {
     if let Some(parts) = &plan.parts {
-        parts.write(bytes, out);
+        for (head, span) in &parts.parts {
+            out.extend_from_slice(head);
+            push_span(out, bytes, *span, alone);
+        }
+        out.extend_from_slice(&parts.end);
         return;
     }
-    let Some(span) = plan.body else { return };
-    let range = span.start as usize..span.end() as usize;
-    if alone && range.len() >= SHARED_BODY_MIN && range.end <= bytes.len() {
-        out.share(bytes.clone(), range);
-    } else {
-        push_body(out, bytes, Some(span));
+    if let Some(span) = plan.body {
+        push_span(out, bytes, span, alone);
     }
 }
 
-/// Appends `span` of `bytes` to `out`.
-fn push_body(out: &mut Vec<u8>, bytes: &[u8], span: Option<ByteRange>) {
-    if let Some(span) = span {
-        if let Some(b) = bytes.get(span.start as usize..span.end() as usize) {
-            out.extend_from_slice(b);
-        }
+/// Appends `span` of `bytes`, shared when large and `alone` (see
+/// [`push_cached_body`]).
+fn push_span(out: &mut Output, bytes: &Arc<[u8]>, span: ByteRange, alone: bool) {
+    let range = span.start as usize..span.end() as usize;
+    if alone && range.len() >= SHARED_BODY_MIN && range.end <= bytes.len() {
+        out.share(bytes.clone(), range);
+    } else if let Some(b) = bytes.get(range) {
+        out.extend_from_slice(b);
     }
 }
 

@@ -175,3 +175,49 @@ fn an_abandoned_download_logs_the_bytes_sent() {
         .unwrap_or_else(|| panic!("{line}"));
     assert!(bytes > 0 && bytes < size, "{bytes} of {size}: {line}");
 }
+
+/// A multipart download cut off by the write timeout is logged with every
+/// body byte that went out, the parts' heads included (nginx's
+/// `$body_bytes_sent`): at least what the client then reads after the
+/// response's head.
+#[test]
+fn a_cut_multipart_download_counts_the_part_heads() {
+    use std::io::Read;
+    let dir = common::TempDir::new("log-multipart");
+    let path = dir.0.join("access.log");
+    let p = path.clone();
+    let s = TestServer::start("log-multipart", move |c| {
+        c.access_log = Some(p);
+        c.write_timeout = Duration::from_millis(300);
+    });
+    let f = std::fs::File::create(s.www().join("parts.bin")).unwrap();
+    f.set_len(32 << 20).unwrap();
+    let ranges: Vec<String> = (0..64u64)
+        .map(|i| format!("{}-{}", i << 19, (i << 19) + 300_000))
+        .collect();
+    let mut c = s.client();
+    c.send(format!(
+        "GET /parts.bin HTTP/1.1\r\nHost: x\r\nRange: bytes={}\r\n\r\n",
+        ranges.join(",")
+    ));
+    // Read nothing until the server gave up, then all it had sent.
+    assert!(common::eventually(Duration::from_secs(10), || {
+        std::fs::read_to_string(&path).map_or(0, |t| t.lines().count()) == 1
+    }));
+    let mut got = Vec::new();
+    let _ = c.stream.read_to_end(&mut got);
+    let head = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let line = std::fs::read_to_string(&path).unwrap();
+    let bytes: u64 = line
+        .split("\" 206 ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|b| b.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    let body = (got.len() - head) as u64;
+    assert!(body > 0 && bytes < 64 * 300_001, "{bytes}: {line}");
+    assert!(
+        bytes >= body,
+        "logged {bytes}, the client read {body} body bytes"
+    );
+}

@@ -194,6 +194,39 @@ fn ranges_apart_come_in_parts() {
     assert_eq!(c.response(false).text(), "world");
 }
 
+/// A large file answered from the page cache in many parts: the spans are
+/// sent from the cache entry (past the output's 16 shared bodies, copied),
+/// each in its place.
+#[test]
+fn many_parts_of_a_cached_file_come_in_order() {
+    let s = TestServer::start("multirange-cached", |c| {
+        c.cache_max_file = 8 << 20;
+        c.cache_bytes = 64 << 20;
+    });
+    let big = read_file(&s.www().join("big.bin"));
+    let mut c = s.client();
+    assert_eq!(c.get("/big.bin").body, big, "now cached");
+    let spans: Vec<(usize, usize)> = (0..40)
+        .map(|i| (i * 70_000 + 3, i * 70_000 + 3 + 9_000 + i))
+        .collect();
+    let ranges: Vec<String> = spans
+        .iter()
+        .map(|(a, b)| format!("{a}-{}", b - 1))
+        .collect();
+    for _ in 0..2 {
+        let r = c.get_with(
+            "/big.bin",
+            &format!("Range: bytes={}\r\n", ranges.join(",")),
+        );
+        let want: Vec<(String, Vec<u8>)> = spans
+            .iter()
+            .map(|&(a, b)| (format!("bytes {a}-{}/{BIG}", b - 1), big[a..b].to_vec()))
+            .collect();
+        assert_eq!(parts(&r), want);
+    }
+    assert_eq!(c.get("/hello.txt").text(), "hello, world\n");
+}
+
 #[test]
 fn a_large_file_is_streamed_intact() {
     let s = TestServer::start("big", |_| {});
