@@ -32,21 +32,24 @@ use std::time::Duration;
 
 use mimalloc::MiMalloc;
 
-/// Transparent huge pages off from the process's first instruction, before
-/// any allocation: mimalloc asks for huge pages on its arena, and the few
-/// blocks the Rust runtime and the allocator's own start make before `main`
-/// faulted in two 2 MiB pages (an idle cache server held 13.9 MB resident,
-/// 8.8 MB with them off; memcached 4.7 MB). `main` turns them on again
-/// where asked for ([`crate::cmd::transparent_huge_pages`]).
+/// Transparent huge pages off before `main` and the Rust runtime's first
+/// allocations (an `.init_array` entry): mimalloc asks for huge pages on its
+/// arena, and the few blocks made before `main` faulted in two 2 MiB pages
+/// (an idle cache server held 13.9 MB resident, 8.8 MB with them off;
+/// memcached 4.7 MB). `main` turns them on again where asked for
+/// ([`crate::cmd::transparent_huge_pages`]); processes started from here
+/// inherit the flag.
 #[cfg(target_os = "linux")]
 #[used]
 #[link_section = ".init_array"]
 static THP_OFF_AT_START: extern "C" fn() = {
     extern "C" fn off() {
+        // Varargs: each argument as the unsigned long the kernel reads.
+        let (on, zero): (libc::c_ulong, libc::c_ulong) = (1, 0);
         // SAFETY: prctl(PR_SET_THP_DISABLE) takes plain integers and only
         // sets a flag of this process's memory map; it needs nothing the
         // Rust runtime sets up, so it may run before `main`.
-        unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1u64, 0, 0, 0) };
+        unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, on, zero, zero, zero) };
     }
     off
 };

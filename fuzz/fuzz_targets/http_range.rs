@@ -112,7 +112,7 @@ fn check(head: &Head<'_>, file: &FileMeta, now: &str, plan: &Plan, out: &[u8]) {
     }
     match plan.status {
         Status::NotModified => {
-            assert_eq!(plan.body, None);
+            assert_eq!((plan.body, &plan.parts), (None, &None));
             assert_eq!(out.len(), head_len, "a 304 has no body");
             assert!(validator_matches(head, file, now), "304 without a match");
         }
@@ -128,29 +128,34 @@ fn check(head: &Head<'_>, file: &FileMeta, now: &str, plan: &Plan, out: &[u8]) {
                 );
             }
             if let Some(parts) = &plan.parts {
-                // Several spans: inside the file, ascending and apart, each
-                // part naming its own; the head names the boundary and the
-                // whole body's length, and no Content-Range.
+                // Several spans: inside the file and apart, each part
+                // exactly its delimiter, type and range; the head names the
+                // boundary and the body's length (counted here from the
+                // parts as they must be written), and no Content-Range.
                 assert_eq!(plan.body, None);
                 assert!(parts.parts.len() >= 2 && parts.parts.len() <= MAX_PARTS);
-                for w in parts.parts.windows(2) {
-                    assert!(w[0].1.end() < w[1].1.start, "{:?}", parts.parts);
+                let mut spans: Vec<_> = parts.parts.iter().map(|(_, s)| *s).collect();
+                spans.sort_unstable_by_key(|s| s.start);
+                for w in spans.windows(2) {
+                    assert!(w[0].end() < w[1].start, "{:?}", parts.parts);
                 }
+                let b = &parts.boundary;
+                let mut length: u128 = format!("\r\n--{b}--\r\n").len() as u128;
                 for (part_head, span) in &parts.parts {
                     assert!(span.len > 0 && span.end() <= file.size, "{span:?}");
-                    let want = format!("bytes {}-{}/{}", span.start, span.end() - 1, file.size);
-                    let part_head = String::from_utf8_lossy(part_head);
-                    assert!(part_head.contains(&want), "{part_head:?}");
-                    assert!(part_head.starts_with(&format!("\r\n--{}\r\n", parts.boundary)));
+                    let want = format!(
+                        "\r\n--{b}\r\nContent-Type: text/plain\r\nContent-Range: bytes {}-{}/{}\r\n\r\n",
+                        span.start,
+                        span.end() - 1,
+                        file.size
+                    );
+                    assert_eq!(String::from_utf8_lossy(part_head), want);
+                    length += want.len() as u128 + span.len as u128;
                 }
                 assert_eq!(content_range, None);
-                let ct = format!(
-                    "Content-Type: multipart/byteranges; boundary={}\r\n",
-                    parts.boundary
-                );
+                let ct = format!("Content-Type: multipart/byteranges; boundary={b}\r\n");
                 assert!(fields.contains(&ct));
-                let length = format!("Content-Length: {}\r\n", plan.body_bytes());
-                assert!(fields.contains(&length));
+                assert!(fields.contains(&format!("Content-Length: {length}\r\n")));
                 return;
             }
             let span = plan.body.expect("a 206 has a body");
@@ -165,13 +170,14 @@ fn check(head: &Head<'_>, file: &FileMeta, now: &str, plan: &Plan, out: &[u8]) {
             assert!(fields.contains(&length));
         }
         Status::RangeNotSatisfiable => {
-            assert_eq!(plan.body, None);
+            assert_eq!((plan.body, &plan.parts), (None, &None));
             assert_eq!(head.method, Method::Get);
             assert!(head.range.is_some());
             let want = format!("bytes */{}", file.size);
             assert_eq!(content_range, Some(want.as_str()));
         }
         Status::Ok => {
+            assert_eq!(plan.parts, None);
             let want = (head.method == Method::Get && file.size > 0).then_some(file.size);
             assert_eq!(plan.body.map(|s| (s.start, s.len)), want.map(|n| (0, n)));
             assert_eq!(content_range, None);

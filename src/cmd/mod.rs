@@ -325,9 +325,11 @@ impl Drop for PidFile {
 /// an idle server, or one thread per connection, holds megabytes it never
 /// uses (thread-per-conn: 870 KB per connection with them, 50 KB without).
 pub fn transparent_huge_pages(enabled: bool) {
+    // Varargs: each argument as the unsigned long the kernel reads.
+    let (off, zero): (libc::c_ulong, libc::c_ulong) = (libc::c_ulong::from(!enabled), 0);
     // SAFETY: prctl(PR_SET_THP_DISABLE) takes plain integers and changes
     // only a flag of this process's memory map; no pointer is passed.
-    let r = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, u64::from(!enabled), 0, 0, 0) };
+    let r = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, off, zero, zero, zero) };
     if r != 0 {
         tracing::debug!(
             "cannot set transparent huge pages: {}",

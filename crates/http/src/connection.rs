@@ -566,8 +566,8 @@ impl HttpProtocol {
                 bytes.map(|b| (Encoding::Identity { vary: eligible }, b))
             };
             if let Some((encoding, bytes)) = hit {
-                let plan = plan_encoded(head, &f.meta, f.content_type, encoding, date, out);
-                push_cached_body(out, &bytes, &plan, alone);
+                let mut plan = plan_encoded(head, &f.meta, f.content_type, encoding, date, out);
+                push_cached_body(out, &bytes, &mut plan, alone);
                 self.log(session, Some(head), None, &plan);
                 return Some(plan);
             }
@@ -638,8 +638,8 @@ impl HttpProtocol {
                 encoding,
                 bytes,
             }) => {
-                let plan = plan_encoded(head, &meta, content_type, encoding, date, out);
-                push_cached_body(out, &bytes, &plan, true);
+                let mut plan = plan_encoded(head, &meta, content_type, encoding, date, out);
+                push_cached_body(out, &bytes, &mut plan, true);
                 plan
             }
             Ok(Found::File {
@@ -699,10 +699,10 @@ impl HttpProtocol {
         };
         let Some(gz) = gzip::run(&self.state.offloader, job).await else {
             let encoding = Encoding::Identity { vary: true };
-            let plan = plan_encoded(head, &meta, content_type, encoding, date, reply.out());
+            let mut plan = plan_encoded(head, &meta, content_type, encoding, date, reply.out());
             return match input {
                 GzipInput::Bytes(bytes) => {
-                    push_cached_body(reply.out(), &bytes, &plan, true);
+                    push_cached_body(reply.out(), &bytes, &mut plan, true);
                     Ok(plan)
                 }
                 // A file that changed ends the connection short of its
@@ -723,8 +723,8 @@ impl HttpProtocol {
         let encoding = Encoding::Gzip {
             len: gz.len() as u64,
         };
-        let plan = plan_encoded(head, &meta, content_type, encoding, date, reply.out());
-        push_cached_body(reply.out(), &gz, &plan, true);
+        let mut plan = plan_encoded(head, &meta, content_type, encoding, date, reply.out());
+        push_cached_body(reply.out(), &gz, &mut plan, true);
         Ok(plan)
     }
 
@@ -756,7 +756,13 @@ impl HttpProtocol {
         };
         match done {
             Ok(true) => {}
-            Ok(false) => plan.keep_alive = false,
+            Ok(false) => {
+                // The file ended first: logged with what went out.
+                plan.keep_alive = false;
+                plan.body = None;
+                plan.parts = None;
+                plan.inline_body = sent;
+            }
             Err(error) => return Err(Aborted { plan, error, sent }),
         }
         Ok(plan)
@@ -968,31 +974,46 @@ fn log_escaped(line: &mut Vec<u8>, bytes: &[u8]) {
 /// Appends `plan`'s body, from `bytes`, after the head just written to
 /// `out`: each span (the body's, or each part's of a multipart body after
 /// its head) shared rather than copied when it is large and the response
-/// is the only one of the write (`alone`). Past [`Output::MAX_SHARED`]
-/// spans the output copies them.
-fn push_cached_body(out: &mut Output, bytes: &Arc<[u8]>, plan: &Plan, alone: bool) {
-    if let Some(parts) = &plan.parts {
-        for (head, span) in &parts.parts {
-            out.extend_from_slice(head);
-            push_span(out, bytes, *span, alone);
+/// is the only one of the write (`alone`); past [`Output::MAX_SHARED`]
+/// spans the output copies them. A span past `bytes` (never expected: the
+/// cache keeps bytes of the size it was asked for) leaves the body short
+/// of its length: the plan then closes the connection.
+fn push_cached_body(out: &mut Output, bytes: &Arc<[u8]>, plan: &mut Plan, alone: bool) {
+    let whole = match &plan.parts {
+        Some(parts) => {
+            let whole = parts.parts.iter().all(|(head, span)| {
+                out.extend_from_slice(head);
+                push_span(out, bytes, *span, alone)
+            });
+            if whole {
+                out.extend_from_slice(&parts.end);
+            }
+            whole
         }
-        out.extend_from_slice(&parts.end);
-        return;
-    }
-    if let Some(span) = plan.body {
-        push_span(out, bytes, span, alone);
+        None => match plan.body {
+            Some(span) => push_span(out, bytes, span, alone),
+            None => true,
+        },
+    };
+    debug_assert!(whole, "a cached body shorter than its plan");
+    if !whole {
+        plan.keep_alive = false;
     }
 }
 
 /// Appends `span` of `bytes`, shared when large and `alone` (see
-/// [`push_cached_body`]).
-fn push_span(out: &mut Output, bytes: &Arc<[u8]>, span: ByteRange, alone: bool) {
+/// [`push_cached_body`]); false if it lies past `bytes`.
+fn push_span(out: &mut Output, bytes: &Arc<[u8]>, span: ByteRange, alone: bool) -> bool {
     let range = span.start as usize..span.end() as usize;
-    if alone && range.len() >= SHARED_BODY_MIN && range.end <= bytes.len() {
-        out.share(bytes.clone(), range);
-    } else if let Some(b) = bytes.get(range) {
-        out.extend_from_slice(b);
+    if range.end > bytes.len() {
+        return false;
     }
+    if alone && range.len() >= SHARED_BODY_MIN {
+        out.share(bytes.clone(), range);
+    } else {
+        out.extend_from_slice(&bytes[range]);
+    }
+    true
 }
 
 /// The current `Date` value, from this thread's cache (formatted at most

@@ -107,7 +107,8 @@
 //!         if let Some(r) = plan.body {
 //!             out.extend_from_slice(&bytes[r.start as usize..r.end() as usize]);
 //!         } else if let Some(parts) = &plan.parts {
-//!             parts.write(&bytes, out); // several ranges: multipart/byteranges
+//!             // Several ranges: multipart/byteranges (false: the file shrank).
+//!             assert!(parts.write(&bytes, out));
 //!         }
 //!         return plan;
 //!     }
@@ -124,7 +125,7 @@
 //!         if let Some(r) = plan.body {
 //!             out.extend_from_slice(&bytes[r.start as usize..r.end() as usize]);
 //!         } else if let Some(parts) = &plan.parts {
-//!             parts.write(&bytes, out);
+//!             assert!(parts.write(&bytes, out));
 //!         }
 //!     } else if let Some(r) = plan.body {
 //!         // The real handler writes `out`, then sendfile(f, r.start, r.len).

@@ -31,13 +31,14 @@
 //!      an empty file) → 416 with `Content-Range: bytes */size` (a suffix
 //!      `-n` on an empty file is satisfiable yet empty: ignored, 200);
 //!    - several ranges: those no byte satisfies are dropped (none left →
-//!      416); the rest are coalesced where they overlap or touch (§14.3
-//!      allows it, in any order): one span left → 206 as for one range;
-//!      several apart (`bytes=0-1,5-6`) → 206 `multipart/byteranges`
-//!      (§14.6), one part per span in ascending order, each with its
-//!      `Content-Type` and `Content-Range`, as nginx answers (nginx neither
-//!      coalesces nor sorts); more than [`MAX_PARTS`] spans → the Range is
-//!      ignored (200; §14.2 allows it, and it bounds the parts' overhead);
+//!      416); the rest are coalesced where they overlap or touch (§15.3.7.2
+//!      allows it, whatever their order): one span left → 206 as for one
+//!      range; several apart (`bytes=0-1,5-6`) → 206 `multipart/byteranges`
+//!      (§14.6), one part per span in the order the ranges were asked (a
+//!      coalesced span where its first range was), each with its
+//!      `Content-Type` and `Content-Range`, as nginx answers (nginx does not
+//!      coalesce); more than [`MAX_PARTS`] spans → the Range is ignored
+//!      (200; §14.2 allows it, and it bounds the parts' overhead);
 //!    - another unit or a syntax error → the Range is **ignored** and the
 //!      whole file is sent with 200.
 //! 5. Otherwise 200 with the whole file.
@@ -101,8 +102,9 @@ pub struct Plan {
     /// Keep the connection open after this response.
     pub keep_alive: bool,
     /// Bytes of a body written whole into the output after the head (an
-    /// error or redirect page, the status page): what the access log
-    /// counts as sent when `body` is `None`, as nginx's `$body_bytes_sent`.
+    /// error or redirect page, the status page), or of a body cut short:
+    /// what the access log counts as sent when there is neither `body` nor
+    /// `parts`, as nginx's `$body_bytes_sent`.
     pub inline_body: u64,
 }
 
@@ -112,7 +114,7 @@ impl Plan {
     pub fn body_bytes(&self) -> u64 {
         match (&self.body, &self.parts) {
             (Some(b), _) => b.len,
-            (None, Some(p)) => p.len(),
+            (None, Some(p)) => p.len,
             (None, None) => self.inline_body,
         }
     }
@@ -120,7 +122,7 @@ impl Plan {
 
 /// Most spans a `multipart/byteranges` answer carries; a Range with more
 /// (after coalescing) gets the whole file. Each part costs about 100
-/// bytes of its own head and a system call.
+/// bytes of its own head, and from a file a write and a `sendfile`.
 pub const MAX_PARTS: usize = 64;
 
 /// The body of a `multipart/byteranges` response (RFC 9110 §14.6): each
@@ -134,16 +136,19 @@ pub struct Parts {
     pub parts: Vec<(Vec<u8>, ByteRange)>,
     /// The closing delimiter.
     pub end: Vec<u8>,
+    /// The whole body's length.
+    len: u64,
 }
 
 impl Parts {
     /// Spans of a file of `size` bytes of type `content_type`, delimited
-    /// by `boundary`.
-    fn new(spans: &[ByteRange], content_type: &str, size: u64, boundary: String) -> Parts {
-        let parts = spans
+    /// by `boundary`; None if the body's length would not fit a `u64` (a
+    /// size no file has, given through the public API).
+    fn new(spans: &[ByteRange], content_type: &str, size: u64, boundary: String) -> Option<Parts> {
+        let parts: Vec<(Vec<u8>, ByteRange)> = spans
             .iter()
             .map(|span| {
-                let mut head = Vec::with_capacity(64 + boundary.len() + content_type.len());
+                let mut head = Vec::with_capacity(110 + boundary.len() + content_type.len());
                 head.extend_from_slice(b"\r\n--");
                 head.extend_from_slice(boundary.as_bytes());
                 head.extend_from_slice(b"\r\n");
@@ -153,33 +158,31 @@ impl Parts {
                 (head, *span)
             })
             .collect();
-        Parts {
-            end: format!("\r\n--{boundary}--\r\n").into_bytes(),
+        let end = format!("\r\n--{boundary}--\r\n").into_bytes();
+        let len = parts.iter().try_fold(end.len() as u64, |n, (head, span)| {
+            n.checked_add(head.len() as u64)?.checked_add(span.len)
+        })?;
+        Some(Parts {
+            end,
             boundary,
             parts,
-        }
+            len,
+        })
     }
 
-    /// The whole body's length.
-    pub(crate) fn len(&self) -> u64 {
-        let parts: u64 = self
-            .parts
-            .iter()
-            .map(|(head, span)| head.len() as u64 + span.len)
-            .sum();
-        parts + self.end.len() as u64
-    }
-
-    /// The body made of `bytes` (the whole file), appended to `out`; a
-    /// span past `bytes` (the file shrank) is left out.
-    pub fn write(&self, bytes: &[u8], out: &mut Vec<u8>) {
+    /// The body made of `bytes` (the whole file), appended to `out`. False
+    /// if a span lies past `bytes` (the file shrank): the body is then
+    /// short of its `Content-Length`, and the connection must close.
+    pub fn write(&self, bytes: &[u8], out: &mut Vec<u8>) -> bool {
         for (head, span) in &self.parts {
             out.extend_from_slice(head);
-            if let Some(b) = bytes.get(span.start as usize..span.end() as usize) {
-                out.extend_from_slice(b);
+            match bytes.get(span.start as usize..span.end() as usize) {
+                Some(b) => out.extend_from_slice(b),
+                None => return false,
             }
         }
         out.extend_from_slice(&self.end);
+        true
     }
 }
 
@@ -327,13 +330,21 @@ pub fn plan_encoded(
             },
         ),
         RangeSpec::Span(span) => (Status::PartialContent, span),
-        RangeSpec::Parts(spans) => {
-            let parts = Parts::new(&spans, content_type, file.size, boundary());
+        RangeSpec::Parts(spans) => 'parts: {
+            let Some(parts) = Parts::new(&spans, content_type, file.size, boundary()) else {
+                break 'parts (
+                    Status::Ok,
+                    ByteRange {
+                        start: 0,
+                        len: size,
+                    },
+                );
+            };
             status_line(out, Status::PartialContent, date);
             out.extend_from_slice(b"Content-Type: multipart/byteranges; boundary=");
             out.extend_from_slice(parts.boundary.as_bytes());
             out.extend_from_slice(b"\r\nContent-Length: ");
-            push_u64(out, parts.len());
+            push_u64(out, parts.len);
             out.extend_from_slice(b"\r\n");
             validators(out, &etag, file);
             if vary {
@@ -577,7 +588,6 @@ fn field(out: &mut Vec<u8>, name: &str, value: &[u8]) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// Appends `n` in decimal without going through `fmt`.
 /// `Content-Range: bytes first-last/size`.
 fn content_range(out: &mut Vec<u8>, span: ByteRange, size: u64) {
     out.extend_from_slice(b"Content-Range: bytes ");
@@ -589,6 +599,7 @@ fn content_range(out: &mut Vec<u8>, span: ByteRange, size: u64) {
     out.extend_from_slice(b"\r\n");
 }
 
+/// Appends `n` in decimal without going through `fmt`.
 fn push_u64(out: &mut Vec<u8>, mut n: u64) {
     let mut buf = [0u8; 20];
     let mut i = buf.len();
@@ -686,12 +697,12 @@ fn if_range_holds(head: &Head<'_>, etag: &ETag, file: &FileMeta) -> bool {
 /// How a `Range` applies to a file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum RangeSpec {
-    /// Send the whole file (no usable single byte range).
+    /// Send the whole file (no usable range, or more than [`MAX_PARTS`]).
     Ignore,
     /// Send this span with 206.
     Span(ByteRange),
-    /// Send these spans (apart, ascending, at most [`MAX_PARTS`]) as a
-    /// `multipart/byteranges` 206.
+    /// Send these spans (apart, in the order asked, at most
+    /// [`MAX_PARTS`]) as a `multipart/byteranges` 206.
     Parts(Vec<ByteRange>),
     /// 416.
     Unsatisfiable,
@@ -701,11 +712,13 @@ enum RangeSpec {
 ///
 /// Ranges no byte satisfies are dropped from a list (416 if none is left,
 /// as nginx answers); the rest are coalesced where they overlap or touch
-/// (RFC 9110 §14.3 lets a server do so): one span left goes out with 206,
-/// several as the parts of a `multipart/byteranges` 206, in ascending
-/// order; more than [`MAX_PARTS`] get the whole file with 200 (§14.2 lets
-/// a server ignore the field). A syntax error in any range ignores the
-/// field.
+/// (RFC 9110 §15.3.7.2 lets a server do so whatever their order): one span
+/// left goes out with 206, several as the parts of a
+/// `multipart/byteranges` 206 in the order the ranges were asked, a
+/// coalesced span where its first range was (§15.3.7.2: parts SHOULD
+/// follow that order); more than [`MAX_PARTS`] get the whole file with 200
+/// (§14.2 lets a server ignore the field). A syntax error in any range
+/// ignores the field.
 fn parse_range(value: &[u8], size: u64) -> RangeSpec {
     let value = trim(value);
     let Some(unit) = value.get(..6) else {
@@ -716,7 +729,8 @@ fn parse_range(value: &[u8], size: u64) -> RangeSpec {
     }
     // (start, end exclusive) of each satisfiable range; the list is bounded
     // by the head's size limit.
-    let mut spans: Vec<(u64, u64)> = Vec::new();
+    // (start, end exclusive, place in the list) of each satisfiable range.
+    let mut spans: Vec<(u64, u64, usize)> = Vec::new();
     let mut any = false;
     for spec in value[6..].split(|&b| b == b',').map(trim) {
         if spec.is_empty() {
@@ -726,28 +740,37 @@ fn parse_range(value: &[u8], size: u64) -> RangeSpec {
         match one_range(spec, size) {
             None => return RangeSpec::Ignore,
             Some(None) => {}
-            Some(Some(span)) => spans.push((span.start, span.end())),
+            Some(Some(span)) => spans.push((span.start, span.end(), spans.len())),
         }
     }
     if !any {
         return RangeSpec::Ignore;
     }
+    // Coalesced in offset order; each span then goes where its first
+    // range was asked.
     spans.sort_unstable();
-    let mut merged: Vec<ByteRange> = Vec::new();
-    for (s, e) in spans {
+    let mut merged: Vec<(usize, ByteRange)> = Vec::new();
+    for (s, e, at) in spans {
         match merged.last_mut() {
-            Some(last) if s <= last.end() => last.len = last.len.max(e - last.start),
-            _ => merged.push(ByteRange {
-                start: s,
-                len: e - s,
-            }),
+            Some((first, last)) if s <= last.end() => {
+                last.len = last.len.max(e - last.start);
+                *first = (*first).min(at);
+            }
+            _ => merged.push((
+                at,
+                ByteRange {
+                    start: s,
+                    len: e - s,
+                },
+            )),
         }
     }
+    merged.sort_unstable_by_key(|&(at, _)| at);
     match merged.len() {
         0 => RangeSpec::Unsatisfiable,
-        1 => RangeSpec::Span(merged[0]),
+        1 => RangeSpec::Span(merged[0].1),
         n if n > MAX_PARTS => RangeSpec::Ignore,
-        _ => RangeSpec::Parts(merged),
+        _ => RangeSpec::Parts(merged.into_iter().map(|(_, span)| span).collect()),
     }
 }
 
@@ -1191,23 +1214,25 @@ mod tests {
         let parts = plan.parts.as_deref().expect("a multipart body");
         let b = &parts.boundary;
         assert_eq!(b.len(), 16, "{b:?}");
-        // Coalesced (10-12 with 11-14) and in ascending order.
+        // Coalesced (10-12 with 11-14) and in the order asked.
         let spans: Vec<_> = parts.parts.iter().map(|(_, s)| (s.start, s.len)).collect();
-        assert_eq!(spans, [(0, 2), (10, 5), (90, 10)]);
+        assert_eq!(spans, [(90, 10), (10, 5), (0, 2)]);
         let file_bytes: Vec<u8> = (0..100u8).map(|i| b'a' + i % 26).collect();
         let mut body = Vec::new();
-        parts.write(&file_bytes, &mut body);
+        assert!(parts.write(&file_bytes, &mut body));
         let want = format!(
             "\r\n--{b}\r\nContent-Type: text/plain; charset=utf-8\r\n\
-             Content-Range: bytes 0-1/100\r\n\r\nab\
+             Content-Range: bytes 90-99/100\r\n\r\nmnopqrstuv\
              \r\n--{b}\r\nContent-Type: text/plain; charset=utf-8\r\n\
              Content-Range: bytes 10-14/100\r\n\r\nklmno\
              \r\n--{b}\r\nContent-Type: text/plain; charset=utf-8\r\n\
-             Content-Range: bytes 90-99/100\r\n\r\nmnopqrstuv\
+             Content-Range: bytes 0-1/100\r\n\r\nab\
              \r\n--{b}--\r\n"
         );
         assert_eq!(String::from_utf8(body.clone()).unwrap(), want);
         assert_eq!(plan.body_bytes(), body.len() as u64);
+        // A file shorter than the spans (it shrank): the body is not whole.
+        assert!(!parts.write(&file_bytes[..95], &mut Vec::new()));
         let head = fields(&text);
         assert!(
             head.contains(&format!("Content-Type: multipart/byteranges; boundary={b}").as_str())
@@ -1232,6 +1257,10 @@ mod tests {
         assert_eq!((plan.status, plan.parts), (Status::Ok, None));
         let (plan, _) = respond(&format!("Range: bytes={}\r\n", many[1..].join(",")), 1000);
         assert_eq!(plan.parts.map(|p| p.parts.len()), Some(MAX_PARTS));
+        // A body whose length would not fit a u64 (a size no file has):
+        // the whole file, not a wrapped Content-Length.
+        let (plan, _) = respond("Range: bytes=0-0,2-\r\n", u64::MAX);
+        assert_eq!((plan.status, plan.parts), (Status::Ok, None));
     }
 
     #[test]
@@ -1412,7 +1441,7 @@ mod tests {
 
         proptest! {
             /// Whatever the Range, a 206 span lies inside the file and is not
-            /// empty; parts are ascending, apart and at most MAX_PARTS.
+            /// empty; parts are apart and at most MAX_PARTS.
             #[test]
             fn range_spans_stay_inside(value in "(bytes=)?([0-9 ]{0,4}-?[0-9 ]{0,4},){0,4}[0-9 ]{0,6}-?[0-9 ]{0,6}(,[0-9]-)?", size in 0u64..1000) {
                 match parse_range(value.as_bytes(), size) {
@@ -1425,7 +1454,9 @@ mod tests {
                         for s in &spans {
                             prop_assert!(s.len > 0 && s.end() <= size);
                         }
-                        for w in spans.windows(2) {
+                        let mut sorted = spans.clone();
+                        sorted.sort_unstable_by_key(|s| s.start);
+                        for w in sorted.windows(2) {
                             prop_assert!(w[0].end() < w[1].start, "{:?}", spans);
                         }
                     }

@@ -445,10 +445,15 @@ fn requests_after_a_closing_answer_do_not_reset_it() {
     use std::io::Write;
     let s = TestServer::start("late-requests", |_| {});
     // Well past what the socket buffers hold while the client does not
-    // read (the server's send buffer grows to `tcp_wmem`'s 4 MiB): a 4 MiB
-    // body sometimes fit whole, the server closed before the late requests
-    // came, and the kernel reset the connection as it would for nginx.
-    let size = 16 << 20;
+    // read (the server's send buffer grows to `tcp_wmem`'s maximum, 4 MiB
+    // by default): a 4 MiB body sometimes fit whole, the server closed
+    // before the late requests came, and the kernel reset the connection
+    // as it would for nginx.
+    let wmem_max = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_wmem")
+        .ok()
+        .and_then(|t| t.split_whitespace().nth(2)?.parse::<usize>().ok())
+        .unwrap_or(4 << 20);
+    let size = (4 * wmem_max).max(16 << 20);
     std::fs::write(s.www().join("big.bin"), vec![b'b'; size]).unwrap();
     let mut c = s.client();
     c.send("GET /big.bin HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
