@@ -321,45 +321,17 @@ pub fn plan_encoded(
         }
         _ => RangeSpec::Ignore,
     };
-    let (status, span) = match range {
-        RangeSpec::Ignore => (
-            Status::Ok,
-            ByteRange {
-                start: 0,
-                len: size,
-            },
-        ),
-        RangeSpec::Span(span) => (Status::PartialContent, span),
-        RangeSpec::Parts(spans) => 'parts: {
-            let Some(parts) = Parts::new(&spans, content_type, file.size, boundary()) else {
-                break 'parts (
-                    Status::Ok,
-                    ByteRange {
-                        start: 0,
-                        len: size,
-                    },
-                );
-            };
-            status_line(out, Status::PartialContent, date);
-            out.extend_from_slice(b"Content-Type: multipart/byteranges; boundary=");
-            out.extend_from_slice(parts.boundary.as_bytes());
-            out.extend_from_slice(b"\r\nContent-Length: ");
-            push_u64(out, parts.len);
-            out.extend_from_slice(b"\r\n");
-            validators(out, &etag, file);
-            if vary {
-                out.extend_from_slice(VARY);
-            }
-            out.extend_from_slice(b"Accept-Ranges: bytes\r\n");
-            connection(out, head.keep_alive);
-            return Plan {
-                status: Status::PartialContent,
-                body: None,
-                parts: Some(Box::new(parts)),
-                keep_alive: head.keep_alive,
-                inline_body: 0,
-            };
-        }
+    let whole = ByteRange {
+        start: 0,
+        len: size,
+    };
+    let (status, span, parts) = match range {
+        RangeSpec::Ignore => (Status::Ok, whole, None),
+        RangeSpec::Span(span) => (Status::PartialContent, span, None),
+        RangeSpec::Parts(spans) => match Parts::new(&spans, content_type, file.size, boundary()) {
+            Some(parts) => (Status::PartialContent, whole, Some(Box::new(parts))),
+            None => (Status::Ok, whole, None),
+        },
         RangeSpec::Unsatisfiable => {
             return file_error(out, Status::RangeNotSatisfiable, head, date, |out| {
                 out.extend_from_slice(b"Content-Range: bytes */");
@@ -373,12 +345,19 @@ pub fn plan_encoded(
     };
 
     status_line(out, status, date);
-    field(out, "Content-Type", content_type.as_bytes());
+    match &parts {
+        Some(p) => {
+            out.extend_from_slice(b"Content-Type: multipart/byteranges; boundary=");
+            out.extend_from_slice(p.boundary.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        None => field(out, "Content-Type", content_type.as_bytes()),
+    }
     if gzip {
         out.extend_from_slice(b"Content-Encoding: gzip\r\n");
     }
     out.extend_from_slice(b"Content-Length: ");
-    push_u64(out, span.len);
+    push_u64(out, parts.as_ref().map_or(span.len, |p| p.len));
     out.extend_from_slice(b"\r\n");
     validators(out, &etag, file);
     if vary {
@@ -387,14 +366,15 @@ pub fn plan_encoded(
     if !gzip {
         out.extend_from_slice(b"Accept-Ranges: bytes\r\n");
     }
-    if status == Status::PartialContent {
+    // A multipart body names each part's range in the part.
+    if status == Status::PartialContent && parts.is_none() {
         content_range(out, span, file.size);
     }
     connection(out, head.keep_alive);
     Plan {
         status,
-        body: (head.method == Method::Get && span.len > 0).then_some(span),
-        parts: None,
+        body: (head.method == Method::Get && parts.is_none() && span.len > 0).then_some(span),
+        parts,
         keep_alive: head.keep_alive,
         inline_body: 0,
     }
