@@ -1107,6 +1107,30 @@ fn double_verbose_logs_commands_and_answers() {
     let text = kv.stderr_text();
     let set = text.lines().find(|l| l.ends_with(" set traced 0 0 1"));
     assert!(set.is_some_and(|l| l.starts_with('<')), "{text}");
+    // Values sent from the store (64 KiB and more), and a get whose answer
+    // passes the 1 MiB it builds at once, log their first line too.
+    let big = vec![b'b'; 600_000];
+    for key in ["big1", "big2"] {
+        let mut set = format!("set {key} 0 0 {}\r\n", big.len()).into_bytes();
+        set.extend_from_slice(&big);
+        set.extend_from_slice(b"\r\n");
+        c.expect(&set, b"STORED\r\n");
+    }
+    c.send(b"get big1\r\nget big1 big2\r\n");
+    // Each value: "VALUE bigN 0 600000\r\n", its bytes, "\r\n"; each get "END\r\n".
+    let value = 21 + big.len() + 2;
+    let answers = c.read_n(3 * value + 2 * 5);
+    assert!(answers.ends_with(b"\r\nEND\r\n"));
+    assert!(
+        kv.wait_stderr(" get big1 big2", Duration::from_secs(5)),
+        "{}",
+        kv.stderr_text()
+    );
+    let text = kv.stderr_text();
+    let values = text
+        .lines()
+        .filter(|l| l.starts_with('>') && l.ends_with(" VALUE big1 0 600000"));
+    assert_eq!(values.count(), 2, "{text}");
     c.expect_str("verbosity 0\r\n", "OK\r\n");
     c.expect_str("get quiet\r\n", "END\r\n");
     c.expect_str(

@@ -59,10 +59,9 @@ pub struct KvArgs {
     /// Verbose logging: -v logs the settings and what is ignored (-C,
     /// SIGHUP); -vv also logs
     /// commands and the first line of their answers (`<FD command`,
-    /// `>FD answer`), as memcached's -vv (a get larger than 64 KiB and a
-    /// command that closes the connection log no answer; a command handed
-    /// to another thread may log twice). `verbosity N` changes it at run
-    /// time.
+    /// `>FD answer`), as memcached's -vv (a command that closes the
+    /// connection logs no answer; a command handed to another thread may
+    /// log twice). `verbosity N` changes it at run time.
     #[arg(short = 'v', action = clap::ArgAction::Count)]
     verbose: u8,
     #[command(flatten)]
