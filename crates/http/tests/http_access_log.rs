@@ -163,16 +163,7 @@ fn an_abandoned_download_logs_the_bytes_sent() {
     c.stream.read_exact(&mut some).unwrap();
     // Unread bytes at the close: a reset, and the server's write fails.
     drop(c);
-    assert!(common::eventually(Duration::from_secs(10), || {
-        std::fs::read_to_string(&path).map_or(0, |t| t.lines().count()) == 1
-    }));
-    let line = std::fs::read_to_string(&path).unwrap();
-    let bytes: u64 = line
-        .split("\" 200 ")
-        .nth(1)
-        .and_then(|r| r.split(' ').next())
-        .and_then(|b| b.parse().ok())
-        .unwrap_or_else(|| panic!("{line}"));
+    let (line, bytes) = logged_bytes(&path, 200);
     assert!(bytes > 0 && bytes < size, "{bytes} of {size}: {line}");
 }
 
@@ -201,23 +192,30 @@ fn a_cut_multipart_download_counts_the_part_heads() {
         ranges.join(",")
     ));
     // Read nothing until the server gave up, then all it had sent.
-    assert!(common::eventually(Duration::from_secs(10), || {
-        std::fs::read_to_string(&path).map_or(0, |t| t.lines().count()) == 1
-    }));
+    let (line, bytes) = logged_bytes(&path, 206);
     let mut got = Vec::new();
     let _ = c.stream.read_to_end(&mut got);
     let head = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
-    let line = std::fs::read_to_string(&path).unwrap();
-    let bytes: u64 = line
-        .split("\" 206 ")
-        .nth(1)
-        .and_then(|r| r.split(' ').next())
-        .and_then(|b| b.parse().ok())
-        .unwrap_or_else(|| panic!("{line}"));
     let body = (got.len() - head) as u64;
     assert!(body > 0 && bytes < 64 * 300_001, "{bytes}: {line}");
     assert!(
         bytes >= body,
         "logged {bytes}, the client read {body} body bytes"
     );
+}
+
+/// Waits (up to 10 s) for the log at `path` to hold one line, with
+/// `status`, and returns it and its body bytes.
+fn logged_bytes(path: &std::path::Path, status: u16) -> (String, u64) {
+    assert!(common::eventually(Duration::from_secs(10), || {
+        std::fs::read_to_string(path).map_or(0, |t| t.lines().count()) == 1
+    }));
+    let line = std::fs::read_to_string(path).unwrap();
+    let bytes = line
+        .split(&format!("\" {status} "))
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|b| b.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    (line, bytes)
 }
