@@ -702,12 +702,20 @@ fn partial_request_survives_shutdown(model: &str) {
         format!("VERSION {}\r\n", duality_kv::DEFAULT_VERSION).as_bytes(),
     );
     c.send(b"set half 0 0 10\r\nabc");
+    // A large value, received straight into its item, likewise.
+    let mut big = srv.connect();
+    big.send(b"set big 0 0 200000\r\n");
+    big.send(&[b'b'; 1000]);
     std::thread::sleep(Duration::from_millis(50));
     srv.signal(libc::SIGTERM);
     std::thread::sleep(Duration::from_millis(100));
     c.send(b"defghij\r\n");
     assert_eq!(c.read_until(b"\r\n"), b"STORED\r\n", "{model}");
     assert_eq!(c.read_to_eof(), b"", "{model}: closed after the request");
+    big.send(&[b'b'; 199_000]);
+    big.send(b"\r\n");
+    assert_eq!(big.read_until(b"\r\n"), b"STORED\r\n", "{model}: large");
+    assert_eq!(big.read_to_eof(), b"", "{model}: closed after the request");
     let st = srv
         .wait_exit(Duration::from_secs(10))
         .expect("server exits after the signal");

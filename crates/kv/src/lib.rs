@@ -123,12 +123,15 @@ pub mod store;
 
 pub use command::{
     binary_request_shard, execute, execute_binary, execute_binary_error, execute_error,
-    request_shard, write_stat, ExecContext, Flow, ServerStats, SimpleContext, DEFAULT_VERSION,
+    execute_staged, request_shard, write_stat, ExecContext, Flow, ServerStats, SimpleContext,
+    DEFAULT_VERSION,
 };
 pub use protocol::{
-    parse, parse_binary, ArithOp, BinError, BinRequest, Cursor, Extras, Limits, MetaFlags, Opcode,
-    ParseError, Request, Status, StoreCommand, Tokens, KEY_MAX_LENGTH,
+    parse, parse_binary, parse_store_head, ArithOp, BinError, BinRequest, Cursor, Extras, Limits,
+    MetaFlags, Opcode, ParseError, Request, Status, StoreCommand, StoreHead, Tokens,
+    KEY_MAX_LENGTH,
 };
 pub use store::{
-    expiry, Counter, Entry, Footprint, Item, Lookup, Stats, Store, StoreConfig, Time, ITEM_OVERHEAD,
+    expiry, Counter, Entry, Footprint, Item, Lookup, Staged, Stats, Store, StoreConfig, Time,
+    ITEM_OVERHEAD,
 };

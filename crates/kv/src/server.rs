@@ -23,9 +23,9 @@ use crate::command::{
 };
 use crate::protocol::binary::{write_error, Opcode, Status, REQUEST_MAGIC};
 use crate::{
-    binary_request_shard, execute_binary, execute_binary_error, execute_error, parse, parse_binary,
-    request_shard, BinError, BinRequest, ExecContext, Flow, Limits, ParseError, Request,
-    ServerStats, Store, StoreConfig, Time,
+    binary_request_shard, execute_binary, execute_binary_error, execute_error, execute_staged,
+    parse, parse_binary, parse_store_head, request_shard, BinError, BinRequest, ExecContext, Flow,
+    Limits, ParseError, Request, ServerStats, Store, StoreCommand, StoreConfig, StoreHead, Time,
 };
 use duality_models::session::Reply;
 use duality_models::{
@@ -806,7 +806,9 @@ impl std::fmt::Debug for ConnGuard {
 
 /// The cache as a protocol of the session driver, over the shared state.
 /// One per server: a connection driven by it is listed in `stats conns`
-/// (its session holds the entry); sessions made by `Default` are not.
+/// (its session holds the entry); sessions made by `Default` are not, and
+/// their large values are buffered whole (they have no driver to call
+/// `finish`, which receives one into its item).
 pub struct KvProtocol(pub Arc<KvState>);
 
 impl KvProtocol {
@@ -873,6 +875,9 @@ pub enum KvRequest<'a> {
     Text(Result<Request<'a>, ParseError<'a>>),
     /// A binary request.
     Binary(Result<BinRequest<'a>, BinError<'a>>),
+    /// The line of a `set`, `add`, `replace` or `cas` whose large value is
+    /// still coming: `finish` receives it straight into its item.
+    Large(StoreHead<'a>),
 }
 
 impl Protocol for KvProtocol {
@@ -921,6 +926,7 @@ impl Protocol for KvProtocol {
         let shard = match req {
             KvRequest::Text(Ok(r)) => request_shard(r, &self.0.store),
             KvRequest::Binary(Ok(r)) => binary_request_shard(r, &self.0.store),
+            KvRequest::Large(head) => Some(self.0.store.shard_of(head.key)),
             KvRequest::Text(Err(_)) | KvRequest::Binary(Err(_)) => None,
         };
         shard.unwrap_or(0) as u64
@@ -1003,6 +1009,8 @@ impl Protocol for KvProtocol {
             KvRequest::Binary(Err(e)) => {
                 Ending::Unaccounted(execute_binary_error(&e, &st.store, &ctx, out))
             }
+            // `finish` receives the value, then answers.
+            KvRequest::Large(_) => Ending::Finish(0),
         };
         let flow = match ending {
             // The connection stays busy until `finish` has sent the rest.
@@ -1038,9 +1046,17 @@ impl Protocol for KvProtocol {
         progress: u32,
         mut reply: Reply<'a>,
     ) -> duality_models::Flow {
-        let flow = self
-            .finish_rest(session, request, progress, &mut reply)
-            .await;
+        let large = match session.mode {
+            Mode::Text => parse_store_head(request, &self.0.limits),
+            _ => None,
+        };
+        let flow = match large {
+            Some(head) => self.receive_value(session, head, &mut reply).await,
+            None => {
+                self.finish_rest(session, request, progress, &mut reply)
+                    .await
+            }
+        };
         if let Some(g) = &session.conn {
             g.info.state.store(CONN_READ, Relaxed);
         }
@@ -1170,6 +1186,78 @@ impl KvProtocol {
                 Some(Ending::Finish(0))
             }
             Err(_) => Some(Ending::Close),
+        }
+    }
+
+    /// Receives the large value of `head` straight into its item (see
+    /// [`Store::stage`]; memcached reads a value into its item too) and
+    /// stores it: it is neither buffered nor copied, as a smaller one is.
+    /// The read-buffer budget is taken as the value arrives, as for a
+    /// buffered one; without room there (or for the item), the answer is
+    /// memcached's out of memory, and the rest of the value is dropped as
+    /// it arrives.
+    async fn receive_value(
+        &self,
+        session: &mut KvSession,
+        head: StoreHead<'_>,
+        reply: &mut Reply<'_>,
+    ) -> duality_models::Flow {
+        let st = &*self.0;
+        let info = session.conn.as_ref().map(|g| g.info.clone());
+        let mut staged = st.store.stage(head.key, head.vlen);
+        let mut got = 0;
+        if let Some(staged) = &mut staged {
+            let value = staged.value_mut();
+            let mut held = 0;
+            while got < head.vlen {
+                if got == held {
+                    held = head.vlen.min((got * 4).max(LARGE));
+                    let room = match &info {
+                        Some(i) if held > LARGE => st.buffers.hold_input(i.who(), &i.holds, held),
+                        _ => true,
+                    };
+                    if !room {
+                        break;
+                    }
+                }
+                match reply.read(&mut value[got..held]).await {
+                    Ok(0) | Err(_) => return duality_models::Flow::Close,
+                    Ok(n) => got += n,
+                }
+            }
+        }
+        if let Some(i) = &info {
+            st.buffers.release_input(i.who(), &i.holds);
+        }
+        let ctx = st.ctx();
+        let out = reply.out();
+        let before = out.len();
+        let flow = match staged {
+            Some(staged) if got == head.vlen => {
+                let mut end = [0; 2];
+                if reply.read_exact(&mut end).await.is_err() {
+                    return duality_models::Flow::Close;
+                }
+                let out = reply.out();
+                if &end == b"\r\n" {
+                    execute_staged(&head, staged, &st.store, ctx.now, out);
+                    Flow::Continue
+                } else {
+                    execute_error(&head.bad_data_chunk(), &st.store, &ctx, out)
+                }
+            }
+            _ => {
+                // The rest, its `\r\n` with it, goes as it arrives.
+                session.swallow = head.vlen - got + 2;
+                execute_error(&head.out_of_memory(), &st.store, &ctx, out)
+            }
+        };
+        if st.verbosity.load(Relaxed) >= 2 {
+            trace_command(session, '>', reply.out().get(before..).unwrap_or_default());
+        }
+        match flow {
+            Flow::Continue => duality_models::Flow::Continue,
+            Flow::Close => duality_models::Flow::Close,
         }
     }
 
@@ -1528,6 +1616,11 @@ impl KvProtocol {
             Ok((req, used)) => Parsed::Request(KvRequest::Text(Ok(req)), used),
             Err(ParseError::Incomplete) => {
                 let need = incomplete_need(input);
+                // (Only the driver's sessions: a peer calling `serve_bytes`
+                // alone, with a default session, has no `finish`.)
+                if let Some(head) = s.conn.as_ref().and_then(|_| self.large_value(input, need)) {
+                    return Parsed::Request(KvRequest::Large(head), head.line_len);
+                }
                 if need == 0 && memchr::memchr(b'\n', input).is_none() {
                     s.no_eol = searched(input);
                 }
@@ -1541,6 +1634,23 @@ impl KvProtocol {
                 Parsed::Request(KvRequest::Text(Err(e)), here)
             }
         }
+    }
+
+    /// The line of a storage command at the front of `input` (needing
+    /// `need` bytes in all) whose value is to be received into its item
+    /// (see [`receive_value`](Self::receive_value)): one of 64 KiB or more
+    /// not all here, of a `set`, `add`, `replace` or `cas` (an append's
+    /// item holds the old value too).
+    fn large_value<'a>(&self, input: &'a [u8], need: usize) -> Option<StoreHead<'a>> {
+        if need < input.len() || !self.0.store.stages(need) {
+            return None;
+        }
+        let head = parse_store_head(input, &self.0.limits)?;
+        let whole = matches!(
+            head.command,
+            StoreCommand::Set | StoreCommand::Add | StoreCommand::Replace | StoreCommand::Cas
+        );
+        (whole && self.0.store.stages(head.vlen)).then_some(head)
     }
 
     fn parse_bin<'a>(&self, s: &mut KvSession, input: &'a [u8]) -> Parsed<KvRequest<'a>> {

@@ -609,6 +609,13 @@ pub struct Reply<'a> {
     out: &'a mut Output,
     answered: &'a mut Answered,
     write_timeout: Option<Duration>,
+    /// The bytes buffered after the request, and how many of them
+    /// [`read`](Reply::read) took (the driver drops those).
+    input: &'a [u8],
+    taken: &'a mut usize,
+    request_timeout: Option<Duration>,
+    /// When the request timeout runs out, from the first read that waits.
+    deadline: Option<Instant>,
 }
 
 impl Reply<'_> {
@@ -633,6 +640,48 @@ impl Reply<'_> {
     /// The driver's [`DriverConfig::write_timeout`].
     pub fn write_timeout(&self) -> Option<Duration> {
         self.write_timeout
+    }
+
+    /// Reads the next bytes the client sent after the request into `dst`
+    /// (a body the protocol receives itself, straight where it goes):
+    /// first what the driver has buffered, then from the connection. Never
+    /// reads past `dst`, so what follows stays for the driver. `Ok(0)`: the
+    /// client closed (or `dst` is empty). A shutdown lets the body finish,
+    /// as a request still arriving does; the driver's request timeout
+    /// bounds the whole body (`TimedOut`).
+    pub async fn read(&mut self, dst: &mut [u8]) -> io::Result<usize> {
+        let buffered = &self.input[*self.taken..];
+        if !buffered.is_empty() || dst.is_empty() {
+            let n = buffered.len().min(dst.len());
+            dst[..n].copy_from_slice(&buffered[..n]);
+            *self.taken += n;
+            return Ok(n);
+        }
+        self.conn.set_mid_request(true);
+        let wait = match self.request_timeout {
+            None => None,
+            Some(w) => {
+                let deadline = *self.deadline.get_or_insert_with(|| Instant::now() + w);
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(io::ErrorKind::TimedOut.into());
+                }
+                Some(left)
+            }
+        };
+        self.conn.read_for(dst, wait).await
+    }
+
+    /// [`read`](Self::read) until `dst` is full; `UnexpectedEof` if the
+    /// client closes first.
+    pub async fn read_exact(&mut self, mut dst: &mut [u8]) -> io::Result<()> {
+        while !dst.is_empty() {
+            match self.read(dst).await? {
+                0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+                n => dst = &mut dst[n..],
+            }
+        }
+        Ok(())
     }
 
     /// Writes the output (its bytes, then its shared body), giving up with
@@ -998,20 +1047,35 @@ pub fn drive<P: Protocol>(
                             let Active {
                                 buf,
                                 start,
+                                end,
                                 out,
                                 answered,
                                 ..
                             } = &mut *a;
+                            let mut taken = 0;
                             let reply = Reply {
                                 conn: &mut conn,
                                 payload: &payload,
                                 out,
                                 answered,
                                 write_timeout: driver.write_timeout,
+                                input: &buf[*start..*end],
+                                taken: &mut taken,
+                                request_timeout: driver.request_timeout,
+                                deadline: None,
                             };
                             let request = &buf[*start - len..*start];
-                            Box::pin(driver.proto.finish(&mut session, request, progress, reply))
-                                .await
+                            let flow = Box::pin(driver.proto.finish(
+                                &mut session,
+                                request,
+                                progress,
+                                reply,
+                            ))
+                            .await;
+                            // What `finish` read of the buffered bytes is
+                            // its request's.
+                            *start += taken;
+                            flow
                         };
                         armed = false;
                         match flow {

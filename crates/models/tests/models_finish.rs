@@ -26,7 +26,10 @@ const SHARED: &[u8] = b"a body sent from where it lies\n";
 
 /// Lines: `echo X` → `X`; `share` → `S:` and a shared body; `later X` →
 /// finished on the loop after a blocking job: `L:` and X upper-cased;
-/// `big N` → N bytes of `x` and a newline; `bye` → `bye`, then close.
+/// `big N` → N bytes of `x` and a newline; `body N` → the N bytes after
+/// the line, received by `finish` itself, echoed as `B:` and a newline
+/// (`body-timeout` and close if they do not come in time); `bye` → `bye`,
+/// then close.
 #[derive(Default)]
 struct Lines {
     timeouts: [AtomicUsize; 3],
@@ -68,7 +71,7 @@ impl Protocol for Lines {
                 out.extend_from_slice(b"S:");
                 out.share(Arc::from(SHARED), 0..SHARED.len());
             }
-            b"later" => return Flow::Finish(0),
+            b"later" | b"body" => return Flow::Finish(0),
             b"big" => {
                 let n: usize = std::str::from_utf8(arg).unwrap().parse().unwrap();
                 let len = out.len() + n;
@@ -90,6 +93,29 @@ impl Protocol for Lines {
         _: u32,
         mut reply: Reply<'a>,
     ) -> Flow {
+        if let Some(n) = request.strip_prefix(b"body ") {
+            let n: usize = std::str::from_utf8(&n[..n.len() - 1])
+                .unwrap()
+                .parse()
+                .unwrap();
+            // Read in pieces of at most 1000 bytes: several reads, some
+            // from what the driver buffered, some from the socket.
+            let mut body = vec![0; n];
+            for piece in body.chunks_mut(1000) {
+                match reply.read_exact(piece).await {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                        reply.out().extend_from_slice(b"body-timeout\n");
+                        return Flow::Close;
+                    }
+                    Err(_) => return Flow::Close,
+                }
+            }
+            reply.out().extend_from_slice(b"B:");
+            reply.out().extend_from_slice(&body);
+            reply.out().push(b'\n');
+            return Flow::Continue;
+        }
         // The bytes parse consumed for the request, newline included.
         let arg = request
             .strip_prefix(b"later ")
@@ -258,6 +284,53 @@ fn a_request_that_never_completes_is_answered_at_its_deadline() {
             c.read_exact(&mut r).unwrap();
             assert_eq!(&r, b"still\n", "{model}");
         }
+    }
+}
+
+/// A body `finish` receives itself comes whole, in order, from the bytes
+/// the driver had buffered and then from the socket, and the requests after
+/// it are served from where it ended; one that does not come in time is cut
+/// off at the request timeout.
+#[test]
+fn a_body_finish_reads_itself_leaves_what_follows() {
+    let cfg = DriverConfig {
+        request_timeout: Some(Duration::from_millis(300)),
+        ..DriverConfig::default()
+    };
+    let body: Vec<u8> = (0..30_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+    for model in MODELS {
+        let (server, _) = serve(model, cfg);
+        let a = server.tcp_addrs()[0];
+        let mut s = connect(a);
+        // All buffered, a request behind it in the same write.
+        s.write_all(b"body 5\nhelloecho x\nbody 0\necho y\n")
+            .unwrap();
+        let mut r = [0; 15];
+        s.read_exact(&mut r).unwrap();
+        assert_eq!(&r, b"B:hello\nx\nB:\ny\n", "{model}");
+        // Part buffered, the rest in pieces, the next request in the last.
+        let mut req = format!("body {}\n", body.len()).into_bytes();
+        req.extend_from_slice(&body);
+        req.extend_from_slice(b"echo z\n");
+        for piece in req.chunks(7_000) {
+            s.write_all(piece).unwrap();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let mut want = b"B:".to_vec();
+        want.extend_from_slice(&body);
+        want.extend_from_slice(b"\nz\n");
+        let mut got = vec![0; want.len()];
+        s.read_exact(&mut got).unwrap();
+        assert!(got == want, "{model}: a body in pieces");
+        // Never all sent: cut off at the request timeout.
+        let t0 = Instant::now();
+        s.write_all(b"body 10\nabc").unwrap();
+        assert_eq!(read_until_closed(s), b"body-timeout\n", "{model}");
+        let took = t0.elapsed();
+        assert!(
+            took >= Duration::from_millis(250) && took < Duration::from_secs(5),
+            "{model}: cut off after {took:?}"
+        );
     }
 }
 

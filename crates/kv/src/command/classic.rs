@@ -2,7 +2,7 @@
 
 use crate::num::{fmt_u64, parse_counter, push_u64};
 use crate::protocol::{ArithOp, StoreCommand, Tokens};
-use crate::store::{expiry, Counter, Edit, Entry, Item, Lookup, Store, Time, SHARE_MIN};
+use crate::store::{expiry, Counter, Edit, Entry, Item, Lookup, Staged, Store, Time, SHARE_MIN};
 
 const STORED: &[u8] = b"STORED\r\n";
 const NOT_STORED: &[u8] = b"NOT_STORED\r\n";
@@ -248,12 +248,16 @@ pub(super) fn get_split(
 /// memcached does, so no stale value survives a failed set.
 fn put(
     e: &mut Entry<'_, '_>,
-    value: &[u8],
+    value: Value<'_>,
     flags: u32,
     exptime: Time,
     is_set: bool,
 ) -> &'static [u8] {
-    match e.insert(value, flags, exptime, None) {
+    let stored = match value {
+        Value::Bytes(v) => e.insert(v, flags, exptime, None),
+        Value::Staged(s) => e.insert_staged(s, flags, exptime, None),
+    };
+    match stored {
         Ok(_) => STORED,
         Err(_) => {
             e.refused_for_memory();
@@ -265,6 +269,13 @@ fn put(
     }
 }
 
+/// A storage command's value: bytes, or received into its item already
+/// (see [`Store::stage`]).
+pub(super) enum Value<'a> {
+    Bytes(&'a [u8]),
+    Staged(Staged),
+}
+
 /// `set`, `add`, `replace`, `append`, `prepend`, `cas`.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn store(
@@ -274,7 +285,7 @@ pub(super) fn store(
     key: &[u8],
     flags: u32,
     exptime: i32,
-    value: &[u8],
+    value: Value<'_>,
     cas_unique: u64,
     out: &mut Vec<u8>,
 ) {
@@ -291,6 +302,10 @@ pub(super) fn store(
         StoreCommand::Add => put(&mut e, value, flags, exptime, false),
         StoreCommand::Replace if e.exists() => put(&mut e, value, flags, exptime, false),
         StoreCommand::Append | StoreCommand::Prepend if e.exists() => {
+            // (Never staged: the old value goes in the new item too.)
+            let Value::Bytes(value) = value else {
+                return out.extend_from_slice(NOT_STORED);
+            };
             let edit = if command == StoreCommand::Append {
                 Edit::Append(value)
             } else {

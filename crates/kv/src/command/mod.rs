@@ -20,8 +20,10 @@ mod meta;
 mod slabs;
 mod stats;
 
-use crate::protocol::{decode_key, BinRequest, Opcode, ParseError, Request, KEY_MAX_LENGTH};
-use crate::store::{Counter, SharedValue, Store, Time, MAX_RELATIVE_EXPTIME};
+use crate::protocol::{
+    decode_key, BinRequest, Opcode, ParseError, Request, StoreHead, KEY_MAX_LENGTH,
+};
+use crate::store::{Counter, SharedValue, Staged, Store, Time, MAX_RELATIVE_EXPTIME};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -381,6 +383,32 @@ fn flush_delay<C: ExecContext + ?Sized>(ctx: &C, delay: i64) -> i64 {
     }
 }
 
+/// Stores a value received into its item ([`Store::stage`]) for the
+/// storage command `head` (`set`, `add`, `replace` or `cas`), answering as
+/// [`execute`] answers the whole request.
+pub fn execute_staged(
+    head: &StoreHead<'_>,
+    staged: Staged,
+    store: &Store,
+    now: Time,
+    out: &mut Vec<u8>,
+) {
+    quiet(head.noreply, out, |out| {
+        let value = classic::Value::Staged(staged);
+        classic::store(
+            store,
+            now,
+            head.command,
+            head.key,
+            head.flags,
+            head.exptime,
+            value,
+            head.cas_unique,
+            out,
+        )
+    })
+}
+
 /// Executes one request, appending memcached's response bytes to `out`
 /// (the whole response: see [`execute_part`] for a bounded buffer).
 pub fn execute<C: ExecContext + ?Sized>(
@@ -406,6 +434,7 @@ pub fn execute<C: ExecContext + ?Sized>(
             cas_unique,
             noreply,
         } => quiet(noreply, out, |out| {
+            let value = classic::Value::Bytes(value);
             classic::store(
                 store, now, command, key, flags, exptime, value, cas_unique, out,
             )

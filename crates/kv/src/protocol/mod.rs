@@ -791,14 +791,64 @@ fn parse_gat(rest: &[u8], cas: bool) -> Result<Request<'_>, Fail> {
     Ok(Request::GetAndTouch { exptime, keys, cas })
 }
 
-fn parse_storage<'a>(
+/// A storage command's line, parsed before its data block (see
+/// [`parse_store_head`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoreHead<'a> {
+    /// Which storage command.
+    pub command: StoreCommand,
+    /// The key.
+    pub key: &'a [u8],
+    /// Client flags.
+    pub flags: u32,
+    /// Expiry time.
+    pub exptime: i32,
+    /// The data block's length (without its `\r\n`), within the limits.
+    pub vlen: usize,
+    /// The CAS unique to compare (`cas` only; 0 otherwise).
+    pub cas_unique: u64,
+    /// Send no response.
+    pub noreply: bool,
+    /// The line's length, `\r\n` included: where the data block starts.
+    pub line_len: usize,
+}
+
+/// The storage command line at the front of `buf` whose data block has not
+/// all arrived: a server may then receive the value itself, straight into
+/// where it is stored. `None` for anything else ([`parse`] says what).
+pub fn parse_store_head<'a>(buf: &'a [u8], limits: &Limits) -> Option<StoreHead<'a>> {
+    let nl = find_newline(buf, limits).ok()?;
+    let line = match &buf[..nl] {
+        [rest @ .., b'\r'] => rest,
+        l => l,
+    };
+    let line = trim_start(line);
+    let (cmd, rest) = match memchr::memchr(b' ', line) {
+        Some(i) => (&line[..i], &line[i + 1..]),
+        None => return None,
+    };
+    let command = match cmd {
+        b"set" => StoreCommand::Set,
+        b"add" => StoreCommand::Add,
+        b"replace" => StoreCommand::Replace,
+        b"append" => StoreCommand::Append,
+        b"prepend" => StoreCommand::Prepend,
+        b"cas" => StoreCommand::Cas,
+        _ => return None,
+    };
+    let head = store_head(command, cmd, rest, nl + 1, limits).ok()?;
+    let end = head.line_len + head.vlen + 2;
+    (buf.len() < end).then_some(head)
+}
+
+/// A storage command's line; errors as [`parse`] answers them.
+fn store_head<'a>(
     command: StoreCommand,
     cmd: &'a [u8],
     rest: &'a [u8],
-    buf: &'a [u8],
     line_len: usize,
     limits: &Limits,
-) -> Result<(Request<'a>, usize), ParseError<'a>> {
+) -> Result<StoreHead<'a>, ParseError<'a>> {
     let a = Args::split(cmd, rest);
     let min = if command == StoreCommand::Cas { 5 } else { 4 };
     // memcached takes the arguments and one more token (`noreply` or not),
@@ -832,35 +882,76 @@ fn parse_storage<'a>(
         0
     };
     let noreply = a.noreply(min);
-    let consumed = line_len + vlen + 2;
-    let swallow = |message| ParseError::Client {
-        message,
-        consumed,
-        noreply,
-    };
     if !limits.fits(key.len(), flags, vlen) {
         return Err(ParseError::TooLarge {
             key,
             key_base64: false,
             invalidate: command == StoreCommand::Set,
             noreply,
-            consumed,
+            consumed: line_len + vlen + 2,
         });
     }
-    let value =
-        data_block(buf, line_len, vlen).map_err(|e| e.unwrap_or(swallow("bad data chunk")))?;
-    Ok((
+    Ok(StoreHead {
+        command,
+        key,
+        flags,
+        exptime,
+        vlen,
+        cas_unique,
+        noreply,
+        line_len,
+    })
+}
+
+impl<'a> StoreHead<'a> {
+    /// The error answered for a data block not ended by `\r\n` (its bytes
+    /// and terminator are dropped).
+    pub fn bad_data_chunk(&self) -> ParseError<'a> {
+        ParseError::Client {
+            message: "bad data chunk",
+            consumed: self.line_len + self.vlen + 2,
+            noreply: self.noreply,
+        }
+    }
+
+    /// The error answered when no memory is left for the value (its bytes
+    /// and terminator are dropped; a `set` drops the old item too).
+    pub fn out_of_memory(&self) -> ParseError<'a> {
+        ParseError::NoMemory {
+            key: self.key,
+            key_base64: false,
+            invalidate: self.command == StoreCommand::Set,
+            noreply: self.noreply,
+            consumed: self.line_len + self.vlen + 2,
+        }
+    }
+
+    /// The request with its data block, `value`.
+    pub fn request(&self, value: &'a [u8]) -> Request<'a> {
         Request::Store {
-            command,
-            key,
-            flags,
-            exptime,
+            command: self.command,
+            key: self.key,
+            flags: self.flags,
+            exptime: self.exptime,
             value,
-            cas_unique,
-            noreply,
-        },
-        consumed,
-    ))
+            cas_unique: self.cas_unique,
+            noreply: self.noreply,
+        }
+    }
+}
+
+fn parse_storage<'a>(
+    command: StoreCommand,
+    cmd: &'a [u8],
+    rest: &'a [u8],
+    buf: &'a [u8],
+    line_len: usize,
+    limits: &Limits,
+) -> Result<(Request<'a>, usize), ParseError<'a>> {
+    let head = store_head(command, cmd, rest, line_len, limits)?;
+    let value =
+        data_block(buf, line_len, head.vlen).map_err(|e| e.unwrap_or(head.bad_data_chunk()))?;
+    Ok((head.request(value), line_len + head.vlen + 2))
 }
 
 /// A data block length: memcached takes 0 ..= `i32::MAX - 2` (the length

@@ -164,6 +164,38 @@ fn storage_waits_for_the_data_block() {
 }
 
 #[test]
+fn a_store_head_comes_with_its_line() {
+    let l = Limits::default();
+    let head = parse_store_head(b"cas k 5 -1 10 77 noreply\r\nabc", &l).unwrap();
+    assert_eq!(
+        head,
+        StoreHead {
+            command: StoreCommand::Cas,
+            key: b"k",
+            flags: 5,
+            exptime: -1,
+            vlen: 10,
+            cas_unique: 77,
+            noreply: true,
+            line_len: 26,
+        }
+    );
+    assert_eq!(head.bad_data_chunk().consumed(), Some(38));
+    assert!(parse_store_head(b"set k 0 0 10\r\n0123456789\r\n", &l).is_none());
+    assert!(
+        parse_store_head(b"set k 0 0 10", &l).is_none(),
+        "no line yet"
+    );
+    assert!(
+        parse_store_head(b"set k 0 x 10\r\n", &l).is_none(),
+        "bad line"
+    );
+    assert!(parse_store_head(b"get k\r\n", &l).is_none());
+    let big = format!("set k 0 0 {}\r\n", l.max_item_size + 1);
+    assert!(parse_store_head(big.as_bytes(), &l).is_none(), "too large");
+}
+
+#[test]
 fn storage_errors() {
     // A token count memcached does not take: ERROR.
     let unknown = |consumed| ParseError::UnknownCommand { consumed };
@@ -1186,6 +1218,30 @@ proptest! {
         let (r2, used2) = p(&buf[used..]).unwrap();
         prop_assert_eq!(r2, next.request());
         prop_assert_eq!(used + used2, buf.len());
+    }
+
+    /// A storage line whose block is still coming has the head its whole
+    /// request has (`parse` says `Incomplete` meanwhile); once the block is
+    /// all there, or for any other request, there is no head.
+    #[test]
+    fn a_store_head_is_the_whole_requests_line(spec in spec(), cut in any::<prop::sample::Index>()) {
+        let req = spec.request();
+        let mut buf = Vec::new();
+        req.encode(&mut buf);
+        let limits = Limits::default();
+        prop_assert_eq!(parse_store_head(&buf, &limits), None);
+        let Some(head) = (1..buf.len()).find_map(|k| parse_store_head(&buf[..k], &limits)) else {
+            prop_assert!(!matches!(req, Request::Store { .. }), "no head for {:?}", req);
+            return Ok(());
+        };
+        let Request::Store { value, .. } = req else {
+            return Err(TestCaseError::fail(format!("a head for {req:?}")));
+        };
+        prop_assert_eq!(head.request(value), req);
+        prop_assert_eq!(head.line_len + head.vlen + 2, buf.len());
+        let k = head.line_len + cut.index(buf.len() - head.line_len);
+        prop_assert_eq!(parse_store_head(&buf[..k], &limits), Some(head));
+        prop_assert_eq!(p(&buf[..k]), Err(ParseError::Incomplete));
     }
 
     /// Arbitrary bytes never panic; what parses re-encodes to an equal request.

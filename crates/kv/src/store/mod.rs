@@ -79,6 +79,7 @@ pub use detail::{PrefixStats, PREFIX_DELIMITER};
 pub use stats::{Counter, Stats};
 
 use crate::protocol::KEY_MAX_LENGTH;
+use block::Block;
 use shard::{NewItem, Shard, ACCESSED, FETCHED, KEY_BINARY};
 pub(crate) use shard::{SHARE_MIN, STALE, WIN_SENT};
 use stats::{GlobalStats, ShardStats};
@@ -472,6 +473,33 @@ impl Store {
     /// keeps its `uptime`. `None` without a file.
     pub fn started(&self) -> Option<Time> {
         (self.started > 0).then_some(self.started)
+    }
+
+    /// Whether [`stage`](Self::stage) may receive values in place: items
+    /// of 64 KiB and more (those a get sends from the store), in a store
+    /// without a memory file (whose items are written into its slots).
+    pub fn stages(&self, vlen: usize) -> bool {
+        self.file.is_none() && vlen >= shard::SHARE_MIN
+    }
+
+    /// An item for a value of `vlen` bytes under `key`, made before the
+    /// value arrives, so that it is received straight into its place (as
+    /// memcached reads a value into its item); stored with
+    /// [`Entry::insert_staged`]. None where such items are not made apart
+    /// (see [`stages`](Self::stages)), or no memory is left for it. Its
+    /// pages take memory only as the value is written.
+    pub fn stage(&self, key: &[u8], vlen: usize) -> Option<Staged> {
+        let hash = self.hash(key);
+        let spare = lock(&self.cells[self.shard_index(hash)].shard).staging(key.len(), vlen)?;
+        Some(Staged {
+            block: match spare {
+                Ok(block) => block,
+                // A new mapping is made outside the shard's lock.
+                Err(len) => Block::new(len)?,
+            },
+            klen: key.len(),
+            vlen,
+        })
     }
 
     /// The memory file's path, if the store has one.
@@ -1082,6 +1110,20 @@ impl<'s, 'k> Entry<'s, 'k> {
         self.put(&parts, flags, exptime, cas, kept)
     }
 
+    /// [`Entry::insert`] of a value received into `staged` (from
+    /// [`Store::stage`] for this key): its block becomes the item's
+    /// segment, the value is not copied.
+    pub fn insert_staged(
+        &mut self,
+        staged: Staged,
+        flags: u32,
+        exptime: Time,
+        cas: Option<u64>,
+    ) -> Result<u64, WriteError> {
+        debug_assert_eq!(staged.klen, self.key.len());
+        self.put_item(&[], Some(staged), flags, exptime, cas, 0)
+    }
+
     /// Like [`Entry::insert`], and the new item keeps `bits` (STALE, WIN_SENT).
     pub(crate) fn put(
         &mut self,
@@ -1091,7 +1133,22 @@ impl<'s, 'k> Entry<'s, 'k> {
         cas: Option<u64>,
         bits: u8,
     ) -> Result<u64, WriteError> {
-        let vlen = parts.iter().map(|p| p.len()).sum::<usize>();
+        self.put_item(parts, None, flags, exptime, cas, bits)
+    }
+
+    /// [`put`](Self::put) of a value in `parts`, or in `staged` (`parts`
+    /// then empty).
+    fn put_item(
+        &mut self,
+        parts: &[&[u8]],
+        staged: Option<Staged>,
+        flags: u32,
+        exptime: Time,
+        cas: Option<u64>,
+        bits: u8,
+    ) -> Result<u64, WriteError> {
+        let in_place = staged.as_ref().map_or(0, |s| s.vlen);
+        let vlen = in_place + parts.iter().map(|p| p.len()).sum::<usize>();
         if !self.shard.fits(self.key.len(), vlen) {
             return Err(self.out_of_memory(self.key.len() + vlen + ITEM_OVERHEAD));
         }
@@ -1118,6 +1175,7 @@ impl<'s, 'k> Entry<'s, 'k> {
         let item = NewItem {
             key: self.key,
             parts,
+            staged: in_place,
             cas,
             exptime,
             atime: self.now,
@@ -1125,10 +1183,14 @@ impl<'s, 'k> Entry<'s, 'k> {
             epoch: self.flush.epoch,
             bits,
         };
-        match self
-            .shard
-            .insert(self.hash, &item, self.now, self.flush, self.stats)
-        {
+        match self.shard.insert(
+            self.hash,
+            &item,
+            staged.map(|s| s.block),
+            self.now,
+            self.flush,
+            self.stats,
+        ) {
             Some(l) => {
                 self.stats.bump(Counter::TotalItems);
                 if keep_old {
@@ -1169,6 +1231,27 @@ impl<'s, 'k> Entry<'s, 'k> {
             }
             None => false,
         }
+    }
+}
+
+/// An item's memory made before its value arrives (see [`Store::stage`]).
+pub struct Staged {
+    block: Block,
+    klen: usize,
+    vlen: usize,
+}
+
+impl Staged {
+    /// Where the value goes: its bytes in the item.
+    pub fn value_mut(&mut self) -> &mut [u8] {
+        let at = shard::HEADER + self.klen;
+        &mut self.block.bytes_mut()[at..at + self.vlen]
+    }
+}
+
+impl std::fmt::Debug for Staged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Staged").field("vlen", &self.vlen).finish()
     }
 }
 

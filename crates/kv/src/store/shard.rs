@@ -183,6 +183,9 @@ fn wr32(h: &mut Header, at: usize, v: u32) {
 pub(crate) struct NewItem<'a> {
     pub(crate) key: &'a [u8],
     pub(crate) parts: &'a [&'a [u8]],
+    /// Bytes of the value already in place in the staged block given with
+    /// it (see [`Shard::insert`]); `parts` is then empty.
+    pub(crate) staged: usize,
     pub(crate) cas: u64,
     pub(crate) exptime: Time,
     pub(crate) atime: Time,
@@ -193,7 +196,7 @@ pub(crate) struct NewItem<'a> {
 
 impl NewItem<'_> {
     fn vlen(&self) -> usize {
-        self.parts.iter().map(|p| p.len()).sum()
+        self.staged + self.parts.iter().map(|p| p.len()).sum::<usize>()
     }
 }
 
@@ -600,15 +603,26 @@ impl Shard {
         }
     }
 
-    /// A new segment of `size` bytes, for one item if `single`.
-    fn new_segment(&mut self, size: usize, single: bool) -> Option<u32> {
+    /// A new segment of `size` bytes, for one item if `single`; `given`'s
+    /// block (of `size` bytes, outside `allocated`) becomes it if there is one.
+    fn new_segment(&mut self, size: usize, single: bool, given: &mut Option<Block>) -> Option<u32> {
         if self.file.is_some() {
             return self.new_file_segment(size);
         }
-        let data = match self.spare.take() {
+        // Checked first: a given block is taken only where it stays.
+        if self.free_ids.is_empty() && self.segs.len() >= MAX_SEGS {
+            return None;
+        }
+        let data = match (given.take(), self.spare.take()) {
+            (Some(d), spare) => {
+                debug_assert_eq!(d.len(), size);
+                self.spare = spare;
+                self.allocated += d.len();
+                d
+            }
             // Eviction just freed a segment of this size, most often.
-            Some(d) if d.len() == size => d,
-            other => {
+            (None, Some(d)) if d.len() == size => d,
+            (None, other) => {
                 if let Some(d) = other {
                     self.allocated -= d.len();
                 }
@@ -635,10 +649,6 @@ impl Shard {
                 id
             }
             None => {
-                if self.segs.len() >= MAX_SEGS {
-                    self.allocated -= seg.data.len();
-                    return None;
-                }
                 self.segs.push(seg);
                 (self.segs.len() - 1) as u32
             }
@@ -720,15 +730,17 @@ impl Shard {
         if held + self.seg_size > limit {
             return None;
         }
-        let h = self.new_segment(self.seg_size, false)?;
+        let h = self.new_segment(self.seg_size, false, &mut None)?;
         self.head = Some(h);
         self.segs[h as usize].used = size;
         self.segs[h as usize].classes = class_bits(size);
         Some(loc(h, 0))
     }
 
-    /// Writes `it` at `l` (room already taken).
-    fn write(&mut self, l: Loc, it: &NewItem<'_>) {
+    /// Writes `it` at `l` (room already taken). A staged value is in place
+    /// already, unless its block did not become the item's segment
+    /// (`unused`): it is copied from there then.
+    fn write(&mut self, l: Loc, it: &NewItem<'_>, unused: Option<&Block>) {
         let vlen = it.vlen();
         let r = self.raw_mut(l);
         let h: &mut Header = (&mut r[..HEADER]).try_into().unwrap();
@@ -743,19 +755,50 @@ impl Shard {
         let mut at = HEADER;
         r[at..at + it.key.len()].copy_from_slice(it.key);
         at += it.key.len();
+        if let Some(b) = unused {
+            copy_chunked(&mut r[at..at + it.staged], &b[at..at + it.staged]);
+        }
         for p in it.parts {
             copy_chunked(&mut r[at..at + p.len()], p);
             at += p.len();
         }
     }
 
+    /// A block to receive a value of `vlen` bytes under a key of `klen` in
+    /// place (at `HEADER + klen`), to be given to [`insert`](Self::insert)
+    /// as the item's own segment: the spare segment if it has the length
+    /// (its pages are resident already: overwriting a key reuses its old
+    /// item's), else the length of a new one. None where items of that
+    /// size do not get a segment of their own (a memory file, a small
+    /// value) or cannot fit at all.
+    pub(crate) fn staging(&mut self, klen: usize, vlen: usize) -> Option<Result<Block, usize>> {
+        let size = item_size(klen, vlen);
+        if self.file.is_some() || size < SHARE_MIN || !self.single(size) || !self.fits(klen, vlen) {
+            return None;
+        }
+        let len = self.block_size(size);
+        Some(match self.spare.take() {
+            Some(d) if d.len() == len => {
+                self.allocated -= len;
+                Ok(d)
+            }
+            other => {
+                self.spare = other;
+                Err(len)
+            }
+        })
+    }
+
     /// Stores a new item (the caller unlinked any old one under the key):
     /// finds room (evicting as needed), writes it, links it. None when the
-    /// item can never fit (see [`Shard::fits`]).
+    /// item can never fit (see [`Shard::fits`]). `staged`: a block of
+    /// [`staging`](Self::staging)'s length holding the item's value (of
+    /// `it.staged` bytes) in place, which becomes the item's segment.
     pub(crate) fn insert(
         &mut self,
         hash: u64,
         it: &NewItem<'_>,
+        mut staged: Option<Block>,
         now: Time,
         flush: FlushState,
         stats: &ShardStats,
@@ -771,7 +814,7 @@ impl Shard {
         if self.table.capacity() != cap {
             self.table_grows += 1;
         }
-        let Some(l) = self.place(it, now, flush, stats) else {
+        let Some(l) = self.place(it, &mut staged, now, flush, stats) else {
             if !self.evictions {
                 // Nothing live may go to pay for the growth: give it back,
                 // so the shard stays within its limit.
@@ -780,7 +823,8 @@ impl Shard {
             }
             return None;
         };
-        self.write(l, it);
+        // A staged block left over (not `staging`'s length) is copied from.
+        self.write(l, it, staged.as_ref());
         self.link(l, hash, stats);
         if !self.evictions && self.state(l, now, flush) != Lookup::Hit {
             self.born_hidden += 1;
@@ -817,6 +861,7 @@ impl Shard {
     fn place(
         &mut self,
         it: &NewItem<'_>,
+        staged: &mut Option<Block>,
         now: Time,
         flush: FlushState,
         stats: &ShardStats,
@@ -835,7 +880,7 @@ impl Shard {
         }
         let size = item_size(it.key.len(), vlen);
         if self.single(size) {
-            return self.room_large(size, now, flush, stats);
+            return self.room_large(size, staged, now, flush, stats);
         }
         let mut tries = 0;
         loop {
@@ -852,6 +897,7 @@ impl Shard {
     fn room_large(
         &mut self,
         size: usize,
+        staged: &mut Option<Block>,
         now: Time,
         flush: FlushState,
         stats: &ShardStats,
@@ -862,7 +908,11 @@ impl Shard {
             let held = self.allocated - self.spare.as_ref().map_or(0, |d| d.len());
             if held + block <= self.budget() {
                 // In a memory file the slots must also be consecutive.
-                if let Some(id) = self.new_segment(block, true) {
+                // A staged block of another length (not `staging`'s) stays
+                // out: `write` copies its value.
+                let fits = staged.as_ref().is_some_and(|b| b.len() == block);
+                let given = if fits { &mut *staged } else { &mut None };
+                if let Some(id) = self.new_segment(block, true, given) {
                     break id;
                 }
             }

@@ -1651,3 +1651,51 @@ fn a_shared_value_outlives_its_item_and_its_memory_is_not_reused() {
     let e = fs.entry(b"big", NOW);
     assert!(e.item().is_some() && e.share_value().is_none());
 }
+
+/// A large value received into a staged item becomes that item where it
+/// lies (no copy): its bytes, flags and charge are an insert's, overwriting
+/// a key stages into the segment its old item freed, and a memory file's
+/// store, a small value or one larger than a shard stages nothing.
+#[test]
+fn a_staged_value_becomes_its_item_where_it_lies() {
+    let s = store(4 << 20, 1);
+    let value: Vec<u8> = (0..200_000u32).map(|i| (i * 3) as u8).collect();
+    let stage = |key: &[u8], v: &[u8]| {
+        let mut st = s.stage(key, v.len()).expect("a large value is staged");
+        st.value_mut().copy_from_slice(v);
+        let at = st.value_mut().as_ptr() as usize;
+        (st, at)
+    };
+    let (st, at) = stage(b"big", &value);
+    s.entry(b"big", NOW).insert_staged(st, 7, 0, None).unwrap();
+    {
+        let e = s.entry(b"big", NOW);
+        let it = e.item().expect("stored");
+        assert_eq!((it.value, it.flags), (&value[..], 7));
+        assert_eq!(it.value.as_ptr() as usize, at, "received where it is kept");
+    }
+    // The same as an insert of the same value.
+    let t = store(4 << 20, 1);
+    set(&t, b"big", &value, 0, NOW);
+    assert_eq!((s.memory(), s.stats().bytes), (t.memory(), t.stats().bytes));
+    // Overwritten twice: the second stages into the block the first freed.
+    let other = vec![b'o'; value.len()];
+    let (st, second) = stage(b"big", &other);
+    s.entry(b"big", NOW).insert_staged(st, 0, 0, None).unwrap();
+    let (st, third) = stage(b"big", &value);
+    assert_eq!(third, at, "the old item's segment is reused");
+    assert_ne!(second, at);
+    s.entry(b"big", NOW).insert_staged(st, 0, 0, None).unwrap();
+    assert_eq!(get(&s, b"big", NOW).as_deref(), Some(&value[..]));
+    assert_eq!(s.stats().curr_items, 1);
+    // A staged value the client never finished: dropped, nothing kept.
+    drop(stage(b"gone", &value));
+    assert_eq!(get(&s, b"gone", NOW), None);
+    assert_eq!(s.memory(), t.memory());
+    s.check();
+    assert!(s.stage(b"small", 1000).is_none(), "small values are copied");
+    assert!(s.stage(b"huge", 8 << 20).is_none(), "larger than the shard");
+    let f = TempFile::new("staged");
+    let (fs, _) = file_store_with(&f.0, 4 << 20, NOW, true);
+    assert!(!fs.stages(value.len()) && fs.stage(b"big", value.len()).is_none());
+}

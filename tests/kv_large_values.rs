@@ -1,0 +1,182 @@
+//! Large values (64 KiB and more) of `set`, `add`, `replace` and `cas` are
+//! received straight into their items instead of being buffered and copied
+//! (`Store::stage`): the answers stay memcached's under every threading
+//! model, whatever way the value arrives (whole, trickled, pipelined with
+//! what follows, cut off), and with the sockets moving a byte at a time.
+
+mod common;
+
+use common::*;
+use duality_kv::server::KvConfig;
+use duality_models::Model;
+use duality_rt::faults::Faults;
+use std::time::Duration;
+
+fn server(model: &str, faults: Faults) -> InProc {
+    let m: Model = model.parse().expect("model");
+    let config = KvConfig {
+        max_item_size: 2 << 20,
+        ..small_config(&m)
+    };
+    InProc::start_with_faults(m, config, false, faults)
+}
+
+/// A value of `len` bytes that differs from any other `seed`'s.
+fn value(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+/// `set`'s bytes, value and `\r\n` included.
+fn set_cmd(cmd: &str, key: &str, flags: u32, v: &[u8], extra: &str) -> Vec<u8> {
+    let mut b = format!("{cmd} {key} {flags} 0 {}{extra}\r\n", v.len()).into_bytes();
+    b.extend_from_slice(v);
+    b.extend_from_slice(b"\r\n");
+    b
+}
+
+fn get_answer(key: &str, flags: u32, v: &[u8]) -> Vec<u8> {
+    let mut b = format!("VALUE {key} {flags} {}\r\n", v.len()).into_bytes();
+    b.extend_from_slice(v);
+    b.extend_from_slice(b"\r\nEND\r\n");
+    b
+}
+
+fn large_values(srv: &InProc, len: usize) {
+    let model = srv.model.to_string();
+    let mut c = srv.connect();
+    c.set_read_timeout(Duration::from_secs(20));
+    // Whole, in one write with the get after it.
+    let a = value(len, 1);
+    let mut req = set_cmd("set", "a", 3, &a, "");
+    req.extend_from_slice(b"get a\r\n");
+    let mut want = b"STORED\r\n".to_vec();
+    want.extend_from_slice(&get_answer("a", 3, &a));
+    c.send(&req);
+    assert_eq!(c.read_n(want.len()), want, "{model}: whole");
+
+    // Trickled in uneven pieces, the next requests pipelined behind it.
+    let b = value(len + 1, 2);
+    let mut req = set_cmd("set", "b", 0, &b, "");
+    req.extend_from_slice(b"get b\r\nversion\r\n");
+    let mut at = 0;
+    for (i, step) in [1usize, 13, 4096, 70_000, 7, 150_000]
+        .iter()
+        .cycle()
+        .enumerate()
+    {
+        let end = (at + step).min(req.len());
+        c.send(&req[at..end]);
+        at = end;
+        if at == req.len() {
+            break;
+        }
+        if i % 3 == 0 {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    let mut want = b"STORED\r\n".to_vec();
+    want.extend_from_slice(&get_answer("b", 0, &b));
+    assert_eq!(c.read_n(want.len()), want, "{model}: trickled");
+    assert!(c.read_until(b"\r\n").starts_with(b"VERSION "), "{model}");
+
+    // The stores' own rules hold: add, replace, cas, noreply.
+    let v = value(len, 3);
+    c.expect(&set_cmd("add", "a", 0, &v, ""), b"NOT_STORED\r\n");
+    c.expect(&set_cmd("replace", "none", 0, &v, ""), b"NOT_STORED\r\n");
+    c.expect(&set_cmd("add", "c", 5, &v, ""), b"STORED\r\n");
+    c.expect(&set_cmd("replace", "c", 6, &a, ""), b"STORED\r\n");
+    c.expect(b"get c\r\n", &get_answer("c", 6, &a));
+    let cas = c.cas_of("c");
+    c.expect(
+        &set_cmd("cas", "c", 7, &v, &format!(" {}", cas + 1)),
+        b"EXISTS\r\n",
+    );
+    c.expect(
+        &set_cmd("cas", "c", 7, &v, &format!(" {cas}")),
+        b"STORED\r\n",
+    );
+    c.expect(&set_cmd("cas", "none", 7, &v, " 1"), b"NOT_FOUND\r\n");
+    let mut quiet = set_cmd("set", "q", 9, &b, " noreply");
+    quiet.extend_from_slice(b"get q\r\n");
+    c.expect(&quiet, &get_answer("q", 9, &b));
+
+    // A block not ended by \r\n: memcached's error, the old value kept, the
+    // connection in step.
+    let mut bad = format!("set a 0 0 {len}\r\n").into_bytes();
+    bad.extend_from_slice(&v);
+    bad.extend_from_slice(b"XYget a\r\n");
+    let mut want = b"CLIENT_ERROR bad data chunk\r\n".to_vec();
+    want.extend_from_slice(&get_answer("a", 3, &a));
+    c.expect(&bad, &want);
+
+    // A client gone in the middle of a value: nothing stored, the others
+    // served.
+    let items = c.stats("")["curr_items"].clone();
+    let mut gone = srv.connect();
+    gone.send(&set_cmd("set", "gone", 0, &v, "")[..len / 2]);
+    drop(gone);
+    std::thread::sleep(Duration::from_millis(50));
+    c.expect(b"get gone\r\n", b"END\r\n");
+    assert_eq!(c.stats("")["curr_items"], items, "{model}");
+    c.expect(b"get a\r\n", &get_answer("a", 3, &a));
+}
+
+#[test]
+fn large_values_under_every_model() {
+    for model in [
+        "sped",
+        "amped:2",
+        "seda:2:2",
+        "seda-s:2",
+        "symped:2",
+        "steal:2",
+        "thread-per-conn",
+    ] {
+        large_values(&server(model, Faults::NONE), 300_000);
+    }
+}
+
+#[test]
+fn large_values_a_byte_at_a_time() {
+    for model in ["sped", "symped:2"] {
+        large_values(&server(model, Faults::ALL), 70_000);
+    }
+}
+
+/// Without evictions (`-M`), a large value a full cache has no room for
+/// is refused as memcached refuses it, after its bytes came; a `set`'s old
+/// value goes too, so no stale value survives. Nothing of it is kept.
+#[test]
+fn a_large_value_a_full_cache_cannot_take_is_refused() {
+    let m: Model = "symped:2".parse().unwrap();
+    let config = KvConfig {
+        memory_limit: 8 << 20,
+        max_item_size: 1 << 20,
+        evictions: false,
+        ..small_config(&m)
+    };
+    let srv = InProc::start(m, config, false);
+    let mut c = srv.connect();
+    c.expect(&set_cmd("set", "k", 0, b"old", ""), b"STORED\r\n");
+    let big = value(900_000, 4);
+    let mut stored = 0;
+    let refused = (0..20).find(|i| {
+        let r = c.call(&set_cmd("set", &format!("f{i}"), 0, &big, ""));
+        stored += usize::from(r == b"STORED\r\n");
+        r != b"STORED\r\n"
+    });
+    assert!(
+        refused.is_some() && stored >= 4,
+        "{stored} stored before the cache was full"
+    );
+    let mut req = set_cmd("set", "k", 0, &big, "");
+    req.extend_from_slice(b"get k\r\n");
+    c.expect(
+        &req,
+        b"SERVER_ERROR out of memory storing object\r\nEND\r\n",
+    );
+    c.expect(b"get f0\r\n", &get_answer("f0", 0, &big));
+    assert!(srv.state.store.memory() <= 8 << 20);
+}
