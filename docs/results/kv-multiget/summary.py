@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Medians of ab.sh's lines: summary.py RESULTS > summary.md"""
+"""Medians of ab.sh's lines: summary.py RESULTS [WHAT] > summary.md
+
+WHAT: what one line's figure is per (default: multi-key get)."""
 import re, sys, statistics
 from collections import defaultdict
 runs = defaultdict(list)
@@ -14,7 +16,8 @@ for v in runs.values():
     for who, _ in v:
         if who not in whos:
             whos.append(who)
-print("Server CPU µs per multi-key get, median of the rounds in " + sys.argv[1].split("/")[-1])
+what = sys.argv[2] if len(sys.argv) > 2 else "multi-key get"
+print(f"Server CPU µs per {what}, median of the rounds in " + sys.argv[1].split("/")[-1])
 print()
 print("| keys x value | " + " | ".join(whos) + " | " + " | ".join(f"{w} / memcached" for w in whos if w != "memcached") + " |")
 print("|---" * (2 * len(whos)) + "|")

@@ -235,8 +235,12 @@ pub(crate) struct Shard {
     /// One freed segment kept for the next of its size, so eviction does
     /// not go back to the kernel each time (a mapping made and unmapped per
     /// stored item doubled the CPU of a set of 20 KB). Counted in
-    /// `allocated`.
+    /// `allocated`. Given back by a sweep that finds it unused since the
+    /// last (a large value received into its item takes the spare while its
+    /// old item lives, so overwrites keep one: held only while they go on).
     spare: Option<Block>,
+    /// The spare was taken or made since the last sweep.
+    spare_used: bool,
     seg_size: usize,
     /// Bytes of segment memory held (including `spare`).
     allocated: usize,
@@ -284,6 +288,7 @@ impl Shard {
             fifo: VecDeque::new(),
             head: None,
             spare: None,
+            spare_used: false,
             seg_size: seg_size_for(limit),
             allocated: 0,
             evicting: None,
@@ -621,7 +626,10 @@ impl Shard {
                 d
             }
             // Eviction just freed a segment of this size, most often.
-            (None, Some(d)) if d.len() == size => d,
+            (None, Some(d)) if d.len() == size => {
+                self.spare_used = true;
+                d
+            }
             (None, other) => {
                 if let Some(d) = other {
                     self.allocated -= d.len();
@@ -678,6 +686,7 @@ impl Shard {
             // Not one a send still holds: the spare is written again.
             if self.spare.is_none() && data.unique() {
                 self.spare = Some(data);
+                self.spare_used = true;
             } else {
                 self.allocated -= data.len();
             }
@@ -780,6 +789,7 @@ impl Shard {
         Some(match self.spare.take() {
             Some(d) if d.len() == len => {
                 self.allocated -= len;
+                self.spare_used = true;
                 Ok(d)
             }
             other => {
@@ -1297,7 +1307,8 @@ impl Shard {
 
     /// Examines up to `max` items from the sweep cursor on, reclaiming
     /// expired and flushed items of the classes `classes` selects (bit `c` for
-    /// class `c`). Returns (items examined, items reclaimed).
+    /// class `c`), and gives back a spare segment unused since the last
+    /// sweep. Returns (items examined, items reclaimed).
     pub(crate) fn sweep(
         &mut self,
         now: Time,
@@ -1306,6 +1317,11 @@ impl Shard {
         classes: u64,
         stats: &ShardStats,
     ) -> (usize, usize) {
+        if !std::mem::take(&mut self.spare_used) {
+            if let Some(d) = self.spare.take() {
+                self.allocated -= d.len();
+            }
+        }
         let mut seen = 0;
         let mut reclaimed = 0;
         let mut segs_left = self.segs.len() + 1;

@@ -1688,6 +1688,13 @@ fn a_staged_value_becomes_its_item_where_it_lies() {
     s.entry(b"big", NOW).insert_staged(st, 0, 0, None).unwrap();
     assert_eq!(get(&s, b"big", NOW).as_deref(), Some(&value[..]));
     assert_eq!(s.stats().curr_items, 1);
+    // The third's old item is the shard's spare now, given back by the
+    // second sweep that finds it unused.
+    assert!(s.memory() > t.memory(), "a spare is kept");
+    s.sweep(NOW, 1000);
+    assert!(s.memory() > t.memory(), "used since the last sweep");
+    s.sweep(NOW, 1000);
+    assert_eq!(s.memory(), t.memory(), "unused: given back");
     // A staged value the client never finished: dropped, nothing kept.
     drop(stage(b"gone", &value));
     assert_eq!(get(&s, b"gone", NOW), None);
