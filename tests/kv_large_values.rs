@@ -159,20 +159,23 @@ fn a_large_value_a_full_cache_cannot_take_is_refused() {
     };
     let srv = InProc::start(m, config, false);
     let mut c = srv.connect();
-    c.expect(&set_cmd("set", "k", 0, b"old", ""), b"STORED\r\n");
+    // Small values in every shard first, then large ones until one is
+    // refused: its shard is full.
+    for j in 0..64 {
+        c.expect(&set_cmd("set", &format!("k{j}"), 0, b"old", ""), b"STORED\r\n");
+    }
     let big = value(900_000, 4);
-    let mut stored = 0;
-    let refused = (0..20).find(|i| {
-        let r = c.call(&set_cmd("set", &format!("f{i}"), 0, &big, ""));
-        stored += usize::from(r == b"STORED\r\n");
-        r != b"STORED\r\n"
-    });
-    assert!(
-        refused.is_some() && stored >= 4,
-        "{stored} stored before the cache was full"
-    );
-    let mut req = set_cmd("set", "k", 0, &big, "");
-    req.extend_from_slice(b"get k\r\n");
+    let refused = (0..40)
+        .find(|i| c.call(&set_cmd("set", &format!("f{i}"), 0, &big, "")) != b"STORED\r\n")
+        .expect("the cache fills up");
+    let store = &srv.state.store;
+    let full = store.shard_of(format!("f{refused}").as_bytes());
+    let k = (0..64)
+        .map(|j| format!("k{j}"))
+        .find(|k| store.shard_of(k.as_bytes()) == full)
+        .expect("a small value in the full shard");
+    let mut req = set_cmd("set", &k, 0, &big, "");
+    req.extend_from_slice(format!("get {k}\r\n").as_bytes());
     c.expect(
         &req,
         b"SERVER_ERROR out of memory storing object\r\nEND\r\n",
