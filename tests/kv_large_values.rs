@@ -162,7 +162,10 @@ fn a_large_value_a_full_cache_cannot_take_is_refused() {
     // Small values in every shard first, then large ones until one is
     // refused: its shard is full.
     for j in 0..64 {
-        c.expect(&set_cmd("set", &format!("k{j}"), 0, b"old", ""), b"STORED\r\n");
+        c.expect(
+            &set_cmd("set", &format!("k{j}"), 0, b"old", ""),
+            b"STORED\r\n",
+        );
     }
     let big = value(900_000, 4);
     let refused = (0..40)

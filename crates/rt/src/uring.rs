@@ -12,7 +12,12 @@
 //!   and never reads the answers) cancels the receive until the reader
 //!   catches up, so memory per connection stays bounded. Out of buffers
 //!   (`ENOBUFS`), the receive ends and is re-armed on the next turn: busy
-//!   connections beyond the buffer count wait, they never fail.
+//!   connections beyond the buffer count wait, they never fail. A read of
+//!   [`DIRECT_MIN`] bytes or more (a large value arriving) stops the
+//!   receive and, once what it queued is read, reads with `recv` straight
+//!   into the reader's buffer, waiting on one-shot polls, as epoll does:
+//!   one copy instead of three; the connection goes back to the ring after
+//!   [`DIRECT_STICKY`] smaller reads.
 //! * **Sending**: a write copies into the connection's send queue and
 //!   returns; the loop submits one `SEND` per connection per turn (the rest
 //!   of a short send is resubmitted), so a write costs no system call of its
@@ -66,6 +71,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
+
+/// Reads of at least this many bytes with nothing received queued go
+/// straight to `recv` (see `Io::try_read`): a large value is copied once,
+/// by the kernel, into where it goes.
+const DIRECT_MIN: usize = 32 * 1024;
+
+/// Reads of less that stay direct after a large one (see `Io::try_read`).
+const DIRECT_STICKY: u8 = 16;
 
 /// Unread received bytes above which a connection stops receiving.
 pub(crate) const RX_LIMIT: usize = 256 * 1024;
@@ -455,6 +468,9 @@ const fn retry_ms(ms: u32) -> types::Timespec {
 
 /// The part of a socket's state few sockets use.
 struct Cold {
+    /// Reads left in direct mode (see `Io::try_read`; 0: the ring's
+    /// receive). Here: only sockets that receive large values use it.
+    direct: u8,
     // One-shot readiness (direct system calls, such as `sendfile`).
     ready: u8,
     ready_tick: u64,
@@ -483,6 +499,7 @@ struct Cold {
 impl Default for Cold {
     fn default() -> Cold {
         Cold {
+            direct: 0,
             // Optimistic, as the epoll backend: try first, wait on WouldBlock.
             ready: WRITABLE,
             ready_tick: 0,
@@ -534,6 +551,11 @@ impl Accepting {
 
 impl St {
     /// A receive error waits for the reader.
+    /// Reads left in direct mode (see `Io::try_read`).
+    fn direct(&self) -> u8 {
+        self.cold.as_ref().map_or(0, |c| c.direct)
+    }
+
     fn has_rx_err(&self) -> bool {
         self.cold.as_ref().is_some_and(|c| c.rx_err.is_some())
     }
@@ -666,6 +688,19 @@ impl Io {
         if st.unread() > 0 || st.rx_eof || st.has_rx_err() {
             return Poll::Ready(Ok(()));
         }
+        if st.direct() > 0 {
+            if st.recv.is_some() {
+                // Being cancelled: its last completion wakes the reader
+                // (with bytes, or for the one-shot poll below).
+                if !matches!(&st.reader, Some(w) if w.will_wake(cx.waker())) {
+                    st.reader = Some(cx.waker().clone());
+                }
+                return Poll::Pending;
+            }
+            // Direct reads (see `try_read`): a one-shot poll, as epoll's.
+            drop(st);
+            return self.poll_ready(false, cx).map(|_| Ok(()));
+        }
         self.wait_recv(&mut st, cx);
         Poll::Pending
     }
@@ -690,7 +725,47 @@ impl Io {
         if crate::coop::poll_proceed(cx).is_pending() {
             return Poll::Pending;
         }
+        loop {
+            if let Some(r) = self.try_read(cx, buf) {
+                return r;
+            }
+            // A direct receive found nothing: wait until the socket is
+            // readable (a readiness seen before is stale: look again).
+            match self.poll_ready(false, cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(tick) => self.clear_ready(false, tick),
+            }
+        }
+    }
+
+    /// [`poll_read`](Self::poll_read)'s one look: `None` when a direct
+    /// receive found nothing to read.
+    fn try_read(
+        self: &Arc<Self>,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Option<Poll<io::Result<usize>>> {
         let mut st = lock_std(&self.st);
+        // A large read (a large value on its way): the ring's receive
+        // stops, and once what it queued is read, `recv` reads straight
+        // into `buf`, as under epoll, instead of through provided buffers
+        // and the queue (two copies more). Not before: a completion of it
+        // still on its way would bring bytes that come first. Waits are
+        // then one-shot polls, as epoll's, and the connection stays direct
+        // for `DIRECT_STICKY` reads of less after the last large one (a
+        // client storing large values sends more of them: a receive armed
+        // at its idle wait would take the next ones through the queue).
+        let large = buf.len() >= DIRECT_MIN;
+        if large {
+            st.cold.get_or_insert_with(Default::default).direct = DIRECT_STICKY;
+        }
+        if st.direct() > 0 && st.want_recv {
+            st.want_recv = false;
+            if st.recv.is_some() {
+                // The loop cancels it (see `plan`).
+                self.schedule();
+            }
+        }
         if st.rx.len() > st.rx_pos as usize && !buf.is_empty() {
             let n = st.take_rx(buf);
             // Caught up after a pause for a full queue: receive again.
@@ -703,18 +778,56 @@ impl Io {
                 self.schedule();
             }
             crate::coop::spend();
-            return Poll::Ready(Ok(n));
+            return Some(Poll::Ready(Ok(n)));
         }
         if let Some(e) = st.cold.as_mut().and_then(|c| c.rx_err.take()) {
             crate::coop::spend();
-            return Poll::Ready(Err(e));
+            return Some(Poll::Ready(Err(e)));
         }
         if st.rx_eof || buf.is_empty() {
             crate::coop::spend();
-            return Poll::Ready(Ok(0));
+            return Some(Poll::Ready(Ok(0)));
         }
-        self.wait_recv(&mut st, cx);
-        Poll::Pending
+        if st.direct() == 0 {
+            self.wait_recv(&mut st, cx);
+            return Some(Poll::Pending);
+        }
+        if st.recv.is_some() {
+            // Its last completion wakes the reader.
+            if !matches!(&st.reader, Some(w) if w.will_wake(cx.waker())) {
+                st.reader = Some(cx.waker().clone());
+            }
+            return Some(Poll::Pending);
+        }
+        // SAFETY: `buf` is valid for writes of `buf.len()` bytes; the call
+        // does not block (`MSG_DONTWAIT`) and keeps no pointer to it.
+        let n = unsafe {
+            libc::recv(
+                self.fd,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if n >= 0 {
+            if n == 0 {
+                st.rx_eof = true;
+            }
+            if let Some(c) = st.cold.as_mut().filter(|_| !large) {
+                c.direct -= 1;
+            }
+            crate::coop::spend();
+            return Some(Poll::Ready(Ok(n as usize)));
+        }
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            // (Interrupted: the readiness wait looks again.)
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => None,
+            _ => {
+                crate::coop::spend();
+                Some(Poll::Ready(Err(e)))
+            }
+        }
     }
 
     // ---- sending ---------------------------------------------------------
@@ -1304,6 +1417,13 @@ impl UringReactor {
                 cold.want_poll = 0;
             }
             st.want_recv = false;
+        }
+        if !st.want_recv && !st.recv_cancelled {
+            // Its reader receives directly now (see `Io::try_read`).
+            if let Some(ud) = st.recv {
+                st.recv_cancelled = true;
+                self.cancel(ud.get());
+            }
         }
         if st.want_recv && st.recv.is_none() && !st.rx_eof && st.unread() < RX_LIMIT {
             if self.ensure_bufs() {
@@ -2265,6 +2385,72 @@ mod tests {
         });
         let st = lock_std(&io.st);
         assert_eq!(&st.rx[st.rx_pos as usize..], b"last words");
+    }
+
+    /// A large read stops the ring's receive and reads with `recv`, but
+    /// not before that receive has ended (its completions may hold bytes
+    /// that came first): the bytes come in order. Small reads after it
+    /// stay direct for a while, then the ring receives again.
+    #[test]
+    fn a_large_read_goes_direct_once_the_rings_receive_has_ended() {
+        let Some((r, _wake, _w)) = ring() else {
+            return;
+        };
+        let (mine, mut peer) = UnixStream::pair().unwrap();
+        let io = Io::new(mine.into_raw_fd(), r.handle().clone());
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let mut small = [0u8; 16];
+        assert!(io.poll_read(&mut cx, &mut small).is_pending());
+        turn_until(&r, "the receive is armed", || {
+            lock_std(&io.st).recv.is_some()
+        });
+        // More than the ring's buffers hold: its receive takes what they
+        // hold and ends for lack of buffers (ENOBUFS), its completions not
+        // read yet; the rest waits in the socket, where a `recv` now would
+        // find bytes that come after those.
+        let first: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        // (Room for all of it in the socket: this thread cannot wait.)
+        socket2::SockRef::from(&peer)
+            .set_send_buffer_size(1 << 20)
+            .unwrap();
+        peer.write_all(&first).unwrap();
+        peer.write_all(b"-second").unwrap();
+        let mut big = vec![0u8; super::DIRECT_MIN];
+        assert!(io.poll_read(&mut cx, &mut big).is_pending(), "no recv yet");
+        let mut got = Vec::new();
+        let want = [&first[..], b"-second"].concat();
+        turn_until(&r, "the bytes arrive in order", || {
+            while let std::task::Poll::Ready(n) = io.poll_read(&mut cx, &mut big) {
+                got.extend_from_slice(&big[..n.unwrap()]);
+            }
+            got.len() >= want.len()
+        });
+        assert!(got == want, "in order");
+        assert!(
+            lock_std(&io.st).recv.is_none(),
+            "direct: the ring does not receive"
+        );
+        // Small reads stay direct for `DIRECT_STICKY` reads that find bytes.
+        for i in 0..super::DIRECT_STICKY {
+            peer.write_all(&[i]).unwrap();
+            let std::task::Poll::Ready(n) = io.poll_read(&mut cx, &mut small) else {
+                panic!("read {i} found nothing");
+            };
+            assert_eq!((n.unwrap(), small[0]), (1, i));
+        }
+        assert!(io.poll_read(&mut cx, &mut small).is_pending());
+        turn_until(&r, "the ring receives again", || {
+            lock_std(&io.st).recv.is_some()
+        });
+        peer.write_all(b"ring").unwrap();
+        let mut got = Vec::new();
+        turn_until(&r, "bytes through the ring", || {
+            if let std::task::Poll::Ready(n) = io.poll_read(&mut cx, &mut small) {
+                got.extend_from_slice(&small[..n.unwrap()]);
+            }
+            got.len() >= 4
+        });
+        assert_eq!(got, b"ring");
     }
 
     /// A socket dropped with bytes its peer never reads is closed once its

@@ -445,3 +445,70 @@ fn half_closed_peer_round() {
         assert_eq!(got, 100 + sent);
     });
 }
+
+/// Reads of every size, large ones (which io_uring turns into direct
+/// `recv`s once what its ring received is read) among small ones (which
+/// go back to the ring after a while), some given up before they finish,
+/// some after a wait for readability: the stream arrives whole and in
+/// order, while the client is still sending and after it stopped.
+#[test]
+fn large_and_small_reads_keep_the_byte_order() {
+    on_each_backend(|| async {
+        let (server, client) = accepted_pair().await;
+        let data: Vec<u8> = (0..6usize << 20).map(|i| (i * 7 % 253) as u8).collect();
+        let sent = data.clone();
+        let writer = std::thread::spawn(move || {
+            let mut client = client;
+            for (i, piece) in sent.chunks(300_000).enumerate() {
+                client.write_all(piece).unwrap();
+                if i % 4 == 0 {
+                    std::thread::sleep(Duration::from_millis(3));
+                }
+            }
+            client
+        });
+        let sizes = [100, 64 << 10, 7, 40 << 10, 16 << 10, 1 << 20, 1, 3000];
+        let mut got = Vec::with_capacity(data.len());
+        let mut buf = vec![0u8; 1 << 20];
+        let mut i = 0;
+        while got.len() < data.len() {
+            i += 1;
+            let want = sizes[i % sizes.len()].min(data.len() - got.len());
+            // A phase of small reads only, long enough to leave direct mode.
+            let want = if (i / 64) % 2 == 1 {
+                want.min(500)
+            } else {
+                want
+            };
+            if i % 11 == 0 {
+                // Given up at once unless bytes wait: what it did not
+                // take stays for the next.
+                if let Ok(r) = timeout(Duration::ZERO, server.read(&mut buf[..want])).await {
+                    let n = r.unwrap();
+                    got.extend_from_slice(&buf[..n]);
+                }
+                continue;
+            }
+            if i % 13 == 0 {
+                timeout(Duration::from_secs(5), server.readable())
+                    .await
+                    .expect("readable")
+                    .unwrap();
+            }
+            let n = timeout(Duration::from_secs(5), server.read(&mut buf[..want]))
+                .await
+                .expect("the bytes arrive")
+                .unwrap();
+            assert!(n > 0, "end of stream before the end");
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert!(got == data, "the stream came whole and in order");
+        let client = join(writer).await;
+        drop(client);
+        let n = timeout(Duration::from_secs(5), server.read(&mut buf))
+            .await
+            .expect("the end arrives")
+            .unwrap();
+        assert_eq!(n, 0, "end of stream after the stream");
+    });
+}
