@@ -760,11 +760,15 @@ fn line_limits(t: &Target) {
 fn data_chunk(t: &Target) {
     let mut c = t.connect();
     c.expect_str("set dc 0 0 1\r\nx\r\n", "STORED\r\n");
+    let sets = |c: &mut Client| c.stats("")["cmd_set"].parse::<u64>().unwrap();
+    let before = sets(&mut c);
     // The value's \r\n is checked; a bad block is consumed as declared.
     c.expect_str("set dc 0 0 2\r\nabcd", "CLIENT_ERROR bad data chunk\r\n");
     c.expect_str("set dc 0 0 2\r\nab\n\n", "CLIENT_ERROR bad data chunk\r\n");
     c.expect_str("set dc 0 0 2 noreply\r\nabcd", "");
     c.expect_str("ms dc 2\r\nabcd", "CLIENT_ERROR bad data chunk\r\n");
+    // memcached counts each of them in cmd_set all the same.
+    assert_eq!(sets(&mut c) - before, 4, "{}", t.model);
     c.expect_str("get dc\r\n", "VALUE dc 0 1\r\nx\r\nEND\r\n");
 }
 

@@ -21,7 +21,7 @@ mod slabs;
 mod stats;
 
 use crate::protocol::{
-    decode_key, BinRequest, Opcode, ParseError, Request, StoreHead, KEY_MAX_LENGTH,
+    decode_key, BinRequest, Opcode, ParseError, Request, StoreHead, BAD_DATA_CHUNK, KEY_MAX_LENGTH,
 };
 use crate::store::{Counter, SharedValue, Staged, Store, Time, MAX_RELATIVE_EXPTIME};
 use std::sync::Arc;
@@ -538,6 +538,15 @@ pub fn execute_error<C: ExecContext + ?Sized>(
     ctx: &C,
     out: &mut Vec<u8>,
 ) -> Flow {
+    if let ParseError::Client {
+        message: BAD_DATA_CHUNK,
+        ..
+    } = err
+    {
+        // memcached counts a set whose block it refuses (`set_cmds`, before
+        // the block's end is checked).
+        store.count(Counter::CmdSet);
+    }
     if let ParseError::TooLarge {
         key,
         key_base64,

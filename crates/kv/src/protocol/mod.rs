@@ -39,6 +39,9 @@ pub const OPAQUE_MAX_LENGTH: usize = 32;
 pub const META_MAX_TOKENS: usize = 20;
 
 pub(crate) const BAD_FORMAT: &str = "bad command line format";
+/// The error of a data block not ended by `\r\n` (memcached counts the
+/// set all the same: see `execute_error`).
+pub(crate) const BAD_DATA_CHUNK: &str = "bad data chunk";
 
 /// memcached's answer to `delete <key> <time>` with a time other than 0.
 pub(crate) const DELETE_USAGE: &str = "bad command line format.  Usage: delete <key> [noreply]";
@@ -908,7 +911,7 @@ impl<'a> StoreHead<'a> {
     /// and terminator are dropped).
     pub fn bad_data_chunk(&self) -> ParseError<'a> {
         ParseError::Client {
-            message: "bad data chunk",
+            message: BAD_DATA_CHUNK,
             consumed: self.line_len + self.vlen + 2,
             noreply: self.noreply,
         }
@@ -1207,7 +1210,7 @@ fn parse_mset<'a>(
         });
     }
     let value =
-        data_block(buf, line_len, vlen).map_err(|e| e.unwrap_or(swallow("bad data chunk")))?;
+        data_block(buf, line_len, vlen).map_err(|e| e.unwrap_or(swallow(BAD_DATA_CHUNK)))?;
     Ok((Request::MetaSet { key, value, flags }, consumed))
 }
 
