@@ -1010,7 +1010,7 @@ impl Protocol for KvProtocol {
                 Ending::Unaccounted(execute_binary_error(&e, &st.store, &ctx, out))
             }
             // `finish` receives the value, then answers.
-            KvRequest::Large(_) => Ending::Finish(0),
+            KvRequest::Large(_) => Ending::Finish(RECEIVE),
         };
         let flow = match ending {
             // The connection stays busy until `finish` has sent the rest.
@@ -1046,8 +1046,8 @@ impl Protocol for KvProtocol {
         progress: u32,
         mut reply: Reply<'a>,
     ) -> duality_models::Flow {
-        let large = match session.mode {
-            Mode::Text => parse_store_head(request, &self.0.limits),
+        let large = match progress {
+            RECEIVE => parse_store_head(request, &self.0.limits),
             _ => None,
         };
         let flow = match large {
@@ -1097,6 +1097,10 @@ impl Protocol for KvProtocol {
         }
     }
 }
+
+/// The progress of a `Finish` that receives a large value (see
+/// `KvProtocol::receive_value`); a get's is the index of a key.
+const RECEIVE: u32 = u32::MAX;
 
 /// How a request's answer ends (see `KvProtocol::execute`).
 enum Ending {
@@ -1204,30 +1208,39 @@ impl KvProtocol {
     ) -> duality_models::Flow {
         let st = &*self.0;
         let info = session.conn.as_ref().map(|g| g.info.clone());
-        let mut staged = st.store.stage(head.key, head.vlen);
+        // Takes `n` bytes of the read-buffer budget in all (the first 64 KiB
+        // are free, as a buffer's).
+        let hold = |n: usize| match &info {
+            Some(i) if n > LARGE => st.buffers.hold_input(i.who(), &i.holds, n),
+            _ => true,
+        };
+        let mut staged = st.store.stage(head.key, head.vlen, hold);
         let mut got = 0;
+        let mut gone = false;
         if let Some(staged) = &mut staged {
             let value = staged.value_mut();
             let mut held = 0;
             while got < head.vlen {
                 if got == held {
                     held = head.vlen.min((got * 4).max(LARGE));
-                    let room = match &info {
-                        Some(i) if held > LARGE => st.buffers.hold_input(i.who(), &i.holds, held),
-                        _ => true,
-                    };
-                    if !room {
+                    if !hold(held) {
                         break;
                     }
                 }
                 match reply.read(&mut value[got..held]).await {
-                    Ok(0) | Err(_) => return duality_models::Flow::Close,
+                    Ok(0) | Err(_) => {
+                        gone = true;
+                        break;
+                    }
                     Ok(n) => got += n,
                 }
             }
         }
         if let Some(i) = &info {
             st.buffers.release_input(i.who(), &i.holds);
+        }
+        if gone {
+            return duality_models::Flow::Close;
         }
         let ctx = st.ctx();
         let out = reply.out();

@@ -613,8 +613,8 @@ pub struct Reply<'a> {
     /// [`read`](Reply::read) took (the driver drops those).
     input: &'a [u8],
     taken: &'a mut usize,
-    request_timeout: Option<Duration>,
-    /// When the request timeout runs out, from the first read that waits.
+    /// When the request timeout runs out for what `finish` reads (counted
+    /// from when `finish` began: the request's head had come whole).
     deadline: Option<Instant>,
 }
 
@@ -648,7 +648,7 @@ impl Reply<'_> {
     /// reads past `dst`, so what follows stays for the driver. `Ok(0)`: the
     /// client closed (or `dst` is empty). A shutdown lets the body finish,
     /// as a request still arriving does; the driver's request timeout
-    /// bounds the whole body (`TimedOut`).
+    /// bounds the whole body, from when `finish` began (`TimedOut`).
     pub async fn read(&mut self, dst: &mut [u8]) -> io::Result<usize> {
         let buffered = &self.input[*self.taken..];
         if !buffered.is_empty() || dst.is_empty() {
@@ -658,10 +658,9 @@ impl Reply<'_> {
             return Ok(n);
         }
         self.conn.set_mid_request(true);
-        let wait = match self.request_timeout {
+        let wait = match self.deadline {
             None => None,
-            Some(w) => {
-                let deadline = *self.deadline.get_or_insert_with(|| Instant::now() + w);
+            Some(deadline) => {
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
                     return Err(io::ErrorKind::TimedOut.into());
@@ -1061,8 +1060,7 @@ pub fn drive<P: Protocol>(
                                 write_timeout: driver.write_timeout,
                                 input: &buf[*start..*end],
                                 taken: &mut taken,
-                                request_timeout: driver.request_timeout,
-                                deadline: None,
+                                deadline: driver.request_timeout.map(|w| loop_now() + w),
                             };
                             let request = &buf[*start - len..*start];
                             let flow = Box::pin(driver.proto.finish(

@@ -824,6 +824,15 @@ impl Io {
             // (Interrupted: the readiness wait looks again.)
             io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => None,
             _ => {
+                // As the ring's receive does: a reset connection takes no
+                // more bytes either, writes fail now.
+                if st.tx_err.is_none() {
+                    st.tx_err = Some(e.kind());
+                    st.clear_tx();
+                }
+                if let Some(w) = st.writer.take() {
+                    w.wake();
+                }
                 crate::coop::spend();
                 Some(Poll::Ready(Err(e)))
             }

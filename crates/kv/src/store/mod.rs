@@ -486,17 +486,34 @@ impl Store {
     /// value arrives, so that it is received straight into its place (as
     /// memcached reads a value into its item); stored with
     /// [`Entry::insert_staged`]. None where such items are not made apart
-    /// (see [`stages`](Self::stages)), or no memory is left for it. Its
-    /// pages take memory only as the value is written.
-    pub fn stage(&self, key: &[u8], vlen: usize) -> Option<Staged> {
-        let hash = self.hash(key);
-        let spare = lock(&self.cells[self.shard_index(hash)].shard).staging(key.len(), vlen)?;
+    /// (see [`stages`](Self::stages)), or no memory is left for it.
+    ///
+    /// A new mapping takes memory only as the value is written. The
+    /// shard's spare block (the segment of an item that went, resident) is
+    /// reused instead only if `hold` takes its length from the caller's
+    /// budget: it leaves the shard's count, and a client that declares a
+    /// value and never sends it must not hold resident memory no limit
+    /// counts.
+    pub fn stage(
+        &self,
+        key: &[u8],
+        vlen: usize,
+        hold: impl FnOnce(usize) -> bool,
+    ) -> Option<Staged> {
+        let cell = &self.cells[self.shard_index(self.hash(key))];
+        let spare = lock(&cell.shard).staging(key.len(), vlen)?;
+        let block = match spare {
+            Ok(block) if hold(block.len()) => block,
+            Ok(block) => {
+                let len = block.len();
+                lock(&cell.shard).give_spare(block);
+                Block::new(len)?
+            }
+            // A new mapping is made outside the shard's lock.
+            Err(len) => Block::new(len)?,
+        };
         Some(Staged {
-            block: match spare {
-                Ok(block) => block,
-                // A new mapping is made outside the shard's lock.
-                Err(len) => Block::new(len)?,
-            },
+            block,
             klen: key.len(),
             vlen,
         })

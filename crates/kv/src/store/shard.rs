@@ -697,6 +697,15 @@ impl Shard {
         }
     }
 
+    /// Takes back a spare block [`staging`](Self::staging) handed out (if
+    /// the shard has none meanwhile; else it goes back to the kernel).
+    pub(crate) fn give_spare(&mut self, block: Block) {
+        if self.spare.is_none() {
+            self.allocated += block.len();
+            self.spare = Some(block);
+        }
+    }
+
     /// Gives the spare segment back while the shard is over its budget.
     fn trim_spare(&mut self) {
         if self.allocated > self.budget() {

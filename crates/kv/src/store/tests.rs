@@ -1661,7 +1661,9 @@ fn a_staged_value_becomes_its_item_where_it_lies() {
     let s = store(4 << 20, 1);
     let value: Vec<u8> = (0..200_000u32).map(|i| (i * 3) as u8).collect();
     let stage = |key: &[u8], v: &[u8]| {
-        let mut st = s.stage(key, v.len()).expect("a large value is staged");
+        let mut st = s
+            .stage(key, v.len(), |_| true)
+            .expect("a large value is staged");
         st.value_mut().copy_from_slice(v);
         let at = st.value_mut().as_ptr() as usize;
         (st, at)
@@ -1682,6 +1684,12 @@ fn a_staged_value_becomes_its_item_where_it_lies() {
     let other = vec![b'o'; value.len()];
     let (st, second) = stage(b"big", &other);
     s.entry(b"big", NOW).insert_staged(st, 0, 0, None).unwrap();
+    // Not without the budget for it (it is resident): a new mapping then,
+    // the spare kept and still counted.
+    let held = s.memory();
+    let unpaid = s.stage(b"big", value.len(), |_| false).unwrap();
+    assert_eq!(s.memory(), held, "the spare stays the shard's");
+    drop(unpaid);
     let (st, third) = stage(b"big", &value);
     assert_eq!(third, at, "the old item's segment is reused");
     assert_ne!(second, at);
@@ -1700,9 +1708,15 @@ fn a_staged_value_becomes_its_item_where_it_lies() {
     assert_eq!(get(&s, b"gone", NOW), None);
     assert_eq!(s.memory(), t.memory());
     s.check();
-    assert!(s.stage(b"small", 1000).is_none(), "small values are copied");
-    assert!(s.stage(b"huge", 8 << 20).is_none(), "larger than the shard");
+    assert!(
+        s.stage(b"small", 1000, |_| true).is_none(),
+        "small values are copied"
+    );
+    assert!(
+        s.stage(b"huge", 8 << 20, |_| true).is_none(),
+        "larger than the shard"
+    );
     let f = TempFile::new("staged");
     let (fs, _) = file_store_with(&f.0, 4 << 20, NOW, true);
-    assert!(!fs.stages(value.len()) && fs.stage(b"big", value.len()).is_none());
+    assert!(!fs.stages(value.len()) && fs.stage(b"big", value.len(), |_| true).is_none());
 }
