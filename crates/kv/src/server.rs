@@ -1655,7 +1655,8 @@ impl KvProtocol {
     /// not all here, of a `set`, `add`, `replace` or `cas` (an append's
     /// item holds the old value too).
     fn large_value<'a>(&self, input: &'a [u8], need: usize) -> Option<StoreHead<'a>> {
-        if need < input.len() || !self.0.store.stages(need) {
+        // (`need` is the request's whole length: a cheap first look.)
+        if !self.0.store.stages(need) {
             return None;
         }
         let head = parse_store_head(input, &self.0.limits)?;

@@ -551,6 +551,13 @@ impl Accepting {
 
 impl St {
     /// A receive error waits for the reader.
+    /// The next completion for the reader wakes `cx`'s task.
+    fn watch_reader(&mut self, cx: &Context<'_>) {
+        if !matches!(&self.reader, Some(w) if w.will_wake(cx.waker())) {
+            self.reader = Some(cx.waker().clone());
+        }
+    }
+
     /// Reads left in direct mode (see `Io::try_read`).
     fn direct(&self) -> u8 {
         self.cold.as_ref().map_or(0, |c| c.direct)
@@ -692,9 +699,7 @@ impl Io {
             if st.recv.is_some() {
                 // Being cancelled: its last completion wakes the reader
                 // (with bytes, or for the one-shot poll below).
-                if !matches!(&st.reader, Some(w) if w.will_wake(cx.waker())) {
-                    st.reader = Some(cx.waker().clone());
-                }
+                st.watch_reader(cx);
                 return Poll::Pending;
             }
             // Direct reads (see `try_read`): a one-shot poll, as epoll's.
@@ -706,9 +711,7 @@ impl Io {
     }
 
     fn wait_recv(self: &Arc<Self>, st: &mut St, cx: &mut Context<'_>) {
-        if !matches!(&st.reader, Some(w) if w.will_wake(cx.waker())) {
-            st.reader = Some(cx.waker().clone());
-        }
+        st.watch_reader(cx);
         if !st.want_recv || (st.recv.is_none() && st.unread() < RX_LIMIT) {
             st.want_recv = true;
             if st.recv.is_none() {
@@ -794,9 +797,7 @@ impl Io {
         }
         if st.recv.is_some() {
             // Its last completion wakes the reader.
-            if !matches!(&st.reader, Some(w) if w.will_wake(cx.waker())) {
-                st.reader = Some(cx.waker().clone());
-            }
+            st.watch_reader(cx);
             return Some(Poll::Pending);
         }
         // SAFETY: `buf` is valid for writes of `buf.len()` bytes; the call
@@ -2396,6 +2397,19 @@ mod tests {
         assert_eq!(&st.rx[st.rx_pos as usize..], b"last words");
     }
 
+    /// Reads `n` bytes from `io` through `buf`, turning `r` as needed.
+    fn read_n(r: &UringReactor, io: &Arc<Io>, buf: &mut [u8], n: usize) -> Vec<u8> {
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let mut got = Vec::new();
+        turn_until(r, "the bytes arrive", || {
+            while let std::task::Poll::Ready(k) = io.poll_read(&mut cx, buf) {
+                got.extend_from_slice(&buf[..k.unwrap()]);
+            }
+            got.len() >= n
+        });
+        got
+    }
+
     /// A large read stops the ring's receive and reads with `recv`, but
     /// not before that receive has ended (its completions may hold bytes
     /// that came first): the bytes come in order. Small reads after it
@@ -2426,15 +2440,8 @@ mod tests {
         peer.write_all(b"-second").unwrap();
         let mut big = vec![0u8; super::DIRECT_MIN];
         assert!(io.poll_read(&mut cx, &mut big).is_pending(), "no recv yet");
-        let mut got = Vec::new();
         let want = [&first[..], b"-second"].concat();
-        turn_until(&r, "the bytes arrive in order", || {
-            while let std::task::Poll::Ready(n) = io.poll_read(&mut cx, &mut big) {
-                got.extend_from_slice(&big[..n.unwrap()]);
-            }
-            got.len() >= want.len()
-        });
-        assert!(got == want, "in order");
+        assert!(read_n(&r, &io, &mut big, want.len()) == want, "in order");
         assert!(
             lock_std(&io.st).recv.is_none(),
             "direct: the ring does not receive"
@@ -2452,14 +2459,7 @@ mod tests {
             lock_std(&io.st).recv.is_some()
         });
         peer.write_all(b"ring").unwrap();
-        let mut got = Vec::new();
-        turn_until(&r, "bytes through the ring", || {
-            if let std::task::Poll::Ready(n) = io.poll_read(&mut cx, &mut small) {
-                got.extend_from_slice(&small[..n.unwrap()]);
-            }
-            got.len() >= 4
-        });
-        assert_eq!(got, b"ring");
+        assert_eq!(read_n(&r, &io, &mut small, 4), b"ring");
     }
 
     /// A socket dropped with bytes its peer never reads is closed once its
