@@ -1,5 +1,5 @@
-//! Large values (64 KiB and more) of `set`, `add`, `replace` and `cas` are
-//! received straight into their items instead of being buffered and copied
+//! Large values (64 KiB and more) of `set`, `add`, `replace`, `cas` and
+//! `ms` are received straight into their items instead of being buffered and copied
 //! (`Store::stage`): the answers stay memcached's under every threading
 //! model, whatever way the value arrives (whole, trickled, pipelined with
 //! what follows, cut off), and with the sockets moving a byte at a time.
@@ -121,6 +121,69 @@ fn large_values(srv: &InProc, len: usize) {
     c.expect(b"get gone\r\n", b"END\r\n");
     assert_eq!(c.stats("")["curr_items"], items, "{model}");
     c.expect(b"get a\r\n", &get_answer("a", 3, &a));
+
+    meta_sets(&mut c, &model, len);
+}
+
+/// `ms`'s bytes, value and `\r\n` included.
+fn ms_cmd(key: &str, v: &[u8], flags: &str) -> Vec<u8> {
+    let mut b = format!("ms {key} {} {flags}\r\n", v.len()).into_bytes();
+    b.extend_from_slice(v);
+    b.extend_from_slice(b"\r\n");
+    b
+}
+
+/// `mg <key> s v f`'s answer.
+fn mg_answer(flags: u32, v: &[u8]) -> Vec<u8> {
+    let mut b = format!("VA {} s{} f{flags}\r\n", v.len(), v.len()).into_bytes();
+    b.extend_from_slice(v);
+    b.extend_from_slice(b"\r\n");
+    b
+}
+
+/// The meta set's own rules, with large values: modes, CAS, invalidation,
+/// base64 keys, return flags, quiet mode, a bad chunk; appends (buffered)
+/// still work beside them.
+fn meta_sets(c: &mut Client, model: &str, len: usize) {
+    let a = value(len, 5);
+    let b = value(len + 3, 6);
+    // A base64 key ("mkey") with flags, TTL and return flags, a get after.
+    let mut req = ms_cmd("bWtleQ==", &a, "b F12 T100 k O77 s");
+    req.extend_from_slice(b"mg mkey s v f\r\n");
+    let mut want = format!("HD kbWtleQ== b O77 s{len}\r\n").into_bytes();
+    want.extend_from_slice(&mg_answer(12, &a));
+    c.send(&req);
+    assert_eq!(c.read_n(want.len()), want, "{model}: ms base64");
+    // Add, replace, CAS and their misses.
+    c.expect(&ms_cmd("mkey", &b, "ME"), b"NS\r\n");
+    c.expect(&ms_cmd("mnone", &b, "MR"), b"NS\r\n");
+    c.expect(&ms_cmd("mnone", &b, "C5"), b"NF\r\n");
+    c.expect(&ms_cmd("m2", &b, "ME F1"), b"HD\r\n");
+    let cas = c.cas_of("m2");
+    c.expect(&ms_cmd("m2", &a, &format!("C{}", cas + 1)), b"EX\r\n");
+    c.expect(&ms_cmd("m2", &a, &format!("MR F2 C{cas} q")), b"");
+    c.expect(b"mg m2 s v f\r\n", &mg_answer(2, &a));
+    // An older CAS with I: stored, and the item is stale.
+    let cas = c.cas_of("m2");
+    c.expect(&ms_cmd("m2", &b, &format!("I C{}", cas - 1)), b"HD\r\n");
+    let mut stale = b"VA ".to_vec();
+    stale.extend_from_slice(format!("{} s{} f0 X W\r\n", b.len(), b.len()).as_bytes());
+    stale.extend_from_slice(&b);
+    stale.extend_from_slice(b"\r\n");
+    c.expect(b"mg m2 s v f\r\n", &stale);
+    // Quiet: no answer for a stored value (`expect` ends with `mn`).
+    c.expect(&ms_cmd("m3", &b, "q T0"), b"");
+    // Append (buffered: its item holds the old value too).
+    c.expect(&ms_cmd("m3", &a, "MA"), b"HD\r\n");
+    let mut both = b.clone();
+    both.extend_from_slice(&a);
+    c.expect(b"mg m3 s v f\r\n", &mg_answer(0, &both));
+    // A block not ended by \r\n.
+    let mut bad = format!("ms m3 {len}\r\n").into_bytes();
+    bad.extend_from_slice(&a);
+    bad.extend_from_slice(b"XY");
+    c.expect(&bad, b"CLIENT_ERROR bad data chunk\r\n");
+    c.expect(b"mg m3 s v f\r\n", &mg_answer(0, &both));
 }
 
 #[test]

@@ -1,12 +1,12 @@
 //! Parses arbitrary bytes as a stream of memcached requests, consuming what
 //! each result says, and checks that every parsed request survives
 //! encode → parse unchanged, and that a storage line whose data block is
-//! still coming (`parse_store_head`) has the fields its whole request has.
+//! still coming (`parse_value_head`) has the fields its whole request has.
 //!
 //! Run: `cargo +nightly fuzz run kv_parse -- -dict=kv.dict` (from `fuzz/`).
 #![no_main]
 
-use duality_kv::{parse, parse_store_head, Limits, ParseError, Request};
+use duality_kv::{parse, parse_value_head, Limits, ParseError, Request};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -24,21 +24,21 @@ fuzz_target!(|data: &[u8]| {
     let mut buf = data;
     let mut encoded = Vec::new();
     while !buf.is_empty() {
-        let head = parse_store_head(buf, &limits);
+        let head = parse_value_head(buf, &limits);
         if let Some(h) = head {
-            assert!(h.line_len <= buf.len() && buf.len() < h.line_len + h.vlen + 2);
+            assert!(h.line_len() <= buf.len() && buf.len() < h.line_len() + h.vlen() + 2);
             assert!(matches!(parse(buf, &limits), Err(ParseError::Incomplete)));
         }
         match parse(buf, &limits) {
             Ok((req, used)) => {
                 assert!(used > 0 && used <= buf.len());
                 assert!(head.is_none(), "a whole request has no head");
-                if let Request::Store { value, .. } = req {
+                if let Request::Store { value, .. } | Request::MetaSet { value, .. } = req {
                     // Cut anywhere in its data block: the same fields.
                     let cut = used - 1 - (buf[0] as usize % (value.len() + 2));
-                    let h = parse_store_head(&buf[..cut], &limits).expect("a head");
+                    let h = parse_value_head(&buf[..cut], &limits).expect("a head");
                     assert_eq!(h.request(value), req);
-                    assert_eq!(h.line_len + h.vlen + 2, used);
+                    assert_eq!(h.line_len() + h.vlen() + 2, used);
                 }
                 encoded.clear();
                 req.encode(&mut encoded);

@@ -127,9 +127,9 @@ pub use command::{
     DEFAULT_VERSION,
 };
 pub use protocol::{
-    parse, parse_binary, parse_store_head, ArithOp, BinError, BinRequest, Cursor, Extras, Limits,
-    MetaFlags, Opcode, ParseError, Request, Status, StoreCommand, StoreHead, Tokens,
-    KEY_MAX_LENGTH,
+    parse, parse_binary, parse_value_head, ArithOp, BinError, BinRequest, Cursor, Extras, Limits,
+    MetaFlags, MetaSetHead, Opcode, ParseError, Request, Status, StoreCommand, StoreHead, Tokens,
+    ValueHead, KEY_MAX_LENGTH,
 };
 pub use store::{
     expiry, Counter, Entry, Footprint, Item, Lookup, Staged, Stats, Store, StoreConfig, Time,

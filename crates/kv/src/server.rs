@@ -24,8 +24,8 @@ use crate::command::{
 use crate::protocol::binary::{write_error, Opcode, Status, REQUEST_MAGIC};
 use crate::{
     binary_request_shard, execute_binary, execute_binary_error, execute_error, execute_staged,
-    parse, parse_binary, parse_store_head, request_shard, BinError, BinRequest, ExecContext, Flow,
-    Limits, ParseError, Request, ServerStats, Store, StoreCommand, StoreConfig, StoreHead, Time,
+    parse, parse_binary, parse_value_head, request_shard, BinError, BinRequest, ExecContext, Flow,
+    Limits, ParseError, Request, ServerStats, Store, StoreConfig, Time, ValueHead, KEY_MAX_LENGTH,
 };
 use duality_models::session::Reply;
 use duality_models::{
@@ -877,7 +877,7 @@ pub enum KvRequest<'a> {
     Binary(Result<BinRequest<'a>, BinError<'a>>),
     /// The line of a `set`, `add`, `replace` or `cas` whose large value is
     /// still coming: `finish` receives it straight into its item.
-    Large(StoreHead<'a>),
+    Large(ValueHead<'a>),
 }
 
 impl Protocol for KvProtocol {
@@ -926,7 +926,10 @@ impl Protocol for KvProtocol {
         let shard = match req {
             KvRequest::Text(Ok(r)) => request_shard(r, &self.0.store),
             KvRequest::Binary(Ok(r)) => binary_request_shard(r, &self.0.store),
-            KvRequest::Large(head) => Some(self.0.store.shard_of(head.key)),
+            KvRequest::Large(head) => {
+                let mut buf = [0; KEY_MAX_LENGTH];
+                Some(self.0.store.shard_of(head.key(&mut buf)))
+            }
             KvRequest::Text(Err(_)) | KvRequest::Binary(Err(_)) => None,
         };
         shard.unwrap_or(0) as u64
@@ -1047,7 +1050,7 @@ impl Protocol for KvProtocol {
         mut reply: Reply<'a>,
     ) -> duality_models::Flow {
         let large = match progress {
-            RECEIVE => parse_store_head(request, &self.0.limits),
+            RECEIVE => parse_value_head(request, &self.0.limits),
             _ => None,
         };
         let flow = match large {
@@ -1203,7 +1206,7 @@ impl KvProtocol {
     async fn receive_value(
         &self,
         session: &mut KvSession,
-        head: StoreHead<'_>,
+        head: ValueHead<'_>,
         reply: &mut Reply<'_>,
     ) -> duality_models::Flow {
         let st = &*self.0;
@@ -1214,15 +1217,17 @@ impl KvProtocol {
             Some(i) if n > LARGE => st.buffers.hold_input(i.who(), &i.holds, n),
             _ => true,
         };
-        let mut staged = st.store.stage(head.key, head.vlen, hold);
+        let vlen = head.vlen();
+        let mut key = [0; KEY_MAX_LENGTH];
+        let mut staged = st.store.stage(head.key(&mut key), vlen, hold);
         let mut got = 0;
         let mut gone = false;
         if let Some(staged) = &mut staged {
             let value = staged.value_mut();
             let mut held = 0;
-            while got < head.vlen {
+            while got < vlen {
                 if got == held {
-                    held = head.vlen.min((got * 4).max(LARGE));
+                    held = vlen.min((got * 4).max(LARGE));
                     if !hold(held) {
                         break;
                     }
@@ -1246,7 +1251,7 @@ impl KvProtocol {
         let out = reply.out();
         let before = out.len();
         let flow = match staged {
-            Some(staged) if got == head.vlen => {
+            Some(staged) if got == vlen => {
                 let mut end = [0; 2];
                 if reply.read_exact(&mut end).await.is_err() {
                     return duality_models::Flow::Close;
@@ -1261,7 +1266,7 @@ impl KvProtocol {
             }
             _ => {
                 // The rest, its `\r\n` with it, goes as it arrives.
-                session.swallow = head.vlen - got + 2;
+                session.swallow = vlen - got + 2;
                 execute_error(&head.out_of_memory(), &st.store, &ctx, out)
             }
         };
@@ -1632,7 +1637,7 @@ impl KvProtocol {
                 // (Only the driver's sessions: a peer calling `serve_bytes`
                 // alone, with a default session, has no `finish`.)
                 if let Some(head) = s.conn.as_ref().and_then(|_| self.large_value(input, need)) {
-                    return Parsed::Request(KvRequest::Large(head), head.line_len);
+                    return Parsed::Request(KvRequest::Large(head), head.line_len());
                 }
                 if need == 0 && memchr::memchr(b'\n', input).is_none() {
                     s.no_eol = searched(input);
@@ -1649,22 +1654,18 @@ impl KvProtocol {
         }
     }
 
-    /// The line of a storage command at the front of `input` (needing
+    /// The line of a storage request at the front of `input` (needing
     /// `need` bytes in all) whose value is to be received into its item
     /// (see [`receive_value`](Self::receive_value)): one of 64 KiB or more
-    /// not all here, of a `set`, `add`, `replace` or `cas` (an append's
-    /// item holds the old value too).
-    fn large_value<'a>(&self, input: &'a [u8], need: usize) -> Option<StoreHead<'a>> {
+    /// not all here, of a `set`, `add`, `replace`, `cas` or `ms` (not an
+    /// append or prepend: its item holds the old value too).
+    fn large_value<'a>(&self, input: &'a [u8], need: usize) -> Option<ValueHead<'a>> {
         // (`need` is the request's whole length: a cheap first look.)
         if !self.0.store.stages(need) {
             return None;
         }
-        let head = parse_store_head(input, &self.0.limits)?;
-        let whole = matches!(
-            head.command,
-            StoreCommand::Set | StoreCommand::Add | StoreCommand::Replace | StoreCommand::Cas
-        );
-        (whole && self.0.store.stages(head.vlen)).then_some(head)
+        let head = parse_value_head(input, &self.0.limits)?;
+        (!head.edits() && self.0.store.stages(head.vlen())).then_some(head)
     }
 
     fn parse_bin<'a>(&self, s: &mut KvSession, input: &'a [u8]) -> Parsed<KvRequest<'a>> {
@@ -1805,6 +1806,58 @@ mod tests {
                 Parsed::Skip(_) => "skip",
             })
             .collect()
+    }
+
+    /// Which storage lines a connection receives into their items: large
+    /// values of the commands that replace one, not appends, not small
+    /// values, not a request already whole.
+    #[test]
+    fn large_values_of_replacing_stores_are_received_into_their_items() {
+        let state = KvState::new(KvConfig::default()).unwrap();
+        let p = KvProtocol::new(state.clone());
+        let info = Arc::new(ConnInfo {
+            fd: -1,
+            addr: ShortAddr::new(None),
+            listen_addr: 0,
+            last_cmd: AtomicU32::new(0),
+            state: AtomicU8::new(CONN_NEW),
+            holds: AtomicU8::new(0),
+            split: AtomicBool::new(false),
+        });
+        let mut s = KvSession {
+            mode: Mode::Text,
+            conn: Some(ConnGuard { state, info }),
+            ..KvSession::default()
+        };
+        let mut received = |line: &str| match p.parse(&mut s, line.as_bytes()) {
+            Parsed::Request(KvRequest::Large(head), n) => {
+                assert_eq!(n, line.len(), "{line}");
+                let mut buf = [0; KEY_MAX_LENGTH];
+                Some(head.key(&mut buf).to_vec())
+            }
+            Parsed::Incomplete(_) => None,
+            _ => panic!("{line}"),
+        };
+        let big = 100_000;
+        for cmd in ["set k 0 0", "add k 0 0", "replace k 0 0", "ms k"] {
+            assert_eq!(received(&format!("{cmd} {big}\r\n")), Some(b"k".to_vec()));
+        }
+        assert_eq!(
+            received(&format!("cas k 0 0 {big} 1\r\n")),
+            Some(b"k".to_vec())
+        );
+        let line = format!("ms a2V5 {big} b MR C5 T1\r\n");
+        assert_eq!(received(&line), Some(b"key".to_vec()), "decoded key");
+        for line in [
+            format!("append k 0 0 {big}\r\n"),
+            format!("prepend k 0 0 {big}\r\n"),
+            format!("ms k {big} MA\r\n"),
+            format!("ms k {big} MP N30\r\n"),
+            "set k 0 0 1000\r\n".to_string(),
+            "ms k 1000\r\n".to_string(),
+        ] {
+            assert_eq!(received(&line), None, "{line}");
+        }
     }
 
     #[test]

@@ -2,7 +2,9 @@
 
 use crate::num::{fmt_u64, parse_counter, push_u64};
 use crate::protocol::{ArithOp, StoreCommand, Tokens};
-use crate::store::{expiry, Counter, Edit, Entry, Item, Lookup, Staged, Store, Time, SHARE_MIN};
+use crate::store::{
+    expiry, Counter, Edit, Entry, Item, Lookup, Staged, Store, Time, WriteError, SHARE_MIN,
+};
 
 const STORED: &[u8] = b"STORED\r\n";
 const NOT_STORED: &[u8] = b"NOT_STORED\r\n";
@@ -253,11 +255,7 @@ fn put(
     exptime: Time,
     is_set: bool,
 ) -> &'static [u8] {
-    let stored = match value {
-        Value::Bytes(v) => e.insert(v, flags, exptime, None),
-        Value::Staged(s) => e.insert_staged(s, flags, exptime, None),
-    };
-    match stored {
+    match value.put(e, flags, exptime, None, 0) {
         Ok(_) => STORED,
         Err(_) => {
             e.refused_for_memory();
@@ -274,6 +272,30 @@ fn put(
 pub(super) enum Value<'a> {
     Bytes(&'a [u8]),
     Staged(Staged),
+}
+
+impl Value<'_> {
+    pub(super) fn len(&self) -> usize {
+        match self {
+            Value::Bytes(v) => v.len(),
+            Value::Staged(s) => s.len(),
+        }
+    }
+
+    /// Writes the value as `e`'s new item (see [`Entry::put`]).
+    pub(super) fn put(
+        self,
+        e: &mut Entry<'_, '_>,
+        flags: u32,
+        exptime: Time,
+        cas: Option<u64>,
+        bits: u8,
+    ) -> Result<u64, WriteError> {
+        match self {
+            Value::Bytes(v) => e.put(&[v], flags, exptime, cas, bits),
+            Value::Staged(s) => e.put_staged(s, flags, exptime, cas, bits),
+        }
+    }
 }
 
 /// `set`, `add`, `replace`, `append`, `prepend`, `cas`.

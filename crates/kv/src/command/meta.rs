@@ -5,7 +5,7 @@
 //! mode (`q`) suppresses only the nominal code: `EN` for `mg`, `HD` for the
 //! others; errors are always sent.
 
-use super::classic::{apply, count_dead, NON_NUMERIC};
+use super::classic::{apply, count_dead, Value, NON_NUMERIC};
 use crate::num::{fmt_u64, parse_counter, push_i64, push_u64};
 use crate::protocol::{decode_key, item_size, ArithOp, MetaFlags, KEY_MAX_LENGTH};
 use crate::store::classes::class_of;
@@ -220,7 +220,7 @@ pub(super) fn set(
     store: &Store,
     now: Time,
     raw_key: &[u8],
-    value: &[u8],
+    value: Value<'_>,
     f: &MetaFlags<'_>,
     out: &mut Vec<u8>,
 ) {
@@ -240,11 +240,7 @@ pub(super) fn set(
     // A CAS turns set and replace into the `cas` command.
     let cas_mode = f.compare_cas().is_some() && matches!(mode, b'S' | b'R');
     let compare = f.compare_cas().unwrap_or(0);
-    let edit = if mode == b'A' {
-        Edit::Append(value)
-    } else {
-        Edit::Prepend(value)
-    };
+    let vlen = value.len();
 
     let stored = |r: Result<u64, WriteError>| match r {
         Ok(cas) => SetResult::Stored(cas),
@@ -270,14 +266,14 @@ pub(super) fn set(
                 match cas_res {
                     CasResult::Match => {
                         e.count(Counter::CasHits);
-                        stored(e.insert(value, client_flags, exptime, f.new_cas()))
+                        stored(value.put(&mut e, client_flags, exptime, f.new_cas(), 0))
                     }
                     CasResult::Stale => {
                         // Replace the value but keep the TTL, mark it stale and
                         // keep the win token state.
                         e.count(Counter::CasHits);
                         let bits = STALE | if win_sent { WIN_SENT } else { 0 };
-                        stored(e.put(&[value], client_flags, old_exptime, f.new_cas(), bits))
+                        stored(value.put(&mut e, client_flags, old_exptime, f.new_cas(), bits))
                     }
                     CasResult::None | CasResult::BadVal => {
                         e.count(Counter::CasBadval);
@@ -285,14 +281,24 @@ pub(super) fn set(
                     }
                 }
             } else if append {
-                if matches!(cas_res, CasResult::None | CasResult::Match) {
-                    e.rewrite(edit, f.new_cas())
-                        .map_or(SetResult::Code(b"NS"), SetResult::Stored)
-                } else {
-                    SetResult::Code(b"EX")
+                // (Never staged: the old value goes in the new item too.)
+                match (cas_res, value) {
+                    (CasResult::None | CasResult::Match, Value::Bytes(value)) => {
+                        let edit = if mode == b'A' {
+                            Edit::Append(value)
+                        } else {
+                            Edit::Prepend(value)
+                        };
+                        e.rewrite(edit, f.new_cas())
+                            .map_or(SetResult::Code(b"NS"), SetResult::Stored)
+                    }
+                    (CasResult::None | CasResult::Match, Value::Staged(_)) => {
+                        SetResult::Code(b"NS")
+                    }
+                    _ => SetResult::Code(b"EX"),
                 }
             } else {
-                stored(e.insert(value, client_flags, exptime, f.new_cas()))
+                stored(value.put(&mut e, client_flags, exptime, f.new_cas(), 0))
             }
         }
         None if cas_mode => {
@@ -300,7 +306,7 @@ pub(super) fn set(
             SetResult::Code(b"NF")
         }
         None if matches!(mode, b'S' | b'E') || vivify => {
-            stored(e.insert(value, client_flags, exptime, f.new_cas()))
+            stored(value.put(&mut e, client_flags, exptime, f.new_cas(), 0))
         }
         None => SetResult::Code(b"NS"),
     };
@@ -334,7 +340,7 @@ pub(super) fn set(
                 flag(out, b's');
                 let size = match (cas, e.item()) {
                     (Some(_), Some(item)) => item.value.len(),
-                    _ => value.len(),
+                    _ => vlen,
                 };
                 push_u64(out, size as u64);
             }

@@ -21,7 +21,7 @@ mod slabs;
 mod stats;
 
 use crate::protocol::{
-    decode_key, BinRequest, Opcode, ParseError, Request, StoreHead, BAD_DATA_CHUNK, KEY_MAX_LENGTH,
+    decode_key, BinRequest, Opcode, ParseError, Request, ValueHead, BAD_DATA_CHUNK, KEY_MAX_LENGTH,
 };
 use crate::store::{Counter, SharedValue, Staged, Store, Time, MAX_RELATIVE_EXPTIME};
 use std::sync::Arc;
@@ -384,29 +384,33 @@ fn flush_delay<C: ExecContext + ?Sized>(ctx: &C, delay: i64) -> i64 {
 }
 
 /// Stores a value received into its item ([`Store::stage`]) for the
-/// storage command `head` (`set`, `add`, `replace` or `cas`), answering as
-/// [`execute`] answers the whole request.
+/// storage request `head` (`set`, `add`, `replace`, `cas`, or an `ms` that
+/// does not append or prepend), answering as [`execute`] answers the whole
+/// request.
 pub fn execute_staged(
-    head: &StoreHead<'_>,
+    head: &ValueHead<'_>,
     staged: Staged,
     store: &Store,
     now: Time,
     out: &mut Vec<u8>,
 ) {
-    quiet(head.noreply, out, |out| {
-        let value = classic::Value::Staged(staged);
-        classic::store(
-            store,
-            now,
-            head.command,
-            head.key,
-            head.flags,
-            head.exptime,
-            value,
-            head.cas_unique,
-            out,
-        )
-    })
+    let value = classic::Value::Staged(staged);
+    match head {
+        ValueHead::Store(head) => quiet(head.noreply, out, |out| {
+            classic::store(
+                store,
+                now,
+                head.command,
+                head.key,
+                head.flags,
+                head.exptime,
+                value,
+                head.cas_unique,
+                out,
+            )
+        }),
+        ValueHead::MetaSet(head) => meta::set(store, now, head.key, value, &head.flags, out),
+    }
 }
 
 /// Executes one request, appending memcached's response bytes to `out`
@@ -517,7 +521,9 @@ pub fn execute<C: ExecContext + ?Sized>(
         }),
         Request::Quit => return Flow::Close,
         Request::MetaGet { key, flags } => meta::get(store, now, key, &flags, out),
-        Request::MetaSet { key, value, flags } => meta::set(store, now, key, value, &flags, out),
+        Request::MetaSet { key, value, flags } => {
+            meta::set(store, now, key, classic::Value::Bytes(value), &flags, out)
+        }
         Request::MetaDelete { key, flags } => meta::delete(store, now, key, &flags, out),
         Request::MetaArith { key, flags } => meta::arith(store, now, key, &flags, out),
         Request::MetaNoop => out.extend_from_slice(b"MN\r\n"),

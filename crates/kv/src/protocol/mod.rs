@@ -794,8 +794,8 @@ fn parse_gat(rest: &[u8], cas: bool) -> Result<Request<'_>, Fail> {
     Ok(Request::GetAndTouch { exptime, keys, cas })
 }
 
-/// A storage command's line, parsed before its data block (see
-/// [`parse_store_head`]).
+/// A classic storage command's line, parsed before its data block (see
+/// [`parse_value_head`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StoreHead<'a> {
     /// Which storage command.
@@ -816,10 +816,10 @@ pub struct StoreHead<'a> {
     pub line_len: usize,
 }
 
-/// The storage command line at the front of `buf` whose data block has not
+/// A storage request's line at the front of `buf` whose data block has not
 /// all arrived: a server may then receive the value itself, straight into
 /// where it is stored. `None` for anything else ([`parse`] says what).
-pub fn parse_store_head<'a>(buf: &'a [u8], limits: &Limits) -> Option<StoreHead<'a>> {
+pub fn parse_value_head<'a>(buf: &'a [u8], limits: &Limits) -> Option<ValueHead<'a>> {
     let nl = find_newline(buf, limits).ok()?;
     let line = match &buf[..nl] {
         [rest @ .., b'\r'] => rest,
@@ -837,11 +837,136 @@ pub fn parse_store_head<'a>(buf: &'a [u8], limits: &Limits) -> Option<StoreHead<
         b"append" => StoreCommand::Append,
         b"prepend" => StoreCommand::Prepend,
         b"cas" => StoreCommand::Cas,
+        b"ms" => {
+            let head = ValueHead::MetaSet(mset_head(rest, nl + 1, limits).ok()?);
+            return head.still_coming(buf.len());
+        }
         _ => return None,
     };
-    let head = store_head(command, cmd, rest, nl + 1, limits).ok()?;
-    let end = head.line_len + head.vlen + 2;
-    (buf.len() < end).then_some(head)
+    let head = ValueHead::Store(store_head(command, cmd, rest, nl + 1, limits).ok()?);
+    head.still_coming(buf.len())
+}
+
+/// A storage request's line, parsed before its data block (see
+/// [`parse_value_head`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ValueHead<'a> {
+    /// `set`, `add`, `replace`, `append`, `prepend`, `cas`.
+    Store(StoreHead<'a>),
+    /// `ms`.
+    MetaSet(MetaSetHead<'a>),
+}
+
+/// An `ms` line, parsed before its data block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MetaSetHead<'a> {
+    /// The key as sent (base64 with the `b` flag).
+    pub key: &'a [u8],
+    /// The flags.
+    pub flags: MetaFlags<'a>,
+    /// The data block's length (without its `\r\n`), within the limits.
+    pub vlen: usize,
+    /// The line's length, `\r\n` included: where the data block starts.
+    pub line_len: usize,
+}
+
+impl<'a> ValueHead<'a> {
+    /// The data block's length (without its `\r\n`).
+    pub fn vlen(&self) -> usize {
+        match self {
+            ValueHead::Store(h) => h.vlen,
+            ValueHead::MetaSet(h) => h.vlen,
+        }
+    }
+
+    /// The line's length, `\r\n` included: where the data block starts.
+    pub fn line_len(&self) -> usize {
+        match self {
+            ValueHead::Store(h) => h.line_len,
+            ValueHead::MetaSet(h) => h.line_len,
+        }
+    }
+
+    /// The key the item is stored under (`buf` holds a decoded base64 one).
+    pub fn key<'k>(&'k self, buf: &'k mut [u8; KEY_MAX_LENGTH]) -> &'k [u8] {
+        match self {
+            ValueHead::Store(h) => h.key,
+            ValueHead::MetaSet(h) => decode_key(h.key, h.flags.base64(), buf),
+        }
+    }
+
+    /// Whether the request changes a stored value rather than replacing it
+    /// (`append`, `prepend`, `ms` in mode A or P): the new item holds the
+    /// old value too.
+    pub fn edits(&self) -> bool {
+        match self {
+            ValueHead::Store(h) => {
+                matches!(h.command, StoreCommand::Append | StoreCommand::Prepend)
+            }
+            ValueHead::MetaSet(h) => matches!(h.flags.mode(), Some(b'A' | b'P')),
+        }
+    }
+
+    /// The error answered for a data block not ended by `\r\n` (its bytes
+    /// and terminator are dropped).
+    pub fn bad_data_chunk(&self) -> ParseError<'a> {
+        let noreply = match self {
+            ValueHead::Store(h) => h.noreply,
+            ValueHead::MetaSet(_) => false,
+        };
+        ParseError::Client {
+            message: BAD_DATA_CHUNK,
+            consumed: self.line_len() + self.vlen() + 2,
+            noreply,
+        }
+    }
+
+    /// The error answered when no memory is left for the value (its bytes
+    /// and terminator are dropped; a `set`'s old item goes too).
+    pub fn out_of_memory(&self) -> ParseError<'a> {
+        let consumed = self.line_len() + self.vlen() + 2;
+        match self {
+            ValueHead::Store(h) => ParseError::NoMemory {
+                key: h.key,
+                key_base64: false,
+                invalidate: h.command == StoreCommand::Set,
+                noreply: h.noreply,
+                consumed,
+            },
+            ValueHead::MetaSet(h) => ParseError::NoMemory {
+                key: h.key,
+                key_base64: h.flags.base64(),
+                invalidate: true,
+                noreply: false,
+                consumed,
+            },
+        }
+    }
+
+    /// The request with its data block, `value`.
+    pub fn request(&self, value: &'a [u8]) -> Request<'a> {
+        match *self {
+            ValueHead::Store(h) => Request::Store {
+                command: h.command,
+                key: h.key,
+                flags: h.flags,
+                exptime: h.exptime,
+                value,
+                cas_unique: h.cas_unique,
+                noreply: h.noreply,
+            },
+            ValueHead::MetaSet(h) => Request::MetaSet {
+                key: h.key,
+                value,
+                flags: h.flags,
+            },
+        }
+    }
+
+    /// The head, if `have` bytes do not hold its whole request.
+    fn still_coming(self, have: usize) -> Option<Self> {
+        (have < self.line_len() + self.vlen() + 2).then_some(self)
+    }
 }
 
 /// A storage command's line; errors as [`parse`] answers them.
@@ -906,43 +1031,6 @@ fn store_head<'a>(
     })
 }
 
-impl<'a> StoreHead<'a> {
-    /// The error answered for a data block not ended by `\r\n` (its bytes
-    /// and terminator are dropped).
-    pub fn bad_data_chunk(&self) -> ParseError<'a> {
-        ParseError::Client {
-            message: BAD_DATA_CHUNK,
-            consumed: self.line_len + self.vlen + 2,
-            noreply: self.noreply,
-        }
-    }
-
-    /// The error answered when no memory is left for the value (its bytes
-    /// and terminator are dropped; a `set` drops the old item too).
-    pub fn out_of_memory(&self) -> ParseError<'a> {
-        ParseError::NoMemory {
-            key: self.key,
-            key_base64: false,
-            invalidate: self.command == StoreCommand::Set,
-            noreply: self.noreply,
-            consumed: self.line_len + self.vlen + 2,
-        }
-    }
-
-    /// The request with its data block, `value`.
-    pub fn request(&self, value: &'a [u8]) -> Request<'a> {
-        Request::Store {
-            command: self.command,
-            key: self.key,
-            flags: self.flags,
-            exptime: self.exptime,
-            value,
-            cas_unique: self.cas_unique,
-            noreply: self.noreply,
-        }
-    }
-}
-
 fn parse_storage<'a>(
     command: StoreCommand,
     cmd: &'a [u8],
@@ -951,10 +1039,10 @@ fn parse_storage<'a>(
     line_len: usize,
     limits: &Limits,
 ) -> Result<(Request<'a>, usize), ParseError<'a>> {
-    let head = store_head(command, cmd, rest, line_len, limits)?;
+    let head = ValueHead::Store(store_head(command, cmd, rest, line_len, limits)?);
     let value =
-        data_block(buf, line_len, head.vlen).map_err(|e| e.unwrap_or(head.bad_data_chunk()))?;
-    Ok((head.request(value), line_len + head.vlen + 2))
+        data_block(buf, line_len, head.vlen()).map_err(|e| e.unwrap_or(head.bad_data_chunk()))?;
+    Ok((head.request(value), line_len + head.vlen() + 2))
 }
 
 /// A data block length: memcached takes 0 ..= `i32::MAX - 2` (the length
@@ -1164,6 +1252,18 @@ fn parse_mset<'a>(
     line_len: usize,
     limits: &Limits,
 ) -> Result<(Request<'a>, usize), ParseError<'a>> {
+    let head = ValueHead::MetaSet(mset_head(rest, line_len, limits)?);
+    let value =
+        data_block(buf, line_len, head.vlen()).map_err(|e| e.unwrap_or(head.bad_data_chunk()))?;
+    Ok((head.request(value), line_len + head.vlen() + 2))
+}
+
+/// An `ms` line; errors as [`parse`] answers them.
+fn mset_head<'a>(
+    rest: &'a [u8],
+    line_len: usize,
+    limits: &Limits,
+) -> Result<MetaSetHead<'a>, ParseError<'a>> {
     let line_error = ParseError::Client {
         message: BAD_FORMAT,
         consumed: line_len,
@@ -1209,9 +1309,12 @@ fn parse_mset<'a>(
             consumed,
         });
     }
-    let value =
-        data_block(buf, line_len, vlen).map_err(|e| e.unwrap_or(swallow(BAD_DATA_CHUNK)))?;
-    Ok((Request::MetaSet { key, value, flags }, consumed))
+    Ok(MetaSetHead {
+        key,
+        flags,
+        vlen,
+        line_len,
+    })
 }
 
 #[cfg(test)]

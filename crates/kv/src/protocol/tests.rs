@@ -166,10 +166,10 @@ fn storage_waits_for_the_data_block() {
 #[test]
 fn a_store_head_comes_with_its_line() {
     let l = Limits::default();
-    let head = parse_store_head(b"cas k 5 -1 10 77 noreply\r\nabc", &l).unwrap();
+    let head = parse_value_head(b"cas k 5 -1 10 77 noreply\r\nabc", &l).unwrap();
     assert_eq!(
         head,
-        StoreHead {
+        ValueHead::Store(StoreHead {
             command: StoreCommand::Cas,
             key: b"k",
             flags: 5,
@@ -178,21 +178,64 @@ fn a_store_head_comes_with_its_line() {
             cas_unique: 77,
             noreply: true,
             line_len: 26,
-        }
+        })
     );
     assert_eq!(head.bad_data_chunk().consumed(), Some(38));
-    assert!(parse_store_head(b"set k 0 0 10\r\n0123456789\r\n", &l).is_none());
+    assert!(!head.edits());
+    assert!(parse_value_head(b"set k 0 0 10\r\n0123456789\r\n", &l).is_none());
     assert!(
-        parse_store_head(b"set k 0 0 10", &l).is_none(),
+        parse_value_head(b"set k 0 0 10", &l).is_none(),
         "no line yet"
     );
     assert!(
-        parse_store_head(b"set k 0 x 10\r\n", &l).is_none(),
+        parse_value_head(b"set k 0 x 10\r\n", &l).is_none(),
         "bad line"
     );
-    assert!(parse_store_head(b"get k\r\n", &l).is_none());
+    assert!(parse_value_head(b"get k\r\n", &l).is_none());
     let big = format!("set k 0 0 {}\r\n", l.max_item_size + 1);
-    assert!(parse_store_head(big.as_bytes(), &l).is_none(), "too large");
+    assert!(parse_value_head(big.as_bytes(), &l).is_none(), "too large");
+    let append = parse_value_head(b"append k 0 0 10\r\n", &l).unwrap();
+    assert!(append.edits());
+}
+
+#[test]
+fn a_meta_set_head_comes_with_its_line() {
+    let l = Limits::default();
+    // A base64 key: stored under its decoded bytes.
+    let head = parse_value_head(b"ms a2V5 10 b T30 F5 MR c k\r\nabc", &l).unwrap();
+    let ValueHead::MetaSet(h) = head else {
+        panic!("{head:?}")
+    };
+    assert_eq!((h.key, h.vlen, h.line_len), (&b"a2V5"[..], 10, 28));
+    assert_eq!((h.flags.ttl(), h.flags.client_flags()), (Some(30), Some(5)));
+    assert_eq!(h.flags.mode(), Some(b'R'));
+    let mut buf = [0; KEY_MAX_LENGTH];
+    assert_eq!(head.key(&mut buf), b"key");
+    assert!(!head.edits());
+    assert_eq!(head.bad_data_chunk().consumed(), Some(40));
+    assert!(matches!(
+        head.out_of_memory(),
+        ParseError::NoMemory {
+            key: b"a2V5",
+            key_base64: true,
+            invalidate: true,
+            noreply: false,
+            consumed: 40
+        }
+    ));
+    for edit in ["MA", "MP"] {
+        let line = format!("ms k 10 {edit}\r\n");
+        assert!(
+            parse_value_head(line.as_bytes(), &l).unwrap().edits(),
+            "{edit}"
+        );
+    }
+    assert!(parse_value_head(b"ms k 2 T1\r\nab\r\n", &l).is_none());
+    assert!(parse_value_head(b"ms k 2 MX\r\n", &l).is_none(), "bad mode");
+    assert!(parse_value_head(b"ms k x\r\n", &l).is_none(), "bad length");
+    assert!(parse_value_head(b"ms k\r\n", &l).is_none());
+    let big = format!("ms k {}\r\n", l.max_item_size + 1);
+    assert!(parse_value_head(big.as_bytes(), &l).is_none(), "too large");
 }
 
 #[test]
@@ -1229,18 +1272,22 @@ proptest! {
         let mut buf = Vec::new();
         req.encode(&mut buf);
         let limits = Limits::default();
-        prop_assert_eq!(parse_store_head(&buf, &limits), None);
-        let Some(head) = (1..buf.len()).find_map(|k| parse_store_head(&buf[..k], &limits)) else {
-            prop_assert!(!matches!(req, Request::Store { .. }), "no head for {:?}", req);
+        prop_assert_eq!(parse_value_head(&buf, &limits), None);
+        let Some(head) = (1..buf.len()).find_map(|k| parse_value_head(&buf[..k], &limits)) else {
+            prop_assert!(
+                !matches!(req, Request::Store { .. } | Request::MetaSet { .. }),
+                "no head for {:?}",
+                req
+            );
             return Ok(());
         };
-        let Request::Store { value, .. } = req else {
+        let (Request::Store { value, .. } | Request::MetaSet { value, .. }) = req else {
             return Err(TestCaseError::fail(format!("a head for {req:?}")));
         };
         prop_assert_eq!(head.request(value), req);
-        prop_assert_eq!(head.line_len + head.vlen + 2, buf.len());
-        let k = head.line_len + cut.index(buf.len() - head.line_len);
-        prop_assert_eq!(parse_store_head(&buf[..k], &limits), Some(head));
+        prop_assert_eq!(head.line_len() + head.vlen() + 2, buf.len());
+        let k = head.line_len() + cut.index(buf.len() - head.line_len());
+        prop_assert_eq!(parse_value_head(&buf[..k], &limits), Some(head));
         prop_assert_eq!(p(&buf[..k]), Err(ParseError::Incomplete));
     }
 

@@ -1137,8 +1137,21 @@ impl<'s, 'k> Entry<'s, 'k> {
         exptime: Time,
         cas: Option<u64>,
     ) -> Result<u64, WriteError> {
+        self.put_staged(staged, flags, exptime, cas, 0)
+    }
+
+    /// Like [`Entry::insert_staged`], and the new item keeps `bits` (STALE,
+    /// WIN_SENT).
+    pub(crate) fn put_staged(
+        &mut self,
+        staged: Staged,
+        flags: u32,
+        exptime: Time,
+        cas: Option<u64>,
+        bits: u8,
+    ) -> Result<u64, WriteError> {
         debug_assert_eq!(staged.klen, self.key.len());
-        self.put_item(&[], Some(staged), flags, exptime, cas, 0)
+        self.put_item(&[], Some(staged), flags, exptime, cas, bits)
     }
 
     /// Like [`Entry::insert`], and the new item keeps `bits` (STALE, WIN_SENT).
@@ -1259,6 +1272,16 @@ pub struct Staged {
 }
 
 impl Staged {
+    /// The value's length.
+    pub fn len(&self) -> usize {
+        self.vlen
+    }
+
+    /// Whether the value is empty (a staged one never is).
+    pub fn is_empty(&self) -> bool {
+        self.vlen == 0
+    }
+
     /// Where the value goes: its bytes in the item.
     pub fn value_mut(&mut self) -> &mut [u8] {
         let at = shard::HEADER + self.klen;
