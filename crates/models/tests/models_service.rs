@@ -4,7 +4,7 @@
 use duality_models::echo::{self, Detector, FRAME};
 use duality_models::{Handoff, Model, ServerBuilder};
 use duality_rt::net::{TcpStream, UnixStream};
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::Duration;
 
 const CONNS: usize = 1000;
@@ -100,6 +100,7 @@ fn run(model: &str, unix: bool) {
         Target::Tcp(server.tcp_addrs()[0])
     };
     let target = std::sync::Arc::new(target);
+    let done = watchdog(&server, model);
     let errors = duality_rt::block_on(async move {
         let mut hs = Vec::new();
         for id in 0..CONNS as u64 {
@@ -114,6 +115,7 @@ fn run(model: &str, unix: bool) {
         }
         errors
     });
+    done.store(true, Relaxed);
     assert!(
         errors.is_empty(),
         "{model}: {} failures, first: {}",
@@ -135,6 +137,33 @@ fn run(model: &str, unix: bool) {
     let report = server.shutdown(Duration::from_secs(5));
     assert_eq!(report.cut_off, 0);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A run takes a second or two. One that has not ended after a minute is
+/// stuck (CI once saw `unix::sped` under io_uring wait for ever with 28
+/// connections left in the listener's backlog): write what the server's
+/// threads say twice, a second apart (which counters still move), and end
+/// the process, rather than hold CI until its own limit. Written to the
+/// stderr descriptor itself: the harness's capture would drop it at abort.
+fn watchdog(server: &duality_models::Server, model: Model) -> std::sync::Arc<AtomicBool> {
+    let done = std::sync::Arc::new(AtomicBool::new(false));
+    let (stats, flag) = (server.stats_handle(), done.clone());
+    std::thread::spawn(move || {
+        let until = std::time::Instant::now() + Duration::from_secs(60);
+        while std::time::Instant::now() < until {
+            if flag.load(Relaxed) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        for _ in 0..2 {
+            let report = format!("models_service {model} stuck: {:#?}\n", stats.stats());
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), report.as_bytes());
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        std::process::abort();
+    });
+    done
 }
 
 macro_rules! model_tests {
