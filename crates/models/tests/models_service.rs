@@ -100,7 +100,7 @@ fn run(model: &str, unix: bool) {
         Target::Tcp(server.tcp_addrs()[0])
     };
     let target = std::sync::Arc::new(target);
-    let done = watchdog(&server, model);
+    let _watchdog = watchdog(&server, model);
     let errors = duality_rt::block_on(async move {
         let mut hs = Vec::new();
         for id in 0..CONNS as u64 {
@@ -115,7 +115,6 @@ fn run(model: &str, unix: bool) {
         }
         errors
     });
-    done.store(true, Relaxed);
     assert!(
         errors.is_empty(),
         "{model}: {} failures, first: {}",
@@ -139,17 +138,18 @@ fn run(model: &str, unix: bool) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A run takes a second or two. One that has not ended after a minute is
-/// stuck (CI once saw `unix::sped` under io_uring wait for ever with 28
+/// A run takes a second or two. One that has not ended after two minutes
+/// is stuck (CI once saw `unix::sped` under io_uring wait for ever with 28
 /// connections left in the listener's backlog): write what the server's
 /// threads say twice, a second apart (which counters still move), and end
 /// the process, rather than hold CI until its own limit. Written to the
 /// stderr descriptor itself: the harness's capture would drop it at abort.
-fn watchdog(server: &duality_models::Server, model: Model) -> std::sync::Arc<AtomicBool> {
+/// Dropping the guard (the run ended, or panicked) stops the watch.
+fn watchdog(server: &duality_models::Server, model: Model) -> Watchdog {
     let done = std::sync::Arc::new(AtomicBool::new(false));
     let (stats, flag) = (server.stats_handle(), done.clone());
     std::thread::spawn(move || {
-        let until = std::time::Instant::now() + Duration::from_secs(60);
+        let until = std::time::Instant::now() + Duration::from_secs(120);
         while std::time::Instant::now() < until {
             if flag.load(Relaxed) {
                 return;
@@ -163,7 +163,15 @@ fn watchdog(server: &duality_models::Server, model: Model) -> std::sync::Arc<Ato
         }
         std::process::abort();
     });
-    done
+    Watchdog(done)
+}
+
+struct Watchdog(std::sync::Arc<AtomicBool>);
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.0.store(true, Relaxed);
+    }
 }
 
 macro_rules! model_tests {

@@ -1851,10 +1851,12 @@ impl UringReactor {
             };
             if w.next <= horizon {
                 if w.seen != w.looked {
-                    // It completed since the last look.
+                    // It completed since the last look (a cancel that
+                    // found it running left it armed: watched again).
                     w.looked = w.seen;
                     w.level = 0;
                     w.suspect = false;
+                    w.cancelled = false;
                     w.next = now + quiet;
                 } else if w.cancelled || {
                     let st = lock_std(&io.st);

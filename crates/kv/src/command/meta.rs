@@ -293,6 +293,7 @@ pub(super) fn set(
                             .map_or(SetResult::Code(b"NS"), SetResult::Stored)
                     }
                     (CasResult::None | CasResult::Match, Value::Staged(_)) => {
+                        debug_assert!(false, "an append's value is never staged");
                         SetResult::Code(b"NS")
                     }
                     _ => SetResult::Code(b"EX"),
