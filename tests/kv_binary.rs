@@ -297,6 +297,31 @@ fn script(r: &mut Run) {
             keyed(Get, b"bin"),
         ],
     );
+    // Values of 64 KiB and more (received straight into their items).
+    let big: Vec<u8> = (0..100_000u32).map(|i| (i * 7) as u8).collect();
+    let big2: Vec<u8> = (0..70_000u32).map(|i| (i * 13 + 1) as u8).collect();
+    r.step(
+        "large values",
+        &[
+            store(Set, b"big", &big, 9, 0),
+            store(Add, b"big", &big2, 0, 0),
+            store(AddQ, b"big2", &big2, 1, 0),
+            store(Replace, b"nobig", &big, 0, 0),
+            store(ReplaceQ, b"big", &big2, 2, 0),
+            keyed(GetK, b"big"),
+            keyed(GetK, b"big2"),
+        ],
+    );
+    let c = r.cas_of(b"big");
+    r.step(
+        "large values with a CAS",
+        &[
+            cas(store(Set, b"big", &big, 3, 0), c + 1),
+            cas(store(Set, b"big", &big, 3, 0), c),
+            cas(store(Replace, b"nobig", &big, 3, 0), c),
+            keyed(Get, b"big"),
+        ],
+    );
     let odd_key: Vec<u8> = (1..=250).map(|i| (i % 255) as u8 + 1).collect();
     r.step(
         "a 250-byte key of any bytes",

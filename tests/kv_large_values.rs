@@ -1,5 +1,5 @@
-//! Large values (64 KiB and more) of `set`, `add`, `replace`, `cas` and
-//! `ms` are received straight into their items instead of being buffered and copied
+//! Large values (64 KiB and more) of `set`, `add`, `replace`, `cas`, `ms`
+//! and their binary forms are received straight into their items instead of being buffered and copied
 //! (`Store::stage`): the answers stay memcached's under every threading
 //! model, whatever way the value arrives (whole, trickled, pipelined with
 //! what follows, cut off), and with the sockets moving a byte at a time.
@@ -8,6 +8,7 @@ mod common;
 
 use common::*;
 use duality_kv::server::KvConfig;
+use duality_kv::{BinRequest, Extras, Opcode, Status};
 use duality_models::Model;
 use duality_rt::faults::Faults;
 use std::time::Duration;
@@ -247,5 +248,38 @@ fn a_large_value_a_full_cache_cannot_take_is_refused() {
         b"SERVER_ERROR out of memory storing object\r\nEND\r\n",
     );
     c.expect(b"get f0\r\n", &get_answer("f0", 0, &big));
+    // The same in the binary protocol: "Out of memory", the old value gone.
+    c.expect(&set_cmd("set", &k, 0, b"old", ""), b"STORED\r\n");
+    let mut b = srv.connect();
+    let mut req = Vec::new();
+    BinRequest {
+        extras: Extras::Store {
+            flags: 0,
+            exptime: 0,
+        },
+        key: k.as_bytes(),
+        value: &big,
+        opaque: 77,
+        ..BinRequest::new(Opcode::Set)
+    }
+    .encode(&mut req);
+    b.send(&req);
+    let resp = b.read_n(24);
+    assert_eq!(resp[0], 0x81, "a response");
+    assert_eq!(
+        u16::from_be_bytes([resp[6], resp[7]]),
+        Status::OutOfMemory as u16
+    );
+    assert_eq!(&resp[12..16], &77u32.to_be_bytes());
+    let body = u32::from_be_bytes([resp[8], resp[9], resp[10], resp[11]]) as usize;
+    assert_eq!(b.read_n(body), b"Out of memory");
+    c.expect(format!("get {k}\r\n").as_bytes(), b"END\r\n");
+    // And for `ms`.
+    c.expect(&set_cmd("set", &k, 0, b"old", ""), b"STORED\r\n");
+    c.expect(
+        &ms_cmd(&k, &big, "T0"),
+        b"SERVER_ERROR out of memory storing object\r\n",
+    );
+    c.expect(format!("get {k}\r\n").as_bytes(), b"END\r\n");
     assert!(srv.state.store.memory() <= 8 << 20);
 }

@@ -1,12 +1,13 @@
 //! Parses arbitrary bytes as a stream of binary memcached requests,
 //! consuming what each result says, and checks that every parsed request
-//! survives encode → parse unchanged and that no result asks to buffer more
-//! than a valid request can take.
+//! survives encode → parse unchanged, that no result asks to buffer more
+//! than a valid request can take, and that a store whose value is still
+//! coming (`parse_binary_head`) has the fields its whole request has.
 //!
 //! Run: `cargo +nightly fuzz run kv_binary -- -dict=kv_binary.dict` (from `fuzz/`).
 #![no_main]
 
-use duality_kv::{parse_binary, BinError, Limits};
+use duality_kv::{parse_binary, parse_binary_head, BinError, BinRequest, Limits, Opcode};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -22,8 +23,29 @@ fuzz_target!(|data: &[u8]| {
     let mut buf = data;
     let mut encoded = Vec::new();
     while !buf.is_empty() {
+        let head = parse_binary_head(buf, &limits);
+        if let Some(h) = head {
+            assert!(h.head_len <= buf.len() && buf.len() < h.head_len + h.vlen);
+            assert!(matches!(
+                parse_binary(buf, &limits),
+                Err(BinError::Incomplete { .. })
+            ));
+        }
         match parse_binary(buf, &limits) {
             Ok((req, used)) => {
+                assert!(head.is_none(), "a whole request has no head");
+                let stores = matches!(
+                    req.opcode.loud(),
+                    Opcode::Set | Opcode::Add | Opcode::Replace
+                );
+                if stores && !req.value.is_empty() {
+                    // Cut anywhere in its value: the same fields.
+                    let cut = used - 1 - (buf[0] as usize % req.value.len());
+                    let h = parse_binary_head(&buf[..cut], &limits).expect("a head");
+                    let value = req.value;
+                    assert_eq!(BinRequest { value, ..h.request }, req);
+                    assert_eq!(h.head_len + h.vlen, used);
+                }
                 assert!(used >= 24 && used <= buf.len());
                 assert_eq!(used, req.encoded_len());
                 encoded.clear();

@@ -122,14 +122,14 @@ pub mod server;
 pub mod store;
 
 pub use command::{
-    binary_request_shard, execute, execute_binary, execute_binary_error, execute_error,
-    execute_staged, request_shard, write_stat, ExecContext, Flow, ServerStats, SimpleContext,
-    DEFAULT_VERSION,
+    binary_request_shard, execute, execute_binary, execute_binary_error, execute_binary_staged,
+    execute_error, execute_staged, request_shard, write_stat, ExecContext, Flow, ServerStats,
+    SimpleContext, DEFAULT_VERSION,
 };
 pub use protocol::{
-    parse, parse_binary, parse_value_head, ArithOp, BinError, BinRequest, Cursor, Extras, Limits,
-    MetaFlags, MetaSetHead, Opcode, ParseError, Request, Status, StoreCommand, StoreHead, Tokens,
-    ValueHead, KEY_MAX_LENGTH,
+    parse, parse_binary, parse_binary_head, parse_value_head, ArithOp, BinError, BinRequest,
+    BinaryHead, Cursor, Extras, Limits, MetaFlags, MetaSetHead, Opcode, ParseError, Request,
+    Status, StoreCommand, StoreHead, Tokens, ValueHead, KEY_MAX_LENGTH,
 };
 pub use store::{
     expiry, Counter, Entry, Footprint, Item, Lookup, Staged, Stats, Store, StoreConfig, Time,

@@ -23,9 +23,10 @@ use crate::command::{
 };
 use crate::protocol::binary::{write_error, Opcode, Status, REQUEST_MAGIC};
 use crate::{
-    binary_request_shard, execute_binary, execute_binary_error, execute_error, execute_staged,
-    parse, parse_binary, parse_value_head, request_shard, BinError, BinRequest, ExecContext, Flow,
-    Limits, ParseError, Request, ServerStats, Store, StoreConfig, Time, ValueHead, KEY_MAX_LENGTH,
+    binary_request_shard, execute_binary, execute_binary_error, execute_binary_staged,
+    execute_error, execute_staged, parse, parse_binary, parse_binary_head, parse_value_head,
+    request_shard, BinError, BinRequest, BinaryHead, ExecContext, Flow, Limits, ParseError,
+    Request, ServerStats, Store, StoreConfig, Time, ValueHead, KEY_MAX_LENGTH,
 };
 use duality_models::session::Reply;
 use duality_models::{
@@ -875,9 +876,44 @@ pub enum KvRequest<'a> {
     Text(Result<Request<'a>, ParseError<'a>>),
     /// A binary request.
     Binary(Result<BinRequest<'a>, BinError<'a>>),
-    /// The line of a `set`, `add`, `replace` or `cas` whose large value is
-    /// still coming: `finish` receives it straight into its item.
-    Large(ValueHead<'a>),
+    /// The head of a storage request whose large value is still coming:
+    /// `finish` receives it straight into its item.
+    Large(LargeHead<'a>),
+}
+
+/// A storage request parsed before its large value (see
+/// `KvProtocol::receive_value`).
+#[derive(Clone, Copy, Debug)]
+pub enum LargeHead<'a> {
+    /// A text `set`, `add`, `replace`, `cas` or `ms` line.
+    Text(ValueHead<'a>),
+    /// A binary `set`, `add` or `replace` (or quiet form): header, extras, key.
+    Binary(BinaryHead<'a>),
+}
+
+impl LargeHead<'_> {
+    /// The key the item is stored under (`buf` holds a decoded one).
+    fn key<'k>(&'k self, buf: &'k mut [u8; KEY_MAX_LENGTH]) -> &'k [u8] {
+        match self {
+            LargeHead::Text(h) => h.key(buf),
+            LargeHead::Binary(h) => h.request.key,
+        }
+    }
+
+    fn vlen(&self) -> usize {
+        match self {
+            LargeHead::Text(h) => h.vlen(),
+            LargeHead::Binary(h) => h.vlen,
+        }
+    }
+
+    /// The bytes after the value: a text data block's `\r\n`.
+    fn trailer(&self) -> usize {
+        match self {
+            LargeHead::Text(_) => 2,
+            LargeHead::Binary(_) => 0,
+        }
+    }
 }
 
 impl Protocol for KvProtocol {
@@ -1049,8 +1085,11 @@ impl Protocol for KvProtocol {
         progress: u32,
         mut reply: Reply<'a>,
     ) -> duality_models::Flow {
-        let large = match progress {
-            RECEIVE => parse_value_head(request, &self.0.limits),
+        let large = match (progress, session.mode) {
+            (RECEIVE, Mode::Binary) => {
+                parse_binary_head(request, &self.0.limits).map(LargeHead::Binary)
+            }
+            (RECEIVE, _) => parse_value_head(request, &self.0.limits).map(LargeHead::Text),
             _ => None,
         };
         let flow = match large {
@@ -1206,7 +1245,7 @@ impl KvProtocol {
     async fn receive_value(
         &self,
         session: &mut KvSession,
-        head: ValueHead<'_>,
+        head: LargeHead<'_>,
         reply: &mut Reply<'_>,
     ) -> duality_models::Flow {
         let st = &*self.0;
@@ -1250,8 +1289,12 @@ impl KvProtocol {
         let ctx = st.ctx();
         let out = reply.out();
         let before = out.len();
-        let flow = match staged {
-            Some(staged) if got == vlen => {
+        let flow = match (staged, head) {
+            (Some(staged), LargeHead::Binary(head)) if got == vlen => {
+                execute_binary_staged(&head, staged, &st.store, ctx.now, out);
+                Flow::Continue
+            }
+            (Some(staged), LargeHead::Text(head)) if got == vlen => {
                 let mut end = [0; 2];
                 if reply.read_exact(&mut end).await.is_err() {
                     return duality_models::Flow::Close;
@@ -1264,10 +1307,15 @@ impl KvProtocol {
                     execute_error(&head.bad_data_chunk(), &st.store, &ctx, out)
                 }
             }
-            _ => {
-                // The rest, its `\r\n` with it, goes as it arrives.
-                session.swallow = vlen - got + 2;
-                execute_error(&head.out_of_memory(), &st.store, &ctx, out)
+            (_, head) => {
+                // The rest, a text block's `\r\n` with it, goes as it arrives.
+                session.swallow = vlen - got + head.trailer();
+                match head {
+                    LargeHead::Text(h) => execute_error(&h.out_of_memory(), &st.store, &ctx, out),
+                    LargeHead::Binary(h) => {
+                        execute_binary_error(&h.out_of_memory(), &st.store, &ctx, out)
+                    }
+                }
             }
         };
         if st.verbosity.load(Relaxed) >= 2 {
@@ -1637,7 +1685,8 @@ impl KvProtocol {
                 // (Only the driver's sessions: a peer calling `serve_bytes`
                 // alone, with a default session, has no `finish`.)
                 if let Some(head) = s.conn.as_ref().and_then(|_| self.large_value(input, need)) {
-                    return Parsed::Request(KvRequest::Large(head), head.line_len());
+                    let len = head.line_len();
+                    return Parsed::Request(KvRequest::Large(LargeHead::Text(head)), len);
                 }
                 if need == 0 && memchr::memchr(b'\n', input).is_none() {
                     s.no_eol = searched(input);
@@ -1668,10 +1717,32 @@ impl KvProtocol {
         (!head.edits() && self.0.store.stages(head.vlen())).then_some(head)
     }
 
+    /// [`large_value`](Self::large_value) for a binary request: a `set`,
+    /// `add` or `replace` (or quiet form) of 64 KiB or more.
+    fn binary_large_value<'a>(&self, input: &'a [u8], need: usize) -> Option<BinaryHead<'a>> {
+        if !self.0.store.stages(need) {
+            return None;
+        }
+        let head = parse_binary_head(input, &self.0.limits)?;
+        self.0.store.stages(head.vlen).then_some(head)
+    }
+
     fn parse_bin<'a>(&self, s: &mut KvSession, input: &'a [u8]) -> Parsed<KvRequest<'a>> {
         match parse_binary(input, &self.0.limits) {
             Ok((req, used)) => Parsed::Request(KvRequest::Binary(Ok(req)), used),
-            Err(BinError::Incomplete { need }) => Parsed::Incomplete(need),
+            Err(BinError::Incomplete { need }) => {
+                // (Only the driver's sessions, as for text.)
+                let large = s
+                    .conn
+                    .as_ref()
+                    .and_then(|_| self.binary_large_value(input, need));
+                match large {
+                    Some(head) => {
+                        Parsed::Request(KvRequest::Large(LargeHead::Binary(head)), head.head_len)
+                    }
+                    None => Parsed::Incomplete(need),
+                }
+            }
             Err(e) => {
                 // Fatal errors close after the answer: what they cover does
                 // not matter. The rest is dropped as it arrives.
@@ -1824,11 +1895,15 @@ mod tests {
             holds: AtomicU8::new(0),
             split: AtomicBool::new(false),
         });
-        let mut s = KvSession {
-            mode: Mode::Text,
-            conn: Some(ConnGuard { state, info }),
+        let guard = |mode| KvSession {
+            mode,
+            conn: Some(ConnGuard {
+                state: state.clone(),
+                info: info.clone(),
+            }),
             ..KvSession::default()
         };
+        let (mut s, mut b) = (guard(Mode::Text), guard(Mode::Binary));
         let mut received = |line: &str| match p.parse(&mut s, line.as_bytes()) {
             Parsed::Request(KvRequest::Large(head), n) => {
                 assert_eq!(n, line.len(), "{line}");
@@ -1858,6 +1933,39 @@ mod tests {
         ] {
             assert_eq!(received(&line), None, "{line}");
         }
+        // Binary: header, extras and key of a set, add or replace.
+        let mut binary = |op: Opcode, vlen: usize| {
+            let value = vec![0; vlen];
+            let extras = match op.loud() {
+                Opcode::Append => crate::Extras::None,
+                _ => crate::Extras::Store {
+                    flags: 0,
+                    exptime: 0,
+                },
+            };
+            let mut bytes = Vec::new();
+            BinRequest {
+                extras,
+                key: b"bk",
+                value: &value,
+                ..BinRequest::new(op)
+            }
+            .encode(&mut bytes);
+            let head = bytes.len() - vlen;
+            match p.parse(&mut b, &bytes[..head]) {
+                Parsed::Request(KvRequest::Large(LargeHead::Binary(h)), n) => {
+                    assert_eq!((n, h.request.key), (head, &b"bk"[..]));
+                    true
+                }
+                Parsed::Incomplete(_) => false,
+                _ => panic!("{op:?}"),
+            }
+        };
+        for op in [Opcode::Set, Opcode::AddQ, Opcode::Replace, Opcode::SetQ] {
+            assert!(binary(op, big), "{op:?}");
+        }
+        assert!(!binary(Opcode::Append, big));
+        assert!(!binary(Opcode::Set, 1000));
     }
 
     #[test]

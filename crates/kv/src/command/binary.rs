@@ -6,7 +6,7 @@
 //! memcached's message as the body. Quiet gets answer nothing on a miss,
 //! quiet mutations nothing on success; errors are always answered.
 
-use super::classic::{apply, count_dead};
+use super::classic::{apply, count_dead, Value};
 use super::{stats, ExecContext, Flow};
 use crate::num::{fmt_u64, parse_counter};
 use crate::protocol::binary::{
@@ -88,7 +88,7 @@ fn execute_other<C: ExecContext + ?Sized>(
     use Opcode::*;
     match req.opcode.loud() {
         Get | GetK | Gat | GatK | Touch => unreachable!("answered by execute_binary"),
-        Set | Add | Replace => update(store, now, req, out),
+        Set | Add | Replace => update(store, now, req, Value::Bytes(req.value), out),
         Append | Prepend => append(store, now, req, out),
         Delete => delete(store, now, req, out),
         Increment | Decrement => arith(store, now, req, out),
@@ -230,8 +230,15 @@ fn get<O: super::Answer + ?Sized>(
 
 /// Stores a new item; on "out of memory" a `set` also drops the old item,
 /// as the text `set` does.
-fn put(e: &mut Entry<'_, '_>, req: &BinRequest<'_>, flags: u32, exptime: Time, out: &mut Vec<u8>) {
-    match e.insert(req.value, flags, exptime, None) {
+fn put(
+    e: &mut Entry<'_, '_>,
+    req: &BinRequest<'_>,
+    value: Value<'_>,
+    flags: u32,
+    exptime: Time,
+    out: &mut Vec<u8>,
+) {
+    match value.put(e, flags, exptime, None, 0) {
         Ok(cas) => ok_empty(req, cas, out),
         Err(_) => {
             e.refused_for_memory();
@@ -243,9 +250,16 @@ fn put(e: &mut Entry<'_, '_>, req: &BinRequest<'_>, flags: u32, exptime: Time, o
     }
 }
 
-/// set/add/replace and quiet forms. A request CAS makes any of them a
+/// set/add/replace and quiet forms (`value`: the request's, or received
+/// into its item already). A request CAS makes any of them a
 /// compare-and-swap, as in memcached.
-fn update(store: &Store, now: Time, req: &BinRequest<'_>, out: &mut Vec<u8>) {
+pub(super) fn update(
+    store: &Store,
+    now: Time,
+    req: &BinRequest<'_>,
+    value: Value<'_>,
+    out: &mut Vec<u8>,
+) {
     let (flags, exptime) = match req.extras {
         Extras::Store { flags, exptime } => (flags, exptime_of(exptime, now)),
         _ => (0, 0),
@@ -261,7 +275,7 @@ fn update(store: &Store, now: Time, req: &BinRequest<'_>, out: &mut Vec<u8>) {
             }
             Some(c) if c == req.cas => {
                 e.count(Counter::CasHits);
-                put(&mut e, req, flags, exptime, out);
+                put(&mut e, req, value, flags, exptime, out);
             }
             Some(_) => {
                 e.count(Counter::CasBadval);
@@ -276,7 +290,7 @@ fn update(store: &Store, now: Time, req: &BinRequest<'_>, out: &mut Vec<u8>) {
             error(req, Status::Exists, out);
         }
         Opcode::Replace if !e.exists() => error(req, Status::NotFound, out),
-        _ => put(&mut e, req, flags, exptime, out),
+        _ => put(&mut e, req, value, flags, exptime, out),
     }
 }
 

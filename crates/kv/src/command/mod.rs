@@ -21,7 +21,8 @@ mod slabs;
 mod stats;
 
 use crate::protocol::{
-    decode_key, BinRequest, Opcode, ParseError, Request, ValueHead, BAD_DATA_CHUNK, KEY_MAX_LENGTH,
+    decode_key, BinRequest, BinaryHead, Opcode, ParseError, Request, ValueHead, BAD_DATA_CHUNK,
+    KEY_MAX_LENGTH,
 };
 use crate::store::{Counter, SharedValue, Staged, Store, Time, MAX_RELATIVE_EXPTIME};
 use std::sync::Arc;
@@ -411,6 +412,24 @@ pub fn execute_staged(
         }),
         ValueHead::MetaSet(head) => meta::set(store, now, head.key, value, &head.flags, out),
     }
+}
+
+/// [`execute_staged`] for a binary `set`, `add` or `replace` (or a quiet
+/// form), answering as [`execute_binary`] answers the whole request.
+pub fn execute_binary_staged(
+    head: &BinaryHead<'_>,
+    staged: Staged,
+    store: &Store,
+    now: Time,
+    out: &mut Vec<u8>,
+) {
+    binary::update(
+        store,
+        now,
+        &head.request,
+        classic::Value::Staged(staged),
+        out,
+    );
 }
 
 /// Executes one request, appending memcached's response bytes to `out`

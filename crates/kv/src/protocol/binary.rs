@@ -590,6 +590,61 @@ pub fn parse_binary<'a>(
     buf: &'a [u8],
     limits: &Limits,
 ) -> Result<(BinRequest<'a>, usize), BinError<'a>> {
+    let head = binary_head(buf, limits)?;
+    let end = head.head_len + head.vlen;
+    let Some(value) = buf.get(head.head_len..end) else {
+        return Err(BinError::Incomplete { need: end });
+    };
+    Ok((
+        BinRequest {
+            value,
+            ..head.request
+        },
+        end,
+    ))
+}
+
+/// A binary `set`, `add` or `replace` (or a quiet form) at the front of
+/// `buf` whose header, extras and key have arrived but not all its value: a
+/// server may then receive the value itself, straight into where it is
+/// stored. `None` for anything else ([`parse_binary`] says what).
+pub fn parse_binary_head<'a>(buf: &'a [u8], limits: &Limits) -> Option<BinaryHead<'a>> {
+    let head = binary_head(buf, limits).ok()?;
+    let stores = matches!(
+        head.request.opcode.loud(),
+        Opcode::Set | Opcode::Add | Opcode::Replace
+    );
+    (stores && buf.len() < head.head_len + head.vlen).then_some(head)
+}
+
+/// A binary request's header, extras and key, parsed before its value
+/// (see [`parse_binary_head`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BinaryHead<'a> {
+    /// The request, its value empty.
+    pub request: BinRequest<'a>,
+    /// The value's length, within the limits.
+    pub vlen: usize,
+    /// Header, extras and key: where the value starts.
+    pub head_len: usize,
+}
+
+impl<'a> BinaryHead<'a> {
+    /// The error answered when no memory is left for the value (its bytes
+    /// are dropped; a `set`'s old item goes too).
+    pub fn out_of_memory(&self) -> BinError<'a> {
+        BinError::NoMemory {
+            opcode: self.request.opcode,
+            opaque: self.request.opaque,
+            key: self.request.key,
+            consumed: self.head_len + self.vlen,
+        }
+    }
+}
+
+/// [`parse_binary`] up to the value: `Incomplete` (for the whole request)
+/// until the key has arrived.
+fn binary_head<'a>(buf: &'a [u8], limits: &Limits) -> Result<BinaryHead<'a>, BinError<'a>> {
     let Some(h) = buf.get(..HEADER_LEN) else {
         return Err(BinError::Incomplete { need: HEADER_LEN });
     };
@@ -671,11 +726,12 @@ pub fn parse_binary<'a>(
             consumed: HEADER_LEN + body_len,
         });
     }
-    let end = HEADER_LEN + body_len;
-    if buf.len() < end {
-        return Err(BinError::Incomplete { need: end });
+    if buf.len() < key_end {
+        return Err(BinError::Incomplete {
+            need: HEADER_LEN + body_len,
+        });
     }
-    let req = BinRequest {
+    let request = BinRequest {
         opcode,
         data_type,
         vbucket,
@@ -683,9 +739,13 @@ pub fn parse_binary<'a>(
         cas,
         extras: Extras::decode(opcode, &buf[HEADER_LEN..HEADER_LEN + extras_len]),
         key: &buf[HEADER_LEN + extras_len..key_end],
-        value: &buf[key_end..end],
+        value: &[],
     };
-    Ok((req, end))
+    Ok(BinaryHead {
+        request,
+        vlen: value_len,
+        head_len: key_end,
+    })
 }
 
 #[cfg(test)]

@@ -20,7 +20,9 @@ mod cursor;
 mod encode;
 mod meta;
 
-pub use binary::{parse_binary, BinError, BinRequest, Extras, Opcode, Status};
+pub use binary::{
+    parse_binary, parse_binary_head, BinError, BinRequest, BinaryHead, Extras, Opcode, Status,
+};
 pub use cursor::Cursor;
 pub use meta::{MetaFlags, META_MAX_FLAGS};
 

@@ -67,6 +67,59 @@ fn a_set_carries_flags_exptime_key_and_value() {
 }
 
 #[test]
+fn a_store_head_comes_with_its_key() {
+    let r = BinRequest {
+        extras: Extras::Store {
+            flags: 7,
+            exptime: 60,
+        },
+        key: b"key",
+        value: &[b'v'; 100],
+        opaque: 9,
+        ..BinRequest::new(Opcode::ReplaceQ)
+    };
+    let bytes = enc(&r);
+    let head_len = 24 + 8 + 3;
+    for cut in head_len..bytes.len() {
+        let head = parse_binary_head(&bytes[..cut], &limits()).unwrap();
+        assert_eq!((head.head_len, head.vlen), (head_len, 100));
+        assert_eq!(
+            BinRequest {
+                value: r.value,
+                ..head.request
+            },
+            r
+        );
+    }
+    let refused = parse_binary_head(&bytes[..head_len], &limits()).unwrap();
+    assert!(matches!(
+        refused.out_of_memory(),
+        BinError::NoMemory {
+            opcode: Opcode::ReplaceQ,
+            opaque: 9,
+            key: b"key",
+            consumed: 135
+        }
+    ));
+    // Not yet the key, the whole request, or not a store.
+    assert_eq!(parse_binary_head(&bytes[..head_len - 1], &limits()), None);
+    assert_eq!(parse_binary_head(&bytes, &limits()), None);
+    let append = enc(&BinRequest {
+        extras: Extras::None,
+        ..BinRequest::new(Opcode::Append)
+    });
+    assert_eq!(parse_binary_head(&append[..24], &limits()), None);
+    let mut big = r;
+    let huge = vec![0; 2000];
+    big.value = &huge;
+    assert_eq!(
+        parse_binary_head(&enc(&big)[..head_len], &limits()),
+        None,
+        "too large"
+    );
+}
+
+#[test]
 fn every_prefix_is_incomplete_and_says_what_it_needs() {
     let r = BinRequest {
         extras: Extras::Arith {
@@ -403,6 +456,28 @@ proptest! {
         let bytes = enc(&req);
         prop_assert_eq!(bytes.len(), req.encoded_len());
         prop_assert_eq!(parse_binary(&bytes, &limits()), Ok((req, bytes.len())));
+    }
+
+    /// A set, add or replace whose value is still coming has the head its
+    /// whole request has; any other request has none.
+    #[test]
+    fn a_store_head_is_the_whole_requests_head(r in arb_request(), cut in any::<prop::sample::Index>()) {
+        let req = r.request();
+        let bytes = enc(&req);
+        let stores = matches!(req.opcode.loud(), Opcode::Set | Opcode::Add | Opcode::Replace);
+        let head_len = bytes.len() - req.value.len();
+        prop_assert_eq!(parse_binary_head(&bytes, &limits()), None);
+        if !stores || req.value.is_empty() {
+            for k in 0..bytes.len() {
+                prop_assert_eq!(parse_binary_head(&bytes[..k], &limits()), None);
+            }
+            return Ok(());
+        }
+        let k = head_len + cut.index(req.value.len());
+        let head = parse_binary_head(&bytes[..k], &limits()).unwrap();
+        prop_assert_eq!(BinRequest { value: req.value, ..head.request }, req);
+        prop_assert_eq!((head.head_len, head.vlen), (head_len, req.value.len()));
+        prop_assert_eq!(parse_binary_head(&bytes[..head_len - 1], &limits()), None);
     }
 
     #[test]
