@@ -645,6 +645,25 @@ fn find_newline(buf: &[u8], limits: &Limits) -> Result<usize, ParseError<'static
     }
 }
 
+/// The command line at the front of `buf`: its command, the rest of it
+/// (empty without arguments) and its length, `\n` included.
+fn command_line<'a>(
+    buf: &'a [u8],
+    limits: &Limits,
+) -> Result<(&'a [u8], &'a [u8], usize), ParseError<'a>> {
+    let nl = find_newline(buf, limits)?;
+    let line = match &buf[..nl] {
+        [rest @ .., b'\r'] => rest,
+        l => l,
+    };
+    // memcached's tokenizer skips spaces before the command too.
+    let line = trim_start(line);
+    Ok(match memchr::memchr(b' ', line) {
+        Some(i) => (&line[..i], &line[i + 1..], nl + 1),
+        None => (line, &line[line.len()..], nl + 1),
+    })
+}
+
 /// Parses one request from the front of `buf`.
 ///
 /// Returns the request and the bytes it used (line and data block), or what to
@@ -659,22 +678,11 @@ fn find_newline(buf: &[u8], limits: &Limits) -> Result<usize, ParseError<'static
 /// numbers that do not fit their 32 or 64 bits are refused (memcached wraps
 /// a 32-bit one). The README's "Deviations from memcached" lists them all.
 pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Result<(Request<'a>, usize), ParseError<'a>> {
-    let nl = find_newline(buf, limits)?;
-    let line_len = nl + 1;
-    let line = match &buf[..nl] {
-        [rest @ .., b'\r'] => rest,
-        l => l,
-    };
-    // memcached's tokenizer skips spaces before the command too.
-    let line = trim_start(line);
+    let (cmd, rest, line_len) = command_line(buf, limits)?;
     let fail = |f: Fail| ParseError::Client {
         message: f.message,
         consumed: line_len,
         noreply: f.noreply,
-    };
-    let (cmd, rest) = match memchr::memchr(b' ', line) {
-        Some(i) => (&line[..i], &line[i + 1..]),
-        None => (line, &line[line.len()..]),
     };
     let storage = |c| parse_storage(c, cmd, rest, buf, line_len, limits);
     let req = match cmd {
@@ -822,16 +830,7 @@ pub struct StoreHead<'a> {
 /// all arrived: a server may then receive the value itself, straight into
 /// where it is stored. `None` for anything else ([`parse`] says what).
 pub fn parse_value_head<'a>(buf: &'a [u8], limits: &Limits) -> Option<ValueHead<'a>> {
-    let nl = find_newline(buf, limits).ok()?;
-    let line = match &buf[..nl] {
-        [rest @ .., b'\r'] => rest,
-        l => l,
-    };
-    let line = trim_start(line);
-    let (cmd, rest) = match memchr::memchr(b' ', line) {
-        Some(i) => (&line[..i], &line[i + 1..]),
-        None => return None,
-    };
+    let (cmd, rest, line_len) = command_line(buf, limits).ok()?;
     let command = match cmd {
         b"set" => StoreCommand::Set,
         b"add" => StoreCommand::Add,
@@ -840,12 +839,12 @@ pub fn parse_value_head<'a>(buf: &'a [u8], limits: &Limits) -> Option<ValueHead<
         b"prepend" => StoreCommand::Prepend,
         b"cas" => StoreCommand::Cas,
         b"ms" => {
-            let head = ValueHead::MetaSet(mset_head(rest, nl + 1, limits).ok()?);
+            let head = ValueHead::MetaSet(mset_head(rest, line_len, limits).ok()?);
             return head.still_coming(buf.len());
         }
         _ => return None,
     };
-    let head = ValueHead::Store(store_head(command, cmd, rest, nl + 1, limits).ok()?);
+    let head = ValueHead::Store(store_head(command, cmd, rest, line_len, limits).ok()?);
     head.still_coming(buf.len())
 }
 
