@@ -146,8 +146,8 @@ pub struct KvArgs {
     /// -X).
     #[arg(short = 'X', long = "disable-dumping")]
     disable_dumping: bool,
-    /// Accepted for memcached compatibility: `watch` is never served
-    /// (it answers ERROR).
+    /// `watch` (log streams) is refused: `CLIENT_ERROR watch commands not
+    /// allowed`, as memcached's -W.
     #[arg(short = 'W', long = "disable-watch")]
     disable_watch: bool,
     /// Raise the core-file size limit to its maximum (memcached's -r).
@@ -501,6 +501,7 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
         evictions: !a.disable_evictions,
         disable_flush_all: a.disable_flush_all,
         disable_dumping: a.disable_dumping,
+        disable_watch: a.disable_watch,
         listen_settings: listen_settings(&a),
         ..KvConfig::default()
     };
@@ -632,6 +633,8 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     use signal_hook::consts::{SIGINT, SIGQUIT, SIGTERM, SIGUSR1};
     let now = super::second_signal("kv", &[SIGTERM, SIGINT, SIGUSR1, SIGQUIT]);
     drop(signals);
+    // Watchers' streams end (a blocking socket's only learns it so).
+    state.store.watch().close();
     let report = server.shutdown_or(Duration::from_secs(5), &now);
     if report.cut_off > 0 {
         duality_rt::say!(

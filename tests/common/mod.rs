@@ -365,6 +365,9 @@ impl InProc {
 
 impl Drop for InProc {
     fn drop(&mut self) {
+        // As the binary does: watchers' streams end (a blocking socket's
+        // learns it only so).
+        self.state.store.watch().close();
         if let Some(s) = self.server.take() {
             s.shutdown(Duration::from_millis(500));
         }

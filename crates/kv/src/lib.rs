@@ -2,13 +2,14 @@
 //!
 //! A memcached-compatible cache without the networking: the server crate reads
 //! bytes from sockets, hands them to this crate, and writes back what it gets.
-//! Nothing here is async, spawns threads or reads a clock.
+//! Nothing here spawns threads; only `watch` lines (memcached's timestamps) read a clock.
 //!
 //! | module | what it does |
 //! |---|---|
 //! | [`protocol`] | [`parse`]: bytes → one [`Request`] (borrowing the buffer) + bytes used; [`Request::encode`]: the way back; [`parse_binary`] / [`BinRequest::encode`]: the same for the binary protocol |
 //! | [`store`] | [`Store`]: sharded hash tables with LRU eviction under a memory limit, expiry, CAS, counters |
 //! | [`command`] | [`execute`] / [`execute_binary`]: a request against the store → memcached's exact response bytes |
+//! | [`watch`] | memcached's `watch` log streams: lines of lookups, stores, evictions and connections for the clients that watch |
 //!
 //! The text protocol is complete (`set add replace append prepend cas get gets
 //! gat gats delete incr decr touch flush_all version verbosity stats quit
@@ -120,6 +121,7 @@ mod num;
 pub mod protocol;
 pub mod server;
 pub mod store;
+pub mod watch;
 
 pub use command::{
     binary_request_shard, execute, execute_binary, execute_binary_error, execute_binary_staged,

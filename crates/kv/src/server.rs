@@ -22,6 +22,7 @@ use crate::command::{
     GetCursor, Part, ValueChanged,
 };
 use crate::protocol::binary::{write_error, Opcode, Status, REQUEST_MAGIC};
+use crate::watch;
 use crate::{
     binary_request_shard, execute_binary, execute_binary_error, execute_binary_staged,
     execute_error, execute_staged, parse, parse_binary, parse_binary_head, parse_value_head,
@@ -86,6 +87,9 @@ pub struct KvConfig {
     /// `stats cachedump` and `lru_crawler metadump` are refused
     /// (memcached's `-X`).
     pub disable_dumping: bool,
+    /// `watch` answers `CLIENT_ERROR watch commands not allowed`
+    /// (memcached's `-W`).
+    pub disable_watch: bool,
     /// Lines `stats settings` adds as given, after its own: how the server
     /// listens and flags accepted without effect (memcached's `tcpport`,
     /// `inter`, `growth_factor`, …), which the binary knows and the cache
@@ -112,6 +116,7 @@ impl Default for KvConfig {
             evictions: true,
             disable_flush_all: false,
             disable_dumping: false,
+            disable_watch: false,
             listen_settings: Vec::new(),
         }
     }
@@ -173,6 +178,29 @@ impl ConnInfo {
     fn who(&self) -> usize {
         self as *const ConnInfo as usize
     }
+
+    /// memcached's `type=conn_new` line, or `conn_close` (`closed`, always
+    /// `reason=normal`: the driver does not say why a connection ended).
+    fn log_event(&self, w: &watch::Watch, closed: bool) {
+        use std::io::Write as _;
+        let (rip, rport, transport) = match &self.addr {
+            ShortAddr::Unix => ("unix".to_string(), 0, "local"),
+            ShortAddr::V4(ip, port) => (std::net::Ipv4Addr::from(*ip).to_string(), *port, "tcp"),
+            ShortAddr::V6(a) => (a.ip().to_string(), a.port(), "tcp"),
+        };
+        let (kind, reason) = if closed {
+            ("conn_close", " reason=normal")
+        } else {
+            ("conn_new", "")
+        };
+        w.log(watch::CONNEVENTS, |o| {
+            let _ = write!(
+                o,
+                "type={kind} rip={rip} rport={rport} transport={transport}{reason} cfd={}",
+                self.fd
+            );
+        });
+    }
 }
 
 /// A connection's address in 16 bytes (a `SocketAddr` takes 32): IPv4
@@ -233,6 +261,10 @@ struct ConnGuard {
 
 impl Drop for ConnGuard {
     fn drop(&mut self) {
+        let w = self.state.store.watch();
+        if w.wants(watch::CONNEVENTS) {
+            self.info.log_event(w, true);
+        }
         self.state
             .buffers
             .release_all(self.info.who(), &self.info.holds);
@@ -1006,6 +1038,7 @@ impl Protocol for KvProtocol {
         if let Some(c) = conn {
             c.last_cmd.store(ctx.now, Relaxed);
             c.state.store(CONN_BUSY, Relaxed);
+            watch::set_conn_fd(c.fd);
         }
         let before = out.len();
         // Where a refused response's error goes: a binary request's header.
@@ -1092,8 +1125,14 @@ impl Protocol for KvProtocol {
             (RECEIVE, _) => parse_value_head(request, &self.0.limits).map(LargeHead::Text),
             _ => None,
         };
+        if let Some(g) = &session.conn {
+            watch::set_conn_fd(g.info.fd);
+        }
         let flow = match large {
             Some(head) => self.receive_value(session, head, &mut reply).await,
+            None if progress & !0xFF == WATCH => {
+                self.stream_watch(progress as u8, &mut reply).await
+            }
             None => {
                 self.finish_rest(session, request, progress, &mut reply)
                     .await
@@ -1130,6 +1169,10 @@ impl Protocol for KvProtocol {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(info.fd, info.clone());
+        let w = self.0.store.watch();
+        if w.wants(watch::CONNEVENTS) {
+            info.log_event(w, false);
+        }
         KvSession {
             conn: Some(ConnGuard {
                 state: self.0.clone(),
@@ -1144,6 +1187,12 @@ impl Protocol for KvProtocol {
 /// `KvProtocol::receive_value`); a get's is the index of a key.
 const RECEIVE: u32 = u32::MAX;
 
+/// `finish`'s progress for a `watch` (the kinds in the low byte).
+const WATCH: u32 = 0xFFFF_0000;
+
+/// Most bytes of log lines a watcher's connection writes at once.
+const WATCH_BATCH: usize = 64 << 10;
+
 /// How a request's answer ends (see `KvProtocol::execute`).
 enum Ending {
     /// Whole in the output, accounted against the buffer budget.
@@ -1156,6 +1205,87 @@ enum Ending {
 }
 
 impl KvProtocol {
+    /// `watch`: refused under `-W`, `ERROR` for a kind memcached does not
+    /// know; otherwise the connection becomes a stream of log lines
+    /// (`finish`, after the answers before it).
+    fn watch_request(&self, args: crate::Tokens<'_>, out: &mut duality_models::Output) -> Ending {
+        if self.0.config.disable_watch {
+            out.extend_from_slice(b"CLIENT_ERROR watch commands not allowed\r\n");
+            return Ending::Answered(Flow::Continue);
+        }
+        match watch::kinds(args.iter()) {
+            Some(kinds) => Ending::Finish(WATCH | u32::from(kinds)),
+            None => {
+                out.extend_from_slice(b"ERROR\r\n");
+                Ending::Answered(Flow::Continue)
+            }
+        }
+    }
+
+    /// A watcher's connection: `OK`, then the log lines of `kinds` as they
+    /// come, until the client leaves, its connection fails or the server
+    /// stops. What the client sends meanwhile is read and dropped, as
+    /// memcached does; lines it is too slow for are skipped (see
+    /// [`watch`]), so a watcher that never reads holds a bounded queue.
+    async fn stream_watch(&self, kinds: u8, reply: &mut Reply<'_>) -> duality_models::Flow {
+        use std::future::Future as _;
+        use std::task::Poll;
+        let Ok(mut lines) = self.0.store.watch().add(kinds) else {
+            reply
+                .out()
+                .extend_from_slice(b"WATCHER_TOO_MANY log watcher limit reached\r\n");
+            return duality_models::Flow::Continue;
+        };
+        reply.out().extend_from_slice(b"OK\r\n");
+        // A blocking socket's readiness is its read, which would wait: a
+        // watcher there learns the client left from a failed write.
+        let blocking = reply.conn().is_blocking();
+        enum Woke {
+            Line(Option<watch::Line>),
+            Readable,
+        }
+        loop {
+            if reply.flush().await.is_err() {
+                return duality_models::Flow::Close;
+            }
+            let woke = {
+                let mut readable = std::pin::pin!(reply.conn().readable());
+                std::future::poll_fn(|cx| {
+                    if let Poll::Ready(line) = lines.poll_recv(cx) {
+                        return Poll::Ready(Woke::Line(line));
+                    }
+                    if !blocking && readable.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(Woke::Readable);
+                    }
+                    Poll::Pending
+                })
+                .await
+            };
+            match woke {
+                // The server stops.
+                Woke::Line(None) => return duality_models::Flow::Close,
+                Woke::Line(Some(first)) => {
+                    let out = reply.out();
+                    first.write_to(out);
+                    while out.len() < WATCH_BATCH {
+                        match lines.try_recv() {
+                            Ok(line) => line.write_to(out),
+                            Err(_) => break,
+                        }
+                    }
+                }
+                Woke::Readable => {
+                    let mut sink = [0u8; 512];
+                    match reply.conn().try_read(&mut sink).await {
+                        // Gone, or the server's shutdown.
+                        Ok(Some(0)) | Err(_) => return duality_models::Flow::Close,
+                        Ok(_) => {}
+                    }
+                }
+            }
+        }
+    }
+
     /// Executes a text or meta request. An answer too large for the
     /// buffer budget goes out a piece at a time if it is a get's (memcached
     /// sends items by reference: clients that do not read a large value
@@ -1170,6 +1300,9 @@ impl KvProtocol {
         before: usize,
     ) -> Ending {
         let st = &*self.0;
+        if let Request::Watch { args } = r {
+            return self.watch_request(*args, out);
+        }
         // Large values go from the store (see `Answer`): held as their
         // copies would be.
         let shared_before = out.shared_len();

@@ -865,7 +865,9 @@ impl Conn {
         }
     }
 
-    fn is_blocking(&self) -> bool {
+    /// Whether this is a blocking socket (`thread-per-conn`): its reads
+    /// wait on the thread, and [`readable`](Self::readable) returns at once.
+    pub fn is_blocking(&self) -> bool {
         matches!(self.io, Io::BlockingTcp(..) | Io::BlockingUnix(..))
     }
 

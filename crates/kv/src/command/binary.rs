@@ -7,7 +7,7 @@
 //! quiet mutations nothing on success; errors are always answered.
 
 use super::classic::{apply, count_dead, Value};
-use super::{stats, ExecContext, Flow};
+use super::{log_store, stats, ExecContext, Flow, Outcome};
 use crate::num::{fmt_u64, parse_counter};
 use crate::protocol::binary::{
     write_error, write_response_header, BinError, BinRequest, Extras, Opcode, ResponseHeader,
@@ -237,16 +237,32 @@ fn put(
     flags: u32,
     exptime: Time,
     out: &mut Vec<u8>,
-) {
+) -> Outcome {
     match value.put(e, flags, exptime, None, 0) {
-        Ok(cas) => ok_empty(req, cas, out),
+        Ok(cas) => {
+            ok_empty(req, cas, out);
+            Outcome::Stored
+        }
         Err(_) => {
             e.refused_for_memory();
             if req.opcode.loud() == Opcode::Set {
                 e.remove();
             }
             error(req, Status::OutOfMemory, out);
+            Outcome::NoMemory
         }
+    }
+}
+
+/// The text command a binary store opcode is, in `item_store` lines.
+fn store_name(req: &BinRequest<'_>) -> &'static str {
+    match req.opcode.loud() {
+        _ if req.cas != 0 => "cas",
+        Opcode::Add => "add",
+        Opcode::Replace => "replace",
+        Opcode::Append => "append",
+        Opcode::Prepend => "prepend",
+        _ => "set",
     }
 }
 
@@ -267,31 +283,39 @@ pub(super) fn update(
     store.prefix_stats().record_set(req.key);
     let mut e = store.entry(req.key, now);
     e.count(Counter::CmdSet);
-    if req.cas != 0 {
+    let vlen = value.len();
+    let outcome = if req.cas != 0 {
         match e.item().map(|i| i.cas) {
             None => {
                 e.count(Counter::CasMisses);
                 error(req, Status::NotFound, out);
+                Outcome::NotFound
             }
             Some(c) if c == req.cas => {
                 e.count(Counter::CasHits);
-                put(&mut e, req, value, flags, exptime, out);
+                put(&mut e, req, value, flags, exptime, out)
             }
             Some(_) => {
                 e.count(Counter::CasBadval);
                 error(req, Status::Exists, out);
+                Outcome::Exists
             }
         }
-        return;
-    }
-    match req.opcode.loud() {
-        Opcode::Add if e.exists() => {
-            e.promote();
-            error(req, Status::Exists, out);
+    } else {
+        match req.opcode.loud() {
+            Opcode::Add if e.exists() => {
+                e.promote();
+                error(req, Status::Exists, out);
+                Outcome::NotStored
+            }
+            Opcode::Replace if !e.exists() => {
+                error(req, Status::NotFound, out);
+                Outcome::NotStored
+            }
+            _ => put(&mut e, req, value, flags, exptime, out),
         }
-        Opcode::Replace if !e.exists() => error(req, Status::NotFound, out),
-        _ => put(&mut e, req, value, flags, exptime, out),
-    }
+    };
+    log_store(&e, store_name(req), outcome, exptime, vlen);
 }
 
 /// append/prepend and quiet forms (CAS checked when given).
@@ -299,22 +323,38 @@ fn append(store: &Store, now: Time, req: &BinRequest<'_>, out: &mut Vec<u8>) {
     store.prefix_stats().record_set(req.key);
     let mut e = store.entry(req.key, now);
     e.count(Counter::CmdSet);
-    let Some(current) = e.item().map(|i| i.cas) else {
-        return error(req, Status::NotStored, out);
+    let outcome = match e.item().map(|i| i.cas) {
+        None => {
+            error(req, Status::NotStored, out);
+            Outcome::NotStored
+        }
+        Some(current) if req.cas != 0 && req.cas != current => {
+            error(req, Status::Exists, out);
+            Outcome::Exists
+        }
+        Some(_) => {
+            let edit = if req.opcode.loud() == Opcode::Append {
+                Edit::Append(req.value)
+            } else {
+                Edit::Prepend(req.value)
+            };
+            match e.rewrite(edit, None) {
+                Ok(cas) => {
+                    ok_empty(req, cas, out);
+                    Outcome::Stored
+                }
+                Err(WriteError::TooLarge) => {
+                    error(req, Status::NotStored, out);
+                    Outcome::NotStored
+                }
+                Err(_) => {
+                    error(req, Status::OutOfMemory, out);
+                    Outcome::NoMemory
+                }
+            }
+        }
     };
-    if req.cas != 0 && req.cas != current {
-        return error(req, Status::Exists, out);
-    }
-    let edit = if req.opcode.loud() == Opcode::Append {
-        Edit::Append(req.value)
-    } else {
-        Edit::Prepend(req.value)
-    };
-    match e.rewrite(edit, None) {
-        Ok(cas) => ok_empty(req, cas, out),
-        Err(WriteError::TooLarge) => error(req, Status::NotStored, out),
-        Err(_) => error(req, Status::OutOfMemory, out),
-    }
+    log_store(&e, store_name(req), outcome, 0, req.value.len());
 }
 
 /// delete/deleteq (CAS checked when given).

@@ -1,5 +1,6 @@
 //! The classic text commands: retrieval, storage, delete, incr/decr, touch.
 
+use super::{log_store, Outcome};
 use crate::num::{fmt_u64, parse_counter, push_u64};
 use crate::protocol::{ArithOp, StoreCommand, Tokens};
 use crate::store::{
@@ -315,6 +316,7 @@ pub(super) fn store(
     let mut e = store.entry(key, now);
     e.count(Counter::CmdSet);
     let exptime = expiry(exptime.into(), now);
+    let vlen = value.len();
     let line = match command {
         StoreCommand::Set => put(&mut e, value, flags, exptime, true),
         StoreCommand::Add if e.exists() => {
@@ -355,6 +357,14 @@ pub(super) fn store(
             }
         },
     };
+    let outcome = match line {
+        STORED => Outcome::Stored,
+        NOT_STORED => Outcome::NotStored,
+        EXISTS => Outcome::Exists,
+        NOT_FOUND => Outcome::NotFound,
+        _ => Outcome::NoMemory,
+    };
+    log_store(&e, command.name(), outcome, exptime, vlen);
     out.extend_from_slice(line);
 }
 

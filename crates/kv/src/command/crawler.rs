@@ -128,7 +128,7 @@ fn metadump(store: &Store, now: Time, set: u64, out: &mut Vec<u8>) {
             return true;
         }
         out.extend_from_slice(b"key=");
-        uriencode(item.key, out);
+        crate::watch::uriencode(item.key, out);
         let exp = if item.exptime == 0 {
             -1
         } else {
@@ -144,19 +144,6 @@ fn metadump(store: &Store, now: Time, set: u64, out: &mut Vec<u8>) {
         true
     });
     out.extend_from_slice(b"END\r\n");
-}
-
-/// memcached's `uriencode`: letters, digits and `-._~` as they are, every
-/// other byte as `%XX` (upper-case hex).
-pub(super) fn uriencode(key: &[u8], out: &mut Vec<u8>) {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    for &b in key {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b);
-        } else {
-            out.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
-        }
-    }
 }
 
 #[cfg(test)]
@@ -175,12 +162,5 @@ mod tests {
         assert_eq!(class_set(b"63", false), Some(1 << 63));
         assert_eq!(class_set(b"1,x", false), None);
         assert_eq!(class_set(b",", false), Some(0));
-    }
-
-    #[test]
-    fn uriencoding() {
-        let mut out = Vec::new();
-        uriencode(b"a-b.c_d~e/f:g h%", &mut out);
-        assert_eq!(out, b"a-b.c_d~e%2Ff%3Ag%20h%25");
     }
 }

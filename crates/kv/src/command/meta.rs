@@ -6,6 +6,7 @@
 //! others; errors are always sent.
 
 use super::classic::{apply, count_dead, Value, NON_NUMERIC};
+use super::{log_store, Outcome};
 use crate::num::{fmt_u64, parse_counter, push_i64, push_u64};
 use crate::protocol::{decode_key, item_size, ArithOp, MetaFlags, KEY_MAX_LENGTH};
 use crate::store::classes::class_of;
@@ -314,13 +315,32 @@ pub(super) fn set(
     if matches!(result, SetResult::Stored(_)) && f.base64() {
         e.set_key_binary();
     }
+    let outcome = match result {
+        SetResult::Stored(_) => Outcome::Stored,
+        SetResult::Code(b"EX") => Outcome::Exists,
+        SetResult::Code(b"NF") => Outcome::NotFound,
+        SetResult::Code(_) => Outcome::NotStored,
+        SetResult::NoMemory => Outcome::NoMemory,
+    };
+    let cmd = match mode {
+        _ if cas_mode => "cas",
+        b'E' => "add",
+        b'A' => "append",
+        b'P' => "prepend",
+        b'R' => "replace",
+        _ => "set",
+    };
+    if let SetResult::NoMemory = result {
+        // Logged as the old item goes (below), as memcached's.
+        e.refused_for_memory();
+        e.remove();
+    }
+    log_store(&e, cmd, outcome, exptime, vlen);
     let (code, cas) = match result {
         SetResult::Stored(cas) => (&b"HD"[..], Some(cas)),
         SetResult::Code(code) => (code, None),
         SetResult::NoMemory => {
-            // As memcached: a failed store drops the old item too.
-            e.refused_for_memory();
-            e.remove();
+            // As memcached: a failed store drops the old item too (above).
             out.extend_from_slice(b"SERVER_ERROR out of memory storing object\r\n");
             return;
         }

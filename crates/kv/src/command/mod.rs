@@ -24,7 +24,7 @@ use crate::protocol::{
     decode_key, BinRequest, BinaryHead, Opcode, ParseError, Request, ValueHead, BAD_DATA_CHUNK,
     KEY_MAX_LENGTH,
 };
-use crate::store::{Counter, SharedValue, Staged, Store, Time, MAX_RELATIVE_EXPTIME};
+use crate::store::{Counter, Entry, SharedValue, Staged, Store, Time, MAX_RELATIVE_EXPTIME};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -175,6 +175,59 @@ impl ExecContext for SimpleContext {
             ..ServerStats::default()
         }
     }
+}
+
+/// A store command's outcome, as memcached's `type=item_store` lines name
+/// it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Stored,
+    NotStored,
+    Exists,
+    NotFound,
+    NoMemory,
+}
+
+/// memcached's `type=item_store` line (`watch mutations`): the outcome of
+/// `cmd` on `e`'s key, for a value of `vlen` bytes expiring at `exptime`
+/// (the item's own class and size where it was stored).
+pub(crate) fn log_store(
+    e: &Entry<'_, '_>,
+    cmd: &str,
+    outcome: Outcome,
+    exptime: Time,
+    vlen: usize,
+) {
+    let watch = e.store().watch();
+    if !watch.wants(crate::watch::MUTATIONS) {
+        return;
+    }
+    let status = match outcome {
+        Outcome::Stored => "stored",
+        Outcome::NotStored => "not_stored",
+        Outcome::Exists => "exists",
+        Outcome::NotFound => "not_found",
+        Outcome::NoMemory => "no_memory",
+    };
+    let (class, size) = match (outcome, e.item()) {
+        (Outcome::Stored, Some(item)) => (e.class(), item.value.len()),
+        _ => (crate::store::class_for(e.key().len(), vlen), vlen),
+    };
+    // -1: expired as it was stored (a negative exptime).
+    let ttl = match exptime {
+        0 => 0,
+        t => (i64::from(t) - i64::from(e.now())).max(-1),
+    };
+    watch.log(crate::watch::MUTATIONS, |o| {
+        use std::io::Write as _;
+        o.extend_from_slice(b"type=item_store ");
+        crate::watch::write_key(o, e.key());
+        let fd = crate::watch::conn_fd();
+        let _ = write!(
+            o,
+            " status={status} cmd={cmd} ttl={ttl} clsid={class} cfd={fd} size={size}"
+        );
+    });
 }
 
 /// Runs a classic command's writer, dropping its output under `noreply`.
@@ -506,6 +559,9 @@ pub fn execute<C: ExecContext + ?Sized>(
         }
         Request::Slabs { args } => slabs::slabs(args, out),
         Request::Lru { args } => lru::lru(args, out),
+        // A connection that can stream (the server's) never gets here:
+        // it watches instead (see `crate::server`).
+        Request::Watch { .. } => out.extend_from_slice(b"ERROR\r\n"),
         Request::Shutdown { args } => {
             let mut it = args.iter();
             let mode_ok = match it.next() {

@@ -134,6 +134,7 @@ fn general<C: ExecContext + ?Sized>(store: &Store, ctx: &C, now: Time, out: &mut
     let srv = ctx.server_stats();
     let s = store.stats();
     let f = store.footprint();
+    let w = store.watch().stats();
     write_stat(out, "pid", srv.pid);
     write_stat(out, "uptime", srv.uptime);
     write_stat(out, "time", now);
@@ -188,6 +189,13 @@ fn general<C: ExecContext + ?Sized>(store: &Store, ctx: &C, now: Time, out: &mut
         // A shard's table grows in place, under its lock.
         ("hash_is_expanding", 0),
         ("malloc_fails", f.malloc_fails),
+        // `watch`: a line is offered to the watchers as it is made, never
+        // dropped before.
+        ("log_worker_dropped", 0),
+        ("log_worker_written", w.written),
+        ("log_watcher_skipped", w.skipped),
+        ("log_watcher_sent", w.sent),
+        ("log_watchers", w.watchers),
         ("bytes", s.bytes),
         ("curr_items", s.curr_items),
         ("total_items", s.total_items),
@@ -329,7 +337,7 @@ fn cachedump(store: &Store, now: Time, args: Tokens<'_>, out: &mut Vec<u8>) {
         // lines: such a key is shown %-encoded, as `lru_crawler metadump`
         // shows every key. Text keys cannot hold those bytes: shown as is.
         if item.key.iter().any(|&b| b <= b' ' || b == 0x7f) {
-            super::crawler::uriencode(item.key, out);
+            crate::watch::uriencode(item.key, out);
         } else {
             out.extend_from_slice(item.key);
         }

@@ -341,6 +341,8 @@ fn misc_commands() {
     s.check("bogus\r\n", "ERROR\r\n");
     s.check("\r\n", "ERROR\r\n");
     s.check("mn\r\n", "MN\r\n");
+    // Without a server to stream them, `execute` has no log lines to give.
+    s.check("watch fetchers\r\n", "ERROR\r\n");
     let (out, closed) = s.feed(b"quit\r\nversion\r\n");
     assert!(out.is_empty() && closed);
 }

@@ -118,6 +118,10 @@ impl Request<'_> {
                 out.extend_from_slice(b"lru");
                 push_tokens(out, args);
             }
+            Request::Watch { args } => {
+                out.extend_from_slice(b"watch");
+                push_tokens(out, args);
+            }
             Request::Shutdown { args } => {
                 out.extend_from_slice(b"shutdown");
                 push_tokens(out, args);

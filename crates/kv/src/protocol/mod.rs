@@ -293,6 +293,12 @@ pub enum Request<'a> {
         /// The arguments.
         args: Tokens<'a>,
     },
+    /// `watch [kind…]`: the connection becomes a stream of log lines (see
+    /// [`crate::watch`]).
+    Watch {
+        /// The kinds asked for.
+        args: Tokens<'a>,
+    },
     /// `quit`: close the connection.
     Quit,
     /// `mg <key> <flags>*`.
@@ -736,6 +742,9 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Result<(Request<'a>, usize),
             args: Tokens::new(rest),
         }),
         b"lru" => Ok(Request::Lru {
+            args: Tokens::new(rest),
+        }),
+        b"watch" => Ok(Request::Watch {
             args: Tokens::new(rest),
         }),
         b"quit" => Ok(Request::Quit),

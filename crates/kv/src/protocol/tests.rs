@@ -924,6 +924,9 @@ enum Spec {
     Lru {
         args: Vec<u8>,
     },
+    Watch {
+        args: Vec<u8>,
+    },
     Quit,
     Meta {
         cmd: u8,
@@ -1011,6 +1014,9 @@ impl Spec {
                 args: Tokens::new(args),
             },
             Spec::Lru { args } => Request::Lru {
+                args: Tokens::new(args),
+            },
+            Spec::Watch { args } => Request::Watch {
                 args: Tokens::new(args),
             },
             Spec::Quit => Request::Quit,
@@ -1172,6 +1178,7 @@ fn spec() -> impl Strategy<Value = Spec> {
         1 => joined(0..4).prop_map(|args| Spec::Stats { args }),
         1 => joined(0..3).prop_map(|args| Spec::LruCrawler { args }),
         1 => joined(0..5).prop_map(|args| Spec::Lru { args }),
+        1 => joined(0..3).prop_map(|args| Spec::Watch { args }),
         1 => Just(Spec::Quit),
         4 => meta(),
         1 => Just(Spec::MetaNoop),

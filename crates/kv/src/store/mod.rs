@@ -79,15 +79,16 @@ pub use detail::{PrefixStats, PREFIX_DELIMITER};
 pub use stats::{Counter, Stats};
 
 use crate::protocol::KEY_MAX_LENGTH;
+use crate::watch::{self as log, Watch};
 use block::Block;
 use shard::{NewItem, Shard, ACCESSED, FETCHED, KEY_BINARY};
 pub(crate) use shard::{SHARE_MIN, STALE, WIN_SENT};
 use stats::{GlobalStats, ShardStats};
 use std::hash::BuildHasher;
-use std::io;
+use std::io::{self, Write as _};
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Unix time in seconds.
 pub type Time = u32;
@@ -273,6 +274,8 @@ pub struct Store {
     item_size_max: usize,
     /// See [`StoreConfig::evictions`].
     evictions: bool,
+    /// The clients watching what the store does (`watch`).
+    watch: Arc<Watch>,
 }
 
 impl std::fmt::Debug for Store {
@@ -313,13 +316,14 @@ impl Store {
         let per_shard = config.max_bytes / n;
         let hasher = Hasher::with_seed(seed);
         let evictions = config.evictions;
+        let watch = Arc::new(Watch::default());
         let cells = (0..n)
             .map(|_| {
                 let mut shard = Shard::new(per_shard, hasher);
                 shard.evictions = evictions;
                 ShardCell {
                     shard: Mutex::new(shard),
-                    stats: ShardStats::new(),
+                    stats: ShardStats::new(watch.clone()),
                 }
             })
             .collect();
@@ -339,6 +343,7 @@ impl Store {
             started: 0,
             item_size_max: usize::MAX,
             evictions,
+            watch,
         }
     }
 
@@ -549,6 +554,12 @@ impl Store {
         self.evictions
     }
 
+    /// The clients watching the store's lookups, stores and evictions
+    /// (memcached's `watch`).
+    pub fn watch(&self) -> &Watch {
+        &self.watch
+    }
+
     /// The memory limit in bytes.
     pub fn max_bytes(&self) -> usize {
         self.max_bytes.load(Relaxed)
@@ -656,6 +667,10 @@ impl Store {
             } else {
                 shard.reclaim(i, lookup, &cell.stats);
             }
+        }
+        if self.watch.wants(log::FETCHERS) {
+            let found = idx.map(|i| (shard.class(i), shard.item(i).value.len()));
+            log_get(&self.watch, key, lookup, found);
         }
         Entry {
             store: self,
@@ -865,6 +880,7 @@ impl Store {
             cell.stats.reset();
         }
         self.global.reset();
+        self.watch.reset_stats();
     }
 
     #[cfg(test)]
@@ -878,6 +894,31 @@ impl Store {
     pub(crate) fn shard_len(&self, i: usize) -> usize {
         lock(&self.cells[i].shard).len()
     }
+}
+
+/// The size class (see [`classes`]) of an item of a `klen`-byte key and a
+/// `vlen`-byte value.
+pub(crate) fn class_for(klen: usize, vlen: usize) -> usize {
+    classes::class_of(shard::HEADER + klen + vlen)
+}
+
+/// memcached's `type=item_get` line of a lookup (`found`: the live
+/// item's class and value length).
+#[cold]
+fn log_get(watch: &Watch, key: &[u8], lookup: Lookup, found: Option<(usize, usize)>) {
+    let status = match lookup {
+        Lookup::Hit => "found",
+        Lookup::Miss => "not_found",
+        Lookup::Flushed => "flushed",
+        Lookup::Expired => "expired",
+    };
+    let (class, size) = found.unwrap_or((0, 0));
+    watch.log(log::FETCHERS, |o| {
+        o.extend_from_slice(b"type=item_get ");
+        log::write_key(o, key);
+        let fd = log::conn_fd();
+        let _ = write!(o, " status={status} clsid={class} cfd={fd} size={size}");
+    });
 }
 
 /// A read-only view of a live item.
@@ -967,6 +1008,11 @@ impl<'s, 'k> Entry<'s, 'k> {
     /// limit then: a caller holding it counts it, as it would a copy).
     pub fn share_value(&self) -> Option<std::sync::Arc<SharedValue>> {
         self.shard.share_value(self.idx?)
+    }
+
+    /// The live item's size class (see [`classes`]; 0: none).
+    pub fn class(&self) -> usize {
+        self.idx.map_or(0, |l| self.shard.class(l))
     }
 
     /// Whether there is a live item.

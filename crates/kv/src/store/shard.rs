@@ -1009,6 +1009,9 @@ impl Shard {
 
     fn evict(&mut self, l: Loc, now: Time, stats: &ShardStats) {
         let class = self.class(l);
+        if stats.watch.wants(crate::watch::EVICTIONS) {
+            self.log_eviction(l, now, &stats.watch);
+        }
         stats.bump(Counter::Evictions);
         stats.classes.add(class, ClassCounter::Evicted, 1);
         if self.exptime(l) != 0 {
@@ -1027,6 +1030,28 @@ impl Shard {
             stats.classes.add(class, ClassCounter::EvictedActive, 1);
         }
         self.unlink(l, stats);
+    }
+
+    /// memcached's `type=eviction` line for the item at `l`.
+    #[cold]
+    fn log_eviction(&self, l: Loc, now: Time, watch: &crate::watch::Watch) {
+        use std::io::Write as _;
+        let item = self.item(l);
+        let fetch = if item.fetched { "yes" } else { "no" };
+        let ttl = match item.exptime {
+            0 => -1,
+            t => (i64::from(t) - i64::from(now)).max(0),
+        };
+        let la = now.saturating_sub(item.last_access);
+        let (class, size) = (self.class(l), item.value.len());
+        watch.log(crate::watch::EVICTIONS, |o| {
+            o.extend_from_slice(b"type=eviction ");
+            crate::watch::write_key(o, item.key);
+            let _ = write!(
+                o,
+                " fetch={fetch} ttl={ttl} la={la} clsid={class} size={size}"
+            );
+        });
     }
 
     /// The locations of the items written in segment `id`, oldest first.

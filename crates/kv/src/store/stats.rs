@@ -125,13 +125,16 @@ counters! {
 pub(crate) struct ShardStats {
     counters: [AtomicU64; Counter::COUNT],
     pub(crate) classes: ClassTable,
+    /// Where the shard's evictions are logged (the store's `watch`).
+    pub(crate) watch: std::sync::Arc<crate::watch::Watch>,
 }
 
 impl ShardStats {
-    pub(crate) fn new() -> ShardStats {
+    pub(crate) fn new(watch: std::sync::Arc<crate::watch::Watch>) -> ShardStats {
         ShardStats {
             counters: std::array::from_fn(|_| AtomicU64::new(0)),
             classes: ClassTable::new(),
+            watch,
         }
     }
 

@@ -1,0 +1,345 @@
+//! memcached's `watch` on the cache: a client's connection becomes a stream
+//! of log lines of what the cache does — lookups, stores, evictions and
+//! connections, in memcached 1.6.18's line shapes — under every model; it
+//! is limited to 20 watchers, refused under `-W`, and a watcher that does
+//! not read is skipped, never buffered without bound.
+
+mod common;
+
+use common::*;
+use duality_kv::server::KvConfig;
+use duality_models::Model;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+const MODELS: [&str; 7] = [
+    "sped",
+    "amped:1",
+    "seda:2:1",
+    "seda-s:1",
+    "symped:2",
+    "steal:2",
+    "thread-per-conn",
+];
+
+/// A watcher's connection, read a line at a time.
+struct Watcher {
+    r: BufReader<TcpStream>,
+    last_gid: Option<u64>,
+}
+
+impl Watcher {
+    /// Connects, sends `watch <kinds>` and reads its `OK`.
+    fn start(srv: &InProc, kinds: &str) -> Watcher {
+        let mut w = Watcher::connect(srv);
+        w.send(format!("watch {kinds}\r\n").as_bytes());
+        assert_eq!(w.raw_line(), "OK\r\n", "watch {kinds}");
+        w
+    }
+
+    fn connect(srv: &InProc) -> Watcher {
+        let Addr::Tcp(a) = &srv.addr else {
+            unreachable!("TCP servers only")
+        };
+        let s = TcpStream::connect(a).unwrap();
+        s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+        Watcher {
+            r: BufReader::new(s),
+            last_gid: None,
+        }
+    }
+
+    fn send(&mut self, b: &[u8]) {
+        self.r.get_ref().write_all(b).unwrap();
+    }
+
+    fn raw_line(&mut self) -> String {
+        let mut line = String::new();
+        let n = self.r.read_line(&mut line).expect("read a line");
+        assert!(n > 0, "the stream ended");
+        line
+    }
+
+    /// The next `n` lines, each without its `ts=… gid=… ` head (checked
+    /// and taken off here: times are Unix seconds and microseconds, gids
+    /// grow by one from line to line).
+    fn lines(&mut self, n: usize) -> Vec<String> {
+        (0..n).map(|_| self.line()).collect()
+    }
+
+    fn line(&mut self) -> String {
+        let line = self.raw_line();
+        let line = line.strip_suffix('\n').unwrap();
+        let (ts, rest) = line.split_once(' ').unwrap_or_else(|| panic!("{line:?}"));
+        let (gid, body) = rest.split_once(' ').unwrap_or_else(|| panic!("{line:?}"));
+        let (secs, micros) = ts
+            .strip_prefix("ts=")
+            .and_then(|t| t.split_once('.'))
+            .unwrap_or_else(|| panic!("{line:?}"));
+        assert!(secs.parse::<u64>().unwrap() > 1_600_000_000, "{line:?}");
+        assert_eq!(micros.len(), 6, "{line:?}");
+        let gid: u64 = gid.strip_prefix("gid=").unwrap().parse().unwrap();
+        if let Some(l) = self.last_gid {
+            assert_eq!(gid, l + 1, "gids in order: {line:?}");
+        }
+        self.last_gid = Some(gid);
+        body.to_string()
+    }
+
+    /// Reads until the server closes; what came.
+    fn rest(&mut self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.r.read_to_end(&mut out).expect("read to the end");
+        out
+    }
+}
+
+/// `cfd=<n>` of a line.
+fn cfd(line: &str) -> &str {
+    line.rsplit_once("cfd=")
+        .map(|(_, r)| r.split(' ').next().unwrap())
+        .unwrap_or_else(|| panic!("no cfd in {line:?}"))
+}
+
+#[test]
+fn watch_streams_lookups_stores_and_connections_under_every_model() {
+    for model in MODELS {
+        let srv = InProc::tcp(model);
+        let mut w = Watcher::start(&srv, "fetchers mutations connevents");
+        let mut c = srv.connect();
+        let port = c.local_addr().unwrap().port();
+        c.expect(b"set foo 5 0 3\r\nbar\r\n", b"STORED\r\n");
+        c.expect(b"get foo nope\r\n", b"VALUE foo 5 3\r\nbar\r\nEND\r\n");
+        c.expect(b"add foo 0 100 1\r\nx\r\n", b"NOT_STORED\r\n");
+        c.expect(b"append foo 0 0 1\r\nx\r\n", b"STORED\r\n");
+        c.expect(b"cas foo 0 0 1 999999\r\nx\r\n", b"EXISTS\r\n");
+        c.expect(b"replace nope 0 0 1\r\nx\r\n", b"NOT_STORED\r\n");
+        c.expect(b"delete foo\r\n", b"DELETED\r\n");
+        c.expect(b"ms m 2 T100\r\nhi\r\n", b"HD\r\n");
+        c.expect(b"mg m v\r\n", b"VA 2\r\nhi\r\n");
+        c.expect(b"set a/b 0 0 1\r\nx\r\n", b"STORED\r\n");
+        drop(c);
+        let got = w.lines(20);
+        let fd = cfd(&got[0]).to_string();
+        let want = [
+            format!("type=conn_new rip=127.0.0.1 rport={port} transport=tcp cfd={fd}"),
+            format!("type=item_get key=foo status=not_found clsid=0 cfd={fd} size=0"),
+            format!("type=item_store key=foo status=stored cmd=set ttl=0 clsid=1 cfd={fd} size=3"),
+            format!("type=item_get key=foo status=found clsid=1 cfd={fd} size=3"),
+            format!("type=item_get key=nope status=not_found clsid=0 cfd={fd} size=0"),
+            format!("type=item_get key=foo status=found clsid=1 cfd={fd} size=3"),
+            format!(
+                "type=item_store key=foo status=not_stored cmd=add ttl=100 clsid=1 cfd={fd} size=1"
+            ),
+            format!("type=item_get key=foo status=found clsid=1 cfd={fd} size=3"),
+            format!(
+                "type=item_store key=foo status=stored cmd=append ttl=0 clsid=1 cfd={fd} size=4"
+            ),
+            format!("type=item_get key=foo status=found clsid=1 cfd={fd} size=4"),
+            format!("type=item_store key=foo status=exists cmd=cas ttl=0 clsid=1 cfd={fd} size=1"),
+            format!("type=item_get key=nope status=not_found clsid=0 cfd={fd} size=0"),
+            format!(
+                "type=item_store key=nope status=not_stored cmd=replace ttl=0 clsid=1 cfd={fd} size=1"
+            ),
+            format!("type=item_get key=foo status=found clsid=1 cfd={fd} size=4"),
+            format!("type=item_get key=m status=not_found clsid=0 cfd={fd} size=0"),
+            format!("type=item_store key=m status=stored cmd=set ttl=100 clsid=1 cfd={fd} size=2"),
+            format!("type=item_get key=m status=found clsid=1 cfd={fd} size=2"),
+            format!("type=item_get key=a%2Fb status=not_found clsid=0 cfd={fd} size=0"),
+            format!("type=item_store key=a%2Fb status=stored cmd=set ttl=0 clsid=1 cfd={fd} size=1"),
+            format!(
+                "type=conn_close rip=127.0.0.1 rport={port} transport=tcp reason=normal cfd={fd}"
+            ),
+        ];
+        assert_eq!(got, want, "{model}");
+        assert!(fd.parse::<i32>().unwrap() > 2, "{model}: {fd}");
+        // The watcher's own requests are not served: a line it sends is
+        // read and dropped, and its stream goes on.
+        w.send(b"get foo\r\n");
+        let mut c = srv.connect();
+        c.expect(b"get zz\r\n", b"END\r\n");
+        let got = w.lines(2);
+        assert!(got[0].starts_with("type=conn_new "), "{model}: {got:?}");
+        assert!(
+            got[1].starts_with("type=item_get key=zz "),
+            "{model}: {got:?}"
+        );
+    }
+}
+
+#[test]
+fn watch_alone_is_fetchers_and_a_kind_memcached_does_not_know_is_an_error() {
+    let srv = InProc::tcp("symped:2");
+    let mut c = srv.connect();
+    // 1.6.18 has no `deletions`; the connection goes on serving.
+    c.expect(b"watch fetchers deletions\r\n", b"ERROR\r\n");
+    c.expect(b"WATCH\r\n", b"ERROR\r\n");
+    c.expect(b"set k 0 0 1\r\nx\r\n", b"STORED\r\n");
+    let mut w = Watcher::connect(&srv);
+    // Answers before the watch are written first.
+    w.send(b"get k\r\nwatch\r\n");
+    let head: Vec<String> = (0..4).map(|_| w.raw_line()).collect();
+    assert_eq!(head, ["VALUE k 0 1\r\n", "x\r\n", "END\r\n", "OK\r\n"]);
+    c.expect(b"set k 0 0 1\r\ny\r\n", b"STORED\r\n");
+    c.expect(b"get k\r\n", b"VALUE k 0 1\r\ny\r\nEND\r\n");
+    // Fetchers only: the set's lookup and the get, no store line.
+    let got = w.lines(2);
+    assert!(
+        got[0].starts_with("type=item_get key=k status=found "),
+        "{got:?}"
+    );
+    assert!(
+        got[1].starts_with("type=item_get key=k status=found "),
+        "{got:?}"
+    );
+    let s = c.stats("");
+    assert_eq!(s["log_watchers"], "1");
+    assert_eq!(s["log_worker_dropped"], "0");
+    assert!(s["log_watcher_sent"].parse::<u64>().unwrap() >= 2, "{s:?}");
+}
+
+#[test]
+fn evictions_are_watched_as_they_happen() {
+    let m: Model = "sped".parse().unwrap();
+    let config = KvConfig {
+        memory_limit: 8 << 20,
+        ..small_config(&m)
+    };
+    let srv = InProc::start(m, config, false);
+    let mut w = Watcher::start(&srv, "evictions");
+    let mut c = srv.connect();
+    let value = vec![b'v'; 4000];
+    let mut n = 0;
+    while c.stats("")["evictions"] == "0" {
+        let mut req = Vec::new();
+        for i in n..n + 100 {
+            req.extend_from_slice(format!("set key:{i} 0 0 {}\r\n", value.len()).as_bytes());
+            req.extend_from_slice(&value);
+            req.extend_from_slice(b"\r\n");
+        }
+        n += 100;
+        c.send(&req);
+        assert_eq!(c.read_n(8 * 100), b"STORED\r\n".repeat(100));
+        assert!(n < 100_000, "no eviction after {n} sets");
+    }
+    let evicted: u64 = c.stats("")["evictions"].parse().unwrap();
+    let got = w.lines(evicted as usize);
+    for l in &got {
+        let key = l
+            .strip_prefix("type=eviction key=")
+            .and_then(|r| r.split(' ').next())
+            .unwrap_or_else(|| panic!("{l:?}"));
+        assert!(
+            l.ends_with(" size=4000") && l.contains(" fetch=no ttl=-1 la="),
+            "{l:?}"
+        );
+        // Evicted means gone.
+        let key = key.replace("%3A", ":");
+        c.expect(format!("get {key}\r\n").as_bytes(), b"END\r\n");
+    }
+    assert_eq!(c.stats("")["log_watcher_skipped"], "0");
+}
+
+#[test]
+fn watchers_are_limited_to_twenty_and_refused_under_w() {
+    let srv = InProc::tcp("symped:2");
+    let mut ws: Vec<Watcher> = (0..20).map(|_| Watcher::start(&srv, "mutations")).collect();
+    let mut c = srv.connect();
+    c.expect(
+        b"watch\r\n",
+        b"WATCHER_TOO_MANY log watcher limit reached\r\n",
+    );
+    // Refused, the connection serves on.
+    c.expect(b"get k\r\n", b"END\r\n");
+    // One leaves: its place is free once the server has seen it go.
+    drop(ws.pop());
+    let t0 = Instant::now();
+    loop {
+        let mut n = srv.connect();
+        n.send(b"watch mutations\r\n");
+        let r = n.read_until(b"\r\n");
+        if r == b"OK\r\n" {
+            break;
+        }
+        assert_eq!(r, b"WATCHER_TOO_MANY log watcher limit reached\r\n");
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "the place stays taken"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(ws);
+
+    let m: Model = "sped".parse().unwrap();
+    let config = KvConfig {
+        disable_watch: true,
+        ..small_config(&m)
+    };
+    let srv = InProc::start(m, config, false);
+    let mut c = srv.connect();
+    c.expect(
+        b"watch fetchers\r\n",
+        b"CLIENT_ERROR watch commands not allowed\r\n",
+    );
+    c.expect(b"get k\r\n", b"END\r\n");
+}
+
+#[test]
+fn a_watcher_that_does_not_read_is_skipped_not_buffered() {
+    for model in ["symped:2", "thread-per-conn"] {
+        let srv = InProc::tcp(model);
+        let mut w = Watcher::start(&srv, "fetchers");
+        let mut c = srv.connect();
+        // ~100 bytes a line, 300,000 lines: far past the queue (2,048
+        // lines) and the sockets' buffers.
+        let get = b"get some-key-of-a-fair-length\r\n".repeat(1000);
+        for _ in 0..300 {
+            c.send(&get);
+            assert_eq!(c.read_n(5 * 1000), b"END\r\n".repeat(1000), "{model}");
+        }
+        let s = c.stats("");
+        let skipped: u64 = s["log_watcher_skipped"].parse().unwrap();
+        assert!(skipped > 100_000, "{model}: {s:?}");
+        // The watcher reads on: what it missed is said before the next
+        // line it gets (made here every 512 lines read, once the queue
+        // has room again), and every line is either read or counted.
+        let mut seen = 0u64;
+        let mut made = 300_000u64;
+        let said_skipped = loop {
+            let line = w.raw_line();
+            if let Some(n) = line.strip_prefix("skipped=") {
+                break n.trim_end().parse::<u64>().unwrap();
+            }
+            assert!(line.contains(" type=item_get key="), "{line:?}");
+            seen += 1;
+            assert!(seen <= made, "{model}: more lines than were made");
+            if seen.is_multiple_of(512) {
+                c.expect(b"get k\r\n", b"END\r\n");
+                made += 1;
+            }
+        };
+        assert!(said_skipped > 100_000, "{model}: {said_skipped}");
+        assert!(
+            seen + said_skipped <= made,
+            "{model}: {seen} + {said_skipped} > {made}"
+        );
+        let skipped: u64 = c.stats("")["log_watcher_skipped"].parse().unwrap();
+        assert!(
+            skipped >= said_skipped,
+            "{model}: {skipped} < {said_skipped}"
+        );
+    }
+}
+
+#[test]
+fn a_server_stopping_ends_its_watches() {
+    for model in ["sped", "thread-per-conn"] {
+        let srv = InProc::tcp(model);
+        let mut w = Watcher::start(&srv, "");
+        let t0 = Instant::now();
+        drop(srv);
+        assert_eq!(w.rest(), b"", "{model}");
+        assert!(t0.elapsed() < Duration::from_secs(3), "{model}");
+    }
+}
