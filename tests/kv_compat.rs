@@ -1020,7 +1020,7 @@ fn disable_evictions_flag() {
 }
 
 /// memcached's safety and access flags: `-F` (no flush_all), `-X` (no
-/// dumps), `-W`, `-a` (the Unix socket's mode), `-b`, `-r`, `-f`, `-n`,
+/// dumps), `-W` (no watch), `-a` (the Unix socket's mode), `-b`, `-r`, `-f`, `-n`,
 /// `-D :` and, as root, `-u` (the identity taken) and `-k`.
 #[test]
 fn access_and_safety_flags() {
@@ -1039,7 +1039,7 @@ fn access_and_safety_flags() {
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     }
     let kv = KvProc::start(&args);
-    let mc = Memcached::start(&["-F", "-X"]);
+    let mc = Memcached::start(&["-F", "-X", "-W"]);
     let tcp = SocketAddr::from(([127, 0, 0, 1], kv.port));
     compare(
         mc.addr,
@@ -1050,6 +1050,7 @@ fn access_and_safety_flags() {
             "flush_all noreply\r\n",
             "stats cachedump 1 1\r\n",
             "lru_crawler metadump all\r\n",
+            "watch fetchers\r\n",
         ]),
     );
     // Binary flush: memcached answers "Auth failure." (0x20).

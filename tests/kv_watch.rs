@@ -10,7 +10,7 @@ use common::*;
 use duality_kv::server::KvConfig;
 use duality_models::Model;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 const MODELS: [&str; 7] = [
@@ -23,6 +23,13 @@ const MODELS: [&str; 7] = [
     "thread-per-conn",
 ];
 
+fn tcp(a: &Addr) -> SocketAddr {
+    match a {
+        Addr::Tcp(a) => *a,
+        Addr::Unix(_) => unreachable!("TCP servers only"),
+    }
+}
+
 /// A watcher's connection, read a line at a time.
 struct Watcher {
     r: BufReader<TcpStream>,
@@ -32,16 +39,21 @@ struct Watcher {
 impl Watcher {
     /// Connects, sends `watch <kinds>` and reads its `OK`.
     fn start(srv: &InProc, kinds: &str) -> Watcher {
-        let mut w = Watcher::connect(srv);
+        Watcher::start_at(tcp(&srv.addr), kinds)
+    }
+
+    fn start_at(a: SocketAddr, kinds: &str) -> Watcher {
+        let mut w = Watcher::connect_to(a);
         w.send(format!("watch {kinds}\r\n").as_bytes());
         assert_eq!(w.raw_line(), "OK\r\n", "watch {kinds}");
         w
     }
 
     fn connect(srv: &InProc) -> Watcher {
-        let Addr::Tcp(a) = &srv.addr else {
-            unreachable!("TCP servers only")
-        };
+        Watcher::connect_to(tcp(&srv.addr))
+    }
+
+    fn connect_to(a: SocketAddr) -> Watcher {
         let s = TcpStream::connect(a).unwrap();
         s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
         Watcher {
@@ -175,6 +187,12 @@ fn watch_alone_is_fetchers_and_a_kind_memcached_does_not_know_is_an_error() {
     // 1.6.18 has no `deletions`; the connection goes on serving.
     c.expect(b"watch fetchers deletions\r\n", b"ERROR\r\n");
     c.expect(b"WATCH\r\n", b"ERROR\r\n");
+    // Accepted as 1.6.18 accepts them (it logs nothing there either
+    // without its proxy).
+    drop(Watcher::start(
+        &srv,
+        "proxyreqs proxyevents proxyuser sysevents rawcmds",
+    ));
     c.expect(b"set k 0 0 1\r\nx\r\n", b"STORED\r\n");
     let mut w = Watcher::connect(&srv);
     // Answers before the watch are written first.
@@ -243,34 +261,9 @@ fn evictions_are_watched_as_they_happen() {
 
 #[test]
 fn watchers_are_limited_to_twenty_and_refused_under_w() {
-    let srv = InProc::tcp("symped:2");
-    let mut ws: Vec<Watcher> = (0..20).map(|_| Watcher::start(&srv, "mutations")).collect();
-    let mut c = srv.connect();
-    c.expect(
-        b"watch\r\n",
-        b"WATCHER_TOO_MANY log watcher limit reached\r\n",
-    );
-    // Refused, the connection serves on.
-    c.expect(b"get k\r\n", b"END\r\n");
-    // One leaves: its place is free once the server has seen it go.
-    drop(ws.pop());
-    let t0 = Instant::now();
-    loop {
-        let mut n = srv.connect();
-        n.send(b"watch mutations\r\n");
-        let r = n.read_until(b"\r\n");
-        if r == b"OK\r\n" {
-            break;
-        }
-        assert_eq!(r, b"WATCHER_TOO_MANY log watcher limit reached\r\n");
-        assert!(
-            t0.elapsed() < Duration::from_secs(5),
-            "the place stays taken"
-        );
-        std::thread::sleep(Duration::from_millis(20));
+    for model in ["symped:2", "thread-per-conn"] {
+        watchers_are_limited(model);
     }
-    drop(ws);
-
     let m: Model = "sped".parse().unwrap();
     let config = KvConfig {
         disable_watch: true,
@@ -283,6 +276,39 @@ fn watchers_are_limited_to_twenty_and_refused_under_w() {
         b"CLIENT_ERROR watch commands not allowed\r\n",
     );
     c.expect(b"get k\r\n", b"END\r\n");
+}
+
+fn watchers_are_limited(model: &str) {
+    let srv = InProc::tcp(model);
+    let mut ws: Vec<Watcher> = (0..20).map(|_| Watcher::start(&srv, "evictions")).collect();
+    let mut c = srv.connect();
+    c.expect(
+        b"watch\r\n",
+        b"WATCHER_TOO_MANY log watcher limit reached\r\n",
+    );
+    // Refused, the connection serves on.
+    c.expect(b"get k\r\n", b"END\r\n");
+    // They leave (no line was ever sent to them): their places are free
+    // once the server has seen them go.
+    ws.clear();
+    let t0 = Instant::now();
+    let mut again = Vec::new();
+    while again.len() < 20 {
+        let mut n = srv.connect();
+        n.send(b"watch mutations\r\n");
+        let r = n.read_until(b"\r\n");
+        if r == b"OK\r\n" {
+            again.push(n);
+            continue;
+        }
+        assert_eq!(r, b"WATCHER_TOO_MANY log watcher limit reached\r\n");
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "{model}: places stay taken ({} free)",
+            again.len()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]
@@ -300,7 +326,7 @@ fn a_watcher_that_does_not_read_is_skipped_not_buffered() {
         }
         let s = c.stats("");
         let skipped: u64 = s["log_watcher_skipped"].parse().unwrap();
-        assert!(skipped > 100_000, "{model}: {s:?}");
+        assert!(skipped > 0, "{model}: {s:?}");
         // The watcher reads on: what it missed is said before the next
         // line it gets (made here every 512 lines read, once the queue
         // has room again), and every line is either read or counted.
@@ -319,7 +345,7 @@ fn a_watcher_that_does_not_read_is_skipped_not_buffered() {
                 made += 1;
             }
         };
-        assert!(said_skipped > 100_000, "{model}: {said_skipped}");
+        assert!(said_skipped > 0, "{model}: {said_skipped}");
         assert!(
             seen + said_skipped <= made,
             "{model}: {seen} + {said_skipped} > {made}"
@@ -342,4 +368,158 @@ fn a_server_stopping_ends_its_watches() {
         assert_eq!(w.rest(), b"", "{model}");
         assert!(t0.elapsed() < Duration::from_secs(3), "{model}");
     }
+}
+
+/// One script of text, meta and binary requests under memcached 1.6.18
+/// and `duality kv`, each watched for fetchers, mutations and connection
+/// events: the same lines (times, gids, descriptors and ports aside).
+#[test]
+fn the_lines_are_memcacheds() {
+    fn binary(opcode: u8, key: &[u8], extras: &[u8], value: &[u8], cas: u64) -> Vec<u8> {
+        let body = extras.len() + key.len() + value.len();
+        let mut r = vec![0x80, opcode];
+        r.extend_from_slice(&(key.len() as u16).to_be_bytes());
+        r.extend_from_slice(&[extras.len() as u8, 0, 0, 0]);
+        r.extend_from_slice(&(body as u32).to_be_bytes());
+        r.extend_from_slice(&[0; 4]);
+        r.extend_from_slice(&cas.to_be_bytes());
+        r.extend_from_slice(extras);
+        r.extend_from_slice(key);
+        r.extend_from_slice(value);
+        r
+    }
+    /// Runs the script against `a`; the watcher's lines, normalised.
+    fn lines_of(a: SocketAddr) -> Vec<String> {
+        let mut w = Watcher::start_at(a, "fetchers mutations connevents");
+        let mut c = Client::connect(&Addr::Tcp(a));
+        for (req, want) in [
+            ("set foo 5 0 3\r\nbar\r\n", "STORED\r\n"),
+            ("get foo nope\r\n", "VALUE foo 5 3\r\nbar\r\nEND\r\n"),
+            ("add foo 0 100 1\r\nx\r\n", "NOT_STORED\r\n"),
+            ("add new 0 100 1\r\nx\r\n", "STORED\r\n"),
+            ("append foo 0 0 1\r\nx\r\n", "STORED\r\n"),
+            ("prepend nope 0 0 1\r\nx\r\n", "NOT_STORED\r\n"),
+            ("replace nope 0 0 1\r\nx\r\n", "NOT_STORED\r\n"),
+            ("replace new 0 50 2\r\nxy\r\n", "STORED\r\n"),
+            ("cas foo 0 0 1 999999\r\nx\r\n", "EXISTS\r\n"),
+            ("cas nope 0 0 1 1\r\nx\r\n", "NOT_FOUND\r\n"),
+            ("delete foo\r\n", "DELETED\r\n"),
+            ("delete foo\r\n", "NOT_FOUND\r\n"),
+            ("touch new 10\r\n", "TOUCHED\r\n"),
+            ("gat 10 nope new\r\n", "VALUE new 0 2\r\nxy\r\nEND\r\n"),
+            ("incr n 1\r\n", "NOT_FOUND\r\n"),
+            ("set n 0 0 1\r\n5\r\n", "STORED\r\n"),
+            ("incr n 1\r\n", "6\r\n"),
+            ("decr n 1\r\n", "5\r\n"),
+            ("mg n v\r\n", "VA 1\r\n5\r\n"),
+            ("mg nope v\r\n", "EN\r\n"),
+            ("ms m 2 T100\r\nhi\r\n", "HD\r\n"),
+            ("ms m 2 ME\r\nhi\r\n", "NS\r\n"),
+            ("ms m 1 MA\r\n!\r\n", "HD\r\n"),
+            ("ms q 1 MR\r\n!\r\n", "NS\r\n"),
+            ("ms m 1 C1\r\n!\r\n", "EX\r\n"),
+            ("ma n\r\n", "HD\r\n"),
+            ("md n\r\n", "HD\r\n"),
+            ("set a/b 0 0 1\r\nx\r\n", "STORED\r\n"),
+        ] {
+            c.expect(req.as_bytes(), want.as_bytes());
+        }
+        drop(c);
+        // Until the text client's close is logged: the binary one's open
+        // would race it.
+        let mut got = Vec::new();
+        read_to_close(&mut w, &mut got);
+        // The binary protocol on a connection of its own.
+        let mut b = TcpStream::connect(a).unwrap();
+        b.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+        let store = [0, 0, 0, 0, 0, 0, 0, 0];
+        for (req, status) in [
+            (binary(0x01, b"bk", &store, b"v", 0), 0u16),
+            (binary(0x02, b"bk", &store, b"v", 0), 2),
+            (binary(0x03, b"bz", &store, b"v", 0), 1),
+            (binary(0x01, b"bk", &store, b"w", 42), 2),
+            (binary(0x00, b"bk", &[], &[], 0), 0),
+        ] {
+            b.write_all(&req).unwrap();
+            let mut head = [0u8; 24];
+            b.read_exact(&mut head).unwrap();
+            let len = u32::from_be_bytes(head[8..12].try_into().unwrap());
+            let mut body = vec![0u8; len as usize];
+            b.read_exact(&mut body).unwrap();
+            assert_eq!(u16::from_be_bytes([head[6], head[7]]), status, "{req:?}");
+        }
+        drop(b);
+        read_to_close(&mut w, &mut got);
+        got
+    }
+    /// The lines up to and with the next `conn_close`, descriptors and
+    /// ports (the two servers' own) blanked.
+    fn read_to_close(w: &mut Watcher, got: &mut Vec<String>) {
+        loop {
+            let l = w.line();
+            let close = l.starts_with("type=conn_close");
+            let l: Vec<String> = l
+                .split(' ')
+                .map(|f| match f.split_once('=') {
+                    Some((name @ ("cfd" | "rport"), _)) => format!("{name}=_"),
+                    _ => f.to_string(),
+                })
+                .collect();
+            got.push(l.join(" "));
+            if close {
+                return;
+            }
+        }
+    }
+    let mc = Memcached::start(&["-t", "1"]);
+    let kv = KvProc::start(&[]);
+    let want = lines_of(mc.addr);
+    let got = lines_of(tcp(&kv.addr));
+    assert!(want.len() > 50, "{want:#?}");
+    assert_eq!(got, want);
+}
+
+/// A value of 64 KiB and more (received into its item, sent from it a
+/// piece at a time) is one store and one lookup, as any other.
+#[test]
+fn a_large_value_is_one_lookup() {
+    let m: Model = "symped:2".parse().unwrap();
+    let config = KvConfig {
+        max_item_size: 1 << 20,
+        ..small_config(&m)
+    };
+    let srv = InProc::start(m, config, false);
+    let mut w = Watcher::start(&srv, "fetchers mutations connevents");
+    let mut c = srv.connect();
+    let fd = w.line();
+    let fd = cfd(&fd).to_string();
+    let v = vec![b'x'; 300_000];
+    let mut set = b"set big 0 0 300000\r\n".to_vec();
+    set.extend_from_slice(&v);
+    set.extend_from_slice(b"\r\n");
+    c.expect(&set, b"STORED\r\n");
+    c.send(b"get big\r\n");
+    let got = c.read_until(b"END\r\n");
+    assert_eq!(got.len(), "VALUE big 0 300000\r\n".len() + 300_000 + 7);
+    let lines = w.lines(3);
+    assert!(
+        lines[0].starts_with("type=item_get key=big status=not_found"),
+        "{lines:?}"
+    );
+    assert!(
+        lines[1].starts_with("type=item_store key=big status=stored cmd=set ttl=0 clsid="),
+        "{lines:?}"
+    );
+    // Received into its item on the connection's own loop: its own cfd.
+    assert!(
+        lines[1].ends_with(&format!(" cfd={fd} size=300000")),
+        "{lines:?}"
+    );
+    assert!(
+        lines[2].starts_with("type=item_get key=big status=found"),
+        "{lines:?}"
+    );
+    // Nothing more for that get: the next line is the next request's.
+    c.expect(b"get other\r\n", b"END\r\n");
+    assert!(w.line().starts_with("type=item_get key=other "));
 }

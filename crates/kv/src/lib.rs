@@ -2,7 +2,8 @@
 //!
 //! A memcached-compatible cache without the networking: the server crate reads
 //! bytes from sockets, hands them to this crate, and writes back what it gets.
-//! Nothing here spawns threads; only `watch` lines (memcached's timestamps) read a clock.
+//! Below [`server`], nothing here is async, spawns threads or reads a clock
+//! (but the timestamps of [`watch`]'s lines): callers pass the time.
 //!
 //! | module | what it does |
 //! |---|---|

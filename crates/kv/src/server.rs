@@ -259,6 +259,16 @@ struct ConnGuard {
     info: Arc<ConnInfo>,
 }
 
+impl KvSession {
+    /// Names this connection to `watch` as the one whose requests the
+    /// thread runs (again after an await: others ran meanwhile).
+    fn name_conn(&self) {
+        if let Some(g) = &self.conn {
+            watch::set_conn_fd(g.info.fd);
+        }
+    }
+}
+
 impl Drop for ConnGuard {
     fn drop(&mut self) {
         let w = self.state.store.watch();
@@ -1125,9 +1135,7 @@ impl Protocol for KvProtocol {
             (RECEIVE, _) => parse_value_head(request, &self.0.limits).map(LargeHead::Text),
             _ => None,
         };
-        if let Some(g) = &session.conn {
-            watch::set_conn_fd(g.info.fd);
-        }
+        session.name_conn();
         let flow = match large {
             Some(head) => self.receive_value(session, head, &mut reply).await,
             None if progress & !0xFF == WATCH => {
@@ -1193,6 +1201,10 @@ const WATCH: u32 = 0xFFFF_0000;
 /// Most bytes of log lines a watcher's connection writes at once.
 const WATCH_BATCH: usize = 64 << 10;
 
+/// How long a blocking watcher's connection waits for its client before
+/// it looks at the queue again: lines wait that long at most.
+const WATCH_POLL: Duration = Duration::from_millis(50);
+
 /// How a request's answer ends (see `KvProtocol::execute`).
 enum Ending {
     /// Whole in the output, accounted against the buffer budget.
@@ -1228,25 +1240,29 @@ impl KvProtocol {
     /// memcached does; lines it is too slow for are skipped (see
     /// [`watch`]), so a watcher that never reads holds a bounded queue.
     async fn stream_watch(&self, kinds: u8, reply: &mut Reply<'_>) -> duality_models::Flow {
+        use duality_models::Flow::{Close, Continue};
         use std::future::Future as _;
         use std::task::Poll;
-        let Ok(mut lines) = self.0.store.watch().add(kinds) else {
-            reply
-                .out()
-                .extend_from_slice(b"WATCHER_TOO_MANY log watcher limit reached\r\n");
-            return duality_models::Flow::Continue;
+        let mut lines = match self.0.store.watch().add(kinds) {
+            Ok(lines) => lines,
+            Err(refused) => {
+                reply.out().extend_from_slice(refused.answer());
+                return Continue;
+            }
         };
         reply.out().extend_from_slice(b"OK\r\n");
-        // A blocking socket's readiness is its read, which would wait: a
-        // watcher there learns the client left from a failed write.
-        let blocking = reply.conn().is_blocking();
+        // Between requests from here on: a shutdown ends the stream.
+        reply.conn().set_mid_request(false);
+        if reply.conn().is_blocking() {
+            return Self::stream_blocking(lines, reply).await;
+        }
         enum Woke {
             Line(Option<watch::Line>),
             Readable,
         }
         loop {
             if reply.flush().await.is_err() {
-                return duality_models::Flow::Close;
+                return Close;
             }
             let woke = {
                 let mut readable = std::pin::pin!(reply.conn().readable());
@@ -1254,7 +1270,7 @@ impl KvProtocol {
                     if let Poll::Ready(line) = lines.poll_recv(cx) {
                         return Poll::Ready(Woke::Line(line));
                     }
-                    if !blocking && readable.as_mut().poll(cx).is_ready() {
+                    if readable.as_mut().poll(cx).is_ready() {
                         return Poll::Ready(Woke::Readable);
                     }
                     Poll::Pending
@@ -1263,7 +1279,7 @@ impl KvProtocol {
             };
             match woke {
                 // The server stops.
-                Woke::Line(None) => return duality_models::Flow::Close,
+                Woke::Line(None) => return Close,
                 Woke::Line(Some(first)) => {
                     let out = reply.out();
                     first.write_to(out);
@@ -1278,10 +1294,52 @@ impl KvProtocol {
                     let mut sink = [0u8; 512];
                     match reply.conn().try_read(&mut sink).await {
                         // Gone, or the server's shutdown.
-                        Ok(Some(0)) | Err(_) => return duality_models::Flow::Close,
+                        Ok(Some(0)) | Err(_) => return Close,
                         Ok(_) => {}
                     }
                 }
+            }
+        }
+    }
+
+    /// [`stream_watch`](Self::stream_watch) on a blocking socket
+    /// (`thread-per-conn`), whose readiness is a read that waits on the
+    /// thread: it writes what is queued, then reads for at most
+    /// [`WATCH_POLL`] (the client leaving, or bytes it sends and loses),
+    /// so a watcher whose client left is let go even when no line comes.
+    async fn stream_blocking(
+        mut lines: duality_rt::sync::mpsc::Receiver<watch::Line>,
+        reply: &mut Reply<'_>,
+    ) -> duality_models::Flow {
+        use duality_models::Flow::Close;
+        use duality_rt::sync::mpsc::TryRecvError;
+        loop {
+            let mut ended = false;
+            let out = reply.out();
+            while out.len() < WATCH_BATCH {
+                match lines.try_recv() {
+                    Ok(line) => line.write_to(out),
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        ended = true;
+                        break;
+                    }
+                }
+            }
+            let full = out.len() >= WATCH_BATCH;
+            if reply.flush().await.is_err() || ended {
+                return Close;
+            }
+            if full {
+                continue;
+            }
+            let mut sink = [0u8; 512];
+            match reply.conn().read_for(&mut sink, Some(WATCH_POLL)).await {
+                // Gone, or the server's shutdown.
+                Ok(0) => return Close,
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
+                Err(_) => return Close,
             }
         }
     }
@@ -1424,6 +1482,7 @@ impl KvProtocol {
         let before = out.len();
         let flow = match (staged, head) {
             (Some(staged), LargeHead::Binary(head)) if got == vlen => {
+                session.name_conn();
                 execute_binary_staged(&head, staged, &st.store, ctx.now, out);
                 Flow::Continue
             }
@@ -1434,6 +1493,7 @@ impl KvProtocol {
                 }
                 let out = reply.out();
                 if &end == b"\r\n" {
+                    session.name_conn();
                     execute_staged(&head, staged, &st.store, ctx.now, out);
                     Flow::Continue
                 } else {
@@ -1503,6 +1563,7 @@ impl KvProtocol {
                 return duality_models::Flow::Close;
             }
             self.drained(session);
+            session.name_conn();
             let ctx = st.ctx();
             let more = resume_get(&req, &st.store, &ctx, reply.out(), from);
             // A piece the budget has no room for is dropped, and the rest
@@ -1637,7 +1698,9 @@ impl KvProtocol {
         mut at: GetCursor,
         reply: &mut Reply<'_>,
     ) -> duality_models::Flow {
+        let fd = session.conn.as_ref().map_or(-1, |g| g.info.fd);
         self.write_pieces(session, reply, |st, out| {
+            watch::set_conn_fd(fd);
             match split_get(req, &st.store, &st.ctx(), out, at, SPLIT_PIECE) {
                 Some(Ok(Some(next))) => {
                     at = next;

@@ -28,11 +28,15 @@ pub const EVICTIONS: u8 = 1 << 2;
 /// `connevents`: connections opened and closed (`type=conn_new`,
 /// `type=conn_close`).
 pub const CONNEVENTS: u8 = 1 << 3;
-/// `sysevents`: accepted; duality has no background crawler or slab mover
-/// whose runs memcached logs there, so nothing is logged.
+/// `sysevents`: accepted, nothing logged (memcached logs its crawler's and
+/// slab mover's runs there; duality has no slab mover, and its expiry
+/// sweeps are not logged).
 pub const SYSEVENTS: u8 = 1 << 4;
 /// `rawcmds`: accepted; memcached 1.6.18 logs nothing there either.
 pub const RAWCMDS: u8 = 1 << 5;
+/// `proxyreqs`, `proxyevents`, `proxyuser`: accepted (1.6.18 accepts them
+/// without its proxy), nothing logged: there is no proxy.
+pub const PROXY: u8 = 1 << 6;
 
 /// At most this many watchers at once (memcached's `WATCHER_LIMIT`).
 pub const WATCHER_LIMIT: usize = 20;
@@ -56,6 +60,7 @@ pub fn kinds<'a>(words: impl IntoIterator<Item = &'a [u8]>) -> Option<u8> {
             b"connevents" => CONNEVENTS,
             b"sysevents" => SYSEVENTS,
             b"rawcmds" => RAWCMDS,
+            b"proxyreqs" | b"proxyevents" | b"proxyuser" => PROXY,
             _ => return None,
         };
     }
@@ -86,7 +91,24 @@ impl Line {
 
 /// Why [`Watch::add`] refused a watcher.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TooMany;
+pub enum Refused {
+    /// [`WATCHER_LIMIT`] watchers already (memcached's
+    /// `WATCHER_TOO_MANY log watcher limit reached`).
+    TooMany,
+    /// The watches were closed: the server stops (memcached's
+    /// `WATCHER_FAILED failed to add log watcher`).
+    Closed,
+}
+
+impl Refused {
+    /// The answer memcached gives.
+    pub fn answer(self) -> &'static [u8] {
+        match self {
+            Refused::TooMany => b"WATCHER_TOO_MANY log watcher limit reached\r\n",
+            Refused::Closed => b"WATCHER_FAILED failed to add log watcher\r\n",
+        }
+    }
+}
 
 struct Watcher {
     kinds: u8,
@@ -104,6 +126,8 @@ pub struct Watch {
     /// Numbers the lines, store-wide, as memcached's `gid`.
     gid: AtomicU64,
     watchers: Mutex<Vec<Watcher>>,
+    /// Set by [`close`](Watch::close): no watcher is added again.
+    closed: std::sync::atomic::AtomicBool,
     written: AtomicU64,
     sent: AtomicU64,
     skipped: AtomicU64,
@@ -159,12 +183,15 @@ impl Watch {
     /// A new watcher of `kinds`: the lines it is to write come from the
     /// receiver, from the next line on. Watchers whose receiver is gone
     /// are let go first.
-    pub fn add(&self, kinds: u8) -> Result<mpsc::Receiver<Line>, TooMany> {
+    pub fn add(&self, kinds: u8) -> Result<mpsc::Receiver<Line>, Refused> {
         let mut ws = self.watchers.lock().unwrap_or_else(|e| e.into_inner());
+        if self.closed.load(Relaxed) {
+            return Err(Refused::Closed);
+        }
         ws.retain(|w| !w.tx.is_closed());
         if ws.len() >= WATCHER_LIMIT {
             self.set_kinds(&ws);
-            return Err(TooMany);
+            return Err(Refused::TooMany);
         }
         let (tx, rx) = mpsc::channel(WATCHER_QUEUE);
         ws.push(Watcher {
@@ -177,9 +204,10 @@ impl Watch {
     }
 
     /// Ends every watch (the server stops): each receiver yields `None`
-    /// once it has taken what was queued.
+    /// once it has taken what was queued, and no watcher is added again.
     pub fn close(&self) {
         let mut ws = self.watchers.lock().unwrap_or_else(|e| e.into_inner());
+        self.closed.store(true, Relaxed);
         ws.clear();
         self.set_kinds(&ws);
     }
@@ -302,6 +330,7 @@ mod tests {
             k("connevents sysevents rawcmds"),
             Some(CONNEVENTS | SYSEVENTS | RAWCMDS)
         );
+        assert_eq!(k("proxyreqs proxyuser proxyevents"), Some(PROXY));
         // 1.6.18 has no `deletions`; case matters.
         assert_eq!(k("deletions"), None);
         assert_eq!(k("FETCHERS"), None);
@@ -350,7 +379,7 @@ mod tests {
         let mut rxs: Vec<_> = (0..WATCHER_LIMIT)
             .map(|_| w.add(FETCHERS).unwrap())
             .collect();
-        assert_eq!(w.add(FETCHERS).err(), Some(TooMany));
+        assert_eq!(w.add(FETCHERS).err(), Some(Refused::TooMany));
         rxs.pop();
         assert!(w.add(MUTATIONS).is_ok(), "a closed watcher's place is free");
         // One that leaves is dropped at the next line, and its kind with it.
@@ -371,6 +400,7 @@ mod tests {
         assert!(!w.wants(FETCHERS));
         assert!(rx.try_recv().is_ok(), "what was queued is still written");
         assert_eq!(rx.try_recv().err(), Some(mpsc::TryRecvError::Disconnected));
+        assert_eq!(w.add(FETCHERS).err(), Some(Refused::Closed));
     }
 
     #[test]

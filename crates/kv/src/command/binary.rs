@@ -257,11 +257,11 @@ fn put(
 /// The text command a binary store opcode is, in `item_store` lines.
 fn store_name(req: &BinRequest<'_>) -> &'static str {
     match req.opcode.loud() {
+        Opcode::Append => "append",
+        Opcode::Prepend => "prepend",
         _ if req.cas != 0 => "cas",
         Opcode::Add => "add",
         Opcode::Replace => "replace",
-        Opcode::Append => "append",
-        Opcode::Prepend => "prepend",
         _ => "set",
     }
 }

@@ -175,7 +175,7 @@ pub fn value_piece(
     piece: usize,
     out: &mut Vec<u8>,
 ) -> Result<bool, ValueChanged> {
-    let e = store.entry(key, now);
+    let e = store.entry_again(key, now);
     let item = e.item().filter(|i| i.cas == at.cas).ok_or(ValueChanged)?;
     let value = item.value.get(at.offset..).ok_or(ValueChanged)?;
     let n = value.len().min(piece.max(1));
@@ -224,7 +224,7 @@ pub(super) fn get_split(
             return Ok(Some(GetCursor { key: i, ..at }));
         }
         let e = if i < at.counted {
-            store.entry(key, now)
+            store.entry_again(key, now)
         } else {
             get_key(store, now, key, touch)
         };
@@ -357,14 +357,16 @@ pub(super) fn store(
             }
         },
     };
-    let outcome = match line {
-        STORED => Outcome::Stored,
-        NOT_STORED => Outcome::NotStored,
-        EXISTS => Outcome::Exists,
-        NOT_FOUND => Outcome::NotFound,
-        _ => Outcome::NoMemory,
-    };
-    log_store(&e, command.name(), outcome, exptime, vlen);
+    if store.watch().wants(crate::watch::MUTATIONS) {
+        let outcome = match line {
+            STORED => Outcome::Stored,
+            NOT_STORED => Outcome::NotStored,
+            EXISTS => Outcome::Exists,
+            NOT_FOUND => Outcome::NotFound,
+            _ => Outcome::NoMemory,
+        };
+        log_store(&e, command.name(), outcome, exptime, vlen);
+    }
     out.extend_from_slice(line);
 }
 

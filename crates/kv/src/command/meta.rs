@@ -315,32 +315,34 @@ pub(super) fn set(
     if matches!(result, SetResult::Stored(_)) && f.base64() {
         e.set_key_binary();
     }
-    let outcome = match result {
-        SetResult::Stored(_) => Outcome::Stored,
-        SetResult::Code(b"EX") => Outcome::Exists,
-        SetResult::Code(b"NF") => Outcome::NotFound,
-        SetResult::Code(_) => Outcome::NotStored,
-        SetResult::NoMemory => Outcome::NoMemory,
-    };
-    let cmd = match mode {
-        _ if cas_mode => "cas",
-        b'E' => "add",
-        b'A' => "append",
-        b'P' => "prepend",
-        b'R' => "replace",
-        _ => "set",
-    };
     if let SetResult::NoMemory = result {
-        // Logged as the old item goes (below), as memcached's.
+        // As memcached: a failed store drops the old item too.
         e.refused_for_memory();
         e.remove();
     }
-    log_store(&e, cmd, outcome, exptime, vlen);
+    if store.watch().wants(crate::watch::MUTATIONS) {
+        let outcome = match result {
+            SetResult::Stored(_) => Outcome::Stored,
+            SetResult::Code(b"EX") => Outcome::Exists,
+            SetResult::Code(b"NF") => Outcome::NotFound,
+            SetResult::Code(_) => Outcome::NotStored,
+            SetResult::NoMemory => Outcome::NoMemory,
+        };
+        let cmd = match mode {
+            _ if cas_mode => "cas",
+            b'E' => "add",
+            b'A' => "append",
+            b'P' => "prepend",
+            b'R' => "replace",
+            _ => "set",
+        };
+        log_store(&e, cmd, outcome, exptime, vlen);
+    }
     let (code, cas) = match result {
         SetResult::Stored(cas) => (&b"HD"[..], Some(cas)),
         SetResult::Code(code) => (code, None),
         SetResult::NoMemory => {
-            // As memcached: a failed store drops the old item too (above).
+            // (The old item went above.)
             out.extend_from_slice(b"SERVER_ERROR out of memory storing object\r\n");
             return;
         }

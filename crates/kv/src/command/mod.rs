@@ -190,7 +190,8 @@ pub(crate) enum Outcome {
 
 /// memcached's `type=item_store` line (`watch mutations`): the outcome of
 /// `cmd` on `e`'s key, for a value of `vlen` bytes expiring at `exptime`
-/// (the item's own class and size where it was stored).
+/// (the item's own class, size and expiry where it was stored). Callers
+/// check [`Watch::wants`](crate::watch::Watch::wants) first.
 pub(crate) fn log_store(
     e: &Entry<'_, '_>,
     cmd: &str,
@@ -209,9 +210,10 @@ pub(crate) fn log_store(
         Outcome::NotFound => "not_found",
         Outcome::NoMemory => "no_memory",
     };
-    let (class, size) = match (outcome, e.item()) {
-        (Outcome::Stored, Some(item)) => (e.class(), item.value.len()),
-        _ => (crate::store::class_for(e.key().len(), vlen), vlen),
+    // Stored: the new item's own (an append's keeps the old expiry).
+    let (class, size, exptime) = match (outcome, e.item()) {
+        (Outcome::Stored, Some(item)) => (e.class(), item.value.len(), item.exptime),
+        _ => (crate::store::class_for(e.key().len(), vlen), vlen, exptime),
     };
     // -1: expired as it was stored (a negative exptime).
     let ttl = match exptime {
@@ -389,7 +391,7 @@ pub fn meta_split_start(
     let value = answer.get(value_at..value_at.checked_add(len)?)?;
     let mut buf = [0u8; KEY_MAX_LENGTH];
     let key = decode_key(key, flags.base64(), &mut buf);
-    let e = store.entry(key, now);
+    let e = store.entry_again(key, now);
     let cas = e.item().filter(|i| i.value == value)?.cas;
     let at = GetCursor {
         cas,

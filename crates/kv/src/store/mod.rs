@@ -650,6 +650,17 @@ impl Store {
     /// never yields such a key.
     #[inline]
     pub fn entry<'s, 'k>(&'s self, key: &'k [u8], now: Time) -> Entry<'s, 'k> {
+        self.entry_logged(key, now, true)
+    }
+
+    /// [`entry`](Self::entry) for a key the request looked up already (the
+    /// next piece of a large value): not a lookup `watch` logs again.
+    pub(crate) fn entry_again<'s, 'k>(&'s self, key: &'k [u8], now: Time) -> Entry<'s, 'k> {
+        self.entry_logged(key, now, false)
+    }
+
+    #[inline]
+    fn entry_logged<'s, 'k>(&'s self, key: &'k [u8], now: Time, log: bool) -> Entry<'s, 'k> {
         assert!(
             key.len() <= KEY_MAX_LENGTH,
             "key longer than {KEY_MAX_LENGTH} bytes"
@@ -668,7 +679,7 @@ impl Store {
                 shard.reclaim(i, lookup, &cell.stats);
             }
         }
-        if self.watch.wants(log::FETCHERS) {
+        if log && self.watch.wants(log::FETCHERS) {
             let found = idx.map(|i| (shard.class(i), shard.item(i).value.len()));
             log_get(&self.watch, key, lookup, found);
         }
