@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::InProc;
+use common::{InProc, MODELS};
 use duality_models::flood::while_flooded;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -24,16 +24,6 @@ fn first_answer(a: SocketAddr) -> Duration {
     assert!(got.starts_with(b"VERSION "), "{got:?}");
     t0.elapsed()
 }
-
-const MODELS: [&str; 7] = [
-    "sped",
-    "amped:1",
-    "seda:2:1",
-    "seda-s:1",
-    "symped:2",
-    "steal:2",
-    "thread-per-conn",
-];
 
 #[test]
 fn kv_a_flooding_client_cannot_delay_a_newcomer() {

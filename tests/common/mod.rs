@@ -22,6 +22,17 @@ use std::time::{Duration, Instant};
 /// How long a client waits for any one read before the test fails.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// One configuration of each threading model, small enough for 2 cores.
+pub const MODELS: [&str; 7] = [
+    "sped",
+    "amped:1",
+    "seda:2:1",
+    "seda-s:1",
+    "symped:2",
+    "steal:2",
+    "thread-per-conn",
+];
+
 /// Shows bytes readably in assertion messages.
 pub fn show(b: &[u8]) -> String {
     let s = String::from_utf8_lossy(b);

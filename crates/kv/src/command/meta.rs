@@ -328,15 +328,7 @@ pub(super) fn set(
             SetResult::Code(_) => Outcome::NotStored,
             SetResult::NoMemory => Outcome::NoMemory,
         };
-        let cmd = match mode {
-            _ if cas_mode => "cas",
-            b'E' => "add",
-            b'A' => "append",
-            b'P' => "prepend",
-            b'R' => "replace",
-            _ => "set",
-        };
-        log_store(&e, cmd, outcome, exptime, vlen);
+        log_store(&e, f.store_command().name(), outcome, exptime, vlen);
     }
     let (code, cas) = match result {
         SetResult::Stored(cas) => (&b"HD"[..], Some(cas)),

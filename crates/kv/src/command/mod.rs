@@ -185,6 +185,7 @@ pub(crate) enum Outcome {
     NotStored,
     Exists,
     NotFound,
+    TooLarge,
     NoMemory,
 }
 
@@ -199,17 +200,6 @@ pub(crate) fn log_store(
     exptime: Time,
     vlen: usize,
 ) {
-    let watch = e.store().watch();
-    if !watch.wants(crate::watch::MUTATIONS) {
-        return;
-    }
-    let status = match outcome {
-        Outcome::Stored => "stored",
-        Outcome::NotStored => "not_stored",
-        Outcome::Exists => "exists",
-        Outcome::NotFound => "not_found",
-        Outcome::NoMemory => "no_memory",
-    };
     // Stored: the new item's own (an append's keeps the old expiry).
     let (class, size, exptime) = match (outcome, e.item()) {
         (Outcome::Stored, Some(item)) => (e.class(), item.value.len(), item.exptime),
@@ -220,10 +210,30 @@ pub(crate) fn log_store(
         0 => 0,
         t => (i64::from(t) - i64::from(e.now())).max(-1),
     };
-    watch.log(crate::watch::MUTATIONS, |o| {
+    store_line(e.store(), e.key(), cmd, outcome, ttl, class, size);
+}
+
+fn store_line(
+    store: &Store,
+    key: &[u8],
+    cmd: &str,
+    outcome: Outcome,
+    ttl: i64,
+    class: usize,
+    size: usize,
+) {
+    let status = match outcome {
+        Outcome::Stored => "stored",
+        Outcome::NotStored => "not_stored",
+        Outcome::Exists => "exists",
+        Outcome::NotFound => "not_found",
+        Outcome::TooLarge => "too_large",
+        Outcome::NoMemory => "no_memory",
+    };
+    store.watch().log(crate::watch::MUTATIONS, |o| {
         use std::io::Write as _;
         o.extend_from_slice(b"type=item_store ");
-        crate::watch::write_key(o, e.key());
+        crate::watch::write_key(o, key);
         let fd = crate::watch::conn_fd();
         let _ = write!(
             o,
@@ -634,23 +644,33 @@ pub fn execute_error<C: ExecContext + ?Sized>(
         key,
         key_base64,
         invalidate,
+        command,
+        vlen,
         ..
     }
     | ParseError::NoMemory {
         key,
         key_base64,
         invalidate,
+        command,
+        vlen,
         ..
     } = *err
     {
-        store.count(if matches!(err, ParseError::NoMemory { .. }) {
-            Counter::StoreNoMemory
+        let outcome = if matches!(err, ParseError::NoMemory { .. }) {
+            store.count(Counter::StoreNoMemory);
+            Outcome::NoMemory
         } else {
-            Counter::StoreTooLarge
-        });
+            store.count(Counter::StoreTooLarge);
+            Outcome::TooLarge
+        };
+        let mut buf = [0u8; KEY_MAX_LENGTH];
+        let key = decode_key(key, key_base64, &mut buf);
+        // Logged before the old item goes, as memcached's (no item: class 0).
+        if store.watch().wants(crate::watch::MUTATIONS) {
+            store_line(store, key, command.name(), outcome, 0, 0, vlen as usize);
+        }
         if invalidate {
-            let mut buf = [0u8; KEY_MAX_LENGTH];
-            let key = decode_key(key, key_base64, &mut buf);
             store.entry(key, ctx.now()).remove();
         }
     }

@@ -47,6 +47,7 @@ impl Cursor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::StoreCommand;
 
     #[test]
     fn swallows_across_reads_then_parses_on() {
@@ -57,6 +58,8 @@ mod tests {
             invalidate: false,
             noreply: false,
             consumed: 10,
+            command: StoreCommand::Set,
+            vlen: 4,
         };
         let buf = b"abcd";
         c.skip_error(&e, buf.len());

@@ -231,6 +231,22 @@ impl<'a> MetaFlags<'a> {
         (self.mode != 0).then_some(self.mode)
     }
 
+    /// The storage command an `ms` with these flags is (memcached's
+    /// `watch` lines name it): the mode's, `cas` for a set or replace with
+    /// `C`.
+    pub fn store_command(&self) -> super::StoreCommand {
+        use super::StoreCommand as C;
+        let cas = self.compare_cas().is_some();
+        match self.mode().unwrap_or(b'S') {
+            b'S' | b'R' if cas => C::Cas,
+            b'E' => C::Add,
+            b'A' => C::Append,
+            b'P' => C::Prepend,
+            b'R' => C::Replace,
+            _ => C::Set,
+        }
+    }
+
     /// `D`: `ma` delta.
     pub fn delta(&self) -> Option<u64> {
         self.get(b'D', self.delta)

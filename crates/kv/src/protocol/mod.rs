@@ -430,6 +430,11 @@ pub enum ParseError<'a> {
         noreply: bool,
         /// Bytes to drop.
         consumed: usize,
+        /// The storage command (an `ms` by its mode, see
+        /// [`MetaFlags::store_command`]), for `watch` lines.
+        command: StoreCommand,
+        /// The value's declared length (at most `i32::MAX`).
+        vlen: u32,
     },
     /// A storage command the server has no room to buffer the value of (its
     /// connection buffers are at their limit): answer `SERVER_ERROR out of
@@ -448,6 +453,10 @@ pub enum ParseError<'a> {
         noreply: bool,
         /// Bytes to drop.
         consumed: usize,
+        /// As [`TooLarge`](ParseError::TooLarge)'s.
+        command: StoreCommand,
+        /// The value's declared length.
+        vlen: u32,
     },
 }
 
@@ -465,12 +474,16 @@ impl<'a> ParseError<'a> {
                 invalidate,
                 noreply,
                 consumed,
+                command,
+                vlen,
             } => ParseError::NoMemory {
                 key,
                 key_base64,
                 invalidate,
                 noreply,
                 consumed,
+                command,
+                vlen,
             },
             e => e,
         }
@@ -942,6 +955,8 @@ impl<'a> ValueHead<'a> {
                 invalidate: h.command == StoreCommand::Set,
                 noreply: h.noreply,
                 consumed,
+                command: h.command,
+                vlen: self.vlen() as u32,
             },
             ValueHead::MetaSet(h) => ParseError::NoMemory {
                 key: h.key,
@@ -949,6 +964,8 @@ impl<'a> ValueHead<'a> {
                 invalidate: true,
                 noreply: false,
                 consumed,
+                command: h.flags.store_command(),
+                vlen: self.vlen() as u32,
             },
         }
     }
@@ -1027,6 +1044,8 @@ fn store_head<'a>(
             invalidate: command == StoreCommand::Set,
             noreply,
             consumed: line_len + vlen + 2,
+            command,
+            vlen: vlen as u32,
         });
     }
     Ok(StoreHead {
@@ -1317,6 +1336,8 @@ fn mset_head<'a>(
             invalidate: true,
             noreply: false,
             consumed,
+            command: flags.store_command(),
+            vlen: vlen as u32,
         });
     }
     Ok(MetaSetHead {

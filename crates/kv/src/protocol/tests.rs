@@ -220,7 +220,9 @@ fn a_meta_set_head_comes_with_its_line() {
             key_base64: true,
             invalidate: true,
             noreply: false,
-            consumed: 40
+            consumed: 40,
+            command: StoreCommand::Replace,
+            vlen: 10
         }
     ));
     for edit in ["MA", "MP"] {
@@ -315,6 +317,8 @@ fn too_large_is_decided_from_the_line() {
             invalidate: true,
             noreply: false,
             consumed: 14 + 13,
+            command: StoreCommand::Set,
+            vlen: 11,
         })
     );
     assert_eq!(
@@ -325,6 +329,8 @@ fn too_large_is_decided_from_the_line() {
             invalidate: false,
             noreply: true,
             consumed: 30 + 2_000_000_002,
+            command: StoreCommand::Add,
+            vlen: 2_000_000_000,
         })
     );
     assert_eq!(
@@ -335,6 +341,8 @@ fn too_large_is_decided_from_the_line() {
             invalidate: true,
             noreply: false,
             consumed: 17 + 13,
+            command: StoreCommand::Set,
+            vlen: 11,
         })
     );
 }
@@ -835,6 +843,8 @@ fn error_responses() {
                 invalidate: true,
                 noreply: false,
                 consumed: 9,
+                command: StoreCommand::Set,
+                vlen: 2,
             },
             b"SERVER_ERROR object too large for cache\r\n",
         ),
@@ -845,6 +855,8 @@ fn error_responses() {
                 invalidate: true,
                 noreply: true,
                 consumed: 9,
+                command: StoreCommand::Set,
+                vlen: 2,
             },
             b"",
         ),
