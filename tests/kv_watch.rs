@@ -567,3 +567,47 @@ fn a_value_too_large_is_logged() {
     c.expect(b"get k\r\n", b"END\r\n");
     assert!(w.line().starts_with("type=item_get key=k "));
 }
+
+/// `conn_close` says why: the client left or quit (`normal`), a request
+/// the server could not read on from (`error`), `-o idle_timeout`
+/// (`idle_timeout`).
+#[test]
+fn a_close_says_why() {
+    let m: Model = "sped".parse().unwrap();
+    let config = KvConfig {
+        idle_timeout: Some(Duration::from_millis(300)),
+        ..small_config(&m)
+    };
+    let srv = InProc::start(m, config, false);
+    // The watcher stays: it is not idle while it watches.
+    let mut w = Watcher::start(&srv, "connevents");
+    let mut reasons = Vec::new();
+    let mut close_of = |w: &mut Watcher| {
+        let open = w.line();
+        assert!(open.starts_with("type=conn_new "), "{open}");
+        let close = w.line();
+        assert!(close.starts_with("type=conn_close "), "{close}");
+        assert_eq!(cfd(&open), cfd(&close));
+        let reason = close.split(' ').find_map(|f| f.strip_prefix("reason="));
+        reasons.push(reason.unwrap().to_string());
+    };
+    let mut c = srv.connect();
+    c.send(b"quit\r\n");
+    assert_eq!(c.read_to_eof(), b"");
+    close_of(&mut w);
+    // A binary get with extras it may not have: "Invalid arguments", and
+    // the stream cannot be trusted after that.
+    let mut c = srv.connect();
+    let mut bad = vec![0x80, 0x00, 0, 1, 4, 0, 0, 0, 0, 0, 0, 5];
+    bad.extend_from_slice(&[0; 12]);
+    bad.extend_from_slice(b"xxxxk");
+    c.send(&bad);
+    let answer = c.read_to_eof();
+    assert_eq!(&answer[..2], [0x81, 0x00]);
+    close_of(&mut w);
+    // Silent past the idle timeout.
+    let c = srv.connect();
+    close_of(&mut w);
+    drop(c);
+    assert_eq!(reasons, ["normal", "error", "idle_timeout"]);
+}

@@ -171,7 +171,17 @@ struct ConnInfo {
     state: AtomicU8,
     /// It has an entry in `KvState::splits`.
     split: AtomicBool,
+    /// Why it closes, for `watch connevents` (`CLOSE_*`).
+    closing: AtomicU8,
 }
+
+/// A connection closes as its client left or asked (`quit`).
+const CLOSE_NORMAL: u8 = 0;
+/// A request it sent could not be read on from (a line too long, bad
+/// binary framing).
+const CLOSE_ERROR: u8 = 1;
+/// It stayed silent past `-o idle_timeout`.
+const CLOSE_IDLE: u8 = 2;
 
 impl ConnInfo {
     /// The connection's name in [`Holdings`]: its entry's address.
@@ -179,8 +189,9 @@ impl ConnInfo {
         self as *const ConnInfo as usize
     }
 
-    /// memcached's `type=conn_new` line, or `conn_close` (`closed`, always
-    /// `reason=normal`: the driver does not say why a connection ended).
+    /// memcached's `type=conn_new` line, or `conn_close` (`closed`) with
+    /// its reason (`normal`, `error` or `idle_timeout`; a read error or a
+    /// shutdown reads `normal`: the driver does not say).
     fn log_event(&self, w: &watch::Watch, closed: bool) {
         use std::io::Write as _;
         let (rip, rport, transport) = match &self.addr {
@@ -188,10 +199,11 @@ impl ConnInfo {
             ShortAddr::V4(ip, port) => (std::net::Ipv4Addr::from(*ip).to_string(), *port, "tcp"),
             ShortAddr::V6(a) => (a.ip().to_string(), a.port(), "tcp"),
         };
-        let (kind, reason) = if closed {
-            ("conn_close", " reason=normal")
-        } else {
-            ("conn_new", "")
+        let (kind, reason) = match (closed, self.closing.load(Relaxed)) {
+            (false, _) => ("conn_new", ""),
+            (true, CLOSE_ERROR) => ("conn_close", " reason=error"),
+            (true, CLOSE_IDLE) => ("conn_close", " reason=idle_timeout"),
+            (true, _) => ("conn_close", " reason=normal"),
         };
         w.log(watch::CONNEVENTS, |o| {
             let _ = write!(
@@ -1071,6 +1083,9 @@ impl Protocol for KvProtocol {
                 // Closed without a word: the answers since the last get or
                 // `mn` (see below) are dropped, shared values with them.
                 out.truncate(out.committed());
+                if let Some(c) = conn {
+                    c.closing.store(CLOSE_ERROR, Relaxed);
+                }
                 Ending::Close
             }
             KvRequest::Text(Err(e)) => Ending::Unaccounted(execute_error(&e, &st.store, &ctx, out)),
@@ -1089,7 +1104,11 @@ impl Protocol for KvProtocol {
                 .unwrap_or(Ending::Unaccounted(flow))
             }
             KvRequest::Binary(Err(e)) => {
-                Ending::Unaccounted(execute_binary_error(&e, &st.store, &ctx, out))
+                let flow = execute_binary_error(&e, &st.store, &ctx, out);
+                if let (Flow::Close, Some(c)) = (flow, conn) {
+                    c.closing.store(CLOSE_ERROR, Relaxed);
+                }
+                Ending::Unaccounted(flow)
             }
             // `finish` receives the value, then answers.
             KvRequest::Large(_) => Ending::Finish(RECEIVE),
@@ -1152,6 +1171,19 @@ impl Protocol for KvProtocol {
         flow
     }
 
+    fn timed_out(
+        &self,
+        s: &mut KvSession,
+        which: duality_models::Timeout,
+        _partial: &[u8],
+        _out: &mut duality_models::Output,
+    ) {
+        // memcached closes an idle connection without a word, too.
+        if let (Some(g), duality_models::Timeout::Idle) = (&s.conn, which) {
+            g.info.closing.store(CLOSE_IDLE, Relaxed);
+        }
+    }
+
     fn drained(&self, s: &mut KvSession) {
         if let Some(g) = &s.conn {
             self.0.buffers.release_output(g.info.who(), &g.info.holds);
@@ -1171,6 +1203,7 @@ impl Protocol for KvProtocol {
             state: AtomicU8::new(CONN_NEW),
             holds: AtomicU8::new(0),
             split: AtomicBool::new(false),
+            closing: AtomicU8::new(CLOSE_NORMAL),
         });
         self.0
             .conns
@@ -2090,6 +2123,7 @@ mod tests {
             state: AtomicU8::new(CONN_NEW),
             holds: AtomicU8::new(0),
             split: AtomicBool::new(false),
+            closing: AtomicU8::new(CLOSE_NORMAL),
         });
         let guard = |mode| KvSession {
             mode,
