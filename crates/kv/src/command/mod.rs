@@ -191,8 +191,8 @@ pub(crate) enum Outcome {
 
 /// memcached's `type=item_store` line (`watch mutations`): the outcome of
 /// `cmd` on `e`'s key, for a value of `vlen` bytes expiring at `exptime`
-/// (the item's own class, size and expiry where it was stored). Callers
-/// check [`Watch::wants`](crate::watch::Watch::wants) first.
+/// (the item's own class, size and expiry where it was stored). Nothing
+/// is done while nobody watches mutations.
 pub(crate) fn log_store(
     e: &Entry<'_, '_>,
     cmd: &str,
@@ -200,6 +200,9 @@ pub(crate) fn log_store(
     exptime: Time,
     vlen: usize,
 ) {
+    if !e.store().watch().wants(crate::watch::MUTATIONS) {
+        return;
+    }
     // Stored: the new item's own (an append's keeps the old expiry).
     let (class, size, exptime) = match (outcome, e.item()) {
         (Outcome::Stored, Some(item)) => (e.class(), item.value.len(), item.exptime),
