@@ -168,6 +168,13 @@ fn watch_streams_lookups_stores_and_connections_under_every_model() {
         w.send(b"get foo\r\n");
         let mut c = srv.connect();
         c.expect(b"get zz\r\n", b"END\r\n");
+        // `stats conns` names the watcher's state as memcached does.
+        let conns = c.stats("conns");
+        let watching: Vec<_> = conns
+            .iter()
+            .filter(|(k, v)| k.ends_with(":state") && *v == "conn_watch")
+            .collect();
+        assert_eq!(watching.len(), 1, "{model}: {conns:?}");
         let got = w.lines(2);
         assert!(got[0].starts_with("type=conn_new "), "{model}: {got:?}");
         assert!(

@@ -167,7 +167,7 @@ struct ConnInfo {
     listen_addr: u16,
     /// Unix time of the last request (or of the accept).
     last_cmd: AtomicU32,
-    /// `CONN_NEW`, `CONN_READ` or `CONN_BUSY`.
+    /// `CONN_NEW`, `CONN_READ`, `CONN_BUSY` or `CONN_WATCH`.
     state: AtomicU8,
     /// It has an entry in `KvState::splits`.
     split: AtomicBool,
@@ -263,6 +263,8 @@ const CONN_NEW: u8 = 0;
 const CONN_READ: u8 = 1;
 /// A request is executing (memcached: `conn_parse_cmd`).
 const CONN_BUSY: u8 = 2;
+/// Streaming `watch` lines (memcached: `conn_watch`).
+const CONN_WATCH: u8 = 3;
 
 /// A connection's `stats conns` entry, removed from the table when the
 /// connection's session drops (its future ended or was dropped).
@@ -593,8 +595,8 @@ impl KvState {
     /// `<fd>:addr`, `:listen_addr`, `:state`, `:secs_since_last_cmd` per open
     /// connection. A connection's `state` is `conn_parse_cmd` while a request
     /// of the connection executes (the asking one's), `conn_read` between
-    /// requests, `conn_new_cmd` before the first (memcached's words for these
-    /// states).
+    /// requests, `conn_new_cmd` before the first, `conn_watch` while it
+    /// streams `watch` lines (memcached's words for these states).
     fn write_conns(&self, now: Time, out: &mut Vec<u8>) {
         // Every line of a descriptor, listeners and connections in fd order.
         let mut lines: BTreeMap<i32, Vec<(&str, String)>> = BTreeMap::new();
@@ -622,6 +624,7 @@ impl KvState {
             let state = match c.state.load(Relaxed) {
                 CONN_NEW => "conn_new_cmd",
                 CONN_READ => "conn_read",
+                CONN_WATCH => "conn_watch",
                 _ => "conn_parse_cmd",
             };
             let idle = now.saturating_sub(c.last_cmd.load(Relaxed));
@@ -1158,6 +1161,9 @@ impl Protocol for KvProtocol {
         let flow = match large {
             Some(head) => self.receive_value(session, head, &mut reply).await,
             None if progress & !0xFF == WATCH => {
+                if let Some(g) = &session.conn {
+                    g.info.state.store(CONN_WATCH, Relaxed);
+                }
                 self.stream_watch(progress as u8, &mut reply).await
             }
             None => {
