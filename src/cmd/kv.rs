@@ -100,7 +100,7 @@ pub struct KvArgs {
     #[arg(short = 'B', long = "protocol", default_value = "auto", value_parser = ["auto", "ascii", "binary"])]
     protocol: String,
     /// Most requests of one read served before the connection yields to
-    /// others (memcached's -R; default 64).
+    /// others (memcached's -R; 64 here, 20 in memcached).
     #[arg(short = 'R', long = "max-reqs-per-event")]
     reqs_per_event: Option<usize>,
     /// Accepted for memcached compatibility and ignored: CAS stays enabled.
