@@ -1115,6 +1115,38 @@ fn double_verbose_logs_commands_and_answers() {
     let text = kv.stderr_text();
     let set = text.lines().find(|l| l.ends_with(" set traced 0 0 1"));
     assert!(set.is_some_and(|l| l.starts_with('<')), "{text}");
+    // memcached's lines for a connection's start, its protocol and its end.
+    let fd = set.unwrap()[1..].split(' ').next().unwrap().to_string();
+    let has = |text: &str, line: &str| text.lines().any(|l| l == line);
+    assert!(
+        has(
+            &text,
+            &format!("<{fd} new auto-negotiating client connection")
+        ) && has(&text, &format!("{fd}: Client using the ascii protocol")),
+        "{text}"
+    );
+    let mut gone = kv.connect();
+    gone.expect_str(
+        "version\r\n",
+        &format!("VERSION duality-kv-{}\r\n", env!("CARGO_PKG_VERSION")),
+    );
+    assert!(kv.wait_stderr(" version\n", Duration::from_secs(5)));
+    let gone_fd = kv
+        .stderr_text()
+        .lines()
+        .filter_map(|l| l.strip_suffix(" version"))
+        .last()
+        .unwrap()[1..]
+        .to_string();
+    drop(gone);
+    assert!(
+        kv.wait_stderr(
+            &format!("<{gone_fd} connection closed."),
+            Duration::from_secs(5)
+        ),
+        "{}",
+        kv.stderr_text()
+    );
     // Values sent from the store (64 KiB and more), and a get whose answer
     // passes the 1 MiB it builds at once, log their first line too.
     let big = vec![b'b'; 600_000];

@@ -285,6 +285,9 @@ impl KvSession {
 
 impl Drop for ConnGuard {
     fn drop(&mut self) {
+        if self.state.verbosity.load(Relaxed) >= 2 {
+            duality_rt::say!("<{} connection closed.", self.info.fd);
+        }
         let w = self.state.store.watch();
         if w.wants(watch::CONNEVENTS) {
             self.info.log_event(w, true);
@@ -1001,6 +1004,18 @@ impl Protocol for KvProtocol {
                 Mode::Unknown => Mode::detect(input),
                 bound => bound,
             };
+            if self.0.config.protocol == Mode::Unknown
+                && s.mode != Mode::Unknown
+                && self.0.verbosity.load(Relaxed) >= 2
+            {
+                let fd = s.conn.as_ref().map_or(-1, |g| g.info.fd);
+                let name = if s.mode == Mode::Binary {
+                    "binary"
+                } else {
+                    "ascii"
+                };
+                duality_rt::say!("{fd}: Client using the {name} protocol");
+            }
         }
         let parsed = match s.mode {
             Mode::Unknown => Parsed::Incomplete(0),
@@ -1219,6 +1234,15 @@ impl Protocol for KvProtocol {
         let w = self.0.store.watch();
         if w.wants(watch::CONNEVENTS) {
             info.log_event(w, false);
+        }
+        if self.0.verbosity.load(Relaxed) >= 2 {
+            // memcached's words, its `.` included.
+            let fd = info.fd;
+            match self.0.config.protocol {
+                Mode::Unknown => duality_rt::say!("<{fd} new auto-negotiating client connection"),
+                Mode::Text => duality_rt::say!("<{fd} new ascii client connection."),
+                Mode::Binary => duality_rt::say!("<{fd} new binary client connection."),
+            }
         }
         KvSession {
             conn: Some(ConnGuard {
