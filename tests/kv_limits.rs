@@ -1134,8 +1134,8 @@ fn double_verbose_logs_commands_and_answers() {
     let gone_fd = kv
         .stderr_text()
         .lines()
-        .filter_map(|l| l.strip_suffix(" version"))
-        .last()
+        .rev()
+        .find_map(|l| l.strip_suffix(" version"))
         .unwrap()[1..]
         .to_string();
     drop(gone);
