@@ -1080,6 +1080,9 @@ impl Protocol for KvProtocol {
             c.state.store(CONN_BUSY, Relaxed);
             watch::set_conn_fd(c.fd);
         }
+        // Lines this request logs go to watchers once it is done, outside
+        // the shard's lock.
+        let _lines = st.store.watch().batch();
         let before = out.len();
         // Where a refused response's error goes: a binary request's header.
         let binary = match &req {

@@ -10,9 +10,16 @@
 //! memcached's watchers do: a watcher that reads slowly slows nobody else,
 //! and what it holds stays bounded. Its connection writes the lines (see
 //! the server's `finish`).
+//!
+//! Lines are made where the event happens, often under a shard's lock; a
+//! server holds them in a thread-local list while it executes a request
+//! ([`Watch::batch`]) and offers them once the request is done, so the
+//! watchers' lock and the wake-ups of their connections are taken once per
+//! request and never under a shard's lock (memcached's workers likewise
+//! write to a buffer of their own that its logger thread drains).
 
 use duality_rt::sync::mpsc;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::io::Write as _;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -162,6 +169,48 @@ thread_local! {
     static CONN_FD: Cell<i32> = const { Cell::new(-1) };
 }
 
+thread_local! {
+    /// The [`Watch`] whose lines this thread holds until its [`Batch`]
+    /// ends (its address; 0: none), and the lines held.
+    static BATCHING: Cell<usize> = const { Cell::new(0) };
+    static HELD: RefCell<Vec<(u8, Arc<[u8]>)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Lines of one [`Watch`] held on this thread (see [`Watch::batch`]);
+/// offered to the watchers when it drops.
+#[must_use = "the lines are held only while the batch lives"]
+pub struct Batch<'a> {
+    watch: &'a Watch,
+    /// Not Send: the lines are held by the thread that made the batch.
+    _thread: std::marker::PhantomData<*const ()>,
+}
+
+impl Drop for Batch<'_> {
+    fn drop(&mut self) {
+        BATCHING.with(|b| b.set(0));
+        let held = HELD.with(|h| std::mem::take(&mut *h.borrow_mut()));
+        if held.is_empty() {
+            return;
+        }
+        let mut ws = self.watch.lock();
+        let mut gone = false;
+        for (kind, text) in &held {
+            gone |= self.watch.offer(&mut ws, *kind, text);
+        }
+        self.watch.let_go(&mut ws, gone);
+        drop(ws);
+        // The list's room is kept for the thread's next batch.
+        HELD.with(|h| {
+            let mut h = h.borrow_mut();
+            if h.capacity() < held.capacity() {
+                let mut held = held;
+                held.clear();
+                *h = held;
+            }
+        });
+    }
+}
+
 /// Names `fd` as the connection whose requests this thread runs now (the
 /// `cfd=` of the lines they log).
 pub fn set_conn_fd(fd: i32) {
@@ -180,11 +229,37 @@ impl Watch {
         self.kinds.load(Relaxed) & kind != 0
     }
 
+    /// Holds the lines this thread logs from now until the batch drops,
+    /// then offers them to the watchers at once: a server executes a
+    /// request inside one, so lines made under a shard's lock are offered
+    /// after it is let go. `None` (lines go out as they are made) while
+    /// nobody watches, or inside another batch (that one offers them).
+    #[inline]
+    pub fn batch(&self) -> Option<Batch<'_>> {
+        if self.kinds.load(Relaxed) == 0 {
+            return None;
+        }
+        BATCHING.with(|b| {
+            if b.get() != 0 {
+                return None;
+            }
+            b.set(self as *const Watch as usize);
+            Some(Batch {
+                watch: self,
+                _thread: std::marker::PhantomData,
+            })
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Watcher>> {
+        self.watchers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// A new watcher of `kinds`: the lines it is to write come from the
     /// receiver, from the next line on. Watchers whose receiver is gone
     /// are let go first.
     pub fn add(&self, kinds: u8) -> Result<mpsc::Receiver<Line>, Refused> {
-        let mut ws = self.watchers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ws = self.lock();
         if self.closed.load(Relaxed) {
             return Err(Refused::Closed);
         }
@@ -206,7 +281,7 @@ impl Watch {
     /// Ends every watch (the server stops): each receiver yields `None`
     /// once it has taken what was queued, and no watcher is added again.
     pub fn close(&self) {
-        let mut ws = self.watchers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ws = self.lock();
         self.closed.store(true, Relaxed);
         ws.clear();
         self.set_kinds(&ws);
@@ -219,7 +294,7 @@ impl Watch {
 
     /// Watchers now.
     pub fn watchers(&self) -> usize {
-        let ws = self.watchers.lock().unwrap_or_else(|e| e.into_inner());
+        let ws = self.lock();
         ws.iter().filter(|w| !w.tx.is_closed()).count()
     }
 
@@ -261,7 +336,17 @@ impl Watch {
         line.push(b'\n');
         let text: Arc<[u8]> = line.into();
         self.written.fetch_add(1, Relaxed);
-        let mut ws = self.watchers.lock().unwrap_or_else(|e| e.into_inner());
+        if BATCHING.with(Cell::get) == self as *const Watch as usize {
+            HELD.with(|h| h.borrow_mut().push((kind, text)));
+            return;
+        }
+        let mut ws = self.lock();
+        let gone = self.offer(&mut ws, kind, &text);
+        self.let_go(&mut ws, gone);
+    }
+
+    /// Offers a line of `kind` to its watchers; true if one was gone.
+    fn offer(&self, ws: &mut [Watcher], kind: u8, text: &Arc<[u8]>) -> bool {
         let mut gone = false;
         for w in ws.iter_mut().filter(|w| w.kinds & kind != 0) {
             let line = Line {
@@ -280,9 +365,15 @@ impl Watch {
                 Err(mpsc::TrySendError::Closed(_)) => gone = true,
             }
         }
+        gone
+    }
+
+    /// Lets watchers whose receiver is gone go, if [`offer`](Self::offer)
+    /// met one.
+    fn let_go(&self, ws: &mut Vec<Watcher>, gone: bool) {
         if gone {
             ws.retain(|w| !w.tx.is_closed());
-            self.set_kinds(&ws);
+            self.set_kinds(ws);
         }
     }
 }
@@ -401,6 +492,40 @@ mod tests {
         assert!(rx.try_recv().is_ok(), "what was queued is still written");
         assert_eq!(rx.try_recv().err(), Some(mpsc::TryRecvError::Disconnected));
         assert_eq!(w.add(FETCHERS).err(), Some(Refused::Closed));
+    }
+
+    #[test]
+    fn a_batch_holds_its_lines_until_it_ends() {
+        let w = Watch::default();
+        assert!(w.batch().is_none(), "nothing to hold while nobody watches");
+        let mut rx = w.add(FETCHERS | MUTATIONS).unwrap();
+        let other = Watch::default();
+        let mut orx = other.add(FETCHERS).unwrap();
+        {
+            let batch = w.batch().expect("a watcher");
+            assert!(w.batch().is_none(), "the outer batch holds them");
+            w.log(FETCHERS, |o| o.extend_from_slice(b"a"));
+            w.log(MUTATIONS, |o| o.extend_from_slice(b"b"));
+            // Another store's lines are not this batch's.
+            other.log(FETCHERS, |o| o.extend_from_slice(b"c"));
+            assert_eq!(texts(&mut orx).len(), 1);
+            assert!(texts(&mut rx).is_empty(), "held");
+            assert_eq!(w.stats().written, 2);
+            drop(batch);
+        }
+        let got = texts(&mut rx);
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert!(got[0].ends_with(" gid=1 a\n") && got[1].ends_with(" gid=2 b\n"));
+        assert_eq!(w.stats().sent, 2);
+        // Done: lines go out as they are made again.
+        w.log(FETCHERS, |o| o.extend_from_slice(b"d"));
+        assert_eq!(texts(&mut rx).len(), 1);
+        // A watcher gone meanwhile is let go when the batch ends.
+        let batch = w.batch().unwrap();
+        w.log(FETCHERS, |o| o.extend_from_slice(b"e"));
+        drop(rx);
+        drop(batch);
+        assert!(!w.wants(FETCHERS));
     }
 
     #[test]
