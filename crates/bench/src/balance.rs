@@ -452,7 +452,7 @@ pub fn csv(rows: &[BalanceRow]) -> String {
         let conns: Vec<String> = r.conns_per_loop.iter().map(|c| c.to_string()).collect();
         s.push_str(&format!(
             "{},{},{},{},{:.4},{:.1},{:.3},{:.3},{:.3},{}\n",
-            r.server,
+            crate::report::csv_field(&r.server),
             r.rounds,
             conns.join("/"),
             shares.join("/"),

@@ -551,7 +551,13 @@ pub fn csv(rows: &[DiskRow]) -> String {
     for r in rows {
         s.push_str(&format!(
             "{},{},{},{:.1},{:.1},{:.1},{:.2}\n",
-            r.readers, r.runtime, r.ran, r.reads_per_sec, r.p50_us, r.p99_us, r.rss_mib
+            r.readers,
+            crate::report::csv_field(&r.runtime),
+            r.ran,
+            r.reads_per_sec,
+            r.p50_us,
+            r.p99_us,
+            r.rss_mib
         ));
     }
     s

@@ -484,7 +484,7 @@ pub fn csv(rows: &[WebRow]) -> String {
     for r in rows {
         s.push_str(&format!(
             "{},{},{:.1},{:.3},{:.0},{:.0},{:.3},{:.3},{}\n",
-            r.server,
+            crate::report::csv_field(&r.server),
             r.clients,
             r.requests_per_sec,
             r.mib_per_sec,

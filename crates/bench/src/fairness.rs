@@ -273,7 +273,14 @@ pub fn csv(rows: &[FairnessRow]) -> String {
     for r in rows {
         s.push_str(&format!(
             "{},{},{},{},{:.3},{:.3},{:.3},{}\n",
-            r.service, r.server, r.floods, r.samples, r.p50_ms, r.p90_ms, r.max_ms, r.failed
+            crate::report::csv_field(&r.service),
+            crate::report::csv_field(&r.server),
+            r.floods,
+            r.samples,
+            r.p50_ms,
+            r.p90_ms,
+            r.max_ms,
+            r.failed
         ));
     }
     s

@@ -1389,8 +1389,8 @@ pub fn csv(rows: &[HttpRow]) -> String {
     for r in rows {
         out.push_str(&format!(
             "{},{},{},{},{},{},{},{},{}\n",
-            r.server,
-            r.file,
+            crate::report::csv_field(&r.server),
+            crate::report::csv_field(&r.file),
             r.clients,
             f(r.requests_per_sec, 1),
             f(r.mbit_per_sec, 3),

@@ -439,7 +439,7 @@ pub fn csv(rows: &[EchoRow]) -> String {
     for r in rows {
         s.push_str(&format!(
             "{},{},{},{:.1},{:.1},{:.1},{},{},{:.4},{}\n",
-            r.model,
+            crate::report::csv_field(&r.model),
             r.connections,
             r.pipeline,
             r.requests_per_sec,

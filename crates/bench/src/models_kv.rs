@@ -452,7 +452,7 @@ pub fn csv(rows: &[KvRow]) -> String {
     for r in rows {
         s.push_str(&format!(
             "{},{},{},{:.1},{:.1},{},{},{},{:.3},{:.4},{},{:.3},{},{},{},{}\n",
-            r.server,
+            crate::report::csv_field(&r.server),
             r.clients,
             r.threads,
             r.tps_mean,

@@ -1133,7 +1133,7 @@ pub fn csv(rows: &[OffloadRow]) -> String {
     for r in rows {
         s.push_str(&format!(
             "{},{},{:.1},{:.4},{:.4},{:.4},{},{},{},{:.4},{},{},{},{},{:.1},{:.2},{},{},{}\n",
-            r.server,
+            crate::report::csv_field(&r.server),
             r.load_pct,
             r.rate,
             r.cheap_p50_ms,

@@ -16,6 +16,16 @@ pub fn markdown_table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
+/// A CSV field (RFC 4180): as it is, or quoted where it holds a comma, a
+/// quote or a line break (server names such as `tokio, 1 worker` do).
+pub fn csv_field(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.contains([',', '"', '\n', '\r']) {
+        std::borrow::Cow::Owned(format!("\"{}\"", s.replace('"', "\"\"")))
+    } else {
+        std::borrow::Cow::Borrowed(s)
+    }
+}
+
 /// Pretty JSON array of rows.
 pub fn json<T: Serialize>(rows: &[T]) -> String {
     serde_json::to_string_pretty(rows).expect("rows serialize")
@@ -78,6 +88,14 @@ mod tests {
             e.starts_with("cannot write /proc/no-such-dir/x.json: "),
             "{e}"
         );
+    }
+
+    #[test]
+    fn csv_fields_are_quoted_where_they_must_be() {
+        assert_eq!(csv_field("symped:2"), "symped:2");
+        assert_eq!(csv_field("tokio, 2 workers"), "\"tokio, 2 workers\"");
+        assert_eq!(csv_field("a \"b\""), "\"a \"\"b\"\"\"");
+        assert_eq!(csv_field("x\ny"), "\"x\ny\"");
     }
 
     #[test]

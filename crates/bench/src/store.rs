@@ -511,7 +511,12 @@ pub fn csv(r: &Results) -> [(String, String); 3] {
     for x in &r.waves {
         w += &format!(
             "{},{},{},{},{:.2},{:.2}\n",
-            x.server, x.limit_mib, x.wave, x.value_size, x.idle_rss_mib, x.rss_mib
+            crate::report::csv_field(&x.server),
+            x.limit_mib,
+            x.wave,
+            x.value_size,
+            x.idle_rss_mib,
+            x.rss_mib
         );
     }
     let mut i =
@@ -519,14 +524,24 @@ pub fn csv(r: &Results) -> [(String, String); 3] {
     for x in &r.items {
         i += &format!(
             "{},{},{},{:.2},{:.2},{:.2}\n",
-            x.server, x.items, x.stored, x.key_value_mib, x.rss_growth_mib, x.overhead_per_item
+            crate::report::csv_field(&x.server),
+            x.items,
+            x.stored,
+            x.key_value_mib,
+            x.rss_growth_mib,
+            x.overhead_per_item
         );
     }
     let mut h = String::from("server,skew,fraction,limit_mib,requests,hit_ratio\n");
     for x in &r.hits {
         h += &format!(
             "{},{},{},{},{},{:.5}\n",
-            x.server, x.skew, x.fraction, x.limit_mib, x.requests, x.hit_ratio
+            crate::report::csv_field(&x.server),
+            x.skew,
+            x.fraction,
+            x.limit_mib,
+            x.requests,
+            x.hit_ratio
         );
     }
     [

@@ -141,7 +141,14 @@ pub fn csv(points: &[SweepPoint]) -> String {
     for p in points {
         s.push_str(&format!(
             "{},{},{},{},{},{:.1},{:.3},{}\n",
-            p.family, p.model, p.network, p.payload, p.clients, p.tps, p.cpu_us_per_txn, p.p99_us
+            crate::report::csv_field(&p.family),
+            crate::report::csv_field(&p.model),
+            p.network,
+            p.payload,
+            p.clients,
+            p.tps,
+            p.cpu_us_per_txn,
+            p.p99_us
         ));
     }
     s

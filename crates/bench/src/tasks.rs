@@ -396,7 +396,7 @@ pub fn csv(rows: &[TaskSummary]) -> String {
         s.push_str(&format!(
             "{},{},{},{:.2},{:.0},{}\n",
             r.count,
-            r.runtime,
+            crate::report::csv_field(&r.runtime),
             r.tasks,
             r.bytes_per_task,
             r.yields_per_sec,

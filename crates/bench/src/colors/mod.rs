@@ -700,8 +700,8 @@ pub fn csv(rows: &[ColorsRow]) -> String {
     for r in rows {
         s.push_str(&format!(
             "{},{},{},{:.1},{:.1},{:.1},{:.2},{:.3},{},{},{},{},{},{},{}\n",
-            r.setup,
-            r.server,
+            crate::report::csv_field(&r.setup),
+            crate::report::csv_field(&r.server),
             r.threads,
             r.blocks_per_sec,
             r.blocks_per_sec_min,
@@ -941,6 +941,21 @@ mod tests {
         assert!(t.contains("| n-copy | 2 × sped | 2 | 195 |"), "{t}");
         assert_eq!(csv(&rows).lines().count(), rows.len() + 1);
         assert!(csv(&rows).contains("\namped,amped:2,2,190.0,"));
+        // A server name with a comma stays one field.
+        let mut tokio = rows.clone();
+        for r in &mut tokio {
+            r.server = server_name("tokio", r.threads).unwrap();
+        }
+        let text = csv(&tokio);
+        let header = text.lines().next().unwrap().split(',').count();
+        for line in text.lines().skip(1) {
+            assert!(line.contains(",\"tokio, "), "{line}");
+            assert_eq!(
+                line.replace("\"tokio, ", "\"tokio ").split(',').count(),
+                header,
+                "{line}"
+            );
+        }
         assert_eq!(
             goals(&rows),
             "- amped: lowest 0.97 of the bound (N = 2): met\n"

@@ -698,7 +698,7 @@ pub fn pipes_csv(rows: &[PipeRow]) -> String {
     for r in rows {
         s.push_str(&format!(
             "{},{},{},{:.2},{},{:.2},{:.2},{}\n",
-            r.runtime,
+            crate::report::csv_field(&r.runtime),
             r.idle,
             r.held,
             r.mb_per_sec,
@@ -717,7 +717,7 @@ pub fn cache_csv(rows: &[CacheRow]) -> String {
     for r in rows {
         s.push_str(&format!(
             "{},{},{},{},{:.1},{},{},{:.3},{:.2},{:.2},{},{:.2},{:.3},{:.2},{},{:.3}\n",
-            r.server,
+            crate::report::csv_field(&r.server),
             r.idle,
             r.held,
             r.active,
