@@ -412,6 +412,12 @@ impl Store {
                 pending,
                 started,
             } => {
+                // Counting never gets there: the rest would wrap to CAS 0.
+                if next_cas >= 1 << 62 {
+                    return Ok(Err(format!(
+                        "its CAS counter ({next_cas}) is out of range: damaged"
+                    )));
+                }
                 store.started = if started > 0 { started } else { now };
                 store.flush_epoch.store(epoch, Relaxed);
                 store.next_cas.store(next_cas.max(1), Relaxed);
@@ -423,6 +429,14 @@ impl Store {
                     if let Err(why) = lock(&cell.shard).restore(now, flush, &cell.stats) {
                         return Ok(Err(format!("shard {i}: {why}")));
                     }
+                }
+                // A `flush_all` cut-off ahead of the clock (set back since
+                // the shutdown): what it flushed went in the restore; kept,
+                // it would hide every item stored until the clock caught up.
+                if fired > now {
+                    store
+                        .flush_times
+                        .store(u64::from(now) << 32 | u64::from(pending), Relaxed);
                 }
                 format!(
                     "memory file {}: restored {} items",

@@ -590,18 +590,19 @@ impl Shard {
             classes: 0,
         };
         self.allocated += span * self.seg_size;
-        self.write_slot(slot);
+        self.write_slot(slot, 0);
         self.fifo.push_back(slot as u32);
         Some(slot as u32)
     }
 
     /// Records segment `id` in the memory file's slot table.
-    fn write_slot(&mut self, id: usize) {
+    fn write_slot(&mut self, id: usize, sum: u64) {
         let s = &self.segs[id];
         let e = SlotEntry {
             seq: s.seq,
             used: s.used as u32,
             span: (s.data.len() / self.seg_size) as u32,
+            sum,
         };
         if let Some(f) = self.file.as_mut() {
             f.set_slot(id, e);
@@ -680,7 +681,7 @@ impl Shard {
         if self.file.is_some() {
             let span = data.len() / self.seg_size;
             self.taken[id..id + span].fill(false);
-            self.write_slot(id);
+            self.write_slot(id, 0);
             self.allocated -= data.len();
         } else {
             // Not one a send still holds: the spare is written again.
@@ -1460,7 +1461,9 @@ impl Shard {
         }
         let ids: Vec<u32> = self.fifo.iter().copied().collect();
         for id in ids {
-            self.write_slot(id as usize);
+            let s = &self.segs[id as usize];
+            let sum = super::memfile::content_sum(&s.data[..s.used]);
+            self.write_slot(id as usize, sum);
         }
         self.file.as_ref().map_or(Ok(()), |f| f.flush())
     }
@@ -1489,12 +1492,23 @@ impl Shard {
                 continue;
             }
             let span = e.span as usize;
-            if span == 0 || slot + span > slots || e.used as usize > span * self.seg_size {
+            // A sequence this large never comes from counting segments; one
+            // near the end of u64 would wrap to 0 (a free slot) later on.
+            if span == 0
+                || slot + span > slots
+                || e.used as usize > span * self.seg_size
+                || e.seq >= 1 << 62
+            {
                 return Err(format!("slot {slot}: bad entry {e:?}"));
             }
             let map = file
                 .map(slot, span)
                 .map_err(|err| format!("slot {slot}: {err}"))?;
+            if super::memfile::content_sum(&map[..e.used as usize]) != e.sum {
+                return Err(format!(
+                    "slot {slot}: its items do not match their checksum (damaged)"
+                ));
+            }
             found.push((e.seq, slot, span, e.used as usize, map));
             slot += span;
         }

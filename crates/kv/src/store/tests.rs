@@ -943,8 +943,65 @@ fn a_damaged_file_starts_empty() {
     file.seek(std::io::SeekFrom::Start(data)).unwrap();
     file.write_all(&vec![0u8; (len - data) as usize]).unwrap();
     drop(file);
-    let s = starts_empty(&f.0, "bad item");
+    let s = starts_empty(&f.0, "do not match their checksum");
     assert!(get(&s, b"k", NOW).is_some());
+    s.check();
+}
+
+/// One changed byte in an item (its value length, its key length, a key
+/// byte, a value byte) of a cleanly closed file: without the items'
+/// checksums the first two could make a client's value read as items of
+/// its own, the last two served a value under a key never stored or a
+/// value never stored.
+#[test]
+fn a_changed_item_byte_starts_empty() {
+    use std::os::unix::fs::FileExt;
+    // The data region starts after the header and two shards' tables.
+    let data = 4096 + 2 * 4096u64;
+    for at in [20u64, 24, 33, 40] {
+        let f = TempFile::new(&format!("item-{at}"));
+        {
+            let (s, _) = file_store(&f.0, 4 << 20, NOW);
+            for i in 0..100 {
+                set(&s, format!("k{i}").as_bytes(), b"value-value-value", 0, NOW);
+            }
+            s.close().unwrap();
+        }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&f.0)
+            .unwrap();
+        let mut b = [0u8];
+        file.read_exact_at(&mut b, data + at).unwrap();
+        file.write_all_at(&[b[0] ^ 0x01], data + at).unwrap();
+        drop(file);
+        let s = starts_empty(&f.0, "do not match their checksum");
+        s.check();
+    }
+}
+
+/// The clock set back between a shutdown and the restart: a `flush_all`
+/// cut-off then lies ahead of it, and must not hide what is stored next.
+#[test]
+fn a_flush_cutoff_ahead_of_the_clock_hides_nothing_new() {
+    let f = TempFile::new("clock-back");
+    {
+        let (s, _) = file_store(&f.0, 4 << 20, NOW);
+        set(&s, b"flushed", b"v", 0, NOW);
+        s.flush_all(5, NOW);
+        set(&s, b"kept", b"v", 0, NOW + 8);
+        // Replaces the first, whose cut-off (NOW + 5) stays.
+        s.flush_all(1000, NOW + 10);
+        s.close().unwrap();
+    }
+    let back = NOW - 600;
+    let (s, line) = file_store(&f.0, 4 << 20, back);
+    assert!(line.contains("restored 1 items"), "{line}");
+    assert_eq!(get(&s, b"flushed", back), None);
+    assert!(get(&s, b"kept", back).is_some());
+    set(&s, b"new", b"v", 0, back);
+    assert!(get(&s, b"new", back).is_some(), "a new item is hidden");
     s.check();
 }
 
