@@ -155,6 +155,48 @@ fn a_failed_start_keeps_the_items() {
     check_all(&kv, 50);
 }
 
+/// A file-size limit (`ulimit -f`) below the file: the start fails with
+/// a message (SIGXFSZ, its default action, killed the server without
+/// one), and leaves no file behind.
+#[test]
+fn a_file_size_limit_is_an_error_not_a_signal() {
+    let dir = TempDir::new("kv-memfile-fsize");
+    let file = dir.path().join("cache.mem");
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -f 1024 && exec {} kv -s {} -U 0 -m 8 -e {}",
+            env!("CARGO_BIN_EXE_duality"),
+            dir.path().join("sock").display(),
+            file.display()
+        ))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{:?} {err}", out.status);
+    assert!(err.contains("File too large"), "{err}");
+    assert!(!file.exists(), "a half-made file was left");
+}
+
+/// A file removed or renamed while the cache runs: its items go to the
+/// file it opened, and the shutdown says the path no longer names it.
+#[test]
+fn a_file_moved_away_is_said_at_the_shutdown() {
+    let dir = TempDir::new("kv-memfile-moved");
+    let file = dir.path().join("cache.mem");
+    let f = file.to_str().unwrap();
+    let mut kv = KvProc::start(&["-m", "8", "-e", f]);
+    fill(&kv, 10);
+    std::fs::rename(&file, dir.path().join("moved.mem")).unwrap();
+    kv.signal(libc::SIGTERM);
+    assert!(kv.wait_exit(Duration::from_secs(10)).is_some());
+    assert!(
+        kv.wait_stderr("which that path no longer names", Duration::from_secs(5)),
+        "{}",
+        kv.stderr_text()
+    );
+}
+
 /// Another item size limit (-I) is other settings too: the items it made
 /// may be larger than the new limit allows.
 #[test]

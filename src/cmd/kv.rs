@@ -646,6 +646,13 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     if let Some(path) = &a.memory_file {
         // Requests have stopped: the file now records a consistent cache.
         match state.store.close() {
+            Ok(()) if state.store.memory_file_moved() => duality_rt::say!(
+                "duality kv: memory file {}: closed, {} items kept in the file this cache \
+                 opened, which that path no longer names (removed or replaced while it \
+                 ran): a start there does not find them",
+                path.display(),
+                state.store.stats().curr_items
+            ),
             Ok(()) => duality_rt::say!(
                 "duality kv: memory file {}: closed, {} items kept",
                 path.display(),

@@ -119,3 +119,12 @@ pub fn lock_memory() -> io::Result<()> {
     }
     Ok(())
 }
+
+/// Ignores SIGXFSZ: a write past the file-size limit (`ulimit -f`: the
+/// memory file, a log) then fails with EFBIG, which the caller reports,
+/// instead of killing the process without a word.
+pub fn ignore_file_size_signal() {
+    // SAFETY: sets the disposition of one signal to SIG_IGN; no handler
+    // runs, nothing is shared.
+    unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
+}

@@ -260,6 +260,24 @@ impl MemFile {
         seed: u64,
         discard: Option<String>,
     ) -> io::Result<(MemFile, Opened)> {
+        let existed = std::fs::symlink_metadata(path).is_ok();
+        let opened = Self::open_at(path, set, seed, discard);
+        // A file this start made and could not make whole (a full file
+        // system) is not left behind.
+        if let Err(e) = &opened {
+            if !existed && e.kind() != io::ErrorKind::AddrInUse {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+        opened
+    }
+
+    fn open_at(
+        path: &Path,
+        set: Settings,
+        seed: u64,
+        discard: Option<String>,
+    ) -> io::Result<(MemFile, Opened)> {
         use std::os::unix::fs::{FileExt, OpenOptionsExt};
         let file = OpenOptions::new()
             .read(true)
@@ -437,6 +455,17 @@ impl MemFile {
     /// The file's path.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Whether the path still names the file this cache opened (not if it
+    /// was removed, or renamed or replaced, while the cache ran: the items
+    /// then go to a file the next start at the path does not find).
+    pub fn still_named(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        match (self.file.metadata(), std::fs::metadata(&self.path)) {
+            (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+            _ => false,
+        }
     }
 
     /// Shard `shard`'s part of the file.

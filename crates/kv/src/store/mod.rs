@@ -538,6 +538,14 @@ impl Store {
         })
     }
 
+    /// Whether the store has a memory file that its path no longer names
+    /// (removed, renamed or replaced while the cache ran).
+    pub fn memory_file_moved(&self) -> bool {
+        self.file
+            .as_ref()
+            .is_some_and(|f| !f.lock().unwrap_or_else(|e| e.into_inner()).still_named())
+    }
+
     /// The memory file's path, if the store has one.
     pub fn memory_file(&self) -> Option<std::path::PathBuf> {
         self.file.as_ref().map(|f| {
