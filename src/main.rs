@@ -65,7 +65,6 @@ fn run() -> anyhow::Result<()> {
         .with_ansi(std::io::stderr().is_terminal())
         .init();
     let cli = Cli::parse();
-    cmd::process::ignore_file_size_signal();
     cmd::transparent_huge_pages(matches!(&cli.command, Command::Kv(a) if a.large_pages));
     match cli.command {
         Command::Kv(a) => cmd::kv::run(a),

@@ -191,7 +191,24 @@ fn a_file_moved_away_is_said_at_the_shutdown() {
     kv.signal(libc::SIGTERM);
     assert!(kv.wait_exit(Duration::from_secs(10)).is_some());
     assert!(
-        kv.wait_stderr("which that path no longer names", Duration::from_secs(5)),
+        kv.wait_stderr(
+            "which that path no longer names (renamed or replaced while it ran)",
+            Duration::from_secs(5)
+        ),
+        "{}",
+        kv.stderr_text()
+    );
+    // Removed: nothing keeps the items once the process ends.
+    let mut kv = KvProc::start(&["-m", "8", "-e", f]);
+    fill(&kv, 10);
+    std::fs::remove_file(&file).unwrap();
+    kv.signal(libc::SIGTERM);
+    assert!(kv.wait_exit(Duration::from_secs(10)).is_some());
+    assert!(
+        kv.wait_stderr(
+            "removed while the cache ran: its 11 items are lost",
+            Duration::from_secs(5)
+        ),
         "{}",
         kv.stderr_text()
     );

@@ -296,6 +296,8 @@ fn open_files_room(nofile: u64, max_conns: usize) -> u64 {
 }
 
 pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
+    // The servers' own writes (memory file, logs): not their children's.
+    super::process::ignore_file_size_signal();
     a.io.apply();
     if let Some(n) = a.cpu_threads {
         duality_rt::pool::configure_cpu_pool(duality_rt::pool::PoolConfig {

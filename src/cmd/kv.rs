@@ -372,6 +372,8 @@ fn fit_max_conns(max_conns: usize) -> anyhow::Result<usize> {
 }
 
 pub fn run(a: KvArgs) -> anyhow::Result<()> {
+    // The servers' own writes (memory file, logs): not their children's.
+    super::process::ignore_file_size_signal();
     if a.version {
         // memcached prints `memcached 1.6.x`.
         duality_rt::say_out!("duality-kv {}", env!("CARGO_PKG_VERSION"));
@@ -645,19 +647,27 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     }
     if let Some(path) = &a.memory_file {
         // Requests have stopped: the file now records a consistent cache.
-        match state.store.close() {
-            Ok(()) if state.store.memory_file_moved() => duality_rt::say!(
-                "duality kv: memory file {}: closed, {} items kept in the file this cache \
-                 opened, which that path no longer names (removed or replaced while it \
-                 ran): a start there does not find them",
-                path.display(),
-                state.store.stats().curr_items
-            ),
-            Ok(()) => duality_rt::say!(
-                "duality kv: memory file {}: closed, {} items kept",
-                path.display(),
-                state.store.stats().curr_items
-            ),
+        match state.store.close(now_seconds()) {
+            Ok(()) => match state.store.memory_file_moved() {
+                Some("removed") => duality_rt::say!(
+                    "duality kv: memory file {}: removed while the cache ran: its {} items \
+                     are lost",
+                    path.display(),
+                    state.store.stats().curr_items
+                ),
+                Some(what) => duality_rt::say!(
+                    "duality kv: memory file {}: closed, {} items kept in the file this \
+                     cache opened, which that path no longer names ({what} while it ran): \
+                     a start there does not find them",
+                    path.display(),
+                    state.store.stats().curr_items
+                ),
+                None => duality_rt::say!(
+                    "duality kv: memory file {}: closed, {} items kept",
+                    path.display(),
+                    state.store.stats().curr_items
+                ),
+            },
             Err(e) => duality_rt::say!(
                 "duality kv: memory file {}: {e}: the next start begins empty",
                 path.display()
@@ -667,6 +677,11 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The store's clock now (Unix seconds).
+fn now_seconds() -> duality_kv::store::Time {
+    duality_rt::time::unix_seconds_coarse().max(1) as duality_kv::store::Time
+}
+
 /// Closes the store's memory file when dropped while it holds one: a start
 /// that fails before serving keeps the file's items (see `Store::close`).
 struct KeepFile<'a>(Option<&'a duality_kv::Store>);
@@ -674,7 +689,7 @@ struct KeepFile<'a>(Option<&'a duality_kv::Store>);
 impl Drop for KeepFile<'_> {
     fn drop(&mut self) {
         if let Some(store) = self.0 {
-            if let Err(e) = store.close() {
+            if let Err(e) = store.close(now_seconds()) {
                 duality_rt::say!("duality kv: memory file: {e}: the next start begins empty");
             }
         }

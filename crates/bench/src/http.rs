@@ -1397,8 +1397,7 @@ pub fn csv(rows: &[HttpRow]) -> String {
             f(r.cpu_us_per_request, 3),
             r.errors,
             r.connected,
-            // A field of its own: no comma or quote inside.
-            r.failed.as_deref().unwrap_or("").replace([',', '"'], ";")
+            crate::report::csv_field(r.failed.as_deref().unwrap_or(""))
         ));
     }
     out

@@ -12,11 +12,14 @@
 //! the server's `finish`).
 //!
 //! Lines are made where the event happens, often under a shard's lock; a
-//! server holds them in a thread-local list while it executes a request
-//! ([`Watch::batch`]) and offers them once the request is done, so the
+//! server holds the lines of a request in a thread-local list while it
+//! executes it ([`Watch::batch`]) and offers them once it is done, so the
 //! watchers' lock and the wake-ups of their connections are taken once per
-//! request and never under a shard's lock (memcached's workers likewise
-//! write to a buffer of their own that its logger thread drains).
+//! request, outside the shard's lock (memcached's workers likewise write
+//! to a buffer of their own that its logger thread drains). Lines made
+//! outside a batch (a large value stored as it arrives, a connection's
+//! end) and past [`WATCHER_QUEUE`] held lines are offered as they are
+//! made.
 
 use duality_rt::sync::mpsc;
 use std::cell::{Cell, RefCell};
@@ -188,26 +191,7 @@ pub struct Batch<'a> {
 impl Drop for Batch<'_> {
     fn drop(&mut self) {
         BATCHING.with(|b| b.set(0));
-        let held = HELD.with(|h| std::mem::take(&mut *h.borrow_mut()));
-        if held.is_empty() {
-            return;
-        }
-        let mut ws = self.watch.lock();
-        let mut gone = false;
-        for (kind, text) in &held {
-            gone |= self.watch.offer(&mut ws, *kind, text);
-        }
-        self.watch.let_go(&mut ws, gone);
-        drop(ws);
-        // The list's room is kept for the thread's next batch.
-        HELD.with(|h| {
-            let mut h = h.borrow_mut();
-            if h.capacity() < held.capacity() {
-                let mut held = held;
-                held.clear();
-                *h = held;
-            }
-        });
+        self.watch.offer_held();
     }
 }
 
@@ -337,12 +321,44 @@ impl Watch {
         let text: Arc<[u8]> = line.into();
         self.written.fetch_add(1, Relaxed);
         if BATCHING.with(Cell::get) == self as *const Watch as usize {
-            HELD.with(|h| h.borrow_mut().push((kind, text)));
+            // At most a queue's worth held: a request that logs more (a
+            // `cache_memlimit` evicting millions, a get of 100,000 keys)
+            // offers them as it goes, as if it were not batched.
+            if HELD.with(|h| {
+                let mut h = h.borrow_mut();
+                h.push((kind, text));
+                h.len() >= WATCHER_QUEUE
+            }) {
+                self.offer_held();
+            }
             return;
         }
         let mut ws = self.lock();
         let gone = self.offer(&mut ws, kind, &text);
         self.let_go(&mut ws, gone);
+    }
+
+    /// Offers the lines this thread holds, in the order they were made,
+    /// under one hold of the watchers' lock; the list's room is kept for
+    /// the thread's next batch.
+    fn offer_held(&self) {
+        let held = HELD.with(|h| std::mem::take(&mut *h.borrow_mut()));
+        if !held.is_empty() {
+            let mut ws = self.lock();
+            let mut gone = false;
+            for (kind, text) in &held {
+                gone |= self.offer(&mut ws, *kind, text);
+            }
+            self.let_go(&mut ws, gone);
+        }
+        let mut held = held;
+        held.clear();
+        HELD.with(|h| {
+            let mut h = h.borrow_mut();
+            if h.capacity() < held.capacity() {
+                *h = held;
+            }
+        });
     }
 
     /// Offers a line of `kind` to its watchers; true if one was gone.
@@ -526,6 +542,18 @@ mod tests {
         drop(rx);
         drop(batch);
         assert!(!w.wants(FETCHERS));
+        // A batch holds at most a queue's worth: the rest go as made.
+        let mut rx = w.add(EVICTIONS).unwrap();
+        let batch = w.batch().unwrap();
+        for _ in 0..WATCHER_QUEUE - 1 {
+            w.log(EVICTIONS, |o| o.extend_from_slice(b"x"));
+        }
+        assert!(texts(&mut rx).is_empty(), "held");
+        assert_eq!(HELD.with(|h| h.borrow().len()), WATCHER_QUEUE - 1);
+        w.log(EVICTIONS, |o| o.extend_from_slice(b"x"));
+        assert_eq!(HELD.with(|h| h.borrow().len()), 0);
+        assert_eq!(texts(&mut rx).len(), WATCHER_QUEUE);
+        drop(batch);
     }
 
     #[test]

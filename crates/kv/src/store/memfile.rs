@@ -90,8 +90,9 @@ pub(crate) struct SlotEntry {
 }
 
 /// A checksum of a segment's bytes, for a warm restart: four lanes of
-/// 8-byte words, each step a bijection (xor, odd multiply, rotate), so any
-/// change within one lane always shows; it runs at memory speed, four
+/// 8-byte words, each step a bijection (xor, odd multiply, rotate), so a
+/// change to one word always shows (several may cancel out, at odds of
+/// about 2^-64); it runs at memory speed, four
 /// independent multiplies per 32 bytes.
 pub(crate) fn content_sum(bytes: &[u8]) -> u64 {
     const K: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -260,33 +261,60 @@ impl MemFile {
         seed: u64,
         discard: Option<String>,
     ) -> io::Result<(MemFile, Opened)> {
-        let existed = std::fs::symlink_metadata(path).is_ok();
-        let opened = Self::open_at(path, set, seed, discard);
-        // A file this start made and could not make whole (a full file
-        // system) is not left behind.
-        if let Err(e) = &opened {
-            if !existed && e.kind() != io::ErrorKind::AddrInUse {
-                let _ = std::fs::remove_file(path);
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+        let open = |new: bool| {
+            let mut o = OpenOptions::new();
+            o.read(true).write(true);
+            if new {
+                o.create_new(true);
+            } else {
+                o.create(true).truncate(false);
+            }
+            // The items are the clients' data: private, as memcached's file.
+            o.mode(0o600).open(path)
+        };
+        // Made by this start (O_EXCL) or found: only a file it made is
+        // removed when the start fails.
+        let (file, made) = match open(true) {
+            Ok(f) => (f, true),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => (open(false)?, false),
+            Err(e) => return Err(e),
+        };
+        match Self::init(&file, set, seed, discard) {
+            Ok((head, layout, opened)) => Ok((
+                MemFile {
+                    file,
+                    path: path.to_path_buf(),
+                    head,
+                    layout,
+                },
+                opened,
+            )),
+            Err(e) => {
+                // A file this start made and could not make whole (a full
+                // file system) is not left behind: removed while it is
+                // still locked, and only if the path still names it.
+                if made {
+                    if let (Ok(a), Ok(b)) = (file.metadata(), std::fs::symlink_metadata(path)) {
+                        if a.dev() == b.dev() && a.ino() == b.ino() {
+                            let _ = std::fs::remove_file(path);
+                        }
+                    }
+                }
+                Err(e)
             }
         }
-        opened
     }
 
-    fn open_at(
-        path: &Path,
+    /// Locks and checks (or makes) the open file: its header's mapping,
+    /// its layout and what a restart finds.
+    fn init(
+        file: &File,
         set: Settings,
         seed: u64,
         discard: Option<String>,
-    ) -> io::Result<(MemFile, Opened)> {
-        use std::os::unix::fs::{FileExt, OpenOptionsExt};
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            // The items are the clients' data: private, as memcached's file.
-            .mode(0o600)
-            .open(path)?;
+    ) -> io::Result<(memmap2::MmapMut, Layout, Opened)> {
+        use std::os::unix::fs::FileExt;
         // One cache per file: a second process would re-initialise what the
         // first has mapped, under it (memcached does not guard this). The
         // lock lasts as long as the descriptor, so a crash releases it.
@@ -347,7 +375,7 @@ impl MemFile {
         } else if rd32(&old, F_CLEAN) == 1
             && layout_of(&old) == layout
             && old_len == total
-            && checksum(&file, &old, layout)? != rd64(&old, F_CHECK)
+            && checksum(file, &old, layout)? != rd64(&old, F_CHECK)
         {
             Opened::Fresh(Some(
                 "is damaged (its header or slot tables do not match their checksum)".into(),
@@ -431,20 +459,12 @@ impl MemFile {
         let mut head = unsafe {
             memmap2::MmapOptions::new()
                 .len(HEADER as usize)
-                .map_mut(&file)?
+                .map_mut(file)?
         };
         // In use from now on: a crash must not leave it trusted.
         head[F_CLEAN..F_CLEAN + 4].copy_from_slice(&0u32.to_le_bytes());
         head.flush()?;
-        Ok((
-            MemFile {
-                file,
-                path: path.to_path_buf(),
-                head,
-                layout,
-            },
-            opened,
-        ))
+        Ok((head, layout, opened))
     }
 
     /// The seed of the key hasher the file's items were placed with.
@@ -457,14 +477,19 @@ impl MemFile {
         &self.path
     }
 
-    /// Whether the path still names the file this cache opened (not if it
-    /// was removed, or renamed or replaced, while the cache ran: the items
-    /// then go to a file the next start at the path does not find).
-    pub fn still_named(&self) -> bool {
+    /// What became of the file this cache opened if its path no longer
+    /// names it: `removed` (no name left: its items go when the process
+    /// ends) or `renamed or replaced` (they stay in the file under its new
+    /// name, where a start at the path does not find them).
+    pub fn moved(&self) -> Option<&'static str> {
         use std::os::unix::fs::MetadataExt;
-        match (self.file.metadata(), std::fs::metadata(&self.path)) {
-            (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
-            _ => false,
+        let a = self.file.metadata().ok()?;
+        if a.nlink() == 0 {
+            return Some("removed");
+        }
+        match std::fs::metadata(&self.path) {
+            Ok(b) if a.dev() == b.dev() && a.ino() == b.ino() => None,
+            _ => Some("renamed or replaced"),
         }
     }
 

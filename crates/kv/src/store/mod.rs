@@ -467,9 +467,10 @@ impl Store {
 
     /// Makes the memory file (if any) consistent for the next start: every
     /// shard records its segments, then the file is marked clean and synced.
-    /// Call it once, at a graceful shutdown, after requests have stopped; an
-    /// item changed later may be lost at the restart, never served corrupt.
-    pub fn close(&self) -> io::Result<()> {
+    /// Call it once, at a graceful shutdown (`now`), after requests have
+    /// stopped: a byte changed later (an item stored or read) makes the
+    /// next start begin empty, as any damage does (the items' checksums).
+    pub fn close(&self, now: Time) -> io::Result<()> {
         let Some(file) = &self.file else {
             return Ok(());
         };
@@ -477,12 +478,19 @@ impl Store {
             lock(&cell.shard).persist()?;
         }
         let f = self.flush_state();
+        // A delayed flush that has come is written as the cut-off it made:
+        // left pending, a restart with the clock set back before it would
+        // serve what it flushed.
+        let (fired, pending) = match f.cutoff(now) {
+            c if f.pending != 0 && c > f.fired => (c, 0),
+            _ => (f.fired, f.pending),
+        };
         let mut file = file.lock().unwrap_or_else(|e| e.into_inner());
         file.close_clean(
             f.epoch,
             self.next_cas.load(Relaxed),
-            f.fired,
-            f.pending,
+            fired,
+            pending,
             self.started,
         )
     }
@@ -538,12 +546,11 @@ impl Store {
         })
     }
 
-    /// Whether the store has a memory file that its path no longer names
-    /// (removed, renamed or replaced while the cache ran).
-    pub fn memory_file_moved(&self) -> bool {
-        self.file
-            .as_ref()
-            .is_some_and(|f| !f.lock().unwrap_or_else(|e| e.into_inner()).still_named())
+    /// If the store's memory file is no longer named by its path, what
+    /// became of it (see [`memfile::MemFile::moved`]).
+    pub fn memory_file_moved(&self) -> Option<&'static str> {
+        let f = self.file.as_ref()?;
+        f.lock().unwrap_or_else(|e| e.into_inner()).moved()
     }
 
     /// The memory file's path, if the store has one.

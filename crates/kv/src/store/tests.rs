@@ -849,7 +849,7 @@ fn warm_restart_serves_every_unexpired_item() {
         k2.1.extend_from_slice(b"+tail");
         k2.3 = cas;
         s.check();
-        s.close().unwrap();
+        s.close(NOW).unwrap();
     }
     let (s, line) = file_store(&f.0, 4 << 20, NOW + 10);
     assert!(line.contains("restored"), "{line}");
@@ -898,7 +898,7 @@ fn warm_restart_keeps_a_flush() {
         set(&s, b"new", b"v", 0, NOW);
         // A delayed flush still to come when the server stops.
         s.flush_all(100, NOW);
-        s.close().unwrap();
+        s.close(NOW).unwrap();
     }
     let (s, line) = file_store(&f.0, 4 << 20, NOW + 1);
     assert!(line.contains("restored 1 items"), "{line}");
@@ -917,7 +917,7 @@ fn a_crash_or_other_settings_start_empty() {
         // No close: as if the process died.
     }
     let s = starts_empty(&f.0, "graceful shutdown");
-    s.close().unwrap();
+    s.close(NOW).unwrap();
     drop(s);
     let (s, line) = file_store(&f.0, 8 << 20, NOW);
     assert!(line.contains("other settings"), "{line}");
@@ -933,7 +933,7 @@ fn a_damaged_file_starts_empty() {
         for i in 0..100 {
             set(&s, format!("k{i}").as_bytes(), b"value", 0, NOW);
         }
-        s.close().unwrap();
+        s.close(NOW).unwrap();
     }
     // Zero the data region: every item header becomes invalid.
     let len = std::fs::metadata(&f.0).unwrap().len();
@@ -965,7 +965,7 @@ fn a_changed_item_byte_starts_empty() {
             for i in 0..100 {
                 set(&s, format!("k{i}").as_bytes(), b"value-value-value", 0, NOW);
             }
-            s.close().unwrap();
+            s.close(NOW).unwrap();
         }
         let file = std::fs::OpenOptions::new()
             .read(true)
@@ -981,6 +981,26 @@ fn a_changed_item_byte_starts_empty() {
     }
 }
 
+/// A delayed flush that came before the shutdown, then the clock set back
+/// before it at the restart: what it flushed stays flushed.
+#[test]
+fn a_delayed_flush_that_came_stays_when_the_clock_goes_back() {
+    let f = TempFile::new("clock-back-delayed");
+    {
+        let (s, _) = file_store(&f.0, 4 << 20, NOW);
+        set(&s, b"flushed", b"v", 0, NOW);
+        s.flush_all(5, NOW);
+        s.close(NOW + 100).unwrap();
+    }
+    let back = NOW - 100;
+    let (s, line) = file_store(&f.0, 4 << 20, back);
+    assert!(line.contains("restored 0 items"), "{line}");
+    assert_eq!(get(&s, b"flushed", back), None);
+    set(&s, b"new", b"v", 0, back);
+    assert!(get(&s, b"new", back).is_some(), "a new item is hidden");
+    s.check();
+}
+
 /// The clock set back between a shutdown and the restart: a `flush_all`
 /// cut-off then lies ahead of it, and must not hide what is stored next.
 #[test]
@@ -993,7 +1013,7 @@ fn a_flush_cutoff_ahead_of_the_clock_hides_nothing_new() {
         set(&s, b"kept", b"v", 0, NOW + 8);
         // Replaces the first, whose cut-off (NOW + 5) stays.
         s.flush_all(1000, NOW + 10);
-        s.close().unwrap();
+        s.close(NOW).unwrap();
     }
     let back = NOW - 600;
     let (s, line) = file_store(&f.0, 4 << 20, back);
@@ -1019,7 +1039,7 @@ fn a_flipped_header_or_slot_table_starts_empty() {
             for i in 0..100 {
                 set(&s, format!("k{i}").as_bytes(), b"value", 0, NOW);
             }
-            s.close().unwrap();
+            s.close(NOW).unwrap();
         }
         let file = std::fs::OpenOptions::new()
             .read(true)
@@ -1073,7 +1093,7 @@ fn a_memory_file_is_private_and_cut_files_start_empty() {
         for i in 0..100 {
             set(&s, format!("k{i}").as_bytes(), &[b'v'; 3000], 0, NOW);
         }
-        s.close().unwrap();
+        s.close(NOW).unwrap();
     }
     // The items are the clients': only this user may read them.
     let meta = std::fs::metadata(&f.0).unwrap();
@@ -1085,7 +1105,7 @@ fn a_memory_file_is_private_and_cut_files_start_empty() {
     file.set_len(len - 1000).unwrap();
     drop(file);
     let s = starts_empty(&f.0, "damaged");
-    s.close().unwrap();
+    s.close(NOW).unwrap();
     drop(s);
     assert_eq!(
         std::fs::metadata(&f.0).unwrap().len(),
@@ -1460,7 +1480,7 @@ fn without_evictions_a_warm_restart_works() {
         let stored = fill(&s, "k", &value, 0, NOW);
         assert_eq!(s.stats().evictions, 0);
         s.check();
-        s.close().unwrap();
+        s.close(NOW).unwrap();
         stored
     };
     // The setting is not in the file: either way, the items come back.
@@ -1472,7 +1492,7 @@ fn without_evictions_a_warm_restart_works() {
         );
         all_there(&s, &stored, &value, NOW + 1);
         s.check();
-        s.close().unwrap();
+        s.close(NOW).unwrap();
     }
     let (s, _) = file_store_with(&f.0, 4 << 20, NOW + 2, false);
     assert!(try_set(&s, b"x", &value, 0, NOW + 2).is_err());
