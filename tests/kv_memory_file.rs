@@ -185,33 +185,32 @@ fn a_file_moved_away_is_said_at_the_shutdown() {
     let dir = TempDir::new("kv-memfile-moved");
     let file = dir.path().join("cache.mem");
     let f = file.to_str().unwrap();
-    let mut kv = KvProc::start(&["-m", "8", "-e", f]);
-    fill(&kv, 10);
-    std::fs::rename(&file, dir.path().join("moved.mem")).unwrap();
-    kv.signal(libc::SIGTERM);
-    assert!(kv.wait_exit(Duration::from_secs(10)).is_some());
-    assert!(
-        kv.wait_stderr(
+    // Renamed: the items stay in it. Removed: nothing keeps them once the
+    // process ends.
+    let moved = dir.path().join("moved.mem");
+    let rename = || std::fs::rename(&file, &moved).unwrap();
+    let remove = || std::fs::remove_file(&file).unwrap();
+    for (act, said) in [
+        (
+            &rename as &dyn Fn(),
             "which that path no longer names (renamed or replaced while it ran)",
-            Duration::from_secs(5)
         ),
-        "{}",
-        kv.stderr_text()
-    );
-    // Removed: nothing keeps the items once the process ends.
-    let mut kv = KvProc::start(&["-m", "8", "-e", f]);
-    fill(&kv, 10);
-    std::fs::remove_file(&file).unwrap();
-    kv.signal(libc::SIGTERM);
-    assert!(kv.wait_exit(Duration::from_secs(10)).is_some());
-    assert!(
-        kv.wait_stderr(
+        (
+            &remove,
             "removed while the cache ran: its 11 items are lost",
-            Duration::from_secs(5)
         ),
-        "{}",
-        kv.stderr_text()
-    );
+    ] {
+        let mut kv = KvProc::start(&["-m", "8", "-e", f]);
+        fill(&kv, 10);
+        act();
+        kv.signal(libc::SIGTERM);
+        assert!(kv.wait_exit(Duration::from_secs(10)).is_some());
+        assert!(
+            kv.wait_stderr(said, Duration::from_secs(5)),
+            "{}",
+            kv.stderr_text()
+        );
+    }
 }
 
 /// Another item size limit (-I) is other settings too: the items it made

@@ -955,30 +955,42 @@ fn a_damaged_file_starts_empty() {
 /// value never stored.
 #[test]
 fn a_changed_item_byte_starts_empty() {
-    use std::os::unix::fs::FileExt;
     // The data region starts after the header and two shards' tables.
     let data = 4096 + 2 * 4096u64;
     for at in [20u64, 24, 33, 40] {
-        let f = TempFile::new(&format!("item-{at}"));
-        {
-            let (s, _) = file_store(&f.0, 4 << 20, NOW);
-            for i in 0..100 {
-                set(&s, format!("k{i}").as_bytes(), b"value-value-value", 0, NOW);
-            }
-            s.close(NOW).unwrap();
-        }
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&f.0)
-            .unwrap();
-        let mut b = [0u8];
-        file.read_exact_at(&mut b, data + at).unwrap();
-        file.write_all_at(&[b[0] ^ 0x01], data + at).unwrap();
-        drop(file);
-        let s = starts_empty(&f.0, "do not match their checksum");
-        s.check();
+        flipped_starts_empty(
+            &format!("item-{at}"),
+            b"value-value-value",
+            data + at,
+            0x01,
+            "do not match their checksum",
+        );
     }
+}
+
+/// Closes a file of 100 items of `value`, flips `mask` in its byte `at`,
+/// and checks that it starts empty saying `why`.
+fn flipped_starts_empty(name: &str, value: &[u8], at: u64, mask: u8, why: &str) {
+    use std::os::unix::fs::FileExt;
+    let f = TempFile::new(name);
+    {
+        let (s, _) = file_store(&f.0, 4 << 20, NOW);
+        for i in 0..100 {
+            set(&s, format!("k{i}").as_bytes(), value, 0, NOW);
+        }
+        s.close(NOW).unwrap();
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&f.0)
+        .unwrap();
+    let mut b = [0u8];
+    file.read_exact_at(&mut b, at).unwrap();
+    file.write_all_at(&[b[0] ^ mask], at).unwrap();
+    drop(file);
+    let s = starts_empty(&f.0, why);
+    s.check();
 }
 
 /// A delayed flush that came before the shutdown, then the clock set back
@@ -1030,28 +1042,9 @@ fn a_flush_cutoff_ahead_of_the_clock_hides_nothing_new() {
 /// (every item looked flushed), the second restored items no key reaches.
 #[test]
 fn a_flipped_header_or_slot_table_starts_empty() {
-    use std::os::unix::fs::FileExt;
     // The flush epoch, the hasher seed, a slot table's first entry.
     for at in [0x24u64, 0x38, 4096 + 3] {
-        let f = TempFile::new(&format!("flip-{at}"));
-        {
-            let (s, _) = file_store(&f.0, 4 << 20, NOW);
-            for i in 0..100 {
-                set(&s, format!("k{i}").as_bytes(), b"value", 0, NOW);
-            }
-            s.close(NOW).unwrap();
-        }
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&f.0)
-            .unwrap();
-        let mut b = [0u8];
-        file.read_exact_at(&mut b, at).unwrap();
-        file.write_all_at(&[b[0] ^ 0x10], at).unwrap();
-        drop(file);
-        let s = starts_empty(&f.0, "is damaged");
-        s.check();
+        flipped_starts_empty(&format!("flip-{at}"), b"value", at, 0x10, "is damaged");
     }
 }
 
