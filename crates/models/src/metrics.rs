@@ -15,8 +15,10 @@
 //! keeps a scrape waiting, as each connection gets a goroutine in the
 //! memcached and nginx exporters. It answers `GET /metrics` (any query
 //! string; `HEAD` too), 405 to another method there, 404 to another path,
-//! 400 to what is not HTTP and 431 to a head over 8 KiB, one request per
-//! connection (HTTP/1.0, `Connection: close`).
+//! 400 to what is not HTTP and 431 to a head over 8 KiB or 256 fields, one
+//! request per connection (HTTP/1.0, `Connection: close`: a scrape every
+//! few seconds costs a connection, which keeps a stalled scraper from
+//! holding a thread between scrapes).
 //!
 //! Names are prefixed `duality_`; counters end in `_total`; latencies are
 //! histograms in seconds (`_bucket{le=…}`, `_sum`, `_count`).
@@ -49,6 +51,8 @@ impl Exposition {
     }
 
     fn header(&mut self, name: &str, help: &str, kind: &str) {
+        // The format's escapes in a HELP text: backslash and line feed.
+        let help = help.replace('\\', "\\\\").replace('\n', "\\n");
         let _ = writeln!(self.out, "# HELP {name} {help}");
         let _ = writeln!(self.out, "# TYPE {name} {kind}");
     }
@@ -368,7 +372,7 @@ enum Route {
     NotFound,
     /// Not HTTP: 400.
     Bad,
-    /// A head over [`MAX_HEAD`]: 431.
+    /// A head over [`MAX_HEAD`] or 256 fields: 431.
     TooLarge,
     /// Too many clients at once: 503.
     Busy,
@@ -428,7 +432,7 @@ fn reply(route: Route, render: &Render) -> Vec<u8> {
         Route::Bad => ("400 Bad Request", "bad request\n".into(), false),
         Route::TooLarge => (
             "431 Request Header Fields Too Large",
-            "request head over 8 KiB\n".into(),
+            "request head over 8 KiB or 256 fields\n".into(),
             false,
         ),
         Route::Busy => ("503 Service Unavailable", "busy, retry\n".into(), false),
@@ -455,11 +459,21 @@ fn reply(route: Route, render: &Render) -> Vec<u8> {
 
 /// What the head at the start of `head` asks for; `None` while incomplete.
 fn route(head: &[u8]) -> Option<Route> {
-    let mut headers = [httparse::EMPTY_HEADER; 32];
+    // As many fields as an 8 KiB head of short ones holds (a scraper
+    // sends a few; a proxy in front may add some).
+    let mut headers = [httparse::EMPTY_HEADER; 256];
     let mut req = httparse::Request::new(&mut headers);
     match req.parse(head) {
         Ok(httparse::Status::Complete(_)) => {
             let path = req.path.unwrap_or("");
+            // The absolute form (`http://host:port/metrics`, RFC 9112 3.2.2)
+            // names the same path.
+            let path = match path.split_once("://") {
+                Some((scheme, rest)) if !scheme.contains('/') => {
+                    rest.find('/').map_or("/", |at| &rest[at..])
+                }
+                _ => path,
+            };
             let path = path.split('?').next().unwrap_or("");
             Some(match (req.method, path) {
                 (Some("GET"), "/metrics") => Route::Metrics { head: false },
@@ -510,7 +524,12 @@ mod tests {
         let mut e = Exposition::new();
         e.histograms("duality_x_seconds", "X.", &[("loop=\"a\"", &l)]);
         e.counter("duality_y_total", "Y.", 7);
+        e.counter("duality_z_total", "a\\b\nc", 1);
         let page = e.finish();
+        assert!(
+            page.contains("# HELP duality_z_total a\\\\b\\nc\n"),
+            "{page}"
+        );
         assert!(
             page.starts_with("# HELP duality_x_seconds X.\n# TYPE duality_x_seconds histogram\n")
         );
@@ -567,8 +586,17 @@ mod tests {
         );
         assert_eq!(route(b"GET / HTTP/1.1\r\n\r\n"), Some(Route::NotFound));
         assert_eq!(route(b"\x00\x01 nonsense\r\n\r\n"), Some(Route::Bad));
-        let many = format!("GET /metrics HTTP/1.1\r\n{}\r\n", "X: y\r\n".repeat(40));
-        assert_eq!(route(many.as_bytes()), Some(Route::TooLarge));
+        let many = |n| format!("GET /metrics HTTP/1.1\r\n{}\r\n", "X: y\r\n".repeat(n));
+        assert_eq!(route(many(40).as_bytes()), Some(page));
+        assert_eq!(route(many(300).as_bytes()), Some(Route::TooLarge));
+        assert_eq!(
+            route(b"GET http://127.0.0.1:9150/metrics HTTP/1.1\r\n\r\n"),
+            Some(page)
+        );
+        assert_eq!(
+            route(b"GET http://127.0.0.1:9150 HTTP/1.1\r\n\r\n"),
+            Some(Route::NotFound)
+        );
         let head = reply(Route::Metrics { head: true }, &|| "a_total 1\n".into());
         let head = String::from_utf8(head).unwrap();
         assert!(
