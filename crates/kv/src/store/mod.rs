@@ -288,6 +288,14 @@ impl std::fmt::Debug for Store {
     }
 }
 
+/// The shard of a key's hash among `mask + 1`: hashbrown indexes buckets
+/// with the low bits and filters with the top 7, so the shard comes from
+/// bits 32.. to keep both well spread in a shard.
+#[inline]
+fn shard_index(hash: u64, mask: usize) -> usize {
+    (hash >> 32) as usize & mask
+}
+
 fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
     // A panic while holding the lock leaves the shard consistent (every
     // mutation completes before anything that can panic), so keep serving.
@@ -425,9 +433,13 @@ impl Store {
                     .flush_times
                     .store(u64::from(fired) << 32 | u64::from(pending), Relaxed);
                 let flush = store.flush_state();
-                if let Err((i, why)) =
-                    store.each_shard(|cell| lock(&cell.shard).restore(now, flush, &cell.stats))
-                {
+                let mask = store.mask;
+                if let Err((i, why)) = store.each_shard(|i, cell| {
+                    // An item whose key hashes to another shard is damage:
+                    // no lookup would reach it.
+                    let here = |hash: u64| shard_index(hash, mask) == i;
+                    lock(&cell.shard).restore(now, flush, &cell.stats, here)
+                }) {
                     return Ok(Err(format!("shard {i}: {why}")));
                 }
                 // A `flush_all` cut-off ahead of the clock (set back since
@@ -474,7 +486,7 @@ impl Store {
         let Some(file) = &self.file else {
             return Ok(());
         };
-        self.each_shard(|cell| lock(&cell.shard).persist())
+        self.each_shard(|_, cell| lock(&cell.shard).persist())
             .map_err(|(_, e)| e)?;
         let f = self.flush_state();
         // A delayed flush that has come is written as the cut-off it made:
@@ -500,7 +512,7 @@ impl Store {
     /// met, with its shard, stops the rest.
     fn each_shard<E: Send>(
         &self,
-        f: impl Fn(&ShardCell) -> Result<(), E> + Sync,
+        f: impl Fn(usize, &ShardCell) -> Result<(), E> + Sync,
     ) -> Result<(), (usize, E)> {
         use std::sync::atomic::AtomicUsize;
         let threads = std::thread::available_parallelism()
@@ -513,7 +525,7 @@ impl Store {
             if i >= self.cells.len() {
                 break;
             }
-            if let Err(e) = f(&self.cells[i]) {
+            if let Err(e) = f(i, &self.cells[i]) {
                 // Nothing after it is started.
                 next.store(self.cells.len(), Relaxed);
                 failed
@@ -681,11 +693,9 @@ impl Store {
         self.hasher.hash_one(key)
     }
 
-    /// hashbrown indexes buckets with the low bits and filters with the top 7,
-    /// so the shard comes from bits 32.. to keep both well spread in a shard.
     #[inline]
     fn shard_index(&self, hash: u64) -> usize {
-        (hash >> 32) as usize & self.mask
+        shard_index(hash, self.mask)
     }
 
     /// The shard holding `key`: color the payload job with it.

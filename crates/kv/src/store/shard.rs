@@ -1478,6 +1478,7 @@ impl Shard {
         now: Time,
         flush: FlushState,
         stats: &ShardStats,
+        here: impl Fn(u64) -> bool,
     ) -> Result<(), String> {
         let Some(file) = self.file.as_ref() else {
             return Ok(());
@@ -1545,6 +1546,9 @@ impl Shard {
                 if self.has(l, LIVE) {
                     if self.state(l, now, flush) == Lookup::Hit {
                         let hash = self.hash_key(self.key(l));
+                        if !here(hash) {
+                            return Err(format!("slot {slot}: a key of another shard at {at}"));
+                        }
                         if self.find(hash, self.key(l)).is_some() {
                             return Err(format!("slot {slot}: a key stored twice"));
                         }
