@@ -993,6 +993,78 @@ fn flipped_starts_empty(name: &str, value: &[u8], at: u64, mask: u8, why: &str) 
     s.check();
 }
 
+/// Edits that keep every checksum right (the file resealed after them):
+/// counters out of range, and an item moved out of its key's shard.
+#[test]
+fn resealed_edits_the_restore_still_refuses() {
+    use std::os::unix::fs::FileExt;
+    let closed = |name: &str| {
+        let f = TempFile::new(name);
+        let (s, _) = file_store(&f.0, 4 << 20, NOW);
+        for i in 0..100 {
+            set(
+                &s,
+                format!("k{i}").as_bytes(),
+                format!("value-of-{i}").as_bytes(),
+                0,
+                NOW,
+            );
+        }
+        s.close(NOW).unwrap();
+        f
+    };
+    let edit = |f: &TempFile, at: u64, bytes: &[u8]| {
+        let file = std::fs::OpenOptions::new().write(true).open(&f.0).unwrap();
+        file.write_all_at(bytes, at).unwrap();
+        drop(file);
+        memfile::reseal(&f.0);
+    };
+    // The next CAS unique near the end of u64 (the header's counter).
+    let f = closed("reseal-cas");
+    edit(&f, 40, &(1u64 << 62).to_le_bytes());
+    starts_empty(&f.0, "CAS counter").check();
+    // A segment's sequence number near the end of u64 (shard 0, slot 0).
+    let f = closed("reseal-seq");
+    let table = 4096;
+    let mut seq = [0u8; 8];
+    let file = std::fs::File::open(&f.0).unwrap();
+    file.read_exact_at(&mut seq, table).unwrap();
+    drop(file);
+    assert_ne!(u64::from_le_bytes(seq), 0, "slot 0 is used");
+    edit(&f, table, &(1u64 << 62).to_le_bytes());
+    starts_empty(&f.0, "bad entry").check();
+    // A key changed into one of the other shard.
+    let f = closed("reseal-shard");
+    let bytes = std::fs::read(&f.0).unwrap();
+    let mut seed = [0u8; 8];
+    seed.copy_from_slice(&bytes[56..64]);
+    let probe = Store::with_seed(
+        StoreConfig {
+            max_bytes: 4 << 20,
+            shards: 2,
+            evictions: true,
+        },
+        u64::from_le_bytes(seed),
+    );
+    let (i, at) = (0..100)
+        .find_map(|i| {
+            let (old, new) = (format!("k{i}"), format!("j{i}"));
+            (probe.shard_of(old.as_bytes()) != probe.shard_of(new.as_bytes())).then(|| {
+                let item = format!("{old}value-of-{i}");
+                let at = bytes
+                    .windows(item.len())
+                    .position(|w| w == item.as_bytes())
+                    .expect("the item is in the file");
+                (i, at)
+            })
+        })
+        .expect("a key whose neighbour is in the other shard");
+    edit(&f, at as u64, b"j");
+    let s = starts_empty(&f.0, "a key of another shard");
+    assert_eq!(get(&s, format!("j{i}").as_bytes(), NOW), None);
+    s.check();
+}
+
 /// A delayed flush that came before the shutdown, then the clock set back
 /// before it at the restart: what it flushed stays flushed.
 #[test]
