@@ -290,7 +290,12 @@ impl Protocol for HttpProtocol {
                 Parsed::Request(HttpRequest { what, color }, len)
             }
             // The connection closes after the error: the rest is dropped.
-            Err(e) => refused(Seen::Refused(e, request_line(input))),
+            // A line that has not ended (a target past its limit) still
+            // says its method: a HEAD's answer has no body.
+            Err(e) => refused(Seen::Refused(
+                e,
+                request_line(input).or_else(|| line_so_far(input)),
+            )),
         }
     }
 
@@ -944,12 +949,13 @@ fn about_the_file(status: Status) -> bool {
     matches!(status.code(), 200..=299 | 304 | 412 | 416)
 }
 
-/// The start of a request line that has not ended (a timed-out request's,
-/// for the log): `None` if nothing but line ends came, or past 16 KiB.
+/// The start of a request line that has not ended (a timed-out or
+/// refused request's, for its answer and the log), at most its first
+/// 16 KiB: `None` if nothing but line ends came.
 fn line_so_far(input: &[u8]) -> Option<&[u8]> {
     let start = input.iter().position(|&b| b != b'\r' && b != b'\n')?;
-    let rest = &input[start..];
-    (rest.len() <= 16 * 1024).then_some(rest.strip_suffix(b"\r").unwrap_or(rest))
+    let rest = &input[start..input.len().min(start + 16 * 1024)];
+    Some(rest.strip_suffix(b"\r").unwrap_or(rest))
 }
 
 /// Appends `bytes` to a log line, each byte outside printable ASCII and
@@ -1057,6 +1063,10 @@ mod tests {
         );
         assert_eq!(so_far(b"GET /x\r").as_deref(), Some("GET /x"));
         assert_eq!(so_far(b"\r\n\r\n"), None);
-        assert_eq!(so_far(&long[..17 * 1024]), None);
+        // Past 16 KiB, its first 16 KiB (the method, for a HEAD's answer).
+        assert_eq!(
+            line_so_far(&long[..17 * 1024]).map(<[u8]>::len),
+            Some(16 * 1024)
+        );
     }
 }
