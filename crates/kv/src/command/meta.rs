@@ -88,7 +88,8 @@ pub(super) fn get<O: super::Answer + ?Sized>(
         }
         return;
     };
-    let send_value = f.has(b'v') && f.compare_cas() != Some(item.cas);
+    // `C` means nothing to `mg` (memcached ignores it): the value goes.
+    let send_value = f.has(b'v');
     if send_value {
         out.extend_from_slice(b"VA ");
         push_u64(out, item.value.len() as u64);
