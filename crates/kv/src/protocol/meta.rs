@@ -119,7 +119,7 @@ impl<'a> MetaFlags<'a> {
         }
         match bad_arg {
             Some(e) => Err(e),
-            None if long_opaque => Err("opaque token too long"),
+            None if long_opaque => Err(super::LONG_OPAQUE),
             None => Ok(f),
         }
     }

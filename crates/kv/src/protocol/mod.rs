@@ -1212,6 +1212,16 @@ fn parse_memlimit(a: Args<'_>) -> Option<Request<'_>> {
     })
 }
 
+/// [`MetaFlags::parse`]'s error for an opaque over 32 bytes.
+const LONG_OPAQUE: &str = "opaque token too long";
+
+/// Whether the flags `raw` name a one-letter mode (`M?`) not in `modes`.
+fn bad_mode(raw: &[u8], modes: &[u8]) -> bool {
+    Tokens::new(raw)
+        .iter()
+        .any(|t| t.len() == 2 && t[0] == b'M' && !modes.contains(&t[1]))
+}
+
 /// Key and flags of `mg`, `md`, `ma` (`arith`: memcached reports every flag
 /// error of `ma` as "invalid or duplicate flag" and checks its mode).
 /// Which of the keyed meta commands [`parse_meta`] parses.
@@ -1238,11 +1248,16 @@ fn parse_meta<'a>(
             return Err(BAD_FORMAT.into());
         }
     }
-    let parsed = meta_key_and_flags(key, raw, 2);
-    let flags = if strict {
-        parsed.map_err(|_| "invalid or duplicate flag")?
-    } else {
-        parsed?
+    let flags = match meta_key_and_flags(key, raw, 2) {
+        Ok(f) => f,
+        // memcached checks `ma`'s mode, then the opaque's length, each with
+        // its own message.
+        Err(LONG_OPAQUE) if cmd == MetaCmd::Arith && bad_mode(raw, b"I+D-") => {
+            return Err("invalid mode for ma M token".into())
+        }
+        Err(LONG_OPAQUE) => return Err(LONG_OPAQUE.into()),
+        Err(_) if strict => return Err("invalid or duplicate flag".into()),
+        Err(e) => return Err(e.into()),
     };
     if cmd == MetaCmd::Arith && !matches!(flags.mode(), None | Some(b'I' | b'+' | b'D' | b'-')) {
         return Err("invalid mode for ma M token".into());
@@ -1323,7 +1338,13 @@ fn mset_head<'a>(
         consumed,
         noreply: false,
     };
-    let flags = meta_key_and_flags(key, raw, 3).map_err(swallow)?;
+    let flags = match meta_key_and_flags(key, raw, 3) {
+        // The mode is checked before the opaque's length, as memcached's.
+        Err(LONG_OPAQUE) if bad_mode(raw, b"EAPRS") => {
+            return Err(swallow("invalid mode for ms M token"))
+        }
+        f => f.map_err(swallow)?,
+    };
     if !matches!(flags.mode(), None | Some(b'E' | b'A' | b'P' | b'R' | b'S')) {
         return Err(swallow("invalid mode for ms M token"));
     }
