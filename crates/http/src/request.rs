@@ -379,21 +379,11 @@ fn parse_fields<'a>(
     let mut storage = [const { MaybeUninit::<httparse::Header<'a>>::uninit() }; MAX_HEADERS_CAP];
     // Only for requests of a later HTTP/1.x, which httparse refuses.
     let mut spill = Vec::new();
-    let mut config = httparse::ParserConfig::default();
-    // As nginx: words of the request line may be parted by several spaces
-    // (RFC 9112 §3 lets a server split on whitespace).
-    config.allow_multiple_spaces_in_request_line_delimiters(true);
+    let mut config = parser_config();
     let mut req = httparse::Request::new(&mut []);
     let mut parsed =
         config.parse_request_with_uninit_headers(&mut req, window, &mut storage[..slots]);
-    if matches!(
-        parsed,
-        Err(httparse::Error::HeaderName | httparse::Error::HeaderValue)
-    ) && may_drop_bad_fields(window)
-    {
-        // nginx's `ignore_invalid_headers` (its default): a field whose name
-        // is not a token, or whose value holds a control byte, is dropped
-        // and the request served.
+    if bad_field(&parsed) && may_drop_bad_fields(window) {
         config.ignore_invalid_headers_in_requests(true);
         req = httparse::Request::new(&mut []);
         parsed = config.parse_request_with_uninit_headers(&mut req, window, &mut storage[..slots]);
@@ -408,24 +398,18 @@ fn parse_fields<'a>(
         }
         Ok(httparse::Status::Partial) => return incomplete(buf, window, limits),
         Err(httparse::Error::TooManyHeaders) => return Err(close(Status::HeaderFieldsTooLarge)),
-        Err(httparse::Error::Version) => {
-            let (method, target, line_len) = match later_minor_line(window) {
-                LaterMinor::Line(method, target, len) => (method, target, len),
-                LaterMinor::Partial => return incomplete(buf, window, limits),
-                LaterMinor::No => return Err(close(version_error(window))),
-            };
-            spill.resize(slots, httparse::EMPTY_HEADER);
-            match httparse::parse_headers(&window[line_len..], &mut spill) {
-                Ok(httparse::Status::Complete((n, headers))) => {
-                    (method, target, 1, headers, line_len + n)
-                }
-                Ok(httparse::Status::Partial) => return incomplete(buf, window, limits),
+        Err(httparse::Error::Version) => match later_minor_digit(window) {
+            LaterMinor::At(digit) => match parse_later_minor(window, digit, slots, &mut spill) {
+                Ok(Some((method, target, n))) => (method, target, 1, &spill[..], n),
+                Ok(None) => return incomplete(buf, window, limits),
                 Err(httparse::Error::TooManyHeaders) => {
                     return Err(close(Status::HeaderFieldsTooLarge))
                 }
                 Err(_) => return Err(close(Status::BadRequest)),
-            }
-        }
+            },
+            LaterMinor::Partial => return incomplete(buf, window, limits),
+            LaterMinor::No => return Err(close(version_error(window))),
+        },
         Err(_) => return Err(close(Status::BadRequest)),
     };
     if target.len() > limits.max_uri {
@@ -715,57 +699,109 @@ fn partial_target_len(window: &[u8]) -> usize {
         .unwrap_or(target.len())
 }
 
-/// What [`later_minor_line`] found.
+/// How requests are parsed: as nginx, words of the request line may be
+/// parted by several spaces (RFC 9112 §3 lets a server split on whitespace).
+fn parser_config() -> httparse::ParserConfig {
+    let mut config = httparse::ParserConfig::default();
+    config.allow_multiple_spaces_in_request_line_delimiters(true);
+    config
+}
+
+/// Whether httparse refused a field line; then nginx's
+/// `ignore_invalid_headers` (its default) drops such a field — a name that
+/// is not a token, a value with a control byte — and serves the request,
+/// where [`may_drop_bad_fields`] allows it.
+fn bad_field<T>(parsed: &Result<T, httparse::Error>) -> bool {
+    matches!(
+        parsed,
+        Err(httparse::Error::HeaderName | httparse::Error::HeaderValue)
+    )
+}
+
+/// What [`later_minor_digit`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum LaterMinor<'a> {
-    /// A complete line: method, target, length (with any empty lines before
-    /// it and its line end).
-    Line(&'a str, &'a str, usize),
+enum LaterMinor {
+    /// A request line ending in `HTTP/1.x`, `x` from 2 to 9, at this index.
+    At(usize),
     /// Such a line, but its end has not arrived yet.
     Partial,
     /// Something else.
     No,
 }
 
-/// The request line of an `HTTP/1.x` request with a minor version `x` from 2
-/// to 9, which `httparse` refuses. Only [`LaterMinor::Line`] for a line well
-/// formed as `httparse` would check it: a token, one space, a target of
-/// visible bytes, one space, the version, CRLF or LF.
-fn later_minor_line(window: &[u8]) -> LaterMinor<'_> {
-    let mut start = 0;
-    loop {
-        match window.get(start..) {
-            Some([b'\r', b'\n', ..]) => start += 2,
-            Some([b'\n', ..]) => start += 1,
-            _ => break,
-        }
-    }
-    let line = &window[start..];
-    let parts = || {
-        let method_len = line.iter().position(|&b| !is_tchar(b))?;
-        let rest = line[method_len..].strip_prefix(b" ")?;
-        // httparse's target bytes: visible ASCII and anything from 0x80 on.
-        let target_len = rest.iter().position(|&b| b < b'!' || b == 0x7f)?;
-        let after = rest[target_len..].strip_prefix(b" ")?;
-        let after = after.strip_prefix(b"HTTP/1.")?;
-        let (&minor, after) = after.split_first()?;
-        if method_len == 0 || target_len == 0 || !(b'2'..=b'9').contains(&minor) {
-            return None;
-        }
-        let method = std::str::from_utf8(&line[..method_len]).ok()?;
-        let target = std::str::from_utf8(&rest[..target_len]).ok()?;
-        let len = start + method_len + 1 + target_len + 1 + b"HTTP/1.x".len();
-        Some((method, target, len, after))
+/// Where the minor version digit is in a request line ending in `HTTP/1.x`
+/// with `x` from 2 to 9, which `httparse` refuses. The rest of the line is
+/// left for httparse to check (see [`parse_later_minor`]).
+fn later_minor_digit(window: &[u8]) -> LaterMinor {
+    // httparse skips empty lines before the request line; so does this.
+    let start = window
+        .iter()
+        .position(|&b| b != b'\r' && b != b'\n')
+        .unwrap_or(window.len());
+    let rest = &window[start..];
+    let (line, ended) = match rest.iter().position(|&b| b == b'\n') {
+        Some(end) => (&rest[..end], true),
+        None => (rest, false),
     };
-    match parts() {
-        Some((method, target, len, after)) => match after {
-            [b'\r', b'\n', ..] => LaterMinor::Line(method, target, len + 2),
-            [b'\n', ..] => LaterMinor::Line(method, target, len + 1),
-            [] | [b'\r'] => LaterMinor::Partial,
-            _ => LaterMinor::No,
-        },
-        None => LaterMinor::No,
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    // A CR may only end the line.
+    let later = match line.len().checked_sub(b" HTTP/1.x".len()) {
+        Some(at) if !line.contains(&b'\r') => {
+            line[at..].starts_with(b" HTTP/1.") && (b'2'..=b'9').contains(&line[line.len() - 1])
+        }
+        _ => false,
+    };
+    match (later, ended) {
+        (true, true) => LaterMinor::At(start + line.len() - 1),
+        (true, false) => LaterMinor::Partial,
+        (false, _) => LaterMinor::No,
     }
+}
+
+/// A request of a later HTTP/1.x, answered as 1.1 (RFC 9110 §2.5): parsed
+/// from a copy whose minor digit (at `digit`) reads 1, so it meets every
+/// check any request meets, its bad fields dropped the same way; method,
+/// target and fields are then taken from `window` at the same offsets, into
+/// `fields`. `Ok(None)` while the head is incomplete.
+fn parse_later_minor<'a>(
+    window: &'a [u8],
+    digit: usize,
+    slots: usize,
+    fields: &mut Vec<httparse::Header<'a>>,
+) -> Result<Option<(&'a str, &'a str, usize)>, httparse::Error> {
+    let mut copy = window.to_vec();
+    copy[digit] = b'1';
+    let mut config = parser_config();
+    let mut storage = vec![httparse::EMPTY_HEADER; slots];
+    let mut req = httparse::Request::new(&mut storage);
+    let mut parsed = config.parse_request(&mut req, &copy);
+    if bad_field(&parsed) && may_drop_bad_fields(window) {
+        config.ignore_invalid_headers_in_requests(true);
+        req = httparse::Request::new(&mut storage);
+        parsed = config.parse_request(&mut req, &copy);
+    }
+    let httparse::Status::Complete(n) = parsed? else {
+        return Ok(None);
+    };
+    // The same bytes at the same offsets, so the same UTF-8.
+    let at = |part: &[u8]| part.as_ptr() as usize - copy.as_ptr() as usize;
+    let text = |part: &str| {
+        let from = at(part.as_bytes());
+        std::str::from_utf8(&window[from..from + part.len()]).map_err(|_| httparse::Error::Token)
+    };
+    let (Some(method), Some(target)) = (req.method, req.path) else {
+        return Err(httparse::Error::Token);
+    };
+    let (method, target) = (text(method)?, text(target)?);
+    fields.clear();
+    for field in req.headers.iter() {
+        let from = at(field.value);
+        fields.push(httparse::Header {
+            name: text(field.name)?,
+            value: &window[from..from + field.value.len()],
+        });
+    }
+    Ok(Some((method, target, n)))
 }
 
 /// A chunk-size line at the start of `buf` (RFC 9112 §7.1: hex digits,
@@ -1206,30 +1242,70 @@ mod tests {
     }
 
     #[test]
-    fn later_minor_line_shapes() {
+    fn later_minor_digit_shapes() {
         use LaterMinor::*;
         for (line, want) in [
-            ("GET / HTTP/1.2\r\n", Line("GET", "/", 16)),
-            ("\r\nGET / HTTP/1.2\n", Line("GET", "/", 17)),
-            ("M-1 /\u{e9} HTTP/1.9\r\nrest", Line("M-1", "/\u{e9}", 18)),
+            ("GET / HTTP/1.2\r\n", At(13)),
+            ("\r\nGET / HTTP/1.2\n", At(15)),
+            ("M-1 /\u{e9} HTTP/1.9\r\nrest", At(15)),
+            ("GET  /  HTTP/1.2\r\n", At(15)),
             ("GET / HTTP/1.2", Partial),
             ("GET / HTTP/1.2\r", Partial),
             ("GET / HTTP/1.2\rx", No),
+            ("GET / HTTP/1.2\rx\n", No),
             ("GET / HTTP/1.1\r\n", No),
             ("GET / HTTP/1.0\r\n", No),
             ("GET / HTTP/2.0\r\n", No),
-            ("GET  / HTTP/1.2\r\n", No),
-            ("GET /  HTTP/1.2\r\n", No),
-            (" GET / HTTP/1.2\r\n", No),
-            ("G(T / HTTP/1.2\r\n", No),
-            ("GET /\x7f HTTP/1.2\r\n", No),
             ("GET / HTTP/1.", No),
+            ("HTTP/1.2\r\n", No),
             ("", No),
         ] {
-            assert_eq!(later_minor_line(line.as_bytes()), want, "{line:?}");
+            assert_eq!(later_minor_digit(line.as_bytes()), want, "{line:?}");
         }
-        // Not UTF-8 in the target: no line (httparse refuses it too).
-        assert_eq!(later_minor_line(b"GET /\xff HTTP/1.2\r\n"), No);
+        // What the digit's line holds besides is httparse's to check.
+        for bad in [
+            " GET / HTTP/1.2\r\n\r\n",
+            "G(T / HTTP/1.2\r\n\r\n",
+            "GET /\x7f HTTP/1.2\r\n\r\n",
+            "GET /\u{1} HTTP/1.2\r\n\r\n",
+        ] {
+            let err = parse_head(bad.as_bytes(), &Limits::default()).unwrap_err();
+            assert_eq!(err.status, Status::BadRequest, "{bad:?}");
+        }
+        let err = parse_head(b"GET /\xff HTTP/1.2\r\n\r\n", &Limits::default()).unwrap_err();
+        assert_eq!(err.status, Status::BadRequest);
+    }
+
+    #[test]
+    fn later_minor_versions_meet_the_checks_of_any_request() {
+        // A field line httparse refuses is dropped, as in 1.0 and 1.1
+        // (nginx's ignore_invalid_headers), not a 400.
+        for minor in ['1', '2', '9'] {
+            let req =
+                format!("GET /a HTTP/1.{minor}\r\nHost: h\r\nBad(Name): x\r\nX-Ok: y\r\n\r\n");
+            let h = head(&req);
+            assert_eq!(
+                (h.path.as_str(), h.host),
+                ("/a", Some(&b"h"[..])),
+                "{req:?}"
+            );
+        }
+        // Several spaces between the words, as any request.
+        let h = head("GET   /b   HTTP/1.4\r\nHost: h\r\n\r\n");
+        assert_eq!((h.path.as_str(), h.version), ("/b", Version::Http11));
+        // A field that frames the request is never dropped.
+        let framing = "POST / HTTP/1.2\r\nHost: h\r\nContent-Length: 3\x01\r\n\r\n";
+        let err = parse_head(framing.as_bytes(), &Limits::default()).unwrap_err();
+        assert_eq!(err.status, Status::BadRequest);
+        // A head cut anywhere is incomplete, not refused.
+        let whole_req = b"GET /c HTTP/1.3\r\nHost: h\r\nA: b\r\n\r\n";
+        for cut in 1..whole_req.len() {
+            assert_eq!(
+                parse_head(&whole_req[..cut], &Limits::default()),
+                Ok(None),
+                "{cut}"
+            );
+        }
     }
 
     #[test]
@@ -1543,7 +1619,7 @@ mod tests {
                 let tight = Limits { max_head: 32, max_uri: 8, max_headers: 2, max_body: 4 };
                 let _ = whole(&bytes, &tight);
                 let _ = whole(&bytes, &Limits::default());
-                let _ = later_minor_line(&bytes);
+                let _ = later_minor_digit(&bytes);
             }
 
             #[test]
