@@ -94,6 +94,18 @@ impl<'a> MetaFlags<'a> {
     /// Parses and checks space-separated flag tokens (e.g. `b"v t T30"`).
     /// Errors are memcached's `CLIENT_ERROR` messages.
     pub fn parse(raw: &'a [u8]) -> Result<MetaFlags<'a>, &'static str> {
+        Self::parse_keyed(raw, || true)
+    }
+
+    /// [`parse`](Self::parse) for a key that `decodes` as base64 or not: a
+    /// `b` flag on a key that does not is a bad argument like any other, so
+    /// "error decoding key" is reported where memcached's flag pass reports
+    /// it (a later bad argument or any unknown flag wins over it, and it over
+    /// a too long opaque).
+    pub(crate) fn parse_keyed(
+        raw: &'a [u8],
+        decodes: impl Fn() -> bool,
+    ) -> Result<MetaFlags<'a>, &'static str> {
         let mut f = MetaFlags {
             raw,
             ..MetaFlags::default()
@@ -109,6 +121,7 @@ impl<'a> MetaFlags<'a> {
                 return Err("options flags are too long");
             }
             match f.add(t) {
+                Ok(()) if t[0] == b'b' && !decodes() => bad_arg = Some("error decoding key"),
                 Ok(()) => {}
                 Err(FlagError::Fatal(e)) => return Err(e),
                 Err(FlagError::Arg(e)) => bad_arg = Some(e),

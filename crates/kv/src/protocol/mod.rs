@@ -1278,8 +1278,13 @@ fn meta_key_and_flags<'a>(
     if before + Tokens::new(raw).iter().count() >= META_MAX_TOKENS {
         return Err("options flags are too long");
     }
-    let flags = MetaFlags::parse(raw)?;
-    check_meta_key(key, flags.base64())?;
+    let flags = MetaFlags::parse_keyed(raw, || {
+        base64::decode(key, &mut [0u8; KEY_MAX_LENGTH]).is_some()
+    })?;
+    // A base64 key was checked by the flag pass.
+    if !flags.base64() && !valid_key(key) {
+        return Err(BAD_FORMAT);
+    }
     Ok(flags)
 }
 
