@@ -1,7 +1,8 @@
 //! Real memcached clients and proxies, not written here, against
 //! `duality kv`: pymemcache (PyPI `pymemcache`, text protocol),
-//! python-binary-memcached (PyPI, module `bmemcached`, binary protocol) and
-//! twemproxy (Debian package `nutcracker`) in front of three instances. CI
+//! python-binary-memcached (PyPI, module `bmemcached`, binary protocol),
+//! twemproxy (Debian package `nutcracker`) in front of three instances, and
+//! libmemcached's memcapable and memaslap (Debian `libmemcached-tools`). CI
 //! installs them (`.ci/run`); without them these tests fail and say what to
 //! install.
 
@@ -317,4 +318,133 @@ fn twemproxy_ketama_over_three_instances() {
         KEYS as u64,
         "curr_items {items:?}"
     );
+}
+
+/// One of libmemcached's tools (Debian package `libmemcached-tools`, which
+/// names them `memc…`; upstream builds name them `mem…`).
+fn libmemcached_tool(debian: &str, upstream: &str) -> PathBuf {
+    let dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
+    dirs.iter()
+        .flat_map(|d| [d.join(debian), d.join(upstream)])
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "{debian} ({upstream}) not found on PATH: install the Debian package \
+                 `libmemcached-tools` (apt-get install -y libmemcached-tools; CI installs it \
+                 in .ci/run)"
+            )
+        })
+}
+
+/// Runs `tool ARGS…` for at most `limit`; its exit status and what it
+/// printed (stdout and stderr, through a file so that a chatty tool never
+/// blocks on a full pipe).
+fn run_tool(tool: &std::path::Path, args: &[&str], limit: Duration) -> (bool, String) {
+    let dir = TempDir::new("kv-libmemcached");
+    let out_path = dir.path().join("out");
+    let out = std::fs::File::create(&out_path).expect("create the output file");
+    let child = Command::new(tool)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().expect("dup the output file"))
+        .stderr(out)
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {}: {e}", tool.display()));
+    let mut guard = ChildGuard(Some(child));
+    let until = Instant::now() + limit;
+    let status = loop {
+        if let Some(s) = guard.0.as_mut().unwrap().try_wait().expect("try_wait") {
+            guard.0 = None;
+            break s;
+        }
+        if Instant::now() >= until {
+            panic!(
+                "{} {args:?} ran over {limit:?}: {}",
+                tool.display(),
+                std::fs::read_to_string(&out_path).unwrap_or_default()
+            );
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    let text = String::from_utf8_lossy(&std::fs::read(&out_path).unwrap_or_default()).into_owned();
+    (status.success(), text)
+}
+
+/// memcapable, libmemcached's conformance test (27 text and 27 binary
+/// protocol checks, expiry included), passes under every threading model.
+#[test]
+fn libmemcached_memcapable_under_every_model() {
+    let tool = libmemcached_tool("memccapable", "memcapable");
+    let models = [
+        "sped",
+        "symped:2",
+        "amped:1",
+        "seda:1:1",
+        "seda-s:1",
+        "thread-per-conn",
+        "steal:2",
+    ];
+    thread::scope(|s| {
+        for model in models {
+            let tool = &tool;
+            s.spawn(move || {
+                let srv = KvProc::start(&["--model", model]);
+                let port = srv.port.to_string();
+                let (ok, out) = run_tool(
+                    tool,
+                    &["-h", "127.0.0.1", "-p", &port, "-t", "5"],
+                    Duration::from_secs(90),
+                );
+                assert!(
+                    ok && out.contains("All tests passed"),
+                    "memcapable under {model}:\n{out}\nserver stderr: {}",
+                    srv.stderr_text()
+                );
+            });
+        }
+    });
+}
+
+/// memaslap, libmemcached's load generator, verifying every value it reads
+/// back, over the text and the binary protocol: no error answer, no miss,
+/// no failed check. Its keys begin with eight 0x10 bytes, which memcached
+/// takes as key bytes (refused here before: every get failed).
+#[test]
+fn libmemcached_memaslap_verifies_every_value() {
+    let tool = libmemcached_tool("memcaslap", "memaslap");
+    let srv = KvProc::start(&["-t", "2"]);
+    let server = format!("127.0.0.1:{}", srv.port);
+    for binary in [false, true] {
+        let mut args = vec![
+            "-s", &server, "-T", "1", "-c", "8", "-x", "20000", "-v", "1.0",
+        ];
+        if binary {
+            args.push("-B");
+        }
+        let (ok, out) = run_tool(&tool, &args, Duration::from_secs(60));
+        let figure = |name: &str| -> u64 {
+            out.lines()
+                .find_map(|l| {
+                    l.strip_prefix(name)?
+                        .strip_prefix(": ")?
+                        .trim()
+                        .parse()
+                        .ok()
+                })
+                .unwrap_or_else(|| panic!("no {name} in memaslap's output:\n{out}"))
+        };
+        let errors = out.lines().filter(|l| l.contains("_ERROR")).count();
+        assert!(
+            ok && errors == 0
+                && figure("cmd_get") > 0
+                && figure("cmd_set") > 0
+                && figure("get_misses") == 0
+                && figure("verify_misses") == 0
+                && figure("verify_failed") == 0,
+            "memaslap (binary: {binary}):\n{out}\nserver stderr: {}",
+            srv.stderr_text()
+        );
+    }
 }

@@ -10,8 +10,8 @@
 //!
 //! Syntax and error strings follow memcached's `doc/protocol.txt` and its
 //! parser: tokens are separated by one or more spaces, a line ends in `\r\n` (a
-//! bare `\n` is accepted), keys are at most 250 bytes without control
-//! characters, numbers are plain decimals. Where memcached accepts something
+//! bare `\n` is accepted), keys are at most 250 bytes without a space, line
+//! feed or NUL, numbers are plain decimals. Where memcached accepts something
 //! odd (extra tokens after a command's arguments) so does this parser; the
 //! deviations are listed on [`parse`].
 
@@ -603,12 +603,18 @@ fn trim_start(s: &[u8]) -> &[u8] {
     &s[i..]
 }
 
-/// A classic key: 1..=250 bytes, no spaces or control characters.
+/// A classic key: 1..=250 bytes, none a space, a line feed or a NUL. Other
+/// control bytes are key bytes, as in memcached (`doc/protocol.txt` says keys
+/// have none, but memcached takes them, and clients send them: libmemcached's
+/// `memaslap` puts eight 0x10 bytes before every key). A NUL ends the line
+/// for memcached's command parser, so the key it would store is not the one
+/// sent: refused instead.
 pub(crate) fn valid_key(k: &[u8]) -> bool {
     // Branch-free over the bytes, so it vectorizes.
     !k.is_empty()
         && k.len() <= KEY_MAX_LENGTH
-        && k.iter().fold(true, |ok, &b| ok & (b > b' ') & (b != 0x7f))
+        && k.iter()
+            .fold(true, |ok, &b| ok & (b != b' ') & (b != b'\n') & (b != 0))
 }
 
 /// Checks a meta key: plain, or base64 that decodes to 1..=250 bytes.
@@ -691,8 +697,7 @@ fn command_line<'a>(
 ///
 /// Differences from memcached, all at the edges: `noreply` is recognized only
 /// after a command's required arguments (memcached also takes `delete noreply`
-/// as "delete key `noreply` quietly"); keys with control characters are
-/// refused; the `O` length check is made here, before the command runs; a
+/// as "delete key `noreply` quietly"); keys with a NUL byte are refused; the `O` length check is made here, before the command runs; a
 /// lone `\n` ends a line of any length (memcached wants at least 4 bytes);
 /// numbers that do not fit their 32 or 64 bits are refused (memcached wraps
 /// a 32-bit one). The README's "Deviations from memcached" lists them all.

@@ -103,7 +103,16 @@ fn retrieval() {
     assert_eq!(err(long.as_bytes()), client(BAD_FORMAT, long.len()));
     let max = format!("get {}\r\n", "k".repeat(250));
     assert!(p(max.as_bytes()).is_ok());
-    assert_eq!(err(b"get a\x01b\r\n"), client(BAD_FORMAT, 9));
+    // Control bytes are key bytes, as memcached takes them; a NUL is not.
+    assert_eq!(
+        p(b"get a\x01b \x10\x7f\t\rc\r\n").unwrap().0,
+        Request::Get {
+            keys: keys("a\x01b \x10\x7f\t\rc"),
+            cas: false
+        }
+    );
+    assert_eq!(err(b"get a\0b\r\n"), client(BAD_FORMAT, 9));
+    assert_eq!(err(b"get a \0\r\n"), client(BAD_FORMAT, 9));
 }
 
 #[test]
@@ -756,7 +765,8 @@ fn meta_errors() {
     let many = b"mg foo a b c d e f g h i j k l m n o p q r s\r\n";
     assert_eq!(err(many), client("options flags are too long", many.len()));
     assert_eq!(err(b"mg !!!! b\r\n"), client("error decoding key", 11));
-    assert_eq!(err(b"mg f\x01o v\r\n"), client(BAD_FORMAT, 10));
+    assert_eq!(err(b"mg f\0o v\r\n"), client(BAD_FORMAT, 10));
+    assert!(p(b"mg f\x01o v\r\n").is_ok());
     assert_eq!(
         err(b"ma foo Dx\r\n"),
         client("invalid or duplicate flag", 11)
@@ -781,7 +791,8 @@ fn meta_errors() {
     assert_eq!(err(long.as_bytes()), client(BAD_FORMAT, long.len()));
     let long = format!("ma {} v\r\n", "k".repeat(251));
     assert_eq!(err(long.as_bytes()), client(BAD_FORMAT, long.len()));
-    assert_eq!(err(b"ma f\x01o\r\n"), client(BAD_FORMAT, 8));
+    assert_eq!(err(b"ma f\0o\r\n"), client(BAD_FORMAT, 8));
+    assert!(p(b"ma f\x01o\r\n").is_ok());
     // A base64 key that does not decode stays a flag error, as in memcached.
     assert_eq!(
         err(b"ma !!!! b\r\n"),
