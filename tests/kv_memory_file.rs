@@ -339,3 +339,90 @@ fn a_signal_after_the_shutdown_command_stops_at_once() {
     );
     check_all(&kv, 5);
 }
+
+/// A stop signal while a large file is restored (handlers were set only
+/// after the restore: the default action killed the process with the file
+/// open, and the next start threw every item away as "not closed by a
+/// graceful shutdown"). The signal is sent as soon as the process catches
+/// SIGTERM (`SigCgt` in /proc), which is now before the file is opened.
+#[test]
+fn a_stop_signal_while_restoring_keeps_the_items() {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    use std::time::Instant;
+    let dir = TempDir::new("kv-memfile-early");
+    let file = dir.path().join("cache.mem");
+    let f = file.to_str().unwrap();
+    const N: usize = 60_000;
+    let mut kv = KvProc::start(&["-m", "128", "-e", f]);
+    let mut c = kv.connect();
+    let value = "v".repeat(1000);
+    for chunk in (0..N).collect::<Vec<_>>().chunks(1000) {
+        let mut req = String::new();
+        for i in chunk {
+            req.push_str(&format!("set key:{i} 0 0 1000 noreply\r\n{value}\r\n"));
+        }
+        c.send(req.as_bytes());
+    }
+    c.expect_str("mn\r\n", "MN\r\n");
+    kv.signal(libc::SIGTERM);
+    assert!(kv.wait_exit(Duration::from_secs(20)).is_some());
+    assert!(
+        kv.wait_stderr(&format!("closed, {N} items kept"), Duration::from_secs(5)),
+        "{}",
+        kv.stderr_text()
+    );
+
+    let log = dir.path().join("stderr");
+    let port = common::free_port().to_string();
+    let child = Command::new(env!("CARGO_BIN_EXE_duality"))
+        .args(["kv", "-p", &port, "-m", "128", "-e", f])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("start duality kv");
+    let mut guard = common::ChildGuard(Some(child));
+    let pid = guard.pid();
+    let catches_sigterm = || {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigCgt:"))
+            .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+            .is_some_and(|m| m & (1 << (libc::SIGTERM - 1)) != 0)
+    };
+    let until = Instant::now() + Duration::from_secs(10);
+    while !catches_sigterm() {
+        assert!(Instant::now() < until, "SIGTERM never caught");
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    // SAFETY: `pid` is this test's own child, not yet waited for.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGTERM) }, 0);
+    let until = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = guard.0.as_mut().unwrap().try_wait().unwrap() {
+            guard.0 = None;
+            break s;
+        }
+        assert!(Instant::now() < until, "did not stop");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let said = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        status.success() && said.contains(&format!("closed, {N} items kept")),
+        "{status:?}: {said}"
+    );
+    let _ = std::io::stderr().write_all(said.as_bytes());
+
+    let kv = KvProc::start(&["-m", "128", "-e", f]);
+    assert!(
+        kv.wait_stderr(&format!("restored {N} items"), Duration::from_secs(5)),
+        "{}",
+        kv.stderr_text()
+    );
+    kv.connect().expect_str(
+        &format!("get key:{}\r\n", N - 1),
+        &format!("VALUE key:{} 0 1000\r\n{value}\r\nEND\r\n", N - 1),
+    );
+}

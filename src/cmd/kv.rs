@@ -507,23 +507,12 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
         listen_settings: listen_settings(&a),
         ..KvConfig::default()
     };
-    let state = KvState::new(config)?;
-    // Until the server is up, a failed start (a port in use, a bad pid file
-    // path) leaves the memory file as it found it: nothing was served, so
-    // its items are good for the next start.
-    let mut keep_file = KeepFile(a.memory_file.as_ref().map(|_| &state.store));
-    let crawler = state.store.crawler();
-    if let Some(on) = extended.lru_crawler {
-        crawler.set_enabled(on);
-    }
-    if let Some(us) = extended.crawler_sleep {
-        crawler.set_sleep(us);
-    }
-    if let Some(n) = extended.crawler_tocrawl {
-        crawler.set_tocrawl(n);
-    }
-    // Registered before the listeners open, so neither a signal nor the
-    // `shutdown` command can arrive before the graceful path is in place.
+    // Registered before the memory file is opened and restored (seconds for
+    // a large one), so that a stop signal meanwhile waits for the graceful
+    // path (the server then stops as soon as it is up) instead of killing
+    // the process with the file open, which the next start must throw away;
+    // and before the listeners open, so neither a signal nor the `shutdown`
+    // command can arrive before that path is in place.
     // SIGUSR1 is memcached's graceful stop (its warm restart with -e);
     // SIGQUIT is nginx's (and `duality http`'s), where memcached would dump
     // core and lose a memory file's items; SIGHUP is caught so that it does
@@ -535,6 +524,32 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
         signal_hook::consts::SIGQUIT,
         signal_hook::consts::SIGHUP,
     ])?;
+    let state = KvState::new(config)?;
+    // Until the server is up, a failed start (a port in use, a bad pid file
+    // path) leaves the memory file as it found it: nothing was served, so
+    // its items are good for the next start.
+    let mut keep_file = KeepFile(a.memory_file.as_ref().map(|_| &state.store));
+    // A stop signal while the file was restored: stop before serving.
+    use signal_hook::consts::SIGHUP;
+    if let Some(sig) = signals.pending().find(|&s| s != SIGHUP) {
+        let name = signal_hook::low_level::signal_name(sig).unwrap_or("a stop signal");
+        duality_rt::say!("duality kv: {name} while starting: stopped before serving");
+        if let Some(path) = &a.memory_file {
+            keep_file.0 = None;
+            close_memory_file(&state, path);
+        }
+        return Ok(());
+    }
+    let crawler = state.store.crawler();
+    if let Some(on) = extended.lru_crawler {
+        crawler.set_enabled(on);
+    }
+    if let Some(us) = extended.crawler_sleep {
+        crawler.set_sleep(us);
+    }
+    if let Some(n) = extended.crawler_tocrawl {
+        crawler.set_tocrawl(n);
+    }
     let handle = signals.handle();
     state.on_shutdown(move || handle.close());
     let mut b = ServerBuilder::new()
@@ -625,7 +640,7 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     // Ends on SIGTERM/SIGINT/SIGUSR1/SIGQUIT, or when `shutdown` closes the
     // handle.
     for sig in signals.forever() {
-        if sig != signal_hook::consts::SIGHUP {
+        if sig != SIGHUP {
             break;
         }
         if a.verbose > 0 {
@@ -647,34 +662,39 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     }
     if let Some(path) = &a.memory_file {
         // Requests have stopped: the file now records a consistent cache.
-        match state.store.close(now_seconds()) {
-            Ok(()) => match state.store.memory_file_moved() {
-                Some("removed") => duality_rt::say!(
-                    "duality kv: memory file {}: removed while the cache ran: its {} items \
-                     are lost",
-                    path.display(),
-                    state.store.stats().curr_items
-                ),
-                Some(what) => duality_rt::say!(
-                    "duality kv: memory file {}: closed, {} items kept in the file this \
-                     cache opened, which that path no longer names ({what} while it ran): \
-                     a start there does not find them",
-                    path.display(),
-                    state.store.stats().curr_items
-                ),
-                None => duality_rt::say!(
-                    "duality kv: memory file {}: closed, {} items kept",
-                    path.display(),
-                    state.store.stats().curr_items
-                ),
-            },
-            Err(e) => duality_rt::say!(
-                "duality kv: memory file {}: {e}: the next start begins empty",
-                path.display()
-            ),
-        }
+        close_memory_file(&state, path);
     }
     Ok(())
+}
+
+/// Closes the memory file at `path` and says what it kept.
+fn close_memory_file(state: &KvState, path: &std::path::Path) {
+    match state.store.close(now_seconds()) {
+        Ok(()) => match state.store.memory_file_moved() {
+            Some("removed") => duality_rt::say!(
+                "duality kv: memory file {}: removed while the cache ran: its {} items \
+                 are lost",
+                path.display(),
+                state.store.stats().curr_items
+            ),
+            Some(what) => duality_rt::say!(
+                "duality kv: memory file {}: closed, {} items kept in the file this \
+                 cache opened, which that path no longer names ({what} while it ran): \
+                 a start there does not find them",
+                path.display(),
+                state.store.stats().curr_items
+            ),
+            None => duality_rt::say!(
+                "duality kv: memory file {}: closed, {} items kept",
+                path.display(),
+                state.store.stats().curr_items
+            ),
+        },
+        Err(e) => duality_rt::say!(
+            "duality kv: memory file {}: {e}: the next start begins empty",
+            path.display()
+        ),
+    }
 }
 
 /// The store's clock now (Unix seconds).
@@ -761,7 +781,15 @@ fn listen_settings(a: &KvArgs) -> Vec<(&'static str, String)> {
     vec![
         ("tcpport", a.port().to_string()),
         ("udpport", a.udp_port.to_string()),
-        ("inter", inter.join(",")),
+        // memcached's `NULL` when it listens on no address; here also when
+        // TCP is off (`-p 0`), which it is with `-s` alone.
+        (
+            "inter",
+            match a.listen.iter().any(|h| h.port.unwrap_or(a.port()) != 0) {
+                true => inter.join(","),
+                false => "NULL".into(),
+            },
+        ),
         (
             "domain_socket",
             socket.map_or("NULL".into(), |p| p.display().to_string()),

@@ -619,6 +619,13 @@ impl KvState {
                 ],
             );
         }
+        // A Unix socket connection has no local address of its own: it came
+        // in on the Unix listener (`-s`: there is one), named as memcached
+        // names it.
+        let unix_listener = listeners.iter().find_map(|l| match &l.addr {
+            ListenAddr::Unix(p) => Some(format!("unix:{}", p.display())),
+            ListenAddr::Tcp(_) => None,
+        });
         // Lock order: listen_addrs, then conns (a new connection takes them
         // one after the other).
         let listen = self.listen_addrs.lock().unwrap_or_else(|e| e.into_inner());
@@ -637,9 +644,13 @@ impl KvState {
                     ("addr", c.addr.show()),
                     (
                         "listen_addr",
-                        listen
-                            .get(usize::from(c.listen_addr))
-                            .map_or_else(|| "tcp:?".to_string(), ShortAddr::show),
+                        match listen.get(usize::from(c.listen_addr)) {
+                            Some(ShortAddr::Unix) => {
+                                unix_listener.clone().unwrap_or_else(|| "unix:".into())
+                            }
+                            Some(a) => a.show(),
+                            None => "tcp:?".into(),
+                        },
                     ),
                     ("state", state.into()),
                     ("secs_since_last_cmd", idle.to_string()),
