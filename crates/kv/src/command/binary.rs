@@ -397,7 +397,9 @@ fn arith(store: &Store, now: Time, req: &BinRequest<'_>, out: &mut Vec<u8>) {
     };
     let mut e = store.entry(req.key, now);
     let mut buf = [0u8; 20];
-    let found = e.item().map(|i| (i.cas, parse_counter(i.value)));
+    let found = e
+        .item()
+        .map(|i| (i.cas, i.value.is_empty(), parse_counter(i.value)));
     let (value, written) = match found {
         None if exptime == u32::MAX => {
             e.count(miss);
@@ -407,12 +409,14 @@ fn arith(store: &Store, now: Time, req: &BinRequest<'_>, out: &mut Vec<u8>) {
             let digits = fmt_u64(initial, &mut buf);
             (initial, e.insert(digits, 0, exptime_of(exptime, now), None))
         }
-        // memcached compares the CAS before looking at the value.
-        Some((cas, _)) if req.cas != 0 && req.cas != cas => {
+        // memcached refuses an empty value, then compares the CAS, then
+        // reads the value (as `ma` does).
+        Some((_, true, _)) => return error(req, Status::DeltaBadValue, out),
+        Some((cas, _, _)) if req.cas != 0 && req.cas != cas => {
             return error(req, Status::Exists, out);
         }
-        Some((_, None)) => return error(req, Status::DeltaBadValue, out),
-        Some((_, Some(current))) => {
+        Some((_, _, None)) => return error(req, Status::DeltaBadValue, out),
+        Some((_, _, Some(current))) => {
             let v = apply(op, current, delta);
             e.count(hit);
             (v, e.rewrite(Edit::Replace(fmt_u64(v, &mut buf)), None))
