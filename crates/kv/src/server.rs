@@ -1219,6 +1219,19 @@ impl Protocol for KvProtocol {
         }
     }
 
+    /// A closing request (an error the stream cannot go on after, `quit`)
+    /// with more input behind it: the answers before it still reach the
+    /// client, where a close with unread input would send a reset that
+    /// destroys what it has not read yet (memcached loses them so). Bound
+    /// by time only (1 s), as nginx's lingering close: a byte bound would
+    /// close on a client's pipelined requests while it still reads answers.
+    fn linger(&self, _s: &KvSession, unread: bool) -> Option<duality_models::Linger> {
+        unread.then(|| duality_models::Linger {
+            bytes: usize::MAX,
+            ..duality_models::Linger::default()
+        })
+    }
+
     fn drained(&self, s: &mut KvSession) {
         if let Some(g) = &s.conn {
             self.0.buffers.release_output(g.info.who(), &g.info.holds);
