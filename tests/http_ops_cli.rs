@@ -185,3 +185,38 @@ fn a_second_signal_stops_at_once() {
     assert!(server.stop().success());
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
 }
+
+/// A file that shrinks while its body goes out ends the connection short
+/// (the length promised cannot be kept) and says so on stderr, as nginx's
+/// error log does ("sendfile() reported that … was truncated"): it was
+/// seen only as a short byte count in the access log.
+#[test]
+fn a_file_that_shrank_while_sent_is_said() {
+    let dir = TempDir::new("ops-shrank");
+    let file = dir.0.join("huge.bin");
+    std::fs::write(&file, vec![7u8; 24 << 20]).unwrap();
+    let args = ["http", "--listen", "127.0.0.1:0", "--root"].map(std::ffi::OsStr::new);
+    let (mut child, ready) = common::spawn_ready(&[&args[..], &[dir.0.as_os_str()]].concat());
+    let addr = ready
+        .trim()
+        .strip_prefix("ready http://")
+        .unwrap()
+        .to_string();
+    let mut c = TcpStream::connect(&addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(b"GET /huge.bin HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    let mut got = vec![0u8; 1 << 20];
+    c.read_exact(&mut got).unwrap();
+    let f = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
+    f.set_len(4 << 20).unwrap();
+    c.read_to_end(&mut got).unwrap();
+    // SAFETY: kill(2) on our own child, not yet reaped.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("/huge.bin: the file ended after") && err.contains("of the 25165824 body"),
+        "{err}"
+    );
+}

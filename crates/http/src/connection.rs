@@ -614,7 +614,7 @@ impl HttpProtocol {
                     reply.out().extend_from_slice(CONTINUE);
                 }
                 let plan = plan_encoded(head, &meta, content_type, encoding, date, reply.out());
-                return self.send_body(plan, file, false, reply).await;
+                return self.send_body(plan, file, false, &head.path, reply).await;
             }
             Pending::Miss { want_gzip } => want_gzip,
         };
@@ -655,7 +655,8 @@ impl HttpProtocol {
                 resident,
             }) => {
                 let plan = plan_encoded(head, &meta, content_type, encoding, date, out);
-                self.send_body(plan, file, resident, reply).await?
+                self.send_body(plan, file, resident, &head.path, reply)
+                    .await?
             }
             Ok(Found::Compress {
                 path,
@@ -712,7 +713,9 @@ impl HttpProtocol {
                 }
                 // A file that changed ends the connection short of its
                 // length, as any file that shrinks while sent.
-                GzipInput::File { file, .. } => self.send_body(plan, file, false, reply).await,
+                GzipInput::File { file, .. } => {
+                    self.send_body(plan, file, false, &head.path, reply).await
+                }
             };
         };
         self.state.counters.gzip_compressed.fetch_add(1, Relaxed);
@@ -736,12 +739,14 @@ impl HttpProtocol {
     /// Sends the head in the output and then `plan`'s body span of `file`
     /// (or each part's head and span of a multipart body, then its end);
     /// a file that ended first ends the connection (the promised length
-    /// cannot be met).
+    /// cannot be met), and is said on stderr, as nginx's error log does
+    /// (`path`: the request's).
     async fn send_body(
         &self,
         mut plan: Plan,
         file: Arc<File>,
         resident: bool,
+        path: &str,
         reply: &mut Reply<'_>,
     ) -> Result<Plan, Aborted> {
         let mut sent = 0;
@@ -763,6 +768,11 @@ impl HttpProtocol {
             Ok(true) => {}
             Ok(false) => {
                 // The file ended first: logged with what went out.
+                duality_rt::say!(
+                    "duality http: {path}: the file ended after {sent} of the {} body bytes \
+                     promised (it shrank while sent): connection closed",
+                    plan.body_bytes()
+                );
                 plan.keep_alive = false;
                 plan.body = None;
                 plan.parts = None;
