@@ -1724,12 +1724,19 @@ impl UringReactor {
                 done: done.clone(),
             })),
         });
-        self.push(
-            opcode::Read::new(types::Fd(fd), ptr, len as u32)
-                .offset(offset)
-                .build()
-                .user_data(ud),
-        );
+        let sqe = opcode::Read::new(types::Fd(fd), ptr, len as u32)
+            .offset(offset)
+            .build()
+            .user_data(ud);
+        // A fetch is for pages believed not in memory; the ring would still
+        // first try the read inline, in the loop's io_uring_enter, and
+        // where no disk wait is needed it is done there: a sparse file's
+        // holes were zero-filled into the page cache on the loop (12 ms
+        // polls). Straight to the kernel's workers instead.
+        self.push(match fetch {
+            true => sqe.flags(io_uring::squeue::Flags::ASYNC),
+            false => sqe,
+        });
         done
     }
 
