@@ -196,7 +196,7 @@ fn a_file_that_shrank_while_sent_is_said() {
     let file = dir.0.join("huge.bin");
     std::fs::write(&file, vec![7u8; 24 << 20]).unwrap();
     let args = ["http", "--listen", "127.0.0.1:0", "--root"].map(std::ffi::OsStr::new);
-    let (mut child, ready) = common::spawn_ready(&[&args[..], &[dir.0.as_os_str()]].concat());
+    let (child, ready) = common::spawn_ready(&[&args[..], &[dir.0.as_os_str()]].concat());
     let addr = ready
         .trim()
         .strip_prefix("ready http://")

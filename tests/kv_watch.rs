@@ -429,6 +429,7 @@ fn the_lines_are_memcacheds() {
             ("ms q 1 MR\r\n!\r\n", "NS\r\n"),
             ("ms m 1 C1\r\n!\r\n", "EX\r\n"),
             ("ma n\r\n", "HD\r\n"),
+            ("ma vn N0 J7\r\n", "HD\r\n"),
             ("md n\r\n", "HD\r\n"),
             ("set a/b 0 0 1\r\nx\r\n", "STORED\r\n"),
         ] {

@@ -781,15 +781,7 @@ fn listen_settings(a: &KvArgs) -> Vec<(&'static str, String)> {
     vec![
         ("tcpport", a.port().to_string()),
         ("udpport", a.udp_port.to_string()),
-        // memcached's `NULL` when it listens on no address; here also when
-        // TCP is off (`-p 0`), which it is with `-s` alone.
-        (
-            "inter",
-            match a.listen.iter().any(|h| h.port.unwrap_or(a.port()) != 0) {
-                true => inter.join(","),
-                false => "NULL".into(),
-            },
-        ),
+        ("inter", inter.join(",")),
         (
             "domain_socket",
             socket.map_or("NULL".into(), |p| p.display().to_string()),

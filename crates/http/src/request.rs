@@ -1634,6 +1634,37 @@ mod tests {
                 let _ = whole(&bytes, &Limits::default());
             }
 
+            /// A request of HTTP/1.2-1.9 parses exactly as the same bytes
+            /// saying 1.1: any request line, any field lines (bad ones
+            /// included), whole or cut anywhere.
+            #[test]
+            fn later_minors_parse_as_http11(
+                i in 0..VALID.len(),
+                minor in b'2'..=b'9',
+                fields in prop::collection::vec(
+                    prop::collection::vec(
+                        prop::sample::select(b"aZ-_:; \t\x01\x7f\xc3(=,0".to_vec()), 0..12),
+                    0..6),
+                cut in any::<prop::sample::Index>(),
+            ) {
+                let valid = VALID[i].as_bytes();
+                let Some(line_end) = valid.windows(2).position(|w| w == b"\r\n") else {
+                    return Ok(());
+                };
+                prop_assume!(valid[..line_end].ends_with(b" HTTP/1.1"));
+                let mut req = valid[..line_end + 2].to_vec();
+                for f in &fields {
+                    req.extend_from_slice(f);
+                    req.extend_from_slice(b"\r\n");
+                }
+                req.extend_from_slice(&valid[line_end + 2..]);
+                let mut later = req.clone();
+                later[line_end - 1] = minor;
+                let cut = cut.index(req.len() + 1);
+                let limits = Limits::default();
+                prop_assert_eq!(parse_head(&later[..cut], &limits), parse_head(&req[..cut], &limits));
+            }
+
             /// A body cut into chunks of any sizes is consumed exactly.
             #[test]
             fn chunked_any_split(

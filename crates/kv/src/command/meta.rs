@@ -477,6 +477,13 @@ pub(super) fn arith(
     let Ok((cas, digits)) = result else {
         return out.extend_from_slice(b"SERVER_ERROR out of memory\r\n");
     };
+    if created {
+        // memcached stores a vivified counter as an `add` (which looks the
+        // key up again), and logs it so.
+        e.store().log_miss(e.key());
+        let exptime = e.item().map_or(0, |i| i.exptime);
+        log_store(&e, "add", Outcome::Stored, exptime, digits.len());
+    }
     let start = out.len();
     if f.has(b'v') {
         out.extend_from_slice(b"VA ");

@@ -333,10 +333,11 @@ fn cachedump(store: &Store, now: Time, args: Tokens<'_>, out: &mut Vec<u8>) {
         let line_start = out.len();
         out.extend_from_slice(b"ITEM ");
         // A key stored in binary (the binary protocol, meta's `b`) may hold
-        // spaces or line ends, which would end the listing early or forge
-        // lines: such a key is shown %-encoded, as `lru_crawler metadump`
-        // shows every key. Text keys cannot hold those bytes: shown as is.
-        if item.key.iter().any(|&b| b <= b' ' || b == 0x7f) {
+        // spaces, line feeds or NULs, which would end the listing early or
+        // forge lines: such a key is shown %-encoded, as `lru_crawler
+        // metadump` shows every key. Text keys cannot hold those bytes: shown
+        // as is, other control bytes included, as memcached shows them.
+        if item.key.iter().any(|&b| matches!(b, b' ' | b'\n' | 0)) {
             crate::watch::uriencode(item.key, out);
         } else {
             out.extend_from_slice(item.key);

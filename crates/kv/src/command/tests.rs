@@ -729,6 +729,11 @@ fn stats_detail_and_cachedump() {
     );
     assert_eq!(dump.matches("END").count(), 2, "{dump}");
     assert!(dump.ends_with("]\r\nEND\r\n"), "{dump}");
+    // A text key's control bytes are shown as they are, as memcached shows
+    // them (a text key holds no space, line feed or NUL).
+    s.check("set \x10\x10c\t 0 0 1\r\nx\r\n", "STORED\r\n");
+    let dump = s.run("stats cachedump 1 0\r\n");
+    assert!(dump.contains("ITEM \x10\x10c\t [1 b; 0 s]\r\n"), "{dump}");
     s.check("stats cachedump 2 0\r\n", "END\r\n");
     s.check("stats cachedump 2\r\n", "CLIENT_ERROR bad command line\r\n");
     s.check(

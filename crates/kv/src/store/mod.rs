@@ -640,6 +640,15 @@ impl Store {
         &self.watch
     }
 
+    /// Logs a lookup of `key` that found nothing, for commands memcached
+    /// looks up twice (a vivifying `ma` adds what its own lookup missed,
+    /// and the add looks again): its watch lines show both.
+    pub(crate) fn log_miss(&self, key: &[u8]) {
+        if self.watch.wants(log::FETCHERS) {
+            log_get(&self.watch, key, Lookup::Miss, None);
+        }
+    }
+
     /// The memory limit in bytes.
     pub fn max_bytes(&self) -> usize {
         self.max_bytes.load(Relaxed)
