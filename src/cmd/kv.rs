@@ -531,7 +531,19 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     let mut keep_file = KeepFile(a.memory_file.as_ref().map(|_| &state.store));
     // A stop signal while the file was restored: stop before serving.
     use signal_hook::consts::SIGHUP;
-    if let Some(sig) = signals.pending().find(|&s| s != SIGHUP) {
+    let hup_ignored = || {
+        if a.verbose > 0 {
+            duality_rt::say!("duality kv: SIGHUP ignored (there is no configuration to reload)");
+        }
+    };
+    let stop = signals.pending().find(|&s| match s {
+        SIGHUP => {
+            hup_ignored();
+            false
+        }
+        _ => true,
+    });
+    if let Some(sig) = stop {
         let name = signal_hook::low_level::signal_name(sig).unwrap_or("a stop signal");
         duality_rt::say!("duality kv: {name} while starting: stopped before serving");
         if let Some(path) = &a.memory_file {
@@ -643,9 +655,7 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
         if sig != SIGHUP {
             break;
         }
-        if a.verbose > 0 {
-            duality_rt::say!("duality kv: SIGHUP ignored (there is no configuration to reload)");
-        }
+        hup_ignored();
     }
     use signal_hook::consts::{SIGINT, SIGQUIT, SIGTERM, SIGUSR1};
     let now = super::second_signal("kv", &[SIGTERM, SIGINT, SIGUSR1, SIGQUIT]);
