@@ -335,9 +335,7 @@ impl Discard {
 /// see one request where this server sees two (nginx keeps such a value,
 /// and refuses it).
 fn may_drop_bad_fields(head: &[u8]) -> bool {
-    // httparse skips empty lines before the request line; so does this.
-    let start = head.iter().position(|&b| b != b'\r' && b != b'\n');
-    let mut lines = head[start.unwrap_or(head.len())..].split(|&b| b == b'\n');
+    let mut lines = head[request_line_start(head)..].split(|&b| b == b'\n');
     lines.next(); // the request line
     for line in lines {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
@@ -684,11 +682,7 @@ fn parse_length(digits: &[u8]) -> Option<u64> {
 
 /// How much of the request-target has arrived in an incomplete head.
 fn partial_target_len(window: &[u8]) -> usize {
-    let start = window
-        .iter()
-        .position(|&b| b != b'\r' && b != b'\n')
-        .unwrap_or(window.len());
-    let line = &window[start..];
+    let line = &window[request_line_start(window)..];
     let Some(sp) = line.iter().position(|&b| b == b' ') else {
         return 0;
     };
@@ -697,6 +691,14 @@ fn partial_target_len(window: &[u8]) -> usize {
         .iter()
         .position(|&b| b == b' ' || b == b'\r' || b == b'\n')
         .unwrap_or(target.len())
+}
+
+/// Where the request line starts: httparse skips empty lines before it,
+/// and so does every look at the line here.
+fn request_line_start(head: &[u8]) -> usize {
+    head.iter()
+        .position(|&b| b != b'\r' && b != b'\n')
+        .unwrap_or(head.len())
 }
 
 /// How requests are parsed: as nginx, words of the request line may be
@@ -733,11 +735,7 @@ enum LaterMinor {
 /// with `x` from 2 to 9, which `httparse` refuses. The rest of the line is
 /// left for httparse to check (see [`parse_later_minor`]).
 fn later_minor_digit(window: &[u8]) -> LaterMinor {
-    // httparse skips empty lines before the request line; so does this.
-    let start = window
-        .iter()
-        .position(|&b| b != b'\r' && b != b'\n')
-        .unwrap_or(window.len());
+    let start = request_line_start(window);
     let rest = &window[start..];
     let (line, ended) = match rest.iter().position(|&b| b == b'\n') {
         Some(end) => (&rest[..end], true),
@@ -852,11 +850,7 @@ pub(crate) fn is_tchar(b: u8) -> bool {
 /// 505 if the request line ends in an `HTTP/<digit>` version this server
 /// does not take, 400 if it is not a version at all.
 fn version_error(window: &[u8]) -> Status {
-    let start = window
-        .iter()
-        .position(|&b| b != b'\r' && b != b'\n')
-        .unwrap_or(window.len());
-    let line = &window[start..];
+    let line = &window[request_line_start(window)..];
     let line = &line[..line.iter().position(|&b| b == b'\n').unwrap_or(line.len())];
     let version = line.split(|&b| b == b' ').nth(2).unwrap_or(b"");
     match version.strip_prefix(b"HTTP/") {
