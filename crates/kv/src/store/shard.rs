@@ -579,6 +579,12 @@ impl Shard {
             self.malloc_fails += 1;
             return None;
         };
+        // Filled from its start and never read before it is written: the
+        // kernel's readahead would bring in (for a new file's unwritten
+        // blocks: zero-fill) far more pages than each write fault needs, on
+        // the serving loop (a 200 ms poll at a new file's first burst). Not
+        // for the restore's mappings, which are read whole.
+        let _ = map.advise(memmap2::Advice::Random);
         self.taken[slot..slot + span].fill(true);
         self.seq += 1;
         self.segs[slot] = Segment {
