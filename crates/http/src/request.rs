@@ -782,10 +782,19 @@ fn parse_later_minor<'a>(
         return Ok(None);
     };
     // The same bytes at the same offsets, so the same UTF-8.
-    let at = |part: &[u8]| part.as_ptr() as usize - copy.as_ptr() as usize;
+    // The same bytes of `window` as `part` of `copy`; an empty part may
+    // point anywhere (then it is the empty slice at the start).
+    let same = |part: &[u8]| -> Result<&'a [u8], httparse::Error> {
+        if part.is_empty() {
+            return Ok(&window[..0]);
+        }
+        let from = (part.as_ptr() as usize).wrapping_sub(copy.as_ptr() as usize);
+        window
+            .get(from..from.saturating_add(part.len()))
+            .ok_or(httparse::Error::Token)
+    };
     let text = |part: &str| {
-        let from = at(part.as_bytes());
-        std::str::from_utf8(&window[from..from + part.len()]).map_err(|_| httparse::Error::Token)
+        std::str::from_utf8(same(part.as_bytes())?).map_err(|_| httparse::Error::Token)
     };
     let (Some(method), Some(target)) = (req.method, req.path) else {
         return Err(httparse::Error::Token);
@@ -793,10 +802,9 @@ fn parse_later_minor<'a>(
     let (method, target) = (text(method)?, text(target)?);
     fields.clear();
     for field in req.headers.iter() {
-        let from = at(field.value);
         fields.push(httparse::Header {
             name: text(field.name)?,
-            value: &window[from..from + field.value.len()],
+            value: same(field.value)?,
         });
     }
     Ok(Some((method, target, n)))
