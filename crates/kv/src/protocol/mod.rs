@@ -699,7 +699,8 @@ fn command_line<'a>(
 /// after a command's required arguments (memcached also takes `delete noreply`
 /// as "delete key `noreply` quietly"); a NUL byte in a line is refused
 /// (memcached ends the line there); the `O` length check is made here,
-/// before the command runs; a lone `\n` ends a line of any length (memcached wants at least 4 bytes);
+/// before the command runs; a lone `\n` ends a line of any length
+/// (memcached wants at least 4 bytes);
 /// numbers that do not fit their 32 or 64 bits are refused (memcached wraps
 /// a 32-bit one). The README's "Deviations from memcached" lists them all.
 pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Result<(Request<'a>, usize), ParseError<'a>> {
