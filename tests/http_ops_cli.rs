@@ -115,9 +115,17 @@ fn an_unwritable_pid_file_is_a_clear_error() {
 fn listen_takes_host_names_and_repeats() {
     let dir = TempDir::new("ops-listen");
     std::fs::write(dir.0.join("a.txt"), "a\n").unwrap();
-    let p = common::free_port();
-    let by_name = format!("localhost:{p}");
-    let server = HttpServer::start(&dir.0, &["--listen", &by_name]);
+    // The free port may be taken again before the server binds it (another
+    // test's connection, or ::1's port under the same name): another one.
+    let (p, server) = (0..5)
+        .find_map(|_| {
+            let p = common::free_port();
+            let by_name = format!("localhost:{p}");
+            HttpServer::try_start(&dir.0, &["--listen", &by_name])
+                .ok()
+                .map(|s| (p, s))
+        })
+        .expect("no free port took the named listener in 5 tries");
     // The first listener (the helper's 127.0.0.1:0) and the named one.
     assert_eq!(get(&server.url, "/a.txt"), 200);
     assert_eq!(get(&format!("http://127.0.0.1:{p}"), "/a.txt"), 200);

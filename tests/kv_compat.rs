@@ -1364,9 +1364,16 @@ fn listen_host_names_and_threads_of_the_model() {
     assert_eq!(kv.connect().stats("")["threads"], "5");
     // An address with a port of its own (memcached's -l 127.0.0.1:PORT)
     // listens there, beside -p's.
-    let own = free_port();
-    let with_port = format!("127.0.0.1:{own},127.0.0.1");
-    let kv = KvProc::start(&["-l", &with_port]);
+    // Another port when the free one is taken again before the bind.
+    let (own, kv) = (0..5)
+        .find_map(|_| {
+            let own = free_port();
+            let with_port = format!("127.0.0.1:{own},127.0.0.1");
+            KvProc::try_start(free_port(), &["-l", &with_port])
+                .ok()
+                .map(|kv| (own, kv))
+        })
+        .expect("no free port took -l's own port in 5 tries");
     let mut c = Client::connect(&Addr::Tcp(SocketAddr::from(([127, 0, 0, 1], own))));
     c.expect_str("set p 0 0 1\r\nx\r\n", "STORED\r\n");
     kv.connect()

@@ -16,6 +16,12 @@ pub struct HttpServer {
 impl HttpServer {
     /// Serves `root`, with `extra` flags.
     pub fn start(root: &Path, extra: &[&str]) -> HttpServer {
+        HttpServer::try_start(root, extra).unwrap_or_else(|line| panic!("no ready line: {line:?}"))
+    }
+
+    /// As [`start`](Self::start); what it printed instead of a ready line
+    /// when it did not start (an address named in `extra` was taken, say).
+    pub fn try_start(root: &Path, extra: &[&str]) -> Result<HttpServer, String> {
         let mut child = Command::new(env!("CARGO_BIN_EXE_duality"))
             .args(["http", "--listen", "127.0.0.1:0", "--model", "symped:2"])
             .arg("--root")
@@ -29,15 +35,14 @@ impl HttpServer {
         BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)
             .unwrap();
-        let url = line
-            .trim()
-            .strip_prefix("ready ")
-            .unwrap_or_else(|| panic!("no ready line: {line:?}"))
-            .to_owned();
-        HttpServer {
+        let Some(url) = line.trim().strip_prefix("ready ").map(str::to_owned) else {
+            terminate(&mut child);
+            return Err(line);
+        };
+        Ok(HttpServer {
             child: Some(child),
             url,
-        }
+        })
     }
 
     /// SIGTERM; the exit status.

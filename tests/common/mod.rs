@@ -421,15 +421,7 @@ impl KvProc {
     /// Starts `duality kv -p <free port> <args>` and waits for its `ready`
     /// line; retries on another port if the chosen one was taken meanwhile.
     pub fn start(args: &[&str]) -> KvProc {
-        let mut last = String::new();
-        for _ in 0..5 {
-            let port = free_port();
-            match KvProc::try_start(port, args) {
-                Ok(p) => return p,
-                Err(e) => last = e,
-            }
-        }
-        panic!("duality kv did not start: {last}");
+        KvProc::start_with(args, None)
     }
 
     /// Starts `duality kv <args>` (the caller gives `-p` or `-s`).
@@ -437,15 +429,27 @@ impl KvProc {
         KvProc::spawn(0, args).unwrap_or_else(|e| panic!("duality kv did not start: {e}"))
     }
 
-    fn try_start(port: u16, args: &[&str]) -> Result<KvProc, String> {
+    /// Starts `duality kv -p PORT <args>`; the reason when it did not start.
+    pub fn try_start(port: u16, args: &[&str]) -> Result<KvProc, String> {
         KvProc::try_start_limited(port, args, None)
     }
 
     /// As [`start`](Self::start), the server's descriptor limits (soft,
     /// hard) set to `nofile` before it runs.
     pub fn start_with_nofile(args: &[&str], nofile: (u64, u64)) -> KvProc {
-        KvProc::try_start_limited(free_port(), args, Some(nofile))
-            .unwrap_or_else(|e| panic!("duality kv did not start: {e}"))
+        KvProc::start_with(args, Some(nofile))
+    }
+
+    /// Tries five free ports: one may be taken again before the server binds it.
+    fn start_with(args: &[&str], nofile: Option<(u64, u64)>) -> KvProc {
+        let mut last = String::new();
+        for _ in 0..5 {
+            match KvProc::try_start_limited(free_port(), args, nofile) {
+                Ok(p) => return p,
+                Err(e) => last = e,
+            }
+        }
+        panic!("duality kv did not start: {last}");
     }
 
     fn try_start_limited(
