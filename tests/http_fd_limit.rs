@@ -37,7 +37,22 @@ fn a_small_descriptor_limit_gives_200_or_503_never_500() {
     let conns: Vec<TcpStream> = (0..40)
         .map(|_| TcpStream::connect(&addr).unwrap())
         .collect();
-    std::thread::sleep(Duration::from_millis(200));
+    // All accepted: the 24 past the limit have their refusal to read.
+    let refusal_came = |s: &TcpStream| {
+        s.set_nonblocking(true).unwrap();
+        let r = s.peek(&mut [0u8; 1]);
+        s.set_nonblocking(false).unwrap();
+        matches!(r, Ok(n) if n > 0)
+    };
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let n = conns.iter().filter(|s| refusal_came(s)).count();
+        if n >= 24 {
+            break;
+        }
+        assert!(std::time::Instant::now() < until, "{n} refusals in 10 s");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let clients: Vec<_> = conns
         .into_iter()
         .map(|mut s| {

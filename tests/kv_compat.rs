@@ -1087,7 +1087,7 @@ fn access_and_safety_flags() {
         // Locked, or said why not (a container may refuse mlockall).
         let locked = field("VmLck:").parse::<u64>().unwrap_or(0) > 0;
         assert!(
-            locked || kv.stderr_text().contains("-k:"),
+            locked || kv.wait_stderr("-k:", Duration::from_secs(5)),
             "{status}\n{}",
             kv.stderr_text()
         );

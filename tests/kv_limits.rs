@@ -222,15 +222,16 @@ fn a_large_value_being_sent_survives_its_item() {
         let mut reader = srv.connect();
         small_rcvbuf(&reader);
         reader.send(b"get big\r\n");
-        thread::sleep(Duration::from_millis(100));
+        // Its answer has begun before the value is replaced.
+        let head = b"VALUE big 3 6000000\r\n";
+        assert_eq!(show(&reader.read_n(head.len())), show(head), "{model} {io}");
         let new = vec![b'n'; old.len()];
         set(&mut writer, "big", &new);
         writer.expect_str("delete big\r\n", "DELETED\r\n");
         for i in 0..8 {
             set(&mut writer, &format!("churn{i}"), &new);
         }
-        let mut want = b"VALUE big 3 6000000\r\n".to_vec();
-        want.extend_from_slice(&old);
+        let mut want = old.clone();
         want.extend_from_slice(b"\r\nEND\r\n");
         let got = reader.read_n(want.len());
         assert!(got == want, "{model} {io}: the value in flight changed");
@@ -604,6 +605,7 @@ fn graceful_shutdown(model: &str, sig: i32) {
     // In flight: 8 large responses the client does not read yet, and a
     // pipeline of 200 requests sent right before the signal.
     const GETS: usize = 8;
+    let mut counter = ReadCounter::new(&srv);
     slow.send(&b"get big\r\n".repeat(GETS));
     let mut pipeline = Vec::new();
     let mut want = Vec::new();
@@ -618,8 +620,9 @@ fn graceful_shutdown(model: &str, sig: i32) {
         want.extend_from_slice(format!("STORED\r\n{}\r\n", i + 1).as_bytes());
     }
     busy.send(&pipeline);
-    // Let the server start on them (it is then blocked writing to `slow`).
-    thread::sleep(Duration::from_millis(50));
+    // The server has read them (it is then blocked writing to `slow`).
+    counter.wait_for(b"get big\r\n".len() * GETS + pipeline.len());
+    drop(counter);
     srv.signal(sig);
 
     // New connections are refused while the old ones are still served.
@@ -701,12 +704,14 @@ fn partial_request_survives_shutdown(model: &str) {
         b"version\r\n",
         format!("VERSION {}\r\n", duality_kv::DEFAULT_VERSION).as_bytes(),
     );
+    let mut big = srv.connect();
+    let mut counter = ReadCounter::new(&srv);
     c.send(b"set half 0 0 10\r\nabc");
     // A large value, received straight into its item, likewise.
-    let mut big = srv.connect();
     big.send(b"set big 0 0 200000\r\n");
     big.send(&[b'b'; 1000]);
-    std::thread::sleep(Duration::from_millis(50));
+    counter.wait_for(b"set half 0 0 10\r\nabc".len() + b"set big 0 0 200000\r\n".len() + 1000);
+    drop(counter);
     srv.signal(libc::SIGTERM);
     std::thread::sleep(Duration::from_millis(100));
     c.send(b"defghij\r\n");
@@ -730,6 +735,45 @@ fn partial_request_survives_shutdown_symped() {
 #[test]
 fn partial_request_survives_shutdown_thread_per_conn() {
     partial_request_survives_shutdown("thread-per-conn");
+}
+
+/// A whole request that came to an idle connection before the stop signal
+/// was seen is answered before the connection closes: the client sent it
+/// while the server was still serving. (Such a connection was closed
+/// unread, its request lost to a reset.) The server is stopped (SIGSTOP)
+/// while the requests arrive, so they wait in the sockets unread when it
+/// meets the signal.
+fn a_request_that_came_before_the_stop_is_answered(model: &str) {
+    let mut srv = KvProc::start(&["--model", model]);
+    let version = format!("VERSION {}\r\n", duality_kv::DEFAULT_VERSION);
+    let mut conns: Vec<Client> = (0..20).map(|_| srv.connect()).collect();
+    for c in &mut conns {
+        c.expect_str("version\r\n", &version);
+    }
+    srv.signal(libc::SIGSTOP);
+    for c in &mut conns {
+        c.send(b"version\r\n");
+    }
+    // Both reach it at once when it runs again.
+    srv.signal(libc::SIGTERM);
+    srv.signal(libc::SIGCONT);
+    for c in &mut conns {
+        assert_eq!(show(&c.read_to_eof()), show(version.as_bytes()), "{model}");
+    }
+    let st = srv
+        .wait_exit(Duration::from_secs(10))
+        .expect("server exits after the signal");
+    assert!(st.success(), "{model}: exit status {st:?}");
+}
+
+#[test]
+fn a_request_that_came_before_the_stop_is_answered_symped() {
+    a_request_that_came_before_the_stop_is_answered("symped:2");
+}
+
+#[test]
+fn a_request_that_came_before_the_stop_is_answered_thread_per_conn() {
+    a_request_that_came_before_the_stop_is_answered("thread-per-conn");
 }
 
 /// CPU time (user + system) of process `pid`, from `/proc/<pid>/stat`.
@@ -861,14 +905,14 @@ fn max_conns_fits_the_descriptor_limit() {
     // Hard 100: 36 connections (100 less 64 kept back).
     let srv = KvProc::start_with_nofile(&["-c", "1024"], (64, 100));
     assert!(
-        srv.stderr_text().contains("taking at most 36 connections"),
+        srv.wait_stderr("taking at most 36 connections", Duration::from_secs(5)),
         "{}",
         srv.stderr_text()
     );
-    assert_eq!(srv.connect().stats("settings")["maxconns"], "36");
-    // That connection's close is seen before the next ones come.
-    thread::sleep(Duration::from_millis(200));
-    let mut clients: Vec<Client> = (0..50).map(|_| srv.connect()).collect();
+    // This one stays open: one of the 36.
+    let mut first = srv.connect();
+    assert_eq!(first.stats("settings")["maxconns"], "36");
+    let mut clients: Vec<Client> = (0..49).map(|_| srv.connect()).collect();
     let (mut served, mut refused) = (0, 0);
     for c in &mut clients {
         c.send(b"version\r\n");
@@ -880,7 +924,8 @@ fn max_conns_fits_the_descriptor_limit() {
             refused += 1;
         }
     }
-    assert_eq!((served, refused), (36, 14));
+    assert_eq!((served, refused), (35, 14));
+    drop(first);
 }
 
 /// Values being received count against `-o read_buf_mem_limit`, a step at
@@ -895,14 +940,16 @@ fn large_values_in_flight_are_bounded() {
     const SENT: usize = 1_200_000;
     let head = |k: &str| format!("set {k} 0 0 {LEN}\r\n");
     let mut held: Vec<Client> = Vec::new();
+    let mut counter = ReadCounter::new(&srv);
     for k in ["a", "b"] {
         let mut c = srv.connect();
         c.send(head(k).as_bytes());
         c.send(&vec![b'v'; SENT]);
         held.push(c);
     }
-    // Time for both to take their 1.5 MB.
-    thread::sleep(Duration::from_millis(300));
+    // Both have taken their 1.5 MB once their bytes were read.
+    counter.wait_for(2 * (head("a").len() + SENT));
+    drop(counter);
     let mut third = srv.connect();
     third.send(head("c").as_bytes());
     // Refused on its way (its answer may come before all of it is sent);
@@ -1065,11 +1112,12 @@ fn large_responses_held_for_slow_readers_are_bounded() {
     // A split answer to a slow reader, whose value changes before it is all
     // read: cut short and closed.
     let mut split = slow(1);
-    thread::sleep(Duration::from_millis(300));
+    // Its answer has begun before the value changes.
+    assert_eq!(show(&split[0].read_n(head.len())), show(head.as_bytes()));
     c.expect_str("set big 0 0 1\r\nw\r\n", "STORED\r\n");
     let got = split[0].read_to_eof();
-    assert!(got.len() < want, "{} bytes", got.len());
-    assert!(got[head.len()..].iter().all(|&b| b == b'v'));
+    assert!(got.len() < LEN, "{} bytes", got.len());
+    assert!(got.iter().all(|&b| b == b'v'));
     // So is a binary one (not sent from the store whole: the budget has no
     // room for it).
     let mut bin = srv.connect();
@@ -1078,22 +1126,36 @@ fn large_responses_held_for_slow_readers_are_bounded() {
     getk.extend_from_slice(&[0; 12]);
     getk.extend_from_slice(b"big2");
     bin.send(&getk);
-    thread::sleep(Duration::from_millis(300));
+    // Its answer (header, flags, key) has begun before the value changes.
+    let r = bin.read_n(24 + 4 + 4);
+    assert_eq!((r[0], r[1], &r[28..32]), (0x81, 0x0c, &b"big2"[..]));
     c.expect_str("set big2 0 0 1\r\nw\r\n", "STORED\r\n");
     let got = bin.read_to_eof();
-    assert!(got.len() < 24 + 4 + 4 + LEN, "{} bytes", got.len());
-    assert!(got[24 + 4 + 4..].iter().all(|&b| b == b'v'));
+    assert!(got.len() < LEN, "{} bytes", got.len());
+    assert!(got.iter().all(|&b| b == b'v'));
     // Small values are not counted.
     c.expect_str("set s 0 0 1\r\nx\r\n", "STORED\r\n");
     c.expect_str("get s\r\n", "VALUE s 0 1\r\nx\r\nEND\r\n");
     for s in &mut held {
         assert!(whole(&s.read_n(want), b'v'));
     }
-    // Read: their budget is back (the driver gives it back once written),
+    // Read: their budget is back (the driver gives it back once written,
+    // which may come a moment after the client has read the last byte),
     // and a large value fits again.
-    thread::sleep(Duration::from_millis(100));
-    c.send(&set);
-    assert_eq!(show(&c.read_until(b"\r\n")), show(b"STORED\r\n"));
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        c.send(&set);
+        let line = c.read_until(b"\r\n");
+        if line == b"STORED\r\n" {
+            break;
+        }
+        assert_eq!(
+            show(&line),
+            show(b"SERVER_ERROR out of memory storing object\r\n")
+        );
+        assert!(Instant::now() < until, "the budget never came back");
+        thread::sleep(Duration::from_millis(50));
+    }
     c.send(b"get big\r\n");
     assert!(whole(&c.read_n(want), b'v'));
 }
@@ -1166,11 +1228,21 @@ fn double_verbose_logs_commands_and_answers() {
         "{}",
         kv.stderr_text()
     );
-    let text = kv.stderr_text();
-    let values = text
-        .lines()
-        .filter(|l| l.starts_with('>') && l.ends_with(" VALUE big1 0 600000"));
-    assert_eq!(values.count(), 2, "{text}");
+    // The second get's line may still be on its way from the server.
+    let values = || {
+        let text = kv.stderr_text();
+        let n = text
+            .lines()
+            .filter(|l| l.starts_with('>') && l.ends_with(" VALUE big1 0 600000"))
+            .count();
+        (n, text)
+    };
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    while values().0 < 2 && std::time::Instant::now() < until {
+        thread::sleep(Duration::from_millis(5));
+    }
+    let (n, text) = values();
+    assert_eq!(n, 2, "{text}");
     c.expect_str("verbosity 0\r\n", "OK\r\n");
     c.expect_str("get quiet\r\n", "END\r\n");
     c.expect_str(
@@ -1203,4 +1275,43 @@ fn double_verbose_survives_an_error_that_drops_earlier_answers() {
         "{}",
         kv.stderr_text()
     );
+}
+
+/// Counts the bytes the server has read since it was made (`stats`
+/// bytes_read, less its own requests): a test waits on it to know that what
+/// it sent was read, where a sleep guessed.
+struct ReadCounter {
+    stats: Client,
+    base: u64,
+    asked: u64,
+}
+
+impl ReadCounter {
+    fn new(srv: &KvProc) -> ReadCounter {
+        let mut stats = srv.connect();
+        let base = Self::read(&mut stats);
+        ReadCounter {
+            stats,
+            base,
+            asked: 0,
+        }
+    }
+
+    fn read(c: &mut Client) -> u64 {
+        c.stats("")["bytes_read"].parse().unwrap()
+    }
+
+    /// Waits (up to 10 s) until `n` more bytes were read.
+    fn wait_for(&mut self, n: usize) {
+        let until = Instant::now() + Duration::from_secs(10);
+        loop {
+            self.asked += 1;
+            let got = Self::read(&mut self.stats) - self.base - 7 * self.asked;
+            if got >= n as u64 {
+                return;
+            }
+            assert!(Instant::now() < until, "read {got} of {n} bytes in 10 s");
+            thread::sleep(Duration::from_millis(2));
+        }
+    }
 }

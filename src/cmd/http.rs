@@ -457,8 +457,7 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         }
     }
     use signal_hook::consts::{SIGINT, SIGQUIT, SIGTERM};
-    let now = super::second_signal("http", &[SIGTERM, SIGINT, SIGQUIT]);
-    drop(signals);
+    let now = super::second_signal("http", &[SIGTERM, SIGINT, SIGQUIT], signals);
     let report = server.shutdown_or(grace, &now);
     if report.cut_off > 0 {
         duality_rt::say!(

@@ -658,8 +658,7 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
         hup_ignored();
     }
     use signal_hook::consts::{SIGINT, SIGQUIT, SIGTERM, SIGUSR1};
-    let now = super::second_signal("kv", &[SIGTERM, SIGINT, SIGUSR1, SIGQUIT]);
-    drop(signals);
+    let now = super::second_signal("kv", &[SIGTERM, SIGINT, SIGUSR1, SIGQUIT], signals);
     // Watchers' streams end (a blocking socket's only learns it so).
     state.store.watch().close();
     let report = server.shutdown_or(Duration::from_secs(5), &now);

@@ -21,19 +21,32 @@ pub mod process;
 /// at once instead of waiting out the grace, as a second Ctrl-C does
 /// elsewhere) and says so. Other signals are ignored from then on.
 ///
-/// Its own registration (made before the caller drops the first, so no
-/// signal falls between): the first may have been closed (the cache's
-/// `shutdown` command closes it). Without a thread to watch (none can be
-/// made), the stop is simply not cut short.
+/// Its own registration, made before `first` (the registration that saw
+/// the first signal) is dropped; a signal that came to `first` after the one
+/// its caller saw, before this registration existed, counts too. `first`
+/// may have been closed (the cache's `shutdown` command closes it). Without
+/// a thread to watch (none can be made), the stop is simply not cut short.
 pub fn second_signal(
     server: &'static str,
     stops: &'static [i32],
+    mut first: signal_hook::iterator::Signals,
 ) -> std::sync::Arc<std::sync::atomic::AtomicBool> {
     use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
     let now = std::sync::Arc::new(AtomicBool::new(false));
+    let say = move || {
+        duality_rt::say!("duality {server}: a second stop signal: open connections are cut off now")
+    };
     let Ok(mut signals) = signal_hook::iterator::Signals::new(stops) else {
         return now;
     };
+    // Checked after the new registration: one that came since reached both,
+    // and is said once (no watcher is started).
+    if first.pending().any(|sig| stops.contains(&sig)) {
+        now.store(true, Relaxed);
+        say();
+        return now;
+    }
+    drop(first);
     let flag = now.clone();
     let _ = std::thread::Builder::new()
         .name("signals".into())
@@ -41,9 +54,7 @@ pub fn second_signal(
             for sig in signals.forever() {
                 if stops.contains(&sig) {
                     flag.store(true, Relaxed);
-                    duality_rt::say!(
-                        "duality {server}: a second stop signal: open connections are cut off now"
-                    );
+                    say();
                     break;
                 }
             }

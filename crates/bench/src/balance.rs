@@ -20,8 +20,7 @@
 //! per request and the short connections' time from connect to answer.
 //! Servers take turns, each round in a fresh process; medians over rounds.
 
-use crate::loadgen::Target;
-use crate::servers::{ServerKind, ServerProcess};
+use crate::servers::{ServerKind, ServerProcess, DEFAULT_MAX_CONNS};
 use serde::Serialize;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -383,8 +382,8 @@ pub fn run(plan: &Plan, tick: &mut dyn FnMut(&str, usize)) -> anyhow::Result<Vec
     let mut rounds: Vec<Vec<Round>> = vec![Vec::new(); servers.len()];
     for round in 0..plan.rounds {
         for (i, (label, kind, threads)) in servers.iter().enumerate() {
-            let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
-            let server = ServerProcess::start_with_memory(plan.exe, kind, &Target::Tcp(addr), 64)?;
+            let (server, addr) =
+                ServerProcess::start_on_free_port(plan.exe, kind, 64, DEFAULT_MAX_CONNS)?;
             let r = measure(&server, addr, threads, plan)?;
             drop(server);
             rounds[i].push(r);

@@ -15,8 +15,8 @@
 //! taken. The table gives the median, p90 and max of those times. Servers
 //! take turns, each its own process, stopped by its PID.
 
-use crate::servers::{ServerKind as KvServer, ServerProcess};
-use crate::{http, loadgen::Target};
+use crate::http;
+use crate::servers::{ServerKind as KvServer, ServerProcess, DEFAULT_MAX_CONNS};
 use serde::Serialize;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -191,8 +191,8 @@ pub fn run(plan: &Plan, tick: &mut dyn FnMut(&FairnessRow)) -> anyhow::Result<Ve
             );
         }
         for k in kinds {
-            let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
-            let server = ServerProcess::start(plan.exe, &k, &Target::Tcp(addr))?;
+            let (server, addr) =
+                ServerProcess::start_on_free_port(plan.exe, &k, 1024, DEFAULT_MAX_CONNS)?;
             let (times, failed) = measure(addr, &probe, plan.floods, plan.samples, plan.warmup);
             drop(server);
             push(

@@ -862,10 +862,30 @@ impl RunningServer {
         fd_limit: u64,
         extra: &str,
     ) -> anyhow::Result<RunningServer> {
-        let prefix = TempDir::new(&format!("nginx-{workers}w"))?;
         // A free port: bind, read it, close (nginx binds it right after).
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+        // Another process may take it meanwhile: then another port.
+        let mut tries = 0;
+        loop {
+            let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+            let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+            match RunningServer::nginx_on(nginx, root, workers, fd_limit, extra, addr) {
+                Err(e) if tries < 2 && e.to_string().contains("Address already in use") => {
+                    tries += 1
+                }
+                got => return got,
+            }
+        }
+    }
+
+    fn nginx_on(
+        nginx: &Path,
+        root: &Path,
+        workers: usize,
+        fd_limit: u64,
+        extra: &str,
+        addr: SocketAddr,
+    ) -> anyhow::Result<RunningServer> {
+        let prefix = TempDir::new(&format!("nginx-{workers}w"))?;
         let modules = nginx_probe(nginx, "-V")?;
         let mut conf = nginx_config(&prefix.0, root, addr, workers, fd_limit, &modules);
         if !extra.is_empty() {

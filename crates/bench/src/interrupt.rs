@@ -603,18 +603,19 @@ mod tests {
     #[test]
     fn output_within_kills_a_program_that_does_not_answer() {
         let t0 = Instant::now();
+        // An argument no other test's `sleep` has: they run in this process too.
         let e = Command::new("sleep")
-            .arg("30")
+            .arg("30.125")
             .output_within(Duration::from_millis(200))
             .unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
         assert_eq!(e.to_string(), "gave no answer within 0.2 s");
         assert!(t0.elapsed() < Duration::from_secs(5));
-        // Reaped: no child of this process runs `sleep 30` any more.
+        // Reaped: no child of this process runs it any more.
         let me = std::process::id() as i32;
         assert!(!descendants(me).iter().any(|p| {
             std::fs::read_to_string(format!("/proc/{}/cmdline", p.pid))
-                .is_ok_and(|c| c == "sleep\x0030\x00")
+                .is_ok_and(|c| c == "sleep\x0030.125\x00")
         }));
         let o = Command::new("sh")
             .args(["-c", "echo out; echo err >&2; exit 3"])

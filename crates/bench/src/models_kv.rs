@@ -10,7 +10,7 @@
 //! the transactions of all windows.
 
 use crate::loadgen::{self, LoadConfig, Mode, Target};
-use crate::servers::{memcached_path, ServerKind, ServerProcess};
+use crate::servers::{memcached_path, ServerKind, ServerProcess, DEFAULT_MAX_CONNS};
 use crate::summary::{mean_sd, median};
 use crate::workload::Workload;
 use serde::{Deserialize, Serialize};
@@ -132,11 +132,6 @@ pub fn thread_servers(max: usize) -> Vec<(usize, ServerKind)> {
         .collect()
 }
 
-fn free_tcp_port() -> anyhow::Result<std::net::SocketAddr> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(l.local_addr()?)
-}
-
 /// Measures one server at every client count. `tick` is called after each point.
 pub fn measure_server(
     plan: &Plan,
@@ -144,16 +139,18 @@ pub fn measure_server(
     threads: usize,
     tick: &mut dyn FnMut(&KvRow),
 ) -> anyhow::Result<Vec<KvRow>> {
-    let target = if plan.tcp {
-        Target::Tcp(free_tcp_port()?)
+    let (mut server, target) = if plan.tcp {
+        let (s, addr) =
+            ServerProcess::start_on_free_port(&plan.exe, kind, 1024, DEFAULT_MAX_CONNS)?;
+        (s, Target::Tcp(addr))
     } else {
-        Target::Unix(std::env::temp_dir().join(format!(
+        let target = Target::Unix(std::env::temp_dir().join(format!(
             "duality-bench-{}-{}.sock",
             std::process::id(),
             kind.label().replace([' ', ':', '/'], "_")
-        )))
+        )));
+        (ServerProcess::start(&plan.exe, kind, &target)?, target)
     };
-    let mut server = ServerProcess::start(&plan.exe, kind, &target)?;
     loadgen::preload(&target, &plan.workload).map_err(|e| failed(&mut server, &kind.label(), e))?;
     let pid = server.pid();
     let mut rows = Vec::new();

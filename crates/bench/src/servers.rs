@@ -363,6 +363,30 @@ impl ServerProcess {
         Ok(me)
     }
 
+    /// Starts `kind` on a free loopback TCP port with `-m mib -c
+    /// max_conns`. Another process may take the port between choosing it
+    /// and the server's bind (memcached says nothing when it starts, so only
+    /// a connection tells): the server counts as started when `stats` on
+    /// that port names its own pid; otherwise it is stopped and started
+    /// again on another port.
+    pub fn start_on_free_port(
+        exe: &Path,
+        kind: &ServerKind,
+        mib: usize,
+        max_conns: usize,
+    ) -> anyhow::Result<(ServerProcess, std::net::SocketAddr)> {
+        let mut last = String::new();
+        for _ in 0..3 {
+            let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+            match ServerProcess::start_with_limits(exe, kind, &Target::Tcp(addr), mib, max_conns) {
+                Ok(s) if stats_pid(addr, false) == Some(s.pid()) => return Ok((s, addr)),
+                Ok(_) => last = format!("another process answered on {addr}"),
+                Err(e) => last = e.to_string(),
+            }
+        }
+        anyhow::bail!("{} did not start: {last}", kind.label())
+    }
+
     fn wait_connectable(&mut self, within: Duration) -> anyhow::Result<()> {
         let until = Instant::now() + within;
         loop {

@@ -18,8 +18,8 @@
 //! ([`SoakRow::exited`]), with no memory reading past its death (it read
 //! as 0 KiB), and the command fails.
 
-use crate::servers::{ServerKind as KvServer, ServerProcess};
-use crate::{http, loadgen::Target};
+use crate::http;
+use crate::servers::{ServerKind as KvServer, ServerProcess, DEFAULT_MAX_CONNS};
 use serde::Serialize;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -453,9 +453,9 @@ pub fn run(plan: &Plan, tick: &mut dyn FnMut(&SoakRow)) -> anyhow::Result<Vec<So
         rows.push(r);
     };
     if plan.services.iter().any(|s| s == "kv") {
-        let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
         let kind = KvServer::Duality(plan.model.clone());
-        let mut server = ServerProcess::start(plan.exe, &kind, &Target::Tcp(addr))?;
+        let (mut server, addr) =
+            ServerProcess::start_on_free_port(plan.exe, &kind, 1024, DEFAULT_MAX_CONNS)?;
         let pid = server.pid();
         let got = soak_one(Arc::new(Kv), addr, pid, plan.mix, run_for, &mut || {
             server.exited()

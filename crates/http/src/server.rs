@@ -1240,7 +1240,9 @@ mod tests {
 
     #[test]
     fn fresh_index_expires_and_stays_bounded() {
-        let idx = FreshIndex::new(Duration::from_millis(50), 0);
+        // Long enough that a busy machine's pauses between the record and
+        // the get stay under it.
+        let idx = FreshIndex::new(Duration::from_millis(500), 0);
         let meta = FileMeta {
             size: 1,
             mtime: std::time::UNIX_EPOCH,
@@ -1250,7 +1252,7 @@ mod tests {
         idx.record("/a", Path::new("/r/a"), meta, "text/plain");
         assert_eq!(&*idx.get("/a").unwrap().path, Path::new("/r/a"));
         assert!(idx.get("/b").is_none());
-        std::thread::sleep(Duration::from_millis(60));
+        std::thread::sleep(Duration::from_millis(520));
         assert!(idx.get("/a").is_none());
         for i in 0..FRESH_ENTRIES * 2 {
             idx.record(&format!("/f{i}"), Path::new("/r/f"), meta, "x/y");

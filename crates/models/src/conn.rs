@@ -521,7 +521,24 @@ impl Conn {
             return None;
         }
         if self.closing() {
-            return Some(Ok(0));
+            // What has already arrived is still a request the client sent:
+            // read it without waiting; end of stream only once nothing has.
+            let sock = match &self.io {
+                Io::BlockingTcp(s, ..) => SockRef::from(&**s),
+                Io::BlockingUnix(s, ..) => SockRef::from(&**s),
+                _ => return None,
+            };
+            let r = sock.set_nonblocking(true).and_then(|()| match &self.io {
+                Io::BlockingTcp(s, ..) => (&**s).read(buf),
+                Io::BlockingUnix(s, ..) => (&**s).read(buf),
+                _ => Ok(0),
+            });
+            let restored = sock.set_nonblocking(false);
+            let r = match r {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+                r => r,
+            };
+            return Some(r.and_then(|n| restored.map(|()| n)));
         }
         match &self.io {
             Io::BlockingTcp(s, ..) => Some((&**s).read(buf)),
@@ -544,7 +561,7 @@ impl Conn {
     /// Reads what has arrived without waiting: `Ok(None)` if nothing has
     /// (the next [`readable`](Self::readable) waits for more). Blocking
     /// sockets wait, as their reads do. `Ok(Some(0))`: end of stream, or the
-    /// server's shutdown between requests.
+    /// server's shutdown between requests once nothing more has arrived.
     pub fn try_read<'a>(
         &'a mut self,
         buf: &'a mut [u8],
@@ -1061,8 +1078,6 @@ impl Future for TryReadFuture<'_> {
         let conn = &mut *this.conn;
         let r = if let Some(r) = conn.blocking_read(this.buf) {
             r.map(Some)
-        } else if conn.closing() {
-            return Poll::Ready(Ok(Some(0)));
         } else if !this.yielded && duality_rt::coop::remaining() == Some(0) {
             // The poll's I/O budget is spent: come back on the next poll (a
             // read now would only say "not yet").
@@ -1075,8 +1090,11 @@ impl Future for TryReadFuture<'_> {
                 Io::Unix(s) => s.poll_read(cx, this.buf),
                 _ => unreachable!("blocking sockets are read by blocking_read"),
             };
+            // At a shutdown, what has already arrived is still a request
+            // the client sent: read it; end of stream only once nothing has.
             match r {
                 Poll::Ready(r) => r.map(Some),
+                Poll::Pending if conn.closing() => Ok(Some(0)),
                 Poll::Pending => Ok(None),
             }
         };

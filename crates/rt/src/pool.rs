@@ -1022,7 +1022,7 @@ mod tests {
 
     /// `background_after` in the tests below: long enough that a busy
     /// machine's wake-ups stay under it.
-    const AFTER: Duration = Duration::from_millis(50);
+    const AFTER: Duration = Duration::from_millis(200);
 
     /// A long job in the background class gives its core away at its
     /// checkpoints, at most once per interval; anywhere else a checkpoint

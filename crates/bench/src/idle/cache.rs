@@ -8,7 +8,6 @@ use super::{
 };
 use crate::loadgen::{self, LoadConfig, Mode, Target};
 use crate::servers::{ServerKind, ServerProcess};
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 /// Picks a cache server by its short name: `duality` (the default model,
@@ -46,34 +45,6 @@ pub fn parse_server(name: &str, cores: usize) -> Result<ServerKind, String> {
     }
 }
 
-fn free_tcp_port() -> anyhow::Result<SocketAddr> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
-}
-
-/// Starts `kind` on a free loopback port. Another process may take the
-/// port between [`free_tcp_port`] and the server's bind (memcached says
-/// nothing when it starts, so only a connection tells): the server counts
-/// as started when `stats` on that port names its own pid; otherwise it is
-/// stopped and started again on another port.
-fn start_server(
-    plan: &Plan,
-    kind: &ServerKind,
-    max_conns: usize,
-) -> anyhow::Result<(ServerProcess, SocketAddr)> {
-    let mut last = String::new();
-    for _ in 0..3 {
-        let addr = free_tcp_port()?;
-        match ServerProcess::start_with_limits(plan.exe, kind, &Target::Tcp(addr), 64, max_conns) {
-            Ok(s) if crate::servers::stats_pid(addr, false) == Some(s.pid()) => {
-                return Ok((s, addr))
-            }
-            Ok(_) => last = format!("another process answered on {addr}"),
-            Err(e) => last = e.to_string(),
-        }
-    }
-    anyhow::bail!("{} did not start: {last}", kind.label())
-}
-
 /// One server at one idle count: a fresh server, preloaded; RSS; K idle
 /// clients; RSS; the load; the idle clients close; RSS once more.
 pub fn measure_cache(plan: &Plan, kind: &ServerKind, idle: u64) -> anyhow::Result<CacheRow> {
@@ -87,7 +58,7 @@ pub fn measure_cache(plan: &Plan, kind: &ServerKind, idle: u64) -> anyhow::Resul
         idle
     };
     let max_conns = (want + plan.active as u64 + RESERVED_FDS).min(plan.limits.fd_limit.max(1));
-    let (server, addr) = start_server(plan, kind, max_conns as usize)?;
+    let (server, addr) = ServerProcess::start_on_free_port(plan.exe, kind, 64, max_conns as usize)?;
     let target = Target::Tcp(addr);
     let pid = server.pid();
     loadgen::preload(&target, &plan.workload)?;
