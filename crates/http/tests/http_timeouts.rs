@@ -82,7 +82,8 @@ fn many_slow_clients_do_not_block_a_fast_one() {
     for _ in 0..20 {
         assert_eq!(fast.get("/hello.txt").status, 200);
     }
-    assert!(t0.elapsed() < Duration::from_secs(1));
+    // Well under the slow ones' 2 s head timeout: not waiting for them.
+    assert!(t0.elapsed() < Duration::from_millis(1500));
     for c in &mut slow {
         assert_eq!(c.response(false).status, 408);
     }
@@ -127,7 +128,7 @@ fn a_client_that_never_reads_is_cut_off() {
 fn a_client_that_never_reads_a_file_is_cut_off_on_time_in_every_model() {
     for model in ["thread-per-conn", "sped"] {
         let s = TestServer::with_model("noread-file", model, |c| {
-            c.write_timeout = Duration::from_millis(600)
+            c.write_timeout = Duration::from_millis(1000)
         });
         std::fs::write(s.www().join("huge.bin"), vec![b'h'; 32 << 20]).unwrap();
         let c = s.client();
@@ -143,7 +144,7 @@ fn a_client_that_never_reads_a_file_is_cut_off_on_time_in_every_model() {
         );
         let took = t0.elapsed();
         assert!(
-            took < Duration::from_millis(1800),
+            took < Duration::from_millis(2800),
             "{model}: cut off after {took:?}"
         );
     }
