@@ -1210,15 +1210,39 @@ fn extended_options() {
     assert_eq!(settings["idle_timeout"], "1");
     assert_eq!(settings["lru_crawler"], "no");
     assert_eq!(settings["lru_crawler_sleep"], "50");
-    // An idle connection is closed after about a second, without a word.
+    // An idle connection is closed after about a second, without a word;
+    // so is one idle in the middle of a command line or a binary header (a
+    // stray byte from a dead client kept its slot for ever), as memcached
+    // closes them; one receiving a value is not (memcached's `conn_nread`).
     let mut idle = kv.connect();
     idle.expect(
         b"version\r\n",
         format!("VERSION duality-kv-{}\r\n", env!("CARGO_PKG_VERSION")).as_bytes(),
     );
+    let mut half_line = kv.connect();
+    half_line.send(b"get ab");
+    let mut half_header = kv.connect();
+    half_header.send(&[0x80, 0x00, 0x00]);
+    let mut half_value = kv.connect();
+    half_value.send(b"set k 0 0 10\r\nabc");
     let t = std::time::Instant::now();
-    assert_eq!(show(&idle.read_to_eof()), show(b""));
+    for c in [&mut idle, &mut half_line, &mut half_header] {
+        assert_eq!(show(&c.read_to_eof()), show(b""));
+    }
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    // The stats connection too, meanwhile (maybe a moment later on its
+    // loop): a new one.
+    let mut c = kv.connect();
+    while c.stats("")["idle_kicks"] != "4" {
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", c.stats(""));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    half_value.expect(b"defghij\r\n", b"STORED\r\n");
+    c.expect_str("stats reset\r\n", "RESET\r\n");
+    assert_eq!(c.stats("")["idle_kicks"], "0");
+    // Without an idle timeout, the field is not shown (as memcached).
+    let plain = KvProc::start(&[]);
+    assert!(!plain.connect().stats("").contains_key("idle_kicks"));
 }
 
 #[test]

@@ -902,16 +902,17 @@ fn max_conns_fits_the_descriptor_limit() {
         srv.stderr_text()
     );
     drop(srv);
-    // Hard 100: 36 connections (100 less 64 kept back).
+    // Hard 100: 32 connections (100 less 64 kept back, and 4 for refusals
+    // lingered over).
     let srv = KvProc::start_with_nofile(&["-c", "1024"], (64, 100));
     assert!(
-        srv.wait_stderr("taking at most 36 connections", Duration::from_secs(5)),
+        srv.wait_stderr("taking at most 32 connections", Duration::from_secs(5)),
         "{}",
         srv.stderr_text()
     );
-    // This one stays open: one of the 36.
+    // This one stays open: one of the 32.
     let mut first = srv.connect();
-    assert_eq!(first.stats("settings")["maxconns"], "36");
+    assert_eq!(first.stats("settings")["maxconns"], "32");
     let mut clients: Vec<Client> = (0..49).map(|_| srv.connect()).collect();
     let (mut served, mut refused) = (0, 0);
     for c in &mut clients {
@@ -924,7 +925,7 @@ fn max_conns_fits_the_descriptor_limit() {
             refused += 1;
         }
     }
-    assert_eq!((served, refused), (35, 14));
+    assert_eq!((served, refused), (31, 18));
     drop(first);
 }
 

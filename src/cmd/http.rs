@@ -69,8 +69,9 @@ pub struct HttpArgs {
     /// and one more while it sends a file: default 1024, or less where the
     /// descriptor limit (`ulimit -n`, its soft limit raised at start toward
     /// what this and --open-file-cache need, never past the hard one) would
-    /// not leave that many two each beside 32 for the server itself
-    /// ((limit - 32) / 2). A file that cannot be opened for lack of
+    /// not leave that many two each beside 32 for the server itself and
+    /// room for max-conns / 8 refused connections lingered over (about
+    /// (limit - 32) / 2.125). A file that cannot be opened for lack of
     /// descriptors gets 503.
     #[arg(long, value_parser = positive_usize)]
     max_conns: Option<usize>,
@@ -83,7 +84,7 @@ pub struct HttpArgs {
     /// its old length and validators until its stat is stale (replace
     /// files by rename). 0: none.
     /// Default 1000, or what the descriptor limit leaves beside
-    /// --max-conns' two each and 32 for the server.
+    /// --max-conns' descriptors (see there).
     #[arg(long)]
     open_file_cache: Option<usize>,
     /// Seconds a client has to send a whole request head, from its first byte (→ 408).
@@ -280,19 +281,35 @@ fn default_max_conns() -> usize {
 }
 
 fn max_conns_for_limit(nofile: u64) -> usize {
-    (nofile.saturating_sub(32) / 2).clamp(1, 1024) as usize
+    conns_within(nofile).clamp(1, 1024)
+}
+
+/// Descriptors `max_conns` connections take at most: two each (its socket
+/// and a file it sends), the refusals lingered over beside them, and 32 for
+/// the server.
+fn descriptors_for(max_conns: usize) -> u64 {
+    32 + 2 * max_conns as u64 + duality_models::lingering_refusals(max_conns) as u64
+}
+
+/// The most connections whose descriptors fit `nofile`.
+fn conns_within(nofile: u64) -> usize {
+    let mut c = (nofile.saturating_sub(32) / 2) as usize;
+    while c > 0 && descriptors_for(c) > nofile {
+        c -= 1;
+    }
+    c
 }
 
 /// The default `--open-file-cache`: 1000, or what `nofile` leaves beside
-/// `max_conns` connections (two descriptors each) and 32 for the server.
+/// `max_conns` connections' descriptors ([`descriptors_for`]).
 fn open_files_for_limit(nofile: u64, max_conns: usize) -> usize {
     open_files_room(nofile, max_conns).min(1000) as usize
 }
 
-/// Descriptors `nofile` leaves beside `max_conns` connections (two each)
-/// and 32 for the server.
+/// Descriptors `nofile` leaves beside `max_conns` connections'
+/// ([`descriptors_for`]).
 fn open_files_room(nofile: u64, max_conns: usize) -> u64 {
-    nofile.saturating_sub(32 + 2 * max_conns as u64)
+    nofile.saturating_sub(descriptors_for(max_conns))
 }
 
 pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
@@ -310,23 +327,22 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
     // -c does: a shell's usual 1024 would otherwise halve --max-conns and
     // turn the open-file cache off.
     super::raise_nofile(
-        (a.max_conns.unwrap_or(1024) as u64)
-            .saturating_mul(2)
-            .saturating_add(32 + a.open_file_cache.unwrap_or(1000) as u64),
+        descriptors_for(a.max_conns.unwrap_or(1024))
+            .saturating_add(a.open_file_cache.unwrap_or(1000) as u64),
     );
     let max_conns = *a.max_conns.get_or_insert_with(default_max_conns);
     let open_files = a
         .open_file_cache
         .unwrap_or_else(|| super::nofile().map_or(0, |n| open_files_for_limit(n, max_conns)));
     if let Some(n) = super::nofile() {
-        let need = 32 + 2 * max_conns as u64;
+        let need = descriptors_for(max_conns);
         if need > n {
             // nginx's "worker_connections exceed open file resource limit".
             duality_rt::say!(
                 "duality http: warning: --max-conns {max_conns} takes up to {need} descriptors, \
                  more than `ulimit -n` {n}: past about {} connections, new ones wait unaccepted \
                  and files get 503",
-                n.saturating_sub(32) / 2
+                conns_within(n)
             );
         }
         let room = open_files_room(n, max_conns);
@@ -495,17 +511,21 @@ mod tests {
     #[test]
     fn max_conns_follows_the_descriptor_limit() {
         assert_eq!(super::max_conns_for_limit(20_000), 1024);
-        assert_eq!(super::max_conns_for_limit(1024), 496);
-        assert_eq!(super::max_conns_for_limit(40), 4);
+        // 32 + 2 x 467 + 467 / 8 = 1024.
+        assert_eq!(super::max_conns_for_limit(1024), 467);
+        assert_eq!(super::descriptors_for(467), 1024);
+        // At least 4 refusals may linger: 32 + 2 x 2 + 4.
+        assert_eq!(super::max_conns_for_limit(40), 2);
         assert_eq!(super::max_conns_for_limit(10), 1);
     }
 
     #[test]
     fn open_files_take_what_connections_leave() {
         assert_eq!(super::open_files_for_limit(20_000, 1024), 1000);
-        assert_eq!(super::open_files_for_limit(3_000, 1024), 920);
-        // 1024 descriptors: max_conns 496 takes them all.
-        assert_eq!(super::open_files_for_limit(1024, 496), 0);
+        // 1024 connections take 32 + 2048 + 128.
+        assert_eq!(super::open_files_for_limit(3_000, 1024), 792);
+        // 1024 descriptors: max_conns 467 takes them all.
+        assert_eq!(super::open_files_for_limit(1024, 467), 0);
         assert_eq!(super::open_files_for_limit(10, 1), 0);
     }
 }

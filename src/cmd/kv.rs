@@ -343,23 +343,29 @@ fn parse_size(s: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("{s:?} is too large"))
 }
 
-/// Descriptors kept beside the connections: listeners, loops' rings and
-/// wake-ups, the memory file, logs, the metrics listener.
+/// Descriptors kept beside the connections and the refusals lingered over:
+/// listeners, loops' rings and wake-ups, the memory file, logs, the
+/// metrics listener.
 const RESERVED_FDS: u64 = 64;
 
 /// `-c` as the descriptor limit allows it: the soft limit is raised to fit
 /// (memcached does the same); where the hard limit is lower, the server
 /// takes fewer connections and says so, so that the rest get memcached's
-/// "Too many open connections" answer instead of waiting unaccepted.
+/// "Too many open connections" answer instead of waiting unaccepted. The
+/// refusals lingered over hold descriptors too: they are counted in.
 fn fit_max_conns(max_conns: usize) -> anyhow::Result<usize> {
-    let want = max_conns as u64 + RESERVED_FDS;
+    let need = |c: usize| (c + duality_models::lingering_refusals(c)) as u64 + RESERVED_FDS;
+    let want = need(max_conns);
     let Some(soft) = super::raise_nofile(want) else {
         return Ok(max_conns);
     };
     if soft >= want {
         return Ok(max_conns);
     }
-    let fits = soft.saturating_sub(RESERVED_FDS) as usize;
+    let mut fits = (soft.saturating_sub(RESERVED_FDS) as usize).min(max_conns);
+    while fits > 0 && need(fits) > soft {
+        fits -= 1;
+    }
     anyhow::ensure!(
         fits > 0,
         "-c {max_conns}: `ulimit -n` {soft} leaves no descriptors for connections"

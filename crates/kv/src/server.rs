@@ -34,7 +34,7 @@ use duality_models::{
     Conn, Driver, DriverConfig, ListenAddr, Parsed, Payload, Protocol, StatsHandle,
 };
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -151,6 +151,9 @@ pub struct KvState {
     /// and written, the loops' long polls) at the last `stats reset`:
     /// `stats` reports what came since, as memcached's reset zeroes them.
     reset_base: Mutex<[u64; 5]>,
+    /// Connections closed by `-o idle_timeout` since the last `stats
+    /// reset` (memcached's `idle_kicks`).
+    idle_kicks: AtomicU64,
 }
 
 /// What `stats conns` shows of one connection (48 bytes with its `Arc`
@@ -407,6 +410,7 @@ impl KvState {
             buffers: Holdings::new(buffer_limit),
             splits: Mutex::new(HashMap::new()),
             reset_base: Mutex::new([0; 5]),
+            idle_kicks: AtomicU64::new(0),
         }))
     }
 
@@ -746,6 +750,7 @@ impl ExecContext for Ctx<'_> {
             bytes_written,
             threads,
             conn_yields,
+            idle_kicks: s.config.idle_timeout.map(|_| s.idle_kicks.load(Relaxed)),
         }
     }
 
@@ -777,6 +782,7 @@ impl ExecContext for Ctx<'_> {
     }
 
     fn reset_stats(&self) {
+        self.state.idle_kicks.store(0, Relaxed);
         if let Some(h) = self.state.server.get() {
             h.reset_request_metrics();
             let (read, written) = h.bytes();
@@ -1213,10 +1219,31 @@ impl Protocol for KvProtocol {
         _partial: &[u8],
         _out: &mut duality_models::Output,
     ) {
-        // memcached closes an idle connection without a word, too.
-        if let (Some(g), duality_models::Timeout::Idle) = (&s.conn, which) {
-            g.info.closing.store(CLOSE_IDLE, Relaxed);
+        // memcached closes an idle connection without a word, too. (The
+        // only request deadline here is the idle one: `request_timeout`.)
+        use duality_models::Timeout;
+        if let Timeout::Idle | Timeout::Request = which {
+            self.0.idle_kicks.fetch_add(1, Relaxed);
+            if let Some(g) = &s.conn {
+                g.info.closing.store(CLOSE_IDLE, Relaxed);
+            }
         }
+    }
+
+    /// memcached's idle timeout also closes a connection idle in the middle
+    /// of a command line or a binary header (its `conn_read`), though not
+    /// one receiving a value (`conn_nread`) or dropping a refused one: a
+    /// stray byte from a dead client must not keep its slot for ever.
+    fn request_timeout(&self, s: &KvSession, pending: &[u8]) -> Option<Duration> {
+        let idle = self.0.config.idle_timeout?;
+        let in_head = match s.mode {
+            _ if s.swallow > 0 => false,
+            Mode::Binary => pending.len() < crate::protocol::binary::HEADER_LEN,
+            // The first `no_eol` bytes were searched already.
+            _ => memchr::memchr(b'\n', pending.get(s.no_eol as usize..).unwrap_or_default())
+                .is_none(),
+        };
+        in_head.then_some(idle)
     }
 
     /// A closing request (an error the stream cannot go on after, `quit`)

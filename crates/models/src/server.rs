@@ -45,6 +45,15 @@ pub struct ServerBuilder {
     unix_mode: Option<u32>,
 }
 
+/// Most refused connections lingered over at once under `max_conns`
+/// (each holds a descriptor for up to a second): an eighth of the admitted
+/// connections' share, at least 4. A server's descriptor budget keeps room
+/// for them beside its connections', or a burst of refusals takes what
+/// admitted connections need.
+pub fn lingering_refusals(max_conns: usize) -> usize {
+    (max_conns / 8).max(4)
+}
+
 /// The listen backlog unless [`ServerBuilder::backlog`] says otherwise (the
 /// kernel caps it at `net.core.somaxconn`).
 pub const DEFAULT_BACKLOG: i32 = 4096;
@@ -659,10 +668,7 @@ fn start(
         balance: b.balance,
         max_conns: b.max_conns,
         refusal: b.refusal,
-        // Refusals that must linger hold a descriptor each: an eighth of
-        // the admitted connections' share keeps a burst of them from
-        // taking what admitted connections need.
-        lingering: Lingering::new((b.max_conns / 8).max(4)),
+        lingering: Lingering::new(lingering_refusals(b.max_conns)),
         counter: Arc::new(ConnShared::new(handles.len())),
         handler,
         spawn_conn,

@@ -384,6 +384,17 @@ pub trait Protocol: Send + Sync + 'static {
         None
     }
 
+    /// How long a request that has begun (`pending`: its bytes so far) may
+    /// take to arrive whole ([`Timeout::Request`]), where it differs from the
+    /// driver's request timeout (`None`: the driver's). Asked at each wait
+    /// for more of it; a deadline once set stays until the protocol says
+    /// `None`. E.g. the cache gives a command line that has not ended its
+    /// idle timeout (memcached closes a connection idle in mid-line), but
+    /// not a value on its way.
+    fn request_timeout(&self, _session: &Self::Session, _pending: &[u8]) -> Option<Duration> {
+        None
+    }
+
     /// True while the session is inside a request although no bytes of it
     /// are buffered (a shutdown then lets it finish).
     fn mid_request(&self, _session: &Self::Session) -> bool {
@@ -899,6 +910,12 @@ impl<P: Protocol> Driver<P> {
         self.proto.idle_timeout(session).or(self.idle_timeout)
     }
 
+    fn request_timeout_of(&self, session: &P::Session, pending: &[u8]) -> Option<Duration> {
+        self.proto
+            .request_timeout(session, pending)
+            .or(self.request_timeout)
+    }
+
     /// Serves `proto` under `cfg`.
     pub fn new(proto: P, cfg: DriverConfig) -> Arc<Driver<P>> {
         Arc::new(Driver {
@@ -1215,11 +1232,15 @@ pub fn drive<P: Protocol>(
                 }
                 conn.set_mid_request(true);
                 let end = a.end;
-                if !armed {
-                    if let Some(w) = driver.request_timeout {
+                match driver.request_timeout_of(&session, &a.buf[a.start..end]) {
+                    Some(w) if !armed => {
                         arm(&mut timer, loop_now() + w);
                         armed = true;
                     }
+                    Some(_) => {}
+                    // (A protocol's own deadline, for a part of the request
+                    // that has arrived now, no longer holds.)
+                    None => armed = false,
                 }
                 // The read's result is a temporary of this statement: only a
                 // plain number outlives it (see the idle wait).
@@ -1234,7 +1255,7 @@ pub fn drive<P: Protocol>(
                 } {
                     Ok(0) => return,
                     Ok(n) => n,
-                    Err(e) if driver.request_timeout.is_some() && timed_out(&e) => 0,
+                    Err(e) if armed && timed_out(&e) => 0,
                     Err(_) => return,
                 };
                 if n == 0 {

@@ -140,6 +140,9 @@ pub struct ServerStats {
     /// Times a connection gave its thread to others with requests still
     /// to serve (memcached's `conn_yields`, after `-R` requests).
     pub conn_yields: u64,
+    /// Connections closed by the idle timeout (`None`: there is none; then,
+    /// as memcached, the field is not shown).
+    pub idle_kicks: Option<u64>,
 }
 
 /// A context with a fixed clock: for tests, tools and simple servers.

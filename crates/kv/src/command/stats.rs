@@ -175,6 +175,13 @@ fn general<C: ExecContext + ?Sized>(store: &Store, ctx: &C, now: Time, out: &mut
         ("store_no_memory", s.store_no_memory),
         ("auth_cmds", 0),
         ("auth_errors", 0),
+    ] {
+        write_stat(out, name, v);
+    }
+    if let Some(kicks) = srv.idle_kicks {
+        write_stat(out, "idle_kicks", kicks);
+    }
+    for (name, v) in [
         ("bytes_read", srv.bytes_read),
         ("bytes_written", srv.bytes_written),
         ("limit_maxbytes", s.limit_maxbytes),
