@@ -36,9 +36,7 @@ pub fn second_signal(
     let say = move || {
         duality_rt::say!("duality {server}: a second stop signal: open connections are cut off now")
     };
-    let Ok(mut signals) = signal_hook::iterator::Signals::new(stops) else {
-        return now;
-    };
+    let signals = signal_hook::iterator::Signals::new(stops);
     // Checked after the new registration: one that came since reached both,
     // and is said once (no watcher is started).
     if first.pending().any(|sig| stops.contains(&sig)) {
@@ -47,6 +45,9 @@ pub fn second_signal(
         return now;
     }
     drop(first);
+    let Ok(mut signals) = signals else {
+        return now;
+    };
     let flag = now.clone();
     let _ = std::thread::Builder::new()
         .name("signals".into())
