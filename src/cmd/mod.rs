@@ -201,7 +201,8 @@ pub struct MetricsArgs {
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// A single task poll longer than this many milliseconds is counted as
     /// a long poll (`duality_loop_long_polls_total`) and logged as a
-    /// warning naming the task; 0 turns both off.
+    /// warning naming the task (at most a line a second per loop); 0 turns
+    /// both off.
     #[arg(long, value_name = "MS", default_value_t = 10)]
     pub long_poll_warn_ms: u64,
 }

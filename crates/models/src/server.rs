@@ -523,7 +523,7 @@ async fn accept_loop(listener: Bound, shared: Arc<Shared>, on: Option<usize>) {
     };
     // Failures are logged at most once a second (with how many were not):
     // at the descriptor limit accept fails every few milliseconds.
-    let mut warned: Option<(Instant, u64)> = None;
+    let mut warned = duality_rt::time::LogEvery::default();
     loop {
         if shared.counter.shutdown.is_set() {
             return;
@@ -540,17 +540,12 @@ async fn accept_loop(listener: Bound, shared: Arc<Shared>, on: Option<usize>) {
         match r {
             Ok(a) => shared.dispatch(a, duality_rt::stats::poll_started(), on),
             // accept backs off by itself after EMFILE; log and go on.
-            Err(e) => match &mut warned {
-                Some((at, quiet)) if at.elapsed() < Duration::from_secs(1) => *quiet += 1,
-                _ => {
-                    let quiet = warned.map_or(0, |(_, q)| q);
-                    if quiet > 0 {
-                        tracing::warn!("accept failed: {e} ({quiet} more in the last second)");
-                    } else {
-                        tracing::warn!("accept failed: {e}");
-                    }
-                    warned = Some((Instant::now(), 0));
+            Err(e) => match warned.check(Instant::now()) {
+                Some(0) => tracing::warn!("accept failed: {e}"),
+                Some(quiet) => {
+                    tracing::warn!("accept failed: {e} ({quiet} more since the last line)")
                 }
+                None => {}
             },
         }
     }

@@ -225,6 +225,10 @@ pub(crate) struct Local {
     /// Tasks of loops that are gone, woken on this thread: dropped at the
     /// start of the next turn, not inside `wake` (see [`schedule`]).
     orphans: RefCell<Vec<TaskRef>>,
+    /// The long-poll warning, at most once a second: a burst of slow polls
+    /// (a busy machine, a flood of refusals) would otherwise log a line
+    /// each, slowing the loop further. The counter counts every one.
+    long_poll_log: RefCell<crate::time::LogEvery>,
 }
 
 impl Local {
@@ -280,21 +284,26 @@ impl Local {
             if let Some(th) = threshold {
                 if took > th {
                     self.shared.stats.long_polls.fetch_add(1, Relaxed);
-                    let name = (vtable.type_name)();
-                    match location {
-                        Some(loc) => tracing::warn!(
-                            loop_id = self.shared.id,
-                            task = name,
-                            spawned_at = %loc,
-                            took_us = took.as_micros() as u64,
-                            "a task blocked its event loop"
-                        ),
-                        None => tracing::warn!(
-                            loop_id = self.shared.id,
-                            task = name,
-                            took_us = took.as_micros() as u64,
-                            "a task blocked its event loop"
-                        ),
+                    let log = self.long_poll_log.borrow_mut().check(Instant::now());
+                    if let Some(not_logged) = log {
+                        let name = (vtable.type_name)();
+                        match location {
+                            Some(loc) => tracing::warn!(
+                                loop_id = self.shared.id,
+                                task = name,
+                                spawned_at = %loc,
+                                took_us = took.as_micros() as u64,
+                                not_logged,
+                                "a task blocked its event loop"
+                            ),
+                            None => tracing::warn!(
+                                loop_id = self.shared.id,
+                                task = name,
+                                took_us = took.as_micros() as u64,
+                                not_logged,
+                                "a task blocked its event loop"
+                            ),
+                        }
                     }
                 }
             }
@@ -926,6 +935,7 @@ impl EventLoop {
                 requests: RefCell::new(RequestMetrics::default()),
                 requests_epoch: Cell::new(shared.requests_epoch.load(Relaxed)),
                 orphans: RefCell::new(Vec::new()),
+                long_poll_log: RefCell::new(crate::time::LogEvery::default()),
             }),
             _not_send: PhantomData,
         })

@@ -95,6 +95,34 @@ pub fn thread_cpu_time() -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
+/// At most one log line a second for a failure that can recur every
+/// millisecond (accept at the descriptor limit, a loop blocked by a burst of
+/// slow polls): the first is logged, later ones within the second are
+/// counted, and the next line says how many were not logged. One per
+/// thread or task; not shared.
+#[derive(Debug, Default)]
+pub struct LogEvery {
+    last: Option<Instant>,
+    quiet: u64,
+}
+
+impl LogEvery {
+    /// Whether to log now, and if so how many were left unlogged since the
+    /// last line (`Some(0)`: none); `None`: stay quiet, counted.
+    pub fn check(&mut self, now: Instant) -> Option<u64> {
+        match self.last {
+            Some(at) if now.saturating_duration_since(at) < Duration::from_secs(1) => {
+                self.quiet += 1;
+                None
+            }
+            _ => {
+                self.last = Some(now);
+                Some(std::mem::take(&mut self.quiet))
+            }
+        }
+    }
+}
+
 /// The time as the current event loop last read it (once per turn, for its
 /// timers), or [`Instant::now`] off a loop. Behind the true time by at most
 /// the turn running now: for deadlines that may come that much early (an
@@ -289,6 +317,19 @@ impl<F: Future> Future for Timeout<F> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn log_every_logs_once_a_second_and_counts_the_rest() {
+        let t0 = Instant::now();
+        let mut l = LogEvery::default();
+        assert_eq!(l.check(t0), Some(0));
+        assert_eq!(l.check(t0 + Duration::from_millis(1)), None);
+        assert_eq!(l.check(t0 + Duration::from_millis(999)), None);
+        assert_eq!(l.check(t0 + Duration::from_millis(1000)), Some(2));
+        assert_eq!(l.check(t0 + Duration::from_millis(1500)), None);
+        assert_eq!(l.check(t0 + Duration::from_millis(5000)), Some(1));
+        assert_eq!(l.check(t0 + Duration::from_millis(7000)), Some(0));
+    }
 
     /// CPU time grows with work and not with sleep (the wall clock does both).
     #[test]
