@@ -392,6 +392,9 @@ struct Shared {
     next_loop: AtomicUsize,
     thread_stack: usize,
     tpc_threads: AtomicU64,
+    /// thread-per-conn: a thread that cannot be started is logged at most
+    /// once a second (at the thread limit every new connection fails).
+    spawn_failed: Mutex<duality_rt::time::LogEvery>,
     /// Name of thread-per-conn connection threads (`<name>-conn`).
     conn_thread_name: String,
     /// The listening sockets, in the order they were given.
@@ -473,7 +476,17 @@ impl Shared {
                 Err(e) => {
                     self.counter.live.fetch_sub(1, SeqCst);
                     self.counter.refused.fetch_add(1, Relaxed);
-                    tracing::warn!("cannot start a connection thread: {e}");
+                    let log = self
+                        .spawn_failed
+                        .lock()
+                        .map(|mut l| l.check(Instant::now()));
+                    match log.unwrap_or(Some(0)) {
+                        Some(0) => tracing::warn!("cannot start a connection thread: {e}"),
+                        Some(quiet) => tracing::warn!(
+                            "cannot start a connection thread: {e} ({quiet} more since the last line)"
+                        ),
+                        None => {}
+                    }
                     let a = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
                     if let Some(a) = a {
                         a.refuse(&self.refusal, &self.lingering);
@@ -672,6 +685,7 @@ fn start(
         next_loop: AtomicUsize::new(0),
         thread_stack: b.thread_stack,
         tpc_threads: AtomicU64::new(0),
+        spawn_failed: Mutex::new(duality_rt::time::LogEvery::default()),
         conn_thread_name: format!("{}-conn", b.name),
         listeners,
     });
