@@ -69,9 +69,9 @@ pub struct HttpArgs {
     /// and one more while it sends a file: default 1024, or less where the
     /// descriptor limit (`ulimit -n`, its soft limit raised at start toward
     /// what this and --open-file-cache need, never past the hard one) would
-    /// not leave that many two each beside 32 for the server itself and
-    /// room for max-conns / 8 refused connections lingered over (about
-    /// (limit - 32) / 2.125). A file that cannot be opened for lack of
+    /// not leave that many two each beside 32 for the server itself (more
+    /// with many threads: three per loop thread) and room for max-conns / 8
+    /// refused connections lingered over (about (limit - 32) / 2.125). A file that cannot be opened for lack of
     /// descriptors gets 503.
     #[arg(long, value_parser = positive_usize)]
     max_conns: Option<usize>,
@@ -244,8 +244,6 @@ fn limits(a: &HttpArgs) -> anyhow::Result<Limits> {
     })
 }
 
-/// The default `--max-conns`: 1024, or what the descriptor limit leaves
-/// (two per connection: its socket and a file it sends; 32 kept back).
 /// The sockets to bind for `--listen` values: each address once
 /// (`localhost:80` and `127.0.0.1:80`), and an IPv4 address left out where
 /// `*:PORT` takes its port anyway (binding both would fail; nginx serves
@@ -276,25 +274,38 @@ fn positive_usize(s: &str) -> Result<usize, String> {
     }
 }
 
-fn default_max_conns() -> usize {
-    super::nofile().map_or(1024, max_conns_for_limit)
+/// The default `--max-conns`: 1024, or what the descriptor limit leaves
+/// beside `reserved` (see [`descriptors_for`]).
+fn default_max_conns(reserved: u64) -> usize {
+    super::nofile().map_or(1024, |n| max_conns_for_limit(n, reserved))
 }
 
-fn max_conns_for_limit(nofile: u64) -> usize {
-    conns_within(nofile).clamp(1, 1024)
+fn max_conns_for_limit(nofile: u64, reserved: u64) -> usize {
+    conns_within(nofile, reserved).clamp(1, 1024)
+}
+
+/// Descriptors the server keeps for itself: what
+/// [`super::standing_descriptors`] counts for its model and listeners, and
+/// at least 32.
+fn reserved_descriptors(model: duality_models::Model, balance: Balance, listeners: usize) -> u64 {
+    let listeners = match balance {
+        Balance::ReusePort => listeners * model.threads().max(1),
+        _ => listeners,
+    };
+    super::standing_descriptors(model, listeners).max(32)
 }
 
 /// Descriptors `max_conns` connections take at most: two each (its socket
-/// and a file it sends), the refusals lingered over beside them, and 32 for
-/// the server.
-fn descriptors_for(max_conns: usize) -> u64 {
-    32 + 2 * max_conns as u64 + duality_models::lingering_refusals(max_conns) as u64
+/// and a file it sends), the refusals lingered over beside them, and
+/// `reserved` for the server.
+fn descriptors_for(max_conns: usize, reserved: u64) -> u64 {
+    reserved + 2 * max_conns as u64 + duality_models::lingering_refusals(max_conns) as u64
 }
 
 /// The most connections whose descriptors fit `nofile`.
-fn conns_within(nofile: u64) -> usize {
-    let mut c = (nofile.saturating_sub(32) / 2) as usize;
-    while c > 0 && descriptors_for(c) > nofile {
+fn conns_within(nofile: u64, reserved: u64) -> usize {
+    let mut c = (nofile.saturating_sub(reserved) / 2) as usize;
+    while c > 0 && descriptors_for(c, reserved) > nofile {
         c -= 1;
     }
     c
@@ -302,14 +313,14 @@ fn conns_within(nofile: u64) -> usize {
 
 /// The default `--open-file-cache`: 1000, or what `nofile` leaves beside
 /// `max_conns` connections' descriptors ([`descriptors_for`]).
-fn open_files_for_limit(nofile: u64, max_conns: usize) -> usize {
-    open_files_room(nofile, max_conns).min(1000) as usize
+fn open_files_for_limit(nofile: u64, max_conns: usize, reserved: u64) -> usize {
+    open_files_room(nofile, max_conns, reserved).min(1000) as usize
 }
 
 /// Descriptors `nofile` leaves beside `max_conns` connections'
 /// ([`descriptors_for`]).
-fn open_files_room(nofile: u64, max_conns: usize) -> u64 {
-    nofile.saturating_sub(descriptors_for(max_conns))
+fn open_files_room(nofile: u64, max_conns: usize, reserved: u64) -> u64 {
+    nofile.saturating_sub(descriptors_for(max_conns, reserved))
 }
 
 pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
@@ -326,26 +337,29 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
     // the open-file cache take (never past the hard limit), as the cache's
     // -c does: a shell's usual 1024 would otherwise halve --max-conns and
     // turn the open-file cache off.
+    let reserved = reserved_descriptors(a.model, a.accept_balance, listeners(&a.listen).len());
     super::raise_nofile(
-        descriptors_for(a.max_conns.unwrap_or(1024))
+        descriptors_for(a.max_conns.unwrap_or(1024), reserved)
             .saturating_add(a.open_file_cache.unwrap_or(1000) as u64),
     );
-    let max_conns = *a.max_conns.get_or_insert_with(default_max_conns);
-    let open_files = a
-        .open_file_cache
-        .unwrap_or_else(|| super::nofile().map_or(0, |n| open_files_for_limit(n, max_conns)));
+    let max_conns = *a
+        .max_conns
+        .get_or_insert_with(|| default_max_conns(reserved));
+    let open_files = a.open_file_cache.unwrap_or_else(|| {
+        super::nofile().map_or(0, |n| open_files_for_limit(n, max_conns, reserved))
+    });
     if let Some(n) = super::nofile() {
-        let need = descriptors_for(max_conns);
+        let need = descriptors_for(max_conns, reserved);
         if need > n {
             // nginx's "worker_connections exceed open file resource limit".
             duality_rt::say!(
                 "duality http: warning: --max-conns {max_conns} takes up to {need} descriptors, \
                  more than `ulimit -n` {n}: past about {} connections, new ones wait unaccepted \
                  and files get 503",
-                conns_within(n)
+                conns_within(n, reserved)
             );
         }
-        let room = open_files_room(n, max_conns);
+        let room = open_files_room(n, max_conns, reserved);
         if open_files as u64 > room {
             duality_rt::say!(
                 "duality http: warning: --open-file-cache {open_files} is more than the {room} \
@@ -510,22 +524,38 @@ mod tests {
 
     #[test]
     fn max_conns_follows_the_descriptor_limit() {
-        assert_eq!(super::max_conns_for_limit(20_000), 1024);
+        assert_eq!(super::max_conns_for_limit(20_000, 32), 1024);
         // 32 + 2 x 467 + 467 / 8 = 1024.
-        assert_eq!(super::max_conns_for_limit(1024), 467);
-        assert_eq!(super::descriptors_for(467), 1024);
+        assert_eq!(super::max_conns_for_limit(1024, 32), 467);
+        assert_eq!(super::descriptors_for(467, 32), 1024);
         // At least 4 refusals may linger: 32 + 2 x 2 + 4.
-        assert_eq!(super::max_conns_for_limit(40), 2);
-        assert_eq!(super::max_conns_for_limit(10), 1);
+        assert_eq!(super::max_conns_for_limit(40, 32), 2);
+        assert_eq!(super::max_conns_for_limit(10, 32), 1);
+        // A server that keeps more for itself takes fewer: 131 + 2 x 420
+        // + 420 / 8 = 1023.
+        assert_eq!(super::max_conns_for_limit(1024, 131), 420);
+    }
+
+    #[test]
+    fn the_reserve_grows_with_the_threads() {
+        use duality_models::{Balance, Model};
+        let small = super::reserved_descriptors(Model::Symped { n: 1 }, Balance::RoundRobin, 1);
+        assert_eq!(small, 32);
+        let many = super::reserved_descriptors(Model::Symped { n: 32 }, Balance::RoundRobin, 1);
+        // Three for each of 32 loops and the acceptor, the listener, 16
+        // spare, and the standard streams.
+        assert!(many >= 99 + 1 + 16 + 3, "{many}");
+        let per_loop = super::reserved_descriptors(Model::Symped { n: 32 }, Balance::ReusePort, 1);
+        assert_eq!(per_loop, many + 31);
     }
 
     #[test]
     fn open_files_take_what_connections_leave() {
-        assert_eq!(super::open_files_for_limit(20_000, 1024), 1000);
+        assert_eq!(super::open_files_for_limit(20_000, 1024, 32), 1000);
         // 1024 connections take 32 + 2048 + 128.
-        assert_eq!(super::open_files_for_limit(3_000, 1024), 792);
+        assert_eq!(super::open_files_for_limit(3_000, 1024, 32), 792);
         // 1024 descriptors: max_conns 467 takes them all.
-        assert_eq!(super::open_files_for_limit(1024, 467), 0);
-        assert_eq!(super::open_files_for_limit(10, 1), 0);
+        assert_eq!(super::open_files_for_limit(1024, 467, 32), 0);
+        assert_eq!(super::open_files_for_limit(10, 1, 32), 0);
     }
 }

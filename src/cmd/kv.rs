@@ -343,38 +343,40 @@ fn parse_size(s: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("{s:?} is too large"))
 }
 
-/// Descriptors kept beside the connections and the refusals lingered over:
-/// listeners, loops' rings and wake-ups, the memory file, logs, the
-/// metrics listener.
-const RESERVED_FDS: u64 = 64;
-
-/// `-c` as the descriptor limit allows it: the soft limit is raised to fit
-/// (memcached does the same); where the hard limit is lower, the server
-/// takes fewer connections and says so, so that the rest get memcached's
-/// "Too many open connections" answer instead of waiting unaccepted. The
-/// refusals lingered over hold descriptors too: they are counted in.
-fn fit_max_conns(max_conns: usize) -> anyhow::Result<usize> {
-    let need = |c: usize| (c + duality_models::lingering_refusals(c)) as u64 + RESERVED_FDS;
-    let want = need(max_conns);
+/// `-c` as the descriptor limit allows it, and how many refusals may
+/// linger beside the connections: the soft limit is raised to fit (memcached
+/// does the same); where the hard limit is lower, the server takes fewer
+/// connections and says so, so that the rest get memcached's "Too many open
+/// connections" answer instead of waiting unaccepted. The server's own
+/// descriptors (`reserved`: [`super::standing_descriptors`]) and the
+/// refusals lingered over are counted in: these get their usual share
+/// ([`duality_models::lingering_refusals`]) where the limit leaves it, at
+/// least 4, so that a `-c` near the limit still takes its connections.
+fn fit_max_conns(max_conns: usize, reserved: u64) -> anyhow::Result<(usize, usize)> {
+    const MIN_LINGERING: u64 = 4;
+    let lingering = duality_models::lingering_refusals;
+    let want = (max_conns + lingering(max_conns)) as u64 + reserved;
     let Some(soft) = super::raise_nofile(want) else {
-        return Ok(max_conns);
+        return Ok((max_conns, lingering(max_conns)));
     };
     if soft >= want {
-        return Ok(max_conns);
+        return Ok((max_conns, lingering(max_conns)));
     }
-    let mut fits = (soft.saturating_sub(RESERVED_FDS) as usize).min(max_conns);
-    while fits > 0 && need(fits) > soft {
-        fits -= 1;
-    }
+    let fits = (soft.saturating_sub(reserved + MIN_LINGERING) as usize).min(max_conns);
     anyhow::ensure!(
         fits > 0,
-        "-c {max_conns}: `ulimit -n` {soft} leaves no descriptors for connections"
+        "-c {max_conns}: `ulimit -n` {soft} leaves no descriptors for connections \
+         (the server keeps {reserved} for itself)"
     );
-    duality_rt::say!(
-        "duality kv: warning: -c {max_conns} needs {want} descriptors but `ulimit -n` allows \
-         {soft} (and cannot be raised); taking at most {fits} connections"
-    );
-    Ok(fits)
+    let left = soft - reserved - fits as u64;
+    if fits < max_conns {
+        duality_rt::say!(
+            "duality kv: warning: -c {max_conns} needs {} descriptors but `ulimit -n` allows \
+             {soft} (and cannot be raised); taking at most {fits} connections",
+            max_conns as u64 + reserved + MIN_LINGERING
+        );
+    }
+    Ok((fits, lingering(fits).min(left as usize)))
 }
 
 pub fn run(a: KvArgs) -> anyhow::Result<()> {
@@ -448,7 +450,19 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
         ),
         _ => {}
     }
-    let max_conns = fit_max_conns(a.max_conns)?;
+    let model = a.model.unwrap_or(Model::Symped {
+        n: a.threads.unwrap_or_else(duality_models::cores),
+    });
+    // Listening sockets: one per address (per loop with reuseport), and the
+    // Unix socket.
+    let addrs: usize = a.listen.iter().map(|h| h.ips.len()).sum();
+    let per_addr = match a.accept_balance {
+        duality_models::Balance::ReusePort => model.threads().max(1),
+        _ => 1,
+    };
+    let listeners = addrs * per_addr + usize::from(a.unix_socket.is_some());
+    let (max_conns, lingering) =
+        fit_max_conns(a.max_conns, super::standing_descriptors(model, listeners))?;
     if a.enable_coredumps {
         super::process::enable_coredumps().map_err(|e| anyhow::anyhow!("-r: {e}"))?;
     }
@@ -464,9 +478,6 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     if let Some(user) = &a.user {
         super::process::assume_user(user)?;
     }
-    let model = a.model.unwrap_or(Model::Symped {
-        n: a.threads.unwrap_or_else(duality_models::cores),
-    });
     if let (Some(t), Some(m)) = (a.threads, a.model) {
         if m != (Model::Symped { n: t }) {
             duality_rt::say!("duality kv: -t {t} ignored: --model {m} sets the threads");
@@ -576,6 +587,7 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
         .handoff(a.handoff.handoff)
         .balance(a.accept_balance)
         .max_conns(max_conns)
+        .lingering_refusals(lingering)
         .long_poll_threshold(a.metrics.long_poll_threshold())
         .idle_spin(a.io.idle_spin())
         .payload_spin(a.io.payload_spin())

@@ -101,6 +101,15 @@ impl Model {
         }
     }
 
+    /// Descriptors the model's threads hold whatever the connections: each
+    /// loop thread (network loops, payload threads and the acceptor) an
+    /// epoll or io_uring instance and an eventfd, and one to spare (an
+    /// epoll loop takes three; 32 loops took 99). For a server's descriptor
+    /// budget beside its connections'.
+    pub fn thread_descriptors(&self) -> usize {
+        3 * (self.threads() + 1)
+    }
+
     /// True if payload jobs leave the network loop for a payload thread.
     pub fn hands_off(&self) -> bool {
         matches!(

@@ -33,6 +33,7 @@ pub struct ServerBuilder {
     accept: AcceptPolicy,
     balance: Balance,
     max_conns: usize,
+    lingering: Option<usize>,
     handoff_capacity: usize,
     handoff: Handoff,
     refusal: Vec<u8>,
@@ -77,6 +78,7 @@ impl Default for ServerBuilder {
             accept: AcceptPolicy::default(),
             balance: Balance::default(),
             max_conns: 1024,
+            lingering: None,
             handoff_capacity: 1024,
             handoff: Handoff::Always,
             refusal: Vec::new(),
@@ -144,6 +146,14 @@ impl ServerBuilder {
     /// Connections above this are refused (the refusal message is sent, then closed).
     pub fn max_conns(mut self, n: usize) -> Self {
         self.max_conns = n.max(1);
+        self
+    }
+    /// Most refused connections lingered over at once (default:
+    /// [`lingering_refusals`] of `max_conns`); past them a refusal is
+    /// closed at once. For a descriptor limit that leaves fewer beside the
+    /// connections' own; at least 1.
+    pub fn lingering_refusals(mut self, n: usize) -> Self {
+        self.lingering = Some(n.max(1));
         self
     }
     /// Whether the hand-off models hand every batch to a payload thread or
@@ -676,7 +686,10 @@ fn start(
         balance: b.balance,
         max_conns: b.max_conns,
         refusal: b.refusal,
-        lingering: Lingering::new(lingering_refusals(b.max_conns)),
+        lingering: Lingering::new(
+            b.lingering
+                .unwrap_or_else(|| lingering_refusals(b.max_conns)),
+        ),
         counter: Arc::new(ConnShared::new(handles.len())),
         handler,
         spawn_conn,

@@ -29,6 +29,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 const MAGIC: &[u8; 8] = b"DUALKVMF";
 /// 2: the item size limit is recorded (`F_ITEM_MAX`); 3: a checksum of the
@@ -118,7 +119,9 @@ pub(crate) fn content_sum(bytes: &[u8]) -> u64 {
 
 /// The open memory file: its header. Each shard gets a `ShardFile`.
 pub struct MemFile {
-    file: File,
+    /// Shared with every shard's [`ShardFile`]: one descriptor for the
+    /// whole file (a descriptor per shard took 65 of a small `ulimit -n`).
+    file: Arc<File>,
     path: PathBuf,
     head: memmap2::MmapMut,
     layout: Layout,
@@ -186,7 +189,7 @@ fn checksum(file: &File, head: &[u8], layout: Layout) -> io::Result<u64> {
 /// One shard's part of the memory file: its slot table (mapped, written under
 /// the shard's lock) and its data slots.
 pub(crate) struct ShardFile {
-    file: File,
+    file: Arc<File>,
     table: memmap2::MmapMut,
     data_off: u64,
     seg_size: usize,
@@ -283,7 +286,7 @@ impl MemFile {
         match Self::init(&file, set, seed, discard) {
             Ok((head, layout, opened)) => Ok((
                 MemFile {
-                    file,
+                    file: Arc::new(file),
                     path: path.to_path_buf(),
                     head,
                     layout,
@@ -497,7 +500,7 @@ impl MemFile {
     pub(crate) fn shard(&self, shard: usize) -> io::Result<ShardFile> {
         let l = self.layout;
         assert!(shard < l.shards);
-        let file = self.file.try_clone()?;
+        let file = self.file.clone();
         // SAFETY: as in `open`; each shard's table is a page range of its
         // own, mapped once, so no two mappings of this process alias.
         let table = unsafe {
