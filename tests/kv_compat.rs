@@ -21,7 +21,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// duality with memcached's defaults.
 fn duality(enable_shutdown: bool) -> InProc {
@@ -1457,6 +1457,99 @@ fn a_stopping_server_removes_only_its_own_socket() {
     assert!(kv.wait_exit(std::time::Duration::from_secs(10)).is_some());
     assert!(sock.exists(), "another server's socket was removed");
     drop(other);
+}
+
+/// A second start on the socket of a live server that does not accept
+/// (stopped here, its backlog full) says the socket is in use and exits:
+/// its stale-socket probe blocked in connect for ever, deaf to SIGTERM.
+#[test]
+fn a_socket_whose_server_is_stopped_is_in_use() {
+    use socket2::{Domain, SockAddr, Socket, Type};
+    let dir = TempDir::new("kv-sock-stopped");
+    let sock = dir.path().join("kv.sock");
+    let path = sock.to_str().unwrap();
+    let first = KvProc::start_raw(&["-s", path, "-t", "1", "-b", "1"]);
+    first.signal(libc::SIGSTOP);
+    // Stopped (not accepting) before the backlog is filled.
+    let stat = format!("/proc/{}/stat", first.pid());
+    let stopped = || {
+        let s = std::fs::read_to_string(&stat).unwrap_or_default();
+        s.rsplit(')')
+            .next()
+            .map(|r| r.trim_start().starts_with('T'))
+            == Some(true)
+    };
+    let until = Instant::now() + Duration::from_secs(5);
+    while !stopped() {
+        assert!(Instant::now() < until, "the server did not stop");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let addr = SockAddr::unix(&sock).unwrap();
+    let mut queued = Vec::new();
+    let mut full = false;
+    for _ in 0..64 {
+        let s = Socket::new(Domain::UNIX, Type::STREAM.nonblocking(), None).unwrap();
+        match s.connect(&addr) {
+            Ok(()) => queued.push(s),
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
+                full = true;
+                break;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(full, "the backlog never filled");
+    let mut second = std::process::Command::new(env!("CARGO_BIN_EXE_duality"))
+        .args(["kv", "-s", path, "-t", "1"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(st) = second.try_wait().unwrap() {
+            break Some(st);
+        }
+        if Instant::now() > until {
+            let _ = second.kill();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    second
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    first.signal(libc::SIGCONT);
+    let status = status.expect("the second start hung on the stopped server's socket");
+    assert!(!status.success());
+    assert!(err.contains("in use by another server"), "{err}");
+    drop(queued);
+    // The first is still the socket's server.
+    let mut c = Client::connect(&Addr::Unix(sock.clone()));
+    assert!(c.call(b"version\r\n").starts_with(b"VERSION "));
+}
+
+/// A socket path too long for a Unix socket address is refused naming the
+/// path (the message was the C library's "path must be shorter than
+/// SUN_LEN", naming neither the path nor -s).
+#[test]
+fn a_socket_path_too_long_is_named() {
+    let path = format!("/tmp/{}.sock", "x".repeat(120));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_duality"))
+        .args(["kv", "-s", &path])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("cannot listen on {path}: the path is 130 bytes")),
+        "{err}"
+    );
+    assert!(!std::path::Path::new(&path).exists());
 }
 
 /// A second instance that cannot bind leaves the running one's pid file as

@@ -292,10 +292,20 @@ fn bind_tcp(addr: SocketAddr, reuse_port: bool, backlog: i32) -> io::Result<std:
 /// Connects to the Unix socket at `path`, again for up to 200 ms while it
 /// answers: a server killed a moment ago (SIGKILL, then a restart at once)
 /// can leave its listener accepting until the kernel has torn its io_uring
-/// down. Ok: something listens there.
+/// down. Ok: something listens there. The connect does not block: a live
+/// server that is stopped or hung, its backlog full, would keep a blocking
+/// one (and this start, deaf to SIGTERM) waiting for ever; a full backlog
+/// (EAGAIN) means a listener, so the path is in use.
 fn connect_settled(path: &Path) -> io::Result<()> {
+    use socket2::{Domain, SockAddr, Socket, Type};
+    let addr = SockAddr::unix(path)?;
     for _ in 0..10 {
-        std::os::unix::net::UnixStream::connect(path)?;
+        let s = Socket::new(Domain::UNIX, Type::STREAM.nonblocking(), None)?;
+        match s.connect(&addr) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => return Ok(()),
+            Err(e) => return Err(e),
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
     Ok(())
@@ -370,10 +380,19 @@ fn bind_unix(
             format!("cannot listen on {}: {e}", path.display()),
         )
     };
+    let addr = socket2::SockAddr::unix(path).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "cannot listen on {}: the path is {} bytes, more than a Unix socket address \
+                 holds (107)",
+                path.display(),
+                path.as_os_str().len()
+            ),
+        )
+    })?;
     let socket = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)?;
-    socket
-        .bind(&socket2::SockAddr::unix(path)?)
-        .map_err(cannot)?;
+    socket.bind(&addr).map_err(cannot)?;
     if let Some(mode) = mode {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(cannot)?;
