@@ -92,7 +92,13 @@ fn a_server_that_cannot_start_says_why() {
         ],
         &[("TMPDIR", long.path())],
     );
-    fails_saying(&o, &["duality sped did not start", "SUN_LEN"]);
+    fails_saying(
+        &o,
+        &[
+            "duality sped did not start",
+            "more than a Unix socket address holds",
+        ],
+    );
 }
 
 #[test]
