@@ -70,9 +70,10 @@ pub fn nofile() -> Option<u64> {
 
 /// Descriptors a server keeps beside its connections' under `model` with
 /// `listeners` listening sockets: those open now (the standard streams,
-/// anything inherited), its threads' ([`Model::thread_descriptors`]), its
-/// listeners, and 16 for what opens later (the signal pipe, a memory file,
-/// the metrics listener, a pid file, a log reopened, `/proc` reads).
+/// anything inherited), its threads'
+/// ([`duality_models::Model::thread_descriptors`]), its listeners, and 16
+/// for what opens later (the signal pipe, a memory file, the metrics
+/// listener, a pid file, a log reopened, `/proc` reads).
 pub fn standing_descriptors(model: duality_models::Model, listeners: usize) -> u64 {
     let open_now = std::fs::read_dir("/proc/self/fd").map_or(3, |d| d.count().saturating_sub(1));
     (open_now + model.thread_descriptors() + listeners + 16) as u64
