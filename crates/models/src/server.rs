@@ -295,7 +295,7 @@ fn bind_tcp(addr: SocketAddr, reuse_port: bool, backlog: i32) -> io::Result<std:
 /// down. Ok: something listens there. The connect does not block: a live
 /// server that is stopped or hung, its backlog full, would keep a blocking
 /// one (and this start, deaf to SIGTERM) waiting for ever; a full backlog
-/// (EAGAIN) means a listener, so the path is in use.
+/// (EAGAIN) means a listener, so the path is in use unless it closes.
 fn connect_settled(path: &Path) -> io::Result<()> {
     use socket2::{Domain, SockAddr, Socket, Type};
     let addr = SockAddr::unix(path)?;
@@ -303,7 +303,9 @@ fn connect_settled(path: &Path) -> io::Result<()> {
         let s = Socket::new(Domain::UNIX, Type::STREAM.nonblocking(), None)?;
         match s.connect(&addr) {
             Ok(()) => {}
-            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => return Ok(()),
+            // A listener with a full backlog: tried again, as a connect
+            // that succeeds (it may be a killed server's, closing).
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {}
             Err(e) => return Err(e),
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -571,10 +573,11 @@ async fn accept_loop(listener: Bound, shared: Arc<Shared>, on: Option<usize>) {
     // Failures are logged at most once a second (with how many were not):
     // at the descriptor limit accept fails every few milliseconds.
     let mut warned = duality_rt::time::LogEvery::default();
-    // Until when a full table refuses at once: set when a wait for a slot
-    // found none (a flood of clients past the limit is refused at full
-    // speed, not one per wait).
-    let mut refuse_at_once_until: Option<Instant> = None;
+    // The waits for a slot at a full table take at most FULL_TABLE_WAIT in
+    // each FULL_TABLE_WINDOW, whatever they find: past it a full table
+    // refuses at once, so clients past the limit are refused, not queued
+    // behind the ones that close (a flood, or churn faster than slots free).
+    let mut window = (Instant::now(), Duration::ZERO);
     loop {
         if shared.counter.shutdown.is_set() {
             return;
@@ -591,18 +594,20 @@ async fn accept_loop(listener: Bound, shared: Arc<Shared>, on: Option<usize>) {
         match r {
             Ok(a) => {
                 let accepted_at = duality_rt::stats::poll_started();
-                if shared.full() && refuse_at_once_until.is_none_or(|t| Instant::now() >= t) {
+                if shared.full() {
                     // A client that closed a connection and opened another
                     // at once (a pool recycling one at the limit) finds its
                     // close not yet seen by the loop that held it: a slot
                     // is about to be free. Wait a moment for it.
-                    let until = Instant::now() + FULL_TABLE_WAIT;
+                    let start = Instant::now();
+                    if start.saturating_duration_since(window.0) >= FULL_TABLE_WINDOW {
+                        window = (start, Duration::ZERO);
+                    }
+                    let until = start + FULL_TABLE_WAIT.saturating_sub(window.1);
                     while shared.full() && Instant::now() < until {
                         duality_rt::time::sleep(Duration::from_millis(1)).await;
                     }
-                    refuse_at_once_until = shared
-                        .full()
-                        .then(|| Instant::now() + Duration::from_millis(100));
+                    window.1 += start.elapsed();
                 }
                 shared.dispatch(a, accepted_at, on)
             }
@@ -618,12 +623,16 @@ async fn accept_loop(listener: Bound, shared: Arc<Shared>, on: Option<usize>) {
     }
 }
 
-/// How long a connection that finds every slot taken waits for one to
-/// free before it is refused (a close seen a moment later). A client
-/// closing and reopening a connection at once at `-c 8` was refused 61-80
-/// times in 200 (memcached: 6-25); with the wait, 0 here (most closes are
-/// seen within 2 ms; 5 leave room for a busy machine).
+/// How long connections that find every slot taken may wait for one to
+/// free, all together, in each [`FULL_TABLE_WINDOW`] (a close seen a
+/// moment later), before they are refused. A client closing and reopening
+/// a connection at once at `-c 8` was refused 61-80 times in 200
+/// (memcached: 6-25); with a wait, 0 (most closes are seen within 2 ms).
+/// Bounded so that churn past the limit is refused, not queued.
 const FULL_TABLE_WAIT: Duration = Duration::from_millis(5);
+
+/// See [`FULL_TABLE_WAIT`].
+const FULL_TABLE_WINDOW: Duration = Duration::from_millis(100);
 
 /// A running server.
 pub struct Server {
