@@ -981,9 +981,9 @@ fn max_conns_fits_the_descriptor_limit() {
 /// limit (a pool recycling one), is served: the new connection waits a
 /// moment for the slot its close frees, which the loop that held it may not
 /// have seen yet. Refused 61-80 times in 200 back to back before (symped,
-/// steal, thread-per-conn); memcached refuses some too, so a few are
-/// allowed. The waits have a budget (5 ms in 100), so the reconnections
-/// are spaced as a pool's would be.
+/// steal, thread-per-conn), and 7-15 of 40 with a wait of at most 5 ms in
+/// 100 while other processes kept both cores busy (CI); memcached refuses
+/// some too, so a couple are allowed.
 fn reconnecting_at_the_limit_is_served(model: &str) {
     let srv = KvProc::start(&["-c", "4", "--model", model]);
     let version = |c: &mut Client| {
@@ -998,7 +998,6 @@ fn reconnecting_at_the_limit_is_served(model: &str) {
     assert!(version(&mut cycling).starts_with(b"VERSION "));
     let mut refused = 0;
     for _ in 0..40 {
-        std::thread::sleep(Duration::from_millis(25));
         drop(cycling);
         cycling = srv.connect();
         let mut answer = version(&mut cycling);
@@ -1022,7 +1021,7 @@ fn reconnecting_at_the_limit_is_served(model: &str) {
         }
     }
     assert!(
-        refused <= 6,
+        refused <= 2,
         "{model}: {refused} of 40 reconnections refused"
     );
 }
