@@ -105,7 +105,7 @@ impl AcceptEncoding {
     /// Whether to send the gzip variant (see the [module docs](self)).
     pub fn prefers_gzip(&self) -> bool {
         let gzip = self.gzip_weight();
-        gzip > 0 && self.identity.or(self.any).map_or(true, |id| gzip >= id)
+        gzip > 0 && self.identity.or(self.any).is_none_or(|id| gzip >= id)
     }
 }
 

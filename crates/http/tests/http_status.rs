@@ -229,7 +229,7 @@ fn status_413_is_read_by_a_client_still_sending_its_body() {
     let s = TestServer::start("413b", |c| c.limits.max_body = 8 * 1024);
     let mut c = s.client();
     let mut req = b"PUT /x HTTP/1.1\r\nHost: t\r\nContent-Length: 40000\r\n\r\n".to_vec();
-    req.extend(std::iter::repeat(b'x').take(40000));
+    req.extend(std::iter::repeat_n(b'x', 40000));
     c.send(req);
     assert_eq!(c.response(false).status, 413);
 }

@@ -18,7 +18,7 @@ fn value(c: u8) -> Option<u32> {
 /// `input` is not padded base64 or does not fit. Empty input is invalid (a key
 /// cannot be empty).
 pub(crate) fn decode(input: &[u8], out: &mut [u8]) -> Option<usize> {
-    if input.is_empty() || input.len() % 4 != 0 {
+    if input.is_empty() || !input.len().is_multiple_of(4) {
         return None;
     }
     let mut n = 0;

@@ -274,7 +274,7 @@ async fn connection(
     loop {
         let stop = ctl.stop.load(Relaxed);
         i += 1;
-        let ledger = stop || (load.ledger_every > 0 && i % load.ledger_every == 0);
+        let ledger = stop || (load.ledger_every > 0 && i.is_multiple_of(load.ledger_every));
         if stop && unreported == 0 {
             return Ok(nonces);
         }
@@ -303,7 +303,7 @@ async fn connection(
         nonces.push(counter);
         unreported += 1;
         ctl.seals.fetch_add(1, Relaxed);
-        if (nonces.len() as u64 - 1) % load.verify_every.max(1) == 0 {
+        if (nonces.len() as u64 - 1).is_multiple_of(load.verify_every.max(1)) {
             let want = service::expected_tag(SEED, file, client, counter, i as u32, load.block);
             if resp[..16] != want {
                 return Err(format!(

@@ -42,7 +42,7 @@ impl Block {
 
     /// True if nothing shares the block (a send holds none of it).
     pub(super) fn unique(&self) -> bool {
-        self.0.as_ref().map_or(true, |m| Arc::strong_count(m) == 1)
+        self.0.as_ref().is_none_or(|m| Arc::strong_count(m) == 1)
     }
 
     /// The whole block, to write. Panics if a send shares it: nothing may

@@ -38,7 +38,7 @@ const fn ladder() -> [usize; CLASSES] {
     let mut size = 96usize;
     let mut i = 0;
     while i < CLASSES - 1 && size * 5 < chunk_max * 4 {
-        if size % 8 != 0 {
+        if !size.is_multiple_of(8) {
             size += 8 - size % 8;
         }
         out[i] = size;

@@ -108,7 +108,7 @@ pub(crate) type Loc = u32;
 
 #[inline]
 fn loc(seg: u32, off: usize) -> Loc {
-    debug_assert!(off % 8 == 0 && off < MAX_SEG);
+    debug_assert!(off.is_multiple_of(8) && off < MAX_SEG);
     seg << OFF_BITS | (off >> 3) as u32
 }
 
@@ -1215,10 +1215,10 @@ impl Shard {
                 continue;
             }
             dead += s.used - s.live;
-            if emptiest.map_or(true, |e| (s.live, id) < e) {
+            if emptiest.is_none_or(|e| (s.live, id) < e) {
                 emptiest = Some((s.live, id));
             }
-            if deadest.map_or(true, |d| (s.used - s.live, id) > d) {
+            if deadest.is_none_or(|d| (s.used - s.live, id) > d) {
                 deadest = Some((s.used - s.live, id));
             }
         }
