@@ -288,11 +288,7 @@ fn max_conns_for_limit(nofile: u64, reserved: u64) -> usize {
 /// [`super::standing_descriptors`] counts for its model and listeners, and
 /// at least 32.
 fn reserved_descriptors(model: duality_models::Model, balance: Balance, listeners: usize) -> u64 {
-    let listeners = match balance {
-        Balance::ReusePort => listeners * model.threads().max(1),
-        _ => listeners,
-    };
-    super::standing_descriptors(model, listeners).max(32)
+    super::standing_descriptors(model, balance, listeners, 0).max(32)
 }
 
 /// Descriptors `max_conns` connections take at most: two each (its socket

@@ -453,16 +453,14 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     let model = a.model.unwrap_or(Model::Symped {
         n: a.threads.unwrap_or_else(duality_models::cores),
     });
-    // Listening sockets: one per address (per loop with reuseport), and the
-    // Unix socket.
     let addrs: usize = a.listen.iter().map(|h| h.ips.len()).sum();
-    let per_addr = match a.accept_balance {
-        duality_models::Balance::ReusePort => model.threads().max(1),
-        _ => 1,
-    };
-    let listeners = addrs * per_addr + usize::from(a.unix_socket.is_some());
-    let (max_conns, lingering) =
-        fit_max_conns(a.max_conns, super::standing_descriptors(model, listeners))?;
+    let reserved = super::standing_descriptors(
+        model,
+        a.accept_balance,
+        addrs,
+        usize::from(a.unix_socket.is_some()),
+    );
+    let (max_conns, lingering) = fit_max_conns(a.max_conns, reserved)?;
     if a.enable_coredumps {
         super::process::enable_coredumps().map_err(|e| anyhow::anyhow!("-r: {e}"))?;
     }

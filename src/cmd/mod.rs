@@ -68,13 +68,24 @@ pub fn nofile() -> Option<u64> {
     nofile_limits().map(|(soft, _)| soft)
 }
 
-/// Descriptors a server keeps beside its connections' under `model` with
-/// `listeners` listening sockets: those open now (the standard streams,
-/// anything inherited), its threads'
-/// ([`duality_models::Model::thread_descriptors`]), its listeners, and 16
-/// for what opens later (the signal pipe, a memory file, the metrics
+/// Descriptors a server keeps beside its connections' under `model`,
+/// listening on `tcp` addresses (each once per network loop under
+/// [`Balance::ReusePort`](duality_models::Balance::ReusePort)) and `unix`
+/// sockets: those open now (the standard streams, anything inherited), its
+/// threads' ([`duality_models::Model::thread_descriptors`]), its listeners,
+/// and 16 for what opens later (the signal pipe, a memory file, the metrics
 /// listener, a pid file, a log reopened, `/proc` reads).
-pub fn standing_descriptors(model: duality_models::Model, listeners: usize) -> u64 {
+pub fn standing_descriptors(
+    model: duality_models::Model,
+    balance: duality_models::Balance,
+    tcp: usize,
+    unix: usize,
+) -> u64 {
+    let per_addr = match balance {
+        duality_models::Balance::ReusePort => model.threads().max(1),
+        _ => 1,
+    };
+    let listeners = tcp * per_addr + unix;
     let open_now = std::fs::read_dir("/proc/self/fd").map_or(3, |d| d.count().saturating_sub(1));
     (open_now + model.thread_descriptors() + listeners + 16) as u64
 }
