@@ -92,8 +92,9 @@ fn many_slow_clients_do_not_block_a_fast_one() {
 #[test]
 fn idle_timeout_closes_without_a_response() {
     let s = TestServer::start("idle", |c| c.idle_timeout = Duration::from_millis(300));
-    let mut c = s.client();
+    // Timed from before the connect: the server's timer starts after it.
     let t0 = Instant::now();
+    let mut c = s.client();
     let mut b = [0u8; 16];
     assert_eq!(c.stream.read(&mut b).unwrap(), 0, "closed without a byte");
     assert!(t0.elapsed() >= Duration::from_millis(250));
