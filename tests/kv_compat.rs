@@ -1379,7 +1379,7 @@ fn listen_host_names_and_threads_of_the_model() {
     assert!(
         kv.wait_stderr(
             "-t 3 ignored: --model sped sets the threads",
-            Duration::from_secs(2)
+            Duration::from_secs(10)
         ),
         "{}",
         kv.stderr_text()

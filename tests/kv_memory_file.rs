@@ -303,7 +303,7 @@ fn a_second_signal_stops_at_once_and_keeps_the_items() {
     assert!(kv.wait_exit(Duration::from_secs(10)).is_some());
     assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
     assert!(
-        kv.wait_stderr("second stop signal", Duration::from_secs(2)),
+        kv.wait_stderr("second stop signal", Duration::from_secs(10)),
         "{}",
         kv.stderr_text()
     );

@@ -17,9 +17,11 @@ fn sleeps_fire_in_deadline_order_and_never_early() {
         let base = Instant::now();
         let log = Arc::new(Mutex::new(Vec::new()));
         let mut handles = Vec::new();
-        // Deadlines 2..=60 ms in a scrambled spawn order.
+        // Deadlines 200..=258 ms in a scrambled spawn order (far enough
+        // that none has passed before its task first waits, even on a
+        // loaded machine: a deadline passed fires in spawn order).
         for i in 0..30u64 {
-            let deadline = base + Duration::from_millis(2 + (i * 17 % 30) * 2);
+            let deadline = base + Duration::from_millis(200 + (i * 17 % 30) * 2);
             let log = log.clone();
             handles.push(spawn(async move {
                 sleep_until(deadline).await;
@@ -132,14 +134,16 @@ fn an_extended_sleep_fires_at_its_new_deadline_registering_once_more() {
         let lp = event_loop::current().unwrap();
         let fired_before = lp.snapshot().timers_fired;
         let start = Instant::now();
-        let mut s = Box::pin(sleep(Duration::from_millis(10)));
+        // (Long enough that a loaded machine does not pass the first
+        // deadline before the sleep is polled again.)
+        let mut s = Box::pin(sleep(Duration::from_millis(100)));
         assert!(poll_once(&mut s).await.is_none());
-        // Later: the 10 ms entry stays registered and fires first; the
+        // Later: the 100 ms entry stays registered and fires first; the
         // sleep then registers again for the new deadline.
-        s.as_mut().extend(start + Duration::from_millis(40));
+        s.as_mut().extend(start + Duration::from_millis(400));
         s.await;
         let took = start.elapsed();
-        assert!(took >= Duration::from_millis(40), "woke early: {took:?}");
+        assert!(took >= Duration::from_millis(400), "woke early: {took:?}");
         assert!(took < Duration::from_secs(2), "{took:?}");
         let fired = lp.snapshot().timers_fired - fired_before;
         assert_eq!(fired, 2, "the first entry and the re-registration");
