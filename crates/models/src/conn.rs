@@ -303,7 +303,7 @@ impl Lingering {
         })
     }
 
-    fn take(self: &Arc<Self>) -> Option<LingerSlot> {
+    pub(crate) fn take(self: &Arc<Self>) -> Option<LingerSlot> {
         self.now
             .fetch_update(Relaxed, Relaxed, |n| (n < self.bound).then_some(n + 1))
             .ok()

@@ -573,10 +573,6 @@ async fn accept_loop(listener: Bound, shared: Arc<Shared>, on: Option<usize>) {
     // Failures are logged at most once a second (with how many were not):
     // at the descriptor limit accept fails every few milliseconds.
     let mut warned = duality_rt::time::LogEvery::default();
-    // When a wait for a slot last found none, unless the table has been
-    // seen with room since: for FULL_TABLE_WAIT after it, refuse without
-    // waiting.
-    let mut no_slot: Option<Instant> = None;
     loop {
         if shared.counter.shutdown.is_set() {
             return;
@@ -597,26 +593,29 @@ async fn accept_loop(listener: Bound, shared: Arc<Shared>, on: Option<usize>) {
                     // A client that closed a connection and opened another
                     // at once (a pool recycling one at the limit) finds its
                     // close not yet seen by the loop that held it: a slot
-                    // is about to be free. The acceptor waits for it with
-                    // this one connection (the next ones wait in the
-                    // listen backlog). A wait that finds no slot refuses,
-                    // and so does every connection for as long again
-                    // unless the table is seen with room: a flood past the
-                    // limit waits at most FULL_TABLE_WAIT and half the
-                    // acceptor's time at most, then is refused.
-                    let now = Instant::now();
-                    if no_slot.is_none_or(|t| now.duration_since(t) >= FULL_TABLE_WAIT) {
-                        let until = now + FULL_TABLE_WAIT;
-                        while shared.full()
-                            && Instant::now() < until
-                            && !shared.counter.shutdown.is_set()
-                        {
-                            duality_rt::time::sleep(Duration::from_millis(1)).await;
-                        }
-                        no_slot = shared.full().then(Instant::now);
+                    // is about to be free. The connection waits for it on
+                    // a task of its own, so the acceptor goes on; waiting
+                    // takes one of the lingering refusals' places (their
+                    // descriptors are budgeted), so a flood past the limit
+                    // finds them taken and is refused at once, not queued.
+                    if let Some(place) = shared.lingering.take() {
+                        let shared = shared.clone();
+                        drop(duality_rt::spawn(async move {
+                            let until = Instant::now() + FULL_TABLE_WAIT;
+                            while shared.full()
+                                && Instant::now() < until
+                                && !shared.counter.shutdown.is_set()
+                            {
+                                duality_rt::time::sleep(Duration::from_millis(1)).await;
+                            }
+                            // Its refusal (with the message, also at
+                            // shutdown: not a reset) may linger in the
+                            // place it held.
+                            drop(place);
+                            shared.dispatch(a, accepted_at, on)
+                        }));
+                        continue;
                     }
-                } else {
-                    no_slot = None;
                 }
                 shared.dispatch(a, accepted_at, on)
             }
@@ -638,7 +637,8 @@ async fn accept_loop(listener: Bound, shared: Arc<Shared>, on: Option<usize>) {
 /// was refused 61-80 times in 200 without a wait (memcached: 6-25); most
 /// closes are seen within 2 ms, but a loaded machine (CI's two cores
 /// running tests side by side) delays the loop that must see it by tens of
-/// milliseconds.
+/// milliseconds. At most as many connections wait at once as refusals may
+/// linger (see [`lingering_refusals`]).
 const FULL_TABLE_WAIT: Duration = Duration::from_millis(50);
 
 /// A running server.
