@@ -1056,6 +1056,36 @@ fn a_flood_past_the_limit_is_refused_not_queued() {
     );
 }
 
+/// At a stop signal, connections waiting for a slot are refused with the
+/// message: admitted once the held connections closed, they were closed
+/// at once with their request unread (a reset under io_uring, sometimes a
+/// VERSION under epoll).
+#[test]
+fn connections_waiting_for_a_slot_at_shutdown_are_refused() {
+    const REFUSAL: &[u8] = b"ERROR Too many open connections\r\n";
+    let mut srv = KvProc::start(&["-c", "4", "-t", "1"]);
+    let mut held: Vec<Client> = (0..4).map(|_| srv.connect()).collect();
+    for c in &mut held {
+        c.send(b"version\r\n");
+        assert!(c.read_until(b"\r\n").starts_with(b"VERSION "));
+    }
+    let mut waiting: Vec<Client> = (0..4).map(|_| srv.connect()).collect();
+    for c in &mut waiting {
+        c.send(b"version\r\n");
+    }
+    // Within their 50 ms waits (past them they are refused anyway).
+    thread::sleep(Duration::from_millis(25));
+    srv.signal(libc::SIGTERM);
+    let answers: Vec<String> = waiting.iter_mut().map(|c| show(&c.read_to_eof())).collect();
+    // A client not yet accepted when the listener closed reads nothing.
+    for a in &answers {
+        assert!(a.is_empty() || *a == show(REFUSAL), "{answers:?}");
+    }
+    assert!(answers.iter().any(|a| *a == show(REFUSAL)), "{answers:?}");
+    assert!(srv.wait_exit(Duration::from_secs(10)).is_some());
+    drop(held);
+}
+
 #[test]
 fn reconnecting_at_the_limit_is_served_symped() {
     reconnecting_at_the_limit_is_served("symped:2");

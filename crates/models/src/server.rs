@@ -430,6 +430,26 @@ struct Shared {
     conn_thread_name: String,
     /// The listening sockets, in the order they were given.
     listeners: Vec<Listener>,
+    /// Connections waiting for a slot at a full table (see `accept_loop`):
+    /// a shutdown lets them be answered before the loops stop.
+    waiting: AtomicUsize,
+}
+
+/// One connection waiting for a slot, counted off when its task ends or is
+/// dropped.
+struct Waiting(Arc<Shared>);
+
+impl Waiting {
+    fn new(shared: &Arc<Shared>) -> Waiting {
+        shared.waiting.fetch_add(1, SeqCst);
+        Waiting(shared.clone())
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, SeqCst);
+    }
 }
 
 impl Shared {
@@ -599,8 +619,11 @@ async fn accept_loop(listener: Bound, shared: Arc<Shared>, on: Option<usize>) {
                     // descriptors are budgeted), so a flood past the limit
                     // finds them taken and is refused at once, not queued.
                     if let Some(place) = shared.lingering.take() {
+                        let waiting = Waiting::new(&shared);
                         let shared = shared.clone();
                         drop(duality_rt::spawn(async move {
+                            // Counted off after its answer, below.
+                            let _waiting = waiting;
                             let until = Instant::now() + FULL_TABLE_WAIT;
                             while shared.full()
                                 && Instant::now() < until
@@ -608,11 +631,17 @@ async fn accept_loop(listener: Bound, shared: Arc<Shared>, on: Option<usize>) {
                             {
                                 duality_rt::time::sleep(Duration::from_millis(1)).await;
                             }
-                            // Its refusal (with the message, also at
-                            // shutdown: not a reset) may linger in the
-                            // place it held.
+                            // Its refusal may linger in the place it
+                            // held. At shutdown it is refused even if the
+                            // closes made room: admitted now it would be
+                            // closed with its request unread (a reset).
                             drop(place);
-                            shared.dispatch(a, accepted_at, on)
+                            if shared.counter.shutdown.is_set() {
+                                shared.counter.refused.fetch_add(1, Relaxed);
+                                a.refuse(&shared.refusal, &shared.lingering);
+                            } else {
+                                shared.dispatch(a, accepted_at, on)
+                            }
                         }));
                         continue;
                     }
@@ -768,6 +797,7 @@ fn start(
         spawn_failed: Mutex::new(duality_rt::time::LogEvery::default()),
         conn_thread_name: format!("{}-conn", b.name),
         listeners,
+        waiting: AtomicUsize::new(0),
     });
     // SPED accepts on its one loop; every other model has an acceptor thread.
     let acceptor = if b.model == Model::Sped {
@@ -884,7 +914,12 @@ impl Server {
         }
         self.shared.counter.shutdown.trigger();
         let until = Instant::now() + deadline;
-        while self.connections() > 0 && Instant::now() < until && !now.load(Relaxed) {
+        // Connections waiting for a slot end their waits at the signal and
+        // are answered (a refusal) before the loops stop.
+        while (self.connections() > 0 || self.shared.waiting.load(SeqCst) > 0)
+            && Instant::now() < until
+            && !now.load(Relaxed)
+        {
             std::thread::sleep(Duration::from_millis(2));
         }
         let cut_off = self.connections();

@@ -218,12 +218,14 @@ fn refusals_hold_no_descriptors_once_answered_and_lingering_ones_are_bounded() {
     // A request cut short (no line end yet) is lingered over: the rest of
     // it arrives to an open socket, not to a reset.
     // (The refusal comes once the connection has waited for a slot; the
-    // rest is sent after it.)
+    // rest is sent a moment after it: what arrives while the server writes
+    // the refusal is read with it, and a whole request is closed at once.)
     let mut s = std::net::TcpStream::connect(a).unwrap();
     s.write_all(b"get k").unwrap();
     let mut refusal = vec![0u8; MSG.len()];
     std::io::Read::read_exact(&mut s, &mut refusal).unwrap();
     assert_eq!(refusal, MSG);
+    std::thread::sleep(Duration::from_millis(100));
     s.write_all(b"ey\r\n").unwrap();
     std::thread::sleep(Duration::from_millis(50));
     assert!(
