@@ -7,6 +7,7 @@
 # further arguments, and prints the failed tests.
 #
 #   scripts/loaded-tests.sh [BUSY] [-- CARGO TEST ARGS]
+#   DUALITY_IO=epoll scripts/loaded-tests.sh     # the loops on epoll, as CI's second pass
 #
 # Exit status: cargo's. A test that fails here and passes alone is timing
 # on scheduling: make it poll for what it waits for, with a deadline far
