@@ -1,6 +1,6 @@
 //! The server builder: listeners + model + handler → running threads.
 
-use crate::conn::{Accepted, Conn, ConnShared, Lingering};
+use crate::conn::{Accepted, Conn, ConnShared, LingerSlot, Lingering};
 use crate::model::{AcceptPolicy, Balance, Model};
 use crate::payload::{ColorLocks, Dispatch, Handoff, Lane, Payload};
 use crate::stage::Stage;
@@ -481,6 +481,12 @@ impl Shared {
             .unwrap_or(start)
     }
 
+    /// Refuses `a` with the server's message, counted.
+    fn refuse(&self, a: Accepted) {
+        self.counter.refused.fetch_add(1, Relaxed);
+        a.refuse(&self.refusal, &self.lingering);
+    }
+
     /// `accepted_at`: the start of the acceptor's poll that took `a`; `on`:
     /// the network loop that accepted it for itself (`SO_REUSEPORT`).
     fn dispatch(
@@ -492,8 +498,7 @@ impl Shared {
         let live = self.counter.live.fetch_add(1, SeqCst);
         if live >= self.max_conns {
             self.counter.live.fetch_sub(1, SeqCst);
-            self.counter.refused.fetch_add(1, Relaxed);
-            a.refuse(&self.refusal, &self.lingering);
+            self.refuse(a);
             return;
         }
         self.counter.total.fetch_add(1, Relaxed);
@@ -620,29 +625,13 @@ async fn accept_loop(listener: Bound, shared: Arc<Shared>, on: Option<usize>) {
                     // finds them taken and is refused at once, not queued.
                     if let Some(place) = shared.lingering.take() {
                         let waiting = Waiting::new(&shared);
-                        let shared = shared.clone();
-                        drop(duality_rt::spawn(async move {
-                            // Counted off after its answer, below.
-                            let _waiting = waiting;
-                            let until = Instant::now() + FULL_TABLE_WAIT;
-                            while shared.full()
-                                && Instant::now() < until
-                                && !shared.counter.shutdown.is_set()
-                            {
-                                duality_rt::time::sleep(Duration::from_millis(1)).await;
-                            }
-                            // Its refusal may linger in the place it
-                            // held. At shutdown it is refused even if the
-                            // closes made room: admitted now it would be
-                            // closed with its request unread (a reset).
-                            drop(place);
-                            if shared.counter.shutdown.is_set() {
-                                shared.counter.refused.fetch_add(1, Relaxed);
-                                a.refuse(&shared.refusal, &shared.lingering);
-                            } else {
-                                shared.dispatch(a, accepted_at, on)
-                            }
-                        }));
+                        drop(duality_rt::spawn(wait_for_slot(
+                            waiting,
+                            place,
+                            a,
+                            accepted_at,
+                            on,
+                        )));
                         continue;
                     }
                 }
@@ -658,6 +647,33 @@ async fn accept_loop(listener: Bound, shared: Arc<Shared>, on: Option<usize>) {
             },
         }
     }
+}
+
+/// `a`, which found every slot taken, waits for one (at most
+/// [`FULL_TABLE_WAIT`]) in the lingering refusal's `place` it holds, then
+/// is dispatched.
+async fn wait_for_slot(
+    waiting: Waiting,
+    place: LingerSlot,
+    a: Accepted,
+    accepted_at: Option<duality_rt::stats::Stamp>,
+    on: Option<usize>,
+) {
+    let shared = &waiting.0;
+    let until = Instant::now() + FULL_TABLE_WAIT;
+    while shared.full() && Instant::now() < until && !shared.counter.shutdown.is_set() {
+        duality_rt::time::sleep(Duration::from_millis(1)).await;
+    }
+    // Its refusal may linger in the place it held. At shutdown it is
+    // refused even if the closes made room: admitted now it would be
+    // closed with its request unread (a reset).
+    drop(place);
+    if shared.counter.shutdown.is_set() {
+        shared.refuse(a);
+    } else {
+        shared.dispatch(a, accepted_at, on)
+    }
+    // `waiting` is counted off here, after the answer.
 }
 
 /// How long a connection that finds every slot taken waits for one to
