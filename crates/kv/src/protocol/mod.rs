@@ -149,7 +149,16 @@ impl<'a> Tokens<'a> {
 
     /// The tokens.
     pub fn iter(&self) -> impl Iterator<Item = &'a [u8]> + 'a {
-        self.raw.split(|&b| b == b' ').filter(|t| !t.is_empty())
+        // memchr finds each token's end a vector at a time (a key is often
+        // 20-40 bytes); runs of spaces between tokens are rare and short.
+        let mut rest = self.raw;
+        std::iter::from_fn(move || {
+            let start = rest.iter().position(|&b| b != b' ')?;
+            let token = &rest[start..];
+            let end = memchr::memchr(b' ', token).unwrap_or(token.len());
+            rest = &token[end..];
+            Some(&token[..end])
+        })
     }
 
     /// Whether there are no tokens.
@@ -610,11 +619,9 @@ fn trim_start(s: &[u8]) -> &[u8] {
 /// for memcached's command parser, so the key it would store is not the one
 /// sent: refused instead.
 pub(crate) fn valid_key(k: &[u8]) -> bool {
-    // Branch-free over the bytes, so it vectorizes.
-    !k.is_empty()
-        && k.len() <= KEY_MAX_LENGTH
-        && k.iter()
-            .fold(true, |ok, &b| ok & (b != b' ') & (b != b'\n') & (b != 0))
+    // memchr3 looks at a vector of bytes at a time (a fold over the bytes
+    // did not vectorize: about four instructions a byte).
+    !k.is_empty() && k.len() <= KEY_MAX_LENGTH && memchr::memchr3(b' ', b'\n', 0, k).is_none()
 }
 
 /// Checks a meta key: plain, or base64 that decodes to 1..=250 bytes.

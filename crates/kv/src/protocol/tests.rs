@@ -1229,6 +1229,26 @@ fn storage_line() -> impl Strategy<Value = (StoreCommand, Vec<Vec<u8>>, Vec<u8>)
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
+    /// The memchr tokenizer and key check say what the byte-at-a-time
+    /// definitions say (tokens: the non-empty runs between spaces; a key:
+    /// 1..=250 bytes, none a space, a line feed or a NUL), on bytes rich
+    /// in spaces, line feeds and NULs, long and short.
+    #[test]
+    fn tokens_and_keys_match_their_definitions(
+        raw in proptest::collection::vec(
+            prop_oneof![Just(b' '), Just(b'\n'), Just(0u8), Just(b'k'), any::<u8>()],
+            0..300,
+        )
+    ) {
+        let want: Vec<&[u8]> = raw.split(|&b| b == b' ').filter(|t| !t.is_empty()).collect();
+        let got: Vec<&[u8]> = Tokens::new(&raw).iter().collect();
+        prop_assert_eq!(got, want);
+        let key_ok = !raw.is_empty()
+            && raw.len() <= KEY_MAX_LENGTH
+            && raw.iter().all(|&b| b != b' ' && b != b'\n' && b != 0);
+        prop_assert_eq!(valid_key(&raw), key_ok);
+    }
+
     /// As memcached: a storage line with a token count other than its
     /// arguments (+1) is an unknown command, and any error found on the line
     /// drops the line alone; only a value refused for its size skips the
