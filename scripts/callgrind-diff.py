@@ -19,7 +19,7 @@ TIMED = ("memset", "Histogram<T>::add", "publish_timed", "sweep", "EventLoop::ne
 
 def self_costs(path):
     out = subprocess.run(
-        ["callgrind_annotate", "--inclusive=no", "--threshold=100", path],
+        ["callgrind_annotate", "--inclusive=no", "--auto=no", "--threshold=100", path],
         capture_output=True, text=True, check=True).stdout
     costs = collections.Counter()
     for line in out.splitlines():

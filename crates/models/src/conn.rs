@@ -516,10 +516,17 @@ impl Conn {
 
     /// A blocking socket's read (the thread waits in it); `None` for a
     /// socket on an event loop.
+    #[inline]
     fn blocking_read(&mut self, buf: &mut [u8]) -> Option<io::Result<usize>> {
         if !self.is_blocking() {
             return None;
         }
+        self.blocking_read_slow(buf)
+    }
+
+    /// [`blocking_read`](Self::blocking_read) past its check (kept apart so
+    /// that the check inlines into every evented read).
+    fn blocking_read_slow(&mut self, buf: &mut [u8]) -> Option<io::Result<usize>> {
         if self.closing() {
             // What has already arrived is still a request the client sent:
             // read it without waiting; end of stream only once nothing has.
