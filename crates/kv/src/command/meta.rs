@@ -491,7 +491,13 @@ pub(super) fn arith(
     } else {
         out.extend_from_slice(b"HD");
     }
-    let mut exptime = e.item().map_or(0, |i| i.exptime);
+    // A counter vivified with a TTL already past is not kept (the lookup
+    // finds nothing): report the TTL it was given, 0 left as for `mg T-1`,
+    // not -1 (never).
+    let mut exptime = match created {
+        true => ttl(f.vivify(), now),
+        false => e.item().map_or(0, |i| i.exptime),
+    };
     for t in f.tokens() {
         match t[0] {
             b'c' => {

@@ -1075,6 +1075,9 @@ fn meta_arith() {
         "HD\r\nVA 1 t0\r\na\r\n",
     );
     s.check("mg neg\r\n", "EN\r\n");
+    // A counter vivified already expired: 0 left, as above, and not kept.
+    s.check("ma gone N-1 J5 t v\r\n", "VA 1 t0\r\n5\r\n");
+    s.check("mg gone\r\n", "EN\r\n");
     s.check("ma n E77 c\r\n", "HD c77\r\n");
     s.check(
         "ms s 3\r\nabc\r\nma s\r\n",
