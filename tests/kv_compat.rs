@@ -1364,6 +1364,36 @@ fn stats_fields_monitoring_tools_read() {
     assert_eq!(c.stats("settings")["verbosity"], "2");
 }
 
+/// A read that finds an item dead (flushed, or stored with a TTL already
+/// past) counts in `get_flushed` / `get_misses`, as memcached counts it, and
+/// not in `reclaimed` or `expired_unfetched`: memcached counts those only
+/// where it takes a dead item's memory.
+#[test]
+fn dead_items_found_by_reads_are_not_reclaimed() {
+    let mc = Memcached::start(&[]);
+    let dk = duality(false);
+    let counts = |addr: SocketAddr| {
+        let mut c = Client::connect(&Addr::Tcp(addr));
+        c.call(b"stats reset\r\n");
+        c.expect(b"set f 0 0 1\r\nx\r\n", b"STORED\r\n");
+        c.expect(b"flush_all\r\n", b"OK\r\n");
+        c.expect(b"get f\r\n", b"END\r\n");
+        c.expect(b"mg f v\r\n", b"EN\r\n");
+        let st = c.stats("");
+        [
+            "get_flushed",
+            "get_misses",
+            "reclaimed",
+            "expired_unfetched",
+            "curr_items",
+        ]
+        .map(|k| (k, stat_u64(&st, k)))
+    };
+    let (d, m) = (counts(tcp_addr(&dk)), counts(mc.addr));
+    assert_eq!(d, m);
+    assert_eq!(d[2], ("reclaimed", 0));
+}
+
 /// `-l` takes host names as memcached does (`-l localhost`: every address
 /// it resolves to, each bound once), and `stats settings inter` shows what
 /// was given; `-t` beside another `--model` is said to be ignored, and

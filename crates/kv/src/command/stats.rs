@@ -16,7 +16,7 @@
 //! | `items:<c>:mem_requested` | bytes of its items (32-byte header + key + value) |
 //! | `items:<c>:evicted`, `evicted_nonzero`, `evicted_unfetched`, `evicted_time` | live items evicted from an LRU tail (with an expiry; never fetched); age of the last one |
 //! | `items:<c>:outofmemory` | stores refused because the item exceeds a shard's share of memory |
-//! | `items:<c>:reclaimed`, `expired_unfetched` | dead items reclaimed (on access, at the tail, by the sweep) |
+//! | `items:<c>:reclaimed`, `expired_unfetched` | dead items reclaimed where their memory is taken (at the tail, by the sweep), as memcached; a read finding one counts in `get_expired`/`get_flushed` only |
 //! | `items:<c>:crawler_reclaimed`, `crawler_items_checked` | what the background sweep and `lru_crawler crawl` reclaimed and examined |
 //! | `items:<c>:evicted_active` | evicted items read since they were written or last moved (their second chance found no room) |
 //! | `items:<c>:hits_to_cold` | get and touch hits (the one LRU is "cold"); other `hits_to_*`, `moves_*`, `tailrepairs`, `lrutail_reflocked`, `direct_reclaims` are 0 |

@@ -763,7 +763,7 @@ impl Store {
             if lookup == Lookup::Hit {
                 idx = Some(i);
             } else {
-                shard.reclaim(i, lookup, &cell.stats);
+                shard.drop_dead(i, &cell.stats);
             }
         }
         if log && self.watch.wants(log::FETCHERS) {

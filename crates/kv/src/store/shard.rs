@@ -1002,7 +1002,16 @@ impl Shard {
         }
     }
 
-    /// Unlinks an item found expired or flushed, counting it as reclaimed.
+    /// Unlinks an item a lookup found expired or flushed. Not counted as
+    /// reclaimed: memcached counts `reclaimed` and `expired_unfetched` only
+    /// where it takes a dead item's memory (the LRU tail, the crawler); a
+    /// read that finds one counts in `get_expired`/`get_flushed` alone.
+    pub(crate) fn drop_dead(&mut self, l: Loc, stats: &ShardStats) {
+        self.unlink(l, stats);
+    }
+
+    /// Unlinks an item found expired or flushed where its memory is taken
+    /// (eviction's walk, the sweep), counting it as reclaimed.
     pub(crate) fn reclaim(&mut self, l: Loc, state: Lookup, stats: &ShardStats) {
         let class = self.class(l);
         if state == Lookup::Expired && !self.has(l, FETCHED) {

@@ -104,9 +104,12 @@ counters! {
     /// Evicted items read since they were written or last moved (their
     /// second chance found no room).
     EvictedActive => evicted_active,
-    /// Expired items reclaimed that were never fetched.
+    /// Expired items reclaimed (as `reclaimed` counts them) that were never
+    /// fetched.
     ExpiredUnfetched => expired_unfetched,
-    /// Expired or flushed items reclaimed (on access, at the LRU tail or by a sweep).
+    /// Expired or flushed items reclaimed where their memory is taken
+    /// (eviction's walk, a sweep); not those a read finds (memcached's
+    /// `get_expired`, `get_flushed`).
     Reclaimed => reclaimed,
     /// Dead items the background sweep or `lru_crawler crawl` reclaimed.
     CrawlerReclaimed => crawler_reclaimed,
