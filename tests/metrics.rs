@@ -232,6 +232,10 @@ fn kv_with_metrics(model: &str) -> (KvProc, SocketAddr) {
         kv.stderr_text()
     );
     let addr = metrics_addr(&kv.stderr_text()).expect("metrics address");
+    // Announced once it can answer in full: the runtime's families too.
+    let (code, body) = http_get(addr, "/metrics");
+    assert_eq!(code, 200);
+    assert!(body.contains("\nduality_connections "), "{model}: {body}");
     (kv, addr)
 }
 
@@ -371,6 +375,10 @@ fn kv_stats_has_request_metrics_and_reset_clears_them() {
     for _ in 0..9 {
         work.expect_str("get a\r\n", "VALUE a 0 1\r\nx\r\nEND\r\n");
     }
+    // Stores without an answer have no first byte and are not counted,
+    // though an answered get shares their read (they were, then).
+    let quiet = "set q 0 0 1 noreply\r\nx\r\n".repeat(10);
+    work.expect_str(&(quiet + "get a\r\n"), "VALUE a 0 1\r\nx\r\nEND\r\n");
     let mut admin = kv.connect();
     let names = [
         "duality_requests",
@@ -395,9 +403,9 @@ fn kv_stats_has_request_metrics_and_reset_clears_them() {
             .parse()
             .unwrap_or_else(|_| panic!("STAT {k} {:?} is not a number", st[k]))
     };
-    // Ten requests on `work`, each followed by an `mn` (see `Client::call`),
-    // plus each earlier `stats` on `admin` (a `stats` answer does not count
-    // itself: it is recorded when written).
+    // Eleven answered requests on `work`, each followed by an `mn` (see
+    // `Client::call`), plus each earlier `stats` on `admin` (a `stats`
+    // answer does not count itself: it is recorded when written).
     let until = Instant::now() + Duration::from_secs(10);
     let mut asked = 0;
     loop {
@@ -405,7 +413,7 @@ fn kv_stats_has_request_metrics_and_reset_clears_them() {
         for n in names {
             num(&st, n);
         }
-        let want = 20 + asked;
+        let want = 22 + asked;
         let got = num(&st, "duality_requests");
         assert!(got <= want, "{got} requests counted, {want} made");
         if got == want && num(&st, "duality_accepts") == 2 {

@@ -609,8 +609,6 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     if let Some(p) = &a.unix_socket {
         b = b.unix(p);
     }
-    let st = state.clone();
-    let _metrics = a.metrics.start("kv", move || st.prometheus())?;
     let d = driver(state.clone());
     let server = b.serve(move |c, p| serve_conn(c, p, d.clone()))?;
     // Written once the sockets are bound (a second instance that cannot
@@ -624,9 +622,19 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
         }
         p => p.transpose()?,
     };
+    // The metrics listener starts once the server's stats are attached: a
+    // scrape before that showed the cache's families without the runtime's.
+    state.attach(server.stats_handle());
+    let st = state.clone();
+    let _metrics = match a.metrics.start("kv", move || st.prometheus()) {
+        Err(e) => {
+            server.shutdown(Duration::ZERO);
+            return Err(e);
+        }
+        Ok(m) => m,
+    };
     let mut server = server;
     keep_file.0 = None;
-    state.attach(server.stats_handle());
     let st = state.clone();
     server.spawn_background(move |p| sweep_forever(p, st));
     let mut at: Vec<String> = server.tcp_addrs().iter().map(|a| a.to_string()).collect();

@@ -332,7 +332,7 @@ fn serve(mut s: TcpStream, render: &Arc<Render>, clients: &Arc<AtomicUsize>) {
     // Never waits: the accept thread refuses a flood one by one.
     let refuse = |s: &mut TcpStream| {
         if s.set_nonblocking(true).is_ok() {
-            let _ = s.write_all(&reply(Route::Busy, &|| String::new()));
+            let _ = s.write_all(&reply(Route::Busy, false, &|| String::new()));
             close_quietly(s);
         }
     };
@@ -364,8 +364,8 @@ fn serve(mut s: TcpStream, render: &Arc<Render>, clients: &Arc<AtomicUsize>) {
 /// What a request head asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Route {
-    /// `GET /metrics` (`head`: `HEAD`, no body).
-    Metrics { head: bool },
+    /// `GET` or `HEAD /metrics`.
+    Metrics,
     /// Another method on `/metrics`: 405.
     Method,
     /// Another path: 404.
@@ -404,7 +404,7 @@ fn answer(mut s: TcpStream, render: &Render) -> io::Result<()> {
         }
     };
     s.set_write_timeout(Some(left()?))?;
-    s.write_all(&reply(route, render))?;
+    s.write_all(&reply(route, is_head(&buf[..filled]), render))?;
     let _ = s.set_nonblocking(true);
     close_quietly(&mut s);
     Ok(())
@@ -423,22 +423,29 @@ fn close_quietly(s: &mut TcpStream) {
     }
 }
 
-/// The whole answer to `route`.
-fn reply(route: Route, render: &Render) -> Vec<u8> {
-    let (status, body, head_only) = match route {
-        Route::Metrics { head } => ("200 OK", render(), head),
-        Route::Method => ("405 Method Not Allowed", "GET or HEAD only\n".into(), false),
-        Route::NotFound => ("404 Not Found", "not found\n".into(), false),
-        Route::Bad => ("400 Bad Request", "bad request\n".into(), false),
+/// Whether the request whose head (or start of one) is `head` is a `HEAD`:
+/// its answer, whatever the route, has no body (RFC 9110 9.3.2).
+fn is_head(head: &[u8]) -> bool {
+    // httparse skips empty lines before the request line; so does this.
+    let start = head.iter().position(|&b| b != b'\r' && b != b'\n');
+    start.is_some_and(|at| head[at..].starts_with(b"HEAD "))
+}
+
+/// The whole answer to `route`; `head`: to a `HEAD`, without the body.
+fn reply(route: Route, head: bool, render: &Render) -> Vec<u8> {
+    let (status, body) = match route {
+        Route::Metrics => ("200 OK", render()),
+        Route::Method => ("405 Method Not Allowed", "GET or HEAD only\n".into()),
+        Route::NotFound => ("404 Not Found", "not found\n".into()),
+        Route::Bad => ("400 Bad Request", "bad request\n".into()),
         Route::TooLarge => (
             "431 Request Header Fields Too Large",
             "request head over 8 KiB or 256 fields\n".into(),
-            false,
         ),
-        Route::Busy => ("503 Service Unavailable", "busy, retry\n".into(), false),
+        Route::Busy => ("503 Service Unavailable", "busy, retry\n".into()),
     };
     let kind = match route {
-        Route::Metrics { .. } => CONTENT_TYPE,
+        Route::Metrics => CONTENT_TYPE,
         _ => "text/plain",
     };
     let allow = if route == Route::Method {
@@ -451,7 +458,7 @@ fn reply(route: Route, render: &Render) -> Vec<u8> {
         body.len()
     )
     .into_bytes();
-    if !head_only {
+    if !head {
         out.extend_from_slice(body.as_bytes());
     }
     out
@@ -476,8 +483,7 @@ fn route(head: &[u8]) -> Option<Route> {
             };
             let path = path.split('?').next().unwrap_or("");
             Some(match (req.method, path) {
-                (Some("GET"), "/metrics") => Route::Metrics { head: false },
-                (Some("HEAD"), "/metrics") => Route::Metrics { head: true },
+                (Some("GET" | "HEAD"), "/metrics") => Route::Metrics,
                 (_, "/metrics") => Route::Method,
                 _ => Route::NotFound,
             })
@@ -569,16 +575,13 @@ mod tests {
 
     #[test]
     fn only_get_metrics_is_served() {
-        let page = Route::Metrics { head: false };
+        let page = Route::Metrics;
         assert_eq!(
             route(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"),
             Some(page)
         );
         assert_eq!(route(b"GET /metrics?x=1 HTTP/1.0\r\n\r\n"), Some(page));
-        assert_eq!(
-            route(b"HEAD /metrics HTTP/1.0\r\n\r\n"),
-            Some(Route::Metrics { head: true })
-        );
+        assert_eq!(route(b"HEAD /metrics HTTP/1.0\r\n\r\n"), Some(page));
         assert_eq!(route(b"GET /metrics HTTP/1.1\r\nHost"), None);
         assert_eq!(
             route(b"POST /metrics HTTP/1.1\r\n\r\n"),
@@ -597,13 +600,23 @@ mod tests {
             route(b"GET http://127.0.0.1:9150 HTTP/1.1\r\n\r\n"),
             Some(Route::NotFound)
         );
-        let head = reply(Route::Metrics { head: true }, &|| "a_total 1\n".into());
+        let head = reply(Route::Metrics, true, &|| "a_total 1\n".into());
         let head = String::from_utf8(head).unwrap();
         assert!(
             head.ends_with("Content-Length: 10\r\nConnection: close\r\n\r\n"),
             "{head}"
         );
-        let no = String::from_utf8(reply(Route::Method, &String::new)).unwrap();
+        // No body to a HEAD on any route; a GET's error has one.
+        for r in [Route::NotFound, Route::TooLarge, Route::Method] {
+            let a = String::from_utf8(reply(r, true, &String::new)).unwrap();
+            assert!(a.ends_with("Connection: close\r\n\r\n"), "{a}");
+            let a = String::from_utf8(reply(r, false, &String::new)).unwrap();
+            assert!(!a.ends_with("\r\n\r\n"), "{a}");
+        }
+        assert!(is_head(b"\r\nHEAD /x HTTP/1.1\r\n"));
+        assert!(!is_head(b"GET /x HTTP/1.1\r\n"));
+        assert!(!is_head(b"HEADX /x HTTP/1.1\r\n"));
+        let no = String::from_utf8(reply(Route::Method, false, &String::new)).unwrap();
         assert!(
             no.starts_with("HTTP/1.0 405 ") && no.contains("Allow: GET, HEAD\r\n"),
             "{no}"

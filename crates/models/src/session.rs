@@ -211,6 +211,13 @@ impl Output {
         }
     }
 
+    /// What has been appended, as a figure that changes whenever bytes or
+    /// a shared body are appended (not a length).
+    #[inline]
+    fn size(&self) -> (usize, usize) {
+        (self.bytes.len(), self.shared.len())
+    }
+
     /// True if anything waits to be written.
     pub fn is_pending(&self) -> bool {
         !self.bytes.is_empty() || !self.shared.is_empty()
@@ -452,6 +459,10 @@ pub struct Served {
     pub used: usize,
     /// Requests executed.
     pub requests: usize,
+    /// Requests among them that appended an answer (a `noreply` store, or
+    /// a quiet hit, appends none): those the time-to-first-byte metrics
+    /// count, whatever else shares their read.
+    pub answered: usize,
     /// Why it stopped.
     pub stop: Stop,
 }
@@ -479,6 +490,7 @@ pub fn serve_bytes<P: Protocol>(
 ) -> Served {
     let mut used = 0;
     let mut requests = 0;
+    let mut answered = 0;
     // A protocol that locks itself, on a lane without affinity, never needs
     // a color: do not compute one (for the cache, a hash per request).
     let colored = lane.uses_colors(!P::LOCKS_ITSELF);
@@ -490,6 +502,7 @@ pub fn serve_bytes<P: Protocol>(
             return Served {
                 used,
                 requests,
+                answered,
                 stop: Stop::Write,
             };
         }
@@ -500,6 +513,7 @@ pub fn serve_bytes<P: Protocol>(
             return Served {
                 used,
                 requests,
+                answered,
                 stop: Stop::Budget,
             };
         }
@@ -509,6 +523,7 @@ pub fn serve_bytes<P: Protocol>(
                 return Served {
                     used,
                     requests,
+                    answered,
                     stop: Stop::NeedMore(need),
                 };
             }
@@ -519,6 +534,7 @@ pub fn serve_bytes<P: Protocol>(
                     return Served {
                         used,
                         requests,
+                        answered,
                         stop: Stop::NeedMore(0),
                     };
                 }
@@ -534,19 +550,27 @@ pub fn serve_bytes<P: Protocol>(
                     return Served {
                         used,
                         requests,
+                        answered,
                         stop: Stop::Elsewhere(color),
                     };
                 }
+                let before = out.size();
                 let flow = lane.run_held(color, !P::LOCKS_ITSELF, &mut held, || {
                     proto.execute(session, req, out)
                 });
                 used += n;
+                // (A request handed to `finish` is counted there.)
+                let grew = usize::from(out.size() != before);
                 match flow {
-                    Flow::Continue => requests += 1,
+                    Flow::Continue => {
+                        requests += 1;
+                        answered += grew;
+                    }
                     Flow::Close => {
                         return Served {
                             used,
                             requests: requests + 1,
+                            answered: answered + grew,
                             stop: Stop::Close,
                         }
                     }
@@ -554,6 +578,7 @@ pub fn serve_bytes<P: Protocol>(
                         return Served {
                             used,
                             requests,
+                            answered,
                             stop: Stop::Finish { len: n, progress },
                         }
                     }
@@ -1149,7 +1174,7 @@ pub fn drive<P: Protocol>(
                                     served
                                 }
                             };
-                            a.answered.requests += served.requests as u64;
+                            a.answered.requests += served.answered as u64;
                             if served.used > 0 {
                                 armed = false;
                             }
@@ -1602,6 +1627,45 @@ mod tests {
         fn waiting(&self, seen: &mut Self::Session, partial: &[u8], _: &mut Output) {
             seen.push(partial.to_vec());
         }
+    }
+
+    /// Time to first byte is recorded for requests that answered: one that
+    /// appends nothing (an empty line here, a `noreply` store in the cache)
+    /// is executed but not answered, whatever shares its read.
+    #[test]
+    fn requests_that_append_nothing_are_not_answered() {
+        let limits = BatchLimits {
+            max_requests: 100,
+            max_output: 1 << 20,
+        };
+        let (mut out, mut seen) = (Output::default(), Vec::new());
+        let s = serve_bytes(
+            &Lines,
+            &mut seen,
+            b"\n\na\n\ns\n\nc\n",
+            &mut out,
+            &Lane::single(),
+            limits,
+        );
+        assert_eq!((s.requests, s.answered, s.stop), (7, 2, Stop::Close));
+        let s = serve_bytes(
+            &Lines,
+            &mut seen,
+            b"\n\n\n",
+            &mut out,
+            &Lane::single(),
+            limits,
+        );
+        assert_eq!((s.requests, s.answered), (3, 0));
+        let s = serve_bytes(
+            &Lines,
+            &mut seen,
+            b"x\nc\n",
+            &mut out,
+            &Lane::single(),
+            limits,
+        );
+        assert_eq!((s.requests, s.answered, s.stop), (2, 1, Stop::Close));
     }
 
     #[test]
