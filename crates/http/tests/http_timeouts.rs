@@ -150,3 +150,53 @@ fn a_client_that_never_reads_a_file_is_cut_off_on_time_in_every_model() {
         );
     }
 }
+
+/// A client that reads a large body slowly but steadily gets all of it and
+/// keeps its connection: the write timeout bounds each wait for the client
+/// to take more (nginx's `send_timeout`), not the whole send, and the idle
+/// timeout starts once the body has gone. A body from memory (the page
+/// cache) was cut one write timeout after its write began under epoll;
+/// under io_uring the connection went idle with megabytes queued and its
+/// idle timeout closed it mid-body.
+#[test]
+fn a_slow_steady_reader_gets_a_large_body_whole_and_keeps_its_connection() {
+    let s = TestServer::start("slowread", |c| {
+        c.write_timeout = Duration::from_millis(300);
+        c.idle_timeout = Duration::from_secs(1);
+        c.cache_max_file = 32 << 20;
+        c.cache_bytes = 64 << 20;
+    });
+    let body = common::pseudo_random(16 << 20, 5);
+    std::fs::write(s.www().join("large.bin"), &body).unwrap();
+    // Into the page cache first, read at full speed.
+    assert_eq!(s.client().get("/large.bin").body.len(), body.len());
+    // A small receive buffer keeps what the kernels hold small, so that the
+    // body's end reaches the client soon after the server handed it over
+    // (the idle timeout runs from then).
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.set_recv_buffer_size(64 << 10).unwrap();
+    sock.connect(&s.addr.into()).unwrap();
+    let mut c = common::Client::from_stream(sock.into());
+    c.send("GET /large.bin HTTP/1.1\r\nHost: t\r\n\r\n");
+    // At most 64 KiB every 5 ms (~12 MB/s): over a second for the body,
+    // longer than both timeouts.
+    let mut got = Vec::new();
+    let mut chunk = vec![0u8; 64 << 10];
+    let t0 = Instant::now();
+    let whole = loop {
+        let head = common::find(&got, b"\r\n\r\n").map(|i| i + 4);
+        if head.is_some_and(|h| got.len() >= h + body.len()) {
+            break head.unwrap();
+        }
+        match (&c.stream).read(&mut chunk) {
+            Ok(0) | Err(_) => panic!("closed after {} bytes in {:?}", got.len(), t0.elapsed()),
+            Ok(n) => got.extend_from_slice(&chunk[..n]),
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert!(got.starts_with(b"HTTP/1.1 200 "));
+    assert_eq!(got.len(), whole + body.len(), "nothing after the body");
+    assert!(got[whole..] == body[..], "the body's bytes");
+    // The connection is still served.
+    assert_eq!(c.get("/hello.txt").text(), "hello, world\n");
+}

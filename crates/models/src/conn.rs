@@ -784,7 +784,9 @@ impl Conn {
     /// in one gather send; under epoll it is one `writev`. Returns once the
     /// bytes are queued: [`flush`](Self::flush) waits until the kernel has
     /// them (for a caller counting the body's memory while it is held). A
-    /// `range` outside `body` is `InvalidInput`.
+    /// `range` outside `body` is `InvalidInput`. `wait` bounds each wait for
+    /// the client to take more, not the whole write: a slow reader that
+    /// keeps reading is not cut off (nginx's `send_timeout`).
     pub async fn write_vec_shared_for(
         &mut self,
         head: &mut Vec<u8>,
@@ -802,10 +804,35 @@ impl Conn {
                 "write_vec_shared_for: range outside the body",
             ));
         };
-        let r = match &mut self.io {
-            Io::Tcp(s) => within(wait, s.write_vec_shared(head, body, range, after)).await,
-            Io::Unix(s) => within(wait, s.write_vec_shared(head, body, range, after)).await,
-            Io::BlockingTcp(..) | Io::BlockingUnix(..) => {
+        // Taken up again after each wait that saw progress.
+        let mut done = 0;
+        let r = loop {
+            let before = done;
+            let r = match &mut self.io {
+                Io::Tcp(s) => {
+                    within(
+                        wait,
+                        s.write_vec_shared_from(head, body, range.clone(), after, &mut done),
+                    )
+                    .await
+                }
+                Io::Unix(s) => {
+                    within(
+                        wait,
+                        s.write_vec_shared_from(head, body, range.clone(), after, &mut done),
+                    )
+                    .await
+                }
+                Io::BlockingTcp(..) | Io::BlockingUnix(..) => break None,
+            };
+            match r {
+                Err(e) if e.kind() == io::ErrorKind::TimedOut && done > before => {}
+                r => break Some(r),
+            }
+        };
+        let r = match r {
+            Some(r) => r,
+            None => {
                 let mut r = self.write_all_for(head, wait).await;
                 if r.is_ok() {
                     r = self.write_all_for(&body[range], wait).await;
@@ -831,6 +858,32 @@ impl Conn {
             Io::Tcp(s) => s.flush().await,
             Io::Unix(s) => s.flush().await,
             Io::BlockingTcp(..) | Io::BlockingUnix(..) => Ok(()),
+        }
+    }
+
+    /// Bytes written that the kernel has not taken yet (io_uring's send
+    /// queue; 0 where writes are direct).
+    pub fn unsent(&self) -> usize {
+        match &self.io {
+            Io::Tcp(s) => s.unsent(),
+            Io::Unix(s) => s.unsent(),
+            Io::BlockingTcp(..) | Io::BlockingUnix(..) => 0,
+        }
+    }
+
+    /// [`flush`](Self::flush), giving up with `TimedOut` once the client
+    /// has taken nothing for `wait` (per wait, as
+    /// [`write_all_for`](Self::write_all_for)).
+    pub async fn flush_for(&mut self, wait: Option<Duration>) -> io::Result<()> {
+        let Some(w) = wait else {
+            return self.flush().await;
+        };
+        loop {
+            let before = self.unsent();
+            match within(Some(w), self.flush()).await {
+                Err(e) if e.kind() == io::ErrorKind::TimedOut && self.unsent() < before => {}
+                r => return r,
+            }
         }
     }
 

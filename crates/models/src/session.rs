@@ -766,9 +766,14 @@ async fn write_output(conn: &mut Conn, out: &mut Output, wait: Option<Duration>)
         }
         // The vector's room is kept for the next output.
         out.shared = shared;
+        // Timed, a small rest goes on while the connection reads on; a
+        // large one is waited for (each wait bounded, not the whole send):
+        // else the connection could go idle, time out or close with
+        // megabytes queued, and a slow reader that kept reading lost the
+        // end of its body when the close's linger ran out.
         return match wait {
-            None => conn.flush().await,
-            Some(_) => Ok(()),
+            Some(_) if conn.unsent() < FLUSH_AFTER => Ok(()),
+            wait => conn.flush_for(wait).await,
         };
     }
     // A large answer (a multi-key get of large values) is not pooled
@@ -784,6 +789,10 @@ async fn write_output(conn: &mut Conn, out: &mut Output, wait: Option<Duration>)
         conn.write_all_for(&out.bytes, wait).await
     }
 }
+
+/// Bytes a timed write of shared bodies may leave queued (io_uring) when it
+/// returns; more are waited for (see [`write_output`]).
+const FLUSH_AFTER: usize = 256 * 1024;
 
 /// Size of a standard read buffer (and the first size of a response buffer).
 pub const BUF_SIZE: usize = 16 * 1024;

@@ -1071,6 +1071,13 @@ impl Io {
         Poll::Pending
     }
 
+    /// Bytes written and not yet taken by the kernel: queued, or in the
+    /// send in flight (a short send's rest counts until it is sent).
+    pub(crate) fn unsent(&self) -> usize {
+        let st = lock_std(&self.st);
+        st.tx.len() + st.tx_tail.as_ref().map_or(0, |t| t.len()) + st.tx_busy as usize
+    }
+
     /// At the close, drop what is still to send (the peer stopped reading)
     /// instead of lingering over it.
     pub(crate) fn discard_unsent(&self) {
@@ -2064,9 +2071,12 @@ impl UringReactor {
                 }
             }
             OpKind::Send { buf, off } => {
-                let st = lock_std(&io.st);
+                let mut st = lock_std(&io.st);
                 if res >= 0 && (*off + res as usize) < buf.len() && res > 0 {
                     // A short send: the rest goes next, before anything newer.
+                    // What went counts as sent (`Io::unsent` shows progress);
+                    // never 0 while a send is in flight (a capped count).
+                    st.tx_busy = st.tx_busy.saturating_sub(res as u32).max(1);
                     let buf = std::mem::take(buf);
                     let off = *off + res as usize;
                     drop(ops.remove(ud));
@@ -2086,10 +2096,11 @@ impl UringReactor {
                 self.send_done(&io, st, res, buf);
             }
             OpKind::Gather(g) => {
-                let st = lock_std(&io.st);
+                let mut st = lock_std(&io.st);
                 let head_len = g.head.len();
                 let total = head_len + g.tail.len();
                 if res > 0 && (res as usize) < total {
+                    st.tx_busy = st.tx_busy.saturating_sub(res as u32).max(1);
                     // A short send: the rest goes next, the bodies still
                     // sent from where they lie. (It was copied: with a
                     // client that pipelines and does not read, every

@@ -211,7 +211,11 @@ pub struct Client {
 
 impl Client {
     pub fn connect(addr: SocketAddr) -> Client {
-        let stream = TcpStream::connect(addr).unwrap();
+        Client::from_stream(TcpStream::connect(addr).unwrap())
+    }
+
+    /// A client over a connection made otherwise.
+    pub fn from_stream(stream: TcpStream) -> Client {
         stream.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
         stream.set_nodelay(true).unwrap();
         Client {

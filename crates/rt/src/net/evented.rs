@@ -125,6 +125,15 @@ impl<S: Source> Evented<S> {
         }
     }
 
+    /// Bytes written that the kernel has not taken yet (io_uring's send
+    /// queue; 0 under epoll, where each write is a system call).
+    pub(crate) fn unsent(&self) -> usize {
+        match &self.reg {
+            Reg::Epoll(_) => 0,
+            Reg::Uring(io) => io.unsent(),
+        }
+    }
+
     /// Bytes the runtime received that nobody has read yet (io_uring's
     /// receive queue; epoll leaves them in the kernel).
     pub(crate) fn has_unread(&self) -> bool {
@@ -386,12 +395,16 @@ where
     /// next gather send, with what else this turn writes; no copy); under
     /// epoll, `writev` of the three. A `range` outside `body` is
     /// `InvalidInput`.
+    /// `done`: bytes of `head`, `body[range]` and `after` already written
+    /// (by an earlier call whose future was dropped), counted up as more
+    /// go; `head` is emptied only once all of them have.
     pub(crate) async fn write_vec_shared(
         &self,
         head: &mut Vec<u8>,
         body: &SharedBytes,
         range: std::ops::Range<usize>,
         after: &[u8],
+        done: &mut usize,
     ) -> io::Result<()> {
         let Some(part) = body.get(range.clone()) else {
             return Err(io::Error::new(
@@ -399,17 +412,19 @@ where
                 "write_vec_shared: range outside the body",
             ));
         };
-        if let (Reg::Uring(io), None) = (&self.reg, &self.faults) {
-            return poll_fn(|cx| io.poll_write_shared(cx, head, body, range.clone(), after)).await;
-        }
-        let mut done = 0;
         let total = head.len() + part.len() + after.len();
+        if let (Reg::Uring(io), None) = (&self.reg, &self.faults) {
+            // All queued at once (nothing is, while it waits for room).
+            poll_fn(|cx| io.poll_write_shared(cx, head, body, range.clone(), after)).await?;
+            *done = total;
+            return Ok(());
+        }
         let r = loop {
-            if done == total {
+            if *done >= total {
                 break Ok(());
             }
             let mut bufs = [io::IoSlice::new(&[]); 3];
-            let mut skip = done;
+            let mut skip = *done;
             for (i, piece) in [&head[..], part, after].into_iter().enumerate() {
                 let k = skip.min(piece.len());
                 bufs[i] = io::IoSlice::new(&piece[k..]);
@@ -417,7 +432,7 @@ where
             }
             match poll_fn(|cx| self.poll_write_vectored(cx, &bufs)).await {
                 Ok(0) => break Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => done += n,
+                Ok(n) => *done += n,
                 Err(e) => break Err(e),
             }
         };
@@ -476,7 +491,36 @@ macro_rules! stream_methods {
                 range: std::ops::Range<usize>,
                 after: &[u8],
             ) -> io::Result<()> {
-                self.io.write_vec_shared(head, body, range, after).await
+                self.io
+                    .write_vec_shared(head, body, range, after, &mut 0)
+                    .await
+            }
+            /// [`write_vec_shared`](Self::write_vec_shared) that can be
+            /// taken up again: `done` counts the bytes of `head`,
+            /// `body[range]` and `after` already written and grows as more
+            /// go, so a caller that drops this future (a wait it bounds)
+            /// and calls again with the same arguments goes on from there.
+            /// `head` is emptied once everything has gone. (Under io_uring
+            /// everything is queued at once: see
+            /// [`unsent`](Self::unsent).)
+            pub async fn write_vec_shared_from(
+                &self,
+                head: &mut Vec<u8>,
+                body: &super::SharedBytes,
+                range: std::ops::Range<usize>,
+                after: &[u8],
+                done: &mut usize,
+            ) -> io::Result<()> {
+                self.io
+                    .write_vec_shared(head, body, range, after, done)
+                    .await
+            }
+            /// Bytes written that the kernel has not taken yet: those
+            /// io_uring still queues or has in flight (0 under epoll, where
+            /// each write is a system call). A writer bounding its wait for
+            /// a slow client by [`flush`](Self::flush) sees progress here.
+            pub fn unsent(&self) -> usize {
+                self.io.unsent()
             }
             /// The peer stopped reading: what is still queued to send is
             /// dropped, and dropping the stream closes it at once. Without
