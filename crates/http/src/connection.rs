@@ -207,6 +207,10 @@ impl Protocol for HttpProtocol {
 
     const LOCKS_ITSELF: bool = true;
 
+    // As nginx's graceful stop: a pipeline's requests not started by then
+    // are the client's to send again.
+    const SHUTDOWN_AT_BOUNDARY: bool = true;
+
     fn max_request(&self) -> usize {
         self.state.cfg.limits.max_request()
     }

@@ -191,3 +191,40 @@ fn shutdown_closes_idle_keep_alive_connections() {
     assert!(started.elapsed() < Duration::from_secs(2));
     assert!(c.closed_within(Duration::from_secs(3)));
 }
+
+/// At shutdown a connection ends at a response boundary once the batch in
+/// progress is answered, as nginx's: requests a client pipelined and that
+/// have not started are not served. (They were, until the grace ran out,
+/// and a body half sent was then cut off.)
+#[test]
+fn shutdown_ends_a_pipeline_at_a_response_boundary() {
+    let mut s = TestServer::start("shutdown-pipeline", |_| {});
+    // A small receive buffer: what the kernels hold stays small, so the
+    // server is still working through the pipeline when the stop comes.
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.set_recv_buffer_size(64 << 10).unwrap();
+    sock.connect(&s.addr.into()).unwrap();
+    let mut c = common::Client::from_stream(sock.into());
+    const ASKED: usize = 200;
+    c.send("GET /mid.bin HTTP/1.1\r\nHost: t\r\n\r\n".repeat(ASKED));
+    let mid = std::fs::read(s.www().join("mid.bin")).unwrap();
+    assert_eq!(c.response(false).body, mid);
+    let stop = s.stop_in_background(Duration::from_secs(3));
+    // 200 x 100 KB at this pace would outlast the grace.
+    let mut answered = 1;
+    let end = loop {
+        std::thread::sleep(Duration::from_millis(20));
+        match c.try_response(false) {
+            Ok(r) => {
+                assert_eq!(r.status, 200);
+                assert!(r.body == mid, "response {answered} complete");
+                answered += 1;
+            }
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(end, "connection closed before a complete head");
+    assert!(answered < ASKED, "{answered} of {ASKED} answered");
+    let took = stop.join().unwrap();
+    assert!(took < Duration::from_secs(3), "the stop took {took:?}");
+}

@@ -311,6 +311,15 @@ pub trait Protocol: Send + Sync + 'static {
     /// second lock; colors then only route work.
     const LOCKS_ITSELF: bool = false;
 
+    /// False (the default): at the server's shutdown, requests that had
+    /// arrived are answered before the connection closes (a cache: its
+    /// clients do not send a request twice). True: the connection ends at
+    /// the next response boundary, requests buffered behind the batch in
+    /// progress not started (HTTP: a client retries them elsewhere, as after
+    /// nginx's close at a graceful stop; a client pipelining without end
+    /// would hold the stop for its whole grace).
+    const SHUTDOWN_AT_BOUNDARY: bool = false;
+
     /// The most bytes one request may need buffered at once: how far the
     /// driver lets its buffer grow (at least 16 KiB) for a request still
     /// coming. The driver does not answer an oversized request itself: past
@@ -1241,6 +1250,18 @@ pub fn drive<P: Protocol>(
                             }
                             return;
                         }
+                    }
+                    // At shutdown (see `Protocol::SHUTDOWN_AT_BOUNDARY`) a
+                    // connection ends once the batch in progress is
+                    // answered: complete requests buffered behind it are not
+                    // started (an HTTP client pipelining kept it serving to
+                    // the grace's end, then lost a body half sent). A
+                    // request still arriving reads on (`Then::Read`).
+                    if P::SHUTDOWN_AT_BOUNDARY
+                        && matches!(then, Then::Serve | Then::Yield)
+                        && conn.shutting_down()
+                    {
+                        then = Then::Close;
                     }
                     match then {
                         Then::Read => break,

@@ -169,6 +169,17 @@ impl TestServer {
     pub fn server(&self) -> &Server {
         self.server.as_ref().unwrap()
     }
+
+    /// Starts the graceful stop (`grace` for connections to close) on a
+    /// thread of its own, which returns how long it took.
+    pub fn stop_in_background(&mut self, grace: Duration) -> std::thread::JoinHandle<Duration> {
+        let s = self.server.take().unwrap();
+        std::thread::spawn(move || {
+            let t0 = std::time::Instant::now();
+            s.shutdown(grace);
+            t0.elapsed()
+        })
+    }
 }
 
 impl Drop for TestServer {
