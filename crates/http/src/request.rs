@@ -913,9 +913,18 @@ mod tests {
             "[v1.fe80::a+en1]",
             "xn--caf-dma.example",
             "a%20b",
+            // RFC 3986 reg-names nginx refuses (README).
+            "a_b",
+            "a!b",
+            "x..y",
         ] {
             let req = format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n");
             assert_eq!(head(&req).host, Some(host.as_bytes()), "{host:?}");
+        }
+        // Not a host and port (nginx serves the last three).
+        for host in ["a@b", "[::1", "[::1]x", "x:y", "x\\y"] {
+            let req = format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n");
+            assert_eq!(status(&req), 400, "{host:?}");
         }
     }
 
