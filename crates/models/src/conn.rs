@@ -804,10 +804,12 @@ impl Conn {
                 "write_vec_shared_for: range outside the body",
             ));
         };
-        // Taken up again after each wait that saw progress.
+        // Taken up again after each wait that saw progress: bytes of this
+        // write, or (io_uring, waiting for room in the queue) bytes the
+        // send before it gave the kernel.
         let mut done = 0;
         let r = loop {
-            let before = done;
+            let (before, queued) = (done, self.unsent());
             let r = match &mut self.io {
                 Io::Tcp(s) => {
                     within(
@@ -826,7 +828,9 @@ impl Conn {
                 Io::BlockingTcp(..) | Io::BlockingUnix(..) => break None,
             };
             match r {
-                Err(e) if e.kind() == io::ErrorKind::TimedOut && done > before => {}
+                Err(e)
+                    if e.kind() == io::ErrorKind::TimedOut
+                        && (done > before || self.unsent() < queued) => {}
                 r => break Some(r),
             }
         };

@@ -1214,7 +1214,8 @@ pub fn drive<P: Protocol>(
                             }
                         }
                     };
-                    if a.out.is_pending() {
+                    let wrote = a.out.is_pending();
+                    if wrote {
                         a.answered.first_byte();
                         // Bytes alone, untimed (the cache's): inline. A
                         // timed write, a shared body or a large untimed
@@ -1253,12 +1254,14 @@ pub fn drive<P: Protocol>(
                     }
                     // At shutdown (see `Protocol::SHUTDOWN_AT_BOUNDARY`) a
                     // connection ends once the batch in progress is
-                    // answered: complete requests buffered behind it are not
-                    // started (an HTTP client pipelining kept it serving to
-                    // the grace's end, then lost a body half sent). A
-                    // request still arriving reads on (`Then::Read`).
+                    // answered: requests buffered behind it, whole or in
+                    // part, are not started (an HTTP client pipelining kept
+                    // it serving to the grace's end, then lost a body half
+                    // sent). Only a request that answered nothing yet reads
+                    // on (one arriving when the stop came).
                     if P::SHUTDOWN_AT_BOUNDARY
-                        && matches!(then, Then::Serve | Then::Yield)
+                        && (matches!(then, Then::Serve | Then::Yield)
+                            || (wrote && matches!(then, Then::Read)))
                         && conn.shutting_down()
                     {
                         then = Then::Close;
@@ -1271,10 +1274,26 @@ pub fn drive<P: Protocol>(
                         }
                         Then::Serve | Then::Finish => {}
                         Then::Close => {
+                            let stopping = conn.shutting_down();
+                            if stopping {
+                                // The loops stop soon, and with them what
+                                // io_uring still queues: it goes now (within
+                                // the write timeout). The linger reads on
+                                // though the server is closing.
+                                let _ = Box::pin(conn.flush_for(driver.write_timeout)).await;
+                                conn.set_mid_request(true);
+                            }
                             // Unread: buffered here, or sent after what was
                             // read (a client pipelining past a closing answer).
                             let unread = a.start < a.end || conn.input_pending();
-                            if let Some(bounds) = driver.proto.linger(&session, unread) {
+                            if let Some(mut bounds) = driver.proto.linger(&session, unread) {
+                                if stopping {
+                                    // A client that never closes must not
+                                    // hold the stop for its whole grace.
+                                    let short = Linger::default();
+                                    bounds.total = bounds.total.min(short.total);
+                                    bounds.idle = bounds.idle.min(short.idle);
+                                }
                                 Box::pin(linger(&mut conn, &mut a.buf, bounds)).await;
                             }
                             return;

@@ -366,7 +366,9 @@ struct St {
     /// sent from where they lie, in one gather send with `tx`, never
     /// copied. Boxed: idle connections (most of them) pay one pointer.
     tx_tail: Option<Box<Tail>>,
-    /// Bytes of the send in flight (0: none; capped at `u32::MAX`).
+    /// Bytes of the send in flight (0: none; capped at `u32::MAX`): what
+    /// [`TX_LIMIT`] counts until it completes (its buffer is held whole;
+    /// what short sends of it gave the kernel is `Cold::tx_sent`).
     tx_busy: u32,
     tx_err: Option<io::ErrorKind>,
     writer: Option<Waker>,
@@ -502,6 +504,9 @@ struct Cold {
     rx_over_len: usize,
     /// A receive error, for the reader (rare: kept out of line).
     rx_err: Option<io::Error>,
+    /// Bytes of the send in flight that short sends already gave the
+    /// kernel (for `Io::unsent`; only large sends are short).
+    tx_sent: usize,
 }
 
 impl Default for Cold {
@@ -520,6 +525,7 @@ impl Default for Cold {
             rx_over: VecDeque::new(),
             rx_over_len: 0,
             rx_err: None,
+            tx_sent: 0,
         }
     }
 }
@@ -1075,7 +1081,9 @@ impl Io {
     /// send in flight (a short send's rest counts until it is sent).
     pub(crate) fn unsent(&self) -> usize {
         let st = lock_std(&self.st);
-        st.tx.len() + st.tx_tail.as_ref().map_or(0, |t| t.len()) + st.tx_busy as usize
+        let sent = st.cold.as_ref().map_or(0, |c| c.tx_sent);
+        let in_flight = (st.tx_busy as usize).saturating_sub(sent);
+        st.tx.len() + st.tx_tail.as_ref().map_or(0, |t| t.len()) + in_flight
     }
 
     /// At the close, drop what is still to send (the peer stopped reading)
@@ -1629,6 +1637,9 @@ impl UringReactor {
         buf: Vec<u8>,
     ) {
         st.tx_busy = 0;
+        if let Some(c) = st.cold.as_mut() {
+            c.tx_sent = 0;
+        }
         if res < 0 {
             let e = io::Error::from_raw_os_error(-res);
             st.tx_err = Some(if res == -libc::ECANCELED {
@@ -2074,9 +2085,8 @@ impl UringReactor {
                 let mut st = lock_std(&io.st);
                 if res >= 0 && (*off + res as usize) < buf.len() && res > 0 {
                     // A short send: the rest goes next, before anything newer.
-                    // What went counts as sent (`Io::unsent` shows progress);
-                    // never 0 while a send is in flight (a capped count).
-                    st.tx_busy = st.tx_busy.saturating_sub(res as u32).max(1);
+                    // What went shows as progress in `Io::unsent`.
+                    st.cold.get_or_insert_with(Default::default).tx_sent += res as usize;
                     let buf = std::mem::take(buf);
                     let off = *off + res as usize;
                     drop(ops.remove(ud));
@@ -2100,7 +2110,7 @@ impl UringReactor {
                 let head_len = g.head.len();
                 let total = head_len + g.tail.len();
                 if res > 0 && (res as usize) < total {
-                    st.tx_busy = st.tx_busy.saturating_sub(res as u32).max(1);
+                    st.cold.get_or_insert_with(Default::default).tx_sent += res as usize;
                     // A short send: the rest goes next, the bodies still
                     // sent from where they lie. (It was copied: with a
                     // client that pipelines and does not read, every

@@ -415,6 +415,10 @@ where
         let total = head.len() + part.len() + after.len();
         if let (Reg::Uring(io), None) = (&self.reg, &self.faults) {
             // All queued at once (nothing is, while it waits for room).
+            if *done >= total {
+                return Ok(());
+            }
+            debug_assert_eq!(*done, 0, "io_uring queues a write whole");
             poll_fn(|cx| io.poll_write_shared(cx, head, body, range.clone(), after)).await?;
             *done = total;
             return Ok(());
