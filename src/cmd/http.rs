@@ -93,7 +93,8 @@ pub struct HttpArgs {
     /// Seconds an idle keep-alive connection is kept.
     #[arg(long, default_value_t = 60.0)]
     idle_timeout: f64,
-    /// Seconds a response may wait for the client to read it.
+    /// Seconds a response may wait for the client to take more of it (per
+    /// wait, as nginx's send_timeout).
     #[arg(long, default_value_t = 60.0)]
     write_timeout: f64,
     /// Seconds of silence allowed inside a request body being dropped after
