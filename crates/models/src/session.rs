@@ -1214,8 +1214,23 @@ pub fn drive<P: Protocol>(
                             }
                         }
                     };
-                    let wrote = a.out.is_pending();
-                    if wrote {
+                    // At shutdown (see `Protocol::SHUTDOWN_AT_BOUNDARY`) a
+                    // connection ends once the batch in progress is
+                    // answered: requests buffered behind it, whole or in
+                    // part, are not started (an HTTP client pipelining kept
+                    // it serving to the grace's end, then lost a body half
+                    // sent). Only a request that answered nothing yet reads
+                    // on (one arriving when the stop came). Decided before
+                    // the write: no flag of its own outlives the await (the
+                    // future is every connection's).
+                    if P::SHUTDOWN_AT_BOUNDARY
+                        && (matches!(then, Then::Serve | Then::Yield)
+                            || (a.out.is_pending() && matches!(then, Then::Read)))
+                        && conn.shutting_down()
+                    {
+                        then = Then::Close;
+                    }
+                    if a.out.is_pending() {
                         a.answered.first_byte();
                         // Bytes alone, untimed (the cache's): inline. A
                         // timed write, a shared body or a large untimed
@@ -1252,20 +1267,6 @@ pub fn drive<P: Protocol>(
                             return;
                         }
                     }
-                    // At shutdown (see `Protocol::SHUTDOWN_AT_BOUNDARY`) a
-                    // connection ends once the batch in progress is
-                    // answered: requests buffered behind it, whole or in
-                    // part, are not started (an HTTP client pipelining kept
-                    // it serving to the grace's end, then lost a body half
-                    // sent). Only a request that answered nothing yet reads
-                    // on (one arriving when the stop came).
-                    if P::SHUTDOWN_AT_BOUNDARY
-                        && (matches!(then, Then::Serve | Then::Yield)
-                            || (wrote && matches!(then, Then::Read)))
-                        && conn.shutting_down()
-                    {
-                        then = Then::Close;
-                    }
                     match then {
                         Then::Read => break,
                         Then::Yield => {
@@ -1274,8 +1275,7 @@ pub fn drive<P: Protocol>(
                         }
                         Then::Serve | Then::Finish => {}
                         Then::Close => {
-                            let stopping = conn.shutting_down();
-                            if stopping {
+                            if conn.shutting_down() {
                                 // The loops stop soon, and with them what
                                 // io_uring still queues: it goes now (within
                                 // the write timeout). The linger reads on
@@ -1287,7 +1287,7 @@ pub fn drive<P: Protocol>(
                             // read (a client pipelining past a closing answer).
                             let unread = a.start < a.end || conn.input_pending();
                             if let Some(mut bounds) = driver.proto.linger(&session, unread) {
-                                if stopping {
+                                if conn.shutting_down() {
                                     // A client that never closes must not
                                     // hold the stop for its whole grace.
                                     let short = Linger::default();
