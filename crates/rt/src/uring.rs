@@ -8,9 +8,12 @@
 //!   data arrives, so an idle connection holds no buffer. Each completion is
 //!   copied into the connection's small receive queue and its buffer goes
 //!   straight back to the ring; a reader takes bytes from the queue without a
-//!   system call. A queue that grows past [`RX_LIMIT`] (a client that sends
-//!   and never reads the answers) cancels the receive until the reader
-//!   catches up, so memory per connection stays bounded. Out of buffers
+//!   system call. A receive takes at most the room left under
+//!   [`RX_LIMIT`] and then ends (where the kernel takes a total per
+//!   multishot receive, Linux 6.17; before, a queue that grows past the
+//!   limit cancels it), so a client that sends and never reads the
+//!   answers holds bounded memory; the reader's catching up arms the next
+//!   one. Out of buffers
 //!   (`ENOBUFS`), the receive ends and is re-armed on the next turn: busy
 //!   connections beyond the buffer count wait, they never fail. A read of
 //!   [`DIRECT_MIN`] bytes or more (a large value arriving) stops the
@@ -81,7 +84,7 @@ const DIRECT_MIN: usize = 32 * 1024;
 const DIRECT_STICKY: u8 = 16;
 
 /// Unread received bytes above which a connection stops receiving.
-pub(crate) const RX_LIMIT: usize = 256 * 1024;
+pub(crate) const RX_LIMIT: usize = 64 * 1024;
 /// Queued unsent bytes above which a writer waits.
 pub(crate) const TX_LIMIT: usize = 64 * 1024;
 /// How long a dropped socket may keep sending what was queued before it.
@@ -188,6 +191,10 @@ pub(crate) struct RingConfig {
     /// How long a dropped socket may keep sending what was queued before
     /// it ([`CLOSE_LINGER`] for loops).
     pub(crate) linger: Duration,
+    /// Bound each multishot receive to the room left under [`RX_LIMIT`]
+    /// where the kernel can ([`recv_limit_supported`]); false: only the
+    /// cancel past the limit bounds it (older kernels' way, kept testable).
+    pub(crate) recv_limit: bool,
 }
 
 /// [`RingConfig::quiet`] for loops: a healthy receive on a readable socket
@@ -294,6 +301,65 @@ pub(crate) fn unavailable() -> Option<&'static str> {
             }
         })
         .as_deref()
+}
+
+/// Whether the kernel ends a multishot receive by itself after a total
+/// number of bytes (`sqe->optlen`, Linux 6.17). With it a receive never
+/// takes more than its connection's queue has room for; without it, a
+/// receive that ran ahead is cancelled, and until the cancel is in, the
+/// kernel goes on receiving (in 32-buffer bursts: over 128 KiB). Probed
+/// once, on a socket pair with a byte waiting and no buffer group: a kernel
+/// that knows the field answers `ENOBUFS`, an older one refuses it
+/// (`EINVAL`: the same bytes were `file_index`, which receives reject).
+fn recv_limit_supported() -> bool {
+    static PROBE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PROBE.get_or_init(|| {
+        let probe = || -> io::Result<Option<i32>> {
+            use std::io::Write;
+            use std::os::fd::AsRawFd;
+            let mut ring = IoUring::new(2)?;
+            let (a, mut b) = std::os::unix::net::UnixStream::pair()?;
+            b.write_all(b"x")?;
+            let sqe = with_total_limit(
+                opcode::RecvMulti::new(types::Fd(a.as_raw_fd()), BUF_GROUP)
+                    .build()
+                    .user_data(1),
+                1,
+            );
+            // SAFETY: the entry carries no pointer (a provided-buffer
+            // receive); the socket outlives the ring, dropped first below.
+            unsafe { ring.submission().push(&sqe) }.map_err(io::Error::other)?;
+            let ts = types::Timespec::new().sec(1);
+            let args = types::SubmitArgs::new().timespec(&ts);
+            match ring.submitter().submit_with_args(1, &args) {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::ETIME) => {}
+                Err(e) => return Err(e),
+            }
+            let res = ring.completion().next().map(|c| c.result());
+            drop(ring);
+            Ok(res)
+        };
+        matches!(probe(), Ok(Some(r)) if r != -libc::EINVAL)
+    })
+}
+
+/// `sqe` with its `optlen` set: for a multishot receive, the most bytes it
+/// takes in all before it ends (0: no limit).
+fn with_total_limit(mut sqe: squeue::Entry, limit: u32) -> squeue::Entry {
+    const _: () = assert!(std::mem::size_of::<squeue::Entry>() == 64);
+    // SAFETY: `squeue::Entry` is `#[repr(C)]` around the kernel's 64-byte
+    // `struct io_uring_sqe` (checked above), whose bytes 44..48 are the
+    // `u32 optlen` of its fifth union in the stable uapi layout; this
+    // writes that plain integer, unaligned-safe, inside the entry.
+    unsafe {
+        (&mut sqe as *mut squeue::Entry)
+            .cast::<u8>()
+            .add(44)
+            .cast::<u32>()
+            .write_unaligned(limit);
+    }
+    sqe
 }
 
 /// Items that need the loop's attention: any thread marks one, the loop
@@ -606,6 +672,14 @@ impl St {
                 if self.tx.capacity() == 0 {
                     self.tx = spare_buf(Spare::Tx);
                 }
+                let (len, cap) = (self.tx.len(), self.tx.capacity());
+                if len + bytes.len() > cap {
+                    // Doubling, but not past what the limit lets wait (a
+                    // writer may always add one write to a queue under
+                    // it): a client that does not read holds the limit.
+                    let want = (len + bytes.len()).max((2 * cap).min(TX_LIMIT));
+                    self.tx.reserve_exact(want - len);
+                }
                 self.tx.extend_from_slice(bytes)
             }
         }
@@ -664,12 +738,23 @@ impl St {
             cold.rx_over_len += bytes.len();
             return;
         }
-        if self.rx_pos > 0 && self.rx_pos as usize >= self.rx.len() / 2 {
+        let grows = self.rx.len() + bytes.len() > self.rx.capacity();
+        if self.rx_pos > 0 && (grows || self.rx_pos as usize >= self.rx.len() / 2) {
+            // Growing would copy the taken bytes too: drop them first.
             self.rx.drain(..self.rx_pos as usize);
             self.rx_pos = 0;
         }
         if self.rx.capacity() == 0 {
             self.rx = spare_buf(Spare::Rx);
+        }
+        let (len, cap) = (self.rx.len(), self.rx.capacity());
+        if len + bytes.len() > cap {
+            // Doubling, but never past what the limit lets in (unread is
+            // under `RX_LIMIT` here, and one completion comes on top): a
+            // connection far ahead of its reader holds the limit, not
+            // twice it.
+            let want = (len + bytes.len()).max((2 * cap).min(RX_LIMIT + bytes.len()));
+            self.rx.reserve_exact(want - len);
         }
         self.rx.extend_from_slice(bytes);
     }
@@ -1310,6 +1395,8 @@ pub(crate) struct UringReactor {
     /// first, freed with the ring. A raw pointer, never a reference: the
     /// kernel may be writing into it whenever a fetch is in flight.
     scratch: Cell<Option<std::ptr::NonNull<[u8]>>>,
+    /// Receives are armed with a total limit ([`RingConfig::recv_limit`]).
+    recv_limit: bool,
 }
 
 impl UringReactor {
@@ -1337,7 +1424,6 @@ impl UringReactor {
             ring: RefCell::new(ring),
             ops: RefCell::new(GenTable::default()),
             bufs: RefCell::new(None),
-            config,
             shared: Arc::new(UringShared {
                 loop_id,
                 dirty: DirtyList::new(),
@@ -1348,6 +1434,8 @@ impl UringReactor {
             lingering: RefCell::new(Vec::new()),
             quiet_due: Cell::new(None),
             scratch: Cell::new(None),
+            recv_limit: config.recv_limit && recv_limit_supported(),
+            config,
         };
         r.arm_wake();
         Ok(r)
@@ -1471,7 +1559,15 @@ impl UringReactor {
                 }
                 st.recv = NonZeroU64::new(ud);
                 st.recv_cancelled = false;
-                self.push(opcode::RecvMulti::new(fd, BUF_GROUP).build().user_data(ud));
+                let sqe = opcode::RecvMulti::new(fd, BUF_GROUP).build().user_data(ud);
+                // At most what the queue has room for: the receive ends
+                // there (a completion without `MORE`, as when buffers ran
+                // out), and the reader's catching up arms the next one.
+                let room = (RX_LIMIT - st.unread()) as u32;
+                self.push(match self.recv_limit {
+                    true => with_total_limit(sqe, room),
+                    false => sqe,
+                });
             } else {
                 st.set_rx_err(io::Error::other("io_uring: no receive buffers"));
                 if let Some(w) = st.reader.take() {
@@ -2076,6 +2172,11 @@ impl UringReactor {
                     st.recv_cancelled = true;
                     drop(ops);
                     self.cancel(ud);
+                    // Submitted now, not at the turn's end: until the kernel
+                    // has it, the receive keeps filling the queue's overflow
+                    // with whatever the client sent ahead (hundreds of KiB
+                    // per connection in a long turn).
+                    let _ = self.ring.borrow_mut().submit();
                 }
                 if let Some(w) = st.reader.take() {
                     w.wake();
@@ -2402,6 +2503,12 @@ mod tests {
     /// A ring whose quiet receives are looked at every 20 ms, and the
     /// socket it wakes on; `None` where io_uring is refused.
     fn ring() -> Option<(UringReactor, UnixStream, UnixStream)> {
+        ring_with(true)
+    }
+
+    /// [`ring`], its receives limited to their room where the kernel can
+    /// (`recv_limit`) or only cancelled past it.
+    fn ring_with(recv_limit: bool) -> Option<(UringReactor, UnixStream, UnixStream)> {
         if super::unavailable().is_some() {
             return None;
         }
@@ -2412,6 +2519,7 @@ mod tests {
             buffer_size: 4096,
             quiet: Duration::from_millis(20),
             linger: Duration::from_millis(100),
+            recv_limit,
         };
         let r = UringReactor::new(config, wake.as_raw_fd(), u16::MAX).unwrap();
         Some((r, wake, peer))
@@ -2459,6 +2567,84 @@ mod tests {
         });
         let st = lock_std(&io.st);
         assert_eq!(&st.rx[st.rx_pos as usize..], b"last words");
+    }
+
+    /// A client far ahead of its reader: receiving stops at the queue's
+    /// limit, and the reader still gets every byte, in order, and the end.
+    /// With the kernel's total per receive the queue never holds more than
+    /// the limit and one buffer; with the cancel alone, no more than one
+    /// reap's worth of the ring's buffers past it (the cancel goes in at
+    /// once). Before, the cancel waited for the turn's end and a client
+    /// pipelining without reading held ~620 KB of a server per connection.
+    #[test]
+    fn a_receive_ahead_of_its_reader_stops_near_the_limit() {
+        const TOTAL: usize = 4 << 20;
+        for limited in [true, false] {
+            let Some((r, _wake, _w)) = ring_with(limited) else {
+                return;
+            };
+            let exact = r.recv_limit;
+            let (mine, mut peer) = UnixStream::pair().unwrap();
+            let io = Io::new(mine.into_raw_fd(), r.handle().clone());
+            let writer = std::thread::spawn(move || {
+                let mut at = 0u32;
+                let mut block = vec![0u8; 64 * 1024];
+                for _ in 0..TOTAL / block.len() {
+                    for b in block.chunks_mut(4) {
+                        b.copy_from_slice(&at.to_le_bytes());
+                        at += 1;
+                    }
+                    peer.write_all(&block).unwrap();
+                }
+            });
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            assert!(io.poll_readable(&mut cx).is_pending());
+            let mut most = 0;
+            turn_until(&r, "the receive never filled the queue", || {
+                most = most.max(lock_std(&io.st).unread());
+                most >= RX_LIMIT
+            });
+            // The writer is still blocked: a few more turns bring nothing
+            // past the bound.
+            for _ in 0..20 {
+                r.poll(Some(Duration::from_millis(2))).unwrap();
+                most = most.max(lock_std(&io.st).unread());
+            }
+            let bound = match exact {
+                true => RX_LIMIT + r.config.buffer_size as usize,
+                false => RX_LIMIT + r.config.buffers as usize * r.config.buffer_size as usize,
+            };
+            assert!(
+                most <= bound,
+                "limited {limited} (kernel: {exact}): {most} bytes queued"
+            );
+            // The reader takes it all, in order, to the end.
+            let (mut got, mut next) = (0, 0u32);
+            let mut buf = vec![0u8; 10_000];
+            let mut carry = Vec::new();
+            turn_until(&r, "the reader never got every byte", || loop {
+                match io.poll_read(&mut cx, &mut buf) {
+                    std::task::Poll::Ready(Ok(0)) => return true,
+                    std::task::Poll::Ready(Ok(n)) => {
+                        got += n;
+                        carry.extend_from_slice(&buf[..n]);
+                        let whole = carry.len() / 4 * 4;
+                        for w in carry[..whole].chunks(4) {
+                            assert_eq!(u32::from_le_bytes(w.try_into().unwrap()), next);
+                            next += 1;
+                        }
+                        carry.drain(..whole);
+                        most = most.max(lock_std(&io.st).unread());
+                    }
+                    std::task::Poll::Ready(Err(e)) => panic!("read: {e}"),
+                    std::task::Poll::Pending => return false,
+                }
+            });
+            writer.join().unwrap();
+            assert_eq!(got, TOTAL);
+            assert!(most <= bound, "{most} bytes queued while reading");
+            io.release();
+        }
     }
 
     /// An accept the kernel never completes (the race [`Watch`] is for,
@@ -2770,10 +2956,12 @@ mod tests {
     }
 
     /// A receive that completes as bytes come, or waits on a socket with
-    /// nothing to read, is never taken for a stuck one.
+    /// nothing to read, is never taken for a stuck one. (Without the total
+    /// limit: the stream here passes `RX_LIMIT`, where a limited receive
+    /// ends by design.)
     #[test]
     fn a_healthy_receive_is_left_alone() {
-        let Some((r, _wake, _w)) = ring() else {
+        let Some((r, _wake, _w)) = ring_with(false) else {
             return;
         };
         let (mine, mut peer) = UnixStream::pair().unwrap();
@@ -2897,7 +3085,7 @@ mod tests {
             st.push_rx(&chunk);
         }
         assert!(
-            st.rx.capacity() <= 2 * RX_LIMIT,
+            st.rx.capacity() <= RX_LIMIT + chunk.len(),
             "capacity {}",
             st.rx.capacity()
         );

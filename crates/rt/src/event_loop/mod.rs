@@ -895,6 +895,7 @@ impl EventLoop {
             buffer_size: config.ring_buffer_size,
             quiet: crate::uring::QUIET,
             linger: crate::uring::CLOSE_LINGER,
+            recv_limit: true,
         };
         let reactor = match Backend::new(
             config.io,
