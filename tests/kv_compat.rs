@@ -1370,7 +1370,8 @@ fn stats_fields_monitoring_tools_read() {
 /// where it takes a dead item's memory.
 #[test]
 fn dead_items_found_by_reads_are_not_reclaimed() {
-    let mc = Memcached::start(&[]);
+    // Without its background LRU threads (they reclaim flushed items).
+    let mc = Memcached::start(&["-o", "no_lru_crawler,no_lru_maintainer"]);
     let dk = duality(false);
     let counts = |addr: SocketAddr| {
         let mut c = Client::connect(&Addr::Tcp(addr));
@@ -1392,6 +1393,76 @@ fn dead_items_found_by_reads_are_not_reclaimed() {
     let (d, m) = (counts(tcp_addr(&dk)), counts(mc.addr));
     assert_eq!(d, m);
     assert_eq!(d[2], ("reclaimed", 0));
+}
+
+/// Every lookup that finds an item dead counts it, whatever the command:
+/// memcached's deletes, touches, incr and meta commands look up through the
+/// same `do_item_get` as its reads, which counts `get_flushed` /
+/// `get_expired` (duality counted reads only). Flushed items, so that no
+/// clock or crawler decides what is dead. Stores count the same in
+/// duality; memcached's allocate first, and the allocation may take a
+/// flushed item off its LRU tail (`reclaimed`) before the lookup finds it,
+/// so only their answers are compared.
+#[test]
+fn dead_items_found_by_any_command_count_as_memcached_does() {
+    // Without its background LRU threads, which may reclaim flushed items
+    // at any moment.
+    let mc = Memcached::start(&["-o", "no_lru_crawler,no_lru_maintainer"]);
+    let dk = duality(false);
+    let run = |addr: SocketAddr| {
+        let mut c = Client::connect(&Addr::Tcp(addr));
+        c.call(b"stats reset\r\n");
+        for k in b'a'..=b'l' {
+            c.call(&[b"set ", &[k][..], b" 0 0 1\r\n7\r\n"].concat());
+        }
+        c.expect(b"flush_all\r\n", b"OK\r\n");
+        let mut answers: Vec<Vec<u8>> = [
+            &b"delete a\r\n"[..],
+            b"touch b 0\r\n",
+            b"incr c 1\r\n",
+            b"decr d 1\r\n",
+            b"md e q\r\n",
+            b"ma f\r\n",
+            b"mg g v\r\n",
+            b"get h\r\n",
+        ]
+        .iter()
+        .map(|req| c.call(req))
+        .collect();
+        let st = c.stats("");
+        let counts = [
+            "get_flushed",
+            "get_expired",
+            "get_misses",
+            "get_hits",
+            "delete_misses",
+            "touch_misses",
+            "incr_misses",
+            "decr_misses",
+            "reclaimed",
+            "curr_items",
+        ]
+        .map(|k| (k, stat_u64(&st, k)));
+        answers.extend(
+            [
+                &b"set i 0 0 1\r\ny\r\n"[..],
+                b"add j 0 0 1\r\ny\r\n",
+                b"append k 0 0 1\r\nz\r\n",
+                b"cas l 0 0 1 99\r\ny\r\n",
+            ]
+            .iter()
+            .map(|req| c.call(req)),
+        );
+        let flushed = stat_u64(&c.stats(""), "get_flushed");
+        (answers, counts, flushed)
+    };
+    let (d, m) = (run(tcp_addr(&dk)), run(mc.addr));
+    for (i, (a, b)) in d.0.iter().zip(&m.0).enumerate() {
+        assert_eq!(show(a), show(b), "answer {i}");
+    }
+    assert_eq!(d.1, m.1);
+    assert_eq!(d.1[0], ("get_flushed", 8), "every command's lookup counted");
+    assert_eq!(d.2, 12, "stores count what their lookup finds dead");
 }
 
 /// `-l` takes host names as memcached does (`-l localhost`: every address

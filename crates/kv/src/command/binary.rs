@@ -6,7 +6,7 @@
 //! memcached's message as the body. Quiet gets answer nothing on a miss,
 //! quiet mutations nothing on success; errors are always answered.
 
-use super::classic::{apply, count_dead, Value};
+use super::classic::{apply, Value};
 use super::{log_store, stats, ExecContext, Flow, Outcome};
 use crate::num::{fmt_u64, parse_counter};
 use crate::protocol::binary::{
@@ -169,7 +169,6 @@ fn get<O: super::Answer + ?Sized>(
     let out = answer.bytes();
     let op = req.opcode.loud();
     let mut e = store.entry(req.key, now);
-    count_dead(&e);
     // `stats detail`: gets and touches alike, as memcached counts them.
     store.prefix_stats().record_get(req.key, e.exists());
     e.count(if touch.is_some() {

@@ -4,7 +4,7 @@ use super::{log_store, Outcome};
 use crate::num::{fmt_u64, parse_counter, push_u64};
 use crate::protocol::{ArithOp, StoreCommand, Tokens};
 use crate::store::{
-    expiry, Counter, Edit, Entry, Item, Lookup, Staged, Store, Time, WriteError, SHARE_MIN,
+    expiry, Counter, Edit, Entry, Item, Staged, Store, Time, WriteError, SHARE_MIN,
 };
 
 const STORED: &[u8] = b"STORED\r\n";
@@ -12,15 +12,6 @@ const NOT_STORED: &[u8] = b"NOT_STORED\r\n";
 const EXISTS: &[u8] = b"EXISTS\r\n";
 const NOT_FOUND: &[u8] = b"NOT_FOUND\r\n";
 const NO_MEMORY: &[u8] = b"SERVER_ERROR out of memory storing object\r\n";
-
-/// Counts what a retrieval's lookup found dead.
-pub(super) fn count_dead(e: &Entry<'_, '_>) {
-    match e.lookup() {
-        Lookup::Expired => e.count(Counter::GetExpired),
-        Lookup::Flushed => e.count(Counter::GetFlushed),
-        Lookup::Hit | Lookup::Miss => {}
-    }
-}
 
 /// `VALUE <key> <flags> <bytes> [<cas>]\r\n<data>\r\n`
 fn write_value(out: &mut Vec<u8>, item: &Item<'_>, cas: bool) {
@@ -120,7 +111,6 @@ fn get_key<'s, 'k>(
     touch: Option<i32>,
 ) -> Entry<'s, 'k> {
     let mut e = store.entry(key, now);
-    count_dead(&e);
     // `stats detail`: `gat` counts as a get, as in memcached.
     store.prefix_stats().record_get(key, e.exists());
     e.count(if touch.is_some() {

@@ -5,7 +5,7 @@
 //! mode (`q`) suppresses only the nominal code: `EN` for `mg`, `HD` for the
 //! others; errors are always sent.
 
-use super::classic::{apply, count_dead, Value, NON_NUMERIC};
+use super::classic::{apply, Value, NON_NUMERIC};
 use super::{log_store, Outcome};
 use crate::num::{fmt_u64, parse_counter, push_i64, push_u64};
 use crate::protocol::{decode_key, item_size, ArithOp, MetaFlags, KEY_MAX_LENGTH};
@@ -74,7 +74,6 @@ pub(super) fn get<O: super::Answer + ?Sized>(
     let mut buf = [0u8; KEY_MAX_LENGTH];
     let key = decode_key(raw_key, f.base64(), &mut buf);
     let mut e = store.entry(key, now);
-    count_dead(&e);
     let mut created = false;
     if let (false, Some(n)) = (e.exists(), f.vivify()) {
         // Vivify: an empty item, and this client wins the right to recache.

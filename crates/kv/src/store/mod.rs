@@ -763,6 +763,15 @@ impl Store {
             if lookup == Lookup::Hit {
                 idx = Some(i);
             } else {
+                // Every lookup that finds an item dead counts it, stores and
+                // deletes too (memcached's `do_item_get`, which they all
+                // use); the next piece of a value looked up already does not.
+                if log {
+                    cell.stats.bump(match lookup {
+                        Lookup::Expired => Counter::GetExpired,
+                        _ => Counter::GetFlushed,
+                    });
+                }
                 shard.drop_dead(i, &cell.stats);
             }
         }
