@@ -200,3 +200,53 @@ fn a_slow_steady_reader_gets_a_large_body_whole_and_keeps_its_connection() {
     // The connection is still served.
     assert_eq!(c.get("/hello.txt").text(), "hello, world\n");
 }
+
+/// The write timeout counts from when the client last took something, as
+/// nginx's `send_timeout`, give or take a quarter of it: a large body from
+/// memory was judged in whole windows of the timeout, so a client that
+/// stopped reading was cut only after two of them (4.0 s with
+/// `--write-timeout 2`; 2.5 s now). Here: a 1 s timeout, a client that
+/// stops for 1.7 s is cut; one that stops for 0.5 s gets the whole body.
+#[test]
+fn a_stalled_reader_is_cut_one_write_timeout_after_it_stopped() {
+    let s = TestServer::start("stalled", |c| {
+        c.write_timeout = Duration::from_secs(1);
+        c.cache_max_file = 8 << 20;
+        c.cache_bytes = 64 << 20;
+    });
+    let body = common::pseudo_random(4 << 20, 9);
+    std::fs::write(s.www().join("large.bin"), &body).unwrap();
+    assert_eq!(s.client().get("/large.bin").body.len(), body.len());
+    let fetch = |pause: Duration| -> usize {
+        let sock =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        sock.set_recv_buffer_size(16 << 10).unwrap();
+        sock.connect(&s.addr.into()).unwrap();
+        let mut c = common::Client::from_stream(sock.into());
+        c.send("GET /large.bin HTTP/1.1\r\nHost: t\r\n\r\n");
+        let mut got = 0;
+        let mut chunk = vec![0u8; 16 << 10];
+        let mut paused = false;
+        loop {
+            if !paused && got >= 256 << 10 {
+                std::thread::sleep(pause);
+                paused = true;
+            }
+            match (&c.stream).read(&mut chunk) {
+                Ok(0) | Err(_) => return got,
+                Ok(n) => got += n,
+            }
+            if got >= body.len() {
+                return got;
+            }
+        }
+    };
+    assert!(
+        fetch(Duration::from_millis(500)) >= body.len(),
+        "a short pause cut"
+    );
+    assert!(
+        fetch(Duration::from_millis(1700)) < body.len(),
+        "a pause of 1.7 timeouts was not cut"
+    );
+}

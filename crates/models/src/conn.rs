@@ -804,23 +804,24 @@ impl Conn {
                 "write_vec_shared_for: range outside the body",
             ));
         };
-        // Taken up again after each wait that saw progress: bytes of this
-        // write, or (io_uring, waiting for room in the queue) bytes the
-        // send before it gave the kernel.
+        // Taken up again after each window (see `Stall`): progress is bytes
+        // of this write, or (io_uring, waiting for room in the queue) bytes
+        // the send before it gave the kernel.
         let mut done = 0;
+        let mut stall = Stall::new(wait);
         let r = loop {
             let (before, queued) = (done, self.unsent());
             let r = match &mut self.io {
                 Io::Tcp(s) => {
                     within(
-                        wait,
+                        stall.window(),
                         s.write_vec_shared_from(head, body, range.clone(), after, &mut done),
                     )
                     .await
                 }
                 Io::Unix(s) => {
                     within(
-                        wait,
+                        stall.window(),
                         s.write_vec_shared_from(head, body, range.clone(), after, &mut done),
                     )
                     .await
@@ -830,7 +831,7 @@ impl Conn {
             match r {
                 Err(e)
                     if e.kind() == io::ErrorKind::TimedOut
-                        && (done > before || self.unsent() < queued) => {}
+                        && stall.again(done > before || self.unsent() < queued) => {}
                 r => break Some(r),
             }
         };
@@ -879,13 +880,13 @@ impl Conn {
     /// has taken nothing for `wait` (per wait, as
     /// [`write_all_for`](Self::write_all_for)).
     pub async fn flush_for(&mut self, wait: Option<Duration>) -> io::Result<()> {
-        let Some(w) = wait else {
-            return self.flush().await;
-        };
+        let mut stall = Stall::new(wait);
         loop {
             let before = self.unsent();
-            match within(Some(w), self.flush()).await {
-                Err(e) if e.kind() == io::ErrorKind::TimedOut && self.unsent() < before => {}
+            match within(stall.window(), self.flush()).await {
+                Err(e)
+                    if e.kind() == io::ErrorKind::TimedOut
+                        && stall.again(self.unsent() < before) => {}
                 r => return r,
             }
         }
@@ -1088,6 +1089,38 @@ fn blocking_write_with<R>(
 }
 
 /// `f`, given up with `TimedOut` after `wait` (at least a millisecond).
+/// A timed write's judge of progress, for waits that cannot tell when the
+/// client took bytes, only whether it did (a shared body's send, a flush):
+/// they wait in quarters of the timeout, and time out once four quarters in
+/// a row saw nothing taken, so a client that stops reading is cut between
+/// one timeout and a quarter more after it last took something (nginx's
+/// `send_timeout`; whole windows cut it after up to two timeouts).
+struct Stall {
+    quarter: Option<Duration>,
+    quiet: u8,
+}
+
+impl Stall {
+    /// Windows of a quarter of `wait`; `None`: no timeout.
+    fn new(wait: Option<Duration>) -> Stall {
+        Stall {
+            quarter: wait.map(|w| (w / 4).max(Duration::from_millis(1))),
+            quiet: 0,
+        }
+    }
+
+    fn window(&self) -> Option<Duration> {
+        self.quarter
+    }
+
+    /// After a window ran out: whether to wait on, given whether the
+    /// client took something in it.
+    fn again(&mut self, progressed: bool) -> bool {
+        self.quiet = if progressed { 0 } else { self.quiet + 1 };
+        self.quiet < 4
+    }
+}
+
 async fn within<T>(
     wait: Option<Duration>,
     f: impl Future<Output = io::Result<T>>,
@@ -1289,6 +1322,24 @@ mod tests {
 
     fn noop_waker() -> Waker {
         Waker::noop().clone()
+    }
+
+    /// Four quiet quarters in a row time a write out; any progress starts
+    /// the count again, so a stall is cut between one timeout and a
+    /// quarter more after the client last took something.
+    #[test]
+    fn a_write_times_out_after_four_quiet_quarters_in_a_row() {
+        let mut s = Stall::new(Some(Duration::from_secs(60)));
+        assert_eq!(s.window(), Some(Duration::from_secs(15)));
+        assert!(s.again(false) && s.again(false) && s.again(false));
+        assert!(s.again(true), "progress in the fourth window");
+        assert!(s.again(false) && s.again(false) && s.again(false));
+        assert!(!s.again(false), "a whole timeout without progress");
+        assert_eq!(Stall::new(None).window(), None);
+        assert_eq!(
+            Stall::new(Some(Duration::from_micros(10))).window(),
+            Some(Duration::from_millis(1))
+        );
     }
 
     #[test]
