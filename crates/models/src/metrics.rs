@@ -453,8 +453,10 @@ fn reply(route: Route, head: bool, render: &Render) -> Vec<u8> {
     } else {
         ""
     };
+    // Date: RFC 9110 6.6.1 (an origin server with a clock sends it).
     let mut out = format!(
-        "HTTP/1.0 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\n{allow}Connection: close\r\n\r\n",
+        "HTTP/1.0 {status}\r\nDate: {}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\n{allow}Connection: close\r\n\r\n",
+        httpdate::fmt_http_date(std::time::SystemTime::now()),
         body.len()
     )
     .into_bytes();
@@ -606,10 +608,21 @@ mod tests {
             head.ends_with("Content-Length: 10\r\nConnection: close\r\n\r\n"),
             "{head}"
         );
-        // No body to a HEAD on any route; a GET's error has one.
+        // No body to a HEAD on any route; a GET's error has one. Every
+        // answer is dated.
         for r in [Route::NotFound, Route::TooLarge, Route::Method] {
             let a = String::from_utf8(reply(r, true, &String::new)).unwrap();
             assert!(a.ends_with("Connection: close\r\n\r\n"), "{a}");
+            let date = a
+                .split("\r\nDate: ")
+                .nth(1)
+                .and_then(|d| d.split("\r\n").next());
+            let when = date.and_then(|d| httpdate::parse_http_date(d).ok());
+            let now = std::time::SystemTime::now();
+            assert!(
+                when.is_some_and(|w| now.duration_since(w).is_ok_and(|d| d.as_secs() < 5)),
+                "{a}"
+            );
             let a = String::from_utf8(reply(r, false, &String::new)).unwrap();
             assert!(!a.ends_with("\r\n\r\n"), "{a}");
         }
