@@ -573,6 +573,9 @@ struct Cold {
     /// Bytes of the send in flight that short sends already gave the
     /// kernel (for `Io::unsent`; only large sends are short).
     tx_sent: usize,
+    /// Sends in a row the kernel gave back with `EAGAIN` (see
+    /// [`UringReactor::resend`]): the next goes after `POLL_RETRY` of it.
+    resends: u8,
 }
 
 impl Default for Cold {
@@ -592,6 +595,7 @@ impl Default for Cold {
             rx_over_len: 0,
             rx_err: None,
             tx_sent: 0,
+            resends: 0,
         }
     }
 }
@@ -1667,6 +1671,16 @@ impl UringReactor {
     /// One `sendmsg` of `head`, then each of `tail`'s bodies and the bytes
     /// after it.
     fn submit_gather(&self, io: &Arc<Io>, head: Vec<u8>, tail: Box<Tail>) {
+        self.submit_gather_after(io, head, tail, None);
+    }
+
+    fn submit_gather_after(
+        &self,
+        io: &Arc<Io>,
+        head: Vec<u8>,
+        tail: Box<Tail>,
+        delay: Option<&'static types::Timespec>,
+    ) {
         let iov = |b: &[u8]| libc::iovec {
             iov_base: b.as_ptr() as *mut libc::c_void,
             iov_len: b.len(),
@@ -1699,27 +1713,79 @@ impl UringReactor {
             io: Some(io.clone()),
             kind: OpKind::Gather(g),
         });
-        self.push(
-            opcode::SendMsg::new(types::Fd(io.fd), msg)
-                .flags(libc::MSG_NOSIGNAL as u32)
-                .build()
-                .user_data(ud),
-        );
+        let sqe = opcode::SendMsg::new(types::Fd(io.fd), msg)
+            .flags(libc::MSG_NOSIGNAL as u32)
+            .build()
+            .user_data(ud);
+        self.push_after(delay, sqe);
     }
 
     fn submit_send(&self, io: &Arc<Io>, buf: Vec<u8>, off: usize) {
+        self.submit_send_after(io, buf, off, None);
+    }
+
+    fn submit_send_after(
+        &self,
+        io: &Arc<Io>,
+        buf: Vec<u8>,
+        off: usize,
+        delay: Option<&'static types::Timespec>,
+    ) {
         let ptr = buf[off..].as_ptr();
         let len = (buf.len() - off) as u32;
         let ud = self.ops.borrow_mut().insert(Op {
             io: Some(io.clone()),
             kind: OpKind::Send { buf, off },
         });
-        self.push(
-            opcode::Send::new(types::Fd(io.fd), ptr, len)
-                .flags(libc::MSG_NOSIGNAL)
-                .build()
-                .user_data(ud),
-        );
+        let sqe = opcode::Send::new(types::Fd(io.fd), ptr, len)
+            .flags(libc::MSG_NOSIGNAL)
+            .build()
+            .user_data(ud);
+        self.push_after(delay, sqe);
+    }
+
+    /// After a send came back with `EAGAIN`: the delay before it goes
+    /// again. The kernel ends a send's wait for room on any wake-up of the
+    /// socket and, once it waited, hands a send that still finds no room to
+    /// a worker, whose try on the non-blocking socket fails: a client's FIN
+    /// on a full socket does it, and a half-closed socket wakes every wait
+    /// for as long as it lasts (as polls, see [`POLL_RETRY`]). So not an
+    /// error (taken for one, it cut the answers a half-closed client was
+    /// still reading), and not sent again at once (that spun a core while
+    /// such a client paused): after 1 ms, doubling while it repeats, reset
+    /// by a send that goes.
+    fn resend(st: &mut St) -> &'static types::Timespec {
+        let cold = st.cold.get_or_insert_with(Default::default);
+        cold.resends = (cold.resends + 1).min(POLL_RETRY.len() as u8);
+        &POLL_RETRY[cold.resends as usize - 1]
+    }
+
+    /// Pushes `sqe`, behind a timeout of `delay` linked before it if any
+    /// (an expired timeout counts as a success, so the link goes on).
+    fn push_after(&self, delay: Option<&'static types::Timespec>, sqe: squeue::Entry) {
+        let Some(ts) = delay else {
+            return self.push(sqe);
+        };
+        {
+            // Both in one submission, or the link would end at the first.
+            let mut ring = self.ring.borrow_mut();
+            let room = {
+                let sq = ring.submission();
+                sq.capacity() - sq.len()
+            };
+            if room < 2 {
+                if let Err(e) = ring.submit() {
+                    tracing::warn!(error = %e, "io_uring submit failed");
+                }
+            }
+        }
+        let wait = opcode::Timeout::new(ts)
+            .flags(types::TimeoutFlags::ETIME_SUCCESS)
+            .build()
+            .flags(squeue::Flags::IO_LINK)
+            .user_data(IGNORE);
+        self.push(wait);
+        self.push(sqe);
     }
 
     /// After the send of `buf` (all of it, or failed with `res`): records
@@ -2135,7 +2201,8 @@ impl UringReactor {
                 match res {
                     0 => st.rx_eof = true,
                     r if r < 0 => match -r {
-                        libc::ENOBUFS | libc::ECANCELED => {}
+                        // EAGAIN: see `Send` below; received again.
+                        libc::ENOBUFS | libc::ECANCELED | libc::EAGAIN => {}
                         e => {
                             let err = io::Error::from_raw_os_error(e);
                             // A reset connection takes no more bytes either:
@@ -2159,7 +2226,7 @@ impl UringReactor {
                     // Ended for lack of buffers, or cancelled (stuck, or
                     // too far ahead of its reader): again next turn, where
                     // the reader still wants bytes and has room.
-                    if (res == -libc::ENOBUFS || res == -libc::ECANCELED)
+                    if (res == -libc::ENOBUFS || res == -libc::ECANCELED || res == -libc::EAGAIN)
                         && st.want_recv
                         && !st.closed
                     {
@@ -2184,6 +2251,21 @@ impl UringReactor {
             }
             OpKind::Send { buf, off } => {
                 let mut st = lock_std(&io.st);
+                if res == -libc::EAGAIN {
+                    // Not an error (see `resend`): sent again, later.
+                    let (buf, off) = (std::mem::take(buf), *off);
+                    drop(ops.remove(ud));
+                    drop(ops);
+                    let delay = Self::resend(&mut st);
+                    drop(st);
+                    self.submit_send_after(&io, buf, off, Some(delay));
+                    return false;
+                }
+                if res > 0 {
+                    if let Some(c) = st.cold.as_mut() {
+                        c.resends = 0;
+                    }
+                }
                 if res >= 0 && (*off + res as usize) < buf.len() && res > 0 {
                     // A short send: the rest goes next, before anything newer.
                     // What went shows as progress in `Io::unsent`.
@@ -2210,6 +2292,27 @@ impl UringReactor {
                 let mut st = lock_std(&io.st);
                 let head_len = g.head.len();
                 let total = head_len + g.tail.len();
+                if res == -libc::EAGAIN {
+                    // As a `Send`'s: sent again, whole, later.
+                    let Some(Op {
+                        kind: OpKind::Gather(g),
+                        ..
+                    }) = ops.remove(ud)
+                    else {
+                        return false;
+                    };
+                    drop(ops);
+                    let delay = Self::resend(&mut st);
+                    drop(st);
+                    let GatherSend { head, tail, .. } = *g;
+                    self.submit_gather_after(&io, head, tail, Some(delay));
+                    return false;
+                }
+                if res > 0 {
+                    if let Some(c) = st.cold.as_mut() {
+                        c.resends = 0;
+                    }
+                }
                 if res > 0 && (res as usize) < total {
                     st.cold.get_or_insert_with(Default::default).tx_sent += res as usize;
                     // A short send: the rest goes next, the bodies still
@@ -2567,6 +2670,91 @@ mod tests {
         });
         let st = lock_std(&io.st);
         assert_eq!(&st.rx[st.rx_pos as usize..], b"last words");
+    }
+
+    /// This thread's CPU time (user and system).
+    fn thread_cpu() -> Duration {
+        // SAFETY: getrusage fills the struct it is given; RUSAGE_THREAD
+        // asks for the calling thread's figures.
+        let ru = unsafe {
+            let mut ru: libc::rusage = std::mem::zeroed();
+            libc::getrusage(libc::RUSAGE_THREAD, &mut ru);
+            ru
+        };
+        let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+        Duration::from_micros(us(ru.ru_utime) + us(ru.ru_stime))
+    }
+
+    /// A client that half-closes, then reads slowly: sends that find its
+    /// socket full come back with `EAGAIN` (its FIN ends their wait for
+    /// room, and a half-closed socket keeps waking them). They were taken
+    /// for errors (a half-closed HTTP client pipelining a large file lost
+    /// the rest of its answers: "write timeout" after 1 s of a 60 s one);
+    /// sent again at once, they spun the loop while the client paused.
+    /// Now every byte arrives, and the paused client costs the loop little.
+    #[test]
+    fn sends_to_a_half_closed_client_lose_nothing_and_do_not_spin() {
+        use std::io::Read;
+        const TOTAL: usize = 8 << 20;
+        let Some((r, _wake, _w)) = ring() else {
+            return;
+        };
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (server, _) = l.accept().unwrap();
+        server.set_nonblocking(true).unwrap();
+        client.shutdown(std::net::Shutdown::Write).unwrap();
+        let io = Io::new(server.into_raw_fd(), r.handle().clone());
+        // The client reads 2 MiB at a time, pausing between them.
+        let reader = std::thread::spawn(move || {
+            let mut got = vec![0u8; 0];
+            let mut buf = vec![0u8; 1 << 16];
+            let mut next_pause = 1 << 20;
+            loop {
+                if got.len() >= next_pause {
+                    std::thread::sleep(Duration::from_millis(300));
+                    next_pause += 2 << 20;
+                }
+                match client.read(&mut buf) {
+                    Ok(0) => return got,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                    Err(e) => panic!("client read: {e}"),
+                }
+            }
+        });
+        // Responses as a web server sends a cached file: a head, the
+        // shared body, an end (gather sends).
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let body: Arc<[u8]> = (0..60_000).map(|i| (i % 251) as u8).collect();
+        let body = crate::net::SharedBytes::from(body);
+        let (mut data, mut i) = (Vec::with_capacity(TOTAL + 70_000), 0);
+        let (start, cpu) = (Instant::now(), thread_cpu());
+        turn_until(&r, "the sends never finished", || {
+            while data.len() < TOTAL {
+                let mut head = format!("{i:08}").into_bytes();
+                let whole = [&head[..], &body[..], b"\r\n"].concat();
+                match io.poll_write_shared(&mut cx, &mut head, &body, 0..body.len(), b"\r\n") {
+                    std::task::Poll::Ready(Ok(())) => {
+                        data.extend_from_slice(&whole);
+                        i += 1;
+                    }
+                    std::task::Poll::Ready(Err(e)) => {
+                        panic!("write after {} bytes: {e}", data.len())
+                    }
+                    std::task::Poll::Pending => return false,
+                }
+            }
+            lock_std(&io.st).tx_idle()
+        });
+        let (wall, busy) = (start.elapsed(), thread_cpu() - cpu);
+        let got = close_and_join(&r, io, reader);
+        assert_eq!(got.len(), data.len());
+        assert!(got == data, "the bytes differ");
+        // A spin takes the whole pause (and more); waiting takes little.
+        assert!(
+            busy < wall / 2,
+            "the loop used {busy:?} of CPU in {wall:?} of a paused client"
+        );
     }
 
     /// A client far ahead of its reader: receiving stops at the queue's
