@@ -2292,35 +2292,25 @@ impl UringReactor {
                 let mut st = lock_std(&io.st);
                 let head_len = g.head.len();
                 let total = head_len + g.tail.len();
-                if res == -libc::EAGAIN {
-                    // As a `Send`'s: sent again, whole, later.
-                    let Some(Op {
-                        kind: OpKind::Gather(g),
-                        ..
-                    }) = ops.remove(ud)
-                    else {
-                        return false;
-                    };
-                    drop(ops);
-                    let delay = Self::resend(&mut st);
-                    drop(st);
-                    let GatherSend { head, tail, .. } = *g;
-                    self.submit_gather_after(&io, head, tail, Some(delay));
-                    return false;
-                }
+                // Sent again: the rest after a short send, the bodies
+                // still sent from where they lie (it was copied: with a
+                // client that pipelines and does not read, every
+                // connection held a copy of the body, 60 KB each for a 60
+                // KB file); all of it, later, after EAGAIN (as a `Send`).
+                let again = if res == -libc::EAGAIN {
+                    Some((0, Some(Self::resend(&mut st))))
+                } else if res > 0 && (res as usize) < total {
+                    st.cold.get_or_insert_with(Default::default).tx_sent += res as usize;
+                    Some((res as usize, None))
+                } else {
+                    None
+                };
                 if res > 0 {
                     if let Some(c) = st.cold.as_mut() {
                         c.resends = 0;
                     }
                 }
-                if res > 0 && (res as usize) < total {
-                    st.cold.get_or_insert_with(Default::default).tx_sent += res as usize;
-                    // A short send: the rest goes next, the bodies still
-                    // sent from where they lie. (It was copied: with a
-                    // client that pipelines and does not read, every
-                    // connection held a copy of the body, 60 KB each for a
-                    // 60 KB file.)
-                    let sent = res as usize;
+                if let Some((sent, delay)) = again {
                     let Some(Op {
                         kind: OpKind::Gather(g),
                         ..
@@ -2336,7 +2326,7 @@ impl UringReactor {
                     let from_head = sent.min(head_len);
                     head.drain(..from_head);
                     tail.advance(sent - from_head);
-                    self.submit_gather(&io, head, tail);
+                    self.submit_gather_after(&io, head, tail, delay);
                     return false;
                 }
                 let Some(Op {
