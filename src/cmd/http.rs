@@ -72,7 +72,9 @@ pub struct HttpArgs {
     /// not leave that many two each beside 32 for the server itself (more
     /// with many threads: three per loop thread) and room for max-conns / 8
     /// refused connections lingered over (about (limit - 32) / 2.125). A
-    /// file that cannot be opened for lack of descriptors gets 503.
+    /// value the hard limit cannot hold is lowered to what it holds, and
+    /// said at start. A file that cannot be opened for lack of descriptors
+    /// gets 503.
     #[arg(long, value_parser = positive_usize)]
     max_conns: Option<usize>,
     /// Descriptors of files sent with sendfile kept open between requests
@@ -339,23 +341,38 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         descriptors_for(a.max_conns.unwrap_or(1024), reserved)
             .saturating_add(a.open_file_cache.unwrap_or(1000) as u64),
     );
-    let max_conns = *a
+    let mut max_conns = *a
         .max_conns
         .get_or_insert_with(|| default_max_conns(reserved));
+    if let Some(n) = super::nofile() {
+        let need = descriptors_for(max_conns, reserved);
+        if need > n {
+            // Lowered to what fits, as the cache's -c: taken past it, the
+            // connections' own descriptors leave none for the files they
+            // ask for, and a burst gets 503 for every file (a reviewer's
+            // 55 clients at `ulimit -n` 64: none served, seven never
+            // accepted). nginx warns ("worker_connections exceed open file
+            // resource limit") and carries on; its one accept per event
+            // interleaves serving, ours drains the backlog at once.
+            let fits = conns_within(n, reserved);
+            anyhow::ensure!(
+                fits > 0,
+                "--max-conns {max_conns}: `ulimit -n` {n} leaves no descriptors for connections \
+                 (the server keeps {reserved} for itself)"
+            );
+            duality_rt::say!(
+                "duality http: warning: --max-conns {max_conns} takes up to {need} descriptors, \
+                 more than `ulimit -n` {n} allows (and cannot be raised); taking at most {fits} \
+                 connections, the rest get 503"
+            );
+            max_conns = fits;
+            a.max_conns = Some(fits);
+        }
+    }
     let open_files = a.open_file_cache.unwrap_or_else(|| {
         super::nofile().map_or(0, |n| open_files_for_limit(n, max_conns, reserved))
     });
     if let Some(n) = super::nofile() {
-        let need = descriptors_for(max_conns, reserved);
-        if need > n {
-            // nginx's "worker_connections exceed open file resource limit".
-            duality_rt::say!(
-                "duality http: warning: --max-conns {max_conns} takes up to {need} descriptors, \
-                 more than `ulimit -n` {n}: past about {} connections, new ones wait unaccepted \
-                 and files get 503",
-                conns_within(n, reserved)
-            );
-        }
         let room = open_files_room(n, max_conns, reserved);
         if open_files as u64 > room {
             duality_rt::say!(
