@@ -254,3 +254,55 @@ fn max_conns_past_the_descriptor_limit_is_lowered_and_said_at_start() {
     }
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// A client that pipelines, half-closes, reads a while and then stops,
+/// still connected, is cut at the write timeout and its descriptor given
+/// back. Under io_uring its socket was never let go (a send to a
+/// half-closed peer, or one waiting behind its resend delay, escaped the
+/// cancel at the close): a descriptor, the socket and its queued bytes per
+/// such client, for as long as it stayed.
+#[test]
+fn a_half_closed_client_that_stops_reading_gives_its_descriptor_back() {
+    let root = big_file_root("fdhalf");
+    std::fs::write(root.join("f.bin"), vec![5u8; 60_000]).unwrap();
+    for io in ["uring", "epoll"] {
+        let server = Limited::start(&root, 256, &["--write-timeout", "1", "--io", io]);
+        let fds = || {
+            std::fs::read_dir(format!("/proc/{}/fd", server.child.id()))
+                .unwrap()
+                .count()
+        };
+        let before = fds();
+        let sock =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        sock.set_recv_buffer_size(64 << 10).unwrap();
+        sock.connect(&server.addr.parse::<std::net::SocketAddr>().unwrap().into())
+            .unwrap();
+        let mut c: TcpStream = sock.into();
+        c.write_all(&b"GET /f.bin HTTP/1.1\r\nHost: t\r\n\r\n".repeat(300))
+            .unwrap();
+        c.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut chunk = vec![0u8; 64 << 10];
+        let mut got = 0;
+        while got < 2 << 20 {
+            got += c.read(&mut chunk).unwrap();
+            if got % (1 << 20) < chunk.len() {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+        // Stopped, connected: cut 1-1.25 s on, and its descriptor closed.
+        let until = std::time::Instant::now() + Duration::from_secs(4);
+        while fds() > before {
+            assert!(
+                std::time::Instant::now() < until,
+                "{io}: {} descriptors, {before} before the client came",
+                fds()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        drop(c);
+        let said = server.stop();
+        assert!(!said.contains("panicked"), "{said}");
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}

@@ -45,12 +45,12 @@ impl HttpServer {
         })
     }
 
-    /// SIGTERM; the exit status.
     /// Its process id.
     pub fn pid(&self) -> u32 {
         self.child.as_ref().expect("running").id()
     }
 
+    /// SIGTERM; the exit status.
     pub fn stop(mut self) -> ExitStatus {
         terminate(&mut self.child.take().unwrap())
     }

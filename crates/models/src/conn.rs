@@ -1088,7 +1088,6 @@ fn blocking_write_with<R>(
     r.and_then(|v| restored.map(|()| v))
 }
 
-/// `f`, given up with `TimedOut` after `wait` (at least a millisecond).
 /// A timed write's judge of progress, for waits that cannot tell when the
 /// client took bytes, only whether it did (a shared body's send, a flush):
 /// they wait in quarters of the timeout, and time out once four quarters in
@@ -1121,6 +1120,7 @@ impl Stall {
     }
 }
 
+/// `f`, given up with `TimedOut` after `wait` (at least a millisecond).
 async fn within<T>(
     wait: Option<Duration>,
     f: impl Future<Output = io::Result<T>>,

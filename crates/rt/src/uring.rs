@@ -725,6 +725,12 @@ impl St {
         chunk
     }
 
+    /// Closed with its unsent bytes dropped (see `UringReactor::give_up`):
+    /// a send that finds no room ends there.
+    fn given_up(&self) -> bool {
+        self.closed && self.discard
+    }
+
     fn unread(&self) -> usize {
         self.rx.len() - self.rx_pos as usize + self.cold.as_ref().map_or(0, |c| c.rx_over_len)
     }
@@ -1635,11 +1641,7 @@ impl UringReactor {
             if st.discard {
                 // The peer stopped reading: close now, as epoll's close
                 // leaves the rest to the kernel.
-                self.push(
-                    opcode::AsyncCancel2::new(types::CancelBuilder::fd(fd).all())
-                        .build()
-                        .user_data(IGNORE),
-                );
+                self.give_up(io);
             } else {
                 self.lingering
                     .borrow_mut()
@@ -1944,11 +1946,8 @@ impl UringReactor {
             keep
         });
         for io in expired {
-            self.push(
-                opcode::AsyncCancel2::new(types::CancelBuilder::fd(types::Fd(io.fd)).all())
-                    .build()
-                    .user_data(IGNORE),
-            );
+            lock_std(&io.st).discard = true;
+            self.give_up(&io);
         }
         match next {
             None => timeout,
@@ -1957,6 +1956,26 @@ impl UringReactor {
                 Some(timeout.map_or(left, |t| t.min(left)))
             }
         }
+    }
+
+    /// Ends the sends of a closed socket whose peer is not taking them (its
+    /// `discard` set): they are cancelled, and the socket is shut down both
+    /// ways, because a cancel by descriptor misses some: a send parked on
+    /// a socket whose peer half-closed (seen on 6.18), and one linked
+    /// behind its resend delay (not issued yet, on no list a cancel
+    /// searches). Shut down, each fails with `EPIPE` when it next tries,
+    /// and a send that fails with `EAGAIN` is not sent again. Without it
+    /// such a socket, its descriptor and its queued bytes stayed for as
+    /// long as the client kept the connection open.
+    fn give_up(&self, io: &Io) {
+        self.push(
+            opcode::AsyncCancel2::new(types::CancelBuilder::fd(types::Fd(io.fd)).all())
+                .build()
+                .user_data(IGNORE),
+        );
+        // SAFETY: `io.fd` is this socket's descriptor, open until `io` and
+        // its last operation are gone; shutdown(2) only reads the number.
+        unsafe { libc::shutdown(io.fd, libc::SHUT_RDWR) };
     }
 
     /// Submits the turn's operations and waits (at most `timeout`) for
@@ -2251,7 +2270,7 @@ impl UringReactor {
             }
             OpKind::Send { buf, off } => {
                 let mut st = lock_std(&io.st);
-                if res == -libc::EAGAIN {
+                if res == -libc::EAGAIN && !st.given_up() {
                     // Not an error (see `resend`): sent again, later.
                     let (buf, off) = (std::mem::take(buf), *off);
                     drop(ops.remove(ud));
@@ -2297,7 +2316,7 @@ impl UringReactor {
                 // client that pipelines and does not read, every
                 // connection held a copy of the body, 60 KB each for a 60
                 // KB file); all of it, later, after EAGAIN (as a `Send`).
-                let again = if res == -libc::EAGAIN {
+                let again = if res == -libc::EAGAIN && !st.given_up() {
                     Some((0, Some(Self::resend(&mut st))))
                 } else if res > 0 && (res as usize) < total {
                     st.cold.get_or_insert_with(Default::default).tx_sent += res as usize;
@@ -2745,6 +2764,94 @@ mod tests {
             busy < wall / 2,
             "the loop used {busy:?} of CPU in {wall:?} of a paused client"
         );
+    }
+
+    /// A half-closed client that read a little and then stopped, still
+    /// connected: once its socket is closed, dropping what is unsent (a
+    /// write timeout) or lingering over it in vain, the socket, its
+    /// descriptor and its queued bytes are let go, whether the send waits
+    /// for room or behind its resend delay. Before, neither could be
+    /// cancelled by descriptor and the socket stayed for as long as the
+    /// client did (a resend every 512 ms, for ever).
+    #[test]
+    fn a_half_closed_client_that_stopped_reading_is_let_go() {
+        use std::io::Read;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        for (gather, discard) in [(true, true), (true, false), (false, true), (false, false)] {
+            let Some((r, _wake, _w)) = ring() else {
+                return;
+            };
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let mut client = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+            let (server, _) = l.accept().unwrap();
+            server.set_nonblocking(true).unwrap();
+            client.shutdown(std::net::Shutdown::Write).unwrap();
+            let io = Io::new(server.into_raw_fd(), r.handle().clone());
+            let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+            let stop = Arc::new(AtomicBool::new(false));
+            let stopped = stop.clone();
+            // Reads 1 MiB at a time with pauses until told to stop, then
+            // nothing, connected until the test ends.
+            let reader = std::thread::spawn(move || {
+                let mut buf = vec![0u8; 1 << 16];
+                let mut got = 0;
+                while !stopped.load(Ordering::Relaxed) {
+                    got += client.read(&mut buf).unwrap();
+                    if got >= 1 << 20 {
+                        got = 0;
+                        std::thread::sleep(Duration::from_millis(200));
+                    }
+                }
+                let _ = done_rx.recv();
+            });
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            let body: Arc<[u8]> = vec![7u8; 60_000].into();
+            let body = crate::net::SharedBytes::from(body);
+            let mut big = vec![b'z'; 64 << 20];
+            if !gather {
+                assert!(io.poll_write_vec(&mut cx, &mut big).is_ready());
+            }
+            // The client stops while a send waits: gather sends right
+            // after one came back with EAGAIN (sent again behind its
+            // delay), the plain one while it waits for room.
+            let start = Instant::now();
+            loop {
+                while gather {
+                    let mut head = b"head".to_vec();
+                    let w = io.poll_write_shared(&mut cx, &mut head, &body, 0..body.len(), b"");
+                    if w.is_pending() {
+                        break;
+                    }
+                }
+                let resends = || lock_std(&io.st).cold.as_ref().map_or(0, |c| c.resends);
+                let before = resends();
+                r.poll(Some(Duration::from_millis(5))).unwrap();
+                let waited = start.elapsed() > Duration::from_secs(1);
+                if waited && (!gather || resends() > before) {
+                    break;
+                }
+                assert!(start.elapsed() < Duration::from_secs(5), "no EAGAIN came");
+            }
+            stop.store(true, Ordering::Relaxed);
+            assert!(!lock_std(&io.st).tx_idle(), "the client took everything");
+            if discard {
+                io.discard_unsent();
+            }
+            io.release();
+            let gone = Arc::downgrade(&io);
+            drop(io);
+            let at = Instant::now();
+            while gone.upgrade().is_some() {
+                assert!(
+                    at.elapsed() < Duration::from_secs(3),
+                    "gather {gather} discard {discard}: the socket is still there after {:?}",
+                    at.elapsed()
+                );
+                r.poll(Some(Duration::from_millis(10))).unwrap();
+            }
+            drop(done_tx);
+            reader.join().unwrap();
+        }
     }
 
     /// A client far ahead of its reader: receiving stops at the queue's
