@@ -2694,6 +2694,17 @@ mod tests {
         Duration::from_micros(us(ru.ru_utime) + us(ru.ru_stime))
     }
 
+    /// A TCP loopback client that has half-closed, and the server's end
+    /// of it on `r`.
+    fn half_closed_client(r: &UringReactor) -> (std::net::TcpStream, Arc<Io>) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (server, _) = l.accept().unwrap();
+        server.set_nonblocking(true).unwrap();
+        client.shutdown(std::net::Shutdown::Write).unwrap();
+        (client, Io::new(server.into_raw_fd(), r.handle().clone()))
+    }
+
     /// A client that half-closes, then reads slowly: sends that find its
     /// socket full come back with `EAGAIN` (its FIN ends their wait for
     /// room, and a half-closed socket keeps waking them). They were taken
@@ -2708,12 +2719,7 @@ mod tests {
         let Some((r, _wake, _w)) = ring() else {
             return;
         };
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let mut client = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (server, _) = l.accept().unwrap();
-        server.set_nonblocking(true).unwrap();
-        client.shutdown(std::net::Shutdown::Write).unwrap();
-        let io = Io::new(server.into_raw_fd(), r.handle().clone());
+        let (mut client, io) = half_closed_client(&r);
         // The client reads 2 MiB at a time, pausing between them.
         let reader = std::thread::spawn(move || {
             let mut got = vec![0u8; 0];
@@ -2781,12 +2787,7 @@ mod tests {
             let Some((r, _wake, _w)) = ring() else {
                 return;
             };
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            let mut client = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
-            let (server, _) = l.accept().unwrap();
-            server.set_nonblocking(true).unwrap();
-            client.shutdown(std::net::Shutdown::Write).unwrap();
-            let io = Io::new(server.into_raw_fd(), r.handle().clone());
+            let (mut client, io) = half_closed_client(&r);
             let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
             let stop = Arc::new(AtomicBool::new(false));
             let stopped = stop.clone();
