@@ -371,30 +371,49 @@ fn with_total_limit(mut sqe: squeue::Entry, limit: u32) -> squeue::Entry {
 /// mutex orders the push before the gate's check, and the loop sets the gate
 /// before it takes the list, so a sleeping loop is always woken and an awake
 /// one never is. Model-checked in `loom_tests` below.
+///
+/// Once its loop has ended ([`end`](Self::end)) nothing is listed any more:
+/// an item listed then would never be taken, and a socket on the list keeps
+/// its loop's shared part alive while that keeps the list: neither would
+/// ever be dropped, nor the socket's descriptor closed.
 pub(crate) struct DirtyList<T> {
-    items: crate::loom::Mutex<Vec<T>>,
+    /// `None` once the loop has ended.
+    items: crate::loom::Mutex<Option<Vec<T>>>,
 }
 
 impl<T> DirtyList<T> {
     pub(crate) fn new() -> DirtyList<T> {
         DirtyList {
-            items: crate::loom::Mutex::new(Vec::new()),
+            items: crate::loom::Mutex::new(Some(Vec::new())),
         }
     }
 
-    /// Lists `item()` unless `queued` says it is listed; true if it was
-    /// listed now (the caller then notifies the loop).
+    /// Lists `item()` unless `queued` says it is listed or the loop has
+    /// ended; true if it was listed now (the caller then notifies the loop).
     pub(crate) fn mark(&self, queued: &crate::loom::AtomicBool, item: impl FnOnce() -> T) -> bool {
         if queued.swap(true, Ordering::AcqRel) {
             return false;
         }
-        crate::loom::lock(&self.items).push(item());
-        true
+        match crate::loom::lock(&self.items).as_mut() {
+            Some(items) => {
+                items.push(item());
+                true
+            }
+            None => false,
+        }
     }
 
     /// Everything listed so far (the loop clears each item's flag first thing).
     pub(crate) fn take(&self) -> Vec<T> {
-        std::mem::take(&mut *crate::loom::lock(&self.items))
+        crate::loom::lock(&self.items)
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// The loop has ended: what was listed, and nothing is listed from now on.
+    pub(crate) fn end(&self) -> Vec<T> {
+        crate::loom::lock(&self.items).take().unwrap_or_default()
     }
 }
 
@@ -2528,6 +2547,9 @@ impl Drop for UringReactor {
             }
         }
         let clean = self.ops.borrow().live() == 0;
+        // Sockets listed since, or released from now on: nobody takes them
+        // any more, and listed they would never be dropped.
+        drop(self.shared.dirty.end());
         if let Some(b) = self.bufs.borrow_mut().take() {
             let unregistered = self
                 .ring
@@ -3060,6 +3082,27 @@ mod tests {
         closes_in_an_idle_loop(true);
     }
 
+    /// A socket released after its loop's ring is gone (a connection
+    /// dropped off its loop at shutdown, say) is dropped and its descriptor
+    /// closed. It was put on the ring's dirty list, which no loop takes any
+    /// more and which it kept alive itself: both stayed for ever.
+    #[test]
+    fn a_socket_released_after_its_loop_ended_is_closed() {
+        use std::io::Read;
+        let Some((r, _wake, _w)) = ring() else {
+            return;
+        };
+        let (mine, mut peer) = UnixStream::pair().unwrap();
+        let io = Io::new(mine.into_raw_fd(), r.handle().clone());
+        drop(r);
+        io.release();
+        let gone = Arc::downgrade(&io);
+        drop(io);
+        assert!(gone.upgrade().is_none(), "the socket outlived its release");
+        // Closed: the peer reads the end.
+        assert_eq!(peer.read(&mut [0u8; 8]).unwrap(), 0);
+    }
+
     fn closes_in_an_idle_loop(discard: bool) {
         let Some((mut r, _wake, mut poke)) = ring() else {
             return;
@@ -3413,6 +3456,34 @@ mod loom_tests {
     use crate::event_loop::registry::SleepGate;
     use crate::loom::{thread, Arc, AtomicBool, AtomicUsize, Mutex};
     use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+
+    /// A socket released on another thread while its loop ends: it is
+    /// either listed before the end, and the end hands it to the loop to
+    /// drop, or not listed at all (its releaser keeps and drops it); never
+    /// left on the list, where nobody would drop it.
+    #[test]
+    fn loom_dirty_list_vs_end() {
+        loom::model(|| {
+            let list = Arc::new(DirtyList::new());
+            let queued = Arc::new(AtomicBool::new(false));
+            let made = Arc::new(AtomicUsize::new(0));
+            let releaser = {
+                let (list, queued, made) = (list.clone(), queued.clone(), made.clone());
+                thread::spawn(move || {
+                    list.mark(&queued, || {
+                        made.fetch_add(1, Relaxed);
+                    })
+                })
+            };
+            let mut ended = list.take().len();
+            ended += list.end().len();
+            let listed = releaser.join().unwrap();
+            assert_eq!(made.load(Relaxed), usize::from(listed));
+            assert_eq!(ended, usize::from(listed), "listed, yet not handed over");
+            assert!(list.take().is_empty() && list.end().is_empty());
+            assert!(!list.mark(&Arc::new(AtomicBool::new(false)), || ()));
+        });
+    }
 
     /// A socket changes its state twice from another thread (two writes,
     /// say) while its loop takes the dirty list and goes to sleep: whatever
