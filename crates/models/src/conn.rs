@@ -1022,7 +1022,7 @@ impl Conn {
     /// socket can take more, retrying on `WouldBlock`; `TimedOut` if it could
     /// not for `wait`. Works in every model: on a blocking socket `f` runs
     /// non-blocking and the thread waits for room itself
-    /// ([`blocking_write_with`]).
+    /// (`blocking_write_with`).
     pub async fn write_with_for<R>(
         &mut self,
         wait: Option<Duration>,

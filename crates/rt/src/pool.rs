@@ -382,7 +382,7 @@ thread_local! {
 const CHECKPOINT_EVERY: Duration = Duration::from_micros(50);
 
 /// A point in a long CPU job (a compression) where, if it runs on a pool
-/// thread in the kernel's background class and has run [`CHECKPOINT_EVERY`]
+/// thread in the kernel's background class and has run `CHECKPOINT_EVERY`
 /// since the last one, it yields its core: an event loop woken onto this
 /// core then runs at once. The kernel should preempt the job for a waking
 /// loop by itself, but on this project's virtual machine it did so only at
