@@ -238,6 +238,8 @@ struct Watch {
     suspect: bool,
     /// Cancelled as stuck: the cancel's completion ends it.
     cancelled: bool,
+    /// A look found it waiting for its cancel's completion.
+    waited: bool,
 }
 
 impl Watch {
@@ -249,6 +251,7 @@ impl Watch {
             level: 0,
             suspect: false,
             cancelled: false,
+            waited: false,
         }
     }
 }
@@ -2067,7 +2070,7 @@ impl UringReactor {
         let quiet = self.config.quiet;
         let horizon = now + quiet / 2;
         let mut next: Option<Instant> = None;
-        let (mut receives, mut accepts) = (Vec::new(), Vec::new());
+        let (mut receives, mut accepts, mut again) = (Vec::new(), Vec::new(), Vec::new());
         for (ud, op) in self.ops.borrow_mut().iter_mut() {
             let (w, io, accept) = match (&mut op.kind, &op.io) {
                 (OpKind::Recv(w), Some(io)) => (w, io, false),
@@ -2082,6 +2085,7 @@ impl UringReactor {
                     w.level = 0;
                     w.suspect = false;
                     w.cancelled = false;
+                    w.waited = false;
                     w.next = now + quiet;
                 } else if w.cancelled || {
                     let st = lock_std(&io.st);
@@ -2093,8 +2097,20 @@ impl UringReactor {
                             true => st.cold.as_ref().is_none_or(|c| c.acc.armed != Some(ud)),
                         }
                 } {
-                    // Its cancel is on the way.
-                    w.next = now + quiet * (1 << QUIET_LEVELS);
+                    // Its cancel is on the way (pushed this turn, maybe,
+                    // and not yet submitted). Still here a look later, it
+                    // was lost (the kernel races above, or a cancel that
+                    // found it running): sent again, less often each time,
+                    // or the operation, its socket and its descriptor
+                    // would stay for as long as the loop.
+                    if w.waited {
+                        again.push(ud);
+                        w.level = (w.level + 1).min(QUIET_LEVELS);
+                    } else {
+                        w.level = 0;
+                    }
+                    w.waited = true;
+                    w.next = now + quiet * (1 << w.level);
                 } else if readable_now(io.fd) {
                     if w.suspect {
                         w.cancelled = true;
@@ -2133,7 +2149,7 @@ impl UringReactor {
                  connections waiting (a kernel race); restarting it"
             );
         }
-        for ud in receives.into_iter().chain(accepts) {
+        for ud in receives.into_iter().chain(accepts).chain(again) {
             self.cancel(ud);
         }
     }
@@ -2703,6 +2719,41 @@ mod tests {
         assert_eq!(&st.rx[st.rx_pos as usize..], b"last words");
     }
 
+    /// A closed socket's receive whose cancel was lost (made here by
+    /// marking it cancelled without sending one) is cancelled again at a
+    /// later look: the operation ends and lets its socket go. Before, it
+    /// stayed in the table, holding the socket and its descriptor, for as
+    /// long as the loop ran.
+    #[test]
+    fn a_closed_sockets_receive_whose_cancel_was_lost_is_cancelled_again() {
+        let Some((r, _wake, _w)) = ring() else {
+            return;
+        };
+        let (mine, _peer) = UnixStream::pair().unwrap();
+        let io = Io::new(mine.into_raw_fd(), r.handle().clone());
+        {
+            assert!(r.ensure_bufs());
+            let mut st = lock_std(&io.st);
+            let look = Instant::now() + r.config.quiet;
+            let ud = r.ops.borrow_mut().insert(Op {
+                io: Some(io.clone()),
+                kind: OpKind::Recv(Watch::new(look)),
+            });
+            st.recv = NonZeroU64::new(ud);
+            st.closed = true;
+            st.recv_cancelled = true;
+            r.quiet_due.set(Some(look));
+            let fd = types::Fd(io.fd);
+            r.push(opcode::RecvMulti::new(fd, BUF_GROUP).build().user_data(ud));
+        }
+        let gone = Arc::downgrade(&io);
+        drop(io);
+        turn_until(&r, "the receive was never cancelled again", || {
+            r.ops.borrow().live() == 0
+        });
+        assert!(gone.upgrade().is_none(), "the socket outlived its receive");
+    }
+
     /// This thread's CPU time (user and system).
     fn thread_cpu() -> Duration {
         // SAFETY: getrusage fills the struct it is given; RUSAGE_THREAD
@@ -2839,11 +2890,14 @@ mod tests {
             // delay), the plain one while it waits for room.
             let start = Instant::now();
             loop {
-                while gather {
+                if gather {
+                    // Gather sends until one waits.
                     let mut head = b"head".to_vec();
-                    let w = io.poll_write_shared(&mut cx, &mut head, &body, 0..body.len(), b"");
-                    if w.is_pending() {
-                        break;
+                    while io
+                        .poll_write_shared(&mut cx, &mut head, &body, 0..body.len(), b"")
+                        .is_ready()
+                    {
+                        head = b"head".to_vec();
                     }
                 }
                 let resends = || lock_std(&io.st).cold.as_ref().map_or(0, |c| c.resends);
