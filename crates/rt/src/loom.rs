@@ -6,7 +6,7 @@
 //! and `… --release --test loom_sync` (both run by `.ci/run`; the models are
 //! the `loom_tests` modules — `task::loom_tests` for the task state machine,
 //! the task cell and the hand-off queue, `event_loop::registry::loom_tests`
-//! for the sleep/notify handshake, `uring::loom_tests` for the io_uring
+//! for the sleep/notify handshake (a task or a flag as the work), `uring::loom_tests` for the io_uring
 //! backend's dirty list against that handshake, `waker_slot::loom_tests` for
 //! the waker slot, `time::loom_tests` for a timer fired against its task's
 //! poll, `reactor::loom_tests` for readiness events against a reader's
@@ -30,7 +30,7 @@ pub(crate) use loom::{
 #[allow(unused_imports)]
 pub(crate) use std::{
     sync::{
-        atomic::{AtomicBool, AtomicPtr, AtomicU16, AtomicU32, AtomicU64, AtomicUsize},
+        atomic::{fence, AtomicBool, AtomicPtr, AtomicU16, AtomicU32, AtomicU64, AtomicUsize},
         Arc, Mutex, MutexGuard,
     },
     thread,

@@ -81,13 +81,14 @@ pub use stats::{Counter, Stats};
 use crate::protocol::KEY_MAX_LENGTH;
 use crate::watch::{self as log, Watch};
 use block::Block;
+use duality_rt::sync::SeqPair;
 use shard::{NewItem, Shard, ACCESSED, FETCHED, KEY_BINARY};
 pub(crate) use shard::{SHARE_MIN, STALE, WIN_SENT};
 use stats::{GlobalStats, ShardStats};
 use std::hash::BuildHasher;
 use std::io::{self, Write as _};
 use std::path::Path;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Unix time in seconds.
@@ -232,6 +233,20 @@ pub(crate) struct FlushState {
 }
 
 impl FlushState {
+    /// As [`Store`] keeps it: `(epoch, fired << 32 | pending)`.
+    fn from_words((epoch, times): (u64, u64)) -> FlushState {
+        FlushState {
+            epoch: epoch as u32,
+            fired: (times >> 32) as Time,
+            pending: times as Time,
+        }
+    }
+
+    fn words(self) -> (u64, u64) {
+        let times = u64::from(self.fired) << 32 | u64::from(self.pending);
+        (u64::from(self.epoch), times)
+    }
+
     /// Items whose access time is below the returned value are flushed.
     #[inline]
     pub(crate) fn cutoff(self, now: Time) -> Time {
@@ -255,9 +270,11 @@ pub struct Store {
     mask: usize,
     hasher: Hasher,
     next_cas: AtomicU64,
-    flush_epoch: AtomicU32,
-    /// `fired << 32 | pending` (see [`FlushState`]).
-    flush_times: AtomicU64,
+    /// `(epoch, fired << 32 | pending)` (see [`FlushState`]): read on every
+    /// lookup, so read together without a lock. As two atomics, a lookup
+    /// between a `flush_all`'s two stores could see the old epoch without
+    /// the cut-off that hid items before it, and return them.
+    flush: SeqPair,
     global: GlobalStats,
     max_bytes: AtomicUsize,
     sweep_cursor: AtomicUsize,
@@ -340,8 +357,7 @@ impl Store {
             mask: n - 1,
             hasher,
             next_cas: AtomicU64::new(1),
-            flush_epoch: AtomicU32::new(0),
-            flush_times: AtomicU64::new(0),
+            flush: SeqPair::new((0, 0)),
             global: GlobalStats::new(),
             max_bytes: AtomicUsize::new(config.max_bytes),
             sweep_cursor: AtomicUsize::new(0),
@@ -427,11 +443,12 @@ impl Store {
                     )));
                 }
                 store.started = if started > 0 { started } else { now };
-                store.flush_epoch.store(epoch, Relaxed);
                 store.next_cas.store(next_cas.max(1), Relaxed);
-                store
-                    .flush_times
-                    .store(u64::from(fired) << 32 | u64::from(pending), Relaxed);
+                store.set_flush(FlushState {
+                    epoch,
+                    fired,
+                    pending,
+                });
                 let flush = store.flush_state();
                 let mask = store.mask;
                 if let Err((i, why)) = store.each_shard(|i, cell| {
@@ -446,9 +463,11 @@ impl Store {
                 // the shutdown): what it flushed went in the restore; kept,
                 // it would hide every item stored until the clock caught up.
                 if fired > now {
-                    store
-                        .flush_times
-                        .store(u64::from(now) << 32 | u64::from(pending), Relaxed);
+                    store.set_flush(FlushState {
+                        epoch,
+                        fired: now,
+                        pending,
+                    });
                 }
                 format!(
                     "memory file {}: restored {} items",
@@ -719,12 +738,11 @@ impl Store {
     }
 
     fn flush_state(&self) -> FlushState {
-        let times = self.flush_times.load(Relaxed);
-        FlushState {
-            epoch: self.flush_epoch.load(Relaxed),
-            fired: (times >> 32) as Time,
-            pending: times as Time,
-        }
+        FlushState::from_words(self.flush.read())
+    }
+
+    fn set_flush(&self, f: FlushState) {
+        self.flush.update(|_| (f.words(), ()));
     }
 
     /// Locks `key`'s shard and looks the key up (an expired or flushed item is
@@ -806,22 +824,39 @@ impl Store {
         // What earlier flushes took stays flushed, but not into this second:
         // memcached replaces its cut-off, and what is stored from now on is
         // the new flush's to judge.
-        let fired = self.flush_state().cutoff(now).min(now);
         let at = if delay > 0 { expiry(delay, now) } else { 0 };
         if at == 0 || at <= now.saturating_add(1) {
             self.next_cas();
         }
-        if at == 0 {
-            // Every item stored so far is in an older epoch: no time cut-off
-            // is needed, and none may hide what is stored from now on.
-            self.flush_times.store(0, Relaxed);
-            self.flush_epoch.fetch_add(1, Relaxed);
-        } else if at > now {
-            self.flush_times
-                .store(u64::from(fired) << 32 | u64::from(at), Relaxed);
-        } else {
-            self.flush_times.store(u64::from(fired) << 32, Relaxed);
-        }
+        // One update (a lookup sees all of it or none), and one flush at a
+        // time (each builds on the last).
+        self.flush.update(|words| {
+            let old = FlushState::from_words(words);
+            let fired = old.cutoff(now).min(now);
+            let new = if at == 0 {
+                // Every item stored so far is in an older epoch: no time
+                // cut-off is needed, and none may hide what is stored from
+                // now on.
+                FlushState {
+                    epoch: old.epoch.wrapping_add(1),
+                    fired: 0,
+                    pending: 0,
+                }
+            } else if at > now {
+                FlushState {
+                    epoch: old.epoch,
+                    fired,
+                    pending: at,
+                }
+            } else {
+                FlushState {
+                    epoch: old.epoch,
+                    fired,
+                    pending: 0,
+                }
+            };
+            (new.words(), ())
+        });
         self.global.bump(Counter::CmdFlush);
     }
 

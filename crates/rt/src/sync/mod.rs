@@ -7,6 +7,7 @@
 //! | [`Semaphore`] | `n` permits; `acquire().await`, `acquire_many(k)`, `close()` |
 //! | [`oneshot`] | one value from one producer to one consumer |
 //! | [`mpsc`] | bounded multi-producer queue; a full queue makes `send().await` wait (back-pressure) |
+//! | [`SeqPair`] | two words read together without a lock (a sequence lock; never waits on a task) |
 //!
 //! # Runtime-agnostic
 //!
@@ -19,8 +20,9 @@
 //!
 //! Each primitive keeps all of its shared state behind one `crate::loom::Mutex`
 //! (so every primitive can be model-checked with loom), and the tasks waiting on it
-//! in a FIFO `WaitQueue` inside that state. The lock discipline is the same
-//! everywhere:
+//! in a FIFO `WaitQueue` inside that state ([`SeqPair`], whose readers take
+//! no lock, is the exception: see its own docs). The lock discipline is the
+//! same everywhere:
 //!
 //! * shared state is read or written only while its mutex is held;
 //! * no user code runs while the mutex is held: wakers are collected into a
@@ -44,9 +46,11 @@ pub mod mpsc;
 mod mutex;
 pub mod oneshot;
 mod semaphore;
+mod seq;
 
 pub use mutex::{Lock, Mutex, MutexGuard, TryLockError};
 pub use semaphore::{Acquire, AcquireError, Semaphore, SemaphorePermit, TryAcquireError};
+pub use seq::SeqPair;
 
 use std::collections::VecDeque;
 use std::task::Waker;
