@@ -740,7 +740,8 @@ impl LoopHandle {
 
     /// False once the loop has ended (its slot may then serve another loop).
     pub fn is_current(&self) -> bool {
-        self.shared.generation.load(Acquire) == self.generation
+        // SeqCst: see `registry::release`.
+        self.shared.generation.load(SeqCst) == self.generation
     }
 
     /// The loop's id (unique among live loops).
@@ -758,7 +759,9 @@ impl LoopHandle {
         F::Output: Send + 'static,
     {
         let (queued, join) = task::new_task(future, self.shared.id);
-        self.shared.stats.tasks_alive.fetch_add(1, Relaxed);
+        // SeqCst, as the look at the generation after it: see
+        // `registry::release`.
+        self.shared.stats.tasks_alive.fetch_add(1, SeqCst);
         if !self.is_current() {
             // The loop ended (its id may be another loop's now): the task
             // never runs, and its handle says so.

@@ -18,7 +18,7 @@ use crate::task::HandoffQueue;
 use hdrhistogram::Histogram;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// At most this many loops exist at once in a process.
@@ -72,9 +72,11 @@ pub(crate) struct Shared {
     pub(crate) handoff: HandoffQueue,
     /// Whether the loop is (about to be) blocked in `epoll_wait`.
     sleep: SleepGate,
-    /// The `block_on` future was woken.
-    pub(crate) main_woken: AtomicBool,
-    pub(crate) stop: AtomicBool,
+    /// The `block_on` future was woken. Work for the sleep handshake, as a
+    /// pushed task (`SeqCst` store, then `notify`), so through the shim.
+    pub(crate) main_woken: crate::loom::AtomicBool,
+    /// The loop is asked to stop (the same handshake).
+    pub(crate) stop: crate::loom::AtomicBool,
     pub(crate) tid: AtomicI64,
     pub(crate) name: Mutex<String>,
     wake_fd: OwnedFd,
@@ -102,8 +104,8 @@ impl Shared {
             generation: std::sync::atomic::AtomicU32::new(0),
             handoff: HandoffQueue::new(),
             sleep: SleepGate::new(),
-            main_woken: AtomicBool::new(false),
-            stop: AtomicBool::new(false),
+            main_woken: crate::loom::AtomicBool::new(false),
+            stop: crate::loom::AtomicBool::new(false),
             tid: AtomicI64::new(0),
             name: Mutex::new(String::new()),
             wake_fd: eventfd()?,
@@ -262,19 +264,27 @@ pub(crate) fn acquire() -> io::Result<&'static Shared> {
 
 /// Returns a slot after its loop ended: free at once if none of its tasks
 /// is alive, else draining until the last one ends ([`task_ended`]).
+///
+/// Its three marks of the end (the generation, the slot, the queue emptied)
+/// are `SeqCst`, as the looks on the other side (`LoopHandle::spawn`
+/// counting a task then looking at the generation, `task_ended` counting
+/// one off then looking at the slot): of a mark and a count made at once,
+/// one side always sees the other's (store buffering is forbidden), so a
+/// task is never counted on a slot already freed, and the last task of a
+/// draining slot always frees it.
 pub(crate) fn release(shared: &'static Shared) {
     // A new generation first: from here on, handles to the ended loop are no-ops.
-    shared.generation.fetch_add(1, Ordering::AcqRel);
+    shared.generation.fetch_add(1, Ordering::SeqCst);
     // Under the pool's lock, so that a task ending from here on counts
     // itself off under it too (see `task_ended`).
     {
         let _pool = lock_std(&POOL);
-        SLOTS[shared.id as usize].store(std::ptr::null_mut(), Ordering::Release);
+        SLOTS[shared.id as usize].store(std::ptr::null_mut(), Ordering::SeqCst);
     }
     // Outside the lock: cancelling a task here ends it (`task_ended` locks).
     super::cancel_handoff(shared);
     let mut pool = lock_std(&POOL);
-    if shared.stats.tasks_alive.load(Ordering::Acquire) > 0 {
+    if shared.stats.tasks_alive.load(Ordering::SeqCst) > 0 {
         pool.draining.push(shared);
     } else {
         pool.free.push(shared);
@@ -287,7 +297,7 @@ pub(crate) fn task_ended(id: u16, live: Option<&'static Shared>) {
     if let Some(shared) = live {
         // The loop may have ended since the look: then its slot may be
         // draining and this was its last task.
-        if shared.stats.tasks_alive.fetch_sub(1, Ordering::AcqRel) == 1 && get(id).is_none() {
+        if shared.stats.tasks_alive.fetch_sub(1, Ordering::SeqCst) == 1 && get(id).is_none() {
             free_if_drained(&mut lock_std(&POOL), id);
         }
         return;
@@ -313,7 +323,8 @@ fn free_if_drained(pool: &mut Pool, id: u16) {
 
 /// The live loop with this id.
 pub(crate) fn get(id: u16) -> Option<&'static Shared> {
-    let p = SLOTS[id as usize].load(Ordering::Acquire);
+    // SeqCst: see `release`.
+    let p = SLOTS[id as usize].load(Ordering::SeqCst);
     // SAFETY: slots only ever hold pointers to leaked (never freed) `Shared`s.
     unsafe { p.as_ref() }
 }
@@ -350,9 +361,9 @@ fn drain_eventfd(fd: RawFd) {
 #[cfg(all(test, loom))]
 mod loom_tests {
     use super::SleepGate;
-    use crate::loom::{thread, Arc, AtomicUsize};
+    use crate::loom::{thread, Arc, AtomicBool, AtomicUsize};
     use crate::task::{self, HandoffQueue, LocalQueue};
-    use std::sync::atomic::Ordering::Relaxed;
+    use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 
     /// Two threads hand a task each to a loop that is about to sleep: if the
     /// loop blocks while a task it has not taken is pending, the eventfd was
@@ -398,6 +409,57 @@ mod loom_tests {
             assert_eq!(before + handoff.drain_into(&local), 2);
             drop(local);
             drop(joins);
+        });
+    }
+
+    /// A task handed over and a flag raised (as `main_woken` and `stop` are:
+    /// a `SeqCst` store, then `notify`) against a loop about to sleep: a
+    /// loop that blocks, which it may only do before the flag is up, is
+    /// woken, once.
+    #[test]
+    fn loom_sleep_vs_flag() {
+        let mut model = loom::model::Builder::new();
+        model.preemption_bound.get_or_insert(3);
+        model.check(|| {
+            let handoff = Arc::new(HandoffQueue::new());
+            let flag = Arc::new(AtomicBool::new(false));
+            let gate = Arc::new(SleepGate::new());
+            let eventfd_writes = Arc::new(AtomicUsize::new(0));
+            let (queued, join) = task::new_task(async {}, 0);
+            let pusher = {
+                let (q, g, w) = (handoff.clone(), gate.clone(), eventfd_writes.clone());
+                thread::spawn(move || {
+                    q.push(queued);
+                    if g.notify() {
+                        w.fetch_add(1, Relaxed);
+                    }
+                })
+            };
+            let raiser = {
+                let (f, g, w) = (flag.clone(), gate.clone(), eventfd_writes.clone());
+                thread::spawn(move || {
+                    f.store(true, SeqCst);
+                    if g.notify() {
+                        w.fetch_add(1, Relaxed);
+                    }
+                })
+            };
+            let local = LocalQueue::new();
+            handoff.drain_into(&local);
+            let slept = gate.prepare_sleep(|| !handoff.is_empty() || flag.load(SeqCst));
+            pusher.join().unwrap();
+            raiser.join().unwrap();
+            let writes = eventfd_writes.load(Relaxed);
+            if slept {
+                // The flag it did not see is up by now: only a wake-up
+                // gets the loop to it.
+                assert_eq!(writes, 1, "the loop sleeps with the flag up and no wake-up");
+            }
+            assert!(writes <= 1, "one eventfd write per sleep");
+            gate.after_sleep();
+            handoff.drain_into(&local);
+            drop(local);
+            drop(join);
         });
     }
 }

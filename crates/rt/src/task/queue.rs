@@ -19,7 +19,7 @@ use super::raw::{Header, HeaderRef, TaskRef};
 use crate::loom::{AtomicPtr, AtomicUsize};
 use std::cell::Cell;
 use std::ptr::{null_mut, NonNull};
-use std::sync::atomic::Ordering::{Acquire, Relaxed, SeqCst};
+use std::sync::atomic::Ordering::{AcqRel, Relaxed, SeqCst};
 
 fn link(p: NonNull<Header>) -> &'static AtomicPtr<Header> {
     // SAFETY: a queued task is kept alive by the queue's reference; the
@@ -159,7 +159,11 @@ impl HandoffQueue {
     /// Moves every pushed task, in push order, to the back of `local`:
     /// one atomic swap for the whole batch. Returns how many moved.
     pub(crate) fn drain_into(&self, local: &LocalQueue) -> usize {
-        let top = self.head.swap(null_mut(), Acquire);
+        // AcqRel: a push that finds the stack this swap emptied also sees
+        // what its thread wrote before (a loop that ended marks its slot
+        // ended, then empties its queue: a waker pushing after that must
+        // see the mark and take the task back, see `schedule`).
+        let top = self.head.swap(null_mut(), AcqRel);
         let Some(last) = NonNull::new(top) else {
             return 0;
         };
