@@ -21,6 +21,8 @@
 //! | [`models_echo`] | `duality bench models --service echo` | requests/s and context switches per request under every model |
 //! | [`colors`] | `duality bench colors` | seed 003 Fig. 1: speed-up of per-client cryptography with per-client colors on 1..N threads vs N independent copies, and tokio with a mutex |
 
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 pub mod balance;
 pub mod colors;
 pub mod disk;

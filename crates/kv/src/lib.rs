@@ -114,6 +114,7 @@
 // Unsafe only where the store maps its memory (`store::memfile`,
 // `store::block`).
 #![deny(unsafe_code)]
+#![warn(clippy::undocumented_unsafe_blocks)]
 
 mod base64;
 pub mod budget;

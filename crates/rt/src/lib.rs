@@ -21,9 +21,10 @@
 //! | [`pool`] | `spawn_blocking` for blocking calls, `offload` for CPU-heavy work |
 //! | [`stats`] | per-loop introspection snapshots |
 //!
-//! `unsafe` lives in `task` (`raw`, `waker`, `queue`, `join`), `uring`
-//! (the ring's submissions and provided buffers), the loops' registry and
-//! thread context, `net` (a descriptor changing owners), and system calls
+//! `unsafe` lives in `task` (`raw`, `waker`, `queue`, `join`), the waker
+//! slot (`waker_slot`), `uring` (the ring's submissions and provided
+//! buffers), the loops' registry and thread context, `net` (a descriptor
+//! changing owners, a `poll(2)`), and system calls
 //! in `time` (`clock_gettime`), `stats` (`gettid`, `getrusage`) and
 //! `priority` (the pool threads' nice value and scheduling class) only;
 //! every block there says why it holds.

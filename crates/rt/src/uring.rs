@@ -1232,8 +1232,10 @@ impl Drop for Io {
     fn drop(&mut self) {
         self.shared.live.fetch_sub(1, Ordering::Relaxed);
         // SAFETY: this `Io` owns `fd` (the socket object that opened it was
-        // released to it), and no ring operation refers to it any more: each
-        // in-flight operation holds an `Arc<Io>`.
+        // released to it), and no ring operation uses it any more: each
+        // in-flight operation holds an `Arc<Io>` (a cancel by descriptor,
+        // `give_up`, names the number only; it goes in while the sends it
+        // ends still hold this `Io`).
         unsafe { libc::close(self.fd) };
     }
 }
@@ -1488,10 +1490,13 @@ impl UringReactor {
     fn push(&self, sqe: squeue::Entry) {
         let mut ring = self.ring.borrow_mut();
         loop {
-            // SAFETY: every pointer an entry carries (a send's bytes, nothing
-            // else: receives use provided buffers) is owned by the operation
-            // table entry named by its user data until its completion, or
-            // is a static (a poll delay's `POLL_RETRY` timespec).
+            // SAFETY: every pointer an entry carries is owned by the
+            // operation table entry named by its user data until its
+            // completion (a send's bytes; a gather send's boxed message and
+            // its iovecs; a file read's buffer), or by the ring until its
+            // drop, which waits for or leaks what is in flight (the scratch
+            // memory fetches read into), or is a static (a poll delay's
+            // `POLL_RETRY` timespec). Receives use provided buffers.
             if unsafe { ring.submission().push(&sqe) }.is_ok() {
                 return;
             }
@@ -2600,7 +2605,7 @@ impl Drop for UringReactor {
             }
             self.scratch.set(None);
         } else if let Some(p) = self.scratch.take() {
-            // SAFETY: made by Box::into_raw in fetch_file, and no operation
+            // SAFETY: made by Box::leak in fetch_file, and no operation
             // is left that the kernel could still write into it with.
             drop(unsafe { Box::from_raw(p.as_ptr()) });
         }

@@ -280,10 +280,14 @@ where
     }
 }
 
+/// # Safety
+/// None (unsafe only to fit [`Vtable::location`]).
 unsafe fn no_location(_: NonNull<Header>) -> Option<&'static Location<'static>> {
     None
 }
 
+/// # Safety
+/// `ptr` is a live `Cell<Located<F>>` whose stage still holds the future.
 unsafe fn located_location<F: Future>(ptr: NonNull<Header>) -> Option<&'static Location<'static>> {
     // SAFETY: the caller guarantees the stage still holds the `Located` future.
     Some(unsafe { stage::<Located<F>>(ptr).future.location })
@@ -301,6 +305,9 @@ unsafe fn stage<'a, F: Future>(ptr: NonNull<Header>) -> &'a mut Stage<F> {
     unsafe { &mut *(*ptr.cast::<Cell<F>>().as_ptr()).stage.with_mut(|p| p) }
 }
 
+/// # Safety
+/// `ptr` is a live `Cell<F>` and the caller hands over the run queue's
+/// reference, which this consumes.
 unsafe fn run<F>(ptr: NonNull<Header>)
 where
     F: Future + Send + 'static,
@@ -387,6 +394,9 @@ fn complete(task: TaskRef, outcome: u32) {
     drop(task);
 }
 
+/// # Safety
+/// `ptr` is a live `Cell<F>`, complete with an output the caller owns; it is
+/// dropped here and never read again.
 unsafe fn drop_output<F: Future>(ptr: NonNull<Header>) {
     // SAFETY: the caller owns the output, which is present.
     let _ = catch_unwind(AssertUnwindSafe(|| unsafe {
@@ -394,6 +404,9 @@ unsafe fn drop_output<F: Future>(ptr: NonNull<Header>) {
     }));
 }
 
+/// # Safety
+/// `ptr` is a live `Cell<F>` on which the caller (its `JoinHandle`) holds a
+/// reference, and `dst` points to a `Poll<Result<F::Output, JoinError>>`.
 unsafe fn try_read_output<F: Future>(ptr: NonNull<Header>, dst: *mut (), waker: &Waker) {
     // SAFETY: the JoinHandle holds a reference.
     let header = unsafe { HeaderRef::new(ptr) };
@@ -415,6 +428,9 @@ unsafe fn try_read_output<F: Future>(ptr: NonNull<Header>, dst: *mut (), waker: 
     }
 }
 
+/// # Safety
+/// `ptr` is a `Cell<F>` whose reference count reached zero: nobody else can
+/// reach it, and it is freed here.
 unsafe fn dealloc_cell<F: Future>(ptr: NonNull<Header>) {
     // SAFETY: the count is zero: nobody else can reach the cell.
     let header = unsafe { HeaderRef::new(ptr) };

@@ -16,12 +16,16 @@ fn ptr_of(data: *const ()) -> NonNull<Header> {
     unsafe { NonNull::new_unchecked(data as *mut Header) }
 }
 
+/// # Safety
+/// `data` is a live task's cell, kept live by the waker being cloned.
 unsafe fn clone(data: *const ()) -> RawWaker {
     // SAFETY: the waker being cloned owns (or borrows) a reference: the task is live.
     unsafe { HeaderRef::new(ptr_of(data)) }.state().ref_inc();
     RawWaker::new(data, &VTABLE)
 }
 
+/// # Safety
+/// `data` is a task's cell and the waker owns one reference, consumed here.
 unsafe fn wake(data: *const ()) {
     // SAFETY: a by-value wake consumes the waker's reference.
     let task = unsafe { TaskRef::from_raw(ptr_of(data)) };
@@ -37,6 +41,8 @@ unsafe fn wake(data: *const ()) {
     }
 }
 
+/// # Safety
+/// `data` is a task's cell, kept live by the waker for this call.
 unsafe fn wake_by_ref(data: *const ()) {
     let ptr = ptr_of(data);
     // SAFETY: the waker keeps the task live for this call.
@@ -46,11 +52,15 @@ unsafe fn wake_by_ref(data: *const ()) {
     }
 }
 
+/// # Safety
+/// `data` is a task's cell and the waker owns one reference, released here.
 unsafe fn drop_waker(data: *const ()) {
     // SAFETY: the dropped waker owned one reference.
     drop(unsafe { TaskRef::from_raw(ptr_of(data)) });
 }
 
+/// # Safety
+/// `ptr` is a task's cell whose last reference is gone; nobody uses it after.
 unsafe fn dealloc(ptr: NonNull<Header>) {
     // SAFETY: forwarded: no reference remains. Dropping a TaskRef whose count is
     // already zero would underflow, so go straight to the vtable.
