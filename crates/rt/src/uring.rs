@@ -2083,7 +2083,19 @@ impl UringReactor {
                 _ => continue,
             };
             if w.next <= horizon {
-                if w.seen != w.looked {
+                // Cancelled for good (its socket closed, its reader past
+                // the limit or reading directly, its listener's queue full
+                // or closed: an accept no longer armed). Completions since
+                // the last look do not say its cancel arrived.
+                let dying = {
+                    let st = lock_std(&io.st);
+                    st.closed
+                        || match accept {
+                            false => st.recv_cancelled,
+                            true => st.cold.as_ref().is_none_or(|c| c.acc.armed != Some(ud)),
+                        }
+                };
+                if !dying && w.seen != w.looked {
                     // It completed since the last look (a cancel that
                     // found it running left it armed: watched again).
                     w.looked = w.seen;
@@ -2092,22 +2104,15 @@ impl UringReactor {
                     w.cancelled = false;
                     w.waited = false;
                     w.next = now + quiet;
-                } else if w.cancelled || {
-                    let st = lock_std(&io.st);
-                    // (An accept no longer armed was cancelled: the
-                    // listener's queue is full, or it closed.)
-                    st.closed
-                        || match accept {
-                            false => st.recv_cancelled,
-                            true => st.cold.as_ref().is_none_or(|c| c.acc.armed != Some(ud)),
-                        }
-                } {
+                } else if dying || w.cancelled {
                     // Its cancel is on the way (pushed this turn, maybe,
                     // and not yet submitted). Still here a look later, it
                     // was lost (the kernel races above, or a cancel that
                     // found it running): sent again, less often each time,
                     // or the operation, its socket and its descriptor
-                    // would stay for as long as the loop.
+                    // would stay for as long as the loop (and a receive
+                    // that goes on completing, its queue grow).
+                    w.looked = w.seen;
                     if w.waited {
                         again.push(ud);
                         w.level = (w.level + 1).min(QUIET_LEVELS);
@@ -2428,7 +2433,11 @@ impl UringReactor {
                     drop(ops.remove(ud));
                 } else if acc.accepted.len() >= ACCEPT_QUEUE {
                     // Nobody is taking them: leave the rest in the backlog.
-                    acc.armed = None;
+                    // (An older accept still completing leaves the one
+                    // armed after it tracked: its own completions end it.)
+                    if acc.armed == Some(ud) {
+                        acc.armed = None;
+                    }
                     drop(ops);
                     self.cancel(ud);
                 }
@@ -2726,37 +2735,56 @@ mod tests {
 
     /// A closed socket's receive whose cancel was lost (made here by
     /// marking it cancelled without sending one) is cancelled again at a
-    /// later look: the operation ends and lets its socket go. Before, it
-    /// stayed in the table, holding the socket and its descriptor, for as
-    /// long as the loop ran.
+    /// later look, even while its peer goes on sending (completions do not
+    /// say the cancel arrived): the operation ends and lets its socket go.
+    /// Before, it stayed in the table, holding the socket and its
+    /// descriptor, for as long as the loop ran.
     #[test]
     fn a_closed_sockets_receive_whose_cancel_was_lost_is_cancelled_again() {
-        let Some((r, _wake, _w)) = ring() else {
-            return;
-        };
-        let (mine, _peer) = UnixStream::pair().unwrap();
-        let io = Io::new(mine.into_raw_fd(), r.handle().clone());
-        {
-            assert!(r.ensure_bufs());
-            let mut st = lock_std(&io.st);
-            let look = Instant::now() + r.config.quiet;
-            let ud = r.ops.borrow_mut().insert(Op {
-                io: Some(io.clone()),
-                kind: OpKind::Recv(Watch::new(look)),
+        use std::sync::atomic::{AtomicBool, Ordering};
+        for sending in [false, true] {
+            let Some((r, _wake, _w)) = ring() else {
+                return;
+            };
+            let (mine, mut peer) = UnixStream::pair().unwrap();
+            let io = Io::new(mine.into_raw_fd(), r.handle().clone());
+            {
+                assert!(r.ensure_bufs());
+                let mut st = lock_std(&io.st);
+                let look = Instant::now() + r.config.quiet;
+                let ud = r.ops.borrow_mut().insert(Op {
+                    io: Some(io.clone()),
+                    kind: OpKind::Recv(Watch::new(look)),
+                });
+                st.recv = NonZeroU64::new(ud);
+                st.closed = true;
+                st.recv_cancelled = true;
+                r.quiet_due.set(Some(look));
+                let fd = types::Fd(io.fd);
+                r.push(opcode::RecvMulti::new(fd, BUF_GROUP).build().user_data(ud));
+            }
+            let stop = Arc::new(AtomicBool::new(false));
+            let sender = {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    while sending && !stop.load(Ordering::Relaxed) {
+                        if peer.write_all(b"x").is_err() {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                    peer
+                })
+            };
+            let gone = Arc::downgrade(&io);
+            drop(io);
+            turn_until(&r, "the receive was never cancelled again", || {
+                r.ops.borrow().live() == 0
             });
-            st.recv = NonZeroU64::new(ud);
-            st.closed = true;
-            st.recv_cancelled = true;
-            r.quiet_due.set(Some(look));
-            let fd = types::Fd(io.fd);
-            r.push(opcode::RecvMulti::new(fd, BUF_GROUP).build().user_data(ud));
+            stop.store(true, Ordering::Relaxed);
+            drop(sender.join().unwrap());
+            assert!(gone.upgrade().is_none(), "the socket outlived its receive");
         }
-        let gone = Arc::downgrade(&io);
-        drop(io);
-        turn_until(&r, "the receive was never cancelled again", || {
-            r.ops.borrow().live() == 0
-        });
-        assert!(gone.upgrade().is_none(), "the socket outlived its receive");
     }
 
     /// This thread's CPU time (user and system).

@@ -240,7 +240,7 @@ fn seq_pair_read_vs_update_is_never_torn() {
 }
 
 /// Two updates run one at a time, each seeing the other's words if it
-/// came first: neither is lost, and a reader never sees half of one.
+/// came first: neither is lost.
 #[test]
 fn seq_pair_updates_are_serialised() {
     loom::model(|| {

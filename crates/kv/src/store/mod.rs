@@ -81,6 +81,7 @@ pub use stats::{Counter, Stats};
 use crate::protocol::KEY_MAX_LENGTH;
 use crate::watch::{self as log, Watch};
 use block::Block;
+use crossbeam_utils::CachePadded;
 use duality_rt::sync::SeqPair;
 use shard::{NewItem, Shard, ACCESSED, FETCHED, KEY_BINARY};
 pub(crate) use shard::{SHARE_MIN, STALE, WIN_SENT};
@@ -273,8 +274,10 @@ pub struct Store {
     /// `(epoch, fired << 32 | pending)` (see [`FlushState`]): read on every
     /// lookup, so read together without a lock. As two atomics, a lookup
     /// between a `flush_all`'s two stores could see the old epoch without
-    /// the cut-off that hid items before it, and return them.
-    flush: SeqPair,
+    /// the cut-off that hid items before it, and return them. On a cache
+    /// line of its own: `next_cas`, bumped by every store, would otherwise
+    /// take the line from every other core's lookups.
+    flush: CachePadded<SeqPair>,
     global: GlobalStats,
     max_bytes: AtomicUsize,
     sweep_cursor: AtomicUsize,
@@ -357,7 +360,7 @@ impl Store {
             mask: n - 1,
             hasher,
             next_cas: AtomicU64::new(1),
-            flush: SeqPair::new((0, 0)),
+            flush: CachePadded::new(SeqPair::new((0, 0))),
             global: GlobalStats::new(),
             max_bytes: AtomicUsize::new(config.max_bytes),
             sweep_cursor: AtomicUsize::new(0),

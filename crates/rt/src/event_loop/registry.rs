@@ -133,7 +133,10 @@ impl Shared {
         ] {
             c.store(0, Ordering::Relaxed);
         }
-        s.tasks_alive.store(0, Ordering::Relaxed);
+        // `tasks_alive` is not zeroed: a freed slot's count is 0, except
+        // for a task a stale `LoopHandle::spawn` is counting on it right
+        // now, whose cancel counts it off again on this same `Shared`;
+        // zeroed in between, the new loop would count one task too few.
         lock_std(&self.poll_hist).reset();
         lock_std(&self.requests).reset();
         drain_eventfd(self.wake_fd.as_raw_fd());
@@ -265,13 +268,15 @@ pub(crate) fn acquire() -> io::Result<&'static Shared> {
 /// Returns a slot after its loop ended: free at once if none of its tasks
 /// is alive, else draining until the last one ends ([`task_ended`]).
 ///
-/// Its three marks of the end (the generation, the slot, the queue emptied)
-/// are `SeqCst`, as the looks on the other side (`LoopHandle::spawn`
-/// counting a task then looking at the generation, `task_ended` counting
-/// one off then looking at the slot): of a mark and a count made at once,
-/// one side always sees the other's (store buffering is forbidden), so a
-/// task is never counted on a slot already freed, and the last task of a
-/// draining slot always frees it.
+/// Its marks of the end (the generation, the slot) are `SeqCst`, as the
+/// looks on the other side (`LoopHandle::spawn` counting a task then
+/// looking at the generation, `task_ended` counting one off then looking at
+/// the slot): of a mark and a count made at once, one side always sees the
+/// other's (store buffering is forbidden), so a late spawn always sees the
+/// loop gone (and cancels its task) where the count it read left the slot
+/// free, and the last task of a draining slot always frees it. Emptying
+/// the queue is an `AcqRel` swap, which a waker's `SeqCst` push reads from:
+/// a push after it sees the slot cleared and takes its task back.
 pub(crate) fn release(shared: &'static Shared) {
     // A new generation first: from here on, handles to the ended loop are no-ops.
     shared.generation.fetch_add(1, Ordering::SeqCst);

@@ -10,9 +10,10 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 /// replace. A sequence lock: a reader that overlaps an update reads again.
 ///
 /// For rarely written state read on hot paths (the cache's flush state:
-/// an epoch and two times). An update is a few stores, so a reader that
-/// meets one waits nanoseconds, unless the updating thread is preempted
-/// inside it.
+/// an epoch and two times). Readers wait only for an update's few stores
+/// (nanoseconds, unless the updating thread is preempted among them: a
+/// reader then yields its thread after a short spin). Keep it off cache
+/// lines that other threads write often.
 pub struct SeqPair {
     /// Even between updates, odd during one.
     seq: AtomicU32,
@@ -32,6 +33,8 @@ impl SeqPair {
 
     /// Both words, from one update.
     pub fn read(&self) -> (u64, u64) {
+        #[cfg(not(loom))]
+        let mut spins = 0u32;
         loop {
             let before = self.seq.load(Acquire);
             if before & 1 == 0 {
@@ -47,13 +50,23 @@ impl SeqPair {
             #[cfg(loom)]
             loom::thread::yield_now();
             #[cfg(not(loom))]
-            std::hint::spin_loop();
+            {
+                // The updater was preempted mid-update, most likely, past
+                // a short spin: let it run.
+                spins += 1;
+                if spins < 64 {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
+            }
         }
     }
 
     /// Replaces both words with what `f` makes of them; returns what else
-    /// `f` returns. Updates run one at a time, so `f` sees the last one's
-    /// words. `f` runs while readers wait: keep it short.
+    /// `f` returns. Updates run one at a time (a mutex), so `f` sees the
+    /// last one's words; readers do not wait for `f`, only for the stores
+    /// after it. `f` must not call `update` (it would wait for itself).
     pub fn update<R>(&self, f: impl FnOnce((u64, u64)) -> ((u64, u64), R)) -> R {
         let _one = self
             .update
