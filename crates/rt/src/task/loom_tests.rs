@@ -418,3 +418,61 @@ fn loom_handoff_queue_two_producers() {
         drop(keep);
     });
 }
+
+/// Two threads drain while a producer pushes (a loop's own drain, and a
+/// waker taking its task back from a loop that ended, `schedule`): every
+/// task comes out exactly once, in push order within each batch.
+#[test]
+fn loom_handoff_queue_two_drainers() {
+    model(|| {
+        let queue = Arc::new(HandoffQueue::new());
+        let mut keep = Vec::new();
+        let mut batch = Vec::new();
+        let mut ids = Vec::new();
+        for _ in 0..2 {
+            let (queued, join) = raw::allocate(async {}, 0);
+            ids.push(queued.as_ptr().as_ptr() as usize);
+            batch.push(queued);
+            keep.push(join);
+        }
+        let producer = {
+            let q = queue.clone();
+            thread::spawn(move || {
+                for t in batch {
+                    q.push(t);
+                }
+            })
+        };
+        let take = |queue: &HandoffQueue| {
+            let local = LocalQueue::new();
+            queue.drain_into(&local);
+            let mut got = Vec::new();
+            while let Some(t) = local.pop() {
+                got.push(t.as_ptr().as_ptr() as usize);
+                drop(t);
+            }
+            got
+        };
+        let drainer = {
+            let q = queue.clone();
+            thread::spawn(move || take(&q))
+        };
+        let mut mine = take(&queue);
+        producer.join().unwrap();
+        let theirs = drainer.join().unwrap();
+        let rest = take(&queue);
+        for got in [&mine, &theirs, &rest] {
+            if got.len() == 2 {
+                assert_eq!(got, &ids, "push order within a batch");
+            }
+        }
+        mine.extend(theirs);
+        mine.extend(rest);
+        mine.sort_unstable();
+        let mut want = ids.clone();
+        want.sort_unstable();
+        assert_eq!(mine, want, "every task drained exactly once");
+        assert_eq!(queue.len(), 0);
+        drop(keep);
+    });
+}

@@ -109,7 +109,9 @@ impl Drop for LocalQueue {
     }
 }
 
-/// A multi-producer queue drained in batches by its single consumer.
+/// A multi-producer queue drained in batches by its loop (and, around a
+/// loop's end, by wakers taking their tasks back: each drain's swap takes
+/// a batch no other drain sees; model `loom_handoff_queue_two_drainers`).
 pub(crate) struct HandoffQueue {
     /// Top of a LIFO stack of pushed tasks; the consumer reverses a batch.
     head: AtomicPtr<Header>,
