@@ -363,6 +363,25 @@ fn loom_join_waker_vs_completion() {
     });
 }
 
+/// A producer thread pushing two new tasks to `queue`, their ids (in push
+/// order), and their handles (kept until the model ends).
+fn push_two(queue: &Arc<HandoffQueue>) -> (thread::JoinHandle<()>, Vec<usize>, Vec<TaskRef>) {
+    let (mut batch, mut ids, mut keep) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..2 {
+        let (queued, join) = raw::allocate(async {}, 0);
+        ids.push(queued.as_ptr().as_ptr() as usize);
+        batch.push(queued);
+        keep.push(join);
+    }
+    let q = queue.clone();
+    let producer = thread::spawn(move || {
+        for t in batch {
+            q.push(t);
+        }
+    });
+    (producer, ids, keep)
+}
+
 /// Two producers push two tasks each while the consumer drains: every task
 /// comes out exactly once, and each producer's tasks in push order.
 #[test]
@@ -373,21 +392,10 @@ fn loom_handoff_queue_two_producers() {
         let mut producers = Vec::new();
         let mut expected = Vec::new();
         for _ in 0..2 {
-            let mut batch = Vec::new();
-            let mut ids = Vec::new();
-            for _ in 0..2 {
-                let (queued, join) = raw::allocate(async {}, 0);
-                ids.push(queued.as_ptr().as_ptr() as usize);
-                batch.push(queued);
-                keep.push(join);
-            }
+            let (producer, ids, handles) = push_two(&queue);
+            producers.push(producer);
             expected.push(ids);
-            let q = queue.clone();
-            producers.push(thread::spawn(move || {
-                for t in batch {
-                    q.push(t);
-                }
-            }));
+            keep.extend(handles);
         }
 
         let local = LocalQueue::new();
@@ -426,23 +434,7 @@ fn loom_handoff_queue_two_producers() {
 fn loom_handoff_queue_two_drainers() {
     model(|| {
         let queue = Arc::new(HandoffQueue::new());
-        let mut keep = Vec::new();
-        let mut batch = Vec::new();
-        let mut ids = Vec::new();
-        for _ in 0..2 {
-            let (queued, join) = raw::allocate(async {}, 0);
-            ids.push(queued.as_ptr().as_ptr() as usize);
-            batch.push(queued);
-            keep.push(join);
-        }
-        let producer = {
-            let q = queue.clone();
-            thread::spawn(move || {
-                for t in batch {
-                    q.push(t);
-                }
-            })
-        };
+        let (producer, ids, keep) = push_two(&queue);
         let take = |queue: &HandoffQueue| {
             let local = LocalQueue::new();
             queue.drain_into(&local);
