@@ -19,6 +19,15 @@ use crossbeam_utils::CachePadded;
 /// A connection waiting for its next request then sees end-of-stream, while
 /// one in the middle of a request still reads what has arrived and writes
 /// its response: in-flight requests finish, idle connections close.
+///
+/// A blocking handler and `trigger` meet in a Dekker pair of `SeqCst`
+/// accesses: the handler stores its mid-request flag, then (before it
+/// blocks in a read) loads the shutdown flag (`Conn::closing`); `trigger`
+/// stores the shutdown flag, then loads the mid-request flag. One of them
+/// always sees the other's store, so a handler between requests either
+/// sees the shutdown or has its read side shut. The same shape as the
+/// loops' sleep handshake (duality-rt's `SleepGate`, model-checked with
+/// loom there); this crate has no loom build of its own.
 #[derive(Default)]
 pub(crate) struct ShutdownSignal {
     flag: AtomicBool,
