@@ -824,9 +824,6 @@ impl Store {
     /// nothing (memcached's, for a time before it started). A flush that
     /// takes effect now uses up a CAS unique, as memcached's does.
     pub fn flush_all(&self, delay: i64, now: Time) {
-        // What earlier flushes took stays flushed, but not into this second:
-        // memcached replaces its cut-off, and what is stored from now on is
-        // the new flush's to judge.
         let at = if delay > 0 { expiry(delay, now) } else { 0 };
         if at == 0 || at <= now.saturating_add(1) {
             self.next_cas();
@@ -835,6 +832,9 @@ impl Store {
         // time (each builds on the last).
         self.flush.update(|words| {
             let old = FlushState::from_words(words);
+            // What earlier flushes took stays flushed, but not into this
+            // second: memcached replaces its cut-off, and what is stored
+            // from now on is the new flush's to judge.
             let fired = old.cutoff(now).min(now);
             let new = if at == 0 {
                 // Every item stored so far is in an older epoch: no time
