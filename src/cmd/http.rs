@@ -417,16 +417,19 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         open_files,
     };
     let grace = grace(a.shutdown_grace)?;
-    let state = HttpState::new(cfg)?;
-    // Catch SIGTERM/SIGINT before announcing `ready`, so that a signal sent
-    // right after it still shuts down cleanly.
-    let mut signals = signal_hook::iterator::Signals::new([
+    // Stop signals are caught from here on: before any thread starts (the
+    // state's file closer and access log; see catch_signals), after the
+    // descriptors are counted (the signal pipe is among the 16 kept for
+    // later), and before `ready`: one sent while the server starts stops
+    // it once it is up, cleanly.
+    let mut signals = super::process::catch_signals(&[
         signal_hook::consts::SIGTERM,
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGQUIT,
         signal_hook::consts::SIGUSR1,
         signal_hook::consts::SIGHUP,
     ])?;
+    let state = HttpState::new(cfg)?;
     if a.model == duality_models::Model::ThreadPerConn {
         // Connection threads come and go: allocate from the C library's
         // shared arenas, and give freed memory back.

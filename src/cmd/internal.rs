@@ -94,6 +94,7 @@ pub fn run(i: Internal) -> anyhow::Result<()> {
 
 fn colors_server(a: ColorsServerArgs) -> anyhow::Result<()> {
     use duality_bench::colors::service::{ColorService, SEED};
+    let signals = super::catch_termination()?;
     let io = a.io.apply();
     let driver = duality_models::Driver::new(
         ColorService::new(a.clients, SEED),
@@ -111,7 +112,7 @@ fn colors_server(a: ColorsServerArgs) -> anyhow::Result<()> {
         .unix(&a.unix)
         .serve(move |c, p| duality_models::drive(c, p, driver.clone()))?;
     println!("ready colors {} on {io:?}", a.model.name());
-    super::wait_for_termination()?;
+    super::wait_for_termination(signals);
     server.shutdown(Duration::from_secs(5));
     Ok(())
 }
@@ -121,6 +122,7 @@ fn colors_server(a: ColorsServerArgs) -> anyhow::Result<()> {
 pub const ECHO_SERVER_CONNS: usize = 10_000;
 
 fn echo_server(a: EchoServerArgs) -> anyhow::Result<()> {
+    let signals = super::catch_termination()?;
     a.io.apply();
     let mut b = duality_models::ServerBuilder::new()
         .model(a.model)
@@ -137,7 +139,7 @@ fn echo_server(a: EchoServerArgs) -> anyhow::Result<()> {
     let d = duality_models::echo::Detector::new(a.work);
     let server = b.serve(move |c, p| duality_models::echo::serve(c, p, d.clone()))?;
     println!("ready {:?}", server.tcp_addrs());
-    super::wait_for_termination()?;
+    super::wait_for_termination(signals);
     server.shutdown(Duration::from_secs(5));
     Ok(())
 }

@@ -481,6 +481,24 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
             duality_rt::say!("duality kv: -t {t} ignored: --model {m} sets the threads");
         }
     }
+    // Registered before the memory file is opened and restored (seconds for
+    // a large one), so that a stop signal meanwhile waits for the graceful
+    // path (the server then stops as soon as it is up) instead of killing
+    // the process with the file open, which the next start must throw away;
+    // and before the listeners open, so neither a signal nor the `shutdown`
+    // command can arrive before that path is in place.
+    // SIGUSR1 is memcached's graceful stop (its warm restart with -e);
+    // SIGQUIT is nginx's (and `duality http`'s), where memcached would dump
+    // core and lose a memory file's items; SIGHUP is caught so that it does
+    // not kill the cache (memcached ignores it too).
+    // Before any thread starts (the reclaimer below): see catch_signals.
+    let mut signals = super::process::catch_signals(&[
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGUSR1,
+        signal_hook::consts::SIGQUIT,
+        signal_hook::consts::SIGHUP,
+    ])?;
     // `stats threads`: the threads that serve, as the model runs them.
     let threads = model.threads();
     if model == Model::ThreadPerConn {
@@ -522,23 +540,6 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
         listen_settings: listen_settings(&a),
         ..KvConfig::default()
     };
-    // Registered before the memory file is opened and restored (seconds for
-    // a large one), so that a stop signal meanwhile waits for the graceful
-    // path (the server then stops as soon as it is up) instead of killing
-    // the process with the file open, which the next start must throw away;
-    // and before the listeners open, so neither a signal nor the `shutdown`
-    // command can arrive before that path is in place.
-    // SIGUSR1 is memcached's graceful stop (its warm restart with -e);
-    // SIGQUIT is nginx's (and `duality http`'s), where memcached would dump
-    // core and lose a memory file's items; SIGHUP is caught so that it does
-    // not kill the cache (memcached ignores it too).
-    let mut signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGUSR1,
-        signal_hook::consts::SIGQUIT,
-        signal_hook::consts::SIGHUP,
-    ])?;
     let state = KvState::new(config)?;
     // Until the server is up, a failed start (a port in use, a bad pid file
     // path) leaves the memory file as it found it: nothing was served, so

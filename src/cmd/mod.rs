@@ -260,14 +260,15 @@ impl MetricsArgs {
     }
 }
 
-/// Blocks until SIGTERM or SIGINT.
-pub fn wait_for_termination() -> anyhow::Result<()> {
-    let mut signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGINT,
-    ])?;
+/// Catches SIGTERM and SIGINT (before any thread starts: see
+/// `process::catch_signals`); [`wait_for_termination`] blocks on them.
+pub fn catch_termination() -> std::io::Result<signal_hook::iterator::Signals> {
+    process::catch_signals(&[signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT])
+}
+
+/// Blocks until one of `signals` comes.
+pub fn wait_for_termination(mut signals: signal_hook::iterator::Signals) {
     signals.forever().next();
-    Ok(())
 }
 
 /// The addresses a host name resolves to, each once, in the resolver's

@@ -1,7 +1,7 @@
 //! Process-level settings memcached users set with flags: the user the
-//! server runs as (`-u`), core dumps (`-r`) and locked memory (`-k`). Each
-//! is one or two system calls; they live here so that the binary's other
-//! modules stay free of `unsafe`.
+//! server runs as (`-u`), core dumps (`-r`) and locked memory (`-k`), and
+//! the servers' signal dispositions. Each is one or two system calls; they
+//! live here so that the binary's other modules stay free of `unsafe`.
 
 use std::ffi::CString;
 use std::io;
@@ -127,4 +127,52 @@ pub fn ignore_file_size_signal() {
     // SAFETY: sets the disposition of one signal to SIG_IGN; no handler
     // runs, nothing is shared.
     unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
+}
+
+/// signal-hook's iterator over `signals`, losing none while it is set up.
+///
+/// signal-hook-registry installs a signal's handler before it records the
+/// handler's action, and a signal that comes between the two is dropped
+/// (the previous disposition, the default action, is not run either): a
+/// SIGTERM sent just as the handler appears (`SigCgt` in /proc) was lost,
+/// and the server never stopped. The signals are blocked in this thread
+/// meanwhile, so one sent then stays pending and is taken, by the
+/// iterator, once the actions are in place. That holds only while no other
+/// thread can take them: call this before the process starts threads.
+pub fn catch_signals(signals: &[libc::c_int]) -> io::Result<signal_hook::iterator::Signals> {
+    debug_assert_eq!(
+        threads(),
+        Some(1),
+        "stop signals caught after a thread started"
+    );
+    // SAFETY: an all-zero sigset_t is valid storage; sigemptyset/sigaddset
+    // initialise and fill the local set.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a live local; sigemptyset only writes it.
+    unsafe { libc::sigemptyset(&mut set) };
+    for &sig in signals {
+        // SAFETY: `set` is initialised; an invalid number fails with EINVAL
+        // and leaves it as it was.
+        unsafe { libc::sigaddset(&mut set, sig) };
+    }
+    // SAFETY: both sets are live locals; this changes this thread's mask only.
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    let caught = signal_hook::iterator::Signals::new(signals);
+    // The mask as it was: a signal that came meanwhile is delivered here,
+    // now, to the handler that records it.
+    // SAFETY: `old` holds the mask pthread_sigmask returned above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    caught
+}
+
+/// The process's threads, as /proc says.
+fn threads() -> Option<usize> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let n = status.lines().find_map(|l| l.strip_prefix("Threads:"))?;
+    n.trim().parse().ok()
 }
