@@ -74,7 +74,7 @@ pub fn run(b: Bench) -> anyhow::Result<()> {
     }
     // SIGINT/SIGTERM stop every server this run started and remove its
     // temporary files before the process exits (130/143).
-    duality_bench::interrupt::install()?;
+    duality_bench::interrupt::install(super::process::catch_signals)?;
     match b {
         Bench::Tasks(a) => bench_tasks(a),
         Bench::Models(a) => super::bench_kv::models(a),

@@ -389,7 +389,11 @@ pub fn park_if_interrupted() {
 }
 
 /// Starts the signal thread (once per process; later calls do nothing).
-pub fn install() -> std::io::Result<()> {
+/// `catch` makes the signal iterator over the signals it is given (the
+/// binary's, which loses none that come while it is set up).
+pub fn install(
+    catch: impl FnOnce(&[i32]) -> std::io::Result<signal_hook::iterator::Signals>,
+) -> std::io::Result<()> {
     static INSTALLED: OnceLock<()> = OnceLock::new();
     if INSTALLED.get().is_some() {
         return Ok(());
@@ -400,7 +404,7 @@ pub fn install() -> std::io::Result<()> {
     if !ignored(libc::SIGHUP) {
         wanted.push(signal_hook::consts::SIGHUP);
     }
-    let mut signals = signal_hook::iterator::Signals::new(wanted)?;
+    let mut signals = catch(&wanted)?;
     let _ = INSTALLED.set(());
     std::thread::Builder::new()
         .name("interrupt".into())
