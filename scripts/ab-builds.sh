@@ -163,11 +163,14 @@ done
 took=$(($(date +%s) - started))
 
 python3 - "$out" "$rounds" "$secs" "$took" "$a" "$b" "$(nproc)" <<'EOF'
-import csv, statistics, sys
+import csv, os, statistics, sys
 out, rounds, secs, took, a, b, cores = sys.argv[1:]
+# The servers' I/O backend where the environment chose one.
+io = os.environ.get("DUALITY_IO")
+env = f"`DUALITY_IO={io}` " if io else ""
 rows = list(csv.DictReader(open(f"{out}/ab.csv")))
 md = ["# A/B of two builds under independent clients", "",
-      f"{cores} cores; `scripts/ab-builds.sh A B OUT {rounds} {secs}`; A = `{a}`, B = `{b}`; "
+      f"{cores} cores; {env}`scripts/ab-builds.sh A B OUT {rounds} {secs}`; A = `{a}`, B = `{b}`; "
       f"each on its defaults (`duality kv -l 127.0.0.1`, `duality http --max-conns 1100`); memaslap "
       f"(`-T 1 -w 1k`, 9:1 gets to sets) and wrk (`-t1`), {secs} s after 1 s of warm-up, TCP loopback, "
       f"the builds taking turns; took {took} s.", "",
