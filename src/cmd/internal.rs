@@ -83,11 +83,15 @@ pub fn run(i: Internal) -> anyhow::Result<()> {
     match i {
         Internal::EchoServer(a) => echo_server(a),
         Internal::KvTokio(a) => {
-            duality_bench::kv_tokio::serve(a.unix, a.tcp, a.threads, a.memory << 20)
+            let signals = super::catch_termination()?;
+            let stop = move || super::wait_for_termination(signals);
+            duality_bench::kv_tokio::serve(a.unix, a.tcp, a.threads, a.memory << 20, stop)
         }
         Internal::ColorsServer(a) => colors_server(a),
         Internal::ColorsTokio(a) => {
-            duality_bench::colors::tokio_peer::serve(a.unix, a.threads, a.clients)
+            let signals = super::catch_termination()?;
+            let stop = move || super::wait_for_termination(signals);
+            duality_bench::colors::tokio_peer::serve(a.unix, a.threads, a.clients, stop)
         }
     }
 }

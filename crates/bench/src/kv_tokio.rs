@@ -10,13 +10,16 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-/// Serves until SIGTERM/SIGINT on `unix` and/or `tcp`, with `threads` workers
-/// and `memory` bytes of items. Prints `ready` once listening.
+/// Serves on `unix` and/or `tcp`, with `threads` workers and `memory`
+/// bytes of items, until `stop` returns (run on a blocking thread: the
+/// caller's wait for SIGTERM/SIGINT, caught before the runtime's threads
+/// start so that none is lost). Prints `ready` once listening.
 pub fn serve(
     unix: Option<PathBuf>,
     tcp: Option<std::net::SocketAddr>,
     threads: usize,
     memory: usize,
+    stop: impl FnOnce() + Send + 'static,
 ) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads.max(1))
@@ -51,11 +54,7 @@ pub fn serve(
             });
         }
         println!("ready tokio-kv");
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
-        }
+        tokio::task::spawn_blocking(stop).await?;
         if let Some(p) = &unix {
             let _ = std::fs::remove_file(p);
         }

@@ -8,8 +8,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 /// Serves on the Unix socket `unix` with `threads` workers, for clients
-/// `0..clients`, until SIGTERM/SIGINT. Prints `ready` once listening.
-pub fn serve(unix: PathBuf, threads: usize, clients: usize) -> anyhow::Result<()> {
+/// `0..clients`, until `stop` returns (as `kv_tokio::serve`'s). Prints
+/// `ready` once listening.
+pub fn serve(
+    unix: PathBuf,
+    threads: usize,
+    clients: usize,
+    stop: impl FnOnce() + Send + 'static,
+) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads.max(1))
         .enable_all()
@@ -24,11 +30,7 @@ pub fn serve(unix: PathBuf, threads: usize, clients: usize) -> anyhow::Result<()
             }
         });
         println!("ready tokio-colors");
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
-        }
+        tokio::task::spawn_blocking(stop).await?;
         let _ = std::fs::remove_file(&unix);
         anyhow::Ok(())
     })?;
