@@ -5,10 +5,11 @@
 //! `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p duality-rt --lib --release loom`.
 //!
 //! The models drive the real code: tasks are real cells, wakers the real
-//! wakers. Under loom `event_loop::schedule` sends a woken task to
-//! [`RUN_QUEUE`] here (there are no loops), and the model's main thread plays
-//! the loop: it drains that queue and runs what it finds. Each model keeps to
-//! one task, the main thread and one or two others, so it ends in seconds.
+//! wakers. Under loom `event_loop::schedule` sends a woken task to the
+//! queue of [`RUN_QUEUES`] its owner names (there are no loops), and the
+//! model's main thread plays the loop: it drains that queue and runs what it
+//! finds. Each model keeps to one task, the main thread and one to three
+//! others, so it ends in seconds.
 //!
 //! What the models check, besides loom's own checks (no leaked `Arc` — the
 //! futures, outputs and join wakers hold one, so a cell that is never freed
@@ -36,29 +37,36 @@ use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::task::{Context, Poll, RawWaker, RawWakerVTable, Waker};
 
 loom::lazy_static! {
-    /// The model's only run queue (what a loop's hand-off queue is).
-    static ref RUN_QUEUE: HandoffQueue = HandoffQueue::new();
-    /// Tasks in `RUN_QUEUE` or popped and not yet started.
+    /// The run queues (what loops' hand-off queues are) of loops 0 and 1,
+    /// by the task's `owner`; every model but the migration one uses loop 0.
+    static ref RUN_QUEUES: [HandoffQueue; 2] = [HandoffQueue::new(), HandoffQueue::new()];
+    /// Tasks in a run queue or popped and not yet started.
     static ref QUEUED: AtomicUsize = AtomicUsize::new(0);
 }
 
-/// `event_loop::schedule` under loom. Every model has one task, so a second
-/// enqueue while one is pending means two parties both thought they had set
-/// `SCHEDULED`.
+/// `event_loop::schedule` under loom: to the queue of the loop the task's
+/// `owner` names, as the real one does. Every model has one task, so a
+/// second enqueue while one is pending means two parties both thought they
+/// had set `SCHEDULED`.
 pub(crate) fn schedule(task: TaskRef) {
     let before = QUEUED.fetch_add(1, AcqRel);
     assert_eq!(
         before, 0,
         "a task was enqueued twice in one scheduled period"
     );
-    RUN_QUEUE.push(task);
+    RUN_QUEUES[usize::from(task.header().owner())].push(task);
 }
 
-/// Plays the loop: runs queued tasks until the queue stays empty. Returns polls.
+/// Plays loop 0: runs queued tasks until the queue stays empty. Returns polls.
 fn run_until_idle() -> usize {
+    run_loop_until_idle(0)
+}
+
+/// Plays loop `id`: runs its queued tasks until its queue stays empty.
+fn run_loop_until_idle(id: usize) -> usize {
     let local = LocalQueue::new();
     let mut runs = 0;
-    while RUN_QUEUE.drain_into(&local) > 0 {
+    while RUN_QUEUES[id].drain_into(&local) > 0 {
         while let Some(task) = local.pop() {
             QUEUED.fetch_sub(1, AcqRel);
             task.run();
@@ -466,5 +474,51 @@ fn loom_handoff_queue_two_drainers() {
         assert_eq!(mine, want, "every task drained exactly once");
         assert_eq!(queue.len(), 0);
         drop(keep);
+    });
+}
+
+/// Work sharing (`WorkGroup::share`) moves a queued task from loop 0 to
+/// loop 1: its `owner` is rewritten (Relaxed) and it is pushed to loop 1's
+/// queue, while a waker on another thread wakes it. The waker reads `owner`
+/// after its state change, which the run on loop 1 happened before, so
+/// once the task has run on loop 1 no wake sends it back to loop 0: loop
+/// 0's queue stays empty, and the wake is not lost (the task completes).
+#[test]
+fn loom_owner_migration_vs_remote_wake() {
+    model(|| {
+        let ctl = Arc::new(Ctl::default());
+        let (mut jh, ptr) = spawn_probe(&ctl, 1);
+        let w = waker_of(ptr);
+        let share = thread::spawn(|| {
+            let local = LocalQueue::new();
+            RUN_QUEUES[0].drain_into(&local);
+            let t = local.pop().expect("the task was queued on loop 0");
+            t.header().set_owner(1);
+            RUN_QUEUES[1].push(t);
+        });
+        let c = ctl.clone();
+        let waker = thread::spawn(move || {
+            c.wakes.fetch_add(1, Release);
+            w.wake();
+        });
+        let loop1 = thread::spawn(|| run_loop_until_idle(1));
+        share.join().unwrap();
+        waker.join().unwrap();
+        loop1.join().unwrap();
+        run_loop_until_idle(1);
+
+        assert_eq!(
+            RUN_QUEUES[0].len(),
+            0,
+            "a wake sent the task back to loop 0"
+        );
+        let s = state_of(ptr);
+        assert!(s.has(state::COMPLETE), "lost wake-up: {s:?}");
+        assert_eq!(s.refs(), 1, "only the join handle's reference is left");
+        assert_eq!(ctl.future_drops.load(Relaxed), 1);
+        match poll_join(&mut jh, &noop_waker()) {
+            Poll::Ready(Ok(out)) => drop(out),
+            other => panic!("expected the output, got {:?}", other.map(|r| r.err())),
+        }
     });
 }
