@@ -139,6 +139,11 @@ pub fn ignore_file_size_signal() {
 /// meanwhile, so one sent then stays pending and is taken, by the
 /// iterator, once the actions are in place. That holds only while no other
 /// thread can take them: call this before the process starts threads.
+///
+/// They are left unblocked, even where the process inherited them blocked
+/// (the mask survives exec: a supervisor that blocks SIGTERM around its
+/// fork made the server deaf to it), so the threads started later take them
+/// too.
 pub fn catch_signals(signals: &[libc::c_int]) -> io::Result<signal_hook::iterator::Signals> {
     // (Not checked where /proc cannot say.)
     debug_assert!(
@@ -148,8 +153,6 @@ pub fn catch_signals(signals: &[libc::c_int]) -> io::Result<signal_hook::iterato
     // SAFETY: an all-zero sigset_t is valid storage; sigemptyset/sigaddset
     // initialise and fill the local set.
     let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
     // SAFETY: `set` is a live local; sigemptyset only writes it.
     unsafe { libc::sigemptyset(&mut set) };
     for &sig in signals {
@@ -157,16 +160,16 @@ pub fn catch_signals(signals: &[libc::c_int]) -> io::Result<signal_hook::iterato
         // and leaves it as it was.
         unsafe { libc::sigaddset(&mut set, sig) };
     }
-    // SAFETY: both sets are live locals; this changes this thread's mask only.
-    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old) };
+    // SAFETY: `set` is a live local; this changes this thread's mask only.
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
     if rc != 0 {
         return Err(io::Error::from_raw_os_error(rc));
     }
     let caught = signal_hook::iterator::Signals::new(signals);
-    // The mask as it was: a signal that came meanwhile is delivered here,
-    // now, to the handler that records it.
-    // SAFETY: `old` holds the mask pthread_sigmask returned above.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    // A signal that came meanwhile is delivered here, now, to the handler
+    // that records it.
+    // SAFETY: as above.
+    unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut()) };
     caught
 }
 
