@@ -407,6 +407,41 @@ fn libmemcached_memcapable_under_every_model() {
     });
 }
 
+/// memcstat, libmemcached's stats tool (and so php-memcached's and
+/// pylibmc's `stats`), over the text and the binary protocol: it reads the
+/// server's version as major.minor.micro numbers first and refused every
+/// stat of a `VERSION duality-kv-…` server ("strtol() failed to parse major
+/// version").
+#[test]
+fn libmemcached_memcstat_reads_the_stats() {
+    let tool = libmemcached_tool("memcstat", "memstat");
+    let srv = KvProc::start(&[]);
+    let mut c = srv.connect();
+    c.expect_str("set k 0 0 1\r\nv\r\n", "STORED\r\n");
+    c.expect_str("get k\r\n", "VALUE k 0 1\r\nv\r\nEND\r\n");
+    let servers = format!("--servers=127.0.0.1:{}", srv.port);
+    for binary in [false, true] {
+        let mut args = vec![servers.as_str()];
+        if binary {
+            args.push("--binary");
+        }
+        let (ok, out) = run_tool(&tool, &args, Duration::from_secs(30));
+        assert!(
+            ok && out.contains("curr_items: 1") && out.contains("get_hits: 1"),
+            "memcstat {args:?}:\n{out}"
+        );
+        let (ok, out) = run_tool(
+            &tool,
+            &[&servers, "--server-version"],
+            Duration::from_secs(30),
+        );
+        assert!(
+            ok && out.contains("1.6.18"),
+            "memcstat --server-version:\n{out}"
+        );
+    }
+}
+
 /// memaslap, libmemcached's load generator, verifying every value it reads
 /// back, over the text and the binary protocol: no error answer, no miss,
 /// no failed check. Its keys begin with eight 0x10 bytes, which memcached

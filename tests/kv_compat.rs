@@ -1217,7 +1217,7 @@ fn extended_options() {
     let mut idle = kv.connect();
     idle.expect(
         b"version\r\n",
-        format!("VERSION duality-kv-{}\r\n", env!("CARGO_PKG_VERSION")).as_bytes(),
+        format!("VERSION {}\r\n", duality_kv::DEFAULT_VERSION).as_bytes(),
     );
     let mut half_line = kv.connect();
     half_line.send(b"get ab");

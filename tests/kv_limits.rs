@@ -1358,7 +1358,7 @@ fn double_verbose_logs_commands_and_answers() {
     let mut gone = kv.connect();
     gone.expect_str(
         "version\r\n",
-        &format!("VERSION duality-kv-{}\r\n", env!("CARGO_PKG_VERSION")),
+        &format!("VERSION {}\r\n", duality_kv::DEFAULT_VERSION),
     );
     assert!(kv.wait_stderr(" version\n", Duration::from_secs(5)));
     let gone_fd = kv
@@ -1415,7 +1415,7 @@ fn double_verbose_logs_commands_and_answers() {
     c.expect_str("get quiet\r\n", "END\r\n");
     c.expect_str(
         "version\r\n",
-        &format!("VERSION duality-kv-{}\r\n", env!("CARGO_PKG_VERSION")),
+        &format!("VERSION {}\r\n", duality_kv::DEFAULT_VERSION),
     );
     assert!(!kv.stderr_text().contains("quiet"), "{}", kv.stderr_text());
 }

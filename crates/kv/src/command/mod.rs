@@ -43,8 +43,14 @@ pub enum Flow {
     Close,
 }
 
-/// The version string [`ExecContext::version`] reports by default.
-pub const DEFAULT_VERSION: &str = concat!("duality-kv-", env!("CARGO_PKG_VERSION"));
+/// The version string [`ExecContext::version`] reports by default: the
+/// number of the memcached release whose protocol the cache answers as (the
+/// one the differential tests run beside), then what answers
+/// (`1.6.18-duality-kv-0.1.0`).
+/// libmemcached (memcstat, php-memcached, pylibmc) reads a major, minor and
+/// micro number from it and refuses every `stats` of a server whose version
+/// does not start so; clients that gate the meta protocol on 1.6 see it.
+pub const DEFAULT_VERSION: &str = concat!("1.6.18-duality-kv-", env!("CARGO_PKG_VERSION"));
 
 /// What the server supplies to [`execute`]: the clock and the numbers of the
 /// `stats` command that only the server knows.
