@@ -6,7 +6,8 @@
 //! and `… --release --test loom_sync` (both run by `.ci/run`; the models are
 //! the `loom_tests` modules — `task::loom_tests` for the task state machine,
 //! the task cell and the hand-off queue, `event_loop::registry::loom_tests`
-//! for the sleep/notify handshake (a task or a flag as the work), `uring::loom_tests` for the io_uring
+//! for the sleep/notify handshake (a task or a flag as the work) and for a
+//! loop's end (its slot released) against a late spawn and its last task, `uring::loom_tests` for the io_uring
 //! backend's dirty list against that handshake, `waker_slot::loom_tests` for
 //! the waker slot, `time::loom_tests` for a timer fired against its task's
 //! poll, `reactor::loom_tests` for readiness events against a reader's
@@ -20,7 +21,9 @@
 pub(crate) use loom::{
     cell::UnsafeCell,
     sync::{
-        atomic::{fence, AtomicBool, AtomicPtr, AtomicU16, AtomicU32, AtomicU64, AtomicUsize},
+        atomic::{
+            fence, AtomicBool, AtomicI64, AtomicPtr, AtomicU16, AtomicU32, AtomicU64, AtomicUsize,
+        },
         Arc, Mutex, MutexGuard,
     },
     thread,
@@ -30,7 +33,9 @@ pub(crate) use loom::{
 #[allow(unused_imports)]
 pub(crate) use std::{
     sync::{
-        atomic::{fence, AtomicBool, AtomicPtr, AtomicU16, AtomicU32, AtomicU64, AtomicUsize},
+        atomic::{
+            fence, AtomicBool, AtomicI64, AtomicPtr, AtomicU16, AtomicU32, AtomicU64, AtomicUsize,
+        },
         Arc, Mutex, MutexGuard,
     },
     thread,

@@ -608,6 +608,23 @@ impl Local {
 /// thread, its hand-off queue otherwise.
 #[cfg(not(all(test, loom)))]
 pub(crate) fn schedule(task: TaskRef) {
+    route(task)
+}
+
+/// Under loom there are no running loops: a task of the task models'
+/// pretend loops goes to the model's run queue, which the model's runner
+/// drains; a task of a loop the registry's models made is routed as
+/// always (to its loop's hand-off queue, or cancelled once the loop ended).
+#[cfg(all(test, loom))]
+pub(crate) fn schedule(task: TaskRef) {
+    if registry::modeled(task.header().owner()) {
+        route(task)
+    } else {
+        task::loom_tests::schedule(task)
+    }
+}
+
+fn route(task: TaskRef) {
     let owner = task.header().owner();
     with_current(|cur| match cur {
         Some(local) if local.shared.id == owner => local.run_queue.push(task),
@@ -660,16 +677,13 @@ fn cancel_orphan(task: TaskRef) {
     task.run();
 }
 
-/// Under loom there are no loops (no epoll, no eventfd): a woken task goes to
-/// the model's run queue, which the model's runner drains.
-#[cfg(all(test, loom))]
-pub(crate) fn schedule(task: TaskRef) {
-    task::loom_tests::schedule(task)
-}
-
 /// A task's future was dropped.
 pub(crate) fn task_finished(owner: u16) {
     task::count_finished();
+    #[cfg(all(test, loom))]
+    if !registry::modeled(owner) {
+        return;
+    }
     registry::task_ended(owner, registry::get(owner));
 }
 
@@ -762,6 +776,7 @@ impl LoopHandle {
         // SeqCst, as the look at the generation after it: see
         // `registry::release`.
         self.shared.stats.tasks_alive.fetch_add(1, SeqCst);
+        registry::seq_cst_fence();
         if !self.is_current() {
             // The loop ended (its id may be another loop's now): the task
             // never runs, and its handle says so.

@@ -1,7 +1,7 @@
 //! The loop registry: the part of each loop that other threads may touch.
 //!
 //! A task records its owning loop as a 16-bit id (two bytes in the task header
-//! instead of an eight-byte pointer); the id indexes `SLOTS`. A `Shared` is
+//! instead of an eight-byte pointer); the id indexes the registry's slots. A `Shared` is
 //! never freed: when a loop ends its slot is cleared and goes back on a free
 //! list, and the next loop reuses both the id and the `Shared` (its eventfd
 //! included). So a `&'static Shared` read from a slot is always valid memory.
@@ -13,22 +13,37 @@
 //! such a task finds no loop (it is cancelled, see `event_loop::schedule`),
 //! and the last of them to end frees the id.
 
-use crate::loom::lock_std;
+use crate::loom::{lock, lock_std, AtomicI64, AtomicPtr, AtomicU32, Mutex};
 use crate::task::HandoffQueue;
 use hdrhistogram::Histogram;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::os::fd::RawFd;
+#[cfg(not(loom))]
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// At most this many loops exist at once in a process.
+#[cfg(not(loom))]
 pub const MAX_LOOPS: usize = 1 << 16;
+/// Under loom: ids 0 and 1 are the task models' pretend loops (their run
+/// queues, see `task::loom_tests`), which never touch the registry; the
+/// registry's models take ids from [`FIRST_ID`] on.
+#[cfg(loom)]
+pub const MAX_LOOPS: usize = 5;
+#[cfg(not(loom))]
+const FIRST_ID: usize = 0;
+#[cfg(loom)]
+const FIRST_ID: usize = 2;
 
-static SLOTS: [AtomicPtr<Shared>; MAX_LOOPS] =
-    [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_LOOPS];
-/// Every `Shared` by id, live or not (set once, when the id is first used).
-static ALL: [AtomicPtr<Shared>; MAX_LOOPS] =
-    [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_LOOPS];
+/// The loop registry's state: which loop holds each id, and the pool of
+/// ended loops' `Shared`s.
+struct Registry {
+    /// The live loop of each id (null: none).
+    slots: [AtomicPtr<Shared>; MAX_LOOPS],
+    /// Every `Shared` by id, live or not (set once, when the id is first used).
+    all: [AtomicPtr<Shared>; MAX_LOOPS],
+    pool: Mutex<Pool>,
+}
 
 struct Pool {
     free: Vec<&'static Shared>,
@@ -37,15 +52,58 @@ struct Pool {
     next_id: usize,
 }
 
-static POOL: Mutex<Pool> = Mutex::new(Pool {
-    free: Vec::new(),
-    draining: Vec::new(),
-    next_id: 0,
-});
+#[cfg(not(loom))]
+static REG: Registry = Registry {
+    slots: [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_LOOPS],
+    all: [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_LOOPS],
+    pool: Mutex::new(Pool {
+        free: Vec::new(),
+        draining: Vec::new(),
+        next_id: FIRST_ID,
+    }),
+};
+
+// Under loom the registry lives for one execution of a model (loom resets
+// its statics between executions), and frees the `Shared`s it made.
+#[cfg(loom)]
+loom::lazy_static! {
+    static ref REG: Registry = Registry {
+        slots: std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut())),
+        all: std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut())),
+        pool: Mutex::new(Pool {
+            free: Vec::new(),
+            draining: Vec::new(),
+            next_id: FIRST_ID,
+        }),
+    };
+}
+
+#[cfg(loom)]
+impl Drop for Registry {
+    fn drop(&mut self) {
+        for a in &self.all {
+            let p = a.load(Ordering::Relaxed);
+            if !p.is_null() {
+                // SAFETY: under loom every `Shared` of `all` was made by
+                // `acquire` with `Box::leak` in this execution, which has
+                // ended: none of its `&'static` references is used again.
+                drop(unsafe { Box::from_raw(p) });
+            }
+        }
+    }
+}
+
+/// Whether the registry models task `owner`'s loop: always outside loom;
+/// under loom only for ids the registry gives out (see [`FIRST_ID`]).
+#[cfg(loom)]
+pub(crate) fn modeled(owner: u16) -> bool {
+    usize::from(owner) >= FIRST_ID
+}
 
 /// Counters other threads read; written by the loop with relaxed stores.
 #[derive(Default)]
 pub(crate) struct SharedStats {
+    /// Through the shim: counted against the loop's end (see [`release`]).
     pub(crate) tasks_alive: AtomicI64,
     pub(crate) polls: AtomicU64,
     pub(crate) wakeups: AtomicU64,
@@ -68,7 +126,7 @@ pub(crate) struct Shared {
     pub(crate) id: u16,
     /// Bumped each time the slot is reused, so a handle to an ended loop
     /// cannot act on the loop that took its slot.
-    pub(crate) generation: std::sync::atomic::AtomicU32,
+    pub(crate) generation: AtomicU32,
     pub(crate) handoff: HandoffQueue,
     /// Whether the loop is (about to be) blocked in `epoll_wait`.
     sleep: SleepGate,
@@ -78,14 +136,17 @@ pub(crate) struct Shared {
     /// The loop is asked to stop (the same handshake).
     pub(crate) stop: crate::loom::AtomicBool,
     pub(crate) tid: AtomicI64,
-    pub(crate) name: Mutex<String>,
+    pub(crate) name: std::sync::Mutex<String>,
+    /// The eventfd that wakes the loop (none under loom: no loop sleeps
+    /// in a kernel there; the handshake itself is [`SleepGate`]).
+    #[cfg(not(loom))]
     wake_fd: OwnedFd,
     pub(crate) stats: SharedStats,
     /// Poll-time histogram (ns), merged in by the loop every few milliseconds.
-    pub(crate) poll_hist: Mutex<Histogram<u64>>,
+    pub(crate) poll_hist: std::sync::Mutex<Histogram<u64>>,
     /// Per-request metrics, merged in by the loop every few milliseconds and
     /// before it sleeps.
-    pub(crate) requests: Mutex<crate::stats::RequestMetrics>,
+    pub(crate) requests: std::sync::Mutex<crate::stats::RequestMetrics>,
     /// Bumped (while `requests` is held) by each reset of them. The loop
     /// reads it at the start of every turn and forgets what it recorded
     /// before (a turn's worth at most is lost around a reset); a merge
@@ -101,17 +162,18 @@ impl Shared {
     fn new(id: u16) -> io::Result<Shared> {
         Ok(Shared {
             id,
-            generation: std::sync::atomic::AtomicU32::new(0),
+            generation: AtomicU32::new(0),
             handoff: HandoffQueue::new(),
             sleep: SleepGate::new(),
             main_woken: crate::loom::AtomicBool::new(false),
             stop: crate::loom::AtomicBool::new(false),
             tid: AtomicI64::new(0),
-            name: Mutex::new(String::new()),
+            name: std::sync::Mutex::new(String::new()),
+            #[cfg(not(loom))]
             wake_fd: eventfd()?,
             stats: SharedStats::default(),
-            poll_hist: Mutex::new(new_histogram()),
-            requests: Mutex::new(crate::stats::RequestMetrics::default()),
+            poll_hist: std::sync::Mutex::new(new_histogram()),
+            requests: std::sync::Mutex::new(crate::stats::RequestMetrics::default()),
             requests_epoch: std::sync::atomic::AtomicU64::new(0),
         })
     }
@@ -139,11 +201,14 @@ impl Shared {
         // zeroed in between, the new loop would count one task too few.
         lock_std(&self.poll_hist).reset();
         lock_std(&self.requests).reset();
-        drain_eventfd(self.wake_fd.as_raw_fd());
+        self.clear_wake_fd();
     }
 
     pub(crate) fn wake_fd(&self) -> RawFd {
-        self.wake_fd.as_raw_fd()
+        #[cfg(not(loom))]
+        return self.wake_fd.as_raw_fd();
+        #[cfg(loom)]
+        return -1;
     }
 
     /// Wakes the loop if, and only if, it is (about to be) blocked in the
@@ -152,6 +217,7 @@ impl Shared {
     pub(crate) fn notify(&self) {
         if self.sleep.notify() {
             self.stats.wakeups.fetch_add(1, Ordering::Relaxed);
+            #[cfg(not(loom))]
             write_eventfd(self.wake_fd.as_raw_fd());
         }
     }
@@ -176,6 +242,7 @@ impl Shared {
     }
 
     pub(crate) fn clear_wake_fd(&self) {
+        #[cfg(not(loom))]
         drain_eventfd(self.wake_fd.as_raw_fd());
     }
 }
@@ -242,7 +309,7 @@ impl SleepGate {
 
 /// Takes a free loop slot (or makes a new one).
 pub(crate) fn acquire() -> io::Result<&'static Shared> {
-    let mut pool = lock_std(&POOL);
+    let mut pool = lock(&REG.pool);
     let shared = match pool.free.pop() {
         Some(s) => {
             s.reset();
@@ -257,11 +324,11 @@ pub(crate) fn acquire() -> io::Result<&'static Shared> {
             let id = pool.next_id as u16;
             pool.next_id += 1;
             let shared = &*Box::leak(Box::new(Shared::new(id)?));
-            ALL[id as usize].store(shared as *const Shared as *mut Shared, Ordering::Release);
+            REG.all[id as usize].store(shared as *const Shared as *mut Shared, Ordering::Release);
             shared
         }
     };
-    SLOTS[shared.id as usize].store(shared as *const Shared as *mut Shared, Ordering::Release);
+    REG.slots[shared.id as usize].store(shared as *const Shared as *mut Shared, Ordering::Release);
     Ok(shared)
 }
 
@@ -283,12 +350,13 @@ pub(crate) fn release(shared: &'static Shared) {
     // Under the pool's lock, so that a task ending from here on counts
     // itself off under it too (see `task_ended`).
     {
-        let _pool = lock_std(&POOL);
-        SLOTS[shared.id as usize].store(std::ptr::null_mut(), Ordering::SeqCst);
+        let _pool = lock(&REG.pool);
+        REG.slots[shared.id as usize].store(std::ptr::null_mut(), Ordering::SeqCst);
     }
     // Outside the lock: cancelling a task here ends it (`task_ended` locks).
     super::cancel_handoff(shared);
-    let mut pool = lock_std(&POOL);
+    let mut pool = lock(&REG.pool);
+    seq_cst_fence();
     if shared.stats.tasks_alive.load(Ordering::SeqCst) > 0 {
         pool.draining.push(shared);
     } else {
@@ -302,14 +370,17 @@ pub(crate) fn task_ended(id: u16, live: Option<&'static Shared>) {
     if let Some(shared) = live {
         // The loop may have ended since the look: then its slot may be
         // draining and this was its last task.
-        if shared.stats.tasks_alive.fetch_sub(1, Ordering::SeqCst) == 1 && get(id).is_none() {
-            free_if_drained(&mut lock_std(&POOL), id);
+        if shared.stats.tasks_alive.fetch_sub(1, Ordering::SeqCst) == 1 && {
+            seq_cst_fence();
+            get(id).is_none()
+        } {
+            free_if_drained(&mut lock(&REG.pool), id);
         }
         return;
     }
-    let mut pool = lock_std(&POOL);
-    // SAFETY: `ALL` only ever holds pointers to leaked (never freed) `Shared`s.
-    if let Some(shared) = unsafe { ALL[id as usize].load(Ordering::Acquire).as_ref() } {
+    let mut pool = lock(&REG.pool);
+    // SAFETY: `all` only ever holds pointers to leaked (never freed) `Shared`s.
+    if let Some(shared) = unsafe { REG.all[id as usize].load(Ordering::Acquire).as_ref() } {
         shared.stats.tasks_alive.fetch_sub(1, Ordering::AcqRel);
         free_if_drained(&mut pool, id);
     }
@@ -329,17 +400,28 @@ fn free_if_drained(pool: &mut Pool, id: u16) {
 /// The live loop with this id.
 pub(crate) fn get(id: u16) -> Option<&'static Shared> {
     // SeqCst: see `release`.
-    let p = SLOTS[id as usize].load(Ordering::SeqCst);
+    let p = REG.slots[id as usize].load(Ordering::SeqCst);
     // SAFETY: slots only ever hold pointers to leaked (never freed) `Shared`s.
     unsafe { p.as_ref() }
 }
 
 /// Every live loop (for process-wide introspection).
 pub(crate) fn all() -> Vec<&'static Shared> {
-    let n = lock_std(&POOL).next_id;
-    (0..n).filter_map(|i| get(i as u16)).collect()
+    let n = lock(&REG.pool).next_id;
+    (FIRST_ID..n).filter_map(|i| get(i as u16)).collect()
 }
 
+/// Loom treats `SeqCst` accesses as `AcqRel` and so cannot see the total
+/// order the store-buffering pairs of the loop's end rely on (see
+/// [`release`]); under `cfg(loom)` each side carries the equivalent
+/// `fence(SeqCst)` between its mark and its look. Nothing otherwise.
+#[inline(always)]
+pub(crate) fn seq_cst_fence() {
+    #[cfg(loom)]
+    crate::loom::fence(Ordering::SeqCst);
+}
+
+#[cfg(not(loom))]
 fn eventfd() -> io::Result<OwnedFd> {
     // SAFETY: plain system call with constant flags; no memory is passed.
     let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
@@ -350,6 +432,7 @@ fn eventfd() -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+#[cfg(not(loom))]
 fn write_eventfd(fd: RawFd) {
     let one: u64 = 1;
     // SAFETY: writes 8 bytes from a live local; an error (counter saturated)
@@ -357,6 +440,7 @@ fn write_eventfd(fd: RawFd) {
     unsafe { libc::write(fd, &one as *const u64 as *const libc::c_void, 8) };
 }
 
+#[cfg(not(loom))]
 fn drain_eventfd(fd: RawFd) {
     let mut buf: u64 = 0;
     // SAFETY: reads at most 8 bytes into a live local; EAGAIN when empty is fine.
@@ -367,8 +451,107 @@ fn drain_eventfd(fd: RawFd) {
 mod loom_tests {
     use super::SleepGate;
     use crate::loom::{thread, Arc, AtomicBool, AtomicUsize};
-    use crate::task::{self, HandoffQueue, LocalQueue};
-    use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+    use crate::task::{self, HandoffQueue, JoinError, LocalQueue};
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
+    use std::task::{Context, Poll, RawWaker, RawWakerVTable, Waker};
+
+    /// A future that never completes and raises its flag when dropped.
+    struct Parked(Arc<AtomicBool>);
+
+    impl Future for Parked {
+        type Output = ();
+        fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
+            Poll::Pending
+        }
+    }
+
+    impl Drop for Parked {
+        fn drop(&mut self) {
+            self.0.store(true, Release);
+        }
+    }
+
+    fn noop_waker() -> Waker {
+        static VTABLE: RawWakerVTable =
+            RawWakerVTable::new(|p| RawWaker::new(p, &VTABLE), |_| {}, |_| {}, |_| {});
+        // SAFETY: every function of the vtable ignores the (null) data pointer.
+        unsafe { Waker::from_raw(RawWaker::new(std::ptr::null(), &VTABLE)) }
+    }
+
+    /// A loop ends (`release`) while, on other threads, a stale handle
+    /// spawns a task on it (`LoopHandle::spawn`, routed to its hand-off
+    /// queue while the slot looks live) and the loop's last task, parked
+    /// outside it, ends (`task_ended`); then a new loop takes a slot
+    /// (`acquire`), perhaps this one. Checks the store-buffering pairs of
+    /// `release`: the late task is cancelled whichever side sees the other,
+    /// never left in the hand-off queue the id's next loop would run; the
+    /// slot is free again exactly when no task of the ended loop is alive,
+    /// and never handed to a new loop before that; the count ends at zero.
+    #[test]
+    fn loom_loop_end_vs_late_spawn_and_last_task() {
+        let mut model = loom::model::Builder::new();
+        model.preemption_bound.get_or_insert(2);
+        model.check(|| {
+            let shared = super::acquire().expect("a slot");
+            let id = shared.id;
+            // The loop's task, parked outside the loop (as on a pool job).
+            let dropped = Arc::new(AtomicBool::new(false));
+            let (parked, parked_join) = task::new_task(Parked(dropped.clone()), id);
+            shared.stats.tasks_alive.fetch_add(1, Relaxed);
+            let handle = crate::event_loop::LoopHandle {
+                shared,
+                generation: shared.generation.load(Acquire),
+            };
+            let spawner = thread::spawn(move || handle.spawn(async { 7u8 }));
+            let ender = thread::spawn(move || {
+                // Its wake-up source gives up on it: the task ends (its
+                // future dropped, `task_ended`) wherever its loop is.
+                task::abort_task(&parked);
+                parked.run();
+            });
+
+            // The loop's end, as `EventLoop::run` ends: what was handed to
+            // it is cancelled, then the slot goes back.
+            crate::event_loop::cancel_handoff(shared);
+            super::release(shared);
+            // A new loop starts meanwhile.
+            let next = super::acquire().expect("a slot");
+            if std::ptr::eq(next, shared) {
+                assert!(
+                    dropped.load(Acquire),
+                    "an id was handed to a new loop while a task of its old loop lived"
+                );
+            }
+
+            let mut late = spawner.join().unwrap();
+            ender.join().unwrap();
+            let waker = noop_waker();
+            match Pin::new(&mut late).poll(&mut Context::from_waker(&waker)) {
+                Poll::Ready(Err(JoinError::Cancelled)) => {}
+                other => panic!("a task spawned on an ended loop was not cancelled: {other:?}"),
+            }
+            assert!(
+                shared.handoff.is_empty(),
+                "a task of the ended loop was left in its hand-off queue"
+            );
+            drop(parked_join);
+            super::release(next);
+            let pool = crate::loom::lock(&super::REG.pool);
+            assert_eq!(shared.stats.tasks_alive.load(SeqCst), 0);
+            assert!(
+                pool.draining.is_empty(),
+                "a slot left draining with no task alive"
+            );
+            let frees = pool
+                .free
+                .iter()
+                .filter(|s| std::ptr::eq(**s, shared))
+                .count();
+            assert_eq!(frees, 1, "the ended loop's slot is free exactly once");
+        });
+    }
 
     /// Two threads hand a task each to a loop that is about to sleep: if the
     /// loop blocks while a task it has not taken is pending, the eventfd was
