@@ -224,15 +224,19 @@ fn is_error_line(buf: &[u8]) -> bool {
 
 /// Appends a `set` of record `i` to `out`.
 pub fn encode_set(out: &mut Vec<u8>, i: usize) {
+    use std::io::Write;
     let n = Workload::value_size(i);
-    out.extend_from_slice(format!("set {} 0 0 {n}\r\n", Workload::key(i)).as_bytes());
+    // Formatted straight into `out` (writing to a Vec cannot fail): no
+    // String per request on the client's hot path.
+    let _ = write!(out, "set {} 0 0 {n}\r\n", Workload::key_display(i));
     out.resize(out.len() + n, b'v');
     out.extend_from_slice(b"\r\n");
 }
 
 /// Appends a `get` of record `i` to `out`.
 pub fn encode_get(out: &mut Vec<u8>, i: usize) {
-    out.extend_from_slice(format!("get {}\r\n", Workload::key(i)).as_bytes());
+    use std::io::Write;
+    let _ = write!(out, "get {}\r\n", Workload::key_display(i));
 }
 
 /// Longest wait for the server during [`preload`]: a connect, or the

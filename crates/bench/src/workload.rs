@@ -68,7 +68,18 @@ impl Workload {
 
     /// The key of record `i`.
     pub fn key(i: usize) -> String {
-        format!("rec:{i:06}")
+        Self::key_display(i).to_string()
+    }
+
+    /// [`key`](Self::key) without the allocation, for formatting in place.
+    pub fn key_display(i: usize) -> impl std::fmt::Display {
+        struct Key(usize);
+        impl std::fmt::Display for Key {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "rec:{:06}", self.0)
+            }
+        }
+        Key(i)
     }
 
     /// The value size of record `i`: deterministic, log-distributed in
