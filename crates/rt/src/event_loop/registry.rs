@@ -35,14 +35,14 @@ const FIRST_ID: usize = 0;
 #[cfg(loom)]
 const FIRST_ID: usize = 2;
 
-/// The loop registry's state: which loop holds each id, and the pool of
-/// ended loops' `Shared`s.
+/// Which loop holds each id. (The pool is a static of its own: its `Vec`s'
+/// dangling pointers are not zero, and beside them these megabyte-sized
+/// null arrays would go from `.bss` into the binary.)
 struct Registry {
     /// The live loop of each id (null: none).
     slots: [AtomicPtr<Shared>; MAX_LOOPS],
     /// Every `Shared` by id, live or not (set once, when the id is first used).
     all: [AtomicPtr<Shared>; MAX_LOOPS],
-    pool: Mutex<Pool>,
 }
 
 struct Pool {
@@ -56,12 +56,14 @@ struct Pool {
 static REG: Registry = Registry {
     slots: [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_LOOPS],
     all: [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_LOOPS],
-    pool: Mutex::new(Pool {
-        free: Vec::new(),
-        draining: Vec::new(),
-        next_id: FIRST_ID,
-    }),
 };
+
+#[cfg(not(loom))]
+static POOL: Mutex<Pool> = Mutex::new(Pool {
+    free: Vec::new(),
+    draining: Vec::new(),
+    next_id: FIRST_ID,
+});
 
 // Under loom the registry lives for one execution of a model (loom resets
 // its statics between executions), and frees the `Shared`s it made.
@@ -70,17 +72,23 @@ loom::lazy_static! {
     static ref REG: Registry = Registry {
         slots: std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut())),
         all: std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut())),
-        pool: Mutex::new(Pool {
-            free: Vec::new(),
-            draining: Vec::new(),
-            next_id: FIRST_ID,
-        }),
     };
+    static ref POOL: Mutex<Pool> = Mutex::new(Pool {
+        free: Vec::new(),
+        draining: Vec::new(),
+        next_id: FIRST_ID,
+    });
 }
 
 #[cfg(loom)]
 impl Drop for Registry {
     fn drop(&mut self) {
+        // A failed model unwinds past loom's execution, where its atomics
+        // can no longer be read (a panic here would abort the test binary
+        // and lose loom's report): leak instead.
+        if std::thread::panicking() {
+            return;
+        }
         for a in &self.all {
             let p = a.load(Ordering::Relaxed);
             if !p.is_null() {
@@ -95,7 +103,7 @@ impl Drop for Registry {
 
 /// Whether the registry models task `owner`'s loop: always outside loom;
 /// under loom only for ids the registry gives out (see [`FIRST_ID`]).
-#[cfg(loom)]
+#[cfg(all(test, loom))]
 pub(crate) fn modeled(owner: u16) -> bool {
     usize::from(owner) >= FIRST_ID
 }
@@ -309,7 +317,7 @@ impl SleepGate {
 
 /// Takes a free loop slot (or makes a new one).
 pub(crate) fn acquire() -> io::Result<&'static Shared> {
-    let mut pool = lock(&REG.pool);
+    let mut pool = lock(&POOL);
     let shared = match pool.free.pop() {
         Some(s) => {
             s.reset();
@@ -350,12 +358,12 @@ pub(crate) fn release(shared: &'static Shared) {
     // Under the pool's lock, so that a task ending from here on counts
     // itself off under it too (see `task_ended`).
     {
-        let _pool = lock(&REG.pool);
+        let _pool = lock(&POOL);
         REG.slots[shared.id as usize].store(std::ptr::null_mut(), Ordering::SeqCst);
     }
     // Outside the lock: cancelling a task here ends it (`task_ended` locks).
     super::cancel_handoff(shared);
-    let mut pool = lock(&REG.pool);
+    let mut pool = lock(&POOL);
     seq_cst_fence();
     if shared.stats.tasks_alive.load(Ordering::SeqCst) > 0 {
         pool.draining.push(shared);
@@ -374,11 +382,11 @@ pub(crate) fn task_ended(id: u16, live: Option<&'static Shared>) {
             seq_cst_fence();
             get(id).is_none()
         } {
-            free_if_drained(&mut lock(&REG.pool), id);
+            free_if_drained(&mut lock(&POOL), id);
         }
         return;
     }
-    let mut pool = lock(&REG.pool);
+    let mut pool = lock(&POOL);
     // SAFETY: `all` only ever holds pointers to leaked (never freed) `Shared`s.
     if let Some(shared) = unsafe { REG.all[id as usize].load(Ordering::Acquire).as_ref() } {
         shared.stats.tasks_alive.fetch_sub(1, Ordering::AcqRel);
@@ -407,7 +415,7 @@ pub(crate) fn get(id: u16) -> Option<&'static Shared> {
 
 /// Every live loop (for process-wide introspection).
 pub(crate) fn all() -> Vec<&'static Shared> {
-    let n = lock(&REG.pool).next_id;
+    let n = lock(&POOL).next_id;
     (FIRST_ID..n).filter_map(|i| get(i as u16)).collect()
 }
 
@@ -538,7 +546,7 @@ mod loom_tests {
             );
             drop(parked_join);
             super::release(next);
-            let pool = crate::loom::lock(&super::REG.pool);
+            let pool = crate::loom::lock(&super::POOL);
             assert_eq!(shared.stats.tasks_alive.load(SeqCst), 0);
             assert!(
                 pool.draining.is_empty(),
