@@ -1005,6 +1005,17 @@ impl Conn {
         }
     }
 
+    /// At a shutdown, with the socket's readiness saying nothing has
+    /// arrived: whether bytes have nevertheless (one `recv(MSG_PEEK)`). The
+    /// runtime learns of bytes from the reactor's next event, and a read
+    /// that took all there was forgets readiness at once (epoll), so a
+    /// request that arrived just before the stop may not be reported yet:
+    /// the connection then waits for the report (its waker is registered)
+    /// and reads it, where it would otherwise close with it unread.
+    fn arrived_unreported(&self) -> bool {
+        self.input_pending()
+    }
+
     /// Whether the client has sent bytes not read yet (buffered by the
     /// runtime or still in the kernel), without reading them: closing with
     /// them unread would reset the connection.
@@ -1200,7 +1211,7 @@ impl Future for TryReadFuture<'_> {
             // the client sent: read it; end of stream only once nothing has.
             match r {
                 Poll::Ready(r) => r.map(Some),
-                Poll::Pending if conn.closing() => Ok(Some(0)),
+                Poll::Pending if conn.closing() && !conn.arrived_unreported() => Ok(Some(0)),
                 Poll::Pending => Ok(None),
             }
         };
@@ -1236,7 +1247,7 @@ impl Future for ReadableFuture<'_> {
         if let Poll::Ready(r) = r {
             return Poll::Ready(r);
         }
-        if conn.closing_or_watch(cx.waker()) {
+        if conn.closing_or_watch(cx.waker()) && !conn.arrived_unreported() {
             return Poll::Ready(Ok(()));
         }
         Poll::Pending

@@ -163,7 +163,20 @@ impl<S: Source> Evented<S> {
         &self,
         dir: Direction,
         cx: &mut Context<'_>,
+        f: impl FnMut(&S) -> io::Result<R>,
+    ) -> Poll<io::Result<R>> {
+        self.poll_with_drained(dir, cx, f, |_| false)
+    }
+
+    /// [`poll_with`](Self::poll_with) where, under epoll, `drained(&result)`
+    /// says the call emptied the socket in `dir` (see
+    /// `Registration::poll_io_drained`).
+    fn poll_with_drained<R>(
+        &self,
+        dir: Direction,
+        cx: &mut Context<'_>,
         mut f: impl FnMut(&S) -> io::Result<R>,
+        drained: impl Fn(&R) -> bool,
     ) -> Poll<io::Result<R>> {
         // A system call interrupted by a signal is retried at once.
         let mut f = |s: &S| loop {
@@ -176,7 +189,7 @@ impl<S: Source> Evented<S> {
             }
         };
         match &self.reg {
-            Reg::Epoll(reg) => reg.poll_io(dir, cx, || f(&self.source)),
+            Reg::Epoll(reg) => reg.poll_io_drained(dir, cx, || f(&self.source), drained),
             Reg::Uring(io) => {
                 let write = dir == Direction::Write;
                 // A direct system call must not overtake bytes still queued
@@ -301,7 +314,17 @@ where
             buf
         };
         match &self.reg {
-            Reg::Epoll(_) => self.poll_read_with(cx, |mut s| io::Read::read(&mut s, buf)),
+            Reg::Epoll(_) => {
+                let len = buf.len();
+                self.poll_with_drained(
+                    Direction::Read,
+                    cx,
+                    |mut s| io::Read::read(&mut s, buf),
+                    // A short read took all that had arrived (see
+                    // `Registration::poll_io_drained`).
+                    |&n| n > 0 && n < len,
+                )
+            }
             Reg::Uring(io) => io.poll_read(cx, buf),
         }
     }
