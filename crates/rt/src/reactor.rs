@@ -38,6 +38,11 @@ pub(crate) const WRITABLE: usize = 2;
 const READ_CLOSED: usize = 4;
 const WRITE_CLOSED: usize = 8;
 const ERROR: usize = 16;
+/// The socket has had urgent (out-of-band) data (`EPOLLPRI`). Sticky: a
+/// read stops short at the urgent mark with more queued behind it, so on
+/// such a socket a short read no longer means the queue is empty (see
+/// [`Registration::poll_io_drained`]).
+const URGENT: usize = 32;
 const TICK_SHIFT: usize = 8;
 const DIR_MASK: usize = (1 << TICK_SHIFT) - 1;
 
@@ -241,6 +246,9 @@ impl Reactor {
             if ev.is_error() {
                 bits |= ERROR;
             }
+            if ev.is_priority() {
+                bits |= URGENT;
+            }
             io.set_readiness(bits);
             n += 1;
         }
@@ -294,10 +302,11 @@ impl Registration {
             key as usize
         };
         io.token.store(token, Ordering::Relaxed);
-        if let Err(e) = reactor
-            .registry
-            .register(source, Token(token), Interest::READABLE)
-        {
+        if let Err(e) = reactor.registry.register(
+            source,
+            Token(token),
+            Interest::READABLE | Interest::PRIORITY,
+        ) {
             remove(&reactor, token);
             return Err(e);
         }
@@ -321,7 +330,7 @@ impl Registration {
         let r = self.reactor.registry.reregister(
             &mut mio::unix::SourceFd(&self.fd),
             token,
-            Interest::READABLE | Interest::WRITABLE,
+            Interest::READABLE | Interest::WRITABLE | Interest::PRIORITY,
         );
         if r.is_err() {
             self.write_armed.store(false, Ordering::Release);
@@ -349,10 +358,12 @@ impl Registration {
 
     /// Runs `f` until it does not return `WouldBlock`, waiting for
     /// readiness. Where `drained(&result)` says the call emptied the socket
-    /// in `dir` (a read that returned fewer bytes than it asked for, and
+    /// in `dir` (a TCP read that returned fewer bytes than it asked for, and
     /// some), readiness is then forgotten as after
     /// `WouldBlock`, unless an event came since (end of stream and errors
-    /// stay: they are never cleared). The next call waits for the next
+    /// stay: they are never cleared) or the socket has had urgent data
+    /// (a read stops at its mark with bytes queued behind, and no event
+    /// comes for them). The next call waits for the next
     /// event instead of making a system call that would only say
     /// `WouldBlock`: one system call per request fewer for a server that
     /// reads each request whole (memcached, level-triggered, never makes
@@ -378,7 +389,7 @@ impl Registration {
             match f() {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.clear_readiness(dir, ev),
                 r => {
-                    if matches!(&r, Ok(v) if drained(v)) {
+                    if ev.word & URGENT == 0 && matches!(&r, Ok(v) if drained(v)) {
                         self.clear_readiness(dir, ev);
                     }
                     crate::coop::spend();

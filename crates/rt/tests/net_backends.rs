@@ -568,3 +568,56 @@ fn short_reads_miss_neither_later_bytes_nor_the_end() {
         assert_eq!(read_to_end_in_chunks(&server, 64).await, b"get k\r\n");
     });
 }
+
+/// Out-of-band data ends a read at its mark with bytes queued behind it,
+/// and no new event comes for those: a short read there must not forget
+/// readiness (TCP: the reactor marks a socket that had urgent data; Unix
+/// streams, whose reads also stop at a message carrying descriptors, keep
+/// the `WouldBlock` read). Each reader must get the bytes on both sides of
+/// the mark, the sender still connected (no end of stream to wake it).
+#[test]
+fn bytes_behind_out_of_band_data_are_read() {
+    on_each_backend(|| async {
+        let (server, client) = accepted_pair().await;
+        (&client).write_all(b"abc").unwrap();
+        socket2::SockRef::from(&client)
+            .send_out_of_band(b"!")
+            .unwrap();
+        (&client).write_all(b"def").unwrap();
+        // All of it in the server's queue (and its events seen) first.
+        duality_rt::time::sleep(Duration::from_millis(20)).await;
+        let mut got = Vec::new();
+        let mut buf = [0u8; 64];
+        while got.len() < 6 {
+            let n = timeout(Duration::from_secs(5), server.read(&mut buf))
+                .await
+                .expect("TCP: bytes behind urgent data never read")
+                .unwrap();
+            assert_ne!(n, 0, "TCP: end of stream");
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert_eq!(got, b"abcdef");
+
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let server = duality_rt::net::UnixStream::from_std(a).unwrap();
+        // One message whose last byte is the out-of-band one.
+        if let Err(e) = socket2::SockRef::from(&b).send_out_of_band(b"abc!") {
+            // Kernels built without AF_UNIX out-of-band data.
+            eprintln!("Unix MSG_OOB refused ({e}): that half skipped");
+            return;
+        }
+        (&b).write_all(b"def").unwrap();
+        duality_rt::time::sleep(Duration::from_millis(20)).await;
+        let mut got = Vec::new();
+        while got.len() < 6 {
+            let n = timeout(Duration::from_secs(5), server.read(&mut buf))
+                .await
+                .expect("Unix: bytes behind out-of-band data never read")
+                .unwrap();
+            assert_ne!(n, 0, "Unix: end of stream");
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert_eq!(got, b"abcdef");
+        drop((client, b));
+    });
+}

@@ -292,7 +292,25 @@ impl<S: Source> Drop for Evented<S> {
     }
 }
 
-impl<S: Source> Evented<S>
+/// Whether a stream read that returns fewer bytes than it asked for took
+/// all that had arrived (see `Registration::poll_io_drained`).
+pub(crate) trait ShortReadDrains {
+    const DRAINS: bool;
+}
+
+/// TCP: yes, but at urgent data (the reactor then keeps readiness).
+impl ShortReadDrains for mio::net::TcpStream {
+    const DRAINS: bool = true;
+}
+
+/// Unix streams: no. A read also stops, with more queued behind, at a
+/// message that carries descriptors or credentials, and at out-of-band
+/// data.
+impl ShortReadDrains for mio::net::UnixStream {
+    const DRAINS: bool = false;
+}
+
+impl<S: Source + ShortReadDrains> Evented<S>
 where
     for<'a> &'a S: io::Read + io::Write,
 {
@@ -322,7 +340,7 @@ where
                     |mut s| io::Read::read(&mut s, buf),
                     // A short read took all that had arrived (see
                     // `Registration::poll_io_drained`).
-                    |&n| n > 0 && n < len,
+                    |&n| S::DRAINS && n > 0 && n < len,
                 )
             }
             Reg::Uring(io) => io.poll_read(cx, buf),
