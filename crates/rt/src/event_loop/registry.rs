@@ -101,8 +101,8 @@ impl Drop for Registry {
     }
 }
 
-/// Whether the registry models task `owner`'s loop: always outside loom;
-/// under loom only for ids the registry gives out (see [`FIRST_ID`]).
+/// Under loom: whether task `owner`'s loop is one the registry gave out
+/// (ids below [`FIRST_ID`] are the task models' pretend loops).
 #[cfg(all(test, loom))]
 pub(crate) fn modeled(owner: u16) -> bool {
     usize::from(owner) >= FIRST_ID
@@ -465,12 +465,14 @@ mod loom_tests {
     use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
     use std::task::{Context, Poll, RawWaker, RawWakerVTable, Waker};
 
-    /// A future that never completes and raises its flag when dropped.
-    struct Parked(Arc<AtomicBool>);
+    /// A future that never completes, keeps the waker of its last poll
+    /// and raises its flag when dropped.
+    struct Parked(Arc<AtomicBool>, Arc<std::sync::Mutex<Option<Waker>>>);
 
     impl Future for Parked {
         type Output = ();
-        fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
+        fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+            *self.1.lock().unwrap() = Some(cx.waker().clone());
             Poll::Pending
         }
     }
@@ -488,36 +490,60 @@ mod loom_tests {
         unsafe { Waker::from_raw(RawWaker::new(std::ptr::null(), &VTABLE)) }
     }
 
+    /// How the loop's parked task ends, on a thread of its own.
+    #[derive(Clone, Copy)]
+    enum LastTask {
+        /// Its wake-up source gives up on it: aborted and run (its future
+        /// dropped, `task_ended`) wherever its loop is.
+        Aborted,
+        /// Its wake-up source fires: the wake routes it to its loop's
+        /// hand-off queue while the slot looks live (the loop's end then
+        /// cancels it), or cancels it once the loop is gone.
+        Woken,
+    }
+
     /// A loop ends (`release`) while, on other threads, a stale handle
     /// spawns a task on it (`LoopHandle::spawn`, routed to its hand-off
     /// queue while the slot looks live) and the loop's last task, parked
-    /// outside it, ends (`task_ended`); then a new loop takes a slot
-    /// (`acquire`), perhaps this one. Checks the store-buffering pairs of
-    /// `release`: the late task is cancelled whichever side sees the other,
-    /// never left in the hand-off queue the id's next loop would run; the
-    /// slot is free again exactly when no task of the ended loop is alive,
-    /// and never handed to a new loop before that; the count ends at zero.
-    #[test]
-    fn loom_loop_end_vs_late_spawn_and_last_task() {
+    /// outside it, ends (`how`); then a new loop takes a slot (`acquire`),
+    /// perhaps this one. Checks the store-buffering pairs of `release`: the
+    /// late task is cancelled whichever side sees the other, never left in
+    /// the hand-off queue the id's next loop would run; the slot is free
+    /// again exactly when no task of the ended loop is alive, and never
+    /// handed to a new loop before that; the count ends at zero.
+    fn loop_end_vs_late_spawn_and_last_task(how: LastTask) {
         let mut model = loom::model::Builder::new();
         model.preemption_bound.get_or_insert(2);
-        model.check(|| {
+        model.check(move || {
             let shared = super::acquire().expect("a slot");
             let id = shared.id;
-            // The loop's task, parked outside the loop (as on a pool job).
+            // The loop's task, parked outside the loop (as on a pool job):
+            // polled once by its loop, its waker kept by its source.
             let dropped = Arc::new(AtomicBool::new(false));
-            let (parked, parked_join) = task::new_task(Parked(dropped.clone()), id);
+            let waker_slot = Arc::new(std::sync::Mutex::new(None));
+            let (parked, parked_join) =
+                task::new_task(Parked(dropped.clone(), waker_slot.clone()), id);
             shared.stats.tasks_alive.fetch_add(1, Relaxed);
+            let parked = match how {
+                LastTask::Aborted => Some(parked),
+                LastTask::Woken => {
+                    parked.run();
+                    None
+                }
+            };
+            let waker = waker_slot.lock().unwrap().take();
             let handle = crate::event_loop::LoopHandle {
                 shared,
                 generation: shared.generation.load(Acquire),
             };
             let spawner = thread::spawn(move || handle.spawn(async { 7u8 }));
-            let ender = thread::spawn(move || {
-                // Its wake-up source gives up on it: the task ends (its
-                // future dropped, `task_ended`) wherever its loop is.
-                task::abort_task(&parked);
-                parked.run();
+            let ender = thread::spawn(move || match (parked, waker) {
+                (Some(parked), _) => {
+                    task::abort_task(&parked);
+                    parked.run();
+                }
+                (None, Some(waker)) => waker.wake(),
+                (None, None) => unreachable!("a polled task left its waker"),
             });
 
             // The loop's end, as `EventLoop::run` ends: what was handed to
@@ -559,6 +585,16 @@ mod loom_tests {
                 .count();
             assert_eq!(frees, 1, "the ended loop's slot is free exactly once");
         });
+    }
+
+    #[test]
+    fn loom_loop_end_vs_late_spawn_and_last_task() {
+        loop_end_vs_late_spawn_and_last_task(LastTask::Aborted);
+    }
+
+    #[test]
+    fn loom_loop_end_vs_late_spawn_and_woken_last_task() {
+        loop_end_vs_late_spawn_and_last_task(LastTask::Woken);
     }
 
     /// Two threads hand a task each to a loop that is about to sleep: if the
