@@ -569,6 +569,26 @@ fn short_reads_miss_neither_later_bytes_nor_the_end() {
     });
 }
 
+/// Reads 6 bytes from `stream`, each read waiting at most 5 s (a read that
+/// waits for an event that will not come fails the test).
+async fn read_six<S>(stream: S, what: &str) -> Vec<u8>
+where
+    S: futures_io::AsyncRead + Unpin,
+{
+    use futures_lite::AsyncReadExt;
+    let mut stream = stream;
+    let (mut got, mut buf) = (Vec::new(), [0u8; 64]);
+    while got.len() < 6 {
+        let n = timeout(Duration::from_secs(5), stream.read(&mut buf))
+            .await
+            .unwrap_or_else(|_| panic!("{what}: bytes behind out-of-band data never read"))
+            .unwrap();
+        assert_ne!(n, 0, "{what}: end of stream");
+        got.extend_from_slice(&buf[..n]);
+    }
+    got
+}
+
 /// Out-of-band data ends a read at its mark with bytes queued behind it,
 /// and no new event comes for those: a short read there must not forget
 /// readiness (TCP: the reactor marks a socket that had urgent data; Unix
@@ -586,17 +606,7 @@ fn bytes_behind_out_of_band_data_are_read() {
         (&client).write_all(b"def").unwrap();
         // All of it in the server's queue (and its events seen) first.
         duality_rt::time::sleep(Duration::from_millis(20)).await;
-        let mut got = Vec::new();
-        let mut buf = [0u8; 64];
-        while got.len() < 6 {
-            let n = timeout(Duration::from_secs(5), server.read(&mut buf))
-                .await
-                .expect("TCP: bytes behind urgent data never read")
-                .unwrap();
-            assert_ne!(n, 0, "TCP: end of stream");
-            got.extend_from_slice(&buf[..n]);
-        }
-        assert_eq!(got, b"abcdef");
+        assert_eq!(read_six(&server, "TCP").await, b"abcdef");
 
         let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
         let server = duality_rt::net::UnixStream::from_std(a).unwrap();
@@ -608,16 +618,7 @@ fn bytes_behind_out_of_band_data_are_read() {
         }
         (&b).write_all(b"def").unwrap();
         duality_rt::time::sleep(Duration::from_millis(20)).await;
-        let mut got = Vec::new();
-        while got.len() < 6 {
-            let n = timeout(Duration::from_secs(5), server.read(&mut buf))
-                .await
-                .expect("Unix: bytes behind out-of-band data never read")
-                .unwrap();
-            assert_ne!(n, 0, "Unix: end of stream");
-            got.extend_from_slice(&buf[..n]);
-        }
-        assert_eq!(got, b"abcdef");
+        assert_eq!(read_six(&server, "Unix").await, b"abcdef");
         drop((client, b));
     });
 }
