@@ -622,3 +622,49 @@ fn bytes_behind_out_of_band_data_are_read() {
         drop((client, b));
     });
 }
+
+/// A Unix stream's read also stops after a message carrying descriptors
+/// (`SCM_RIGHTS`; the kernel never merges it with what follows), with bytes
+/// queued behind it and no new event for them: the short read must not
+/// forget readiness there either (Unix streams keep the `WouldBlock` read).
+#[test]
+fn bytes_behind_a_message_with_descriptors_are_read() {
+    on_each_backend(|| async {
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let server = duality_rt::net::UnixStream::from_std(a).unwrap();
+        let passed = std::fs::File::open("/dev/null").unwrap();
+        let sent = socket2::SockRef::from(&b)
+            .sendmsg(
+                &socket2::MsgHdr::new()
+                    .with_buffers(&[std::io::IoSlice::new(b"abc")])
+                    .with_control(&scm_rights(std::os::fd::AsRawFd::as_raw_fd(&passed))),
+                0,
+            )
+            .unwrap();
+        assert_eq!(sent, 3);
+        (&b).write_all(b"def").unwrap();
+        // Both in the server's queue (and their events seen) first.
+        duality_rt::time::sleep(Duration::from_millis(20)).await;
+        // The reader gives no room for descriptors: the kernel closes the
+        // passed one (MSG_CTRUNC) and the bytes still arrive.
+        assert_eq!(read_six(&server, "Unix").await, b"abcdef");
+        drop(b);
+    });
+}
+
+/// A control message passing `fd` (`SCM_RIGHTS`), laid out as `cmsghdr`
+/// (length, level, type) and the descriptor, padded to the header's
+/// alignment: built from bytes, as `CMSG_*` are unsafe functions.
+fn scm_rights(fd: std::os::fd::RawFd) -> Vec<u8> {
+    let word = std::mem::size_of::<usize>();
+    // glibc's layout: a size_t length, then two ints.
+    assert_eq!(std::mem::size_of::<libc::cmsghdr>(), word + 8);
+    let len = word + 8 + std::mem::size_of::<std::os::fd::RawFd>();
+    let mut ctl = Vec::new();
+    ctl.extend_from_slice(&len.to_ne_bytes());
+    ctl.extend_from_slice(&libc::SOL_SOCKET.to_ne_bytes());
+    ctl.extend_from_slice(&libc::SCM_RIGHTS.to_ne_bytes());
+    ctl.extend_from_slice(&fd.to_ne_bytes());
+    ctl.resize(len.next_multiple_of(word), 0);
+    ctl
+}
