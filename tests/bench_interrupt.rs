@@ -31,7 +31,19 @@ fn interrupted_run_leaves_nothing(signal: i32, code: i32, name: &str) {
     let tmp = common::TempDir::new("bench-int");
     let out = common::TempDir::new("bench-int-out");
     // Long enough never to finish by itself within the test's bounds.
-    let mut bench = Command::new(env!("CARGO_BIN_EXE_duality"))
+    let mut bench = Command::new(env!("CARGO_BIN_EXE_duality"));
+    // A suite run under `nohup` hands its children SIGHUP ignored, and the
+    // bench rightly leaves an ignored SIGHUP ignored: the child starts with
+    // the default, as from a terminal.
+    // SAFETY: signal(2) is async-signal-safe, as pre_exec requires; it
+    // touches only the child's own disposition.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut bench, || {
+            libc::signal(libc::SIGHUP, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let mut bench = bench
         .args(["bench", "models", "--models", "sped", "--no-peers"])
         .args(["--clients", "1,8", "--windows", "2", "--seconds", "30"])
         .args(["--warmup", "0", "--records", "1000", "--out"])
