@@ -305,8 +305,16 @@ fn descriptors_for(max_conns: usize, reserved: u64) -> u64 {
 
 /// The most connections whose descriptors fit `nofile`.
 fn conns_within(nofile: u64, reserved: u64) -> usize {
-    let mut c = (nofile.saturating_sub(reserved) / 2) as usize;
-    while c > 0 && descriptors_for(c, reserved) > nofile {
+    most_within(nofile, nofile.saturating_sub(reserved) / 2, |c| {
+        descriptors_for(c, reserved)
+    })
+}
+
+/// The most connections, from `start` down, whose `need` fits `nofile`
+/// (0 when none does).
+fn most_within(nofile: u64, start: u64, need: impl Fn(usize) -> u64) -> usize {
+    let mut c = start as usize;
+    while c > 0 && need(c) > nofile {
         c -= 1;
     }
     c
@@ -334,11 +342,9 @@ fn descriptors_shared(max_conns: usize, reserved: u64) -> u64 {
 /// The most connections whose descriptors fit `nofile` with a shared room
 /// for files ([`descriptors_shared`]).
 fn conns_within_shared(nofile: u64, reserved: u64) -> usize {
-    let mut c = nofile.saturating_sub(reserved) as usize;
-    while c > 0 && descriptors_shared(c, reserved) > nofile {
-        c -= 1;
-    }
-    c
+    most_within(nofile, nofile.saturating_sub(reserved), |c| {
+        descriptors_shared(c, reserved)
+    })
 }
 
 /// The default `--open-file-cache`: 1000, or what `nofile` leaves beside
@@ -384,13 +390,14 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         .get_or_insert_with(|| default_max_conns(reserved));
     if let Some(n) = super::nofile() {
         let need = descriptors_for(max_conns, reserved);
-        if need > n && descriptors_shared(max_conns, reserved) <= n {
+        let shared = descriptors_shared(max_conns, reserved);
+        if need > n && shared <= n {
             // One descriptor each and a room for files fit: taken as asked,
             // as nginx takes worker_connections past the limit with a
             // warning (seed 000's 16,384 clients under this machine's
             // 20,000). Files from the caches need no descriptor; past the
             // room, a file opened for one request may get 503.
-            let room = n - descriptors_shared(max_conns, reserved) + shared_file_room(max_conns);
+            let room = n - shared + shared_file_room(max_conns);
             duality_rt::say!(
                 "duality http: warning: --max-conns {max_conns} takes up to {need} descriptors \
                  when every connection sends a file of its own, more than `ulimit -n` {n} \

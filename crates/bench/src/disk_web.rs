@@ -288,17 +288,38 @@ async fn client(
 ) {
     let mut rng = fastrand::Rng::with_seed(seed);
     let mut buf = vec![0u8; 20 * 1024];
-    let s = match duality_rt::net::TcpStream::connect(addr).await {
-        Ok(s) => s,
-        Err(_) => {
-            shared.errors.fetch_add(1, Relaxed);
+    // A connection the server closed after an answer (its keep-alive limit)
+    // is opened again, as a browser does; a failure ends the client.
+    while !shared.stop.load(Relaxed) {
+        let s = match duality_rt::net::TcpStream::connect(addr).await {
+            Ok(s) => s,
+            Err(_) => {
+                shared.errors.fetch_add(1, Relaxed);
+                return;
+            }
+        };
+        // Reset on close: no TIME_WAIT left between trials.
+        let _ = s.set_linger(Some(Duration::ZERO));
+        let _ = s.set_nodelay(true);
+        shared.connected.fetch_add(1, Relaxed);
+        let closed = serve_requests(&s, files, &mut rng, &mut buf, &shared, &hist).await;
+        shared.connected.fetch_sub(1, Relaxed);
+        if !closed {
             return;
         }
-    };
-    // Reset on close: no TIME_WAIT left between trials.
-    let _ = s.set_linger(Some(Duration::ZERO));
-    let _ = s.set_nodelay(true);
-    shared.connected.fetch_add(1, Relaxed);
+    }
+}
+
+/// Requests on one connection until told to stop (false), a failure
+/// (false) or an answer that closes it (true).
+async fn serve_requests(
+    s: &duality_rt::net::TcpStream,
+    files: usize,
+    rng: &mut fastrand::Rng,
+    buf: &mut [u8],
+    shared: &Shared,
+    hist: &Mutex<Histogram<u64>>,
+) -> bool {
     while !shared.stop.load(Relaxed) {
         let req = format!(
             "GET {} HTTP/1.1\r\nHost: bench\r\n\r\n",
@@ -307,12 +328,12 @@ async fn client(
         let t = Instant::now();
         if s.write_all(req.as_bytes()).await.is_err() {
             shared.errors.fetch_add(1, Relaxed);
-            break;
+            return false;
         }
-        match read_response(&s, &mut buf).await {
-            Ok(len) => {
+        match read_response(s, buf).await {
+            Ok(r) => {
                 shared.requests.fetch_add(1, Relaxed);
-                shared.bytes.fetch_add(len, Relaxed);
+                shared.bytes.fetch_add(r.body, Relaxed);
                 if shared.measuring.load(Relaxed) {
                     let us = t.elapsed().as_micros() as u64;
                     let _ = hist
@@ -320,16 +341,19 @@ async fn client(
                         .unwrap_or_else(|e| e.into_inner())
                         .record(us.max(1));
                 }
+                if r.close {
+                    return true;
+                }
             }
             Err(_) => {
                 if !shared.stop.load(Relaxed) {
                     shared.errors.fetch_add(1, Relaxed);
                 }
-                break;
+                return false;
             }
         }
     }
-    shared.connected.fetch_sub(1, Relaxed);
+    false
 }
 
 /// The experiment's parameters.

@@ -471,9 +471,15 @@ async fn client(addr: SocketAddr, request: Arc<[u8]>, shared: Arc<Shared>, c: Ar
                 break;
             }
             match read_response(&s, &mut buf).await {
-                Ok(len) => {
+                Ok(r) => {
                     c.requests.fetch_add(1, Relaxed);
-                    c.bytes.fetch_add(len, Relaxed);
+                    c.bytes.fetch_add(r.body, Relaxed);
+                    if r.close {
+                        // The server's keep-alive limit (nginx's
+                        // keepalive_requests): an answer, then a new
+                        // connection, as a browser or wrk does; no error.
+                        break;
+                    }
                 }
                 Err(_) => {
                     if !shared.stop.load(Relaxed) {
@@ -487,11 +493,21 @@ async fn client(addr: SocketAddr, request: Arc<[u8]>, shared: Arc<Shared>, c: Ar
     }
 }
 
-/// Reads one `200` response with a `Content-Length` body; its body length.
+/// One response read by [`read_response`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Response {
+    /// Its body's length.
+    pub body: u64,
+    /// It said `Connection: close`: the server closes the connection after
+    /// it.
+    pub close: bool,
+}
+
+/// Reads one `200` response with a `Content-Length` body.
 pub(crate) async fn read_response(
     s: &duality_rt::net::TcpStream,
     buf: &mut [u8],
-) -> std::io::Result<u64> {
+) -> std::io::Result<Response> {
     use std::io::{Error, ErrorKind};
     let mut filled = 0;
     let head_end = loop {
@@ -516,6 +532,7 @@ pub(crate) async fn read_response(
     }
     let len = content_length(head)
         .ok_or_else(|| Error::new(ErrorKind::InvalidData, "no Content-Length"))?;
+    let close = says_close(head);
     let mut have = (filled - head_end) as u64;
     while have < len {
         let n = s.read(buf).await?;
@@ -530,19 +547,33 @@ pub(crate) async fn read_response(
             "more bytes than the body",
         ));
     }
-    Ok(len)
+    Ok(Response { body: len, close })
+}
+
+/// The value of the header `name` in a response head (the first one).
+fn header<'h>(head: &'h [u8], name: &[u8]) -> Option<&'h [u8]> {
+    head.split(|&b| b == b'\n').find_map(|line| {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let colon = line.iter().position(|&b| b == b':')?;
+        let (n, value) = line.split_at(colon);
+        n.eq_ignore_ascii_case(name).then_some(&value[1..])
+    })
 }
 
 /// The `Content-Length` of a response head.
 pub fn content_length(head: &[u8]) -> Option<u64> {
-    head.split(|&b| b == b'\n').find_map(|line| {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let colon = line.iter().position(|&b| b == b':')?;
-        let (name, value) = line.split_at(colon);
-        if !name.eq_ignore_ascii_case(b"content-length") {
-            return None;
-        }
-        std::str::from_utf8(&value[1..]).ok()?.trim().parse().ok()
+    std::str::from_utf8(header(head, b"content-length")?)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Whether a response head's `Connection` lists `close`.
+fn says_close(head: &[u8]) -> bool {
+    header(head, b"connection").is_some_and(|v| {
+        v.split(|&b| b == b',')
+            .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
     })
 }
 
@@ -1605,6 +1636,73 @@ mod tests {
         let h = b"HTTP/1.1 200 OK\r\nServer: x\r\ncontent-LENGTH:  42 \r\n\r\n";
         assert_eq!(content_length(h), Some(42));
         assert_eq!(content_length(b"HTTP/1.1 200 OK\r\n\r\n"), None);
+    }
+
+    #[test]
+    fn connection_close_is_found_among_tokens() {
+        let head = |c: &str| format!("HTTP/1.1 200 OK\r\nConnection: {c}\r\n\r\n");
+        assert!(says_close(head("close").as_bytes()));
+        assert!(says_close(head("Keep-Alive, CLOSE").as_bytes()));
+        assert!(!says_close(head("keep-alive").as_bytes()));
+        assert!(!says_close(head("closed").as_bytes()));
+        assert!(!says_close(b"HTTP/1.1 200 OK\r\nX-Close: close\r\n\r\n"));
+    }
+
+    /// A server that closes each connection after its third answer (nginx's
+    /// keepalive_requests 3) costs the load no error: it counts the answers
+    /// and opens a new connection.
+    #[test]
+    fn a_keepalive_limit_close_is_no_error() {
+        use std::io::{Read, Write};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let server = std::thread::spawn(move || {
+            l.set_nonblocking(true).unwrap();
+            let mut conns = 0;
+            while !stop2.load(Relaxed) {
+                let Ok((mut s, _)) = l.accept() else {
+                    std::thread::sleep(Duration::from_millis(1));
+                    continue;
+                };
+                conns += 1;
+                s.set_nonblocking(false).unwrap();
+                let mut buf = [0u8; 1024];
+                'conn: for i in 0..3 {
+                    let mut have = Vec::new();
+                    while !have.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match s.read(&mut buf) {
+                            Ok(0) | Err(_) => break 'conn,
+                            Ok(n) => have.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let close = if i == 2 { "Connection: close\r\n" } else { "" };
+                    let answer =
+                        format!("HTTP/1.1 200 OK\r\n{close}Content-Length: 5\r\n\r\nhello");
+                    if s.write_all(answer.as_bytes()).is_err() {
+                        break;
+                    }
+                }
+            }
+            conns
+        });
+        let r = load(&LoadSpec {
+            addr,
+            path: "/".into(),
+            clients: 1,
+            threads: 1,
+            warmup: Duration::from_millis(50),
+            measure: Duration::from_millis(300),
+            server_pids: Vec::new(),
+        })
+        .unwrap();
+        stop.store(true, Relaxed);
+        let conns = server.join().unwrap();
+        assert!(r.requests > 3, "{r:?}");
+        assert_eq!(r.errors, 0, "{r:?}");
+        assert_eq!(r.body_bytes, 5 * r.requests, "{r:?}");
+        assert!(conns > 1, "{conns} connections");
     }
 
     #[test]
