@@ -3,7 +3,8 @@
 # under independent clients: the cache under memaslap (libmemcached's
 # `memcaslap`: 9:1 gets to sets, keys of 16-32 bytes, values of 10-103, 40
 # and 120 connections) and the web server under wrk (one thread, a 1 KiB
-# and a 16 KiB file, 100 and 1,000 connections), both over TCP loopback.
+# and a 16 KiB file, 100 and 1,000 connections; 256 KiB and 1 MiB files
+# on request), both over TCP loopback.
 # It answers "did this change make the servers slower?" without the
 # builds' own load generators, which change with them. Each measurement
 # is a 1 s warm-up and a SECONDS-long run, with the server's CPU time read
@@ -15,7 +16,7 @@
 #
 # POINTS (environment) picks points, e.g. POINTS="kv-40" for a quick bisect
 # step (default: kv-40 kv-120 http-1kx100 http-1kx1000 http-16kx100
-# http-16kx1000).
+# http-16kx1000; the web server's files are 1k, 16k, 256k and 1024k).
 #
 # Writes OUTDIR/ab.csv (one line per measurement) and OUTDIR/ab.md (per
 # point B's requests/s and server CPU per request over A's, round by round
@@ -57,6 +58,10 @@ EOF
 mkdir -p "$work/www"
 head -c 1024 /dev/urandom >"$work/www/1k.bin"
 head -c 16384 /dev/urandom >"$work/www/16k.bin"
+# Large files for points such as http-256kx100 and http-1024kx1000 (sent
+# with sendfile, past the page cache's 64 KiB per file).
+head -c 262144 /dev/urandom >"$work/www/256k.bin"
+head -c 1048576 /dev/urandom >"$work/www/1024k.bin"
 chmod -R a+rX "$work"
 
 # label -> "pid port"
