@@ -3451,11 +3451,6 @@ mod tests {
         assert!(got.iter().all(|&b| b == b'x'));
     }
 
-    /// Every connection, idle ones included, has an `Io` behind an `Arc`:
-    /// keep it within the allocator's 160-byte class (it was 256; readiness,
-    /// listener state and receive errors live in a box made on first use,
-    /// a queued shared body in a box of its own, spare buffers in the
-    /// thread's pool).
     /// An idle connection's armed receive is an `Op` in the loop's table:
     /// its watch kept it at 40 bytes only with its time as a `Tick` (an
     /// `Instant` made it 48, 8 bytes more per idle connection: 606-608
@@ -3485,6 +3480,11 @@ mod tests {
         assert!(Tick(7).at_or_before(Tick(7)));
     }
 
+    /// Every connection, idle ones included, has an `Io` behind an `Arc`:
+    /// keep it within the allocator's 160-byte class (it was 256; readiness,
+    /// listener state and receive errors live in a box made on first use,
+    /// a queued shared body in a box of its own, spare buffers in the
+    /// thread's pool).
     #[test]
     fn a_sockets_ring_state_stays_small() {
         let arc_header = 2 * std::mem::size_of::<usize>();
