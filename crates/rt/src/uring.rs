@@ -2913,10 +2913,14 @@ mod tests {
         assert_eq!(got.len(), data.len());
         assert!(got == data, "the bytes differ");
         // A spin takes the whole pause (and more); waiting takes little.
-        assert!(
-            busy < wall / 2,
-            "the loop used {busy:?} of CPU in {wall:?} of a paused client"
-        );
+        // Where the kernel's buffers took every byte before the client's
+        // first pause (7 ms in one CI run), there was no pause to spin in.
+        if wall >= Duration::from_millis(250) {
+            assert!(
+                busy < wall / 2,
+                "the loop used {busy:?} of CPU in {wall:?} of a paused client"
+            );
+        }
     }
 
     /// A half-closed client that read a little and then stopped, still
