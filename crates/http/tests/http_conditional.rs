@@ -353,14 +353,29 @@ fn the_page_cache_is_bounded() {
 }
 
 /// Once the page cache is full, a small file missed for the first time is
-/// sent with `sendfile` (read into the page cache on the blocking pool
-/// first) and not cached; its second miss caches it. Bodies stay exact and
-/// in order, also pipelined behind cached answers.
+/// read on the blocking pool and written from memory (below the sendfile
+/// threshold) and not cached; its second miss caches it. Bodies stay exact
+/// and in order, also pipelined behind cached answers.
 #[test]
 fn a_full_cache_sends_a_first_miss_without_caching_it() {
+    full_cache_first_misses(None);
+}
+
+/// The same with a sendfile threshold below the files' size: a first miss
+/// is read into the kernel's page cache on the blocking pool and sent with
+/// `sendfile`.
+#[test]
+fn a_full_cache_sendfiles_a_first_miss_at_the_threshold() {
+    full_cache_first_misses(Some(4 * 1024));
+}
+
+fn full_cache_first_misses(sendfile_threshold: Option<u64>) {
     let s = TestServer::start("admission", |c| {
         c.cache_bytes = 64 * 1024;
         c.cache_max_file = 16 * 1024;
+        if let Some(t) = sendfile_threshold {
+            c.sendfile_threshold = t;
+        }
     });
     let body = |i: usize| common::pseudo_random(8000 + i, i as u64);
     for i in 0..40 {
@@ -375,6 +390,14 @@ fn a_full_cache_sends_a_first_miss_without_caching_it() {
     // full cache.
     assert!(first.not_admitted >= 25, "{first:?}");
     assert!(first.insertions <= 15, "{first:?}");
+    // Counted once sendfile returned, which may be after the client read.
+    let by_sendfile = || s.state.stats().sendfile_bytes;
+    if sendfile_threshold.is_some() {
+        let sent = common::eventually(Duration::from_secs(5), || by_sendfile() >= 25 * 8000);
+        assert!(sent, "first misses sent with sendfile: {}", by_sendfile());
+    } else {
+        assert_eq!(by_sendfile(), 0, "first misses below the threshold");
+    }
     // Pipelined: every file once more in one write; the answers come in
     // order, whether from the cache or from a file.
     let mut req = String::new();
