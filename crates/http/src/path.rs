@@ -48,7 +48,9 @@
 
 use std::fs;
 use std::io;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use crate::file::FileMeta;
 use crate::status::{HttpError, Status};
@@ -248,6 +250,25 @@ pub struct Root {
     dir: PathBuf,
     /// Where a symlink under the root may lead.
     symlinks: Symlinks,
+    /// The root directory as last opened, for [`Root::resolve`]'s short
+    /// way (shared by clones: they name the same root).
+    opened: Arc<Mutex<Option<Arc<RootDir>>>>,
+    /// Whether [`Root::resolve`] tries the short way first (tests compare
+    /// both ways).
+    short_way: bool,
+}
+
+/// The root directory, opened.
+#[derive(Debug)]
+struct RootDir {
+    /// Its canonical path.
+    path: PathBuf,
+    /// An `O_PATH` descriptor of it.
+    fd: OwnedFd,
+    /// Its device, inode and change time: while the root as given still
+    /// leads to them, this is the root now (a directory made again under
+    /// the same name may get the same inode, never the same change time).
+    id: DirId,
 }
 
 /// Where a symlink under the root may lead (`--symlinks`). Either way a
@@ -293,6 +314,8 @@ impl Root {
             given,
             dir,
             symlinks: Symlinks::InsideRoot,
+            opened: Arc::default(),
+            short_way: true,
         })
     }
 
@@ -314,6 +337,76 @@ impl Root {
         fs::canonicalize(&self.given).map_err(io_status)
     }
 
+    /// The root directory now, opened: the one kept while the root as
+    /// given still leads to the same directory (one `stat`), else opened
+    /// again (a release switched in). `None`: take the long way.
+    fn opened(&self) -> Option<Arc<RootDir>> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let md = fs::metadata(&self.given).ok()?;
+        let id = DirId::of(&md);
+        let mut kept = self.opened.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(dir) = kept.as_ref().filter(|d| d.id == id) {
+            return Some(dir.clone());
+        }
+        let path = fs::canonicalize(&self.given).ok()?;
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+            .open(&path)
+            .ok()?;
+        if DirId::of(&file.metadata().ok()?) != id {
+            return None; // switched while we looked: the long way, this time
+        }
+        let dir = Arc::new(RootDir {
+            path,
+            fd: file.into(),
+            id,
+        });
+        *kept = Some(dir.clone());
+        Some(dir)
+    }
+
+    /// [`Root::resolve`] the short way, for `rel` (the path's segments,
+    /// checked) with no symlink on the way: one `openat2(2)` under the
+    /// opened root and an `fstat` per name looked at, where the long way
+    /// `realpath`s the root and the path (a `readlink` per component, each
+    /// walking from `/`) and `stat`s the result. Without a symlink the
+    /// canonical path is the root's joined with `rel`, so both ways answer
+    /// alike. `None` wherever the short way does not find a regular file
+    /// or a directory (a symlink, a missing file, no `openat2`): the long
+    /// way then gives the answer and its status.
+    fn resolve_short(&self, rel: &Path, path: &str) -> Option<Result<Resolved, HttpError>> {
+        let dir = self.opened()?;
+        let md = stat_beneath(&dir, rel)?;
+        let wants_dir = path.ends_with('/');
+        if md.is_file() {
+            return Some(if wants_dir {
+                Err(HttpError::keep(Status::NotFound))
+            } else {
+                Ok(Resolved::File {
+                    path: dir.path.join(rel),
+                    meta: FileMeta::from_metadata(&md),
+                })
+            });
+        }
+        if !md.is_dir() {
+            return None;
+        }
+        if !wants_dir {
+            return Some(Ok(Resolved::Redirect {
+                location: encode(&format!("{path}/")),
+            }));
+        }
+        let index = rel.join(INDEX);
+        let md = stat_beneath(&dir, &index)?;
+        md.is_file().then(|| {
+            Ok(Resolved::File {
+                path: dir.path.join(index),
+                meta: FileMeta::from_metadata(&md),
+            })
+        })
+    }
+
     /// Resolves a path made by [`normalize`] (as in
     /// [`Head::path`](crate::Head::path)) to a file under the root.
     ///
@@ -321,20 +414,30 @@ impl Root {
     /// the root through a symlink, a symlink loop, a directory without
     /// `index.html`, not a regular file, no permission), 400 (a path that
     /// [`normalize`] would not have produced), 500 (any other I/O error).
-    /// This is a blocking call (`realpath`, `stat`): a handler runs it where
+    /// This is a blocking call (`openat2`, `fstat`; where a symlink or an
+    /// error is met, `realpath` and `stat`): a handler runs it where
     /// blocking is allowed.
     pub fn resolve(&self, path: &str) -> Result<Resolved, HttpError> {
         if !path.starts_with('/') {
             return Err(bad_request());
         }
-        let root = self.current()?;
-        let mut candidate = root.clone();
+        let mut rel = PathBuf::new();
         for segment in path.split('/').filter(|s| !s.is_empty()) {
             // Defence in depth: `normalize` never lets these through.
             if segment == "." || segment == ".." || segment.bytes().any(forbidden) {
                 return Err(bad_request());
             }
-            candidate.push(segment);
+            rel.push(segment);
+        }
+        if self.short_way {
+            if let Some(found) = self.resolve_short(&rel, path) {
+                return found;
+            }
+        }
+        let root = self.current()?;
+        let mut candidate = root.clone();
+        if !rel.as_os_str().is_empty() {
+            candidate.push(&rel);
         }
         let wants_dir = path.ends_with('/');
 
@@ -399,6 +502,37 @@ impl Root {
         let md = fs::metadata(&real).map_err(io_status)?;
         Ok((real, md))
     }
+}
+
+/// What tells one directory from another made since under the same name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct DirId {
+    dev: u64,
+    ino: u64,
+    ctime: (i64, i64),
+}
+
+impl DirId {
+    fn of(md: &fs::Metadata) -> DirId {
+        use std::os::unix::fs::MetadataExt;
+        DirId {
+            dev: md.dev(),
+            ino: md.ino(),
+            ctime: (md.ctime(), md.ctime_nsec()),
+        }
+    }
+}
+
+/// The metadata of `rel` under the opened root, found the short way
+/// ([`crate::sys::open_path_beneath`]); `None` where that refuses.
+fn stat_beneath(dir: &RootDir, rel: &Path) -> Option<fs::Metadata> {
+    use std::os::unix::ffi::OsStrExt;
+    let name = match rel.as_os_str().as_bytes() {
+        b"" => c".".to_owned(),
+        bytes => std::ffi::CString::new(bytes).ok()?,
+    };
+    let fd = crate::sys::open_path_beneath(dir.fd.as_fd(), &name).ok()?;
+    fs::File::from(fd).metadata().ok()
 }
 
 /// The status for an I/O error met while resolving.
@@ -668,8 +802,60 @@ pub(crate) mod tests {
             ("/dir_in", Redirect("/dir_in/")),
         ];
         assert!(table.len() >= 20);
-        for (target, want) in table {
-            assert_eq!(&run(&root, target).as_str(), want, "target {target:?}");
+        for root in [&root, &long_way(&root)] {
+            for (target, want) in table {
+                assert_eq!(&run(root, target).as_str(), want, "target {target:?}");
+            }
+        }
+    }
+
+    /// `root` resolving only the long way (`realpath`, then `stat`).
+    fn long_way(root: &Root) -> Root {
+        Root {
+            short_way: false,
+            opened: Arc::default(),
+            ..root.clone()
+        }
+    }
+
+    #[test]
+    fn a_path_without_symlinks_takes_the_short_way_and_one_with_them_the_long() {
+        let (_tmp, root) = tree("short");
+        let kept = |root: &Root| root.opened.lock().unwrap().clone();
+        assert!(kept(&root).is_none());
+        assert_eq!(run(&root, "/sub/b.css").as_str(), Want::File("sub/b.css"));
+        let dir = kept(&root).expect("the root opened for the short way");
+        assert_eq!(dir.path, root.dir());
+        // Answered the short way again: the same opened root.
+        assert_eq!(run(&root, "/").as_str(), Want::File("index.html"));
+        assert!(Arc::ptr_eq(&dir, &kept(&root).unwrap()));
+        // The short way stops at a symlink; the long way follows it.
+        let dir_in = stat_beneath(&dir, Path::new("dir_in/b.css"));
+        assert!(dir_in.is_none());
+        assert_eq!(
+            run(&root, "/dir_in/b.css").as_str(),
+            Want::File("sub/b.css")
+        );
+        let sock = stat_beneath(&dir, Path::new("sock")).unwrap();
+        assert!(!sock.is_file() && !sock.is_dir());
+        assert_eq!(run(&root, "/sock").as_str(), Want::Err(403));
+    }
+
+    #[test]
+    fn a_root_made_again_under_its_name_is_served_from_the_new_one() {
+        let (tmp, root) = tree("remade");
+        assert_eq!(run(&root, "/a.txt").as_str(), Want::File("a.txt"));
+        let www = tmp.0.join("www");
+        fs::remove_dir_all(&www).unwrap();
+        assert_eq!(run(&root, "/a.txt").as_str(), Want::Err(404));
+        fs::create_dir(&www).unwrap();
+        fs::write(www.join("b.txt"), "new").unwrap();
+        assert_eq!(run(&root, "/a.txt").as_str(), Want::Err(404));
+        match root.resolve("/b.txt") {
+            Ok(Resolved::File { path, .. }) => {
+                assert_eq!(fs::read_to_string(path).unwrap(), "new")
+            }
+            other => panic!("{other:?}"),
         }
     }
 
@@ -840,10 +1026,14 @@ pub(crate) mod tests {
                         prop_assert!(p.starts_with('/'));
                         prop_assert!(!p.bytes().any(forbidden));
                         prop_assert!(p.split('/').all(|s| s != ".." && s != "."));
-                        if let Ok(Resolved::File { path, .. }) = root.resolve(&p) {
+                        let found = root.resolve(&p);
+                        if let Ok(Resolved::File { path, .. }) = &found {
                             prop_assert!(path.starts_with(root.dir()));
                             prop_assert!(!path.starts_with(tmp.0.join("outside")));
                         }
+                        // Both ways answer alike.
+                        let long = long_way(root).resolve(&p);
+                        prop_assert_eq!(format!("{found:?}"), format!("{long:?}"));
                     }
                     Ok(())
                 })?;

@@ -1,6 +1,6 @@
 //! The system calls the server makes directly, and the only `unsafe` of
-//! this crate: `sendfile(2)`, `cachestat(2)`, `preadv2(2)` and
-//! `readahead(2)`.
+//! this crate: `sendfile(2)`, `cachestat(2)`, `preadv2(2)`,
+//! `readahead(2)` and `openat2(2)`.
 //!
 //! It takes a raw descriptor because that is what
 //! [`Conn::write_with_for`](duality_models::Conn::write_with_for) gives. A
@@ -31,6 +31,64 @@ pub(crate) fn sendfile(
     }
     *offset = off as u64;
     Ok(n as usize)
+}
+
+/// `openat2(2)`'s `struct open_how` (libc's is `non_exhaustive`).
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+
+/// Set once `openat2(2)` answered `ENOSYS` (kernels before 5.6): every
+/// later call answers `Unsupported` without asking.
+static NO_OPENAT2: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// An `O_PATH` descriptor of `rel` under the directory `dir`, found without
+/// leaving `dir` and without meeting a symlink on the way (`openat2(2)`
+/// with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`): one path walk, where
+/// `realpath(3)` reads every component's link again from `/`. `O_PATH`
+/// opens nothing for I/O: a FIFO or a device under the root is not
+/// touched. Any refusal (a symlink, `ELOOP`; a missing file; no
+/// `openat2`, `Unsupported`) is an error for the caller to take the long
+/// way.
+pub(crate) fn open_path_beneath(
+    dir: std::os::fd::BorrowedFd<'_>,
+    rel: &std::ffi::CStr,
+) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    use std::sync::atomic::Ordering::Relaxed;
+    if NO_OPENAT2.load(Relaxed) {
+        return Err(io::ErrorKind::Unsupported.into());
+    }
+    let how = OpenHow {
+        flags: (libc::O_PATH | libc::O_CLOEXEC) as u64,
+        mode: 0,
+        resolve: libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS,
+    };
+    // SAFETY: openat2 reads a descriptor (a closed one yields EBADF), the
+    // NUL-terminated string `rel` (live for the call) and `how`, a live
+    // local of the size passed; it writes no memory of ours.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            rel.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::ENOSYS) {
+            NO_OPENAT2.store(true, Relaxed);
+        }
+        return Err(e);
+    }
+    // SAFETY: `r` is a descriptor the kernel just opened for this call and
+    // nothing else owns.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(r as RawFd) })
 }
 
 /// Starts reading `len` bytes of `file` from `offset` into the page cache
