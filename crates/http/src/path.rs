@@ -265,9 +265,9 @@ struct RootDir {
     path: PathBuf,
     /// An `O_PATH` descriptor of it.
     fd: OwnedFd,
-    /// Its device, inode and change time: while the root as given still
-    /// leads to them, this is the root now (a directory made again under
-    /// the same name may get the same inode, never the same change time).
+    /// Its device and inode: while the root as given and `path` both still
+    /// lead to them, this is the root now (while `fd` holds the directory
+    /// its inode cannot go to another one made under the same name).
     id: DirId,
 }
 
@@ -342,12 +342,22 @@ impl Root {
     /// again (a release switched in). `None`: take the long way.
     fn opened(&self) -> Option<Arc<RootDir>> {
         use std::os::unix::fs::OpenOptionsExt;
-        let md = fs::metadata(&self.given).ok()?;
-        let id = DirId::of(&md);
-        let mut kept = self.opened.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(dir) = kept.as_ref().filter(|d| d.id == id) {
-            return Some(dir.clone());
+        let id = DirId::of(&fs::metadata(&self.given).ok()?);
+        let kept = self
+            .opened
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(dir) = kept.filter(|d| d.id == id) {
+            // Its path must lead there too: a parent renamed (or a mount
+            // moved) leaves the directory as it was and its old path naming
+            // another place, which the server would then open files under.
+            if fs::metadata(&dir.path).is_ok_and(|md| DirId::of(&md) == id) {
+                return Some(dir);
+            }
         }
+        // Opened afresh outside the lock: lookups meanwhile go on with the
+        // kept one or the long way.
         let path = fs::canonicalize(&self.given).ok()?;
         let file = fs::OpenOptions::new()
             .read(true)
@@ -362,7 +372,7 @@ impl Root {
             fd: file.into(),
             id,
         });
-        *kept = Some(dir.clone());
+        *self.opened.lock().unwrap_or_else(|e| e.into_inner()) = Some(dir.clone());
         Some(dir)
     }
 
@@ -377,6 +387,12 @@ impl Root {
     /// way then gives the answer and its status.
     fn resolve_short(&self, rel: &Path, path: &str) -> Option<Result<Resolved, HttpError>> {
         let dir = self.opened()?;
+        // A path the long way cannot `realpath` (past PATH_MAX, index
+        // included) is its answer (404), not a file or redirect found here.
+        let longest = dir.path.as_os_str().len() + rel.as_os_str().len() + INDEX.len() + 2;
+        if longest >= libc::PATH_MAX as usize {
+            return None;
+        }
         let md = stat_beneath(&dir, rel)?;
         let wants_dir = path.ends_with('/');
         if md.is_file() {
@@ -504,12 +520,11 @@ impl Root {
     }
 }
 
-/// What tells one directory from another made since under the same name.
+/// A directory's device and inode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct DirId {
     dev: u64,
     ino: u64,
-    ctime: (i64, i64),
 }
 
 impl DirId {
@@ -518,7 +533,6 @@ impl DirId {
         DirId {
             dev: md.dev(),
             ino: md.ino(),
-            ctime: (md.ctime(), md.ctime_nsec()),
         }
     }
 }
@@ -839,6 +853,72 @@ pub(crate) mod tests {
         let sock = stat_beneath(&dir, Path::new("sock")).unwrap();
         assert!(!sock.is_file() && !sock.is_dir());
         assert_eq!(run(&root, "/sock").as_str(), Want::Err(403));
+    }
+
+    #[test]
+    fn a_parent_renamed_under_the_opened_root_is_not_followed_out_of_it() {
+        let base = std::env::temp_dir().join(format!("duality-root-mv-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&base);
+        fs::create_dir_all(base.join("site/www")).unwrap();
+        fs::create_dir_all(base.join("outside")).unwrap();
+        fs::write(base.join("site/www/c.txt"), "public").unwrap();
+        fs::write(base.join("outside/c.txt"), "secret").unwrap();
+        let cur = base.join("cur");
+        std::os::unix::fs::symlink("site/www", &cur).unwrap();
+        let root = Root::new(&cur).unwrap();
+        let read = |root: &Root| match root.resolve("/c.txt") {
+            Ok(Resolved::File { path, .. }) => fs::read_to_string(path).unwrap(),
+            other => format!("{other:?}"),
+        };
+        assert_eq!(read(&root), "public");
+        assert!(root.opened.lock().unwrap().is_some());
+        // The release's parent renamed, the link following it: the root
+        // directory is the same one, its old path leads elsewhere.
+        fs::rename(base.join("site"), base.join("site2")).unwrap();
+        let tmp = base.join("cur.tmp");
+        std::os::unix::fs::symlink("site2/www", &tmp).unwrap();
+        fs::rename(&tmp, &cur).unwrap();
+        fs::create_dir(base.join("site")).unwrap();
+        std::os::unix::fs::symlink(base.join("outside"), base.join("site/www")).unwrap();
+        for root in [&root, &long_way(&root)] {
+            assert_eq!(read(root), "public");
+        }
+        let _ = fs::remove_dir_all(&base);
+    }
+
+    /// Paths near PATH_MAX: the long way cannot `realpath` past it (404);
+    /// the short way must not find a file or a directory there either.
+    #[test]
+    fn both_ways_answer_alike_past_path_max() {
+        let (tmp, root) = tree("pathmax");
+        let www = tmp.0.join("www");
+        // 16 names of 254 bytes: under PATH_MAX below the root (openat2
+        // takes it), past it from `/` (realpath does not).
+        let segment = "d".repeat(254);
+        for depth in [15usize, 16] {
+            let rel = vec![segment.as_str(); depth].join("/");
+            // `mkdir -p` and the shell walk relative paths, which stay under
+            // PATH_MAX where the absolute ones do not.
+            let made = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(format!(
+                    "cd '{}' && mkdir -p {rel}/sub && echo x > {rel}/x.txt && echo i > {rel}/sub/index.html",
+                    www.display()
+                ))
+                .status()
+                .unwrap();
+            assert!(made.success());
+            for target in ["x.txt", "sub", "sub/", "nope"] {
+                let p = format!("/{rel}/{target}");
+                let short = root.resolve(&p).map(|r| format!("{r:?}"));
+                let long = long_way(&root).resolve(&p).map(|r| format!("{r:?}"));
+                assert_eq!(
+                    format!("{short:?}"),
+                    format!("{long:?}"),
+                    "depth {depth} {target}"
+                );
+            }
+        }
     }
 
     #[test]

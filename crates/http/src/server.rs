@@ -638,16 +638,17 @@ impl HttpState {
             });
         }
         if !self.cache.admit(&path, meta.size) {
-            // A file the full cache does not take now (no eviction of
-            // entries that would hit). Below the sendfile threshold it is
-            // read here, where blocking is allowed, and written from
-            // memory, as any uncached small file: the head and body go in
-            // one send (a read into the page cache, then a `sendfile` after
-            // the head, cost 12-20% more CPU per 16 KiB request:
-            // docs/results/disk-web). At or above it, it is read into the
-            // page cache here and the connection `sendfile`s it without
-            // waiting for the disk.
-            if meta.size < self.cfg.sendfile_threshold {
+            // A file the cache does not take now: full (no eviction of
+            // entries that would hit), off, or the file past its largest.
+            // A file below the sendfile threshold that the cache could hold
+            // is read here, where blocking is allowed, and written from
+            // memory: the head and body go in one send (a read into the
+            // page cache, then a `sendfile` after the head, cost 12-20%
+            // more CPU per 16 KiB request: docs/results/disk-web). Others
+            // are read into the page cache here and the connection
+            // `sendfile`s them without waiting for the disk: no copy of a
+            // file larger than the cache's largest held per reader.
+            if meta.size < self.cfg.sendfile_threshold && self.cache.admits(meta.size) {
                 let (meta, bytes) = read_whole(file, meta)?;
                 return Ok(Found::Bytes {
                     meta,

@@ -416,6 +416,29 @@ fn full_cache_first_misses(sendfile_threshold: Option<u64>) {
     assert!(second.bytes <= 64 * 1024, "{second:?}");
 }
 
+/// A file past the cache's largest but below the sendfile threshold is
+/// sent with `sendfile` from the page cache, not read whole into memory for
+/// each request (a threshold raised to mean "never sendfile" must not copy
+/// every large file per reader).
+#[test]
+fn a_file_past_the_caches_largest_goes_out_with_sendfile_below_the_threshold() {
+    let s = TestServer::start("pastlargest", |c| {
+        c.cache_max_file = 16 * 1024;
+        c.sendfile_threshold = 1 << 20;
+    });
+    let body = common::pseudo_random(100 * 1024, 7);
+    std::fs::write(s.www().join("mid.dat"), &body).unwrap();
+    let mut c = s.client();
+    for _ in 0..3 {
+        assert_eq!(c.get("/mid.dat").body, body);
+    }
+    let sent = common::eventually(Duration::from_secs(5), || {
+        s.state.stats().sendfile_bytes >= 3 * body.len() as u64
+    });
+    assert!(sent, "{:?}", s.state.stats());
+    assert_eq!(s.state.stats().cache.entries, 0);
+}
+
 #[test]
 fn without_a_cache_small_files_are_read_each_time() {
     let s = TestServer::start("nocache", |c| c.cache_bytes = 0);
