@@ -376,6 +376,24 @@ impl Root {
         Some(dir)
     }
 
+    /// [`Root::sibling`] the short way, as [`Root::resolve_short`]: `None`
+    /// where the long way must answer. A name missing (`ENOENT`, or
+    /// `ENOTDIR` on the way) is the answer: the walk met no symlink before
+    /// it, so the long way would miss it too.
+    fn sibling_short(&self, name: &Path) -> Option<Option<(PathBuf, FileMeta)>> {
+        let dir = self.opened()?;
+        let rel = name.strip_prefix(&dir.path).ok()?;
+        if name.as_os_str().len() >= libc::PATH_MAX as usize {
+            return None;
+        }
+        match stat_beneath(&dir, rel) {
+            Ok(md) if md.is_file() => Some(Some((name.to_owned(), FileMeta::from_metadata(&md)))),
+            Ok(md) if md.is_dir() => Some(None),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => Some(None),
+            _ => None,
+        }
+    }
+
     /// [`Root::resolve`] the short way, for `rel` (the path's segments,
     /// checked) with no symlink on the way: one `openat2(2)` under the
     /// opened root and an `fstat` per name looked at, where the long way
@@ -393,7 +411,7 @@ impl Root {
         if longest >= libc::PATH_MAX as usize {
             return None;
         }
-        let md = stat_beneath(&dir, rel)?;
+        let md = stat_beneath(&dir, rel).ok()?;
         let wants_dir = path.ends_with('/');
         if md.is_file() {
             return Some(if wants_dir {
@@ -414,7 +432,7 @@ impl Root {
             }));
         }
         let index = rel.join(INDEX);
-        let md = stat_beneath(&dir, &index)?;
+        let md = stat_beneath(&dir, &index).ok()?;
         md.is_file().then(|| {
             Ok(Resolved::File {
                 path: dir.path.join(index),
@@ -500,6 +518,11 @@ impl Root {
     pub fn sibling(&self, file: &Path, suffix: &str) -> Option<(PathBuf, FileMeta)> {
         let mut name = file.as_os_str().to_owned();
         name.push(suffix);
+        if self.short_way {
+            if let Some(found) = self.sibling_short(Path::new(&name)) {
+                return found;
+            }
+        }
         let root = self.current().ok()?;
         let (real, md) = self.confine(&root, Path::new(&name)).ok()?;
         md.is_file().then(|| (real, FileMeta::from_metadata(&md)))
@@ -538,15 +561,15 @@ impl DirId {
 }
 
 /// The metadata of `rel` under the opened root, found the short way
-/// ([`crate::sys::open_path_beneath`]); `None` where that refuses.
-fn stat_beneath(dir: &RootDir, rel: &Path) -> Option<fs::Metadata> {
+/// ([`crate::sys::open_path_beneath`]); an error where that refuses.
+fn stat_beneath(dir: &RootDir, rel: &Path) -> io::Result<fs::Metadata> {
     use std::os::unix::ffi::OsStrExt;
     let name = match rel.as_os_str().as_bytes() {
         b"" => c".".to_owned(),
-        bytes => std::ffi::CString::new(bytes).ok()?,
+        bytes => std::ffi::CString::new(bytes)?,
     };
-    let fd = crate::sys::open_path_beneath(dir.fd.as_fd(), &name).ok()?;
-    fs::File::from(fd).metadata().ok()
+    let fd = crate::sys::open_path_beneath(dir.fd.as_fd(), &name)?;
+    fs::File::from(fd).metadata()
 }
 
 /// The status for an I/O error met while resolving.
@@ -717,6 +740,33 @@ pub(crate) mod tests {
             root.sibling(&www.join("ü.txt"), ".gz").unwrap().0,
             www.join("a.txt.gz")
         );
+        // Both ways answer alike, also where the name is missing on the way
+        // or below a file.
+        fs::create_dir(www.join("sub/deep.gz")).unwrap();
+        let long = long_way(&root);
+        for file in [
+            "a.txt",
+            "sub/index.html",
+            "sub/b.css",
+            "....",
+            "sp ace.txt",
+            "ü.txt",
+            "nope",
+            "nope/x",
+            "a.txt/x",
+            "sub/deep",
+            "dir_in/b.css",
+            "link_out",
+            "",
+        ] {
+            let file = www.join(file);
+            assert_eq!(
+                root.sibling(&file, ".gz"),
+                long.sibling(&file, ".gz"),
+                "{file:?}"
+            );
+        }
+        assert!(root.opened.lock().unwrap().is_some());
     }
 
     #[test]
@@ -845,7 +895,7 @@ pub(crate) mod tests {
         assert!(Arc::ptr_eq(&dir, &kept(&root).unwrap()));
         // The short way stops at a symlink; the long way follows it.
         let dir_in = stat_beneath(&dir, Path::new("dir_in/b.css"));
-        assert!(dir_in.is_none());
+        assert_eq!(dir_in.unwrap_err().raw_os_error(), Some(libc::ELOOP));
         assert_eq!(
             run(&root, "/dir_in/b.css").as_str(),
             Want::File("sub/b.css")

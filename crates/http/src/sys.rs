@@ -41,8 +41,9 @@ struct OpenHow {
     resolve: u64,
 }
 
-/// Set once `openat2(2)` answered `ENOSYS` (kernels before 5.6): every
-/// later call answers `Unsupported` without asking.
+/// Set once `openat2(2)` answered `ENOSYS` (kernels before 5.6) or
+/// `EPERM` (a seccomp filter): every later call answers `Unsupported`
+/// without asking.
 static NO_OPENAT2: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// An `O_PATH` descriptor of `rel` under the directory `dir`, found without
@@ -81,7 +82,9 @@ pub(crate) fn open_path_beneath(
     };
     if r < 0 {
         let e = io::Error::last_os_error();
-        if e.raw_os_error() == Some(libc::ENOSYS) {
+        // ENOSYS: no openat2 (before 5.6); EPERM: most often a seccomp
+        // filter's refusal. Either way only the short way is given up.
+        if matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::EPERM)) {
             NO_OPENAT2.store(true, Relaxed);
         }
         return Err(e);
