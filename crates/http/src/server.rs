@@ -643,7 +643,7 @@ impl HttpState {
             // A file below the sendfile threshold that the cache could hold
             // is read here, where blocking is allowed, and written from
             // memory: the head and body go in one send (a read into the
-            // page cache, then a `sendfile` after the head, cost 12-20%
+            // page cache, then a `sendfile` after the head, cost 11-19%
             // more CPU per 16 KiB request: docs/results/disk-web). Others
             // are read into the page cache here and the connection
             // `sendfile`s them without waiting for the disk: no copy of a
