@@ -1324,8 +1324,9 @@ const WATCH: u32 = 0xFFFF_0000;
 /// Most bytes of log lines a watcher's connection writes at once.
 const WATCH_BATCH: usize = 64 << 10;
 
-/// How long a blocking watcher's connection waits for its client before
-/// it looks at the queue again: lines wait that long at most.
+/// How long a watcher's connection waits in a read for its client before
+/// it looks at the queue again (a blocking socket's read, or one after a
+/// readiness that found nothing): lines wait that long at most.
 const WATCH_POLL: Duration = Duration::from_millis(50);
 
 /// How a request's answer ends (see `KvProtocol::execute`).
@@ -1376,9 +1377,6 @@ impl KvProtocol {
         reply.out().extend_from_slice(b"OK\r\n");
         // Between requests from here on: a shutdown ends the stream.
         reply.conn().set_mid_request(false);
-        if reply.conn().is_blocking() {
-            return Self::stream_blocking(lines, reply).await;
-        }
         enum Woke {
             Line(Option<watch::Line>),
             Readable,
@@ -1414,55 +1412,20 @@ impl KvProtocol {
                     }
                 }
                 Woke::Readable => {
+                    // On an event loop the read finds at once what made the
+                    // socket readable. A blocking socket (`thread-per-conn`)
+                    // is readable at once and its read waits on the thread:
+                    // for at most WATCH_POLL, so queued lines still go out
+                    // and a client that left is let go when no line comes.
                     let mut sink = [0u8; 512];
-                    match reply.conn().try_read(&mut sink).await {
+                    match reply.conn().read_for(&mut sink, Some(WATCH_POLL)).await {
                         // Gone, or the server's shutdown.
-                        Ok(Some(0)) | Err(_) => return Close,
+                        Ok(0) => return Close,
                         Ok(_) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
+                        Err(_) => return Close,
                     }
                 }
-            }
-        }
-    }
-
-    /// [`stream_watch`](Self::stream_watch) on a blocking socket
-    /// (`thread-per-conn`), whose readiness is a read that waits on the
-    /// thread: it writes what is queued, then reads for at most
-    /// [`WATCH_POLL`] (the client leaving, or bytes it sends and loses),
-    /// so a watcher whose client left is let go even when no line comes.
-    async fn stream_blocking(
-        mut lines: duality_rt::sync::mpsc::Receiver<watch::Line>,
-        reply: &mut Reply<'_>,
-    ) -> duality_models::Flow {
-        use duality_models::Flow::Close;
-        use duality_rt::sync::mpsc::TryRecvError;
-        loop {
-            let mut ended = false;
-            let out = reply.out();
-            while out.len() < WATCH_BATCH {
-                match lines.try_recv() {
-                    Ok(line) => line.write_to(out),
-                    Err(TryRecvError::Empty) => break,
-                    Err(TryRecvError::Disconnected) => {
-                        ended = true;
-                        break;
-                    }
-                }
-            }
-            let full = out.len() >= WATCH_BATCH;
-            if reply.flush().await.is_err() || ended {
-                return Close;
-            }
-            if full {
-                continue;
-            }
-            let mut sink = [0u8; 512];
-            match reply.conn().read_for(&mut sink, Some(WATCH_POLL)).await {
-                // Gone, or the server's shutdown.
-                Ok(0) => return Close,
-                Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
-                Err(_) => return Close,
             }
         }
     }
