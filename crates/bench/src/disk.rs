@@ -27,7 +27,7 @@ use std::fs::File;
 use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// One runtime at one reader count.
@@ -391,8 +391,17 @@ fn run_threads(
     window: Duration,
 ) -> anyhow::Result<(u64, Duration)> {
     let mut threads = Vec::with_capacity(readers as usize);
+    // Readers wait here until all are spawned: where the disk answers at
+    // once, thousands of reading threads kept the spawning one from the
+    // cores (10,921 took 9 minutes to start on one host; minutes where
+    // reads wait for the disk).
+    let gate = Arc::new((Mutex::new(false), Condvar::new()));
+    let open = |gate: &(Mutex<bool>, Condvar)| {
+        *gate.0.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        gate.1.notify_all();
+    };
     for i in 0..readers {
-        let (file, shared) = (file.clone(), sh.clone());
+        let (file, shared, go_gate) = (file.clone(), sh.clone(), gate.clone());
         // A small stack (64 KiB): a reader needs little, and tens of
         // thousands of default 8 MiB stacks would exhaust the address space.
         let t = std::thread::Builder::new()
@@ -400,6 +409,13 @@ fn run_threads(
             .spawn(move || {
                 let sh = shared;
                 let mut rng = fastrand::Rng::with_seed(i);
+                {
+                    let (lock, cv) = &*go_gate;
+                    let mut go = lock.lock().unwrap_or_else(|e| e.into_inner());
+                    while !*go {
+                        go = cv.wait(go).unwrap_or_else(|e| e.into_inner());
+                    }
+                }
                 sh.started.fetch_add(1, Relaxed);
                 while !sh.stop.load(Relaxed) {
                     let t = Instant::now();
@@ -417,6 +433,7 @@ fn run_threads(
             Ok(t) => threads.push(t),
             Err(e) => {
                 sh.stop.store(true, Relaxed);
+                open(&gate);
                 for t in threads {
                     let _ = t.join();
                 }
@@ -424,6 +441,7 @@ fn run_threads(
             }
         }
     }
+    open(&gate);
     let el = sh.observe(readers, warmup, window);
     for t in threads {
         let _ = t.join();
