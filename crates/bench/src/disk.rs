@@ -393,8 +393,7 @@ fn run_threads(
     let mut threads = Vec::with_capacity(readers as usize);
     // Readers wait here until all are spawned: where the disk answers at
     // once, thousands of reading threads kept the spawning one from the
-    // cores (10,921 took 9 minutes to start on one host; minutes where
-    // reads wait for the disk).
+    // cores (10,921 took 9 minutes to start on one host).
     let gate = Arc::new((Mutex::new(false), Condvar::new()));
     let open = |gate: &(Mutex<bool>, Condvar)| {
         *gate.0.lock().unwrap_or_else(|e| e.into_inner()) = true;
