@@ -310,6 +310,14 @@ fn readable_now(fd: RawFd) -> bool {
     n > 0 && p.revents != 0
 }
 
+/// Rings run completion work cooperatively (`COOP_TASKRUN`) instead of
+/// deferred where `DUALITY_URING_COOP` is set: the earlier default, kept to
+/// compare the two on a host.
+fn cooperative_taskrun() -> bool {
+    static COOP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *COOP.get_or_init(|| std::env::var_os("DUALITY_URING_COOP").is_some())
+}
+
 /// Why a process cannot use io_uring here, if it cannot (probed once).
 pub(crate) fn unavailable() -> Option<&'static str> {
     static PROBE: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
@@ -1483,16 +1491,29 @@ impl UringReactor {
             return Err(io::Error::new(io::ErrorKind::Unsupported, why));
         }
         let entries = config.entries.clamp(8, 32768);
-        // Completion work runs when the loop enters the kernel (no
-        // interrupts of a busy loop) and the kernel flags the ring when some
-        // waits. Deferred task work (6.1+) measured worse here: pipelined
-        // gets at 120 connections stalled (p99 20 ms, 0.70 M/s against
-        // 1.16 M/s). Older kernels refuse the flags: then plain.
-        let ring = IoUring::builder()
-            .setup_coop_taskrun()
-            .setup_taskrun_flag()
-            .setup_cqsize(entries * 4)
-            .build(entries)
+        // Completion work runs only when the loop enters the kernel for
+        // completions (no interrupts of a busy loop; the loop's thread is
+        // the ring's only submitter), and the kernel flags the ring when
+        // some waits. Deferred (DEFER_TASKRUN, 6.1+) rather than cooperative
+        // (COOP_TASKRUN, 5.19+): a sleeping loop is then woken by the
+        // socket's own wake-up instead of through task work, which on a
+        // 6.18 VM doubled sped's transactions/s at 8 clients over Unix
+        // sockets (docs/results/io_uring/taskrun-ab/). An earlier kernel
+        // stalled pipelined gets under it; 6.18 does not. Older kernels
+        // refuse the flags: cooperative, then plain.
+        let tuned = |defer: bool| {
+            let mut b = IoUring::builder();
+            match defer {
+                true => b.setup_single_issuer().setup_defer_taskrun(),
+                false => b.setup_coop_taskrun(),
+            };
+            b.setup_taskrun_flag()
+                .setup_cqsize(entries * 4)
+                .build(entries)
+        };
+        let defer = !cooperative_taskrun();
+        let ring = tuned(defer)
+            .or_else(|e| if defer { tuned(false) } else { Err(e) })
             .or_else(|_| IoUring::builder().setup_cqsize(entries * 4).build(entries))?;
         let r = UringReactor {
             ring: RefCell::new(ring),
@@ -2737,6 +2758,46 @@ mod tests {
             assert!(Instant::now() < until, "{what}");
             r.poll(Some(Duration::from_millis(5))).unwrap();
         }
+    }
+
+    /// Where the kernel takes deferred task work (6.1+), a loop's ring
+    /// uses it (with the single issuer it requires); and a ring so made
+    /// still completes a receive and wakes a loop asleep in it.
+    #[test]
+    fn rings_defer_completion_work_where_the_kernel_can() {
+        let Some((r, _wake, _w)) = ring() else {
+            return;
+        };
+        let kernel_can = io_uring::IoUring::<io_uring::squeue::Entry>::builder()
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .build(8)
+            .is_ok();
+        let single = r.ring.borrow().params().is_setup_single_issuer();
+        assert_eq!(single, kernel_can && !super::cooperative_taskrun());
+        // A sleeping wait ends when a peer on another thread writes.
+        let (mine, mut peer) = UnixStream::pair().unwrap();
+        let io = Io::new(mine.into_raw_fd(), r.handle().clone());
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            peer.write_all(b"wake").unwrap();
+            peer
+        });
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let mut buf = [0u8; 8];
+        // Each wait is long: only the write can end it in time.
+        let (start, wait) = (Instant::now(), Duration::from_secs(10));
+        let n = loop {
+            match io.poll_read(&mut cx, &mut buf) {
+                std::task::Poll::Ready(n) => break n.unwrap(),
+                std::task::Poll::Pending => {
+                    assert!(start.elapsed() < wait, "the receive never woke the loop");
+                    r.poll(Some(wait)).unwrap();
+                }
+            }
+        };
+        assert_eq!(&buf[..n], b"wake");
+        drop(writer.join().unwrap());
     }
 
     /// A receive the kernel never completes (the race [`Watch`] is for,
