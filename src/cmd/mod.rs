@@ -161,14 +161,15 @@ pub struct IoArg {
     /// the core between looks) before it sleeps: a request arriving within
     /// it costs no wake-up. 0: sleep at once; at most 1000000 (a second).
     /// An idle server still sleeps after this long, so it uses no CPU.
+    /// Default: 100 on io_uring (a loop asleep in the ring is dearer to
+    /// wake), 30 on epoll.
     #[arg(
         long,
         value_name = "US",
         value_parser = clap::value_parser!(u64).range(..=MAX_SPIN_US),
-        env = "DUALITY_IDLE_SPIN_US",
-        default_value_t = duality_models::DEFAULT_IDLE_SPIN.as_micros() as u64
+        env = "DUALITY_IDLE_SPIN_US"
     )]
-    pub idle_spin_us: u64,
+    pub idle_spin_us: Option<u64>,
     /// Microseconds an idle payload thread of a hand-off model (amped,
     /// seda, seda-s) keeps looking for jobs before it sleeps: a job arriving
     /// within it costs its network loop no wake-up. 0: sleep at once; at
@@ -184,9 +185,13 @@ pub struct IoArg {
 }
 
 impl IoArg {
-    /// The network loops' idle spin.
+    /// The network loops' idle spin: the flag's, else the default for the
+    /// backend [`IoArg::apply`] chose.
     pub fn idle_spin(&self) -> std::time::Duration {
-        std::time::Duration::from_micros(self.idle_spin_us)
+        match self.idle_spin_us {
+            Some(us) => std::time::Duration::from_micros(us),
+            None => duality_models::default_idle_spin(in_use()),
+        }
     }
 
     /// The payload threads' idle spin.
@@ -200,12 +205,17 @@ impl IoArg {
         if let Some(b) = self.io {
             duality_rt::set_default_io_backend(b);
         }
-        match duality_rt::default_io_backend() {
-            duality_rt::IoBackend::Uring if duality_rt::uring_unavailable().is_some() => {
-                duality_rt::IoBackend::Epoll
-            }
-            b => b,
+        in_use()
+    }
+}
+
+/// The backend new loops will really use (after any fallback).
+fn in_use() -> duality_rt::IoBackend {
+    match duality_rt::default_io_backend() {
+        duality_rt::IoBackend::Uring if duality_rt::uring_unavailable().is_some() => {
+            duality_rt::IoBackend::Epoll
         }
+        b => b,
     }
 }
 

@@ -35,8 +35,8 @@ pub use conn::Conn;
 pub use model::{cores, AcceptPolicy, Balance, Model, ParseModelError, MODEL_NAMES};
 pub use payload::{Handoff, Lane, Payload, DEFAULT_COLOR};
 pub use server::{
-    lingering_refusals, ListenAddr, Listener, Server, ServerBuilder, ShutdownReport, StatsHandle,
-    DEFAULT_BACKLOG, DEFAULT_IDLE_SPIN,
+    default_idle_spin, lingering_refusals, ListenAddr, Listener, Server, ServerBuilder,
+    ShutdownReport, StatsHandle, DEFAULT_BACKLOG, DEFAULT_IDLE_SPIN, DEFAULT_IDLE_SPIN_URING,
 };
 pub use session::{
     drive, Driver, DriverConfig, Flow, Linger, Output, Parsed, Protocol, Reply, Timeout,

@@ -40,7 +40,7 @@ pub struct ServerBuilder {
     long_poll: Option<Duration>,
     thread_stack: usize,
     faults: duality_rt::faults::Faults,
-    idle_spin: Duration,
+    idle_spin: Option<Duration>,
     payload_spin: Duration,
     backlog: i32,
     unix_mode: Option<u32>,
@@ -59,12 +59,28 @@ pub fn lingering_refusals(max_conns: usize) -> usize {
 /// kernel caps it at `net.core.somaxconn`).
 pub const DEFAULT_BACKLOG: i32 = 4096;
 
-/// How long an idle network loop keeps polling before it sleeps, unless
-/// [`ServerBuilder::idle_spin`] says otherwise. Measured on the cache and
-/// the echo service (2 cores, 8-120 connections, one request in flight
-/// each): 30 µs roughly halves `symped:2`'s context switches per request and
-/// raises its throughput by 1.3-2x; an idle server still sleeps after it.
+/// How long an idle epoll network loop keeps polling before it sleeps,
+/// unless [`ServerBuilder::idle_spin`] says otherwise. Measured on the
+/// cache and the echo service (2 cores, 8-120 connections, one request in
+/// flight each): 30 µs roughly halves `symped:2`'s context switches per
+/// request and raises its throughput by 1.3-2x; an idle server still
+/// sleeps after it.
 pub const DEFAULT_IDLE_SPIN: Duration = Duration::from_micros(30);
+
+/// [`DEFAULT_IDLE_SPIN`] for io_uring loops, whose sleep in the ring costs
+/// more to wake from: on a 6.18 VM, with one client the 30 µs spin missed
+/// the next request 0.65-0.75 times per transaction and 100 µs served
+/// 2.2-2.5x the transactions/s (as epoll's), 1.00-1.05x from 8 clients up
+/// (docs/results/models/spin-ab-60fd68b/).
+pub const DEFAULT_IDLE_SPIN_URING: Duration = Duration::from_micros(100);
+
+/// The idle spin a network loop on `io` gets unless told otherwise.
+pub fn default_idle_spin(io: duality_rt::IoBackend) -> Duration {
+    match io {
+        duality_rt::IoBackend::Uring => DEFAULT_IDLE_SPIN_URING,
+        duality_rt::IoBackend::Epoll => DEFAULT_IDLE_SPIN,
+    }
+}
 
 impl Default for ServerBuilder {
     fn default() -> Self {
@@ -85,7 +101,7 @@ impl Default for ServerBuilder {
             long_poll: Some(Duration::from_millis(10)),
             thread_stack: 256 * 1024,
             faults: duality_rt::faults::default_faults(),
-            idle_spin: DEFAULT_IDLE_SPIN,
+            idle_spin: None,
             payload_spin: crate::stage::DEFAULT_PAYLOAD_SPIN,
             backlog: DEFAULT_BACKLOG,
             unix_mode: None,
@@ -189,9 +205,10 @@ impl ServerBuilder {
     /// How long an idle network loop keeps polling (yielding the core
     /// between looks) before it sleeps (`LoopConfig::idle_spin`): a loop
     /// whose next request arrives within it pays no sleep and wake-up.
-    /// Zero: sleep at once. Default: [`DEFAULT_IDLE_SPIN`].
+    /// Zero: sleep at once. Default: [`default_idle_spin`] of the loops'
+    /// backend.
     pub fn idle_spin(mut self, spin: Duration) -> Self {
-        self.idle_spin = spin;
+        self.idle_spin = Some(spin);
         self
     }
 
@@ -753,7 +770,9 @@ fn start(
         track_spawn_locations: true,
         work_group: group,
         faults: b.faults,
-        idle_spin: b.idle_spin,
+        idle_spin: b
+            .idle_spin
+            .unwrap_or_else(|| default_idle_spin(duality_rt::default_io_backend())),
         ..Default::default()
     };
     let group = matches!(b.model, Model::Steal { .. }).then(WorkGroup::new);

@@ -1496,9 +1496,9 @@ impl UringReactor {
         // the ring's only submitter), and the kernel flags the ring when
         // some waits. Deferred (DEFER_TASKRUN, 6.1+) rather than cooperative
         // (COOP_TASKRUN, 5.19+): a sleeping loop is then woken by the
-        // socket's own wake-up instead of through task work, which on a
-        // 6.18 VM doubled sped's transactions/s at 8 clients over Unix
-        // sockets (docs/results/io_uring/taskrun-ab/). An earlier kernel
+        // socket's own wake-up instead of through task work: on a 6.18 VM,
+        // 2.2x sped's transactions/s at 8 clients over Unix sockets, 1.0-1.1x
+        // elsewhere (docs/results/io_uring/taskrun-ab/). An earlier kernel
         // stalled pipelined gets under it; 6.18 does not. Older kernels
         // refuse the flags: cooperative, then plain.
         let tuned = |defer: bool| {
