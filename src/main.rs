@@ -63,6 +63,12 @@ fn run() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         // No colour codes in a log file or a pipe.
         .with_ansi(std::io::stderr().is_terminal())
+        // A failed write (a closed stderr) is otherwise reported with
+        // `eprintln!`, which panics on the same closed stderr: a warning on
+        // a loop thread then killed the loop and its connections (seen in
+        // CI: `a_closed_stderr_loses_no_items`, a long-poll warning). The
+        // line is dropped instead, as `say!` drops its own.
+        .log_internal_errors(false)
         .init();
     let cli = Cli::parse();
     cmd::transparent_huge_pages(matches!(&cli.command, Command::Kv(a) if a.large_pages));
