@@ -185,13 +185,10 @@ pub struct IoArg {
 }
 
 impl IoArg {
-    /// The network loops' idle spin: the flag's, else the default for the
-    /// backend [`IoArg::apply`] chose.
-    pub fn idle_spin(&self) -> std::time::Duration {
-        match self.idle_spin_us {
-            Some(us) => std::time::Duration::from_micros(us),
-            None => duality_models::default_idle_spin(in_use()),
-        }
+    /// The network loops' idle spin if the flag gave one; `None` leaves
+    /// the server its default for the backend [`IoArg::apply`] chose.
+    pub fn idle_spin(&self) -> Option<std::time::Duration> {
+        self.idle_spin_us.map(std::time::Duration::from_micros)
     }
 
     /// The payload threads' idle spin.
@@ -205,17 +202,7 @@ impl IoArg {
         if let Some(b) = self.io {
             duality_rt::set_default_io_backend(b);
         }
-        in_use()
-    }
-}
-
-/// The backend new loops will really use (after any fallback).
-fn in_use() -> duality_rt::IoBackend {
-    match duality_rt::default_io_backend() {
-        duality_rt::IoBackend::Uring if duality_rt::uring_unavailable().is_some() => {
-            duality_rt::IoBackend::Epoll
-        }
-        b => b,
+        duality_rt::io_backend_in_use()
     }
 }
 

@@ -205,10 +205,10 @@ impl ServerBuilder {
     /// How long an idle network loop keeps polling (yielding the core
     /// between looks) before it sleeps (`LoopConfig::idle_spin`): a loop
     /// whose next request arrives within it pays no sleep and wake-up.
-    /// Zero: sleep at once. Default: [`default_idle_spin`] of the loops'
-    /// backend.
-    pub fn idle_spin(mut self, spin: Duration) -> Self {
-        self.idle_spin = Some(spin);
+    /// Zero: sleep at once. `None` (the default): [`default_idle_spin`] of
+    /// the backend the loops will use.
+    pub fn idle_spin(mut self, spin: impl Into<Option<Duration>>) -> Self {
+        self.idle_spin = spin.into();
         self
     }
 
@@ -772,7 +772,7 @@ fn start(
         faults: b.faults,
         idle_spin: b
             .idle_spin
-            .unwrap_or_else(|| default_idle_spin(duality_rt::default_io_backend())),
+            .unwrap_or_else(|| default_idle_spin(duality_rt::io_backend_in_use())),
         ..Default::default()
     };
     let group = matches!(b.model, Model::Steal { .. }).then(WorkGroup::new);

@@ -91,6 +91,16 @@ pub fn uring_unavailable() -> Option<&'static str> {
     crate::uring::unavailable()
 }
 
+/// The backend loops created now with default settings will really use:
+/// [`default_io_backend`], with io_uring read as epoll where the kernel
+/// refuses it (the loops' fallback).
+pub fn io_backend_in_use() -> IoBackend {
+    match default_io_backend() {
+        IoBackend::Uring if uring_unavailable().is_some() => IoBackend::Epoll,
+        b => b,
+    }
+}
+
 /// What a loop's thread polls.
 pub(crate) enum Backend {
     Epoll(Reactor),

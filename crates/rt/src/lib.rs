@@ -74,7 +74,9 @@ pub mod time;
 pub(crate) mod uring;
 mod waker_slot;
 
-pub use backend::{default_io_backend, set_default_io_backend, uring_unavailable, IoBackend};
+pub use backend::{
+    default_io_backend, io_backend_in_use, set_default_io_backend, uring_unavailable, IoBackend,
+};
 pub use event_loop::{
     block_on, set_default_idle_hook, EventLoop, LoopConfig, LoopHandle, LoopThread, RemoteWait,
     WorkGroup, IDLE_HOOK_EVERY,

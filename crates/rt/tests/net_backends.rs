@@ -242,7 +242,14 @@ fn more_busy_connections_than_buffers_all_get_served() {
 fn io_uring_refused_falls_back_to_epoll() {
     if std::env::var_os("DUALITY_URING_REFUSE").is_some() {
         assert!(duality_rt::uring_unavailable().is_some());
+        // What servers pick their defaults (the idle spin) from.
+        duality_rt::set_default_io_backend(IoBackend::Uring);
+        assert_eq!(duality_rt::io_backend_in_use(), IoBackend::Epoll);
         run_on(config(IoBackend::Uring), &|| async {
+            assert_eq!(
+                duality_rt::event_loop::current_io_backend(),
+                Some(IoBackend::Epoll)
+            );
             let listener = TcpListener::bind(local()).unwrap();
             let addr = listener.local_addr().unwrap();
             let c = TcpStream::connect(addr).await.unwrap();
