@@ -410,10 +410,11 @@ fn run_threads(
                 let mut rng = fastrand::Rng::with_seed(i);
                 {
                     let (lock, cv) = &*go_gate;
-                    let mut go = lock.lock().unwrap_or_else(|e| e.into_inner());
-                    while !*go {
-                        go = cv.wait(go).unwrap_or_else(|e| e.into_inner());
-                    }
+                    let go = lock.lock().unwrap_or_else(|e| e.into_inner());
+                    drop(
+                        cv.wait_while(go, |go| !*go)
+                            .unwrap_or_else(|e| e.into_inner()),
+                    );
                 }
                 sh.started.fetch_add(1, Relaxed);
                 while !sh.stop.load(Relaxed) {
