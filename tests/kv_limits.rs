@@ -1557,3 +1557,46 @@ fn kernel_at_least(major: u32, minor: u32) -> bool {
     let (have_major, have_minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
     (have_major, have_minor) >= (major, minor)
 }
+
+/// A warning logged after stderr closed is dropped and the thread that
+/// logged it goes on: here accepts failing with `EMFILE` (injected, every
+/// third) log "accept failed" on the acceptor. Such a write used to panic
+/// inside the log layer (tracing-subscriber reports a failed write with
+/// `eprintln!`, which panics on the same closed stderr), killing the thread
+/// and every connection it served while the process stayed up.
+#[test]
+fn warnings_to_a_closed_stderr_are_dropped() {
+    use std::io::BufRead as _;
+    use std::process::{Command, Stdio};
+    let dir = TempDir::new("kv-stderr-warn");
+    let sock = dir.path().join("kv.sock");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_duality"))
+        .args(["kv", "-p", "0", "-s", sock.to_str().unwrap()])
+        .env("DUALITY_FAULTS", "emfile")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    assert!(ready.starts_with("ready kv"), "{ready}");
+    drop(child.stderr.take());
+    // Killed if an assertion below fails.
+    let mut guard = ChildGuard(Some(child));
+    let addr = Addr::Unix(sock.clone());
+    // 12 connections: 4 of their accepts fail first and are logged.
+    for i in 0..12 {
+        let mut c = Client::connect(&addr);
+        c.expect_str(&format!("set k{i} 0 0 1\r\nv\r\n"), "STORED\r\n");
+    }
+    let mut c = Client::connect(&addr);
+    c.expect_str("get k0\r\n", "VALUE k0 0 1\r\nv\r\nEND\r\n");
+    // SAFETY: kill(2) with a plain pid and signal number.
+    assert_eq!(unsafe { libc::kill(guard.pid() as i32, libc::SIGTERM) }, 0);
+    drop(c);
+    let status = guard.0.take().unwrap().wait().unwrap();
+    assert!(status.success(), "{status:?}");
+}
