@@ -362,6 +362,41 @@ fn a_closed_stdout_ends_the_output_quietly() {
     assert!(out.join("results.json").exists());
 }
 
+/// Both pipes closed (a terminal hung up, a log collector gone) before a
+/// bench that prints its table on stdout and its progress on stderr: the
+/// run still ends 0 with its results files written. `bench balance`
+/// printed with `println!`/`eprintln!`, which panicked on the first line.
+#[test]
+fn closed_stdout_and_stderr_lose_no_results() {
+    let tmp = common::TempDir::new("bench-pipes");
+    let out = tmp.path().join("r");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_duality"))
+        .args(["bench", "balance", "--quick", "--loops", "2"])
+        .args(["--seconds", "0.4", "--out"])
+        .arg(&out)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    drop(child.stderr.take());
+    let until = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > until {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("still running");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
+    assert!(out.join("balance.json").exists());
+}
+
 /// `bench models` and `bench threads` bound `--clients` by the real
 /// descriptor limit, as `bench http` does: a fixed 8,000 let 1,500 clients
 /// start under `ulimit -n 1024` and fail midway (593 requests failed),

@@ -108,7 +108,7 @@ fn bench_tasks(a: TasksArgs) -> anyhow::Result<()> {
             duality_bench::limits::mem_available(),
         )?;
         let row = tasks::measure(&rt, a.counts[0], Duration::from_secs_f64(a.seconds))?;
-        println!("{}", serde_json::to_string(&row)?);
+        duality_bench::report::print(&serde_json::to_string(&row)?);
         return Ok(());
     }
     for rt in &a.runtimes {
@@ -222,7 +222,7 @@ fn bench_tasks(a: TasksArgs) -> anyhow::Result<()> {
     } else {
         duality_bench::report::print(&md);
     }
-    eprintln!("results in {}", dir.display());
+    duality_rt::say!("results in {}", dir.display());
     Ok(())
 }
 

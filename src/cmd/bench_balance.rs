@@ -135,11 +135,11 @@ pub fn run(a: BalanceArgs) -> anyhow::Result<()> {
         )?;
     }
     if a.output.json {
-        println!("{}", duality_bench::report::json(&rows));
+        duality_bench::report::print(&duality_bench::report::json(&rows));
     } else {
-        println!("{}", balance::table(&rows));
+        duality_bench::report::print(&balance::table(&rows));
     }
-    eprintln!("results in {}", dir.display());
+    duality_rt::say!("results in {}", dir.display());
     Ok(())
 }
 

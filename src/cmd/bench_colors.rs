@@ -177,11 +177,11 @@ pub fn run(a: ColorsArgs) -> anyhow::Result<()> {
         false,
     )?;
     if a.output.json {
-        println!("{}", duality_bench::report::json(&rows));
+        duality_bench::report::print(&duality_bench::report::json(&rows));
     } else {
-        println!("{}", colors::table(&rows));
-        print!("{}", colors::goals(&rows));
+        duality_bench::report::print(&colors::table(&rows));
+        duality_bench::report::print(colors::goals(&rows).trim_end());
     }
-    eprintln!("results in {}", out.display());
+    duality_rt::say!("results in {}", out.display());
     Ok(())
 }

@@ -161,7 +161,7 @@ pub fn run(a: DiskArgs) -> anyhow::Result<()> {
             Duration::from_secs_f64(s.warmup),
             Duration::from_secs_f64(s.seconds),
         )?;
-        println!("{}", serde_json::to_string(&row)?);
+        duality_bench::report::print(&serde_json::to_string(&row)?);
         return Ok(());
     }
     for rt in &a.runtimes {
@@ -186,7 +186,7 @@ pub fn run(a: DiskArgs) -> anyhow::Result<()> {
     disk::check_file(&file, mib)?;
     disk::disk_dir(&dir)?;
     let out = super::bench::results_dir(a.output.out.as_deref(), "disk")?;
-    eprintln!("preparing {} ({mib} MiB)", file.display());
+    duality_rt::say!("preparing {} ({mib} MiB)", file.display());
     disk::prepare_file(&file, mib)?;
     disk::open_direct(&file)?;
     let exe = std::env::current_exe()?;
@@ -242,11 +242,11 @@ pub fn run(a: DiskArgs) -> anyhow::Result<()> {
         true,
     )?;
     if a.output.json {
-        println!("{}", duality_bench::report::json(&rows));
+        duality_bench::report::print(&duality_bench::report::json(&rows));
     } else {
-        println!("{}", disk::table(&rows));
+        duality_bench::report::print(&disk::table(&rows));
     }
-    eprintln!("results in {}", out.display());
+    duality_rt::say!("results in {}", out.display());
     Ok(())
 }
 
@@ -291,7 +291,9 @@ fn web(a: &DiskArgs, s: Settings) -> anyhow::Result<()> {
     )?;
     let mut servers = a.web_servers.clone();
     if duality_bench::http::find_nginx().is_none() {
-        eprintln!("nginx is not installed (apt-get install nginx-light): its rows are skipped");
+        duality_rt::say!(
+            "nginx is not installed (apt-get install nginx-light): its rows are skipped"
+        );
         servers.retain(|s| !s.starts_with("nginx"));
     }
     let dir = a.dir.clone().unwrap_or_else(std::env::temp_dir);
@@ -306,7 +308,7 @@ fn web(a: &DiskArgs, s: Settings) -> anyhow::Result<()> {
     }
     disk::disk_dir(&dir)?;
     let out = super::bench::results_dir(a.output.out.as_deref(), "disk-web")?;
-    eprintln!(
+    duality_rt::say!(
         "preparing {files} files of {} bytes in {}",
         a.web_file_size,
         root.display()
@@ -366,11 +368,11 @@ fn web(a: &DiskArgs, s: Settings) -> anyhow::Result<()> {
         true,
     )?;
     if a.output.json {
-        println!("{}", duality_bench::report::json(&rows));
+        duality_bench::report::print(&duality_bench::report::json(&rows));
     } else {
-        println!("{}", disk_web::table(&rows));
+        duality_bench::report::print(&disk_web::table(&rows));
     }
-    eprintln!("results in {}", out.display());
+    duality_rt::say!("results in {}", out.display());
     Ok(())
 }
 

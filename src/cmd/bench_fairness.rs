@@ -87,9 +87,12 @@ pub fn run(a: FairnessArgs) -> anyhow::Result<()> {
         warmup: Duration::from_secs_f64(warmup),
     };
     let rows = fairness::run(&plan, &mut |r| {
-        eprintln!(
+        duality_rt::say!(
             "{} {}: p50 {:.2} ms, max {:.2} ms",
-            r.service, r.server, r.p50_ms, r.max_ms
+            r.service,
+            r.server,
+            r.p50_ms,
+            r.max_ms
         )
     })?;
     let cmd: Vec<String> = std::env::args().collect();
@@ -111,7 +114,7 @@ pub fn run(a: FairnessArgs) -> anyhow::Result<()> {
     } else {
         duality_bench::report::print(&fairness::table(&rows));
     }
-    eprintln!("results in {}", dir.display());
+    duality_rt::say!("results in {}", dir.display());
     Ok(())
 }
 

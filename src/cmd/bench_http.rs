@@ -211,7 +211,7 @@ pub fn run(a: HttpBenchArgs) -> anyhow::Result<()> {
         );
         let msg =
             format!("{why}: measured without it (install it with `apt-get install nginx-light`)");
-        eprintln!("{msg}");
+        duality_rt::say!("{msg}");
         notes.push(msg);
     }
 
@@ -246,7 +246,7 @@ pub fn run(a: HttpBenchArgs) -> anyhow::Result<()> {
         workloads,
         nginx,
     };
-    eprintln!(
+    duality_rt::say!(
         "duality bench http: {} servers x {} files x clients {:?}, {seconds} s per point",
         x.servers.len(),
         x.workloads.len(),
@@ -255,7 +255,7 @@ pub fn run(a: HttpBenchArgs) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
     let rows = http::run(&x, &mut |r| {
         let or_dash = |v: Option<f64>, f: &dyn Fn(f64) -> String| v.map_or_else(|| "-".into(), f);
-        eprintln!(
+        duality_rt::say!(
             "{:<16} {:>5} x{:<6} {:>12} req/s {:>10} Mbit/s {:>7} us/req{}{}",
             r.server,
             r.file,
@@ -307,11 +307,11 @@ pub fn run(a: HttpBenchArgs) -> anyhow::Result<()> {
     write(&out.join("http.json"), format!("{json}\n"))?;
     write(&out.join("http.csv"), http::csv(&rows))?;
     if let Err(e) = http::plots(&rows, &out) {
-        eprintln!("plots not written: {e:#}");
+        duality_rt::say!("plots not written: {e:#}");
     }
     if a.json {
         print(&json);
-        eprintln!("results: {}", out.display());
+        duality_rt::say!("results: {}", out.display());
     } else {
         for n in &notes {
             print(&format!("Note: {n}."));
@@ -408,6 +408,6 @@ fn child(a: &HttpBenchArgs) -> anyhow::Result<()> {
         server_pids: a.server_pids.clone(),
     };
     let r = http::load(&spec)?;
-    println!("{}", serde_json::to_string(&r)?);
+    duality_bench::report::print(&serde_json::to_string(&r)?);
     Ok(())
 }

@@ -137,7 +137,7 @@ pub fn run(a: IdleArgs) -> anyhow::Result<()> {
             Duration::from_secs_f64(warmup),
             Duration::from_secs_f64(window),
         )?;
-        println!("{}", serde_json::to_string(&row)?);
+        duality_bench::report::print(&serde_json::to_string(&row)?);
         // Thousands of tasks or threads are still parked: leave them to
         // the kernel instead of tearing each one down.
         std::process::exit(0);
@@ -157,7 +157,7 @@ pub fn run(a: IdleArgs) -> anyhow::Result<()> {
     for s in a.servers.iter().filter(|s| !s.is_empty()) {
         let kind = idle::parse_server(s, cores).map_err(anyhow::Error::msg)?;
         if matches!(kind, ServerKind::Memcached(_)) && memcached_path().is_none() {
-            eprintln!("memcached is not installed (apt-get install memcached): left out");
+            duality_rt::say!("memcached is not installed (apt-get install memcached): left out");
             continue;
         }
         servers.push(kind);
@@ -199,7 +199,7 @@ pub fn run(a: IdleArgs) -> anyhow::Result<()> {
         )
     };
     if !cut.is_empty() {
-        eprintln!("{cut_note}");
+        duality_rt::say!("{cut_note}");
     }
     let plan = Plan {
         exe: &exe,
@@ -296,7 +296,7 @@ pub fn run(a: IdleArgs) -> anyhow::Result<()> {
             &series,
             false,
         ) {
-            eprintln!("no {file} plot: {e}");
+            duality_rt::say!("no {file} plot: {e}");
         }
     }
     let (groups, bars) = idle::memory_bars(&results);
@@ -309,15 +309,15 @@ pub fn run(a: IdleArgs) -> anyhow::Result<()> {
             &bars,
             4096.0,
         ) {
-            eprintln!("no idle-memory plot: {e}");
+            duality_rt::say!("no idle-memory plot: {e}");
         }
     }
     if a.output.json {
-        println!("{json}");
+        duality_bench::report::print(&json);
     } else {
-        println!("{}", idle::tables(&results));
+        duality_bench::report::print(&idle::tables(&results));
     }
-    eprintln!("results in {}", dir.display());
+    duality_rt::say!("results in {}", dir.display());
     Ok(())
 }
 

@@ -227,7 +227,7 @@ fn note_missing_peers<'a>(servers: impl IntoIterator<Item = &'a ServerKind>) {
         .into_iter()
         .any(|s| matches!(s, ServerKind::Memcached(_)));
     if wanted && duality_bench::servers::memcached_path().is_none() {
-        eprintln!(
+        duality_rt::say!(
             "memcached is not installed: measured without it (Debian: apt-get install memcached)"
         );
     }
@@ -286,7 +286,7 @@ fn finish(
     } else {
         duality_bench::report::print(&models_kv::table(rows));
     }
-    eprintln!("results in {} ({} files)", dir.display(), written.len());
+    duality_rt::say!("results in {} ({} files)", dir.display(), written.len());
     Ok(())
 }
 
@@ -413,7 +413,7 @@ fn sweep(a: ModelsArgs) -> anyhow::Result<()> {
     } else {
         duality_bench::report::print(&sweep::markdown(&points));
     }
-    eprintln!("results in {} ({} files)", dir.display(), written.len());
+    duality_rt::say!("results in {} ({} files)", dir.display(), written.len());
     Ok(())
 }
 
@@ -554,7 +554,7 @@ fn echo(
             // Every measurement is logged, also where the bar is hidden
             // (stderr not a terminal).
             pb.suspend(|| {
-                eprintln!(
+                duality_rt::say!(
                     "round {}/{rounds}: {} x{}: {:.0} req/s, {:.3} ctx/req",
                     round + 1,
                     r.model,
@@ -581,7 +581,7 @@ fn echo(
     } else {
         duality_bench::report::print(&duality_bench::models_echo::table(&rows));
     }
-    eprintln!("results in {} ({} files)", dir.display(), written.len());
+    duality_rt::say!("results in {} ({} files)", dir.display(), written.len());
     Ok(())
 }
 

@@ -201,7 +201,7 @@ pub fn run(a: OffloadArgs) -> anyhow::Result<()> {
         },
         no_nginx: a.no_nginx,
     };
-    let report = offload::run(&plan, &mut |line| eprintln!("{line}"))?;
+    let report = offload::run(&plan, &mut |line| duality_rt::say!("{line}"))?;
     let rows = &report.rows;
     let goals = offload::goals(rows);
     let cmd: Vec<String> = std::env::args().collect();
@@ -245,19 +245,19 @@ Columns: latencies in ms, client side from the due time to the whole response; T
     match offload::plots(rows, &dir) {
         Ok(files) => {
             for f in files {
-                eprintln!("plot {}", f.display());
+                duality_rt::say!("plot {}", f.display());
             }
         }
-        Err(e) => eprintln!("no plot: {e:#}"),
+        Err(e) => duality_rt::say!("no plot: {e:#}"),
     }
     if a.json {
-        println!("{}", duality_bench::report::json(rows));
+        duality_bench::report::print(&duality_bench::report::json(rows));
     } else {
-        println!("{}", offload::table(rows));
-        println!("{}", offload::relative_table(rows));
+        duality_bench::report::print(&offload::table(rows));
+        duality_bench::report::print(&offload::relative_table(rows));
     }
-    eprint!("goals:\n{}", offload::goals_text(&goals));
-    eprintln!("results in {}", dir.display());
+    duality_rt::say!("goals:\n{}", offload::goals_text(&goals).trim_end());
+    duality_rt::say!("results in {}", dir.display());
     Ok(())
 }
 

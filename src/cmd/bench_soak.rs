@@ -77,7 +77,7 @@ pub fn run(a: SoakArgs) -> anyhow::Result<()> {
     };
     let rows = soak::run(&plan, &mut |r| {
         let kib = |v: Option<u64>| v.map_or_else(|| "-".into(), |v| format!("{v} KiB"));
-        eprintln!(
+        duality_rt::say!(
             "{} {}: {} good requests, {} errors, p99 {:.2} ms, RSS {} -> {}",
             r.service,
             r.server,
@@ -111,7 +111,7 @@ pub fn run(a: SoakArgs) -> anyhow::Result<()> {
     } else {
         duality_bench::report::print(&soak::table(&rows));
     }
-    eprintln!("results in {}", dir.display());
+    duality_rt::say!("results in {}", dir.display());
     // A server that died was not soaked: the run fails (after writing its
     // results), as where good clients lost requests.
     let died: Vec<String> = rows

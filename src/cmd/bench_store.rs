@@ -140,7 +140,7 @@ pub fn run(a: StoreArgs) -> anyhow::Result<()> {
     if !a.no_peers {
         match memcached_path() {
             Some(_) => servers.push(ServerKind::Memcached(1)),
-            None => eprintln!("memcached is not installed: duality only"),
+            None => duality_rt::say!("memcached is not installed: duality only"),
         }
     }
     let dir = super::bench::results_dir(a.out.as_deref(), "store")?;
@@ -156,7 +156,7 @@ pub fn run(a: StoreArgs) -> anyhow::Result<()> {
         skews: s.skews,
         fractions: s.fractions,
     };
-    let results = store::run(&plan, &mut |line| eprintln!("{line}"))?;
+    let results = store::run(&plan, &mut |line| duality_rt::say!("{line}"))?;
     let cmd: Vec<String> = std::env::args().collect();
     let md = format!(
         "# The store: memory under size waves, bytes per item, hit ratio\n\nCommand: `{}`\n\nMachine: {} cores. One server at a time, on a Unix socket, the client pipelining; memcached gets the same `-m`. Size waves: each wave writes twice the limit in values of one size. Bytes per item: resident memory growth over the items written (keys `rec:NNNNNN`, values of 10-103 bytes, log-distributed), less their keys and values, per item stored. Hit ratio: `get` of Zipf-distributed keys, `set` on a miss; the first half of the gets warm the cache and are not counted.\n\n{}",
@@ -190,15 +190,15 @@ pub fn run(a: StoreArgs) -> anyhow::Result<()> {
         if let Err(e) =
             duality_bench::plot::line_chart(&dir.join(file), title, x, y, &series, false)
         {
-            eprintln!("no {file} plot: {e}");
+            duality_rt::say!("no {file} plot: {e}");
         }
     }
     if a.json {
-        println!("{json}");
+        duality_bench::report::print(&json);
     } else {
-        println!("{}", store::tables(&results));
+        duality_bench::report::print(&store::tables(&results));
     }
-    eprintln!("results in {}", dir.display());
+    duality_rt::say!("results in {}", dir.display());
     Ok(())
 }
 

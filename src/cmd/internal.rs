@@ -115,7 +115,7 @@ fn colors_server(a: ColorsServerArgs) -> anyhow::Result<()> {
         .long_poll_threshold(None)
         .unix(&a.unix)
         .serve(move |c, p| duality_models::drive(c, p, driver.clone()))?;
-    println!("ready colors {} on {io:?}", a.model.name());
+    duality_rt::say_out!("ready colors {} on {io:?}", a.model.name());
     super::wait_for_termination(signals);
     server.shutdown(Duration::from_secs(5));
     Ok(())
@@ -142,7 +142,7 @@ fn echo_server(a: EchoServerArgs) -> anyhow::Result<()> {
     }
     let d = duality_models::echo::Detector::new(a.work);
     let server = b.serve(move |c, p| duality_models::echo::serve(c, p, d.clone()))?;
-    println!("ready {:?}", server.tcp_addrs());
+    duality_rt::say_out!("ready {:?}", server.tcp_addrs());
     super::wait_for_termination(signals);
     server.shutdown(Duration::from_secs(5));
     Ok(())

@@ -377,7 +377,9 @@ pub fn run(plan: &Plan, tick: &mut dyn FnMut(&str, usize)) -> anyhow::Result<Vec
             "mc-worker",
         ));
     } else {
-        eprintln!("memcached is not installed (apt-get install memcached): its row is left out");
+        duality_rt::say!(
+            "memcached is not installed (apt-get install memcached): its row is left out"
+        );
     }
     let mut rounds: Vec<Vec<Round>> = vec![Vec::new(); servers.len()];
     for round in 0..plan.rounds {

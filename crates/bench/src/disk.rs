@@ -316,7 +316,7 @@ fn run_duality(
     })?;
     let el = lp.block_on(async {
         if duality_rt::event_loop::current_io_backend() != Some(io) {
-            eprintln!("{io:?} is not available here: measured on the fallback backend");
+            duality_rt::say!("{io:?} is not available here: measured on the fallback backend");
         }
         for i in 0..readers {
             let (file, sh) = (file.clone(), sh.clone());
@@ -328,7 +328,7 @@ fn run_duality(
                     let r =
                         duality_rt::fs::read_direct(file.clone(), sh.offset(&mut rng), BLOCK).await;
                     if !matches!(r, Ok(ref b) if b.len() == BLOCK) {
-                        eprintln!("read failed: {:?}", r.map(|b| b.len()));
+                        duality_rt::say!("read failed: {:?}", r.map(|b| b.len()));
                         sh.stop.store(true, Relaxed);
                         return;
                     }
@@ -365,7 +365,7 @@ fn run_tokio(
                     match tokio::task::spawn_blocking(move || pread_direct(&f, off)).await {
                         Ok(Ok(n)) if n == BLOCK => sh.record(t.elapsed()),
                         other => {
-                            eprintln!("read failed: {other:?}");
+                            duality_rt::say!("read failed: {other:?}");
                             sh.stop.store(true, Relaxed);
                             return;
                         }
@@ -422,7 +422,7 @@ fn run_threads(
                     match pread_direct(&file, sh.offset(&mut rng)) {
                         Ok(n) if n == BLOCK => sh.record(t.elapsed()),
                         other => {
-                            eprintln!("read failed: {other:?}");
+                            duality_rt::say!("read failed: {other:?}");
                             sh.stop.store(true, Relaxed);
                             return;
                         }

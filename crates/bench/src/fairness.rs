@@ -186,7 +186,7 @@ pub fn run(plan: &Plan, tick: &mut dyn FnMut(&FairnessRow)) -> anyhow::Result<Ve
             kinds.push(KvServer::Memcached(1));
             kinds.push(KvServer::Memcached(2));
         } else {
-            eprintln!(
+            duality_rt::say!(
                 "memcached is not installed (apt-get install memcached): its rows are left out"
             );
         }
@@ -217,7 +217,7 @@ pub fn run(plan: &Plan, tick: &mut dyn FnMut(&FairnessRow)) -> anyhow::Result<Ve
         let nginx = http::find_nginx().map(|n| http::nginx_version(&n).map(|_| n));
         match nginx {
             Some(Err(e)) => {
-                eprintln!("nginx cannot be used ({e:#}): its rows are left out")
+                duality_rt::say!("nginx cannot be used ({e:#}): its rows are left out")
             }
             Some(Ok(nginx)) => {
                 for workers in [1, 2] {
@@ -229,7 +229,7 @@ pub fn run(plan: &Plan, tick: &mut dyn FnMut(&FairnessRow)) -> anyhow::Result<Ve
                     push(row("http", &label, plan.floods, &times, failed), &mut rows);
                 }
             }
-            None => eprintln!(
+            None => duality_rt::say!(
                 "nginx is not installed (apt-get install nginx-light): its rows are left out"
             ),
         }

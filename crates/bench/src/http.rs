@@ -1241,7 +1241,7 @@ pub fn run(x: &Experiment, progress: &mut dyn FnMut(&HttpRow)) -> anyhow::Result
                     exited[i] = server.exited();
                     died_here[i] = exited[i].is_some();
                     if r.connected < clients && !died_here[i] {
-                        eprintln!(
+                        duality_rt::say!(
                             "{label} {} x{clients}: only {} connections were open at the end of the window",
                             w.label, r.connected
                         );

@@ -430,7 +430,7 @@ pub fn install(
                     remove(p);
                 }
                 let name = signal_name(sig);
-                eprintln!("duality: interrupted ({name})");
+                duality_rt::say!("duality: interrupted ({name})");
                 std::process::exit(128 + sig);
             }
         })?;

@@ -53,7 +53,7 @@ pub fn serve(
                 }
             });
         }
-        println!("ready tokio-kv");
+        duality_rt::say_out!("ready tokio-kv");
         tokio::task::spawn_blocking(stop).await?;
         if let Some(p) = &unix {
             let _ = std::fs::remove_file(p);

@@ -493,7 +493,7 @@ pub fn write_results(dir: &Path, rows: &[EchoRow], header: &str) -> anyhow::Resu
         false,
     ) {
         Ok((png, svg)) => written.extend([png, svg]),
-        Err(e) => eprintln!("plot not drawn: {e:#}"),
+        Err(e) => duality_rt::say!("plot not drawn: {e:#}"),
     }
     Ok(written)
 }

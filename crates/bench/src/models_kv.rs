@@ -531,7 +531,7 @@ pub fn write_results(
             written.push(png);
             written.push(svg);
         }
-        Err(e) => eprintln!("no plot: {e}"),
+        Err(e) => duality_rt::say!("no plot: {e}"),
     }
     Ok(written)
 }

@@ -53,7 +53,7 @@ pub fn print(text: &str) {
     if let Err(e) = writeln!(out, "{text}").and_then(|()| out.flush()) {
         GONE.store(true, Ordering::Relaxed);
         if e.kind() != std::io::ErrorKind::BrokenPipe {
-            eprintln!("duality: cannot write to standard output: {e}");
+            duality_rt::say!("duality: cannot write to standard output: {e}");
         }
     }
 }

@@ -94,7 +94,7 @@ pub fn find_go() -> Option<std::path::PathBuf> {
 /// the temp dir between runs); `None`, said on stderr, where Go is missing.
 pub fn build_go() -> anyhow::Result<Option<std::path::PathBuf>> {
     let Some(go) = find_go() else {
-        eprintln!(
+        duality_rt::say!(
             "go is not installed: its rows are left out (install it from https://go.dev/dl/ \
              into /usr/local/go, or apt-get install golang-go)"
         );

@@ -29,7 +29,7 @@ pub fn serve(
                 tokio::spawn(crate::kv_tokio::conn(s, proto.clone()));
             }
         });
-        println!("ready tokio-colors");
+        duality_rt::say_out!("ready tokio-colors");
         tokio::task::spawn_blocking(stop).await?;
         let _ = std::fs::remove_file(&unix);
         anyhow::Ok(())

@@ -76,7 +76,7 @@ pub fn hold(target: &HoldTarget, count: u64, hello: bool) -> anyhow::Result<()> 
             Ok(())
         })();
         if let Err(e) = r {
-            eprintln!("holder: connection {} of {count} to {target}: {e}", i + 1);
+            duality_rt::say!("holder: connection {} of {count} to {target}: {e}", i + 1);
             break;
         }
     }

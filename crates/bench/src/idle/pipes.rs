@@ -291,7 +291,7 @@ async fn active<S: PairIo>(s: StdUnixStream, first: bool) {
     }
     .await;
     if let Err(e) = r {
-        eprintln!("pair failed: {e}");
+        duality_rt::say!("pair failed: {e}");
         FAILED.store(true, Relaxed);
     }
 }
@@ -434,7 +434,7 @@ fn run_threads(
                 Ok(_) => started += 1,
                 // Where the thread count binds: the row says how many ran.
                 Err(e) => {
-                    eprintln!("OS thread {} of {total} idle ones: {e}", started + 1);
+                    duality_rt::say!("OS thread {} of {total} idle ones: {e}", started + 1);
                     break;
                 }
             }
@@ -472,7 +472,7 @@ fn active_blocking(s: StdUnixStream, first: bool) {
         }
     })();
     if let Err(e) = r {
-        eprintln!("pair failed: {e}");
+        duality_rt::say!("pair failed: {e}");
         FAILED.store(true, Relaxed);
     }
 }
