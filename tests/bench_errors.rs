@@ -330,32 +330,16 @@ fn memcached_starts_under_a_low_hard_descriptor_limit() {
 fn a_closed_stdout_ends_the_output_quietly() {
     let tmp = common::TempDir::new("bench-pipe");
     let out = tmp.path().join("r");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_duality"))
-        .args([
-            "bench",
-            "models",
-            "--models",
-            "sped",
-            "--no-peers",
-            "--clients",
-            "1",
-        ])
-        .args(SHORTEST_MODELS_RUN)
-        .arg("--out")
-        .arg(&out)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let args = [
+        &["models", "--models", "sped", "--no-peers", "--clients", "1"],
+        &SHORTEST_MODELS_RUN[..],
+        &["--out", out.to_str().unwrap()],
+    ]
+    .concat();
+    let mut child = common::bench::spawn(&args);
     // The reader goes before anything is printed.
     drop(child.stdout.take());
-    let until = Instant::now() + Duration::from_secs(20);
-    while child.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < until, "still running");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let o = child.wait_with_output().unwrap();
+    let o = common::bench::wait_within(child, &args, Duration::from_secs(20));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{:?}: {err}", o.status);
     assert!(!err.contains("panicked"), "{err}");
@@ -370,30 +354,13 @@ fn a_closed_stdout_ends_the_output_quietly() {
 fn closed_stdout_and_stderr_lose_no_results() {
     let tmp = common::TempDir::new("bench-pipes");
     let out = tmp.path().join("r");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_duality"))
-        .args(["bench", "balance", "--quick", "--loops", "2"])
-        .args(["--seconds", "0.4", "--out"])
-        .arg(&out)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let args = ["balance", "--quick", "--loops", "2", "--seconds", "0.4"];
+    let args = [&args[..], &["--out", out.to_str().unwrap()]].concat();
+    let mut child = common::bench::spawn(&args);
     drop(child.stdout.take());
     drop(child.stderr.take());
-    let until = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > until {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("still running");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(status.success(), "{status:?}");
+    let o = common::bench::wait_within(child, &args, Duration::from_secs(60));
+    assert!(o.status.success(), "{:?}", o.status);
     assert!(out.join("balance.json").exists());
 }
 

@@ -63,15 +63,30 @@ pub fn run(args: &[&str], file: &str) -> (BenchRun, serde_json::Value) {
 /// fails the test if it is still running after `limit` (a refusal comes at
 /// once; the measurement it would start takes longer).
 pub fn output_within(args: &[&str], limit: std::time::Duration) -> Output {
+    wait_within(spawn(args), args, limit)
+}
+
+/// Starts `duality bench ARGS…` with stdin closed and stdout and stderr
+/// piped (a test may close them).
+pub fn spawn(args: &[&str]) -> std::process::Child {
     use std::process::Stdio;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_duality"))
+    Command::new(env!("CARGO_BIN_EXE_duality"))
         .arg("bench")
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("run duality bench");
+        .expect("run duality bench")
+}
+
+/// Waits for a bench [`spawn`] started; kills it and fails the test if it
+/// is still running after `limit`.
+pub fn wait_within(
+    mut child: std::process::Child,
+    args: &[&str],
+    limit: std::time::Duration,
+) -> Output {
     let until = std::time::Instant::now() + limit;
     while child.try_wait().expect("wait").is_none() {
         if std::time::Instant::now() > until {
