@@ -256,7 +256,16 @@ impl Client {
 
     fn fill(&mut self) -> usize {
         let mut chunk = [0u8; 64 * 1024];
-        match self.stream.read(&mut chunk) {
+        // A signal may interrupt the blocking read (EINTR; seen once in CI
+        // while the client waited for a 408): read again, as read_exact
+        // would.
+        let read = loop {
+            match self.stream.read(&mut chunk) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                r => break r,
+            }
+        };
+        match read {
             Ok(n) => {
                 self.buf.extend_from_slice(&chunk[..n]);
                 n
