@@ -318,7 +318,25 @@ fn cooperative_taskrun() -> bool {
     *COOP.get_or_init(|| std::env::var_os("DUALITY_URING_COOP").is_some())
 }
 
-/// Why a process cannot use io_uring here, if it cannot (probed once).
+/// Runs a probe that creates a ring on a short-lived thread of its own.
+/// The kernel ties a ring to the thread that created or submitted to it:
+/// tearing the ring down sends that thread task work with a notification
+/// signal, which interrupts its next blocking socket wait that has a
+/// timeout (`EINTR`; a test's client read failed so). A probe must not
+/// leave that to whichever thread asked first (a server's builder, a
+/// caller's own thread). Where no thread can be started, runs here.
+fn on_own_thread<T: Send + 'static>(f: fn() -> T) -> T {
+    match std::thread::Builder::new()
+        .name("uring-probe".into())
+        .spawn(f)
+    {
+        Ok(t) => t.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+        Err(_) => f(),
+    }
+}
+
+/// Why a process cannot use io_uring here, if it cannot (probed once, on
+/// a thread of its own: [`on_own_thread`]).
 pub(crate) fn unavailable() -> Option<&'static str> {
     static PROBE: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
     PROBE
@@ -326,32 +344,37 @@ pub(crate) fn unavailable() -> Option<&'static str> {
             if std::env::var_os("DUALITY_URING_REFUSE").is_some() {
                 return Some("refused by DUALITY_URING_REFUSE".into());
             }
-            match IoUring::new(8) {
-                Err(e) => Some(format!("the kernel refused a ring: {e}")),
-                Ok(ring) => {
-                    let mut probe = io_uring::Probe::new();
-                    if let Err(e) = ring.submitter().register_probe(&mut probe) {
-                        return Some(format!("cannot probe opcodes: {e}"));
-                    }
-                    let needed = [
-                        opcode::RecvMulti::CODE,
-                        opcode::Send::CODE,
-                        opcode::SendMsg::CODE,
-                        opcode::AcceptMulti::CODE,
-                        opcode::PollAdd::CODE,
-                        opcode::AsyncCancel::CODE,
-                    ];
-                    if needed.iter().any(|&c| !probe.is_supported(c)) {
-                        return Some("the kernel lacks an opcode the backend needs".into());
-                    }
-                    if !ring.params().is_feature_ext_arg() {
-                        return Some("the kernel lacks IORING_FEAT_EXT_ARG".into());
-                    }
-                    None
-                }
-            }
+            on_own_thread(probe_ring)
         })
         .as_deref()
+}
+
+/// What [`unavailable`] says, probed on the calling thread.
+fn probe_ring() -> Option<String> {
+    match IoUring::new(8) {
+        Err(e) => Some(format!("the kernel refused a ring: {e}")),
+        Ok(ring) => {
+            let mut probe = io_uring::Probe::new();
+            if let Err(e) = ring.submitter().register_probe(&mut probe) {
+                return Some(format!("cannot probe opcodes: {e}"));
+            }
+            let needed = [
+                opcode::RecvMulti::CODE,
+                opcode::Send::CODE,
+                opcode::SendMsg::CODE,
+                opcode::AcceptMulti::CODE,
+                opcode::PollAdd::CODE,
+                opcode::AsyncCancel::CODE,
+            ];
+            if needed.iter().any(|&c| !probe.is_supported(c)) {
+                return Some("the kernel lacks an opcode the backend needs".into());
+            }
+            if !ring.params().is_feature_ext_arg() {
+                return Some("the kernel lacks IORING_FEAT_EXT_ARG".into());
+            }
+            None
+        }
+    }
 }
 
 /// Whether the kernel ends a multishot receive by itself after a total
@@ -362,37 +385,41 @@ pub(crate) fn unavailable() -> Option<&'static str> {
 /// once, on a socket pair with a byte waiting and no buffer group: a kernel
 /// that knows the field answers `ENOBUFS`, an older one refuses it
 /// (`EINVAL`: the same bytes were `file_index`, which receives reject).
+/// On a thread of its own ([`on_own_thread`]).
 fn recv_limit_supported() -> bool {
     static PROBE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *PROBE.get_or_init(|| {
-        let probe = || -> io::Result<Option<i32>> {
-            use std::io::Write;
-            use std::os::fd::AsRawFd;
-            let mut ring = IoUring::new(2)?;
-            let (a, mut b) = std::os::unix::net::UnixStream::pair()?;
-            b.write_all(b"x")?;
-            let sqe = with_total_limit(
-                opcode::RecvMulti::new(types::Fd(a.as_raw_fd()), BUF_GROUP)
-                    .build()
-                    .user_data(1),
-                1,
-            );
-            // SAFETY: the entry carries no pointer (a provided-buffer
-            // receive); the socket outlives the ring, dropped first below.
-            unsafe { ring.submission().push(&sqe) }.map_err(io::Error::other)?;
-            let ts = types::Timespec::new().sec(1);
-            let args = types::SubmitArgs::new().timespec(&ts);
-            match ring.submitter().submit_with_args(1, &args) {
-                Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::ETIME) => {}
-                Err(e) => return Err(e),
-            }
-            let res = ring.completion().next().map(|c| c.result());
-            drop(ring);
-            Ok(res)
-        };
-        matches!(probe(), Ok(Some(r)) if r != -libc::EINVAL)
-    })
+    *PROBE.get_or_init(|| on_own_thread(probe_recv_limit))
+}
+
+/// What [`recv_limit_supported`] says, probed on the calling thread.
+fn probe_recv_limit() -> bool {
+    let probe = || -> io::Result<Option<i32>> {
+        use std::io::Write;
+        use std::os::fd::AsRawFd;
+        let mut ring = IoUring::new(2)?;
+        let (a, mut b) = std::os::unix::net::UnixStream::pair()?;
+        b.write_all(b"x")?;
+        let sqe = with_total_limit(
+            opcode::RecvMulti::new(types::Fd(a.as_raw_fd()), BUF_GROUP)
+                .build()
+                .user_data(1),
+            1,
+        );
+        // SAFETY: the entry carries no pointer (a provided-buffer
+        // receive); the socket outlives the ring, dropped first below.
+        unsafe { ring.submission().push(&sqe) }.map_err(io::Error::other)?;
+        let ts = types::Timespec::new().sec(1);
+        let args = types::SubmitArgs::new().timespec(&ts);
+        match ring.submitter().submit_with_args(1, &args) {
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ETIME) => {}
+            Err(e) => return Err(e),
+        }
+        let res = ring.completion().next().map(|c| c.result());
+        drop(ring);
+        Ok(res)
+    };
+    matches!(probe(), Ok(Some(r)) if r != -libc::EINVAL)
 }
 
 /// `sqe` with its `optlen` set: for a multishot receive, the most bytes it
@@ -2695,6 +2722,41 @@ mod tests {
     use std::os::unix::net::UnixStream;
     use std::sync::Arc;
     use std::time::{Duration, Instant};
+
+    /// A blocking read with a 300 ms timeout on a socket nothing arrives
+    /// on: how it ended.
+    fn quiet_read_ends() -> std::io::ErrorKind {
+        use std::io::Read;
+        let (a, _b) = UnixStream::pair().unwrap();
+        a.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        (&a).read(&mut [0u8; 1]).unwrap_err().kind()
+    }
+
+    /// A ring's creator is interrupted once the ring is torn down (the
+    /// kernel's exit work sends it task work with a notification signal):
+    /// a socket read with a timeout on that thread fails with EINTR. The
+    /// probes run on a thread of their own, so the thread that asked (a
+    /// server's builder, a test's client) never sees it.
+    #[test]
+    fn probes_leave_the_asking_thread_uninterrupted() {
+        if super::unavailable().is_some() {
+            return;
+        }
+        let probed = std::thread::spawn(|| {
+            super::on_own_thread(super::probe_ring);
+            super::on_own_thread(super::probe_recv_limit);
+            quiet_read_ends()
+        });
+        assert_ne!(probed.join().unwrap(), std::io::ErrorKind::Interrupted);
+        // The control: the same probe run on the reading thread.
+        let here = std::thread::spawn(|| {
+            super::probe_ring();
+            quiet_read_ends()
+        });
+        let here = here.join().unwrap();
+        eprintln!("a probe on the reading thread: its read ended {here:?}");
+    }
 
     #[test]
     fn after_running_out_of_descriptors_accepts_go_one_at_a_time_for_a_while() {

@@ -349,7 +349,12 @@ impl Client {
     pub fn closed_within(&mut self, within: Duration) -> bool {
         self.stream.set_read_timeout(Some(within)).unwrap();
         let mut b = [0u8; 1024];
-        let r = self.stream.read(&mut b);
+        let r = loop {
+            match self.stream.read(&mut b) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                r => break r,
+            }
+        };
         self.stream.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
         match r {
             Ok(0) => self.buf.is_empty(),
