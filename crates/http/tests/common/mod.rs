@@ -254,18 +254,20 @@ impl Client {
         self.response(true)
     }
 
+    /// One read, again after EINTR as `read_exact` would: a blocking read
+    /// with a timeout is not restarted when a signal interrupts it.
+    fn read_some(&mut self, b: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            match self.stream.read(b) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                r => return r,
+            }
+        }
+    }
+
     fn fill(&mut self) -> usize {
         let mut chunk = [0u8; 64 * 1024];
-        // A signal may interrupt the blocking read (EINTR; seen once in CI
-        // while the client waited for a 408): read again, as read_exact
-        // would.
-        let read = loop {
-            match self.stream.read(&mut chunk) {
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                r => break r,
-            }
-        };
-        match read {
+        match self.read_some(&mut chunk) {
             Ok(n) => {
                 self.buf.extend_from_slice(&chunk[..n]);
                 n
@@ -349,12 +351,7 @@ impl Client {
     pub fn closed_within(&mut self, within: Duration) -> bool {
         self.stream.set_read_timeout(Some(within)).unwrap();
         let mut b = [0u8; 1024];
-        let r = loop {
-            match self.stream.read(&mut b) {
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                r => break r,
-            }
-        };
+        let r = self.read_some(&mut b);
         self.stream.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
         match r {
             Ok(0) => self.buf.is_empty(),
