@@ -132,9 +132,20 @@ fn a_file_out_of_the_page_cache_is_read_in_off_the_loop_and_sent_intact() {
     }
     let cold = s.state.stats().cold_reads;
     assert!(on_tmpfs || cold >= 3, "{cold} cold reads");
-    // Hot now: nothing more is read in.
-    assert_eq!(fnv1a(&c.get("/big.bin").body), big);
-    assert_eq!(s.state.stats().cold_reads, cold);
+    // Hot now: nothing more is read in. A page still being read ahead by
+    // the last request (or one the kernel let go since) is rightly called
+    // cold, so a few tries, each intact; a server that reads in every time
+    // still fails.
+    let hot = (0..5).any(|_| {
+        let before = s.state.stats().cold_reads;
+        assert_eq!(fnv1a(&c.get("/big.bin").body), big);
+        let after = s.state.stats().cold_reads;
+        after == before || {
+            std::thread::sleep(Duration::from_millis(50));
+            false
+        }
+    });
+    assert!(hot, "every hot read read in again ({cold} cold reads before)");
 }
 
 /// A few pages out of the page cache cost a read of the chunk around them,
