@@ -145,7 +145,10 @@ fn a_file_out_of_the_page_cache_is_read_in_off_the_loop_and_sent_intact() {
             false
         }
     });
-    assert!(hot, "every hot read read in again ({cold} cold reads before)");
+    assert!(
+        hot,
+        "every hot read read in again ({cold} cold reads before)"
+    );
 }
 
 /// A few pages out of the page cache cost a read of the chunk around them,
