@@ -314,12 +314,11 @@ fn soak_one(
     let flood_stop = Arc::new(AtomicBool::new(false));
     let mut floods = Vec::new();
     for _ in 0..mix.floods {
-        floods.extend(duality_models::flood::flood(
+        floods.push(duality_models::flood::flood(
             addr,
             service.flood(),
             flood_stop.clone(),
         ));
-        sh.hostile.fetch_add(1, Relaxed);
     }
     if mix.slow > 0 {
         let (sh, req) = (sh.clone(), service.request());
@@ -396,8 +395,12 @@ fn soak_one(
     }
     sh.stop.store(true, Relaxed);
     flood_stop.store(true, Relaxed);
-    for t in threads.into_iter().chain(floods) {
+    for t in threads {
         let _ = t.join();
+    }
+    // Each flooder's connections count as hostile ones, reconnections too.
+    for t in floods {
+        sh.hostile.fetch_add(t.join().unwrap_or(1), Relaxed);
     }
     let mut lat = std::mem::take(&mut *sh.latencies.lock().unwrap_or_else(|e| e.into_inner()));
     Soaked {
