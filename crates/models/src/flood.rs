@@ -34,6 +34,9 @@ pub fn flood(addr: SocketAddr, batch: Vec<u8>, stop: Arc<AtomicBool>) -> JoinHan
             };
             made += 1;
             flood_one(s, &batch, &stop);
+            // A server that ends every connection at once (refusing, or
+            // resetting) gets a connection every few ms, not a connect storm.
+            std::thread::sleep(Duration::from_millis(2));
         }
         made
     })
