@@ -62,6 +62,11 @@ pub struct HttpArgs {
     /// Files not cached and at least this large (KiB) go out with sendfile.
     #[arg(long, default_value_t = 64)]
     sendfile_threshold: u64,
+    /// A file kept open (see --open-file-cache) at least this large (KiB)
+    /// goes out with sendfile even when the page cache holds a copy: from
+    /// 16 KiB the kernel's pages cost less than a copy of ours (0: never).
+    #[arg(long, default_value_t = 16)]
+    sendfile_kept: u64,
     /// Milliseconds a file's stat is trusted before a cache hit stats again (0: every request).
     #[arg(long, default_value_t = 1000)]
     revalidate_ms: u64,
@@ -452,6 +457,10 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         cache_bytes: a.cache_size.saturating_mul(1 << 20),
         cache_max_file: a.cache_max_file.saturating_mul(1 << 10),
         sendfile_threshold: a.sendfile_threshold.saturating_mul(1 << 10),
+        sendfile_kept: match a.sendfile_kept {
+            0 => u64::MAX,
+            kib => kib.saturating_mul(1 << 10),
+        },
         revalidate: Duration::from_millis(a.revalidate_ms),
         head_timeout: seconds("head-timeout", a.head_timeout)?,
         idle_timeout: seconds("idle-timeout", a.idle_timeout)?,

@@ -58,7 +58,7 @@ use crate::response::{
     not_modified, plan_encoded, write_error, write_redirect, write_refusal, write_text, ByteRange,
     Encoding, Parts, Plan, CONTINUE,
 };
-use crate::server::{Found, HttpState, Phase};
+use crate::server::{Found, HttpState, OpenFile, Phase};
 use crate::status::{HttpError, Status};
 use crate::sys;
 
@@ -172,13 +172,25 @@ pub struct HttpSession {
 enum Pending {
     /// A large file kept open: its body goes out with `sendfile`.
     Open {
-        file: Arc<File>,
+        open: Arc<OpenFile>,
         meta: FileMeta,
         content_type: &'static str,
         encoding: Encoding,
     },
     /// Not in the caches: the blocking lookup decides.
     Miss { want_gzip: bool },
+}
+
+/// What is known of whether a file's pages are in the page cache before
+/// its body is sent ([`HttpProtocol::send_file`]).
+enum Residency {
+    /// Just read in.
+    Known,
+    /// Not known: each piece is asked.
+    Ask,
+    /// A file kept open (`u64`: its size): asked, the answer remembered
+    /// there when the file is no larger than a piece.
+    Remembered(Arc<OpenFile>, u64),
 }
 
 impl HttpSession {
@@ -560,7 +572,11 @@ impl HttpProtocol {
         // A request that wants gzip is answered from the variant cache only.
         if let Some(f) = self.state.fresh.get(&head.path) {
             let eligible = gzip::eligible(&gzip_cfg, &f.path, f.content_type, f.meta.size);
-            let hit = if eligible && want_gzip {
+            let gzip = eligible && want_gzip;
+            // Large enough that the kernel's pages cost less than a copy
+            // of ours (`HttpConfig::sendfile_kept`): sendfile, if kept open.
+            let kept = f.meta.size >= self.state.cfg.sendfile_kept;
+            let hit = if gzip {
                 let bytes = self.state.gzip_cache.get(&f.path, &f.meta);
                 bytes.map(|b| {
                     (
@@ -570,6 +586,8 @@ impl HttpProtocol {
                         b,
                     )
                 })
+            } else if kept && f.file.is_some() {
+                None
             } else {
                 let bytes = self.state.cache.get(&f.path, &f.meta);
                 bytes.map(|b| (Encoding::Identity { vary: eligible }, b))
@@ -580,11 +598,11 @@ impl HttpProtocol {
                 self.log(session, Some(head), None, &plan);
                 return Some(plan);
             }
-            // A large file kept open: its body goes out with sendfile.
-            if let (Some(open), false) = (&f.file, eligible && want_gzip) {
+            // A file kept open: its body goes out with sendfile.
+            if let (Some(open), false) = (&f.file, gzip) {
                 self.state.counters.open_file_hits.fetch_add(1, Relaxed);
                 session.pending = Some(Pending::Open {
-                    file: open.file.clone(),
+                    open: open.clone(),
                     meta: f.meta,
                     content_type: f.content_type,
                     encoding: Encoding::Identity { vary: eligible },
@@ -609,7 +627,7 @@ impl HttpProtocol {
         let date = as_str(&date);
         let want_gzip = match pending {
             Pending::Open {
-                file,
+                open,
                 meta,
                 content_type,
                 encoding,
@@ -618,7 +636,11 @@ impl HttpProtocol {
                     reply.out().extend_from_slice(CONTINUE);
                 }
                 let plan = plan_encoded(head, &meta, content_type, encoding, date, reply.out());
-                return self.send_body(plan, file, false, &head.path, reply).await;
+                let file = open.file.clone();
+                let residency = Residency::Remembered(open, meta.size);
+                return self
+                    .send_body(plan, file, residency, &head.path, reply)
+                    .await;
             }
             Pending::Miss { want_gzip } => want_gzip,
         };
@@ -659,7 +681,12 @@ impl HttpProtocol {
                 resident,
             }) => {
                 let plan = plan_encoded(head, &meta, content_type, encoding, date, out);
-                self.send_body(plan, file, resident, &head.path, reply)
+                let residency = if resident {
+                    Residency::Known
+                } else {
+                    Residency::Ask
+                };
+                self.send_body(plan, file, residency, &head.path, reply)
                     .await?
             }
             Ok(Found::Compress {
@@ -718,7 +745,8 @@ impl HttpProtocol {
                 // A file that changed ends the connection short of its
                 // length, as any file that shrinks while sent.
                 GzipInput::File { file, .. } => {
-                    self.send_body(plan, file, false, &head.path, reply).await
+                    self.send_body(plan, file, Residency::Ask, &head.path, reply)
+                        .await
                 }
             };
         };
@@ -749,21 +777,18 @@ impl HttpProtocol {
         &self,
         mut plan: Plan,
         file: Arc<File>,
-        resident: bool,
+        residency: Residency,
         path: &str,
         reply: &mut Reply<'_>,
     ) -> Result<Plan, Aborted> {
         let mut sent = 0;
         let done = match (&plan.body, &plan.parts) {
-            (Some(span), _) => match reply.flush().await {
-                Ok(()) => {
-                    self.send_file(file, *span, resident, reply, &mut sent)
-                        .await
-                }
-                Err(e) => Err(e),
-            },
+            (Some(span), _) => {
+                self.send_file(file, *span, &residency, reply, &mut sent, 0)
+                    .await
+            }
             (None, Some(parts)) => {
-                self.send_parts(parts, file, resident, reply, &mut sent)
+                self.send_parts(parts, file, &residency, reply, &mut sent)
                     .await
             }
             (None, None) => Ok(true),
@@ -787,27 +812,25 @@ impl HttpProtocol {
         Ok(plan)
     }
 
-    /// Sends a multipart body: each part's head (written with what is
-    /// before it in the output), then its span of `file`; the end is left
-    /// in the output. `false` if the file ended first.
+    /// Sends a multipart body: each part's head (sent with what is before
+    /// it in the output, ahead of its span), then its span of `file`; the
+    /// end is left in the output. `false` if the file ended first.
     async fn send_parts(
         &self,
         parts: &Parts,
         file: Arc<File>,
-        resident: bool,
+        residency: &Residency,
         reply: &mut Reply<'_>,
         sent: &mut u64,
     ) -> io::Result<bool> {
         for (head, span) in &parts.parts {
             reply.out().extend_from_slice(head);
-            reply.flush().await?;
             // The log counts the parts' heads as body bytes sent, as
             // nginx's `$body_bytes_sent` does.
-            *sent += head.len() as u64;
-            if !self
-                .send_file(file.clone(), *span, resident, reply, sent)
-                .await?
-            {
+            let whole = self
+                .send_file(file.clone(), *span, residency, reply, sent, head.len())
+                .await?;
+            if !whole {
                 return Ok(false);
             }
         }
@@ -815,41 +838,66 @@ impl HttpProtocol {
         Ok(true)
     }
 
-    /// Sends `span` of `file` with `sendfile`, so that no loop waits for the
-    /// disk. A span `resident` (just read into the page cache) goes out at
-    /// once; otherwise each piece is asked of [`sys::cached`] first
-    /// (`cachestat`, and whether both its ends can be read without waiting),
-    /// and a piece found cold is read in off the loop before it is sent: on
-    /// an io_uring loop by the ring ([`duality_rt::fs::fetch`]), on epoll by
-    /// a read on the blocking pool. Either way the bytes waiting for a slow
-    /// reader are the page cache's, not copies of ours. Where the kernel
-    /// cannot say (no `cachestat`), epoll sends at once and io_uring reads
-    /// each piece in. `false` if the file ended first. `sent_so_far` counts the
-    /// bytes handed to the kernel, an error or not.
+    /// Sends what the output holds (the head) and then `span` of `file`
+    /// with `sendfile`, so that no loop waits for the disk: the head goes
+    /// with the body's first piece ([`Reply::flush_with`]). A span known
+    /// resident (just read into the page cache) goes out at once; otherwise
+    /// each piece is asked of [`sys::cached`] first (`cachestat`, and
+    /// whether both its ends can be read without waiting) — a file kept
+    /// open and no larger than a piece is asked whole, and not asked again
+    /// for [`OpenFile::RESIDENT_FOR`] once found in — and a piece found
+    /// cold is read in off the loop before it is sent: on an io_uring loop
+    /// by the ring ([`duality_rt::fs::fetch`]), on epoll by a read on the
+    /// blocking pool. Either way the bytes waiting for a slow reader are
+    /// the page cache's, not copies of ours. Where the kernel cannot say (no
+    /// `cachestat`), epoll sends at once and io_uring reads each piece in.
+    /// `false` if the file ended first. `sent_so_far` counts the body bytes
+    /// handed to the kernel, an error or not: the span's, and those of the
+    /// last `body_head` bytes of the output (a part's head).
     async fn send_file(
         &self,
         file: Arc<File>,
         span: ByteRange,
-        resident: bool,
+        residency: &Residency,
         reply: &mut Reply<'_>,
         sent_so_far: &mut u64,
+        body_head: usize,
     ) -> io::Result<bool> {
         let uring =
             duality_rt::event_loop::current_io_backend() == Some(duality_rt::IoBackend::Uring);
         let fd = file.as_raw_fd();
         let end = span.end();
         let mut offset = span.start;
+        // A small file kept open: asked whole, the answer remembered.
+        let small = match residency {
+            Residency::Remembered(open, size) if *size <= SENDFILE_CHUNK => Some((open, *size)),
+            _ => None,
+        };
         // Bytes before this were read in (or found ready) and are still to
         // send: a sendfile cut short by a full socket does not make the rest
         // of its piece look cold and be read again.
-        let mut ready_to = if resident { end } else { offset };
+        let mut ready_to = match (residency, small) {
+            (Residency::Known, _) => end,
+            (_, Some((open, _))) if open.resident_since(loop_now()) => end,
+            _ => offset,
+        };
         let wait = reply.write_timeout();
+        let mut head_sent = false;
         while offset < end {
             let mut count = (end - offset).min(SENDFILE_CHUNK) as usize;
             if offset < ready_to {
                 count = count.min((ready_to - offset) as usize);
             } else {
-                let here = sys::cached(fd, offset, count as u64);
+                let here = match small {
+                    Some((open, size)) => {
+                        let here = sys::cached(fd, 0, size);
+                        if here == Some(true) {
+                            open.found_resident(loop_now());
+                        }
+                        here
+                    }
+                    None => sys::cached(fd, offset, count as u64),
+                };
                 if uring && here != Some(true) {
                     self.state.counters.cold_reads.fetch_add(1, Relaxed);
                     count = count.min(duality_rt::fs::fetch(file.clone(), offset, count).await?);
@@ -867,10 +915,27 @@ impl HttpProtocol {
                 }
                 ready_to = offset + count as u64;
             }
-            let sent = reply
-                .conn()
-                .write_with_for(wait, |sock| sys::sendfile(sock, fd, &mut offset, count))
-                .await?;
+            // (Only the first piece has a head: the output's bytes.)
+            let head_len = reply.out().len();
+            let counted_from = head_len.saturating_sub(body_head);
+            let mut send = |sock, head: &mut &[u8]| {
+                while !head.is_empty() {
+                    let at = head_len.saturating_sub(head.len());
+                    let n = sys::send_more(sock, head)?;
+                    *head = &head[n..];
+                    *sent_so_far += (at + n).saturating_sub(at.max(counted_from)) as u64;
+                }
+                sys::sendfile(sock, fd, &mut offset, count)
+            };
+            let sent = if head_sent {
+                reply
+                    .conn()
+                    .write_with_for(wait, |sock| send(sock, &mut &[][..]))
+                    .await?
+            } else {
+                head_sent = true;
+                reply.flush_with(&mut send).await?
+            };
             if sent == 0 {
                 return Ok(false);
             }

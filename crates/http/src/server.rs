@@ -88,6 +88,12 @@ pub struct HttpConfig {
     /// Files not cached and at least this large are sent with `sendfile`;
     /// smaller ones are read on the blocking pool and written from memory.
     pub sendfile_threshold: u64,
+    /// A file whose descriptor is kept open (see
+    /// [`open_files`](Self::open_files)) and at least this large is sent
+    /// with `sendfile` even when the page cache holds a copy: from 16 KiB,
+    /// handing the socket the kernel's pages costs less than copying ours
+    /// (`u64::MAX`: never).
+    pub sendfile_kept: u64,
     /// How long a `stat` stays trusted for answering from memory (see the
     /// [module docs](self)); zero stats on every request.
     pub revalidate: Duration,
@@ -137,8 +143,8 @@ pub struct HttpConfig {
 
 impl HttpConfig {
     /// The defaults for `root`: 64 MiB cache of files up to 64 KiB,
-    /// `sendfile` from 64 KiB, revalidation after 1 s, 10 s head timeout,
-    /// 60 s idle and write timeouts, 1,000 requests per connection (nginx's
+    /// `sendfile` from 64 KiB (from 16 KiB for a file kept open),
+    /// revalidation after 1 s, 10 s head timeout, 60 s idle and write timeouts, 1,000 requests per connection (nginx's
     /// default), no access log, [`Limits::default`],
     /// gzip off ([`GzipConfig::default`]), up to 1,000 open files kept,
     /// symlinks only inside the root.
@@ -149,6 +155,7 @@ impl HttpConfig {
             cache_bytes: 64 << 20,
             cache_max_file: 64 << 10,
             sendfile_threshold: 64 << 10,
+            sendfile_kept: 16 << 10,
             revalidate: Duration::from_secs(1),
             head_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
@@ -616,7 +623,21 @@ impl HttpState {
         }
         let encoding = Encoding::Identity { vary };
         if let Some(bytes) = self.cache.get(&path, &meta) {
-            self.fresh.record(url_path, &path, meta, content_type);
+            // Kept open for its next requests where sendfile costs less
+            // than the copy (a file the open did not find as stat did is
+            // left to the next lookup).
+            let opened = (meta.size >= self.cfg.sendfile_kept && self.fresh.has_room())
+                .then(|| file::open(&path).ok())
+                .flatten()
+                .filter(|(_, m)| *m == meta);
+            match opened {
+                Some((file, _)) => {
+                    let file = Arc::new(file);
+                    self.fresh
+                        .record_open_if_room(url_path, &path, meta, content_type, &file);
+                }
+                None => self.fresh.record(url_path, &path, meta, content_type),
+            }
             return Ok(Found::Bytes {
                 meta,
                 content_type,
@@ -649,7 +670,7 @@ impl HttpState {
             // `sendfile`s them without waiting for the disk: no copy of a
             // file larger than the cache's largest held per reader.
             if meta.size < self.cfg.sendfile_threshold && self.cache.admits(meta.size) {
-                let (meta, bytes) = read_whole(file, meta)?;
+                let (meta, bytes) = read_whole(&file, meta)?;
                 return Ok(Found::Bytes {
                     meta,
                     content_type,
@@ -870,12 +891,20 @@ impl HttpState {
         meta: FileMeta,
         content_type: &'static str,
     ) -> Result<(FileMeta, Arc<[u8]>), HttpError> {
-        let (read, bytes) = read_whole(file, meta)?;
+        let (read, bytes) = read_whole(&file, meta)?;
         if read != meta {
             return Ok((read, bytes));
         }
         if self.cache.admits(meta.size) && self.cache.insert(path, &meta, bytes.clone()) {
-            self.fresh.record(url_path, path, meta, content_type);
+            // Its next requests go out with sendfile if it is large enough
+            // and a descriptor is free (see `HttpConfig::sendfile_kept`).
+            if meta.size >= self.cfg.sendfile_kept {
+                let file = Arc::new(file);
+                self.fresh
+                    .record_open_if_room(url_path, path, meta, content_type, &file);
+            } else {
+                self.fresh.record(url_path, path, meta, content_type);
+            }
         }
         Ok((meta, bytes))
     }
@@ -884,7 +913,7 @@ impl HttpState {
 /// Reads the open `file` (validators `meta`) whole into memory of its own;
 /// if it shrank between `fstat` and the read, the validators returned give
 /// the length read.
-fn read_whole(file: File, meta: FileMeta) -> Result<(FileMeta, Arc<[u8]>), HttpError> {
+fn read_whole(file: &File, meta: FileMeta) -> Result<(FileMeta, Arc<[u8]>), HttpError> {
     let mut bytes = Vec::with_capacity(meta.size as usize);
     file.take(meta.size)
         .read_to_end(&mut bytes)
@@ -941,6 +970,35 @@ pub(crate) struct Fresh {
 pub(crate) struct OpenFile {
     pub(crate) file: Arc<File>,
     open: Arc<std::sync::atomic::AtomicUsize>,
+    /// When the whole file was last found in the page cache, in
+    /// microseconds after `opened`, plus one (0: never). A hint any loop
+    /// may set, read without ordering.
+    resident_at: std::sync::atomic::AtomicU64,
+    opened: Instant,
+}
+
+impl OpenFile {
+    /// How long a file found wholly in the page cache is trusted to stay
+    /// there without asking again ([`resident_since`](Self::resident_since)).
+    /// Pages just sent sit on the kernel's active list; one evicted within
+    /// this costs its loop one disk read in `sendfile`, where asking costs
+    /// every request three system calls.
+    pub(crate) const RESIDENT_FOR: Duration = Duration::from_millis(100);
+
+    /// Whether the whole file was found in the page cache within
+    /// [`RESIDENT_FOR`](Self::RESIDENT_FOR) before `now`.
+    pub(crate) fn resident_since(&self, now: Instant) -> bool {
+        let at = self.resident_at.load(Relaxed);
+        at != 0
+            && now.saturating_duration_since(self.opened).as_micros() as u64 + 1
+                < at.saturating_add(Self::RESIDENT_FOR.as_micros() as u64)
+    }
+
+    /// Records that the whole file was found in the page cache at `now`.
+    pub(crate) fn found_resident(&self, now: Instant) {
+        let at = now.saturating_duration_since(self.opened).as_micros() as u64 + 1;
+        self.resident_at.store(at, Relaxed);
+    }
 }
 
 impl Drop for OpenFile {
@@ -981,6 +1039,11 @@ impl FreshIndex {
     /// Descriptors held open now.
     pub(crate) fn open_files(&self) -> usize {
         self.open.load(Relaxed)
+    }
+
+    /// Whether another descriptor may be kept now (without sweeping).
+    pub(crate) fn has_room(&self) -> bool {
+        !self.ttl.is_zero() && self.open_files() < self.open_max
     }
 
     fn shard(&self, url: &str) -> MutexGuard<'_, FreshShard> {
@@ -1034,6 +1097,32 @@ impl FreshIndex {
         content_type: &'static str,
         file: &Arc<File>,
     ) {
+        self.record_kept(url, path, meta, content_type, file, true);
+    }
+
+    /// [`record_open`](Self::record_open) for a file the page cache holds
+    /// too: at the limit the entry keeps no descriptor, and nothing is swept
+    /// for one (a copy answers it anyway).
+    pub(crate) fn record_open_if_room(
+        &self,
+        url: &str,
+        path: &Path,
+        meta: FileMeta,
+        content_type: &'static str,
+        file: &Arc<File>,
+    ) {
+        self.record_kept(url, path, meta, content_type, file, false);
+    }
+
+    fn record_kept(
+        &self,
+        url: &str,
+        path: &Path,
+        meta: FileMeta,
+        content_type: &'static str,
+        file: &Arc<File>,
+        sweep: bool,
+    ) {
         if self.ttl.is_zero() || self.open_max == 0 {
             return self.record(url, path, meta, content_type);
         }
@@ -1050,7 +1139,7 @@ impl FreshIndex {
                 .is_ok()
         };
         let mut held = reserve();
-        if !held {
+        if !held && sweep {
             self.drop_stale_files();
             held = reserve();
         }
@@ -1058,6 +1147,8 @@ impl FreshIndex {
             Arc::new(OpenFile {
                 file: file.clone(),
                 open: self.open.clone(),
+                resident_at: Default::default(),
+                opened: Instant::now(),
             })
         });
         self.insert(url, path, meta, content_type, file);
@@ -1259,6 +1350,38 @@ mod tests {
         none.record_open("/a", Path::new("/r/x"), meta, "x/y", &f);
         assert!(none.get("/a").unwrap().file.is_none());
         assert_eq!(none.open_files(), 0);
+    }
+
+    #[test]
+    fn a_kept_file_is_trusted_resident_only_for_a_while_after_found_so() {
+        let idx = FreshIndex::new(Duration::from_secs(60), 1);
+        let meta = FileMeta {
+            size: 1 << 10,
+            mtime: std::time::UNIX_EPOCH,
+            inode: 1,
+            changed: 0,
+        };
+        let f = Arc::new(File::open(std::env::current_exe().unwrap()).unwrap());
+        idx.record_open("/a", Path::new("/r/x"), meta, "x/y", &f);
+        let open = idx.get("/a").unwrap().file.unwrap();
+        let t = Instant::now() + Duration::from_millis(5);
+        // Never found resident: asked.
+        assert!(!open.resident_since(t));
+        open.found_resident(t);
+        assert!(open.resident_since(t));
+        let within = OpenFile::RESIDENT_FOR - Duration::from_millis(1);
+        assert!(open.resident_since(t + within));
+        assert!(!open.resident_since(t + OpenFile::RESIDENT_FOR));
+        // Found again later: trusted from then on.
+        open.found_resident(t + Duration::from_secs(2));
+        assert!(open.resident_since(t + Duration::from_secs(2) + within));
+        // The index hands out the same file: the memory is shared by loops.
+        assert!(idx
+            .get("/a")
+            .unwrap()
+            .file
+            .unwrap()
+            .resident_since(t + Duration::from_secs(2)));
     }
 
     #[test]

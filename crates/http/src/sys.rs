@@ -33,6 +33,20 @@ pub(crate) fn sendfile(
     Ok(n as usize)
 }
 
+/// Sends `buf` to `socket` without waiting, saying more follows
+/// (`MSG_MORE`: TCP holds it to leave in one segment with the next send,
+/// the body's `sendfile`). `Err(WouldBlock)` when the socket is full.
+pub(crate) fn send_more(socket: RawFd, buf: &[u8]) -> io::Result<usize> {
+    let flags = libc::MSG_MORE | libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL;
+    // SAFETY: `send` reads `buf.len()` bytes from `buf`, a live slice, and
+    // one descriptor (an invalid one yields EBADF).
+    let n = unsafe { libc::send(socket, buf.as_ptr().cast(), buf.len(), flags) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
 /// `openat2(2)`'s `struct open_how` (libc's is `non_exhaustive`).
 #[repr(C)]
 struct OpenHow {

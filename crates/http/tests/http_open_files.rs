@@ -40,6 +40,49 @@ fn a_kept_file_answers_gets_ranges_heads_and_conditionals() {
     assert_eq!(st.open_files, 1);
 }
 
+/// A file the page cache holds that is at least `sendfile_kept` large is
+/// kept open too, and its next requests go out with sendfile (the kernel's
+/// pages, not a copy of ours), ranges and pipelined requests included; with
+/// `sendfile_kept` off they are copied from the page cache, as smaller files
+/// always are.
+#[test]
+fn a_cached_file_large_enough_goes_out_with_sendfile_once_kept_open() {
+    use common::CACHED;
+    for kept in [16 << 10, u64::MAX] {
+        let s = TestServer::start("openf-kept", |c| {
+            c.revalidate = Duration::from_secs(60);
+            c.sendfile_kept = kept;
+        });
+        let cached = read_file(&s.www().join("cached.bin"));
+        assert!(cached.len() as u64 >= 16 << 10 && cached.len() <= 64 << 10);
+        let mut c = s.client();
+        for _ in 0..3 {
+            assert_eq!(fnv1a(&c.get("/cached.bin").body), fnv1a(&cached));
+        }
+        let r = c.get_with("/cached.bin", "Range: bytes=100-199,1000-1099\r\n");
+        assert_eq!(r.status, 206);
+        for part in [&cached[100..200], &cached[1000..1100]] {
+            assert!(r.body.windows(100).any(|w| w == part), "a part missing");
+        }
+        c.send(
+            "GET /cached.bin HTTP/1.1\r\nHost: t\r\n\r\n\
+             GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n",
+        );
+        assert_eq!(fnv1a(&c.response(false).body), fnv1a(&cached));
+        assert_eq!(c.response(false).text(), "hello, world\n");
+        let st = s.state.stats();
+        if kept == u64::MAX {
+            assert_eq!((st.open_file_hits, st.sendfile_bytes), (0, 0));
+            assert_eq!(st.open_files, 0);
+        } else {
+            // Every request after the first (which read it in).
+            assert_eq!(st.open_file_hits, 4);
+            assert_eq!(st.open_files, 1);
+            assert!(st.sendfile_bytes >= 3 * CACHED as u64, "{st:?}");
+        }
+    }
+}
+
 #[test]
 fn a_changed_or_deleted_file_is_seen_after_revalidate_and_its_descriptor_closed() {
     let s = TestServer::start("openf-change", |c| {
@@ -148,6 +191,45 @@ fn a_file_out_of_the_page_cache_is_read_in_off_the_loop_and_sent_intact() {
     assert!(
         hot,
         "every hot read read in again ({cold} cold reads before)"
+    );
+}
+
+/// A file kept open and no larger than one `sendfile` piece is asked of
+/// the page cache whole, and a "resident" answer is trusted for 100 ms
+/// (no system calls to ask it per request): once that ran out, a file
+/// dropped from the page cache is found cold again and read in off the
+/// loop, and sent intact. A server that trusted the answer for good would
+/// send it from the disk on its loop and count no cold read.
+#[test]
+fn a_small_kept_file_dropped_from_the_page_cache_is_read_in_again_once_trust_ran_out() {
+    use std::os::fd::AsRawFd;
+    let s = TestServer::start("openf-memo", |c| c.revalidate = Duration::from_secs(60));
+    let path = s.www().join("mid.bin");
+    let mid = fnv1a(&read_file(&path));
+    let on_tmpfs = is_tmpfs(&path);
+    let mut c = s.client();
+    // Opened and kept; then found resident by the next requests.
+    for _ in 0..3 {
+        assert_eq!(fnv1a(&c.get("/mid.bin").body), mid);
+    }
+    let mut cold_rounds = 0;
+    for round in 0..3 {
+        // Well past the 100 ms the server trusts what it found.
+        std::thread::sleep(Duration::from_millis(250));
+        let f = std::fs::File::open(&path).unwrap();
+        f.sync_all().unwrap();
+        // SAFETY: posix_fadvise only reads a live descriptor and integers.
+        let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        assert_eq!(r, 0);
+        let before = s.state.stats().cold_reads;
+        assert_eq!(fnv1a(&c.get("/mid.bin").body), mid, "round {round}");
+        cold_rounds += usize::from(s.state.stats().cold_reads > before);
+    }
+    // (One round may find a page the kernel kept: a page in use is not
+    // always dropped.)
+    assert!(
+        on_tmpfs || cold_rounds >= 2,
+        "cold in {cold_rounds} of 3 rounds"
     );
 }
 

@@ -750,6 +750,38 @@ impl Reply<'_> {
         written(self.out);
         r
     }
+
+    /// Sends the output and then a body the protocol sends itself with a
+    /// write-side system call (`sendfile`), in one go: when the socket can
+    /// take more, `f(fd, head)` gets the output's bytes not sent yet, sends
+    /// them first (advancing `head`; with `MSG_MORE`, so that they leave in
+    /// one segment with the body) and then its body. A `WouldBlock` from `f`
+    /// waits for room and calls it again; `TimedOut` as
+    /// [`write_timeout`](Self::write_timeout) says. An output with shared
+    /// bodies is [flushed](Self::flush) first (`head` is then empty). Saves
+    /// the head its own write and, under io_uring, its own loop turn.
+    pub async fn flush_with<R>(
+        &mut self,
+        mut f: impl FnMut(std::os::fd::RawFd, &mut &[u8]) -> io::Result<R>,
+    ) -> io::Result<R> {
+        if self.out.has_shared() {
+            self.flush().await?;
+        }
+        if !self.out.is_pending() {
+            return self
+                .conn
+                .write_with_for(self.write_timeout, |fd| f(fd, &mut &[][..]))
+                .await;
+        }
+        self.answered.first_byte();
+        let mut head: &[u8] = &self.out.bytes;
+        let r = self
+            .conn
+            .write_with_for(self.write_timeout, |fd| f(fd, &mut head))
+            .await;
+        written(self.out);
+        r
+    }
 }
 
 /// Writes `out` (bytes with shared bodies among them) on the slow path:
