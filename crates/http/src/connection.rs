@@ -81,6 +81,9 @@ const FLUSH_AT: usize = 64 * 1024;
 /// Bytes per `sendfile` call; the task yields between calls so that one
 /// large file does not hold its loop.
 const SENDFILE_CHUNK: u64 = duality_rt::fs::FETCH_MAX as u64;
+/// The largest body sent in one call with its head ([`Reply::flush_with`]);
+/// a larger one's head is written first.
+const HEAD_WITH_BODY_MAX: u64 = 64 * 1024;
 /// A cached body at least this large, answering the first request of a
 /// write, is not copied into the output: the write sends it from the cache
 /// entry ([`Output::share`]). Smaller ones cost less to copy than a second
@@ -189,7 +192,7 @@ enum Residency {
     /// Not known: each piece is asked.
     Ask,
     /// A file kept open (`u64`: its size): asked, the answer remembered
-    /// there when the file is no larger than a piece.
+    /// there when the file is small ([`HEAD_WITH_BODY_MAX`]).
     Remembered(Arc<OpenFile>, u64),
 }
 
@@ -840,12 +843,14 @@ impl HttpProtocol {
 
     /// Sends what the output holds (the head) and then `span` of `file`
     /// with `sendfile`, so that no loop waits for the disk: the head goes
-    /// with the body's first piece ([`Reply::flush_with`]). A span known
+    /// in one call with a body of up to [`HEAD_WITH_BODY_MAX`]
+    /// ([`Reply::flush_with`]), before a larger one. A span known
     /// resident (just read into the page cache) goes out at once; otherwise
     /// each piece is asked of [`sys::cached`] first (`cachestat`, and
     /// whether both its ends can be read without waiting) — a file kept
-    /// open and no larger than a piece is asked whole, and not asked again
-    /// for [`OpenFile::RESIDENT_FOR`] once found in — and a piece found
+    /// open and no larger than [`HEAD_WITH_BODY_MAX`] is asked whole, and
+    /// not asked again for [`OpenFile::RESIDENT_FOR`] once found in — and a
+    /// piece found
     /// cold is read in off the loop before it is sent: on an io_uring loop
     /// by the ring ([`duality_rt::fs::fetch`]), on epoll by a read on the
     /// blocking pool. Either way the bytes waiting for a slow reader are
@@ -868,9 +873,12 @@ impl HttpProtocol {
         let fd = file.as_raw_fd();
         let end = span.end();
         let mut offset = span.start;
-        // A small file kept open: asked whole, the answer remembered.
+        // A small file kept open: asked whole, the answer remembered. (A
+        // larger one is asked per piece, as before: remembering made a
+        // 256 KiB file slower on epoll, 0.7x the requests/s at the same CPU
+        // per request, not understood.)
         let small = match residency {
-            Residency::Remembered(open, size) if *size <= SENDFILE_CHUNK => Some((open, *size)),
+            Residency::Remembered(open, size) if *size <= HEAD_WITH_BODY_MAX => Some((open, *size)),
             _ => None,
         };
         // Bytes before this were read in (or found ready) and are still to
@@ -882,7 +890,14 @@ impl HttpProtocol {
             _ => offset,
         };
         let wait = reply.write_timeout();
-        let mut head_sent = false;
+        // A large body's head goes first on its own: sent with it (the head
+        // held back by MSG_MORE), a 256 KiB body cost twice the CPU per
+        // request and served 0.6x the requests/s (docs/results/http-sendfile).
+        let mut head_sent = span.len > HEAD_WITH_BODY_MAX;
+        if head_sent {
+            reply.flush().await?;
+            *sent_so_far += body_head as u64;
+        }
         while offset < end {
             let mut count = (end - offset).min(SENDFILE_CHUNK) as usize;
             if offset < ready_to {

@@ -194,24 +194,26 @@ fn a_file_out_of_the_page_cache_is_read_in_off_the_loop_and_sent_intact() {
     );
 }
 
-/// A file kept open and no larger than one `sendfile` piece is asked of
-/// the page cache whole, and a "resident" answer is trusted for 100 ms
-/// (no system calls to ask it per request): once that ran out, a file
-/// dropped from the page cache is found cold again and read in off the
-/// loop, and sent intact. A server that trusted the answer for good would
-/// send it from the disk on its loop and count no cold read.
+/// A small file kept open (one the page cache holds too, large enough to go
+/// out with sendfile) is asked of the page cache whole, and a "resident"
+/// answer is trusted for 100 ms (no system calls to ask it per request):
+/// once that ran out, a file dropped from the page cache is found cold
+/// again and read in off the loop, and sent intact. A server that trusted
+/// the answer for good would send it from the disk on its loop and count
+/// no cold read.
 #[test]
 fn a_small_kept_file_dropped_from_the_page_cache_is_read_in_again_once_trust_ran_out() {
     use std::os::fd::AsRawFd;
     let s = TestServer::start("openf-memo", |c| c.revalidate = Duration::from_secs(60));
-    let path = s.www().join("mid.bin");
-    let mid = fnv1a(&read_file(&path));
+    let path = s.www().join("cached.bin");
+    let want = fnv1a(&read_file(&path));
     let on_tmpfs = is_tmpfs(&path);
     let mut c = s.client();
-    // Opened and kept; then found resident by the next requests.
+    // Read in and kept open; then found resident by the next requests.
     for _ in 0..3 {
-        assert_eq!(fnv1a(&c.get("/mid.bin").body), mid);
+        assert_eq!(fnv1a(&c.get("/cached.bin").body), want);
     }
+    assert!(s.state.stats().sendfile_bytes > 0, "not sent with sendfile");
     let mut cold_rounds = 0;
     for round in 0..3 {
         // Well past the 100 ms the server trusts what it found.
@@ -222,7 +224,7 @@ fn a_small_kept_file_dropped_from_the_page_cache_is_read_in_again_once_trust_ran
         let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
         assert_eq!(r, 0);
         let before = s.state.stats().cold_reads;
-        assert_eq!(fnv1a(&c.get("/mid.bin").body), mid, "round {round}");
+        assert_eq!(fnv1a(&c.get("/cached.bin").body), want, "round {round}");
         cold_rounds += usize::from(s.state.stats().cold_reads > before);
     }
     // (One round may find a page the kernel kept: a page in use is not
