@@ -64,8 +64,8 @@ pub struct HttpArgs {
     sendfile_threshold: u64,
     /// A file kept open (see --open-file-cache) at least this large (KiB)
     /// goes out with sendfile even when the page cache holds a copy: from
-    /// 16 KiB the kernel's pages cost less than a copy of ours (0: never).
-    #[arg(long, default_value_t = 16)]
+    /// 32 KiB the kernel's pages cost less than a copy of ours (0: never).
+    #[arg(long, default_value_t = 32)]
     sendfile_kept: u64,
     /// Milliseconds a file's stat is trusted before a cache hit stats again (0: every request).
     #[arg(long, default_value_t = 1000)]

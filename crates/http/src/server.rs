@@ -90,9 +90,10 @@ pub struct HttpConfig {
     pub sendfile_threshold: u64,
     /// A file whose descriptor is kept open (see
     /// [`open_files`](Self::open_files)) and at least this large is sent
-    /// with `sendfile` even when the page cache holds a copy: from 16 KiB,
+    /// with `sendfile` even when the page cache holds a copy: from 32 KiB,
     /// handing the socket the kernel's pages costs less than copying ours
-    /// (`u64::MAX`: never).
+    /// (by wrk from 16 KiB; by `bench http`'s client from 32-64 KiB:
+    /// `docs/results/http-sendfile`). `u64::MAX`: never.
     pub sendfile_kept: u64,
     /// How long a `stat` stays trusted for answering from memory (see the
     /// [module docs](self)); zero stats on every request.
@@ -143,7 +144,7 @@ pub struct HttpConfig {
 
 impl HttpConfig {
     /// The defaults for `root`: 64 MiB cache of files up to 64 KiB,
-    /// `sendfile` from 64 KiB (from 16 KiB for a file kept open),
+    /// `sendfile` from 64 KiB (from 32 KiB for a file kept open),
     /// revalidation after 1 s, 10 s head timeout, 60 s idle and write timeouts, 1,000 requests per connection (nginx's
     /// default), no access log, [`Limits::default`],
     /// gzip off ([`GzipConfig::default`]), up to 1,000 open files kept,
@@ -155,7 +156,7 @@ impl HttpConfig {
             cache_bytes: 64 << 20,
             cache_max_file: 64 << 10,
             sendfile_threshold: 64 << 10,
-            sendfile_kept: 16 << 10,
+            sendfile_kept: 32 << 10,
             revalidate: Duration::from_secs(1),
             head_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),

@@ -204,7 +204,10 @@ fn a_file_out_of_the_page_cache_is_read_in_off_the_loop_and_sent_intact() {
 #[test]
 fn a_small_kept_file_dropped_from_the_page_cache_is_read_in_again_once_trust_ran_out() {
     use std::os::fd::AsRawFd;
-    let s = TestServer::start("openf-memo", |c| c.revalidate = Duration::from_secs(60));
+    let s = TestServer::start("openf-memo", |c| {
+        c.revalidate = Duration::from_secs(60);
+        c.sendfile_kept = 16 << 10;
+    });
     let path = s.www().join("cached.bin");
     let want = fnv1a(&read_file(&path));
     let on_tmpfs = is_tmpfs(&path);
