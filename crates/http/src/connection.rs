@@ -875,8 +875,8 @@ impl HttpProtocol {
         let mut offset = span.start;
         // A small file kept open: asked whole, the answer remembered. (A
         // larger one is asked per piece, as before: remembering made a
-        // 256 KiB file slower on epoll, 0.7x the requests/s at the same CPU
-        // per request, not understood.)
+        // 256 KiB file slower on epoll, checked interactively; not
+        // understood.)
         let small = match residency {
             Residency::Remembered(open, size) if *size <= HEAD_WITH_BODY_MAX => Some((open, *size)),
             _ => None,
@@ -891,8 +891,9 @@ impl HttpProtocol {
         };
         let wait = reply.write_timeout();
         // A large body's head goes first on its own: sent with it (the head
-        // held back by MSG_MORE), a 256 KiB body cost twice the CPU per
-        // request and served 0.6x the requests/s (docs/results/http-sendfile).
+        // held back by MSG_MORE), a 256 KiB body cost 2.4-2.6x the CPU per
+        // request and served 0.5-0.6x the requests/s on io_uring
+        // (docs/results/http-sendfile/ab-0f0f8ba).
         let mut head_sent = span.len > HEAD_WITH_BODY_MAX;
         if head_sent {
             reply.flush().await?;
