@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{fnv1a, read_file, TestServer, CACHED};
+use common::{fnv1a, read_file, TestServer, BIG, CACHED};
 use duality_models::ServerBuilder;
 use std::time::Duration;
 
@@ -16,17 +16,42 @@ fn exercise(model: &str) {
     exercise_on(&s, model);
 }
 
+/// [`exercise`] with `cached.bin` kept open and sent with `sendfile`, its
+/// head in the same call (see [`exercise_under_faults`]).
+fn exercise_kept(model: &str) {
+    let s = TestServer::with_model(model, model, |c| {
+        c.head_timeout = Duration::from_millis(400);
+        c.sendfile_kept = 16 << 10;
+    });
+    exercise_on(&s, model);
+    assert_kept_sent(&s, model);
+}
+
+/// More went out with `sendfile` than the four clients' `big.bin`:
+/// `cached.bin` did too.
+fn assert_kept_sent(s: &TestServer, model: &str) {
+    let sent = s.state.stats().sendfile_bytes;
+    assert!(sent > 4 * BIG as u64, "{model}: {sent} bytes by sendfile");
+}
+
 /// The same under injected faults (`duality_rt::faults`: short reads and
 /// writes, spurious wake-ups, `EINTR`): nothing lost, reordered or hung.
+/// Here `cached.bin` is large enough to be kept open and sent with
+/// `sendfile`, its head in the same call (`Reply::flush_with`), so every
+/// model runs that path too.
 fn exercise_under_faults(model: &str) {
     let s = TestServer::with_builder(
         model,
         ServerBuilder::new()
             .model(model.parse().unwrap())
             .faults(duality_rt::faults::Faults::ALL),
-        |c| c.head_timeout = Duration::from_millis(400),
+        |c| {
+            c.head_timeout = Duration::from_millis(400);
+            c.sendfile_kept = 16 << 10;
+        },
     );
     exercise_on(&s, model);
+    assert_kept_sent(&s, model);
 }
 
 fn exercise_on(s: &TestServer, model: &str) {
@@ -131,6 +156,7 @@ fn steal() {
 #[test]
 fn thread_per_conn() {
     exercise("thread-per-conn");
+    exercise_kept("thread-per-conn");
 }
 
 #[test]
