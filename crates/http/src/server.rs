@@ -635,7 +635,7 @@ impl HttpState {
                 Some((file, _)) => {
                     let file = Arc::new(file);
                     self.fresh
-                        .record_open_if_room(url_path, &path, meta, content_type, &file);
+                        .record_kept(url_path, &path, meta, content_type, &file, false);
                 }
                 None => self.fresh.record(url_path, &path, meta, content_type),
             }
@@ -902,7 +902,7 @@ impl HttpState {
             if meta.size >= self.cfg.sendfile_kept {
                 let file = Arc::new(file);
                 self.fresh
-                    .record_open_if_room(url_path, path, meta, content_type, &file);
+                    .record_kept(url_path, path, meta, content_type, &file, false);
             } else {
                 self.fresh.record(url_path, path, meta, content_type);
             }
@@ -1101,21 +1101,10 @@ impl FreshIndex {
         self.record_kept(url, path, meta, content_type, file, true);
     }
 
-    /// [`record_open`](Self::record_open) for a file the page cache holds
-    /// too: at the limit the entry keeps no descriptor, and nothing is swept
-    /// for one (a copy answers it anyway).
-    pub(crate) fn record_open_if_room(
-        &self,
-        url: &str,
-        path: &Path,
-        meta: FileMeta,
-        content_type: &'static str,
-        file: &Arc<File>,
-    ) {
-        self.record_kept(url, path, meta, content_type, file, false);
-    }
-
-    fn record_kept(
+    /// [`record_open`](Self::record_open); with `sweep` false (a file the
+    /// page cache holds too, which a copy answers anyway) an entry at the
+    /// limit keeps no descriptor and nothing is swept for one.
+    pub(crate) fn record_kept(
         &self,
         url: &str,
         path: &Path,
@@ -1308,16 +1297,23 @@ impl AccessLog {
 mod tests {
     use super::*;
 
-    #[test]
-    fn fresh_index_keeps_at_most_open_max_files_and_closes_stale_ones() {
-        let idx = FreshIndex::new(Duration::from_millis(400), 2);
+    /// Validators for a file of `size` bytes, and an open file (this test
+    /// binary) to keep.
+    fn kept_file(size: u64) -> (FileMeta, Arc<File>) {
         let meta = FileMeta {
-            size: 1 << 20,
+            size,
             mtime: std::time::UNIX_EPOCH,
             inode: 1,
             changed: 0,
         };
         let f = Arc::new(File::open(std::env::current_exe().unwrap()).unwrap());
+        (meta, f)
+    }
+
+    #[test]
+    fn fresh_index_keeps_at_most_open_max_files_and_closes_stale_ones() {
+        let idx = FreshIndex::new(Duration::from_millis(400), 2);
+        let (meta, f) = kept_file(1 << 20);
         let open = |url: &str| {
             idx.record_open(url, Path::new("/r/x"), meta, "x/y", &f);
         };
@@ -1356,13 +1352,7 @@ mod tests {
     #[test]
     fn a_kept_file_is_trusted_resident_only_for_a_while_after_found_so() {
         let idx = FreshIndex::new(Duration::from_secs(60), 1);
-        let meta = FileMeta {
-            size: 1 << 10,
-            mtime: std::time::UNIX_EPOCH,
-            inode: 1,
-            changed: 0,
-        };
-        let f = Arc::new(File::open(std::env::current_exe().unwrap()).unwrap());
+        let (meta, f) = kept_file(1 << 10);
         idx.record_open("/a", Path::new("/r/x"), meta, "x/y", &f);
         let open = idx.get("/a").unwrap().file.unwrap();
         let t = Instant::now() + Duration::from_millis(5);
