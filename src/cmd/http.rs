@@ -63,8 +63,8 @@ pub struct HttpArgs {
     #[arg(long, default_value_t = 64)]
     sendfile_threshold: u64,
     /// A file kept open (see --open-file-cache) at least this large (KiB)
-    /// goes out with sendfile even when the page cache holds a copy: from
-    /// 32 KiB the kernel's pages cost less than a copy of ours (0: never).
+    /// goes out with sendfile (the kernel's pages) even when the page cache
+    /// holds a copy of ours (0: never).
     #[arg(long, default_value_t = 32)]
     sendfile_kept: u64,
     /// Milliseconds a file's stat is trusted before a cache hit stats again (0: every request).

@@ -576,8 +576,9 @@ impl HttpProtocol {
         if let Some(f) = self.state.fresh.get(&head.path) {
             let eligible = gzip::eligible(&gzip_cfg, &f.path, f.content_type, f.meta.size);
             let gzip = eligible && want_gzip;
-            // Large enough that the kernel's pages cost less than a copy
-            // of ours (`HttpConfig::sendfile_kept`): sendfile, if kept open.
+            // Large enough to go out with sendfile, the kernel's pages
+            // rather than a copy of ours (`HttpConfig::sendfile_kept`), if
+            // kept open.
             let kept = f.meta.size >= self.state.cfg.sendfile_kept;
             let hit = if gzip {
                 let bytes = self.state.gzip_cache.get(&f.path, &f.meta);

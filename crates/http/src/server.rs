@@ -90,10 +90,11 @@ pub struct HttpConfig {
     pub sendfile_threshold: u64,
     /// A file whose descriptor is kept open (see
     /// [`open_files`](Self::open_files)) and at least this large is sent
-    /// with `sendfile` even when the page cache holds a copy: from 32 KiB,
-    /// handing the socket the kernel's pages costs less than copying ours
-    /// (by wrk from 16 KiB; by `bench http`'s client from 32-64 KiB:
-    /// `docs/results/http-sendfile`). `u64::MAX`: never.
+    /// with `sendfile` even when the page cache holds a copy (the socket
+    /// gets the kernel's pages, not a copy of ours): by wrk that costs less
+    /// from 16 KiB; by `bench http`'s own client only at 64 KiB, 32 KiB
+    /// being close in requests/s (`docs/results/http-sendfile`).
+    /// `u64::MAX`: never.
     pub sendfile_kept: u64,
     /// How long a `stat` stays trusted for answering from memory (see the
     /// [module docs](self)); zero stats on every request.
