@@ -635,8 +635,14 @@ impl HttpState {
             match opened {
                 Some((file, _)) => {
                     let file = Arc::new(file);
-                    self.fresh
-                        .record_kept(url_path, &path, meta, content_type, &file, false);
+                    self.fresh.record_open(
+                        url_path,
+                        &path,
+                        meta,
+                        content_type,
+                        &file,
+                        AtLimit::GoWithout,
+                    );
                 }
                 None => self.fresh.record(url_path, &path, meta, content_type),
             }
@@ -651,7 +657,7 @@ impl HttpState {
         if !self.cache.admits(meta.size) && meta.size >= self.cfg.sendfile_threshold {
             let file = Arc::new(file);
             self.fresh
-                .record_open(url_path, &path, meta, content_type, &file);
+                .record_open(url_path, &path, meta, content_type, &file, AtLimit::Sweep);
             return Ok(Found::File {
                 file,
                 meta,
@@ -902,8 +908,14 @@ impl HttpState {
             // and a descriptor is free (see `HttpConfig::sendfile_kept`).
             if meta.size >= self.cfg.sendfile_kept {
                 let file = Arc::new(file);
-                self.fresh
-                    .record_kept(url_path, path, meta, content_type, &file, false);
+                self.fresh.record_open(
+                    url_path,
+                    path,
+                    meta,
+                    content_type,
+                    &file,
+                    AtLimit::GoWithout,
+                );
             } else {
                 self.fresh.record(url_path, path, meta, content_type);
             }
@@ -963,6 +975,18 @@ pub(crate) struct Fresh {
     /// `open_file_cache`): a hit answers without the blocking pool.
     pub(crate) file: Option<Arc<OpenFile>>,
     checked: Instant,
+}
+
+/// What [`FreshIndex::record_open`] does when every descriptor allowed is
+/// held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AtLimit {
+    /// Drop stale entries holding descriptors to make room (a file only
+    /// `sendfile` answers).
+    Sweep,
+    /// Record the entry without a descriptor (a file the page cache holds
+    /// too, which a copy answers anyway).
+    GoWithout,
 }
 
 /// A descriptor the fresh index keeps open, counted against
@@ -1089,8 +1113,9 @@ impl FreshIndex {
 
     /// [`record`](Self::record), keeping `file` (opened by that `stat`'s
     /// lookup) open with the entry while fewer than the allowed descriptors
-    /// are held. At the limit, stale entries holding descriptors are
-    /// dropped first; if none was, the entry keeps no descriptor.
+    /// are held. At the limit, [`AtLimit`] says whether stale entries holding
+    /// descriptors are dropped first; if none was, the entry keeps no
+    /// descriptor.
     pub(crate) fn record_open(
         &self,
         url: &str,
@@ -1098,21 +1123,7 @@ impl FreshIndex {
         meta: FileMeta,
         content_type: &'static str,
         file: &Arc<File>,
-    ) {
-        self.record_kept(url, path, meta, content_type, file, true);
-    }
-
-    /// [`record_open`](Self::record_open); with `sweep` false (a file the
-    /// page cache holds too, which a copy answers anyway) an entry at the
-    /// limit keeps no descriptor and nothing is swept for one.
-    pub(crate) fn record_kept(
-        &self,
-        url: &str,
-        path: &Path,
-        meta: FileMeta,
-        content_type: &'static str,
-        file: &Arc<File>,
-        sweep: bool,
+        at_limit: AtLimit,
     ) {
         if self.ttl.is_zero() || self.open_max == 0 {
             return self.record(url, path, meta, content_type);
@@ -1130,7 +1141,7 @@ impl FreshIndex {
                 .is_ok()
         };
         let mut held = reserve();
-        if !held && sweep {
+        if !held && at_limit == AtLimit::Sweep {
             self.drop_stale_files();
             held = reserve();
         }
@@ -1316,7 +1327,7 @@ mod tests {
         let idx = FreshIndex::new(Duration::from_millis(400), 2);
         let (meta, f) = kept_file(1 << 20);
         let open = |url: &str| {
-            idx.record_open(url, Path::new("/r/x"), meta, "x/y", &f);
+            idx.record_open(url, Path::new("/r/x"), meta, "x/y", &f, AtLimit::Sweep);
         };
         open("/a");
         open("/b");
@@ -1345,7 +1356,7 @@ mod tests {
         assert_eq!(idx.open_files(), 0);
         // No descriptors at all when the limit is 0.
         let none = FreshIndex::new(Duration::from_secs(1), 0);
-        none.record_open("/a", Path::new("/r/x"), meta, "x/y", &f);
+        none.record_open("/a", Path::new("/r/x"), meta, "x/y", &f, AtLimit::Sweep);
         assert!(none.get("/a").unwrap().file.is_none());
         assert_eq!(none.open_files(), 0);
     }
@@ -1354,7 +1365,7 @@ mod tests {
     fn a_kept_file_is_trusted_resident_only_for_a_while_after_found_so() {
         let idx = FreshIndex::new(Duration::from_secs(60), 1);
         let (meta, f) = kept_file(1 << 10);
-        idx.record_open("/a", Path::new("/r/x"), meta, "x/y", &f);
+        idx.record_open("/a", Path::new("/r/x"), meta, "x/y", &f, AtLimit::Sweep);
         let open = idx.get("/a").unwrap().file.unwrap();
         let t = Instant::now() + Duration::from_millis(5);
         // Never found resident: asked.
