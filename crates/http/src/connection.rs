@@ -890,13 +890,11 @@ impl HttpProtocol {
             (_, Some((open, _))) if open.resident_since(loop_now()) => end,
             _ => offset,
         };
-        let wait = reply.write_timeout();
         // A large body's head goes first on its own: sent with it (the head
         // held back by MSG_MORE), a 256 KiB body cost 2.4-2.6x the CPU per
         // request and served 0.5-0.6x the requests/s on io_uring
         // (docs/results/http-sendfile/ab-0f0f8ba).
-        let mut head_sent = span.len > HEAD_WITH_BODY_MAX;
-        if head_sent {
+        if span.len > HEAD_WITH_BODY_MAX {
             reply.flush().await?;
             *sent_so_far += body_head as u64;
         }
@@ -932,7 +930,8 @@ impl HttpProtocol {
                 }
                 ready_to = offset + count as u64;
             }
-            // (Only the first piece has a head: the output's bytes.)
+            // (Only the first piece has a head: the output's bytes; later
+            // ones find the output empty.)
             let head_len = reply.out().len();
             let counted_from = head_len.saturating_sub(body_head);
             let mut send = |sock, head: &mut &[u8]| {
@@ -944,15 +943,7 @@ impl HttpProtocol {
                 }
                 sys::sendfile(sock, fd, &mut offset, count)
             };
-            let sent = if head_sent {
-                reply
-                    .conn()
-                    .write_with_for(wait, |sock| send(sock, &mut &[][..]))
-                    .await?
-            } else {
-                head_sent = true;
-                reply.flush_with(&mut send).await?
-            };
+            let sent = reply.flush_with(&mut send).await?;
             if sent == 0 {
                 return Ok(false);
             }
