@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A cross-check of `duality bench http` with an independent client, wrk:
-# `duality http` on each I/O backend against nginx (1 and 2 workers), a
+# `duality http` on each I/O backend (one loop per core), and with one
+# loop on io_uring, against nginx (1 and 2 workers), a
 # 1 KiB and a 16 KiB file, 100 and 1,000 keep-alive connections. The
 # servers take turns, ROUNDS times per point; each measurement is a 1 s wrk
 # warm-up and a SECONDS-long wrk run, with the server's CPU time (all its
@@ -40,8 +41,8 @@ ulimit -n 20000 2>/dev/null || true
 
 # label -> "pid port"
 declare -A server
-start_duality() { # label io port
-    "$bin" http --model symped --accept favor-active --io "$2" \
+start_duality() { # label io port [model]
+    "$bin" http --model "${4:-symped}" --accept favor-active --io "$2" \
         --listen "127.0.0.1:$3" --root "$work/www" --max-conns 1100 \
         >"$work/$1.out" 2>"$work/$1.err" &
     pids+=($!)
@@ -56,9 +57,11 @@ start_nginx() { # label workers port
     pids+=($!)
     server[$1]="$! $3"
 }
-labels=(duality-uring duality-epoll nginx-1w nginx-2w)
+labels=(duality-uring duality-epoll duality-uring-1 nginx-1w nginx-2w)
 start_duality duality-uring uring 18791
 start_duality duality-epoll epoll 18792
+# One loop, as nginx-1w is one worker: the client takes the other core.
+start_duality duality-uring-1 uring 18795 symped:1
 start_nginx nginx-1w 1 18793
 start_nginx nginx-2w 2 18794
 sleep 1
@@ -112,12 +115,13 @@ python3 - "$out" "$rounds" "$secs" "$took" "$(wrk --version 2>&1 | head -1 | awk
 import csv, statistics, sys
 out, rounds, secs, took, wrkv, nginxv, cores = sys.argv[1:]
 rows = list(csv.DictReader(open(f"{out}/wrk.csv")))
-order = ["duality-uring", "duality-epoll", "nginx-1w", "nginx-2w"]
+order = ["duality-uring", "duality-epoll", "duality-uring-1", "nginx-1w", "nginx-2w"]
 labels = sorted(dict.fromkeys(r["server"] for r in rows), key=lambda l: order.index(l) if l in order else len(order))
 md = ["# wrk cross-check of duality bench http", "",
       f"{cores} cores; `scripts/wrk-crosscheck.sh`: wrk {wrkv} (`-t1`, {secs} s after 1 s of warm-up), "
       f"{nginxv}; servers taking turns, median of {rounds} per point; took {took} s. "
-      "duality: `duality http --model symped --accept favor-active --io BACKEND`.", ""]
+      "duality: `duality http --model symped --accept favor-active --io BACKEND` "
+      "(`duality-uring-1`: `--model symped:1 --io uring`).", ""]
 for what, key, better, ratio in [("requests/s", "requests_per_sec", max, "best duality / best nginx"),
                                  ("server CPU µs per request", "cpu_us_per_request", min, "lowest duality / lowest nginx")]:
     md += [f"**{what}**", "",
