@@ -25,6 +25,7 @@
 # wrk on PATH (apt-get install libmemcached-tools wrk). Loopback only;
 # every server it starts is stopped by its PID.
 set -euo pipefail
+. "$(dirname "$0")/crosscheck-lib.sh"
 
 usage="usage: $0 BINARY_A BINARY_B OUTDIR [ROUNDS] [SECONDS]"
 a=$(realpath "${1:?$usage}")
@@ -36,14 +37,7 @@ slap=$(command -v memcaslap || command -v memaslap || true)
 [ -n "$slap" ] || { echo "memaslap is not installed (apt-get install libmemcached-tools)" >&2; exit 1; }
 command -v wrk >/dev/null || { echo "wrk is not installed (apt-get install wrk)" >&2; exit 1; }
 mkdir -p "$out"
-work=$(mktemp -d /tmp/duality-ab-XXXXXX)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
+make_work ab
 ulimit -n 20000 2>/dev/null || true
 
 cat >"$work/workload.cfg" <<'EOF'
@@ -67,14 +61,14 @@ chmod -R a+rX "$work"
 # label -> "pid port"
 declare -A server
 ready() { # label pid port kind
-    for _ in $(seq 100); do
-        if [ "$4" = kv ]; then
-            python3 -c "import socket,sys; s=socket.create_connection(('127.0.0.1',$3),1); s.sendall(b'version\r\n'); sys.exit(0 if s.recv(64).startswith(b'VERSION') else 1)" 2>/dev/null && return 0
-        else
+    if [ "$4" = kv ]; then
+        memcache_up "$3" 100 && return 0
+    else
+        for _ in $(seq 100); do
             curl -sf -o /dev/null "http://127.0.0.1:$3/1k.bin" && return 0
-        fi
-        sleep 0.1
-    done
+            sleep 0.1
+        done
+    fi
     echo "$1 did not start: $(cat "$work/$1.err")" >&2
     exit 1
 }

@@ -18,6 +18,7 @@
 # libmemcached-tools memcached). Loopback only; every server it starts is
 # stopped by its PID.
 set -euo pipefail
+. "$(dirname "$0")/crosscheck-lib.sh"
 
 bin=$(realpath "${1:?usage: $0 BINARY OUTDIR [ROUNDS] [SECONDS]}")
 out=${2:?usage: $0 BINARY OUTDIR [ROUNDS] [SECONDS]}
@@ -28,14 +29,7 @@ slap=$(command -v memcaslap || command -v memaslap || true)
 memcached=$(command -v memcached || true)
 [ -n "$memcached" ] || { echo "memcached is not installed (apt-get install memcached)" >&2; exit 1; }
 mkdir -p "$out"
-work=$(mktemp -d /tmp/duality-memaslap-XXXXXX)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
+make_work memaslap
 
 # memaslap's workload: key sizes, value sizes (uniform over each range) and
 # the command mix (0 = set, 1 = get).
@@ -71,15 +65,7 @@ start_memcached memcached-t1 1 18894
 start_memcached memcached-t2 2 18895
 for l in "${labels[@]}"; do
     read -r pid port <<<"${server[$l]}"
-    up=
-    for _ in $(seq 50); do
-        if python3 -c "import socket,sys; s=socket.create_connection(('127.0.0.1',$port),1); s.sendall(b'version\r\n'); sys.exit(0 if s.recv(64).startswith(b'VERSION') else 1)" 2>/dev/null; then
-            up=1
-            break
-        fi
-        sleep 0.1
-    done
-    [ -n "$up" ] && kill -0 "$pid" || { echo "$l did not start: $(cat "$work/$l.err")" >&2; exit 1; }
+    memcache_up "$port" && kill -0 "$pid" || { echo "$l did not start: $(cat "$work/$l.err")" >&2; exit 1; }
 done
 
 ticks() { # pid: utime+stime in clock ticks

@@ -26,6 +26,7 @@
 # system calls per operation of each server, and the ratios of duality to
 # memcached). Loopback only; every server it starts is stopped by its PID.
 set -euo pipefail
+. "$(dirname "$0")/crosscheck-lib.sh"
 
 usage="usage: $0 BINARY OUTDIR [ROUNDS] [SECONDS]"
 bin=$(realpath "${1:?$usage}")
@@ -41,14 +42,7 @@ memcached=$(command -v memcached || true)
 [ -n "$memcached" ] || { echo "memcached is not installed (apt-get install memcached)" >&2; exit 1; }
 perf=$(command -v perf || true)
 mkdir -p "$out"
-work=$(mktemp -d /tmp/duality-memtier-XXXXXX)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
+make_work memtier
 
 # label -> "pid port"
 declare -A server
@@ -74,15 +68,7 @@ start_memcached memcached-t1 1 18925
 start_memcached memcached-t2 2 18926
 for l in "${labels[@]}"; do
     read -r pid port <<<"${server[$l]}"
-    up=
-    for _ in $(seq 50); do
-        if python3 -c "import socket,sys; s=socket.create_connection(('127.0.0.1',$port),1); s.sendall(b'version\r\n'); sys.exit(0 if s.recv(64).startswith(b'VERSION') else 1)" 2>/dev/null; then
-            up=1
-            break
-        fi
-        sleep 0.1
-    done
-    [ -n "$up" ] && kill -0 "$pid" || { echo "$l did not start: $(cat "$work/$l.err")" >&2; exit 1; }
+    memcache_up "$port" && kill -0 "$pid" || { echo "$l did not start: $(cat "$work/$l.err")" >&2; exit 1; }
     # Every key once, so that every get finds its item.
     "$mt" -s 127.0.0.1 -p "$port" -P memcache_text -t 1 -c 10 --ratio 1:0 --key-pattern P:P \
         --key-minimum 1 --key-maximum 30000 -n allkeys --data-size-range 10-103 \

@@ -15,6 +15,7 @@
 # PATH (apt-get install wrk nginx-light). Loopback only; every server it
 # starts is stopped by its PID.
 set -euo pipefail
+. "$(dirname "$0")/crosscheck-lib.sh"
 
 bin=$(realpath "${1:?usage: $0 BINARY OUTDIR [ROUNDS] [SECONDS]}")
 out=${2:?usage: $0 BINARY OUTDIR [ROUNDS] [SECONDS]}
@@ -24,14 +25,7 @@ command -v wrk >/dev/null || { echo "wrk is not installed (apt-get install wrk)"
 nginx=$(command -v nginx || echo /usr/sbin/nginx)
 [ -x "$nginx" ] || { echo "nginx is not installed (apt-get install nginx-light)" >&2; exit 1; }
 mkdir -p "$out"
-work=$(mktemp -d /tmp/duality-wrk-XXXXXX)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
+make_work wrk
 
 mkdir -p "$work/www"
 head -c 1024 /dev/urandom >"$work/www/1k.bin"
