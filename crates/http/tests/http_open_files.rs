@@ -220,11 +220,13 @@ fn a_small_kept_file_dropped_from_the_page_cache_is_read_in_again_once_trust_ran
     }
     drop(c);
     assert!(s.state.stats().sendfile_bytes > 0, "not sent with sendfile");
-    // The kernel drops no page something still holds. Here, under
-    // io_uring, once the server had read the file in again (through the
-    // ring), `POSIX_FADV_DONTNEED` left its pages in 11 rounds of 12, for
-    // half a second each (not understood; the notes of 2026-12-02), while
-    // under epoll every drop took. So a round counts only when a page is
+    // The kernel drops no page something still holds, and the socket
+    // buffers that carried a file sent with sendfile hold its pages until
+    // they are freed, which the kernel defers to the CPU that sent them
+    // (`skb_attempt_defer_free`) and an idle CPU may put off. Here, under
+    // io_uring, `POSIX_FADV_DONTNEED` then left the pages in 11 rounds of
+    // 12 for half a second each (none with `net.core.skb_defer_max=0`;
+    // under epoll every drop took). So a round counts only when a page is
     // seen gone just before its request.
     let mut dropped = 0;
     for round in 0..6 {
