@@ -157,18 +157,13 @@ fn open_files_bound_the_descriptors_kept() {
 /// it cannot, and nothing is cold there.)
 #[test]
 fn a_file_out_of_the_page_cache_is_read_in_off_the_loop_and_sent_intact() {
-    use std::os::fd::AsRawFd;
     let s = TestServer::start("openf-cold", |c| c.revalidate = Duration::from_secs(60));
     let path = s.www().join("big.bin");
     let big = fnv1a(&read_file(&path));
     let on_tmpfs = is_tmpfs(&path);
     let mut c = s.client();
     for round in 0..3 {
-        let f = std::fs::File::open(&path).unwrap();
-        f.sync_all().unwrap();
-        // SAFETY: posix_fadvise only reads a live descriptor and integers.
-        let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-        assert_eq!(r, 0);
+        dont_need(&std::fs::File::open(&path).unwrap());
         assert_eq!(fnv1a(&c.get("/big.bin").body), big, "round {round}");
         let r = c.get_with("/big.bin", "Range: bytes=-70000\r\n");
         assert_eq!(r.body.len(), 70_000, "round {round}");
@@ -255,19 +250,25 @@ fn a_small_kept_file_dropped_from_the_page_cache_is_read_in_again_once_trust_ran
 /// Drops `path` from the page cache and says whether a page at least is
 /// out (tries for up to 200 ms: a page still held stays).
 fn drop_from_page_cache(path: &std::path::Path) -> bool {
-    use std::os::fd::AsRawFd;
     let f = std::fs::File::open(path).unwrap();
-    f.sync_all().unwrap();
     for _ in 0..20 {
-        // SAFETY: posix_fadvise only reads a live descriptor and integers.
-        let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-        assert_eq!(r, 0);
+        dont_need(&f);
         if !every_page_resident(&f) {
             return true;
         }
         std::thread::sleep(Duration::from_millis(10));
     }
     false
+}
+
+/// Writes `f` out and asks the kernel to drop its clean pages from the page
+/// cache (it keeps any page something still holds).
+fn dont_need(f: &std::fs::File) {
+    use std::os::fd::AsRawFd;
+    f.sync_all().unwrap();
+    // SAFETY: posix_fadvise only reads a live descriptor and integers.
+    let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    assert_eq!(r, 0);
 }
 
 /// Whether every page of `f` is in the page cache (mincore over a
@@ -357,7 +358,6 @@ fn is_tmpfs(path: &std::path::Path) -> bool {
 #[test]
 fn a_file_cut_short_while_it_is_sent_ends_the_connection_and_nothing_else() {
     use std::io::{Read, Write};
-    use std::os::fd::AsRawFd;
     const SIZE: usize = 24 << 20;
     for cold in [false, true] {
         let s = TestServer::start("openf-cut", |c| c.revalidate = Duration::from_secs(60));
@@ -372,10 +372,7 @@ fn a_file_cut_short_while_it_is_sent_ends_the_connection_and_nothing_else() {
         let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
         f.set_len(4 << 20).unwrap();
         if cold {
-            f.sync_all().unwrap();
-            // SAFETY: posix_fadvise only reads a live descriptor and integers.
-            let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-            assert_eq!(r, 0);
+            dont_need(&f);
         }
         c.read_to_end(&mut got).unwrap();
         let body = got.len() - got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() - 4;
