@@ -67,6 +67,14 @@ pub struct HttpArgs {
     /// holds a copy of ours (0: never).
     #[arg(long, default_value_t = 32)]
     sendfile_kept: u64,
+    /// A file kept open from this size (KiB) up to --sendfile-kept goes out
+    /// as a copy from the page cache or with sendfile, whichever the thread
+    /// answering has measured to cost it less CPU time per request (the copy
+    /// is the cheaper while clients read at once, sendfile behind slower
+    /// readers; measured again every few thousand requests). 0: never
+    /// learned (copied below --sendfile-kept).
+    #[arg(long, default_value_t = 16)]
+    sendfile_learn: u64,
     /// Milliseconds a file's stat is trusted before a cache hit stats again (0: every request).
     #[arg(long, default_value_t = 1000)]
     revalidate_ms: u64,
@@ -458,6 +466,10 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         cache_max_file: a.cache_max_file.saturating_mul(1 << 10),
         sendfile_threshold: a.sendfile_threshold.saturating_mul(1 << 10),
         sendfile_kept: match a.sendfile_kept {
+            0 => u64::MAX,
+            kib => kib.saturating_mul(1 << 10),
+        },
+        sendfile_learn: match a.sendfile_learn {
             0 => u64::MAX,
             kib => kib.saturating_mul(1 << 10),
         },

@@ -58,6 +58,7 @@ use crate::response::{
     not_modified, plan_encoded, write_error, write_redirect, write_refusal, write_text, ByteRange,
     Encoding, Parts, Plan, CONTINUE,
 };
+use crate::send_path::{self, SendPath};
 use crate::server::{Found, HttpState, OpenFile, Phase};
 use crate::status::{HttpError, Status};
 use crate::sys;
@@ -578,8 +579,12 @@ impl HttpProtocol {
             let gzip = eligible && want_gzip;
             // Large enough to go out with sendfile, the kernel's pages
             // rather than a copy of ours (`HttpConfig::sendfile_kept`), if
-            // kept open.
-            let kept = f.meta.size >= self.state.cfg.sendfile_kept;
+            // kept open; in the learned range, as this thread found cheaper.
+            let cfg = &self.state.cfg;
+            let kept = !gzip
+                && f.file.is_some()
+                && (f.meta.size >= cfg.sendfile_kept
+                    || (f.meta.size >= cfg.sendfile_learn && self.learned_sendfile()));
             let hit = if gzip {
                 let bytes = self.state.gzip_cache.get(&f.path, &f.meta);
                 bytes.map(|b| {
@@ -590,7 +595,7 @@ impl HttpProtocol {
                         b,
                     )
                 })
-            } else if kept && f.file.is_some() {
+            } else if kept {
                 None
             } else {
                 let bytes = self.state.cache.get(&f.path, &f.meta);
@@ -957,6 +962,28 @@ impl HttpProtocol {
             }
         }
         Ok(true)
+    }
+
+    /// Whether this request for a kept file of the learned range goes out
+    /// with `sendfile` (else a copy from the page cache), as this thread has
+    /// measured cheaper ([`crate::send_path`]); counted either way.
+    /// On a payload thread (the hand-off models), which does not send,
+    /// nothing is learned: the copy, as below the learned range.
+    fn learned_sendfile(&self) -> bool {
+        if duality_models::payload::on_payload_thread() {
+            return false;
+        }
+        let c = &self.state.counters;
+        match send_path::choose() {
+            SendPath::Sendfile => {
+                c.learned_sendfile.fetch_add(1, Relaxed);
+                true
+            }
+            SendPath::Copy => {
+                c.learned_copy.fetch_add(1, Relaxed);
+                false
+            }
+        }
     }
 
     /// One line in nginx's `combined` format (what log tools read):

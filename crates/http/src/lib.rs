@@ -192,6 +192,7 @@ pub mod mime;
 pub mod path;
 pub mod request;
 pub mod response;
+mod send_path;
 pub mod server;
 pub mod status;
 mod sys;

@@ -96,6 +96,13 @@ pub struct HttpConfig {
     /// being close in requests/s (`docs/results/http-sendfile`).
     /// `u64::MAX`: never.
     pub sendfile_kept: u64,
+    /// A file kept open from this size up to [`sendfile_kept`](Self::sendfile_kept)
+    /// goes out as a copy from the page cache or with `sendfile`,
+    /// whichever the thread answering has measured to cost it less CPU time
+    /// per request (see `send_path`: the copy is the cheaper while the
+    /// client reads at once, `sendfile` behind a slower reader).
+    /// `u64::MAX`: never learned (copied below `sendfile_kept`).
+    pub sendfile_learn: u64,
     /// How long a `stat` stays trusted for answering from memory (see the
     /// [module docs](self)); zero stats on every request.
     pub revalidate: Duration,
@@ -145,7 +152,8 @@ pub struct HttpConfig {
 
 impl HttpConfig {
     /// The defaults for `root`: 64 MiB cache of files up to 64 KiB,
-    /// `sendfile` from 64 KiB (from 32 KiB for a file kept open),
+    /// `sendfile` from 64 KiB (from 32 KiB for a file kept open; from 16
+    /// KiB learned per thread, see [`sendfile_learn`](Self::sendfile_learn)),
     /// revalidation after 1 s, 10 s head timeout, 60 s idle and write timeouts, 1,000 requests per connection (nginx's
     /// default), no access log, [`Limits::default`],
     /// gzip off ([`GzipConfig::default`]), up to 1,000 open files kept,
@@ -158,6 +166,7 @@ impl HttpConfig {
             cache_max_file: 64 << 10,
             sendfile_threshold: 64 << 10,
             sendfile_kept: 32 << 10,
+            sendfile_learn: 16 << 10,
             revalidate: Duration::from_secs(1),
             head_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
@@ -171,6 +180,13 @@ impl HttpConfig {
             stub_status: None,
             open_files: 1000,
         }
+    }
+
+    /// Whether a file of `size` the page cache holds is worth keeping open
+    /// for `sendfile` (always from `sendfile_kept`, or as learned from
+    /// `sendfile_learn`).
+    pub(crate) fn keeps_open(&self, size: u64) -> bool {
+        size >= self.sendfile_kept.min(self.sendfile_learn)
     }
 }
 
@@ -191,6 +207,12 @@ pub struct HttpStats {
     pub sendfile_bytes: u64,
     /// Requests answered from a file kept open ([`HttpConfig::open_files`]).
     pub open_file_hits: u64,
+    /// Requests for a file of the learned range
+    /// ([`HttpConfig::sendfile_learn`]) kept open, answered by copy from
+    /// the page cache and by `sendfile`, as the answering thread chose.
+    pub learned_copy: u64,
+    /// See [`learned_copy`](Self::learned_copy).
+    pub learned_sendfile: u64,
     /// Pieces of `sendfile`d bodies found out of the kernel's page cache and
     /// read in off the loops (a read through the ring, or a read on the
     /// blocking pool under epoll) so no loop waited for the disk.
@@ -216,6 +238,8 @@ pub(crate) struct Counters {
     pub(crate) write_timeouts: AtomicU64,
     pub(crate) sendfile_bytes: AtomicU64,
     pub(crate) open_file_hits: AtomicU64,
+    pub(crate) learned_copy: AtomicU64,
+    pub(crate) learned_sendfile: AtomicU64,
     pub(crate) cold_reads: AtomicU64,
     pub(crate) gzip_compressed: AtomicU64,
     pub(crate) gzip_static: AtomicU64,
@@ -513,6 +537,16 @@ impl HttpState {
                 s.open_file_hits,
             ),
             (
+                "learned_copy",
+                "Requests for a file of the learned range (--sendfile-learn) answered by a copy from the page cache.",
+                s.learned_copy,
+            ),
+            (
+                "learned_sendfile",
+                "Requests for a file of the learned range (--sendfile-learn) answered with sendfile.",
+                s.learned_sendfile,
+            ),
+            (
                 "cold_reads",
                 "Pieces of sendfile bodies read into the page cache off the loops.",
                 s.cold_reads,
@@ -579,6 +613,8 @@ impl HttpState {
             write_timeouts: c.write_timeouts.load(Relaxed),
             sendfile_bytes: c.sendfile_bytes.load(Relaxed),
             open_file_hits: c.open_file_hits.load(Relaxed),
+            learned_copy: c.learned_copy.load(Relaxed),
+            learned_sendfile: c.learned_sendfile.load(Relaxed),
             cold_reads: c.cold_reads.load(Relaxed),
             open_files: self.fresh.open_files() as u64,
             log_dropped: self.log.as_ref().map_or(0, |l| l.dropped.load(Relaxed)),
@@ -628,7 +664,7 @@ impl HttpState {
             // Kept open for its next requests where sendfile costs less
             // than the copy (a file the open did not find as stat did is
             // left to the next lookup).
-            let opened = (meta.size >= self.cfg.sendfile_kept && self.fresh.has_room())
+            let opened = (self.cfg.keeps_open(meta.size) && self.fresh.has_room())
                 .then(|| file::open(&path).ok())
                 .flatten()
                 .filter(|(_, m)| *m == meta);
@@ -906,7 +942,7 @@ impl HttpState {
         if self.cache.admits(meta.size) && self.cache.insert(path, &meta, bytes.clone()) {
             // Its next requests go out with sendfile if it is large enough
             // and a descriptor is free (see `HttpConfig::sendfile_kept`).
-            if meta.size >= self.cfg.sendfile_kept {
+            if self.cfg.keeps_open(meta.size) {
                 let file = Arc::new(file);
                 self.fresh.record_open(
                     url_path,

@@ -97,11 +97,26 @@ const REFRESH_EVERY: Duration = Duration::from_millis(10);
 const REFRESH_BATCHES: u32 = 256;
 
 thread_local! {
+    /// Whether this thread is a payload stage's (see [`on_payload_thread`]).
+    static ON_PAYLOAD: Cell<bool> = const { Cell::new(false) };
     /// Counts this thread's inline-eligible batches (sampling, no shared line).
     static TICK: Cell<u32> = const { Cell::new(0) };
     /// When (and at which tick) this thread last handed a batch off to
     /// refresh the trip's cost.
     static REFRESHED: Cell<Option<(Instant, u32)>> = const { Cell::new(None) };
+}
+
+/// Whether the calling thread is a payload stage's (the hand-off models'
+/// payload threads), not the loop that reads and writes the connection: a
+/// protocol that measures what its choices cost the sending thread learns
+/// nothing there.
+pub fn on_payload_thread() -> bool {
+    ON_PAYLOAD.with(Cell::get)
+}
+
+/// Marks the calling thread as a payload stage's.
+pub(crate) fn mark_payload_thread() {
+    ON_PAYLOAD.with(|p| p.set(true));
 }
 
 /// True if a thread whose last refresh was `last` should hand off the batch

@@ -85,9 +85,10 @@ impl Stage {
         let _waiting = RemoteWait::new();
         // The job task captures nothing of the stage: no reference count
         // bounces between the threads.
-        let handle = self
-            .handle
-            .spawn(async move { std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)) });
+        let handle = self.handle.spawn(async move {
+            crate::payload::mark_payload_thread();
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(job))
+        });
         let r = handle.await;
         drop(permit);
         self.jobs.fetch_add(1, Relaxed);
