@@ -22,8 +22,9 @@
 //! [`MAX_EPOCH`] (the load too light or stopping) is not measured. The
 //! thread settles on one path and every [`PROBE_EVERY`] epochs probes the
 //! other for one, then takes it if it cost less than the settled path in
-//! the epochs on both sides of it; a client that changes is followed within
-//! a second or so of busy load.
+//! each of the epochs on both sides of it (a probe that lost by far doubles
+//! the wait for the next, up to [`PROBE_EVERY_MAX`] epochs); a client that
+//! changes is followed within a few seconds of busy load.
 
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
@@ -56,8 +57,16 @@ pub(crate) const MEASURE: u32 = 1024;
 /// An epoch longer than this is not learned from: its CPU time would hold
 /// idle turns (spins) as much as requests.
 pub(crate) const MAX_EPOCH: Duration = Duration::from_millis(500);
-/// Epochs on the settled path between two probes of the other.
+/// Epochs on the settled path between two probes of the other, at first
+/// and after a switch or a close probe.
 pub(crate) const PROBE_EVERY: u32 = 16;
+/// The longest wait between probes, reached after probes that lost by
+/// more than [`FAR`]: the paths differ by 30% under some clients, where
+/// probing the dearer one every 16 epochs costs 2% of the CPU.
+pub(crate) const PROBE_EVERY_MAX: u32 = 64;
+/// A probe that cost this much more than the settled path on both sides
+/// of it lost by far.
+pub(crate) const FAR: f64 = 0.12;
 /// The probed path must cost this much less than the settled one around it
 /// to be taken: no flapping between two paths that cost the same.
 pub(crate) const MARGIN: f64 = 0.03;
@@ -88,6 +97,9 @@ enum Phase {
 pub(crate) struct Learner {
     /// The path taken between probes.
     settled: SendPath,
+    /// Epochs between probes now: [`PROBE_EVERY`], doubled by each probe
+    /// that lost by far, up to [`PROBE_EVERY_MAX`].
+    every: u32,
     phase: Phase,
     /// Requests of the current epoch so far.
     seen: u32,
@@ -101,6 +113,7 @@ impl Learner {
     pub(crate) const fn new() -> Learner {
         Learner {
             settled: SendPath::Copy,
+            every: PROBE_EVERY,
             phase: Phase::Settled {
                 epochs: PROBE_EVERY - 1,
             },
@@ -148,7 +161,7 @@ impl Learner {
             };
         };
         match self.phase {
-            Phase::Settled { epochs } if epochs + 1 >= PROBE_EVERY => {
+            Phase::Settled { epochs } if epochs + 1 >= self.every => {
                 Phase::Probing { before: cost }
             }
             Phase::Settled { epochs } => Phase::Settled { epochs: epochs + 1 },
@@ -159,6 +172,11 @@ impl Learner {
             Phase::Confirming { before, probe } => {
                 if probe < before.min(cost) * (1.0 - MARGIN) {
                     self.settled = self.settled.other();
+                    self.every = PROBE_EVERY;
+                } else if probe > before.max(cost) * (1.0 + FAR) {
+                    self.every = (self.every * 2).min(PROBE_EVERY_MAX);
+                } else {
+                    self.every = PROBE_EVERY;
                 }
                 settled
             }
@@ -247,18 +265,42 @@ mod tests {
 
     #[test]
     fn the_cheaper_path_is_kept_and_the_other_only_probed() {
+        // Closer than FAR: probed every PROBE_EVERY epochs, one epoch a
+        // cycle on the dearer path.
         for (copy, sendfile, cheap) in [
-            (7_500, 6_500, SendPath::Sendfile),
-            (5_000, 6_800, SendPath::Copy),
+            (6_900, 6_500, SendPath::Sendfile),
+            (6_000, 6_500, SendPath::Copy),
         ] {
             let mut s = Sim::new();
             s.epochs(3, by_path(copy, sendfile));
             s.taken = [0; 2];
             s.epochs(8 * CYCLE, by_path(copy, sendfile));
-            // One epoch a cycle goes to the dearer path.
             let share = s.share(cheap);
             assert!(
                 (1.0 - 1.5 / CYCLE as f64..1.0).contains(&share),
+                "{cheap:?} taken {share:.3} of the time at {copy}/{sendfile} ns"
+            );
+            assert_eq!(s.learner.settled, cheap);
+            assert_eq!(s.learner.every, PROBE_EVERY);
+        }
+    }
+
+    #[test]
+    fn probes_that_lose_by_far_come_less_often() {
+        for (copy, sendfile, cheap) in [
+            (7_500, 6_500, SendPath::Sendfile),
+            (5_000, 6_800, SendPath::Copy),
+        ] {
+            let mut s = Sim::new();
+            // 16, 32, then 64 epochs between probes.
+            s.epochs(3 + CYCLE + (2 * CYCLE - 2), by_path(copy, sendfile));
+            assert_eq!(s.learner.every, PROBE_EVERY_MAX);
+            s.taken = [0; 2];
+            let cycle = PROBE_EVERY_MAX as u64 + 2;
+            s.epochs(4 * cycle, by_path(copy, sendfile));
+            let share = s.share(cheap);
+            assert!(
+                (1.0 - 1.5 / cycle as f64..1.0).contains(&share),
                 "{cheap:?} taken {share:.3} of the time at {copy}/{sendfile} ns"
             );
             assert_eq!(s.learner.settled, cheap);
@@ -277,7 +319,9 @@ mod tests {
         };
         s.epochs(flip, cost);
         assert_eq!(s.learner.settled, SendPath::Copy);
-        s.epochs(CYCLE + 1, cost);
+        // Probes lost by far until then: the next comes within the
+        // longest wait.
+        s.epochs(PROBE_EVERY_MAX as u64 + 3, cost);
         assert_eq!(s.learner.settled, SendPath::Sendfile);
         s.taken = [0; 2];
         s.epochs(4 * CYCLE, cost);
