@@ -465,14 +465,8 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         cache_bytes: a.cache_size.saturating_mul(1 << 20),
         cache_max_file: a.cache_max_file.saturating_mul(1 << 10),
         sendfile_threshold: a.sendfile_threshold.saturating_mul(1 << 10),
-        sendfile_kept: match a.sendfile_kept {
-            0 => u64::MAX,
-            kib => kib.saturating_mul(1 << 10),
-        },
-        sendfile_learn: match a.sendfile_learn {
-            0 => u64::MAX,
-            kib => kib.saturating_mul(1 << 10),
-        },
+        sendfile_kept: kib_or_never(a.sendfile_kept),
+        sendfile_learn: kib_or_never(a.sendfile_learn),
         revalidate: Duration::from_millis(a.revalidate_ms),
         head_timeout: seconds("head-timeout", a.head_timeout)?,
         idle_timeout: seconds("idle-timeout", a.idle_timeout)?,
@@ -595,8 +589,23 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A size flag in KiB where 0 means never: bytes, or `u64::MAX`.
+fn kib_or_never(kib: u64) -> u64 {
+    match kib {
+        0 => u64::MAX,
+        kib => kib.saturating_mul(1 << 10),
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_size_in_kib_of_zero_is_never() {
+        assert_eq!(super::kib_or_never(0), u64::MAX);
+        assert_eq!(super::kib_or_never(16), 16 << 10);
+        assert_eq!(super::kib_or_never(u64::MAX), u64::MAX);
+    }
+
     #[test]
     fn listeners_bind_each_address_once_and_defer_to_a_wildcard() {
         let parse = |v: &[&str]| -> Vec<super::super::ListenAddr> {
