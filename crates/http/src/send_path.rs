@@ -263,24 +263,30 @@ mod tests {
         assert_eq!(s.learner.settled, SendPath::Copy);
     }
 
+    /// After `warm` epochs at these costs, `cheap` is settled and taken
+    /// all but about one epoch in `cycle` over the next four cycles.
+    fn settles(copy: u64, sendfile: u64, cheap: SendPath, warm: u64, cycle: u64) -> Sim {
+        let mut s = Sim::new();
+        s.epochs(warm, by_path(copy, sendfile));
+        s.taken = [0; 2];
+        s.epochs(4 * cycle, by_path(copy, sendfile));
+        let share = s.share(cheap);
+        assert!(
+            (1.0 - 1.5 / cycle as f64..1.0).contains(&share),
+            "{cheap:?} taken {share:.3} of the time at {copy}/{sendfile} ns"
+        );
+        assert_eq!(s.learner.settled, cheap);
+        s
+    }
+
     #[test]
     fn the_cheaper_path_is_kept_and_the_other_only_probed() {
-        // Closer than FAR: probed every PROBE_EVERY epochs, one epoch a
-        // cycle on the dearer path.
+        // Closer than FAR: probed every PROBE_EVERY epochs.
         for (copy, sendfile, cheap) in [
             (6_900, 6_500, SendPath::Sendfile),
             (6_000, 6_500, SendPath::Copy),
         ] {
-            let mut s = Sim::new();
-            s.epochs(3, by_path(copy, sendfile));
-            s.taken = [0; 2];
-            s.epochs(8 * CYCLE, by_path(copy, sendfile));
-            let share = s.share(cheap);
-            assert!(
-                (1.0 - 1.5 / CYCLE as f64..1.0).contains(&share),
-                "{cheap:?} taken {share:.3} of the time at {copy}/{sendfile} ns"
-            );
-            assert_eq!(s.learner.settled, cheap);
+            let s = settles(copy, sendfile, cheap, 3, CYCLE);
             assert_eq!(s.learner.every, PROBE_EVERY);
         }
     }
@@ -291,19 +297,15 @@ mod tests {
             (7_500, 6_500, SendPath::Sendfile),
             (5_000, 6_800, SendPath::Copy),
         ] {
-            let mut s = Sim::new();
             // 16, 32, then 64 epochs between probes.
-            s.epochs(3 + CYCLE + (2 * CYCLE - 2), by_path(copy, sendfile));
-            assert_eq!(s.learner.every, PROBE_EVERY_MAX);
-            s.taken = [0; 2];
-            let cycle = PROBE_EVERY_MAX as u64 + 2;
-            s.epochs(4 * cycle, by_path(copy, sendfile));
-            let share = s.share(cheap);
-            assert!(
-                (1.0 - 1.5 / cycle as f64..1.0).contains(&share),
-                "{cheap:?} taken {share:.3} of the time at {copy}/{sendfile} ns"
+            let s = settles(
+                copy,
+                sendfile,
+                cheap,
+                3 + CYCLE + (2 * CYCLE - 2),
+                PROBE_EVERY_MAX as u64 + 2,
             );
-            assert_eq!(s.learner.settled, cheap);
+            assert_eq!(s.learner.every, PROBE_EVERY_MAX);
         }
     }
 
