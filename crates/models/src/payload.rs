@@ -592,6 +592,20 @@ mod tests {
         }
     }
 
+    /// Jobs on a payload stage see its thread marked; the caller's is not.
+    #[test]
+    fn a_stage_marks_its_thread_as_a_payload_thread() {
+        let stage =
+            Stage::start(0, 4, "t-payload".into(), crate::stage::DEFAULT_PAYLOAD_SPIN).unwrap();
+        let s = stage.clone();
+        let (there, here) =
+            duality_rt::block_on(
+                async move { (s.run(on_payload_thread).await, on_payload_thread()) },
+            );
+        assert!(there && !here);
+        stage.stop();
+    }
+
     /// `seda` and `seda-s` already lock colors; the loop's lane shares their locks.
     #[test]
     fn adaptive_seda_runs_inline_under_the_stages_own_locks() {

@@ -59,6 +59,13 @@ impl Stage {
             long_poll_threshold: None,
             ..Default::default()
         })?;
+        // Marked once, before the jobs queued after it (detached: dropping
+        // the handle does not cancel the task).
+        drop(
+            thread
+                .handle()
+                .spawn(async { crate::payload::mark_payload_thread() }),
+        );
         Ok(Arc::new(Stage {
             index,
             handle: thread.handle(),
@@ -85,10 +92,9 @@ impl Stage {
         let _waiting = RemoteWait::new();
         // The job task captures nothing of the stage: no reference count
         // bounces between the threads.
-        let handle = self.handle.spawn(async move {
-            crate::payload::mark_payload_thread();
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(job))
-        });
+        let handle = self
+            .handle
+            .spawn(async move { std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)) });
         let r = handle.await;
         drop(permit);
         self.jobs.fetch_add(1, Relaxed);
