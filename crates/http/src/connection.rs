@@ -581,10 +581,14 @@ impl HttpProtocol {
             // rather than a copy of ours (`HttpConfig::sendfile_kept`), if
             // kept open; in the learned range, as this thread found cheaper.
             let cfg = &self.state.cfg;
+            let learned = (!gzip
+                && f.file.is_some()
+                && (cfg.sendfile_learn..cfg.sendfile_kept).contains(&f.meta.size))
+            .then(learned_path)
+            .flatten();
             let kept = !gzip
                 && f.file.is_some()
-                && (f.meta.size >= cfg.sendfile_kept
-                    || (f.meta.size >= cfg.sendfile_learn && self.learned_sendfile()));
+                && (f.meta.size >= cfg.sendfile_kept || learned == Some(SendPath::Sendfile));
             let hit = if gzip {
                 let bytes = self.state.gzip_cache.get(&f.path, &f.meta);
                 bytes.map(|b| {
@@ -602,6 +606,9 @@ impl HttpProtocol {
                 bytes.map(|b| (Encoding::Identity { vary: eligible }, b))
             };
             if let Some((encoding, bytes)) = hit {
+                if learned == Some(SendPath::Copy) {
+                    self.state.counters.learned_copy.fetch_add(1, Relaxed);
+                }
                 let mut plan = plan_encoded(head, &f.meta, f.content_type, encoding, date, out);
                 push_cached_body(out, &bytes, &mut plan, alone);
                 self.log(session, Some(head), None, &plan);
@@ -610,6 +617,10 @@ impl HttpProtocol {
             // A file kept open: its body goes out with sendfile.
             if let (Some(open), false) = (&f.file, gzip) {
                 self.state.counters.open_file_hits.fetch_add(1, Relaxed);
+                // Chosen, or the copy's bytes were not in the cache after all.
+                if learned.is_some() {
+                    self.state.counters.learned_sendfile.fetch_add(1, Relaxed);
+                }
                 session.pending = Some(Pending::Open {
                     open: open.clone(),
                     meta: f.meta,
@@ -964,28 +975,6 @@ impl HttpProtocol {
         Ok(true)
     }
 
-    /// Whether this request for a kept file of the learned range goes out
-    /// with `sendfile` (else a copy from the page cache), as this thread has
-    /// measured cheaper ([`crate::send_path`]); counted either way.
-    /// On a payload thread (the hand-off models), which does not send,
-    /// nothing is learned: the copy, as below the learned range.
-    fn learned_sendfile(&self) -> bool {
-        if duality_models::payload::on_payload_thread() {
-            return false;
-        }
-        let c = &self.state.counters;
-        match send_path::choose() {
-            SendPath::Sendfile => {
-                c.learned_sendfile.fetch_add(1, Relaxed);
-                true
-            }
-            SendPath::Copy => {
-                c.learned_copy.fetch_add(1, Relaxed);
-                false
-            }
-        }
-    }
-
     /// One line in nginx's `combined` format (what log tools read):
     /// `addr - - [time] "request" status bytes "referer" "user-agent"`,
     /// with bytes a client chose escaped as nginx escapes them. Without a
@@ -1134,6 +1123,16 @@ fn push_span(out: &mut Output, bytes: &Arc<[u8]>, span: ByteRange, alone: bool) 
         out.extend_from_slice(&bytes[range]);
     }
     true
+}
+
+/// How a request for a kept file of the learned range goes out, as this
+/// thread has measured cheaper ([`crate::send_path`]); the caller counts it
+/// as it went out (a copy whose bytes the cache no longer holds goes out
+/// with `sendfile` after all). `None` on a payload thread (the hand-off
+/// models), which does not send: nothing is learned or counted there, and
+/// the body is copied, as below the learned range.
+fn learned_path() -> Option<SendPath> {
+    (!duality_models::payload::on_payload_thread()).then(send_path::choose)
 }
 
 /// The current `Date` value, from this thread's cache (formatted at most

@@ -209,7 +209,9 @@ pub struct HttpStats {
     pub open_file_hits: u64,
     /// Requests for a file of the learned range
     /// ([`HttpConfig::sendfile_learn`]) kept open, answered by copy from
-    /// the page cache and by `sendfile`, as the answering thread chose.
+    /// the page cache and by `sendfile`, as the answering thread chose (a
+    /// copy whose bytes the cache had dropped went out with `sendfile` and
+    /// counts there).
     pub learned_copy: u64,
     /// See [`learned_copy`](Self::learned_copy).
     pub learned_sendfile: u64,

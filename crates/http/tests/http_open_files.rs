@@ -87,8 +87,10 @@ fn a_cached_file_large_enough_goes_out_with_sendfile_once_kept_open() {
 /// A cached file of the learned range (`sendfile_learn`..`sendfile_kept`)
 /// is kept open and goes out both ways as the loop measures them: copied
 /// first, then `sendfile` probed after an epoch of a couple of thousand
-/// requests; every body whole, pipelined or not. With learning off it is
-/// neither kept open nor sent with `sendfile`.
+/// requests; every body whole, pipelined or not. A request the loop would
+/// copy whose bytes our page cache does not hold goes out with `sendfile`
+/// and is counted so. With learning off it is neither kept open nor sent
+/// with `sendfile`.
 #[test]
 fn a_cached_file_of_the_learned_range_goes_out_by_copy_and_by_sendfile() {
     use common::CACHED;
@@ -127,6 +129,28 @@ fn a_cached_file_of_the_learned_range_goes_out_by_copy_and_by_sendfile() {
     assert!(
         st.sendfile_bytes >= st.learned_sendfile * CACHED as u64,
         "{st:?}"
+    );
+
+    // Two such files where our page cache holds one: requests for the
+    // other, which the loop would copy (all of them, in the first epoch),
+    // go out with sendfile after all, and count there.
+    let s = TestServer::start("openf-learn-uncached", |c| {
+        c.revalidate = Duration::from_secs(60);
+        c.sendfile_kept = 64 << 10;
+        c.sendfile_learn = 16 << 10;
+        c.cache_bytes = CACHED + CACHED / 2;
+    });
+    std::fs::write(s.www().join("other.bin"), &cached).unwrap();
+    let mut c = s.client();
+    for i in 0..100 {
+        let path = ["/cached.bin", "/other.bin"][i % 2];
+        assert_eq!(fnv1a(&c.get(path).body), want);
+    }
+    let st = s.state.stats();
+    assert!(st.learned_copy >= 40 && st.learned_sendfile >= 40, "{st:?}");
+    assert!(
+        st.learned_copy * CACHED as u64 + st.sendfile_bytes <= 100 * CACHED as u64,
+        "a request counted as copied went out with sendfile: {st:?}"
     );
 
     let s = TestServer::start("openf-nolearn", |c| {
