@@ -249,3 +249,29 @@ fn a_killed_bench_leaves_no_nginx() {
     );
     killed_bench_leaves_no_server(bench, &servers);
 }
+
+/// An experiment that goes on after a failed measurement (the idle
+/// experiment marks the point "not measured") wrote, when interrupted, a
+/// set of results that looked finished (the table, JSON, CSVs; a plot
+/// sometimes empty, cut by the exit): now no results file is written once
+/// the run is interrupted.
+#[test]
+fn an_interrupted_idle_run_writes_no_results() {
+    let tmp = common::TempDir::new("bench-int-idle");
+    let out = tmp.path().join("results");
+    let (bench, _) = bench_with_children(
+        &["idle", "--quick", "--out", out.to_str().unwrap()],
+        tmp.path(),
+        &["duality"],
+    );
+    // Into its measurements.
+    std::thread::sleep(Duration::from_millis(1000));
+    // SAFETY: kill(2) on our own child, not yet reaped.
+    assert_eq!(unsafe { libc::kill(bench.id() as i32, libc::SIGINT) }, 0);
+    let o = bench.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(130));
+    let written: Vec<_> = std::fs::read_dir(&out)
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(written.is_empty(), "an interrupted run wrote {written:?}");
+}

@@ -117,9 +117,12 @@ pub fn run(a: BalanceArgs) -> anyhow::Result<()> {
         a.short_rate,
         balance::table(&rows)
     );
-    std::fs::write(dir.join("balance.md"), &md)?;
-    std::fs::write(dir.join("balance.json"), duality_bench::report::json(&rows))?;
-    std::fs::write(dir.join("balance.csv"), balance::csv(&rows))?;
+    duality_bench::report::write(&dir.join("balance.md"), &md)?;
+    duality_bench::report::write(
+        &dir.join("balance.json"),
+        duality_bench::report::json(&rows),
+    )?;
+    duality_bench::report::write(&dir.join("balance.csv"), balance::csv(&rows))?;
     let plotted: Vec<_> = rows.iter().filter(|r| r.imbalance.is_finite()).collect();
     if !plotted.is_empty() {
         duality_bench::plot::bar_chart(

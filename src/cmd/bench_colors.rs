@@ -160,9 +160,9 @@ pub fn run(a: ColorsArgs) -> anyhow::Result<()> {
         colors::GOAL,
         colors::goals(&rows),
     );
-    std::fs::write(out.join("colors.md"), &md)?;
-    std::fs::write(out.join("colors.json"), duality_bench::report::json(&rows))?;
-    std::fs::write(out.join("colors.csv"), colors::csv(&rows))?;
+    duality_bench::report::write(&out.join("colors.md"), &md)?;
+    duality_bench::report::write(&out.join("colors.json"), duality_bench::report::json(&rows))?;
+    duality_bench::report::write(&out.join("colors.csv"), colors::csv(&rows))?;
     let has_bound = a.setups.iter().any(|s| s == colors::BOUND);
     duality_bench::plot::line_chart(
         &out.join("colors-speedup"),

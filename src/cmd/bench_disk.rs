@@ -214,9 +214,9 @@ pub fn run(a: DiskArgs) -> anyhow::Result<()> {
         disk::os_thread_cap(),
         disk::table(&rows)
     );
-    std::fs::write(out.join("disk.md"), &md)?;
-    std::fs::write(out.join("disk.json"), duality_bench::report::json(&rows))?;
-    std::fs::write(out.join("disk.csv"), disk::csv(&rows))?;
+    duality_bench::report::write(&out.join("disk.md"), &md)?;
+    duality_bench::report::write(&out.join("disk.json"), duality_bench::report::json(&rows))?;
+    duality_bench::report::write(&out.join("disk.csv"), disk::csv(&rows))?;
     let series = |f: fn(&disk::DiskRow) -> f64| {
         duality_bench::plot::series_by(
             &rows,
@@ -342,12 +342,12 @@ fn web(a: &DiskArgs, s: Settings) -> anyhow::Result<()> {
         a.web_cache_mib,
         disk_web::table(&rows)
     );
-    std::fs::write(out.join("disk-web.md"), &md)?;
-    std::fs::write(
-        out.join("disk-web.json"),
+    duality_bench::report::write(&out.join("disk-web.md"), &md)?;
+    duality_bench::report::write(
+        &out.join("disk-web.json"),
         duality_bench::report::json(&rows),
     )?;
-    std::fs::write(out.join("disk-web.csv"), disk_web::csv(&rows))?;
+    duality_bench::report::write(&out.join("disk-web.csv"), disk_web::csv(&rows))?;
     let series = |f: fn(&disk_web::WebRow) -> f64| {
         duality_bench::plot::series_by(&rows, &servers, |r| &r.server, |r| (r.clients as f64, f(r)))
     };

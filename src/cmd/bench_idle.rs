@@ -264,11 +264,11 @@ pub fn run(a: IdleArgs) -> anyhow::Result<()> {
         a.active + 64,
         idle::tables(&results)
     );
-    std::fs::write(dir.join("idle.md"), &md)?;
+    duality_bench::report::write(&dir.join("idle.md"), &md)?;
     let json = serde_json::to_string_pretty(&results)?;
-    std::fs::write(dir.join("idle.json"), &json)?;
-    std::fs::write(dir.join("idle-pipes.csv"), idle::pipes_csv(&results.pipes))?;
-    std::fs::write(dir.join("idle-cache.csv"), idle::cache_csv(&results.cache))?;
+    duality_bench::report::write(&dir.join("idle.json"), &json)?;
+    duality_bench::report::write(&dir.join("idle-pipes.csv"), idle::pipes_csv(&results.pipes))?;
+    duality_bench::report::write(&dir.join("idle-cache.csv"), idle::cache_csv(&results.cache))?;
     let [pipes, cache] = idle::series(&results);
     let plots = [
         (

@@ -239,9 +239,9 @@ Columns: latencies in ms, client side from the due time to the whole response; T
         offload::relative_table(rows),
         offload::goals_text(&goals),
     );
-    std::fs::write(dir.join("offload.md"), &md)?;
-    std::fs::write(dir.join("offload.json"), duality_bench::report::json(rows))?;
-    std::fs::write(dir.join("offload.csv"), offload::csv(rows))?;
+    duality_bench::report::write(&dir.join("offload.md"), &md)?;
+    duality_bench::report::write(&dir.join("offload.json"), duality_bench::report::json(rows))?;
+    duality_bench::report::write(&dir.join("offload.csv"), offload::csv(rows))?;
     match offload::plots(rows, &dir) {
         Ok(files) => {
             for f in files {

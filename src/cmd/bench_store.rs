@@ -164,11 +164,11 @@ pub fn run(a: StoreArgs) -> anyhow::Result<()> {
         duality_models::cores(),
         store::tables(&results)
     );
-    std::fs::write(dir.join("store.md"), &md)?;
+    duality_bench::report::write(&dir.join("store.md"), &md)?;
     let json = serde_json::to_string_pretty(&results)?;
-    std::fs::write(dir.join("store.json"), &json)?;
+    duality_bench::report::write(&dir.join("store.json"), &json)?;
     for (name, body) in store::csv(&results) {
-        std::fs::write(dir.join(name), body)?;
+        duality_bench::report::write(&dir.join(name), body)?;
     }
     let plots = [
         (

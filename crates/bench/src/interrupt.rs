@@ -180,9 +180,27 @@ impl Gate {
 /// Held while a child is started: once closed, every child is in /proc.
 static SPAWNS: Gate = Gate::new("the run was interrupted: no process is started any more");
 
-/// Held while a step of a [`TempPath`] is written: once closed, nothing is
-/// written under a registered path any more.
-static WRITES: Gate = Gate::new("the run was interrupted: its temporary files are being removed");
+/// Writes a results file (a table, JSON, CSV or a plot) unless the run has
+/// been interrupted: an `Interrupted` error then. A write in progress when
+/// the signal comes finishes before the process exits (the gate is held
+/// while it runs), so an interrupted run leaves no half-written file, and
+/// none after the signal: an experiment that goes on after a failed
+/// measurement (its rows then read "not measured") does not write a set
+/// that looks finished.
+pub fn results_step<T, E: From<std::io::Error>>(
+    write: impl FnOnce() -> Result<T, E>,
+) -> Result<T, E> {
+    let closed = WRITES.lock();
+    if *closed {
+        return Err(std::io::Error::new(std::io::ErrorKind::Interrupted, WRITES.refusal).into());
+    }
+    write()
+}
+
+/// Held while a step of a [`TempPath`] or a results file is written: once
+/// closed, nothing is written under a registered path, nor a results file,
+/// any more.
+static WRITES: Gate = Gate::new("the run was interrupted: no file is written any more");
 
 /// [`Command::spawn`] and [`Command::output`] unless the run has been
 /// interrupted: every child of an experiment is started through these, so

@@ -91,7 +91,8 @@ pub fn line_chart(
     if let Some(dir) = path_stem.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
     }
-    {
+    // Each file whole or not at all, and none once the run was interrupted.
+    crate::interrupt::results_step(|| -> anyhow::Result<()> {
         let root = BitMapBackend::new(&png, SIZE).into_drawing_area();
         if log_x {
             draw(&root, &spec, (x_min..x_max).log_scale())?;
@@ -99,9 +100,9 @@ pub fn line_chart(
             draw(&root, &spec, x_min..x_max)?;
         }
         root.present()
-            .map_err(|e| anyhow::anyhow!("{}: {e}", png.display()))?;
-    }
-    {
+            .map_err(|e| anyhow::anyhow!("{}: {e}", png.display()))
+    })?;
+    crate::interrupt::results_step(|| -> anyhow::Result<()> {
         let root = SVGBackend::new(&svg, SIZE).into_drawing_area();
         if log_x {
             draw(&root, &spec, (x_min..x_max).log_scale())?;
@@ -109,8 +110,8 @@ pub fn line_chart(
             draw(&root, &spec, x_min..x_max)?;
         }
         root.present()
-            .map_err(|e| anyhow::anyhow!("{}: {e}", svg.display()))?;
-    }
+            .map_err(|e| anyhow::anyhow!("{}: {e}", svg.display()))
+    })?;
     Ok((png, svg))
 }
 
@@ -258,18 +259,18 @@ pub fn bar_chart(
         reference,
         y: lo..hi,
     };
-    {
+    crate::interrupt::results_step(|| -> anyhow::Result<()> {
         let root = BitMapBackend::new(&png, SIZE).into_drawing_area();
         draw_bars(&root, &spec)?;
         root.present()
-            .map_err(|e| anyhow::anyhow!("{}: {e}", png.display()))?;
-    }
-    {
+            .map_err(|e| anyhow::anyhow!("{}: {e}", png.display()))
+    })?;
+    crate::interrupt::results_step(|| -> anyhow::Result<()> {
         let root = SVGBackend::new(&svg, SIZE).into_drawing_area();
         draw_bars(&root, &spec)?;
         root.present()
-            .map_err(|e| anyhow::anyhow!("{}: {e}", svg.display()))?;
-    }
+            .map_err(|e| anyhow::anyhow!("{}: {e}", svg.display()))
+    })?;
     Ok((png, svg))
 }
 

@@ -32,9 +32,10 @@ pub fn json<T: Serialize>(rows: &[T]) -> String {
 }
 
 /// Writes `contents` to the file `path`; the error names the file (a full
-/// disk said only "No space left on device (os error 28)").
+/// disk said only "No space left on device (os error 28)"). Refused once
+/// the run was interrupted ([`crate::interrupt::results_step`]).
 pub fn write(path: &std::path::Path, contents: impl AsRef<[u8]>) -> anyhow::Result<()> {
-    std::fs::write(path, contents)
+    crate::interrupt::results_step(|| std::fs::write(path, contents))
         .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))
 }
 
