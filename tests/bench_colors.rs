@@ -61,3 +61,24 @@ fn quick_colors_run_writes_every_setup_at_every_n() {
     let svg = std::fs::read_to_string(out.join("colors-speedup.svg")).unwrap();
     assert!(svg.contains("N-copy (bound)") && svg.contains("ideal"));
 }
+
+/// Connections past the file limit (100,000 per client took 2.2 GB and
+/// failed midway) are refused before any server starts.
+#[test]
+fn connections_past_the_file_limit_are_refused() {
+    let out = common::TempDir::new("bench-colors-refused");
+    let res = out.path().join("r");
+    common::bench::refused(
+        &[
+            "colors",
+            "--conns-per-client",
+            "100000",
+            "--threads",
+            "1",
+            "--out",
+            res.to_str().unwrap(),
+        ],
+        &["--clients × --conns-per-client ", "(ulimit -n)", "at most "],
+    );
+    assert!(!res.exists());
+}

@@ -116,6 +116,15 @@ pub fn run(a: ColorsArgs) -> anyhow::Result<()> {
         };
         (threads, load, a.rounds.max(1))
     };
+    // Each connection is a descriptor of the load generator and of a
+    // server (which inherits this process's limit, raised here).
+    duality_bench::limits::check_descriptors(
+        "--clients × --conns-per-client",
+        load.clients.saturating_mul(load.conns_per_client) as u64,
+        1,
+        0,
+        duality_bench::http::raise_fd_limit(),
+    )?;
     let out = super::bench::results_dir(a.output.out.as_deref(), "colors")?;
     let exe = std::env::current_exe()?;
     let plan = Plan {

@@ -141,3 +141,57 @@ fn a_peer_reading_our_data_does_not_wake_the_loop() {
     assert_eq!(reader.join().unwrap().0, [9u8; 16]);
     assert_eq!(events, 0, "the loop was woken by its peer's read");
 }
+
+/// A listener whose queue of connections not yet accepted is full: a
+/// connect waits for room, as a blocking `connect(2)` does, instead of
+/// failing with `EAGAIN` (a load generator opening thousands of
+/// connections failed past the backlog).
+#[test]
+fn a_connect_to_a_full_listener_waits_for_room() {
+    use std::os::fd::FromRawFd;
+    let path = TempPath::new("backlog");
+    // A listener with a backlog of 0: one connection waits in its queue,
+    // the next finds it full.
+    // SAFETY: plain socket calls on a descriptor made here and handed to
+    // the std listener below, which owns and closes it; `addr` is a local
+    // sockaddr_un large enough for the path.
+    let listener = unsafe {
+        let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
+        assert!(fd >= 0);
+        let mut addr: libc::sockaddr_un = std::mem::zeroed();
+        addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        let bytes = path.0.as_os_str().as_encoded_bytes();
+        assert!(bytes.len() < addr.sun_path.len());
+        for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
+            *d = *s as libc::c_char;
+        }
+        let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+        assert_eq!(
+            libc::bind(fd, &addr as *const _ as *const libc::sockaddr, len),
+            0
+        );
+        assert_eq!(libc::listen(fd, 0), 0);
+        std::os::unix::net::UnixListener::from_raw_fd(fd)
+    };
+    let p = path.0.clone();
+    block_on(async move {
+        let clients: Vec<_> = (0..4)
+            .map(|_| {
+                let p = p.clone();
+                spawn(async move { UnixStream::connect(&p).await })
+            })
+            .collect();
+        // Long enough for the attempts past the queue to have failed.
+        duality_rt::time::sleep(std::time::Duration::from_millis(50)).await;
+        // Room at last: every connection gets through.
+        let accepter = std::thread::spawn(move || {
+            (0..4)
+                .map(|_| listener.accept().unwrap().0)
+                .collect::<Vec<_>>()
+        });
+        for c in clients {
+            c.await.unwrap().expect("a connect failed on a full queue");
+        }
+        assert_eq!(accepter.join().unwrap().len(), 4);
+    });
+}

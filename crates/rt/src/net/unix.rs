@@ -4,6 +4,7 @@ use super::evented::{accept_with, stream_methods, Backoff, Evented};
 use crate::reactor::Direction as Dir;
 use std::io;
 use std::path::Path;
+use std::time::Duration;
 
 /// A Unix-domain listening socket.
 pub struct UnixListener {
@@ -66,9 +67,28 @@ pub struct UnixStream {
 
 impl UnixStream {
     /// Connects to the socket at `path`.
+    ///
+    /// Where the listener's queue of connections not yet accepted is full
+    /// (`EAGAIN`), it tries again after a pause (1 ms, doubling up to
+    /// 64 ms), as a blocking `connect(2)` waits for room, until the
+    /// listener makes room or the future is dropped (wrap it in a
+    /// [`timeout`](crate::time::timeout) to bound the wait). A client that
+    /// opens thousands of connections at once (a load generator) would
+    /// otherwise fail past the listener's backlog.
     pub async fn connect(path: impl AsRef<Path>) -> io::Result<UnixStream> {
+        let path = path.as_ref();
+        let mut pause = Duration::from_millis(1);
+        let socket = loop {
+            match mio::net::UnixStream::connect(path) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    crate::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(64));
+                }
+                r => break r?,
+            }
+        };
         let stream = UnixStream {
-            io: Evented::new(mio::net::UnixStream::connect(path)?)?,
+            io: Evented::new(socket)?,
         };
         stream.io.ready(Dir::Write).await?;
         if let Some(e) = stream.io.get_ref().take_error()? {
