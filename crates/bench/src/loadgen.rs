@@ -319,6 +319,8 @@ struct Shared {
     errors: Arc<AtomicU64>,
     /// Connections that gave up waiting for the server.
     stalled: Arc<AtomicU64>,
+    /// Connections open or given up: the warm-up starts once all are.
+    settled: Arc<AtomicUsize>,
 }
 
 /// One connection's closed or open loop until the phase says stop; returns
@@ -327,8 +329,9 @@ async fn drive(c: usize, cfg: LoadConfig, sh: Shared, start: Instant) -> Vec<His
     let windows = cfg.windows;
     let mut hists: Vec<Histogram<u64>> = (0..windows).map(|_| latency_histogram()).collect();
     let mut rng = fastrand::Rng::with_seed(cfg.seed ^ (c as u64).wrapping_mul(0x9e37_79b9));
-    let conn = match duality_rt::time::timeout(cfg.reply_timeout, Conn::connect(&cfg.target)).await
-    {
+    let conn = duality_rt::time::timeout(cfg.reply_timeout, Conn::connect(&cfg.target)).await;
+    sh.settled.fetch_add(1, Relaxed);
+    let conn = match conn {
         Ok(Ok(conn)) => conn,
         Ok(Err(_)) => {
             sh.errors.fetch_add(1, Relaxed);
@@ -516,6 +519,7 @@ pub fn run(cfg: &LoadConfig, mark: &mut dyn FnMut(usize)) -> anyhow::Result<Vec<
         counts: Arc::new((0..windows).map(|_| AtomicU64::new(0)).collect()),
         errors: Arc::new(AtomicU64::new(0)),
         stalled: Arc::new(AtomicU64::new(0)),
+        settled: Arc::new(AtomicUsize::new(0)),
     };
     // The client's own polls are not the subject: no long-poll warnings.
     let mut config = duality_rt::LoopConfig {
@@ -546,6 +550,13 @@ pub fn run(cfg: &LoadConfig, mark: &mut dyn FnMut(usize)) -> anyhow::Result<Vec<
         });
         let mut per_window: Vec<Duration> = Vec::new();
         let mut cpu_use: Vec<f64> = Vec::new();
+        // The warm-up and the windows start once every connection is open
+        // (thousands take longer than a short warm-up: a window then
+        // measured connects, not transactions). One that fails or stalls
+        // counts as settled; the run then fails below.
+        while sh.settled.load(Relaxed) < cfg.conns {
+            duality_rt::time::sleep(Duration::from_millis(1)).await;
+        }
         duality_rt::time::sleep(cfg.warmup).await;
         for w in 0..windows {
             mark(w);
