@@ -379,8 +379,11 @@ impl ServerProcess {
         for _ in 0..3 {
             let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
             match ServerProcess::start_with_limits(exe, kind, &Target::Tcp(addr), mib, max_conns) {
-                Ok(s) if stats_pid(addr, false) == Some(s.pid()) => return Ok((s, addr)),
-                Ok(_) => last = format!("another process answered on {addr}"),
+                Ok(s) => match stats_pid_or_why(addr, false) {
+                    Ok(pid) if pid == s.pid() => return Ok((s, addr)),
+                    Ok(pid) => last = format!("another process (pid {pid}) answered on {addr}"),
+                    Err(why) => last = format!("{addr}: {why}"),
+                },
                 Err(e) => last = e.to_string(),
             }
         }
@@ -455,9 +458,33 @@ impl Drop for ServerProcess {
 /// on a port picked free counts as started only when its own pid answers:
 /// another process may have taken the port meanwhile.
 pub fn stats_pid(addr: std::net::SocketAddr, binary: bool) -> Option<u32> {
+    stats_pid_or_why(addr, binary).ok()
+}
+
+/// [`stats_pid`], or what went wrong in words: no connection, no answer
+/// within 2 s, the connection closed, or an answer without a pid.
+pub fn stats_pid_or_why(addr: std::net::SocketAddr, binary: bool) -> Result<u32, String> {
     use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    let mut s = std::net::TcpStream::connect(addr).map_err(|e| format!("connecting: {e}"))?;
+    s.set_read_timeout(Some(STATS_WAIT))
+        .map_err(|e| e.to_string())?;
+    let read = |s: &mut std::net::TcpStream, buf: &mut [u8]| match s.read(buf) {
+        Ok(0) => Err("it closed the connection".to_string()),
+        Ok(n) => Ok(n),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            Err(format!(
+                "no answer to `stats` within {} s",
+                STATS_WAIT.as_secs()
+            ))
+        }
+        Err(e) => Err(format!("reading: {e}")),
+    };
+    let no_pid = || "its `stats` has no pid".to_string();
     let mut out = Vec::new();
     let mut buf = [0u8; 4096];
     if binary {
@@ -466,41 +493,43 @@ pub fn stats_pid(addr: std::net::SocketAddr, binary: bool) -> Option<u32> {
         let mut req = [0u8; 24];
         req[0] = 0x80;
         req[1] = 0x10;
-        s.write_all(&req).ok()?;
+        s.write_all(&req).map_err(|e| format!("writing: {e}"))?;
         loop {
             while out.len() < 24 || out.len() < 24 + be32(&out[8..12]) {
-                let n = s.read(&mut buf).ok()?;
-                if n == 0 {
-                    return None;
-                }
+                let n = read(&mut s, &mut buf)?;
                 out.extend_from_slice(&buf[..n]);
             }
             let klen = usize::from(u16::from_be_bytes([out[2], out[3]]));
             let (xlen, body) = (usize::from(out[4]), be32(&out[8..12]));
             let key = &out[24 + xlen..24 + xlen + klen];
             if key.is_empty() {
-                return None;
+                return Err(no_pid());
             }
             if key == b"pid" {
                 let v = &out[24 + xlen + klen..24 + body];
-                return std::str::from_utf8(v).ok()?.parse().ok();
+                return std::str::from_utf8(v)
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .ok_or_else(no_pid);
             }
             out.drain(..24 + body);
         }
     }
-    s.write_all(b"stats\r\n").ok()?;
+    s.write_all(b"stats\r\n")
+        .map_err(|e| format!("writing: {e}"))?;
     while !out.ends_with(b"END\r\n") {
-        let n = s.read(&mut buf).ok()?;
-        if n == 0 {
-            return None;
-        }
+        let n = read(&mut s, &mut buf)?;
         out.extend_from_slice(&buf[..n]);
     }
     String::from_utf8_lossy(&out)
         .lines()
         .find_map(|l| l.strip_prefix("STAT pid "))
         .and_then(|p| p.trim().parse().ok())
+        .ok_or_else(no_pid)
 }
+
+/// How long [`stats_pid`] waits for an answer.
+const STATS_WAIT: Duration = Duration::from_secs(2);
 
 fn be32(b: &[u8]) -> usize {
     u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize
@@ -509,6 +538,43 @@ fn be32(b: &[u8]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A peer on `addr` that answers each connection with `answer` (and
+    /// holds it open `hold`) after reading a request.
+    fn peer(answer: &'static [u8], hold: Duration) -> std::net::SocketAddr {
+        use std::io::{Read, Write};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut c, _) = l.accept().unwrap();
+            let mut buf = [0u8; 64];
+            let _ = c.read(&mut buf);
+            let _ = c.write_all(answer);
+            std::thread::sleep(hold);
+        });
+        addr
+    }
+
+    /// A peer that took the port but is not the server started there is
+    /// reported for what it did, not as "another process answered".
+    #[test]
+    fn a_stats_without_a_pid_says_why() {
+        let ok = peer(b"STAT uptime 1\r\nSTAT pid 42\r\nEND\r\n", Duration::ZERO);
+        assert_eq!(stats_pid_or_why(ok, false), Ok(42));
+        let closes = peer(b"", Duration::ZERO);
+        assert_eq!(
+            stats_pid_or_why(closes, false),
+            Err("it closed the connection".into())
+        );
+        let no_pid = peer(b"STAT uptime 1\r\nEND\r\n", Duration::ZERO);
+        assert_eq!(
+            stats_pid_or_why(no_pid, false),
+            Err("its `stats` has no pid".into())
+        );
+        let silent = peer(b"", STATS_WAIT * 2);
+        let e = stats_pid_or_why(silent, false).unwrap_err();
+        assert!(e.starts_with("no answer to `stats` within"), "{e}");
+    }
 
     /// Under a hard limit of 4,096 memcached was still given `-c 16384`
     /// and exited at start ("failed to set rlimit for open files").
