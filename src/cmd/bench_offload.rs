@@ -204,8 +204,15 @@ pub fn run(a: OffloadArgs) -> anyhow::Result<()> {
     let report = offload::run(&plan, &mut |line| duality_rt::say!("{line}"))?;
     let rows = &report.rows;
     let goals = offload::goals(rows);
+    // A server that answered nothing at a load (a peer that hangs): said in
+    // the results, and the run fails once they are written, as `bench http`.
+    let failures: Vec<String> = rows
+        .iter()
+        .filter(|r| r.requests_per_sec == 0.0)
+        .map(|r| format!("{} answered nothing at {}%", r.server, r.load_pct))
+        .collect();
     let cmd: Vec<String> = std::env::args().collect();
-    let md = format!(
+    let mut md = format!(
         "# Offload: 1% gzip requests and everybody else's p99 (seed 002)\n\n\
 Command: `{}`\n\n\
 Machine: {} cores; the load generator (this process, {} client threads) and the server share them, TCP loopback.\n\n\
@@ -239,6 +246,9 @@ Columns: latencies in ms, client side from the due time to the whole response; T
         offload::relative_table(rows),
         offload::goals_text(&goals),
     );
+    for f in &failures {
+        md.push_str(&format!("\nNote: {f}.\n"));
+    }
     duality_bench::report::write(&dir.join("offload.md"), &md)?;
     duality_bench::report::write(&dir.join("offload.json"), duality_bench::report::json(rows))?;
     duality_bench::report::write(&dir.join("offload.csv"), offload::csv(rows))?;
@@ -258,6 +268,11 @@ Columns: latencies in ms, client side from the due time to the whole response; T
     }
     duality_rt::say!("goals:\n{}", offload::goals_text(&goals).trim_end());
     duality_rt::say!("results in {}", dir.display());
+    anyhow::ensure!(
+        failures.is_empty(),
+        "{}; the results mark those rows",
+        failures.join("; ")
+    );
     Ok(())
 }
 

@@ -1129,20 +1129,24 @@ pub fn csv(rows: &[OffloadRow]) -> String {
     let mut s = String::from(
         "server,load_pct,rate,cheap_p50_ms,cheap_p99_ms,cheap_p999_ms,heavy_p50_ms,heavy_p99_ms,heavy_p999_ms,ttfb_p99_ms,server_ttfb_p99_ms,accept_p99_ms,loop_hold_p99_ms,loop_hold_p999_ms,requests_per_sec,heavy_per_sec,errors,unsent,pool_raises\n",
     );
-    let o = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.4}"));
+    // A figure not measured (no sample: NaN, or `None`) is an empty cell.
+    let o = |v: Option<f64>| {
+        v.filter(|v| v.is_finite())
+            .map_or(String::new(), |v| format!("{v:.4}"))
+    };
     for r in rows {
         s.push_str(&format!(
-            "{},{},{:.1},{:.4},{:.4},{:.4},{},{},{},{:.4},{},{},{},{},{:.1},{:.2},{},{},{}\n",
+            "{},{},{:.1},{},{},{},{},{},{},{},{},{},{},{},{:.1},{:.2},{},{},{}\n",
             crate::report::csv_field(&r.server),
             r.load_pct,
             r.rate,
-            r.cheap_p50_ms,
-            r.cheap_p99_ms,
-            r.cheap_p999_ms,
+            o(Some(r.cheap_p50_ms)),
+            o(Some(r.cheap_p99_ms)),
+            o(Some(r.cheap_p999_ms)),
             o(r.heavy_p50_ms),
             o(r.heavy_p99_ms),
             o(r.heavy_p999_ms),
-            r.ttfb_p99_ms,
+            o(Some(r.ttfb_p99_ms)),
             o(r.server_ttfb_p99_ms),
             o(r.accept_p99_ms),
             o(r.loop_hold_p99_ms),
@@ -1508,6 +1512,21 @@ duality_loop_poll_seconds_bucket{loop=\"a\",le=\"0.001\"} 5
         assert_eq!(c.lines().count(), 3);
         assert!(
             c.lines().nth(2).unwrap().contains(",40.0000,,,,,1000.0,"),
+            "{c}"
+        );
+        // A server that answered nothing has no latencies: empty cells,
+        // as every figure not measured (it wrote `NaN`).
+        let mut silent = r(NGINX, 50, f64::NAN, 10.0);
+        silent.cheap_p50_ms = f64::NAN;
+        silent.cheap_p999_ms = f64::NAN;
+        silent.ttfb_p99_ms = f64::NAN;
+        let c = csv(&[silent]);
+        assert!(!c.contains("NaN"), "{c}");
+        assert!(
+            c.lines()
+                .nth(1)
+                .unwrap()
+                .starts_with("nginx gzip on,50,1000.0,,,,"),
             "{c}"
         );
         assert_eq!(ms(0.0123), "0.012");
