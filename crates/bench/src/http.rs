@@ -630,11 +630,10 @@ pub struct Experiment {
 
 /// Finds nginx on `PATH` or in the usual system places.
 pub fn find_nginx() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin", "/usr/local/sbin", "/usr/local/nginx/sbin"].map(PathBuf::from))
-        .map(|d| d.join("nginx"))
-        .find(|p| p.is_file())
+    crate::servers::find_executable(
+        "nginx",
+        &["/usr/sbin", "/usr/local/sbin", "/usr/local/nginx/sbin"],
+    )
 }
 
 /// Runs `nginx FLAG` (`-v`, `-V`: nginx answers on stderr) for at most

@@ -151,13 +151,22 @@ pub fn split_handoff(model: &str) -> (&str, Vec<&str>) {
 /// Is memcached installed? The first `memcached` on `PATH`, else in
 /// /usr/bin or /usr/local/bin (not always on a service's `PATH`).
 pub fn memcached_path() -> Option<PathBuf> {
-    let on_path = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .unwrap_or_default();
-    on_path
-        .into_iter()
-        .chain(["/usr/bin", "/usr/local/bin"].map(PathBuf::from))
-        .map(|d| d.join("memcached"))
+    find_executable("memcached", &["/usr/bin", "/usr/local/bin"])
+}
+
+/// The first executable file `name` in `$PATH`'s directories, then in
+/// `extra` (where a package puts it though `$PATH` may lack the directory).
+pub(crate) fn find_executable(name: &str, extra: &[&str]) -> Option<PathBuf> {
+    find_executable_in(&std::env::var_os("PATH").unwrap_or_default(), name, extra)
+}
+
+/// [`find_executable`] over the search path `path`. A file that is not
+/// executable is passed over, as a shell does (one such `nginx` first on
+/// the path failed the run with "Permission denied").
+fn find_executable_in(path: &std::ffi::OsStr, name: &str, extra: &[&str]) -> Option<PathBuf> {
+    std::env::split_paths(path)
+        .chain(extra.iter().map(PathBuf::from))
+        .map(|d| d.join(name))
         .find(|p| is_executable(p))
 }
 
@@ -538,6 +547,24 @@ fn be32(b: &[u8]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_program_that_is_not_executable_is_passed_over() {
+        use std::os::unix::fs::PermissionsExt;
+        let base = std::env::temp_dir().join(format!("duality-find-exe-{}", std::process::id()));
+        let (a, b) = (base.join("a"), base.join("b"));
+        for (d, mode) in [(&a, 0o644), (&b, 0o755)] {
+            std::fs::create_dir_all(d).unwrap();
+            let f = d.join("prog");
+            std::fs::write(&f, "#!/bin/sh\n").unwrap();
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+        let path = std::env::join_paths([&a, &b]).unwrap();
+        assert_eq!(find_executable_in(&path, "prog", &[]), Some(b.join("prog")));
+        let only_a = std::env::join_paths([&a]).unwrap();
+        assert_eq!(find_executable_in(&only_a, "prog", &[]), None);
+        let _ = std::fs::remove_dir_all(&base);
+    }
 
     /// A peer on `addr` that answers each connection with `answer` (and
     /// holds it open `hold`) after reading a request.

@@ -79,15 +79,7 @@ const GO_TASKS: &str = include_str!("../go/tasks/main.go");
 
 /// The `go` command: on `PATH`, or where the official tarball puts it.
 pub fn find_go() -> Option<std::path::PathBuf> {
-    let on_path = std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p)
-            .map(|d| d.join("go"))
-            .find(|g| g.is_file())
-    });
-    on_path.or_else(|| {
-        let g = std::path::PathBuf::from("/usr/local/go/bin/go");
-        g.is_file().then_some(g)
-    })
+    crate::servers::find_executable("go", &["/usr/local/go/bin"])
 }
 
 /// Builds the Go peer into a temporary directory (its build cache kept in
