@@ -70,7 +70,7 @@ fn run() -> anyhow::Result<()> {
         // line is dropped instead, as `say!` drops its own.
         .log_internal_errors(false)
         .init();
-    let cli = Cli::parse();
+    let cli: Cli = cmd::parse_cli();
     cmd::transparent_huge_pages(matches!(&cli.command, Command::Kv(a) if a.large_pages));
     match cli.command {
         Command::Kv(a) => cmd::kv::run(a),

@@ -530,3 +530,25 @@ fn disk_halves_refuse_each_others_flags() {
     let o = bench(&["disk", "--web-files", "10"], &[]);
     fails_saying(&o, &["--web-files does not apply without --web"]);
 }
+
+/// A value given twice in a list measured the point twice and printed two
+/// rows of one label: refused before anything starts, naming the flag.
+#[test]
+fn a_value_given_twice_in_a_list_is_refused() {
+    for (args, said) in [
+        (
+            &["models", "--quick", "--models", "sped,sped"][..],
+            "--models: sped given twice",
+        ),
+        (
+            &["models", "--quick", "--clients", "8,1,8"][..],
+            "--clients: 8 given twice",
+        ),
+        (
+            &["http", "--quick", "--sizes", "100,100"][..],
+            "--sizes: 100 given twice",
+        ),
+    ] {
+        common::bench::refused(args, &[said, "Usage: duality bench "]);
+    }
+}

@@ -228,6 +228,54 @@ pub struct MetricsArgs {
 
 /// `--metrics-listen`'s address: what `http --listen` takes (the first
 /// address a host name resolves to), and `:PORT` as the exporters write it.
+/// Parses the command line as clap does, then refuses a value given twice
+/// in a `duality bench` list (`--models sped,sped`, `--clients 8,8`): the
+/// run measured the point twice and printed two rows of the same label.
+pub fn parse_cli<T: clap::Parser>() -> T {
+    let mut cmd = T::command();
+    // Built, the subcommands know their full names for the usage line.
+    cmd.build();
+    let matches = cmd.clone().get_matches();
+    if let Some(("bench", bench)) = matches.subcommand() {
+        let bench_cmd = cmd.find_subcommand("bench").expect("matched");
+        if let Err(e) = no_value_twice(bench_cmd, bench) {
+            e.exit();
+        }
+    }
+    T::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
+/// Refuses a value given twice to one comma-separated list of `cmd` or of
+/// the subcommand `matches` went on to.
+fn no_value_twice(cmd: &clap::Command, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+    for arg in cmd.get_arguments() {
+        if arg.get_value_delimiter().is_none() {
+            continue;
+        }
+        let id = arg.get_id().as_str();
+        let Ok(Some(raw)) = matches.try_get_raw(id) else {
+            continue;
+        };
+        let mut seen = std::collections::HashSet::new();
+        if let Some(twice) = raw.into_iter().find(|v| !seen.insert(*v)) {
+            let name = arg
+                .get_long()
+                .map_or_else(|| id.to_string(), |l| format!("--{l}"));
+            return Err(cmd.clone().error(
+                clap::error::ErrorKind::ValueValidation,
+                format!("{name}: {} given twice", twice.to_string_lossy()),
+            ));
+        }
+    }
+    match matches.subcommand() {
+        Some((name, sub)) => match cmd.find_subcommand(name) {
+            Some(sub_cmd) => no_value_twice(sub_cmd, sub),
+            None => Ok(()),
+        },
+        None => Ok(()),
+    }
+}
+
 fn metrics_addr(s: &str) -> Result<std::net::SocketAddr, String> {
     let any = s.strip_prefix(':').map(|p| format!("*:{p}"));
     let l: ListenAddr = any.as_deref().unwrap_or(s).parse()?;
