@@ -552,3 +552,30 @@ fn a_value_given_twice_in_a_list_is_refused() {
         common::bench::refused(args, &[said, "Usage: duality bench "]);
     }
 }
+
+/// A peer that fails ends the run; the message says how to run without the
+/// peers.
+#[test]
+fn a_failing_peer_says_how_to_leave_the_peers_out() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = common::TempDir::new("bench-peer-fails");
+    let fake = tmp.path().join("memcached");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\necho 'fake memcached: failing' >&2\nexit 1\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = std::env::join_paths(std::iter::once(tmp.path().to_path_buf()).chain(
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
+    ))
+    .unwrap();
+    let o = bench(
+        &["models", "--quick", "--models", "sped", "--clients", "1"],
+        &[("PATH", std::path::Path::new(&path))],
+    );
+    fails_saying(
+        &o,
+        &["memcached -t 1", "fake memcached: failing", "--no-peers"],
+    );
+}

@@ -347,7 +347,17 @@ pub fn models(a: ModelsArgs) -> anyhow::Result<()> {
             pb.inc(1);
         },
         &mut |n| pb.println(n),
-    )?;
+    )
+    .map_err(|e| {
+        // A peer that fails ends the run: say how to run without them.
+        let peer = ["memcached", "tokio"]
+            .iter()
+            .any(|p| e.to_string().starts_with(p));
+        match peer && !a.no_peers {
+            true => e.context("a peer failed (--no-peers measures duality alone)"),
+            false => e,
+        }
+    })?;
     pb.finish_and_clear();
     finish(
         &a.load,
