@@ -226,8 +226,6 @@ pub struct MetricsArgs {
     pub long_poll_warn_ms: u64,
 }
 
-/// `--metrics-listen`'s address: what `http --listen` takes (the first
-/// address a host name resolves to), and `:PORT` as the exporters write it.
 /// Parses the command line as clap does, then refuses a value given twice
 /// in a `duality bench` list (`--models sped,sped`, `--clients 8,8`): the
 /// run measured the point twice and printed two rows of the same label.
@@ -276,6 +274,8 @@ fn no_value_twice(cmd: &clap::Command, matches: &clap::ArgMatches) -> Result<(),
     }
 }
 
+/// `--metrics-listen`'s address: what `http --listen` takes (the first
+/// address a host name resolves to), and `:PORT` as the exporters write it.
 fn metrics_addr(s: &str) -> Result<std::net::SocketAddr, String> {
     let any = s.strip_prefix(':').map(|p| format!("*:{p}"));
     let l: ListenAddr = any.as_deref().unwrap_or(s).parse()?;
