@@ -79,10 +79,49 @@ const HOLDS_OUT: u8 = 2;
 /// hold something have an entry; every connection keeps one flag byte
 /// (`flags` below), so that the common case — nothing held — is one load.
 /// `who` names a connection (any address unique while it lives).
+///
+/// A value sent from the store (shared, not copied) counts once however
+/// many sends hold it: its memory is there once, and clients that ask for
+/// the same large item again and again without reading must not spend the
+/// budget that everybody else's large values need.
 #[derive(Debug)]
 pub struct Holdings {
     budget: BufferBudget,
-    held: Mutex<HashMap<usize, (usize, usize)>>,
+    held: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    conns: HashMap<usize, Held>,
+    /// Values sent from the store, by address: while a send holds a value
+    /// its memory stays, so no other value has that address then. One
+    /// that does later (the first freed before its holders gave it back)
+    /// is only counted with it a moment: what is taken and given back
+    /// stays equal.
+    pins: HashMap<usize, Pin>,
+}
+
+/// What one connection holds.
+#[derive(Debug, Default)]
+struct Held {
+    input: usize,
+    output: usize,
+    /// Addresses of values its sends hold, once per send.
+    pins: Vec<usize>,
+}
+
+impl Held {
+    fn is_empty(&self) -> bool {
+        self.input == 0 && self.output == 0 && self.pins.is_empty()
+    }
+}
+
+#[derive(Debug)]
+struct Pin {
+    /// Sends holding the value.
+    holders: usize,
+    /// Bytes taken for it.
+    len: usize,
 }
 
 impl Holdings {
@@ -90,7 +129,7 @@ impl Holdings {
     pub fn new(limit: usize) -> Holdings {
         Holdings {
             budget: BufferBudget::new(limit),
-            held: Mutex::new(HashMap::new()),
+            held: Mutex::new(State::default()),
         }
     }
 
@@ -99,12 +138,16 @@ impl Holdings {
         &self.budget
     }
 
-    fn with<R>(&self, who: usize, f: impl FnOnce(&mut (usize, usize)) -> R) -> R {
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        let entry = held.entry(who).or_default();
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn with<R>(&self, who: usize, f: impl FnOnce(&mut Held) -> R) -> R {
+        let mut state = self.lock();
+        let entry = state.conns.entry(who).or_default();
         let r = f(entry);
-        if *entry == (0, 0) {
-            held.remove(&who);
+        if entry.is_empty() {
+            state.conns.remove(&who);
         }
         r
     }
@@ -113,15 +156,15 @@ impl Holdings {
     /// (taking only what it did not hold yet). False if the budget has no
     /// room: then it holds nothing for input.
     pub fn hold_input(&self, who: usize, flags: &AtomicU8, need: usize) -> bool {
-        let ok = self.with(who, |(input, _)| {
-            if need <= *input {
+        let ok = self.with(who, |held| {
+            if need <= held.input {
                 return true;
             }
-            if self.budget.try_take(need - *input) {
-                *input = need;
+            if self.budget.try_take(need - held.input) {
+                held.input = need;
                 true
             } else {
-                self.budget.give(std::mem::take(input));
+                self.budget.give(std::mem::take(&mut held.input));
                 false
             }
         });
@@ -140,28 +183,85 @@ impl Holdings {
         if flags.load(Relaxed) & HOLDS_IN != 0
             && flags.fetch_and(!HOLDS_IN, Relaxed) & HOLDS_IN != 0
         {
-            self.with(who, |(input, _)| self.budget.give(std::mem::take(input)));
+            self.with(who, |held| {
+                self.budget.give(std::mem::take(&mut held.input));
+            });
         }
     }
 
     /// Makes the connection hold `n` more bytes for output; false if the
     /// budget has no room.
     pub fn hold_output(&self, who: usize, flags: &AtomicU8, n: usize) -> bool {
-        if !self.budget.try_take(n) {
+        self.hold_output_sharing(who, flags, n, [])
+    }
+
+    /// Makes the connection hold `copied` more bytes for output, and the
+    /// values `shared` from the store that its send holds: each taken from
+    /// the budget only if no send holds it yet. False if the budget has no
+    /// room for what is new (nothing is taken then).
+    pub fn hold_output_sharing<'a>(
+        &self,
+        who: usize,
+        flags: &AtomicU8,
+        copied: usize,
+        shared: impl IntoIterator<Item = &'a [u8]>,
+    ) -> bool {
+        let shared: Vec<&[u8]> = shared.into_iter().filter(|v| !v.is_empty()).collect();
+        let mut state = self.lock();
+        let mut need = copied;
+        for (i, v) in shared.iter().enumerate() {
+            let at = v.as_ptr() as usize;
+            let seen = shared[..i].iter().any(|w| w.as_ptr() as usize == at);
+            if !seen && !state.pins.contains_key(&at) {
+                need = need.saturating_add(v.len());
+            }
+        }
+        if !self.budget.try_take(need) {
             return false;
         }
-        self.with(who, |(_, output)| *output += n);
+        for v in &shared {
+            let pin = state.pins.entry(v.as_ptr() as usize).or_insert(Pin {
+                holders: 0,
+                len: v.len(),
+            });
+            pin.holders += 1;
+        }
+        let held = state.conns.entry(who).or_default();
+        held.output += copied;
+        held.pins.extend(shared.iter().map(|v| v.as_ptr() as usize));
+        if held.is_empty() {
+            state.conns.remove(&who);
+        }
+        drop(state);
         flags.fetch_or(HOLDS_OUT, Relaxed);
         true
     }
 
     /// Gives back what the connection holds for output (its responses were
-    /// written).
+    /// written): its copies, and each value no other send holds any more.
     pub fn release_output(&self, who: usize, flags: &AtomicU8) {
-        if flags.load(Relaxed) & HOLDS_OUT != 0
-            && flags.fetch_and(!HOLDS_OUT, Relaxed) & HOLDS_OUT != 0
+        if flags.load(Relaxed) & HOLDS_OUT == 0
+            || flags.fetch_and(!HOLDS_OUT, Relaxed) & HOLDS_OUT == 0
         {
-            self.with(who, |(_, output)| self.budget.give(std::mem::take(output)));
+            return;
+        }
+        let mut state = self.lock();
+        let State { conns, pins } = &mut *state;
+        let Some(held) = conns.get_mut(&who) else {
+            return;
+        };
+        self.budget.give(std::mem::take(&mut held.output));
+        for at in held.pins.drain(..) {
+            if let Some(pin) = pins.get_mut(&at) {
+                pin.holders -= 1;
+                if pin.holders == 0 {
+                    self.budget.give(pin.len);
+                    pins.remove(&at);
+                }
+            }
+        }
+        if held.is_empty() {
+            conns.remove(&who);
         }
     }
 
@@ -203,7 +303,7 @@ mod tests {
         assert!(!h.hold_input(2, &b, 400), "no room");
         assert_eq!(b.load(Relaxed), 0);
         assert!(h.hold_output(2, &b, 300));
-        assert_eq!(h.held.lock().unwrap()[&2], (0, 300));
+        assert_eq!(h.lock().conns[&2].output, 300);
         assert!(!h.hold_output(2, &b, 1));
         h.release_input(1, &a);
         assert_eq!((h.budget().used(), a.load(Relaxed)), (300, 0));
@@ -213,6 +313,39 @@ mod tests {
         h.release_all(1, &a);
         h.release_all(2, &b);
         assert_eq!(h.budget().used(), 0);
-        assert!(h.held.lock().unwrap().is_empty(), "no entry left behind");
+        assert!(h.lock().conns.is_empty(), "no entry left behind");
+    }
+
+    #[test]
+    fn a_value_many_sends_hold_counts_once() {
+        let h = Holdings::new(900);
+        let (a, b, c) = (AtomicU8::new(0), AtomicU8::new(0), AtomicU8::new(0));
+        let item = [7u8; 600];
+        let other = [8u8; 200];
+        // One send: its header copied, the value shared.
+        assert!(h.hold_output_sharing(1, &a, 20, [&item[..]]));
+        assert_eq!(h.budget().used(), 620);
+        // The same value again (twice in one answer, and on another
+        // connection): only the copies are new.
+        assert!(h.hold_output_sharing(1, &a, 20, [&item[..], &item[..]]));
+        assert!(h.hold_output_sharing(2, &b, 20, [&item[..]]));
+        assert_eq!(h.budget().used(), 660);
+        // Another value is taken whole, and fails whole without room.
+        assert!(!h.hold_output_sharing(3, &c, 60, [&item[..], &other[..]]));
+        assert_eq!((h.budget().used(), c.load(Relaxed)), (660, 0));
+        assert!(h.hold_output_sharing(3, &c, 0, [&other[..], &other[..]]));
+        assert_eq!(h.budget().used(), 860);
+        // The first connection's answers written: the value stays taken
+        // while the second's send holds it.
+        h.release_output(1, &a);
+        assert_eq!(h.budget().used(), 820);
+        h.release_output(1, &a);
+        assert_eq!(h.budget().used(), 820, "released once");
+        h.release_all(2, &b);
+        assert_eq!(h.budget().used(), 200);
+        h.release_all(3, &c);
+        assert_eq!(h.budget().used(), 0);
+        let state = h.lock();
+        assert!(state.conns.is_empty() && state.pins.is_empty(), "{state:?}");
     }
 }

@@ -1134,9 +1134,8 @@ impl Protocol for KvProtocol {
             }
             KvRequest::Text(Err(e)) => Ending::Unaccounted(execute_error(&e, &st.store, &ctx, out)),
             KvRequest::Binary(Ok(r)) => {
-                let shared_before = out.shared_len();
+                let shared = out.shared_count();
                 let flow = execute_binary(&r, &st.store, &ctx, out);
-                let shared = out.shared_len() - shared_before;
                 let get = matches!(
                     r.opcode.loud(),
                     Opcode::Get | Opcode::GetK | Opcode::Gat | Opcode::GatK
@@ -1449,9 +1448,8 @@ impl KvProtocol {
         }
         // Large values go from the store (see `Answer`): held as their
         // copies would be.
-        let shared_before = out.shared_len();
+        let shared = out.shared_count();
         let part = execute_part(r, &st.store, ctx, out);
-        let shared = out.shared_len() - shared_before;
         if self.holds_shared(conn, out, before, shared) {
             return match part {
                 Part::Done(flow) => Ending::Answered(flow),
@@ -1652,11 +1650,11 @@ impl KvProtocol {
             session.name_conn();
             let ctx = st.ctx();
             let more = resume_get(&req, &st.store, &ctx, reply.out(), from);
-            // A piece the budget has no room for is dropped, and the rest
-            // of the get, from the piece's first key, goes out split.
+            // A piece (all of the output: the flush gave back what the
+            // last one held) the budget has no room for is dropped, and the
+            // rest of the get, from the piece's first key, goes out split.
             let conn = session.conn.as_ref().map(|g| &*g.info);
-            let held = reply.out().len() + reply.out().shared_len();
-            if !self.hold_piece(conn, held) {
+            if !self.holds_shared(conn, reply.out(), 0, 0) {
                 let out = reply.out();
                 out.clear();
                 out.shrink_to(LARGE);
@@ -1679,7 +1677,8 @@ impl KvProtocol {
     }
 
     /// Accounts a binary get's large answer (`out` from `before` on, and
-    /// `shared` bytes of its value sent from the store): held against the
+    /// its value if sent from the store: shared bodies from the `shared`th
+    /// on): held against the
     /// budget, or where the budget has no room, cut to its
     /// header and first piece, the rest left to `finish` (as a text get's,
     /// see [`split_get`]). `None`: not large, or not a hit (the caller
@@ -1691,9 +1690,9 @@ impl KvProtocol {
         before: usize,
         shared: usize,
     ) -> Option<Ending> {
-        if shared > 0 {
-            // A value sent from the store: held as its copy would be, or
-            // copied in to be cut.
+        if out.shared_count() > shared {
+            // A value sent from the store: held as long as a send holds
+            // it, or copied in to be cut.
             if self.holds_shared(Some(info), out, before, shared) {
                 return Some(Ending::Answered(Flow::Continue));
             }
@@ -1876,12 +1875,13 @@ impl KvProtocol {
     /// against the buffer budget when it is large; false if the budget has
     /// no room for it (nothing is taken then).
     fn holds(&self, conn: Option<&ConnInfo>, out: &duality_models::Output, before: usize) -> bool {
-        self.holds_shared(conn, out, before, 0)
+        self.holds_shared(conn, out, before, out.shared_count())
     }
 
-    /// [`holds`](Self::holds) for a response that shared a value of
-    /// `shared` bytes: it counts as its copy would (its memory stays while
-    /// the send holds it, even if the item goes).
+    /// [`holds`](Self::holds) for a response that shared values from the
+    /// store (`out`'s shared bodies from the `shared`th on): each counts
+    /// while a send holds it, even if its item goes, but once however many
+    /// sends hold it (see [`Holdings`](crate::budget::Holdings)).
     fn holds_shared(
         &self,
         conn: Option<&ConnInfo>,
@@ -1889,13 +1889,15 @@ impl KvProtocol {
         before: usize,
         shared: usize,
     ) -> bool {
-        let grown = out.len().saturating_sub(before) + shared;
-        match conn {
-            Some(info) if grown > LARGE => {
-                self.0.buffers.hold_output(info.who(), &info.holds, grown)
-            }
-            _ => true,
+        let Some(info) = conn else { return true };
+        let copied = out.len().saturating_sub(before);
+        let values = || out.shared_bodies(shared);
+        if copied + values().map(<[u8]>::len).sum::<usize>() <= LARGE {
+            return true;
         }
+        self.0
+            .buffers
+            .hold_output_sharing(info.who(), &info.holds, copied, values())
     }
 
     /// Accounts the response just appended to `out` (from `before` on)
@@ -1933,14 +1935,6 @@ impl KvProtocol {
             Some((opcode, opaque)) => write_error(out, opcode, Status::OutOfMemory, opaque),
             None => out.extend_from_slice(b"SERVER_ERROR out of memory writing get response\r\n"),
         }
-    }
-
-    /// Accounts a piece of a multi-key get's answer (all of `out`, after a
-    /// flush gave back what the last piece held) against the buffer budget;
-    /// false if it has no room now.
-    fn hold_piece(&self, conn: Option<&ConnInfo>, len: usize) -> bool {
-        let Some(info) = conn else { return true };
-        len <= LARGE || self.0.buffers.hold_output(info.who(), &info.holds, len)
     }
 
     fn parse_text<'a>(&self, s: &mut KvSession, input: &'a [u8]) -> Parsed<KvRequest<'a>> {

@@ -178,6 +178,24 @@ impl Output {
             .sum()
     }
 
+    /// How many bodies are shared so far: what [`shared_bodies`]
+    /// (Self::shared_bodies) of a response appended later starts from.
+    #[inline]
+    pub fn shared_count(&self) -> usize {
+        self.shared.len()
+    }
+
+    /// The bodies shared from the `from`th on, as they will be sent (a
+    /// protocol accounting for memory its sends hold: the same body shared
+    /// twice holds it once).
+    pub fn shared_bodies(&self, from: usize) -> impl Iterator<Item = &[u8]> {
+        self.shared
+            .get(from..)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|s| s.body.get(s.range.clone()))
+    }
+
     /// Marks the answers so far as ones a protocol closing the connection
     /// still sends (memcached writes its answers out after each text get):
     /// it cuts the output at [`committed`](Self::committed). The mark goes
