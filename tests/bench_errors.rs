@@ -561,12 +561,11 @@ fn a_value_given_twice_in_a_list_is_refused() {
     }
 }
 
-/// A peer that fails ends the run; the message says how to run without the
-/// peers.
-#[test]
-fn a_failing_peer_says_how_to_leave_the_peers_out() {
+/// A directory holding a `memcached` that fails at once, and PATH with it
+/// first.
+fn failing_memcached_first_on_path(name: &str) -> (common::TempDir, std::ffi::OsString) {
     use std::os::unix::fs::PermissionsExt;
-    let tmp = common::TempDir::new("bench-peer-fails");
+    let tmp = common::TempDir::new(name);
     let fake = tmp.path().join("memcached");
     std::fs::write(
         &fake,
@@ -578,12 +577,84 @@ fn a_failing_peer_says_how_to_leave_the_peers_out() {
         std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
     ))
     .unwrap();
+    (tmp, path)
+}
+
+/// A peer that fails is left out and the others measured: the results
+/// hold them and say why the peer is missing, and the run fails naming it
+/// and saying how to run without the peers.
+#[test]
+fn a_failing_peer_says_how_to_leave_the_peers_out() {
+    let (tmp, path) = failing_memcached_first_on_path("bench-peer-fails");
+    let out = tmp.path().join("out");
     let o = bench(
-        &["models", "--quick", "--models", "sped", "--clients", "1"],
+        &[
+            "models",
+            "--quick",
+            "--models",
+            "sped",
+            "--clients",
+            "1",
+            "--out",
+            out.to_str().unwrap(),
+        ],
         &[("PATH", std::path::Path::new(&path))],
     );
     fails_saying(
         &o,
-        &["memcached -t 1", "fake memcached: failing", "--no-peers"],
+        &[
+            "memcached -t 1",
+            "fake memcached: failing",
+            "--no-peers",
+            "the results hold the other servers",
+        ],
     );
+    assert_eq!(o.status.code(), Some(1));
+    // What was measured is kept: duality's row, the others', and why the
+    // peer is missing.
+    let table = std::fs::read_to_string(out.join("table.md")).expect("table.md");
+    assert!(table.contains("duality sped"), "{table}");
+    assert!(table.contains("tokio"), "{table}");
+    assert!(
+        table.contains("Left out: memcached -t 1") && table.contains("fake memcached: failing"),
+        "{table}"
+    );
+    let csv = std::fs::read_to_string(out.join("results.csv")).expect("results.csv");
+    assert!(!csv.contains("memcached -t 1"), "{csv}");
+}
+
+/// `bench fairness` likewise: a memcached that cannot start loses none of
+/// duality's rows; the run writes them, says why memcached is missing and
+/// fails naming it.
+#[test]
+fn a_fairness_peer_that_cannot_start_is_left_out() {
+    let (tmp, path) = failing_memcached_first_on_path("bench-fairness-peer-fails");
+    let out = tmp.path().join("out");
+    let o = bench(
+        &[
+            "fairness",
+            "--quick",
+            "--samples",
+            "3",
+            "--services",
+            "kv",
+            "--models",
+            "sped",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &[("PATH", std::path::Path::new(&path))],
+    );
+    fails_saying(
+        &o,
+        &[
+            "memcached -t 1",
+            "fake memcached: failing",
+            "the results hold the other servers",
+        ],
+    );
+    let md = std::fs::read_to_string(out.join("fairness.md")).expect("fairness.md");
+    assert!(md.contains("| kv | duality sped |"), "{md}");
+    assert!(md.contains("Left out: memcached -t 1"), "{md}");
+    assert!(!md.contains("| kv | memcached"), "{md}");
 }

@@ -86,7 +86,7 @@ pub fn run(a: FairnessArgs) -> anyhow::Result<()> {
         samples,
         warmup: Duration::from_secs_f64(warmup),
     };
-    let rows = fairness::run(&plan, &mut |r| {
+    let fairness::Outcome { rows, failed } = fairness::run(&plan, &mut |r| {
         duality_rt::say!(
             "{} {}: p50 {:.2} ms, max {:.2} ms",
             r.service,
@@ -96,8 +96,10 @@ pub fn run(a: FairnessArgs) -> anyhow::Result<()> {
         )
     })?;
     let cmd: Vec<String> = std::env::args().collect();
+    let why: Vec<String> = failed.iter().map(|e| format!("{e:#}")).collect();
+    let left_out: String = why.iter().map(|e| format!("Left out: {e}.\n\n")).collect();
     let md = format!(
-        "# Fairness: a newcomer's first answer while {} clients flood the server\n\nCommand: `{}`\n\nMachine: {} cores, flooders, newcomers and servers on the same machine, TCP loopback. Each flooder pipelines requests without pause and reads the answers on another thread; after the warm-up, newcomers connect one after another (10 ms apart), send one request and wait for its whole answer (time from `connect`).\n\n{}",
+        "# Fairness: a newcomer's first answer while {} clients flood the server\n\nCommand: `{}`\n\nMachine: {} cores, flooders, newcomers and servers on the same machine, TCP loopback. Each flooder pipelines requests without pause and reads the answers on another thread; after the warm-up, newcomers connect one after another (10 ms apart), send one request and wait for its whole answer (time from `connect`).\n\n{left_out}{}",
         a.floods,
         cmd.join(" "),
         duality_models::cores(),
@@ -115,6 +117,12 @@ pub fn run(a: FairnessArgs) -> anyhow::Result<()> {
         duality_bench::report::print(&fairness::table(&rows));
     }
     duality_rt::say!("results in {}", dir.display());
+    // The others are written; the run still fails, naming the peer.
+    anyhow::ensure!(
+        why.is_empty(),
+        "{}; the results hold the other servers",
+        why.join("; ")
+    );
     Ok(())
 }
 

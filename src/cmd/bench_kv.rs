@@ -262,6 +262,7 @@ fn finish(
     title: &str,
     by_threads: bool,
     rows: &[KvRow],
+    left_out: &str,
 ) -> anyhow::Result<()> {
     let cmd: Vec<String> = std::env::args().collect();
     let header = format!(
@@ -280,6 +281,7 @@ fn finish(
     } else {
         header
     };
+    let header = format!("{header}{left_out}");
     let written = models_kv::write_results(dir, rows, title, by_threads, &header)?;
     if load.json {
         duality_bench::report::print(&duality_bench::report::json(rows));
@@ -336,7 +338,7 @@ pub fn models(a: ModelsArgs) -> anyhow::Result<()> {
     }
     note_missing_peers(servers.iter().map(|(_, s)| s));
     let pb = progress(p.rounds * servers.len() * clients.len());
-    let rows = models_kv::run(
+    let measured = models_kv::run_keeping(
         &p,
         &servers,
         &mut |r| {
@@ -347,25 +349,43 @@ pub fn models(a: ModelsArgs) -> anyhow::Result<()> {
             pb.inc(1);
         },
         &mut |n| pb.println(n),
-    )
-    .map_err(|e| {
-        // A peer that fails ends the run: say how to run without them.
-        let peer = ["memcached", "tokio"]
-            .iter()
-            .any(|p| e.to_string().starts_with(p));
-        match peer && !a.no_peers {
-            true => e.context("a peer failed (--no-peers measures duality alone)"),
-            false => e,
-        }
-    })?;
+    );
     pb.finish_and_clear();
-    finish(
-        &a.load,
-        &dir,
-        "Transactions/s vs clients, every model and peer",
-        false,
-        &rows,
-    )
+    // A server that fails is left out and the others measured: the run
+    // writes what it has, then fails naming it.
+    let why: Vec<String> = measured.failed.iter().map(|e| format!("{e:#}")).collect();
+    let peer = why
+        .iter()
+        .any(|e| ["memcached", "tokio"].iter().any(|p| e.starts_with(p)));
+    let hint = match peer && !a.no_peers {
+        true => " (--no-peers measures duality alone)",
+        false => "",
+    };
+    if !measured.rows.is_empty() {
+        let left_out = why
+            .iter()
+            .map(|e| format!("\n\nLeft out: {e}."))
+            .collect::<String>();
+        finish(
+            &a.load,
+            &dir,
+            "Transactions/s vs clients, every model and peer",
+            false,
+            &measured.rows,
+            &left_out,
+        )?;
+    }
+    match why.is_empty() {
+        true => Ok(()),
+        false => anyhow::bail!(
+            "{}{hint}; {}",
+            why.join("; "),
+            match measured.rows.is_empty() {
+                true => "nothing was measured",
+                false => "the results hold the other servers",
+            }
+        ),
+    }
 }
 
 /// Runs `servers` at the plan's one client count, one progress step each.
@@ -498,6 +518,7 @@ pub fn threads(a: ThreadsArgs) -> anyhow::Result<()> {
         "SYMPED transactions/s vs server threads",
         true,
         &rows,
+        "",
     )
 }
 

@@ -168,9 +168,22 @@ pub struct Plan<'a> {
     pub warmup: Duration,
 }
 
-/// Runs the experiment; `tick` is called after each server.
-pub fn run(plan: &Plan, tick: &mut dyn FnMut(&FairnessRow)) -> anyhow::Result<Vec<FairnessRow>> {
+/// What [`run`] measured.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// A row per server measured.
+    pub rows: Vec<FairnessRow>,
+    /// Peers (memcached, nginx) that failed to start, each with why: left
+    /// out, the others measured.
+    pub failed: Vec<anyhow::Error>,
+}
+
+/// Runs the experiment; `tick` is called after each server. A peer that
+/// fails to start is left out (named in [`Outcome::failed`]); duality
+/// failing ends the run.
+pub fn run(plan: &Plan, tick: &mut dyn FnMut(&FairnessRow)) -> anyhow::Result<Outcome> {
     let mut rows = Vec::new();
+    let mut failed = Vec::new();
     let mut push = |r: FairnessRow, rows: &mut Vec<FairnessRow>| {
         tick(&r);
         rows.push(r);
@@ -191,8 +204,15 @@ pub fn run(plan: &Plan, tick: &mut dyn FnMut(&FairnessRow)) -> anyhow::Result<Ve
             );
         }
         for k in kinds {
-            let (server, addr) =
-                ServerProcess::start_on_free_port(plan.exe, &k, 1024, DEFAULT_MAX_CONNS)?;
+            let started = ServerProcess::start_on_free_port(plan.exe, &k, 1024, DEFAULT_MAX_CONNS);
+            let (server, addr) = match started {
+                Err(e) if !matches!(k, KvServer::Duality(_)) => {
+                    duality_rt::say!("{e:#}: its row is left out");
+                    failed.push(e);
+                    continue;
+                }
+                started => started?,
+            };
             let (times, failed) = measure(addr, &probe, plan.floods, plan.samples, plan.warmup);
             drop(server);
             push(
@@ -221,7 +241,15 @@ pub fn run(plan: &Plan, tick: &mut dyn FnMut(&FairnessRow)) -> anyhow::Result<Ve
             }
             Some(Ok(nginx)) => {
                 for workers in [1, 2] {
-                    let s = http::RunningServer::nginx(&nginx, &dir.0, workers, fd_limit)?;
+                    let s = match http::RunningServer::nginx(&nginx, &dir.0, workers, fd_limit) {
+                        Ok(s) => s,
+                        Err(e) => {
+                            let e = e.context(format!("nginx-{workers}w"));
+                            duality_rt::say!("{e:#}: its row is left out");
+                            failed.push(e);
+                            continue;
+                        }
+                    };
                     let (times, failed) =
                         measure(s.addr, &probe, plan.floods, plan.samples, plan.warmup);
                     drop(s);
@@ -234,7 +262,7 @@ pub fn run(plan: &Plan, tick: &mut dyn FnMut(&FairnessRow)) -> anyhow::Result<Ve
             ),
         }
     }
-    Ok(rows)
+    Ok(Outcome { rows, failed })
 }
 
 /// The Markdown table.

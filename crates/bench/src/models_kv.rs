@@ -251,18 +251,60 @@ fn failed(server: &mut ServerProcess, what: &str, e: anyhow::Error) -> anyhow::E
 }
 
 /// Runs `servers` (label, threads) in turn. memcached missing: say how to
-/// install it and go on without it.
+/// install it and go on without it. The first server that fails ends the
+/// run.
 pub fn run(
     plan: &Plan,
     servers: &[(usize, ServerKind)],
     tick: &mut dyn FnMut(&KvRow),
     note: &mut dyn FnMut(String),
 ) -> anyhow::Result<Vec<KvRow>> {
-    let mut rounds = Vec::new();
+    let measured = run_inner(plan, servers, tick, note, false);
+    match measured.failed.into_iter().next() {
+        Some(e) => Err(e),
+        None => Ok(measured.rows),
+    }
+}
+
+/// What [`run_keeping`] measured.
+#[derive(Debug, Default)]
+pub struct Measured {
+    /// The servers that never failed, merged over the rounds.
+    pub rows: Vec<KvRow>,
+    /// The servers that failed, each with why: left out of every round.
+    pub failed: Vec<anyhow::Error>,
+}
+
+/// [`run`], going on past a server that fails: it is left out of the
+/// rounds (those before too, so that every round holds the same points)
+/// and named in [`Measured::failed`], and the others are measured as
+/// planned (a peer dying at the end of an hour's run loses none of the
+/// hour). An interrupt still ends the run.
+pub fn run_keeping(
+    plan: &Plan,
+    servers: &[(usize, ServerKind)],
+    tick: &mut dyn FnMut(&KvRow),
+    note: &mut dyn FnMut(String),
+) -> Measured {
+    run_inner(plan, servers, tick, note, true)
+}
+
+fn run_inner(
+    plan: &Plan,
+    servers: &[(usize, ServerKind)],
+    tick: &mut dyn FnMut(&KvRow),
+    note: &mut dyn FnMut(String),
+    keep_going: bool,
+) -> Measured {
+    let mut rounds: Vec<Vec<KvRow>> = Vec::new();
+    let mut failed: Vec<(usize, anyhow::Error)> = Vec::new();
     let mut warned = false;
     for _ in 0..plan.rounds.max(1) {
         let mut rows = Vec::new();
-        for (threads, kind) in servers {
+        for (i, (threads, kind)) in servers.iter().enumerate() {
+            if failed.iter().any(|(f, _)| *f == i) {
+                continue;
+            }
             if matches!(kind, ServerKind::Memcached(_)) && memcached_path().is_none() {
                 if !warned {
                     note("memcached is not installed, so it is left out of this run; install it with `apt-get install memcached`".into());
@@ -270,11 +312,31 @@ pub fn run(
                 }
                 continue;
             }
-            rows.extend(measure_server(plan, kind, *threads, tick)?);
+            match measure_server(plan, kind, *threads, tick) {
+                Ok(r) => rows.extend(r),
+                Err(e) if keep_going => {
+                    crate::interrupt::park_if_interrupted();
+                    let label = kind.label();
+                    note(format!("{e:#}; {label} is left out of the results"));
+                    for round in &mut rounds {
+                        round.retain(|r| r.server != label);
+                    }
+                    failed.push((i, e));
+                }
+                Err(e) => {
+                    return Measured {
+                        rows: Vec::new(),
+                        failed: vec![e],
+                    }
+                }
+            }
         }
         rounds.push(rows);
     }
-    Ok(merge_rounds(rounds))
+    Measured {
+        rows: merge_rounds(rounds),
+        failed: failed.into_iter().map(|(_, e)| e).collect(),
+    }
 }
 
 /// Merges rounds of the same points (every round measured the same servers
