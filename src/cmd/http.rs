@@ -78,7 +78,9 @@ pub struct HttpArgs {
     /// Milliseconds a file's stat is trusted before a cache hit stats again (0: every request).
     #[arg(long, default_value_t = 1000)]
     revalidate_ms: u64,
-    /// Connections above this are refused with 503. Each takes a descriptor,
+    /// Connections above this are refused with 503, once connections idle
+    /// a second or more between requests have been closed to make room
+    /// (as nginx reuses idle keep-alive connections). Each takes a descriptor,
     /// and one more while it sends a file: default 1024, or less where the
     /// descriptor limit (`ulimit -n`, its soft limit raised at start toward
     /// what this and --open-file-cache need, never past the hard one) would

@@ -998,6 +998,9 @@ pub fn serve(builder: ServerBuilder, state: Arc<HttpState>) -> io::Result<Server
     let driver = crate::connection::driver(state.clone());
     let server = builder
         .refusal_message(REFUSAL)
+        // nginx closes idle keep-alive connections for new ones at its
+        // limit: a full table of idle clients must not refuse every new one.
+        .reclaim_idle(true)
         .serve(move |conn, payload| duality_models::drive(conn, payload, driver.clone()))?;
     let _ = state.server.set(server.stats_handle());
     Ok(server)

@@ -121,7 +121,41 @@ pub(crate) struct ConnShared {
     /// Bytes read and written, one cache line per loop (by loop id), summed
     /// when read: no counter is shared by every loop on the hot path.
     bytes: Box<[CachePadded<ByteCounts>]>,
+    /// Connections waiting between requests, one table per network loop
+    /// (`None`: idle connections are never reclaimed; see
+    /// [`reclaim_idle`](Self::reclaim_idle)).
+    idle: Option<Box<[CachePadded<IdleTable>]>>,
+    /// Idle connections told to close to make room.
+    pub(crate) reclaimed: AtomicU64,
+    /// Of those, the ones that have not yet seen it: while any has not, a
+    /// full table waits for them rather than picking more.
+    reclaiming: AtomicUsize,
 }
+
+/// One network loop's connections waiting between requests.
+type IdleTable = Mutex<GenTable<Idle>>;
+
+/// A connection waiting for its next request (or its first), in its loop's
+/// idle table.
+struct Idle {
+    waker: Waker,
+    /// When it began to wait: the longest waiting go first.
+    since: Instant,
+    /// Told to close: it closes at its next look (or, where a request has
+    /// arrived meanwhile, once that is answered).
+    reclaimed: bool,
+}
+
+/// Most idle connections one reclaim closes, and the share of the idle
+/// ones it takes (nginx's reusable-connection drain: an eighth, 1 to 32).
+const RECLAIM_MAX: usize = 32;
+const RECLAIM_SHARE: usize = 8;
+/// How long a connection must have waited to be reclaimed. Unlike nginx,
+/// which may close any, a connection whose request is on its way (a burst
+/// of new clients past the limit) or a keep-alive client between quick
+/// requests is left alone: new connections are refused (503) while only
+/// those are open, as the limit says.
+const RECLAIM_MIN_IDLE: Duration = Duration::from_secs(1);
 
 #[derive(Default)]
 struct ByteCounts {
@@ -133,8 +167,9 @@ struct ByteCounts {
 const BYTE_SLOTS: usize = 64; // fits the u8 `Conn::slot`
 
 impl ConnShared {
-    /// For a server with `loops` network loops.
-    pub(crate) fn new(loops: usize) -> ConnShared {
+    /// For a server with `loops` network loops; `reclaim`: its idle
+    /// connections may be closed to make room ([`reclaim_idle`](Self::reclaim_idle)).
+    pub(crate) fn new(loops: usize, reclaim: bool) -> ConnShared {
         ConnShared {
             shutdown: ShutdownSignal::default(),
             loop_conns: (0..loops).map(|_| AtomicUsize::new(0)).collect(),
@@ -142,6 +177,65 @@ impl ConnShared {
             total: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             bytes: (0..BYTE_SLOTS).map(|_| CachePadded::default()).collect(),
+            idle: reclaim.then(|| (0..loops).map(|_| CachePadded::default()).collect()),
+            reclaimed: AtomicU64::new(0),
+            reclaiming: AtomicUsize::new(0),
+        }
+    }
+
+    fn idle_table(&self, home: u16) -> Option<&IdleTable> {
+        self.idle.as_ref()?.get(usize::from(home)).map(|t| &**t)
+    }
+
+    /// With every connection slot taken: tells the connections waiting
+    /// longest between requests (keep-alive ones, and ones that have sent
+    /// nothing yet), for a second at least, to close: an eighth of those
+    /// (1 to 32), as
+    /// nginx drains its reusable connections; a client of a closed
+    /// keep-alive connection opens another, as it would after a timeout.
+    /// Nothing while earlier ones have not closed yet (a flood of new
+    /// connections closes a batch at a time, not one per arrival), or where
+    /// the server does not reclaim. Connections mid-request and
+    /// thread-per-conn ones are never picked.
+    pub(crate) fn reclaim_idle(&self) {
+        let Some(tables) = &self.idle else { return };
+        if self.reclaiming.load(SeqCst) > 0 {
+            return;
+        }
+        let Some(before) = Instant::now().checked_sub(RECLAIM_MIN_IDLE) else {
+            return;
+        };
+        let mut idle: Vec<(Instant, usize, u64)> = Vec::new();
+        for (i, t) in tables.iter().enumerate() {
+            let mut t = t.lock().unwrap_or_else(|e| e.into_inner());
+            idle.extend(
+                t.iter_mut()
+                    .filter(|(_, e)| !e.reclaimed && e.since <= before)
+                    .map(|(k, e)| (e.since, i, k)),
+            );
+        }
+        if idle.is_empty() {
+            return;
+        }
+        let n = (idle.len() / RECLAIM_SHARE).clamp(1, RECLAIM_MAX);
+        if idle.len() > n {
+            idle.select_nth_unstable(n - 1);
+            idle.truncate(n);
+        }
+        let mut wake = Vec::with_capacity(idle.len());
+        for (_, i, k) in idle {
+            let mut t = tables[i].lock().unwrap_or_else(|e| e.into_inner());
+            // It may have got a request (or closed) since the scan.
+            if let Some(e) = t.get_mut(k).filter(|e| !e.reclaimed) {
+                e.reclaimed = true;
+                self.reclaiming.fetch_add(1, SeqCst);
+                self.reclaimed.fetch_add(1, Relaxed);
+                wake.push(e.waker.clone());
+            }
+        }
+        // Woken outside the tables' locks.
+        for w in wake {
+            w.wake();
         }
     }
 
@@ -190,6 +284,12 @@ pub struct Conn {
     /// The network loop it is counted on in `ConnShared::loop_conns`
     /// ([`NO_LOOP`]: none).
     home: u16,
+    /// Told to close to make room (`ConnShared::reclaim_idle`): between
+    /// requests it reads end-of-stream, as at a shutdown.
+    reclaimed: bool,
+    /// Its key in its loop's idle table while it waits between requests
+    /// (0: not there).
+    idle: u64,
 }
 
 /// `Conn::home` of a connection counted on no network loop.
@@ -430,6 +530,8 @@ impl Conn {
             mid_request: false,
             slot,
             home: NO_LOOP,
+            reclaimed: false,
+            idle: 0,
         }
     }
 
@@ -441,6 +543,67 @@ impl Conn {
         match self.shared_mid_request() {
             Some(shared) => shared.store(mid, SeqCst),
             None => self.mid_request = mid,
+        }
+        if mid {
+            self.busy();
+        }
+    }
+
+    /// A request's bytes have arrived: the connection is no longer idle
+    /// (nothing to do where it was not in its loop's idle table). One told
+    /// to close meanwhile answers what arrived, then closes.
+    pub(crate) fn busy(&mut self) {
+        if self.idle != 0 {
+            self.leave_idle();
+        }
+    }
+
+    fn leave_idle(&mut self) {
+        let key = std::mem::take(&mut self.idle);
+        let Some(table) = self.shared.idle_table(self.home) else {
+            return;
+        };
+        let left = table.lock().unwrap_or_else(|e| e.into_inner()).remove(key);
+        if left.is_some_and(|e| e.reclaimed) {
+            self.reclaimed = true;
+            self.shared.reclaiming.fetch_sub(1, SeqCst);
+        }
+    }
+
+    /// A task about to wait between requests: puts it in its loop's idle
+    /// table (or keeps its waker there current). True once it has been
+    /// told to close.
+    fn watch_idle(&mut self, waker: &Waker) -> bool {
+        if self.mid_request {
+            return false;
+        }
+        let Some(table) = self.shared.idle_table(self.home) else {
+            return false;
+        };
+        let mut t = table.lock().unwrap_or_else(|e| e.into_inner());
+        match t.get_mut(self.idle) {
+            Some(e) if e.reclaimed => {
+                t.remove(self.idle);
+                drop(t);
+                self.idle = 0;
+                self.reclaimed = true;
+                self.shared.reclaiming.fetch_sub(1, SeqCst);
+                true
+            }
+            Some(e) => {
+                if !e.waker.will_wake(waker) {
+                    e.waker = waker.clone();
+                }
+                false
+            }
+            None => {
+                self.idle = t.insert(Idle {
+                    waker: waker.clone(),
+                    since: duality_rt::time::loop_now(),
+                    reclaimed: false,
+                });
+                false
+            }
         }
     }
 
@@ -466,13 +629,15 @@ impl Conn {
                 .shutdown
                 .register(&mut self.waiter, Waiter::Task(waker.clone()));
             // A shutdown between the check and the registration.
-            return self.closing();
+            if self.closing() {
+                return true;
+            }
         }
-        false
+        self.watch_idle(waker)
     }
 
     fn closing(&self) -> bool {
-        self.shared.shutdown.is_set()
+        (self.shared.shutdown.is_set() || self.reclaimed)
             && !self
                 .shared_mid_request()
                 .map_or(self.mid_request, |shared| shared.load(SeqCst))
@@ -1329,6 +1494,7 @@ impl Drop for Conn {
         if self.waiter != 0 {
             self.shared.shutdown.unregister(self.waiter);
         }
+        self.busy();
         if let Some(n) = self.shared.loop_conns.get(usize::from(self.home)) {
             n.fetch_sub(1, Relaxed);
         }

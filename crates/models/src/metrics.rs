@@ -138,6 +138,11 @@ pub fn server_metrics(stats: &StatsHandle, e: &mut Exposition) {
         "Connections refused by the connection limit.",
         st.rejected_connections,
     );
+    e.counter(
+        "duality_connections_reclaimed_total",
+        "Idle connections (between requests) closed to make room for new ones at the connection limit (the web server's; nginx's reusable connections).",
+        st.reclaimed_connections,
+    );
     e.counter("duality_read_bytes_total", "Bytes read from clients.", read);
     e.counter(
         "duality_written_bytes_total",

@@ -44,6 +44,7 @@ pub struct ServerBuilder {
     payload_spin: Duration,
     backlog: i32,
     unix_mode: Option<u32>,
+    reclaim_idle: bool,
 }
 
 /// Most refused connections lingered over at once under `max_conns`
@@ -105,6 +106,7 @@ impl Default for ServerBuilder {
             payload_spin: crate::stage::DEFAULT_PAYLOAD_SPIN,
             backlog: DEFAULT_BACKLOG,
             unix_mode: None,
+            reclaim_idle: false,
         }
     }
 }
@@ -162,6 +164,15 @@ impl ServerBuilder {
     /// Connections above this are refused (the refusal message is sent, then closed).
     pub fn max_conns(mut self, n: usize) -> Self {
         self.max_conns = n.max(1);
+        self
+    }
+    /// At the connection limit, close the connections waiting longest
+    /// between requests to make room for new ones, as nginx reuses its
+    /// keep-alive connections (default: off, memcached's way: a connection
+    /// over the limit is refused). Event-loop models only: a
+    /// `thread-per-conn` connection blocks in its read and is not closed.
+    pub fn reclaim_idle(mut self, on: bool) -> Self {
+        self.reclaim_idle = on;
         self
     }
     /// Most refused connections lingered over at once (default:
@@ -632,6 +643,10 @@ async fn accept_loop(listener: Bound, shared: Arc<Shared>, on: Option<usize>) {
             Ok(a) => {
                 let accepted_at = duality_rt::stats::poll_started();
                 if shared.full() {
+                    // Where the server reclaims idle connections, some
+                    // are told to close: the wait below takes a slot they
+                    // free.
+                    shared.counter.reclaim_idle();
                     // A client that closed a connection and opened another
                     // at once (a pool recycling one at the limit) finds its
                     // close not yet seen by the loop that held it: a slot
@@ -821,7 +836,7 @@ fn start(
             b.lingering
                 .unwrap_or_else(|| lingering_refusals(b.max_conns)),
         ),
-        counter: Arc::new(ConnShared::new(handles.len())),
+        counter: Arc::new(ConnShared::new(handles.len(), b.reclaim_idle)),
         handler,
         spawn_conn,
         payload: Payload::new(dispatch, b.handoff),
@@ -1101,6 +1116,7 @@ fn stats_of(shared: &Shared, acceptor: Option<LoopHandle>, stages: &[Arc<Stage>]
         curr_connections: shared.counter.live.load(SeqCst),
         total_connections: shared.counter.total.load(Relaxed),
         rejected_connections: shared.counter.refused.load(Relaxed),
+        reclaimed_connections: shared.counter.reclaimed.load(Relaxed),
         threads,
         handoff: shared.payload.handoff_stats(),
     }

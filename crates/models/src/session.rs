@@ -1120,6 +1120,9 @@ pub fn drive<P: Protocol>(
                 };
                 match read {
                     Some(n) => {
+                        // Out of its loop's idle table: not a connection
+                        // to close for room while this is served.
+                        conn.busy();
                         a.end = n;
                         a.answered.read_at = duality_rt::stats::poll_started();
                         break 'wait false;

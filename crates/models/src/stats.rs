@@ -66,6 +66,9 @@ pub struct ServerStats {
     pub total_connections: u64,
     /// Connections refused by the connection limit.
     pub rejected_connections: u64,
+    /// Idle connections closed to make room at the limit
+    /// ([`ServerBuilder::reclaim_idle`](crate::ServerBuilder::reclaim_idle)).
+    pub reclaimed_connections: u64,
     /// Per-thread rows (thread-per-conn connection threads are not listed).
     pub threads: Vec<ThreadStats>,
     /// How a hand-off model places its batches (`None` in the inline models).
@@ -184,6 +187,7 @@ mod tests {
             curr_connections: 0,
             total_connections: 0,
             rejected_connections: 0,
+            reclaimed_connections: 0,
             threads: Vec::new(),
             handoff,
         };
