@@ -133,6 +133,7 @@ pub struct HttpArgs {
     /// Write an access log to this file (`-` for stderr), one line per
     /// response in nginx's `combined` format (times in UTC); off by default.
     /// SIGUSR1 opens it again (nginx's `-s reopen`), after a rotation.
+    /// Lines a full disk refuses are counted and said (once a minute).
     #[arg(long)]
     access_log: Option<PathBuf>,
     /// Largest request head (request line, header fields, blank line) in bytes;

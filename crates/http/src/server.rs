@@ -223,6 +223,8 @@ pub struct HttpStats {
     pub open_files: u64,
     /// Access-log lines dropped because the writer fell behind.
     pub log_dropped: u64,
+    /// Access-log lines the file did not take (a full disk, an I/O error).
+    pub log_failed: u64,
     /// The page cache's counters.
     pub cache: CacheStats,
     /// Bodies compressed by the server.
@@ -573,6 +575,16 @@ impl HttpState {
                 "Bodies compressed by the server.",
                 s.gzip_compressed,
             ),
+            (
+                "log_lines_dropped",
+                "Access-log lines dropped because the log's writer fell behind (its queue full).",
+                s.log_dropped,
+            ),
+            (
+                "log_lines_failed",
+                "Access-log lines the file did not take (a full disk, an I/O error).",
+                s.log_failed,
+            ),
         ] {
             e.counter(&format!("duality_http_{name}_total"), help, v);
         }
@@ -620,6 +632,7 @@ impl HttpState {
             cold_reads: c.cold_reads.load(Relaxed),
             open_files: self.fresh.open_files() as u64,
             log_dropped: self.log.as_ref().map_or(0, |l| l.dropped.load(Relaxed)),
+            log_failed: self.log.as_ref().map_or(0, |l| l.failed.load(Relaxed)),
             cache: self.cache.stats(),
             gzip_compressed: c.gzip_compressed.load(Relaxed),
             gzip_static: c.gzip_static.load(Relaxed),
@@ -1276,6 +1289,75 @@ enum LogMsg {
 pub(crate) struct AccessLog {
     tx: SyncSender<LogMsg>,
     pub(crate) dropped: AtomicU64,
+    /// Lines the file did not take (a full disk, an I/O error), counted by
+    /// the writer thread.
+    pub(crate) failed: Arc<AtomicU64>,
+}
+
+/// How often a log that cannot be written says so again (nginx: once a
+/// minute).
+const LOG_ERROR_EVERY: Duration = Duration::from_secs(60);
+
+/// The writer thread's side: lines gathered since the last write, written
+/// at once; lines a failed write lost are counted and said.
+struct LogWriter {
+    sink: Box<dyn io::Write + Send>,
+    /// Where the lines go, for what is said when they cannot.
+    name: String,
+    batch: Vec<u8>,
+    lines: u64,
+    failed: Arc<AtomicU64>,
+    /// When a failure was last said, and lines lost since.
+    said: Option<Instant>,
+    lost_since: u64,
+}
+
+impl LogWriter {
+    fn push(&mut self, line: &str) {
+        self.batch.extend_from_slice(line.as_bytes());
+        self.lines += 1;
+        // A burst that never lets the queue run empty is written in
+        // pieces, not held.
+        if self.batch.len() >= 64 * 1024 {
+            self.flush();
+        }
+    }
+
+    /// Writes the batch; where the file refuses it (`ENOSPC`, `EIO`), its
+    /// lines are counted lost (a line cut short by a partial write
+    /// included) and the operator told: at once, then at most once a
+    /// minute with how many were lost since. The server goes on.
+    fn flush(&mut self) {
+        if self.batch.is_empty() {
+            return;
+        }
+        let r = self
+            .sink
+            .write_all(&self.batch)
+            .and_then(|()| self.sink.flush());
+        if let Err(e) = r {
+            self.failed.fetch_add(self.lines, Relaxed);
+            self.lost_since += self.lines;
+            let now = Instant::now();
+            if self
+                .said
+                .is_none_or(|t| now.duration_since(t) >= LOG_ERROR_EVERY)
+            {
+                duality_rt::say!(
+                    "duality http: writing the access log {}: {e}; {} line(s) lost (counted in duality_http_log_lines_failed_total)",
+                    self.name,
+                    self.lost_since
+                );
+                self.said = Some(now);
+                self.lost_since = 0;
+            }
+        }
+        self.batch.clear();
+        self.lines = 0;
+        if self.batch.capacity() > 256 * 1024 {
+            self.batch.shrink_to(64 * 1024);
+        }
+    }
 }
 
 /// Opens the log file for appending (`-`: standard error).
@@ -1295,21 +1377,32 @@ impl AccessLog {
     fn open(path: &Path) -> io::Result<AccessLog> {
         let sink = open_log(path)?;
         let path = path.to_owned();
+        let failed = Arc::new(AtomicU64::new(0));
+        let mut w = LogWriter {
+            sink,
+            name: if path == Path::new("-") {
+                "on standard error".into()
+            } else {
+                path.display().to_string()
+            },
+            batch: Vec::new(),
+            lines: 0,
+            failed: failed.clone(),
+            said: None,
+            lost_since: 0,
+        };
         let (tx, rx) = mpsc::sync_channel::<LogMsg>(LOG_QUEUE);
         std::thread::Builder::new()
             .name("duality-http-log".into())
             .spawn(move || {
-                let mut w = io::BufWriter::new(sink);
-                let take = |w: &mut io::BufWriter<_>, m: LogMsg| match m {
-                    LogMsg::Line(line) => {
-                        let _ = w.write_all(line.as_bytes());
-                    }
+                let take = |w: &mut LogWriter, m: LogMsg| match m {
+                    LogMsg::Line(line) => w.push(&line),
                     LogMsg::Reopen => {
-                        let _ = w.flush();
+                        w.flush();
                         // As nginx: the old file is kept when the new one
                         // cannot be opened, and the operator told why.
                         match open_log(&path) {
-                            Ok(sink) => *w = io::BufWriter::new(sink),
+                            Ok(sink) => w.sink = sink,
                             Err(e) => duality_rt::say!(
                                 "duality http: reopening the {e}; still writing to the old file"
                             ),
@@ -1321,12 +1414,13 @@ impl AccessLog {
                     while let Ok(m) = rx.try_recv() {
                         take(&mut w, m);
                     }
-                    let _ = w.flush();
+                    w.flush();
                 }
             })?;
         Ok(AccessLog {
             tx,
             dropped: AtomicU64::new(0),
+            failed,
         })
     }
 

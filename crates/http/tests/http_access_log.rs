@@ -219,3 +219,28 @@ fn logged_bytes(path: &std::path::Path, status: u16) -> (String, u64) {
         .unwrap_or_else(|| panic!("{line}"));
     (line, bytes)
 }
+
+/// A log the disk will not take (`/dev/full`: `ENOSPC` on every write):
+/// the server answers on, and every line lost is counted, on the metrics
+/// page too (the old writer dropped them without a word).
+#[test]
+fn lines_a_full_disk_refuses_are_counted_not_fatal() {
+    let s = TestServer::start("log-full", |c| {
+        c.access_log = Some(std::path::PathBuf::from("/dev/full"))
+    });
+    let mut c = s.client();
+    for _ in 0..5 {
+        assert_eq!(c.get("/hello.txt").status, 200);
+    }
+    assert!(common::eventually(Duration::from_secs(3), || {
+        s.state.stats().log_failed == 5
+    }));
+    assert_eq!(s.state.stats().log_dropped, 0);
+    let page = s.state.prometheus();
+    assert!(
+        page.contains("\nduality_http_log_lines_failed_total 5\n"),
+        "{page}"
+    );
+    assert!(page.contains("\nduality_http_log_lines_dropped_total 0\n"));
+    assert_eq!(c.get("/hello.txt").status, 200);
+}
