@@ -658,3 +658,36 @@ fn a_fairness_peer_that_cannot_start_is_left_out() {
     assert!(md.contains("Left out: memcached -t 1"), "{md}");
     assert!(!md.contains("| kv | memcached"), "{md}");
 }
+
+/// An `--out` directory holding an earlier run's files: the run says
+/// which ones it did not write (they would mix with its results), and
+/// removes nothing; a file it rewrote is not named.
+#[test]
+fn files_left_in_out_by_an_earlier_run_are_named() {
+    let out = common::TempDir::new("bench-out-earlier");
+    std::fs::write(out.0.join("old-plot.svg"), b"<svg/>").unwrap();
+    std::fs::write(out.0.join("tasks.json"), b"{}").unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_duality"))
+        .args([
+            "bench",
+            "tasks",
+            "--quick",
+            "--runtimes",
+            "duality",
+            "--out",
+        ])
+        .arg(&out.0)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "note: {} also holds 1 file(s) this run did not write (from before it): old-plot.svg\n",
+            out.0.display()
+        )),
+        "{stderr}"
+    );
+    assert!(out.0.join("old-plot.svg").exists());
+    assert_ne!(std::fs::read(out.0.join("tasks.json")).unwrap(), b"{}");
+}

@@ -75,7 +75,7 @@ pub fn run(b: Bench) -> anyhow::Result<()> {
     // SIGINT/SIGTERM stop every server this run started and remove its
     // temporary files before the process exits (130/143).
     duality_bench::interrupt::install(super::process::catch_signals)?;
-    match b {
+    let r = match b {
         Bench::Tasks(a) => bench_tasks(a),
         Bench::Models(a) => super::bench_kv::models(a),
         Bench::Threads(a) => super::bench_kv::threads(a),
@@ -88,7 +88,59 @@ pub fn run(b: Bench) -> anyhow::Result<()> {
         Bench::Soak(a) => super::bench_soak::run(a),
         Bench::Store(a) => super::bench_store::run(a),
         Bench::Colors(a) => super::bench_colors::run(a),
+    };
+    note_earlier_files();
+    r
+}
+
+/// An `--out` directory as it was before the run wrote to it: each file's
+/// name, length and modification time.
+struct Before {
+    dir: std::path::PathBuf,
+    files: Vec<(std::ffi::OsString, u64, Option<std::time::SystemTime>)>,
+}
+
+static BEFORE: std::sync::Mutex<Option<Before>> = std::sync::Mutex::new(None);
+
+fn listing(dir: &std::path::Path) -> Vec<(std::ffi::OsString, u64, Option<std::time::SystemTime>)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let m = e.metadata().ok().filter(|m| m.is_file())?;
+            Some((e.file_name(), m.len(), m.modified().ok()))
+        })
+        .collect()
+}
+
+/// Says which files of the `--out` directory this run did not write (left
+/// from an earlier run, and unchanged): results read from that directory
+/// would otherwise mix two runs without a word. Nothing is removed (a
+/// results directory may hold several runs' files on purpose).
+fn note_earlier_files() {
+    let Some(before) = BEFORE.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+        return;
+    };
+    let now = listing(&before.dir);
+    let mut kept: Vec<String> = before
+        .files
+        .iter()
+        .filter(|f| now.contains(f))
+        .map(|(name, ..)| name.to_string_lossy().into_owned())
+        .collect();
+    if kept.is_empty() {
+        return;
     }
+    kept.sort();
+    let n = kept.len();
+    let shown = kept.iter().take(5).cloned().collect::<Vec<_>>().join(", ");
+    let more = if n > 5 { " …" } else { "" };
+    duality_rt::say!(
+        "note: {} also holds {n} file(s) this run did not write (from before it): {shown}{more}",
+        before.dir.display()
+    );
 }
 
 fn bench_tasks(a: TasksArgs) -> anyhow::Result<()> {
@@ -273,6 +325,13 @@ pub(super) fn results_dir(
             // "File exists", from making it, says the wrong thing.
             if std::fs::metadata(out).is_ok_and(|m| !m.is_dir()) {
                 anyhow::bail!("cannot write results to {}: not a directory", out.display());
+            }
+            let files = listing(out);
+            if !files.is_empty() {
+                *BEFORE.lock().unwrap_or_else(|e| e.into_inner()) = Some(Before {
+                    dir: out.to_path_buf(),
+                    files,
+                });
             }
             out.to_path_buf()
         }
