@@ -71,7 +71,7 @@ fuzz_target!(|data: &[u8]| {
             _ => Method::Other,
         },
         method_name: "GET",
-        target: "/f",
+        target: b"/f",
         path: "/f".to_owned(),
         version: Version::Http11,
         keep_alive: flags & 0x80 == 0,

@@ -998,7 +998,7 @@ impl HttpProtocol {
             Some(h) => {
                 log_escaped(&mut line, h.method_name.as_bytes());
                 line.push(b' ');
-                log_escaped(&mut line, h.target.as_bytes());
+                log_escaped(&mut line, h.target);
                 line.extend_from_slice(match h.version {
                     Version::Http10 => b" HTTP/1.0",
                     Version::Http11 => b" HTTP/1.1",

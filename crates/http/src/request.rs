@@ -122,8 +122,9 @@ pub struct Head<'a> {
     pub method: Method,
     /// The method as sent (for logs).
     pub method_name: &'a str,
-    /// The request-target as sent (for logs).
-    pub target: &'a str,
+    /// The request-target as sent (for logs and a redirect's query): any
+    /// bytes, a query need not be UTF-8.
+    pub target: &'a [u8],
     /// The decoded, normalised path (see [`path::normalize`]); what
     /// [`Root::resolve`](crate::Root::resolve) takes.
     pub path: String,
@@ -392,13 +393,13 @@ fn parse_fields<'a>(
             else {
                 return Err(close(Status::BadRequest));
             };
-            (method, target, minor, &*req.headers, n)
+            (method, target.as_bytes(), minor, &*req.headers, n)
         }
         Ok(httparse::Status::Partial) => return incomplete(buf, window, limits),
         Err(httparse::Error::TooManyHeaders) => return Err(close(Status::HeaderFieldsTooLarge)),
         Err(httparse::Error::Version) => match later_minor_digit(window) {
-            LaterMinor::At(digit) => match parse_later_minor(window, digit, slots, &mut spill) {
-                Ok(Some((method, target, n))) => (method, target, 1, &spill[..], n),
+            LaterMinor::At(digit) => match parse_copy(window, Some(digit), slots, &mut spill) {
+                Ok(Some((method, target, minor, n))) => (method, target, minor, &spill[..], n),
                 Ok(None) => return incomplete(buf, window, limits),
                 Err(httparse::Error::TooManyHeaders) => {
                     return Err(close(Status::HeaderFieldsTooLarge))
@@ -408,6 +409,23 @@ fn parse_fields<'a>(
             LaterMinor::Partial => return incomplete(buf, window, limits),
             LaterMinor::No => return Err(close(version_error(window))),
         },
+        // httparse takes only a UTF-8 target; nginx serves a query of
+        // other bytes (a form sent in Latin-1), and so does this: parsed
+        // from a copy whose target bytes past ASCII read `x`.
+        Err(_) if !target_is_utf8(window) => {
+            let digit = match later_minor_digit(window) {
+                LaterMinor::At(digit) => Some(digit),
+                _ => None,
+            };
+            match parse_copy(window, digit, slots, &mut spill) {
+                Ok(Some((method, target, minor, n))) => (method, target, minor, &spill[..], n),
+                Ok(None) => return incomplete(buf, window, limits),
+                Err(httparse::Error::TooManyHeaders) => {
+                    return Err(close(Status::HeaderFieldsTooLarge))
+                }
+                Err(_) => return Err(close(Status::BadRequest)),
+            }
+        }
         Err(_) => return Err(close(Status::BadRequest)),
     };
     if target.len() > limits.max_uri {
@@ -452,7 +470,14 @@ fn parse_fields<'a>(
     }
     let content_length = content_length as usize;
 
-    let path = path::normalize(target).map_err(|e| close(e.status))?;
+    // The path must be UTF-8 (decoded, too); the query may be anything.
+    let path_end = target
+        .iter()
+        .position(|&b| b == b'?' || b == b'#')
+        .unwrap_or(target.len());
+    let path = std::str::from_utf8(&target[..path_end])
+        .map_err(|_| close(Status::BadRequest))
+        .and_then(|p| path::normalize(p).map_err(|e| close(e.status)))?;
 
     let keep_alive = !fields.close
         && match version {
@@ -756,19 +781,49 @@ fn later_minor_digit(window: &[u8]) -> LaterMinor {
     }
 }
 
-/// A request of a later HTTP/1.x, answered as 1.1 (RFC 9110 §2.5): parsed
-/// from a copy whose minor digit (at `digit`) reads 1, so it meets every
-/// check any request meets, its bad fields dropped the same way; method,
-/// target and fields are then taken from `window` at the same offsets, into
-/// `fields`. `Ok(None)` while the head is incomplete.
-fn parse_later_minor<'a>(
+/// Whether the request-target of the request line at the start of
+/// `window` (between its first two spaces) is UTF-8 — or has not arrived
+/// whole, or is not there to find.
+fn target_is_utf8(window: &[u8]) -> bool {
+    let line = window.split(|&b| b == b'\n').next().unwrap_or(window);
+    let mut parts = line.splitn(3, |&b| b == b' ');
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(_), Some(target), Some(_)) => std::str::from_utf8(target).is_ok(),
+        _ => true,
+    }
+}
+
+/// A request httparse refuses as sent but this server takes, parsed from a
+/// copy that it takes, so it meets every check any request meets, its bad
+/// fields dropped the same way: a later HTTP/1.x (minor digit at `digit`),
+/// answered as 1.1 (RFC 9110 §2.5), whose digit reads 1 in the copy; a
+/// request-target not in UTF-8, whose bytes past ASCII read `x` in the
+/// copy. Method, target and fields are then taken from `window` at the
+/// same offsets, into `fields`; the minor version is the copy's. `Ok(None)`
+/// while the head is incomplete.
+#[allow(clippy::type_complexity)] // one use, its parts named above
+fn parse_copy<'a>(
     window: &'a [u8],
-    digit: usize,
+    digit: Option<usize>,
     slots: usize,
     fields: &mut Vec<httparse::Header<'a>>,
-) -> Result<Option<(&'a str, &'a str, usize)>, httparse::Error> {
+) -> Result<Option<(&'a str, &'a [u8], u8, usize)>, httparse::Error> {
     let mut copy = window.to_vec();
-    copy[digit] = b'1';
+    if let Some(digit) = digit {
+        copy[digit] = b'1';
+    }
+    // The request line's target: from its first space to the next one.
+    let line_end = copy.iter().position(|&b| b == b'\n').unwrap_or(copy.len());
+    if let Some(start) = copy[..line_end].iter().position(|&b| b == b' ') {
+        for b in copy[start + 1..line_end]
+            .iter_mut()
+            .take_while(|b| **b != b' ')
+        {
+            if !b.is_ascii() {
+                *b = b'x';
+            }
+        }
+    }
     let mut config = parser_config();
     let mut storage = vec![httparse::EMPTY_HEADER; slots];
     let mut req = httparse::Request::new(&mut storage);
@@ -796,10 +851,10 @@ fn parse_later_minor<'a>(
     let text = |part: &str| {
         std::str::from_utf8(same(part.as_bytes())?).map_err(|_| httparse::Error::Token)
     };
-    let (Some(method), Some(target)) = (req.method, req.path) else {
+    let (Some(method), Some(target), Some(minor)) = (req.method, req.path, req.version) else {
         return Err(httparse::Error::Token);
     };
-    let (method, target) = (text(method)?, text(target)?);
+    let (method, target) = (text(method)?, same(target.as_bytes())?);
     fields.clear();
     for field in req.headers.iter() {
         fields.push(httparse::Header {
@@ -807,7 +862,7 @@ fn parse_later_minor<'a>(
             value: same(field.value)?,
         });
     }
-    Ok(Some((method, target, n)))
+    Ok(Some((method, target, minor, n)))
 }
 
 /// A chunk-size line at the start of `buf` (RFC 9112 §7.1: hex digits,
@@ -928,11 +983,49 @@ mod tests {
         }
     }
 
+    /// A query of bytes that are not UTF-8 (a Latin-1 form) is served as
+    /// nginx serves it, the target kept as sent; a path of such bytes is
+    /// still refused (the file names are UTF-8), and so is what httparse
+    /// refuses for other reasons.
+    #[test]
+    fn a_query_not_in_utf8_is_taken() {
+        fn parse_bytes(req: &[u8]) -> Result<Option<(Head<'_>, usize)>, HttpError> {
+            parse_head(req, &Limits::default())
+        }
+        let req = b"GET /a.txt?q=\xe9t\xe9 HTTP/1.1\r\nHost: h\r\n\r\nGET /";
+        let (h, n) = parse_bytes(req).unwrap().unwrap();
+        assert_eq!(n, req.len() - 5);
+        assert_eq!(h.target, b"/a.txt?q=\xe9t\xe9");
+        assert_eq!(h.path, "/a.txt");
+        assert_eq!((h.method, h.version), (Method::Get, Version::Http11));
+        assert_eq!(h.host, Some(&b"h"[..]));
+        // A later minor version too, and an absolute-form target.
+        let (h, _) = parse_bytes(b"GET http://h/b?\xff HTTP/1.2\r\nHost: h\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!((h.path.as_str(), h.version), ("/b", Version::Http11));
+        // Not arrived whole yet: wait for more.
+        assert!(parse_bytes(b"GET /a?\xe9 HTTP/1.1\r\nHo")
+            .unwrap()
+            .is_none());
+        // A path not in UTF-8, raw or percent-encoded: 400.
+        for req in [
+            &b"GET /caf\xe9 HTTP/1.1\r\nHost: h\r\n\r\n"[..],
+            b"GET /caf%e9 HTTP/1.1\r\nHost: h\r\n\r\n",
+            // A control byte in the target, and a method not a token.
+            b"GET /a?\xe9\x01 HTTP/1.1\r\nHost: h\r\n\r\n",
+            b"G\xe9T /a?\xe9 HTTP/1.1\r\nHost: h\r\n\r\n",
+        ] {
+            let e = parse_bytes(req).err().map(|e| e.status);
+            assert_eq!(e, Some(Status::BadRequest), "{req:?}");
+        }
+    }
+
     #[test]
     fn simple_get() {
         let h = head("GET /a%20b?x=1 HTTP/1.1\r\nHost: h\r\n\r\n");
         assert_eq!(h.method, Method::Get);
-        assert_eq!(h.target, "/a%20b?x=1");
+        assert_eq!(h.target, b"/a%20b?x=1");
         assert_eq!(h.path, "/a b");
         assert_eq!(h.version, Version::Http11);
         assert!(h.keep_alive);
@@ -1229,7 +1322,7 @@ mod tests {
         );
         assert_eq!(
             (h.method, h.target, h.path.as_str()),
-            (Method::Head, "/x%20y?q", "/x y")
+            (Method::Head, &b"/x%20y?q"[..], "/x y")
         );
         assert!(!h.keep_alive);
         assert_eq!(h.range, Some(&b"bytes=0-1"[..]));

@@ -437,7 +437,16 @@ pub fn write_redirect(head: &Head<'_>, location: &str, date: &str, out: &mut Vec
         |out| {
             out.extend_from_slice(b"Location: ");
             out.extend_from_slice(location.as_bytes());
-            out.extend_from_slice(query.unwrap_or("").as_bytes());
+            // Bytes past ASCII (a query not in UTF-8 either) go percent-
+            // encoded: a field value of raw octets is obsolete (RFC 9110
+            // §5.5), and decoding gives the same query back.
+            for &b in query.unwrap_or(b"") {
+                if b.is_ascii() {
+                    out.push(b);
+                } else {
+                    out.extend_from_slice(format!("%{b:02X}").as_bytes());
+                }
+            }
             out.extend_from_slice(b"\r\n");
         },
     );
@@ -453,10 +462,13 @@ pub fn write_redirect(head: &Head<'_>, location: &str, date: &str, out: &mut Vec
 /// The query a redirect keeps: from the `?` that ends the path to the
 /// fragment, if any; none when empty or when the `?` is in the fragment
 /// (`/dir#x?y` is `/dir` with a fragment), as nginx's `Location`.
-fn redirect_query(target: &str) -> Option<&str> {
-    let end = target.find('#').unwrap_or(target.len());
+fn redirect_query(target: &[u8]) -> Option<&[u8]> {
+    let end = target
+        .iter()
+        .position(|&b| b == b'#')
+        .unwrap_or(target.len());
     let target = &target[..end];
-    let q = &target[target.find('?')?..];
+    let q = &target[target.iter().position(|&b| b == b'?')?..];
     (q.len() > 1).then_some(q)
 }
 
@@ -822,13 +834,15 @@ mod tests {
     /// slash (checked by a helper against nginx 1.22).
     #[test]
     fn a_redirect_keeps_the_query_and_not_the_fragment() {
-        let q = redirect_query;
+        let q =
+            |t: &'static str| redirect_query(t.as_bytes()).map(|q| std::str::from_utf8(q).unwrap());
         assert_eq!(q("/dir"), None);
         assert_eq!(q("/dir?a=1"), Some("?a=1"));
         assert_eq!(q("/dir?a=1#f?g"), Some("?a=1"));
         assert_eq!(q("/dir#x?y=1"), None);
         assert_eq!(q("/dir?"), None);
         assert_eq!(q("/dir?#f"), None);
+        assert_eq!(redirect_query(b"/dir?q=\xe9"), Some(&b"?q=\xe9"[..]));
     }
 
     fn file(size: u64) -> FileMeta {
