@@ -284,13 +284,18 @@ pub struct Conn {
     /// The network loop it is counted on in `ConnShared::loop_conns`
     /// ([`NO_LOOP`]: none).
     home: u16,
-    /// Told to close to make room (`ConnShared::reclaim_idle`): between
-    /// requests it reads end-of-stream, as at a shutdown.
-    reclaimed: bool,
-    /// Its key in its loop's idle table while it waits between requests
-    /// (0: not there).
-    idle: u64,
+    /// Its slot in its loop's idle table + 1 while it waits between
+    /// requests (0: not there), or [`RECLAIMED`]. A slot index, not a key
+    /// (4 bytes, where a key would grow every connection's future past
+    /// its allocation size class): only the connection removes its entry,
+    /// so the slot is not reused under it.
+    idle: u32,
 }
+
+/// `Conn::idle` of a connection told to close to make room
+/// (`ConnShared::reclaim_idle`): between requests it reads end-of-stream,
+/// as at a shutdown.
+const RECLAIMED: u32 = u32::MAX;
 
 /// `Conn::home` of a connection counted on no network loop.
 const NO_LOOP: u16 = u16::MAX;
@@ -530,7 +535,6 @@ impl Conn {
             mid_request: false,
             slot,
             home: NO_LOOP,
-            reclaimed: false,
             idle: 0,
         }
     }
@@ -553,19 +557,21 @@ impl Conn {
     /// (nothing to do where it was not in its loop's idle table). One told
     /// to close meanwhile answers what arrived, then closes.
     pub(crate) fn busy(&mut self) {
-        if self.idle != 0 {
+        if self.idle != 0 && self.idle != RECLAIMED {
             self.leave_idle();
         }
     }
 
     fn leave_idle(&mut self) {
-        let key = std::mem::take(&mut self.idle);
+        let slot = std::mem::take(&mut self.idle) - 1;
         let Some(table) = self.shared.idle_table(self.home) else {
             return;
         };
-        let left = table.lock().unwrap_or_else(|e| e.into_inner()).remove(key);
+        let mut t = table.lock().unwrap_or_else(|e| e.into_inner());
+        let left = t.key_at(slot).and_then(|k| t.remove(k));
+        drop(t);
         if left.is_some_and(|e| e.reclaimed) {
-            self.reclaimed = true;
+            self.idle = RECLAIMED;
             self.shared.reclaiming.fetch_sub(1, SeqCst);
         }
     }
@@ -574,34 +580,40 @@ impl Conn {
     /// table (or keeps its waker there current). True once it has been
     /// told to close.
     fn watch_idle(&mut self, waker: &Waker) -> bool {
-        if self.mid_request {
-            return false;
+        if self.mid_request || self.idle == RECLAIMED {
+            return self.idle == RECLAIMED && !self.mid_request;
         }
         let Some(table) = self.shared.idle_table(self.home) else {
             return false;
         };
         let mut t = table.lock().unwrap_or_else(|e| e.into_inner());
-        match t.get_mut(self.idle) {
-            Some(e) if e.reclaimed => {
-                t.remove(self.idle);
+        let key = self.idle.checked_sub(1).and_then(|slot| t.key_at(slot));
+        match key.and_then(|k| Some((k, t.get_mut(k)?))) {
+            Some((k, e)) if e.reclaimed => {
+                t.remove(k);
                 drop(t);
-                self.idle = 0;
-                self.reclaimed = true;
+                self.idle = RECLAIMED;
                 self.shared.reclaiming.fetch_sub(1, SeqCst);
                 true
             }
-            Some(e) => {
+            Some((_, e)) => {
                 if !e.waker.will_wake(waker) {
                     e.waker = waker.clone();
                 }
                 false
             }
             None => {
-                self.idle = t.insert(Idle {
+                let key = t.insert(Idle {
                     waker: waker.clone(),
                     since: duality_rt::time::loop_now(),
                     reclaimed: false,
                 });
+                // Slot + 1, clear of RECLAIMED (a table that large is
+                // not reclaimed from: left out).
+                match u32::try_from((key & 0xffff_ffff) + 1) {
+                    Ok(idle) if idle != RECLAIMED => self.idle = idle,
+                    _ => drop(t.remove(key)),
+                }
                 false
             }
         }
@@ -637,7 +649,7 @@ impl Conn {
     }
 
     fn closing(&self) -> bool {
-        (self.shared.shutdown.is_set() || self.reclaimed)
+        (self.shared.shutdown.is_set() || self.idle == RECLAIMED)
             && !self
                 .shared_mid_request()
                 .map_or(self.mid_request, |shared| shared.load(SeqCst))

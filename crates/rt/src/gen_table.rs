@@ -86,6 +86,16 @@ impl<T> GenTable<T> {
         }
     }
 
+    /// The key of the value in slot `index` (a key's low 32 bits), if one
+    /// is there: for an owner that keeps only the index of its value, where
+    /// no one else removes it (so the slot cannot have been reused).
+    pub fn key_at(&self, index: u32) -> Option<u64> {
+        match self.slots.get(index as usize) {
+            Some((g, Some(_))) => Some((u64::from(*g) << 32) | u64::from(index)),
+            _ => None,
+        }
+    }
+
     /// Takes the value of `key` out, if it is still there.
     pub fn remove(&mut self, key: u64) -> Option<T> {
         let (slot, generation) = Self::split(key);
@@ -176,6 +186,20 @@ mod tests {
             *v = if k == c { "C" } else { "D" };
         }
         assert_eq!((t.get(c), t.get(d)), (Some(&"C"), Some(&"D")));
+    }
+
+    #[test]
+    fn a_slot_gives_the_key_of_its_value() {
+        let mut t = GenTable::default();
+        let a = t.insert("a");
+        let b = t.insert("b");
+        assert_eq!(t.key_at(a as u32), Some(a));
+        assert_eq!(t.key_at(b as u32), Some(b));
+        t.remove(a);
+        assert_eq!(t.key_at(a as u32), None);
+        assert_eq!(t.key_at(7), None);
+        let c = t.insert("c");
+        assert_eq!(t.key_at(c as u32), Some(c));
     }
 
     #[test]
