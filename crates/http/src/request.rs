@@ -415,7 +415,9 @@ fn parse_fields<'a>(
         Err(_) if !target_is_utf8(window) => {
             let digit = match later_minor_digit(window) {
                 LaterMinor::At(digit) => Some(digit),
-                _ => None,
+                // httparse refuses the digit before the line has ended.
+                LaterMinor::Partial => return incomplete(buf, window, limits),
+                LaterMinor::No => None,
             };
             match parse_copy(window, digit, slots, &mut spill) {
                 Ok(Some((method, target, minor, n))) => (method, target, minor, &spill[..], n),
@@ -785,6 +787,7 @@ fn later_minor_digit(window: &[u8]) -> LaterMinor {
 /// `window` (between its first two spaces) is UTF-8 — or has not arrived
 /// whole, or is not there to find.
 fn target_is_utf8(window: &[u8]) -> bool {
+    let window = &window[request_line_start(window)..];
     let line = window.split(|&b| b == b'\n').next().unwrap_or(window);
     let mut parts = line.splitn(3, |&b| b == b' ');
     match (parts.next(), parts.next(), parts.next()) {
@@ -812,9 +815,18 @@ fn parse_copy<'a>(
     if let Some(digit) = digit {
         copy[digit] = b'1';
     }
-    // The request line's target: from its first space to the next one.
-    let line_end = copy.iter().position(|&b| b == b'\n').unwrap_or(copy.len());
-    if let Some(start) = copy[..line_end].iter().position(|&b| b == b' ') {
+    // The request line's target: from its first space to the next one
+    // (empty lines before the request line are skipped, as httparse does).
+    let line_start = request_line_start(&copy);
+    let line_end = copy[line_start..]
+        .iter()
+        .position(|&b| b == b'\n')
+        .map_or(copy.len(), |n| line_start + n);
+    if let Some(start) = copy[line_start..line_end]
+        .iter()
+        .position(|&b| b == b' ')
+        .map(|n| line_start + n)
+    {
         for b in copy[start + 1..line_end]
             .iter_mut()
             .take_while(|b| **b != b' ')
@@ -1004,10 +1016,22 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!((h.path.as_str(), h.version), ("/b", Version::Http11));
-        // Not arrived whole yet: wait for more.
+        // Not arrived whole yet: wait for more (a later minor version's
+        // line too, whose digit httparse refuses before the line ends:
+        // found by fuzzing), and after empty lines.
         assert!(parse_bytes(b"GET /a?\xe9 HTTP/1.1\r\nHo")
             .unwrap()
             .is_none());
+        let later = b"POST /p?\x9e  HTTP/1.5\r\nHost: h\r\nContent-Length: 0\r\n\r\n";
+        for cut in 0..later.len() {
+            assert!(parse_bytes(&later[..cut]).unwrap().is_none(), "{cut}");
+        }
+        let (h, _) = parse_bytes(later).unwrap().unwrap();
+        assert_eq!((h.target, h.version), (&b"/p?\x9e"[..], Version::Http11));
+        let (h, _) = parse_bytes(b"\r\n\r\nGET /a?\xe9 HTTP/1.1\r\nHost: h\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(h.target, b"/a?\xe9");
         // A path not in UTF-8, raw or percent-encoded: 400.
         for req in [
             &b"GET /caf\xe9 HTTP/1.1\r\nHost: h\r\n\r\n"[..],
