@@ -178,8 +178,9 @@ impl Output {
             .sum()
     }
 
-    /// How many bodies are shared so far: what [`shared_bodies`]
-    /// (Self::shared_bodies) of a response appended later starts from.
+    /// How many bodies are shared so far: what
+    /// [`shared_bodies`](Self::shared_bodies) of a response appended later
+    /// starts from.
     #[inline]
     pub fn shared_count(&self) -> usize {
         self.shared.len()
