@@ -20,7 +20,8 @@ impl HttpServer {
     }
 
     /// As [`start`](Self::start); what it printed instead of a ready line
-    /// when it did not start (an address named in `extra` was taken, say).
+    /// when it did not start (an address named in `extra` was taken, say),
+    /// with its standard error and exit status.
     pub fn try_start(root: &Path, extra: &[&str]) -> Result<HttpServer, String> {
         let mut child = Command::new(env!("CARGO_BIN_EXE_duality"))
             .args(["http", "--listen", "127.0.0.1:0", "--model", "symped:2"])
@@ -28,16 +29,33 @@ impl HttpServer {
             .arg(root)
             .args(extra)
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("start duality http");
+        // Its standard error, kept until it has said it is ready (a server
+        // that did not start says why there), then drained and dropped.
+        let stderr = child.stderr.take().unwrap();
+        let said = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let keep = said.clone();
+        std::thread::spawn(move || {
+            for l in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let mut k = keep.lock().unwrap();
+                if k.len() < 64 * 1024 {
+                    k.push_str(&l);
+                    k.push('\n');
+                }
+            }
+        });
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)
             .unwrap();
         let Some(url) = line.trim().strip_prefix("ready ").map(str::to_owned) else {
-            terminate(&mut child);
-            return Err(line);
+            let status = terminate(&mut child);
+            // The drain thread reads to the end once the process is gone.
+            std::thread::sleep(Duration::from_millis(100));
+            let said = said.lock().unwrap().clone();
+            return Err(format!("{line}{said}({status})"));
         };
         Ok(HttpServer {
             child: Some(child),
