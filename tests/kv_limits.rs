@@ -887,6 +887,59 @@ fn a_pipelining_flood_does_not_grow_memory() {
     }
 }
 
+/// `lru_crawler metadump all` of a cache holding many small items goes out
+/// in pieces: dumps whose clients do not read hold a piece each, not the
+/// whole listing (200,000 items: about 14 MB of lines each, held whole
+/// before), and the cache serves meanwhile; a dump that is read lists
+/// every item once.
+#[test]
+fn stalled_metadumps_hold_a_piece_not_the_listing() {
+    const ITEMS: usize = 200_000;
+    let kv = KvProc::start(&["-m", "256", "-t", "1"]);
+    let mut c = kv.connect();
+    for chunk in 0..ITEMS / 10_000 {
+        let mut batch = Vec::new();
+        for i in chunk * 10_000..(chunk + 1) * 10_000 {
+            batch.extend_from_slice(format!("set dump:{i} 0 0 1 noreply\r\nx\r\n").as_bytes());
+        }
+        c.send(&batch);
+    }
+    c.expect_str("mn\r\n", "MN\r\n");
+    assert_eq!(c.stats("")["curr_items"], ITEMS.to_string());
+    let before = kv.rss();
+    let stalled: Vec<Client> = (0..4)
+        .map(|_| {
+            let mut d = kv.connect();
+            small_rcvbuf(&d);
+            d.send(b"lru_crawler metadump all\r\n");
+            d
+        })
+        .collect();
+    // Time for each dump to fill its socket and stop (their first lines
+    // arrive: the dump began).
+    thread::sleep(Duration::from_millis(500));
+    c.expect_str("mn\r\n", "MN\r\n");
+    let held = kv.rss();
+    assert!(
+        held < before + 16 * MIB,
+        "RSS went from {} to {} MiB with 4 stalled metadumps",
+        before / MIB,
+        held / MIB
+    );
+    let mut d = kv.connect();
+    d.send(b"lru_crawler metadump all\r\nmn\r\n");
+    let dump = d.read_until(b"END\r\nMN\r\n");
+    let mut keys = HashSet::new();
+    for line in dump.split(|&b| b == b'\n') {
+        if let Some(rest) = line.strip_prefix(b"key=dump") {
+            let end = rest.iter().position(|&b| b == b' ').expect("a key= line");
+            assert!(keys.insert(rest[..end].to_vec()), "listed twice: {line:?}");
+        }
+    }
+    assert_eq!(keys.len(), ITEMS, "items listed");
+    drop(stalled);
+}
+
 /// `-c` past what the descriptor limit allows: the soft limit is raised as
 /// far as the hard one lets it, and where that is not enough the server
 /// takes fewer connections, says so, and answers the rest with memcached's

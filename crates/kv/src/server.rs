@@ -18,8 +18,8 @@
 
 use crate::budget::{Holdings, LARGE};
 use crate::command::{
-    execute_part, meta_split_start, meta_value_piece, resume_get, split_get, value_piece,
-    GetCursor, Part, ValueChanged,
+    execute_part, lru_crawler_start, meta_split_start, meta_value_piece, metadump_classes,
+    metadump_piece, resume_get, split_get, value_piece, GetCursor, Part, ValueChanged,
 };
 use crate::protocol::binary::{write_error, Opcode, Status, REQUEST_MAGIC};
 use crate::watch;
@@ -1200,6 +1200,9 @@ impl Protocol for KvProtocol {
         session.name_conn();
         let flow = match large {
             Some(head) => self.receive_value(session, head, &mut reply).await,
+            None if progress == METADUMP => {
+                self.stream_metadump(session, request, &mut reply).await
+            }
             None if progress & !0xFF == WATCH => {
                 if let Some(g) = &session.conn {
                     g.info.state.store(CONN_WATCH, Relaxed);
@@ -1319,6 +1322,12 @@ const RECEIVE: u32 = u32::MAX;
 
 /// `finish`'s progress for a `watch` (the kinds in the low byte).
 const WATCH: u32 = 0xFFFF_0000;
+
+/// `finish`'s progress for an `lru_crawler metadump`.
+const METADUMP: u32 = 0xFFFE_0000;
+
+/// Bytes of metadump lines written at a time.
+const METADUMP_PIECE: usize = 64 << 10;
 
 /// Most bytes of log lines a watcher's connection writes at once.
 const WATCH_BATCH: usize = 64 << 10;
@@ -1445,6 +1454,13 @@ impl KvProtocol {
         let st = &*self.0;
         if let Request::Watch { args } = r {
             return self.watch_request(*args, out);
+        }
+        if let Request::LruCrawler { args } = r {
+            // A metadump goes out from `finish`, a piece at a time.
+            return match lru_crawler_start(&st.store, ctx.now, *args, ctx.dumping_enabled(), out) {
+                Some(_) => Ending::Finish(METADUMP),
+                None => Ending::Unaccounted(Flow::Continue),
+            };
         }
         // Large values go from the store (see `Answer`): held as their
         // copies would be.
@@ -1772,6 +1788,37 @@ impl KvProtocol {
                 Err(ValueChanged) => return duality_models::Flow::Close,
             }
         }
+    }
+
+    /// `lru_crawler metadump`: its lines a piece at a time, each written
+    /// before the next is made (a connection holds one piece, however
+    /// large the cache; a client that does not read holds the dump there).
+    async fn stream_metadump(
+        &self,
+        session: &mut KvSession,
+        request: &[u8],
+        reply: &mut Reply<'_>,
+    ) -> duality_models::Flow {
+        let set = match parse(request, &self.0.limits) {
+            Ok((Request::LruCrawler { args }, _)) => metadump_classes(args),
+            _ => None,
+        };
+        let Some(set) = set else {
+            return duality_models::Flow::Close;
+        };
+        let mut at = crate::store::ItemCursor::default();
+        self.write_pieces(session, reply, |st, out| {
+            let now = st.ctx().now;
+            Ok(!metadump_piece(
+                &st.store,
+                now,
+                set,
+                &mut at,
+                METADUMP_PIECE,
+                out,
+            ))
+        })
+        .await
     }
 
     /// The rest of a get split for the budget, from `at` (see

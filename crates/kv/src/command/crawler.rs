@@ -11,13 +11,15 @@
 //! `size` is what the store charges for the item (header + key + value) and
 //! `cls` its class on memcached's ladder over that size (see
 //! [`classes`](crate::store::classes)); memcached's figures count its own
-//! item header instead. Items are listed shard by shard, least recently used
-//! first within a shard.
+//! item header instead. Items are listed shard by shard, oldest written
+//! first within a shard. The server sends a metadump in pieces, each shard
+//! locked for a piece at a time (memcached's crawler streams it too), so a
+//! dump holds little memory and other requests are served meanwhile.
 
 use super::stats::{strtoul, MAX_CLASS_ID};
 use crate::protocol::Tokens;
 use crate::store::classes::class_of;
-use crate::store::{Store, Time, MAX_CRAWLER_SLEEP};
+use crate::store::{ItemCursor, Store, Time, MAX_CRAWLER_SLEEP};
 use std::io::Write;
 
 const BADCLASS: &[u8] = b"BADCLASS invalid class id\r\n";
@@ -27,7 +29,7 @@ const BAD_FORMAT: &[u8] = b"CLIENT_ERROR bad command line format\r\n";
 /// Slots examined per lock hold by `lru_crawler crawl`.
 const CRAWL_BATCH: usize = 1024;
 
-/// Runs `lru_crawler <args>`.
+/// Runs `lru_crawler <args>`, a metadump whole in `out`.
 /// `dumping`: whether `metadump` is allowed (memcached's `-X` turns it off).
 pub(super) fn lru_crawler(
     store: &Store,
@@ -36,6 +38,22 @@ pub(super) fn lru_crawler(
     dumping: bool,
     out: &mut Vec<u8>,
 ) {
+    if let Some(set) = lru_crawler_start(store, now, args, dumping, out) {
+        let mut at = ItemCursor::default();
+        while metadump_piece(store, now, set, &mut at, usize::MAX, out) {}
+    }
+}
+
+/// Runs `lru_crawler <args>` but a metadump: `Some(classes)` for a metadump
+/// to send (by [`metadump_piece`]: a server streams it), `None` once the
+/// answer is in `out`.
+pub fn lru_crawler_start(
+    store: &Store,
+    now: Time,
+    args: Tokens<'_>,
+    dumping: bool,
+    out: &mut Vec<u8>,
+) -> Option<u64> {
     let mut it = args.iter();
     let (sub, arg, extra) = (it.next(), it.next(), it.next());
     let c = store.crawler();
@@ -62,10 +80,7 @@ pub(super) fn lru_crawler(
             } else {
                 match class_set(arg, true) {
                     None => BADCLASS,
-                    Some(set) => {
-                        metadump(store, now, set, out);
-                        return;
-                    }
+                    Some(set) => return Some(set),
                 }
             }
         }
@@ -101,6 +116,17 @@ pub(super) fn lru_crawler(
         _ => b"ERROR\r\n",
     };
     out.extend_from_slice(reply);
+    None
+}
+
+/// The classes `lru_crawler <args>` asks to dump, if it is a metadump
+/// ([`lru_crawler_start`] checked the rest).
+pub fn metadump_classes(args: Tokens<'_>) -> Option<u64> {
+    let mut it = args.iter();
+    match (it.next(), it.next(), it.next()) {
+        (Some(b"metadump"), Some(arg), None) => class_set(arg, true),
+        _ => None,
+    }
 }
 
 /// `all` (and for metadump `hash`) or a comma-separated list of class ids
@@ -120,30 +146,50 @@ fn class_set(arg: &[u8], metadump: bool) -> Option<u64> {
     Some(set)
 }
 
-/// memcached's metadump lines for the live items of the classes in `set`.
-fn metadump(store: &Store, now: Time, set: u64, out: &mut Vec<u8>) {
-    store.for_each_item(now, false, |item, charge| {
+/// Items a metadump piece looks at, at most (the shard is locked
+/// meanwhile: a dump of a rare class must not hold it for a whole scan).
+const PIECE_ITEMS: usize = 16 << 10;
+
+/// Appends memcached's metadump lines for the live items of the classes in
+/// `set`, from `at` on, until `out` has grown by `budget` bytes or
+/// [`PIECE_ITEMS`] items were looked at; `at` then says where the next
+/// piece starts. Returns false once the dump has ended (its `END` is
+/// appended).
+pub fn metadump_piece(
+    store: &Store,
+    now: Time,
+    set: u64,
+    at: &mut ItemCursor,
+    budget: usize,
+    out: &mut Vec<u8>,
+) -> bool {
+    let start = out.len();
+    let mut looked = 0;
+    let more = store.visit_items(now, at, |item, charge| {
+        looked += 1;
         let class = class_of(charge);
-        if set & (1 << class) == 0 {
-            return true;
+        if set & (1 << class) != 0 {
+            out.extend_from_slice(b"key=");
+            crate::watch::uriencode(item.key, out);
+            let exp = if item.exptime == 0 {
+                -1
+            } else {
+                i64::from(item.exptime)
+            };
+            let fetch = if item.fetched { "yes" } else { "no" };
+            // Writing into a Vec cannot fail.
+            let _ = writeln!(
+                out,
+                " exp={exp} la={} cas={} fetch={fetch} cls={class} size={charge}",
+                item.last_access, item.cas
+            );
         }
-        out.extend_from_slice(b"key=");
-        crate::watch::uriencode(item.key, out);
-        let exp = if item.exptime == 0 {
-            -1
-        } else {
-            i64::from(item.exptime)
-        };
-        let fetch = if item.fetched { "yes" } else { "no" };
-        // Writing into a Vec cannot fail.
-        let _ = writeln!(
-            out,
-            " exp={exp} la={} cas={} fetch={fetch} cls={class} size={charge}",
-            item.last_access, item.cas
-        );
-        true
+        out.len() - start < budget && looked < PIECE_ITEMS
     });
-    out.extend_from_slice(b"END\r\n");
+    if !more {
+        out.extend_from_slice(b"END\r\n");
+    }
+    more
 }
 
 #[cfg(test)]

@@ -135,6 +135,18 @@ pub fn expiry(exptime: i64, now: Time) -> Time {
     }
 }
 
+/// Where a listing by [`Store::visit_items`] goes on from; the default is
+/// the first item.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ItemCursor {
+    shard: usize,
+    /// A segment's `seq` and a byte offset in it (see `Shard::visit_from`).
+    at: (u64, usize),
+    /// The shard's last segment when the listing came to it: later ones
+    /// are not listed, so a listing ends however fast the cache is written.
+    last: u64,
+}
+
 /// What the store holds ([`Store::footprint`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Footprint {
@@ -975,6 +987,45 @@ impl Store {
                 }
             }
         }
+    }
+
+    /// Calls `f` with the live items from `cursor` on and their charges,
+    /// as [`for_each_item`](Self::for_each_item) orders them (oldest
+    /// first), until `f` returns false; `cursor` then says where to go on
+    /// from. Returns false once every item has been visited. Only the
+    /// shard being visited is locked, so a listing can go out in pieces
+    /// between which the store serves on: an item written, read again or
+    /// moved meanwhile may be listed twice or not at all (as memcached's
+    /// crawler lists a cache in use); the segments a shard opens after the
+    /// listing came to it are not listed.
+    pub fn visit_items(
+        &self,
+        now: Time,
+        cursor: &mut ItemCursor,
+        mut f: impl FnMut(&Item<'_>, usize) -> bool,
+    ) -> bool {
+        let flush = self.flush_state();
+        while let Some(cell) = self.cells.get(cursor.shard) {
+            let shard = lock(&cell.shard);
+            if cursor.at == (0, 0) {
+                cursor.last = shard.last_seq();
+            }
+            let stop = shard.visit_from(cursor.at, cursor.last, |l| {
+                shard.state(l, now, flush) != Lookup::Hit || f(&shard.item(l), shard.charge(l))
+            });
+            match stop {
+                Some(at) => {
+                    cursor.at = at;
+                    return true;
+                }
+                None => {
+                    cursor.shard += 1;
+                    cursor.at = (0, 0);
+                    cursor.last = 0;
+                }
+            }
+        }
+        false
     }
 
     /// Bytes the store holds now: segments and hash tables, everything the

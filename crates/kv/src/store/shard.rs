@@ -1453,6 +1453,49 @@ impl Shard {
         }
     }
 
+    /// Visits the live items (by `f`, as `age_order` lists them: in the
+    /// order their segments were opened, then as written) from `at` on:
+    /// the item at byte `at.1` of the segment opened `at.0`-th, or the
+    /// first of the next segment opened after it if that one is gone. `f`
+    /// returns false to stop after its item: the place to go on from is
+    /// returned (`None`: every item was visited). A place stays valid
+    /// across unlocking: a segment's bytes up to `used` never change until
+    /// it is freed, and a segment opened again gets a new `seq`.
+    /// Segments opened after the `last`-th are not visited (a listing
+    /// that began before them ends: writes cannot keep it going).
+    pub(crate) fn visit_from(
+        &self,
+        at: (u64, usize),
+        last: u64,
+        mut f: impl FnMut(Loc) -> bool,
+    ) -> Option<(u64, usize)> {
+        let mut next: Vec<(u64, u32)> = self
+            .fifo
+            .iter()
+            .map(|&id| (self.segs[id as usize].seq, id))
+            .filter(|&(seq, _)| (at.0..=last).contains(&seq))
+            .collect();
+        next.sort_unstable();
+        for (seq, id) in next {
+            let s = &self.segs[id as usize];
+            let mut off = if seq == at.0 { at.1 } else { 0 };
+            while off + HEADER <= s.used {
+                let r: &Header = s.data[off..off + HEADER].try_into().unwrap();
+                let l = loc(id, off);
+                off += item_size(r[H_KLEN] as usize, rd32(r, H_VLEN) as usize);
+                if self.has(l, LIVE) && !f(l) {
+                    return Some((seq, off));
+                }
+            }
+        }
+        None
+    }
+
+    /// The `seq` of the segment opened last.
+    pub(crate) fn last_seq(&self) -> u64 {
+        self.seq
+    }
+
     pub(crate) fn age_order(&self, newest_first: bool) -> impl Iterator<Item = Loc> + '_ {
         let ids: Box<dyn Iterator<Item = &u32>> = if newest_first {
             Box::new(self.fifo.iter().rev())
