@@ -93,16 +93,18 @@ pub fn run(b: Bench) -> anyhow::Result<()> {
     r
 }
 
-/// An `--out` directory as it was before the run wrote to it: each file's
-/// name, length and modification time.
+/// A file of a directory: its name, length and modification time.
+type FileState = (std::ffi::OsString, u64, Option<std::time::SystemTime>);
+
+/// An `--out` directory as it was before the run wrote to it.
 struct Before {
     dir: std::path::PathBuf,
-    files: Vec<(std::ffi::OsString, u64, Option<std::time::SystemTime>)>,
+    files: Vec<FileState>,
 }
 
 static BEFORE: std::sync::Mutex<Option<Before>> = std::sync::Mutex::new(None);
 
-fn listing(dir: &std::path::Path) -> Vec<(std::ffi::OsString, u64, Option<std::time::SystemTime>)> {
+fn listing(dir: &std::path::Path) -> Vec<FileState> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };

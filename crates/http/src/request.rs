@@ -787,13 +787,32 @@ fn later_minor_digit(window: &[u8]) -> LaterMinor {
 /// `window` (between its first two spaces) is UTF-8 — or has not arrived
 /// whole, or is not there to find.
 fn target_is_utf8(window: &[u8]) -> bool {
-    let window = &window[request_line_start(window)..];
-    let line = window.split(|&b| b == b'\n').next().unwrap_or(window);
-    let mut parts = line.splitn(3, |&b| b == b' ');
-    match (parts.next(), parts.next(), parts.next()) {
-        (Some(_), Some(target), Some(_)) => std::str::from_utf8(target).is_ok(),
+    match target_range(window) {
+        Some((target, true)) => std::str::from_utf8(&window[target]).is_ok(),
         _ => true,
     }
+}
+
+/// Where the request line's target lies: from its first space to the next
+/// one (true: found) or to the line's end (empty lines before the request
+/// line are skipped, as httparse does); `None` if the line has no space.
+fn target_range(window: &[u8]) -> Option<(std::ops::Range<usize>, bool)> {
+    let line_start = request_line_start(window);
+    let line_end = window[line_start..]
+        .iter()
+        .position(|&b| b == b'\n')
+        .map_or(window.len(), |n| line_start + n);
+    let start = line_start
+        + 1
+        + window[line_start..line_end]
+            .iter()
+            .position(|&b| b == b' ')?;
+    Some(
+        match window[start..line_end].iter().position(|&b| b == b' ') {
+            Some(n) => (start..start + n, true),
+            None => (start..line_end, false),
+        },
+    )
 }
 
 /// A request httparse refuses as sent but this server takes, parsed from a
@@ -815,22 +834,8 @@ fn parse_copy<'a>(
     if let Some(digit) = digit {
         copy[digit] = b'1';
     }
-    // The request line's target: from its first space to the next one
-    // (empty lines before the request line are skipped, as httparse does).
-    let line_start = request_line_start(&copy);
-    let line_end = copy[line_start..]
-        .iter()
-        .position(|&b| b == b'\n')
-        .map_or(copy.len(), |n| line_start + n);
-    if let Some(start) = copy[line_start..line_end]
-        .iter()
-        .position(|&b| b == b' ')
-        .map(|n| line_start + n)
-    {
-        for b in copy[start + 1..line_end]
-            .iter_mut()
-            .take_while(|b| **b != b' ')
-        {
+    if let Some((target, _)) = target_range(&copy) {
+        for b in &mut copy[target] {
             if !b.is_ascii() {
                 *b = b'x';
             }
