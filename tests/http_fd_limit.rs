@@ -142,11 +142,18 @@ impl Limited {
             let _ = stderr.read_to_string(&mut rest);
             rest
         });
-        let addr = ready
+        let Some(addr) = ready
             .trim()
             .strip_prefix("ready http://")
-            .unwrap_or_else(|| panic!("no ready line: {ready:?}"))
-            .to_string();
+            .map(str::to_owned)
+        else {
+            // It did not start: why is on its standard error and in its
+            // exit status (a shell that could not set the limit included).
+            let _ = child.kill();
+            let status = child.wait();
+            let rest = said.join().unwrap_or_default();
+            panic!("no ready line: {ready:?}; it said {first:?} {rest:?} ({status:?})");
+        };
         Limited {
             child,
             addr,
