@@ -14,6 +14,8 @@ fn quick_offload_run_writes_every_row() {
             "sped",
             "--cpu-threads",
             "1",
+            "--gzip-level",
+            "2",
         ],
         "offload.json",
     );
@@ -48,10 +50,13 @@ fn quick_offload_run_writes_every_row() {
             assert!(r["requests_per_sec"].as_f64().unwrap() > 0.0, "{r}");
             assert_eq!(r["errors"], 0, "{r}");
             let heavy = r["heavy_p99_ms"].as_f64();
+            let body = r["heavy_body_kib"].as_f64();
             if *server == "duality adaptive, no heavy" {
-                assert!(heavy.is_none(), "{r}");
+                assert!(heavy.is_none() && body.is_none(), "{r}");
             } else {
                 assert!(heavy.is_some_and(|v| v > 0.0), "{r}");
+                // Compressed: well under the quick run's 256 KiB files.
+                assert!(body.is_some_and(|k| k > 10.0 && k < 200.0), "{r}");
             }
             let duality = server.starts_with("duality");
             for k in ["loop_hold_p99_ms", "accept_p99_ms", "server_ttfb_p99_ms"] {
@@ -60,10 +65,22 @@ fn quick_offload_run_writes_every_row() {
         }
     }
     assert_eq!(rows.len(), want.len() * 2);
+    // duality's level 2 is nginx's level 1 (zlib's deflate_fast) in bytes;
+    // its level 1, had the flag not reached the servers, 1.3x more.
+    let kib = |s: &str| {
+        rows.iter().find(|r| r["server"] == s).unwrap()["heavy_body_kib"]
+            .as_f64()
+            .unwrap()
+    };
+    if nginx {
+        let ratio = kib("duality inline") / kib("nginx gzip on");
+        assert!((0.85..1.15).contains(&ratio), "{ratio}: {rows:?}");
+    }
     let csv = std::fs::read_to_string(out.join("offload.csv")).unwrap();
     assert_eq!(csv.lines().count(), rows.len() + 1);
     let md = std::fs::read_to_string(out.join("offload.md")).unwrap();
     assert!(md.contains("| 50% | duality inline |"), "{md}");
+    assert!(md.contains("a compression at level 2;"), "{md}");
     // The servers ran with the pool size asked for (a server refusing the
     // flag would have left no rows).
     assert!(md.contains("--model sped --cpu-threads 1`"), "{md}");

@@ -57,6 +57,13 @@ pub struct OffloadArgs {
     /// default: the cores).
     #[arg(long, value_parser = super::bench::positive)]
     nginx_workers: Option<usize>,
+    /// duality's gzip level, 1-9 (`duality http --gzip-level`). nginx runs
+    /// at level 1 (`gzip_comp_level 1`), zlib's `deflate_fast`; duality's
+    /// level 1 is zlib-rs's quicker strategy, whose output is larger, and
+    /// its level 2 is `deflate_fast`: 2 makes both servers do like work
+    /// (the table's "heavy body KiB" shows what each made of the files).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=9))]
+    gzip_level: u32,
     /// Leave nginx out.
     #[arg(long)]
     no_nginx: bool,
@@ -200,6 +207,7 @@ pub fn run(a: OffloadArgs) -> anyhow::Result<()> {
             seed: a.seed,
         },
         no_nginx: a.no_nginx,
+        gzip_level: a.gzip_level,
     };
     let report = offload::run(&plan, &mut |line| duality_rt::say!("{line}"))?;
     let rows = &report.rows;
@@ -216,7 +224,7 @@ pub fn run(a: OffloadArgs) -> anyhow::Result<()> {
         "# Offload: 1% gzip requests and everybody else's p99 (seed 002)\n\n\
 Command: `{}`\n\n\
 Machine: {} cores; the load generator (this process, {} client threads) and the server share them, TCP loopback.\n\n\
-Workload: {} small HTML files (1-4 KiB, page-cache hits, requested without `Accept-Encoding`) and {} JSON files of {} KiB requested with `Accept-Encoding: gzip` ({}% of requests; duality `--gzip on --gzip-cache 0 --model {}`, so each costs a compression at level 1; nginx `gzip on; gzip_comp_level 1`, {} workers); {}% of requests open a connection of their own. \
+Workload: {} small HTML files (1-4 KiB, page-cache hits, requested without `Accept-Encoding`) and {} JSON files of {} KiB requested with `Accept-Encoding: gzip` ({}% of requests; duality `--gzip on --gzip-cache 0 --model {}`, so each costs a compression at level {}; nginx `gzip on; gzip_comp_level 1`, {} workers; a level's work shows in its bytes: heavy body KiB); {}% of requests open a connection of their own. \
 Open loop: request *i* is due at *i*/rate and its latency counts from then (no coordinated omission); {:.1} s of warm-up, then {:.1} s measured per row. \
 Capacity: {:.0} requests/s ({}); each load is a percentage of it, the same for every server.\n\n\
 Columns: latencies in ms, client side from the due time to the whole response; TTFB (client) from the due time to the first response byte, every request; TTFB (server), accept latency (acceptor to the connection's first poll on its loop) and loop hold (per request, the longest single poll of its loop serving it) from duality's Prometheus histograms over the window, quantiles interpolated inside buckets as Prometheus does (nginx has none: `-`). With 1% heavy requests, the loop hold's p99.9 is theirs. `duality adaptive, no heavy` is the same schedule with every heavy request replaced by a cheap one.\n\n\
@@ -232,6 +240,7 @@ Columns: latencies in ms, client side from the due time to the whole response; T
             Some(n) => format!("{} --cpu-threads {n}", plan.model),
             None => plan.model.clone(),
         },
+        plan.gzip_level,
         plan.nginx_workers,
         a.new_conn_pct,
         plan.warmup.as_secs_f64(),

@@ -91,6 +91,11 @@ pub struct OffloadRow {
     pub requests_per_sec: f64,
     /// Heavy responses completed in the window, per second.
     pub heavy_per_sec: f64,
+    /// Mean body of a heavy response, KiB: what each server's compression
+    /// made of the same file (their levels' work differs with it).
+    /// `None`: no heavy response in the window.
+    #[serde(default)]
+    pub heavy_body_kib: Option<f64>,
     /// Failed requests (connect, read, status, a heavy answer not gzipped).
     pub errors: u64,
     /// Tickets never sent: due, but taken after the drain deadline.
@@ -429,6 +434,8 @@ pub struct Outcome {
     pub done: u64,
     /// Heavy ones among them.
     pub done_heavy: u64,
+    /// Their bodies' bytes, together.
+    pub heavy_body: u64,
     /// Failed requests.
     pub errors: u64,
     /// Tickets never sent.
@@ -445,6 +452,7 @@ impl Outcome {
             ttfb: latency_histogram(),
             done: 0,
             done_heavy: 0,
+            heavy_body: 0,
             errors: 0,
             unsent: 0,
             seconds: 0.0,
@@ -457,6 +465,7 @@ impl Outcome {
         self.ttfb.add(&o.ttfb).expect("same bounds");
         self.done += o.done;
         self.done_heavy += o.done_heavy;
+        self.heavy_body += o.heavy_body;
         self.errors += o.errors;
         self.unsent += o.unsent;
     }
@@ -577,8 +586,11 @@ fn client(load: &Load, w: &Window, next: &AtomicU64) -> Outcome {
             .write_all(load.requests.of(t))
             .and_then(|_| read_response(s, &mut buf, &mut first));
         let done = Instant::now();
-        let ok = matches!(&r, Ok(r) if r.status == 200 && r.gzip == t.heavy && r.body > 0);
-        if !ok {
+        let body = match &r {
+            Ok(r) if r.status == 200 && r.gzip == t.heavy && r.body > 0 => r.body,
+            _ => 0,
+        };
+        if body == 0 {
             out.errors += 1;
             if !t.new_conn {
                 keep = None;
@@ -596,7 +608,10 @@ fn client(load: &Load, w: &Window, next: &AtomicU64) -> Outcome {
         }
         if done >= w.from && done < w.end {
             out.done += 1;
-            out.done_heavy += u64::from(t.heavy);
+            if t.heavy {
+                out.done_heavy += 1;
+                out.heavy_body += body;
+            }
         }
     }
     out
@@ -772,6 +787,8 @@ pub struct Plan {
     pub mix: Mix,
     /// Leave nginx out even if installed.
     pub no_nginx: bool,
+    /// duality's `--gzip-level` (nginx's is 1; see [`NGINX_GZIP`]).
+    pub gzip_level: u32,
 }
 
 /// nginx's additions for the experiment: gzip as duality's
@@ -813,6 +830,7 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> anyhow::Result<Report
     };
     let mut servers: Vec<(&str, RunningServer)> = Vec::new();
     let cpu_threads = plan.cpu_threads.map(|n| n.to_string());
+    let level = plan.gzip_level.to_string();
     for (label, policy) in [(INLINE, "inline"), (POOL, "pool"), (ADAPTIVE, "adaptive")] {
         let mut args = vec![
             "--model",
@@ -821,6 +839,8 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> anyhow::Result<Report
             "on",
             "--gzip-cache",
             "0",
+            "--gzip-level",
+            &level,
             "--offload",
             policy,
             "--metrics-listen",
@@ -984,6 +1004,8 @@ pub fn row(
         loop_hold_p999_ms: hold999,
         requests_per_sec: o.rate(),
         heavy_per_sec: o.done_heavy as f64 / o.seconds.max(1e-9),
+        heavy_body_kib: (o.done_heavy > 0)
+            .then(|| o.heavy_body as f64 / o.done_heavy as f64 / 1024.0),
         errors: o.errors,
         unsent: o.unsent,
         pool_raises: None,
@@ -1029,6 +1051,7 @@ pub fn table(rows: &[OffloadRow]) -> String {
         "loop hold p99.9 ms",
         "req/s",
         "heavy/s",
+        "heavy body KiB",
         "errors",
         "pool raises",
     ];
@@ -1056,6 +1079,7 @@ pub fn table(rows: &[OffloadRow]) -> String {
                 opt_ms(r.loop_hold_p999_ms),
                 crate::report::thousands(r.requests_per_sec),
                 format!("{:.1}", r.heavy_per_sec),
+                r.heavy_body_kib.map_or("-".into(), |k| format!("{k:.0}")),
                 errors,
                 r.pool_raises.map_or("-".into(), |n| n.to_string()),
             ]
@@ -1127,7 +1151,7 @@ pub fn relative_table(rows: &[OffloadRow]) -> String {
 /// The rows as CSV (empty fields where a server has no such metric).
 pub fn csv(rows: &[OffloadRow]) -> String {
     let mut s = String::from(
-        "server,load_pct,rate,cheap_p50_ms,cheap_p99_ms,cheap_p999_ms,heavy_p50_ms,heavy_p99_ms,heavy_p999_ms,ttfb_p99_ms,server_ttfb_p99_ms,accept_p99_ms,loop_hold_p99_ms,loop_hold_p999_ms,requests_per_sec,heavy_per_sec,errors,unsent,pool_raises\n",
+        "server,load_pct,rate,cheap_p50_ms,cheap_p99_ms,cheap_p999_ms,heavy_p50_ms,heavy_p99_ms,heavy_p999_ms,ttfb_p99_ms,server_ttfb_p99_ms,accept_p99_ms,loop_hold_p99_ms,loop_hold_p999_ms,requests_per_sec,heavy_per_sec,errors,unsent,pool_raises,heavy_body_kib\n",
     );
     // A figure not measured (no sample: NaN, or `None`) is an empty cell.
     let o = |v: Option<f64>| {
@@ -1136,7 +1160,7 @@ pub fn csv(rows: &[OffloadRow]) -> String {
     };
     for r in rows {
         s.push_str(&format!(
-            "{},{},{:.1},{},{},{},{},{},{},{},{},{},{},{},{:.1},{:.2},{},{},{}\n",
+            "{},{},{:.1},{},{},{},{},{},{},{},{},{},{},{},{:.1},{:.2},{},{},{},{}\n",
             crate::report::csv_field(&r.server),
             r.load_pct,
             r.rate,
@@ -1155,7 +1179,8 @@ pub fn csv(rows: &[OffloadRow]) -> String {
             r.heavy_per_sec,
             r.errors,
             r.unsent,
-            r.pool_raises.map_or(String::new(), |n| n.to_string())
+            r.pool_raises.map_or(String::new(), |n| n.to_string()),
+            o(r.heavy_body_kib),
         ));
     }
     s
@@ -1432,6 +1457,7 @@ duality_loop_poll_seconds_bucket{loop=\"a\",le=\"0.001\"} 5
             }),
             requests_per_sec: 1000.0,
             heavy_per_sec: heavy_s,
+            heavy_body_kib: Some(400.0),
             errors: 0,
             unsent: 0,
             pool_raises: None,
@@ -1501,7 +1527,7 @@ duality_loop_poll_seconds_bucket{loop=\"a\",le=\"0.001\"} 5
             "{t}"
         );
         assert!(
-            t.contains("| 0.100 | 0.050 | 0.020 | 15.00 | 1,000 | 10.0 | 0 |"),
+            t.contains("| 0.100 | 0.050 | 0.020 | 15.00 | 1,000 | 10.0 | 400 | 0 |"),
             "{t}"
         );
         assert!(
@@ -1510,6 +1536,11 @@ duality_loop_poll_seconds_bucket{loop=\"a\",le=\"0.001\"} 5
         );
         let c = csv(&rows);
         assert_eq!(c.lines().count(), 3);
+        assert!(
+            c.lines()
+                .all(|l| l.ends_with("heavy_body_kib") || l.ends_with(",400.0000")),
+            "{c}"
+        );
         assert!(
             c.lines().nth(2).unwrap().contains(",40.0000,,,,,1000.0,"),
             "{c}"
