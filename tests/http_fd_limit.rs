@@ -152,7 +152,10 @@ impl Limited {
             let _ = child.kill();
             let status = child.wait();
             let rest = said.join().unwrap_or_default();
-            panic!("no ready line: {ready:?}; it said {first:?} {rest:?} ({status:?})");
+            panic!(
+                "no ready line from {extra:?} under ulimit -n {limit}: {ready:?}; \
+                 it said {first:?} {rest:?} ({status:?})"
+            );
         };
         Limited {
             child,
