@@ -152,7 +152,7 @@ const PIECE_ITEMS: usize = 16 << 10;
 
 /// Appends memcached's metadump lines for the live items of the classes in
 /// `set`, from `at` on, until `out` has grown by `budget` bytes or
-/// [`PIECE_ITEMS`] items were looked at; `at` then says where the next
+/// 16,384 items were looked at (`PIECE_ITEMS`); `at` then says where the next
 /// piece starts. Returns false once the dump has ended (its `END` is
 /// appended).
 pub fn metadump_piece(
