@@ -1,5 +1,6 @@
 //! `Conn`: one client connection as the handler sees it, whatever the model.
 
+use crate::loom::AtomicBool;
 use duality_rt::net::{SharedBytes, TcpStream, UnixStream};
 use duality_rt::GenTable;
 use socket2::SockRef;
@@ -7,7 +8,7 @@ use std::future::Future;
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -25,15 +26,19 @@ use crossbeam_utils::CachePadded;
 /// blocks in a read) loads the shutdown flag (`Conn::closing`); `trigger`
 /// stores the shutdown flag, then loads the mid-request flag. One of them
 /// always sees the other's store, so a handler between requests either
-/// sees the shutdown or has its read side shut. The same shape as the
-/// loops' sleep handshake (duality-rt's `SleepGate`, model-checked with
-/// loom there); this crate has no loom build of its own.
+/// sees the shutdown or has its read side shut. A task and `trigger` meet
+/// in the registry's lock: the task registers its waker and then looks at
+/// the flag, `trigger` sets the flag and then takes every waker. The same
+/// shape as the loops' sleep handshake (duality-rt's `SleepGate`); both
+/// are model-checked in `loom_tests` below. Loom treats `SeqCst` accesses
+/// as `AcqRel`, so under `cfg(loom)` each side of the Dekker pair carries
+/// the equivalent `fence(SeqCst)`; normal builds are unchanged.
 #[derive(Default)]
 pub(crate) struct ShutdownSignal {
     flag: AtomicBool,
     /// Who to wake, one slot per waiting connection (24 bytes; a hash map
     /// would hold about twice that with its slack).
-    waiters: Mutex<GenTable<Waiter>>,
+    waiters: crate::loom::Mutex<GenTable<Waiter>>,
 }
 
 enum Waiter {
@@ -62,12 +67,18 @@ impl BlockingSocket {
 }
 
 impl ShutdownSignal {
+    /// Whether the server is shutting down; in the handshake, the handler's
+    /// look after it stored its mid-request flag.
     pub(crate) fn is_set(&self) -> bool {
+        #[cfg(loom)]
+        crate::loom::fence(SeqCst);
         self.flag.load(SeqCst)
     }
 
     pub(crate) fn trigger(&self) {
         self.flag.store(true, SeqCst);
+        #[cfg(loom)]
+        crate::loom::fence(SeqCst);
         let waiters = self
             .waiters
             .lock()
@@ -94,6 +105,15 @@ impl ShutdownSignal {
             Some(slot) => *slot = w,
             None => *key = waiters.insert(w),
         }
+    }
+
+    /// A task's side: registers `waker` under `*key` (see
+    /// [`register`](Self::register)), then true if the shutdown has come
+    /// (it may have taken the waiters before this registration: the caller
+    /// must not wait). False: a later `trigger` wakes `waker`.
+    fn watch(&self, key: &mut u64, waker: &Waker) -> bool {
+        self.register(key, Waiter::Task(waker.clone()));
+        self.is_set()
     }
 
     /// The table gives its storage back once a crowd has closed.
@@ -637,11 +657,8 @@ impl Conn {
         let key = waker.data() as usize | 1;
         if self.registered != key {
             self.registered = key;
-            self.shared
-                .shutdown
-                .register(&mut self.waiter, Waiter::Task(waker.clone()));
             // A shutdown between the check and the registration.
-            if self.closing() {
+            if self.shared.shutdown.watch(&mut self.waiter, waker) && self.closing() {
                 return true;
             }
         }
@@ -1570,5 +1587,125 @@ mod tests {
         assert_ne!(old, keys[0]);
         s.unregister(keys[1]);
         assert_eq!(s.waiters.lock().unwrap().live(), 1);
+    }
+}
+
+/// Model checks of the shutdown handshake (see [`ShutdownSignal`]): every
+/// interleaving of a handler with `trigger`, on real sockets. A blocking
+/// handler that would wait in a read either sees the shutdown or has its
+/// read side shut; one in the middle of a request is never cut; a task that
+/// would wait either sees the shutdown or is woken.
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use std::os::unix::net::UnixStream as StdUnix;
+    use std::task::Wake;
+
+    /// A thread-per-conn connection on one end of a socket pair, with a
+    /// handle on its socket to look at afterwards and the client's end
+    /// (kept open: a closed peer would read as end-of-stream too).
+    fn blocking_conn(shared: &Arc<ConnShared>) -> (Conn, StdUnix, StdUnix) {
+        let (server, client) = StdUnix::pair().unwrap();
+        let look = server.try_clone().unwrap();
+        let conn = Conn::blocking(Accepted::Unix(server), shared.clone()).unwrap();
+        (conn, look, client)
+    }
+
+    /// Whether the socket's read side was shut: nothing was sent, so a
+    /// read that is not shut would wait.
+    fn read_shut(s: &StdUnix) -> bool {
+        s.set_nonblocking(true).unwrap();
+        match (&*s).read(&mut [0u8; 1]) {
+            Ok(0) => true,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
+            r => panic!("unexpected read: {r:?}"),
+        }
+    }
+
+    #[test]
+    fn a_handler_ending_a_request_sees_the_shutdown_or_has_its_read_shut() {
+        loom::model(|| {
+            let shared = Arc::new(ConnShared::new(1, false));
+            let (mut conn, look, _client) = blocking_conn(&shared);
+            conn.set_mid_request(true);
+            let handler = loom::thread::spawn(move || {
+                conn.set_mid_request(false);
+                // `blocking_read`'s look: waits in the read unless closing.
+                let closing = conn.closing();
+                (closing, conn)
+            });
+            shared.shutdown.trigger();
+            let (closing, _conn) = handler.join().unwrap();
+            assert!(
+                closing || read_shut(&look),
+                "the handler would wait forever"
+            );
+        });
+    }
+
+    #[test]
+    fn a_handler_in_the_middle_of_a_request_is_not_cut() {
+        loom::model(|| {
+            let shared = Arc::new(ConnShared::new(1, false));
+            let (mut conn, look, _client) = blocking_conn(&shared);
+            conn.set_mid_request(true);
+            let handler = loom::thread::spawn(move || {
+                let closing = conn.closing();
+                (closing, conn)
+            });
+            shared.shutdown.trigger();
+            let (closing, _conn) = handler.join().unwrap();
+            assert!(!closing && !read_shut(&look), "a request was cut short");
+        });
+    }
+
+    #[test]
+    fn a_handler_accepted_as_the_server_shuts_down_is_not_missed() {
+        loom::model(|| {
+            let shared = Arc::new(ConnShared::new(1, false));
+            let (server, _client) = StdUnix::pair().unwrap();
+            let look = server.try_clone().unwrap();
+            let s = shared.clone();
+            let handler = loom::thread::spawn(move || {
+                let conn = Conn::blocking(Accepted::Unix(server), s).unwrap();
+                let closing = conn.closing();
+                (closing, conn)
+            });
+            shared.shutdown.trigger();
+            let (closing, _conn) = handler.join().unwrap();
+            assert!(
+                closing || read_shut(&look),
+                "the handler would wait forever"
+            );
+        });
+    }
+
+    struct Woken(AtomicBool);
+
+    impl Wake for Woken {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_task_about_to_wait_sees_the_shutdown_or_is_woken() {
+        loom::model(|| {
+            let shared = Arc::new(ConnShared::new(1, false));
+            let woken = Arc::new(Woken(AtomicBool::new(false)));
+            let (s, w) = (shared.clone(), woken.clone());
+            let task = loom::thread::spawn(move || {
+                // `Conn::closing_or_watch`: a look, then the registration
+                // and its look.
+                let mut key = 0;
+                s.shutdown.is_set() || s.shutdown.watch(&mut key, &Waker::from(w))
+            });
+            shared.shutdown.trigger();
+            let closing = task.join().unwrap();
+            assert!(
+                closing || woken.0.load(SeqCst),
+                "the task would wait forever"
+            );
+        });
     }
 }

@@ -23,6 +23,7 @@
 mod conn;
 pub mod echo;
 pub mod flood;
+mod loom;
 pub mod metrics;
 mod model;
 pub mod payload;

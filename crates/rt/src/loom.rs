@@ -13,7 +13,8 @@
 //! poll, `reactor::loom_tests` for readiness events against a reader's
 //! wait-read-clear loop — and `tests/loom_sync.rs` for the sync primitives). The payload stages of `duality-models` are built from these
 //! parts (a loop's hand-off queue, its sleep gate, a task's `JoinHandle`, a
-//! `Semaphore`) and add no cross-thread protocol of their own.
+//! `Semaphore`) and add no cross-thread protocol of their own; the servers'
+//! shutdown handshake in `duality-models` has its own shim and models.
 //! Everywhere else they are the `std` types at zero cost.
 
 #[cfg(loom)]
