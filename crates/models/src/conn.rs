@@ -1611,6 +1611,22 @@ mod loom_tests {
         (conn, look, client)
     }
 
+    /// Runs `handler` on its own thread, then `Conn::closing`'s look (what
+    /// `blocking_read` does before it waits), while this thread triggers
+    /// the shutdown. Returns the look and the connection, kept open so
+    /// its socket can still be looked at.
+    fn race_shutdown(
+        shared: &Arc<ConnShared>,
+        handler: impl FnOnce() -> Conn + Send + 'static,
+    ) -> (bool, Conn) {
+        let h = loom::thread::spawn(move || {
+            let conn = handler();
+            (conn.closing(), conn)
+        });
+        shared.shutdown.trigger();
+        h.join().unwrap()
+    }
+
     /// Whether the socket's read side was shut: nothing was sent, so a
     /// read that is not shut would wait.
     fn read_shut(s: &StdUnix) -> bool {
@@ -1628,14 +1644,10 @@ mod loom_tests {
             let shared = Arc::new(ConnShared::new(1, false));
             let (mut conn, look, _client) = blocking_conn(&shared);
             conn.set_mid_request(true);
-            let handler = loom::thread::spawn(move || {
+            let (closing, _conn) = race_shutdown(&shared, move || {
                 conn.set_mid_request(false);
-                // `blocking_read`'s look: waits in the read unless closing.
-                let closing = conn.closing();
-                (closing, conn)
+                conn
             });
-            shared.shutdown.trigger();
-            let (closing, _conn) = handler.join().unwrap();
             assert!(
                 closing || read_shut(&look),
                 "the handler would wait forever"
@@ -1649,12 +1661,7 @@ mod loom_tests {
             let shared = Arc::new(ConnShared::new(1, false));
             let (mut conn, look, _client) = blocking_conn(&shared);
             conn.set_mid_request(true);
-            let handler = loom::thread::spawn(move || {
-                let closing = conn.closing();
-                (closing, conn)
-            });
-            shared.shutdown.trigger();
-            let (closing, _conn) = handler.join().unwrap();
+            let (closing, _conn) = race_shutdown(&shared, move || conn);
             assert!(!closing && !read_shut(&look), "a request was cut short");
         });
     }
@@ -1666,13 +1673,9 @@ mod loom_tests {
             let (server, _client) = StdUnix::pair().unwrap();
             let look = server.try_clone().unwrap();
             let s = shared.clone();
-            let handler = loom::thread::spawn(move || {
-                let conn = Conn::blocking(Accepted::Unix(server), s).unwrap();
-                let closing = conn.closing();
-                (closing, conn)
+            let (closing, _conn) = race_shutdown(&shared, move || {
+                Conn::blocking(Accepted::Unix(server), s).unwrap()
             });
-            shared.shutdown.trigger();
-            let (closing, _conn) = handler.join().unwrap();
             assert!(
                 closing || read_shut(&look),
                 "the handler would wait forever"
