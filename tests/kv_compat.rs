@@ -1063,6 +1063,7 @@ fn access_and_safety_flags() {
             "set a 0 0 1\r\nx\r\nflush_all\r\nget a\r\n",
             "flush_all 10\r\n",
             "flush_all noreply\r\n",
+            "flush_all x\r\n",
             "stats cachedump 1 1\r\n",
             "lru_crawler metadump all\r\n",
             "watch fetchers\r\n",

@@ -132,8 +132,8 @@ pub use command::{
 };
 pub use protocol::{
     parse, parse_binary, parse_binary_head, parse_value_head, ArithOp, BinError, BinRequest,
-    BinaryHead, Cursor, Extras, Limits, MetaFlags, MetaSetHead, Opcode, ParseError, Request,
-    Status, StoreCommand, StoreHead, Tokens, ValueHead, KEY_MAX_LENGTH,
+    BinaryHead, Cursor, Extras, FlushDelay, Limits, MetaFlags, MetaSetHead, Opcode, ParseError,
+    Request, Status, StoreCommand, StoreHead, Tokens, ValueHead, KEY_MAX_LENGTH,
 };
 pub use store::{
     expiry, Counter, Entry, Footprint, Item, Lookup, Staged, Stats, Store, StoreConfig, Time,

@@ -21,8 +21,8 @@ mod slabs;
 mod stats;
 
 use crate::protocol::{
-    decode_key, BinRequest, BinaryHead, Opcode, ParseError, Request, ValueHead, BAD_DATA_CHUNK,
-    KEY_MAX_LENGTH,
+    decode_key, BinRequest, BinaryHead, FlushDelay, Opcode, ParseError, Request, ValueHead,
+    BAD_DATA_CHUNK, KEY_MAX_LENGTH,
 };
 use crate::store::{Counter, Entry, SharedValue, Staged, Store, Time, MAX_RELATIVE_EXPTIME};
 use std::sync::Arc;
@@ -559,13 +559,26 @@ pub fn execute<C: ExecContext + ?Sized>(
             classic::touch(store, now, key, exptime, out)
         }),
         Request::FlushAll { delay, noreply } => {
-            let answer: &[u8] = if ctx.flush_all_enabled() {
-                store.flush_all(flush_delay(ctx, delay.unwrap_or(0).into()), now);
-                b"OK\r\n"
-            } else {
-                // memcached counts a refused flush too.
-                store.count(Counter::CmdFlush);
-                b"CLIENT_ERROR flush_all not allowed\r\n"
+            let seconds = match delay {
+                FlushDelay::Now => Some(0),
+                FlushDelay::After(d) => Some(d),
+                FlushDelay::Invalid => None,
+            };
+            let answer: &[u8] = match seconds {
+                Some(d) if ctx.flush_all_enabled() => {
+                    store.flush_all(flush_delay(ctx, d.into()), now);
+                    b"OK\r\n"
+                }
+                // memcached counts a refused flush too, and refuses a
+                // disabled one before it reads the delay.
+                _ => {
+                    store.count(Counter::CmdFlush);
+                    if ctx.flush_all_enabled() {
+                        b"CLIENT_ERROR invalid exptime argument\r\n"
+                    } else {
+                        b"CLIENT_ERROR flush_all not allowed\r\n"
+                    }
+                }
             };
             quiet(noreply, out, |out| out.extend_from_slice(answer));
         }

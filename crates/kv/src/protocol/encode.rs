@@ -1,7 +1,7 @@
 //! [`Request::encode`]: the client side of the protocol, used to property-test
 //! the parser by round trip and by load generators.
 
-use super::{ArithOp, Request, Tokens};
+use super::{ArithOp, FlushDelay, Request, Tokens};
 use crate::num::{push_i64, push_u64};
 
 fn push_tokens(out: &mut Vec<u8>, tokens: Tokens<'_>) {
@@ -90,9 +90,14 @@ impl Request<'_> {
             }
             Request::FlushAll { delay, noreply } => {
                 out.extend_from_slice(b"flush_all");
-                if let Some(d) = delay {
-                    out.push(b' ');
-                    push_i64(out, d.into());
+                match delay {
+                    FlushDelay::Now => {}
+                    FlushDelay::After(d) => {
+                        out.push(b' ');
+                        push_i64(out, d.into());
+                    }
+                    // Parses back as itself.
+                    FlushDelay::Invalid => out.extend_from_slice(b" x"),
                 }
                 push_noreply(out, noreply);
             }

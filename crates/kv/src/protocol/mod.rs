@@ -255,8 +255,8 @@ pub enum Request<'a> {
     },
     /// `flush_all [delay] [noreply]`.
     FlushAll {
-        /// Seconds (or Unix time) until the flush; `None` = now.
-        delay: Option<i32>,
+        /// When to flush, as sent.
+        delay: FlushDelay,
         /// Send no response.
         noreply: bool,
     },
@@ -544,6 +544,19 @@ impl ParseError<'_> {
             }
         }
     }
+}
+
+/// `flush_all`'s delay as sent. A malformed one is not a parse failure:
+/// memcached counts the command (`cmd_flush`) and refuses it when flushing
+/// is disabled before it reads the delay, so the executor decides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlushDelay {
+    /// No delay: flush now.
+    Now,
+    /// Seconds (or a Unix time) until the flush.
+    After(i32),
+    /// Not a 32-bit number: answered `CLIENT_ERROR invalid exptime argument`.
+    Invalid,
 }
 
 /// A failure found on the command line: (message, noreply).
@@ -1185,12 +1198,9 @@ fn parse_touch(a: Args<'_>) -> Result<Request<'_>, Fail> {
 fn parse_flush_all(a: Args<'_>) -> Result<Request<'_>, Fail> {
     let noreply = a.noreply(0);
     let delay = if a.total == usize::from(noreply) {
-        None
+        FlushDelay::Now
     } else {
-        Some(parse_i32(a.toks[0]).ok_or(Fail {
-            message: "invalid exptime argument",
-            noreply,
-        })?)
+        parse_i32(a.toks[0]).map_or(FlushDelay::Invalid, FlushDelay::After)
     };
     Ok(Request::FlushAll { delay, noreply })
 }

@@ -459,34 +459,38 @@ fn simple_commands() {
     assert_eq!(
         ok(b"flush_all\r\n"),
         Request::FlushAll {
-            delay: None,
+            delay: FlushDelay::Now,
             noreply: false
         }
     );
     assert_eq!(
         ok(b"flush_all 10\r\n"),
         Request::FlushAll {
-            delay: Some(10),
+            delay: FlushDelay::After(10),
             noreply: false
         }
     );
     assert_eq!(
         ok(b"flush_all noreply\r\n"),
         Request::FlushAll {
-            delay: None,
+            delay: FlushDelay::Now,
             noreply: true
         }
     );
     assert_eq!(
         ok(b"flush_all -5 noreply\r\n"),
         Request::FlushAll {
-            delay: Some(-5),
+            delay: FlushDelay::After(-5),
             noreply: true
         }
     );
+    // Refused by the executor, which counts it first as memcached does.
     assert_eq!(
-        err(b"flush_all x\r\n"),
-        client("invalid exptime argument", 13)
+        ok(b"flush_all x\r\n"),
+        Request::FlushAll {
+            delay: FlushDelay::Invalid,
+            noreply: false
+        }
     );
     assert_eq!(ok(b"version\r\n"), Request::Version);
     assert_eq!(ok(b"quit\r\n"), Request::Quit);
@@ -1022,7 +1026,7 @@ impl Spec {
                 noreply: *noreply,
             },
             Spec::FlushAll { delay, noreply } => Request::FlushAll {
-                delay: *delay,
+                delay: delay.map_or(FlushDelay::Now, FlushDelay::After),
                 noreply: *noreply,
             },
             Spec::Version => Request::Version,
