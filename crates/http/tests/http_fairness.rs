@@ -1,5 +1,6 @@
 //! Fairness: clients pipelining requests as fast as they can write cannot
-//! keep a loop from answering a newcomer (the runtime's I/O budget).
+//! keep a loop from answering a newcomer (the runtime's I/O budget), under
+//! every model.
 
 mod common;
 
@@ -28,7 +29,15 @@ fn first_answer(a: SocketAddr) -> Duration {
 
 #[test]
 fn http_a_flooding_client_cannot_delay_a_newcomer() {
-    for model in ["symped:2", "amped:1", "sped"] {
+    for model in [
+        "sped",
+        "amped:1",
+        "seda:1:1",
+        "seda-s:1",
+        "symped:2",
+        "steal:2",
+        "thread-per-conn",
+    ] {
         let srv = TestServer::with_model("fair", model, |_| {});
         let a = srv.addr;
         let batch = "GET /hello.txt HTTP/1.1\r\nHost: x\r\n\r\n".repeat(256);

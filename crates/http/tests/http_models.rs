@@ -127,6 +127,11 @@ fn seda() {
     exercise("seda:1:1");
 }
 
+#[test]
+fn seda_s() {
+    exercise("seda-s:1");
+}
+
 /// The hand-off models with `--handoff adaptive` (cheap batches stay on the
 /// network loop, the rest go to payload threads), and `amped` with two
 /// payload threads, which connections are spread over by color.

@@ -7,6 +7,10 @@ use common::TestServer;
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
+/// The read-side deadlines are `Conn`'s in every model: an evented one and
+/// `thread-per-conn`, whose blocking reads have no timer to fire.
+const READ_SIDE: [&str; 2] = ["symped:1", "thread-per-conn"];
+
 #[test]
 fn a_head_sent_one_byte_at_a_time_within_the_deadline_succeeds() {
     let s = TestServer::start("dribble", |c| c.head_timeout = Duration::from_secs(3));
@@ -28,23 +32,35 @@ fn a_head_sent_one_byte_at_a_time_within_the_deadline_succeeds() {
 
 #[test]
 fn a_client_that_stalls_mid_head_is_cut_off() {
-    let s = TestServer::start("stall", |c| c.head_timeout = Duration::from_millis(400));
-    let mut c = s.client();
-    let t0 = Instant::now();
-    c.send("GET /hello.txt HTTP/1.1\r\nHost:");
-    let r = c.response(false);
-    assert_eq!(r.status, 408);
-    let took = t0.elapsed();
-    assert!(took >= Duration::from_millis(350), "{took:?}");
-    assert!(took < Duration::from_secs(3), "{took:?}");
-    assert!(c.closed_within(Duration::from_secs(3)));
+    for model in READ_SIDE {
+        let s = TestServer::with_model("stall", model, |c| {
+            c.head_timeout = Duration::from_millis(400)
+        });
+        let mut c = s.client();
+        let t0 = Instant::now();
+        c.send("GET /hello.txt HTTP/1.1\r\nHost:");
+        let r = c.response(false);
+        assert_eq!(r.status, 408, "{model}");
+        let took = t0.elapsed();
+        assert!(took >= Duration::from_millis(350), "{model}: {took:?}");
+        assert!(took < Duration::from_secs(3), "{model}: {took:?}");
+        assert!(c.closed_within(Duration::from_secs(3)), "{model}");
+    }
 }
 
 #[test]
 fn slowloris_dribbling_beyond_the_deadline_is_cut_off() {
+    for model in READ_SIDE {
+        slowloris_is_cut_off(model);
+    }
+}
+
+fn slowloris_is_cut_off(model: &str) {
     // Steady progress does not extend the deadline: it counts from the
     // head's first byte.
-    let s = TestServer::start("slowloris", |c| c.head_timeout = Duration::from_millis(500));
+    let s = TestServer::with_model("slowloris", model, |c| {
+        c.head_timeout = Duration::from_millis(500)
+    });
     let mut c = s.client();
     let t0 = Instant::now();
     c.send("GET /hello.txt HTTP/1.1\r\n");
@@ -64,10 +80,10 @@ fn slowloris_dribbling_beyond_the_deadline_is_cut_off() {
     }
     let r = if cut { None } else { Some(c.response(false)) };
     if let Some(r) = r {
-        assert_eq!(r.status, 408);
+        assert_eq!(r.status, 408, "{model}");
     }
-    assert!(t0.elapsed() < Duration::from_secs(3));
-    assert_eq!(s.state.stats().head_timeouts, 1);
+    assert!(t0.elapsed() < Duration::from_secs(3), "{model}");
+    assert_eq!(s.state.stats().head_timeouts, 1, "{model}");
 }
 
 #[test]
@@ -91,14 +107,20 @@ fn many_slow_clients_do_not_block_a_fast_one() {
 
 #[test]
 fn idle_timeout_closes_without_a_response() {
-    let s = TestServer::start("idle", |c| c.idle_timeout = Duration::from_millis(300));
-    // Timed from before the connect: the server's timer starts after it.
-    let t0 = Instant::now();
-    let mut c = s.client();
-    let mut b = [0u8; 16];
-    assert_eq!(c.stream.read(&mut b).unwrap(), 0, "closed without a byte");
-    assert!(t0.elapsed() >= Duration::from_millis(250));
-    assert!(t0.elapsed() < Duration::from_secs(3));
+    for model in READ_SIDE {
+        let s = TestServer::with_model("idle", model, |c| {
+            c.idle_timeout = Duration::from_millis(300)
+        });
+        // Timed from before the connect: the server's timer starts after it.
+        let t0 = Instant::now();
+        let mut c = s.client();
+        let mut b = [0u8; 16];
+        let n = c.stream.read(&mut b).unwrap();
+        assert_eq!(n, 0, "{model}: closed without a byte");
+        let took = t0.elapsed();
+        assert!(took >= Duration::from_millis(250), "{model}: {took:?}");
+        assert!(took < Duration::from_secs(3), "{model}: {took:?}");
+    }
 }
 
 #[test]

@@ -252,7 +252,7 @@ impl ShortAddr {
 
 /// The loops' long polls since the server started.
 fn long_polls(h: &StatsHandle) -> u64 {
-    h.loops().iter().map(|(_, l)| l.snapshot().long_polls).sum()
+    h.loops().iter().map(|(_, l)| l.long_polls()).sum()
 }
 
 /// Most bytes of a get answered a piece at a time (see [`split_get`]) made

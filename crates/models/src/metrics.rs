@@ -191,7 +191,7 @@ pub fn server_metrics(stats: &StatsHandle, e: &mut Exposition) {
     );
     let long: Vec<(&str, u64)> = loops
         .iter()
-        .map(|(l, h)| (l.as_str(), h.snapshot().long_polls))
+        .map(|(l, h)| (l.as_str(), h.long_polls()))
         .collect();
     e.counters(
         "duality_loop_long_polls_total",

@@ -802,6 +802,12 @@ impl LoopHandle {
         LoopSnapshot::read(self.shared)
     }
 
+    /// [`LoopSnapshot::long_polls`] alone: one load, for readers (a plain
+    /// `stats`, the metrics listener) that want no histogram quantiles.
+    pub fn long_polls(&self) -> u64 {
+        self.shared.stats.long_polls.load(Relaxed)
+    }
+
     /// The per-request metrics recorded on this loop (they lag by up to
     /// 10 ms while the loop is busy; a loop publishes them before it sleeps).
     pub fn request_metrics(&self) -> RequestMetrics {
