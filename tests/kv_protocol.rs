@@ -1330,6 +1330,34 @@ fn binary_refuses_bad_flags() {
     }
 }
 
+/// In the hand-off models a read of pipelined gets is one hand-off to a
+/// payload thread, not one per request.
+#[test]
+fn a_pipelined_read_of_gets_makes_one_hand_off_not_one_per_request() {
+    const N: usize = 100;
+    let req = "get k\r\n".repeat(N);
+    let want = "VALUE k 0 1\r\nv\r\nEND\r\n".repeat(N);
+    for model in ["amped:1", "seda:1:1", "seda-s:1"] {
+        let srv = InProc::tcp(model);
+        let mut c = srv.connect();
+        c.send(b"set k 0 0 1\r\nv\r\n");
+        assert_eq!(c.read_n(8), b"STORED\r\n");
+        let before = srv.payload_jobs();
+        let writes = 5;
+        for _ in 0..writes {
+            c.send(req.as_bytes());
+            assert!(c.read_n(want.len()) == want.as_bytes(), "{model}");
+        }
+        let jobs = srv.payload_jobs() - before;
+        // 100 gets in 600 bytes usually arrive in one read (a split read
+        // makes one more batch), never one job each.
+        assert!(
+            (writes..=3 * writes).contains(&jobs),
+            "{model}: {jobs} hand-offs for {writes} pipelined writes of {N} gets"
+        );
+    }
+}
+
 /// `stats duality` says how a hand-off model places its batches: the
 /// policy, and under `--handoff adaptive` what it learned (a cache batch is
 /// cheaper than a trip to a payload thread, so the next one stays on the

@@ -372,6 +372,16 @@ impl InProc {
     pub fn connect(&self) -> Client {
         Client::connect(&self.addr)
     }
+
+    /// Jobs the server's payload threads have run (0 in the inline models).
+    pub fn payload_jobs(&self) -> u64 {
+        let stats = self.server.as_ref().expect("running").stats();
+        let payload = stats
+            .threads
+            .iter()
+            .filter(|t| t.role == duality_models::ThreadRole::Payload);
+        payload.map(|t| t.jobs).sum()
+    }
 }
 
 impl Drop for InProc {

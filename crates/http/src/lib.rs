@@ -34,7 +34,7 @@
 //!     continue_due(&head, &buf[n..]) → out += CONTINUE
 //!     Discard::new(&head) → drop its body as it arrives (skip), before the next head
 //!     method not GET/HEAD → write_error(405)
-//!     root.resolve(&head.path)                               // blocking: spawn_blocking or inline
+//!     root.resolve(&head.path)                               // blocking: Payload::blocking (payload threads or the blocking pool)
 //!       Redirect → write_redirect;  Err(e) → write_error(e, Some(&head), …)
 //!       File { path, meta } →
 //!         cache.get(&path, &meta) = Some(bytes) → plan_file(&head, &meta, …); body = bytes[range]
