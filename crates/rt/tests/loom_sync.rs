@@ -204,6 +204,23 @@ fn semaphore_cancelled_acquire_loses_no_permit() {
     });
 }
 
+/// A payload stage stopping (`Semaphore::close`) while a connection waits
+/// for room behind a running job: the waiter learns of the close (or gets
+/// the job's permit) and never waits forever.
+#[test]
+fn semaphore_close_wakes_a_waiting_acquire() {
+    loom::model(|| {
+        let sem = Arc::new(Semaphore::new(1));
+        let job = block_on(sem.acquire()).unwrap();
+        let s2 = sem.clone();
+        let waiter = thread::spawn(move || block_on(s2.acquire()).is_ok());
+        sem.close();
+        drop(job);
+        let got_room = waiter.join().unwrap();
+        assert!(!got_room, "room after the stage closed");
+    });
+}
+
 #[test]
 fn mutex_counts() {
     loom::model(|| {
