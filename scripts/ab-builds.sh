@@ -14,6 +14,8 @@
 #
 #   scripts/ab-builds.sh BINARY_A BINARY_B OUTDIR [ROUNDS] [SECONDS]
 #
+# KV_ARGS (environment) adds arguments to both caches' command lines, e.g.
+# KV_ARGS="--model amped:2" to compare the builds under another model.
 # POINTS (environment) picks points, e.g. POINTS="kv-40" for a quick bisect
 # step (default: kv-40 kv-120 http-1kx100 http-1kx1000 http-16kx100
 # http-16kx1000; the web server's files are 1k, 16k, 256k and 1024k).
@@ -74,7 +76,8 @@ ready() { # label pid port kind
 }
 start() { # label binary kind port
     if [ "$3" = kv ]; then
-        "$2" kv -l 127.0.0.1 -p "$4" >"$work/$1.out" 2>"$work/$1.err" &
+        # shellcheck disable=SC2086 # KV_ARGS is a list of words
+        "$2" kv -l 127.0.0.1 -p "$4" ${KV_ARGS:-} >"$work/$1.out" 2>"$work/$1.err" &
     else
         "$2" http --listen "127.0.0.1:$4" --root "$work/www" --max-conns 1100 \
             >"$work/$1.out" 2>"$work/$1.err" &
@@ -167,10 +170,14 @@ out, rounds, secs, took, a, b, cores = sys.argv[1:]
 # The servers' I/O backend where the environment chose one.
 io = os.environ.get("DUALITY_IO")
 env = f"`DUALITY_IO={io}` " if io else ""
+kv_args = os.environ.get("KV_ARGS", "").strip()
+if kv_args:
+    env += f"`KV_ARGS='{kv_args}'` "
+kv_cmd = " ".join(["duality kv -l 127.0.0.1", kv_args]).strip()
 rows = list(csv.DictReader(open(f"{out}/ab.csv")))
 md = ["# A/B of two builds under independent clients", "",
       f"{cores} cores; {env}`scripts/ab-builds.sh A B OUT {rounds} {secs}`; A = `{a}`, B = `{b}`; "
-      f"each on its defaults (`duality kv -l 127.0.0.1`, `duality http --max-conns 1100`); memaslap "
+      f"each on its defaults (`{kv_cmd}`, `duality http --max-conns 1100`); memaslap "
       f"(`-T 1 -w 1k`, 9:1 gets to sets) and wrk (`-t1`), {secs} s after 1 s of warm-up, TCP loopback, "
       f"the builds taking turns; took {took} s.", "",
       "| point | A requests/s | B requests/s | A server µs/request | B server µs/request "

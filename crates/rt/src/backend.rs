@@ -129,8 +129,9 @@ impl Backend {
                 Ok(r) => return Ok(Backend::Uring(Box::new(r))),
                 Err(e) => {
                     static SAID: std::sync::Once = std::sync::Once::new();
+                    // One line, written whether or not a tracing subscriber
+                    // is installed (a warn! beside it made the binary's two).
                     SAID.call_once(|| {
-                        tracing::warn!(reason = %e, "io_uring unavailable; using epoll");
                         crate::say!("duality: io_uring unavailable ({e}); using epoll");
                     });
                 }

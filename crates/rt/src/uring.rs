@@ -372,6 +372,11 @@ fn probe_ring() -> Option<String> {
             if !ring.params().is_feature_ext_arg() {
                 return Some("the kernel lacks IORING_FEAT_EXT_ARG".into());
             }
+            // Every receive needs the provided-buffer ring: a loop that
+            // could not register one would fail its reads, so refuse here.
+            if let Err(e) = BufRing::probe(&ring) {
+                return Some(format!("cannot register a provided-buffer ring: {e}"));
+            }
             None
         }
     }
@@ -1430,14 +1435,6 @@ impl BufRing {
         if entries.is_null() {
             return Err(io::ErrorKind::OutOfMemory.into());
         }
-        let br = BufRing {
-            entries,
-            entries_layout: layout,
-            data: vec![0u8; count as usize * size].into_boxed_slice(),
-            size,
-            mask: count - 1,
-            tail: Cell::new(0),
-        };
         // SAFETY: `entries` is page-aligned memory for `count` entries that
         // lives until the ring is unregistered (`UringReactor::drop`).
         let r = unsafe {
@@ -1447,14 +1444,36 @@ impl BufRing {
         if let Err(e) = r {
             // SAFETY: allocated above with this layout, never registered.
             unsafe { std::alloc::dealloc(entries as *mut u8, layout) };
-            std::mem::forget(br);
             return Err(e);
         }
+        // The kernel sees no buffer until the tail is published below.
+        let br = BufRing {
+            entries,
+            entries_layout: layout,
+            data: vec![0u8; count as usize * size].into_boxed_slice(),
+            size,
+            mask: count - 1,
+            tail: Cell::new(0),
+        };
         for bid in 0..count {
             br.push(bid);
         }
         br.publish();
         Ok(br)
+    }
+
+    /// Whether `ring` takes a provided-buffer ring: registers one of a
+    /// single entry, then unregisters it.
+    fn probe(ring: &IoUring) -> io::Result<()> {
+        let b = BufRing::new(ring, 1, 64)?;
+        if ring.submitter().unregister_buf_ring(BUF_GROUP).is_ok() {
+            // SAFETY: unregistered, so the kernel no longer refers to the
+            // entries; allocated with this layout in `new`.
+            unsafe { std::alloc::dealloc(b.entries as *mut u8, b.entries_layout) };
+        }
+        // (Still registered, its page is leaked: the kernel may read it
+        // until the ring closes.)
+        Ok(())
     }
 
     /// Adds buffer `bid` at the tail (visible to the kernel after `publish`).
