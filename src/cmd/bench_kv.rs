@@ -277,7 +277,7 @@ fn finish(
     );
     let rounds = rows.first().map_or(1, |r| r.rounds);
     let header = if rounds > 1 {
-        format!("{header} Servers took turns over {rounds} rounds: a point is the median over the rounds (`± sd`: the spread of the rounds' means), `vs symped` the median of per-round ratios to the first `duality symped` row at the same client count, and `CPU vs memcached -t 1` the median of per-round ratios of server CPU per transaction to `memcached -t 1`'s.")
+        format!("{header} Servers took turns over {rounds} rounds: a point is the median over the rounds (`± sd`: the spread of the rounds' means), `vs symped` (and `vs sped`) the median of per-round ratios to the first `duality symped` (`duality sped`) row at the same client count, and `CPU vs memcached -t 1` the median of per-round ratios of server CPU per transaction to `memcached -t 1`'s.")
     } else {
         header
     };

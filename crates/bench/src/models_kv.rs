@@ -58,6 +58,10 @@ pub struct KvRow {
     /// `duality symped` row's at the same client count in the same round.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vs_symped: Option<f64>,
+    /// The same against the first `duality sped` row (the yardstick of the
+    /// hand-off models with requests pipelined).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vs_sped: Option<f64>,
     /// Median over rounds of this row's server CPU per transaction divided
     /// by `memcached -t 1`'s at the same client count in the same round (the
     /// issue's yardstick for CPU; per round, so the host's drift between
@@ -224,6 +228,7 @@ pub fn measure_server(
                 >= SATURATED * plan.client_threads.clamp(1, clients) as f64,
             rounds: 1,
             vs_symped: None,
+            vs_sped: None,
             cpu_vs_memcached: None,
         };
         tick(&row);
@@ -351,12 +356,18 @@ pub fn merge_rounds(rounds: Vec<Vec<KvRow>>) -> Vec<KvRow> {
     let Some(first) = rounds.first() else {
         return Vec::new();
     };
-    let ratio = |round: &[KvRow], r: &KvRow| {
-        round
-            .iter()
-            .find(|b| b.server.starts_with("duality symped") && b.clients == r.clients)
-            .map(|b| r.tps_mean / b.tps_mean.max(1e-9))
+    let ratio_to = |model: &'static str| {
+        move |round: &[KvRow], r: &KvRow| {
+            round
+                .iter()
+                .find(|b| {
+                    let m = b.server.strip_prefix("duality ").unwrap_or("");
+                    m.split([':', '/', '@', '+']).next() == Some(model) && b.clients == r.clients
+                })
+                .map(|b| r.tps_mean / b.tps_mean.max(1e-9))
+        }
     };
+    let (symped, sped) = (ratio_to("symped"), ratio_to("sped"));
     // A CPU reading of 0 ticks (under a clock tick: too short a window)
     // is no measurement: no ratio (it was 49,751,243,781 over 1e-9).
     let cpu_ratio = |round: &[KvRow], r: &KvRow| {
@@ -382,7 +393,8 @@ pub fn merge_rounds(rounds: Vec<Vec<KvRow>>) -> Vec<KvRow> {
             debug_assert!(rounds
                 .iter()
                 .all(|r| r[i].server == row.server && r[i].clients == row.clients));
-            row.vs_symped = median_of(&ratio, i);
+            row.vs_symped = median_of(&symped, i);
+            row.vs_sped = median_of(&sped, i);
             row.cpu_vs_memcached = median_of(&cpu_ratio, i);
             row.rounds = n;
             if n > 1 {
@@ -431,6 +443,7 @@ pub fn table(rows: &[KvRow]) -> String {
     };
     // With rounds, the ratio that survives the host's drift between them.
     let per_round = rows.iter().any(|r| r.rounds > 1 && r.vs_symped.is_some());
+    let sped_per_round = rows.iter().any(|r| r.rounds > 1 && r.vs_sped.is_some());
     let cpu_per_round = rows
         .iter()
         .any(|r| r.rounds > 1 && r.cpu_vs_memcached.is_some());
@@ -454,6 +467,9 @@ pub fn table(rows: &[KvRow]) -> String {
                     r.vs_symped
                         .map_or_else(|| "-".into(), |v| format!("{v:.2}")),
                 );
+            }
+            if sped_per_round {
+                cells.push(r.vs_sped.map_or_else(|| "-".into(), |v| format!("{v:.2}")));
             }
             cells.extend([
                 r.p50_us.to_string(),
@@ -497,6 +513,9 @@ pub fn table(rows: &[KvRow]) -> String {
     if per_round {
         headers.push("vs symped (median per round)");
     }
+    if sped_per_round {
+        headers.push("vs sped (median per round)");
+    }
     headers.extend(["p50 µs", "p99 µs", "server CPU µs/txn"]);
     if cpu_per_round {
         headers.push("CPU vs memcached -t 1 (median per round)");
@@ -507,10 +526,10 @@ pub fn table(rows: &[KvRow]) -> String {
 
 /// CSV of the rows (header + one line each).
 pub fn csv(rows: &[KvRow]) -> String {
-    let mut s = String::from("server,clients,threads,tps_mean,tps_sd,p50_us,p99_us,p999_us,cpu_us_per_txn,ctx_switches_per_txn,syscalls_per_txn,client_cores,client_saturated,rounds,vs_symped,cpu_vs_memcached\n");
+    let mut s = String::from("server,clients,threads,tps_mean,tps_sd,p50_us,p99_us,p999_us,cpu_us_per_txn,ctx_switches_per_txn,syscalls_per_txn,client_cores,client_saturated,rounds,vs_symped,cpu_vs_memcached,vs_sped\n");
     for r in rows {
         s.push_str(&format!(
-            "{},{},{},{:.1},{:.1},{},{},{},{:.3},{:.4},{},{:.3},{},{},{},{}\n",
+            "{},{},{},{:.1},{:.1},{},{},{},{:.3},{:.4},{},{:.3},{},{},{},{},{}\n",
             crate::report::csv_field(&r.server),
             r.clients,
             r.threads,
@@ -528,7 +547,8 @@ pub fn csv(rows: &[KvRow]) -> String {
             r.rounds,
             r.vs_symped.map_or_else(String::new, |v| format!("{v:.4}")),
             r.cpu_vs_memcached
-                .map_or_else(String::new, |v| format!("{v:.4}"))
+                .map_or_else(String::new, |v| format!("{v:.4}")),
+            r.vs_sped.map_or_else(String::new, |v| format!("{v:.4}"))
         ));
     }
     s
@@ -619,6 +639,7 @@ mod tests {
             client_saturated: true,
             rounds: 1,
             vs_symped: None,
+            vs_sped: None,
             cpu_vs_memcached: None,
         }
     }
@@ -665,7 +686,8 @@ mod tests {
             "{t}"
         );
         assert!(t.contains(" | 3.00 | 1.00 | "), "{t}");
-        assert!(csv(&rows).contains(",3,1.1000,1.0000\n"));
+        assert!(csv(&rows).contains(",3,1.1000,1.0000,\n"));
+        assert!(!t.contains("vs sped"), "no sped row, no column: {t}");
         // One round: figures as measured, the ratio computed, no column.
         let one = merge_rounds(vec![round(100.0, 110.0, 3.0, 2.0)]);
         assert_eq!(
@@ -676,6 +698,34 @@ mod tests {
         assert!((one[1].cpu_vs_memcached.unwrap() - 1.5).abs() < 1e-9);
         assert!(!table(&one).contains("vs symped"));
         assert!(!table(&one).contains("CPU vs memcached"));
+    }
+
+    /// With a `sped` row, each row's ratio to it too (the hand-off models'
+    /// yardstick with requests pipelined), found by model whatever the
+    /// policy, backend or balance written after it.
+    #[test]
+    fn rounds_give_a_ratio_to_sped_where_sped_ran() {
+        let round = |sped: f64, seda_s: f64| {
+            vec![
+                row("duality sped@uring", 8, sped),
+                row("duality seda-s:1/adaptive", 8, seda_s),
+                row("duality symped:2", 8, 100.0),
+            ]
+        };
+        let rows = merge_rounds(vec![
+            round(100.0, 90.0),
+            round(50.0, 60.0),
+            round(80.0, 100.0),
+        ]);
+        assert_eq!(rows[0].vs_sped, Some(1.0));
+        // Per round 0.90, 1.20, 1.25: median 1.20.
+        assert!((rows[1].vs_sped.unwrap() - 1.2).abs() < 1e-9, "{rows:?}");
+        assert!((rows[1].vs_symped.unwrap() - 0.9).abs() < 1e-9, "{rows:?}");
+        let t = table(&rows);
+        assert!(t.contains("| vs sped (median per round) |"), "{t}");
+        assert!(t.contains(" | 0.90 | 1.20 | "), "{t}");
+        assert!(csv(&rows).contains(",3,0.9000,,1.2000\n"), "{}", csv(&rows));
+        assert!(crate::report::json(&rows).contains("\"vs_sped\": 1.2"));
     }
 
     /// `--seconds 0.005`: memcached's CPU read 0 ticks, and the ratio to

@@ -275,6 +275,7 @@ mod tests {
             client_saturated: false,
             rounds: 1,
             vs_symped: None,
+            vs_sped: None,
             cpu_vs_memcached: None,
         }
     }
