@@ -215,10 +215,10 @@ fn bench_tasks(a: TasksArgs) -> anyhow::Result<()> {
         summaries.extend(s);
     }
     pb.finish_and_clear();
-    let cmd: Vec<String> = std::env::args().collect();
+    let cmd = super::command_line();
     let doc = format!(
         "# Tasks: bytes per task and yields per second\n\nCommand: `{}`\n\nMachine: {} cores. Each runtime in its own child process, runtimes taking turns in each of {rounds} round(s); medians, every run listed. Every task loops on its runtime's yield (`yield_now`, `runtime.Gosched()`); bytes per task = RSS growth / tasks once every task has been polled; yields/s counted over {seconds} s with all tasks alive, one OS thread per runtime (tokio `current_thread`, one smol `Executor`, one duality loop, Go with `GOMAXPROCS=1`). OS threads: at most {} std threads with the smallest stack glibc allows; goroutines: at most {}.\n\n{md}",
-        cmd.join(" "),
+        cmd,
         duality_models::cores(),
         tasks::MAX_OS_THREADS,
         tasks::MAX_GOROUTINES,

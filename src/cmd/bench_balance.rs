@@ -108,10 +108,10 @@ pub fn run(a: BalanceArgs) -> anyhow::Result<()> {
         pb.inc(1);
     })?;
     pb.finish_and_clear();
-    let cmd: Vec<String> = std::env::args().collect();
+    let cmd = super::command_line();
     let md = format!(
         "# Balance: how evenly {loops} network loops share the work\n\nCommand: `{}`\n\nMachine: {} cores; clients and servers on the same machine, TCP loopback. {heavy} heavy connections (pipelines of {} gets, closed loop) arrive interleaved with short ones (connect, one get, close); then for {seconds} s the heavy ones pipeline while {} short connections a second are timed from connect to answer. Loop CPU shares are each network loop's (memcached: each worker's) CPU time over the window; imbalance is the busiest loop's over the mean (1 = even, {loops} = one loop does everything). Medians of {rounds} round(s), servers taking turns.\n\n{}",
-        cmd.join(" "),
+        cmd,
         duality_models::cores(),
         a.pipeline,
         a.short_rate,

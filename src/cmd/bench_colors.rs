@@ -141,7 +141,7 @@ pub fn run(a: ColorsArgs) -> anyhow::Result<()> {
     })?;
     pb.finish_and_clear();
 
-    let cmd: Vec<String> = std::env::args().collect();
+    let cmd = super::command_line();
     let md = format!(
         "# Colors: per-client cryptography on 1..N threads vs N independent copies (seed 003, Fig. 1)\n\n\
          Command: `{}`\n\n\
@@ -156,7 +156,7 @@ pub fn run(a: ColorsArgs) -> anyhow::Result<()> {
          After every measurement each server was audited: every client's nonces exactly 1..=counter (none reused or lost), \
          its ledger entry equal to its counter, the entries adding up to the ledger's total, no color violation.\n\n\
          {}\n## Goal: ≥ {} of the N-copy bound at every N ≥ 2\n\n{}",
-        cmd.join(" "),
+        cmd,
         load.client_loops,
         load.block,
         load.ledger_every,

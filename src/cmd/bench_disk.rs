@@ -205,10 +205,10 @@ pub fn run(a: DiskArgs) -> anyhow::Result<()> {
         pb.inc(1);
     })?;
     pb.finish_and_clear();
-    let cmd: Vec<String> = std::env::args().collect();
+    let cmd = super::command_line();
     let md = format!(
         "# Disk: N readers of random 4 KiB blocks of a {mib} MiB file opened with O_DIRECT\n\nCommand: `{}`\n\nMachine: {} cores; the file on {}. Each runtime and reader count in a fresh process; {seconds} s counted after {warmup} s; the median of {rounds} round(s) by reads/s, runtimes taking turns. A read's time runs from the reader asking to the bytes being there (waiting for a pool thread included). OS threads stop at {} (`vm.max_map_count` / 6: each thread takes several memory mappings).\n\n{}",
-        cmd.join(" "),
+        cmd,
         duality_models::cores(),
         dir.display(),
         disk::os_thread_cap(),
@@ -333,11 +333,11 @@ fn web(a: &DiskArgs, s: Settings) -> anyhow::Result<()> {
         pb.inc(1);
     })?;
     pb.finish_and_clear();
-    let cmd: Vec<String> = std::env::args().collect();
+    let cmd = super::command_line();
     let md = format!(
         "# Disk (seed 004, Fig. 19): the web server on {files} files of {} bytes\n\nCommand: `{}`\n\nMachine: {cores} cores; the files on {}. Before every trial each file is dropped from the page cache (`posix_fadvise(DONTNEED)`) and the server is started afresh; closed-loop keep-alive clients (one loop thread of this process) each ask for a random file per request; {seconds} s counted after {warmup} s. duality: `duality http` on its default model with a {} MiB file cache; nginx: {cores} workers, `sendfile on`, with and without `aio threads`. CPU and storage reads are the server's whole process tree's.\n\n{}",
         a.web_file_size,
-        cmd.join(" "),
+        cmd,
         dir.display(),
         a.web_cache_mib,
         disk_web::table(&rows)

@@ -95,13 +95,13 @@ pub fn run(a: FairnessArgs) -> anyhow::Result<()> {
             r.max_ms
         )
     })?;
-    let cmd: Vec<String> = std::env::args().collect();
+    let cmd = super::command_line();
     let why: Vec<String> = failed.iter().map(|e| format!("{e:#}")).collect();
     let left_out: String = why.iter().map(|e| format!("Left out: {e}.\n\n")).collect();
     let md = format!(
         "# Fairness: a newcomer's first answer while {} clients flood the server\n\nCommand: `{}`\n\nMachine: {} cores, flooders, newcomers and servers on the same machine, TCP loopback. Each flooder pipelines requests without pause and reads the answers on another thread; after the warm-up, newcomers connect one after another (10 ms apart), send one request and wait for its whole answer (time from `connect`).\n\n{left_out}{}",
         a.floods,
-        cmd.join(" "),
+        cmd,
         duality_models::cores(),
         fairness::table(&rows)
     );

@@ -282,8 +282,8 @@ pub fn run(a: HttpBenchArgs) -> anyhow::Result<()> {
     let table = http::table(&rows);
     let json = duality_bench::report::json(&rows);
     let mut md = String::from("# duality bench http\n\n");
-    let cmd: Vec<String> = std::env::args().collect();
-    md.push_str(&format!("Command: `{}`\n\n", cmd.join(" ")));
+    let cmd = super::command_line();
+    md.push_str(&format!("Command: `{}`\n\n", cmd));
     md.push_str(&format!(
         "{} cores; file limit {fd_limit} per process; {seconds} s per point after {warmup} s of warm-up, \
          median of {repeat} (servers taking turns); \

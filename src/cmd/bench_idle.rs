@@ -225,7 +225,7 @@ pub fn run(a: IdleArgs) -> anyhow::Result<()> {
         pb.inc(1);
     });
     pb.finish_and_clear();
-    let cmd: Vec<String> = std::env::args().collect();
+    let cmd = super::command_line();
     let md = format!(
         "# Idle connections: active throughput and memory per idle connection (seed 004, Fig. 18)\n\n\
          Command: `{}`\n\n\
@@ -252,7 +252,7 @@ pub fn run(a: IdleArgs) -> anyhow::Result<()> {
          then read every 250 ms while it falls (by 256 KiB or more), for at most {} s more. At \
          most {} idle connections fit under the descriptor limit beside the active ones; \
          thread-per-conn stops {} short of the OS-thread limit.\n\n{}",
-        cmd.join(" "),
+        cmd,
         a.pairs,
         limits.max_idle_pipes,
         limits.os_threads,

@@ -264,10 +264,10 @@ fn finish(
     rows: &[KvRow],
     left_out: &str,
 ) -> anyhow::Result<()> {
-    let cmd: Vec<String> = std::env::args().collect();
+    let cmd = super::command_line();
     let header = format!(
         "# {title}\n\nCommand: `{}`\n\nMachine: {}. Client: {}, closed loop, {} request(s) written at once per connection; {} sockets; {} records of 10-103 bytes, {}:1 gets to sets.",
-        cmd.join(" "),
+        cmd,
         machine(),
         client_threads(load),
         load.pipeline as usize,
@@ -425,10 +425,10 @@ fn sweep(a: ModelsArgs) -> anyhow::Result<()> {
         .map(|m| (0, ServerKind::Duality(m)))
         .collect();
     let rows = run_one_count(&p, &servers)?;
-    let cmd: Vec<String> = std::env::args().collect();
+    let cmd = super::command_line();
     let header = format!(
         "# The hand-off models over their thread counts (seed 001, Fig. 2-5 and 7)\n\nCommand: `{}`\n\nMachine: {}. {} clients from {}, closed loop, {} sockets; {} records of 10-103 bytes, {}:1 gets to sets; each configuration its own server process, the mean of the windows.",
-        cmd.join(" "),
+        cmd,
         machine(),
         clients[0],
         client_threads(&a.load),
@@ -598,10 +598,10 @@ fn echo(
         },
     )?;
     pb.finish_and_clear();
-    let cmd: Vec<String> = std::env::args().collect();
+    let cmd = super::command_line();
     let header = format!(
         "# Models: the echo service under every threading model\n\nCommand: `{}`\n\nMachine: {}. The client ({}, closed loop, Unix socket, {} request(s) written at once per connection) shares the cores with the server, its own process (`duality internal echo-server`); each payload job does 200 iterations of a small hash loop and checks its color's exclusivity. Context switches are the server's, over all its threads. A point is the median over {rounds} interleaved round(s) of {seconds} s; `vs symped` and `vs sped` are the medians of per-round ratios to the `symped` and the `sped` model at the same connection count; `MODEL/adaptive` is a hand-off model run with `--handoff adaptive`.",
-        cmd.join(" "),
+        cmd,
         machine(),
         client_threads(load),
         load.pipeline as usize,

@@ -219,7 +219,7 @@ pub fn run(a: OffloadArgs) -> anyhow::Result<()> {
         .filter(|r| r.requests_per_sec == 0.0)
         .map(|r| format!("{} answered nothing at {}%", r.server, r.load_pct))
         .collect();
-    let cmd: Vec<String> = std::env::args().collect();
+    let cmd = super::command_line();
     let mut md = format!(
         "# Offload: 1% gzip requests and everybody else's p99 (seed 002)\n\n\
 Command: `{}`\n\n\
@@ -229,7 +229,7 @@ Open loop: request *i* is due at *i*/rate and its latency counts from then (no c
 Capacity: {:.0} requests/s ({}); each load is a percentage of it, the same for every server.\n\n\
 Columns: latencies in ms, client side from the due time to the whole response; TTFB (client) from the due time to the first response byte, every request; TTFB (server), accept latency (acceptor to the connection's first poll on its loop) and loop hold (per request, the longest single poll of its loop serving it) from duality's Prometheus histograms over the window, quantiles interpolated inside buckets as Prometheus does (nginx has none: `-`). With 1% heavy requests, the loop hold's p99.9 is theirs. `duality adaptive, no heavy` is the same schedule with every heavy request replaced by a cheap one.\n\n\
 {}\n**Each p99 as a percentage of `duality inline`'s at the same load** (the seed's figures: 100% is the baseline)\n\n{}\n**Goals (issue 12)**\n\n{}",
-        cmd.join(" "),
+        cmd,
         duality_models::cores(),
         plan.clients,
         plan.small_files,

@@ -91,11 +91,11 @@ pub fn run(a: SoakArgs) -> anyhow::Result<()> {
             }
         )
     })?;
-    let cmd: Vec<String> = std::env::args().collect();
+    let cmd = super::command_line();
     let m = plan.mix;
     let md = format!(
         "# Soak: good clients beside hostile ones\n\nCommand: `{}`\n\nMachine: {} cores, clients and servers on the same machine, TCP loopback. Per server, {seconds} s: {} good clients (each request's answer checked), {} flooders, {} slowloris connections, {} resetting and {} churning threads. RSS sampled every 250 ms (warm: after the first fifth of the run).\n\n{}",
-        cmd.join(" "),
+        cmd,
         duality_models::cores(),
         m.good,
         m.floods,

@@ -157,10 +157,10 @@ pub fn run(a: StoreArgs) -> anyhow::Result<()> {
         fractions: s.fractions,
     };
     let results = store::run(&plan, &mut |line| duality_rt::say!("{line}"))?;
-    let cmd: Vec<String> = std::env::args().collect();
+    let cmd = super::command_line();
     let md = format!(
         "# The store: memory under size waves, bytes per item, hit ratio\n\nCommand: `{}`\n\nMachine: {} cores. One server at a time, on a Unix socket, the client pipelining; memcached gets the same `-m`. Size waves: each wave writes twice the limit in values of one size. Bytes per item: resident memory growth over the items written (keys `rec:NNNNNN`, values of 10-103 bytes, log-distributed), less their keys and values, per item stored. Hit ratio: `get` of Zipf-distributed keys, `set` on a miss; the first half of the gets warm the cache and are not counted.\n\n{}",
-        cmd.join(" "),
+        cmd,
         duality_models::cores(),
         store::tables(&results)
     );

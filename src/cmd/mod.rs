@@ -495,8 +495,51 @@ pub fn results_dir(
     Ok(dir)
 }
 
+/// This process's command line as a results file states it: each argument
+/// shell-quoted where it must be (an empty one, or one with spaces or shell
+/// characters), so the line can be pasted back to run again.
+pub fn command_line() -> String {
+    let args: Vec<String> = std::env::args().collect();
+    quote_args(&args)
+}
+
+fn quote_args(args: &[String]) -> String {
+    let plain = |a: &str| {
+        !a.is_empty()
+            && a.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_@%+=:,./-".contains(&b))
+    };
+    let quoted: Vec<String> = args
+        .iter()
+        .map(|a| match plain(a) {
+            true => a.clone(),
+            false => format!("'{}'", a.replace('\'', "'\\''")),
+        })
+        .collect();
+    quoted.join(" ")
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_command_line_quotes_what_the_shell_would_split_or_drop() {
+        let args = [
+            "duality",
+            "bench",
+            "--runtimes",
+            "",
+            "--x",
+            "a b",
+            "it's",
+            "--m=sped,amped:2",
+        ];
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        assert_eq!(
+            super::quote_args(&args),
+            "duality bench --runtimes '' --x 'a b' 'it'\\''s' --m=sped,amped:2"
+        );
+    }
+
     #[test]
     fn metrics_addresses() {
         let sa = |s: &str| s.parse::<std::net::SocketAddr>().unwrap();
