@@ -2,6 +2,8 @@
 //! as memcached and nginx do: no backtrace, even where `RUST_BACKTRACE` is
 //! set for other programs.
 
+mod common;
+
 use std::net::TcpListener;
 use std::process::{Command, Output, Stdio};
 
@@ -90,30 +92,20 @@ fn values_a_setting_cannot_mean_are_refused() {
 /// the server says so in one line and serves on epoll.
 #[test]
 fn io_uring_refused_is_said_in_one_line() {
-    use std::io::{BufRead, BufReader, Read};
-    let sock = std::env::temp_dir().join(format!("duality-refuse-{}.sock", std::process::id()));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_duality"))
-        .args(["kv", "-s", sock.to_str().unwrap()])
-        .env("DUALITY_URING_REFUSE", "1")
-        .env_remove("DUALITY_IO")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut ready = String::new();
-    let read = BufReader::new(child.stdout.take().unwrap()).read_line(&mut ready);
+    use std::io::Read;
+    let dir = common::TempDir::new("refuse");
+    let sock = dir.path().join("kv.sock");
+    let (mut child, ready) = common::spawn_ready_with(|c| {
+        // Not under CI's DUALITY_IO=epoll pass: the ring must be asked for.
+        c.args(["kv", "-s", sock.to_str().unwrap()])
+            .env("DUALITY_URING_REFUSE", "1")
+            .env_remove("DUALITY_IO");
+    });
     child.kill().unwrap();
     child.wait().unwrap();
-    let _ = std::fs::remove_file(&sock);
     let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    read.unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    stderr.read_to_string(&mut err).unwrap();
     assert!(ready.contains(" io epoll "), "{ready}{err}");
     let said: Vec<&str> = err.lines().filter(|l| l.contains("io_uring")).collect();
     assert_eq!(said.len(), 1, "{err}");

@@ -1633,22 +1633,12 @@ fn kernel_at_least(major: u32, minor: u32) -> bool {
 /// and every connection it served while the process stayed up.
 #[test]
 fn warnings_to_a_closed_stderr_are_dropped() {
-    use std::io::BufRead as _;
-    use std::process::{Command, Stdio};
     let dir = TempDir::new("kv-stderr-warn");
     let sock = dir.path().join("kv.sock");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_duality"))
-        .args(["kv", "-p", "0", "-s", sock.to_str().unwrap()])
-        .env("DUALITY_FAULTS", "emfile")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut ready = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut ready)
-        .unwrap();
+    let (mut child, ready) = spawn_ready_with(|c| {
+        c.args(["kv", "-p", "0", "-s", sock.to_str().unwrap()])
+            .env("DUALITY_FAULTS", "emfile");
+    });
     assert!(ready.starts_with("ready kv"), "{ready}");
     drop(child.stderr.take());
     // Killed if an assertion below fails.

@@ -902,8 +902,17 @@ pub fn like_memcached(model: &str, enable_shutdown: bool) -> InProc {
 /// Starts `duality ARGS` with stdout and stderr piped and reads its ready
 /// line; stderr's pipe stays with the child (the caller may close it).
 pub fn spawn_ready(args: &[&std::ffi::OsStr]) -> (Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_duality"))
-        .args(args)
+    spawn_ready_with(|c| {
+        c.args(args);
+    })
+}
+
+/// [`spawn_ready`] with the command as `set_up` makes it (its arguments,
+/// its environment).
+pub fn spawn_ready_with(set_up: impl FnOnce(&mut Command)) -> (Child, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_duality"));
+    set_up(&mut cmd);
+    let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
