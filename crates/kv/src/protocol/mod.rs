@@ -759,7 +759,7 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Result<(Request<'a>, usize),
         b"incr" => parse_arith(ArithOp::Incr, Args::split(cmd, rest)),
         b"decr" => parse_arith(ArithOp::Decr, Args::split(cmd, rest)),
         b"touch" => parse_touch(Args::split(cmd, rest)),
-        b"flush_all" => parse_flush_all(Args::split(cmd, rest)),
+        b"flush_all" => Ok(parse_flush_all(Args::split(cmd, rest))),
         b"version" => Ok(Request::Version),
         b"verbosity" => match parse_verbosity(Args::split(cmd, rest)) {
             Some(r) => r,
@@ -1195,14 +1195,14 @@ fn parse_touch(a: Args<'_>) -> Result<Request<'_>, Fail> {
     })
 }
 
-fn parse_flush_all(a: Args<'_>) -> Result<Request<'_>, Fail> {
+fn parse_flush_all(a: Args<'_>) -> Request<'_> {
     let noreply = a.noreply(0);
     let delay = if a.total == usize::from(noreply) {
         FlushDelay::Now
     } else {
         parse_i32(a.toks[0]).map_or(FlushDelay::Invalid, FlushDelay::After)
     };
-    Ok(Request::FlushAll { delay, noreply })
+    Request::FlushAll { delay, noreply }
 }
 
 /// `verbosity <level> [noreply]`; `None` without a level or with more than
