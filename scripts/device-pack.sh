@@ -49,4 +49,10 @@ cat >.dev/fonts.conf <<'XML'
   <cachedir>/tmp/duality-fontconfig</cachedir>
 </fontconfig>
 XML
+# A device call carries the tracked files and .dev within 64 MiB.
+tracked=$(git ls-files -z | du -cb --files0-from=- | tail -1 | cut -f1)
+packed=$(du -sb .dev | cut -f1)
+if [ $((tracked + packed)) -gt $((64 << 20)) ]; then
+    echo "tracked files ($((tracked >> 20)) MiB) and .dev ($((packed >> 20)) MiB) exceed a device call's 64 MiB: see scripts/device-scaling.sh for leaving docs/results out" >&2
+fi
 echo "packed: $(du -sh .dev | cut -f1) in .dev ($(ls .dev/lib | wc -l) libraries, $(ls .dev/fonts | wc -l) fonts$(ls .dev/bin 2>/dev/null | sed 's/^/, /' | tr -d '\n'))"
