@@ -5,10 +5,11 @@
 //! done by the kernel's workers while the loop runs other tasks. Elsewhere
 //! (epoll loops, or off a loop) it runs on the blocking pool.
 //!
-//! A read future dropped before it completes does not cancel the read: its
-//! buffer stays with the kernel (io_uring) or the pool job until the read
-//! is done, then is freed. Many such drops in a row hold that much memory
-//! for as long.
+//! A read future dropped before it completes: on io_uring its read is
+//! cancelled in the ring (the buffer stays the kernel's until the
+//! cancelled read's completion, then is freed; a read already under way
+//! on a disk may still finish first). On the blocking pool the job runs to
+//! its end and its buffer is freed then.
 
 use std::fs::File;
 use std::future::poll_fn;
@@ -53,7 +54,10 @@ async fn read_aligned(
         _ => None,
     });
     match ring {
-        Some(done) => poll_fn(|cx| done.poll_done(cx)).await,
+        Some(done) => {
+            let mut read = InRing(Some(done));
+            poll_fn(|cx| read.poll(|r| r.poll_done(cx))).await
+        }
         None => crate::spawn_blocking(move || {
             use std::os::unix::fs::FileExt;
             // The buffer is zeroed before the read: a large one no larger
@@ -82,6 +86,32 @@ async fn read_aligned(
     }
 }
 
+/// A read in a loop's ring until its answer is taken; dropped before
+/// that, it has the ring cancel the read.
+struct InRing(Option<Arc<crate::uring::FileRead>>);
+
+impl InRing {
+    fn poll<T>(
+        &mut self,
+        poll: impl FnOnce(&crate::uring::FileRead) -> std::task::Poll<T>,
+    ) -> std::task::Poll<T> {
+        let read = self.0.as_deref().expect("polled after its answer");
+        let r = poll(read);
+        if r.is_ready() {
+            self.0 = None;
+        }
+        r
+    }
+}
+
+impl Drop for InRing {
+    fn drop(&mut self) {
+        if let Some(read) = self.0.take() {
+            read.abandon();
+        }
+    }
+}
+
 /// The most one [`fetch`] reads.
 pub const FETCH_MAX: usize = 256 * 1024;
 
@@ -98,7 +128,10 @@ pub async fn fetch(file: Arc<File>, offset: u64, len: usize) -> io::Result<usize
         _ => None,
     });
     match ring {
-        Some(done) => poll_fn(|cx| done.poll_read(cx)).await,
+        Some(done) => {
+            let mut read = InRing(Some(done));
+            poll_fn(|cx| read.poll(|r| r.poll_read(cx))).await
+        }
         None => crate::spawn_blocking(move || read_in(&file, offset, len as u64))
             .await
             .map_err(|e| io::Error::other(e.to_string()))?,
@@ -179,6 +212,72 @@ mod tests {
                 assert_eq!(again, &data[..10]);
             });
         });
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    /// A read the kernel cannot answer yet (a FIFO with nothing in it),
+    /// its future dropped: the ring cancels it, so the operation lets go of
+    /// its file (and buffer) at once, and a byte written after is not lost
+    /// to the cancelled read but read by the next one.
+    #[test]
+    fn a_dropped_read_is_cancelled_in_the_ring() {
+        if let Some(why) = crate::uring_unavailable() {
+            eprintln!("io_uring unavailable ({why}): skipped");
+            return;
+        }
+        let path = std::env::temp_dir().join(format!("duality-fifo-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path; mkfifo only reads it.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+        // Read and write: opening never waits for a writer.
+        let open = || {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&path)
+                .unwrap()
+        };
+        let file = Arc::new(open());
+        let mut lp = EventLoop::new(LoopConfig {
+            io: IoBackend::Uring,
+            ..LoopConfig::default()
+        })
+        .unwrap();
+        lp.block_on(async {
+            // A read, a fetch, and a read dropped by another thread.
+            for (fetching, elsewhere) in [(false, false), (true, false), (false, true)] {
+                type Read = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+                let f = file.clone();
+                let mut read: Read = match fetching {
+                    false => Box::pin(async move {
+                        let _ = read_at(f, 0, 4096).await;
+                    }),
+                    true => Box::pin(async move {
+                        let _ = fetch(f, 0, 4096).await;
+                    }),
+                };
+                let pending = futures_lite::future::poll_once(&mut read).await.is_none();
+                assert!(pending, "a read of an empty FIFO waits");
+                match elsewhere {
+                    true => std::thread::spawn(move || drop(read)).join().unwrap(),
+                    false => drop(read),
+                }
+                // The ring's operation holds the file until its completion.
+                let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+                while Arc::strong_count(&file) > 1 && std::time::Instant::now() < until {
+                    crate::time::sleep(std::time::Duration::from_millis(1)).await;
+                }
+                assert_eq!(
+                    Arc::strong_count(&file),
+                    1,
+                    "the dropped read (fetch: {fetching}, elsewhere: {elsewhere}) is still in the ring"
+                );
+            }
+            open().write_all(b"x").unwrap();
+            assert_eq!(read_at(file.clone(), 0, 4096).await.unwrap(), b"x");
+        });
+        drop(lp);
         std::fs::remove_file(&path).unwrap();
     }
 

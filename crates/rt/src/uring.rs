@@ -59,6 +59,9 @@
 //! its armed operations in the ring, keeps its queued bytes going out (for at
 //! most [`CLOSE_LINGER`]), and its descriptor is closed only after the last
 //! completion, so a reused descriptor number never receives an old request.
+//! A file read's buffer is its operation's until the completion; a dropped
+//! read future puts the read on its loop's `abandoned` list (the same kind
+//! of list), and the loop cancels it in the ring.
 
 use crate::event_loop::registry;
 use crate::gen_table::GenTable;
@@ -501,10 +504,11 @@ impl<T> DirtyList<T> {
 }
 
 /// The part of a loop's ring other threads reach: sockets that need a
-/// submission.
+/// submission, and file reads whose futures were dropped in flight.
 pub(crate) struct UringShared {
     loop_id: u16,
     dirty: DirtyList<Arc<Io>>,
+    abandoned: DirtyList<Arc<FileRead>>,
     live: AtomicUsize,
 }
 
@@ -1375,9 +1379,12 @@ struct Op {
 }
 
 /// Where a file read's result waits for its future.
-#[derive(Default)]
 pub(crate) struct FileRead {
     st: Mutex<FileReadSt>,
+    /// The ring it was queued on, which cancels it if its future is dropped.
+    shared: Arc<UringShared>,
+    /// On that ring's list of abandoned reads (see [`DirtyList`]).
+    queued: crate::loom::AtomicBool,
 }
 
 #[derive(Default)]
@@ -1387,9 +1394,32 @@ struct FileReadSt {
     /// Those bytes (none for a fetch).
     buf: Vec<u8>,
     waker: Option<Waker>,
+    /// Its operation's key in the ring's table.
+    ud: u64,
 }
 
 impl FileRead {
+    /// Its future was dropped before the answer: the ring's loop cancels
+    /// the read in the kernel (from any thread; the loop is woken only if
+    /// it sleeps). The buffer stays the operation's until the completion,
+    /// which the cancel hastens: a read waiting on a pipe, a slow disk or
+    /// a FUSE file then ends with `ECANCELED` and frees its buffer and
+    /// file, instead of holding them until it would have been answered.
+    pub(crate) fn abandon(self: &Arc<Self>) {
+        {
+            let mut st = lock_std(&self.st);
+            if st.done.is_some() {
+                return; // answered already: nothing is in the ring
+            }
+            st.waker = None;
+        }
+        if self.shared.abandoned.mark(&self.queued, || self.clone()) {
+            if let Some(shared) = registry::get(self.shared.loop_id) {
+                shared.notify();
+            }
+        }
+    }
+
     /// The bytes read (fewer than asked at end of file), once the ring answered.
     pub(crate) fn poll_done(&self, cx: &mut Context<'_>) -> Poll<io::Result<Vec<u8>>> {
         self.poll_read(cx)
@@ -1568,6 +1598,7 @@ impl UringReactor {
             shared: Arc::new(UringShared {
                 loop_id,
                 dirty: DirtyList::new(),
+                abandoned: DirtyList::new(),
                 live: AtomicUsize::new(0),
             }),
             wake_fd,
@@ -1650,11 +1681,25 @@ impl UringReactor {
         }
     }
 
-    /// Turns what sockets asked for into submissions.
+    /// Turns what sockets asked for into submissions, and cancels the file
+    /// reads whose futures were dropped.
     fn flush_dirty(&self) {
         for io in self.shared.dirty.take() {
             io.queued.store(false, Ordering::Release);
             self.plan(&io);
+        }
+        for read in self.shared.abandoned.take() {
+            read.queued.store(false, Ordering::Release);
+            let ud = lock_std(&read.st).ud;
+            // Still in flight (the table's keys are generational: a key
+            // reused since names another operation and misses).
+            let live = matches!(
+                self.ops.borrow().get(ud),
+                Some(Op { kind: OpKind::File(f), .. }) if Arc::ptr_eq(&f.done, &read)
+            );
+            if live {
+                self.cancel(ud);
+            }
         }
     }
 
@@ -2026,7 +2071,11 @@ impl UringReactor {
         read: Option<(Vec<u8>, usize)>,
     ) -> Arc<FileRead> {
         use std::os::fd::AsRawFd;
-        let done = Arc::new(FileRead::default());
+        let done = Arc::new(FileRead {
+            st: Mutex::new(FileReadSt::default()),
+            shared: self.shared.clone(),
+            queued: crate::loom::AtomicBool::new(false),
+        });
         let fd = file.as_raw_fd();
         let fetch = read.is_none();
         let (buf, pad) = read.unwrap_or_default();
@@ -2040,6 +2089,7 @@ impl UringReactor {
                 done: done.clone(),
             })),
         });
+        lock_std(&done.st).ud = ud;
         let sqe = opcode::Read::new(types::Fd(fd), ptr, len as u32)
             .offset(offset)
             .build()
@@ -2652,6 +2702,7 @@ impl UringReactor {
             io.queued.store(false, Ordering::Release);
             io.take_wakers(out);
         }
+        drop(self.shared.abandoned.take());
     }
 }
 
@@ -2688,6 +2739,7 @@ impl Drop for UringReactor {
         // Sockets listed since, or released from now on: nobody takes them
         // any more, and listed they would never be dropped.
         drop(self.shared.dirty.end());
+        drop(self.shared.abandoned.end());
         if let Some(b) = self.bufs.borrow_mut().take() {
             let unregistered = self
                 .ring
