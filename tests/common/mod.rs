@@ -334,12 +334,23 @@ impl InProc {
         unix: bool,
         faults: duality_rt::faults::Faults,
     ) -> InProc {
+        InProc::start_tuned(model, config, unix, |b| b.faults(faults))
+    }
+
+    /// [`InProc::start`] with the server's builder adjusted by `tune`.
+    pub fn start_tuned(
+        model: Model,
+        config: KvConfig,
+        unix: bool,
+        tune: impl FnOnce(ServerBuilder) -> ServerBuilder,
+    ) -> InProc {
         let state = KvState::new(config).expect("kv config");
-        let mut b = ServerBuilder::new()
-            .name("kvtest")
-            .model(model)
-            .faults(faults)
-            .refusal_message("ERROR Too many open connections\r\n");
+        let mut b = tune(
+            ServerBuilder::new()
+                .name("kvtest")
+                .model(model)
+                .refusal_message("ERROR Too many open connections\r\n"),
+        );
         let mut dir = None;
         let mut sock = None;
         if unix {

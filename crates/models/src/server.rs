@@ -45,6 +45,7 @@ pub struct ServerBuilder {
     backlog: i32,
     unix_mode: Option<u32>,
     reclaim_idle: bool,
+    receive_buffers: Option<(u16, u32)>,
 }
 
 /// Most refused connections lingered over at once under `max_conns`
@@ -107,6 +108,7 @@ impl Default for ServerBuilder {
             backlog: DEFAULT_BACKLOG,
             unix_mode: None,
             reclaim_idle: false,
+            receive_buffers: None,
         }
     }
 }
@@ -229,6 +231,15 @@ impl ServerBuilder {
     /// [`DEFAULT_PAYLOAD_SPIN`](crate::DEFAULT_PAYLOAD_SPIN).
     pub fn payload_spin(mut self, spin: Duration) -> Self {
         self.payload_spin = spin;
+        self
+    }
+
+    /// io_uring: each network loop's provided receive buffers, `count` of
+    /// `size` bytes ([`LoopConfig::ring_buffers`] and `ring_buffer_size`;
+    /// default the runtime's). Connections beyond `count` receiving at once
+    /// wait a turn for a buffer; none fails for want of one.
+    pub fn receive_buffers(mut self, count: u16, size: u32) -> Self {
+        self.receive_buffers = Some((count, size));
         self
     }
 
@@ -779,6 +790,10 @@ fn start(
             Listener { fd, addr }
         })
         .collect();
+    let defaults = LoopConfig::default();
+    let (ring_buffers, ring_buffer_size) = b
+        .receive_buffers
+        .unwrap_or((defaults.ring_buffers, defaults.ring_buffer_size));
     let loop_config = |name: String, group: Option<Arc<WorkGroup>>| LoopConfig {
         name: Some(name),
         long_poll_threshold: b.long_poll,
@@ -788,6 +803,8 @@ fn start(
         idle_spin: b
             .idle_spin
             .unwrap_or_else(|| default_idle_spin(duality_rt::io_backend_in_use())),
+        ring_buffers,
+        ring_buffer_size,
         ..Default::default()
     };
     let group = matches!(b.model, Model::Steal { .. }).then(WorkGroup::new);

@@ -230,7 +230,8 @@ mod tests {
         let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
         // SAFETY: a NUL-terminated path; mkfifo only reads it.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
-        // Read and write: opening never waits for a writer.
+        // Read and write: opening never waits for a writer. Both ends are
+        // open before the name goes, so a failed run leaves nothing behind.
         let open = || {
             std::fs::OpenOptions::new()
                 .read(true)
@@ -239,6 +240,8 @@ mod tests {
                 .unwrap()
         };
         let file = Arc::new(open());
+        let mut writer = open();
+        std::fs::remove_file(&path).unwrap();
         let mut lp = EventLoop::new(LoopConfig {
             io: IoBackend::Uring,
             ..LoopConfig::default()
@@ -274,11 +277,10 @@ mod tests {
                     "the dropped read (fetch: {fetching}, elsewhere: {elsewhere}) is still in the ring"
                 );
             }
-            open().write_all(b"x").unwrap();
+            writer.write_all(b"x").unwrap();
             assert_eq!(read_at(file.clone(), 0, 4096).await.unwrap(), b"x");
         });
         drop(lp);
-        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]
