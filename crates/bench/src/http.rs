@@ -678,14 +678,43 @@ pub struct TempDir(pub PathBuf, pub crate::interrupt::TempPath);
 
 impl TempDir {
     /// `<tmp>/duality-bench-http-<pid>-<tag>`, created empty (the error
-    /// names it).
+    /// names it). Directories of runs that can no longer remove their own
+    /// (killed with SIGKILL: their process is gone) are removed first, so
+    /// that runs killed that way do not fill the temporary directory.
     pub fn new(tag: &str) -> std::io::Result<TempDir> {
-        let p =
-            std::env::temp_dir().join(format!("duality-bench-http-{}-{tag}", std::process::id()));
+        sweep_dead(&std::env::temp_dir());
+        let p = std::env::temp_dir().join(format!("{TEMP_PREFIX}{}-{tag}", std::process::id()));
         let _ = std::fs::remove_dir_all(&p);
         let guard = crate::interrupt::TempPath::new(&p);
         std::fs::create_dir_all(&p).map_err(|e| naming(&p, e))?;
         Ok(TempDir(p, guard))
+    }
+}
+
+/// The start of every [`TempDir`]'s name; the process id follows.
+const TEMP_PREFIX: &str = "duality-bench-http-";
+
+/// Removes the [`TempDir`]s in `tmp` whose process has ended. One whose id
+/// a live process has taken since stays (it goes once that one ends too);
+/// one of another user cannot be removed and is left as it is.
+fn sweep_dead(tmp: &Path) {
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(TEMP_PREFIX))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let alive = Path::new("/proc").join(pid.to_string()).exists();
+        if !alive && entry.file_type().is_ok_and(|t| t.is_dir()) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
     }
 }
 
@@ -1516,6 +1545,33 @@ mod workload_tests {
 
 #[cfg(test)]
 mod tests {
+    /// A run killed with SIGKILL leaves its directories; the next run's
+    /// `TempDir` removes those of ended processes and nothing else.
+    #[test]
+    fn directories_of_ended_runs_are_swept() {
+        let tmp = std::env::temp_dir().join(format!("duality-sweep-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir_all(&tmp).unwrap();
+        // No process has an id above pid_max.
+        let max: u64 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let dead = tmp.join(format!("{}{}-www", super::TEMP_PREFIX, max + 1));
+        let live = tmp.join(format!("{}{}-www", super::TEMP_PREFIX, std::process::id()));
+        let odd = tmp.join(format!("{}nginx-1w", super::TEMP_PREFIX));
+        let other = tmp.join(format!("duality-other-{}", max + 1));
+        for d in [&dead, &live, &odd, &other] {
+            std::fs::create_dir_all(d.join("sub")).unwrap();
+            std::fs::write(d.join("sub/f"), b"x").unwrap();
+        }
+        super::sweep_dead(&tmp);
+        assert!(!dead.exists(), "an ended run's directory goes");
+        assert!(live.exists() && odd.exists() && other.exists());
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
     #[test]
     fn workload_files_are_the_text_they_were() {
         // As the files were made before they were streamed: the head, then

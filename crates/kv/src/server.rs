@@ -20,6 +20,7 @@ use crate::budget::{Holdings, LARGE};
 use crate::command::{
     execute_part, lru_crawler_start, meta_split_start, meta_value_piece, metadump_classes,
     metadump_piece, resume_get, split_get, value_piece, GetCursor, Part, ValueChanged,
+    METADUMP_PIECE,
 };
 use crate::protocol::binary::{write_error, Opcode, Status, REQUEST_MAGIC};
 use crate::watch;
@@ -1325,9 +1326,6 @@ const WATCH: u32 = 0xFFFF_0000;
 
 /// `finish`'s progress for an `lru_crawler metadump`.
 const METADUMP: u32 = 0xFFFE_0000;
-
-/// Bytes of metadump lines written at a time.
-const METADUMP_PIECE: usize = 64 << 10;
 
 /// Most bytes of log lines a watcher's connection writes at once.
 const WATCH_BATCH: usize = 64 << 10;

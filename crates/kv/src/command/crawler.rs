@@ -146,6 +146,14 @@ fn class_set(arg: &[u8], metadump: bool) -> Option<u64> {
     Some(set)
 }
 
+/// The budget a server gives each [`metadump_piece`] it streams: a piece
+/// ends after the line that takes it past this, and the longest line (a
+/// 250-byte key %-encoded to 750, every number at its widest) and `END`
+/// take under 1 KiB, so a piece never exceeds
+/// [`LARGE`](crate::budget::LARGE), the most a connection may hold
+/// without charging the buffer budget.
+pub const METADUMP_PIECE: usize = crate::budget::LARGE - 1024;
+
 /// Items a metadump piece looks at, at most (the shard is locked
 /// meanwhile: a dump of a rare class must not hold it for a whole scan).
 const PIECE_ITEMS: usize = 16 << 10;
@@ -195,6 +203,46 @@ pub fn metadump_piece(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::{expiry, ItemCursor, StoreConfig};
+
+    /// Pieces stay within what a connection holds uncharged, even when
+    /// every line is as long as a line gets.
+    #[test]
+    fn metadump_pieces_stay_under_the_uncharged_size() {
+        let store = Store::new(StoreConfig {
+            max_bytes: 8 << 20,
+            shards: 2,
+            evictions: true,
+        });
+        let now = 1_700_000_000;
+        let items = 400;
+        for i in 0..items {
+            // 250 bytes, every one %-encoded.
+            let mut key = format!("{i:06}").into_bytes();
+            key.resize(250, b' ');
+            let mut e = store.entry(&key, now);
+            let cas = e.insert(b"v", u32::MAX, expiry(1_000_000, now), None);
+            assert!(cas.is_ok());
+        }
+        let (mut at, mut out, mut lines, mut pieces) = (ItemCursor::default(), Vec::new(), 0, 0);
+        loop {
+            out.clear();
+            let more = metadump_piece(&store, now, !1, &mut at, METADUMP_PIECE, &mut out);
+            assert!(
+                out.len() <= crate::budget::LARGE,
+                "piece of {} bytes",
+                out.len()
+            );
+            lines += out.iter().filter(|&&b| b == b'\n').count();
+            pieces += 1;
+            if !more {
+                break;
+            }
+        }
+        assert!(out.ends_with(b"END\r\n"));
+        assert_eq!(lines, items + 1, "every item once, then END");
+        assert!(pieces >= 5, "{pieces} pieces");
+    }
 
     #[test]
     fn class_lists() {

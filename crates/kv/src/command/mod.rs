@@ -30,7 +30,7 @@ use std::time::Duration;
 
 pub use binary::{execute_binary, execute_binary_error};
 pub use classic::{value_piece, GetCursor, ValueChanged};
-pub use crawler::{lru_crawler_start, metadump_classes, metadump_piece};
+pub use crawler::{lru_crawler_start, metadump_classes, metadump_piece, METADUMP_PIECE};
 pub use stats::write_stat;
 
 /// What the connection does after a request.
