@@ -1358,6 +1358,36 @@ fn a_pipelined_read_of_gets_makes_one_hand_off_not_one_per_request() {
     }
 }
 
+/// One lock per request: the cache keeps each shard exclusive with the
+/// shard's own lock, so no model takes a color lock around its requests as
+/// well (`stats duality`'s `color_locks`, which counts them; the models'
+/// session tests show it counting for a protocol that does not lock itself).
+#[test]
+fn the_cache_takes_no_color_lock_besides_its_shard_lock() {
+    for model in ["seda:1:1", "seda-s:1", "symped:2", "amped:2/adaptive"] {
+        let (m, handoff) = model.split_once('/').unwrap_or((model, "always"));
+        let kv = KvProc::start(&["--model", m, "--handoff", handoff]);
+        let mut c = kv.connect();
+        let (mut pipelined, mut want) = (String::new(), String::new());
+        for i in 0..200 {
+            pipelined += &format!("set k{i} 0 0 1\r\nx\r\nget k{i}\r\n");
+            want += &format!("STORED\r\nVALUE k{i} 0 1\r\nx\r\nEND\r\n");
+        }
+        c.send(pipelined.as_bytes());
+        assert_eq!(
+            show(&c.read_n(want.len())),
+            show(want.as_bytes()),
+            "{model}"
+        );
+        let s = c.stats("duality");
+        assert_eq!(
+            s.get("color_locks").map(String::as_str),
+            Some("0"),
+            "{model}: {s:?}"
+        );
+    }
+}
+
 /// `stats duality` says how a hand-off model places its batches: the
 /// policy, and under `--handoff adaptive` what it learned (a cache batch is
 /// cheaper than a trip to a payload thread, so the next one stays on the

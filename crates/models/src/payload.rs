@@ -35,7 +35,7 @@ use duality_rt::adaptive::{Placement, Placer};
 use duality_rt::time::thread_cpu_time;
 use std::cell::Cell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -130,19 +130,41 @@ fn refresh_due(last: Option<(Instant, u32)>, now: Instant, tick: u32) -> bool {
 /// Number of color-lock slots.
 const COLOR_SLOTS: usize = 1024;
 
-pub(crate) struct ColorLocks(Box<[Mutex<()>]>);
+pub(crate) struct ColorLocks(Box<[ColorSlot]>);
+
+/// One color slot's lock, and how many times it was taken (`stats`: lock
+/// coalescing shows as fewer takes than requests).
+struct ColorSlot {
+    lock: Mutex<()>,
+    /// Written only by the lock's holder, so a plain load and store count
+    /// it: no read-modify-write on the hot path, on a line the lock has
+    /// just brought to this core anyway.
+    taken: AtomicU64,
+}
 
 impl ColorLocks {
     pub(crate) fn new() -> Arc<ColorLocks> {
         Arc::new(ColorLocks(
-            (0..COLOR_SLOTS).map(|_| Mutex::new(())).collect(),
+            (0..COLOR_SLOTS)
+                .map(|_| ColorSlot {
+                    lock: Mutex::new(()),
+                    taken: AtomicU64::new(0),
+                })
+                .collect(),
         ))
     }
     fn slot(color: u64) -> usize {
         (color % COLOR_SLOTS as u64) as usize
     }
     fn lock(&self, slot: usize) -> MutexGuard<'_, ()> {
-        self.0[slot].lock().unwrap_or_else(|e| e.into_inner())
+        let s = &self.0[slot];
+        let g = s.lock.lock().unwrap_or_else(|e| e.into_inner());
+        s.taken.store(s.taken.load(Relaxed) + 1, Relaxed);
+        g
+    }
+    /// Times any color lock was taken.
+    fn taken(&self) -> u64 {
+        self.0.iter().map(|s| s.taken.load(Relaxed)).sum()
     }
     fn run<R>(&self, color: u64, job: impl FnOnce() -> R) -> R {
         let _g = self.lock(ColorLocks::slot(color));
@@ -312,6 +334,24 @@ impl Payload {
             Dispatch::Inline(lane) => Some(Inline { lane, timed: None }),
             _ => self.0.adaptive.as_ref().and_then(Adaptive::inline),
         }
+    }
+
+    /// Times a color lock was taken, for `stats`: once per run of one
+    /// color in a batch (lock coalescing), never where the model keeps
+    /// colors apart without locks (one thread, `amped`'s affinity) or the
+    /// protocol locks itself ([`Protocol::LOCKS_ITSELF`](crate::Protocol)).
+    pub(crate) fn color_locks_taken(&self) -> u64 {
+        let mine = match &self.0.dispatch {
+            Dispatch::Inline(lane) => lane.locks.as_ref().map_or(0, |l| l.taken()),
+            Dispatch::Affinity(_) => 0,
+            Dispatch::RoundRobin(_, _, l) | Dispatch::Paired(_, _, l) => l.taken(),
+        };
+        // Adaptive `amped` has locks of its own; the others share theirs.
+        let adaptive = match (&self.0.dispatch, &self.0.adaptive) {
+            (Dispatch::Affinity(_), Some(a)) => a.lane.locks.as_ref().map_or(0, |l| l.taken()),
+            _ => 0,
+        };
+        mine + adaptive
     }
 
     /// How batches are placed, for `stats` (`None` in the inline models).
@@ -631,7 +671,7 @@ mod tests {
     fn a_run_of_one_color_holds_its_lock_once() {
         let locks = ColorLocks::new();
         let lane = Lane::locked(locks.clone());
-        let free = |color: u64| locks.0[ColorLocks::slot(color)].try_lock().is_ok();
+        let free = |color: u64| locks.0[ColorLocks::slot(color)].lock.try_lock().is_ok();
         let mut held = None;
         let mut ran = 0;
         lane.run_held(1, true, &mut held, || ran += 1);
@@ -646,10 +686,14 @@ mod tests {
         });
         drop(held);
         assert!(free(1) && free(2) && ran == 3);
+        assert_eq!(locks.taken(), 2, "three requests, two runs, two takes");
         // A protocol that locks itself: no lock at all.
         let mut held = None;
         lane.run_held(3, false, &mut held, || assert!(free(3)));
         assert!(held.is_none());
+        assert_eq!(locks.taken(), 2);
+        lane.run(3, true, || assert!(!free(3)));
+        assert_eq!(locks.taken(), 3, "a lone job takes its lock once");
     }
 
     #[test]

@@ -1136,6 +1136,7 @@ fn stats_of(shared: &Shared, acceptor: Option<LoopHandle>, stages: &[Arc<Stage>]
         reclaimed_connections: shared.counter.reclaimed.load(Relaxed),
         threads,
         handoff: shared.payload.handoff_stats(),
+        color_locks: shared.payload.color_locks_taken(),
     }
 }
 

@@ -73,6 +73,10 @@ pub struct ServerStats {
     pub threads: Vec<ThreadStats>,
     /// How a hand-off model places its batches (`None` in the inline models).
     pub handoff: Option<HandoffStats>,
+    /// Times a color lock was taken: once per run of one color in a batch,
+    /// not once per request (lock coalescing); none where the model keeps
+    /// colors apart without locks or the protocol locks itself.
+    pub color_locks: u64,
 }
 
 /// Where a hand-off model's batches run (`--handoff`), with what the
@@ -100,6 +104,7 @@ impl ServerStats {
             ("model".to_string(), self.model.clone()),
             ("accept_balance".to_string(), self.balance.clone()),
             ("threads".to_string(), self.threads.len().to_string()),
+            ("color_locks".to_string(), self.color_locks.to_string()),
         ];
         if let Some(h) = &self.handoff {
             v.push(("handoff".to_string(), h.policy.to_string()));
@@ -190,6 +195,7 @@ mod tests {
             reclaimed_connections: 0,
             threads: Vec::new(),
             handoff,
+            color_locks: 0,
         };
         s.stat_lines()
             .into_iter()

@@ -112,6 +112,61 @@ fn a_pipelined_read_makes_one_hand_off_not_one_per_request() {
     }
 }
 
+/// Lock coalescing, counted: a pipelined read of one color takes its color
+/// lock once per batch, not once per request; requests alternating between
+/// two colors take one per request; models that keep colors apart without
+/// locks take none.
+#[test]
+fn a_pipelined_read_of_one_color_takes_its_lock_once() {
+    const N: u64 = 100;
+    for (model, locks) in [
+        ("seda:1:1", true),
+        ("seda-s:1", true),
+        ("symped:2", true),
+        ("sped", false),
+        ("amped:1", false),
+    ] {
+        let d = Detector::new(1);
+        let server = builder(model)
+            .tcp(addr())
+            .serve(move |c, p| echo::serve(c, p, d.clone()))
+            .unwrap();
+        let mut s = TcpStream::connect(server.tcp_addrs()[0]).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut exchange = |color: &dyn Fn(u64) -> u64| {
+            let batch: Vec<u8> = (0..N).flat_map(|i| echo::request(color(i), i)).collect();
+            s.write_all(&batch).unwrap();
+            let mut r = vec![0u8; FRAME * N as usize];
+            s.read_exact(&mut r).unwrap();
+            for (i, f) in r.chunks_exact(FRAME).enumerate() {
+                let i = i as u64;
+                assert_eq!(echo::response(f), (color(i), echo::answer(i)));
+            }
+        };
+        let writes = 5;
+        for _ in 0..writes {
+            exchange(&|_| 7);
+        }
+        let one_color = server.stats().color_locks;
+        exchange(&|i| 1 + i % 2);
+        let alternating = server.stats().color_locks - one_color;
+        if locks {
+            // Each write of 1.6 KB usually arrives in one read (a split
+            // read makes one more batch).
+            assert!(
+                (writes..=3 * writes).contains(&one_color),
+                "{model}: {one_color} color locks for {writes} writes of {N} requests of one color"
+            );
+            assert!(
+                alternating >= N,
+                "{model}: {alternating} color locks for {N} requests alternating two colors"
+            );
+        } else {
+            assert_eq!((one_color, alternating), (0, 0), "{model}");
+        }
+    }
+}
+
 #[test]
 fn a_burst_queued_behind_slow_jobs_reads_on_and_keeps_order() {
     // More connections than a loop's buffer pool keeps, each with a request
