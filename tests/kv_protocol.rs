@@ -1358,6 +1358,32 @@ fn a_pipelined_read_of_gets_makes_one_hand_off_not_one_per_request() {
     }
 }
 
+/// `stats cachedump` through a server goes out in pieces (each looks at a
+/// bounded number of items, the loop serving others in between): whole,
+/// in order, one `END`, in every kind of model; a class with no items
+/// answers `END` after looking at them all.
+#[test]
+fn a_cachedump_of_many_items_is_whole() {
+    const N: usize = 40_000;
+    let mut sets = String::new();
+    for i in 0..N {
+        sets += &format!("set k{i:05} 0 0 1 noreply\r\nx\r\n");
+    }
+    for model in ["sped", "amped:1", "symped:2", "thread-per-conn"] {
+        let kv = KvProc::start(&["--model", model]);
+        let mut c = kv.connect();
+        c.send(sets.as_bytes());
+        c.expect_str("get k39999\r\n", "VALUE k39999 0 1\r\nx\r\nEND\r\n");
+        c.send(b"stats cachedump 1 0\r\n");
+        let dump = String::from_utf8(c.read_until(b"END\r\n")).unwrap();
+        assert_eq!(dump.matches("ITEM k").count(), N, "{model}");
+        assert_eq!(dump.matches("END").count(), 1, "{model}");
+        assert!(dump.ends_with(" [1 b; 0 s]\r\nEND\r\n"), "{model}");
+        c.expect_str("stats cachedump 9 0\r\n", "END\r\n");
+        c.expect_str("stats cachedump 9\r\n", "CLIENT_ERROR bad command line\r\n");
+    }
+}
+
 /// One lock per request: the cache keeps each shard exclusive with the
 /// shard's own lock, so no model takes a color lock around its requests as
 /// well (`stats duality`'s `color_locks`, which counts them; the models'

@@ -19,8 +19,8 @@
 use crate::budget::{Holdings, LARGE};
 use crate::command::{
     execute_part, lru_crawler_start, meta_split_start, meta_value_piece, metadump_classes,
-    metadump_piece, resume_get, split_get, value_piece, GetCursor, Part, ValueChanged,
-    METADUMP_PIECE,
+    metadump_piece, resume_get, split_get, value_piece, Cachedump, GetCursor, Part, ValueChanged,
+    DUMP_PIECE,
 };
 use crate::protocol::binary::{write_error, Opcode, Status, REQUEST_MAGIC};
 use crate::watch;
@@ -1204,6 +1204,9 @@ impl Protocol for KvProtocol {
             None if progress == METADUMP => {
                 self.stream_metadump(session, request, &mut reply).await
             }
+            None if progress == CACHEDUMP => {
+                self.stream_cachedump(session, request, &mut reply).await
+            }
             None if progress & !0xFF == WATCH => {
                 if let Some(g) = &session.conn {
                     g.info.state.store(CONN_WATCH, Relaxed);
@@ -1326,6 +1329,9 @@ const WATCH: u32 = 0xFFFF_0000;
 
 /// `finish`'s progress for an `lru_crawler metadump`.
 const METADUMP: u32 = 0xFFFE_0000;
+
+/// `finish`'s progress for a `stats cachedump`.
+const CACHEDUMP: u32 = 0xFFFD_0000;
 
 /// Most bytes of log lines a watcher's connection writes at once.
 const WATCH_BATCH: usize = 64 << 10;
@@ -1452,6 +1458,19 @@ impl KvProtocol {
         let st = &*self.0;
         if let Request::Watch { args } = r {
             return self.watch_request(*args, out);
+        }
+        if let Request::Stats { args } = r {
+            // A cachedump goes out from `finish`, a piece at a time: it
+            // may look at every item.
+            if matches!(args.first(), Some(b"cachedump")) && ctx.dumping_enabled() {
+                return match Cachedump::start(*args) {
+                    Ok(_) => Ending::Finish(CACHEDUMP),
+                    Err(e) => {
+                        out.extend_from_slice(e);
+                        Ending::Unaccounted(Flow::Continue)
+                    }
+                };
+            }
         }
         if let Request::LruCrawler { args } = r {
             // A metadump goes out from `finish`, a piece at a time.
@@ -1782,7 +1801,10 @@ impl KvProtocol {
             self.drained(session);
             match piece(&self.0, reply.out()) {
                 Ok(true) => return duality_models::Flow::Continue,
-                Ok(false) => {}
+                // A piece may have looked at many items and written
+                // nothing (a dump of a rare class): let the loop serve
+                // others before the next.
+                Ok(false) => duality_rt::yield_now().await,
                 Err(ValueChanged) => return duality_models::Flow::Close,
             }
         }
@@ -1808,13 +1830,29 @@ impl KvProtocol {
         self.write_pieces(session, reply, |st, out| {
             let now = st.ctx().now;
             Ok(!metadump_piece(
-                &st.store,
-                now,
-                set,
-                &mut at,
-                METADUMP_PIECE,
-                out,
+                &st.store, now, set, &mut at, DUMP_PIECE, out,
             ))
+        })
+        .await
+    }
+
+    /// `stats cachedump`: its lines a piece at a time, as a metadump's.
+    async fn stream_cachedump(
+        &self,
+        session: &mut KvSession,
+        request: &[u8],
+        reply: &mut Reply<'_>,
+    ) -> duality_models::Flow {
+        let dump = match parse(request, &self.0.limits) {
+            Ok((Request::Stats { args }, _)) => Cachedump::start(args).ok(),
+            _ => None,
+        };
+        let Some(mut dump) = dump else {
+            return duality_models::Flow::Close;
+        };
+        self.write_pieces(session, reply, |st, out| {
+            let now = st.ctx().now;
+            Ok(!dump.piece(&st.store, now, DUMP_PIECE, out))
         })
         .await
     }

@@ -146,13 +146,14 @@ fn class_set(arg: &[u8], metadump: bool) -> Option<u64> {
     Some(set)
 }
 
-/// The budget a server gives each [`metadump_piece`] it streams: a piece
-/// ends after the line that takes it past this, and the longest line (a
-/// 250-byte key %-encoded to 750, every number at its widest) and `END`
-/// take under 1 KiB, so a piece never exceeds
+/// The budget a server gives each piece of a dump it streams
+/// ([`metadump_piece`], [`Cachedump::piece`](crate::command::Cachedump::piece)):
+/// a piece ends after the line that takes it past this, and the longest
+/// line of either (a 250-byte key %-encoded to 750, every number at its
+/// widest) and `END` take under 1 KiB, so a piece never exceeds
 /// [`LARGE`](crate::budget::LARGE), the most a connection may hold
 /// without charging the buffer budget.
-pub const METADUMP_PIECE: usize = crate::budget::LARGE - 1024;
+pub const DUMP_PIECE: usize = crate::budget::LARGE - 1024;
 
 /// Items a metadump piece looks at, at most (the shard is locked
 /// meanwhile: a dump of a rare class must not hold it for a whole scan).
@@ -227,7 +228,7 @@ mod tests {
         let (mut at, mut out, mut lines, mut pieces) = (ItemCursor::default(), Vec::new(), 0, 0);
         loop {
             out.clear();
-            let more = metadump_piece(&store, now, !1, &mut at, METADUMP_PIECE, &mut out);
+            let more = metadump_piece(&store, now, !1, &mut at, DUMP_PIECE, &mut out);
             assert!(
                 out.len() <= crate::budget::LARGE,
                 "piece of {} bytes",

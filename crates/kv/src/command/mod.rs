@@ -30,8 +30,8 @@ use std::time::Duration;
 
 pub use binary::{execute_binary, execute_binary_error};
 pub use classic::{value_piece, GetCursor, ValueChanged};
-pub use crawler::{lru_crawler_start, metadump_classes, metadump_piece, METADUMP_PIECE};
-pub use stats::write_stat;
+pub use crawler::{lru_crawler_start, metadump_classes, metadump_piece, DUMP_PIECE};
+pub use stats::{write_stat, Cachedump};
 
 /// What the connection does after a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

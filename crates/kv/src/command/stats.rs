@@ -32,7 +32,7 @@ use super::ExecContext;
 use crate::num::parse_u64;
 use crate::protocol::Tokens;
 use crate::store::classes::{chunk_size, chunks_per_page};
-use crate::store::{ClassStats, Store, Time};
+use crate::store::{ClassStats, ItemCursor, Store, Time};
 use std::fmt::Display;
 use std::io::Write;
 use std::time::Duration;
@@ -316,46 +316,97 @@ const CACHEDUMP_MAX: usize = 2 * 1024 * 1024;
 
 /// `stats cachedump <class> <limit>`: `ITEM <key> [<bytes> b; <exptime> s]`
 /// for up to `limit` live items of the class (0: all), most recently used
-/// first within each shard, at most 2 MB of lines, then `END`.
+/// first within each shard, at most 2 MB of lines, then `END`; whole in
+/// `out` (a server streams it by [`Cachedump::piece`] instead).
 fn cachedump(store: &Store, now: Time, args: Tokens<'_>, out: &mut Vec<u8>) {
-    let mut it = args.iter().skip(1);
-    let (Some(id), Some(limit)) = (it.next(), it.next()) else {
-        out.extend_from_slice(b"CLIENT_ERROR bad command line\r\n");
-        return;
-    };
-    let (Some(id), Some(limit)) = (strtoul(id), strtoul(limit)) else {
-        out.extend_from_slice(b"CLIENT_ERROR bad command line format\r\n");
-        return;
-    };
-    if id >= MAX_CLASS_ID {
-        out.extend_from_slice(b"CLIENT_ERROR Illegal slab id\r\n");
-        return;
+    match Cachedump::start(args) {
+        Ok(mut dump) => while dump.piece(store, now, usize::MAX, out) {},
+        Err(e) => out.extend_from_slice(e),
     }
-    let start = out.len();
-    let mut shown = 0u32;
-    store.for_each_item(now, true, |item, charge| {
-        if crate::store::classes::class_of(charge) != id as usize {
-            return true;
+}
+
+/// Items one [`Cachedump::piece`] looks at, at most: the shard is locked
+/// meanwhile, and a dump of a rare class looks at every item of the
+/// store (a million items take tens of milliseconds), so a server sends
+/// it a piece at a time and lets its loop serve others in between.
+const CACHEDUMP_PIECE_ITEMS: usize = 16 << 10;
+
+/// A `stats cachedump` in progress: what it lists and how far it got.
+#[derive(Debug)]
+pub struct Cachedump {
+    class: usize,
+    limit: u32,
+    shown: u32,
+    bytes: usize,
+    at: ItemCursor,
+}
+
+impl Cachedump {
+    /// The dump `stats cachedump <args>` asks for, or the error line
+    /// memcached answers (bad arguments, a class id out of range).
+    pub fn start(args: Tokens<'_>) -> Result<Cachedump, &'static [u8]> {
+        let mut it = args.iter().skip(1);
+        let (Some(id), Some(limit)) = (it.next(), it.next()) else {
+            return Err(b"CLIENT_ERROR bad command line\r\n");
+        };
+        let (Some(id), Some(limit)) = (strtoul(id), strtoul(limit)) else {
+            return Err(b"CLIENT_ERROR bad command line format\r\n");
+        };
+        if id >= MAX_CLASS_ID {
+            return Err(b"CLIENT_ERROR Illegal slab id\r\n");
         }
-        let line_start = out.len();
-        out.extend_from_slice(b"ITEM ");
-        // A key stored in binary (the binary protocol, meta's `b`) may hold
-        // spaces, line feeds or NULs, which would end the listing early or
-        // forge lines: such a key is shown %-encoded, as `lru_crawler
-        // metadump` shows every key. Text keys cannot hold those bytes: shown
-        // as is, other control bytes included, as memcached shows them.
-        if item.key.iter().any(|&b| matches!(b, b' ' | b'\n' | 0)) {
-            crate::watch::uriencode(item.key, out);
-        } else {
-            out.extend_from_slice(item.key);
-        }
-        let _ = write!(out, " [{} b; {} s]\r\n", item.value.len(), item.exptime);
-        if out.len() - start + 6 > CACHEDUMP_MAX {
-            out.truncate(line_start);
+        Ok(Cachedump {
+            class: id as usize,
+            limit,
+            shown: 0,
+            bytes: 0,
+            at: ItemCursor::newest_first(),
+        })
+    }
+
+    /// Appends the next lines, until `out` has grown by `budget` bytes or
+    /// [`CACHEDUMP_PIECE_ITEMS`] items were looked at. Returns false once
+    /// the dump has ended (its `END` is appended).
+    pub fn piece(&mut self, store: &Store, now: Time, budget: usize, out: &mut Vec<u8>) -> bool {
+        let start = out.len();
+        let mut looked = 0;
+        let mut full = false;
+        let more = store.visit_items(now, &mut self.at, |item, charge| {
+            looked += 1;
+            if crate::store::classes::class_of(charge) == self.class {
+                let line_start = out.len();
+                out.extend_from_slice(b"ITEM ");
+                // A key stored in binary (the binary protocol, meta's `b`)
+                // may hold spaces, line feeds or NULs, which would end the
+                // listing early or forge lines: such a key is shown
+                // %-encoded, as `lru_crawler metadump` shows every key.
+                // Text keys cannot hold those bytes: shown as is, other
+                // control bytes included, as memcached shows them.
+                if item.key.iter().any(|&b| matches!(b, b' ' | b'\n' | 0)) {
+                    crate::watch::uriencode(item.key, out);
+                } else {
+                    out.extend_from_slice(item.key);
+                }
+                let _ = write!(out, " [{} b; {} s]\r\n", item.value.len(), item.exptime);
+                let line = out.len() - line_start;
+                if self.bytes + line + 6 > CACHEDUMP_MAX {
+                    out.truncate(line_start);
+                    full = true;
+                    return false;
+                }
+                self.bytes += line;
+                self.shown += 1;
+                if self.limit != 0 && self.shown >= self.limit {
+                    full = true;
+                    return false;
+                }
+            }
+            out.len() - start < budget && looked < CACHEDUMP_PIECE_ITEMS
+        });
+        if full || !more {
+            out.extend_from_slice(b"END\r\n");
             return false;
         }
-        shown += 1;
-        limit == 0 || shown < limit
-    });
-    out.extend_from_slice(b"END\r\n");
+        true
+    }
 }

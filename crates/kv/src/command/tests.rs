@@ -13,9 +13,13 @@ struct Server {
 
 impl Server {
     fn new() -> Server {
+        Server::new_sized(1 << 20)
+    }
+
+    fn new_sized(max_bytes: usize) -> Server {
         Server {
             store: Store::new(StoreConfig {
-                max_bytes: 1 << 20,
+                max_bytes,
                 shards: 4,
                 evictions: true,
             }),
@@ -685,6 +689,46 @@ fn per_class_items_and_slabs() {
     assert_eq!(slabs["3:used_chunks"], "0");
     assert_eq!(slabs["3:cmd_set"], "1");
     assert_eq!(slabs["active_slabs"], "2");
+}
+
+/// A cachedump goes in pieces that each look at a bounded number of items
+/// (a rare class's dump looks at every item of the store), and the pieces
+/// together say what the whole answer says.
+#[test]
+fn cachedump_goes_in_bounded_pieces() {
+    let s = Server::new_sized(64 << 20);
+    let n = 40_000;
+    let mut sets = String::new();
+    for i in 0..n {
+        sets += &format!("set k{i:05} 0 0 1 noreply\r\nx\r\n");
+    }
+    s.run(&sets);
+    let dump = |req: &[u8]| -> (Vec<u8>, usize) {
+        let Ok((crate::protocol::Request::Stats { args }, _)) = parse(req, &s.limits) else {
+            panic!("not a stats request");
+        };
+        let mut d = Cachedump::start(args).unwrap();
+        let (mut out, mut pieces) = (Vec::new(), 1);
+        while d.piece(&s.store, s.now, DUMP_PIECE, &mut out) {
+            pieces += 1;
+        }
+        (out, pieces)
+    };
+    let (empty, pieces) = dump(b"stats cachedump 2 0\r\n");
+    assert_eq!(empty, b"END\r\n");
+    assert!(pieces >= 3, "{n} items looked at in {pieces} pieces");
+    let (all, pieces) = dump(b"stats cachedump 1 0\r\n");
+    assert_eq!(all, s.run("stats cachedump 1 0\r\n").into_bytes());
+    let text = String::from_utf8(all).unwrap();
+    assert_eq!(text.matches("ITEM k").count(), n);
+    assert!(pieces >= 3 && text.ends_with("END\r\n"), "{pieces} pieces");
+    // Newest first within each shard, as memcached lists its LRU.
+    let (first, _) = dump(b"stats cachedump 1 1\r\n");
+    let first = String::from_utf8(first).unwrap();
+    assert!(
+        first.starts_with("ITEM k3") && first.ends_with("END\r\n"),
+        "{first}"
+    );
 }
 
 #[test]

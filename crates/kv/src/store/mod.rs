@@ -136,15 +136,32 @@ pub fn expiry(exptime: i64, now: Time) -> Time {
 }
 
 /// Where a listing by [`Store::visit_items`] goes on from; the default is
-/// the first item.
+/// the first item, oldest first ([`ItemCursor::newest_first`]: newest
+/// first within each shard).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ItemCursor {
     shard: usize,
-    /// A segment's `seq` and a byte offset in it (see `Shard::visit_from`).
+    /// A segment's `seq` and a byte offset in it (see `Shard::visit_from`
+    /// and `Shard::visit_newest_from`).
     at: (u64, usize),
     /// The shard's last segment when the listing came to it: later ones
     /// are not listed, so a listing ends however fast the cache is written.
     last: u64,
+    /// The listing has come to `shard` (`at` and `last` are set).
+    begun: bool,
+    /// Newest first within each shard (`stats cachedump`'s order).
+    newest: bool,
+}
+
+impl ItemCursor {
+    /// A listing that visits each shard's items newest first, as
+    /// [`Store::for_each_item`] with `newest_first` does.
+    pub fn newest_first() -> ItemCursor {
+        ItemCursor {
+            newest: true,
+            ..ItemCursor::default()
+        }
+    }
 }
 
 /// What the store holds ([`Store::footprint`]).
@@ -991,8 +1008,9 @@ impl Store {
 
     /// Calls `f` with the live items from `cursor` on and their charges,
     /// as [`for_each_item`](Self::for_each_item) orders them (oldest
-    /// first), until `f` returns false; `cursor` then says where to go on
-    /// from. Returns false once every item has been visited. Only the
+    /// first, or newest first within each shard for a cursor made by
+    /// [`ItemCursor::newest_first`]), until `f` returns false; `cursor`
+    /// then says where to go on from. Returns false once every item has been visited. Only the
     /// shard being visited is locked, so a listing can go out in pieces
     /// between which the store serves on: an item written, read again or
     /// moved meanwhile may be listed twice or not at all (as memcached's
@@ -1007,12 +1025,22 @@ impl Store {
         let flush = self.flush_state();
         while let Some(cell) = self.cells.get(cursor.shard) {
             let shard = lock(&cell.shard);
-            if cursor.at == (0, 0) {
+            if !cursor.begun {
+                cursor.begun = true;
                 cursor.last = shard.last_seq();
+                cursor.at = if cursor.newest {
+                    (cursor.last, usize::MAX)
+                } else {
+                    (0, 0)
+                };
             }
-            let stop = shard.visit_from(cursor.at, cursor.last, |l| {
-                shard.state(l, now, flush) != Lookup::Hit || f(&shard.item(l), shard.charge(l))
-            });
+            let mut visit =
+                |l| shard.state(l, now, flush) != Lookup::Hit || f(&shard.item(l), shard.charge(l));
+            let stop = if cursor.newest {
+                shard.visit_newest_from(cursor.at, &mut visit)
+            } else {
+                shard.visit_from(cursor.at, cursor.last, &mut visit)
+            };
             match stop {
                 Some(at) => {
                     cursor.at = at;
@@ -1020,8 +1048,7 @@ impl Store {
                 }
                 None => {
                     cursor.shard += 1;
-                    cursor.at = (0, 0);
-                    cursor.last = 0;
+                    cursor.begun = false;
                 }
             }
         }

@@ -1491,6 +1491,37 @@ impl Shard {
         None
     }
 
+    /// Like [`visit_from`](Self::visit_from), newest first: the live items
+    /// of the segment opened `at.0`-th that lie before byte `at.1`, last
+    /// written first, then those of each segment opened before it, the
+    /// segments newest first (`at` = (`last_seq`, `usize::MAX`) starts at
+    /// the newest item). Returns where to go on from (the items before the
+    /// one `f` stopped at), `None` once every item was visited. A place
+    /// stays valid across unlocking for the same reasons; items written
+    /// after the place was taken are not visited.
+    pub(crate) fn visit_newest_from(
+        &self,
+        at: (u64, usize),
+        mut f: impl FnMut(Loc) -> bool,
+    ) -> Option<(u64, usize)> {
+        let mut next: Vec<(u64, u32)> = self
+            .fifo
+            .iter()
+            .map(|&id| (self.segs[id as usize].seq, id))
+            .filter(|&(seq, _)| seq <= at.0)
+            .collect();
+        next.sort_unstable_by(|a, b| b.cmp(a));
+        for (seq, id) in next {
+            let below = if seq == at.0 { at.1 } else { usize::MAX };
+            for &l in self.items_of(id as usize).iter().rev() {
+                if off_of(l) < below && self.has(l, LIVE) && !f(l) {
+                    return Some((seq, off_of(l)));
+                }
+            }
+        }
+        None
+    }
+
     /// The `seq` of the segment opened last.
     pub(crate) fn last_seq(&self) -> u64 {
         self.seq

@@ -1864,10 +1864,20 @@ fn a_staged_value_becomes_its_item_where_it_lies() {
     assert!(!fs.stages(value.len()) && fs.stage(b"big", value.len(), |_| true).is_none());
 }
 
-/// Lists the store's keys by `visit_items`, a piece of `per` items at a
-/// time, calling `between` after each piece.
-fn keys_in_pieces(s: &Store, per: usize, mut between: impl FnMut(usize)) -> Vec<Vec<u8>> {
-    let mut at = ItemCursor::default();
+/// Lists the store's keys by `visit_items` (`newest` first within each
+/// shard or oldest first), a piece of `per` items at a time, calling
+/// `between` after each piece.
+fn keys_in_pieces(
+    s: &Store,
+    newest: bool,
+    per: usize,
+    mut between: impl FnMut(usize),
+) -> Vec<Vec<u8>> {
+    let mut at = if newest {
+        ItemCursor::newest_first()
+    } else {
+        ItemCursor::default()
+    };
     let mut keys = Vec::new();
     let mut pieces = 0;
     loop {
@@ -1887,59 +1897,70 @@ fn keys_in_pieces(s: &Store, per: usize, mut between: impl FnMut(usize)) -> Vec<
 
 #[test]
 fn a_listing_in_pieces_visits_each_item_once() {
-    let s = store(4 << 20, 2);
-    for i in 0..2000 {
-        set(&s, format!("k{i}").as_bytes(), b"v", 0, NOW);
-    }
-    let mut whole = Vec::new();
-    s.for_each_item(NOW, false, |item, _| {
-        whole.push(item.key.to_vec());
-        true
-    });
-    assert_eq!(whole.len(), 2000);
-    // Unchanged between pieces: the same items in the same order.
-    assert_eq!(keys_in_pieces(&s, 7, |_| {}), whole);
-    // Written and deleted between pieces: every item there from start to
-    // end is listed once, a deleted one at most once, a new one at most
-    // once.
-    let mut deleted = std::collections::HashSet::new();
-    let keys = keys_in_pieces(&s, 50, |p| {
-        set(&s, format!("new{p}").as_bytes(), b"w", 0, NOW);
-        let k = format!("k{}", p * 37 % 2000).into_bytes();
-        assert!(s.entry(&k, NOW).remove());
-        deleted.insert(k);
-    });
-    assert!(deleted.len() > 30, "pieces: {}", deleted.len());
-    let mut seen = std::collections::HashSet::new();
-    for k in &keys {
-        assert!(seen.insert(k.clone()), "listed twice: {k:?}");
-    }
-    for i in 0..2000 {
-        let k = format!("k{i}").into_bytes();
-        assert!(deleted.contains(&k) || seen.contains(&k), "k{i} not listed");
+    for newest in [false, true] {
+        let s = store(4 << 20, 2);
+        for i in 0..2000 {
+            set(&s, format!("k{i}").as_bytes(), b"v", 0, NOW);
+        }
+        let mut whole = Vec::new();
+        s.for_each_item(NOW, newest, |item, _| {
+            whole.push(item.key.to_vec());
+            true
+        });
+        assert_eq!(whole.len(), 2000);
+        // Unchanged between pieces: the same items in the same order.
+        assert_eq!(
+            keys_in_pieces(&s, newest, 7, |_| {}),
+            whole,
+            "newest {newest}"
+        );
+        // Written and deleted between pieces: every item there from start
+        // to end is listed once, a deleted one at most once, a new one at
+        // most once.
+        let mut deleted = std::collections::HashSet::new();
+        let keys = keys_in_pieces(&s, newest, 50, |p| {
+            set(&s, format!("new{p}").as_bytes(), b"w", 0, NOW);
+            let k = format!("k{}", p * 37 % 2000).into_bytes();
+            assert!(s.entry(&k, NOW).remove());
+            deleted.insert(k);
+        });
+        assert!(deleted.len() > 30, "pieces: {}", deleted.len());
+        let mut seen = std::collections::HashSet::new();
+        for k in &keys {
+            assert!(seen.insert(k.clone()), "listed twice: {k:?}");
+        }
+        for i in 0..2000 {
+            let k = format!("k{i}").into_bytes();
+            assert!(deleted.contains(&k) || seen.contains(&k), "k{i} not listed");
+        }
     }
 }
 
 #[test]
 fn a_listing_survives_evictions_between_pieces() {
-    // Small: each piece's writes evict the oldest segments, the one the
-    // listing stopped in among them, and open new ones without end.
-    let s = store(1 << 20, 1);
-    for i in 0..5000 {
-        set(&s, format!("k{i}").as_bytes(), &[b'v'; 100], 0, NOW);
-    }
-    let mut next = 5000;
-    let keys = keys_in_pieces(&s, 100, |_| {
-        for _ in 0..500 {
-            set(&s, format!("k{next}").as_bytes(), &[b'v'; 100], 0, NOW);
-            next += 1;
+    for newest in [false, true] {
+        // Small: each piece's writes evict the oldest segments, the one
+        // the listing stopped in among them (oldest first), and open new
+        // ones without end.
+        let s = store(1 << 20, 1);
+        for i in 0..5000 {
+            set(&s, format!("k{i}").as_bytes(), &[b'v'; 100], 0, NOW);
         }
-    });
-    // It ended although every piece wrote more than it listed.
-    assert!(
-        !keys.is_empty() && keys.len() < 5000,
-        "listed {}",
-        keys.len()
-    );
-    assert!(next > 5500, "pieces: {}", (next - 5000) / 500);
+        let mut next = 5000;
+        let keys = keys_in_pieces(&s, newest, 100, |_| {
+            for _ in 0..500 {
+                set(&s, format!("k{next}").as_bytes(), &[b'v'; 100], 0, NOW);
+                next += 1;
+            }
+        });
+        // It ended although every piece wrote more than it listed.
+        assert!(
+            !keys.is_empty() && keys.len() < 5000,
+            "listed {}",
+            keys.len()
+        );
+        assert!(next > 5500, "pieces: {}", (next - 5000) / 500);
+        let mut seen = std::collections::HashSet::new();
+        assert!(keys.iter().all(|k| seen.insert(k.clone())), "listed twice");
+    }
 }
