@@ -1010,7 +1010,8 @@ impl Store {
     /// as [`for_each_item`](Self::for_each_item) orders them (oldest
     /// first, or newest first within each shard for a cursor made by
     /// [`ItemCursor::newest_first`]), until `f` returns false; `cursor`
-    /// then says where to go on from. Returns false once every item has been visited. Only the
+    /// then says where to go on from. Returns false once every item has
+    /// been visited. Only the
     /// shard being visited is locked, so a listing can go out in pieces
     /// between which the store serves on: an item written, read again or
     /// moved meanwhile may be listed twice or not at all (as memcached's
