@@ -1469,14 +1469,7 @@ impl Shard {
         last: u64,
         mut f: impl FnMut(Loc) -> bool,
     ) -> Option<(u64, usize)> {
-        let mut next: Vec<(u64, u32)> = self
-            .fifo
-            .iter()
-            .map(|&id| (self.segs[id as usize].seq, id))
-            .filter(|&(seq, _)| (at.0..=last).contains(&seq))
-            .collect();
-        next.sort_unstable();
-        for (seq, id) in next {
+        for (seq, id) in self.segments_by_seq(at.0..=last) {
             let s = &self.segs[id as usize];
             let mut off = if seq == at.0 { at.1 } else { 0 };
             while off + HEADER <= s.used {
@@ -1504,14 +1497,7 @@ impl Shard {
         at: (u64, usize),
         mut f: impl FnMut(Loc) -> bool,
     ) -> Option<(u64, usize)> {
-        let mut next: Vec<(u64, u32)> = self
-            .fifo
-            .iter()
-            .map(|&id| (self.segs[id as usize].seq, id))
-            .filter(|&(seq, _)| seq <= at.0)
-            .collect();
-        next.sort_unstable_by(|a, b| b.cmp(a));
-        for (seq, id) in next {
+        for (seq, id) in self.segments_by_seq(0..=at.0).into_iter().rev() {
             let below = if seq == at.0 { at.1 } else { usize::MAX };
             for &l in self.items_of(id as usize).iter().rev() {
                 if off_of(l) < below && self.has(l, LIVE) && !f(l) {
@@ -1520,6 +1506,19 @@ impl Shard {
             }
         }
         None
+    }
+
+    /// The segments opened `seqs`-th (their `seq` and id), in the order
+    /// they were opened: where a listing goes next.
+    fn segments_by_seq(&self, seqs: std::ops::RangeInclusive<u64>) -> Vec<(u64, u32)> {
+        let mut v: Vec<(u64, u32)> = self
+            .fifo
+            .iter()
+            .map(|&id| (self.segs[id as usize].seq, id))
+            .filter(|(seq, _)| seqs.contains(seq))
+            .collect();
+        v.sort_unstable();
+        v
     }
 
     /// The `seq` of the segment opened last.
