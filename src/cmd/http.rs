@@ -75,6 +75,12 @@ pub struct HttpArgs {
     /// learned (copied below --sendfile-kept).
     #[arg(long, default_value_t = 16)]
     sendfile_learn: u64,
+    /// Milliseconds: a learning epoch of --sendfile-learn (about a thousand
+    /// such requests on one thread) that took longer than this is not
+    /// learned from, the load being too light for its CPU time to measure
+    /// the requests.
+    #[arg(long, default_value_t = 500)]
+    sendfile_learn_epoch_ms: u64,
     /// Milliseconds a file's stat is trusted before a cache hit stats again (0: every request).
     #[arg(long, default_value_t = 1000)]
     revalidate_ms: u64,
@@ -470,6 +476,7 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         sendfile_threshold: a.sendfile_threshold.saturating_mul(1 << 10),
         sendfile_kept: kib_or_never(a.sendfile_kept),
         sendfile_learn: kib_or_never(a.sendfile_learn),
+        sendfile_learn_epoch: Duration::from_millis(a.sendfile_learn_epoch_ms),
         revalidate: Duration::from_millis(a.revalidate_ms),
         head_timeout: seconds("head-timeout", a.head_timeout)?,
         idle_timeout: seconds("idle-timeout", a.idle_timeout)?,

@@ -584,7 +584,7 @@ impl HttpProtocol {
             let learned = (!gzip
                 && f.file.is_some()
                 && (cfg.sendfile_learn..cfg.sendfile_kept).contains(&f.meta.size))
-            .then(learned_path)
+            .then(|| learned_path(cfg.sendfile_learn_epoch))
             .flatten();
             let kept = !gzip
                 && f.file.is_some()
@@ -1131,8 +1131,8 @@ fn push_span(out: &mut Output, bytes: &Arc<[u8]>, span: ByteRange, alone: bool) 
 /// with `sendfile` after all). `None` on a payload thread (the hand-off
 /// models), which does not send: nothing is learned or counted there, and
 /// the body is copied, as below the learned range.
-fn learned_path() -> Option<SendPath> {
-    (!duality_models::payload::on_payload_thread()).then(send_path::choose)
+fn learned_path(max_epoch: Duration) -> Option<SendPath> {
+    (!duality_models::payload::on_payload_thread()).then(|| send_path::choose(max_epoch))
 }
 
 /// The current `Date` value, from this thread's cache (formatted at most

@@ -19,7 +19,8 @@
 //! measured, then the thread's CPU time over the next [`MEASURE`] requests
 //! (all its work: both paths' kernel work runs on the sending thread) gives
 //! the epoch's cost per request. An epoch that took longer than
-//! [`MAX_EPOCH`] (the load too light or stopping) is not measured. The
+//! [`HttpConfig::sendfile_learn_epoch`](crate::HttpConfig::sendfile_learn_epoch)
+//! (the load too light or stopping) is not measured. The
 //! thread settles on one path and every [`PROBE_EVERY`] epochs probes the
 //! other for one, then takes it if it cost less than the settled path in
 //! each of the epochs on both sides of it (a probe that lost by far doubles
@@ -54,7 +55,8 @@ pub(crate) const WARM: u32 = 1024;
 /// Requests measured per epoch: some milliseconds of a busy loop, many more
 /// than the scheduler's preemptions that land in one.
 pub(crate) const MEASURE: u32 = 1024;
-/// An epoch longer than this is not learned from: its CPU time would hold
+/// The default of [`HttpConfig::sendfile_learn_epoch`](crate::HttpConfig::sendfile_learn_epoch):
+/// an epoch longer than this is not learned from, its CPU time would hold
 /// idle turns (spins) as much as requests.
 pub(crate) const MAX_EPOCH: Duration = Duration::from_millis(500);
 /// Epochs on the settled path between two probes of the other, at first
@@ -132,7 +134,13 @@ impl Learner {
 
     /// The path for the next request of the learned range. `clock` gives
     /// the thread's CPU time and the wall time; it is read twice an epoch.
-    pub(crate) fn choose(&mut self, clock: impl FnOnce() -> (Duration, Instant)) -> SendPath {
+    /// An epoch whose measure took longer than `max_epoch` is not learned
+    /// from.
+    pub(crate) fn choose(
+        &mut self,
+        max_epoch: Duration,
+        clock: impl FnOnce() -> (Duration, Instant),
+    ) -> SendPath {
         self.seen += 1;
         if self.seen == WARM {
             self.start = Some(clock());
@@ -141,7 +149,7 @@ impl Learner {
             let cost = self
                 .start
                 .take()
-                .filter(|&(_, wall0)| wall.saturating_duration_since(wall0) <= MAX_EPOCH)
+                .filter(|&(_, wall0)| wall.saturating_duration_since(wall0) <= max_epoch)
                 .map(|(cpu0, _)| cpu.saturating_sub(cpu0).as_nanos() as f64 / MEASURE as f64);
             self.seen = 0;
             self.phase = self.next_phase(cost);
@@ -188,10 +196,11 @@ thread_local! {
     static LEARNER: RefCell<Learner> = const { RefCell::new(Learner::new()) };
 }
 
-/// The path for the next request of the learned range on this thread.
-pub(crate) fn choose() -> SendPath {
+/// The path for the next request of the learned range on this thread
+/// (`max_epoch`: see [`Learner::choose`]).
+pub(crate) fn choose(max_epoch: Duration) -> SendPath {
     LEARNER.with(|l| {
-        l.borrow_mut().choose(|| {
+        l.borrow_mut().choose(max_epoch, || {
             (
                 duality_rt::time::thread_cpu_time(),
                 duality_rt::time::loop_now(),
@@ -232,7 +241,7 @@ mod tests {
         fn epochs(&mut self, epochs: u64, cost: impl Fn(SendPath, u64) -> u64) {
             for _ in 0..epochs * EPOCH {
                 let (cpu, wall) = (self.cpu, self.wall);
-                let path = self.learner.choose(|| (cpu, wall));
+                let path = self.learner.choose(MAX_EPOCH, || (cpu, wall));
                 self.taken[path as usize] += 1;
                 self.cpu += Duration::from_nanos(cost(path, self.n / EPOCH));
                 self.wall += Duration::from_micros(1);
@@ -388,7 +397,7 @@ mod tests {
             // Each epoch's measured part spans more than MAX_EPOCH.
             let wall = t0 + MAX_EPOCH * 4 * (i as u32) / EPOCH as u32;
             cpu += Duration::from_micros(5);
-            assert_eq!(l.choose(|| (cpu, wall)), SendPath::Copy);
+            assert_eq!(l.choose(MAX_EPOCH, || (cpu, wall)), SendPath::Copy);
         }
         // A probe cut by a slow epoch is dropped: back on the settled path.
         let mut s = Sim::new();
@@ -397,7 +406,7 @@ mod tests {
         for _ in 0..EPOCH {
             s.wall += MAX_EPOCH / 512;
             let (cpu, wall) = (s.cpu, s.wall);
-            s.learner.choose(|| (cpu, wall));
+            s.learner.choose(MAX_EPOCH, || (cpu, wall));
         }
         assert_eq!(s.learner.phase, Phase::Settled { epochs: 0 });
         assert_eq!(s.learner.path(), SendPath::Copy);

@@ -103,6 +103,12 @@ pub struct HttpConfig {
     /// client reads at once, `sendfile` behind a slower reader).
     /// `u64::MAX`: never learned (copied below `sendfile_kept`).
     pub sendfile_learn: u64,
+    /// A learning epoch (about a thousand requests of the learned range
+    /// on one thread) whose measure took longer than this is not learned
+    /// from: under light load its CPU time holds idle turns as much as
+    /// requests. 500 ms by default; a slow build or a crowded machine
+    /// that must still learn needs longer.
+    pub sendfile_learn_epoch: Duration,
     /// How long a `stat` stays trusted for answering from memory (see the
     /// [module docs](self)); zero stats on every request.
     pub revalidate: Duration,
@@ -167,6 +173,7 @@ impl HttpConfig {
             sendfile_threshold: 64 << 10,
             sendfile_kept: 32 << 10,
             sendfile_learn: 16 << 10,
+            sendfile_learn_epoch: crate::send_path::MAX_EPOCH,
             revalidate: Duration::from_secs(1),
             head_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
