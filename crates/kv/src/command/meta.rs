@@ -511,6 +511,12 @@ pub(super) fn arith(
                 exptime = ttl(f.ttl(), now);
                 e.set_exptime(exptime);
             }
+            // Beside `T`, the later of the two sets a vivified counter's
+            // TTL, as in memcached (`T9 N0` never expires).
+            b'N' if created && f.ttl().is_some() => {
+                exptime = ttl(f.vivify(), now);
+                e.set_exptime(exptime);
+            }
             b'O' => echo(out, t),
             b'k' => ret_key(out, raw_key, f),
             _ => {}
