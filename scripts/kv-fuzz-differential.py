@@ -5,9 +5,11 @@ Where tests/kv_differential.rs replays a fixed corpus, this generates
 command sequences at random (seeded, so a divergence can be replayed): text
 storage, retrieval, incr, delete, touch and meta commands over four keys,
 with bad numbers, bad flags, wrong data lengths, noreply, and pipelines of
-up to six requests in one write. Each seed runs on a fresh memcached and a
-fresh `duality kv`, one connection each; every write is followed by a meta
-no-op (`mn`) and the answers up to its `MN` are compared. The first
+up to six requests in one write; with `--protocol binary`, binary frames
+instead (see `BinGen`). Each seed runs on a fresh memcached and a
+fresh `duality kv`, one connection each; every write is followed by a
+no-op (meta `mn`, or a binary NOOP) and the answers up to its own are
+compared. The first
 divergence of a seed stops it and is printed with the earlier requests that
 named the same key (`--history all`: every request).
 
@@ -27,7 +29,7 @@ any seed diverged.
 
     scripts/kv-fuzz-differential.py target/release/duality \
         [--seeds 1-20] [--count 3000] [--memcached memcached] \
-        [--history key|all] [-- DUALITY_KV_ARGS...]
+        [--history key|all] [--protocol text|binary] [-- DUALITY_KV_ARGS...]
 
 e.g. `-- --model amped:1` or `-- --model sped --io epoll`.
 """
@@ -37,6 +39,7 @@ import os
 import random
 import re
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -71,7 +74,10 @@ class Conn:
 
     def exchange(self, req):
         """Sends `req` and a no-op; the answers before the no-op's."""
-        self.s.sendall(req + b"mn\r\n")
+        try:
+            self.s.sendall(req + b"mn\r\n")
+        except OSError:
+            return b"<closed>"
         while True:
             k = self.buf.find(b"MN\r\n")
             while k > 0 and self.buf[k - 2 : k] != b"\r\n":
@@ -84,10 +90,149 @@ class Conn:
             except socket.timeout:
                 out, self.buf = self.buf + b"<silent>", b""
                 return out
+            except OSError:  # reset
+                d = b""
             if not d:
                 out, self.buf = self.buf + b"<closed>", b""
                 return out
             self.buf += d
+
+
+class BinConn(Conn):
+    """A connection speaking the binary protocol: the probe is a NOOP."""
+
+    END = 0xFEEDF00D
+
+    def exchange(self, req):
+        try:
+            self.s.sendall(req + frame(0x0A, opaque=self.END))
+        except OSError:
+            return b"<closed>"
+        at = 0
+        while True:
+            # Whole frames from `at`; the probe's answer ends the exchange.
+            while len(self.buf) - at >= 24:
+                body = struct.unpack(">I", self.buf[at + 8 : at + 12])[0]
+                if len(self.buf) - at < 24 + body:
+                    break
+                head = self.buf[at : at + 24]
+                at += 24 + body
+                if head[0] == 0x81 and head[1] == 0x0A and head[12:16] == struct.pack(">I", self.END):
+                    out, self.buf = self.buf[: at - 24 - body], self.buf[at:]
+                    return out
+            try:
+                d = self.s.recv(65536)
+            except socket.timeout:
+                out, self.buf = self.buf + b"<silent>", b""
+                return out
+            except OSError:  # reset
+                d = b""
+            if not d:
+                out, self.buf = self.buf + b"<closed>", b""
+                return out
+            self.buf += d
+
+
+def value(r):
+    """A value: a number, a short string, or now and then a large one
+    (around the 64 KiB a connection buffers before a value goes straight
+    into its item, or over the 1 MiB item limit)."""
+    if r.random() < 0.3:
+        return str(r.randrange(1, 100000)).encode()
+    if r.random() < 0.02:
+        n = r.choice([65535, 65536, 65537, 200000, (1 << 20) + 10])
+        return bytes(r.choice(b"abc") for _ in range(16)) * (n // 16) + b"z" * (n % 16)
+    return b"x" + bytes(r.choice(b"0123456789abc") for _ in range(r.choice([0, 1, 2, 4, 9, 19])))
+
+
+def frame(op, key=b"", extras=b"", value=b"", cas=0, opaque=0):
+    """A binary request frame."""
+    body = extras + key + value
+    return (
+        struct.pack(">BBHBBHIIQ", 0x80, op, len(key), len(extras), 0, 0, len(body), opaque, cas)
+        + body
+    )
+
+
+class BinGen:
+    """The random binary requests of one seed: get/getq/getk/getkq,
+    set/add/replace (and quiet), append/prepend, delete, incr (with initial
+    values and no-vivify), touch, gat/gatq/gatk, flush, noop; CAS
+    uniques from earlier answers half the time; a few frames with extras of
+    the wrong length."""
+
+    def __init__(self, seed):
+        self.r = random.Random(seed)
+        self.keys = [b"b%d_k%d" % (seed, i) for i in range(4)]
+        self.cas = {}
+        self.opaque = 0
+
+    def saw(self, answer):
+        at = 0
+        while len(answer) - at >= 24 and answer[at] == 0x81:
+            op, klen, elen = answer[at + 1], *struct.unpack(">H", answer[at + 2 : at + 4]), answer[at + 4]
+            body = struct.unpack(">I", answer[at + 8 : at + 12])[0]
+            cas = struct.unpack(">Q", answer[at + 16 : at + 24])[0]
+            if op in (0x0C, 0x0D, 0x23, 0x24) and klen and cas:
+                key = answer[at + 24 + elen : at + 24 + elen + klen]
+                self.cas[key] = cas
+            at += 24 + body
+
+    def unique(self, key):
+        known = self.cas.get(key)
+        if known and self.r.random() < 0.5:
+            return known
+        return self.r.choice([0, 0, 0, 1, 5, 2**64 - 1])
+
+    def value(self):
+        return value(self.r)
+
+    def exptime(self):
+        return self.r.choice([0, 0, 0, 100000, 1000])
+
+    def one(self):
+        r = self.r
+        k = r.choice(self.keys)
+        self.opaque += 1
+        o = self.opaque
+        c = r.randrange(20)
+        if c < 6:
+            op = r.choice([0x01, 0x02, 0x03, 0x11, 0x12, 0x13])
+            extras = struct.pack(">II", r.choice([0, 1, 2**32 - 1]), self.exptime())
+            if r.random() < 0.05:
+                extras = extras[: r.choice([0, 4])]
+            return frame(op, k, extras, self.value(), self.unique(k) if r.random() < 0.3 else 0, o)
+        if c < 10:
+            op = r.choice([0x00, 0x09, 0x0C, 0x0D])
+            return frame(op, k, b"" if r.random() > 0.03 else b"\0\0\0\0", opaque=o)
+        if c < 12:
+            op = r.choice([0x0E, 0x0F, 0x19, 0x1A])
+            return frame(op, k, b"", self.value(), self.unique(k) if r.random() < 0.2 else 0, o)
+        if c < 13:
+            return frame(r.choice([0x04, 0x14]), k, cas=self.unique(k) if r.random() < 0.3 else 0, opaque=o)
+        if c < 16:
+            # incr only, by little, from no 0 (no decr, no wrap, no
+            # leading zero once appended to: a number grown shorter is
+            # padded in memcached, a documented deviation).
+            op = r.choice([0x05, 0x15])
+            expiry = r.choice([0, 0, 1000, 0xFFFFFFFF])
+            extras = struct.pack(">QQI", r.choice([0, 1, 5]), r.choice([1, 13, 99]), expiry)
+            return frame(op, k, extras, cas=self.unique(k) if r.random() < 0.2 else 0, opaque=o)
+        if c < 17:
+            return frame(0x1C, k, struct.pack(">I", self.exptime()), opaque=o)
+        if c < 19:
+            op = r.choice([0x1D, 0x1E, 0x23, 0x24])
+            return frame(op, k, struct.pack(">I", self.exptime()), opaque=o)
+        if r.random() < 0.3:
+            return frame(r.choice([0x08, 0x18]), extras=r.choice([b"", struct.pack(">I", 0)]), opaque=o)
+        return frame(0x0A, opaque=o)
+
+    def request(self):
+        req = self.one()
+        if self.r.random() < 0.3:
+            for _ in range(self.r.randrange(1, 6)):
+                req += self.one()
+        return req
 
 
 class Gen:
@@ -120,10 +265,7 @@ class Gen:
         return self.r.choice([b"0", b"1", b"5", b"abc", b"18446744073709551616"])
 
     def value(self):
-        r = self.r
-        if r.random() < 0.3:
-            return str(r.randrange(1, 100000)).encode()
-        return b"x" + bytes(r.choice(b"0123456789abc") for _ in range(r.choice([0, 1, 2, 4, 9, 19])))
+        return value(self.r)
 
     def exptime(self):
         return self.r.choice([b"0", b"0", b"0", b"-1", b"100000", b"1000"])
@@ -211,16 +353,24 @@ def run_seed(seed, count, args):
     try:
         wait_listening(mc_port, mc, "memcached")
         wait_listening(dk_port, dk, "duality kv")
-        conns = [Conn(mc_port), Conn(dk_port)]
-        gen, history = Gen(seed), []
+        binary = args.protocol == "binary"
+        conns = [(BinConn if binary else Conn)(p) for p in (mc_port, dk_port)]
+        gen, history = (BinGen if binary else Gen)(seed), []
         for i in range(count):
             req = gen.request()
             a, b = (c.exchange(req) for c in conns)
             history.append((i, req, a, b))
             gen.saw(a)
+            if a.endswith(b"<closed>") and b.endswith(b"<closed>"):
+                # Both ended the connection alike: go on on new ones.
+                conns = [type(c)(p) for c, p in zip(conns, (mc_port, dk_port))]
             if mask(a) != mask(b):
                 print(f"seed {seed}: request {i} diverged")
-                key = req.split()[1] if len(req.split()) > 1 else b""
+                if binary:
+                    klen, elen = struct.unpack(">H", req[2:4])[0], req[4]
+                    key = req[24 + elen : 24 + elen + klen] or b"<none>"
+                else:
+                    key = req.split()[1] if len(req.split()) > 1 else b""
                 for j, hreq, ha, hb in history[:-1]:
                     if args.history == "all" or key in hreq:
                         print(f"  {j:5} {hreq!r} -> {ha!r}" + ("" if ha == hb else f" / duality {hb!r}"))
@@ -250,6 +400,7 @@ def main():
     ap.add_argument("--count", type=int, default=3000, help="writes per seed")
     ap.add_argument("--memcached", default="memcached")
     ap.add_argument("--history", choices=["key", "all"], default="key")
+    ap.add_argument("--protocol", choices=["text", "binary"], default="text")
     args = ap.parse_args(argv)
     args.duality = extra
     lo, _, hi = args.seeds.partition("-")
