@@ -19,11 +19,13 @@ them and they would be found at once: numbers that do not fit 32 bits,
 negative 64-bit numbers, meta `E`/`x`/`s` on `ms`/`N` on an appending `ms`,
 `decr`, incr wraps and numbers with leading zeros (the padding of a number
 grown shorter), an `incr` or `ma` pipelined behind a read of its key
-(memcached then copies the item, losing its marks) and `ma`'s `T` (lost
-where memcached copies the item, as when the number gains a digit);
-masked: the version string, meta `t` (TTLs tick apart) and `l` (last
-access, a documented deviation). Read a divergence against the table
-before calling it a bug, and replay it (the same seed) before trusting it.
+(memcached then copies the item, losing its marks), `ma`'s `T` (lost
+where memcached copies the item, as when the number gains a digit) and
+base64 keys (memcached drops their mark where it copies an item: by
+`append`, or an incr that gains a digit). Masked: the version string,
+meta `t` (TTLs tick apart) and `l` (last access, a documented deviation).
+Read a divergence against the table before calling it a bug, and replay
+it (the same seed) before trusting it.
 
 Loopback only; both servers are stopped by their PIDs. Exit status 1 if
 any seed diverged.
