@@ -76,18 +76,18 @@ class Conn:
         self.s.settimeout(QUIET)
         self.buf = b""
 
+    PROBE = b"mn\r\n"
+
     def exchange(self, req):
         """Sends `req` and a no-op; the answers before the no-op's."""
         try:
-            self.s.sendall(req + b"mn\r\n")
+            self.s.sendall(req + self.PROBE)
         except OSError:
             return b"<closed>"
         while True:
-            k = self.buf.find(b"MN\r\n")
-            while k > 0 and self.buf[k - 2 : k] != b"\r\n":
-                k = self.buf.find(b"MN\r\n", k + 1)
-            if k >= 0:
-                out, self.buf = self.buf[:k], self.buf[k + 4 :]
+            end = self.probe_answer()
+            if end is not None:
+                out, self.buf = self.buf[: end[0]], self.buf[end[1] :]
                 return out
             try:
                 d = self.s.recv(65536)
@@ -100,41 +100,32 @@ class Conn:
                 out, self.buf = self.buf + b"<closed>", b""
                 return out
             self.buf += d
+
+    def probe_answer(self):
+        """Where the no-op's answer starts and ends in the buffer, if there."""
+        k = self.buf.find(b"MN\r\n")
+        while k > 0 and self.buf[k - 2 : k] != b"\r\n":
+            k = self.buf.find(b"MN\r\n", k + 1)
+        return (k, k + 4) if k >= 0 else None
 
 
 class BinConn(Conn):
     """A connection speaking the binary protocol: the probe is a NOOP."""
 
     END = 0xFEEDF00D
+    PROBE = None  # a NOOP frame with opaque END, set after `frame`
 
-    def exchange(self, req):
-        try:
-            self.s.sendall(req + frame(0x0A, opaque=self.END))
-        except OSError:
-            return b"<closed>"
+    def probe_answer(self):
         at = 0
-        while True:
-            # Whole frames from `at`; the probe's answer ends the exchange.
-            while len(self.buf) - at >= 24:
-                body = struct.unpack(">I", self.buf[at + 8 : at + 12])[0]
-                if len(self.buf) - at < 24 + body:
-                    break
-                head = self.buf[at : at + 24]
-                at += 24 + body
-                if head[0] == 0x81 and head[1] == 0x0A and head[12:16] == struct.pack(">I", self.END):
-                    out, self.buf = self.buf[: at - 24 - body], self.buf[at:]
-                    return out
-            try:
-                d = self.s.recv(65536)
-            except socket.timeout:
-                out, self.buf = self.buf + b"<silent>", b""
-                return out
-            except OSError:  # reset
-                d = b""
-            if not d:
-                out, self.buf = self.buf + b"<closed>", b""
-                return out
-            self.buf += d
+        while len(self.buf) - at >= 24:
+            body = struct.unpack(">I", self.buf[at + 8 : at + 12])[0]
+            if len(self.buf) - at < 24 + body:
+                return None
+            head = self.buf[at : at + 24]
+            if head[0] == 0x81 and head[1] == 0x0A and head[12:16] == struct.pack(">I", self.END):
+                return (at, at + 24 + body)
+            at += 24 + body
+        return None
 
 
 def value(r):
@@ -156,6 +147,9 @@ def frame(op, key=b"", extras=b"", value=b"", cas=0, opaque=0):
         struct.pack(">BBHBBHIIQ", 0x80, op, len(key), len(extras), 0, 0, len(body), opaque, cas)
         + body
     )
+
+
+BinConn.PROBE = frame(0x0A, opaque=BinConn.END)
 
 
 class BinGen:
