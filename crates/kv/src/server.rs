@@ -1201,11 +1201,8 @@ impl Protocol for KvProtocol {
         session.name_conn();
         let flow = match large {
             Some(head) => self.receive_value(session, head, &mut reply).await,
-            None if progress == METADUMP => {
-                self.stream_metadump(session, request, &mut reply).await
-            }
-            None if progress == CACHEDUMP => {
-                self.stream_cachedump(session, request, &mut reply).await
+            None if progress == METADUMP || progress == CACHEDUMP => {
+                self.stream_dump(session, request, &mut reply).await
             }
             None if progress & !0xFF == WATCH => {
                 if let Some(g) = &session.conn {
@@ -1810,41 +1807,25 @@ impl KvProtocol {
         }
     }
 
-    /// `lru_crawler metadump`: its lines a piece at a time, each written
-    /// before the next is made (a connection holds one piece, however
-    /// large the cache; a client that does not read holds the dump there).
-    async fn stream_metadump(
+    /// `lru_crawler metadump` and `stats cachedump`: their lines a piece at
+    /// a time, each written before the next is made (a connection holds
+    /// one piece, however large the cache; a client that does not read
+    /// holds the dump there).
+    async fn stream_dump(
         &self,
         session: &mut KvSession,
         request: &[u8],
         reply: &mut Reply<'_>,
     ) -> duality_models::Flow {
-        let set = match parse(request, &self.0.limits) {
-            Ok((Request::LruCrawler { args }, _)) => metadump_classes(args),
-            _ => None,
-        };
-        let Some(set) = set else {
-            return duality_models::Flow::Close;
-        };
-        let mut at = crate::store::ItemCursor::default();
-        self.write_pieces(session, reply, |st, out| {
-            let now = st.ctx().now;
-            Ok(!metadump_piece(
-                &st.store, now, set, &mut at, DUMP_PIECE, out,
-            ))
-        })
-        .await
-    }
-
-    /// `stats cachedump`: its lines a piece at a time, as a metadump's.
-    async fn stream_cachedump(
-        &self,
-        session: &mut KvSession,
-        request: &[u8],
-        reply: &mut Reply<'_>,
-    ) -> duality_models::Flow {
+        enum Dump {
+            Meta(u64, crate::store::ItemCursor),
+            Cache(Cachedump),
+        }
         let dump = match parse(request, &self.0.limits) {
-            Ok((Request::Stats { args }, _)) => Cachedump::start(args).ok(),
+            Ok((Request::LruCrawler { args }, _)) => {
+                metadump_classes(args).map(|set| Dump::Meta(set, Default::default()))
+            }
+            Ok((Request::Stats { args }, _)) => Cachedump::start(args).ok().map(Dump::Cache),
             _ => None,
         };
         let Some(mut dump) = dump else {
@@ -1852,7 +1833,11 @@ impl KvProtocol {
         };
         self.write_pieces(session, reply, |st, out| {
             let now = st.ctx().now;
-            Ok(!dump.piece(&st.store, now, DUMP_PIECE, out))
+            let more = match &mut dump {
+                Dump::Meta(set, at) => metadump_piece(&st.store, now, *set, at, DUMP_PIECE, out),
+                Dump::Cache(d) => d.piece(&st.store, now, DUMP_PIECE, out),
+            };
+            Ok(!more)
         })
         .await
     }
