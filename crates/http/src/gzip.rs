@@ -37,8 +37,8 @@
 //! request for `file` never gets `file.gz` otherwise, and a stale `.gz`
 //! (older than `file`) is never sent. A `file.gz` whose `file` does not
 //! exist is sent, typed by `file`'s name and with its own validators, to a
-//! request that wants gzip (as nginx's `gzip_static` does); any other gets
-//! the 404.
+//! request that [`takes`] gzip (as nginx's `gzip_static` does); any other
+//! gets the 404, with `Vary` (nginx's `gzip_vary`).
 //!
 //! Defaults, and why (figures: flate2 with zlib-rs, release build, on 20 KB
 //! and 1 MB of this repository's sources, the 2-core machine, noisy):
@@ -200,21 +200,22 @@ pub fn eligible(cfg: &GzipConfig, path: &Path, content_type: &str, size: u64) ->
 }
 
 /// Whether `head` is answered with the gzip variant of an [`eligible`] file:
-/// it [`takes`] gzip and has no `Range` (a range is served from the
-/// identity body).
+/// it [`takes`] gzip, its `Accept-Encoding` prefers gzip to identity, and it
+/// has no `Range` (a range is served from the identity body).
 pub fn wanted(cfg: &GzipConfig, head: &Head<'_>) -> bool {
-    takes(cfg, head) && head.range.is_none()
+    takes(cfg, head) && head.accept_encoding.prefers_gzip() && head.range.is_none()
 }
 
-/// Whether `head` may be sent a gzip body at all: compression or `.gz` files on, its
-/// `Accept-Encoding` prefers gzip, and it is HTTP/1.1 (or
-/// [`GzipConfig::http10`] allows HTTP/1.0). A lone `file.gz` answers such a
-/// request even with a `Range` (the whole body, 200): there is no identity
-/// body to take the range from.
+/// Whether `head` may be sent a gzip body at all: compression or `.gz` files
+/// on, its `Accept-Encoding` accepts gzip (a weight above 0), and it is
+/// HTTP/1.1 (or [`GzipConfig::http10`] allows HTTP/1.0). A lone `file.gz`
+/// answers such a request, even one preferring identity (there is none to
+/// prefer) or with a `Range` (the whole body, 200: there is no identity
+/// body to take the range from).
 pub fn takes(cfg: &GzipConfig, head: &Head<'_>) -> bool {
     cfg.has_variants()
         && (cfg.http10 || head.version == Version::Http11)
-        && head.accept_encoding.prefers_gzip()
+        && head.accept_encoding.gzip_weight() > 0
 }
 
 /// What a compression reads: bytes in memory (a small file, read whole

@@ -410,6 +410,9 @@ fn error_plan(
         if err.status == Status::MethodNotAllowed {
             out.extend_from_slice(b"Allow: GET, HEAD\r\n");
         }
+        if err.vary {
+            out.extend_from_slice(VARY);
+        }
     });
     Plan {
         status: err.status,

@@ -661,8 +661,14 @@ impl HttpState {
         let (path, meta) = match self.root.resolve(url_path) {
             Ok(Resolved::Redirect { location }) => return Ok(Found::Redirect(location)),
             Ok(Resolved::File { path, meta }) => (path, meta),
-            Err(e) if e.status == Status::NotFound && takes_gzip && self.cfg.gzip.static_files => {
-                return self.gzip_static_alone(url_path).ok_or(e);
+            Err(e) if e.status == Status::NotFound && self.cfg.gzip.static_files => {
+                return match takes_gzip {
+                    true => self.gzip_static_alone(url_path).ok_or(e),
+                    // nginx's gzip_static with gzip_vary: the 404 varies
+                    // where a client taking gzip gets the `.gz`.
+                    false if self.lone_gz(url_path).is_some() => Err(e.varied()),
+                    false => Err(e),
+                };
             }
             Err(e) => return Err(e),
         };
@@ -870,16 +876,7 @@ impl HttpState {
     /// the 404. Its validators are the `.gz`'s own. `None` when there is no
     /// such file or it cannot be read.
     fn gzip_static_alone(&self, url_path: &str) -> Option<Found> {
-        if url_path.ends_with('/') {
-            return None;
-        }
-        let Ok(Resolved::File {
-            path: gz_path,
-            meta,
-        }) = self.root.resolve(&format!("{url_path}.gz"))
-        else {
-            return None;
-        };
+        let (gz_path, meta) = self.lone_gz(url_path)?;
         // Typed by the name asked for (the `.gz` may be a link to any name);
         // cached under the `.gz`'s own path.
         let content_type = mime::for_path(Path::new(url_path));
@@ -888,6 +885,18 @@ impl HttpState {
         }
         let (gz_file, gz_meta) = file::open(&gz_path).ok()?;
         self.gz_body(&gz_path, gz_file, gz_meta.size, gz_meta, content_type)
+    }
+
+    /// The `FILE.gz` under the root that answers `url_path` (a `FILE`
+    /// not found) for a client taking gzip, if there is one.
+    fn lone_gz(&self, url_path: &str) -> Option<(PathBuf, FileMeta)> {
+        if url_path.ends_with('/') {
+            return None;
+        }
+        match self.root.resolve(&format!("{url_path}.gz")) {
+            Ok(Resolved::File { path, meta }) => Some((path, meta)),
+            _ => None,
+        }
     }
 
     /// A `.gz`'s bytes from the variant cache, under `key` while its

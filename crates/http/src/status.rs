@@ -134,8 +134,9 @@ impl fmt::Display for Status {
     }
 }
 
-/// A request that gets an error response: the status to answer with, and
-/// whether the connection must be closed after it.
+/// A request that gets an error response: the status to answer with,
+/// whether the connection must be closed after it, and whether the answer
+/// depends on the request's `Accept-Encoding`.
 ///
 /// `close` is `true` whenever the handler can no longer tell where the next
 /// request starts (every error of [`parse_head`](crate::parse_head)); errors
@@ -147,6 +148,10 @@ pub struct HttpError {
     pub status: Status,
     /// Close the connection after answering.
     pub close: bool,
+    /// Send `Vary: Accept-Encoding`: a client taking gzip would have been
+    /// answered otherwise (a 404 beside a lone `FILE.gz`), so a shared
+    /// cache must not give this answer to it.
+    pub vary: bool,
 }
 
 impl HttpError {
@@ -155,6 +160,7 @@ impl HttpError {
         HttpError {
             status,
             close: false,
+            vary: false,
         }
     }
 
@@ -163,7 +169,13 @@ impl HttpError {
         HttpError {
             status,
             close: true,
+            vary: false,
         }
+    }
+
+    /// The same error, with `Vary: Accept-Encoding`.
+    pub const fn varied(self) -> HttpError {
+        HttpError { vary: true, ..self }
     }
 
     /// The answer to an I/O error met while finding or opening a file: 404

@@ -473,13 +473,22 @@ fn gzip_static_alone_answers_clients_that_take_gzip() {
     let r = c.get_with("/app.css", &format!("{GZ}Range: bytes=0-9\r\n"));
     assert_eq!(r.status, 200);
     assert_gzip_of(&r, &marker, "a .gz alone, with a Range");
-    // A client that does not take gzip gets the 404 (nginx without gunzip).
-    assert_eq!(c.get("/app.css").status, 404);
-    assert_eq!(
-        c.get_with("/app.css", "Accept-Encoding: gzip;q=0\r\n")
-            .status,
-        404
-    );
+    // A client that does not take gzip gets the 404 (nginx without
+    // gunzip), with Vary (nginx's gzip_vary): a shared cache must not give
+    // it to clients that take gzip. A name with no .gz gets none.
+    for r in [
+        c.get("/app.css"),
+        c.get_with("/app.css", "Accept-Encoding: gzip;q=0\r\n"),
+    ] {
+        assert_eq!(r.status, 404);
+        assert_eq!(r.header("vary"), Some("Accept-Encoding"));
+    }
+    let r = c.get("/other.css");
+    assert_eq!((r.status, r.header("vary")), (404, None));
+    // A client preferring identity but taking gzip gets the .gz: there is
+    // no identity body to prefer (nginx sends it too).
+    let r = c.get_with("/app.css", "Accept-Encoding: gzip;q=0.5, identity;q=1\r\n");
+    assert_gzip_of(&r, &marker, "a .gz alone, identity preferred");
     // Replaced: the new bytes, a new tag.
     let marker2 = text(3000, "the second .gz");
     let tmp = www.join("app.css.gz.new");
