@@ -1072,17 +1072,26 @@ impl Shard {
 
     /// The locations of the items written in segment `id`, oldest first.
     fn items_of(&self, id: usize) -> Vec<Loc> {
+        self.items_in(id).collect()
+    }
+
+    /// The items written in segment `id` (live or not), in order, read as
+    /// they are asked for: a walk that stops early reads no more (a
+    /// segment holds up to tens of thousands of small items).
+    fn items_in(&self, id: usize) -> impl Iterator<Item = Loc> + '_ {
         let s = &self.segs[id];
-        let mut out = Vec::new();
         let mut at = 0;
-        while at + HEADER <= s.used {
+        std::iter::from_fn(move || {
+            if at + HEADER > s.used {
+                return None;
+            }
             let r: &Header = s.data[at..at + HEADER].try_into().unwrap();
             let size = item_size(r[H_KLEN] as usize, rd32(r, H_VLEN) as usize);
             debug_assert!(at + size <= s.used, "item past the end of seg {id}");
-            out.push(loc(id as u32, at));
+            let l = loc(id as u32, at);
             at += size;
-        }
-        out
+            Some(l)
+        })
     }
 
     /// Whether the `tries`-th call of [`free_one`](Self::free_one) in one
@@ -1416,7 +1425,7 @@ impl Shard {
     pub(crate) fn written_items(&self) -> usize {
         self.fifo
             .iter()
-            .map(|&id| self.items_of(id as usize).len())
+            .map(|&id| self.items_in(id as usize).count())
             .sum()
     }
 
@@ -1437,7 +1446,7 @@ impl Shard {
             if self.segs[id as usize].classes & want == 0 {
                 continue;
             }
-            for l in self.items_of(id as usize) {
+            for l in self.items_in(id as usize) {
                 if !self.has(l, LIVE) {
                     continue;
                 }
