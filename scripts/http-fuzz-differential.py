@@ -39,14 +39,16 @@ whole compressed body with 200; duality: the identity range with 206),
 variant sent for the other (nginx's gzip tag is the identity's made weak,
 duality's its own), a range of an empty file (nginx: 416 past byte 0),
 a stale `FILE.gz` (nginx serves it; duality compresses the newer file),
-and nginx 1.22 closing a connection it kept alive after a 412 (the
-requests behind it are sent to nginx again on a new connection).
+with `--gzip static` (`gzip_static` alone) `Vary` on every file of a
+compressed type and size (nginx: only beside a `.gz`), and nginx 1.22
+closing a connection it kept alive after a 412 (the requests behind it
+are sent to nginx again on a new connection).
 
 Loopback only; both servers are stopped by their PIDs. Exit status 1 if
 any seed diverged.
 
     scripts/http-fuzz-differential.py target/release/duality \
-        [--seeds 1-20] [--count 2000] [--nginx nginx] [--gzip on|off] \
+        [--seeds 1-20] [--count 2000] [--nginx nginx] [--gzip on|off|static] \
         [-- DUALITY_HTTP_ARGS...]
 
 e.g. `-- --model amped:1` or `-- --io epoll --sendfile-learn 0`.
@@ -66,6 +68,13 @@ from email.utils import formatdate
 
 TIMEOUT = 3.0  # seconds a response may take before it counts as missing
 MTIME = 1767225600  # 2026-01-01: the files' time (a past, fixed date)
+
+# duality's flags for each --gzip mode (nginx: `gzip` and `gzip_static`).
+GZIP_ARGS = {
+    "on": ["--gzip", "on"],
+    "off": ["--gzip", "off"],
+    "static": ["--gzip", "off", "--gzip-static", "on"],
+}
 
 # nginx's gzip_types for duality's compressed types among these files.
 GZIP_TYPES = "text/plain text/css application/json image/svg+xml text/xml application/xml"
@@ -145,8 +154,9 @@ def wait_listening(port, proc, what):
     sys.exit(f"{what} did not listen on 127.0.0.1:{port} within 10 s")
 
 
-def nginx_conf(base, root, port, gzip_on=True):
-    gz = "on" if gzip_on else "off"
+def nginx_conf(base, root, port, gzip="on"):
+    gz = "on" if gzip == "on" else "off"
+    gz_static = "off" if gzip == "off" else "on"
     return f"""daemon off;
 worker_processes 1;
 pid {base}/nginx.pid;
@@ -160,7 +170,7 @@ http {{
     sendfile on;
     keepalive_requests 1000;
     gzip {gz};
-    gzip_static {gz};
+    gzip_static {gz_static};
     gzip_vary on;
     gzip_min_length 256;
     gzip_types {GZIP_TYPES};
@@ -305,9 +315,10 @@ class Gen:
     ]
     ACCEPTED = ("*", "gzip;q=0.5, identity;q=1", "x-gzip")  # documented deviations
 
-    def __init__(self, seed, files):
+    def __init__(self, seed, files, mode):
         self.r = random.Random(seed)
         self.files = files
+        self.mode = mode
         self.names = sorted(files) + [
             "", "sub/", "sub", "noindex/", "noindex", "missing.txt", "only.txt",
             "only.txt.gz", "style.css.gz", "sub/missing", "a.txt/",
@@ -315,7 +326,9 @@ class Gen:
 
     def eligible(self, name):
         """Whether the file `name` answers is one both servers compress."""
-        name = {"sub/": "sub/index.html", "only.txt": "only.txt"}.get(name, name)
+        if self.mode == "static":
+            return name in ("style.css", "stale.css", "only.txt")
+        name = {"sub/": "sub/index.html"}.get(name, name)
         data = self.files.get(name)
         if name == "only.txt":
             return True
@@ -493,13 +506,18 @@ def view(resp, method):
     return tuple(sorted(v.items()))
 
 
-def documented(req_notes, name, mine, theirs, gzip_on):
+def documented(req_notes, name, mine, theirs, mode):
     """Which documented deviation explains the difference, if one does."""
     m, t = dict(mine), dict(theirs)
     if name == "empty.txt" and "range" in req_notes and (m["status"], t["status"]) == (200, 416):
         return "a range of an empty file"
-    if not gzip_on:
+    if mode == "off":
         return None
+    differ = {k for k in m if m[k] != t.get(k)}
+    if mode == "static" and differ == {"vary"} and (m["vary"], t["vary"]) == ("Accept-Encoding", None):
+        # duality varies every file of a compressed type and size, nginx
+        # only those it found a .gz beside.
+        return "Vary without a .gz (gzip_static alone)"
     if name.startswith("stale.css") and "gz" in req_notes:
         return "stale FILE.gz"
     same = (m["status"], m["content-encoding"]) == (t["status"], t["content-encoding"])
@@ -528,10 +546,10 @@ def start(args, base, root):
     nport, dport = free_port(), free_port()
     conf = os.path.join(base, "nginx.conf")
     with open(conf, "w") as f:
-        f.write(nginx_conf(base, root, nport, args.gzip == "on"))
+        f.write(nginx_conf(base, root, nport, args.gzip))
     nginx = subprocess.Popen([args.nginx, "-c", conf, "-p", base], stderr=subprocess.DEVNULL)
     duality = subprocess.Popen(
-        [args.duality, "http", "--root", root, "--listen", f"127.0.0.1:{dport}", "--gzip", args.gzip, *args.rest],
+        [args.duality, "http", "--root", root, "--listen", f"127.0.0.1:{dport}", *GZIP_ARGS[args.gzip], *args.rest],
         stdout=subprocess.DEVNULL,
         stderr=open(os.path.join(base, "duality.log"), "wb"),
     )
@@ -541,7 +559,7 @@ def start(args, base, root):
 
 
 def run_seed(seed, args, files, nport, dport, tags_n, tags_d, counts):
-    gen = Gen(seed, files)
+    gen = Gen(seed, files, args.gzip)
     ng, du = Conn(nport), Conn(dport)
     ng.open()
     du.open()
@@ -579,7 +597,7 @@ def run_seed(seed, args, files, nport, dport, tags_n, tags_d, counts):
             vn, vd = view(rn, method), view(rd, method)
             counts["responses"] += 1
             if vn != vd:
-                why = documented(notes, name, vd, vn, args.gzip == "on") if rn and rd else None
+                why = documented(notes, name, vd, vn, args.gzip) if rn and rd else None
                 if why:
                     counts[why] = counts.get(why, 0) + 1
                 else:
@@ -614,7 +632,12 @@ def main():
     ap.add_argument("--count", type=int, default=2000, help="writes per seed")
     ap.add_argument("--nginx", default="nginx")
     ap.add_argument("--history", type=int, default=4, help="writes printed before a divergence")
-    ap.add_argument("--gzip", choices=["on", "off"], default="on", help="gzip and .gz files in both servers")
+    ap.add_argument(
+        "--gzip",
+        choices=sorted(GZIP_ARGS),
+        default="on",
+        help="both servers compress and send .gz files (on), neither does (off), or .gz files only (static)",
+    )
     argv, extra = sys.argv[1:], []
     if "--" in argv:  # after it: more `duality http` arguments
         k = argv.index("--")
