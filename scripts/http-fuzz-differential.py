@@ -396,11 +396,11 @@ class Gen:
         elif pre < 0.2:
             headers.append(("If-Modified-Since", r.choice([lm, other])))
         elif pre < 0.25:
-            headers.append(("If-Match", r.choice([tag, '"nope"', "*"])))
+            headers.append(("If-Match", r.choice([tag, f"W/{tag}", '"nope"', "*", f'"x", {tag}'])))
         elif pre < 0.3:
             headers.append(("If-Unmodified-Since", r.choice([lm, other])))
         if "range" in notes and r.random() < 0.3:
-            headers.append(("If-Range", r.choice([tag, lm, other, '"nope"'])))
+            headers.append(("If-Range", r.choice([tag, f"W/{tag}", lm, other, '"nope"'])))
         if r.random() < 0.05:
             headers.append(("Connection", "close"))
         elif version == "HTTP/1.0" and r.random() < 0.5:
