@@ -115,7 +115,10 @@ pub(crate) async fn conn<P: Protocol, S: AsyncRead + AsyncWrite + Unpin>(mut s: 
                 // mebibyte of values, which no benchmark sends (the peer
                 // closes rather than answer part of it).
                 Stop::Close | Stop::Finish { .. } => return,
-                Stop::Budget | Stop::Elsewhere(_) => tokio::task::yield_now().await,
+                // (One lane, no color locks: never busy.)
+                Stop::Budget | Stop::Elsewhere(_) | Stop::Busy(_) => {
+                    tokio::task::yield_now().await
+                }
             }
         }
     }

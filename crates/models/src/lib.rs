@@ -34,7 +34,7 @@ mod stats;
 
 pub use conn::Conn;
 pub use model::{cores, AcceptPolicy, Balance, Model, ParseModelError, MODEL_NAMES};
-pub use payload::{Handoff, Lane, Payload, DEFAULT_COLOR};
+pub use payload::{Handoff, Held, Lane, Payload, DEFAULT_COLOR};
 pub use server::{
     default_idle_spin, lingering_refusals, ListenAddr, Listener, Server, ServerBuilder,
     ShutdownReport, StatsHandle, DEFAULT_BACKLOG, DEFAULT_IDLE_SPIN, DEFAULT_IDLE_SPIN_URING,

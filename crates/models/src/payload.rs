@@ -6,7 +6,7 @@
 //! | model | where | how one color stays exclusive | cost per job |
 //! |---|---|---|---|
 //! | `sped` | inline | one thread: nothing else runs | none |
-//! | `symped`, `steal`, `thread-per-conn` | inline | a lock per color slot | one uncontended lock |
+//! | `symped`, `steal`, `thread-per-conn` | inline | a lock per color slot, waited for as a task | one uncontended lock |
 //! | `amped:P` | payload thread `color % P` | affinity: a color has one thread | a hand-off |
 //! | `seda:N:P` | payload threads round-robin | a lock per color slot | a hand-off + a lock |
 //! | `seda-s:N` | the calling loop's paired thread | a lock per color slot | a hand-off + a lock |
@@ -17,6 +17,16 @@
 //! stays correct: all its default-colored jobs are serialised. Color locks are
 //! a fixed array of slots indexed by `color % slots`: two colors may share a
 //! slot (less parallelism), never the reverse.
+//!
+//! A color lock held by another thread never blocks a network loop: its
+//! lane ([`Lane`] of an inline model, or of an adaptive hand-off model's
+//! loop) stops the batch before that request ([`Stop::Busy`](crate::session::Stop)),
+//! and the connection's task waits for the lock (the runtime's FIFO
+//! `Mutex`: woken when it is handed over) while the loop serves its other
+//! connections; `call_colored` waits the same way. Only a payload thread,
+//! which has nothing else to run, waits for a color by parking. (Blocking the
+//! loop instead cost `symped:2` 5% of the colors experiment's blocks/s, where
+//! a client's two connections sit on different loops.)
 //!
 //! The session driver (`session`) does not hand off one request at a time: it
 //! sends one *batch* per read ([`Payload::batch`]), which runs on one thread
@@ -36,7 +46,8 @@ use duality_rt::time::thread_cpu_time;
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, MutexGuard};
+use duality_rt::sync::{Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The color `call` uses.
@@ -133,7 +144,9 @@ const COLOR_SLOTS: usize = 1024;
 pub(crate) struct ColorLocks(Box<[ColorSlot]>);
 
 /// One color slot's lock, and how many times it was taken (`stats`: lock
-/// coalescing shows as fewer takes than requests).
+/// coalescing shows as fewer takes than requests). The runtime's `Mutex`:
+/// a loop's task waits for it without blocking the loop, a payload thread
+/// parks ([`ColorLocks::lock`]); FIFO, so a waiter is not overtaken.
 struct ColorSlot {
     lock: Mutex<()>,
     /// Written only by the lock's holder, so a plain load and store count
@@ -156,11 +169,37 @@ impl ColorLocks {
     fn slot(color: u64) -> usize {
         (color % COLOR_SLOTS as u64) as usize
     }
+    /// The slot's lock if it is free (and nobody waits for it).
+    fn try_lock(&self, slot: usize) -> Option<MutexGuard<'_, ()>> {
+        let g = self.0[slot].lock.try_lock().ok()?;
+        self.count(slot);
+        Some(g)
+    }
+    /// The slot's lock, the calling thread parked until it is handed over:
+    /// for payload threads, never a network loop.
     fn lock(&self, slot: usize) -> MutexGuard<'_, ()> {
-        let s = &self.0[slot];
-        let g = s.lock.lock().unwrap_or_else(|e| e.into_inner());
-        s.taken.store(s.taken.load(Relaxed) + 1, Relaxed);
+        match self.0[slot].lock.try_lock() {
+            Ok(g) => {
+                self.count(slot);
+                g
+            }
+            Err(_) => {
+                let g = futures_lite::future::block_on(self.0[slot].lock.lock());
+                self.count(slot);
+                g
+            }
+        }
+    }
+    /// The slot's lock, the calling task waiting for it (its loop runs on).
+    async fn lock_async(&self, slot: usize) -> MutexGuard<'_, ()> {
+        let g = self.0[slot].lock.lock().await;
+        self.count(slot);
         g
+    }
+    /// Counts a take by the lock's new holder.
+    fn count(&self, slot: usize) {
+        let s = &self.0[slot];
+        s.taken.store(s.taken.load(Relaxed) + 1, Relaxed);
     }
     /// Times any color lock was taken.
     fn taken(&self) -> u64 {
@@ -227,6 +266,9 @@ pub struct Lane {
     /// `Some((i, p))`: payload thread `i` of `p` that owns colors `c % p == i`.
     affinity: Option<(usize, usize)>,
     locks: Option<Arc<ColorLocks>>,
+    /// A payload thread's lane: a color held elsewhere is waited for here,
+    /// parked. Otherwise (a loop's) the batch stops before it.
+    parks: bool,
 }
 
 impl Lane {
@@ -235,14 +277,17 @@ impl Lane {
         Lane {
             affinity: None,
             locks: None,
+            parks: false,
         }
     }
 
-    /// A lane that admits every color and keeps each exclusive with `locks`.
+    /// A network loop's lane that admits every color and keeps each
+    /// exclusive with `locks`, never waiting for one itself.
     pub(crate) fn locked(locks: Arc<ColorLocks>) -> Lane {
         Lane {
             affinity: None,
             locks: Some(locks),
+            parks: false,
         }
     }
 
@@ -263,7 +308,9 @@ impl Lane {
     }
 
     /// Runs `job` keeping `color` exclusive. `locked` false: the caller's
-    /// state keeps colors exclusive by itself, take no second lock.
+    /// state keeps colors exclusive by itself, take no second lock. Parks
+    /// the calling thread while another holds the color: for payload
+    /// threads (a loop's task waits with [`Lane::hold`]).
     #[inline]
     pub fn run<R>(&self, color: u64, locked: bool, job: impl FnOnce() -> R) -> R {
         match &self.locks {
@@ -276,7 +323,9 @@ impl Lane {
     /// `held` for the next request, which takes no lock again if it has the
     /// same color slot. A different slot lets go of the held lock before it
     /// takes its own: a thread never holds two. The caller drops `held` at
-    /// the end of its batch.
+    /// the end of its batch. `None`, `job` not run: the color's lock is
+    /// another thread's and this is a loop's lane (see the module docs);
+    /// wait for it with [`Lane::hold`] and go on holding it.
     #[inline]
     pub fn run_held<'l, R>(
         &'l self,
@@ -284,18 +333,34 @@ impl Lane {
         locked: bool,
         held: &mut Option<Held<'l>>,
         job: impl FnOnce() -> R,
-    ) -> R {
+    ) -> Option<R> {
         if let Some(l) = self.locks.as_ref().filter(|_| locked) {
             let slot = ColorLocks::slot(color);
             if held.as_ref().map(|h| h.slot) != Some(slot) {
                 *held = None;
+                let guard = match l.try_lock(slot) {
+                    Some(g) => g,
+                    None if self.parks => l.lock(slot),
+                    None => return None,
+                };
                 *held = Some(Held {
                     slot,
-                    _guard: l.lock(slot),
+                    _guard: guard,
                 });
             }
         }
-        job()
+        Some(job())
+    }
+
+    /// Waits, as a task, for `color`'s lock on this lane (`None`: the lane
+    /// takes none), to hand to [`Lane::run_held`] or hold over a job.
+    pub async fn hold(&self, color: u64) -> Option<Held<'_>> {
+        let l = self.locks.as_ref()?;
+        let slot = ColorLocks::slot(color);
+        Some(Held {
+            slot,
+            _guard: l.lock_async(slot).await,
+        })
     }
 }
 
@@ -333,6 +398,17 @@ impl Payload {
         match &self.0.dispatch {
             Dispatch::Inline(lane) => Some(Inline { lane, timed: None }),
             _ => self.0.adaptive.as_ref().and_then(Adaptive::inline),
+        }
+    }
+
+    /// The network loop's lane that answered [`Stop::Busy`](crate::session::Stop):
+    /// the inline models' lane, or an adaptive hand-off model's (payload
+    /// threads park for a color instead).
+    pub(crate) fn waiting_lane(&self) -> &Lane {
+        match (&self.0.dispatch, &self.0.adaptive) {
+            (Dispatch::Inline(lane), _) => lane,
+            (_, Some(a)) => &a.lane,
+            (_, None) => unreachable!("a lane that parks never stops at a busy color"),
         }
     }
 
@@ -392,6 +468,7 @@ impl Payload {
                         // Adaptive: the network loop may run this color's
                         // batches too, so affinity alone no longer excludes.
                         locks: self.0.adaptive.as_ref().and_then(|a| a.lane.locks.clone()),
+                        parks: true,
                     },
                 )
             }
@@ -402,6 +479,7 @@ impl Payload {
                     Lane {
                         affinity: None,
                         locks: Some(locks.clone()),
+                        parks: true,
                     },
                 )
             }
@@ -413,6 +491,7 @@ impl Payload {
                     Lane {
                         affinity: None,
                         locks: Some(locks.clone()),
+                        parks: true,
                     },
                 )
             }
@@ -436,7 +515,12 @@ impl Payload {
         R: Send + 'static,
     {
         match self.route(color) {
-            Route::Here(lane) => lane.run(color, true, job),
+            Route::Here(lane) => {
+                // Waited for as a task: another loop's job of this color
+                // does not block this loop.
+                let _held = lane.hold(color).await;
+                job()
+            }
             Route::Stage(stage, lane) => stage.run(move || lane.run(color, true, job)).await,
         }
     }
@@ -569,6 +653,7 @@ impl Adaptive {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicBool;
 
     #[test]
     fn a_refresh_waits_for_both_time_and_batches() {
@@ -694,6 +779,41 @@ mod tests {
         assert_eq!(locks.taken(), 2);
         lane.run(3, true, || assert!(!free(3)));
         assert_eq!(locks.taken(), 3, "a lone job takes its lock once");
+    }
+
+    /// A color another thread holds: a loop's lane does not run the job
+    /// (the batch stops there) and runs other colors; a task waiting with
+    /// `hold` gets it once let go; a payload thread's lane parks for it.
+    #[test]
+    fn a_busy_color_stops_a_loops_lane_and_parks_a_payload_thread() {
+        let locks = ColorLocks::new();
+        let lane = Lane::locked(locks.clone());
+        let parking = Lane {
+            parks: true,
+            ..lane.clone()
+        };
+        let gone = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let holder = locks.try_lock(ColorLocks::slot(5)).unwrap();
+            let mut held = None;
+            assert_eq!(lane.run_held(5, true, &mut held, || 1), None, "not run");
+            assert!(held.is_none());
+            assert_eq!(lane.run_held(6, true, &mut held, || 2), Some(2));
+            drop(held);
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(50));
+                gone.store(true, Relaxed);
+                drop(holder);
+            });
+            let held = futures_lite::future::block_on(lane.hold(5)).unwrap();
+            assert!(gone.load(Relaxed), "held only once let go");
+            // A payload thread parks until the task lets go of it.
+            let ran = s.spawn(|| parking.run_held(5, true, &mut None, || 3));
+            std::thread::sleep(Duration::from_millis(20));
+            drop(held);
+            assert_eq!(ran.join().unwrap(), Some(3));
+        });
+        assert!(Lane::single().run_held(5, true, &mut None, || ()).is_some());
     }
 
     #[test]

@@ -64,7 +64,7 @@
 //! ([`Protocol::timed_out`], say a `408`) and may ask for a lingering close
 //! ([`Protocol::linger`]).
 
-use crate::payload::Lane;
+use crate::payload::{Held, Lane};
 use crate::{Conn, Payload, DEFAULT_COLOR};
 use duality_rt::net::SharedBytes;
 use duality_rt::time::{loop_now, sleep_until, Sleep};
@@ -464,6 +464,10 @@ pub enum Stop {
     Budget,
     /// The next request's color belongs to another payload thread.
     Elsewhere(u64),
+    /// The next request's color lock is another thread's, and the lane is a
+    /// loop's, which does not wait for it: wait for it with
+    /// [`Lane::hold`] (as a task) and serve on holding it.
+    Busy(u64),
     /// A request asked to close the connection.
     Close,
     /// A response shares a body ([`Output::share`]): write before serving
@@ -516,15 +520,28 @@ pub fn serve_bytes<P: Protocol>(
     lane: &Lane,
     limits: BatchLimits,
 ) -> Served {
+    serve_holding(proto, session, input, out, lane, limits, None)
+}
+
+/// [`serve_bytes`], starting with `held` (a color lock waited for after
+/// [`Stop::Busy`]) as the current run's lock.
+pub(crate) fn serve_holding<'l, P: Protocol>(
+    proto: &P,
+    session: &mut P::Session,
+    input: &[u8],
+    out: &mut Output,
+    lane: &'l Lane,
+    limits: BatchLimits,
+    mut held: Option<Held<'l>>,
+) -> Served {
     let mut used = 0;
     let mut requests = 0;
     let mut answered = 0;
     // A protocol that locks itself, on a lane without affinity, never needs
     // a color: do not compute one (for the cache, a hash per request).
     let colored = lane.uses_colors(!P::LOCKS_ITSELF);
-    // The color lock of the current run of one color (dropped on return:
-    // never held across the write or an await).
-    let mut held = None;
+    // `held`: the color lock of the current run of one color (dropped on
+    // return: never held across the write or an await).
     loop {
         if out.shared_full() {
             return Served {
@@ -583,9 +600,16 @@ pub fn serve_bytes<P: Protocol>(
                     };
                 }
                 let before = out.size();
-                let flow = lane.run_held(color, !P::LOCKS_ITSELF, &mut held, || {
+                let Some(flow) = lane.run_held(color, !P::LOCKS_ITSELF, &mut held, || {
                     proto.execute(session, req, out)
-                });
+                }) else {
+                    return Served {
+                        used,
+                        requests,
+                        answered,
+                        stop: Stop::Busy(color),
+                    };
+                };
                 used += n;
                 // (A request handed to `finish` is counted there.)
                 let grew = usize::from(out.size() != before);
@@ -924,6 +948,7 @@ fn compact(mut a: Box<Active>) -> Box<Active> {
             read_at: a.answered.read_at.take(),
         },
         next_color: a.next_color.take(),
+        busy: a.busy.take(),
     });
     give_active(a);
     small
@@ -944,6 +969,7 @@ fn take_active() -> Box<Active> {
                 read_at: None,
             },
             next_color: None,
+            busy: None,
         })
     })
 }
@@ -996,6 +1022,9 @@ struct Active {
     /// The color of the next batch's first request, where the last batch
     /// stopped at it (amped: it belongs to another payload thread).
     next_color: Option<u64>,
+    /// The color whose lock the last batch found another thread's
+    /// ([`Stop::Busy`]): the next one waits for it.
+    busy: Option<u64>,
 }
 
 /// A protocol and how the driver treats its connections: made once per
@@ -1048,13 +1077,25 @@ impl Active {
         session: &mut P::Session,
         lane: &Lane,
     ) -> Served {
-        let s = serve_bytes(
+        self.serve_holding(d, session, lane, None)
+    }
+
+    /// [`Active::serve`] with `held` as the first run's color lock.
+    fn serve_holding<'l, P: Protocol>(
+        &mut self,
+        d: &Driver<P>,
+        session: &mut P::Session,
+        lane: &'l Lane,
+        held: Option<Held<'l>>,
+    ) -> Served {
+        let s = serve_holding(
             &d.proto,
             session,
             &self.buf[self.start..self.end],
             &mut self.out,
             lane,
             d.limits,
+            held,
         );
         self.start += s.used;
         s
@@ -1158,6 +1199,7 @@ pub fn drive<P: Protocol>(
                 // site, awaited inline (a future of its own would sit in
                 // every connection's).
                 a.next_color = None;
+                a.busy = None;
                 let mut then = Then::Serve;
                 loop {
                     then = if let Then::Finish = then {
@@ -1208,9 +1250,22 @@ pub fn drive<P: Protocol>(
                         loop {
                             // The inline lane is dropped before the hand-off
                             // is awaited (a match would keep it in the future).
-                            let inline = payload
-                                .inline_lane()
-                                .map(|lane| a.serve(&driver, &mut session, &lane));
+                            let inline = match a.busy.take() {
+                                // A color lock another thread held: waited
+                                // for as a task, the loop serving others
+                                // (boxed: only contention pays for it).
+                                Some(c) => Some(
+                                    Box::pin(async {
+                                        let lane = payload.waiting_lane();
+                                        let held = lane.hold(c).await;
+                                        a.serve_holding(&driver, &mut session, lane, held)
+                                    })
+                                    .await,
+                                ),
+                                None => payload
+                                    .inline_lane()
+                                    .map(|lane| a.serve(&driver, &mut session, &lane)),
+                            };
                             let served = match inline {
                                 Some(served) => served,
                                 None => {
@@ -1254,6 +1309,7 @@ pub fn drive<P: Protocol>(
                             // byte, not a `Stop`, is kept across its await).
                             match served.stop {
                                 Stop::Elsewhere(c) => a.next_color = Some(c),
+                                Stop::Busy(c) => a.busy = Some(c),
                                 Stop::NeedMore(n) => {
                                     a.need = n;
                                     break Then::Read;
@@ -1589,6 +1645,7 @@ mod tests {
                 read_at: None,
             },
             next_color: None,
+            busy: None,
         }
     }
 

@@ -1,0 +1,126 @@
+//! A color lock another loop holds never blocks a loop: the connection whose
+//! request waits for it waits as a task, and its loop serves its other
+//! connections meanwhile (under `symped:2`, where a client's two
+//! connections can sit on different loops).
+
+use duality_models::session::Output;
+use duality_models::{Driver, DriverConfig, Flow, Parsed, Protocol, ServerBuilder};
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::time::{Duration, Instant};
+
+/// Lines `COLOR MILLIS NAME`: a job of that color that takes MILLIS ms of
+/// its thread, answered `NAME early` if the job named `a` was still running
+/// when it ran, else `NAME late`.
+#[derive(Default)]
+struct Jobs {
+    a_started: AtomicBool,
+    a_done: AtomicBool,
+    b_parsed: AtomicBool,
+}
+
+struct Job<'a> {
+    color: u64,
+    millis: u64,
+    name: &'a [u8],
+}
+
+impl Protocol for Jobs {
+    type Session = ();
+    type Request<'a> = Job<'a>;
+
+    fn max_request(&self) -> usize {
+        64
+    }
+
+    fn parse<'a>(&self, _: &mut (), input: &'a [u8]) -> Parsed<Job<'a>> {
+        let Some(end) = input.iter().position(|&b| b == b'\n') else {
+            return Parsed::Incomplete(0);
+        };
+        let line = std::str::from_utf8(&input[..end]).unwrap();
+        let mut words = line.split(' ');
+        let color = words.next().unwrap().parse().unwrap();
+        let millis = words.next().unwrap().parse().unwrap();
+        let name = words.next().unwrap().as_bytes();
+        if name == b"b" {
+            self.b_parsed.store(true, SeqCst);
+        }
+        let at = line.len() - name.len();
+        Parsed::Request(
+            Job {
+                color,
+                millis,
+                name: &input[at..end],
+            },
+            end + 1,
+        )
+    }
+
+    fn color(&self, job: &Job<'_>) -> u64 {
+        job.color
+    }
+
+    fn execute(&self, _: &mut (), job: Job<'_>, out: &mut Output) -> Flow {
+        let a = job.name == b"a";
+        if a {
+            self.a_started.store(true, SeqCst);
+        }
+        let early = !self.a_done.load(SeqCst);
+        std::thread::sleep(Duration::from_millis(job.millis));
+        if a {
+            self.a_done.store(true, SeqCst);
+        }
+        out.extend_from_slice(job.name);
+        out.extend_from_slice(if early { b" early\n" } else { b" late\n" });
+        Flow::Continue
+    }
+}
+
+fn eventually(what: &str, f: impl Fn() -> bool) {
+    let until = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < until, "never: {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn line(s: &TcpStream) -> String {
+    let mut l = String::new();
+    BufReader::new(s).read_line(&mut l).unwrap();
+    l
+}
+
+#[test]
+fn a_color_held_on_another_loop_does_not_block_this_one() {
+    let driver = Driver::new(Jobs::default(), DriverConfig::default());
+    let d = driver.clone();
+    let server = ServerBuilder::new()
+        .model("symped:2".parse().unwrap())
+        .tcp("127.0.0.1:0".parse::<SocketAddr>().unwrap())
+        .serve(move |c, p| duality_models::drive(c, p, d.clone()))
+        .unwrap();
+    let addr = server.tcp_addrs()[0];
+    // Dealt to the two loops in turn: a and a filler on one, b and c on
+    // the other.
+    let connect = || {
+        let s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        s
+    };
+    let (mut a, mut b, _filler, mut c) = (connect(), connect(), connect(), connect());
+    let jobs = driver.protocol();
+    // a takes color 7 for 2 s on its loop.
+    a.write_all(b"7 2000 a\n").unwrap();
+    eventually("a runs", || jobs.a_started.load(SeqCst));
+    // b wants color 7 on the other loop: it must wait...
+    b.write_all(b"7 0 b\n").unwrap();
+    eventually("b is read", || jobs.b_parsed.load(SeqCst));
+    // ...but not its loop: c, another color there, runs while a does
+    // (a loop blocked on the lock would run it only after a).
+    c.write_all(b"8 0 c\n").unwrap();
+    assert_eq!(line(&c), "c early\n", "c waited for another loop's color");
+    assert_eq!(line(&b), "b late\n", "b ran while a held its color");
+    assert_eq!(line(&a), "a early\n");
+    server.shutdown(Duration::from_secs(5));
+}
