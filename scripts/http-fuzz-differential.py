@@ -66,7 +66,11 @@ import subprocess
 import sys
 import tempfile
 import time
+
 from email.utils import formatdate
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from loopback import free_port, wait_listening  # noqa: E402
 
 TIMEOUT = 3.0  # seconds a response may take before it counts as missing
 MTIME = 1767225600  # 2026-01-01: the files' time (a past, fixed date)
@@ -135,25 +139,6 @@ def make_root(base):
     for d in ("", "sub", "noindex"):
         os.utime(os.path.join(root, d), (MTIME, MTIME))
     return root, files
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_listening(port, proc, what):
-    deadline = time.time() + 10
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            sys.exit(f"{what} exited with {proc.returncode} before it listened")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    sys.exit(f"{what} did not listen on 127.0.0.1:{port} within 10 s")
 
 
 def nginx_conf(base, root, port, gzip="on"):

@@ -46,28 +46,11 @@ import socket
 import struct
 import subprocess
 import sys
-import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from loopback import free_port, wait_listening  # noqa: E402
 
 QUIET = 0.3  # seconds without bytes before an answer counts as incomplete
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_listening(port, proc, what):
-    deadline = time.time() + 10
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            sys.exit(f"{what} exited with {proc.returncode} before it listened")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    sys.exit(f"{what} did not listen on 127.0.0.1:{port} within 10 s")
 
 
 class Conn:
