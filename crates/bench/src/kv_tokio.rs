@@ -116,9 +116,7 @@ pub(crate) async fn conn<P: Protocol, S: AsyncRead + AsyncWrite + Unpin>(mut s: 
                 // closes rather than answer part of it).
                 Stop::Close | Stop::Finish { .. } => return,
                 // (One lane, no color locks: never busy.)
-                Stop::Budget | Stop::Elsewhere(_) | Stop::Busy(_) => {
-                    tokio::task::yield_now().await
-                }
+                Stop::Budget | Stop::Elsewhere(_) | Stop::Busy(_) => tokio::task::yield_now().await,
             }
         }
     }

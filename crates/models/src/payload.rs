@@ -42,11 +42,11 @@
 use crate::stage::Stage;
 use crate::stats::HandoffStats;
 use duality_rt::adaptive::{Placement, Placer};
+use duality_rt::sync::{Mutex, MutexGuard};
 use duality_rt::time::thread_cpu_time;
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
-use duality_rt::sync::{Mutex, MutexGuard};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -1309,7 +1309,14 @@ pub fn drive<P: Protocol>(
                             // byte, not a `Stop`, is kept across its await).
                             match served.stop {
                                 Stop::Elsewhere(c) => a.next_color = Some(c),
-                                Stop::Busy(c) => a.busy = Some(c),
+                                Stop::Busy(c) => {
+                                    a.busy = Some(c);
+                                    // What the batch answered goes out
+                                    // before the wait.
+                                    if a.out.is_pending() {
+                                        break Then::Serve;
+                                    }
+                                }
                                 Stop::NeedMore(n) => {
                                     a.need = n;
                                     break Then::Read;

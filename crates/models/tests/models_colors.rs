@@ -1,7 +1,8 @@
 //! A color lock another loop holds never blocks a loop: the connection whose
 //! request waits for it waits as a task, and its loop serves its other
 //! connections meanwhile (under `symped:2`, where a client's two
-//! connections can sit on different loops).
+//! connections can sit on different loops), and what its batch answered
+//! before that request goes out before the wait.
 
 use duality_models::session::Output;
 use duality_models::{Driver, DriverConfig, Flow, Parsed, Protocol, ServerBuilder};
@@ -110,17 +111,26 @@ fn a_color_held_on_another_loop_does_not_block_this_one() {
     };
     let (mut a, mut b, _filler, mut c) = (connect(), connect(), connect(), connect());
     let jobs = driver.protocol();
-    // a takes color 7 for 2 s on its loop.
-    a.write_all(b"7 2000 a\n").unwrap();
+    // a takes color 7 for 3 s on its loop.
+    a.write_all(b"7 3000 a\n").unwrap();
     eventually("a runs", || jobs.a_started.load(SeqCst));
-    // b wants color 7 on the other loop: it must wait...
-    b.write_all(b"7 0 b\n").unwrap();
+    // b wants color 7 on the other loop, behind x of another color: b
+    // must wait...
+    b.write_all(b"9 0 x\n7 0 b\n").unwrap();
     eventually("b is read", || jobs.b_parsed.load(SeqCst));
     // ...but not its loop: c, another color there, runs while a does
     // (a loop blocked on the lock would run it only after a).
     c.write_all(b"8 0 c\n").unwrap();
     assert_eq!(line(&c), "c early\n", "c waited for another loop's color");
-    assert_eq!(line(&b), "b late\n", "b ran while a held its color");
+    // ...and x's answer went out before b's wait, not after a's job.
+    let mut b_lines = BufReader::new(&b);
+    let mut x = String::new();
+    b_lines.read_line(&mut x).unwrap();
+    assert_eq!(x, "x early\n");
+    assert!(!jobs.a_done.load(SeqCst), "x's answer waited for b's color");
+    let mut late = String::new();
+    b_lines.read_line(&mut late).unwrap();
+    assert_eq!(late, "b late\n", "b ran while a held its color");
     assert_eq!(line(&a), "a early\n");
     server.shutdown(Duration::from_secs(5));
 }
