@@ -18,7 +18,8 @@ pipelines of up to three requests in one write. The directory holds text, HTML, 
 SVG and PNG files from 0 bytes to 100 KB (past the page cache's 64 KiB),
 a fresh `.gz` beside one file, a stale one beside another, a `.gz`
 alone, a directory with an index and one without, a hidden file, a name
-with a space and one in UTF-8.
+with a space and one in UTF-8, and links inside the root (to a file of
+another type, to a directory, to nothing).
 
 Responses are compared after the differences that are not the request's:
 `Server`, `Date`, the ETag's spelling (each server's own tags are sent
@@ -136,6 +137,14 @@ def make_root(base):
         with open(path, "wb") as f:
             f.write(data)
         os.utime(path, (t, t))
+    # Links inside the root (both servers follow them; the type is the
+    # name's, not the target's).
+    links = {"link.txt": "a.txt", "notes.txt": "page.html", "subl": "sub", "dangling.txt": "nowhere"}
+    for name, target in links.items():
+        os.symlink(target, os.path.join(root, name))
+    files["link.txt"] = files["a.txt"]
+    files["notes.txt"] = files["page.html"]
+    files["subl/b.txt"] = files["sub/b.txt"]
     for d in ("", "sub", "noindex"):
         os.utime(os.path.join(root, d), (MTIME, MTIME))
     return root, files
@@ -312,14 +321,14 @@ class Gen:
         self.mode = mode
         self.names = sorted(files) + [
             "", "sub/", "sub", "noindex/", "noindex", "missing.txt", "only.txt",
-            "only.txt.gz", "style.css.gz", "sub/missing", "a.txt/",
+            "only.txt.gz", "style.css.gz", "sub/missing", "a.txt/", "subl/", "subl", "dangling.txt",
         ]
 
     def eligible(self, name):
         """Whether the file `name` answers is one both servers compress."""
         if self.mode == "static":
             return name in ("style.css", "stale.css", "only.txt")
-        name = {"sub/": "sub/index.html"}.get(name, name)
+        name = {"sub/": "sub/index.html", "subl/": "sub/index.html"}.get(name, name)
         data = self.files.get(name)
         if name == "only.txt":
             return True
