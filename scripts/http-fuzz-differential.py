@@ -51,13 +51,14 @@ Loopback only; both servers are stopped by their PIDs. Exit status 1 if
 any seed diverged.
 
     scripts/http-fuzz-differential.py target/release/duality \
-        [--seeds 1-20] [--count 2000] [--nginx nginx] [--gzip on|off|static] \
+        [--seeds 1-20] [--count 2000] [--parallel N] [--nginx nginx] [--gzip on|off|static] \
         [-- DUALITY_HTTP_ARGS...]
 
 e.g. `-- --model amped:1` or `-- --io epoll --sendfile-learn 0`.
 """
 
 import argparse
+import concurrent.futures
 import gzip
 import os
 import random
@@ -66,6 +67,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from email.utils import formatdate
@@ -74,6 +76,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from loopback import free_port, wait_listening  # noqa: E402
 
 TIMEOUT = 3.0  # seconds a response may take before it counts as missing
+COUNTS_LOCK = threading.Lock()
 MTIME = 1767225600  # 2026-01-01: the files' time (a past, fixed date)
 
 # duality's flags for each --gzip mode (nginx: `gzip` and `gzip_static`).
@@ -560,7 +563,13 @@ def start(args, base, root):
     return nginx, duality, nport, dport
 
 
-def run_seed(seed, args, files, nport, dport, tags_n, tags_d, counts):
+def count(counts, what):
+    with COUNTS_LOCK:
+        counts[what] = counts.get(what, 0) + 1
+
+
+def run_seed(seed, args, files, nport, dport, tags_n, tags_d, counts, say):
+    """Runs one seed; `say` takes its report's lines. False if it diverged."""
     gen = Gen(seed, files, args.gzip)
     ng, du = Conn(nport), Conn(dport)
     ng.open()
@@ -590,29 +599,28 @@ def run_seed(seed, args, files, nport, dport, tags_n, tags_d, counts):
                 # nginx 1.22 closes a connection it kept alive after a 412
                 # (the requests behind it unanswered): they are sent again
                 # on a new one, as a client retries on a stale connection.
-                why = "nginx closed a kept-alive connection"
-                counts[why] = counts.get(why, 0) + 1
+                count(counts, "nginx closed a kept-alive connection")
                 ng.open()
                 ng.s.sendall(b"".join(parts_n[j:]))
                 rn = ng.read_response(method == "HEAD")
             rd = du.read_response(method == "HEAD")
             vn, vd = view(rn, method), view(rd, method)
-            counts["responses"] += 1
+            count(counts, "responses")
             if vn != vd:
                 why = documented(notes, name, vd, vn, args.gzip) if rn and rd else None
                 if why:
-                    counts[why] = counts.get(why, 0) + 1
+                    count(counts, why)
                 else:
-                    print(f"seed {seed}: request {i} diverged: {raw.splitlines()[0]!r}")
+                    say(f"seed {seed}: request {i} diverged: {raw.splitlines()[0]!r}")
                     for ln in history[-args.history :]:
-                        print("  sent:", ln if len(ln) < 600 else ln[:600] + b"...")
+                        say(f"  sent: {ln if len(ln) < 600 else ln[:600] + b'...'}")
                     dn = dict(vn) if rn else {"response": None}
                     dd = dict(vd) if rd else {"response": None}
                     for k in sorted(set(dn) | set(dd)):
                         a, b = dn.get(k), dd.get(k)
                         if a != b:
                             sa, sb = repr(a), repr(b)
-                            print(f"  {k}: nginx {sa[:300]}\n  {' ' * len(k)}  duality {sb[:300]}")
+                            say(f"  {k}: nginx {sa[:300]}\n  {' ' * len(k)}  duality {sb[:300]}")
                     ng.close()
                     du.close()
                     return False
@@ -634,6 +642,7 @@ def main():
     ap.add_argument("--count", type=int, default=2000, help="writes per seed")
     ap.add_argument("--nginx", default="nginx")
     ap.add_argument("--history", type=int, default=4, help="writes printed before a divergence")
+    ap.add_argument("--parallel", type=int, default=1, help="seeds run at once, each on its own connections")
     ap.add_argument(
         "--gzip",
         choices=sorted(GZIP_ARGS),
@@ -660,15 +669,23 @@ def main():
         nginx, duality, nport, dport = start(args, base, root)
         names = list(files)
         tags_n, tags_d = learn_tags(nport, names), learn_tags(dport, names)
-        for seed in seeds:
-            t0 = time.time()
-            ok = run_seed(seed, args, files, nport, dport, tags_n, tags_d, counts)
-            print(f"seed {seed}: {'same' if ok else 'DIVERGED'} ({time.time() - t0:.1f} s)", flush=True)
-            if not ok:
-                failed.append(seed)
-            for p, what in ((nginx, "nginx"), (duality, "duality http")):
-                if p.poll() is not None:
-                    sys.exit(f"{what} exited with {p.returncode}")
+
+        def one(seed):
+            t0, lines = time.time(), []
+            ok = run_seed(seed, args, files, nport, dport, tags_n, tags_d, counts, lines.append)
+            lines.append(f"seed {seed}: {'same' if ok else 'DIVERGED'} ({time.time() - t0:.1f} s)")
+            return seed, ok, lines
+
+        # Seeds side by side (--parallel): each on connections of its own,
+        # so the servers' caches are shared by requests in flight at once.
+        with concurrent.futures.ThreadPoolExecutor(args.parallel) as pool:
+            for seed, ok, lines in pool.map(one, seeds):
+                print("\n".join(lines), flush=True)
+                if not ok:
+                    failed.append(seed)
+                for p, what in ((nginx, "nginx"), (duality, "duality http")):
+                    if p.poll() is not None:
+                        sys.exit(f"{what} exited with {p.returncode}")
     finally:
         for p in (nginx, duality):
             if p and p.poll() is None:
