@@ -647,6 +647,7 @@ mod tests {
     fn a_slow_client_does_not_hold_up_a_scrape() {
         let l = MetricsListener::start("127.0.0.1:0".parse().unwrap(), || "a_total 1\n".into())
             .unwrap();
+        let stalled_from = Instant::now();
         let mut idle: Vec<TcpStream> = (0..4)
             .map(|_| {
                 let mut s = TcpStream::connect(l.addr()).unwrap();
@@ -682,8 +683,13 @@ mod tests {
         let _ = s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n");
         let mut busy = String::new();
         if s.read_to_string(&mut busy).is_ok() {
+            // (A 200 only where the first stalled clients may have met
+            // their deadline meanwhile, giving their slots back: a loaded
+            // machine can take that long to get here.)
             assert!(
-                busy.is_empty() || busy.starts_with("HTTP/1.0 503 "),
+                busy.is_empty()
+                    || busy.starts_with("HTTP/1.0 503 ")
+                    || (busy.starts_with("HTTP/1.0 200 ") && stalled_from.elapsed() >= DEADLINE),
                 "{busy}"
             );
         }
