@@ -603,7 +603,7 @@ impl HttpProtocol {
                 None
             } else {
                 let bytes = self.state.cache.get(&f.path, &f.meta);
-                bytes.map(|b| (Encoding::Identity { vary: eligible }, b))
+                bytes.map(|b| (Encoding::Identity { vary: f.varies }, b))
             };
             if let Some((encoding, bytes)) = hit {
                 if learned == Some(SendPath::Copy) {
@@ -625,7 +625,7 @@ impl HttpProtocol {
                     open: open.clone(),
                     meta: f.meta,
                     content_type: f.content_type,
-                    encoding: Encoding::Identity { vary: eligible },
+                    encoding: Encoding::Identity { vary: f.varies },
                 });
                 return None;
             }
@@ -778,7 +778,7 @@ impl HttpProtocol {
         {
             self.state
                 .fresh
-                .record(&head.path, path, meta, content_type);
+                .record(&head.path, path, meta, content_type, true);
         }
         let encoding = Encoding::Gzip {
             len: gz.len() as u64,

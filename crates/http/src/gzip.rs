@@ -7,7 +7,9 @@
 //! file is **eligible** ([`eligible`]) when its type is on the list ([`compressible`],
 //! [`TYPES`]) and it has at least [`GzipConfig::min_length`] bytes; every
 //! response for an eligible file, encoded or not (304, 206, HEAD, 416
-//! included), carries `Vary: Accept-Encoding`. A request **wants** gzip
+//! included), carries `Vary: Accept-Encoding` (with `.gz` files alone, only
+//! where a fresh `.gz` lies beside the file: nginx's `gzip_static` varies
+//! only those). A request **wants** gzip
 //! ([`wanted`]) when its `Accept-Encoding` prefers it
 //! ([`AcceptEncoding::prefers_gzip`](crate::encoding::AcceptEncoding)) and it
 //! has no `Range`: range requests are answered from the identity body, 206

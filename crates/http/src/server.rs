@@ -681,12 +681,15 @@ impl HttpState {
             Path::new(url_path)
         };
         let content_type = mime::for_path(named);
-        let vary = gzip::eligible(&self.cfg.gzip, named, content_type, meta.size);
-        if vary && want_gzip {
+        let eligible = gzip::eligible(&self.cfg.gzip, named, content_type, meta.size);
+        if eligible && want_gzip {
             if let Some(found) = self.lookup_gzip(url_path, &path, meta, content_type)? {
                 return Ok(found);
             }
         }
+        // With `.gz` files alone, only a file with a fresh one beside it
+        // has another variant (as nginx varies it).
+        let vary = eligible && (self.cfg.gzip.enabled || self.fresh_gz_beside(&path, meta));
         let encoding = Encoding::Identity { vary };
         if let Some(bytes) = self.cache.get(&path, &meta) {
             // Kept open for its next requests where sendfile costs less
@@ -704,11 +707,12 @@ impl HttpState {
                         &path,
                         meta,
                         content_type,
+                        vary,
                         &file,
                         AtLimit::GoWithout,
                     );
                 }
-                None => self.fresh.record(url_path, &path, meta, content_type),
+                None => self.fresh.record(url_path, &path, meta, content_type, vary),
             }
             return Ok(Found::Bytes {
                 meta,
@@ -720,8 +724,15 @@ impl HttpState {
         let (file, meta) = file::open(&path).map_err(|e| HttpError::from_io(&e))?;
         if !self.cache.admits(meta.size) && meta.size >= self.cfg.sendfile_threshold {
             let file = Arc::new(file);
-            self.fresh
-                .record_open(url_path, &path, meta, content_type, &file, AtLimit::Sweep);
+            self.fresh.record_open(
+                url_path,
+                &path,
+                meta,
+                content_type,
+                vary,
+                &file,
+                AtLimit::Sweep,
+            );
             return Ok(Found::File {
                 file,
                 meta,
@@ -760,7 +771,7 @@ impl HttpState {
                 });
             }
         }
-        let (meta, bytes) = self.read_file(url_path, &path, file, meta, content_type)?;
+        let (meta, bytes) = self.read_file(url_path, &path, file, meta, content_type, vary)?;
         Ok(Found::Bytes {
             meta,
             content_type,
@@ -787,7 +798,7 @@ impl HttpState {
             }
         }
         if let Some(bytes) = self.gzip_cache.get(path, &meta) {
-            self.fresh.record(url_path, path, meta, content_type);
+            self.fresh.record(url_path, path, meta, content_type, true);
             return Ok(Some(Found::Bytes {
                 meta,
                 content_type,
@@ -821,7 +832,8 @@ impl HttpState {
                         input,
                     }));
                 }
-                let (read, bytes) = self.read_file(url_path, path, file, meta, content_type)?;
+                let (read, bytes) =
+                    self.read_file(url_path, path, file, meta, content_type, true)?;
                 if read != meta {
                     // It shrank while read: send what was read, as is.
                     return Ok(Some(Found::Bytes {
@@ -868,6 +880,14 @@ impl HttpState {
         }
         let meta = static_variant(&meta, &gz_meta);
         self.gz_body(path, gz_file, gz_meta.size, meta, content_type)
+    }
+
+    /// Whether a `.gz` at least as new as the file `path` (validators
+    /// `meta`) lies beside it: one stat.
+    fn fresh_gz_beside(&self, path: &Path, meta: FileMeta) -> bool {
+        self.root
+            .sibling(path, ".gz")
+            .is_some_and(|(_, gz)| gz.mtime >= meta.mtime)
     }
 
     /// A `FILE.gz` under the root whose `FILE` does not exist, sent as
@@ -965,6 +985,7 @@ impl HttpState {
         file: File,
         meta: FileMeta,
         content_type: &'static str,
+        varies: bool,
     ) -> Result<(FileMeta, Arc<[u8]>), HttpError> {
         let (read, bytes) = read_whole(&file, meta)?;
         if read != meta {
@@ -980,11 +1001,13 @@ impl HttpState {
                     path,
                     meta,
                     content_type,
+                    varies,
                     &file,
                     AtLimit::GoWithout,
                 );
             } else {
-                self.fresh.record(url_path, path, meta, content_type);
+                self.fresh
+                    .record(url_path, path, meta, content_type, varies);
             }
         }
         Ok((meta, bytes))
@@ -1041,6 +1064,10 @@ pub(crate) struct Fresh {
     pub(crate) path: Arc<Path>,
     pub(crate) meta: FileMeta,
     pub(crate) content_type: &'static str,
+    /// Its responses carry `Vary: Accept-Encoding`: an eligible file with
+    /// compression on, or with a fresh `.gz` beside it (nginx's
+    /// `gzip_static` with `gzip_vary` varies only those).
+    pub(crate) varies: bool,
     /// The file, open, for a body sent with `sendfile` (nginx's
     /// `open_file_cache`): a hit answers without the blocking pool.
     pub(crate) file: Option<Arc<OpenFile>>,
@@ -1177,8 +1204,9 @@ impl FreshIndex {
         path: &Path,
         meta: FileMeta,
         content_type: &'static str,
+        varies: bool,
     ) {
-        self.insert(url, path, meta, content_type, None);
+        self.insert(url, path, meta, content_type, varies, None);
     }
 
     /// [`record`](Self::record), keeping `file` (opened by that `stat`'s
@@ -1186,17 +1214,19 @@ impl FreshIndex {
     /// are held. At the limit, [`AtLimit`] says whether stale entries holding
     /// descriptors are dropped first; if none was, the entry keeps no
     /// descriptor.
+    #[allow(clippy::too_many_arguments)] // what a stat found, and how to keep it
     pub(crate) fn record_open(
         &self,
         url: &str,
         path: &Path,
         meta: FileMeta,
         content_type: &'static str,
+        varies: bool,
         file: &Arc<File>,
         at_limit: AtLimit,
     ) {
         if self.ttl.is_zero() || self.open_max == 0 {
-            return self.record(url, path, meta, content_type);
+            return self.record(url, path, meta, content_type, varies);
         }
         // The entry this one replaces gives its descriptor back first.
         {
@@ -1223,7 +1253,7 @@ impl FreshIndex {
                 opened: Instant::now(),
             })
         });
-        self.insert(url, path, meta, content_type, file);
+        self.insert(url, path, meta, content_type, varies, file);
     }
 
     /// Starts the thread that closes descriptors gone stale that no request
@@ -1266,6 +1296,7 @@ impl FreshIndex {
         path: &Path,
         meta: FileMeta,
         content_type: &'static str,
+        varies: bool,
         file: Option<Arc<OpenFile>>,
     ) {
         if self.ttl.is_zero() {
@@ -1275,6 +1306,7 @@ impl FreshIndex {
             path: path.into(),
             meta,
             content_type,
+            varies,
             file,
             checked: Instant::now(),
         };
@@ -1478,7 +1510,15 @@ mod tests {
         let idx = FreshIndex::new(Duration::from_millis(400), 2);
         let (meta, f) = kept_file(1 << 20);
         let open = |url: &str| {
-            idx.record_open(url, Path::new("/r/x"), meta, "x/y", &f, AtLimit::Sweep);
+            idx.record_open(
+                url,
+                Path::new("/r/x"),
+                meta,
+                "x/y",
+                false,
+                &f,
+                AtLimit::Sweep,
+            );
         };
         open("/a");
         open("/b");
@@ -1507,7 +1547,15 @@ mod tests {
         assert_eq!(idx.open_files(), 0);
         // No descriptors at all when the limit is 0.
         let none = FreshIndex::new(Duration::from_secs(1), 0);
-        none.record_open("/a", Path::new("/r/x"), meta, "x/y", &f, AtLimit::Sweep);
+        none.record_open(
+            "/a",
+            Path::new("/r/x"),
+            meta,
+            "x/y",
+            false,
+            &f,
+            AtLimit::Sweep,
+        );
         assert!(none.get("/a").unwrap().file.is_none());
         assert_eq!(none.open_files(), 0);
     }
@@ -1516,7 +1564,15 @@ mod tests {
     fn a_kept_file_is_trusted_resident_only_for_a_while_after_found_so() {
         let idx = FreshIndex::new(Duration::from_secs(60), 1);
         let (meta, f) = kept_file(1 << 10);
-        idx.record_open("/a", Path::new("/r/x"), meta, "x/y", &f, AtLimit::Sweep);
+        idx.record_open(
+            "/a",
+            Path::new("/r/x"),
+            meta,
+            "x/y",
+            false,
+            &f,
+            AtLimit::Sweep,
+        );
         let open = idx.get("/a").unwrap().file.unwrap();
         let t = Instant::now() + Duration::from_millis(5);
         // Never found resident: asked.
@@ -1549,13 +1605,13 @@ mod tests {
             inode: 1,
             changed: 0,
         };
-        idx.record("/a", Path::new("/r/a"), meta, "text/plain");
+        idx.record("/a", Path::new("/r/a"), meta, "text/plain", false);
         assert_eq!(&*idx.get("/a").unwrap().path, Path::new("/r/a"));
         assert!(idx.get("/b").is_none());
         std::thread::sleep(Duration::from_millis(520));
         assert!(idx.get("/a").is_none());
         for i in 0..FRESH_ENTRIES * 2 {
-            idx.record(&format!("/f{i}"), Path::new("/r/f"), meta, "x/y");
+            idx.record(&format!("/f{i}"), Path::new("/r/f"), meta, "x/y", false);
         }
         let total: usize = idx.shards.iter().map(|s| s.lock().unwrap().len()).sum();
         assert!(total <= FRESH_ENTRIES, "{total}");
@@ -1570,7 +1626,7 @@ mod tests {
             inode: 1,
             changed: 0,
         };
-        idx.record("/a", Path::new("/r/a"), meta, "text/plain");
+        idx.record("/a", Path::new("/r/a"), meta, "text/plain", false);
         assert!(idx.get("/a").is_none());
     }
 }

@@ -437,16 +437,42 @@ fn gzip_static_without_compression_serves_only_the_gz_files() {
     std::fs::write(www.join("lone.css.gz"), gzip_bytes(&marker)).unwrap();
     let mut c = s.client();
     assert_gzip_of(&c.get_with("/s.js", GZ), &marker, "fresh .gz");
+    // Vary only where a fresh .gz is beside the file (nginx's gzip_static
+    // with gzip_vary): a file with one variant does not vary.
     assert_identity(&c.get("/s.js"), &body, true, "no Accept-Encoding");
-    assert_identity(&c.get_with("/p.txt", GZ), &plain, true, "no .gz");
+    assert_identity(&c.get_with("/p.txt", GZ), &plain, false, "no .gz");
+    assert_identity(&c.get("/p.txt"), &plain, false, "no .gz, identity");
     assert_gzip_of(&c.get_with("/lone.css", GZ), &marker, "lone .gz");
     // A stale .gz: the identity body, never a compression.
     std::fs::write(www.join("s.js"), &body).unwrap();
     set_mtime(&www.join("s.js"), t0 + Duration::from_secs(10));
-    assert_identity(&c.get_with("/s.js", GZ), &body, true, "stale .gz");
+    assert_identity(&c.get_with("/s.js", GZ), &body, false, "stale .gz");
+    assert_identity(&c.get("/s.js"), &body, false, "stale .gz, identity");
     let stats = s.state.stats();
     assert_eq!(stats.gzip_compressed, 0);
     assert!(stats.gzip_static >= 2, "{}", stats.gzip_static);
+}
+
+/// The same from the fresh index (a stat trusted for a while): a hit
+/// varies as the lookup that recorded it found.
+#[test]
+fn gzip_static_without_compression_varies_cache_hits_as_their_lookup() {
+    let s = TestServer::start("gz-static-only-hits", |cfg| {
+        cfg.gzip.static_files = true;
+        cfg.revalidate = Duration::from_secs(60);
+    });
+    let www = s.www();
+    let body = text(10_000, "identity");
+    std::fs::write(www.join("s.js"), &body).unwrap();
+    std::fs::write(www.join("s.js.gz"), gzip_bytes(&body)).unwrap();
+    std::fs::write(www.join("p.txt"), &body).unwrap();
+    let mut c = s.client();
+    for round in ["miss", "hit", "hit again"] {
+        assert_identity(&c.get("/s.js"), &body, true, round);
+        assert_identity(&c.get("/p.txt"), &body, false, round);
+        assert_gzip_of(&c.get_with("/s.js", GZ), &body, round);
+        assert_identity(&c.get_with("/p.txt", GZ), &body, false, round);
+    }
 }
 
 #[test]
