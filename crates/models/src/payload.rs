@@ -24,9 +24,9 @@
 //! and the connection's task waits for the lock (the runtime's FIFO
 //! `Mutex`: woken when it is handed over) while the loop serves its other
 //! connections; `call_colored` waits the same way. Only a payload thread,
-//! which has nothing else to run, waits for a color by parking. (Blocking the
-//! loop instead cost `symped:2` 5% of the colors experiment's blocks/s, where
-//! a client's two connections sit on different loops.)
+//! which has nothing else to run, waits for a color by parking. (A loop
+//! blocked on another loop's color held up all its other connections for
+//! as long: `tests/models_colors.rs`.)
 //!
 //! The session driver (`session`) does not hand off one request at a time: it
 //! sends one *batch* per read ([`Payload::batch`]), which runs on one thread
@@ -175,20 +175,17 @@ impl ColorLocks {
         self.count(slot);
         Some(g)
     }
-    /// The slot's lock, the calling thread parked until it is handed over:
-    /// for payload threads, never a network loop.
+    /// The slot's lock, the calling thread parked until it is handed over
+    /// if it is not free: for payload threads, never a network loop.
     fn lock(&self, slot: usize) -> MutexGuard<'_, ()> {
-        match self.0[slot].lock.try_lock() {
-            Ok(g) => {
-                self.count(slot);
-                g
-            }
-            Err(_) => {
-                let g = futures_lite::future::block_on(self.0[slot].lock.lock());
-                self.count(slot);
-                g
-            }
-        }
+        self.try_lock(slot).unwrap_or_else(|| self.park(slot))
+    }
+    /// The slot's lock, found taken: the calling thread parks until it is
+    /// handed over.
+    fn park(&self, slot: usize) -> MutexGuard<'_, ()> {
+        let g = futures_lite::future::block_on(self.0[slot].lock.lock());
+        self.count(slot);
+        g
     }
     /// The slot's lock, the calling task waiting for it (its loop runs on).
     async fn lock_async(&self, slot: usize) -> MutexGuard<'_, ()> {
@@ -340,7 +337,7 @@ impl Lane {
                 *held = None;
                 let guard = match l.try_lock(slot) {
                     Some(g) => g,
-                    None if self.parks => l.lock(slot),
+                    None if self.parks => l.park(slot),
                     None => return None,
                 };
                 *held = Some(Held {
