@@ -100,7 +100,7 @@ hand="amped:$half,seda:2:$half,seda-s:$quarter"
 
 want kv && run kv 200 models --models "symped:$half,$hand" --clients 8,40,120 \
     --client-threads "$ct" --rounds 3 --windows 2
-want echo && run echo 110 models --service echo --no-peers --clients 8,40,120 --windows 3 \
+want echo && run echo 110 models --service echo --clients 8,40,120 --windows 3 \
     --client-threads "$ct" --models "sped,symped:$half,$hand"
 want threads && run threads 90 threads --max-threads "$maxthreads" --clients 120 \
     --client-threads "$ct" --windows 2
