@@ -23,10 +23,13 @@
 //! loop) stops the batch before that request ([`Stop::Busy`](crate::session::Stop)),
 //! and the connection's task waits for the lock (the runtime's FIFO
 //! `Mutex`: woken when it is handed over) while the loop serves its other
-//! connections; `call_colored` waits the same way. Only a payload thread,
-//! which has nothing else to run, waits for a color by parking. (A loop
-//! blocked on another loop's color held up all its other connections for
-//! as long: `tests/models_colors.rs`.)
+//! connections; `call_colored` waits the same way. A payload thread waits
+//! likewise, as a task on its stage, running the other batches handed to it
+//! meanwhile. (A loop blocked on another loop's color held up all its other
+//! connections for as long: `tests/models_colors.rs`; a payload thread
+//! parked on a color, `seda-s` with a client's connections on both loops,
+//! spent a third more CPU per request than two copies of the server:
+//! `docs/results/colors/straddle-dc8e5ec`.)
 //!
 //! The session driver (`session`) does not hand off one request at a time: it
 //! sends one *batch* per read ([`Payload::batch`]), which runs on one thread
@@ -145,8 +148,8 @@ pub(crate) struct ColorLocks(Box<[ColorSlot]>);
 
 /// One color slot's lock, and how many times it was taken (`stats`: lock
 /// coalescing shows as fewer takes than requests). The runtime's `Mutex`:
-/// a loop's task waits for it without blocking the loop, a payload thread
-/// parks ([`ColorLocks::lock`]); FIFO, so a waiter is not overtaken.
+/// a task waits for it without blocking its thread (a network loop's or a
+/// payload stage's); FIFO, so a waiter is not overtaken.
 struct ColorSlot {
     lock: Mutex<()>,
     /// Written only by the lock's holder, so a plain load and store count
@@ -175,18 +178,6 @@ impl ColorLocks {
         self.count(slot);
         Some(g)
     }
-    /// The slot's lock, the calling thread parked until it is handed over
-    /// if it is not free: for payload threads, never a network loop.
-    fn lock(&self, slot: usize) -> MutexGuard<'_, ()> {
-        self.try_lock(slot).unwrap_or_else(|| self.park(slot))
-    }
-    /// The slot's lock, found taken: the calling thread parks until it is
-    /// handed over.
-    fn park(&self, slot: usize) -> MutexGuard<'_, ()> {
-        let g = futures_lite::future::block_on(self.0[slot].lock.lock());
-        self.count(slot);
-        g
-    }
     /// The slot's lock, the calling task waiting for it (its loop runs on).
     async fn lock_async(&self, slot: usize) -> MutexGuard<'_, ()> {
         let g = self.0[slot].lock.lock().await;
@@ -201,10 +192,6 @@ impl ColorLocks {
     /// Times any color lock was taken.
     fn taken(&self) -> u64 {
         self.0.iter().map(|s| s.taken.load(Relaxed)).sum()
-    }
-    fn run<R>(&self, color: u64, job: impl FnOnce() -> R) -> R {
-        let _g = self.lock(ColorLocks::slot(color));
-        job()
     }
 }
 
@@ -263,9 +250,6 @@ pub struct Lane {
     /// `Some((i, p))`: payload thread `i` of `p` that owns colors `c % p == i`.
     affinity: Option<(usize, usize)>,
     locks: Option<Arc<ColorLocks>>,
-    /// A payload thread's lane: a color held elsewhere is waited for here,
-    /// parked. Otherwise (a loop's) the batch stops before it.
-    parks: bool,
 }
 
 impl Lane {
@@ -274,7 +258,6 @@ impl Lane {
         Lane {
             affinity: None,
             locks: None,
-            parks: false,
         }
     }
 
@@ -284,7 +267,6 @@ impl Lane {
         Lane {
             affinity: None,
             locks: Some(locks),
-            parks: false,
         }
     }
 
@@ -304,25 +286,15 @@ impl Lane {
         }
     }
 
-    /// Runs `job` keeping `color` exclusive. `locked` false: the caller's
-    /// state keeps colors exclusive by itself, take no second lock. Parks
-    /// the calling thread while another holds the color: for payload
-    /// threads (a loop's task waits with [`Lane::hold`]).
-    #[inline]
-    pub fn run<R>(&self, color: u64, locked: bool, job: impl FnOnce() -> R) -> R {
-        match &self.locks {
-            Some(l) if locked => l.run(color, job),
-            _ => job(),
-        }
-    }
-
-    /// Like [`Lane::run`] for one request of a run: keeps the color's lock in
-    /// `held` for the next request, which takes no lock again if it has the
-    /// same color slot. A different slot lets go of the held lock before it
-    /// takes its own: a thread never holds two. The caller drops `held` at
-    /// the end of its batch. `None`, `job` not run: the color's lock is
-    /// another thread's and this is a loop's lane (see the module docs);
-    /// wait for it with [`Lane::hold`] and go on holding it.
+    /// Runs `job`, one request of a run, keeping `color` exclusive
+    /// (`locked` false: the caller's state keeps colors exclusive by
+    /// itself, take no second lock); keeps the color's lock in `held` for
+    /// the next request, which takes no lock again if it has the same color
+    /// slot. A different slot lets go of the held lock before it takes its
+    /// own: a thread never holds two. The caller drops `held` at the end of
+    /// its batch. `None`, `job` not run: the color's lock is another
+    /// thread's (see the module docs); wait for it as a task with
+    /// [`Lane::hold`] and go on holding it.
     #[inline]
     pub fn run_held<'l, R>(
         &'l self,
@@ -335,11 +307,7 @@ impl Lane {
             let slot = ColorLocks::slot(color);
             if held.as_ref().map(|h| h.slot) != Some(slot) {
                 *held = None;
-                let guard = match l.try_lock(slot) {
-                    Some(g) => g,
-                    None if self.parks => l.park(slot),
-                    None => return None,
-                };
+                let guard = l.try_lock(slot)?;
                 *held = Some(Held {
                     slot,
                     _guard: guard,
@@ -398,14 +366,15 @@ impl Payload {
         }
     }
 
-    /// The network loop's lane that answered [`Stop::Busy`](crate::session::Stop):
-    /// the inline models' lane, or an adaptive hand-off model's (payload
-    /// threads park for a color instead).
-    pub(crate) fn waiting_lane(&self) -> &Lane {
+    /// The network loop's lane that answered [`Stop::Busy`](crate::session::Stop),
+    /// to wait for the color on and serve on: the inline models' lane, or
+    /// an adaptive hand-off model's. `None` where every batch is handed
+    /// off: the payload thread waits for the color (see [`Payload::batch`]).
+    pub(crate) fn waiting_lane(&self) -> Option<&Lane> {
         match (&self.0.dispatch, &self.0.adaptive) {
-            (Dispatch::Inline(lane), _) => lane,
-            (_, Some(a)) => &a.lane,
-            (_, None) => unreachable!("a lane that parks never stops at a busy color"),
+            (Dispatch::Inline(lane), _) => Some(lane),
+            (_, Some(a)) => Some(&a.lane),
+            (_, None) => None,
         }
     }
 
@@ -465,7 +434,6 @@ impl Payload {
                         // Adaptive: the network loop may run this color's
                         // batches too, so affinity alone no longer excludes.
                         locks: self.0.adaptive.as_ref().and_then(|a| a.lane.locks.clone()),
-                        parks: true,
                     },
                 )
             }
@@ -476,7 +444,6 @@ impl Payload {
                     Lane {
                         affinity: None,
                         locks: Some(locks.clone()),
-                        parks: true,
                     },
                 )
             }
@@ -488,7 +455,6 @@ impl Payload {
                     Lane {
                         affinity: None,
                         locks: Some(locks.clone()),
-                        parks: true,
                     },
                 )
             }
@@ -518,25 +484,35 @@ impl Payload {
                 let _held = lane.hold(color).await;
                 job()
             }
-            Route::Stage(stage, lane) => stage.run(move || lane.run(color, true, job)).await,
+            Route::Stage(stage, lane) => {
+                stage
+                    .run_async(async move {
+                        let _held = lane.hold(color).await;
+                        job()
+                    })
+                    .await
+            }
         }
     }
 
     /// Runs a batch: `job` gets the [`Lane`] it runs on and must execute only
-    /// what the lane admits, under [`Lane::run`]. `color` is the color of the
-    /// batch's first request where the model routes by color (see
-    /// `routes_by_color`); otherwise any value. Inline models run it here and
-    /// now; hand-off models move it (and what it owns) to a payload thread
-    /// and back.
-    pub async fn batch<R, F>(&self, color: u64, job: F) -> R
+    /// what the lane admits, under [`Lane::run_held`]; a color another
+    /// thread holds it waits for with [`Lane::hold`] (as a task: on a
+    /// payload thread the stage runs other batches meanwhile). `color` is the
+    /// color of the batch's first request where the model routes by color
+    /// (see `routes_by_color`); otherwise any value. Inline models run it
+    /// here and now; hand-off models move it (and what it owns) to a payload
+    /// thread and back.
+    pub async fn batch<R, F, J>(&self, color: u64, job: J) -> R
     where
-        F: FnOnce(&Lane) -> R + Send + 'static,
+        J: FnOnce(Lane) -> F + Send + 'static,
+        F: std::future::Future<Output = R> + Send + 'static,
         R: Send + 'static,
     {
         match self.route(color) {
-            Route::Here(lane) => job(lane),
+            Route::Here(lane) => job(lane.clone()).await,
             Route::Stage(stage, lane) => match &self.0.adaptive {
-                None => stage.run(move || job(&lane)).await,
+                None => stage.run_async(async move { job(lane).await }).await,
                 Some(a) => a.batch(stage, lane, job).await,
             },
         }
@@ -628,16 +604,21 @@ impl Adaptive {
     /// CPU time (its thread shares cores with the loop and the clients: a
     /// preempted batch's wall time made batches look as dear as the trip,
     /// and kept them handed off) and what the trip added to the wait.
-    async fn batch<R, F>(&self, stage: &Arc<Stage>, lane: Lane, job: F) -> R
+    ///
+    /// A job that waited for a color on the stage counts what the stage ran
+    /// meanwhile as its own: rare (two batches of one color at once), and
+    /// it errs toward handing off.
+    async fn batch<R, F, J>(&self, stage: &Arc<Stage>, lane: Lane, job: J) -> R
     where
-        F: FnOnce(&Lane) -> R + Send + 'static,
+        J: FnOnce(Lane) -> F + Send + 'static,
+        F: std::future::Future<Output = R> + Send + 'static,
         R: Send + 'static,
     {
         let t0 = Instant::now();
         let (r, wall, cpu) = stage
-            .run(move || {
+            .run_async(async move {
                 let (t, c) = (Instant::now(), thread_cpu_time());
-                let r = job(&lane);
+                let r = job(lane).await;
                 (r, t.elapsed(), thread_cpu_time().saturating_sub(c))
             })
             .await;
@@ -774,21 +755,19 @@ mod tests {
         lane.run_held(3, false, &mut held, || assert!(free(3)));
         assert!(held.is_none());
         assert_eq!(locks.taken(), 2);
-        lane.run(3, true, || assert!(!free(3)));
+        let h = futures_lite::future::block_on(lane.hold(3));
+        assert!(h.is_some() && !free(3));
+        drop(h);
         assert_eq!(locks.taken(), 3, "a lone job takes its lock once");
     }
 
-    /// A color another thread holds: a loop's lane does not run the job
-    /// (the batch stops there) and runs other colors; a task waiting with
-    /// `hold` gets it once let go; a payload thread's lane parks for it.
+    /// A color another thread holds: a lane does not run the job (the batch
+    /// stops there) and runs other colors; a task waiting with `hold` gets
+    /// it once let go.
     #[test]
-    fn a_busy_color_stops_a_loops_lane_and_parks_a_payload_thread() {
+    fn a_busy_color_stops_a_lane_until_hold_gets_it() {
         let locks = ColorLocks::new();
         let lane = Lane::locked(locks.clone());
-        let parking = Lane {
-            parks: true,
-            ..lane.clone()
-        };
         let gone = AtomicBool::new(false);
         std::thread::scope(|s| {
             let holder = locks.try_lock(ColorLocks::slot(5)).unwrap();
@@ -804,13 +783,38 @@ mod tests {
             });
             let held = futures_lite::future::block_on(lane.hold(5)).unwrap();
             assert!(gone.load(Relaxed), "held only once let go");
-            // A payload thread parks until the task lets go of it.
-            let ran = s.spawn(|| parking.run_held(5, true, &mut None, || 3));
-            std::thread::sleep(Duration::from_millis(20));
-            drop(held);
-            assert_eq!(ran.join().unwrap(), Some(3));
+            let mut held = Some(held);
+            assert_eq!(lane.run_held(5, true, &mut held, || 3), Some(3));
         });
         assert!(Lane::single().run_held(5, true, &mut None, || ()).is_some());
+    }
+
+    /// A payload thread waits for a color as a task: its stage runs the jobs
+    /// handed to it meanwhile (a parked thread ran none until the color's
+    /// holder let go).
+    #[test]
+    fn a_payload_thread_waiting_for_a_color_runs_other_jobs() {
+        let stage = Stage::start(0, 8, "t-payload-wait".into(), Duration::ZERO).unwrap();
+        let locks = ColorLocks::new();
+        let p = Payload::new(
+            Dispatch::RoundRobin(vec![stage.clone()], AtomicUsize::new(0), locks.clone()),
+            Handoff::Always,
+        );
+        let holder = locks.try_lock(ColorLocks::slot(5)).unwrap();
+        std::thread::scope(|s| {
+            let waiting = s.spawn(|| futures_lite::future::block_on(p.call_colored(5, || 1)));
+            // Long enough for it to reach the stage and wait there.
+            std::thread::sleep(Duration::from_millis(50));
+            let (tx, rx) = std::sync::mpsc::channel();
+            let p2 = p.clone();
+            s.spawn(move || tx.send(futures_lite::future::block_on(p2.call_colored(6, || 2))));
+            let other = rx.recv_timeout(Duration::from_secs(10));
+            assert!(!waiting.is_finished(), "color 5 waits for its holder");
+            drop(holder);
+            assert_eq!(other, Ok(2), "the one payload thread ran color 6 meanwhile");
+            assert_eq!(waiting.join().unwrap(), 1);
+        });
+        stage.stop();
     }
 
     #[test]

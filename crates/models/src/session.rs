@@ -1250,18 +1250,25 @@ pub fn drive<P: Protocol>(
                         loop {
                             // The inline lane is dropped before the hand-off
                             // is awaited (a match would keep it in the future).
-                            let inline = match a.busy.take() {
+                            let inline = match a.busy {
                                 // A color lock another thread held: waited
                                 // for as a task, the loop serving others
                                 // (boxed: only contention pays for it).
-                                Some(c) => Some(
-                                    Box::pin(async {
-                                        let lane = payload.waiting_lane();
-                                        let held = lane.hold(c).await;
-                                        a.serve_holding(&driver, &mut session, lane, held)
-                                    })
-                                    .await,
-                                ),
+                                Some(c) => match payload.waiting_lane() {
+                                    Some(lane) => {
+                                        a.busy = None;
+                                        Some(
+                                            Box::pin(async {
+                                                let held = lane.hold(c).await;
+                                                a.serve_holding(&driver, &mut session, lane, held)
+                                            })
+                                            .await,
+                                        )
+                                    }
+                                    // Every batch is handed off: `busy` goes
+                                    // with it, its payload thread waits.
+                                    None => None,
+                                },
                                 None => payload
                                     .inline_lane()
                                     .map(|lane| a.serve(&driver, &mut session, &lane)),
@@ -1269,7 +1276,7 @@ pub fn drive<P: Protocol>(
                             let served = match inline {
                                 Some(served) => served,
                                 None => {
-                                    let color = match a.next_color.take() {
+                                    let color = match a.busy.or(a.next_color.take()) {
                                         Some(c) => c,
                                         None if payload.routes_by_color() => driver
                                             .proto
@@ -1288,10 +1295,34 @@ pub fn drive<P: Protocol>(
                                     let (a2, s2, served) = Box::pin(async move {
                                         let _out = HandedOff::count();
                                         payload
-                                            .batch(color, move |lane| {
+                                            .batch(color, move |lane| async move {
                                                 let (mut a, mut session) = (small, session);
-                                                let s = a.serve(&d, &mut session, lane);
-                                                (a, session, s)
+                                                // A color another thread holds
+                                                // is waited for here, as a task
+                                                // (the payload thread runs other
+                                                // batches meanwhile), unless
+                                                // answers wait to be written.
+                                                let mut held = match a.busy.take() {
+                                                    Some(c) => lane.hold(c).await,
+                                                    None => None,
+                                                };
+                                                loop {
+                                                    let s = a.serve_holding(
+                                                        &d,
+                                                        &mut session,
+                                                        &lane,
+                                                        held,
+                                                    );
+                                                    match s.stop {
+                                                        Stop::Busy(c)
+                                                            if s.used == 0
+                                                                && !a.out.is_pending() =>
+                                                        {
+                                                            held = lane.hold(c).await
+                                                        }
+                                                        _ => return (a, session, s),
+                                                    }
+                                                }
                                             })
                                             .await
                                     })

@@ -25,6 +25,7 @@
 use crate::stats::{ThreadRole, ThreadStats};
 use duality_rt::sync::Semaphore;
 use duality_rt::{LoopConfig, LoopThread, RemoteWait};
+use futures_lite::FutureExt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -83,6 +84,17 @@ impl Stage {
         F: FnOnce() -> R + Send + 'static,
         R: Send + 'static,
     {
+        self.run_async(async move { job() }).await
+    }
+
+    /// Like [`Stage::run`] for a job that may wait as a task on the stage
+    /// (for a color lock another thread holds): the stage runs its other
+    /// jobs meanwhile instead of parking.
+    pub(crate) async fn run_async<R, F>(self: &Arc<Self>, job: F) -> R
+    where
+        F: std::future::Future<Output = R> + Send + 'static,
+        R: Send + 'static,
+    {
         let Ok(permit) = self.room.acquire().await else {
             // Closed: the server is stopping; this task is cancelled with it.
             return std::future::pending().await;
@@ -94,7 +106,7 @@ impl Stage {
         // bounces between the threads.
         let handle = self
             .handle
-            .spawn(async move { std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)) });
+            .spawn(std::panic::AssertUnwindSafe(job).catch_unwind());
         let r = handle.await;
         drop(permit);
         self.jobs.fetch_add(1, Relaxed);

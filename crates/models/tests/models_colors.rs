@@ -2,13 +2,16 @@
 //! request waits for it waits as a task, and its loop serves its other
 //! connections meanwhile (under `symped:2`, where a client's two
 //! connections can sit on different loops), and what its batch answered
-//! before that request goes out before the wait.
+//! before that request goes out before the wait. A payload thread waits for
+//! a color likewise, running other batches meanwhile.
 
 use duality_models::session::Output;
 use duality_models::{Driver, DriverConfig, Flow, Parsed, Protocol, ServerBuilder};
+use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Lines `COLOR MILLIS NAME`: a job of that color that takes MILLIS ms of
@@ -19,6 +22,8 @@ struct Jobs {
     a_started: AtomicBool,
     a_done: AtomicBool,
     b_parsed: AtomicBool,
+    /// Names of the jobs parsed so far.
+    parsed: Mutex<HashSet<Vec<u8>>>,
 }
 
 struct Job<'a> {
@@ -47,6 +52,7 @@ impl Protocol for Jobs {
         if name == b"b" {
             self.b_parsed.store(true, SeqCst);
         }
+        self.parsed.lock().unwrap().insert(name.to_vec());
         let at = line.len() - name.len();
         Parsed::Request(
             Job {
@@ -132,5 +138,49 @@ fn a_color_held_on_another_loop_does_not_block_this_one() {
     b_lines.read_line(&mut late).unwrap();
     assert_eq!(late, "b late\n", "b ran while a held its color");
     assert_eq!(line(&a), "a early\n");
+    server.shutdown(Duration::from_secs(5));
+}
+
+/// `seda:1:2` hands batches to its two payload threads in turn. b waits on
+/// one for the color a holds on the other: as a task, so d, the next batch
+/// dealt to b's thread, runs while a does (a parked thread would run it
+/// only after a let go).
+#[test]
+fn a_payload_thread_waiting_for_a_color_runs_other_batches() {
+    let driver = Driver::new(Jobs::default(), DriverConfig::default());
+    let d = driver.clone();
+    let server = ServerBuilder::new()
+        .model("seda:1:2".parse().unwrap())
+        .tcp("127.0.0.1:0".parse::<SocketAddr>().unwrap())
+        .serve(move |c, p| duality_models::drive(c, p, d.clone()))
+        .unwrap();
+    let addr = server.tcp_addrs()[0];
+    let connect = || {
+        let s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        s
+    };
+    let (mut a, mut b, mut c, mut dd) = (connect(), connect(), connect(), connect());
+    let jobs = driver.protocol();
+    let parsed = |name: &[u8]| jobs.parsed.lock().unwrap().contains(name);
+    // Batches in turn: a on the first thread (color 7 for 3 s), b on the
+    // second (waits for 7), c on the first (behind a), d on the second.
+    a.write_all(b"7 3000 a\n").unwrap();
+    eventually("a runs", || jobs.a_started.load(SeqCst));
+    b.write_all(b"7 0 b\n").unwrap();
+    eventually("b is read", || parsed(b"b"));
+    c.write_all(b"8 0 c\n").unwrap();
+    // c's batch is parsed only once a is done: give it time to be handed
+    // off before d.
+    std::thread::sleep(Duration::from_millis(100));
+    dd.write_all(b"9 0 d\n").unwrap();
+    assert_eq!(
+        line(&dd),
+        "d early\n",
+        "d waited behind b's wait for a's color"
+    );
+    assert_eq!(line(&b), "b late\n", "b ran while a held its color");
+    assert_eq!(line(&a), "a early\n");
+    assert_eq!(line(&c), "c late\n");
     server.shutdown(Duration::from_secs(5));
 }
