@@ -6,12 +6,12 @@
 //! a color likewise, running other batches meanwhile.
 
 use duality_models::session::Output;
-use duality_models::{Driver, DriverConfig, Flow, Parsed, Protocol, ServerBuilder};
+use duality_models::{Driver, DriverConfig, Flow, Parsed, Protocol, Server, ServerBuilder};
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Lines `COLOR MILLIS NAME`: a job of that color that takes MILLIS ms of
@@ -98,24 +98,29 @@ fn line(s: &TcpStream) -> String {
     l
 }
 
-#[test]
-fn a_color_held_on_another_loop_does_not_block_this_one() {
+/// A `Jobs` server under `model` and four connections to it, made in turn.
+fn start(model: &str) -> (Server, Arc<Driver<Jobs>>, [TcpStream; 4]) {
     let driver = Driver::new(Jobs::default(), DriverConfig::default());
     let d = driver.clone();
     let server = ServerBuilder::new()
-        .model("symped:2".parse().unwrap())
+        .model(model.parse().unwrap())
         .tcp("127.0.0.1:0".parse::<SocketAddr>().unwrap())
         .serve(move |c, p| duality_models::drive(c, p, d.clone()))
         .unwrap();
     let addr = server.tcp_addrs()[0];
-    // Dealt to the two loops in turn: a and a filler on one, b and c on
-    // the other.
-    let connect = || {
+    let conns = std::array::from_fn(|_| {
         let s = TcpStream::connect(addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
         s
-    };
-    let (mut a, mut b, _filler, mut c) = (connect(), connect(), connect(), connect());
+    });
+    (server, driver, conns)
+}
+
+#[test]
+fn a_color_held_on_another_loop_does_not_block_this_one() {
+    let (server, driver, [mut a, mut b, _filler, mut c]) = start("symped:2");
+    // Dealt to the two loops in turn: a and a filler on one, b and c on
+    // the other.
     let jobs = driver.protocol();
     // a takes color 7 for 3 s on its loop.
     a.write_all(b"7 3000 a\n").unwrap();
@@ -147,20 +152,7 @@ fn a_color_held_on_another_loop_does_not_block_this_one() {
 /// only after a let go).
 #[test]
 fn a_payload_thread_waiting_for_a_color_runs_other_batches() {
-    let driver = Driver::new(Jobs::default(), DriverConfig::default());
-    let d = driver.clone();
-    let server = ServerBuilder::new()
-        .model("seda:1:2".parse().unwrap())
-        .tcp("127.0.0.1:0".parse::<SocketAddr>().unwrap())
-        .serve(move |c, p| duality_models::drive(c, p, d.clone()))
-        .unwrap();
-    let addr = server.tcp_addrs()[0];
-    let connect = || {
-        let s = TcpStream::connect(addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        s
-    };
-    let (mut a, mut b, mut c, mut dd) = (connect(), connect(), connect(), connect());
+    let (server, driver, [mut a, mut b, mut c, mut dd]) = start("seda:1:2");
     let jobs = driver.protocol();
     let parsed = |name: &[u8]| jobs.parsed.lock().unwrap().contains(name);
     // Batches in turn: a on the first thread (color 7 for 3 s), b on the
