@@ -17,7 +17,7 @@
 #             cores of its own, one in flight and 16 pipelined (issue 11)
 #
 # Usage, from the repository root:
-#   scripts/device-scaling.sh BINARY OUTDIR [quick]
+#   scripts/device-scaling.sh BINARY OUTDIR [quick|check]
 # BINARY is a release build of `duality` (carry a stripped copy: the
 # working tree and carried paths travel within 64 MiB together;
 # scripts/device-pack.sh packs one into .dev/ with the libraries, fonts and
@@ -34,6 +34,10 @@
 #   ... the device calls ...
 #   git reset -q -- docs/results; sed -i '\#^/docs/results/$#d' .git/info/exclude
 # `quick` runs every experiment in its --quick mode (a check of the script).
+# `check` starts each step's command in its --quick mode and stops it after
+# two seconds: a step whose arguments the command refuses fails at once
+# (tests/device_scaling.rs runs it for every step; the `echo` step's
+# refused --no-peers once cost a device call a step).
 # STEPS (default "kv echo threads colors", about 9 minutes on 16 cores)
 # picks the experiments; `STEPS="offload http"` (about 4 minutes),
 # `STEPS="kvtcp"` (about 3 minutes) or `STEPS="sweep"` fill a second call.
@@ -41,6 +45,9 @@ set -u
 bin=${1:?a duality binary}
 out=${2:?an output directory}
 quick=${3:-}
+mode=$quick
+[ "$mode" = check ] && quick=quick
+failed=0
 mkdir -p "$out"
 here="$(cd "$(dirname "$bin")" && pwd)"
 if [ -d "$here/lib" ]; then
@@ -77,8 +84,14 @@ run() {
     local q=()
     [ "$quick" = quick ] && q=(--quick)
     echo "== $name: $bin bench $* ${q[*]} ($(date -u +%T))" | tee -a "$log"
+    [ "$mode" = check ] && limit=2
     timeout "$limit" "$bin" bench "$@" "${q[@]}" --out "$work/$name" >>"$log" 2>&1
-    echo "exit $? ($(date -u +%T))" | tee -a "$log"
+    local rc=$?
+    echo "exit $rc ($(date -u +%T))" | tee -a "$log"
+    # Stopped by the timeout is a pass in `check` mode: it started.
+    if [ "$rc" -ne 0 ] && ! { [ "$mode" = check ] && [ "$rc" -eq 124 ]; }; then
+        failed=$((failed + 1))
+    fi
     # Written beside and renamed, so a call cut short mid-pack still
     # returns the archive of the steps before.
     tar czf "$out/results.tgz.part" -C "$work" . && mv "$out/results.tgz.part" "$out/results.tgz"
@@ -104,8 +117,10 @@ want echo && run echo 110 models --service echo --clients 8,40,120 --windows 3 \
     --client-threads "$ct" --models "sped,symped:$half,$hand"
 want threads && run threads 90 threads --max-threads "$maxthreads" --clients 120 \
     --client-threads "$ct" --windows 2
-want colors && run colors 150 colors --threads "$threads" --client-loops 4 --clients 64 --rounds 2 \
-    --setups amped,symped,n-copy,tokio
+# (--quick sets the thread counts and the load itself.)
+colors=(--setups amped,symped,n-copy,tokio)
+[ "$quick" = quick ] || colors+=(--threads "$threads" --client-loops 4 --clients 64 --rounds 2)
+want colors && run colors 150 colors "${colors[@]}"
 want sweep && run sweep 120 models --sweep --sweep-max 8 --client-threads "$ct" --windows 2
 want offload && run offload 240 offload --model "symped:$half" --nginx-workers "$half"
 want kvtcp && run kvtcp 100 models --tcp --models symped:1,symped:2 --io epoll,uring \
@@ -115,3 +130,4 @@ want kvtcp && run kvtcp-pipeline16 100 models --tcp --models symped:1,symped:2 -
 want http && run http 200 http --io epoll,uring --sizes 1024,16384 --clients 100,1000 \
     --servers "duality-knot-c:$half,nginx-${half}w" --client-threads "$((cores - half))"
 rm -rf "$work"
+[ "$failed" -eq 0 ] || { echo "$failed step(s) failed: see $log" >&2; exit 1; }
