@@ -38,9 +38,10 @@
 # two seconds: a step whose arguments the command refuses fails at once
 # (tests/device_scaling.rs runs it for every step; the `echo` step's
 # refused --no-peers once cost a device call a step).
-# STEPS (default "kv echo threads colors", about 9 minutes on 16 cores)
+# STEPS (default "kv echo threads colors", about 6.5 minutes on 16 cores)
 # picks the experiments; `STEPS="offload http"` (about 4 minutes),
-# `STEPS="kvtcp"` (about 3 minutes) or `STEPS="sweep"` fill a second call.
+# `STEPS="kvtcp"` (about 2.5 minutes) or `STEPS="sweep"` fill a second call.
+# A lease of 15 minutes held all three on 2026-12-04 (678 s with starts).
 set -u
 bin=${1:?a duality binary}
 out=${2:?an output directory}
