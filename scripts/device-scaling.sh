@@ -41,7 +41,8 @@
 # STEPS (default "kv echo threads colors", about 6.5 minutes on 16 cores)
 # picks the experiments; `STEPS="offload http"` (about 4 minutes),
 # `STEPS="kvtcp"` (about 2.5 minutes) or `STEPS="sweep"` fill a second call.
-# A lease of 15 minutes held all three on 2026-12-04 (678 s with starts).
+# A 15-minute lease held the default steps, "echo http" and "kvtcp" on
+# 2026-12-04 (three calls, 678 s of device time with the start).
 set -u
 bin=${1:?a duality binary}
 out=${2:?an output directory}
