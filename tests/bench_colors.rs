@@ -43,6 +43,11 @@ fn quick_colors_run_writes_every_setup_at_every_n() {
     assert!(md.contains("| symped | symped:2 | 2 |"), "{md}");
     assert!(md.contains("| tokio | tokio, 1 worker | 1 |"), "{md}");
     assert!(md.contains("audited"), "{md}");
+    // Pinned by default, every setup alike, and the file says so.
+    assert!(
+        md.contains("Threads pinned (`--cpu-affinity auto`)"),
+        "{md}"
+    );
     assert!(md.contains("- amped: lowest"), "{md}");
     assert_eq!(
         std::fs::read_to_string(out.join("colors.csv"))
@@ -79,6 +84,41 @@ fn connections_past_the_file_limit_are_refused() {
             res.to_str().unwrap(),
         ],
         &["--clients × --conns-per-client ", "(ulimit -n)", "at most "],
+    );
+    assert!(!res.exists());
+}
+
+/// A CPU list the servers could not be pinned to is refused before any
+/// server starts, naming the CPUs this process may use.
+#[test]
+fn a_cpu_affinity_outside_the_allowed_cpus_is_refused() {
+    let allowed = duality_rt::affinity::allowed_cpus().unwrap();
+    let outside = (0..1024).find(|c| !allowed.contains(c)).unwrap();
+    let out = common::TempDir::new("bench-colors-affinity");
+    let res = out.path().join("r");
+    let list = format!("{},{outside}", allowed[0]);
+    common::bench::refused(
+        &[
+            "colors",
+            "--cpu-affinity",
+            &list,
+            "--out",
+            res.to_str().unwrap(),
+        ],
+        &[
+            &format!("CPU {outside} is not one this process may use"),
+            &duality_rt::affinity::format_cpus(&allowed),
+        ],
+    );
+    common::bench::refused(
+        &[
+            "colors",
+            "--cpu-affinity",
+            "2-1",
+            "--out",
+            res.to_str().unwrap(),
+        ],
+        &["use off, auto or a CPU list"],
     );
     assert!(!res.exists());
 }

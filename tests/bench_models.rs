@@ -209,6 +209,43 @@ fn quick_models_run_takes_the_adaptive_hand_off() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
+/// `--cpu-affinity off,auto`: each model once unpinned and once pinned,
+/// labelled `MODEL%auto`, both served; the header says what the label means.
+#[test]
+fn quick_models_run_takes_each_cpu_placement() {
+    let out = std::env::temp_dir().join(format!("duality-bench-affinity-{}", std::process::id()));
+    let run = bench_models([
+        std::ffi::OsStr::new("--quick"),
+        "--no-peers".as_ref(),
+        "--models".as_ref(),
+        "seda-s:1".as_ref(),
+        "--clients".as_ref(),
+        "8".as_ref(),
+        "--cpu-affinity".as_ref(),
+        "off,auto".as_ref(),
+        "--json".as_ref(),
+        "--out".as_ref(),
+        out.as_os_str(),
+    ]);
+    let rows: serde_json::Value = serde_json::from_slice(&run.stdout).expect("stdout is JSON");
+    let servers: Vec<&str> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            assert!(r["tps_mean"].as_f64().unwrap() > 0.0, "{r}");
+            r["server"].as_str().unwrap()
+        })
+        .collect();
+    assert_eq!(servers, ["duality seda-s:1", "duality seda-s:1%auto"]);
+    let md = std::fs::read_to_string(out.join("table.md")).unwrap();
+    assert!(
+        md.contains("`duality MODEL%CPUS`: the model run with `--cpu-affinity CPUS`"),
+        "{md}"
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}
+
 #[test]
 fn quick_sweep_lays_the_hand_off_models_out_by_thread_count() {
     let out = std::env::temp_dir().join(format!("duality-bench-sweep-{}", std::process::id()));

@@ -88,6 +88,30 @@ fn values_a_setting_cannot_mean_are_refused() {
     }
 }
 
+/// A CPU the process may not use, in `--cpu-affinity`, is one line naming
+/// the CPUs it may; a list that is not one is clap's usage error.
+#[test]
+fn a_cpu_affinity_outside_the_allowed_cpus_is_one_line() {
+    let allowed = duality_rt::affinity::allowed_cpus().unwrap();
+    let outside = (0..1024).find(|c| !allowed.contains(c)).unwrap();
+    let dir = common::TempDir::new("cli-affinity");
+    let sock = dir.path().join("kv.sock");
+    for server in [
+        &["kv", "-s", sock.to_str().unwrap()][..],
+        &["http", "--listen", "127.0.0.1:0", "--root", "/tmp"],
+    ] {
+        let o = duality(&[server, &["--cpu-affinity", &outside.to_string()]].concat());
+        one_line_error(
+            &o,
+            &format!("CPU {outside} is not one this process may use"),
+        );
+        let o = duality(&[server, &["--cpu-affinity", "0-x"]].concat());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains("use off, auto or a CPU list"), "{err}");
+    }
+}
+
 /// Where the kernel refuses io_uring (simulated: `DUALITY_URING_REFUSE`),
 /// the server says so in one line and serves on epoll.
 #[test]

@@ -58,6 +58,14 @@ pub struct ColorsArgs {
     /// per-round ratios, are reported).
     #[arg(long, default_value_t = 3, conflicts_with = "quick", value_parser = super::bench::positive)]
     rounds: usize,
+    /// Where every setup's threads run: `auto` pins thread i of a server
+    /// (network loop i and payload thread i, tokio's worker i) and copy i
+    /// of `n-copy` to the i-th CPU this process may use, so every setup is
+    /// placed alike and `seda-s`'s loop and payload thread of a pair share
+    /// a core; a list such as `0-3` uses those CPUs in order; `off` leaves
+    /// placement to the kernel. The load generator is never pinned.
+    #[arg(long, value_name = "off|auto|LIST", default_value = "auto")]
+    cpu_affinity: duality_models::CpuAffinity,
     #[command(flatten)]
     output: super::OutputArgs,
 }
@@ -83,6 +91,17 @@ pub fn run(a: ColorsArgs) -> anyhow::Result<()> {
     for s in &a.setups {
         colors::server_name(s, 1)?;
     }
+    let cpus = match &a.cpu_affinity {
+        duality_models::CpuAffinity::Off => None,
+        duality_models::CpuAffinity::Auto => Some(duality_rt::affinity::allowed_cpus()?),
+        duality_models::CpuAffinity::List(l) => {
+            let allowed = duality_rt::affinity::allowed_cpus()?;
+            for i in 0..l.len() {
+                a.cpu_affinity.cpu_for(i, &allowed)?;
+            }
+            Some(l.clone())
+        }
+    };
     let cores = duality_models::cores();
     let (threads, load, rounds) = if a.output.quick {
         // N = 1, 2 whatever the machine: the test suite checks both.
@@ -133,6 +152,7 @@ pub fn run(a: ColorsArgs) -> anyhow::Result<()> {
         threads: threads.clone(),
         load,
         rounds,
+        cpus: cpus.clone(),
     };
     let pb = super::bench_kv::progress(rounds * threads.len() * a.setups.len());
     let rows = colors::run(&plan, &mut |round, setup, n| {
@@ -150,6 +170,7 @@ pub fn run(a: ColorsArgs) -> anyhow::Result<()> {
          Each request encrypts and authenticates a {} byte block with its client's key (ChaCha20-Poly1305) under the client's color; \
          one request in {} per connection updates a ledger shared by all clients under the default color. \
          {} clients × {} connections, one request in flight each, over Unix sockets; in `n-copy`, client c talks to copy c mod N. \
+         {}\
          Every setup and N in fresh server processes, {} s counted after {} s, setups taking turns in each of {rounds} round(s); \
          blocks/s is the median over rounds, every ratio the median of per-round ratios. \
          Speed-up (vs 1 copy) is Fig. 1's normalisation; of N-copy bound = blocks/s ÷ the N copies' blocks/s at the same N (goal: ≥ {}). \
@@ -162,6 +183,15 @@ pub fn run(a: ColorsArgs) -> anyhow::Result<()> {
         load.ledger_every,
         load.clients,
         load.conns_per_client,
+        match &cpus {
+            Some(c) => format!(
+                "Threads pinned (`--cpu-affinity {}`): thread i of a server (network loop i and payload thread i, tokio's worker i) \
+                 and copy i of `n-copy` on CPU i of {}; the load generator unpinned. ",
+                a.cpu_affinity,
+                duality_rt::affinity::format_cpus(c)
+            ),
+            None => "Threads placed by the kernel (`--cpu-affinity off`). ".to_string(),
+        },
         load.measure.as_secs_f64(),
         load.warmup.as_secs_f64(),
         colors::GOAL,

@@ -101,6 +101,12 @@ pub struct ModelsArgs {
     /// `MODEL/adaptive` for the adaptive one (default: always, unlabelled).
     #[arg(long, value_delimiter = ',')]
     handoff: Vec<duality_models::Handoff>,
+    /// Comma-separated CPU placements (`off`, `auto`, a list such as
+    /// `0-1`; see `duality kv --cpu-affinity`): every duality model is run
+    /// with each, labelled `MODEL%auto` for a pinned one (default: off,
+    /// unlabelled). The peers are never pinned.
+    #[arg(long, value_delimiter = ',', conflicts_with = "sweep")]
+    cpu_affinity: Vec<duality_models::CpuAffinity>,
     /// Leave out memcached and tokio.
     #[arg(long)]
     no_peers: bool,
@@ -281,7 +287,12 @@ fn finish(
     } else {
         header
     };
-    let header = format!("{header}{left_out}");
+    let pinned = if rows.iter().any(|r| r.server.contains('%')) {
+        " `duality MODEL%CPUS`: the model run with `--cpu-affinity CPUS` (network loop i and payload thread i pinned to CPU i); memcached and tokio are not pinned."
+    } else {
+        ""
+    };
+    let header = format!("{header}{pinned}{left_out}");
     let written = models_kv::write_results(dir, rows, title, by_threads, &header)?;
     if load.json {
         duality_bench::report::print(&duality_bench::report::json(rows));
@@ -317,17 +328,21 @@ pub fn models(a: ModelsArgs) -> anyhow::Result<()> {
     };
     let models = with_handoffs(&models, &a.handoff);
     match a.service.as_str() {
-        "echo" => return echo(&models, &clients, &a.load, a.no_peers),
+        "echo" => {
+            let models = with_affinities(&models, &a.cpu_affinity);
+            return echo(&models, &clients, &a.load, a.no_peers);
+        }
         "kv" => {}
         other => anyhow::bail!("unknown --service {other:?}; available: kv, echo"),
     }
     let p = plan(&a.load, clients.clone())?;
     let dir = results_dir(&a.load, "models")?;
     let cores = duality_models::cores();
-    let mut servers: Vec<(usize, ServerKind)> = with_backends(&models, &a.load.io)
-        .into_iter()
-        .map(|m| (0, ServerKind::Duality(m)))
-        .collect();
+    let mut servers: Vec<(usize, ServerKind)> =
+        with_affinities(&with_backends(&models, &a.load.io), &a.cpu_affinity)
+            .into_iter()
+            .map(|m| (0, ServerKind::Duality(m)))
+            .collect();
     if !a.no_peers {
         servers.extend(
             models_kv::model_servers(cores)
@@ -489,6 +504,23 @@ fn with_handoffs(models: &[duality_models::Model], h: &[duality_models::Handoff]
         .collect()
 }
 
+/// Each model once per CPU placement (`MODEL%CPUS`, `MODEL` for off), or
+/// as given with none.
+fn with_affinities(models: &[String], a: &[duality_models::CpuAffinity]) -> Vec<String> {
+    if a.is_empty() {
+        return models.to_vec();
+    }
+    models
+        .iter()
+        .flat_map(|m| {
+            a.iter().map(move |a| match a {
+                duality_models::CpuAffinity::Off => m.clone(),
+                a => format!("{m}%{a}"),
+            })
+        })
+        .collect()
+}
+
 /// Each model once per backend (`MODEL@BACKEND`), or as given with no backends.
 fn with_backends(models: &[String], io: &[duality_rt::IoBackend]) -> Vec<String> {
     if io.is_empty() {
@@ -600,7 +632,7 @@ fn echo(
     pb.finish_and_clear();
     let cmd = super::command_line();
     let header = format!(
-        "# Models: the echo service under every threading model\n\nCommand: `{}`\n\nMachine: {}. The client ({}, closed loop, Unix socket, {} request(s) written at once per connection) shares the cores with the server, its own process (`duality internal echo-server`); each payload job does 200 iterations of a small hash loop and checks its color's exclusivity. Context switches are the server's, over all its threads. A point is the median over {rounds} interleaved round(s) of {seconds} s; `vs symped` and `vs sped` are the medians of per-round ratios to the `symped` and the `sped` model at the same connection count; `MODEL/adaptive` is a hand-off model run with `--handoff adaptive`.",
+        "# Models: the echo service under every threading model\n\nCommand: `{}`\n\nMachine: {}. The client ({}, closed loop, Unix socket, {} request(s) written at once per connection) shares the cores with the server, its own process (`duality internal echo-server`); each payload job does 200 iterations of a small hash loop and checks its color's exclusivity. Context switches are the server's, over all its threads. A point is the median over {rounds} interleaved round(s) of {seconds} s; `vs symped` and `vs sped` are the medians of per-round ratios to the `symped` and the `sped` model at the same connection count; `MODEL/adaptive` is a hand-off model run with `--handoff adaptive`, `MODEL%CPUS` one run with `--cpu-affinity CPUS`.",
         cmd,
         machine(),
         client_threads(load),

@@ -530,6 +530,7 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         .balance(a.accept_balance)
         .long_poll_threshold(a.metrics.long_poll_threshold())
         .idle_spin(a.io.idle_spin())
+        .cpu_affinity(a.io.cpu_affinity.clone())
         .payload_spin(a.io.payload_spin())
         .max_conns(max_conns);
     for addr in listeners(&a.listen) {
@@ -571,6 +572,7 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
             (false, _) => "off".to_owned(),
         }
     );
+    a.io.say_affinity("duality http");
     // SIGUSR1 reopens the access log (nginx's reopen); SIGHUP, nginx's
     // reload, has nothing to reload here and no longer kills the server;
     // SIGTERM, SIGINT and SIGQUIT (nginx's graceful quit) stop it, with

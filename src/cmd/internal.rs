@@ -41,6 +41,9 @@ pub struct ColorsTokioArgs {
     /// Clients served (ids 0..N).
     #[arg(long, default_value_t = 1024)]
     clients: usize,
+    /// Pin worker i to CPU i of this list (`off`: the kernel places them).
+    #[arg(long, default_value = "off")]
+    cpu_affinity: duality_models::CpuAffinity,
 }
 
 #[derive(Args)]
@@ -91,7 +94,11 @@ pub fn run(i: Internal) -> anyhow::Result<()> {
         Internal::ColorsTokio(a) => {
             let signals = super::catch_termination()?;
             let stop = move || super::wait_for_termination(signals);
-            duality_bench::colors::tokio_peer::serve(a.unix, a.threads, a.clients, stop)
+            let allowed = duality_rt::affinity::allowed_cpus()?;
+            let cpus = (0..a.threads.max(1))
+                .map(|i| a.cpu_affinity.cpu_for(i, &allowed))
+                .collect::<Result<Option<Vec<_>>, _>>()?;
+            duality_bench::colors::tokio_peer::serve(a.unix, a.threads, a.clients, cpus, stop)
         }
     }
 }
@@ -108,6 +115,7 @@ fn colors_server(a: ColorsServerArgs) -> anyhow::Result<()> {
         .name("colors")
         .model(a.model)
         .idle_spin(a.io.idle_spin())
+        .cpu_affinity(a.io.cpu_affinity.clone())
         .payload_spin(a.io.payload_spin())
         .max_conns(10_000)
         // Every request is CPU-heavy by design, and a debug build's cipher
@@ -132,6 +140,7 @@ fn echo_server(a: EchoServerArgs) -> anyhow::Result<()> {
         .model(a.model)
         .handoff(a.handoff.handoff)
         .idle_spin(a.io.idle_spin())
+        .cpu_affinity(a.io.cpu_affinity.clone())
         .payload_spin(a.io.payload_spin())
         .max_conns(ECHO_SERVER_CONNS);
     if let Some(p) = &a.unix {

@@ -589,6 +589,7 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
         .lingering_refusals(lingering)
         .long_poll_threshold(a.metrics.long_poll_threshold())
         .idle_spin(a.io.idle_spin())
+        .cpu_affinity(a.io.cpu_affinity.clone())
         .payload_spin(a.io.payload_spin())
         .refusal_message("ERROR Too many open connections\r\n")
         .backlog(a.listen_backlog)
@@ -650,6 +651,7 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
         io,
         at.join(", ")
     );
+    a.io.say_affinity("duality kv");
     if a.unix_socket.is_some() && !has_tcp {
         duality_rt::say!(
             "duality kv: no TCP port: listening on the Unix socket only, as memcached with -s; \

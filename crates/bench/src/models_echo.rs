@@ -265,6 +265,7 @@ fn measure_model(
 ) -> anyhow::Result<Vec<Sample>> {
     let socket =
         std::env::temp_dir().join(format!("duality-echo-{}-{tag}.sock", std::process::id()));
+    let (model, affinity) = crate::servers::split_affinity(model);
     let (model, handoff) = crate::servers::split_handoff(model);
     let mut args = vec![
         "internal".to_string(),
@@ -274,7 +275,7 @@ fn measure_model(
         "--unix".to_string(),
         socket.display().to_string(),
     ];
-    args.extend(handoff.iter().map(|s| s.to_string()));
+    args.extend(handoff.iter().chain(&affinity).map(|s| s.to_string()));
     let server = ServerProcess::start(exe, &args, socket.clone())?;
     let mut out = Vec::new();
     for &c in connections {

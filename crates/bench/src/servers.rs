@@ -107,9 +107,15 @@ impl ServerKind {
     }
 }
 
-/// Checks a [`ServerKind::Duality`] spec (`MODEL[/POLICY][@BACKEND][+BALANCE]`)
-/// before anything is measured, with the same words `duality kv` would use.
+/// Checks a [`ServerKind::Duality`] spec
+/// (`MODEL[/POLICY][@BACKEND][+BALANCE][%CPUS]`) before anything is
+/// measured, with the same words `duality kv` would use.
 pub fn check_duality_spec(spec: &str) -> anyhow::Result<()> {
+    let (spec, affinity) = split_affinity(spec);
+    if let Some(a) = affinity.get(1) {
+        a.parse::<duality_models::CpuAffinity>()
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
     let (rest, balance) = match spec.split_once('+') {
         Some((m, b)) => (m, Some(b)),
         None => (spec, None),
@@ -138,6 +144,15 @@ pub fn check_duality_spec(spec: &str) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("accept balance {b:?}: {e}"))?;
     }
     Ok(())
+}
+
+/// `SPEC%CPUS` as the rest of the spec and the `--cpu-affinity` arguments
+/// that pin its threads (none without `%`).
+pub fn split_affinity(spec: &str) -> (&str, Vec<&str>) {
+    match spec.rsplit_once('%') {
+        Some((m, cpus)) => (m, vec!["--cpu-affinity", cpus]),
+        None => (spec, Vec::new()),
+    }
 }
 
 /// `MODEL/POLICY` as the model and the `--handoff` arguments that make it.
@@ -257,9 +272,10 @@ impl ServerProcess {
         match kind {
             ServerKind::Duality(model) => {
                 cmd = Command::new(exe);
+                let (model, affinity) = split_affinity(model);
                 let (model, balance) = match model.split_once('+') {
                     Some((m, b)) => (m, Some(b)),
-                    None => (model.as_str(), None),
+                    None => (model, None),
                 };
                 let (model, io) = match model.split_once('@') {
                     Some((m, io)) => (m, Some(io)),
@@ -268,6 +284,7 @@ impl ServerProcess {
                 let (model, handoff) = split_handoff(model);
                 cmd.args(["kv", "--model", model, "-m", &mib, "-c", &max_conns]);
                 cmd.args(handoff);
+                cmd.args(affinity);
                 if let Some(io) = io {
                     cmd.args(["--io", io]);
                 }
@@ -547,6 +564,18 @@ fn be32(b: &[u8]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_spec_names_its_cpu_placement_last() {
+        assert_eq!(
+            split_affinity("seda-s:2@uring+least-loaded%0-1"),
+            ("seda-s:2@uring+least-loaded", vec!["--cpu-affinity", "0-1"])
+        );
+        assert_eq!(split_affinity("symped:2"), ("symped:2", vec![]));
+        check_duality_spec("seda-s:2/adaptive@epoll%auto").unwrap();
+        let e = check_duality_spec("seda-s:2%0-x").unwrap_err().to_string();
+        assert!(e.contains("use off, auto or a CPU list"), "{e}");
+    }
 
     #[test]
     fn a_program_that_is_not_executable_is_passed_over() {

@@ -33,7 +33,7 @@ mod stage;
 mod stats;
 
 pub use conn::Conn;
-pub use model::{cores, AcceptPolicy, Balance, Model, ParseModelError, MODEL_NAMES};
+pub use model::{cores, AcceptPolicy, Balance, CpuAffinity, Model, ParseModelError, MODEL_NAMES};
 pub use payload::{Handoff, Held, Lane, Payload, DEFAULT_COLOR};
 pub use server::{
     default_idle_spin, lingering_refusals, ListenAddr, Listener, Server, ServerBuilder,

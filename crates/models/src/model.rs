@@ -325,6 +325,89 @@ impl fmt::Display for AcceptPolicy {
     }
 }
 
+/// Which CPUs a server's threads are pinned to (nginx's
+/// `worker_cpu_affinity`). The i-th network loop and the i-th payload
+/// thread go to the i-th CPU of the set (wrapping round), so `seda-s`'s
+/// loop i and the payload thread it hands to share a core and the requests
+/// they pass stay in its caches; the acceptor and `thread-per-conn`'s
+/// connection threads stay unpinned.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum CpuAffinity {
+    /// The kernel places every thread (memcached's and nginx's default).
+    #[default]
+    Off,
+    /// The CPUs this process may use (`taskset`, a cpuset), in order.
+    Auto,
+    /// These CPUs, in this order (`0-3,6`; a CPU may repeat).
+    List(Vec<usize>),
+}
+
+impl CpuAffinity {
+    /// The CPU of the `i`-th network loop or payload thread, given the
+    /// CPUs the process may use; `None` when off. A listed CPU outside
+    /// `allowed` is an error naming both.
+    pub fn cpu_for(&self, i: usize, allowed: &[usize]) -> Result<Option<usize>, ParseModelError> {
+        let cpus = match self {
+            CpuAffinity::Off => return Ok(None),
+            CpuAffinity::Auto => allowed,
+            CpuAffinity::List(l) => l,
+        };
+        if cpus.is_empty() {
+            return Err(ParseModelError("no CPU to pin threads to".into()));
+        }
+        let cpu = cpus[i % cpus.len()];
+        if !allowed.contains(&cpu) {
+            return Err(ParseModelError(format!(
+                "CPU {cpu} is not one this process may use ({})",
+                duality_rt::affinity::format_cpus(allowed)
+            )));
+        }
+        Ok(Some(cpu))
+    }
+}
+
+impl FromStr for CpuAffinity {
+    type Err = ParseModelError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || {
+            ParseModelError(format!(
+                "bad CPU affinity {s:?}; use off, auto or a CPU list such as 0-3,6"
+            ))
+        };
+        match s {
+            "off" | "none" => return Ok(CpuAffinity::Off),
+            "auto" => return Ok(CpuAffinity::Auto),
+            _ => {}
+        }
+        let mut cpus = Vec::new();
+        for part in s.split(',') {
+            let (a, b) = match part.split_once('-') {
+                Some((a, b)) => (a, b),
+                None => (part, part),
+            };
+            let a: usize = a.trim().parse().map_err(|_| bad())?;
+            let b: usize = b.trim().parse().map_err(|_| bad())?;
+            // A range is bounded by what a CPU set can name (1024), so a
+            // typo cannot allocate without bound.
+            if a > b || b >= 1024 {
+                return Err(bad());
+            }
+            cpus.extend(a..=b);
+        }
+        Ok(CpuAffinity::List(cpus))
+    }
+}
+
+impl fmt::Display for CpuAffinity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CpuAffinity::Off => f.write_str("off"),
+            CpuAffinity::Auto => f.write_str("auto"),
+            CpuAffinity::List(l) => f.write_str(&duality_rt::affinity::format_cpus(l)),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -437,5 +520,45 @@ mod tests {
         fn display_then_parse_is_identity(m in any_model()) {
             prop_assert_eq!(m.to_string().parse::<Model>().unwrap(), m);
         }
+    }
+
+    #[test]
+    fn cpu_affinity_parses_as_taskset_lists() {
+        assert_eq!("off".parse::<CpuAffinity>().unwrap(), CpuAffinity::Off);
+        assert_eq!("auto".parse::<CpuAffinity>().unwrap(), CpuAffinity::Auto);
+        assert_eq!(
+            "0-3,6".parse::<CpuAffinity>().unwrap(),
+            CpuAffinity::List(vec![0, 1, 2, 3, 6])
+        );
+        assert_eq!(
+            "1,0".parse::<CpuAffinity>().unwrap(),
+            CpuAffinity::List(vec![1, 0])
+        );
+        for bad in ["", "x", "3-1", "0-", "1,,2", "0-99999999", "-1"] {
+            let e = bad.parse::<CpuAffinity>().unwrap_err().to_string();
+            assert!(e.contains("use off, auto or a CPU list"), "{bad:?}: {e}");
+        }
+        assert_eq!(CpuAffinity::List(vec![0, 1, 2, 6]).to_string(), "0-2,6");
+    }
+
+    #[test]
+    fn the_ith_thread_goes_to_the_ith_cpu() {
+        let allowed = [0, 1, 2, 3];
+        assert_eq!(CpuAffinity::Off.cpu_for(5, &allowed).unwrap(), None);
+        let auto: Vec<_> = (0..6)
+            .map(|i| CpuAffinity::Auto.cpu_for(i, &allowed).unwrap())
+            .collect();
+        assert_eq!(auto, [0, 1, 2, 3, 0, 1].map(Some));
+        let list = CpuAffinity::List(vec![3, 1]);
+        assert_eq!(list.cpu_for(0, &allowed).unwrap(), Some(3));
+        assert_eq!(list.cpu_for(3, &allowed).unwrap(), Some(1));
+        let e = CpuAffinity::List(vec![1, 7])
+            .cpu_for(1, &allowed)
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("CPU 7 is not one this process may use (0-3)"),
+            "{e}"
+        );
     }
 }

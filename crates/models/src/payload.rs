@@ -668,6 +668,7 @@ mod tests {
                     4,
                     format!("t-payload-{i}"),
                     crate::stage::DEFAULT_PAYLOAD_SPIN,
+                    None,
                 )
                 .unwrap()
             })
@@ -698,8 +699,14 @@ mod tests {
     /// Jobs on a payload stage see its thread marked; the caller's is not.
     #[test]
     fn a_stage_marks_its_thread_as_a_payload_thread() {
-        let stage =
-            Stage::start(0, 4, "t-payload".into(), crate::stage::DEFAULT_PAYLOAD_SPIN).unwrap();
+        let stage = Stage::start(
+            0,
+            4,
+            "t-payload".into(),
+            crate::stage::DEFAULT_PAYLOAD_SPIN,
+            None,
+        )
+        .unwrap();
         let s = stage.clone();
         let (there, here) =
             duality_rt::block_on(
@@ -712,10 +719,14 @@ mod tests {
     /// `seda` and `seda-s` already lock colors; the loop's lane shares their locks.
     #[test]
     fn adaptive_seda_runs_inline_under_the_stages_own_locks() {
-        let stages =
-            vec![
-                Stage::start(0, 4, "t-payload".into(), crate::stage::DEFAULT_PAYLOAD_SPIN).unwrap(),
-            ];
+        let stages = vec![Stage::start(
+            0,
+            4,
+            "t-payload".into(),
+            crate::stage::DEFAULT_PAYLOAD_SPIN,
+            None,
+        )
+        .unwrap()];
         let locks = ColorLocks::new();
         let p = Payload::new(
             Dispatch::RoundRobin(stages.clone(), AtomicUsize::new(0), locks.clone()),
@@ -794,7 +805,7 @@ mod tests {
     /// holder let go).
     #[test]
     fn a_payload_thread_waiting_for_a_color_runs_other_jobs() {
-        let stage = Stage::start(0, 8, "t-payload-wait".into(), Duration::ZERO).unwrap();
+        let stage = Stage::start(0, 8, "t-payload-wait".into(), Duration::ZERO, None).unwrap();
         let locks = ColorLocks::new();
         let p = Payload::new(
             Dispatch::RoundRobin(vec![stage.clone()], AtomicUsize::new(0), locks.clone()),

@@ -1,7 +1,7 @@
 //! The server builder: listeners + model + handler → running threads.
 
 use crate::conn::{Accepted, Conn, ConnShared, LingerSlot, Lingering};
-use crate::model::{AcceptPolicy, Balance, Model};
+use crate::model::{AcceptPolicy, Balance, CpuAffinity, Model};
 use crate::payload::{ColorLocks, Dispatch, Handoff, Lane, Payload};
 use crate::stage::Stage;
 use crate::stats::{loop_thread_stats, ServerStats, ThreadRole};
@@ -46,6 +46,7 @@ pub struct ServerBuilder {
     unix_mode: Option<u32>,
     reclaim_idle: bool,
     receive_buffers: Option<(u16, u32)>,
+    cpu_affinity: CpuAffinity,
 }
 
 /// Most refused connections lingered over at once under `max_conns`
@@ -109,6 +110,7 @@ impl Default for ServerBuilder {
             unix_mode: None,
             reclaim_idle: false,
             receive_buffers: None,
+            cpu_affinity: CpuAffinity::Off,
         }
     }
 }
@@ -240,6 +242,13 @@ impl ServerBuilder {
     /// wait a turn for a buffer; none fails for want of one.
     pub fn receive_buffers(mut self, count: u16, size: u32) -> Self {
         self.receive_buffers = Some((count, size));
+        self
+    }
+
+    /// Which CPUs the network loops and payload threads are pinned to
+    /// (default: off, the kernel places them). See [`CpuAffinity`].
+    pub fn cpu_affinity(mut self, a: CpuAffinity) -> Self {
+        self.cpu_affinity = a;
         self
     }
 
@@ -794,6 +803,15 @@ fn start(
     let (ring_buffers, ring_buffer_size) = b
         .receive_buffers
         .unwrap_or((defaults.ring_buffers, defaults.ring_buffer_size));
+    let allowed = match b.cpu_affinity {
+        CpuAffinity::Off => Vec::new(),
+        _ => duality_rt::affinity::allowed_cpus()?,
+    };
+    // Every thread's CPU, checked before any thread starts.
+    let cpus = (0..n_network.max(n_payload))
+        .map(|i| b.cpu_affinity.cpu_for(i, &allowed))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
     let loop_config = |name: String, group: Option<Arc<WorkGroup>>| LoopConfig {
         name: Some(name),
         long_poll_threshold: b.long_poll,
@@ -809,19 +827,20 @@ fn start(
     };
     let group = matches!(b.model, Model::Steal { .. }).then(WorkGroup::new);
     let mut network = Vec::new();
-    for i in 0..n_network {
-        network.push(LoopThread::spawn(loop_config(
-            format!("{}-net-{i}", b.name),
-            group.clone(),
-        ))?);
+    for (i, &cpu) in cpus.iter().enumerate().take(n_network) {
+        network.push(LoopThread::spawn(LoopConfig {
+            cpu,
+            ..loop_config(format!("{}-net-{i}", b.name), group.clone())
+        })?);
     }
     let mut stages = Vec::new();
-    for i in 0..n_payload {
+    for (i, &cpu) in cpus.iter().enumerate().take(n_payload) {
         stages.push(Stage::start(
             i,
             b.handoff_capacity,
             format!("{}-payload-{i}", b.name),
             b.payload_spin,
+            cpu,
         )?);
     }
     let handles: Vec<LoopHandle> = network.iter().map(|l| l.handle()).collect();

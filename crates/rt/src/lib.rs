@@ -20,13 +20,15 @@
 //! | [`adaptive`] | where a heavy job runs: inline, on the CPU pool, or wherever its class has been cheaper |
 //! | [`pool`] | `spawn_blocking` for blocking calls, `offload` for CPU-heavy work |
 //! | [`stats`] | per-loop introspection snapshots |
+//! | [`affinity`] | the CPUs a process may use; pinning a loop's thread to one |
 //!
 //! `unsafe` lives in `task` (`raw`, `waker`, `queue`, `join`), the waker
 //! slot (`waker_slot`), `uring` (the ring's submissions and provided
 //! buffers), the loops' registry and thread context, `net` (a descriptor
 //! changing owners, a `poll(2)`), and system calls
 //! in `time` (`clock_gettime`), `stats` (`gettid`, `getrusage`) and
-//! `priority` (the pool threads' nice value and scheduling class) only;
+//! `priority` (the pool threads' nice value and scheduling class) and
+//! `affinity` (`sched_getaffinity`/`sched_setaffinity`) only;
 //! every block there says why it holds.
 #![warn(missing_docs, clippy::undocumented_unsafe_blocks)]
 
@@ -56,6 +58,7 @@ macro_rules! say_out {
 }
 
 pub mod adaptive;
+pub mod affinity;
 pub mod coop;
 
 mod backend;

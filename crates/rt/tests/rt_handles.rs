@@ -49,3 +49,29 @@ fn a_sleeping_loop_reports_no_load() {
     assert_eq!(h.load(), 0, "an idle loop reports ready work");
     lt.join().unwrap();
 }
+
+/// A loop given a CPU runs its tasks there only; one given a CPU the
+/// process may not use does not start, and says why.
+#[test]
+fn a_loop_pinned_to_a_cpu_runs_there() {
+    let allowed = duality_rt::affinity::allowed_cpus().unwrap();
+    let cpu = *allowed.last().unwrap();
+    let lt = LoopThread::spawn(LoopConfig {
+        cpu: Some(cpu),
+        ..Default::default()
+    })
+    .unwrap();
+    let h = lt
+        .handle()
+        .spawn(async { duality_rt::affinity::allowed_cpus().unwrap() });
+    assert_eq!(duality_rt::block_on(h).unwrap(), vec![cpu]);
+    lt.join().unwrap();
+    let outside = (0..4096).find(|c| !allowed.contains(c)).unwrap();
+    let e = LoopThread::spawn(LoopConfig {
+        cpu: Some(outside),
+        ..Default::default()
+    })
+    .err()
+    .expect("a loop on a CPU outside the mask started");
+    assert!(e.to_string().contains(&format!("CPU {outside}")), "{e}");
+}

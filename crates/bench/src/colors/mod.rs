@@ -381,13 +381,35 @@ pub struct Sample {
     pub cpu_us_per_block: f64,
 }
 
+/// The `--cpu-affinity` of a server whose first thread goes to the
+/// `first`-th of `cpus`: the list turned round by `first` (`off` without
+/// one).
+fn affinity_arg(cpus: Option<&[usize]>, first: usize) -> String {
+    match cpus {
+        Some(c) if !c.is_empty() => {
+            let k = first % c.len();
+            let turned: Vec<String> = c[k..]
+                .iter()
+                .chain(&c[..k])
+                .map(|c| c.to_string())
+                .collect();
+            turned.join(",")
+        }
+        _ => "off".into(),
+    }
+}
+
 /// Starts `setup` at `n` threads: the server process(es) and their sockets.
+/// With `cpus`, every setup is placed the same way: thread i of a server
+/// (network loop i and payload thread i; tokio's worker i) on `cpus[i]`,
+/// and copy i of `n-copy` on `cpus[i]`.
 fn start(
     exe: &Path,
     setup: &str,
     n: usize,
     clients: usize,
     tag: usize,
+    cpus: Option<&[usize]>,
 ) -> anyhow::Result<Vec<ServerProcess>> {
     let socket = |i: usize| {
         std::env::temp_dir().join(format!(
@@ -395,7 +417,7 @@ fn start(
             std::process::id()
         ))
     };
-    let colored = |model: String, path: PathBuf| {
+    let colored = |model: String, path: PathBuf, first: usize| {
         let args = [
             "internal",
             "colors-server",
@@ -403,6 +425,8 @@ fn start(
             &model,
             "--clients",
             &clients.to_string(),
+            "--cpu-affinity",
+            &affinity_arg(cpus, first),
             "--unix",
         ]
         .iter()
@@ -413,7 +437,7 @@ fn start(
     };
     Ok(match setup {
         "n-copy" => (0..n)
-            .map(|i| colored("sped".into(), socket(i)))
+            .map(|i| colored("sped".into(), socket(i), i))
             .collect::<Result<_, _>>()?,
         "tokio" => {
             let args: Vec<String> = [
@@ -423,6 +447,8 @@ fn start(
                 &n.to_string(),
                 "--clients",
                 &clients.to_string(),
+                "--cpu-affinity",
+                &affinity_arg(cpus, 0),
                 "--unix",
             ]
             .iter()
@@ -433,7 +459,7 @@ fn start(
         }
         _ => {
             let model = server_name(setup, n)?;
-            vec![colored(model, socket(0))?]
+            vec![colored(model, socket(0), 0)?]
         }
     })
 }
@@ -445,8 +471,9 @@ pub fn measure(
     n: usize,
     load: &Load,
     tag: usize,
+    cpus: Option<&[usize]>,
 ) -> anyhow::Result<Sample> {
-    let servers = start(exe, setup, n, load.clients, tag)?;
+    let servers = start(exe, setup, n, load.clients, tag, cpus)?;
     let sockets: Vec<PathBuf> = servers.iter().map(|s| s.socket.clone()).collect();
     let cpu = || -> Duration {
         servers
@@ -482,6 +509,9 @@ pub struct Plan<'a> {
     pub load: Load,
     /// Rounds.
     pub rounds: usize,
+    /// Pin every setup's threads to these CPUs (see [`start`]); `None`:
+    /// the kernel places them.
+    pub cpus: Option<Vec<usize>>,
 }
 
 /// Runs the experiment: in each round, at each N, every setup in turn;
@@ -501,7 +531,7 @@ pub fn run(
     for round in 0..plan.rounds {
         for (t, &n) in plan.threads.iter().enumerate() {
             for (s, setup) in plan.setups.iter().enumerate() {
-                let got = measure(plan.exe, setup, n, &plan.load, tag)
+                let got = measure(plan.exe, setup, n, &plan.load, tag, plan.cpus.as_deref())
                     .map_err(|e| anyhow::anyhow!("{setup} at {n} threads: {e}"))?;
                 tag += 1;
                 samples[s][t].push(got);

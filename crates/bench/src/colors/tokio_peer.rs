@@ -9,15 +9,27 @@ use std::sync::Arc;
 
 /// Serves on the Unix socket `unix` with `threads` workers, for clients
 /// `0..clients`, until `stop` returns (as `kv_tokio::serve`'s). Prints
-/// `ready` once listening.
+/// `ready` once listening. With `cpus`, the i-th thread the runtime starts
+/// (its workers start first) is pinned to `cpus[i]`, as duality's loops
+/// are by `--cpu-affinity`; threads past the list stay unpinned.
 pub fn serve(
     unix: PathBuf,
     threads: usize,
     clients: usize,
+    cpus: Option<Vec<usize>>,
     stop: impl FnOnce() + Send + 'static,
 ) -> anyhow::Result<()> {
+    let started = std::sync::atomic::AtomicUsize::new(0);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads.max(1))
+        .on_thread_start(move || {
+            let i = started.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if let Some(&cpu) = cpus.as_ref().and_then(|c| c.get(i)) {
+                if let Err(e) = duality_rt::affinity::pin_current_thread(cpu) {
+                    duality_rt::say!("colors-tokio: {e}");
+                }
+            }
+        })
         .enable_all()
         .build()?;
     let proto = Arc::new(LockedService::new(clients, SEED));

@@ -95,6 +95,11 @@ pub struct LoopConfig {
     /// that thread allocates again, and an idle thread does not). Default:
     /// what [`set_default_idle_hook`] set, normally nothing.
     pub idle_hook: Option<fn()>,
+    /// The CPU the loop's thread is pinned to ([`crate::affinity`]), from
+    /// before the loop allocates anything; `None` (the default): wherever
+    /// the kernel places it. A CPU the process may not use fails
+    /// [`LoopThread::spawn`].
+    pub cpu: Option<usize>,
 }
 
 /// How stale a loop's published statistics may be (its poll histogram and
@@ -195,6 +200,7 @@ impl Default for LoopConfig {
             work_group: None,
             faults: crate::faults::default_faults(),
             idle_hook: DEFAULT_IDLE_HOOK.get().copied(),
+            cpu: None,
         }
     }
 }
@@ -1050,6 +1056,12 @@ impl LoopThread {
         let name = config.name.clone().unwrap_or_else(|| "duality-loop".into());
         let (tx, rx) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new().name(name).spawn(move || {
+            if let Some(cpu) = config.cpu {
+                if let Err(e) = crate::affinity::pin_current_thread(cpu) {
+                    let _ = tx.send(Err(e));
+                    return Ok(());
+                }
+            }
             let mut lp = match EventLoop::new(config) {
                 Ok(lp) => lp,
                 Err(e) => {
