@@ -15,6 +15,10 @@
 #   kvtcp   — the cache over TCP on both backends, symped:1 and symped:2
 #             against memcached (-t 1 the yardstick) with the client on
 #             cores of its own, one in flight and 16 pipelined (issue 11)
+#   affinity — the kv step's models unpinned and pinned (--cpu-affinity
+#             off,auto) at 40 and 120 clients, and colors unpinned (the
+#             colors step pins, the bench's default): does pinning pay
+#             where the load generator has cores of its own?
 #
 # Usage, from the repository root:
 #   scripts/device-scaling.sh BINARY OUTDIR [quick|check]
@@ -38,9 +42,11 @@
 # two seconds: a step whose arguments the command refuses fails at once
 # (tests/device_scaling.rs runs it for every step; the `echo` step's
 # refused --no-peers once cost a device call a step).
-# STEPS (default "kv echo threads colors", about 6.5 minutes on 16 cores)
+# STEPS (default "kv echo threads colors", about 6.5 minutes on 16 cores
+# before seda-s joined the colors step: about 7 now)
 # picks the experiments; `STEPS="offload http"` (about 4 minutes),
-# `STEPS="kvtcp"` (about 2.5 minutes) or `STEPS="sweep"` fill a second call.
+# `STEPS="kvtcp"` (about 2.5 minutes), `STEPS="affinity"` (about 3 minutes,
+# not yet run there) or `STEPS="sweep"` fill a second call.
 # A 15-minute lease held the default steps, "echo http" and "kvtcp" on
 # 2026-12-04 (three calls, 678 s of device time with the start).
 set -u
@@ -120,9 +126,12 @@ want echo && run echo 110 models --service echo --clients 8,40,120 --windows 3 \
 want threads && run threads 90 threads --max-threads "$maxthreads" --clients 120 \
     --client-threads "$ct" --windows 2
 # (--quick sets the thread counts and the load itself.)
-colors=(--setups amped,symped,n-copy,tokio)
+colors=(--setups amped,seda-s,symped,n-copy,tokio)
 [ "$quick" = quick ] || colors+=(--threads "$threads" --client-loops 4 --clients 64 --rounds 2)
-want colors && run colors 150 colors "${colors[@]}"
+want colors && run colors 180 colors "${colors[@]}"
+want affinity && run affinity-kv 150 models --models "symped:$half,$hand" --no-peers \
+    --cpu-affinity off,auto --clients 40,120 --client-threads "$ct" --rounds 2 --windows 2
+want affinity && run affinity-colors 180 colors "${colors[@]}" --cpu-affinity off
 want sweep && run sweep 120 models --sweep --sweep-max 8 --client-threads "$ct" --windows 2
 want offload && run offload 240 offload --model "symped:$half" --nginx-workers "$half"
 want kvtcp && run kvtcp 100 models --tcp --models symped:1,symped:2 --io epoll,uring \
