@@ -147,11 +147,12 @@ pub fn check_duality_spec(spec: &str) -> anyhow::Result<()> {
 }
 
 /// `SPEC%CPUS` as the rest of the spec and the `--cpu-affinity` arguments
-/// that pin its threads (none without `%`).
+/// that pin its threads; `off` without `%`, so a `DUALITY_CPU_AFFINITY` in
+/// the bench's environment cannot pin a row whose label does not say so.
 pub fn split_affinity(spec: &str) -> (&str, Vec<&str>) {
     match spec.rsplit_once('%') {
         Some((m, cpus)) => (m, vec!["--cpu-affinity", cpus]),
-        None => (spec, Vec::new()),
+        None => (spec, vec!["--cpu-affinity", "off"]),
     }
 }
 
@@ -571,7 +572,10 @@ mod tests {
             split_affinity("seda-s:2@uring+least-loaded%0-1"),
             ("seda-s:2@uring+least-loaded", vec!["--cpu-affinity", "0-1"])
         );
-        assert_eq!(split_affinity("symped:2"), ("symped:2", vec![]));
+        assert_eq!(
+            split_affinity("symped:2"),
+            ("symped:2", vec!["--cpu-affinity", "off"])
+        );
         check_duality_spec("seda-s:2/adaptive@epoll%auto").unwrap();
         let e = check_duality_spec("seda-s:2%0-x").unwrap_err().to_string();
         assert!(e.contains("use off, auto or a CPU list"), "{e}");
