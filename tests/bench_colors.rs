@@ -92,8 +92,7 @@ fn connections_past_the_file_limit_are_refused() {
 /// server starts, naming the CPUs this process may use.
 #[test]
 fn a_cpu_affinity_outside_the_allowed_cpus_is_refused() {
-    let allowed = duality_rt::affinity::allowed_cpus().unwrap();
-    let outside = (0..1024).find(|c| !allowed.contains(c)).unwrap();
+    let (allowed, outside) = common::cpus_and_one_outside();
     let out = common::TempDir::new("bench-colors-affinity");
     let res = out.path().join("r");
     let list = format!("{},{outside}", allowed[0]);

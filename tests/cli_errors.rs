@@ -92,8 +92,7 @@ fn values_a_setting_cannot_mean_are_refused() {
 /// the CPUs it may; a list that is not one is clap's usage error.
 #[test]
 fn a_cpu_affinity_outside_the_allowed_cpus_is_one_line() {
-    let allowed = duality_rt::affinity::allowed_cpus().unwrap();
-    let outside = (0..1024).find(|c| !allowed.contains(c)).unwrap();
+    let (_, outside) = common::cpus_and_one_outside();
     let dir = common::TempDir::new("cli-affinity");
     let sock = dir.path().join("kv.sock");
     for server in [

@@ -935,3 +935,11 @@ pub fn spawn_ready_with(set_up: impl FnOnce(&mut Command)) -> (Child, String) {
         .expect("read the ready line");
     (child, ready)
 }
+
+/// The CPUs this process may use, and the lowest CPU it may not (for
+/// `--cpu-affinity` refusals).
+pub fn cpus_and_one_outside() -> (Vec<usize>, usize) {
+    let allowed = duality_rt::affinity::allowed_cpus().unwrap();
+    let outside = (0..1024).find(|c| !allowed.contains(c)).unwrap();
+    (allowed, outside)
+}
