@@ -1035,15 +1035,15 @@ impl UringReactor {
                         c.resends = 0;
                     }
                 }
+                let Some(Op {
+                    kind: OpKind::Gather(g),
+                    ..
+                }) = ops.remove(ud)
+                else {
+                    return false;
+                };
+                drop(ops);
                 if let Some((sent, delay)) = again {
-                    let Some(Op {
-                        kind: OpKind::Gather(g),
-                        ..
-                    }) = ops.remove(ud)
-                    else {
-                        return false;
-                    };
-                    drop(ops);
                     drop(st);
                     let GatherSend {
                         mut head, mut tail, ..
@@ -1054,14 +1054,6 @@ impl UringReactor {
                     self.submit_gather_after(&io, head, tail, delay);
                     return false;
                 }
-                let Some(Op {
-                    kind: OpKind::Gather(g),
-                    ..
-                }) = ops.remove(ud)
-                else {
-                    return false;
-                };
-                drop(ops);
                 self.send_done(&io, st, res, g.head);
             }
             OpKind::Accept(w) => {
