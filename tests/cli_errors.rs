@@ -111,6 +111,28 @@ fn a_cpu_affinity_outside_the_allowed_cpus_is_one_line() {
     }
 }
 
+/// A loop time slice the kernel would clamp is refused, naming the range.
+#[test]
+fn a_loop_slice_outside_the_kernels_range_is_refused() {
+    let dir = common::TempDir::new("cli-slice");
+    let sock = dir.path().join("kv.sock");
+    for server in [
+        &["kv", "-s", sock.to_str().unwrap()][..],
+        &["http", "--listen", "127.0.0.1:0", "--root", "/tmp"],
+    ] {
+        for bad in ["50", "100001", "1ms"] {
+            let o = duality(&[server, &["--loop-slice-us", bad]].concat());
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{err}");
+            assert!(err.contains("--loop-slice-us"), "{err}");
+            assert!(
+                err.contains("outside 100-100000") || err.contains("not a number"),
+                "{err}"
+            );
+        }
+    }
+}
+
 /// Where the kernel refuses io_uring (simulated: `DUALITY_URING_REFUSE`),
 /// the server says so in one line and serves on epoll.
 #[test]

@@ -531,6 +531,7 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         .long_poll_threshold(a.metrics.long_poll_threshold())
         .idle_spin(a.io.idle_spin())
         .cpu_affinity(a.io.cpu_affinity.clone())
+        .loop_slice(a.io.loop_slice())
         .payload_spin(a.io.payload_spin())
         .max_conns(max_conns);
     for addr in listeners(&a.listen) {

@@ -116,6 +116,7 @@ fn colors_server(a: ColorsServerArgs) -> anyhow::Result<()> {
         .model(a.model)
         .idle_spin(a.io.idle_spin())
         .cpu_affinity(a.io.cpu_affinity.clone())
+        .loop_slice(a.io.loop_slice())
         .payload_spin(a.io.payload_spin())
         .max_conns(10_000)
         // Every request is CPU-heavy by design, and a debug build's cipher
@@ -141,6 +142,7 @@ fn echo_server(a: EchoServerArgs) -> anyhow::Result<()> {
         .handoff(a.handoff.handoff)
         .idle_spin(a.io.idle_spin())
         .cpu_affinity(a.io.cpu_affinity.clone())
+        .loop_slice(a.io.loop_slice())
         .payload_spin(a.io.payload_spin())
         .max_conns(ECHO_SERVER_CONNS);
     if let Some(p) = &a.unix {

@@ -590,6 +590,7 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
         .long_poll_threshold(a.metrics.long_poll_threshold())
         .idle_spin(a.io.idle_spin())
         .cpu_affinity(a.io.cpu_affinity.clone())
+        .loop_slice(a.io.loop_slice())
         .payload_spin(a.io.payload_spin())
         .refusal_message("ERROR Too many open connections\r\n")
         .backlog(a.listen_backlog)

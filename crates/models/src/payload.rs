@@ -669,6 +669,7 @@ mod tests {
                     format!("t-payload-{i}"),
                     crate::stage::DEFAULT_PAYLOAD_SPIN,
                     None,
+                    None,
                 )
                 .unwrap()
             })
@@ -705,6 +706,7 @@ mod tests {
             "t-payload".into(),
             crate::stage::DEFAULT_PAYLOAD_SPIN,
             None,
+            None,
         )
         .unwrap();
         let s = stage.clone();
@@ -724,6 +726,7 @@ mod tests {
             4,
             "t-payload".into(),
             crate::stage::DEFAULT_PAYLOAD_SPIN,
+            None,
             None,
         )
         .unwrap()];
@@ -805,7 +808,8 @@ mod tests {
     /// holder let go).
     #[test]
     fn a_payload_thread_waiting_for_a_color_runs_other_jobs() {
-        let stage = Stage::start(0, 8, "t-payload-wait".into(), Duration::ZERO, None).unwrap();
+        let stage =
+            Stage::start(0, 8, "t-payload-wait".into(), Duration::ZERO, None, None).unwrap();
         let locks = ColorLocks::new();
         let p = Payload::new(
             Dispatch::RoundRobin(vec![stage.clone()], AtomicUsize::new(0), locks.clone()),

@@ -47,6 +47,7 @@ pub struct ServerBuilder {
     reclaim_idle: bool,
     receive_buffers: Option<(u16, u32)>,
     cpu_affinity: CpuAffinity,
+    loop_slice: Option<Duration>,
 }
 
 /// Most refused connections lingered over at once under `max_conns`
@@ -76,6 +77,16 @@ pub const DEFAULT_IDLE_SPIN: Duration = Duration::from_micros(30);
 /// 2.2-2.5x the transactions/s (as epoll's), 1.00-1.05x from 8 clients up
 /// (docs/results/models/spin-ab-60fd68b/).
 pub const DEFAULT_IDLE_SPIN_URING: Duration = Duration::from_micros(100);
+
+/// The time slice a server's loops ask the kernel for unless
+/// [`ServerBuilder::loop_slice`] says otherwise (`LoopConfig::slice`). On
+/// two cores shared with the load generator (three threads wanting two
+/// cores), the default slice (1.4 ms there) let a woken loop wait behind
+/// the thread on its core: with 100 µs the cache's `symped:2` served
+/// 1.25-1.4x the transactions/s at 8 and 40 clients at 0.7-0.8x the CPU
+/// per transaction (docs/results/models/slice-ab-*). The kernel clamps it
+/// to 0.1-100 ms; kernels before 6.12 ignore it.
+pub const DEFAULT_LOOP_SLICE: Duration = Duration::from_micros(100);
 
 /// The idle spin a network loop on `io` gets unless told otherwise.
 pub fn default_idle_spin(io: duality_rt::IoBackend) -> Duration {
@@ -111,6 +122,7 @@ impl Default for ServerBuilder {
             reclaim_idle: false,
             receive_buffers: None,
             cpu_affinity: CpuAffinity::Off,
+            loop_slice: Some(DEFAULT_LOOP_SLICE),
         }
     }
 }
@@ -249,6 +261,15 @@ impl ServerBuilder {
     /// (default: off, the kernel places them). See [`CpuAffinity`].
     pub fn cpu_affinity(mut self, a: CpuAffinity) -> Self {
         self.cpu_affinity = a;
+        self
+    }
+
+    /// The time slice every loop of the server (network loops, acceptor,
+    /// payload threads) asks the kernel for (`LoopConfig::slice`): a woken
+    /// loop preempts a thread with a longer one at once. `None`: the
+    /// kernel's. Default: [`DEFAULT_LOOP_SLICE`].
+    pub fn loop_slice(mut self, slice: Option<Duration>) -> Self {
+        self.loop_slice = slice;
         self
     }
 
@@ -823,6 +844,7 @@ fn start(
             .unwrap_or_else(|| default_idle_spin(duality_rt::io_backend_in_use())),
         ring_buffers,
         ring_buffer_size,
+        slice: b.loop_slice,
         ..Default::default()
     };
     let group = matches!(b.model, Model::Steal { .. }).then(WorkGroup::new);
@@ -841,6 +863,7 @@ fn start(
             format!("{}-payload-{i}", b.name),
             b.payload_spin,
             cpu,
+            b.loop_slice,
         )?);
     }
     let handles: Vec<LoopHandle> = network.iter().map(|l| l.handle()).collect();

@@ -44,20 +44,22 @@ pub(crate) struct Stage {
 }
 
 impl Stage {
-    /// Starts the stage's loop thread (pinned to `cpu` if given); at most
-    /// `capacity` jobs wait or run at once; idle, it looks for jobs for
-    /// `spin` before it sleeps.
+    /// Starts the stage's loop thread (pinned to `cpu` if given, with the
+    /// time slice `slice` if given); at most `capacity` jobs wait or run at
+    /// once; idle, it looks for jobs for `spin` before it sleeps.
     pub(crate) fn start(
         index: usize,
         capacity: usize,
         name: String,
         spin: Duration,
         cpu: Option<usize>,
+        slice: Option<Duration>,
     ) -> std::io::Result<Arc<Stage>> {
         let thread = LoopThread::spawn(LoopConfig {
             name: Some(name),
             idle_spin: spin,
             cpu,
+            slice,
             // A payload job may legitimately run long (it is the point of
             // handing it off); the network loops' threshold does not apply.
             long_poll_threshold: None,

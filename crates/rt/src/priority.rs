@@ -85,6 +85,72 @@ pub(crate) fn set_background(tid: i32, background: bool, nice: i32) -> io::Resul
     Ok(())
 }
 
+/// Asks the kernel to give the calling thread time slices of `slice`
+/// (EEVDF's custom slice, Linux 6.12 and later: `sched_runtime` of a
+/// `SCHED_OTHER` thread, 0.1-100 ms): a thread with a shorter slice than
+/// the one running preempts it when it wakes, instead of waiting for that
+/// one's slice (0.75 ms and more) to run out. Keeps its nice value. An older
+/// kernel ignores the field.
+pub(crate) fn set_slice(slice: std::time::Duration) -> io::Result<()> {
+    let tid = crate::stats::current_tid() as i32;
+    let attr = SchedAttr {
+        size: std::mem::size_of::<SchedAttr>() as u32,
+        policy: libc::SCHED_OTHER as u32,
+        flags: 0,
+        nice: nice_of(tid)?,
+        priority: 0,
+        runtime: slice.as_nanos().min(u128::from(u64::MAX)) as u64,
+        deadline: 0,
+        period: 0,
+    };
+    // SAFETY: sched_setattr reads `attr.size` bytes from a live, initialised
+    // `SchedAttr` of that size; it changes only thread `tid`'s scheduling.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_sched_setattr,
+            tid,
+            &attr as *const SchedAttr,
+            0u32,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The time slice thread `tid` (0: the caller) runs with, as the kernel
+/// reports it (`sched_getattr`'s `sched_runtime`; zero from kernels that
+/// keep no slice per thread, before Linux 6.12).
+#[cfg(all(test, not(loom)))]
+fn slice_of(tid: i32) -> io::Result<std::time::Duration> {
+    let mut attr = SchedAttr {
+        size: 0,
+        policy: 0,
+        flags: 0,
+        nice: 0,
+        priority: 0,
+        runtime: 0,
+        deadline: 0,
+        period: 0,
+    };
+    // SAFETY: sched_getattr writes at most the size given (that of a live
+    // `SchedAttr`) into it, and reads nothing else of ours.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_sched_getattr,
+            tid,
+            &mut attr as *mut SchedAttr,
+            std::mem::size_of::<SchedAttr>() as u32,
+            0u32,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(std::time::Duration::from_nanos(attr.runtime))
+}
+
 /// Whether a thread of this process at nice `nice` can leave `SCHED_IDLE`
 /// again (root, `CAP_SYS_NICE`, or an `RLIMIT_NICE` that allows it). Tried
 /// on a thread of its own (created by the caller: it starts at the
@@ -104,4 +170,34 @@ pub(crate) fn may_leave_idle(nice: i32) -> bool {
 pub(crate) fn is_background() -> bool {
     // SAFETY: sched_getscheduler takes a pid (0: the caller) and returns an int.
     unsafe { libc::sched_getscheduler(0) == libc::SCHED_IDLE }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use crate::{block_on, LoopConfig, LoopThread};
+    use std::time::Duration;
+
+    /// A loop asks for the slice its config names, on its own thread only.
+    #[test]
+    fn a_loop_runs_with_the_slice_it_asked_for() {
+        let asked = Duration::from_micros(150);
+        let slice_on = |slice| {
+            let lp = LoopThread::spawn(LoopConfig {
+                slice,
+                ..Default::default()
+            })
+            .expect("loop thread");
+            block_on(lp.handle().spawn(async { super::slice_of(0) }))
+                .expect("joined")
+                .expect("sched_getattr")
+        };
+        let with = slice_on(Some(asked));
+        if with.is_zero() {
+            eprintln!("skipped: this kernel keeps no time slice per thread (Linux 6.12+ does)");
+            return;
+        }
+        assert_eq!(with, asked);
+        assert_ne!(slice_on(None), asked, "a loop that asked for none keeps the kernel's");
+        assert_ne!(super::slice_of(0).unwrap(), asked, "the caller's thread keeps its own");
+    }
 }

@@ -100,6 +100,15 @@ pub struct LoopConfig {
     /// the kernel places it. A CPU the process may not use fails
     /// [`LoopThread::spawn`].
     pub cpu: Option<usize>,
+    /// The time slice the loop's thread asks the kernel for (EEVDF's custom
+    /// slice, Linux 6.12 and later, clamped there to 0.1-100 ms; older
+    /// kernels ignore it): a loop with a shorter slice than the thread
+    /// running on its core preempts that thread when it wakes, instead of
+    /// waiting up to that thread's slice (about a millisecond on small
+    /// machines). No privilege needed; the loop's share of the CPU does not
+    /// change. `None` (the default): the kernel's. A refusal is logged, not
+    /// fatal.
+    pub slice: Option<Duration>,
 }
 
 /// How stale a loop's published statistics may be (its poll histogram and
@@ -201,6 +210,7 @@ impl Default for LoopConfig {
             faults: crate::faults::default_faults(),
             idle_hook: DEFAULT_IDLE_HOOK.get().copied(),
             cpu: None,
+            slice: None,
         }
     }
 }
@@ -1060,6 +1070,11 @@ impl LoopThread {
                 if let Err(e) = crate::affinity::pin_current_thread(cpu) {
                     let _ = tx.send(Err(e));
                     return Ok(());
+                }
+            }
+            if let Some(slice) = config.slice {
+                if let Err(e) = crate::priority::set_slice(slice) {
+                    tracing::warn!("a loop's time slice of {slice:?} was refused: {e}");
                 }
             }
             let mut lp = match EventLoop::new(config) {
