@@ -201,13 +201,15 @@ pub struct IoArg {
     /// with a longer slice on its core at once instead of waiting up to
     /// that thread's slice (1.4 ms on two cores), while its share of the
     /// CPU stays the same. Matters where loops share cores with other busy
-    /// threads. 0: the kernel's default; else 100 to 100000.
+    /// threads; here, with the load generator beside the server, it was
+    /// as often a loss as a gain (docs/results/models/slice-ab-93f9598/).
+    /// 0 (the default): the kernel's slice; else 100 to 100000.
     #[arg(
         long,
         value_name = "US",
         value_parser = loop_slice_us,
         env = "DUALITY_LOOP_SLICE_US",
-        default_value_t = duality_models::DEFAULT_LOOP_SLICE.as_micros() as u64
+        default_value_t = 0
     )]
     pub loop_slice_us: u64,
 }

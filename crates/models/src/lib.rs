@@ -38,7 +38,6 @@ pub use payload::{Handoff, Held, Lane, Payload, DEFAULT_COLOR};
 pub use server::{
     default_idle_spin, lingering_refusals, ListenAddr, Listener, Server, ServerBuilder,
     ShutdownReport, StatsHandle, DEFAULT_BACKLOG, DEFAULT_IDLE_SPIN, DEFAULT_IDLE_SPIN_URING,
-    DEFAULT_LOOP_SLICE,
 };
 pub use session::{
     drive, Driver, DriverConfig, Flow, Linger, Output, Parsed, Protocol, Reply, Timeout,

@@ -78,16 +78,6 @@ pub const DEFAULT_IDLE_SPIN: Duration = Duration::from_micros(30);
 /// (docs/results/models/spin-ab-60fd68b/).
 pub const DEFAULT_IDLE_SPIN_URING: Duration = Duration::from_micros(100);
 
-/// The time slice a server's loops ask the kernel for unless
-/// [`ServerBuilder::loop_slice`] says otherwise (`LoopConfig::slice`). On
-/// two cores shared with the load generator (three threads wanting two
-/// cores), the default slice (1.4 ms there) let a woken loop wait behind
-/// the thread on its core: with 100 µs the cache's `symped:2` served
-/// 1.25-1.4x the transactions/s at 8 and 40 clients at 0.7-0.8x the CPU
-/// per transaction (docs/results/models/slice-ab-*). The kernel clamps it
-/// to 0.1-100 ms; kernels before 6.12 ignore it.
-pub const DEFAULT_LOOP_SLICE: Duration = Duration::from_micros(100);
-
 /// The idle spin a network loop on `io` gets unless told otherwise.
 pub fn default_idle_spin(io: duality_rt::IoBackend) -> Duration {
     match io {
@@ -122,7 +112,7 @@ impl Default for ServerBuilder {
             reclaim_idle: false,
             receive_buffers: None,
             cpu_affinity: CpuAffinity::Off,
-            loop_slice: Some(DEFAULT_LOOP_SLICE),
+            loop_slice: None,
         }
     }
 }
@@ -266,8 +256,12 @@ impl ServerBuilder {
 
     /// The time slice every loop of the server (network loops, acceptor,
     /// payload threads) asks the kernel for (`LoopConfig::slice`): a woken
-    /// loop preempts a thread with a longer one at once. `None`: the
-    /// kernel's. Default: [`DEFAULT_LOOP_SLICE`].
+    /// loop preempts a thread with a longer one at once. `None` (the
+    /// default): the kernel's. On two cores shared with the load generator
+    /// 100 µs moved the cache's `symped:2` between its two speeds (about
+    /// 185 K and 255 K txn/s at 8 clients) in either direction from one
+    /// minute to the next (docs/results/models/slice-ab-93f9598/), so it
+    /// is not on by default.
     pub fn loop_slice(mut self, slice: Option<Duration>) -> Self {
         self.loop_slice = slice;
         self

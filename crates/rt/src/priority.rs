@@ -197,7 +197,15 @@ mod tests {
             return;
         }
         assert_eq!(with, asked);
-        assert_ne!(slice_on(None), asked, "a loop that asked for none keeps the kernel's");
-        assert_ne!(super::slice_of(0).unwrap(), asked, "the caller's thread keeps its own");
+        assert_ne!(
+            slice_on(None),
+            asked,
+            "a loop that asked for none keeps the kernel's"
+        );
+        assert_ne!(
+            super::slice_of(0).unwrap(),
+            asked,
+            "the caller's thread keeps its own"
+        );
     }
 }
