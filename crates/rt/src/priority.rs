@@ -52,20 +52,16 @@ struct SchedAttr {
     period: u64,
 }
 
-/// Puts thread `tid` (0: the caller) in `SCHED_IDLE` (`background`) or
-/// back in `SCHED_OTHER` at `nice`.
-pub(crate) fn set_background(tid: i32, background: bool, nice: i32) -> io::Result<()> {
+/// `sched_setattr(2)` for thread `tid` (0: the caller): `policy` at
+/// `nice`, with the time slice `runtime` in nanoseconds (0: the kernel's).
+fn set_attr(tid: i32, policy: i32, nice: i32, runtime: u64) -> io::Result<()> {
     let attr = SchedAttr {
         size: std::mem::size_of::<SchedAttr>() as u32,
-        policy: if background {
-            libc::SCHED_IDLE
-        } else {
-            libc::SCHED_OTHER
-        } as u32,
+        policy: policy as u32,
         flags: 0,
         nice,
         priority: 0,
-        runtime: 0,
+        runtime,
         deadline: 0,
         period: 0,
     };
@@ -85,6 +81,17 @@ pub(crate) fn set_background(tid: i32, background: bool, nice: i32) -> io::Resul
     Ok(())
 }
 
+/// Puts thread `tid` (0: the caller) in `SCHED_IDLE` (`background`) or
+/// back in `SCHED_OTHER` at `nice`.
+pub(crate) fn set_background(tid: i32, background: bool, nice: i32) -> io::Result<()> {
+    let policy = if background {
+        libc::SCHED_IDLE
+    } else {
+        libc::SCHED_OTHER
+    };
+    set_attr(tid, policy, nice, 0)
+}
+
 /// Asks the kernel to give the calling thread time slices of `slice`
 /// (EEVDF's custom slice, Linux 6.12 and later: `sched_runtime` of a
 /// `SCHED_OTHER` thread, 0.1-100 ms): a thread with a shorter slice than
@@ -93,30 +100,8 @@ pub(crate) fn set_background(tid: i32, background: bool, nice: i32) -> io::Resul
 /// kernel ignores the field.
 pub(crate) fn set_slice(slice: std::time::Duration) -> io::Result<()> {
     let tid = crate::stats::current_tid() as i32;
-    let attr = SchedAttr {
-        size: std::mem::size_of::<SchedAttr>() as u32,
-        policy: libc::SCHED_OTHER as u32,
-        flags: 0,
-        nice: nice_of(tid)?,
-        priority: 0,
-        runtime: slice.as_nanos().min(u128::from(u64::MAX)) as u64,
-        deadline: 0,
-        period: 0,
-    };
-    // SAFETY: sched_setattr reads `attr.size` bytes from a live, initialised
-    // `SchedAttr` of that size; it changes only thread `tid`'s scheduling.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_sched_setattr,
-            tid,
-            &attr as *const SchedAttr,
-            0u32,
-        )
-    };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    let runtime = slice.as_nanos().min(u128::from(u64::MAX)) as u64;
+    set_attr(tid, libc::SCHED_OTHER, nice_of(tid)?, runtime)
 }
 
 /// The time slice thread `tid` (0: the caller) runs with, as the kernel
