@@ -203,7 +203,8 @@ pub struct IoArg {
     /// CPU stays the same. Matters where loops share cores with other busy
     /// threads; here, with the load generator beside the server, it was
     /// as often a loss as a gain (docs/results/models/slice-ab-93f9598/).
-    /// 0 (the default): the kernel's slice; else 100 to 100000.
+    /// 0 (the default): the slice the server was started with (the
+    /// kernel's, unless its parent set its own); else 100 to 100000.
     #[arg(
         long,
         value_name = "US",

@@ -106,8 +106,9 @@ pub struct LoopConfig {
     /// running on its core preempts that thread when it wakes, instead of
     /// waiting up to that thread's slice (about a millisecond on small
     /// machines). No privilege needed; the loop's share of the CPU does not
-    /// change. `None` (the default): the kernel's. A refusal is logged, not
-    /// fatal.
+    /// change. `None` (the default): whatever slice the thread inherited
+    /// (the kernel's unless a parent set its own). A refusal is logged,
+    /// not fatal.
     pub slice: Option<Duration>,
 }
 

@@ -240,15 +240,7 @@ impl UringReactor {
         }
         if st.want_recv && st.recv.is_none() && !st.rx_eof && st.unread() < RX_LIMIT {
             if self.ensure_bufs() {
-                // The turn's time (no clock read per receive armed).
-                let look = crate::time::loop_now() + self.config.quiet;
-                let ud = self.ops.borrow_mut().insert(Op {
-                    io: Some(io.clone()),
-                    kind: OpKind::Recv(Watch::new(look)),
-                });
-                if self.quiet_due.get().is_none_or(|d| d > look) {
-                    self.quiet_due.set(Some(look));
-                }
+                let ud = self.insert_watched(io, OpKind::Recv);
                 st.recv = NonZeroU64::new(ud);
                 st.recv_cancelled = false;
                 let sqe = opcode::RecvMulti::new(fd, BUF_GROUP).build().user_data(ud);
@@ -269,14 +261,7 @@ impl UringReactor {
         }
         if let Some(acc) = st.cold.as_mut().map(|c| &mut c.acc) {
             if let Some(paced) = acc.arm_next() {
-                let look = crate::time::loop_now() + self.config.quiet;
-                let ud = self.ops.borrow_mut().insert(Op {
-                    io: Some(io.clone()),
-                    kind: OpKind::Accept(Watch::new(look)),
-                });
-                if self.quiet_due.get().is_none_or(|d| d > look) {
-                    self.quiet_due.set(Some(look));
-                }
+                let ud = self.insert_watched(io, OpKind::Accept);
                 acc.armed = Some(ud);
                 let flags = libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC;
                 let sqe = if paced {
@@ -334,6 +319,22 @@ impl UringReactor {
 
     /// Submits what `st` has queued (nothing if nothing is): `tx` alone, or
     /// `tx` and the shared tail in one gather send.
+    /// Files a multishot op that a quiet watch looks after (a receive or
+    /// an accept) and brings the next quiet check forward to its look;
+    /// returns its user data.
+    fn insert_watched(&self, io: &Arc<Io>, kind: fn(Watch) -> OpKind) -> u64 {
+        // The turn's time (no clock read per op armed).
+        let look = crate::time::loop_now() + self.config.quiet;
+        let ud = self.ops.borrow_mut().insert(Op {
+            io: Some(io.clone()),
+            kind: kind(Watch::new(look)),
+        });
+        if self.quiet_due.get().is_none_or(|d| d > look) {
+            self.quiet_due.set(Some(look));
+        }
+        ud
+    }
+
     fn submit_queued(&self, io: &Arc<Io>, st: &mut St) {
         let tail = st.tx_tail.take();
         if st.tx.is_empty() && tail.is_none() {
