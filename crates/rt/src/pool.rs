@@ -90,6 +90,13 @@ pub const CPU_POOL_NICE: i32 = 10;
 /// pool (a gzip of 2 MiB costs about 8 ms here).
 pub const CPU_POOL_BACKGROUND_AFTER: Duration = Duration::from_millis(50);
 
+/// The time slice the CPU pool's threads ask for outside the background
+/// class ([`PoolConfig::slice`]): the shortest the kernel grants. A loop
+/// waking behind a raised pool thread that has run this long preempts it
+/// at once; behind one on the kernel's slice (1.4 ms here) it waits for
+/// the next scheduler tick, up to 4 ms at 250 Hz.
+pub const CPU_POOL_SLICE: Duration = Duration::from_micros(100);
+
 /// How long a pool stays raised out of the background class after a job
 /// waited too long: long enough to clear a backlog, short enough to give
 /// the loops their head start back soon after.
@@ -122,6 +129,12 @@ pub struct PoolConfig {
     /// thread. Only where the process may leave that class again (root,
     /// `CAP_SYS_NICE` or `RLIMIT_NICE`); elsewhere the threads stay at `nice`.
     pub background_after: Option<Duration>,
+    /// The time slice the threads ask for whenever they run outside the
+    /// background class (EEVDF's custom slice, Linux 6.12 and later,
+    /// 0.1-100 ms; older kernels ignore it). A thread that has used up a
+    /// short slice gives way to a waking event loop as soon as that loop
+    /// wakes, instead of at the next scheduler tick. `None`: the kernel's.
+    pub slice: Option<Duration>,
 }
 
 impl PoolConfig {
@@ -135,12 +148,14 @@ impl PoolConfig {
             keep_alive: Duration::from_secs(10),
             nice: 0,
             background_after: None,
+            slice: None,
         }
     }
 
     /// The CPU pool's defaults: `duality-cpu`, one thread per available core, 4096
     /// queued jobs, 10 s keep-alive, nice [`CPU_POOL_NICE`], in the
-    /// background class while it keeps up ([`CPU_POOL_BACKGROUND_AFTER`]):
+    /// background class while it keeps up ([`CPU_POOL_BACKGROUND_AFTER`])
+    /// and on a short slice ([`CPU_POOL_SLICE`]) when raised out of it:
     /// offloaded work takes the cores the loops leave (seed 002: a heavy job
     /// must not delay everybody else's requests), and all of them when the
     /// loops are idle.
@@ -152,6 +167,7 @@ impl PoolConfig {
             keep_alive: Duration::from_secs(10),
             nice: CPU_POOL_NICE,
             background_after: Some(CPU_POOL_BACKGROUND_AFTER),
+            slice: Some(CPU_POOL_SLICE),
         }
     }
 
@@ -293,7 +309,13 @@ impl State {
     /// starving the pool. A thread in the middle of a job is raised too (a
     /// starved job would otherwise keep its thread for as long as the loops
     /// stay busy).
-    fn raise_if_starved(&mut self, after: Duration, now: Instant, raises: &AtomicU64) {
+    fn raise_if_starved(
+        &mut self,
+        after: Duration,
+        now: Instant,
+        raises: &AtomicU64,
+        slice: Option<Duration>,
+    ) {
         let waited = |since: Instant, bound: Duration| now.saturating_duration_since(since) > bound;
         let starved = self
             .queue
@@ -312,7 +334,7 @@ impl State {
         for w in self.workers.iter_mut().filter(|w| w.background) {
             // The thread is alive: it leaves `workers` under this lock
             // before it ends.
-            match priority::set_background(w.tid, false, w.nice) {
+            match priority::set_background(w.tid, false, w.nice, slice) {
                 Ok(()) => w.background = false,
                 Err(e) => tracing::debug!("pool thread stays in the background: {e}"),
             }
@@ -523,7 +545,7 @@ impl Shared {
         st.next_job_id += 1;
         let queued_at = Instant::now();
         if let Some(after) = self.background() {
-            st.raise_if_starved(after, queued_at, &self.raises);
+            st.raise_if_starved(after, queued_at, &self.raises, self.config.slice);
         }
         st.queue.push_back(QueuedJob { id, run, queued_at });
         let start = if st.idle < st.queue.len() && st.threads < self.config.max_threads {
@@ -589,6 +611,11 @@ impl Shared {
             self.background_ok
                 .get_or_init(|| priority::may_leave_idle(nice));
         }
+        if let Some(slice) = self.config.slice {
+            if let Err(e) = priority::set_slice(slice) {
+                tracing::debug!("pool thread keeps the kernel's time slice ({slice:?}: {e})");
+            }
+        }
         let capacity = self.config.queue_capacity;
         let mut st = lock(&self.state);
         if self.background().is_some() {
@@ -609,7 +636,7 @@ impl Shared {
             let mut background = None;
             if let Some(after) = self.background() {
                 let now = Instant::now();
-                st.raise_if_starved(after, now, &self.raises);
+                st.raise_if_starved(after, now, &self.raises, self.config.slice);
                 if !st.queue.is_empty() && st.background_now(now) {
                     if let Some(w) = st.workers.iter_mut().find(|w| w.tid == tid) {
                         // Recorded before the thread enters, so that a raise
@@ -635,11 +662,12 @@ impl Shared {
                     BACKGROUND_RUNNING.fetch_add(1, Ordering::Relaxed);
                 }
                 let entered = background.is_some_and(|raises| {
-                    priority::set_background(0, true, nice).is_ok()
+                    priority::set_background(0, true, nice, None).is_ok()
                         // A raise since the decision: it may have come
                         // before the thread entered, so leave again.
                         && (self.raises.load(Ordering::SeqCst) == raises
-                            || priority::set_background(0, false, nice).is_err())
+                            || priority::set_background(0, false, nice, self.config.slice)
+                                .is_err())
                 });
                 // The job catches the user's panic itself; this outer catch covers
                 // a panicking destructor of an unwanted result.
@@ -649,7 +677,7 @@ impl Shared {
                 let _ = catch_unwind(AssertUnwindSafe(|| (job.run)(&self)));
                 if entered {
                     BACKGROUND_JOB.set(None);
-                    let _ = priority::set_background(0, false, nice);
+                    let _ = priority::set_background(0, false, nice, self.config.slice);
                 }
                 if background.is_some() {
                     let at = Instant::now().saturating_duration_since(epoch());
@@ -686,7 +714,7 @@ impl Shared {
                 // looks in every `after` to raise it if it starves.
                 let watch = self.background().filter(|_| st.background_busy());
                 if let Some(after) = watch {
-                    st.raise_if_starved(after, now, &self.raises);
+                    st.raise_if_starved(after, now, &self.raises, self.config.slice);
                 }
                 let nap = watch.map_or(deadline - now, |a| a.min(deadline - now));
                 st = match self.work.wait_timeout(st, nap) {
@@ -913,13 +941,24 @@ mod tests {
 
     fn small(name: &str, threads: usize, queue: usize) -> Pool {
         Pool::new(PoolConfig {
-            name: name.into(),
             max_threads: threads,
             queue_capacity: queue,
+            ..small_config(name)
+        })
+    }
+
+    /// One thread, a short queue, the process's priority, no background
+    /// class, the kernel's slice.
+    fn small_config(name: &str) -> PoolConfig {
+        PoolConfig {
+            name: name.into(),
+            max_threads: 1,
+            queue_capacity: 4,
             keep_alive: Duration::from_secs(5),
             nice: 0,
             background_after: None,
-        })
+            slice: None,
+        }
     }
 
     /// Occupies one pool thread until the returned sender is dropped or sent to.
@@ -957,6 +996,7 @@ mod tests {
             keep_alive: Duration::MAX,
             nice: 0,
             background_after: None,
+            slice: None,
         });
         assert_eq!(block_on(pool.run(|| 1)).unwrap(), 1);
         std::thread::sleep(Duration::from_millis(50));
@@ -1002,6 +1042,30 @@ mod tests {
         assert_eq!(bg, may);
     }
 
+    /// A pool's threads run on the time slice its config names (the CPU
+    /// pool's by default), and on the kernel's where it names none.
+    #[test]
+    fn pool_threads_run_with_the_slice_asked_for() {
+        assert_eq!(PoolConfig::cpu().slice, Some(CPU_POOL_SLICE));
+        let asked = Duration::from_micros(150);
+        let slice_in = |slice| {
+            let pool = Pool::new(PoolConfig {
+                slice,
+                ..small_config("t-slice")
+            });
+            block_on(pool.run(|| priority::slice_of(0)))
+                .unwrap()
+                .expect("sched_getattr")
+        };
+        let with = slice_in(Some(asked));
+        if with.is_zero() {
+            eprintln!("skipped: this kernel keeps no time slice per thread (Linux 6.12+ does)");
+            return;
+        }
+        assert_eq!(with, asked);
+        assert_ne!(slice_in(None), asked, "a pool that asked for none");
+    }
+
     /// A job that runs until the returned sender is sent to or dropped, and
     /// answers whether it ended in the background class; also whether it
     /// started in it (known once it has started).
@@ -1037,6 +1101,7 @@ mod tests {
             keep_alive: Duration::from_secs(5),
             nice: 0,
             background_after: Some(Duration::from_secs(30)),
+            slice: None,
         });
         const RUN: Duration = Duration::from_millis(5);
         let (yields, background) = crate::block_on(pool.run(|| {
@@ -1060,6 +1125,9 @@ mod tests {
         }
     }
 
+    /// The slice a pool asks for in the raise tests.
+    const RAISED_SLICE: Duration = Duration::from_micros(250);
+
     /// A job that waits longer than `background_after` raises every thread
     /// of the pool out of the background class, the one in the middle of a
     /// job included, and the jobs after it run raised.
@@ -1072,6 +1140,7 @@ mod tests {
             keep_alive: Duration::from_secs(5),
             nice: 5,
             background_after: Some(AFTER),
+            slice: Some(RAISED_SLICE),
         });
         // The thread started (and its probe done) before the jobs that count:
         // a busy machine may take longer than `AFTER` to start a thread.
@@ -1090,12 +1159,19 @@ mod tests {
         assert!(poll_counting(&mut second, &w).is_pending());
         std::thread::sleep(3 * AFTER);
         // Queued behind a job that has now waited past `AFTER`: the pool raises.
-        let mut third = pool.run(priority::is_background);
+        let mut third = pool.run(|| (priority::is_background(), priority::slice_of(0)));
         assert!(poll_counting(&mut third, &w).is_pending());
         release_tx.send(()).unwrap();
         assert!(!block_on(first).unwrap(), "the running job was raised");
         assert!(!block_on(second).unwrap());
-        assert!(!block_on(third).unwrap());
+        let (background, slice) = block_on(third).unwrap();
+        assert!(!background);
+        // Zero where the kernel keeps no slice per thread (before 6.12).
+        let slice = slice.expect("sched_getattr");
+        assert!(
+            slice == RAISED_SLICE || slice.is_zero(),
+            "a raised thread runs on the pool's slice, not {slice:?}"
+        );
     }
 
     /// With nothing queued behind it, a job that runs in the background
@@ -1109,6 +1185,7 @@ mod tests {
             keep_alive: Duration::from_secs(5),
             nice: 5,
             background_after: Some(AFTER),
+            slice: None,
         });
         if !priority::may_leave_idle(thread_nice() as i32 + 5) {
             return; // never in the background: nothing to raise
@@ -1268,6 +1345,7 @@ mod tests {
             keep_alive: Duration::from_millis(20),
             nice: 0,
             background_after: None,
+            slice: None,
         });
         block_on(pool.run(|| ())).unwrap();
         assert_eq!(pool.stats().threads, 1);

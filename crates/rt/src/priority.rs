@@ -82,14 +82,24 @@ fn set_attr(tid: i32, policy: i32, nice: i32, runtime: u64) -> io::Result<()> {
 }
 
 /// Puts thread `tid` (0: the caller) in `SCHED_IDLE` (`background`) or
-/// back in `SCHED_OTHER` at `nice`.
-pub(crate) fn set_background(tid: i32, background: bool, nice: i32) -> io::Result<()> {
-    let policy = if background {
-        libc::SCHED_IDLE
+/// back in `SCHED_OTHER` at `nice`, there with the time slice `slice`
+/// (`None`: the kernel's; see [`set_slice`]).
+pub(crate) fn set_background(
+    tid: i32,
+    background: bool,
+    nice: i32,
+    slice: Option<std::time::Duration>,
+) -> io::Result<()> {
+    let (policy, runtime) = if background {
+        (libc::SCHED_IDLE, 0)
     } else {
-        libc::SCHED_OTHER
+        (libc::SCHED_OTHER, slice.map_or(0, nanos))
     };
-    set_attr(tid, policy, nice, 0)
+    set_attr(tid, policy, nice, runtime)
+}
+
+fn nanos(d: std::time::Duration) -> u64 {
+    d.as_nanos().min(u128::from(u64::MAX)) as u64
 }
 
 /// Asks the kernel to give the calling thread time slices of `slice`
@@ -100,15 +110,14 @@ pub(crate) fn set_background(tid: i32, background: bool, nice: i32) -> io::Resul
 /// kernel ignores the field.
 pub(crate) fn set_slice(slice: std::time::Duration) -> io::Result<()> {
     let tid = crate::stats::current_tid() as i32;
-    let runtime = slice.as_nanos().min(u128::from(u64::MAX)) as u64;
-    set_attr(tid, libc::SCHED_OTHER, nice_of(tid)?, runtime)
+    set_attr(tid, libc::SCHED_OTHER, nice_of(tid)?, nanos(slice))
 }
 
 /// The time slice thread `tid` (0: the caller) runs with, as the kernel
 /// reports it (`sched_getattr`'s `sched_runtime`; zero from kernels that
 /// keep no slice per thread, before Linux 6.12).
 #[cfg(all(test, not(loom)))]
-fn slice_of(tid: i32) -> io::Result<std::time::Duration> {
+pub(crate) fn slice_of(tid: i32) -> io::Result<std::time::Duration> {
     let mut attr = SchedAttr {
         size: 0,
         policy: 0,
@@ -144,7 +153,8 @@ pub(crate) fn may_leave_idle(nice: i32) -> bool {
     std::thread::Builder::new()
         .name("duality-prio-probe".into())
         .spawn(move || {
-            set_background(0, true, nice).is_ok() && set_background(0, false, nice).is_ok()
+            set_background(0, true, nice, None).is_ok()
+                && set_background(0, false, nice, None).is_ok()
         })
         .ok()
         .and_then(|h| h.join().ok())

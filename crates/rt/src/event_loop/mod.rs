@@ -1178,6 +1178,7 @@ mod tests {
             keep_alive: Duration::from_secs(5),
             nice: 0,
             background_after: Some(Duration::from_secs(30)),
+            slice: None,
         });
         let (release_tx, release_rx) = mpsc::channel::<()>();
         let (started_tx, started_rx) = mpsc::channel::<bool>();
