@@ -204,7 +204,10 @@ pub struct IoArg {
     /// threads; here, with the load generator beside the server, it was
     /// as often a loss as a gain (docs/results/models/slice-ab-93f9598/).
     /// 0 (the default): the slice the server was started with (the
-    /// kernel's, unless its parent set its own); else 100 to 100000.
+    /// kernel's, unless its parent set its own), and 100 µs while the CPU
+    /// pool runs raised out of the kernel's background class (its jobs
+    /// starved there: the loops then wake behind compressing pool threads);
+    /// else 100 to 100000, always.
     #[arg(
         long,
         value_name = "US",

@@ -257,7 +257,9 @@ impl ServerBuilder {
     /// The time slice every loop of the server (network loops, acceptor,
     /// payload threads) asks the kernel for (`LoopConfig::slice`): a woken
     /// loop preempts a thread with a longer one at once. `None` (the
-    /// default): the slice the threads inherit. On two cores shared with the load generator
+    /// default): the slice the threads inherit, and
+    /// [`duality_rt::RAISED_SLICE`] while a CPU pool runs raised out of the
+    /// background class. On two cores shared with the load generator
     /// 100 µs moved the cache's `symped:2` between its two speeds (about
     /// 185 K and 255 K txn/s at 8 clients) in either direction from one
     /// minute to the next (docs/results/models/slice-ab-93f9598/), so it

@@ -328,6 +328,8 @@ impl State {
             return;
         }
         self.raised_until = Some(now + BOOST_HOLD);
+        let until = (now + BOOST_HOLD).saturating_duration_since(epoch());
+        RAISED_UNTIL.fetch_max(until.as_nanos() as u64, Ordering::Relaxed);
         // Before the threads are raised: a thread entering the class after
         // this sees the count move and leaves it again.
         raises.fetch_add(1, Ordering::SeqCst);
@@ -370,6 +372,29 @@ static BACKGROUND_ENDED: AtomicU64 = AtomicU64::new(0);
 /// How long after a background job the pool counts as busy: jobs come in
 /// runs (one per heavy request), and the gaps between them are short.
 const BACKGROUND_RECENT: Duration = Duration::from_millis(100);
+
+/// Until when a pool of this process stays raised out of the background
+/// class, in nanoseconds since [`epoch`] (0: never raised).
+static RAISED_UNTIL: AtomicU64 = AtomicU64::new(0);
+
+/// Whether a pool of this process runs raised out of the background class
+/// now (for [`BOOST_HOLD`] after a job starved in it): its threads
+/// then compete with the event loops for the cores, and a loop on the
+/// kernel's slice that wakes behind one waits for the next scheduler tick.
+/// Event loops on their inherited slice shorten it meanwhile.
+/// The clock is read only where a pool was ever raised.
+pub(crate) fn raised() -> bool {
+    let until = RAISED_UNTIL.load(Ordering::Relaxed);
+    until != 0 && (Instant::now().saturating_duration_since(epoch()).as_nanos() as u64) < until
+}
+
+/// Marks a pool of this process raised for `hold` from now, as a starving
+/// job would.
+#[cfg(all(test, not(loom)))]
+pub(crate) fn mark_raised_for(hold: Duration) {
+    let until = (Instant::now() + hold).saturating_duration_since(epoch());
+    RAISED_UNTIL.fetch_max(until.as_nanos() as u64, Ordering::Relaxed);
+}
 
 fn epoch() -> Instant {
     static EPOCH: OnceLock<Instant> = OnceLock::new();

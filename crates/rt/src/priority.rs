@@ -116,7 +116,6 @@ pub(crate) fn set_slice(slice: std::time::Duration) -> io::Result<()> {
 /// The time slice thread `tid` (0: the caller) runs with, as the kernel
 /// reports it (`sched_getattr`'s `sched_runtime`; zero from kernels that
 /// keep no slice per thread, before Linux 6.12).
-#[cfg(all(test, not(loom)))]
 pub(crate) fn slice_of(tid: i32) -> io::Result<std::time::Duration> {
     let mut attr = SchedAttr {
         size: 0,
@@ -202,5 +201,57 @@ mod tests {
             asked,
             "the caller's thread keeps its own"
         );
+    }
+
+    /// While a pool is raised out of the background class, a loop with no
+    /// slice of its own runs on `RAISED_SLICE` and gets its slice back
+    /// after; a loop with its own keeps it throughout.
+    #[test]
+    fn a_loop_shortens_its_slice_while_a_pool_is_raised() {
+        let plain = LoopThread::spawn(LoopConfig::default()).expect("loop thread");
+        let own = Duration::from_micros(250);
+        let its_own = LoopThread::spawn(LoopConfig {
+            slice: Some(own),
+            ..Default::default()
+        })
+        .expect("loop thread");
+        // A task's look at its loop's slice; the loop follows a raise when
+        // it goes to sleep, so look until the wanted one shows (or 5 s).
+        let slice_of = |lp: &LoopThread| {
+            block_on(lp.handle().spawn(async { super::slice_of(0) }))
+                .expect("joined")
+                .expect("sched_getattr")
+        };
+        let wait_for = |lp: &LoopThread, want: Duration| {
+            let until = std::time::Instant::now() + Duration::from_secs(5);
+            loop {
+                let got = slice_of(lp);
+                if got == want || std::time::Instant::now() > until {
+                    return got;
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        };
+        // Other tests' pools may be raised now: start from a quiet moment.
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        let before = loop {
+            let got = slice_of(&plain);
+            let quiet = !crate::pool::raised() && got != crate::RAISED_SLICE;
+            if quiet || std::time::Instant::now() > until {
+                break got;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        if before.is_zero() {
+            eprintln!("skipped: this kernel keeps no time slice per thread (Linux 6.12+ does)");
+            return;
+        }
+        assert_ne!(before, crate::RAISED_SLICE);
+        crate::pool::mark_raised_for(Duration::from_millis(300));
+        assert_eq!(wait_for(&plain, crate::RAISED_SLICE), crate::RAISED_SLICE);
+        assert_eq!(slice_of(&its_own), own, "a loop with a slice of its own");
+        // The raise ends (other tests' pools may prolong it a little).
+        assert_eq!(wait_for(&plain, before), before, "the slice comes back");
+        assert_eq!(slice_of(&its_own), own);
     }
 }

@@ -107,8 +107,10 @@ pub struct LoopConfig {
     /// waiting up to that thread's slice (about a millisecond on small
     /// machines). No privilege needed; the loop's share of the CPU does not
     /// change. `None` (the default): whatever slice the thread inherited
-    /// (the kernel's unless a parent set its own). A refusal is logged,
-    /// not fatal.
+    /// (the kernel's unless a parent set its own), and [`RAISED_SLICE`]
+    /// while a pool of this process runs raised out of the kernel's
+    /// background class ([`crate::pool::PoolConfig::background_after`]).
+    /// A refusal is logged, not fatal.
     pub slice: Option<Duration>,
 }
 
@@ -216,6 +218,16 @@ impl Default for LoopConfig {
     }
 }
 
+/// The slice a loop with no [`LoopConfig::slice`] of its own asks for while
+/// a pool of this process runs raised out of the background class: the CPU
+/// pool's threads then compete with the loops for the cores, and a waking
+/// loop on a longer slice than the thread on its core (the load generator's,
+/// a compressing pool thread's) would wait for the next scheduler tick.
+/// Only then: beside a load generator on two cores a short slice for good
+/// moved the cache's throughput either way
+/// (`docs/results/models/slice-ab-93f9598/`).
+pub const RAISED_SLICE: Duration = Duration::from_micros(100);
+
 /// The thread-owned half of a loop.
 pub(crate) struct Local {
     pub(crate) shared: &'static Shared,
@@ -235,6 +247,8 @@ pub(crate) struct Local {
     pub(crate) poll_start: Cell<crate::stats::Stamp>,
     /// The clock as the last turn's timers read it (see [`crate::time::loop_now`]).
     pub(crate) turn_now: Cell<Instant>,
+    /// While the loop runs on [`RAISED_SLICE`]: the slice it had before.
+    slice_before: Cell<Option<Duration>>,
     /// Per-request metrics recorded on this loop since the last merge.
     pub(crate) requests: RefCell<RequestMetrics>,
     /// The reset epoch of the readable copy that `requests` belongs to.
@@ -381,6 +395,7 @@ impl Local {
         }
         let sleeping = timeout != Some(Duration::ZERO);
         if sleeping {
+            self.follow_pool_raise();
             // What was recorded must not wait for the next wake-up to
             // become readable, nor the memory the last work freed to go
             // back: each may shorten the sleep to when it is due.
@@ -415,6 +430,41 @@ impl Local {
         self.drain_handoff();
         self.publish();
         Ok(())
+    }
+
+    /// Before sleeping (the slice counts when the loop wakes): a loop with
+    /// no slice of its own runs on [`RAISED_SLICE`] while a pool is raised
+    /// out of the background class, and on the slice it had otherwise.
+    /// Two system calls per raise at most; a relaxed load per sleep.
+    fn follow_pool_raise(&self) {
+        if self.config.slice.is_some() {
+            return;
+        }
+        let raised = crate::pool::raised();
+        match (raised, self.slice_before.get()) {
+            (true, None) => match crate::priority::slice_of(0) {
+                Ok(before) => {
+                    if let Err(e) = crate::priority::set_slice(RAISED_SLICE) {
+                        tracing::debug!("a loop keeps its slice while a pool is raised: {e}");
+                    } else {
+                        self.slice_before.set(Some(before));
+                    }
+                }
+                Err(e) => tracing::debug!("a loop cannot read its slice: {e}"),
+            },
+            (false, Some(_)) => self.restore_slice(),
+            _ => {}
+        }
+    }
+
+    /// Gives the loop's thread back the slice it had before
+    /// [`follow_pool_raise`](Self::follow_pool_raise) shortened it.
+    fn restore_slice(&self) {
+        if let Some(before) = self.slice_before.take() {
+            if let Err(e) = crate::priority::set_slice(before) {
+                tracing::debug!("a loop cannot restore its slice of {before:?}: {e}");
+            }
+        }
     }
 
     /// Books a reactor poll's (events, wake fd fired) result.
@@ -974,6 +1024,7 @@ impl EventLoop {
                 idle_hook_owed: Cell::new(false),
                 poll_start: Cell::new(crate::stats::Stamp::now()),
                 turn_now: Cell::new(now),
+                slice_before: Cell::new(None),
                 requests: RefCell::new(RequestMetrics::default()),
                 requests_epoch: Cell::new(shared.requests_epoch.load(Relaxed)),
                 orphans: RefCell::new(Vec::new()),
@@ -1039,6 +1090,8 @@ impl Drop for EventLoop {
             let _enter = context::enter_nested(local);
             local.shutdown();
         }
+        // A `block_on` loop leaves its caller's thread as it found it.
+        local.restore_slice();
         registry::release(local.shared);
     }
 }
