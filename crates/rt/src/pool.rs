@@ -21,6 +21,10 @@
 //! enter the background class. Threads wait for work outside the class (an idle
 //! one watches for a job starving in it). The thread list behind the raise is kept under
 //! the pool's mutex, which a thread leaves only after taking itself off it.
+//! Raised, the CPU pool's threads run on a short time slice
+//! ([`PoolConfig::slice`]) and loops with no slice of their own shorten
+//! theirs ([`crate::RAISED_SLICE`]): a loop waking behind a thread on a
+//! longer slice would wait for the next scheduler tick.
 //!
 //! A thread enters the class only for the job itself, after letting go of the
 //! pool's mutex, and leaves it before taking the mutex again: a thread in the
