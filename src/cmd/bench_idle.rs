@@ -231,7 +231,10 @@ pub fn run(a: IdleArgs) -> anyhow::Result<()> {
          Command: `{}`\n\n\
          Machine: {cores} cores; {fd_limit} descriptors per process. Idle counts {idle_counts:?}; \
          {window} s counted after {warmup} s per point; the median of {rounds} round(s) by throughput, \
-         runtimes and servers taking turns. {cut_note}\n\n\
+         runtimes and servers taking turns. Each idle count K > 0 is measured right after an \
+         idle-free run of the same runtime or server, and `vs idle-free` is the median over the \
+         rounds of K's throughput over that run's (the host's speed drifts more over minutes than \
+         idle connections cost); an idle-free row is the median of those runs. {cut_note}\n\n\
          Pipes: each runtime in a fresh process with {} active pairs; each pair passes 32 KiB messages \
          in 4 KiB writes both ways over a Unix socket pair whose send buffer is 4 KiB (the runtime has \
          no pipe type: its io_uring backend receives with socket operations), and K idle tasks (or \

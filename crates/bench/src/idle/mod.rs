@@ -111,7 +111,8 @@ pub struct PipeRow {
     pub held: u64,
     /// Bytes received by the active pairs per second, in MB (10^6).
     pub mb_per_sec: f64,
-    /// `mb_per_sec` over the same runtime's idle-free run.
+    /// `mb_per_sec` over the same runtime's idle-free run measured just
+    /// before it, the median over the rounds ([`run`]); 1.0 for that run.
     pub vs_idle_free: Option<f64>,
     /// Resident memory of the runtime before any task, MiB.
     pub rss_base_mib: f64,
@@ -135,7 +136,8 @@ pub struct CacheRow {
     pub active: usize,
     /// Transactions per second of the active connections.
     pub tps: f64,
-    /// `tps` over the same server's idle-free run.
+    /// `tps` over the same server's idle-free run measured just before it,
+    /// the median over the rounds ([`run`]); 1.0 for that run.
     pub vs_idle_free: Option<f64>,
     /// 99th percentile latency of the active connections, µs.
     pub p99_us: u64,
@@ -296,6 +298,44 @@ pub fn fill_ratios<T: Point>(rows: &mut [T]) {
     }
 }
 
+/// `(who, idle, throughput over the idle-free run measured just before)`.
+pub type Paired = (String, u64, f64);
+
+/// Books `row` in a pair: an idle-free row becomes the pending base, a
+/// row with idle connections is paired with the base measured just
+/// before it (none if that one failed).
+fn pair_up<T: Point>(base: &mut Option<f64>, row: &T, pairs: &mut Vec<Paired>) {
+    if row.idle() == 0 {
+        *base = Some(row.throughput());
+    } else if let Some(r) = base.take().and_then(|b| ratio(row.throughput(), b)) {
+        pairs.push((row.who().to_string(), row.idle(), r));
+    }
+}
+
+/// Sets each row with idle connections to the median of its paired ratios
+/// over the rounds ([`run`]), where it has any; rows without keep what
+/// [`fill_ratios`] gave them.
+pub fn fill_paired_ratios<T: Point>(rows: &mut [T], pairs: &[Paired]) {
+    for r in rows.iter_mut().filter(|r| r.idle() > 0) {
+        let mut v: Vec<f64> = pairs
+            .iter()
+            .filter(|(who, idle, _)| who == r.who() && *idle == r.idle())
+            .map(|p| p.2)
+            .collect();
+        if v.is_empty() {
+            continue;
+        }
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let m = if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        };
+        r.set_vs_idle_free(Some(m));
+    }
+}
+
 /// The most idle connections the pipes half can give one process:
 /// two descriptors per pair and [`RESERVED_FDS`] stay with it.
 pub fn max_idle_pipes(fd_limit: u64, pairs: usize) -> u64 {
@@ -425,16 +465,43 @@ pub struct Plan<'a> {
 impl Plan<'_> {
     /// Points measured in all (for a progress bar).
     pub fn points(&self) -> usize {
-        self.rounds * self.idle.len() * (self.runtimes.len() + self.servers.len())
+        let per_round: usize = sequence(&self.idle)
+            .iter()
+            .map(|(base, _)| 1 + usize::from(base.is_some()))
+            .sum();
+        self.rounds * per_round * (self.runtimes.len() + self.servers.len())
     }
+}
+
+/// What one round measures of each runtime and server, in order: for each
+/// idle count K > 0, an idle-free run and then K (`(Some(0), K)`); a lone
+/// `(None, 0)` only where no K > 0 is asked.
+pub fn sequence(idle: &[u64]) -> Vec<(Option<u64>, u64)> {
+    let v: Vec<(Option<u64>, u64)> = idle
+        .iter()
+        .filter(|&&k| k > 0)
+        .map(|&k| (Some(0), k))
+        .collect();
+    if v.is_empty() && idle.contains(&0) {
+        return vec![(None, 0)];
+    }
+    v
 }
 
 /// Runs every point, `rounds` times, runtimes and servers taking turns;
 /// `tick` hears of each point as it is done (`Err`: it failed, and the
 /// message goes to the notes too).
+///
+/// Each idle count K > 0 is measured right after an idle-free run of the
+/// same runtime or server, and its ratio is taken to that run: this host's
+/// speed drifts by up to a quarter over tens of seconds
+/// (`docs/results/models/two-speeds-b3f18e8/`), more than idle connections
+/// cost, and a round visits K = 0 and the largest K minutes apart. An idle
+/// count of 0 alone is measured only where no K > 0 is asked.
 pub fn run(plan: &Plan, tick: &mut dyn FnMut(Result<&str, &str>)) -> Results {
     let mut pipes = Vec::new();
     let mut cache = Vec::new();
+    let (mut pipe_pairs, mut cache_pairs) = (Vec::new(), Vec::new());
     let mut notes = Vec::new();
     let mut failed = |what: String, e: anyhow::Error, tick: &mut dyn FnMut(Result<&str, &str>)| {
         let msg = format!("{what}: {e:#}");
@@ -443,32 +510,41 @@ pub fn run(plan: &Plan, tick: &mut dyn FnMut(Result<&str, &str>)) -> Results {
             notes.push(msg);
         }
     };
+    let sequence = sequence(&plan.idle);
     for _ in 0..plan.rounds.max(1) {
-        for &k in &plan.idle {
+        for &(base, k) in &sequence {
             for rt in &plan.runtimes {
-                match pipe_child(plan, rt, k) {
-                    Ok(row) => {
-                        tick(Ok(&format!(
-                            "pipes {rt}, {k} idle: {:.0} MB/s",
-                            row.mb_per_sec
-                        )));
-                        pipes.push(row);
+                let mut base_row = None;
+                for k in base.into_iter().chain([k]) {
+                    match pipe_child(plan, rt, k) {
+                        Ok(row) => {
+                            tick(Ok(&format!(
+                                "pipes {rt}, {k} idle: {:.0} MB/s",
+                                row.mb_per_sec
+                            )));
+                            pair_up(&mut base_row, &row, &mut pipe_pairs);
+                            pipes.push(row);
+                        }
+                        Err(e) => failed(format!("pipes {rt} with {k} idle"), e, tick),
                     }
-                    Err(e) => failed(format!("pipes {rt} with {k} idle"), e, tick),
                 }
             }
         }
-        for &k in &plan.idle {
+        for &(base, k) in &sequence {
             for kind in &plan.servers {
-                match measure_cache(plan, kind, k) {
-                    Ok(row) => {
-                        tick(Ok(&format!(
-                            "cache {}, {k} idle: {:.0} txn/s",
-                            row.server, row.tps
-                        )));
-                        cache.push(row);
+                let mut base_row = None;
+                for k in base.into_iter().chain([k]) {
+                    match measure_cache(plan, kind, k) {
+                        Ok(row) => {
+                            tick(Ok(&format!(
+                                "cache {}, {k} idle: {:.0} txn/s",
+                                row.server, row.tps
+                            )));
+                            pair_up(&mut base_row, &row, &mut cache_pairs);
+                            cache.push(row);
+                        }
+                        Err(e) => failed(format!("cache {} with {k} idle", kind.label()), e, tick),
                     }
-                    Err(e) => failed(format!("cache {} with {k} idle", kind.label()), e, tick),
                 }
             }
         }
@@ -477,6 +553,8 @@ pub fn run(plan: &Plan, tick: &mut dyn FnMut(Result<&str, &str>)) -> Results {
     let mut cache = medians(&cache);
     fill_ratios(&mut pipes);
     fill_ratios(&mut cache);
+    fill_paired_ratios(&mut pipes, &pipe_pairs);
+    fill_paired_ratios(&mut cache, &cache_pairs);
     let mut r = Results {
         limits: plan.limits.clone(),
         pipes,
@@ -879,6 +957,52 @@ mod tests {
         let r: Vec<Option<f64>> = rows.iter().map(|r| r.vs_idle_free).collect();
         assert_eq!(r, [Some(1.0), Some(1.0), Some(0.95), Some(0.5), None]);
         assert_eq!(ratio(1.0, 0.0), None);
+    }
+
+    #[test]
+    fn each_idle_count_follows_an_idle_free_run_of_its_own() {
+        assert_eq!(
+            sequence(&[0, 1000, 19_000]),
+            [(Some(0), 1000), (Some(0), 19_000)]
+        );
+        // Without 0 asked, the baselines are still measured.
+        assert_eq!(sequence(&[200]), [(Some(0), 200)]);
+        assert_eq!(sequence(&[0]), [(None, 0)]);
+        assert!(sequence(&[]).is_empty());
+    }
+
+    #[test]
+    fn paired_ratios_are_medians_over_rounds_of_each_pair() {
+        // Pairs of 0.95, 1.0 and 0.71 (the host slowed inside round 3):
+        // their median is 0.95, where the ratio of the medians (150 / 200)
+        // says 0.75.
+        let measured = [
+            pipe("a", 0, 200.0),
+            pipe("a", 1000, 190.0),
+            pipe("a", 0, 150.0),
+            pipe("a", 1000, 150.0),
+            pipe("a", 0, 210.0),
+            pipe("a", 1000, 150.0),
+            pipe("b", 0, 100.0),
+        ];
+        let mut pairs = Vec::new();
+        let mut base = None;
+        for r in &measured {
+            pair_up(&mut base, r, &mut pairs);
+        }
+        assert_eq!(pairs.len(), 3);
+        let mut rows = medians(&measured);
+        fill_ratios(&mut rows);
+        let before: Vec<Option<f64>> = rows.iter().map(|r| r.vs_idle_free).collect();
+        assert_eq!(before, [Some(1.0), Some(0.75), Some(1.0)]);
+        fill_paired_ratios(&mut rows, &pairs);
+        let got: Vec<Option<f64>> = rows.iter().map(|r| r.vs_idle_free).collect();
+        assert_eq!(got, [Some(1.0), Some(0.95), Some(1.0)]);
+        // A point whose base failed has no pair: it keeps the fallback.
+        let mut base = None;
+        let mut none = Vec::new();
+        pair_up(&mut base, &pipe("c", 1000, 90.0), &mut none);
+        assert!(none.is_empty());
     }
 
     #[test]
