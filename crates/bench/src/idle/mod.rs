@@ -317,22 +317,14 @@ fn pair_up<T: Point>(base: &mut Option<f64>, row: &T, pairs: &mut Vec<Paired>) {
 /// [`fill_ratios`] gave them.
 pub fn fill_paired_ratios<T: Point>(rows: &mut [T], pairs: &[Paired]) {
     for r in rows.iter_mut().filter(|r| r.idle() > 0) {
-        let mut v: Vec<f64> = pairs
+        let v: Vec<f64> = pairs
             .iter()
             .filter(|(who, idle, _)| who == r.who() && *idle == r.idle())
             .map(|p| p.2)
             .collect();
-        if v.is_empty() {
-            continue;
+        if !v.is_empty() {
+            r.set_vs_idle_free(Some(crate::summary::median(&v)));
         }
-        v.sort_by(f64::total_cmp);
-        let n = v.len();
-        let m = if n % 2 == 1 {
-            v[n / 2]
-        } else {
-            (v[n / 2 - 1] + v[n / 2]) / 2.0
-        };
-        r.set_vs_idle_free(Some(m));
     }
 }
 
