@@ -67,6 +67,17 @@ fn quick_idle_run_measures_every_runtime_and_server() {
             assert!(r["rss_loaded_mib"].as_f64().unwrap() > 0.0, "{r}");
             assert!(r["closed_net_vs_start"].as_f64().unwrap() > 0.0, "{r}");
             assert_eq!(r["bytes_per_idle"].is_null(), idle == 0, "{r}");
+            // With idle clients, the same process was measured idle-free
+            // first, and the ratio is to that window.
+            match r["tps_before_idle"].as_f64() {
+                Some(before) => {
+                    assert!(idle > 0 && before > 0.0, "{r}");
+                    let want = r["tps"].as_f64().unwrap() / before;
+                    let got = r["vs_idle_free"].as_f64().unwrap();
+                    assert!((got - want).abs() < 1e-6, "one round: {got} vs {want}: {r}");
+                }
+                None => assert_eq!(idle, 0, "{r}"),
+            }
         }
     }
 

@@ -231,10 +231,12 @@ pub fn run(a: IdleArgs) -> anyhow::Result<()> {
          Command: `{}`\n\n\
          Machine: {cores} cores; {fd_limit} descriptors per process. Idle counts {idle_counts:?}; \
          {window} s counted after {warmup} s per point; the median of {rounds} round(s) by throughput, \
-         runtimes and servers taking turns. Each idle count K > 0 is measured right after an \
-         idle-free run of the same runtime or server, and `vs idle-free` is the median over the \
-         rounds of K's throughput over that run's (the host's speed drifts more over minutes than \
-         idle connections cost); an idle-free row is the median of those runs. {cut_note}\n\n\
+         runtimes and servers taking turns. `vs idle-free` is the median over the rounds of \
+         K's throughput over an idle-free run seconds before it (the host's speed drifts more over \
+         minutes than idle connections cost): for the pipes, a child of the same runtime measured \
+         right before K (an idle-free row is the median of those children); for the cache, the \
+         same server process measured under the same load right before its idle clients connect \
+         (the last column). {cut_note}\n\n\
          Pipes: each runtime in a fresh process with {} active pairs; each pair passes 32 KiB messages \
          in 4 KiB writes both ways over a Unix socket pair whose send buffer is 4 KiB (the runtime has \
          no pipe type: its io_uring backend receives with socket operations), and K idle tasks (or \
@@ -246,8 +248,8 @@ pub fn run(a: IdleArgs) -> anyhow::Result<()> {
          NPTL setting), at most {} threads per process here (the kernel's map limit or the machine's \
          free process ids, whichever binds first): the `held` column says where that cut the idle ones.\n\n\
          Cache: one fresh server process per point (`-m 64`, `-c` = K + {} + 64, never above \
-         {fd_limit}), preloaded, then a first short load whose connections close (RSS start is \
-         read after it); holder processes (at most {} connections each) open K connections, each served \
+         {fd_limit}), preloaded, then a first load whose connections close (RSS start is read after it; where \
+         K > 0 a whole measured window, the idle-free base); holder processes (at most {} connections each) open K connections, each served \
          one `version`, then silent; then the load generator runs the paper's workload ({records} \
          records, 9 gets to 1 set) closed-loop on {} active connections. Bytes per idle connection: \
          (server RSS with them − its RSS just before them) / K. After close: server RSS once the \

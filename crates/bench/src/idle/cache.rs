@@ -45,8 +45,9 @@ pub fn parse_server(name: &str, cores: usize) -> Result<ServerKind, String> {
     }
 }
 
-/// One server at one idle count: a fresh server, preloaded; RSS; K idle
-/// clients; RSS; the load; the idle clients close; RSS once more.
+/// One server at one idle count: a fresh server, preloaded; the load
+/// (measured where K > 0: the idle-free base); RSS; K idle clients; RSS;
+/// the load, measured; the idle clients close; RSS once more.
 pub fn measure_cache(plan: &Plan, kind: &ServerKind, idle: u64) -> anyhow::Result<CacheRow> {
     let want = if matches!(kind, ServerKind::Duality(m) if m == "thread-per-conn") {
         idle.min(
@@ -76,14 +77,20 @@ pub fn measure_cache(plan: &Plan, kind: &ServerKind, idle: u64) -> anyhow::Resul
         threads: 1,
         reply_timeout: loadgen::reply_timeout(window),
     };
-    // A first short load (its connections then closed), so that the start
+    // A first load (its connections then closed), so that the start
     // already holds what serving the load leaves behind (pools, buffers,
     // arenas) and "after close / start" isolates the idle connections.
+    // Where idle clients will come it is a whole measured window: the
+    // idle-free throughput their window is compared with, seconds apart in
+    // the same process (the host's speed drifts over minutes).
     let fds_quiet = fd_count(pid);
-    loadgen::run(
-        &load(Duration::ZERO, plan.warmup.max(Duration::from_millis(100))),
-        &mut |_| {},
-    )?;
+    let first = if want > 0 {
+        load(plan.warmup, plan.window)
+    } else {
+        load(Duration::ZERO, plan.warmup.max(Duration::from_millis(100)))
+    };
+    let before = loadgen::run(&first, &mut |_| {})?;
+    let tps_before_idle = (want > 0).then(|| before[0].tps());
     wait_fds_at_most(pid, fds_quiet);
     let rss = || crate::proc::rss_of(&pid.to_string());
     let fds_start = fd_count(pid);
@@ -133,6 +140,7 @@ pub fn measure_cache(plan: &Plan, kind: &ServerKind, idle: u64) -> anyhow::Resul
         active: plan.active,
         tps: w.tps(),
         vs_idle_free: None,
+        tps_before_idle,
         p99_us: w.latency.p99_us,
         cpu_us_per_txn: cpu.as_secs_f64() * 1e6 / w.txns.max(1) as f64,
         rss_start_mib: rss_start as f64 / MIB,

@@ -136,9 +136,14 @@ pub struct CacheRow {
     pub active: usize,
     /// Transactions per second of the active connections.
     pub tps: f64,
-    /// `tps` over the same server's idle-free run measured just before it,
-    /// the median over the rounds ([`run`]); 1.0 for that run.
+    /// `tps` over [`tps_before_idle`](Self::tps_before_idle), the median
+    /// over the rounds ([`run`]); 1.0 for the idle-free rows.
     pub vs_idle_free: Option<f64>,
+    /// Transactions per second of the same server process under the same
+    /// load in a window right before its idle clients connected (`None`
+    /// where none connected).
+    #[serde(default)]
+    pub tps_before_idle: Option<f64>,
     /// 99th percentile latency of the active connections, µs.
     pub p99_us: u64,
     /// Server CPU time per transaction, µs.
@@ -312,6 +317,13 @@ fn pair_up<T: Point>(base: &mut Option<f64>, row: &T, pairs: &mut Vec<Paired>) {
     }
 }
 
+/// A cache row's pair: its throughput over the same process's before its
+/// idle clients connected.
+fn cache_pair(row: &CacheRow) -> Option<Paired> {
+    let r = ratio(row.tps, row.tps_before_idle?)?;
+    (row.idle > 0).then(|| (row.server.clone(), row.idle, r))
+}
+
 /// Sets each row with idle connections to the median of its paired ratios
 /// over the rounds ([`run`]), where it has any; rows without keep what
 /// [`fill_ratios`] gave them.
@@ -457,15 +469,15 @@ pub struct Plan<'a> {
 impl Plan<'_> {
     /// Points measured in all (for a progress bar).
     pub fn points(&self) -> usize {
-        let per_round: usize = sequence(&self.idle)
+        let pipes: usize = sequence(&self.idle)
             .iter()
             .map(|(base, _)| 1 + usize::from(base.is_some()))
             .sum();
-        self.rounds * per_round * (self.runtimes.len() + self.servers.len())
+        self.rounds * (pipes * self.runtimes.len() + self.idle.len() * self.servers.len())
     }
 }
 
-/// What one round measures of each runtime and server, in order: for each
+/// What one round measures of each pipe runtime, in order: for each
 /// idle count K > 0, an idle-free run and then K (`(Some(0), K)`); a lone
 /// `(None, 0)` only where no K > 0 is asked.
 pub fn sequence(idle: &[u64]) -> Vec<(Option<u64>, u64)> {
@@ -484,12 +496,14 @@ pub fn sequence(idle: &[u64]) -> Vec<(Option<u64>, u64)> {
 /// `tick` hears of each point as it is done (`Err`: it failed, and the
 /// message goes to the notes too).
 ///
-/// Each idle count K > 0 is measured right after an idle-free run of the
-/// same runtime or server, and its ratio is taken to that run: this host's
-/// speed drifts by up to a quarter over tens of seconds
-/// (`docs/results/models/two-speeds-b3f18e8/`), more than idle connections
-/// cost, and a round visits K = 0 and the largest K minutes apart. An idle
-/// count of 0 alone is measured only where no K > 0 is asked.
+/// Each ratio to the idle-free throughput is taken to a run seconds before
+/// (this host's speed drifts by up to a quarter over tens of seconds,
+/// `docs/results/models/two-speeds-b3f18e8/`, more than idle connections
+/// cost, and a round visits K = 0 and the largest K minutes apart): a pipe
+/// runtime's K > 0 right after an idle-free child of the same runtime
+/// ([`sequence`]; an idle count of 0 alone only where no K > 0 is asked),
+/// a cache server's K to the same server process's window right before
+/// its idle clients connected ([`CacheRow::tps_before_idle`]).
 pub fn run(plan: &Plan, tick: &mut dyn FnMut(Result<&str, &str>)) -> Results {
     let mut pipes = Vec::new();
     let mut cache = Vec::new();
@@ -522,21 +536,18 @@ pub fn run(plan: &Plan, tick: &mut dyn FnMut(Result<&str, &str>)) -> Results {
                 }
             }
         }
-        for &(base, k) in &sequence {
+        for &k in &plan.idle {
             for kind in &plan.servers {
-                let mut base_row = None;
-                for k in base.into_iter().chain([k]) {
-                    match measure_cache(plan, kind, k) {
-                        Ok(row) => {
-                            tick(Ok(&format!(
-                                "cache {}, {k} idle: {:.0} txn/s",
-                                row.server, row.tps
-                            )));
-                            pair_up(&mut base_row, &row, &mut cache_pairs);
-                            cache.push(row);
-                        }
-                        Err(e) => failed(format!("cache {} with {k} idle", kind.label()), e, tick),
+                match measure_cache(plan, kind, k) {
+                    Ok(row) => {
+                        tick(Ok(&format!(
+                            "cache {}, {k} idle: {:.0} txn/s",
+                            row.server, row.tps
+                        )));
+                        cache_pairs.extend(cache_pair(&row));
+                        cache.push(row);
                     }
+                    Err(e) => failed(format!("cache {} with {k} idle", kind.label()), e, tick),
                 }
             }
         }
@@ -694,6 +705,7 @@ pub fn cache_table(rows: &[CacheRow]) -> String {
                 format!("{:.2}", r.closed_vs_start),
                 opt(r.closed_net_vs_start, |v| format!("{v:.2}")),
                 format!("{:.2}", r.client_cores),
+                opt(r.tps_before_idle, crate::report::thousands),
             ]
         })
         .collect();
@@ -713,6 +725,7 @@ pub fn cache_table(rows: &[CacheRow]) -> String {
             "after close / start",
             "idle conns' share kept / start",
             "client cores",
+            "txn/s before idle (same process)",
         ],
         &cells,
     )
@@ -783,10 +796,10 @@ pub fn pipes_csv(rows: &[PipeRow]) -> String {
 
 /// The cache rows as CSV.
 pub fn cache_csv(rows: &[CacheRow]) -> String {
-    let mut s = String::from("server,idle,held,active,tps,vs_idle_free,p99_us,cpu_us_per_txn,rss_start_mib,rss_idle_mib,bytes_per_idle,rss_closed_mib,closed_vs_start,rss_loaded_mib,closed_net_vs_start,client_cores\n");
+    let mut s = String::from("server,idle,held,active,tps,vs_idle_free,p99_us,cpu_us_per_txn,rss_start_mib,rss_idle_mib,bytes_per_idle,rss_closed_mib,closed_vs_start,rss_loaded_mib,closed_net_vs_start,client_cores,tps_before_idle\n");
     for r in rows {
         s.push_str(&format!(
-            "{},{},{},{},{:.1},{},{},{:.3},{:.2},{:.2},{},{:.2},{:.3},{:.2},{},{:.3}\n",
+            "{},{},{},{},{:.1},{},{},{:.3},{:.2},{:.2},{},{:.2},{:.3},{:.2},{},{:.3},{}\n",
             crate::report::csv_field(&r.server),
             r.idle,
             r.held,
@@ -802,7 +815,9 @@ pub fn cache_csv(rows: &[CacheRow]) -> String {
             r.closed_vs_start,
             r.rss_loaded_mib,
             csv_opt(r.closed_net_vs_start),
-            r.client_cores
+            r.client_cores,
+            r.tps_before_idle
+                .map_or_else(String::new, |v| format!("{v:.1}"))
         ));
     }
     s
@@ -914,6 +929,7 @@ mod tests {
             active: 40,
             tps,
             vs_idle_free: None,
+            tps_before_idle: (idle > 0).then_some(tps / 0.9),
             p99_us: 100,
             cpu_us_per_txn: 10.0,
             rss_start_mib: 10.0,
@@ -990,6 +1006,13 @@ mod tests {
         fill_paired_ratios(&mut rows, &pairs);
         let got: Vec<Option<f64>> = rows.iter().map(|r| r.vs_idle_free).collect();
         assert_eq!(got, [Some(1.0), Some(0.95), Some(1.0)]);
+        // A cache row is paired with its own process's window before its
+        // idle clients came (the test rows': 0.9).
+        let row = cache("s", 200, 900.0, 600.0);
+        let (who, idle, r) = cache_pair(&row).unwrap();
+        assert_eq!((who.as_str(), idle), ("s", 200));
+        assert!((r - 0.9).abs() < 1e-9, "{r}");
+        assert_eq!(cache_pair(&cache("s", 0, 900.0, 0.0)), None);
         // A point whose base failed has no pair: it keeps the fallback.
         let mut base = None;
         let mut none = Vec::new();
