@@ -3,7 +3,9 @@
 //! (keys `rec:NNNNNN`, values of 10-103 bytes), uniform random keys, the
 //! store's public API only, so the same file measures any version of the
 //! store. Under `cargo test --benches` it runs one short round as a smoke
-//! test. Prints the median of five rounds per operation.
+//! test. Prints the median of five rounds per operation. `ITEMS=N` sets the
+//! number of items (1,000,000 by default): how far the items outgrow the
+//! caches shows in the get rate (`docs/results/store/items-*.txt`).
 //!
 //! Wall-clock figures on a shared machine vary by ±30% from run to run; for
 //! a noise-free comparison of two versions, count instructions and simulated
@@ -68,6 +70,10 @@ fn main() {
     if let Some(r) = std::env::var("ROUNDS").ok().and_then(|r| r.parse().ok()) {
         rounds = r;
     }
+    let items = std::env::var("ITEMS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(items);
     let keys: Vec<String> = (0..items).map(|i| format!("rec:{i:06}")).collect();
     let value = [b'v'; 103];
     // xorshift64: the same key sequence on every run and every version.
