@@ -5,7 +5,7 @@
 //! store. Under `cargo test --benches` it runs one short round as a smoke
 //! test. Prints the median of five rounds per operation. `ITEMS=N` sets the
 //! number of items (1,000,000 by default): how far the items outgrow the
-//! caches shows in the get rate (`docs/results/store/items-*.txt`).
+//! caches shows in the get rate (`docs/results/store/items-*/`).
 //!
 //! Wall-clock figures on a shared machine vary by ±30% from run to run; for
 //! a noise-free comparison of two versions, count instructions and simulated
