@@ -85,6 +85,28 @@ fn quick_offload_run_writes_every_row() {
     // flag would have left no rows).
     assert!(md.contains("--model sped --cpu-threads 1`"), "{md}");
     assert!(md.contains("**Goals (issue 12)**"), "{md}");
+    // --quick measures the adaptive row and its baseline in two slices
+    // each, taking turns: A B at the first, B A at the second.
+    assert!(md.contains("in 2 slices each of 0.40 s"), "{md}");
+    for load in [50, 80] {
+        let order: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.starts_with(&format!("{load}% duality adaptive")) && l.contains("slice"))
+            .map(|l| l.split(": cheap").next().unwrap())
+            .collect();
+        let a = format!("{load}% duality adaptive");
+        let b = format!("{load}% duality adaptive, no heavy");
+        assert_eq!(
+            order,
+            [
+                format!("{a}, slice 1/2"),
+                format!("{b}, slice 1/2"),
+                format!("{b}, slice 2/2"),
+                format!("{a}, slice 2/2")
+            ],
+            "{stderr}"
+        );
+    }
     assert!(
         stderr.contains("goals:\n- 50%: adaptive cheap p99"),
         "{stderr}"
@@ -123,6 +145,11 @@ fn a_run_that_would_not_happen_as_described_is_refused() {
             &["--seconds", "0.05"],
             &["--seconds 0.05: ", "at least 0.1"],
         ),
+        (
+            &["--seconds", "0.3", "--slices", "4"],
+            &["--seconds 0.3 in --slices 4: ", "at least 0.1"],
+        ),
+        (&["--slices", "0"], &["--slices", "0"]),
         (
             &["--probe-seconds", "0.05"],
             &["--probe-seconds 0.05: ", "at least 0.1"],

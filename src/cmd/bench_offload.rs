@@ -30,6 +30,13 @@ pub struct OffloadArgs {
     /// server's warm-up; at least 0.1). Default 3 (`--quick`: 0.6).
     #[arg(long, value_parser = super::parse_seconds)]
     probe_seconds: Option<f64>,
+    /// Slices `duality adaptive` and its no-heavy baseline are each measured
+    /// in, taking turns on the same server (A B, B A, A B, …; each slice
+    /// warmed up as a row is, `--seconds` split between them), so the
+    /// host's drift over the pair falls on both alike; 1: one window each,
+    /// one after the other. Default 4 (`--quick`: 2).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100))]
+    slices: Option<u32>,
     /// Client threads (each holds one keep-alive connection). Default 32
     /// (`--quick`: 16).
     #[arg(long, value_parser = super::bench::positive)]
@@ -72,8 +79,8 @@ pub struct OffloadArgs {
     seed: u64,
     /// A smoke run of seconds: 0.8 s per row, 256 KiB large files, 16
     /// clients (each where the flag that sets it is not given: --seconds,
-    /// --warmup, --probe-seconds, --clients, --heavy-kib, --heavy-files,
-    /// --small-files).
+    /// --warmup, --probe-seconds, --slices, --clients, --heavy-kib,
+    /// --heavy-files, --small-files).
     #[arg(long)]
     quick: bool,
     /// Print a JSON array instead of a Markdown table.
@@ -110,6 +117,7 @@ struct Settings {
     seconds: f64,
     warmup: f64,
     probe_seconds: f64,
+    slices: u32,
     drain: Duration,
     clients: usize,
     small_files: usize,
@@ -124,6 +132,7 @@ impl OffloadArgs {
             seconds: self.seconds.unwrap_or(if q { 0.8 } else { 10.0 }),
             warmup: self.warmup.unwrap_or(if q { 0.2 } else { 1.0 }),
             probe_seconds: self.probe_seconds.unwrap_or(if q { 0.6 } else { 3.0 }),
+            slices: self.slices.unwrap_or(if q { 2 } else { 4 }),
             drain: Duration::from_secs(if q { 2 } else { 5 }),
             clients: self.clients.unwrap_or(if q { 16 } else { 32 }),
             small_files: self.small_files.unwrap_or(if q { 200 } else { 1000 }),
@@ -183,6 +192,12 @@ pub fn run(a: OffloadArgs) -> anyhow::Result<()> {
     let probe = secs("probe-seconds", s.probe_seconds, MIN_SECONDS)?;
     let warmup = secs("warmup", s.warmup, 0.0)?;
     let measure = secs("seconds", s.seconds, MIN_SECONDS)?;
+    anyhow::ensure!(
+        s.seconds / f64::from(s.slices) >= MIN_SECONDS,
+        "--seconds {} in --slices {}: a slice must be at least {MIN_SECONDS} s",
+        s.seconds,
+        s.slices
+    );
     let dir = super::bench::results_dir(a.out.as_deref(), "offload")?;
     let plan = Plan {
         exe: std::env::current_exe()?,
@@ -208,6 +223,7 @@ pub fn run(a: OffloadArgs) -> anyhow::Result<()> {
         },
         no_nginx: a.no_nginx,
         gzip_level: a.gzip_level,
+        slices: s.slices,
     };
     let report = offload::run(&plan, &mut |line| duality_rt::say!("{line}"))?;
     let rows = &report.rows;
@@ -227,7 +243,7 @@ Machine: {} cores; the load generator (this process, {} client threads) and the 
 Workload: {} small HTML files (1-4 KiB, page-cache hits, requested without `Accept-Encoding`) and {} JSON files of {} KiB requested with `Accept-Encoding: gzip` ({}% of requests; duality `--gzip on --gzip-cache 0 --model {}`, so each costs a compression at level {}; nginx `gzip on; gzip_comp_level 1`, {} workers; a level's work shows in its bytes: heavy body KiB); {}% of requests open a connection of their own. \
 Open loop: request *i* is due at *i*/rate and its latency counts from then (no coordinated omission); {:.1} s of warm-up, then {:.1} s measured per row. \
 Capacity: {:.0} requests/s ({}); each load is a percentage of it, the same for every server.\n\n\
-Columns: latencies in ms, client side from the due time to the whole response; TTFB (client) from the due time to the first response byte, every request; TTFB (server), accept latency (acceptor to the connection's first poll on its loop) and loop hold (per request, the longest single poll of its loop serving it) from duality's Prometheus histograms over the window, quantiles interpolated inside buckets as Prometheus does (nginx has none: `-`). With 1% heavy requests, the loop hold's p99.9 is theirs. `duality adaptive, no heavy` is the same schedule with every heavy request replaced by a cheap one.\n\n\
+Columns: latencies in ms, client side from the due time to the whole response; TTFB (client) from the due time to the first response byte, every request; TTFB (server), accept latency (acceptor to the connection's first poll on its loop) and loop hold (per request, the longest single poll of its loop serving it) from duality's Prometheus histograms over the window, quantiles interpolated inside buckets as Prometheus does (nginx has none: `-`). With 1% heavy requests, the loop hold's p99.9 is theirs. `duality adaptive, no heavy` is the same schedule with every heavy request replaced by a cheap one, on the same server as `duality adaptive`: {}.\n\n\
 {}\n**Each p99 as a percentage of `duality inline`'s at the same load** (the seed's figures: 100% is the baseline)\n\n{}\n**Goals (issue 12)**\n\n{}",
         cmd,
         duality_models::cores(),
@@ -250,6 +266,15 @@ Columns: latencies in ms, client side from the due time to the whole response; T
             "closed-loop probe of duality inline on the same mix"
         } else {
             "given with --capacity"
+        },
+        if plan.slices > 1 {
+            format!(
+                "the two rows were measured in {} slices each of {:.2} s (each after its own warm-up), taking turns (A B, B A, …), and each row merges its slices",
+                plan.slices,
+                plan.measure.as_secs_f64() / f64::from(plan.slices)
+            )
+        } else {
+            "measured right after it".to_owned()
         },
         offload::table(rows),
         offload::relative_table(rows),
@@ -301,6 +326,7 @@ mod tests {
             seconds: 0.8,
             warmup: 0.2,
             probe_seconds: 0.6,
+            slices: 2,
             drain: Duration::from_secs(2),
             clients: 16,
             small_files: 200,
@@ -315,6 +341,7 @@ mod tests {
             seconds: 10.0,
             warmup: 1.0,
             probe_seconds: 3.0,
+            slices: 4,
             drain: Duration::from_secs(5),
             clients: 32,
             small_files: 1000,
@@ -363,6 +390,13 @@ mod tests {
                 },
             ),
             (&["--clients", "8"], Settings { clients: 8, ..full }),
+            (
+                &["--quick", "--slices", "1"],
+                Settings {
+                    slices: 1,
+                    ..quick()
+                },
+            ),
         ] {
             assert_eq!(settings(flags), want, "{flags:?}");
         }

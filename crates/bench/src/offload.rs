@@ -39,7 +39,10 @@
 //! first byte, accept latency and loop-hold time per request. nginx has no
 //! such metrics: `-`. A fifth row, `duality adaptive, no heavy`, sends the
 //! same schedule with every heavy ticket turned into a cheap one: the
-//! baseline of the first goal ([`goals`]).
+//! baseline of the first goal ([`goals`]). It runs on the adaptive server,
+//! and the two rows take turns in [`Plan::slices`] slices (A B, B A, …),
+//! each merging its slices: a goal that compares two rows should not
+//! compare two stretches of a drifting host.
 
 use crate::http::{RunningServer, TempDir};
 use crate::summary::{corrected_latency, latency_histogram, record};
@@ -471,6 +474,31 @@ impl Outcome {
     }
 }
 
+/// One row's windows, merged: its outcome and, from a server with metrics,
+/// the two scrapes around each window.
+struct Measured {
+    outcome: Outcome,
+    pages: Option<Vec<(String, String)>>,
+}
+
+impl Measured {
+    fn empty() -> Measured {
+        Measured {
+            outcome: Outcome::new(),
+            pages: None,
+        }
+    }
+
+    /// Adds a window (a slice of the row).
+    fn add(&mut self, w: Measured) {
+        self.outcome.add(&w.outcome);
+        self.outcome.seconds += w.outcome.seconds;
+        if let Some(p) = w.pages {
+            self.pages.get_or_insert_with(Vec::new).extend(p);
+        }
+    }
+}
+
 struct Window {
     start: Instant,
     from: Instant,
@@ -664,6 +692,20 @@ impl Histogram {
         }
     }
 
+    /// Both histograms' counts together (a bound only one has keeps its
+    /// own count; the series of one family share their bounds).
+    pub fn plus(&self, other: &Histogram) -> Histogram {
+        let mut buckets = self.buckets.clone();
+        for &(le, n) in &other.buckets {
+            match buckets.iter_mut().find(|b| b.0 == le) {
+                Some(b) => b.1 += n,
+                None => buckets.push((le, n)),
+            }
+        }
+        buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+        Histogram { buckets }
+    }
+
     /// Samples counted.
     pub fn count(&self) -> u64 {
         self.buckets.last().map_or(0, |b| b.1)
@@ -734,12 +776,25 @@ pub fn server_quantiles(
     before: &str,
     after: &str,
 ) -> (Option<f64>, Option<f64>, Option<f64>, Option<f64>) {
+    server_quantiles_over(&[(before.to_owned(), after.to_owned())])
+}
+
+/// [`server_quantiles`] of several windows together: each histogram's
+/// counts between the two scrapes of every window, summed.
+pub fn server_quantiles_over(
+    windows: &[(String, String)],
+) -> (Option<f64>, Option<f64>, Option<f64>, Option<f64>) {
     let delta = |family: &str| {
-        let a = Histogram::parse(after, family)?;
-        let b = Histogram::parse(before, family).unwrap_or(Histogram {
-            buckets: Vec::new(),
-        });
-        Some(a.since(&b))
+        windows
+            .iter()
+            .filter_map(|(before, after)| {
+                let a = Histogram::parse(after, family)?;
+                let b = Histogram::parse(before, family).unwrap_or(Histogram {
+                    buckets: Vec::new(),
+                });
+                Some(a.since(&b))
+            })
+            .reduce(|x, y| x.plus(&y))
     };
     let q = |family: &str, q: f64| delta(family)?.quantile(q).map(|s| s * 1e3);
     (
@@ -789,6 +844,11 @@ pub struct Plan {
     pub no_nginx: bool,
     /// duality's `--gzip-level` (nginx's is 1; see [`NGINX_GZIP`]).
     pub gzip_level: u32,
+    /// Slices the `adaptive` row and its no-heavy baseline are measured
+    /// in, taking turns on the same server (A B, B A, …), each `measure /
+    /// slices` long after its own warm-up; 1: one window each, one after
+    /// the other.
+    pub slices: u32,
 }
 
 /// nginx's additions for the experiment: gzip as duality's
@@ -907,29 +967,27 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> anyhow::Result<Report
         }
     ));
     let no_heavy = mix.without_heavy();
+    let adaptive = &servers
+        .iter()
+        .find(|(l, _)| *l == ADAPTIVE)
+        .expect("adaptive")
+        .1;
+    let slices = plan.slices.max(1);
     let mut rows = Vec::new();
     for &pct in &plan.loads {
         let rate = capacity * f64::from(pct) / 100.0;
-        let mut order: Vec<(&str, &RunningServer, &Mix)> =
-            servers.iter().map(|(l, s)| (*l, s, &mix)).collect();
-        let adaptive = &servers
-            .iter()
-            .find(|(l, _)| *l == ADAPTIVE)
-            .expect("adaptive")
-            .1;
-        order.insert(3, (NO_HEAVY, adaptive, &no_heavy));
-        for (label, server, m) in order {
-            let (mut before, mut after) = (String::new(), String::new());
+        let window = |server: &RunningServer, m: &Mix, measure: Duration| {
             let l = Load {
                 addr: server.addr,
                 mix: m,
                 requests: &requests,
                 rate: Some(rate),
                 warmup: plan.warmup,
-                measure: plan.measure,
+                measure,
                 clients: plan.clients,
                 drain: plan.drain,
             };
+            let (mut before, mut after) = (String::new(), String::new());
             let o = run_load(&l, &mut |opening| {
                 if let Some(a) = server.metrics {
                     let page = scrape(a).unwrap_or_default();
@@ -940,13 +998,24 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> anyhow::Result<Report
                     }
                 }
             });
-            let server_q = if server.metrics.is_some() {
-                server_quantiles(&before, &after)
-            } else {
-                (None, None, None, None)
-            };
-            let mut r = row(label, pct, rate, &o, server_q);
-            r.pool_raises = pool_raises(&before, &after);
+            // Let the server take down the connections just reset.
+            std::thread::sleep(Duration::from_millis(50));
+            Measured {
+                outcome: o,
+                pages: server.metrics.map(|_| vec![(before, after)]),
+            }
+        };
+        let mut push = |label: &str, m: Measured, progress: &mut dyn FnMut(&str)| {
+            let server_q = m
+                .pages
+                .as_deref()
+                .map_or((None, None, None, None), server_quantiles_over);
+            let mut r = row(label, pct, rate, &m.outcome, server_q);
+            r.pool_raises = m.pages.as_deref().and_then(|p| {
+                p.iter()
+                    .filter_map(|(b, a)| pool_raises(b, a))
+                    .reduce(|x, y| x + y)
+            });
             progress(&format!(
                 "{pct}% ({rate:.0}/s) {label}: cheap p99 {:.2} ms, heavy p99 {} ms, {:.0} requests/s, {} errors",
                 r.cheap_p99_ms,
@@ -955,8 +1024,42 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> anyhow::Result<Report
                 r.errors
             ));
             rows.push(r);
-            // Let the server take down the connections just reset.
-            std::thread::sleep(Duration::from_millis(50));
+        };
+        for (label, server) in &servers {
+            if *label != ADAPTIVE {
+                let m = window(server, &mix, plan.measure);
+                push(label, m, progress);
+                continue;
+            }
+            // The adaptive row and its no-heavy baseline take turns in
+            // slices (A B, B A, A B, …) on the same server, so the host's
+            // drift over the pair falls on both alike.
+            let (mut with, mut without) = (Measured::empty(), Measured::empty());
+            let slice = plan.measure / slices;
+            for i in 0..slices {
+                let mut pair = [(ADAPTIVE, &mix), (NO_HEAVY, &no_heavy)];
+                if i % 2 == 1 {
+                    pair.reverse();
+                }
+                for (l, m) in pair {
+                    let got = window(adaptive, m, slice);
+                    if slices > 1 {
+                        progress(&format!(
+                            "{pct}% {l}, slice {}/{slices}: cheap p99 {:.2} ms",
+                            i + 1,
+                            pct_ms(&got.outcome.cheap, 0.99).unwrap_or(f64::NAN)
+                        ));
+                    }
+                    if l == ADAPTIVE {
+                        &mut with
+                    } else {
+                        &mut without
+                    }
+                    .add(got);
+                }
+            }
+            push(ADAPTIVE, with, progress);
+            push(NO_HEAVY, without, progress);
         }
     }
     drop(servers);
@@ -1373,6 +1476,46 @@ duality_loop_poll_seconds_bucket{loop=\"a\",le=\"0.001\"} 5
         assert_eq!((ttfb, accept), (None, None));
         assert!((hold.unwrap() - 2.5).abs() < 1e-9);
         assert!((hold999.unwrap() - 4.75).abs() < 1e-9);
+    }
+
+    #[test]
+    fn slices_merge_their_windows_counts() {
+        // Two windows: all of PAGE's 100 samples, and 100 more, all in
+        // 2.5..5 ms (scraped from 0 to 100 in every bucket up from 5 ms).
+        let second = "duality_request_loop_hold_seconds_bucket{le=\"0.001\"} 0
+duality_request_loop_hold_seconds_bucket{le=\"0.0025\"} 0
+duality_request_loop_hold_seconds_bucket{le=\"0.005\"} 100
+duality_request_loop_hold_seconds_bucket{le=\"+Inf\"} 100
+";
+        let family = "duality_request_loop_hold_seconds";
+        let a = Histogram::parse(PAGE, family).unwrap();
+        let b = Histogram::parse(second, family).unwrap();
+        let sum = a.plus(&b);
+        assert_eq!(
+            sum.buckets,
+            [
+                (0.001, 90),
+                (0.0025, 99),
+                (0.005, 200),
+                (f64::INFINITY, 200)
+            ]
+        );
+        // A bound only one side has keeps its own count.
+        let odd = Histogram {
+            buckets: vec![(0.002, 7)],
+        };
+        assert_eq!(b.plus(&odd).buckets[1], (0.002, 7));
+        let windows = [
+            (String::new(), PAGE.to_owned()),
+            (String::new(), second.to_owned()),
+        ];
+        let (_, _, hold, _) = server_quantiles_over(&windows);
+        // p99 of 200 (rank 198) is in 2.5..5 ms: 99 below, 101 in it.
+        let want = 2.5 + 2.5 * (198.0 - 99.0) / 101.0;
+        assert!((hold.unwrap() - want).abs() < 1e-9, "{hold:?}");
+        // One window alone: its own p99, not the pair's.
+        assert!((server_quantiles("", PAGE).2.unwrap() - 2.5).abs() < 1e-9);
+        assert_eq!(server_quantiles_over(&[]), (None, None, None, None));
     }
 
     #[test]
