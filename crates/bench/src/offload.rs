@@ -409,6 +409,10 @@ pub struct Load<'a> {
     pub addr: SocketAddr,
     /// What the tickets ask for.
     pub mix: &'a Mix,
+    /// The schedule's first ticket: the load's ticket `i` asks for what
+    /// ticket `first_ticket + i` of the mix does (a slice of a row covers
+    /// its own stretch of the schedule, not the first one again).
+    pub first_ticket: u64,
     /// Their bytes.
     pub requests: &'a Requests,
     /// Requests/s (open loop); `None`: closed loop, every client thread
@@ -584,7 +588,7 @@ fn client(load: &Load, w: &Window, next: &AtomicU64) -> Outcome {
             out.unsent += 1;
             continue;
         }
-        let t = load.mix.ticket(i);
+        let t = load.mix.ticket(load.first_ticket + i);
         let mut own;
         let s = if t.new_conn {
             match connect(load.addr, timeout) {
@@ -936,6 +940,7 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> anyhow::Result<Report
         let l = Load {
             addr,
             mix,
+            first_ticket: 0,
             requests: &requests,
             rate,
             warmup,
@@ -976,10 +981,11 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> anyhow::Result<Report
     let mut rows = Vec::new();
     for &pct in &plan.loads {
         let rate = capacity * f64::from(pct) / 100.0;
-        let window = |server: &RunningServer, m: &Mix, measure: Duration| {
+        let window = |server: &RunningServer, m: &Mix, first_ticket: u64, measure: Duration| {
             let l = Load {
                 addr: server.addr,
                 mix: m,
+                first_ticket,
                 requests: &requests,
                 rate: Some(rate),
                 warmup: plan.warmup,
@@ -1027,7 +1033,7 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> anyhow::Result<Report
         };
         for (label, server) in &servers {
             if *label != ADAPTIVE {
-                let m = window(server, &mix, plan.measure);
+                let m = window(server, &mix, 0, plan.measure);
                 push(label, m, progress);
                 continue;
             }
@@ -1035,14 +1041,18 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> anyhow::Result<Report
             // slices (A B, B A, A B, …) on the same server, so the host's
             // drift over the pair falls on both alike.
             let (mut with, mut without) = (Measured::empty(), Measured::empty());
+            // Slice i measures the tickets a single window would have
+            // measured in its i-th stretch: together, the same tickets (and
+            // heavy ones) as every other row.
             let slice = plan.measure / slices;
             for i in 0..slices {
+                let first = slice_first_ticket(slice, i, rate);
                 let mut pair = [(ADAPTIVE, &mix), (NO_HEAVY, &no_heavy)];
                 if i % 2 == 1 {
                     pair.reverse();
                 }
                 for (l, m) in pair {
-                    let got = window(adaptive, m, slice);
+                    let got = window(adaptive, m, first, slice);
                     if slices > 1 {
                         progress(&format!(
                             "{pct}% {l}, slice {}/{slices}: cheap p99 {:.2} ms",
@@ -1068,6 +1078,13 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> anyhow::Result<Report
         probed,
         rows,
     })
+}
+
+/// The first ticket of slice `i` (of slices `slice` long, at `rate`): its
+/// tickets due after its warm-up are those a single window would have had
+/// due in `[i × slice, (i + 1) × slice)` after the same warm-up.
+pub fn slice_first_ticket(slice: Duration, i: u32, rate: f64) -> u64 {
+    (slice.as_secs_f64() * f64::from(i) * rate).round() as u64
 }
 
 impl Outcome {
@@ -1516,6 +1533,25 @@ duality_request_loop_hold_seconds_bucket{le=\"+Inf\"} 100
         // One window alone: its own p99, not the pair's.
         assert!((server_quantiles("", PAGE).2.unwrap() - 2.5).abs() < 1e-9);
         assert_eq!(server_quantiles_over(&[]), (None, None, None, None));
+    }
+
+    #[test]
+    fn slices_cover_the_single_windows_tickets_once() {
+        // 1,000 requests/s, 1 s of warm-up (tickets 0..1000 unmeasured),
+        // a 10 s row in 4 slices of 2.5 s: slice i measures its local
+        // tickets 1000..3500, i.e. the schedule's 1000 + 2500 i onwards.
+        let (rate, slice) = (1000.0, Duration::from_millis(2500));
+        let measured: Vec<(u64, u64)> = (0..4)
+            .map(|i| {
+                let f = slice_first_ticket(slice, i, rate);
+                (f + 1000, f + 3500)
+            })
+            .collect();
+        assert_eq!(
+            measured,
+            [(1000, 3500), (3500, 6000), (6000, 8500), (8500, 11000)]
+        );
+        assert_eq!(slice_first_ticket(slice, 0, rate), 0);
     }
 
     #[test]
