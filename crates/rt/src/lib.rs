@@ -82,7 +82,7 @@ pub use backend::{
 };
 pub use event_loop::{
     block_on, set_default_idle_hook, EventLoop, LoopConfig, LoopHandle, LoopThread, RemoteWait,
-    WorkGroup, IDLE_HOOK_EVERY, RAISED_SLICE,
+    WorkGroup, IDLE_HOOK_EVERY, IDLE_HOOK_QUIET, RAISED_SLICE,
 };
 pub use gen_table::GenTable;
 pub use pool::{offload, spawn_blocking};

@@ -90,7 +90,8 @@ pub struct LoopConfig {
     /// Default: `DUALITY_FAULTS`, normally none.
     pub faults: crate::faults::Faults,
     /// Called on the loop's thread when it is about to sleep, at most once
-    /// per [`IDLE_HOOK_EVERY`]: where a server gives memory its thread freed
+    /// per [`IDLE_HOOK_EVERY`] and only after [`IDLE_HOOK_QUIET`] without
+    /// work: where a server gives memory its thread freed
     /// back to the system (the allocator keeps a thread's freed pages until
     /// that thread allocates again, and an idle thread does not). Default:
     /// what [`set_default_idle_hook`] set, normally nothing.
@@ -120,6 +121,13 @@ const PUBLISH_EVERY: Duration = Duration::from_millis(10);
 
 /// How often at most a loop runs its [`LoopConfig::idle_hook`].
 pub const IDLE_HOOK_EVERY: Duration = Duration::from_secs(1);
+
+/// How long a loop must have had no work before it runs its
+/// [`LoopConfig::idle_hook`]: a loop under load sleeps between requests
+/// microseconds at a time, and a hook run then (giving freed memory back
+/// can take milliseconds after large buffers were freed) holds up the
+/// requests that arrive meanwhile.
+pub const IDLE_HOOK_QUIET: Duration = Duration::from_millis(50);
 
 static DEFAULT_IDLE_HOOK: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
 
@@ -240,6 +248,8 @@ pub(crate) struct Local {
     last_publish: Cell<Instant>,
     /// When the idle hook last ran.
     last_idle_hook: Cell<Instant>,
+    /// When the loop last had work (the turn's clock when it ran a task).
+    last_work: Cell<Instant>,
     /// Whether the loop ran a task since the idle hook last ran: the work
     /// that may have freed memory the hook should give back.
     idle_hook_owed: Cell<bool>,
@@ -376,6 +386,7 @@ impl Local {
         self.drop_orphans();
         if self.run_tasks() > 0 {
             self.idle_hook_owed.set(true);
+            self.last_work.set(self.turn_now.get());
         }
         if let Some(g) = &self.config.work_group {
             g.share(self);
@@ -522,9 +533,10 @@ impl Local {
         }
     }
 
-    /// Runs the idle hook if the loop worked since it last ran and it has
-    /// not run for [`IDLE_HOOK_EVERY`]. If it is owed but ran too recently,
-    /// returns how long the loop may sleep before it is due: a loop that
+    /// Runs the idle hook if the loop worked since it last ran, it has not
+    /// run for [`IDLE_HOOK_EVERY`] and the loop has had no work for
+    /// [`IDLE_HOOK_QUIET`]. If it is owed but not due yet, returns how long
+    /// the loop may sleep before it is: a loop that
     /// fell asleep with the hook owed would otherwise keep what its last
     /// burst of work freed for as long as nothing wakes it. A loop that did
     /// nothing since the hook sleeps without a deadline.
@@ -533,11 +545,13 @@ impl Local {
         if !self.idle_hook_owed.get() {
             return None;
         }
-        let since = self.last_idle_hook.get().elapsed();
-        if since < IDLE_HOOK_EVERY {
-            return Some(IDLE_HOOK_EVERY - since);
+        let due = (self.last_idle_hook.get() + IDLE_HOOK_EVERY)
+            .max(self.last_work.get() + IDLE_HOOK_QUIET);
+        let now = Instant::now();
+        if now < due {
+            return Some(due - now);
         }
-        self.last_idle_hook.set(Instant::now());
+        self.last_idle_hook.set(now);
         self.idle_hook_owed.set(false);
         hook();
         None
@@ -1021,6 +1035,7 @@ impl EventLoop {
                 hist: RefCell::new(registry::new_histogram()),
                 last_publish: Cell::new(now),
                 last_idle_hook: Cell::new(now),
+                last_work: Cell::new(now),
                 idle_hook_owed: Cell::new(false),
                 poll_start: Cell::new(crate::stats::Stamp::now()),
                 turn_now: Cell::new(now),
