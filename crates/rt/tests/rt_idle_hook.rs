@@ -8,18 +8,31 @@ use std::time::{Duration, Instant};
 
 static CALLS: AtomicUsize = AtomicUsize::new(0);
 
+/// A loop with `hook` as its idle hook and no idle spin.
+fn loop_with(hook: fn()) -> LoopThread {
+    LoopThread::spawn(LoopConfig {
+        idle_hook: Some(hook),
+        idle_spin: Duration::ZERO,
+        ..LoopConfig::default()
+    })
+    .unwrap()
+}
+
+/// Waits (up to 10 s) until `calls` is no longer 0.
+fn wait_for_a_call(calls: &AtomicUsize) {
+    let until = Instant::now() + Duration::from_secs(10);
+    while calls.load(Ordering::SeqCst) == 0 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 fn hook() {
     CALLS.fetch_add(1, Ordering::SeqCst);
 }
 
 #[test]
 fn a_loop_that_sleeps_before_its_hook_is_due_still_runs_it_once() {
-    let lp = LoopThread::spawn(LoopConfig {
-        idle_hook: Some(hook),
-        idle_spin: Duration::ZERO,
-        ..LoopConfig::default()
-    })
-    .unwrap();
+    let lp = loop_with(hook);
     // Work right after start: the hook (at most once a second, counted from
     // the loop's start) is not due yet when the loop falls asleep.
     let (tx, rx) = std::sync::mpsc::channel();
@@ -27,10 +40,7 @@ fn a_loop_that_sleeps_before_its_hook_is_due_still_runs_it_once() {
         let _ = tx.send(Vec::<u8>::with_capacity(1 << 20).capacity());
     });
     assert!(rx.recv_timeout(Duration::from_secs(5)).is_ok());
-    let until = Instant::now() + Duration::from_secs(10);
-    while CALLS.load(Ordering::SeqCst) == 0 && Instant::now() < until {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for_a_call(&CALLS);
     assert_eq!(
         CALLS.load(Ordering::SeqCst),
         1,
@@ -53,12 +63,7 @@ fn busy_hook() {
 /// it has been quiet for `IDLE_HOOK_QUIET`.
 #[test]
 fn a_loop_with_work_every_few_milliseconds_runs_its_hook_only_once_quiet() {
-    let lp = LoopThread::spawn(LoopConfig {
-        idle_hook: Some(busy_hook),
-        idle_spin: Duration::ZERO,
-        ..LoopConfig::default()
-    })
-    .unwrap();
+    let lp = loop_with(busy_hook);
     let busy = duality_rt::IDLE_HOOK_EVERY * 2;
     let (tx, rx) = std::sync::mpsc::channel();
     lp.handle().spawn(async move {
@@ -78,10 +83,7 @@ fn a_loop_with_work_every_few_milliseconds_runs_its_hook_only_once_quiet() {
         during, 0,
         "the hook ran while the loop had work every 10 ms"
     );
-    let until = Instant::now() + Duration::from_secs(10);
-    while BUSY_CALLS.load(Ordering::SeqCst) == 0 && Instant::now() < until {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for_a_call(&BUSY_CALLS);
     assert_eq!(
         BUSY_CALLS.load(Ordering::SeqCst),
         1,
