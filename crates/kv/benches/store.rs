@@ -5,7 +5,10 @@
 //! store. Under `cargo test --benches` it runs one short round as a smoke
 //! test. Prints the median of five rounds per operation. `ITEMS=N` sets the
 //! number of items (1,000,000 by default): how far the items outgrow the
-//! caches shows in the get rate (`docs/results/store/items-*/`).
+//! caches shows in the get rate (`docs/results/store/items-*/`). The same
+//! gets once more in groups of 16 (a multi-key get), without and with
+//! [`Store::prefetch`] of each group's keys first: what hinting buys once
+//! the items no longer fit the caches.
 //!
 //! Wall-clock figures on a shared machine vary by ±30% from run to run; for
 //! a noise-free comparison of two versions, count instructions and simulated
@@ -60,6 +63,28 @@ fn get_phase(store: &Store, keys: &[String], picks: &[usize]) -> usize {
     found
 }
 
+/// Gets of `picks` in groups of `group` keys (a multi-key get), each
+/// group's keys hinted with `Store::prefetch` first if `hint`.
+#[inline(never)]
+fn mget_phase(store: &Store, keys: &[String], picks: &[usize], group: usize, hint: bool) -> usize {
+    let mut found = 0usize;
+    for g in picks.chunks(group) {
+        if hint {
+            for &i in g {
+                store.prefetch(keys[i].as_bytes());
+            }
+        }
+        for &i in g {
+            let mut e = store.entry(keys[i].as_bytes(), NOW);
+            e.bump();
+            if let Some(it) = e.item() {
+                found += black_box(it.value).len();
+            }
+        }
+    }
+    found
+}
+
 fn main() {
     let quick = std::env::args().any(|a| a == "--test") || std::env::var_os("QUICK").is_some();
     let (items, ops, mut rounds) = if quick {
@@ -88,6 +113,7 @@ fn main() {
         .collect();
     let mut sets = Vec::new();
     let mut gets = Vec::new();
+    let (mut m0, mut m1) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
         let store = Store::new(StoreConfig::new(1 << 30));
         let t = Instant::now();
@@ -97,10 +123,22 @@ fn main() {
         let found = get_phase(&store, &keys, &picks);
         gets.push(ops as f64 / t.elapsed().as_secs_f64());
         assert!(found > 0);
+        for (hint, v) in [(false, &mut m0), (true, &mut m1)] {
+            let t = Instant::now();
+            let f = mget_phase(&store, &keys, &picks, 16, hint);
+            v.push(ops as f64 / t.elapsed().as_secs_f64());
+            assert_eq!(f, found);
+        }
     }
     println!(
         "store ({items} items, one thread): set {:.2} M/s, get {:.2} M/s (median of {rounds})",
         median(sets) / 1e6,
         median(gets) / 1e6
+    );
+    println!(
+        "store ({items} items, one thread): keys of gets of 16 {:.2} M/s, hinted first \
+         (Store::prefetch) {:.2} M/s (median of {rounds})",
+        median(m0) / 1e6,
+        median(m1) / 1e6
     );
 }

@@ -96,6 +96,20 @@ impl std::ops::Deref for Block {
     }
 }
 
+/// Asks the CPU to start bringing the cache line at `p` in (a hint: it
+/// never faults, whatever `p` is, and changes no state that code can see).
+#[inline(always)]
+pub(super) fn prefetch(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint that never faults and reads nothing the
+    // program observes, so any address is fine.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p as *const i8)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// An item's value shared with a send (see [`Entry::share_value`]): its
 /// segment's memory stays mapped while this lives, whatever becomes of the
 /// item.

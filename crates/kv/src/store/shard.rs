@@ -511,6 +511,15 @@ impl Shard {
         self.table.find(hash, |&l| self.key(l) == key).copied()
     }
 
+    /// Starts loading the headers of the items that may be under `hash`
+    /// (those whose table tag matches), without comparing keys.
+    #[inline]
+    pub(crate) fn prefetch(&self, hash: u64) {
+        for &l in self.table.iter_hash(hash) {
+            super::block::prefetch(self.raw(l).as_ptr());
+        }
+    }
+
     /// The item under `key` other than the one at `not` (a write that keeps
     /// the old item until the new one is linked has both for a moment).
     pub(crate) fn find_other(&self, hash: u64, key: &[u8], not: Loc) -> Option<Loc> {

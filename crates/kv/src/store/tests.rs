@@ -104,6 +104,30 @@ fn expired_items_never_come_back() {
 }
 
 #[test]
+fn prefetch_is_only_a_hint() {
+    // One shard: every key shares the lock an entry holds.
+    let s = store(1 << 20, 1);
+    set(&s, b"live", b"v", 0, NOW);
+    set(&s, b"dies", b"w", 10, NOW);
+    let later = NOW + 20;
+    let before = s.stats();
+    for key in [&b"live"[..], b"dies", b"absent"] {
+        s.prefetch(key);
+    }
+    // Nothing counted, nothing reclaimed, nothing marked read.
+    assert_eq!(s.stats(), before);
+    {
+        let e = s.entry(b"live", later);
+        assert!(!e.item().unwrap().fetched);
+        // Held: a hint must not wait for the lock (nor take it twice).
+        s.prefetch(b"dies");
+        s.prefetch(b"live");
+    }
+    assert_eq!(s.entry(b"dies", later).lookup(), Lookup::Expired);
+    s.check();
+}
+
+#[test]
 fn entry_updates() {
     let s = store(1 << 20, 1);
     set(&s, b"k", b"v", 0, NOW);
