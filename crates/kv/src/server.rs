@@ -1067,6 +1067,17 @@ impl Protocol for KvProtocol {
         shard.unwrap_or(0) as u64
     }
 
+    fn look_ahead(&self, s: &KvSession, rest: &[u8]) {
+        // A value being discarded is not a request; an unknown protocol is
+        // detected by the request itself.
+        if s.swallow > 0 || s.mode == Mode::Unknown {
+            return;
+        }
+        if let Some(key) = crate::protocol::read_key_ahead(s.mode == Mode::Binary, rest) {
+            self.0.store.prefetch(key);
+        }
+    }
+
     fn peek_color(&self, s: &KvSession, input: &[u8]) -> Option<u64> {
         if s.swallow > 0 {
             return None;

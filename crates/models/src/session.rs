@@ -363,6 +363,15 @@ pub trait Protocol: Send + Sync + 'static {
         None
     }
 
+    /// A hint, just before a request executes, of the bytes that follow it
+    /// in the same read (`rest`: the next requests, the last perhaps in
+    /// part): a protocol may start fetching what the next one will need,
+    /// so that its memory reads overlap this one's work (the cache hints
+    /// the item of a pipelined get). It must change nothing a request can
+    /// see, and be cheap: it runs once per request. The default does
+    /// nothing.
+    fn look_ahead(&self, _session: &Self::Session, _rest: &[u8]) {}
+
     /// Executes `req`, appending its response to `out`.
     fn execute(
         &self,
@@ -600,7 +609,11 @@ pub(crate) fn serve_holding<'l, P: Protocol>(
                     };
                 }
                 let before = out.size();
+                let rest = &input[used + n..];
                 let Some(flow) = lane.run_held(color, !P::LOCKS_ITSELF, &mut held, || {
+                    if !rest.is_empty() {
+                        proto.look_ahead(session, rest);
+                    }
                     proto.execute(session, req, out)
                 }) else {
                     return Served {
@@ -1825,6 +1838,65 @@ mod tests {
         fn waiting(&self, seen: &mut Self::Session, partial: &[u8], _: &mut Output) {
             seen.push(partial.to_vec());
         }
+    }
+
+    /// Lines that log, in order, each look-ahead's bytes and each execution.
+    #[derive(Default)]
+    struct Ahead(std::sync::Mutex<Vec<String>>);
+    impl Protocol for Ahead {
+        type Session = ();
+        type Request<'a> = &'a [u8];
+        fn max_request(&self) -> usize {
+            64
+        }
+        fn parse<'a>(&self, _: &mut (), input: &'a [u8]) -> Parsed<&'a [u8]> {
+            Lines.parse(&mut Vec::new(), input)
+        }
+        fn look_ahead(&self, _: &(), rest: &[u8]) {
+            let rest = String::from_utf8_lossy(rest);
+            self.0.lock().unwrap().push(format!("ahead {rest:?}"));
+        }
+        fn execute(&self, _: &mut (), req: &[u8], _: &mut Output) -> Flow {
+            let req = String::from_utf8_lossy(req);
+            self.0.lock().unwrap().push(format!("exec {req}"));
+            Flow::Continue
+        }
+    }
+
+    /// Each request is preceded by a look at the bytes after it, when there
+    /// are any, a partial request's included.
+    #[test]
+    fn the_driver_shows_a_protocol_what_follows_each_request_before_it_runs() {
+        let limits = BatchLimits {
+            max_requests: 100,
+            max_output: 1 << 20,
+        };
+        let p = Ahead::default();
+        let s = serve_bytes(
+            &p,
+            &mut (),
+            b"a\nb\nc",
+            &mut Output::default(),
+            &Lane::single(),
+            limits,
+        );
+        assert_eq!((s.requests, s.used), (2, 4));
+        let log = std::mem::take(&mut *p.0.lock().unwrap());
+        assert_eq!(log, ["ahead \"b\\nc\"", "exec a", "ahead \"c\"", "exec b"]);
+        serve_bytes(
+            &p,
+            &mut (),
+            b"a\nb\n",
+            &mut Output::default(),
+            &Lane::single(),
+            limits,
+        );
+        let log = std::mem::take(&mut *p.0.lock().unwrap());
+        assert_eq!(
+            log,
+            ["ahead \"b\\n\"", "exec a", "exec b"],
+            "nothing after the last"
+        );
     }
 
     /// Time to first byte is recorded for requests that answered: one that

@@ -637,6 +637,38 @@ pub(crate) fn valid_key(k: &[u8]) -> bool {
     !k.is_empty() && k.len() <= KEY_MAX_LENGTH && memchr::memchr3(b' ', b'\n', 0, k).is_none()
 }
 
+/// The key of the one-key read at the front of `input`, if it begins one:
+/// a text `get`, `gets` or `mg` whose first key has ended, or a binary get
+/// frame (`GET`, `GETQ`, `GETK`, `GETKQ`) whose key has arrived. What the
+/// server hints the store with while the request before it runs
+/// ([`Store::prefetch`](crate::Store::prefetch)); only a guess (a base64 `mg`
+/// key comes still encoded), and `None` for anything else. It looks at a
+/// few bytes and never past the longest key.
+pub(crate) fn read_key_ahead(binary: bool, input: &[u8]) -> Option<&[u8]> {
+    if binary {
+        let h = input.get(..binary::HEADER_LEN)?;
+        let get = [Opcode::Get, Opcode::GetQ, Opcode::GetK, Opcode::GetKQ];
+        if h[0] != binary::REQUEST_MAGIC || !get.iter().any(|&o| o as u8 == h[1]) {
+            return None;
+        }
+        let start = binary::HEADER_LEN + usize::from(h[4]);
+        let len = usize::from(u16::from_be_bytes([h[2], h[3]]));
+        return input
+            .get(start..start + len)
+            .filter(|k| !k.is_empty() && k.len() <= KEY_MAX_LENGTH);
+    }
+    let rest = [&b"get "[..], b"gets ", b"mg "]
+        .iter()
+        .find_map(|cmd| input.strip_prefix(*cmd))?;
+    let end = memchr::memchr3(
+        b' ',
+        b'\r',
+        b'\n',
+        &rest[..rest.len().min(KEY_MAX_LENGTH + 1)],
+    )?;
+    (end > 0).then(|| &rest[..end])
+}
+
 /// Checks a meta key: plain, or base64 that decodes to 1..=250 bytes.
 fn check_meta_key(key: &[u8], base64: bool) -> Result<(), &'static str> {
     if key.len() > KEY_MAX_LENGTH {

@@ -1415,3 +1415,91 @@ fn requests_are_small() {
     assert!(size <= 128, "Request is {size} bytes");
     assert!(std::mem::size_of::<ParseError<'_>>() <= 40);
 }
+
+#[test]
+fn the_key_ahead_is_the_first_key_of_a_one_key_read() {
+    let ahead = |input: &'static [u8]| read_key_ahead(false, input);
+    assert_eq!(ahead(b"get k1\r\n"), Some(&b"k1"[..]));
+    assert_eq!(ahead(b"gets k1 k2\r\n"), Some(&b"k1"[..]));
+    assert_eq!(ahead(b"mg k1 v t\r\n"), Some(&b"k1"[..]));
+    assert_eq!(ahead(b"get k1\n"), Some(&b"k1"[..]));
+    // Its key not yet ended, or no key, or not a read.
+    assert_eq!(ahead(b"get k1"), None);
+    assert_eq!(ahead(b"get \r\n"), None);
+    assert_eq!(ahead(b"set k1 0 0 1\r\nx\r\n"), None);
+    assert_eq!(ahead(b"gat 10 k1\r\n"), None);
+    assert_eq!(ahead(b"GET k1\r\n"), None);
+    let long = [&b"get "[..], &[b'k'; KEY_MAX_LENGTH + 1], b"\r\n"].concat();
+    assert_eq!(read_key_ahead(false, &long), None, "past the longest key");
+    let longest = [&b"get "[..], &[b'k'; KEY_MAX_LENGTH], b"\r\n"].concat();
+    assert_eq!(
+        read_key_ahead(false, &longest).map(<[u8]>::len),
+        Some(KEY_MAX_LENGTH)
+    );
+
+    let frame = |op: Opcode, key: &[u8], extras: Extras| {
+        let mut r = BinRequest::new(op);
+        r.key = key;
+        r.extras = extras;
+        let mut buf = Vec::new();
+        r.encode(&mut buf);
+        buf
+    };
+    for op in [Opcode::Get, Opcode::GetQ, Opcode::GetK, Opcode::GetKQ] {
+        let f = frame(op, b"key", Extras::None);
+        assert_eq!(read_key_ahead(true, &f), Some(&b"key"[..]), "{op:?}");
+        assert_eq!(
+            read_key_ahead(true, &f[..f.len() - 1]),
+            None,
+            "{op:?}: key not all here"
+        );
+        assert_eq!(read_key_ahead(false, &f), None, "{op:?}: not text");
+    }
+    // The key after the extras (a `gat` frame is not a plain read).
+    assert_eq!(
+        read_key_ahead(
+            true,
+            &frame(
+                Opcode::Set,
+                b"key",
+                Extras::Store {
+                    flags: 0,
+                    exptime: 0
+                }
+            )
+        ),
+        None
+    );
+    assert_eq!(
+        read_key_ahead(true, &frame(Opcode::Get, b"", Extras::None)),
+        None
+    );
+    let mut bad = frame(Opcode::Get, b"key", Extras::None);
+    bad[0] = 0x81;
+    assert_eq!(read_key_ahead(true, &bad), None, "a response's magic");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    /// On any request the parser reads, the key ahead is the first key of
+    /// a text get (an `mg`'s key as sent) and nothing for anything else; on any bytes it never
+    /// panics and never names more than the longest key.
+    #[test]
+    fn the_key_ahead_agrees_with_the_parser(spec in spec(), junk in prop::collection::vec(any::<u8>(), 0..300)) {
+        let req = spec.request();
+        let mut buf = Vec::new();
+        req.encode(&mut buf);
+        let want = match req {
+            Request::Get { keys, .. } => keys.iter().next(),
+            Request::MetaGet { key, .. } => Some(key),
+            _ => None,
+        };
+        prop_assert_eq!(read_key_ahead(false, &buf), want);
+        for binary in [false, true] {
+            if let Some(k) = read_key_ahead(binary, &junk) {
+                prop_assert!(!k.is_empty() && k.len() <= KEY_MAX_LENGTH);
+            }
+        }
+    }
+}
