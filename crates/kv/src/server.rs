@@ -31,6 +31,7 @@ use crate::{
     Request, ServerStats, Store, StoreConfig, Time, ValueHead, KEY_MAX_LENGTH,
 };
 use duality_models::session::Reply;
+use duality_models::LOOK_AHEAD_EVERY;
 use duality_models::{
     Conn, Driver, DriverConfig, ListenAddr, Parsed, Payload, Protocol, StatsHandle,
 };
@@ -1073,9 +1074,10 @@ impl Protocol for KvProtocol {
         if s.swallow > 0 || s.mode == Mode::Unknown {
             return;
         }
-        if let Some(key) = crate::protocol::read_key_ahead(s.mode == Mode::Binary, rest) {
-            self.0.store.prefetch(key);
-        }
+        let binary = s.mode == Mode::Binary;
+        crate::protocol::reads_ahead(binary, rest, LOOK_AHEAD_EVERY, |key| {
+            self.0.store.prefetch(key)
+        });
     }
 
     fn peek_color(&self, s: &KvSession, input: &[u8]) -> Option<u64> {

@@ -41,6 +41,7 @@ pub use server::{
 };
 pub use session::{
     drive, Driver, DriverConfig, Flow, Linger, Output, Parsed, Protocol, Reply, Timeout,
+    LOOK_AHEAD_EVERY,
 };
 pub use stage::DEFAULT_PAYLOAD_SPIN;
 pub use stats::{HandoffStats, ServerStats, ThreadRole, ThreadStats};

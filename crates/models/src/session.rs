@@ -298,6 +298,11 @@ impl DerefMut for Output {
     }
 }
 
+/// How many requests apart the driver shows a protocol what follows
+/// ([`Protocol::look_ahead`]): hints of several requests at once overlap
+/// their own memory reads (a hint per request would wait for each).
+pub const LOOK_AHEAD_EVERY: usize = 8;
+
 /// What [`Protocol::parse`] found at the front of its input.
 #[derive(Debug)]
 pub enum Parsed<R> {
@@ -363,13 +368,15 @@ pub trait Protocol: Send + Sync + 'static {
         None
     }
 
-    /// A hint, just before a request executes, of the bytes that follow it
-    /// in the same read (`rest`: the next requests, the last perhaps in
-    /// part): a protocol may start fetching what the next one will need,
-    /// so that its memory reads overlap this one's work (the cache hints
-    /// the item of a pipelined get). It must change nothing a request can
-    /// see, and be cheap: it runs once per request. The default does
-    /// nothing.
+    /// A hint of the bytes that follow a request in the same read (`rest`:
+    /// the next requests, the last perhaps in part), just before it
+    /// executes: a protocol may start fetching what the next requests will
+    /// need, so that their memory reads overlap each other and this one's
+    /// work (the cache hints the items of pipelined gets). The driver calls
+    /// it before the first request of a batch and every
+    /// [`LOOK_AHEAD_EVERY`]th after it, whenever bytes follow: hints for up
+    /// to that many requests ahead are all it asks for. It must change
+    /// nothing a request can see, and be cheap. The default does nothing.
     fn look_ahead(&self, _session: &Self::Session, _rest: &[u8]) {}
 
     /// Executes `req`, appending its response to `out`.
@@ -610,8 +617,9 @@ pub(crate) fn serve_holding<'l, P: Protocol>(
                 }
                 let before = out.size();
                 let rest = &input[used + n..];
+                let look = requests % LOOK_AHEAD_EVERY == 0 && !rest.is_empty();
                 let Some(flow) = lane.run_held(color, !P::LOCKS_ITSELF, &mut held, || {
-                    if !rest.is_empty() {
+                    if look {
                         proto.look_ahead(session, rest);
                     }
                     proto.execute(session, req, out)
@@ -1863,40 +1871,45 @@ mod tests {
         }
     }
 
-    /// Each request is preceded by a look at the bytes after it, when there
-    /// are any, a partial request's included.
+    /// The first request of a batch, and every `LOOK_AHEAD_EVERY`th after
+    /// it, is preceded by a look at the bytes after it, when there are any,
+    /// a partial request's included.
     #[test]
-    fn the_driver_shows_a_protocol_what_follows_each_request_before_it_runs() {
+    fn the_driver_shows_a_protocol_what_follows_every_few_requests() {
         let limits = BatchLimits {
             max_requests: 100,
             max_output: 1 << 20,
         };
         let p = Ahead::default();
+        let mut input: Vec<u8> = (0..=LOOK_AHEAD_EVERY)
+            .flat_map(|i| format!("{i}\n").into_bytes())
+            .collect();
+        input.extend_from_slice(b"x");
         let s = serve_bytes(
             &p,
             &mut (),
-            b"a\nb\nc",
+            &input,
             &mut Output::default(),
             &Lane::single(),
             limits,
         );
-        assert_eq!((s.requests, s.used), (2, 4));
+        assert_eq!(s.requests, LOOK_AHEAD_EVERY + 1);
         let log = std::mem::take(&mut *p.0.lock().unwrap());
-        assert_eq!(log, ["ahead \"b\\nc\"", "exec a", "ahead \"c\"", "exec b"]);
+        let mut want = vec![format!("ahead {:?}", String::from_utf8_lossy(&input[2..]))];
+        want.extend((0..LOOK_AHEAD_EVERY).map(|i| format!("exec {i}")));
+        want.push("ahead \"x\"".to_string());
+        want.push(format!("exec {LOOK_AHEAD_EVERY}"));
+        assert_eq!(log, want);
         serve_bytes(
             &p,
             &mut (),
-            b"a\nb\n",
+            b"a\n",
             &mut Output::default(),
             &Lane::single(),
             limits,
         );
         let log = std::mem::take(&mut *p.0.lock().unwrap());
-        assert_eq!(
-            log,
-            ["ahead \"b\\n\"", "exec a", "exec b"],
-            "nothing after the last"
-        );
+        assert_eq!(log, ["exec a"], "nothing follows: no look");
     }
 
     /// Time to first byte is recorded for requests that answered: one that

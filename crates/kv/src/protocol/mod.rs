@@ -637,13 +637,57 @@ pub(crate) fn valid_key(k: &[u8]) -> bool {
     !k.is_empty() && k.len() <= KEY_MAX_LENGTH && memchr::memchr3(b' ', b'\n', 0, k).is_none()
 }
 
+/// The keys of the one-key reads at the front of `input`, at most `max`
+/// of them, in order, each given to `hint`: text `get`, `gets` or `mg`
+/// lines (a multi-key get's first key) and binary get frames (`GET`,
+/// `GETQ`, `GETK`, `GETKQ`: a binary client's multi-get). It stops at the
+/// first request that is not one or has not arrived whole, and returns
+/// how many it found. What the server hints the store with while the
+/// request before them runs ([`Store::prefetch`](crate::Store::prefetch)):
+/// only a guess (a base64 `mg` key comes still encoded), and cheap: a few
+/// bytes of a frame, a text line searched for its end within
+/// [`LINE_AHEAD_MAX`] bytes.
+pub(crate) fn reads_ahead(
+    binary: bool,
+    input: &[u8],
+    max: usize,
+    mut hint: impl FnMut(&[u8]),
+) -> usize {
+    let mut at = 0;
+    let mut found = 0;
+    while found < max {
+        let rest = &input[at..];
+        let Some(key) = read_key_ahead(binary, rest) else {
+            break;
+        };
+        let len = if binary {
+            // The header is there: `read_key_ahead` read it.
+            let body = u32::from_be_bytes([rest[8], rest[9], rest[10], rest[11]]);
+            binary::HEADER_LEN.saturating_add(body as usize)
+        } else {
+            match memchr::memchr(b'\n', &rest[..rest.len().min(LINE_AHEAD_MAX)]) {
+                Some(i) => i + 1,
+                None => break,
+            }
+        };
+        if len > rest.len() {
+            break;
+        }
+        hint(key);
+        found += 1;
+        at += len;
+    }
+    found
+}
+
+/// How far [`reads_ahead`] looks for the end of a text line (a get of 100
+/// keys of 10 bytes is about 1.1 KB).
+const LINE_AHEAD_MAX: usize = 2048;
+
 /// The key of the one-key read at the front of `input`, if it begins one:
 /// a text `get`, `gets` or `mg` whose first key has ended, or a binary get
-/// frame (`GET`, `GETQ`, `GETK`, `GETKQ`) whose key has arrived. What the
-/// server hints the store with while the request before it runs
-/// ([`Store::prefetch`](crate::Store::prefetch)); only a guess (a base64 `mg`
-/// key comes still encoded), and `None` for anything else. It looks at a
-/// few bytes and never past the longest key.
+/// frame whose key has arrived (see [`reads_ahead`]). It never looks past
+/// the longest key.
 pub(crate) fn read_key_ahead(binary: bool, input: &[u8]) -> Option<&[u8]> {
     if binary {
         let h = input.get(..binary::HEADER_LEN)?;

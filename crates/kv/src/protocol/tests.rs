@@ -1479,12 +1479,57 @@ fn the_key_ahead_is_the_first_key_of_a_one_key_read() {
     assert_eq!(read_key_ahead(true, &bad), None, "a response's magic");
 }
 
+#[test]
+fn reads_ahead_hints_the_one_key_reads_in_a_row() {
+    let ahead = |binary: bool, input: &[u8], max: usize| {
+        let mut keys = Vec::new();
+        let n = reads_ahead(binary, input, max, |k| keys.push(k.to_vec()));
+        assert_eq!(n, keys.len());
+        keys
+    };
+    let text = b"get a\r\ngets b c\r\nmg d v\r\nset x 0 0 1\r\nz\r\nget e\r\n";
+    assert_eq!(
+        ahead(false, text, 8),
+        [b"a".to_vec(), b"b".to_vec(), b"d".to_vec()],
+        "up to the set"
+    );
+    assert_eq!(
+        ahead(false, text, 2),
+        [b"a".to_vec(), b"b".to_vec()],
+        "at most max"
+    );
+    assert_eq!(
+        ahead(false, b"get a\r\nget b", 8),
+        [b"a".to_vec()],
+        "a line not ended"
+    );
+    let mut bin = Vec::new();
+    for key in [&b"k1"[..], b"k2", b"k3"] {
+        let mut r = BinRequest::new(Opcode::GetKQ);
+        r.key = key;
+        r.encode(&mut bin);
+    }
+    BinRequest::new(Opcode::Noop).encode(&mut bin);
+    assert_eq!(
+        ahead(true, &bin, 8),
+        [b"k1".to_vec(), b"k2".to_vec(), b"k3".to_vec()],
+        "up to the noop"
+    );
+    assert_eq!(
+        ahead(true, &bin[..bin.len() - 25], 8),
+        [b"k1".to_vec(), b"k2".to_vec()],
+        "a frame in part"
+    );
+    assert!(ahead(false, &bin, 8).is_empty() && ahead(true, text, 8).is_empty());
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
     /// On any request the parser reads, the key ahead is the first key of
-    /// a text get (an `mg`'s key as sent) and nothing for anything else; on any bytes it never
-    /// panics and never names more than the longest key.
+    /// a text get (an `mg`'s key as sent) and nothing for anything else;
+    /// on any bytes neither it nor `reads_ahead` panics or names more than
+    /// the longest key.
     #[test]
     fn the_key_ahead_agrees_with_the_parser(spec in spec(), junk in prop::collection::vec(any::<u8>(), 0..300)) {
         let req = spec.request();
@@ -1500,6 +1545,12 @@ proptest! {
             if let Some(k) = read_key_ahead(binary, &junk) {
                 prop_assert!(!k.is_empty() && k.len() <= KEY_MAX_LENGTH);
             }
+            let mut hinted = 0;
+            let n = reads_ahead(binary, &junk, 4, |k| {
+                hinted += 1;
+                assert!(!k.is_empty() && k.len() <= KEY_MAX_LENGTH);
+            });
+            prop_assert!(n == hinted && n <= 4);
         }
     }
 }
