@@ -3,14 +3,15 @@
 # builds against memcached, servers in turn: ab.sh OUT ROUNDS BINARY...
 # (each BINARY a `duality`; memcached from PATH). Each run is a fresh
 # server (`-t 1`, 1 GiB) that mget_random.py fills with NITEMS values of
-# VSIZE bytes and then asks GETS gets of NKEYS random keys each.
-# CFGS: "NITEMS VSIZE NKEYS GETS" quadruples, ';' apart (default: the four
-# below). SUMMARY: where summary.py's table goes (default: summary.md
-# beside OUT).
+# VSIZE bytes and then asks GETS times for NKEYS random keys (one get of
+# them all, or one-key gets in a row, or binary GETKQs: STYLE).
+# CFGS: "NITEMS VSIZE NKEYS GETS [STYLE]" (mget_random.py's arguments),
+# ';' apart (default: the seven below). SUMMARY: where summary.py's table
+# goes (default: summary.md beside OUT).
 out=$1; shift; rounds=$1; shift
 here=$(cd "$(dirname "$0")" && pwd)
 port=23196
-IFS=';' read -r -a cfgs <<< "${CFGS:-1000000 64 16 40000;1000000 64 100 8000;1000000 64 1 200000;30000 64 16 40000}"
+IFS=';' read -r -a cfgs <<< "${CFGS:-1000000 64 16 40000;1000000 64 100 8000;1000000 64 16 40000 pipe;1000000 64 16 40000 bin;1000000 64 1 200000;30000 64 16 40000;30000 64 16 40000 pipe}"
 : > "$out"
 for r in $(seq 1 "$rounds"); do
   for b in "$@" memcached; do
