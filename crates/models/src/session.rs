@@ -617,7 +617,7 @@ pub(crate) fn serve_holding<'l, P: Protocol>(
                 }
                 let before = out.size();
                 let rest = &input[used + n..];
-                let look = requests % LOOK_AHEAD_EVERY == 0 && !rest.is_empty();
+                let look = requests.is_multiple_of(LOOK_AHEAD_EVERY) && !rest.is_empty();
                 let Some(flow) = lane.run_held(color, !P::LOCKS_ITSELF, &mut held, || {
                     if look {
                         proto.look_ahead(session, rest);
