@@ -31,9 +31,9 @@ use crate::{
     Request, ServerStats, Store, StoreConfig, Time, ValueHead, KEY_MAX_LENGTH,
 };
 use duality_models::session::Reply;
-use duality_models::LOOK_AHEAD_EVERY;
 use duality_models::{
     Conn, Driver, DriverConfig, ListenAddr, Parsed, Payload, Protocol, StatsHandle,
+    LOOK_AHEAD_EVERY,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};

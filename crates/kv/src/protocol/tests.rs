@@ -1455,7 +1455,7 @@ fn the_key_ahead_is_the_first_key_of_a_one_key_read() {
         );
         assert_eq!(read_key_ahead(false, &f), None, "{op:?}: not text");
     }
-    // The key after the extras (a `gat` frame is not a plain read).
+    // A frame that is not a read (a set: extras, then its key).
     assert_eq!(
         read_key_ahead(
             true,
