@@ -691,8 +691,11 @@ const LINE_AHEAD_MAX: usize = 2048;
 pub(crate) fn read_key_ahead(binary: bool, input: &[u8]) -> Option<&[u8]> {
     if binary {
         let h = input.get(..binary::HEADER_LEN)?;
-        let get = [Opcode::Get, Opcode::GetQ, Opcode::GetK, Opcode::GetKQ];
-        if h[0] != binary::REQUEST_MAGIC || !get.iter().any(|&o| o as u8 == h[1]) {
+        let get = matches!(
+            Opcode::from_u8(h[1]).map(Opcode::loud),
+            Some(Opcode::Get | Opcode::GetK)
+        );
+        if h[0] != binary::REQUEST_MAGIC || !get {
             return None;
         }
         let start = binary::HEADER_LEN + usize::from(h[4]);
