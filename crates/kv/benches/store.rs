@@ -72,9 +72,7 @@ fn mget_phase(store: &Store, keys: &[String], picks: &[usize], group: usize, hin
     for g in picks.chunks(group) {
         for (j, &i) in g.iter().enumerate() {
             if hint && j.is_multiple_of(8) {
-                for &n in g.iter().skip(j + 1).take(8) {
-                    store.prefetch(keys[n].as_bytes());
-                }
+                store.prefetch(g.iter().skip(j + 1).take(8).map(|&n| keys[n].as_bytes()));
             }
             found += get_one(store, &keys[i]);
         }

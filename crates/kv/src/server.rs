@@ -1075,9 +1075,14 @@ impl Protocol for KvProtocol {
             return;
         }
         let binary = s.mode == Mode::Binary;
+        // The keys go to the store together: it probes for them at once.
+        let mut keys = [&[][..]; LOOK_AHEAD_EVERY];
+        let mut n = 0;
         crate::protocol::reads_ahead(binary, rest, LOOK_AHEAD_EVERY, |key| {
-            self.0.store.prefetch(key)
+            keys[n] = key;
+            n += 1;
         });
+        self.0.store.prefetch(keys[..n].iter().copied());
     }
 
     fn peek_color(&self, s: &KvSession, input: &[u8]) -> Option<u64> {

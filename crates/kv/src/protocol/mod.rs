@@ -637,83 +637,126 @@ pub(crate) fn valid_key(k: &[u8]) -> bool {
     !k.is_empty() && k.len() <= KEY_MAX_LENGTH && memchr::memchr3(b' ', b'\n', 0, k).is_none()
 }
 
-/// The keys of the one-key reads at the front of `input`, at most `max`
-/// of them, in order, each given to `hint`: text `get`, `gets` or `mg`
-/// lines (a multi-key get's first key) and binary get frames (`GET`,
-/// `GETQ`, `GETK`, `GETKQ`: a binary client's multi-get). It stops at the
-/// first request that is not one or has not arrived whole, and returns
-/// how many it found. What the server hints the store with while the
-/// request before them runs ([`Store::prefetch`](crate::Store::prefetch)):
-/// only a guess (a base64 `mg` key comes still encoded), and cheap: a few
-/// bytes of a frame, a text line searched for its end within
-/// [`LINE_AHEAD_MAX`] bytes.
-pub(crate) fn reads_ahead(
+/// The keys of the requests at the front of `input`, each given to `hint`
+/// in order, looking at most `max` requests: what the server hints the
+/// store with while the request before them runs
+/// ([`Store::prefetch`](crate::Store::prefetch)). Every request that names
+/// an item is hinted (a multi-key get by its first key; a base64 meta key
+/// comes still encoded: only a guess), one that names none is stepped
+/// over, and it stops at the first request whose end it cannot find (see
+/// [`request_ahead`]). Returns how many keys it hinted.
+pub(crate) fn reads_ahead<'a>(
     binary: bool,
-    input: &[u8],
+    input: &'a [u8],
     max: usize,
-    mut hint: impl FnMut(&[u8]),
+    mut hint: impl FnMut(&'a [u8]),
 ) -> usize {
     let mut at = 0;
-    let mut found = 0;
-    while found < max {
-        let rest = &input[at..];
-        let Some(key) = read_key_ahead(binary, rest) else {
+    let mut hinted = 0;
+    for _ in 0..max {
+        let Some(ahead) = request_ahead(binary, &input[at..]) else {
             break;
         };
-        let len = if binary {
-            // The header is there: `read_key_ahead` read it.
-            let body = u32::from_be_bytes([rest[8], rest[9], rest[10], rest[11]]);
-            binary::HEADER_LEN.saturating_add(body as usize)
-        } else {
-            match memchr::memchr(b'\n', &rest[..rest.len().min(LINE_AHEAD_MAX)]) {
-                Some(i) => i + 1,
-                None => break,
-            }
-        };
-        if len > rest.len() {
-            break;
+        if let Some(key) = ahead.key {
+            hint(key);
+            hinted += 1;
         }
-        hint(key);
-        found += 1;
-        at += len;
+        at += ahead.len;
     }
-    found
+    hinted
 }
 
-/// How far [`reads_ahead`] looks for the end of a text line (a get of 100
-/// keys of 10 bytes is about 1.1 KB).
+/// How far [`request_ahead`] looks for the end of a text line (a get of
+/// 100 keys of 10 bytes is about 1.1 KB).
 const LINE_AHEAD_MAX: usize = 2048;
 
-/// The key of the one-key read at the front of `input`, if it begins one:
-/// a text `get`, `gets` or `mg` whose first key has ended, or a binary get
-/// frame whose key has arrived (see [`reads_ahead`]). It never looks past
-/// the longest key.
-pub(crate) fn read_key_ahead(binary: bool, input: &[u8]) -> Option<&[u8]> {
+/// A request found at the front of a read by [`request_ahead`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Ahead<'a> {
+    /// The item it names first, as sent: 1..=250 bytes; `None` for a
+    /// request that names none (`mn`, `stats`, a binary `NOOP`, …).
+    pub key: Option<&'a [u8]>,
+    /// Its length (line and data block, or frame): all of it has arrived.
+    pub len: usize,
+}
+
+/// The request at the front of `input`, if all of it has arrived and its
+/// end can be found cheaply: a text line ended within [`LINE_AHEAD_MAX`]
+/// bytes (and the data block its line declares, for `set`, `add`,
+/// `replace`, `append`, `prepend`, `cas` and `ms`), or a binary frame.
+/// Only a guess for the look-ahead, never for serving: lines the parser
+/// would refuse are sized all the same (a declared length it would refuse
+/// ends the walk), and nothing is allocated or checked beyond the bytes
+/// it reads.
+pub(crate) fn request_ahead(binary: bool, input: &[u8]) -> Option<Ahead<'_>> {
+    let item_key = |k: &'_ [u8]| !k.is_empty() && k.len() <= KEY_MAX_LENGTH;
     if binary {
         let h = input.get(..binary::HEADER_LEN)?;
-        let get = matches!(
-            Opcode::from_u8(h[1]).map(Opcode::loud),
-            Some(Opcode::Get | Opcode::GetK)
-        );
-        if h[0] != binary::REQUEST_MAGIC || !get {
+        if h[0] != binary::REQUEST_MAGIC {
             return None;
         }
+        let body = u32::from_be_bytes([h[8], h[9], h[10], h[11]]);
+        let len = binary::HEADER_LEN.checked_add(usize::try_from(body).ok()?)?;
+        if len > input.len() {
+            return None;
+        }
+        let names_item = Opcode::from_u8(h[1]).is_some_and(|op| {
+            use Opcode::*;
+            matches!(
+                op.loud(),
+                Get | GetK
+                    | Set
+                    | Add
+                    | Replace
+                    | Delete
+                    | Increment
+                    | Decrement
+                    | Append
+                    | Prepend
+                    | Touch
+                    | Gat
+                    | GatK
+            )
+        });
         let start = binary::HEADER_LEN + usize::from(h[4]);
-        let len = usize::from(u16::from_be_bytes([h[2], h[3]]));
-        return input
-            .get(start..start + len)
-            .filter(|k| !k.is_empty() && k.len() <= KEY_MAX_LENGTH);
+        let key_len = usize::from(u16::from_be_bytes([h[2], h[3]]));
+        let key = input
+            .get(start..start + key_len)
+            .filter(|k| names_item && item_key(k) && start + key_len <= len);
+        return Some(Ahead { key, len });
     }
-    let rest = [&b"get "[..], b"gets ", b"mg "]
-        .iter()
-        .find_map(|cmd| input.strip_prefix(*cmd))?;
-    let end = memchr::memchr3(
-        b' ',
-        b'\r',
-        b'\n',
-        &rest[..rest.len().min(KEY_MAX_LENGTH + 1)],
-    )?;
-    (end > 0).then(|| &rest[..end])
+    let nl = memchr::memchr(b'\n', &input[..input.len().min(LINE_AHEAD_MAX)])?;
+    let line = match &input[..nl] {
+        [l @ .., b'\r'] => l,
+        l => l,
+    };
+    let mut tokens = Tokens::new(line).iter();
+    let command = tokens.next().unwrap_or_default();
+    // Where the key is among the tokens after the command, and where the
+    // length of a data block is.
+    let (key_at, data_at) = match command {
+        b"get" | b"gets" | b"delete" | b"incr" | b"decr" | b"touch" | b"mg" | b"md" | b"ma"
+        | b"me" => (Some(0), None),
+        b"gat" | b"gats" => (Some(1), None),
+        b"set" | b"add" | b"replace" | b"append" | b"prepend" | b"cas" => (Some(0), Some(3)),
+        b"ms" => (Some(0), Some(1)),
+        _ => (None, None),
+    };
+    let mut key = None;
+    let mut data = 0;
+    for (i, t) in tokens
+        .enumerate()
+        .take(data_at.max(key_at).map_or(0, |n| n + 1))
+    {
+        if Some(i) == key_at {
+            key = Some(t).filter(|k| item_key(k));
+        }
+        if Some(i) == data_at {
+            data = parse_vlen(t)?.checked_add(2)?;
+        }
+    }
+    let len = (nl + 1).checked_add(data)?;
+    (len <= input.len()).then_some(Ahead { key, len })
 }
 
 /// Checks a meta key: plain, or base64 that decodes to 1..=250 bytes.

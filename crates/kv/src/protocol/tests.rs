@@ -1417,90 +1417,142 @@ fn requests_are_small() {
 }
 
 #[test]
-fn the_key_ahead_is_the_first_key_of_a_one_key_read() {
-    let ahead = |input: &'static [u8]| read_key_ahead(false, input);
-    assert_eq!(ahead(b"get k1\r\n"), Some(&b"k1"[..]));
-    assert_eq!(ahead(b"gets k1 k2\r\n"), Some(&b"k1"[..]));
-    assert_eq!(ahead(b"mg k1 v t\r\n"), Some(&b"k1"[..]));
-    assert_eq!(ahead(b"get k1\n"), Some(&b"k1"[..]));
-    // Its key not yet ended, or no key, or not a read.
+fn the_request_ahead_is_its_first_key_and_its_length() {
+    let ahead =
+        |input: &[u8]| request_ahead(false, input).map(|a| (a.key.map(<[u8]>::to_vec), a.len));
+    let key = |k: &str, len: usize| Some((Some(k.as_bytes().to_vec()), len));
+    assert_eq!(ahead(b"get k1\r\n"), key("k1", 8));
+    assert_eq!(ahead(b"gets k1 k2\r\nget"), key("k1", 12));
+    assert_eq!(ahead(b"mg k1 v t\r\n"), key("k1", 11));
+    assert_eq!(ahead(b"get k1\n"), key("k1", 7));
+    assert_eq!(
+        ahead(b"  get  k1 \r\n"),
+        key("k1", 12),
+        "spaces as the parser takes them"
+    );
+    assert_eq!(ahead(b"gat 10 k1 k2\r\n"), key("k1", 14));
+    assert_eq!(ahead(b"delete k1 noreply\r\n"), key("k1", 19));
+    assert_eq!(ahead(b"incr k1 5\r\n"), key("k1", 11));
+    assert_eq!(ahead(b"touch k1 5\r\n"), key("k1", 12));
+    assert_eq!(ahead(b"ma k1 D5\r\nmd k2 q\r\n"), key("k1", 10));
+    // A data block: the line's declared length and its `\r\n`.
+    assert_eq!(ahead(b"set k1 0 0 3\r\nabc\r\nget"), key("k1", 19));
+    assert_eq!(ahead(b"cas k1 0 0 3 77 noreply\r\nabc\r\n"), key("k1", 30));
+    assert_eq!(ahead(b"ms k1 3 T0 F5\r\nabc\r\n"), key("k1", 20));
+    assert_eq!(ahead(b"set k1 0 0 3\r\nabc\r"), None, "its data in part");
+    assert_eq!(
+        ahead(b"set k1 0 0 -1\r\n\r\n"),
+        None,
+        "a length the parser refuses"
+    );
+    assert_eq!(ahead(b"set k1 0 0 99999999999\r\n"), None);
+    assert_eq!(
+        ahead(b"set k1 0 0\r\nget"),
+        key("k1", 12),
+        "no length: an error line"
+    );
+    // Nothing to hint, but a line to step over.
+    assert_eq!(ahead(b"mn\r\n"), Some((None, 4)));
+    assert_eq!(ahead(b"stats items\r\n"), Some((None, 13)));
+    assert_eq!(ahead(b"GET k1\r\n"), Some((None, 8)));
+    assert_eq!(ahead(b"get \r\n"), Some((None, 6)));
+    assert_eq!(ahead(b"\r\n"), Some((None, 2)));
+    // Not ended, or ended too far on.
     assert_eq!(ahead(b"get k1"), None);
-    assert_eq!(ahead(b"get \r\n"), None);
-    assert_eq!(ahead(b"set k1 0 0 1\r\nx\r\n"), None);
-    assert_eq!(ahead(b"gat 10 k1\r\n"), None);
-    assert_eq!(ahead(b"GET k1\r\n"), None);
+    assert_eq!(ahead(b""), None);
+    let far = [&b"get k1 "[..], &[b'k'; LINE_AHEAD_MAX], b"\r\n"].concat();
+    assert_eq!(ahead(&far), None, "a line ending past LINE_AHEAD_MAX");
     let long = [&b"get "[..], &[b'k'; KEY_MAX_LENGTH + 1], b"\r\n"].concat();
-    assert_eq!(read_key_ahead(false, &long), None, "past the longest key");
+    assert_eq!(
+        ahead(&long),
+        Some((None, long.len())),
+        "a key past the longest"
+    );
     let longest = [&b"get "[..], &[b'k'; KEY_MAX_LENGTH], b"\r\n"].concat();
     assert_eq!(
-        read_key_ahead(false, &longest).map(<[u8]>::len),
+        request_ahead(false, &longest)
+            .and_then(|a| a.key)
+            .map(<[u8]>::len),
         Some(KEY_MAX_LENGTH)
     );
 
-    let frame = |op: Opcode, key: &[u8], extras: Extras| {
+    let frame = |op: Opcode, key: &[u8], extras: Extras, value: &[u8]| {
         let mut r = BinRequest::new(op);
         r.key = key;
         r.extras = extras;
+        r.value = value;
         let mut buf = Vec::new();
         r.encode(&mut buf);
         buf
     };
-    for op in [Opcode::Get, Opcode::GetQ, Opcode::GetK, Opcode::GetKQ] {
-        let f = frame(op, b"key", Extras::None);
-        assert_eq!(read_key_ahead(true, &f), Some(&b"key"[..]), "{op:?}");
+    let stored = Extras::Store {
+        flags: 0,
+        exptime: 0,
+    };
+    for (op, extras, value) in [
+        (Opcode::Get, Extras::None, &b""[..]),
+        (Opcode::GetKQ, Extras::None, b""),
+        (Opcode::SetQ, stored, b"value"),
+        (Opcode::Append, Extras::None, b"more"),
+        (Opcode::Touch, Extras::Expiry(5), b""),
+    ] {
+        let f = frame(op, b"key", extras, value);
+        let want = Ahead {
+            key: Some(&b"key"[..]),
+            len: f.len(),
+        };
+        assert_eq!(request_ahead(true, &f), Some(want), "{op:?}");
         assert_eq!(
-            read_key_ahead(true, &f[..f.len() - 1]),
+            request_ahead(true, &f[..f.len() - 1]),
             None,
-            "{op:?}: key not all here"
+            "{op:?}: not all here"
         );
-        assert_eq!(read_key_ahead(false, &f), None, "{op:?}: not text");
+        assert_eq!(request_ahead(false, &f), None, "{op:?}: not text");
     }
-    // A frame that is not a read (a set: extras, then its key).
+    let noop = frame(Opcode::Noop, b"", Extras::None, b"");
     assert_eq!(
-        read_key_ahead(
-            true,
-            &frame(
-                Opcode::Set,
-                b"key",
-                Extras::Store {
-                    flags: 0,
-                    exptime: 0
-                }
-            )
-        ),
-        None
+        request_ahead(true, &noop),
+        Some(Ahead { key: None, len: 24 })
     );
+    let stat = frame(Opcode::Stat, b"items", Extras::None, b"");
     assert_eq!(
-        read_key_ahead(true, &frame(Opcode::Get, b"", Extras::None)),
-        None
+        request_ahead(true, &stat).map(|a| a.key),
+        Some(None),
+        "a key that names no item"
     );
-    let mut bad = frame(Opcode::Get, b"key", Extras::None);
+    let mut bad = frame(Opcode::Get, b"key", Extras::None, b"");
     bad[0] = 0x81;
-    assert_eq!(read_key_ahead(true, &bad), None, "a response's magic");
+    assert_eq!(request_ahead(true, &bad), None, "a response's magic");
+    let mut huge = bad.clone();
+    huge[0] = binary::REQUEST_MAGIC;
+    huge[8..12].copy_from_slice(&u32::MAX.to_be_bytes());
+    assert_eq!(request_ahead(true, &huge), None, "a body still to come");
 }
 
 #[test]
-fn reads_ahead_hints_the_one_key_reads_in_a_row() {
+fn reads_ahead_hints_the_keys_of_the_requests_in_a_row() {
     let ahead = |binary: bool, input: &[u8], max: usize| {
         let mut keys = Vec::new();
         let n = reads_ahead(binary, input, max, |k| keys.push(k.to_vec()));
         assert_eq!(n, keys.len());
         keys
     };
-    let text = b"get a\r\ngets b c\r\nmg d v\r\nset x 0 0 1\r\nz\r\nget e\r\n";
+    let k = |s: &str| s.as_bytes().to_vec();
+    let text =
+        b"get a\r\ngets b c\r\nmn\r\nset x 0 0 1\r\nz\r\nmg d v\r\nget e\r\nset y 0 0 9\r\nzz";
     assert_eq!(
         ahead(false, text, 8),
-        [b"a".to_vec(), b"b".to_vec(), b"d".to_vec()],
-        "up to the set"
+        [k("a"), k("b"), k("x"), k("d"), k("e")],
+        "over the noop and the set's data, up to a set whose data is in part"
     );
     assert_eq!(
-        ahead(false, text, 2),
-        [b"a".to_vec(), b"b".to_vec()],
-        "at most max"
+        ahead(false, text, 3),
+        [k("a"), k("b")],
+        "at most max requests, the noop among them"
     );
     assert_eq!(
         ahead(false, b"get a\r\nget b", 8),
-        [b"a".to_vec()],
+        [k("a")],
         "a line not ended"
     );
     let mut bin = Vec::new();
@@ -1510,14 +1562,22 @@ fn reads_ahead_hints_the_one_key_reads_in_a_row() {
         r.encode(&mut bin);
     }
     BinRequest::new(Opcode::Noop).encode(&mut bin);
+    let mut set = BinRequest::new(Opcode::SetQ);
+    set.key = b"k4";
+    set.value = b"v";
+    set.extras = Extras::Store {
+        flags: 0,
+        exptime: 0,
+    };
+    set.encode(&mut bin);
     assert_eq!(
         ahead(true, &bin, 8),
-        [b"k1".to_vec(), b"k2".to_vec(), b"k3".to_vec()],
-        "up to the noop"
+        [k("k1"), k("k2"), k("k3"), k("k4")],
+        "over the noop"
     );
     assert_eq!(
-        ahead(true, &bin[..bin.len() - 25], 8),
-        [b"k1".to_vec(), b"k2".to_vec()],
+        ahead(true, &bin[..bin.len() - 1], 8),
+        [k("k1"), k("k2"), k("k3")],
         "a frame in part"
     );
     assert!(ahead(false, &bin, 8).is_empty() && ahead(true, text, 8).is_empty());
@@ -1526,24 +1586,24 @@ fn reads_ahead_hints_the_one_key_reads_in_a_row() {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
-    /// On any request the parser reads, the key ahead is the first key of
-    /// a text get (an `mg`'s key as sent) and nothing for anything else;
-    /// on any bytes neither it nor `reads_ahead` panics or names more than
-    /// the longest key.
+    /// On any request the parser reads, the look-ahead finds its first key
+    /// (a meta key as sent) and its length; on any bytes neither it nor
+    /// `reads_ahead` panics, names more than the longest key or steps past
+    /// the input.
     #[test]
-    fn the_key_ahead_agrees_with_the_parser(spec in spec(), junk in prop::collection::vec(any::<u8>(), 0..300)) {
+    fn the_request_ahead_agrees_with_the_parser(spec in spec(), junk in prop::collection::vec(any::<u8>(), 0..300)) {
         let req = spec.request();
         let mut buf = Vec::new();
         req.encode(&mut buf);
-        let want = match req {
-            Request::Get { keys, .. } => keys.iter().next(),
-            Request::MetaGet { key, .. } => Some(key),
-            _ => None,
+        let key = match req {
+            Request::Get { keys, .. } | Request::GetAndTouch { keys, .. } => keys.iter().next(),
+            _ => req.key(),
         };
-        prop_assert_eq!(read_key_ahead(false, &buf), want);
+        prop_assert_eq!(request_ahead(false, &buf), Some(Ahead { key, len: buf.len() }));
         for binary in [false, true] {
-            if let Some(k) = read_key_ahead(binary, &junk) {
-                prop_assert!(!k.is_empty() && k.len() <= KEY_MAX_LENGTH);
+            if let Some(a) = request_ahead(binary, &junk) {
+                prop_assert!(a.len <= junk.len() && a.len > 0);
+                prop_assert!(a.key.is_none_or(|k| !k.is_empty() && k.len() <= KEY_MAX_LENGTH));
             }
             let mut hinted = 0;
             let n = reads_ahead(binary, &junk, 4, |k| {

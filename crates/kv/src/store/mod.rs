@@ -345,6 +345,9 @@ fn shard_index(hash: u64, mask: usize) -> usize {
     (hash >> 32) as usize & mask
 }
 
+/// How many keys one [`Store::prefetch`] hints at most.
+const PREFETCH_MAX: usize = 16;
+
 fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
     // A panic while holding the lock leaves the shard consistent (every
     // mutation completes before anything that can panic), so keep serving.
@@ -790,15 +793,38 @@ impl Store {
         self.entry_logged(key, now, true)
     }
 
-    /// A hint that `key` is about to be looked up: starts loading its item
-    /// into the CPU's cache, so that a request naming many keys waits for
-    /// several memory reads at once instead of one after another. Takes the
-    /// shard's lock only if it is free; changes nothing.
-    #[inline]
-    pub fn prefetch(&self, key: &[u8]) {
-        let hash = self.hash(key);
-        if let Ok(shard) = self.cells[self.shard_index(hash)].shard.try_lock() {
-            shard.prefetch(hash);
+    /// A hint that `keys` are about to be looked up (the first 16 of
+    /// them): starts loading their items into the CPU's
+    /// cache, so that a request naming many keys waits for several memory
+    /// reads at once instead of one after another. Takes a shard's lock
+    /// only if it is free, and all of them before any probe: a lock is a
+    /// full memory barrier on x86, which would make each key's table probe
+    /// wait for the one before it. Changes nothing.
+    pub fn prefetch<'k>(&self, keys: impl IntoIterator<Item = &'k [u8]>) {
+        let mut hashes = [0u64; PREFETCH_MAX];
+        let mut n = 0;
+        for key in keys.into_iter().take(PREFETCH_MAX) {
+            hashes[n] = self.hash(key);
+            n += 1;
+        }
+        // The shards locked, each once (keys may share one).
+        let mut held: [(usize, Option<MutexGuard<'_, Shard>>); PREFETCH_MAX] =
+            std::array::from_fn(|_| (usize::MAX, None));
+        let mut locked = 0;
+        for &hash in &hashes[..n] {
+            let i = self.shard_index(hash);
+            if held[..locked].iter().all(|(s, _)| *s != i) {
+                if let Ok(guard) = self.cells[i].shard.try_lock() {
+                    held[locked] = (i, Some(guard));
+                    locked += 1;
+                }
+            }
+        }
+        for &hash in &hashes[..n] {
+            let i = self.shard_index(hash);
+            if let Some((_, Some(shard))) = held[..locked].iter().find(|(s, _)| *s == i) {
+                shard.prefetch(hash);
+            }
         }
     }
 

@@ -111,17 +111,16 @@ fn prefetch_is_only_a_hint() {
     set(&s, b"dies", b"w", 10, NOW);
     let later = NOW + 20;
     let before = s.stats();
-    for key in [&b"live"[..], b"dies", b"absent"] {
-        s.prefetch(key);
-    }
+    s.prefetch([&b"live"[..], b"dies", b"absent", b"live"]);
+    s.prefetch([]);
+    s.prefetch((0..100).map(|_| &b"live"[..]));
     // Nothing counted, nothing reclaimed, nothing marked read.
     assert_eq!(s.stats(), before);
     {
         let e = s.entry(b"live", later);
         assert!(!e.item().unwrap().fetched);
         // Held: a hint must not wait for the lock (nor take it twice).
-        s.prefetch(b"dies");
-        s.prefetch(b"live");
+        s.prefetch([&b"dies"[..], b"live"]);
     }
     assert_eq!(s.entry(b"dies", later).lookup(), Lookup::Expired);
     s.check();

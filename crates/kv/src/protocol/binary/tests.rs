@@ -450,6 +450,19 @@ fn arb_request() -> impl Strategy<Value = Owned> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
+    /// The look-ahead sizes every frame as the parser does, names the key
+    /// of those that name an item, and waits for a frame in part.
+    #[test]
+    fn the_request_ahead_agrees_with_the_parser(r in arb_request()) {
+        use crate::protocol::{request_ahead, Ahead};
+        let req = r.request();
+        let bytes = enc(&req);
+        let names_item = req.opcode.loud() != Opcode::Stat && !req.key.is_empty();
+        let want = Ahead { key: names_item.then_some(req.key), len: bytes.len() };
+        prop_assert_eq!(request_ahead(true, &bytes), Some(want));
+        prop_assert_eq!(request_ahead(true, &bytes[..bytes.len() - 1]), None);
+    }
+
     #[test]
     fn parse_of_encode_round_trips(r in arb_request()) {
         let req = r.request();
