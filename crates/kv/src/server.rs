@@ -1078,7 +1078,7 @@ impl Protocol for KvProtocol {
         // The keys go to the store together: it probes for them at once.
         let mut keys = [&[][..]; LOOK_AHEAD_EVERY];
         let mut n = 0;
-        crate::protocol::reads_ahead(binary, rest, LOOK_AHEAD_EVERY, |key| {
+        crate::protocol::keys_ahead(binary, rest, LOOK_AHEAD_EVERY, |key| {
             keys[n] = key;
             n += 1;
         });

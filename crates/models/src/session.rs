@@ -372,7 +372,7 @@ pub trait Protocol: Send + Sync + 'static {
     /// the next requests, the last perhaps in part), just before it
     /// executes: a protocol may start fetching what the next requests will
     /// need, so that their memory reads overlap each other and this one's
-    /// work (the cache hints the items of pipelined gets). The driver calls
+    /// work (the cache hints the items of pipelined requests). The driver calls
     /// it before the first request of a batch and every
     /// [`LOOK_AHEAD_EVERY`]th after it, whenever bytes follow: hints for up
     /// to that many requests ahead are all it asks for. It must change

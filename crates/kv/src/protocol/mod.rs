@@ -645,7 +645,7 @@ pub(crate) fn valid_key(k: &[u8]) -> bool {
 /// comes still encoded: only a guess), one that names none is stepped
 /// over, and it stops at the first request whose end it cannot find (see
 /// [`request_ahead`]). Returns how many keys it hinted.
-pub(crate) fn reads_ahead<'a>(
+pub(crate) fn keys_ahead<'a>(
     binary: bool,
     input: &'a [u8],
     max: usize,

@@ -1530,10 +1530,10 @@ fn the_request_ahead_is_its_first_key_and_its_length() {
 }
 
 #[test]
-fn reads_ahead_hints_the_keys_of_the_requests_in_a_row() {
+fn keys_ahead_hints_the_keys_of_the_requests_in_a_row() {
     let ahead = |binary: bool, input: &[u8], max: usize| {
         let mut keys = Vec::new();
-        let n = reads_ahead(binary, input, max, |k| keys.push(k.to_vec()));
+        let n = keys_ahead(binary, input, max, |k| keys.push(k.to_vec()));
         assert_eq!(n, keys.len());
         keys
     };
@@ -1588,7 +1588,7 @@ proptest! {
 
     /// On any request the parser reads, the look-ahead finds its first key
     /// (a meta key as sent) and its length; on any bytes neither it nor
-    /// `reads_ahead` panics, names more than the longest key or steps past
+    /// `keys_ahead` panics, names more than the longest key or steps past
     /// the input.
     #[test]
     fn the_request_ahead_agrees_with_the_parser(spec in spec(), junk in prop::collection::vec(any::<u8>(), 0..300)) {
@@ -1606,7 +1606,7 @@ proptest! {
                 prop_assert!(a.key.is_none_or(|k| !k.is_empty() && k.len() <= KEY_MAX_LENGTH));
             }
             let mut hinted = 0;
-            let n = reads_ahead(binary, &junk, 4, |k| {
+            let n = keys_ahead(binary, &junk, 4, |k| {
                 hinted += 1;
                 assert!(!k.is_empty() && k.len() <= KEY_MAX_LENGTH);
             });

@@ -5,7 +5,10 @@
 # and per key from /proc (10 ms ticks: GETS keeps a run >= 0.3 s). STYLE
 # (default get): `get`, one `get` of NKEYS keys; `pipe`, NKEYS one-key
 # `get`s in a row; `bin`, NKEYS binary GETKQ frames and a NOOP (a binary
-# client's multi-get), on a second connection.
+# client's multi-get), on a second connection; `set`, NKEYS `set`s of
+# stored keys in a row (new values of VSIZE bytes, each answered); `mix`,
+# NKEYS one-key requests in a row, every tenth a `set`, the others `get`s.
+# The figures are per request asked (a get, or a set) and per key.
 import os, random, socket, sys, time
 
 import struct
@@ -40,6 +43,11 @@ def unit():
         return b"get " + b" ".join(keys()) + b"\r\n"
     if style == "pipe":
         return b"".join(b"get " + k + b"\r\n" for k in keys())
+    if style == "set":
+        return b"".join(b"set %s 0 0 %d\r\n%s\r\n" % (k, vsize, value) for k in keys())
+    if style == "mix":
+        return b"".join(b"set %s 0 0 %d\r\n%s\r\n" % (k, vsize, value) if i % 10 == 9 else b"get " + k + b"\r\n"
+                        for i, k in enumerate(keys()))
     if style == "bin":
         frames = [struct.pack(">BBHBBHIIQ", 0x80, 0x0D, len(k), 0, 0, 0, len(k), 0, 0) + k for k in keys()]
         return b"".join(frames) + struct.pack(">BBHBBHIIQ", 0x80, 0x0A, 0, 0, 0, 0, 0, 0, 0)
@@ -61,7 +69,7 @@ c0 = cpu()
 t0 = time.time()
 found = 0
 tail = b"\n"  # every VALUE line follows a newline, the first one too
-ends = PIPE * nkeys if style == "pipe" else PIPE
+ends = PIPE * nkeys if style in ("pipe", "set", "mix") else PIPE
 for w in writes:
     s.sendall(w)
     n = 0
@@ -86,11 +94,13 @@ for w in writes:
             sys.exit("server closed the connection")
         # The tails are too short to hold a whole marker: none counted twice.
         found += (tail[-6:] + d).count(b"\nVALUE ")
-        n += (tail[-4:] + d).count(b"END\r\n")
-        tail = d[-6:]
+        stored = (tail[-7:] + d).count(b"STORED\r\n")
+        found += stored
+        n += (tail[-4:] + d).count(b"END\r\n") + stored
+        tail = d[-8:]
 c1 = cpu()
 done = len(writes) * PIPE
 if found != done * nkeys:
-    sys.exit(f"{found} values found of {done * nkeys} asked: the store dropped some")
+    sys.exit(f"{found} values found or stored of {done * nkeys} asked: the store dropped some")
 print(f"{nitems} items x {vsize} B, {style} of {nkeys}: {(c1 - c0) / done * 1e6:.2f} us server CPU "
       f"per get, {(c1 - c0) / done / nkeys * 1e9:.0f} ns per key; wall {time.time() - t0:.2f}s")

@@ -16,7 +16,7 @@ for l in open(sys.argv[1]):
         servers.append(srv)
     cpu[(int(items), int(vsize), style, int(keys))][(int(r), srv)] = float(us)
 first = servers[0]
-print("Server CPU per get (the keys asked for together: one multi-key `get`, `pipe` one-key gets in a row, `bin` binary GETKQs and a NOOP), µs (median over rounds); ratios: median of per-round ratios.\n")
+print("Server CPU per get (the keys asked for together: one multi-key `get`, `pipe` one-key gets in a row, `bin` binary GETKQs and a NOOP; `set` one-key sets in a row and `mix` a set in ten one-key requests, where \"per get\" is per run of that many requests), µs (median over rounds); ratios: median of per-round ratios.\n")
 print(f"| items | value B | asked as | keys | server | µs per get | ns per key | vs {first} | vs memcached |")
 print("|---|---|---|---|---|---|---|---|---|")
 for cfg, runs in cpu.items():
