@@ -2,12 +2,15 @@
 //! consuming what each result says, and checks that every parsed request
 //! survives encode → parse unchanged, that no result asks to buffer more
 //! than a valid request can take, and that a store whose value is still
-//! coming (`parse_binary_head`) has the fields its whole request has.
+//! coming (`parse_binary_head`) has the fields its whole request has, and
+//! that the look-ahead (`request_ahead`) sizes a request as the parser does.
 //!
 //! Run: `cargo +nightly fuzz run kv_binary -- -dict=kv_binary.dict` (from `fuzz/`).
 #![no_main]
 
-use duality_kv::{parse_binary, parse_binary_head, BinError, BinRequest, Limits, Opcode};
+use duality_kv::{
+    parse_binary, parse_binary_head, request_ahead, BinError, BinRequest, Limits, Opcode,
+};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -48,6 +51,9 @@ fuzz_target!(|data: &[u8]| {
                 }
                 assert!(used >= 24 && used <= buf.len());
                 assert_eq!(used, req.encoded_len());
+                let a = request_ahead(true, buf).expect("a whole frame is sized");
+                assert_eq!(a.len, used);
+                assert!(a.key.is_none_or(|k| k == req.key));
                 encoded.clear();
                 req.encode(&mut encoded);
                 assert_eq!(&encoded[..], &buf[..used], "encode is the inverse of parse");

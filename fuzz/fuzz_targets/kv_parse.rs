@@ -1,12 +1,14 @@
 //! Parses arbitrary bytes as a stream of memcached requests, consuming what
 //! each result says, and checks that every parsed request survives
 //! encode → parse unchanged, and that a storage line whose data block is
-//! still coming (`parse_value_head`) has the fields its whole request has.
+//! still coming (`parse_value_head`) has the fields its whole request has,
+//! and that the look-ahead (`request_ahead`) sizes a request as the parser
+//! does and names its first key.
 //!
 //! Run: `cargo +nightly fuzz run kv_parse -- -dict=kv.dict` (from `fuzz/`).
 #![no_main]
 
-use duality_kv::{parse, parse_value_head, Limits, ParseError, Request};
+use duality_kv::{parse, parse_value_head, request_ahead, Limits, ParseError, Request};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -33,6 +35,15 @@ fuzz_target!(|data: &[u8]| {
             Ok((req, used)) => {
                 assert!(used > 0 && used <= buf.len());
                 assert!(head.is_none(), "a whole request has no head");
+                if let Some(a) = request_ahead(false, buf) {
+                    let first = match req {
+                        Request::Get { keys, .. } | Request::GetAndTouch { keys, .. } => {
+                            keys.first()
+                        }
+                        _ => req.key(),
+                    };
+                    assert_eq!((a.key, a.len), (first, used));
+                }
                 if let Request::Store { value, .. } | Request::MetaSet { value, .. } = req {
                     // Cut anywhere in its data block: the same fields.
                     let cut = used - 1 - (buf[0] as usize % (value.len() + 2));
@@ -49,6 +60,9 @@ fuzz_target!(|data: &[u8]| {
             }
             Err(ParseError::Incomplete | ParseError::LineTooLong | ParseError::Http) => break,
             Err(e) => {
+                if let Some(a) = request_ahead(false, buf) {
+                    assert!(a.len > 0 && a.len <= buf.len());
+                }
                 let used = e.consumed().expect("non-fatal errors say what to skip");
                 assert!(used > 0);
                 buf = &buf[used.min(buf.len())..];

@@ -131,9 +131,10 @@ pub use command::{
     SimpleContext, DEFAULT_VERSION,
 };
 pub use protocol::{
-    parse, parse_binary, parse_binary_head, parse_value_head, ArithOp, BinError, BinRequest,
-    BinaryHead, Cursor, Extras, FlushDelay, Limits, MetaFlags, MetaSetHead, Opcode, ParseError,
-    Request, Status, StoreCommand, StoreHead, Tokens, ValueHead, KEY_MAX_LENGTH,
+    parse, parse_binary, parse_binary_head, parse_value_head, request_ahead, Ahead, ArithOp,
+    BinError, BinRequest, BinaryHead, Cursor, Extras, FlushDelay, Limits, MetaFlags, MetaSetHead,
+    Opcode, ParseError, Request, Status, StoreCommand, StoreHead, Tokens, ValueHead,
+    KEY_MAX_LENGTH,
 };
 pub use store::{
     expiry, Counter, Entry, Footprint, Item, Lookup, Staged, Stats, Store, StoreConfig, Time,

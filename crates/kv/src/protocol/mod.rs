@@ -672,7 +672,7 @@ const LINE_AHEAD_MAX: usize = 2048;
 
 /// A request found at the front of a read by [`request_ahead`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Ahead<'a> {
+pub struct Ahead<'a> {
     /// The item it names first, as sent: 1..=250 bytes; `None` for a
     /// request that names none (`mn`, `stats`, a binary `NOOP`, …).
     pub key: Option<&'a [u8]>,
@@ -681,14 +681,14 @@ pub(crate) struct Ahead<'a> {
 }
 
 /// The request at the front of `input`, if all of it has arrived and its
-/// end can be found cheaply: a text line ended within [`LINE_AHEAD_MAX`]
-/// bytes (and the data block its line declares, for `set`, `add`,
+/// end can be found cheaply: a text line ended within 2,048 bytes
+/// (`LINE_AHEAD_MAX`; and the data block its line declares, for `set`, `add`,
 /// `replace`, `append`, `prepend`, `cas` and `ms`), or a binary frame.
 /// Only a guess for the look-ahead, never for serving: lines the parser
 /// would refuse are sized all the same (a declared length it would refuse
 /// ends the walk), and nothing is allocated or checked beyond the bytes
 /// it reads.
-pub(crate) fn request_ahead(binary: bool, input: &[u8]) -> Option<Ahead<'_>> {
+pub fn request_ahead(binary: bool, input: &[u8]) -> Option<Ahead<'_>> {
     let item_key = |k: &'_ [u8]| !k.is_empty() && k.len() <= KEY_MAX_LENGTH;
     if binary {
         let h = input.get(..binary::HEADER_LEN)?;
