@@ -547,6 +547,12 @@ fn concurrent_use_is_safe() {
             scope.spawn(move || {
                 for i in 0..2000 {
                     let key = format!("t{t}k{}", i % 300);
+                    // Hints of other threads' keys too: a batch holds
+                    // several shards' locks at once while the others write.
+                    let ahead: Vec<String> = (1..=8)
+                        .map(|j| format!("t{}k{}", (t + j) % 4, (i + j) % 300))
+                        .collect();
+                    s.prefetch(ahead.iter().map(|k| k.as_bytes()));
                     set(s, key.as_bytes(), &[t as u8; 64], 0, NOW);
                     let _ = get(s, key.as_bytes(), NOW);
                     if i % 7 == 0 {
