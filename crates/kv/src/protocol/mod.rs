@@ -682,8 +682,9 @@ pub struct Ahead<'a> {
 
 /// The request at the front of `input`, if all of it has arrived and its
 /// end can be found cheaply: a text line ended within 2,048 bytes
-/// (`LINE_AHEAD_MAX`; and the data block its line declares, for `set`, `add`,
-/// `replace`, `append`, `prepend`, `cas` and `ms`), or a binary frame.
+/// (`LINE_AHEAD_MAX`), with the data block its line declares for `set`,
+/// `add`, `replace`, `append`, `prepend`, `cas` and `ms`; or a binary
+/// frame.
 /// Only a guess for the look-ahead, never for serving: lines the parser
 /// would refuse are sized all the same (a declared length it would refuse
 /// ends the walk), and nothing is allocated or checked beyond the bytes
