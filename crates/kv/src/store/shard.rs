@@ -85,9 +85,9 @@ pub(crate) const HEADER: usize = 32;
 /// item is 8-aligned, not line-aligned, so the header, key and a small
 /// value (the paper's 10-103 bytes: items of 50-150 bytes) often straddle
 /// three lines, and the value's copy into the answer waited for the lines
-/// after the header's (16 gets of 64-byte values in a store of a million
-/// items: 0.86x the server CPU with three lines, 0.88x with two, against
-/// one, in `docs/results/kv-multiget/prefetch/`).
+/// after the header's (a get of 16 keys of 64-byte values in a store of a
+/// million items: 0.90x the server CPU of one line's hint,
+/// `docs/results/kv-multiget/prefetch/lines-0308bb0/`).
 const PREFETCH_LINES: usize = 3;
 
 // Header layout (little endian).
