@@ -807,6 +807,10 @@ impl Store {
             hashes[n] = self.hash(key);
             n += 1;
         }
+        // A one-key get asks with none: no guards to set up and drop.
+        if n == 0 {
+            return;
+        }
         // The shards locked, each once (keys may share one).
         let mut held: [(usize, Option<MutexGuard<'_, Shard>>); PREFETCH_MAX] =
             std::array::from_fn(|_| (usize::MAX, None));
