@@ -90,6 +90,9 @@ pub(crate) const HEADER: usize = 32;
 /// `docs/results/kv-multiget/prefetch/lines-0308bb0/`).
 const PREFETCH_LINES: usize = 3;
 
+/// Bytes of a cache line (x86-64 and most ARM cores).
+const CACHE_LINE: usize = 64;
+
 // Header layout (little endian).
 const H_CAS: usize = 0;
 const H_EXPTIME: usize = 8;
@@ -530,7 +533,7 @@ impl Shard {
             for line in 0..PREFETCH_LINES {
                 // Past the segment's end the address is only a hint's
                 // (`wrapping_add`: never dereferenced).
-                super::block::prefetch(p.wrapping_add(line * 64));
+                super::block::prefetch(p.wrapping_add(line * CACHE_LINE));
             }
         }
     }
