@@ -29,6 +29,17 @@ pub enum Bench {
     Soak(super::bench_soak::SoakArgs),
     /// Seed 003 Fig. 1: speed-up of per-client cryptography with per-client colors on 1..N threads, vs N independent copies and tokio with a mutex.
     Colors(super::bench_colors::ColorsArgs),
+    /// The open issues' benchmark goals, judged on the committed results files a manifest names (measures nothing).
+    Goals(GoalsArgs),
+}
+
+#[derive(Args)]
+pub struct GoalsArgs {
+    /// The manifest: one `KIND PATH` line per results file (PATH relative
+    /// to the manifest). The README's goal table is this command's output
+    /// on the default.
+    #[arg(long, default_value = "docs/results/goals.txt")]
+    manifest: std::path::PathBuf,
 }
 
 #[derive(Args)]
@@ -65,6 +76,12 @@ pub struct TasksArgs {
 }
 
 pub fn run(b: Bench) -> anyhow::Result<()> {
+    // Reads files only: no servers, no signal handling, no note on `--out`.
+    if let Bench::Goals(a) = b {
+        let all = duality_bench::goals::check_all(&a.manifest)?;
+        print!("{}", duality_bench::goals::table(&all));
+        return Ok(());
+    }
     // The load generators run in this process: they stay on epoll (the
     // backend every committed result's client used) unless DUALITY_IO says
     // otherwise; `bench models --client-io` picks per run. The servers under
@@ -88,6 +105,7 @@ pub fn run(b: Bench) -> anyhow::Result<()> {
         Bench::Soak(a) => super::bench_soak::run(a),
         Bench::Store(a) => super::bench_store::run(a),
         Bench::Colors(a) => super::bench_colors::run(a),
+        Bench::Goals(_) => unreachable!("answered above"),
     };
     note_earlier_files();
     r

@@ -17,14 +17,14 @@
 
 use crate::http;
 use crate::servers::{ServerKind as KvServer, ServerProcess, DEFAULT_MAX_CONNS};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// One server's figures.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct FairnessRow {
     /// `kv` or `http`.
     pub service: String,

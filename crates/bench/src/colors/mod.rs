@@ -698,27 +698,36 @@ pub fn table(rows: &[ColorsRow]) -> String {
 /// The goal, per colored setup: its lowest fraction of the bound over
 /// N ≥ 2, and whether that is at least [`GOAL`].
 pub fn goals(rows: &[ColorsRow]) -> String {
-    let mut s = String::new();
+    goal_checks(rows)
+        .into_iter()
+        .map(|(setup, f, n)| {
+            format!(
+                "- {setup}: lowest {f:.2} of the bound (N = {n}): {}\n",
+                if f >= GOAL { "met" } else { "not met" }
+            )
+        })
+        .collect()
+}
+
+/// Per colored setup, in first-seen order: its lowest fraction of the
+/// bound over N ≥ 2 and the N it was at (setups without such a row are
+/// left out).
+pub fn goal_checks(rows: &[ColorsRow]) -> Vec<(String, f64, usize)> {
     let mut setups: Vec<&str> = Vec::new();
     for r in rows {
         if r.setup != BOUND && !setups.contains(&r.setup.as_str()) {
             setups.push(&r.setup);
         }
     }
-    for setup in setups {
-        let worst = rows
-            .iter()
-            .filter(|r| r.setup == setup && r.threads >= 2)
-            .filter_map(|r| r.of_bound.map(|f| (f, r.threads)))
-            .min_by(|a, b| a.0.total_cmp(&b.0));
-        if let Some((f, n)) = worst {
-            s.push_str(&format!(
-                "- {setup}: lowest {f:.2} of the bound (N = {n}): {}\n",
-                if f >= GOAL { "met" } else { "not met" }
-            ));
-        }
-    }
-    s
+    setups
+        .into_iter()
+        .filter_map(|setup| {
+            rows.iter()
+                .filter(|r| r.setup == setup && r.threads >= 2)
+                .filter_map(|r| r.of_bound.map(|f| (setup.to_string(), f, r.threads)))
+                .min_by(|a, b| a.1.total_cmp(&b.1))
+        })
+        .collect()
 }
 
 /// The rows as CSV.

@@ -1,0 +1,75 @@
+//! `duality bench goals` judges the open issues' goals on the committed
+//! results files, and the README's goal table is its output: a result
+//! committed without regenerating the table, or a table edited by hand,
+//! fails here.
+
+mod common;
+
+use std::process::{Command, Output};
+
+fn goals(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_duality"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["bench", "goals"])
+        .args(args)
+        .output()
+        .expect("run duality bench goals")
+}
+
+const BEGIN: &str = "<!-- bench goals: begin -->\n";
+const END: &str = "<!-- bench goals: end -->";
+
+#[test]
+fn the_readme_goal_table_is_what_the_command_prints() {
+    let out = goals(&[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = String::from_utf8(out.stdout).unwrap();
+    assert!(printed.contains(" goals met.\n"), "{printed}");
+    assert!(printed.lines().filter(|l| l.starts_with("| 1")).count() > 10);
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let start = readme.find(BEGIN).expect("README has the goals block") + BEGIN.len();
+    let end = start + readme[start..].find(END).expect("the block ends");
+    let block = readme[start..end].trim_start_matches('\n');
+    assert!(
+        block == printed,
+        "README's goal table differs from `duality bench goals`; regenerate it.\n--- README\n{block}\n--- printed\n{printed}"
+    );
+}
+
+#[test]
+fn a_bad_manifest_or_a_missing_file_is_named() {
+    let dir = common::TempDir::new("bench-goals");
+    let m = dir.path().join("goals.txt");
+    std::fs::write(&m, "cache nowhere.json\n").unwrap();
+    let out = goals(&["--manifest", m.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("nowhere.json"), "{err}");
+
+    std::fs::write(dir.path().join("idle.json"), "{\"not\": \"rows\"}").unwrap();
+    std::fs::write(&m, "cache idle.json\n").unwrap();
+    let out = goals(&["--manifest", m.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("is not a Cache results file"), "{err}");
+
+    std::fs::write(&m, "caches idle.json\n").unwrap();
+    let out = goals(&["--manifest", m.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("unknown kind"),
+        "{err}"
+    );
+
+    let out = goals(&[
+        "--manifest",
+        dir.path().join("absent.txt").to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("absent.txt"), "{err}");
+}
