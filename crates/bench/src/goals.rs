@@ -121,15 +121,7 @@ pub fn check(kind: Kind, json: &str) -> anyhow::Result<Vec<Check>> {
         }
         Kind::Http => http(&serde_json::from_str::<Vec<_>>(json)?),
         Kind::Fairness => fairness(&serde_json::from_str::<Vec<_>>(json)?),
-        Kind::Idle => crate::idle::goals(&serde_json::from_str(json)?)
-            .into_iter()
-            .map(|g| Check {
-                issue: 16,
-                goal: g.goal,
-                figure: g.detail,
-                met: g.met,
-            })
-            .collect(),
+        Kind::Idle => idle(&serde_json::from_str(json)?),
         Kind::Colors => crate::colors::goal_checks(&serde_json::from_str::<Vec<_>>(json)?)
             .into_iter()
             // The goal is duality's; tokio is the run's conventional peer.
@@ -488,6 +480,44 @@ fn fairness(rows: &[crate::fairness::FairnessRow]) -> Vec<Check> {
         .collect()
 }
 
+/// The idle bench's own goals (issue 16), and issue 10's memory goal:
+/// beside 5,000 idle cache connections, every duality server's resident
+/// bytes per idle connection at most 2 KiB over memcached's.
+fn idle(r: &crate::idle::Results) -> Vec<Check> {
+    let mut out: Vec<Check> = crate::idle::goals(r)
+        .into_iter()
+        .map(|g| Check {
+            issue: 16,
+            goal: g.goal,
+            figure: g.detail,
+            met: g.met,
+        })
+        .collect();
+    let at_5000 = |prefix: &'static str| {
+        r.cache
+            .iter()
+            .filter(move |c| c.server.starts_with(prefix) && c.idle == 5000 && c.held == 5000)
+    };
+    let Some((mc, mc_bytes)) =
+        at_5000("memcached").find_map(|c| Some((c.server.as_str(), c.bytes_per_idle?)))
+    else {
+        return out;
+    };
+    for c in at_5000("duality") {
+        let Some(b) = c.bytes_per_idle else { continue };
+        out.push(Check {
+            issue: 10,
+            goal: format!(
+                "cache {}: memory per idle connection ≤ {mc}'s + 2 KiB at 5,000 idle",
+                c.server
+            ),
+            figure: format!("{b:.0} B vs {mc_bytes:.0} B"),
+            met: b <= mc_bytes + 2048.0,
+        });
+    }
+    out
+}
+
 /// Figures joined with "; ".
 fn figures(parts: impl Iterator<Item = String>) -> String {
     parts.collect::<Vec<_>>().join("; ")
@@ -673,6 +703,32 @@ mod tests {
         assert_eq!(c.figure, "worst 9.50 ms (duality amped:1), 0 unanswered");
         rows[0].failed = 1;
         assert!(!fairness(&rows)[0].met);
+    }
+
+    #[test]
+    fn idle_memory_is_judged_against_memcached_at_5000_plus_2_kib() {
+        let row = |server: &str, idle: u64, held: u64, bytes: f64| -> crate::idle::CacheRow {
+            serde_json::from_value(serde_json::json!({
+                "server": server, "idle": idle, "held": held, "active": 40, "tps": 1.0,
+                "vs_idle_free": 1.0, "p99_us": 1, "cpu_us_per_txn": 1.0,
+                "rss_start_mib": 1.0, "rss_idle_mib": 1.0, "bytes_per_idle": bytes,
+                "rss_closed_mib": 1.0, "closed_vs_start": 1.0, "client_cores": 1.0
+            }))
+            .unwrap()
+        };
+        let mut r = crate::idle::Results::default();
+        r.cache = vec![
+            row("memcached -t 2", 5000, 5000, 600.0),
+            row("duality symped:2", 5000, 5000, 2648.0),
+            row("duality big", 5000, 5000, 2649.0),
+            row("duality short", 5000, 4000, 100.0),
+            row("duality symped:2", 1000, 1000, 9999.0),
+        ];
+        let c: Vec<Check> = idle(&r).into_iter().filter(|c| c.issue == 10).collect();
+        assert_eq!(c.len(), 2, "only rows that held all 5,000: {c:?}");
+        assert!(c[0].met && c[0].goal.contains("symped:2"), "{:?}", c[0]);
+        assert_eq!(c[0].figure, "2648 B vs 600 B");
+        assert!(!c[1].met, "{:?}", c[1]);
     }
 
     #[test]
