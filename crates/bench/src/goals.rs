@@ -716,14 +716,16 @@ mod tests {
             }))
             .unwrap()
         };
-        let mut r = crate::idle::Results::default();
-        r.cache = vec![
-            row("memcached -t 2", 5000, 5000, 600.0),
-            row("duality symped:2", 5000, 5000, 2648.0),
-            row("duality big", 5000, 5000, 2649.0),
-            row("duality short", 5000, 4000, 100.0),
-            row("duality symped:2", 1000, 1000, 9999.0),
-        ];
+        let r = crate::idle::Results {
+            cache: vec![
+                row("memcached -t 2", 5000, 5000, 600.0),
+                row("duality symped:2", 5000, 5000, 2648.0),
+                row("duality big", 5000, 5000, 2649.0),
+                row("duality short", 5000, 4000, 100.0),
+                row("duality symped:2", 1000, 1000, 9999.0),
+            ],
+            ..Default::default()
+        };
         let c: Vec<Check> = idle(&r).into_iter().filter(|c| c.issue == 10).collect();
         assert_eq!(c.len(), 2, "only rows that held all 5,000: {c:?}");
         assert!(c[0].met && c[0].goal.contains("symped:2"), "{:?}", c[0]);
