@@ -56,7 +56,18 @@ fn a_bad_manifest_or_a_missing_file_is_named() {
     let out = goals(&["--manifest", m.to_str().unwrap()]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("is not a Cache results file"), "{err}");
+    assert!(err.contains("is not a `cache` results file"), "{err}");
+
+    // Rows that parse but hold none of the kind's setups: named, not
+    // silently judged on nothing.
+    std::fs::write(dir.path().join("peers.json"), "[]").unwrap();
+    std::fs::write(&m, "cache-tcp peers.json\n").unwrap();
+    let out = goals(&["--manifest", m.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("no goal could be judged"),
+        "{err}"
+    );
 
     std::fs::write(&m, "caches idle.json\n").unwrap();
     let out = goals(&["--manifest", m.to_str().unwrap()]);

@@ -56,27 +56,42 @@ pub enum Kind {
     Offload,
 }
 
+impl Kind {
+    /// Every kind, as a manifest names it.
+    pub const ALL: [(Kind, &'static str); 11] = [
+        (Kind::Cache, "cache"),
+        (Kind::CachePipelined, "cache-pipelined"),
+        (Kind::Echo, "echo"),
+        (Kind::EchoPipelined, "echo-pipelined"),
+        (Kind::CacheTcp, "cache-tcp"),
+        (Kind::CacheTcpPipelined, "cache-tcp-pipelined"),
+        (Kind::Http, "http"),
+        (Kind::Fairness, "fairness"),
+        (Kind::Idle, "idle"),
+        (Kind::Colors, "colors"),
+        (Kind::Offload, "offload"),
+    ];
+
+    /// The kind's name in a manifest.
+    pub fn name(self) -> &'static str {
+        Kind::ALL
+            .iter()
+            .find(|(k, _)| *k == self)
+            .map_or("?", |(_, n)| n)
+    }
+}
+
 impl std::str::FromStr for Kind {
     type Err = anyhow::Error;
 
     fn from_str(s: &str) -> anyhow::Result<Kind> {
-        Ok(match s {
-            "cache" => Kind::Cache,
-            "cache-pipelined" => Kind::CachePipelined,
-            "echo" => Kind::Echo,
-            "echo-pipelined" => Kind::EchoPipelined,
-            "cache-tcp" => Kind::CacheTcp,
-            "cache-tcp-pipelined" => Kind::CacheTcpPipelined,
-            "http" => Kind::Http,
-            "fairness" => Kind::Fairness,
-            "idle" => Kind::Idle,
-            "colors" => Kind::Colors,
-            "offload" => Kind::Offload,
-            _ => bail!(
-                "unknown kind {s:?}: one of cache, cache-pipelined, echo, echo-pipelined, \
-                 cache-tcp, cache-tcp-pipelined, http, fairness, idle, colors, offload"
+        match Kind::ALL.iter().find(|(_, n)| *n == s) {
+            Some((k, _)) => Ok(*k),
+            None => bail!(
+                "unknown kind {s:?}: one of {}",
+                Kind::ALL.map(|(_, n)| n).join(", ")
             ),
-        })
+        }
     }
 }
 
@@ -159,9 +174,19 @@ pub fn check_all(manifest: &Path) -> anyhow::Result<Vec<(Source, Vec<Check>)>> {
             let file = base.join(&s.path);
             let json = std::fs::read_to_string(&file)
                 .with_context(|| format!("reading {}", file.display()))?;
-            let checks = check(s.kind, &json).with_context(|| {
-                format!("{} is not a {:?} results file", file.display(), s.kind)
-            })?;
+            let what = || {
+                format!(
+                    "{} is not a `{}` results file",
+                    file.display(),
+                    s.kind.name()
+                )
+            };
+            let checks = check(s.kind, &json).with_context(what)?;
+            // Rows of another run can parse as this kind's and hold none
+            // of its setups: a goal must not drop out of the table unseen.
+            if checks.is_empty() {
+                bail!("{}: no goal could be judged on its rows", what());
+            }
             Ok((s, checks))
         })
         .collect()
