@@ -553,25 +553,7 @@ mod tests {
     use super::*;
 
     fn kv(server: &str, clients: usize, tps: f64, cpu: f64) -> KvRow {
-        KvRow {
-            server: server.into(),
-            clients,
-            threads: 0,
-            tps_mean: tps,
-            tps_sd: 0.0,
-            p50_us: 0,
-            p99_us: 0,
-            p999_us: 0,
-            cpu_us_per_txn: cpu,
-            ctx_switches_per_txn: 0.0,
-            syscalls_per_txn: None,
-            client_cores: 0.0,
-            client_saturated: false,
-            rounds: 1,
-            vs_symped: None,
-            vs_sped: None,
-            cpu_vs_memcached: None,
-        }
+        KvRow::for_test(server, clients, tps, cpu)
     }
 
     #[test]

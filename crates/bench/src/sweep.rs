@@ -260,23 +260,11 @@ mod tests {
 
     fn kv(server: &str, tps: f64) -> KvRow {
         KvRow {
-            server: server.into(),
-            clients: 40,
-            threads: 0,
-            tps_mean: tps,
-            tps_sd: 0.0,
             p50_us: 10,
             p99_us: 90,
             p999_us: 100,
-            cpu_us_per_txn: 5.0,
-            ctx_switches_per_txn: 0.0,
-            syscalls_per_txn: None,
             client_cores: 1.0,
-            client_saturated: false,
-            rounds: 1,
-            vs_symped: None,
-            vs_sped: None,
-            cpu_vs_memcached: None,
+            ..KvRow::for_test(server, 40, tps, 5.0)
         }
     }
 
