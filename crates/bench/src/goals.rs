@@ -147,7 +147,7 @@ pub fn check(kind: Kind, json: &str) -> anyhow::Result<Vec<Check>> {
                     "colors {setup}: ≥ {} of the N-copy bound at every N ≥ 2",
                     crate::colors::GOAL
                 ),
-                figure: format!("lowest {of_bound:.2} (N = {n})"),
+                figure: format!("lowest {} (N = {n})", near(of_bound, crate::colors::GOAL)),
                 met: of_bound >= crate::colors::GOAL,
             })
             .collect(),
@@ -236,11 +236,25 @@ fn servers<'r>(names: impl Iterator<Item = &'r str>) -> Vec<&'r str> {
     out
 }
 
-/// The lowest of `(ratio, clients)` pairs, as "lowest 0.57x (20 clients)".
-fn lowest(points: impl Iterator<Item = (f64, usize)>) -> Option<(f64, String)> {
+/// `r` to two decimals, or to as many more as it takes not to round it
+/// onto `goal` (a 0.998 printed "1.00" beside "not met" reads as a
+/// contradiction).
+fn near(r: f64, goal: f64) -> String {
+    for d in 2..=6 {
+        let shown = format!("{r:.d$}");
+        if r == goal || shown != format!("{goal:.d$}") {
+            return shown;
+        }
+    }
+    format!("{r}")
+}
+
+/// The lowest of `(ratio, clients)` pairs, as "lowest 0.57x (20 clients)",
+/// printed for a goal of `goal`.
+fn lowest(points: impl Iterator<Item = (f64, usize)>, goal: f64) -> Option<(f64, String)> {
     points
         .min_by(|a, b| a.0.total_cmp(&b.0))
-        .map(|(r, c)| (r, format!("lowest {r:.2}x ({c} clients)")))
+        .map(|(r, c)| (r, format!("lowest {}x ({c} clients)", near(r, goal))))
 }
 
 /// Every hand-off server at ≥ 1.0x its yardstick from 8 clients up.
@@ -255,7 +269,7 @@ fn handoff_checks<'r>(
             .clone()
             .filter(|r| r.0 == who && r.1 >= 8)
             .filter_map(|r| Some((r.2?, r.1)));
-        if let Some((r, figure)) = lowest(points) {
+        if let Some((r, figure)) = lowest(points, 1.0) {
             out.push(Check {
                 issue: 10,
                 goal: format!("{what} {who}: ≥ 1.0x {yardstick} from 8 clients up"),
@@ -304,7 +318,11 @@ fn cache(rows: &[KvRow]) -> Vec<Check> {
                 goal: format!(
                     "cache {who}: CPU per transaction ≤ memcached -t 1's at 40 and 120 clients"
                 ),
-                figure: figures(points.iter().map(|&(c, r)| format!("{r:.2}x at {c}"))),
+                figure: figures(
+                    points
+                        .iter()
+                        .map(|&(c, r)| format!("{}x at {c}", near(r, 1.0))),
+                ),
                 met: points.len() == 2 && points.iter().all(|p| p.1 <= 1.0),
             });
         }
@@ -340,7 +358,7 @@ fn cache(rows: &[KvRow]) -> Vec<Check> {
                 .iter()
                 .filter(|r| r.server == tokio && r.clients >= 8)
                 .filter_map(|r| Some((1.0 / r.vs_symped.filter(|v| *v > 0.0)?, r.clients)));
-            if let Some((r, figure)) = lowest(points) {
+            if let Some((r, figure)) = lowest(points, 1.1) {
                 out.push(Check {
                     issue: 10,
                     goal: format!("cache {who}: ≥ 1.1x {tokio}'s transactions/s from 8 clients up"),
@@ -425,7 +443,7 @@ fn cache_tcp(rows: &[KvRow]) -> Vec<Check> {
             goal: "cache over TCP, io_uring: CPU per transaction ≤ 0.75x memcached -t 1's".into(),
             figure: figures(
                 cpu.iter()
-                    .map(|(c, r, who)| format!("{r:.2}x at {c} ({who})")),
+                    .map(|(c, r, who)| format!("{}x at {c} ({who})", near(*r, 0.75))),
             ),
             met: cpu.iter().all(|p| p.1 <= 0.75),
         });
@@ -436,7 +454,7 @@ fn cache_tcp(rows: &[KvRow]) -> Vec<Check> {
             goal: "cache over TCP, io_uring: transactions/s ≥ 1.25x the best memcached's".into(),
             figure: figures(
                 tps.iter()
-                    .map(|(c, r, d, m)| format!("{r:.2}x at {c} ({d} / {m})")),
+                    .map(|(c, r, d, m)| format!("{}x at {c} ({d} / {m})", near(*r, 1.25))),
             ),
             met: tps.iter().all(|p| p.1 >= 1.25),
         });
@@ -468,7 +486,7 @@ fn http(rows: &[crate::http::HttpRow]) -> Vec<Check> {
                 goal: format!(
                     "http {file} at {clients} clients: ≥ 1.25x the best nginx's requests/s"
                 ),
-                figure: format!("{r:.2}x ({} / {})", d.1, n.1),
+                figure: format!("{}x ({} / {})", near(r, 1.25), d.1, n.1),
                 met: r >= 1.25,
             });
         }
@@ -738,6 +756,16 @@ mod tests {
         assert!(c[0].met && c[0].goal.contains("symped:2"), "{:?}", c[0]);
         assert_eq!(c[0].figure, "2648 B vs 600 B");
         assert!(!c[1].met, "{:?}", c[1]);
+    }
+
+    #[test]
+    fn a_figure_next_to_its_goal_keeps_the_digit_that_decides() {
+        assert_eq!(near(0.998, 1.0), "0.998");
+        assert_eq!(near(1.004, 1.0), "1.004");
+        assert_eq!(near(1.0, 1.0), "1.00");
+        assert_eq!(near(0.97, 1.0), "0.97");
+        assert_eq!(near(0.7496, 0.75), "0.7496");
+        assert_eq!(near(0.7504, 0.75), "0.7504");
     }
 
     #[test]
