@@ -509,7 +509,7 @@ pub struct Plan<'a> {
     pub load: Load,
     /// Rounds.
     pub rounds: usize,
-    /// Pin every setup's threads to these CPUs (see [`start`]); `None`:
+    /// Pin every setup's threads to these CPUs (see `start`); `None`:
     /// the kernel places them.
     pub cpus: Option<Vec<usize>>,
 }

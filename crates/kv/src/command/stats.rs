@@ -365,7 +365,7 @@ impl Cachedump {
     }
 
     /// Appends the next lines, until `out` has grown by `budget` bytes or
-    /// [`CACHEDUMP_PIECE_ITEMS`] items were looked at. Returns false once
+    /// `CACHEDUMP_PIECE_ITEMS` (16 Ki) items were looked at. Returns false once
     /// the dump has ended (its `END` is appended).
     pub fn piece(&mut self, store: &Store, now: Time, budget: usize, out: &mut Vec<u8>) -> bool {
         let start = out.len();
