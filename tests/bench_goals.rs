@@ -42,6 +42,26 @@ fn the_readme_goal_table_is_what_the_command_prints() {
 }
 
 #[test]
+fn json_holds_the_same_verdicts_as_the_table() {
+    let table = String::from_utf8(goals(&[]).stdout).unwrap();
+    let out = goals(&["--json"]);
+    assert!(out.status.success());
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = rows.as_array().unwrap();
+    let lines: Vec<&str> = table.lines().filter(|l| l.starts_with("| 1")).collect();
+    assert_eq!(rows.len(), lines.len());
+    let met = rows.iter().filter(|r| r["met"] == true).count();
+    assert!(
+        table.starts_with(&format!("{met} of {} goals met.", rows.len())),
+        "{table}"
+    );
+    for (r, l) in rows.iter().zip(&lines) {
+        assert!(l.starts_with(&format!("| {} |", r["issue"])), "{l}");
+        assert!(l.contains(r["from"].as_str().unwrap()), "{l}");
+    }
+}
+
+#[test]
 fn a_bad_manifest_or_a_missing_file_is_named() {
     let dir = common::TempDir::new("bench-goals");
     let m = dir.path().join("goals.txt");

@@ -40,6 +40,10 @@ pub struct GoalsArgs {
     /// on the default.
     #[arg(long, default_value = "docs/results/goals.txt")]
     manifest: std::path::PathBuf,
+    /// Print the verdicts as JSON (issue, goal, figure, met, from) instead
+    /// of the Markdown table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -79,7 +83,13 @@ pub fn run(b: Bench) -> anyhow::Result<()> {
     // Reads files only: no servers, no signal handling, no note on `--out`.
     if let Bench::Goals(a) = b {
         let all = duality_bench::goals::check_all(&a.manifest)?;
-        print!("{}", duality_bench::goals::table(&all));
+        if a.json {
+            duality_bench::report::print(&duality_bench::goals::json(&all));
+        } else {
+            // `print` adds the newline the table ends with.
+            let table = duality_bench::goals::table(&all);
+            duality_bench::report::print(table.trim_end_matches('\n'));
+        }
         return Ok(());
     }
     // The load generators run in this process: they stay on epoll (the

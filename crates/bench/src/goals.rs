@@ -192,13 +192,37 @@ pub fn check_all(manifest: &Path) -> anyhow::Result<Vec<(Source, Vec<Check>)>> {
         .collect()
 }
 
-/// The verdicts as a Markdown table, by issue, then in manifest order.
-pub fn table(all: &[(Source, Vec<Check>)]) -> String {
+/// Every verdict with its source, by issue, then in manifest order.
+fn in_order(all: &[(Source, Vec<Check>)]) -> Vec<(&Source, &Check)> {
     let mut rows: Vec<(&Source, &Check)> = all
         .iter()
         .flat_map(|(s, cs)| cs.iter().map(move |c| (s, c)))
         .collect();
     rows.sort_by_key(|(_, c)| c.issue);
+    rows
+}
+
+/// The verdicts as a JSON array, in [`table`]'s order: `issue`, `goal`,
+/// `figure`, `met` and `from` (the file, as the manifest names it).
+pub fn json(all: &[(Source, Vec<Check>)]) -> String {
+    let rows: Vec<serde_json::Value> = in_order(all)
+        .into_iter()
+        .map(|(src, c)| {
+            serde_json::json!({
+                "issue": c.issue,
+                "goal": c.goal,
+                "figure": c.figure,
+                "met": c.met,
+                "from": src.path.display().to_string(),
+            })
+        })
+        .collect();
+    crate::report::json(&rows)
+}
+
+/// The verdicts as a Markdown table, by issue, then in manifest order.
+pub fn table(all: &[(Source, Vec<Check>)]) -> String {
+    let rows = in_order(all);
     let met = rows.iter().filter(|(_, c)| c.met).count();
     let mut s = format!(
         "{met} of {} goals met.\n\n| issue | goal | figure | met | from |\n|---|---|---|---|---|\n",
@@ -785,6 +809,15 @@ mod tests {
             (src("b.json"), vec![check(10, false)]),
         ]);
         assert!(t.starts_with("1 of 2 goals met.\n"), "{t}");
+        let j: serde_json::Value = serde_json::from_str(&json(&[
+            (src("a.json"), vec![check(16, true)]),
+            (src("b.json"), vec![check(10, false)]),
+        ]))
+        .unwrap();
+        assert_eq!(j[0]["issue"], 10);
+        assert_eq!(j[0]["met"], false);
+        assert_eq!(j[0]["from"], "b.json");
+        assert_eq!(j[1]["goal"], "g | h");
         let lines: Vec<&str> = t.lines().filter(|l| l.starts_with("| 1")).collect();
         assert_eq!(lines[0], "| 10 | g \\| h | f | **no** | `b.json` |");
         assert_eq!(lines[1], "| 16 | g \\| h | f | yes | `a.json` |");
