@@ -136,7 +136,7 @@ pub struct KvState {
     verbosity: AtomicU32,
     on_shutdown: OnceLock<Box<dyn Fn() + Send + Sync>>,
     /// Open connections by descriptor, for `stats conns`.
-    conns: Mutex<BTreeMap<i32, Arc<ConnInfo>>>,
+    conns: Mutex<ConnTable>,
     /// The local addresses connections were accepted on, each once
     /// (`ConnInfo::listen_addr` indexes this; there are as many as the
     /// server has listening addresses and interfaces).
@@ -304,13 +304,57 @@ impl Drop for ConnGuard {
             self.state.take_split(&self.info);
         }
         let mut conns = self.state.conns.lock().unwrap_or_else(|e| e.into_inner());
-        // The descriptor may already belong to a newer connection.
-        if conns
-            .get(&self.info.fd)
-            .is_some_and(|c| Arc::ptr_eq(c, &self.info))
-        {
-            conns.remove(&self.info.fd);
+        conns.remove(&self.info);
+    }
+}
+
+/// Open connections' `stats conns` entries, indexed by descriptor: a slot of
+/// 8 bytes per descriptor number (they are dense: the kernel hands out the
+/// lowest free one), where a B-tree map took about 20 per connection in its
+/// half-full nodes.
+#[derive(Default)]
+struct ConnTable {
+    slots: Vec<Option<Arc<ConnInfo>>>,
+}
+
+impl ConnTable {
+    /// Lists `info` under its descriptor (a descriptor closed and reused
+    /// names the newer connection).
+    fn insert(&mut self, info: Arc<ConnInfo>) {
+        let Ok(i) = usize::try_from(info.fd) else {
+            return;
+        };
+        if i >= self.slots.len() {
+            self.slots.resize(i + 1, None);
         }
+        self.slots[i] = Some(info);
+    }
+
+    /// Unlists `info` unless its descriptor already names a newer
+    /// connection. Trailing free slots go, and the storage with them once it
+    /// is mostly free (a burst of connections that closed).
+    fn remove(&mut self, info: &Arc<ConnInfo>) {
+        let Some(slot) = usize::try_from(info.fd)
+            .ok()
+            .and_then(|i| self.slots.get_mut(i))
+        else {
+            return;
+        };
+        if !slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, info)) {
+            return;
+        }
+        *slot = None;
+        while self.slots.last().is_some_and(Option::is_none) {
+            self.slots.pop();
+        }
+        if self.slots.capacity() > 4 * self.slots.len().max(64) {
+            self.slots.shrink_to(2 * self.slots.len());
+        }
+    }
+
+    /// The open connections, by descriptor.
+    fn values(&self) -> impl Iterator<Item = &Arc<ConnInfo>> {
+        self.slots.iter().flatten()
     }
 }
 
@@ -407,7 +451,7 @@ impl KvState {
             started_unix,
             server: OnceLock::new(),
             on_shutdown: OnceLock::new(),
-            conns: Mutex::new(BTreeMap::new()),
+            conns: Mutex::new(ConnTable::default()),
             listen_addrs: Mutex::new(Vec::new()),
             buffers: Holdings::new(buffer_limit),
             splits: Mutex::new(HashMap::new()),
@@ -1311,7 +1355,7 @@ impl Protocol for KvProtocol {
             .conns
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(info.fd, info.clone());
+            .insert(info.clone());
         let w = self.0.store.watch();
         if w.wants(watch::CONNEVENTS) {
             info.log_event(w, false);
@@ -2223,6 +2267,48 @@ mod tests {
         assert_eq!(std::mem::size_of::<ShortAddr>(), 16);
         // With the Arc's two counters: mimalloc's 48-byte class.
         assert!(std::mem::size_of::<ConnInfo>() + 16 <= 48);
+    }
+
+    #[test]
+    fn the_conn_table_lists_by_descriptor_and_forgets_closed_ones() {
+        let info = |fd| {
+            Arc::new(ConnInfo {
+                fd,
+                addr: ShortAddr::new(None),
+                listen_addr: 0,
+                last_cmd: AtomicU32::new(0),
+                state: AtomicU8::new(CONN_NEW),
+                holds: AtomicU8::new(0),
+                split: AtomicBool::new(false),
+                closing: AtomicU8::new(CLOSE_NORMAL),
+            })
+        };
+        let fds = |t: &ConnTable| t.values().map(|c| c.fd).collect::<Vec<_>>();
+        let mut t = ConnTable::default();
+        let (a, b, c) = (info(9), info(5), info(7));
+        for i in [&a, &b, &c] {
+            t.insert(i.clone());
+        }
+        assert_eq!(fds(&t), [5, 7, 9]);
+        // Descriptor 5 closed and reused: the old connection's guard, dropped
+        // late, leaves the new one listed.
+        let b2 = info(5);
+        t.insert(b2.clone());
+        t.remove(&b);
+        assert_eq!(fds(&t), [5, 7, 9]);
+        assert!(Arc::ptr_eq(t.values().next().unwrap(), &b2));
+        t.remove(&a);
+        assert_eq!(fds(&t), [5, 7]);
+        assert_eq!(t.slots.len(), 8, "trailing free slots dropped");
+        t.insert(info(-1));
+        assert_eq!(fds(&t), [5, 7], "no descriptor, not listed");
+        // A burst that closed gives its storage back.
+        let burst: Vec<_> = (10..5000).map(info).collect();
+        burst.iter().for_each(|i| t.insert(i.clone()));
+        assert_eq!(t.values().count(), 4992);
+        burst.iter().for_each(|i| t.remove(i));
+        assert_eq!(fds(&t), [5, 7]);
+        assert!(t.slots.capacity() <= 4 * 64, "{}", t.slots.capacity());
     }
 
     /// Feeds `bytes` one more byte at a time, as a client trickling them
