@@ -27,10 +27,11 @@
 //!   own. More than [`TX_LIMIT`] queued bytes make the writer wait: a client
 //!   that never reads blocks its writer exactly as a full socket buffer does.
 //!   A shared body (`write_vec_shared`: a response head and a cached file's
-//!   bytes behind an `Arc`) written to an idle connection is not copied: the
-//!   head becomes the queue and the body its tail, sent together by one
-//!   `SENDMSG` of two iovecs whose message and `Arc` the operation owns
-//!   until its completion.
+//!   bytes behind an `Arc`) is not copied: it becomes the queue's tail, sent
+//!   with the queue by one `SENDMSG` whose message, iovecs and `Arc`s the
+//!   operation owns until its completion; a caller's buffer of more than
+//!   [`MOVE_MIN`] bytes written to a connection with nothing queued joins
+//!   the tail the same way, moved rather than copied.
 //! * **Accepting**: a multishot `ACCEPT` fills a bounded queue of accepted
 //!   descriptors while someone accepts; for a second after an accept ran
 //!   out of descriptors, single-shot ones take one at a time
@@ -74,6 +75,7 @@
 //! | `file` | where a file read's result waits for its future ([`FileRead`]) |
 //! | `dirty` | the lists other threads hand the loop work through ([`DirtyList`]) |
 //! | `watch` | finding receives and accepts the kernel failed to complete |
+//! | `queue` | a socket's receive or send queue, in one pointer ([`Queue`]) |
 //! | `spare` | each thread's spare receive and send buffers |
 
 use crate::event_loop::registry;
@@ -95,6 +97,7 @@ mod bufring;
 mod dirty;
 mod file;
 mod probe;
+mod queue;
 mod reactor;
 mod socket;
 mod spare;
@@ -108,7 +111,7 @@ mod loom_tests;
 
 // One file per mechanism; the items they share are visible across them
 // (as in the one module they were), and these names are the backend's API.
-use self::{bufring::*, dirty::*, file::*, probe::*, socket::*, spare::*, watch::*};
+use self::{bufring::*, dirty::*, file::*, probe::*, queue::*, socket::*, spare::*, watch::*};
 pub(crate) use self::{
     file::FileRead,
     probe::unavailable,
@@ -144,6 +147,11 @@ const ACCEPT_QUEUE: usize = 256;
 /// room for both.
 const PACED_ACCEPT: Duration = Duration::from_secs(1);
 /// `St::tx_busy` for a send of `buf`.
+/// A write of more than this many bytes to a socket with nothing queued is
+/// not copied into its send queue: the caller's buffer moves into the
+/// queue's shared tail (see [`Io::poll_write_vec`]).
+pub(super) const MOVE_MIN: usize = 4 * 1024;
+
 fn in_flight(buf: &[u8]) -> u32 {
     u32::try_from(buf.len()).unwrap_or(u32::MAX)
 }

@@ -17,7 +17,7 @@ pub(super) enum OpKind {
     File(Box<FileOp>),
     Recv(Watch),
     Send {
-        buf: Vec<u8>,
+        buf: Queue,
         off: usize,
     },
     /// Queued bytes and a shared tail (boxed, as `File`).
@@ -355,14 +355,14 @@ impl UringReactor {
 
     /// One `sendmsg` of `head`, then each of `tail`'s bodies and the bytes
     /// after it.
-    fn submit_gather(&self, io: &Arc<Io>, head: Vec<u8>, tail: Box<Tail>) {
+    fn submit_gather(&self, io: &Arc<Io>, head: Queue, tail: Box<Tail>) {
         self.submit_gather_after(io, head, tail, None);
     }
 
     fn submit_gather_after(
         &self,
         io: &Arc<Io>,
-        head: Vec<u8>,
+        head: Queue,
         tail: Box<Tail>,
         delay: Option<&'static types::Timespec>,
     ) {
@@ -405,14 +405,14 @@ impl UringReactor {
         self.push_after(delay, sqe);
     }
 
-    fn submit_send(&self, io: &Arc<Io>, buf: Vec<u8>, off: usize) {
+    fn submit_send(&self, io: &Arc<Io>, buf: Queue, off: usize) {
         self.submit_send_after(io, buf, off, None);
     }
 
     fn submit_send_after(
         &self,
         io: &Arc<Io>,
-        buf: Vec<u8>,
+        buf: Queue,
         off: usize,
         delay: Option<&'static types::Timespec>,
     ) {
@@ -476,13 +476,7 @@ impl UringReactor {
     /// After the send of `buf` (all of it, or failed with `res`): records
     /// an error, submits what was queued meanwhile, or shuts down as asked;
     /// wakes the writer.
-    fn send_done(
-        &self,
-        io: &Arc<Io>,
-        mut st: std::sync::MutexGuard<'_, St>,
-        res: i32,
-        buf: Vec<u8>,
-    ) {
+    fn send_done(&self, io: &Arc<Io>, mut st: std::sync::MutexGuard<'_, St>, res: i32, buf: Queue) {
         st.tx_busy = 0;
         if let Some(c) = st.cold.as_mut() {
             c.tx_sent = 0;
@@ -1050,7 +1044,7 @@ impl UringReactor {
                         mut head, mut tail, ..
                     } = *g;
                     let from_head = sent.min(head_len);
-                    head.drain(..from_head);
+                    head.consume(from_head);
                     tail.advance(sent - from_head);
                     self.submit_gather_after(&io, head, tail, delay);
                     return false;

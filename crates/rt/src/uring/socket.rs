@@ -24,7 +24,7 @@ pub(crate) struct Io {
 #[derive(Default)]
 pub(super) struct St {
     // Receiving.
-    pub(super) rx: Vec<u8>,
+    pub(super) rx: Queue,
     /// Bytes of `rx` the reader has taken. 32 bits (every connection holds
     /// an `St`): `rx` stays near `RX_LIMIT`, receiving stops past it.
     pub(super) rx_pos: u32,
@@ -34,7 +34,7 @@ pub(super) struct St {
     pub(super) recv_cancelled: bool,
     pub(super) reader: Option<Waker>,
     // Sending.
-    pub(super) tx: Vec<u8>,
+    pub(super) tx: Queue,
     /// Shared bytes queued after `tx` (cached file bodies, cache values):
     /// sent from where they lie, in one gather send with `tx`, never
     /// copied. Boxed: idle connections (most of them) pay one pointer.
@@ -120,7 +120,7 @@ impl Tail {
 /// them, and the message that points at all of them (stable in this box
 /// until the completion).
 pub(super) struct GatherSend {
-    pub(super) head: Vec<u8>,
+    pub(super) head: Queue,
     pub(super) tail: Box<Tail>,
     pub(super) iov: [libc::iovec; 1 + 2 * TAIL_PARTS],
     pub(super) msg: libc::msghdr,
@@ -265,7 +265,7 @@ impl St {
 
     /// Bytes copied into the queue (`tx` and what follows shared bodies):
     /// what [`TX_LIMIT`] bounds. Shared bodies cost the connection nothing.
-    fn tx_copied(&self) -> usize {
+    pub(super) fn tx_copied(&self) -> usize {
         self.tx.len() + self.tx_tail.as_ref().map_or(0, |t| t.copied())
     }
 
@@ -276,7 +276,7 @@ impl St {
 
     /// Appends `bytes` to what is queued: behind the shared tail if one
     /// waits (it stays shared), else to `tx`.
-    fn queue(&mut self, bytes: &[u8]) {
+    pub(super) fn queue(&mut self, bytes: &[u8]) {
         match self.tx_tail.as_mut().and_then(|t| t.parts.last_mut()) {
             Some(p) => p.after.extend_from_slice(bytes),
             None => {
@@ -294,6 +294,28 @@ impl St {
                 self.tx.extend_from_slice(bytes)
             }
         }
+    }
+
+    /// Queues all of a caller's `buf` behind nothing (nothing queued: the
+    /// caller checked) and leaves it empty: up to [`MOVE_MIN`] bytes are
+    /// copied into `tx` (the caller keeps its buffer's capacity for its next
+    /// writes); a larger buffer becomes the shared tail as it is, no copy,
+    /// and the caller gets a small new one.
+    pub(super) fn queue_first(&mut self, buf: &mut Vec<u8>) {
+        if buf.len() <= MOVE_MIN {
+            self.queue(buf);
+            buf.clear();
+            return;
+        }
+        let end = buf.len();
+        let owned = std::mem::replace(buf, Vec::with_capacity(Spare::Tx.keep()));
+        let part = TailPart {
+            body: SharedBytes::from_owner(Arc::new(owned)),
+            start: 0,
+            end,
+            after: Vec::new(),
+        };
+        self.tx_tail = Some(Box::new(Tail { parts: vec![part] }));
     }
 
     /// Drops what is queued (the send failed).
@@ -323,11 +345,15 @@ impl St {
 
     /// What the reader takes once `rx` is drained: the oldest overflow
     /// chunk, else an empty queue.
-    fn next_rx_chunk(&mut self) -> Vec<u8> {
+    fn next_rx_chunk(&mut self) -> Queue {
         let Some(cold) = self.cold.as_mut() else {
-            return Vec::new();
+            return Queue::default();
         };
-        let chunk = cold.rx_over.pop_front().map(Vec::from).unwrap_or_default();
+        let chunk = cold
+            .rx_over
+            .pop_front()
+            .map(|c| Queue::from(&c[..]))
+            .unwrap_or_default();
         cold.rx_over_len -= chunk.len();
         chunk
     }
@@ -358,7 +384,7 @@ impl St {
         let grows = self.rx.len() + bytes.len() > self.rx.capacity();
         if self.rx_pos > 0 && (grows || self.rx_pos as usize >= self.rx.len() / 2) {
             // Growing would copy the taken bytes too: drop them first.
-            self.rx.drain(..self.rx_pos as usize);
+            self.rx.consume(self.rx_pos as usize);
             self.rx_pos = 0;
         }
         if self.rx.capacity() == 0 {
@@ -599,7 +625,8 @@ impl Io {
     }
 
     /// Queues all of `buf` and leaves it empty. An empty queue takes the
-    /// buffer itself (no copy; `buf` gets the queue's spare back); otherwise
+    /// bytes at once ([`St::queue_first`]: a large buffer is not copied);
+    /// otherwise
     /// the bytes are copied in once they fit under [`TX_LIMIT`] with what is
     /// queued and in flight (not past it: a connection whose client does
     /// not read would hold the send in flight, the limit and one answer more).
@@ -613,9 +640,7 @@ impl Io {
             return Poll::Ready(Ok(()));
         }
         if st.tx_idle() {
-            std::mem::swap(&mut st.tx, buf);
-            buf.clear();
-            give_spare(buf);
+            st.queue_first(buf);
             self.schedule();
         } else if st.tx_copied() + (st.tx_busy as usize) + buf.len() <= TX_LIMIT {
             st.queue(buf);
@@ -633,7 +658,8 @@ impl Io {
     /// user space (the kernel reads one hot copy for every connection
     /// sending it): it joins the shared tail of the next gather send, behind
     /// what is queued, with `after`; bodies written in one turn (a pipeline
-    /// of large values) go in one send. An idle socket takes `head` itself.
+    /// of large values) go in one send. A socket with nothing queued takes
+    /// `head` at once ([`St::queue_first`]).
     /// Unless the socket is idle, waits while the bytes copied into the
     /// queue (not the bodies: they cost the connection nothing) would pass
     /// [`TX_LIMIT`], or while the tail has [`TAIL_PARTS`] bodies. (Copied
@@ -657,8 +683,7 @@ impl Io {
             return Poll::Pending;
         }
         if nothing_queued {
-            std::mem::swap(&mut st.tx, head);
-            give_spare(head);
+            st.queue_first(head);
         } else {
             st.queue(head);
         }

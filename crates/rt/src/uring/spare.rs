@@ -32,29 +32,19 @@ thread_local! {
     /// sends completed, for the next socket that receives or sends on this
     /// thread: a socket holds a buffer only while it has bytes queued, so an
     /// idle connection holds none.
-    static SPARE: RefCell<[Vec<Vec<u8>>; 2]> = const { RefCell::new([Vec::new(), Vec::new()]) };
+    static SPARE: RefCell<[Vec<Queue>; 2]> = const { RefCell::new([Vec::new(), Vec::new()]) };
 }
 
 /// An empty buffer: a spare one of `kind` if this thread has one.
-pub(super) fn spare_buf(kind: Spare) -> Vec<u8> {
+pub(super) fn spare_buf(kind: Spare) -> Queue {
     SPARE
         .with(|s| s.borrow_mut()[kind as usize].pop())
         .unwrap_or_default()
 }
 
-/// A caller's buffer that the send queue took, replaced by its empty queue
-/// (no capacity once its last send completed), gets a spare send buffer
-/// instead: else the next response grows it from nothing again, five
-/// reallocations for a 300-byte head.
-pub(super) fn give_spare(buf: &mut Vec<u8>) {
-    if buf.capacity() == 0 {
-        *buf = spare_buf(Spare::Tx);
-    }
-}
-
 /// Keeps `buf` as a spare of `kind` if its capacity is at most what that
 /// kind keeps (else frees it).
-pub(super) fn keep_buf(mut buf: Vec<u8>, kind: Spare) {
+pub(super) fn keep_buf(mut buf: Queue, kind: Spare) {
     if buf.capacity() > 0 && buf.capacity() <= kind.keep() {
         buf.clear();
         SPARE.with(|s| {

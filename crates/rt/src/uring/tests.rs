@@ -1,5 +1,5 @@
 use super::reactor::{Op, OpKind};
-use super::{give_spare, keep_buf, spare_buf, Accepting, Spare, St, ACCEPT_QUEUE, RX_LIMIT};
+use super::{keep_buf, spare_buf, Accepting, Queue, Spare, St, ACCEPT_QUEUE, MOVE_MIN, RX_LIMIT};
 use super::{
     lock_std, opcode, types, Io, NonZeroU64, RingConfig, UringReactor, Watch, BUF_GROUP, TAIL_PARTS,
 };
@@ -867,11 +867,12 @@ fn a_healthy_receive_is_left_alone() {
 /// An idle connection's armed receive is an `Op` in the loop's table:
 /// its watch kept it at 40 bytes only with its time as a `Tick` (an
 /// `Instant` made it 48, 8 bytes more per idle connection: 606-608
-/// bytes each in `bench idle` against memcached's 602).
+/// bytes each in `bench idle` against memcached's 602), and 32 once a
+/// send's buffer was a one-pointer `Queue`.
 #[test]
 fn an_armed_receive_stays_small() {
     assert!(
-        std::mem::size_of::<super::reactor::Op>() <= 40,
+        std::mem::size_of::<super::reactor::Op>() <= 32,
         "Op is {} bytes",
         std::mem::size_of::<super::reactor::Op>()
     );
@@ -894,15 +895,15 @@ fn ticks_compare_across_the_wrap() {
 }
 
 /// Every connection, idle ones included, has an `Io` behind an `Arc`:
-/// keep it within the allocator's 160-byte class (it was 256; readiness,
+/// keep it within the allocator's 128-byte class (it was 256; readiness,
 /// listener state and receive errors live in a box made on first use,
 /// a queued shared body in a box of its own, spare buffers in the
-/// thread's pool).
+/// thread's pool; 160 until the queues were one-pointer `Queue`s).
 #[test]
 fn a_sockets_ring_state_stays_small() {
     let arc_header = 2 * std::mem::size_of::<usize>();
     assert!(
-        std::mem::size_of::<super::Io>() + arc_header <= 160,
+        std::mem::size_of::<super::Io>() + arc_header <= 128,
         "Io is {} bytes",
         std::mem::size_of::<super::Io>()
     );
@@ -910,7 +911,7 @@ fn a_sockets_ring_state_stays_small() {
 
 #[test]
 fn small_buffers_are_spares_for_the_next_socket_and_large_ones_are_freed() {
-    let b: Vec<u8> = Vec::with_capacity(100);
+    let b = Queue::with_capacity(100);
     let p = b.as_ptr();
     keep_buf(b, Spare::Rx);
     // A socket receiving next takes it (an idle one held none).
@@ -918,7 +919,7 @@ fn small_buffers_are_spares_for_the_next_socket_and_large_ones_are_freed() {
     st.push_rx(b"get k\r\n");
     assert_eq!(st.rx.as_ptr(), p);
     assert_eq!(&st.rx[..], b"get k\r\n");
-    keep_buf(Vec::with_capacity(4 * Spare::Rx.keep()), Spare::Rx);
+    keep_buf(Queue::with_capacity(4 * Spare::Rx.keep()), Spare::Rx);
     assert_eq!(
         spare_buf(Spare::Rx).capacity(),
         0,
@@ -927,21 +928,43 @@ fn small_buffers_are_spares_for_the_next_socket_and_large_ones_are_freed() {
 }
 
 #[test]
-fn a_writer_whose_buffer_the_queue_took_gets_a_spare() {
-    let sent: Vec<u8> = Vec::with_capacity(300);
+fn a_small_first_write_is_copied_into_a_spare_queue_and_the_writer_keeps_its_buffer() {
+    let sent = Queue::with_capacity(300);
     let p = sent.as_ptr();
     keep_buf(sent, Spare::Tx);
-    // A drained receive queue is not what a writer gets.
-    keep_buf(Vec::with_capacity(64), Spare::Rx);
-    let mut out = Vec::new();
-    give_spare(&mut out);
-    assert_eq!(out.as_ptr(), p, "the kept buffer, not a new one");
-    assert!(out.capacity() >= 300 && out.is_empty());
-    // One that still has room keeps its own.
-    let mut own = Vec::with_capacity(64);
-    let q = own.as_ptr();
-    give_spare(&mut own);
-    assert_eq!(own.as_ptr(), q);
+    // A drained receive queue is not what a writer's queue gets.
+    keep_buf(Queue::with_capacity(64), Spare::Rx);
+    let mut st = St::default();
+    let mut out = Vec::with_capacity(2000);
+    out.extend_from_slice(b"VALUE k 0 5\r\nhello\r\nEND\r\n");
+    let q = out.as_ptr();
+    st.queue_first(&mut out);
+    assert_eq!(st.tx.as_ptr(), p, "the kept send buffer, not a new one");
+    assert_eq!(&st.tx[..], b"VALUE k 0 5\r\nhello\r\nEND\r\n");
+    assert!(st.tx_tail.is_none());
+    assert!(out.is_empty() && out.as_ptr() == q && out.capacity() == 2000);
+}
+
+#[test]
+fn a_large_first_write_moves_into_the_tail_uncopied() {
+    let mut st = St::default();
+    let mut out: Vec<u8> = (0..MOVE_MIN + 1).map(|i| i as u8).collect();
+    let (p, want) = (out.as_ptr(), out.clone());
+    st.queue_first(&mut out);
+    assert!(out.is_empty(), "the writer's buffer is left empty");
+    assert!(st.tx.is_empty(), "nothing copied into the queue");
+    let tail = st.tx_tail.as_ref().expect("the buffer is the tail");
+    assert_eq!(tail.parts.len(), 1);
+    assert_eq!(
+        tail.parts[0].bytes().as_ptr(),
+        p,
+        "the same bytes, not a copy"
+    );
+    assert_eq!(tail.parts[0].bytes(), &want[..]);
+    assert_eq!(st.tx_copied(), 0, "a moved buffer is not counted as copied");
+    // What is written next goes behind it, in order.
+    st.queue(b"END\r\n");
+    assert_eq!(st.tx_tail.as_ref().unwrap().parts[0].after, b"END\r\n");
 }
 
 /// A reader that takes only part of what arrived, every time, while
