@@ -2269,20 +2269,23 @@ mod tests {
         assert!(std::mem::size_of::<ConnInfo>() + 16 <= 48);
     }
 
+    /// A new Unix socket connection's entry on descriptor `fd`.
+    fn unix_conn(fd: i32) -> Arc<ConnInfo> {
+        Arc::new(ConnInfo {
+            fd,
+            addr: ShortAddr::new(None),
+            listen_addr: 0,
+            last_cmd: AtomicU32::new(0),
+            state: AtomicU8::new(CONN_NEW),
+            holds: AtomicU8::new(0),
+            split: AtomicBool::new(false),
+            closing: AtomicU8::new(CLOSE_NORMAL),
+        })
+    }
+
     #[test]
     fn the_conn_table_lists_by_descriptor_and_forgets_closed_ones() {
-        let info = |fd| {
-            Arc::new(ConnInfo {
-                fd,
-                addr: ShortAddr::new(None),
-                listen_addr: 0,
-                last_cmd: AtomicU32::new(0),
-                state: AtomicU8::new(CONN_NEW),
-                holds: AtomicU8::new(0),
-                split: AtomicBool::new(false),
-                closing: AtomicU8::new(CLOSE_NORMAL),
-            })
-        };
+        let info = unix_conn;
         let fds = |t: &ConnTable| t.values().map(|c| c.fd).collect::<Vec<_>>();
         let mut t = ConnTable::default();
         let (a, b, c) = (info(9), info(5), info(7));
@@ -2334,16 +2337,7 @@ mod tests {
     fn large_values_of_replacing_stores_are_received_into_their_items() {
         let state = KvState::new(KvConfig::default()).unwrap();
         let p = KvProtocol::new(state.clone());
-        let info = Arc::new(ConnInfo {
-            fd: -1,
-            addr: ShortAddr::new(None),
-            listen_addr: 0,
-            last_cmd: AtomicU32::new(0),
-            state: AtomicU8::new(CONN_NEW),
-            holds: AtomicU8::new(0),
-            split: AtomicBool::new(false),
-            closing: AtomicU8::new(CLOSE_NORMAL),
-        });
+        let info = unix_conn(-1);
         let guard = |mode| KvSession {
             mode,
             conn: Some(ConnGuard {
