@@ -146,12 +146,12 @@ const ACCEPT_QUEUE: usize = 256;
 /// file; one at a time, the acceptor's own pace (as under epoll) leaves
 /// room for both.
 const PACED_ACCEPT: Duration = Duration::from_secs(1);
-/// `St::tx_busy` for a send of `buf`.
 /// A write of more than this many bytes to a socket with nothing queued is
 /// not copied into its send queue: the caller's buffer moves into the
 /// queue's shared tail (see [`Io::poll_write_vec`]).
 pub(super) const MOVE_MIN: usize = 4 * 1024;
 
+/// `St::tx_busy` for a send of `buf`.
 fn in_flight(buf: &[u8]) -> u32 {
     u32::try_from(buf.len()).unwrap_or(u32::MAX)
 }

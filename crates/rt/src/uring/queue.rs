@@ -68,9 +68,10 @@ impl std::ops::Deref for Queue {
     }
 }
 
-impl From<&[u8]> for Queue {
-    fn from(bytes: &[u8]) -> Queue {
-        Queue((!bytes.is_empty()).then(|| Box::new(bytes.to_vec())))
+/// An overflow chunk becomes the queue as it is (no copy of its bytes).
+impl From<Box<[u8]>> for Queue {
+    fn from(bytes: Box<[u8]>) -> Queue {
+        Queue((!bytes.is_empty()).then(|| Box::new(Vec::from(bytes))))
     }
 }
 
@@ -93,8 +94,11 @@ mod tests {
         assert!(q.is_empty() && q.capacity() == cap, "cleared, not freed");
         q.reserve_exact(100);
         assert!(q.capacity() >= 100);
-        assert_eq!(&Queue::from(&b"abc"[..])[..], b"abc");
-        assert_eq!(Queue::from(&b""[..]).capacity(), 0, "nothing allocated");
+        let chunk: Box<[u8]> = Box::from(&b"abc"[..]);
+        let p = chunk.as_ptr();
+        let q = Queue::from(chunk);
+        assert_eq!((&q[..], q.as_ptr()), (&b"abc"[..], p), "the chunk itself");
+        assert_eq!(Queue::from(Box::<[u8]>::default()).capacity(), 0);
         assert_eq!(Queue::with_capacity(0).capacity(), 0);
     }
 }

@@ -352,7 +352,7 @@ impl St {
         let chunk = cold
             .rx_over
             .pop_front()
-            .map(|c| Queue::from(&c[..]))
+            .map(Queue::from)
             .unwrap_or_default();
         cold.rx_over_len -= chunk.len();
         chunk
@@ -626,10 +626,10 @@ impl Io {
 
     /// Queues all of `buf` and leaves it empty. An empty queue takes the
     /// bytes at once ([`St::queue_first`]: a large buffer is not copied);
-    /// otherwise
-    /// the bytes are copied in once they fit under [`TX_LIMIT`] with what is
-    /// queued and in flight (not past it: a connection whose client does
-    /// not read would hold the send in flight, the limit and one answer more).
+    /// otherwise the bytes are copied in once they fit under [`TX_LIMIT`]
+    /// with what is queued and in flight (not past it: a connection whose
+    /// client does not read would hold the send in flight, the limit and one
+    /// answer more).
     pub(crate) fn poll_write_vec(
         self: &Arc<Self>,
         cx: &mut Context<'_>,
