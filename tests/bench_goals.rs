@@ -65,37 +65,24 @@ fn json_holds_the_same_verdicts_as_the_table() {
 fn a_bad_manifest_or_a_missing_file_is_named() {
     let dir = common::TempDir::new("bench-goals");
     let m = dir.path().join("goals.txt");
-    std::fs::write(&m, "cache nowhere.json\n").unwrap();
-    let out = goals(&["--manifest", m.to_str().unwrap()]);
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("nowhere.json"), "{err}");
+    // `bench goals` on `manifest` fails, saying `needle`.
+    let fails_naming = |manifest: &str, needle: &str| {
+        std::fs::write(&m, manifest).unwrap();
+        let out = goals(&["--manifest", m.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(needle), "{err}");
+    };
+    fails_naming("cache nowhere.json\n", "nowhere.json");
 
     std::fs::write(dir.path().join("idle.json"), "{\"not\": \"rows\"}").unwrap();
-    std::fs::write(&m, "cache idle.json\n").unwrap();
-    let out = goals(&["--manifest", m.to_str().unwrap()]);
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("is not a `cache` results file"), "{err}");
+    fails_naming("cache idle.json\n", "is not a `cache` results file");
 
     // Rows that parse but hold none of the kind's setups: named, not
     // silently judged on nothing.
     std::fs::write(dir.path().join("peers.json"), "[]").unwrap();
-    std::fs::write(&m, "cache-tcp peers.json\n").unwrap();
-    let out = goals(&["--manifest", m.to_str().unwrap()]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && err.contains("no goal could be judged"),
-        "{err}"
-    );
+    fails_naming("cache-tcp peers.json\n", "no goal could be judged");
 
-    std::fs::write(&m, "caches idle.json\n").unwrap();
-    let out = goals(&["--manifest", m.to_str().unwrap()]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && err.contains("unknown kind"),
-        "{err}"
-    );
+    fails_naming("caches idle.json\n", "unknown kind");
 
     let out = goals(&[
         "--manifest",
