@@ -58,8 +58,9 @@ pub struct LoopConfig {
     pub turn_time: Duration,
     /// A single poll longer than this is logged as a warning (`None`: never).
     pub long_poll_threshold: Option<Duration>,
-    /// Remember where each task was spawned (one extra word per task), so
-    /// long-poll warnings can name the spawn location.
+    /// Remember where each type of task was spawned (once per type, not per
+    /// task), so long-poll warnings can name the spawn location: the first
+    /// one seen for a type spawned from several places.
     pub track_spawn_locations: bool,
     /// Capacity of the reactor's event buffer (epoll).
     pub events_capacity: usize,
@@ -307,11 +308,6 @@ impl Local {
                 break;
             };
             let vtable = task.vtable();
-            let location = if track {
-                task.header().location()
-            } else {
-                None
-            };
             self.poll_start.set(t0);
             {
                 let _budget = crate::coop::start_poll();
@@ -328,7 +324,7 @@ impl Local {
                     let log = self.long_poll_log.borrow_mut().check(Instant::now());
                     if let Some(not_logged) = log {
                         let name = (vtable.type_name)();
-                        match location {
+                        match track.then(|| task::sites::of(vtable)).flatten() {
                             Some(loc) => tracing::warn!(
                                 loop_id = self.shared.id,
                                 task = name,
@@ -779,11 +775,10 @@ where
         None => Err(future),
         Some(local) => {
             let id = local.shared.id;
-            let (queued, join) = if local.config.track_spawn_locations {
-                task::new_task_located(future, id, location)
-            } else {
-                task::new_task(future, id)
-            };
+            let (queued, join) = task::new_task(future, id);
+            if local.config.track_spawn_locations {
+                task::sites::note(queued.vtable(), location);
+            }
             local.shared.stats.tasks_alive.fetch_add(1, Relaxed);
             local.run_queue.push(queued);
             Ok(join)

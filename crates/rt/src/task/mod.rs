@@ -12,6 +12,7 @@ mod join;
 pub(crate) mod loom_tests;
 mod queue;
 mod raw;
+pub(crate) mod sites;
 pub(crate) mod state;
 mod waker;
 
@@ -76,21 +77,6 @@ where
     F::Output: Send + 'static,
 {
     let (queued, join) = raw::allocate(future, owner);
-    count_spawned();
-    (queued, JoinHandle::new(join))
-}
-
-/// Like [`new_task`], remembering the spawn location.
-pub(crate) fn new_task_located<F>(
-    future: F,
-    owner: u16,
-    location: &'static std::panic::Location<'static>,
-) -> (TaskRef, JoinHandle<F::Output>)
-where
-    F: Future + Send + 'static,
-    F::Output: Send + 'static,
-{
-    let (queued, join) = raw::allocate_located(future, owner, location);
     count_spawned();
     (queued, JoinHandle::new(join))
 }

@@ -35,7 +35,7 @@ use crate::loom::{AtomicPtr, AtomicU16, AtomicUsize};
 use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
 use std::future::Future;
 use std::mem::ManuallyDrop;
-use std::panic::{catch_unwind, AssertUnwindSafe, Location};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering::Relaxed;
@@ -80,24 +80,6 @@ pub(crate) struct Vtable {
     pub(crate) drop_output: unsafe fn(NonNull<Header>),
     /// The future's type, for long-poll warnings.
     pub(crate) type_name: fn() -> &'static str,
-    /// Where the task was spawned, when the loop tracks spawn locations.
-    /// Only valid before completion (it reads the future).
-    pub(crate) location: unsafe fn(NonNull<Header>) -> Option<&'static Location<'static>>,
-}
-
-/// A future that remembers where it was spawned (loops with
-/// `track_spawn_locations` wrap every task in one; it costs one word).
-pub(crate) struct Located<F> {
-    pub(crate) location: &'static Location<'static>,
-    pub(crate) future: F,
-}
-
-impl<F: Future> Future for Located<F> {
-    type Output = F::Output;
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        // SAFETY: structural pinning of `future`; it is never moved out.
-        unsafe { self.map_unchecked_mut(|l| &mut l.future) }.poll(cx)
-    }
 }
 
 /// An owned reference to a task (one unit of its reference count).
@@ -184,12 +166,6 @@ impl<'a> HeaderRef<'a> {
         // SAFETY: as in `state`.
         unsafe { &*std::ptr::addr_of!((*self.ptr.as_ptr()).join_waker) }
     }
-    /// The spawn location, if recorded. Call only while the task cannot
-    /// complete concurrently (e.g. by the runner, before running it).
-    pub(crate) fn location(self) -> Option<&'static Location<'static>> {
-        // SAFETY: the caller guarantees the future is still in the stage.
-        unsafe { (header_vtable(self.ptr).location)(self.ptr) }
-    }
 }
 
 fn header_vtable(ptr: NonNull<Header>) -> &'static Vtable {
@@ -205,27 +181,6 @@ where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
-    allocate_with(future, owner, vtable::<F>())
-}
-
-/// Like [`allocate`], remembering the spawn location.
-pub(crate) fn allocate_located<F>(
-    future: F,
-    owner: u16,
-    location: &'static Location<'static>,
-) -> (TaskRef, TaskRef)
-where
-    F: Future + Send + 'static,
-    F::Output: Send + 'static,
-{
-    allocate_with(Located { location, future }, owner, vtable_located::<F>())
-}
-
-fn allocate_with<F>(future: F, owner: u16, vtable: &'static Vtable) -> (TaskRef, TaskRef)
-where
-    F: Future + Send + 'static,
-    F::Output: Send + 'static,
-{
     let layout = Layout::new::<Cell<F>>();
     // SAFETY: the layout is non-zero sized (the header alone is 30 bytes).
     let raw = unsafe { alloc(layout) } as *mut Cell<F>;
@@ -235,7 +190,7 @@ where
     // SAFETY: freshly allocated, properly aligned for `Cell<F>`.
     unsafe {
         ptr.as_ptr().write(Cell {
-            vtable,
+            vtable: vtable::<F>(),
             next: AtomicPtr::new(std::ptr::null_mut()),
             join_waker: AtomicUsize::new(0),
             state: State::new(state::INITIAL),
@@ -261,36 +216,7 @@ where
         try_read_output: try_read_output::<F>,
         drop_output: drop_output::<F>,
         type_name: std::any::type_name::<F>,
-        location: no_location,
     }
-}
-
-fn vtable_located<F>() -> &'static Vtable
-where
-    F: Future + Send + 'static,
-    F::Output: Send + 'static,
-{
-    &Vtable {
-        run: run::<Located<F>>,
-        dealloc: dealloc_cell::<Located<F>>,
-        try_read_output: try_read_output::<Located<F>>,
-        drop_output: drop_output::<Located<F>>,
-        type_name: std::any::type_name::<F>,
-        location: located_location::<F>,
-    }
-}
-
-/// # Safety
-/// None (unsafe only to fit [`Vtable::location`]).
-unsafe fn no_location(_: NonNull<Header>) -> Option<&'static Location<'static>> {
-    None
-}
-
-/// # Safety
-/// `ptr` is a live `Cell<Located<F>>` whose stage still holds the future.
-unsafe fn located_location<F: Future>(ptr: NonNull<Header>) -> Option<&'static Location<'static>> {
-    // SAFETY: the caller guarantees the stage still holds the `Located` future.
-    Some(unsafe { stage::<Located<F>>(ptr).future.location })
 }
 
 /// Stage access for a cell.
@@ -485,5 +411,21 @@ mod tests {
             }
         };
         assert_eq!(size_of_cell(&fut), 32);
+    }
+
+    /// A word-aligned future starts at byte 32: its task is the future and
+    /// 32 bytes, nothing per task beside (spawn locations are kept per task
+    /// type, in `sites`). A connection's future is sized for that.
+    #[test]
+    fn a_task_is_its_future_and_a_32_byte_header() {
+        fn size_of_cell<F: Future>(_: &F) -> usize {
+            std::mem::size_of::<Cell<F>>()
+        }
+        let held = [7u64; 20];
+        let fut = async move {
+            crate::task::yield_now().await;
+            held.iter().sum::<u64>()
+        };
+        assert_eq!(size_of_cell(&fut), 32 + std::mem::size_of_val(&fut));
     }
 }
