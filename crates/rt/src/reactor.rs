@@ -6,9 +6,10 @@
 //! The token given to epoll is `generation << 32 | slot`, so an event for a
 //! slot that was freed and reused is recognised and ignored.
 //!
-//! The readiness word holds direction bits and a tick that counts events. A
-//! task that saw "readable" at tick t and then got `WouldBlock` clears the bit
-//! only if the tick is still t: an event that arrived in between is never lost.
+//! The readiness word holds direction bits, whether write interest is on,
+//! and a tick that counts events. A task that saw "readable" at tick t and
+//! then got `WouldBlock` clears the bit only if the tick is still t: an event
+//! that arrived in between is never lost.
 //!
 //! Sockets are registered for reading only; write interest is added the
 //! first time a task must wait to write (a full socket buffer, a connect in
@@ -28,7 +29,7 @@ use mio::{Events, Interest, Poll as MioPoll, Registry, Token};
 use std::cell::RefCell;
 use std::io;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -43,6 +44,10 @@ const ERROR: usize = 16;
 /// such a socket a short read no longer means the queue is empty (see
 /// [`Registration::poll_io_drained`]).
 const URGENT: usize = 32;
+/// Epoll also reports writability for this source (write interest added
+/// with the OS). Kept in the word, not beside it: every connection's
+/// stream holds its registration.
+const WRITE_ARMED: usize = 64;
 const TICK_SHIFT: usize = 8;
 const DIR_MASK: usize = (1 << TICK_SHIFT) - 1;
 
@@ -133,6 +138,20 @@ impl IoShared {
             Ordering::AcqRel,
             Ordering::Acquire,
         );
+    }
+
+    /// Whether this caller is the one to add write interest: it sets
+    /// [`WRITE_ARMED`] (false once it is set). The bit leaves the
+    /// handshake's tick rule alone: a `clear_readiness` that raced it fails
+    /// its exchange, and its task only looks again.
+    fn take_write_arming(&self) -> bool {
+        self.readiness.load(Ordering::Relaxed) & WRITE_ARMED == 0
+            && self.readiness.fetch_or(WRITE_ARMED, Ordering::AcqRel) & WRITE_ARMED == 0
+    }
+
+    /// The OS refused the write interest: the next wait tries again.
+    fn undo_write_arming(&self) {
+        self.readiness.fetch_and(!WRITE_ARMED, Ordering::AcqRel);
     }
 
     fn set_readiness(&self, bits: usize) {
@@ -265,23 +284,21 @@ impl Reactor {
     }
 }
 
-/// An I/O source registered with one loop's reactor.
+/// An I/O source registered with one loop's reactor. Two pointers: its
+/// descriptor is the source's (passed where write interest may be added),
+/// and whether that interest is on is a bit of the readiness word.
 pub(crate) struct Registration {
     io: Arc<IoShared>,
     reactor: Arc<ReactorShared>,
-    /// The registered descriptor, for adding write interest later.
-    fd: RawFd,
-    /// Whether epoll also reports writability for this source.
-    write_armed: AtomicBool,
 }
 
 impl Registration {
-    /// Registers `source` (whose descriptor is `fd`) with the current
-    /// thread's loop, for readability; write interest is added on demand.
-    pub(crate) fn new(source: &mut impl Source, fd: RawFd) -> io::Result<Registration> {
+    /// Registers `source` with the current thread's loop, for readability;
+    /// write interest is added on demand.
+    pub(crate) fn new(source: &mut impl Source) -> io::Result<Registration> {
         match crate::event_loop::current_reactor() {
             Some(crate::backend::BackendRef::Epoll(reactor)) => {
-                Registration::with_reactor(source, fd, reactor)
+                Registration::with_reactor(source, reactor)
             }
             _ => Err(io::Error::other(
                 "duality I/O objects must be created on a duality event loop",
@@ -291,7 +308,6 @@ impl Registration {
 
     fn with_reactor(
         source: &mut impl Source,
-        fd: RawFd,
         reactor: Arc<ReactorShared>,
     ) -> io::Result<Registration> {
         let io = Arc::new(IoShared::new());
@@ -310,43 +326,39 @@ impl Registration {
             remove(&reactor, token);
             return Err(e);
         }
-        Ok(Registration {
-            io,
-            reactor,
-            fd,
-            write_armed: AtomicBool::new(false),
-        })
+        Ok(Registration { io, reactor })
     }
 
-    /// Adds write interest (once). Called with the WRITABLE bit already
-    /// cleared, so the event epoll reports for a socket that is writable at
-    /// the time of the change sets it again: no edge is lost.
-    fn arm_writable(&self) -> io::Result<()> {
-        if self.write_armed.load(Ordering::Relaxed) || self.write_armed.swap(true, Ordering::AcqRel)
-        {
+    /// Adds write interest for the source, whose descriptor is `fd` (once).
+    /// Called with the WRITABLE bit already cleared, so the event epoll
+    /// reports for a socket that is writable at the time of the change sets
+    /// it again: no edge is lost.
+    fn arm_writable(&self, fd: RawFd) -> io::Result<()> {
+        if !self.io.take_write_arming() {
             return Ok(());
         }
         let token = Token(self.io.token.load(Ordering::Relaxed));
         let r = self.reactor.registry.reregister(
-            &mut mio::unix::SourceFd(&self.fd),
+            &mut mio::unix::SourceFd(&fd),
             token,
             Interest::READABLE | Interest::WRITABLE | Interest::PRIORITY,
         );
         if r.is_err() {
-            self.write_armed.store(false, Ordering::Release);
+            self.io.undo_write_arming();
         }
         r
     }
 
     /// Ready in `dir`? Registers the waker when not. An error only when
-    /// write interest could not be added.
+    /// write interest could not be added (the source's descriptor is `fd`).
     pub(crate) fn poll_ready(
         &self,
         dir: Direction,
+        fd: RawFd,
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<ReadyEvent>> {
         self.io.poll_ready(dir, cx, || match dir {
-            Direction::Write => self.arm_writable(),
+            Direction::Write => self.arm_writable(fd),
             Direction::Read => Ok(()),
         })
     }
@@ -371,6 +383,7 @@ impl Registration {
     pub(crate) fn poll_io_drained<R>(
         &self,
         dir: Direction,
+        fd: RawFd,
         cx: &mut Context<'_>,
         mut f: impl FnMut() -> io::Result<R>,
         drained: impl Fn(&R) -> bool,
@@ -381,7 +394,7 @@ impl Registration {
             return Poll::Pending;
         }
         loop {
-            let ev = match self.poll_ready(dir, cx) {
+            let ev = match self.poll_ready(dir, fd, cx) {
                 Poll::Ready(Ok(ev)) => ev,
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Pending => return Poll::Pending,
@@ -432,6 +445,18 @@ mod loom_tests {
     /// that found bytes also forgets readiness (a short read drained the
     /// socket), as `Evented::poll_read` does under epoll.
     fn reader_sees_every_event(start: usize, bytes: usize, short_read_clears: bool) {
+        reader_sees_every_event_while(start, bytes, short_read_clears, false)
+    }
+
+    /// [`reader_sees_every_event`], with `arming`: a writer on a third
+    /// thread adds write interest meanwhile, which the OS refuses (the
+    /// readiness word's `WRITE_ARMED` bit set, then cleared).
+    fn reader_sees_every_event_while(
+        start: usize,
+        bytes: usize,
+        short_read_clears: bool,
+        arming: bool,
+    ) {
         // The yielding waits make long schedules; bound preemptions as the
         // crate's other models do, and allow the branches they need.
         let mut model = loom::model::Builder::new();
@@ -450,6 +475,14 @@ mod loom_tests {
                     }
                 })
             };
+            let writer = arming.then(|| {
+                let io = io.clone();
+                thread::spawn(move || {
+                    assert!(io.take_write_arming());
+                    assert!(!io.take_write_arming(), "armed once");
+                    io.undo_write_arming();
+                })
+            });
             let count = Arc::new(crate::loom::AtomicUsize::new(0));
             let waker = counting_waker(&count);
             let mut cx = Context::from_waker(&waker);
@@ -472,6 +505,10 @@ mod loom_tests {
                 }
             }
             t.join().unwrap();
+            if let Some(w) = writer {
+                w.join().unwrap();
+            }
+            assert_eq!(io.readiness.load(SeqCst) & WRITE_ARMED, 0);
         });
     }
 
@@ -485,6 +522,13 @@ mod loom_tests {
     #[test]
     fn two_events_in_a_row_are_both_read() {
         reader_sees_every_event(0, 2, false);
+    }
+
+    /// Write interest added (and refused) beside a read: the bit it sets in
+    /// the readiness word costs the reader no event.
+    #[test]
+    fn arming_write_interest_beside_a_read_loses_no_event() {
+        reader_sees_every_event_while(0, 1, false, true);
     }
 
     /// A short read forgets readiness without a `WouldBlock`: bytes (and

@@ -9,7 +9,7 @@ use mio::event::Source;
 use std::future::poll_fn;
 use std::io;
 use std::mem::ManuallyDrop;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Instant;
@@ -89,15 +89,12 @@ enum Reg {
 /// (kept by listeners only: every connection's future holds its stream).
 pub(crate) type Backoff = Mutex<Option<Instant>>;
 
-impl<S: Source> Evented<S> {
-    pub(crate) fn new(mut source: S) -> io::Result<Evented<S>>
-    where
-        S: AsRawFd,
-    {
+impl<S: Source + AsRawFd> Evented<S> {
+    pub(crate) fn new(mut source: S) -> io::Result<Evented<S>> {
         let fd = source.as_raw_fd();
         let reg = match crate::event_loop::current_reactor() {
             Some(BackendRef::Uring(shared)) => Reg::Uring(uring::Io::new(fd, shared)),
-            _ => Reg::Epoll(Registration::new(&mut source, fd)?),
+            _ => Reg::Epoll(Registration::new(&mut source)?),
         };
         let faults = crate::event_loop::current_faults();
         Ok(Evented {
@@ -115,6 +112,10 @@ impl<S: Source> Evented<S> {
 
     pub(crate) fn get_ref(&self) -> &S {
         &self.source
+    }
+
+    fn fd(&self) -> RawFd {
+        self.source.as_raw_fd()
     }
 
     /// Drops, at the close, what is still queued to send (see
@@ -189,7 +190,7 @@ impl<S: Source> Evented<S> {
             }
         };
         match &self.reg {
-            Reg::Epoll(reg) => reg.poll_io_drained(dir, cx, || f(&self.source), drained),
+            Reg::Epoll(reg) => reg.poll_io_drained(dir, self.fd(), cx, || f(&self.source), drained),
             Reg::Uring(io) => {
                 let write = dir == Direction::Write;
                 // A direct system call must not overtake bytes still queued
@@ -227,7 +228,7 @@ impl<S: Source> Evented<S> {
     /// means "received bytes wait" (the receive is armed if it was not).
     pub(crate) fn poll_ready(&self, dir: Direction, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match &self.reg {
-            Reg::Epoll(reg) => reg.poll_ready(dir, cx).map(|r| r.map(|_| ())),
+            Reg::Epoll(reg) => reg.poll_ready(dir, self.fd(), cx).map(|r| r.map(|_| ())),
             Reg::Uring(io) if dir == Direction::Read => io.poll_readable(cx),
             Reg::Uring(io) => io.poll_ready(true, cx).map(|_| Ok(())),
         }
@@ -310,7 +311,7 @@ impl ShortReadDrains for mio::net::UnixStream {
     const DRAINS: bool = false;
 }
 
-impl<S: Source + ShortReadDrains> Evented<S>
+impl<S: Source + AsRawFd + ShortReadDrains> Evented<S>
 where
     for<'a> &'a S: io::Read + io::Write,
 {
@@ -721,7 +722,7 @@ pub(crate) use stream_methods;
 /// Accepts with the back-off policy shared by TCP and Unix listeners: after
 /// resource exhaustion the next accept first sleeps `ACCEPT_BACKOFF`; aborted
 /// connections are skipped.
-pub(crate) async fn accept_with<S: Source, R>(
+pub(crate) async fn accept_with<S: Source + AsRawFd, R>(
     io: &Evented<S>,
     backoff: &Backoff,
     mut f: impl FnMut(&S) -> io::Result<R>,
