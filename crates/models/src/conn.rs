@@ -679,6 +679,17 @@ impl Conn {
         &'a mut self,
         buf: &'a mut [u8],
     ) -> impl Future<Output = io::Result<usize>> + Send + 'a {
+        self.read_into(buf)
+    }
+
+    /// [`read`](Self::read) into `buf`'s bytes.
+    pub(crate) fn read_into<'a, B>(
+        &'a mut self,
+        buf: B,
+    ) -> impl Future<Output = io::Result<usize>> + Send + 'a
+    where
+        B: AsMut<[u8]> + Unpin + Send + 'a,
+    {
         // A flat future of two references (no nested async calls): it sits
         // in every connection's future while the connection waits.
         ReadFuture { conn: self, buf }
@@ -776,6 +787,17 @@ impl Conn {
         &'a mut self,
         buf: &'a mut [u8],
     ) -> impl Future<Output = io::Result<Option<usize>>> + Send + 'a {
+        self.try_read_into(buf)
+    }
+
+    /// [`try_read`](Self::try_read) into `buf`'s bytes.
+    pub(crate) fn try_read_into<'a, B>(
+        &'a mut self,
+        buf: B,
+    ) -> impl Future<Output = io::Result<Option<usize>>> + Send + 'a
+    where
+        B: AsMut<[u8]> + Unpin + Send + 'a,
+    {
         TryReadFuture {
             conn: self,
             buf,
@@ -815,6 +837,18 @@ impl Conn {
         buf: &'a mut [u8],
         timer: &'a mut duality_rt::time::Sleep,
     ) -> impl Future<Output = io::Result<usize>> + Send + 'a {
+        self.read_into_until(buf, timer)
+    }
+
+    /// [`read_until`](Self::read_until) into `buf`'s bytes.
+    pub(crate) fn read_into_until<'a, B>(
+        &'a mut self,
+        buf: B,
+        timer: &'a mut duality_rt::time::Sleep,
+    ) -> impl Future<Output = io::Result<usize>> + Send + 'a
+    where
+        B: AsMut<[u8]> + Unpin + Send + 'a,
+    {
         self.blocking_deadline(timer, false);
         Timed {
             inner: ReadFuture { conn: self, buf },
@@ -932,6 +966,17 @@ impl Conn {
         &'a mut self,
         buf: &'a [u8],
     ) -> impl Future<Output = io::Result<()>> + Send + 'a {
+        self.write_all_from(buf)
+    }
+
+    /// [`write_all`](Self::write_all) of `buf`'s bytes.
+    pub(crate) fn write_all_from<'a, B>(
+        &'a mut self,
+        buf: B,
+    ) -> impl Future<Output = io::Result<()>> + Send + 'a
+    where
+        B: AsRef<[u8]> + Unpin + Send + 'a,
+    {
         WriteAllFuture {
             conn: self,
             buf,
@@ -1351,19 +1396,21 @@ fn timed_out() -> io::Error {
     io::ErrorKind::TimedOut.into()
 }
 
-/// [`Conn::read`]'s future.
-struct ReadFuture<'a> {
+/// [`Conn::read`]'s future. The buffer is anything that lends the bytes to
+/// fill: a slice for callers, one pointer for the session driver (this
+/// future sits in every connection's while it waits for a request's rest).
+struct ReadFuture<'a, B> {
     conn: &'a mut Conn,
-    buf: &'a mut [u8],
+    buf: B,
 }
 
-impl Future for ReadFuture<'_> {
+impl<B: AsMut<[u8]> + Unpin> Future for ReadFuture<'_, B> {
     type Output = io::Result<usize>;
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        let r = match this.conn.blocking_read(this.buf) {
+        let r = match this.conn.blocking_read(this.buf.as_mut()) {
             Some(r) => r,
-            None => match this.conn.poll_read_evented(cx, this.buf) {
+            None => match this.conn.poll_read_evented(cx, this.buf.as_mut()) {
                 Poll::Ready(r) => r,
                 Poll::Pending => return Poll::Pending,
             },
@@ -1375,19 +1422,19 @@ impl Future for ReadFuture<'_> {
     }
 }
 
-/// [`Conn::try_read`]'s future.
-struct TryReadFuture<'a> {
+/// [`Conn::try_read`]'s future (its buffer as [`ReadFuture`]'s).
+struct TryReadFuture<'a, B> {
     conn: &'a mut Conn,
-    buf: &'a mut [u8],
+    buf: B,
     yielded: bool,
 }
 
-impl Future for TryReadFuture<'_> {
+impl<B: AsMut<[u8]> + Unpin> Future for TryReadFuture<'_, B> {
     type Output = io::Result<Option<usize>>;
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         let conn = &mut *this.conn;
-        let r = if let Some(r) = conn.blocking_read(this.buf) {
+        let r = if let Some(r) = conn.blocking_read(this.buf.as_mut()) {
             r.map(Some)
         } else if !this.yielded && duality_rt::coop::remaining() == Some(0) {
             // The poll's I/O budget is spent: come back on the next poll (a
@@ -1397,8 +1444,8 @@ impl Future for TryReadFuture<'_> {
             return Poll::Pending;
         } else {
             let r = match &conn.io {
-                Io::Tcp(s) => s.poll_read(cx, this.buf),
-                Io::Unix(s) => s.poll_read(cx, this.buf),
+                Io::Tcp(s) => s.poll_read(cx, this.buf.as_mut()),
+                Io::Unix(s) => s.poll_read(cx, this.buf.as_mut()),
                 _ => unreachable!("blocking sockets are read by blocking_read"),
             };
             // At a shutdown, what has already arrived is still a request
@@ -1479,18 +1526,18 @@ where
     }
 }
 
-/// [`Conn::write_all`]'s future.
-struct WriteAllFuture<'a> {
+/// [`Conn::write_all`]'s future (its buffer as [`ReadFuture`]'s).
+struct WriteAllFuture<'a, B> {
     conn: &'a mut Conn,
-    buf: &'a [u8],
+    buf: B,
     done: usize,
 }
 
-impl Future for WriteAllFuture<'_> {
+impl<B: AsRef<[u8]> + Unpin> Future for WriteAllFuture<'_, B> {
     type Output = io::Result<()>;
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        let buf = this.buf;
+        let buf = this.buf.as_ref();
         let r = match &this.conn.io {
             Io::BlockingTcp(s, ..) => (&**s).write_all(buf),
             Io::BlockingUnix(s, ..) => (&**s).write_all(buf),

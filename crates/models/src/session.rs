@@ -292,6 +292,12 @@ impl Deref for Output {
     }
 }
 
+impl AsRef<[u8]> for Output {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
 impl DerefMut for Output {
     fn deref_mut(&mut self) -> &mut Vec<u8> {
         &mut self.bytes
@@ -1172,7 +1178,7 @@ pub fn drive<P: Protocol>(
                     break 'wait late;
                 }
                 a = take_active();
-                let read = match conn.try_read(&mut a.buf).await {
+                let read = match conn.try_read_into(&mut a.buf).await {
                     Ok(Some(0)) => return,
                     Ok(Some(n)) => Some(n),
                     Ok(None) => None,
@@ -1408,7 +1414,7 @@ pub fn drive<P: Protocol>(
                         let slow_path = a.out.has_shared()
                             || (driver.write_timeout.is_none() && a.out.len() > OUT_KEEP);
                         let r = match (slow_path, driver.write_timeout) {
-                            (false, None) => conn.write_all(&a.out).await,
+                            (false, None) => conn.write_all_from(&a.out).await,
                             (false, Some(w)) => {
                                 armed = false;
                                 let t = arm(&mut timer, loop_now() + w);
@@ -1484,8 +1490,7 @@ pub fn drive<P: Protocol>(
                     return;
                 }
                 conn.set_mid_request(true);
-                let end = a.end;
-                match driver.request_timeout_of(&session, &a.buf[a.start..end]) {
+                match driver.request_timeout_of(&session, &a.buf[a.start..a.end]) {
                     Some(w) if !armed => {
                         arm(&mut timer, loop_now() + w);
                         armed = true;
@@ -1503,8 +1508,8 @@ pub fn drive<P: Protocol>(
                     conn.untimed_reads();
                 }
                 let n = match match timer.as_deref_mut().filter(|_| armed) {
-                    None => conn.read(&mut a.buf[end..]).await,
-                    Some(t) => conn.read_until(&mut a.buf[end..], t).await,
+                    None => conn.read_into(Unfilled(&mut a)).await,
+                    Some(t) => conn.read_into_until(Unfilled(&mut a), t).await,
                 } {
                     Ok(0) => return,
                     Ok(n) => n,
@@ -1526,6 +1531,16 @@ pub fn drive<P: Protocol>(
                 a.end += n;
             }
         }
+    }
+}
+
+/// The buffer's room after the buffered bytes, as one pointer (a read's
+/// future holding a slice, two words, would grow every connection's).
+struct Unfilled<'a>(&'a mut Active);
+
+impl AsMut<[u8]> for Unfilled<'_> {
+    fn as_mut(&mut self) -> &mut [u8] {
+        &mut self.0.buf[self.0.end..]
     }
 }
 
