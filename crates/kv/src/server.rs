@@ -2285,7 +2285,13 @@ mod tests {
             std::mem::size_of::<R>()
         }
         let size = future_of(duality_models::drive::<KvProtocol>);
-        assert!(size + 32 <= 192, "the connection's future is {size} bytes");
+        // Built with debug assertions, mio's sockets carry a word more (a
+        // selector id, for its own checks): the class is a release build's.
+        let debug_only = if cfg!(debug_assertions) { 8 } else { 0 };
+        assert!(
+            size + 32 <= 192 + debug_only,
+            "the connection's future is {size} bytes"
+        );
     }
 
     /// A new Unix socket connection's entry on descriptor `fd`.
