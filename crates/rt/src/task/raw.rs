@@ -400,11 +400,12 @@ mod panic_table {
 mod tests {
     use super::*;
 
+    fn size_of_cell<F: Future>(_: &F) -> usize {
+        std::mem::size_of::<Cell<F>>()
+    }
+
     #[test]
     fn a_yield_loop_task_is_32_bytes() {
-        fn size_of_cell<F: Future>(_: &F) -> usize {
-            std::mem::size_of::<Cell<F>>()
-        }
         let fut = async {
             loop {
                 crate::task::yield_now().await;
@@ -418,9 +419,6 @@ mod tests {
     /// type, in `sites`). A connection's future is sized for that.
     #[test]
     fn a_task_is_its_future_and_a_32_byte_header() {
-        fn size_of_cell<F: Future>(_: &F) -> usize {
-            std::mem::size_of::<Cell<F>>()
-        }
         let held = [7u64; 20];
         let fut = async move {
             crate::task::yield_now().await;
