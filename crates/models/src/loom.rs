@@ -2,9 +2,11 @@
 //! its atomics and its lock.
 //!
 //! The shutdown signal (`conn::ShutdownSignal`) meets blocking handlers in a
-//! Dekker pair of flags and tasks in a registry under a lock. Under
-//! `--cfg loom` those are loom's, so `conn::loom_tests` model-checks the
-//! handshake with the real code:
+//! Dekker pair of flags and tasks in a registry under a lock; a lone network
+//! loop counts the colored jobs it has out on payload threads
+//! (`payload::Away`). Under `--cfg loom` those are loom's, so
+//! `conn::loom_tests` and `payload::loom_tests` model-check them with the
+//! real code:
 //! `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p duality-models --release --lib -- loom_tests`
 //! (run by `.ci/run` beside the runtime's models). Everything else this
 //! crate shares across threads is a counter or a lock-protected table, or is
@@ -13,13 +15,13 @@
 
 #[cfg(loom)]
 pub(crate) use loom::sync::{
-    atomic::{fence, AtomicBool},
+    atomic::{fence, AtomicBool, AtomicUsize},
     Mutex,
 };
 
 #[cfg(not(loom))]
 #[allow(unused_imports)]
 pub(crate) use std::sync::{
-    atomic::{fence, AtomicBool},
+    atomic::{fence, AtomicBool, AtomicUsize},
     Mutex,
 };

@@ -40,16 +40,23 @@
 //! thread run on their network loop instead (the runtime's adaptive offload
 //! rule, `duality_rt::adaptive::Placer`). Colors then hold by color locks in
 //! every hand-off model, `amped` included, since a color's batch may run on
-//! its payload thread or on the network loop.
+//! its payload thread or on the network loop; a lone network loop takes
+//! none while none of its colored jobs is out (`Away`).
 
 use crate::stage::Stage;
 use crate::stats::HandoffStats;
 use duality_rt::adaptive::{Placement, Placer};
 use duality_rt::sync::{Mutex, MutexGuard};
 use duality_rt::time::thread_cpu_time;
+use duality_rt::LoopHandle;
+use futures_lite::FutureExt;
 use std::cell::Cell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::future::Future;
+use std::sync::atomic::{
+    AtomicU64, AtomicUsize,
+    Ordering::{Acquire, Relaxed, Release},
+};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -234,6 +241,79 @@ struct Adaptive {
     placer: Placer,
     /// Admits every color under the color locks the payload threads take too.
     lane: Lane,
+    /// `Some` where the model has one network loop.
+    solo: Option<Solo>,
+}
+
+/// An adaptive hand-off model with one network loop (`amped:P`, `seda:1:P`,
+/// `seda-s:1`): the loop's inline batches take no color lock while none of
+/// its colored jobs is out on a payload thread ([`Away`]): the locks cost it
+/// 3% of the echo service's requests/s at 40 connections, where all but the
+/// sampled batches stay on the loop. Colored work asked for on another
+/// thread (a background task on the acceptor's loop) is sent from the
+/// loop too, so that the loop alone sends jobs out and counts them.
+struct Solo {
+    home: LoopHandle,
+    away: Away,
+    /// Admits every color and takes no lock.
+    free: Lane,
+}
+
+impl Solo {
+    fn on_home(&self) -> bool {
+        duality_rt::event_loop::current().is_some_and(|h| h.id() == self.home.id())
+    }
+}
+
+/// The colored jobs a lone network loop has out on payload threads: counted
+/// up on that loop before one leaves ([`Away::leave`]), down where it ran
+/// once it and its color lock are done (dropping the [`Back`], `Release`).
+/// A loop that reads none out (`Acquire`) has seen all their work, and it
+/// is the only thread that sends more: until it does, it may run any color
+/// without taking the color's lock. Model-checked in `loom_tests`.
+pub(crate) struct Away(Arc<crate::loom::AtomicUsize>);
+
+/// One colored job out; dropped on the payload thread after the job.
+pub(crate) struct Back(Arc<crate::loom::AtomicUsize>);
+
+impl Away {
+    pub(crate) fn new() -> Away {
+        Away(Arc::new(crate::loom::AtomicUsize::new(0)))
+    }
+
+    /// Counts a job out. Only the loop calls it, before the job is sent.
+    pub(crate) fn leave(&self) -> Back {
+        self.0.fetch_add(1, Relaxed);
+        Back(self.0.clone())
+    }
+
+    /// True if no job is out: every one's work happened before this returned.
+    pub(crate) fn all_home(&self) -> bool {
+        self.0.load(Acquire) == 0
+    }
+}
+
+impl Drop for Back {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Release);
+    }
+}
+
+/// Runs `fut` on the loop `home` and returns its result; a panic in it
+/// resumes here.
+async fn at_home<R: Send + 'static>(
+    home: LoopHandle,
+    fut: impl Future<Output = R> + Send + 'static,
+) -> R {
+    match home
+        .spawn(std::panic::AssertUnwindSafe(fut).catch_unwind())
+        .await
+    {
+        Ok(Ok(v)) => v,
+        Ok(Err(panic)) => std::panic::resume_unwind(panic),
+        // The loop ended (server shutdown) before running it.
+        Err(_) => std::future::pending().await,
+    }
 }
 
 /// Where one job or batch goes.
@@ -330,7 +410,8 @@ impl Lane {
 }
 
 impl Payload {
-    pub(crate) fn new(dispatch: Dispatch, handoff: Handoff) -> Payload {
+    /// `network`: the model's network loops (one: see [`Solo`]).
+    pub(crate) fn new(dispatch: Dispatch, handoff: Handoff, network: &[LoopHandle]) -> Payload {
         let adaptive = match (&dispatch, handoff) {
             (Dispatch::Inline(_), _) | (_, Handoff::Always) => None,
             (Dispatch::RoundRobin(_, _, locks) | Dispatch::Paired(_, _, locks), _) => {
@@ -341,6 +422,14 @@ impl Payload {
         .map(|locks| Adaptive {
             placer: Placer::new(),
             lane: Lane::locked(locks),
+            solo: match network {
+                [home] => Some(Solo {
+                    home: *home,
+                    away: Away::new(),
+                    free: Lane::single(),
+                }),
+                _ => None,
+            },
         });
         Payload(Arc::new(Shared {
             dispatch,
@@ -352,7 +441,7 @@ impl Payload {
     /// A payload that runs everything inline on one thread (for tests and
     /// single-threaded tools).
     pub fn single() -> Payload {
-        Payload::new(Dispatch::Inline(Lane::single()), Handoff::Always)
+        Payload::new(Dispatch::Inline(Lane::single()), Handoff::Always, &[])
     }
 
     /// The lane to serve the next batch on where it is, borrowing its
@@ -477,6 +566,18 @@ impl Payload {
         F: FnOnce() -> R + Send + 'static,
         R: Send + 'static,
     {
+        if let Some(home) = self.away_from_home() {
+            let p = self.clone();
+            return at_home(home, async move { p.call_colored_here(color, job).await }).await;
+        }
+        self.call_colored_here(color, job).await
+    }
+
+    async fn call_colored_here<R, F>(&self, color: u64, job: F) -> R
+    where
+        F: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+    {
         match self.route(color) {
             Route::Here(lane) => {
                 // Waited for as a task: another loop's job of this color
@@ -485,14 +586,31 @@ impl Payload {
                 job()
             }
             Route::Stage(stage, lane) => {
+                let back = self.leave();
                 stage
                     .run_async(async move {
-                        let _held = lane.hold(color).await;
-                        job()
+                        let held = lane.hold(color).await;
+                        let r = job();
+                        drop(held);
+                        drop(back);
+                        r
                     })
                     .await
             }
         }
+    }
+
+    /// The lone network loop to send colored work from, where this is
+    /// another thread (see [`Solo`]).
+    fn away_from_home(&self) -> Option<LoopHandle> {
+        let solo = self.0.adaptive.as_ref()?.solo.as_ref()?;
+        (!solo.on_home()).then_some(solo.home)
+    }
+
+    /// Counts a colored job out of the lone network loop (see [`Solo`]).
+    fn leave(&self) -> Option<Back> {
+        let solo = self.0.adaptive.as_ref()?.solo.as_ref()?;
+        Some(solo.away.leave())
     }
 
     /// Runs a batch: `job` gets the [`Lane`] it runs on and must execute only
@@ -509,11 +627,24 @@ impl Payload {
         F: std::future::Future<Output = R> + Send + 'static,
         R: Send + 'static,
     {
+        if let Some(home) = self.away_from_home() {
+            let p = self.clone();
+            return at_home(home, async move { p.batch_here(color, job).await }).await;
+        }
+        self.batch_here(color, job).await
+    }
+
+    async fn batch_here<R, F, J>(&self, color: u64, job: J) -> R
+    where
+        J: FnOnce(Lane) -> F + Send + 'static,
+        F: std::future::Future<Output = R> + Send + 'static,
+        R: Send + 'static,
+    {
         match self.route(color) {
             Route::Here(lane) => job(lane.clone()).await,
             Route::Stage(stage, lane) => match &self.0.adaptive {
                 None => stage.run_async(async move { job(lane).await }).await,
-                Some(a) => a.batch(stage, lane, job).await,
+                Some(a) => a.batch(stage, lane, self.leave(), job).await,
             },
         }
     }
@@ -574,16 +705,19 @@ impl Adaptive {
         if self.placer.placement() != Placement::Inline {
             return None;
         }
+        let lane = match &self.solo {
+            // Off the lone loop (no connection is served there): sent to it.
+            Some(s) if !s.on_home() => return None,
+            Some(s) if s.away.all_home() => &s.free,
+            _ => &self.lane,
+        };
         let tick = TICK.with(|t| {
             let n = t.get().wrapping_add(1);
             t.set(n);
             n
         });
         if !tick.is_multiple_of(TIME_EVERY) {
-            return Some(Inline {
-                lane: &self.lane,
-                timed: None,
-            });
+            return Some(Inline { lane, timed: None });
         }
         // A sampled batch reads the clock anyway: the refresh is due by it.
         let now = Instant::now();
@@ -595,7 +729,7 @@ impl Adaptive {
             due
         });
         (!refresh).then_some(Inline {
-            lane: &self.lane,
+            lane,
             timed: Some((now, &self.placer)),
         })
     }
@@ -608,7 +742,8 @@ impl Adaptive {
     /// A job that waited for a color on the stage counts what the stage ran
     /// meanwhile as its own: rare (two batches of one color at once), and
     /// it errs toward handing off.
-    async fn batch<R, F, J>(&self, stage: &Arc<Stage>, lane: Lane, job: J) -> R
+    /// `back`: the job counted out of a lone loop, dropped once it ran.
+    async fn batch<R, F, J>(&self, stage: &Arc<Stage>, lane: Lane, back: Option<Back>, job: J) -> R
     where
         J: FnOnce(Lane) -> F + Send + 'static,
         F: std::future::Future<Output = R> + Send + 'static,
@@ -618,7 +753,10 @@ impl Adaptive {
         let (r, wall, cpu) = stage
             .run_async(async move {
                 let (t, c) = (Instant::now(), thread_cpu_time());
+                // The job's future (and the color lock it holds) is done
+                // when this returns; only then is it counted back.
                 let r = job(lane).await;
+                drop(back);
                 (r, t.elapsed(), thread_cpu_time().saturating_sub(c))
             })
             .await;
@@ -674,8 +812,8 @@ mod tests {
                 .unwrap()
             })
             .collect();
-        let always = Payload::new(Dispatch::Affinity(stages.clone()), Handoff::Always);
-        let adaptive = Payload::new(Dispatch::Affinity(stages.clone()), Handoff::Adaptive);
+        let always = Payload::new(Dispatch::Affinity(stages.clone()), Handoff::Always, &[]);
+        let adaptive = Payload::new(Dispatch::Affinity(stages.clone()), Handoff::Adaptive, &[]);
         for color in 0..4 {
             let (handed, lane) = lane_of(&always, color);
             assert!(handed && lane.locks.is_none() && lane.admits(color));
@@ -734,10 +872,11 @@ mod tests {
         let p = Payload::new(
             Dispatch::RoundRobin(stages.clone(), AtomicUsize::new(0), locks.clone()),
             Handoff::Adaptive,
+            &[],
         );
         let a = p.0.adaptive.as_ref().unwrap();
         assert!(Arc::ptr_eq(a.lane.locks.as_ref().unwrap(), &locks));
-        let inline = Payload::new(Dispatch::Inline(Lane::single()), Handoff::Adaptive);
+        let inline = Payload::new(Dispatch::Inline(Lane::single()), Handoff::Adaptive, &[]);
         assert!(inline.0.adaptive.is_none(), "inline models ignore it");
         stages[0].stop();
     }
@@ -814,6 +953,7 @@ mod tests {
         let p = Payload::new(
             Dispatch::RoundRobin(vec![stage.clone()], AtomicUsize::new(0), locks.clone()),
             Handoff::Always,
+            &[],
         );
         let holder = locks.try_lock(ColorLocks::slot(5)).unwrap();
         std::thread::scope(|s| {
@@ -832,6 +972,59 @@ mod tests {
         stage.stop();
     }
 
+    /// An adaptive model with one network loop: its inline batches take no
+    /// color lock while no colored job is out, and do while one is; colored
+    /// work asked for elsewhere is sent from the loop, which counts it.
+    #[test]
+    fn a_lone_loop_runs_colors_lock_free_while_no_job_is_out() {
+        let stage =
+            Stage::start(0, 4, "t-payload-solo".into(), Duration::ZERO, None, None).unwrap();
+        let net = duality_rt::LoopThread::spawn(duality_rt::LoopConfig::default()).unwrap();
+        let home = net.handle();
+        let locks = ColorLocks::new();
+        let p = Payload::new(
+            Dispatch::RoundRobin(vec![stage.clone()], AtomicUsize::new(0), locks.clone()),
+            Handoff::Adaptive,
+            &[home],
+        );
+        let a = p.0.adaptive.as_ref().unwrap();
+        // Batches learned cheap: they stay on the loop.
+        a.placer.ran_inline(Duration::from_nanos(100));
+        assert!(p.inline_lane().is_none(), "no inline lane off the loop");
+        // Whether a batch of `color` on the loop now holds the color's lock.
+        let locked_on_loop = |color: u64| {
+            let (p, l) = (p.clone(), locks.clone());
+            futures_lite::future::block_on(home.spawn(async move {
+                let lane = p.inline_lane().expect("inline on the loop");
+                let mut held = None;
+                let free = |c| l.try_lock(ColorLocks::slot(c)).is_some();
+                lane.run_held(color, true, &mut held, || !free(color))
+                    .unwrap()
+            }))
+            .unwrap()
+        };
+        assert!(!locked_on_loop(7), "none out: no lock");
+        // A colored job asked for on this thread, held on its payload thread.
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        let (started, ran) = std::sync::mpsc::channel();
+        let p2 = p.clone();
+        let job = std::thread::spawn(move || {
+            futures_lite::future::block_on(p2.call_colored(5, move || {
+                started.send(on_payload_thread()).unwrap();
+                wait.recv().unwrap();
+            }))
+        });
+        assert_eq!(ran.recv_timeout(Duration::from_secs(10)), Ok(true));
+        assert!(!a.solo.as_ref().unwrap().away.all_home(), "counted out");
+        assert!(locked_on_loop(7), "a job out: the loop's batches lock");
+        go.send(()).unwrap();
+        job.join().unwrap();
+        assert!(a.solo.as_ref().unwrap().away.all_home(), "counted back");
+        assert!(!locked_on_loop(7));
+        stage.stop();
+        drop(net);
+    }
+
     #[test]
     fn handoff_policies_parse_and_print() {
         for h in [Handoff::Always, Handoff::Adaptive] {
@@ -841,5 +1034,50 @@ mod tests {
             .parse::<Handoff>()
             .unwrap_err()
             .contains("always or adaptive"));
+    }
+}
+
+/// Model checks of [`Away`]: a lone network loop that reads no colored job
+/// out runs a color without its lock; the job that was out ran under the
+/// lock on another thread. Loom's cell says whether the two runs of the
+/// color's state are ordered: with the count's `Release`/`Acquire` relaxed
+/// it reports the loop's run racing the job's.
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::cell::UnsafeCell;
+
+    #[test]
+    fn a_loop_that_sees_no_job_out_runs_after_the_jobs_work() {
+        loom::model(|| {
+            let away = Away::new();
+            // One color's state and its lock (the payload thread's side).
+            let state = Arc::new(UnsafeCell::new(0u32));
+            let lock = Arc::new(crate::loom::Mutex::new(()));
+            let back = away.leave();
+            let (s, l) = (state.clone(), lock.clone());
+            let job = loom::thread::spawn(move || {
+                let held = l.lock().unwrap();
+                // SAFETY: the color's state: the job holds its lock, and the
+                // loop runs it lock-free only once the job is counted back.
+                s.with_mut(|v| unsafe { *v += 1 });
+                drop(held);
+                drop(back);
+            });
+            // The loop's next batch of that color.
+            if away.all_home() {
+                // SAFETY: no job out, so the job's run happened before this.
+                state.with_mut(|v| unsafe { *v += 1 });
+            } else {
+                let held = lock.lock().unwrap();
+                // SAFETY: under the color's lock, as the job's run is.
+                state.with_mut(|v| unsafe { *v += 1 });
+                drop(held);
+            }
+            job.join().unwrap();
+            // SAFETY: both runs are over (joined).
+            assert_eq!(state.with(|v| unsafe { *v }), 2);
+            assert!(away.all_home());
+        });
     }
 }

@@ -894,7 +894,7 @@ fn start(
         counter: Arc::new(ConnShared::new(handles.len(), b.reclaim_idle)),
         handler,
         spawn_conn,
-        payload: Payload::new(dispatch, b.handoff),
+        payload: Payload::new(dispatch, b.handoff, &handles),
         network: handles,
         next_loop: AtomicUsize::new(0),
         thread_stack: b.thread_stack,
