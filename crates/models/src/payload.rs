@@ -75,9 +75,10 @@ pub enum Handoff {
     /// less than a hand-off (valued at 20 µs at least) and less than a loop
     /// turn's budget; on a payload thread otherwise (see
     /// `duality_rt::adaptive::Placer`). Learned from every hand-off and a
-    /// sample of inline runs; a loop hands one batch off anyway once 10 ms
-    /// and 256 batches have passed since its last such batch, so a hand-off
-    /// that got cheaper is noticed.
+    /// sample of inline runs; while batches cost 20 µs or more, a loop hands
+    /// one batch off anyway once 10 ms and 256 batches have passed since its
+    /// last such batch, so a hand-off that got cheaper is noticed (cheaper
+    /// batches stay on the loop whatever a hand-off costs).
     Adaptive,
 }
 
@@ -720,14 +721,18 @@ impl Adaptive {
             return Some(Inline { lane, timed: None });
         }
         // A sampled batch reads the clock anyway: the refresh is due by it.
+        // None while batches cost less than a trip's floor: they stay here
+        // whatever a trip costs (100 refreshes a second cost the echo
+        // service 4-5% of its requests/s at 40 connections on 2 cores).
         let now = Instant::now();
-        let refresh = REFRESHED.with(|r| {
-            let due = refresh_due(r.get(), now, tick);
-            if due {
-                r.set(Some((now, tick)));
-            }
-            due
-        });
+        let refresh = self.placer.trip_matters()
+            && REFRESHED.with(|r| {
+                let due = refresh_due(r.get(), now, tick);
+                if due {
+                    r.set(Some((now, tick)));
+                }
+                due
+            });
         (!refresh).then_some(Inline {
             lane,
             timed: Some((now, &self.placer)),

@@ -260,6 +260,13 @@ impl Placer {
         decide(self.cost.get(), trip.max(TRIP_FLOOR))
     }
 
+    /// True if what a hand-off costs could move the next job: a job learned
+    /// to cost less than a trip's floor runs inline whatever the trip costs,
+    /// so a caller that hands one off only to measure the trip need not.
+    pub fn trip_matters(&self) -> bool {
+        self.cost.get().is_none_or(|c| c >= TRIP_FLOOR)
+    }
+
     /// A job ran inline and took `took`.
     pub fn ran_inline(&self, took: Duration) {
         self.cost.learn(took);
@@ -419,5 +426,24 @@ mod tests {
             p.ran_handed_off(Duration::from_millis(2), Duration::from_millis(58));
         }
         assert_eq!(p.placement(), Placement::Pool, "past the loop's budget");
+    }
+
+    /// Below the trip's floor a job stays inline whatever a trip costs: no
+    /// trip needs measuring there, and does again once jobs grow past it.
+    #[test]
+    fn a_trip_matters_only_for_jobs_at_or_above_its_floor() {
+        let p = Placer::new();
+        assert!(p.trip_matters(), "nothing learned");
+        p.ran_inline(Duration::from_micros(2));
+        assert!(!p.trip_matters());
+        for trip in [1, 15, 20, 500] {
+            p.ran_handed_off(Duration::from_micros(2), Duration::from_micros(trip));
+            assert_eq!(p.placement(), Placement::Inline, "{trip} us trips");
+        }
+        assert!(!p.trip_matters());
+        while p.cost() < Some(TRIP_FLOOR) {
+            p.ran_inline(Duration::from_micros(40));
+        }
+        assert!(p.trip_matters(), "a trip may now decide");
     }
 }
