@@ -8,8 +8,8 @@
 //! | `sped` | inline | one thread: nothing else runs | none |
 //! | `symped`, `steal`, `thread-per-conn` | inline | a lock per color slot, waited for as a task | one uncontended lock |
 //! | `amped:P` | payload thread `color % P` | affinity: a color has one thread | a hand-off |
-//! | `seda:N:P` | payload threads round-robin | a lock per color slot | a hand-off + a lock |
-//! | `seda-s:N` | the calling loop's paired thread | a lock per color slot | a hand-off + a lock |
+//! | `seda:N:P` | payload threads round-robin | a lock per color slot (none if P = 1) | a hand-off + a lock |
+//! | `seda-s:N` | the calling loop's paired thread | a lock per color slot (none if N = 1) | a hand-off + a lock |
 //!
 //! Colors (seed 003, libasync-mp): two jobs of one color never run at the
 //! same time, in every model; jobs of different colors may run in parallel.
@@ -528,26 +528,32 @@ impl Payload {
                 )
             }
             Dispatch::RoundRobin(stages, next, locks) => {
-                let i = next.fetch_add(1, Relaxed) % stages.len();
-                Route::Stage(
-                    &stages[i],
-                    Lane {
-                        affinity: None,
-                        locks: Some(locks.clone()),
-                    },
-                )
+                let i = match stages.len() {
+                    1 => 0,
+                    n => next.fetch_add(1, Relaxed) % n,
+                };
+                Route::Stage(&stages[i], self.stage_lane(stages, locks))
             }
             Dispatch::Paired(stages, pairs, locks) => {
-                let id = duality_rt::event_loop::current().map(|h| h.id());
-                let i = id.and_then(|id| pairs.get(&id).copied()).unwrap_or(0);
-                Route::Stage(
-                    &stages[i],
-                    Lane {
-                        affinity: None,
-                        locks: Some(locks.clone()),
-                    },
-                )
+                let i = match stages.len() {
+                    1 => 0,
+                    _ => duality_rt::event_loop::current()
+                        .and_then(|h| pairs.get(&h.id()).copied())
+                        .unwrap_or(0),
+                };
+                Route::Stage(&stages[i], self.stage_lane(stages, locks))
             }
+        }
+    }
+
+    /// The lane of a `seda` or `seda-s` payload thread: under the color
+    /// locks, unless that thread is the only one that runs colored work
+    /// (one payload thread, every batch handed off), where its lane takes
+    /// none, as `amped`'s affinity takes none.
+    fn stage_lane(&self, stages: &[Arc<Stage>], locks: &Arc<ColorLocks>) -> Lane {
+        Lane {
+            affinity: None,
+            locks: (stages.len() > 1 || self.0.adaptive.is_some()).then(|| locks.clone()),
         }
     }
 
@@ -949,14 +955,27 @@ mod tests {
 
     /// A payload thread waits for a color as a task: its stage runs the jobs
     /// handed to it meanwhile (a parked thread ran none until the color's
-    /// holder let go).
+    /// holder let go). `seda-s:2`'s two payload threads, both calls from
+    /// outside its loops: both go to the first.
     #[test]
     fn a_payload_thread_waiting_for_a_color_runs_other_jobs() {
-        let stage =
-            Stage::start(0, 8, "t-payload-wait".into(), Duration::ZERO, None, None).unwrap();
+        let stages: Vec<Arc<Stage>> = (0..2)
+            .map(|i| {
+                Stage::start(
+                    i,
+                    8,
+                    format!("t-payload-wait-{i}"),
+                    Duration::ZERO,
+                    None,
+                    None,
+                )
+                .unwrap()
+            })
+            .collect();
+        let stage = stages[0].clone();
         let locks = ColorLocks::new();
         let p = Payload::new(
-            Dispatch::RoundRobin(vec![stage.clone()], AtomicUsize::new(0), locks.clone()),
+            Dispatch::Paired(stages.clone(), HashMap::new(), locks.clone()),
             Handoff::Always,
             &[],
         );
@@ -971,10 +990,63 @@ mod tests {
             let other = rx.recv_timeout(Duration::from_secs(10));
             assert!(!waiting.is_finished(), "color 5 waits for its holder");
             drop(holder);
-            assert_eq!(other, Ok(2), "the one payload thread ran color 6 meanwhile");
+            assert_eq!(
+                other,
+                Ok(2),
+                "the first payload thread ran color 6 meanwhile"
+            );
             assert_eq!(waiting.join().unwrap(), 1);
         });
-        stage.stop();
+        for s in stages {
+            s.stop();
+        }
+        drop(stage);
+    }
+
+    /// One payload thread that every batch goes to runs all colored work:
+    /// its lane takes no lock (as `amped`'s affinity takes none); with two,
+    /// or with the loop running batches too (adaptive), it does.
+    #[test]
+    fn a_lone_payload_thread_takes_no_color_lock() {
+        let stages: Vec<Arc<Stage>> = (0..2)
+            .map(|i| {
+                Stage::start(
+                    i,
+                    4,
+                    format!("t-payload-one-{i}"),
+                    Duration::ZERO,
+                    None,
+                    None,
+                )
+                .unwrap()
+            })
+            .collect();
+        let locks = ColorLocks::new();
+        let one = vec![stages[0].clone()];
+        let locked = |p: &Payload| lane_of(p, 3).1.locks.is_some();
+        let rr = |s: &[Arc<Stage>], h| {
+            Payload::new(
+                Dispatch::RoundRobin(s.to_vec(), AtomicUsize::new(0), locks.clone()),
+                h,
+                &[],
+            )
+        };
+        let paired = |s: &[Arc<Stage>], h| {
+            Payload::new(
+                Dispatch::Paired(s.to_vec(), HashMap::new(), locks.clone()),
+                h,
+                &[],
+            )
+        };
+        assert!(!locked(&rr(&one, Handoff::Always)));
+        assert!(!locked(&paired(&one, Handoff::Always)));
+        assert!(locked(&rr(&stages, Handoff::Always)));
+        assert!(locked(&paired(&stages, Handoff::Always)));
+        assert!(locked(&rr(&one, Handoff::Adaptive)));
+        assert!(locked(&paired(&one, Handoff::Adaptive)));
+        for s in stages {
+            s.stop();
+        }
     }
 
     /// An adaptive model with one network loop: its inline batches take no

@@ -115,16 +115,19 @@ fn a_pipelined_read_makes_one_hand_off_not_one_per_request() {
 /// Lock coalescing, counted: a pipelined read of one color takes its color
 /// lock once per batch, not once per request; requests alternating between
 /// two colors take one per request; models that keep colors apart without
-/// locks take none.
+/// locks take none (one thread runs all colored work: `sped`, and the
+/// hand-off models with one payload thread; `amped`'s affinity).
 #[test]
 fn a_pipelined_read_of_one_color_takes_its_lock_once() {
     const N: u64 = 100;
     for (model, locks) in [
-        ("seda:1:1", true),
-        ("seda-s:1", true),
+        ("seda:1:2", true),
+        ("seda-s:2", true),
         ("symped:2", true),
         ("sped", false),
         ("amped:1", false),
+        ("seda:1:1", false),
+        ("seda-s:1", false),
     ] {
         let d = Detector::new(1);
         let server = builder(model)
