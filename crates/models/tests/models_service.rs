@@ -76,10 +76,11 @@ fn run(model: &str, unix: bool) {
     };
     let model: Model = model.parse().unwrap();
     let d = Detector::new(200);
+    // The whole model (two `seda` rows run at once): one socket each.
     let dir = std::env::temp_dir().join(format!(
         "duality-models-{}-{}-{handoff}",
         std::process::id(),
-        model.name()
+        model.to_string().replace(':', "_")
     ));
     let _ = std::fs::create_dir_all(&dir);
     let path = dir.join(format!("s-{}.sock", unix as u8));
@@ -193,6 +194,12 @@ model_tests! {
     amped_adaptive: "amped:2/adaptive",
     seda_adaptive: "seda:2:2/adaptive",
     seda_s_adaptive: "seda-s:2/adaptive",
+    // One payload thread, every batch handed off: its lane takes no lock.
+    seda_one_payload: "seda:1:1",
+    seda_s_one_pair: "seda-s:1",
+    // One network loop, adaptive: its inline batches lock only while a
+    // colored job is out (amped:2/adaptive above has one network loop too).
+    seda_one_loop_adaptive: "seda:1:2/adaptive",
     symped: "symped:2",
     thread_per_conn: "thread-per-conn",
     steal: "steal:2",
