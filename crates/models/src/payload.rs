@@ -306,15 +306,11 @@ async fn at_home<R: Send + 'static>(
     home: LoopHandle,
     fut: impl Future<Output = R> + Send + 'static,
 ) -> R {
-    match home
-        .spawn(std::panic::AssertUnwindSafe(fut).catch_unwind())
-        .await
-    {
-        Ok(Ok(v)) => v,
-        Ok(Err(panic)) => std::panic::resume_unwind(panic),
-        // The loop ended (server shutdown) before running it.
-        Err(_) => std::future::pending().await,
-    }
+    crate::stage::answer(
+        home.spawn(std::panic::AssertUnwindSafe(fut).catch_unwind())
+            .await,
+    )
+    .await
 }
 
 /// Where one job or batch goes.
@@ -610,14 +606,16 @@ impl Payload {
     /// The lone network loop to send colored work from, where this is
     /// another thread (see [`Solo`]).
     fn away_from_home(&self) -> Option<LoopHandle> {
-        let solo = self.0.adaptive.as_ref()?.solo.as_ref()?;
-        (!solo.on_home()).then_some(solo.home)
+        self.solo().filter(|s| !s.on_home()).map(|s| s.home)
     }
 
     /// Counts a colored job out of the lone network loop (see [`Solo`]).
     fn leave(&self) -> Option<Back> {
-        let solo = self.0.adaptive.as_ref()?.solo.as_ref()?;
-        Some(solo.away.leave())
+        self.solo().map(|s| s.away.leave())
+    }
+
+    fn solo(&self) -> Option<&Solo> {
+        self.0.adaptive.as_ref()?.solo.as_ref()
     }
 
     /// Runs a batch: `job` gets the [`Lane`] it runs on and must execute only

@@ -30,6 +30,17 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// The result of a job spawned on another loop wrapped in `catch_unwind`:
+/// its value, its panic resumed here, or (the loop ended first: server
+/// shutdown) never, the caller being cancelled with the server.
+pub(crate) async fn answer<R>(r: Result<std::thread::Result<R>, duality_rt::JoinError>) -> R {
+    match r {
+        Ok(Ok(v)) => v,
+        Ok(Err(panic)) => std::panic::resume_unwind(panic),
+        Err(_) => std::future::pending().await,
+    }
+}
+
 /// How long an idle payload loop spins before it sleeps, unless the server
 /// says otherwise (`ServerBuilder::payload_spin`).
 pub const DEFAULT_PAYLOAD_SPIN: Duration = Duration::from_micros(20);
@@ -115,12 +126,7 @@ impl Stage {
         let r = handle.await;
         drop(permit);
         self.jobs.fetch_add(1, Relaxed);
-        match r {
-            Ok(Ok(v)) => v,
-            Ok(Err(panic)) => std::panic::resume_unwind(panic),
-            // The stage's loop ended (server shutdown) before running it.
-            Err(_) => std::future::pending().await,
-        }
+        answer(r).await
     }
 
     /// Stops the loop and waits for its thread.
