@@ -8,7 +8,7 @@
 //! ```text
 //! sped            [accept + network + payload]                       one thread
 //! amped:P         [accept] → [network] ⇄ [payload]×P                 payload by color
-//! seda:N:P        [accept] → [network]×N ⇄ [payload]×P               jobs round-robin
+//! seda:N:P        [accept] → [network]×N ⇄ [payload]×P               jobs in turn, a color after its own
 //! seda-s:N        [accept] → [network_i ⇄ payload_i]×N               fixed pairs
 //! symped:N        [accept] → [network + payload]×N                   inline
 //! thread-per-conn [accept] → [one OS thread per connection]          blocking I/O

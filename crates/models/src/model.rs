@@ -9,7 +9,7 @@ use std::str::FromStr;
 /// |---|---|---|---|
 /// | `sped` | the one thread | the one thread | inline |
 /// | `amped:P` | acceptor thread | 1 network loop | P payload threads |
-/// | `seda:N:P` | acceptor thread | N network loops | P payload threads, round-robin |
+/// | `seda:N:P` | acceptor thread | N network loops | P payload threads, in turn (a color's batch after its own) |
 /// | `seda-s:N` | acceptor thread | N network loops | N payload threads, loop i → thread i |
 /// | `symped:N` | acceptor thread | N loops | inline in its loop |
 /// | `thread-per-conn` | acceptor thread | one OS thread per connection | inline |
@@ -27,7 +27,7 @@ pub enum Model {
         /// Payload threads.
         payload: usize,
     },
-    /// Staged event-driven: `network` loops hand jobs round-robin to `payload` threads.
+    /// Staged event-driven: `network` loops hand jobs in turn to `payload` threads.
     Seda {
         /// Network loops.
         network: usize,

@@ -8,7 +8,7 @@
 //! | `sped` | inline | one thread: nothing else runs | none |
 //! | `symped`, `steal`, `thread-per-conn` | inline | a lock per color slot, waited for as a task | one uncontended lock |
 //! | `amped:P` | payload thread `color % P` | affinity: a color has one thread | a hand-off |
-//! | `seda:N:P` | payload threads round-robin | a lock per color slot (none if P = 1) | a hand-off + a lock |
+//! | `seda:N:P` | payload threads in turn ([`Spread`]) | a lock per color slot (none if P = 1) | a hand-off + a lock |
 //! | `seda-s:N` | the calling loop's paired thread | a lock per color slot (none if N = 1) | a hand-off + a lock |
 //!
 //! Colors (seed 003, libasync-mp): two jobs of one color never run at the
@@ -210,6 +210,85 @@ pub struct Held<'a> {
     _guard: MutexGuard<'a, ()>,
 }
 
+/// How `seda`'s round-robin picks a payload thread for a batch. SEDA's
+/// stage is one queue that every thread of its pool takes from; threads
+/// with queues of their own get its two properties back here:
+/// - no thread idles while another has a backlog: a batch goes to the less
+///   loaded (fewer jobs out) of the next thread in turn and the one after
+///   it (two choices: one comparison however many threads; turns still
+///   spread ties);
+/// - a batch whose color already has a batch out goes where that one went:
+///   it could not run before that one anyway, and sent elsewhere it waits
+///   there for the color and is handed it across threads. Measured
+///   (`docs/results/colors/spread-ab-2b7940f/`): the colors experiment's
+///   `seda:1:2`, each client with a block out on both its connections at
+///   once, 0.93-0.97 of the two copies' bound against 0.87-0.93; the
+///   cache on `seda:1:2` 0.09-0.17 context switches per request at 40 and
+///   120 clients against 0.20-0.45.
+///
+/// Both are hints (Relaxed): the color locks alone keep colors exclusive.
+pub(crate) struct Spread {
+    next: AtomicUsize,
+    /// Per color slot: the stage its last batch went to (high 32 bits) and
+    /// how many of its batches are out (low 32).
+    out: Box<[AtomicU64]>,
+}
+
+impl Spread {
+    pub(crate) fn new() -> Spread {
+        Spread {
+            next: AtomicUsize::new(0),
+            out: (0..COLOR_SLOTS).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// The stage for a batch of `color` (`None`: not known) among `stages`
+    /// (two or more); a batch of a known color counts as out of it until
+    /// the returned guard drops.
+    fn pick<'a>(
+        &'a self,
+        stages: &[Arc<Stage>],
+        color: Option<u64>,
+    ) -> (usize, Option<Follow<'a>>) {
+        let less_loaded = || {
+            let n = stages.len();
+            let i = self.next.fetch_add(1, Relaxed) % n;
+            let j = (i + 1) % n;
+            if stages[j].in_flight() < stages[i].in_flight() {
+                j
+            } else {
+                i
+            }
+        };
+        let Some(color) = color else {
+            return (less_loaded(), None);
+        };
+        let cell = &self.out[ColorLocks::slot(color)];
+        let mut seen = cell.load(Relaxed);
+        loop {
+            let (i, next) = if seen as u32 > 0 {
+                ((seen >> 32) as usize, seen + 1)
+            } else {
+                let i = less_loaded();
+                (i, (i as u64) << 32 | 1)
+            };
+            match cell.compare_exchange_weak(seen, next, Relaxed, Relaxed) {
+                Ok(_) => return (i.min(stages.len() - 1), Some(Follow(cell))),
+                Err(now) => seen = now,
+            }
+        }
+    }
+}
+
+/// A batch counted out of its color slot ([`Spread`]) until dropped.
+pub(crate) struct Follow<'a>(&'a AtomicU64);
+
+impl Drop for Follow<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
+}
+
 pub(crate) enum Dispatch {
     /// Inline: one thread (colors hold trivially, the lane takes no lock) or
     /// several, with color locks. The lane is kept here so a connection can
@@ -217,8 +296,8 @@ pub(crate) enum Dispatch {
     Inline(Lane),
     /// Payload thread chosen by color.
     Affinity(Vec<Arc<Stage>>),
-    /// Payload threads round-robin.
-    RoundRobin(Vec<Arc<Stage>>, AtomicUsize, Arc<ColorLocks>),
+    /// Payload threads in turn, as [`Spread`] picks them.
+    RoundRobin(Vec<Arc<Stage>>, Spread, Arc<ColorLocks>),
     /// The payload thread paired with the calling loop (by loop id).
     Paired(Vec<Arc<Stage>>, HashMap<u16, usize>, Arc<ColorLocks>),
 }
@@ -316,7 +395,9 @@ async fn at_home<R: Send + 'static>(
 /// Where one job or batch goes.
 enum Route<'a> {
     Here(&'a Lane),
-    Stage(&'a Arc<Stage>, Lane),
+    /// The stage, the lane the batch runs on there, and (`seda` with
+    /// several payload threads) the batch counted out of its color.
+    Stage(&'a Arc<Stage>, Lane, Option<Follow<'a>>),
 }
 
 /// Where a batch runs and which of its requests may run there: a batch runs
@@ -505,14 +586,15 @@ impl Payload {
 
     /// True if the thread a batch runs on depends on its first request's color.
     pub(crate) fn routes_by_color(&self) -> bool {
-        matches!(&self.0.dispatch, Dispatch::Affinity(s) if s.len() > 1)
+        matches!(&self.0.dispatch,
+            Dispatch::Affinity(s) | Dispatch::RoundRobin(s, ..) if s.len() > 1)
     }
 
-    fn route(&self, color: u64) -> Route<'_> {
+    fn route(&self, color: Option<u64>) -> Route<'_> {
         match &self.0.dispatch {
             Dispatch::Inline(lane) => Route::Here(lane),
             Dispatch::Affinity(stages) => {
-                let i = (color % stages.len() as u64) as usize;
+                let i = (color.unwrap_or(DEFAULT_COLOR) % stages.len() as u64) as usize;
                 Route::Stage(
                     &stages[i],
                     Lane {
@@ -521,14 +603,15 @@ impl Payload {
                         // batches too, so affinity alone no longer excludes.
                         locks: self.0.adaptive.as_ref().and_then(|a| a.lane.locks.clone()),
                     },
+                    None,
                 )
             }
-            Dispatch::RoundRobin(stages, next, locks) => {
-                let i = match stages.len() {
-                    1 => 0,
-                    n => next.fetch_add(1, Relaxed) % n,
+            Dispatch::RoundRobin(stages, spread, locks) => {
+                let (i, follow) = match stages.len() {
+                    1 => (0, None),
+                    _ => spread.pick(stages, color),
                 };
-                Route::Stage(&stages[i], self.stage_lane(stages, locks))
+                Route::Stage(&stages[i], self.stage_lane(stages, locks), follow)
             }
             Dispatch::Paired(stages, pairs, locks) => {
                 let i = match stages.len() {
@@ -537,7 +620,7 @@ impl Payload {
                         .and_then(|h| pairs.get(&h.id()).copied())
                         .unwrap_or(0),
                 };
-                Route::Stage(&stages[i], self.stage_lane(stages, locks))
+                Route::Stage(&stages[i], self.stage_lane(stages, locks), None)
             }
         }
     }
@@ -581,16 +664,16 @@ impl Payload {
         F: FnOnce() -> R + Send + 'static,
         R: Send + 'static,
     {
-        match self.route(color) {
+        match self.route(Some(color)) {
             Route::Here(lane) => {
                 // Waited for as a task: another loop's job of this color
                 // does not block this loop.
                 let _held = lane.hold(color).await;
                 job()
             }
-            Route::Stage(stage, lane) => {
+            Route::Stage(stage, lane, follow) => {
                 let back = self.leave();
-                stage
+                let r = stage
                     .run_async(async move {
                         let held = lane.hold(color).await;
                         let r = job();
@@ -598,7 +681,9 @@ impl Payload {
                         drop(back);
                         r
                     })
-                    .await
+                    .await;
+                drop(follow);
+                r
             }
         }
     }
@@ -623,10 +708,11 @@ impl Payload {
     /// thread holds it waits for with [`Lane::hold`] (as a task: on a
     /// payload thread the stage runs other batches meanwhile). `color` is the
     /// color of the batch's first request where the model routes by color
-    /// (see `routes_by_color`); otherwise any value. Inline models run it
-    /// here and now; hand-off models move it (and what it owns) to a payload
-    /// thread and back.
-    pub async fn batch<R, F, J>(&self, color: u64, job: J) -> R
+    /// (see `routes_by_color`; `None` where it is not known, routed as the
+    /// default color by `amped`, by load alone by `seda`); otherwise any
+    /// value. Inline models run it here and now; hand-off models move it
+    /// (and what it owns) to a payload thread and back.
+    pub async fn batch<R, F, J>(&self, color: Option<u64>, job: J) -> R
     where
         J: FnOnce(Lane) -> F + Send + 'static,
         F: std::future::Future<Output = R> + Send + 'static,
@@ -639,7 +725,7 @@ impl Payload {
         self.batch_here(color, job).await
     }
 
-    async fn batch_here<R, F, J>(&self, color: u64, job: J) -> R
+    async fn batch_here<R, F, J>(&self, color: Option<u64>, job: J) -> R
     where
         J: FnOnce(Lane) -> F + Send + 'static,
         F: std::future::Future<Output = R> + Send + 'static,
@@ -647,10 +733,14 @@ impl Payload {
     {
         match self.route(color) {
             Route::Here(lane) => job(lane.clone()).await,
-            Route::Stage(stage, lane) => match &self.0.adaptive {
-                None => stage.run_async(async move { job(lane).await }).await,
-                Some(a) => a.batch(stage, lane, self.leave(), job).await,
-            },
+            Route::Stage(stage, lane, follow) => {
+                let r = match &self.0.adaptive {
+                    None => stage.run_async(async move { job(lane).await }).await,
+                    Some(a) => a.batch(stage, lane, self.leave(), job).await,
+                };
+                drop(follow);
+                r
+            }
         }
     }
 
@@ -797,9 +887,9 @@ mod tests {
     }
 
     fn lane_of(p: &Payload, color: u64) -> (bool, Lane) {
-        match p.route(color) {
+        match p.route(Some(color)) {
             Route::Here(l) => (false, l.clone()),
-            Route::Stage(_, l) => (true, l),
+            Route::Stage(_, l, _) => (true, l),
         }
     }
 
@@ -879,7 +969,7 @@ mod tests {
         .unwrap()];
         let locks = ColorLocks::new();
         let p = Payload::new(
-            Dispatch::RoundRobin(stages.clone(), AtomicUsize::new(0), locks.clone()),
+            Dispatch::RoundRobin(stages.clone(), Spread::new(), locks.clone()),
             Handoff::Adaptive,
             &[],
         );
@@ -1001,6 +1091,61 @@ mod tests {
         drop(stage);
     }
 
+    /// `seda`'s spread: a batch whose color has a batch out follows it to
+    /// that thread, however busy; any other (or one of no known color)
+    /// goes to the thread with fewer jobs out (counted by the stage from
+    /// send to answer).
+    #[test]
+    fn a_batch_follows_its_color_else_goes_to_the_less_busy_thread() {
+        let stages: Vec<Arc<Stage>> = (0..2)
+            .map(|i| {
+                Stage::start(i, 4, format!("t-spread-{i}"), Duration::ZERO, None, None).unwrap()
+            })
+            .collect();
+        let spread = Spread::new();
+        let (home, out) = spread.pick(&stages, Some(7));
+        // A job that holds the thread `home` until told to finish.
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let busy = stages[home].clone();
+        let job = std::thread::spawn(move || {
+            duality_rt::block_on(async move { busy.run(move || rx.recv().ok()).await })
+        });
+        let t0 = Instant::now();
+        while stages[home].in_flight() == 0 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "the job never went out"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let other = 1 - home;
+        for _ in 0..4 {
+            assert_eq!(spread.pick(&stages, Some(7)).0, home, "follows its color");
+        }
+        for color in 100..104 {
+            assert_eq!(
+                spread.pick(&stages, Some(color)).0,
+                other,
+                "the less busy thread"
+            );
+        }
+        // A batch of no known color follows nothing.
+        let (i, none) = spread.pick(&stages, None);
+        assert!(i == other && none.is_none());
+        drop(out);
+        assert_eq!(
+            spread.pick(&stages, Some(7)).0,
+            other,
+            "nothing of 7 out: free again"
+        );
+        tx.send(()).unwrap();
+        assert_eq!(job.join().unwrap(), Some(()));
+        assert_eq!(stages[home].in_flight(), 0, "answered: no longer out");
+        for s in stages {
+            s.stop();
+        }
+    }
+
     /// One payload thread that every batch goes to runs all colored work:
     /// its lane takes no lock (as `amped`'s affinity takes none); with two,
     /// or with the loop running batches too (adaptive), it does.
@@ -1024,7 +1169,7 @@ mod tests {
         let locked = |p: &Payload| lane_of(p, 3).1.locks.is_some();
         let rr = |s: &[Arc<Stage>], h| {
             Payload::new(
-                Dispatch::RoundRobin(s.to_vec(), AtomicUsize::new(0), locks.clone()),
+                Dispatch::RoundRobin(s.to_vec(), Spread::new(), locks.clone()),
                 h,
                 &[],
             )
@@ -1058,7 +1203,7 @@ mod tests {
         let home = net.handle();
         let locks = ColorLocks::new();
         let p = Payload::new(
-            Dispatch::RoundRobin(vec![stage.clone()], AtomicUsize::new(0), locks.clone()),
+            Dispatch::RoundRobin(vec![stage.clone()], Spread::new(), locks.clone()),
             Handoff::Adaptive,
             &[home],
         );

@@ -2,7 +2,7 @@
 
 use crate::conn::{Accepted, Conn, ConnShared, LingerSlot, Lingering};
 use crate::model::{AcceptPolicy, Balance, CpuAffinity, Model};
-use crate::payload::{ColorLocks, Dispatch, Handoff, Lane, Payload};
+use crate::payload::{ColorLocks, Dispatch, Handoff, Lane, Payload, Spread};
 use crate::stage::Stage;
 use crate::stats::{loop_thread_stats, ServerStats, ThreadRole};
 use duality_rt::net::{TcpListener, UnixListener};
@@ -870,7 +870,7 @@ fn start(
         }
         Model::Amped { .. } => Dispatch::Affinity(stages.clone()),
         Model::Seda { .. } => {
-            Dispatch::RoundRobin(stages.clone(), AtomicUsize::new(0), ColorLocks::new())
+            Dispatch::RoundRobin(stages.clone(), Spread::new(), ColorLocks::new())
         }
         Model::SedaS { .. } => {
             let pairs: HashMap<u16, usize> = handles

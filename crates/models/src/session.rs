@@ -1304,12 +1304,11 @@ pub fn drive<P: Protocol>(
                                 Some(served) => served,
                                 None => {
                                     let color = match a.busy.or(a.next_color.take()) {
-                                        Some(c) => c,
+                                        Some(c) => Some(c),
                                         None if payload.routes_by_color() => driver
                                             .proto
-                                            .peek_color(&session, &a.buf[a.start..a.end])
-                                            .unwrap_or(DEFAULT_COLOR),
-                                        None => DEFAULT_COLOR,
+                                            .peek_color(&session, &a.buf[a.start..a.end]),
+                                        None => None,
                                     };
                                     let d = driver.clone();
                                     let small = compact(a);

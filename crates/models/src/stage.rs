@@ -26,7 +26,7 @@ use crate::stats::{ThreadRole, ThreadStats};
 use duality_rt::sync::Semaphore;
 use duality_rt::{LoopConfig, LoopThread, RemoteWait};
 use futures_lite::FutureExt;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -52,6 +52,19 @@ pub(crate) struct Stage {
     room: Semaphore,
     capacity: usize,
     pub(crate) jobs: AtomicU64,
+    /// Jobs sent and not yet answered: what a round-robin stage's caller
+    /// compares to send a batch to the less loaded of two threads. Only a
+    /// hint (Relaxed): no decision's correctness depends on it.
+    in_flight: AtomicUsize,
+}
+
+/// Counts a job out until its answer is back or its caller is dropped.
+struct Out<'a>(&'a AtomicUsize);
+
+impl Drop for Out<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
 }
 
 impl Stage {
@@ -90,6 +103,7 @@ impl Stage {
             room: Semaphore::new(capacity.max(1)),
             capacity: capacity.max(1),
             jobs: AtomicU64::new(0),
+            in_flight: AtomicUsize::new(0),
         }))
     }
 
@@ -118,15 +132,23 @@ impl Stage {
         // Tells our loop an answer is on its way: it waits briefly for it
         // instead of sleeping and being woken.
         let _waiting = RemoteWait::new();
+        self.in_flight.fetch_add(1, Relaxed);
+        let out = Out(&self.in_flight);
         // The job task captures nothing of the stage: no reference count
         // bounces between the threads.
         let handle = self
             .handle
             .spawn(std::panic::AssertUnwindSafe(job).catch_unwind());
         let r = handle.await;
+        drop(out);
         drop(permit);
         self.jobs.fetch_add(1, Relaxed);
         answer(r).await
+    }
+
+    /// Jobs sent to this stage and not answered yet (a hint).
+    pub(crate) fn in_flight(&self) -> usize {
+        self.in_flight.load(Relaxed)
     }
 
     /// Stops the loop and waits for its thread.

@@ -146,7 +146,8 @@ fn a_color_held_on_another_loop_does_not_block_this_one() {
     server.shutdown(Duration::from_secs(5));
 }
 
-/// `seda:1:2` hands batches to its two payload threads in turn. b waits on
+/// `seda:1:2` hands batches to its two payload threads in turn (to the less
+/// loaded of the two; this protocol peeks no color to follow). b waits on
 /// one for the color a holds on the other: as a task, so d, the next batch
 /// dealt to b's thread, runs while a does (a parked thread would run it
 /// only after a let go).
