@@ -210,23 +210,23 @@ pub struct Held<'a> {
     _guard: MutexGuard<'a, ()>,
 }
 
-/// How `seda`'s round-robin picks a payload thread for a batch. SEDA's
-/// stage is one queue that every thread of its pool takes from; threads
-/// with queues of their own get its two properties back here:
+/// How `seda` picks a payload thread for a batch. SEDA's stage is one
+/// queue that every thread of its pool takes from; threads with queues of
+/// their own get its two properties back here:
 /// - no thread idles while another has a backlog: a batch goes to the less
 ///   loaded (fewer jobs out) of the next thread in turn and the one after
 ///   it (two choices: one comparison however many threads; turns still
 ///   spread ties);
 /// - a batch whose color already has a batch out goes where that one went:
-///   it could not run before that one anyway, and sent elsewhere it waits
-///   there for the color and is handed it across threads. Measured
-///   (`docs/results/colors/spread-ab-2b7940f/`): the colors experiment's
-///   `seda:1:2`, each client with a block out on both its connections at
-///   once, 0.93-0.97 of the two copies' bound against 0.87-0.93; the
-///   cache on `seda:1:2` 0.09-0.17 context switches per request at 40 and
-///   120 clients against 0.20-0.45.
+///   it could not run before that one anyway, and sent elsewhere it would
+///   wait there for the color and be handed it across threads.
 ///
 /// Both are hints (Relaxed): the color locks alone keep colors exclusive.
+/// Measured against strict turns (`docs/results/models/spread-ab-857ccb6/`,
+/// the builds taking turns): the cache on `seda:1:2` at 40 and 120 clients
+/// switched context 0.10-0.28 times per request against 0.16-0.43 and
+/// served more in 6 of 8 pairs; the colors experiment's `seda:1:2` read
+/// alike (0.90-0.95 of the two copies' bound against 0.90-0.94).
 pub(crate) struct Spread {
     next: AtomicUsize,
     /// Per color slot: the stage its last batch went to (high 32 bits) and
