@@ -8,7 +8,7 @@
 //! | `sped` | inline | one thread: nothing else runs | none |
 //! | `symped`, `steal`, `thread-per-conn` | inline | a lock per color slot, waited for as a task | one uncontended lock |
 //! | `amped:P` | payload thread `color % P` | affinity: a color has one thread | a hand-off |
-//! | `seda:N:P` | payload threads in turn ([`Spread`]) | a lock per color slot (none if P = 1) | a hand-off + a lock |
+//! | `seda:N:P` | payload threads in turn, the less loaded of two; a color after its own | a lock per color slot (none if P = 1) | a hand-off + a lock |
 //! | `seda-s:N` | the calling loop's paired thread | a lock per color slot (none if N = 1) | a hand-off + a lock |
 //!
 //! Colors (seed 003, libasync-mp): two jobs of one color never run at the
