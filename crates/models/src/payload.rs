@@ -273,7 +273,7 @@ impl Spread {
                 (i, (i as u64) << 32 | 1)
             };
             match cell.compare_exchange_weak(seen, next, Relaxed, Relaxed) {
-                Ok(_) => return (i.min(stages.len() - 1), Some(Follow(cell))),
+                Ok(_) => return (i, Some(Follow(cell))),
                 Err(now) => seen = now,
             }
         }
@@ -671,9 +671,10 @@ impl Payload {
                 let _held = lane.hold(color).await;
                 job()
             }
-            Route::Stage(stage, lane, follow) => {
+            // `_out`: the batch counts as out of its color until answered.
+            Route::Stage(stage, lane, _out) => {
                 let back = self.leave();
-                let r = stage
+                stage
                     .run_async(async move {
                         let held = lane.hold(color).await;
                         let r = job();
@@ -681,9 +682,7 @@ impl Payload {
                         drop(back);
                         r
                     })
-                    .await;
-                drop(follow);
-                r
+                    .await
             }
         }
     }
@@ -733,14 +732,10 @@ impl Payload {
     {
         match self.route(color) {
             Route::Here(lane) => job(lane.clone()).await,
-            Route::Stage(stage, lane, follow) => {
-                let r = match &self.0.adaptive {
-                    None => stage.run_async(async move { job(lane).await }).await,
-                    Some(a) => a.batch(stage, lane, self.leave(), job).await,
-                };
-                drop(follow);
-                r
-            }
+            Route::Stage(stage, lane, _out) => match &self.0.adaptive {
+                None => stage.run_async(async move { job(lane).await }).await,
+                Some(a) => a.batch(stage, lane, self.leave(), job).await,
+            },
         }
     }
 

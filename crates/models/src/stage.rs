@@ -52,14 +52,23 @@ pub(crate) struct Stage {
     room: Semaphore,
     capacity: usize,
     pub(crate) jobs: AtomicU64,
-    /// Jobs sent and not yet answered: what a round-robin stage's caller
-    /// compares to send a batch to the less loaded of two threads. Only a
-    /// hint (Relaxed): no decision's correctness depends on it.
+    /// Jobs sent and not yet answered: what `seda`'s caller compares to
+    /// send a batch to the less loaded of two threads. The same count as
+    /// `room`'s permits taken, kept apart so that reading it takes no lock
+    /// on every batch. Only a hint (Relaxed): no decision's correctness
+    /// depends on it.
     in_flight: AtomicUsize,
 }
 
 /// Counts a job out until its answer is back or its caller is dropped.
 struct Out<'a>(&'a AtomicUsize);
+
+impl<'a> Out<'a> {
+    fn count(n: &'a AtomicUsize) -> Out<'a> {
+        n.fetch_add(1, Relaxed);
+        Out(n)
+    }
+}
 
 impl Drop for Out<'_> {
     fn drop(&mut self) {
@@ -132,8 +141,7 @@ impl Stage {
         // Tells our loop an answer is on its way: it waits briefly for it
         // instead of sleeping and being woken.
         let _waiting = RemoteWait::new();
-        self.in_flight.fetch_add(1, Relaxed);
-        let out = Out(&self.in_flight);
+        let out = Out::count(&self.in_flight);
         // The job task captures nothing of the stage: no reference count
         // bounces between the threads.
         let handle = self
