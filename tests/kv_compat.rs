@@ -1557,6 +1557,29 @@ fn a_unix_socket_alone_opens_no_tcp_port() {
     assert!(version.starts_with(b"VERSION "), "{version:?}");
 }
 
+/// An address whose own port is 0 listens on a port the kernel picks, as
+/// memcached's `-l 127.0.0.1:0` does (it was left out, silently beside
+/// another address), and the ready line names it; `-p 0` still turns TCP
+/// off for an address without a port of its own.
+#[test]
+fn an_own_port_of_zero_listens_on_a_port_the_kernel_picks() {
+    let kv = KvProc::start_raw(&["-l", "127.0.0.1:0"]);
+    let port: u16 = kv
+        .ready_line
+        .trim()
+        .rsplit_once(" on 127.0.0.1:")
+        .and_then(|(_, p)| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port on the ready line: {}", kv.ready_line));
+    assert_ne!(port, 0);
+    let mut c = Client::connect(&Addr::Tcp(SocketAddr::from(([127, 0, 0, 1], port))));
+    c.expect_str("set z 0 0 1\r\nx\r\n", "STORED\r\n");
+    c.expect_str("get z\r\n", "VALUE z 0 1\r\nx\r\nEND\r\n");
+    let out = duality_bin(&["-p", "0", "-l", "127.0.0.1"]);
+    assert!(!out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("nothing to listen on"), "{err}");
+}
+
 /// A graceful stop removes the socket file it made, and only that one: a
 /// socket another server put at the path since is left to it.
 #[test]

@@ -15,8 +15,9 @@ pub struct KvArgs {
     port: Option<u16>,
     /// Interface to listen on, an address or a host name (every address it
     /// resolves to, as memcached's `-l localhost`), with a port of its own
-    /// if given (`127.0.0.1:11212`, `[::1]:11212`; else -p's); repeat or
-    /// comma-separate for several.
+    /// if given (`127.0.0.1:11212`, `[::1]:11212`; else -p's; an own port
+    /// of 0 is one the kernel picks, as memcached's `-l 127.0.0.1:0`, and
+    /// the ready line says which); repeat or comma-separate for several.
     #[arg(
         short = 'l',
         long = "listen",
@@ -510,8 +511,10 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     // Every loop thread gives back what it freed once it falls idle (memory
     // of closed connections would otherwise stay with the thread).
     duality_rt::set_default_idle_hook(crate::alloc::collect);
-    // Port 0 turns TCP off (memcached's -p 0), for an -l address's own port too.
-    let tcp_port = |h: &ListenHost| h.port.unwrap_or(a.port()) != 0;
+    // -p 0 turns TCP off for the addresses without a port of their own
+    // (memcached's -p 0); an own port of 0 asks the kernel for a free one
+    // (memcached's -l 127.0.0.1:0).
+    let tcp_port = |h: &ListenHost| h.port.is_some() || a.port() != 0;
     let has_tcp = a.listen.iter().any(tcp_port);
     anyhow::ensure!(
         has_tcp || a.unix_socket.is_some(),
@@ -598,10 +601,10 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     // `-l localhost,127.0.0.1` binds 127.0.0.1 once; `-p 0` (no TCP)
     // leaves out the addresses without a port of their own.
     let mut tcp: Vec<SocketAddr> = Vec::new();
-    for h in &a.listen {
+    for h in a.listen.iter().filter(|h| tcp_port(h)) {
         for ip in &h.ips {
             let addr = SocketAddr::new(*ip, h.port.unwrap_or(a.port()));
-            if addr.port() != 0 && !tcp.contains(&addr) {
+            if !tcp.contains(&addr) {
                 tcp.push(addr);
             }
         }
