@@ -9,8 +9,9 @@ use std::time::Duration;
 
 #[derive(Args, Debug)]
 pub struct KvArgs {
-    /// TCP port to listen on (0: no TCP listener). Default 11211; with -s,
-    /// 0, as memcached's -s turns TCP off (give -p for both).
+    /// TCP port to listen on (0: no TCP listener, but on an -l address with
+    /// a port of its own). Default 11211; with -s, 0, as memcached's -s
+    /// turns TCP off (give -p for both).
     #[arg(short = 'p', long = "port")]
     port: Option<u16>,
     /// Interface to listen on, an address or a host name (every address it
