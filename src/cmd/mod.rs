@@ -418,6 +418,12 @@ impl std::str::FromStr for ListenAddr {
         if let Ok(a) = s.parse::<SocketAddr>() {
             return Ok(ListenAddr(vec![a]));
         }
+        // Else `a:1,[::1]:1` was told to bracket an IPv6 address.
+        if s.contains(',') {
+            return Err(format!(
+                "{s:?}: one address, not a comma-separated list (repeat --listen for several)"
+            ));
+        }
         let port = |p: &str| {
             p.parse::<u16>()
                 .map_err(|_| format!("{s:?}: the port must be a number up to 65535"))
@@ -651,6 +657,8 @@ mod tests {
         ] {
             assert!(one(bad).is_err(), "{bad:?} accepted");
         }
+        let list = one("127.0.0.1:80,[::1]:80").unwrap_err();
+        assert!(list.contains("not a comma-separated list"), "{list}");
     }
 
     use super::MetricsArgs;
