@@ -228,3 +228,64 @@ fn a_file_that_shrank_while_sent_is_said() {
         "{err}"
     );
 }
+
+/// Whether this test runs as root (from `/proc`, its effective user id).
+fn running_as_root() -> bool {
+    uid_fields(std::process::id()).get(1) == Some(&0)
+}
+
+/// The `Uid:` line of `/proc/PID/status`: real, effective, saved, file
+/// system user ids.
+fn uid_fields(pid: u32) -> Vec<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    line[4..]
+        .split_whitespace()
+        .map(|f| f.parse().unwrap())
+        .collect()
+}
+
+/// `--user` (nginx's `user`): started as root, the server binds, then
+/// serves as that user, so a file only root may read is 403 and none of
+/// the process's user ids is root's; an unknown user stops the start. Not
+/// started as root, the flag is ignored (the server runs as who started
+/// it, which may read its own files).
+#[test]
+fn user_serves_with_that_users_permissions() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new("ops-user");
+    let mode = |p: &Path, m| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m));
+    mode(&dir.0, 0o755).unwrap();
+    for (name, m) in [("pub.txt", 0o644), ("own.txt", 0o600)] {
+        std::fs::write(dir.0.join(name), "x\n").unwrap();
+        mode(&dir.0.join(name), m).unwrap();
+    }
+    let server = HttpServer::start(&dir.0, &["--user", "nobody"]);
+    assert_eq!(get(&server.url, "/pub.txt"), 200);
+    if !running_as_root() {
+        assert_eq!(get(&server.url, "/own.txt"), 200);
+        return;
+    }
+    assert_eq!(get(&server.url, "/own.txt"), 403);
+    let ids = uid_fields(server.pid());
+    assert!(ids.len() == 4 && !ids.contains(&0), "{ids:?}");
+    assert!(server.stop().success());
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_duality"))
+        .args([
+            "http",
+            "--listen",
+            "127.0.0.1:0",
+            "--user",
+            "no-such-user-x",
+            "--root",
+        ])
+        .arg(&dir.0)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--user no-such-user-x: can't find the user"),
+        "{err}"
+    );
+}

@@ -168,6 +168,16 @@ pub struct HttpArgs {
     /// reopens the access log.
     #[arg(long, value_name = "FILE")]
     pid_file: Option<PathBuf>,
+    /// Started as root (to bind a port below 1024), serve as this user, as
+    /// nginx's `user`: the listeners are bound and the access log opened
+    /// as root, then the server takes USER's identity (its group,
+    /// supplementary groups dropped) before any connection is served, so
+    /// files are opened with USER's permissions (a file USER cannot read is
+    /// 403); the pid file, and the access log when SIGUSR1 reopens it, are
+    /// written as USER. Ignored, with a warning, when not started as root.
+    /// Without it a server started as root serves as root, and says so
+    #[arg(long, value_name = "USER")]
+    user: Option<String>,
     /// gzip responses (nginx's `gzip on`): text/*, JSON, JavaScript, XML, SVG,
     /// WebAssembly, TTF/OTF, ICO/BMP (and any +json/+xml type) of at least
     /// --gzip-min-length bytes go out with `Content-Encoding: gzip` to clients
@@ -537,6 +547,15 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
     for addr in listeners(&a.listen) {
         builder = builder.tcp(addr);
     }
+    let root = super::process::is_root();
+    if let (Some(user), true) = (&a.user, root) {
+        let user = user.clone();
+        builder = builder.after_bind(move || {
+            super::process::assume_user(&user, "--user", "http")
+                .map(drop)
+                .map_err(|e| std::io::Error::other(e.to_string()))
+        });
+    }
     let server = duality_http::serve(builder, state.clone())?;
     let st = state.clone();
     let _metrics = a.metrics.start("http", move || st.prometheus())?;
@@ -574,6 +593,18 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         }
     );
     a.io.say_affinity("duality http");
+    // Said after the serving line: a start that fails says its one line
+    // only.
+    match (&a.user, root) {
+        (Some(user), false) => {
+            duality_rt::say!("duality http: warning: --user {user} ignored: not started as root")
+        }
+        (None, true) => duality_rt::say!(
+            "duality http: warning: serving as root: every file root can read under --root \
+             can be served; give --user (nginx's `user`, e.g. --user nobody)"
+        ),
+        _ => {}
+    }
     // SIGUSR1 reopens the access log (nginx's reopen); SIGHUP, nginx's
     // reload, has nothing to reload here and no longer kills the server;
     // SIGTERM, SIGINT and SIGQUIT (nginx's graceful quit) stop it, with

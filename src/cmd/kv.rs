@@ -476,7 +476,7 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     // dropped before anything is opened or bound, and before any thread
     // starts.
     if let Some(user) = &a.user {
-        super::process::assume_user(user)?;
+        super::process::assume_user(user, "-u", "kv")?;
     }
     if let (Some(t), Some(m)) = (a.threads, a.model) {
         if m != (Model::Symped { n: t }) {

@@ -6,17 +6,23 @@
 use std::ffi::CString;
 use std::io;
 
-/// Takes the identity of `user` when running as root, as memcached's `-u`
-/// does: supplementary groups dropped, then the user's group and id.
-/// Returns whether it switched (`false`: not root, nothing to drop, as
-/// memcached ignores `-u` then). Call it before any other thread starts
-/// and before anything is opened that the user should not hold.
-pub fn assume_user(user: &str) -> anyhow::Result<bool> {
+/// Whether this process runs as root (its effective user id is 0).
+pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Takes the identity of `user` when running as root, as memcached's `-u`
+/// and nginx's `user` do: supplementary groups dropped, then the user's
+/// group and id. Returns whether it switched (`false`: not root, nothing
+/// to drop, as memcached ignores `-u` then). Call it before anything is
+/// opened that the user should not hold. `flag` and `server` name the
+/// flag and the server in errors and warnings.
+pub fn assume_user(user: &str, flag: &str, server: &str) -> anyhow::Result<bool> {
+    if !is_root() {
         return Ok(false);
     }
-    let name = CString::new(user).map_err(|_| anyhow::anyhow!("-u: a user name has no NUL"))?;
+    let name = CString::new(user).map_err(|_| anyhow::anyhow!("{flag}: a user name has no NUL"))?;
     // SAFETY: an all-zero passwd is a valid value for getpwnam_r to fill.
     let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
     let mut buf = vec![0 as libc::c_char; 16 << 10];
@@ -35,7 +41,7 @@ pub fn assume_user(user: &str) -> anyhow::Result<bool> {
     };
     anyhow::ensure!(
         rc == 0 && !found.is_null(),
-        "-u {user}: can't find the user {user} to switch to"
+        "{flag} {user}: can't find the user {user} to switch to"
     );
     let (uid, gid) = (pwd.pw_uid, pwd.pw_gid);
     // SAFETY: setgroups with a count of 0 reads no list.
@@ -43,15 +49,17 @@ pub fn assume_user(user: &str) -> anyhow::Result<bool> {
         let e = io::Error::last_os_error();
         // Refused in some user namespaces; memcached carries on there too.
         if e.raw_os_error() != Some(libc::EPERM) {
-            anyhow::bail!("-u {user}: failed to drop supplementary groups: {e}");
+            anyhow::bail!("{flag} {user}: failed to drop supplementary groups: {e}");
         }
-        duality_rt::say!("duality kv: warning: -u {user}: supplementary groups kept ({e})");
+        duality_rt::say!(
+            "duality {server}: warning: {flag} {user}: supplementary groups kept ({e})"
+        );
     }
     // SAFETY: setgid/setuid take plain ids; glibc applies them to every
     // thread of the process.
     if unsafe { libc::setgid(gid) } != 0 || unsafe { libc::setuid(uid) } != 0 {
         anyhow::bail!(
-            "-u {user}: failed to assume identity of user {user}: {}",
+            "{flag} {user}: failed to assume identity of user {user}: {}",
             io::Error::last_os_error()
         );
     }

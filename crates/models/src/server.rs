@@ -48,7 +48,12 @@ pub struct ServerBuilder {
     receive_buffers: Option<(u16, u32)>,
     cpu_affinity: CpuAffinity,
     loop_slice: Option<Duration>,
+    after_bind: Option<AfterBind>,
 }
+
+/// What runs once the listeners are bound, before any thread of the server
+/// starts (see [`ServerBuilder::after_bind`]).
+type AfterBind = Box<dyn FnOnce() -> io::Result<()> + Send>;
 
 /// Most refused connections lingered over at once under `max_conns`
 /// (each holds a descriptor for up to a second): an eighth of the admitted
@@ -113,6 +118,7 @@ impl Default for ServerBuilder {
             receive_buffers: None,
             cpu_affinity: CpuAffinity::Off,
             loop_slice: None,
+            after_bind: None,
         }
     }
 }
@@ -272,6 +278,15 @@ impl ServerBuilder {
     /// Stack size of thread-per-conn connection threads.
     pub fn thread_stack(mut self, bytes: usize) -> Self {
         self.thread_stack = bytes.max(64 * 1024);
+        self
+    }
+
+    /// Runs `f` once the listeners are bound and before any of the server's
+    /// threads starts: where a server started as root to bind a low port
+    /// takes another user's identity (nginx's `user`), so that no
+    /// connection is ever served as root. An error stops the start.
+    pub fn after_bind(mut self, f: impl FnOnce() -> io::Result<()> + Send + 'static) -> Self {
+        self.after_bind = Some(Box::new(f));
         self
     }
 
@@ -768,7 +783,7 @@ pub struct Server {
 }
 
 fn start(
-    b: ServerBuilder,
+    mut b: ServerBuilder,
     handler: Arc<HandlerFn>,
     spawn_conn: Arc<SpawnFn>,
 ) -> io::Result<Server> {
@@ -816,6 +831,9 @@ fn start(
             Listener { fd, addr }
         })
         .collect();
+    if let Some(f) = b.after_bind.take() {
+        f()?;
+    }
     let defaults = LoopConfig::default();
     let (ring_buffers, ring_buffer_size) = b
         .receive_buffers
@@ -1210,6 +1228,35 @@ mod tests {
         drop(live);
         assert!(sock.exists(), "a dropped listener leaves its file");
         bind_unix(&sock, 16, None).expect("a stale socket is replaced");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The hook runs with the listeners bound (it can connect), before the
+    /// server runs; its error stops the start and is the start's error.
+    #[test]
+    fn after_bind_runs_once_bound_and_its_error_stops_the_start() {
+        use super::ServerBuilder;
+        use crate::Model;
+        let dir = std::env::temp_dir().join(format!("duality-after-bind-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let sock = dir.join("a.sock");
+        let p = sock.clone();
+        let server = ServerBuilder::new()
+            .model(Model::Sped)
+            .unix(&sock)
+            .after_bind(move || std::os::unix::net::UnixStream::connect(&p).map(drop))
+            .serve(|_c, _p| async {})
+            .expect("the hook connected to the bound listener");
+        server.shutdown(std::time::Duration::ZERO);
+        let e = ServerBuilder::new()
+            .model(Model::Sped)
+            .unix(dir.join("b.sock"))
+            .after_bind(|| Err(std::io::Error::other("refused by the hook")))
+            .serve(|_c, _p| async {})
+            .err()
+            .expect("the hook's error stops the start");
+        assert!(e.to_string().contains("refused by the hook"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 
