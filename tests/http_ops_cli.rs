@@ -288,4 +288,21 @@ fn user_serves_with_that_users_permissions() {
         err.contains("--user no-such-user-x: can't find the user"),
         "{err}"
     );
+    // A root the user cannot search (every request would be 403): refused.
+    mode(&dir.0, 0o700).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_duality"))
+        .args([
+            "http",
+            "--listen",
+            "127.0.0.1:0",
+            "--user",
+            "nobody",
+            "--root",
+        ])
+        .arg(&dir.0)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--user nobody cannot open --root"), "{err}");
 }

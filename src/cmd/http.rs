@@ -174,7 +174,8 @@ pub struct HttpArgs {
     /// supplementary groups dropped) before any connection is served, so
     /// files are opened with USER's permissions (a file USER cannot read is
     /// 403); the pid file, and the access log when SIGUSR1 reopens it, are
-    /// written as USER. Ignored, with a warning, when not started as root.
+    /// written as USER; a --root USER cannot search stops the start.
+    /// Ignored, with a warning, when not started as root.
     /// Without it a server started as root serves as root, and says so
     #[arg(long, value_name = "USER")]
     user: Option<String>,
@@ -549,11 +550,17 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
     }
     let root = super::process::is_root();
     if let (Some(user), true) = (&a.user, root) {
-        let user = user.clone();
+        let (user, dir) = (user.clone(), a.root.clone());
         builder = builder.after_bind(move || {
             super::process::assume_user(&user, "--user", "http")
-                .map(drop)
-                .map_err(|e| std::io::Error::other(e.to_string()))
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
+            // A root the user cannot search would answer every request 403.
+            std::fs::metadata(dir.join(".")).map(drop).map_err(|e| {
+                std::io::Error::other(format!(
+                    "--user {user} cannot open --root {}: {e}",
+                    dir.display()
+                ))
+            })
         });
     }
     let server = duality_http::serve(builder, state.clone())?;
