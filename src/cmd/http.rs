@@ -176,7 +176,7 @@ pub struct HttpArgs {
     /// 403); the pid file, and the access log when SIGUSR1 reopens it, are
     /// written as USER; a --root USER cannot search stops the start.
     /// Ignored, with a warning, when not started as root.
-    /// Without it a server started as root serves as root, and says so
+    /// Without it a server started as root serves as root, and says so.
     #[arg(long, value_name = "USER")]
     user: Option<String>,
     /// gzip responses (nginx's `gzip on`): text/*, JSON, JavaScript, XML, SVG,
