@@ -270,39 +270,18 @@ fn user_serves_with_that_users_permissions() {
     let ids = uid_fields(server.pid());
     assert!(ids.len() == 4 && !ids.contains(&0), "{ids:?}");
     assert!(server.stop().success());
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_duality"))
-        .args([
-            "http",
-            "--listen",
-            "127.0.0.1:0",
-            "--user",
-            "no-such-user-x",
-            "--root",
-        ])
-        .arg(&dir.0)
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    // A start refused: what it said instead of a ready line.
+    let refused = |user: &str| match HttpServer::try_start(&dir.0, &["--user", user]) {
+        Ok(_) => panic!("--user {user} started"),
+        Err(said) => said,
+    };
+    let err = refused("no-such-user-x");
     assert!(
         err.contains("--user no-such-user-x: can't find the user"),
         "{err}"
     );
-    // A root the user cannot search (every request would be 403): refused.
+    // A root the user cannot search (every request would be 403).
     mode(&dir.0, 0o700).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_duality"))
-        .args([
-            "http",
-            "--listen",
-            "127.0.0.1:0",
-            "--user",
-            "nobody",
-            "--root",
-        ])
-        .arg(&dir.0)
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused("nobody");
     assert!(err.contains("--user nobody cannot open --root"), "{err}");
 }
