@@ -285,3 +285,88 @@ fn user_serves_with_that_users_permissions() {
     let err = refused("nobody");
     assert!(err.contains("--user nobody cannot open --root"), "{err}");
 }
+
+/// One `GET path` over the Unix socket at `sock`; the whole answer.
+fn get_unix(sock: &Path, path: &str) -> String {
+    let mut s = std::os::unix::net::UnixStream::connect(sock).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+/// `--listen unix:PATH`, nginx's `listen unix:`: beside a TCP listener or
+/// alone (then the ready line names it), a socket anyone may connect to
+/// (0666, as nginx's), `unix:` as the access log's client address, the
+/// socket removed at exit; any other file at the path stops the start and
+/// is left as it was.
+#[test]
+fn listen_takes_a_unix_socket() {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let dir = TempDir::new("ops-unix");
+    let root = dir.0.join("www");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::write(root.join("a.txt"), "unix a\n").unwrap();
+    let sock = dir.0.join("h.sock");
+    let log = dir.0.join("access.log");
+    let listen = format!("unix:{}", sock.display());
+    let server = HttpServer::start(
+        &root,
+        &["--listen", &listen, "--access-log", log.to_str().unwrap()],
+    );
+    let meta = std::fs::metadata(&sock).unwrap();
+    assert!(meta.file_type().is_socket());
+    assert_eq!(meta.permissions().mode() & 0o777, 0o666);
+    let answer = get_unix(&sock, "/a.txt");
+    assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");
+    assert!(answer.ends_with("\r\n\r\nunix a\n"), "{answer}");
+    assert_eq!(get(&server.url, "/a.txt"), 200);
+    assert!(within(Duration::from_secs(5), || lines(&log) == 2));
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        logged.lines().next().unwrap().starts_with("unix: - - ["),
+        "{logged}"
+    );
+    assert!(
+        logged
+            .lines()
+            .nth(1)
+            .unwrap()
+            .starts_with("127.0.0.1 - - ["),
+        "{logged}"
+    );
+    assert!(server.stop().success());
+    assert!(!sock.exists(), "the socket outlived the server");
+
+    // Alone: the ready line names the socket.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_duality"))
+        .args(["http", "--model", "sped", "--listen", &listen, "--root"])
+        .arg(&root)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), format!("ready {listen}"));
+    assert!(get_unix(&sock, "/a.txt").starts_with("HTTP/1.1 200 "));
+    assert!(common::http::terminate(&mut child).success());
+    assert!(!sock.exists());
+
+    // A file that is not a socket is not replaced.
+    std::fs::write(&sock, "keep me").unwrap();
+    let err = match HttpServer::try_start(&root, &["--listen", &listen]) {
+        Ok(_) => panic!("started over a regular file"),
+        Err(said) => said,
+    };
+    assert!(err.contains("it exists and is not a socket"), "{err}");
+    assert_eq!(std::fs::read_to_string(&sock).unwrap(), "keep me");
+}

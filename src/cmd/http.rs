@@ -24,10 +24,12 @@ pub struct HttpArgs {
     symlinks: duality_http::Symlinks,
     /// Address to listen on, as nginx's `listen`: ADDRESS:PORT, HOST:PORT
     /// (every address the name resolves to), PORT or *:PORT (all IPv4
-    /// interfaces). Repeat for several. Port 0 picks a free port (see the
-    /// `ready` line).
+    /// interfaces), or unix:PATH (a Unix socket, for a proxy in front:
+    /// made with mode 0666 as nginx makes it, replacing only a stale socket
+    /// at PATH, removed at exit). Repeat for several. Port 0 picks a free
+    /// port (see the `ready` line).
     #[arg(long, default_value = "127.0.0.1:8080")]
-    listen: Vec<super::ListenAddr>,
+    listen: Vec<Listen>,
     #[command(flatten)]
     io: super::IoArg,
     #[command(flatten)]
@@ -282,12 +284,53 @@ fn limits(a: &HttpArgs) -> anyhow::Result<Limits> {
     })
 }
 
-/// The sockets to bind for `--listen` values: each address once
+/// One `--listen` value: nginx's forms of a TCP address, or `unix:PATH`.
+#[derive(Clone, Debug)]
+enum Listen {
+    Tcp(super::ListenAddr),
+    Unix(PathBuf),
+}
+
+impl std::str::FromStr for Listen {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Listen, String> {
+        match s.strip_prefix("unix:") {
+            Some("") => Err(format!(
+                "{s:?}: give the socket's path, unix:PATH (unix:/run/duality-http.sock)"
+            )),
+            Some(path) => Ok(Listen::Unix(path.into())),
+            None => s.parse().map(Listen::Tcp),
+        }
+    }
+}
+
+/// The Unix socket paths of `--listen` values, each once.
+fn unix_listeners(list: &[Listen]) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for l in list {
+        if let Listen::Unix(p) = l {
+            if !out.contains(p) {
+                out.push(p.clone());
+            }
+        }
+    }
+    out
+}
+
+/// The TCP sockets to bind for `--listen` values: each address once
 /// (`localhost:80` and `127.0.0.1:80`), and an IPv4 address left out where
 /// `*:PORT` takes its port anyway (binding both would fail; nginx serves
 /// such a pair from the wildcard socket too).
-fn listeners(list: &[super::ListenAddr]) -> Vec<SocketAddr> {
-    let all: Vec<SocketAddr> = list.iter().flat_map(|l| l.0.iter().copied()).collect();
+fn listeners(list: &[Listen]) -> Vec<SocketAddr> {
+    let all: Vec<SocketAddr> = list
+        .iter()
+        .filter_map(|l| match l {
+            Listen::Tcp(a) => Some(a),
+            Listen::Unix(_) => None,
+        })
+        .flat_map(|l| l.0.iter().copied())
+        .collect();
     let wildcard = |port: u16| {
         all.iter()
             .any(|a| a.port() == port && a.is_ipv4() && a.ip().is_unspecified())
@@ -413,7 +456,11 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
     // the open-file cache take (never past the hard limit), as the cache's
     // -c does: a shell's usual 1024 would otherwise halve --max-conns and
     // turn the open-file cache off.
-    let reserved = reserved_descriptors(a.model, a.accept_balance, listeners(&a.listen).len());
+    let reserved = reserved_descriptors(
+        a.model,
+        a.accept_balance,
+        listeners(&a.listen).len() + unix_listeners(&a.listen).len(),
+    );
     super::raise_nofile(
         descriptors_for(a.max_conns.unwrap_or(1024), reserved)
             .saturating_add(a.open_file_cache.unwrap_or(1000) as u64),
@@ -548,6 +595,11 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
     for addr in listeners(&a.listen) {
         builder = builder.tcp(addr);
     }
+    // As nginx: whoever may reach the path may connect (a proxy running as
+    // another user); put it in a directory that limits who may.
+    for path in unix_listeners(&a.listen) {
+        builder = builder.unix(path).unix_mode(Some(0o666));
+    }
     let root = super::process::is_root();
     if let (Some(user), true) = (&a.user, root) {
         let (user, dir) = (user.clone(), a.root.clone());
@@ -566,24 +618,29 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
     let server = duality_http::serve(builder, state.clone())?;
     let st = state.clone();
     let _metrics = a.metrics.start("http", move || st.prometheus())?;
-    let addr = server
+    // The URLs the server answers on, TCP first, in nginx's notation.
+    let on: Vec<String> = server
         .tcp_addrs()
+        .iter()
+        .map(|a| format!("http://{a}"))
+        .chain(
+            unix_listeners(&a.listen)
+                .iter()
+                .map(|p| format!("unix:{}", p.display())),
+        )
+        .collect();
+    let first = on
         .first()
-        .copied()
+        .cloned()
         .ok_or_else(|| anyhow::anyhow!("no listening address"))?;
     let _pid_file = a
         .pid_file
         .as_deref()
         .map(|p| super::PidFile::write(p, "--pid-file"))
         .transpose()?;
-    duality_rt::say_out!("ready http://{addr}");
+    duality_rt::say_out!("ready {first}");
     use std::io::Write as _;
     std::io::stdout().flush()?;
-    let on: Vec<String> = server
-        .tcp_addrs()
-        .iter()
-        .map(|a| format!("http://{a}"))
-        .collect();
     duality_rt::say!(
         "duality http: serving {} on {} ({}{}, {}, max {} connections, {} files kept open, gzip {})",
         a.root.display(),
@@ -659,9 +716,8 @@ mod tests {
 
     #[test]
     fn listeners_bind_each_address_once_and_defer_to_a_wildcard() {
-        let parse = |v: &[&str]| -> Vec<super::super::ListenAddr> {
-            v.iter().map(|s| s.parse().unwrap()).collect()
-        };
+        let parse =
+            |v: &[&str]| -> Vec<super::Listen> { v.iter().map(|s| s.parse().unwrap()).collect() };
         let got = |v: &[&str]| -> Vec<String> {
             super::listeners(&parse(v))
                 .iter()
@@ -676,6 +732,20 @@ mod tests {
         );
         // Port 0 picks a port per socket: never covered by a wildcard's.
         assert_eq!(got(&["127.0.0.1:0", "*:0"]), ["127.0.0.1:0", "0.0.0.0:0"]);
+        // Unix sockets are bound apart, each path once.
+        let mixed = parse(&[
+            "unix:/run/a.sock",
+            "127.0.0.1:80",
+            "unix:/run/a.sock",
+            "unix:b",
+        ]);
+        assert_eq!(super::listeners(&mixed), ["127.0.0.1:80".parse().unwrap()]);
+        assert_eq!(
+            super::unix_listeners(&mixed),
+            [std::path::PathBuf::from("/run/a.sock"), "b".into()]
+        );
+        let err = "unix:".parse::<super::Listen>().unwrap_err();
+        assert!(err.contains("unix:PATH"), "{err}");
     }
 
     #[test]

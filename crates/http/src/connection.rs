@@ -232,11 +232,14 @@ impl Protocol for HttpProtocol {
     }
 
     fn session(&self, conn: &Conn) -> HttpSession {
-        let peer = if self.state.log.is_some() {
+        // nginx's `$remote_addr` for a Unix socket is `unix:`.
+        let peer = if self.state.log.is_none() {
+            String::new()
+        } else if conn.is_unix() {
+            "unix:".to_owned()
+        } else {
             conn.peer_addr()
                 .map_or_else(|| "-".to_owned(), |a| a.ip().to_string())
-        } else {
-            String::new()
         };
         HttpSession {
             peer,

@@ -1201,6 +1201,11 @@ impl Conn {
         matches!(self.io, Io::BlockingTcp(..) | Io::BlockingUnix(..))
     }
 
+    /// Whether the connection came through a Unix socket.
+    pub fn is_unix(&self) -> bool {
+        matches!(self.io, Io::Unix(_) | Io::BlockingUnix(..))
+    }
+
     /// The remote address of a TCP connection (`None` for Unix sockets).
     pub fn peer_addr(&self) -> Option<std::net::SocketAddr> {
         match &self.io {
