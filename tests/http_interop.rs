@@ -139,6 +139,11 @@ fn curl_interop() {
     );
     assert_eq!(code(&["--path-as-is", &u("/../secret.txt")]), "400");
     assert_eq!(code(&["--path-as-is", &u("/%2e%2e/secret.txt")]), "400");
+    // A `..` that stays inside the root resolves, as nginx resolves it.
+    assert_eq!(
+        stdout(&curl(&["--path-as-is", &u("/sub/../hello.txt")])),
+        stdout(&curl(&[&u("/hello.txt")]))
+    );
     assert_eq!(code(&[&u("/sub")]), "301");
     assert_eq!(stdout(&curl(&["--location", &u("/sub")])), "sub\n");
     assert_eq!(code(&["--http1.0", &u("/hello.txt")]), "200");

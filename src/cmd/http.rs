@@ -19,7 +19,8 @@ pub struct HttpArgs {
     /// default, `disable_symlinks off`: for release layouts such as
     /// `public/uploads -> ../../shared/uploads`; whoever can place a link
     /// under the root can then publish any file the server can read).
-    /// `..` in a request is refused either way.
+    /// A `..` in a request is resolved on its text, as nginx's, and one that
+    /// climbs above the root is 400 either way.
     #[arg(long, value_name = "inside-root|any", default_value = "inside-root")]
     symlinks: duality_http::Symlinks,
     /// Address to listen on, as nginx's `listen`: ADDRESS:PORT, HOST:PORT

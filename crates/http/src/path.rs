@@ -5,9 +5,10 @@
 //!    (`http://host/x` → `/x`), drops query and fragment, percent-decodes, and
 //!    **refuses with 400** everything that could name something outside the
 //!    root or confuse a later step:
-//!    - a `..` segment, raw or encoded in any case mix (`%2e%2e`, `%2E.`,
-//!      `.%2e`), also where an encoded `/` (`%2f`, decoded to a separator
-//!      before the path is split, as nginx decodes it) parts it;
+//!    - a `..` segment that would climb above the root (`/..`, `/a/../..`),
+//!      raw or encoded in any case mix (`%2e%2e`, `%2E.`, `.%2e`), also
+//!      where an encoded `/` (`%2f`, decoded to a separator before the path
+//!      is split, as nginx decodes it) parts it;
 //!    - NUL and every other control byte (`%00`, `%0d%0a`, …), raw or encoded;
 //!    - an invalid escape (`%zz`, `%4`, a lone `%`) or a decoded path that is
 //!      not UTF-8 (overlong forms such as `%c0%ae` included);
@@ -18,9 +19,13 @@
 //!
 //!    A backslash, raw or `%5c`, is a byte of a file name like any other
 //!    (it separates nothing here; nginx looks such a name up too).
-//!    `.` segments and empty segments (`//`) are dropped. The result starts
-//!    with `/`, holds only real segments, and ends with `/` exactly when the
-//!    request did (that slash matters for directories, below).
+//!    `.` segments and empty segments (`//`) are dropped, and a `..` inside
+//!    the root drops the segment before it, on the text alone (RFC 3986's
+//!    remove_dot_segments, as nginx does: `/a/../b` is `/b` whether or not
+//!    `a` exists or is a link; `/a/..` is the directory `/`). The result
+//!    starts with `/`, holds only real segments, and ends with `/` exactly
+//!    when the request did or its last segment was `.` or `..` (that slash
+//!    matters for directories, below).
 //! 2. [`Root::resolve`] (file system): joins the path to the root (itself
 //!    resolved again each time, so a root symlink switched to a new release
 //!    is followed at once), resolves it with [`std::fs::canonicalize`] (every
@@ -69,7 +74,8 @@ const fn bad_request() -> HttpError {
 /// use duality_http::path::normalize;
 /// assert_eq!(normalize("/a/./b//c%20d?q=1").unwrap(), "/a/b/c d");
 /// assert_eq!(normalize("http://example.com/x/").unwrap(), "/x/");
-/// assert!(normalize("/a/%2e%2E/etc/passwd").is_err());
+/// assert_eq!(normalize("/a/%2e%2E/b").unwrap(), "/b");
+/// assert!(normalize("/a/%2e%2E/../etc/passwd").is_err());
 /// ```
 pub fn normalize(target: &str) -> Result<String, HttpError> {
     let raw = origin_path(target).ok_or_else(bad_request)?;
@@ -80,7 +86,13 @@ pub fn normalize(target: &str) -> Result<String, HttpError> {
     for segment in decoded.split('/').skip(1) {
         match segment {
             "" | "." => trailing_slash = true,
-            ".." => return Err(bad_request()),
+            // The segment before goes (nginx's and RFC 3986's dot-segment
+            // removal); there is none above the root.
+            ".." => {
+                let cut = out.rfind('/').ok_or_else(bad_request)?;
+                out.truncate(cut);
+                trailing_slash = true;
+            }
             _ => {
                 out.push('/');
                 out.push_str(segment);
@@ -273,7 +285,8 @@ struct RootDir {
 
 /// Where a symlink under the root may lead (`--symlinks`). Either way a
 /// request can only reach what lies under the root or a link placed there:
-/// [`normalize`] refuses every `..`.
+/// [`normalize`] refuses a `..` that climbs above the root and resolves the
+/// others on the text, before any link is followed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Symlinks {
     /// Only to files and directories under the root; one that leads out,
@@ -774,7 +787,7 @@ pub(crate) mod tests {
         use Want::*;
         let (_tmp, root) = tree("table");
         let table: &[(&str, Want<&str>)] = &[
-            // Climbing out: every spelling of `..` is 400.
+            // Climbing out: every spelling of `..` above the root is 400.
             ("/../outside/secret.txt", Err(400)),
             ("/..", Err(400)),
             ("/%2e%2e/outside/secret.txt", Err(400)),
@@ -783,7 +796,8 @@ pub(crate) mod tests {
             ("/.%2E/outside/secret.txt", Err(400)),
             ("/%2E./%2e%2E/outside/secret.txt", Err(400)),
             ("/sub/../../outside/secret.txt", Err(400)),
-            ("/sub/../a.txt", Err(400)),
+            ("/sub/%2e%2e/%2E./outside/secret.txt", Err(400)),
+            ("/link_in/../../outside/secret.txt", Err(400)),
             ("http://evil/../outside/secret.txt", Err(400)),
             // Separator tricks.
             ("/..%2foutside%2fsecret.txt", Err(400)),
@@ -848,6 +862,17 @@ pub(crate) mod tests {
             ("/a.txt?x=/../../etc/passwd", File("a.txt")),
             ("/a.txt#frag/../..", File("a.txt")),
             ("/./a.txt", File("a.txt")),
+            // `..` inside the root, resolved on the text as nginx does.
+            ("/sub/../a.txt", File("a.txt")),
+            ("/sub/%2e%2E/a.txt", File("a.txt")),
+            ("/sub/..%2fa.txt", File("a.txt")),
+            ("/nope/../a.txt", File("a.txt")),
+            ("/sub/..", File("index.html")),
+            ("/sub/b.css/..", File("sub/index.html")),
+            ("/x/y/../../sub/./b.css", File("sub/b.css")),
+            // A link's `..` is not the file system's: `dir_out/..` is the
+            // root, not the link target's parent.
+            ("/dir_out/../a.txt", File("a.txt")),
             ("//sub//b.css", File("sub/b.css")),
             ("/sub/./b.css", File("sub/b.css")),
             ("/%61.txt", File("a.txt")),
@@ -1001,6 +1026,13 @@ pub(crate) mod tests {
             ("/a//b", "/a/b"),
             ("/a/./b/", "/a/b/"),
             ("/a?b/../c", "/a"),
+            ("/a/..", "/"),
+            ("/a/../", "/"),
+            ("/a/b/..", "/a/"),
+            ("/a/b/../c", "/a/c"),
+            ("/a/./../b/", "/b/"),
+            ("/a//..//b", "/b"),
+            ("http://h/a/../b", "/b"),
             ("http://h", "/"),
             ("http://h/", "/"),
             ("http://h:80/x%20y", "/x y"),
