@@ -182,6 +182,16 @@ pub struct HttpArgs {
     /// Without it a server started as root serves as root, and says so.
     #[arg(long, value_name = "USER")]
     user: Option<String>,
+    /// Answer some errors with a page of the root, as nginx's `error_page`:
+    /// "CODES [=200] PAGE", e.g. "404 /404.html" (the page, with the
+    /// error's status and no validators) or "404 =200 /index.html" (the
+    /// page as if asked for: 200, its validators, ranges and gzip; a
+    /// single-page application's fallback, nginx's `try_files $uri
+    /// /index.html`). Codes 400-599; a lookup answers 403, 404, 500 and 503.
+    /// A page that cannot be served itself leaves the built-in one. Repeat
+    /// for several; the first naming a code applies.
+    #[arg(long, value_name = "CODES [=200] PAGE")]
+    error_page: Vec<duality_http::ErrorPage>,
     /// gzip responses (nginx's `gzip on`): text/*, JSON, JavaScript, XML, SVG,
     /// WebAssembly, TTF/OTF, ICO/BMP (and any +json/+xml type) of at least
     /// --gzip-min-length bytes go out with `Content-Encoding: gzip` to clients
@@ -557,6 +567,7 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         },
         stub_status: a.stub_status.clone(),
         open_files,
+        error_pages: a.error_page.clone(),
     };
     let grace = grace(a.shutdown_grace)?;
     // Stop signals are caught from here on: before any thread starts (the
@@ -572,6 +583,23 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         signal_hook::consts::SIGHUP,
     ])?;
     let state = HttpState::new(cfg)?;
+    // A page that cannot be served now leaves the built-in one: said once
+    // at start (it may be deployed later, so not refused).
+    let unservable: Vec<String> = a
+        .error_page
+        .iter()
+        .filter_map(|p| match state.root().resolve(&p.uri) {
+            Ok(duality_http::Resolved::File { .. }) => None,
+            Ok(duality_http::Resolved::Redirect { .. }) => {
+                Some(format!("--error-page {p}: {} is a directory", p.uri))
+            }
+            Err(e) => Some(format!(
+                "--error-page {p}: {} is {}",
+                p.uri,
+                e.status.text()
+            )),
+        })
+        .collect();
     if a.model == duality_models::Model::ThreadPerConn {
         // Connection threads come and go: allocate from the C library's
         // shared arenas, and give freed memory back.
@@ -660,6 +688,12 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
     a.io.say_affinity("duality http");
     // Said after the serving line: a start that fails says its one line
     // only.
+    for what in &unservable {
+        duality_rt::say!(
+            "duality http: warning: {what} under --root: those errors get the built-in page \
+             until it can be served"
+        );
+    }
     match (&a.user, root) {
         (Some(user), false) => {
             duality_rt::say!("duality http: warning: --user {user} ignored: not started as root")

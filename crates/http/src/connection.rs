@@ -51,12 +51,13 @@ use duality_models::session::{Output, Reply, Timeout};
 use duality_models::{Conn, Driver, DriverConfig, Flow, Linger, Parsed, Protocol};
 
 use crate::date;
+use crate::error_page::ErrorPage;
 use crate::file::FileMeta;
 use crate::gzip::{self, GzipInput, GzipJob};
 use crate::request::{continue_due, parse_head, Discard, Head, Method, Version};
 use crate::response::{
-    not_modified, plan_encoded, write_error, write_redirect, write_refusal, write_text, ByteRange,
-    Encoding, Parts, Plan, CONTINUE,
+    not_modified, plan_encoded, plan_error_page, write_error, write_redirect, write_refusal,
+    write_text, ByteRange, Encoding, Parts, Plan, CONTINUE,
 };
 use crate::send_path::{self, SendPath};
 use crate::server::{Found, HttpState, OpenFile, Phase};
@@ -678,11 +679,25 @@ impl HttpProtocol {
             Ok(found) => found,
             Err(_) => Err(HttpError::keep(Status::InternalServerError)),
         };
+        // An error with a page of its own (nginx's `error_page`) answers
+        // with that page: under the error's status (`error`), or as the
+        // page itself with `=200`.
+        let (found, error) = match found {
+            Err(e) if !e.close => match ErrorPage::find(&self.state.cfg.error_pages, e.status) {
+                Some(page) => self.error_page(page, e, want_gzip, takes_gzip, reply).await,
+                None => (Err(e), None),
+            },
+            found => (found, None),
+        };
         let out = reply.out();
         // `100 Continue` where the file is answered (see `about_the_file`).
-        if interim && found.is_ok() && !matches!(found, Ok(Found::Redirect(_))) {
+        if interim && error.is_none() && found.is_ok() && !matches!(found, Ok(Found::Redirect(_))) {
             out.extend_from_slice(CONTINUE);
         }
+        let plan = |meta: &FileMeta, content_type, encoding, out: &mut Vec<u8>| match error {
+            Some(status) => plan_error_page(head, status, meta.size, content_type, date, out),
+            None => plan_encoded(head, meta, content_type, encoding, date, out),
+        };
         Ok(match found {
             Err(e) => write_error(e, Some(head), date, out),
             Ok(Found::Redirect(location)) => write_redirect(head, &location, date, out),
@@ -692,7 +707,7 @@ impl HttpProtocol {
                 encoding,
                 bytes,
             }) => {
-                let mut plan = plan_encoded(head, &meta, content_type, encoding, date, out);
+                let mut plan = plan(&meta, content_type, encoding, out);
                 push_cached_body(out, &bytes, &mut plan, true);
                 plan
             }
@@ -703,7 +718,7 @@ impl HttpProtocol {
                 encoding,
                 resident,
             }) => {
-                let plan = plan_encoded(head, &meta, content_type, encoding, date, out);
+                let plan = plan(&meta, content_type, encoding, out);
                 let residency = if resident {
                     Residency::Known
                 } else {
@@ -722,6 +737,34 @@ impl HttpProtocol {
                     .await?
             }
         })
+    }
+
+    /// What answers error `e` instead of its built-in page: the lookup of
+    /// `page`, and the status to answer it with (`None`: as the page
+    /// itself, `=200`). A page that cannot be served itself (missing, a
+    /// directory, forbidden) leaves `e`, as nginx sends its own page when
+    /// the error page fails; there is no second redirection.
+    async fn error_page(
+        &self,
+        page: &ErrorPage,
+        e: HttpError,
+        want_gzip: bool,
+        takes_gzip: bool,
+        reply: &mut Reply<'_>,
+    ) -> (Result<Found, HttpError>, Option<Status>) {
+        let state = self.state.clone();
+        let url = page.uri.clone();
+        // Under the error's status the page goes out as it is: no gzip
+        // variant to vary on, no validators.
+        let gzip = page.as_ok;
+        let found = reply
+            .payload()
+            .blocking(move || state.lookup(&url, want_gzip && gzip, takes_gzip && gzip))
+            .await;
+        match found {
+            Ok(Ok(Found::Redirect(_))) | Ok(Err(_)) | Err(_) => (Err(e), None),
+            Ok(Ok(found)) => (Ok(found), (!page.as_ok).then_some(e.status)),
+        }
     }
 
     /// Answers `head` with the gzip variant of the file `path` (validators

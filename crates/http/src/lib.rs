@@ -20,6 +20,7 @@
 //! | [`mod@file`] | [`FileMeta`] (validators), [`ETag`], [`file::open`] |
 //! | [`date`] | [`DateCache`]: the `Date` field, formatted at most once per second |
 //! | [`status`] | [`Status`], [`HttpError`] (status + whether to close) |
+//! | [`error_page`] | [`ErrorPage`]: nginx's `error_page`, a page of the root answering some errors |
 //! | [`server`] | [`HttpConfig`], [`HttpState`] (root, page cache, variant cache, fresh index, access log), [`serve`] |
 //! | `connection` | [`HttpProtocol`] on the session driver ([`driver`]): parse, execute from memory, finish on the loop (lookups, `sendfile`, gzip), timeouts' answers, lingering close |
 //! | `sys` | `sendfile(2)` and blocking-socket timeouts: the crate's only `unsafe` |
@@ -186,6 +187,7 @@ pub mod cache;
 mod connection;
 pub mod date;
 pub mod encoding;
+pub mod error_page;
 pub mod file;
 pub mod gzip;
 pub mod mime;
@@ -201,13 +203,14 @@ pub use cache::{CacheStats, PageCache};
 pub use connection::{driver, HttpProtocol, HttpRequest, HttpSession};
 pub use date::DateCache;
 pub use encoding::AcceptEncoding;
+pub use error_page::ErrorPage;
 pub use file::{ETag, FileMeta};
 pub use gzip::{GzipConfig, Offload};
 pub use path::{Resolved, Root, Symlinks};
 pub use request::{parse_head, Discard, Head, Limits, Method, Version};
 pub use response::{
-    plan_encoded, plan_file, write_error, write_redirect, write_refusal, ByteRange, Encoding,
-    Parts, Plan, MAX_PARTS,
+    plan_encoded, plan_error_page, plan_file, write_error, write_redirect, write_refusal,
+    ByteRange, Encoding, Parts, Plan, MAX_PARTS,
 };
 pub use server::{serve, stub_status, HttpConfig, HttpState, HttpStats};
 pub use status::{HttpError, Status};

@@ -380,6 +380,37 @@ pub fn plan_encoded(
     }
 }
 
+/// Appends the head of an error answered with a page of the root (nginx's
+/// `error_page` without `=`): the error's `status`, the page's type and
+/// length, no validators or ranges (the page is not what was asked for,
+/// and a cache must not take it for that), and a body of the page's `size`
+/// bytes for GET (none for HEAD).
+pub fn plan_error_page(
+    head: &Head<'_>,
+    status: Status,
+    size: u64,
+    content_type: &str,
+    date: &str,
+    out: &mut Vec<u8>,
+) -> Plan {
+    status_line(out, status, date);
+    field(out, "Content-Type", content_type.as_bytes());
+    out.extend_from_slice(b"Content-Length: ");
+    push_u64(out, size);
+    out.extend_from_slice(b"\r\n");
+    connection(out, head.keep_alive);
+    Plan {
+        status,
+        body: (head.method == Method::Get && size > 0).then_some(ByteRange {
+            start: 0,
+            len: size,
+        }),
+        parts: None,
+        keep_alive: head.keep_alive,
+        inline_body: 0,
+    }
+}
+
 /// Appends an error response for `err` (head and a small HTML body, no body
 /// for HEAD). `head` is the request if one was parsed: without it (a parse
 /// error, a timeout) or when `err.close` is set, the connection closes.
@@ -1031,6 +1062,32 @@ mod tests {
         // HEAD ignores Range.
         let (plan, _) = respond_method("HEAD", "Range: bytes=0-1\r\n", 100);
         assert_eq!(plan.status, Status::Ok);
+    }
+
+    #[test]
+    fn an_error_page_keeps_the_errors_status_and_no_validators() {
+        let page = |method: &str, fields: &str| {
+            let req = format!("{method} /gone HTTP/1.1\r\nHost: h\r\n{fields}\r\n");
+            let (head, _) = parse_head(req.as_bytes(), &Limits::default())
+                .unwrap()
+                .unwrap();
+            let mut out = Vec::new();
+            let plan = plan_error_page(&head, Status::NotFound, 120, "text/html", DATE, &mut out);
+            (plan, String::from_utf8(out).unwrap())
+        };
+        // Conditionals and ranges are about the file asked for, not the page.
+        let (plan, text) = page("GET", "Range: bytes=0-1\r\nIf-None-Match: *\r\n");
+        assert_eq!(plan.status, Status::NotFound);
+        assert_eq!(plan.body, Some(ByteRange { start: 0, len: 120 }));
+        assert!(text.starts_with("HTTP/1.1 404 Not Found\r\n"), "{text}");
+        assert!(text.contains("Content-Type: text/html\r\nContent-Length: 120\r\n"));
+        for absent in ["ETag", "Last-Modified", "Accept-Ranges", "Content-Range"] {
+            assert!(!text.contains(absent), "{absent}: {text}");
+        }
+        assert!(plan.keep_alive && text.ends_with("Connection: keep-alive\r\n\r\n"));
+        let (plan, text) = page("HEAD", "Connection: close\r\n");
+        assert_eq!((plan.body, plan.keep_alive), (None, false));
+        assert!(text.contains("Content-Length: 120\r\n"));
     }
 
     #[test]

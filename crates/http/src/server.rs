@@ -154,6 +154,9 @@ pub struct HttpConfig {
     /// cache; a file replaced by a rename is one version or the other.
     /// 0 keeps none.
     pub open_files: usize,
+    /// Errors answered with a page of the root (nginx's `error_page`), the
+    /// first rule naming a status applying; none by default.
+    pub error_pages: Vec<crate::ErrorPage>,
 }
 
 impl HttpConfig {
@@ -163,7 +166,7 @@ impl HttpConfig {
     /// revalidation after 1 s, 10 s head timeout, 60 s idle and write timeouts, 1,000 requests per connection (nginx's
     /// default), no access log, [`Limits::default`],
     /// gzip off ([`GzipConfig::default`]), up to 1,000 open files kept,
-    /// symlinks only inside the root.
+    /// symlinks only inside the root, no error pages.
     pub fn new(root: impl Into<PathBuf>) -> HttpConfig {
         HttpConfig {
             root: root.into(),
@@ -186,6 +189,7 @@ impl HttpConfig {
             gzip: GzipConfig::default(),
             stub_status: None,
             open_files: 1000,
+            error_pages: Vec::new(),
         }
     }
 

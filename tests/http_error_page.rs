@@ -1,0 +1,192 @@
+//! `duality http --error-page`, nginx's `error_page`: a page of the root
+//! answering errors under their own status, or as itself with `=200` (a
+//! single-page application's fallback); a page that cannot be served leaves
+//! the built-in one, said at start.
+
+mod common;
+
+use common::http::HttpServer;
+use common::TempDir;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// One request on its own connection: the status code, the head's fields
+/// (lower-cased names) and the body.
+fn call(
+    url: &str,
+    method: &str,
+    path: &str,
+    fields: &str,
+) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let mut s = TcpStream::connect(url.strip_prefix("http://").unwrap()).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: t\r\n{fields}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a whole head");
+    let head = String::from_utf8(raw[..end].to_vec()).unwrap();
+    let mut lines = head.split("\r\n");
+    let code = lines.next().unwrap()[9..12].parse().unwrap();
+    let fields = lines
+        .map(|l| {
+            let (n, v) = l.split_once(": ").unwrap();
+            (n.to_ascii_lowercase(), v.to_owned())
+        })
+        .collect();
+    (code, fields, raw[end + 4..].to_vec())
+}
+
+fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    fields
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.as_str())
+}
+
+fn site(dir: &Path) -> Vec<u8> {
+    std::fs::create_dir_all(dir.join("errors")).unwrap();
+    std::fs::create_dir_all(dir.join("dir")).unwrap();
+    std::fs::write(dir.join("index.html"), "<h1>app</h1>\n").unwrap();
+    std::fs::write(dir.join("a.txt"), "a\n").unwrap();
+    // Larger than the page cache takes: sent from the file.
+    let page: Vec<u8> = b"<p>not here</p>\n"
+        .iter()
+        .copied()
+        .cycle()
+        .take(100_000)
+        .collect();
+    std::fs::write(dir.join("errors/404.html"), &page).unwrap();
+    page
+}
+
+#[test]
+fn errors_answer_with_pages_of_the_root() {
+    let dir = TempDir::new("error-page");
+    let root = dir.0.join("www");
+    let page = site(&root);
+    let log = dir.0.join("access.log");
+    let server = HttpServer::start(
+        &root,
+        &[
+            "--error-page",
+            "404 /errors/404.html",
+            "--error-page",
+            "403 =200 /index.html",
+            "--access-log",
+            log.to_str().unwrap(),
+        ],
+    );
+    let url = &server.url;
+
+    // A missing file: the page, under 404, without the page's validators.
+    let (code, fields, body) = call(url, "GET", "/no/such/file", "");
+    assert_eq!(code, 404);
+    assert_eq!(body, page);
+    assert_eq!(field(&fields, "content-type"), Some("text/html"));
+    assert_eq!(field(&fields, "etag"), None);
+    assert_eq!(field(&fields, "last-modified"), None);
+    let (code, fields, body) = call(url, "HEAD", "/no/such/file", "");
+    assert_eq!((code, body.len()), (404, 0));
+    assert_eq!(field(&fields, "content-length"), Some("100000"));
+    // A range of a missing file is no range of the page.
+    let (code, _, body) = call(url, "GET", "/nope", "Range: bytes=0-9\r\n");
+    assert_eq!((code, body.len()), (404, page.len()));
+
+    // 403 (a directory without index) =200: the page as if asked for.
+    let (code, fields, body) = call(url, "GET", "/dir/", "");
+    assert_eq!((code, body.as_slice()), (200, b"<h1>app</h1>\n".as_slice()));
+    let etag = field(&fields, "etag")
+        .expect("the page's own validators")
+        .to_owned();
+    let (code, _, body) = call(url, "GET", "/dir/", &format!("If-None-Match: {etag}\r\n"));
+    assert_eq!((code, body.len()), (304, 0));
+
+    // Files that exist are untouched.
+    let (code, _, body) = call(url, "GET", "/a.txt", "");
+    assert_eq!((code, body.as_slice()), (200, b"a\n".as_slice()));
+
+    // Logged with the status and the bytes sent.
+    let until = Instant::now() + Duration::from_secs(5);
+    let logged = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.lines().count() >= 6 || Instant::now() > until {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(
+        logged.contains("\"GET /no/such/file HTTP/1.1\" 404 100000 "),
+        "{logged}"
+    );
+    assert!(
+        logged.contains("\"GET /dir/ HTTP/1.1\" 200 13 "),
+        "{logged}"
+    );
+    assert!(server.stop().success());
+}
+
+#[test]
+fn a_page_that_cannot_be_served_leaves_the_built_in_one() {
+    let dir = TempDir::new("error-page-missing");
+    site(&dir.0);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_duality"))
+        .args(["http", "--listen", "127.0.0.1:0", "--model", "sped"])
+        .args(["--error-page", "404 /gone.html", "--root"])
+        .arg(&dir.0)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    let url = ready
+        .trim()
+        .strip_prefix("ready ")
+        .expect("a ready line")
+        .to_owned();
+    // Said once at start, after the serving line (read on a thread: a
+    // missing line fails the test instead of hanging it).
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for l in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let warning = std::iter::from_fn(|| rx.recv_timeout(Duration::from_secs(10)).ok())
+        .find(|l| l.contains("--error-page"));
+    assert_eq!(
+        warning.as_deref(),
+        Some(
+            "duality http: warning: --error-page 404 /gone.html: /gone.html is 404 Not Found \
+             under --root: those errors get the built-in page until it can be served"
+        )
+    );
+    let (code, _, body) = call(&url, "GET", "/nope", "");
+    assert_eq!(code, 404);
+    assert!(String::from_utf8_lossy(&body).contains("<title>404 Not Found</title>"));
+    // Deployed later: served from then on.
+    std::fs::write(dir.0.join("gone.html"), "later\n").unwrap();
+    assert_eq!(call(&url, "GET", "/nope", "").2, b"later\n");
+    assert!(common::http::terminate(&mut child).success());
+
+    let out = Command::new(env!("CARGO_BIN_EXE_duality"))
+        .args(["http", "--error-page", "404 http://example.com/", "--root"])
+        .arg(&dir.0)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("the page must be a path of the root"), "{err}");
+}
