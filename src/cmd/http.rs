@@ -182,6 +182,13 @@ pub struct HttpArgs {
     /// Without it a server started as root serves as root, and says so.
     #[arg(long, value_name = "USER")]
     user: Option<String>,
+    /// List a directory asked for with its slash and without index.html
+    /// (nginx's `autoindex on`, in its format): directories first, then
+    /// files, by name, without names starting with `.`; at most 10,000
+    /// entries. Off by default: such a directory is 403, as in nginx.
+    #[arg(long, value_name = "on|off", default_value = "off", value_parser = on_off,
+          action = clap::ArgAction::Set)]
+    autoindex: bool,
     /// Answer some errors with a page of the root, as nginx's `error_page`:
     /// "CODES [=200] PAGE", e.g. "404 /404.html" (the page, with the
     /// error's status and no validators) or "404 =200 /index.html" (the
@@ -567,6 +574,7 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         },
         stub_status: a.stub_status.clone(),
         open_files,
+        autoindex: a.autoindex,
         error_pages: a.error_page.clone(),
     };
     let grace = grace(a.shutdown_grace)?;
@@ -590,9 +598,9 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         .iter()
         .filter_map(|p| match state.root().resolve(&p.uri) {
             Ok(duality_http::Resolved::File { .. }) => None,
-            Ok(duality_http::Resolved::Redirect { .. }) => {
-                Some(format!("--error-page {p}: {} is a directory", p.uri))
-            }
+            Ok(
+                duality_http::Resolved::Redirect { .. } | duality_http::Resolved::Listing { .. },
+            ) => Some(format!("--error-page {p}: {} is a directory", p.uri)),
             Err(e) => Some(format!(
                 "--error-page {p}: {} is {}",
                 p.uri,

@@ -701,6 +701,9 @@ impl HttpProtocol {
         Ok(match found {
             Err(e) => write_error(e, Some(head), date, out),
             Ok(Found::Redirect(location)) => write_redirect(head, &location, date, out),
+            Ok(Found::Listing(page)) => {
+                write_text(head, "text/html; charset=utf-8", &page, date, out)
+            }
             Ok(Found::Bytes {
                 meta,
                 content_type,
@@ -762,7 +765,7 @@ impl HttpProtocol {
             .blocking(move || state.lookup(&url, want_gzip && gzip, takes_gzip && gzip))
             .await;
         match found {
-            Ok(Ok(Found::Redirect(_))) | Ok(Err(_)) | Err(_) => (Err(e), None),
+            Ok(Ok(Found::Redirect(_) | Found::Listing(_))) | Ok(Err(_)) | Err(_) => (Err(e), None),
             Ok(Ok(found)) => (Ok(found), (!page.as_ok).then_some(e.status)),
         }
     }

@@ -102,6 +102,24 @@ pub fn format_clf(t: SystemTime) -> [u8; CLF_LEN] {
     b
 }
 
+/// Length of [`format_listing`]'s output.
+pub const LISTING_LEN: usize = 17;
+
+/// `t` as nginx's `autoindex` lists a file's time: `06-Dec-2026 23:41`, UTC.
+pub fn format_listing(t: SystemTime) -> [u8; LISTING_LEN] {
+    let secs = http_secs(t);
+    let (year, month, day) = civil_from_days(secs / 86_400);
+    let rem = secs % 86_400;
+    let mut b = *b"01-Jan-1970 00:00";
+    two_digits(&mut b[0..2], day);
+    b[3..6].copy_from_slice(MONTHS[(month - 1) as usize]);
+    two_digits(&mut b[7..9], year / 100);
+    two_digits(&mut b[9..11], year % 100);
+    two_digits(&mut b[12..14], rem / 3600);
+    two_digits(&mut b[15..17], rem / 60 % 60);
+    b
+}
+
 fn two_digits(out: &mut [u8], v: u64) {
     out[0] = b'0' + (v / 10 % 10) as u8;
     out[1] = b'0' + (v % 10) as u8;

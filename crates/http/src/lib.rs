@@ -20,6 +20,7 @@
 //! | [`mod@file`] | [`FileMeta`] (validators), [`ETag`], [`file::open`] |
 //! | [`date`] | [`DateCache`]: the `Date` field, formatted at most once per second |
 //! | [`status`] | [`Status`], [`HttpError`] (status + whether to close) |
+//! | [`autoindex`] | directory listings in nginx's `autoindex` format |
 //! | [`error_page`] | [`ErrorPage`]: nginx's `error_page`, a page of the root answering some errors |
 //! | [`server`] | [`HttpConfig`], [`HttpState`] (root, page cache, variant cache, fresh index, access log), [`serve`] |
 //! | `connection` | [`HttpProtocol`] on the session driver ([`driver`]): parse, execute from memory, finish on the loop (lookups, `sendfile`, gzip), timeouts' answers, lingering close |
@@ -183,6 +184,7 @@
 // `unsafe` is allowed in `sys` only.
 #![deny(unsafe_code)]
 
+pub mod autoindex;
 pub mod cache;
 mod connection;
 pub mod date;

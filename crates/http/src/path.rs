@@ -248,6 +248,13 @@ pub enum Resolved {
         /// The path with a trailing slash, percent-encoded.
         location: String,
     },
+    /// A directory without `index.html`, with listings on
+    /// ([`Root::with_autoindex`]): list it ([`crate::autoindex`]).
+    Listing {
+        /// Its canonical path (under [`Root::dir`] unless symlinks may lead
+        /// anywhere).
+        path: PathBuf,
+    },
 }
 
 /// The directory the server serves. Its path is resolved again at every
@@ -262,6 +269,8 @@ pub struct Root {
     dir: PathBuf,
     /// Where a symlink under the root may lead.
     symlinks: Symlinks,
+    /// Whether a directory without index resolves to a listing.
+    autoindex: bool,
     /// The root directory as last opened, for [`Root::resolve`]'s short
     /// way (shared by clones: they name the same root).
     opened: Arc<Mutex<Option<Arc<RootDir>>>>,
@@ -327,6 +336,7 @@ impl Root {
             given,
             dir,
             symlinks: Symlinks::InsideRoot,
+            autoindex: false,
             opened: Arc::default(),
             short_way: true,
         })
@@ -338,6 +348,21 @@ impl Root {
             symlinks: policy,
             ..self
         }
+    }
+
+    /// With `on`, a directory without `index.html` resolves to
+    /// [`Resolved::Listing`] instead of 403 (nginx's `autoindex`).
+    pub fn with_autoindex(self, on: bool) -> Root {
+        Root {
+            autoindex: on,
+            ..self
+        }
+    }
+
+    /// Whether a symlink leading to `real` (canonical) may be followed: under
+    /// the root, unless symlinks may lead anywhere.
+    pub fn allows(&self, real: &Path) -> bool {
+        self.symlinks == Symlinks::Any || self.current().is_ok_and(|root| real.starts_with(root))
     }
 
     /// The canonical root directory at start-up.
@@ -459,7 +484,7 @@ impl Root {
     ///
     /// Errors: 404 (absent, or a file asked for as a directory), 403 (outside
     /// the root through a symlink, a symlink loop, a directory without
-    /// `index.html`, not a regular file, no permission), 400 (a path that
+    /// `index.html` unless listed, not a regular file, no permission), 400 (a path that
     /// [`normalize`] would not have produced), 500 (any other I/O error).
     /// This is a blocking call (`openat2`, `fstat`; where a symlink or an
     /// error is met, `realpath` and `stat`): a handler runs it where
@@ -508,6 +533,9 @@ impl Root {
             });
         }
         let (real, md) = match self.confine(&root, &real.join(INDEX)) {
+            Err(e) if e.status == Status::NotFound && self.autoindex => {
+                return Ok(Resolved::Listing { path: real })
+            }
             Err(e) if e.status == Status::NotFound => {
                 return Err(HttpError::keep(Status::Forbidden))
             }
@@ -689,6 +717,7 @@ pub(crate) mod tests {
                 Want::File(rel.to_str().unwrap().to_owned())
             }
             Ok(Resolved::Redirect { location }) => Want::Redirect(location),
+            Ok(Resolved::Listing { path }) => panic!("{target} listed {path:?} without autoindex"),
             Err(e) => {
                 assert!(!e.close);
                 Want::Err(e.status.code())
@@ -1083,6 +1112,33 @@ pub(crate) mod tests {
         fs::remove_dir_all(base.join("r1")).unwrap();
         assert_eq!(file("/v.txt"), "two");
         let _ = fs::remove_dir_all(&base);
+    }
+
+    #[test]
+    fn a_directory_without_index_is_listed_only_with_autoindex() {
+        let (_tmp, root) = tree("autoindex");
+        assert_eq!(
+            root.resolve("/empty/").unwrap_err().status,
+            Status::Forbidden
+        );
+        let listing = root.clone().with_autoindex(true);
+        for r in [listing.clone(), long_way(&listing)] {
+            match r.resolve("/empty/") {
+                Ok(Resolved::Listing { path }) => assert_eq!(path, r.dir().join("empty")),
+                other => panic!("{other:?}"),
+            }
+            // An index is still served, one that leads out still refused,
+            // and the slash still asked for.
+            assert!(matches!(r.resolve("/sub/"), Ok(Resolved::File { .. })));
+            assert_eq!(r.resolve("/sub2/").unwrap_err().status, Status::Forbidden);
+            assert!(matches!(r.resolve("/empty"), Ok(Resolved::Redirect { .. })));
+        }
+        // Where a listed symlink may lead.
+        assert!(listing.allows(&listing.dir().join("a.txt")));
+        assert!(!listing.allows(Path::new("/etc/passwd")));
+        assert!(listing
+            .with_symlinks(Symlinks::Any)
+            .allows(Path::new("/etc/passwd")));
     }
 
     #[test]

@@ -154,6 +154,9 @@ pub struct HttpConfig {
     /// cache; a file replaced by a rename is one version or the other.
     /// 0 keeps none.
     pub open_files: usize,
+    /// List directories without `index.html` (nginx's `autoindex`) instead
+    /// of answering 403; off by default.
+    pub autoindex: bool,
     /// Errors answered with a page of the root (nginx's `error_page`), the
     /// first rule naming a status applying; none by default.
     pub error_pages: Vec<crate::ErrorPage>,
@@ -166,7 +169,7 @@ impl HttpConfig {
     /// revalidation after 1 s, 10 s head timeout, 60 s idle and write timeouts, 1,000 requests per connection (nginx's
     /// default), no access log, [`Limits::default`],
     /// gzip off ([`GzipConfig::default`]), up to 1,000 open files kept,
-    /// symlinks only inside the root, no error pages.
+    /// symlinks only inside the root, no listings, no error pages.
     pub fn new(root: impl Into<PathBuf>) -> HttpConfig {
         HttpConfig {
             root: root.into(),
@@ -189,6 +192,7 @@ impl HttpConfig {
             gzip: GzipConfig::default(),
             stub_status: None,
             open_files: 1000,
+            autoindex: false,
             error_pages: Vec::new(),
         }
     }
@@ -417,6 +421,8 @@ impl std::fmt::Debug for HttpState {
 pub(crate) enum Found {
     /// A directory asked for without its slash.
     Redirect(String),
+    /// A directory's listing page (`--autoindex on`): HTML, not cached.
+    Listing(Vec<u8>),
     /// The whole body in memory (cached, or small enough to read).
     Bytes {
         meta: FileMeta,
@@ -458,7 +464,8 @@ impl HttpState {
                     format!("document root {}: {e}", cfg.root.display()),
                 )
             })?
-            .with_symlinks(cfg.symlinks);
+            .with_symlinks(cfg.symlinks)
+            .with_autoindex(cfg.autoindex);
         let log = match &cfg.access_log {
             Some(p) => Some(AccessLog::open(p)?),
             None => None,
@@ -664,6 +671,15 @@ impl HttpState {
     ) -> Result<Found, HttpError> {
         let (path, meta) = match self.root.resolve(url_path) {
             Ok(Resolved::Redirect { location }) => return Ok(Found::Redirect(location)),
+            Ok(Resolved::Listing { path }) => {
+                let (mut entries, more) =
+                    crate::autoindex::read(&path, crate::autoindex::MAX_ENTRIES, |real| {
+                        self.root.allows(real)
+                    })
+                    .map_err(|e| HttpError::from_io(&e))?;
+                let page = crate::autoindex::render(url_path, &mut entries, more);
+                return Ok(Found::Listing(page));
+            }
             Ok(Resolved::File { path, meta }) => (path, meta),
             Err(e) if e.status == Status::NotFound && self.cfg.gzip.static_files => {
                 return match takes_gzip {

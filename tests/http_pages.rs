@@ -1,7 +1,9 @@
-//! `duality http --error-page`, nginx's `error_page`: a page of the root
-//! answering errors under their own status, or as itself with `=200` (a
-//! single-page application's fallback); a page that cannot be served leaves
-//! the built-in one, said at start.
+//! Pages `duality http` makes besides files, as nginx makes them:
+//! `--error-page` (nginx's `error_page`: a page of the root answering
+//! errors under their own status, or as itself with `=200`, a single-page
+//! application's fallback; a page that cannot be served leaves the built-in
+//! one, said at start) and `--autoindex on` (directory listings, compared
+//! with nginx's byte for byte where nginx is installed).
 
 mod common;
 
@@ -43,6 +45,23 @@ fn call(
         })
         .collect();
     (code, fields, raw[end + 4..].to_vec())
+}
+
+/// A chunked body's data (nginx streams its listing).
+fn dechunk(mut body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let eol = body
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .expect("a chunk size line");
+        let size = usize::from_str_radix(std::str::from_utf8(&body[..eol]).unwrap(), 16).unwrap();
+        if size == 0 {
+            return out;
+        }
+        out.extend_from_slice(&body[eol + 2..eol + 2 + size]);
+        body = &body[eol + 2 + size + 2..];
+    }
 }
 
 fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
@@ -189,4 +208,88 @@ fn a_page_that_cannot_be_served_leaves_the_built_in_one() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("the page must be a path of the root"), "{err}");
+}
+
+#[test]
+fn autoindex_lists_a_directory_as_nginx_does() {
+    let dir = TempDir::new("autoindex");
+    let root = dir.0.join("www");
+    let list = root.join("files");
+    std::fs::create_dir_all(list.join("sub dir")).unwrap();
+    std::fs::create_dir_all(root.join("site")).unwrap();
+    std::fs::write(root.join("site/index.html"), "site\n").unwrap();
+    for (name, len) in [
+        ("b.txt", 1234),
+        ("a <&> \"q\" 100%.txt", 5),
+        ("e!x*y(z)$a,b=c:d@e~f+g';h", 0),
+        (
+            "long-name-of-more-than-fifty-characters-in-all-0123456789.bin",
+            7,
+        ),
+        ("ü.txt", 2),
+        (".hidden", 1),
+    ] {
+        std::fs::write(list.join(name), vec![b'x'; len]).unwrap();
+    }
+    std::os::unix::fs::symlink("b.txt", list.join("link")).unwrap();
+    let server = HttpServer::start(&root, &["--autoindex", "on"]);
+    let (code, fields, page) = call(&server.url, "GET", "/files/", "");
+    assert_eq!(code, 200);
+    assert_eq!(
+        field(&fields, "content-type"),
+        Some("text/html; charset=utf-8")
+    );
+    let text = String::from_utf8(page.clone()).unwrap();
+    assert!(text.starts_with("<html>\r\n<head><title>Index of /files/</title></head>"));
+    assert!(!text.contains("hidden"), "{text}");
+    // Directories first, then by name; every link answers.
+    let links: Vec<&str> = text
+        .split("<a href=\"")
+        .skip(1)
+        .map(|l| &l[..l.find('"').unwrap()])
+        .collect();
+    assert_eq!(links[..2], ["../", "sub%20dir/"]);
+    assert_eq!(links.len(), 2 + 6, "{links:?}");
+    for l in &links[1..] {
+        let (code, _, _) = call(&server.url, "GET", &format!("/files/{l}"), "");
+        assert_eq!(code, 200, "{l}");
+    }
+    // An index is still served; the slash is still asked for.
+    assert_eq!(call(&server.url, "GET", "/site/", "").2, b"site\n");
+    assert_eq!(call(&server.url, "GET", "/files", "").0, 301);
+    let (code, fields, body) = call(&server.url, "HEAD", "/files/", "");
+    assert_eq!((code, body.len()), (200, 0));
+    assert_eq!(
+        field(&fields, "content-length"),
+        Some(page.len().to_string().as_str())
+    );
+
+    // The same page as nginx's `autoindex on` (with `charset utf-8`, which
+    // counts a name's characters rather than its bytes), byte for byte.
+    match duality_bench::http::find_nginx() {
+        Some(nginx) => {
+            let n = duality_bench::http::RunningServer::nginx_with(
+                &nginx,
+                &root,
+                1,
+                1024,
+                "    autoindex on;\n    charset utf-8;\n",
+            )
+            .unwrap();
+            let (code, fields, theirs) = call(&format!("http://{}", n.addr), "GET", "/files/", "");
+            assert_eq!(code, 200);
+            assert_eq!(
+                field(&fields, "content-type"),
+                Some("text/html; charset=utf-8")
+            );
+            assert_eq!(field(&fields, "transfer-encoding"), Some("chunked"));
+            assert_eq!(String::from_utf8_lossy(&dechunk(&theirs)), text);
+        }
+        None => eprintln!("nginx not installed: the listing is not compared with nginx's"),
+    }
+    assert!(server.stop().success());
+
+    // Off (the default): 403, as nginx's.
+    let off = HttpServer::start(&root, &[]);
+    assert_eq!(call(&off.url, "GET", "/files/", "").0, 403);
 }

@@ -1,0 +1,267 @@
+//! Directory listings, nginx's `autoindex on` (`--autoindex on`): a
+//! directory asked for with its slash and without `index.html` is answered
+//! with an HTML page of its entries in nginx's format with `charset
+//! utf-8` (directories first, then by name; names over 50 characters cut
+//! after 47, counted in characters; the time in UTC; sizes in bytes),
+//! instead of 403.
+//!
+//! As nginx's, names starting with `.` are left out; here also names that
+//! are not UTF-8 (no request can name them), broken symlinks (nginx lists
+//! them with the link's own size; a request for one is 404) and, unless
+//! symlinks may lead anywhere, symlinks that lead out of the root (a
+//! request for them is 403, and their size and time are another file's).
+//! A listing holds at
+//! most [`MAX_ENTRIES`] entries, the first the directory gives, and says how
+//! many more it left out: its page stays bounded however large the
+//! directory.
+
+use std::fs;
+use std::io;
+use std::path::Path;
+use std::time::SystemTime;
+
+use crate::date;
+
+/// Most entries one listing shows.
+pub const MAX_ENTRIES: usize = 10_000;
+
+/// Characters of a name shown before it is cut (nginx's 50).
+const NAME_WIDTH: usize = 50;
+
+/// One entry of a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// Its name in the directory.
+    pub name: String,
+    /// A directory (listed with a trailing `/` and no size).
+    pub dir: bool,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Its modification time.
+    pub mtime: SystemTime,
+}
+
+/// Reads the directory `dir` (blocking): its listable entries, at most
+/// `max` (the server's: [`MAX_ENTRIES`]), and how many more it had.
+/// `allowed` says whether a symlink's canonical target may be listed.
+pub fn read(
+    dir: &Path,
+    max: usize,
+    allowed: impl Fn(&Path) -> bool,
+) -> io::Result<(Vec<Entry>, u64)> {
+    let mut entries = Vec::new();
+    let mut more = 0u64;
+    for e in fs::read_dir(dir)? {
+        let e = e?;
+        let Ok(name) = e.file_name().into_string() else {
+            continue;
+        };
+        if name.starts_with('.') {
+            continue;
+        }
+        if entries.len() == max {
+            more += 1;
+            continue;
+        }
+        let path = e.path();
+        if e.file_type()?.is_symlink() {
+            match fs::canonicalize(&path) {
+                Ok(real) if allowed(&real) => {}
+                _ => continue,
+            }
+        }
+        // Followed through a symlink, as nginx's `stat`.
+        let Ok(md) = fs::metadata(&path) else {
+            continue;
+        };
+        entries.push(Entry {
+            name,
+            dir: md.is_dir(),
+            size: md.len(),
+            mtime: md.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+        });
+    }
+    Ok((entries, more))
+}
+
+/// The listing page of the directory at URL path `url_path` (ending with
+/// `/`): nginx's `autoindex` HTML, entries sorted as nginx sorts them,
+/// and, when `more` entries were left out, a line that says so.
+pub fn render(url_path: &str, entries: &mut [Entry], more: u64) -> Vec<u8> {
+    entries.sort_by(|a, b| b.dir.cmp(&a.dir).then_with(|| a.name.cmp(&b.name)));
+    let title = html_escape(url_path);
+    let mut out = format!(
+        "<html>\r\n<head><title>Index of {title}</title></head>\r\n<body>\r\n\
+         <h1>Index of {title}</h1><hr><pre><a href=\"../\">../</a>\r\n"
+    )
+    .into_bytes();
+    for e in entries.iter() {
+        let slash = if e.dir { "/" } else { "" };
+        out.extend_from_slice(b"<a href=\"");
+        out.extend_from_slice(encode_name(&e.name).as_bytes());
+        out.extend_from_slice(slash.as_bytes());
+        out.extend_from_slice(b"\">");
+        // The name shown with its slash, cut to fit the column.
+        let shown: Vec<char> = e.name.chars().chain(slash.chars()).collect();
+        let len = shown.len();
+        if len > NAME_WIDTH {
+            let cut: String = shown[..NAME_WIDTH - 3].iter().collect();
+            out.extend_from_slice(html_escape(&cut).as_bytes());
+            out.extend_from_slice(b"..&gt;</a>");
+        } else {
+            let whole: String = shown.iter().collect();
+            out.extend_from_slice(html_escape(&whole).as_bytes());
+            out.extend_from_slice(b"</a>");
+            out.resize(out.len() + NAME_WIDTH - len, b' ');
+        }
+        out.push(b' ');
+        out.extend_from_slice(&date::format_listing(e.mtime));
+        out.push(b' ');
+        let size = if e.dir {
+            "-".to_owned()
+        } else {
+            e.size.to_string()
+        };
+        out.extend_from_slice(format!("{size:>19}\r\n").as_bytes());
+    }
+    if more > 0 {
+        out.extend_from_slice(
+            format!("\r\n({more} more entries not listed: at most {MAX_ENTRIES} are)\r\n")
+                .as_bytes(),
+        );
+    }
+    out.extend_from_slice(b"</pre><hr></body>\r\n</html>\r\n");
+    out
+}
+
+/// A name as one segment of a link: every byte but RFC 3986's unreserved
+/// ones percent-encoded, as nginx encodes a URI component.
+fn encode_name(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for &b in name.as_bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn html_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '&' => out.push_str("&amp;"),
+            '"' => out.push_str("&quot;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    fn entry(name: &str, dir: bool, size: u64) -> Entry {
+        Entry {
+            name: name.to_owned(),
+            dir,
+            size,
+            // 2026-12-06 23:41:07 UTC
+            mtime: UNIX_EPOCH + Duration::from_secs(1_796_600_467),
+        }
+    }
+
+    #[test]
+    fn nginx_format_sorted_directories_first() {
+        let mut e = vec![
+            entry("b.txt", false, 1234),
+            entry("sub", true, 4096),
+            entry("a.txt", false, 2),
+        ];
+        let page = String::from_utf8(render("/dir/", &mut e, 0)).unwrap();
+        let want = "<html>\r\n<head><title>Index of /dir/</title></head>\r\n<body>\r\n\
+            <h1>Index of /dir/</h1><hr><pre><a href=\"../\">../</a>\r\n\
+            <a href=\"sub/\">sub/</a>                                               \
+            06-Dec-2026 23:41                   -\r\n\
+            <a href=\"a.txt\">a.txt</a>                                              \
+            06-Dec-2026 23:41                   2\r\n\
+            <a href=\"b.txt\">b.txt</a>                                              \
+            06-Dec-2026 23:41                1234\r\n\
+            </pre><hr></body>\r\n</html>\r\n";
+        assert_eq!(page, want);
+    }
+
+    #[test]
+    fn names_are_escaped_and_cut() {
+        let long = "x".repeat(60);
+        let mut e = vec![
+            entry("a <b> & \"c\".txt", false, 1),
+            entry("100% #1?.txt", false, 1),
+            entry(&long, false, 1),
+            entry("ü.txt", false, 1),
+            entry("e!x*y(z)$a,b=c:d@e~f+g';h", false, 1),
+        ];
+        let page = String::from_utf8(render("/<x>/", &mut e, 0)).unwrap();
+        assert!(page.contains("<title>Index of /&lt;x&gt;/</title>"));
+        assert!(page.contains(
+            "<a href=\"a%20%3Cb%3E%20%26%20%22c%22.txt\">a &lt;b&gt; &amp; &quot;c&quot;.txt</a>"
+        ));
+        assert!(page.contains("<a href=\"100%25%20%231%3F.txt\">100% #1?.txt</a>"));
+        assert!(page.contains(&format!(
+            "<a href=\"{long}\">{}..&gt;</a> 06-Dec",
+            &long[..47]
+        )));
+        // As nginx: all but unreserved characters encoded in a link.
+        assert!(page.contains("href=\"e%21x%2Ay%28z%29%24a%2Cb%3Dc%3Ad%40e~f%2Bg%27%3Bh\""));
+        // Padded by characters, not bytes.
+        assert!(page.contains(&format!(
+            "<a href=\"%C3%BC.txt\">ü.txt</a>{} 06-Dec",
+            " ".repeat(45)
+        )));
+    }
+
+    #[test]
+    fn a_bounded_listing_says_what_it_left_out() {
+        let page = String::from_utf8(render("/", &mut [], 3)).unwrap();
+        assert!(page.contains("(3 more entries not listed: at most 10000 are)"));
+    }
+
+    #[test]
+    fn reads_what_nginx_lists() {
+        let dir = std::env::temp_dir().join(format!("duality-autoindex-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("sub")).unwrap();
+        fs::write(dir.join("a.txt"), "aa").unwrap();
+        fs::write(dir.join(".hidden"), "h").unwrap();
+        std::os::unix::fs::symlink("nowhere", dir.join("broken")).unwrap();
+        std::os::unix::fs::symlink("a.txt", dir.join("in")).unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", dir.join("out")).unwrap();
+        let canon = fs::canonicalize(&dir).unwrap();
+        let (mut got, more) = read(&dir, 10, |p| p.starts_with(&canon)).unwrap();
+        got.sort_by(|a, b| a.name.cmp(&b.name));
+        let names: Vec<(&str, bool, u64)> = got
+            .iter()
+            .map(|e| (e.name.as_str(), e.dir, e.size))
+            .collect();
+        assert_eq!(names.len(), 3, "{names:?}");
+        assert_eq!(&names[..2], [("a.txt", false, 2), ("in", false, 2)]);
+        assert_eq!((names[2].0, names[2].1), ("sub", true));
+        assert_eq!(more, 0);
+        // Links may lead anywhere: the one out of the root is listed too.
+        let (all, _) = read(&dir, 10, |_| true).unwrap();
+        assert_eq!(
+            all.len(),
+            3 + usize::from(Path::new("/etc/hostname").exists())
+        );
+        // Bounded: the rest counted, not kept.
+        let (two, more) = read(&dir, 2, |_| true).unwrap();
+        assert_eq!((two.len() as u64, more), (2, all.len() as u64 - 2));
+        let _ = fs::remove_dir_all(&dir);
+    }
+}
