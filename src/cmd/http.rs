@@ -185,7 +185,8 @@ pub struct HttpArgs {
     /// List a directory asked for with its slash and without index.html
     /// (nginx's `autoindex on`, in its format): directories first, then
     /// files, by name, without names starting with `.`; at most 10,000
-    /// entries. Off by default: such a directory is 403, as in nginx.
+    /// entries in about 2 MiB. Off by default: such a directory is 403, as
+    /// in nginx.
     #[arg(long, value_name = "on|off", default_value = "off", value_parser = on_off,
           action = clap::ArgAction::Set)]
     autoindex: bool,

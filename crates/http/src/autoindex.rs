@@ -10,10 +10,11 @@
 //! them with the link's own size; a request for one is 404) and, unless
 //! symlinks may lead anywhere, symlinks that lead out of the root (a
 //! request for them is 403, and their size and time are another file's).
-//! A listing holds at
-//! most [`MAX_ENTRIES`] entries, the first the directory gives, and says how
-//! many more it left out: its page stays bounded however large the
-//! directory.
+//! A listing holds at most [`MAX_ENTRIES`] entries, the first the
+//! directory gives, in a page of at most about [`MAX_PAGE`] bytes (long
+//! names take up to 30 bytes a character, escaped), and says how many more
+//! it left out: its memory stays bounded however large the directory
+//! (nginx builds its whole page in one buffer, however many entries).
 
 use std::fs;
 use std::io;
@@ -22,8 +23,11 @@ use std::time::SystemTime;
 
 use crate::date;
 
-/// Most entries one listing shows.
+/// Most entries one listing reads.
 pub const MAX_ENTRIES: usize = 10_000;
+
+/// Bytes of entries past which a listing's page lists no more.
+pub const MAX_PAGE: usize = 2 << 20;
 
 /// Characters of a name shown before it is cut (nginx's 50).
 const NAME_WIDTH: usize = 50;
@@ -95,7 +99,12 @@ pub fn render(url_path: &str, entries: &mut [Entry], more: u64) -> Vec<u8> {
          <h1>Index of {title}</h1><hr><pre><a href=\"../\">../</a>\r\n"
     )
     .into_bytes();
-    for e in entries.iter() {
+    let mut more = more;
+    for (i, e) in entries.iter().enumerate() {
+        if out.len() >= MAX_PAGE {
+            more += (entries.len() - i) as u64;
+            break;
+        }
         let slash = if e.dir { "/" } else { "" };
         out.extend_from_slice(b"<a href=\"");
         out.extend_from_slice(encode_name(&e.name).as_bytes());
@@ -126,8 +135,7 @@ pub fn render(url_path: &str, entries: &mut [Entry], more: u64) -> Vec<u8> {
     }
     if more > 0 {
         out.extend_from_slice(
-            format!("\r\n({more} more entries not listed: at most {MAX_ENTRIES} are)\r\n")
-                .as_bytes(),
+            format!("\r\n({more} more entries not listed: a listing is bounded)\r\n").as_bytes(),
         );
     }
     out.extend_from_slice(b"</pre><hr></body>\r\n</html>\r\n");
@@ -229,7 +237,17 @@ mod tests {
     #[test]
     fn a_bounded_listing_says_what_it_left_out() {
         let page = String::from_utf8(render("/", &mut [], 3)).unwrap();
-        assert!(page.contains("(3 more entries not listed: at most 10000 are)"));
+        assert!(page.contains("\r\n(3 more entries not listed: a listing is bounded)\r\n</pre>"));
+        // Long names fill the page sooner: the rest is counted.
+        let name = "<".repeat(250);
+        let mut many: Vec<Entry> = (0..4000)
+            .map(|i| entry(&format!("{i:04}{name}"), false, 1))
+            .collect();
+        let page = render("/", &mut many, 5);
+        assert!(page.len() < MAX_PAGE + 4096, "{}", page.len());
+        let listed = page.windows(9).filter(|w| w == b"<a href=\"").count() - 1;
+        let said = format!("({} more entries not listed", 4000 - listed + 5);
+        assert!(listed < 4000 && String::from_utf8_lossy(&page).contains(&said));
     }
 
     #[test]
