@@ -935,15 +935,71 @@ fn version_flag() {
     }
 }
 
+/// memcached's `-d`: the command returns once the detached server serves
+/// (its ready line, exit 0; the pid file names the server, in a session of
+/// its own), and a start that fails returns its message and status.
+#[test]
+fn daemon_returns_once_it_serves() {
+    let dir = TempDir::new("kv-daemon");
+    let sock = dir.0.join("kv.sock");
+    let pid_file = dir.0.join("kv.pid");
+    let (s, p) = (sock.to_str().unwrap(), pid_file.to_str().unwrap());
+    let out = duality_bin(&["-d", "-p", "0", "-s", s, "-P", p, "-t", "1"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("ready kv "),
+        "{out:?}"
+    );
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    /// Stops the daemon (not our child) by its pid, whatever the test did.
+    struct Kill(i32);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            // SAFETY: kill(2) on the daemon this test started.
+            unsafe { libc::kill(self.0, libc::SIGKILL) };
+        }
+    }
+    let guard = Kill(pid);
+    // /proc/PID/stat: `pid (comm) state ppid pgrp session …`.
+    let stat = |pid: i32| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
+    let fields: Vec<String> = stat(pid)
+        .expect("the daemon runs")
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(fields[3], pid.to_string(), "its own session: {fields:?}");
+    let mut c = Client::connect(&Addr::Unix(sock.clone()));
+    c.expect(b"set k 0 0 2\r\nhi\r\n", b"STORED\r\n");
+    c.expect(b"get k\r\n", b"VALUE k 0 2\r\nhi\r\nEND\r\n");
+    drop(c);
+    // SAFETY: kill(2) on the daemon's pid.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    // Gone (or a zombie where nothing reaps orphans): its files removed.
+    let until = Instant::now() + Duration::from_secs(10);
+    while stat(pid).is_some_and(|s| !s.rsplit_once(')').unwrap().1.trim_start().starts_with('Z')) {
+        assert!(Instant::now() < until, "the daemon did not stop");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop(guard);
+    assert!(!pid_file.exists() && !sock.exists());
+
+    // A start that fails: the message on the caller's stderr, status 1.
+    std::fs::write(&sock, "not a socket").unwrap();
+    let out = duality_bin(&["-d", "-p", "0", "-s", s]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("it exists and is not a socket"), "{err}");
+}
+
 #[test]
 fn refused_flags() {
-    let out = duality_bin(&["-d", "-p", "0", "-s", "/nonexistent/x"]);
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("run duality kv under a supervisor (systemd, runit); it does not daemonize"),
-        "{err}"
-    );
     let out = duality_bin(&["-U", "11211", "-p", "0", "-s", "/nonexistent/x"]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);

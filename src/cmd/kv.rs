@@ -108,7 +108,12 @@ pub struct KvArgs {
     /// Accepted for memcached compatibility and ignored: CAS stays enabled.
     #[arg(short = 'C', long = "disable-cas")]
     disable_cas: bool,
-    /// Refused: duality kv does not daemonize.
+    /// Run as a daemon (memcached's -d): the server goes on in a detached
+    /// process of its own, and the command returns once it serves (exit 0,
+    /// after the `ready` line) or has failed (its message and status).
+    /// Standard input, output and error then go to /dev/null unless -v.
+    /// The working directory is kept, so relative -s, -e and -P paths
+    /// still name the same files.
     #[arg(short = 'd', long = "daemon")]
     daemon: bool,
     /// Write the process id to this file (removed at exit).
@@ -423,10 +428,6 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
         );
     }
     anyhow::ensure!(
-        !a.daemon,
-        "-d: run duality kv under a supervisor (systemd, runit); it does not daemonize"
-    );
-    anyhow::ensure!(
         a.udp_port == 0,
         "-U {}: UDP is not supported (duality kv serves TCP and Unix sockets); use -U 0",
         a.udp_port
@@ -463,6 +464,14 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
         usize::from(a.unix_socket.is_some()),
     );
     let (max_conns, lingering) = fit_max_conns(a.max_conns, reserved)?;
+    // memcached's -d: the rest in a detached child; this process returns
+    // once it serves. Before memory is locked and the memory file's lock
+    // taken (neither passes to a child), and before any thread starts.
+    let daemon = if a.daemon {
+        Some(super::process::daemonize()?)
+    } else {
+        None
+    };
     if a.enable_coredumps {
         super::process::enable_coredumps().map_err(|e| anyhow::anyhow!("-r: {e}"))?;
     }
@@ -680,6 +689,9 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     }
     if a.disable_cas && a.verbose > 0 {
         duality_rt::say!("duality kv: -C ignored: CAS stays enabled");
+    }
+    if let Some(d) = daemon {
+        d.ready(a.verbose > 0);
     }
     // Ends on SIGTERM/SIGINT/SIGUSR1/SIGQUIT, or when `shutdown` closes the
     // handle.

@@ -1,10 +1,10 @@
 //! Process-level settings memcached users set with flags: the user the
-//! server runs as (`-u`), core dumps (`-r`) and locked memory (`-k`), and
-//! the servers' signal dispositions. Each is one or two system calls; they
+//! server runs as (`-u`), core dumps (`-r`), locked memory (`-k`) and
+//! running as a daemon (`-d`), and the servers' signal dispositions. Each is one or two system calls; they
 //! live here so that the binary's other modules stay free of `unsafe`.
 
 use std::ffi::CString;
-use std::io;
+use std::io::{self, Read as _};
 
 /// Whether this process runs as root (its effective user id is 0).
 pub fn is_root() -> bool {
@@ -179,6 +179,100 @@ pub fn catch_signals(signals: &[libc::c_int]) -> io::Result<signal_hook::iterato
     // SAFETY: as above.
     unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut()) };
     caught
+}
+
+/// A daemon's line back to the process that started it (see
+/// [`daemonize`]).
+pub struct Daemon(std::os::fd::OwnedFd);
+
+impl Daemon {
+    /// Tells the starting process that the server is up (it exits 0), then
+    /// leaves the terminal: standard input, output and error go to
+    /// `/dev/null`, unless `keep` (memcached keeps them with `-v`).
+    pub fn ready(self, keep: bool) {
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+        let _ = std::fs::File::from(self.0).write_all(b"r");
+        if keep {
+            return;
+        }
+        let Ok(null) = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+        else {
+            return;
+        };
+        use std::os::fd::AsRawFd;
+        for fd in 0..3 {
+            // SAFETY: dup2 onto a standard descriptor this process owns;
+            // `null` stays open for the call.
+            unsafe { libc::dup2(null.as_raw_fd(), fd) };
+        }
+    }
+}
+
+/// memcached's `-d`: the server goes on in a child process of its own
+/// session (detached from the terminal), and the process started waits
+/// until it is ready (exit 0) or has failed (its status; the child said
+/// why on the standard error they share), so a script that starts it knows
+/// either way, where memcached's parent returns at once. Returns in the
+/// child. Call it before any thread starts and before anything is locked
+/// (memory locks and `fcntl` locks do not pass to a child).
+pub fn daemonize() -> anyhow::Result<Daemon> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    debug_assert!(
+        one_thread() != Some(false),
+        "daemonize after a thread started"
+    );
+    let mut fds = [0; 2];
+    // SAFETY: `fds` is a live array of two descriptors for pipe2 to fill.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        anyhow::bail!("-d: pipe: {}", io::Error::last_os_error());
+    }
+    // SAFETY: pipe2 succeeded: both are open descriptors owned by nobody
+    // else.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: the process has one thread (asserted above; the servers'
+    // threads start later), so the child's copy of memory holds no lock
+    // another thread took.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        anyhow::bail!("-d: fork: {}", io::Error::last_os_error());
+    }
+    if pid == 0 {
+        drop(read);
+        // SAFETY: setsid has no preconditions; a fresh child is never a
+        // process group leader, so it does not fail.
+        unsafe { libc::setsid() };
+        return Ok(Daemon(write));
+    }
+    drop(write);
+    let mut byte = [0u8; 1];
+    let mut read = std::fs::File::from(read);
+    let ready = loop {
+        match read.read(&mut byte) {
+            Ok(n) => break n == 1,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => break false,
+        }
+    };
+    let code = if ready {
+        0
+    } else {
+        let mut status = 0;
+        // SAFETY: `pid` is this process's child, not yet reaped; `status`
+        // is a live local.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        match (r == pid, libc::WIFEXITED(status)) {
+            (true, true) => libc::WEXITSTATUS(status),
+            _ => 1,
+        }
+    };
+    // The child owns everything now (the pid file, the sockets): nothing of
+    // this process's may be dropped or flushed.
+    // SAFETY: _exit ends the process without running destructors.
+    unsafe { libc::_exit(code) }
 }
 
 /// Whether the process has one thread, as /proc says. A thread already

@@ -107,16 +107,13 @@ pub const LISTING_LEN: usize = 17;
 
 /// `t` as nginx's `autoindex` lists a file's time: `06-Dec-2026 23:41`, UTC.
 pub fn format_listing(t: SystemTime) -> [u8; LISTING_LEN] {
-    let secs = http_secs(t);
-    let (year, month, day) = civil_from_days(secs / 86_400);
-    let rem = secs % 86_400;
+    // The log's `06/Dec/2026:23:41:07 +0000`, other separators, no seconds.
+    let clf = format_clf(t);
     let mut b = *b"01-Jan-1970 00:00";
-    two_digits(&mut b[0..2], day);
-    b[3..6].copy_from_slice(MONTHS[(month - 1) as usize]);
-    two_digits(&mut b[7..9], year / 100);
-    two_digits(&mut b[9..11], year % 100);
-    two_digits(&mut b[12..14], rem / 3600);
-    two_digits(&mut b[15..17], rem / 60 % 60);
+    b[0..2].copy_from_slice(&clf[0..2]);
+    b[3..6].copy_from_slice(&clf[3..6]);
+    b[7..11].copy_from_slice(&clf[7..11]);
+    b[12..17].copy_from_slice(&clf[12..17]);
     b
 }
 
@@ -327,6 +324,8 @@ mod tests {
         assert_eq!(&format_clf(UNIX_EPOCH), b"01/Jan/1970:00:00:00 +0000");
         let t = UNIX_EPOCH + Duration::from_secs(1_795_824_000 + 86_399);
         assert_eq!(&format_clf(t), b"28/Nov/2026:23:59:59 +0000");
+        assert_eq!(&format_listing(t), b"28-Nov-2026 23:59");
+        assert_eq!(&format_listing(UNIX_EPOCH), b"01-Jan-1970 00:00");
     }
 
     #[test]

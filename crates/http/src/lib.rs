@@ -101,6 +101,8 @@
 //!     let (path, meta) = match root.resolve(&head.path) {
 //!         Ok(Resolved::File { path, meta }) => (path, meta),
 //!         Ok(Resolved::Redirect { location }) => return write_redirect(head, &location, date, out),
+//!         // Only a root made `with_autoindex(true)` lists directories.
+//!         Ok(Resolved::Listing { .. }) => unreachable!(),
 //!         Err(e) => return write_error(e, Some(head), date, out),
 //!     };
 //!     let content_type = mime::for_path(&path);
