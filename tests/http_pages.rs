@@ -293,3 +293,35 @@ fn autoindex_lists_a_directory_as_nginx_does() {
     let off = HttpServer::start(&root, &[]);
     assert_eq!(call(&off.url, "GET", "/files/", "").0, 403);
 }
+
+/// `--index` (nginx's `index`): a directory is served by the first of its
+/// names found there, typed by that name; a name that is not a file name
+/// is refused at start.
+#[test]
+fn index_names_are_tried_in_order() {
+    let dir = TempDir::new("index-names");
+    std::fs::create_dir_all(dir.0.join("both")).unwrap();
+    std::fs::create_dir_all(dir.0.join("html")).unwrap();
+    std::fs::write(dir.0.join("both/default.txt"), "txt\n").unwrap();
+    std::fs::write(dir.0.join("both/index.html"), "both html\n").unwrap();
+    std::fs::write(dir.0.join("html/index.html"), "html\n").unwrap();
+    let server = HttpServer::start(&dir.0, &["--index", "default.txt", "--index", "index.html"]);
+    let (code, fields, body) = call(&server.url, "GET", "/both/", "");
+    assert_eq!((code, body.as_slice()), (200, b"txt\n".as_slice()));
+    assert_eq!(
+        field(&fields, "content-type"),
+        Some("text/plain; charset=utf-8")
+    );
+    let (code, fields, body) = call(&server.url, "GET", "/html/", "");
+    assert_eq!((code, body.as_slice()), (200, b"html\n".as_slice()));
+    assert_eq!(field(&fields, "content-type"), Some("text/html"));
+    assert!(server.stop().success());
+    let out = Command::new(env!("CARGO_BIN_EXE_duality"))
+        .args(["http", "--index", "../x.html", "--root"])
+        .arg(&dir.0)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("an index is a file name"), "{err}");
+}

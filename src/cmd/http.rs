@@ -182,7 +182,12 @@ pub struct HttpArgs {
     /// Without it a server started as root serves as root, and says so.
     #[arg(long, value_name = "USER")]
     user: Option<String>,
-    /// List a directory asked for with its slash and without index.html
+    /// The file a directory asked for with its slash is served by (nginx's
+    /// `index`): repeat for several, the first found applies.
+    #[arg(long, value_name = "NAME", default_value = "index.html",
+          value_parser = index_name)]
+    index: Vec<String>,
+    /// List a directory asked for with its slash and without an index file
     /// (nginx's `autoindex on`, in its format): directories first, then
     /// files, by name, without names starting with `.`; at most 10,000
     /// entries in about 2 MiB. Off by default: such a directory is 403, as
@@ -301,6 +306,11 @@ fn limits(a: &HttpArgs) -> anyhow::Result<Limits> {
             n => n,
         },
     })
+}
+
+/// An `--index` name: a file name.
+fn index_name(s: &str) -> Result<String, String> {
+    duality_http::path::valid_index_name(s).map(|()| s.to_owned())
 }
 
 /// One `--listen` value: nginx's forms of a TCP address, or `unix:PATH`.
@@ -575,6 +585,7 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         },
         stub_status: a.stub_status.clone(),
         open_files,
+        index: a.index.clone(),
         autoindex: a.autoindex,
         error_pages: a.error_page.clone(),
     };

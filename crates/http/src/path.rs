@@ -33,7 +33,8 @@
 //!    canonical root: a symlink that
 //!    leads out of the root, directly or through a directory, is **403**
 //!    (unless [`Symlinks::Any`] lets links lead anywhere, nginx's default).
-//!    A directory is served by its `index.html`, itself resolved and checked
+//!    A directory is served by its index file (`index.html`, or the first
+//!    found of [`Root::with_index`]'s names), itself resolved and checked
 //!    the same way. Only regular files are served: FIFOs, sockets and devices
 //!    are 403.
 //!
@@ -42,8 +43,8 @@
 //!   with `Location: <path>/` (as nginx and Apache do), so that relative links
 //!   inside its index resolve against the directory; the query is carried
 //!   over (see [`write_redirect`](crate::write_redirect)).
-//! - A directory without `index.html` is **403** (listing is forbidden, as in
-//!   nginx), a file asked for with a trailing slash (`/a.txt/`) is 404.
+//! - A directory without an index file is **403** (listing is forbidden
+//!   unless [`Root::with_autoindex`], as in nginx), a file asked for with a trailing slash (`/a.txt/`) is 404.
 //! - Dot-files (`/.well-known/…`, `/.git/…`) are served like any other file:
 //!   what lies under the root is public.
 //! - Between [`Root::resolve`] and opening the file a symlink could be swapped
@@ -232,6 +233,20 @@ pub fn encode(path: &str) -> String {
     out
 }
 
+/// Whether `name` may be an index file's name (`--index`): a file name,
+/// not a path, `.` or `..`, with no control byte.
+pub fn valid_index_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name == "." || name == ".." || name.contains('/') {
+        return Err(format!(
+            "{name:?}: an index is a file name, such as index.html"
+        ));
+    }
+    if name.bytes().any(forbidden) {
+        return Err(format!("{name:?}: a control character in an index name"));
+    }
+    Ok(())
+}
+
 /// What a path resolved to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Resolved {
@@ -271,6 +286,9 @@ pub struct Root {
     symlinks: Symlinks,
     /// Whether a directory without index resolves to a listing.
     autoindex: bool,
+    /// The files a directory is served by, the first found (nginx's
+    /// `index`).
+    index: Arc<[String]>,
     /// The root directory as last opened, for [`Root::resolve`]'s short
     /// way (shared by clones: they name the same root).
     opened: Arc<Mutex<Option<Arc<RootDir>>>>,
@@ -337,6 +355,7 @@ impl Root {
             dir,
             symlinks: Symlinks::InsideRoot,
             autoindex: false,
+            index: Arc::from([INDEX.to_owned()]),
             opened: Arc::default(),
             short_way: true,
         })
@@ -357,6 +376,32 @@ impl Root {
             autoindex: on,
             ..self
         }
+    }
+
+    /// A directory is served by the first of `names` found in it (nginx's
+    /// `index`; [`INDEX`] alone by default). Each must be a file name (no
+    /// `/`, not `.` or `..`), and there must be one at least: see
+    /// [`valid_index_name`].
+    pub fn with_index(self, names: &[String]) -> Root {
+        assert!(
+            !names.is_empty() && names.iter().all(|n| valid_index_name(n).is_ok()),
+            "index names {names:?}"
+        );
+        Root {
+            index: Arc::from(names),
+            ..self
+        }
+    }
+
+    /// The index name `file` (a file [`resolve`](Root::resolve) found for
+    /// a directory) was found under: its own name where that is one of
+    /// them, else (an index that is a symlink, resolved) the first.
+    pub fn index_name_of(&self, file: &Path) -> &str {
+        let own = file.file_name().and_then(|n| n.to_str());
+        self.index
+            .iter()
+            .find(|n| Some(n.as_str()) == own)
+            .unwrap_or(&self.index[0])
     }
 
     /// Whether a symlink leading to `real` (canonical) may be followed: under
@@ -445,7 +490,8 @@ impl Root {
         let dir = self.opened()?;
         // A path the long way cannot `realpath` (past PATH_MAX, index
         // included) is its answer (404), not a file or redirect found here.
-        let longest = dir.path.as_os_str().len() + rel.as_os_str().len() + INDEX.len() + 2;
+        let index_len = self.index.iter().map(String::len).max().unwrap_or(0);
+        let longest = dir.path.as_os_str().len() + rel.as_os_str().len() + index_len + 2;
         if longest >= libc::PATH_MAX as usize {
             return None;
         }
@@ -469,14 +515,22 @@ impl Root {
                 location: encode(&format!("{path}/")),
             }));
         }
-        let index = rel.join(INDEX);
-        let md = stat_beneath(&dir, &index).ok()?;
-        md.is_file().then(|| {
-            Ok(Resolved::File {
-                path: dir.path.join(index),
-                meta: FileMeta::from_metadata(&md),
-            })
-        })
+        // The first index file there; anything else (a symlink, an error,
+        // none at all) is the long way's to answer.
+        for name in self.index.iter() {
+            let index = rel.join(name);
+            match stat_beneath(&dir, &index) {
+                Ok(md) if md.is_file() => {
+                    return Some(Ok(Resolved::File {
+                        path: dir.path.join(index),
+                        meta: FileMeta::from_metadata(&md),
+                    }))
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+                _ => return None,
+            }
+        }
+        None
     }
 
     /// Resolves a path made by [`normalize`] (as in
@@ -532,22 +586,23 @@ impl Root {
                 location: encode(&format!("{path}/")),
             });
         }
-        let (real, md) = match self.confine(&root, &real.join(INDEX)) {
-            Err(e) if e.status == Status::NotFound && self.autoindex => {
-                return Ok(Resolved::Listing { path: real })
+        for name in self.index.iter() {
+            let (file, md) = match self.confine(&root, &real.join(name)) {
+                Err(e) if e.status == Status::NotFound => continue,
+                other => other?,
+            };
+            if !md.is_file() {
+                return Err(HttpError::keep(Status::Forbidden));
             }
-            Err(e) if e.status == Status::NotFound => {
-                return Err(HttpError::keep(Status::Forbidden))
-            }
-            other => other?,
-        };
-        if !md.is_file() {
-            return Err(HttpError::keep(Status::Forbidden));
+            return Ok(Resolved::File {
+                path: file,
+                meta: FileMeta::from_metadata(&md),
+            });
         }
-        Ok(Resolved::File {
-            path: real,
-            meta: FileMeta::from_metadata(&md),
-        })
+        if self.autoindex {
+            return Ok(Resolved::Listing { path: real });
+        }
+        Err(HttpError::keep(Status::Forbidden))
     }
 
     /// The regular file named `file` + `suffix` (`index.html` → `index.html.gz`),
@@ -1139,6 +1194,54 @@ pub(crate) mod tests {
         assert!(listing
             .with_symlinks(Symlinks::Any)
             .allows(Path::new("/etc/passwd")));
+    }
+
+    #[test]
+    fn a_directory_is_served_by_the_first_index_found() {
+        let (tmp, root) = tree("index");
+        let multi = tmp.0.join("www/multi");
+        fs::create_dir(&multi).unwrap();
+        fs::write(multi.join("default.htm"), "d").unwrap();
+        fs::write(multi.join("index.html"), "i").unwrap();
+        fs::create_dir(multi.join("home.html")).unwrap();
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let served = |r: &Root, p: &str| match r.resolve(p) {
+            Ok(Resolved::File { path, .. }) => {
+                Ok(path.file_name().unwrap().to_str().unwrap().to_owned())
+            }
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => Err(e.status.code()),
+        };
+        let two = root
+            .clone()
+            .with_index(&names(&["default.htm", "index.html"]));
+        let absent_first = root
+            .clone()
+            .with_index(&names(&["nope.html", "index.html"]));
+        let a_dir = root
+            .clone()
+            .with_index(&names(&["home.html", "index.html"]));
+        let none = root.clone().with_index(&names(&["nope.html"]));
+        for short in [true, false] {
+            let way = |r: &Root| if short { r.clone() } else { long_way(r) };
+            assert_eq!(served(&way(&root), "/multi/"), Ok("index.html".into()));
+            assert_eq!(served(&way(&two), "/multi/"), Ok("default.htm".into()));
+            assert_eq!(
+                served(&way(&absent_first), "/multi/"),
+                Ok("index.html".into())
+            );
+            // An index name that is a directory is refused, as one that is
+            // not a regular file.
+            assert_eq!(served(&way(&a_dir), "/multi/"), Err(403));
+            assert_eq!(served(&way(&none), "/sub/"), Err(403));
+        }
+        assert_eq!(two.index_name_of(&multi.join("default.htm")), "default.htm");
+        // An index reached through a symlink is typed by the first name.
+        assert_eq!(two.index_name_of(Path::new("/x/page.txt")), "default.htm");
+        for bad in ["", ".", "..", "a/b", "a\x01"] {
+            assert!(valid_index_name(bad).is_err(), "{bad:?}");
+        }
+        assert!(valid_index_name("index.htm").is_ok());
     }
 
     #[test]

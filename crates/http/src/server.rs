@@ -154,8 +154,12 @@ pub struct HttpConfig {
     /// cache; a file replaced by a rename is one version or the other.
     /// 0 keeps none.
     pub open_files: usize,
-    /// List directories without `index.html` (nginx's `autoindex`) instead
-    /// of answering 403; off by default.
+    /// The files a directory is served by, the first found (nginx's
+    /// `index`): file names, at least one (see
+    /// [`valid_index_name`](crate::path::valid_index_name)).
+    pub index: Vec<String>,
+    /// List directories without an index file (nginx's `autoindex`)
+    /// instead of answering 403; off by default.
     pub autoindex: bool,
     /// Errors answered with a page of the root (nginx's `error_page`), the
     /// first rule naming a status applying; none by default.
@@ -169,7 +173,8 @@ impl HttpConfig {
     /// revalidation after 1 s, 10 s head timeout, 60 s idle and write timeouts, 1,000 requests per connection (nginx's
     /// default), no access log, [`Limits::default`],
     /// gzip off ([`GzipConfig::default`]), up to 1,000 open files kept,
-    /// symlinks only inside the root, no listings, no error pages.
+    /// symlinks only inside the root, `index.html` as a directory's index,
+    /// no listings, no error pages.
     pub fn new(root: impl Into<PathBuf>) -> HttpConfig {
         HttpConfig {
             root: root.into(),
@@ -192,6 +197,7 @@ impl HttpConfig {
             gzip: GzipConfig::default(),
             stub_status: None,
             open_files: 1000,
+            index: vec![crate::path::INDEX.to_owned()],
             autoindex: false,
             error_pages: Vec::new(),
         }
@@ -465,7 +471,8 @@ impl HttpState {
                 )
             })?
             .with_symlinks(cfg.symlinks)
-            .with_autoindex(cfg.autoindex);
+            .with_autoindex(cfg.autoindex)
+            .with_index(&cfg.index);
         let log = match &cfg.access_log {
             Some(p) => Some(AccessLog::open(p)?),
             None => None,
@@ -696,7 +703,7 @@ impl HttpState {
         // nginx: not of where a symlink leads (`notes.txt -> page.html` is
         // text, never HTML a browser would run).
         let named = if url_path.ends_with('/') {
-            Path::new(crate::path::INDEX)
+            Path::new(self.root.index_name_of(&path))
         } else {
             Path::new(url_path)
         };
