@@ -47,6 +47,20 @@ fn call(
     (code, fields, raw[end + 4..].to_vec())
 }
 
+/// What `duality http --root ROOT ARGS` says on its standard error when
+/// it refuses to start (it must).
+fn refused(root: &Path, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_duality"))
+        .arg("http")
+        .args(args)
+        .arg("--root")
+        .arg(root)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "started with {args:?}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 /// A chunked body's data (nginx streams its listing).
 fn dechunk(mut body: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
@@ -200,13 +214,7 @@ fn a_page_that_cannot_be_served_leaves_the_built_in_one() {
     assert_eq!(call(&url, "GET", "/nope", "").2, b"later\n");
     assert!(common::http::terminate(&mut child).success());
 
-    let out = Command::new(env!("CARGO_BIN_EXE_duality"))
-        .args(["http", "--error-page", "404 http://example.com/", "--root"])
-        .arg(&dir.0)
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused(&dir.0, &["--error-page", "404 http://example.com/"]);
     assert!(err.contains("the page must be a path of the root"), "{err}");
 }
 
@@ -316,12 +324,6 @@ fn index_names_are_tried_in_order() {
     assert_eq!((code, body.as_slice()), (200, b"html\n".as_slice()));
     assert_eq!(field(&fields, "content-type"), Some("text/html"));
     assert!(server.stop().success());
-    let out = Command::new(env!("CARGO_BIN_EXE_duality"))
-        .args(["http", "--index", "../x.html", "--root"])
-        .arg(&dir.0)
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused(&dir.0, &["--index", "../x.html"]);
     assert!(err.contains("an index is a file name"), "{err}");
 }
