@@ -13,10 +13,8 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// One `GET path` on its own connection; the status code.
-fn get(url: &str, path: &str) -> u16 {
-    let addr = url.strip_prefix("http://").unwrap();
-    let mut s = TcpStream::connect(addr).unwrap();
+/// One `GET path` on the connection `s`, which it closes; the whole answer.
+fn exchange(mut s: impl Read + Write, path: &str) -> String {
     write!(
         s,
         "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
@@ -24,7 +22,15 @@ fn get(url: &str, path: &str) -> u16 {
     .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
-    out[9..12].parse().unwrap()
+    out
+}
+
+/// One `GET path` on its own connection; the status code.
+fn get(url: &str, path: &str) -> u16 {
+    let addr = url.strip_prefix("http://").unwrap();
+    exchange(TcpStream::connect(addr).unwrap(), path)[9..12]
+        .parse()
+        .unwrap()
 }
 
 fn lines(p: &Path) -> usize {
@@ -288,15 +294,7 @@ fn user_serves_with_that_users_permissions() {
 
 /// One `GET path` over the Unix socket at `sock`; the whole answer.
 fn get_unix(sock: &Path, path: &str) -> String {
-    let mut s = std::os::unix::net::UnixStream::connect(sock).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
+    exchange(std::os::unix::net::UnixStream::connect(sock).unwrap(), path)
 }
 
 /// `--listen unix:PATH`, nginx's `listen unix:`: beside a TCP listener or

@@ -467,11 +467,7 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     // memcached's -d: the rest in a detached child; this process returns
     // once it serves. Before memory is locked and the memory file's lock
     // taken (neither passes to a child), and before any thread starts.
-    let daemon = if a.daemon {
-        Some(super::process::daemonize()?)
-    } else {
-        None
-    };
+    let daemon = a.daemon.then(super::process::daemonize).transpose()?;
     if a.enable_coredumps {
         super::process::enable_coredumps().map_err(|e| anyhow::anyhow!("-r: {e}"))?;
     }

@@ -1,5 +1,5 @@
 //! Directory listings, nginx's `autoindex on` (`--autoindex on`): a
-//! directory asked for with its slash and without `index.html` is answered
+//! directory asked for with its slash and without an index file is answered
 //! with an HTML page of its entries in nginx's format with `charset
 //! utf-8` (directories first, then by name; names over 50 characters cut
 //! after 47, counted in characters; the time in UTC; sizes in bytes),

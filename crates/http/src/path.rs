@@ -44,7 +44,8 @@
 //!   inside its index resolve against the directory; the query is carried
 //!   over (see [`write_redirect`](crate::write_redirect)).
 //! - A directory without an index file is **403** (listing is forbidden
-//!   unless [`Root::with_autoindex`], as in nginx), a file asked for with a trailing slash (`/a.txt/`) is 404.
+//!   unless [`Root::with_autoindex`], as in nginx), a file asked for with a
+//!   trailing slash (`/a.txt/`) is 404.
 //! - Dot-files (`/.well-known/…`, `/.git/…`) are served like any other file:
 //!   what lies under the root is public.
 //! - Between [`Root::resolve`] and opening the file a symlink could be swapped
@@ -263,7 +264,7 @@ pub enum Resolved {
         /// The path with a trailing slash, percent-encoded.
         location: String,
     },
-    /// A directory without `index.html`, with listings on
+    /// A directory without an index file, with listings on
     /// ([`Root::with_autoindex`]): list it ([`crate::autoindex`]).
     Listing {
         /// Its canonical path (under [`Root::dir`] unless symlinks may lead
@@ -369,7 +370,7 @@ impl Root {
         }
     }
 
-    /// With `on`, a directory without `index.html` resolves to
+    /// With `on`, a directory without an index file resolves to
     /// [`Resolved::Listing`] instead of 403 (nginx's `autoindex`).
     pub fn with_autoindex(self, on: bool) -> Root {
         Root {
@@ -407,7 +408,16 @@ impl Root {
     /// Whether a symlink leading to `real` (canonical) may be followed: under
     /// the root, unless symlinks may lead anywhere.
     pub fn allows(&self, real: &Path) -> bool {
-        self.symlinks == Symlinks::Any || self.current().is_ok_and(|root| real.starts_with(root))
+        self.current()
+            .is_ok_and(|root| self.may_lead_to(&root, real))
+    }
+
+    /// Whether `real` (canonical) may be served under `root` (canonical):
+    /// it lies there, or symlinks may lead anywhere.
+    fn may_lead_to(&self, root: &Path, real: &Path) -> bool {
+        // `Path::starts_with` compares whole components: `/srv/www2` is not
+        // under `/srv/www`.
+        self.symlinks == Symlinks::Any || real.starts_with(root)
     }
 
     /// The canonical root directory at start-up.
@@ -537,8 +547,8 @@ impl Root {
     /// [`Head::path`](crate::Head::path)) to a file under the root.
     ///
     /// Errors: 404 (absent, or a file asked for as a directory), 403 (outside
-    /// the root through a symlink, a symlink loop, a directory without
-    /// `index.html` unless listed, not a regular file, no permission), 400 (a path that
+    /// the root through a symlink, a symlink loop, a directory without an
+    /// index file unless listed, not a regular file, no permission), 400 (a path that
     /// [`normalize`] would not have produced), 500 (any other I/O error).
     /// This is a blocking call (`openat2`, `fstat`; where a symlink or an
     /// error is met, `realpath` and `stat`): a handler runs it where
@@ -629,9 +639,7 @@ impl Root {
     /// its metadata.
     fn confine(&self, root: &Path, candidate: &Path) -> Result<(PathBuf, fs::Metadata), HttpError> {
         let real = fs::canonicalize(candidate).map_err(io_status)?;
-        // `Path::starts_with` compares whole components: `/srv/www2` is not
-        // under `/srv/www`.
-        if self.symlinks == Symlinks::InsideRoot && !real.starts_with(root) {
+        if !self.may_lead_to(root, &real) {
             return Err(HttpError::keep(Status::Forbidden));
         }
         let md = fs::metadata(&real).map_err(io_status)?;
