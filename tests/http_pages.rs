@@ -327,3 +327,141 @@ fn index_names_are_tried_in_order() {
     let err = refused(&dir.0, &["--index", "../x.html"]);
     assert!(err.contains("an index is a file name"), "{err}");
 }
+
+/// The fields an answer got from `--expires` / `--add-header` (nginx's
+/// `expires` / `add_header`): its status, X-A, X-B, the Cache-Control
+/// lines, and how far Expires lies after Date, in seconds.
+type Added = (
+    u16,
+    Option<String>,
+    Option<String>,
+    Vec<String>,
+    Option<i64>,
+);
+
+fn added(code: u16, fields: &[(String, String)]) -> Added {
+    let secs = |name| {
+        field(fields, name).map(|v| {
+            let t = duality_http::date::parse(v.as_bytes()).expect(name);
+            t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64
+        })
+    };
+    let cache_control = fields
+        .iter()
+        .filter(|(n, _)| n == "cache-control")
+        .map(|(_, v)| v.clone())
+        .collect();
+    (
+        code,
+        field(fields, "x-a").map(str::to_owned),
+        field(fields, "x-b").map(str::to_owned),
+        cache_control,
+        secs("expires").map(|e| e - secs("date").unwrap()),
+    )
+}
+
+/// `--expires` and `--add-header[-always]`: on every way an answer is made
+/// (from the file system, from memory, sent from a kept file, compressed,
+/// a redirect, a 304), and only the `always` field on errors; the same as
+/// nginx's with the same directives, where nginx is installed.
+#[test]
+fn expires_and_added_fields_as_nginx_sends_them() {
+    let dir = TempDir::new("fields");
+    let root = dir.0.join("www");
+    std::fs::create_dir_all(root.join("dir")).unwrap();
+    std::fs::write(root.join("a.txt"), "a\n").unwrap();
+    std::fs::write(root.join("big.bin"), vec![7u8; 300_000]).unwrap();
+    std::fs::write(root.join("style.css"), "p { color: red }\n".repeat(100)).unwrap();
+    let requests: &[(&str, &str, &str)] = &[
+        ("GET", "/a.txt", ""),
+        ("GET", "/a.txt", ""),
+        ("HEAD", "/big.bin", ""),
+        ("GET", "/big.bin", "Range: bytes=0-9\r\n"),
+        ("GET", "/style.css", "Accept-Encoding: gzip\r\n"),
+        ("GET", "/style.css", "Accept-Encoding: gzip\r\n"),
+        ("GET", "/dir", ""),
+        ("GET", "/nope", ""),
+        ("GET", "/../x", ""),
+    ];
+    let answers = |url: &str| -> Vec<Added> {
+        let mut got: Vec<Added> = requests
+            .iter()
+            .map(|(method, path, extra)| {
+                let (code, fields, _) = call(url, method, path, extra);
+                added(code, &fields)
+            })
+            .collect();
+        // A 304 for the file's own tag.
+        let (_, fields, _) = call(url, "GET", "/a.txt", "");
+        let tag = field(&fields, "etag").unwrap().to_owned();
+        let (code, fields, _) = call(url, "GET", "/a.txt", &format!("If-None-Match: {tag}\r\n"));
+        got.push(added(code, &fields));
+        got
+    };
+    let server = HttpServer::start(
+        &root,
+        &[
+            "--expires",
+            "30d",
+            "--add-header",
+            "X-A: 1",
+            "--add-header",
+            "Cache-Control: public",
+            "--add-header-always",
+            "X-B: 2",
+            "--gzip",
+            "on",
+        ],
+    );
+    let ours = answers(&server.url);
+    assert!(server.stop().success());
+    let cached = |code| {
+        (
+            code,
+            Some("1".to_owned()),
+            Some("2".to_owned()),
+            vec!["max-age=2592000".to_owned(), "public".to_owned()],
+            Some(2_592_000),
+        )
+    };
+    let error = |code| (code, None, Some("2".to_owned()), vec![], None);
+    let want = vec![
+        cached(200),
+        cached(200),
+        cached(200),
+        cached(206),
+        cached(200),
+        cached(200),
+        cached(301),
+        error(404),
+        error(400),
+        cached(304),
+    ];
+    assert_eq!(ours, want);
+
+    match duality_bench::http::find_nginx() {
+        Some(nginx) => {
+            let n = duality_bench::http::RunningServer::nginx_with(
+                &nginx,
+                &root,
+                1,
+                1024,
+                "    expires 30d;\n    add_header X-A 1;\n    add_header Cache-Control public;\n    \
+                 add_header X-B 2 always;\n    gzip on;\n    gzip_types text/css;\n",
+            )
+            .unwrap();
+            assert_eq!(answers(&format!("http://{}", n.addr)), want);
+        }
+        None => eprintln!("nginx not installed: the fields are not compared with nginx's"),
+    }
+
+    // Off by default; a field the server writes itself is refused.
+    let server = HttpServer::start(&root, &[]);
+    let (_, fields, _) = call(&server.url, "GET", "/a.txt", "");
+    assert_eq!(added(200, &fields), (200, None, None, vec![], None));
+    assert!(server.stop().success());
+    let err = refused(&root, &["--add-header", "Content-Length: 1"]);
+    assert!(err.contains("written by the server itself"), "{err}");
+    let err = refused(&root, &["--expires", "1x"]);
+    assert!(err.contains("--expires"), "{err}");
+}

@@ -205,6 +205,32 @@ pub struct HttpArgs {
     /// for several; the first naming a code applies.
     #[arg(long, value_name = "CODES [=200] PAGE")]
     error_page: Vec<duality_http::ErrorPage>,
+    /// `Expires` and `Cache-Control` on answers of 200, 206, 301 and 304
+    /// (nginx's `expires`): a TIME after the answer (`30d`, `12h`, `1h
+    /// 30m`, `90`: seconds; units y M w d h m s) as `max-age`, `modified
+    /// TIME` after the file's Last-Modified, `@TIME` the next such time of
+    /// day (UTC), a negative TIME (`-1`) or `epoch` for `no-cache`, `max`
+    /// for ten years. Off by default: neither field, as in nginx
+    #[arg(
+        long,
+        value_name = "[modified] TIME|@TIME|epoch|max|off",
+        default_value = "off",
+        allow_hyphen_values = true
+    )]
+    expires: duality_http::Expires,
+    /// Add a field to answers of 200, 206, 301 and 304 (nginx's
+    /// `add_header`): "NAME: VALUE", e.g. "X-Content-Type-Options: nosniff"
+    /// or "Cache-Control: public". Repeat for several; they go out in the
+    /// order given. Fields the server writes itself (Server, Date,
+    /// Content-*, Last-Modified, ETag, Location, Connection…) are refused,
+    /// and Expires is set with --expires
+    #[arg(long, value_name = "NAME: VALUE")]
+    add_header: Vec<duality_http::AddedField>,
+    /// --add-header on every answer, errors included (nginx's `add_header
+    /// … always`), after the --add-header fields; not on the 503 that a
+    /// connection over --max-conns gets before any request is read
+    #[arg(long, value_name = "NAME: VALUE")]
+    add_header_always: Vec<duality_http::AddedField>,
     /// gzip responses (nginx's `gzip on`): text/*, JSON, JavaScript, XML, SVG,
     /// WebAssembly, TTF/OTF, ICO/BMP (and any +json/+xml type) of at least
     /// --gzip-min-length bytes go out with `Content-Encoding: gzip` to clients
@@ -588,6 +614,15 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         index: a.index.clone(),
         autoindex: a.autoindex,
         error_pages: a.error_page.clone(),
+        fields: duality_http::ResponseFields {
+            expires: a.expires,
+            added: a
+                .add_header
+                .iter()
+                .cloned()
+                .chain(a.add_header_always.iter().map(|f| f.clone().always()))
+                .collect(),
+        },
     };
     let grace = grace(a.shutdown_grace)?;
     // Stop signals are caught from here on: before any thread starts (the

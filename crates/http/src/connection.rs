@@ -533,14 +533,31 @@ impl HttpProtocol {
         line: Option<&[u8]>,
         out: &mut Output,
     ) -> Plan {
-        let date = now();
+        let now = now();
+        let start = out.len();
         let plan = match head {
-            Some(_) => write_error(e, head, as_str(&date), out),
-            None => write_refusal(e, line, as_str(&date), out),
+            Some(_) => write_error(e, head, now.date(), out),
+            None => write_refusal(e, line, now.date(), out),
         };
+        self.add_fields(&plan, &now, None, out, start);
         self.state.phases.request();
         self.log(session, head, line, &plan);
         plan
+    }
+
+    /// Adds the fields of `--expires` and `--add-header` to the head of
+    /// `plan`, written into `out` from `start` (`last_modified`: that of
+    /// the file it carries, if any).
+    fn add_fields(
+        &self,
+        plan: &Plan,
+        now: &Now,
+        last_modified: Option<std::time::SystemTime>,
+        out: &mut Vec<u8>,
+        start: usize,
+    ) {
+        let fields = &self.state.cfg.fields;
+        fields.add_to_head(plan.status, now.secs, now.date(), last_modified, out, start);
     }
 
     /// Answers `head` from memory if it can: appends the response and
@@ -564,11 +581,13 @@ impl HttpProtocol {
             ));
         }
         self.state.phases.request();
-        let date = now();
-        let date = as_str(&date);
+        let now = now();
+        let date = now.date();
         if self.state.cfg.stub_status.as_deref() == Some(head.path.as_str()) {
             let body = self.state.stub_status_text();
+            let start = out.len();
             let plan = write_text(head, "text/plain", body.as_bytes(), date, out);
+            self.add_fields(&plan, &now, None, out, start);
             self.log(session, Some(head), None, &plan);
             return Some(plan);
         }
@@ -613,7 +632,9 @@ impl HttpProtocol {
                 if learned == Some(SendPath::Copy) {
                     self.state.counters.learned_copy.fetch_add(1, Relaxed);
                 }
+                let start = out.len();
                 let mut plan = plan_encoded(head, &f.meta, f.content_type, encoding, date, out);
+                self.add_fields(&plan, &now, Some(f.meta.mtime), out, start);
                 push_cached_body(out, &bytes, &mut plan, alone);
                 self.log(session, Some(head), None, &plan);
                 return Some(plan);
@@ -647,8 +668,8 @@ impl HttpProtocol {
         interim: bool,
         reply: &mut Reply<'_>,
     ) -> Result<Plan, Aborted> {
-        let date = now();
-        let date = as_str(&date);
+        let now = now();
+        let date = now.date();
         let want_gzip = match pending {
             Pending::Open {
                 open,
@@ -659,7 +680,9 @@ impl HttpProtocol {
                 if interim {
                     reply.out().extend_from_slice(CONTINUE);
                 }
+                let start = reply.out().len();
                 let plan = plan_encoded(head, &meta, content_type, encoding, date, reply.out());
+                self.add_fields(&plan, &now, Some(meta.mtime), reply.out(), start);
                 let file = open.file.clone();
                 let residency = Residency::Remembered(open, meta.size);
                 return self
@@ -694,16 +717,28 @@ impl HttpProtocol {
         if interim && error.is_none() && found.is_ok() && !matches!(found, Ok(Found::Redirect(_))) {
             out.extend_from_slice(CONTINUE);
         }
-        let plan = |meta: &FileMeta, content_type, encoding, out: &mut Vec<u8>| match error {
-            Some(status) => plan_error_page(head, status, meta.size, content_type, date, out),
-            None => plan_encoded(head, meta, content_type, encoding, date, out),
+        // Every arm below writes its head from here.
+        let start = out.len();
+        let plan = |meta: &FileMeta, content_type, encoding, out: &mut Vec<u8>| {
+            let plan = match error {
+                Some(status) => plan_error_page(head, status, meta.size, content_type, date, out),
+                None => plan_encoded(head, meta, content_type, encoding, date, out),
+            };
+            self.add_fields(&plan, &now, Some(meta.mtime), out, start);
+            plan
+        };
+        // Answers without a file of their own.
+        let alone = |plan: Plan, out: &mut Vec<u8>| {
+            self.add_fields(&plan, &now, None, out, start);
+            plan
         };
         Ok(match found {
-            Err(e) => write_error(e, Some(head), date, out),
-            Ok(Found::Redirect(location)) => write_redirect(head, &location, date, out),
-            Ok(Found::Listing(page)) => {
-                write_text(head, "text/html; charset=utf-8", &page, date, out)
-            }
+            Err(e) => alone(write_error(e, Some(head), date, out), out),
+            Ok(Found::Redirect(location)) => alone(write_redirect(head, &location, date, out), out),
+            Ok(Found::Listing(page)) => alone(
+                write_text(head, "text/html; charset=utf-8", &page, date, out),
+                out,
+            ),
             Ok(Found::Bytes {
                 meta,
                 content_type,
@@ -736,7 +771,7 @@ impl HttpProtocol {
                 content_type,
                 input,
             }) => {
-                self.compressed(head, &path, meta, content_type, input, date, reply)
+                self.compressed(head, &path, meta, content_type, input, &now, reply)
                     .await?
             }
         })
@@ -783,21 +818,18 @@ impl HttpProtocol {
         meta: FileMeta,
         content_type: &'static str,
         input: GzipInput,
-        date: &str,
+        now: &Now,
         reply: &mut Reply<'_>,
     ) -> Result<Plan, Aborted> {
         let cfg = self.state.cfg.gzip;
+        let date = now.date();
         if not_modified(head, &meta.etag().gzip_variant(), &meta, date) {
             // A 304 carries no length: nothing to compress.
             let encoding = Encoding::Gzip { len: 0 };
-            return Ok(plan_encoded(
-                head,
-                &meta,
-                content_type,
-                encoding,
-                date,
-                reply.out(),
-            ));
+            let start = reply.out().len();
+            let plan = plan_encoded(head, &meta, content_type, encoding, date, reply.out());
+            self.add_fields(&plan, now, Some(meta.mtime), reply.out(), start);
+            return Ok(plan);
         }
         let job = GzipJob {
             input: input.clone(),
@@ -805,7 +837,9 @@ impl HttpProtocol {
         };
         let Some(gz) = gzip::run(&self.state.offloader, job).await else {
             let encoding = Encoding::Identity { vary: true };
+            let start = reply.out().len();
             let mut plan = plan_encoded(head, &meta, content_type, encoding, date, reply.out());
+            self.add_fields(&plan, now, Some(meta.mtime), reply.out(), start);
             return match input {
                 GzipInput::Bytes(bytes) => {
                     push_cached_body(reply.out(), &bytes, &mut plan, true);
@@ -832,7 +866,9 @@ impl HttpProtocol {
         let encoding = Encoding::Gzip {
             len: gz.len() as u64,
         };
+        let start = reply.out().len();
         let mut plan = plan_encoded(head, &meta, content_type, encoding, date, reply.out());
+        self.add_fields(&plan, now, Some(meta.mtime), reply.out(), start);
         push_cached_body(reply.out(), &gz, &mut plan, true);
         Ok(plan)
     }
@@ -1186,17 +1222,25 @@ fn learned_path(max_epoch: Duration) -> Option<SendPath> {
 
 /// The current `Date` value, from this thread's cache (formatted at most
 /// once per second per thread).
-fn now() -> [u8; date::LEN] {
-    date::with_now(|d| {
-        let mut a = [b' '; date::LEN];
-        let n = d.len().min(date::LEN);
-        a[..n].copy_from_slice(&d.as_bytes()[..n]);
-        a
-    })
+/// A response's date: its `Date` text and that second.
+struct Now {
+    text: [u8; date::LEN],
+    secs: u64,
 }
 
-fn as_str(d: &[u8; date::LEN]) -> &str {
-    std::str::from_utf8(d).unwrap_or("")
+impl Now {
+    fn date(&self) -> &str {
+        std::str::from_utf8(&self.text).unwrap_or("")
+    }
+}
+
+fn now() -> Now {
+    date::with_now_secs(|d, secs| {
+        let mut text = [b' '; date::LEN];
+        let n = d.len().min(date::LEN);
+        text[..n].copy_from_slice(&d.as_bytes()[..n]);
+        Now { text, secs }
+    })
 }
 
 #[cfg(test)]

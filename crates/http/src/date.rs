@@ -232,10 +232,19 @@ impl Default for DateCache {
 
 /// Calls `f` with the current date from this thread's [`DateCache`].
 pub fn with_now<R>(f: impl FnOnce(&str) -> R) -> R {
+    with_now_secs(|date, _| f(date))
+}
+
+/// [`with_now`], with the same second in Unix seconds.
+pub fn with_now_secs<R>(f: impl FnOnce(&str, u64) -> R) -> R {
     thread_local! {
         static CACHE: RefCell<DateCache> = RefCell::new(DateCache::new());
     }
-    CACHE.with(|c| f(c.borrow_mut().now()))
+    CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        c.now();
+        f(std::str::from_utf8(&c.text).unwrap_or(""), c.secs)
+    })
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@
 //! | [`status`] | [`Status`], [`HttpError`] (status + whether to close) |
 //! | [`autoindex`] | directory listings in nginx's `autoindex` format |
 //! | [`error_page`] | [`ErrorPage`]: nginx's `error_page`, a page of the root answering some errors |
+//! | [`fields`] | [`ResponseFields`]: nginx's `expires` ([`Expires`]) and `add_header` ([`AddedField`]), fields added to answers |
 //! | [`server`] | [`HttpConfig`], [`HttpState`] (root, page cache, variant cache, fresh index, access log), [`serve`] |
 //! | `connection` | [`HttpProtocol`] on the session driver ([`driver`]): parse, execute from memory, finish on the loop (lookups, `sendfile`, gzip), timeouts' answers, lingering close |
 //! | `sys` | `sendfile(2)` and blocking-socket timeouts: the crate's only `unsafe` |
@@ -192,6 +193,7 @@ mod connection;
 pub mod date;
 pub mod encoding;
 pub mod error_page;
+pub mod fields;
 pub mod file;
 pub mod gzip;
 pub mod mime;
@@ -208,6 +210,7 @@ pub use connection::{driver, HttpProtocol, HttpRequest, HttpSession};
 pub use date::DateCache;
 pub use encoding::AcceptEncoding;
 pub use error_page::ErrorPage;
+pub use fields::{AddedField, Expires, ResponseFields};
 pub use file::{ETag, FileMeta};
 pub use gzip::{GzipConfig, Offload};
 pub use path::{Resolved, Root, Symlinks};

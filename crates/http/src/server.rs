@@ -164,6 +164,9 @@ pub struct HttpConfig {
     /// Errors answered with a page of the root (nginx's `error_page`), the
     /// first rule naming a status applying; none by default.
     pub error_pages: Vec<crate::ErrorPage>,
+    /// Fields added to answers (nginx's `expires` and `add_header`); none
+    /// by default.
+    pub fields: crate::ResponseFields,
 }
 
 impl HttpConfig {
@@ -174,7 +177,7 @@ impl HttpConfig {
     /// default), no access log, [`Limits::default`],
     /// gzip off ([`GzipConfig::default`]), up to 1,000 open files kept,
     /// symlinks only inside the root, `index.html` as a directory's index,
-    /// no listings, no error pages.
+    /// no listings, no error pages, no added fields.
     pub fn new(root: impl Into<PathBuf>) -> HttpConfig {
         HttpConfig {
             root: root.into(),
@@ -200,6 +203,7 @@ impl HttpConfig {
             index: vec![crate::path::INDEX.to_owned()],
             autoindex: false,
             error_pages: Vec::new(),
+            fields: crate::ResponseFields::default(),
         }
     }
 

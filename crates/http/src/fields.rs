@@ -1,0 +1,629 @@
+//! [`ResponseFields`]: fields a response carries beside its own, as nginx's
+//! headers filter adds them: `expires` (`Expires` and `Cache-Control`,
+//! [`Expires`]) and `add_header` ([`AddedField`]).
+//!
+//! As in nginx, they go on answers that a cache may keep or a client may
+//! follow (200, 206, 301, 304: [`adds_to`]); a field added `always` goes
+//! on every answer, errors included. `--expires 30d` on a file:
+//!
+//! ```text
+//! Expires: <the response's Date + 30 days>
+//! Cache-Control: max-age=2592000
+//! ```
+//!
+//! A time of day (`@15h30m`) is taken in UTC, the zone of every other time
+//! the server writes (nginx takes its local zone).
+
+use std::io::Write;
+use std::str::FromStr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::date;
+use crate::status::Status;
+
+/// nginx's `expires`: what `Expires` and `Cache-Control` say, if anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Expires {
+    /// Neither field (the default, nginx's `expires off`).
+    #[default]
+    Off,
+    /// `Expires` at the epoch's first second, `Cache-Control: no-cache`.
+    Epoch,
+    /// `Expires` in 2037, `Cache-Control: max-age=315360000` (ten years).
+    Max,
+    /// This many seconds after the response (negative: already expired,
+    /// `Cache-Control: no-cache`).
+    Access(i64),
+    /// This many seconds after the `Last-Modified` of what the response
+    /// carries (one without: after the response); `no-cache` once past.
+    Modified(i64),
+    /// The next time this many seconds after midnight (UTC).
+    Daily(u32),
+}
+
+/// Seconds in a day; a daily time is at most that.
+const DAY: i64 = 86_400;
+
+/// `expires max`'s date and age, as nginx writes them.
+const MAX_DATE: &str = "Thu, 31 Dec 2037 23:55:55 GMT";
+const MAX_AGE: &str = "max-age=315360000";
+const EPOCH_DATE: &str = "Thu, 01 Jan 1970 00:00:01 GMT";
+
+impl Expires {
+    /// Appends `Expires` and `Cache-Control` for a response dated `date`
+    /// (`now`, the same second in Unix seconds) carrying something last
+    /// modified at `last_modified`.
+    fn write(self, now: u64, date: &str, last_modified: Option<SystemTime>, out: &mut Vec<u8>) {
+        let now = i64::try_from(now).unwrap_or(i64::MAX);
+        let (at, age) = match self {
+            Expires::Off => return,
+            Expires::Epoch => return two(out, EPOCH_DATE.as_bytes(), b"no-cache"),
+            Expires::Max => return two(out, MAX_DATE.as_bytes(), MAX_AGE.as_bytes()),
+            // nginx dates a zero from the response itself, `modified`
+            // included.
+            Expires::Access(0) | Expires::Modified(0) => {
+                return two(out, date.as_bytes(), b"max-age=0")
+            }
+            Expires::Daily(secs) => {
+                let next = (now - now.rem_euclid(DAY)).saturating_add(i64::from(secs));
+                let next = if next > now {
+                    next
+                } else {
+                    next.saturating_add(DAY)
+                };
+                (next, next - now)
+            }
+            Expires::Modified(secs) => match last_modified.map(unix_secs) {
+                Some(modified) => {
+                    let at = modified.saturating_add(secs);
+                    (at, at.saturating_sub(now))
+                }
+                None => (now.saturating_add(secs), secs),
+            },
+            Expires::Access(secs) => (now.saturating_add(secs), secs),
+        };
+        let negative = matches!(self, Expires::Access(s) | Expires::Modified(s) if s < 0);
+        out.extend_from_slice(b"Expires: ");
+        out.extend_from_slice(&date::format(
+            UNIX_EPOCH + Duration::from_secs(u64::try_from(at).unwrap_or(0)),
+        ));
+        out.extend_from_slice(b"\r\nCache-Control: ");
+        if negative || age < 0 {
+            out.extend_from_slice(b"no-cache\r\n");
+        } else {
+            // Into the head itself: no allocation per answer.
+            let _ = write!(out, "max-age={age}\r\n");
+        }
+    }
+}
+
+/// `Expires: at` and `Cache-Control: cache_control`.
+fn two(out: &mut Vec<u8>, at: &[u8], cache_control: &[u8]) {
+    out.extend_from_slice(b"Expires: ");
+    out.extend_from_slice(at);
+    out.extend_from_slice(b"\r\nCache-Control: ");
+    out.extend_from_slice(cache_control);
+    out.extend_from_slice(b"\r\n");
+}
+
+fn unix_secs(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        Err(e) => -i64::try_from(e.duration().as_secs()).unwrap_or(i64::MAX),
+    }
+}
+
+impl FromStr for Expires {
+    type Err = String;
+
+    /// nginx's `expires` arguments: `off`, `epoch`, `max`, `[modified]
+    /// [+|-]TIME` or `@TIME` (a time of day), TIME in nginx's units (`30d`,
+    /// `1h 30m`, `90`: seconds).
+    fn from_str(s: &str) -> Result<Expires, String> {
+        let s = s.trim();
+        match s {
+            "off" => return Ok(Expires::Off),
+            "epoch" => return Ok(Expires::Epoch),
+            "max" => return Ok(Expires::Max),
+            _ => {}
+        }
+        let (modified, time) = match s.strip_prefix("modified") {
+            Some(rest) if rest.starts_with(char::is_whitespace) => (true, rest.trim_start()),
+            _ => (false, s),
+        };
+        if let Some(day) = time.strip_prefix('@') {
+            if modified {
+                return Err("a time of day (@) cannot be used with \"modified\"".to_owned());
+            }
+            let secs = parse_time(day).map_err(|e| format!("@TIME: {e}"))?;
+            return match u32::try_from(secs) {
+                Ok(secs) if i64::from(secs) <= DAY => Ok(Expires::Daily(secs)),
+                _ => Err("a time of day must be at most 24h".to_owned()),
+            };
+        }
+        let (minus, digits) = match time.as_bytes().first() {
+            Some(b'-') => (true, &time[1..]),
+            Some(b'+') => (false, &time[1..]),
+            _ => (false, time),
+        };
+        let secs = parse_time(digits).map_err(|e| {
+            format!("{e}: give off, epoch, max, [modified] [+|-]TIME or @TIME; TIME as 30d, 12h or 1h 30m")
+        })?;
+        let secs = if minus { -secs } else { secs };
+        Ok(match modified {
+            true => Expires::Modified(secs),
+            false => Expires::Access(secs),
+        })
+    }
+}
+
+/// Longest time accepted, in seconds: a thousand years (nginx takes up to
+/// what its `time_t` holds; dates past 9999 cannot be written).
+const MAX_TIME: i64 = 1000 * 365 * DAY;
+
+/// Seconds in nginx's time syntax (`ngx_parse_time` for seconds): numbers
+/// with a unit each, `y` (365 days), `M` (30 days), `w`, `d`, `h`, `m`,
+/// `s`, largest first and each at most once, spaces between allowed; a
+/// last number without a unit is seconds.
+pub fn parse_time(s: &str) -> Result<i64, String> {
+    const UNITS: [(u8, i64); 7] = [
+        (b'y', 365 * DAY),
+        (b'M', 30 * DAY),
+        (b'w', 7 * DAY),
+        (b'd', DAY),
+        (b'h', 3600),
+        (b'm', 60),
+        (b's', 1),
+    ];
+    let bad = || "not a time".to_owned();
+    let mut rest = s.trim();
+    if rest.is_empty() {
+        return Err("no time given".to_owned());
+    }
+    let mut total: i64 = 0;
+    // UNITS[next..] are the units still allowed (each smaller than the last).
+    let mut next = 0;
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        let value: i64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let scale = match rest.bytes().next() {
+            // A number without a unit is seconds, and ends the time.
+            None | Some(b' ') if next < UNITS.len() && rest.trim().is_empty() => 1,
+            None | Some(b' ') => return Err(bad()),
+            Some(unit) => {
+                let at = UNITS[next..]
+                    .iter()
+                    .position(|&(u, _)| u == unit)
+                    .ok_or_else(|| "units go largest first, each once: y M w d h m s".to_owned())?;
+                next += at + 1;
+                rest = &rest[1..];
+                UNITS[next - 1].1
+            }
+        };
+        total = value
+            .checked_mul(scale)
+            .and_then(|v| total.checked_add(v))
+            .filter(|&t| t <= MAX_TIME)
+            .ok_or_else(|| "at most 1000y".to_owned())?;
+        rest = rest.trim_start_matches(' ');
+    }
+    Ok(total)
+}
+
+/// Whether nginx adds its fields (without `always`) to an answer of
+/// `status`: those a cache may keep or a client follows.
+pub fn adds_to(status: Status) -> bool {
+    matches!(
+        status.code(),
+        200 | 201 | 204 | 206 | 301 | 302 | 303 | 304 | 307 | 308
+    )
+}
+
+/// Fields that duality writes itself (or that frame the message): adding
+/// one would send it twice, or contradict the framing.
+const OWN: [&str; 16] = [
+    "Server",
+    "Date",
+    "Content-Type",
+    "Content-Length",
+    "Content-Encoding",
+    "Content-Range",
+    "Last-Modified",
+    "ETag",
+    "Accept-Ranges",
+    "Location",
+    "Allow",
+    "Connection",
+    "Keep-Alive",
+    "Transfer-Encoding",
+    "Trailer",
+    "Upgrade",
+];
+
+/// One `--add-header` field (nginx's `add_header NAME VALUE [always]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddedField {
+    /// `Name: value\r\n`, as it goes out.
+    line: Box<[u8]>,
+    /// Added to every answer, errors included.
+    pub always: bool,
+}
+
+impl AddedField {
+    /// This field on every answer, errors included (nginx's `always`).
+    pub fn always(mut self) -> AddedField {
+        self.always = true;
+        self
+    }
+}
+
+impl FromStr for AddedField {
+    type Err = String;
+
+    /// `NAME: VALUE`: a field name (an HTTP token) and a value without
+    /// line breaks or other control characters; not one of the fields
+    /// duality writes itself, nor `Expires` (see `--expires`).
+    fn from_str(s: &str) -> Result<AddedField, String> {
+        let Some((name, value)) = s.split_once(':') else {
+            return Err(format!(
+                "{s:?}: give NAME: VALUE, e.g. \"X-Frame-Options: DENY\""
+            ));
+        };
+        let (name, value) = (name.trim(), value.trim());
+        let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+        if name.is_empty() || !name.bytes().all(token) {
+            return Err(format!(
+                "{name:?} is not a field name (letters, digits and !#$%&'*+-.^_`|~)"
+            ));
+        }
+        if let Some(own) = OWN.iter().find(|o| o.eq_ignore_ascii_case(name)) {
+            return Err(format!(
+                "{own} is written by the server itself; it cannot be added"
+            ));
+        }
+        if name.eq_ignore_ascii_case("Expires") {
+            return Err("Expires is set with --expires (nginx's expires)".to_owned());
+        }
+        if value.is_empty() {
+            return Err(format!("{name}: an empty value adds nothing"));
+        }
+        if value.chars().any(|c| c.is_control() && c != '\t') {
+            return Err(format!(
+                "{name}: a value may not hold line breaks or control characters"
+            ));
+        }
+        Ok(AddedField {
+            line: format!("{name}: {value}\r\n").into_bytes().into(),
+            always: false,
+        })
+    }
+}
+
+/// The fields every response may carry beside its own: `--expires` and
+/// `--add-header` (nginx's `expires` and `add_header`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResponseFields {
+    /// `Expires` and `Cache-Control` on 200, 206, 301 and 304.
+    pub expires: Expires,
+    /// Added fields, in the order they go out.
+    pub added: Vec<AddedField>,
+}
+
+impl ResponseFields {
+    /// Whether there is nothing to add to any response.
+    pub fn is_empty(&self) -> bool {
+        self.expires == Expires::Off && self.added.is_empty()
+    }
+
+    /// Appends the fields an answer of `status` gets (see the
+    /// [module docs](self)): `date` is its `Date` (`now` that second in
+    /// Unix seconds), `last_modified` that of what it carries.
+    pub fn write(
+        &self,
+        status: Status,
+        now: u64,
+        date: &str,
+        last_modified: Option<SystemTime>,
+        out: &mut Vec<u8>,
+    ) {
+        let all = adds_to(status);
+        if all {
+            self.expires.write(now, date, last_modified, out);
+        }
+        for f in self.added.iter().filter(|f| all || f.always) {
+            out.extend_from_slice(&f.line);
+        }
+    }
+
+    /// [`write`](Self::write) into the head that `out[start..]` begins
+    /// with (written by one of the [`response`](crate::response) planners;
+    /// a small body of its own may follow): the fields go before the
+    /// head's blank line.
+    pub fn add_to_head(
+        &self,
+        status: Status,
+        now: u64,
+        date: &str,
+        last_modified: Option<SystemTime>,
+        out: &mut Vec<u8>,
+        start: usize,
+    ) {
+        if self.is_empty() {
+            return;
+        }
+        let end = out
+            .get(start..)
+            .and_then(|head| head.windows(4).position(|w| w == b"\r\n\r\n"));
+        let Some(end) = end else {
+            debug_assert!(false, "no head at {start}");
+            return;
+        };
+        let at = start + end + 2;
+        if at + 2 == out.len() {
+            // Nothing after the head yet (a file's body comes later).
+            out.truncate(at);
+            self.write(status, now, date, last_modified, out);
+            out.extend_from_slice(b"\r\n");
+        } else {
+            let mut fields = Vec::new();
+            self.write(status, now, date, last_modified, &mut fields);
+            out.splice(at..at, fields);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secs(date: &str) -> u64 {
+        date::parse(date.as_bytes())
+            .unwrap()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    }
+
+    fn at(date: &str) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(secs(date))
+    }
+
+    /// The fields of `expires` on a 200 dated `now`, for a file last
+    /// modified at `modified`.
+    fn expires(e: &str, now: &str, modified: Option<&str>) -> String {
+        let fields = ResponseFields {
+            expires: e.parse().unwrap(),
+            added: Vec::new(),
+        };
+        let mut out = Vec::new();
+        fields.write(Status::Ok, secs(now), now, modified.map(at), &mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn times_in_nginx_units() {
+        for (text, want) in [
+            ("30", 30),
+            ("30s", 30),
+            ("1h 30m", 5400),
+            ("1h30m", 5400),
+            ("1d 2", 86_402),
+            ("2w", 14 * 86_400),
+            ("1M", 30 * 86_400),
+            ("1y", 365 * 86_400),
+            (" 12h ", 43_200),
+            (
+                "1y 1M 1w 1d 1h 1m 1s",
+                365 * 86_400 + 30 * 86_400 + 8 * 86_400 + 3661,
+            ),
+        ] {
+            assert_eq!(parse_time(text), Ok(want), "{text:?}");
+        }
+        for bad in [
+            "", "1x", "1s 1m", "1h1h", "30 5", "1ms", "d", "-1", "1.5h", "1001y", "h1",
+        ] {
+            assert!(parse_time(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn expires_arguments_as_nginx_takes_them() {
+        for (text, want) in [
+            ("off", Expires::Off),
+            ("epoch", Expires::Epoch),
+            ("max", Expires::Max),
+            ("30d", Expires::Access(2_592_000)),
+            ("+1h", Expires::Access(3600)),
+            ("-1", Expires::Access(-1)),
+            ("0", Expires::Access(0)),
+            ("modified +1h", Expires::Modified(3600)),
+            ("modified -1h", Expires::Modified(-3600)),
+            ("modified 24h", Expires::Modified(86_400)),
+            ("@15h30m", Expires::Daily(55_800)),
+            ("@24h", Expires::Daily(86_400)),
+        ] {
+            assert_eq!(text.parse::<Expires>(), Ok(want), "{text:?}");
+        }
+        for bad in [
+            "",
+            "@25h",
+            "modified @1h",
+            "modified",
+            "modifiedx 1h",
+            "on",
+            "1x",
+            "+-1",
+            "@-1h",
+        ] {
+            assert!(bad.parse::<Expires>().is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn expires_fields_as_nginx_writes_them() {
+        // Those asked of nginx 1.22.1 here, at this time, gave the same.
+        let now = "Mon, 07 Dec 2026 02:15:44 GMT";
+        let jan = Some("Thu, 01 Jan 2026 00:00:00 GMT");
+        let both = |e: &str, c: &str| format!("Expires: {e}\r\nCache-Control: {c}\r\n");
+        for (e, modified, want) in [
+            ("off", jan, String::new()),
+            (
+                "30d",
+                jan,
+                both("Wed, 06 Jan 2027 02:15:44 GMT", "max-age=2592000"),
+            ),
+            ("-1", jan, both("Mon, 07 Dec 2026 02:15:43 GMT", "no-cache")),
+            ("0", jan, both(now, "max-age=0")),
+            ("modified 0", jan, both(now, "max-age=0")),
+            (
+                "epoch",
+                jan,
+                both("Thu, 01 Jan 1970 00:00:01 GMT", "no-cache"),
+            ),
+            (
+                "max",
+                jan,
+                both("Thu, 31 Dec 2037 23:55:55 GMT", "max-age=315360000"),
+            ),
+            (
+                "@15h30m",
+                jan,
+                both("Mon, 07 Dec 2026 15:30:00 GMT", "max-age=47656"),
+            ),
+            // Past today's: tomorrow's.
+            (
+                "@1h",
+                jan,
+                both("Tue, 08 Dec 2026 01:00:00 GMT", "max-age=81856"),
+            ),
+            // From the file's time: already past, so no-cache.
+            (
+                "modified +1h",
+                jan,
+                both("Thu, 01 Jan 2026 01:00:00 GMT", "no-cache"),
+            ),
+            (
+                "modified 1y",
+                jan,
+                both("Fri, 01 Jan 2027 00:00:00 GMT", "max-age=2151856"),
+            ),
+            // An answer without a file's time: from the answer.
+            (
+                "modified 1h",
+                None,
+                both("Mon, 07 Dec 2026 03:15:44 GMT", "max-age=3600"),
+            ),
+        ] {
+            assert_eq!(expires(e, now, modified), want, "{e}");
+        }
+        // Exactly at a daily time: the next day's.
+        assert_eq!(
+            expires("@2h15m44s", now, None),
+            both("Tue, 08 Dec 2026 02:15:44 GMT", "max-age=86400")
+        );
+    }
+
+    #[test]
+    fn added_fields_are_checked_at_start() {
+        let f: AddedField = " X-Frame-Options :  DENY ".parse().unwrap();
+        assert_eq!(&*f.line, b"X-Frame-Options: DENY\r\n");
+        assert!(!f.always);
+        assert!(f.always().always);
+        let ok: AddedField = "Cache-Control: public, immutable".parse().unwrap();
+        assert_eq!(&*ok.line, b"Cache-Control: public, immutable\r\n");
+        for bad in [
+            "X-Frame-Options DENY",
+            ": x",
+            "Bad Name: x",
+            "X-A:",
+            "X-A: a\rb",
+            "X-A: a\nSet-Cookie: b",
+            "content-length: 5",
+            "Transfer-Encoding: chunked",
+            "Connection: close",
+            "ETag: x",
+            "Expires: 0",
+        ] {
+            assert!(bad.parse::<AddedField>().is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn fields_go_on_answers_a_cache_keeps_and_always_ones_on_every_answer() {
+        let fields = ResponseFields {
+            expires: Expires::Access(60),
+            added: vec![
+                "X-A: 1".parse().unwrap(),
+                "X-B: 2".parse::<AddedField>().unwrap().always(),
+            ],
+        };
+        let now = "Mon, 07 Dec 2026 02:15:44 GMT";
+        let head = |status: Status| {
+            let mut out = b"HTTP/1.1 x\r\nConnection: close\r\n\r\n".to_vec();
+            fields.add_to_head(status, secs(now), now, None, &mut out, 0);
+            String::from_utf8(out).unwrap()
+        };
+        let all = "HTTP/1.1 x\r\nConnection: close\r\nExpires: Mon, 07 Dec 2026 02:16:44 GMT\r\n\
+                   Cache-Control: max-age=60\r\nX-A: 1\r\nX-B: 2\r\n\r\n";
+        for status in [
+            Status::Ok,
+            Status::PartialContent,
+            Status::MovedPermanently,
+            Status::NotModified,
+        ] {
+            assert_eq!(head(status), all, "{status:?}");
+        }
+        for status in [
+            Status::NotFound,
+            Status::Forbidden,
+            Status::PreconditionFailed,
+            Status::RangeNotSatisfiable,
+            Status::BadRequest,
+            Status::InternalServerError,
+        ] {
+            assert_eq!(
+                head(status),
+                "HTTP/1.1 x\r\nConnection: close\r\nX-B: 2\r\n\r\n",
+                "{status:?}"
+            );
+        }
+        // After an earlier answer, and before a body of its own.
+        let mut out = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 y\r\n\r\nbody\r\n\r\n".to_vec();
+        fields.add_to_head(Status::NotFound, secs(now), now, None, &mut out, 25);
+        assert_eq!(
+            out,
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 y\r\nX-B: 2\r\n\r\nbody\r\n\r\n"
+        );
+        // Nothing configured: the head is left as it is.
+        let mut out = b"HTTP/1.1 x\r\n\r\n".to_vec();
+        ResponseFields::default().add_to_head(Status::Ok, 0, now, None, &mut out, 0);
+        assert_eq!(out, b"HTTP/1.1 x\r\n\r\n");
+    }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #[test]
+            fn any_argument_is_taken_or_refused_and_any_time_is_written(
+                arg in "(modified )?[-+@]?[0-9 yMwdhms]{0,12}",
+                now in any::<u64>(),
+                modified in any::<i64>(),
+            ) {
+                if let Ok(e) = arg.parse::<Expires>() {
+                    let t = match modified {
+                        m if m >= 0 => UNIX_EPOCH + Duration::from_secs(m as u64),
+                        m => UNIX_EPOCH - Duration::from_secs(m.unsigned_abs().min(1 << 40)),
+                    };
+                    let mut out = Vec::new();
+                    e.write(now, "Thu, 01 Jan 1970 00:00:00 GMT", Some(t), &mut out);
+                    let text = String::from_utf8(out).unwrap();
+                    prop_assert!(text.is_empty() || text.starts_with("Expires: "));
+                    prop_assert_eq!(text.matches("\r\n").count(), if text.is_empty() { 0 } else { 2 });
+                }
+            }
+        }
+    }
+}
