@@ -28,7 +28,7 @@ enum Command {
     /// The memcached-compatible cache server.
     Kv(cmd::kv::KvArgs),
     /// The static-file web server.
-    Http(cmd::http::HttpArgs),
+    Http(Box<cmd::http::HttpArgs>),
     /// Benchmarks and experiments, each with its peers in the same run.
     #[command(subcommand)]
     Bench(cmd::bench::Bench),
@@ -74,7 +74,7 @@ fn run() -> anyhow::Result<()> {
     cmd::transparent_huge_pages(matches!(&cli.command, Command::Kv(a) if a.large_pages));
     match cli.command {
         Command::Kv(a) => cmd::kv::run(a),
-        Command::Http(a) => cmd::http::run(a),
+        Command::Http(a) => cmd::http::run(*a),
         Command::Bench(b) => cmd::bench::run(b),
         Command::Internal(i) => cmd::internal::run(i),
     }

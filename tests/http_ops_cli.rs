@@ -14,10 +14,15 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// One `GET path` on the connection `s`, which it closes; the whole answer.
-fn exchange(mut s: impl Read + Write, path: &str) -> String {
+fn exchange(s: impl Read + Write, path: &str) -> String {
+    exchange_with(s, path, "")
+}
+
+/// [`exchange`] with more header `fields` (each line ending in CRLF).
+fn exchange_with(mut s: impl Read + Write, path: &str, fields: &str) -> String {
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: t\r\n{fields}Connection: close\r\n\r\n"
     )
     .unwrap();
     let mut out = String::new();
@@ -367,4 +372,58 @@ fn listen_takes_a_unix_socket() {
     };
     assert!(err.contains("it exists and is not a socket"), "{err}");
     assert_eq!(std::fs::read_to_string(&sock).unwrap(), "keep me");
+}
+
+/// `--real-ip-from` (nginx's realip, for a server behind a proxy): the
+/// access log writes the client a trusted proxy names (here over the Unix
+/// socket, in X-Forwarded-For), the connection's own address for anyone
+/// else, and for a trusted request that names none.
+#[test]
+fn the_access_log_takes_the_client_a_trusted_proxy_names() {
+    let dir = TempDir::new("ops-real-ip");
+    let root = dir.0.join("www");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::write(root.join("a.txt"), "a\n").unwrap();
+    let sock = dir.0.join("h.sock");
+    let log = dir.0.join("access.log");
+    let listen = format!("unix:{}", sock.display());
+    let server = HttpServer::start(
+        &root,
+        &[
+            "--listen",
+            &listen,
+            "--access-log",
+            log.to_str().unwrap(),
+            "--real-ip-from",
+            "unix:",
+            "--real-ip-from",
+            "10.0.0.0/8",
+            "--real-ip-header",
+            "X-Forwarded-For",
+            "--real-ip-recursive",
+            "on",
+        ],
+    );
+    let xff = "X-Forwarded-For: 203.0.113.9, 198.51.100.7, 10.0.0.1\r\n";
+    let unix = || std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    let tcp = || TcpStream::connect(server.url.strip_prefix("http://").unwrap()).unwrap();
+    assert!(exchange_with(unix(), "/a.txt", xff).starts_with("HTTP/1.1 200 "));
+    assert!(exchange_with(tcp(), "/a.txt", xff).starts_with("HTTP/1.1 200 "));
+    assert!(exchange_with(unix(), "/nope", "").starts_with("HTTP/1.1 404 "));
+    assert!(
+        exchange_with(unix(), "/a.txt", "X-Forwarded-For: [2001:db8::5]:443\r\n")
+            .starts_with("HTTP/1.1 200 ")
+    );
+    assert!(within(Duration::from_secs(5), || lines(&log) == 4));
+    let logged = std::fs::read_to_string(&log).unwrap();
+    let clients: Vec<&str> = logged
+        .lines()
+        .map(|l| l.split(' ').next().unwrap())
+        .collect();
+    assert_eq!(
+        clients,
+        ["198.51.100.7", "127.0.0.1", "unix:", "2001:db8::5"],
+        "{logged}"
+    );
+    assert!(server.stop().success());
 }

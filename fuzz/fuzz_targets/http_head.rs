@@ -11,7 +11,7 @@
 //! -dict=http.dict` (from `fuzz/`).
 #![no_main]
 
-use duality_http::{parse_head, request::continue_due, Discard, Head, HttpError, Limits};
+use duality_http::{parse_head, request::continue_due, Discard, Head, HttpError, Limits, RealIp};
 use libfuzzer_sys::fuzz_target;
 
 const LIMITS: [Limits; 4] = [
@@ -72,6 +72,14 @@ fn check_head(head: &Head<'_>, limits: &Limits) {
     assert!(head.content_length <= limits.max_body);
     assert!(head.path.starts_with('/'));
     assert!(!head.path.split('/').any(|s| s == ".."));
+    assert!(head.raw.ends_with(b"\n"));
+    // A trusted proxy's X-Forwarded-For, walked through every address.
+    let real = RealIp {
+        from: vec!["0.0.0.0/0".parse().unwrap(), "::/0".parse().unwrap()],
+        header: "X-Forwarded-For".to_owned(),
+        recursive: true,
+    };
+    let _ = real.client(head);
 }
 
 /// The whole request at the front of `buf` as the connection handler
@@ -79,7 +87,10 @@ fn check_head(head: &Head<'_>, limits: &Limits) {
 /// not all come, and then the bytes still kept must fit the read buffer.
 fn whole<'a>(buf: &'a [u8], limits: &Limits) -> Result<Option<(Head<'a>, usize)>, HttpError> {
     let Some((head, n)) = parse_head(buf, limits)? else {
-        assert!(buf.len() < limits.max_request(), "read buffer full, no answer");
+        assert!(
+            buf.len() < limits.max_request(),
+            "read buffer full, no answer"
+        );
         return Ok(None);
     };
     assert!(n > 0 && n <= buf.len());

@@ -88,6 +88,7 @@ fuzz_target!(|data: &[u8]| {
         referer: None,
         user_agent: None,
         expect_continue: false,
+        raw: b"",
     };
 
     let mut out = Vec::new();

@@ -231,6 +231,25 @@ pub struct HttpArgs {
     /// connection over --max-conns gets before any request is read
     #[arg(long, value_name = "NAME: VALUE")]
     add_header_always: Vec<duality_http::AddedField>,
+    /// Behind a proxy (nginx's `set_real_ip_from`): a connection from this
+    /// address, network (ADDRESS/BITS) or `unix:` (a Unix socket) is
+    /// a trusted proxy's, and the access log writes the client's address
+    /// its --real-ip-header names instead of the proxy's (the log is the
+    /// only place the server uses a client's address). Repeat for several
+    #[arg(long, value_name = "ADDRESS[/BITS]|unix:")]
+    real_ip_from: Vec<duality_http::Trusted>,
+    /// The field a trusted proxy names the client in (nginx's
+    /// `real_ip_header`): X-Real-IP, X-Forwarded-For (every line of it, as
+    /// one list) or any other (its first line), its last address taken
+    #[arg(long, value_name = "NAME", default_value = "X-Real-IP", requires = "real_ip_from",
+          value_parser = real_ip_header)]
+    real_ip_header: String,
+    /// Take the last address of --real-ip-header that is not itself a
+    /// trusted proxy, walking from the right (nginx's `real_ip_recursive
+    /// on`): for a chain of proxies. Off: the last address, as nginx
+    #[arg(long, value_name = "on|off", default_value = "off", value_parser = on_off,
+          action = clap::ArgAction::Set, requires = "real_ip_from")]
+    real_ip_recursive: bool,
     /// gzip responses (nginx's `gzip on`): text/*, JSON, JavaScript, XML, SVG,
     /// WebAssembly, TTF/OTF, ICO/BMP (and any +json/+xml type) of at least
     /// --gzip-min-length bytes go out with `Content-Encoding: gzip` to clients
@@ -288,6 +307,17 @@ fn on_off(v: &str) -> Result<bool, String> {
         "on" => Ok(true),
         "off" => Ok(false),
         _ => Err(format!("{v:?}: expected on or off")),
+    }
+}
+
+/// A field name for --real-ip-header (nginx's `proxy_protocol` is not
+/// served).
+fn real_ip_header(v: &str) -> Result<String, String> {
+    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    match v {
+        "proxy_protocol" => Err("the PROXY protocol is not served: name a field".to_owned()),
+        _ if v.is_empty() || !v.bytes().all(token) => Err(format!("{v:?} is not a field name")),
+        _ => Ok(v.to_owned()),
     }
 }
 
@@ -622,6 +652,11 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
                 .cloned()
                 .chain(a.add_header_always.iter().map(|f| f.clone().always()))
                 .collect(),
+        },
+        real_ip: duality_http::RealIp {
+            from: a.real_ip_from.clone(),
+            header: a.real_ip_header.clone(),
+            recursive: a.real_ip_recursive,
         },
     };
     let grace = grace(a.shutdown_grace)?;

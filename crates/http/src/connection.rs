@@ -38,7 +38,7 @@
 //! connection also counts itself as reading, writing or waiting.
 
 use std::fs::File;
-use std::io;
+use std::io::{self, Write as _};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
@@ -148,6 +148,9 @@ enum Seen<'a> {
 pub struct HttpSession {
     /// The client's address, for the access log (empty with no log).
     peer: String,
+    /// The client is a trusted proxy (`--real-ip-from`): the access log
+    /// takes the address its requests name.
+    proxy: bool,
     /// Spreads connections over the payload threads where the model routes
     /// by color: the server's state locks itself, so any color will do.
     color: u64,
@@ -234,16 +237,18 @@ impl Protocol for HttpProtocol {
 
     fn session(&self, conn: &Conn) -> HttpSession {
         // nginx's `$remote_addr` for a Unix socket is `unix:`.
-        let peer = if self.state.log.is_none() {
-            String::new()
+        let (peer, proxy) = if self.state.log.is_none() {
+            (String::new(), false)
         } else if conn.is_unix() {
-            "unix:".to_owned()
+            ("unix:".to_owned(), self.state.cfg.real_ip.trusts(None))
         } else {
-            conn.peer_addr()
-                .map_or_else(|| "-".to_owned(), |a| a.ip().to_string())
+            let ip = conn.peer_addr().map(|a| a.ip());
+            let peer = ip.map_or_else(|| "-".to_owned(), |ip| ip.to_string());
+            (peer, ip.is_some() && self.state.cfg.real_ip.trusts(ip))
         };
         HttpSession {
             peer,
+            proxy,
             color: NEXT_COLOR.fetch_add(1, Relaxed),
             phases: self
                 .state
@@ -1075,7 +1080,16 @@ impl HttpProtocol {
         self.state.phases.response(plan.status.code());
         let Some(log) = &self.state.log else { return };
         let mut line = Vec::with_capacity(160);
-        line.extend_from_slice(session.peer.as_bytes());
+        let real = match head {
+            Some(h) if session.proxy => self.state.cfg.real_ip.client(h),
+            _ => None,
+        };
+        match real {
+            Some(ip) => {
+                let _ = write!(line, "{ip}");
+            }
+            None => line.extend_from_slice(session.peer.as_bytes()),
+        }
         line.extend_from_slice(b" - - [");
         line.extend_from_slice(&date::format_clf(std::time::SystemTime::now()));
         line.extend_from_slice(b"] \"");

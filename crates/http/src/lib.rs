@@ -22,6 +22,7 @@
 //! | [`status`] | [`Status`], [`HttpError`] (status + whether to close) |
 //! | [`autoindex`] | directory listings in nginx's `autoindex` format |
 //! | [`error_page`] | [`ErrorPage`]: nginx's `error_page`, a page of the root answering some errors |
+//! | [`real_ip`] | [`RealIp`]: nginx's realip, the client's address as a trusted proxy reports it, for the access log |
 //! | [`fields`] | [`ResponseFields`]: nginx's `expires` ([`Expires`]) and `add_header` ([`AddedField`]), fields added to answers |
 //! | [`server`] | [`HttpConfig`], [`HttpState`] (root, page cache, variant cache, fresh index, access log), [`serve`] |
 //! | `connection` | [`HttpProtocol`] on the session driver ([`driver`]): parse, execute from memory, finish on the loop (lookups, `sendfile`, gzip), timeouts' answers, lingering close |
@@ -198,6 +199,7 @@ pub mod file;
 pub mod gzip;
 pub mod mime;
 pub mod path;
+pub mod real_ip;
 pub mod request;
 pub mod response;
 mod send_path;
@@ -214,6 +216,7 @@ pub use fields::{AddedField, Expires, ResponseFields};
 pub use file::{ETag, FileMeta};
 pub use gzip::{GzipConfig, Offload};
 pub use path::{Resolved, Root, Symlinks};
+pub use real_ip::{RealIp, Trusted};
 pub use request::{parse_head, Discard, Head, Limits, Method, Version};
 pub use response::{
     plan_encoded, plan_error_page, plan_file, write_error, write_redirect, write_refusal,

@@ -166,6 +166,30 @@ pub struct Head<'a> {
     /// is ignored in 1.0; other expectations are ignored too, as nginx
     /// does).
     pub expect_continue: bool,
+    /// The whole head as sent, blank line included: for the fields read
+    /// only now and then ([`Head::field_values`]).
+    pub raw: &'a [u8],
+}
+
+impl<'a> Head<'a> {
+    /// The values of every `name` field (any case), in order, trimmed: read
+    /// from [`raw`](Head::raw) on demand, for fields too rarely wanted to
+    /// pick out of every request (a proxy's `X-Forwarded-For`).
+    pub fn field_values<'n>(&self, name: &'n str) -> impl Iterator<Item = &'a [u8]> + 'n
+    where
+        'a: 'n,
+    {
+        self.raw
+            .split(|&b| b == b'\n')
+            .skip(1)
+            .filter_map(move |line| {
+                let line = line.strip_suffix(b"\r").unwrap_or(line);
+                let colon = line.iter().position(|&b| b == b':')?;
+                line[..colon]
+                    .eq_ignore_ascii_case(name.as_bytes())
+                    .then(|| trim(&line[colon + 1..]))
+            })
+    }
 }
 
 /// Parses the request head at the start of `buf` (see the [module docs](self)
@@ -509,6 +533,7 @@ fn parse_fields<'a>(
         referer: fields.referer,
         user_agent: fields.user_agent,
         expect_continue: fields.expect_continue && version == Version::Http11,
+        raw: &buf[..head_len],
     };
     Ok(Some((head, head_len)))
 }
@@ -1795,7 +1820,11 @@ mod tests {
                 later[line_end - 1] = minor;
                 let cut = cut.index(req.len() + 1);
                 let limits = Limits::default();
-                prop_assert_eq!(parse_head(&later[..cut], &limits), parse_head(&req[..cut], &limits));
+                // The same head but for its raw bytes (the version's digit).
+                let head = |bytes| {
+                    parse_head(bytes, &limits).map(|h| h.map(|(h, n)| (Head { raw: b"", ..h }, n)))
+                };
+                prop_assert_eq!(head(&later[..cut]), head(&req[..cut]));
             }
 
             /// A body cut into chunks of any sizes is consumed exactly.

@@ -167,6 +167,9 @@ pub struct HttpConfig {
     /// Fields added to answers (nginx's `expires` and `add_header`); none
     /// by default.
     pub fields: crate::ResponseFields,
+    /// Whose word about the client's address the access log takes
+    /// (nginx's realip); nobody's by default.
+    pub real_ip: crate::RealIp,
 }
 
 impl HttpConfig {
@@ -177,7 +180,7 @@ impl HttpConfig {
     /// default), no access log, [`Limits::default`],
     /// gzip off ([`GzipConfig::default`]), up to 1,000 open files kept,
     /// symlinks only inside the root, `index.html` as a directory's index,
-    /// no listings, no error pages, no added fields.
+    /// no listings, no error pages, no added fields, no trusted proxies.
     pub fn new(root: impl Into<PathBuf>) -> HttpConfig {
         HttpConfig {
             root: root.into(),
@@ -204,6 +207,7 @@ impl HttpConfig {
             autoindex: false,
             error_pages: Vec::new(),
             fields: crate::ResponseFields::default(),
+            real_ip: crate::RealIp::default(),
         }
     }
 
