@@ -455,6 +455,68 @@ fn expires_and_added_fields_as_nginx_sends_them() {
         None => eprintln!("nginx not installed: the fields are not compared with nginx's"),
     }
 
+    // By type (nginx: a map of $sent_http_content_type): the page's own
+    // type, its family, then the default; the server's pages are HTML.
+    std::fs::write(root.join("index.html"), "<p>i</p>\n").unwrap();
+    std::fs::write(root.join("dir/p.png"), "png").unwrap();
+    let by_type = [
+        ("/index.html", 200, "no-cache", -1),
+        ("/dir/p.png", 200, "max-age=31536000", 31_536_000),
+        ("/a.txt", 200, "max-age=315360000", 0),
+        ("/dir", 301, "no-cache", -1),
+    ];
+    let check = |url: &str| {
+        for (path, code, cache_control, after) in by_type {
+            let (got, fields, _) = call(url, "GET", path, "");
+            assert_eq!(got, code, "{path}");
+            assert_eq!(
+                field(&fields, "cache-control"),
+                Some(cache_control),
+                "{path}"
+            );
+            let at = added(got, &fields).4.unwrap();
+            if path == "/a.txt" {
+                // `max`: a fixed date.
+                assert_eq!(
+                    field(&fields, "expires"),
+                    Some("Thu, 31 Dec 2037 23:55:55 GMT")
+                );
+            } else {
+                assert_eq!(at, after, "{path}");
+            }
+        }
+        let (_, fields, _) = call(url, "GET", "/nope", "");
+        assert_eq!(field(&fields, "expires"), None);
+    };
+    let server = HttpServer::start(
+        &root,
+        &[
+            "--expires",
+            "text/html -1",
+            "--expires",
+            "max",
+            "--expires",
+            "image/ 1y",
+        ],
+    );
+    check(&server.url);
+    assert!(server.stop().success());
+    if let Some(nginx) = duality_bench::http::find_nginx() {
+        let n = duality_bench::http::RunningServer::nginx_with(
+            &nginx,
+            &root,
+            1,
+            1024,
+            "    types {\n        text/html html;\n        text/plain txt;\n        image/png png;\n    }\n    \
+             map $sent_http_content_type $expires {\n        default max;\n        \
+             text/html -1;\n        ~image/ 1y;\n    }\n    expires $expires;\n",
+        )
+        .unwrap();
+        check(&format!("http://{}", n.addr));
+    }
+    let err = refused(&root, &["--expires", "1d", "--expires", "2d"]);
+    assert!(err.contains("given twice"), "{err}");
+
     // Off by default; a field the server writes itself is refused.
     let server = HttpServer::start(&root, &[]);
     let (_, fields, _) = call(&server.url, "GET", "/a.txt", "");

@@ -210,14 +210,17 @@ pub struct HttpArgs {
     /// 30m`, `90`: seconds; units y M w d h m s) as `max-age`, `modified
     /// TIME` after the file's Last-Modified, `@TIME` the next such time of
     /// day (UTC), a negative TIME (`-1`) or `epoch` for `no-cache`, `max`
-    /// for ten years. Off by default: neither field, as in nginx
+    /// for ten years. Before it, a media type or family limits it to those
+    /// answers (nginx's `map $sent_http_content_type $expires`): repeat,
+    /// e.g. "text/html epoch", "image/ 30d", "max" (every other type; the
+    /// server's own pages are text/html). Off by default: neither field, as
+    /// in nginx
     #[arg(
         long,
-        value_name = "[modified] TIME|@TIME|epoch|max|off",
-        default_value = "off",
+        value_name = "[TYPE] [modified] TIME|@TIME|epoch|max|off",
         allow_hyphen_values = true
     )]
-    expires: duality_http::Expires,
+    expires: Vec<duality_http::fields::ExpiresRule>,
     /// Add a field to answers of 200, 206, 301 and 304 (nginx's
     /// `add_header`): "NAME: VALUE", e.g. "X-Content-Type-Options: nosniff"
     /// or "Cache-Control: public". Repeat for several; they go out in the
@@ -644,15 +647,15 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         index: a.index.clone(),
         autoindex: a.autoindex,
         error_pages: a.error_page.clone(),
-        fields: duality_http::ResponseFields {
-            expires: a.expires,
-            added: a
-                .add_header
+        fields: duality_http::ResponseFields::new(
+            a.expires.clone(),
+            a.add_header
                 .iter()
                 .cloned()
                 .chain(a.add_header_always.iter().map(|f| f.clone().always()))
                 .collect(),
-        },
+        )
+        .map_err(anyhow::Error::msg)?,
         real_ip: duality_http::RealIp {
             from: a.real_ip_from.clone(),
             header: a.real_ip_header.clone(),

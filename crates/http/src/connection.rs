@@ -544,25 +544,25 @@ impl HttpProtocol {
             Some(_) => write_error(e, head, now.date(), out),
             None => write_refusal(e, line, now.date(), out),
         };
-        self.add_fields(&plan, &now, None, out, start);
+        self.add_fields(&plan, &now, (HTML, None), out, start);
         self.state.phases.request();
         self.log(session, head, line, &plan);
         plan
     }
 
     /// Adds the fields of `--expires` and `--add-header` to the head of
-    /// `plan`, written into `out` from `start` (`last_modified`: that of
-    /// the file it carries, if any).
+    /// `plan`, written into `out` from `start` (`carried`: the type and
+    /// last modification of what it carries).
     fn add_fields(
         &self,
         plan: &Plan,
         now: &Now,
-        last_modified: Option<std::time::SystemTime>,
+        carried: (&str, Option<std::time::SystemTime>),
         out: &mut Vec<u8>,
         start: usize,
     ) {
         let fields = &self.state.cfg.fields;
-        fields.add_to_head(plan.status, now.secs, now.date(), last_modified, out, start);
+        fields.add_to_head(plan.status, now.secs, now.date(), carried, out, start);
     }
 
     /// Answers `head` from memory if it can: appends the response and
@@ -592,7 +592,7 @@ impl HttpProtocol {
             let body = self.state.stub_status_text();
             let start = out.len();
             let plan = write_text(head, "text/plain", body.as_bytes(), date, out);
-            self.add_fields(&plan, &now, None, out, start);
+            self.add_fields(&plan, &now, ("text/plain", None), out, start);
             self.log(session, Some(head), None, &plan);
             return Some(plan);
         }
@@ -639,7 +639,8 @@ impl HttpProtocol {
                 }
                 let start = out.len();
                 let mut plan = plan_encoded(head, &f.meta, f.content_type, encoding, date, out);
-                self.add_fields(&plan, &now, Some(f.meta.mtime), out, start);
+                let carried = (f.content_type, Some(f.meta.mtime));
+                self.add_fields(&plan, &now, carried, out, start);
                 push_cached_body(out, &bytes, &mut plan, alone);
                 self.log(session, Some(head), None, &plan);
                 return Some(plan);
@@ -687,7 +688,8 @@ impl HttpProtocol {
                 }
                 let start = reply.out().len();
                 let plan = plan_encoded(head, &meta, content_type, encoding, date, reply.out());
-                self.add_fields(&plan, &now, Some(meta.mtime), reply.out(), start);
+                let carried = (content_type, Some(meta.mtime));
+                self.add_fields(&plan, &now, carried, reply.out(), start);
                 let file = open.file.clone();
                 let residency = Residency::Remembered(open, meta.size);
                 return self
@@ -724,17 +726,17 @@ impl HttpProtocol {
         }
         // Every arm below writes its head from here.
         let start = out.len();
-        let plan = |meta: &FileMeta, content_type, encoding, out: &mut Vec<u8>| {
+        let plan = |meta: &FileMeta, content_type: &str, encoding, out: &mut Vec<u8>| {
             let plan = match error {
                 Some(status) => plan_error_page(head, status, meta.size, content_type, date, out),
                 None => plan_encoded(head, meta, content_type, encoding, date, out),
             };
-            self.add_fields(&plan, &now, Some(meta.mtime), out, start);
+            self.add_fields(&plan, &now, (content_type, Some(meta.mtime)), out, start);
             plan
         };
-        // Answers without a file of their own.
+        // Answers without a file of their own: pages of the server's.
         let alone = |plan: Plan, out: &mut Vec<u8>| {
-            self.add_fields(&plan, &now, None, out, start);
+            self.add_fields(&plan, &now, (HTML, None), out, start);
             plan
         };
         Ok(match found {
@@ -833,7 +835,13 @@ impl HttpProtocol {
             let encoding = Encoding::Gzip { len: 0 };
             let start = reply.out().len();
             let plan = plan_encoded(head, &meta, content_type, encoding, date, reply.out());
-            self.add_fields(&plan, now, Some(meta.mtime), reply.out(), start);
+            self.add_fields(
+                &plan,
+                now,
+                (content_type, Some(meta.mtime)),
+                reply.out(),
+                start,
+            );
             return Ok(plan);
         }
         let job = GzipJob {
@@ -844,7 +852,13 @@ impl HttpProtocol {
             let encoding = Encoding::Identity { vary: true };
             let start = reply.out().len();
             let mut plan = plan_encoded(head, &meta, content_type, encoding, date, reply.out());
-            self.add_fields(&plan, now, Some(meta.mtime), reply.out(), start);
+            self.add_fields(
+                &plan,
+                now,
+                (content_type, Some(meta.mtime)),
+                reply.out(),
+                start,
+            );
             return match input {
                 GzipInput::Bytes(bytes) => {
                     push_cached_body(reply.out(), &bytes, &mut plan, true);
@@ -873,7 +887,13 @@ impl HttpProtocol {
         };
         let start = reply.out().len();
         let mut plan = plan_encoded(head, &meta, content_type, encoding, date, reply.out());
-        self.add_fields(&plan, now, Some(meta.mtime), reply.out(), start);
+        self.add_fields(
+            &plan,
+            now,
+            (content_type, Some(meta.mtime)),
+            reply.out(),
+            start,
+        );
         push_cached_body(reply.out(), &gz, &mut plan, true);
         Ok(plan)
     }
@@ -1236,6 +1256,10 @@ fn learned_path(max_epoch: Duration) -> Option<SendPath> {
 
 /// The current `Date` value, from this thread's cache (formatted at most
 /// once per second per thread).
+/// The type of the server's own pages (errors, redirects, listings), as
+/// `--expires` rules see it.
+const HTML: &str = "text/html";
+
 /// A response's date: its `Date` text and that second.
 struct Now {
     text: [u8; date::LEN],

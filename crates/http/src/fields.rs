@@ -11,8 +11,11 @@
 //! Cache-Control: max-age=2592000
 //! ```
 //!
-//! A time of day (`@15h30m`) is taken in UTC, the zone of every other time
-//! the server writes (nginx takes its local zone).
+//! Rules may name a media type or family ([`ExpiresRule`]: `text/html
+//! epoch`, `image/ 30d`), as nginx does with a `map` of
+//! `$sent_http_content_type`. A time of day (`@15h30m`) is taken in UTC,
+//! the zone of every other time the server writes (nginx takes its local
+//! zone).
 
 use std::io::Write;
 use std::str::FromStr;
@@ -300,36 +303,126 @@ impl FromStr for AddedField {
     }
 }
 
+/// One `--expires`: an [`Expires`] for answers of one media type
+/// (`text/css`), of a family (`image/`), or, without a type, of every
+/// other (nginx's `map $sent_http_content_type $expires`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExpiresRule {
+    /// The media type (lower case), or a family ending in `/`; `None`:
+    /// the default.
+    pub types: Option<String>,
+    /// What answers of those types get.
+    pub expires: Expires,
+}
+
+impl FromStr for ExpiresRule {
+    type Err = String;
+
+    /// `[TYPE] ARGUMENTS`: TYPE is a media type (`text/html`) or a family
+    /// (`image/`), ARGUMENTS those of [`Expires`].
+    fn from_str(s: &str) -> Result<ExpiresRule, String> {
+        let s = s.trim();
+        let (first, rest) = s.split_once(char::is_whitespace).unwrap_or((s, ""));
+        if !first.contains('/') {
+            return Ok(ExpiresRule {
+                types: None,
+                expires: s.parse()?,
+            });
+        }
+        let token = |t: &str| {
+            t.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$&-^_.+".contains(&b))
+        };
+        let (family, sub) = first.split_once('/').unwrap_or((first, ""));
+        if family.is_empty() || !token(family) || !token(sub) {
+            return Err(format!(
+                "{first:?} is not a media type (text/css) or a family (image/)"
+            ));
+        }
+        Ok(ExpiresRule {
+            types: Some(first.to_ascii_lowercase()),
+            expires: rest.parse()?,
+        })
+    }
+}
+
 /// The fields every response may carry beside its own: `--expires` and
 /// `--add-header` (nginx's `expires` and `add_header`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ResponseFields {
-    /// `Expires` and `Cache-Control` on 200, 206, 301 and 304.
-    pub expires: Expires,
+    /// `Expires` and `Cache-Control` on 200, 206, 301 and 304, by type.
+    expires: Vec<ExpiresRule>,
     /// Added fields, in the order they go out.
-    pub added: Vec<AddedField>,
+    added: Vec<AddedField>,
 }
 
 impl ResponseFields {
+    /// The fields of `expires` rules (at most one for each type or family
+    /// and one default) and `added` ones, in the order given.
+    pub fn new(
+        expires: Vec<ExpiresRule>,
+        added: Vec<AddedField>,
+    ) -> Result<ResponseFields, String> {
+        for (i, rule) in expires.iter().enumerate() {
+            if expires[..i].iter().any(|r| r.types == rule.types) {
+                return Err(match &rule.types {
+                    Some(t) => format!("--expires for {t} is given twice"),
+                    None => "--expires without a type is given twice: give one default".to_owned(),
+                });
+            }
+        }
+        Ok(ResponseFields { expires, added })
+    }
+
     /// Whether there is nothing to add to any response.
     pub fn is_empty(&self) -> bool {
-        self.expires == Expires::Off && self.added.is_empty()
+        self.expires.iter().all(|r| r.expires == Expires::Off) && self.added.is_empty()
+    }
+
+    /// The rule for answers of `content_type`: its own, else its family's
+    /// (the longest that matches), else the default; none is `off`.
+    fn expires_for(&self, content_type: &str) -> Expires {
+        let media = content_type.split(';').next().unwrap_or("").trim();
+        let exact = self.expires.iter().find(|r| {
+            r.types
+                .as_deref()
+                .is_some_and(|t| t.eq_ignore_ascii_case(media))
+        });
+        let family = || {
+            self.expires
+                .iter()
+                .filter(|r| {
+                    r.types.as_deref().is_some_and(|t| {
+                        t.ends_with('/')
+                            && media.len() >= t.len()
+                            && media[..t.len()].eq_ignore_ascii_case(t)
+                    })
+                })
+                .max_by_key(|r| r.types.as_ref().map_or(0, String::len))
+        };
+        let default = || self.expires.iter().find(|r| r.types.is_none());
+        exact
+            .or_else(family)
+            .or_else(default)
+            .map_or(Expires::Off, |r| r.expires)
     }
 
     /// Appends the fields an answer of `status` gets (see the
     /// [module docs](self)): `date` is its `Date` (`now` that second in
-    /// Unix seconds), `last_modified` that of what it carries.
+    /// Unix seconds), `content_type` and `last_modified` those of what it
+    /// carries.
     pub fn write(
         &self,
         status: Status,
         now: u64,
         date: &str,
-        last_modified: Option<SystemTime>,
+        (content_type, last_modified): (&str, Option<SystemTime>),
         out: &mut Vec<u8>,
     ) {
         let all = adds_to(status);
         if all {
-            self.expires.write(now, date, last_modified, out);
+            self.expires_for(content_type)
+                .write(now, date, last_modified, out);
         }
         for f in self.added.iter().filter(|f| all || f.always) {
             out.extend_from_slice(&f.line);
@@ -345,7 +438,7 @@ impl ResponseFields {
         status: Status,
         now: u64,
         date: &str,
-        last_modified: Option<SystemTime>,
+        carried: (&str, Option<SystemTime>),
         out: &mut Vec<u8>,
         start: usize,
     ) {
@@ -363,11 +456,11 @@ impl ResponseFields {
         if at + 2 == out.len() {
             // Nothing after the head yet (a file's body comes later).
             out.truncate(at);
-            self.write(status, now, date, last_modified, out);
+            self.write(status, now, date, carried, out);
             out.extend_from_slice(b"\r\n");
         } else {
             let mut fields = Vec::new();
-            self.write(status, now, date, last_modified, &mut fields);
+            self.write(status, now, date, carried, &mut fields);
             out.splice(at..at, fields);
         }
     }
@@ -392,12 +485,10 @@ mod tests {
     /// The fields of `expires` on a 200 dated `now`, for a file last
     /// modified at `modified`.
     fn expires(e: &str, now: &str, modified: Option<&str>) -> String {
-        let fields = ResponseFields {
-            expires: e.parse().unwrap(),
-            added: Vec::new(),
-        };
+        let fields = ResponseFields::new(vec![e.parse().unwrap()], Vec::new()).unwrap();
         let mut out = Vec::new();
-        fields.write(Status::Ok, secs(now), now, modified.map(at), &mut out);
+        let carried = ("text/plain", modified.map(at));
+        fields.write(Status::Ok, secs(now), now, carried, &mut out);
         String::from_utf8(out).unwrap()
     }
 
@@ -525,6 +616,47 @@ mod tests {
     }
 
     #[test]
+    fn expires_by_type_its_family_then_the_default() {
+        let rules = |list: &[&str]| -> Result<ResponseFields, String> {
+            let rules = list
+                .iter()
+                .map(|r| r.parse())
+                .collect::<Result<Vec<ExpiresRule>, String>>()?;
+            ResponseFields::new(rules, Vec::new())
+        };
+        let fields = rules(&["image/ 30d", "text/html epoch", "max", "image/svg+xml 1h"]).unwrap();
+        for (content_type, want) in [
+            ("text/html", Expires::Epoch),
+            ("text/html; charset=utf-8", Expires::Epoch),
+            ("TEXT/HTML", Expires::Epoch),
+            ("image/png", Expires::Access(2_592_000)),
+            ("image/svg+xml", Expires::Access(3600)),
+            ("text/css", Expires::Max),
+            ("application/javascript", Expires::Max),
+        ] {
+            assert_eq!(fields.expires_for(content_type), want, "{content_type}");
+        }
+        // Without a default, other types get none.
+        let fields = rules(&["text/css modified 1y"]).unwrap();
+        assert_eq!(fields.expires_for("text/css"), Expires::Modified(365 * DAY));
+        assert_eq!(fields.expires_for("text/html"), Expires::Off);
+        assert!(!fields.is_empty());
+        assert!(rules(&["off"]).unwrap().is_empty());
+        // A type given twice, or two defaults, is refused.
+        assert!(rules(&["text/css 1d", "TEXT/CSS 2d"]).is_err());
+        assert!(rules(&["1d", "2d"]).is_err());
+        for bad in [
+            "text/css",
+            "/css 1d",
+            "text/c ss 1d",
+            "text/css 1x",
+            "te xt/css 1d",
+        ] {
+            assert!(rules(&[bad]).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn added_fields_are_checked_at_start() {
         let f: AddedField = " X-Frame-Options :  DENY ".parse().unwrap();
         assert_eq!(&*f.line, b"X-Frame-Options: DENY\r\n");
@@ -551,17 +683,18 @@ mod tests {
 
     #[test]
     fn fields_go_on_answers_a_cache_keeps_and_always_ones_on_every_answer() {
-        let fields = ResponseFields {
-            expires: Expires::Access(60),
-            added: vec![
+        let fields = ResponseFields::new(
+            vec!["60".parse().unwrap()],
+            vec![
                 "X-A: 1".parse().unwrap(),
                 "X-B: 2".parse::<AddedField>().unwrap().always(),
             ],
-        };
+        )
+        .unwrap();
         let now = "Mon, 07 Dec 2026 02:15:44 GMT";
         let head = |status: Status| {
             let mut out = b"HTTP/1.1 x\r\nConnection: close\r\n\r\n".to_vec();
-            fields.add_to_head(status, secs(now), now, None, &mut out, 0);
+            fields.add_to_head(status, secs(now), now, ("text/html", None), &mut out, 0);
             String::from_utf8(out).unwrap()
         };
         let all = "HTTP/1.1 x\r\nConnection: close\r\nExpires: Mon, 07 Dec 2026 02:16:44 GMT\r\n\
@@ -590,14 +723,21 @@ mod tests {
         }
         // After an earlier answer, and before a body of its own.
         let mut out = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 y\r\n\r\nbody\r\n\r\n".to_vec();
-        fields.add_to_head(Status::NotFound, secs(now), now, None, &mut out, 25);
+        fields.add_to_head(
+            Status::NotFound,
+            secs(now),
+            now,
+            ("text/html", None),
+            &mut out,
+            25,
+        );
         assert_eq!(
             out,
             b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 y\r\nX-B: 2\r\n\r\nbody\r\n\r\n"
         );
         // Nothing configured: the head is left as it is.
         let mut out = b"HTTP/1.1 x\r\n\r\n".to_vec();
-        ResponseFields::default().add_to_head(Status::Ok, 0, now, None, &mut out, 0);
+        ResponseFields::default().add_to_head(Status::Ok, 0, now, ("text/html", None), &mut out, 0);
         assert_eq!(out, b"HTTP/1.1 x\r\n\r\n");
     }
 
