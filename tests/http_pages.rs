@@ -527,3 +527,131 @@ fn expires_and_added_fields_as_nginx_sends_them() {
     let err = refused(&root, &["--expires", "1x"]);
     assert!(err.contains("--expires"), "{err}");
 }
+
+/// `--try-files` (nginx's `try_files`): a static site generator's clean
+/// addresses (`/about` by `about.html`) and a single-page application's
+/// fallback, each address answered as nginx answers it with the same
+/// directive (status, redirect and body), also from memory the second
+/// time; a last resort that names nothing is said at start.
+#[test]
+fn try_files_answers_as_nginx_does() {
+    let dir = TempDir::new("try-files");
+    let root = dir.0.join("www");
+    for d in ["dir", "dir2", "sub"] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    for (name, text) in [
+        ("index.html", "app\n"),
+        ("a.txt", "a\n"),
+        ("about.html", "about\n"),
+        ("dir/index.html", "dir index\n"),
+        ("sub.html", "sub page\n"),
+        ("sub/index.html", "sub index\n"),
+    ] {
+        std::fs::write(root.join(name), text).unwrap();
+    }
+    let paths = [
+        "/dir",
+        "/dir/",
+        "/about",
+        "/about.html",
+        "/a.txt",
+        "/nope",
+        "/dir2",
+        "/dir2/",
+        "/sub",
+        "/sub/",
+        "/about?x=1",
+        "/dir/nope",
+    ];
+    // Status, where a redirect leads (its path) and, for a 200, the body.
+    let answers = |url: &str| -> Vec<(u16, Option<String>, String)> {
+        paths
+            .iter()
+            .chain(&["/about", "/sub"])
+            .map(|path| {
+                let (code, fields, body) = call(url, "GET", path, "");
+                // Its path (nginx's is absolute, with the Host sent).
+                let location = field(&fields, "location").map(|l| match l.split_once("://") {
+                    Some((_, rest)) => rest[rest.find('/').unwrap_or(rest.len())..].to_owned(),
+                    None => l.to_owned(),
+                });
+                let body = match code {
+                    200 => String::from_utf8(body).unwrap(),
+                    _ => String::new(),
+                };
+                (code, location, body)
+            })
+            .collect()
+    };
+    let ok = |body: &str| (200, None, body.to_owned());
+    let moved = |to: &str| (301, Some(to.to_owned()), String::new());
+    let error = |code| (code, None, String::new());
+    for (directive, want) in [
+        (
+            "$uri $uri.html $uri/ =404",
+            vec![
+                moved("/dir/"),
+                ok("dir index\n"),
+                ok("about\n"),
+                ok("about\n"),
+                ok("a\n"),
+                error(404),
+                moved("/dir2/"),
+                error(403),
+                ok("sub page\n"),
+                ok("sub index\n"),
+                ok("about\n"),
+                error(404),
+                ok("about\n"),
+                ok("sub page\n"),
+            ],
+        ),
+        (
+            "$uri $uri/ /index.html",
+            vec![
+                moved("/dir/"),
+                ok("dir index\n"),
+                ok("app\n"),
+                ok("about\n"),
+                ok("a\n"),
+                ok("app\n"),
+                moved("/dir2/"),
+                error(403),
+                moved("/sub/"),
+                ok("sub index\n"),
+                ok("app\n"),
+                ok("app\n"),
+                ok("app\n"),
+                moved("/sub/"),
+            ],
+        ),
+    ] {
+        let server = HttpServer::start(&root, &["--try-files", directive]);
+        assert_eq!(answers(&server.url), want, "{directive}");
+        assert!(server.stop().success());
+        if let Some(nginx) = duality_bench::http::find_nginx() {
+            let n = duality_bench::http::RunningServer::nginx_in_server(
+                &nginx,
+                &root,
+                &format!("        try_files {directive};\n"),
+            )
+            .unwrap();
+            assert_eq!(
+                answers(&format!("http://{}", n.addr)),
+                want,
+                "nginx: {directive}"
+            );
+        }
+    }
+
+    // A last resort that names nothing is said at start (nginx answers a
+    // redirection cycle with 500; this, 404); entries are checked.
+    let server = HttpServer::start(&root, &["--try-files", "$uri /missing.html"]);
+    assert_eq!(call(&server.url, "GET", "/nope", "").0, 404);
+    assert_eq!(call(&server.url, "GET", "/a.txt", "").0, 200);
+    assert!(server.says("--try-files: /missing.html is 404", Duration::from_secs(5)));
+    assert!(server.stop().success());
+    let err = refused(&root, &["--try-files", "$uri $args =404"]);
+    assert!(err.contains("$uri is the only variable"), "{err}");
+}

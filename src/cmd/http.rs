@@ -3,6 +3,7 @@
 
 use clap::Args;
 use duality_http::request::MAX_HEADERS_CAP;
+use duality_http::try_files::Last;
 use duality_http::{GzipConfig, HttpConfig, HttpState, Limits, Offload};
 use duality_models::{AcceptPolicy, Balance, Model, ServerBuilder};
 use std::net::SocketAddr;
@@ -205,6 +206,19 @@ pub struct HttpArgs {
     /// for several; the first naming a code applies.
     #[arg(long, value_name = "CODES [=200] PAGE")]
     error_page: Vec<duality_http::ErrorPage>,
+    /// The names a request may be served by, in order, then a last resort
+    /// (nginx's `try_files`): "$uri $uri.html $uri/ =404" serves /about by
+    /// about.html when there is no file about (a static site generator's
+    /// clean addresses); "$uri $uri/ /index.html" answers any address that
+    /// names nothing with /index.html (a single-page application). An entry
+    /// names a file, or ending in / a directory (answered as without this:
+    /// its redirect, index or listing); $uri (the path, without its query)
+    /// is the only variable; the last is =403, =404, =500, =503 (then
+    /// --error-page applies) or an address of the root. What was found
+    /// answers the address from memory until its stat is stale
+    /// (--revalidate-ms)
+    #[arg(long, value_name = "ENTRIES LAST")]
+    try_files: Option<duality_http::TryFiles>,
     /// `Expires` and `Cache-Control` on answers of 200, 206, 301 and 304
     /// (nginx's `expires`): a TIME after the answer (`30d`, `12h`, `1h
     /// 30m`, `90`: seconds; units y M w d h m s) as `max-age`, `modified
@@ -647,6 +661,7 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         index: a.index.clone(),
         autoindex: a.autoindex,
         error_pages: a.error_page.clone(),
+        try_files: a.try_files.clone(),
         fields: duality_http::ResponseFields::new(
             a.expires.clone(),
             a.add_header
@@ -781,6 +796,15 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
     a.io.say_affinity("duality http");
     // Said after the serving line: a start that fails says its one line
     // only.
+    if let Some(Last::Uri(uri)) = a.try_files.as_ref().map(|t| t.last()) {
+        if let Err(e) = state.root().resolve(uri) {
+            duality_rt::say!(
+                "duality http: warning: --try-files: {uri} is {} under --root: requests no \
+                 entry names get that answer until it can be served",
+                e.status.text()
+            );
+        }
+    }
     for what in &unservable {
         duality_rt::say!(
             "duality http: warning: {what} under --root: those errors get the built-in page \

@@ -11,6 +11,8 @@ pub struct HttpServer {
     child: Option<Child>,
     /// `http://127.0.0.1:PORT`, from its `ready` line.
     pub url: String,
+    /// Its standard error so far (the first 64 KiB).
+    said: std::sync::Arc<std::sync::Mutex<String>>,
 }
 
 impl HttpServer {
@@ -32,8 +34,8 @@ impl HttpServer {
             .stderr(Stdio::piped())
             .spawn()
             .expect("start duality http");
-        // Its standard error, kept until it has said it is ready (a server
-        // that did not start says why there), then drained and dropped.
+        // Its standard error, kept (a server that did not start says why
+        // there), the rest drained and dropped.
         let stderr = child.stderr.take().unwrap();
         let said = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
         let keep = said.clone();
@@ -60,7 +62,22 @@ impl HttpServer {
         Ok(HttpServer {
             child: Some(child),
             url,
+            said,
         })
+    }
+
+    /// Whether its standard error has said `text` within `limit`.
+    pub fn says(&self, text: &str, limit: Duration) -> bool {
+        let until = Instant::now() + limit;
+        loop {
+            if self.said.lock().unwrap().contains(text) {
+                return true;
+            }
+            if Instant::now() > until {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// Its process id.

@@ -677,13 +677,17 @@ pub fn nginx_version(nginx: &Path) -> anyhow::Result<String> {
 pub struct TempDir(pub PathBuf, pub crate::interrupt::TempPath);
 
 impl TempDir {
-    /// `<tmp>/duality-bench-http-<pid>-<tag>`, created empty (the error
-    /// names it). Directories of runs that can no longer remove their own
-    /// (killed with SIGKILL: their process is gone) are removed first, so
-    /// that runs killed that way do not fill the temporary directory.
+    /// `<tmp>/duality-bench-http-<pid>-<n>-<tag>`, created empty (the
+    /// error names it); `n` counts this process's, so that two made at once
+    /// (two nginx of two tests of one binary) are two. Directories of runs
+    /// that can no longer remove their own (killed with SIGKILL: their
+    /// process is gone) are removed first, so that runs killed that way do
+    /// not fill the temporary directory.
     pub fn new(tag: &str) -> std::io::Result<TempDir> {
+        static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         sweep_dead(&std::env::temp_dir());
-        let p = std::env::temp_dir().join(format!("{TEMP_PREFIX}{}-{tag}", std::process::id()));
+        let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let p = std::env::temp_dir().join(format!("{TEMP_PREFIX}{}-{n}-{tag}", std::process::id()));
         let _ = std::fs::remove_dir_all(&p);
         let guard = crate::interrupt::TempPath::new(&p);
         std::fs::create_dir_all(&p).map_err(|e| naming(&p, e))?;
@@ -921,6 +925,27 @@ impl RunningServer {
         fd_limit: u64,
         extra: &str,
     ) -> anyhow::Result<RunningServer> {
+        RunningServer::nginx_start(nginx, root, workers, fd_limit, [extra, ""])
+    }
+
+    /// [`RunningServer::nginx`] with `directives` in its `server` block
+    /// (those nginx takes only there, e.g. `try_files`).
+    pub fn nginx_in_server(
+        nginx: &Path,
+        root: &Path,
+        directives: &str,
+    ) -> anyhow::Result<RunningServer> {
+        RunningServer::nginx_start(nginx, root, 1, 1024, ["", directives])
+    }
+
+    /// `extra`: directives for the `http` block and for the `server` block.
+    fn nginx_start(
+        nginx: &Path,
+        root: &Path,
+        workers: usize,
+        fd_limit: u64,
+        extra: [&str; 2],
+    ) -> anyhow::Result<RunningServer> {
         // A free port: bind, read it, close (nginx binds it right after).
         // Another process may take it meanwhile: then another port.
         let mut tries = 0;
@@ -941,12 +966,17 @@ impl RunningServer {
         root: &Path,
         workers: usize,
         fd_limit: u64,
-        extra: &str,
+        [extra, in_server]: [&str; 2],
         addr: SocketAddr,
     ) -> anyhow::Result<RunningServer> {
         let prefix = TempDir::new(&format!("nginx-{workers}w"))?;
         let modules = nginx_probe(nginx, "-V")?;
         let mut conf = nginx_config(&prefix.0, root, addr, workers, fd_limit, &modules);
+        if !in_server.is_empty() {
+            let root_line = conf.find("        root ").expect("a root line");
+            let at = root_line + conf[root_line..].find('\n').expect("a line") + 1;
+            conf.insert_str(at, in_server);
+        }
         if !extra.is_empty() {
             let at = conf.find("    server {").expect("a server block");
             conf.insert_str(at, extra);

@@ -23,6 +23,7 @@
 //! | [`autoindex`] | directory listings in nginx's `autoindex` format |
 //! | [`error_page`] | [`ErrorPage`]: nginx's `error_page`, a page of the root answering some errors |
 //! | [`real_ip`] | [`RealIp`]: nginx's realip, the client's address as a trusted proxy reports it, for the access log |
+//! | [`try_files`] | [`TryFiles`]: nginx's `try_files`, the names a request may be served by, then a last resort |
 //! | [`fields`] | [`ResponseFields`]: nginx's `expires` ([`Expires`]) and `add_header` ([`AddedField`]), fields added to answers |
 //! | [`server`] | [`HttpConfig`], [`HttpState`] (root, page cache, variant cache, fresh index, access log), [`serve`] |
 //! | `connection` | [`HttpProtocol`] on the session driver ([`driver`]): parse, execute from memory, finish on the loop (lookups, `sendfile`, gzip), timeouts' answers, lingering close |
@@ -206,6 +207,7 @@ mod send_path;
 pub mod server;
 pub mod status;
 mod sys;
+pub mod try_files;
 
 pub use cache::{CacheStats, PageCache};
 pub use connection::{driver, HttpProtocol, HttpRequest, HttpSession};
@@ -224,3 +226,4 @@ pub use response::{
 };
 pub use server::{serve, stub_status, HttpConfig, HttpState, HttpStats};
 pub use status::{HttpError, Status};
+pub use try_files::TryFiles;

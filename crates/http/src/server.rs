@@ -164,6 +164,9 @@ pub struct HttpConfig {
     /// Errors answered with a page of the root (nginx's `error_page`), the
     /// first rule naming a status applying; none by default.
     pub error_pages: Vec<crate::ErrorPage>,
+    /// The names a request may be served by, in order (nginx's
+    /// `try_files`); none by default: the request's own.
+    pub try_files: Option<crate::TryFiles>,
     /// Fields added to answers (nginx's `expires` and `add_header`); none
     /// by default.
     pub fields: crate::ResponseFields,
@@ -206,6 +209,7 @@ impl HttpConfig {
             index: vec![crate::path::INDEX.to_owned()],
             autoindex: false,
             error_pages: Vec::new(),
+            try_files: None,
             fields: crate::ResponseFields::default(),
             real_ip: crate::RealIp::default(),
         }
@@ -673,18 +677,28 @@ impl HttpState {
         }
     }
 
-    /// Finds what answers `url_path` (a [`Head::path`](crate::Head::path));
-    /// `want_gzip`: the request [wants](gzip::wanted) the gzip variant;
-    /// `takes_gzip`: it [takes](gzip::takes) a gzip body (a lone `.gz`).
-    /// Blocking (`realpath`, `stat`, `open`, `read`): runs on the blocking
-    /// pool.
+    /// Finds what answers `request` (a [`Head::path`](crate::Head::path)),
+    /// through `--try-files` where given (its next requests are then
+    /// answered from memory by what was found); `want_gzip`: the request
+    /// [wants](gzip::wanted) the gzip variant; `takes_gzip`: it
+    /// [takes](gzip::takes) a gzip body (a lone `.gz`). Blocking
+    /// (`realpath`, `stat`, `open`, `read`): runs on the blocking pool.
     pub(crate) fn lookup(
         &self,
-        url_path: &str,
+        request: &str,
         want_gzip: bool,
         takes_gzip: bool,
     ) -> Result<Found, HttpError> {
-        let (path, meta) = match self.root.resolve(url_path) {
+        let (served, resolved) = match &self.cfg.try_files {
+            Some(t) => {
+                let (served, resolved) = t.resolve(&self.root, request);
+                (std::borrow::Cow::Owned(served), resolved)
+            }
+            None => (request.into(), self.root.resolve(request)),
+        };
+        // The address served: its type, listing and `.gz` are of it.
+        let url_path: &str = &served;
+        let (path, meta) = match resolved {
             Ok(Resolved::Redirect { location }) => return Ok(Found::Redirect(location)),
             Ok(Resolved::Listing { path }) => {
                 let (mut entries, more) =
@@ -696,7 +710,12 @@ impl HttpState {
                 return Ok(Found::Listing(page));
             }
             Ok(Resolved::File { path, meta }) => (path, meta),
-            Err(e) if e.status == Status::NotFound && self.cfg.gzip.static_files => {
+            // A lone `.gz` is not a file try_files finds (nor nginx's).
+            Err(e)
+                if e.status == Status::NotFound
+                    && self.cfg.gzip.static_files
+                    && self.cfg.try_files.is_none() =>
+            {
                 return match takes_gzip {
                     true => self.gzip_static_alone(url_path).ok_or(e),
                     // nginx's gzip_static with gzip_vary: the 404 varies
@@ -718,7 +737,7 @@ impl HttpState {
         let content_type = mime::for_path(named);
         let eligible = gzip::eligible(&self.cfg.gzip, named, content_type, meta.size);
         if eligible && want_gzip {
-            if let Some(found) = self.lookup_gzip(url_path, &path, meta, content_type)? {
+            if let Some(found) = self.lookup_gzip(request, &path, meta, content_type)? {
                 return Ok(found);
             }
         }
@@ -738,7 +757,7 @@ impl HttpState {
                 Some((file, _)) => {
                     let file = Arc::new(file);
                     self.fresh.record_open(
-                        url_path,
+                        request,
                         &path,
                         meta,
                         content_type,
@@ -747,7 +766,7 @@ impl HttpState {
                         AtLimit::GoWithout,
                     );
                 }
-                None => self.fresh.record(url_path, &path, meta, content_type, vary),
+                None => self.fresh.record(request, &path, meta, content_type, vary),
             }
             return Ok(Found::Bytes {
                 meta,
@@ -760,7 +779,7 @@ impl HttpState {
         if !self.cache.admits(meta.size) && meta.size >= self.cfg.sendfile_threshold {
             let file = Arc::new(file);
             self.fresh.record_open(
-                url_path,
+                request,
                 &path,
                 meta,
                 content_type,
@@ -806,7 +825,7 @@ impl HttpState {
                 });
             }
         }
-        let (meta, bytes) = self.read_file(url_path, &path, file, meta, content_type, vary)?;
+        let (meta, bytes) = self.read_file(request, &path, file, meta, content_type, vary)?;
         Ok(Found::Bytes {
             meta,
             content_type,
