@@ -655,3 +655,62 @@ fn try_files_answers_as_nginx_does() {
     let err = refused(&root, &["--try-files", "$uri $args =404"]);
     assert!(err.contains("$uri is the only variable"), "{err}");
 }
+
+/// `--dotfiles deny` (nginx's common `location ~ /\. { deny all; }`): a
+/// hidden path is 403 however it is written, also once an error page under
+/// a hidden directory was served from it; `/.well-known/` is still served;
+/// `allow` (the default) serves them, as nginx.
+#[test]
+fn dotfiles_deny_refuses_hidden_paths() {
+    let dir = TempDir::new("dotfiles");
+    let root = dir.0.join("www");
+    for d in [".git", ".well-known/acme-challenge", ".errors", "app"] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    for (name, text) in [
+        (".env", "SECRET=1\n"),
+        (".git/config", "[core]\n"),
+        ("app/.htpasswd", "u:x\n"),
+        (".well-known/acme-challenge/t", "token\n"),
+        (".errors/404.html", "custom 404\n"),
+        ("a.txt", "a\n"),
+    ] {
+        std::fs::write(root.join(name), text).unwrap();
+    }
+    let server = HttpServer::start(
+        &root,
+        &[
+            "--dotfiles",
+            "deny",
+            "--error-page",
+            "404 /.errors/404.html",
+        ],
+    );
+    let code = |path: &str| call(&server.url, "GET", path, "").0;
+    for path in [
+        "/.env",
+        "/.git/config",
+        "/.git/",
+        "/app/.htpasswd",
+        "/%2eenv",
+        "/app/../.env",
+        "/.well-known/../.env",
+        "/.well-known/.x",
+    ] {
+        assert_eq!(code(path), 403, "{path}");
+    }
+    assert_eq!(code("/.well-known/acme-challenge/t"), 200);
+    assert_eq!(code("/a.txt"), 200);
+    // The error page is served as one, never by its own address.
+    let (got, _, body) = call(&server.url, "GET", "/nope", "");
+    assert_eq!((got, body.as_slice()), (404, b"custom 404\n".as_slice()));
+    assert_eq!(code("/.errors/404.html"), 403);
+    assert!(server.stop().success());
+
+    let server = HttpServer::start(&root, &[]);
+    let (got, _, body) = call(&server.url, "GET", "/.env", "");
+    assert_eq!((got, body.as_slice()), (200, b"SECRET=1\n".as_slice()));
+    assert!(server.stop().success());
+    let err = refused(&root, &["--dotfiles", "hide"]);
+    assert!(err.contains("expected allow or deny"), "{err}");
+}

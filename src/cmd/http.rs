@@ -219,6 +219,15 @@ pub struct HttpArgs {
     /// (--revalidate-ms)
     #[arg(long, value_name = "ENTRIES LAST")]
     try_files: Option<duality_http::TryFiles>,
+    /// `deny`: answer 403 to a path with a segment starting with `.`
+    /// (`/.git/config`, `/.env`, `/app/.htpasswd`) instead of serving it,
+    /// as nginx's common `location ~ /\. { deny all; }`; `/.well-known/`
+    /// (RFC 8615: ACME challenges, security.txt) is still served. `allow`
+    /// (the default, as nginx): served as any file. Listings leave such
+    /// names out either way
+    #[arg(long, value_name = "allow|deny", default_value = "allow", value_parser = allow_deny,
+          action = clap::ArgAction::Set)]
+    dotfiles: bool,
     /// `Expires` and `Cache-Control` on answers of 200, 206, 301 and 304
     /// (nginx's `expires`): a TIME after the answer (`30d`, `12h`, `1h
     /// 30m`, `90`: seconds; units y M w d h m s) as `max-age`, `modified
@@ -324,6 +333,15 @@ fn on_off(v: &str) -> Result<bool, String> {
         "on" => Ok(true),
         "off" => Ok(false),
         _ => Err(format!("{v:?}: expected on or off")),
+    }
+}
+
+/// `--dotfiles`: whether hidden paths are denied.
+fn allow_deny(v: &str) -> Result<bool, String> {
+    match v {
+        "allow" => Ok(false),
+        "deny" => Ok(true),
+        _ => Err(format!("{v:?}: expected allow or deny")),
     }
 }
 
@@ -662,6 +680,7 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         autoindex: a.autoindex,
         error_pages: a.error_page.clone(),
         try_files: a.try_files.clone(),
+        deny_dotfiles: a.dotfiles,
         fields: duality_http::ResponseFields::new(
             a.expires.clone(),
             a.add_header

@@ -54,6 +54,7 @@ use crate::date;
 use crate::error_page::ErrorPage;
 use crate::file::FileMeta;
 use crate::gzip::{self, GzipInput, GzipJob};
+use crate::path;
 use crate::request::{continue_due, parse_head, Discard, Head, Method, Version};
 use crate::response::{
     not_modified, plan_encoded, plan_error_page, write_error, write_redirect, write_refusal,
@@ -600,9 +601,15 @@ impl HttpProtocol {
         let gzip_cfg = self.state.cfg.gzip;
         let want_gzip = gzip::wanted(&gzip_cfg, head);
 
+        // A hidden path (`--dotfiles deny`) is refused where lookups are
+        // (the fresh index may hold an error page's).
+        let denied = self.state.cfg.deny_dotfiles && path::hidden(&head.path);
         // Fast path: a recent stat and the bytes in memory; no system call.
         // A request that wants gzip is answered from the variant cache only.
-        if let Some(f) = self.state.fresh.get(&head.path) {
+        if let Some(f) = (!denied)
+            .then(|| self.state.fresh.get(&head.path))
+            .flatten()
+        {
             let eligible = gzip::eligible(&gzip_cfg, &f.path, f.content_type, f.meta.size);
             let gzip = eligible && want_gzip;
             // Large enough to go out with sendfile, the kernel's pages
@@ -701,13 +708,17 @@ impl HttpProtocol {
         let state = self.state.clone();
         let url = head.path.clone();
         let takes_gzip = gzip::takes(&state.cfg.gzip, head);
-        let found = match reply
-            .payload()
-            .blocking(move || state.lookup(&url, want_gzip, takes_gzip))
-            .await
-        {
-            Ok(found) => found,
-            Err(_) => Err(HttpError::keep(Status::InternalServerError)),
+        let found = if state.cfg.deny_dotfiles && path::hidden(&url) {
+            Err(HttpError::keep(Status::Forbidden))
+        } else {
+            match reply
+                .payload()
+                .blocking(move || state.lookup(&url, want_gzip, takes_gzip))
+                .await
+            {
+                Ok(found) => found,
+                Err(_) => Err(HttpError::keep(Status::InternalServerError)),
+            }
         };
         // An error with a page of its own (nginx's `error_page`) answers
         // with that page: under the error's status (`error`), or as the

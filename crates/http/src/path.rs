@@ -234,6 +234,20 @@ pub fn encode(path: &str) -> String {
     out
 }
 
+/// Whether the normalised `path` names something hidden: a segment
+/// starting with `.` (`/.git/config`, `/app/.env`), other than a first
+/// `.well-known` (RFC 8615: ACME challenges, `security.txt`).
+///
+/// ```
+/// use duality_http::path::hidden;
+/// assert!(hidden("/.env") && hidden("/a/.git/config") && hidden("/.well-known/.x"));
+/// assert!(!hidden("/.well-known/acme-challenge/t") && !hidden("/a.b/c.txt") && !hidden("/"));
+/// ```
+pub fn hidden(path: &str) -> bool {
+    let rest = path.strip_prefix("/.well-known/").unwrap_or(path);
+    rest.split('/').any(|s| s.starts_with('.'))
+}
+
 /// Whether `name` may be an index file's name (`--index`): a file name,
 /// not a path, `.` or `..`, with no control byte.
 pub fn valid_index_name(name: &str) -> Result<(), String> {

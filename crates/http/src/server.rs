@@ -167,6 +167,9 @@ pub struct HttpConfig {
     /// The names a request may be served by, in order (nginx's
     /// `try_files`); none by default: the request's own.
     pub try_files: Option<crate::TryFiles>,
+    /// Answer 403 to a path with a hidden segment ([`path::hidden`]:
+    /// `.git/`, `.env`) rather than serve it; off by default, as in nginx.
+    pub deny_dotfiles: bool,
     /// Fields added to answers (nginx's `expires` and `add_header`); none
     /// by default.
     pub fields: crate::ResponseFields,
@@ -210,6 +213,7 @@ impl HttpConfig {
             autoindex: false,
             error_pages: Vec::new(),
             try_files: None,
+            deny_dotfiles: false,
             fields: crate::ResponseFields::default(),
             real_ip: crate::RealIp::default(),
         }

@@ -257,7 +257,10 @@ mod tests {
         };
         let clean = "$uri $uri.html $uri/ =404";
         assert_eq!(served(clean, "/about"), ("/about.html".into(), Ok("file")));
-        assert_eq!(served(clean, "/about.html"), ("/about.html".into(), Ok("file")));
+        assert_eq!(
+            served(clean, "/about.html"),
+            ("/about.html".into(), Ok("file"))
+        );
         // A directory is not a file: `$uri.html` comes first.
         assert_eq!(served(clean, "/sub"), ("/sub.html".into(), Ok("file")));
         assert_eq!(served(clean, "/sub/"), ("/sub/".into(), Ok("file")));
@@ -267,16 +270,28 @@ mod tests {
         assert_eq!(served(clean, "/nope"), ("/nope".into(), Err(404)));
         assert_eq!(served(clean, "/"), ("/".into(), Ok("file")));
         let app = "$uri $uri/ /index.html";
-        assert_eq!(served(app, "/nope/deeper"), ("/index.html".into(), Ok("file")));
+        assert_eq!(
+            served(app, "/nope/deeper"),
+            ("/index.html".into(), Ok("file"))
+        );
         assert_eq!(served(app, "/sub"), ("/sub".into(), Ok("redirect")));
         // A path before $uri, and an entry without it.
         let cached = "/cache$uri/index.html /index.html";
-        assert_eq!(served(cached, "/about"), ("/cache/about/index.html".into(), Ok("file")));
+        assert_eq!(
+            served(cached, "/about"),
+            ("/cache/about/index.html".into(), Ok("file"))
+        );
         assert_eq!(served(cached, "/x"), ("/index.html".into(), Ok("file")));
         let down = "/maintenance.html $uri =503";
-        assert_eq!(served(down, "/about.html"), ("/about.html".into(), Ok("file")));
+        assert_eq!(
+            served(down, "/about.html"),
+            ("/about.html".into(), Ok("file"))
+        );
         std::fs::write(dir.0.join("maintenance.html"), "down").unwrap();
-        assert_eq!(served(down, "/about.html"), ("/maintenance.html".into(), Ok("file")));
+        assert_eq!(
+            served(down, "/about.html"),
+            ("/maintenance.html".into(), Ok("file"))
+        );
         assert_eq!(served("$uri =503", "/nope"), ("/nope".into(), Err(503)));
     }
 }
