@@ -38,15 +38,16 @@ impl Trusted {
 /// `ip` with all but its first `bits` bits cleared (`None`: more bits
 /// than it has).
 fn masked(ip: IpAddr, bits: u8) -> Option<IpAddr> {
+    // A shift by the whole width (0 bits kept) is `None`: keep nothing.
     match ip {
-        IpAddr::V4(v4) => {
+        IpAddr::V4(v4) => (bits <= 32).then(|| {
             let keep = u32::MAX.checked_shl(32 - u32::from(bits)).unwrap_or(0);
-            (bits <= 32).then(|| IpAddr::V4(Ipv4Addr::from(u32::from(v4) & keep)))
-        }
-        IpAddr::V6(v6) => {
+            IpAddr::V4(Ipv4Addr::from(u32::from(v4) & keep))
+        }),
+        IpAddr::V6(v6) => (bits <= 128).then(|| {
             let keep = u128::MAX.checked_shl(128 - u32::from(bits)).unwrap_or(0);
-            (bits <= 128).then(|| IpAddr::V6(Ipv6Addr::from(u128::from(v6) & keep)))
-        }
+            IpAddr::V6(Ipv6Addr::from(u128::from(v6) & keep))
+        }),
     }
 }
 
