@@ -714,3 +714,69 @@ fn dotfiles_deny_refuses_hidden_paths() {
     let err = refused(&root, &["--dotfiles", "hide"]);
     assert!(err.contains("expected allow or deny"), "{err}");
 }
+
+/// `--charset utf-8` (nginx's `charset utf-8`): the same Content-Type as
+/// nginx's for each kind of file (nginx typed by the same names here).
+#[test]
+fn charset_labels_text_as_nginx_does() {
+    let dir = TempDir::new("charset");
+    let root = dir.0.join("www");
+    std::fs::create_dir_all(&root).unwrap();
+    let files = [
+        "i.html", "a.txt", "s.css", "d.xml", "f.rss", "p.png", "j.json",
+    ];
+    for f in files {
+        std::fs::write(root.join(f), "x").unwrap();
+    }
+    let types = |url: &str| -> Vec<String> {
+        files
+            .iter()
+            .map(|f| {
+                let (code, fields, _) = call(url, "GET", &format!("/{f}"), "");
+                assert_eq!(code, 200, "{f}");
+                field(&fields, "content-type").unwrap().to_owned()
+            })
+            .collect()
+    };
+    let server = HttpServer::start(&root, &["--charset", "utf-8"]);
+    let ours = types(&server.url);
+    assert!(server.stop().success());
+    assert_eq!(
+        ours,
+        [
+            "text/html; charset=utf-8",
+            "text/plain; charset=utf-8",
+            "text/css",
+            "text/xml; charset=utf-8",
+            "application/rss+xml; charset=utf-8",
+            "image/png",
+            "application/json",
+        ]
+    );
+    if let Some(nginx) = duality_bench::http::find_nginx() {
+        let n = duality_bench::http::RunningServer::nginx_with(
+            &nginx,
+            &root,
+            1,
+            1024,
+            "    types {\n        text/html html;\n        text/plain txt;\n        text/css css;\n        \
+             text/xml xml;\n        application/rss+xml rss;\n        image/png png;\n        \
+             application/json json;\n    }\n    charset utf-8;\n",
+        )
+        .unwrap();
+        assert_eq!(types(&format!("http://{}", n.addr)), ours);
+    }
+    // Another charset replaces plain text's UTF-8; off (the default) labels
+    // HTML with none.
+    let server = HttpServer::start(&root, &["--charset", "koi8-r"]);
+    assert_eq!(types(&server.url)[1], "text/plain; charset=koi8-r");
+    assert!(server.stop().success());
+    let server = HttpServer::start(&root, &[]);
+    assert_eq!(
+        types(&server.url)[..2],
+        ["text/html", "text/plain; charset=utf-8"]
+    );
+    assert!(server.stop().success());
+    let err = refused(&root, &["--charset", "utf 8"]);
+    assert!(err.contains("not a charset name"), "{err}");
+}

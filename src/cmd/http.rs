@@ -228,6 +228,12 @@ pub struct HttpArgs {
     #[arg(long, value_name = "allow|deny", default_value = "allow", value_parser = allow_deny,
           action = clap::ArgAction::Set)]
     dotfiles: bool,
+    /// Label text types with this charset (nginx's `charset`, e.g. utf-8):
+    /// text/html, text/plain, text/xml, JavaScript, RSS and WML get
+    /// `; charset=NAME`. `off` (the default, as nginx): none, but plain
+    /// text, Markdown and CSV go out as UTF-8
+    #[arg(long, value_name = "NAME|off", default_value = "off", value_parser = charset)]
+    charset: String,
     /// `Expires` and `Cache-Control` on answers of 200, 206, 301 and 304
     /// (nginx's `expires`): a TIME after the answer (`30d`, `12h`, `1h
     /// 30m`, `90`: seconds; units y M w d h m s) as `max-age`, `modified
@@ -333,6 +339,17 @@ fn on_off(v: &str) -> Result<bool, String> {
         "on" => Ok(true),
         "off" => Ok(false),
         _ => Err(format!("{v:?}: expected on or off")),
+    }
+}
+
+/// A charset name for `--charset` (a token, as HTTP's parameter value).
+fn charset(v: &str) -> Result<String, String> {
+    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    match v.bytes().all(token) && !v.is_empty() {
+        true => Ok(v.to_owned()),
+        false => Err(format!(
+            "{v:?} is not a charset name (utf-8, koi8-r, windows-1251…)"
+        )),
     }
 }
 
@@ -681,6 +698,7 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         error_pages: a.error_page.clone(),
         try_files: a.try_files.clone(),
         deny_dotfiles: a.dotfiles,
+        charset: (a.charset != "off").then(|| a.charset.clone()),
         fields: duality_http::ResponseFields::new(
             a.expires.clone(),
             a.add_header

@@ -13,6 +13,61 @@ use std::path::Path;
 /// The type of a file whose extension is unknown.
 pub const DEFAULT: &str = "application/octet-stream";
 
+/// nginx's `charset NAME`: the types it labels (nginx's default
+/// `charset_types`, JavaScript typed as this table types it), each with
+/// `; charset=NAME` in place of any charset of the table's.
+#[derive(Debug, Clone, Default)]
+pub struct Charset {
+    /// (the type's essence, the type labelled)
+    labelled: Vec<(&'static str, &'static str)>,
+}
+
+impl Charset {
+    /// What `charset` labels (plus `text/javascript`, this table's type for
+    /// scripts, where nginx's `mime.types` has `application/javascript`).
+    pub const TYPES: [&'static str; 7] = [
+        "text/html",
+        "text/xml",
+        "text/plain",
+        "text/vnd.wap.wml",
+        "text/javascript",
+        "application/javascript",
+        "application/rss+xml",
+    ];
+
+    /// Labels with `name`. The labelled types are made once per server
+    /// and kept for the process (as the table's are static).
+    pub fn new(name: &str) -> Charset {
+        let labelled = Charset::TYPES
+            .iter()
+            .map(|&t| {
+                let full: &'static str = Box::leak(format!("{t}; charset={name}").into_boxed_str());
+                (t, full)
+            })
+            .collect();
+        Charset { labelled }
+    }
+
+    /// `content_type` (one of this table's), labelled if it is of
+    /// [`TYPES`](Self::TYPES).
+    ///
+    /// ```
+    /// use duality_http::mime::{for_path, Charset};
+    /// let utf8 = Charset::new("utf-8");
+    /// assert_eq!(utf8.apply(for_path("i.html".as_ref())), "text/html; charset=utf-8");
+    /// assert_eq!(Charset::new("koi8-r").apply(for_path("a.txt".as_ref())), "text/plain; charset=koi8-r");
+    /// assert_eq!(utf8.apply(for_path("s.css".as_ref())), "text/css");
+    /// assert_eq!(Charset::default().apply("text/html"), "text/html");
+    /// ```
+    pub fn apply(&self, content_type: &'static str) -> &'static str {
+        let essence = content_type.split(';').next().unwrap_or(content_type);
+        self.labelled
+            .iter()
+            .find(|(t, _)| *t == essence)
+            .map_or(content_type, |(_, full)| full)
+    }
+}
+
 /// The `Content-Type` for `path`, by its extension.
 ///
 /// ```
