@@ -344,8 +344,7 @@ fn on_off(v: &str) -> Result<bool, String> {
 
 /// A charset name for `--charset` (a token, as HTTP's parameter value).
 fn charset(v: &str) -> Result<String, String> {
-    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
-    match v.bytes().all(token) && !v.is_empty() {
+    match duality_http::fields::is_token(v) {
         true => Ok(v.to_owned()),
         false => Err(format!(
             "{v:?} is not a charset name (utf-8, koi8-r, windows-1251…)"
@@ -365,10 +364,9 @@ fn allow_deny(v: &str) -> Result<bool, String> {
 /// A field name for --real-ip-header (nginx's `proxy_protocol` is not
 /// served).
 fn real_ip_header(v: &str) -> Result<String, String> {
-    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
     match v {
         "proxy_protocol" => Err("the PROXY protocol is not served: name a field".to_owned()),
-        _ if v.is_empty() || !v.bytes().all(token) => Err(format!("{v:?} is not a field name")),
+        _ if !duality_http::fields::is_token(v) => Err(format!("{v:?} is not a field name")),
         _ => Ok(v.to_owned()),
     }
 }

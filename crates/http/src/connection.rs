@@ -841,18 +841,13 @@ impl HttpProtocol {
     ) -> Result<Plan, Aborted> {
         let cfg = self.state.cfg.gzip;
         let date = now.date();
+        let carried = (content_type, Some(meta.mtime));
         if not_modified(head, &meta.etag().gzip_variant(), &meta, date) {
             // A 304 carries no length: nothing to compress.
             let encoding = Encoding::Gzip { len: 0 };
             let start = reply.out().len();
             let plan = plan_encoded(head, &meta, content_type, encoding, date, reply.out());
-            self.add_fields(
-                &plan,
-                now,
-                (content_type, Some(meta.mtime)),
-                reply.out(),
-                start,
-            );
+            self.add_fields(&plan, now, carried, reply.out(), start);
             return Ok(plan);
         }
         let job = GzipJob {
@@ -863,13 +858,7 @@ impl HttpProtocol {
             let encoding = Encoding::Identity { vary: true };
             let start = reply.out().len();
             let mut plan = plan_encoded(head, &meta, content_type, encoding, date, reply.out());
-            self.add_fields(
-                &plan,
-                now,
-                (content_type, Some(meta.mtime)),
-                reply.out(),
-                start,
-            );
+            self.add_fields(&plan, now, carried, reply.out(), start);
             return match input {
                 GzipInput::Bytes(bytes) => {
                     push_cached_body(reply.out(), &bytes, &mut plan, true);
@@ -898,13 +887,7 @@ impl HttpProtocol {
         };
         let start = reply.out().len();
         let mut plan = plan_encoded(head, &meta, content_type, encoding, date, reply.out());
-        self.add_fields(
-            &plan,
-            now,
-            (content_type, Some(meta.mtime)),
-            reply.out(),
-            start,
-        );
+        self.add_fields(&plan, now, carried, reply.out(), start);
         push_cached_body(reply.out(), &gz, &mut plan, true);
         Ok(plan)
     }
@@ -1265,8 +1248,6 @@ fn learned_path(max_epoch: Duration) -> Option<SendPath> {
     (!duality_models::payload::on_payload_thread()).then(|| send_path::choose(max_epoch))
 }
 
-/// The current `Date` value, from this thread's cache (formatted at most
-/// once per second per thread).
 /// The type of the server's own pages (errors, redirects, listings), as
 /// `--expires` rules see it.
 const HTML: &str = "text/html";
@@ -1283,6 +1264,8 @@ impl Now {
     }
 }
 
+/// The current `Date` value, from this thread's cache (formatted at most
+/// once per second per thread).
 fn now() -> Now {
     date::with_now_secs(|d, secs| {
         let mut text = [b' '; date::LEN];

@@ -214,6 +214,14 @@ pub fn parse_time(s: &str) -> Result<i64, String> {
     Ok(total)
 }
 
+/// Whether `s` is an HTTP token (RFC 9110 §5.6.2): a field name, a
+/// charset, a part of a media type.
+pub fn is_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
 /// Whether nginx adds its fields (without `always`) to an answer of
 /// `status`: those a cache may keep or a client follows.
 pub fn adds_to(status: Status) -> bool {
@@ -274,8 +282,7 @@ impl FromStr for AddedField {
             ));
         };
         let (name, value) = (name.trim(), value.trim());
-        let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
-        if name.is_empty() || !name.bytes().all(token) {
+        if !is_token(name) {
             return Err(format!(
                 "{name:?} is not a field name (letters, digits and !#$%&'*+-.^_`|~)"
             ));
@@ -329,12 +336,8 @@ impl FromStr for ExpiresRule {
                 expires: s.parse()?,
             });
         }
-        let token = |t: &str| {
-            t.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"!#$&-^_.+".contains(&b))
-        };
         let (family, sub) = first.split_once('/').unwrap_or((first, ""));
-        if family.is_empty() || !token(family) || !token(sub) {
+        if !is_token(family) || !(sub.is_empty() || is_token(sub)) {
             return Err(format!(
                 "{first:?} is not a media type (text/css) or a family (image/)"
             ));
