@@ -715,15 +715,16 @@ fn dotfiles_deny_refuses_hidden_paths() {
     assert!(err.contains("expected allow or deny"), "{err}");
 }
 
-/// `--charset utf-8` (nginx's `charset utf-8`): the same Content-Type as
-/// nginx's for each kind of file (nginx typed by the same names here).
+/// `--charset utf-8` and `--type` (nginx's `charset utf-8` and `types`):
+/// the same Content-Type as nginx's for each kind of file (nginx typed by
+/// the same names here).
 #[test]
-fn charset_labels_text_as_nginx_does() {
+fn charset_and_types_label_files_as_nginx_does() {
     let dir = TempDir::new("charset");
     let root = dir.0.join("www");
     std::fs::create_dir_all(&root).unwrap();
     let files = [
-        "i.html", "a.txt", "s.css", "d.xml", "f.rss", "p.png", "j.json",
+        "i.html", "a.txt", "s.css", "d.xml", "f.rss", "p.png", "j.json", "x.LOG", "y.md",
     ];
     for f in files {
         std::fs::write(root.join(f), "x").unwrap();
@@ -738,7 +739,17 @@ fn charset_labels_text_as_nginx_does() {
             })
             .collect()
     };
-    let server = HttpServer::start(&root, &["--charset", "utf-8"]);
+    let server = HttpServer::start(
+        &root,
+        &[
+            "--charset",
+            "utf-8",
+            "--type",
+            "text/plain log",
+            "--type",
+            "text/x-notes md",
+        ],
+    );
     let ours = types(&server.url);
     assert!(server.stop().success());
     assert_eq!(
@@ -751,6 +762,8 @@ fn charset_labels_text_as_nginx_does() {
             "application/rss+xml; charset=utf-8",
             "image/png",
             "application/json",
+            "text/plain; charset=utf-8",
+            "text/x-notes",
         ]
     );
     if let Some(nginx) = duality_bench::http::find_nginx() {
@@ -761,7 +774,8 @@ fn charset_labels_text_as_nginx_does() {
             1024,
             "    types {\n        text/html html;\n        text/plain txt;\n        text/css css;\n        \
              text/xml xml;\n        application/rss+xml rss;\n        image/png png;\n        \
-             application/json json;\n    }\n    charset utf-8;\n",
+             application/json json;\n        text/plain log;\n        text/x-notes md;\n    }\n    \
+             charset utf-8;\n",
         )
         .unwrap();
         assert_eq!(types(&format!("http://{}", n.addr)), ours);
@@ -779,4 +793,8 @@ fn charset_labels_text_as_nginx_does() {
     assert!(server.stop().success());
     let err = refused(&root, &["--charset", "utf 8"]);
     assert!(err.contains("not a charset name"), "{err}");
+    let err = refused(&root, &["--type", "log text/plain"]);
+    assert!(err.contains("not a media type"), "{err}");
+    let err = refused(&root, &["--type", "text/plain .log"]);
+    assert!(err.contains("without its dot"), "{err}");
 }

@@ -234,6 +234,13 @@ pub struct HttpArgs {
     /// text, Markdown and CSV go out as UTF-8
     #[arg(long, value_name = "NAME|off", default_value = "off", value_parser = charset)]
     charset: String,
+    /// Type files of these extensions so (an entry of nginx's `types`
+    /// block, in its order): "text/plain log" or "application/x-apple-aspen-config
+    /// mobileconfig", before the built-in table (nginx's mime.types and a
+    /// few newer types). Repeat for several; a later one for the same
+    /// extension wins
+    #[arg(long = "type", value_name = "MEDIA/TYPE EXT…")]
+    types: Vec<duality_http::mime::TypeRule>,
     /// `Expires` and `Cache-Control` on answers of 200, 206, 301 and 304
     /// (nginx's `expires`): a TIME after the answer (`30d`, `12h`, `1h
     /// 30m`, `90`: seconds; units y M w d h m s) as `max-age`, `modified
@@ -697,6 +704,7 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         try_files: a.try_files.clone(),
         deny_dotfiles: a.dotfiles,
         charset: (a.charset != "off").then(|| a.charset.clone()),
+        types: a.types.clone(),
         fields: duality_http::ResponseFields::new(
             a.expires.clone(),
             a.add_header

@@ -68,6 +68,101 @@ impl Charset {
     }
 }
 
+/// One `--type "MEDIA/TYPE ext…"` (an entry of nginx's `types` block):
+/// files with these extensions are of that type, whatever the table says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TypeRule {
+    /// The media type, as written.
+    pub media: String,
+    /// The extensions, lower-cased, without their dot.
+    pub extensions: Vec<String>,
+}
+
+impl std::str::FromStr for TypeRule {
+    type Err = String;
+
+    /// `MEDIA/TYPE EXT [EXT…]`, nginx's order (`application/wasm wasm`).
+    fn from_str(s: &str) -> Result<TypeRule, String> {
+        let mut words = s.split_whitespace();
+        let media = words.next().unwrap_or("");
+        let valid_media = media
+            .split_once('/')
+            .is_some_and(|(t, sub)| crate::fields::is_token(t) && crate::fields::is_token(sub));
+        if !valid_media {
+            return Err(format!(
+                "{media:?} is not a media type: give \"MEDIA/TYPE EXT…\", e.g. \"text/plain log\""
+            ));
+        }
+        let extensions: Vec<String> = words.map(str::to_ascii_lowercase).collect();
+        if extensions.is_empty() {
+            return Err(format!(
+                "{media}: give the extensions it types, e.g. \"{media} ext\""
+            ));
+        }
+        if let Some(bad) = extensions
+            .iter()
+            .find(|e| e.contains(['/', '.']) || e.chars().any(char::is_control))
+        {
+            return Err(format!(
+                "{bad:?}: an extension without its dot, as nginx's types take it"
+            ));
+        }
+        Ok(TypeRule {
+            media: media.to_owned(),
+            extensions,
+        })
+    }
+}
+
+/// How the server types a file: by `--type` rules first, else by
+/// [`for_path`]'s table, then labelled by `--charset` ([`Charset`]).
+#[derive(Debug, Default)]
+pub struct Types {
+    /// Extension (lower case) → type, from the rules.
+    added: std::collections::HashMap<String, &'static str>,
+    charset: Charset,
+}
+
+impl Types {
+    /// `rules` (a later one for the same extension wins, as in nginx's
+    /// `types` block) and `charset`. Their types are made once per server
+    /// and kept for the process, as the table's are static.
+    pub fn new(rules: &[TypeRule], charset: Option<&str>) -> Types {
+        let mut added = std::collections::HashMap::new();
+        for rule in rules {
+            let media: &'static str = Box::leak(rule.media.clone().into_boxed_str());
+            for ext in &rule.extensions {
+                added.insert(ext.clone(), media);
+            }
+        }
+        Types {
+            added,
+            charset: charset.map(Charset::new).unwrap_or_default(),
+        }
+    }
+
+    /// The `Content-Type` for `path`.
+    ///
+    /// ```
+    /// use duality_http::mime::{TypeRule, Types};
+    /// let rules: Vec<TypeRule> = vec!["text/plain log LOG2".parse().unwrap()];
+    /// let types = Types::new(&rules, Some("utf-8"));
+    /// assert_eq!(types.of("a/x.Log".as_ref()), "text/plain; charset=utf-8");
+    /// assert_eq!(types.of("x.log2".as_ref()), "text/plain; charset=utf-8");
+    /// assert_eq!(types.of("i.html".as_ref()), "text/html; charset=utf-8");
+    /// assert_eq!(Types::default().of("x.log".as_ref()), "application/octet-stream");
+    /// ```
+    pub fn of(&self, path: &Path) -> &'static str {
+        let ext = path.extension().and_then(|e| e.to_str());
+        let added = match ext {
+            Some(e) if !self.added.is_empty() => self.added.get(&e.to_ascii_lowercase()).copied(),
+            _ => None,
+        };
+        self.charset
+            .apply(added.unwrap_or_else(|| ext.map_or(DEFAULT, for_extension)))
+    }
+}
+
 /// The `Content-Type` for `path`, by its extension.
 ///
 /// ```

@@ -174,6 +174,9 @@ pub struct HttpConfig {
     /// by default, as in nginx (but plain text, Markdown and CSV, labelled
     /// UTF-8 by [`mime`]).
     pub charset: Option<String>,
+    /// Types for extensions, before the built-in table (nginx's `types`);
+    /// none by default.
+    pub types: Vec<mime::TypeRule>,
     /// Fields added to answers (nginx's `expires` and `add_header`); none
     /// by default.
     pub fields: crate::ResponseFields,
@@ -219,6 +222,7 @@ impl HttpConfig {
             try_files: None,
             deny_dotfiles: false,
             charset: None,
+            types: Vec::new(),
             fields: crate::ResponseFields::default(),
             real_ip: crate::RealIp::default(),
         }
@@ -308,8 +312,8 @@ pub struct HttpState {
     /// Requests answered, and connections reading a head or writing a
     /// response (these kept only while the stub status page is on).
     pub(crate) phases: PhaseCounts,
-    /// `--charset`'s labels.
-    charset: mime::Charset,
+    /// How files are typed (`--type`, the table, `--charset`).
+    types: mime::Types,
 }
 
 /// What a connection is doing, as nginx's `stub_status` counts it.
@@ -512,11 +516,7 @@ impl HttpState {
             offloader: duality_rt::adaptive::Offloader::new(cfg.gzip.offload),
             server: OnceLock::new(),
             phases: PhaseCounts::new(),
-            charset: cfg
-                .charset
-                .as_deref()
-                .map(mime::Charset::new)
-                .unwrap_or_default(),
+            types: mime::Types::new(&cfg.types, cfg.charset.as_deref()),
             cfg,
         }))
     }
@@ -750,7 +750,7 @@ impl HttpState {
         } else {
             Path::new(url_path)
         };
-        let content_type = self.charset.apply(mime::for_path(named));
+        let content_type = self.types.of(named);
         let eligible = gzip::eligible(&self.cfg.gzip, named, content_type, meta.size);
         if eligible && want_gzip {
             if let Some(found) = self.lookup_gzip(request, &path, meta, content_type)? {
@@ -969,7 +969,7 @@ impl HttpState {
         let (gz_path, meta) = self.lone_gz(url_path)?;
         // Typed by the name asked for (the `.gz` may be a link to any name);
         // cached under the `.gz`'s own path.
-        let content_type = self.charset.apply(mime::for_path(Path::new(url_path)));
+        let content_type = self.types.of(Path::new(url_path));
         if let Some(found) = self.cached_gz(&gz_path, meta, content_type) {
             return Some(found);
         }
