@@ -167,7 +167,7 @@ pub struct HttpConfig {
     /// The names a request may be served by, in order (nginx's
     /// `try_files`); none by default: the request's own.
     pub try_files: Option<crate::TryFiles>,
-    /// Answer 403 to a path with a hidden segment ([`path::hidden`]:
+    /// Answer 403 to a path with a hidden segment ([`crate::path::hidden`]:
     /// `.git/`, `.env`) rather than serve it; off by default, as in nginx.
     pub deny_dotfiles: bool,
     /// The charset text types are labelled with (nginx's `charset`); none
