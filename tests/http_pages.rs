@@ -61,6 +61,12 @@ fn refused(root: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// [`refused`], saying `text`.
+fn refused_saying(root: &Path, args: &[&str], text: &str) {
+    let err = refused(root, args);
+    assert!(err.contains(text), "{args:?}: {err}");
+}
+
 /// A chunked body's data (nginx streams its listing).
 fn dechunk(mut body: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
@@ -99,6 +105,25 @@ fn site(dir: &Path) -> Vec<u8> {
         .collect();
     std::fs::write(dir.join("errors/404.html"), &page).unwrap();
     page
+}
+
+/// A root `<dir>/www` holding `files` (path, contents; a path ending in
+/// `/` is an empty directory), their directories made as needed.
+fn tree(tag: &str, files: &[(&str, &str)]) -> (TempDir, std::path::PathBuf) {
+    let dir = TempDir::new(tag);
+    let root = dir.0.join("www");
+    std::fs::create_dir_all(&root).unwrap();
+    for (name, text) in files {
+        let path = root.join(name);
+        match name.ends_with('/') {
+            true => std::fs::create_dir_all(&path).unwrap(),
+            false => {
+                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                std::fs::write(&path, text).unwrap();
+            }
+        }
+    }
+    (dir, root)
 }
 
 #[test]
@@ -214,8 +239,11 @@ fn a_page_that_cannot_be_served_leaves_the_built_in_one() {
     assert_eq!(call(&url, "GET", "/nope", "").2, b"later\n");
     assert!(common::http::terminate(&mut child).success());
 
-    let err = refused(&dir.0, &["--error-page", "404 http://example.com/"]);
-    assert!(err.contains("the page must be a path of the root"), "{err}");
+    refused_saying(
+        &dir.0,
+        &["--error-page", "404 http://example.com/"],
+        "the page must be a path of the root",
+    );
 }
 
 #[test]
@@ -324,8 +352,7 @@ fn index_names_are_tried_in_order() {
     assert_eq!((code, body.as_slice()), (200, b"html\n".as_slice()));
     assert_eq!(field(&fields, "content-type"), Some("text/html"));
     assert!(server.stop().success());
-    let err = refused(&dir.0, &["--index", "../x.html"]);
-    assert!(err.contains("an index is a file name"), "{err}");
+    refused_saying(&dir.0, &["--index", "../x.html"], "an index is a file name");
 }
 
 /// The fields an answer got from `--expires` / `--add-header` (nginx's
@@ -366,12 +393,12 @@ fn added(code: u16, fields: &[(String, String)]) -> Added {
 /// nginx's with the same directives, where nginx is installed.
 #[test]
 fn expires_and_added_fields_as_nginx_sends_them() {
-    let dir = TempDir::new("fields");
-    let root = dir.0.join("www");
-    std::fs::create_dir_all(root.join("dir")).unwrap();
-    std::fs::write(root.join("a.txt"), "a\n").unwrap();
+    let css = "p { color: red }\n".repeat(100);
+    let (_dir, root) = tree(
+        "fields",
+        &[("dir/", ""), ("a.txt", "a\n"), ("style.css", &css)],
+    );
     std::fs::write(root.join("big.bin"), vec![7u8; 300_000]).unwrap();
-    std::fs::write(root.join("style.css"), "p { color: red }\n".repeat(100)).unwrap();
     let requests: &[(&str, &str, &str)] = &[
         ("GET", "/a.txt", ""),
         ("GET", "/a.txt", ""),
@@ -514,18 +541,23 @@ fn expires_and_added_fields_as_nginx_sends_them() {
         .unwrap();
         check(&format!("http://{}", n.addr));
     }
-    let err = refused(&root, &["--expires", "1d", "--expires", "2d"]);
-    assert!(err.contains("given twice"), "{err}");
+    refused_saying(
+        &root,
+        &["--expires", "1d", "--expires", "2d"],
+        "given twice",
+    );
 
     // Off by default; a field the server writes itself is refused.
     let server = HttpServer::start(&root, &[]);
     let (_, fields, _) = call(&server.url, "GET", "/a.txt", "");
     assert_eq!(added(200, &fields), (200, None, None, vec![], None));
     assert!(server.stop().success());
-    let err = refused(&root, &["--add-header", "Content-Length: 1"]);
-    assert!(err.contains("written by the server itself"), "{err}");
-    let err = refused(&root, &["--expires", "1x"]);
-    assert!(err.contains("--expires"), "{err}");
+    refused_saying(
+        &root,
+        &["--add-header", "Content-Length: 1"],
+        "written by the server itself",
+    );
+    refused_saying(&root, &["--expires", "1x"], "--expires");
 }
 
 /// `--try-files` (nginx's `try_files`): a static site generator's clean
@@ -535,21 +567,18 @@ fn expires_and_added_fields_as_nginx_sends_them() {
 /// time; a last resort that names nothing is said at start.
 #[test]
 fn try_files_answers_as_nginx_does() {
-    let dir = TempDir::new("try-files");
-    let root = dir.0.join("www");
-    for d in ["dir", "dir2", "sub"] {
-        std::fs::create_dir_all(root.join(d)).unwrap();
-    }
-    for (name, text) in [
-        ("index.html", "app\n"),
-        ("a.txt", "a\n"),
-        ("about.html", "about\n"),
-        ("dir/index.html", "dir index\n"),
-        ("sub.html", "sub page\n"),
-        ("sub/index.html", "sub index\n"),
-    ] {
-        std::fs::write(root.join(name), text).unwrap();
-    }
+    let (_dir, root) = tree(
+        "try-files",
+        &[
+            ("index.html", "app\n"),
+            ("a.txt", "a\n"),
+            ("about.html", "about\n"),
+            ("dir/index.html", "dir index\n"),
+            ("dir2/", ""),
+            ("sub.html", "sub page\n"),
+            ("sub/index.html", "sub index\n"),
+        ],
+    );
     let paths = [
         "/dir",
         "/dir/",
@@ -652,8 +681,11 @@ fn try_files_answers_as_nginx_does() {
     assert_eq!(call(&server.url, "GET", "/a.txt", "").0, 200);
     assert!(server.says("--try-files: /missing.html is 404", Duration::from_secs(5)));
     assert!(server.stop().success());
-    let err = refused(&root, &["--try-files", "$uri $args =404"]);
-    assert!(err.contains("$uri is the only variable"), "{err}");
+    refused_saying(
+        &root,
+        &["--try-files", "$uri $args =404"],
+        "$uri is the only variable",
+    );
 }
 
 /// `--dotfiles deny` (nginx's common `location ~ /\. { deny all; }`): a
@@ -662,21 +694,17 @@ fn try_files_answers_as_nginx_does() {
 /// `allow` (the default) serves them, as nginx.
 #[test]
 fn dotfiles_deny_refuses_hidden_paths() {
-    let dir = TempDir::new("dotfiles");
-    let root = dir.0.join("www");
-    for d in [".git", ".well-known/acme-challenge", ".errors", "app"] {
-        std::fs::create_dir_all(root.join(d)).unwrap();
-    }
-    for (name, text) in [
-        (".env", "SECRET=1\n"),
-        (".git/config", "[core]\n"),
-        ("app/.htpasswd", "u:x\n"),
-        (".well-known/acme-challenge/t", "token\n"),
-        (".errors/404.html", "custom 404\n"),
-        ("a.txt", "a\n"),
-    ] {
-        std::fs::write(root.join(name), text).unwrap();
-    }
+    let (_dir, root) = tree(
+        "dotfiles",
+        &[
+            (".env", "SECRET=1\n"),
+            (".git/config", "[core]\n"),
+            ("app/.htpasswd", "u:x\n"),
+            (".well-known/acme-challenge/t", "token\n"),
+            (".errors/404.html", "custom 404\n"),
+            ("a.txt", "a\n"),
+        ],
+    );
     let server = HttpServer::start(
         &root,
         &[
@@ -711,8 +739,7 @@ fn dotfiles_deny_refuses_hidden_paths() {
     let (got, _, body) = call(&server.url, "GET", "/.env", "");
     assert_eq!((got, body.as_slice()), (200, b"SECRET=1\n".as_slice()));
     assert!(server.stop().success());
-    let err = refused(&root, &["--dotfiles", "hide"]);
-    assert!(err.contains("expected allow or deny"), "{err}");
+    refused_saying(&root, &["--dotfiles", "hide"], "expected allow or deny");
 }
 
 /// `--charset utf-8` and `--type` (nginx's `charset utf-8` and `types`):
@@ -720,15 +747,11 @@ fn dotfiles_deny_refuses_hidden_paths() {
 /// the same names here).
 #[test]
 fn charset_and_types_label_files_as_nginx_does() {
-    let dir = TempDir::new("charset");
-    let root = dir.0.join("www");
-    std::fs::create_dir_all(&root).unwrap();
     let files = [
         "i.html", "a.txt", "s.css", "d.xml", "f.rss", "p.png", "j.json", "x.LOG", "y.md",
     ];
-    for f in files {
-        std::fs::write(root.join(f), "x").unwrap();
-    }
+    let contents: Vec<(&str, &str)> = files.iter().map(|&f| (f, "x")).collect();
+    let (_dir, root) = tree("charset", &contents);
     let types = |url: &str| -> Vec<String> {
         files
             .iter()
@@ -791,10 +814,7 @@ fn charset_and_types_label_files_as_nginx_does() {
         ["text/html", "text/plain; charset=utf-8"]
     );
     assert!(server.stop().success());
-    let err = refused(&root, &["--charset", "utf 8"]);
-    assert!(err.contains("not a charset name"), "{err}");
-    let err = refused(&root, &["--type", "log text/plain"]);
-    assert!(err.contains("not a media type"), "{err}");
-    let err = refused(&root, &["--type", "text/plain .log"]);
-    assert!(err.contains("without its dot"), "{err}");
+    refused_saying(&root, &["--charset", "utf 8"], "not a charset name");
+    refused_saying(&root, &["--type", "log text/plain"], "not a media type");
+    refused_saying(&root, &["--type", "text/plain .log"], "without its dot");
 }
