@@ -818,3 +818,48 @@ fn charset_and_types_label_files_as_nginx_does() {
     refused_saying(&root, &["--type", "log text/plain"], "not a media type");
     refused_saying(&root, &["--type", "text/plain .log"], "without its dot");
 }
+
+/// `--etag nginx`: nginx's entity tags, byte for byte, so a validator one
+/// server gave is honoured by the other (304, and a range under If-Range);
+/// the default tags carry the inode too, and nginx's do not match them.
+#[test]
+fn etag_nginx_tags_as_nginx_does() {
+    let big = "b".repeat(70_000);
+    let (_dir, root) = tree("etag", &[("a.txt", "a\n"), ("big.txt", &big)]);
+    let tag = |url: &str, path: &str| {
+        let (code, fields, _) = call(url, "GET", path, "");
+        assert_eq!(code, 200);
+        field(&fields, "etag").unwrap().to_owned()
+    };
+    let server = HttpServer::start(&root, &["--etag", "nginx"]);
+    let ours: Vec<String> = ["/a.txt", "/big.txt"]
+        .iter()
+        .map(|p| tag(&server.url, p))
+        .collect();
+    for t in &ours {
+        assert_eq!(t.matches('-').count(), 1, "{t}");
+    }
+    let default = HttpServer::start(&root, &[]);
+    assert_ne!(tag(&default.url, "/a.txt"), ours[0]);
+    if let Some(nginx) = duality_bench::http::find_nginx() {
+        let n = duality_bench::http::RunningServer::nginx(&nginx, &root, 1, 1024).unwrap();
+        let url = format!("http://{}", n.addr);
+        let theirs: Vec<String> = ["/a.txt", "/big.txt"]
+            .iter()
+            .map(|p| tag(&url, p))
+            .collect();
+        assert_eq!(ours, theirs);
+        // Each honours the other's validator.
+        for (asked, given) in [(&server.url, &theirs[1]), (&url, &ours[1])] {
+            let inm = format!("If-None-Match: {given}\r\n");
+            assert_eq!(call(asked, "GET", "/big.txt", &inm).0, 304);
+            let range = format!("If-Range: {given}\r\nRange: bytes=0-9\r\n");
+            assert_eq!(call(asked, "GET", "/big.txt", &range).0, 206);
+        }
+        let inm = format!("If-None-Match: {}\r\n", tag(&default.url, "/a.txt"));
+        assert_eq!(call(&url, "GET", "/a.txt", &inm).0, 200);
+    }
+    assert!(server.stop().success());
+    assert!(default.stop().success());
+    refused_saying(&root, &["--etag", "weak"], "expected inode or nginx");
+}

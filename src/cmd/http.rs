@@ -241,6 +241,15 @@ pub struct HttpArgs {
     /// extension wins
     #[arg(long = "type", value_name = "MEDIA/TYPE EXT…")]
     types: Vec<duality_http::mime::TypeRule>,
+    /// How entity tags are written: `inode` (the default),
+    /// "<inode>-<size>-<mtime in ns>", changing with any replacement of a
+    /// file; `nginx`, nginx's "<mtime in s>-<size>", the same on every
+    /// server holding the same files with the same times (replicas behind a
+    /// load balancer: a client's revalidation gets 304 whichever answers;
+    /// a rolling switch from nginx keeps clients' cached validators), but,
+    /// as nginx's, blind to a rewrite of the same size within a second
+    #[arg(long, value_name = "inode|nginx", default_value = "inode")]
+    etag: duality_http::file::ETagFormat,
     /// `Expires` and `Cache-Control` on answers of 200, 206, 301 and 304
     /// (nginx's `expires`): a TIME after the answer (`30d`, `12h`, `1h
     /// 30m`, `90`: seconds; units y M w d h m s) as `max-age`, `modified
@@ -705,6 +714,7 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         deny_dotfiles: a.dotfiles,
         charset: (a.charset != "off").then(|| a.charset.clone()),
         types: a.types.clone(),
+        etag: a.etag,
         fields: duality_http::ResponseFields::new(
             a.expires.clone(),
             a.add_header

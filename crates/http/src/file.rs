@@ -55,7 +55,51 @@ impl From<&fs::Metadata> for FileMeta {
     }
 }
 
-/// A **strong** entity tag, `"<inode>-<size>-<mtime ns>"` in lower-case hex.
+/// How [`ETag`]s are written (`--etag`), for every server of the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ETagFormat {
+    /// `"<inode>-<size>-<mtime ns>"`: changes with any replacement.
+    #[default]
+    Inode,
+    /// nginx's `"<mtime s>-<size>"`: the same on every server holding the
+    /// same files with the same times (replicas behind a load balancer; a
+    /// rolling switch from nginx keeps clients' validators), at the price
+    /// of missing a same-size rewrite within the same second, as nginx's.
+    Nginx,
+}
+
+/// The process's [`ETagFormat`], as a `u8`.
+static FORMAT: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+impl ETagFormat {
+    /// Makes this the format of every tag the process writes from now on:
+    /// a server's setting, made once at start.
+    pub fn set(self) {
+        FORMAT.store(self as u8, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn current() -> ETagFormat {
+        match FORMAT.load(std::sync::atomic::Ordering::Relaxed) {
+            1 => ETagFormat::Nginx,
+            _ => ETagFormat::Inode,
+        }
+    }
+}
+
+impl std::str::FromStr for ETagFormat {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<ETagFormat, String> {
+        match s {
+            "inode" => Ok(ETagFormat::Inode),
+            "nginx" => Ok(ETagFormat::Nginx),
+            _ => Err(format!("{s:?}: expected inode or nginx")),
+        }
+    }
+}
+
+/// A **strong** entity tag, `"<inode>-<size>-<mtime ns>"` in lower-case hex
+/// (or nginx's `"<mtime s>-<size>"`: [`ETagFormat`]).
 ///
 /// Strong because it changes whenever the bytes can have changed: a write
 /// moves mtime (nanosecond resolution on every Linux file system in use), a
@@ -86,24 +130,38 @@ impl ETag {
     /// What [`ETag::gzip_variant`] appends to the opaque part.
     pub const GZIP_SUFFIX: &'static [u8] = b"-gzip";
 
-    /// The tag of `meta`.
+    /// The tag of `meta`, in the process's [`ETagFormat`].
     pub fn of(meta: &FileMeta) -> ETag {
-        let nanos = meta
-            .mtime
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
+        ETag::in_format(meta, ETagFormat::current())
+    }
+
+    /// The tag of `meta` in `format`.
+    pub fn in_format(meta: &FileMeta, format: ETagFormat) -> ETag {
+        let since = meta.mtime.duration_since(UNIX_EPOCH);
         // By hand, not `write!`: every file response carries the tag, and
         // the formatter machinery showed in the server's profile.
         let mut buf = [0u8; ETag::CAP];
         buf[0] = b'"';
         let mut len = 1;
-        len += hex(&mut buf[len..], u128::from(meta.inode));
-        buf[len] = b'-';
-        len += 1;
-        len += hex(&mut buf[len..], u128::from(meta.size));
-        buf[len] = b'-';
-        len += 1;
-        len += hex(&mut buf[len..], nanos);
+        let parts = match format {
+            ETagFormat::Inode => [
+                Some(u128::from(meta.inode)),
+                Some(u128::from(meta.size)),
+                Some(since.map_or(0, |d| d.as_nanos())),
+            ],
+            ETagFormat::Nginx => [
+                Some(u128::from(since.map_or(0, |d| d.as_secs()))),
+                Some(u128::from(meta.size)),
+                None,
+            ],
+        };
+        for (i, part) in parts.into_iter().flatten().enumerate() {
+            if i > 0 {
+                buf[len] = b'-';
+                len += 1;
+            }
+            len += hex(&mut buf[len..], part);
+        }
         buf[len] = b'"';
         ETag {
             buf,
@@ -235,9 +293,29 @@ mod tests {
 
     #[test]
     fn etag_format() {
-        let tag = ETag::of(&meta(0x10, 1, 5, 0xab));
+        let tag = ETag::in_format(&meta(0x10, 1, 5, 0xab), ETagFormat::Inode);
         assert_eq!(tag.as_bytes(), b"\"ab-10-3b9aca05\"");
         assert_eq!(tag.opaque(), b"ab-10-3b9aca05");
+    }
+
+    #[test]
+    fn nginx_etag_format() {
+        // nginx 1.22.1 here tags a 6-byte file of 2026-01-01 00:00:00 UTC
+        // "6955b900-6".
+        let tag = ETag::in_format(&meta(6, 1_767_225_600, 5, 0xab), ETagFormat::Nginx);
+        assert_eq!(tag.as_bytes(), b"\"6955b900-6\"");
+        assert_eq!(tag.gzip_variant().as_bytes(), b"\"6955b900-6-gzip\"");
+        let old = FileMeta {
+            mtime: UNIX_EPOCH - Duration::from_secs(10),
+            ..meta(0, 0, 0, 1)
+        };
+        assert_eq!(
+            ETag::in_format(&old, ETagFormat::Nginx).as_bytes(),
+            b"\"0-0\""
+        );
+        assert_eq!("nginx".parse(), Ok(ETagFormat::Nginx));
+        assert_eq!("inode".parse(), Ok(ETagFormat::Inode));
+        assert!("weak".parse::<ETagFormat>().is_err());
     }
 
     #[test]
@@ -248,7 +326,7 @@ mod tests {
             inode: u64::MAX,
             changed: 0,
         };
-        let tag = ETag::of(&m);
+        let tag = ETag::in_format(&m, ETagFormat::Inode);
         assert_eq!(tag.as_bytes().first(), Some(&b'"'));
         assert_eq!(tag.as_bytes().last(), Some(&b'"'));
         // Before the epoch: counted as 0 ns, no panic.
@@ -256,7 +334,10 @@ mod tests {
             mtime: UNIX_EPOCH - Duration::from_secs(10),
             ..meta(1, 0, 0, 1)
         };
-        assert_eq!(ETag::of(&old).as_bytes(), b"\"1-1-0\"");
+        assert_eq!(
+            ETag::in_format(&old, ETagFormat::Inode).as_bytes(),
+            b"\"1-1-0\""
+        );
     }
 
     proptest::proptest! {
@@ -265,14 +346,14 @@ mod tests {
             let m = meta(size, secs, nanos, inode);
             let ns = u128::from(secs) * 1_000_000_000 + u128::from(nanos);
             let want = format!("\"{inode:x}-{size:x}-{ns:x}\"");
-            let tag = ETag::of(&m);
+            let tag = ETag::in_format(&m, ETagFormat::Inode);
             proptest::prop_assert_eq!(tag.as_bytes(), want.as_bytes());
         }
     }
 
     #[test]
     fn gzip_variant_tag() {
-        let tag = ETag::of(&meta(0x10, 1, 5, 0xab));
+        let tag = ETag::in_format(&meta(0x10, 1, 5, 0xab), ETagFormat::Inode);
         let gz = tag.gzip_variant();
         assert_eq!(gz.as_bytes(), b"\"ab-10-3b9aca05-gzip\"");
         assert_eq!(gz.opaque(), b"ab-10-3b9aca05-gzip");
@@ -284,17 +365,29 @@ mod tests {
             inode: u64::MAX,
             changed: 0,
         };
-        let gz = ETag::of(&m).gzip_variant();
+        let gz = ETag::in_format(&m, ETagFormat::Inode).gzip_variant();
         assert!(gz.as_bytes().ends_with(b"-gzip\""), "{gz:?}");
-        assert_eq!(gz.as_bytes().len(), ETag::of(&m).as_bytes().len() + 5);
+        assert_eq!(
+            gz.as_bytes().len(),
+            ETag::in_format(&m, ETagFormat::Inode).as_bytes().len() + 5
+        );
     }
 
     #[test]
     fn etag_changes_with_each_validator() {
-        let base = ETag::of(&meta(10, 100, 1, 7));
-        assert_ne!(base, ETag::of(&meta(11, 100, 1, 7)));
-        assert_ne!(base, ETag::of(&meta(10, 100, 2, 7)));
-        assert_ne!(base, ETag::of(&meta(10, 100, 1, 8)));
+        let base = ETag::in_format(&meta(10, 100, 1, 7), ETagFormat::Inode);
+        assert_ne!(
+            base,
+            ETag::in_format(&meta(11, 100, 1, 7), ETagFormat::Inode)
+        );
+        assert_ne!(
+            base,
+            ETag::in_format(&meta(10, 100, 2, 7), ETagFormat::Inode)
+        );
+        assert_ne!(
+            base,
+            ETag::in_format(&meta(10, 100, 1, 8), ETagFormat::Inode)
+        );
     }
 
     #[test]

@@ -177,6 +177,9 @@ pub struct HttpConfig {
     /// Types for extensions, before the built-in table (nginx's `types`);
     /// none by default.
     pub types: Vec<mime::TypeRule>,
+    /// How entity tags are written; process-wide, set by
+    /// [`HttpState::new`] (see [`ETagFormat`](crate::file::ETagFormat)).
+    pub etag: crate::file::ETagFormat,
     /// Fields added to answers (nginx's `expires` and `add_header`); none
     /// by default.
     pub fields: crate::ResponseFields,
@@ -223,6 +226,7 @@ impl HttpConfig {
             deny_dotfiles: false,
             charset: None,
             types: Vec::new(),
+            etag: crate::file::ETagFormat::default(),
             fields: crate::ResponseFields::default(),
             real_ip: crate::RealIp::default(),
         }
@@ -504,6 +508,7 @@ impl HttpState {
             Some(p) => Some(AccessLog::open(p)?),
             None => None,
         };
+        cfg.etag.set();
         let fresh = Arc::new(FreshIndex::new(cfg.revalidate, cfg.open_files));
         FreshIndex::spawn_closer(&fresh)?;
         Ok(Arc::new(HttpState {
