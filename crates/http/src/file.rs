@@ -143,24 +143,29 @@ impl ETag {
         let mut buf = [0u8; ETag::CAP];
         buf[0] = b'"';
         let mut len = 1;
-        let parts = match format {
-            ETagFormat::Inode => [
-                Some(u128::from(meta.inode)),
-                Some(u128::from(meta.size)),
-                Some(since.map_or(0, |d| d.as_nanos())),
-            ],
-            ETagFormat::Nginx => [
-                Some(u128::from(since.map_or(0, |d| d.as_secs()))),
-                Some(u128::from(meta.size)),
-                None,
-            ],
-        };
-        for (i, part) in parts.into_iter().flatten().enumerate() {
-            if i > 0 {
+        // The size between the format's first and last parts.
+        let last = match format {
+            ETagFormat::Inode => {
+                len += hex(&mut buf[len..], u128::from(meta.inode));
                 buf[len] = b'-';
                 len += 1;
+                Some(since.map_or(0, |d| d.as_nanos()))
             }
-            len += hex(&mut buf[len..], part);
+            ETagFormat::Nginx => {
+                len += hex(
+                    &mut buf[len..],
+                    u128::from(since.map_or(0, |d| d.as_secs())),
+                );
+                buf[len] = b'-';
+                len += 1;
+                None
+            }
+        };
+        len += hex(&mut buf[len..], u128::from(meta.size));
+        if let Some(last) = last {
+            buf[len] = b'-';
+            len += 1;
+            len += hex(&mut buf[len..], last);
         }
         buf[len] = b'"';
         ETag {
