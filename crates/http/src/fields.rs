@@ -397,8 +397,9 @@ impl ResponseFields {
                 .filter(|r| {
                     r.types.as_deref().is_some_and(|t| {
                         t.ends_with('/')
-                            && media.len() >= t.len()
-                            && media[..t.len()].eq_ignore_ascii_case(t)
+                            && media
+                                .get(..t.len())
+                                .is_some_and(|m| m.eq_ignore_ascii_case(t))
                     })
                 })
                 .max_by_key(|r| r.types.as_ref().map_or(0, String::len))
