@@ -242,8 +242,8 @@ pub struct HttpArgs {
     #[arg(long = "type", value_name = "MEDIA/TYPE EXT…")]
     types: Vec<duality_http::mime::TypeRule>,
     /// How entity tags are written: `inode` (the default),
-    /// "<inode>-<size>-<mtime in ns>", changing with any replacement of a
-    /// file; `nginx`, nginx's "<mtime in s>-<size>", the same on every
+    /// `"<inode>-<size>-<mtime in ns>"`, changing with any replacement of a
+    /// file; `nginx`, nginx's `"<mtime in s>-<size>"`, the same on every
     /// server holding the same files with the same times (replicas behind a
     /// load balancer: a client's revalidation gets 304 whichever answers;
     /// a rolling switch from nginx keeps clients' cached validators), but,
