@@ -863,3 +863,131 @@ fn etag_nginx_tags_as_nginx_does() {
     assert!(default.stop().success());
     refused_saying(&root, &["--etag", "weak"], "expected inode or nginx");
 }
+
+/// `--log-format` and `--log-escape` write the lines nginx's `log_format`
+/// writes (`escape=default|json|none`), compared line for line where nginx
+/// is installed: the same requests, byte for byte, but for what differs on
+/// purpose (error pages' sizes, `$uri` after an internal redirect).
+#[test]
+fn log_format_writes_what_nginx_writes() {
+    let (dir, root) = tree("logfmt", &[("a.txt", "hello\n")]);
+    let format = "$remote_addr|$remote_user|$request|$request_method|$request_uri|$uri|\
+                  $args|$is_args|$server_protocol|$scheme|$host|$status|$request_length|\
+                  $http_referer|$http_user_agent|$http_x_forwarded_for|$arg_q|$arg_Z|\
+                  $cookie_sid|$content_type|$content_length|$connection_requests|${status}x";
+    let requests: [&[u8]; 10] = [
+        b"GET /a.txt?q=1&z=%41&Z=x HTTP/1.1\r\nHost: Example.COM:8080\r\n\
+          Referer: http://r/\"q\"\\\r\nUser-Agent: ua\t\xc3\xa9\r\nCookie: a=1; sid=abc\r\n\
+          X-Forwarded-For: 1.2.3.4\r\nConnection: close\r\n\r\n",
+        b"HEAD /a.txt HTTP/1.0\r\n\r\n",
+        b"GET /missing HTTP/1.1\r\nHost: h\r\nContent-Type: text/plain\r\n\
+          Content-Length: 5\r\nConnection: close\r\n\r\nhello",
+        b"GET http://Abs.Example./a.txt?x HTTP/1.1\r\nHost: other\r\nConnection: close\r\n\r\n",
+        b"GET /a.txt? HTTP/1.1\r\nHost: [::1]:80\r\nConnection: close\r\n\r\n",
+        b"GET /../x HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n",
+        b"GET /%C3%A9.txt?arg_q=no&q HTTP/1.1\r\nHost: h\r\nCookie: SID=up\r\n\
+          Connection: close\r\n\r\n",
+        b"GET /a.txt?q=&Z=1&z=2 HTTP/1.1\r\nHost: h\r\nCookie: x=1;sid=\r\n\
+          Connection: close\r\n\r\n",
+        b"GET http://h HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n",
+        b"BREW /a.txt HTTP/1.1\r\nHost: h.\r\nConnection: close\r\n\r\n",
+    ];
+    let send = |url: &str| {
+        for r in requests {
+            let mut s = TcpStream::connect(url.strip_prefix("http://").unwrap()).unwrap();
+            s.write_all(r).unwrap();
+            let _ = s.read_to_end(&mut Vec::new());
+        }
+    };
+    let lines = |path: &Path| {
+        let until = Instant::now() + Duration::from_secs(5);
+        loop {
+            let text = std::fs::read(path).unwrap_or_default();
+            let n = text.iter().filter(|&&b| b == b'\n').count();
+            if n >= requests.len() || Instant::now() > until {
+                return text;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let escapes = ["default", "json", "none"];
+    let mut ours = Vec::new();
+    for escape in escapes {
+        let log = dir.0.join(format!("duality-{escape}.log"));
+        let log_arg = log.to_str().unwrap();
+        let args = [
+            "--access-log",
+            log_arg,
+            "--log-format",
+            format,
+            "--log-escape",
+            escape,
+        ];
+        let s = HttpServer::start(&root, &args);
+        send(&s.url);
+        ours.push(lines(&log));
+        assert!(s.stop().success());
+    }
+    let first = |text: &[u8]| {
+        let end = text.iter().position(|&b| b == b'\n').unwrap();
+        text[..end].to_vec()
+    };
+    // The first request, as nginx writes it (`$request_length`: its head).
+    let len = requests[0].len();
+    assert_eq!(
+        String::from_utf8(first(&ours[0])).unwrap(),
+        format!(
+            "127.0.0.1|-|GET /a.txt?q=1&z=%41&Z=x HTTP/1.1|GET|/a.txt?q=1&z=%41&Z=x|/a.txt|\
+             q=1&z=%41&Z=x|?|HTTP/1.1|http|example.com|200|{len}|http://r/\\x22q\\x22\\x5C|\
+             ua\\x09\\xC3\\xA9|1.2.3.4|1|%41|abc|-|-|1|200x"
+        )
+    );
+    let mut json = format!(
+        "127.0.0.1||GET /a.txt?q=1&z=%41&Z=x HTTP/1.1|GET|/a.txt?q=1&z=%41&Z=x|/a.txt|\
+         q=1&z=%41&Z=x|?|HTTP/1.1|http|example.com|200|{len}|http://r/\\\"q\\\"\\\\|ua\\t"
+    )
+    .into_bytes();
+    json.extend_from_slice(b"\xc3\xa9|1.2.3.4|1|%41|abc|||1|200x");
+    assert_eq!(first(&ours[1]), json);
+    if let Some(nginx) = duality_bench::http::find_nginx() {
+        let logs: Vec<_> = escapes
+            .iter()
+            .map(|e| dir.0.join(format!("nginx-{e}.log")))
+            .collect();
+        let http: String = escapes
+            .iter()
+            .map(|e| format!("log_format f{e} escape={e} '{format}';\n"))
+            .collect();
+        let server: String = escapes
+            .iter()
+            .zip(&logs)
+            .map(|(e, l)| format!("access_log {} f{e};\n", l.display()))
+            .collect();
+        let n = duality_bench::http::RunningServer::nginx_in_blocks(&nginx, &root, &http, &server)
+            .unwrap();
+        send(&format!("http://{}", n.addr));
+        for (i, log) in logs.iter().enumerate() {
+            let theirs = lines(log);
+            assert_eq!(
+                String::from_utf8_lossy(&ours[i]),
+                String::from_utf8_lossy(&theirs),
+                "escape={}",
+                escapes[i]
+            );
+            assert_eq!(ours[i], theirs);
+        }
+    }
+    let refused = |args: &[&str], text: &str| {
+        let log = dir.0.join("refused.log");
+        let mut all = vec!["--access-log", log.to_str().unwrap()];
+        all.extend_from_slice(args);
+        refused_saying(&root, &all, text);
+    };
+    refused(&["--log-format", "$nope"], "unknown \"nope\" variable");
+    refused(&["--log-format", "${status"], "closing bracket");
+    refused(
+        &["--log-format", "$status", "--log-escape", "xml"],
+        "unknown log format escaping",
+    );
+    refused_saying(&root, &["--log-format", "$status"], "--access-log");
+}

@@ -141,11 +141,35 @@ pub struct HttpArgs {
     #[arg(long, default_value_t = 1000)]
     keepalive_requests: u64,
     /// Write an access log to this file (`-` for stderr), one line per
-    /// response in nginx's `combined` format (times in UTC); off by default.
-    /// SIGUSR1 opens it again (nginx's `-s reopen`), after a rotation.
-    /// Lines a full disk refuses are counted and said (once a minute).
+    /// response in nginx's `combined` format (times in UTC) or
+    /// `--log-format`'s; off by default. SIGUSR1 opens it again (nginx's
+    /// `-s reopen`), after a rotation. Lines a full disk refuses are
+    /// counted and said (once a minute).
     #[arg(long)]
     access_log: Option<PathBuf>,
+    /// The access log's line, as nginx's `log_format`: text with
+    /// `$variable`s (or `${variable}`), nginx's names: `$remote_addr`,
+    /// `$remote_port`, `$remote_user`, `$realip_remote_addr`, `$time_local`,
+    /// `$time_iso8601` (both UTC), `$msec`, `$request`, `$request_method`,
+    /// `$request_uri`, `$uri`, `$args`, `$is_args`, `$server_protocol`,
+    /// `$scheme`, `$host`, `$status`, `$body_bytes_sent`, `$request_length`
+    /// (the head's bytes), `$request_time`, `$connection`,
+    /// `$connection_requests`, `$pid`, `$hostname`, `$content_type`,
+    /// `$content_length`, `$http_NAME`, `$arg_NAME`, `$cookie_NAME`; any
+    /// other is refused at start. nginx's `combined` by default
+    #[arg(long, value_name = "FORMAT", requires = "access_log")]
+    log_format: Option<String>,
+    /// How `--log-format`'s values are escaped (nginx's `escape=`):
+    /// `default` (`\xHH` for bytes outside printable ASCII, `"` and `\`;
+    /// a missing value is `-`), `json` (for a JSON string; a missing value
+    /// is empty) or `none`
+    #[arg(
+        long,
+        value_name = "default|json|none",
+        default_value = "default",
+        requires = "log_format"
+    )]
+    log_escape: duality_http::log_format::Escape,
     /// Largest request head (request line, header fields, blank line) in bytes;
     /// a larger one gets 431. Also bounds each connection's read buffer.
     #[arg(long, default_value_t = Limits::default().max_head)]
@@ -694,6 +718,11 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
         lingering_time: seconds("lingering-time", a.lingering_time)?,
         keepalive_requests: a.keepalive_requests,
         access_log: a.access_log.clone(),
+        log_format: match &a.log_format {
+            Some(f) => duality_http::LogFormat::parse(f, a.log_escape)
+                .map_err(|e| anyhow::anyhow!("--log-format: {e}"))?,
+            None => duality_http::LogFormat::default(),
+        },
         limits: limits(&a)?,
         gzip: GzipConfig {
             enabled: a.gzip,

@@ -938,6 +938,17 @@ impl RunningServer {
         RunningServer::nginx_start(nginx, root, 1, 1024, ["", directives])
     }
 
+    /// [`RunningServer::nginx`] with directives in its `http` block and
+    /// its `server` block (a `log_format` and the `access_log` using it).
+    pub fn nginx_in_blocks(
+        nginx: &Path,
+        root: &Path,
+        http: &str,
+        server: &str,
+    ) -> anyhow::Result<RunningServer> {
+        RunningServer::nginx_start(nginx, root, 1, 1024, [http, server])
+    }
+
     /// `extra`: directives for the `http` block and for the `server` block.
     fn nginx_start(
         nginx: &Path,

@@ -38,7 +38,7 @@
 //! connection also counts itself as reading, writing or waiting.
 
 use std::fs::File;
-use std::io::{self, Write as _};
+use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
@@ -54,8 +54,9 @@ use crate::date;
 use crate::error_page::ErrorPage;
 use crate::file::FileMeta;
 use crate::gzip::{self, GzipInput, GzipJob};
+use crate::log_format::Entry;
 use crate::path;
-use crate::request::{continue_due, parse_head, Discard, Head, Method, Version};
+use crate::request::{continue_due, parse_head, Discard, Head, Method};
 use crate::response::{
     not_modified, plan_encoded, plan_error_page, write_error, write_redirect, write_refusal,
     write_text, ByteRange, Encoding, Parts, Plan, CONTINUE,
@@ -154,6 +155,7 @@ pub struct HttpSession {
     proxy: bool,
     /// Spreads connections over the payload threads where the model routes
     /// by color: the server's state locks itself, so any color will do.
+    /// Counted from 1 per connection, it is also the log's `$connection`.
     color: u64,
     /// The state to count this connection's phase in (stub status on).
     phases: Option<Arc<HttpState>>,
@@ -175,6 +177,14 @@ pub struct HttpSession {
     write_failed: bool,
     /// Request heads answered on this connection, this one included.
     requests: u64,
+    /// The client's port, for the access log (none for a Unix socket).
+    port: Option<u16>,
+    /// When the first bytes of a request not yet whole came (access log
+    /// on), for its `$request_time`.
+    reading: Option<Instant>,
+    /// When the request being answered began: its first bytes, or its
+    /// head where it came whole in one read.
+    began: Option<Instant>,
 }
 
 /// A response `execute` could not make from memory.
@@ -238,14 +248,20 @@ impl Protocol for HttpProtocol {
 
     fn session(&self, conn: &Conn) -> HttpSession {
         // nginx's `$remote_addr` for a Unix socket is `unix:`.
-        let (peer, proxy) = if self.state.log.is_none() {
-            (String::new(), false)
+        let (peer, port, proxy) = if self.state.log.is_none() {
+            (String::new(), None, false)
         } else if conn.is_unix() {
-            ("unix:".to_owned(), self.state.cfg.real_ip.trusts(None))
+            (
+                "unix:".to_owned(),
+                None,
+                self.state.cfg.real_ip.trusts(None),
+            )
         } else {
-            let ip = conn.peer_addr().map(|a| a.ip());
+            let addr = conn.peer_addr();
+            let ip = addr.map(|a| a.ip());
             let peer = ip.map_or_else(|| "-".to_owned(), |ip| ip.to_string());
-            (peer, ip.is_some() && self.state.cfg.real_ip.trusts(ip))
+            let trusted = ip.is_some() && self.state.cfg.real_ip.trusts(ip);
+            (peer, addr.map(|a| a.port()), trusted)
         };
         HttpSession {
             peer,
@@ -265,6 +281,9 @@ impl Protocol for HttpProtocol {
             interim: false,
             write_failed: false,
             requests: 0,
+            port,
+            reading: None,
+            began: None,
         }
     }
 
@@ -340,6 +359,9 @@ impl Protocol for HttpProtocol {
     fn execute(&self, session: &mut HttpSession, req: HttpRequest<'_>, out: &mut Output) -> Flow {
         // Where a `100 Continue` went, if one did.
         let mut interim = None;
+        if self.state.log.is_some() {
+            session.began = Some(session.reading.take().unwrap_or_else(loop_now));
+        }
         let head = match req.what {
             Seen::Head {
                 mut head,
@@ -456,6 +478,9 @@ impl Protocol for HttpProtocol {
             return;
         }
         session.set_phase(Phase::Reading);
+        if self.state.log.is_some() && session.reading.is_none() {
+            session.reading = Some(loop_now());
+        }
     }
 
     fn timed_out(
@@ -1079,11 +1104,9 @@ impl HttpProtocol {
         Ok(true)
     }
 
-    /// One line in nginx's `combined` format (what log tools read):
-    /// `addr - - [time] "request" status bytes "referer" "user-agent"`,
-    /// with bytes a client chose escaped as nginx escapes them. Without a
-    /// head, the request is `request` (a refused request's line, as nginx logs
-    /// it) or `-`.
+    /// One access log line, in `--log-format` (nginx's `combined` by
+    /// default). Without a head, the request is `request` (a refused
+    /// request's line, as nginx logs it) or missing.
     fn log(
         &self,
         session: &HttpSession,
@@ -1093,56 +1116,28 @@ impl HttpProtocol {
     ) {
         self.state.phases.response(plan.status.code());
         let Some(log) = &self.state.log else { return };
-        let mut line = Vec::with_capacity(160);
         let real = match head {
             Some(h) if session.proxy => self.state.cfg.real_ip.client(h),
             _ => None,
         };
-        match real {
-            Some(ip) => {
-                let _ = write!(line, "{ip}");
-            }
-            None => line.extend_from_slice(session.peer.as_bytes()),
-        }
-        line.extend_from_slice(b" - - [");
-        line.extend_from_slice(&date::format_clf(std::time::SystemTime::now()));
-        line.extend_from_slice(b"] \"");
-        match head {
-            Some(h) => {
-                log_escaped(&mut line, h.method_name.as_bytes());
-                line.push(b' ');
-                log_escaped(&mut line, h.target);
-                line.extend_from_slice(match h.version {
-                    Version::Http10 => b" HTTP/1.0",
-                    Version::Http11 => b" HTTP/1.1",
-                });
-            }
-            None => match request {
-                Some(r) => log_escaped(&mut line, r),
-                None => line.push(b'-'),
-            },
-        }
-        let bytes = plan.body_bytes();
-        line.extend_from_slice(format!("\" {} {bytes} \"", plan.status.code()).as_bytes());
-        for (i, field) in [
-            head.and_then(|h| h.referer),
-            head.and_then(|h| h.user_agent),
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            if i > 0 {
-                line.extend_from_slice(b" \"");
-            }
-            match field {
-                Some(v) => log_escaped(&mut line, v),
-                None => line.push(b'-'),
-            }
-            line.push(b'"');
-        }
-        line.push(b'\n');
-        // Escaping leaves only printable ASCII.
-        log.write(String::from_utf8(line).unwrap_or_default());
+        let now = loop_now();
+        let began = session.reading.or(session.began).unwrap_or(now);
+        let entry = Entry {
+            head,
+            line: request,
+            peer: &session.peer,
+            port: session.port,
+            real,
+            status: plan.status.code(),
+            body_bytes: plan.body_bytes(),
+            request_time: now.saturating_duration_since(began),
+            connection: session.color,
+            // A refused request was not counted, but nginx counts it.
+            connection_requests: session.requests + u64::from(head.is_none()),
+        };
+        let mut line = Vec::with_capacity(160);
+        self.state.cfg.log_format.write(&entry, &mut line);
+        log.write(line);
     }
 }
 
@@ -1172,25 +1167,6 @@ fn line_so_far(input: &[u8]) -> Option<&[u8]> {
     let start = input.iter().position(|&b| b != b'\r' && b != b'\n')?;
     let rest = &input[start..input.len().min(start + 16 * 1024)];
     Some(rest.strip_suffix(b"\r").unwrap_or(rest))
-}
-
-/// Appends `bytes` to a log line, each byte outside printable ASCII and
-/// each `"` and `\\` as `\xHH`, as nginx's log escaping does: a client
-/// cannot forge a line or a field.
-fn log_escaped(line: &mut Vec<u8>, bytes: &[u8]) {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    for &b in bytes {
-        if (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\' {
-            line.push(b);
-        } else {
-            line.extend_from_slice(&[
-                b'\\',
-                b'x',
-                HEX[usize::from(b >> 4)],
-                HEX[usize::from(b & 15)],
-            ]);
-        }
-    }
 }
 
 /// Appends `plan`'s body, from `bytes`, after the head just written to

@@ -102,6 +102,25 @@ pub fn format_clf(t: SystemTime) -> [u8; CLF_LEN] {
     b
 }
 
+/// Length of an ISO 8601 time as nginx's `$time_iso8601` writes it.
+pub const ISO8601_LEN: usize = 25;
+
+/// `t` as nginx's `$time_iso8601`: `2026-12-07T04:43:54+00:00`, in UTC.
+pub fn format_iso8601(t: SystemTime) -> [u8; ISO8601_LEN] {
+    let secs = http_secs(t);
+    let (year, month, day) = civil_from_days(secs / 86_400);
+    let rem = secs % 86_400;
+    let mut b = *b"1970-01-01T00:00:00+00:00";
+    two_digits(&mut b[0..2], year / 100);
+    two_digits(&mut b[2..4], year % 100);
+    two_digits(&mut b[5..7], month);
+    two_digits(&mut b[8..10], day);
+    two_digits(&mut b[11..13], rem / 3600);
+    two_digits(&mut b[14..16], rem / 60 % 60);
+    two_digits(&mut b[17..19], rem % 60);
+    b
+}
+
 /// Length of [`format_listing`]'s output.
 pub const LISTING_LEN: usize = 17;
 
@@ -331,6 +350,8 @@ mod tests {
         let t = UNIX_EPOCH + Duration::from_secs(784_111_777);
         assert_eq!(&format_clf(t), b"06/Nov/1994:08:49:37 +0000");
         assert_eq!(&format_clf(UNIX_EPOCH), b"01/Jan/1970:00:00:00 +0000");
+        assert_eq!(&format_iso8601(t), b"1994-11-06T08:49:37+00:00");
+        assert_eq!(&format_iso8601(UNIX_EPOCH), b"1970-01-01T00:00:00+00:00");
         let t = UNIX_EPOCH + Duration::from_secs(1_795_824_000 + 86_399);
         assert_eq!(&format_clf(t), b"28/Nov/2026:23:59:59 +0000");
         assert_eq!(&format_listing(t), b"28-Nov-2026 23:59");

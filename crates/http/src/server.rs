@@ -135,6 +135,9 @@ pub struct HttpConfig {
     pub keepalive_requests: u64,
     /// Where the access log goes (`-` for stderr); `None`: no log.
     pub access_log: Option<PathBuf>,
+    /// The access log's line (nginx's `log_format`); nginx's `combined`
+    /// by default.
+    pub log_format: crate::LogFormat,
     /// Request size limits.
     pub limits: Limits,
     /// gzip (off by default; see [`crate::gzip`]).
@@ -215,6 +218,7 @@ impl HttpConfig {
             lingering_time: Duration::from_secs(30),
             keepalive_requests: 1000,
             access_log: None,
+            log_format: crate::LogFormat::default(),
             limits: Limits::default(),
             gzip: GzipConfig::default(),
             stub_status: None,
@@ -1402,7 +1406,7 @@ const LOG_QUEUE: usize = 16 * 1024;
 
 /// What the access log's writer thread is sent.
 enum LogMsg {
-    Line(String),
+    Line(Vec<u8>),
     /// Open the file again (after a rotation renamed it): nginx's reopen.
     Reopen,
 }
@@ -1436,8 +1440,8 @@ struct LogWriter {
 }
 
 impl LogWriter {
-    fn push(&mut self, line: &str) {
-        self.batch.extend_from_slice(line.as_bytes());
+    fn push(&mut self, line: &[u8]) {
+        self.batch.extend_from_slice(line);
         self.lines += 1;
         // A burst that never lets the queue run empty is written in
         // pieces, not held.
@@ -1547,7 +1551,7 @@ impl AccessLog {
         })
     }
 
-    pub(crate) fn write(&self, line: String) {
+    pub(crate) fn write(&self, line: Vec<u8>) {
         match self.tx.try_send(LogMsg::Line(line)) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {

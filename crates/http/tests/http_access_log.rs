@@ -146,6 +146,45 @@ fn a_timed_out_request_logs_its_request_line() {
     assert!(lines[1].contains("\"GET /hel\" 408 "), "{}", lines[1]);
 }
 
+/// `--log-format`'s `$request_time` runs from a request's first bytes (a
+/// head that comes in pieces), `$connection_requests` counts a
+/// connection's requests, and the 408 of a head that never ends counts
+/// the time it was waited for.
+#[test]
+fn request_time_runs_from_the_first_bytes() {
+    let dir = common::TempDir::new("log-time");
+    let path = dir.0.join("access.log");
+    let p = path.clone();
+    let s = TestServer::start("log-time", move |c| {
+        c.access_log = Some(p);
+        c.head_timeout = Duration::from_millis(600);
+        let f = "$status $request_time $connection_requests $connection";
+        c.log_format = duality_http::LogFormat::parse(f, Default::default()).unwrap();
+    });
+    let mut c = s.client();
+    assert_eq!(c.get("/hello.txt").status, 200);
+    c.send("GET /hello.txt HTTP/1.1\r\nHost: t\r\n");
+    std::thread::sleep(Duration::from_millis(300));
+    c.send("\r\n");
+    assert_eq!(c.response(false).status, 200);
+    c.send("GET /hel");
+    assert_eq!(c.response(false).status, 408);
+    assert!(common::eventually(Duration::from_secs(3), || {
+        std::fs::read_to_string(&path).map_or(0, |t| t.lines().count()) == 3
+    }));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let fields: Vec<Vec<&str>> = text.lines().map(|l| l.split(' ').collect()).collect();
+    let secs = |l: &[&str]| l[1].parse::<f64>().unwrap();
+    assert_eq!(fields[0][0], "200", "{text}");
+    assert!(secs(&fields[0]) < 0.25, "{text}");
+    assert!(secs(&fields[1]) >= 0.25, "{text}");
+    assert!(fields[2][0] == "408" && secs(&fields[2]) >= 0.5, "{text}");
+    let counts: Vec<&str> = fields.iter().map(|l| l[2]).collect();
+    assert_eq!(counts, ["1", "2", "3"], "{text}");
+    // One connection: one serial number.
+    assert!(fields.iter().all(|l| l[3] == fields[0][3]), "{text}");
+}
+
 /// A download the client abandons is logged with the body bytes that went
 /// out, as nginx's `$body_bytes_sent`, not the file's size.
 #[test]

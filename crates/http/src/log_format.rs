@@ -1,0 +1,744 @@
+//! [`LogFormat`]: the access log's line, as nginx's `log_format` makes it:
+//! text with `$variable`s (or `${variable}`), compiled once at start,
+//! each variable's value escaped as `escape=default|json|none` says.
+//!
+//! As nginx's: by default a value's bytes outside printable ASCII and its
+//! `"` and `\` are written `\xHH`, and a value that does not exist (no
+//! `Referer`, no query) is `-`; with `json` a value is escaped for a JSON
+//! string (`\"`, `\\`, `\n`, `\u0001`; other bytes as they are) and one
+//! that does not exist is empty, so `"$http_referer"` stays a string; with
+//! `none` values go as they are. The text between variables is written as
+//! given. A variable duality cannot fill is refused at start, naming it.
+
+use std::io::Write as _;
+use std::net::IpAddr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::request::{Head, Version};
+
+/// nginx's predefined `combined` format: the default.
+pub const COMBINED: &str = "$remote_addr - $remote_user [$time_local] \"$request\" \
+                            $status $body_bytes_sent \"$http_referer\" \"$http_user_agent\"";
+
+/// How variables' values are escaped (nginx's `escape=` parameter).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Escape {
+    /// `\xHH` for bytes outside printable ASCII, `"` and `\`; a missing
+    /// value is `-`.
+    #[default]
+    Default,
+    /// For a JSON string: `\"`, `\\`, `\n`, `\r`, `\t`, `\b`, `\f`,
+    /// `\u00HH` for other control bytes; a missing value is empty.
+    Json,
+    /// As they are; a missing value is empty.
+    None,
+}
+
+impl std::str::FromStr for Escape {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Escape, String> {
+        match s {
+            "default" => Ok(Escape::Default),
+            "json" => Ok(Escape::Json),
+            "none" => Ok(Escape::None),
+            _ => Err(format!(
+                "unknown log format escaping \"{s}\" (default, json or none)"
+            )),
+        }
+    }
+}
+
+/// A compiled format: see the [module](self).
+#[derive(Debug, Clone)]
+pub struct LogFormat {
+    pieces: Vec<Piece>,
+    escape: Escape,
+}
+
+impl Default for LogFormat {
+    fn default() -> LogFormat {
+        LogFormat::parse(COMBINED, Escape::Default).expect("combined compiles")
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Piece {
+    Text(Box<[u8]>),
+    Var(Var),
+}
+
+/// The variables duality fills, by nginx's names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Var {
+    RemoteAddr,
+    RemotePort,
+    RemoteUser,
+    RealipRemoteAddr,
+    TimeLocal,
+    TimeIso8601,
+    Msec,
+    Request,
+    RequestMethod,
+    RequestUri,
+    Uri,
+    Args,
+    IsArgs,
+    ServerProtocol,
+    Scheme,
+    Host,
+    Status,
+    BodyBytesSent,
+    RequestLength,
+    RequestTime,
+    Connection,
+    ConnectionRequests,
+    Pid,
+    Hostname(Box<[u8]>),
+    /// `$http_NAME`, `$content_type`, `$content_length`: a request field,
+    /// by its name with `-` for `_`.
+    Field(Box<str>),
+    /// `$arg_NAME`: a query argument (raw, as sent).
+    Arg(Box<[u8]>),
+    /// `$cookie_NAME`.
+    Cookie(Box<[u8]>),
+}
+
+/// The variables [`LogFormat::parse`] knows, for its error message.
+const KNOWN: &str = "$remote_addr $remote_port $remote_user $realip_remote_addr \
+    $time_local $time_iso8601 $msec $request $request_method $request_uri $uri \
+    $document_uri $args $query_string $is_args $server_protocol $scheme $host \
+    $status $body_bytes_sent $request_length $request_time $connection \
+    $connection_requests $pid $hostname $content_type $content_length \
+    $http_NAME $arg_NAME $cookie_NAME";
+
+impl Var {
+    fn named(name: &str) -> Option<Var> {
+        let v = match name {
+            "remote_addr" => Var::RemoteAddr,
+            "remote_port" => Var::RemotePort,
+            "remote_user" => Var::RemoteUser,
+            "realip_remote_addr" => Var::RealipRemoteAddr,
+            "time_local" => Var::TimeLocal,
+            "time_iso8601" => Var::TimeIso8601,
+            "msec" => Var::Msec,
+            "request" => Var::Request,
+            "request_method" => Var::RequestMethod,
+            "request_uri" => Var::RequestUri,
+            "uri" | "document_uri" => Var::Uri,
+            "args" | "query_string" => Var::Args,
+            "is_args" => Var::IsArgs,
+            "server_protocol" => Var::ServerProtocol,
+            "scheme" => Var::Scheme,
+            "host" => Var::Host,
+            "status" => Var::Status,
+            "body_bytes_sent" => Var::BodyBytesSent,
+            "request_length" => Var::RequestLength,
+            "request_time" => Var::RequestTime,
+            "connection" => Var::Connection,
+            "connection_requests" => Var::ConnectionRequests,
+            "pid" => Var::Pid,
+            "hostname" => Var::Hostname(hostname().into_bytes().into()),
+            "content_type" => Var::Field("content-type".into()),
+            "content_length" => Var::Field("content-length".into()),
+            _ => {
+                let sub = |prefix: &str| name.strip_prefix(prefix).filter(|s| !s.is_empty());
+                if let Some(n) = sub("http_") {
+                    Var::Field(n.replace('_', "-").into())
+                } else if let Some(n) = sub("arg_") {
+                    Var::Arg(n.as_bytes().into())
+                } else if let Some(n) = sub("cookie_") {
+                    Var::Cookie(n.as_bytes().into())
+                } else {
+                    return None;
+                }
+            }
+        };
+        Some(v)
+    }
+}
+
+/// This machine's name (nginx's `$hostname`), read once.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// What one access log line is made from.
+#[derive(Debug, Clone, Copy)]
+pub struct Entry<'a> {
+    /// The request's head; `None` for a request refused before one parsed.
+    pub head: Option<&'a Head<'a>>,
+    /// A refused request's line, as far as it came (for `$request`).
+    pub line: Option<&'a [u8]>,
+    /// The connection's address (`unix:` for a Unix socket).
+    pub peer: &'a str,
+    /// The connection's port (none for a Unix socket).
+    pub port: Option<u16>,
+    /// The client's address a trusted proxy named (`--real-ip-from`).
+    pub real: Option<IpAddr>,
+    /// The status answered.
+    pub status: u16,
+    /// The body's bytes sent.
+    pub body_bytes: u64,
+    /// From the request's first byte read (or its head, where all of it
+    /// came in one read) to the line.
+    pub request_time: Duration,
+    /// The connection's serial number, from 1.
+    pub connection: u64,
+    /// Requests made on the connection, this one included.
+    pub connection_requests: u64,
+}
+
+/// A variable's value.
+enum Value<'a> {
+    /// Does not exist: `-` by default, empty otherwise.
+    Missing,
+    Bytes(&'a [u8]),
+    /// Several (a field sent twice), joined by `sep`.
+    Joined(Vec<&'a [u8]>, &'static [u8]),
+    /// Written already (numbers, times: nothing to escape).
+    Done,
+}
+
+impl LogFormat {
+    /// Compiles `format` as nginx compiles a `log_format`'s text.
+    pub fn parse(format: &str, escape: Escape) -> Result<LogFormat, String> {
+        let mut pieces = Vec::new();
+        let b = format.as_bytes();
+        let mut i = 0;
+        let name_char = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+        while i < b.len() {
+            if b[i] != b'$' {
+                let end = b[i..]
+                    .iter()
+                    .position(|&c| c == b'$')
+                    .map_or(b.len(), |n| i + n);
+                pieces.push(Piece::Text(b[i..end].into()));
+                i = end;
+                continue;
+            }
+            i += 1;
+            let bracket = b.get(i) == Some(&b'{');
+            if bracket {
+                i += 1;
+            }
+            let start = i;
+            while i < b.len() && name_char(b[i]) {
+                i += 1;
+            }
+            let name = &format[start..i];
+            if bracket {
+                if b.get(i) != Some(&b'}') {
+                    return Err(format!(
+                        "the closing bracket in \"{name}\" variable is missing"
+                    ));
+                }
+                i += 1;
+            }
+            if name.is_empty() {
+                return Err(format!(
+                    "a \"$\" without a variable name at byte {start} (a variable is $name or ${{name}})"
+                ));
+            }
+            let var = Var::named(name)
+                .ok_or_else(|| format!("unknown \"{name}\" variable (duality knows {KNOWN})"))?;
+            pieces.push(Piece::Var(var));
+        }
+        Ok(LogFormat { pieces, escape })
+    }
+
+    /// Appends `e`'s line to `line`, with its line end.
+    pub fn write(&self, e: &Entry<'_>, line: &mut Vec<u8>) {
+        // One clock reading for every time of a line.
+        let mut now = None;
+        for p in &self.pieces {
+            match p {
+                Piece::Text(t) => line.extend_from_slice(t),
+                Piece::Var(v) => {
+                    let value = self.value(v, e, &mut now, line);
+                    self.put(value, line);
+                }
+            }
+        }
+        line.push(b'\n');
+    }
+
+    fn value<'a>(
+        &self,
+        v: &'a Var,
+        e: &Entry<'a>,
+        now: &mut Option<SystemTime>,
+        line: &mut Vec<u8>,
+    ) -> Value<'a> {
+        let head = e.head;
+        let mut time = || *now.get_or_insert_with(SystemTime::now);
+        let mut text = |s: std::fmt::Arguments<'_>| {
+            let _ = line.write_fmt(s);
+            Value::Done
+        };
+        match v {
+            Var::RemoteAddr => match e.real {
+                Some(ip) => text(format_args!("{ip}")),
+                None => Value::Bytes(e.peer.as_bytes()),
+            },
+            Var::RealipRemoteAddr => Value::Bytes(e.peer.as_bytes()),
+            Var::RemotePort => match (e.real, e.port) {
+                (None, Some(p)) => text(format_args!("{p}")),
+                // nginx's realip takes the port the proxy named, if any.
+                _ => Value::Bytes(b""),
+            },
+            Var::RemoteUser => Value::Missing,
+            Var::TimeLocal => {
+                line.extend_from_slice(&crate::date::format_clf(time()));
+                Value::Done
+            }
+            Var::TimeIso8601 => {
+                line.extend_from_slice(&crate::date::format_iso8601(time()));
+                Value::Done
+            }
+            Var::Msec => {
+                let d = time().duration_since(UNIX_EPOCH).unwrap_or_default();
+                text(format_args!("{}.{:03}", d.as_secs(), d.subsec_millis()))
+            }
+            Var::Request => match (head, e.line) {
+                (Some(h), _) => {
+                    let version: &'static [u8] = match h.version {
+                        Version::Http10 => b"HTTP/1.0",
+                        Version::Http11 => b"HTTP/1.1",
+                    };
+                    let parts = vec![h.method_name.as_bytes(), h.target, version];
+                    Value::Joined(parts, b" ")
+                }
+                (None, Some(l)) => Value::Bytes(l),
+                (None, None) => Value::Missing,
+            },
+            // A refused request's method and protocol are read from its
+            // line, as nginx has them from its parse of the line.
+            Var::RequestMethod => match (head, e.line) {
+                (Some(h), _) => Value::Bytes(h.method_name.as_bytes()),
+                (None, Some(l)) => l
+                    .split(|&b| b == b' ')
+                    .next()
+                    .map_or(Value::Missing, Value::Bytes),
+                (None, None) => Value::Missing,
+            },
+            Var::RequestUri => head.map_or(Value::Missing, |h| Value::Bytes(origin_form(h.target))),
+            Var::Uri => match (head, e.line) {
+                (Some(h), _) => Value::Bytes(h.path.as_bytes()),
+                (None, Some(_)) => Value::Bytes(b""),
+                (None, None) => Value::Missing,
+            },
+            Var::Args => match head.and_then(query) {
+                Some(q) if !q.is_empty() => Value::Bytes(q),
+                _ => Value::Missing,
+            },
+            Var::IsArgs => match head.and_then(query) {
+                Some(q) if !q.is_empty() => Value::Bytes(b"?"),
+                _ => Value::Bytes(b""),
+            },
+            Var::ServerProtocol => match (head.map(|h| h.version), e.line) {
+                (Some(Version::Http10), _) => Value::Bytes(b"HTTP/1.0"),
+                (Some(Version::Http11), _) => Value::Bytes(b"HTTP/1.1"),
+                (None, Some(l)) => match l.rsplit(|&b| b == b' ').next() {
+                    Some(v) if v.starts_with(b"HTTP/") && v.len() < l.len() => Value::Bytes(v),
+                    _ => Value::Missing,
+                },
+                (None, None) => Value::Missing,
+            },
+            Var::Scheme => Value::Bytes(b"http"),
+            Var::Host => {
+                // As nginx's `$host`: the target's authority, else `Host`,
+                // without its port and final dot, in lower case; else the
+                // server's name, which duality has none of.
+                let from_target = |h: &Head<'a>| absolute_form(h.target).map(|(a, _)| a);
+                let host = head.and_then(|h| from_target(h).or(h.host));
+                let name = host.map_or(&b""[..], host_name);
+                line.extend(name.iter().map(u8::to_ascii_lowercase));
+                Value::Done
+            }
+            Var::Status => text(format_args!("{:03}", e.status)),
+            Var::BodyBytesSent => text(format_args!("{}", e.body_bytes)),
+            // The head's bytes (nginx does not count a body it drops);
+            // of a refused request, its line's.
+            Var::RequestLength => {
+                let n = match (head, e.line) {
+                    (Some(h), _) => h.raw.len(),
+                    (None, l) => l.map_or(0, |l| l.len() + 2),
+                };
+                text(format_args!("{n}"))
+            }
+            Var::RequestTime => {
+                let ms = e.request_time.as_millis();
+                text(format_args!("{}.{:03}", ms / 1000, ms % 1000))
+            }
+            Var::Connection => text(format_args!("{}", e.connection)),
+            Var::ConnectionRequests => text(format_args!("{}", e.connection_requests)),
+            Var::Pid => text(format_args!("{}", std::process::id())),
+            Var::Hostname(name) => Value::Bytes(name),
+            // The two of `combined`, as the head parsed them.
+            Var::Field(name) if &**name == "referer" => head
+                .and_then(|h| h.referer)
+                .map_or(Value::Missing, Value::Bytes),
+            Var::Field(name) if &**name == "user-agent" => head
+                .and_then(|h| h.user_agent)
+                .map_or(Value::Missing, Value::Bytes),
+            Var::Field(name) => match head {
+                Some(h) => {
+                    let values: Vec<&[u8]> = h.field_values(name).collect();
+                    // As nginx (1.23 on): a field sent twice is one value,
+                    // cookies joined by `; `, others by `, `.
+                    let sep: &'static [u8] = match name.eq_ignore_ascii_case("cookie") {
+                        true => b"; ",
+                        false => b", ",
+                    };
+                    match values.len() {
+                        0 => Value::Missing,
+                        1 => Value::Bytes(values[0]),
+                        _ => Value::Joined(values, sep),
+                    }
+                }
+                None => Value::Missing,
+            },
+            Var::Arg(name) => match head.and_then(query).and_then(|q| argument(q, name)) {
+                Some(a) => Value::Bytes(a),
+                None => Value::Missing,
+            },
+            Var::Cookie(name) => match head.and_then(|h| cookie(h, name)) {
+                Some(c) => Value::Bytes(c),
+                None => Value::Missing,
+            },
+        }
+    }
+
+    fn put(&self, value: Value<'_>, line: &mut Vec<u8>) {
+        match value {
+            Value::Done => {}
+            Value::Missing => {
+                if self.escape == Escape::Default {
+                    line.push(b'-');
+                }
+            }
+            Value::Bytes(b) => escaped(self.escape, b, line),
+            Value::Joined(parts, sep) => {
+                for (i, p) in parts.into_iter().enumerate() {
+                    if i > 0 {
+                        line.extend_from_slice(sep);
+                    }
+                    escaped(self.escape, p, line);
+                }
+            }
+        }
+    }
+}
+
+/// Appends `bytes` escaped as `escape` says.
+fn escaped(escape: Escape, bytes: &[u8], line: &mut Vec<u8>) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    match escape {
+        Escape::None => line.extend_from_slice(bytes),
+        // nginx's log escaping: a client cannot forge a line or a field.
+        Escape::Default => {
+            for &b in bytes {
+                if (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\' {
+                    line.push(b);
+                } else {
+                    let hex = [HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]];
+                    line.extend_from_slice(&[b'\\', b'x', hex[0], hex[1]]);
+                }
+            }
+        }
+        // nginx's `ngx_escape_json`: bytes from 0x80 go as they are.
+        Escape::Json => {
+            for &b in bytes {
+                match b {
+                    b'"' | b'\\' => line.extend_from_slice(&[b'\\', b]),
+                    b'\n' => line.extend_from_slice(b"\\n"),
+                    b'\r' => line.extend_from_slice(b"\\r"),
+                    b'\t' => line.extend_from_slice(b"\\t"),
+                    0x08 => line.extend_from_slice(b"\\b"),
+                    0x0c => line.extend_from_slice(b"\\f"),
+                    0..=0x1f => {
+                        let hex = [HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]];
+                        line.extend_from_slice(&[b'\\', b'u', b'0', b'0', hex[0], hex[1]]);
+                    }
+                    _ => line.push(b),
+                }
+            }
+        }
+    }
+}
+
+/// The query of `head`'s target, after its `?` (`None` without one).
+fn query<'a>(head: &Head<'a>) -> Option<&'a [u8]> {
+    let t = head.target;
+    t.iter().position(|&b| b == b'?').map(|i| &t[i + 1..])
+}
+
+/// The value of the argument `name` (any case, as nginx's `$arg_`) in a
+/// query: after its `=`, up to the next `&` (a name without `=` is not an
+/// argument).
+fn argument<'a>(query: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
+    query.split(|&b| b == b'&').find_map(|pair| {
+        let i = pair.iter().position(|&b| b == b'=')?;
+        pair[..i].eq_ignore_ascii_case(name).then(|| &pair[i + 1..])
+    })
+}
+
+/// An absolute-form target's path and query (nginx's `$request_uri`);
+/// other targets as they are.
+fn origin_form(target: &[u8]) -> &[u8] {
+    match absolute_form(target) {
+        Some((_, b"")) => b"/",
+        Some((_, rest)) => rest,
+        None => target,
+    }
+}
+
+/// The value of the cookie `name` (any case, as nginx's `$cookie_`) in
+/// the request's `Cookie` fields.
+fn cookie<'a>(head: &Head<'a>, name: &[u8]) -> Option<&'a [u8]> {
+    head.field_values("cookie").find_map(|line| {
+        line.split(|&b| b == b';').find_map(|pair| {
+            let pair = trim(pair);
+            let i = pair.iter().position(|&b| b == b'=')?;
+            pair[..i]
+                .eq_ignore_ascii_case(name)
+                .then(|| trim(&pair[i + 1..]))
+        })
+    })
+}
+
+fn trim(b: &[u8]) -> &[u8] {
+    let start = b.iter().position(|&c| c != b' ').unwrap_or(b.len());
+    let end = b.iter().rposition(|&c| c != b' ').map_or(start, |i| i + 1);
+    &b[start..end]
+}
+
+/// The authority of an absolute-form target (`http://host:port/…`), and
+/// what follows it.
+fn absolute_form(target: &[u8]) -> Option<(&[u8], &[u8])> {
+    let scheme_end = target.windows(3).position(|w| w == b"://")?;
+    let scheme = &target[..scheme_end];
+    if !scheme.eq_ignore_ascii_case(b"http") && !scheme.eq_ignore_ascii_case(b"https") {
+        return None;
+    }
+    let rest = &target[scheme_end + 3..];
+    let end = rest
+        .iter()
+        .position(|&b| b == b'/' || b == b'?')
+        .unwrap_or(rest.len());
+    Some(rest.split_at(end))
+}
+
+/// A host and port's host, without a final dot (`[::1]` keeps its
+/// brackets).
+fn host_name(authority: &[u8]) -> &[u8] {
+    let host = match authority.strip_prefix(b"[") {
+        Some(_) => {
+            let end = authority
+                .iter()
+                .position(|&b| b == b']')
+                .map_or(authority.len(), |i| i + 1);
+            &authority[..end]
+        }
+        None => {
+            let end = authority
+                .iter()
+                .position(|&b| b == b':')
+                .unwrap_or(authority.len());
+            &authority[..end]
+        }
+    };
+    host.strip_suffix(b".").unwrap_or(host)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::{parse_head, Limits};
+
+    fn entry<'a>(head: Option<&'a Head<'a>>, line: Option<&'a [u8]>) -> Entry<'a> {
+        Entry {
+            head,
+            line,
+            peer: "127.0.0.1",
+            port: Some(4242),
+            real: None,
+            status: 200,
+            body_bytes: 13,
+            request_time: Duration::from_millis(1234),
+            connection: 7,
+            connection_requests: 3,
+        }
+    }
+
+    fn line(format: &str, escape: Escape, e: &Entry<'_>) -> String {
+        let mut out = Vec::new();
+        LogFormat::parse(format, escape).unwrap().write(e, &mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    /// `format`'s line (default escaping) for the request `req`.
+    fn of(req: &str, format: &str) -> String {
+        let (h, _) = parse_head(req.as_bytes(), &Limits::default())
+            .unwrap()
+            .unwrap();
+        line(format, Escape::Default, &entry(Some(&h), None))
+    }
+
+    #[test]
+    fn combined_is_the_default() {
+        let req = "GET /a?b HTTP/1.1\r\nHost: h\r\nUser-Agent: a \"b\" é\r\n\r\n";
+        let (h, _) = parse_head(req.as_bytes(), &Limits::default())
+            .unwrap()
+            .unwrap();
+        let mut out = Vec::new();
+        LogFormat::default().write(&entry(Some(&h), None), &mut out);
+        let text = String::from_utf8(out).unwrap();
+        let (addr, rest) = text.split_once(" - - [").unwrap();
+        assert_eq!(addr, "127.0.0.1");
+        let (time, rest) = rest.split_once("] ").unwrap();
+        assert!(time.ends_with(" +0000") && time.len() == 26, "{time}");
+        assert_eq!(
+            rest,
+            "\"GET /a?b HTTP/1.1\" 200 13 \"-\" \"a \\x22b\\x22 \\xC3\\xA9\"\n"
+        );
+    }
+
+    #[test]
+    fn each_escaping_as_nginx_escapes() {
+        let bytes = b"a\x01\x08\x0c\n\r\t\x1f\"\\\x7f\xc3\xa9";
+        let run = |escape| {
+            let mut out = Vec::new();
+            escaped(escape, bytes, &mut out);
+            out
+        };
+        assert_eq!(
+            run(Escape::Default),
+            b"a\\x01\\x08\\x0C\\x0A\\x0D\\x09\\x1F\\x22\\x5C\\x7F\\xC3\\xA9"
+        );
+        assert_eq!(
+            run(Escape::Json),
+            b"a\\u0001\\b\\f\\n\\r\\t\\u001F\\\"\\\\\x7f\xc3\xa9"
+        );
+        assert_eq!(run(Escape::None), bytes);
+        // A missing value: `-`, or nothing where the format quotes it.
+        let e = entry(None, None);
+        assert_eq!(line("[$http_referer]", Escape::Default, &e), "[-]\n");
+        assert_eq!(line("[$http_referer]", Escape::Json, &e), "[]\n");
+        assert_eq!(line("[$http_referer]", Escape::None, &e), "[]\n");
+        // Text between variables is written as given.
+        assert_eq!(line("\"\\ $status", Escape::Json, &e), "\"\\ 200\n");
+    }
+
+    #[test]
+    fn formats_that_do_not_compile_are_refused_naming_why() {
+        let err = |f: &str| LogFormat::parse(f, Escape::Default).unwrap_err();
+        assert!(
+            err("$nope").contains("unknown \"nope\" variable"),
+            "{}",
+            err("$nope")
+        );
+        assert!(err("$status_").contains("unknown \"status_\""));
+        assert!(err("$http_").contains("unknown \"http_\""));
+        assert!(err("${status").contains("closing bracket"));
+        assert!(err("a $ b").contains("without a variable name"));
+        assert!(err("$").contains("without a variable name"));
+        assert!("json".parse::<Escape>().is_ok());
+        assert!("xml".parse::<Escape>().unwrap_err().contains("unknown"));
+        let e = entry(None, None);
+        assert_eq!(
+            line("${status}x$status.", Escape::Default, &e),
+            "200x200.\n"
+        );
+        assert_eq!(line("", Escape::Default, &e), "\n");
+    }
+
+    #[test]
+    fn the_query_and_its_arguments() {
+        let f = "$args|$is_args|$arg_a|$arg_b|$arg_c|$query_string";
+        assert_eq!(of("GET /p HTTP/1.1\r\nHost: h\r\n\r\n", f), "-||-|-|-|-\n");
+        assert_eq!(of("GET /p? HTTP/1.1\r\nHost: h\r\n\r\n", f), "-||-|-|-|-\n");
+        assert_eq!(
+            of("GET /p?A=1&b=&c&xa=9 HTTP/1.1\r\nHost: h\r\n\r\n", f),
+            "A=1&b=&c&xa=9|?|1||-|A=1&b=&c&xa=9\n"
+        );
+    }
+
+    #[test]
+    fn host_uri_and_fields() {
+        let f = "$host|$request_uri|$uri|$server_protocol|$request_method";
+        assert_eq!(
+            of(
+                "GET /a%20b/../c?x HTTP/1.1\r\nHost: Example.COM.:80\r\n\r\n",
+                f
+            ),
+            "example.com|/a%20b/../c?x|/c|HTTP/1.1|GET\n"
+        );
+        assert_eq!(
+            of("GET http://X.Y./p?q HTTP/1.1\r\nHost: other\r\n\r\n", f),
+            "x.y|/p?q|/p|HTTP/1.1|GET\n"
+        );
+        assert_eq!(
+            of("GET http://h HTTP/1.1\r\nHost: h\r\n\r\n", f),
+            "h|/|/|HTTP/1.1|GET\n"
+        );
+        assert_eq!(
+            of("HEAD / HTTP/1.1\r\nHost: [::1]:8\r\n\r\n", f),
+            "[::1]|/|/|HTTP/1.1|HEAD\n"
+        );
+        assert_eq!(of("GET / HTTP/1.0\r\n\r\n", f), "|/|/|HTTP/1.0|GET\n");
+        let f = "$http_x_a|$cookie_sid|$cookie_b|$cookie_c|$content_length|$request_length";
+        let req = "GET / HTTP/1.1\r\nHost: h\r\nX-A: 1\r\nCookie: a=1; SID=x\r\n\
+                   x-a: 2\r\nCookie: b= 2 \r\n\r\n";
+        assert_eq!(of(req, f), format!("1, 2|x|2|-|-|{}\n", req.len()));
+    }
+
+    #[test]
+    fn a_refused_request_logs_what_its_line_says() {
+        let f = "$request|$request_method|$request_uri|$uri|$server_protocol|$request_length";
+        let refused = |l: &str| line(f, Escape::Default, &entry(None, Some(l.as_bytes())));
+        assert_eq!(
+            refused("GET /../x HTTP/1.1"),
+            "GET /../x HTTP/1.1|GET|-||HTTP/1.1|20\n"
+        );
+        assert_eq!(refused("BLAH"), "BLAH|BLAH|-||-|6\n");
+        assert_eq!(
+            line(f, Escape::Default, &entry(None, None)),
+            "-|-|-|-|-|0\n"
+        );
+    }
+
+    #[test]
+    fn numbers_addresses_and_times() {
+        let f = "$status $body_bytes_sent $request_time $connection $connection_requests \
+                 $remote_addr $remote_port $realip_remote_addr $scheme";
+        let mut e = entry(None, None);
+        assert_eq!(
+            line(f, Escape::Default, &e),
+            "200 13 1.234 7 3 127.0.0.1 4242 127.0.0.1 http\n"
+        );
+        // A trusted proxy's word: nginx's realip names no port.
+        e.real = Some(IpAddr::from([10, 0, 0, 1]));
+        e.status = 4;
+        assert_eq!(
+            line(f, Escape::Default, &e),
+            "004 13 1.234 7 3 10.0.0.1  127.0.0.1 http\n"
+        );
+        let t = line("$time_iso8601|$msec|$time_local|$pid", Escape::Default, &e);
+        let parts: Vec<&str> = t.trim_end().split('|').collect();
+        assert_eq!(parts[0].len(), 25, "{t}");
+        assert!(parts[0].ends_with("+00:00") && parts[0].as_bytes()[10] == b'T');
+        let (s, ms) = parts[1].split_once('.').unwrap();
+        assert!(
+            s.parse::<u64>().unwrap() > 1_700_000_000 && ms.len() == 3,
+            "{t}"
+        );
+        assert_eq!(parts[2].len(), 26);
+        // One clock reading per line: the two times agree.
+        assert_eq!(&parts[0][11..19], &parts[2][12..20]);
+        assert_eq!(parts[3], std::process::id().to_string());
+    }
+}
