@@ -70,11 +70,12 @@ fn run() -> anyhow::Result<()> {
         // line is dropped instead, as `say!` drops its own.
         .log_internal_errors(false)
         .init();
-    let cli: Cli = cmd::parse_cli();
+    // The matches say where each value stood (`--allow`/`--deny` order).
+    let (cli, matches): (Cli, _) = cmd::parse_cli();
     cmd::transparent_huge_pages(matches!(&cli.command, Command::Kv(a) if a.large_pages));
     match cli.command {
         Command::Kv(a) => cmd::kv::run(a),
-        Command::Http(a) => cmd::http::run(*a),
+        Command::Http(a) => cmd::http::run(*a, matches.subcommand_matches("http")),
         Command::Bench(b) => cmd::bench::run(b),
         Command::Internal(i) => cmd::internal::run(i),
     }

@@ -991,3 +991,124 @@ fn log_format_writes_what_nginx_writes() {
     );
     refused_saying(&root, &["--log-format", "$status"], "--access-log");
 }
+
+/// One `GET PATH` from the loopback address `from`: its status and body.
+fn get_from(url: &str, from: [u8; 4], path: &str) -> (u16, Vec<u8>) {
+    use socket2::{Domain, Socket, Type};
+    let addr: std::net::SocketAddr = url.strip_prefix("http://").unwrap().parse().unwrap();
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    s.bind(&std::net::SocketAddr::from((from, 0)).into())
+        .unwrap();
+    s.connect(&addr.into()).unwrap();
+    let mut s: TcpStream = s.into();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let code = std::str::from_utf8(&raw[9..12]).unwrap().parse().unwrap();
+    (code, raw[end + 4..].to_vec())
+}
+
+/// `--allow` and `--deny` (nginx's access module): rules in the order
+/// given, the first naming the client deciding, 403 before any lookup
+/// (an error page answering it); the same statuses as nginx's for the
+/// same rules, from three loopback addresses.
+#[test]
+fn allow_and_deny_decide_as_nginx_does() {
+    let (_dir, root) = tree("acl", &[("a.txt", "a\n"), ("403.html", "no\n")]);
+    let clients = [[127, 0, 0, 1], [127, 0, 0, 2], [127, 0, 0, 3]];
+    // Rules (verb, whom), and the statuses the three clients get.
+    type Case<'a> = (&'a [(&'a str, &'a str)], [u16; 3]);
+    let cases: [Case<'_>; 6] = [
+        (
+            &[
+                ("deny", "127.0.0.2"),
+                ("allow", "127.0.0.0/8"),
+                ("deny", "all"),
+            ],
+            [200, 403, 200],
+        ),
+        (
+            &[("allow", "127.0.0.0/8"), ("deny", "127.0.0.2")],
+            [200, 200, 200],
+        ),
+        (&[("allow", "127.0.0.1"), ("deny", "all")], [200, 403, 403]),
+        (&[("deny", "127.0.0.0/31")], [403, 200, 200]),
+        (&[("allow", "unix:"), ("deny", "all")], [403, 403, 403]),
+        (&[("deny", "::1"), ("allow", "127.0.0.3")], [200, 200, 200]),
+    ];
+    let nginx = duality_bench::http::find_nginx();
+    for (rules, want) in cases {
+        let args: Vec<String> = rules
+            .iter()
+            .flat_map(|(verb, who)| [format!("--{verb}"), who.to_string()])
+            .collect();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let server = HttpServer::start(&root, &args);
+        let got: Vec<u16> = clients
+            .iter()
+            .map(|&c| get_from(&server.url, c, "/a.txt").0)
+            .collect();
+        assert_eq!(got, want, "{rules:?}");
+        // Refused before the lookup: a missing file is 403 too.
+        if want[1] == 403 {
+            assert_eq!(get_from(&server.url, clients[1], "/nope").0, 403);
+        }
+        assert!(server.stop().success());
+        if let Some(nginx) = &nginx {
+            let directives: String = rules
+                .iter()
+                .map(|(verb, who)| format!("{verb} {who};\n"))
+                .collect();
+            let n = duality_bench::http::RunningServer::nginx_in_server(nginx, &root, &directives)
+                .unwrap();
+            let url = format!("http://{}", n.addr);
+            let theirs: Vec<u16> = clients
+                .iter()
+                .map(|&c| get_from(&url, c, "/a.txt").0)
+                .collect();
+            assert_eq!(theirs, want, "nginx, {rules:?}");
+        }
+    }
+    // An error page answers the refusal.
+    let args = [
+        "--allow",
+        "127.0.0.1",
+        "--deny",
+        "all",
+        "--error-page",
+        "403 /403.html",
+    ];
+    let server = HttpServer::start(&root, &args);
+    assert_eq!(
+        get_from(&server.url, [127, 0, 0, 1], "/a.txt"),
+        (200, b"a\n".to_vec())
+    );
+    assert_eq!(
+        get_from(&server.url, [127, 0, 0, 2], "/a.txt"),
+        (403, b"no\n".to_vec())
+    );
+    assert!(server.stop().success());
+    // Behind a trusted proxy, the client it names is checked (as nginx's
+    // realip runs before its access check); an untrusted one's word is not.
+    let args = ["--real-ip-from", "127.0.0.1", "--deny", "10.0.0.0/8"];
+    let server = HttpServer::start(&root, &args);
+    let named = "X-Real-IP: 10.1.2.3\r\n";
+    assert_eq!(call(&server.url, "GET", "/a.txt", named).0, 403);
+    assert_eq!(
+        call(&server.url, "GET", "/a.txt", "X-Real-IP: 192.0.2.1\r\n").0,
+        200
+    );
+    assert_eq!(call(&server.url, "GET", "/a.txt", "").0, 200);
+    assert!(server.stop().success());
+    let args = ["--real-ip-from", "127.0.0.2", "--deny", "10.0.0.0/8"];
+    let server = HttpServer::start(&root, &args);
+    assert_eq!(call(&server.url, "GET", "/a.txt", named).0, 200);
+    assert!(server.stop().success());
+    refused_saying(&root, &["--allow", "everyone"], "or all");
+    refused_saying(&root, &["--deny", "10.0.0.0/33"], "prefix length");
+}

@@ -322,6 +322,18 @@ pub struct HttpArgs {
     #[arg(long, value_name = "on|off", default_value = "off", value_parser = on_off,
           action = clap::ArgAction::Set, requires = "real_ip_from")]
     real_ip_recursive: bool,
+    /// Serve clients from these addresses (nginx's `allow`): ADDRESS,
+    /// ADDRESS/BITS, `unix:` or `all`. With `--deny`, rules are checked in
+    /// the order given, the first naming the client deciding; a client no
+    /// rule names is served. Behind a proxy the client is the address it
+    /// names (`--real-ip-from`), as in nginx. Repeat for several
+    #[arg(long, value_name = "ADDRESS[/BITS]|unix:|all", value_parser = allow_rule)]
+    allow: Vec<duality_http::AccessRule>,
+    /// Answer clients from these addresses 403 (nginx's `deny`), before
+    /// anything is looked up (`--error-page 403` applies): e.g. `--allow
+    /// 10.0.0.0/8 --deny all` serves only 10.0.0.0/8. Repeat for several
+    #[arg(long, value_name = "ADDRESS[/BITS]|unix:|all", value_parser = deny_rule)]
+    deny: Vec<duality_http::AccessRule>,
     /// gzip responses (nginx's `gzip on`): text/*, JSON, JavaScript, XML, SVG,
     /// WebAssembly, TTF/OTF, ICO/BMP (and any +json/+xml type) of at least
     /// --gzip-min-length bytes go out with `Content-Encoding: gzip` to clients
@@ -398,6 +410,36 @@ fn allow_deny(v: &str) -> Result<bool, String> {
         "allow" => Ok(false),
         "deny" => Ok(true),
         _ => Err(format!("{v:?}: expected allow or deny")),
+    }
+}
+
+/// `--allow`.
+fn allow_rule(v: &str) -> Result<duality_http::AccessRule, String> {
+    duality_http::AccessRule::new(true, v)
+}
+
+/// `--deny`.
+fn deny_rule(v: &str) -> Result<duality_http::AccessRule, String> {
+    duality_http::AccessRule::new(false, v)
+}
+
+/// `--allow` and `--deny` in the order they were given (nginx's rules are
+/// ordered), from where each stood on the command line (`m`: the `http`
+/// subcommand's matches; without them, allows first).
+fn access_rules(a: &HttpArgs, m: Option<&clap::ArgMatches>) -> duality_http::Access {
+    let mut rules = Vec::new();
+    for (id, list) in [("allow", &a.allow), ("deny", &a.deny)] {
+        let at: Vec<usize> = m
+            .and_then(|m| m.indices_of(id))
+            .map(|i| i.collect())
+            .unwrap_or_default();
+        for (k, rule) in list.iter().enumerate() {
+            rules.push((at.get(k).copied().unwrap_or(usize::MAX), *rule));
+        }
+    }
+    rules.sort_by_key(|&(at, _)| at);
+    duality_http::Access {
+        rules: rules.into_iter().map(|(_, r)| r).collect(),
     }
 }
 
@@ -617,7 +659,7 @@ fn open_files_room(nofile: u64, max_conns: usize, reserved: u64) -> u64 {
     nofile.saturating_sub(need)
 }
 
-pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
+pub fn run(mut a: HttpArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result<()> {
     // The servers' own writes (memory file, logs): not their children's.
     super::process::ignore_file_size_signal();
     a.io.apply();
@@ -758,6 +800,7 @@ pub fn run(mut a: HttpArgs) -> anyhow::Result<()> {
             header: a.real_ip_header.clone(),
             recursive: a.real_ip_recursive,
         },
+        access: access_rules(&a, matches),
     };
     let grace = grace(a.shutdown_grace)?;
     // Stop signals are caught from here on: before any thread starts (the

@@ -297,7 +297,8 @@ pub struct MetricsArgs {
 /// Parses the command line as clap does, then refuses a value given twice
 /// in a `duality bench` list (`--models sped,sped`, `--clients 8,8`): the
 /// run measured the point twice and printed two rows of the same label.
-pub fn parse_cli<T: clap::Parser>() -> T {
+/// The matches come back too: they say where each value stood.
+pub fn parse_cli<T: clap::Parser>() -> (T, clap::ArgMatches) {
     let mut cmd = T::command();
     // Built, the subcommands know their full names for the usage line.
     cmd.build();
@@ -308,7 +309,8 @@ pub fn parse_cli<T: clap::Parser>() -> T {
             e.exit();
         }
     }
-    T::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    let parsed = T::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    (parsed, matches)
 }
 
 /// Refuses a value given twice to one comma-separated list of `cmd` or of

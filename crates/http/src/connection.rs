@@ -39,6 +39,7 @@
 
 use std::fs::File;
 use std::io;
+use std::net::IpAddr;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
@@ -177,6 +178,9 @@ pub struct HttpSession {
     write_failed: bool,
     /// Request heads answered on this connection, this one included.
     requests: u64,
+    /// The client's address, for the access log and `--allow` / `--deny`
+    /// (none for a Unix socket, or where neither is on).
+    ip: Option<IpAddr>,
     /// The client's port, for the access log (none for a Unix socket).
     port: Option<u16>,
     /// When the first bytes of a request not yet whole came (access log
@@ -196,8 +200,9 @@ enum Pending {
         content_type: &'static str,
         encoding: Encoding,
     },
-    /// Not in the caches: the blocking lookup decides.
-    Miss { want_gzip: bool },
+    /// Not in the caches: the blocking lookup decides (`denied`: the
+    /// client is refused, `--deny`; an error page may still answer).
+    Miss { want_gzip: bool, denied: bool },
 }
 
 /// What is known of whether a file's pages are in the page cache before
@@ -248,20 +253,29 @@ impl Protocol for HttpProtocol {
 
     fn session(&self, conn: &Conn) -> HttpSession {
         // nginx's `$remote_addr` for a Unix socket is `unix:`.
-        let (peer, port, proxy) = if self.state.log.is_none() {
-            (String::new(), None, false)
+        // The address is looked up only where the log or `--allow` /
+        // `--deny` need it.
+        let logged = self.state.log.is_some();
+        let (peer, ip, port, proxy) = if !logged && self.state.cfg.access.is_empty() {
+            (String::new(), None, None, false)
         } else if conn.is_unix() {
+            let peer = if logged { "unix:" } else { "" };
             (
-                "unix:".to_owned(),
+                peer.to_owned(),
+                None,
                 None,
                 self.state.cfg.real_ip.trusts(None),
             )
         } else {
             let addr = conn.peer_addr();
             let ip = addr.map(|a| a.ip());
-            let peer = ip.map_or_else(|| "-".to_owned(), |ip| ip.to_string());
+            let peer = match (logged, ip) {
+                (false, _) => String::new(),
+                (true, Some(ip)) => ip.to_string(),
+                (true, None) => "-".to_owned(),
+            };
             let trusted = ip.is_some() && self.state.cfg.real_ip.trusts(ip);
-            (peer, addr.map(|a| a.port()), trusted)
+            (peer, ip, addr.map(|a| a.port()), trusted)
         };
         HttpSession {
             peer,
@@ -281,6 +295,7 @@ impl Protocol for HttpProtocol {
             interim: false,
             write_failed: false,
             requests: 0,
+            ip,
             port,
             reading: None,
             began: None,
@@ -602,6 +617,16 @@ impl HttpProtocol {
         out: &mut Output,
     ) -> Option<Plan> {
         let alone = out.is_empty();
+        // As nginx's access check, before anything else is decided: the
+        // 403 goes where a lookup's would (an error page may answer it).
+        let access = &self.state.cfg.access;
+        if !access.is_empty() && !access.allows(self.client(session, head)) {
+            session.pending = Some(Pending::Miss {
+                want_gzip: gzip::wanted(&self.state.cfg.gzip, head),
+                denied: true,
+            });
+            return None;
+        }
         if head.method == Method::Other {
             return Some(self.error(
                 session,
@@ -693,7 +718,10 @@ impl HttpProtocol {
                 return None;
             }
         }
-        session.pending = Some(Pending::Miss { want_gzip });
+        session.pending = Some(Pending::Miss {
+            want_gzip,
+            denied: false,
+        });
         None
     }
 
@@ -708,7 +736,7 @@ impl HttpProtocol {
     ) -> Result<Plan, Aborted> {
         let now = now();
         let date = now.date();
-        let want_gzip = match pending {
+        let (want_gzip, denied) = match pending {
             Pending::Open {
                 open,
                 meta,
@@ -728,12 +756,12 @@ impl HttpProtocol {
                     .send_body(plan, file, residency, &head.path, reply)
                     .await;
             }
-            Pending::Miss { want_gzip } => want_gzip,
+            Pending::Miss { want_gzip, denied } => (want_gzip, denied),
         };
         let state = self.state.clone();
         let url = head.path.clone();
         let takes_gzip = gzip::takes(&state.cfg.gzip, head);
-        let found = if state.cfg.deny_dotfiles && path::hidden(&url) {
+        let found = if denied || (state.cfg.deny_dotfiles && path::hidden(&url)) {
             Err(HttpError::keep(Status::Forbidden))
         } else {
             match reply
@@ -1102,6 +1130,15 @@ impl HttpProtocol {
             }
         }
         Ok(true)
+    }
+
+    /// The client's address (`None`: over a Unix socket): the
+    /// connection's, or the one a trusted proxy names (`--real-ip-from`).
+    fn client(&self, session: &HttpSession, head: &Head<'_>) -> Option<IpAddr> {
+        match session.proxy {
+            true => self.state.cfg.real_ip.client(head).or(session.ip),
+            false => session.ip,
+        }
     }
 
     /// One access log line, in `--log-format` (nginx's `combined` by

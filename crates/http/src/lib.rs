@@ -22,6 +22,7 @@
 //! | [`status`] | [`Status`], [`HttpError`] (status + whether to close) |
 //! | [`autoindex`] | directory listings in nginx's `autoindex` format |
 //! | [`error_page`] | [`ErrorPage`]: nginx's `error_page`, a page of the root answering some errors |
+//! | [`access`] | [`Access`]: nginx's `allow` / `deny`, who is served at all |
 //! | [`real_ip`] | [`RealIp`]: nginx's realip, the client's address as a trusted proxy reports it, for the access log |
 //! | [`try_files`] | [`TryFiles`]: nginx's `try_files`, the names a request may be served by, then a last resort |
 //! | [`fields`] | [`ResponseFields`]: nginx's `expires` ([`Expires`]) and `add_header` ([`AddedField`]), fields added to answers |
@@ -189,6 +190,7 @@
 // `unsafe` is allowed in `sys` only.
 #![deny(unsafe_code)]
 
+pub mod access;
 pub mod autoindex;
 pub mod cache;
 mod connection;
@@ -210,6 +212,7 @@ pub mod status;
 mod sys;
 pub mod try_files;
 
+pub use access::{Access, AccessRule};
 pub use cache::{CacheStats, PageCache};
 pub use connection::{driver, HttpProtocol, HttpRequest, HttpSession};
 pub use date::DateCache;

@@ -26,7 +26,8 @@ pub enum Trusted {
 }
 
 impl Trusted {
-    fn contains(&self, ip: Option<IpAddr>) -> bool {
+    /// Whether `ip` (`None`: a Unix socket's client) is one of these.
+    pub fn contains(&self, ip: Option<IpAddr>) -> bool {
         match (self, ip.map(|ip| ip.to_canonical())) {
             (Trusted::Unix, None) => true,
             (Trusted::Net(net, bits), Some(ip)) => masked(ip, *bits) == Some(*net),

@@ -189,6 +189,9 @@ pub struct HttpConfig {
     /// Whose word about the client's address the access log takes
     /// (nginx's realip); nobody's by default.
     pub real_ip: crate::RealIp,
+    /// Who is served at all (nginx's `allow` / `deny`); everybody by
+    /// default.
+    pub access: crate::Access,
 }
 
 impl HttpConfig {
@@ -233,6 +236,7 @@ impl HttpConfig {
             etag: crate::file::ETagFormat::default(),
             fields: crate::ResponseFields::default(),
             real_ip: crate::RealIp::default(),
+            access: crate::Access::default(),
         }
     }
 
