@@ -1112,3 +1112,84 @@ fn allow_and_deny_decide_as_nginx_does() {
     refused_saying(&root, &["--allow", "everyone"], "or all");
     refused_saying(&root, &["--deny", "10.0.0.0/33"], "prefix length");
 }
+
+/// `--return` (nginx's server-level `return`): every request gets the
+/// same redirect (its address expanded), text or status, the same status,
+/// `Location` and text as nginx's for the same directive; before
+/// `--deny`; a status alone answered with its page, or `--error-page`'s.
+#[test]
+fn return_answers_every_request_as_nginx_does() {
+    let (_dir, root) = tree("return", &[("a.txt", "a\n"), ("maint.html", "later\n")]);
+    let answers = [
+        "301 https://$host$request_uri",
+        "308 http://other.example$uri$is_args$args",
+        "302 https://x.example/$arg_next",
+        "200 hi $arg_a $http_x_y|$host",
+        "503",
+        "404",
+    ];
+    let asks = [
+        ("/a%20b/../c.txt?a=1&b=%C3&next=n", "X-Y: z\r\n"),
+        ("/a.txt", "X-Y: \r\n"),
+        ("/", ""),
+    ];
+    // The status, the `Location` and the body of a 200.
+    let seen = |url: &str| -> Vec<(u16, Option<String>, Vec<u8>)> {
+        asks.iter()
+            .map(|(path, fields)| {
+                let (code, fields, body) = call(url, "GET", path, fields);
+                let location = field(&fields, "location").map(str::to_owned);
+                (code, location, if code == 200 { body } else { Vec::new() })
+            })
+            .collect()
+    };
+    let nginx = duality_bench::http::find_nginx();
+    for answer in answers {
+        // Denied everybody: the answer goes first all the same.
+        let server = HttpServer::start(&root, &["--return", answer, "--deny", "all"]);
+        let ours = seen(&server.url);
+        assert!(server.stop().success());
+        let code: u16 = answer[..3].parse().unwrap();
+        assert!(
+            ours.iter().all(|(c, _, _)| *c == code),
+            "{answer}: {ours:?}"
+        );
+        if let Some(nginx) = &nginx {
+            let (code, text) = answer.split_once(' ').unwrap_or((answer, ""));
+            let directive = match text {
+                "" => format!("return {code};"),
+                t => format!("return {code} \"{t}\";"),
+            };
+            let n = duality_bench::http::RunningServer::nginx_in_server(nginx, &root, &directive)
+                .unwrap();
+            let theirs = seen(&format!("http://{}", n.addr));
+            assert_eq!(ours, theirs, "{answer}");
+        }
+    }
+    let server = HttpServer::start(&root, &["--return", "301 https://$host$request_uri"]);
+    let (_, fields, _) = call(&server.url, "GET", "/p?q", "");
+    assert_eq!(field(&fields, "location"), Some("https://t/p?q"));
+    let (code, _, body) = call(&server.url, "HEAD", "/", "");
+    assert!(code == 301 && body.is_empty());
+    assert!(server.stop().success());
+    let args = ["--return", "200 ok", "--add-header", "X-A: 1"];
+    let server = HttpServer::start(&root, &args);
+    let (code, fields, body) = call(&server.url, "GET", "/anything", "");
+    assert_eq!((code, body), (200, b"ok".to_vec()));
+    assert_eq!(field(&fields, "x-a"), Some("1"));
+    assert_eq!(field(&fields, "content-type"), Some("text/plain"));
+    assert!(server.stop().success());
+    // Maintenance: a status alone, answered with its error page.
+    let args = ["--return", "503", "--error-page", "503 /maint.html"];
+    let server = HttpServer::start(&root, &args);
+    let (code, _, body) = call(&server.url, "GET", "/a.txt", "");
+    assert_eq!((code, body), (503, b"later\n".to_vec()));
+    assert!(server.stop().success());
+    refused_saying(&root, &["--return", "301"], "needs the address");
+    refused_saying(&root, &["--return", "204"], "a code of 200, 301");
+    refused_saying(
+        &root,
+        &["--return", "302 $nope"],
+        "unknown \"nope\" variable",
+    );
+}

@@ -334,6 +334,15 @@ pub struct HttpArgs {
     /// 10.0.0.0/8 --deny all` serves only 10.0.0.0/8. Repeat for several
     #[arg(long, value_name = "ADDRESS[/BITS]|unix:|all", value_parser = deny_rule)]
     deny: Vec<duality_http::AccessRule>,
+    /// Answer every request the same (nginx's `return` in a `server`
+    /// block): "301 https://$host$request_uri" (a redirect: 301, 302, 303,
+    /// 307 or 308 and the address, the access log's variables expanded;
+    /// bytes a field may not hold percent-encoded), "200 TEXT" (a text/plain
+    /// body), or a code alone: 200 (empty), 403, 404, 410, 500, 503 (its
+    /// page; `--error-page` applies). Checked before anything else, `--deny`
+    /// included, as nginx's
+    #[arg(long = "return", value_name = "CODE [URL|TEXT]")]
+    answer: Option<duality_http::Return>,
     /// gzip responses (nginx's `gzip on`): text/*, JSON, JavaScript, XML, SVG,
     /// WebAssembly, TTF/OTF, ICO/BMP (and any +json/+xml type) of at least
     /// --gzip-min-length bytes go out with `Content-Encoding: gzip` to clients
@@ -801,6 +810,7 @@ pub fn run(mut a: HttpArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
             recursive: a.real_ip_recursive,
         },
         access: access_rules(&a, matches),
+        answer: a.answer.clone(),
     };
     let grace = grace(a.shutdown_grace)?;
     // Stop signals are caught from here on: before any thread starts (the

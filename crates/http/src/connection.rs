@@ -59,9 +59,10 @@ use crate::log_format::Entry;
 use crate::path;
 use crate::request::{continue_due, parse_head, Discard, Head, Method};
 use crate::response::{
-    not_modified, plan_encoded, plan_error_page, write_error, write_redirect, write_refusal,
-    write_text, ByteRange, Encoding, Parts, Plan, CONTINUE,
+    not_modified, plan_encoded, plan_error_page, write_error, write_redirect, write_redirect_to,
+    write_refusal, write_returned, write_text, ByteRange, Encoding, Parts, Plan, CONTINUE,
 };
+use crate::return_directive::Return;
 use crate::send_path::{self, SendPath};
 use crate::server::{Found, HttpState, OpenFile, Phase};
 use crate::status::{HttpError, Status};
@@ -200,9 +201,13 @@ enum Pending {
         content_type: &'static str,
         encoding: Encoding,
     },
-    /// Not in the caches: the blocking lookup decides (`denied`: the
-    /// client is refused, `--deny`; an error page may still answer).
-    Miss { want_gzip: bool, denied: bool },
+    /// Not in the caches: the blocking lookup decides (`refused`: the
+    /// request is answered this error instead, `--deny` or `--return`;
+    /// an error page may still answer).
+    Miss {
+        want_gzip: bool,
+        refused: Option<Status>,
+    },
 }
 
 /// What is known of whether a file's pages are in the page cache before
@@ -619,11 +624,17 @@ impl HttpProtocol {
         let alone = out.is_empty();
         // As nginx's access check, before anything else is decided: the
         // 403 goes where a lookup's would (an error page may answer it).
+        // A server-level `--return` goes first, as nginx's runs first.
+        if let Some(answer) = &self.state.cfg.answer {
+            self.state.phases.request();
+            return self.answer(answer, session, head, out);
+        }
         let access = &self.state.cfg.access;
         if !access.is_empty() && !access.allows(self.client(session, head)) {
+            self.state.phases.request();
             session.pending = Some(Pending::Miss {
                 want_gzip: gzip::wanted(&self.state.cfg.gzip, head),
-                denied: true,
+                refused: Some(Status::Forbidden),
             });
             return None;
         }
@@ -720,7 +731,7 @@ impl HttpProtocol {
         }
         session.pending = Some(Pending::Miss {
             want_gzip,
-            denied: false,
+            refused: None,
         });
         None
     }
@@ -736,7 +747,7 @@ impl HttpProtocol {
     ) -> Result<Plan, Aborted> {
         let now = now();
         let date = now.date();
-        let (want_gzip, denied) = match pending {
+        let (want_gzip, refused) = match pending {
             Pending::Open {
                 open,
                 meta,
@@ -756,12 +767,14 @@ impl HttpProtocol {
                     .send_body(plan, file, residency, &head.path, reply)
                     .await;
             }
-            Pending::Miss { want_gzip, denied } => (want_gzip, denied),
+            Pending::Miss { want_gzip, refused } => (want_gzip, refused),
         };
         let state = self.state.clone();
         let url = head.path.clone();
         let takes_gzip = gzip::takes(&state.cfg.gzip, head);
-        let found = if denied || (state.cfg.deny_dotfiles && path::hidden(&url)) {
+        let found = if let Some(status) = refused {
+            Err(HttpError::keep(status))
+        } else if state.cfg.deny_dotfiles && path::hidden(&url) {
             Err(HttpError::keep(Status::Forbidden))
         } else {
             match reply
@@ -1132,6 +1145,77 @@ impl HttpProtocol {
         Ok(true)
     }
 
+    /// Answers `head` as `--return` says: a redirect to its address, its
+    /// text, or (no text) the status's own page, which an error page may
+    /// answer.
+    fn answer(
+        &self,
+        answer: &Return,
+        session: &mut HttpSession,
+        head: &Head<'_>,
+        out: &mut Output,
+    ) -> Option<Plan> {
+        let Some(text) = answer.text.as_ref().filter(|_| answer.status != Status::Ok) else {
+            if answer.status != Status::Ok {
+                session.pending = Some(Pending::Miss {
+                    want_gzip: gzip::wanted(&self.state.cfg.gzip, head),
+                    refused: Some(answer.status),
+                });
+                return None;
+            }
+            // 200: its text, or nothing.
+            let mut body = Vec::new();
+            if let Some(t) = &answer.text {
+                t.expand(&self.entry(session, Some(head), None, 200, 0), &mut body);
+            }
+            return Some(self.answered(session, head, out, |date, out| {
+                write_returned(head, Status::Ok, &body, date, out)
+            }));
+        };
+        let mut expanded = Vec::new();
+        let code = answer.status.code();
+        text.expand(
+            &self.entry(session, Some(head), None, code, 0),
+            &mut expanded,
+        );
+        let plan = if answer.redirects() {
+            // No byte a field may not hold: what a client sent (a raw
+            // query, `$http_…`) goes percent-encoded.
+            let mut location = Vec::with_capacity(expanded.len());
+            for b in expanded {
+                match b {
+                    0x21..0x7f => location.push(b),
+                    _ => location.extend_from_slice(format!("%{b:02X}").as_bytes()),
+                }
+            }
+            self.answered(session, head, out, |date, out| {
+                write_redirect_to(head, answer.status, &location, date, out)
+            })
+        } else {
+            self.answered(session, head, out, |date, out| {
+                write_returned(head, answer.status, &expanded, date, out)
+            })
+        };
+        Some(plan)
+    }
+
+    /// Writes the answer `write` makes into `out`, adds `--expires` and
+    /// `--add-header` fields, and logs it.
+    fn answered(
+        &self,
+        session: &HttpSession,
+        head: &Head<'_>,
+        out: &mut Output,
+        write: impl FnOnce(&str, &mut Vec<u8>) -> Plan,
+    ) -> Plan {
+        let now = now();
+        let start = out.len();
+        let plan = write(now.date(), out);
+        self.add_fields(&plan, &now, ("text/plain", None), out, start);
+        self.log(session, Some(head), None, &plan);
+        plan
+    }
+
     /// The client's address (`None`: over a Unix socket): the
     /// connection's, or the one a trusted proxy names (`--real-ip-from`).
     fn client(&self, session: &HttpSession, head: &Head<'_>) -> Option<IpAddr> {
@@ -1153,28 +1237,46 @@ impl HttpProtocol {
     ) {
         self.state.phases.response(plan.status.code());
         let Some(log) = &self.state.log else { return };
+        let entry = self.entry(
+            session,
+            head,
+            request,
+            plan.status.code(),
+            plan.body_bytes(),
+        );
+        let mut line = Vec::with_capacity(160);
+        self.state.cfg.log_format.write(&entry, &mut line);
+        log.write(line);
+    }
+
+    /// What the log's variables (and `--return`'s) are filled from.
+    fn entry<'a>(
+        &self,
+        session: &'a HttpSession,
+        head: Option<&'a Head<'a>>,
+        request: Option<&'a [u8]>,
+        status: u16,
+        body_bytes: u64,
+    ) -> Entry<'a> {
         let real = match head {
             Some(h) if session.proxy => self.state.cfg.real_ip.client(h),
             _ => None,
         };
         let now = loop_now();
         let began = session.reading.or(session.began).unwrap_or(now);
-        let entry = Entry {
+        Entry {
             head,
             line: request,
             peer: &session.peer,
             port: session.port,
             real,
-            status: plan.status.code(),
-            body_bytes: plan.body_bytes(),
+            status,
+            body_bytes,
             request_time: now.saturating_duration_since(began),
             connection: session.color,
             // A refused request was not counted, but nginx counts it.
             connection_requests: session.requests + u64::from(head.is_none()),
-        };
-        let mut line = Vec::with_capacity(160);
-        self.state.cfg.log_format.write(&entry, &mut line);
-        log.write(line);
+        }
     }
 }
 

@@ -3,8 +3,8 @@
 //! [`Expires`]) and `add_header` ([`AddedField`]).
 //!
 //! As in nginx, they go on answers that a cache may keep or a client may
-//! follow (200, 206, 301, 304: [`adds_to`]); a field added `always` goes
-//! on every answer, errors included. `--expires 30d` on a file:
+//! follow (200, 206, 301, 302, 303, 304, 307, 308: [`adds_to`]); a field
+//! added `always` goes on every answer, errors included. `--expires 30d` on a file:
 //!
 //! ```text
 //! Expires: <the response's Date + 30 days>

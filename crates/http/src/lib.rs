@@ -24,6 +24,7 @@
 //! | [`error_page`] | [`ErrorPage`]: nginx's `error_page`, a page of the root answering some errors |
 //! | [`access`] | [`Access`]: nginx's `allow` / `deny`, who is served at all |
 //! | [`real_ip`] | [`RealIp`]: nginx's realip, the client's address as a trusted proxy reports it, for the access log |
+//! | [`return_directive`] | [`Return`]: nginx's server-level `return`, one answer (a redirect, a text, a status) for every request |
 //! | [`try_files`] | [`TryFiles`]: nginx's `try_files`, the names a request may be served by, then a last resort |
 //! | [`fields`] | [`ResponseFields`]: nginx's `expires` ([`Expires`]) and `add_header` ([`AddedField`]), fields added to answers |
 //! | [`server`] | [`HttpConfig`], [`HttpState`] (root, page cache, variant cache, fresh index, access log), [`serve`] |
@@ -206,6 +207,7 @@ pub mod path;
 pub mod real_ip;
 pub mod request;
 pub mod response;
+pub mod return_directive;
 mod send_path;
 pub mod server;
 pub mod status;
@@ -226,9 +228,10 @@ pub use path::{Resolved, Root, Symlinks};
 pub use real_ip::{RealIp, Trusted};
 pub use request::{parse_head, Discard, Head, Limits, Method, Version};
 pub use response::{
-    plan_encoded, plan_error_page, plan_file, write_error, write_redirect, write_refusal,
-    ByteRange, Encoding, Parts, Plan, MAX_PARTS,
+    plan_encoded, plan_error_page, plan_file, write_error, write_redirect, write_redirect_to,
+    write_refusal, write_returned, ByteRange, Encoding, Parts, Plan, MAX_PARTS,
 };
+pub use return_directive::Return;
 pub use server::{serve, stub_status, HttpConfig, HttpState, HttpStats};
 pub use status::{HttpError, Status};
 pub use try_files::TryFiles;

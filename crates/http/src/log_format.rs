@@ -251,18 +251,24 @@ impl LogFormat {
 
     /// Appends `e`'s line to `line`, with its line end.
     pub fn write(&self, e: &Entry<'_>, line: &mut Vec<u8>) {
+        self.expand(e, line);
+        line.push(b'\n');
+    }
+
+    /// Appends the text with `e`'s values, without a line end (the text
+    /// or address of `--return`).
+    pub fn expand(&self, e: &Entry<'_>, out: &mut Vec<u8>) {
         // One clock reading for every time of a line.
         let mut now = None;
         for p in &self.pieces {
             match p {
-                Piece::Text(t) => line.extend_from_slice(t),
+                Piece::Text(t) => out.extend_from_slice(t),
                 Piece::Var(v) => {
-                    let value = self.value(v, e, &mut now, line);
-                    self.put(value, line);
+                    let value = self.value(v, e, &mut now, out);
+                    self.put(value, out);
                 }
             }
         }
-        line.push(b'\n');
     }
 
     fn value<'a>(

@@ -515,11 +515,61 @@ pub fn write_text(
     date: &str,
     out: &mut Vec<u8>,
 ) -> Plan {
-    status_line(out, Status::Ok, date);
+    let no_cache = b"Cache-Control: no-cache\r\n";
+    write_body(head, Status::Ok, content_type, body, no_cache, date, out)
+}
+
+/// Appends a `status` whose body is `body` (of type `content_type`), with
+/// no body for HEAD: `--return CODE TEXT`, as nginx's `return`.
+pub fn write_returned(
+    head: &Head<'_>,
+    status: Status,
+    body: &[u8],
+    date: &str,
+    out: &mut Vec<u8>,
+) -> Plan {
+    write_body(head, status, "text/plain", body, b"", date, out)
+}
+
+/// Appends a `status` (a redirect: 301, 302, 303, 307, 308) to `location`
+/// as given, with the small page errors have unless HEAD: `--return CODE
+/// URL`, as nginx's `return`.
+pub fn write_redirect_to(
+    head: &Head<'_>,
+    status: Status,
+    location: &[u8],
+    date: &str,
+    out: &mut Vec<u8>,
+) -> Plan {
+    let keep_alive = head.keep_alive;
+    let head_only = head.method == Method::Head;
+    let inline_body = error_response(out, status, keep_alive, head_only, date, |out| {
+        field(out, "Location", location);
+    });
+    Plan {
+        status,
+        body: None,
+        parts: None,
+        keep_alive,
+        inline_body,
+    }
+}
+
+fn write_body(
+    head: &Head<'_>,
+    status: Status,
+    content_type: &str,
+    body: &[u8],
+    extra: &[u8],
+    date: &str,
+    out: &mut Vec<u8>,
+) -> Plan {
+    status_line(out, status, date);
     field(out, "Content-Type", content_type.as_bytes());
     out.extend_from_slice(b"Content-Length: ");
     push_u64(out, body.len() as u64);
-    out.extend_from_slice(b"\r\nCache-Control: no-cache\r\n");
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(extra);
     connection(out, head.keep_alive);
     let inline_body = if head.method != Method::Head {
         out.extend_from_slice(body);
@@ -528,7 +578,7 @@ pub fn write_text(
         0
     };
     Plan {
-        status: Status::Ok,
+        status,
         body: None,
         parts: None,
         keep_alive: head.keep_alive,

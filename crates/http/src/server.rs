@@ -192,6 +192,9 @@ pub struct HttpConfig {
     /// Who is served at all (nginx's `allow` / `deny`); everybody by
     /// default.
     pub access: crate::Access,
+    /// One answer for every request (nginx's server-level `return`); none
+    /// by default.
+    pub answer: Option<crate::Return>,
 }
 
 impl HttpConfig {
@@ -237,6 +240,7 @@ impl HttpConfig {
             fields: crate::ResponseFields::default(),
             real_ip: crate::RealIp::default(),
             access: crate::Access::default(),
+            answer: None,
         }
     }
 

@@ -16,8 +16,16 @@ pub enum Status {
     PartialContent,
     /// 301: a directory asked for without its trailing slash.
     MovedPermanently,
+    /// 302: `--return 302 URL`.
+    Found,
+    /// 303: `--return 303 URL`.
+    SeeOther,
     /// 304: the client's copy is current (conditional GET/HEAD).
     NotModified,
+    /// 307: `--return 307 URL`.
+    TemporaryRedirect,
+    /// 308: `--return 308 URL`.
+    PermanentRedirect,
     /// 400: malformed head or hostile target.
     BadRequest,
     /// 403: the target exists but may not be served (outside the root,
@@ -29,6 +37,8 @@ pub enum Status {
     MethodNotAllowed,
     /// 408: the client was too slow to send its head (the handler's timeout).
     RequestTimeout,
+    /// 410: `--return 410`.
+    Gone,
     /// 412: `If-Match` or `If-Unmodified-Since` does not hold for the file.
     PreconditionFailed,
     /// 413: a request body larger than [`Limits::max_body`](crate::Limits::max_body).
@@ -61,12 +71,17 @@ impl Status {
             Status::Ok => 200,
             Status::PartialContent => 206,
             Status::MovedPermanently => 301,
+            Status::Found => 302,
+            Status::SeeOther => 303,
             Status::NotModified => 304,
+            Status::TemporaryRedirect => 307,
+            Status::PermanentRedirect => 308,
             Status::BadRequest => 400,
             Status::Forbidden => 403,
             Status::NotFound => 404,
             Status::MethodNotAllowed => 405,
             Status::RequestTimeout => 408,
+            Status::Gone => 410,
             Status::PreconditionFailed => 412,
             Status::ContentTooLarge => 413,
             Status::UriTooLong => 414,
@@ -85,12 +100,17 @@ impl Status {
             Status::Ok => "OK",
             Status::PartialContent => "Partial Content",
             Status::MovedPermanently => "Moved Permanently",
+            Status::Found => "Found",
+            Status::SeeOther => "See Other",
             Status::NotModified => "Not Modified",
+            Status::TemporaryRedirect => "Temporary Redirect",
+            Status::PermanentRedirect => "Permanent Redirect",
             Status::BadRequest => "Bad Request",
             Status::Forbidden => "Forbidden",
             Status::NotFound => "Not Found",
             Status::MethodNotAllowed => "Method Not Allowed",
             Status::RequestTimeout => "Request Timeout",
+            Status::Gone => "Gone",
             Status::PreconditionFailed => "Precondition Failed",
             Status::ContentTooLarge => "Content Too Large",
             Status::UriTooLong => "URI Too Long",
@@ -109,12 +129,17 @@ impl Status {
             Status::Ok => "200 OK",
             Status::PartialContent => "206 Partial Content",
             Status::MovedPermanently => "301 Moved Permanently",
+            Status::Found => "302 Found",
+            Status::SeeOther => "303 See Other",
             Status::NotModified => "304 Not Modified",
+            Status::TemporaryRedirect => "307 Temporary Redirect",
+            Status::PermanentRedirect => "308 Permanent Redirect",
             Status::BadRequest => "400 Bad Request",
             Status::Forbidden => "403 Forbidden",
             Status::NotFound => "404 Not Found",
             Status::MethodNotAllowed => "405 Method Not Allowed",
             Status::RequestTimeout => "408 Request Timeout",
+            Status::Gone => "410 Gone",
             Status::PreconditionFailed => "412 Precondition Failed",
             Status::ContentTooLarge => "413 Content Too Large",
             Status::UriTooLong => "414 URI Too Long",
