@@ -1193,3 +1193,87 @@ fn return_answers_every_request_as_nginx_does() {
         "unknown \"nope\" variable",
     );
 }
+
+/// `n` requests for `/a.txt` at once, each on its own connection: their
+/// statuses and how long each took, by status then time.
+fn at_once(url: &str, n: usize) -> Vec<(u16, Duration)> {
+    let mut got: Vec<(u16, Duration)> = std::thread::scope(|s| {
+        let all: Vec<_> = (0..n)
+            .map(|_| {
+                s.spawn(|| {
+                    let t = Instant::now();
+                    (call(url, "GET", "/a.txt", "").0, t.elapsed())
+                })
+            })
+            .collect();
+        all.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    got.sort();
+    got
+}
+
+/// `--limit-req` (nginx's `limit_req` on `$binary_remote_addr`): six
+/// requests at once at 2r/s with a burst of 2 get what nginx's get: one
+/// at once, two after 0.5 s and 1 s, three refused at once; with
+/// `nodelay` the burst is served at once; `status=429` and an error page
+/// change the refusal.
+#[test]
+fn limit_req_holds_a_client_to_a_rate_as_nginx_does() {
+    let (_dir, root) = tree(
+        "limitreq",
+        &[("a.txt", "a\n"), ("busy.html", "slow down\n")],
+    );
+    let codes = |got: &[(u16, Duration)]| got.iter().map(|g| g.0).collect::<Vec<_>>();
+    let nginx = duality_bench::http::find_nginx();
+    let zone = "limit_req_zone $binary_remote_addr zone=one:1m rate=2r/s;";
+    for (flag, directive, want) in [
+        (
+            "2r/s burst=2",
+            "limit_req zone=one burst=2;",
+            [200, 200, 200, 503, 503, 503],
+        ),
+        (
+            "2r/s burst=3 nodelay",
+            "limit_req zone=one burst=3 nodelay;",
+            [200, 200, 200, 200, 503, 503],
+        ),
+    ] {
+        let server = HttpServer::start(&root, &["--limit-req", flag]);
+        let ours = at_once(&server.url, 6);
+        assert_eq!(codes(&ours), want, "{flag}: {ours:?}");
+        // The waits: none for a refusal, the rate's for the burst's.
+        let served: Vec<Duration> = ours.iter().filter(|g| g.0 == 200).map(|g| g.1).collect();
+        let refused_at = ours.iter().filter(|g| g.0 == 503).map(|g| g.1).max();
+        assert!(refused_at.unwrap() < Duration::from_millis(400), "{ours:?}");
+        if !flag.contains("nodelay") {
+            assert!(served[0] < Duration::from_millis(400), "{ours:?}");
+            assert!(served[1] >= Duration::from_millis(450), "{ours:?}");
+            assert!(served[2] >= Duration::from_millis(950), "{ours:?}");
+        }
+        assert!(server.stop().success());
+        if let Some(nginx) = &nginx {
+            let n =
+                duality_bench::http::RunningServer::nginx_in_blocks(nginx, &root, zone, directive)
+                    .unwrap();
+            let theirs = at_once(&format!("http://{}", n.addr), 6);
+            assert_eq!(codes(&theirs), want, "nginx, {directive}: {theirs:?}");
+        }
+    }
+    let args = [
+        "--limit-req",
+        "1r/m status=429",
+        "--error-page",
+        "429 /busy.html",
+    ];
+    let server = HttpServer::start(&root, &args);
+    assert_eq!(call(&server.url, "GET", "/a.txt", "").0, 200);
+    let (code, _, body) = call(&server.url, "GET", "/a.txt", "");
+    assert_eq!((code, body), (429, b"slow down\n".to_vec()));
+    assert!(server.stop().success());
+    refused_saying(&root, &["--limit-req", "10r/h"], "invalid rate");
+    refused_saying(
+        &root,
+        &["--limit-req", "1r/s burst=x"],
+        "invalid \"burst=x\"",
+    );
+}

@@ -343,6 +343,18 @@ pub struct HttpArgs {
     /// included, as nginx's
     #[arg(long = "return", value_name = "CODE [URL|TEXT]")]
     answer: Option<duality_http::Return>,
+    /// Hold each client address to a rate (nginx's `limit_req_zone
+    /// $binary_remote_addr` with `limit_req`): "RATE [burst=N]
+    /// [nodelay|delay=N] [zone=SIZE] [status=503|429]", e.g. "10r/s
+    /// burst=20 nodelay". A leaky bucket per address, drained at RATE (Nr/s
+    /// or Nr/m); a request beyond `burst` is answered 503 (or 429;
+    /// `--error-page` applies), one within it waits its turn unless
+    /// `nodelay` (or the first N, `delay=N`). `zone` bounds the buckets
+    /// (64 bytes each, nginx's count; 10m by default). The address is the
+    /// one a trusted proxy names (`--real-ip-from`); Unix-socket clients are
+    /// not limited
+    #[arg(long, value_name = "RATE [burst=N] [nodelay]…")]
+    limit_req: Option<duality_http::LimitReqConfig>,
     /// gzip responses (nginx's `gzip on`): text/*, JSON, JavaScript, XML, SVG,
     /// WebAssembly, TTF/OTF, ICO/BMP (and any +json/+xml type) of at least
     /// --gzip-min-length bytes go out with `Content-Encoding: gzip` to clients
@@ -811,6 +823,7 @@ pub fn run(mut a: HttpArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
         },
         access: access_rules(&a, matches),
         answer: a.answer.clone(),
+        limit_req: a.limit_req,
     };
     let grace = grace(a.shutdown_grace)?;
     // Stop signals are caught from here on: before any thread starts (the

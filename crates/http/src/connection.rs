@@ -55,6 +55,7 @@ use crate::date;
 use crate::error_page::ErrorPage;
 use crate::file::FileMeta;
 use crate::gzip::{self, GzipInput, GzipJob};
+use crate::limit_req::Verdict;
 use crate::log_format::Entry;
 use crate::path;
 use crate::request::{continue_due, parse_head, Discard, Head, Method};
@@ -184,6 +185,9 @@ pub struct HttpSession {
     ip: Option<IpAddr>,
     /// The client's port, for the access log (none for a Unix socket).
     port: Option<u16>,
+    /// The request was held to `--limit-req`'s rate and is now answered:
+    /// not charged again.
+    paced: bool,
     /// When the first bytes of a request not yet whole came (access log
     /// on), for its `$request_time`.
     reading: Option<Instant>,
@@ -201,6 +205,9 @@ enum Pending {
         content_type: &'static str,
         encoding: Encoding,
     },
+    /// Over `--limit-req`'s rate, within its burst: answered after this
+    /// wait.
+    Paced(Duration),
     /// Not in the caches: the blocking lookup decides (`refused`: the
     /// request is answered this error instead, `--deny` or `--return`;
     /// an error page may still answer).
@@ -258,10 +265,11 @@ impl Protocol for HttpProtocol {
 
     fn session(&self, conn: &Conn) -> HttpSession {
         // nginx's `$remote_addr` for a Unix socket is `unix:`.
-        // The address is looked up only where the log or `--allow` /
-        // `--deny` need it.
+        // The address is looked up only where the log, `--allow` /
+        // `--deny` or `--limit-req` need it.
         let logged = self.state.log.is_some();
-        let (peer, ip, port, proxy) = if !logged && self.state.cfg.access.is_empty() {
+        let wanted = logged || !self.state.cfg.access.is_empty() || self.state.limiter.is_some();
+        let (peer, ip, port, proxy) = if !wanted {
             (String::new(), None, None, false)
         } else if conn.is_unix() {
             let peer = if logged { "unix:" } else { "" };
@@ -302,6 +310,7 @@ impl Protocol for HttpProtocol {
             requests: 0,
             ip,
             port,
+            paced: false,
             reading: None,
             began: None,
         }
@@ -460,6 +469,21 @@ impl Protocol for HttpProtocol {
             head.keep_alive = false;
         }
         let interim = std::mem::take(&mut session.interim);
+        // Held to `--limit-req`'s rate: answered as if it came now.
+        let pending = match pending {
+            Pending::Paced(wait) => {
+                duality_rt::time::sleep(wait).await;
+                session.paced = true;
+                if let Some(plan) = self.respond_now(&mut *session, &head, reply.out()) {
+                    return self.flow(session, &plan);
+                }
+                match session.pending.take() {
+                    Some(pending) => pending,
+                    None => return Flow::Close,
+                }
+            }
+            pending => pending,
+        };
         match self
             .respond_later(&head, pending, interim, &mut reply)
             .await
@@ -629,6 +653,29 @@ impl HttpProtocol {
             self.state.phases.request();
             return self.answer(answer, session, head, out);
         }
+        // nginx's limit_req, then its access check. A request let through
+        // after its wait is not charged again.
+        if let Some(limiter) = &self.state.limiter {
+            if !std::mem::take(&mut session.paced) {
+                match limiter.check(self.client(session, head), loop_now()) {
+                    Verdict::Pass => {}
+                    Verdict::Delay(wait) => {
+                        self.state.counters.delayed.fetch_add(1, Relaxed);
+                        session.pending = Some(Pending::Paced(wait));
+                        return None;
+                    }
+                    Verdict::Reject => {
+                        self.state.counters.limited.fetch_add(1, Relaxed);
+                        self.state.phases.request();
+                        session.pending = Some(Pending::Miss {
+                            want_gzip: gzip::wanted(&self.state.cfg.gzip, head),
+                            refused: Some(limiter.config().status),
+                        });
+                        return None;
+                    }
+                }
+            }
+        }
         let access = &self.state.cfg.access;
         if !access.is_empty() && !access.allows(self.client(session, head)) {
             self.state.phases.request();
@@ -768,6 +815,8 @@ impl HttpProtocol {
                     .await;
             }
             Pending::Miss { want_gzip, refused } => (want_gzip, refused),
+            // `finish` waits these out first.
+            Pending::Paced(_) => (gzip::wanted(&self.state.cfg.gzip, head), None),
         };
         let state = self.state.clone();
         let url = head.path.clone();

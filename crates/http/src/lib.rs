@@ -23,6 +23,8 @@
 //! | [`autoindex`] | directory listings in nginx's `autoindex` format |
 //! | [`error_page`] | [`ErrorPage`]: nginx's `error_page`, a page of the root answering some errors |
 //! | [`access`] | [`Access`]: nginx's `allow` / `deny`, who is served at all |
+//! | [`limit_req`] | [`LimitReq`]: nginx's `limit_req`, requests per client address held to a rate (leaky buckets, bounded) |
+//! | [`log_format`] | [`LogFormat`]: nginx's `log_format`, the access log's line with its variables and escaping |
 //! | [`real_ip`] | [`RealIp`]: nginx's realip, the client's address as a trusted proxy reports it, for the access log |
 //! | [`return_directive`] | [`Return`]: nginx's server-level `return`, one answer (a redirect, a text, a status) for every request |
 //! | [`try_files`] | [`TryFiles`]: nginx's `try_files`, the names a request may be served by, then a last resort |
@@ -201,6 +203,7 @@ pub mod error_page;
 pub mod fields;
 pub mod file;
 pub mod gzip;
+pub mod limit_req;
 pub mod log_format;
 pub mod mime;
 pub mod path;
@@ -223,6 +226,7 @@ pub use error_page::ErrorPage;
 pub use fields::{AddedField, Expires, ResponseFields};
 pub use file::{ETag, FileMeta};
 pub use gzip::{GzipConfig, Offload};
+pub use limit_req::{LimitReq, LimitReqConfig};
 pub use log_format::LogFormat;
 pub use path::{Resolved, Root, Symlinks};
 pub use real_ip::{RealIp, Trusted};

@@ -195,6 +195,9 @@ pub struct HttpConfig {
     /// One answer for every request (nginx's server-level `return`); none
     /// by default.
     pub answer: Option<crate::Return>,
+    /// Requests per client address held to a rate (nginx's `limit_req`);
+    /// no limit by default.
+    pub limit_req: Option<crate::LimitReqConfig>,
 }
 
 impl HttpConfig {
@@ -241,6 +244,7 @@ impl HttpConfig {
             real_ip: crate::RealIp::default(),
             access: crate::Access::default(),
             answer: None,
+            limit_req: None,
         }
     }
 
@@ -295,6 +299,10 @@ pub struct HttpStats {
     pub gzip_static: u64,
     /// The gzip variant cache's counters.
     pub gzip_cache: CacheStats,
+    /// Requests refused over `--limit-req`'s burst.
+    pub limited: u64,
+    /// Requests `--limit-req` delayed.
+    pub delayed: u64,
 }
 
 #[derive(Default)]
@@ -309,6 +317,8 @@ pub(crate) struct Counters {
     pub(crate) cold_reads: AtomicU64,
     pub(crate) gzip_compressed: AtomicU64,
     pub(crate) gzip_static: AtomicU64,
+    pub(crate) limited: AtomicU64,
+    pub(crate) delayed: AtomicU64,
 }
 
 /// Everything the connections of one server share. Build it once with
@@ -321,6 +331,8 @@ pub struct HttpState {
     pub(crate) fresh: Arc<FreshIndex>,
     pub(crate) log: Option<AccessLog>,
     pub(crate) counters: Counters,
+    /// `--limit-req`'s buckets.
+    pub(crate) limiter: Option<crate::LimitReq>,
     /// Where compressions run (`--offload`), and what it learned.
     pub(crate) offloader: duality_rt::adaptive::Offloader,
     /// The running server's numbers (set by [`serve`]).
@@ -530,6 +542,7 @@ impl HttpState {
             root,
             log,
             counters: Counters::default(),
+            limiter: cfg.limit_req.map(crate::LimitReq::new),
             offloader: duality_rt::adaptive::Offloader::new(cfg.gzip.offload),
             server: OnceLock::new(),
             phases: PhaseCounts::new(),
@@ -646,6 +659,16 @@ impl HttpState {
                 s.gzip_compressed,
             ),
             (
+                "requests_limited",
+                "Requests refused over --limit-req's burst (503, or 429).",
+                s.limited,
+            ),
+            (
+                "requests_delayed",
+                "Requests --limit-req delayed to hold its rate.",
+                s.delayed,
+            ),
+            (
                 "log_lines_dropped",
                 "Access-log lines dropped because the log's writer fell behind (its queue full).",
                 s.log_dropped,
@@ -707,6 +730,8 @@ impl HttpState {
             gzip_compressed: c.gzip_compressed.load(Relaxed),
             gzip_static: c.gzip_static.load(Relaxed),
             gzip_cache: self.gzip_cache.stats(),
+            limited: c.limited.load(Relaxed),
+            delayed: c.delayed.load(Relaxed),
         }
     }
 

@@ -48,6 +48,8 @@ pub enum Status {
     /// 416: a `Range` that no byte of the file satisfies (sent with
     /// `Content-Range: bytes */size`).
     RangeNotSatisfiable,
+    /// 429: over `--limit-req`'s burst, with `status=429`.
+    TooManyRequests,
     /// 431: a head larger than [`Limits::max_head`](crate::Limits::max_head)
     /// or with more than [`Limits::max_headers`](crate::Limits::max_headers)
     /// header fields.
@@ -86,6 +88,7 @@ impl Status {
             Status::ContentTooLarge => 413,
             Status::UriTooLong => 414,
             Status::RangeNotSatisfiable => 416,
+            Status::TooManyRequests => 429,
             Status::HeaderFieldsTooLarge => 431,
             Status::InternalServerError => 500,
             Status::ServiceUnavailable => 503,
@@ -115,6 +118,7 @@ impl Status {
             Status::ContentTooLarge => "Content Too Large",
             Status::UriTooLong => "URI Too Long",
             Status::RangeNotSatisfiable => "Range Not Satisfiable",
+            Status::TooManyRequests => "Too Many Requests",
             Status::HeaderFieldsTooLarge => "Request Header Fields Too Large",
             Status::InternalServerError => "Internal Server Error",
             Status::ServiceUnavailable => "Service Unavailable",
@@ -144,6 +148,7 @@ impl Status {
             Status::ContentTooLarge => "413 Content Too Large",
             Status::UriTooLong => "414 URI Too Long",
             Status::RangeNotSatisfiable => "416 Range Not Satisfiable",
+            Status::TooManyRequests => "429 Too Many Requests",
             Status::HeaderFieldsTooLarge => "431 Request Header Fields Too Large",
             Status::InternalServerError => "500 Internal Server Error",
             Status::ServiceUnavailable => "503 Service Unavailable",
