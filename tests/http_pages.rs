@@ -1259,6 +1259,15 @@ fn limit_req_holds_a_client_to_a_rate_as_nginx_does() {
             assert_eq!(codes(&theirs), want, "nginx, {directive}: {theirs:?}");
         }
     }
+    // Under every model the wait is the connection's own (no event loop
+    // runs timers under thread-per-conn: its thread sleeps).
+    for model in ["thread-per-conn", "amped:1"] {
+        let server = HttpServer::start(&root, &["--limit-req", "2r/s burst=1", "--model", model]);
+        let ours = at_once(&server.url, 3);
+        assert_eq!(codes(&ours), [200, 200, 503], "{model}: {ours:?}");
+        assert!(ours[1].1 >= Duration::from_millis(450), "{model}: {ours:?}");
+        assert!(server.stop().success());
+    }
     let args = [
         "--limit-req",
         "1r/m status=429",

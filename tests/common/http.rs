@@ -16,7 +16,8 @@ pub struct HttpServer {
 }
 
 impl HttpServer {
-    /// Serves `root`, with `extra` flags.
+    /// Serves `root`, with `extra` flags (under `symped:2` unless they
+    /// name a `--model`).
     pub fn start(root: &Path, extra: &[&str]) -> HttpServer {
         HttpServer::try_start(root, extra).unwrap_or_else(|line| panic!("no ready line: {line:?}"))
     }
@@ -25,8 +26,13 @@ impl HttpServer {
     /// when it did not start (an address named in `extra` was taken, say),
     /// with its standard error and exit status.
     pub fn try_start(root: &Path, extra: &[&str]) -> Result<HttpServer, String> {
+        let model: &[&str] = match extra.contains(&"--model") {
+            true => &[],
+            false => &["--model", "symped:2"],
+        };
         let mut child = Command::new(env!("CARGO_BIN_EXE_duality"))
-            .args(["http", "--listen", "127.0.0.1:0", "--model", "symped:2"])
+            .args(["http", "--listen", "127.0.0.1:0"])
+            .args(model)
             .arg("--root")
             .arg(root)
             .args(extra)

@@ -472,7 +472,7 @@ impl Protocol for HttpProtocol {
         // Held to `--limit-req`'s rate: answered as if it came now.
         let pending = match pending {
             Pending::Paced(wait) => {
-                duality_rt::time::sleep(wait).await;
+                reply.conn().pause(wait).await;
                 session.paced = true;
                 if let Some(plan) = self.respond_now(&mut *session, &head, reply.out()) {
                     return self.flow(session, &plan);

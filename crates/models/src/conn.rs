@@ -1201,6 +1201,18 @@ impl Conn {
         matches!(self.io, Io::BlockingTcp(..) | Io::BlockingUnix(..))
     }
 
+    /// Waits `wait` before going on with this connection, under any model:
+    /// a timer on an event loop (the loop serves others meanwhile); the
+    /// connection's own thread sleeps under `thread-per-conn`, where no
+    /// loop runs timers and the thread has nothing else to do.
+    pub async fn pause(&self, wait: std::time::Duration) {
+        if self.is_blocking() {
+            std::thread::sleep(wait);
+        } else {
+            duality_rt::time::sleep(wait).await;
+        }
+    }
+
     /// Whether the connection came through a Unix socket.
     pub fn is_unix(&self) -> bool {
         matches!(self.io, Io::Unix(_) | Io::BlockingUnix(..))
