@@ -1286,3 +1286,126 @@ fn limit_req_holds_a_client_to_a_rate_as_nginx_does() {
         "invalid \"burst=x\"",
     );
 }
+
+/// `--auth-basic` with `--auth-basic-user-file` (nginx's `auth_basic`):
+/// the hashes `htpasswd` and `openssl passwd` write let their users in,
+/// anybody else gets 401 with the challenge, as from nginx given the same
+/// file; a user added to the file signs in without a restart; an error
+/// page may answer the 401.
+#[test]
+fn auth_basic_lets_the_files_users_in_as_nginx_does() {
+    let (dir, root) = tree("authbasic", &[("a.txt", "a\n"), ("who.html", "sign in\n")]);
+    let users = dir.0.join("users");
+    // `openssl passwd -apr1 / -6 / -5` of "secret pw", and bcrypt's
+    // classic test vector for "password".
+    std::fs::write(
+        &users,
+        "# staging\n\
+         alice:$apr1$Xy3Rq1Zb$2snucGM5UkflqMeUszZPW.\n\
+         bob:$2y$05$bvIG6Nmid91Mu9RcmmWZfO5HJIMCT8riNW0hEp8f6/FuA2/mHZFpe\n\
+         carol:$6$s$A2PH7ab.tKZK/Fyvln.049elbUP6lL3iAaPIhNoElbR7bgR8e3zuCERxkPSdf20LElxhApYEpwVdAPO30r0vn/:a comment\n\
+         dan:$5$sixteencharsalt1$Ogcs/4AqtFlz6jqxsk8Pi8xdeTOmFrIDjGIbjkgCyd3\n\
+         erin:{SHA}rS7uKHTXnyVCt9RR2Lh+fJ2k/DM=\n",
+    )
+    .unwrap();
+    let basic = |creds: &str| {
+        use base64::Engine as _;
+        let token = base64::engine::general_purpose::STANDARD.encode(creds);
+        format!("Authorization: Basic {token}\r\n")
+    };
+    let asks: Vec<String> = [
+        "alice:secret pw",
+        "alice:secret pW",
+        "bob:password",
+        "carol:secret pw",
+        "dan:secret pw",
+        "erin:secret pw",
+        "mallory:secret pw",
+        "alice",
+    ]
+    .iter()
+    .map(|c| basic(c))
+    .chain([
+        String::new(),
+        "Authorization: Bearer abc\r\n".to_owned(),
+        "Authorization: Basic !!!\r\n".to_owned(),
+        format!("Authorization: bAsIc {}", &basic("bob:password")[21..]),
+    ])
+    .collect();
+    let want = [200, 401, 200, 200, 200, 200, 401, 401, 401, 401, 401, 200];
+    let seen = |url: &str| -> Vec<(u16, Option<String>)> {
+        asks.iter()
+            .map(|a| {
+                let (code, fields, _) = call(url, "GET", "/a.txt", a);
+                (code, field(&fields, "www-authenticate").map(str::to_owned))
+            })
+            .collect()
+    };
+    let file = users.to_str().unwrap();
+    let server = HttpServer::start(
+        &root,
+        &["--auth-basic", "Staging", "--auth-basic-user-file", file],
+    );
+    let ours = seen(&server.url);
+    let codes: Vec<u16> = ours.iter().map(|o| o.0).collect();
+    assert_eq!(codes, want);
+    for (code, challenge) in &ours {
+        let expected = (*code == 401).then(|| "Basic realm=\"Staging\"".to_owned());
+        assert_eq!(challenge, &expected);
+    }
+    // A user added to the file signs in (the file is looked at again a
+    // second after the last look at most).
+    std::fs::write(
+        &users,
+        format!(
+            "{}frank:{{PLAIN}}open\n",
+            std::fs::read_to_string(&users).unwrap()
+        ),
+    )
+    .unwrap();
+    let frank = basic("frank:open");
+    let until = Instant::now() + Duration::from_secs(5);
+    while call(&server.url, "GET", "/a.txt", &frank).0 != 200 {
+        assert!(Instant::now() < until, "the new user never got in");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        call(&server.url, "GET", "/a.txt", &basic("alice:secret pw")).0,
+        200
+    );
+    assert!(server.stop().success());
+    if let Some(nginx) = duality_bench::http::find_nginx() {
+        let directives = format!("auth_basic \"Staging\";\nauth_basic_user_file {file};\n");
+        let n = duality_bench::http::RunningServer::nginx_in_server(&nginx, &root, &directives)
+            .unwrap();
+        assert_eq!(seen(&format!("http://{}", n.addr)), ours);
+    }
+    let args = [
+        "--auth-basic",
+        "x",
+        "--auth-basic-user-file",
+        file,
+        "--error-page",
+        "401 /who.html",
+    ];
+    let server = HttpServer::start(&root, &args);
+    let (code, fields, body) = call(&server.url, "GET", "/a.txt", "");
+    assert_eq!((code, body), (401, b"sign in\n".to_vec()));
+    assert_eq!(
+        field(&fields, "www-authenticate"),
+        Some("Basic realm=\"x\"")
+    );
+    assert!(server.stop().success());
+    let missing = dir.0.join("nobody");
+    refused_saying(
+        &root,
+        &[
+            "--auth-basic",
+            "x",
+            "--auth-basic-user-file",
+            missing.to_str().unwrap(),
+        ],
+        "nobody",
+    );
+    refused_saying(&root, &["--auth-basic", "x"], "--auth-basic-user-file");
+}

@@ -355,6 +355,19 @@ pub struct HttpArgs {
     /// not limited
     #[arg(long, value_name = "RATE [burst=N] [nodelay]…")]
     limit_req: Option<duality_http::LimitReqConfig>,
+    /// Ask for a user and password for every request (nginx's
+    /// `auth_basic REALM`; browsers show the realm), checked against
+    /// `--auth-basic-user-file`. Without valid credentials: 401 with
+    /// `WWW-Authenticate` (`--error-page 401` applies). Over plain HTTP the
+    /// password crosses the network readable: put TLS in front
+    #[arg(long, value_name = "REALM", requires = "auth_basic_user_file")]
+    auth_basic: Option<String>,
+    /// The users for `--auth-basic` (nginx's `auth_basic_user_file`):
+    /// `user:hash` lines as `htpasswd` or `openssl passwd` write them
+    /// (`$apr1$`, `$1$`, `$5$`, `$6$`, bcrypt `$2y$`, `{SHA}`, `{SSHA}`,
+    /// `{PLAIN}`); read again when it changes. Must be readable at start
+    #[arg(long, value_name = "FILE", requires = "auth_basic")]
+    auth_basic_user_file: Option<PathBuf>,
     /// gzip responses (nginx's `gzip on`): text/*, JSON, JavaScript, XML, SVG,
     /// WebAssembly, TTF/OTF, ICO/BMP (and any +json/+xml type) of at least
     /// --gzip-min-length bytes go out with `Content-Encoding: gzip` to clients
@@ -824,6 +837,7 @@ pub fn run(mut a: HttpArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
         access: access_rules(&a, matches),
         answer: a.answer.clone(),
         limit_req: a.limit_req,
+        auth_basic: a.auth_basic.clone().zip(a.auth_basic_user_file.clone()),
     };
     let grace = grace(a.shutdown_grace)?;
     // Stop signals are caught from here on: before any thread starts (the

@@ -51,6 +51,7 @@ use duality_rt::time::loop_now;
 use duality_models::session::{Output, Reply, Timeout};
 use duality_models::{Conn, Driver, DriverConfig, Flow, Linger, Parsed, Protocol};
 
+use crate::auth_basic::{credentials, Quick};
 use crate::date;
 use crate::error_page::ErrorPage;
 use crate::file::FileMeta;
@@ -188,6 +189,9 @@ pub struct HttpSession {
     /// The request was held to `--limit-req`'s rate and is now answered:
     /// not charged again.
     paced: bool,
+    /// The request's credentials passed `--auth-basic` on the blocking
+    /// pool: not checked again. Both flags are the current request's only.
+    verified: bool,
     /// When the first bytes of a request not yet whole came (access log
     /// on), for its `$request_time`.
     reading: Option<Instant>,
@@ -208,6 +212,9 @@ enum Pending {
     /// Over `--limit-req`'s rate, within its burst: answered after this
     /// wait.
     Paced(Duration),
+    /// Credentials for `--auth-basic` to check on the blocking pool (the
+    /// user and the password).
+    Verify(String, Vec<u8>),
     /// Not in the caches: the blocking lookup decides (`refused`: the
     /// request is answered this error instead, `--deny` or `--return`;
     /// an error page may still answer).
@@ -311,6 +318,7 @@ impl Protocol for HttpProtocol {
             ip,
             port,
             paced: false,
+            verified: false,
             reading: None,
             began: None,
         }
@@ -391,6 +399,9 @@ impl Protocol for HttpProtocol {
         if self.state.log.is_some() {
             session.began = Some(session.reading.take().unwrap_or_else(loop_now));
         }
+        // A new request: the last one's waits and checks are not its own.
+        session.paced = false;
+        session.verified = false;
         let head = match req.what {
             Seen::Head {
                 mut head,
@@ -469,20 +480,41 @@ impl Protocol for HttpProtocol {
             head.keep_alive = false;
         }
         let interim = std::mem::take(&mut session.interim);
-        // Held to `--limit-req`'s rate: answered as if it came now.
-        let pending = match pending {
-            Pending::Paced(wait) => {
-                reply.conn().pause(wait).await;
-                session.paced = true;
-                if let Some(plan) = self.respond_now(&mut *session, &head, reply.out()) {
-                    return self.flow(session, &plan);
+        // Held to `--limit-req`'s rate, or its credentials checked: then
+        // answered as if it came now, those steps passed.
+        let mut pending = pending;
+        let pending = loop {
+            match pending {
+                Pending::Paced(wait) => {
+                    reply.conn().pause(wait).await;
+                    session.paced = true;
                 }
-                match session.pending.take() {
-                    Some(pending) => pending,
-                    None => return Flow::Close,
+                Pending::Verify(user, password) => {
+                    let state = self.state.clone();
+                    let check = move || {
+                        state
+                            .auth
+                            .as_ref()
+                            .is_some_and(|a| a.verify(&user, &password))
+                    };
+                    if !reply.payload().blocking(check).await.unwrap_or(false) {
+                        break Pending::Miss {
+                            want_gzip: gzip::wanted(&self.state.cfg.gzip, &head),
+                            refused: Some(Status::Unauthorized),
+                        };
+                    }
+                    session.paced = true;
+                    session.verified = true;
                 }
+                pending => break pending,
             }
-            pending => pending,
+            if let Some(plan) = self.respond_now(&mut *session, &head, reply.out()) {
+                return self.flow(session, &plan);
+            }
+            match session.pending.take() {
+                Some(next) => pending = next,
+                None => return Flow::Close,
+            }
         };
         match self
             .respond_later(&head, pending, interim, &mut reply)
@@ -633,6 +665,11 @@ impl HttpProtocol {
     ) {
         let fields = &self.state.cfg.fields;
         fields.add_to_head(plan.status, now.secs, now.date(), carried, out, start);
+        // A 401 says how to sign in.
+        if let (Status::Unauthorized, Some(auth)) = (plan.status, &self.state.auth) {
+            let line = format!("WWW-Authenticate: {}\r\n", auth.challenge());
+            crate::fields::insert_field(out, start, line.as_bytes());
+        }
     }
 
     /// Answers `head` from memory if it can: appends the response and
@@ -646,8 +683,6 @@ impl HttpProtocol {
         out: &mut Output,
     ) -> Option<Plan> {
         let alone = out.is_empty();
-        // As nginx's access check, before anything else is decided: the
-        // 403 goes where a lookup's would (an error page may answer it).
         // A server-level `--return` goes first, as nginx's runs first.
         if let Some(answer) = &self.state.cfg.answer {
             self.state.phases.request();
@@ -656,7 +691,7 @@ impl HttpProtocol {
         // nginx's limit_req, then its access check. A request let through
         // after its wait is not charged again.
         if let Some(limiter) = &self.state.limiter {
-            if !std::mem::take(&mut session.paced) {
+            if !session.paced {
                 match limiter.check(self.client(session, head), loop_now()) {
                     Verdict::Pass => {}
                     Verdict::Delay(wait) => {
@@ -676,12 +711,30 @@ impl HttpProtocol {
                 }
             }
         }
+        // The access check: its 403 goes where a lookup's would (an
+        // error page may answer it). Then the password, whose hashes are
+        // checked off the loop (remembered once they pass).
         let access = &self.state.cfg.access;
-        if !access.is_empty() && !access.allows(self.client(session, head)) {
+        let refused = if !access.is_empty() && !access.allows(self.client(session, head)) {
+            Some(Status::Forbidden)
+        } else if let (Some(auth), false) = (&self.state.auth, session.verified) {
+            match auth.quick(head) {
+                Quick::Passed => None,
+                Quick::Refused => Some(Status::Unauthorized),
+                Quick::Check => {
+                    let (user, password) = credentials(head).unwrap_or_default();
+                    session.pending = Some(Pending::Verify(user, password));
+                    return None;
+                }
+            }
+        } else {
+            None
+        };
+        if let Some(status) = refused {
             self.state.phases.request();
             session.pending = Some(Pending::Miss {
                 want_gzip: gzip::wanted(&self.state.cfg.gzip, head),
-                refused: Some(Status::Forbidden),
+                refused: Some(status),
             });
             return None;
         }
@@ -815,8 +868,12 @@ impl HttpProtocol {
                     .await;
             }
             Pending::Miss { want_gzip, refused } => (want_gzip, refused),
-            // `finish` waits these out first.
+            // `finish` sees to these first.
             Pending::Paced(_) => (gzip::wanted(&self.state.cfg.gzip, head), None),
+            Pending::Verify(..) => (
+                gzip::wanted(&self.state.cfg.gzip, head),
+                Some(Status::Unauthorized),
+            ),
         };
         let state = self.state.clone();
         let url = head.path.clone();

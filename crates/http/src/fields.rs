@@ -470,6 +470,21 @@ impl ResponseFields {
     }
 }
 
+/// Inserts `line` (a whole field line, its line end included) at the end
+/// of the head written into `out` from `start`, before its blank line.
+pub(crate) fn insert_field(out: &mut Vec<u8>, start: usize, line: &[u8]) {
+    let end = out
+        .get(start..)
+        .and_then(|head| head.windows(4).position(|w| w == b"\r\n\r\n"));
+    match end {
+        Some(end) => {
+            let at = start + end + 2;
+            out.splice(at..at, line.iter().copied());
+        }
+        None => debug_assert!(false, "no head at {start}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -25,6 +25,7 @@
 //! | [`access`] | [`Access`]: nginx's `allow` / `deny`, who is served at all |
 //! | [`limit_req`] | [`LimitReq`]: nginx's `limit_req`, requests per client address held to a rate (leaky buckets, bounded) |
 //! | [`log_format`] | [`LogFormat`]: nginx's `log_format`, the access log's line with its variables and escaping |
+//! | [`auth_basic`] | [`AuthBasic`]: nginx's `auth_basic` with a user file, a password over the whole server (hashes checked on the blocking pool) |
 //! | [`real_ip`] | [`RealIp`]: nginx's realip, the client's address as a trusted proxy reports it, for the access log |
 //! | [`return_directive`] | [`Return`]: nginx's server-level `return`, one answer (a redirect, a text, a status) for every request |
 //! | [`try_files`] | [`TryFiles`]: nginx's `try_files`, the names a request may be served by, then a last resort |
@@ -194,6 +195,7 @@
 #![deny(unsafe_code)]
 
 pub mod access;
+pub mod auth_basic;
 pub mod autoindex;
 pub mod cache;
 mod connection;
@@ -218,6 +220,7 @@ mod sys;
 pub mod try_files;
 
 pub use access::{Access, AccessRule};
+pub use auth_basic::AuthBasic;
 pub use cache::{CacheStats, PageCache};
 pub use connection::{driver, HttpProtocol, HttpRequest, HttpSession};
 pub use date::DateCache;

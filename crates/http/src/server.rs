@@ -198,6 +198,10 @@ pub struct HttpConfig {
     /// Requests per client address held to a rate (nginx's `limit_req`);
     /// no limit by default.
     pub limit_req: Option<crate::LimitReqConfig>,
+    /// A password over the whole server (nginx's `auth_basic` and
+    /// `auth_basic_user_file`): the realm and the user file; none by
+    /// default.
+    pub auth_basic: Option<(String, PathBuf)>,
 }
 
 impl HttpConfig {
@@ -245,6 +249,7 @@ impl HttpConfig {
             access: crate::Access::default(),
             answer: None,
             limit_req: None,
+            auth_basic: None,
         }
     }
 
@@ -333,6 +338,8 @@ pub struct HttpState {
     pub(crate) counters: Counters,
     /// `--limit-req`'s buckets.
     pub(crate) limiter: Option<crate::LimitReq>,
+    /// `--auth-basic`'s users.
+    pub(crate) auth: Option<crate::AuthBasic>,
     /// Where compressions run (`--offload`), and what it learned.
     pub(crate) offloader: duality_rt::adaptive::Offloader,
     /// The running server's numbers (set by [`serve`]).
@@ -535,6 +542,19 @@ impl HttpState {
         cfg.etag.set();
         let fresh = Arc::new(FreshIndex::new(cfg.revalidate, cfg.open_files));
         FreshIndex::spawn_closer(&fresh)?;
+        let auth = match &cfg.auth_basic {
+            Some((realm, file)) => {
+                let (auth, skipped) = crate::AuthBasic::new(realm, file)?;
+                for line in skipped {
+                    duality_rt::say!(
+                        "duality http: warning: {}: {line}: that user cannot sign in",
+                        file.display()
+                    );
+                }
+                Some(auth)
+            }
+            None => None,
+        };
         Ok(Arc::new(HttpState {
             cache: PageCache::new(cfg.cache_bytes, cfg.cache_max_file),
             gzip_cache: PageCache::new(cfg.gzip.cache_bytes, cfg.gzip.cache_max_entry()),
@@ -543,6 +563,7 @@ impl HttpState {
             log,
             counters: Counters::default(),
             limiter: cfg.limit_req.map(crate::LimitReq::new),
+            auth,
             offloader: duality_rt::adaptive::Offloader::new(cfg.gzip.offload),
             server: OnceLock::new(),
             phases: PhaseCounts::new(),

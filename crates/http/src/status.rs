@@ -28,6 +28,9 @@ pub enum Status {
     PermanentRedirect,
     /// 400: malformed head or hostile target.
     BadRequest,
+    /// 401: no valid credentials for `--auth-basic` (sent with
+    /// `WWW-Authenticate`).
+    Unauthorized,
     /// 403: the target exists but may not be served (outside the root,
     /// a directory without index, not a regular file, no permission).
     Forbidden,
@@ -79,6 +82,7 @@ impl Status {
             Status::TemporaryRedirect => 307,
             Status::PermanentRedirect => 308,
             Status::BadRequest => 400,
+            Status::Unauthorized => 401,
             Status::Forbidden => 403,
             Status::NotFound => 404,
             Status::MethodNotAllowed => 405,
@@ -109,6 +113,7 @@ impl Status {
             Status::TemporaryRedirect => "Temporary Redirect",
             Status::PermanentRedirect => "Permanent Redirect",
             Status::BadRequest => "Bad Request",
+            Status::Unauthorized => "Unauthorized",
             Status::Forbidden => "Forbidden",
             Status::NotFound => "Not Found",
             Status::MethodNotAllowed => "Method Not Allowed",
@@ -139,6 +144,7 @@ impl Status {
             Status::TemporaryRedirect => "307 Temporary Redirect",
             Status::PermanentRedirect => "308 Permanent Redirect",
             Status::BadRequest => "400 Bad Request",
+            Status::Unauthorized => "401 Unauthorized",
             Status::Forbidden => "403 Forbidden",
             Status::NotFound => "404 Not Found",
             Status::MethodNotAllowed => "405 Method Not Allowed",
