@@ -1373,6 +1373,31 @@ fn auth_basic_lets_the_files_users_in_as_nginx_does() {
         call(&server.url, "GET", "/a.txt", &basic("alice:secret pw")).0,
         200
     );
+    // One taken out is out within seconds, remembered or not; a file
+    // that is gone lets nobody in.
+    let all = std::fs::read_to_string(&users).unwrap();
+    let kept: String = all
+        .lines()
+        .filter(|l| !l.starts_with("alice:"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&users, &kept).unwrap();
+    let until = Instant::now() + Duration::from_secs(5);
+    while call(&server.url, "GET", "/a.txt", &basic("alice:secret pw")).0 != 401 {
+        assert!(Instant::now() < until, "a removed user kept getting in");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(call(&server.url, "GET", "/a.txt", &frank).0, 200);
+    std::fs::remove_file(&users).unwrap();
+    let until = Instant::now() + Duration::from_secs(5);
+    while call(&server.url, "GET", "/a.txt", &frank).0 != 401 {
+        assert!(
+            Instant::now() < until,
+            "a removed file kept letting users in"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::fs::write(&users, &all).unwrap();
     assert!(server.stop().success());
     if let Some(nginx) = duality_bench::http::find_nginx() {
         let directives = format!("auth_basic \"Staging\";\nauth_basic_user_file {file};\n");

@@ -94,8 +94,14 @@ impl AuthBasic {
         let Some((user, password)) = credentials(head) else {
             return Quick::Refused;
         };
+        // The file not looked at for a while: checked on the pool, which
+        // reads it again if it changed (a user removed is out at once).
+        let fresh = {
+            let users = self.users.read().unwrap_or_else(|e| e.into_inner());
+            users.looked.is_some_and(|t| t.elapsed() < RECHECK)
+        };
         let passed = self.passed.lock().unwrap_or_else(|e| e.into_inner());
-        match passed.contains(&self.digest(&user, &password)) {
+        match fresh && passed.contains(&self.digest(&user, &password)) {
             true => Quick::Passed,
             false => Quick::Check,
         }
@@ -106,6 +112,15 @@ impl AuthBasic {
     /// loops.
     pub fn verify(&self, user: &str, password: &[u8]) -> bool {
         self.reread();
+        let digest = self.digest(user, password);
+        if self
+            .passed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&digest)
+        {
+            return true;
+        }
         let hash = {
             let users = self.users.read().unwrap_or_else(|e| e.into_inner());
             match users.hashes.get(user) {
@@ -120,13 +135,13 @@ impl AuthBasic {
         if passed.len() >= REMEMBERED {
             passed.clear();
         }
-        passed.insert(self.digest(user, password));
+        passed.insert(digest);
         true
     }
 
     /// Reads the file again if it changed since (looked at once a second
     /// at most); what was remembered as passed is forgotten then. A file
-    /// that cannot be read leaves the users as they were.
+    /// that cannot be read (removed) lets nobody in until it can.
     fn reread(&self) {
         let now = Instant::now();
         let stamp = {
@@ -138,24 +153,22 @@ impl AuthBasic {
                 return;
             }
             users.looked = Some(now);
-            let Ok(meta) = std::fs::metadata(&self.file) else {
-                return;
-            };
-            let stamp = meta.modified().ok().map(|m| (m, meta.len()));
-            if stamp == users.stamp {
+            let stamp = std::fs::metadata(&self.file)
+                .ok()
+                .and_then(|m| Some((m.modified().ok()?, m.len())));
+            if stamp.is_some() && stamp == users.stamp {
                 return;
             }
             stamp
         };
-        if let Ok((mut fresh, _)) = read_users(&self.file) {
-            fresh.stamp = stamp.or(fresh.stamp);
-            fresh.looked = Some(now);
-            *self.users.write().unwrap_or_else(|e| e.into_inner()) = fresh;
-            self.passed
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clear();
-        }
+        let mut fresh = read_users(&self.file).map_or_else(|_| Users::default(), |(u, _)| u);
+        fresh.stamp = stamp.and(fresh.stamp);
+        fresh.looked = Some(now);
+        *self.users.write().unwrap_or_else(|e| e.into_inner()) = fresh;
+        self.passed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
     }
 
     /// A keyed 128-bit digest of the credentials: what is remembered.
