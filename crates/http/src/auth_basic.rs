@@ -397,4 +397,44 @@ mod tests {
         }
         assert!(!served("abJnggxhB/yWI"), "DES crypt is not taken");
     }
+
+    mod props {
+        use super::*;
+        use crate::request::{parse_head, Limits};
+        use proptest::prelude::*;
+
+        fn head_with(field: &[u8]) -> Vec<u8> {
+            let mut req = b"GET / HTTP/1.1\r\nHost: h\r\nAuthorization: ".to_vec();
+            req.extend_from_slice(field);
+            req.extend_from_slice(b"\r\n\r\n");
+            req
+        }
+
+        proptest! {
+            /// Any user without a colon and any password come back as sent.
+            #[test]
+            fn credentials_round_trip(
+                user in "[^:\u{0}]{0,16}",
+                password in prop::collection::vec(any::<u8>(), 0..32),
+            ) {
+                let mut plain = user.as_bytes().to_vec();
+                plain.push(b':');
+                plain.extend_from_slice(&password);
+                let token = base64::engine::general_purpose::STANDARD.encode(&plain);
+                let req = head_with(format!("Basic {token}").as_bytes());
+                let (h, _) = parse_head(&req, &Limits::default()).unwrap().unwrap();
+                prop_assert_eq!(credentials(&h), Some((user, password)));
+            }
+
+            /// Any field value is read without a panic.
+            #[test]
+            fn any_field(value in prop::collection::vec(any::<u8>(), 0..64)) {
+                let value: Vec<u8> = value.into_iter().filter(|&b| b != b'\r' && b != b'\n').collect();
+                let req = head_with(&value);
+                if let Ok(Some((h, _))) = parse_head(&req, &Limits::default()) {
+                    let _ = credentials(&h);
+                }
+            }
+        }
+    }
 }

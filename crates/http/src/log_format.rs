@@ -747,4 +747,73 @@ mod tests {
         assert_eq!(&parts[0][11..19], &parts[2][12..20]);
         assert_eq!(parts[3], std::process::id().to_string());
     }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// `req`'s head with `value` in a `User-Agent` and an `X-A` field
+        /// (line ends left out), if it parses.
+        fn with_value(target: &str, value: &[u8]) -> Vec<u8> {
+            let value: Vec<u8> = value
+                .iter()
+                .copied()
+                .filter(|&b| b != b'\r' && b != b'\n')
+                .collect();
+            let mut req = format!("GET {target} HTTP/1.1\r\nHost: h\r\nUser-Agent: ").into_bytes();
+            req.extend_from_slice(&value);
+            req.extend_from_slice(b"\r\nX-A: ");
+            req.extend_from_slice(&value);
+            req.extend_from_slice(b"\r\n\r\n");
+            req
+        }
+
+        proptest! {
+            /// Whatever a client sends, a line escaped by default or for
+            /// JSON is one line: no control byte below 0x20 before its
+            /// line end (a client cannot forge a line or split one), and
+            /// by default nothing but printable ASCII (JSON, as nginx's,
+            /// leaves DEL and bytes from 0x80 as they are: valid in a
+            /// JSON string).
+            #[test]
+            fn a_client_cannot_forge_a_line(
+                target in "/[!-~]{0,24}",
+                value in prop::collection::vec(any::<u8>(), 0..48),
+            ) {
+                let req = with_value(&target, &value);
+                let Ok(Some((h, _))) = parse_head(&req, &Limits::default()) else {
+                    return Ok(());
+                };
+                let f = "$request|$http_user_agent|$http_x_a|$uri|$args|$request_uri|$cookie_a";
+                for escape in [Escape::Default, Escape::Json] {
+                    let mut out = Vec::new();
+                    LogFormat::parse(f, escape).unwrap().write(&entry(Some(&h), None), &mut out);
+                    prop_assert_eq!(out.last(), Some(&b'\n'));
+                    let body = &out[..out.len() - 1];
+                    prop_assert!(!body.iter().any(|&b| b < 0x20), "{:?}", body);
+                    if escape == Escape::Default {
+                        prop_assert!(body.iter().all(|&b| (0x20..0x7f).contains(&b)));
+                    }
+                }
+            }
+
+            /// A JSON-escaped value in quotes is a JSON string, which reads
+            /// back as the value sent (trimmed, as a field's value is).
+            #[test]
+            fn json_escaping_makes_json(value in "[ -~\u{80}-\u{10FFFF}\t\u{1}-\u{1f}]{0,32}") {
+                let req = with_value("/", value.as_bytes());
+                let Ok(Some((h, _))) = parse_head(&req, &Limits::default()) else {
+                    return Ok(());
+                };
+                let Some(sent) = h.field_values("x-a").next() else {
+                    return Ok(());
+                };
+                let mut out = Vec::new();
+                let f = LogFormat::parse("{\"v\":\"$http_x_a\"}", Escape::Json).unwrap();
+                f.write(&entry(Some(&h), None), &mut out);
+                let parsed: serde_json::Value = serde_json::from_slice(&out).unwrap();
+                prop_assert_eq!(parsed["v"].as_str().unwrap().as_bytes(), sent);
+            }
+        }
+    }
 }
