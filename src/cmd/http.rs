@@ -305,9 +305,10 @@ pub struct HttpArgs {
     add_header_always: Vec<duality_http::AddedField>,
     /// Behind a proxy (nginx's `set_real_ip_from`): a connection from this
     /// address, network (ADDRESS/BITS) or `unix:` (a Unix socket) is
-    /// a trusted proxy's, and the access log writes the client's address
-    /// its --real-ip-header names instead of the proxy's (the log is the
-    /// only place the server uses a client's address). Repeat for several
+    /// a trusted proxy's, and the client's address its --real-ip-header
+    /// names stands for the proxy's: in the access log, `--allow` /
+    /// `--deny` and `--limit-req` (where the server uses a client's
+    /// address). Repeat for several
     #[arg(long, value_name = "ADDRESS[/BITS]|unix:")]
     real_ip_from: Vec<duality_http::Trusted>,
     /// The field a trusted proxy names the client in (nginx's

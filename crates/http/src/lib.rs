@@ -26,7 +26,7 @@
 //! | [`limit_req`] | [`LimitReq`]: nginx's `limit_req`, requests per client address held to a rate (leaky buckets, bounded) |
 //! | [`log_format`] | [`LogFormat`]: nginx's `log_format`, the access log's line with its variables and escaping |
 //! | [`auth_basic`] | [`AuthBasic`]: nginx's `auth_basic` with a user file, a password over the whole server (hashes checked on the blocking pool) |
-//! | [`real_ip`] | [`RealIp`]: nginx's realip, the client's address as a trusted proxy reports it, for the access log |
+//! | [`real_ip`] | [`RealIp`]: nginx's realip, the client's address as a trusted proxy reports it, for the access log, `allow`/`deny` and `limit_req` |
 //! | [`return_directive`] | [`Return`]: nginx's server-level `return`, one answer (a redirect, a text, a status) for every request |
 //! | [`try_files`] | [`TryFiles`]: nginx's `try_files`, the names a request may be served by, then a last resort |
 //! | [`fields`] | [`ResponseFields`]: nginx's `expires` ([`Expires`]) and `add_header` ([`AddedField`]), fields added to answers |

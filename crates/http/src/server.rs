@@ -186,8 +186,8 @@ pub struct HttpConfig {
     /// Fields added to answers (nginx's `expires` and `add_header`); none
     /// by default.
     pub fields: crate::ResponseFields,
-    /// Whose word about the client's address the access log takes
-    /// (nginx's realip); nobody's by default.
+    /// Whose word about the client's address the access log, `access`
+    /// and `limit_req` take (nginx's realip); nobody's by default.
     pub real_ip: crate::RealIp,
     /// Who is served at all (nginx's `allow` / `deny`); everybody by
     /// default.
