@@ -751,7 +751,7 @@ fn charset_and_types_label_files_as_nginx_does() {
         "i.html", "a.txt", "s.css", "d.xml", "f.rss", "p.png", "j.json", "x.LOG", "y.md",
     ];
     let contents: Vec<(&str, &str)> = files.iter().map(|&f| (f, "x")).collect();
-    let (_dir, root) = tree("charset", &contents);
+    let (dir, root) = tree("charset", &contents);
     let types = |url: &str| -> Vec<String> {
         files
             .iter()
@@ -789,20 +789,29 @@ fn charset_and_types_label_files_as_nginx_does() {
             "text/x-notes",
         ]
     );
+    let block = "    types {\n        text/html html;\n        text/plain txt;\n        text/css css;\n        \
+                 text/xml xml;\n        application/rss+xml rss;\n        image/png png;\n        \
+                 application/json json;\n        text/plain log;\n        text/x-notes md;\n    }\n";
     if let Some(nginx) = duality_bench::http::find_nginx() {
-        let n = duality_bench::http::RunningServer::nginx_with(
-            &nginx,
-            &root,
-            1,
-            1024,
-            "    types {\n        text/html html;\n        text/plain txt;\n        text/css css;\n        \
-             text/xml xml;\n        application/rss+xml rss;\n        image/png png;\n        \
-             application/json json;\n        text/plain log;\n        text/x-notes md;\n    }\n    \
-             charset utf-8;\n",
-        )
-        .unwrap();
+        let conf = format!("{block}    charset utf-8;\n");
+        let n =
+            duality_bench::http::RunningServer::nginx_with(&nginx, &root, 1, 1024, &conf).unwrap();
         assert_eq!(types(&format!("http://{}", n.addr)), ours);
     }
+    // The same block as a file (nginx's `include mime.types`) types alike.
+    let file = dir.0.join("mime.types");
+    std::fs::write(&file, format!("# ours\n{block}")).unwrap();
+    let file = file.to_str().unwrap();
+    let server = HttpServer::start(&root, &["--charset", "utf-8", "--types-file", file]);
+    assert_eq!(types(&server.url), ours);
+    assert!(server.stop().success());
+    let bad = dir.0.join("bad.types");
+    std::fs::write(&bad, "types { text/plain txt }").unwrap();
+    refused_saying(
+        &root,
+        &["--types-file", bad.to_str().unwrap()],
+        "line 1: unexpected",
+    );
     // Another charset replaces plain text's UTF-8; off (the default) labels
     // HTML with none.
     let server = HttpServer::start(&root, &["--charset", "koi8-r"]);

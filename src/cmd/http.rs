@@ -265,6 +265,13 @@ pub struct HttpArgs {
     /// extension wins
     #[arg(long = "type", value_name = "MEDIA/TYPE EXT…")]
     types: Vec<duality_http::mime::TypeRule>,
+    /// An nginx `mime.types` file (`types { MEDIA/TYPE EXT…; … }`, what
+    /// nginx's `include mime.types` reads): its entries type files before
+    /// the built-in table, `--type` before them. An extension neither
+    /// names keeps the built-in type (nginx's `default_type` applies
+    /// there instead)
+    #[arg(long, value_name = "FILE")]
+    types_file: Option<PathBuf>,
     /// How entity tags are written: `inode` (the default),
     /// `"<inode>-<size>-<mtime in ns>"`, changing with any replacement of a
     /// file; `nginx`, nginx's `"<mtime in s>-<size>"`, the same on every
@@ -446,6 +453,19 @@ fn allow_deny(v: &str) -> Result<bool, String> {
         "deny" => Ok(true),
         _ => Err(format!("{v:?}: expected allow or deny")),
     }
+}
+
+/// `--types-file`'s entries, then `--type`'s (a later one wins).
+fn types(a: &HttpArgs) -> anyhow::Result<Vec<duality_http::mime::TypeRule>> {
+    let mut rules = Vec::new();
+    if let Some(path) = &a.types_file {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("--types-file {}: {e}", path.display()))?;
+        rules = duality_http::mime::parse_types_file(&text)
+            .map_err(|e| anyhow::anyhow!("--types-file {}: {e}", path.display()))?;
+    }
+    rules.extend(a.types.iter().cloned());
+    Ok(rules)
 }
 
 /// `--allow`.
@@ -819,7 +839,7 @@ pub fn run(mut a: HttpArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
         try_files: a.try_files.clone(),
         deny_dotfiles: a.dotfiles,
         charset: (a.charset != "off").then(|| a.charset.clone()),
-        types: a.types.clone(),
+        types: types(&a)?,
         etag: a.etag,
         fields: duality_http::ResponseFields::new(
             a.expires.clone(),

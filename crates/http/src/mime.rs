@@ -78,6 +78,59 @@ pub struct TypeRule {
     pub extensions: Vec<String>,
 }
 
+/// The entries of an nginx `mime.types` file (`types { MEDIA/TYPE EXT…;
+/// … }`, `#` comments; the `types` wrapper may be left out), in order, as
+/// [`TypeRule`]s; an entry that is not one says where.
+pub fn parse_types_file(text: &str) -> Result<Vec<TypeRule>, String> {
+    // Words with the line each is on; `{`, `}` and `;` are words of their own.
+    let mut words = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or_default();
+        let spaced = line
+            .replace('{', " { ")
+            .replace('}', " } ")
+            .replace(';', " ; ");
+        words.extend(spaced.split_whitespace().map(|w| (n + 1, w.to_owned())));
+    }
+    let mut words = words.into_iter().peekable();
+    let wrapped = words.peek().is_some_and(|(_, w)| w == "types");
+    if wrapped {
+        words.next();
+        match words.next() {
+            Some((_, w)) if w == "{" => {}
+            other => {
+                let line = other.map_or(0, |(n, _)| n);
+                return Err(format!("line {line}: \"types\" without its \"{{\""));
+            }
+        }
+    }
+    let mut rules = Vec::new();
+    let mut entry: Vec<String> = Vec::new();
+    let mut done = false;
+    for (line, w) in words {
+        if done {
+            return Err(format!("line {line}: {w:?} after the types block"));
+        }
+        match w.as_str() {
+            "}" if wrapped && entry.is_empty() => done = true,
+            ";" => {
+                let rule = entry.join(" ").parse::<TypeRule>();
+                rules.push(rule.map_err(|e| format!("line {line}: {e}"))?);
+                entry.clear();
+            }
+            "{" | "}" => return Err(format!("line {line}: unexpected {w:?}")),
+            _ => entry.push(w),
+        }
+    }
+    if !entry.is_empty() {
+        return Err(format!("{:?}: an entry without its \";\"", entry.join(" ")));
+    }
+    if wrapped && !done {
+        return Err("the types block has no \"}\"".to_owned());
+    }
+    Ok(rules)
+}
+
 impl std::str::FromStr for TypeRule {
     type Err = String;
 
@@ -286,6 +339,51 @@ pub fn for_extension(ext: &str) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_nginx_mime_types_files() {
+        let text =
+            "\n# ours\ntypes {\n    text/html  html htm;\n    application/wasm wasm; # new\n\
+                    image/avif\n        avif;\n}\n";
+        let rules = parse_types_file(text).unwrap();
+        let got: Vec<(&str, Vec<&str>)> = rules
+            .iter()
+            .map(|r| {
+                (
+                    r.media.as_str(),
+                    r.extensions.iter().map(String::as_str).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("text/html", vec!["html", "htm"]),
+                ("application/wasm", vec!["wasm"]),
+                ("image/avif", vec!["avif"]),
+            ]
+        );
+        // Without the wrapper, entries alone.
+        assert_eq!(parse_types_file("text/x-a a;").unwrap().len(), 1);
+        for (bad, says) in [
+            ("types { text/html html }", "unexpected \"}\""),
+            ("types { text/html html;", "no \"}\""),
+            ("types { text/html html; } x", "after the types block"),
+            ("types { html; }", "not a media type"),
+            ("types text/html html;", "without its \"{\""),
+            ("types { text/html; }", "give the extensions"),
+        ] {
+            let e = parse_types_file(bad).unwrap_err();
+            assert!(e.contains(says), "{bad:?}: {e}");
+        }
+        // The file nginx ships, where it is installed.
+        if let Ok(text) = std::fs::read_to_string("/etc/nginx/mime.types") {
+            let rules = parse_types_file(&text).unwrap();
+            assert!(rules.len() > 50, "{}", rules.len());
+            let types = Types::new(&rules, None);
+            assert_eq!(types.of(std::path::Path::new("a.css")), "text/css");
+        }
+    }
 
     #[test]
     fn table() {
