@@ -1188,6 +1188,11 @@ fn return_answers_every_request_as_nginx_does() {
     assert_eq!(field(&fields, "x-a"), Some("1"));
     assert_eq!(field(&fields, "content-type"), Some("text/plain"));
     assert!(server.stop().success());
+    let server = HttpServer::start(&root, &["--return", "200"]);
+    let (code, fields, body) = call(&server.url, "GET", "/a.txt", "");
+    assert_eq!((code, body.len()), (200, 0));
+    assert_eq!(field(&fields, "content-length"), Some("0"));
+    assert!(server.stop().success());
     // Maintenance: a status alone, answered with its error page.
     let args = ["--return", "503", "--error-page", "503 /maint.html"];
     let server = HttpServer::start(&root, &args);

@@ -1261,22 +1261,17 @@ impl HttpProtocol {
         head: &Head<'_>,
         out: &mut Output,
     ) -> Option<Plan> {
-        let Some(text) = answer.text.as_ref().filter(|_| answer.status != Status::Ok) else {
-            if answer.status != Status::Ok {
-                session.pending = Some(Pending::Miss {
-                    want_gzip: gzip::wanted(&self.state.cfg.gzip, head),
-                    refused: Some(answer.status),
-                });
-                return None;
+        let Some(text) = &answer.text else {
+            if answer.status == Status::Ok {
+                return Some(self.answered(session, head, out, |date, out| {
+                    write_returned(head, Status::Ok, b"", date, out)
+                }));
             }
-            // 200: its text, or nothing.
-            let mut body = Vec::new();
-            if let Some(t) = &answer.text {
-                t.expand(&self.entry(session, Some(head), None, 200, 0), &mut body);
-            }
-            return Some(self.answered(session, head, out, |date, out| {
-                write_returned(head, Status::Ok, &body, date, out)
-            }));
+            session.pending = Some(Pending::Miss {
+                want_gzip: gzip::wanted(&self.state.cfg.gzip, head),
+                refused: Some(answer.status),
+            });
+            return None;
         };
         let mut expanded = Vec::new();
         let code = answer.status.code();

@@ -519,8 +519,8 @@ pub fn write_text(
     write_body(head, Status::Ok, content_type, body, no_cache, date, out)
 }
 
-/// Appends a `status` whose body is `body` (of type `content_type`), with
-/// no body for HEAD: `--return CODE TEXT`, as nginx's `return`.
+/// Appends a `status` whose body is `body` (`text/plain`, nginx's default
+/// type), with no body for HEAD: `--return CODE TEXT`, as nginx's `return`.
 pub fn write_returned(
     head: &Head<'_>,
     status: Status,
