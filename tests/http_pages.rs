@@ -1448,3 +1448,48 @@ fn auth_basic_lets_the_files_users_in_as_nginx_does() {
     );
     refused_saying(&root, &["--auth-basic", "x"], "--auth-basic-user-file");
 }
+
+/// `--limit-rate` (nginx's `limit_rate`, with `limit_rate_after`): a 2 MB
+/// file at 1 MiB a second takes about 0.9 s after the first second's worth,
+/// as from nginx (1.0 s here, its timer's steps); the bytes before
+/// `--limit-rate-after` go at once; under every model.
+#[test]
+fn limit_rate_paces_a_body_as_nginx_does() {
+    let (dir, root) = tree("limitrate", &[("small.txt", "s\n")]);
+    let big: Vec<u8> = (0..2_000_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(root.join("big.bin"), &big).unwrap();
+    let fetch = |url: &str| {
+        let t = Instant::now();
+        let (code, _, body) = call(url, "GET", "/big.bin", "");
+        assert_eq!(code, 200);
+        assert!(body == big, "the body as on disk");
+        t.elapsed()
+    };
+    let paced = Duration::from_millis(700)..Duration::from_millis(2500);
+    for args in [
+        &["--limit-rate", "1m"][..],
+        &["--limit-rate", "1m", "--model", "thread-per-conn"],
+        &["--limit-rate", "1024k", "--io", "epoll"],
+    ] {
+        let server = HttpServer::start(&root, args);
+        let took = fetch(&server.url);
+        assert!(paced.contains(&took), "{args:?}: {took:?}");
+        let t = Instant::now();
+        assert_eq!(call(&server.url, "GET", "/small.txt", "").0, 200);
+        assert!(t.elapsed() < Duration::from_millis(300));
+        assert!(server.stop().success());
+    }
+    let server = HttpServer::start(&root, &["--limit-rate", "1m", "--limit-rate-after", "1m"]);
+    assert!(fetch(&server.url) < Duration::from_millis(600));
+    assert!(server.stop().success());
+    if let Some(nginx) = duality_bench::http::find_nginx() {
+        let n =
+            duality_bench::http::RunningServer::nginx_in_server(&nginx, &root, "limit_rate 1m;")
+                .unwrap();
+        let took = fetch(&format!("http://{}", n.addr));
+        assert!(paced.contains(&took), "nginx: {took:?}");
+    }
+    refused_saying(&root, &["--limit-rate", "fast"], "a size");
+    refused_saying(&root, &["--limit-rate-after", "1m"], "--limit-rate");
+    drop(dir);
+}

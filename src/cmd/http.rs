@@ -363,6 +363,18 @@ pub struct HttpArgs {
     /// not limited
     #[arg(long, value_name = "RATE [burst=N] [nodelay]…")]
     limit_req: Option<duality_http::LimitReqConfig>,
+    /// Send each response's body at most this fast, in bytes a second
+    /// (nginx's `limit_rate`: `500k`, `2m`; the first second's worth goes
+    /// at once). Bodies sent from a file (from `--sendfile-threshold`, or
+    /// kept open) are paced; a small one from memory goes at once. 0 (the
+    /// default): no limit
+    #[arg(long, value_name = "SIZE", default_value = "0", value_parser = nginx_size)]
+    limit_rate: u64,
+    /// Bytes of a body sent before `--limit-rate` applies (nginx's
+    /// `limit_rate_after`: `1m`)
+    #[arg(long, value_name = "SIZE", default_value = "0", value_parser = nginx_size,
+          requires = "limit_rate")]
+    limit_rate_after: u64,
     /// Ask for a user and password for every request (nginx's
     /// `auth_basic REALM`; browsers show the realm), checked against
     /// `--auth-basic-user-file`. Without valid credentials: 401 with
@@ -466,6 +478,20 @@ fn types(a: &HttpArgs) -> anyhow::Result<Vec<duality_http::mime::TypeRule>> {
     }
     rules.extend(a.types.iter().cloned());
     Ok(rules)
+}
+
+/// A size as nginx writes one: bytes, or `k` / `m` / `g` (any case).
+fn nginx_size(v: &str) -> Result<u64, String> {
+    let (n, unit) = match v.as_bytes().last() {
+        Some(b'k' | b'K') => (&v[..v.len() - 1], 1u64 << 10),
+        Some(b'm' | b'M') => (&v[..v.len() - 1], 1 << 20),
+        Some(b'g' | b'G') => (&v[..v.len() - 1], 1 << 30),
+        _ => (v, 1),
+    };
+    n.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(unit))
+        .ok_or_else(|| format!("{v:?}: a size (bytes, or with k, m or g)"))
 }
 
 /// `--allow`.
@@ -859,6 +885,8 @@ pub fn run(mut a: HttpArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
         answer: a.answer.clone(),
         limit_req: a.limit_req,
         auth_basic: a.auth_basic.clone().zip(a.auth_basic_user_file.clone()),
+        limit_rate: a.limit_rate,
+        limit_rate_after: a.limit_rate_after,
     };
     let grace = grace(a.shutdown_grace)?;
     // Stop signals are caught from here on: before any thread starts (the

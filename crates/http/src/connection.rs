@@ -224,6 +224,34 @@ enum Pending {
     },
 }
 
+/// A body's pace under `--limit-rate`: nginx's `limit_rate` arithmetic, a
+/// second's worth of bytes allowed at once, then the rate.
+struct Pace {
+    /// Bytes a second.
+    rate: u64,
+    /// Bytes sent before the pace applies.
+    after: u64,
+    /// When the body began.
+    start: Instant,
+}
+
+impl Pace {
+    /// How many more bytes may go now, having sent `sent`; or how long to
+    /// wait before any may.
+    fn allows(&self, sent: u64, now: Instant) -> Result<usize, Duration> {
+        let ms = now.saturating_duration_since(self.start).as_millis() as u64;
+        let allowed = self
+            .after
+            .saturating_add(self.rate.saturating_mul(ms + 1000) / 1000);
+        match allowed.checked_sub(sent) {
+            Some(n) if n > 0 => Ok(n.min(usize::MAX as u64) as usize),
+            _ => Err(Duration::from_millis(
+                (sent - allowed).saturating_mul(1000) / self.rate + 1,
+            )),
+        }
+    }
+}
+
 /// What is known of whether a file's pages are in the page cache before
 /// its body is sent ([`HttpProtocol::send_file`]).
 enum Residency {
@@ -1078,13 +1106,21 @@ impl HttpProtocol {
         reply: &mut Reply<'_>,
     ) -> Result<Plan, Aborted> {
         let mut sent = 0;
+        // `--limit-rate`: the body's pace, from now.
+        let cfg = &self.state.cfg;
+        let pace = (cfg.limit_rate > 0).then(|| Pace {
+            rate: cfg.limit_rate,
+            after: cfg.limit_rate_after,
+            start: loop_now(),
+        });
+        let pace = pace.as_ref();
         let done = match (&plan.body, &plan.parts) {
             (Some(span), _) => {
-                self.send_file(file, *span, &residency, reply, &mut sent, 0)
+                self.send_file(file, *span, &residency, reply, &mut sent, 0, pace)
                     .await
             }
             (None, Some(parts)) => {
-                self.send_parts(parts, file, &residency, reply, &mut sent)
+                self.send_parts(parts, file, &residency, reply, &mut sent, pace)
                     .await
             }
             (None, None) => Ok(true),
@@ -1118,13 +1154,22 @@ impl HttpProtocol {
         residency: &Residency,
         reply: &mut Reply<'_>,
         sent: &mut u64,
+        pace: Option<&Pace>,
     ) -> io::Result<bool> {
         for (head, span) in &parts.parts {
             reply.out().extend_from_slice(head);
             // The log counts the parts' heads as body bytes sent, as
             // nginx's `$body_bytes_sent` does.
             let whole = self
-                .send_file(file.clone(), *span, residency, reply, sent, head.len())
+                .send_file(
+                    file.clone(),
+                    *span,
+                    residency,
+                    reply,
+                    sent,
+                    head.len(),
+                    pace,
+                )
                 .await?;
             if !whole {
                 return Ok(false);
@@ -1160,6 +1205,7 @@ impl HttpProtocol {
         reply: &mut Reply<'_>,
         sent_so_far: &mut u64,
         body_head: usize,
+        pace: Option<&Pace>,
     ) -> io::Result<bool> {
         let uring =
             duality_rt::event_loop::current_io_backend() == Some(duality_rt::IoBackend::Uring);
@@ -1192,6 +1238,17 @@ impl HttpProtocol {
         }
         while offset < end {
             let mut count = (end - offset).min(SENDFILE_CHUNK) as usize;
+            if let Some(pace) = pace {
+                match pace.allows(*sent_so_far, loop_now()) {
+                    Ok(bytes) => count = count.min(bytes),
+                    // What is queued (a part's head) goes with the next
+                    // piece, counted there.
+                    Err(wait) => {
+                        reply.conn().pause(wait).await;
+                        continue;
+                    }
+                }
+            }
             if offset < ready_to {
                 count = count.min((ready_to - offset) as usize);
             } else {
@@ -1493,7 +1550,27 @@ fn now() -> Now {
 
 #[cfg(test)]
 mod tests {
-    use super::{line_so_far, request_line};
+    use super::{line_so_far, request_line, Pace};
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_pace_allows_a_seconds_worth_then_the_rate() {
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        let pace = Pace {
+            rate: 1000,
+            after: 500,
+            start,
+        };
+        // At once: what comes before the pace, and a second's worth.
+        assert_eq!(pace.allows(0, at(0)), Ok(1500));
+        assert_eq!(pace.allows(1000, at(0)), Ok(500));
+        // All of it sent: wait for the rate to allow more (1 ms at least).
+        assert_eq!(pace.allows(1500, at(0)), Err(Duration::from_millis(1)));
+        assert_eq!(pace.allows(2000, at(0)), Err(Duration::from_millis(501)));
+        assert_eq!(pace.allows(1500, at(250)), Ok(250));
+        assert_eq!(pace.allows(2000, at(500)), Err(Duration::from_millis(1)));
+    }
 
     #[test]
     fn the_request_line_of_a_refused_request() {

@@ -202,6 +202,14 @@ pub struct HttpConfig {
     /// `auth_basic_user_file`): the realm and the user file; none by
     /// default.
     pub auth_basic: Option<(String, PathBuf)>,
+    /// Bytes a second a response's body may go out at (nginx's
+    /// `limit_rate`), after its first `limit_rate_after` bytes; 0 (the
+    /// default): no limit. Bodies sent from a file (`sendfile`, from
+    /// [`sendfile_threshold`](Self::sendfile_threshold) or kept open) are
+    /// paced; a small body from memory goes at once.
+    pub limit_rate: u64,
+    /// See [`limit_rate`](Self::limit_rate) (nginx's `limit_rate_after`).
+    pub limit_rate_after: u64,
 }
 
 impl HttpConfig {
@@ -250,6 +258,8 @@ impl HttpConfig {
             answer: None,
             limit_req: None,
             auth_basic: None,
+            limit_rate: 0,
+            limit_rate_after: 0,
         }
     }
 
