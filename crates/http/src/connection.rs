@@ -224,6 +224,12 @@ enum Pending {
     },
 }
 
+/// A body being sent: its bytes handed to the kernel so far, and its pace.
+struct Progress {
+    sent: u64,
+    pace: Option<Pace>,
+}
+
 /// A body's pace under `--limit-rate`: nginx's `limit_rate` arithmetic, a
 /// second's worth of bytes allowed at once, then the rate.
 struct Pace {
@@ -1105,26 +1111,28 @@ impl HttpProtocol {
         path: &str,
         reply: &mut Reply<'_>,
     ) -> Result<Plan, Aborted> {
-        let mut sent = 0;
         // `--limit-rate`: the body's pace, from now.
         let cfg = &self.state.cfg;
-        let pace = (cfg.limit_rate > 0).then(|| Pace {
-            rate: cfg.limit_rate,
-            after: cfg.limit_rate_after,
-            start: loop_now(),
-        });
-        let pace = pace.as_ref();
+        let mut progress = Progress {
+            sent: 0,
+            pace: (cfg.limit_rate > 0).then(|| Pace {
+                rate: cfg.limit_rate,
+                after: cfg.limit_rate_after,
+                start: loop_now(),
+            }),
+        };
         let done = match (&plan.body, &plan.parts) {
             (Some(span), _) => {
-                self.send_file(file, *span, &residency, reply, &mut sent, 0, pace)
+                self.send_file(file, *span, &residency, reply, &mut progress, 0)
                     .await
             }
             (None, Some(parts)) => {
-                self.send_parts(parts, file, &residency, reply, &mut sent, pace)
+                self.send_parts(parts, file, &residency, reply, &mut progress)
                     .await
             }
             (None, None) => Ok(true),
         };
+        let sent = progress.sent;
         match done {
             Ok(true) => {}
             Ok(false) => {
@@ -1153,23 +1161,14 @@ impl HttpProtocol {
         file: Arc<File>,
         residency: &Residency,
         reply: &mut Reply<'_>,
-        sent: &mut u64,
-        pace: Option<&Pace>,
+        progress: &mut Progress,
     ) -> io::Result<bool> {
         for (head, span) in &parts.parts {
             reply.out().extend_from_slice(head);
             // The log counts the parts' heads as body bytes sent, as
             // nginx's `$body_bytes_sent` does.
             let whole = self
-                .send_file(
-                    file.clone(),
-                    *span,
-                    residency,
-                    reply,
-                    sent,
-                    head.len(),
-                    pace,
-                )
+                .send_file(file.clone(), *span, residency, reply, progress, head.len())
                 .await?;
             if !whole {
                 return Ok(false);
@@ -1194,19 +1193,21 @@ impl HttpProtocol {
     /// blocking pool. Either way the bytes waiting for a slow reader are
     /// the page cache's, not copies of ours. Where the kernel cannot say (no
     /// `cachestat`), epoll sends at once and io_uring reads each piece in.
-    /// `false` if the file ended first. `sent_so_far` counts the body bytes
+    /// `false` if the file ended first. `progress` counts the body bytes
     /// handed to the kernel, an error or not: the span's, and those of the
-    /// last `body_head` bytes of the output (a part's head).
+    /// last `body_head` bytes of the output (a part's head); its pace
+    /// (`--limit-rate`) holds the pieces back.
     async fn send_file(
         &self,
         file: Arc<File>,
         span: ByteRange,
         residency: &Residency,
         reply: &mut Reply<'_>,
-        sent_so_far: &mut u64,
+        progress: &mut Progress,
         body_head: usize,
-        pace: Option<&Pace>,
     ) -> io::Result<bool> {
+        let sent_so_far = &mut progress.sent;
+        let pace = progress.pace.as_ref();
         let uring =
             duality_rt::event_loop::current_io_backend() == Some(duality_rt::IoBackend::Uring);
         let fd = file.as_raw_fd();
