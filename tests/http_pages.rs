@@ -883,7 +883,8 @@ fn log_format_writes_what_nginx_writes() {
     let format = "$remote_addr|$remote_user|$request|$request_method|$request_uri|$uri|\
                   $args|$is_args|$server_protocol|$scheme|$host|$status|$request_length|\
                   $http_referer|$http_user_agent|$http_x_forwarded_for|$arg_q|$arg_Z|\
-                  $cookie_sid|$content_type|$content_length|$connection_requests|${status}x";
+                  $cookie_sid|$content_type|$content_length|$connection_requests|${status}x|\
+                  $upstream_addr|$upstream_http_x|$ssl_protocol|$http2|";
     let requests: [&[u8]; 10] = [
         b"GET /a.txt?q=1&z=%41&Z=x HTTP/1.1\r\nHost: Example.COM:8080\r\n\
           Referer: http://r/\"q\"\\\r\nUser-Agent: ua\t\xc3\xa9\r\nCookie: a=1; sid=abc\r\n\
@@ -948,7 +949,7 @@ fn log_format_writes_what_nginx_writes() {
         format!(
             "127.0.0.1|-|GET /a.txt?q=1&z=%41&Z=x HTTP/1.1|GET|/a.txt?q=1&z=%41&Z=x|/a.txt|\
              q=1&z=%41&Z=x|?|HTTP/1.1|http|example.com|200|{len}|http://r/\\x22q\\x22\\x5C|\
-             ua\\x09\\xC3\\xA9|1.2.3.4|1|%41|abc|-|-|1|200x"
+             ua\\x09\\xC3\\xA9|1.2.3.4|1|%41|abc|-|-|1|200x|-|-|-||"
         )
     );
     let mut json = format!(
@@ -956,7 +957,7 @@ fn log_format_writes_what_nginx_writes() {
          q=1&z=%41&Z=x|?|HTTP/1.1|http|example.com|200|{len}|http://r/\\\"q\\\"\\\\|ua\\t"
     )
     .into_bytes();
-    json.extend_from_slice(b"\xc3\xa9|1.2.3.4|1|%41|abc|||1|200x");
+    json.extend_from_slice(b"\xc3\xa9|1.2.3.4|1|%41|abc|||1|200x|||||");
     assert_eq!(first(&ours[1]), json);
     if let Some(nginx) = duality_bench::http::find_nginx() {
         let logs: Vec<_> = escapes

@@ -155,8 +155,11 @@ pub struct HttpArgs {
     /// `$scheme`, `$host`, `$status`, `$body_bytes_sent`, `$request_length`
     /// (the head's bytes), `$request_time`, `$connection`,
     /// `$connection_requests`, `$pid`, `$hostname`, `$content_type`,
-    /// `$content_length`, `$http_NAME`, `$arg_NAME`, `$cookie_NAME`; any
-    /// other is refused at start. nginx's `combined` by default
+    /// `$content_length`, `$http_NAME`, `$arg_NAME`, `$cookie_NAME`,
+    /// `$request_id`; `$upstream_*`, `$ssl_*` and `$proxy_protocol_*` are
+    /// missing and `$http2` empty, as from nginx serving files over plain
+    /// HTTP/1.x; any other is refused at start. nginx's `combined` by
+    /// default
     #[arg(long, value_name = "FORMAT", requires = "access_log")]
     log_format: Option<String>,
     /// How `--log-format`'s values are escaped (nginx's `escape=`):

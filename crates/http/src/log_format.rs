@@ -102,6 +102,14 @@ enum Var {
     Arg(Box<[u8]>),
     /// `$cookie_NAME`.
     Cookie(Box<[u8]>),
+    /// `$request_id`: 32 hex digits, new for each request.
+    RequestId,
+    /// nginx's variables of what a static server over plain HTTP/1.x has
+    /// none of (`$upstream_*`, `$ssl_*`, `$proxy_protocol_*`): missing, as
+    /// nginx writes them there, so a format written for nginx starts.
+    Absent,
+    /// `$http2`: empty (not HTTP/2).
+    Empty,
 }
 
 /// The variables [`LogFormat::parse`] knows, for its error message.
@@ -110,7 +118,8 @@ const KNOWN: &str = "$remote_addr $remote_port $remote_user $realip_remote_addr 
     $document_uri $args $query_string $is_args $server_protocol $scheme $host \
     $status $body_bytes_sent $request_length $request_time $connection \
     $connection_requests $pid $hostname $content_type $content_length \
-    $http_NAME $arg_NAME $cookie_NAME";
+    $http_NAME $arg_NAME $cookie_NAME $request_id; missing: $upstream_*, $ssl_*, \
+    $proxy_protocol_addr, $proxy_protocol_port; empty: $http2";
 
 impl Var {
     fn named(name: &str) -> Option<Var> {
@@ -141,6 +150,31 @@ impl Var {
             "hostname" => Var::Hostname(hostname().into_bytes().into()),
             "content_type" => Var::Field("content-type".into()),
             "content_length" => Var::Field("content-length".into()),
+            "request_id" => Var::RequestId,
+            "http2" => Var::Empty,
+            "upstream_addr"
+            | "upstream_bytes_received"
+            | "upstream_bytes_sent"
+            | "upstream_cache_status"
+            | "upstream_connect_time"
+            | "upstream_header_time"
+            | "upstream_queue_time"
+            | "upstream_response_length"
+            | "upstream_response_time"
+            | "upstream_status"
+            | "proxy_protocol_addr"
+            | "proxy_protocol_port" => Var::Absent,
+            _ if [
+                "upstream_http_",
+                "upstream_cookie_",
+                "upstream_trailer_",
+                "ssl_",
+            ]
+            .iter()
+            .any(|p| name.len() > p.len() && name.starts_with(p)) =>
+            {
+                Var::Absent
+            }
             _ => {
                 let sub = |prefix: &str| name.strip_prefix(prefix).filter(|s| !s.is_empty());
                 if let Some(n) = sub("http_") {
@@ -156,6 +190,22 @@ impl Var {
         };
         Some(v)
     }
+}
+
+/// A `$request_id`: 128 random bits in hex, as nginx's (two hashes of
+/// nothing under fresh keys: std's keys are random per thread and move
+/// on with each `RandomState`).
+fn request_id() -> [u8; 32] {
+    use std::hash::BuildHasher;
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut id = [0u8; 32];
+    for half in 0..2 {
+        let bits = std::collections::hash_map::RandomState::new().hash_one(half);
+        for (i, d) in id[half * 16..half * 16 + 16].iter_mut().enumerate() {
+            *d = HEX[((bits >> (60 - 4 * i)) & 15) as usize];
+        }
+    }
+    id
 }
 
 /// This machine's name (nginx's `$hostname`), read once.
@@ -258,13 +308,14 @@ impl LogFormat {
     /// Appends the text with `e`'s values, without a line end (the text
     /// or address of `--return`).
     pub fn expand(&self, e: &Entry<'_>, out: &mut Vec<u8>) {
-        // One clock reading for every time of a line.
-        let mut now = None;
+        // One clock reading for every time of a line, and one id,
+        // wherever they appear.
+        let (mut now, mut id) = (None, None);
         for p in &self.pieces {
             match p {
                 Piece::Text(t) => out.extend_from_slice(t),
                 Piece::Var(v) => {
-                    let value = self.value(v, e, &mut now, out);
+                    let value = self.value(v, e, (&mut now, &mut id), out);
                     self.put(value, out);
                 }
             }
@@ -275,7 +326,7 @@ impl LogFormat {
         &self,
         v: &'a Var,
         e: &Entry<'a>,
-        now: &mut Option<SystemTime>,
+        (now, id): (&mut Option<SystemTime>, &mut Option<[u8; 32]>),
         line: &mut Vec<u8>,
     ) -> Value<'a> {
         let head = e.head;
@@ -415,6 +466,12 @@ impl LogFormat {
                 Some(c) => Value::Bytes(c),
                 None => Value::Missing,
             },
+            Var::RequestId => {
+                line.extend_from_slice(&id.get_or_insert_with(request_id)[..]);
+                Value::Done
+            }
+            Var::Absent => Value::Missing,
+            Var::Empty => Value::Bytes(b""),
         }
     }
 
@@ -700,6 +757,33 @@ mod tests {
         let req = "GET / HTTP/1.1\r\nHost: h\r\nX-A: 1\r\nCookie: a=1; SID=x\r\n\
                    x-a: 2\r\nCookie: b= 2 \r\n\r\n";
         assert_eq!(of(req, f), format!("1, 2|x|2|-|-|{}\n", req.len()));
+    }
+
+    #[test]
+    fn what_a_static_server_has_none_of_and_request_ids() {
+        let e = entry(None, None);
+        let f = "$upstream_addr|$upstream_response_time|$upstream_http_server|$ssl_protocol|\
+                 $proxy_protocol_addr|$http2|";
+        assert_eq!(line(f, Escape::Default, &e), "-|-|-|-|-||\n");
+        assert_eq!(line(f, Escape::Json, &e), "||||||\n");
+        assert!(LogFormat::parse("$upstream_", Escape::Default).is_err());
+        assert!(LogFormat::parse("$upstream_nope", Escape::Default).is_err());
+        // One id for a line however often it appears; another for the next.
+        let ids =
+            |l: String| -> Vec<String> { l.trim_end().split(' ').map(str::to_owned).collect() };
+        let first = ids(line("$request_id $request_id", Escape::Default, &e));
+        let second = ids(line("$request_id", Escape::Default, &e));
+        assert_eq!(first[0], first[1]);
+        assert_ne!(first[0], second[0]);
+        for id in [&first[0], &second[0]] {
+            assert!(
+                id.len() == 32
+                    && id
+                        .bytes()
+                        .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()),
+                "{id}"
+            );
+        }
     }
 
     #[test]
