@@ -483,17 +483,9 @@ fn types(a: &HttpArgs) -> anyhow::Result<Vec<duality_http::mime::TypeRule>> {
     Ok(rules)
 }
 
-/// A size as nginx writes one: bytes, or `k` / `m` / `g` (any case).
+/// A size as nginx writes one (bytes, or with `k`, `m` or `g`).
 fn nginx_size(v: &str) -> Result<u64, String> {
-    let (n, unit) = match v.as_bytes().last() {
-        Some(b'k' | b'K') => (&v[..v.len() - 1], 1u64 << 10),
-        Some(b'm' | b'M') => (&v[..v.len() - 1], 1 << 20),
-        Some(b'g' | b'G') => (&v[..v.len() - 1], 1 << 30),
-        _ => (v, 1),
-    };
-    n.parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(unit))
+    duality_http::fields::parse_size(v)
         .ok_or_else(|| format!("{v:?}: a size (bytes, or with k, m or g)"))
 }
 

@@ -722,48 +722,45 @@ impl HttpProtocol {
             self.state.phases.request();
             return self.answer(answer, session, head, out);
         }
-        // nginx's limit_req, then its access check. A request let through
-        // after its wait is not charged again.
-        if let Some(limiter) = &self.state.limiter {
-            if !session.paced {
-                match limiter.check(self.client(session, head), loop_now()) {
-                    Verdict::Pass => {}
-                    Verdict::Delay(wait) => {
-                        self.state.counters.delayed.fetch_add(1, Relaxed);
-                        session.pending = Some(Pending::Paced(wait));
-                        return None;
-                    }
-                    Verdict::Reject => {
-                        self.state.counters.limited.fetch_add(1, Relaxed);
-                        self.state.phases.request();
-                        session.pending = Some(Pending::Miss {
-                            want_gzip: gzip::wanted(&self.state.cfg.gzip, head),
-                            refused: Some(limiter.config().status),
-                        });
-                        return None;
-                    }
+        // nginx's limit_req, then its access check, then the password
+        // (whose hashes are checked off the loop, remembered once they
+        // pass). A request let through after its wait or its check is not
+        // charged or checked again. A refusal goes where a lookup's error
+        // would (an error page may answer it).
+        let access = &self.state.cfg.access;
+        let client = match self.state.limiter.is_some() || !access.is_empty() {
+            true => self.client(session, head),
+            false => None,
+        };
+        let mut refused = None;
+        if let (Some(limiter), false) = (&self.state.limiter, session.paced) {
+            match limiter.check(client, loop_now()) {
+                Verdict::Pass => {}
+                Verdict::Delay(wait) => {
+                    self.state.counters.delayed.fetch_add(1, Relaxed);
+                    session.pending = Some(Pending::Paced(wait));
+                    return None;
+                }
+                Verdict::Reject => {
+                    self.state.counters.limited.fetch_add(1, Relaxed);
+                    refused = Some(limiter.config().status);
                 }
             }
         }
-        // The access check: its 403 goes where a lookup's would (an
-        // error page may answer it). Then the password, whose hashes are
-        // checked off the loop (remembered once they pass).
-        let access = &self.state.cfg.access;
-        let refused = if !access.is_empty() && !access.allows(self.client(session, head)) {
-            Some(Status::Forbidden)
-        } else if let (Some(auth), false) = (&self.state.auth, session.verified) {
+        if refused.is_none() && !access.is_empty() && !access.allows(client) {
+            refused = Some(Status::Forbidden);
+        }
+        if let (None, Some(auth), false) = (refused, &self.state.auth, session.verified) {
             match auth.quick(head) {
-                Quick::Passed => None,
-                Quick::Refused => Some(Status::Unauthorized),
+                Quick::Passed => {}
+                Quick::Refused => refused = Some(Status::Unauthorized),
                 Quick::Check => {
                     let (user, password) = credentials(head).unwrap_or_default();
                     session.pending = Some(Pending::Verify(user, password));
                     return None;
                 }
             }
-        } else {
-            None
-        };
+        }
         if let Some(status) = refused {
             self.state.phases.request();
             session.pending = Some(Pending::Miss {

@@ -164,6 +164,18 @@ impl FromStr for Expires {
 /// what its `time_t` holds; dates past 9999 cannot be written).
 const MAX_TIME: i64 = 1000 * 365 * DAY;
 
+/// Bytes in nginx's size syntax (`ngx_parse_size`): a number, or one with
+/// `k`, `m` or `g` (any case) after it.
+pub fn parse_size(v: &str) -> Option<u64> {
+    let (n, unit) = match v.as_bytes().last()? {
+        b'k' | b'K' => (&v[..v.len() - 1], 1u64 << 10),
+        b'm' | b'M' => (&v[..v.len() - 1], 1 << 20),
+        b'g' | b'G' => (&v[..v.len() - 1], 1 << 30),
+        _ => (v, 1),
+    };
+    n.parse::<u64>().ok()?.checked_mul(unit)
+}
+
 /// Seconds in nginx's time syntax (`ngx_parse_time` for seconds): numbers
 /// with a unit each, `y` (365 days), `M` (30 days), `w`, `d`, `h`, `m`,
 /// `s`, largest first and each at most once, spaces between allowed; a
@@ -488,6 +500,17 @@ pub(crate) fn insert_field(out: &mut Vec<u8>, start: usize, line: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_in_nginx_units() {
+        assert_eq!(parse_size("512"), Some(512));
+        assert_eq!(parse_size("10m"), Some(10 << 20));
+        assert_eq!(parse_size("64K"), Some(64 << 10));
+        assert_eq!(parse_size("2g"), Some(2 << 30));
+        for bad in ["", "k", "1t", "-1", "1.5m", "99999999999999999999g"] {
+            assert_eq!(parse_size(bad), None, "{bad:?}");
+        }
+    }
 
     fn secs(date: &str) -> u64 {
         date::parse(date.as_bytes())

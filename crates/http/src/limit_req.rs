@@ -79,7 +79,9 @@ impl FromStr for LimitReqConfig {
                 Some(("burst", v)) => cfg.burst = number(w, v)? * 1000,
                 Some(("delay", v)) => cfg.delay = number(w, v)? * 1000,
                 Some(("zone", v)) => {
-                    let bytes = size(v).ok_or_else(|| format!("invalid \"{w}\""))?;
+                    let bytes = crate::fields::parse_size(v)
+                        .filter(|&b| b <= 1 << 34)
+                        .ok_or_else(|| format!("invalid \"{w}\""))?;
                     cfg.buckets = (bytes / 64).max(16) as usize;
                 }
                 Some(("status", "503")) => cfg.status = Status::ServiceUnavailable,
@@ -93,19 +95,6 @@ impl FromStr for LimitReqConfig {
         }
         Ok(cfg)
     }
-}
-
-/// nginx's sizes: bytes, or `k`/`m` (any case).
-fn size(v: &str) -> Option<u64> {
-    let (n, unit) = match v.as_bytes().last()? {
-        b'k' | b'K' => (&v[..v.len() - 1], 1 << 10),
-        b'm' | b'M' => (&v[..v.len() - 1], 1 << 20),
-        _ => (v, 1),
-    };
-    n.parse::<u64>()
-        .ok()?
-        .checked_mul(unit)
-        .filter(|&b| b <= 1 << 34)
 }
 
 /// What a request may do now.
