@@ -870,7 +870,7 @@ fn etag_nginx_tags_as_nginx_does() {
     }
     assert!(server.stop().success());
     assert!(default.stop().success());
-    refused_saying(&root, &["--etag", "weak"], "expected inode or nginx");
+    refused_saying(&root, &["--etag", "weak"], "expected inode, nginx or off");
 }
 
 /// `--log-format` and `--log-escape` write the lines nginx's `log_format`
@@ -1508,4 +1508,114 @@ fn limit_rate_paces_a_body_as_nginx_does() {
     refused_saying(&root, &["--limit-rate", "fast"], "a size");
     refused_saying(&root, &["--limit-rate-after", "1m"], "--limit-rate");
     drop(dir);
+}
+
+/// `--etag off`, `--if-modified-since` and `--max-ranges` answer
+/// conditional and range requests as nginx's `etag off`,
+/// `if_modified_since` and `max_ranges` do, compared where nginx is
+/// installed: the status and which validators and range fields come back.
+#[test]
+fn validators_and_ranges_as_nginx_sets_them() {
+    let (_dir, root) = tree("validators", &[("a.txt", "0123456789\n")]);
+    // 2024-01-01 00:00:00 UTC.
+    let file = std::fs::File::options()
+        .write(true)
+        .open(root.join("a.txt"))
+        .unwrap();
+    file.set_modified(std::time::UNIX_EPOCH + Duration::from_secs(1_704_067_200))
+        .unwrap();
+    drop(file);
+    let lm = "Mon, 01 Jan 2024 00:00:00 GMT";
+    let later = "Mon, 01 Jan 2024 01:00:00 GMT";
+    let earlier = "Sun, 31 Dec 2023 23:00:00 GMT";
+    let asks = [
+        String::new(),
+        "If-None-Match: *\r\n".to_owned(),
+        "If-None-Match: \"x\"\r\n".to_owned(),
+        "If-None-Match: \"\"\r\n".to_owned(),
+        "If-Match: \"x\"\r\n".to_owned(),
+        "If-Match: *\r\n".to_owned(),
+        format!("If-Modified-Since: {lm}\r\n"),
+        format!("If-Modified-Since: {later}\r\n"),
+        format!("If-Modified-Since: {earlier}\r\n"),
+        "Range: bytes=0-1\r\n".to_owned(),
+        "Range: bytes=0-1,4-5\r\n".to_owned(),
+        "Range: bytes=0-1,4-5,8-9\r\n".to_owned(),
+        "Range: bytes=0-1\r\nIf-Range: \"x\"\r\n".to_owned(),
+        format!("Range: bytes=0-1\r\nIf-Range: {lm}\r\n"),
+    ];
+    // The status, whether ETag and Accept-Ranges came (but on a 206: nginx
+    // names only the unit it would take, we name it on every file answer),
+    // and Content-Range.
+    type Seen = Vec<(u16, bool, bool, Option<String>)>;
+    let seen = |url: &str| -> Seen {
+        asks.iter()
+            .map(|fields| {
+                let (code, fields, _) = call(url, "GET", "/a.txt", fields);
+                (
+                    code,
+                    field(&fields, "etag").is_some(),
+                    code != 206 && field(&fields, "accept-ranges").is_some(),
+                    field(&fields, "content-range").map(str::to_owned),
+                )
+            })
+            .collect()
+    };
+    let settings: [(&[&str], &str); 4] = [
+        (
+            &[
+                "--etag",
+                "off",
+                "--if-modified-since",
+                "before",
+                "--max-ranges",
+                "2",
+            ],
+            "etag off; if_modified_since before; max_ranges 2;",
+        ),
+        (
+            &["--if-modified-since", "off", "--max-ranges", "0"],
+            "if_modified_since off; max_ranges 0;",
+        ),
+        (&["--etag", "nginx", "--max-ranges", "1"], "max_ranges 1;"),
+        (&[], ""),
+    ];
+    let nginx = duality_bench::http::find_nginx();
+    let mut all = Vec::new();
+    for (args, directives) in settings {
+        let server = HttpServer::start(&root, args);
+        let ours = seen(&server.url);
+        assert!(server.stop().success());
+        if let Some(nginx) = &nginx {
+            let n = duality_bench::http::RunningServer::nginx_in_server(nginx, &root, directives)
+                .unwrap();
+            let theirs = seen(&format!("http://{}", n.addr));
+            for (i, (o, t)) in ours.iter().zip(&theirs).enumerate() {
+                assert_eq!(o, t, "{args:?}, {:?}", asks[i]);
+            }
+        }
+        all.push(ours);
+    }
+    // What each setting changes, nginx or not.
+    let codes = |s: &Seen| s.iter().map(|a| a.0).collect::<Vec<_>>();
+    let (off, dates_off, one, default) = (&all[0], &all[1], &all[2], &all[3]);
+    assert!(off.iter().all(|a| !a.1) && default.iter().any(|a| a.1));
+    assert_eq!(
+        codes(off),
+        [200, 304, 200, 200, 412, 200, 304, 304, 200, 206, 206, 200, 200, 206]
+    );
+    assert_eq!(
+        codes(default),
+        [200, 304, 200, 200, 412, 200, 304, 200, 200, 206, 206, 206, 200, 206]
+    );
+    assert_eq!(&codes(dates_off)[6..9], [200, 200, 200]);
+    assert!(codes(dates_off)[9..].iter().all(|&c| c == 200));
+    assert!(dates_off.iter().all(|a| !a.2));
+    assert_eq!(&codes(one)[9..12], [206, 200, 200]);
+    refused_saying(
+        &root,
+        &["--if-modified-since", "after"],
+        "expected off, exact or before",
+    );
+    refused_saying(&root, &["--etag", "weak"], "expected inode, nginx or off");
 }

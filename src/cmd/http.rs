@@ -281,9 +281,27 @@ pub struct HttpArgs {
     /// server holding the same files with the same times (replicas behind a
     /// load balancer: a client's revalidation gets 304 whichever answers;
     /// a rolling switch from nginx keeps clients' cached validators), but,
-    /// as nginx's, blind to a rewrite of the same size within a second
-    #[arg(long, value_name = "inode|nginx", default_value = "inode")]
+    /// as nginx's, blind to a rewrite of the same size within a second;
+    /// `off`, no tag at all (nginx's `etag off`): an If-None-Match
+    /// or If-Match then holds only for `*`, an If-Range with a tag sends the
+    /// whole file, and dates still validate
+    #[arg(long, value_name = "inode|nginx|off", default_value = "inode")]
     etag: duality_http::file::ETagFormat,
+    /// How If-Modified-Since makes a 304 when no If-None-Match came (nginx's
+    /// if_modified_since): `exact`, only for the file's Last-Modified itself
+    /// (nginx's default: a file rolled back to an older date is sent
+    /// again); `before`, for that date or a later one (RFC 9110's rule);
+    /// `off`, never (a tag still does). A date later than the answer's Date
+    /// is ignored under each
+    #[arg(long, value_name = "off|exact|before", default_value = "exact")]
+    if_modified_since: duality_http::IfModifiedSince,
+    /// The most byte ranges one request may ask for (nginx's max_ranges): a
+    /// Range with more satisfiable ones gets the whole file (200); 0 turns
+    /// ranges off (no Accept-Ranges either). Default: no limit of its own
+    /// (a Range whose ranges stay more than 64 spans apart after merging
+    /// gets the whole file)
+    #[arg(long, value_name = "N")]
+    max_ranges: Option<u32>,
     /// `Expires` and `Cache-Control` on answers of 200, 206, 301 and 304
     /// (nginx's `expires`): a TIME after the answer (`30d`, `12h`, `1h
     /// 30m`, `90`: seconds; units y M w d h m s) as `max-age`, `modified
@@ -862,6 +880,8 @@ pub fn run(mut a: HttpArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
         charset: (a.charset != "off").then(|| a.charset.clone()),
         types: types(&a)?,
         etag: a.etag,
+        if_modified_since: a.if_modified_since,
+        max_ranges: a.max_ranges,
         fields: duality_http::ResponseFields::new(
             a.expires.clone(),
             a.add_header

@@ -66,6 +66,10 @@ pub enum ETagFormat {
     /// rolling switch from nginx keeps clients' validators), at the price
     /// of missing a same-size rewrite within the same second, as nginx's.
     Nginx,
+    /// No tag at all (nginx's `etag off`): responses carry no `ETag`,
+    /// `If-None-Match` and `If-Match` hold only for `*`, and an `If-Range`
+    /// with a tag sends the whole file; dates still validate.
+    Off,
 }
 
 /// The process's [`ETagFormat`], as a `u8`.
@@ -81,6 +85,7 @@ impl ETagFormat {
     fn current() -> ETagFormat {
         match FORMAT.load(std::sync::atomic::Ordering::Relaxed) {
             1 => ETagFormat::Nginx,
+            2 => ETagFormat::Off,
             _ => ETagFormat::Inode,
         }
     }
@@ -93,7 +98,8 @@ impl std::str::FromStr for ETagFormat {
         match s {
             "inode" => Ok(ETagFormat::Inode),
             "nginx" => Ok(ETagFormat::Nginx),
-            _ => Err(format!("{s:?}: expected inode or nginx")),
+            "off" => Ok(ETagFormat::Off),
+            _ => Err(format!("{s:?}: expected inode, nginx or off")),
         }
     }
 }
@@ -135,8 +141,15 @@ impl ETag {
         ETag::in_format(meta, ETagFormat::current())
     }
 
-    /// The tag of `meta` in `format`.
+    /// The tag of `meta` in `format`; [absent](ETag::is_absent) when the
+    /// format is [`ETagFormat::Off`].
     pub fn in_format(meta: &FileMeta, format: ETagFormat) -> ETag {
+        if format == ETagFormat::Off {
+            return ETag {
+                buf: [0; ETag::CAP],
+                len: 0,
+            };
+        }
         let since = meta.mtime.duration_since(UNIX_EPOCH);
         // By hand, not `write!`: every file response carries the tag, and
         // the formatter machinery showed in the server's profile.
@@ -151,7 +164,7 @@ impl ETag {
                 len += 1;
                 Some(since.map_or(0, |d| d.as_nanos()))
             }
-            ETagFormat::Nginx => {
+            ETagFormat::Nginx | ETagFormat::Off => {
                 len += hex(
                     &mut buf[len..],
                     u128::from(since.map_or(0, |d| d.as_secs())),
@@ -176,11 +189,12 @@ impl ETag {
 
     /// The tag of the gzip variant of the file this tag describes (see the
     /// type's docs). Applied to a variant's tag it appends again.
+    /// An absent tag stays absent.
     pub fn gzip_variant(&self) -> ETag {
         let mut tag = *self;
         let len = self.len as usize;
-        let end = len - 1 + ETag::GZIP_SUFFIX.len();
-        if end + 1 > ETag::CAP {
+        let end = (len + ETag::GZIP_SUFFIX.len()).saturating_sub(1);
+        if self.is_absent() || end + 1 > ETag::CAP {
             return tag;
         }
         tag.buf[len - 1..end].copy_from_slice(ETag::GZIP_SUFFIX);
@@ -189,14 +203,30 @@ impl ETag {
         tag
     }
 
-    /// The tag with its quotes, as sent in the `ETag` field.
+    /// The tag with its quotes, as sent in the `ETag` field (empty when
+    /// [absent](ETag::is_absent)).
     pub fn as_bytes(&self) -> &[u8] {
         &self.buf[..self.len as usize]
     }
 
-    /// The opaque part, between the quotes.
+    /// Whether there is no tag (`--etag off`): no `ETag` field is sent, and
+    /// no tag a client sends [names](ETag::named_by) it.
+    pub fn is_absent(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The opaque part, between the quotes (empty when absent).
     pub fn opaque(&self) -> &[u8] {
-        &self.buf[1..self.len as usize - 1]
+        match self.len {
+            0 => &[],
+            n => &self.buf[1..n as usize - 1],
+        }
+    }
+
+    /// Whether a client's tag with this opaque part names this tag: never
+    /// when absent (a client's `""` must not match the missing tag).
+    pub fn named_by(&self, opaque: &[u8]) -> bool {
+        !self.is_absent() && opaque == self.opaque()
     }
 }
 
@@ -319,8 +349,20 @@ mod tests {
             b"\"0-0\""
         );
         assert_eq!("nginx".parse(), Ok(ETagFormat::Nginx));
+        assert_eq!("off".parse(), Ok(ETagFormat::Off));
         assert_eq!("inode".parse(), Ok(ETagFormat::Inode));
         assert!("weak".parse::<ETagFormat>().is_err());
+    }
+
+    #[test]
+    fn etag_off_is_absent_and_named_by_nothing() {
+        let tag = ETag::in_format(&meta(6, 1_767_225_600, 5, 0xab), ETagFormat::Off);
+        assert!(tag.is_absent());
+        assert_eq!(tag.as_bytes(), b"");
+        assert!(!tag.named_by(b""));
+        assert!(tag.gzip_variant().is_absent());
+        let on = ETag::in_format(&meta(6, 1_767_225_600, 5, 0xab), ETagFormat::Nginx);
+        assert!(on.named_by(b"6955b900-6") && !on.named_by(b""));
     }
 
     #[test]

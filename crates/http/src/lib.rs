@@ -236,7 +236,7 @@ pub use real_ip::{RealIp, Trusted};
 pub use request::{parse_head, Discard, Head, Limits, Method, Version};
 pub use response::{
     plan_encoded, plan_error_page, plan_file, write_error, write_redirect, write_redirect_to,
-    write_refusal, write_returned, ByteRange, Encoding, Parts, Plan, MAX_PARTS,
+    write_refusal, write_returned, ByteRange, Encoding, IfModifiedSince, Parts, Plan, MAX_PARTS,
 };
 pub use return_directive::Return;
 pub use server::{serve, stub_status, HttpConfig, HttpState, HttpStats};

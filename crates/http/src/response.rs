@@ -21,8 +21,9 @@
 //!    (nginx's `if_modified_since exact`, its default; RFC 9110's "not
 //!    later than" would keep clients on their copy when a file is replaced
 //!    by one with an older mtime: a rollback, `rsync -t`, an unpacked
-//!    archive), unless it is later than the response's `Date`: a date in
-//!    the future is invalid (§13.1.3) and ignored.
+//!    archive; [`IfModifiedSince`] chooses another rule), unless it is
+//!    later than the response's `Date`: a date in the future is invalid
+//!    (§13.1.3) and ignored.
 //! 4. `Range` (GET only; ignored when an `If-Range` does not match the
 //!    file's strong `ETag` or equal its `Last-Modified`):
 //!    - one range, `bytes=a-b`, `bytes=a-` or `bytes=-n`, satisfiable → 206
@@ -38,7 +39,9 @@
 //!      coalesced span where its first range was), each with its
 //!      `Content-Type` and `Content-Range`, as nginx answers (nginx does not
 //!      coalesce); more than [`MAX_PARTS`] spans → the Range is ignored
-//!      (200; §14.2 allows it, and it bounds the parts' overhead);
+//!      (200; §14.2 allows it, and it bounds the parts' overhead), as are
+//!      more satisfiable ranges than [`set_max_ranges`] allows (0: no
+//!      ranges at all, nor `Accept-Ranges`);
 //!    - another unit or a syntax error → the Range is **ignored** and the
 //!      whole file is sent with 200.
 //! 5. Otherwise 200 with the whole file.
@@ -58,6 +61,7 @@
 //! (the caller only chooses gzip for requests without one). [`plan_file`] is
 //! `plan_encoded` with `Identity { vary: false }`.
 
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering::Relaxed};
 use std::time::SystemTime;
 
 use crate::date;
@@ -259,11 +263,96 @@ pub fn plan_file(
 /// decides with it; a caller asks it first to skip work a 304 does not
 /// need (compressing a body).
 pub fn not_modified(head: &Head<'_>, etag: &ETag, file: &FileMeta, date: &str) -> bool {
+    not_modified_by(IfModifiedSince::current(), head, etag, file, date)
+}
+
+/// [`not_modified`] with `If-Modified-Since` compared as `ims_rule` says.
+fn not_modified_by(
+    ims_rule: IfModifiedSince,
+    head: &Head<'_>,
+    etag: &ETag,
+    file: &FileMeta,
+    date: &str,
+) -> bool {
     match (head.if_none_match, head.if_modified_since) {
         (Some(inm), _) => none_match_hits(inm, etag),
-        (None, Some(ims)) => date::to_http_seconds(file.mtime) == ims && !in_future(ims, date),
+        (None, Some(ims)) => {
+            ims_rule.holds(date::to_http_seconds(file.mtime), ims) && !in_future(ims, date)
+        }
         (None, None) => false,
     }
+}
+
+/// How `If-Modified-Since` is compared with a file's `Last-Modified`
+/// (`--if-modified-since`, nginx's `if_modified_since`), for every server
+/// of the process. A date later than the response's `Date` is ignored
+/// under every rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IfModifiedSince {
+    /// Ignored: a date never makes a 304 (an `If-None-Match` still does).
+    Off,
+    /// 304 only for the file's `Last-Modified` exactly (nginx's default;
+    /// see the [module docs](self) why).
+    #[default]
+    Exact,
+    /// 304 for the file's `Last-Modified` or a later date (RFC 9110's "not
+    /// later than").
+    Before,
+}
+
+/// The process's [`IfModifiedSince`], as a `u8`.
+static IMS_RULE: AtomicU8 = AtomicU8::new(IfModifiedSince::Exact as u8);
+
+/// The process's largest number of ranges a `Range` may ask for
+/// (`--max-ranges`; `u32::MAX`: no limit but [`MAX_PARTS`]).
+static MAX_RANGES: AtomicU32 = AtomicU32::new(u32::MAX);
+
+impl IfModifiedSince {
+    /// Makes this the rule of every answer the process plans from now on:
+    /// a server's setting, made once at start.
+    pub fn set(self) {
+        IMS_RULE.store(self as u8, Relaxed);
+    }
+
+    fn current() -> IfModifiedSince {
+        match IMS_RULE.load(Relaxed) {
+            0 => IfModifiedSince::Off,
+            2 => IfModifiedSince::Before,
+            _ => IfModifiedSince::Exact,
+        }
+    }
+
+    /// Whether a file last modified at `mtime` is unmodified since `ims`
+    /// (both in whole seconds) under this rule.
+    fn holds(self, mtime: SystemTime, ims: SystemTime) -> bool {
+        match self {
+            IfModifiedSince::Off => false,
+            IfModifiedSince::Exact => mtime == ims,
+            IfModifiedSince::Before => mtime <= ims,
+        }
+    }
+}
+
+impl std::str::FromStr for IfModifiedSince {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<IfModifiedSince, String> {
+        match s {
+            "off" => Ok(IfModifiedSince::Off),
+            "exact" => Ok(IfModifiedSince::Exact),
+            "before" => Ok(IfModifiedSince::Before),
+            _ => Err(format!("{s:?}: expected off, exact or before")),
+        }
+    }
+}
+
+/// Limits the ranges one `Range` may ask for, for every answer the process
+/// plans from now on (`--max-ranges`, nginx's `max_ranges`; a server's
+/// setting, made once at start): a request asking for more satisfiable
+/// ranges than `max` gets the whole file (200); `Some(0)` turns ranges off
+/// (no `Accept-Ranges` either); `None` leaves only [`MAX_PARTS`].
+pub fn set_max_ranges(max: Option<u32>) {
+    MAX_RANGES.store(max.unwrap_or(u32::MAX), Relaxed);
 }
 
 /// [`plan_file`] for the representation `encoding` of the file (see the
@@ -294,6 +383,7 @@ pub fn plan_encoded(
             }
         });
     }
+    let max_ranges = MAX_RANGES.load(Relaxed);
     if not_modified(head, &etag, file, date) {
         let keep_alive = head.keep_alive;
         status_line(out, Status::NotModified, date);
@@ -316,8 +406,13 @@ pub fn plan_encoded(
         Encoding::Gzip { len } => (len, true),
     };
     let range = match head.range {
-        Some(range) if !gzip && head.method == Method::Get && if_range_holds(head, &etag, file) => {
-            parse_range(range, file.size)
+        Some(range)
+            if !gzip
+                && max_ranges > 0
+                && head.method == Method::Get
+                && if_range_holds(head, &etag, file) =>
+        {
+            parse_range(range, file.size, max_ranges)
         }
         _ => RangeSpec::Ignore,
     };
@@ -363,7 +458,7 @@ pub fn plan_encoded(
     if vary {
         out.extend_from_slice(VARY);
     }
-    if !gzip {
+    if !gzip && max_ranges > 0 {
         out.extend_from_slice(b"Accept-Ranges: bytes\r\n");
     }
     // A multipart body names each part's range in the part.
@@ -653,8 +748,10 @@ fn status_line(out: &mut Vec<u8>, status: Status, date: &str) {
 fn validators(out: &mut Vec<u8>, etag: &ETag, file: &FileMeta) {
     out.extend_from_slice(b"Last-Modified: ");
     out.extend_from_slice(&date::format_memo(file.mtime));
-    out.extend_from_slice(b"\r\nETag: ");
-    out.extend_from_slice(etag.as_bytes());
+    if !etag.is_absent() {
+        out.extend_from_slice(b"\r\nETag: ");
+        out.extend_from_slice(etag.as_bytes());
+    }
     out.extend_from_slice(b"\r\n");
 }
 
@@ -738,7 +835,7 @@ fn list_hits(value: &[u8], etag: &ETag, strong: bool) -> bool {
         let Some((opaque, weak, after)) = entity_tag(rest) else {
             return false;
         };
-        if opaque == etag.opaque() && !(strong && weak) {
+        if etag.named_by(opaque) && !(strong && weak) {
             return true;
         }
         rest = after;
@@ -775,7 +872,7 @@ fn if_range_holds(head: &Head<'_>, etag: &ETag, file: &FileMeta) -> bool {
     };
     if value.starts_with(b"\"") || value.starts_with(b"W/") {
         return matches!(entity_tag(value), Some((opaque, false, rest))
-            if opaque == etag.opaque() && rest.is_empty());
+            if etag.named_by(opaque) && rest.is_empty());
     }
     date::parse(value) == Some(date::to_http_seconds(file.mtime))
 }
@@ -803,9 +900,10 @@ enum RangeSpec {
 /// `multipart/byteranges` 206 in the order the ranges were asked, a
 /// coalesced span where its first range was (§15.3.7.2: parts SHOULD
 /// follow that order); more than [`MAX_PARTS`] get the whole file with 200
-/// (§14.2 lets a server ignore the field). A syntax error in any range
-/// ignores the field.
-fn parse_range(value: &[u8], size: u64) -> RangeSpec {
+/// (§14.2 lets a server ignore the field), as do more than `max`
+/// satisfiable ranges before coalescing (nginx's `max_ranges` counts so).
+/// A syntax error in any range ignores the field.
+fn parse_range(value: &[u8], size: u64, max: u32) -> RangeSpec {
     // An empty file: no range names a byte of it (RFC 9110 would answer
     // 416), and nginx sends it whole (200, no body): a download resumed at
     // 0 then ends rather than failing.
@@ -832,7 +930,12 @@ fn parse_range(value: &[u8], size: u64) -> RangeSpec {
         match one_range(spec, size) {
             None => return RangeSpec::Ignore,
             Some(None) => {}
-            Some(Some(span)) => spans.push((span.start, span.end(), spans.len())),
+            Some(Some(span)) => {
+                if spans.len() >= max as usize {
+                    return RangeSpec::Ignore;
+                }
+                spans.push((span.start, span.end(), spans.len()))
+            }
         }
     }
     if !any {
@@ -1412,6 +1515,58 @@ mod tests {
     }
 
     #[test]
+    fn max_ranges_counts_satisfiable_ranges_before_coalescing() {
+        let span = |start, len| ByteRange { start, len };
+        assert!(matches!(
+            parse_range(b"bytes=0-1,5-6", 100, 2),
+            RangeSpec::Parts(_)
+        ));
+        assert_eq!(parse_range(b"bytes=0-1,5-6", 100, 1), RangeSpec::Ignore);
+        // Two ranges asked, though they make one span.
+        assert_eq!(parse_range(b"bytes=0-5,3-9", 100, 1), RangeSpec::Ignore);
+        assert_eq!(
+            parse_range(b"bytes=0-5,3-9", 100, 2),
+            RangeSpec::Span(span(0, 10))
+        );
+        // One no byte satisfies is not counted.
+        assert_eq!(
+            parse_range(b"bytes=0-5,500-", 100, 1),
+            RangeSpec::Span(span(0, 6))
+        );
+        assert_eq!(parse_range(b"bytes=500-", 100, 1), RangeSpec::Unsatisfiable);
+    }
+
+    #[test]
+    fn if_modified_since_rules() {
+        let earlier = "Sun, 09 Sep 2001 01:46:39 GMT";
+        let later = "Sun, 09 Sep 2001 01:46:41 GMT";
+        let future = "Tue, 01 Jan 2030 00:00:00 GMT";
+        let check = |rule: IfModifiedSince, fields: &str| {
+            let req = format!("GET /f.txt HTTP/1.1\r\nHost: h\r\n{fields}\r\n");
+            let (head, _) = parse_head(req.as_bytes(), &Limits::default())
+                .unwrap()
+                .unwrap();
+            not_modified_by(rule, &head, &file(10).etag(), &file(10), DATE)
+        };
+        let ims = |date: &str| format!("If-Modified-Since: {date}\r\n");
+        for (date, exact, before) in [
+            (LM, true, true),
+            (later, false, true),
+            (earlier, false, false),
+            (future, false, false),
+        ] {
+            assert!(!check(IfModifiedSince::Off, &ims(date)), "{date}");
+            assert_eq!(check(IfModifiedSince::Exact, &ims(date)), exact, "{date}");
+            assert_eq!(check(IfModifiedSince::Before, &ims(date)), before, "{date}");
+        }
+        // A tag still validates with dates off.
+        let inm = format!("If-None-Match: {}\r\n{}", etag(10), ims(earlier));
+        assert!(check(IfModifiedSince::Off, &inm));
+        assert_eq!("before".parse(), Ok(IfModifiedSince::Before));
+        assert!("later".parse::<IfModifiedSince>().is_err());
+    }
+
+    #[test]
     fn if_range() {
         let tag = etag(100);
         for (if_range, want) in [
@@ -1579,7 +1734,7 @@ mod tests {
             /// empty; parts are apart and at most MAX_PARTS.
             #[test]
             fn range_spans_stay_inside(value in "(bytes=)?([0-9 ]{0,4}-?[0-9 ]{0,4},){0,4}[0-9 ]{0,6}-?[0-9 ]{0,6}(,[0-9]-)?", size in 0u64..1000) {
-                match parse_range(value.as_bytes(), size) {
+                match parse_range(value.as_bytes(), size, u32::MAX) {
                     RangeSpec::Span(s) => {
                         prop_assert!(s.len > 0);
                         prop_assert!(s.end() <= size);
@@ -1601,7 +1756,7 @@ mod tests {
 
             #[test]
             fn range_never_panics(value in prop::collection::vec(any::<u8>(), 0..32), size in any::<u64>()) {
-                let _ = parse_range(&value, size);
+                let _ = parse_range(&value, size, u32::MAX);
             }
         }
     }

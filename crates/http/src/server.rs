@@ -183,6 +183,14 @@ pub struct HttpConfig {
     /// How entity tags are written; process-wide, set by
     /// [`HttpState::new`] (see [`ETagFormat`](crate::file::ETagFormat)).
     pub etag: crate::file::ETagFormat,
+    /// How `If-Modified-Since` is compared; process-wide, set by
+    /// [`HttpState::new`] (see [`IfModifiedSince`](crate::IfModifiedSince)).
+    pub if_modified_since: crate::IfModifiedSince,
+    /// The most ranges one request may ask for (`Some(0)`: ranges off);
+    /// process-wide, set by [`HttpState::new`] (see
+    /// [`set_max_ranges`](crate::response::set_max_ranges)). No limit but
+    /// [`MAX_PARTS`](crate::MAX_PARTS) by default.
+    pub max_ranges: Option<u32>,
     /// Fields added to answers (nginx's `expires` and `add_header`); none
     /// by default.
     pub fields: crate::ResponseFields,
@@ -252,6 +260,8 @@ impl HttpConfig {
             charset: None,
             types: Vec::new(),
             etag: crate::file::ETagFormat::default(),
+            if_modified_since: crate::IfModifiedSince::default(),
+            max_ranges: None,
             fields: crate::ResponseFields::default(),
             real_ip: crate::RealIp::default(),
             access: crate::Access::default(),
@@ -550,6 +560,8 @@ impl HttpState {
             None => None,
         };
         cfg.etag.set();
+        cfg.if_modified_since.set();
+        crate::response::set_max_ranges(cfg.max_ranges);
         let fresh = Arc::new(FreshIndex::new(cfg.revalidate, cfg.open_files));
         FreshIndex::spawn_closer(&fresh)?;
         let auth = match &cfg.auth_basic {
