@@ -1619,3 +1619,49 @@ fn validators_and_ranges_as_nginx_sets_them() {
     );
     refused_saying(&root, &["--etag", "weak"], "expected inode, nginx or off");
 }
+
+/// `--default-type` types files no table knows, or without an extension,
+/// as nginx's `default_type` does (with `charset`), compared where nginx is
+/// installed; extensions a table names keep their type.
+#[test]
+fn default_type_types_unknown_files_as_nginx_does() {
+    let files = ["README", "x.log", "a.bin", "i.html", "t.txt"];
+    let contents: Vec<(&str, &str)> = files.iter().map(|&f| (f, "x")).collect();
+    let (_dir, root) = tree("default-type", &contents);
+    let types = |url: &str| -> Vec<String> {
+        files
+            .iter()
+            .map(|f| {
+                let (code, fields, _) = call(url, "GET", &format!("/{f}"), "");
+                assert_eq!(code, 200, "{f}");
+                field(&fields, "content-type").unwrap().to_owned()
+            })
+            .collect()
+    };
+    let args = ["--default-type", "text/plain", "--charset", "utf-8"];
+    let server = HttpServer::start(&root, &args);
+    let ours = types(&server.url);
+    assert!(server.stop().success());
+    assert_eq!(
+        ours,
+        [
+            "text/plain; charset=utf-8",
+            "text/plain; charset=utf-8",
+            "application/octet-stream",
+            "text/html; charset=utf-8",
+            "text/plain; charset=utf-8",
+        ]
+    );
+    if let Some(nginx) = duality_bench::http::find_nginx() {
+        let directives = "types { text/html html; text/plain txt; \
+                          application/octet-stream bin; }\n\
+                          default_type text/plain;\ncharset utf-8;\n";
+        let n =
+            duality_bench::http::RunningServer::nginx_in_server(&nginx, &root, directives).unwrap();
+        assert_eq!(types(&format!("http://{}", n.addr)), ours);
+    }
+    let server = HttpServer::start(&root, &[]);
+    assert_eq!(types(&server.url)[..3], ["application/octet-stream"; 3]);
+    assert!(server.stop().success());
+    refused_saying(&root, &["--default-type", "text"], "not a media type");
+}

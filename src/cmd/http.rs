@@ -271,10 +271,16 @@ pub struct HttpArgs {
     /// An nginx `mime.types` file (`types { MEDIA/TYPE EXT…; … }`, what
     /// nginx's `include mime.types` reads): its entries type files before
     /// the built-in table, `--type` before them. An extension neither
-    /// names keeps the built-in type (nginx's `default_type` applies
-    /// there instead)
+    /// names keeps the built-in type (nginx's `default_type`,
+    /// --default-type here, applies there instead)
     #[arg(long, value_name = "FILE")]
     types_file: Option<PathBuf>,
+    /// The type of a file whose extension neither --type, --types-file nor
+    /// the built-in table know, or that has none (nginx's default_type,
+    /// e.g. text/plain); labelled by --charset as any type. Default:
+    /// application/octet-stream (what nginx's stock nginx.conf sets)
+    #[arg(long, value_name = "MEDIA/TYPE", value_parser = media_type)]
+    default_type: Option<String>,
     /// How entity tags are written: `inode` (the default),
     /// `"<inode>-<size>-<mtime in ns>"`, changing with any replacement of a
     /// file; `nginx`, nginx's `"<mtime in s>-<size>"`, the same on every
@@ -485,6 +491,16 @@ fn allow_deny(v: &str) -> Result<bool, String> {
         "allow" => Ok(false),
         "deny" => Ok(true),
         _ => Err(format!("{v:?}: expected allow or deny")),
+    }
+}
+
+/// A `--default-type` value: `TYPE/SUBTYPE`.
+fn media_type(s: &str) -> Result<String, String> {
+    match duality_http::mime::is_media_type(s) {
+        true => Ok(s.to_owned()),
+        false => Err(format!(
+            "{s:?} is not a media type: give TYPE/SUBTYPE, e.g. text/plain"
+        )),
     }
 }
 
@@ -879,6 +895,7 @@ pub fn run(mut a: HttpArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
         deny_dotfiles: a.dotfiles,
         charset: (a.charset != "off").then(|| a.charset.clone()),
         types: types(&a)?,
+        default_type: a.default_type.clone(),
         etag: a.etag,
         if_modified_since: a.if_modified_since,
         max_ranges: a.max_ranges,

@@ -6,7 +6,8 @@
 //! declaration, scripts) get no charset, as nginx sends them (an HTTP
 //! charset would override theirs); plain text, Markdown, CSV and calendars
 //! carry `; charset=utf-8`. Anything unknown (or without an extension) is
-//! [`DEFAULT`], which browsers download rather than render.
+//! [`DEFAULT`], which browsers download rather than render, unless
+//! [`Types::with_default`] names another (nginx's `default_type`).
 
 use std::path::Path;
 
@@ -138,10 +139,7 @@ impl std::str::FromStr for TypeRule {
     fn from_str(s: &str) -> Result<TypeRule, String> {
         let mut words = s.split_whitespace();
         let media = words.next().unwrap_or("");
-        let valid_media = media
-            .split_once('/')
-            .is_some_and(|(t, sub)| crate::fields::is_token(t) && crate::fields::is_token(sub));
-        if !valid_media {
+        if !is_media_type(media) {
             return Err(format!(
                 "{media:?} is not a media type: give \"MEDIA/TYPE EXT…\", e.g. \"text/plain log\""
             ));
@@ -167,12 +165,23 @@ impl std::str::FromStr for TypeRule {
     }
 }
 
+/// Whether `s` is a media type without parameters, `TYPE/SUBTYPE` (two
+/// tokens).
+pub fn is_media_type(s: &str) -> bool {
+    s.split_once('/')
+        .is_some_and(|(t, sub)| crate::fields::is_token(t) && crate::fields::is_token(sub))
+}
+
 /// How the server types a file: by `--type` rules first, else by
-/// [`for_path`]'s table, then labelled by `--charset` ([`Charset`]).
+/// [`for_path`]'s table, else by the default type, then labelled by
+/// `--charset` ([`Charset`]).
 #[derive(Debug, Default)]
 pub struct Types {
     /// Extension (lower case) → type, from the rules.
     added: std::collections::HashMap<String, &'static str>,
+    /// The type of a file neither the rules nor the table know
+    /// (`--default-type`); [`DEFAULT`] when `None`.
+    fallback: Option<&'static str>,
     charset: Charset,
 }
 
@@ -190,8 +199,25 @@ impl Types {
         }
         Types {
             added,
+            fallback: None,
             charset: charset.map(Charset::new).unwrap_or_default(),
         }
+    }
+
+    /// These types, with `media` for a file that neither the rules nor the
+    /// table know, or that has no extension (nginx's `default_type`), in
+    /// place of [`DEFAULT`]. Extensions the table types as `DEFAULT`
+    /// (`.bin`, `.exe`, `.iso` …, as nginx's `mime.types` does) keep it.
+    ///
+    /// ```
+    /// use duality_http::mime::Types;
+    /// let types = Types::new(&[], Some("utf-8")).with_default("text/plain");
+    /// assert_eq!(types.of("README".as_ref()), "text/plain; charset=utf-8");
+    /// assert_eq!(types.of("x.bin".as_ref()), "application/octet-stream");
+    /// ```
+    pub fn with_default(mut self, media: &str) -> Types {
+        self.fallback = Some(Box::leak(media.to_owned().into_boxed_str()));
+        self
     }
 
     /// The `Content-Type` for `path`.
@@ -211,8 +237,11 @@ impl Types {
             Some(e) if !self.added.is_empty() => self.added.get(&e.to_ascii_lowercase()).copied(),
             _ => None,
         };
-        self.charset
-            .apply(added.unwrap_or_else(|| ext.map_or(DEFAULT, for_extension)))
+        let media = added
+            .or_else(|| ext.and_then(known))
+            .or(self.fallback)
+            .unwrap_or(DEFAULT);
+        self.charset.apply(media)
     }
 }
 
@@ -229,16 +258,21 @@ pub fn for_path(path: &Path) -> &'static str {
         .map_or(DEFAULT, for_extension)
 }
 
-/// The `Content-Type` for an extension given without its dot.
+/// The `Content-Type` for an extension given without its dot ([`DEFAULT`]
+/// for one the table does not know).
 pub fn for_extension(ext: &str) -> &'static str {
+    known(ext).unwrap_or(DEFAULT)
+}
+
+/// The table's `Content-Type` for an extension given without its dot, if it
+/// knows the extension.
+pub fn known(ext: &str) -> Option<&'static str> {
     // Every known extension is short: lower-case it on the stack.
     let mut buf = [0u8; 12];
-    let Some(lower) = buf.get_mut(..ext.len()) else {
-        return DEFAULT;
-    };
+    let lower = buf.get_mut(..ext.len())?;
     lower.copy_from_slice(ext.as_bytes());
     lower.make_ascii_lowercase();
-    match &*lower {
+    Some(match &*lower {
         b"html" | b"htm" | b"shtml" => "text/html",
         b"css" => "text/css",
         b"js" | b"mjs" => "text/javascript",
@@ -332,8 +366,12 @@ pub fn for_extension(ext: &str) -> &'static str {
         b"flac" => "audio/flac",
         b"mid" | b"midi" | b"kar" => "audio/midi",
         b"ra" => "audio/x-realaudio",
-        _ => DEFAULT,
-    }
+        // Named in nginx's mime.types, so `default_type` does not apply.
+        b"bin" | b"exe" | b"dll" | b"deb" | b"dmg" | b"iso" | b"img" | b"msi" | b"msp" | b"msm" => {
+            DEFAULT
+        }
+        _ => return None,
+    })
 }
 
 #[cfg(test)]

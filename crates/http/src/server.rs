@@ -180,6 +180,9 @@ pub struct HttpConfig {
     /// Types for extensions, before the built-in table (nginx's `types`);
     /// none by default.
     pub types: Vec<mime::TypeRule>,
+    /// The type of a file neither `types` nor the built-in table know
+    /// (nginx's `default_type`); [`mime::DEFAULT`] when `None`.
+    pub default_type: Option<String>,
     /// How entity tags are written; process-wide, set by
     /// [`HttpState::new`] (see [`ETagFormat`](crate::file::ETagFormat)).
     pub etag: crate::file::ETagFormat,
@@ -259,6 +262,7 @@ impl HttpConfig {
             deny_dotfiles: false,
             charset: None,
             types: Vec::new(),
+            default_type: None,
             etag: crate::file::ETagFormat::default(),
             if_modified_since: crate::IfModifiedSince::default(),
             max_ranges: None,
@@ -589,7 +593,12 @@ impl HttpState {
             offloader: duality_rt::adaptive::Offloader::new(cfg.gzip.offload),
             server: OnceLock::new(),
             phases: PhaseCounts::new(),
-            types: mime::Types::new(&cfg.types, cfg.charset.as_deref()),
+            types: match &cfg.default_type {
+                Some(media) => {
+                    mime::Types::new(&cfg.types, cfg.charset.as_deref()).with_default(media)
+                }
+                None => mime::Types::new(&cfg.types, cfg.charset.as_deref()),
+            },
             cfg,
         }))
     }
