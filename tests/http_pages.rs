@@ -1665,3 +1665,62 @@ fn default_type_types_unknown_files_as_nginx_does() {
     assert!(server.stop().success());
     refused_saying(&root, &["--default-type", "text"], "not a media type");
 }
+
+/// `--gzip-types` chooses the types compressed as nginx's `gzip_types`
+/// does (`text/html` always, `*` every type), compared where nginx is
+/// installed: which files come back with `Content-Encoding: gzip`.
+#[test]
+fn gzip_types_choose_what_is_compressed_as_nginx_does() {
+    let text = "duality gzip_types ".repeat(60);
+    let files = ["i.html", "s.css", "t.txt", "d.cus", "p.png"];
+    let contents: Vec<(&str, &str)> = files.iter().map(|&f| (f, text.as_str())).collect();
+    let (_dir, root) = tree("gzip-types", &contents);
+    let encoded = |url: &str| -> Vec<bool> {
+        files
+            .iter()
+            .map(|f| {
+                let (code, fields, _) =
+                    call(url, "GET", &format!("/{f}"), "Accept-Encoding: gzip\r\n");
+                assert_eq!(code, 200, "{f}");
+                field(&fields, "content-encoding") == Some("gzip")
+            })
+            .collect()
+    };
+    let nginx = duality_bench::http::find_nginx();
+    let types = "types { text/html html; text/css css; text/plain txt; \
+                 application/x-custom cus; image/png png; }\n";
+    for (list, want) in [
+        (
+            "text/css application/x-custom",
+            [true, true, false, true, false],
+        ),
+        ("*", [true; 5]),
+        ("text/plain", [true, false, true, false, false]),
+    ] {
+        let args = [
+            "--gzip",
+            "on",
+            "--gzip-min-length",
+            "1",
+            "--type",
+            "application/x-custom cus",
+            "--gzip-types",
+            list,
+        ];
+        let server = HttpServer::start(&root, &args);
+        let ours = encoded(&server.url);
+        assert!(server.stop().success());
+        assert_eq!(ours, want, "{list}");
+        if let Some(nginx) = &nginx {
+            let directives = format!("{types}gzip on;\ngzip_min_length 1;\ngzip_types {list};\n");
+            let n = duality_bench::http::RunningServer::nginx_in_server(nginx, &root, &directives)
+                .unwrap();
+            assert_eq!(encoded(&format!("http://{}", n.addr)), ours, "{list}");
+        }
+    }
+    // Without the flag, the built-in list: plain text too, never PNG.
+    let server = HttpServer::start(&root, &["--gzip", "on", "--gzip-min-length", "1"]);
+    assert_eq!(encoded(&server.url), [true, true, true, false, false]);
+    assert!(server.stop().success());
+    refused_saying(&root, &["--gzip-types", "css"], "not a media type");
+}

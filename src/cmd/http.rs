@@ -424,6 +424,13 @@ pub struct HttpArgs {
     #[arg(long, value_name = "on|off", default_value = "off", value_parser = on_off,
           action = clap::ArgAction::Set)]
     gzip: bool,
+    /// The media types --gzip and --gzip-static give variants (nginx's
+    /// gzip_types): text/html always, and these (space-separated or
+    /// repeated; `*`: every type). Default: the list --gzip names, where
+    /// nginx's is text/html alone
+    #[arg(long, value_name = "MEDIA/TYPE…|*", value_delimiter = ' ',
+          value_parser = gzip_type)]
+    gzip_types: Option<Vec<String>>,
     /// gzip level, 1 (fastest, nginx's default) to 9 (smallest).
     #[arg(long, default_value_t = GzipConfig::default().level,
           value_parser = clap::value_parser!(u32).range(1..=9))]
@@ -491,6 +498,14 @@ fn allow_deny(v: &str) -> Result<bool, String> {
         "allow" => Ok(false),
         "deny" => Ok(true),
         _ => Err(format!("{v:?}: expected allow or deny")),
+    }
+}
+
+/// A `--gzip-types` value: `TYPE/SUBTYPE` or `*`.
+fn gzip_type(s: &str) -> Result<String, String> {
+    match s == "*" {
+        true => Ok(s.to_owned()),
+        false => media_type(s),
     }
 }
 
@@ -885,6 +900,10 @@ pub fn run(mut a: HttpArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
             http10: a.gzip_http_version == "1.0",
             cache_bytes: a.gzip_cache.saturating_mul(1 << 20),
             offload: a.offload,
+            types: match &a.gzip_types {
+                Some(list) => duality_http::GzipTypes::listed(list),
+                None => duality_http::GzipTypes::Builtin,
+            },
         },
         stub_status: a.stub_status.clone(),
         open_files,

@@ -95,6 +95,61 @@ pub struct GzipConfig {
     pub cache_bytes: usize,
     /// Where compression runs.
     pub offload: Offload,
+    /// Which types have a variant (nginx's `gzip_types`).
+    pub types: GzipTypes,
+}
+
+/// Which media types have a gzip variant (`--gzip-types`, nginx's
+/// `gzip_types`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GzipTypes {
+    /// The built-in list, [`compressible`] (nginx's default is `text/html`
+    /// alone, which nearly every configuration widens).
+    #[default]
+    Builtin,
+    /// `text/html` (always, as in nginx) and these types, lower-case, without
+    /// parameters.
+    Listed(&'static [&'static str]),
+    /// Every type (`*`).
+    Any,
+}
+
+impl GzipTypes {
+    /// The types `list` names, as `--gzip-types` gives them (`*` among them:
+    /// [`GzipTypes::Any`]). Made once per server and kept for the process.
+    pub fn listed(list: &[String]) -> GzipTypes {
+        if list.iter().any(|t| t == "*") {
+            return GzipTypes::Any;
+        }
+        let types: Vec<&'static str> = list
+            .iter()
+            .map(|t| &*Box::leak(t.to_ascii_lowercase().into_boxed_str()))
+            .collect();
+        GzipTypes::Listed(Box::leak(types.into_boxed_slice()))
+    }
+
+    /// Whether a file of `content_type` at `path` has a variant under these
+    /// types.
+    pub fn admit(self, path: &Path, content_type: &str) -> bool {
+        match self {
+            GzipTypes::Builtin => compressible(path, content_type),
+            GzipTypes::Any => true,
+            GzipTypes::Listed(types) => {
+                let essence = essence(content_type);
+                essence.eq_ignore_ascii_case("text/html")
+                    || types.iter().any(|t| t.eq_ignore_ascii_case(essence))
+            }
+        }
+    }
+}
+
+/// A `Content-Type` value without its parameters and the blanks around.
+fn essence(content_type: &str) -> &str {
+    content_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim_matches([' ', '\t'])
 }
 
 impl Default for GzipConfig {
@@ -112,6 +167,7 @@ impl Default for GzipConfig {
             // `duality bench offload`: 30-39x lower p99 for everybody else
             // than inline at the same heavy throughput.
             offload: Offload::Adaptive,
+            types: GzipTypes::Builtin,
         }
     }
 }
@@ -167,11 +223,7 @@ pub const TYPES: &[&str] = &[
 /// ending in `+json` or `+xml`, or one of [`TYPES`]. `.svgz` files, gzip
 /// already though typed `image/svg+xml`, are not.
 pub fn compressible(path: &Path, content_type: &str) -> bool {
-    let essence = content_type
-        .split(';')
-        .next()
-        .unwrap_or_default()
-        .trim_matches([' ', '\t']);
+    let essence = essence(content_type);
     let starts = |prefix: &str| {
         essence
             .get(..prefix.len())
@@ -194,11 +246,12 @@ pub fn compressible(path: &Path, content_type: &str) -> bool {
 }
 
 /// Whether a file has a gzip variant under `cfg`: compression or `.gz`
-/// files on, a [`compressible`] type, at least `min_length` bytes (a `.gz`
+/// files on, a type [`cfg.types`](GzipConfig::types) admits
+/// ([`compressible`] by default), at least `min_length` bytes (a `.gz`
 /// beside any other file is not sent: the same files get `Vary` whichever
 /// way their variant is made). Its responses carry `Vary: Accept-Encoding`.
 pub fn eligible(cfg: &GzipConfig, path: &Path, content_type: &str, size: u64) -> bool {
-    cfg.has_variants() && size >= cfg.min_length && compressible(path, content_type)
+    cfg.has_variants() && size >= cfg.min_length && cfg.types.admit(path, content_type)
 }
 
 /// Whether `head` is answered with the gzip variant of an [`eligible`] file:
@@ -409,6 +462,27 @@ mod tests {
             "max_length bounds compressing only"
         );
         assert!(!eligible(&on(), Path::new("a.png"), "image/png", 1000));
+    }
+
+    #[test]
+    fn gzip_types_replace_the_list_but_html() {
+        let list = |types: &[&str]| {
+            GzipTypes::listed(&types.iter().map(|t| t.to_string()).collect::<Vec<_>>())
+        };
+        let css = list(&["Text/CSS", "application/x-custom"]);
+        let p = Path::new("x");
+        assert!(css.admit(p, "text/css; charset=utf-8"));
+        assert!(css.admit(p, "application/x-custom"));
+        assert!(css.admit(p, "TEXT/HTML"), "text/html always");
+        assert!(!css.admit(p, "text/plain"));
+        assert!(!css.admit(p, "text/css2"));
+        let any = list(&["text/css", "*"]);
+        assert_eq!(any, GzipTypes::Any);
+        assert!(any.admit(Path::new("a.png"), "image/png"));
+        assert!(GzipTypes::Builtin.admit(p, "text/plain"));
+        let cfg = GzipConfig { types: css, ..on() };
+        assert!(!eligible(&cfg, Path::new("a.txt"), "text/plain", 1000));
+        assert!(eligible(&cfg, Path::new("a.css"), "text/css", 1000));
     }
 
     #[test]

@@ -228,7 +228,7 @@ pub use encoding::AcceptEncoding;
 pub use error_page::ErrorPage;
 pub use fields::{AddedField, Expires, ResponseFields};
 pub use file::{ETag, FileMeta};
-pub use gzip::{GzipConfig, Offload};
+pub use gzip::{GzipConfig, GzipTypes, Offload};
 pub use limit_req::{LimitReq, LimitReqConfig};
 pub use log_format::LogFormat;
 pub use path::{Resolved, Root, Symlinks};
