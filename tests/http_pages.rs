@@ -1724,3 +1724,118 @@ fn gzip_types_choose_what_is_compressed_as_nginx_does() {
     assert!(server.stop().success());
     refused_saying(&root, &["--gzip-types", "css"], "not a media type");
 }
+
+/// A `GET PATH` from 127.0.0.1 that the client never reads: with a small
+/// receive buffer, a large answer stays in progress until it is dropped.
+fn stalled_download(url: &str, path: &str) -> TcpStream {
+    use socket2::{Domain, Socket, Type};
+    let addr: std::net::SocketAddr = url.strip_prefix("http://").unwrap().parse().unwrap();
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    s.set_recv_buffer_size(4096).unwrap();
+    s.connect(&addr.into()).unwrap();
+    let mut s: TcpStream = s.into();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    s
+}
+
+/// One keep-alive `GET PATH` on `s`, its answer read whole: the status.
+fn get_kept(s: &mut TcpStream, path: &str) -> u16 {
+    write!(s, "GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    let mut raw = Vec::new();
+    let mut byte = [0u8; 1];
+    while !raw.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut byte).unwrap(), 1, "the head ended early");
+        raw.push(byte[0]);
+    }
+    let head = String::from_utf8(raw).unwrap();
+    let len: usize = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length: ")
+                .map(str::to_owned)
+        })
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body).unwrap();
+    head[9..12].parse().unwrap()
+}
+
+/// `--limit-conn` (nginx's `limit_conn` on `$binary_remote_addr`): a
+/// download in progress holds its address's place, another address or a
+/// connection whose answers are all written does not, and a connection
+/// that goes away gives its place back; the same statuses as nginx's.
+#[test]
+fn limit_conn_counts_requests_in_progress_as_nginx_does() {
+    let (dir, root) = tree("limitconn", &[("a.txt", "a\n"), ("busy.html", "busy\n")]);
+    std::fs::write(root.join("big.bin"), vec![b'x'; 16 << 20]).unwrap();
+    let run = |url: &str| -> Vec<u16> {
+        let mut seen = Vec::new();
+        // An answered keep-alive connection, waiting: it holds no place.
+        let mut idle = TcpStream::connect(url.strip_prefix("http://").unwrap()).unwrap();
+        seen.push(get_kept(&mut idle, "/a.txt"));
+        let stuck = stalled_download(url, "/big.bin");
+        std::thread::sleep(Duration::from_millis(300));
+        seen.push(get_from(url, [127, 0, 0, 1], "/a.txt").0);
+        seen.push(get_kept(&mut idle, "/a.txt"));
+        seen.push(get_from(url, [127, 0, 0, 2], "/a.txt").0);
+        drop(stuck);
+        let gone = Instant::now();
+        let code = loop {
+            match get_from(url, [127, 0, 0, 1], "/a.txt").0 {
+                503 if gone.elapsed() < Duration::from_secs(5) => {
+                    std::thread::sleep(Duration::from_millis(50))
+                }
+                code => break code,
+            }
+        };
+        seen.push(code);
+        seen.push(get_kept(&mut idle, "/a.txt"));
+        // A download read whole: its place is given back at its end.
+        seen.push(get_kept(&mut idle, "/big.bin"));
+        seen.push(get_from(url, [127, 0, 0, 1], "/a.txt").0);
+        seen
+    };
+    let want = [200, 503, 503, 200, 200, 200, 200, 200];
+    for model in ["symped:2", "thread-per-conn", "amped:1"] {
+        let server = HttpServer::start(&root, &["--limit-conn", "1", "--model", model]);
+        assert_eq!(run(&server.url), want, "{model}");
+        assert!(server.stop().success());
+    }
+    if let Some(nginx) = duality_bench::http::find_nginx() {
+        let n = duality_bench::http::RunningServer::nginx_in_blocks(
+            &nginx,
+            &root,
+            "limit_conn_zone $binary_remote_addr zone=c:1m;\n",
+            "limit_conn c 1;\n",
+        )
+        .unwrap();
+        assert_eq!(run(&format!("http://{}", n.addr)), want, "nginx");
+    }
+    // Two places; a refusal may be a 429 with its page.
+    let args = [
+        "--limit-conn",
+        "2 status=429",
+        "--error-page",
+        "429 /busy.html",
+    ];
+    let server = HttpServer::start(&root, &args);
+    let one = stalled_download(&server.url, "/big.bin");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(call(&server.url, "GET", "/a.txt", "").0, 200);
+    let two = stalled_download(&server.url, "/big.bin");
+    std::thread::sleep(Duration::from_millis(300));
+    let (code, _, body) = call(&server.url, "GET", "/a.txt", "");
+    assert_eq!((code, body), (429, b"busy\n".to_vec()));
+    drop((one, two));
+    assert!(server.stop().success());
+    refused_saying(
+        &root,
+        &["--limit-conn", "0"],
+        "invalid number of connections",
+    );
+    drop(dir);
+}

@@ -390,6 +390,16 @@ pub struct HttpArgs {
     /// not limited
     #[arg(long, value_name = "RATE [burst=N] [nodelay]…")]
     limit_req: Option<duality_http::LimitReqConfig>,
+    /// Connections of one client address that may have a request in
+    /// progress at once (nginx's `limit_conn_zone $binary_remote_addr` with
+    /// `limit_conn`): "N [status=503|429]". A download being sent counts, a
+    /// keep-alive connection waiting for its next request does not; a
+    /// request over N is answered 503 (or 429; `--error-page` applies).
+    /// Checked after `--limit-req`, before `--deny`; the address is the one
+    /// a trusted proxy names (`--real-ip-from`); Unix-socket clients are
+    /// not limited
+    #[arg(long, value_name = "N [status=503|429]")]
+    limit_conn: Option<duality_http::LimitConnConfig>,
     /// Send each response's body at most this fast, in bytes a second
     /// (nginx's `limit_rate`: `500k`, `2m`; the first second's worth goes
     /// at once). Bodies sent from a file (from `--sendfile-threshold`, or
@@ -935,6 +945,7 @@ pub fn run(mut a: HttpArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
         access: access_rules(&a, matches),
         answer: a.answer.clone(),
         limit_req: a.limit_req,
+        limit_conn: a.limit_conn,
         auth_basic: a.auth_basic.clone().zip(a.auth_basic_user_file.clone()),
         limit_rate: a.limit_rate,
         limit_rate_after: a.limit_rate_after,

@@ -192,6 +192,13 @@ pub struct HttpSession {
     /// The request's credentials passed `--auth-basic` on the blocking
     /// pool: not checked again. Both flags are the current request's only.
     verified: bool,
+    /// The connection's place in `--limit-conn`'s count while it has a
+    /// request in progress: taken by the request that passes the check,
+    /// given back once every answer is written (or the connection closes).
+    conn_slot: Option<crate::limit_conn::ConnSlot>,
+    /// `finish` has yet to answer a request of this connection: the slot
+    /// stays when the answers before it are written.
+    finishing: bool,
     /// When the first bytes of a request not yet whole came (access log
     /// on), for its `$request_time`.
     reading: Option<Instant>,
@@ -309,7 +316,10 @@ impl Protocol for HttpProtocol {
         // The address is looked up only where the log, `--allow` /
         // `--deny` or `--limit-req` need it.
         let logged = self.state.log.is_some();
-        let wanted = logged || !self.state.cfg.access.is_empty() || self.state.limiter.is_some();
+        let wanted = logged
+            || !self.state.cfg.access.is_empty()
+            || self.state.limiter.is_some()
+            || self.state.conn_limit.is_some();
         let (peer, ip, port, proxy) = if !wanted {
             (String::new(), None, None, false)
         } else if conn.is_unix() {
@@ -353,6 +363,8 @@ impl Protocol for HttpProtocol {
             port,
             paced: false,
             verified: false,
+            conn_slot: None,
+            finishing: false,
             reading: None,
             began: None,
         }
@@ -490,6 +502,7 @@ impl Protocol for HttpProtocol {
                     out.truncate(at);
                 }
                 session.interim = interim.is_some();
+                session.finishing = true;
                 Flow::Finish(0)
             }
         }
@@ -514,6 +527,8 @@ impl Protocol for HttpProtocol {
             head.keep_alive = false;
         }
         let interim = std::mem::take(&mut session.interim);
+        // From here the driver writes nothing until `finish` returns.
+        session.finishing = false;
         // Held to `--limit-req`'s rate, or its credentials checked: then
         // answered as if it came now, those steps passed.
         let mut pending = pending;
@@ -556,6 +571,10 @@ impl Protocol for HttpProtocol {
         {
             Ok(plan) => {
                 self.log(session, Some(&head), None, &plan);
+                if !reply.out().is_pending() {
+                    // The answer is all written: the request is over.
+                    session.conn_slot = None;
+                }
                 self.flow(session, &plan)
             }
             Err(Aborted {
@@ -579,6 +598,14 @@ impl Protocol for HttpProtocol {
                 session.write_failed = true;
                 Flow::Close
             }
+        }
+    }
+
+    fn drained(&self, session: &mut HttpSession) {
+        // Every answer so far is written: unless `finish` has one to make,
+        // the connection has no request in progress (`--limit-conn`).
+        if !session.finishing {
+            session.conn_slot = None;
         }
     }
 
@@ -722,13 +749,14 @@ impl HttpProtocol {
             self.state.phases.request();
             return self.answer(answer, session, head, out);
         }
-        // nginx's limit_req, then its access check, then the password
-        // (whose hashes are checked off the loop, remembered once they
-        // pass). A request let through after its wait or its check is not
-        // charged or checked again. A refusal goes where a lookup's error
-        // would (an error page may answer it).
+        // nginx's limit_req, then its limit_conn, then its access check,
+        // then the password (whose hashes are checked off the loop,
+        // remembered once they pass). A request let through after its wait
+        // or its check is not charged or checked again. A refusal goes
+        // where a lookup's error would (an error page may answer it).
         let access = &self.state.cfg.access;
-        let client = match self.state.limiter.is_some() || !access.is_empty() {
+        let limits = self.state.limiter.is_some() || self.state.conn_limit.is_some();
+        let client = match limits || !access.is_empty() {
             true => self.client(session, head),
             false => None,
         };
@@ -744,6 +772,15 @@ impl HttpProtocol {
                 Verdict::Reject => {
                     self.state.counters.limited.fetch_add(1, Relaxed);
                     refused = Some(limiter.config().status);
+                }
+            }
+        }
+        if let (None, Some(limit), None) = (refused, &self.state.conn_limit, &session.conn_slot) {
+            match limit.acquire(client) {
+                Ok(slot) => session.conn_slot = slot,
+                Err(status) => {
+                    self.state.counters.limited.fetch_add(1, Relaxed);
+                    refused = Some(status);
                 }
             }
         }

@@ -23,6 +23,7 @@
 //! | [`autoindex`] | directory listings in nginx's `autoindex` format |
 //! | [`error_page`] | [`ErrorPage`]: nginx's `error_page`, a page of the root answering some errors |
 //! | [`access`] | [`Access`]: nginx's `allow` / `deny`, who is served at all |
+//! | [`limit_conn`] | [`LimitConn`]: nginx's `limit_conn`, connections per client address with a request in progress |
 //! | [`limit_req`] | [`LimitReq`]: nginx's `limit_req`, requests per client address held to a rate (leaky buckets, bounded) |
 //! | [`log_format`] | [`LogFormat`]: nginx's `log_format`, the access log's line with its variables and escaping |
 //! | [`auth_basic`] | [`AuthBasic`]: nginx's `auth_basic` with a user file, a password over the whole server (hashes checked on the blocking pool) |
@@ -205,6 +206,7 @@ pub mod error_page;
 pub mod fields;
 pub mod file;
 pub mod gzip;
+pub mod limit_conn;
 pub mod limit_req;
 pub mod log_format;
 pub mod mime;
@@ -229,6 +231,7 @@ pub use error_page::ErrorPage;
 pub use fields::{AddedField, Expires, ResponseFields};
 pub use file::{ETag, FileMeta};
 pub use gzip::{GzipConfig, GzipTypes, Offload};
+pub use limit_conn::{LimitConn, LimitConnConfig};
 pub use limit_req::{LimitReq, LimitReqConfig};
 pub use log_format::LogFormat;
 pub use path::{Resolved, Root, Symlinks};

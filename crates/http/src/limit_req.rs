@@ -108,7 +108,7 @@ pub enum Verdict {
     Reject,
 }
 
-const SHARDS: usize = 16;
+pub(crate) const SHARDS: usize = 16;
 
 #[derive(Debug, Clone, Copy)]
 struct Bucket {
@@ -196,7 +196,7 @@ fn charged(b: &Bucket, rate: u64, ms: u64) -> u64 {
     (b.excess + 1000).saturating_sub(rate.saturating_mul(elapsed) / 1000)
 }
 
-fn shard_of(ip: &IpAddr) -> usize {
+pub(crate) fn shard_of(ip: &IpAddr) -> usize {
     use std::hash::BuildHasher;
     // A keyed hash: a client cannot choose addresses that crowd one shard.
     static KEYS: std::sync::OnceLock<std::collections::hash_map::RandomState> =

@@ -209,6 +209,9 @@ pub struct HttpConfig {
     /// Requests per client address held to a rate (nginx's `limit_req`);
     /// no limit by default.
     pub limit_req: Option<crate::LimitReqConfig>,
+    /// Connections per client address with a request in progress (nginx's
+    /// `limit_conn`); no limit by default.
+    pub limit_conn: Option<crate::LimitConnConfig>,
     /// A password over the whole server (nginx's `auth_basic` and
     /// `auth_basic_user_file`): the realm and the user file; none by
     /// default.
@@ -271,6 +274,7 @@ impl HttpConfig {
             access: crate::Access::default(),
             answer: None,
             limit_req: None,
+            limit_conn: None,
             auth_basic: None,
             limit_rate: 0,
             limit_rate_after: 0,
@@ -328,7 +332,8 @@ pub struct HttpStats {
     pub gzip_static: u64,
     /// The gzip variant cache's counters.
     pub gzip_cache: CacheStats,
-    /// Requests refused over `--limit-req`'s burst.
+    /// Requests refused over `--limit-req`'s burst or `--limit-conn`'s
+    /// connections.
     pub limited: u64,
     /// Requests `--limit-req` delayed.
     pub delayed: u64,
@@ -362,6 +367,8 @@ pub struct HttpState {
     pub(crate) counters: Counters,
     /// `--limit-req`'s buckets.
     pub(crate) limiter: Option<crate::LimitReq>,
+    /// `--limit-conn`'s counts.
+    pub(crate) conn_limit: Option<Arc<crate::LimitConn>>,
     /// `--auth-basic`'s users.
     pub(crate) auth: Option<crate::AuthBasic>,
     /// Where compressions run (`--offload`), and what it learned.
@@ -589,6 +596,7 @@ impl HttpState {
             log,
             counters: Counters::default(),
             limiter: cfg.limit_req.map(crate::LimitReq::new),
+            conn_limit: cfg.limit_conn.map(|c| Arc::new(crate::LimitConn::new(c))),
             auth,
             offloader: duality_rt::adaptive::Offloader::new(cfg.gzip.offload),
             server: OnceLock::new(),
@@ -712,7 +720,7 @@ impl HttpState {
             ),
             (
                 "requests_limited",
-                "Requests refused over --limit-req's burst (503, or 429).",
+                "Requests refused over --limit-req's burst or --limit-conn's connections (503, or 429).",
                 s.limited,
             ),
             (
