@@ -1839,3 +1839,120 @@ fn limit_conn_counts_requests_in_progress_as_nginx_does() {
     );
     drop(dir);
 }
+
+/// `--autoindex-format json|jsonp|xml`, `--autoindex-exact-size off` and
+/// `--autoindex-localtime on` write what nginx's `autoindex_format`,
+/// `autoindex_exact_size` and `autoindex_localtime` write, byte for byte
+/// where nginx is installed (with `charset utf-8`, as duality labels its
+/// pages); a JSONP callback nginx refuses is refused too.
+#[test]
+fn autoindex_formats_as_nginx_writes_them() {
+    let big = "b".repeat(20_000);
+    let files = [
+        ("files/a.txt", "hello"),
+        ("files/big.bin", big.as_str()),
+        ("files/say \"hi\" <&>.txt", "x"),
+        ("files/sub/", ""),
+    ];
+    let (_dir, root) = tree("autoindex-formats", &files);
+    // Status, Content-Type and body of each request.
+    let seen = |url: &str, asks: &[&str]| -> Vec<(u16, String, Vec<u8>)> {
+        asks.iter()
+            .map(|path| {
+                let (code, fields, body) = call(url, "GET", path, "");
+                let body = match field(&fields, "transfer-encoding") {
+                    Some("chunked") => dechunk(&body),
+                    _ => body,
+                };
+                let ty = field(&fields, "content-type").unwrap_or("").to_owned();
+                (code, ty, if code == 200 { body } else { Vec::new() })
+            })
+            .collect()
+    };
+    let nginx = duality_bench::http::find_nginx();
+    let cases: [(&[&str], &str, &[&str]); 4] = [
+        (
+            &["--autoindex-format", "json"],
+            "autoindex_format json;",
+            &["/files/"],
+        ),
+        (
+            &["--autoindex-format", "jsonp"],
+            "autoindex_format jsonp;",
+            &[
+                "/files/?callback=show.list_2",
+                "/files/",
+                "/files/?callback=alert(1)",
+            ],
+        ),
+        (
+            &["--autoindex-format", "xml"],
+            "autoindex_format xml;",
+            &["/files/"],
+        ),
+        (
+            &[
+                "--autoindex-exact-size",
+                "off",
+                "--autoindex-localtime",
+                "on",
+            ],
+            "autoindex_exact_size off; autoindex_localtime on;",
+            &["/files/"],
+        ),
+    ];
+    for (args, directives, asks) in cases {
+        let server = HttpServer::start(&root, &[&["--autoindex", "on"], args].concat());
+        let ours = seen(&server.url, asks);
+        assert!(server.stop().success());
+        assert!(ours.iter().any(|a| a.0 == 200), "{args:?}: {ours:?}");
+        if let Some(nginx) = &nginx {
+            let conf = format!("    autoindex on;\n    charset utf-8;\n    {directives}\n");
+            let n = duality_bench::http::RunningServer::nginx_with(nginx, &root, 1, 1024, &conf)
+                .unwrap();
+            let theirs = seen(&format!("http://{}", n.addr), asks);
+            for ((o, t), ask) in ours.iter().zip(&theirs).zip(asks) {
+                assert_eq!(
+                    (o.0, &o.1, String::from_utf8_lossy(&o.2)),
+                    (t.0, &t.1, String::from_utf8_lossy(&t.2)),
+                    "{args:?} {ask}"
+                );
+            }
+        }
+    }
+    // What nginx cannot be shown here: a time zone east of UTC moves the
+    // listed times (a POSIX TZ, no zone files needed), and sizes are
+    // rounded.
+    let listed = |env: &[(&str, &str)]| {
+        let args = [
+            "--autoindex",
+            "on",
+            "--autoindex-localtime",
+            "on",
+            "--autoindex-exact-size",
+            "off",
+        ];
+        let server = HttpServer::start_with_env(&root, &args, env);
+        let page = String::from_utf8(call(&server.url, "GET", "/files/", "").2).unwrap();
+        assert!(server.stop().success());
+        let line = page
+            .lines()
+            .find(|l| l.contains("big.bin</a>"))
+            .unwrap()
+            .to_owned();
+        assert!(line.ends_with("    20K"), "{line}");
+        line
+    };
+    let utc = listed(&[("TZ", "UTC0")]);
+    let east = listed(&[("TZ", "ABC-3")]);
+    let hour = |line: &str| -> u32 {
+        let at = line.find(':').unwrap();
+        line[at - 2..at].parse().unwrap()
+    };
+    assert_eq!((hour(&utc) + 3) % 24, hour(&east), "{utc}\n{east}");
+    refused_saying(
+        &root,
+        &["--autoindex", "on", "--autoindex-format", "yaml"],
+        "expected html, json, jsonp or xml",
+    );
+}

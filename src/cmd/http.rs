@@ -223,6 +223,28 @@ pub struct HttpArgs {
     #[arg(long, value_name = "on|off", default_value = "off", value_parser = on_off,
           action = clap::ArgAction::Set)]
     autoindex: bool,
+    /// The listing's format (nginx's autoindex_format): `html`; `json`, an
+    /// array of {"name", "type", "mtime", "size"}; `jsonp`, that JSON in a
+    /// call of the request's `callback` argument (letters, digits, `_`,
+    /// `.`; another is 400; none: plain JSON); `xml`, a <list>
+    #[arg(
+        long,
+        value_name = "html|json|jsonp|xml",
+        default_value = "html",
+        requires = "autoindex"
+    )]
+    autoindex_format: duality_http::autoindex::Format,
+    /// Sizes in an HTML listing in bytes (`on`, the default), or rounded
+    /// to K, M and G (nginx's autoindex_exact_size off)
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = on_off,
+          action = clap::ArgAction::Set, requires = "autoindex")]
+    autoindex_exact_size: bool,
+    /// Times in an HTML listing in the server's time zone (TZ, else
+    /// /etc/localtime) rather than UTC (nginx's autoindex_localtime on; its
+    /// JSON and XML times stay UTC, as nginx's)
+    #[arg(long, value_name = "on|off", default_value = "off", value_parser = on_off,
+          action = clap::ArgAction::Set, requires = "autoindex")]
+    autoindex_localtime: bool,
     /// Answer some errors with a page of the root, as nginx's `error_page`:
     /// "CODES [=200] PAGE", e.g. "404 /404.html" (the page, with the
     /// error's status and no validators) or "404 =200 /index.html" (the
@@ -919,6 +941,11 @@ pub fn run(mut a: HttpArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
         open_files,
         index: a.index.clone(),
         autoindex: a.autoindex,
+        autoindex_style: duality_http::autoindex::Style {
+            format: a.autoindex_format,
+            exact_size: a.autoindex_exact_size,
+            localtime: a.autoindex_localtime,
+        },
         error_pages: a.error_page.clone(),
         try_files: a.try_files.clone(),
         deny_dotfiles: a.dotfiles,

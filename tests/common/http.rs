@@ -26,6 +26,21 @@ impl HttpServer {
     /// when it did not start (an address named in `extra` was taken, say),
     /// with its standard error and exit status.
     pub fn try_start(root: &Path, extra: &[&str]) -> Result<HttpServer, String> {
+        HttpServer::try_start_with_env(root, extra, &[])
+    }
+
+    /// As [`start`](Self::start), with `env` added to its environment.
+    #[allow(dead_code)]
+    pub fn start_with_env(root: &Path, extra: &[&str], env: &[(&str, &str)]) -> HttpServer {
+        HttpServer::try_start_with_env(root, extra, env)
+            .unwrap_or_else(|line| panic!("no ready line: {line:?}"))
+    }
+
+    fn try_start_with_env(
+        root: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<HttpServer, String> {
         let model: &[&str] = match extra.contains(&"--model") {
             true => &[],
             false => &["--model", "symped:2"],
@@ -36,6 +51,7 @@ impl HttpServer {
             .arg("--root")
             .arg(root)
             .args(extra)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

@@ -15,6 +15,11 @@
 //! names take up to 30 bytes a character, escaped), and says how many more
 //! it left out: its memory stays bounded however large the directory
 //! (nginx builds its whole page in one buffer, however many entries).
+//!
+//! [`Style`] holds nginx's other `autoindex_*` directives: the format
+//! (`autoindex_format html|json|jsonp|xml`, [`render_as`]), sizes rounded
+//! to K, M, G (`autoindex_exact_size off`) and times in the server's time
+//! zone (`autoindex_localtime on`), each written as nginx writes it.
 
 use std::fs;
 use std::io;
@@ -32,6 +37,69 @@ pub const MAX_PAGE: usize = 2 << 20;
 /// Characters of a name shown before it is cut (nginx's 50).
 const NAME_WIDTH: usize = 50;
 
+/// How listings are written: nginx's `autoindex_format`,
+/// `autoindex_exact_size` and `autoindex_localtime`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Style {
+    /// The page's format.
+    pub format: Format,
+    /// Sizes in bytes (the default), or rounded to K, M, G (HTML only).
+    pub exact_size: bool,
+    /// Times in the server's time zone rather than UTC (HTML only, as
+    /// nginx: JSON and XML times are always UTC).
+    pub localtime: bool,
+}
+
+impl Default for Style {
+    /// HTML, exact sizes, UTC: nginx's defaults.
+    fn default() -> Style {
+        Style {
+            format: Format::Html,
+            exact_size: true,
+            localtime: false,
+        }
+    }
+}
+
+/// A listing's format (`--autoindex-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Format {
+    /// nginx's HTML page.
+    #[default]
+    Html,
+    /// A JSON array of `{ "name", "type", "mtime", "size" }` objects.
+    Json,
+    /// The JSON wrapped in a call of the request's `callback` argument
+    /// (plain JSON without one).
+    Jsonp,
+    /// `<list>` of `<directory>`, `<file>` and `<other>` elements.
+    Xml,
+}
+
+impl std::str::FromStr for Format {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Format, String> {
+        match s {
+            "html" => Ok(Format::Html),
+            "json" => Ok(Format::Json),
+            "jsonp" => Ok(Format::Jsonp),
+            "xml" => Ok(Format::Xml),
+            _ => Err(format!("{s:?}: expected html, json, jsonp or xml")),
+        }
+    }
+}
+
+/// A rendered listing: its bytes and their `Content-Type` (nginx's, with
+/// `charset utf-8` where nginx's `charset_types` would add it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page {
+    /// The body.
+    pub body: Vec<u8>,
+    /// The `Content-Type`.
+    pub content_type: &'static str,
+}
+
 /// One entry of a listing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
@@ -39,6 +107,9 @@ pub struct Entry {
     pub name: String,
     /// A directory (listed with a trailing `/` and no size).
     pub dir: bool,
+    /// A regular file (neither this nor `dir`: a FIFO, socket or device,
+    /// typed `other` in JSON and XML, without a size).
+    pub file: bool,
     /// Its size in bytes.
     pub size: u64,
     /// Its modification time.
@@ -81,6 +152,7 @@ pub fn read(
         entries.push(Entry {
             name,
             dir: md.is_dir(),
+            file: md.is_file(),
             size: md.len(),
             mtime: md.modified().unwrap_or(SystemTime::UNIX_EPOCH),
         });
@@ -92,6 +164,68 @@ pub fn read(
 /// `/`): nginx's `autoindex` HTML, entries sorted as nginx sorts them,
 /// and, when `more` entries were left out, a line that says so.
 pub fn render(url_path: &str, entries: &mut [Entry], more: u64) -> Vec<u8> {
+    html(url_path, entries, more, true, 0)
+}
+
+/// The listing in `style` (see [`render`] for HTML). `callback`: a JSONP
+/// call's name, [checked](jsonp_callback) (without one, JSONP is plain
+/// JSON). `utc_offset`: seconds east of UTC of the server's time zone, for
+/// [`Style::localtime`]. JSON and XML carry no "more entries" note: their
+/// readers take the entries only.
+pub fn render_as(
+    style: &Style,
+    url_path: &str,
+    entries: &mut [Entry],
+    more: u64,
+    callback: Option<&str>,
+    utc_offset: i64,
+) -> Page {
+    entries.sort_by(|a, b| b.dir.cmp(&a.dir).then_with(|| a.name.cmp(&b.name)));
+    match (style.format, callback) {
+        (Format::Html, _) => Page {
+            body: html(
+                url_path,
+                entries,
+                more,
+                style.exact_size,
+                if style.localtime { utc_offset } else { 0 },
+            ),
+            content_type: "text/html; charset=utf-8",
+        },
+        (Format::Json, _) | (Format::Jsonp, None) => Page {
+            body: json(entries, None),
+            content_type: "application/json",
+        },
+        (Format::Jsonp, Some(name)) => Page {
+            body: json(entries, Some(name)),
+            content_type: "application/javascript; charset=utf-8",
+        },
+        (Format::Xml, _) => Page {
+            body: xml(entries),
+            content_type: "text/xml; charset=utf-8",
+        },
+    }
+}
+
+/// The `callback` argument of a JSONP listing request, as nginx takes it:
+/// `Ok(None)` without one (or empty), `Err(400)` for one over 128 bytes
+/// or with a byte other than letters, digits, `_` and `.`.
+pub fn jsonp_callback(value: Option<&[u8]>) -> Result<Option<String>, crate::Status> {
+    let Some(v) = value.filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    let ok = v.len() <= 128
+        && v.iter()
+            .all(|&b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.');
+    match ok {
+        true => Ok(Some(String::from_utf8_lossy(v).into_owned())),
+        false => Err(crate::Status::BadRequest),
+    }
+}
+
+/// nginx's HTML page; `exact`: sizes in bytes; `offset`: seconds added to
+/// each time (its `autoindex_localtime`).
+fn html(url_path: &str, entries: &mut [Entry], more: u64, exact: bool, offset: i64) -> Vec<u8> {
     entries.sort_by(|a, b| b.dir.cmp(&a.dir).then_with(|| a.name.cmp(&b.name)));
     let title = html_escape(url_path);
     let mut out = format!(
@@ -124,14 +258,15 @@ pub fn render(url_path: &str, entries: &mut [Entry], more: u64) -> Vec<u8> {
             out.resize(out.len() + NAME_WIDTH - len, b' ');
         }
         out.push(b' ');
-        out.extend_from_slice(&date::format_listing(e.mtime));
+        out.extend_from_slice(&date::format_listing(shifted(e.mtime, offset)));
         out.push(b' ');
-        let size = if e.dir {
-            "-".to_owned()
-        } else {
-            e.size.to_string()
-        };
-        out.extend_from_slice(format!("{size:>19}\r\n").as_bytes());
+        match (exact, e.dir) {
+            (true, true) => out.extend_from_slice(format!("{:>19}", "-").as_bytes()),
+            (true, false) => out.extend_from_slice(format!("{:>19}", e.size).as_bytes()),
+            (false, true) => out.extend_from_slice(b"      -"),
+            (false, false) => out.extend_from_slice(rounded(e.size).as_bytes()),
+        }
+        out.extend_from_slice(b"\r\n");
     }
     if more > 0 {
         out.extend_from_slice(
@@ -140,6 +275,95 @@ pub fn render(url_path: &str, entries: &mut [Entry], more: u64) -> Vec<u8> {
     }
     out.extend_from_slice(b"</pre><hr></body>\r\n</html>\r\n");
     out
+}
+
+/// `t` moved by `offset` seconds (either way; clamped at the epoch).
+fn shifted(t: SystemTime, offset: i64) -> SystemTime {
+    let by = std::time::Duration::from_secs(offset.unsigned_abs());
+    match offset >= 0 {
+        true => t.checked_add(by).unwrap_or(t),
+        false => t.checked_sub(by).unwrap_or(SystemTime::UNIX_EPOCH),
+    }
+}
+
+/// A size as nginx's `autoindex_exact_size off` writes it: up to 9999
+/// bytes as they are (` %6i`), then K, M or G rounded half up (`%6i%c`).
+fn rounded(size: u64) -> String {
+    const K: u64 = 1024;
+    let (unit, scale) = match size {
+        s if s >= K * K * K => (K * K * K, 'G'),
+        s if s >= K * K => (K * K, 'M'),
+        s if s > 9999 => (K, 'K'),
+        s => return format!(" {s:>6}"),
+    };
+    let n = size / unit + u64::from(size % unit >= unit / 2);
+    format!("{n:>6}{scale}")
+}
+
+/// nginx's JSON listing (`/* callback */` and the call around it for
+/// JSONP).
+fn json(entries: &[Entry], callback: Option<&str>) -> Vec<u8> {
+    let mut out = Vec::new();
+    if let Some(name) = callback {
+        out.extend_from_slice(b"/* callback */\r\n");
+        out.extend_from_slice(name.as_bytes());
+        out.push(b'(');
+    }
+    out.push(b'[');
+    for (i, e) in entries.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"\r\n{ \"name\":\"");
+        crate::log_format::escape_json(e.name.as_bytes(), &mut out);
+        out.extend_from_slice(b"\", \"type\":\"");
+        out.extend_from_slice(kind(e).as_bytes());
+        out.extend_from_slice(b"\", \"mtime\":\"");
+        out.extend_from_slice(&date::format(e.mtime));
+        out.push(b'"');
+        if e.file && !e.dir {
+            out.extend_from_slice(format!(", \"size\":{}", e.size).as_bytes());
+        }
+        out.extend_from_slice(b" }");
+    }
+    out.extend_from_slice(b"\r\n]");
+    if callback.is_some() {
+        out.extend_from_slice(b");");
+    }
+    out
+}
+
+/// nginx's XML listing.
+fn xml(entries: &[Entry]) -> Vec<u8> {
+    let mut out = b"<?xml version=\"1.0\"?>\r\n<list>\r\n".to_vec();
+    for e in entries {
+        let kind = kind(e);
+        out.push(b'<');
+        out.extend_from_slice(kind.as_bytes());
+        out.extend_from_slice(b" mtime=\"");
+        // `2026-12-06T23:41:07` of `…+00:00`, with nginx's `Z`.
+        out.extend_from_slice(&date::format_iso8601(e.mtime)[..19]);
+        out.push(b'Z');
+        if e.file && !e.dir {
+            out.extend_from_slice(format!("\" size=\"{}", e.size).as_bytes());
+        }
+        out.extend_from_slice(b"\">");
+        out.extend_from_slice(html_escape(&e.name).as_bytes());
+        out.extend_from_slice(b"</");
+        out.extend_from_slice(kind.as_bytes());
+        out.extend_from_slice(b">\r\n");
+    }
+    out.extend_from_slice(b"</list>\r\n");
+    out
+}
+
+/// An entry's type in JSON and XML.
+fn kind(e: &Entry) -> &'static str {
+    match (e.dir, e.file) {
+        (true, _) => "directory",
+        (false, true) => "file",
+        (false, false) => "other",
+    }
 }
 
 /// A name as one segment of a link: every byte but RFC 3986's unreserved
@@ -179,6 +403,7 @@ mod tests {
         Entry {
             name: name.to_owned(),
             dir,
+            file: !dir,
             size,
             // 2026-12-06 23:41:07 UTC
             mtime: UNIX_EPOCH + Duration::from_secs(1_796_600_467),
@@ -203,6 +428,124 @@ mod tests {
             06-Dec-2026 23:41                1234\r\n\
             </pre><hr></body>\r\n</html>\r\n";
         assert_eq!(page, want);
+    }
+
+    #[test]
+    fn rounded_sizes_and_local_times_as_nginx_writes_them() {
+        for (size, want) in [
+            (0, "      0"),
+            (9999, "   9999"),
+            (10_000, "    10K"),
+            (10_751, "    10K"),
+            (10_752, "    11K"),
+            ((1 << 20) - 1, "  1024K"),
+            (1 << 20, "     1M"),
+            ((3 << 20) / 2, "     2M"),
+            ((3 << 30) / 2 - 1, "     1G"),
+            (5 << 30, "     5G"),
+        ] {
+            assert_eq!(rounded(size), want, "{size}");
+        }
+        let mut e = vec![entry("a.txt", false, 20_000), entry("sub", true, 0)];
+        let style = Style {
+            exact_size: false,
+            localtime: true,
+            ..Style::default()
+        };
+        let page = render_as(&style, "/", &mut e, 0, None, 5 * 3600 + 1800);
+        let text = String::from_utf8(page.body).unwrap();
+        assert!(
+            text.contains(
+                "</a>                                               07-Dec-2026 05:11       -\r\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "</a>                                              07-Dec-2026 05:11     20K\r\n"
+            ),
+            "{text}"
+        );
+        let west = render_as(&style, "/", &mut e, 0, None, -3600);
+        assert!(String::from_utf8(west.body)
+            .unwrap()
+            .contains("06-Dec-2026 22:41"));
+    }
+
+    #[test]
+    fn json_and_xml_as_nginx_writes_them() {
+        let mut e = vec![
+            entry("b \"q\"\\.txt", false, 12),
+            entry("sub", true, 4096),
+            Entry {
+                file: false,
+                ..entry("fifo", false, 0)
+            },
+        ];
+        let json = |cb| {
+            render_as(
+                &Style {
+                    format: Format::Jsonp,
+                    ..Style::default()
+                },
+                "/",
+                &mut e.clone(),
+                0,
+                cb,
+                0,
+            )
+        };
+        let page = json(None);
+        assert_eq!(page.content_type, "application/json");
+        let text = String::from_utf8(page.body).unwrap();
+        assert_eq!(
+            text,
+            "[\r\n{ \"name\":\"sub\", \"type\":\"directory\", \"mtime\":\"Sun, 06 Dec 2026 23:41:07 GMT\" },\r\n\
+             { \"name\":\"b \\\"q\\\"\\\\.txt\", \"type\":\"file\", \"mtime\":\"Sun, 06 Dec 2026 23:41:07 GMT\", \"size\":12 },\r\n\
+             { \"name\":\"fifo\", \"type\":\"other\", \"mtime\":\"Sun, 06 Dec 2026 23:41:07 GMT\" }\r\n]"
+        );
+        let called = json(Some("cb.x_1"));
+        assert_eq!(called.content_type, "application/javascript; charset=utf-8");
+        let body = String::from_utf8(called.body).unwrap();
+        assert_eq!(body, format!("/* callback */\r\ncb.x_1({text});"));
+        let empty = render_as(
+            &Style {
+                format: Format::Json,
+                ..Style::default()
+            },
+            "/",
+            &mut [],
+            0,
+            None,
+            0,
+        );
+        assert_eq!(empty.body, b"[\r\n]");
+        let xml = render_as(
+            &Style {
+                format: Format::Xml,
+                ..Style::default()
+            },
+            "/",
+            &mut e,
+            0,
+            None,
+            0,
+        );
+        assert_eq!(xml.content_type, "text/xml; charset=utf-8");
+        assert_eq!(
+            String::from_utf8(xml.body).unwrap(),
+            "<?xml version=\"1.0\"?>\r\n<list>\r\n\
+             <directory mtime=\"2026-12-06T23:41:07Z\">sub</directory>\r\n\
+             <file mtime=\"2026-12-06T23:41:07Z\" size=\"12\">b &quot;q&quot;\\.txt</file>\r\n\
+             <other mtime=\"2026-12-06T23:41:07Z\">fifo</other>\r\n</list>\r\n"
+        );
+        assert_eq!(jsonp_callback(None), Ok(None));
+        assert_eq!(jsonp_callback(Some(b"")), Ok(None));
+        assert_eq!(jsonp_callback(Some(b"a.B_9")), Ok(Some("a.B_9".into())));
+        assert!(jsonp_callback(Some(b"alert(1)")).is_err());
+        assert!(jsonp_callback(Some("x".repeat(129).as_bytes())).is_err());
+        assert_eq!("xml".parse(), Ok(Format::Xml));
+        assert!("yaml".parse::<Format>().is_err());
     }
 
     #[test]

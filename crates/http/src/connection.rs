@@ -946,6 +946,12 @@ impl HttpProtocol {
         let state = self.state.clone();
         let url = head.path.clone();
         let takes_gzip = gzip::takes(&state.cfg.gzip, head);
+        let callback = match state.cfg.autoindex_style.format {
+            crate::autoindex::Format::Jsonp => {
+                crate::log_format::argument_of(head, b"callback").map(<[u8]>::to_vec)
+            }
+            _ => None,
+        };
         let found = if let Some(status) = refused {
             Err(HttpError::keep(status))
         } else if state.cfg.deny_dotfiles && path::hidden(&url) {
@@ -953,7 +959,7 @@ impl HttpProtocol {
         } else {
             match reply
                 .payload()
-                .blocking(move || state.lookup(&url, want_gzip, takes_gzip))
+                .blocking(move || state.lookup(&url, want_gzip, takes_gzip, callback))
                 .await
             {
                 Ok(found) => found,
@@ -993,10 +999,11 @@ impl HttpProtocol {
         Ok(match found {
             Err(e) => alone(write_error(e, Some(head), date, out), out),
             Ok(Found::Redirect(location)) => alone(write_redirect(head, &location, date, out), out),
-            Ok(Found::Listing(page)) => alone(
-                write_text(head, "text/html; charset=utf-8", &page, date, out),
-                out,
-            ),
+            Ok(Found::Listing(page)) => {
+                let plan = write_text(head, page.content_type, &page.body, date, out);
+                self.add_fields(&plan, &now, (page.content_type, None), out, start);
+                plan
+            }
             Ok(Found::Bytes {
                 meta,
                 content_type,
@@ -1055,7 +1062,7 @@ impl HttpProtocol {
         let gzip = page.as_ok;
         let found = reply
             .payload()
-            .blocking(move || state.lookup(&url, want_gzip && gzip, takes_gzip && gzip))
+            .blocking(move || state.lookup(&url, want_gzip && gzip, takes_gzip && gzip, None))
             .await;
         match found {
             Ok(Ok(Found::Redirect(_) | Found::Listing(_))) | Ok(Err(_)) | Err(_) => (Err(e), None),

@@ -496,6 +496,12 @@ impl LogFormat {
     }
 }
 
+/// Appends `bytes` escaped as nginx's `ngx_escape_json` escapes them
+/// (its `escape=json`, and its `autoindex_format json`).
+pub(crate) fn escape_json(bytes: &[u8], out: &mut Vec<u8>) {
+    escaped(Escape::Json, bytes, out)
+}
+
 /// Appends `bytes` escaped as `escape` says.
 fn escaped(escape: Escape, bytes: &[u8], line: &mut Vec<u8>) {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
@@ -531,6 +537,11 @@ fn escaped(escape: Escape, bytes: &[u8], line: &mut Vec<u8>) {
             }
         }
     }
+}
+
+/// The value of the argument `name` of `head`'s query (nginx's `$arg_`).
+pub(crate) fn argument_of<'a>(head: &Head<'a>, name: &[u8]) -> Option<&'a [u8]> {
+    argument(query(head)?, name)
 }
 
 /// The query of `head`'s target, after its `?` (`None` without one).

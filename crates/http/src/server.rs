@@ -164,6 +164,9 @@ pub struct HttpConfig {
     /// List directories without an index file (nginx's `autoindex`)
     /// instead of answering 403; off by default.
     pub autoindex: bool,
+    /// How listings are written (nginx's `autoindex_format`,
+    /// `autoindex_exact_size`, `autoindex_localtime`): its HTML by default.
+    pub autoindex_style: crate::autoindex::Style,
     /// Errors answered with a page of the root (nginx's `error_page`), the
     /// first rule naming a status applying; none by default.
     pub error_pages: Vec<crate::ErrorPage>,
@@ -260,6 +263,7 @@ impl HttpConfig {
             open_files: 1000,
             index: vec![crate::path::INDEX.to_owned()],
             autoindex: false,
+            autoindex_style: crate::autoindex::Style::default(),
             error_pages: Vec::new(),
             try_files: None,
             deny_dotfiles: false,
@@ -521,7 +525,7 @@ pub(crate) enum Found {
     /// A directory asked for without its slash.
     Redirect(String),
     /// A directory's listing page (`--autoindex on`): HTML, not cached.
-    Listing(Vec<u8>),
+    Listing(crate::autoindex::Page),
     /// The whole body in memory (cached, or small enough to read).
     Bytes {
         meta: FileMeta,
@@ -801,11 +805,14 @@ impl HttpState {
     /// [wants](gzip::wanted) the gzip variant; `takes_gzip`: it
     /// [takes](gzip::takes) a gzip body (a lone `.gz`). Blocking
     /// (`realpath`, `stat`, `open`, `read`): runs on the blocking pool.
+    /// `callback`: the request's `callback` argument where listings are
+    /// JSONP (checked only if a listing answers).
     pub(crate) fn lookup(
         &self,
         request: &str,
         want_gzip: bool,
         takes_gzip: bool,
+        callback: Option<Vec<u8>>,
     ) -> Result<Found, HttpError> {
         let (served, resolved) = match &self.cfg.try_files {
             Some(t) => {
@@ -824,7 +831,22 @@ impl HttpState {
                         self.root.allows(real)
                     })
                     .map_err(|e| HttpError::from_io(&e))?;
-                let page = crate::autoindex::render(url_path, &mut entries, more);
+                let style = &self.cfg.autoindex_style;
+                // As nginx: a bad callback is the client's error.
+                let callback = crate::autoindex::jsonp_callback(callback.as_deref())
+                    .map_err(HttpError::keep)?;
+                let offset = match style.localtime {
+                    true => crate::sys::utc_offset_now(),
+                    false => 0,
+                };
+                let page = crate::autoindex::render_as(
+                    style,
+                    url_path,
+                    &mut entries,
+                    more,
+                    callback.as_deref(),
+                    offset,
+                );
                 return Ok(Found::Listing(page));
             }
             Ok(Resolved::File { path, meta }) => (path, meta),

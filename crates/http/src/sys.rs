@@ -242,6 +242,29 @@ fn page_size() -> u64 {
     })
 }
 
+/// Seconds east of UTC of the process's time zone now (`TZ`, else
+/// `/etc/localtime`; 0 when the C library cannot say): nginx's
+/// `autoindex_localtime` shifts every listed time by today's offset.
+pub(crate) fn utc_offset_now() -> i64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as libc::time_t);
+    let mut tm = std::mem::MaybeUninit::<libc::tm>::zeroed();
+    // SAFETY: `localtime_r` reads the `time_t` behind its first pointer, a
+    // live local, and writes one `struct tm` through the second, which
+    // points to `tm`, zeroed (a valid `tm`: plain integers and a null
+    // zone name) and live for the call; it is the reentrant form, so no
+    // static buffer is shared with another thread.
+    let filled = unsafe { !libc::localtime_r(&now, tm.as_mut_ptr()).is_null() };
+    match filled {
+        // SAFETY: zeroed then filled by `localtime_r`: initialised either way.
+        // (`from`: `c_long` is 32 bits on 32-bit targets.)
+        #[allow(clippy::useless_conversion)]
+        true => i64::from(unsafe { tm.assume_init() }.tm_gmtoff),
+        false => 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
