@@ -1740,6 +1740,11 @@ fn stalled_download(url: &str, path: &str) -> TcpStream {
 
 /// One keep-alive `GET PATH` on `s`, its answer read whole: the status.
 fn get_kept(s: &mut TcpStream, path: &str) -> u16 {
+    get_kept_head(s, path)[9..12].parse().unwrap()
+}
+
+/// [`get_kept`]'s answer's head, lower-cased.
+fn get_kept_head(s: &mut TcpStream, path: &str) -> String {
     write!(s, "GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
     let mut raw = Vec::new();
     let mut byte = [0u8; 1];
@@ -1761,7 +1766,50 @@ fn get_kept(s: &mut TcpStream, path: &str) -> u16 {
         .unwrap();
     let mut body = vec![0u8; len];
     s.read_exact(&mut body).unwrap();
-    head[9..12].parse().unwrap()
+    head.to_ascii_lowercase()
+}
+
+/// `--keepalive-time` (nginx's `keepalive_time`): a request begun after a
+/// connection's time is answered with `Connection: close`, and the
+/// connection closes, as nginx's; before it, the connection is kept.
+#[test]
+fn keepalive_time_renews_a_busy_connection_as_nginx_does() {
+    let (_dir, root) = tree("keepalive-time", &[("a.txt", "a\n")]);
+    let run = |url: &str| -> Vec<String> {
+        let mut s = TcpStream::connect(url.strip_prefix("http://").unwrap()).unwrap();
+        let connection = |head: String| {
+            head.lines()
+                .find_map(|l| l.strip_prefix("connection: ").map(str::to_owned))
+                .unwrap_or_default()
+        };
+        let mut seen = vec![connection(get_kept_head(&mut s, "/a.txt"))];
+        seen.push(connection(get_kept_head(&mut s, "/a.txt")));
+        std::thread::sleep(Duration::from_millis(1300));
+        seen.push(connection(get_kept_head(&mut s, "/a.txt")));
+        // Closed after that answer.
+        let mut rest = Vec::new();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        assert_eq!(s.read_to_end(&mut rest).unwrap(), 0);
+        seen
+    };
+    let want = ["keep-alive", "keep-alive", "close"];
+    let server = HttpServer::start(&root, &["--keepalive-time", "1"]);
+    assert_eq!(run(&server.url), want);
+    assert!(server.stop().success());
+    if let Some(nginx) = duality_bench::http::find_nginx() {
+        let n = duality_bench::http::RunningServer::nginx_in_server(
+            &nginx,
+            &root,
+            "keepalive_time 1s;\n",
+        )
+        .unwrap();
+        assert_eq!(run(&format!("http://{}", n.addr)), want, "nginx");
+    }
+    refused_saying(
+        &root,
+        &["--keepalive-time", "0"],
+        "must be a positive number",
+    );
 }
 
 /// `--limit-conn` (nginx's `limit_conn` on `$binary_remote_addr`): a

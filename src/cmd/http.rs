@@ -140,6 +140,10 @@ pub struct HttpArgs {
     /// answer to the last carries `Connection: close`. 0: no keep-alive.
     #[arg(long, default_value_t = 1000)]
     keepalive_requests: u64,
+    /// Seconds one connection may make requests (nginx's keepalive_time):
+    /// the answer to a request begun later carries `Connection: close`
+    #[arg(long, default_value_t = 3600.0)]
+    keepalive_time: f64,
     /// Write an access log to this file (`-` for stderr), one line per
     /// response in nginx's `combined` format (times in UTC) or
     /// `--log-format`'s; off by default. SIGUSR1 opens it again (nginx's
@@ -916,6 +920,7 @@ pub fn run(mut a: HttpArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
         lingering_timeout: seconds("lingering-timeout", a.lingering_timeout)?,
         lingering_time: seconds("lingering-time", a.lingering_time)?,
         keepalive_requests: a.keepalive_requests,
+        keepalive_time: seconds("keepalive-time", a.keepalive_time)?,
         access_log: a.access_log.clone(),
         log_format: match &a.log_format {
             Some(f) => duality_http::LogFormat::parse(f, a.log_escape)

@@ -181,6 +181,8 @@ pub struct HttpSession {
     write_failed: bool,
     /// Request heads answered on this connection, this one included.
     requests: u64,
+    /// When the connection was opened (`--keepalive-time`).
+    opened: Option<Instant>,
     /// The client's address, for the access log and `--allow` / `--deny`
     /// (none for a Unix socket, or where neither is on).
     ip: Option<IpAddr>,
@@ -359,6 +361,7 @@ impl Protocol for HttpProtocol {
             interim: false,
             write_failed: false,
             requests: 0,
+            opened: Some(loop_now()),
             ip,
             port,
             paced: false,
@@ -669,7 +672,11 @@ impl Protocol for HttpProtocol {
 impl HttpProtocol {
     /// The request just counted is the last `keepalive_requests` allows.
     fn last_allowed(&self, session: &HttpSession) -> bool {
-        session.requests >= self.state.cfg.keepalive_requests
+        let cfg = &self.state.cfg;
+        session.requests >= cfg.keepalive_requests
+            || session
+                .opened
+                .is_some_and(|t| loop_now().saturating_duration_since(t) > cfg.keepalive_time)
     }
 
     /// What the driver does after `plan`'s response.

@@ -133,6 +133,11 @@ pub struct HttpConfig {
     /// long-lived client's connection is renewed now and then (its buffers
     /// returned, its next connection balanced afresh). 0: no keep-alive.
     pub keepalive_requests: u64,
+    /// How long one connection may make requests (nginx's
+    /// `keepalive_time`, one hour by default): the answer to a request
+    /// begun later closes it, so that a client that never pauses is still
+    /// renewed now and then.
+    pub keepalive_time: Duration,
     /// Where the access log goes (`-` for stderr); `None`: no log.
     pub access_log: Option<PathBuf>,
     /// The access log's line (nginx's `log_format`); nginx's `combined`
@@ -255,6 +260,7 @@ impl HttpConfig {
             lingering_timeout: Duration::from_secs(5),
             lingering_time: Duration::from_secs(30),
             keepalive_requests: 1000,
+            keepalive_time: Duration::from_secs(3600),
             access_log: None,
             log_format: crate::LogFormat::default(),
             limits: Limits::default(),
