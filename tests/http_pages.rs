@@ -1810,6 +1810,12 @@ fn keepalive_time_renews_a_busy_connection_as_nginx_does() {
         &["--keepalive-time", "0"],
         "must be a positive number",
     );
+    // nginx would fill the variable in: refused rather than sent as written.
+    refused_saying(
+        &root,
+        &["--add-header", "X-Id: $request_id"],
+        "variables ($name) are not filled in here",
+    );
 }
 
 /// `--limit-conn` (nginx's `limit_conn` on `$binary_remote_addr`): a

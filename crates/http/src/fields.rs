@@ -315,6 +315,18 @@ impl FromStr for AddedField {
                 "{name}: a value may not hold line breaks or control characters"
             ));
         }
+        // nginx would fill in `$request_id`; sent as written it would be
+        // wrong without a word, so it is refused.
+        let variable = value
+            .as_bytes()
+            .windows(2)
+            .find(|w| w[0] == b'$' && (w[1].is_ascii_alphabetic() || w[1] == b'_' || w[1] == b'{'));
+        if variable.is_some() {
+            return Err(format!(
+                "{name}: variables ($name) are not filled in here, as nginx's add_header fills \
+                 them; give the value itself"
+            ));
+        }
         Ok(AddedField {
             line: format!("{name}: {value}\r\n").into_bytes().into(),
             always: false,
@@ -706,7 +718,12 @@ mod tests {
         assert!(f.always().always);
         let ok: AddedField = "Cache-Control: public, immutable".parse().unwrap();
         assert_eq!(&*ok.line, b"Cache-Control: public, immutable\r\n");
+        let price: AddedField = "X-Price: $5, 100%".parse().unwrap();
+        assert_eq!(&*price.line, b"X-Price: $5, 100%\r\n");
         for bad in [
+            "X-Id: $request_id",
+            "X-Host: ${host}.example",
+            "X-Who: by $_x",
             "X-Frame-Options DENY",
             ": x",
             "Bad Name: x",
