@@ -355,9 +355,10 @@ pub struct HttpArgs {
     /// or "Cache-Control: public". Repeat for several; they go out in the
     /// order given. Fields the server writes itself (Server, Date,
     /// Content-*, Last-Modified, ETag, Location, Connection…) are refused,
-    /// and Expires is set with --expires. The value is sent as written: one
-    /// naming a variable ($request_id), which nginx would fill in, is
-    /// refused
+    /// and Expires is set with --expires. A value may name the variables of
+    /// --log-format ("X-Request-Id: $request_id"), filled in for each
+    /// answer as nginx's add_header fills them; one that comes out empty
+    /// adds no field
     #[arg(long, value_name = "NAME: VALUE")]
     add_header: Vec<duality_http::AddedField>,
     /// --add-header on every answer, errors included (nginx's `add_header

@@ -183,6 +183,9 @@ pub struct HttpSession {
     requests: u64,
     /// When the connection was opened (`--keepalive-time`).
     opened: Option<Instant>,
+    /// The current request's `$request_id`, once a field or the log used
+    /// it: the same in both. Reset by each request and each timeout.
+    request_id: std::sync::OnceLock<[u8; 32]>,
     /// The client's address, for the access log and `--allow` / `--deny`
     /// (none for a Unix socket, or where neither is on).
     ip: Option<IpAddr>,
@@ -361,6 +364,7 @@ impl Protocol for HttpProtocol {
             interim: false,
             write_failed: false,
             requests: 0,
+            request_id: std::sync::OnceLock::new(),
             opened: Some(loop_now()),
             ip,
             port,
@@ -448,9 +452,11 @@ impl Protocol for HttpProtocol {
         if self.state.log.is_some() {
             session.began = Some(session.reading.take().unwrap_or_else(loop_now));
         }
-        // A new request: the last one's waits and checks are not its own.
+        // A new request: the last one's waits, checks and id are not its
+        // own.
         session.paced = false;
         session.verified = false;
+        session.request_id.take();
         let head = match req.what {
             Seen::Head {
                 mut head,
@@ -569,7 +575,7 @@ impl Protocol for HttpProtocol {
             }
         };
         match self
-            .respond_later(&head, pending, interim, &mut reply)
+            .respond_later(session, &head, pending, interim, &mut reply)
             .await
         {
             Ok(plan) => {
@@ -630,6 +636,7 @@ impl Protocol for HttpProtocol {
         partial: &[u8],
         out: &mut Output,
     ) {
+        session.request_id.take();
         let c = &self.state.counters;
         match which {
             Timeout::Idle => c.idle_timeouts.fetch_add(1, Relaxed),
@@ -714,7 +721,7 @@ impl HttpProtocol {
             Some(_) => write_error(e, head, now.date(), out),
             None => write_refusal(e, line, now.date(), out),
         };
-        self.add_fields(&plan, &now, (HTML, None), out, start);
+        self.add_fields(&plan, &now, (HTML, None), (session, head), out, start);
         self.state.phases.request();
         self.log(session, head, line, &plan);
         plan
@@ -723,16 +730,27 @@ impl HttpProtocol {
     /// Adds the fields of `--expires` and `--add-header` to the head of
     /// `plan`, written into `out` from `start` (`carried`: the type and
     /// last modification of what it carries).
+    /// `about`: the connection and request answered, whose variables an
+    /// added field's value may name.
     fn add_fields(
         &self,
         plan: &Plan,
         now: &Now,
         carried: (&str, Option<std::time::SystemTime>),
+        (session, head): (&HttpSession, Option<&Head<'_>>),
         out: &mut Vec<u8>,
         start: usize,
     ) {
         let fields = &self.state.cfg.fields;
-        fields.add_to_head(plan.status, now.secs, now.date(), carried, out, start);
+        // As nginx's: the answer's status, no body sent yet.
+        let fill = |value: &crate::LogFormat, into: &mut Vec<u8>| {
+            value.expand(
+                &self.entry(session, head, None, plan.status.code(), 0),
+                into,
+            )
+        };
+        let (secs, date) = (now.secs, now.date());
+        fields.add_to_head_filled(plan.status, secs, date, carried, &fill, out, start);
         // A 401 says how to sign in.
         if let (Status::Unauthorized, Some(auth)) = (plan.status, &self.state.auth) {
             let line = format!("WWW-Authenticate: {}\r\n", auth.challenge());
@@ -829,7 +847,14 @@ impl HttpProtocol {
             let body = self.state.stub_status_text();
             let start = out.len();
             let plan = write_text(head, "text/plain", body.as_bytes(), date, out);
-            self.add_fields(&plan, &now, ("text/plain", None), out, start);
+            self.add_fields(
+                &plan,
+                &now,
+                ("text/plain", None),
+                (session, Some(head)),
+                out,
+                start,
+            );
             self.log(session, Some(head), None, &plan);
             return Some(plan);
         }
@@ -883,7 +908,7 @@ impl HttpProtocol {
                 let start = out.len();
                 let mut plan = plan_encoded(head, &f.meta, f.content_type, encoding, date, out);
                 let carried = (f.content_type, Some(f.meta.mtime));
-                self.add_fields(&plan, &now, carried, out, start);
+                self.add_fields(&plan, &now, carried, (session, Some(head)), out, start);
                 push_cached_body(out, &bytes, &mut plan, alone);
                 self.log(session, Some(head), None, &plan);
                 return Some(plan);
@@ -915,6 +940,7 @@ impl HttpProtocol {
     /// goes into `reply`'s output, a body from a file is sent after a flush.
     async fn respond_later(
         &self,
+        session: &HttpSession,
         head: &Head<'_>,
         pending: Pending,
         interim: bool,
@@ -935,7 +961,14 @@ impl HttpProtocol {
                 let start = reply.out().len();
                 let plan = plan_encoded(head, &meta, content_type, encoding, date, reply.out());
                 let carried = (content_type, Some(meta.mtime));
-                self.add_fields(&plan, &now, carried, reply.out(), start);
+                self.add_fields(
+                    &plan,
+                    &now,
+                    carried,
+                    (session, Some(head)),
+                    reply.out(),
+                    start,
+                );
                 let file = open.file.clone();
                 let residency = Residency::Remembered(open, meta.size);
                 return self
@@ -995,12 +1028,19 @@ impl HttpProtocol {
                 Some(status) => plan_error_page(head, status, meta.size, content_type, date, out),
                 None => plan_encoded(head, meta, content_type, encoding, date, out),
             };
-            self.add_fields(&plan, &now, (content_type, Some(meta.mtime)), out, start);
+            self.add_fields(
+                &plan,
+                &now,
+                (content_type, Some(meta.mtime)),
+                (session, Some(head)),
+                out,
+                start,
+            );
             plan
         };
         // Answers without a file of their own: pages of the server's.
         let alone = |plan: Plan, out: &mut Vec<u8>| {
-            self.add_fields(&plan, &now, (HTML, None), out, start);
+            self.add_fields(&plan, &now, (HTML, None), (session, Some(head)), out, start);
             plan
         };
         Ok(match found {
@@ -1008,7 +1048,14 @@ impl HttpProtocol {
             Ok(Found::Redirect(location)) => alone(write_redirect(head, &location, date, out), out),
             Ok(Found::Listing(page)) => {
                 let plan = write_text(head, page.content_type, &page.body, date, out);
-                self.add_fields(&plan, &now, (page.content_type, None), out, start);
+                self.add_fields(
+                    &plan,
+                    &now,
+                    (page.content_type, None),
+                    (session, Some(head)),
+                    out,
+                    start,
+                );
                 plan
             }
             Ok(Found::Bytes {
@@ -1043,7 +1090,7 @@ impl HttpProtocol {
                 content_type,
                 input,
             }) => {
-                self.compressed(head, &path, meta, content_type, input, &now, reply)
+                self.compressed(session, head, &path, meta, content_type, input, &now, reply)
                     .await?
             }
         })
@@ -1085,6 +1132,7 @@ impl HttpProtocol {
     #[allow(clippy::too_many_arguments)]
     async fn compressed(
         &self,
+        session: &HttpSession,
         head: &Head<'_>,
         path: &std::path::Path,
         meta: FileMeta,
@@ -1101,7 +1149,14 @@ impl HttpProtocol {
             let encoding = Encoding::Gzip { len: 0 };
             let start = reply.out().len();
             let plan = plan_encoded(head, &meta, content_type, encoding, date, reply.out());
-            self.add_fields(&plan, now, carried, reply.out(), start);
+            self.add_fields(
+                &plan,
+                now,
+                carried,
+                (session, Some(head)),
+                reply.out(),
+                start,
+            );
             return Ok(plan);
         }
         let job = GzipJob {
@@ -1112,7 +1167,14 @@ impl HttpProtocol {
             let encoding = Encoding::Identity { vary: true };
             let start = reply.out().len();
             let mut plan = plan_encoded(head, &meta, content_type, encoding, date, reply.out());
-            self.add_fields(&plan, now, carried, reply.out(), start);
+            self.add_fields(
+                &plan,
+                now,
+                carried,
+                (session, Some(head)),
+                reply.out(),
+                start,
+            );
             return match input {
                 GzipInput::Bytes(bytes) => {
                     push_cached_body(reply.out(), &bytes, &mut plan, true);
@@ -1141,7 +1203,14 @@ impl HttpProtocol {
         };
         let start = reply.out().len();
         let mut plan = plan_encoded(head, &meta, content_type, encoding, date, reply.out());
-        self.add_fields(&plan, now, carried, reply.out(), start);
+        self.add_fields(
+            &plan,
+            now,
+            carried,
+            (session, Some(head)),
+            reply.out(),
+            start,
+        );
         push_cached_body(reply.out(), &gz, &mut plan, true);
         Ok(plan)
     }
@@ -1418,7 +1487,14 @@ impl HttpProtocol {
         let now = now();
         let start = out.len();
         let plan = write(now.date(), out);
-        self.add_fields(&plan, &now, ("text/plain", None), out, start);
+        self.add_fields(
+            &plan,
+            &now,
+            ("text/plain", None),
+            (session, Some(head)),
+            out,
+            start,
+        );
         self.log(session, Some(head), None, &plan);
         plan
     }
@@ -1483,6 +1559,7 @@ impl HttpProtocol {
             connection: session.color,
             // A refused request was not counted, but nginx counts it.
             connection_requests: session.requests + u64::from(head.is_none()),
+            request_id: Some(&session.request_id),
         }
     }
 }

@@ -267,8 +267,12 @@ const OWN: [&str; 16] = [
 /// One `--add-header` field (nginx's `add_header NAME VALUE [always]`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AddedField {
-    /// `Name: value\r\n`, as it goes out.
+    /// `Name: value\r\n`, as it goes out; `Name: ` alone where the value
+    /// names variables.
     line: Box<[u8]>,
+    /// The value, where it names variables (nginx's add_header fills
+    /// them in each answer; one that comes out empty adds no field).
+    value: Option<crate::LogFormat>,
     /// Added to every answer, errors included.
     pub always: bool,
 }
@@ -315,20 +319,24 @@ impl FromStr for AddedField {
                 "{name}: a value may not hold line breaks or control characters"
             ));
         }
-        // nginx would fill in `$request_id`; sent as written it would be
-        // wrong without a word, so it is refused.
+        // `$request_id`, `${host}`: variables, filled in as nginx fills
+        // them (a `$` before anything else is a byte of the value).
         let variable = value
             .as_bytes()
             .windows(2)
-            .find(|w| w[0] == b'$' && (w[1].is_ascii_alphabetic() || w[1] == b'_' || w[1] == b'{'));
-        if variable.is_some() {
-            return Err(format!(
-                "{name}: variables ($name) are not filled in here, as nginx's add_header fills \
-                 them; give the value itself"
-            ));
+            .any(|w| w[0] == b'$' && (w[1].is_ascii_alphabetic() || w[1] == b'_' || w[1] == b'{'));
+        if variable {
+            let format = crate::LogFormat::parse(value, crate::log_format::Escape::None)
+                .map_err(|e| format!("{name}: {e}"))?;
+            return Ok(AddedField {
+                line: format!("{name}: ").into_bytes().into(),
+                value: Some(format),
+                always: false,
+            });
         }
         Ok(AddedField {
             line: format!("{name}: {value}\r\n").into_bytes().into(),
+            value: None,
             always: false,
         })
     }
@@ -439,12 +447,30 @@ impl ResponseFields {
     /// [module docs](self)): `date` is its `Date` (`now` that second in
     /// Unix seconds), `content_type` and `last_modified` those of what it
     /// carries.
+    /// Fields whose values name variables are left out: see
+    /// [`write_filled`](Self::write_filled).
     pub fn write(
         &self,
         status: Status,
         now: u64,
         date: &str,
+        carried: (&str, Option<SystemTime>),
+        out: &mut Vec<u8>,
+    ) {
+        self.write_filled(status, now, date, carried, &|_, _| {}, out)
+    }
+
+    /// [`write`](Self::write), `fill` writing a value's variables for this
+    /// answer (the request's, as the access log's). A byte a field may not
+    /// hold (a control byte a client sent) goes percent-encoded; a value
+    /// that comes out empty adds no field, as nginx's `add_header`.
+    pub fn write_filled(
+        &self,
+        status: Status,
+        now: u64,
+        date: &str,
         (content_type, last_modified): (&str, Option<SystemTime>),
+        fill: Fill<'_>,
         out: &mut Vec<u8>,
     ) {
         let all = adds_to(status);
@@ -453,7 +479,23 @@ impl ResponseFields {
                 .write(now, date, last_modified, out);
         }
         for f in self.added.iter().filter(|f| all || f.always) {
+            let Some(value) = &f.value else {
+                out.extend_from_slice(&f.line);
+                continue;
+            };
+            let mut filled = Vec::new();
+            fill(value, &mut filled);
+            if filled.is_empty() {
+                continue;
+            }
             out.extend_from_slice(&f.line);
+            for b in filled {
+                match b {
+                    b'\t' | 0x20..=0x7e | 0x80.. => out.push(b),
+                    _ => out.extend_from_slice(format!("%{b:02X}").as_bytes()),
+                }
+            }
+            out.extend_from_slice(b"\r\n");
         }
     }
 
@@ -461,12 +503,30 @@ impl ResponseFields {
     /// with (written by one of the [`response`](crate::response) planners;
     /// a small body of its own may follow): the fields go before the
     /// head's blank line.
+    /// Fields whose values name variables are left out: see
+    /// [`add_to_head_filled`](Self::add_to_head_filled).
     pub fn add_to_head(
         &self,
         status: Status,
         now: u64,
         date: &str,
         carried: (&str, Option<SystemTime>),
+        out: &mut Vec<u8>,
+        start: usize,
+    ) {
+        self.add_to_head_filled(status, now, date, carried, &|_, _| {}, out, start)
+    }
+
+    /// [`add_to_head`](Self::add_to_head) with variables filled by `fill`
+    /// (see [`write_filled`](Self::write_filled)).
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_to_head_filled(
+        &self,
+        status: Status,
+        now: u64,
+        date: &str,
+        carried: (&str, Option<SystemTime>),
+        fill: Fill<'_>,
         out: &mut Vec<u8>,
         start: usize,
     ) {
@@ -484,15 +544,18 @@ impl ResponseFields {
         if at + 2 == out.len() {
             // Nothing after the head yet (a file's body comes later).
             out.truncate(at);
-            self.write(status, now, date, carried, out);
+            self.write_filled(status, now, date, carried, fill, out);
             out.extend_from_slice(b"\r\n");
         } else {
             let mut fields = Vec::new();
-            self.write(status, now, date, carried, &mut fields);
+            self.write_filled(status, now, date, carried, fill, &mut fields);
             out.splice(at..at, fields);
         }
     }
 }
+
+/// Writes the variables of an added field's value for one answer.
+pub type Fill<'a> = &'a dyn Fn(&crate::LogFormat, &mut Vec<u8>);
 
 /// Inserts `line` (a whole field line, its line end included) at the end
 /// of the head written into `out` from `start`, before its blank line.
@@ -720,10 +783,17 @@ mod tests {
         assert_eq!(&*ok.line, b"Cache-Control: public, immutable\r\n");
         let price: AddedField = "X-Price: $5, 100%".parse().unwrap();
         assert_eq!(&*price.line, b"X-Price: $5, 100%\r\n");
-        for bad in [
+        for vars in [
             "X-Id: $request_id",
             "X-Host: ${host}.example",
-            "X-Who: by $_x",
+            "X-Q: a=$arg_a",
+        ] {
+            let f: AddedField = vars.parse().unwrap();
+            assert!(f.value.is_some(), "{vars}");
+        }
+        for bad in [
+            "X-Id: $nope",
+            "X-Host: ${host",
             "X-Frame-Options DENY",
             ": x",
             "Bad Name: x",

@@ -50,7 +50,7 @@ impl std::str::FromStr for Escape {
 }
 
 /// A compiled format: see the [module](self).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogFormat {
     pieces: Vec<Piece>,
     escape: Escape,
@@ -239,6 +239,10 @@ pub struct Entry<'a> {
     pub connection: u64,
     /// Requests made on the connection, this one included.
     pub connection_requests: u64,
+    /// The request's `$request_id`, made at its first use and kept, so
+    /// that an added field and the log line show the same (`None`: a new
+    /// one for each line).
+    pub request_id: Option<&'a std::sync::OnceLock<[u8; 32]>>,
 }
 
 /// A variable's value.
@@ -467,7 +471,11 @@ impl LogFormat {
                 None => Value::Missing,
             },
             Var::RequestId => {
-                line.extend_from_slice(&id.get_or_insert_with(request_id)[..]);
+                let made = match e.request_id {
+                    Some(kept) => kept.get_or_init(request_id),
+                    None => id.get_or_insert_with(request_id),
+                };
+                line.extend_from_slice(&made[..]);
                 Value::Done
             }
             Var::Absent => Value::Missing,
@@ -645,6 +653,7 @@ mod tests {
             request_time: Duration::from_millis(1234),
             connection: 7,
             connection_requests: 3,
+            request_id: None,
         }
     }
 
