@@ -192,6 +192,72 @@ fn errors_answer_with_pages_of_the_root() {
     assert!(server.stop().success());
 }
 
+/// `--error-page` with `=CODE` answers the page under that status, and
+/// with an address elsewhere redirects there (302, or the redirection
+/// `=CODE` names), as nginx's `error_page`, compared where it is installed.
+#[test]
+fn error_pages_change_the_status_or_redirect_as_nginx_does() {
+    let (_dir, root) = tree("error-page-codes", &[("gone.html", "gone\n"), ("dir/", "")]);
+    // Status, Location, and the body of a page that is not a redirection.
+    let seen = |url: &str| -> Vec<(u16, Option<String>, Vec<u8>)> {
+        ["/nope", "/dir/"]
+            .iter()
+            .map(|path| {
+                let (code, fields, body) = call(url, "GET", path, "");
+                let location = field(&fields, "location").map(str::to_owned);
+                (
+                    code,
+                    location.clone(),
+                    if location.is_none() { body } else { Vec::new() },
+                )
+            })
+            .collect()
+    };
+    let nginx = duality_bench::http::find_nginx();
+    for (rules, want) in [
+        (
+            [
+                "404 =410 /gone.html",
+                "403 https://example.com/forbidden?x=1",
+            ],
+            [
+                (410, None),
+                (302, Some("https://example.com/forbidden?x=1")),
+            ],
+        ),
+        (
+            ["404 =307 https://example.com/nf", "403 =503 /gone.html"],
+            [(307, Some("https://example.com/nf")), (503, None)],
+        ),
+    ] {
+        let args: Vec<&str> = rules.iter().flat_map(|r| ["--error-page", r]).collect();
+        let server = HttpServer::start(&root, &args);
+        let ours = seen(&server.url);
+        assert!(server.stop().success());
+        for ((code, location, body), (want_code, want_location)) in ours.iter().zip(want) {
+            assert_eq!(
+                (*code, location.as_deref()),
+                (want_code, want_location),
+                "{rules:?}"
+            );
+            if location.is_none() {
+                assert_eq!(body, b"gone\n", "{rules:?}");
+            }
+        }
+        if let Some(nginx) = &nginx {
+            let directives: String = rules.iter().map(|r| format!("error_page {r};\n")).collect();
+            let n = duality_bench::http::RunningServer::nginx_in_server(nginx, &root, &directives)
+                .unwrap();
+            assert_eq!(seen(&format!("http://{}", n.addr)), ours, "{rules:?}");
+        }
+    }
+    refused_saying(
+        &root,
+        &["--error-page", "404 =299 /gone.html"],
+        "give =CODE",
+    );
+}
+
 #[test]
 fn a_page_that_cannot_be_served_leaves_the_built_in_one() {
     let dir = TempDir::new("error-page-missing");

@@ -254,10 +254,13 @@ pub struct HttpArgs {
     /// error's status and no validators) or "404 =200 /index.html" (the
     /// page as if asked for: 200, its validators, ranges and gzip; a
     /// single-page application's fallback, nginx's `try_files $uri
-    /// /index.html`). Codes 400-599; a lookup answers 403, 404, 500 and 503.
-    /// A page that cannot be served itself leaves the built-in one. Repeat
-    /// for several; the first naming a code applies.
-    #[arg(long, value_name = "CODES [=200] PAGE")]
+    /// /index.html`). `=CODE` answers the page under another status ("404
+    /// =410 /gone.html"); an address, http://… or https://…, redirects
+    /// there (302, or the 301, 303, 307 or 308 =CODE names: "404 =301
+    /// https://example.com/"). Codes 400-599; a lookup answers 403, 404,
+    /// 500 and 503. A page that cannot be served itself leaves the built-in
+    /// one. Repeat for several; the first naming a code applies.
+    #[arg(long, value_name = "CODES [=CODE] PAGE|URL")]
     error_page: Vec<duality_http::ErrorPage>,
     /// The names a request may be served by, in order, then a last resort
     /// (nginx's `try_files`): "$uri $uri.html $uri/ =404" serves /about by
@@ -1004,6 +1007,7 @@ pub fn run(mut a: HttpArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
     let unservable: Vec<String> = a
         .error_page
         .iter()
+        .filter(|p| !p.redirect)
         .filter_map(|p| match state.root().resolve(&p.uri) {
             Ok(duality_http::Resolved::File { .. }) => None,
             Ok(

@@ -1018,7 +1018,8 @@ impl HttpProtocol {
         };
         let out = reply.out();
         // `100 Continue` where the file is answered (see `about_the_file`).
-        if interim && error.is_none() && found.is_ok() && !matches!(found, Ok(Found::Redirect(_))) {
+        let moved = matches!(found, Ok(Found::Redirect(_) | Found::Elsewhere(..)));
+        if interim && error.is_none() && found.is_ok() && !moved {
             out.extend_from_slice(CONTINUE);
         }
         // Every arm below writes its head from here.
@@ -1046,6 +1047,10 @@ impl HttpProtocol {
         Ok(match found {
             Err(e) => alone(write_error(e, Some(head), date, out), out),
             Ok(Found::Redirect(location)) => alone(write_redirect(head, &location, date, out), out),
+            Ok(Found::Elsewhere(status, location)) => alone(
+                write_redirect_to(head, status, location.as_bytes(), date, out),
+                out,
+            ),
             Ok(Found::Listing(page)) => {
                 let plan = write_text(head, page.content_type, &page.body, date, out);
                 self.add_fields(
@@ -1109,6 +1114,10 @@ impl HttpProtocol {
         takes_gzip: bool,
         reply: &mut Reply<'_>,
     ) -> (Result<Found, HttpError>, Option<Status>) {
+        if page.redirect {
+            let status = page.status.unwrap_or(Status::Found);
+            return (Ok(Found::Elsewhere(status, page.uri.clone())), None);
+        }
         let state = self.state.clone();
         let url = page.uri.clone();
         // Under the error's status the page goes out as it is: no gzip
@@ -1119,8 +1128,14 @@ impl HttpProtocol {
             .blocking(move || state.lookup(&url, want_gzip && gzip, takes_gzip && gzip, None))
             .await;
         match found {
-            Ok(Ok(Found::Redirect(_) | Found::Listing(_))) | Ok(Err(_)) | Err(_) => (Err(e), None),
-            Ok(Ok(found)) => (Ok(found), (!page.as_ok).then_some(e.status)),
+            Ok(Ok(Found::Redirect(_) | Found::Listing(_) | Found::Elsewhere(..)))
+            | Ok(Err(_))
+            | Err(_) => (Err(e), None),
+            // Under `=CODE`, or the error's own status; as itself with `=200`.
+            Ok(Ok(found)) => (
+                Ok(found),
+                (!page.as_ok).then(|| page.status.unwrap_or(e.status)),
+            ),
         }
     }
 

@@ -530,6 +530,9 @@ impl std::fmt::Debug for HttpState {
 pub(crate) enum Found {
     /// A directory asked for without its slash.
     Redirect(String),
+    /// An error answered elsewhere (`--error-page "404 URL"`): a
+    /// redirection there with this status.
+    Elsewhere(Status, String),
     /// A directory's listing page (`--autoindex on`): HTML, not cached.
     Listing(crate::autoindex::Page),
     /// The whole body in memory (cached, or small enough to read).

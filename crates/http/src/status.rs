@@ -164,6 +164,54 @@ impl Status {
     }
 }
 
+impl Status {
+    /// Every status this server sends.
+    pub const ALL: [Status; 25] = [
+        Status::Ok,
+        Status::PartialContent,
+        Status::MovedPermanently,
+        Status::Found,
+        Status::SeeOther,
+        Status::NotModified,
+        Status::TemporaryRedirect,
+        Status::PermanentRedirect,
+        Status::BadRequest,
+        Status::Unauthorized,
+        Status::Forbidden,
+        Status::NotFound,
+        Status::MethodNotAllowed,
+        Status::RequestTimeout,
+        Status::Gone,
+        Status::PreconditionFailed,
+        Status::ContentTooLarge,
+        Status::UriTooLong,
+        Status::RangeNotSatisfiable,
+        Status::TooManyRequests,
+        Status::HeaderFieldsTooLarge,
+        Status::InternalServerError,
+        Status::NotImplemented,
+        Status::ServiceUnavailable,
+        Status::VersionNotSupported,
+    ];
+
+    /// The status of `code`, if this server sends it.
+    pub fn from_code(code: u16) -> Option<Status> {
+        Status::ALL.into_iter().find(|s| s.code() == code)
+    }
+
+    /// A redirection with a `Location`: 301, 302, 303, 307 or 308.
+    pub const fn redirects(self) -> bool {
+        matches!(
+            self,
+            Status::MovedPermanently
+                | Status::Found
+                | Status::SeeOther
+                | Status::TemporaryRedirect
+                | Status::PermanentRedirect
+        )
+    }
+}
+
 impl fmt::Display for Status {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.text())
