@@ -307,7 +307,7 @@ fn a_page_that_cannot_be_served_leaves_the_built_in_one() {
 
     refused_saying(
         &dir.0,
-        &["--error-page", "404 http://example.com/"],
+        &["--error-page", "404 @fallback"],
         "the page must be a path of the root",
     );
 }
@@ -1077,6 +1077,11 @@ fn log_format_writes_what_nginx_writes() {
 
 /// One `GET PATH` from the loopback address `from`: its status and body.
 fn get_from(url: &str, from: [u8; 4], path: &str) -> (u16, Vec<u8>) {
+    get_from_with(url, from, path, "")
+}
+
+/// [`get_from`] with `fields` (whole lines) in the request.
+fn get_from_with(url: &str, from: [u8; 4], path: &str, fields: &str) -> (u16, Vec<u8>) {
     use socket2::{Domain, Socket, Type};
     let addr: std::net::SocketAddr = url.strip_prefix("http://").unwrap().parse().unwrap();
     let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
@@ -1086,7 +1091,7 @@ fn get_from(url: &str, from: [u8; 4], path: &str) -> (u16, Vec<u8>) {
     let mut s: TcpStream = s.into();
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: t\r\n{fields}Connection: close\r\n\r\n"
     )
     .unwrap();
     let mut raw = Vec::new();
@@ -2150,4 +2155,70 @@ fn autoindex_formats_as_nginx_writes_them() {
         &["--autoindex", "on", "--autoindex-format", "yaml"],
         "expected html, json, jsonp or xml",
     );
+}
+
+/// `--satisfy any` (nginx's `satisfy any`): an allowed address or a valid
+/// password lets a request in, a refused address is asked for the
+/// password; `all` (the default) needs both. The statuses nginx gives for
+/// the same rules, users and clients.
+#[test]
+fn satisfy_any_lets_an_address_or_a_password_in_as_nginx_does() {
+    let (dir, root) = tree("satisfy", &[("a.txt", "a\n")]);
+    let users = dir.0.join("users");
+    // `openssl passwd -apr1` of "secret pw".
+    std::fs::write(&users, "alice:$apr1$Xy3Rq1Zb$2snucGM5UkflqMeUszZPW.\n").unwrap();
+    let basic = |creds: &str| {
+        use base64::Engine as _;
+        let token = base64::engine::general_purpose::STANDARD.encode(creds);
+        format!("Authorization: Basic {token}\r\n")
+    };
+    let (good, bad) = (basic("alice:secret pw"), basic("alice:nope"));
+    let asks: [([u8; 4], &str); 5] = [
+        ([127, 0, 0, 1], ""),
+        ([127, 0, 0, 1], &good),
+        ([127, 0, 0, 2], ""),
+        ([127, 0, 0, 2], &good),
+        ([127, 0, 0, 2], &bad),
+    ];
+    let seen = |url: &str| -> Vec<u16> {
+        asks.iter()
+            .map(|(from, fields)| get_from_with(url, *from, "/a.txt", fields).0)
+            .collect()
+    };
+    let nginx = duality_bench::http::find_nginx();
+    for (satisfy, want) in [
+        ("any", [401, 200, 200, 200, 200]),
+        ("all", [403, 403, 401, 200, 401]),
+    ] {
+        let args = [
+            "--allow",
+            "127.0.0.2",
+            "--deny",
+            "all",
+            "--auth-basic",
+            "staging",
+            "--auth-basic-user-file",
+            users.to_str().unwrap(),
+            "--satisfy",
+            satisfy,
+        ];
+        let server = HttpServer::start(&root, &args);
+        assert_eq!(seen(&server.url), want, "{satisfy}");
+        assert!(server.stop().success());
+        if let Some(nginx) = &nginx {
+            let directives = format!(
+                "satisfy {satisfy};\nallow 127.0.0.2;\ndeny all;\nauth_basic staging;\n\
+                 auth_basic_user_file {};\n",
+                users.display()
+            );
+            let n = duality_bench::http::RunningServer::nginx_in_server(nginx, &root, &directives)
+                .unwrap();
+            assert_eq!(
+                seen(&format!("http://{}", n.addr)),
+                want,
+                "nginx, {satisfy}"
+            );
+        }
+    }
+    refused_saying(&root, &["--satisfy", "some"], "invalid value");
 }

@@ -457,6 +457,13 @@ pub struct HttpArgs {
     /// `{PLAIN}`); read again when it changes. Must be readable at start
     #[arg(long, value_name = "FILE", requires = "auth_basic")]
     auth_basic_user_file: Option<PathBuf>,
+    /// With --allow/--deny and --auth-basic both given: `all` (the
+    /// default), a request needs an allowed address and a valid password;
+    /// `any`, either lets it in, and a refused address is asked for the
+    /// password (401) (nginx's satisfy)
+    #[arg(long, value_name = "all|any", default_value = "all",
+          value_parser = clap::builder::PossibleValuesParser::new(["all", "any"]))]
+    satisfy: String,
     /// gzip responses (nginx's `gzip on`): text/*, JSON, JavaScript, XML, SVG,
     /// WebAssembly, TTF/OTF, ICO/BMP (and any +json/+xml type) of at least
     /// --gzip-min-length bytes go out with `Content-Encoding: gzip` to clients
@@ -985,6 +992,7 @@ pub fn run(mut a: HttpArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
         limit_req: a.limit_req,
         limit_conn: a.limit_conn,
         auth_basic: a.auth_basic.clone().zip(a.auth_basic_user_file.clone()),
+        satisfy_any: a.satisfy == "any",
         limit_rate: a.limit_rate,
         limit_rate_after: a.limit_rate_after,
     };

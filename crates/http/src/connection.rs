@@ -809,10 +809,19 @@ impl HttpProtocol {
                 }
             }
         }
-        if refused.is_none() && !access.is_empty() && !access.allows(client) {
-            refused = Some(Status::Forbidden);
+        // nginx's `satisfy any`: the address or the password lets a request
+        // in (a refused address is then asked for the password, so its
+        // answer is 401); `all`: both must.
+        let either = self.state.cfg.satisfy_any && self.state.auth.is_some();
+        let mut let_in = session.verified;
+        if refused.is_none() && !access.is_empty() {
+            match (access.allows(client), either) {
+                (true, true) => let_in = true,
+                (false, false) => refused = Some(Status::Forbidden),
+                _ => {}
+            }
         }
-        if let (None, Some(auth), false) = (refused, &self.state.auth, session.verified) {
+        if let (None, Some(auth), false) = (refused, &self.state.auth, let_in) {
             match auth.quick(head) {
                 Quick::Passed => {}
                 Quick::Refused => refused = Some(Status::Unauthorized),

@@ -224,6 +224,10 @@ pub struct HttpConfig {
     /// `auth_basic_user_file`): the realm and the user file; none by
     /// default.
     pub auth_basic: Option<(String, PathBuf)>,
+    /// With both `access` rules and `auth_basic`: either lets a request in
+    /// (nginx's `satisfy any`) rather than both (`satisfy all`, the
+    /// default).
+    pub satisfy_any: bool,
     /// Bytes a second a response's body may go out at (nginx's
     /// `limit_rate`), after its first `limit_rate_after` bytes; 0 (the
     /// default): no limit. Bodies sent from a file (`sendfile`, from
@@ -286,6 +290,7 @@ impl HttpConfig {
             limit_req: None,
             limit_conn: None,
             auth_basic: None,
+            satisfy_any: false,
             limit_rate: 0,
             limit_rate_after: 0,
         }
