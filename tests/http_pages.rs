@@ -2222,3 +2222,142 @@ fn satisfy_any_lets_an_address_or_a_password_in_as_nginx_does() {
     }
     refused_saying(&root, &["--satisfy", "some"], "invalid value");
 }
+
+/// `--proxy-protocol on` (nginx's `listen … proxy_protocol`): the PROXY
+/// header's addresses, version 1 or 2, in the log's `$proxy_protocol_*`,
+/// and with `--real-ip-header proxy_protocol` as the client's; a
+/// connection without a header is closed unanswered. The lines nginx
+/// writes for the same bytes.
+#[test]
+fn proxy_protocol_names_the_client_as_nginx_reads_it() {
+    let (dir, root) = tree("proxy-protocol", &[("a.txt", "a\n")]);
+    let get = b"GET /a.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+    let v2 = |command: u8, family: u8, body: &[u8]| {
+        let mut h = duality_http::proxy_protocol::V2_SIGNATURE.to_vec();
+        h.extend_from_slice(&[0x20 | command, family]);
+        h.extend_from_slice(&(body.len() as u16).to_be_bytes());
+        h.extend_from_slice(body);
+        h.extend_from_slice(get);
+        h
+    };
+    let with = |line: &str| [line.as_bytes(), get].concat();
+    // An IPv4 body with a TLV after the addresses (skipped).
+    let inet = [
+        203, 0, 113, 7, 198, 51, 100, 2, 0x1f, 0x90, 0x01, 0xbb, 0x04, 0x00, 0x01, 0x41,
+    ];
+    let sends: Vec<Vec<u8>> = vec![
+        with("PROXY TCP4 192.0.2.1 198.51.100.2 51234 443\r\n"),
+        with("PROXY TCP6 2001:db8::1 2001:db8::2 40000 8443\r\n"),
+        v2(1, 0x11, &inet),
+        with("PROXY UNKNOWN\r\n"),
+        get.to_vec(),
+    ];
+    // Each connection's status (0: closed unanswered).
+    let send = |addr: &str| -> Vec<u16> {
+        sends
+            .iter()
+            .map(|bytes| {
+                let mut s = TcpStream::connect(addr).unwrap();
+                s.write_all(bytes).unwrap();
+                let mut raw = Vec::new();
+                let _ = s.read_to_end(&mut raw);
+                raw.get(9..12)
+                    .and_then(|c| std::str::from_utf8(c).ok()?.parse().ok())
+                    .unwrap_or(0)
+            })
+            .collect()
+    };
+    let lines = |path: &Path| -> Vec<String> {
+        let mut l: Vec<String> = std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        l.sort();
+        l
+    };
+    let format = "$remote_addr|$proxy_protocol_addr $proxy_protocol_port \
+                  $proxy_protocol_server_addr $proxy_protocol_server_port|$status";
+    let nginx = duality_bench::http::find_nginx();
+    for (i, realip) in [false, true].into_iter().enumerate() {
+        let log = dir.0.join(format!("duality-{i}.log"));
+        let mut args = vec![
+            "--proxy-protocol",
+            "on",
+            "--access-log",
+            log.to_str().unwrap(),
+            "--log-format",
+            format,
+        ];
+        if realip {
+            args.extend([
+                "--real-ip-from",
+                "127.0.0.1",
+                "--real-ip-header",
+                "proxy_protocol",
+            ]);
+        }
+        let server = HttpServer::start(&root, &args);
+        let statuses = send(server.url.strip_prefix("http://").unwrap());
+        assert!(server.stop().success());
+        assert_eq!(statuses, [200, 200, 200, 200, 0], "realip {realip}");
+        let ours = lines(&log);
+        let client = |ip: &str| {
+            if realip {
+                ip.to_owned()
+            } else {
+                "127.0.0.1".to_owned()
+            }
+        };
+        assert_eq!(
+            ours,
+            [
+                "127.0.0.1|- - - -|200".to_owned(),
+                format!(
+                    "{}|192.0.2.1 51234 198.51.100.2 443|200",
+                    client("192.0.2.1")
+                ),
+                format!(
+                    "{}|2001:db8::1 40000 2001:db8::2 8443|200",
+                    client("2001:db8::1")
+                ),
+                format!(
+                    "{}|203.0.113.7 8080 198.51.100.2 443|200",
+                    client("203.0.113.7")
+                ),
+            ]
+        );
+        if let Some(nginx) = &nginx {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let theirs_log = dir.0.join(format!("nginx-{i}.log"));
+            let http = format!("log_format pp '{format}';\n");
+            let mut server = format!(
+                "listen 127.0.0.1:{port} proxy_protocol;\naccess_log {} pp;\n",
+                theirs_log.display()
+            );
+            if realip {
+                server.push_str("set_real_ip_from 127.0.0.1;\nreal_ip_header proxy_protocol;\n");
+            }
+            let n =
+                duality_bench::http::RunningServer::nginx_in_blocks(nginx, &root, &http, &server)
+                    .unwrap();
+            assert_eq!(send(&format!("127.0.0.1:{port}")), statuses, "nginx");
+            drop(n);
+            assert_eq!(lines(&theirs_log), ours, "nginx, realip {realip}");
+        }
+    }
+    refused_saying(
+        &root,
+        &[
+            "--real-ip-from",
+            "10.0.0.1",
+            "--real-ip-header",
+            "proxy_protocol",
+        ],
+        "needs --proxy-protocol on",
+    );
+}

@@ -160,7 +160,8 @@ pub struct HttpArgs {
     /// (the head's bytes), `$request_time`, `$connection`,
     /// `$connection_requests`, `$pid`, `$hostname`, `$content_type`,
     /// `$content_length`, `$http_NAME`, `$arg_NAME`, `$cookie_NAME`,
-    /// `$request_id`; `$upstream_*`, `$ssl_*` and `$proxy_protocol_*` are
+    /// `$request_id`, `$proxy_protocol_addr`, `_port`, `_server_addr`,
+    /// `_server_port` (`--proxy-protocol`); `$upstream_*` and `$ssl_*` are
     /// missing and `$http2` empty, as from nginx serving files over plain
     /// HTTP/1.x; any other is refused at start. nginx's `combined` by
     /// default
@@ -379,7 +380,8 @@ pub struct HttpArgs {
     real_ip_from: Vec<duality_http::Trusted>,
     /// The field a trusted proxy names the client in (nginx's
     /// `real_ip_header`): X-Real-IP, X-Forwarded-For (every line of it, as
-    /// one list) or any other (its first line), its last address taken
+    /// one list) or any other (its first line), its last address taken; or
+    /// `proxy_protocol`, the connection's PROXY header (--proxy-protocol on)
     #[arg(long, value_name = "NAME", default_value = "X-Real-IP", requires = "real_ip_from",
           value_parser = real_ip_header)]
     real_ip_header: String,
@@ -464,6 +466,16 @@ pub struct HttpArgs {
     #[arg(long, value_name = "all|any", default_value = "all",
           value_parser = clap::builder::PossibleValuesParser::new(["all", "any"]))]
     satisfy: String,
+    /// Every connection begins with a PROXY protocol header, version 1 or
+    /// 2, as a TCP load balancer (HAProxy, AWS NLB…) sends it (nginx's
+    /// `listen … proxy_protocol`): the client's address it names is
+    /// `$proxy_protocol_addr` (and, with `--real-ip-from` trusting the
+    /// balancer and `--real-ip-header proxy_protocol`, the client's for
+    /// the log, --allow/--deny and the limits); a connection without one
+    /// is closed unanswered. For every listener
+    #[arg(long, value_name = "on|off", default_value = "off", value_parser = on_off,
+          action = clap::ArgAction::Set)]
+    proxy_protocol: bool,
     /// gzip responses (nginx's `gzip on`): text/*, JSON, JavaScript, XML, SVG,
     /// WebAssembly, TTF/OTF, ICO/BMP (and any +json/+xml type) of at least
     /// --gzip-min-length bytes go out with `Content-Encoding: gzip` to clients
@@ -617,11 +629,10 @@ fn access_rules(a: &HttpArgs, m: Option<&clap::ArgMatches>) -> duality_http::Acc
     }
 }
 
-/// A field name for --real-ip-header (nginx's `proxy_protocol` is not
-/// served).
+/// A field name for --real-ip-header, or `proxy_protocol`.
 fn real_ip_header(v: &str) -> Result<String, String> {
     match v {
-        "proxy_protocol" => Err("the PROXY protocol is not served: name a field".to_owned()),
+        duality_http::real_ip::PROXY_PROTOCOL => Ok(v.to_owned()),
         _ if !duality_http::fields::is_token(v) => Err(format!("{v:?} is not a field name")),
         _ => Ok(v.to_owned()),
     }
@@ -917,6 +928,10 @@ pub fn run(mut a: HttpArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
             "--stub-status must be a URL path starting with /, e.g. /nginx_status"
         );
     }
+    anyhow::ensure!(
+        a.real_ip_header != duality_http::real_ip::PROXY_PROTOCOL || a.proxy_protocol,
+        "--real-ip-header proxy_protocol needs --proxy-protocol on"
+    );
     let cfg = HttpConfig {
         root: a.root.clone(),
         symlinks: a.symlinks,
@@ -993,6 +1008,7 @@ pub fn run(mut a: HttpArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
         limit_conn: a.limit_conn,
         auth_basic: a.auth_basic.clone().zip(a.auth_basic_user_file.clone()),
         satisfy_any: a.satisfy == "any",
+        proxy_protocol: a.proxy_protocol,
         limit_rate: a.limit_rate,
         limit_rate_after: a.limit_rate_after,
     };

@@ -146,6 +146,9 @@ enum Seen<'a> {
     /// The body of an answer that closes the connection has all come: now
     /// it closes.
     BodyEnded,
+    /// `--proxy-protocol`: the connection did not begin with a PROXY
+    /// header; it closes without an answer, as nginx's does.
+    BadProxyHeader,
 }
 
 /// What a connection keeps between requests (it moves with a batch to a
@@ -183,6 +186,10 @@ pub struct HttpSession {
     requests: u64,
     /// When the connection was opened (`--keepalive-time`).
     opened: Option<Instant>,
+    /// `--proxy-protocol`: the PROXY header is still to come.
+    proxy_pending: bool,
+    /// What the connection's PROXY header said.
+    proxy_header: Option<crate::proxy_protocol::ProxyHeader>,
     /// The current request's `$request_id`, once a field or the log used
     /// it: the same in both. Reset by each request and each timeout.
     request_id: std::sync::OnceLock<[u8; 32]>,
@@ -366,6 +373,8 @@ impl Protocol for HttpProtocol {
             requests: 0,
             request_id: std::sync::OnceLock::new(),
             opened: Some(loop_now()),
+            proxy_pending: self.state.cfg.proxy_protocol,
+            proxy_header: None,
             ip,
             port,
             paced: false,
@@ -381,6 +390,17 @@ impl Protocol for HttpProtocol {
         let color = session.color;
         let limits = &self.state.cfg.limits;
         let refused = |what| Parsed::Request(HttpRequest { what, color }, input.len());
+        if session.proxy_pending {
+            return match crate::proxy_protocol::parse(input) {
+                Ok(None) => Parsed::Incomplete(0),
+                Ok(Some((header, n))) => {
+                    session.proxy_pending = false;
+                    session.proxy_header = Some(header);
+                    Parsed::Skip(n)
+                }
+                Err(_) => refused(Seen::BadProxyHeader),
+            };
+        }
         if let Some((body, _)) = &mut session.discard {
             match body.skip(input, limits) {
                 Ok(s) => {
@@ -484,7 +504,7 @@ impl Protocol for HttpProtocol {
                 session.failed = true;
                 return Flow::Close;
             }
-            Seen::BadBody => {
+            Seen::BadBody | Seen::BadProxyHeader => {
                 session.failed = true;
                 return Flow::Close;
             }
@@ -1526,9 +1546,28 @@ impl HttpProtocol {
     /// The client's address (`None`: over a Unix socket): the
     /// connection's, or the one a trusted proxy names (`--real-ip-from`).
     fn client(&self, session: &HttpSession, head: &Head<'_>) -> Option<IpAddr> {
-        match session.proxy {
-            true => self.state.cfg.real_ip.client(head).or(session.ip),
-            false => session.ip,
+        self.real_client(session, Some(head))
+            .map(|a| a.0)
+            .or(session.ip)
+    }
+
+    /// The address (and port, where it says one) a trusted proxy names:
+    /// its field, or its PROXY header (`--real-ip-header proxy_protocol`).
+    fn real_client(
+        &self,
+        session: &HttpSession,
+        head: Option<&Head<'_>>,
+    ) -> Option<(IpAddr, Option<u16>)> {
+        if !session.proxy {
+            return None;
+        }
+        let real_ip = &self.state.cfg.real_ip;
+        match real_ip.header == crate::real_ip::PROXY_PROTOCOL {
+            true => session
+                .proxy_header
+                .and_then(|h| h.source)
+                .map(|a| (a.ip(), Some(a.port()))),
+            false => head.and_then(|h| real_ip.client(h)).map(|ip| (ip, None)),
         }
     }
 
@@ -1565,10 +1604,7 @@ impl HttpProtocol {
         status: u16,
         body_bytes: u64,
     ) -> Entry<'a> {
-        let real = match head {
-            Some(h) if session.proxy => self.state.cfg.real_ip.client(h),
-            _ => None,
-        };
+        let real = self.real_client(session, head);
         let now = loop_now();
         let began = session.reading.or(session.began).unwrap_or(now);
         Entry {
@@ -1576,7 +1612,8 @@ impl HttpProtocol {
             line: request,
             peer: &session.peer,
             port: session.port,
-            real,
+            real: real.map(|r| r.0),
+            real_port: real.and_then(|r| r.1),
             status,
             body_bytes,
             request_time: now.saturating_duration_since(began),
@@ -1584,6 +1621,7 @@ impl HttpProtocol {
             // A refused request was not counted, but nginx counts it.
             connection_requests: session.requests + u64::from(head.is_none()),
             request_id: Some(&session.request_id),
+            proxy: session.proxy_header.as_ref(),
         }
     }
 }

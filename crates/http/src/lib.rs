@@ -28,6 +28,7 @@
 //! | [`log_format`] | [`LogFormat`]: nginx's `log_format`, the access log's line with its variables and escaping |
 //! | [`auth_basic`] | [`AuthBasic`]: nginx's `auth_basic` with a user file, a password over the whole server (hashes checked on the blocking pool) |
 //! | [`real_ip`] | [`RealIp`]: nginx's realip, the client's address as a trusted proxy reports it, for the access log, `allow`/`deny` and `limit_req` |
+//! | [`proxy_protocol`] | [`proxy_protocol::parse`]: the PROXY protocol header (v1, v2) a TCP load balancer sends first, nginx's `listen … proxy_protocol` (pure, property-tested, fuzzed) |
 //! | [`return_directive`] | [`Return`]: nginx's server-level `return`, one answer (a redirect, a text, a status) for every request |
 //! | [`try_files`] | [`TryFiles`]: nginx's `try_files`, the names a request may be served by, then a last resort |
 //! | [`fields`] | [`ResponseFields`]: nginx's `expires` ([`Expires`]) and `add_header` ([`AddedField`]), fields added to answers |
@@ -211,6 +212,7 @@ pub mod limit_req;
 pub mod log_format;
 pub mod mime;
 pub mod path;
+pub mod proxy_protocol;
 pub mod real_ip;
 pub mod request;
 pub mod response;

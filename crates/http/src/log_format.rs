@@ -104,8 +104,14 @@ enum Var {
     Cookie(Box<[u8]>),
     /// `$request_id`: 32 hex digits, new for each request.
     RequestId,
+    /// `$proxy_protocol_addr` (the source, else the destination:
+    /// `server`) and `_port`, from the connection's PROXY header.
+    Proxy {
+        server: bool,
+        port: bool,
+    },
     /// nginx's variables of what a static server over plain HTTP/1.x has
-    /// none of (`$upstream_*`, `$ssl_*`, `$proxy_protocol_*`): missing, as
+    /// none of (`$upstream_*`, `$ssl_*`): missing, as
     /// nginx writes them there, so a format written for nginx starts.
     Absent,
     /// `$http2`: empty (not HTTP/2).
@@ -118,8 +124,9 @@ const KNOWN: &str = "$remote_addr $remote_port $remote_user $realip_remote_addr 
     $document_uri $args $query_string $is_args $server_protocol $scheme $host \
     $status $body_bytes_sent $request_length $request_time $connection \
     $connection_requests $pid $hostname $content_type $content_length \
-    $http_NAME $arg_NAME $cookie_NAME $request_id; missing: $upstream_*, $ssl_*, \
-    $proxy_protocol_addr, $proxy_protocol_port; empty: $http2";
+    $http_NAME $arg_NAME $cookie_NAME $request_id $proxy_protocol_addr \
+    $proxy_protocol_port $proxy_protocol_server_addr $proxy_protocol_server_port; \
+    missing: $upstream_*, $ssl_*; empty: $http2";
 
 impl Var {
     fn named(name: &str) -> Option<Var> {
@@ -161,9 +168,23 @@ impl Var {
             | "upstream_queue_time"
             | "upstream_response_length"
             | "upstream_response_time"
-            | "upstream_status"
-            | "proxy_protocol_addr"
-            | "proxy_protocol_port" => Var::Absent,
+            | "upstream_status" => Var::Absent,
+            "proxy_protocol_addr" => Var::Proxy {
+                server: false,
+                port: false,
+            },
+            "proxy_protocol_port" => Var::Proxy {
+                server: false,
+                port: true,
+            },
+            "proxy_protocol_server_addr" => Var::Proxy {
+                server: true,
+                port: false,
+            },
+            "proxy_protocol_server_port" => Var::Proxy {
+                server: true,
+                port: true,
+            },
             _ if [
                 "upstream_http_",
                 "upstream_cookie_",
@@ -228,6 +249,8 @@ pub struct Entry<'a> {
     pub port: Option<u16>,
     /// The client's address a trusted proxy named (`--real-ip-from`).
     pub real: Option<IpAddr>,
+    /// Its port, where the proxy named one (a PROXY protocol header).
+    pub real_port: Option<u16>,
     /// The status answered.
     pub status: u16,
     /// The body's bytes sent.
@@ -243,6 +266,8 @@ pub struct Entry<'a> {
     /// that an added field and the log line show the same (`None`: a new
     /// one for each line).
     pub request_id: Option<&'a std::sync::OnceLock<[u8; 32]>>,
+    /// The connection's PROXY protocol header (`--proxy-protocol`).
+    pub proxy: Option<&'a crate::proxy_protocol::ProxyHeader>,
 }
 
 /// A variable's value.
@@ -345,8 +370,8 @@ impl LogFormat {
                 None => Value::Bytes(e.peer.as_bytes()),
             },
             Var::RealipRemoteAddr => Value::Bytes(e.peer.as_bytes()),
-            Var::RemotePort => match (e.real, e.port) {
-                (None, Some(p)) => text(format_args!("{p}")),
+            Var::RemotePort => match (e.real, e.real_port, e.port) {
+                (None, _, Some(p)) | (Some(_), Some(p), _) => text(format_args!("{p}")),
                 // nginx's realip takes the port the proxy named, if any.
                 _ => Value::Bytes(b""),
             },
@@ -470,6 +495,18 @@ impl LogFormat {
                 Some(c) => Value::Bytes(c),
                 None => Value::Missing,
             },
+            // Missing without a PROXY header, as nginx's.
+            Var::Proxy { server, port } => {
+                let side = e.proxy.and_then(|h| match server {
+                    true => h.destination,
+                    false => h.source,
+                });
+                match (side, port) {
+                    (None, _) => Value::Missing,
+                    (Some(a), false) => text(format_args!("{}", a.ip())),
+                    (Some(a), true) => text(format_args!("{}", a.port())),
+                }
+            }
             Var::RequestId => {
                 let made = match e.request_id {
                     Some(kept) => kept.get_or_init(request_id),
@@ -648,12 +685,14 @@ mod tests {
             peer: "127.0.0.1",
             port: Some(4242),
             real: None,
+            real_port: None,
             status: 200,
             body_bytes: 13,
             request_time: Duration::from_millis(1234),
             connection: 7,
             connection_requests: 3,
             request_id: None,
+            proxy: None,
         }
     }
 
@@ -784,6 +823,21 @@ mod tests {
         let e = entry(None, None);
         let f = "$upstream_addr|$upstream_response_time|$upstream_http_server|$ssl_protocol|\
                  $proxy_protocol_addr|$http2|";
+        let header = crate::proxy_protocol::ProxyHeader {
+            source: Some("[2001:db8::1]:4000".parse().unwrap()),
+            destination: Some("10.0.0.1:443".parse().unwrap()),
+        };
+        let proxied = Entry {
+            proxy: Some(&header),
+            ..entry(None, None)
+        };
+        let p = "$proxy_protocol_addr $proxy_protocol_port $proxy_protocol_server_addr \
+                 $proxy_protocol_server_port";
+        assert_eq!(
+            line(p, Escape::Default, &proxied),
+            "2001:db8::1 4000 10.0.0.1 443\n"
+        );
+        assert_eq!(line(p, Escape::Default, &e), "- - - -\n");
         assert_eq!(line(f, Escape::Default, &e), "-|-|-|-|-||\n");
         assert_eq!(line(f, Escape::Json, &e), "||||||\n");
         assert!(LogFormat::parse("$upstream_", Escape::Default).is_err());

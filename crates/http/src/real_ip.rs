@@ -84,6 +84,10 @@ impl FromStr for Trusted {
     }
 }
 
+/// The `real_ip_header` that takes the client from the connection's PROXY
+/// protocol header (`--proxy-protocol`), not from a field.
+pub const PROXY_PROTOCOL: &str = "proxy_protocol";
+
 /// nginx's realip settings: whose word is taken, which field says it, and
 /// whether trusted proxies listed in it are skipped.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -228,6 +228,9 @@ pub struct HttpConfig {
     /// (nginx's `satisfy any`) rather than both (`satisfy all`, the
     /// default).
     pub satisfy_any: bool,
+    /// Every connection begins with a PROXY protocol header (nginx's
+    /// `listen … proxy_protocol`): one that does not is closed.
+    pub proxy_protocol: bool,
     /// Bytes a second a response's body may go out at (nginx's
     /// `limit_rate`), after its first `limit_rate_after` bytes; 0 (the
     /// default): no limit. Bodies sent from a file (`sendfile`, from
@@ -291,6 +294,7 @@ impl HttpConfig {
             limit_conn: None,
             auth_basic: None,
             satisfy_any: false,
+            proxy_protocol: false,
             limit_rate: 0,
             limit_rate_after: 0,
         }
