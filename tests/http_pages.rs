@@ -2350,6 +2350,27 @@ fn proxy_protocol_names_the_client_as_nginx_reads_it() {
             assert_eq!(lines(&theirs_log), ours, "nginx, realip {realip}");
         }
     }
+    // Under every model the header is read where requests are.
+    for model in ["thread-per-conn", "amped:1", "seda:1:1"] {
+        let log = dir.0.join(format!("{model}.log"));
+        let args = [
+            "--proxy-protocol",
+            "on",
+            "--access-log",
+            log.to_str().unwrap(),
+            "--log-format",
+            format,
+            "--model",
+            model,
+        ];
+        let server = HttpServer::start(&root, &args);
+        let statuses = send(server.url.strip_prefix("http://").unwrap());
+        assert!(server.stop().success());
+        assert_eq!(statuses, [200, 200, 200, 200, 0], "{model}");
+        let logged = lines(&log);
+        assert_eq!(logged.len(), 4, "{model}");
+        assert!(logged.contains(&"127.0.0.1|192.0.2.1 51234 198.51.100.2 443|200".to_owned()));
+    }
     refused_saying(
         &root,
         &[
