@@ -811,6 +811,19 @@ fn dotfiles_deny_refuses_hidden_paths() {
 /// `--charset utf-8` and `--type` (nginx's `charset utf-8` and `types`):
 /// the same Content-Type as nginx's for each kind of file (nginx typed by
 /// the same names here).
+/// The `Content-Type` each of `files` (names under the root) is served
+/// with; each must answer 200.
+fn content_types(url: &str, files: &[&str]) -> Vec<String> {
+    files
+        .iter()
+        .map(|f| {
+            let (code, fields, _) = call(url, "GET", &format!("/{f}"), "");
+            assert_eq!(code, 200, "{f}");
+            field(&fields, "content-type").unwrap().to_owned()
+        })
+        .collect()
+}
+
 #[test]
 fn charset_and_types_label_files_as_nginx_does() {
     let files = [
@@ -818,16 +831,7 @@ fn charset_and_types_label_files_as_nginx_does() {
     ];
     let contents: Vec<(&str, &str)> = files.iter().map(|&f| (f, "x")).collect();
     let (dir, root) = tree("charset", &contents);
-    let types = |url: &str| -> Vec<String> {
-        files
-            .iter()
-            .map(|f| {
-                let (code, fields, _) = call(url, "GET", &format!("/{f}"), "");
-                assert_eq!(code, 200, "{f}");
-                field(&fields, "content-type").unwrap().to_owned()
-            })
-            .collect()
-    };
+    let types = |url: &str| content_types(url, &files);
     let server = HttpServer::start(
         &root,
         &[
@@ -1699,16 +1703,7 @@ fn default_type_types_unknown_files_as_nginx_does() {
     let files = ["README", "x.log", "a.bin", "i.html", "t.txt"];
     let contents: Vec<(&str, &str)> = files.iter().map(|&f| (f, "x")).collect();
     let (_dir, root) = tree("default-type", &contents);
-    let types = |url: &str| -> Vec<String> {
-        files
-            .iter()
-            .map(|f| {
-                let (code, fields, _) = call(url, "GET", &format!("/{f}"), "");
-                assert_eq!(code, 200, "{f}");
-                field(&fields, "content-type").unwrap().to_owned()
-            })
-            .collect()
-    };
+    let types = |url: &str| content_types(url, &files);
     let args = ["--default-type", "text/plain", "--charset", "utf-8"];
     let server = HttpServer::start(&root, &args);
     let ours = types(&server.url);

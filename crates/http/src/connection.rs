@@ -874,18 +874,9 @@ impl HttpProtocol {
         let date = now.date();
         if self.state.cfg.stub_status.as_deref() == Some(head.path.as_str()) {
             let body = self.state.stub_status_text();
-            let start = out.len();
-            let plan = write_text(head, "text/plain", body.as_bytes(), date, out);
-            self.add_fields(
-                &plan,
-                &now,
-                ("text/plain", None),
-                (session, Some(head)),
-                out,
-                start,
-            );
-            self.log(session, Some(head), None, &plan);
-            return Some(plan);
+            return Some(self.answered(session, head, out, |date, out| {
+                write_text(head, "text/plain", body.as_bytes(), date, out)
+            }));
         }
 
         let gzip_cfg = self.state.cfg.gzip;
@@ -1188,37 +1179,23 @@ impl HttpProtocol {
         let cfg = self.state.cfg.gzip;
         let date = now.date();
         let carried = (content_type, Some(meta.mtime));
+        // The head of the answer in `encoding`, with its added fields.
+        let planned = |encoding, out: &mut Vec<u8>| {
+            let start = out.len();
+            let plan = plan_encoded(head, &meta, content_type, encoding, date, out);
+            self.add_fields(&plan, now, carried, (session, Some(head)), out, start);
+            plan
+        };
         if not_modified(head, &meta.etag().gzip_variant(), &meta, date) {
             // A 304 carries no length: nothing to compress.
-            let encoding = Encoding::Gzip { len: 0 };
-            let start = reply.out().len();
-            let plan = plan_encoded(head, &meta, content_type, encoding, date, reply.out());
-            self.add_fields(
-                &plan,
-                now,
-                carried,
-                (session, Some(head)),
-                reply.out(),
-                start,
-            );
-            return Ok(plan);
+            return Ok(planned(Encoding::Gzip { len: 0 }, reply.out()));
         }
         let job = GzipJob {
             input: input.clone(),
             level: cfg.level,
         };
         let Some(gz) = gzip::run(&self.state.offloader, job).await else {
-            let encoding = Encoding::Identity { vary: true };
-            let start = reply.out().len();
-            let mut plan = plan_encoded(head, &meta, content_type, encoding, date, reply.out());
-            self.add_fields(
-                &plan,
-                now,
-                carried,
-                (session, Some(head)),
-                reply.out(),
-                start,
-            );
+            let mut plan = planned(Encoding::Identity { vary: true }, reply.out());
             return match input {
                 GzipInput::Bytes(bytes) => {
                     push_cached_body(reply.out(), &bytes, &mut plan, true);
@@ -1242,19 +1219,8 @@ impl HttpProtocol {
                 .fresh
                 .record(&head.path, path, meta, content_type, true);
         }
-        let encoding = Encoding::Gzip {
-            len: gz.len() as u64,
-        };
-        let start = reply.out().len();
-        let mut plan = plan_encoded(head, &meta, content_type, encoding, date, reply.out());
-        self.add_fields(
-            &plan,
-            now,
-            carried,
-            (session, Some(head)),
-            reply.out(),
-            start,
-        );
+        let len = gz.len() as u64;
+        let mut plan = planned(Encoding::Gzip { len }, reply.out());
         push_cached_body(reply.out(), &gz, &mut plan, true);
         Ok(plan)
     }

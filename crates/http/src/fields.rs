@@ -447,6 +447,7 @@ impl ResponseFields {
     /// [module docs](self)): `date` is its `Date` (`now` that second in
     /// Unix seconds), `content_type` and `last_modified` those of what it
     /// carries.
+    ///
     /// Fields whose values name variables are left out: see
     /// [`write_filled`](Self::write_filled).
     pub fn write(
@@ -503,6 +504,7 @@ impl ResponseFields {
     /// with (written by one of the [`response`](crate::response) planners;
     /// a small body of its own may follow): the fields go before the
     /// head's blank line.
+    ///
     /// Fields whose values name variables are left out: see
     /// [`add_to_head_filled`](Self::add_to_head_filled).
     pub fn add_to_head(
