@@ -2377,3 +2377,80 @@ fn proxy_protocol_names_the_client_as_nginx_reads_it() {
         "needs --proxy-protocol on",
     );
 }
+
+/// `--valid-referers` (nginx's `valid_referers` with `if ($invalid_referer)
+/// { return 403; }`): the same statuses as nginx's for the same list and
+/// `Referer`s; an error page answers the 403.
+#[test]
+fn valid_referers_refuse_hot_links_as_nginx_does() {
+    let (_dir, root) = tree(
+        "referers",
+        &[("a.png", "png"), ("no.html", "no hot links\n")],
+    );
+    let referers = [
+        None,
+        Some("http://example.com/page"),
+        Some("HTTPS://Example.COM:8443/x"),
+        Some("http://api.example.com/"),
+        Some("http://a.b.example.org/"),
+        Some("http://example.org/"),
+        Some("http://example.net/"),
+        Some("http://x.example.net/"),
+        Some("http://www.example.co.uk/p"),
+        Some("http://pics.test/gallery/1.html"),
+        Some("http://pics.test/other/"),
+        Some("http://evil.com/?example.com"),
+        Some("blanked-by-proxy"),
+        Some("http://a.b"),
+    ];
+    let seen = |url: &str| -> Vec<u16> {
+        referers
+            .iter()
+            .map(|r| {
+                let field = r.map_or(String::new(), |r| format!("Referer: {r}\r\n"));
+                call(url, "GET", "/a.png", &field).0
+            })
+            .collect()
+    };
+    let nginx = duality_bench::http::find_nginx();
+    for list in [
+        "none blocked example.com *.example.org .example.net www.example.* pics.test/gallery/",
+        "example.com www.example.*",
+    ] {
+        let server = HttpServer::start(&root, &["--valid-referers", list]);
+        let ours = seen(&server.url);
+        assert!(server.stop().success());
+        assert!(
+            ours.contains(&200) && ours.contains(&403),
+            "{list}: {ours:?}"
+        );
+        if let Some(nginx) = &nginx {
+            let directives =
+                format!("valid_referers {list};\nif ($invalid_referer) {{ return 403; }}\n");
+            let n = duality_bench::http::RunningServer::nginx_in_server(nginx, &root, &directives)
+                .unwrap();
+            assert_eq!(seen(&format!("http://{}", n.addr)), ours, "nginx: {list}");
+        }
+    }
+    let args = [
+        "--valid-referers",
+        "none example.com",
+        "--error-page",
+        "403 /no.html",
+    ];
+    let server = HttpServer::start(&root, &args);
+    let (code, _, body) = call(
+        &server.url,
+        "GET",
+        "/a.png",
+        "Referer: http://evil.com/\r\n",
+    );
+    assert_eq!((code, body), (403, b"no hot links\n".to_vec()));
+    assert_eq!(call(&server.url, "GET", "/a.png", "").0, 200);
+    assert!(server.stop().success());
+    refused_saying(
+        &root,
+        &["--valid-referers", "~google"],
+        "regular expressions",
+    );
+}

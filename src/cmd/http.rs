@@ -476,6 +476,16 @@ pub struct HttpArgs {
     #[arg(long, value_name = "on|off", default_value = "off", value_parser = on_off,
           action = clap::ArgAction::Set)]
     proxy_protocol: bool,
+    /// Refuse (403; `--error-page 403` applies) a request whose Referer is
+    /// not one of these (nginx's valid_referers with `if ($invalid_referer)
+    /// { return 403; }`, hot-link protection): `none` (no Referer),
+    /// `blocked` (one without http(s)://host, blanked by a proxy), and host
+    /// names: example.com, *.example.com, .example.com (both), www.example.*,
+    /// each perhaps with a path the referring page's must start with
+    /// (example.com/pics/). nginx's server_names and regular expressions
+    /// are not taken
+    #[arg(long, value_name = "none|blocked|NAME…")]
+    valid_referers: Option<duality_http::ValidReferers>,
     /// gzip responses (nginx's `gzip on`): text/*, JSON, JavaScript, XML, SVG,
     /// WebAssembly, TTF/OTF, ICO/BMP (and any +json/+xml type) of at least
     /// --gzip-min-length bytes go out with `Content-Encoding: gzip` to clients
@@ -1009,6 +1019,7 @@ pub fn run(mut a: HttpArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
         auth_basic: a.auth_basic.clone().zip(a.auth_basic_user_file.clone()),
         satisfy_any: a.satisfy == "any",
         proxy_protocol: a.proxy_protocol,
+        valid_referers: a.valid_referers.clone(),
         limit_rate: a.limit_rate,
         limit_rate_after: a.limit_rate_after,
     };

@@ -794,19 +794,24 @@ impl HttpProtocol {
             self.state.phases.request();
             return self.answer(answer, session, head, out);
         }
-        // nginx's limit_req, then its limit_conn, then its access check,
-        // then the password (whose hashes are checked off the loop,
-        // remembered once they pass). A request let through after its wait
-        // or its check is not charged or checked again. A refusal goes
-        // where a lookup's error would (an error page may answer it).
+        // nginx's `valid_referers` with `if ($invalid_referer) { return
+        // 403; }` (its rewrite phase, like `return`), then limit_req, then
+        // its limit_conn, then its access check, then the password (whose
+        // hashes are checked off the loop, remembered once they pass). A
+        // request let through after its wait or its check is not charged or
+        // checked again. A refusal goes where a lookup's error would (an
+        // error page may answer it).
         let access = &self.state.cfg.access;
         let limits = self.state.limiter.is_some() || self.state.conn_limit.is_some();
         let client = match limits || !access.is_empty() {
             true => self.client(session, head),
             false => None,
         };
-        let mut refused = None;
-        if let (Some(limiter), false) = (&self.state.limiter, session.paced) {
+        let referers = self.state.cfg.valid_referers.as_ref();
+        let mut refused = referers
+            .is_some_and(|v| !v.valid(head.referer))
+            .then_some(Status::Forbidden);
+        if let (None, Some(limiter), false) = (refused, &self.state.limiter, session.paced) {
             match limiter.check(client, loop_now()) {
                 Verdict::Pass => {}
                 Verdict::Delay(wait) => {

@@ -29,6 +29,7 @@
 //! | [`auth_basic`] | [`AuthBasic`]: nginx's `auth_basic` with a user file, a password over the whole server (hashes checked on the blocking pool) |
 //! | [`real_ip`] | [`RealIp`]: nginx's realip, the client's address as a trusted proxy reports it, for the access log, `allow`/`deny` and `limit_req` |
 //! | [`proxy_protocol`] | [`proxy_protocol::parse`]: the PROXY protocol header (v1, v2) a TCP load balancer sends first, nginx's `listen … proxy_protocol` (pure, property-tested, fuzzed) |
+//! | [`referer`] | [`ValidReferers`]: nginx's `valid_referers` with `if ($invalid_referer) { return 403; }`, hot-link protection |
 //! | [`return_directive`] | [`Return`]: nginx's server-level `return`, one answer (a redirect, a text, a status) for every request |
 //! | [`try_files`] | [`TryFiles`]: nginx's `try_files`, the names a request may be served by, then a last resort |
 //! | [`fields`] | [`ResponseFields`]: nginx's `expires` ([`Expires`]) and `add_header` ([`AddedField`]), fields added to answers |
@@ -214,6 +215,7 @@ pub mod mime;
 pub mod path;
 pub mod proxy_protocol;
 pub mod real_ip;
+pub mod referer;
 pub mod request;
 pub mod response;
 pub mod return_directive;
@@ -238,6 +240,7 @@ pub use limit_req::{LimitReq, LimitReqConfig};
 pub use log_format::LogFormat;
 pub use path::{Resolved, Root, Symlinks};
 pub use real_ip::{RealIp, Trusted};
+pub use referer::ValidReferers;
 pub use request::{parse_head, Discard, Head, Limits, Method, Version};
 pub use response::{
     plan_encoded, plan_error_page, plan_file, write_error, write_redirect, write_redirect_to,

@@ -231,6 +231,10 @@ pub struct HttpConfig {
     /// Every connection begins with a PROXY protocol header (nginx's
     /// `listen … proxy_protocol`): one that does not is closed.
     pub proxy_protocol: bool,
+    /// The `Referer`s a request may carry (nginx's `valid_referers`; any
+    /// other is 403, its `if ($invalid_referer) { return 403; }`); any by
+    /// default.
+    pub valid_referers: Option<crate::ValidReferers>,
     /// Bytes a second a response's body may go out at (nginx's
     /// `limit_rate`), after its first `limit_rate_after` bytes; 0 (the
     /// default): no limit. Bodies sent from a file (`sendfile`, from
@@ -295,6 +299,7 @@ impl HttpConfig {
             auth_basic: None,
             satisfy_any: false,
             proxy_protocol: false,
+            valid_referers: None,
             limit_rate: 0,
             limit_rate_after: 0,
         }
