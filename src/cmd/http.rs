@@ -231,7 +231,7 @@ pub struct HttpArgs {
     /// The listing's format (nginx's autoindex_format): `html`; `json`, an
     /// array of {"name", "type", "mtime", "size"}; `jsonp`, that JSON in a
     /// call of the request's `callback` argument (letters, digits, `_`,
-    /// `.`; another is 400; none: plain JSON); `xml`, a <list>
+    /// `.`; another is 400; none: plain JSON); `xml`, a `<list>`
     #[arg(
         long,
         value_name = "html|json|jsonp|xml",
@@ -256,9 +256,9 @@ pub struct HttpArgs {
     /// page as if asked for: 200, its validators, ranges and gzip; a
     /// single-page application's fallback, nginx's `try_files $uri
     /// /index.html`). `=CODE` answers the page under another status ("404
-    /// =410 /gone.html"); an address, http://… or https://…, redirects
-    /// there (302, or the 301, 303, 307 or 308 =CODE names: "404 =301
-    /// https://example.com/"). Codes 400-599; a lookup answers 403, 404,
+    /// =410 /gone.html"); an address, `http://…` or `https://…`, redirects
+    /// there (302, or the 301, 303, 307 or 308 =CODE names:
+    /// `"404 =301 https://example.com/"`). Codes 400-599; a lookup answers 403, 404,
     /// 500 and 503. A page that cannot be served itself leaves the built-in
     /// one. Repeat for several; the first naming a code applies.
     #[arg(long, value_name = "CODES [=CODE] PAGE|URL")]
