@@ -2454,3 +2454,69 @@ fn valid_referers_refuse_hot_links_as_nginx_does() {
         "regular expressions",
     );
 }
+
+/// `--absolute-redirect on` writes the `Location` nginx's
+/// `absolute_redirect` (its default) writes: `http://`, the request's host
+/// or the address it came to, the port unless 80, the path (compared with
+/// each server's own port in place).
+#[test]
+fn absolute_redirects_name_the_host_as_nginx_does() {
+    let (_dir, root) = tree("absolute-redirect", &[("dir/index.html", "d\n")]);
+    let asks = [
+        "GET /dir HTTP/1.1\r\nHost: t\r\n",
+        "GET /dir?x=1 HTTP/1.1\r\nHost: Example.COM.:8080\r\n",
+        "GET /dir HTTP/1.0\r\n",
+        "GET http://other.test/dir HTTP/1.1\r\nHost: t\r\n",
+    ];
+    // Each answer's status and Location, the server's port written PORT.
+    let seen = |addr: &str| -> Vec<(u16, String)> {
+        let port = addr.rsplit(':').next().unwrap().to_owned();
+        asks.iter()
+            .map(|ask| {
+                let mut s = TcpStream::connect(addr).unwrap();
+                write!(s, "{ask}Connection: close\r\n\r\n").unwrap();
+                let mut raw = Vec::new();
+                s.read_to_end(&mut raw).unwrap();
+                let text = String::from_utf8_lossy(&raw).into_owned();
+                let location = text
+                    .lines()
+                    .find_map(|l| l.strip_prefix("Location: "))
+                    .unwrap_or_default()
+                    .replace(&format!(":{port}/"), ":PORT/");
+                (text[9..12].parse().unwrap(), location)
+            })
+            .collect()
+    };
+    let server = HttpServer::start(&root, &["--absolute-redirect", "on"]);
+    let ours = seen(server.url.strip_prefix("http://").unwrap());
+    assert!(server.stop().success());
+    assert_eq!(
+        ours,
+        [
+            (301, "http://t:PORT/dir/".to_owned()),
+            (301, "http://example.com:PORT/dir/?x=1".to_owned()),
+            (301, "http://127.0.0.1:PORT/dir/".to_owned()),
+            (301, "http://other.test:PORT/dir/".to_owned()),
+        ]
+    );
+    let relative = HttpServer::start(&root, &[]);
+    assert_eq!(
+        seen(relative.url.strip_prefix("http://").unwrap())[0],
+        (301, "/dir/".to_owned())
+    );
+    assert!(relative.stop().success());
+    if let Some(nginx) = duality_bench::http::find_nginx() {
+        let n = duality_bench::http::RunningServer::nginx(&nginx, &root, 1, 1024).unwrap();
+        assert_eq!(seen(&n.addr.to_string()), ours, "nginx");
+    }
+    // `--return` to a path of the server's own.
+    let args = ["--absolute-redirect", "on", "--return", "301 /new$uri"];
+    let server = HttpServer::start(&root, &args);
+    let (_, fields, _) = call(&server.url, "GET", "/x", "");
+    let port = server.url.rsplit(':').next().unwrap().to_owned();
+    assert_eq!(
+        field(&fields, "location"),
+        Some(format!("http://t:{port}/new/x").as_str())
+    );
+    assert!(server.stop().success());
+}

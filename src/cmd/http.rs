@@ -486,6 +486,15 @@ pub struct HttpArgs {
     /// are not taken
     #[arg(long, value_name = "none|blocked|NAME…")]
     valid_referers: Option<duality_http::ValidReferers>,
+    /// Redirections to the server's own paths (a directory without its
+    /// slash, `--return 301 /path`) carry an absolute Location,
+    /// `http://HOST[:PORT]/path`: the request's host (else the address it
+    /// came to) and the port it came to unless 80, as nginx's
+    /// absolute_redirect (on there by default) with port_in_redirect.
+    /// Off: relative, as RFC 9110 allows
+    #[arg(long, value_name = "on|off", default_value = "off", value_parser = on_off,
+          action = clap::ArgAction::Set)]
+    absolute_redirect: bool,
     /// gzip responses (nginx's `gzip on`): text/*, JSON, JavaScript, XML, SVG,
     /// WebAssembly, TTF/OTF, ICO/BMP (and any +json/+xml type) of at least
     /// --gzip-min-length bytes go out with `Content-Encoding: gzip` to clients
@@ -1020,6 +1029,7 @@ pub fn run(mut a: HttpArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
         satisfy_any: a.satisfy == "any",
         proxy_protocol: a.proxy_protocol,
         valid_referers: a.valid_referers.clone(),
+        absolute_redirect: a.absolute_redirect,
         limit_rate: a.limit_rate,
         limit_rate_after: a.limit_rate_after,
     };

@@ -190,6 +190,8 @@ pub struct HttpSession {
     proxy_pending: bool,
     /// What the connection's PROXY header said.
     proxy_header: Option<crate::proxy_protocol::ProxyHeader>,
+    /// The address the client connected to (`--absolute-redirect on`).
+    local: Option<std::net::SocketAddr>,
     /// The current request's `$request_id`, once a field or the log used
     /// it: the same in both. Reset by each request and each timeout.
     request_id: std::sync::OnceLock<[u8; 32]>,
@@ -375,6 +377,10 @@ impl Protocol for HttpProtocol {
             opened: Some(loop_now()),
             proxy_pending: self.state.cfg.proxy_protocol,
             proxy_header: None,
+            local: match self.state.cfg.absolute_redirect {
+                true => conn.local_addr(),
+                false => None,
+            },
             ip,
             port,
             paced: false,
@@ -1071,7 +1077,11 @@ impl HttpProtocol {
         };
         Ok(match found {
             Err(e) => alone(write_error(e, Some(head), date, out), out),
-            Ok(Found::Redirect(location)) => alone(write_redirect(head, &location, date, out), out),
+            Ok(Found::Redirect(location)) => {
+                let location = self.absolute(session, head, location.into_bytes());
+                let location = String::from_utf8_lossy(&location);
+                alone(write_redirect(head, &location, date, out), out)
+            }
             Ok(Found::Elsewhere(status, location)) => alone(
                 write_redirect_to(head, status, location.as_bytes(), date, out),
                 out,
@@ -1479,6 +1489,7 @@ impl HttpProtocol {
                     _ => location.extend_from_slice(format!("%{b:02X}").as_bytes()),
                 }
             }
+            let location = self.absolute(session, head, location);
             self.answered(session, head, out, |date, out| {
                 write_redirect_to(head, answer.status, &location, date, out)
             })
@@ -1488,6 +1499,30 @@ impl HttpProtocol {
             })
         };
         Some(plan)
+    }
+
+    /// A `Location` of the server's own (`/…`) made absolute under
+    /// `--absolute-redirect on`, as nginx's `absolute_redirect` makes it:
+    /// `http://`, the request's host (else the address it came to), the
+    /// port it came to unless 80, then the path. Any other as it is.
+    fn absolute(&self, session: &HttpSession, head: &Head<'_>, location: Vec<u8>) -> Vec<u8> {
+        let Some(local) = session.local.filter(|_| location.starts_with(b"/")) else {
+            return location;
+        };
+        let mut host = crate::log_format::request_host(head);
+        if host.is_empty() {
+            host = match local.ip() {
+                IpAddr::V6(ip) => format!("[{ip}]").into_bytes(),
+                ip => ip.to_string().into_bytes(),
+            };
+        }
+        let mut out = b"http://".to_vec();
+        out.extend_from_slice(&host);
+        if local.port() != 80 {
+            out.extend_from_slice(format!(":{}", local.port()).as_bytes());
+        }
+        out.extend_from_slice(&location);
+        out
     }
 
     /// Writes the answer `write` makes into `out`, adds `--expires` and

@@ -653,6 +653,16 @@ fn absolute_form(target: &[u8]) -> Option<(&[u8], &[u8])> {
 
 /// A host and port's host, without a final dot (`[::1]` keeps its
 /// brackets).
+/// The request's host as nginx's `$host` has it (the target's authority,
+/// else `Host`, without port or final dot, lower-cased); empty without one.
+pub(crate) fn request_host(head: &Head<'_>) -> Vec<u8> {
+    let host = absolute_form(head.target).map(|(a, _)| a).or(head.host);
+    host.map_or(&b""[..], host_name)
+        .iter()
+        .map(u8::to_ascii_lowercase)
+        .collect()
+}
+
 fn host_name(authority: &[u8]) -> &[u8] {
     let host = match authority.strip_prefix(b"[") {
         Some(_) => {

@@ -235,6 +235,10 @@ pub struct HttpConfig {
     /// other is 403, its `if ($invalid_referer) { return 403; }`); any by
     /// default.
     pub valid_referers: Option<crate::ValidReferers>,
+    /// Redirections to the server's own paths carry an absolute
+    /// `Location`, `http://host[:port]/…` (nginx's `absolute_redirect`,
+    /// on there by default); relative, as RFC 9110 allows, by default.
+    pub absolute_redirect: bool,
     /// Bytes a second a response's body may go out at (nginx's
     /// `limit_rate`), after its first `limit_rate_after` bytes; 0 (the
     /// default): no limit. Bodies sent from a file (`sendfile`, from
@@ -300,6 +304,7 @@ impl HttpConfig {
             satisfy_any: false,
             proxy_protocol: false,
             valid_referers: None,
+            absolute_redirect: false,
             limit_rate: 0,
             limit_rate_after: 0,
         }
