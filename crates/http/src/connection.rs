@@ -210,9 +210,6 @@ pub struct HttpSession {
     /// request in progress: taken by the request that passes the check,
     /// given back once every answer is written (or the connection closes).
     conn_slot: Option<crate::limit_conn::ConnSlot>,
-    /// `finish` has yet to answer a request of this connection: the slot
-    /// stays when the answers before it are written.
-    finishing: bool,
     /// When the first bytes of a request not yet whole came (access log
     /// on), for its `$request_time`.
     reading: Option<Instant>,
@@ -386,7 +383,6 @@ impl Protocol for HttpProtocol {
             paced: false,
             verified: false,
             conn_slot: None,
-            finishing: false,
             reading: None,
             began: None,
         }
@@ -537,7 +533,6 @@ impl Protocol for HttpProtocol {
                     out.truncate(at);
                 }
                 session.interim = interim.is_some();
-                session.finishing = true;
                 Flow::Finish(0)
             }
         }
@@ -562,8 +557,6 @@ impl Protocol for HttpProtocol {
             head.keep_alive = false;
         }
         let interim = std::mem::take(&mut session.interim);
-        // From here the driver writes nothing until `finish` returns.
-        session.finishing = false;
         // Held to `--limit-req`'s rate, or its credentials checked: then
         // answered as if it came now, those steps passed.
         let mut pending = pending;
@@ -637,9 +630,10 @@ impl Protocol for HttpProtocol {
     }
 
     fn drained(&self, session: &mut HttpSession) {
-        // Every answer so far is written: unless `finish` has one to make,
-        // the connection has no request in progress (`--limit-conn`).
-        if !session.finishing {
+        // Every answer so far is written: unless `finish` has one to make
+        // (what `execute` left it is pending until `finish` takes it), the
+        // connection has no request in progress (`--limit-conn`).
+        if session.pending.is_none() {
             session.conn_slot = None;
         }
     }
