@@ -2520,3 +2520,180 @@ fn absolute_redirects_name_the_host_as_nginx_does() {
     );
     assert!(server.stop().success());
 }
+
+/// `--rewrite` (nginx's `rewrite` in a `server` block): paths changed or
+/// redirected, captures escaped, queries carried, rules chained or ended,
+/// and `--return` after them, each answer and log line as nginx's.
+#[test]
+fn rewrites_change_or_redirect_as_nginx_does() {
+    let (dir, root) = tree(
+        "rewrite",
+        &[("new/a.txt", "new a\n"), ("dir/index.html", "d\n")],
+    );
+    let rules = [
+        "^/old/(.*)$ /new/$1 permanent",
+        "^/tmp/(.*)$ /new/$1 redirect",
+        "^/in/(.*)$ /new/$1 last",
+        "^/q/(.*)$ /new/$1?x=$1 last",
+        "^/qq/(.*)$ /new/$1?x=$1? break",
+        "^/ext/(.*)$ https://example.com/$1",
+        "^/extq/(.*)$ https://example.com/$1?",
+        "^/extn/(.*)$ https://example.com/?p=$1 permanent",
+        "^/chain1/(.*)$ /chain2/$1",
+        "^/chain2/(.*)$ /new/$1 break",
+        "^/d$ /dir last",
+        "^/sc/(.*)$ $scheme://h/$1",
+        "^/hh/(.*)$ http://$host/$1$is_args$args? permanent",
+        "^/nm/(?<rest>.*)$ /new/${rest}x permanent",
+        "(?i)^/CI/(.*)$ /new/$1 permanent",
+    ];
+    let asks = [
+        "/old/a.txt",
+        "/old/a.txt?z=1",
+        "/old/a%20b",
+        "/old/a+b",
+        "/old/a%2Bb?k=v",
+        "/old/100%25",
+        "/old/%41%3F",
+        "/old/x%26y%3B%23%22%3C%7E",
+        "/old/%C3%A9+%2B",
+        "/tmp/a.txt",
+        "/in/a.txt",
+        "/in/a.txt?z=1",
+        "/q/a.txt?z=1",
+        "/qq/a.txt?z=1",
+        "/q/a%20b?z=1",
+        "/q/a+b%26?z=1",
+        "/ext/a.txt?z=1",
+        "/extq/a.txt?z=1",
+        "/extn/a.txt?z=1",
+        "/extn/a%20b%3F?z=1",
+        "/chain1/a.txt",
+        "/d?y=2",
+        "/sc/a",
+        "/hh/a?b=c",
+        "/nm/a",
+        "/Ci/a",
+        "/new/a.txt",
+        "/missing",
+    ];
+    let format = "$status uri=$uri args=$args is_args=$is_args ru=$request_uri";
+    // Each answer's status, `Location` (the server's port written PORT)
+    // and the body of a 200; then the log's lines.
+    let seen = |url: &str, log: &Path, n: usize| {
+        let port = url.rsplit(':').next().unwrap().to_owned();
+        let answers: Vec<(u16, String, Vec<u8>)> = asks[..n]
+            .iter()
+            .map(|path| {
+                let (code, fields, body) = call(url, "GET", path, "");
+                let location = field(&fields, "location")
+                    .unwrap_or_default()
+                    .replace(&format!(":{port}/"), ":PORT/");
+                (code, location, if code == 200 { body } else { Vec::new() })
+            })
+            .collect();
+        let until = Instant::now() + Duration::from_secs(5);
+        let text = loop {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            if text.lines().count() >= n || Instant::now() > until {
+                break text;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        (answers, text)
+    };
+    let ours_log = dir.0.join("duality.log");
+    let mut args = vec![
+        "--absolute-redirect",
+        "on",
+        "--access-log",
+        ours_log.to_str().unwrap(),
+        "--log-format",
+        format,
+    ];
+    for rule in rules {
+        args.extend(["--rewrite", rule]);
+    }
+    let server = HttpServer::start(&root, &args);
+    let ours = seen(&server.url, &ours_log, asks.len());
+    assert!(server.stop().success());
+    // The same under the other models (where `finish` answers, the head
+    // is rewritten again).
+    for model in ["thread-per-conn", "amped:1"] {
+        let log = dir.0.join(format!("duality-{model}.log"));
+        let mut args = args.clone();
+        args[3] = log.to_str().unwrap();
+        args.extend(["--model", model]);
+        let server = HttpServer::start(&root, &args);
+        assert_eq!(seen(&server.url, &log, asks.len()), ours, "{model}");
+        assert!(server.stop().success());
+    }
+    let find = |path: &str| ours.0[asks.iter().position(|a| *a == path).unwrap()].clone();
+    assert_eq!(find("/in/a.txt"), (200, String::new(), b"new a\n".to_vec()));
+    assert_eq!(find("/chain1/a.txt").0, 200);
+    assert_eq!(
+        find("/old/a.txt?z=1"),
+        (301, "http://t:PORT/new/a.txt?z=1".into(), Vec::new())
+    );
+    assert_eq!(find("/d?y=2").1, "http://t:PORT/dir/?y=2");
+    assert!(ours
+        .1
+        .contains("200 uri=/new/a.txt args=x=a.txt&z=1 is_args=? ru=/q/a.txt?z=1\n"));
+    // `--return` runs after the rules, unless one ended them.
+    let then_return = |url: &str| -> Vec<u16> {
+        ["/in/a.txt", "/chain1/a.txt", "/new/a.txt"]
+            .iter()
+            .map(|p| call(url, "GET", p, "").0)
+            .collect()
+    };
+    let args = [
+        "--rewrite",
+        "^/in/(.*)$ /new/$1 last",
+        "--rewrite",
+        "^/chain1/(.*)$ /new/$1",
+        "--return",
+        "403",
+    ];
+    let server = HttpServer::start(&root, &args);
+    let returned = then_return(&server.url);
+    assert!(server.stop().success());
+    assert_eq!(returned, [200, 403, 403]);
+    if let Some(nginx) = duality_bench::http::find_nginx() {
+        let log = dir.0.join("nginx.log");
+        let http = format!("log_format f '{format}';\n");
+        let mut server = format!("access_log {} f;\n", log.display());
+        for rule in rules {
+            let words: Vec<&str> = rule.split(' ').collect();
+            let flag = words.get(2).copied().unwrap_or_default();
+            server += &format!("rewrite \"{}\" \"{}\" {flag};\n", words[0], words[1]);
+        }
+        let n = duality_bench::http::RunningServer::nginx_in_blocks(&nginx, &root, &http, &server)
+            .unwrap();
+        let theirs = seen(&format!("http://{}", n.addr), &log, asks.len());
+        for (i, ask) in asks.iter().enumerate() {
+            assert_eq!(ours.0[i], theirs.0[i], "{ask}");
+        }
+        assert_eq!(ours.1, theirs.1);
+        let directives = "rewrite ^/in/(.*)$ /new/$1 last;\n\
+                          rewrite ^/chain1/(.*)$ /new/$1;\nreturn 403;\n";
+        let n =
+            duality_bench::http::RunningServer::nginx_in_server(&nginx, &root, directives).unwrap();
+        assert_eq!(then_return(&format!("http://{}", n.addr)), returned);
+    }
+    // A rule that gives no path under the root: the server's error.
+    let args = [
+        "--rewrite",
+        "^/up/(.*)$ /a/../../$1 last",
+        "--rewrite",
+        "^/v/(.*)$ $1 last",
+    ];
+    let server = HttpServer::start(&root, &args);
+    assert_eq!(call(&server.url, "GET", "/up/etc/passwd", "").0, 500);
+    assert_eq!(call(&server.url, "GET", "/v/new/a.txt", "").0, 500);
+    assert_eq!(call(&server.url, "GET", "/new/a.txt", "").0, 200);
+    assert!(server.stop().success());
+    refused_saying(&root, &["--rewrite", "^/(a /b"], "unclosed group");
+    refused_saying(&root, &["--rewrite", "^/a b last"], "starting with /");
+    refused_saying(&root, &["--rewrite", "^/(a) /$2"], "has 1 capture");
+    refused_saying(&root, &["--rewrite", "^/a /b often"], "the flag is");
+}

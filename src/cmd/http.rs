@@ -412,6 +412,21 @@ pub struct HttpArgs {
     /// included, as nginx's
     #[arg(long = "return", value_name = "CODE [URL|TEXT]")]
     answer: Option<duality_http::Return>,
+    /// Change a request's path, or redirect it, by a pattern (nginx's
+    /// `rewrite` in a `server` block): "REGEX REPLACEMENT
+    /// [last|break|redirect|permanent]", e.g.
+    /// "^/blog/(.*)$ /articles/$1 permanent" (a 301; `redirect`: a 302, as
+    /// a replacement starting http://, https:// or $scheme), "^/p/(\d+)$
+    /// /page.html?id=$1 last" (served /page.html; `last` or `break`: no
+    /// later rule runs; no flag: the next one sees the new path). Matched
+    /// against the decoded path; $1…$9 and named groups are the captures,
+    /// other variables the access log's; the query goes along unless the
+    /// replacement ends in "?". Repeat for several, run in order, before
+    /// `--return` and the access checks, as nginx's. Patterns are the
+    /// `regex` crate's (no look-around or back-references; a space is \s
+    /// or \x20). A rule giving no path under the root answers 500
+    #[arg(long = "rewrite", value_name = "REGEX REPLACEMENT [FLAG]")]
+    rewrites: Vec<duality_http::Rewrite>,
     /// Hold each client address to a rate (nginx's `limit_req_zone
     /// $binary_remote_addr` with `limit_req`): "RATE [burst=N]
     /// [nodelay|delay=N] [zone=SIZE] [status=503|429]", e.g. "10r/s
@@ -1023,6 +1038,7 @@ pub fn run(mut a: HttpArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
         },
         access: access_rules(&a, matches),
         answer: a.answer.clone(),
+        rewrites: a.rewrites.clone(),
         limit_req: a.limit_req,
         limit_conn: a.limit_conn,
         auth_basic: a.auth_basic.clone().zip(a.auth_basic_user_file.clone()),

@@ -65,6 +65,7 @@ use crate::response::{
     write_refusal, write_returned, write_text, ByteRange, Encoding, Parts, Plan, CONTINUE,
 };
 use crate::return_directive::Return;
+use crate::rewrite::Applied;
 use crate::send_path::{self, SendPath};
 use crate::server::{Found, HttpState, OpenFile, Phase};
 use crate::status::{HttpError, Status};
@@ -219,6 +220,16 @@ pub struct HttpSession {
 }
 
 /// A response `execute` could not make from memory.
+/// What the `--rewrite` rules made of a request.
+enum Rewritten {
+    /// Its path and query, changed or not, are looked up.
+    Kept,
+    /// A rule answers it with a redirect.
+    Redirect(Status, Vec<u8>),
+    /// A rule gave a path no file can be looked up by.
+    Failed,
+}
+
 enum Pending {
     /// A large file kept open: its body goes out with `sendfile`.
     Open {
@@ -514,7 +525,25 @@ impl Protocol for HttpProtocol {
             Seen::BodyEnded => return Flow::Close,
         };
         session.set_phase(Phase::Writing);
-        match self.respond_now(session, &head, out) {
+        let mut head = head;
+        let answered = match self.rewrite(session, &mut head) {
+            Rewritten::Kept => self.respond_now(session, &head, out),
+            Rewritten::Redirect(status, location) => {
+                self.state.phases.request();
+                Some(self.redirect(session, &head, status, location, out))
+            }
+            Rewritten::Failed => {
+                // The rule gave no path a file can be looked up by: the
+                // server's error, as nginx's 500 for an empty one.
+                self.state.phases.request();
+                session.pending = Some(Pending::Miss {
+                    want_gzip: gzip::wanted(&self.state.cfg.gzip, &head),
+                    refused: Some(Status::InternalServerError),
+                });
+                None
+            }
+        };
+        match answered {
             Some(plan) => {
                 // As nginx: the interim answer invites the body only where
                 // the file is answered; before an error or a redirect the
@@ -552,10 +581,13 @@ impl Protocol for HttpProtocol {
         ) else {
             return Flow::Close;
         };
-        // The same request `execute` counted: its head is parsed again.
+        // The same request `execute` counted: its head is parsed again, and
+        // rewritten again as it was (a redirect or a failed rule was
+        // answered there, or is pending as an error).
         if self.last_allowed(session) {
             head.keep_alive = false;
         }
+        self.rewrite(session, &mut head);
         let interim = std::mem::take(&mut session.interim);
         // Held to `--limit-req`'s rate, or its credentials checked: then
         // answered as if it came now, those steps passed.
@@ -789,8 +821,15 @@ impl HttpProtocol {
         out: &mut Output,
     ) -> Option<Plan> {
         let alone = out.is_empty();
-        // A server-level `--return` goes first, as nginx's runs first.
-        if let Some(answer) = &self.state.cfg.answer {
+        // A server-level `--return` goes first, as nginx's runs first (after
+        // the `--rewrite` rules, unless one ended them).
+        if let Some(answer) = self
+            .state
+            .cfg
+            .answer
+            .as_ref()
+            .filter(|_| !head.rewrites_ended)
+        {
             self.state.phases.request();
             return self.answer(answer, session, head, out);
         }
@@ -1474,25 +1513,83 @@ impl HttpProtocol {
             &mut expanded,
         );
         let plan = if answer.redirects() {
-            // No byte a field may not hold: what a client sent (a raw
-            // query, `$http_…`) goes percent-encoded.
-            let mut location = Vec::with_capacity(expanded.len());
-            for b in expanded {
-                match b {
-                    0x21..0x7f => location.push(b),
-                    _ => location.extend_from_slice(format!("%{b:02X}").as_bytes()),
-                }
-            }
-            let location = self.absolute(session, head, location);
-            self.answered(session, head, out, |date, out| {
-                write_redirect_to(head, answer.status, &location, date, out)
-            })
+            self.redirect(session, head, answer.status, expanded, out)
         } else {
             self.answered(session, head, out, |date, out| {
                 write_returned(head, answer.status, &expanded, date, out)
             })
         };
         Some(plan)
+    }
+
+    /// Answers `head` with a redirect to `location` (`--return`'s or a
+    /// `--rewrite`'s).
+    fn redirect(
+        &self,
+        session: &HttpSession,
+        head: &Head<'_>,
+        status: Status,
+        location: Vec<u8>,
+        out: &mut Output,
+    ) -> Plan {
+        // No byte a field may not hold: what a client sent (a raw query,
+        // `$http_…`) goes percent-encoded.
+        let mut safe = Vec::with_capacity(location.len());
+        for b in location {
+            match b {
+                0x21..0x7f => safe.push(b),
+                _ => safe.extend_from_slice(format!("%{b:02X}").as_bytes()),
+            }
+        }
+        let location = self.absolute(session, head, safe);
+        self.answered(session, head, out, |date, out| {
+            write_redirect_to(head, status, &location, date, out)
+        })
+    }
+
+    /// Runs the `--rewrite` rules on `head`: its path (and query) changed
+    /// as the rules say, or the redirect one answers with.
+    fn rewrite(&self, session: &HttpSession, head: &mut Head<'_>) -> Rewritten {
+        let rules = &self.state.cfg.rewrites;
+        if rules.is_empty() {
+            return Rewritten::Kept;
+        }
+        // As nginx's `quoted_uri` and `plus_in_uri`: the path as sent.
+        let sent = head.target;
+        let sent = &sent[..sent.iter().position(|&b| b == b'?').unwrap_or(sent.len())];
+        let quoted = sent.iter().any(|&b| b == b'%' || b == b'+');
+        for rule in rules {
+            let applied = {
+                let h = &*head;
+                let query = h
+                    .rewritten_query
+                    .as_deref()
+                    .or_else(|| crate::log_format::query_of(h));
+                rule.apply(&h.path, query, quoted, &mut |text, into| {
+                    text.expand(&self.entry(session, Some(h), None, 0, 0), into)
+                })
+            };
+            match applied {
+                None => {}
+                Some(Applied::Redirect(status, location)) => {
+                    return Rewritten::Redirect(status, location)
+                }
+                Some(Applied::Internal { path, query, stops }) => {
+                    let Some(path) = crate::path::normalize_rewritten(path) else {
+                        return Rewritten::Failed;
+                    };
+                    head.path = path;
+                    if query.is_some() {
+                        head.rewritten_query = query;
+                    }
+                    if stops {
+                        head.rewrites_ended = true;
+                        break;
+                    }
+                }
+            }
+        }
+        Rewritten::Kept
     }
 
     /// A `Location` of the server's own (`/…`) made absolute under

@@ -31,6 +31,7 @@
 //! | [`proxy_protocol`] | [`proxy_protocol::parse`]: the PROXY protocol header (v1, v2) a TCP load balancer sends first, nginx's `listen … proxy_protocol` (pure, property-tested, fuzzed) |
 //! | [`referer`] | [`ValidReferers`]: nginx's `valid_referers` with `if ($invalid_referer) { return 403; }`, hot-link protection |
 //! | [`return_directive`] | [`Return`]: nginx's server-level `return`, one answer (a redirect, a text, a status) for every request |
+//! | [`rewrite`] | [`Rewrite`]: nginx's server-level `rewrite`, a request's path changed by a pattern, or a redirect |
 //! | [`try_files`] | [`TryFiles`]: nginx's `try_files`, the names a request may be served by, then a last resort |
 //! | [`fields`] | [`ResponseFields`]: nginx's `expires` ([`Expires`]) and `add_header` ([`AddedField`]), fields added to answers |
 //! | [`server`] | [`HttpConfig`], [`HttpState`] (root, page cache, variant cache, fresh index, access log), [`serve`] |
@@ -219,6 +220,7 @@ pub mod referer;
 pub mod request;
 pub mod response;
 pub mod return_directive;
+pub mod rewrite;
 mod send_path;
 pub mod server;
 pub mod status;
@@ -247,6 +249,7 @@ pub use response::{
     write_refusal, write_returned, ByteRange, Encoding, IfModifiedSince, Parts, Plan, MAX_PARTS,
 };
 pub use return_directive::Return;
+pub use rewrite::Rewrite;
 pub use server::{serve, stub_status, HttpConfig, HttpState, HttpStats};
 pub use status::{HttpError, Status};
 pub use try_files::TryFiles;

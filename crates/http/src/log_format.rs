@@ -585,14 +585,23 @@ fn escaped(escape: Escape, bytes: &[u8], line: &mut Vec<u8>) {
 }
 
 /// The value of the argument `name` of `head`'s query (nginx's `$arg_`).
-pub(crate) fn argument_of<'a>(head: &Head<'a>, name: &[u8]) -> Option<&'a [u8]> {
+pub(crate) fn argument_of<'a>(head: &'a Head<'a>, name: &[u8]) -> Option<&'a [u8]> {
     argument(query(head)?, name)
 }
 
 /// The query of `head`'s target, after its `?` (`None` without one).
-fn query<'a>(head: &Head<'a>) -> Option<&'a [u8]> {
+pub(crate) fn query_of<'a>(head: &Head<'a>) -> Option<&'a [u8]> {
     let t = head.target;
     t.iter().position(|&b| b == b'?').map(|i| &t[i + 1..])
+}
+
+/// The query of `head`'s target, after its `?` (`None` without one), or
+/// the one a `--rewrite` gave it.
+fn query<'a>(head: &'a Head<'a>) -> Option<&'a [u8]> {
+    if let Some(q) = &head.rewritten_query {
+        return Some(q);
+    }
+    query_of(head)
 }
 
 /// The value of the argument `name` (any case, as nginx's `$arg_`) in a

@@ -82,7 +82,32 @@ const fn bad_request() -> HttpError {
 pub fn normalize(target: &str) -> Result<String, HttpError> {
     let raw = origin_path(target).ok_or_else(bad_request)?;
     let decoded = String::from_utf8(decode(raw)?).map_err(|_| bad_request())?;
+    dot_segments(&decoded)
+}
 
+/// The path a `--rewrite` gave a request ([`crate::rewrite`]), decoded
+/// already, checked and normalised as a request's is: it starts with `/`,
+/// is UTF-8 without control bytes, and its dot segments are removed (none
+/// may climb above the root). `None` otherwise: the rule gave no path a
+/// file can be looked up by.
+///
+/// ```
+/// use duality_http::path::normalize_rewritten;
+/// assert_eq!(normalize_rewritten(b"/a/./b/../c%20d".to_vec()).as_deref(), Some("/a/c%20d"));
+/// assert_eq!(normalize_rewritten(b"/../etc/passwd".to_vec()), None);
+/// assert_eq!(normalize_rewritten(b"a.txt".to_vec()), None);
+/// ```
+pub fn normalize_rewritten(path: Vec<u8>) -> Option<String> {
+    let path = String::from_utf8(path).ok()?;
+    if !path.starts_with('/') || path.bytes().any(forbidden) {
+        return None;
+    }
+    dot_segments(&path).ok()
+}
+
+/// `decoded` without its empty and dot segments (nginx's and RFC 3986's
+/// dot-segment removal); 400 if one climbs above the root.
+fn dot_segments(decoded: &str) -> Result<String, HttpError> {
     let mut out = String::with_capacity(decoded.len());
     let mut trailing_slash = false;
     for segment in decoded.split('/').skip(1) {

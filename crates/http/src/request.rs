@@ -169,6 +169,12 @@ pub struct Head<'a> {
     /// The whole head as sent, blank line included: for the fields read
     /// only now and then ([`Head::field_values`]).
     pub raw: &'a [u8],
+    /// The query a `--rewrite` gave the request (empty: none), in place of
+    /// the target's; `None` where no rule gave one.
+    pub rewritten_query: Option<Vec<u8>>,
+    /// A `--rewrite` with `last` or `break` matched: the rules ended, and
+    /// `--return` does not run (nginx's rewrite phase ended there).
+    pub rewrites_ended: bool,
 }
 
 impl<'a> Head<'a> {
@@ -534,6 +540,8 @@ fn parse_fields<'a>(
         user_agent: fields.user_agent,
         expect_continue: fields.expect_continue && version == Version::Http11,
         raw: &buf[..head_len],
+        rewritten_query: None,
+        rewrites_ended: false,
     };
     Ok(Some((head, head_len)))
 }

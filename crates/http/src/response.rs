@@ -554,7 +554,16 @@ fn error_plan(
 /// The request's query goes along (`/dir?page=2` → `/dir/?page=2`), as
 /// nginx's redirect keeps it.
 pub fn write_redirect(head: &Head<'_>, location: &str, date: &str, out: &mut Vec<u8>) -> Plan {
-    let query = redirect_query(head.target);
+    let rewritten;
+    let query = match &head.rewritten_query {
+        // A `--rewrite`'s query goes along instead (nginx's `$args`).
+        Some(q) if q.is_empty() => None,
+        Some(q) => {
+            rewritten = [b"?", &q[..]].concat();
+            Some(&rewritten[..])
+        }
+        None => redirect_query(head.target),
+    };
     let keep_alive = head.keep_alive;
     let head_only = head.method == Method::Head;
     let inline_body = error_response(

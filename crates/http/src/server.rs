@@ -214,6 +214,9 @@ pub struct HttpConfig {
     /// One answer for every request (nginx's server-level `return`); none
     /// by default.
     pub answer: Option<crate::Return>,
+    /// Rules that change a request's path or redirect it, in order
+    /// (nginx's server-level `rewrite`), before `answer`; none by default.
+    pub rewrites: Vec<crate::Rewrite>,
     /// Requests per client address held to a rate (nginx's `limit_req`);
     /// no limit by default.
     pub limit_req: Option<crate::LimitReqConfig>,
@@ -298,6 +301,7 @@ impl HttpConfig {
             real_ip: crate::RealIp::default(),
             access: crate::Access::default(),
             answer: None,
+            rewrites: Vec::new(),
             limit_req: None,
             limit_conn: None,
             auth_basic: None,
