@@ -2697,3 +2697,107 @@ fn rewrites_change_or_redirect_as_nginx_does() {
     refused_saying(&root, &["--rewrite", "^/(a) /$2"], "has 1 capture");
     refused_saying(&root, &["--rewrite", "^/a /b often"], "the flag is");
 }
+
+/// `--secure-link` with `--secure-link-md5` (nginx's `secure_link` and
+/// `secure_link_md5` with its documented `if`s: 403, 410): signed links
+/// served, expired ones gone, wrong ones refused, each answer and
+/// `$secure_link`, `$secure_link_expires` as nginx's.
+#[test]
+fn secure_links_let_signed_requests_in_as_nginx_does() {
+    use duality_http::secure_link::sign;
+    let (dir, root) = tree("secure-link", &[("dl/a.txt", "a\n"), ("a.txt", "open\n")]);
+    let secret = "$secure_link_expires$uri$remote_addr s3cret";
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let (later, earlier) = (now + 3600, now - 60);
+    let signed =
+        |expires: &str, uri: &str| sign(format!("{expires}{uri}127.0.0.1 s3cret").as_bytes());
+    let good = signed(&later.to_string(), "/dl/a.txt");
+    let asks = [
+        format!("/dl/a.txt?md5={good}&expires={later}"),
+        format!("/dl/a.txt?md5={good}==&expires={later}"),
+        format!(
+            "/dl/a.txt?md5={}&expires={earlier}",
+            signed(&earlier.to_string(), "/dl/a.txt")
+        ),
+        format!("/dl/a.txt?md5={good}&expires={}", later + 1),
+        format!(
+            "/dl/a.txt?md5={}&expires={later}",
+            signed(&later.to_string(), "/dl/b.txt")
+        ),
+        format!("/dl/a.txt?md5={}", signed("", "/dl/a.txt")),
+        format!("/dl/a.txt?md5={good}&expires=x{later}"),
+        "/dl/a.txt".to_owned(),
+        "/a.txt".to_owned(),
+    ];
+    let format = "$status|$secure_link|$secure_link_expires|$uri";
+    let seen = |url: &str, log: &Path| {
+        let answers: Vec<(u16, Vec<u8>)> = asks
+            .iter()
+            .map(|path| {
+                let (code, _, body) = call(url, "GET", path, "");
+                (code, if code == 200 { body } else { Vec::new() })
+            })
+            .collect();
+        let until = Instant::now() + Duration::from_secs(5);
+        let text = loop {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            if text.lines().count() >= asks.len() || Instant::now() > until {
+                break text;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        (answers, text)
+    };
+    let log = dir.0.join("duality.log");
+    let args = [
+        "--secure-link",
+        "$arg_md5,$arg_expires",
+        "--secure-link-md5",
+        secret,
+        "--secure-link-prefix",
+        "/dl/",
+        "--access-log",
+        log.to_str().unwrap(),
+        "--log-format",
+        format,
+    ];
+    let server = HttpServer::start(&root, &args);
+    let ours = seen(&server.url, &log);
+    assert!(server.stop().success());
+    let codes: Vec<u16> = ours.0.iter().map(|a| a.0).collect();
+    assert_eq!(codes, [200, 200, 410, 403, 403, 403, 403, 403, 200]);
+    assert!(ours.1.starts_with(&format!("200|1|{later}|/dl/a.txt\n")));
+    if let Some(nginx) = duality_bench::http::find_nginx() {
+        let nginx_log = dir.0.join("nginx.log");
+        let http = format!("log_format f '{format}';\n");
+        let server = format!(
+            "access_log {} f;\nlocation /dl/ {{\nsecure_link $arg_md5,$arg_expires;\n\
+             secure_link_md5 \"{secret}\";\nif ($secure_link = \"\") {{ return 403; }}\n\
+             if ($secure_link = \"0\") {{ return 410; }}\n}}\n",
+            nginx_log.display()
+        );
+        let n = duality_bench::http::RunningServer::nginx_in_blocks(&nginx, &root, &http, &server)
+            .unwrap();
+        let theirs = seen(&format!("http://{}", n.addr), &nginx_log);
+        assert_eq!(ours.0, theirs.0);
+        assert_eq!(ours.1, theirs.1);
+    }
+    refused_saying(&root, &["--secure-link", "$arg_md5"], "--secure-link-md5");
+    refused_saying(
+        &root,
+        &["--secure-link", "$arg_md5", "--secure-link-md5", "$nope"],
+        "unknown \"nope\" variable",
+    );
+    let args = [
+        "--secure-link",
+        "$arg_a",
+        "--secure-link-md5",
+        "x",
+        "--secure-link-prefix",
+        "dl",
+    ];
+    refused_saying(&root, &args, "a path starts with /");
+}

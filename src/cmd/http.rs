@@ -501,6 +501,30 @@ pub struct HttpArgs {
     /// are not taken
     #[arg(long, value_name = "none|blocked|NAME…")]
     valid_referers: Option<duality_http::ValidReferers>,
+    /// Serve only links signed with a secret (nginx's `secure_link`, with
+    /// `if ($secure_link = "") { return 403; }` and `if ($secure_link =
+    /// "0") { return 410; }`): what a request brings, "HASH,EXPIRES" or "HASH" with
+    /// the access log's variables, e.g. "$arg_md5,$arg_expires". HASH is
+    /// the base64url MD5 of `--secure-link-md5`'s text, EXPIRES (optional)
+    /// Unix seconds: a wrong or missing link is answered 403, an expired
+    /// one 410 (`--error-page` applies). Checked after `--return`, before
+    /// `--valid-referers` and the access checks
+    #[arg(long, value_name = "TEXT", value_parser = log_text, requires = "secure_link_md5")]
+    secure_link: Option<duality_http::LogFormat>,
+    /// The text whose MD5 a `--secure-link` hash must be (nginx's
+    /// `secure_link_md5`), with the access log's variables and
+    /// $secure_link_expires, e.g. "$secure_link_expires$uri$remote_addr
+    /// SECRET" (a link for one file, one client, until it expires). Keep it
+    /// out of logs and process lists: `DUALITY_SECURE_LINK_MD5` takes it
+    /// from the environment
+    #[arg(long, value_name = "TEXT", value_parser = log_text, requires = "secure_link",
+          env = "DUALITY_SECURE_LINK_MD5", hide_env_values = true)]
+    secure_link_md5: Option<duality_http::LogFormat>,
+    /// Check `--secure-link` only on paths starting with this (nginx's
+    /// `location /PREFIX/` holding the directives), e.g. /downloads/;
+    /// every path by default
+    #[arg(long, value_name = "PREFIX", requires = "secure_link", value_parser = url_prefix)]
+    secure_link_prefix: Option<String>,
     /// Redirections to the server's own paths (a directory without its
     /// slash, `--return 301 /path`) carry an absolute Location,
     /// `http://HOST[:PORT]/path`: the request's host (else the address it
@@ -631,6 +655,20 @@ fn types(a: &HttpArgs) -> anyhow::Result<Vec<duality_http::mime::TypeRule>> {
 fn nginx_size(v: &str) -> Result<u64, String> {
     duality_http::fields::parse_size(v)
         .ok_or_else(|| format!("{v:?}: a size (bytes, or with k, m or g)"))
+}
+
+/// A text with the access log's variables, their values as they are
+/// (`--secure-link`, `--secure-link-md5`).
+fn log_text(v: &str) -> Result<duality_http::LogFormat, String> {
+    duality_http::LogFormat::parse(v, duality_http::log_format::Escape::None)
+}
+
+/// A path prefix (`--secure-link-prefix`): it starts with `/`.
+fn url_prefix(v: &str) -> Result<String, String> {
+    match v.starts_with('/') {
+        true => Ok(v.to_owned()),
+        false => Err(format!("{v:?}: a path starts with /")),
+    }
 }
 
 /// `--allow`.
@@ -1045,6 +1083,15 @@ pub fn run(mut a: HttpArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
         satisfy_any: a.satisfy == "any",
         proxy_protocol: a.proxy_protocol,
         valid_referers: a.valid_referers.clone(),
+        secure_link: a
+            .secure_link
+            .clone()
+            .zip(a.secure_link_md5.clone())
+            .map(|(link, md5)| duality_http::SecureLink {
+                link,
+                md5,
+                under: a.secure_link_prefix.clone(),
+            }),
         absolute_redirect: a.absolute_redirect,
         limit_rate: a.limit_rate,
         limit_rate_after: a.limit_rate_after,

@@ -196,6 +196,8 @@ pub struct HttpSession {
     /// The current request's `$request_id`, once a field or the log used
     /// it: the same in both. Reset by each request and each timeout.
     request_id: std::sync::OnceLock<[u8; 32]>,
+    /// The current request's `--secure-link`, as far as it was checked.
+    secure_link: Option<crate::secure_link::Seen>,
     /// The client's address, for the access log and `--allow` / `--deny`
     /// (none for a Unix socket, or where neither is on).
     ip: Option<IpAddr>,
@@ -382,6 +384,7 @@ impl Protocol for HttpProtocol {
             write_failed: false,
             requests: 0,
             request_id: std::sync::OnceLock::new(),
+            secure_link: None,
             opened: Some(loop_now()),
             proxy_pending: self.state.cfg.proxy_protocol,
             proxy_header: None,
@@ -490,6 +493,7 @@ impl Protocol for HttpProtocol {
         session.paced = false;
         session.verified = false;
         session.request_id.take();
+        session.secure_link = None;
         let head = match req.what {
             Seen::Head {
                 mut head,
@@ -689,6 +693,7 @@ impl Protocol for HttpProtocol {
         out: &mut Output,
     ) {
         session.request_id.take();
+        session.secure_link = None;
         let c = &self.state.counters;
         match which {
             Timeout::Idle => c.idle_timeouts.fetch_add(1, Relaxed),
@@ -847,9 +852,11 @@ impl HttpProtocol {
             false => None,
         };
         let referers = self.state.cfg.valid_referers.as_ref();
-        let mut refused = referers
-            .is_some_and(|v| !v.valid(head.referer))
-            .then_some(Status::Forbidden);
+        let mut refused = self.secure_link_refusal(session, head).or_else(|| {
+            referers
+                .is_some_and(|v| !v.valid(head.referer))
+                .then_some(Status::Forbidden)
+        });
         if let (None, Some(limiter), false) = (refused, &self.state.limiter, session.paced) {
             match limiter.check(client, loop_now()) {
                 Verdict::Pass => {}
@@ -1547,6 +1554,45 @@ impl HttpProtocol {
         })
     }
 
+    /// `--secure-link`'s refusal of `head`, if any: 403 for a link missing,
+    /// malformed or wrongly signed, 410 for one expired (nginx's
+    /// documented pair of `if ($secure_link …)`). What it saw is kept for
+    /// `$secure_link` and `$secure_link_expires`.
+    fn secure_link_refusal(&self, session: &mut HttpSession, head: &Head<'_>) -> Option<Status> {
+        use crate::secure_link::{self, Seen, Verdict};
+        let link = self.state.cfg.secure_link.as_ref()?;
+        if !link.covers(&head.path) {
+            return None;
+        }
+        session.secure_link = Some(Seen::default());
+        let mut value = Vec::new();
+        link.link
+            .expand(&self.entry(session, Some(head), None, 0, 0), &mut value);
+        let verdict = match secure_link::split(&value) {
+            None => Verdict::Invalid,
+            Some((hash, expires)) => {
+                if let (Some(seen), Some(e)) = (session.secure_link.as_mut(), expires) {
+                    seen.expires = Some(e.text.to_vec());
+                }
+                let mut signed = Vec::new();
+                link.md5
+                    .expand(&self.entry(session, Some(head), None, 0, 0), &mut signed);
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs() as i64);
+                secure_link::check(hash, &signed, expires.map(|e| e.secs), now)
+            }
+        };
+        if let Some(seen) = session.secure_link.as_mut() {
+            seen.verdict = Some(verdict);
+        }
+        match verdict {
+            Verdict::Valid => None,
+            Verdict::Expired => Some(Status::Gone),
+            Verdict::Invalid => Some(Status::Forbidden),
+        }
+    }
+
     /// Runs the `--rewrite` rules on `head`: its path (and query) changed
     /// as the rules say, or the redirect one answers with.
     fn rewrite(&self, session: &HttpSession, head: &mut Head<'_>) -> Rewritten {
@@ -1719,6 +1765,7 @@ impl HttpProtocol {
             connection_requests: session.requests + u64::from(head.is_none()),
             request_id: Some(&session.request_id),
             proxy: session.proxy_header.as_ref(),
+            secure_link: session.secure_link.as_ref(),
         }
     }
 }

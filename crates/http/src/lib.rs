@@ -32,6 +32,7 @@
 //! | [`referer`] | [`ValidReferers`]: nginx's `valid_referers` with `if ($invalid_referer) { return 403; }`, hot-link protection |
 //! | [`return_directive`] | [`Return`]: nginx's server-level `return`, one answer (a redirect, a text, a status) for every request |
 //! | [`rewrite`] | [`Rewrite`]: nginx's server-level `rewrite`, a request's path changed by a pattern, or a redirect |
+//! | [`secure_link`] | [`SecureLink`]: nginx's `secure_link` and `secure_link_md5`, links signed with a secret and an expiry (403, 410) |
 //! | [`try_files`] | [`TryFiles`]: nginx's `try_files`, the names a request may be served by, then a last resort |
 //! | [`fields`] | [`ResponseFields`]: nginx's `expires` ([`Expires`]) and `add_header` ([`AddedField`]), fields added to answers |
 //! | [`server`] | [`HttpConfig`], [`HttpState`] (root, page cache, variant cache, fresh index, access log), [`serve`] |
@@ -221,6 +222,7 @@ pub mod request;
 pub mod response;
 pub mod return_directive;
 pub mod rewrite;
+pub mod secure_link;
 mod send_path;
 pub mod server;
 pub mod status;
@@ -250,6 +252,7 @@ pub use response::{
 };
 pub use return_directive::Return;
 pub use rewrite::Rewrite;
+pub use secure_link::SecureLink;
 pub use server::{serve, stub_status, HttpConfig, HttpState, HttpStats};
 pub use status::{HttpError, Status};
 pub use try_files::TryFiles;

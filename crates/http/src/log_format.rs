@@ -104,6 +104,10 @@ enum Var {
     Cookie(Box<[u8]>),
     /// `$request_id`: 32 hex digits, new for each request.
     RequestId,
+    /// `$secure_link`: `1`, `0` (expired) or missing.
+    SecureLink,
+    /// `$secure_link_expires`: the link's expiry, as it came.
+    SecureLinkExpires,
     /// `$proxy_protocol_addr` (the source, else the destination:
     /// `server`) and `_port`, from the connection's PROXY header.
     Proxy {
@@ -125,7 +129,8 @@ const KNOWN: &str = "$remote_addr $remote_port $remote_user $realip_remote_addr 
     $status $body_bytes_sent $request_length $request_time $connection \
     $connection_requests $pid $hostname $content_type $content_length \
     $http_NAME $arg_NAME $cookie_NAME $request_id $proxy_protocol_addr \
-    $proxy_protocol_port $proxy_protocol_server_addr $proxy_protocol_server_port; \
+    $proxy_protocol_port $proxy_protocol_server_addr $proxy_protocol_server_port \
+    $secure_link $secure_link_expires; \
     missing: $upstream_*, $ssl_*; empty: $http2";
 
 impl Var {
@@ -158,6 +163,8 @@ impl Var {
             "content_type" => Var::Field("content-type".into()),
             "content_length" => Var::Field("content-length".into()),
             "request_id" => Var::RequestId,
+            "secure_link" => Var::SecureLink,
+            "secure_link_expires" => Var::SecureLinkExpires,
             "http2" => Var::Empty,
             "upstream_addr"
             | "upstream_bytes_received"
@@ -268,6 +275,8 @@ pub struct Entry<'a> {
     pub request_id: Option<&'a std::sync::OnceLock<[u8; 32]>>,
     /// The connection's PROXY protocol header (`--proxy-protocol`).
     pub proxy: Option<&'a crate::proxy_protocol::ProxyHeader>,
+    /// The request's `--secure-link`, as far as it was checked.
+    pub secure_link: Option<&'a crate::secure_link::Seen>,
 }
 
 /// A variable's value.
@@ -515,6 +524,18 @@ impl LogFormat {
                 line.extend_from_slice(&made[..]);
                 Value::Done
             }
+            Var::SecureLink => {
+                use crate::secure_link::Verdict;
+                match e.secure_link.and_then(|s| s.verdict) {
+                    Some(Verdict::Valid) => Value::Bytes(b"1"),
+                    Some(Verdict::Expired) => Value::Bytes(b"0"),
+                    _ => Value::Missing,
+                }
+            }
+            Var::SecureLinkExpires => match e.secure_link.and_then(|s| s.expires.as_deref()) {
+                Some(x) => Value::Bytes(x),
+                None => Value::Missing,
+            },
             Var::Absent => Value::Missing,
             Var::Empty => Value::Bytes(b""),
         }
@@ -712,6 +733,7 @@ mod tests {
             connection_requests: 3,
             request_id: None,
             proxy: None,
+            secure_link: None,
         }
     }
 

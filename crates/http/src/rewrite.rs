@@ -347,6 +347,7 @@ mod tests {
             connection_requests: 1,
             request_id: None,
             proxy: None,
+            secure_link: None,
         };
         text.expand(&e, out)
     }

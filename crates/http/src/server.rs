@@ -217,6 +217,10 @@ pub struct HttpConfig {
     /// Rules that change a request's path or redirect it, in order
     /// (nginx's server-level `rewrite`), before `answer`; none by default.
     pub rewrites: Vec<crate::Rewrite>,
+    /// Links that must be signed (nginx's `secure_link` and
+    /// `secure_link_md5`, refused 403, or 410 once expired); none by
+    /// default.
+    pub secure_link: Option<crate::SecureLink>,
     /// Requests per client address held to a rate (nginx's `limit_req`);
     /// no limit by default.
     pub limit_req: Option<crate::LimitReqConfig>,
@@ -302,6 +306,7 @@ impl HttpConfig {
             access: crate::Access::default(),
             answer: None,
             rewrites: Vec::new(),
+            secure_link: None,
             limit_req: None,
             limit_conn: None,
             auth_basic: None,
