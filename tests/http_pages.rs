@@ -2801,3 +2801,151 @@ fn secure_links_let_signed_requests_in_as_nginx_does() {
     ];
     refused_saying(&root, &args, "a path starts with /");
 }
+
+/// The log's variables of the answer and the connection (`$bytes_sent`,
+/// `$sent_http_…`, `$pipe`, `$request_completion`, `$server_addr`, …):
+/// what was sent, as nginx's count it, and nginx's values where the two
+/// servers' answers agree.
+#[test]
+fn answer_variables_log_what_was_sent_as_nginx_does() {
+    let big: String = "x".repeat(16 << 20);
+    let (dir, root) = tree(
+        "answer-vars",
+        &[
+            ("a.txt", "hello\n"),
+            ("dir/index.html", "d\n"),
+            ("big.bin", &big),
+        ],
+    );
+    let format = "$bytes_sent|$body_bytes_sent|$sent_http_content_length|$sent_http_etag|\
+                  $sent_http_location|$sent_http_nope|$pipe|$request_completion|$server_addr|\
+                  $server_port|$server_name|$https|$request_body|$binary_remote_addr|\
+                  $connection_time|$realip_remote_port";
+    // Three requests in one write, answered in turn; then a download the
+    // client abandons.
+    let asks = "GET /a.txt HTTP/1.1\r\nHost: t\r\n\r\nGET /nope HTTP/1.1\r\nHost: t\r\n\r\n\
+                GET /dir HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+    let run = |url: &str, log: &Path| -> (Vec<usize>, u16, Vec<Vec<String>>) {
+        let addr = url.strip_prefix("http://").unwrap();
+        let mut s = TcpStream::connect(addr).unwrap();
+        let port = s.local_addr().unwrap().port();
+        s.write_all(asks.as_bytes()).unwrap();
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw).unwrap();
+        // Closed at once: nginx logs the last answer once its lingering
+        // close ends.
+        drop(s);
+        let text = String::from_utf8_lossy(&raw).into_owned();
+        let starts: Vec<usize> = text.match_indices("HTTP/1.1 ").map(|(i, _)| i).collect();
+        let mut sizes: Vec<usize> = starts.windows(2).map(|w| w[1] - w[0]).collect();
+        sizes.push(raw.len() - starts[starts.len() - 1]);
+        let mut d = TcpStream::connect(addr).unwrap();
+        d.write_all(b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap();
+        let mut some = [0u8; 4096];
+        d.read_exact(&mut some).unwrap();
+        drop(d);
+        let until = Instant::now() + Duration::from_secs(10);
+        let lines = loop {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            if text.lines().count() >= 4 || Instant::now() > until {
+                break text;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let lines = lines
+            .lines()
+            .map(|l| l.split('|').map(str::to_owned).collect())
+            .collect();
+        (sizes, port, lines)
+    };
+    let log = dir.0.join("duality.log");
+    let args = [
+        "--access-log",
+        log.to_str().unwrap(),
+        "--log-format",
+        format,
+    ];
+    let server = HttpServer::start(&root, &args);
+    let server_port = server.url.rsplit(':').next().unwrap().to_owned();
+    let (sizes, port, lines) = run(&server.url, &log);
+    assert!(server.stop().success());
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    for (i, line) in lines[..3].iter().enumerate() {
+        assert_eq!(line[0], sizes[i].to_string(), "{line:?}");
+        assert_eq!(line[6], if i == 0 { "." } else { "p" });
+        assert_eq!(line[7], "OK");
+        assert_eq!(
+            &line[8..14],
+            [
+                "127.0.0.1",
+                &server_port,
+                "",
+                "",
+                "-",
+                "\\x7F\\x00\\x00\\x01"
+            ]
+        );
+        let (secs, ms) = line[14].split_once('.').unwrap();
+        assert!(secs.parse::<u64>().is_ok() && ms.len() == 3, "{line:?}");
+        assert_eq!(line[15], port.to_string());
+    }
+    assert_eq!(&lines[0][2..6], ["6", &lines[0][3], "-", "-"]);
+    assert!(lines[0][3].starts_with("\\x22"), "{:?}", lines[0]);
+    assert_eq!(lines[2][4], "/dir/");
+    // The abandoned download: not complete, fewer bytes than the file.
+    let cut = &lines[3];
+    assert_eq!(cut[7], "", "{cut:?}");
+    assert!(cut[0].parse::<u64>().unwrap() < 16 << 20, "{cut:?}");
+    assert_eq!(cut[2], (16u64 << 20).to_string());
+    // `$gzip_ratio`: compressed here (then from the variant cache), or not.
+    std::fs::write(root.join("t.txt"), "duality ".repeat(2000)).unwrap();
+    let gzip_log = dir.0.join("gzip.log");
+    let args = [
+        "--gzip",
+        "on",
+        "--access-log",
+        gzip_log.to_str().unwrap(),
+        "--log-format",
+        "$gzip_ratio|$sent_http_content_encoding",
+    ];
+    let server = HttpServer::start(&root, &args);
+    for fields in ["Accept-Encoding: gzip\r\n", "Accept-Encoding: gzip\r\n", ""] {
+        assert_eq!(call(&server.url, "GET", "/t.txt", fields).0, 200);
+    }
+    assert!(server.stop().success());
+    let text = std::fs::read_to_string(&gzip_log).unwrap();
+    let ratios: Vec<&str> = text.lines().collect();
+    assert_eq!(ratios.len(), 3, "{text}");
+    for r in &ratios[..2] {
+        let (ratio, encoding) = r.split_once('|').unwrap();
+        assert!(
+            ratio.parse::<f64>().unwrap() > 10.0 && encoding == "gzip",
+            "{text}"
+        );
+    }
+    assert_eq!(ratios[2], "-|-");
+    if let Some(nginx) = duality_bench::http::find_nginx() {
+        let nginx_log = dir.0.join("nginx.log");
+        let http = format!("log_format f '{format}';\nabsolute_redirect off;\n");
+        let server = format!("access_log {} f;\n", nginx_log.display());
+        let n = duality_bench::http::RunningServer::nginx_in_blocks(&nginx, &root, &http, &server)
+            .unwrap();
+        let (sizes, port, theirs) = run(&format!("http://{}", n.addr), &nginx_log);
+        assert_eq!(theirs.len(), 4, "{theirs:?}");
+        for (i, line) in theirs[..3].iter().enumerate() {
+            assert_eq!(line[0], sizes[i].to_string(), "nginx {line:?}");
+            assert_eq!(line[15], port.to_string());
+        }
+        // What does not depend on the two servers' own heads and ports.
+        let same = |lines: &[Vec<String>]| {
+            let mut same: Vec<_> = lines
+                .iter()
+                .map(|l| [4, 5, 6, 7, 8, 10, 11, 12, 13].map(|i| l[i].clone()))
+                .collect();
+            same.sort();
+            same
+        };
+        assert_eq!(same(&lines), same(&theirs));
+    }
+}

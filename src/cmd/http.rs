@@ -161,8 +161,13 @@ pub struct HttpArgs {
     /// `$connection_requests`, `$pid`, `$hostname`, `$content_type`,
     /// `$content_length`, `$http_NAME`, `$arg_NAME`, `$cookie_NAME`,
     /// `$request_id`, `$proxy_protocol_addr`, `_port`, `_server_addr`,
-    /// `_server_port` (`--proxy-protocol`); `$upstream_*` and `$ssl_*` are
-    /// missing and `$http2` empty, as from nginx serving files over plain
+    /// `_server_port` (`--proxy-protocol`), `$secure_link`,
+    /// `$secure_link_expires`, `$bytes_sent`, `$sent_http_NAME`,
+    /// `$gzip_ratio`, `$pipe`, `$request_completion`, `$server_addr`,
+    /// `$server_port`, `$connection_time`, `$binary_remote_addr`,
+    /// `$realip_remote_port`; `$upstream_*`, `$ssl_*`, `$sent_trailer_*`
+    /// and `$request_body` are missing and `$http2`, `$https`,
+    /// `$server_name` empty, as from nginx serving files over plain
     /// HTTP/1.x; any other is refused at start. nginx's `combined` by
     /// default
     #[arg(long, value_name = "FORMAT", requires = "access_log")]

@@ -123,6 +123,8 @@ pub struct HttpRequest<'a> {
     what: Seen<'a>,
     /// The connection's color.
     color: u64,
+    /// It came in the same read as the request before it (`$pipe`).
+    pipelined: bool,
 }
 
 /// What `parse` found.
@@ -191,13 +193,22 @@ pub struct HttpSession {
     proxy_pending: bool,
     /// What the connection's PROXY header said.
     proxy_header: Option<crate::proxy_protocol::ProxyHeader>,
-    /// The address the client connected to (`--absolute-redirect on`).
+    /// The address the client connected to (`--absolute-redirect on`,
+    /// `$server_addr`, `$server_port`).
     local: Option<std::net::SocketAddr>,
     /// The current request's `$request_id`, once a field or the log used
     /// it: the same in both. Reset by each request and each timeout.
     request_id: std::sync::OnceLock<[u8; 32]>,
     /// The current request's `--secure-link`, as far as it was checked.
     secure_link: Option<crate::secure_link::Seen>,
+    /// The input left after the last request parsed holds more.
+    more_follows: bool,
+    /// The current request came behind another (`$pipe`).
+    pipelined: bool,
+    /// The current answer's head and gzip sizes, kept for the log where a
+    /// format wants them (`$bytes_sent`, `$sent_http_…`, `$gzip_ratio`):
+    /// written where `session` is shared.
+    sent: std::sync::Mutex<Sent>,
     /// The client's address, for the access log and `--allow` / `--deny`
     /// (none for a Unix socket, or where neither is on).
     ip: Option<IpAddr>,
@@ -222,6 +233,15 @@ pub struct HttpSession {
 }
 
 /// A response `execute` could not make from memory.
+/// What the log keeps of an answer (see `HttpSession::sent`).
+#[derive(Default)]
+struct Sent {
+    /// Its head.
+    head: Vec<u8>,
+    /// Its body's bytes before and after compression here.
+    gzip: Option<(u64, u64)>,
+}
+
 /// What the `--rewrite` rules made of a request.
 enum Rewritten {
     /// Its path and query, changed or not, are looked up.
@@ -385,10 +405,13 @@ impl Protocol for HttpProtocol {
             requests: 0,
             request_id: std::sync::OnceLock::new(),
             secure_link: None,
+            more_follows: false,
+            pipelined: false,
+            sent: std::sync::Mutex::default(),
             opened: Some(loop_now()),
             proxy_pending: self.state.cfg.proxy_protocol,
             proxy_header: None,
-            local: match self.state.cfg.absolute_redirect {
+            local: match self.state.cfg.absolute_redirect || crate::log_format::local_wanted() {
                 true => conn.local_addr(),
                 false => None,
             },
@@ -405,7 +428,17 @@ impl Protocol for HttpProtocol {
     fn parse<'a>(&self, session: &mut HttpSession, input: &'a [u8]) -> Parsed<HttpRequest<'a>> {
         let color = session.color;
         let limits = &self.state.cfg.limits;
-        let refused = |what| Parsed::Request(HttpRequest { what, color }, input.len());
+        let refused = |what| {
+            let pipelined = false;
+            Parsed::Request(
+                HttpRequest {
+                    what,
+                    color,
+                    pipelined,
+                },
+                input.len(),
+            )
+        };
         if session.proxy_pending {
             return match crate::proxy_protocol::parse(input) {
                 Ok(None) => Parsed::Incomplete(0),
@@ -462,7 +495,17 @@ impl Protocol for HttpProtocol {
                     body,
                     continue_first,
                 };
-                Parsed::Request(HttpRequest { what, color }, len)
+                // nginx's `$pipe`: this request was in the input the last
+                // one left; the next is if this one leaves some.
+                let pipelined = std::mem::replace(&mut session.more_follows, input.len() > len);
+                Parsed::Request(
+                    HttpRequest {
+                        what,
+                        color,
+                        pipelined,
+                    },
+                    len,
+                )
             }
             // The connection closes after the error: the rest is dropped.
             // A line that has not ended (a target past its limit) still
@@ -494,6 +537,13 @@ impl Protocol for HttpProtocol {
         session.verified = false;
         session.request_id.take();
         session.secure_link = None;
+        session.pipelined = req.pipelined;
+        let sent = match session.sent.get_mut() {
+            Ok(s) => s,
+            Err(e) => e.into_inner(),
+        };
+        sent.head.clear();
+        sent.gzip = None;
         let head = match req.what {
             Seen::Head {
                 mut head,
@@ -653,6 +703,7 @@ impl Protocol for HttpProtocol {
                 plan.body = None;
                 plan.parts = None;
                 plan.inline_body = sent;
+                session.write_failed = true;
                 self.log(session, Some(&head), None, &plan);
                 if e.kind() == io::ErrorKind::TimedOut {
                     self.state.counters.write_timeouts.fetch_add(1, Relaxed);
@@ -812,6 +863,17 @@ impl HttpProtocol {
         if let (Status::Unauthorized, Some(auth)) = (plan.status, &self.state.auth) {
             let line = format!("WWW-Authenticate: {}\r\n", auth.challenge());
             crate::fields::insert_field(out, start, line.as_bytes());
+        }
+        // The head is whole: kept for `$bytes_sent` and `$sent_http_…`.
+        if crate::log_format::head_wanted() {
+            let written = &out[start..];
+            let end = written
+                .windows(4)
+                .position(|w| w == b"\r\n\r\n")
+                .map_or(written.len(), |i| i + 4);
+            let mut sent = session.sent.lock().unwrap_or_else(|e| e.into_inner());
+            sent.head.clear();
+            sent.head.extend_from_slice(&written[..end]);
         }
     }
 
@@ -973,6 +1035,9 @@ impl HttpProtocol {
                 bytes.map(|b| (Encoding::Identity { vary: f.varies }, b))
             };
             if let Some((encoding, bytes)) = hit {
+                if let Encoding::Gzip { len } = encoding {
+                    note_gzip(session, f.meta.size, len);
+                }
                 if learned == Some(SendPath::Copy) {
                     self.state.counters.learned_copy.fetch_add(1, Relaxed);
                 }
@@ -1275,6 +1340,7 @@ impl HttpProtocol {
                 .record(&head.path, path, meta, content_type, true);
         }
         let len = gz.len() as u64;
+        note_gzip(session, meta.size, len);
         let mut plan = planned(Encoding::Gzip { len }, reply.out());
         push_cached_body(reply.out(), &gz, &mut plan, true);
         Ok(plan)
@@ -1643,7 +1709,8 @@ impl HttpProtocol {
     /// `http://`, the request's host (else the address it came to), the
     /// port it came to unless 80, then the path. Any other as it is.
     fn absolute(&self, session: &HttpSession, head: &Head<'_>, location: Vec<u8>) -> Vec<u8> {
-        let Some(local) = session.local.filter(|_| location.starts_with(b"/")) else {
+        let absolute = self.state.cfg.absolute_redirect && location.starts_with(b"/");
+        let Some(local) = session.local.filter(|_| absolute) else {
             return location;
         };
         let mut host = crate::log_format::request_host(head);
@@ -1726,13 +1793,19 @@ impl HttpProtocol {
     ) {
         self.state.phases.response(plan.status.code());
         let Some(log) = &self.state.log else { return };
-        let entry = self.entry(
+        let mut entry = self.entry(
             session,
             head,
             request,
             plan.status.code(),
             plan.body_bytes(),
         );
+        let sent = crate::log_format::head_wanted()
+            .then(|| session.sent.lock().unwrap_or_else(|e| e.into_inner()));
+        if let Some(sent) = &sent {
+            entry.sent_head = Some(&sent.head);
+            entry.gzip = sent.gzip;
+        }
         let mut line = Vec::with_capacity(160);
         self.state.cfg.log_format.write(&entry, &mut line);
         log.write(line);
@@ -1766,7 +1839,25 @@ impl HttpProtocol {
             request_id: Some(&session.request_id),
             proxy: session.proxy_header.as_ref(),
             secure_link: session.secure_link.as_ref(),
+            local: session.local,
+            connection_time: session
+                .opened
+                .map_or(Duration::ZERO, |t| now.saturating_duration_since(t)),
+            completed: !session.write_failed,
+            pipelined: session.pipelined,
+            sent_head: None,
+            gzip: None,
         }
+    }
+}
+
+/// Keeps, for `$gzip_ratio`, that a body of `identity` bytes went out as
+/// `gzipped` (deflate's part: gzip's 18 bytes of header and trailer are
+/// not counted, as nginx does not count them).
+fn note_gzip(session: &HttpSession, identity: u64, gzipped: u64) {
+    if crate::log_format::head_wanted() {
+        let mut sent = session.sent.lock().unwrap_or_else(|e| e.into_inner());
+        sent.gzip = Some((identity, gzipped.saturating_sub(18)));
     }
 }
 

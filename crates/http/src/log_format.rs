@@ -12,6 +12,7 @@
 
 use std::io::Write as _;
 use std::net::IpAddr;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::request::{Head, Version};
@@ -108,6 +109,28 @@ enum Var {
     SecureLink,
     /// `$secure_link_expires`: the link's expiry, as it came.
     SecureLinkExpires,
+    /// `$server_addr` (or, `port`, `$server_port`): where the connection
+    /// came to.
+    Server {
+        port: bool,
+    },
+    /// `$realip_remote_port`: the connection's own port.
+    RealipRemotePort,
+    /// `$binary_remote_addr`: the client's address in 4 or 16 bytes.
+    BinaryRemoteAddr,
+    /// `$connection_time`: seconds since the connection was accepted.
+    ConnectionTime,
+    /// `$request_completion`: `OK` once the whole answer went out.
+    RequestCompletion,
+    /// `$pipe`: `p` for a request that came behind another, else `.`.
+    Pipe,
+    /// `$bytes_sent`: the answer's head and body bytes.
+    BytesSent,
+    /// `$sent_http_NAME`: a field of the answer's head, by its name with
+    /// `-` for `_`.
+    SentField(Box<str>),
+    /// `$gzip_ratio`: how many times smaller the answer's body was made.
+    GzipRatio,
     /// `$proxy_protocol_addr` (the source, else the destination:
     /// `server`) and `_port`, from the connection's PROXY header.
     Proxy {
@@ -130,7 +153,9 @@ const KNOWN: &str = "$remote_addr $remote_port $remote_user $realip_remote_addr 
     $connection_requests $pid $hostname $content_type $content_length \
     $http_NAME $arg_NAME $cookie_NAME $request_id $proxy_protocol_addr \
     $proxy_protocol_port $proxy_protocol_server_addr $proxy_protocol_server_port \
-    $secure_link $secure_link_expires; \
+    $secure_link $secure_link_expires $server_addr $server_port $server_name \
+    $realip_remote_port $binary_remote_addr $connection_time $request_completion \
+    $pipe $bytes_sent $sent_http_NAME $gzip_ratio $https; \
     missing: $upstream_*, $ssl_*; empty: $http2";
 
 impl Var {
@@ -140,6 +165,29 @@ impl Var {
             "remote_port" => Var::RemotePort,
             "remote_user" => Var::RemoteUser,
             "realip_remote_addr" => Var::RealipRemoteAddr,
+            "realip_remote_port" => Var::RealipRemotePort,
+            "binary_remote_addr" => Var::BinaryRemoteAddr,
+            "server_addr" | "server_port" => {
+                LOCAL_WANTED.store(true, Relaxed);
+                Var::Server {
+                    port: name == "server_port",
+                }
+            }
+            "connection_time" => Var::ConnectionTime,
+            "request_completion" => Var::RequestCompletion,
+            "pipe" => Var::Pipe,
+            "bytes_sent" => {
+                HEAD_WANTED.store(true, Relaxed);
+                Var::BytesSent
+            }
+            "gzip_ratio" => {
+                HEAD_WANTED.store(true, Relaxed);
+                Var::GzipRatio
+            }
+            // No `server_name` or TLS here: empty, as nginx's without them.
+            "server_name" | "https" => Var::Empty,
+            // A static server drops request bodies unread.
+            "request_body" => Var::Absent,
             "time_local" => Var::TimeLocal,
             "time_iso8601" => Var::TimeIso8601,
             "msec" => Var::Msec,
@@ -197,6 +245,7 @@ impl Var {
                 "upstream_cookie_",
                 "upstream_trailer_",
                 "ssl_",
+                "sent_trailer_",
             ]
             .iter()
             .any(|p| name.len() > p.len() && name.starts_with(p)) =>
@@ -211,6 +260,9 @@ impl Var {
                     Var::Arg(n.as_bytes().into())
                 } else if let Some(n) = sub("cookie_") {
                     Var::Cookie(n.as_bytes().into())
+                } else if let Some(n) = sub("sent_http_") {
+                    HEAD_WANTED.store(true, Relaxed);
+                    Var::SentField(n.replace('_', "-").into())
                 } else {
                     return None;
                 }
@@ -277,6 +329,40 @@ pub struct Entry<'a> {
     pub proxy: Option<&'a crate::proxy_protocol::ProxyHeader>,
     /// The request's `--secure-link`, as far as it was checked.
     pub secure_link: Option<&'a crate::secure_link::Seen>,
+    /// Where the connection came to (TCP; where a format wants it, see
+    /// [`local_wanted`]).
+    pub local: Option<std::net::SocketAddr>,
+    /// Since the connection was accepted.
+    pub connection_time: Duration,
+    /// The whole answer went out.
+    pub completed: bool,
+    /// The request came behind another, in the same read.
+    pub pipelined: bool,
+    /// The answer's head as written (where a format wants it, see
+    /// [`head_wanted`]).
+    pub sent_head: Option<&'a [u8]>,
+    /// A body compressed here: its bytes before and after (deflate's
+    /// output, without gzip's header and trailer).
+    pub gzip: Option<(u64, u64)>,
+}
+
+/// Whether a text parsed so far names `$server_addr` or `$server_port`:
+/// connections then look up their local address.
+static LOCAL_WANTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether a text parsed so far names `$bytes_sent`, `$sent_http_…` or
+/// `$gzip_ratio`: answers then keep a copy of their head (and what gzip
+/// made of their body) for the log.
+static HEAD_WANTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether a text parsed so far wants the connection's local address.
+pub fn local_wanted() -> bool {
+    LOCAL_WANTED.load(Relaxed)
+}
+
+/// Whether a text parsed so far wants the answer's head.
+pub fn head_wanted() -> bool {
+    HEAD_WANTED.load(Relaxed)
 }
 
 /// A variable's value.
@@ -532,6 +618,48 @@ impl LogFormat {
                     _ => Value::Missing,
                 }
             }
+            Var::Server { port } => match (e.local, port) {
+                (Some(a), false) => text(format_args!("{}", a.ip())),
+                (Some(a), true) => text(format_args!("{}", a.port())),
+                // A Unix socket: as nginx names one.
+                (None, false) if e.peer == "unix:" => Value::Bytes(b"unix:"),
+                (None, _) => Value::Bytes(b""),
+            },
+            Var::RealipRemotePort => match e.port {
+                Some(p) => text(format_args!("{p}")),
+                None => Value::Bytes(b""),
+            },
+            Var::BinaryRemoteAddr => {
+                let ip = e.real.or_else(|| e.peer.parse().ok());
+                // Escaped as any value (its bytes are mostly not text).
+                match ip {
+                    Some(IpAddr::V4(a)) => escaped(self.escape, &a.octets(), line),
+                    Some(IpAddr::V6(a)) => escaped(self.escape, &a.octets(), line),
+                    None => {}
+                }
+                Value::Done
+            }
+            Var::ConnectionTime => {
+                let ms = e.connection_time.as_millis();
+                text(format_args!("{}.{:03}", ms / 1000, ms % 1000))
+            }
+            Var::RequestCompletion => Value::Bytes(if e.completed { b"OK" } else { b"" }),
+            Var::Pipe => Value::Bytes(if e.pipelined { b"p" } else { b"." }),
+            Var::BytesSent => {
+                let head = e.sent_head.map_or(0, |h| h.len() as u64);
+                text(format_args!("{}", head + e.body_bytes))
+            }
+            Var::GzipRatio => match e.gzip {
+                Some((before, after)) if before > 0 && after > 0 => {
+                    let (whole, hundredths) = gzip_ratio(before, after);
+                    text(format_args!("{whole}.{hundredths:02}"))
+                }
+                _ => Value::Missing,
+            },
+            Var::SentField(name) => match e.sent_head.and_then(|h| sent_field(h, name)) {
+                Some(v) => Value::Bytes(v),
+                None => Value::Missing,
+            },
             Var::SecureLinkExpires => match e.secure_link.and_then(|s| s.expires.as_deref()) {
                 Some(x) => Value::Bytes(x),
                 None => Value::Missing,
@@ -603,6 +731,32 @@ fn escaped(escape: Escape, bytes: &[u8], line: &mut Vec<u8>) {
             }
         }
     }
+}
+
+/// `before / after` with two decimals, rounded half up at the third, as
+/// nginx's `$gzip_ratio` (2.125 is 2.13).
+fn gzip_ratio(before: u64, after: u64) -> (u64, u64) {
+    let (mut whole, mut hundredths) = (before / after, before * 100 / after % 100);
+    if before * 1000 / after % 10 > 4 {
+        hundredths += 1;
+        if hundredths > 99 {
+            whole += 1;
+            hundredths = 0;
+        }
+    }
+    (whole, hundredths)
+}
+
+/// The value of the first field `name` (lower case) of an answer's
+/// `head`, trimmed.
+fn sent_field<'a>(head: &'a [u8], name: &str) -> Option<&'a [u8]> {
+    head.split(|&b| b == b'\n').skip(1).find_map(|line| {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let colon = line.iter().position(|&b| b == b':')?;
+        line[..colon]
+            .eq_ignore_ascii_case(name.as_bytes())
+            .then(|| line[colon + 1..].trim_ascii())
+    })
 }
 
 /// The value of the argument `name` of `head`'s query (nginx's `$arg_`).
@@ -734,6 +888,12 @@ mod tests {
             request_id: None,
             proxy: None,
             secure_link: None,
+            local: None,
+            connection_time: Duration::ZERO,
+            completed: true,
+            pipelined: false,
+            sent_head: None,
+            gzip: None,
         }
     }
 
@@ -817,6 +977,23 @@ mod tests {
             "200x200.\n"
         );
         assert_eq!(line("", Escape::Default, &e), "\n");
+    }
+
+    #[test]
+    fn gzip_ratios_round_as_nginx_rounds_them() {
+        assert_eq!(gzip_ratio(2125, 1000), (2, 13));
+        assert_eq!(gzip_ratio(2124, 1000), (2, 12));
+        assert_eq!(gzip_ratio(1999, 1000), (2, 0));
+        assert_eq!(gzip_ratio(100, 3), (33, 33));
+        let e = Entry {
+            gzip: Some((3000, 1000)),
+            ..entry(None, None)
+        };
+        assert_eq!(line("$gzip_ratio", Escape::Default, &e), "3.00\n");
+        assert_eq!(
+            line("$gzip_ratio", Escape::Default, &entry(None, None)),
+            "-\n"
+        );
     }
 
     #[test]

@@ -348,6 +348,12 @@ mod tests {
             request_id: None,
             proxy: None,
             secure_link: None,
+            local: None,
+            connection_time: std::time::Duration::ZERO,
+            completed: true,
+            pipelined: false,
+            sent_head: None,
+            gzip: None,
         };
         text.expand(&e, out)
     }
