@@ -2949,3 +2949,88 @@ fn answer_variables_log_what_was_sent_as_nginx_does() {
         assert_eq!(same(&lines), same(&theirs));
     }
 }
+
+/// `--alias "/PREFIX/ DIR"` (nginx's `location /PREFIX/ { alias DIR/; }`):
+/// paths under a prefix served from another directory, the longest prefix
+/// first, with index files, redirects and 404s as nginx's.
+#[test]
+fn aliases_serve_prefixes_from_other_directories_as_nginx_does() {
+    let (dir, root) = tree(
+        "alias",
+        &[
+            ("a.txt", "root a\n"),
+            ("static/css/a.css", "shadowed\n"),
+            ("static.txt", "root static\n"),
+        ],
+    );
+    let assets = dir.0.join("assets");
+    let deep = dir.0.join("deep");
+    for (path, text) in [
+        (assets.join("css/a.css"), "alias css\n"),
+        (assets.join("index.html"), "alias index\n"),
+        (assets.join("sub/index.html"), "alias sub\n"),
+        (deep.join("x.txt"), "deep x\n"),
+    ] {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+    std::os::unix::fs::symlink(root.join("a.txt"), assets.join("out.txt")).unwrap();
+    let asks = [
+        "/static/css/a.css",
+        "/static/",
+        "/static",
+        "/static/sub",
+        "/static/sub/?q=1",
+        "/static/missing",
+        "/static/../a.txt",
+        "/a.txt",
+        "/static/deep/x.txt",
+        "/static/deep",
+        "/static.txt",
+    ];
+    let seen = |url: &str| -> Vec<(u16, String, Vec<u8>)> {
+        asks.iter()
+            .map(|path| {
+                let (code, fields, body) = call(url, "GET", path, "");
+                let location = field(&fields, "location").unwrap_or_default().to_owned();
+                (code, location, if code == 200 { body } else { Vec::new() })
+            })
+            .collect()
+    };
+    let alias_static = format!("/static/ {}", assets.display());
+    let alias_deep = format!("/static/deep/ {}", deep.display());
+    let args = ["--alias", &alias_static, "--alias", &alias_deep];
+    let server = HttpServer::start(&root, &args);
+    let ours = seen(&server.url);
+    // A symlink out of an alias's directory, as out of the root: 403.
+    assert_eq!(call(&server.url, "GET", "/static/out.txt", "").0, 403);
+    assert!(server.stop().success());
+    let bodies: Vec<&[u8]> = ours.iter().map(|a| &a.2[..]).collect();
+    assert_eq!(bodies[0], b"alias css\n");
+    assert_eq!(bodies[1], b"alias index\n");
+    assert_eq!((ours[3].0, ours[3].1.as_str()), (301, "/static/sub/"));
+    assert_eq!(bodies[8], b"deep x\n");
+    if let Some(nginx) = duality_bench::http::find_nginx() {
+        let server = format!(
+            "absolute_redirect off;\nlocation /static/ {{ alias {}/; }}\n\
+             location /static/deep/ {{ alias {}/; }}\n",
+            assets.display(),
+            deep.display()
+        );
+        let n =
+            duality_bench::http::RunningServer::nginx_in_server(&nginx, &root, &server).unwrap();
+        let theirs = seen(&format!("http://{}", n.addr));
+        for (i, ask) in asks.iter().enumerate() {
+            assert_eq!(ours[i], theirs[i], "{ask}");
+        }
+    }
+    refused_saying(&root, &["--alias", "/static /x"], "starts and ends with /");
+    refused_saying(
+        &root,
+        &["--alias", "/static/"],
+        "a prefix, then the directory",
+    );
+    refused_saying(&root, &["--alias", "/a/../b/ /x"], "a plain path");
+    let missing = format!("/m/ {}", dir.0.join("nowhere").display());
+    refused_saying(&root, &["--alias", &missing], "--alias /m/");
+}

@@ -15,6 +15,16 @@ pub struct HttpArgs {
     /// Directory to serve.
     #[arg(long)]
     root: PathBuf,
+    /// Serve the paths under a prefix from another directory (nginx's
+    /// `location /PREFIX/ { alias DIR/; }`): "/PREFIX/ DIR", e.g.
+    /// "/static/ /srv/app/static" serves /static/css/a.css from
+    /// /srv/app/static/css/a.css. The prefix starts and ends with / (so
+    /// /static, without it, is the root's); the longest prefix that
+    /// matches wins. Index files, listings, `--try-files`, `--symlinks`
+    /// (confined to DIR) and `.gz` files work there as under the root.
+    /// Repeat for several
+    #[arg(long = "alias", value_name = "/PREFIX/ DIR", value_parser = alias)]
+    aliases: Vec<(String, PathBuf)>,
     /// Where symlinks under the root may lead: `inside-root` (a link out of
     /// the root, directly or through a directory, is 403) or `any` (nginx's
     /// default, `disable_symlinks off`: for release layouts such as
@@ -668,6 +678,25 @@ fn log_text(v: &str) -> Result<duality_http::LogFormat, String> {
     duality_http::LogFormat::parse(v, duality_http::log_format::Escape::None)
 }
 
+/// `--alias "/PREFIX/ DIR"`.
+fn alias(v: &str) -> Result<(String, PathBuf), String> {
+    let (prefix, dir) = v
+        .trim()
+        .split_once(char::is_whitespace)
+        .ok_or_else(|| format!("{v:?}: a prefix, then the directory"))?;
+    if !(prefix.starts_with('/') && prefix.ends_with('/') && prefix.len() > 1) {
+        return Err(format!(
+            "{prefix:?}: a prefix starts and ends with / (and is not / alone: that is --root)"
+        ));
+    }
+    if duality_http::path::normalize(prefix).ok().as_deref() != Some(prefix) {
+        return Err(format!(
+            "{prefix:?}: a prefix is a plain path (no //, . or .., no %)"
+        ));
+    }
+    Ok((prefix.to_owned(), PathBuf::from(dir.trim())))
+}
+
 /// A path prefix (`--secure-link-prefix`): it starts with `/`.
 fn url_prefix(v: &str) -> Result<String, String> {
     match v.starts_with('/') {
@@ -1011,6 +1040,7 @@ pub fn run(mut a: HttpArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
     );
     let cfg = HttpConfig {
         root: a.root.clone(),
+        aliases: a.aliases.clone(),
         symlinks: a.symlinks,
         cache_bytes: a.cache_size.saturating_mul(1 << 20),
         cache_max_file: a.cache_max_file.saturating_mul(1 << 10),

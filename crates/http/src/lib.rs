@@ -11,7 +11,7 @@
 //! | module | what |
 //! |---|---|
 //! | [`request`] | [`parse_head`]: request head from a byte buffer (`httparse`), limits, keep-alive, pipelining |
-//! | [`path`] | [`normalize`](path::normalize) (decode, refuse hostile targets) and [`Root::resolve`] (symlinks confined to the root) |
+//! | [`path`] | [`normalize`](path::normalize) (decode, refuse hostile targets) and [`Root::resolve`] (symlinks confined to the root); [`Roots`], the root with `--alias`'s directories |
 //! | [`mime`] | `Content-Type` by extension |
 //! | [`encoding`] | [`AcceptEncoding`]: the `Accept-Encoding` list, parsed (pure, property-tested) |
 //! | [`gzip`] | which files and requests get gzip, the type list, [`gzip::compress`] and the one seam it runs through ([`gzip::run`], inline or on the CPU pool) |
@@ -242,7 +242,7 @@ pub use gzip::{GzipConfig, GzipTypes, Offload};
 pub use limit_conn::{LimitConn, LimitConnConfig};
 pub use limit_req::{LimitReq, LimitReqConfig};
 pub use log_format::LogFormat;
-pub use path::{Resolved, Root, Symlinks};
+pub use path::{Resolved, Root, Roots, Symlinks};
 pub use real_ip::{RealIp, Trusted};
 pub use referer::ValidReferers;
 pub use request::{parse_head, Discard, Head, Limits, Method, Version};

@@ -686,6 +686,91 @@ impl Root {
     }
 }
 
+/// The root with the directories `--alias` serves paths from (nginx's
+/// `location /PREFIX/ { alias DIR/; }`): a path under a prefix is looked
+/// up under its directory, the longest prefix first; any other under the
+/// root. Each directory confines its own symlinks, as the root does.
+#[derive(Debug, Clone)]
+pub struct Roots {
+    main: Root,
+    /// Prefixes (starting and ending with `/`) and their directories,
+    /// longest first.
+    aliases: Vec<(String, Root)>,
+}
+
+impl Roots {
+    /// The root alone.
+    pub fn new(main: Root) -> Roots {
+        Roots {
+            main,
+            aliases: Vec::new(),
+        }
+    }
+
+    /// With paths under `prefix` (it starts and ends with `/`) served from
+    /// `dir`.
+    pub fn with_alias(mut self, prefix: String, dir: Root) -> Roots {
+        assert!(
+            prefix.starts_with('/') && prefix.ends_with('/'),
+            "{prefix:?}"
+        );
+        self.aliases.push((prefix, dir));
+        self.aliases
+            .sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
+        self
+    }
+
+    /// The root.
+    pub fn main(&self) -> &Root {
+        &self.main
+    }
+
+    /// The directory serving `path`, and the path under it.
+    fn pick<'p>(&self, path: &'p str) -> (&Root, &'p str) {
+        for (prefix, dir) in &self.aliases {
+            if path.starts_with(prefix.as_str()) {
+                // The prefix's last `/` starts the path under the directory.
+                return (dir, &path[prefix.len() - 1..]);
+            }
+        }
+        (&self.main, path)
+    }
+
+    /// [`Root::resolve`] in the directory serving `path`; a directory's
+    /// redirect names the path as asked.
+    pub fn resolve(&self, path: &str) -> Result<Resolved, HttpError> {
+        let (dir, under) = self.pick(path);
+        match dir.resolve(under) {
+            Ok(Resolved::Redirect { .. }) if under.len() != path.len() => Ok(Resolved::Redirect {
+                location: encode(&format!("{path}/")),
+            }),
+            found => found,
+        }
+    }
+
+    /// Whether a symlink leading to `real` may be followed: where the root
+    /// or an alias's directory allows it.
+    pub fn allows(&self, real: &Path) -> bool {
+        self.main.allows(real) || self.aliases.iter().any(|(_, d)| d.allows(real))
+    }
+
+    /// [`Root::sibling`] in the directory `file` lies under.
+    pub fn sibling(&self, file: &Path, suffix: &str) -> Option<(PathBuf, FileMeta)> {
+        self.aliases
+            .iter()
+            .map(|(_, d)| d)
+            .filter(|d| file.starts_with(d.dir()))
+            .max_by_key(|d| d.dir().as_os_str().len())
+            .unwrap_or(&self.main)
+            .sibling(file, suffix)
+    }
+
+    /// [`Root::index_name_of`] (every directory has the root's index names).
+    pub fn index_name_of(&self, file: &Path) -> &str {
+        self.main.index_name_of(file)
+    }
+}
+
 /// A directory's device and inode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct DirId {

@@ -61,7 +61,7 @@ use crate::cache::{CacheStats, PageCache};
 use crate::file::{self, FileMeta};
 use crate::gzip::{self, GzipConfig, GzipInput};
 use crate::mime;
-use crate::path::{Resolved, Root, Symlinks};
+use crate::path::{Resolved, Root, Roots, Symlinks};
 use crate::request::Limits;
 use crate::response::Encoding;
 use crate::status::{HttpError, Status};
@@ -79,6 +79,10 @@ Content-Length: 0\r\nRetry-After: 1\r\nConnection: close\r\n\r\n";
 pub struct HttpConfig {
     /// The directory served.
     pub root: PathBuf,
+    /// Paths under a prefix (starting and ending with `/`) served from
+    /// another directory (nginx's `location /PREFIX/ { alias DIR/; }`);
+    /// none by default.
+    pub aliases: Vec<(String, PathBuf)>,
     /// Where symlinks under the root may lead (inside it, by default).
     pub symlinks: Symlinks,
     /// Page-cache budget in bytes (0 disables the cache).
@@ -268,6 +272,7 @@ impl HttpConfig {
     pub fn new(root: impl Into<PathBuf>) -> HttpConfig {
         HttpConfig {
             root: root.into(),
+            aliases: Vec::new(),
             symlinks: Symlinks::InsideRoot,
             cache_bytes: 64 << 20,
             cache_max_file: 64 << 10,
@@ -397,7 +402,7 @@ pub(crate) struct Counters {
 /// [`HttpState::new`] and hand an `Arc` of it to every connection.
 pub struct HttpState {
     pub(crate) cfg: HttpConfig,
-    pub(crate) root: Root,
+    pub(crate) root: Roots,
     pub(crate) cache: PageCache,
     pub(crate) gzip_cache: PageCache,
     pub(crate) fresh: Arc<FreshIndex>,
@@ -597,16 +602,19 @@ impl HttpState {
     /// Canonicalises the root (it must be a directory), sizes the cache and
     /// opens the access log.
     pub fn new(cfg: HttpConfig) -> io::Result<Arc<HttpState>> {
-        let root = Root::new(&cfg.root)
-            .map_err(|e| {
-                io::Error::new(
-                    e.kind(),
-                    format!("document root {}: {e}", cfg.root.display()),
-                )
-            })?
-            .with_symlinks(cfg.symlinks)
-            .with_autoindex(cfg.autoindex)
-            .with_index(&cfg.index);
+        let dir = |path: &Path, what: &str| {
+            Root::new(path)
+                .map_err(|e| io::Error::new(e.kind(), format!("{what} {}: {e}", path.display())))
+                .map(|r| {
+                    r.with_symlinks(cfg.symlinks)
+                        .with_autoindex(cfg.autoindex)
+                        .with_index(&cfg.index)
+                })
+        };
+        let mut root = Roots::new(dir(&cfg.root, "document root")?);
+        for (prefix, path) in &cfg.aliases {
+            root = root.with_alias(prefix.clone(), dir(path, &format!("--alias {prefix}"))?);
+        }
         let log = match &cfg.access_log {
             Some(p) => Some(AccessLog::open(p)?),
             None => None,
@@ -805,8 +813,8 @@ impl HttpState {
         &self.cfg
     }
 
-    /// The canonical root.
-    pub fn root(&self) -> &Root {
+    /// The root, with `--alias`'s directories.
+    pub fn root(&self) -> &Roots {
         &self.root
     }
 

@@ -13,7 +13,7 @@
 
 use std::str::FromStr;
 
-use crate::path::{normalize, Resolved, Root};
+use crate::path::{normalize, Resolved};
 use crate::status::{HttpError, Status};
 
 /// One entry before the last: `before` + the request's path (if `uri`) +
@@ -139,7 +139,11 @@ impl TryFiles {
     /// there. An entry names a regular file or (one ending in `/`) a
     /// directory; one that is forbidden counts as found (it exists), and is
     /// answered 403, as in nginx.
-    pub fn resolve(&self, root: &Root, path: &str) -> (String, Result<Resolved, HttpError>) {
+    pub fn resolve(
+        &self,
+        root: &crate::path::Roots,
+        path: &str,
+    ) -> (String, Result<Resolved, HttpError>) {
         let absent = |r: &Result<Resolved, HttpError>| matches!(r, Err(e) if matches!(e.status, Status::NotFound | Status::BadRequest));
         for t in &self.tries {
             let path = if t.uri { path } else { "" };
@@ -183,6 +187,7 @@ impl TryFiles {
 mod tests {
     use super::*;
     use crate::path::tests::TempDir;
+    use crate::path::Root;
 
     #[test]
     fn entries_as_nginx_writes_them() {
@@ -243,7 +248,7 @@ mod tests {
         ] {
             std::fs::write(dir.0.join(f), f).unwrap();
         }
-        let root = Root::new(&dir.0).unwrap();
+        let root = crate::path::Roots::new(Root::new(&dir.0).unwrap());
         let served = |t: &str, path: &str| -> (String, Result<&'static str, u16>) {
             let t: TryFiles = t.parse().unwrap();
             let (served, found) = t.resolve(&root, path);
