@@ -1356,6 +1356,34 @@ fn limit_req_holds_a_client_to_a_rate_as_nginx_does() {
             assert_eq!(codes(&theirs), want, "nginx, {directive}: {theirs:?}");
         }
     }
+    // Two limits: over either's burst a request is refused and charged to
+    // neither (the burst the other lets through is still there 1.1 s on).
+    let two = |url: &str| {
+        let mut got = codes(&at_once(url, 6));
+        std::thread::sleep(Duration::from_millis(1100));
+        got.push(call(url, "GET", "/a.txt", "").0);
+        got
+    };
+    let args = [
+        "--limit-req",
+        "2r/s burst=1 nodelay",
+        "--limit-req",
+        "30r/m burst=3 nodelay status=429",
+    ];
+    let server = HttpServer::start(&root, &args);
+    let ours = two(&server.url);
+    assert!(server.stop().success());
+    assert_eq!(ours, [200, 200, 503, 503, 503, 503, 200]);
+    if let Some(nginx) = &nginx {
+        let zones = "limit_req_zone $binary_remote_addr zone=one:1m rate=2r/s;\n\
+                     limit_req_zone $binary_remote_addr zone=two:1m rate=30r/m;";
+        let directives = "limit_req zone=one burst=1 nodelay;\n\
+                          limit_req zone=two burst=3 nodelay;";
+        let n =
+            duality_bench::http::RunningServer::nginx_in_blocks(nginx, &root, zones, directives)
+                .unwrap();
+        assert_eq!(two(&format!("http://{}", n.addr)), ours, "nginx");
+    }
     // Under every model the wait is the connection's own (no event loop
     // runs timers under thread-per-conn: its thread sleeps).
     for model in ["thread-per-conn", "amped:1"] {

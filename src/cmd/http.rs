@@ -451,9 +451,12 @@ pub struct HttpArgs {
     /// `nodelay` (or the first N, `delay=N`). `zone` bounds the buckets
     /// (64 bytes each, nginx's count; 10m by default). The address is the
     /// one a trusted proxy names (`--real-ip-from`); Unix-socket clients are
-    /// not limited
+    /// not limited. Repeat for several (nginx's `limit_req` with two zones:
+    /// "10r/s burst=20" beside "300r/m"): a request over any one's burst is
+    /// refused (its status) and charged to none; otherwise it waits the
+    /// longest of their waits
     #[arg(long, value_name = "RATE [burst=N] [nodelay]…")]
-    limit_req: Option<duality_http::LimitReqConfig>,
+    limit_req: Vec<duality_http::LimitReqConfig>,
     /// Connections of one client address that may have a request in
     /// progress at once (nginx's `limit_conn_zone $binary_remote_addr` with
     /// `limit_conn`): "N [status=503|429]". A download being sent counts, a
@@ -1112,7 +1115,7 @@ pub fn run(mut a: HttpArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
         access: access_rules(&a, matches),
         answer: a.answer.clone(),
         rewrites: a.rewrites.clone(),
-        limit_req: a.limit_req,
+        limit_req: a.limit_req.clone(),
         limit_conn: a.limit_conn,
         auth_basic: a.auth_basic.clone().zip(a.auth_basic_user_file.clone()),
         satisfy_any: a.satisfy == "any",

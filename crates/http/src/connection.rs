@@ -362,7 +362,7 @@ impl Protocol for HttpProtocol {
         let logged = self.state.log.is_some();
         let wanted = logged
             || !self.state.cfg.access.is_empty()
-            || self.state.limiter.is_some()
+            || !self.state.limiter.is_empty()
             || self.state.conn_limit.is_some();
         let (peer, ip, port, proxy) = if !wanted {
             (String::new(), None, None, false)
@@ -908,7 +908,7 @@ impl HttpProtocol {
         // checked again. A refusal goes where a lookup's error would (an
         // error page may answer it).
         let access = &self.state.cfg.access;
-        let limits = self.state.limiter.is_some() || self.state.conn_limit.is_some();
+        let limits = !self.state.limiter.is_empty() || self.state.conn_limit.is_some();
         let client = match limits || !access.is_empty() {
             true => self.client(session, head),
             false => None,
@@ -919,17 +919,18 @@ impl HttpProtocol {
                 .is_some_and(|v| !v.valid(head.referer))
                 .then_some(Status::Forbidden)
         });
-        if let (None, Some(limiter), false) = (refused, &self.state.limiter, session.paced) {
-            match limiter.check(client, loop_now()) {
+        let limiters = &self.state.limiter;
+        if let (None, false, false) = (refused, limiters.is_empty(), session.paced) {
+            match crate::limit_req::check_all(limiters, client, loop_now()) {
                 Verdict::Pass => {}
                 Verdict::Delay(wait) => {
                     self.state.counters.delayed.fetch_add(1, Relaxed);
                     session.pending = Some(Pending::Paced(wait));
                     return None;
                 }
-                Verdict::Reject => {
+                Verdict::Reject(status) => {
                     self.state.counters.limited.fetch_add(1, Relaxed);
-                    refused = Some(limiter.config().status);
+                    refused = Some(status);
                 }
             }
         }

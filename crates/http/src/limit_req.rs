@@ -104,8 +104,8 @@ pub enum Verdict {
     Pass,
     /// Served after this wait.
     Delay(Duration),
-    /// Over the burst (or no room for its bucket): refused.
-    Reject,
+    /// Over the burst: refused, with this status.
+    Reject(Status),
 }
 
 pub(crate) const SHARDS: usize = 16;
@@ -177,7 +177,7 @@ impl LimitReq {
             .get(&ip)
             .map_or(0, |b| charged(b, cfg.rate, ms));
         if excess > cfg.burst {
-            return Verdict::Reject;
+            return Verdict::Reject(cfg.status);
         }
         shard.buckets.insert(ip, Bucket { excess, last: ms });
         if excess <= cfg.delay {
@@ -186,6 +186,48 @@ impl LimitReq {
         Verdict::Delay(Duration::from_millis(
             (excess - cfg.delay) * 1000 / cfg.rate,
         ))
+    }
+}
+
+/// Several limiters on one request (nginx's `limit_req` repeated, each
+/// with its zone: a burst per second beside a cap per minute, say): over
+/// any one's burst it is refused, charged to none; otherwise each charges
+/// it, and it waits the longest of their waits.
+pub fn check_all(limits: &[LimitReq], client: Option<IpAddr>, now: Instant) -> Verdict {
+    if let [one] = limits {
+        return one.check(client, now);
+    }
+    let Some(ip) = client.map(|ip| ip.to_canonical()) else {
+        return Verdict::Pass;
+    };
+    if let Some(over) = limits.iter().find(|l| l.over_burst(ip, now)) {
+        return Verdict::Reject(over.cfg.status);
+    }
+    limits
+        .iter()
+        .map(|l| l.check(client, now))
+        .fold(Verdict::Pass, |longest, v| match (longest, v) {
+            (Verdict::Reject(s), _) | (_, Verdict::Reject(s)) => Verdict::Reject(s),
+            (Verdict::Delay(a), Verdict::Delay(b)) => Verdict::Delay(a.max(b)),
+            (Verdict::Delay(d), Verdict::Pass) | (Verdict::Pass, Verdict::Delay(d)) => {
+                Verdict::Delay(d)
+            }
+            (Verdict::Pass, Verdict::Pass) => Verdict::Pass,
+        })
+}
+
+impl LimitReq {
+    /// Whether a request of `ip` at `now` would be over the burst: looked
+    /// at, not charged.
+    fn over_burst(&self, ip: IpAddr, now: Instant) -> bool {
+        let ms = now.saturating_duration_since(self.start).as_millis() as u64;
+        let shard = self.shards[shard_of(&ip)]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        shard
+            .buckets
+            .get(&ip)
+            .is_some_and(|b| charged(b, self.cfg.rate, ms) > self.cfg.burst)
     }
 }
 
@@ -214,6 +256,35 @@ mod tests {
 
     fn ip(last: u8) -> Option<IpAddr> {
         Some(IpAddr::from([10, 0, 0, last]))
+    }
+
+    #[test]
+    fn several_limits_refuse_over_any_burst_and_wait_the_longest() {
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        let limits = [
+            LimitReq::new(cfg("2r/s burst=1")),
+            LimitReq::new(cfg("60r/m burst=5 status=429")),
+        ];
+        let got: Vec<Verdict> = (0..4).map(|_| check_all(&limits, ip(1), at(0))).collect();
+        let ms = |n| Verdict::Delay(Duration::from_millis(n));
+        // The second waits 500 ms for the first limit, 1 s for the second.
+        assert_eq!(got[..2], [Verdict::Pass, ms(1000)]);
+        assert_eq!(got[2], Verdict::Reject(Status::ServiceUnavailable));
+        assert_eq!(got[3], Verdict::Reject(Status::ServiceUnavailable));
+        // The refusals were charged to neither: 2.1 s on, both have drained.
+        assert_eq!(check_all(&limits, ip(1), at(2100)), Verdict::Pass);
+        // Over the second's burst only: its status.
+        let limits = [
+            LimitReq::new(cfg("100r/s burst=10 nodelay")),
+            LimitReq::new(cfg("1r/m status=429")),
+        ];
+        assert_eq!(check_all(&limits, ip(2), at(0)), Verdict::Pass);
+        assert_eq!(
+            check_all(&limits, ip(2), at(0)),
+            Verdict::Reject(Status::TooManyRequests)
+        );
+        assert_eq!(check_all(&limits, None, at(0)), Verdict::Pass);
     }
 
     #[test]
@@ -251,7 +322,10 @@ mod tests {
         // 1r/s, no burst: one a second; the other clients are their own.
         let l = new("1r/s");
         assert_eq!(l.check(ip(1), at(0)), Verdict::Pass);
-        assert_eq!(l.check(ip(1), at(500)), Verdict::Reject);
+        assert_eq!(
+            l.check(ip(1), at(500)),
+            Verdict::Reject(Status::ServiceUnavailable)
+        );
         assert_eq!(l.check(ip(2), at(500)), Verdict::Pass);
         assert_eq!(l.check(ip(1), at(1000)), Verdict::Pass);
         assert_eq!(
@@ -260,19 +334,35 @@ mod tests {
             "no address, no limit"
         );
         // A refused request does not charge: a second later, served.
-        assert_eq!(l.check(ip(1), at(1500)), Verdict::Reject);
+        assert_eq!(
+            l.check(ip(1), at(1500)),
+            Verdict::Reject(Status::ServiceUnavailable)
+        );
         assert_eq!(l.check(ip(1), at(2000)), Verdict::Pass);
         // burst=2: two more wait their turn (1 s and 2 s), a fourth is
         // refused; nodelay serves the two at once.
         let l = new("1r/s burst=2");
         let got: Vec<Verdict> = (0..4).map(|_| l.check(ip(1), at(0))).collect();
         let secs = |s| Verdict::Delay(Duration::from_secs(s));
-        assert_eq!(got, [Verdict::Pass, secs(1), secs(2), Verdict::Reject]);
+        assert_eq!(
+            got,
+            [
+                Verdict::Pass,
+                secs(1),
+                secs(2),
+                Verdict::Reject(Status::ServiceUnavailable)
+            ]
+        );
         let l = new("1r/s burst=2 nodelay");
         let got: Vec<Verdict> = (0..4).map(|_| l.check(ip(1), at(0))).collect();
         assert_eq!(
             got,
-            [Verdict::Pass, Verdict::Pass, Verdict::Pass, Verdict::Reject]
+            [
+                Verdict::Pass,
+                Verdict::Pass,
+                Verdict::Pass,
+                Verdict::Reject(Status::ServiceUnavailable)
+            ]
         );
         // delay=1: the first over the rate at once, the next waits.
         let l = new("2r/s burst=3 delay=1");
@@ -283,7 +373,10 @@ mod tests {
         let l = new("1r/s");
         assert_eq!(l.check(ip(9), at(0)), Verdict::Pass);
         let mapped = Some("::ffff:10.0.0.9".parse().unwrap());
-        assert_eq!(l.check(mapped, at(10)), Verdict::Reject);
+        assert_eq!(
+            l.check(mapped, at(10)),
+            Verdict::Reject(Status::ServiceUnavailable)
+        );
     }
 
     #[test]

@@ -227,7 +227,7 @@ pub struct HttpConfig {
     pub secure_link: Option<crate::SecureLink>,
     /// Requests per client address held to a rate (nginx's `limit_req`);
     /// no limit by default.
-    pub limit_req: Option<crate::LimitReqConfig>,
+    pub limit_req: Vec<crate::LimitReqConfig>,
     /// Connections per client address with a request in progress (nginx's
     /// `limit_conn`); no limit by default.
     pub limit_conn: Option<crate::LimitConnConfig>,
@@ -312,7 +312,7 @@ impl HttpConfig {
             answer: None,
             rewrites: Vec::new(),
             secure_link: None,
-            limit_req: None,
+            limit_req: Vec::new(),
             limit_conn: None,
             auth_basic: None,
             satisfy_any: false,
@@ -409,7 +409,7 @@ pub struct HttpState {
     pub(crate) log: Option<AccessLog>,
     pub(crate) counters: Counters,
     /// `--limit-req`'s buckets.
-    pub(crate) limiter: Option<crate::LimitReq>,
+    pub(crate) limiter: Vec<crate::LimitReq>,
     /// `--limit-conn`'s counts.
     pub(crate) conn_limit: Option<Arc<crate::LimitConn>>,
     /// `--auth-basic`'s users.
@@ -644,7 +644,12 @@ impl HttpState {
             root,
             log,
             counters: Counters::default(),
-            limiter: cfg.limit_req.map(crate::LimitReq::new),
+            limiter: cfg
+                .limit_req
+                .iter()
+                .cloned()
+                .map(crate::LimitReq::new)
+                .collect(),
             conn_limit: cfg.limit_conn.map(|c| Arc::new(crate::LimitConn::new(c))),
             auth,
             offloader: duality_rt::adaptive::Offloader::new(cfg.gzip.offload),
