@@ -207,8 +207,9 @@ pub struct HttpSession {
     pipelined: bool,
     /// The current answer's head and gzip sizes, kept for the log where a
     /// format wants them (`$bytes_sent`, `$sent_http_…`, `$gzip_ratio`):
-    /// written where `session` is shared.
-    sent: std::sync::Mutex<Sent>,
+    /// written where `session` is shared. Made only then (most servers do
+    /// not keep it, and a session's size is each connection's cost).
+    sent: Option<Box<std::sync::Mutex<Sent>>>,
     /// The client's address, for the access log and `--allow` / `--deny`
     /// (none for a Unix socket, or where neither is on).
     ip: Option<IpAddr>,
@@ -407,7 +408,7 @@ impl Protocol for HttpProtocol {
             secure_link: None,
             more_follows: false,
             pipelined: false,
-            sent: std::sync::Mutex::default(),
+            sent: crate::log_format::head_wanted().then(Box::default),
             opened: Some(loop_now()),
             proxy_pending: self.state.cfg.proxy_protocol,
             proxy_header: None,
@@ -538,12 +539,14 @@ impl Protocol for HttpProtocol {
         session.request_id.take();
         session.secure_link = None;
         session.pipelined = req.pipelined;
-        let sent = match session.sent.get_mut() {
-            Ok(s) => s,
-            Err(e) => e.into_inner(),
-        };
-        sent.head.clear();
-        sent.gzip = None;
+        if let Some(sent) = session.sent.as_deref_mut() {
+            let sent = match sent.get_mut() {
+                Ok(s) => s,
+                Err(e) => e.into_inner(),
+            };
+            sent.head.clear();
+            sent.gzip = None;
+        }
         let head = match req.what {
             Seen::Head {
                 mut head,
@@ -865,13 +868,13 @@ impl HttpProtocol {
             crate::fields::insert_field(out, start, line.as_bytes());
         }
         // The head is whole: kept for `$bytes_sent` and `$sent_http_…`.
-        if crate::log_format::head_wanted() {
+        if let Some(sent) = &session.sent {
             let written = &out[start..];
             let end = written
                 .windows(4)
                 .position(|w| w == b"\r\n\r\n")
                 .map_or(written.len(), |i| i + 4);
-            let mut sent = session.sent.lock().unwrap_or_else(|e| e.into_inner());
+            let mut sent = sent.lock().unwrap_or_else(|e| e.into_inner());
             sent.head.clear();
             sent.head.extend_from_slice(&written[..end]);
         }
@@ -1801,8 +1804,10 @@ impl HttpProtocol {
             plan.status.code(),
             plan.body_bytes(),
         );
-        let sent = crate::log_format::head_wanted()
-            .then(|| session.sent.lock().unwrap_or_else(|e| e.into_inner()));
+        let sent = session
+            .sent
+            .as_ref()
+            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()));
         if let Some(sent) = &sent {
             entry.sent_head = Some(&sent.head);
             entry.gzip = sent.gzip;
@@ -1856,8 +1861,8 @@ impl HttpProtocol {
 /// `gzipped` (deflate's part: gzip's 18 bytes of header and trailer are
 /// not counted, as nginx does not count them).
 fn note_gzip(session: &HttpSession, identity: u64, gzipped: u64) {
-    if crate::log_format::head_wanted() {
-        let mut sent = session.sent.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(sent) = &session.sent {
+        let mut sent = sent.lock().unwrap_or_else(|e| e.into_inner());
         sent.gzip = Some((identity, gzipped.saturating_sub(18)));
     }
 }
