@@ -233,7 +233,6 @@ pub struct HttpSession {
     began: Option<Instant>,
 }
 
-/// A response `execute` could not make from memory.
 /// What the log keeps of an answer (see `HttpSession::sent`).
 #[derive(Default)]
 struct Sent {
@@ -253,6 +252,7 @@ enum Rewritten {
     Failed,
 }
 
+/// A response `execute` could not make from memory.
 enum Pending {
     /// A large file kept open: its body goes out with `sendfile`.
     Open {

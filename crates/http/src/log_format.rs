@@ -153,10 +153,11 @@ const KNOWN: &str = "$remote_addr $remote_port $remote_user $realip_remote_addr 
     $connection_requests $pid $hostname $content_type $content_length \
     $http_NAME $arg_NAME $cookie_NAME $request_id $proxy_protocol_addr \
     $proxy_protocol_port $proxy_protocol_server_addr $proxy_protocol_server_port \
-    $secure_link $secure_link_expires $server_addr $server_port $server_name \
+    $secure_link $secure_link_expires $server_addr $server_port \
     $realip_remote_port $binary_remote_addr $connection_time $request_completion \
-    $pipe $bytes_sent $sent_http_NAME $gzip_ratio $https; \
-    missing: $upstream_*, $ssl_*; empty: $http2";
+    $pipe $bytes_sent $sent_http_NAME $gzip_ratio; \
+    missing: $upstream_*, $ssl_*, $sent_trailer_*, $request_body; \
+    empty: $http2, $https, $server_name";
 
 impl Var {
     fn named(name: &str) -> Option<Var> {
