@@ -10,8 +10,9 @@
 //! memcached's own item sizes and classes) the shape is compared.
 //!
 //! The memcached command-line flags `duality kv` takes (`-A -U -B -R -C -d
-//! -P -V -o -F -X -W -a -b -r -k -u -f -n -D`, and the refused `-S -Y -Z`)
-//! are checked on the built binary.
+//! -P -V -o -F -X -W -a -b -r -k -u -f -n -D -Y`, and the refused `-S -Z`)
+//! are checked on the built binary; `-Y`'s authentication is compared
+//! with memcached's.
 
 mod common;
 
@@ -1012,8 +1013,12 @@ fn refused_flags() {
     for (args, says) in [
         (&["-S"][..], "SASL authentication is not supported"),
         (
-            &["-Y", "/etc/auth"][..],
-            "ASCII authentication is not supported",
+            &["-Y", "/nonexistent/auth"][..],
+            "Could not open authfile [/nonexistent/auth]",
+        ),
+        (
+            &["-Y", "/dev/null", "-B", "binary"][..],
+            "needs the ascii protocol",
         ),
         (&["-Z"][..], "TLS is not supported"),
         (&["-f", "1"][..], "Factor must be greater than 1"),
@@ -1807,4 +1812,96 @@ fn unix_socket_conns_and_settings() {
         .map(|(_, v)| v)
         .collect();
     assert_eq!(listen, [&format!("unix:{path}")], "{st:?}");
+}
+
+/// `-Y FILE` (memcached's ASCII authentication): before a connection's
+/// `set` of `user password` every request is refused, a wrong password or a
+/// malformed token gets memcached's words, the right one `STORED` and then
+/// the cache as usual; counted in `stats`, named in `stats settings`.
+#[test]
+fn ascii_authentication() {
+    let dir = TempDir::new("kv-auth");
+    let file = dir.path().join("auth");
+    std::fs::write(&file, "alice:secret\nbob:pw:2\n").unwrap();
+    let file_arg = file.to_str().unwrap();
+    let m: duality_models::Model = "symped:2".parse().unwrap();
+    let config = duality_kv::server::KvConfig {
+        auth: Some(duality_kv::auth::AuthFile::load(&file).unwrap()),
+        ..like_memcached_config(&m)
+    };
+    let dk = InProc::start(m, config, false);
+    let dk_addr = tcp_addr(&dk);
+    // One request's answer: its first line (or all until the close).
+    let one = |addr: SocketAddr, req: &[u8]| -> Vec<u8> {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        let _ = s.write_all(req);
+        let mut out = Vec::new();
+        let mut byte = [0u8; 1];
+        while !out.ends_with(b"\r\n") {
+            match s.read(&mut byte) {
+                Ok(0) => {
+                    out.extend_from_slice(b"<closed>");
+                    break;
+                }
+                Ok(_) => out.push(byte[0]),
+                Err(e) if e.kind() == ErrorKind::ConnectionReset => {
+                    out.extend_from_slice(b"<closed>");
+                    break;
+                }
+                Err(e) => panic!("read: {e}; got {}", show(&out)),
+            }
+        }
+        out
+    };
+    let singles: Vec<Vec<u8>> = [
+        &b"get a\r\n"[..],
+        b"version\r\n",
+        b"quit\r\n",
+        b"mg a v\r\n",
+        b"SET x 0 0 12\r\n",
+        b"set x 0 0 -1\r\n",
+        b"set x 0 0\r\n",
+        b"set x 0 0 11\r\nalice wrong\r\n",
+        b"set x 0 0 6\r\nbob pw\r\n",
+        b"set x 0 0 5\r\nalice\r\n",
+        b"set x 0 0 12\r\nalice secretXX",
+        b"\x80\x0a\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00",
+        &[b'x'; 3000],
+    ]
+    .iter()
+    .map(|r| r.to_vec())
+    .collect();
+    let ours: Vec<Vec<u8>> = singles.iter().map(|r| one(dk_addr, r)).collect();
+    assert_eq!(ours[0], b"CLIENT_ERROR unauthenticated\r\n");
+    assert_eq!(ours[7], b"CLIENT_ERROR authentication failure\r\n");
+    assert_eq!(ours[12], b"<closed>");
+    // Authenticated: the cache as usual, from the same read on.
+    let cases = probed(&[
+        "set x 0 0 12\r\nalice secret\r\nset a 0 0 1\r\n1\r\nget a\r\n",
+        "set k 99 999 13 noreply\r\nalice  secret\r\nget a\r\n",
+        "set x 0 0 8\nbob pw:2\r\nappend a 0 0 1\r\n2\r\nget a\r\n",
+    ]);
+    let mut c = Client::connect(&dk.addr);
+    c.expect_str("set x 0 0 12\r\nalice secret\r\n", "STORED\r\n");
+    let stats = c.stats("");
+    assert_eq!(
+        (stats["auth_cmds"].as_str(), stats["auth_errors"].as_str()),
+        ("3", "2")
+    );
+    assert_eq!(c.stats("settings")["auth_enabled_ascii"], file_arg);
+    if Memcached::binary().is_some() {
+        let mc =
+            Memcached::start_authenticated(&["-Y", file_arg], "set x 0 0 12\r\nalice secret\r\n");
+        let theirs: Vec<Vec<u8>> = singles.iter().map(|r| one(mc.addr, r)).collect();
+        for (i, (o, t)) in ours.iter().zip(&theirs).enumerate() {
+            assert_eq!(
+                show(o),
+                show(t),
+                "{}",
+                show(&singles[i][..singles[i].len().min(40)])
+            );
+        }
+        compare(mc.addr, dk_addr, &cases);
+    }
 }

@@ -184,7 +184,14 @@ pub struct KvArgs {
     /// Refused: SASL authentication is not supported (memcached's -S).
     #[arg(short = 'S', long = "enable-sasl")]
     enable_sasl: bool,
-    /// Refused: ASCII authentication is not supported (memcached's -Y).
+    /// Connections must authenticate first (memcached's -Y, ASCII
+    /// authentication): FILE holds `user:password` lines; a connection's
+    /// first request is `set ANYKEY 0 0 N` with data `user password`
+    /// (answered STORED, nothing stored), and until then every request is
+    /// answered `CLIENT_ERROR unauthenticated`. Text protocol only after
+    /// it. Read once at start (before -u drops privileges, so the file may
+    /// be readable by root alone). The password crosses the network in
+    /// clear: for a private network, not for one others can read
     #[arg(short = 'Y', long = "auth-file", value_name = "FILE")]
     auth_file: Option<PathBuf>,
     /// Refused: TLS is not supported (memcached's -Z); put a TLS proxy in
@@ -408,10 +415,6 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
         "-S: SASL authentication is not supported by duality kv"
     );
     anyhow::ensure!(
-        a.auth_file.is_none(),
-        "-Y: ASCII authentication is not supported by duality kv"
-    );
-    anyhow::ensure!(
         !a.enable_ssl,
         "-Z: TLS is not supported by duality kv; terminate TLS in front of it (a TLS proxy)"
     );
@@ -439,6 +442,16 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
         "ascii" => Mode::Text,
         "binary" => Mode::Binary,
         _ => Mode::Unknown,
+    };
+    let auth = match &a.auth_file {
+        Some(path) => {
+            anyhow::ensure!(
+                protocol != Mode::Binary,
+                "-Y: ASCII authentication needs the ascii protocol (-B ascii or auto)"
+            );
+            Some(duality_kv::auth::AuthFile::load(path).map_err(anyhow::Error::msg)?)
+        }
+        None => None,
     };
     anyhow::ensure!(a.memory_limit > 0, "-m must be at least 1 (megabyte)");
     anyhow::ensure!(a.max_conns > 0, "-c must be at least 1");
@@ -547,6 +560,7 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
         disable_dumping: a.disable_dumping,
         disable_watch: a.disable_watch,
         listen_settings: listen_settings(&a),
+        auth,
         ..KvConfig::default()
     };
     let state = KvState::new(config)?;

@@ -851,6 +851,36 @@ impl Memcached {
 
     /// Starts it with `extra` arguments (64 MiB, 2 threads).
     pub fn start(extra: &[&str]) -> Memcached {
+        let binary = extra.windows(2).any(|w| w == ["-B", "binary"]);
+        Memcached::start_probed(extra, |addr| {
+            duality_bench::servers::stats_pid(addr, binary)
+        })
+    }
+
+    /// [`Memcached::start`] with `-Y`: its readiness probe first sends
+    /// `login` (a `set` of `user password`).
+    pub fn start_authenticated(extra: &[&str], login: &str) -> Memcached {
+        Memcached::start_probed(extra, |addr| {
+            let mut s = std::net::TcpStream::connect(addr).ok()?;
+            s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+            s.write_all(format!("{login}stats\r\n").as_bytes()).ok()?;
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !got.ends_with(b"END\r\n") {
+                let n = s.read(&mut buf).ok()?;
+                if n == 0 {
+                    return None;
+                }
+                got.extend_from_slice(&buf[..n]);
+            }
+            let text = String::from_utf8_lossy(&got).into_owned();
+            let line = text.lines().find(|l| l.starts_with("STAT pid "))?;
+            line["STAT pid ".len()..].trim().parse().ok()
+        })
+    }
+
+    /// Starts it; `pid_at` reads the pid of what answers at an address.
+    fn start_probed(extra: &[&str], pid_at: impl Fn(SocketAddr) -> Option<u32>) -> Memcached {
         let bin = Memcached::binary()
             .expect("memcached is not installed (apt-get install memcached; CI installs it)");
         let mut last = String::new();
@@ -877,8 +907,7 @@ impl Memcached {
                 // Another test's server may have taken the port between
                 // free_port() and memcached's bind: only an answer from this
                 // child's pid counts (memcached then exits, and we retry).
-                let binary = extra.windows(2).any(|w| w == ["-B", "binary"]);
-                if duality_bench::servers::stats_pid(addr, binary) == Some(pid) {
+                if pid_at(addr) == Some(pid) {
                     return Memcached {
                         _child: guard,
                         addr,
@@ -900,14 +929,21 @@ impl Memcached {
 pub fn like_memcached(model: &str, enable_shutdown: bool) -> InProc {
     let m: Model = model.parse().expect("model");
     let config = KvConfig {
+        enable_shutdown,
+        ..like_memcached_config(&m)
+    };
+    InProc::start(m, config, false)
+}
+
+/// The configuration [`like_memcached`] starts `m` with.
+pub fn like_memcached_config(m: &Model) -> KvConfig {
+    KvConfig {
         memory_limit: 64 << 20,
         max_item_size: 1 << 20,
         threads: 2,
         model: m.to_string(),
-        enable_shutdown,
         ..KvConfig::default()
-    };
-    InProc::start(m, config, false)
+    }
 }
 
 /// Starts `duality ARGS` with stdout and stderr piped and reads its ready

@@ -116,6 +116,7 @@
 #![deny(unsafe_code)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+pub mod auth;
 mod base64;
 pub mod budget;
 pub mod command;

@@ -97,6 +97,9 @@ pub struct KvConfig {
     /// `inter`, `growth_factor`, …), which the binary knows and the cache
     /// never reads.
     pub listen_settings: Vec<(&'static str, String)>,
+    /// Users a connection must authenticate as first (memcached's `-Y`:
+    /// see [`auth`](crate::auth)); `None`: no authentication.
+    pub auth: Option<crate::auth::AuthFile>,
 }
 
 impl Default for KvConfig {
@@ -120,6 +123,7 @@ impl Default for KvConfig {
             disable_dumping: false,
             disable_watch: false,
             listen_settings: Vec::new(),
+            auth: None,
         }
     }
 }
@@ -156,6 +160,9 @@ pub struct KvState {
     /// Connections closed by `-o idle_timeout` since the last `stats
     /// reset` (memcached's `idle_kicks`).
     idle_kicks: AtomicU64,
+    /// Authentication attempts since the last `stats reset`, and those
+    /// refused (memcached's `auth_cmds`, `auth_errors`).
+    auth_counts: [AtomicU64; 2],
 }
 
 /// What `stats conns` shows of one connection (48 bytes with its `Arc`
@@ -462,6 +469,7 @@ impl KvState {
             splits: Mutex::new(HashMap::new()),
             reset_base: Mutex::new([0; 5]),
             idle_kicks: AtomicU64::new(0),
+            auth_counts: Default::default(),
         }))
     }
 
@@ -802,6 +810,8 @@ impl ExecContext for Ctx<'_> {
             threads,
             conn_yields,
             idle_kicks: s.config.idle_timeout.map(|_| s.idle_kicks.load(Relaxed)),
+            auth_cmds: s.auth_counts[0].load(Relaxed),
+            auth_errors: s.auth_counts[1].load(Relaxed),
         }
     }
 
@@ -834,6 +844,9 @@ impl ExecContext for Ctx<'_> {
 
     fn reset_stats(&self) {
         self.state.idle_kicks.store(0, Relaxed);
+        for c in &self.state.auth_counts {
+            c.store(0, Relaxed);
+        }
         if let Some(h) = self.state.server.get() {
             h.reset_request_metrics();
             let (read, written) = h.bytes();
@@ -899,10 +912,13 @@ impl ExecContext for Ctx<'_> {
                     ("track_sizes", "no"),
                     ("ssl_enabled", "no"),
                     ("auth_enabled_sasl", "no"),
-                    ("auth_enabled_ascii", "no"),
                 ] {
                     crate::write_stat(out, name, v);
                 }
+                // As memcached: the file's path, where there is one.
+                let auth = s.config.auth.as_ref().and_then(|a| a.path());
+                let auth = auth.map_or("no".into(), |p| p.display().to_string());
+                crate::write_stat(out, "auth_enabled_ascii", auth);
                 for (name, v) in &s.config.listen_settings {
                     crate::write_stat(out, name, v);
                 }
@@ -988,6 +1004,8 @@ pub struct KvSession {
     no_eol: u32,
     /// Its `stats conns` entry (`None`: not listed).
     conn: Option<ConnGuard>,
+    /// It authenticated (only asked where the server has users, `-Y`).
+    authenticated: bool,
 }
 
 impl KvSession {
@@ -1007,6 +1025,20 @@ pub enum KvRequest<'a> {
     /// The head of a storage request whose large value is still coming:
     /// `finish` receives it straight into its item.
     Large(LargeHead<'a>),
+    /// A request before the connection authenticated (`-Y`), answered.
+    Auth(AuthAnswer),
+}
+
+/// What an unauthenticated connection's request came to (see
+/// [`auth`](crate::auth)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuthAnswer {
+    /// Refused with this line.
+    Refused(&'static [u8]),
+    /// A user and password checked: `STORED` if they are the file's.
+    Checked(bool),
+    /// A line past its bound without an end: closed.
+    Close,
 }
 
 /// A storage request parsed before its large value (see
@@ -1073,6 +1105,12 @@ impl Protocol for KvProtocol {
                 Parsed::Skip(n)
             };
         }
+        // memcached's `-Y`: every byte goes through its reader of the
+        // authentication `set` until one passes (binary ones too).
+        if let (false, Some(users)) = (s.authenticated, &self.0.config.auth) {
+            let parsed = self.parse_auth(s, users, input);
+            return self.account_input(s, input, parsed);
+        }
         if s.mode == Mode::Unknown {
             s.mode = match self.0.config.protocol {
                 Mode::Unknown => Mode::detect(input),
@@ -1112,7 +1150,7 @@ impl Protocol for KvProtocol {
                 let mut buf = [0; KEY_MAX_LENGTH];
                 Some(self.0.store.shard_of(head.key(&mut buf)))
             }
-            KvRequest::Text(Err(_)) | KvRequest::Binary(Err(_)) => None,
+            KvRequest::Text(Err(_)) | KvRequest::Binary(Err(_)) | KvRequest::Auth(_) => None,
         };
         shard.unwrap_or(0) as u64
     }
@@ -1223,6 +1261,7 @@ impl Protocol for KvProtocol {
             }
             // `finish` receives the value, then answers.
             KvRequest::Large(_) => Ending::Finish(RECEIVE),
+            KvRequest::Auth(answer) => self.answer_auth(answer, out),
         };
         let flow = match ending {
             // The connection stays busy until `finish` has sent the rest.
@@ -2068,6 +2107,58 @@ impl KvProtocol {
             Some((opcode, opaque)) => write_error(out, opcode, Status::OutOfMemory, opaque),
             None => out.extend_from_slice(b"SERVER_ERROR out of memory writing get response\r\n"),
         }
+    }
+
+    /// An unauthenticated connection's request (memcached's `-Y`): the
+    /// session authenticates here, at once, so the requests parsed after
+    /// it in the same read are read as any.
+    fn parse_auth<'a>(
+        &self,
+        s: &mut KvSession,
+        users: &crate::auth::AuthFile,
+        input: &'a [u8],
+    ) -> Parsed<KvRequest<'a>> {
+        use crate::auth::{step, Answer, Step};
+        let (used, swallow, answer) = match step(input) {
+            Step::Incomplete(need) => return Parsed::Incomplete(need),
+            Step::Close => return Parsed::Request(KvRequest::Auth(AuthAnswer::Close), input.len()),
+            Step::Answer {
+                used,
+                swallow,
+                answer,
+            } => (used, swallow, answer),
+        };
+        s.swallow = swallow;
+        let answer = match answer {
+            Answer::Token { user, password } => {
+                let ok = users.check(user, password);
+                s.authenticated = ok;
+                if ok {
+                    // As memcached: the connection speaks text from now on.
+                    s.mode = Mode::Text;
+                }
+                let [cmds, errors] = &self.0.auth_counts;
+                cmds.fetch_add(1, Relaxed);
+                if !ok {
+                    errors.fetch_add(1, Relaxed);
+                }
+                AuthAnswer::Checked(ok)
+            }
+            other => AuthAnswer::Refused(other.line()),
+        };
+        Parsed::Request(KvRequest::Auth(answer), used)
+    }
+
+    /// Writes the answer to an unauthenticated connection's request.
+    fn answer_auth(&self, answer: AuthAnswer, out: &mut duality_models::Output) -> Ending {
+        let line: &[u8] = match answer {
+            AuthAnswer::Close => return Ending::Close,
+            AuthAnswer::Refused(line) => line,
+            AuthAnswer::Checked(true) => b"STORED\r\n",
+            AuthAnswer::Checked(false) => b"CLIENT_ERROR authentication failure\r\n",
+        };
+        out.extend_from_slice(line);
+        Ending::Answered(Flow::Continue)
     }
 
     fn parse_text<'a>(&self, s: &mut KvSession, input: &'a [u8]) -> Parsed<KvRequest<'a>> {

@@ -150,6 +150,10 @@ pub struct ServerStats {
     /// Connections closed by the idle timeout (`None`: there is none; then,
     /// as memcached, the field is not shown).
     pub idle_kicks: Option<u64>,
+    /// Authentication attempts (`-Y`): tokens checked, and those refused.
+    pub auth_cmds: u64,
+    /// Authentication attempts refused.
+    pub auth_errors: u64,
 }
 
 /// A context with a fixed clock: for tests, tools and simple servers.

@@ -173,8 +173,8 @@ fn general<C: ExecContext + ?Sized>(store: &Store, ctx: &C, now: Time, out: &mut
         ("touch_misses", s.touch_misses),
         ("store_too_large", s.store_too_large),
         ("store_no_memory", s.store_no_memory),
-        ("auth_cmds", 0),
-        ("auth_errors", 0),
+        ("auth_cmds", srv.auth_cmds),
+        ("auth_errors", srv.auth_errors),
     ] {
         write_stat(out, name, v);
     }
