@@ -168,4 +168,24 @@ fn main() {
         }
         report(&format!("parse+execute {name}"), n, start.elapsed());
     }
+
+    // `-Y`: an unauthenticated connection's login, and a refused request.
+    let file = duality_kv::auth::AuthFile::parse(b"alice:secret\nbob:pw\n").expect("users");
+    for (name, input) in [
+        ("auth login", &b"set x 0 0 12\r\nalice secret\r\n"[..]),
+        ("auth refused get", &b"get key:1\r\n"[..]),
+    ] {
+        let start = Instant::now();
+        let n = rounds * KEYS;
+        for _ in 0..n {
+            if let duality_kv::auth::Step::Answer {
+                answer: duality_kv::auth::Answer::Token { user, password },
+                ..
+            } = duality_kv::auth::step(black_box(input))
+            {
+                black_box(file.check(user, password));
+            }
+        }
+        report(&format!("parse {name}"), n, start.elapsed());
+    }
 }
