@@ -3062,3 +3062,80 @@ fn aliases_serve_prefixes_from_other_directories_as_nginx_does() {
     let missing = format!("/m/ {}", dir.0.join("nowhere").display());
     refused_saying(&root, &["--alias", &missing], "--alias /m/");
 }
+
+/// The log's variables of the root and the limits (`$document_root`,
+/// `$request_filename`, `$realpath_root`, `$limit_rate`,
+/// `$limit_req_status`, `$limit_conn_status`, `$invalid_referer`), as
+/// nginx writes them under the same settings.
+#[test]
+fn root_and_limit_variables_log_as_nginx_does() {
+    let (dir, root) = tree("root-vars", &[("a.txt", "a\n")]);
+    let format = "$status|$document_root|$request_filename|$realpath_root|$limit_rate|\
+                  $limit_req_status|$limit_conn_status|$invalid_referer";
+    let asks = [
+        ("/a.txt", ""),
+        ("/missing", ""),
+        ("/a.txt", "Referer: http://evil.test/\r\n"),
+        ("/a.txt", "Referer: http://example.com/page\r\n"),
+    ];
+    let seen = |url: &str, log: &Path| {
+        for (path, fields) in asks {
+            call(url, "GET", path, fields);
+        }
+        let until = Instant::now() + Duration::from_secs(5);
+        loop {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            if text.lines().count() >= asks.len() || Instant::now() > until {
+                return text;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let log = dir.0.join("duality.log");
+    let args = [
+        "--limit-req",
+        "100r/s burst=10 nodelay",
+        "--limit-conn",
+        "10",
+        "--limit-rate",
+        "1m",
+        "--valid-referers",
+        "none example.com",
+        "--access-log",
+        log.to_str().unwrap(),
+        "--log-format",
+        format,
+    ];
+    let server = HttpServer::start(&root, &args);
+    let ours = seen(&server.url, &log);
+    assert!(server.stop().success());
+    let r = root.display();
+    let real = root.canonicalize().unwrap();
+    let real = real.display();
+    assert_eq!(
+        ours,
+        format!(
+            "200|{r}|{r}/a.txt|{real}|1048576|PASSED|PASSED|\n\
+             404|{r}|{r}/missing|{real}|1048576|PASSED|PASSED|\n\
+             403|{r}|{r}/a.txt|{real}|1048576|-|-|1\n\
+             200|{r}|{r}/a.txt|{real}|1048576|PASSED|PASSED|\n"
+        )
+    );
+    if let Some(nginx) = duality_bench::http::find_nginx() {
+        let nginx_log = dir.0.join("nginx.log");
+        let http = format!(
+            "log_format f '{format}';\n\
+             limit_req_zone $binary_remote_addr zone=one:1m rate=100r/s;\n\
+             limit_conn_zone $binary_remote_addr zone=addr:1m;\n"
+        );
+        let server = format!(
+            "access_log {} f;\nlimit_req zone=one burst=10 nodelay;\nlimit_conn addr 10;\n\
+             limit_rate 1m;\nvalid_referers none example.com;\n\
+             if ($invalid_referer) {{ return 403; }}\n",
+            nginx_log.display()
+        );
+        let n = duality_bench::http::RunningServer::nginx_in_blocks(&nginx, &root, &http, &server)
+            .unwrap();
+        assert_eq!(seen(&format!("http://{}", n.addr), &nginx_log), ours);
+    }
+}

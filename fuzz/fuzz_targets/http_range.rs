@@ -89,6 +89,8 @@ fuzz_target!(|data: &[u8]| {
         user_agent: None,
         expect_continue: false,
         raw: b"",
+        rewritten_query: None,
+        rewrites_ended: false,
     };
 
     let mut out = Vec::new();

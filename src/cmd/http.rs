@@ -175,7 +175,9 @@ pub struct HttpArgs {
     /// `$secure_link_expires`, `$bytes_sent`, `$sent_http_NAME`,
     /// `$gzip_ratio`, `$pipe`, `$request_completion`, `$server_addr`,
     /// `$server_port`, `$connection_time`, `$binary_remote_addr`,
-    /// `$realip_remote_port`; `$upstream_*`, `$ssl_*`, `$sent_trailer_*`
+    /// `$realip_remote_port`, `$document_root`, `$request_filename`,
+    /// `$realpath_root`, `$limit_rate`, `$limit_req_status`,
+    /// `$limit_conn_status`, `$invalid_referer`; `$upstream_*`, `$ssl_*`, `$sent_trailer_*`
     /// and `$request_body` are missing and `$http2`, `$https`,
     /// `$server_name` empty, as from nginx serving files over plain
     /// HTTP/1.x; any other is refused at start. nginx's `combined` by

@@ -205,6 +205,11 @@ pub struct HttpSession {
     more_follows: bool,
     /// The current request came behind another (`$pipe`).
     pipelined: bool,
+    /// What `--limit-req` and `--limit-conn` did to the current request
+    /// (`$limit_req_status`, `$limit_conn_status`).
+    limited: [Option<&'static str>; 2],
+    /// Whether `--valid-referers` refused the current request's Referer.
+    invalid_referer: Option<bool>,
     /// The current answer's head and gzip sizes, kept for the log where a
     /// format wants them (`$bytes_sent`, `$sent_http_…`, `$gzip_ratio`):
     /// written where `session` is shared. Made only then (most servers do
@@ -408,6 +413,8 @@ impl Protocol for HttpProtocol {
             secure_link: None,
             more_follows: false,
             pipelined: false,
+            limited: [None; 2],
+            invalid_referer: None,
             sent: crate::log_format::head_wanted().then(Box::default),
             opened: Some(loop_now()),
             proxy_pending: self.state.cfg.proxy_protocol,
@@ -539,6 +546,8 @@ impl Protocol for HttpProtocol {
         session.request_id.take();
         session.secure_link = None;
         session.pipelined = req.pipelined;
+        session.limited = [None; 2];
+        session.invalid_referer = None;
         if let Some(sent) = session.sent.as_deref_mut() {
             let sent = match sent.get_mut() {
                 Ok(s) => s,
@@ -748,6 +757,8 @@ impl Protocol for HttpProtocol {
     ) {
         session.request_id.take();
         session.secure_link = None;
+        session.limited = [None; 2];
+        session.invalid_referer = None;
         let c = &self.state.counters;
         match which {
             Timeout::Idle => c.idle_timeouts.fetch_add(1, Relaxed),
@@ -917,30 +928,37 @@ impl HttpProtocol {
             false => None,
         };
         let referers = self.state.cfg.valid_referers.as_ref();
-        let mut refused = self.secure_link_refusal(session, head).or_else(|| {
-            referers
-                .is_some_and(|v| !v.valid(head.referer))
-                .then_some(Status::Forbidden)
-        });
+        let mut refused = self.secure_link_refusal(session, head);
+        if let (None, Some(v)) = (refused, referers) {
+            let invalid = !v.valid(head.referer);
+            session.invalid_referer = Some(invalid);
+            refused = invalid.then_some(Status::Forbidden);
+        }
         let limiters = &self.state.limiter;
         if let (None, false, false) = (refused, limiters.is_empty(), session.paced) {
             match crate::limit_req::check_all(limiters, client, loop_now()) {
-                Verdict::Pass => {}
+                Verdict::Pass => session.limited[0] = Some("PASSED"),
                 Verdict::Delay(wait) => {
                     self.state.counters.delayed.fetch_add(1, Relaxed);
+                    session.limited[0] = Some("DELAYED");
                     session.pending = Some(Pending::Paced(wait));
                     return None;
                 }
                 Verdict::Reject(status) => {
                     self.state.counters.limited.fetch_add(1, Relaxed);
+                    session.limited[0] = Some("REJECTED");
                     refused = Some(status);
                 }
             }
         }
         if let (None, Some(limit), None) = (refused, &self.state.conn_limit, &session.conn_slot) {
             match limit.acquire(client) {
-                Ok(slot) => session.conn_slot = slot,
+                Ok(slot) => {
+                    session.conn_slot = slot;
+                    session.limited[1] = Some("PASSED");
+                }
                 Err(status) => {
+                    session.limited[1] = Some("REJECTED");
                     self.state.counters.limited.fetch_add(1, Relaxed);
                     refused = Some(status);
                 }
@@ -1819,7 +1837,7 @@ impl HttpProtocol {
 
     /// What the log's variables (and `--return`'s) are filled from.
     fn entry<'a>(
-        &self,
+        &'a self,
         session: &'a HttpSession,
         head: Option<&'a Head<'a>>,
         request: Option<&'a [u8]>,
@@ -1853,6 +1871,10 @@ impl HttpProtocol {
             pipelined: session.pipelined,
             sent_head: None,
             gzip: None,
+            roots: Some(&self.state.root),
+            limit_rate: self.state.cfg.limit_rate,
+            limited: session.limited,
+            invalid_referer: session.invalid_referer,
         }
     }
 }

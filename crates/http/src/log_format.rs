@@ -131,6 +131,20 @@ enum Var {
     SentField(Box<str>),
     /// `$gzip_ratio`: how many times smaller the answer's body was made.
     GzipRatio,
+    /// `$document_root`: the directory serving the path, as given.
+    DocumentRoot,
+    /// `$realpath_root`: the same, canonical.
+    RealpathRoot,
+    /// `$request_filename`: the file the path names under it.
+    RequestFilename,
+    /// `$limit_rate`: `--limit-rate`'s bytes a second (0: none).
+    LimitRate,
+    /// `$limit_req_status`, `$limit_conn_status`: what the limit did.
+    LimitStatus {
+        conn: bool,
+    },
+    /// `$invalid_referer`: `1` for a Referer `--valid-referers` refuses.
+    InvalidReferer,
     /// `$proxy_protocol_addr` (the source, else the destination:
     /// `server`) and `_port`, from the connection's PROXY header.
     Proxy {
@@ -155,7 +169,9 @@ const KNOWN: &str = "$remote_addr $remote_port $remote_user $realip_remote_addr 
     $proxy_protocol_port $proxy_protocol_server_addr $proxy_protocol_server_port \
     $secure_link $secure_link_expires $server_addr $server_port \
     $realip_remote_port $binary_remote_addr $connection_time $request_completion \
-    $pipe $bytes_sent $sent_http_NAME $gzip_ratio; \
+    $pipe $bytes_sent $sent_http_NAME $gzip_ratio $document_root $realpath_root \
+    $request_filename $limit_rate $limit_req_status $limit_conn_status \
+    $invalid_referer; \
     missing: $upstream_*, $ssl_*, $sent_trailer_*, $request_body; \
     empty: $http2, $https, $server_name";
 
@@ -185,6 +201,13 @@ impl Var {
                 HEAD_WANTED.store(true, Relaxed);
                 Var::GzipRatio
             }
+            "document_root" => Var::DocumentRoot,
+            "realpath_root" => Var::RealpathRoot,
+            "request_filename" => Var::RequestFilename,
+            "limit_rate" => Var::LimitRate,
+            "limit_req_status" => Var::LimitStatus { conn: false },
+            "limit_conn_status" => Var::LimitStatus { conn: true },
+            "invalid_referer" => Var::InvalidReferer,
             // No `server_name` or TLS here: empty, as nginx's without them.
             "server_name" | "https" => Var::Empty,
             // A static server drops request bodies unread.
@@ -345,6 +368,16 @@ pub struct Entry<'a> {
     /// A body compressed here: its bytes before and after (deflate's
     /// output, without gzip's header and trailer).
     pub gzip: Option<(u64, u64)>,
+    /// The root and `--alias` directories (`$document_root`, …).
+    pub roots: Option<&'a crate::path::Roots>,
+    /// `--limit-rate`.
+    pub limit_rate: u64,
+    /// What `--limit-req` and `--limit-conn` did to the request (`PASSED`,
+    /// `DELAYED`, `REJECTED`), where they ran.
+    pub limited: [Option<&'static str>; 2],
+    /// Whether `--valid-referers` refused the request's Referer, where it
+    /// was checked.
+    pub invalid_referer: Option<bool>,
 }
 
 /// Whether a text parsed so far names `$server_addr` or `$server_port`:
@@ -650,6 +683,31 @@ impl LogFormat {
                 let head = e.sent_head.map_or(0, |h| h.len() as u64);
                 text(format_args!("{}", head + e.body_bytes))
             }
+            Var::DocumentRoot | Var::RequestFilename | Var::RealpathRoot => {
+                let (Some(roots), Some(h)) = (e.roots, head) else {
+                    return Value::Missing;
+                };
+                let (root, under) = roots.document_root(&h.path);
+                let written = match v {
+                    Var::DocumentRoot => root.display().to_string(),
+                    Var::RealpathRoot => match roots.realpath_root(&h.path) {
+                        Some(real) => real.display().to_string(),
+                        None => return Value::Missing,
+                    },
+                    _ => format!("{}{under}", root.display()),
+                };
+                escaped(self.escape, written.as_bytes(), line);
+                Value::Done
+            }
+            Var::LimitRate => text(format_args!("{}", e.limit_rate)),
+            Var::LimitStatus { conn } => match e.limited[usize::from(*conn)] {
+                Some(s) => Value::Bytes(s.as_bytes()),
+                None => Value::Missing,
+            },
+            Var::InvalidReferer => match e.invalid_referer {
+                Some(true) => Value::Bytes(b"1"),
+                _ => Value::Bytes(b""),
+            },
             Var::GzipRatio => match e.gzip {
                 Some((before, after)) if before > 0 && after > 0 => {
                     let (whole, hundredths) = gzip_ratio(before, after);
@@ -895,6 +953,10 @@ mod tests {
             pipelined: false,
             sent_head: None,
             gzip: None,
+            roots: None,
+            limit_rate: 0,
+            limited: [None; 2],
+            invalid_referer: None,
         }
     }
 

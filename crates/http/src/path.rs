@@ -464,6 +464,11 @@ impl Root {
         &self.dir
     }
 
+    /// The root as given, made absolute (nginx's `$document_root`).
+    pub fn given(&self) -> &Path {
+        &self.given
+    }
+
     /// The canonical root directory now.
     fn current(&self) -> Result<PathBuf, HttpError> {
         fs::canonicalize(&self.given).map_err(io_status)
@@ -763,6 +768,20 @@ impl Roots {
             .max_by_key(|d| d.dir().as_os_str().len())
             .unwrap_or(&self.main)
             .sibling(file, suffix)
+    }
+
+    /// The directory serving `path` as given (nginx's `$document_root`) and
+    /// the path under it: `$request_filename` is the one joined to the
+    /// other.
+    pub fn document_root<'p>(&self, path: &'p str) -> (&Path, &'p str) {
+        let (dir, under) = self.pick(path);
+        (dir.given(), under)
+    }
+
+    /// The canonical directory serving `path` now (nginx's
+    /// `$realpath_root`); `None` where it cannot be resolved.
+    pub fn realpath_root(&self, path: &str) -> Option<PathBuf> {
+        self.pick(path).0.current().ok()
     }
 
     /// [`Root::index_name_of`] (every directory has the root's index names).

@@ -354,6 +354,10 @@ mod tests {
             pipelined: false,
             sent_head: None,
             gzip: None,
+            roots: None,
+            limit_rate: 0,
+            limited: [None; 2],
+            invalid_referer: None,
         };
         text.expand(&e, out)
     }
