@@ -91,6 +91,20 @@ fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
         .map(|(_, v)| v.as_str())
 }
 
+/// The text of the log at `path` once it has `n` lines (or after `secs`
+/// seconds, whatever it holds then): a server writes a request's line after
+/// its answer.
+fn log_lines(path: &Path, n: usize, secs: u64) -> String {
+    let until = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.lines().count() >= n || Instant::now() > until {
+            return text;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn site(dir: &Path) -> Vec<u8> {
     std::fs::create_dir_all(dir.join("errors")).unwrap();
     std::fs::create_dir_all(dir.join("dir")).unwrap();
@@ -2620,14 +2634,7 @@ fn rewrites_change_or_redirect_as_nginx_does() {
                 (code, location, if code == 200 { body } else { Vec::new() })
             })
             .collect();
-        let until = Instant::now() + Duration::from_secs(5);
-        let text = loop {
-            let text = std::fs::read_to_string(log).unwrap_or_default();
-            if text.lines().count() >= n || Instant::now() > until {
-                break text;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        let text = log_lines(log, n, 5);
         (answers, text)
     };
     let ours_log = dir.0.join("duality.log");
@@ -2769,14 +2776,7 @@ fn secure_links_let_signed_requests_in_as_nginx_does() {
                 (code, if code == 200 { body } else { Vec::new() })
             })
             .collect();
-        let until = Instant::now() + Duration::from_secs(5);
-        let text = loop {
-            let text = std::fs::read_to_string(log).unwrap_or_default();
-            if text.lines().count() >= asks.len() || Instant::now() > until {
-                break text;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        let text = log_lines(log, asks.len(), 5);
         (answers, text)
     };
     let log = dir.0.join("duality.log");
@@ -2873,14 +2873,7 @@ fn answer_variables_log_what_was_sent_as_nginx_does() {
         let mut some = [0u8; 4096];
         d.read_exact(&mut some).unwrap();
         drop(d);
-        let until = Instant::now() + Duration::from_secs(10);
-        let lines = loop {
-            let text = std::fs::read_to_string(log).unwrap_or_default();
-            if text.lines().count() >= 4 || Instant::now() > until {
-                break text;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        let lines = log_lines(log, 4, 10);
         let lines = lines
             .lines()
             .map(|l| l.split('|').map(str::to_owned).collect())
@@ -3082,14 +3075,7 @@ fn root_and_limit_variables_log_as_nginx_does() {
         for (path, fields) in asks {
             call(url, "GET", path, fields);
         }
-        let until = Instant::now() + Duration::from_secs(5);
-        loop {
-            let text = std::fs::read_to_string(log).unwrap_or_default();
-            if text.lines().count() >= asks.len() || Instant::now() > until {
-                return text;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        log_lines(log, asks.len(), 5)
     };
     let log = dir.0.join("duality.log");
     let args = [

@@ -328,38 +328,11 @@ fn unescape_redirect(s: &[u8]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::log_format::Entry;
 
     /// A text's value for a request with no head (`$scheme` is `http`,
     /// `$uri` empty).
     fn expand(text: &LogFormat, out: &mut Vec<u8>) {
-        let e = Entry {
-            head: None,
-            line: None,
-            peer: "127.0.0.1",
-            port: None,
-            real: None,
-            real_port: None,
-            status: 0,
-            body_bytes: 0,
-            request_time: std::time::Duration::ZERO,
-            connection: 1,
-            connection_requests: 1,
-            request_id: None,
-            proxy: None,
-            secure_link: None,
-            local: None,
-            connection_time: std::time::Duration::ZERO,
-            completed: true,
-            pipelined: false,
-            sent_head: None,
-            gzip: None,
-            roots: None,
-            limit_rate: 0,
-            limited: [None; 2],
-            invalid_referer: None,
-        };
-        text.expand(&e, out)
+        text.expand(&crate::log_format::test_entry(None, None), out)
     }
 
     /// `rule` applied to `path?query`, a path sent without escapes.
