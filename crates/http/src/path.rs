@@ -725,11 +725,6 @@ impl Roots {
         self
     }
 
-    /// The root.
-    pub fn main(&self) -> &Root {
-        &self.main
-    }
-
     /// The directory serving `path`, and the path under it.
     fn pick<'p>(&self, path: &'p str) -> (&Root, &'p str) {
         for (prefix, dir) in &self.aliases {
