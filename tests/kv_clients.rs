@@ -132,6 +132,26 @@ fn bmemcached_binary_protocol() {
     run_python_client(python, "kv_bmemcached.py", &[&srv.port.to_string()], &srv);
 }
 
+/// bmemcached authenticating with SASL PLAIN to `duality kv -S`, the
+/// users in the file `MEMCACHED_SASL_PWDB` names.
+#[test]
+fn bmemcached_sasl() {
+    let python = python_with_bmemcached();
+    let dir = TempDir::new("kv-bmemcached-sasl");
+    let pw = dir.path().join("pw");
+    std::fs::write(&pw, "alice:secret\n").unwrap();
+    let srv = KvProc::start_with_env(
+        &["-t", "2", "-S"],
+        &[("MEMCACHED_SASL_PWDB", pw.as_os_str())],
+    );
+    run_python_client(
+        python,
+        "kv_bmemcached_sasl.py",
+        &[&srv.port.to_string()],
+        &srv,
+    );
+}
+
 /// Waits until something listens on `port`.
 fn wait_listening(port: u16, what: &str, log: &std::path::Path) {
     let addr = Addr::Tcp(([127, 0, 0, 1], port).into());

@@ -10,9 +10,9 @@
 //! memcached's own item sizes and classes) the shape is compared.
 //!
 //! The memcached command-line flags `duality kv` takes (`-A -U -B -R -C -d
-//! -P -V -o -F -X -W -a -b -r -k -u -f -n -D -Y`, and the refused `-S -Z`)
+//! -P -V -o -F -X -W -a -b -r -k -u -f -n -D -Y -S`, and the refused `-Z`)
 //! are checked on the built binary; `-Y`'s authentication is compared
-//! with memcached's.
+//! with memcached's (`-S`'s in `kv_sasl.rs`).
 
 mod common;
 
@@ -1011,7 +1011,10 @@ fn refused_flags() {
     assert!(!out.status.success());
     // What duality kv does not serve, and values memcached rejects too.
     for (args, says) in [
-        (&["-S"][..], "SASL authentication is not supported"),
+        (
+            &["-S", "-B", "ascii"][..],
+            "cannot allow the ASCII protocol",
+        ),
         (
             &["-Y", "/nonexistent/auth"][..],
             "Could not open authfile [/nonexistent/auth]",

@@ -97,10 +97,10 @@ pub struct KvArgs {
     /// UDP port: only 0 (off) is accepted; UDP is not supported.
     #[arg(short = 'U', long = "udp-port", default_value_t = 0)]
     udp_port: u16,
-    /// Protocol: auto (detected per connection), ascii (text and meta
-    /// only) or binary (binary only).
-    #[arg(short = 'B', long = "protocol", default_value = "auto", value_parser = ["auto", "ascii", "binary"])]
-    protocol: String,
+    /// Protocol: auto (detected per connection; the default), ascii (text
+    /// and meta only) or binary (binary only; the default with -S).
+    #[arg(short = 'B', long = "protocol", value_parser = ["auto", "ascii", "binary"])]
+    protocol: Option<String>,
     /// Most requests of one read served before the connection yields to
     /// others (memcached's -R; 64 here, 20 in memcached).
     #[arg(short = 'R', long = "max-reqs-per-event")]
@@ -181,7 +181,14 @@ pub struct KvArgs {
     /// (memcached's -D): only `:`, the default, is supported.
     #[arg(short = 'D', value_name = "CHAR")]
     prefix_delimiter: Option<String>,
-    /// Refused: SASL authentication is not supported (memcached's -S).
+    /// Binary connections must authenticate first with SASL PLAIN
+    /// (memcached's -S): the users are the `user:password` lines of the
+    /// file named by the environment variable MEMCACHED_SASL_PWDB
+    /// (memcached's password-file format; a Cyrus sasldb is not read).
+    /// Binary protocol only. Until a connection authenticates, any request
+    /// but version and the SASL ones is answered "Auth failure." and it
+    /// closes. The file is read once at start; the password crosses the
+    /// network in clear
     #[arg(short = 'S', long = "enable-sasl")]
     enable_sasl: bool,
     /// Connections must authenticate first (memcached's -Y, ASCII
@@ -411,10 +418,6 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     };
     let io = a.io.apply();
     anyhow::ensure!(
-        !a.enable_sasl,
-        "-S: SASL authentication is not supported by duality kv"
-    );
-    anyhow::ensure!(
         !a.enable_ssl,
         "-Z: TLS is not supported by duality kv; terminate TLS in front of it (a TLS proxy)"
     );
@@ -438,10 +441,47 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
     if let Some(0) = a.reqs_per_event {
         anyhow::bail!("-R must be at least 1");
     }
-    let protocol = match a.protocol.as_str() {
-        "ascii" => Mode::Text,
-        "binary" => Mode::Binary,
+    let protocol = match a.protocol.as_deref() {
+        Some("ascii") => Mode::Text,
+        Some("binary") => Mode::Binary,
+        // memcached's -S makes binary the default.
+        None if a.enable_sasl => Mode::Binary,
         _ => Mode::Unknown,
+    };
+    let sasl = if a.enable_sasl {
+        // memcached's words for the protocols SASL excludes.
+        anyhow::ensure!(
+            protocol == Mode::Binary,
+            "-S: You cannot allow the ASCII protocol while using SASL (-B binary)"
+        );
+        anyhow::ensure!(
+            a.auth_file.is_none(),
+            "-S and -Y: SASL (binary) and ASCII authentication exclude each other; choose one"
+        );
+        let Some(path) = std::env::var_os("MEMCACHED_SASL_PWDB") else {
+            anyhow::bail!(
+                "-S: set MEMCACHED_SASL_PWDB to a password file of `user:password` lines \
+                 (memcached's password-file format; duality kv does not read a Cyrus sasldb)"
+            );
+        };
+        let path = PathBuf::from(path);
+        let (users, ignored) =
+            duality_kv::auth::AuthFile::load_pwdb(&path).map_err(anyhow::Error::msg)?;
+        for line in ignored {
+            duality_rt::say!(
+                "duality kv: warning: {} line {line} has no ':' and is ignored (as memcached ignores it)",
+                path.display()
+            );
+        }
+        if users.is_empty() {
+            duality_rt::say!(
+                "duality kv: warning: {} names no user: no connection can authenticate",
+                path.display()
+            );
+        }
+        Some(users)
+    } else {
+        None
     };
     let auth = match &a.auth_file {
         Some(path) => {
@@ -561,6 +601,7 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
         disable_watch: a.disable_watch,
         listen_settings: listen_settings(&a),
         auth,
+        sasl,
         ..KvConfig::default()
     };
     let state = KvState::new(config)?;
@@ -689,7 +730,9 @@ pub fn run(a: KvArgs) -> anyhow::Result<()> {
             a.memory_limit,
             a.max_item_size,
             a.reqs_per_event.unwrap_or(64),
-            a.protocol,
+            a.protocol
+                .as_deref()
+                .unwrap_or(if a.enable_sasl { "binary" } else { "auto" }),
             if a.disable_evictions {
                 "off (-M)"
             } else {

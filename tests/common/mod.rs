@@ -428,6 +428,15 @@ fn drain(r: impl Read + Send + 'static, into: Arc<Mutex<Vec<u8>>>) -> std::threa
     })
 }
 
+/// How a [`KvProc`] is started beyond its arguments.
+#[derive(Default)]
+struct Spawn {
+    /// Descriptor limits (soft, hard) set before it runs.
+    nofile: Option<(u64, u64)>,
+    /// Environment variables set for it.
+    env: Vec<(&'static str, std::ffi::OsString)>,
+}
+
 /// `duality kv` as a child process; killed (and reaped) on drop.
 pub struct KvProc {
     child: Option<Child>,
@@ -442,7 +451,7 @@ impl KvProc {
     /// Starts `duality kv -p <free port> <args>` and waits for its `ready`
     /// line; retries on another port if the chosen one was taken meanwhile.
     pub fn start(args: &[&str]) -> KvProc {
-        KvProc::start_with(args, None)
+        KvProc::start_with(args, &Spawn::default())
     }
 
     /// Starts `duality kv <args>` (the caller gives `-p` or `-s`).
@@ -452,20 +461,32 @@ impl KvProc {
 
     /// Starts `duality kv -p PORT <args>`; the reason when it did not start.
     pub fn try_start(port: u16, args: &[&str]) -> Result<KvProc, String> {
-        KvProc::try_start_limited(port, args, None)
+        KvProc::try_start_limited(port, args, &Spawn::default())
     }
 
     /// As [`start`](Self::start), the server's descriptor limits (soft,
     /// hard) set to `nofile` before it runs.
     pub fn start_with_nofile(args: &[&str], nofile: (u64, u64)) -> KvProc {
-        KvProc::start_with(args, Some(nofile))
+        KvProc::start_with(
+            args,
+            &Spawn {
+                nofile: Some(nofile),
+                ..Spawn::default()
+            },
+        )
+    }
+
+    /// As [`start`](Self::start), with `env` set for the server.
+    pub fn start_with_env(args: &[&str], env: &[(&'static str, &std::ffi::OsStr)]) -> KvProc {
+        let env = env.iter().map(|(k, v)| (*k, v.to_os_string())).collect();
+        KvProc::start_with(args, &Spawn { env, nofile: None })
     }
 
     /// Tries five free ports: one may be taken again before the server binds it.
-    fn start_with(args: &[&str], nofile: Option<(u64, u64)>) -> KvProc {
+    fn start_with(args: &[&str], how: &Spawn) -> KvProc {
         let mut last = String::new();
         for _ in 0..5 {
-            match KvProc::try_start_limited(free_port(), args, nofile) {
+            match KvProc::try_start_limited(free_port(), args, how) {
                 Ok(p) => return p,
                 Err(e) => last = e,
             }
@@ -473,28 +494,21 @@ impl KvProc {
         panic!("duality kv did not start: {last}");
     }
 
-    fn try_start_limited(
-        port: u16,
-        args: &[&str],
-        nofile: Option<(u64, u64)>,
-    ) -> Result<KvProc, String> {
+    fn try_start_limited(port: u16, args: &[&str], how: &Spawn) -> Result<KvProc, String> {
         let p = port.to_string();
         let mut all = vec!["-p", p.as_str()];
         all.extend_from_slice(args);
-        KvProc::spawn_limited(port, &all, nofile)
+        KvProc::spawn_limited(port, &all, how)
     }
 
     fn spawn(port: u16, args: &[&str]) -> Result<KvProc, String> {
-        KvProc::spawn_limited(port, args, None)
+        KvProc::spawn_limited(port, args, &Spawn::default())
     }
 
-    fn spawn_limited(
-        port: u16,
-        args: &[&str],
-        nofile: Option<(u64, u64)>,
-    ) -> Result<KvProc, String> {
+    fn spawn_limited(port: u16, args: &[&str], how: &Spawn) -> Result<KvProc, String> {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_duality"));
-        if let Some((soft, hard)) = nofile {
+        cmd.envs(how.env.iter().map(|(k, v)| (k, v)));
+        if let Some((soft, hard)) = how.nofile {
             use std::os::unix::process::CommandExt;
             let lim = libc::rlimit {
                 rlim_cur: soft,
@@ -879,8 +893,43 @@ impl Memcached {
         })
     }
 
+    /// [`Memcached::start`] with `-S` and Cyrus SASL's configuration in
+    /// `conf_dir` (`SASL_CONF_PATH`): its readiness probe first sends a
+    /// binary PLAIN auth of `plain` (`authzid NUL user NUL password`).
+    pub fn start_sasl(extra: &[&str], conf_dir: &std::path::Path, plain: &[u8]) -> Memcached {
+        let mut auth = vec![0x80, 0x21, 0, 5, 0, 0, 0, 0];
+        auth.extend_from_slice(&(5 + plain.len() as u32).to_be_bytes());
+        auth.extend_from_slice(&[0; 12]);
+        auth.extend_from_slice(b"PLAIN");
+        auth.extend_from_slice(plain);
+        let mut all = vec!["-S"];
+        all.extend_from_slice(extra);
+        Memcached::start_with(&all, &[("SASL_CONF_PATH", conf_dir.as_os_str())], |addr| {
+            let mut s = std::net::TcpStream::connect(addr).ok()?;
+            s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+            s.write_all(&auth).ok()?;
+            let mut head = [0u8; 24];
+            s.read_exact(&mut head).ok()?;
+            let mut body =
+                vec![0; u32::from_be_bytes([head[8], head[9], head[10], head[11]]) as usize];
+            s.read_exact(&mut body).ok()?;
+            (head[6..8] == [0, 0]).then_some(())?;
+            // Then a binary stat on the authenticated connection.
+            duality_bench::servers::stats_pid_on(s, true).ok()
+        })
+    }
+
     /// Starts it; `pid_at` reads the pid of what answers at an address.
     fn start_probed(extra: &[&str], pid_at: impl Fn(SocketAddr) -> Option<u32>) -> Memcached {
+        Memcached::start_with(extra, &[], pid_at)
+    }
+
+    /// [`start_probed`](Self::start_probed) with `env` set for it.
+    fn start_with(
+        extra: &[&str],
+        env: &[(&str, &std::ffi::OsStr)],
+        pid_at: impl Fn(SocketAddr) -> Option<u32>,
+    ) -> Memcached {
         let bin = Memcached::binary()
             .expect("memcached is not installed (apt-get install memcached; CI installs it)");
         let mut last = String::new();
@@ -889,6 +938,7 @@ impl Memcached {
             let mut cmd = Command::new(bin);
             cmd.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1"]);
             cmd.args(["-m", "64", "-t", "2"]).args(extra);
+            cmd.envs(env.iter().copied());
             if running_as_root() {
                 // memcached refuses to run as root without -u.
                 cmd.args(["-u", "root"]);

@@ -491,8 +491,14 @@ pub fn stats_pid(addr: std::net::SocketAddr, binary: bool) -> Option<u32> {
 /// [`stats_pid`], or what went wrong in words: no connection, no answer
 /// within 2 s, the connection closed, or an answer without a pid.
 pub fn stats_pid_or_why(addr: std::net::SocketAddr, binary: bool) -> Result<u32, String> {
+    let s = std::net::TcpStream::connect(addr).map_err(|e| format!("connecting: {e}"))?;
+    stats_pid_on(s, binary)
+}
+
+/// [`stats_pid_or_why`] on a connection already made (one that has
+/// authenticated, say).
+pub fn stats_pid_on(mut s: std::net::TcpStream, binary: bool) -> Result<u32, String> {
     use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).map_err(|e| format!("connecting: {e}"))?;
     s.set_read_timeout(Some(STATS_WAIT))
         .map_err(|e| e.to_string())?;
     let read = |s: &mut std::net::TcpStream, buf: &mut [u8]| match s.read(buf) {

@@ -188,4 +188,21 @@ fn main() {
         }
         report(&format!("parse {name}"), n, start.elapsed());
     }
+
+    // `-S`: a binary SASL PLAIN auth, parsed and checked.
+    let users = duality_kv::auth::AuthFile::parse_pwdb(b"alice:secret\nbob:pw\n").0;
+    let mut auth = vec![0x80, 0x21, 0, 5, 0, 0, 0, 0, 0, 0, 0, 18];
+    auth.extend_from_slice(&[0; 12]);
+    auth.extend_from_slice(b"PLAIN\0alice\0secret");
+    let start = Instant::now();
+    let n = rounds * KEYS;
+    for _ in 0..n {
+        if let duality_kv::sasl::Frame::Request { op, .. } =
+            duality_kv::sasl::parse(black_box(&auth), &limits)
+        {
+            let mut state = duality_kv::sasl::State::default();
+            black_box(duality_kv::sasl::answer(&mut state, op, &users));
+        }
+    }
+    report("parse sasl plain auth", n, start.elapsed());
 }

@@ -76,6 +76,44 @@ impl AuthFile {
         Ok(AuthFile { users, path: None })
     }
 
+    /// Reads `path` as memcached's SASL password file
+    /// (`MEMCACHED_SASL_PWDB`): `user:password` lines, the password up to
+    /// a second `:` (the rest ignored) or a carriage return. A line without
+    /// a `:` is ignored, as memcached ignores it: their numbers come back,
+    /// for a warning.
+    pub fn load_pwdb(path: &Path) -> Result<(AuthFile, Vec<usize>), String> {
+        let text = std::fs::read(path).map_err(|e| {
+            format!(
+                "Could not open the SASL password file [{}] for reading, error {e}",
+                path.display()
+            )
+        })?;
+        let (mut file, ignored) = AuthFile::parse_pwdb(&text);
+        file.path = Some(path.to_owned());
+        Ok((file, ignored))
+    }
+
+    /// The users of a SASL password file's text (see
+    /// [`load_pwdb`](Self::load_pwdb)), and the numbers of the non-empty
+    /// lines it ignored.
+    pub fn parse_pwdb(text: &[u8]) -> (AuthFile, Vec<usize>) {
+        let mut users = Vec::new();
+        let mut ignored = Vec::new();
+        for (i, line) in text.split(|&b| b == b'\n').enumerate() {
+            let Some(c) = line.iter().position(|&b| b == b':') else {
+                if !line.is_empty() && line != b"\r" {
+                    ignored.push(i + 1);
+                }
+                continue;
+            };
+            let rest = &line[c + 1..];
+            let end = rest.iter().position(|&b| b == b':' || b == b'\r');
+            let password = &rest[..end.unwrap_or(rest.len())];
+            users.push((line[..c].into(), password.into()));
+        }
+        (AuthFile { users, path: None }, ignored)
+    }
+
     /// Whether `user` with `password` is one of the file's (every entry
     /// compared in full, whatever matched: how long a refusal takes says
     /// nothing of which user exists).
@@ -244,6 +282,20 @@ mod tests {
             swallow: 0,
             answer,
         }
+    }
+
+    #[test]
+    fn a_sasl_password_file_is_read_as_memcached_reads_it() {
+        let text = b"alice:secret\r\nbob:pw:uid=7\n\nnocolon\ncarol:\n:x\n";
+        let (f, ignored) = AuthFile::parse_pwdb(text);
+        assert_eq!(ignored, [4]);
+        assert!(f.check(b"alice", b"secret"));
+        assert!(f.check(b"bob", b"pw"));
+        assert!(!f.check(b"bob", b"pw:uid=7"));
+        assert!(!f.check(b"alice", b"secret\r"));
+        assert!(f.check(b"carol", b""));
+        assert_eq!(f.len(), 4);
+        assert_eq!(AuthFile::parse_pwdb(b"").0.len(), 0);
     }
 
     #[test]

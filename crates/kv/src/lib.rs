@@ -122,6 +122,7 @@ pub mod budget;
 pub mod command;
 mod num;
 pub mod protocol;
+pub mod sasl;
 pub mod server;
 pub mod store;
 pub mod watch;

@@ -100,6 +100,10 @@ pub struct KvConfig {
     /// Users a connection must authenticate as first (memcached's `-Y`:
     /// see [`auth`](crate::auth)); `None`: no authentication.
     pub auth: Option<crate::auth::AuthFile>,
+    /// Users a binary connection must authenticate as first, with SASL
+    /// PLAIN (memcached's `-S`: see [`sasl`](crate::sasl)); `None`: no
+    /// SASL (its frames are "Unknown command").
+    pub sasl: Option<crate::auth::AuthFile>,
 }
 
 impl Default for KvConfig {
@@ -124,6 +128,7 @@ impl Default for KvConfig {
             disable_watch: false,
             listen_settings: Vec::new(),
             auth: None,
+            sasl: None,
         }
     }
 }
@@ -911,10 +916,11 @@ impl ExecContext for Ctx<'_> {
                     ("lru_segmented", "no"),
                     ("track_sizes", "no"),
                     ("ssl_enabled", "no"),
-                    ("auth_enabled_sasl", "no"),
                 ] {
                     crate::write_stat(out, name, v);
                 }
+                let sasl = if s.config.sasl.is_some() { "yes" } else { "no" };
+                crate::write_stat(out, "auth_enabled_sasl", sasl);
                 // As memcached: the file's path, where there is one.
                 let auth = s.config.auth.as_ref().and_then(|a| a.path());
                 let auth = auth.map_or("no".into(), |p| p.display().to_string());
@@ -1004,8 +1010,11 @@ pub struct KvSession {
     no_eol: u32,
     /// Its `stats conns` entry (`None`: not listed).
     conn: Option<ConnGuard>,
-    /// It authenticated (only asked where the server has users, `-Y`).
+    /// It authenticated (only asked where the server has users, `-Y` or
+    /// `-S`).
     authenticated: bool,
+    /// A SASL PLAIN auth without data was answered "continue" (`-S`).
+    sasl_pending: bool,
 }
 
 impl KvSession {
@@ -1039,6 +1048,20 @@ pub enum AuthAnswer {
     Checked(bool),
     /// A line past its bound without an end: closed.
     Close,
+    /// A binary answer (`-S`): header with this opcode, status and
+    /// opaque, then the body; `close` after it.
+    Binary {
+        /// The request's opcode byte.
+        opcode: u8,
+        /// The request's opaque.
+        opaque: u32,
+        /// The answer's status.
+        status: Status,
+        /// Its body.
+        body: &'static [u8],
+        /// Close once it is written.
+        close: bool,
+    },
 }
 
 /// A storage request parsed before its large value (see
@@ -2156,6 +2179,26 @@ impl KvProtocol {
             AuthAnswer::Refused(line) => line,
             AuthAnswer::Checked(true) => b"STORED\r\n",
             AuthAnswer::Checked(false) => b"CLIENT_ERROR authentication failure\r\n",
+            AuthAnswer::Binary {
+                opcode,
+                opaque,
+                status,
+                body,
+                close,
+            } => {
+                let header = crate::protocol::binary::ResponseHeader {
+                    opcode,
+                    key_len: 0,
+                    extras_len: 0,
+                    status,
+                    body_len: body.len() as u32,
+                    opaque,
+                    cas: 0,
+                };
+                crate::protocol::binary::write_response_header(out, &header);
+                out.extend_from_slice(body);
+                return Ending::Answered(if close { Flow::Close } else { Flow::Continue });
+            }
         };
         out.extend_from_slice(line);
         Ending::Answered(Flow::Continue)
@@ -2228,6 +2271,9 @@ impl KvProtocol {
     }
 
     fn parse_bin<'a>(&self, s: &mut KvSession, input: &'a [u8]) -> Parsed<KvRequest<'a>> {
+        if let Some(parsed) = self.parse_sasl(s, input) {
+            return parsed;
+        }
         match parse_binary(input, &self.0.limits) {
             Ok((req, used)) => Parsed::Request(KvRequest::Binary(Ok(req)), used),
             Err(BinError::Incomplete { need }) => {
@@ -2252,6 +2298,99 @@ impl KvProtocol {
                 Parsed::Request(KvRequest::Binary(Err(e)), here)
             }
         }
+    }
+}
+
+impl KvProtocol {
+    /// A binary connection's SASL frames, and under `-S` the requests of
+    /// one not yet authenticated (see [`sasl`](crate::sasl)); `None`: the
+    /// binary parser's. Decided here, in the connection's order, so the
+    /// requests after an auth in the same read see its outcome.
+    fn parse_sasl<'a>(&self, s: &mut KvSession, input: &'a [u8]) -> Option<Parsed<KvRequest<'a>>> {
+        use crate::protocol::binary::HEADER_LEN;
+        use crate::sasl::Frame;
+        let users = self.0.config.sasl.as_ref();
+        let answer = |opcode, opaque, status: Status, close| {
+            KvRequest::Auth(AuthAnswer::Binary {
+                opcode,
+                opaque,
+                status,
+                body: status.message(),
+                close,
+            })
+        };
+        let frame = crate::sasl::parse(input, &self.0.limits);
+        let (users, frame) = match (users, frame) {
+            (_, Frame::Invalid { opcode, opaque }) => {
+                let used = HEADER_LEN.min(input.len());
+                let req = answer(opcode, opaque, Status::InvalidArguments, true);
+                return Some(Parsed::Request(req, used));
+            }
+            // Without -S the binary parser answers "Unknown command".
+            (None, _) => return None,
+            (Some(_), Frame::Other) => {
+                // memcached: contradicting lengths first (the binary
+                // parser's), then whether the connection may ask.
+                if s.authenticated || input.first() != Some(&REQUEST_MAGIC) {
+                    return None;
+                }
+                let h = input.get(..HEADER_LEN)?;
+                let key_and_extras =
+                    usize::from(u16::from_be_bytes([h[2], h[3]])) + usize::from(h[4]);
+                if crate::sasl::allowed_before(h[1])
+                    || key_and_extras > u32::from_be_bytes([h[8], h[9], h[10], h[11]]) as usize
+                {
+                    return None;
+                }
+                let opaque = u32::from_be_bytes([h[12], h[13], h[14], h[15]]);
+                let req = answer(h[1], opaque, Status::AuthError, true);
+                return Some(Parsed::Request(req, HEADER_LEN));
+            }
+            (Some(users), frame) => (users, frame),
+        };
+        Some(match frame {
+            Frame::Incomplete(need) => Parsed::Incomplete(need),
+            Frame::Refused {
+                opcode,
+                opaque,
+                status,
+                consumed,
+            } => {
+                let here = consumed.min(input.len());
+                s.swallow = consumed - here;
+                Parsed::Request(answer(opcode, opaque, status, false), here)
+            }
+            Frame::Request {
+                op,
+                opcode,
+                opaque,
+                used,
+            } => {
+                let mut state = crate::sasl::State {
+                    authenticated: s.authenticated,
+                    pending: s.sasl_pending,
+                };
+                let a = crate::sasl::answer(&mut state, op, users);
+                s.authenticated = state.authenticated;
+                s.sasl_pending = state.pending;
+                if let Some(ok) = a.decided {
+                    let [cmds, errors] = &self.0.auth_counts;
+                    cmds.fetch_add(1, Relaxed);
+                    if !ok {
+                        errors.fetch_add(1, Relaxed);
+                    }
+                }
+                let req = KvRequest::Auth(AuthAnswer::Binary {
+                    opcode,
+                    opaque,
+                    status: a.status,
+                    body: a.body,
+                    close: false,
+                });
+                Parsed::Request(req, used)
+            }
+            Frame::Other | Frame::Invalid { .. } => unreachable!("answered above"),
+        })
     }
 }
 

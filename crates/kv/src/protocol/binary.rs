@@ -505,6 +505,8 @@ pub enum Status {
     /// Authentication failed; memcached also answers it to a flush that
     /// `-F` forbids.
     AuthError = 0x0020,
+    /// A SASL authentication goes on: send a step (`-S`).
+    AuthContinue = 0x0021,
     /// Unknown command.
     UnknownCommand = 0x0081,
     /// Out of memory.
@@ -523,6 +525,7 @@ impl Status {
             Status::NotStored => b"Not stored.",
             Status::DeltaBadValue => b"Non-numeric server-side value for incr or decr",
             Status::AuthError => b"Auth failure.",
+            Status::AuthContinue => b"",
             Status::UnknownCommand => b"Unknown command",
             Status::OutOfMemory => b"Out of memory",
         }
