@@ -1305,6 +1305,64 @@ fn return_answers_every_request_as_nginx_does() {
     );
 }
 
+/// `--return 444` and a limit's `status=444` (nginx's 444): no answer
+/// at all, the connection closed, the request logged with 444 and 0 bytes,
+/// as nginx does; answers to requests before it on the connection still
+/// arrive.
+#[test]
+fn status_444_closes_without_an_answer_as_nginx_does() {
+    let (dir, root) = tree("return-444", &[("a.txt", "a\n")]);
+    let format = "$status $body_bytes_sent $request";
+    // What a raw exchange gets: the bytes, then whether the server closed.
+    let exchange = |url: &str, req: &str| -> (Vec<u8>, bool) {
+        let addr = url.trim_start_matches("http://");
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        s.write_all(req.as_bytes()).unwrap();
+        let mut got = Vec::new();
+        let closed = match s.read_to_end(&mut got) {
+            Ok(_) => true,
+            Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+        };
+        (got, closed)
+    };
+    let get = "GET /a.txt?x=1 HTTP/1.1\r\nHost: t\r\n\r\n";
+    let log = dir.0.join("ours.log");
+    let args = [
+        "--return",
+        "444",
+        "--access-log",
+        log.to_str().unwrap(),
+        "--log-format",
+        format,
+    ];
+    let server = HttpServer::start(&root, &args);
+    let ours = exchange(&server.url, get);
+    let ours_log = log_lines(&log, 1, 5);
+    assert!(server.stop().success());
+    assert_eq!(ours, (Vec::new(), true));
+    assert_eq!(ours_log, "444 0 GET /a.txt?x=1 HTTP/1.1\n");
+    // A limit refusing with 444: the first request's answer arrives, the
+    // second (over the rate) closes the connection.
+    let args = ["--limit-req", "1r/m status=444"];
+    let server = HttpServer::start(&root, &args);
+    let (got, closed) = exchange(&server.url, &get.repeat(3));
+    assert!(server.stop().success());
+    let text = String::from_utf8_lossy(&got);
+    assert!(closed && text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+    assert_eq!(text.matches("HTTP/1.1").count(), 1, "{text}");
+    if let Some(nginx) = duality_bench::http::find_nginx() {
+        let log = dir.0.join("nginx.log");
+        let http = format!("log_format f '{format}';\n");
+        let server = format!("access_log {} f;\nreturn 444;\n", log.display());
+        let n = duality_bench::http::RunningServer::nginx_in_blocks(&nginx, &root, &http, &server)
+            .unwrap();
+        assert_eq!(exchange(&format!("http://{}", n.addr), get), ours);
+        assert_eq!(log_lines(&log, 1, 5), ours_log);
+    }
+    refused_saying(&root, &["--return", "444 bye"], "takes no text");
+}
+
 /// `n` requests for `/a.txt` at once, each on its own connection: their
 /// statuses and how long each took, by status then time.
 fn at_once(url: &str, n: usize) -> Vec<(u16, Duration)> {

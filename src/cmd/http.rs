@@ -425,8 +425,9 @@ pub struct HttpArgs {
     /// 307 or 308 and the address, the access log's variables expanded;
     /// bytes a field may not hold percent-encoded), "200 TEXT" (a text/plain
     /// body), or a code alone: 200 (empty), 403, 404, 410, 500, 503 (its
-    /// page; `--error-page` applies). Checked before anything else, `--deny`
-    /// included, as nginx's
+    /// page; `--error-page` applies), or 444 (nginx's: the connection
+    /// closes without an answer, the request logged with 444). Checked
+    /// before anything else, `--deny` included, as nginx's
     #[arg(long = "return", value_name = "CODE [URL|TEXT]")]
     answer: Option<duality_http::Return>,
     /// Change a request's path, or redirect it, by a pattern (nginx's
@@ -446,10 +447,10 @@ pub struct HttpArgs {
     rewrites: Vec<duality_http::Rewrite>,
     /// Hold each client address to a rate (nginx's `limit_req_zone
     /// $binary_remote_addr` with `limit_req`): "RATE [burst=N]
-    /// [nodelay|delay=N] [zone=SIZE] [status=503|429]", e.g. "10r/s
+    /// [nodelay|delay=N] [zone=SIZE] [status=503|429|444]", e.g. "10r/s
     /// burst=20 nodelay". A leaky bucket per address, drained at RATE (Nr/s
     /// or Nr/m); a request beyond `burst` is answered 503 (or 429;
-    /// `--error-page` applies), one within it waits its turn unless
+    /// `--error-page` applies; 444 closes without an answer), one within it waits its turn unless
     /// `nodelay` (or the first N, `delay=N`). `zone` bounds the buckets
     /// (64 bytes each, nginx's count; 10m by default). The address is the
     /// one a trusted proxy names (`--real-ip-from`); Unix-socket clients are
@@ -461,13 +462,13 @@ pub struct HttpArgs {
     limit_req: Vec<duality_http::LimitReqConfig>,
     /// Connections of one client address that may have a request in
     /// progress at once (nginx's `limit_conn_zone $binary_remote_addr` with
-    /// `limit_conn`): "N [status=503|429]". A download being sent counts, a
+    /// `limit_conn`): "N [status=503|429|444]". A download being sent counts, a
     /// keep-alive connection waiting for its next request does not; a
     /// request over N is answered 503 (or 429; `--error-page` applies).
     /// Checked after `--limit-req`, before `--deny`; the address is the one
     /// a trusted proxy names (`--real-ip-from`); Unix-socket clients are
     /// not limited
-    #[arg(long, value_name = "N [status=503|429]")]
+    #[arg(long, value_name = "N [status=503|429|444]")]
     limit_conn: Option<duality_http::LimitConnConfig>,
     /// Send each response's body at most this fast, in bytes a second
     /// (nginx's `limit_rate`: `500k`, `2m`; the first second's worth goes

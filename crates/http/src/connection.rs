@@ -989,6 +989,9 @@ impl HttpProtocol {
         }
         if let Some(status) = refused {
             self.state.phases.request();
+            if status == Status::NoResponse {
+                return Some(self.no_response(session, head));
+            }
             session.pending = Some(Pending::Miss {
                 want_gzip: gzip::wanted(&self.state.cfg.gzip, head),
                 refused: Some(status),
@@ -1590,6 +1593,9 @@ impl HttpProtocol {
         out: &mut Output,
     ) -> Option<Plan> {
         let Some(text) = &answer.text else {
+            if answer.status == Status::NoResponse {
+                return Some(self.no_response(session, head));
+            }
             if answer.status == Status::Ok {
                 return Some(self.answered(session, head, out, |date, out| {
                     write_returned(head, Status::Ok, b"", date, out)
@@ -1615,6 +1621,20 @@ impl HttpProtocol {
             })
         };
         Some(plan)
+    }
+
+    /// nginx's 444: nothing is written, the connection closes (after the
+    /// answers before it), the request is logged with 444.
+    fn no_response(&self, session: &HttpSession, head: &Head<'_>) -> Plan {
+        let plan = Plan {
+            status: Status::NoResponse,
+            body: None,
+            parts: None,
+            keep_alive: false,
+            inline_body: 0,
+        };
+        self.log(session, Some(head), None, &plan);
+        plan
     }
 
     /// Answers `head` with a redirect to `location` (`--return`'s or a

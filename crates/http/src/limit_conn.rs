@@ -24,14 +24,15 @@ use crate::status::Status;
 pub struct LimitConnConfig {
     /// Connections of one address with a request in progress, at most.
     pub max: u32,
-    /// The answer to a request over it: 503 or 429.
+    /// The answer to a request over it: 503, 429 or 444 (closed without
+    /// an answer).
     pub status: Status,
 }
 
 impl FromStr for LimitConnConfig {
     type Err = String;
 
-    /// `N [status=503|429]`.
+    /// `N [status=503|429|444]`.
     fn from_str(s: &str) -> Result<LimitConnConfig, String> {
         let mut words = s.split_whitespace();
         let n = words
@@ -50,6 +51,7 @@ impl FromStr for LimitConnConfig {
             match w.split_once('=') {
                 Some(("status", "503")) => cfg.status = Status::ServiceUnavailable,
                 Some(("status", "429")) => cfg.status = Status::TooManyRequests,
+                Some(("status", "444")) => cfg.status = Status::NoResponse,
                 _ => return Err(format!("invalid parameter \"{w}\"")),
             }
         }

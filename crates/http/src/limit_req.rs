@@ -31,7 +31,8 @@ pub struct LimitReqConfig {
     /// Excess (thousandths) served at once; past it a request waits.
     /// `nodelay`: the whole burst.
     pub delay: u64,
-    /// The answer to a request over the burst: 503 or 429.
+    /// The answer to a request over the burst: 503, 429 or 444 (closed
+    /// without an answer).
     pub status: Status,
     /// Buckets kept at most.
     pub buckets: usize,
@@ -40,7 +41,7 @@ pub struct LimitReqConfig {
 impl FromStr for LimitReqConfig {
     type Err = String;
 
-    /// `RATE [burst=N] [nodelay|delay=N] [zone=SIZE] [status=503|429]`:
+    /// `RATE [burst=N] [nodelay|delay=N] [zone=SIZE] [status=503|429|444]`:
     /// `10r/s`, `30r/m`; SIZE in nginx's units (`10m`, `512k`).
     fn from_str(s: &str) -> Result<LimitReqConfig, String> {
         let mut words = s.split_whitespace();
@@ -86,6 +87,7 @@ impl FromStr for LimitReqConfig {
                 }
                 Some(("status", "503")) => cfg.status = Status::ServiceUnavailable,
                 Some(("status", "429")) => cfg.status = Status::TooManyRequests,
+                Some(("status", "444")) => cfg.status = Status::NoResponse,
                 None if w == "nodelay" => nodelay = true,
                 _ => return Err(format!("invalid parameter \"{w}\"")),
             }

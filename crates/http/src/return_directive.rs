@@ -22,8 +22,8 @@ pub struct Return {
     pub text: Option<LogFormat>,
 }
 
-/// The codes `--return` answers with.
-const CODES: [Status; 11] = [
+/// The codes `--return` answers with (444: none, the connection closes).
+const CODES: [Status; 12] = [
     Status::Ok,
     Status::MovedPermanently,
     Status::Found,
@@ -35,6 +35,7 @@ const CODES: [Status; 11] = [
     Status::Gone,
     Status::InternalServerError,
     Status::ServiceUnavailable,
+    Status::NoResponse,
 ];
 
 impl Return {
@@ -72,6 +73,9 @@ impl FromStr for Return {
         let ret = Return { status, text };
         if ret.redirects() && ret.text.is_none() {
             return Err(format!("{code} needs the address to send clients to"));
+        }
+        if ret.status == Status::NoResponse && ret.text.is_some() {
+            return Err("444 closes the connection without an answer: it takes no text".into());
         }
         Ok(ret)
     }

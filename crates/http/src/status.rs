@@ -67,6 +67,10 @@ pub enum Status {
     ServiceUnavailable,
     /// 505: a version other than HTTP/1.x (HTTP/2 preface included).
     VersionNotSupported,
+    /// 444, nginx's own: the connection closes without an answer
+    /// (`--return 444`, a limit's `status=444`). Logged, never sent, so
+    /// not in [`Status::ALL`].
+    NoResponse,
 }
 
 impl Status {
@@ -98,6 +102,7 @@ impl Status {
             Status::ServiceUnavailable => 503,
             Status::NotImplemented => 501,
             Status::VersionNotSupported => 505,
+            Status::NoResponse => 444,
         }
     }
 
@@ -129,6 +134,7 @@ impl Status {
             Status::ServiceUnavailable => "Service Unavailable",
             Status::NotImplemented => "Not Implemented",
             Status::VersionNotSupported => "HTTP Version Not Supported",
+            Status::NoResponse => "No Response",
         }
     }
 
@@ -160,6 +166,7 @@ impl Status {
             Status::ServiceUnavailable => "503 Service Unavailable",
             Status::NotImplemented => "501 Not Implemented",
             Status::VersionNotSupported => "505 HTTP Version Not Supported",
+            Status::NoResponse => "444 No Response",
         }
     }
 }
