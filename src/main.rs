@@ -28,6 +28,9 @@ enum Command {
     /// The memcached-compatible cache server.
     Kv(cmd::kv::KvArgs),
     /// The static-file web server.
+    // A flag given twice: the later wins, so flags after --nginx-config
+    // change what the configuration said.
+    #[command(args_override_self = true)]
     Http(Box<cmd::http::HttpArgs>),
     /// Benchmarks and experiments, each with its peers in the same run.
     #[command(subcommand)]

@@ -3183,3 +3183,156 @@ fn root_and_limit_variables_log_as_nginx_does() {
         assert_eq!(seen(&format!("http://{}", n.addr), &nginx_log), ours);
     }
 }
+
+/// `--nginx-config FILE`: an nginx configuration of a static site (an
+/// `http` block with a log format and gzip, a `server` with index,
+/// try_files, an error page, a header, expires, a rewrite, an alias and
+/// the dot-file idiom) served by nginx from those directives and by
+/// duality from the file: the same statuses, `Location`s, bodies, chosen
+/// fields and log lines. Flags after it change what it said.
+#[test]
+fn an_nginx_configuration_serves_as_nginx_does() {
+    let (dir, root) = tree(
+        "nginx-config",
+        &[
+            ("a.txt", "a\n"),
+            ("page.html", "<p>page</p>\n"),
+            ("dir/index.html", "<p>dir</p>\n"),
+            ("404.html", "<p>not here</p>\n"),
+            (".git/config", "secret\n"),
+            ("new/p.txt", "p\n"),
+            ("big.txt", &"gzip me ".repeat(200)),
+        ],
+    );
+    let assets = dir.0.join("assets");
+    std::fs::create_dir_all(&assets).unwrap();
+    std::fs::write(assets.join("s.css"), "b{}\n").unwrap();
+    // The types of nginx's own file where it is installed (both read it).
+    let types = match Path::new("/etc/nginx/mime.types").is_file() {
+        true => "include /etc/nginx/mime.types;\n",
+        false => "",
+    };
+    let http = format!(
+        "{types}log_format f '$status \"$request\" $request_uri $args';\n\
+         gzip on; gzip_types text/plain; gzip_min_length 100;\n"
+    );
+    let server = format!(
+        "index index.html;\n\
+         try_files $uri $uri.html $uri/ =404;\n\
+         error_page 404 /404.html;\n\
+         add_header X-Frame-Options DENY;\n\
+         expires 1h;\n\
+         rewrite ^/old/(.*)$ /new/$1 permanent;\n\
+         location ~ /\\. {{ deny all; }}\n\
+         location /static/ {{ alias {}/; }}\n",
+        assets.display()
+    );
+    let asks: [(&str, &str); 10] = [
+        ("/a.txt", ""),
+        ("/page", ""),
+        ("/dir/", ""),
+        ("/dir", ""),
+        ("/missing", ""),
+        ("/.git/config", ""),
+        ("/static/s.css", ""),
+        ("/old/p.txt?x=1", ""),
+        ("/big.txt", "Accept-Encoding: gzip\r\n"),
+        ("/new/p.txt", "If-None-Match: \"nope\"\r\n"),
+    ];
+    let seen = |url: &str| -> Vec<String> {
+        asks.iter()
+            .map(|(path, fields)| {
+                let (code, fields, body) = call(url, "GET", path, fields);
+                let f = |n| field(&fields, n).unwrap_or("-").to_owned();
+                // The servers' own pages (a redirect's, a refusal's) differ.
+                let own = code == 301 || code == 403;
+                let body = match f("content-encoding").as_str() {
+                    "gzip" => "<gzip>".into(),
+                    _ if own => "<page>".into(),
+                    _ => String::from_utf8_lossy(&body).into_owned(),
+                };
+                // Each server's own port in an absolute redirect.
+                let mut location = f("location");
+                if let Some(rest) = location.strip_prefix("http://t:") {
+                    location = format!("http://t{}", &rest[rest.find('/').unwrap_or(rest.len())..]);
+                }
+                let mut ctype = f("content-type");
+                if own {
+                    ctype.truncate(ctype.find(';').unwrap_or(ctype.len()));
+                }
+                format!(
+                    "{path}: {code} {} {} {} {} {} {body:?}",
+                    location,
+                    ctype,
+                    f("content-encoding"),
+                    f("x-frame-options"),
+                    f("cache-control"),
+                )
+            })
+            .collect()
+    };
+    let conf = dir.0.join("site.conf");
+    let log = dir.0.join("ours.log");
+    std::fs::write(
+        &conf,
+        format!(
+            "http {{\n{http}\nserver {{\naccess_log {} f;\n{server}}}\n}}\n",
+            log.display()
+        ),
+    )
+    .unwrap();
+    let server_d = HttpServer::start(&root, &["--nginx-config", conf.to_str().unwrap()]);
+    let ours = seen(&server_d.url);
+    let ours_log = log_lines(&log, asks.len(), 5);
+    assert!(server_d.stop().success());
+    assert!(
+        ours[0].starts_with("/a.txt: 200 - text/plain"),
+        "{}",
+        ours[0]
+    );
+    assert!(
+        ours[0].ends_with(" - DENY max-age=3600 \"a\\n\""),
+        "{}",
+        ours[0]
+    );
+    assert!(
+        ours[7].starts_with("/old/p.txt?x=1: 301 http://t/new/p.txt?x=1"),
+        "{}",
+        ours[7]
+    );
+    assert!(ours[5].starts_with("/.git/config: 403"), "{}", ours[5]);
+    if let Some(nginx) = duality_bench::http::find_nginx() {
+        let nlog = dir.0.join("nginx.log");
+        let server = format!("access_log {} f;\n{server}", nlog.display());
+        let n = duality_bench::http::RunningServer::nginx_in_blocks(&nginx, &root, &http, &server)
+            .unwrap();
+        let theirs = seen(&format!("http://{}", n.addr));
+        for (o, t) in ours.iter().zip(&theirs) {
+            assert_eq!(o, t);
+        }
+        assert_eq!(ours_log, log_lines(&nlog, asks.len(), 5));
+    }
+    // A flag after it wins; a directive with no counterpart is refused.
+    let server_d = HttpServer::start(
+        &root,
+        &[
+            "--nginx-config",
+            conf.to_str().unwrap(),
+            "--absolute-redirect",
+            "off",
+        ],
+    );
+    let (_, fields, _) = call(&server_d.url, "GET", "/dir", "");
+    assert_eq!(field(&fields, "location"), Some("/dir/"));
+    assert!(server_d.stop().success());
+    std::fs::write(
+        &conf,
+        "server {\n  location / {\n    proxy_pass http://x;\n  }\n}\n",
+    )
+    .unwrap();
+    let said = refused(&root, &["--nginx-config", conf.to_str().unwrap()]);
+    assert!(
+        said.contains(":3: \"proxy_pass\": not translated"),
+        "{said}"
+    );
+}

@@ -15,6 +15,23 @@ pub struct HttpArgs {
     /// Directory to serve.
     #[arg(long)]
     root: PathBuf,
+    /// Take the settings of an nginx configuration serving static files
+    /// (one `server`, in `http` or alone; `include`d files read, a types
+    /// file as --types-file): its directives become these flags, as the
+    /// table in the README maps them, and the start-up line lists the
+    /// flags and what had no effect (sendfile, error_log…). A flag of one
+    /// value given after it replaces the file's; a repeatable one
+    /// (--index, --add-header, --expires…) adds to them. Where nginx's
+    /// defaults differ from duality's they are nginx's (absolute
+    /// redirects, its ETags, a 75 s keep-alive, gzip of text/html alone
+    /// from 20 bytes); links stay inside the root unless the file says
+    /// `disable_symlinks off`. A server without `listen` keeps this
+    /// flag's default. A directive with no counterpart
+    /// (proxy_pass, TLS, a location other than `/`, an alias, `~ /\.`
+    /// deny all or `= PATH` stub_status, map, …) is refused with its file
+    /// and line
+    #[arg(long, value_name = "FILE")]
+    nginx_config: Option<PathBuf>,
     /// Serve the paths under a prefix from another directory (nginx's
     /// `location /PREFIX/ { alias DIR/; }`): "/PREFIX/ DIR", e.g.
     /// "/static/ /srv/app/static" serves /static/css/a.css from

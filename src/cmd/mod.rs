@@ -14,6 +14,7 @@ pub mod bench_store;
 pub mod http;
 pub mod internal;
 pub mod kv;
+pub mod nginx_conf;
 pub mod process;
 
 /// Watches for a second stop signal once a graceful stop has begun: one of
@@ -302,7 +303,8 @@ pub fn parse_cli<T: clap::Parser>() -> (T, clap::ArgMatches) {
     let mut cmd = T::command();
     // Built, the subcommands know their full names for the usage line.
     cmd.build();
-    let matches = cmd.clone().get_matches();
+    let argv = nginx_conf::expand_args(std::env::args_os().collect());
+    let matches = cmd.clone().get_matches_from(argv);
     if let Some(("bench", bench)) = matches.subcommand() {
         let bench_cmd = cmd.find_subcommand("bench").expect("matched");
         if let Err(e) = no_value_twice(bench_cmd, bench) {

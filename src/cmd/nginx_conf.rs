@@ -1,0 +1,1276 @@
+//! `duality http --nginx-config FILE`: the configuration of an nginx that
+//! serves static files, read as `duality http`'s flags, so a site moves
+//! over without writing its command line by hand.
+//!
+//! One `server` (in `http`, or alone), its directives and those of the
+//! `http` and main contexts around it, as nginx inherits them (an array
+//! directive — `index`, `add_header`, `error_page`, `allow`/`deny` — at an
+//! inner level replaces the outer level's, as nginx's merge does).
+//! `location` blocks are taken where they are an idiom a flag stands for:
+//! `location /` (its directives are the server's), `location /P/ { alias
+//! D; }` (`--alias`), `location ~ /\. { deny all; }` (`--dotfiles deny`),
+//! `location = /P { stub_status; }` (`--stub-status`); and `if
+//! ($invalid_referer) { return 403; }` beside `valid_referers`. Tuning
+//! with no counterpart here (`sendfile`, `tcp_nopush`, `error_log`…) is
+//! accepted and listed, so the start-up line says what was left out;
+//! anything else (`proxy_pass`, TLS, other locations, `map`…) is refused
+//! with its file and line: a configuration is never half read in silence.
+//! A server without `listen` keeps duality's default address (nginx's is
+//! `*:80`), and one without `root` needs `--root`.
+//!
+//! [`parse`] reads nginx's syntax (pure); [`translate`] maps directives.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// One directive: its name, arguments (quotes and escapes resolved) and
+/// block, where it stood.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Directive {
+    /// Its name.
+    pub name: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Its `{ … }`, if it has one.
+    pub block: Option<Vec<Directive>>,
+    /// The line it starts on (1-based).
+    pub line: usize,
+}
+
+/// Reads nginx's configuration syntax: words separated by blanks, `;`
+/// ending a directive, `{ … }` a block, `#` a comment to the end of the
+/// line, `"…"` and `'…'` quoting (with `\"`, `\'`, `\\`, `\n`, `\t`,
+/// `\r` escapes, as nginx reads them). `Err`: the line and what is wrong.
+pub fn parse(text: &str) -> Result<Vec<Directive>, (usize, String)> {
+    let mut p = Parser {
+        chars: text.chars().collect(),
+        at: 0,
+        line: 1,
+        token_line: 1,
+    };
+    let list = p.block(false)?;
+    Ok(list)
+}
+
+struct Parser {
+    chars: Vec<char>,
+    at: usize,
+    line: usize,
+    /// Where the last token began.
+    token_line: usize,
+}
+
+enum Token {
+    Word(String),
+    Semicolon,
+    Open,
+    Close,
+    End,
+}
+
+impl Parser {
+    fn block(&mut self, inner: bool) -> Result<Vec<Directive>, (usize, String)> {
+        let mut list = Vec::new();
+        let mut words: Vec<String> = Vec::new();
+        let mut start = self.line;
+        loop {
+            let (token, line) = self.token()?;
+            match token {
+                Token::Word(w) => {
+                    if words.is_empty() {
+                        start = line;
+                    }
+                    words.push(w);
+                }
+                Token::Semicolon | Token::Open if words.is_empty() => {
+                    return Err((line, "a directive without a name".into()));
+                }
+                Token::Semicolon => {
+                    let name = words.remove(0);
+                    list.push(Directive {
+                        name,
+                        args: std::mem::take(&mut words),
+                        block: None,
+                        line: start,
+                    });
+                }
+                Token::Open => {
+                    let name = words.remove(0);
+                    let args = std::mem::take(&mut words);
+                    let block = self.block(true)?;
+                    list.push(Directive {
+                        name,
+                        args,
+                        block: Some(block),
+                        line: start,
+                    });
+                }
+                Token::Close if inner && words.is_empty() => return Ok(list),
+                Token::Close if !words.is_empty() => {
+                    return Err((line, format!("\"{}\" is not ended with \";\"", words[0])));
+                }
+                Token::Close => return Err((line, "unexpected \"}\"".into())),
+                Token::End if !words.is_empty() => {
+                    return Err((line, format!("\"{}\" is not ended with \";\"", words[0])));
+                }
+                Token::End if inner => {
+                    return Err((line, "a block is not closed with \"}\"".into()))
+                }
+                Token::End => return Ok(list),
+            }
+        }
+    }
+
+    /// The next token and the line it starts on.
+    fn token(&mut self) -> Result<(Token, usize), (usize, String)> {
+        let t = self.next_token()?;
+        Ok((t, self.token_line))
+    }
+
+    fn next_token(&mut self) -> Result<Token, (usize, String)> {
+        // Blanks and comments.
+        loop {
+            match self.chars.get(self.at) {
+                Some('\n') => {
+                    self.line += 1;
+                    self.at += 1;
+                }
+                Some(c) if c.is_whitespace() => self.at += 1,
+                Some('#') => {
+                    while self.chars.get(self.at).is_some_and(|&c| c != '\n') {
+                        self.at += 1;
+                    }
+                }
+                _ => break,
+            }
+        }
+        self.token_line = self.line;
+        let Some(&c) = self.chars.get(self.at) else {
+            return Ok(Token::End);
+        };
+        match c {
+            ';' => {
+                self.at += 1;
+                return Ok(Token::Semicolon);
+            }
+            '{' => {
+                self.at += 1;
+                return Ok(Token::Open);
+            }
+            '}' => {
+                self.at += 1;
+                return Ok(Token::Close);
+            }
+            _ => {}
+        }
+        let mut word = String::new();
+        if c == '"' || c == '\'' {
+            let start = self.line;
+            self.at += 1;
+            loop {
+                let Some(&ch) = self.chars.get(self.at) else {
+                    return Err((start, format!("a {c}quoted{c} string is not closed")));
+                };
+                self.at += 1;
+                match ch {
+                    '\\' => {
+                        let next = self.chars.get(self.at).copied();
+                        self.at += 1;
+                        match next {
+                            Some('"') => word.push('"'),
+                            Some('\'') => word.push('\''),
+                            Some('\\') => word.push('\\'),
+                            Some('n') => word.push('\n'),
+                            Some('t') => word.push('\t'),
+                            Some('r') => word.push('\r'),
+                            Some(other) => {
+                                if other == '\n' {
+                                    self.line += 1;
+                                }
+                                word.push('\\');
+                                word.push(other);
+                            }
+                            None => return Err((start, "a quoted string is not closed".into())),
+                        }
+                    }
+                    '\n' => {
+                        self.line += 1;
+                        word.push('\n');
+                    }
+                    q if q == c => break,
+                    other => word.push(other),
+                }
+            }
+            // nginx wants a separator after a quoted word.
+            if let Some(&n) = self.chars.get(self.at) {
+                if !(n.is_whitespace() || n == ';' || n == '{' || n == '}') {
+                    return Err((
+                        self.line,
+                        format!("unexpected \"{n}\" after a quoted string"),
+                    ));
+                }
+            }
+            return Ok(Token::Word(word));
+        }
+        while let Some(&ch) = self.chars.get(self.at) {
+            // `{` ends a word, but for a variable's `${`.
+            if ch.is_whitespace() || ch == ';' || (ch == '{' && !word.ends_with('$')) {
+                break;
+            }
+            // `}` ends a word only where it does not close `${…}`.
+            let open_variable = match (word.rfind("${"), word.rfind('}')) {
+                (Some(o), Some(c)) => o > c,
+                (o, _) => o.is_some(),
+            };
+            if ch == '}' && !open_variable {
+                break;
+            }
+            if ch == '\\' {
+                if let Some(&next) = self.chars.get(self.at + 1) {
+                    word.push(ch);
+                    word.push(next);
+                    self.at += 2;
+                    continue;
+                }
+            }
+            word.push(ch);
+            self.at += 1;
+        }
+        Ok(Token::Word(word))
+    }
+}
+
+/// What a configuration came to.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Translated {
+    /// `duality http`'s arguments.
+    pub args: Vec<String>,
+    /// Directives accepted without effect, with where they were.
+    pub ignored: Vec<String>,
+}
+
+/// `duality http … --nginx-config FILE …` with FILE's flags put right
+/// after `http` (so the flags given after them win); any other command
+/// line as it is. A configuration that cannot be translated ends the
+/// process with its error.
+pub fn expand_args(mut argv: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    if argv.get(1).is_none_or(|a| a != "http") {
+        return argv;
+    }
+    let mut file = None;
+    for (i, a) in argv.iter().enumerate().skip(2) {
+        let a = a.to_string_lossy();
+        if a == "--" {
+            break;
+        }
+        if let Some(f) = a.strip_prefix("--nginx-config=") {
+            file = Some(PathBuf::from(f));
+        } else if a == "--nginx-config" {
+            file = argv.get(i + 1).map(PathBuf::from);
+        }
+    }
+    let Some(file) = file else {
+        return argv;
+    };
+    match translate_file(&file) {
+        Ok(t) => {
+            let shown: Vec<String> = t.args.iter().map(|a| shell_word(a)).collect();
+            duality_rt::say!(
+                "duality http: from {}: {}{}",
+                file.display(),
+                shown.join(" "),
+                match t.ignored.is_empty() {
+                    true => String::new(),
+                    false => format!("; without effect here: {}", t.ignored.join(", ")),
+                }
+            );
+            argv.splice(2..2, t.args.into_iter().map(Into::into));
+            argv
+        }
+        Err(e) => {
+            duality_rt::say!("duality: --nginx-config: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// `word` as a shell reads it back.
+fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./:=@,+%".contains(&b));
+    match plain {
+        true => word.to_string(),
+        false => format!("'{}'", word.replace('\'', "'\\''")),
+    }
+}
+
+/// Reads and translates `path` (see the [module](self)).
+pub fn translate_file(path: &Path) -> Result<Translated, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("{}: cannot read it: {e}", path.display()))?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    translate(&text, &path.display().to_string(), dir)
+}
+
+/// Translates a configuration's `text` (`name`: its file, for messages;
+/// `dir`: where relative `include`s are found).
+pub fn translate(text: &str, name: &str, dir: &Path) -> Result<Translated, String> {
+    let list = parse(text).map_err(|(line, e)| format!("{name}:{line}: {e}"))?;
+    let mut t = State {
+        dir: dir.to_path_buf(),
+        ..State::default()
+    };
+    t.context(&list, Level::Main, name)?;
+    t.finish(name)
+}
+
+/// Where a directive stands; deeper levels replace arrays of outer ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Level {
+    Main,
+    Http,
+    Server,
+    Location,
+}
+
+#[derive(Default)]
+struct State {
+    dir: PathBuf,
+    /// Flags with one value, in the order met (a later one wins).
+    single: Vec<(String, String)>,
+    /// Array directives: flag, value, level.
+    arrays: Vec<(&'static str, String, Level)>,
+    ignored: Vec<String>,
+    log_formats: HashMap<String, (String, String)>,
+    access_log: Option<(String, String, usize)>,
+    req_zones: HashMap<String, (String, String)>,
+    limit_req: Vec<(String, Vec<String>, usize)>,
+    limit_req_status: Option<String>,
+    conn_zones: HashMap<String, String>,
+    limit_conn: Option<(String, String, usize)>,
+    limit_conn_status: Option<String>,
+    workers: Option<u64>,
+    worker_connections: Option<u64>,
+    servers: usize,
+    referers: Option<String>,
+    referer_if: bool,
+}
+
+/// nginx's defaults where duality's differ: absolute redirects, its ETag
+/// format, a 75 s keep-alive, gzip of text/html alone from 20 bytes.
+/// (`disable_symlinks off` is nginx's default too; duality keeps links
+/// inside the root unless the configuration says it.)
+const NGINX_DEFAULTS: [(&str, &str); 5] = [
+    ("--absolute-redirect", "on"),
+    ("--etag", "nginx"),
+    ("--idle-timeout", "75"),
+    ("--gzip-types", "text/html"),
+    ("--gzip-min-length", "20"),
+];
+
+/// Array flags one nginx list stands for.
+const GROUPS: &[&[&str]] = &[
+    &["--allow", "--deny"],
+    &["--add-header", "--add-header-always"],
+];
+
+/// Directives of tuning that has no counterpart here, with why.
+const IGNORED: &[(&str, &str)] = &[
+    ("sendfile", "always used from --sendfile-threshold"),
+    ("tcp_nopush", "the server batches its writes"),
+    ("tcp_nodelay", "always on"),
+    ("error_log", "errors go to standard error"),
+    (
+        "worker_rlimit_nofile",
+        "the descriptor limit is raised to its hard limit",
+    ),
+    ("daemon", "run it under a supervisor"),
+    ("master_process", "one process"),
+    ("multi_accept", "the models accept as they do"),
+    ("accept_mutex", "the models accept as they do"),
+    ("use", "epoll or io_uring (--io)"),
+    ("server_name", "one server answers every name"),
+    ("server_tokens", "Server: duality"),
+    ("gzip_vary", "Vary is always sent where a variant exists"),
+    ("gzip_buffers", "no buffers to size"),
+    ("gzip_proxied", "no proxy is told apart"),
+    ("open_file_cache_min_uses", "every file is kept"),
+    ("open_file_cache_errors", "misses are not kept"),
+    ("output_buffers", "no buffers to size"),
+    ("client_body_buffer_size", "bodies are dropped"),
+    (
+        "client_header_buffer_size",
+        "heads are read whole up to --max-head-bytes",
+    ),
+    ("types_hash_max_size", "no hash to size"),
+    ("types_hash_bucket_size", "no hash to size"),
+    ("server_names_hash_bucket_size", "no hash to size"),
+    ("keepalive_disable", "keep-alive is for every client"),
+    (
+        "reset_timedout_connection",
+        "timed-out connections are closed",
+    ),
+    ("log_not_found", "misses are logged in the access log only"),
+];
+
+impl State {
+    fn context(&mut self, list: &[Directive], level: Level, name: &str) -> Result<(), String> {
+        for d in list {
+            self.directive(d, level, name)?;
+        }
+        Ok(())
+    }
+
+    /// A flag with one value: an inner level's replaces an outer's.
+    fn single(&mut self, flag: &str, value: impl Into<String>) {
+        self.single.retain(|(f, _)| f != flag);
+        self.single.push((flag.into(), value.into()));
+    }
+
+    fn directive(&mut self, d: &Directive, level: Level, name: &str) -> Result<(), String> {
+        let at = format!("{name}:{}: \"{}\"", d.line, d.name);
+        let err = |why: &str| Err(format!("{at}: {why}"));
+        let a = &d.args;
+        let n = a.len();
+        let one = || -> Result<&str, String> {
+            match &a[..] {
+                [v] => Ok(v.as_str()),
+                _ => Err(format!("{at}: takes one argument")),
+            }
+        };
+        let on_off = || -> Result<&str, String> {
+            match &a[..] {
+                [v] if v == "on" || v == "off" => Ok(v.as_str()),
+                _ => Err(format!("{at}: takes on or off")),
+            }
+        };
+        if d.block.is_some()
+            && !matches!(
+                d.name.as_str(),
+                "http" | "events" | "server" | "location" | "types" | "if"
+            )
+        {
+            return err("a block is not taken here");
+        }
+        match d.name.as_str() {
+            "http" | "events" => {
+                let inner = if d.name == "http" {
+                    Level::Http
+                } else {
+                    Level::Main
+                };
+                self.context(d.block.as_deref().unwrap_or_default(), inner, name)?;
+            }
+            "server" => {
+                let Some(block) = &d.block else {
+                    return err("an upstream's server is not served here (no proxying)");
+                };
+                self.servers += 1;
+                if self.servers > 1 {
+                    return err(
+                        "one server block: duality http serves one site (run one per site)",
+                    );
+                }
+                self.context(block, Level::Server, name)?;
+            }
+            "include" => {
+                let file = one()?;
+                if file.contains(['*', '?', '[']) {
+                    return err("a pattern: name the file");
+                }
+                let path = self.dir.join(file);
+                let text = std::fs::read_to_string(&path)
+                    .map_err(|e| format!("{at}: {}: {e}", path.display()))?;
+                let shown = path.display().to_string();
+                let list = parse(&text).map_err(|(line, e)| format!("{shown}:{line}: {e}"))?;
+                // A types file (mime.types) is the table's own flag.
+                if let [Directive {
+                    name,
+                    args,
+                    block: Some(_),
+                    ..
+                }] = &list[..]
+                {
+                    if name == "types" && args.is_empty() {
+                        self.single("--types-file", shown);
+                        return Ok(());
+                    }
+                }
+                self.context(&list, level, &shown)?;
+            }
+            "types" => {
+                for t in d.block.as_deref().unwrap_or_default() {
+                    if t.block.is_some() || t.args.is_empty() {
+                        return Err(format!("{name}:{}: a type and its extensions", t.line));
+                    }
+                    let mut v = t.name.clone();
+                    for ext in &t.args {
+                        v.push(' ');
+                        v.push_str(ext);
+                    }
+                    self.arrays.push(("--type", v, level));
+                }
+            }
+            "location" => self.location(d, name)?,
+            "if" => {
+                let cond = a.join(" ");
+                let block = d.block.as_deref().unwrap_or_default();
+                let returns_403 = matches!(block, [r] if r.name == "return" && r.args == ["403"]);
+                if cond == "($invalid_referer)" && returns_403 {
+                    self.referer_if = true;
+                } else {
+                    return err("only `if ($invalid_referer) { return 403; }` is taken");
+                }
+            }
+            "user" => {
+                if n == 0 || n > 2 {
+                    return err("takes a user and perhaps a group");
+                }
+                self.single("--user", &a[0]);
+            }
+            "pid" => self.single("--pid-file", one()?),
+            "worker_processes" => match one()? {
+                "auto" => self.workers = None,
+                v => {
+                    let w: u64 = v
+                        .parse()
+                        .ok()
+                        .filter(|&w| w > 0)
+                        .ok_or(format!("{at}: a number or auto"))?;
+                    self.workers = Some(w);
+                }
+            },
+            "worker_connections" => {
+                let c: u64 = one()?
+                    .parse()
+                    .ok()
+                    .filter(|&c| c > 0)
+                    .ok_or(format!("{at}: a number"))?;
+                self.worker_connections = Some(c);
+            }
+            "listen" => {
+                let Some(addr) = a.first() else {
+                    return err("takes an address");
+                };
+                for p in &a[1..] {
+                    match p.as_str() {
+                        "default_server" | "default" | "bind" | "deferred" => {}
+                        "reuseport" => self.single("--accept-balance", "reuseport"),
+                        "proxy_protocol" => self.single("--proxy-protocol", "on"),
+                        "ssl" | "http2" | "quic" => {
+                            return err("TLS and HTTP/2 are not served: put a TLS proxy in front");
+                        }
+                        p if p.starts_with("backlog=") || p.starts_with("so_keepalive=") => {
+                            self.ignored.push(format!("listen {p} ({name}:{})", d.line));
+                        }
+                        p => return err(&format!("the parameter \"{p}\" is not taken")),
+                    }
+                }
+                self.arrays.push(("--listen", addr.clone(), Level::Server));
+            }
+            "root" => {
+                let root = one()?;
+                if !root.starts_with('/') {
+                    return err(
+                        "give an absolute path (nginx reads a relative one from its prefix)",
+                    );
+                }
+                self.single("--root", root);
+            }
+            "index" => {
+                if n == 0 {
+                    return err("takes names");
+                }
+                for i in a {
+                    self.arrays.push(("--index", i.clone(), level));
+                }
+            }
+            "autoindex" => self.single("--autoindex", on_off()?),
+            "autoindex_format" => self.single("--autoindex-format", one()?),
+            "autoindex_exact_size" => self.single("--autoindex-exact-size", on_off()?),
+            "autoindex_localtime" => self.single("--autoindex-localtime", on_off()?),
+            "charset" => self.single("--charset", one()?),
+            "default_type" => self.single("--default-type", one()?),
+            "try_files" => {
+                if n < 2 {
+                    return err("takes files and a last entry");
+                }
+                self.single("--try-files", a.join(" "));
+            }
+            "error_page" => {
+                if n < 2 {
+                    return err("takes codes and a page");
+                }
+                self.arrays.push(("--error-page", a.join(" "), level));
+            }
+            "gzip" => self.single("--gzip", on_off()?),
+            "gzip_static" => self.single("--gzip-static", on_off()?),
+            "gzip_comp_level" => self.single("--gzip-level", one()?),
+            "gzip_min_length" => self.single(
+                "--gzip-min-length",
+                size(one()?).ok_or(format!("{at}: a size"))?.to_string(),
+            ),
+            "gzip_http_version" => self.single("--gzip-http-version", one()?),
+            "gzip_types" => {
+                if n == 0 {
+                    return err("takes types");
+                }
+                self.single("--gzip-types", a.join(" "));
+            }
+            "access_log" => match &a[..] {
+                [off] if off == "off" => self.access_log = None,
+                [path] => self.access_log = Some((path.clone(), "combined".into(), d.line)),
+                [path, format] => self.access_log = Some((path.clone(), format.clone(), d.line)),
+                _ => {
+                    return err(
+                        "takes a path and a format name (buffer= and the rest are not taken)",
+                    )
+                }
+            },
+            "log_format" => {
+                let mut rest = a.iter();
+                let fname = rest.next().ok_or(format!("{at}: takes a name"))?.clone();
+                let mut escape = "default".to_string();
+                let mut text = String::new();
+                for (i, v) in rest.enumerate() {
+                    match v.strip_prefix("escape=") {
+                        Some(e) if i == 0 => escape = e.into(),
+                        _ => text.push_str(v),
+                    }
+                }
+                self.log_formats.insert(fname, (escape, text));
+            }
+            "keepalive_timeout" => {
+                if n != 1 {
+                    return err("takes one time (a header_timeout is not taken)");
+                }
+                self.single(
+                    "--idle-timeout",
+                    time(&a[0]).ok_or(format!("{at}: a time"))?,
+                );
+            }
+            "keepalive_requests" => self.single("--keepalive-requests", one()?),
+            "keepalive_time" => self.single(
+                "--keepalive-time",
+                time(one()?).ok_or(format!("{at}: a time"))?,
+            ),
+            "client_header_timeout" => self.single(
+                "--head-timeout",
+                time(one()?).ok_or(format!("{at}: a time"))?,
+            ),
+            "send_timeout" => self.single(
+                "--write-timeout",
+                time(one()?).ok_or(format!("{at}: a time"))?,
+            ),
+            "lingering_timeout" => self.single(
+                "--lingering-timeout",
+                time(one()?).ok_or(format!("{at}: a time"))?,
+            ),
+            "lingering_time" => self.single(
+                "--lingering-time",
+                time(one()?).ok_or(format!("{at}: a time"))?,
+            ),
+            "worker_shutdown_timeout" => self.single(
+                "--shutdown-grace",
+                time(one()?).ok_or(format!("{at}: a time"))?,
+            ),
+            "client_max_body_size" => self.single(
+                "--max-body-bytes",
+                size(one()?).ok_or(format!("{at}: a size"))?.to_string(),
+            ),
+            "large_client_header_buffers" => match &a[..] {
+                [_, s] => self.single(
+                    "--max-head-bytes",
+                    size(s).ok_or(format!("{at}: a size"))?.to_string(),
+                ),
+                _ => return err("takes a number and a size"),
+            },
+            "open_file_cache" => match a.first().map(String::as_str) {
+                Some("off") => self.single("--open-file-cache", "0"),
+                Some(m) if m.starts_with("max=") => {
+                    let max = m["max=".len()..]
+                        .parse::<u64>()
+                        .map_err(|_| format!("{at}: max=N"))?;
+                    self.single("--open-file-cache", max.to_string());
+                    if n > 1 {
+                        self.ignored.push(format!(
+                            "open_file_cache {} ({name}:{})",
+                            a[1..].join(" "),
+                            d.line
+                        ));
+                    }
+                }
+                _ => return err("takes off or max=N"),
+            },
+            "open_file_cache_valid" => {
+                let t = time(one()?).ok_or(format!("{at}: a time"))?;
+                let ms = (t.parse::<f64>().unwrap_or(0.0) * 1000.0).round() as u64;
+                self.single("--revalidate-ms", ms.to_string());
+            }
+            "etag" => self.single("--etag", if on_off()? == "on" { "nginx" } else { "off" }),
+            "if_modified_since" => self.single("--if-modified-since", one()?),
+            "max_ranges" => self.single("--max-ranges", one()?),
+            "expires" => {
+                if n == 0 {
+                    return err("takes a time");
+                }
+                self.single("--expires", a.join(" "));
+            }
+            "add_header" => match &a[..] {
+                [field, value] => {
+                    self.arrays
+                        .push(("--add-header", format!("{field}: {value}"), level))
+                }
+                [field, value, always] if always == "always" => {
+                    self.arrays
+                        .push(("--add-header-always", format!("{field}: {value}"), level))
+                }
+                _ => return err("takes a name, a value and perhaps always"),
+            },
+            "allow" | "deny" => {
+                let flag = if d.name == "allow" {
+                    "--allow"
+                } else {
+                    "--deny"
+                };
+                self.arrays.push((flag, one()?.to_string(), level));
+            }
+            "satisfy" => self.single("--satisfy", one()?),
+            "auth_basic" => match one()? {
+                // An inner `off` drops the outer realm and its users.
+                "off" => self
+                    .single
+                    .retain(|(f, _)| f != "--auth-basic" && f != "--auth-basic-user-file"),
+                realm => self.single("--auth-basic", realm),
+            },
+            "auth_basic_user_file" => self.single("--auth-basic-user-file", one()?),
+            "return" => {
+                if n == 0 || n > 2 {
+                    return err("takes a code and perhaps a text or address");
+                }
+                // nginx's `return URL` is a 302.
+                let v = match a[0].parse::<u16>() {
+                    Ok(_) => a.join(" "),
+                    Err(_) => format!("302 {}", a[0]),
+                };
+                self.single("--return", v);
+            }
+            "rewrite" => {
+                if !(2..=3).contains(&n) {
+                    return err("takes a pattern, a replacement and perhaps a flag");
+                }
+                self.arrays.push(("--rewrite", a.join(" "), Level::Server));
+            }
+            "limit_req_zone" => {
+                let mut zone = None;
+                let mut rate = None;
+                for v in a {
+                    if let Some(z) = v.strip_prefix("zone=") {
+                        zone = z
+                            .split_once(':')
+                            .map(|(n, s)| (n.to_string(), s.to_string()));
+                    } else if let Some(r) = v.strip_prefix("rate=") {
+                        rate = Some(r.to_string());
+                    } else if v != "$binary_remote_addr" && v != "$remote_addr" {
+                        return err("only a zone on $binary_remote_addr is taken");
+                    }
+                }
+                match (zone, rate) {
+                    (Some((z, s)), Some(r)) => {
+                        self.req_zones.insert(z, (r, s));
+                    }
+                    _ => return err("takes zone=NAME:SIZE and rate="),
+                }
+            }
+            "limit_req" => {
+                let zone = a
+                    .first()
+                    .and_then(|z| z.strip_prefix("zone="))
+                    .ok_or(format!("{at}: takes zone=NAME first"))?;
+                self.limit_req
+                    .push((zone.to_string(), a[1..].to_vec(), d.line));
+            }
+            "limit_req_status" => self.limit_req_status = Some(one()?.to_string()),
+            "limit_conn_zone" => match &a[..] {
+                [key, z] if key == "$binary_remote_addr" || key == "$remote_addr" => {
+                    let (zn, s) = z
+                        .strip_prefix("zone=")
+                        .and_then(|z| z.split_once(':'))
+                        .ok_or(format!("{at}: takes zone=NAME:SIZE"))?;
+                    self.conn_zones.insert(zn.to_string(), s.to_string());
+                }
+                _ => return err("only a zone on $binary_remote_addr is taken"),
+            },
+            "limit_conn" => match &a[..] {
+                [zone, count] => self.limit_conn = Some((zone.clone(), count.clone(), d.line)),
+                _ => return err("takes a zone and a number"),
+            },
+            "limit_conn_status" => self.limit_conn_status = Some(one()?.to_string()),
+            "limit_rate" => self.single("--limit-rate", one()?),
+            "limit_rate_after" => self.single("--limit-rate-after", one()?),
+            "set_real_ip_from" => self
+                .arrays
+                .push(("--real-ip-from", one()?.to_string(), level)),
+            "real_ip_header" => self.single("--real-ip-header", one()?),
+            "real_ip_recursive" => self.single("--real-ip-recursive", on_off()?),
+            "valid_referers" => {
+                if n == 0 {
+                    return err("takes referers");
+                }
+                self.referers = Some(a.join(" "));
+            }
+            "absolute_redirect" => self.single("--absolute-redirect", on_off()?),
+            "disable_symlinks" => match one()? {
+                "off" => self.single("--symlinks", "any"),
+                _ => return err("only off is taken (--symlinks inside-root is duality's default)"),
+            },
+            other => match IGNORED.iter().find(|(n, _)| *n == other) {
+                Some((_, why)) => self
+                    .ignored
+                    .push(format!("{other} ({name}:{}: {why})", d.line)),
+                None => return err("not translated (no counterpart in duality http)"),
+            },
+        }
+        Ok(())
+    }
+
+    fn location(&mut self, d: &Directive, name: &str) -> Result<(), String> {
+        let at = format!("{name}:{}: \"location {}\"", d.line, d.args.join(" "));
+        let block = d.block.as_deref().ok_or(format!("{at}: needs a block"))?;
+        let args: Vec<&str> = d.args.iter().map(String::as_str).collect();
+        match &args[..] {
+            ["/"] => self.context(block, Level::Location, name),
+            ["~", r"/\."] if matches!(block, [x] if x.name == "deny" && x.args == ["all"]) => {
+                self.single("--dotfiles", "deny");
+                Ok(())
+            }
+            ["=", path] if matches!(block, [x] if x.name == "stub_status" && x.args.is_empty()) => {
+                self.single("--stub-status", *path);
+                Ok(())
+            }
+            [prefix] if prefix.starts_with('/') && prefix.ends_with('/') => match block {
+                [x] if x.name == "alias" && x.args.len() == 1 => {
+                    let dir = x.args[0].trim_end_matches('/');
+                    self.arrays.push(("--alias", format!("{prefix} {dir}"), Level::Server));
+                    Ok(())
+                }
+                _ => Err(format!("{at}: only `alias DIR;` is taken in a prefix location (settings are the server's)")),
+            },
+            _ => Err(format!(
+                "{at}: not translated: duality http's settings are the server's (taken: `location /`, an alias, `~ /\\.` deny all, `= PATH` stub_status)"
+            )),
+        }
+    }
+
+    fn finish(mut self, name: &str) -> Result<Translated, String> {
+        let mut args = Vec::new();
+        if let Some(w) = self.workers {
+            args.push("--model".into());
+            args.push(format!("symped:{w}"));
+        }
+        if let Some(c) = self.worker_connections {
+            args.push("--max-conns".into());
+            args.push((c * self.workers.unwrap_or(1)).to_string());
+        }
+        // Arrays: the deepest level's, as nginx merges them (allow and
+        // deny are one list, as are add_header with and without always).
+        let mut done: Vec<&str> = Vec::new();
+        for i in 0..self.arrays.len() {
+            let flag = self.arrays[i].0;
+            let group = GROUPS
+                .iter()
+                .find(|g| g.contains(&flag))
+                .map_or(std::slice::from_ref(&flag), |g| &g[..]);
+            if done.contains(&flag) {
+                continue;
+            }
+            done.extend(group.iter().copied());
+            let of = |(g, _, _): &&(&str, String, Level)| group.contains(g);
+            let deepest = self.arrays.iter().filter(of).map(|x| x.2).max();
+            for (g, v, _) in self
+                .arrays
+                .iter()
+                .filter(of)
+                .filter(|x| Some(x.2) == deepest)
+            {
+                args.push((*g).to_string());
+                args.push(v.clone());
+            }
+        }
+        // Where nginx's defaults are not duality's, nginx's: the site
+        // behaves as it did.
+        for (flag, value) in NGINX_DEFAULTS {
+            if !self.single.iter().any(|(f, _)| f == flag) {
+                args.push(flag.to_string());
+                args.push(value.to_string());
+            }
+        }
+        for (f, v) in &self.single {
+            args.push(f.clone());
+            args.push(v.clone());
+        }
+        if let Some((path, format, line)) = self.access_log.take() {
+            args.push("--access-log".into());
+            args.push(path);
+            if format != "combined" {
+                let (escape, text) = self.log_formats.get(&format).ok_or(format!(
+                    "{name}:{line}: \"access_log\": no log_format \"{format}\""
+                ))?;
+                args.extend([
+                    "--log-format".into(),
+                    text.clone(),
+                    "--log-escape".into(),
+                    escape.clone(),
+                ]);
+            }
+        }
+        for (zone, rest, line) in &self.limit_req {
+            let (rate, size) = self.req_zones.get(zone).ok_or(format!(
+                "{name}:{line}: \"limit_req\": no limit_req_zone \"{zone}\""
+            ))?;
+            let mut v = format!("{rate} zone={size}");
+            for r in rest {
+                v.push(' ');
+                v.push_str(r);
+            }
+            if let Some(s) = &self.limit_req_status {
+                v.push_str(&format!(" status={s}"));
+            }
+            args.extend(["--limit-req".into(), v]);
+        }
+        if let Some((zone, count, line)) = &self.limit_conn {
+            if !self.conn_zones.contains_key(zone) {
+                return Err(format!(
+                    "{name}:{line}: \"limit_conn\": no limit_conn_zone \"{zone}\""
+                ));
+            }
+            let mut v = count.clone();
+            if let Some(s) = &self.limit_conn_status {
+                v.push_str(&format!(" status={s}"));
+            }
+            args.extend(["--limit-conn".into(), v]);
+        }
+        match (&self.referers, self.referer_if) {
+            (Some(r), true) => args.extend(["--valid-referers".into(), r.clone()]),
+            (Some(_), false) => {
+                return Err(format!(
+                    "{name}: \"valid_referers\" without `if ($invalid_referer) {{ return 403; }}` refuses nothing"
+                ))
+            }
+            (None, true) => return Err(format!("{name}: `if ($invalid_referer)` without valid_referers")),
+            (None, false) => {}
+        }
+        Ok(Translated {
+            args,
+            ignored: self.ignored,
+        })
+    }
+}
+
+/// An nginx time (`75s`, `1h30m`, `500ms`, `90`: seconds) in seconds,
+/// as `duality http`'s flags take it.
+fn time(v: &str) -> Option<String> {
+    let mut total = 0f64;
+    let mut rest = v;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let n: f64 = rest[..digits].parse().ok()?;
+        rest = &rest[digits..];
+        let (scale, len) = match rest.as_bytes() {
+            [b'm', b's', ..] => (0.001, 2),
+            [b's', ..] => (1.0, 1),
+            [b'm', ..] => (60.0, 1),
+            [b'h', ..] => (3600.0, 1),
+            [b'd', ..] => (86400.0, 1),
+            [b'w', ..] => (604800.0, 1),
+            [] => (1.0, 0),
+            _ => return None,
+        };
+        total += n * scale;
+        rest = &rest[len..];
+    }
+    (!v.is_empty()).then(|| format!("{total}"))
+}
+
+/// An nginx size (`1m`, `512k`, `1024`) in bytes.
+fn size(v: &str) -> Option<u64> {
+    let (n, scale) = match v.as_bytes().last()? {
+        b'k' | b'K' => (&v[..v.len() - 1], 1 << 10),
+        b'm' | b'M' => (&v[..v.len() - 1], 1 << 20),
+        b'g' | b'G' => (&v[..v.len() - 1], 1 << 30),
+        _ => (v, 1),
+    };
+    n.parse::<u64>().ok()?.checked_mul(scale)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The flags of `conf` but nginx's defaults.
+    fn args(conf: &str) -> Vec<String> {
+        args_in(conf, Path::new("/nonexistent"))
+    }
+
+    /// [`args`] with relative includes read from `dir`.
+    fn args_in(conf: &str, dir: &Path) -> Vec<String> {
+        let all = translate(conf, "t.conf", dir).unwrap().args;
+        let mut out = Vec::new();
+        for pair in all.chunks(2) {
+            if !NGINX_DEFAULTS.contains(&(pair[0].as_str(), pair[1].as_str())) {
+                out.extend_from_slice(pair);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn nginx_defaults_unless_said() {
+        let all = translate("etag off;", "t.conf", Path::new("/"))
+            .unwrap()
+            .args;
+        assert_eq!(
+            all,
+            [
+                "--absolute-redirect",
+                "on",
+                "--idle-timeout",
+                "75",
+                "--gzip-types",
+                "text/html",
+                "--gzip-min-length",
+                "20",
+                "--etag",
+                "off",
+            ]
+        );
+    }
+
+    fn refused(conf: &str) -> String {
+        translate(conf, "t.conf", Path::new("/nonexistent")).unwrap_err()
+    }
+
+    fn d(name: &str, args: &[&str], line: usize) -> Directive {
+        Directive {
+            name: name.into(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+            block: None,
+            line,
+        }
+    }
+
+    #[test]
+    fn nginx_syntax() {
+        let text = "a 1 '2 3';# note\nb \"x\\\"y\" 'it\\'s' \\n;\nc {\n  d ${e}f;\n}\n";
+        let got = parse(text).unwrap();
+        assert_eq!(got[0], d("a", &["1", "2 3"], 1));
+        assert_eq!(got[1], d("b", &["x\"y", "it's", "\\n"], 2));
+        assert_eq!(got[2].block.as_deref().unwrap(), [d("d", &["${e}f"], 4)]);
+        for (bad, line, says) in [
+            ("a 1", 1, "not ended"),
+            ("a {\n b;\n", 3, "not closed"),
+            ("}", 1, "unexpected"),
+            ("a 'x\n;", 1, "not closed"),
+            ("a 'x'y;", 1, "after a quoted"),
+            ("\n;", 2, "without a name"),
+        ] {
+            let (l, e) = parse(bad).unwrap_err();
+            assert_eq!(l, line, "{bad:?}");
+            assert!(e.contains(says), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_site_becomes_flags() {
+        let conf = "worker_processes 2; events { worker_connections 512; }
+            http {
+              log_format f escape=json '{\"s\":$status,' '\"u\":\"$uri\"}';
+              access_log /var/log/a.log f;
+              add_header X-Outer 1;
+              index outer.html;
+              keepalive_timeout 1m30s;
+              client_max_body_size 2m;
+              server {
+                listen 127.0.0.1:8081 reuseport;
+                listen [::1]:8081;
+                root /srv/www;
+                index index.html index.htm;
+                add_header X-A \"1 2\" always;
+                location / { try_files $uri $uri/ /index.html; expires 1h; }
+                location /static/ { alias /srv/static/; }
+                location ~ /\\. { deny all; }
+                location = /status { stub_status; }
+                allow 10.0.0.0/8; deny all;
+                return 301 https://$host$request_uri;
+              }
+            }";
+        let got = args(conf);
+        let want = [
+            "--model",
+            "symped:2",
+            "--max-conns",
+            "1024",
+            "--add-header-always",
+            "X-A: 1 2",
+            "--index",
+            "index.html",
+            "--index",
+            "index.htm",
+            "--listen",
+            "127.0.0.1:8081",
+            "--listen",
+            "[::1]:8081",
+            "--alias",
+            "/static/ /srv/static",
+            "--allow",
+            "10.0.0.0/8",
+            "--deny",
+            "all",
+            "--idle-timeout",
+            "90",
+            "--max-body-bytes",
+            "2097152",
+            "--accept-balance",
+            "reuseport",
+            "--root",
+            "/srv/www",
+            "--try-files",
+            "$uri $uri/ /index.html",
+            "--expires",
+            "1h",
+            "--dotfiles",
+            "deny",
+            "--stub-status",
+            "/status",
+            "--return",
+            "301 https://$host$request_uri",
+            "--access-log",
+            "/var/log/a.log",
+            "--log-format",
+            "{\"s\":$status,\"u\":\"$uri\"}",
+            "--log-escape",
+            "json",
+        ];
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn limits_referers_and_auth() {
+        let conf = "http {
+              limit_req_zone $binary_remote_addr zone=one:10m rate=5r/s;
+              limit_conn_zone $binary_remote_addr zone=c:1m;
+              limit_req_status 429;
+              auth_basic Outer; auth_basic_user_file /etc/users;
+              server {
+                limit_req zone=one burst=10 nodelay;
+                limit_conn c 4;
+                limit_conn_status 444;
+                valid_referers none blocked *.example.com;
+                if ($invalid_referer) { return 403; }
+                auth_basic off;
+              }
+            }";
+        assert_eq!(
+            args(conf),
+            [
+                "--limit-req",
+                "5r/s zone=10m burst=10 nodelay status=429",
+                "--limit-conn",
+                "4 status=444",
+                "--valid-referers",
+                "none blocked *.example.com",
+            ]
+        );
+        assert!(refused("limit_req zone=x;").contains("no limit_req_zone \"x\""));
+        assert!(refused("valid_referers none;").contains("refuses nothing"));
+    }
+
+    #[test]
+    fn what_is_refused_names_its_line() {
+        for (conf, says) in [
+            (
+                "server {}\nserver {}",
+                "t.conf:2: \"server\": one server block",
+            ),
+            (
+                "location / {\n proxy_pass http://x;\n}",
+                "t.conf:2: \"proxy_pass\": not translated",
+            ),
+            (
+                "location ~ \\.php$ { deny all; }",
+                "not translated: duality http's settings",
+            ),
+            ("listen 443 ssl;", "TLS"),
+            ("root www;", "absolute path"),
+            ("if ($x) { return 403; }", "only `if ($invalid_referer)"),
+            ("keepalive_timeout 5 5;", "header_timeout"),
+            ("include /nonexistent/x.conf;", "/nonexistent/x.conf"),
+            ("include conf.d/*.conf;", "a pattern"),
+            ("access_log /a nope;", "no log_format \"nope\""),
+        ] {
+            let e = refused(conf);
+            assert!(e.contains(says), "{conf}: {e}");
+        }
+        let t = translate("sendfile on;\nerror_log x;", "t.conf", Path::new("/")).unwrap();
+        assert_eq!(t.args.len(), 2 * NGINX_DEFAULTS.len());
+        assert_eq!(t.ignored.len(), 2);
+        assert!(
+            t.ignored[1].starts_with("error_log (t.conf:2"),
+            "{:?}",
+            t.ignored
+        );
+    }
+
+    #[test]
+    fn includes_and_types() {
+        let dir = std::env::temp_dir().join(format!("duality-nginx-conf-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("mime.types"), "types {\n text/html html;\n}\n").unwrap();
+        std::fs::write(dir.join("common.conf"), "charset utf-8;\n").unwrap();
+        std::fs::write(dir.join("x.conf"), "charset koi8-r;\n").unwrap();
+        let conf = "include mime.types; include common.conf; types { text/plain log txt; }";
+        let got = args(&format!("include {}/x.conf;", dir.display()));
+        assert_eq!(got, ["--charset", "koi8-r"]);
+        let t = args_in(conf, &dir);
+        let types = dir.join("mime.types").display().to_string();
+        assert_eq!(
+            t,
+            [
+                "--type",
+                "text/plain log txt",
+                "--types-file",
+                &types,
+                "--charset",
+                "utf-8"
+            ]
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn times_and_sizes() {
+        assert_eq!(time("75s").as_deref(), Some("75"));
+        assert_eq!(time("1h30m").as_deref(), Some("5400"));
+        assert_eq!(time("500ms").as_deref(), Some("0.5"));
+        assert_eq!(time("90").as_deref(), Some("90"));
+        assert_eq!(time("1x"), None);
+        assert_eq!(time(""), None);
+        assert_eq!(size("1m"), Some(1 << 20));
+        assert_eq!(size("512K"), Some(512 << 10));
+        assert_eq!(size("0"), Some(0));
+        assert_eq!(size("m"), None);
+        assert_eq!(shell_word("a b'c"), "'a b'\\''c'");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_text_is_read_or_refused(text in "[a-z{};'\"#\\\\ \n$]{0,60}") {
+            let _ = parse(&text);
+            let _ = translate(&text, "t.conf", Path::new("/nonexistent"));
+        }
+    }
+}
