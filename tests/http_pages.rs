@@ -3336,3 +3336,50 @@ fn an_nginx_configuration_serves_as_nginx_does() {
         "{said}"
     );
 }
+
+/// `--nginx-config` with `location ~* \.(…)$ { expires …; }` and the
+/// favicon idiom: the same `Cache-Control` for each type as nginx's.
+#[test]
+fn an_nginx_location_by_extension_expires_as_nginx_does() {
+    let (dir, root) = tree(
+        "nginx-config-ext",
+        &[
+            ("a.txt", "a\n"),
+            ("s.css", "b{}\n"),
+            ("i.html", "<p>\n"),
+            ("favicon.ico", "i"),
+        ],
+    );
+    let types = match Path::new("/etc/nginx/mime.types").is_file() {
+        true => "include /etc/nginx/mime.types;\n",
+        false => "",
+    };
+    let server = "expires 1h;\n\
+                  location = /favicon.ico { log_not_found off; access_log off; }\n\
+                  location ~* \\.(css|txt)$ { expires 30d; }\n";
+    let seen = |url: &str| -> Vec<String> {
+        ["/a.txt", "/s.css", "/i.html", "/favicon.ico", "/A.TXT"]
+            .iter()
+            .map(|p| {
+                let (code, fields, _) = call(url, "GET", p, "");
+                format!("{p} {code} {:?}", field(&fields, "cache-control"))
+            })
+            .collect()
+    };
+    let conf = dir.0.join("site.conf");
+    std::fs::write(
+        &conf,
+        format!("http {{\n{types}server {{\n{server}}}\n}}\n"),
+    )
+    .unwrap();
+    let d = HttpServer::start(&root, &["--nginx-config", conf.to_str().unwrap()]);
+    let ours = seen(&d.url);
+    assert!(d.stop().success());
+    assert_eq!(ours[0], "/a.txt 200 Some(\"max-age=2592000\")");
+    assert_eq!(ours[2], "/i.html 200 Some(\"max-age=3600\")");
+    if let Some(nginx) = duality_bench::http::find_nginx() {
+        let n = duality_bench::http::RunningServer::nginx_in_blocks(&nginx, &root, types, server)
+            .unwrap();
+        assert_eq!(ours, seen(&format!("http://{}", n.addr)));
+    }
+}

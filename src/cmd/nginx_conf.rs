@@ -9,7 +9,10 @@
 //! `location` blocks are taken where they are an idiom a flag stands for:
 //! `location /` (its directives are the server's), `location /P/ { alias
 //! D; }` (`--alias`), `location ~ /\. { deny all; }` (`--dotfiles deny`),
-//! `location = /P { stub_status; }` (`--stub-status`); and `if
+//! `location = /P { stub_status; }` (`--stub-status`), `location ~*
+//! \.(css|js|png)$ { expires 30d; }` (`--expires` for those extensions'
+//! types), `location = /favicon.ico { access_log off; log_not_found
+//! off; }` (logged as any request); and `if
 //! ($invalid_referer) { return 403; }` beside `valid_referers`. Tuning
 //! with no counterpart here (`sendfile`, `tcp_nopush`, `error_log`…) is
 //! accepted and listed, so the start-up line says what was left out;
@@ -356,6 +359,8 @@ struct State {
     servers: usize,
     referers: Option<String>,
     referer_if: bool,
+    /// `location ~* \.(…)$ { expires T; }`: the extensions, T, where.
+    by_extension: Vec<(Vec<String>, String, String)>,
 }
 
 /// nginx's defaults where duality's differ: absolute redirects, its ETag
@@ -850,6 +855,37 @@ impl State {
                 self.single("--stub-status", *path);
                 Ok(())
             }
+            // `location = /favicon.ico { log_not_found off; access_log off; }`:
+            // quieter logs there, nothing served differently.
+            ["=", path] if !block.is_empty() && block.iter().all(quiet) => {
+                let why = "logged as any request";
+                self.ignored.push(format!("location = {path} ({name}:{}: {why})", d.line));
+                Ok(())
+            }
+            // `location ~* \.(css|js|png)$ { expires 30d; }`: the types of
+            // those extensions get that expiry.
+            [op, pattern] if (*op == "~*" || *op == "~") && extensions(pattern).is_some() => {
+                let exts = extensions(pattern).unwrap_or_default();
+                let mut expires = None;
+                for x in block {
+                    match x.name.as_str() {
+                        "expires" if !x.args.is_empty() => expires = Some(x.args.join(" ")),
+                        _ if quiet(x) => {}
+                        _ => {
+                            return Err(format!(
+                                "{name}:{}: \"{}\": only expires (and quieter logs) is taken in a location by extension",
+                                x.line, x.name
+                            ))
+                        }
+                    }
+                }
+                let Some(time) = expires else {
+                    return Err(format!("{at}: only expires is taken in a location by extension"));
+                };
+                // Typed at the end, by the configuration's own types.
+                self.by_extension.push((exts, time, at));
+                Ok(())
+            }
             [prefix] if prefix.starts_with('/') && prefix.ends_with('/') => match block {
                 [x] if x.name == "alias" && x.args.len() == 1 => {
                     let dir = x.args[0].trim_end_matches('/');
@@ -864,6 +900,54 @@ impl State {
         }
     }
 
+    /// The `--expires TYPE TIME` of each location by extension, typed as
+    /// the server will type them: its `types` entries, then its types
+    /// file, then the built-in table.
+    fn type_extensions(&mut self) -> Result<(), String> {
+        if self.by_extension.is_empty() {
+            return Ok(());
+        }
+        let mut rules = Vec::new();
+        if let Some((_, path)) = self.single.iter().find(|(f, _)| f == "--types-file") {
+            let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+            rules =
+                duality_http::mime::parse_types_file(&text).map_err(|e| format!("{path}: {e}"))?;
+        }
+        for (f, v, _) in &self.arrays {
+            if *f == "--type" {
+                rules.push(v.parse::<duality_http::mime::TypeRule>()?);
+            }
+        }
+        let mut named: HashMap<&str, &str> = HashMap::new();
+        for rule in &rules {
+            for ext in &rule.extensions {
+                named.insert(ext, &rule.media);
+            }
+        }
+        let mut typed = Vec::new();
+        for (exts, time, at) in &self.by_extension {
+            let mut types: Vec<String> = Vec::new();
+            for ext in exts {
+                let t = named
+                    .get(ext.as_str())
+                    .copied()
+                    .or_else(|| duality_http::mime::known(ext))
+                    .ok_or(format!(
+                        "{at}: .{ext} has no type here (give it one in `types`)"
+                    ))?;
+                let t = t.split(';').next().unwrap_or(t).trim().to_string();
+                if !types.contains(&t) {
+                    types.push(t);
+                }
+            }
+            for t in types {
+                typed.push(("--expires", format!("{t} {time}"), Level::Location));
+            }
+        }
+        self.arrays.extend(typed);
+        Ok(())
+    }
+
     fn finish(mut self, name: &str) -> Result<Translated, String> {
         let mut args = Vec::new();
         if let Some(w) = self.workers {
@@ -876,6 +960,18 @@ impl State {
         }
         // Arrays: the deepest level's, as nginx merges them (allow and
         // deny are one list, as are add_header with and without always).
+        self.type_extensions()?;
+        let by_extension = !self.by_extension.is_empty();
+        if by_extension && self.arrays.iter().any(|(f, _, _)| *f == "--alias") {
+            // nginx's regular-expression location wins over a prefix one:
+            // those files under the alias would be looked for under the
+            // root, which a flag cannot say.
+            return Err(format!(
+                "{name}: a location by extension beside an alias location: nginx serves those \
+                 extensions under the alias's prefix from the root (its regex location wins); \
+                 not translated"
+            ));
+        }
         let mut done: Vec<&str> = Vec::new();
         for i in 0..self.arrays.len() {
             let flag = self.arrays[i].0;
@@ -967,6 +1063,39 @@ impl State {
             ignored: self.ignored,
         })
     }
+}
+
+/// Whether `d` only quiets logging (`log_not_found off`, `access_log
+/// off`, `allow all`), which changes nothing that is served.
+fn quiet(d: &Directive) -> bool {
+    let args: Vec<&str> = d.args.iter().map(String::as_str).collect();
+    matches!(
+        (d.name.as_str(), &args[..]),
+        ("log_not_found", ["off"]) | ("access_log", ["off"]) | ("allow", ["all"])
+    )
+}
+
+/// The extensions a location pattern names: `\.(css|js|woff2?)$` (or
+/// `(?:…)`), `woff2?` read as woff and woff2. `None` for any other
+/// pattern.
+fn extensions(pattern: &str) -> Option<Vec<String>> {
+    let inner = pattern.strip_prefix("\\.(")?.strip_suffix(")$")?;
+    let inner = inner.strip_prefix("?:").unwrap_or(inner);
+    let mut out = Vec::new();
+    for alt in inner.split('|') {
+        let (stem, optional) = match alt.strip_suffix('?') {
+            Some(stem) => (stem, true),
+            None => (alt, false),
+        };
+        if stem.is_empty() || !stem.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return None;
+        }
+        if optional {
+            out.push(stem[..stem.len() - 1].to_ascii_lowercase());
+        }
+        out.push(stem.to_ascii_lowercase());
+    }
+    (!out.is_empty()).then_some(out)
 }
 
 /// An nginx time (`75s`, `1h30m`, `500ms`, `90`: seconds) in seconds,
@@ -1249,6 +1378,69 @@ mod tests {
             ]
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn location_idioms() {
+        let conf = "expires 1h;
+            location = /favicon.ico { log_not_found off; access_log off; }
+            location ~* \\.(css|js|woff2?|JPG)$ { expires 30d; access_log off; }";
+        let t = translate(conf, "t.conf", Path::new("/")).unwrap();
+        let mut got = t.args;
+        got.retain(|a| !NGINX_DEFAULTS.iter().any(|(f, v)| a == f || a == v));
+        assert_eq!(
+            got,
+            [
+                "--expires",
+                "text/css 30d",
+                "--expires",
+                "text/javascript 30d",
+                "--expires",
+                "font/woff 30d",
+                "--expires",
+                "font/woff2 30d",
+                "--expires",
+                "image/jpeg 30d",
+                "--expires",
+                "1h",
+            ]
+        );
+        assert!(
+            t.ignored[0].starts_with("location = /favicon.ico (t.conf:2"),
+            "{:?}",
+            t.ignored
+        );
+        // The configuration's own types decide.
+        let conf = "types { application/x-styles css; } location ~* \\.(css)$ { expires 1d; }";
+        assert_eq!(
+            args(conf),
+            [
+                "--type",
+                "application/x-styles css",
+                "--expires",
+                "application/x-styles 1d"
+            ]
+        );
+        for (conf, says) in [
+            ("location ~* \\.(css)$ { add_header X 1; }", "only expires"),
+            (
+                "location ~* \\.(css)$ { access_log off; }",
+                "only expires is taken",
+            ),
+            (
+                "location ~* \\.(nope)$ { expires 1d; }",
+                ".nope has no type",
+            ),
+            ("location ~* \\.(c.s)$ { expires 1d; }", "not translated"),
+            ("location = /x { expires 1d; }", "not translated"),
+            (
+                "location ~* \\.(css)$ { expires 1d; } location /s/ { alias /d/; }",
+                "regex location wins",
+            ),
+        ] {
+            let e = refused(conf);
+            assert!(e.contains(says), "{conf}: {e}");
+        }
     }
 
     #[test]
