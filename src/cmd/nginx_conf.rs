@@ -361,6 +361,8 @@ struct State {
     referer_if: bool,
     /// `location ~* \.(…)$ { expires T; }`: the extensions, T, where.
     by_extension: Vec<(Vec<String>, String, String)>,
+    /// Includes being read, nested.
+    depth: usize,
 }
 
 /// nginx's defaults where duality's differ: absolute redirects, its ETag
@@ -418,6 +420,13 @@ const IGNORED: &[(&str, &str)] = &[
         "timed-out connections are closed",
     ),
     ("log_not_found", "misses are logged in the access log only"),
+    ("load_module", "modules are built in or absent"),
+    ("ssl_protocols", "no TLS listener"),
+    ("ssl_prefer_server_ciphers", "no TLS listener"),
+    ("ssl_ciphers", "no TLS listener"),
+    ("ssl_session_cache", "no TLS listener"),
+    ("ssl_session_timeout", "no TLS listener"),
+    ("gzip_disable", "no client is left out of gzip"),
 ];
 
 impl State {
@@ -481,29 +490,15 @@ impl State {
                 self.context(block, Level::Server, name)?;
             }
             "include" => {
-                let file = one()?;
-                if file.contains(['*', '?', '[']) {
-                    return err("a pattern: name the file");
-                }
-                let path = self.dir.join(file);
-                let text = std::fs::read_to_string(&path)
-                    .map_err(|e| format!("{at}: {}: {e}", path.display()))?;
-                let shown = path.display().to_string();
-                let list = parse(&text).map_err(|(line, e)| format!("{shown}:{line}: {e}"))?;
-                // A types file (mime.types) is the table's own flag.
-                if let [Directive {
-                    name,
-                    args,
-                    block: Some(_),
-                    ..
-                }] = &list[..]
-                {
-                    if name == "types" && args.is_empty() {
-                        self.single("--types-file", shown);
-                        return Ok(());
+                let pattern = self.dir.join(one()?);
+                for path in matching(&pattern).map_err(|e| format!("{at}: {e}"))? {
+                    self.depth += 1;
+                    if self.depth > 16 {
+                        return err("includes nest more than 16 deep (a loop?)");
                     }
+                    self.include(&path, level, &at)?;
+                    self.depth -= 1;
                 }
-                self.context(&list, level, &shown)?;
             }
             "types" => {
                 for t in d.block.as_deref().unwrap_or_default() {
@@ -841,6 +836,28 @@ impl State {
         Ok(())
     }
 
+    /// One included file: a types file (mime.types) is the table's own
+    /// flag; any other is read in place.
+    fn include(&mut self, path: &Path, level: Level, at: &str) -> Result<(), String> {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| format!("{at}: {}: {e}", path.display()))?;
+        let shown = path.display().to_string();
+        let list = parse(&text).map_err(|(line, e)| format!("{shown}:{line}: {e}"))?;
+        if let [Directive {
+            name,
+            args,
+            block: Some(_),
+            ..
+        }] = &list[..]
+        {
+            if name == "types" && args.is_empty() {
+                self.single("--types-file", shown);
+                return Ok(());
+            }
+        }
+        self.context(&list, level, &shown)
+    }
+
     fn location(&mut self, d: &Directive, name: &str) -> Result<(), String> {
         let at = format!("{name}:{}: \"location {}\"", d.line, d.args.join(" "));
         let block = d.block.as_deref().ok_or(format!("{at}: needs a block"))?;
@@ -956,7 +973,11 @@ impl State {
         }
         if let Some(c) = self.worker_connections {
             args.push("--max-conns".into());
-            args.push((c * self.workers.unwrap_or(1)).to_string());
+            // `auto`: a worker per core, as the model's default.
+            let workers = self
+                .workers
+                .unwrap_or_else(|| duality_models::cores() as u64);
+            args.push((c * workers).to_string());
         }
         // Arrays: the deepest level's, as nginx merges them (allow and
         // deny are one list, as are add_header with and without always).
@@ -1062,6 +1083,50 @@ impl State {
             args,
             ignored: self.ignored,
         })
+    }
+}
+
+/// The files an `include` names: the path itself, or with `*` and `?` in
+/// its last component (nginx's `include sites-enabled/*`), the files that
+/// match, sorted (none is no error, as nginx's glob).
+fn matching(pattern: &Path) -> Result<Vec<PathBuf>, String> {
+    let last = pattern
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let dir = pattern.parent().unwrap_or(Path::new("/"));
+    if dir.to_string_lossy().contains(['*', '?', '[']) || last.contains('[') {
+        return Err("a pattern outside the file's name is not taken".into());
+    }
+    if !last.contains(['*', '?']) {
+        return Ok(vec![pattern.to_path_buf()]);
+    }
+    let mut found = Vec::new();
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        // glob(3): `*` does not match a leading dot.
+        if !name.starts_with('.')
+            && wildcard(last.as_bytes(), name.as_bytes())
+            && entry.path().is_file()
+        {
+            found.push(entry.path());
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// Whether `name` matches `pattern` (`*`: any run, `?`: one byte).
+fn wildcard(pattern: &[u8], name: &[u8]) -> bool {
+    match (pattern.first(), name.first()) {
+        (None, None) => true,
+        (Some(b'*'), _) => {
+            wildcard(&pattern[1..], name) || (!name.is_empty() && wildcard(pattern, &name[1..]))
+        }
+        (Some(b'?'), Some(_)) => wildcard(&pattern[1..], &name[1..]),
+        (Some(p), Some(n)) if p == n => wildcard(&pattern[1..], &name[1..]),
+        _ => false,
     }
 }
 
@@ -1338,7 +1403,7 @@ mod tests {
             ("if ($x) { return 403; }", "only `if ($invalid_referer)"),
             ("keepalive_timeout 5 5;", "header_timeout"),
             ("include /nonexistent/x.conf;", "/nonexistent/x.conf"),
-            ("include conf.d/*.conf;", "a pattern"),
+            ("include /nonexistent/*/a.conf;", "outside the file's name"),
             ("access_log /a nope;", "no log_format \"nope\""),
         ] {
             let e = refused(conf);
@@ -1364,6 +1429,15 @@ mod tests {
         let conf = "include mime.types; include common.conf; types { text/plain log txt; }";
         let got = args(&format!("include {}/x.conf;", dir.display()));
         assert_eq!(got, ["--charset", "koi8-r"]);
+        // A pattern: its files in order (common, then x: x's charset);
+        // none matching is no error.
+        let got = args(&format!(
+            "include {0}/*.conf; include {0}/*.none;",
+            dir.display()
+        ));
+        assert_eq!(got, ["--charset", "koi8-r"]);
+        assert!(wildcard(b"*.co?f", b"a.conf") && !wildcard(b"*.conf", b"a.conf~"));
+        assert!(wildcard(b"*", b"default") && !wildcard(b"a*b", b"ac"));
         let t = args_in(conf, &dir);
         let types = dir.join("mime.types").display().to_string();
         assert_eq!(
