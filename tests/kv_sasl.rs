@@ -306,6 +306,16 @@ fn binary_sasl_like_memcached() {
     for model in ["symped:2", "amped:1"] {
         let dk = duality(model);
         let ours = run_all(tcp(&dk));
+        // The same counts on the Prometheus page (the reading's own auth
+        // counted, as `stats` counts it).
+        let (cmds, errors) = auth_counts(tcp(&dk));
+        let page = dk.state.prometheus();
+        for line in [
+            format!("duality_kv_auth_total {cmds}"),
+            format!("duality_kv_auth_errors_total {errors}"),
+        ] {
+            assert!(page.lines().any(|l| l == line), "{line} not in {page}");
+        }
         // What duality says, whatever memcached does.
         let said = |name: &str| &ours.0.iter().find(|(n, _)| *n == name).unwrap().1;
         assert_eq!(

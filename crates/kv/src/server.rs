@@ -602,6 +602,16 @@ impl KvState {
                 "Storage requests refused: no room for the item.",
                 s.store_no_memory,
             ),
+            (
+                "auth",
+                "Authentications decided, -Y or -S (stats' auth_cmds).",
+                self.auth_counts[0].load(Relaxed),
+            ),
+            (
+                "auth_errors",
+                "Authentications refused (stats' auth_errors): a run of them is someone guessing.",
+                self.auth_counts[1].load(Relaxed),
+            ),
         ] {
             e.counter(&format!("duality_kv_{name}_total"), help, v);
         }
