@@ -2856,15 +2856,29 @@ fn secure_links_let_signed_requests_in_as_nginx_does() {
     let codes: Vec<u16> = ours.0.iter().map(|a| a.0).collect();
     assert_eq!(codes, [200, 200, 410, 403, 403, 403, 403, 403, 200]);
     assert!(ours.1.starts_with(&format!("200|1|{later}|/dl/a.txt\n")));
-    if let Some(nginx) = duality_bench::http::find_nginx() {
-        let nginx_log = dir.0.join("nginx.log");
-        let http = format!("log_format f '{format}';\n");
-        let server = format!(
+    // nginx's directives, for nginx and as `--nginx-config` reads them.
+    let http = format!("log_format f '{format}';\n");
+    let server_block = |log: &Path| {
+        format!(
             "access_log {} f;\nlocation /dl/ {{\nsecure_link $arg_md5,$arg_expires;\n\
              secure_link_md5 \"{secret}\";\nif ($secure_link = \"\") {{ return 403; }}\n\
              if ($secure_link = \"0\") {{ return 410; }}\n}}\n",
-            nginx_log.display()
-        );
+            log.display()
+        )
+    };
+    let conf = dir.0.join("site.conf");
+    let conf_log = dir.0.join("conf.log");
+    let text = format!(
+        "http {{\n{http}server {{\n{}}}\n}}\n",
+        server_block(&conf_log)
+    );
+    std::fs::write(&conf, text).unwrap();
+    let server = HttpServer::start(&root, &["--nginx-config", conf.to_str().unwrap()]);
+    assert_eq!(seen(&server.url, &conf_log), ours);
+    assert!(server.stop().success());
+    if let Some(nginx) = duality_bench::http::find_nginx() {
+        let nginx_log = dir.0.join("nginx.log");
+        let server = server_block(&nginx_log);
         let n = duality_bench::http::RunningServer::nginx_in_blocks(&nginx, &root, &http, &server)
             .unwrap();
         let theirs = seen(&format!("http://{}", n.addr), &nginx_log);

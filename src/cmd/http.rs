@@ -26,10 +26,11 @@ pub struct HttpArgs {
     /// redirects, its ETags, a 75 s keep-alive, gzip of text/html alone
     /// from 20 bytes); links stay inside the root unless the file says
     /// `disable_symlinks off`. A server without `listen` keeps this
-    /// flag's default. A directive with no counterpart
-    /// (proxy_pass, TLS, a location other than `/`, an alias, `~ /\.`
-    /// deny all or `= PATH` stub_status, map, …) is refused with its file
-    /// and line
+    /// flag's default. Locations are taken where a flag stands for them
+    /// (`/`, a prefix with alias or secure_link, `~ /\.` deny all, `=
+    /// PATH` stub_status, `~* \.(css|js)$` expires: the README lists
+    /// them). A directive with no counterpart (proxy_pass, TLS, other
+    /// locations, map, …) is refused with its file and line
     #[arg(long, value_name = "FILE")]
     nginx_config: Option<PathBuf>,
     /// Serve the paths under a prefix from another directory (nginx's

@@ -12,8 +12,10 @@
 //! `location = /P { stub_status; }` (`--stub-status`), `location ~*
 //! \.(css|js|png)$ { expires 30d; }` (`--expires` for those extensions'
 //! types), `location = /favicon.ico { access_log off; log_not_found
-//! off; }` (logged as any request); and `if
-//! ($invalid_referer) { return 403; }` beside `valid_referers`. Tuning
+//! off; }` (logged as any request), `location = /50x.html { root R; }`
+//! with the server's root; `if ($invalid_referer) { return 403; }` beside
+//! `valid_referers`, and `secure_link` with `secure_link_md5` and its two
+//! `if`s (403, 410), in the server or one prefix location. Tuning
 //! with no counterpart here (`sendfile`, `tcp_nopush`, `error_log`…) is
 //! accepted and listed, so the start-up line says what was left out;
 //! anything else (`proxy_pass`, TLS, other locations, `map`…) is refused
@@ -206,7 +208,7 @@ impl Parser {
             }
             // nginx wants a separator after a quoted word.
             if let Some(&n) = self.chars.get(self.at) {
-                if !(n.is_whitespace() || n == ';' || n == '{' || n == '}') {
+                if !(n.is_whitespace() || n == ';' || n == '{' || n == '}' || n == ')') {
                     return Err((
                         self.line,
                         format!("unexpected \"{n}\" after a quoted string"),
@@ -277,7 +279,13 @@ pub fn expand_args(mut argv: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString>
     };
     match translate_file(&file) {
         Ok(t) => {
-            let shown: Vec<String> = t.args.iter().map(|a| shell_word(a)).collect();
+            // The secret of secure_link_md5 stays out of logs.
+            let mut shown: Vec<String> = t.args.iter().map(|a| shell_word(a)).collect();
+            for i in 1..shown.len() {
+                if shown[i - 1] == "--secure-link-md5" {
+                    shown[i] = "'(from the file)'".into();
+                }
+            }
             duality_rt::say!(
                 "duality http: from {}: {}{}",
                 file.display(),
@@ -363,6 +371,13 @@ struct State {
     by_extension: Vec<(Vec<String>, String, String)>,
     /// Includes being read, nested.
     depth: usize,
+    /// The location holding `secure_link`, if one does.
+    secure_prefix: Option<String>,
+    /// secure_link's two ifs: the 403 and the 410.
+    secure_ifs: [bool; 2],
+    /// `location = PATH { root R; }`: PATH, R, its file and line (R must
+    /// be the server's root).
+    same_root: Vec<(String, String, String)>,
 }
 
 /// nginx's defaults where duality's differ: absolute redirects, its ETag
@@ -515,15 +530,24 @@ impl State {
             }
             "location" => self.location(d, name)?,
             "if" => {
-                let cond = a.join(" ");
                 let block = d.block.as_deref().unwrap_or_default();
-                let returns_403 = matches!(block, [r] if r.name == "return" && r.args == ["403"]);
-                if cond == "($invalid_referer)" && returns_403 {
-                    self.referer_if = true;
-                } else {
-                    return err("only `if ($invalid_referer) { return 403; }` is taken");
+                let returns =
+                    |code: &str| matches!(block, [r] if r.name == "return" && r.args == [code]);
+                match condition(a).as_str() {
+                    "($invalid_referer)" if returns("403") => self.referer_if = true,
+                    "($secure_link=)" if returns("403") => self.secure_ifs[0] = true,
+                    "($secure_link=0)" if returns("410") => self.secure_ifs[1] = true,
+                    _ => {
+                        return err(
+                            "only `if ($invalid_referer) { return 403; }` and secure_link's \
+                             `if ($secure_link = \"\") { return 403; }`, `if ($secure_link = \"0\") \
+                             { return 410; }` are taken",
+                        )
+                    }
                 }
             }
+            "secure_link" => self.single("--secure-link", one()?),
+            "secure_link_md5" => self.single("--secure-link-md5", one()?),
             "user" => {
                 if n == 0 || n > 2 {
                     return err("takes a user and perhaps a group");
@@ -874,6 +898,16 @@ impl State {
             }
             // `location = /favicon.ico { log_not_found off; access_log off; }`:
             // quieter logs there, nothing served differently.
+            // nginx.org's default.conf: `location = /50x.html { root R; }`
+            // beside the same root is the server's own answer.
+            ["=", path]
+                if matches!(block, [x] if x.name == "root" && x.args.len() == 1) =>
+            {
+                let root = block[0].args[0].clone();
+                let place = format!("{name}:{}", d.line);
+                self.same_root.push((path.to_string(), root, place));
+                Ok(())
+            }
             ["=", path] if !block.is_empty() && block.iter().all(quiet) => {
                 let why = "logged as any request";
                 self.ignored.push(format!("location = {path} ({name}:{}: {why})", d.line));
@@ -903,14 +937,36 @@ impl State {
                 self.by_extension.push((exts, time, at));
                 Ok(())
             }
-            [prefix] if prefix.starts_with('/') && prefix.ends_with('/') => match block {
-                [x] if x.name == "alias" && x.args.len() == 1 => {
-                    let dir = x.args[0].trim_end_matches('/');
-                    self.arrays.push(("--alias", format!("{prefix} {dir}"), Level::Server));
-                    Ok(())
+            // A prefix: its alias, and nginx's secure_link idiom there.
+            [prefix] if prefix.starts_with('/') && prefix.ends_with('/') && !block.is_empty() => {
+                let mut secured = false;
+                for x in block {
+                    match x.name.as_str() {
+                        "alias" if x.args.len() == 1 => {
+                            let dir = x.args[0].trim_end_matches('/');
+                            self.arrays.push(("--alias", format!("{prefix} {dir}"), Level::Server));
+                        }
+                        "secure_link" | "secure_link_md5" => {
+                            secured = true;
+                            self.directive(x, Level::Location, name)?;
+                        }
+                        "if" if condition(&x.args).starts_with("($secure_link=") => {
+                            secured = true;
+                            self.directive(x, Level::Location, name)?;
+                        }
+                        _ => {
+                            return Err(format!(
+                                "{name}:{}: \"{}\": only alias and the secure_link directives are taken in a prefix location (settings are the server's)",
+                                x.line, x.name
+                            ))
+                        }
+                    }
                 }
-                _ => Err(format!("{at}: only `alias DIR;` is taken in a prefix location (settings are the server's)")),
-            },
+                if secured && self.secure_prefix.replace(prefix.to_string()).is_some() {
+                    return Err(format!("{at}: secure_link in one location only"));
+                }
+                Ok(())
+            }
             _ => Err(format!(
                 "{at}: not translated: duality http's settings are the server's (taken: `location /`, an alias, `~ /\\.` deny all, `= PATH` stub_status)"
             )),
@@ -982,6 +1038,24 @@ impl State {
         // Arrays: the deepest level's, as nginx merges them (allow and
         // deny are one list, as are add_header with and without always).
         self.type_extensions()?;
+        let root = self
+            .single
+            .iter()
+            .find(|(f, _)| f == "--root")
+            .map(|(_, r)| r.clone());
+        for (path, r, place) in std::mem::take(&mut self.same_root) {
+            let server = root.as_deref().map(|x| x.trim_end_matches('/'));
+            if server != Some(r.trim_end_matches('/')) {
+                return Err(format!(
+                    "{place}: \"location = {path}\": a root of its own for {path} is not translated \
+                     (the server's is {})",
+                    root.as_deref().unwrap_or("not given")
+                ));
+            }
+            let why = "the server's root serves it";
+            self.ignored
+                .push(format!("location = {path} ({place}: {why})"));
+        }
         let by_extension = !self.by_extension.is_empty();
         if by_extension && self.arrays.iter().any(|(f, _, _)| *f == "--alias") {
             // nginx's regular-expression location wins over a prefix one:
@@ -1069,6 +1143,22 @@ impl State {
             }
             args.extend(["--limit-conn".into(), v]);
         }
+        let secure = self.single.iter().any(|(f, _)| f == "--secure-link");
+        match (secure, self.secure_ifs) {
+            (true, [true, true]) => {
+                if let Some(p) = &self.secure_prefix {
+                    args.extend(["--secure-link-prefix".into(), p.clone()]);
+                }
+            }
+            (true, _) => {
+                return Err(format!(
+                    "{name}: \"secure_link\" without both `if ($secure_link = \"\") {{ return 403; }}` \
+                     and `if ($secure_link = \"0\") {{ return 410; }}`: duality refuses as they do"
+                ))
+            }
+            (false, [false, false]) => {}
+            (false, _) => return Err(format!("{name}: `if ($secure_link …)` without secure_link")),
+        }
         match (&self.referers, self.referer_if) {
             (Some(r), true) => args.extend(["--valid-referers".into(), r.clone()]),
             (Some(_), false) => {
@@ -1128,6 +1218,12 @@ fn wildcard(pattern: &[u8], name: &[u8]) -> bool {
         (Some(p), Some(n)) if p == n => wildcard(&pattern[1..], &name[1..]),
         _ => false,
     }
+}
+
+/// An `if`'s condition, its words run together: `($secure_link = "")`
+/// reads `($secure_link=)` however it was spaced or quoted.
+fn condition(args: &[String]) -> String {
+    args.concat()
 }
 
 /// Whether `d` only quiets logging (`log_not_found off`, `access_log
@@ -1515,6 +1611,79 @@ mod tests {
             let e = refused(conf);
             assert!(e.contains(says), "{conf}: {e}");
         }
+    }
+
+    #[test]
+    fn nginx_org_default_conf() {
+        // The default site of nginx.org's packages.
+        let conf = "server {
+                listen 80;
+                server_name localhost;
+                location / {
+                    root /usr/share/nginx/html;
+                    index index.html index.htm;
+                }
+                error_page 500 502 503 504 /50x.html;
+                location = /50x.html {
+                    root /usr/share/nginx/html;
+                }
+            }";
+        let t = translate(conf, "default.conf", Path::new("/")).unwrap();
+        let mut got = t.args;
+        got.retain(|a| !NGINX_DEFAULTS.iter().any(|(f, v)| a == f || a == v));
+        assert_eq!(
+            got,
+            [
+                "--listen",
+                "80",
+                "--index",
+                "index.html",
+                "--index",
+                "index.htm",
+                "--error-page",
+                "500 502 503 504 /50x.html",
+                "--root",
+                "/usr/share/nginx/html",
+            ]
+        );
+        assert!(
+            t.ignored
+                .iter()
+                .any(|i| i.starts_with("location = /50x.html (default.conf:9:")),
+            "{:?}",
+            t.ignored
+        );
+        let e = refused("root /a; location = /50x.html { root /b; }");
+        assert!(e.contains("a root of its own for /50x.html"), "{e}");
+    }
+
+    #[test]
+    fn secure_link_idiom() {
+        let conf = r#"location /dl/ {
+                secure_link $arg_md5,$arg_expires;
+                secure_link_md5 "$secure_link_expires$uri secret";
+                if ($secure_link = "") { return 403; }
+                if ($secure_link = "0") { return 410; }
+            }"#;
+        assert_eq!(
+            args(conf),
+            [
+                "--secure-link",
+                "$arg_md5,$arg_expires",
+                "--secure-link-md5",
+                "$secure_link_expires$uri secret",
+                "--secure-link-prefix",
+                "/dl/",
+            ]
+        );
+        let server =
+            "secure_link $arg_h; secure_link_md5 x;\nif ($secure_link = \"\") { return 403; }\n\
+                      if ($secure_link = 0) { return 410; }";
+        assert_eq!(args(server)[..2], ["--secure-link", "$arg_h"]);
+        assert!(!args(server).contains(&"--secure-link-prefix".to_string()));
+        assert!(refused("secure_link $arg_h; secure_link_md5 x;").contains("without both"));
+        assert!(refused("if ($secure_link = 0) { return 410; }").contains("without secure_link"));
+        assert!(refused("location /a/ { index x; }").contains("only alias and the secure_link"));
     }
 
     #[test]
