@@ -3227,7 +3227,7 @@ fn an_nginx_configuration_serves_as_nginx_does() {
         false => "",
     };
     let http = format!(
-        "{types}log_format f '$status \"$request\" $request_uri $args';\n\
+        "{types}log_format f '$status \"$request\" $request_uri $args $uri $document_uri';\n\
          gzip on; gzip_types text/plain; gzip_min_length 100;\n"
     );
     let server = format!(
@@ -3241,9 +3241,13 @@ fn an_nginx_configuration_serves_as_nginx_does() {
          location /static/ {{ alias {}/; }}\n",
         assets.display()
     );
-    let asks: [(&str, &str); 10] = [
+    // Some twice: the second from what the first's lookup kept.
+    let asks: [(&str, &str); 13] = [
         ("/a.txt", ""),
         ("/page", ""),
+        ("/page", ""),
+        ("/dir/", ""),
+        ("/missing", ""),
         ("/dir/", ""),
         ("/dir", ""),
         ("/missing", ""),
@@ -3310,11 +3314,26 @@ fn an_nginx_configuration_serves_as_nginx_does() {
         ours[0]
     );
     assert!(
-        ours[7].starts_with("/old/p.txt?x=1: 301 http://t/new/p.txt?x=1"),
+        ours[10].starts_with("/old/p.txt?x=1: 301 http://t/new/p.txt?x=1"),
         "{}",
-        ours[7]
+        ours[10]
     );
-    assert!(ours[5].starts_with("/.git/config: 403"), "{}", ours[5]);
+    assert!(ours[8].starts_with("/.git/config: 403"), "{}", ours[8]);
+    // `$uri` follows the internal redirects, as nginx's does.
+    let uris: Vec<&str> = ours_log
+        .lines()
+        .map(|l| l.rsplit(' ').nth(1).unwrap())
+        .collect();
+    assert_eq!(
+        &uris[..5],
+        [
+            "/a.txt",
+            "/page.html",
+            "/page.html",
+            "/dir/index.html",
+            "/404.html"
+        ]
+    );
     if let Some(nginx) = duality_bench::http::find_nginx() {
         let nlog = dir.0.join("nginx.log");
         let server = format!("access_log {} f;\n{server}", nlog.display());

@@ -245,6 +245,9 @@ struct Sent {
     head: Vec<u8>,
     /// Its body's bytes before and after compression here.
     gzip: Option<(u64, u64)>,
+    /// The address it was served from, where not the request's (`$uri`
+    /// after an index file, a `--try-files` name, an error page).
+    uri: Option<Arc<str>>,
 }
 
 /// What the `--rewrite` rules made of a request.
@@ -415,7 +418,8 @@ impl Protocol for HttpProtocol {
             pipelined: false,
             limited: [None; 2],
             invalid_referer: None,
-            sent: crate::log_format::head_wanted().then(Box::default),
+            sent: (crate::log_format::head_wanted() || crate::log_format::uri_wanted())
+                .then(Box::default),
             opened: Some(loop_now()),
             proxy_pending: self.state.cfg.proxy_protocol,
             proxy_header: None,
@@ -555,6 +559,7 @@ impl Protocol for HttpProtocol {
             };
             sent.head.clear();
             sent.gzip = None;
+            sent.uri = None;
         }
         let head = match req.what {
             Seen::Head {
@@ -879,7 +884,11 @@ impl HttpProtocol {
             crate::fields::insert_field(out, start, line.as_bytes());
         }
         // The head is whole: kept for `$bytes_sent` and `$sent_http_…`.
-        if let Some(sent) = &session.sent {
+        if let Some(sent) = session
+            .sent
+            .as_ref()
+            .filter(|_| crate::log_format::head_wanted())
+        {
             let written = &out[start..];
             let end = written
                 .windows(4)
@@ -1029,6 +1038,7 @@ impl HttpProtocol {
             .then(|| self.state.fresh.get(&head.path))
             .flatten()
         {
+            note_uri(session, f.uri.as_ref());
             let eligible = gzip::eligible(&gzip_cfg, &f.path, f.content_type, f.meta.size);
             let gzip = eligible && want_gzip;
             // Large enough to go out with sendfile, the kernel's pages
@@ -1163,7 +1173,10 @@ impl HttpProtocol {
                 .blocking(move || state.lookup(&url, want_gzip, takes_gzip, callback))
                 .await
             {
-                Ok(found) => found,
+                Ok((found, uri)) => {
+                    note_uri(session, uri.as_ref());
+                    found
+                }
                 Err(_) => Err(HttpError::keep(Status::InternalServerError)),
             }
         };
@@ -1172,7 +1185,14 @@ impl HttpProtocol {
         // page itself with `=200`.
         let (found, error) = match found {
             Err(e) if !e.close => match ErrorPage::find(&self.state.cfg.error_pages, e.status) {
-                Some(page) => self.error_page(page, e, want_gzip, takes_gzip, reply).await,
+                Some(page) => {
+                    let (found, status, uri) =
+                        self.error_page(page, e, want_gzip, takes_gzip, reply).await;
+                    if uri.is_some() {
+                        note_uri(session, uri.as_ref());
+                    }
+                    (found, status)
+                }
                 None => (Err(e), None),
             },
             found => (found, None),
@@ -1278,10 +1298,10 @@ impl HttpProtocol {
         want_gzip: bool,
         takes_gzip: bool,
         reply: &mut Reply<'_>,
-    ) -> (Result<Found, HttpError>, Option<Status>) {
+    ) -> (Result<Found, HttpError>, Option<Status>, Option<Arc<str>>) {
         if page.redirect {
             let status = page.status.unwrap_or(Status::Found);
-            return (Ok(Found::Elsewhere(status, page.uri.clone())), None);
+            return (Ok(Found::Elsewhere(status, page.uri.clone())), None, None);
         }
         let state = self.state.clone();
         let url = page.uri.clone();
@@ -1293,13 +1313,15 @@ impl HttpProtocol {
             .blocking(move || state.lookup(&url, want_gzip && gzip, takes_gzip && gzip, None))
             .await;
         match found {
-            Ok(Ok(Found::Redirect(_) | Found::Listing(_) | Found::Elsewhere(..)))
-            | Ok(Err(_))
-            | Err(_) => (Err(e), None),
+            Ok((Ok(Found::Redirect(_) | Found::Listing(_) | Found::Elsewhere(..)), _))
+            | Ok((Err(_), _))
+            | Err(_) => (Err(e), None, None),
             // Under `=CODE`, or the error's own status; as itself with `=200`.
-            Ok(Ok(found)) => (
+            // Served from the page's address (`$uri`), or its index.
+            Ok((Ok(found), uri)) => (
                 Ok(found),
                 (!page.as_ok).then(|| page.status.unwrap_or(e.status)),
+                Some(uri.unwrap_or_else(|| page.uri.as_str().into())),
             ),
         }
     }
@@ -1849,6 +1871,7 @@ impl HttpProtocol {
         if let Some(sent) = &sent {
             entry.sent_head = Some(&sent.head);
             entry.gzip = sent.gzip;
+            entry.uri = sent.uri.as_deref();
         }
         let mut line = Vec::with_capacity(160);
         self.state.cfg.log_format.write(&entry, &mut line);
@@ -1895,6 +1918,7 @@ impl HttpProtocol {
             limit_rate: self.state.cfg.limit_rate,
             limited: session.limited,
             invalid_referer: session.invalid_referer,
+            uri: None,
         }
     }
 }
@@ -1902,6 +1926,15 @@ impl HttpProtocol {
 /// Keeps, for `$gzip_ratio`, that a body of `identity` bytes went out as
 /// `gzipped` (deflate's part: gzip's 18 bytes of header and trailer are
 /// not counted, as nginx does not count them).
+/// Keeps, for `$uri`, the address `session`'s answer is served from
+/// where it is not the request's.
+fn note_uri(session: &HttpSession, uri: Option<&Arc<str>>) {
+    if let Some(sent) = &session.sent {
+        let mut sent = sent.lock().unwrap_or_else(|e| e.into_inner());
+        sent.uri = uri.cloned();
+    }
+}
+
 fn note_gzip(session: &HttpSession, identity: u64, gzipped: u64) {
     if let Some(sent) = &session.sent {
         let mut sent = sent.lock().unwrap_or_else(|e| e.into_inner());

@@ -201,9 +201,18 @@ impl Var {
                 HEAD_WANTED.store(true, Relaxed);
                 Var::GzipRatio
             }
-            "document_root" => Var::DocumentRoot,
-            "realpath_root" => Var::RealpathRoot,
-            "request_filename" => Var::RequestFilename,
+            "document_root" => {
+                URI_WANTED.store(true, Relaxed);
+                Var::DocumentRoot
+            }
+            "realpath_root" => {
+                URI_WANTED.store(true, Relaxed);
+                Var::RealpathRoot
+            }
+            "request_filename" => {
+                URI_WANTED.store(true, Relaxed);
+                Var::RequestFilename
+            }
             "limit_rate" => Var::LimitRate,
             "limit_req_status" => Var::LimitStatus { conn: false },
             "limit_conn_status" => Var::LimitStatus { conn: true },
@@ -218,7 +227,10 @@ impl Var {
             "request" => Var::Request,
             "request_method" => Var::RequestMethod,
             "request_uri" => Var::RequestUri,
-            "uri" | "document_uri" => Var::Uri,
+            "uri" | "document_uri" => {
+                URI_WANTED.store(true, Relaxed);
+                Var::Uri
+            }
             "args" | "query_string" => Var::Args,
             "is_args" => Var::IsArgs,
             "server_protocol" => Var::ServerProtocol,
@@ -378,6 +390,10 @@ pub struct Entry<'a> {
     /// Whether `--valid-referers` refused the request's Referer, where it
     /// was checked.
     pub invalid_referer: Option<bool>,
+    /// The address served where it is not the request's path: an index
+    /// file (`/dir/index.html`), a `--try-files` name, an error page
+    /// (`$uri` follows nginx's internal redirects).
+    pub uri: Option<&'a str>,
 }
 
 /// Whether a text parsed so far names `$server_addr` or `$server_port`:
@@ -388,6 +404,17 @@ static LOCAL_WANTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBo
 /// `$gzip_ratio`: answers then keep a copy of their head (and what gzip
 /// made of their body) for the log.
 static HEAD_WANTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether a text parsed so far names `$uri` (or `$document_uri`,
+/// `$document_root`, `$realpath_root`, `$request_filename`): answers then
+/// keep the address they served from where it is not the request's (an
+/// index file, a `--try-files` name, an error page).
+static URI_WANTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether a text parsed so far wants the address served.
+pub fn uri_wanted() -> bool {
+    URI_WANTED.load(Relaxed)
+}
 
 /// Whether a text parsed so far wants the connection's local address.
 pub fn local_wanted() -> bool {
@@ -541,7 +568,7 @@ impl LogFormat {
             },
             Var::RequestUri => head.map_or(Value::Missing, |h| Value::Bytes(origin_form(h.target))),
             Var::Uri => match (head, e.line) {
-                (Some(h), _) => Value::Bytes(h.path.as_bytes()),
+                (Some(h), _) => Value::Bytes(e.uri.unwrap_or(&h.path).as_bytes()),
                 (None, Some(_)) => Value::Bytes(b""),
                 (None, None) => Value::Missing,
             },
@@ -687,10 +714,12 @@ impl LogFormat {
                 let (Some(roots), Some(h)) = (e.roots, head) else {
                     return Value::Missing;
                 };
-                let (root, under) = roots.document_root(&h.path);
+                // Of the address served, as nginx's after an internal redirect.
+                let served = e.uri.unwrap_or(&h.path);
+                let (root, under) = roots.document_root(served);
                 let written = match v {
                     Var::DocumentRoot => root.display().to_string(),
-                    Var::RealpathRoot => match roots.realpath_root(&h.path) {
+                    Var::RealpathRoot => match roots.realpath_root(served) {
                         Some(real) => real.display().to_string(),
                         None => return Value::Missing,
                     },
@@ -955,6 +984,7 @@ pub(crate) fn test_entry<'a>(head: Option<&'a Head<'a>>, line: Option<&'a [u8]>)
         limit_rate: 0,
         limited: [None; 2],
         invalid_referer: None,
+        uri: None,
     }
 }
 
@@ -1047,6 +1077,28 @@ mod tests {
             "200x200.\n"
         );
         assert_eq!(line("", Escape::Default, &e), "\n");
+    }
+
+    #[test]
+    fn uri_follows_the_address_served() {
+        let text = "GET /dir/?a=1 HTTP/1.1\r\nHost: h\r\n\r\n";
+        let (head, _) = crate::request::parse_head(text.as_bytes(), &Default::default())
+            .unwrap()
+            .unwrap();
+        let e = entry(Some(&head), None);
+        assert_eq!(
+            line("$uri|$document_uri|$request_uri", Escape::Default, &e),
+            "/dir/|/dir/|/dir/?a=1\n"
+        );
+        let served = Entry {
+            uri: Some("/dir/index.html"),
+            ..entry(Some(&head), None)
+        };
+        assert_eq!(
+            line("$uri|$document_uri|$request_uri", Escape::Default, &served),
+            "/dir/index.html|/dir/index.html|/dir/?a=1\n"
+        );
+        assert!(uri_wanted());
     }
 
     #[test]

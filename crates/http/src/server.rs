@@ -857,12 +857,34 @@ impl HttpState {
     /// (`realpath`, `stat`, `open`, `read`): runs on the blocking pool.
     /// `callback`: the request's `callback` argument where listings are
     /// JSONP (checked only if a listing answers).
+    ///
+    /// Also the address served where it is not `request` (an index file,
+    /// a `--try-files` name): the log's `$uri`, as nginx's follows its
+    /// internal redirects; noted on the entry the lookup recorded, for the
+    /// requests answered from it.
     pub(crate) fn lookup(
         &self,
         request: &str,
         want_gzip: bool,
         takes_gzip: bool,
         callback: Option<Vec<u8>>,
+    ) -> (Result<Found, HttpError>, Option<Arc<str>>) {
+        let mut uri = None;
+        let found = self.lookup_as(request, want_gzip, takes_gzip, callback, &mut uri);
+        if let (Some(u), Ok(Found::Bytes { .. } | Found::File { .. })) = (&uri, &found) {
+            self.fresh.note_uri(request, u);
+        }
+        (found, uri)
+    }
+
+    /// [`lookup`](Self::lookup), the address served into `uri`.
+    fn lookup_as(
+        &self,
+        request: &str,
+        want_gzip: bool,
+        takes_gzip: bool,
+        callback: Option<Vec<u8>>,
+        uri: &mut Option<Arc<str>>,
     ) -> Result<Found, HttpError> {
         let (served, resolved) = match &self.cfg.try_files {
             Some(t) => {
@@ -915,6 +937,17 @@ impl HttpState {
                 };
             }
             Err(e) => return Err(e),
+        };
+        // Kept only where a log format asks (an index's, on every hit of
+        // `/`, would cost its reference count there).
+        *uri = if !crate::log_format::uri_wanted() {
+            None
+        } else if url_path.ends_with('/') {
+            Some(format!("{url_path}{}", self.root.index_name_of(&path)).into())
+        } else if url_path != request {
+            Some(url_path.into())
+        } else {
+            None
         };
         // The type of the name asked for (a directory's: its index), as
         // nginx: not of where a symlink leads (`notes.txt -> page.html` is
@@ -1315,6 +1348,9 @@ pub(crate) struct Fresh {
     /// The file, open, for a body sent with `sendfile` (nginx's
     /// `open_file_cache`): a hit answers without the blocking pool.
     pub(crate) file: Option<Arc<OpenFile>>,
+    /// The address served where it is not the one asked (an index file,
+    /// a `--try-files` name): the log's `$uri`.
+    pub(crate) uri: Option<Arc<str>>,
     checked: Instant,
 }
 
@@ -1453,6 +1489,14 @@ impl FreshIndex {
         self.insert(url, path, meta, content_type, varies, None);
     }
 
+    /// Notes that `url` is answered from another address (see
+    /// [`Fresh::uri`]), on the entry just recorded for it.
+    pub(crate) fn note_uri(&self, url: &str, uri: &str) {
+        if let Some(e) = self.shard(url).get_mut(url) {
+            e.uri = Some(uri.into());
+        }
+    }
+
     /// [`record`](Self::record), keeping `file` (opened by that `stat`'s
     /// lookup) open with the entry while fewer than the allowed descriptors
     /// are held. At the limit, [`AtLimit`] says whether stale entries holding
@@ -1552,6 +1596,7 @@ impl FreshIndex {
             content_type,
             varies,
             file,
+            uri: None,
             checked: Instant::now(),
         };
         let mut shard = self.shard(url);
