@@ -442,6 +442,38 @@ const IGNORED: &[(&str, &str)] = &[
     ("ssl_session_cache", "no TLS listener"),
     ("ssl_session_timeout", "no TLS listener"),
     ("gzip_disable", "no client is left out of gzip"),
+    ("ssl_certificate", "no TLS listener"),
+    ("ssl_certificate_key", "no TLS listener"),
+    ("ssl_dhparam", "no TLS listener"),
+    ("ssl_stapling", "no TLS listener"),
+    ("ssl_stapling_verify", "no TLS listener"),
+    ("aio", "files are read off the loop as --offload says"),
+    ("directio", "files are read through the page cache"),
+    (
+        "sendfile_max_chunk",
+        "a sendfile yields to other connections by itself",
+    ),
+    (
+        "client_body_timeout",
+        "bodies are dropped as they come (--lingering-timeout)",
+    ),
+    ("client_body_temp_path", "bodies are dropped"),
+    ("variables_hash_max_size", "no hash to size"),
+    ("variables_hash_bucket_size", "no hash to size"),
+    ("server_names_hash_max_size", "no hash to size"),
+    ("resolver", "no name is resolved while serving"),
+    ("resolver_timeout", "no name is resolved while serving"),
+    (
+        "server_name_in_redirect",
+        "redirects name the request's host",
+    ),
+    ("msie_padding", "no MSIE pages"),
+    ("msie_refresh", "no MSIE pages"),
+    ("postpone_output", "answers go out as they are made"),
+    ("worker_cpu_affinity", "see --cpu-affinity"),
+    ("worker_priority", "set it with nice"),
+    ("timer_resolution", "the loops keep their own clock"),
+    ("pcre_jit", "the regex crate compiles its own"),
 ];
 
 impl State {
@@ -645,13 +677,25 @@ impl State {
             }
             "access_log" => match &a[..] {
                 [off] if off == "off" => self.access_log = None,
-                [path] => self.access_log = Some((path.clone(), "combined".into(), d.line)),
-                [path, format] => self.access_log = Some((path.clone(), format.clone(), d.line)),
-                _ => {
-                    return err(
-                        "takes a path and a format name (buffer= and the rest are not taken)",
-                    )
+                [path, rest @ ..] => {
+                    let mut format = "combined".to_string();
+                    for (i, p) in rest.iter().enumerate() {
+                        // A writer thread batches the lines already.
+                        if p.starts_with("buffer=") || p.starts_with("flush=") {
+                            let why = "lines are written by a thread as they come";
+                            self.ignored
+                                .push(format!("access_log {p} ({name}:{}: {why})", d.line));
+                        } else if i == 0 && !p.contains('=') {
+                            format = p.clone();
+                        } else {
+                            return err(&format!(
+                                "the parameter \"{p}\" is not taken (gzip=, if=)"
+                            ));
+                        }
+                    }
+                    self.access_log = Some((path.clone(), format, d.line));
                 }
+                _ => return err("takes a path, or off"),
             },
             "log_format" => {
                 let mut rest = a.iter();
@@ -667,8 +711,14 @@ impl State {
                 self.log_formats.insert(fname, (escape, text));
             }
             "keepalive_timeout" => {
-                if n != 1 {
-                    return err("takes one time (a header_timeout is not taken)");
+                if n == 2 {
+                    let why = "no Keep-Alive: timeout= field is sent";
+                    self.ignored.push(format!(
+                        "keepalive_timeout {} ({name}:{}: {why})",
+                        a[1], d.line
+                    ));
+                } else if n != 1 {
+                    return err("takes a time and perhaps a header's time");
                 }
                 self.single(
                     "--idle-timeout",
@@ -1497,7 +1547,7 @@ mod tests {
             ("listen 443 ssl;", "TLS"),
             ("root www;", "absolute path"),
             ("if ($x) { return 403; }", "only `if ($invalid_referer)"),
-            ("keepalive_timeout 5 5;", "header_timeout"),
+            ("keepalive_timeout 5 5 5;", "a header's time"),
             ("include /nonexistent/x.conf;", "/nonexistent/x.conf"),
             ("include /nonexistent/*/a.conf;", "outside the file's name"),
             ("access_log /a nope;", "no log_format \"nope\""),
@@ -1505,6 +1555,23 @@ mod tests {
             let e = refused(conf);
             assert!(e.contains(says), "{conf}: {e}");
         }
+        let conf = "access_log /l main buffer=32k flush=5s; log_format main x;\n\
+                    keepalive_timeout 65 60;";
+        let t = translate(conf, "t.conf", Path::new("/")).unwrap();
+        assert!(
+            t.args.ends_with(&[
+                "--access-log".into(),
+                "/l".into(),
+                "--log-format".into(),
+                "x".into(),
+                "--log-escape".into(),
+                "default".into()
+            ]),
+            "{:?}",
+            t.args
+        );
+        assert_eq!(t.ignored.len(), 3, "{:?}", t.ignored);
+        assert!(refused("access_log /l combined gzip;").contains("\"gzip\" is not taken"));
         let t = translate("sendfile on;\nerror_log x;", "t.conf", Path::new("/")).unwrap();
         assert_eq!(t.args.len(), 2 * NGINX_DEFAULTS.len());
         assert_eq!(t.ignored.len(), 2);
