@@ -52,6 +52,7 @@ pub fn parse(text: &str) -> Result<Vec<Directive>, (usize, String)> {
         at: 0,
         line: 1,
         token_line: 1,
+        depth: 0,
     };
     let list = p.block(false)?;
     Ok(list)
@@ -63,7 +64,12 @@ struct Parser {
     line: usize,
     /// Where the last token began.
     token_line: usize,
+    /// Blocks open around the parser.
+    depth: usize,
 }
+
+/// Blocks nested deeper than this are refused.
+const MAX_NESTING: usize = 64;
 
 enum Token {
     Word(String),
@@ -102,7 +108,14 @@ impl Parser {
                 Token::Open => {
                     let name = words.remove(0);
                     let args = std::mem::take(&mut words);
+                    // Deeper than any configuration nests: refused, not a
+                    // stack overflow.
+                    self.depth += 1;
+                    if self.depth > MAX_NESTING {
+                        return Err((line, format!("blocks nest more than {MAX_NESTING} deep")));
+                    }
                     let block = self.block(true)?;
+                    self.depth -= 1;
                     list.push(Directive {
                         name,
                         args,
@@ -1417,6 +1430,7 @@ mod tests {
             ("a 'x\n;", 1, "not closed"),
             ("a 'x'y;", 1, "after a quoted"),
             ("\n;", 2, "without a name"),
+            (&"a {".repeat(100_000), 1, "nest more than 64"),
         ] {
             let (l, e) = parse(bad).unwrap_err();
             assert_eq!(l, line, "{bad:?}");
