@@ -3416,3 +3416,51 @@ fn an_nginx_location_by_extension_expires_as_nginx_does() {
         assert_eq!(ours, seen(&format!("http://{}", n.addr)));
     }
 }
+
+/// `--autoindex-under /PREFIX/` (nginx's `location /PREFIX/ { autoindex
+/// on; }`, through `--nginx-config`): directories list there, elsewhere a
+/// directory without an index file is 403; the same statuses and listed
+/// names as nginx's.
+#[test]
+fn listings_only_under_a_prefix_as_nginx_does() {
+    let (dir, root) = tree(
+        "autoindex-under",
+        &[
+            ("files/a.txt", "a\n"),
+            ("files/sub/b.txt", "b\n"),
+            ("other/c.txt", "c\n"),
+        ],
+    );
+    let server = "location /files/ { autoindex on; }\n";
+    let seen = |url: &str| -> Vec<String> {
+        ["/files/", "/files/sub/", "/other/", "/", "/files/a.txt"]
+            .iter()
+            .map(|p| {
+                let (code, _, body) = call(url, "GET", p, "");
+                let body = String::from_utf8_lossy(&body);
+                // The names listed, not the page around them.
+                let listed: Vec<&str> = ["a.txt", "sub/", "b.txt"]
+                    .into_iter()
+                    .filter(|n| code == 200 && body.contains(&format!("href=\"{n}\"")))
+                    .collect();
+                format!("{p} {code} {listed:?}")
+            })
+            .collect()
+    };
+    let conf = dir.0.join("site.conf");
+    std::fs::write(&conf, format!("server {{\n{server}}}\n")).unwrap();
+    let d = HttpServer::start(&root, &["--nginx-config", conf.to_str().unwrap()]);
+    let ours = seen(&d.url);
+    assert!(d.stop().success());
+    assert_eq!(ours[0], "/files/ 200 [\"a.txt\", \"sub/\"]");
+    assert_eq!(ours[2], "/other/ 403 []");
+    if let Some(nginx) = duality_bench::http::find_nginx() {
+        let n = duality_bench::http::RunningServer::nginx_in_server(&nginx, &root, server).unwrap();
+        assert_eq!(ours, seen(&format!("http://{}", n.addr)));
+    }
+    refused_saying(
+        &root,
+        &["--autoindex", "on", "--autoindex-under", "/files/"],
+        "give one",
+    );
+}

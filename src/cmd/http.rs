@@ -263,6 +263,12 @@ pub struct HttpArgs {
     #[arg(long, value_name = "on|off", default_value = "off", value_parser = on_off,
           action = clap::ArgAction::Set)]
     autoindex: bool,
+    /// List directories only under this prefix (nginx's `location
+    /// /PREFIX/ { autoindex on; }`), e.g. /downloads/: elsewhere a
+    /// directory without an index file stays 403. Repeat for several; with
+    /// --autoindex off (on lists everywhere)
+    #[arg(long, value_name = "/PREFIX/", value_parser = url_prefix)]
+    autoindex_under: Vec<String>,
     /// The listing's format (nginx's autoindex_format): `html`; `json`, an
     /// array of {"name", "type", "mtime", "size"}; `jsonp`, that JSON in a
     /// call of the request's `callback` argument (letters, digits, `_`,
@@ -796,6 +802,10 @@ fn limits(a: &HttpArgs) -> anyhow::Result<Limits> {
     );
     anyhow::ensure!(a.max_uri_bytes >= 1, "--max-uri-bytes must be at least 1");
     anyhow::ensure!(
+        !a.autoindex || a.autoindex_under.is_empty(),
+        "--autoindex-under lists only under its prefixes, --autoindex on everywhere: give one"
+    );
+    anyhow::ensure!(
         (1..=MAX_HEADERS_CAP).contains(&a.max_headers),
         "--max-headers must be between 1 and {MAX_HEADERS_CAP}"
     );
@@ -1105,6 +1115,7 @@ pub fn run(mut a: HttpArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
         open_files,
         index: a.index.clone(),
         autoindex: a.autoindex,
+        autoindex_under: a.autoindex_under.clone(),
         autoindex_style: duality_http::autoindex::Style {
             format: a.autoindex_format,
             exact_size: a.autoindex_exact_size,

@@ -1013,13 +1013,22 @@ impl State {
                             secured = true;
                             self.directive(x, Level::Location, name)?;
                         }
+                        // Listings there only (their style is the one
+                        // listings have anywhere, which is only there).
+                        "autoindex" if x.args == ["on"] => {
+                            self.arrays.push(("--autoindex-under", prefix.to_string(), Level::Server));
+                        }
+                        "autoindex" if x.args == ["off"] => {}
+                        "autoindex_format" | "autoindex_exact_size" | "autoindex_localtime" => {
+                            self.directive(x, Level::Location, name)?;
+                        }
                         "if" if condition(&x.args).starts_with("($secure_link=") => {
                             secured = true;
                             self.directive(x, Level::Location, name)?;
                         }
                         _ => {
                             return Err(format!(
-                                "{name}:{}: \"{}\": only alias and the secure_link directives are taken in a prefix location (settings are the server's)",
+                                "{name}:{}: \"{}\": only alias, autoindex and the secure_link directives are taken in a prefix location (settings are the server's)",
                                 x.line, x.name
                             ))
                         }
@@ -1101,6 +1110,14 @@ impl State {
         // Arrays: the deepest level's, as nginx merges them (allow and
         // deny are one list, as are add_header with and without always).
         self.type_extensions()?;
+        // Listing everywhere makes a location's own listing moot.
+        if self
+            .single
+            .iter()
+            .any(|(f, v)| f == "--autoindex" && v == "on")
+        {
+            self.arrays.retain(|(f, _, _)| *f != "--autoindex-under");
+        }
         let root = self
             .single
             .iter()
@@ -1764,7 +1781,26 @@ mod tests {
         assert!(!args(server).contains(&"--secure-link-prefix".to_string()));
         assert!(refused("secure_link $arg_h; secure_link_md5 x;").contains("without both"));
         assert!(refused("if ($secure_link = 0) { return 410; }").contains("without secure_link"));
-        assert!(refused("location /a/ { index x; }").contains("only alias and the secure_link"));
+        assert!(refused("location /a/ { index x; }").contains("only alias, autoindex and"));
+    }
+
+    #[test]
+    fn listings_under_a_prefix() {
+        let conf =
+            "location /files/ { alias /srv/files/; autoindex on; autoindex_exact_size off; }";
+        assert_eq!(
+            args(conf),
+            [
+                "--alias",
+                "/files/ /srv/files",
+                "--autoindex-under",
+                "/files/",
+                "--autoindex-exact-size",
+                "off",
+            ]
+        );
+        let everywhere = "autoindex on; location /files/ { autoindex on; }";
+        assert_eq!(args(everywhere), ["--autoindex", "on"]);
     }
 
     #[test]

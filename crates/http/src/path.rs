@@ -701,6 +701,10 @@ pub struct Roots {
     /// Prefixes (starting and ending with `/`) and their directories,
     /// longest first.
     aliases: Vec<(String, Root)>,
+    /// Where listings are made, if only under these prefixes (nginx's
+    /// `location /PREFIX/ { autoindex on; }`); empty: wherever the
+    /// directories list.
+    listing_under: Vec<String>,
 }
 
 impl Roots {
@@ -709,6 +713,7 @@ impl Roots {
         Roots {
             main,
             aliases: Vec::new(),
+            listing_under: Vec::new(),
         }
     }
 
@@ -736,6 +741,15 @@ impl Roots {
         (&self.main, path)
     }
 
+    /// Listings only under these prefixes (each starts and ends with
+    /// `/`): elsewhere a directory without an index file is 403, as where
+    /// nginx's `autoindex` is off. The directories must list
+    /// ([`Root::with_autoindex`]).
+    pub fn listing_only_under(mut self, prefixes: Vec<String>) -> Roots {
+        self.listing_under = prefixes;
+        self
+    }
+
     /// [`Root::resolve`] in the directory serving `path`; a directory's
     /// redirect names the path as asked.
     pub fn resolve(&self, path: &str) -> Result<Resolved, HttpError> {
@@ -744,6 +758,15 @@ impl Roots {
             Ok(Resolved::Redirect { .. }) if under.len() != path.len() => Ok(Resolved::Redirect {
                 location: encode(&format!("{path}/")),
             }),
+            Ok(Resolved::Listing { .. })
+                if !self.listing_under.is_empty()
+                    && !self
+                        .listing_under
+                        .iter()
+                        .any(|p| path.starts_with(p.as_str())) =>
+            {
+                Err(HttpError::keep(Status::Forbidden))
+            }
             found => found,
         }
     }
@@ -1337,6 +1360,21 @@ pub(crate) mod tests {
         // Where a listed symlink may lead.
         assert!(listing.allows(&listing.dir().join("a.txt")));
         assert!(!listing.allows(Path::new("/etc/passwd")));
+        // Listings under a prefix only: elsewhere the same 403.
+        let under = Roots::new(listing.clone()).listing_only_under(vec!["/emp".into()]);
+        assert!(matches!(
+            under.resolve("/empty/"),
+            Ok(Resolved::Listing { .. })
+        ));
+        let elsewhere = Roots::new(listing.clone()).listing_only_under(vec!["/other/".into()]);
+        assert_eq!(
+            elsewhere.resolve("/empty/").unwrap_err().status,
+            Status::Forbidden
+        );
+        assert!(matches!(
+            elsewhere.resolve("/sub/"),
+            Ok(Resolved::File { .. })
+        ));
         assert!(listing
             .with_symlinks(Symlinks::Any)
             .allows(Path::new("/etc/passwd")));

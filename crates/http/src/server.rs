@@ -173,6 +173,9 @@ pub struct HttpConfig {
     /// List directories without an index file (nginx's `autoindex`)
     /// instead of answering 403; off by default.
     pub autoindex: bool,
+    /// List them only under these prefixes (nginx's `location /PREFIX/ {
+    /// autoindex on; }`), with `autoindex` off.
+    pub autoindex_under: Vec<String>,
     /// How listings are written (nginx's `autoindex_format`,
     /// `autoindex_exact_size`, `autoindex_localtime`): its HTML by default.
     pub autoindex_style: crate::autoindex::Style,
@@ -296,6 +299,7 @@ impl HttpConfig {
             open_files: 1000,
             index: vec![crate::path::INDEX.to_owned()],
             autoindex: false,
+            autoindex_under: Vec::new(),
             autoindex_style: crate::autoindex::Style::default(),
             error_pages: Vec::new(),
             try_files: None,
@@ -607,13 +611,16 @@ impl HttpState {
                 .map_err(|e| io::Error::new(e.kind(), format!("{what} {}: {e}", path.display())))
                 .map(|r| {
                     r.with_symlinks(cfg.symlinks)
-                        .with_autoindex(cfg.autoindex)
+                        .with_autoindex(cfg.autoindex || !cfg.autoindex_under.is_empty())
                         .with_index(&cfg.index)
                 })
         };
         let mut root = Roots::new(dir(&cfg.root, "document root")?);
         for (prefix, path) in &cfg.aliases {
             root = root.with_alias(prefix.clone(), dir(path, &format!("--alias {prefix}"))?);
+        }
+        if !cfg.autoindex {
+            root = root.listing_only_under(cfg.autoindex_under.clone());
         }
         let log = match &cfg.access_log {
             Some(p) => Some(AccessLog::open(p)?),
