@@ -1336,6 +1336,11 @@ pub fn run(mut a: HttpArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
             if report.cut_off == 1 { "" } else { "s" }
         );
     }
+    // Every answer's line is in the log before the process ends (its
+    // writer thread would be cut off with lines still queued).
+    if !state.sync_log(Duration::from_secs(5)) {
+        duality_rt::say!("duality http: the access log's last lines were not written within 5 s");
+    }
     Ok(())
 }
 

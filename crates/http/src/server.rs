@@ -820,6 +820,16 @@ impl HttpState {
         }
     }
 
+    /// Waits (at most `limit`) until every line logged so far is written
+    /// to the access log: at exit, where the writer thread would otherwise
+    /// be cut off with lines still queued. `false`: not within `limit`.
+    pub fn sync_log(&self, limit: Duration) -> bool {
+        match &self.log {
+            Some(log) => log.sync(limit),
+            None => true,
+        }
+    }
+
     /// The configuration.
     pub fn config(&self) -> &HttpConfig {
         &self.cfg
@@ -1626,6 +1636,8 @@ enum LogMsg {
     Line(Vec<u8>),
     /// Open the file again (after a rotation renamed it): nginx's reopen.
     Reopen,
+    /// Write out what came before, then say so.
+    Sync(mpsc::Sender<()>),
 }
 
 /// The access log: a bounded queue to a writer thread, which flushes
@@ -1741,6 +1753,10 @@ impl AccessLog {
             .spawn(move || {
                 let take = |w: &mut LogWriter, m: LogMsg| match m {
                     LogMsg::Line(line) => w.push(&line),
+                    LogMsg::Sync(done) => {
+                        w.flush();
+                        let _ = done.send(());
+                    }
                     LogMsg::Reopen => {
                         w.flush();
                         // As nginx: the old file is kept when the new one
@@ -1782,11 +1798,33 @@ impl AccessLog {
     fn reopen(&self) {
         let _ = self.tx.send(LogMsg::Reopen);
     }
+
+    /// Waits until the lines queued before it are written (see
+    /// [`HttpState::sync_log`]); off the loops.
+    fn sync(&self, limit: Duration) -> bool {
+        let (done, written) = mpsc::channel();
+        self.tx.send(LogMsg::Sync(done)).is_ok() && written.recv_timeout(limit).is_ok()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_synced_log_holds_every_line_written_before() {
+        let path = std::env::temp_dir().join(format!("duality-log-sync-{}", std::process::id()));
+        let log = AccessLog::open(&path).unwrap();
+        for i in 0..1000 {
+            log.write(format!("line {i}\n").into_bytes());
+        }
+        assert!(log.sync(Duration::from_secs(5)));
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 1000);
+        assert!(text.ends_with("line 999\n"));
+        drop(log);
+        let _ = std::fs::remove_file(&path);
+    }
 
     /// Validators for a file of `size` bytes, and an open file (this test
     /// binary) to keep.
