@@ -514,6 +514,11 @@ impl State {
                 _ => Err(format!("{at}: takes one argument")),
             }
         };
+        // One nginx time (in seconds, as the flags take it) or size.
+        let one_time = || -> Result<String, String> { time(one()?).ok_or(format!("{at}: a time")) };
+        let one_size = || -> Result<String, String> {
+            Ok(size(one()?).ok_or(format!("{at}: a size"))?.to_string())
+        };
         let on_off = || -> Result<&str, String> {
             match &a[..] {
                 [v] if v == "on" || v == "off" => Ok(v.as_str()),
@@ -677,10 +682,7 @@ impl State {
             "gzip" => self.single("--gzip", on_off()?),
             "gzip_static" => self.single("--gzip-static", on_off()?),
             "gzip_comp_level" => self.single("--gzip-level", one()?),
-            "gzip_min_length" => self.single(
-                "--gzip-min-length",
-                size(one()?).ok_or(format!("{at}: a size"))?.to_string(),
-            ),
+            "gzip_min_length" => self.single("--gzip-min-length", one_size()?),
             "gzip_http_version" => self.single("--gzip-http-version", one()?),
             "gzip_types" => {
                 if n == 0 {
@@ -739,34 +741,23 @@ impl State {
                 );
             }
             "keepalive_requests" => self.single("--keepalive-requests", one()?),
-            "keepalive_time" => self.single(
-                "--keepalive-time",
-                time(one()?).ok_or(format!("{at}: a time"))?,
-            ),
-            "client_header_timeout" => self.single(
-                "--head-timeout",
-                time(one()?).ok_or(format!("{at}: a time"))?,
-            ),
-            "send_timeout" => self.single(
-                "--write-timeout",
-                time(one()?).ok_or(format!("{at}: a time"))?,
-            ),
-            "lingering_timeout" => self.single(
-                "--lingering-timeout",
-                time(one()?).ok_or(format!("{at}: a time"))?,
-            ),
-            "lingering_time" => self.single(
-                "--lingering-time",
-                time(one()?).ok_or(format!("{at}: a time"))?,
-            ),
-            "worker_shutdown_timeout" => self.single(
-                "--shutdown-grace",
-                time(one()?).ok_or(format!("{at}: a time"))?,
-            ),
-            "client_max_body_size" => self.single(
-                "--max-body-bytes",
-                size(one()?).ok_or(format!("{at}: a size"))?.to_string(),
-            ),
+            "keepalive_time"
+            | "client_header_timeout"
+            | "send_timeout"
+            | "lingering_timeout"
+            | "lingering_time"
+            | "worker_shutdown_timeout" => {
+                let flag = match d.name.as_str() {
+                    "keepalive_time" => "--keepalive-time",
+                    "client_header_timeout" => "--head-timeout",
+                    "send_timeout" => "--write-timeout",
+                    "lingering_timeout" => "--lingering-timeout",
+                    "lingering_time" => "--lingering-time",
+                    _ => "--shutdown-grace",
+                };
+                self.single(flag, one_time()?);
+            }
+            "client_max_body_size" => self.single("--max-body-bytes", one_size()?),
             "large_client_header_buffers" => match &a[..] {
                 [_, s] => self.single(
                     "--max-head-bytes",
@@ -792,7 +783,7 @@ impl State {
                 _ => return err("takes off or max=N"),
             },
             "open_file_cache_valid" => {
-                let t = time(one()?).ok_or(format!("{at}: a time"))?;
+                let t = one_time()?;
                 let ms = (t.parse::<f64>().unwrap_or(0.0) * 1000.0).round() as u64;
                 self.single("--revalidate-ms", ms.to_string());
             }
@@ -979,6 +970,7 @@ impl State {
             // `location ~* \.(css|js|png)$ { expires 30d; }`: the types of
             // those extensions get that expiry.
             [op, pattern] if (*op == "~*" || *op == "~") && extensions(pattern).is_some() => {
+                // (Read again here: a guard cannot bind it.)
                 let exts = extensions(pattern).unwrap_or_default();
                 let mut expires = None;
                 for x in block {

@@ -1188,9 +1188,7 @@ impl HttpProtocol {
                 Some(page) => {
                     let (found, status, uri) =
                         self.error_page(page, e, want_gzip, takes_gzip, reply).await;
-                    if uri.is_some() {
-                        note_uri(session, uri.as_ref());
-                    }
+                    note_uri(session, uri.as_ref());
                     (found, status)
                 }
                 None => (Err(e), None),
@@ -1927,11 +1925,11 @@ impl HttpProtocol {
 /// `gzipped` (deflate's part: gzip's 18 bytes of header and trailer are
 /// not counted, as nginx does not count them).
 /// Keeps, for `$uri`, the address `session`'s answer is served from
-/// where it is not the request's.
+/// where it is not the request's (a new request starts without one).
 fn note_uri(session: &HttpSession, uri: Option<&Arc<str>>) {
-    if let Some(sent) = &session.sent {
+    if let (Some(sent), Some(uri)) = (&session.sent, uri) {
         let mut sent = sent.lock().unwrap_or_else(|e| e.into_inner());
-        sent.uri = uri.cloned();
+        sent.uri = Some(uri.clone());
     }
 }
 
