@@ -3464,3 +3464,154 @@ fn listings_only_under_a_prefix_as_nginx_does() {
         "give one",
     );
 }
+
+/// `--location PATH { FLAGS }` (nginx's prefix and exact `location`
+/// blocks): who is let in, a `return`, the added fields and their
+/// inheritance by path, given as flags and through `--nginx-config`; the
+/// statuses and fields nginx answers for the same server block.
+#[test]
+fn locations_set_their_own_settings_as_nginx_does() {
+    let (dir, root) = tree(
+        "locations",
+        &[
+            ("index.html", "<p>\n"),
+            ("admin/a.txt", "a\n"),
+            ("admin/open/b.txt", "b\n"),
+            ("static/s.css", "b{}\n"),
+            ("private/x.txt", "x\n"),
+            ("private/ok.txt", "ok\n"),
+            ("privatex", "px\n"),
+        ],
+    );
+    let users = dir.0.join("users");
+    // `openssl passwd -apr1` of "secret pw".
+    std::fs::write(&users, "alice:$apr1$Xy3Rq1Zb$2snucGM5UkflqMeUszZPW.\n").unwrap();
+    let users = users.to_str().unwrap();
+    let good = {
+        use base64::Engine as _;
+        let token = base64::engine::general_purpose::STANDARD.encode("alice:secret pw");
+        format!("Authorization: Basic {token}\r\n")
+    };
+    let asks: [(&str, &str); 11] = [
+        ("/", ""),
+        ("/admin/a.txt", ""),
+        ("/admin/a.txt", &good),
+        ("/admin/open/b.txt", ""),
+        ("/static/s.css", ""),
+        ("/static/none.css", ""),
+        ("/old", ""),
+        ("/private/x.txt", ""),
+        ("/privatex", ""),
+        ("/private/ok.txt", ""),
+        ("/admin/../private/ok.txt", ""),
+    ];
+    let seen = |url: &str| -> Vec<String> {
+        asks.iter()
+            .map(|(path, fields)| {
+                let (code, got, _) = call(url, "GET", path, fields);
+                let shown: Vec<String> = [
+                    "x-s",
+                    "x-r",
+                    "x-static",
+                    "cache-control",
+                    "location",
+                    "www-authenticate",
+                ]
+                .iter()
+                .filter_map(|n| field(&got, n).map(|v| format!("{n}={v}")))
+                .collect();
+                format!("{path} {code} {}", shown.join(" "))
+            })
+            .collect()
+    };
+    let want = [
+        "/ 200 x-r=1",
+        "/admin/a.txt 401 www-authenticate=Basic realm=\"Staff\"",
+        "/admin/a.txt 200 x-s=1",
+        "/admin/open/b.txt 200 x-s=1",
+        "/static/s.css 200 x-static=yes cache-control=max-age=3600",
+        "/static/none.css 404 ",
+        "/old 301 x-s=1 location=/new",
+        "/private/x.txt 403 ",
+        "/privatex 403 ",
+        "/private/ok.txt 200 x-s=1",
+        "/admin/../private/ok.txt 200 x-s=1",
+    ];
+    let server = format!(
+        "absolute_redirect off;\n\
+         add_header X-S 1;\n\
+         auth_basic_user_file {users};\n\
+         location / {{ add_header X-R 1; }}\n\
+         location /admin/ {{ auth_basic Staff; }}\n\
+         location /admin/open/ {{ auth_basic off; }}\n\
+         location /static/ {{ expires 1h; add_header X-Static yes; }}\n\
+         location = /old {{ return 301 /new; }}\n\
+         location /private {{ deny all; }}\n\
+         location = /private/ok.txt {{ allow all; }}\n"
+    );
+    let flags = [
+        "--absolute-redirect",
+        "off",
+        "--add-header",
+        "X-S: 1",
+        "--auth-basic-user-file",
+        users,
+        "--location",
+        "/",
+        "{",
+        "--add-header",
+        "X-R: 1",
+        "}",
+        "--location",
+        "/admin/ { --auth-basic Staff }",
+        "--location",
+        "/admin/open/",
+        "{",
+        "--auth-basic",
+        "off",
+        "}",
+        "--location",
+        "/static/ { --expires 1h --add-header 'X-Static: yes' }",
+        "--location",
+        "=",
+        "/old",
+        "{",
+        "--return",
+        "301 /new",
+        "}",
+        "--location",
+        "/private { --deny all }",
+        "--location",
+        "= /private/ok.txt { --allow all }",
+    ];
+    let conf = dir.0.join("site.conf");
+    std::fs::write(&conf, format!("server {{\n{server}}}\n")).unwrap();
+    let config = ["--nginx-config", conf.to_str().unwrap()];
+    for args in [&flags[..], &config[..]] {
+        let d = HttpServer::start(&root, args);
+        assert_eq!(seen(&d.url), want, "{args:?}");
+        assert!(d.stop().success());
+    }
+    if let Some(nginx) = duality_bench::http::find_nginx() {
+        let n =
+            duality_bench::http::RunningServer::nginx_in_server(&nginx, &root, &server).unwrap();
+        assert_eq!(seen(&format!("http://{}", n.addr)), want, "nginx");
+    }
+    // A path twice, a realm with no file anywhere, a flag a location
+    // does not take: refused at start, saying which.
+    refused_saying(
+        &root,
+        &["--location", "/a/ { }", "--location", "/a/", "{", "}"],
+        "--location /a/ is given twice",
+    );
+    refused_saying(
+        &root,
+        &["--location", "/a/ { --auth-basic Staff }"],
+        "needs --auth-basic-user-file",
+    );
+    refused_saying(
+        &root,
+        &["--location", "/a/", "{", "--index", "i.html", "}"],
+        "/a/: unexpected argument '--index'",
+    );
+}

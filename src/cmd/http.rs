@@ -28,9 +28,11 @@ pub struct HttpArgs {
     /// `disable_symlinks off`. A server without `listen` keeps this
     /// flag's default. Locations are taken where a flag stands for them
     /// (`/`, a prefix with alias or secure_link, `~ /\.` deny all, `=
-    /// PATH` stub_status, `~* \.(css|js)$` expires: the README lists
-    /// them). A directive with no counterpart (proxy_pass, TLS, other
-    /// locations, map, …) is refused with its file and line
+    /// PATH` stub_status, `~* \.(css|js)$` expires, a prefix or exact one
+    /// of allow, deny, auth_basic, return, expires, add_header, limit_rate:
+    /// a --location; the README lists them). A directive with no
+    /// counterpart (proxy_pass, TLS, other locations, map, …) is refused
+    /// with its file and line
     #[arg(long, value_name = "FILE")]
     nginx_config: Option<PathBuf>,
     /// Serve the paths under a prefix from another directory (nginx's
@@ -516,8 +518,10 @@ pub struct HttpArgs {
     /// The users for `--auth-basic` (nginx's `auth_basic_user_file`):
     /// `user:hash` lines as `htpasswd` or `openssl passwd` write them
     /// (`$apr1$`, `$1$`, `$5$`, `$6$`, bcrypt `$2y$`, `{SHA}`, `{SSHA}`,
-    /// `{PLAIN}`); read again when it changes. Must be readable at start
-    #[arg(long, value_name = "FILE", requires = "auth_basic")]
+    /// `{PLAIN}`); read again when it changes. Must be readable at start.
+    /// Without --auth-basic: the file of the --location groups that give
+    /// a realm alone
+    #[arg(long, value_name = "FILE")]
     auth_basic_user_file: Option<PathBuf>,
     /// With --allow/--deny and --auth-basic both given: `all` (the
     /// default), a request needs an allowed address and a valid password;
@@ -526,6 +530,21 @@ pub struct HttpArgs {
     #[arg(long, value_name = "all|any", default_value = "all",
           value_parser = clap::builder::PossibleValuesParser::new(["all", "any"]))]
     satisfy: String,
+    /// Settings of their own for the paths under a prefix (nginx's
+    /// `location PREFIX { … }`) or for one path (`= PATH`, nginx's `location
+    /// = PATH`): `--location /admin/ { --auth-basic Staff --allow 10.0.0.0/8
+    /// --deny all }`, the braces words of their own (or the whole group one
+    /// quoted word). Inside: --allow/--deny, --auth-basic (a realm, taking
+    /// the server's --auth-basic-user-file unless given its own; `off`: no
+    /// password there), --satisfy, --return, --expires, --add-header(-always)
+    /// and --limit-rate(-after). A request takes the location nginx would
+    /// give it: an exact one, else the longest prefix of its path (after
+    /// --rewrite), else none; a location's setting replaces the server's of
+    /// that kind whole (its --add-header fields the server's fields), as
+    /// nginx's inheritance does, and the server's --return still comes
+    /// first. The other settings are the server's. Repeat for several
+    #[arg(long, value_name = "[=] PATH { FLAGS }", value_parser = super::http_location::parse)]
+    location: Vec<super::http_location::LocationArgs>,
     /// Every connection begins with a PROXY protocol header, version 1 or
     /// 2, as a TCP load balancer (HAProxy, AWS NLB…) sends it (nginx's
     /// `listen … proxy_protocol`): the client's address it names is
@@ -697,7 +716,7 @@ fn types(a: &HttpArgs) -> anyhow::Result<Vec<duality_http::mime::TypeRule>> {
 }
 
 /// A size as nginx writes one (bytes, or with `k`, `m` or `g`).
-fn nginx_size(v: &str) -> Result<u64, String> {
+pub(super) fn nginx_size(v: &str) -> Result<u64, String> {
     duality_http::fields::parse_size(v)
         .ok_or_else(|| format!("{v:?}: a size (bytes, or with k, m or g)"))
 }
@@ -736,21 +755,46 @@ fn url_prefix(v: &str) -> Result<String, String> {
 }
 
 /// `--allow`.
-fn allow_rule(v: &str) -> Result<duality_http::AccessRule, String> {
+pub(super) fn allow_rule(v: &str) -> Result<duality_http::AccessRule, String> {
     duality_http::AccessRule::new(true, v)
 }
 
 /// `--deny`.
-fn deny_rule(v: &str) -> Result<duality_http::AccessRule, String> {
+pub(super) fn deny_rule(v: &str) -> Result<duality_http::AccessRule, String> {
     duality_http::AccessRule::new(false, v)
+}
+
+/// The `--location` groups, a realm alone given the server's user file;
+/// a user file that no realm uses is refused.
+fn locations(a: &HttpArgs) -> anyhow::Result<Vec<duality_http::Location>> {
+    let used = a.auth_basic.is_some() || a.location.iter().any(|l| l.takes_server_file());
+    anyhow::ensure!(
+        used || a.auth_basic_user_file.is_none(),
+        "--auth-basic-user-file without --auth-basic (here or in a --location)"
+    );
+    a.location
+        .iter()
+        .map(|l| l.resolve(a.auth_basic_user_file.as_ref()))
+        .collect::<Result<_, _>>()
+        .map_err(anyhow::Error::msg)
 }
 
 /// `--allow` and `--deny` in the order they were given (nginx's rules are
 /// ordered), from where each stood on the command line (`m`: the `http`
 /// subcommand's matches; without them, allows first).
 fn access_rules(a: &HttpArgs, m: Option<&clap::ArgMatches>) -> duality_http::Access {
+    ordered_rules(&a.allow, &a.deny, m)
+}
+
+/// `allow` and `deny` interleaved as they stood in `m` (a `--location`'s
+/// flags, or the `http` subcommand's).
+pub(super) fn ordered_rules(
+    allow: &[duality_http::AccessRule],
+    deny: &[duality_http::AccessRule],
+    m: Option<&clap::ArgMatches>,
+) -> duality_http::Access {
     let mut rules = Vec::new();
-    for (id, list) in [("allow", &a.allow), ("deny", &a.deny)] {
+    for (id, list) in [("allow", allow), ("deny", deny)] {
         let at: Vec<usize> = m
             .and_then(|m| m.indices_of(id))
             .map(|i| i.collect())
@@ -1165,6 +1209,7 @@ pub fn run(mut a: HttpArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Resul
         absolute_redirect: a.absolute_redirect,
         limit_rate: a.limit_rate,
         limit_rate_after: a.limit_rate_after,
+        locations: locations(&a)?,
     };
     let grace = grace(a.shutdown_grace)?;
     // Stop signals are caught from here on: before any thread starts (the

@@ -12,6 +12,7 @@ pub mod bench_offload;
 pub mod bench_soak;
 pub mod bench_store;
 pub mod http;
+pub mod http_location;
 pub mod internal;
 pub mod kv;
 pub mod nginx_conf;
@@ -304,6 +305,7 @@ pub fn parse_cli<T: clap::Parser>() -> (T, clap::ArgMatches) {
     // Built, the subcommands know their full names for the usage line.
     cmd.build();
     let argv = nginx_conf::expand_args(std::env::args_os().collect());
+    let argv = http_location::group_args(argv);
     let matches = cmd.clone().get_matches_from(argv);
     if let Some(("bench", bench)) = matches.subcommand() {
         let bench_cmd = cmd.find_subcommand("bench").expect("matched");

@@ -295,8 +295,11 @@ pub fn expand_args(mut argv: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString>
             // The secret of secure_link_md5 stays out of logs.
             let mut shown: Vec<String> = t.args.iter().map(|a| shell_word(a)).collect();
             for i in 1..shown.len() {
-                if shown[i - 1] == "--secure-link-md5" {
-                    shown[i] = "'(from the file)'".into();
+                match shown[i - 1].as_str() {
+                    "--secure-link-md5" => shown[i] = "'(from the file)'".into(),
+                    // A group's words are quoted already, as typed.
+                    "--location" => shown[i] = t.args[i].clone(),
+                    _ => {}
                 }
             }
             duality_rt::say!(
@@ -391,7 +394,30 @@ struct State {
     /// `location = PATH { root R; }`: PATH, R, its file and line (R must
     /// be the server's root).
     same_root: Vec<(String, String, String)>,
+    /// Locations with settings of their own (`--location`): what they
+    /// take (`/a/`, `=/a`), their directives, where.
+    groups: Vec<(String, Vec<Directive>, String)>,
+    /// `location /`'s directives of the kinds a `--location` takes: the
+    /// server's unless other locations set their own (then `/`'s group).
+    root_scoped: Vec<Directive>,
+    /// `location /`'s other directives, where (nginx applies them there
+    /// alone; translated, they are the server's).
+    root_other: Vec<String>,
 }
+
+/// Directives a `--location` group takes (nginx's that are set by path).
+const SCOPED: &[&str] = &[
+    "allow",
+    "deny",
+    "auth_basic",
+    "auth_basic_user_file",
+    "satisfy",
+    "return",
+    "expires",
+    "add_header",
+    "limit_rate",
+    "limit_rate_after",
+];
 
 /// nginx's defaults where duality's differ: absolute redirects, its ETag
 /// format, a 75 s keep-alive, gzip of text/html alone from 20 bytes.
@@ -941,7 +967,20 @@ impl State {
         let block = d.block.as_deref().ok_or(format!("{at}: needs a block"))?;
         let args: Vec<&str> = d.args.iter().map(String::as_str).collect();
         match &args[..] {
-            ["/"] => self.context(block, Level::Location, name),
+            ["/"] => {
+                for x in block {
+                    match SCOPED.contains(&x.name.as_str()) {
+                        true => self.root_scoped.push(x.clone()),
+                        false => {
+                            if !quiet(x) {
+                                self.root_other.push(format!("{} ({name}:{})", x.name, x.line));
+                            }
+                            self.directive(x, Level::Location, name)?
+                        }
+                    }
+                }
+                Ok(())
+            }
             ["~", r"/\."] if matches!(block, [x] if x.name == "deny" && x.args == ["all"]) => {
                 self.single("--dotfiles", "deny");
                 Ok(())
@@ -995,8 +1034,11 @@ impl State {
             // A prefix: its alias, and nginx's secure_link idiom there.
             [prefix] if prefix.starts_with('/') && prefix.ends_with('/') && !block.is_empty() => {
                 let mut secured = false;
+                let mut scoped = Vec::new();
                 for x in block {
                     match x.name.as_str() {
+                        s if SCOPED.contains(&s) => scoped.push(x.clone()),
+                        _ if quiet(x) => self.quieted(x, prefix, name),
                         "alias" if x.args.len() == 1 => {
                             let dir = x.args[0].trim_end_matches('/');
                             self.arrays.push(("--alias", format!("{prefix} {dir}"), Level::Server));
@@ -1020,8 +1062,8 @@ impl State {
                         }
                         _ => {
                             return Err(format!(
-                                "{name}:{}: \"{}\": only alias, autoindex and the secure_link directives are taken in a prefix location (settings are the server's)",
-                                x.line, x.name
+                                "{name}:{}: \"{}\": only alias, autoindex, the secure_link directives and {} are taken in a prefix location (other settings are the server's)",
+                                x.line, x.name, SCOPED.join(", ")
                             ))
                         }
                     }
@@ -1029,12 +1071,121 @@ impl State {
                 if secured && self.secure_prefix.replace(prefix.to_string()).is_some() {
                     return Err(format!("{at}: secure_link in one location only"));
                 }
-                Ok(())
+                match scoped.is_empty() {
+                    true => Ok(()),
+                    false => self.push_group(prefix, scoped, at),
+                }
             }
+            // Any other prefix or exact path: a `--location` of the
+            // directives set by path.
+            [prefix] if prefix.starts_with('/') || prefix.starts_with("=/") => {
+                self.group(prefix, block, at, name)
+            }
+            ["=", path] if path.starts_with('/') => self.group(&format!("={path}"), block, at, name),
             _ => Err(format!(
-                "{at}: not translated: duality http's settings are the server's (taken: `location /`, an alias, `~ /\\.` deny all, `= PATH` stub_status)"
+                "{at}: not translated (taken: prefix and exact locations setting {}; \
+                 `location /`, an alias, `~ /\\.` deny all, `= PATH` stub_status, `~* \\.(exts)$` expires)",
+                SCOPED.join(", ")
             )),
         }
+    }
+
+    /// A location of directives set by path (and quieter logs): a
+    /// `--location` group, made at the end (the server's realm may come
+    /// later in the file).
+    fn group(
+        &mut self,
+        at_path: &str,
+        block: &[Directive],
+        at: String,
+        name: &str,
+    ) -> Result<(), String> {
+        let mut scoped = Vec::new();
+        for x in block {
+            match x.name.as_str() {
+                s if SCOPED.contains(&s) => scoped.push(x.clone()),
+                _ if quiet(x) => self.quieted(x, at_path, name),
+                _ => {
+                    return Err(format!(
+                        "{name}:{}: \"{}\": only {} are taken in this location (other settings are the server's)",
+                        x.line,
+                        x.name,
+                        SCOPED.join(", ")
+                    ))
+                }
+            }
+        }
+        self.push_group(at_path, scoped, at)
+    }
+
+    fn push_group(
+        &mut self,
+        at_path: &str,
+        scoped: Vec<Directive>,
+        at: String,
+    ) -> Result<(), String> {
+        if self.groups.iter().any(|(p, _, _)| p == at_path) {
+            return Err(format!("{at}: a second location for {at_path}"));
+        }
+        self.groups.push((at_path.to_string(), scoped, at));
+        Ok(())
+    }
+
+    /// `access_log off` or `log_not_found off` in a location: listed as
+    /// without effect.
+    fn quieted(&mut self, x: &Directive, at_path: &str, name: &str) {
+        self.ignored.push(format!(
+            "{} {} in location {at_path} ({name}:{}: logged as any request)",
+            x.name,
+            x.args.join(" "),
+            x.line
+        ));
+    }
+
+    /// The words of `--location`'s group for `at_path`: its directives'
+    /// flags, between braces, as one word.
+    fn group_word(&self, at_path: &str, list: &[Directive], name: &str) -> Result<String, String> {
+        let mut sub = State {
+            dir: self.dir.clone(),
+            ..State::default()
+        };
+        let mut words: Vec<String> = Vec::new();
+        for x in list {
+            match (x.name.as_str(), x.args.as_slice()) {
+                ("auth_basic", [off]) if off == "off" => {
+                    words.extend(["--auth-basic".into(), "off".into()])
+                }
+                _ => sub.directive(x, Level::Location, name)?,
+            }
+        }
+        let has = |f: &str| sub.single.iter().any(|(g, _)| g == f);
+        // A file without a realm takes the server's realm, as nginx's
+        // inheritance does.
+        if has("--auth-basic-user-file") && !has("--auth-basic") {
+            let realm = self
+                .single
+                .iter()
+                .find(|(f, _)| f == "--auth-basic")
+                .ok_or(format!(
+                    "{name}: location {at_path}: auth_basic_user_file without auth_basic"
+                ))?;
+            words.extend(["--auth-basic".into(), realm.1.clone()]);
+        }
+        for (f, v) in &sub.single {
+            words.extend([f.clone(), v.clone()]);
+        }
+        for (f, v, _) in &sub.arrays {
+            words.extend([f.to_string(), v.clone()]);
+        }
+        let mut all: Vec<&str> = match at_path.strip_prefix('=') {
+            Some(p) => vec!["=", p],
+            None => vec![at_path],
+        };
+        all.push("{");
+        all.extend(words.iter().map(String::as_str));
+        all.push("}");
+        super::http_location::join(&all)
+            .ok_or_else(|| format!("{name}: location {at_path}: a NUL byte"))
     }
 
     /// The `--expires TYPE TIME` of each location by extension, typed as
@@ -1087,6 +1238,41 @@ impl State {
 
     fn finish(mut self, name: &str) -> Result<Translated, String> {
         let mut args = Vec::new();
+        // `location /`'s settings are the server's, unless other locations
+        // take their own: then `/`'s own (the others inherit the server's,
+        // as in nginx).
+        let root_scoped = std::mem::take(&mut self.root_scoped);
+        // (A location that returns answers before any of them.)
+        let serving = self
+            .groups
+            .iter()
+            .find(|(_, list, _)| !list.iter().any(|x| x.name == "return"));
+        if let (Some((p, _, at)), Some(other)) = (serving, self.root_other.first()) {
+            return Err(format!(
+                "{at}: `location /` sets {other}, which nginx does not apply under {p}, \
+                 and which duality would (it is the server's): give it in the server block"
+            ));
+        }
+        if self.groups.is_empty() {
+            for x in &root_scoped {
+                self.directive(x, Level::Location, name)?;
+            }
+        } else if !root_scoped.is_empty() {
+            self.groups
+                .insert(0, ("/".into(), root_scoped, format!("{name}: location /")));
+        }
+        if let (Some((_, _, at)), false) = (self.groups.first(), self.by_extension.is_empty()) {
+            // nginx's regular-expression location wins over a prefix one,
+            // whose settings would then not apply: not what a flag says.
+            return Err(format!(
+                "{at}: a location by extension beside a location with settings of its own: \
+                 nginx answers those extensions from the extension's location alone; not translated"
+            ));
+        }
+        for (at_path, list, _) in &self.groups {
+            args.push("--location".to_string());
+            args.push(self.group_word(at_path, list, name)?);
+        }
         if let Some(w) = self.workers {
             args.push("--model".into());
             args.push(format!("symped:{w}"));
@@ -1299,12 +1485,13 @@ fn condition(args: &[String]) -> String {
 }
 
 /// Whether `d` only quiets logging (`log_not_found off`, `access_log
-/// off`, `allow all`), which changes nothing that is served.
+/// off`), which changes nothing that is served. (`allow all` does where
+/// the server denies: a location's rules replace the server's.)
 fn quiet(d: &Directive) -> bool {
     let args: Vec<&str> = d.args.iter().map(String::as_str).collect();
     matches!(
         (d.name.as_str(), &args[..]),
-        ("log_not_found", ["off"]) | ("access_log", ["off"]) | ("allow", ["all"])
+        ("log_not_found", ["off"]) | ("access_log", ["off"])
     )
 }
 
@@ -1503,14 +1690,15 @@ mod tests {
             "/srv/www",
             "--try-files",
             "$uri $uri/ /index.html",
-            "--expires",
-            "1h",
             "--dotfiles",
             "deny",
             "--stub-status",
             "/status",
             "--return",
             "301 https://$host$request_uri",
+            // `location /`'s (read last: it is the innermost).
+            "--expires",
+            "1h",
             "--access-log",
             "/var/log/a.log",
             "--log-format",
@@ -1565,7 +1753,7 @@ mod tests {
             ),
             (
                 "location ~ \\.php$ { deny all; }",
-                "not translated: duality http's settings",
+                "\"location ~ \\.php$\": not translated (taken: prefix and exact",
             ),
             ("listen 443 ssl;", "TLS"),
             ("root www;", "absolute path"),
@@ -1692,7 +1880,23 @@ mod tests {
                 ".nope has no type",
             ),
             ("location ~* \\.(c.s)$ { expires 1d; }", "not translated"),
-            ("location = /x { expires 1d; }", "not translated"),
+            ("location = /x { index i; }", "\"index\": only allow, deny"),
+            (
+                "location ~* \\.(css)$ { expires 1d; } location /s/ { deny all; }",
+                "beside a location with settings of its own",
+            ),
+            (
+                "location / { try_files $uri =404; } location /a/ { deny all; }",
+                "`location /` sets try_files (t.conf:1), which nginx does not apply under /a/",
+            ),
+            (
+                "location /a/ { deny all; } location /a/ { deny all; }",
+                "a second location for /a/",
+            ),
+            (
+                "location /a { auth_basic_user_file /u; }",
+                "auth_basic_user_file without auth_basic",
+            ),
             (
                 "location ~* \\.(css)$ { expires 1d; } location /s/ { alias /d/; }",
                 "regex location wins",
@@ -1701,6 +1905,60 @@ mod tests {
             let e = refused(conf);
             assert!(e.contains(says), "{conf}: {e}");
         }
+    }
+
+    #[test]
+    fn locations_with_settings_of_their_own() {
+        let conf = "add_header X-S 1; auth_basic_user_file /u;
+            location / { add_header X-R 1; }
+            location /admin/ { auth_basic Staff; allow 10.0.0.0/8; deny all; access_log off; }
+            location = /old { return https://x/new; }
+            location =/gone { return 410; }
+            location /files { limit_rate 1k; limit_rate_after 2k; expires 1h; auth_basic off; }";
+        let got = translate(conf, "t.conf", Path::new("/nonexistent")).unwrap();
+        let groups: Vec<&str> = got
+            .args
+            .windows(2)
+            .filter(|w| w[0] == "--location")
+            .map(|w| w[1].as_str())
+            .collect();
+        assert_eq!(
+            groups,
+            [
+                "/ { --add-header 'X-R: 1' }",
+                "/admin/ { --auth-basic Staff --allow 10.0.0.0/8 --deny all }",
+                "= /old { --return '302 https://x/new' }",
+                "= /gone { --return 410 }",
+                "/files { --auth-basic off --limit-rate 1k --limit-rate-after 2k --expires 1h }",
+            ]
+        );
+        // Every location returns: `location /`'s try_files serves none of
+        // them. Its add_header is the server's then (no location of
+        // settings other than those that return).
+        let conf = "location / { add_header X-R 1; try_files $uri =404; }
+            location = /old { return 301 /new; }";
+        let got = args(conf);
+        assert!(
+            got.windows(2).any(|w| w == ["--try-files", "$uri =404"]),
+            "{got:?}"
+        );
+        assert!(
+            got.windows(2)
+                .any(|w| w == ["--location", "/ { --add-header 'X-R: 1' }"]),
+            "{got:?}"
+        );
+        // A realm of the server, a file of the location; each group is
+        // read back by --location's own parser.
+        let conf = "auth_basic Staff; location /a/ { auth_basic_user_file /u; }";
+        let group = &args(conf)[1];
+        assert_eq!(
+            group,
+            "/a/ { --auth-basic Staff --auth-basic-user-file /u }"
+        );
+        for g in groups.iter().copied().chain([group.as_str()]) {
+            super::super::http_location::parse(g).unwrap();
+        }
+        assert!(got.iter().all(|a| a != "--add-header"));
     }
 
     #[test]
@@ -1773,7 +2031,9 @@ mod tests {
         assert!(!args(server).contains(&"--secure-link-prefix".to_string()));
         assert!(refused("secure_link $arg_h; secure_link_md5 x;").contains("without both"));
         assert!(refused("if ($secure_link = 0) { return 410; }").contains("without secure_link"));
-        assert!(refused("location /a/ { index x; }").contains("only alias, autoindex and"));
+        assert!(
+            refused("location /a/ { index x; }").contains("only alias, autoindex, the secure_link")
+        );
     }
 
     #[test]

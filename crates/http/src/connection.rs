@@ -370,7 +370,7 @@ impl Protocol for HttpProtocol {
         // `--deny` or `--limit-req` need it.
         let logged = self.state.log.is_some();
         let wanted = logged
-            || !self.state.cfg.access.is_empty()
+            || self.state.scopes.all().any(|s| !s.access.is_empty())
             || !self.state.limiter.is_empty()
             || self.state.conn_limit.is_some();
         let (peer, ip, port, proxy) = if !wanted {
@@ -670,13 +670,9 @@ impl Protocol for HttpProtocol {
                     session.paced = true;
                 }
                 Pending::Verify(user, password) => {
-                    let state = self.state.clone();
-                    let check = move || {
-                        state
-                            .auth
-                            .as_ref()
-                            .is_some_and(|a| a.verify(&user, &password))
-                    };
+                    // The realm of the request's location.
+                    let auth = self.state.scopes.for_path(&head.path).auth.clone();
+                    let check = move || auth.is_some_and(|a| a.verify(&user, &password));
                     if !reply.payload().blocking(check).await.unwrap_or(false) {
                         break Pending::Miss {
                             want_gzip: gzip::wanted(&self.state.cfg.gzip, &head),
@@ -868,7 +864,11 @@ impl HttpProtocol {
         out: &mut Vec<u8>,
         start: usize,
     ) {
-        let fields = &self.state.cfg.fields;
+        let scope = match head {
+            Some(h) => self.state.scopes.for_path(&h.path),
+            None => &self.state.scopes.server,
+        };
+        let fields = &scope.fields;
         // As nginx's: the answer's status, no body sent yet.
         let fill = |value: &crate::LogFormat, into: &mut Vec<u8>| {
             value.expand(
@@ -879,7 +879,7 @@ impl HttpProtocol {
         let (secs, date) = (now.secs, now.date());
         fields.add_to_head_filled(plan.status, secs, date, carried, &fill, out, start);
         // A 401 says how to sign in.
-        if let (Status::Unauthorized, Some(auth)) = (plan.status, &self.state.auth) {
+        if let (Status::Unauthorized, Some(auth)) = (plan.status, &scope.auth) {
             let line = format!("WWW-Authenticate: {}\r\n", auth.challenge());
             crate::fields::insert_field(out, start, line.as_bytes());
         }
@@ -923,6 +923,13 @@ impl HttpProtocol {
             self.state.phases.request();
             return self.answer(answer, session, head, out);
         }
+        // The location's (nginx's rewrite phase there, before its access
+        // checks).
+        let scope = self.state.scopes.for_path(&head.path);
+        if let Some(answer) = scope.answer.as_ref().filter(|_| !head.rewrites_ended) {
+            self.state.phases.request();
+            return self.answer(answer, session, head, out);
+        }
         // nginx's `valid_referers` with `if ($invalid_referer) { return
         // 403; }` (its rewrite phase, like `return`), then limit_req, then
         // its limit_conn, then its access check, then the password (whose
@@ -930,7 +937,7 @@ impl HttpProtocol {
         // request let through after its wait or its check is not charged or
         // checked again. A refusal goes where a lookup's error would (an
         // error page may answer it).
-        let access = &self.state.cfg.access;
+        let access = &scope.access;
         let limits = !self.state.limiter.is_empty() || self.state.conn_limit.is_some();
         let client = match limits || !access.is_empty() {
             true => self.client(session, head),
@@ -976,7 +983,7 @@ impl HttpProtocol {
         // nginx's `satisfy any`: the address or the password lets a request
         // in (a refused address is then asked for the password, so its
         // answer is 401); `all`: both must.
-        let either = self.state.cfg.satisfy_any && self.state.auth.is_some();
+        let either = scope.satisfy_any && scope.auth.is_some();
         let mut let_in = session.verified;
         if refused.is_none() && !access.is_empty() {
             match (access.allows(client), either) {
@@ -985,7 +992,7 @@ impl HttpProtocol {
                 _ => {}
             }
         }
-        if let (None, Some(auth), false) = (refused, &self.state.auth, let_in) {
+        if let (None, Some(auth), false) = (refused, &scope.auth, let_in) {
             match auth.quick(head) {
                 Quick::Passed => {}
                 Quick::Refused => refused = Some(Status::Unauthorized),
@@ -1404,13 +1411,13 @@ impl HttpProtocol {
         path: &str,
         reply: &mut Reply<'_>,
     ) -> Result<Plan, Aborted> {
-        // `--limit-rate`: the body's pace, from now.
-        let cfg = &self.state.cfg;
+        // `--limit-rate` (its location's): the body's pace, from now.
+        let scope = self.state.scopes.for_path(path);
         let mut progress = Progress {
             sent: 0,
-            pace: (cfg.limit_rate > 0).then(|| Pace {
-                rate: cfg.limit_rate,
-                after: cfg.limit_rate_after,
+            pace: (scope.limit_rate > 0).then(|| Pace {
+                rate: scope.limit_rate,
+                after: scope.limit_rate_after,
                 start: loop_now(),
             }),
         };
@@ -1913,7 +1920,11 @@ impl HttpProtocol {
             sent_head: None,
             gzip: None,
             roots: Some(&self.state.root),
-            limit_rate: self.state.cfg.limit_rate,
+            limit_rate: head
+                .map_or(&self.state.scopes.server, |h| {
+                    self.state.scopes.for_path(&h.path)
+                })
+                .limit_rate,
             limited: session.limited,
             invalid_referer: session.invalid_referer,
             uri: None,

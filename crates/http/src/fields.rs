@@ -409,6 +409,20 @@ impl ResponseFields {
         Ok(ResponseFields { expires, added })
     }
 
+    /// These fields with a location's own `expires` rules or added fields
+    /// in place of these (nginx's inheritance: a location that gives either
+    /// replaces the server's whole list of it).
+    pub fn over(
+        &self,
+        expires: Option<Vec<ExpiresRule>>,
+        added: Option<Vec<AddedField>>,
+    ) -> Result<ResponseFields, String> {
+        ResponseFields::new(
+            expires.unwrap_or_else(|| self.expires.clone()),
+            added.unwrap_or_else(|| self.added.clone()),
+        )
+    }
+
     /// Whether there is nothing to add to any response.
     pub fn is_empty(&self) -> bool {
         self.expires.iter().all(|r| r.expires == Expires::Off) && self.added.is_empty()

@@ -25,6 +25,7 @@
 //! | [`access`] | [`Access`]: nginx's `allow` / `deny`, who is served at all |
 //! | [`limit_conn`] | [`LimitConn`]: nginx's `limit_conn`, connections per client address with a request in progress |
 //! | [`limit_req`] | [`LimitReq`]: nginx's `limit_req`, requests per client address held to a rate (leaky buckets, bounded) |
+//! | [`location`] | [`Location`]: nginx's prefix and exact `location` blocks, for the settings that may differ by path (access, `auth_basic`, `return`, added fields, `limit_rate`) |
 //! | [`log_format`] | [`LogFormat`]: nginx's `log_format`, the access log's line with its variables and escaping |
 //! | [`auth_basic`] | [`AuthBasic`]: nginx's `auth_basic` with a user file, a password over the whole server (hashes checked on the blocking pool) |
 //! | [`real_ip`] | [`RealIp`]: nginx's realip, the client's address as a trusted proxy reports it, for the access log, `allow`/`deny` and `limit_req` |
@@ -212,6 +213,7 @@ pub mod file;
 pub mod gzip;
 pub mod limit_conn;
 pub mod limit_req;
+pub mod location;
 pub mod log_format;
 pub mod mime;
 pub mod path;
@@ -241,6 +243,7 @@ pub use file::{ETag, FileMeta};
 pub use gzip::{GzipConfig, GzipTypes, Offload};
 pub use limit_conn::{LimitConn, LimitConnConfig};
 pub use limit_req::{LimitReq, LimitReqConfig};
+pub use location::Location;
 pub use log_format::LogFormat;
 pub use path::{Resolved, Root, Roots, Symlinks};
 pub use real_ip::{RealIp, Trusted};

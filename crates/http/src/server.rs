@@ -60,6 +60,7 @@ use std::sync::OnceLock;
 use crate::cache::{CacheStats, PageCache};
 use crate::file::{self, FileMeta};
 use crate::gzip::{self, GzipConfig, GzipInput};
+use crate::location::{Scope, Scopes};
 use crate::mime;
 use crate::path::{Resolved, Root, Roots, Symlinks};
 use crate::request::Limits;
@@ -261,6 +262,10 @@ pub struct HttpConfig {
     pub limit_rate: u64,
     /// See [`limit_rate`](Self::limit_rate) (nginx's `limit_rate_after`).
     pub limit_rate_after: u64,
+    /// Paths with settings of their own (nginx's prefix and exact
+    /// `location` blocks): who is let in, a `return`, added fields,
+    /// `limit_rate` (see [`Location`](crate::Location)).
+    pub locations: Vec<crate::Location>,
 }
 
 impl HttpConfig {
@@ -325,6 +330,7 @@ impl HttpConfig {
             absolute_redirect: false,
             limit_rate: 0,
             limit_rate_after: 0,
+            locations: Vec::new(),
         }
     }
 
@@ -416,8 +422,9 @@ pub struct HttpState {
     pub(crate) limiter: Vec<crate::LimitReq>,
     /// `--limit-conn`'s counts.
     pub(crate) conn_limit: Option<Arc<crate::LimitConn>>,
-    /// `--auth-basic`'s users.
-    pub(crate) auth: Option<crate::AuthBasic>,
+    /// The server's settings that a location may change, and its
+    /// locations' (`--auth-basic`'s users among them).
+    pub(crate) scopes: Scopes,
     /// Where compressions run (`--offload`), and what it learned.
     pub(crate) offloader: duality_rt::adaptive::Offloader,
     /// The running server's numbers (set by [`serve`]).
@@ -631,19 +638,31 @@ impl HttpState {
         crate::response::set_max_ranges(cfg.max_ranges);
         let fresh = Arc::new(FreshIndex::new(cfg.revalidate, cfg.open_files));
         FreshIndex::spawn_closer(&fresh)?;
-        let auth = match &cfg.auth_basic {
-            Some((realm, file)) => {
-                let (auth, skipped) = crate::AuthBasic::new(realm, file)?;
-                for line in skipped {
-                    duality_rt::say!(
-                        "duality http: warning: {}: {line}: that user cannot sign in",
-                        file.display()
-                    );
-                }
-                Some(auth)
+        // A realm's users, each unreadable line said once at start.
+        let users = |realm: &str, file: &Path| -> io::Result<crate::AuthBasic> {
+            let (auth, skipped) = crate::AuthBasic::new(realm, file)?;
+            for line in skipped {
+                duality_rt::say!(
+                    "duality http: warning: {}: {line}: that user cannot sign in",
+                    file.display()
+                );
             }
-            None => None,
+            Ok(auth)
         };
+        let server = Scope {
+            access: cfg.access.clone(),
+            auth: match &cfg.auth_basic {
+                Some((realm, file)) => Some(Arc::new(users(realm, file)?)),
+                None => None,
+            },
+            satisfy_any: cfg.satisfy_any,
+            answer: None,
+            fields: cfg.fields.clone(),
+            limit_rate: cfg.limit_rate,
+            limit_rate_after: cfg.limit_rate_after,
+        };
+        let scopes = Scopes::new(server, &cfg.locations, users)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         Ok(Arc::new(HttpState {
             cache: PageCache::new(cfg.cache_bytes, cfg.cache_max_file),
             gzip_cache: PageCache::new(cfg.gzip.cache_bytes, cfg.gzip.cache_max_entry()),
@@ -658,7 +677,7 @@ impl HttpState {
                 .map(crate::LimitReq::new)
                 .collect(),
             conn_limit: cfg.limit_conn.map(|c| Arc::new(crate::LimitConn::new(c))),
-            auth,
+            scopes,
             offloader: duality_rt::adaptive::Offloader::new(cfg.gzip.offload),
             server: OnceLock::new(),
             phases: PhaseCounts::new(),
