@@ -3467,8 +3467,9 @@ fn listings_only_under_a_prefix_as_nginx_does() {
 
 /// `--location PATH { FLAGS }` (nginx's prefix and exact `location`
 /// blocks): who is let in, a `return`, the added fields and their
-/// inheritance by path, given as flags and through `--nginx-config`; the
-/// statuses and fields nginx answers for the same server block.
+/// inheritance by path, what is logged, given as flags and through
+/// `--nginx-config`; the statuses, fields and log lines nginx has for the
+/// same server block.
 #[test]
 fn locations_set_their_own_settings_as_nginx_does() {
     let (dir, root) = tree(
@@ -3537,19 +3538,32 @@ fn locations_set_their_own_settings_as_nginx_does() {
         "/private/ok.txt 200 x-s=1",
         "/admin/../private/ok.txt 200 x-s=1",
     ];
-    let server = format!(
-        "absolute_redirect off;\n\
+    let server = |log: &Path| {
+        format!(
+            "absolute_redirect off;\n\
+         access_log {};\n\
          add_header X-S 1;\n\
          auth_basic_user_file {users};\n\
          location / {{ add_header X-R 1; }}\n\
          location /admin/ {{ auth_basic Staff; }}\n\
          location /admin/open/ {{ auth_basic off; }}\n\
-         location /static/ {{ expires 1h; add_header X-Static yes; }}\n\
+         location /static/ {{ expires 1h; add_header X-Static yes; access_log off; }}\n\
          location = /old {{ return 301 /new; }}\n\
          location /private {{ deny all; }}\n\
-         location = /private/ok.txt {{ allow all; }}\n"
-    );
+         location = /private/ok.txt {{ allow all; }}\n",
+            log.display()
+        )
+    };
+    // Two of the eleven are under /static/.
+    let logged = |log: &Path| {
+        let text = log_lines(log, 9, 5);
+        assert_eq!(text.lines().count(), 9, "{}: {text}", log.display());
+        assert!(!text.contains("/static/"), "{text}");
+    };
+    let log = dir.0.join("flags.log");
     let flags = [
+        "--access-log",
+        log.to_str().unwrap(),
         "--absolute-redirect",
         "off",
         "--add-header",
@@ -3571,7 +3585,7 @@ fn locations_set_their_own_settings_as_nginx_does() {
         "off",
         "}",
         "--location",
-        "/static/ { --expires 1h --add-header 'X-Static: yes' }",
+        "/static/ { --expires 1h --add-header 'X-Static: yes' --access-log off }",
         "--location",
         "=",
         "/old",
@@ -3585,17 +3599,21 @@ fn locations_set_their_own_settings_as_nginx_does() {
         "= /private/ok.txt { --allow all }",
     ];
     let conf = dir.0.join("site.conf");
-    std::fs::write(&conf, format!("server {{\n{server}}}\n")).unwrap();
+    let conf_log = dir.0.join("conf.log");
+    std::fs::write(&conf, format!("server {{\n{}}}\n", server(&conf_log))).unwrap();
     let config = ["--nginx-config", conf.to_str().unwrap()];
-    for args in [&flags[..], &config[..]] {
+    for (args, log) in [(&flags[..], &log), (&config[..], &conf_log)] {
         let d = HttpServer::start(&root, args);
         assert_eq!(seen(&d.url), want, "{args:?}");
         assert!(d.stop().success());
+        logged(log);
     }
     if let Some(nginx) = duality_bench::http::find_nginx() {
-        let n =
-            duality_bench::http::RunningServer::nginx_in_server(&nginx, &root, &server).unwrap();
+        let log = dir.0.join("nginx.log");
+        let n = duality_bench::http::RunningServer::nginx_in_server(&nginx, &root, &server(&log))
+            .unwrap();
         assert_eq!(seen(&format!("http://{}", n.addr)), want, "nginx");
+        logged(&log);
     }
     // A path twice, a realm with no file anywhere, a flag a location
     // does not take: refused at start, saying which.

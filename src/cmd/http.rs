@@ -536,8 +536,9 @@ pub struct HttpArgs {
     /// --deny all }`, the braces words of their own (or the whole group one
     /// quoted word). Inside: --allow/--deny, --auth-basic (a realm, taking
     /// the server's --auth-basic-user-file unless given its own; `off`: no
-    /// password there), --satisfy, --return, --expires, --add-header(-always)
-    /// and --limit-rate(-after). A request takes the location nginx would
+    /// password there), --satisfy, --return, --expires, --add-header(-always),
+    /// --limit-rate(-after) and `--access-log off` (its requests not
+    /// logged). A request takes the location nginx would
     /// give it: an exact one, else the longest prefix of its path (after
     /// --rewrite), else none; a location's setting replaces the server's of
     /// that kind whole (its --add-header fields the server's fields), as

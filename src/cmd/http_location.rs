@@ -38,6 +38,8 @@ struct LocationFlags {
     limit_rate: Option<u64>,
     #[arg(long, value_parser = super::http::nginx_size, requires = "limit_rate")]
     limit_rate_after: Option<u64>,
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(["off"]))]
+    access_log: Option<String>,
 }
 
 /// One `--location` as given: its settings, and whether its
@@ -131,6 +133,7 @@ pub fn parse(v: &str) -> Result<LocationArgs, String> {
         l.added = Some(f.add_header.into_iter().chain(always).collect());
     }
     l.limit_rate = f.limit_rate.map(|r| (r, f.limit_rate_after.unwrap_or(0)));
+    l.logged = f.access_log.map(|_| false);
     Ok(LocationArgs {
         location: l,
         realm_alone,
@@ -275,6 +278,10 @@ mod tests {
         assert_eq!(l.location.expires.as_ref().map(Vec::len), Some(1));
         assert!(l.location.added.as_ref().unwrap()[0].always);
         assert!(l.location.access.is_none() && l.location.auth_basic.is_none());
+        assert_eq!(
+            parse("/a/ { --access-log off }").unwrap().location.logged,
+            Some(false)
+        );
         // A realm alone takes the server's file; `off` turns it off.
         let l = parse("/p/ { --auth-basic Staff }").unwrap();
         let file = PathBuf::from("/etc/users");
@@ -298,6 +305,7 @@ mod tests {
             ("/a/ { --root /x }", "/a/: unexpected argument '--root'"),
             ("/a/ { --deny nowhere }", "/a/: invalid value 'nowhere'"),
             ("/a/ { --limit-rate-after 1k }", "--limit-rate"),
+            ("/a/ { --access-log /l }", "[possible values: off]"),
             ("/a/ { --auth-basic-user-file f }", "without --auth-basic"),
             ("/a/ { --add-header 'Content-Type: x' }", "Content-Type"),
             ("/a/ { --add-header 'X: \"y }", "unclosed quote"),

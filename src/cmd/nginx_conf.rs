@@ -969,7 +969,7 @@ impl State {
         match &args[..] {
             ["/"] => {
                 for x in block {
-                    match SCOPED.contains(&x.name.as_str()) {
+                    match scoped(x) {
                         true => self.root_scoped.push(x.clone()),
                         false => {
                             if !quiet(x) {
@@ -1001,11 +1001,6 @@ impl State {
                 self.same_root.push((path.to_string(), root, place));
                 Ok(())
             }
-            ["=", path] if !block.is_empty() && block.iter().all(quiet) => {
-                let why = "logged as any request";
-                self.ignored.push(format!("location = {path} ({name}:{}: {why})", d.line));
-                Ok(())
-            }
             // `location ~* \.(css|js|png)$ { expires 30d; }`: the types of
             // those extensions get that expiry.
             [op, pattern] if (*op == "~*" || *op == "~") && extensions(pattern).is_some() => {
@@ -1015,7 +1010,7 @@ impl State {
                 for x in block {
                     match x.name.as_str() {
                         "expires" if !x.args.is_empty() => expires = Some(x.args.join(" ")),
-                        _ if quiet(x) => {}
+                        _ if quiet(x) => self.quieted(x, pattern, name),
                         _ => {
                             return Err(format!(
                                 "{name}:{}: \"{}\": only expires (and quieter logs) is taken in a location by extension",
@@ -1034,10 +1029,10 @@ impl State {
             // A prefix: its alias, and nginx's secure_link idiom there.
             [prefix] if prefix.starts_with('/') && prefix.ends_with('/') && !block.is_empty() => {
                 let mut secured = false;
-                let mut scoped = Vec::new();
+                let mut list = Vec::new();
                 for x in block {
                     match x.name.as_str() {
-                        s if SCOPED.contains(&s) => scoped.push(x.clone()),
+                        _ if scoped(x) => list.push(x.clone()),
                         _ if quiet(x) => self.quieted(x, prefix, name),
                         "alias" if x.args.len() == 1 => {
                             let dir = x.args[0].trim_end_matches('/');
@@ -1071,9 +1066,9 @@ impl State {
                 if secured && self.secure_prefix.replace(prefix.to_string()).is_some() {
                     return Err(format!("{at}: secure_link in one location only"));
                 }
-                match scoped.is_empty() {
+                match list.is_empty() {
                     true => Ok(()),
-                    false => self.push_group(prefix, scoped, at),
+                    false => self.push_group(prefix, list, at),
                 }
             }
             // Any other prefix or exact path: a `--location` of the
@@ -1100,10 +1095,10 @@ impl State {
         at: String,
         name: &str,
     ) -> Result<(), String> {
-        let mut scoped = Vec::new();
+        let mut list = Vec::new();
         for x in block {
             match x.name.as_str() {
-                s if SCOPED.contains(&s) => scoped.push(x.clone()),
+                _ if scoped(x) => list.push(x.clone()),
                 _ if quiet(x) => self.quieted(x, at_path, name),
                 _ => {
                     return Err(format!(
@@ -1115,7 +1110,11 @@ impl State {
                 }
             }
         }
-        self.push_group(at_path, scoped, at)
+        // Only `log_not_found off`: nothing of its own.
+        if list.is_empty() && !block.is_empty() {
+            return Ok(());
+        }
+        self.push_group(at_path, list, at)
     }
 
     fn push_group(
@@ -1152,8 +1151,8 @@ impl State {
         let mut words: Vec<String> = Vec::new();
         for x in list {
             match (x.name.as_str(), x.args.as_slice()) {
-                ("auth_basic", [off]) if off == "off" => {
-                    words.extend(["--auth-basic".into(), "off".into()])
+                (d @ ("auth_basic" | "access_log"), [off]) if off == "off" => {
+                    words.extend([format!("--{}", d.replace('_', "-")), "off".into()])
                 }
                 _ => sub.directive(x, Level::Location, name)?,
             }
@@ -1261,7 +1260,22 @@ impl State {
             self.groups
                 .insert(0, ("/".into(), root_scoped, format!("{name}: location /")));
         }
-        if let (Some((_, _, at)), false) = (self.groups.first(), self.by_extension.is_empty()) {
+        // (An exact location is nginx's first choice: only one naming
+        // such an extension is.)
+        let by_ext = |p: &str| {
+            let ext = p.rsplit_once('.').map(|(_, e)| e.to_ascii_lowercase());
+            self.by_extension
+                .iter()
+                .any(|(exts, _, _)| ext.as_ref().is_some_and(|e| exts.contains(e)))
+        };
+        let clash = self
+            .groups
+            .iter()
+            .find(|(p, _, _)| match p.strip_prefix('=') {
+                Some(exact) => by_ext(exact),
+                None => !self.by_extension.is_empty(),
+            });
+        if let Some((_, _, at)) = clash {
             // nginx's regular-expression location wins over a prefix one,
             // whose settings would then not apply: not what a flag says.
             return Err(format!(
@@ -1482,6 +1496,11 @@ fn wildcard(pattern: &[u8], name: &[u8]) -> bool {
 /// reads `($secure_link=)` however it was spaced or quoted.
 fn condition(args: &[String]) -> String {
     args.concat()
+}
+
+/// Whether a `--location` group takes `d`.
+fn scoped(d: &Directive) -> bool {
+    SCOPED.contains(&d.name.as_str()) || (d.name == "access_log" && d.args == ["off"])
 }
 
 /// Whether `d` only quiets logging (`log_not_found off`, `access_log
@@ -1839,6 +1858,8 @@ mod tests {
         assert_eq!(
             got,
             [
+                "--location",
+                "= /favicon.ico { --access-log off }",
                 "--expires",
                 "text/css 30d",
                 "--expires",
@@ -1854,7 +1875,8 @@ mod tests {
             ]
         );
         assert!(
-            t.ignored[0].starts_with("location = /favicon.ico (t.conf:2"),
+            t.ignored[0].starts_with("log_not_found off in location =/favicon.ico (t.conf:2")
+                && t.ignored[1].starts_with("access_log off in location \\.(css|js|woff2?|JPG)$"),
             "{:?}",
             t.ignored
         );
@@ -1926,7 +1948,7 @@ mod tests {
             groups,
             [
                 "/ { --add-header 'X-R: 1' }",
-                "/admin/ { --auth-basic Staff --allow 10.0.0.0/8 --deny all }",
+                "/admin/ { --access-log off --auth-basic Staff --allow 10.0.0.0/8 --deny all }",
                 "= /old { --return '302 https://x/new' }",
                 "= /gone { --return 410 }",
                 "/files { --auth-basic off --limit-rate 1k --limit-rate-after 2k --expires 1h }",

@@ -1862,6 +1862,10 @@ impl HttpProtocol {
     ) {
         self.state.phases.response(plan.status.code());
         let Some(log) = &self.state.log else { return };
+        // `access_log off` in its location.
+        if head.is_some_and(|h| !self.state.scopes.for_path(&h.path).logged) {
+            return;
+        }
         let mut entry = self.entry(
             session,
             head,

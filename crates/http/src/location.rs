@@ -1,7 +1,8 @@
 //! nginx's prefix and exact `location` blocks, for the settings that may
 //! differ by path: who is let in (`allow`/`deny`, `auth_basic`,
 //! `satisfy`), a `return`, the fields added (`add_header`, `expires`) and
-//! `limit_rate`. The rest of a server's settings are the server's.
+//! `limit_rate`, and whether they are logged (`access_log off`). The rest
+//! of a server's settings are the server's.
 //!
 //! A request takes the location nginx would give it: an exact one naming
 //! its path, else the longest prefix of its path, else none (the server's
@@ -82,6 +83,9 @@ pub struct Location {
     pub added: Option<Vec<AddedField>>,
     /// Its `limit_rate` and `limit_rate_after`, in bytes.
     pub limit_rate: Option<(u64, u64)>,
+    /// Whether its requests get access log lines (`false`: nginx's
+    /// `access_log off` there).
+    pub logged: Option<bool>,
 }
 
 impl Location {
@@ -96,6 +100,7 @@ impl Location {
             expires: None,
             added: None,
             limit_rate: None,
+            logged: None,
         }
     }
 }
@@ -111,6 +116,8 @@ pub(crate) struct Scope {
     pub(crate) fields: ResponseFields,
     pub(crate) limit_rate: u64,
     pub(crate) limit_rate_after: u64,
+    /// Whether its requests are logged (where the server has a log).
+    pub(crate) logged: bool,
 }
 
 /// The server's settings and its locations'.
@@ -157,6 +164,7 @@ impl Scopes {
                 fields,
                 limit_rate,
                 limit_rate_after,
+                logged: l.logged.unwrap_or(server.logged),
             };
             built.push((l.matcher.clone(), scope));
         }
@@ -203,6 +211,7 @@ mod tests {
             fields: ResponseFields::default(),
             limit_rate,
             limit_rate_after: 0,
+            logged: true,
         }
     }
 

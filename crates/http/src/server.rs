@@ -660,6 +660,7 @@ impl HttpState {
             fields: cfg.fields.clone(),
             limit_rate: cfg.limit_rate,
             limit_rate_after: cfg.limit_rate_after,
+            logged: true,
         };
         let scopes = Scopes::new(server, &cfg.locations, users)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
