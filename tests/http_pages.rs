@@ -3370,8 +3370,9 @@ fn an_nginx_configuration_serves_as_nginx_does() {
     );
 }
 
-/// `--nginx-config` with `location ~* \.(…)$ { expires …; }` and the
-/// favicon idiom: the same `Cache-Control` for each type as nginx's.
+/// `--nginx-config` with `location ~* \.(…)$ { expires …; }` (a
+/// regular-expression `--location`) and the favicon idiom: the same
+/// `Cache-Control` for each file as nginx's.
 #[test]
 fn an_nginx_location_by_extension_expires_as_nginx_does() {
     let (dir, root) = tree(
@@ -3631,5 +3632,118 @@ fn locations_set_their_own_settings_as_nginx_does() {
         &root,
         &["--location", "/a/", "{", "--index", "i.html", "}"],
         "/a/: unexpected argument '--index'",
+    );
+}
+
+/// Regular-expression locations (`~`, `~*`) and `^~` prefixes, chosen in
+/// nginx's order, and `--try-files` by location (a location has its own or
+/// none; the server's applies where no location does): the statuses,
+/// bodies and fields nginx answers for the same server block, given as
+/// flags and through `--nginx-config`.
+#[test]
+fn regular_expression_locations_choose_as_nginx_does() {
+    let (dir, root) = tree(
+        "regex-locations",
+        &[
+            ("index.html", "home\n"),
+            ("app/index.html", "app\n"),
+            ("app/a.js", "js\n"),
+            ("raw/r.css", "raw\n"),
+            ("blocked/b.txt", "b\n"),
+            ("c.css", "c\n"),
+            ("x.txt", "x\n"),
+        ],
+    );
+    let asks = [
+        "/app/route",
+        "/app/a.js",
+        "/app/missing.js",
+        "/raw/r.css",
+        "/blocked/b.txt",
+        "/c.css",
+        "/x.txt",
+        "/nothing",
+    ];
+    let seen = |url: &str| -> Vec<String> {
+        asks.iter()
+            .map(|path| {
+                let (code, got, body) = call(url, "GET", path, "");
+                let shown: Vec<String> = ["x-s", "x-asset", "x-raw", "cache-control"]
+                    .iter()
+                    .filter_map(|n| field(&got, n).map(|v| format!("{n}={v}")))
+                    .collect();
+                let body = match code {
+                    200 => String::from_utf8_lossy(&body).trim().to_string(),
+                    _ => String::new(),
+                };
+                format!("{path} {code} {body} {}", shown.join(" "))
+            })
+            .collect()
+    };
+    let want = [
+        "/app/route 200 app x-s=1",
+        "/app/a.js 200 js x-asset=1 cache-control=max-age=2592000",
+        "/app/missing.js 404  ",
+        "/raw/r.css 200 raw x-raw=1",
+        "/blocked/b.txt 403  ",
+        "/c.css 200 c x-asset=1 cache-control=max-age=2592000",
+        "/x.txt 200 x x-s=1",
+        "/nothing 200 home x-s=1",
+    ];
+    let server = "add_header X-S 1;\n\
+                  try_files $uri /index.html;\n\
+                  location /app/ { try_files $uri /app/index.html; }\n\
+                  location ~* \\.(CSS|js)$ { expires 30d; add_header X-Asset 1; }\n\
+                  location ^~ /raw/ { add_header X-Raw 1; }\n\
+                  location ~ ^/raw/ { deny all; }\n\
+                  location ~ ^/blocked/ { deny all; }\n";
+    let flags = [
+        "--add-header",
+        "X-S: 1",
+        "--try-files",
+        "$uri /index.html",
+        "--location",
+        "/app/",
+        "{",
+        "--try-files",
+        "$uri /app/index.html",
+        "}",
+        "--location",
+        "~*",
+        r"\.(CSS|js)$",
+        "{",
+        "--expires",
+        "30d",
+        "--add-header",
+        "X-Asset: 1",
+        "}",
+        "--location",
+        "^~ /raw/ { --add-header 'X-Raw: 1' }",
+        "--location",
+        "~ ^/raw/ { --deny all }",
+        "--location",
+        "~",
+        "^/blocked/",
+        "{",
+        "--deny",
+        "all",
+        "}",
+    ];
+    let conf = dir.0.join("site.conf");
+    std::fs::write(&conf, format!("server {{\n{server}}}\n")).unwrap();
+    let config = ["--nginx-config", conf.to_str().unwrap()];
+    for args in [&flags[..], &config[..]] {
+        let d = HttpServer::start(&root, args);
+        assert_eq!(seen(&d.url), want, "{args:?}");
+        assert!(d.stop().success());
+    }
+    if let Some(nginx) = duality_bench::http::find_nginx() {
+        let n = duality_bench::http::RunningServer::nginx_in_server(&nginx, &root, server).unwrap();
+        assert_eq!(seen(&format!("http://{}", n.addr)), want, "nginx");
+    }
+    refused_saying(
+        &root,
+        &["--location", "~ ( { --deny all }"],
+        "regex parse error",
     );
 }

@@ -28,11 +28,11 @@ pub struct HttpArgs {
     /// `disable_symlinks off`. A server without `listen` keeps this
     /// flag's default. Locations are taken where a flag stands for them
     /// (`/`, a prefix with alias or secure_link, `~ /\.` deny all, `=
-    /// PATH` stub_status, `~* \.(css|js)$` expires, a prefix or exact one
-    /// of allow, deny, auth_basic, return, expires, add_header, limit_rate:
-    /// a --location; the README lists them). A directive with no
-    /// counterpart (proxy_pass, TLS, other locations, map, …) is refused
-    /// with its file and line
+    /// PATH` stub_status; any prefix, exact or regular-expression one of
+    /// try_files, allow, deny, auth_basic, return, expires, add_header,
+    /// limit_rate: a --location; the README lists them). A directive with
+    /// no counterpart (proxy_pass, TLS, other locations, map, …) is
+    /// refused with its file and line
     #[arg(long, value_name = "FILE")]
     nginx_config: Option<PathBuf>,
     /// Serve the paths under a prefix from another directory (nginx's
@@ -316,7 +316,8 @@ pub struct HttpArgs {
     /// is the only variable; the last is =403, =404, =500, =503 (then
     /// --error-page applies) or an address of the root. What was found
     /// answers the address from memory until its stat is stale
-    /// (--revalidate-ms)
+    /// (--revalidate-ms). A request a --location takes has that location's
+    /// --try-files or none, as nginx's server-level try_files
     #[arg(long, value_name = "ENTRIES LAST")]
     try_files: Option<duality_http::TryFiles>,
     /// `deny`: answer 403 to a path with a segment starting with `.`
@@ -530,21 +531,29 @@ pub struct HttpArgs {
     #[arg(long, value_name = "all|any", default_value = "all",
           value_parser = clap::builder::PossibleValuesParser::new(["all", "any"]))]
     satisfy: String,
-    /// Settings of their own for the paths under a prefix (nginx's
-    /// `location PREFIX { … }`) or for one path (`= PATH`, nginx's `location
-    /// = PATH`): `--location /admin/ { --auth-basic Staff --allow 10.0.0.0/8
-    /// --deny all }`, the braces words of their own (or the whole group one
-    /// quoted word). Inside: --allow/--deny, --auth-basic (a realm, taking
-    /// the server's --auth-basic-user-file unless given its own; `off`: no
-    /// password there), --satisfy, --return, --expires, --add-header(-always),
-    /// --limit-rate(-after) and `--access-log off` (its requests not
-    /// logged). A request takes the location nginx would
-    /// give it: an exact one, else the longest prefix of its path (after
-    /// --rewrite), else none; a location's setting replaces the server's of
-    /// that kind whole (its --add-header fields the server's fields), as
-    /// nginx's inheritance does, and the server's --return still comes
-    /// first. The other settings are the server's. Repeat for several
-    #[arg(long, value_name = "[=] PATH { FLAGS }", value_parser = super::http_location::parse)]
+    /// Settings of their own for some paths (nginx's `location` blocks): a
+    /// prefix (`/admin/`), `^~ PREFIX` (no regular expression tried after
+    /// it), `= PATH` (that path alone) or a regular expression, `~ REGEX`
+    /// or `~* REGEX` (case-insensitive; the `regex` crate's syntax, matched
+    /// against the decoded path), then its flags between braces:
+    /// `--location /admin/ { --auth-basic Staff --allow 10.0.0.0/8 --deny
+    /// all }`, `--location '~*' '\.(css|js)$' { --expires 1y }`, the braces
+    /// words of their own (or the whole group one quoted word). Inside:
+    /// --allow/--deny, --auth-basic (a realm, taking the server's
+    /// --auth-basic-user-file unless given its own; `off`: no password
+    /// there), --satisfy, --return, --expires, --add-header(-always),
+    /// --limit-rate(-after), --try-files and `--access-log off` (its
+    /// requests not logged). A request takes the location nginx would give
+    /// it (after --rewrite): an exact one, else the first regular
+    /// expression matching (unless the longest prefix is `^~`), else the
+    /// longest prefix, else none. A location's setting replaces the
+    /// server's of that kind whole (its --add-header fields the server's
+    /// fields), as nginx's inheritance does; what it does not set is the
+    /// server's, but for --try-files, which is the location's own or none
+    /// (nginx's server-level try_files applies where no location does).
+    /// The server's --return still comes first. The other settings are
+    /// the server's. Repeat for several
+    #[arg(long, value_name = "[=|^~|~|~*] PATH { FLAGS }", value_parser = super::http_location::parse)]
     location: Vec<super::http_location::LocationArgs>,
     /// Every connection begins with a PROXY protocol header, version 1 or
     /// 2, as a TCP load balancer (HAProxy, AWS NLB…) sends it (nginx's

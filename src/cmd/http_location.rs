@@ -40,6 +40,8 @@ struct LocationFlags {
     limit_rate_after: Option<u64>,
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(["off"]))]
     access_log: Option<String>,
+    #[arg(long)]
+    try_files: Option<duality_http::TryFiles>,
 }
 
 /// One `--location` as given: its settings, and whether its
@@ -74,15 +76,20 @@ impl LocationArgs {
     }
 }
 
-/// `--location`'s value: `[=]PATH { FLAGS }`, words as a shell splits
-/// them.
+/// What may stand before a location's path (nginx's).
+const OPERATORS: [&str; 4] = ["=", "^~", "~", "~*"];
+
+/// `--location`'s value: `[=|^~|~|~*] PATH { FLAGS }`, words as a shell
+/// splits them.
 pub fn parse(v: &str) -> Result<LocationArgs, String> {
     let words = shlex::split(v).ok_or_else(|| format!("{v:?}: an unclosed quote"))?;
     let shape = || {
-        format!("{v:?}: give PATH {{ FLAGS }} or = PATH {{ FLAGS }}, e.g. /admin/ {{ --deny all }}")
+        format!(
+            "{v:?}: give [=|^~|~|~*] PATH {{ FLAGS }}, e.g. /admin/ {{ --deny all }}, ~* \\.css$ {{ --expires 1d }}"
+        )
     };
     let (matcher, rest) = match words.as_slice() {
-        [eq, path, rest @ ..] if eq == "=" => (format!("={path}"), rest),
+        [op, path, rest @ ..] if OPERATORS.contains(&op.as_str()) => (format!("{op} {path}"), rest),
         [path, rest @ ..] => (path.clone(), rest),
         [] => return Err(shape()),
     };
@@ -134,6 +141,7 @@ pub fn parse(v: &str) -> Result<LocationArgs, String> {
     }
     l.limit_rate = f.limit_rate.map(|r| (r, f.limit_rate_after.unwrap_or(0)));
     l.logged = f.access_log.map(|_| false);
+    l.try_files = f.try_files;
     Ok(LocationArgs {
         location: l,
         realm_alone,
@@ -148,7 +156,11 @@ pub fn join<S: AsRef<str>>(words: &[S]) -> Option<String> {
     for w in words {
         let w = w.as_ref();
         out.push(match w {
-            "{" | "}" | "=" => w.into(),
+            "{" | "}" => w.into(),
+            _ if OPERATORS.contains(&w) => w.into(),
+            // Single quotes where they do (a regular expression reads as
+            // written), else as shlex quotes.
+            _ if !w.contains('\'') && shlex::try_quote(w).ok()? != w => format!("'{w}'").into(),
             _ => shlex::try_quote(w).ok()?,
         });
     }
@@ -174,8 +186,9 @@ pub fn group_args(argv: Vec<OsString>) -> Vec<OsString> {
         }
         let close = (argv[i] == "--location")
             .then(|| {
-                // PATH { or = PATH {
-                let open = match argv.get(i + 1).is_some_and(|a| a == "=") {
+                // PATH { or OPERATOR PATH {
+                let op = argv.get(i + 1).and_then(|a| a.to_str());
+                let open = match op.is_some_and(|a| OPERATORS.contains(&a)) {
                     true => i + 3,
                     false => i + 2,
                 };
@@ -298,8 +311,8 @@ mod tests {
     #[test]
     fn what_is_refused_says_why() {
         for (v, says) in [
-            ("/a/", "give PATH { FLAGS }"),
-            ("/a/ { --deny all", "give PATH { FLAGS }"),
+            ("/a/", "PATH { FLAGS }"),
+            ("/a/ { --deny all", "PATH { FLAGS }"),
             ("a/ { }", "starting with /"),
             ("/a/../b/ { }", "without . or .."),
             ("/a/ { --root /x }", "/a/: unexpected argument '--root'"),

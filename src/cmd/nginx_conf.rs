@@ -383,8 +383,6 @@ struct State {
     servers: usize,
     referers: Option<String>,
     referer_if: bool,
-    /// `location ~* \.(…)$ { expires T; }`: the extensions, T, where.
-    by_extension: Vec<(Vec<String>, String, String)>,
     /// Includes being read, nested.
     depth: usize,
     /// The location holding `secure_link`, if one does.
@@ -407,6 +405,7 @@ struct State {
 
 /// Directives a `--location` group takes (nginx's that are set by path).
 const SCOPED: &[&str] = &[
+    "try_files",
     "allow",
     "deny",
     "auth_basic",
@@ -1001,30 +1000,14 @@ impl State {
                 self.same_root.push((path.to_string(), root, place));
                 Ok(())
             }
-            // `location ~* \.(css|js|png)$ { expires 30d; }`: the types of
-            // those extensions get that expiry.
-            [op, pattern] if (*op == "~*" || *op == "~") && extensions(pattern).is_some() => {
-                // (Read again here: a guard cannot bind it.)
-                let exts = extensions(pattern).unwrap_or_default();
-                let mut expires = None;
-                for x in block {
-                    match x.name.as_str() {
-                        "expires" if !x.args.is_empty() => expires = Some(x.args.join(" ")),
-                        _ if quiet(x) => self.quieted(x, pattern, name),
-                        _ => {
-                            return Err(format!(
-                                "{name}:{}: \"{}\": only expires (and quieter logs) is taken in a location by extension",
-                                x.line, x.name
-                            ))
-                        }
-                    }
-                }
-                let Some(time) = expires else {
-                    return Err(format!("{at}: only expires is taken in a location by extension"));
-                };
-                // Typed at the end, by the configuration's own types.
-                self.by_extension.push((exts, time, at));
-                Ok(())
+            // `location ~* \.(css|js|png)$ { expires 30d; }` and any other
+            // regular expression: a `--location` of the directives set by
+            // path.
+            [op, pattern] if *op == "~*" || *op == "~" => {
+                self.group(&format!("{op} {pattern}"), block, at, name)
+            }
+            ["^~", prefix] if prefix.starts_with('/') => {
+                self.group(&format!("^~ {prefix}"), block, at, name)
             }
             // A prefix: its alias, and nginx's secure_link idiom there.
             [prefix] if prefix.starts_with('/') && prefix.ends_with('/') && !block.is_empty() => {
@@ -1073,10 +1056,9 @@ impl State {
             }
             // Any other prefix or exact path: a `--location` of the
             // directives set by path.
-            [prefix] if prefix.starts_with('/') || prefix.starts_with("=/") => {
-                self.group(prefix, block, at, name)
-            }
-            ["=", path] if path.starts_with('/') => self.group(&format!("={path}"), block, at, name),
+            [prefix] if prefix.starts_with('/') => self.group(prefix, block, at, name),
+            [exact] if exact.starts_with("=/") => self.group(&format!("= {}", &exact[1..]), block, at, name),
+            ["=", path] if path.starts_with('/') => self.group(&format!("= {path}"), block, at, name),
             _ => Err(format!(
                 "{at}: not translated (taken: prefix and exact locations setting {}; \
                  `location /`, an alias, `~ /\\.` deny all, `= PATH` stub_status, `~* \\.(exts)$` expires)",
@@ -1123,6 +1105,8 @@ impl State {
         scoped: Vec<Directive>,
         at: String,
     ) -> Result<(), String> {
+        // Refused here, with its line, rather than by the flag.
+        duality_http::location::Match::parse(at_path).map_err(|e| format!("{at}: {e}"))?;
         if self.groups.iter().any(|(p, _, _)| p == at_path) {
             return Err(format!("{at}: a second location for {at_path}"));
         }
@@ -1176,63 +1160,16 @@ impl State {
         for (f, v, _) in &sub.arrays {
             words.extend([f.to_string(), v.clone()]);
         }
-        let mut all: Vec<&str> = match at_path.strip_prefix('=') {
-            Some(p) => vec!["=", p],
-            None => vec![at_path],
+        // `OPERATOR ARGUMENT`, or a prefix alone.
+        let mut all: Vec<&str> = match at_path.split_once(' ') {
+            Some((op, arg)) if ["=", "^~", "~", "~*"].contains(&op) => vec![op, arg],
+            _ => vec![at_path],
         };
         all.push("{");
         all.extend(words.iter().map(String::as_str));
         all.push("}");
         super::http_location::join(&all)
             .ok_or_else(|| format!("{name}: location {at_path}: a NUL byte"))
-    }
-
-    /// The `--expires TYPE TIME` of each location by extension, typed as
-    /// the server will type them: its `types` entries, then its types
-    /// file, then the built-in table.
-    fn type_extensions(&mut self) -> Result<(), String> {
-        if self.by_extension.is_empty() {
-            return Ok(());
-        }
-        let mut rules = Vec::new();
-        if let Some((_, path)) = self.single.iter().find(|(f, _)| f == "--types-file") {
-            let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
-            rules =
-                duality_http::mime::parse_types_file(&text).map_err(|e| format!("{path}: {e}"))?;
-        }
-        for (f, v, _) in &self.arrays {
-            if *f == "--type" {
-                rules.push(v.parse::<duality_http::mime::TypeRule>()?);
-            }
-        }
-        let mut named: HashMap<&str, &str> = HashMap::new();
-        for rule in &rules {
-            for ext in &rule.extensions {
-                named.insert(ext, &rule.media);
-            }
-        }
-        let mut typed = Vec::new();
-        for (exts, time, at) in &self.by_extension {
-            let mut types: Vec<String> = Vec::new();
-            for ext in exts {
-                let t = named
-                    .get(ext.as_str())
-                    .copied()
-                    .or_else(|| duality_http::mime::known(ext))
-                    .ok_or(format!(
-                        "{at}: .{ext} has no type here (give it one in `types`)"
-                    ))?;
-                let t = t.split(';').next().unwrap_or(t).trim().to_string();
-                if !types.contains(&t) {
-                    types.push(t);
-                }
-            }
-            for t in types {
-                typed.push(("--expires", format!("{t} {time}"), Level::Location));
-            }
-        }
-        self.arrays.extend(typed);
-        Ok(())
     }
 
     fn finish(mut self, name: &str) -> Result<Translated, String> {
@@ -1260,29 +1197,6 @@ impl State {
             self.groups
                 .insert(0, ("/".into(), root_scoped, format!("{name}: location /")));
         }
-        // (An exact location is nginx's first choice: only one naming
-        // such an extension is.)
-        let by_ext = |p: &str| {
-            let ext = p.rsplit_once('.').map(|(_, e)| e.to_ascii_lowercase());
-            self.by_extension
-                .iter()
-                .any(|(exts, _, _)| ext.as_ref().is_some_and(|e| exts.contains(e)))
-        };
-        let clash = self
-            .groups
-            .iter()
-            .find(|(p, _, _)| match p.strip_prefix('=') {
-                Some(exact) => by_ext(exact),
-                None => !self.by_extension.is_empty(),
-            });
-        if let Some((_, _, at)) = clash {
-            // nginx's regular-expression location wins over a prefix one,
-            // whose settings would then not apply: not what a flag says.
-            return Err(format!(
-                "{at}: a location by extension beside a location with settings of its own: \
-                 nginx answers those extensions from the extension's location alone; not translated"
-            ));
-        }
         for (at_path, list, _) in &self.groups {
             args.push("--location".to_string());
             args.push(self.group_word(at_path, list, name)?);
@@ -1301,7 +1215,6 @@ impl State {
         }
         // Arrays: the deepest level's, as nginx merges them (allow and
         // deny are one list, as are add_header with and without always).
-        self.type_extensions()?;
         // Listing everywhere makes a location's own listing moot.
         if self
             .single
@@ -1328,15 +1241,17 @@ impl State {
             self.ignored
                 .push(format!("location = {path} ({place}: {why})"));
         }
-        let by_extension = !self.by_extension.is_empty();
-        if by_extension && self.arrays.iter().any(|(f, _, _)| *f == "--alias") {
+        let regex = self.groups.iter().find(|(p, _, _)| p.starts_with('~'));
+        if let (Some((_, _, at)), true) =
+            (regex, self.arrays.iter().any(|(f, _, _)| *f == "--alias"))
+        {
             // nginx's regular-expression location wins over a prefix one:
-            // those files under the alias would be looked for under the
-            // root, which a flag cannot say.
+            // the files it takes under the alias would be looked for under
+            // the root, which a flag cannot say.
             return Err(format!(
-                "{name}: a location by extension beside an alias location: nginx serves those \
-                 extensions under the alias's prefix from the root (its regex location wins); \
-                 not translated"
+                "{at}: a regular-expression location beside an alias location: nginx serves \
+                 what it matches under the alias's prefix from the root (its regex location \
+                 wins); not translated"
             ));
         }
         let mut done: Vec<&str> = Vec::new();
@@ -1514,29 +1429,6 @@ fn quiet(d: &Directive) -> bool {
     )
 }
 
-/// The extensions a location pattern names: `\.(css|js|woff2?)$` (or
-/// `(?:…)`), `woff2?` read as woff and woff2. `None` for any other
-/// pattern.
-fn extensions(pattern: &str) -> Option<Vec<String>> {
-    let inner = pattern.strip_prefix("\\.(")?.strip_suffix(")$")?;
-    let inner = inner.strip_prefix("?:").unwrap_or(inner);
-    let mut out = Vec::new();
-    for alt in inner.split('|') {
-        let (stem, optional) = match alt.strip_suffix('?') {
-            Some(stem) => (stem, true),
-            None => (alt, false),
-        };
-        if stem.is_empty() || !stem.bytes().all(|b| b.is_ascii_alphanumeric()) {
-            return None;
-        }
-        if optional {
-            out.push(stem[..stem.len() - 1].to_ascii_lowercase());
-        }
-        out.push(stem.to_ascii_lowercase());
-    }
-    (!out.is_empty()).then_some(out)
-}
-
 /// An nginx time (`75s`, `1h30m`, `500ms`, `90`: seconds) in seconds,
 /// as `duality http`'s flags take it.
 fn time(v: &str) -> Option<String> {
@@ -1707,8 +1599,6 @@ mod tests {
             "reuseport",
             "--root",
             "/srv/www",
-            "--try-files",
-            "$uri $uri/ /index.html",
             "--dotfiles",
             "deny",
             "--stub-status",
@@ -1716,6 +1606,8 @@ mod tests {
             "--return",
             "301 https://$host$request_uri",
             // `location /`'s (read last: it is the innermost).
+            "--try-files",
+            "$uri $uri/ /index.html",
             "--expires",
             "1h",
             "--access-log",
@@ -1771,8 +1663,8 @@ mod tests {
                 "t.conf:2: \"proxy_pass\": not translated",
             ),
             (
-                "location ~ \\.php$ { deny all; }",
-                "\"location ~ \\.php$\": not translated (taken: prefix and exact",
+                "location @php { deny all; }",
+                "\"location @php\": not translated (taken: prefix and exact",
             ),
             ("listen 443 ssl;", "TLS"),
             ("root www;", "absolute path"),
@@ -1860,56 +1752,44 @@ mod tests {
             [
                 "--location",
                 "= /favicon.ico { --access-log off }",
-                "--expires",
-                "text/css 30d",
-                "--expires",
-                "text/javascript 30d",
-                "--expires",
-                "font/woff 30d",
-                "--expires",
-                "font/woff2 30d",
-                "--expires",
-                "image/jpeg 30d",
+                "--location",
+                r"~* '\.(css|js|woff2?|JPG)$' { --access-log off --expires 30d }",
                 "--expires",
                 "1h",
             ]
         );
         assert!(
-            t.ignored[0].starts_with("log_not_found off in location =/favicon.ico (t.conf:2")
-                && t.ignored[1].starts_with("access_log off in location \\.(css|js|woff2?|JPG)$"),
+            t.ignored[0].starts_with("log_not_found off in location = /favicon.ico (t.conf:2"),
             "{:?}",
             t.ignored
         );
-        // The configuration's own types decide.
-        let conf = "types { application/x-styles css; } location ~* \\.(css)$ { expires 1d; }";
+        // `^~`, `~`, and each group read back by --location's parser.
+        let got = args(r"location ^~ /a/ { expires 1d; } location ~ ^/b/(x|y)\.txt$ { deny all; }");
         assert_eq!(
-            args(conf),
+            got[..4],
             [
-                "--type",
-                "application/x-styles css",
-                "--expires",
-                "application/x-styles 1d"
+                "--location",
+                "^~ /a/ { --expires 1d }",
+                "--location",
+                r"~ '^/b/(x|y)\.txt$' { --deny all }"
             ]
         );
+        for g in [&got[1], &got[3]] {
+            super::super::http_location::parse(g).unwrap();
+        }
         for (conf, says) in [
-            ("location ~* \\.(css)$ { add_header X 1; }", "only expires"),
             (
-                "location ~* \\.(css)$ { access_log off; }",
-                "only expires is taken",
+                "location ~* \\.(css)$ { index x; }",
+                "\"index\": only try_files, allow",
+            ),
+            ("location ~ ( { expires 1d; }", "regex parse error"),
+            (
+                "location = /x { index i; }",
+                "\"index\": only try_files, allow, deny",
             ),
             (
-                "location ~* \\.(nope)$ { expires 1d; }",
-                ".nope has no type",
-            ),
-            ("location ~* \\.(c.s)$ { expires 1d; }", "not translated"),
-            ("location = /x { index i; }", "\"index\": only allow, deny"),
-            (
-                "location ~* \\.(css)$ { expires 1d; } location /s/ { deny all; }",
-                "beside a location with settings of its own",
-            ),
-            (
-                "location / { try_files $uri =404; } location /a/ { deny all; }",
-                "`location /` sets try_files (t.conf:1), which nginx does not apply under /a/",
+                "location / { index i.html; } location /a/ { deny all; }",
+                "`location /` sets index (t.conf:1), which nginx does not apply under /a/",
             ),
             (
                 "location /a/ { deny all; } location /a/ { deny all; }",
@@ -1921,7 +1801,7 @@ mod tests {
             ),
             (
                 "location ~* \\.(css)$ { expires 1d; } location /s/ { alias /d/; }",
-                "regex location wins",
+                "(its regex location wins)",
             ),
         ] {
             let e = refused(conf);
@@ -1954,19 +1834,18 @@ mod tests {
                 "/files { --auth-basic off --limit-rate 1k --limit-rate-after 2k --expires 1h }",
             ]
         );
-        // Every location returns: `location /`'s try_files serves none of
-        // them. Its add_header is the server's then (no location of
-        // settings other than those that return).
+        // Beside another location, `location /`'s try_files and
+        // add_header are its own (not the server's: nginx's other
+        // locations do not have them).
         let conf = "location / { add_header X-R 1; try_files $uri =404; }
             location = /old { return 301 /new; }";
         let got = args(conf);
         assert!(
-            got.windows(2).any(|w| w == ["--try-files", "$uri =404"]),
-            "{got:?}"
-        );
-        assert!(
-            got.windows(2)
-                .any(|w| w == ["--location", "/ { --add-header 'X-R: 1' }"]),
+            got.windows(2).any(|w| w
+                == [
+                    "--location",
+                    "/ { --try-files '$uri =404' --add-header 'X-R: 1' }"
+                ]),
             "{got:?}"
         );
         // A realm of the server, a file of the location; each group is

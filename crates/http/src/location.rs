@@ -16,27 +16,86 @@ use std::sync::Arc;
 use crate::fields::ExpiresRule;
 use crate::{Access, AddedField, AuthBasic, ResponseFields, Return};
 
-/// Which paths a location takes (nginx's `location PREFIX` and
-/// `location = PATH`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Which paths a location takes (nginx's `location PREFIX`, `location ^~
+/// PREFIX`, `location = PATH`, `location ~ REGEX` and `location ~* REGEX`).
+#[derive(Debug, Clone)]
 pub enum Match {
-    /// Paths starting with it (the longest such prefix wins).
+    /// Paths starting with it (the longest such prefix wins, unless a
+    /// regular expression takes the path).
     Prefix(String),
-    /// This path alone (before any prefix).
+    /// nginx's `^~ PREFIX`: as [`Prefix`](Match::Prefix), and the longest
+    /// prefix being this one, no regular expression is tried.
+    PrefixOnly(String),
+    /// This path alone (before anything else).
     Exact(String),
+    /// Paths it matches (the `regex` crate's syntax), the first in order
+    /// that does, tried after the prefixes; `~*`: case-insensitive.
+    Regex {
+        /// The pattern as given.
+        pattern: String,
+        /// `~*`.
+        caseless: bool,
+        /// Compiled.
+        regex: regex::Regex,
+    },
 }
 
+impl PartialEq for Match {
+    /// The same kind and text (two such locations are one twice, as nginx
+    /// refuses them).
+    fn eq(&self, other: &Match) -> bool {
+        use Match::*;
+        match (self, other) {
+            (Prefix(a) | PrefixOnly(a), Prefix(b) | PrefixOnly(b)) | (Exact(a), Exact(b)) => a == b,
+            (
+                Regex {
+                    pattern: a,
+                    caseless: x,
+                    ..
+                },
+                Regex {
+                    pattern: b,
+                    caseless: y,
+                    ..
+                },
+            ) => a == b && x == y,
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Match {}
+
 impl Match {
-    /// `PREFIX` or `=PATH` (nginx's `location = PATH`): a path starting
-    /// with `/`, decoded as requests' paths are compared.
+    /// `PREFIX`, `^~ PREFIX`, `= PATH`, `~ REGEX` or `~* REGEX` (the space
+    /// after the operator optional, as in nginx's `=/PATH`): a path
+    /// starts with `/`, compared decoded and normalised as requests'
+    /// paths are.
     pub fn parse(s: &str) -> Result<Match, String> {
-        let (exact, path) = match s.strip_prefix('=') {
-            Some(p) => (true, p.trim_start()),
-            None => (false, s),
-        };
+        let (op, rest) = ["~*", "^~", "~", "="]
+            .iter()
+            .find_map(|op| s.strip_prefix(op).map(|r| (*op, r.trim_start())))
+            .unwrap_or(("", s));
+        if op.starts_with('~') {
+            let caseless = op == "~*";
+            let full = match caseless {
+                true => format!("(?i){rest}"),
+                false => rest.to_owned(),
+            };
+            if rest.is_empty() {
+                return Err(format!("{s:?}: a regular expression after {op}"));
+            }
+            let regex = regex::Regex::new(&full).map_err(|e| format!("{s:?}: {e}"))?;
+            return Ok(Match::Regex {
+                pattern: rest.to_owned(),
+                caseless,
+                regex,
+            });
+        }
+        let path = rest;
         if !path.starts_with('/') {
             return Err(format!(
-                "{s:?}: a location is a path starting with / (or =/PATH for that path alone)"
+                "{s:?}: a location is a path starting with / (or = PATH, ^~ PATH, ~ REGEX, ~* REGEX)"
             ));
         }
         // Requests' paths are compared decoded and normalised: a prefix
@@ -47,10 +106,10 @@ impl Match {
             ));
         }
         let path = path.to_owned();
-        Ok(if exact {
-            Match::Exact(path)
-        } else {
-            Match::Prefix(path)
+        Ok(match op {
+            "=" => Match::Exact(path),
+            "^~" => Match::PrefixOnly(path),
+            _ => Match::Prefix(path),
         })
     }
 }
@@ -59,7 +118,11 @@ impl std::fmt::Display for Match {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Match::Prefix(p) => f.write_str(p),
-            Match::Exact(p) => write!(f, "={p}"),
+            Match::PrefixOnly(p) => write!(f, "^~ {p}"),
+            Match::Exact(p) => write!(f, "= {p}"),
+            Match::Regex {
+                pattern, caseless, ..
+            } => write!(f, "{} {pattern}", if *caseless { "~*" } else { "~" }),
         }
     }
 }
@@ -83,6 +146,9 @@ pub struct Location {
     pub added: Option<Vec<AddedField>>,
     /// Its `limit_rate` and `limit_rate_after`, in bytes.
     pub limit_rate: Option<(u64, u64)>,
+    /// Its `try_files` (never the server's: nginx's server-level one
+    /// applies only where no location does).
+    pub try_files: Option<crate::TryFiles>,
     /// Whether its requests get access log lines (`false`: nginx's
     /// `access_log off` there).
     pub logged: Option<bool>,
@@ -100,6 +166,7 @@ impl Location {
             expires: None,
             added: None,
             limit_rate: None,
+            try_files: None,
             logged: None,
         }
     }
@@ -118,6 +185,7 @@ pub(crate) struct Scope {
     pub(crate) limit_rate_after: u64,
     /// Whether its requests are logged (where the server has a log).
     pub(crate) logged: bool,
+    pub(crate) try_files: Option<crate::TryFiles>,
 }
 
 /// The server's settings and its locations'.
@@ -165,6 +233,7 @@ impl Scopes {
                 limit_rate,
                 limit_rate_after,
                 logged: l.logged.unwrap_or(server.logged),
+                try_files: l.try_files.clone(),
             };
             built.push((l.matcher.clone(), scope));
         }
@@ -174,22 +243,36 @@ impl Scopes {
         })
     }
 
-    /// The settings for a request of `path`: an exact location's, else
-    /// the longest prefix's, else the server's.
+    /// The settings for a request of `path`, as nginx picks its
+    /// location: an exact one, else (unless the longest prefix is `^~`)
+    /// the first regular expression matching, else the longest prefix,
+    /// else the server's.
     pub(crate) fn for_path(&self, path: &str) -> &Scope {
-        let mut best: Option<(usize, &Scope)> = None;
+        // (longest prefix's length, whether `^~`, its settings)
+        let mut best: Option<(usize, bool, &Scope)> = None;
+        let mut regexes = false;
         for (m, scope) in &self.locations {
             match m {
                 Match::Exact(p) if p == path => return scope,
-                Match::Prefix(p)
-                    if path.starts_with(p.as_str()) && best.is_none_or(|(n, _)| p.len() > n) =>
+                Match::Prefix(p) | Match::PrefixOnly(p)
+                    if path.starts_with(p.as_str()) && best.is_none_or(|(n, ..)| p.len() > n) =>
                 {
-                    best = Some((p.len(), scope))
+                    best = Some((p.len(), matches!(m, Match::PrefixOnly(_)), scope))
                 }
+                Match::Regex { .. } => regexes = true,
                 _ => {}
             }
         }
-        best.map_or(&self.server, |(_, s)| s)
+        if regexes && !best.is_some_and(|(_, only, _)| only) {
+            for (m, scope) in &self.locations {
+                if let Match::Regex { regex, .. } = m {
+                    if regex.is_match(path) {
+                        return scope;
+                    }
+                }
+            }
+        }
+        best.map_or(&self.server, |(.., s)| s)
     }
 
     /// Every scope: the server's, then the locations'.
@@ -212,6 +295,7 @@ mod tests {
             limit_rate,
             limit_rate_after: 0,
             logged: true,
+            try_files: None,
         }
     }
 
@@ -236,6 +320,24 @@ mod tests {
         assert_eq!(rate("/a"), 4);
         assert_eq!(rate("/"), 9);
         assert_eq!(rate("/b/a/"), 9);
+        // Regular expressions after the prefixes, the first that matches;
+        // not after a `^~` prefix; never before an exact path.
+        let locations = [
+            at("/a/", 1),
+            at("^~ /a/b/", 2),
+            at("~* \\.CSS$", 3),
+            at("~ \\.css$", 4),
+            at("= /a/x.css", 5),
+            at("~ ^/a/", 6),
+        ];
+        let s = Scopes::new(scope(9), &locations, no_auth).unwrap();
+        let rate = |p: &str| s.for_path(p).limit_rate;
+        assert_eq!(rate("/a/y.css"), 3);
+        assert_eq!(rate("/y.Css"), 3);
+        assert_eq!(rate("/a/b/y.css"), 2);
+        assert_eq!(rate("/a/x.css"), 5);
+        assert_eq!(rate("/a/y.txt"), 6);
+        assert_eq!(rate("/y.txt"), 9);
     }
 
     #[test]
@@ -269,6 +371,20 @@ mod tests {
             .contains("starting with /"));
         assert!(Match::parse("= x").is_err());
         assert_eq!(Match::parse("= /x").unwrap(), Match::Exact("/x".into()));
+        assert_eq!(Match::parse("=/x").unwrap(), Match::Exact("/x".into()));
+        assert_eq!(Match::parse("^~ /x").unwrap().to_string(), "^~ /x");
+        assert_eq!(Match::parse("~*\\.js$").unwrap().to_string(), "~* \\.js$");
+        assert!(Match::parse("~ (")
+            .unwrap_err()
+            .contains("regex parse error"));
+        assert!(Match::parse("~*")
+            .unwrap_err()
+            .contains("a regular expression after"));
+        // One path twice, whatever the prefix's kind.
+        assert_eq!(
+            Match::parse("^~ /x/").unwrap(),
+            Match::parse("/x/").unwrap()
+        );
         let twice = [
             Location::new(Match::parse("/a/").unwrap()),
             Location::new(Match::parse("/a/").unwrap()),

@@ -661,6 +661,7 @@ impl HttpState {
             limit_rate: cfg.limit_rate,
             limit_rate_after: cfg.limit_rate_after,
             logged: true,
+            try_files: cfg.try_files.clone(),
         };
         let scopes = Scopes::new(server, &cfg.locations, users)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
@@ -923,7 +924,9 @@ impl HttpState {
         callback: Option<Vec<u8>>,
         uri: &mut Option<Arc<str>>,
     ) -> Result<Found, HttpError> {
-        let (served, resolved) = match &self.cfg.try_files {
+        // The request's location's (the server's where none takes it).
+        let try_files = self.scopes.for_path(request).try_files.as_ref();
+        let (served, resolved) = match try_files {
             Some(t) => {
                 let (served, resolved) = t.resolve(&self.root, request);
                 (std::borrow::Cow::Owned(served), resolved)
@@ -963,7 +966,7 @@ impl HttpState {
             Err(e)
                 if e.status == Status::NotFound
                     && self.cfg.gzip.static_files
-                    && self.cfg.try_files.is_none() =>
+                    && try_files.is_none() =>
             {
                 return match takes_gzip {
                     true => self.gzip_static_alone(url_path).ok_or(e),
