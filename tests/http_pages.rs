@@ -3489,12 +3489,17 @@ fn locations_set_their_own_settings_as_nginx_does() {
     // `openssl passwd -apr1` of "secret pw".
     std::fs::write(&users, "alice:$apr1$Xy3Rq1Zb$2snucGM5UkflqMeUszZPW.\n").unwrap();
     let users = users.to_str().unwrap();
+    // A prefix with a root of its own (nginx's root + the whole path).
+    let other = dir.0.join("other");
+    std::fs::create_dir_all(other.join("pub")).unwrap();
+    std::fs::write(other.join("pub/p.txt"), "p\n").unwrap();
+    let other = other.to_str().unwrap();
     let good = {
         use base64::Engine as _;
         let token = base64::engine::general_purpose::STANDARD.encode("alice:secret pw");
         format!("Authorization: Basic {token}\r\n")
     };
-    let asks: [(&str, &str); 11] = [
+    let asks: [(&str, &str); 12] = [
         ("/", ""),
         ("/admin/a.txt", ""),
         ("/admin/a.txt", &good),
@@ -3506,6 +3511,7 @@ fn locations_set_their_own_settings_as_nginx_does() {
         ("/privatex", ""),
         ("/private/ok.txt", ""),
         ("/admin/../private/ok.txt", ""),
+        ("/pub/p.txt", ""),
     ];
     let seen = |url: &str| -> Vec<String> {
         asks.iter()
@@ -3538,6 +3544,7 @@ fn locations_set_their_own_settings_as_nginx_does() {
         "/privatex 403 ",
         "/private/ok.txt 200 x-s=1",
         "/admin/../private/ok.txt 200 x-s=1",
+        "/pub/p.txt 200 x-s=1",
     ];
     let server = |log: &Path| {
         format!(
@@ -3551,17 +3558,19 @@ fn locations_set_their_own_settings_as_nginx_does() {
          location /static/ {{ expires 1h; add_header X-Static yes; access_log off; }}\n\
          location = /old {{ return 301 /new; }}\n\
          location /private {{ deny all; }}\n\
-         location = /private/ok.txt {{ allow all; }}\n",
+         location = /private/ok.txt {{ allow all; }}\n\
+         location /pub/ {{ root {other}; }}\n",
             log.display()
         )
     };
-    // Two of the eleven are under /static/.
+    // Two of the twelve are under /static/.
     let logged = |log: &Path| {
-        let text = log_lines(log, 9, 5);
-        assert_eq!(text.lines().count(), 9, "{}: {text}", log.display());
+        let text = log_lines(log, 10, 5);
+        assert_eq!(text.lines().count(), 10, "{}: {text}", log.display());
         assert!(!text.contains("/static/"), "{text}");
     };
     let log = dir.0.join("flags.log");
+    let pub_alias = format!("/pub/ {other}/pub");
     let flags = [
         "--access-log",
         log.to_str().unwrap(),
@@ -3598,6 +3607,10 @@ fn locations_set_their_own_settings_as_nginx_does() {
         "/private { --deny all }",
         "--location",
         "= /private/ok.txt { --allow all }",
+        "--alias",
+        &pub_alias,
+        "--location",
+        "/pub/ { }",
     ];
     let conf = dir.0.join("site.conf");
     let conf_log = dir.0.join("conf.log");

@@ -401,6 +401,10 @@ struct State {
     /// `location /`'s other directives, where (nginx applies them there
     /// alone; translated, they are the server's).
     root_other: Vec<String>,
+    /// Prefix locations of an alias, root, secure_link or listings alone,
+    /// where: an empty `--location` where others have settings (they
+    /// have the server's, not `location /`'s).
+    plain_prefixes: Vec<(String, String)>,
 }
 
 /// Directives a `--location` group takes (nginx's that are set by path).
@@ -1012,13 +1016,32 @@ impl State {
             // A prefix: its alias, and nginx's secure_link idiom there.
             [prefix] if prefix.starts_with('/') && prefix.ends_with('/') && !block.is_empty() => {
                 let mut secured = false;
+                let mut rooted = false;
                 let mut list = Vec::new();
                 for x in block {
                     match x.name.as_str() {
                         _ if scoped(x) => list.push(x.clone()),
                         _ if quiet(x) => self.quieted(x, prefix, name),
-                        "alias" if x.args.len() == 1 => {
-                            let dir = x.args[0].trim_end_matches('/');
+                        "alias" | "root" if x.args.len() == 1 => {
+                            // nginx's `root R` there serves R + the whole
+                            // path: the alias of the prefix to R/PREFIX.
+                            let dir = match x.name == "root" {
+                                true => format!("{}{prefix}", x.args[0].trim_end_matches('/')),
+                                false => x.args[0].clone(),
+                            };
+                            if !dir.starts_with('/') {
+                                return Err(format!(
+                                    "{name}:{}: \"{}\": give an absolute path",
+                                    x.line, x.name
+                                ));
+                            }
+                            if std::mem::replace(&mut rooted, true) {
+                                return Err(format!(
+                                    "{name}:{}: \"{}\": a second root or alias in {prefix}",
+                                    x.line, x.name
+                                ));
+                            }
+                            let dir = dir.trim_end_matches('/');
                             self.arrays.push(("--alias", format!("{prefix} {dir}"), Level::Server));
                         }
                         "secure_link" | "secure_link_md5" => {
@@ -1040,7 +1063,7 @@ impl State {
                         }
                         _ => {
                             return Err(format!(
-                                "{name}:{}: \"{}\": only alias, autoindex, the secure_link directives and {} are taken in a prefix location (other settings are the server's)",
+                                "{name}:{}: \"{}\": only alias, root, autoindex, the secure_link directives and {} are taken in a prefix location (other settings are the server's)",
                                 x.line, x.name, SCOPED.join(", ")
                             ))
                         }
@@ -1050,7 +1073,11 @@ impl State {
                     return Err(format!("{at}: secure_link in one location only"));
                 }
                 match list.is_empty() {
-                    true => Ok(()),
+                    // A location of its own all the same (see finish).
+                    true => {
+                        self.plain_prefixes.push((prefix.to_string(), at));
+                        Ok(())
+                    }
                     false => self.push_group(prefix, list, at),
                 }
             }
@@ -1178,6 +1205,11 @@ impl State {
         // take their own: then `/`'s own (the others inherit the server's,
         // as in nginx).
         let root_scoped = std::mem::take(&mut self.root_scoped);
+        if !self.groups.is_empty() || !root_scoped.is_empty() {
+            for (prefix, at) in std::mem::take(&mut self.plain_prefixes) {
+                self.push_group(&prefix, Vec::new(), at)?;
+            }
+        }
         // (A location that returns answers before any of them.)
         let serving = self
             .groups
@@ -1571,6 +1603,11 @@ mod tests {
             }";
         let got = args(conf);
         let want = [
+            // `location /`'s own, not the alias prefix's (nor nginx's).
+            "--location",
+            "/ { --try-files '$uri $uri/ /index.html' --expires 1h }",
+            "--location",
+            "/static/ { }",
             "--model",
             "symped:2",
             "--max-conns",
@@ -1605,11 +1642,6 @@ mod tests {
             "/status",
             "--return",
             "301 https://$host$request_uri",
-            // `location /`'s (read last: it is the innermost).
-            "--try-files",
-            "$uri $uri/ /index.html",
-            "--expires",
-            "1h",
             "--access-log",
             "/var/log/a.log",
             "--log-format",
@@ -1848,6 +1880,19 @@ mod tests {
                 ]),
             "{got:?}"
         );
+        // A prefix's own root: the alias of the prefix under it.
+        let got = args("location /pub/ { root /srv/other/; expires 1d; }");
+        assert_eq!(
+            got[..4],
+            [
+                "--location",
+                "/pub/ { --expires 1d }",
+                "--alias",
+                "/pub/ /srv/other/pub"
+            ]
+        );
+        assert!(refused("location /p/ { root /a; alias /b/; }").contains("a second root or alias"));
+        assert!(refused("location /p/ { root a; }").contains("give an absolute path"));
         // A realm of the server, a file of the location; each group is
         // read back by --location's own parser.
         let conf = "auth_basic Staff; location /a/ { auth_basic_user_file /u; }";
@@ -1932,9 +1977,8 @@ mod tests {
         assert!(!args(server).contains(&"--secure-link-prefix".to_string()));
         assert!(refused("secure_link $arg_h; secure_link_md5 x;").contains("without both"));
         assert!(refused("if ($secure_link = 0) { return 410; }").contains("without secure_link"));
-        assert!(
-            refused("location /a/ { index x; }").contains("only alias, autoindex, the secure_link")
-        );
+        assert!(refused("location /a/ { index x; }")
+            .contains("only alias, root, autoindex, the secure_link"));
     }
 
     #[test]
