@@ -3760,3 +3760,49 @@ fn regular_expression_locations_choose_as_nginx_does() {
         "regex parse error",
     );
 }
+
+/// `--internal` (nginx's `internal` in `location = /404.html`): a client
+/// asking for the page gets 404, the page served as the error page all
+/// the same (a direct request and a miss alike), as nginx answers.
+#[test]
+fn internal_locations_refuse_clients_as_nginx_does() {
+    let (dir, root) = tree(
+        "internal",
+        &[("a.txt", "a\n"), ("errors/404.html", "<p>gone</p>\n")],
+    );
+    let seen = |url: &str| -> Vec<String> {
+        ["/a.txt", "/errors/404.html", "/missing", "/errors/"]
+            .iter()
+            .map(|p| {
+                let (code, _, body) = call(url, "GET", p, "");
+                format!("{p} {code} {}", String::from_utf8_lossy(&body).trim())
+            })
+            .collect()
+    };
+    let want = [
+        "/a.txt 200 a",
+        "/errors/404.html 404 <p>gone</p>",
+        "/missing 404 <p>gone</p>",
+        "/errors/ 404 <p>gone</p>",
+    ];
+    let server = "error_page 404 /errors/404.html;\n\
+                  location /errors/ { internal; }\n";
+    let conf = dir.0.join("site.conf");
+    std::fs::write(&conf, format!("server {{\n{server}}}\n")).unwrap();
+    let flags = [
+        "--error-page",
+        "404 /errors/404.html",
+        "--location",
+        "/errors/ { --internal }",
+    ];
+    let config = ["--nginx-config", conf.to_str().unwrap()];
+    for args in [&flags[..], &config[..]] {
+        let d = HttpServer::start(&root, args);
+        assert_eq!(seen(&d.url), want, "{args:?}");
+        assert!(d.stop().success());
+    }
+    if let Some(nginx) = duality_bench::http::find_nginx() {
+        let n = duality_bench::http::RunningServer::nginx_in_server(&nginx, &root, server).unwrap();
+        assert_eq!(seen(&format!("http://{}", n.addr)), want, "nginx");
+    }
+}

@@ -542,8 +542,10 @@ pub struct HttpArgs {
     /// --allow/--deny, --auth-basic (a realm, taking the server's
     /// --auth-basic-user-file unless given its own; `off`: no password
     /// there), --satisfy, --return, --expires, --add-header(-always),
-    /// --limit-rate(-after), --try-files and `--access-log off` (its
-    /// requests not logged). A request takes the location nginx would give
+    /// --limit-rate(-after), --try-files, `--access-log off` (its
+    /// requests not logged) and --internal (nginx's `internal`: a client's
+    /// request there is answered 404; an error page or a --try-files
+    /// fallback there is served). A request takes the location nginx would give
     /// it (after --rewrite): an exact one, else the first regular
     /// expression matching (unless the longest prefix is `^~`), else the
     /// longest prefix, else none. A location's setting replaces the

@@ -42,6 +42,8 @@ struct LocationFlags {
     access_log: Option<String>,
     #[arg(long)]
     try_files: Option<duality_http::TryFiles>,
+    #[arg(long)]
+    internal: bool,
 }
 
 /// One `--location` as given: its settings, and whether its
@@ -142,6 +144,7 @@ pub fn parse(v: &str) -> Result<LocationArgs, String> {
     l.limit_rate = f.limit_rate.map(|r| (r, f.limit_rate_after.unwrap_or(0)));
     l.logged = f.access_log.map(|_| false);
     l.try_files = f.try_files;
+    l.internal = f.internal;
     Ok(LocationArgs {
         location: l,
         realm_alone,
@@ -304,6 +307,12 @@ mod tests {
             .resolve(None)
             .unwrap_err()
             .contains("needs --auth-basic-user-file"));
+        assert!(
+            parse("= /404.html { --internal }")
+                .unwrap()
+                .location
+                .internal
+        );
         let l = parse("/open/ { --auth-basic off }").unwrap();
         assert_eq!(l.resolve(None).unwrap().auth_basic, Some(None));
     }

@@ -1064,7 +1064,7 @@ impl State {
                         _ => {
                             return Err(format!(
                                 "{name}:{}: \"{}\": only alias, root, autoindex, the secure_link directives and {} are taken in a prefix location (other settings are the server's)",
-                                x.line, x.name, SCOPED.join(", ")
+                                x.line, x.name, taken()
                             ))
                         }
                     }
@@ -1089,7 +1089,7 @@ impl State {
             _ => Err(format!(
                 "{at}: not translated (taken: prefix and exact locations setting {}; \
                  `location /`, an alias, `~ /\\.` deny all, `= PATH` stub_status, `~* \\.(exts)$` expires)",
-                SCOPED.join(", ")
+                taken()
             )),
         }
     }
@@ -1114,7 +1114,7 @@ impl State {
                         "{name}:{}: \"{}\": only {} are taken in this location (other settings are the server's)",
                         x.line,
                         x.name,
-                        SCOPED.join(", ")
+                        taken()
                     ))
                 }
             }
@@ -1165,6 +1165,7 @@ impl State {
                 (d @ ("auth_basic" | "access_log"), [off]) if off == "off" => {
                     words.extend([format!("--{}", d.replace('_', "-")), "off".into()])
                 }
+                ("internal", []) => words.push("--internal".into()),
                 _ => sub.directive(x, Level::Location, name)?,
             }
         }
@@ -1445,9 +1446,16 @@ fn condition(args: &[String]) -> String {
     args.concat()
 }
 
+/// What a `--location` group takes, for messages.
+fn taken() -> String {
+    format!("{}, access_log off, internal", SCOPED.join(", "))
+}
+
 /// Whether a `--location` group takes `d`.
 fn scoped(d: &Directive) -> bool {
-    SCOPED.contains(&d.name.as_str()) || (d.name == "access_log" && d.args == ["off"])
+    SCOPED.contains(&d.name.as_str())
+        || (d.name == "access_log" && d.args == ["off"])
+        || (d.name == "internal" && d.args.is_empty())
 }
 
 /// Whether `d` only quiets logging (`log_not_found off`, `access_log

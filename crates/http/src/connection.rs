@@ -923,9 +923,18 @@ impl HttpProtocol {
             self.state.phases.request();
             return self.answer(answer, session, head, out);
         }
-        // The location's (nginx's rewrite phase there, before its access
-        // checks).
+        // The location's: not for clients if `internal` (nginx checks it
+        // as it finds the location), then its `return` (its rewrite phase,
+        // before its access checks).
         let scope = self.state.scopes.for_path(&head.path);
+        if scope.internal {
+            self.state.phases.request();
+            session.pending = Some(Pending::Miss {
+                want_gzip: gzip::wanted(&self.state.cfg.gzip, head),
+                refused: Some(Status::NotFound),
+            });
+            return None;
+        }
         if let Some(answer) = scope.answer.as_ref().filter(|_| !head.rewrites_ended) {
             self.state.phases.request();
             return self.answer(answer, session, head, out);

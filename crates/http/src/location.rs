@@ -152,6 +152,9 @@ pub struct Location {
     /// Whether its requests get access log lines (`false`: nginx's
     /// `access_log off` there).
     pub logged: Option<bool>,
+    /// nginx's `internal`: a client's request it takes is answered 404
+    /// (an error page or `--try-files` may still serve its paths).
+    pub internal: bool,
 }
 
 impl Location {
@@ -168,6 +171,7 @@ impl Location {
             limit_rate: None,
             try_files: None,
             logged: None,
+            internal: false,
         }
     }
 }
@@ -186,6 +190,8 @@ pub(crate) struct Scope {
     /// Whether its requests are logged (where the server has a log).
     pub(crate) logged: bool,
     pub(crate) try_files: Option<crate::TryFiles>,
+    /// Client requests get 404 (nginx's `internal`).
+    pub(crate) internal: bool,
 }
 
 /// The server's settings and its locations'.
@@ -234,6 +240,7 @@ impl Scopes {
                 limit_rate_after,
                 logged: l.logged.unwrap_or(server.logged),
                 try_files: l.try_files.clone(),
+                internal: l.internal,
             };
             built.push((l.matcher.clone(), scope));
         }
@@ -296,6 +303,7 @@ mod tests {
             limit_rate_after: 0,
             logged: true,
             try_files: None,
+            internal: false,
         }
     }
 

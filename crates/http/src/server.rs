@@ -662,6 +662,7 @@ impl HttpState {
             limit_rate_after: cfg.limit_rate_after,
             logged: true,
             try_files: cfg.try_files.clone(),
+            internal: false,
         };
         let scopes = Scopes::new(server, &cfg.locations, users)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
