@@ -7,12 +7,15 @@
 //! directive — `index`, `add_header`, `error_page`, `allow`/`deny` — at an
 //! inner level replaces the outer level's, as nginx's merge does).
 //! `location` blocks are taken where they are an idiom a flag stands for:
-//! `location /` (its directives are the server's), `location /P/ { alias
-//! D; }` (`--alias`), `location ~ /\. { deny all; }` (`--dotfiles deny`),
-//! `location = /P { stub_status; }` (`--stub-status`), `location ~*
-//! \.(css|js|png)$ { expires 30d; }` (`--expires` for those extensions'
-//! types), `location = /favicon.ico { access_log off; log_not_found
-//! off; }` (logged as any request), `location = /50x.html { root R; }`
+//! `location /` (its directives are the server's, but where other
+//! locations set their own: then those set by path are its own
+//! `--location /`), `location /P/ { alias D; }` or `{ root R; }`
+//! (`--alias`), `location ~ /\. { deny all; }` (`--dotfiles deny`),
+//! `location = /P { stub_status; }` (`--stub-status`); any prefix, `^~`,
+//! exact or regular-expression location of the directives set by path
+//! (`try_files`, `allow`/`deny`, `auth_basic`, `return`, `expires`,
+//! `add_header`, `limit_rate`, `access_log off`, `internal`: a
+//! `--location` group), `location = /50x.html { root R; }`
 //! with the server's root; `if ($invalid_referer) { return 403; }` beside
 //! `valid_referers`, and `secure_link` with `secure_link_md5` and its two
 //! `if`s (403, 410), in the server or one prefix location. Tuning
@@ -1141,11 +1144,10 @@ impl State {
         Ok(())
     }
 
-    /// `access_log off` or `log_not_found off` in a location: listed as
-    /// without effect.
+    /// `log_not_found off` in a location: listed as without effect.
     fn quieted(&mut self, x: &Directive, at_path: &str, name: &str) {
         self.ignored.push(format!(
-            "{} {} in location {at_path} ({name}:{}: logged as any request)",
+            "{} {} in location {at_path} ({name}:{}: misses are logged in the access log only)",
             x.name,
             x.args.join(" "),
             x.line
