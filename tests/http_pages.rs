@@ -3806,3 +3806,54 @@ fn internal_locations_refuse_clients_as_nginx_does() {
         assert_eq!(seen(&format!("http://{}", n.addr)), want, "nginx");
     }
 }
+
+/// An answer from another address (a directory's index file, a
+/// `--try-files` fallback, an error page) goes out under that address's
+/// location (its added fields), as nginx's after an internal redirect: a
+/// single-page application's `location = /index.html` marking the page
+/// not to be cached, whichever path asked for it.
+#[test]
+fn internal_redirects_take_their_location_as_nginx_does() {
+    let (dir, root) = tree(
+        "redirected",
+        &[
+            ("index.html", "app\n"),
+            ("a.css", "b{}\n"),
+            ("404.html", "gone\n"),
+        ],
+    );
+    let seen = |url: &str| -> Vec<String> {
+        ["/", "/route/x", "/index.html", "/a.css", "/missing.css"]
+            .iter()
+            .map(|p| {
+                let (code, got, body) = call(url, "GET", p, "");
+                let shown: Vec<String> = ["x-page", "x-css", "x-root"]
+                    .iter()
+                    .filter_map(|n| field(&got, n).map(|v| format!("{n}={v}")))
+                    .collect();
+                let body = String::from_utf8_lossy(&body).trim().to_string();
+                format!("{p} {code} {body} {}", shown.join(" "))
+            })
+            .collect()
+    };
+    let want = [
+        "/ 200 app x-page=index",
+        "/route/x 200 app x-page=index",
+        "/index.html 200 app x-page=index",
+        "/a.css 200 b{} x-css=1",
+        "/missing.css 404 gone x-root=1",
+    ];
+    let server = "error_page 404 /404.html;\n\
+                  location / { try_files $uri $uri/ /index.html; add_header X-Root 1 always; }\n\
+                  location = /index.html { add_header X-Page index; }\n\
+                  location ~* \\.css$ { add_header X-Css 1; }\n";
+    let conf = dir.0.join("site.conf");
+    std::fs::write(&conf, format!("server {{\n{server}}}\n")).unwrap();
+    let d = HttpServer::start(&root, &["--nginx-config", conf.to_str().unwrap()]);
+    assert_eq!(seen(&d.url), want);
+    assert!(d.stop().success());
+    if let Some(nginx) = duality_bench::http::find_nginx() {
+        let n = duality_bench::http::RunningServer::nginx_in_server(&nginx, &root, server).unwrap();
+        assert_eq!(seen(&format!("http://{}", n.addr)), want, "nginx");
+    }
+}

@@ -553,8 +553,11 @@ pub struct HttpArgs {
     /// fields), as nginx's inheritance does; what it does not set is the
     /// server's, but for --try-files, which is the location's own or none
     /// (nginx's server-level try_files applies where no location does).
-    /// The server's --return still comes first. The other settings are
-    /// the server's. Repeat for several
+    /// The server's --return still comes first. An answer from another
+    /// address (an index file, a --try-files name, an error page) has
+    /// that address's location's fields, pace and logging, as nginx's
+    /// after an internal redirect. The other settings are the server's.
+    /// Repeat for several
     #[arg(long, value_name = "[=|^~|~|~*] PATH { FLAGS }", value_parser = super::http_location::parse)]
     location: Vec<super::http_location::LocationArgs>,
     /// Every connection begins with a PROXY protocol header, version 1 or

@@ -57,6 +57,7 @@ use crate::error_page::ErrorPage;
 use crate::file::FileMeta;
 use crate::gzip::{self, GzipInput, GzipJob};
 use crate::limit_req::Verdict;
+use crate::location::Scope;
 use crate::log_format::Entry;
 use crate::path;
 use crate::request::{continue_due, parse_head, Discard, Head, Method};
@@ -212,8 +213,10 @@ pub struct HttpSession {
     invalid_referer: Option<bool>,
     /// The current answer's head and gzip sizes, kept for the log where a
     /// format wants them (`$bytes_sent`, `$sent_http_…`, `$gzip_ratio`):
-    /// written where `session` is shared. Made only then (most servers do
-    /// not keep it, and a session's size is each connection's cost).
+    /// written where `session` is shared; its `uri` also chooses the
+    /// location of an answer from another address. Made only then, or
+    /// where the server has locations (most servers do not keep it, and
+    /// a session's size is each connection's cost).
     sent: Option<Box<std::sync::Mutex<Sent>>>,
     /// The client's address, for the access log and `--allow` / `--deny`
     /// (none for a Unix socket, or where neither is on).
@@ -418,8 +421,10 @@ impl Protocol for HttpProtocol {
             pipelined: false,
             limited: [None; 2],
             invalid_referer: None,
-            sent: (crate::log_format::head_wanted() || crate::log_format::uri_wanted())
-                .then(Box::default),
+            sent: (crate::log_format::head_wanted()
+                || crate::log_format::uri_wanted()
+                || self.state.scopes.has_locations())
+            .then(Box::default),
             opened: Some(loop_now()),
             proxy_pending: self.state.cfg.proxy_protocol,
             proxy_header: None,
@@ -864,10 +869,7 @@ impl HttpProtocol {
         out: &mut Vec<u8>,
         start: usize,
     ) {
-        let scope = match head {
-            Some(h) => self.state.scopes.for_path(&h.path),
-            None => &self.state.scopes.server,
-        };
+        let scope = self.scope_of(session, head);
         let fields = &scope.fields;
         // As nginx's: the answer's status, no body sent yet.
         let fill = |value: &crate::LogFormat, into: &mut Vec<u8>| {
@@ -1158,8 +1160,9 @@ impl HttpProtocol {
                 );
                 let file = open.file.clone();
                 let residency = Residency::Remembered(open, meta.size);
+                let pace = self.scope_of(session, Some(head)).pace();
                 return self
-                    .send_body(plan, file, residency, &head.path, reply)
+                    .send_body(plan, file, residency, (&head.path, pace), reply)
                     .await;
             }
             Pending::Miss { want_gzip, refused } => (want_gzip, refused),
@@ -1285,7 +1288,8 @@ impl HttpProtocol {
                 } else {
                     Residency::Ask
                 };
-                self.send_body(plan, file, residency, &head.path, reply)
+                let pace = self.scope_of(session, Some(head)).pace();
+                self.send_body(plan, file, residency, (&head.path, pace), reply)
                     .await?
             }
             Ok(Found::Compress {
@@ -1385,7 +1389,8 @@ impl HttpProtocol {
                 // A file that changed ends the connection short of its
                 // length, as any file that shrinks while sent.
                 GzipInput::File { file, .. } => {
-                    self.send_body(plan, file, Residency::Ask, &head.path, reply)
+                    let pace = self.scope_of(session, Some(head)).pace();
+                    self.send_body(plan, file, Residency::Ask, (&head.path, pace), reply)
                         .await
                 }
             };
@@ -1411,22 +1416,21 @@ impl HttpProtocol {
     /// (or each part's head and span of a multipart body, then its end);
     /// a file that ended first ends the connection (the promised length
     /// cannot be met), and is said on stderr, as nginx's error log does
-    /// (`path`: the request's).
+    /// (`path`: the request's; `pace`: `--limit-rate` and its `-after`).
     async fn send_body(
         &self,
         mut plan: Plan,
         file: Arc<File>,
         residency: Residency,
-        path: &str,
+        (path, (rate, after)): (&str, (u64, u64)),
         reply: &mut Reply<'_>,
     ) -> Result<Plan, Aborted> {
         // `--limit-rate` (its location's): the body's pace, from now.
-        let scope = self.state.scopes.for_path(path);
         let mut progress = Progress {
             sent: 0,
-            pace: (scope.limit_rate > 0).then(|| Pace {
-                rate: scope.limit_rate,
-                after: scope.limit_rate_after,
+            pace: (rate > 0).then(|| Pace {
+                rate,
+                after,
                 start: loop_now(),
             }),
         };
@@ -1872,7 +1876,7 @@ impl HttpProtocol {
         self.state.phases.response(plan.status.code());
         let Some(log) = &self.state.log else { return };
         // `access_log off` in its location.
-        if head.is_some_and(|h| !self.state.scopes.for_path(&h.path).logged) {
+        if !self.scope_of(session, head).logged {
             return;
         }
         let mut entry = self.entry(
@@ -1933,11 +1937,7 @@ impl HttpProtocol {
             sent_head: None,
             gzip: None,
             roots: Some(&self.state.root),
-            limit_rate: head
-                .map_or(&self.state.scopes.server, |h| {
-                    self.state.scopes.for_path(&h.path)
-                })
-                .limit_rate,
+            limit_rate: self.scope_of(session, head).limit_rate,
             limited: session.limited,
             invalid_referer: session.invalid_referer,
             uri: None,
@@ -1950,6 +1950,28 @@ impl HttpProtocol {
 /// not counted, as nginx does not count them).
 /// Keeps, for `$uri`, the address `session`'s answer is served from
 /// where it is not the request's (a new request starts without one).
+impl HttpProtocol {
+    /// The settings the answer to `head` goes out under: its location's,
+    /// or that of the address it was answered from where that moved (an
+    /// index file, a `--try-files` name, an error page: `Sent::uri`), as
+    /// nginx's after an internal redirect.
+    fn scope_of<'s>(&'s self, session: &HttpSession, head: Option<&Head<'_>>) -> &'s Scope {
+        let scopes = &self.state.scopes;
+        if !scopes.has_locations() {
+            return &scopes.server;
+        }
+        let moved = session.sent.as_ref().and_then(|s| {
+            let sent = s.lock().unwrap_or_else(|e| e.into_inner());
+            sent.uri.clone()
+        });
+        match (moved, head) {
+            (Some(uri), _) => scopes.for_path(&uri),
+            (None, Some(h)) => scopes.for_path(&h.path),
+            (None, None) => &scopes.server,
+        }
+    }
+}
+
 fn note_uri(session: &HttpSession, uri: Option<&Arc<str>>) {
     if let (Some(sent), Some(uri)) = (&session.sent, uri) {
         let mut sent = sent.lock().unwrap_or_else(|e| e.into_inner());

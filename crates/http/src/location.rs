@@ -194,6 +194,13 @@ pub(crate) struct Scope {
     pub(crate) internal: bool,
 }
 
+impl Scope {
+    /// `--limit-rate` and `--limit-rate-after`.
+    pub(crate) fn pace(&self) -> (u64, u64) {
+        (self.limit_rate, self.limit_rate_after)
+    }
+}
+
 /// The server's settings and its locations'.
 #[derive(Debug)]
 pub(crate) struct Scopes {
@@ -280,6 +287,11 @@ impl Scopes {
             }
         }
         best.map_or(&self.server, |(.., s)| s)
+    }
+
+    /// Whether any location has settings of its own.
+    pub(crate) fn has_locations(&self) -> bool {
+        !self.locations.is_empty()
     }
 
     /// Every scope: the server's, then the locations'.

@@ -981,7 +981,9 @@ impl HttpState {
         };
         // Kept only where a log format asks (an index's, on every hit of
         // `/`, would cost its reference count there).
-        *uri = if !crate::log_format::uri_wanted() {
+        // (Wanted too where locations are: the answer's is the address
+        // it was served from.)
+        *uri = if !crate::log_format::uri_wanted() && !self.scopes.has_locations() {
             None
         } else if url_path.ends_with('/') {
             Some(format!("{url_path}{}", self.root.index_name_of(&path)).into())
