@@ -3857,3 +3857,46 @@ fn internal_redirects_take_their_location_as_nginx_does() {
         assert_eq!(seen(&format!("http://{}", n.addr)), want, "nginx");
     }
 }
+
+/// `$uri` in an added field is the address answered from, as nginx's
+/// after an internal redirect: a directory's index file, an error page.
+#[test]
+fn added_fields_name_the_uri_answered_as_nginx_does() {
+    let (_dir, root) = tree(
+        "add-header-uri",
+        &[
+            ("index.html", "i\n"),
+            ("404.html", "nf\n"),
+            ("a.txt", "a\n"),
+        ],
+    );
+    let seen = |url: &str| -> Vec<String> {
+        ["/", "/a.txt", "/missing"]
+            .iter()
+            .map(|p| {
+                let (code, fields, _) = call(url, "GET", p, "");
+                format!("{p} {code} {:?}", field(&fields, "x-uri"))
+            })
+            .collect()
+    };
+    let want = [
+        "/ 200 Some(\"/index.html\")",
+        "/a.txt 200 Some(\"/a.txt\")",
+        "/missing 404 Some(\"/404.html\")",
+    ];
+    let args = [
+        "--add-header-always",
+        "X-Uri: $uri",
+        "--error-page",
+        "404 /404.html",
+    ];
+    let d = HttpServer::start(&root, &args);
+    assert_eq!(seen(&d.url), want);
+    assert!(d.stop().success());
+    if let Some(nginx) = duality_bench::http::find_nginx() {
+        let directives = "add_header X-Uri $uri always;\nerror_page 404 /404.html;\n";
+        let n =
+            duality_bench::http::RunningServer::nginx_in_server(&nginx, &root, directives).unwrap();
+        assert_eq!(seen(&format!("http://{}", n.addr)), want, "nginx");
+    }
+}

@@ -871,12 +871,16 @@ impl HttpProtocol {
     ) {
         let scope = self.scope_of(session, head);
         let fields = &scope.fields;
-        // As nginx's: the answer's status, no body sent yet.
+        // As nginx's: the answer's status, no body sent yet, `$uri` the
+        // address answered from (after an index file, an error page…).
         let fill = |value: &crate::LogFormat, into: &mut Vec<u8>| {
-            value.expand(
-                &self.entry(session, head, None, plan.status.code(), 0),
-                into,
-            )
+            let moved = session.sent.as_ref().and_then(|s| {
+                let sent = s.lock().unwrap_or_else(|e| e.into_inner());
+                sent.uri.clone()
+            });
+            let mut entry = self.entry(session, head, None, plan.status.code(), 0);
+            entry.uri = moved.as_deref();
+            value.expand(&entry, into)
         };
         let (secs, date) = (now.secs, now.date());
         fields.add_to_head_filled(plan.status, secs, date, carried, &fill, out, start);
