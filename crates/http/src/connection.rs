@@ -820,7 +820,10 @@ impl HttpProtocol {
             return Flow::Continue;
         }
         session.failed = plan.status.code() >= 400;
-        if session.discard.is_some() {
+        // nginx's 444 closes at once, a body still coming or not: there is
+        // no answer to keep from a reset, and a client refused so is not
+        // waited for.
+        if session.discard.is_some() && plan.status != Status::NoResponse {
             // The answer closes the connection, but its request's body is
             // still coming: it is read to its end first, as nginx's
             // discarding does. Closing with it unread would reset the
