@@ -3916,3 +3916,51 @@ fn added_fields_name_the_uri_answered_as_nginx_does() {
         assert_eq!(seen(&format!("http://{}", n.addr)), want, "nginx");
     }
 }
+
+/// `--error-page` in a `--location` (nginx's `error_page` there): its
+/// pages replace the server's for the paths it takes.
+#[test]
+fn error_pages_by_location_as_nginx_does() {
+    let (dir, root) = tree(
+        "error-page-location",
+        &[
+            ("404.html", "site\n"),
+            ("docs/404.html", "docs\n"),
+            ("docs/a.txt", "a\n"),
+        ],
+    );
+    let seen = |url: &str| -> Vec<String> {
+        ["/missing", "/docs/missing", "/docs/a.txt"]
+            .iter()
+            .map(|p| {
+                let (code, _, body) = call(url, "GET", p, "");
+                format!("{p} {code} {}", String::from_utf8_lossy(&body).trim())
+            })
+            .collect()
+    };
+    let want = [
+        "/missing 404 site",
+        "/docs/missing 404 docs",
+        "/docs/a.txt 200 a",
+    ];
+    let server = "error_page 404 /404.html;\n\
+                  location /docs/ { error_page 404 /docs/404.html; }\n";
+    let conf = dir.0.join("site.conf");
+    std::fs::write(&conf, format!("server {{\n{server}}}\n")).unwrap();
+    let flags = [
+        "--error-page",
+        "404 /404.html",
+        "--location",
+        "/docs/ { --error-page '404 /docs/404.html' }",
+    ];
+    let config = ["--nginx-config", conf.to_str().unwrap()];
+    for args in [&flags[..], &config[..]] {
+        let d = HttpServer::start(&root, args);
+        assert_eq!(seen(&d.url), want, "{args:?}");
+        assert!(d.stop().success());
+    }
+    if let Some(nginx) = duality_bench::http::find_nginx() {
+        let n = duality_bench::http::RunningServer::nginx_in_server(&nginx, &root, server).unwrap();
+        assert_eq!(seen(&format!("http://{}", n.addr)), want, "nginx");
+    }
+}

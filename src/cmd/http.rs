@@ -29,7 +29,7 @@ pub struct HttpArgs {
     /// flag's default. Locations are taken where a flag stands for them
     /// (`/`, a prefix with alias or secure_link, `~ /\.` deny all, `=
     /// PATH` stub_status; any prefix, exact or regular-expression one of
-    /// try_files, allow, deny, auth_basic, return, expires, add_header,
+    /// try_files, error_page, allow, deny, auth_basic, return, expires, add_header,
     /// limit_rate: a --location; the README lists them). A directive with
     /// no counterpart (proxy_pass, TLS, other locations, map, …) is
     /// refused with its file and line
@@ -542,7 +542,8 @@ pub struct HttpArgs {
     /// --allow/--deny, --auth-basic (a realm, taking the server's
     /// --auth-basic-user-file unless given its own; `off`: no password
     /// there), --satisfy, --return, --expires, --add-header(-always),
-    /// --limit-rate(-after), --try-files, `--access-log off` (its
+    /// --limit-rate(-after), --try-files, --error-page (its pages
+    /// replacing the server's), `--access-log off` (its
     /// requests not logged) and --internal (nginx's `internal`: a client's
     /// request there is answered 404; an error page or a --try-files
     /// fallback there is served). A request takes the location nginx would give

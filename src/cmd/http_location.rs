@@ -44,6 +44,8 @@ struct LocationFlags {
     try_files: Option<duality_http::TryFiles>,
     #[arg(long)]
     internal: bool,
+    #[arg(long)]
+    error_page: Vec<duality_http::ErrorPage>,
 }
 
 /// One `--location` as given: its settings, and whether its
@@ -145,6 +147,9 @@ pub fn parse(v: &str) -> Result<LocationArgs, String> {
     l.logged = f.access_log.map(|_| false);
     l.try_files = f.try_files;
     l.internal = f.internal;
+    if !f.error_page.is_empty() {
+        l.error_pages = Some(f.error_page);
+    }
     Ok(LocationArgs {
         location: l,
         realm_alone,

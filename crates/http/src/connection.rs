@@ -1210,7 +1210,11 @@ impl HttpProtocol {
         // with that page: under the error's status (`error`), or as the
         // page itself with `=200`.
         let (found, error) = match found {
-            Err(e) if !e.close => match ErrorPage::find(&self.state.cfg.error_pages, e.status) {
+            // (The requested path's location's pages.)
+            Err(e) if !e.close => match ErrorPage::find(
+                &self.state.scopes.for_path(&head.path).error_pages,
+                e.status,
+            ) {
                 Some(page) => {
                     let (found, status, uri) =
                         self.error_page(page, e, want_gzip, takes_gzip, reply).await;

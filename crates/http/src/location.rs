@@ -155,6 +155,8 @@ pub struct Location {
     /// nginx's `internal`: a client's request it takes is answered 404
     /// (an error page or `--try-files` may still serve its paths).
     pub internal: bool,
+    /// Its `error_page`s (replacing the server's list).
+    pub error_pages: Option<Vec<crate::ErrorPage>>,
 }
 
 impl Location {
@@ -172,6 +174,7 @@ impl Location {
             try_files: None,
             logged: None,
             internal: false,
+            error_pages: None,
         }
     }
 }
@@ -192,6 +195,7 @@ pub(crate) struct Scope {
     pub(crate) try_files: Option<crate::TryFiles>,
     /// Client requests get 404 (nginx's `internal`).
     pub(crate) internal: bool,
+    pub(crate) error_pages: Vec<crate::ErrorPage>,
 }
 
 impl Scope {
@@ -248,6 +252,10 @@ impl Scopes {
                 logged: l.logged.unwrap_or(server.logged),
                 try_files: l.try_files.clone(),
                 internal: l.internal,
+                error_pages: l
+                    .error_pages
+                    .clone()
+                    .unwrap_or_else(|| server.error_pages.clone()),
             };
             built.push((l.matcher.clone(), scope));
         }
@@ -316,6 +324,7 @@ mod tests {
             logged: true,
             try_files: None,
             internal: false,
+            error_pages: Vec::new(),
         }
     }
 

@@ -663,6 +663,7 @@ impl HttpState {
             logged: true,
             try_files: cfg.try_files.clone(),
             internal: false,
+            error_pages: cfg.error_pages.clone(),
         };
         let scopes = Scopes::new(server, &cfg.locations, users)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
