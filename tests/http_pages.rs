@@ -3964,3 +3964,66 @@ fn error_pages_by_location_as_nginx_does() {
         assert_eq!(seen(&format!("http://{}", n.addr)), want, "nginx");
     }
 }
+
+/// gzip by location (`--gzip`, `--gzip-types` in a `--location`, nginx's
+/// `gzip` and `gzip_types` there): which answers are compressed, as
+/// nginx's.
+#[test]
+fn gzip_by_location_as_nginx_does() {
+    let text = "compress me ".repeat(200);
+    let (dir, root) = tree(
+        "gzip-location",
+        &[
+            ("a.txt", &text),
+            ("raw/a.txt", &text),
+            ("css/s.css", &text),
+            ("css/a.txt", &text),
+        ],
+    );
+    let seen = |url: &str| -> Vec<String> {
+        ["/a.txt", "/raw/a.txt", "/css/s.css", "/css/a.txt"]
+            .iter()
+            .map(|p| {
+                let (code, got, _) = call(url, "GET", p, "Accept-Encoding: gzip\r\n");
+                format!("{p} {code} {:?}", field(&got, "content-encoding"))
+            })
+            .collect()
+    };
+    let want = [
+        "/a.txt 200 Some(\"gzip\")",
+        "/raw/a.txt 200 None",
+        "/css/s.css 200 Some(\"gzip\")",
+        "/css/a.txt 200 None",
+    ];
+    let server = "gzip on; gzip_types text/plain; gzip_min_length 1;\n\
+                  location /raw/ { gzip off; }\n\
+                  location /css/ { gzip_types text/css; }\n";
+    let conf = dir.0.join("site.conf");
+    std::fs::write(&conf, format!("server {{\n{server}}}\n")).unwrap();
+    let flags = [
+        "--gzip",
+        "on",
+        "--gzip-types",
+        "text/plain",
+        "--location",
+        "/raw/ { --gzip off }",
+        "--location",
+        "/css/ { --gzip-types text/css }",
+    ];
+    let config = ["--nginx-config", conf.to_str().unwrap()];
+    for args in [&flags[..], &config[..]] {
+        let d = HttpServer::start(&root, args);
+        assert_eq!(seen(&d.url), want, "{args:?}");
+        assert!(d.stop().success());
+    }
+    // nginx types by its own file where it is installed (else all would
+    // be its test server's default, text/html, always compressed).
+    let types = "include /etc/nginx/mime.types;\n";
+    let nginx =
+        duality_bench::http::find_nginx().filter(|_| Path::new("/etc/nginx/mime.types").is_file());
+    if let Some(nginx) = nginx {
+        let n = duality_bench::http::RunningServer::nginx_in_blocks(&nginx, &root, types, server)
+            .unwrap();
+        assert_eq!(seen(&format!("http://{}", n.addr)), want, "nginx");
+    }
+}

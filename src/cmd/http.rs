@@ -29,8 +29,9 @@ pub struct HttpArgs {
     /// flag's default. Locations are taken where a flag stands for them
     /// (`/`, a prefix with alias or secure_link, `~ /\.` deny all, `=
     /// PATH` stub_status; any prefix, exact or regular-expression one of
-    /// try_files, error_page, allow, deny, auth_basic, return, expires, add_header,
-    /// limit_rate: a --location; the README lists them). A directive with
+    /// try_files, error_page, gzip, allow, deny, auth_basic, return,
+    /// expires, add_header, limit_rate: a --location; the README lists
+    /// them). A directive with
     /// no counterpart (proxy_pass, TLS, other locations, map, …) is
     /// refused with its file and line
     #[arg(long, value_name = "FILE")]
@@ -543,7 +544,8 @@ pub struct HttpArgs {
     /// --auth-basic-user-file unless given its own; `off`: no password
     /// there), --satisfy, --return, --expires, --add-header(-always),
     /// --limit-rate(-after), --try-files, --error-page (its pages
-    /// replacing the server's), `--access-log off` (its
+    /// replacing the server's), --gzip, --gzip-static, --gzip-types,
+    /// --gzip-min-length, `--access-log off` (its
     /// requests not logged) and --internal (nginx's `internal`: a client's
     /// request there is answered 404; an error page or a --try-files
     /// fallback there is served). A request takes the location nginx would give
@@ -673,7 +675,7 @@ pub struct HttpArgs {
     cpu_threads: Option<u16>,
 }
 
-fn on_off(v: &str) -> Result<bool, String> {
+pub(super) fn on_off(v: &str) -> Result<bool, String> {
     match v {
         "on" => Ok(true),
         "off" => Ok(false),
@@ -701,7 +703,7 @@ fn allow_deny(v: &str) -> Result<bool, String> {
 }
 
 /// A `--gzip-types` value: `TYPE/SUBTYPE` or `*`.
-fn gzip_type(s: &str) -> Result<String, String> {
+pub(super) fn gzip_type(s: &str) -> Result<String, String> {
     match s == "*" {
         true => Ok(s.to_owned()),
         false => media_type(s),

@@ -46,6 +46,14 @@ struct LocationFlags {
     internal: bool,
     #[arg(long)]
     error_page: Vec<duality_http::ErrorPage>,
+    #[arg(long, value_parser = super::http::on_off, action = clap::ArgAction::Set)]
+    gzip: Option<bool>,
+    #[arg(long, value_parser = super::http::on_off, action = clap::ArgAction::Set)]
+    gzip_static: Option<bool>,
+    #[arg(long, value_delimiter = ' ', value_parser = super::http::gzip_type)]
+    gzip_types: Option<Vec<String>>,
+    #[arg(long)]
+    gzip_min_length: Option<u64>,
 }
 
 /// One `--location` as given: its settings, and whether its
@@ -150,6 +158,12 @@ pub fn parse(v: &str) -> Result<LocationArgs, String> {
     if !f.error_page.is_empty() {
         l.error_pages = Some(f.error_page);
     }
+    l.gzip = duality_http::location::GzipOverride {
+        enabled: f.gzip,
+        static_files: f.gzip_static,
+        types: f.gzip_types.map(|t| duality_http::GzipTypes::listed(&t)),
+        min_length: f.gzip_min_length,
+    };
     Ok(LocationArgs {
         location: l,
         realm_alone,

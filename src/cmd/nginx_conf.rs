@@ -13,7 +13,7 @@
 //! (`--alias`), `location ~ /\. { deny all; }` (`--dotfiles deny`),
 //! `location = /P { stub_status; }` (`--stub-status`); any prefix, `^~`,
 //! exact or regular-expression location of the directives set by path
-//! (`try_files`, `error_page`, `allow`/`deny`, `auth_basic`, `return`, `expires`,
+//! (`try_files`, `error_page`, `gzip…`, `allow`/`deny`, `auth_basic`, `return`, `expires`,
 //! `add_header`, `limit_rate`, `access_log off`, `internal`: a
 //! `--location` group), `location = /50x.html { root R; }`
 //! with the server's root; `if ($invalid_referer) { return 403; }` beside
@@ -414,6 +414,10 @@ struct State {
 const SCOPED: &[&str] = &[
     "try_files",
     "error_page",
+    "gzip",
+    "gzip_static",
+    "gzip_types",
+    "gzip_min_length",
     "allow",
     "deny",
     "auth_basic",
@@ -1823,12 +1827,12 @@ mod tests {
         for (conf, says) in [
             (
                 "location ~* \\.(css)$ { index x; }",
-                "\"index\": only try_files, error_page, allow",
+                "\"index\": only try_files, error_page, gzip,",
             ),
             ("location ~ ( { expires 1d; }", "regex parse error"),
             (
                 "location = /x { index i; }",
-                "\"index\": only try_files, error_page, allow, deny",
+                "\"index\": only try_files, error_page, gzip, gzip_static",
             ),
             (
                 "location / { index i.html; } location /a/ { deny all; }",

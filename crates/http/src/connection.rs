@@ -613,7 +613,7 @@ impl Protocol for HttpProtocol {
                 // server's error, as nginx's 500 for an empty one.
                 self.state.phases.request();
                 session.pending = Some(Pending::Miss {
-                    want_gzip: gzip::wanted(&self.state.cfg.gzip, &head),
+                    want_gzip: gzip::wanted(&self.gzip_of(&head), &head),
                     refused: Some(Status::InternalServerError),
                 });
                 None
@@ -680,7 +680,7 @@ impl Protocol for HttpProtocol {
                     let check = move || auth.is_some_and(|a| a.verify(&user, &password));
                     if !reply.payload().blocking(check).await.unwrap_or(false) {
                         break Pending::Miss {
-                            want_gzip: gzip::wanted(&self.state.cfg.gzip, &head),
+                            want_gzip: gzip::wanted(&self.gzip_of(&head), &head),
                             refused: Some(Status::Unauthorized),
                         };
                     }
@@ -939,7 +939,7 @@ impl HttpProtocol {
         if scope.internal {
             self.state.phases.request();
             session.pending = Some(Pending::Miss {
-                want_gzip: gzip::wanted(&self.state.cfg.gzip, head),
+                want_gzip: gzip::wanted(&self.gzip_of(head), head),
                 refused: Some(Status::NotFound),
             });
             return None;
@@ -1027,7 +1027,7 @@ impl HttpProtocol {
                 return Some(self.no_response(session, head));
             }
             session.pending = Some(Pending::Miss {
-                want_gzip: gzip::wanted(&self.state.cfg.gzip, head),
+                want_gzip: gzip::wanted(&self.gzip_of(head), head),
                 refused: Some(status),
             });
             return None;
@@ -1051,7 +1051,7 @@ impl HttpProtocol {
             }));
         }
 
-        let gzip_cfg = self.state.cfg.gzip;
+        let gzip_cfg = scope.gzip;
         let want_gzip = gzip::wanted(&gzip_cfg, head);
 
         // A hidden path (`--dotfiles deny`) is refused where lookups are
@@ -1174,15 +1174,15 @@ impl HttpProtocol {
             }
             Pending::Miss { want_gzip, refused } => (want_gzip, refused),
             // `finish` sees to these first.
-            Pending::Paced(_) => (gzip::wanted(&self.state.cfg.gzip, head), None),
+            Pending::Paced(_) => (gzip::wanted(&self.gzip_of(head), head), None),
             Pending::Verify(..) => (
-                gzip::wanted(&self.state.cfg.gzip, head),
+                gzip::wanted(&self.gzip_of(head), head),
                 Some(Status::Unauthorized),
             ),
         };
         let state = self.state.clone();
         let url = head.path.clone();
-        let takes_gzip = gzip::takes(&state.cfg.gzip, head);
+        let takes_gzip = gzip::takes(&self.gzip_of(head), head);
         let callback = match state.cfg.autoindex_style.format {
             crate::autoindex::Format::Jsonp => {
                 crate::log_format::argument_of(head, b"callback").map(<[u8]>::to_vec)
@@ -1372,7 +1372,7 @@ impl HttpProtocol {
         now: &Now,
         reply: &mut Reply<'_>,
     ) -> Result<Plan, Aborted> {
-        let cfg = self.state.cfg.gzip;
+        let cfg = self.gzip_of(head);
         let date = now.date();
         let carried = (content_type, Some(meta.mtime));
         // The head of the answer in `encoding`, with its added fields.
@@ -1653,7 +1653,7 @@ impl HttpProtocol {
                 }));
             }
             session.pending = Some(Pending::Miss {
-                want_gzip: gzip::wanted(&self.state.cfg.gzip, head),
+                want_gzip: gzip::wanted(&self.gzip_of(head), head),
                 refused: Some(answer.status),
             });
             return None;
@@ -1962,6 +1962,11 @@ impl HttpProtocol {
 /// Keeps, for `$uri`, the address `session`'s answer is served from
 /// where it is not the request's (a new request starts without one).
 impl HttpProtocol {
+    /// The gzip settings of `head`'s location.
+    fn gzip_of(&self, head: &Head<'_>) -> crate::GzipConfig {
+        self.state.scopes.for_path(&head.path).gzip
+    }
+
     /// The settings the answer to `head` goes out under: its location's,
     /// or that of the address it was answered from where that moved (an
     /// index file, a `--try-files` name, an error page: `Sent::uri`), as

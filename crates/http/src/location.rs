@@ -157,6 +157,35 @@ pub struct Location {
     pub internal: bool,
     /// Its `error_page`s (replacing the server's list).
     pub error_pages: Option<Vec<crate::ErrorPage>>,
+    /// Its `gzip`, `gzip_static`, `gzip_types` and `gzip_min_length`
+    /// (each the server's where not given).
+    pub gzip: GzipOverride,
+}
+
+/// A location's gzip settings; `None`: the server's.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GzipOverride {
+    /// `gzip on|off`.
+    pub enabled: Option<bool>,
+    /// `gzip_static on|off`.
+    pub static_files: Option<bool>,
+    /// `gzip_types`.
+    pub types: Option<crate::GzipTypes>,
+    /// `gzip_min_length`.
+    pub min_length: Option<u64>,
+}
+
+impl GzipOverride {
+    /// `server`'s settings with these in place.
+    fn over(&self, server: crate::GzipConfig) -> crate::GzipConfig {
+        crate::GzipConfig {
+            enabled: self.enabled.unwrap_or(server.enabled),
+            static_files: self.static_files.unwrap_or(server.static_files),
+            types: self.types.unwrap_or(server.types),
+            min_length: self.min_length.unwrap_or(server.min_length),
+            ..server
+        }
+    }
 }
 
 impl Location {
@@ -175,6 +204,7 @@ impl Location {
             logged: None,
             internal: false,
             error_pages: None,
+            gzip: GzipOverride::default(),
         }
     }
 }
@@ -196,6 +226,7 @@ pub(crate) struct Scope {
     /// Client requests get 404 (nginx's `internal`).
     pub(crate) internal: bool,
     pub(crate) error_pages: Vec<crate::ErrorPage>,
+    pub(crate) gzip: crate::GzipConfig,
 }
 
 impl Scope {
@@ -256,6 +287,7 @@ impl Scopes {
                     .error_pages
                     .clone()
                     .unwrap_or_else(|| server.error_pages.clone()),
+                gzip: l.gzip.over(server.gzip),
             };
             built.push((l.matcher.clone(), scope));
         }
@@ -325,6 +357,7 @@ mod tests {
             try_files: None,
             internal: false,
             error_pages: Vec::new(),
+            gzip: crate::GzipConfig::default(),
         }
     }
 

@@ -664,6 +664,7 @@ impl HttpState {
             try_files: cfg.try_files.clone(),
             internal: false,
             error_pages: cfg.error_pages.clone(),
+            gzip: cfg.gzip,
         };
         let scopes = Scopes::new(server, &cfg.locations, users)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
@@ -927,7 +928,8 @@ impl HttpState {
         uri: &mut Option<Arc<str>>,
     ) -> Result<Found, HttpError> {
         // The request's location's (the server's where none takes it).
-        let try_files = self.scopes.for_path(request).try_files.as_ref();
+        let scope = self.scopes.for_path(request);
+        let try_files = scope.try_files.as_ref();
         let (served, resolved) = match try_files {
             Some(t) => {
                 let (served, resolved) = t.resolve(&self.root, request);
@@ -967,7 +969,7 @@ impl HttpState {
             // A lone `.gz` is not a file try_files finds (nor nginx's).
             Err(e)
                 if e.status == Status::NotFound
-                    && self.cfg.gzip.static_files
+                    && scope.gzip.static_files
                     && try_files.is_none() =>
             {
                 return match takes_gzip {
@@ -1002,7 +1004,7 @@ impl HttpState {
             Path::new(url_path)
         };
         let content_type = self.types.of(named);
-        let eligible = gzip::eligible(&self.cfg.gzip, named, content_type, meta.size);
+        let eligible = gzip::eligible(&scope.gzip, named, content_type, meta.size);
         if eligible && want_gzip {
             if let Some(found) = self.lookup_gzip(request, &path, meta, content_type)? {
                 return Ok(found);
@@ -1010,7 +1012,7 @@ impl HttpState {
         }
         // With `.gz` files alone, only a file with a fresh one beside it
         // has another variant (as nginx varies it).
-        let vary = eligible && (self.cfg.gzip.enabled || self.fresh_gz_beside(&path, meta));
+        let vary = eligible && (scope.gzip.enabled || self.fresh_gz_beside(&path, meta));
         let encoding = Encoding::Identity { vary };
         if let Some(bytes) = self.cache.get(&path, &meta) {
             // Kept open for its next requests where sendfile costs less
@@ -1113,7 +1115,8 @@ impl HttpState {
     ) -> Result<Option<Found>, HttpError> {
         // A fresh `.gz` first: the cache keys it by its own validators too,
         // so a replaced one is never answered from a stale entry.
-        if self.cfg.gzip.static_files {
+        let gz = self.scopes.for_path(url_path).gzip;
+        if gz.static_files {
             if let Some(found) = self.gzip_static(path, meta, content_type) {
                 return Ok(Some(found));
             }
@@ -1129,7 +1132,7 @@ impl HttpState {
                 bytes,
             }));
         }
-        if !self.cfg.gzip.enabled || meta.size > self.cfg.gzip.max_length {
+        if !gz.enabled || meta.size > gz.max_length {
             return Ok(None);
         }
         let (meta, input) = match self.cache.get(path, &meta) {
