@@ -3683,7 +3683,13 @@ fn regular_expression_locations_choose_as_nginx_does() {
             ("x.txt", "x\n"),
         ],
     );
+    // A `^~` prefix served from elsewhere: no regex is tried under it.
+    let other = dir.0.join("static");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("s.css"), "static\n").unwrap();
+    let other = other.to_str().unwrap();
     let asks = [
+        "/static/s.css",
         "/app/route",
         "/app/a.js",
         "/app/missing.js",
@@ -3710,6 +3716,7 @@ fn regular_expression_locations_choose_as_nginx_does() {
             .collect()
     };
     let want = [
+        "/static/s.css 200 static x-s=1",
         "/app/route 200 app x-s=1",
         "/app/a.js 200 js x-asset=1 cache-control=max-age=2592000",
         "/app/missing.js 404  ",
@@ -3719,14 +3726,22 @@ fn regular_expression_locations_choose_as_nginx_does() {
         "/x.txt 200 x x-s=1",
         "/nothing 200 home x-s=1",
     ];
-    let server = "add_header X-S 1;\n\
+    let server = format!(
+        "add_header X-S 1;\n\
                   try_files $uri /index.html;\n\
-                  location /app/ { try_files $uri /app/index.html; }\n\
-                  location ~* \\.(CSS|js)$ { expires 30d; add_header X-Asset 1; }\n\
-                  location ^~ /raw/ { add_header X-Raw 1; }\n\
-                  location ~ ^/raw/ { deny all; }\n\
-                  location ~ ^/blocked/ { deny all; }\n";
+                  location ^~ /static/ {{ alias {other}/; }}\n\
+                  location /app/ {{ try_files $uri /app/index.html; }}\n\
+                  location ~* \\.(CSS|js)$ {{ expires 30d; add_header X-Asset 1; }}\n\
+                  location ^~ /raw/ {{ add_header X-Raw 1; }}\n\
+                  location ~ ^/raw/ {{ deny all; }}\n\
+                  location ~ ^/blocked/ {{ deny all; }}\n"
+    );
+    let static_alias = format!("/static/ {other}");
     let flags = [
+        "--alias",
+        &static_alias,
+        "--location",
+        "^~ /static/ { }",
         "--add-header",
         "X-S: 1",
         "--try-files",
@@ -3767,7 +3782,8 @@ fn regular_expression_locations_choose_as_nginx_does() {
         assert!(d.stop().success());
     }
     if let Some(nginx) = duality_bench::http::find_nginx() {
-        let n = duality_bench::http::RunningServer::nginx_in_server(&nginx, &root, server).unwrap();
+        let n =
+            duality_bench::http::RunningServer::nginx_in_server(&nginx, &root, &server).unwrap();
         assert_eq!(seen(&format!("http://{}", n.addr)), want, "nginx");
     }
     refused_saying(

@@ -408,6 +408,8 @@ struct State {
     /// where: an empty `--location` where others have settings (they
     /// have the server's, not `location /`'s).
     plain_prefixes: Vec<(String, String)>,
+    /// `^~` prefixes.
+    only_prefixes: Vec<String>,
 }
 
 /// Directives a `--location` group takes (nginx's that are set by path).
@@ -1018,76 +1020,15 @@ impl State {
             [op, pattern] if *op == "~*" || *op == "~" => {
                 self.group(&format!("{op} {pattern}"), block, at, name)
             }
+            ["^~", prefix] if prefix.starts_with('/') && prefix.ends_with('/') && !block.is_empty() => {
+                self.prefix_location(prefix, true, block, at, name)
+            }
             ["^~", prefix] if prefix.starts_with('/') => {
                 self.group(&format!("^~ {prefix}"), block, at, name)
             }
             // A prefix: its alias, and nginx's secure_link idiom there.
             [prefix] if prefix.starts_with('/') && prefix.ends_with('/') && !block.is_empty() => {
-                let mut secured = false;
-                let mut rooted = false;
-                let mut list = Vec::new();
-                for x in block {
-                    match x.name.as_str() {
-                        _ if scoped(x) => list.push(x.clone()),
-                        _ if quiet(x) => self.quieted(x, prefix, name),
-                        "alias" | "root" if x.args.len() == 1 => {
-                            // nginx's `root R` there serves R + the whole
-                            // path: the alias of the prefix to R/PREFIX.
-                            let dir = match x.name == "root" {
-                                true => format!("{}{prefix}", x.args[0].trim_end_matches('/')),
-                                false => x.args[0].clone(),
-                            };
-                            if !dir.starts_with('/') {
-                                return Err(format!(
-                                    "{name}:{}: \"{}\": give an absolute path",
-                                    x.line, x.name
-                                ));
-                            }
-                            if std::mem::replace(&mut rooted, true) {
-                                return Err(format!(
-                                    "{name}:{}: \"{}\": a second root or alias in {prefix}",
-                                    x.line, x.name
-                                ));
-                            }
-                            let dir = dir.trim_end_matches('/');
-                            self.arrays.push(("--alias", format!("{prefix} {dir}"), Level::Server));
-                        }
-                        "secure_link" | "secure_link_md5" => {
-                            secured = true;
-                            self.directive(x, Level::Location, name)?;
-                        }
-                        // Listings there only (their style is the one
-                        // listings have anywhere, which is only there).
-                        "autoindex" if x.args == ["on"] => {
-                            self.arrays.push(("--autoindex-under", prefix.to_string(), Level::Server));
-                        }
-                        "autoindex" if x.args == ["off"] => {}
-                        "autoindex_format" | "autoindex_exact_size" | "autoindex_localtime" => {
-                            self.directive(x, Level::Location, name)?;
-                        }
-                        "if" if condition(&x.args).starts_with("($secure_link=") => {
-                            secured = true;
-                            self.directive(x, Level::Location, name)?;
-                        }
-                        _ => {
-                            return Err(format!(
-                                "{name}:{}: \"{}\": only alias, root, autoindex, the secure_link directives and {} are taken in a prefix location (other settings are the server's)",
-                                x.line, x.name, taken()
-                            ))
-                        }
-                    }
-                }
-                if secured && self.secure_prefix.replace(prefix.to_string()).is_some() {
-                    return Err(format!("{at}: secure_link in one location only"));
-                }
-                match list.is_empty() {
-                    // A location of its own all the same (see finish).
-                    true => {
-                        self.plain_prefixes.push((prefix.to_string(), at));
-                        Ok(())
-                    }
-                    false => self.push_group(prefix, list, at),
-                }
+                self.prefix_location(prefix, false, block, at, name)
             }
             // Any other prefix or exact path: a `--location` of the
             // directives set by path.
@@ -1099,6 +1040,91 @@ impl State {
                  `location /`, an alias, `~ /\\.` deny all, `= PATH` stub_status, `~* \\.(exts)$` expires)",
                 taken()
             )),
+        }
+    }
+
+    /// A prefix location (`only`: nginx's `^~`, no regular expression
+    /// tried after it): its alias or root, listings, secure_link, and the
+    /// directives set by path as a `--location` group.
+    fn prefix_location(
+        &mut self,
+        prefix: &str,
+        only: bool,
+        block: &[Directive],
+        at: String,
+        name: &str,
+    ) -> Result<(), String> {
+        let key = match only {
+            true => format!("^~ {prefix}"),
+            false => prefix.to_string(),
+        };
+        if only {
+            self.only_prefixes.push(prefix.to_string());
+        }
+        let mut secured = false;
+        let mut rooted = false;
+        let mut list = Vec::new();
+        for x in block {
+            match x.name.as_str() {
+                _ if scoped(x) => list.push(x.clone()),
+                _ if quiet(x) => self.quieted(x, prefix, name),
+                "alias" | "root" if x.args.len() == 1 => {
+                    // nginx's `root R` there serves R + the whole
+                    // path: the alias of the prefix to R/PREFIX.
+                    let dir = match x.name == "root" {
+                        true => format!("{}{prefix}", x.args[0].trim_end_matches('/')),
+                        false => x.args[0].clone(),
+                    };
+                    if !dir.starts_with('/') {
+                        return Err(format!(
+                            "{name}:{}: \"{}\": give an absolute path",
+                            x.line, x.name
+                        ));
+                    }
+                    if std::mem::replace(&mut rooted, true) {
+                        return Err(format!(
+                            "{name}:{}: \"{}\": a second root or alias in {prefix}",
+                            x.line, x.name
+                        ));
+                    }
+                    let dir = dir.trim_end_matches('/');
+                    self.arrays.push(("--alias", format!("{prefix} {dir}"), Level::Server));
+                }
+                "secure_link" | "secure_link_md5" => {
+                    secured = true;
+                    self.directive(x, Level::Location, name)?;
+                }
+                // Listings there only (their style is the one
+                // listings have anywhere, which is only there).
+                "autoindex" if x.args == ["on"] => {
+                    self.arrays.push(("--autoindex-under", prefix.to_string(), Level::Server));
+                }
+                "autoindex" if x.args == ["off"] => {}
+                "autoindex_format" | "autoindex_exact_size" | "autoindex_localtime" => {
+                    self.directive(x, Level::Location, name)?;
+                }
+                "if" if condition(&x.args).starts_with("($secure_link=") => {
+                    secured = true;
+                    self.directive(x, Level::Location, name)?;
+                }
+                _ => {
+                    return Err(format!(
+                        "{name}:{}: \"{}\": only alias, root, autoindex, the secure_link directives and {} are taken in a prefix location (other settings are the server's)",
+                        x.line, x.name, taken()
+                    ))
+                }
+            }
+        }
+        if secured && self.secure_prefix.replace(prefix.to_string()).is_some() {
+            return Err(format!("{at}: secure_link in one location only"));
+        }
+        match list.is_empty() {
+            // A location of its own all the same (see finish).
+            true => {
+                self.plain_prefixes.push((key, at));
+                Ok(())
+            }
+            false => self.push_group(&key, list, at),
         }
     }
 
@@ -1282,9 +1308,16 @@ impl State {
                 .push(format!("location = {path} ({place}: {why})"));
         }
         let regex = self.groups.iter().find(|(p, _, _)| p.starts_with('~'));
-        if let (Some((_, _, at)), true) =
-            (regex, self.arrays.iter().any(|(f, _, _)| *f == "--alias"))
-        {
+        // (A `^~` prefix's alias is not: no regex is tried there.)
+        let tried = |v: &str| {
+            let prefix = v.split(' ').next().unwrap_or_default();
+            !self.only_prefixes.iter().any(|p| p == prefix)
+        };
+        let alias = self
+            .arrays
+            .iter()
+            .any(|(f, v, _)| *f == "--alias" && tried(v));
+        if let (Some((_, _, at)), true) = (regex, alias) {
             // nginx's regular-expression location wins over a prefix one:
             // the files it takes under the alias would be looked for under
             // the root, which a flag cannot say.
@@ -1895,6 +1928,25 @@ mod tests {
                 ]),
             "{got:?}"
         );
+        // A `^~` alias beside a regular expression: no regex is tried
+        // under it, so its files are the alias's.
+        let got =
+            args(r"location ^~ /static/ { alias /srv/s/; } location ~* \.css$ { expires 1d; }");
+        assert_eq!(
+            got[..6],
+            [
+                "--location",
+                r"~* '\.css$' { --expires 1d }",
+                "--location",
+                "^~ /static/ { }",
+                "--alias",
+                "/static/ /srv/s"
+            ]
+        );
+        assert!(refused(
+            r"location /static/ { alias /srv/s/; } location ~* \.css$ { expires 1d; }"
+        )
+        .contains("(its regex location wins)"));
         // A prefix's own root: the alias of the prefix under it.
         let got = args("location /pub/ { root /srv/other/; expires 1d; }");
         assert_eq!(
