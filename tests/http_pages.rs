@@ -140,6 +140,34 @@ fn tree(tag: &str, files: &[(&str, &str)]) -> (TempDir, std::path::PathBuf) {
     (dir, root)
 }
 
+/// What `seen` gets from `duality http` under `flags` (where given), and
+/// under `--nginx-config` of a file holding `server` (a `server` block's
+/// directives, in an `http` block starting with `http`) must be `want`,
+/// and so must what it gets from `nginx` with the same blocks.
+fn as_nginx_does(
+    dir: &Path,
+    root: &Path,
+    (http, server): (&str, &str),
+    flags: Option<&[&str]>,
+    nginx: Option<std::path::PathBuf>,
+    seen: &dyn Fn(&str) -> Vec<String>,
+    want: &[&str],
+) {
+    let conf = dir.join("site.conf");
+    std::fs::write(&conf, format!("http {{\n{http}server {{\n{server}}}\n}}\n")).unwrap();
+    let config = ["--nginx-config", conf.to_str().unwrap()];
+    for args in flags.into_iter().chain([&config[..]]) {
+        let d = HttpServer::start(root, args);
+        assert_eq!(seen(&d.url), want, "{args:?}");
+        assert!(d.stop().success());
+    }
+    if let Some(nginx) = nginx {
+        let n = duality_bench::http::RunningServer::nginx_in_blocks(&nginx, root, http, server)
+            .unwrap();
+        assert_eq!(seen(&format!("http://{}", n.addr)), want, "nginx");
+    }
+}
+
 #[test]
 fn errors_answer_with_pages_of_the_root() {
     let dir = TempDir::new("error-page");
@@ -3773,19 +3801,9 @@ fn regular_expression_locations_choose_as_nginx_does() {
         "all",
         "}",
     ];
-    let conf = dir.0.join("site.conf");
-    std::fs::write(&conf, format!("server {{\n{server}}}\n")).unwrap();
-    let config = ["--nginx-config", conf.to_str().unwrap()];
-    for args in [&flags[..], &config[..]] {
-        let d = HttpServer::start(&root, args);
-        assert_eq!(seen(&d.url), want, "{args:?}");
-        assert!(d.stop().success());
-    }
-    if let Some(nginx) = duality_bench::http::find_nginx() {
-        let n =
-            duality_bench::http::RunningServer::nginx_in_server(&nginx, &root, &server).unwrap();
-        assert_eq!(seen(&format!("http://{}", n.addr)), want, "nginx");
-    }
+    let nginx = duality_bench::http::find_nginx();
+    let blocks = ("", server.as_str());
+    as_nginx_does(&dir.0, &root, blocks, Some(&flags), nginx, &seen, &want);
     refused_saying(
         &root,
         &["--location", "~ ( { --deny all }"],
@@ -3819,24 +3837,15 @@ fn internal_locations_refuse_clients_as_nginx_does() {
     ];
     let server = "error_page 404 /errors/404.html;\n\
                   location /errors/ { internal; }\n";
-    let conf = dir.0.join("site.conf");
-    std::fs::write(&conf, format!("server {{\n{server}}}\n")).unwrap();
     let flags = [
         "--error-page",
         "404 /errors/404.html",
         "--location",
         "/errors/ { --internal }",
     ];
-    let config = ["--nginx-config", conf.to_str().unwrap()];
-    for args in [&flags[..], &config[..]] {
-        let d = HttpServer::start(&root, args);
-        assert_eq!(seen(&d.url), want, "{args:?}");
-        assert!(d.stop().success());
-    }
-    if let Some(nginx) = duality_bench::http::find_nginx() {
-        let n = duality_bench::http::RunningServer::nginx_in_server(&nginx, &root, server).unwrap();
-        assert_eq!(seen(&format!("http://{}", n.addr)), want, "nginx");
-    }
+    let nginx = duality_bench::http::find_nginx();
+    let blocks = ("", server);
+    as_nginx_does(&dir.0, &root, blocks, Some(&flags), nginx, &seen, &want);
 }
 
 /// An answer from another address (a directory's index file, a
@@ -3879,15 +3888,8 @@ fn internal_redirects_take_their_location_as_nginx_does() {
                   location / { try_files $uri $uri/ /index.html; add_header X-Root 1 always; }\n\
                   location = /index.html { add_header X-Page index; }\n\
                   location ~* \\.css$ { add_header X-Css 1; }\n";
-    let conf = dir.0.join("site.conf");
-    std::fs::write(&conf, format!("server {{\n{server}}}\n")).unwrap();
-    let d = HttpServer::start(&root, &["--nginx-config", conf.to_str().unwrap()]);
-    assert_eq!(seen(&d.url), want);
-    assert!(d.stop().success());
-    if let Some(nginx) = duality_bench::http::find_nginx() {
-        let n = duality_bench::http::RunningServer::nginx_in_server(&nginx, &root, server).unwrap();
-        assert_eq!(seen(&format!("http://{}", n.addr)), want, "nginx");
-    }
+    let nginx = duality_bench::http::find_nginx();
+    as_nginx_does(&dir.0, &root, ("", server), None, nginx, &seen, &want);
 }
 
 /// `$uri` in an added field is the address answered from, as nginx's
@@ -3961,24 +3963,15 @@ fn error_pages_by_location_as_nginx_does() {
     ];
     let server = "error_page 404 /404.html;\n\
                   location /docs/ { error_page 404 /docs/404.html; }\n";
-    let conf = dir.0.join("site.conf");
-    std::fs::write(&conf, format!("server {{\n{server}}}\n")).unwrap();
     let flags = [
         "--error-page",
         "404 /404.html",
         "--location",
         "/docs/ { --error-page '404 /docs/404.html' }",
     ];
-    let config = ["--nginx-config", conf.to_str().unwrap()];
-    for args in [&flags[..], &config[..]] {
-        let d = HttpServer::start(&root, args);
-        assert_eq!(seen(&d.url), want, "{args:?}");
-        assert!(d.stop().success());
-    }
-    if let Some(nginx) = duality_bench::http::find_nginx() {
-        let n = duality_bench::http::RunningServer::nginx_in_server(&nginx, &root, server).unwrap();
-        assert_eq!(seen(&format!("http://{}", n.addr)), want, "nginx");
-    }
+    let nginx = duality_bench::http::find_nginx();
+    let blocks = ("", server);
+    as_nginx_does(&dir.0, &root, blocks, Some(&flags), nginx, &seen, &want);
 }
 
 /// gzip by location (`--gzip`, `--gzip-types` in a `--location`, nginx's
@@ -4014,8 +4007,7 @@ fn gzip_by_location_as_nginx_does() {
     let server = "gzip on; gzip_types text/plain; gzip_min_length 1;\n\
                   location /raw/ { gzip off; }\n\
                   location /css/ { gzip_types text/css; }\n";
-    let conf = dir.0.join("site.conf");
-    std::fs::write(&conf, format!("server {{\n{server}}}\n")).unwrap();
+
     let flags = [
         "--gzip",
         "on",
@@ -4026,20 +4018,20 @@ fn gzip_by_location_as_nginx_does() {
         "--location",
         "/css/ { --gzip-types text/css }",
     ];
-    let config = ["--nginx-config", conf.to_str().unwrap()];
-    for args in [&flags[..], &config[..]] {
-        let d = HttpServer::start(&root, args);
-        assert_eq!(seen(&d.url), want, "{args:?}");
-        assert!(d.stop().success());
-    }
     // nginx types by its own file where it is installed (else all would
     // be its test server's default, text/html, always compressed).
-    let types = "include /etc/nginx/mime.types;\n";
-    let nginx =
-        duality_bench::http::find_nginx().filter(|_| Path::new("/etc/nginx/mime.types").is_file());
-    if let Some(nginx) = nginx {
-        let n = duality_bench::http::RunningServer::nginx_in_blocks(&nginx, &root, types, server)
-            .unwrap();
-        assert_eq!(seen(&format!("http://{}", n.addr)), want, "nginx");
-    }
+    let types = match Path::new("/etc/nginx/mime.types").is_file() {
+        true => "include /etc/nginx/mime.types;\n",
+        false => "",
+    };
+    let nginx = duality_bench::http::find_nginx().filter(|_| !types.is_empty());
+    as_nginx_does(
+        &dir.0,
+        &root,
+        (types, server),
+        Some(&flags),
+        nginx,
+        &seen,
+        &want,
+    );
 }
