@@ -3821,7 +3821,7 @@ fn internal_locations_refuse_clients_as_nginx_does() {
         &[("a.txt", "a\n"), ("errors/404.html", "<p>gone</p>\n")],
     );
     let seen = |url: &str| -> Vec<String> {
-        ["/a.txt", "/errors/404.html", "/missing", "/errors/"]
+        ["/a.txt", "/errors/404.html", "/missing", "/errors/", "/old"]
             .iter()
             .map(|p| {
                 let (code, _, body) = call(url, "GET", p, "");
@@ -3834,12 +3834,17 @@ fn internal_locations_refuse_clients_as_nginx_does() {
         "/errors/404.html 404 <p>gone</p>",
         "/missing 404 <p>gone</p>",
         "/errors/ 404 <p>gone</p>",
+        // Moved there by a rewrite: an internal request, served.
+        "/old 200 <p>gone</p>",
     ];
     let server = "error_page 404 /errors/404.html;\n\
+                  rewrite ^/old$ /errors/404.html last;\n\
                   location /errors/ { internal; }\n";
     let flags = [
         "--error-page",
         "404 /errors/404.html",
+        "--rewrite",
+        "^/old$ /errors/404.html last",
         "--location",
         "/errors/ { --internal }",
     ];

@@ -91,6 +91,7 @@ fuzz_target!(|data: &[u8]| {
         raw: b"",
         rewritten_query: None,
         rewrites_ended: false,
+        rewritten: false,
     };
 
     let mut out = Vec::new();

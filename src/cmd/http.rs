@@ -547,8 +547,8 @@ pub struct HttpArgs {
     /// replacing the server's), --gzip, --gzip-static, --gzip-types,
     /// --gzip-min-length, `--access-log off` (its
     /// requests not logged) and --internal (nginx's `internal`: a client's
-    /// request there is answered 404; an error page or a --try-files
-    /// fallback there is served). A request takes the location nginx would give
+    /// request there is answered 404; an error page, a --try-files
+    /// fallback or a path a --rewrite moved there is served). A request takes the location nginx would give
     /// it (after --rewrite): an exact one, else the first regular
     /// expression matching (unless the longest prefix is `^~`), else the
     /// longest prefix, else none. A location's setting replaces the

@@ -1,4 +1,4 @@
-//! `duality http --location PATH { FLAGS }`: nginx's prefix and exact
+//! `duality http --location [=|^~|~|~*] PATH { FLAGS }`: nginx's
 //! `location` blocks on the command line. The braces stand as words of
 //! their own (`--location /admin/ { --auth-basic Admin }`), or the whole
 //! group is one quoted word; either way the flags inside are read as the

@@ -933,10 +933,11 @@ impl HttpProtocol {
             return self.answer(answer, session, head, out);
         }
         // The location's: not for clients if `internal` (nginx checks it
-        // as it finds the location), then its `return` (its rewrite phase,
-        // before its access checks).
+        // as it finds the location; a request a `--rewrite` moved there is
+        // internal), then its `return` (its rewrite phase, before its
+        // access checks).
         let scope = self.state.scopes.for_path(&head.path);
-        if scope.internal {
+        if scope.internal && !head.rewritten {
             self.state.phases.request();
             session.pending = Some(Pending::Miss {
                 want_gzip: gzip::wanted(&self.gzip_of(head), head),
@@ -1784,6 +1785,7 @@ impl HttpProtocol {
                         return Rewritten::Failed;
                     };
                     head.path = path;
+                    head.rewritten = true;
                     if query.is_some() {
                         head.rewritten_query = query;
                     }

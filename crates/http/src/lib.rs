@@ -25,7 +25,7 @@
 //! | [`access`] | [`Access`]: nginx's `allow` / `deny`, who is served at all |
 //! | [`limit_conn`] | [`LimitConn`]: nginx's `limit_conn`, connections per client address with a request in progress |
 //! | [`limit_req`] | [`LimitReq`]: nginx's `limit_req`, requests per client address held to a rate (leaky buckets, bounded) |
-//! | [`location`] | [`Location`]: nginx's prefix and exact `location` blocks, for the settings that may differ by path (access, `auth_basic`, `return`, added fields, `limit_rate`) |
+//! | [`location`] | [`Location`]: nginx's `location` blocks (prefix, `^~`, exact, regex), for the settings that may differ by path (access, `auth_basic`, `return`, `try_files`, error pages, gzip, added fields, `limit_rate`, logging) |
 //! | [`log_format`] | [`LogFormat`]: nginx's `log_format`, the access log's line with its variables and escaping |
 //! | [`auth_basic`] | [`AuthBasic`]: nginx's `auth_basic` with a user file, a password over the whole server (hashes checked on the blocking pool) |
 //! | [`real_ip`] | [`RealIp`]: nginx's realip, the client's address as a trusted proxy reports it, for the access log, `allow`/`deny` and `limit_req` |

@@ -1,14 +1,18 @@
-//! nginx's prefix and exact `location` blocks, for the settings that may
-//! differ by path: who is let in (`allow`/`deny`, `auth_basic`,
-//! `satisfy`), a `return`, the fields added (`add_header`, `expires`) and
-//! `limit_rate`, and whether they are logged (`access_log off`). The rest
-//! of a server's settings are the server's.
+//! nginx's `location` blocks (prefix, `^~` prefix, exact, regular
+//! expression), for the settings that may differ by path: who is let in
+//! (`allow`/`deny`, `auth_basic`, `satisfy`, `internal`), a `return`,
+//! `try_files`, error pages, gzip, the fields added (`add_header`,
+//! `expires`), `limit_rate`, and whether requests are logged (`access_log
+//! off`). The rest of a server's settings are the server's.
 //!
 //! A request takes the location nginx would give it: an exact one naming
-//! its path, else the longest prefix of its path, else none (the server's
-//! settings). A location's setting replaces the server's of the same kind
-//! whole, as nginx's inheritance does: its `allow`/`deny` rules replace the
-//! server's list, its `add_header` fields the server's fields.
+//! its path, else (unless the longest prefix is `^~`) the first regular
+//! expression that matches, else the longest prefix, else none (the
+//! server's settings). A location's setting replaces the server's of the
+//! same kind whole, as nginx's inheritance does: its `allow`/`deny` rules
+//! replace the server's list, its `add_header` fields the server's fields;
+//! `try_files` is never inherited (nginx's server-level one applies only
+//! where no location does).
 
 use std::path::PathBuf;
 use std::sync::Arc;

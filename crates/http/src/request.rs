@@ -175,6 +175,9 @@ pub struct Head<'a> {
     /// A `--rewrite` with `last` or `break` matched: the rules ended, and
     /// `--return` does not run (nginx's rewrite phase ended there).
     pub rewrites_ended: bool,
+    /// A `--rewrite` changed the path: an internal request, as nginx's
+    /// `internal` locations count it.
+    pub rewritten: bool,
 }
 
 impl<'a> Head<'a> {
@@ -542,6 +545,7 @@ fn parse_fields<'a>(
         raw: &buf[..head_len],
         rewritten_query: None,
         rewrites_ended: false,
+        rewritten: false,
     };
     Ok(Some((head, head_len)))
 }
